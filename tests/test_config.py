@@ -1,0 +1,55 @@
+"""Configuration: defaults, TOML file, environment overrides, and clear errors for bad values."""
+
+import pytest
+
+from voicecore.config import SETTINGS, ConfigError, load_config, settings_table_markdown
+
+
+def test_defaults():
+    config = load_config({})
+    assert config.listen == "127.0.0.1:8080"
+    assert config.uses_simulator
+    assert config.model_url.startswith("ws://127.0.0.1:")
+
+
+def test_toml_then_environment(tmp_path):
+    path = tmp_path / "voicecore.toml"
+    path.write_text('[voicecore]\nlisten = "127.0.0.1:9000"\nmax_calls = 10\nmodel = "gpt-realtime-mini"\n')
+    config = load_config({"VOICECORE_MAX_CALLS": "20", "VOICECORE_CONFIG": str(path)})
+    assert config.listen == "127.0.0.1:9000"
+    assert config.max_calls == 20  # the environment wins over the file
+    assert config.model == "gpt-realtime-mini"
+
+
+def test_vendor_key_means_no_simulator():
+    config = load_config({"VOICECORE_REALTIME_API_KEY": "sk-test"})
+    assert not config.uses_simulator
+    assert config.model_url == "wss://api.openai.com/v1/realtime"
+
+
+@pytest.mark.parametrize(
+    "env, problem",
+    [
+        ({"VOICECORE_LISTEN": "8080"}, "listen"),
+        ({"VOICECORE_MAX_CALLS": "many"}, "integer"),
+        ({"VOICECORE_MAX_CALLS": "0"}, "max_calls"),
+        ({"VOICECORE_REALTIME_NAMING": "v2"}, "realtime_naming"),
+        ({"VOICECORE_LEAD_MS": "5"}, "lead_ms"),
+    ],
+)
+def test_bad_values_name_the_setting(env, problem):
+    with pytest.raises(ConfigError, match=problem):
+        load_config(env)
+
+
+def test_unknown_toml_key(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("lisen = 1\n")
+    with pytest.raises(ConfigError, match="unknown setting 'lisen'"):
+        load_config({}, path)
+
+
+def test_readme_table_lists_every_setting():
+    table = settings_table_markdown()
+    for setting in SETTINGS:
+        assert f"VOICECORE_{setting.name.upper()}" in table

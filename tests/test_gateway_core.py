@@ -1,0 +1,50 @@
+"""Gateway decisions: mark echoes after a clear mean discarded audio; slots rest before reuse."""
+
+from workers.gateway.core import (
+    SLOT_QUARANTINE_MS,
+    MarkDiscarded,
+    MarkLedger,
+    MarkPlayed,
+    MarkUnknown,
+    SlotTable,
+    parse_mark_name,
+)
+
+
+def test_mark_names():
+    assert parse_mark_name("3:10") == (3, 10, False)
+    assert parse_mark_name("3:12:end") == (3, 12, True)
+    for bad in ("", "3", "a:1", "3:x", "3:1:fin", "3:1:end:x", "-1:2"):
+        assert parse_mark_name(bad) is None
+
+
+def test_echo_before_clear_is_played_after_clear_is_discarded():
+    ledger = MarkLedger()
+    ledger.sent_mark("1:5")
+    ledger.sent_mark("1:10")
+    assert ledger.echoed("1:5") == MarkPlayed(1, 5, False)
+    ledger.sent_clear()
+    ledger.sent_mark("2:5")
+    assert ledger.echoed("1:10") == MarkDiscarded("1:10")
+    assert ledger.echoed("2:5") == MarkPlayed(2, 5, False)
+    assert ledger.pending == 0
+
+
+def test_unknown_and_skipped_marks():
+    ledger = MarkLedger()
+    ledger.sent_mark("1:5")
+    ledger.sent_mark("1:10:end")
+    assert ledger.echoed("1:10:end") == MarkPlayed(1, 10, True)  # "1:5" skipped over: lost
+    assert isinstance(ledger.echoed("1:5"), MarkUnknown)
+    assert isinstance(ledger.echoed("never-sent"), MarkUnknown)
+
+
+def test_slots_rest_before_reuse():
+    table = SlotTable(2)
+    a = table.claim(0)
+    b = table.claim(0)
+    assert {a, b} == {0, 1}
+    assert table.claim(0) is None
+    table.release(a, 100)
+    assert table.claim(100 + SLOT_QUARANTINE_MS - 1) is None
+    assert table.claim(100 + SLOT_QUARANTINE_MS) == a

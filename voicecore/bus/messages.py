@@ -1,0 +1,125 @@
+"""Control-bus messages: msgpack maps with a schema version and a type, validated into frozen dataclasses.
+
+Owns the message vocabulary and its codec; knows nothing of sockets (transport.py) or of who sends what.
+A new message is one dataclass plus one entry in ``_TYPES``. Decoding never raises: anything unknown,
+oversized or mistyped becomes a ``Rejected`` that the receiving loop counts and drops (ARCHITECTURE.md 5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import msgpack
+
+SCHEMA_VERSION = 1
+MAX_MESSAGE_BYTES = 64 * 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Heartbeat:
+    process: str
+    pid: int
+    seq: int
+    sent_ns: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallStarted:
+    """The gateway claimed ``slot`` for a new call; the slot's control block is already published."""
+
+    slot: int
+    generation: int
+    call_sid: str
+    stream_sid: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallEnded:
+    slot: int
+    generation: int
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelTag:
+    """Doorbell to the pacer: the model worker cancelled ``tag`` in the control block; act now, not next tick."""
+
+    slot: int
+    generation: int
+    tag: int
+    decision_ns: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stats:
+    """A process's counters and latency summaries, for /metrics and the demo's report."""
+
+    process: str
+    pid: int
+    values: dict[str, float]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rejected:
+    """What a bad message decodes to; never sent."""
+
+    reason: str
+
+
+Message = Heartbeat | CallStarted | CallEnded | CancelTag | Stats
+
+_TYPES: dict[str, type] = {
+    "heartbeat": Heartbeat,
+    "call.started": CallStarted,
+    "call.ended": CallEnded,
+    "cancel": CancelTag,
+    "stats": Stats,
+}
+_NAMES = {cls: name for name, cls in _TYPES.items()}
+_FIELDS = {cls: typing.get_type_hints(cls) for cls in _TYPES.values()}
+
+
+def encode(message: Message) -> bytes:
+    body = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
+    body["v"] = SCHEMA_VERSION
+    body["t"] = _NAMES[type(message)]
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def _field_ok(value: object, hint: object) -> bool:
+    if hint is int:
+        return type(value) is int
+    if hint is str:
+        return type(value) is str
+    if hint == dict[str, float]:
+        return type(value) is dict and all(
+            type(k) is str and type(v) in (int, float) for k, v in value.items()
+        )
+    return False
+
+
+def decode(raw: bytes) -> Message | Rejected:
+    if len(raw) > MAX_MESSAGE_BYTES:
+        return Rejected(f"oversized message: {len(raw)} bytes")
+    try:
+        body = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        return Rejected(f"undecodable msgpack: {type(exc).__name__}")
+    if type(body) is not dict:
+        return Rejected("message is not a map")
+    if body.get("v") != SCHEMA_VERSION:
+        return Rejected(f"unsupported schema version {body.get('v')!r}")
+    cls = _TYPES.get(body.get("t"))  # type: ignore[arg-type]
+    if cls is None:
+        return Rejected(f"unknown message type {body.get('t')!r}")
+    hints = _FIELDS[cls]
+    extra = set(body) - set(hints) - {"v", "t"}
+    if extra:
+        return Rejected(f"{body['t']}: unknown fields {sorted(extra)}")
+    for name, hint in hints.items():
+        if name not in body:
+            return Rejected(f"{body['t']}: missing field {name}")
+        if not _field_ok(body[name], hint):
+            return Rejected(f"{body['t']}: field {name} has the wrong type")
+    return cls(**{name: body[name] for name in hints})

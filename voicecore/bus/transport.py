@@ -1,0 +1,165 @@
+"""The control bus's sockets: ZeroMQ over ipc endpoints in a private runtime directory.
+
+Owns endpoint names, the runtime directory's permissions and the exclusive-bind rule; message meaning
+lives in messages.py. Topology (no broker, so a cancel takes one hop):
+  gateway  PUB  events.sock   -> SUB  pacer, model   (call.started, call.ended, heartbeat)
+  gateway  PULL gateway.sock  <- PUSH pacer, model   (heartbeat, stats)
+  pacer    PULL pacer.sock    <- PUSH model          (cancel doorbells, heartbeat)
+The shared-memory arena is the source of truth for call state; bus messages are doorbells, so a worker
+that restarts rebuilds its view from the arena, not from messages it missed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+from pathlib import Path
+
+import zmq
+
+from voicecore.bus import messages
+
+EVENTS = "events.sock"
+GATEWAY_INBOX = "gateway.sock"
+PACER_INBOX = "pacer.sock"
+DOORBELL = "doorbell.sock"  # unix datagram socket, pacer -> gateway: "the wire rings have news"
+ARENA_NAME_FILE = "arena.name"
+
+
+class BusError(RuntimeError):
+    """Misuse or an unusable environment (our side's fault), reported at start-up."""
+
+
+def ensure_runtime_dir(path: str | Path) -> Path:
+    """Create the private runtime directory (0700) or check an existing one is ours and private."""
+    directory = Path(path)
+    os.umask(0o077)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = directory.stat()
+    if info.st_uid != os.geteuid():
+        raise BusError(f"runtime dir {directory} is owned by uid {info.st_uid}, not us")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise BusError(f"runtime dir {directory} is accessible by others (mode {stat.S_IMODE(info.st_mode):o}); want 0700")
+    return directory
+
+
+def default_runtime_dir() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(base) / "voicecore" if base else Path(f"/tmp/voicecore-{os.geteuid()}")
+
+
+def _path_is_live(path: Path, kind: int) -> bool:
+    probe = socket.socket(socket.AF_UNIX, kind)
+    try:
+        probe.connect(str(path))
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+            return False
+        raise
+    finally:
+        probe.close()
+
+
+def claim_socket_path(path: Path, kind: int = socket.SOCK_STREAM) -> None:
+    """Refuse to bind a path a live process serves; remove a stale one left by a crash."""
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise BusError(f"{path} exists and is not a socket")
+        if _path_is_live(path, kind):
+            raise BusError(f"{path} is bound by a live process; is another stack running in this runtime dir?")
+        path.unlink()
+
+
+class Bus:
+    """One process's bus sockets. ``send_*`` never block: a full queue drops and counts (a doorbell)."""
+
+    def __init__(self, runtime_dir: str | Path) -> None:
+        self.runtime_dir = Path(runtime_dir)
+        self.context = zmq.Context.instance()
+        self.sockets: list[zmq.Socket] = []
+        self.dropped_sends = 0
+        self.rejected = 0
+
+    def _socket(self, kind: int) -> zmq.Socket:
+        sock = self.context.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 10_000)
+        sock.setsockopt(zmq.RCVHWM, 10_000)
+        sock.setsockopt(zmq.MAXMSGSIZE, messages.MAX_MESSAGE_BYTES)
+        self.sockets.append(sock)
+        return sock
+
+    def bind(self, kind: int, name: str) -> zmq.Socket:
+        path = self.runtime_dir / name
+        claim_socket_path(path)
+        sock = self._socket(kind)
+        sock.bind(f"ipc://{path}")
+        return sock
+
+    def connect(self, kind: int, name: str) -> zmq.Socket:
+        sock = self._socket(kind)
+        if kind == zmq.SUB:
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.connect(f"ipc://{self.runtime_dir / name}")
+        return sock
+
+    def send(self, sock: zmq.Socket, message: messages.Message) -> bool:
+        try:
+            sock.send(messages.encode(message), zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            self.dropped_sends += 1
+            return False
+
+    def receive_nowait(self, sock: zmq.Socket, limit: int = 1000) -> list[messages.Message]:
+        """Everything waiting on ``sock`` (up to ``limit``), decoded; bad messages are counted and dropped."""
+        received: list[messages.Message] = []
+        for _ in range(limit):
+            try:
+                raw = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            decoded = messages.decode(raw)
+            if isinstance(decoded, messages.Rejected):
+                self.rejected += 1
+                continue
+            received.append(decoded)
+        return received
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close(linger=0)
+        self.sockets.clear()
+
+
+class DoorbellSender:
+    """Pacer side of the wake-up datagram: one byte per tick that produced wire entries."""
+
+    def __init__(self, runtime_dir: str | Path) -> None:
+        self.path = str(Path(runtime_dir) / DOORBELL)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setblocking(False)
+        self.failures = 0
+
+    def ring(self) -> None:
+        try:
+            self.sock.sendto(b"!", self.path)
+        except (BlockingIOError, FileNotFoundError, ConnectionRefusedError):
+            # The gateway's queue already holds an unread ring (it will drain everything), or it is
+            # restarting; either way there is nothing to wait for.
+            self.failures += 1
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def bind_doorbell(runtime_dir: str | Path) -> socket.socket:
+    path = Path(runtime_dir) / DOORBELL
+    claim_socket_path(path, socket.SOCK_DGRAM)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.setblocking(False)
+    return sock

@@ -1,0 +1,56 @@
+"""The `voicecore` command: up, demo (and the bench and replay as they land).
+
+Owns argument parsing and exit codes only; each subcommand's work lives in its own module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from voicecore.config import ConfigError, load_config
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from voicecore.supervise import resolve_config, run_foreground
+
+    config = resolve_config(load_config(os.environ, args.config))
+    return run_foreground(config)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from voicecore.demo import run_demo
+
+    return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="voicecore", description="Media runtime for AI phone agents.")
+    parser.add_argument("--config", help="TOML configuration file (default: $VOICECORE_CONFIG)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="run the gateway, pacer and model worker under supervisord until Ctrl-C")
+    up.set_defaults(func=_cmd_up)
+
+    demo = sub.add_parser("demo", help="bring the stack up, place simulated calls, tear down, print a summary")
+    demo.add_argument("--calls", type=int, default=1, help="concurrent simulated calls (default 1)")
+    demo.add_argument("--seconds", type=float, default=20.0, help="length of each call in seconds (default 20, minimum 12)")
+    demo.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    demo.add_argument("--logs", action="store_true", help="print the stack's log after the run")
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"voicecore: configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

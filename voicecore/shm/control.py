@@ -1,0 +1,75 @@
+"""The per-call control block: one row of int64 words per call slot, each word with exactly one writer.
+
+Owns the word indices and their meaning; knows nothing of sockets or processes. Single-writer words are
+what make the block safe without locks: a reader may see an old value, never a torn one (aligned 64-bit
+stores). Writers publish in order: payload, then header, then the counter or state word that makes it
+visible (ARCHITECTURE.md section 4). x86-64 keeps stores in program order; see rings.py for the fences.
+"""
+
+# --- written by the gateway -------------------------------------------------------------------
+STATE = 0  # SLOT_FREE / SLOT_ACTIVE / SLOT_ENDING
+GENERATION = 1  # bumped each time the slot is claimed for a new call
+IN_HEAD = 2  # inbound ring: frames written (producer counter)
+IN_OVERRUNS = 3  # inbound frames dropped because the ring was full
+WIRE_TAIL = 4  # wire ring: entries taken by the gateway (consumer counter)
+PLAYED_TAG = 5  # tag of the last mark echoed because its audio played
+PLAYED_FRAMES = 6  # frames of PLAYED_TAG played through that mark
+PLAYED_AT_NS = 7  # CLOCK_MONOTONIC of that echo
+STARTED_AT_NS = 8  # when the stream's `start` was accepted
+CLEARS_SENT = 9  # `clear` messages written to the socket
+MARKS_DISCARDED = 10  # mark echoes that came back because of a `clear`, not because audio played
+
+# --- written by the model worker --------------------------------------------------------------
+IN_TAIL = 16  # inbound ring: frames taken (consumer counter)
+OUT_HEAD = 17  # outbound ring: slots written (producer counter)
+CANCEL_SEQ = 18  # bumped on every cancel; the pacer compares it with CANCEL_SEEN_SEQ
+CANCEL_TAG = 19  # the tag of the newest cancel
+CANCEL_DECISION_NS = 20  # CLOCK_MONOTONIC of the newest barge-in decision
+MODEL_GENERATION = 21  # the slot GENERATION the model worker is serving (0: none yet)
+OUT_DROPPED = 22  # outbound frames the model worker could not place (ring full: reported, not written)
+NEXT_TAG = 23  # the next response tag to hand out: a restarted worker continues, never reuses a tag
+
+# --- written by the pacer ---------------------------------------------------------------------
+OUT_TAIL = 32  # outbound ring: slots consumed (released or skipped)
+WIRE_HEAD = 33  # wire ring: entries written (producer counter)
+SENT_TAG = 34  # tag of the newest frame put on the wire queue
+SENT_FRAMES = 35  # frames of SENT_TAG put on the wire queue
+CANCEL_SEEN_SEQ = 36  # the CANCEL_SEQ the pacer has acted on
+CARRIER_EMPTY_AT_NS = 37  # pacer's model of when the carrier's play buffer runs dry
+FRAMES_RELEASED = 38
+FRAMES_SKIPPED = 39  # frames of cancelled tags consumed without sending (INV-STALE)
+UNDERRUNS = 40  # ticks where a live, approved response had no frame ready and the carrier ran dry
+GATE_HELD = 41  # ticks where the head frame waited for the gate watermark (INV-GATE)
+WIRE_FULL = 42  # ticks the wire ring had no room (gateway behind)
+PACER_GENERATION = 43  # the slot GENERATION the pacer has initialised its state for
+CLEAR_QUEUED_NS = 44  # CLOCK_MONOTONIC when the newest `clear` went into the wire ring
+LAST_RELEASE_NS = 45
+SENT_CLOSED = 46  # SENT_OPEN / SENT_ENDED (its ":end" mark is queued) / SENT_CLEARED (cut by a `clear`)
+UNDERRUN_OPEN = 47  # 1 while the carrier is dry inside a live response and that underrun is counted
+
+# --- tag table, written by the model worker ---------------------------------------------------
+# TAG_TABLE_SIZE rows of TAG_ROW_WORDS words at TAG_TABLE_BASE; row = tag % TAG_TABLE_SIZE. A row whose
+# TAG word differs from a slot's tag means that tag is long gone: treat it as dead.
+TAG_TABLE_BASE = 48
+TAG_TABLE_SIZE = 16
+TAG_ROW_WORDS = 4
+TAG_ROW_TAG = 0
+TAG_ROW_STATE = 1  # TAG_LIVE / TAG_CANCELLED / TAG_DONE
+TAG_ROW_APPROVED_FRAMES = 2  # frames with index < this may be released (INV-GATE)
+TAG_ROW_GATED = 3  # 1 when the validator's verdict bounds release; 0 = approve-all
+
+CONTROL_WORDS = TAG_TABLE_BASE + TAG_TABLE_SIZE * TAG_ROW_WORDS  # 112
+
+SLOT_FREE = 0
+SLOT_ACTIVE = 1
+SLOT_ENDING = 2
+
+TAG_LIVE = 1
+TAG_CANCELLED = 2
+TAG_DONE = 3
+
+APPROVE_ALL = 1 << 62
+
+SENT_OPEN = 0
+SENT_ENDED = 1
+SENT_CLEARED = 2

@@ -1,0 +1,21 @@
+"""Every timing and audio-size constant of the media path, in one place (units in the names)."""
+
+SAMPLE_RATE_HZ = 8000
+BYTES_PER_MS = 8  # mu-law at 8 kHz: one byte per sample
+FRAME_MS = 20
+FRAME_BYTES = 160  # one Twilio media message: 20 ms of 8 kHz mu-law
+FRAME_NS = FRAME_MS * 1_000_000
+FRAME_B64_CHARS = 216
+
+DEFAULT_LEAD_MS = 80  # send-ahead kept in the carrier's buffer (ARCHITECTURE.md section 6)
+DEFAULT_MARK_EVERY_FRAMES = 5  # a mark after every 100 ms of audio gives the played position
+MAX_CATCH_UP_FRAMES = 10  # bounded burst after a stall: never more than 200 ms at once
+
+HEARTBEAT_MS = 150
+HEARTBEAT_MISSES_DEAD = 3
+
+START_DEADLINE_MS = 5000  # a stream must send a valid `start` this soon after opening
+TOKEN_TTL_MS = 60_000  # a TwiML session token is valid this long, once
+MAX_MESSAGE_BYTES = 64 * 1024
+
+INBOUND_BATCH_MS = 100  # caller audio is appended to the model in batches of this size

@@ -1,0 +1,109 @@
+"""Gateway decisions that need no I/O: which slot a call gets, and what a mark echo means.
+
+Owns the call-slot table (claim, release, quarantine before reuse) and the mark ledger that tells marks
+echoed because audio played from marks echoed because of a `clear` (PROTOCOLS.md A.3: Twilio echoes every
+pending mark when it clears its buffer; counting those as played over-counts the truncate point).
+Knows nothing of sockets, shared memory or the clock: time comes in as arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+SLOT_QUARANTINE_MS = 2000  # workers finish with an ended call's slot before it is handed out again
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MarkPlayed:
+    tag: int
+    frames: int  # frames of ``tag`` played through this mark
+    final: bool  # the response's last mark: every frame of it played
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MarkDiscarded:
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MarkUnknown:
+    """An echo of a mark we never sent, or out of order: the peer's fault, counted, otherwise ignored."""
+
+    name: str
+
+
+def parse_mark_name(name: str) -> tuple[int, int, bool] | None:
+    """``"tag:frames"`` or ``"tag:frames:end"`` (the pacer's naming) -> (tag, frames, final)."""
+    parts = name.split(":")
+    if len(parts) not in (2, 3) or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    if len(parts) == 3 and parts[2] != "end":
+        return None
+    return int(parts[0]), int(parts[1]), len(parts) == 3
+
+
+class MarkLedger:
+    """Marks in the order they went to the socket; a `clear` turns every pending one into a discard."""
+
+    def __init__(self) -> None:
+        self._pending: deque[tuple[str, bool]] = deque()  # (name, cleared before it was echoed)
+
+    def sent_mark(self, name: str) -> None:
+        self._pending.append((name, False))
+
+    def sent_clear(self) -> None:
+        self._pending = deque((name, True) for name, _ in self._pending)
+
+    def echoed(self, name: str) -> MarkPlayed | MarkDiscarded | MarkUnknown:
+        # Twilio echoes in the order it received marks; anything skipped over was lost, not played.
+        while self._pending:
+            pending_name, cleared = self._pending.popleft()
+            if pending_name != name:
+                continue
+            if cleared:
+                return MarkDiscarded(name)
+            parsed = parse_mark_name(name)
+            if parsed is None:
+                return MarkUnknown(name)
+            tag, frames, final = parsed
+            return MarkPlayed(tag, frames, final)
+        return MarkUnknown(name)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+
+class SlotTable:
+    """Free call slots of the arena. A released slot rests for SLOT_QUARANTINE_MS before reuse."""
+
+    def __init__(self, max_calls: int) -> None:
+        self._free: deque[int] = deque(range(max_calls))
+        self._resting: deque[tuple[int, int]] = deque()  # (free_at_ms, slot)
+        self.in_use: set[int] = set()
+
+    def claim(self, now_ms: int) -> int | None:
+        self._wake(now_ms)
+        if not self._free:
+            return None
+        slot = self._free.popleft()
+        self.in_use.add(slot)
+        return slot
+
+    def release(self, slot: int, now_ms: int) -> None:
+        if slot in self.in_use:
+            self.in_use.discard(slot)
+            self._resting.append((now_ms + SLOT_QUARANTINE_MS, slot))
+
+    def due_for_free(self, now_ms: int) -> list[int]:
+        """Slots whose quarantine ended (the shell marks them SLOT_FREE in the arena)."""
+        return self._wake(now_ms)
+
+    def _wake(self, now_ms: int) -> list[int]:
+        woken = []
+        while self._resting and self._resting[0][0] <= now_ms:
+            _, slot = self._resting.popleft()
+            self._free.append(slot)
+            woken.append(slot)
+        return woken

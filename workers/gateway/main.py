@@ -1,0 +1,583 @@
+"""The gateway process: Twilio's HTTP webhooks and Media Streams WebSockets on one port.
+
+Owns the sockets, the arena (it creates it and unlinks it), writing caller frames into inbound rings and
+writing what the pacer released to the sockets. It never calls a model and never waits on a worker
+(ARCHITECTURE.md section 2): the wire rings are drained when the pacer's doorbell rings.
+
+One asyncio.Protocol per TCP connection routes the first request: a WebSocket upgrade goes to websockets'
+sans-I/O ServerProtocol (websockets' own HTTP parser accepts only GET), anything else to h11. Writing
+through the sans-I/O protocol means a send is a transport.write, never an awaited send that starves the
+loop (ARCHITECTURE.md section 11).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import h11
+import numpy as np
+import zmq
+from websockets.frames import Opcode
+from websockets.http11 import Request as WsRequest
+from websockets.server import ServerProtocol
+
+from voicecore import timing
+from voicecore.bus import messages
+from voicecore.bus.transport import (
+    ARENA_NAME_FILE,
+    EVENTS,
+    GATEWAY_INBOX,
+    Bus,
+    bind_doorbell,
+    ensure_runtime_dir,
+)
+from voicecore.config import Config, load_config
+from voicecore.logs import run_loop, setup_logging
+from voicecore.shm import control as C
+from voicecore.shm import rings
+from voicecore.shm.arena import Arena, ArenaLayout
+from voicecore.stats import LatencyLog
+from voicecore.twilio import stream as tw
+from voicecore.twilio import webhook
+from workers.gateway.core import MarkDiscarded, MarkLedger, MarkPlayed, SlotTable
+
+log = logging.getLogger("voicecore.gateway")
+
+MEDIA_PREFIX = b'{"event":"media"'
+MARK_PREFIX = b'{"event":"mark"'
+CLEAR_PREFIX = b'{"event":"clear"'
+MAX_HTTP_BODY_BYTES = 64 * 1024
+MAX_HTTP_HEADER_BYTES = 16 * 1024
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class Gateway:
+    """State shared by every connection of this process."""
+
+    def __init__(self, config: Config, runtime_dir: Path, arena: Arena) -> None:
+        self.config = config
+        self.runtime_dir = runtime_dir
+        self.arena = arena
+        self.ctrl = arena.ctrl
+        self.slots = SlotTable(config.max_calls)
+        self.tokens = webhook.SessionTokens()
+        self.calls: dict[int, StreamConnection] = {}  # slot -> connection
+        self.bus = Bus(runtime_dir)
+        self.events = self.bus.bind(zmq.PUB, EVENTS)
+        self.inbox = self.bus.bind(zmq.PULL, GATEWAY_INBOX)
+        self.doorbell = bind_doorbell(runtime_dir)
+        self.worker_seen_ns: dict[str, int] = {}
+        self.worker_stats: dict[str, dict[str, float]] = {}
+        self.bargein_to_clear = LatencyLog()
+        self.counters: dict[str, int] = {
+            "calls_started": 0,
+            "calls_ended": 0,
+            "calls_rejected": 0,
+            "violations": 0,
+            "inbound_frames": 0,
+            "inbound_overruns": 0,
+            "wire_messages": 0,
+            "clears_sent": 0,
+            "marks_played": 0,
+            "marks_discarded": 0,
+            "marks_unknown": 0,
+            "status_callbacks": 0,
+            "webhooks": 0,
+        }
+        self.heartbeat_seq = 0
+        self.stream_url = self.config.base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+
+    # --- doorbell: the pacer put entries into wire rings ------------------------------------------
+    def on_doorbell(self) -> None:
+        try:
+            while True:
+                self.doorbell.recv(64)
+        except BlockingIOError:
+            pass
+        self.drain_wire()
+
+    def drain_wire(self) -> None:
+        for slot, conn in self.calls.items():
+            if rings.wire_pending(self.ctrl, slot):
+                conn.drain_wire()
+
+    # --- control bus ---------------------------------------------------------------------------------
+    def on_inbox(self) -> None:
+        while self.inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            for message in self.bus.receive_nowait(self.inbox):
+                if isinstance(message, messages.Heartbeat):
+                    self.worker_seen_ns[message.process] = time.monotonic_ns()
+                elif isinstance(message, messages.Stats):
+                    self.worker_stats[message.process] = message.values
+                    self.worker_seen_ns[message.process] = time.monotonic_ns()
+
+    def heartbeat(self) -> None:
+        self.heartbeat_seq += 1
+        self.bus.send(self.events, messages.Heartbeat("gateway", os.getpid(), self.heartbeat_seq, time.monotonic_ns()))
+
+    # --- call slots ---------------------------------------------------------------------------------
+    def claim_slot(self, conn: StreamConnection, start: tw.Start) -> int | None:
+        slot = self.slots.claim(now_ms())
+        if slot is None:
+            return None
+        ctrl = self.ctrl[slot]
+        # Every counter starts at zero for a new call: producers and consumers of all three rings
+        # begin at index 0, and a worker sees the new GENERATION only after the reset (published last).
+        generation = int(ctrl[C.GENERATION]) + 1
+        ctrl[:] = 0
+        ctrl[C.GENERATION] = generation
+        ctrl[C.STARTED_AT_NS] = time.monotonic_ns()
+        self.arena.set_call_ids(slot, start.stream_sid, start.call_sid)
+        ctrl[C.STATE] = C.SLOT_ACTIVE
+        self.calls[slot] = conn
+        self.counters["calls_started"] += 1
+        self.bus.send(self.events, messages.CallStarted(slot, generation, start.call_sid, start.stream_sid))
+        return slot
+
+    def release_slot(self, slot: int, reason: str) -> None:
+        if self.calls.pop(slot, None) is None:
+            return
+        ctrl = self.ctrl[slot]
+        ctrl[C.STATE] = C.SLOT_ENDING
+        self.slots.release(slot, now_ms())
+        self.counters["calls_ended"] += 1
+        self.bus.send(self.events, messages.CallEnded(slot, int(ctrl[C.GENERATION]), reason))
+
+    # --- reports ------------------------------------------------------------------------------------
+    def health(self) -> dict:
+        now = time.monotonic_ns()
+        workers = {name: round((now - seen) / 1e6, 1) for name, seen in self.worker_seen_ns.items()}
+        dead_after_ms = timing.HEARTBEAT_MS * timing.HEARTBEAT_MISSES_DEAD
+        return {
+            "status": "ok",
+            "calls": len(self.calls),
+            "max_calls": self.config.max_calls,
+            "workers_heartbeat_age_ms": workers,
+            "workers_alive": {name: age <= dead_after_ms for name, age in workers.items()},
+        }
+
+    def metrics(self) -> dict:
+        summary = self.bargein_to_clear.summary_ms()
+        return {
+            "gateway": {**self.counters, "calls_active": len(self.calls), "pid": os.getpid()},
+            "bargein_decision_to_clear_ms": summary,
+            "workers": self.worker_stats,
+        }
+
+
+class ConnectionRouter(asyncio.Protocol):
+    """One TCP connection: reads the first request head and hands the connection to HTTP or WebSocket."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.handler: HttpConnection | StreamConnection | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        if self.handler is not None:
+            self.handler.data_received(data)
+            return
+        self.buffer += data
+        head_end = self.buffer.find(b"\r\n\r\n")
+        if head_end < 0:
+            if len(self.buffer) > MAX_HTTP_HEADER_BYTES:
+                self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+                self.transport.close()
+            return
+        head = bytes(self.buffer[:head_end]).lower()
+        first_line = head.split(b"\r\n", 1)[0]
+        is_upgrade = first_line.startswith(b"get ") and b"upgrade: websocket" in head
+        if is_upgrade and first_line.split(b" ")[1].split(b"?")[0] == b"/twilio/stream":
+            self.handler = StreamConnection(self.gateway, self.transport)
+        else:
+            self.handler = HttpConnection(self.gateway, self.transport)
+        data, self.buffer = bytes(self.buffer), bytearray()
+        self.handler.data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.handler is not None:
+            self.handler.connection_lost(exc)
+
+
+class HttpConnection:
+    """Plain HTTP: the voice webhook, the stream status callback, health and metrics."""
+
+    def __init__(self, gateway: Gateway, transport: asyncio.Transport) -> None:
+        self.gateway = gateway
+        self.transport = transport
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HTTP_HEADER_BYTES)
+        self.request: h11.Request | None = None
+        self.body = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.conn.receive_data(data)
+        while True:
+            try:
+                event = self.conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                log.info("bad HTTP request: %s", exc, extra={"problem": "http"})
+                self._respond(400, b"bad request\n", b"text/plain", close=True)
+                return
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                return
+            if isinstance(event, h11.Request):
+                self.request = event
+                self.body.clear()
+            elif isinstance(event, h11.Data):
+                self.body += event.data
+                if len(self.body) > MAX_HTTP_BODY_BYTES:
+                    self._respond(413, b"body too large\n", b"text/plain", close=True)
+                    return
+            elif isinstance(event, h11.EndOfMessage):
+                self._handle()
+                if self.conn.our_state is h11.MUST_CLOSE or self.transport.is_closing():
+                    self.transport.close()
+                    return
+                try:
+                    self.conn.start_next_cycle()
+                except h11.LocalProtocolError:
+                    self.transport.close()
+                    return
+            elif isinstance(event, h11.ConnectionClosed):
+                self.transport.close()
+                return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pass
+
+    def _respond(self, status: int, body: bytes, content_type: bytes, close: bool = False) -> None:
+        headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+        if close:
+            headers.append((b"connection", b"close"))
+        try:
+            out = self.conn.send(h11.Response(status_code=status, headers=headers))
+            out += self.conn.send(h11.Data(data=body))
+            out += self.conn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:
+            # The request was unparseable before h11 knew what it was: answer by hand.
+            out = b"HTTP/1.1 %d x\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s" % (status, len(body), body)
+            close = True
+        self.transport.write(out)
+        if close:
+            self.transport.close()
+
+    def _handle(self) -> None:
+        request = self.request
+        assert request is not None
+        path = request.target.split(b"?", 1)[0].decode("latin-1")
+        method = request.method
+        gw = self.gateway
+        if method == b"GET" and path == "/healthz":
+            self._respond(200, json.dumps(gw.health()).encode(), b"application/json")
+        elif method == b"GET" and path == "/metrics":
+            self._respond(200, json.dumps(gw.metrics()).encode(), b"application/json")
+        elif method == b"POST" and path in ("/twilio/voice", "/twilio/status"):
+            self._handle_twilio_post(path)
+        elif path in ("/twilio/voice", "/twilio/status", "/healthz", "/metrics"):
+            self._respond(405, b"method not allowed\n", b"text/plain")
+        else:
+            self._respond(404, b"not found\n", b"text/plain")
+
+    def _handle_twilio_post(self, path: str) -> None:
+        gw = self.gateway
+        headers = {name.lower(): value for name, value in self.request.headers}
+        try:
+            form = webhook.parse_form(bytes(self.body))
+        except ValueError as exc:
+            log.info("webhook %s: unparseable form: %s", path, exc, extra={"problem": "form"})
+            self._respond(400, b"bad form\n", b"text/plain")
+            return
+        signature = headers.get(b"x-twilio-signature", b"").decode("latin-1")
+        url = gw.config.base_url + path
+        if not webhook.check_signature(gw.config.twilio_auth_token, url, form, signature):
+            log.warning("webhook %s: bad X-Twilio-Signature (call %s)", path, form.get("CallSid", "?"), extra={"problem": "signature"})
+            self._respond(403, b"bad signature\n", b"text/plain")
+            return
+        if path == "/twilio/status":
+            try:
+                status = webhook.parse_status_callback(form)
+            except webhook.WebhookError as exc:
+                log.info("status callback rejected: %s", exc, extra={"problem": "status"})
+                self._respond(400, b"bad status callback\n", b"text/plain")
+                return
+            gw.counters["status_callbacks"] += 1
+            log.info("stream status %s for call %s", status.stream_event, status.call_sid)
+            self._respond(204, b"", b"text/plain")
+            return
+        try:
+            voice = webhook.parse_voice_webhook(form)
+        except webhook.WebhookError as exc:
+            log.info("voice webhook rejected: %s", exc, extra={"problem": "voice"})
+            self._respond(400, b"bad voice webhook\n", b"text/plain")
+            return
+        token = secrets.token_urlsafe(24)
+        gw.tokens.issue(token, voice.call_sid, now_ms())
+        twiml = webhook.twiml_connect_stream(
+            gw.stream_url + "/twilio/stream", token, gw.config.base_url + "/twilio/status"
+        )
+        gw.counters["webhooks"] += 1
+        self._respond(200, twiml.encode(), b"text/xml")
+
+
+class StreamConnection:
+    """One Twilio Media Streams WebSocket, from handshake to close."""
+
+    def __init__(self, gateway: Gateway, transport: asyncio.Transport) -> None:
+        self.gateway = gateway
+        self.transport = transport
+        self.ws = ServerProtocol(max_size=timing.MAX_MESSAGE_BYTES, extensions=None)
+        self.twilio = tw.TwilioStreamProtocol()
+        self.ledger = MarkLedger()
+        self.slot: int | None = None
+        self.call_sid = "-"
+        self.fragments: list[bytes] = []
+        self.payload = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
+        self.ctrl = gateway.ctrl
+        loop = asyncio.get_running_loop()
+        self.deadline = loop.call_later(timing.START_DEADLINE_MS / 1000, self._start_deadline)
+
+    # --- inbound -------------------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        self.ws.receive_data(data)
+        for event in self.ws.events_received():
+            if isinstance(event, WsRequest):
+                self._handshake(event)
+                continue
+            if event.opcode is Opcode.TEXT or event.opcode is Opcode.BINARY or event.opcode is Opcode.CONT:
+                if event.opcode is not Opcode.CONT:
+                    self.fragments = [event.data]
+                    self.binary = event.opcode is Opcode.BINARY
+                else:
+                    self.fragments.append(event.data)
+                if not event.fin:
+                    continue
+                payload = b"".join(self.fragments) if len(self.fragments) > 1 else self.fragments[0]
+                self.fragments = []
+                events = self.twilio.receive_binary(payload) if self.binary else self.twilio.receive_text(payload)
+                for twilio_event in events:
+                    self._on_twilio_event(twilio_event)
+        self._flush()
+        if self.ws.close_expected() and not self.transport.is_closing():
+            # websockets closed the connection itself (e.g. a message over max_size: 1009).
+            if self.ws.close_code is not None and self.ws.close_code != 1000:
+                log.info("call %s: websocket closed by protocol: %s %s", self.call_sid, self.ws.close_code, self.ws.close_reason, extra={"problem": "websocket"})
+
+    def _handshake(self, request: WsRequest) -> None:
+        response = self.ws.accept(request)
+        self.ws.send_response(response)
+        if response.status_code != 101:
+            log.info("websocket handshake refused: %s", response.status_code, extra={"problem": "handshake"})
+
+    def _on_twilio_event(self, event: object) -> None:
+        gw = self.gateway
+        if isinstance(event, tw.Media):
+            if self.slot is None:
+                return
+            self.payload[:] = np.frombuffer(event.payload, dtype=np.uint8)
+            gw.counters["inbound_frames"] += 1
+            if not rings.inbound_push(gw.arena.ctrl, gw.arena.in_meta, gw.arena.in_payload, self.slot, event.sequence_number, event.timestamp_ms, self.payload):
+                gw.counters["inbound_overruns"] += 1
+        elif isinstance(event, tw.Mark):
+            self._on_mark_echo(event.name)
+        elif isinstance(event, tw.Start):
+            self._on_start(event)
+        elif isinstance(event, tw.Dtmf):
+            log.info("call %s: dtmf received", self.call_sid, extra={"digit": event.digit})
+        elif isinstance(event, tw.Stop):
+            log.info("call %s: stop from carrier", self.call_sid)
+            self._end("stop")
+            self.ws.send_close(1000, "stream stopped")
+        elif isinstance(event, tw.ProtocolViolation):
+            self._violation(event)
+
+    def _on_start(self, start: tw.Start) -> None:
+        gw = self.gateway
+        self.call_sid = start.call_sid
+        self.deadline.cancel()
+        token = dict(start.custom_parameters).get("session_token", "")
+        result = gw.tokens.redeem(token, now_ms())
+        if not result.ok:
+            self._violation(tw.ProtocolViolation(1008, f"session token {result.reason}"))
+            return
+        if result.call_sid != start.call_sid:
+            self._violation(tw.ProtocolViolation(1008, "session token issued for another call"))
+            return
+        slot = gw.claim_slot(self, start)
+        if slot is None:
+            gw.counters["calls_rejected"] += 1
+            log.warning("call %s: no free call slot (max_calls=%d)", self.call_sid, gw.config.max_calls, extra={"problem": "capacity"})
+            self.ws.send_close(1013, "at capacity")
+            return
+        self.slot = slot
+        log.info("call %s: stream started in slot %d", self.call_sid, slot)
+
+    def _on_mark_echo(self, name: str) -> None:
+        gw = self.gateway
+        outcome = self.ledger.echoed(name)
+        if isinstance(outcome, MarkPlayed):
+            gw.counters["marks_played"] += 1
+            if self.slot is not None:
+                ctrl = self.ctrl[self.slot]
+                ctrl[C.PLAYED_FRAMES] = outcome.frames
+                ctrl[C.PLAYED_AT_NS] = time.monotonic_ns()
+                ctrl[C.PLAYED_TAG] = outcome.tag
+        elif isinstance(outcome, MarkDiscarded):
+            gw.counters["marks_discarded"] += 1
+            if self.slot is not None:
+                self.ctrl[self.slot, C.MARKS_DISCARDED] += 1
+        else:
+            gw.counters["marks_unknown"] += 1
+
+    def _violation(self, violation: tw.ProtocolViolation) -> None:
+        self.gateway.counters["violations"] += 1
+        log.warning("call %s: %s (closing %d)", self.call_sid, violation.reason, violation.close_code, extra={"problem": "protocol"})
+        self._end("violation")
+        if self.ws.state.name == "OPEN":
+            self.ws.send_close(violation.close_code, violation.reason[:120])
+
+    def _start_deadline(self) -> None:
+        if self.slot is None and self.ws.state.name in ("OPEN", "CONNECTING"):
+            self._violation(self.twilio.deadline_violation())
+            self._flush()
+
+    # --- outbound ------------------------------------------------------------------------------------
+    def drain_wire(self) -> None:
+        gw = self.gateway
+        slot = self.slot
+        if slot is None or self.ws.state.name != "OPEN":
+            return
+        arena = gw.arena
+        while True:
+            data = rings.wire_pop(arena.ctrl, arena.wire_len, arena.wire_data, slot)
+            if data is None:
+                break
+            if not data.startswith(MEDIA_PREFIX):
+                if data.startswith(MARK_PREFIX):
+                    self.ledger.sent_mark(json.loads(data)["mark"]["name"])
+                elif data.startswith(CLEAR_PREFIX):
+                    self.ledger.sent_clear()
+                    ctrl = self.ctrl[slot]
+                    ctrl[C.CLEARS_SENT] += 1
+                    gw.counters["clears_sent"] += 1
+                    decided = int(ctrl[C.CANCEL_DECISION_NS])
+                    if decided:
+                        gw.bargein_to_clear.add_ns(time.monotonic_ns() - decided)
+            self.ws.send_text(data)
+            gw.counters["wire_messages"] += 1
+        self._flush()
+
+    def _flush(self) -> None:
+        chunks = self.ws.data_to_send()
+        if not chunks:
+            return
+        for chunk in chunks:
+            if chunk == b"":  # websockets' signal to half-close after the close frame
+                if self.transport.can_write_eof():
+                    self.transport.write_eof()
+                self.transport.close()
+                return
+        self.transport.write(b"".join(chunks))
+
+    def _end(self, reason: str) -> None:
+        if self.slot is not None:
+            self.gateway.release_slot(self.slot, reason)
+            log.info("call %s: ended (%s)", self.call_sid, reason)
+            self.slot = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.deadline.cancel()
+        self.ws.receive_eof()
+        self._end("connection lost")
+
+
+def remove_stale_arena(name_file: Path, shm_dir: str) -> None:
+    """A gateway killed with SIGKILL could not unlink its arena; its successor does (its calls are gone)."""
+    try:
+        stale = name_file.read_text().strip()
+    except FileNotFoundError:
+        return
+    if stale.startswith("voicecore-") and "/" not in stale:
+        log.warning("removing the arena %s of a gateway that did not shut down", stale)
+        (Path(shm_dir) / stale).unlink(missing_ok=True)
+
+
+async def run(config: Config) -> None:
+    runtime_dir = ensure_runtime_dir(config.runtime_dir)
+    name_file = runtime_dir / ARENA_NAME_FILE
+    remove_stale_arena(name_file, config.shm_dir)
+    layout = ArenaLayout(max_calls=config.max_calls)
+    arena = Arena.create(layout, directory=config.shm_dir)
+    gateway: Gateway | None = None
+    server = None
+    try:
+        tmp = name_file.with_suffix(".tmp")
+        tmp.write_text(arena.name)
+        tmp.replace(name_file)  # atomic: a worker never reads half a name
+        gateway = Gateway(config, runtime_dir, arena)
+        loop = asyncio.get_running_loop()
+        loop.add_reader(gateway.doorbell.fileno(), gateway.on_doorbell)
+        loop.add_reader(gateway.inbox.getsockopt(zmq.FD), gateway.on_inbox)
+        server = await loop.create_server(
+            lambda: ConnectionRouter(gateway), config.listen_host, config.listen_port, reuse_address=True, backlog=1024
+        )
+        log.info("gateway listening on %s (arena %s, %d call slots)", config.listen, arena.name, config.max_calls)
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        gc.freeze()
+        while not stop.is_set():
+            gateway.heartbeat()
+            gateway.on_inbox()  # the zmq FD is edge-triggered: poll it on every heartbeat too
+            gateway.drain_wire()  # a lost doorbell costs at most one heartbeat of delay
+            try:
+                await asyncio.wait_for(stop.wait(), timing.HEARTBEAT_MS / 1000)
+            except TimeoutError:
+                pass
+        log.info("gateway stopping: closing %d calls", len(gateway.calls))
+        for conn in list(gateway.calls.values()):
+            conn._end("shutdown")
+            if conn.ws.state.name == "OPEN":
+                conn.ws.send_close(1001, "server shutting down")
+                conn._flush()
+    finally:
+        if server is not None:
+            server.close()
+        if gateway is not None:
+            gateway.bus.close()
+            gateway.doorbell.close()
+            for name in (EVENTS, GATEWAY_INBOX, "doorbell.sock"):
+                (runtime_dir / name).unlink(missing_ok=True)
+        name_file.unlink(missing_ok=True)
+        arena.close()
+        arena.unlink()
+
+
+def main() -> None:
+    config = load_config(os.environ)
+    setup_logging("gateway", config.log_level)
+    run_loop(run(config))
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""The model worker's per-call core: realtime-model events in, ring writes and client events out.
+
+Owns the response -> tag map, cutting model audio into 160-byte frames (remainders carried across deltas,
+never padded inside a response), dropping deltas of dead tags, and the barge-in mechanism (cancel the tag,
+`response.cancel`, truncate at the played position or delete at 0 ms: PROTOCOLS.md C.5). Knows nothing
+of sockets, shared memory or the clock: the shell feeds events, a playout snapshot and ``now_ns``, and
+applies the returned actions. Turn-taking policy (semantic barge-in, debounce) will wrap this core.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from voicecore import timing
+from voicecore.realtime import events as rt
+
+MU_LAW_SILENCE = b"\xff"
+HARMLESS_ERROR_CODES = frozenset({"response_cancel_not_active", "conversation_already_has_active_response"})
+
+
+# --- actions the shell applies -------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendToModel:
+    text: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpenTag:
+    tag: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WriteFrames:
+    """Frames ``first_index`` .. of ``tag``; ``audio`` is a whole number of 160-byte frames."""
+
+    tag: int
+    first_index: int
+    audio: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndTag:
+    tag: int
+    total_frames: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelTag:
+    tag: int
+    decision_ns: int
+
+
+Action = SendToModel | OpenTag | WriteFrames | EndTag | CancelTag
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Playout:
+    """What the control block says about the carrier's playout, read by the shell at decision time."""
+
+    played_tag: int
+    played_frames: int
+    played_at_ns: int
+    sent_tag: int
+    sent_frames: int
+    carrier_empty_at_ns: int
+
+
+@dataclasses.dataclass(slots=True)
+class Response:
+    response_id: str
+    tag: int
+    item_id: str = ""
+    frames: int = 0
+    remainder: bytes = b""
+    audio_done: bool = False
+    finished: bool = False  # response.done arrived: the server stopped generating
+    cancelled: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class CallStats:
+    responses: int = 0
+    frames_written: int = 0
+    deltas_dropped: int = 0
+    bargeins: int = 0
+    truncates: int = 0
+    deletes: int = 0
+    model_errors: int = 0
+    harmless_errors: int = 0
+    malformed_events: int = 0
+
+
+def played_ms(tag: int, playout: Playout, now_ns: int) -> int:
+    """Audio of ``tag`` the carrier has played by ``now_ns``, in ms, never more than was sent.
+
+    Primary source: the newest mark echoed because its audio played, plus the time since that echo
+    (the carrier plays continuously). Before the first echo of this tag: the pacer's model of the
+    carrier's buffer (what was sent minus what is still queued).
+    """
+    sent_ms = playout.sent_frames * timing.FRAME_MS if playout.sent_tag == tag else 0
+    if playout.played_tag == tag and playout.played_frames > 0:
+        estimate = playout.played_frames * timing.FRAME_MS + (now_ns - playout.played_at_ns) // 1_000_000
+    elif sent_ms:
+        queued_ms = max(0, playout.carrier_empty_at_ns - now_ns) // 1_000_000
+        estimate = sent_ms - queued_ms
+    else:
+        estimate = 0
+    return int(max(0, min(estimate, sent_ms)))
+
+
+class ModelCallCore:
+    """One call's model session, from the worker's side."""
+
+    def __init__(self, call_sid: str, naming: str = "ga", first_tag: int = 1, greet: bool = True,
+                 instructions: str = "You are a helpful phone agent. Keep answers short.") -> None:
+        self.call_sid = call_sid
+        self.naming = naming
+        self.next_tag = first_tag
+        self.greet = greet
+        self.instructions = instructions
+        self.responses: dict[str, Response] = {}
+        self.current: Response | None = None  # the newest response that may be audible
+        self.stats = CallStats()
+
+    # --- session start ---------------------------------------------------------------------------
+    def on_open(self) -> list[Action]:
+        actions: list[Action] = [
+            SendToModel(rt.session_update(
+                naming=self.naming,
+                instructions=self.instructions,
+                voice="alloy",
+                turn_detection={"type": "server_vad", "create_response": True, "interrupt_response": True},
+                transcription_model=None,
+            ))
+        ]
+        if self.greet:
+            actions.append(SendToModel(rt.response_create(instructions="Greet the caller.")))
+        return actions
+
+    def caller_audio(self, audio: bytes) -> list[Action]:
+        return [SendToModel(rt.input_audio_append(audio))] if audio else []
+
+    # --- model events ----------------------------------------------------------------------------
+    def on_event(self, event: object, now_ns: int, playout: Playout) -> list[Action]:
+        if isinstance(event, rt.AudioDelta):
+            return self._on_audio(event)
+        if isinstance(event, rt.ResponseCreated):
+            return self._on_created(event.response_id)
+        if isinstance(event, rt.AudioDone):
+            return self._on_audio_done(event.response_id)
+        if isinstance(event, rt.ResponseDone):
+            return self._on_done(event.response_id)
+        if isinstance(event, rt.SpeechStarted):
+            return self.barge_in(now_ns, playout)
+        if isinstance(event, rt.RealtimeError):
+            if event.code in HARMLESS_ERROR_CODES or "already shorter than" in (event.message or ""):
+                self.stats.harmless_errors += 1
+            else:
+                self.stats.model_errors += 1
+            return []
+        if isinstance(event, rt.MalformedEvent):
+            self.stats.malformed_events += 1
+        return []
+
+    def _on_created(self, response_id: str) -> list[Action]:
+        tag = self.next_tag
+        self.next_tag += 1
+        response = Response(response_id=response_id, tag=tag)
+        self.responses[response_id] = response
+        self.current = response
+        self.stats.responses += 1
+        self._forget_old()
+        return [OpenTag(tag)]
+
+    def _on_audio(self, delta: rt.AudioDelta) -> list[Action]:
+        response = self.responses.get(delta.response_id)
+        if response is None or response.cancelled or response.audio_done:
+            # Deltas already in flight when we cancelled (PROTOCOLS.md C.5 step 4), or of a response we
+            # never saw created: the tag is dead, the audio goes nowhere.
+            self.stats.deltas_dropped += 1
+            return []
+        response.item_id = response.item_id or delta.item_id
+        data = response.remainder + delta.audio if response.remainder else delta.audio
+        whole = len(data) - len(data) % timing.FRAME_BYTES
+        response.remainder = data[whole:]
+        if not whole:
+            return []
+        first = response.frames
+        response.frames += whole // timing.FRAME_BYTES
+        self.stats.frames_written += whole // timing.FRAME_BYTES
+        return [WriteFrames(response.tag, first, data[:whole])]
+
+    def _close_audio(self, response: Response) -> list[Action]:
+        if response.audio_done or response.cancelled:
+            return []
+        response.audio_done = True
+        actions: list[Action] = []
+        if response.remainder:
+            # The response's last frame is the only one that may be short: pad it with silence at the end.
+            pad = MU_LAW_SILENCE * (timing.FRAME_BYTES - len(response.remainder))
+            actions.append(WriteFrames(response.tag, response.frames, response.remainder + pad))
+            response.frames += 1
+            self.stats.frames_written += 1
+            response.remainder = b""
+        actions.append(EndTag(response.tag, response.frames))
+        return actions
+
+    def _on_audio_done(self, response_id: str) -> list[Action]:
+        response = self.responses.get(response_id)
+        return self._close_audio(response) if response else []
+
+    def _on_done(self, response_id: str) -> list[Action]:
+        response = self.responses.get(response_id)
+        if response is None:
+            return []
+        response.finished = True
+        return self._close_audio(response)
+
+    # --- barge-in --------------------------------------------------------------------------------
+    def audible(self, playout: Playout) -> Response | None:
+        """The response the caller may be hearing or about to hear, if any."""
+        response = self.current
+        if response is None or response.cancelled:
+            return None
+        if response.audio_done and playout.played_tag == response.tag and playout.played_frames >= response.frames:
+            return None  # its last mark echoed: every frame played
+        if response.audio_done and response.frames == 0:
+            return None
+        return response
+
+    def barge_in(self, now_ns: int, playout: Playout) -> list[Action]:
+        response = self.audible(playout)
+        if response is None:
+            return []
+        self.stats.bargeins += 1
+        response.cancelled = True
+        actions: list[Action] = [CancelTag(response.tag, now_ns)]
+        if not response.finished:
+            actions.append(SendToModel(rt.response_cancel(response.response_id)))
+        if response.item_id:
+            heard_ms = played_ms(response.tag, playout, now_ns)
+            if heard_ms > 0:
+                self.stats.truncates += 1
+                actions.append(SendToModel(rt.item_truncate(response.item_id, heard_ms)))
+            else:
+                self.stats.deletes += 1
+                actions.append(SendToModel(rt.item_delete(response.item_id)))
+        return actions
+
+    def _forget_old(self) -> None:
+        # Keep a few old responses so their late deltas are recognised as dead, not unknown.
+        if len(self.responses) > 16:
+            for response_id in list(self.responses)[:-16]:
+                del self.responses[response_id]

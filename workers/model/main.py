@@ -1,0 +1,295 @@
+"""The model worker process: one realtime-model WebSocket per call, between the arena and the vendor.
+
+Owns the model sessions; the per-call decisions live in core.py. Reads caller audio from inbound rings
+(batched, INBOUND_BATCH_MS per append), writes the model's audio into outbound rings tagged with its
+response, and on barge-in cancels the tag in the control block and rings the pacer. Never touches a
+telephony socket. Call state is rebuilt from the arena (not from bus messages), so a restarted worker
+picks up every live call where it stands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import websockets
+import zmq
+
+from voicecore import timing
+from voicecore.bus import messages
+from voicecore.bus.transport import ARENA_NAME_FILE, EVENTS, GATEWAY_INBOX, PACER_INBOX, Bus
+from voicecore.config import Config, load_config
+from voicecore.logs import run_loop, setup_logging
+from voicecore.realtime import events as rt
+from voicecore.shm import control as C
+from voicecore.shm import rings
+from voicecore.shm.arena import Arena, ArenaError
+from workers.model import core
+
+log = logging.getLogger("voicecore.model")
+
+RECONNECT_DELAY_S = 0.5
+STATS_EVERY_S = 1.0
+
+
+class CallSession:
+    """One live call: its model WebSocket, its core, and the ring writes that go with them."""
+
+    def __init__(self, worker: ModelWorker, slot: int, generation: int, call_sid: str, resumed: bool) -> None:
+        self.worker = worker
+        self.slot = slot
+        self.generation = generation
+        self.call_sid = call_sid
+        ctrl = worker.arena.ctrl[slot]
+        first_tag = int(ctrl[C.NEXT_TAG]) or 1
+        self.core = core.ModelCallCore(call_sid, naming=worker.config.realtime_naming, first_tag=first_tag, greet=not resumed)
+        self.pending: collections.deque[tuple[int, int, bytes]] = collections.deque()  # ring full: (tag, index, frame)
+        self.inbound = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)
+        self.task: asyncio.Task | None = None
+        self.ws = None
+        if resumed:
+            self._end_orphaned_tags()
+
+    def alive(self) -> bool:
+        ctrl = self.worker.arena.ctrl[self.slot]
+        return ctrl[C.STATE] == C.SLOT_ACTIVE and ctrl[C.GENERATION] == self.generation
+
+    def _end_orphaned_tags(self) -> None:
+        # A previous worker died mid-response: its frames already in the ring may play out, but nobody
+        # will end that tag, so close it now (the pacer marks its end instead of counting a dry spell).
+        arena = self.worker.arena
+        ctrl = arena.ctrl[self.slot]
+        for row in range(C.TAG_TABLE_SIZE):
+            base = C.TAG_TABLE_BASE + row * C.TAG_ROW_WORDS
+            tag = int(ctrl[base + C.TAG_ROW_TAG])
+            if tag and ctrl[base + C.TAG_ROW_STATE] == C.TAG_LIVE:
+                rings.outbound_push_end(arena.ctrl, arena.out_meta, self.slot, tag, 0)
+                rings.tag_done(arena.ctrl, self.slot, tag)
+
+    def playout(self) -> core.Playout:
+        ctrl = self.worker.arena.ctrl[self.slot]
+        return core.Playout(
+            played_tag=int(ctrl[C.PLAYED_TAG]),
+            played_frames=int(ctrl[C.PLAYED_FRAMES]),
+            played_at_ns=int(ctrl[C.PLAYED_AT_NS]),
+            sent_tag=int(ctrl[C.SENT_TAG]),
+            sent_frames=int(ctrl[C.SENT_FRAMES]),
+            carrier_empty_at_ns=int(ctrl[C.CARRIER_EMPTY_AT_NS]),
+        )
+
+    async def run(self) -> None:
+        worker = self.worker
+        config = worker.config
+        target = rt.RealtimeUrl(model=config.model, naming=config.realtime_naming, base_url=config.model_url)
+        url = target.url()
+        headers = target.headers(config.realtime_api_key or "none", call_sid=self.call_sid)
+        while self.alive():
+            try:
+                async with websockets.connect(url, additional_headers=headers, compression=None, max_size=16 * 2**20, open_timeout=5) as ws:
+                    self.ws = ws
+                    await self._apply(self.core.on_open())
+                    pump = asyncio.create_task(self._pump_inbound())
+                    try:
+                        async for text in ws:
+                            event = rt.parse_server_event(text)
+                            await self._apply(self.core.on_event(event, time.monotonic_ns(), self.playout()))
+                            if not self.alive():
+                                break
+                    finally:
+                        pump.cancel()
+                    if not self.alive():
+                        return
+                    log.warning("call %s: model connection closed (%s); reconnecting", self.call_sid, ws.close_code)
+            except (OSError, websockets.WebSocketException, TimeoutError) as exc:
+                worker.counters["model_connect_failures"] += 1
+                log.warning("call %s: model connection failed: %s", self.call_sid, type(exc).__name__)
+            finally:
+                self.ws = None
+            self.core.greet = False
+            await asyncio.sleep(RECONNECT_DELAY_S)
+
+    async def _pump_inbound(self) -> None:
+        arena = self.worker.arena
+        period = timing.INBOUND_BATCH_MS / 1000
+        while True:
+            await asyncio.sleep(period)
+            self.flush_pending()
+            n = rings.inbound_pop(arena.ctrl, arena.in_meta, arena.in_payload, self.slot, self.inbound, 64)
+            if n:
+                await self._apply(self.core.caller_audio(self.inbound[: n * timing.FRAME_BYTES].tobytes()))
+
+    async def _apply(self, actions: list[core.Action]) -> None:
+        worker = self.worker
+        arena = worker.arena
+        for action in actions:
+            if isinstance(action, core.WriteFrames):
+                self._write_frames(action)
+            elif isinstance(action, core.SendToModel):
+                if self.ws is not None:
+                    await self.ws.send(action.text)
+            elif isinstance(action, core.OpenTag):
+                rings.tag_open(arena.ctrl, self.slot, action.tag, 0)
+                arena.ctrl[self.slot, C.NEXT_TAG] = action.tag + 1
+            elif isinstance(action, core.EndTag):
+                self.pending.append((action.tag, -1 - action.total_frames, b""))
+                self.flush_pending()
+            elif isinstance(action, core.CancelTag):
+                # The control block is the decision; the bus message only wakes the pacer early.
+                self.pending = collections.deque(p for p in self.pending if p[0] != action.tag)
+                rings.tag_cancel(arena.ctrl, self.slot, action.tag, action.decision_ns)
+                worker.bus.send(worker.pacer, messages.CancelTag(self.slot, self.generation, action.tag, action.decision_ns))
+                worker.counters["bargeins"] += 1
+                log.info("call %s: barge-in, response tag %d cancelled", self.call_sid, action.tag)
+
+    def _write_frames(self, action: core.WriteFrames) -> None:
+        audio = action.audio
+        for k in range(len(audio) // timing.FRAME_BYTES):
+            self.pending.append((action.tag, action.first_index + k, audio[k * timing.FRAME_BYTES:(k + 1) * timing.FRAME_BYTES]))
+        self.flush_pending()
+
+    def flush_pending(self) -> None:
+        """Move frames into the outbound ring in order; a full ring keeps the rest here (reported)."""
+        arena = self.worker.arena
+        frame = self.worker.frame_buffer
+        while self.pending:
+            tag, index, payload = self.pending[0]
+            if rings.tag_state(arena.ctrl, self.slot, tag) == C.TAG_CANCELLED:
+                self.pending.popleft()
+                continue
+            if index < 0:
+                ok = rings.outbound_push_end(arena.ctrl, arena.out_meta, self.slot, tag, -1 - index)
+            else:
+                frame[:] = np.frombuffer(payload, dtype=np.uint8)
+                ok = rings.outbound_push(arena.ctrl, arena.out_meta, arena.out_payload, self.slot, tag, index, frame)
+            if not ok:
+                self.worker.counters["ring_full_waits"] += 1
+                return
+            self.pending.popleft()
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            await self.ws.close()
+
+
+class ModelWorker:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.runtime_dir = Path(config.runtime_dir)
+        self.arena: Arena | None = None
+        self.arena_name = ""
+        self.bus = Bus(self.runtime_dir)
+        self.events = self.bus.connect(zmq.SUB, EVENTS)
+        self.pacer = self.bus.connect(zmq.PUSH, PACER_INBOX)
+        self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
+        self.calls: dict[int, CallSession] = {}
+        self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
+        self.counters = collections.Counter({"bargeins": 0, "ring_full_waits": 0, "model_connect_failures": 0})
+        self.heartbeat_seq = 0
+
+    def attach_arena(self) -> bool:
+        """(Re)attach when the gateway (re)created its arena; False while there is none."""
+        try:
+            name = (self.runtime_dir / ARENA_NAME_FILE).read_text().strip()
+        except FileNotFoundError:
+            return False
+        if name == self.arena_name and self.arena is not None:
+            return True
+        for session in self.calls.values():
+            if session.task:
+                session.task.cancel()
+        self.calls.clear()
+        if self.arena is not None:
+            self.arena.close()
+        try:
+            self.arena = Arena.attach(name, directory=self.config.shm_dir)
+        except (ArenaError, FileNotFoundError) as exc:
+            log.warning("cannot attach arena %s: %s", name, exc)
+            self.arena = None
+            return False
+        self.arena_name = name
+        log.info("attached arena %s", name)
+        return True
+
+    def reconcile(self) -> None:
+        """Start a session for every active slot we do not serve; drop sessions whose call ended."""
+        arena = self.arena
+        if arena is None:
+            return
+        for slot, session in list(self.calls.items()):
+            if not session.alive():
+                if session.task:
+                    session.task.cancel()
+                del self.calls[slot]
+        active = np.nonzero(arena.ctrl[:, C.STATE] == C.SLOT_ACTIVE)[0]
+        for slot in active.tolist():
+            if slot in self.calls:
+                continue
+            ctrl = arena.ctrl[slot]
+            generation = int(ctrl[C.GENERATION])
+            resumed = int(ctrl[C.MODEL_GENERATION]) == generation
+            ctrl[C.MODEL_GENERATION] = generation
+            session = CallSession(self, slot, generation, arena.call_sid(slot), resumed)
+            session.task = asyncio.get_running_loop().create_task(session.run())
+            self.calls[slot] = session
+            log.info("call %s: model session %s in slot %d", session.call_sid, "resumed" if resumed else "started", slot)
+
+    def stats(self) -> dict[str, float]:
+        totals: collections.Counter = collections.Counter()
+        for session in self.calls.values():
+            for field in ("responses", "frames_written", "deltas_dropped", "bargeins", "truncates", "deletes", "model_errors", "harmless_errors", "malformed_events"):
+                totals[field] += getattr(session.core.stats, field)
+        return {**{k: float(v) for k, v in self.counters.items()}, **{f"active_{k}": float(v) for k, v in totals.items()}, "calls": float(len(self.calls))}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        last_stats = 0.0
+        while not stop.is_set():
+            if self.attach_arena():
+                for message in self.bus.receive_nowait(self.events):
+                    if isinstance(message, messages.CallStarted | messages.CallEnded):
+                        self.reconcile()
+                self.reconcile()
+                for session in self.calls.values():
+                    session.flush_pending()
+            self.heartbeat_seq += 1
+            self.bus.send(self.gateway, messages.Heartbeat("model", os.getpid(), self.heartbeat_seq, time.monotonic_ns()))
+            now = time.monotonic()
+            if now - last_stats >= STATS_EVERY_S:
+                last_stats = now
+                self.bus.send(self.gateway, messages.Stats("model", os.getpid(), self.stats()))
+            try:
+                await asyncio.wait_for(stop.wait(), 0.02)
+            except TimeoutError:
+                pass
+        for session in self.calls.values():
+            if session.task:
+                session.task.cancel()
+        self.bus.close()
+        if self.arena is not None:
+            self.arena.close()
+
+
+async def amain(config: Config) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    worker = ModelWorker(config)
+    gc.freeze()
+    await worker.run(stop)
+
+
+def main() -> None:
+    config = load_config(os.environ)
+    setup_logging("model", config.log_level)
+    run_loop(amain(config))
+
+
+if __name__ == "__main__":
+    main()
