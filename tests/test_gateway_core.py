@@ -41,10 +41,12 @@ def test_unknown_and_skipped_marks():
 
 def test_slots_rest_before_reuse():
     table = SlotTable(2)
-    a = table.claim(0)
-    b = table.claim(0)
+    a = table.claim()
+    b = table.claim()
     assert {a, b} == {0, 1}
-    assert table.claim(0) is None
+    assert table.claim() is None
     table.release(a, 100)
-    assert table.claim(100 + SLOT_QUARANTINE_MS - 1) is None
-    assert table.claim(100 + SLOT_QUARANTINE_MS) == a
+    assert table.due_for_free(100 + SLOT_QUARANTINE_MS - 1) == []
+    assert table.claim() is None
+    assert table.due_for_free(100 + SLOT_QUARANTINE_MS) == [a]
+    assert table.claim() == a

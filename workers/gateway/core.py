@@ -83,8 +83,8 @@ class SlotTable:
         self._resting: deque[tuple[int, int]] = deque()  # (free_at_ms, slot)
         self.in_use: set[int] = set()
 
-    def claim(self, now_ms: int) -> int | None:
-        self._wake(now_ms)
+    def claim(self) -> int | None:
+        """A free slot, or None at capacity. Call ``due_for_free`` first so rested slots count."""
         if not self._free:
             return None
         slot = self._free.popleft()
@@ -97,10 +97,7 @@ class SlotTable:
             self._resting.append((now_ms + SLOT_QUARANTINE_MS, slot))
 
     def due_for_free(self, now_ms: int) -> list[int]:
-        """Slots whose quarantine ended (the shell marks them SLOT_FREE in the arena)."""
-        return self._wake(now_ms)
-
-    def _wake(self, now_ms: int) -> list[int]:
+        """Slots whose quarantine ended, now claimable (the shell marks them SLOT_FREE in the arena)."""
         woken = []
         while self._resting and self._resting[0][0] <= now_ms:
             _, slot = self._resting.popleft()

@@ -46,6 +46,7 @@ from voicecore.logs import run_loop, setup_logging
 from voicecore.shm import control as C
 from voicecore.shm import rings
 from voicecore.shm.arena import Arena, ArenaLayout
+from voicecore.shm.warmup import warm_up_rings
 from voicecore.stats import LatencyLog
 from voicecore.twilio import stream as tw
 from voicecore.twilio import webhook
@@ -130,18 +131,15 @@ class Gateway:
 
     # --- call slots ---------------------------------------------------------------------------------
     def claim_slot(self, conn: StreamConnection, start: tw.Start) -> int | None:
-        slot = self.slots.claim(now_ms())
+        for rested in self.slots.due_for_free(now_ms()):
+            self.arena.set_slot_state(rested, C.SLOT_FREE)
+        slot = self.slots.claim()
         if slot is None:
             return None
-        ctrl = self.ctrl[slot]
-        # Every counter starts at zero for a new call: producers and consumers of all three rings
-        # begin at index 0, and a worker sees the new GENERATION only after the reset (published last).
-        generation = int(ctrl[C.GENERATION]) + 1
-        ctrl[:] = 0
-        ctrl[C.GENERATION] = generation
-        ctrl[C.STARTED_AT_NS] = time.monotonic_ns()
-        self.arena.set_call_ids(slot, start.stream_sid, start.call_sid)
-        ctrl[C.STATE] = C.SLOT_ACTIVE
+        # The arena zeroes every counter (all three rings start at index 0) and publishes SLOT_ACTIVE
+        # last, so a worker that sees the new GENERATION sees a clean slot.
+        generation = self.arena.claim_slot(slot, start.stream_sid, start.call_sid)
+        self.ctrl[slot, C.STARTED_AT_NS] = time.monotonic_ns()
         self.calls[slot] = conn
         self.counters["calls_started"] += 1
         self.bus.send(self.events, messages.CallStarted(slot, generation, start.call_sid, start.stream_sid))
@@ -150,11 +148,10 @@ class Gateway:
     def release_slot(self, slot: int, reason: str) -> None:
         if self.calls.pop(slot, None) is None:
             return
-        ctrl = self.ctrl[slot]
-        ctrl[C.STATE] = C.SLOT_ENDING
+        self.arena.set_slot_state(slot, C.SLOT_ENDING)
         self.slots.release(slot, now_ms())
         self.counters["calls_ended"] += 1
-        self.bus.send(self.events, messages.CallEnded(slot, int(ctrl[C.GENERATION]), reason))
+        self.bus.send(self.events, messages.CallEnded(slot, int(self.ctrl[slot, C.GENERATION]), reason))
 
     # --- reports ------------------------------------------------------------------------------------
     def health(self) -> dict:
@@ -467,23 +464,21 @@ class StreamConnection:
         if slot is None or self.ws.state.name != "OPEN":
             return
         arena = gw.arena
-        while True:
-            data = rings.wire_pop(arena.ctrl, arena.wire_len, arena.wire_data, slot)
-            if data is None:
-                break
-            if not data.startswith(MEDIA_PREFIX):
-                if data.startswith(MARK_PREFIX):
-                    self.ledger.sent_mark(json.loads(data)["mark"]["name"])
-                elif data.startswith(CLEAR_PREFIX):
-                    self.ledger.sent_clear()
-                    ctrl = self.ctrl[slot]
-                    ctrl[C.CLEARS_SENT] += 1
-                    gw.counters["clears_sent"] += 1
-                    decided = int(ctrl[C.CANCEL_DECISION_NS])
-                    if decided:
-                        gw.bargein_to_clear.add_ns(time.monotonic_ns() - decided)
-            self.ws.send_text(data)
-            gw.counters["wire_messages"] += 1
+        while batch := rings.wire_drain(arena.ctrl, arena.wire_len, arena.wire_data, slot):
+            for data in batch:
+                if not data.startswith(MEDIA_PREFIX):
+                    if data.startswith(MARK_PREFIX):
+                        self.ledger.sent_mark(json.loads(data)["mark"]["name"])
+                    elif data.startswith(CLEAR_PREFIX):
+                        self.ledger.sent_clear()
+                        ctrl = self.ctrl[slot]
+                        ctrl[C.CLEARS_SENT] += 1
+                        gw.counters["clears_sent"] += 1
+                        decided = int(ctrl[C.CANCEL_DECISION_NS])
+                        if decided:
+                            gw.bargein_to_clear.add_ns(time.monotonic_ns() - decided)
+                self.ws.send_text(data)
+                gw.counters["wire_messages"] += 1
         self._flush()
 
     def _flush(self) -> None:
@@ -522,6 +517,7 @@ def remove_stale_arena(name_file: Path, shm_dir: str) -> None:
 
 
 async def run(config: Config) -> None:
+    warm_up_rings()
     runtime_dir = ensure_runtime_dir(config.runtime_dir)
     name_file = runtime_dir / ARENA_NAME_FILE
     remove_stale_arena(name_file, config.shm_dir)

@@ -31,6 +31,7 @@ from voicecore.realtime import events as rt
 from voicecore.shm import control as C
 from voicecore.shm import rings
 from voicecore.shm.arena import Arena, ArenaError
+from voicecore.shm.warmup import warm_up_rings
 from workers.model import core
 
 log = logging.getLogger("voicecore.model")
@@ -280,6 +281,7 @@ async def amain(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    warm_up_rings()
     worker = ModelWorker(config)
     gc.freeze()
     await worker.run(stop)

@@ -1,0 +1,157 @@
+"""What the callers heard, as figures: one function shared by the demo, the bench and the tests.
+
+Owns the definitions of the reported figures (key names are a public contract: `voicecore demo --json`
+and the bench use them). Inputs are the carrier simulator's call results and the model simulator's
+session records, both timed on this process's CLOCK_MONOTONIC; frames are matched to model responses
+by content (the simulator dithers each response, so no two responses share a frame).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from voicecore import timing
+from voicecore.sim.carrier import CallResult
+from voicecore.stats import summary
+from voicecore.supervise import Stack, cpu_seconds
+
+TRUNCATE_TOLERANCE_MS = 20  # the issue's bar: the truncate point within one frame of what was played
+
+
+class StackCpu:
+    """utime + stime of every voicecore process (supervisord, gateway, pacer, model) over a run."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.before: dict[int, float] = {}
+
+    def _pids(self) -> list[int]:
+        pids = [pid for name, pid in self.stack.program_pids().items() if name != "modelsim"]
+        if self.stack.process is not None:
+            pids.append(self.stack.process.pid)
+        return pids
+
+    def start(self) -> None:
+        self.before = {pid: cpu_seconds(pid) for pid in self._pids()}
+
+    def stop(self) -> float:
+        # A process that restarted during the run counts from zero: all its CPU was in the run.
+        return sum(cpu_seconds(pid) - self.before.get(pid, 0.0) for pid in self._pids())
+
+
+def _call_figures(result: CallResult, sessions: Sequence) -> dict:
+    """Per-call figures that need both simulators' records."""
+    core = result.core
+    figures = {"bargein_to_clear_ms": [], "truncate_error_ms": [], "mouth_to_ear_ms": [], "problems": []}
+    if core is None:
+        return figures
+    owners: dict[bytes, str] = {}
+    responses = {}
+    for session in sessions:
+        for response in session.record.responses:
+            responses[response.response_id] = response
+            for frame in response.frames():
+                if len(frame) == timing.FRAME_BYTES:
+                    owners[frame] = response.response_id
+    # Which voicecore tag carried which response, and when each response's first frame arrived.
+    tag_of: dict[str, int] = {}
+    first_arrival: dict[str, float] = {}
+    for frame in core.frames:
+        rid = owners.get(frame.payload) if frame.payload is not None else None
+        if rid is None:
+            continue
+        if frame.tag is not None:
+            tag_of.setdefault(rid, frame.tag)
+        first_arrival.setdefault(rid, frame.arrival_ms)
+    for rid, arrival in first_arrival.items():
+        first_delta = responses[rid].first_delta_ms
+        if first_delta is not None:
+            figures["mouth_to_ear_ms"].append(arrival - first_delta)
+    speech_starts = sorted(s for session in sessions for s in session.record.speech_started_ms)
+    for clear_ms in core.metrics.clear_at_ms:
+        earlier = [s for s in speech_starts if s <= clear_ms]
+        if earlier:
+            figures["bargein_to_clear_ms"].append(clear_ms - earlier[-1])
+        else:
+            figures["problems"].append(f"call {result.call_sid}: a clear with no speech before it")
+    for session in sessions:
+        for truncate in session.record.truncates:
+            try:
+                response = session.record.response_for_item(truncate.item_id)
+            except KeyError:
+                figures["problems"].append(f"call {result.call_sid}: truncate of an unknown item")
+                continue
+            tag = tag_of.get(response.response_id)
+            heard_ms = core.played_ms_of_tag(tag) if tag is not None else 0.0
+            figures["truncate_error_ms"].append(abs(truncate.audio_end_ms - heard_ms))
+        for item_id in session.record.deleted_item_ids:
+            try:
+                response = session.record.response_for_item(item_id)
+            except KeyError:
+                continue
+            tag = tag_of.get(response.response_id)
+            figures["truncate_error_ms"].append(core.played_ms_of_tag(tag) if tag is not None else 0.0)
+    return figures
+
+
+def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds: float, wall_seconds: float,
+              stack_metrics: dict | None = None) -> dict:
+    lateness: list[float] = []
+    bargein: list[float] = []
+    truncate: list[float] = []
+    mouth_to_ear: list[float] = []
+    problems: list[str] = []
+    frames_sent = underruns = stale = clears = completed = 0
+    for result in results:
+        if result.closed_by != "carrier" or result.errors:
+            problems.append(f"call {result.call_sid}: ended by {result.closed_by} (close code {result.close_code}) {'; '.join(result.errors)[:200]}")
+        else:
+            completed += 1
+        if result.core is None:
+            continue
+        stats = result.statistics
+        frames_sent += stats.frames_received
+        underruns += stats.underruns
+        stale += stats.stale_frames
+        clears += stats.clears_received
+        lateness.extend(result.core.metrics.lateness_ms)
+        figures = _call_figures(result, sim.by_call(result.call_sid))
+        bargein.extend(figures["bargein_to_clear_ms"])
+        truncate.extend(figures["truncate_error_ms"])
+        mouth_to_ear.extend(figures["mouth_to_ear_ms"])
+        problems.extend(figures["problems"])
+        if stats.clears_received == 0:
+            problems.append(f"call {result.call_sid}: the barge-in produced no clear")
+    calls = len(results)
+    call_seconds = calls * seconds
+    report = {
+        "calls": calls,
+        "seconds": seconds,
+        "calls_completed": completed,
+        "frames_sent": frames_sent,
+        "lateness_ms": summary(lateness),
+        "underruns": underruns,
+        "stale_frames": stale,
+        "bargeins": clears,
+        "bargein_to_clear_ms": summary(bargein),
+        "truncate_error_ms": summary(truncate),
+        "mouth_to_ear_ms": summary(mouth_to_ear),
+        "cpu_ms_per_call_second": round(cpu_seconds * 1000 / call_seconds, 3) if call_seconds else 0.0,
+        "cpu_seconds": round(cpu_seconds, 3),
+        "wall_seconds": round(wall_seconds, 3),
+    }
+    if stack_metrics:
+        pacer = stack_metrics.get("workers", {}).get("pacer", {})
+        report["pacer_tick_lateness_ms"] = {k.removeprefix("tick_lateness_").removesuffix("_ms"): v for k, v in pacer.items() if k.startswith("tick_lateness_") and k.endswith("_ms")}
+        report["pacer_frames_skipped"] = int(pacer.get("frames_skipped", 0))
+        report["gateway_bargein_decision_to_clear_ms"] = stack_metrics.get("bargein_decision_to_clear_ms", {})
+    report["problems"] = problems[:50]
+    report["ok"] = bool(
+        calls
+        and completed == calls
+        and stale == 0
+        and underruns == 0
+        and not problems
+        and (not truncate or max(truncate) <= TRUNCATE_TOLERANCE_MS)
+    )
+    return report

@@ -1,0 +1,576 @@
+"""asyncio shell of the carrier simulator: places simulated Twilio calls against a voicecore gateway.
+
+Owns the I/O around voicecore.sim.carrier_core.CarrierCall: the signed voice webhook and status
+callbacks (a small HTTP/1.1 client on h11), the WebSocket leg (websockets' sans-I/O ClientProtocol in a
+plain asyncio.Protocol, no permessage-deflate), and one shared 20 ms ticker per event loop that drives
+the caller clock and the playout clock of every call in the process, so hundreds of calls cost one
+timer, not hundreds.
+
+Must not know: what the calls measure (the core does) or how the gateway works inside. Peer failures
+never raise out of place_call(); they end up in CallResult.errors.
+"""
+
+import asyncio
+import logging
+import math
+import urllib.parse
+import uuid
+import weakref
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import h11
+from websockets.client import ClientProtocol
+from websockets.exceptions import InvalidHandshake, InvalidURI
+from websockets.frames import Opcode
+from websockets.http11 import Response as WsResponse
+from websockets.protocol import State
+from websockets.uri import parse_uri
+
+from voicecore.sim.carrier_core import (
+    DEFAULT_LEAD_FRAMES,
+    CarrierCall,
+    CarrierMetrics,
+    CarrierStatistics,
+)
+from voicecore.timing import FRAME_MS
+from voicecore.twilio.signature import compute_signature
+
+logger = logging.getLogger(__name__)
+
+HTTP_TIMEOUT_S = 5.0
+WS_CONNECT_TIMEOUT_S = 5.0
+CLOSE_TIMEOUT_S = 2.0  # after our close frame, how long the server has to close TCP
+END_SLACK_S = 10.0  # a call may overrun its script by this much before it is abandoned
+USER_AGENT = "TwilioProxy/1.1"
+
+
+# ----- script and result -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallScript:
+    """What the simulated caller does. Times are ms after the stream's first media frame."""
+
+    duration_ms: int
+    utterances: tuple[tuple[int, bytes], ...] = ()  # (at_ms, mu-law clip)
+    bargein_at_ms: tuple[int, ...] | None = None  # None: at the start of every utterance
+    dtmf: tuple[tuple[int, str], ...] = ()  # (at_ms, digit)
+    from_number: str = "+15005550006"
+    to_number: str = "+15005550001"
+
+    def bargein_times_ms(self) -> tuple[int, ...]:
+        if self.bargein_at_ms is not None:
+            return tuple(sorted(self.bargein_at_ms))
+        return tuple(sorted(at_ms for at_ms, _clip in self.utterances))
+
+
+@dataclass(slots=True)
+class CallResult:
+    call_sid: str
+    metrics: CarrierMetrics | None  # None when the call never reached the WebSocket
+    statistics: CarrierStatistics | None
+    close_code: int | None  # the code of the server's close frame when the server closed first
+    closed_by: str  # "carrier" (script ended), "server", "connection_lost" or "not_connected"
+    errors: list[str] = field(default_factory=list)
+    core: CarrierCall | None = None  # the whole record: frames, played log, per-tag queries
+
+
+# ----- HTTP (webhook and status callback) --------------------------------------------------------
+
+
+async def http_request(
+    method: str, url: str, form: dict[str, str] | None = None, headers: Sequence[tuple[str, str]] = (),
+    timeout_s: float = HTTP_TIMEOUT_S,
+) -> tuple[int, bytes]:
+    """One HTTP/1.1 request over a fresh connection (plain http only); returns (status, body).
+
+    POST sends ``form`` url-encoded in the body; GET puts it in the query string.
+    """
+    return await asyncio.wait_for(_http_request(method, url, form or {}, headers), timeout_s)
+
+
+async def _http_request(method: str, url: str, form: dict[str, str], headers) -> tuple[int, bytes]:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"only http:// URLs are supported, got {parts.scheme!r}")
+    body = b""
+    query = parts.query
+    if method == "POST":
+        body = urllib.parse.urlencode(form).encode("ascii")
+    elif form:
+        query = "&".join(filter(None, [query, urllib.parse.urlencode(form)]))
+    target = (parts.path or "/") + (f"?{query}" if query else "")
+    request_headers = [
+        ("Host", parts.netloc),
+        ("User-Agent", USER_AGENT),
+        ("Connection", "close"),
+        ("Content-Length", str(len(body))),
+        *headers,
+    ]
+    if method == "POST":
+        request_headers.append(("Content-Type", "application/x-www-form-urlencoded"))
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+    try:
+        connection = h11.Connection(h11.CLIENT)
+        writer.write(connection.send(h11.Request(method=method, target=target, headers=request_headers)))
+        writer.write(connection.send(h11.Data(data=body)))
+        writer.write(connection.send(h11.EndOfMessage()))
+        await writer.drain()
+        status = 0
+        chunks = []
+        while True:
+            event = connection.next_event()
+            if event is h11.NEED_DATA:
+                connection.receive_data(await reader.read(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                return status, b"".join(chunks)
+    finally:
+        writer.close()
+        try:
+            await writer.wait_closed()
+        except OSError:
+            pass
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTarget:
+    """What the TwiML `<Connect><Stream>` tells Twilio (PROTOCOLS.md A.4)."""
+
+    url: str
+    name: str | None
+    status_callback: str | None
+    status_callback_method: str
+    parameters: dict[str, str]
+
+
+def parse_twiml(body: bytes) -> StreamTarget:
+    """Find the `<Connect><Stream>` in a TwiML response. Raises ValueError if there is none."""
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError as exc:
+        raise ValueError(f"TwiML is not XML: {exc}") from None
+    stream = root.find("./Connect/Stream")
+    if root.tag != "Response" or stream is None or not stream.get("url"):
+        raise ValueError("TwiML has no <Response><Connect><Stream url=...>")
+    parameters = {p.get("name", ""): p.get("value", "") for p in stream.findall("Parameter")}
+    return StreamTarget(
+        url=stream.get("url", ""),
+        name=stream.get("name"),
+        status_callback=stream.get("statusCallback"),
+        status_callback_method=(stream.get("statusCallbackMethod") or "POST").upper(),
+        parameters=parameters,
+    )
+
+
+async def _signed_request(auth_token: str, method: str, url: str, form: dict[str, str]) -> tuple[int, bytes]:
+    # Twilio signs the full URL plus the sorted POST params; for GET the params are part of the URL.
+    if method == "POST":
+        signature = compute_signature(auth_token, url, form)
+    else:
+        signed_url = url + ("&" if "?" in url else "?") + urllib.parse.urlencode(form) if form else url
+        signature = compute_signature(auth_token, signed_url, {})
+    return await http_request(method, url, form, [("X-Twilio-Signature", signature)])
+
+
+# ----- the shared ticker ------------------------------------------------------------------------
+
+
+class SharedTicker:
+    """An absolute 20 ms clock (origin + k*20 ms) on one event loop that services every registered call.
+
+    A late wake-up jumps to the newest grid point; each call's core catches up the frames it owes, so
+    nothing drifts (ARCHITECTURE.md section 6). Callbacks get (grid_ms, now_ms) and return False to leave.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._origin_ms: int | None = None
+        self._next_index = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self._callbacks: dict[int, Callable[[int, float], bool]] = {}
+        self._next_key = 0
+        self.ticks = 0
+        self.late_ticks = 0  # woke a whole frame or more after the grid point
+
+    @property
+    def origin_ms(self) -> int:
+        if self._origin_ms is None:
+            self._origin_ms = math.ceil(self._loop.time() * 1000)
+        return self._origin_ms
+
+    def now_ms(self) -> float:
+        return self._loop.time() * 1000.0
+
+    def add(self, callback: Callable[[int, float], bool]) -> int:
+        key = self._next_key
+        self._next_key += 1
+        self._callbacks[key] = callback
+        if self._handle is None:
+            origin = self.origin_ms
+            self._next_index = max(self._next_index, math.ceil((self.now_ms() - origin) / FRAME_MS))
+            self._schedule()
+        return key
+
+    def remove(self, key: int) -> None:
+        self._callbacks.pop(key, None)
+
+    def _schedule(self) -> None:
+        when_ms = self.origin_ms + self._next_index * FRAME_MS
+        self._handle = self._loop.call_at(when_ms / 1000.0, self._tick)
+
+    def _tick(self) -> None:
+        self._handle = None
+        now_ms = self.now_ms()
+        index = max(self._next_index, int((now_ms - self.origin_ms) // FRAME_MS))
+        if index > self._next_index:
+            self.late_ticks += 1
+        grid_ms = self.origin_ms + index * FRAME_MS
+        self.ticks += 1
+        for key, callback in list(self._callbacks.items()):
+            try:
+                keep = callback(grid_ms, now_ms)
+            except Exception:  # one broken call must not stop the clock of all the others
+                logger.exception("carrier sim: call tick failed")
+                keep = False
+            if not keep:
+                self._callbacks.pop(key, None)
+        self._next_index = index + 1
+        if self._callbacks:
+            self._schedule()
+
+
+_tickers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedTicker]" = weakref.WeakKeyDictionary()
+
+
+def shared_ticker(loop: asyncio.AbstractEventLoop | None = None) -> SharedTicker:
+    """The one ticker of ``loop`` (the running loop by default)."""
+    loop = loop or asyncio.get_running_loop()
+    ticker = _tickers.get(loop)
+    if ticker is None:
+        ticker = _tickers[loop] = SharedTicker(loop)
+    return ticker
+
+
+# ----- the WebSocket leg ------------------------------------------------------------------------
+
+
+class _StreamProtocol(asyncio.Protocol):
+    """websockets' sans-I/O client inside an asyncio.Protocol: bytes in, core calls, bytes out."""
+
+    def __init__(self, ws: ClientProtocol, call: "_CallRunner") -> None:
+        self.ws = ws
+        self.call = call
+        self.transport: asyncio.Transport | None = None
+        self.opened: asyncio.Future[None] = call.loop.create_future()
+        self.closed: asyncio.Future[None] = call.loop.create_future()
+        self._fragments: list[bytes] = []
+        self._fragment_opcode: Opcode | None = None
+        self._close_timer: asyncio.TimerHandle | None = None
+        self.close_sent_by_us = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.flush()
+
+    def flush(self) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        for data in self.ws.data_to_send():
+            if data:
+                transport.write(data)
+            elif transport.can_write_eof():
+                transport.write_eof()
+        if self.ws.close_expected() and self._close_timer is None:
+            # The server should close TCP now; do not wait for it forever.
+            self._close_timer = self.call.loop.call_later(CLOSE_TIMEOUT_S, transport.close)
+
+    def send_texts(self, messages: list[str]) -> None:
+        if not messages or self.ws.state is not State.OPEN:
+            return
+        for message in messages:
+            self.ws.send_text(message.encode())
+        self.flush()
+
+    def close(self, code: int = 1000) -> None:
+        if self.ws.state is State.OPEN:
+            self.close_sent_by_us = True
+            self.ws.send_close(code)
+            self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        self.ws.receive_data(data)
+        for event in self.ws.events_received():
+            if isinstance(event, WsResponse):
+                if self.ws.handshake_exc is not None:
+                    if not self.opened.done():
+                        self.opened.set_exception(self.ws.handshake_exc)
+                elif not self.opened.done():
+                    self.opened.set_result(None)
+                continue
+            opcode = event.opcode
+            if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
+                if event.fin:
+                    self.call.on_message(event.data, opcode is Opcode.TEXT)
+                else:
+                    self._fragment_opcode = opcode
+                    self._fragments = [bytes(event.data)]
+            elif opcode is Opcode.CONT:
+                self._fragments.append(bytes(event.data))
+                if event.fin and self._fragment_opcode is not None:
+                    self.call.on_message(b"".join(self._fragments), self._fragment_opcode is Opcode.TEXT)
+                    self._fragments = []
+                    self._fragment_opcode = None
+            elif opcode is Opcode.CLOSE:
+                self.call.on_close_frame(self.ws.close_rcvd.code if self.ws.close_rcvd else None,
+                                         by_server=not self.close_sent_by_us)
+        self.flush()
+
+    def eof_received(self) -> bool:
+        self.ws.receive_eof()
+        self.flush()
+        return False  # let asyncio close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+        self.ws.receive_eof()
+        if not self.opened.done():
+            self.opened.set_exception(ConnectionError("connection closed during the WebSocket handshake"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.call.on_connection_lost()
+
+
+# ----- one call ----------------------------------------------------------------------------------
+
+
+def _sid(prefix: str) -> str:
+    # PROTOCOLS.md A.2: two letters + 32 hex digits.
+    return prefix + uuid.uuid4().hex
+
+
+def _rfc3339_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _CallRunner:
+    def __init__(self, core: CarrierCall, script: CallScript, ticker: SharedTicker) -> None:
+        self.core = core
+        self.script = script
+        self.ticker = ticker
+        self.loop = asyncio.get_running_loop()
+        self.stream: _StreamProtocol | None = None
+        self.errors: list[str] = []
+        self.close_code: int | None = None
+        self.closed_by = "not_connected"
+        self.done = False
+        self._dtmf = sorted(script.dtmf, key=lambda item: item[0])
+        self._bargeins = list(script.bargein_times_ms())
+        self._stopped_future: asyncio.Future[None] = self.loop.create_future()
+
+    # Called by the shared ticker every 20 ms.
+    def on_tick(self, grid_ms: int, now_ms: float) -> bool:
+        if self.done:
+            return False
+        core = self.core
+        core.tick_play(now_ms)
+        out = core.messages_to_send()
+        origin = core.send_origin_ms
+        elapsed_ms = 0 if origin is None else grid_ms - origin
+        if elapsed_ms >= self.script.duration_ms:
+            # Frames due before the end still go out, even if the tick that owed them was skipped.
+            if origin is not None:
+                out.extend(core.tick_send(math.nextafter(origin + self.script.duration_ms, -math.inf)))
+            out.append(core.stop_message())
+            self.stream.send_texts(out)
+            self.closed_by = "carrier"
+            self.stream.close(1000)
+            self._finish()
+            return False
+        while self._dtmf and self._dtmf[0][0] <= elapsed_ms:
+            out.append(core.send_dtmf(self._dtmf.pop(0)[1]))
+        while self._bargeins and self._bargeins[0] <= elapsed_ms:
+            self._bargeins.pop(0)
+            core.note_bargein(now_ms)
+        out.extend(core.tick_send(grid_ms))
+        self.stream.send_texts(out)
+        return True
+
+    def on_message(self, data: bytes, is_text: bool) -> None:
+        if self.done:
+            return
+        now_ms = self.ticker.now_ms()
+        if is_text:
+            try:
+                text: str | bytes = data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = data  # the core counts it as a bad frame
+        else:
+            text = data
+        self.core.receive(text, now_ms)
+        if self.stream is not None:
+            self.stream.send_texts(self.core.messages_to_send())
+
+    def on_close_frame(self, code: int | None, by_server: bool) -> None:
+        if by_server and not self.done:
+            self.close_code = code
+            self.closed_by = "server"
+        self._finish()
+
+    def on_connection_lost(self) -> None:
+        if not self.done:
+            self.closed_by = "connection_lost"
+            self.errors.append("WebSocket connection lost before the call ended")
+        self._finish()
+
+    def _finish(self) -> None:
+        self.done = True
+        if not self._stopped_future.done():
+            self._stopped_future.set_result(None)
+
+    async def wait_finished(self, timeout_s: float) -> None:
+        await asyncio.wait_for(asyncio.shield(self._stopped_future), timeout_s)
+
+
+async def place_call(
+    base_url_http: str,
+    auth_token: str,
+    script: CallScript,
+    lead_frames: int = DEFAULT_LEAD_FRAMES,
+    *,
+    call_sid: str | None = None,
+    account_sid: str | None = None,
+    keep_audio: bool = True,
+    plain_ws: bool = True,
+) -> CallResult:
+    """Run one simulated inbound call against the gateway at ``base_url_http`` and measure it.
+
+    POSTs the signed voice webhook to {base}/twilio/voice, opens the TwiML's Stream URL (wss is dialled
+    as plain ws when ``plain_ws``: the gateway serves ws on 127.0.0.1), plays ``script`` for
+    script.duration_ms on the loop's clock, sends `stop` and closes, and reports stream-started /
+    stream-stopped to the statusCallback. Times come from the running loop's clock.
+    """
+    loop = asyncio.get_running_loop()
+    call_sid = call_sid or _sid("CA")
+    account_sid = account_sid or _sid("AC")
+    stream_sid = _sid("MZ")
+    errors: list[str] = []
+
+    def failed(reason: str) -> CallResult:
+        errors.append(reason)
+        return CallResult(call_sid, None, None, None, "not_connected", errors)
+
+    # 1. Voice webhook (PROTOCOLS.md A.4; ARCHITECTURE.md section 3 step 1).
+    voice_url = base_url_http.rstrip("/") + "/twilio/voice"
+    form = {
+        "CallSid": call_sid,
+        "AccountSid": account_sid,
+        "From": script.from_number,
+        "To": script.to_number,
+        "CallStatus": "ringing",
+        "Direction": "inbound",
+        "ApiVersion": "2010-04-01",
+    }
+    try:
+        status, body = await _signed_request(auth_token, "POST", voice_url, form)
+    except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
+        return failed(f"voice webhook failed: {type(exc).__name__}: {exc}")
+    if status != 200:
+        return failed(f"voice webhook answered HTTP {status}")
+    try:
+        target = parse_twiml(body)
+    except ValueError as exc:
+        return failed(str(exc))
+    session_token = target.parameters.get("session_token")
+    if session_token is None:
+        errors.append("TwiML has no session_token Parameter")
+        session_token = ""
+
+    # 2. The stream.
+    ticker = shared_ticker(loop)
+    core = CarrierCall(
+        call_sid, stream_sid, account_sid, session_token, script.utterances, lead_frames,
+        play_phase_ms=ticker.origin_ms, keep_audio=keep_audio,
+    )
+    runner = _CallRunner(core, script, ticker)
+    runner.errors = errors
+    ws_url = target.url
+    if plain_ws and ws_url.startswith("wss://"):
+        ws_url = "ws://" + ws_url[len("wss://"):]
+    try:
+        uri = parse_uri(ws_url)
+    except InvalidURI as exc:
+        return failed(f"bad Stream url: {exc}")
+    ws = ClientProtocol(uri)  # extensions=None: no permessage-deflate offered
+    request = ws.connect()
+    # A.1: the upgrade is signed over the Stream URL as the TwiML gave it, with no params.
+    request.headers["X-Twilio-Signature"] = compute_signature(auth_token, target.url, {})
+    request.headers["User-Agent"] = USER_AGENT
+    ws.send_request(request)
+    stream = runner.stream = _StreamProtocol(ws, runner)
+    try:
+        await asyncio.wait_for(
+            loop.create_connection(lambda: stream, uri.host, uri.port), WS_CONNECT_TIMEOUT_S)
+        await asyncio.wait_for(stream.opened, WS_CONNECT_TIMEOUT_S)
+    except (OSError, asyncio.TimeoutError, InvalidHandshake) as exc:
+        if stream.transport is not None:
+            stream.transport.close()
+        return failed(f"WebSocket connect failed: {type(exc).__name__}: {exc}")
+    runner.closed_by = "carrier"
+
+    stream.send_texts(core.opening_messages())
+    callbacks: list[asyncio.Task] = []
+    status_form = {
+        "AccountSid": account_sid,
+        "CallSid": call_sid,
+        "StreamSid": stream_sid,
+        "StreamName": target.name or stream_sid,
+    }
+
+    def status_callback(event: str) -> None:
+        if not target.status_callback:
+            return
+        fields = dict(status_form, StreamEvent=event, Timestamp=_rfc3339_now())
+        callbacks.append(loop.create_task(
+            _status_callback(auth_token, target.status_callback, target.status_callback_method, fields, errors)))
+
+    status_callback("stream-started")
+    ticker.add(runner.on_tick)
+
+    try:
+        await runner.wait_finished(script.duration_ms / 1000.0 + END_SLACK_S)
+    except asyncio.TimeoutError:
+        errors.append("call did not finish in time")
+        runner.done = True
+    # Wait for the TCP close that follows the close handshake (bounded by the protocol's close timer).
+    try:
+        await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)
+    except asyncio.TimeoutError:
+        if stream.transport is not None:
+            stream.transport.close()
+    status_callback("stream-stopped")
+    if callbacks:
+        await asyncio.gather(*callbacks)
+    if core.metrics.protocol_errors:
+        errors.append(f"{core.metrics.protocol_errors} protocol errors from the gateway: "
+                      + "; ".join(core.metrics.error_reasons[:5]))
+    return CallResult(call_sid, core.metrics, core.statistics(), runner.close_code, runner.closed_by, errors, core)
+
+
+async def _status_callback(auth_token: str, url: str, method: str, fields: dict[str, str], errors: list[str]) -> None:
+    event = fields["StreamEvent"]
+    try:
+        status, _body = await _signed_request(auth_token, method, url, fields)
+    except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
+        errors.append(f"status callback {event} failed: {type(exc).__name__}")
+        return
+    if not 200 <= status < 300:
+        errors.append(f"status callback {event} answered HTTP {status}")

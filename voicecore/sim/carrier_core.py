@@ -1,0 +1,639 @@
+"""Sans-I/O core of one simulated Twilio call: the caller's phone plus Twilio's media-stream leg.
+
+Owns: the messages Twilio would send (PROTOCOLS.md A.2) on an absolute 20 ms caller clock, a model of
+Twilio's outbound playout buffer (A.3: queue, marks echoed when playout passes them, `clear` drops the
+queue and echoes every pending mark), and the measurements the tests and the bench read (lateness,
+underruns, stale frames, barge-in latency, what was played of each response).
+
+Must not know: sockets, asyncio, HTTP, the wall clock. Every method that depends on time takes `now_ms`
+(any monotonic millisecond clock; floats are fine). The shell is voicecore/sim/carrier.py.
+
+How frames are tied to responses: the pacer sends a `mark` named "tag:n" after each group of frames of
+one response and "tag:n:end" after its last frame, n counting the frames of that tag sent so far
+(see the mark-naming rule in the spec). The frames received since the previous mark belong to the tag
+of the next mark. A frame is attributed only when such a mark arrives; frames that a clear or the end
+of the call overtakes first stay unattributed (`frames_without_mark`) and are never guessed.
+
+Bad input from the gateway never raises: it is counted in `metrics.protocol_errors` with a reason.
+Misuse by the harness (sending media before `opening_messages()`, a bad DTMF digit) raises.
+"""
+
+import binascii
+import json
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from voicecore.timing import BYTES_PER_MS, DEFAULT_LEAD_MS, FRAME_BYTES, FRAME_MS
+
+DEFAULT_LEAD_FRAMES = DEFAULT_LEAD_MS // FRAME_MS
+SILENT_FRAME = b"\xff" * FRAME_BYTES  # mu-law code 0xFF is linear 0
+DTMF_DIGITS = frozenset("0123456789*#")
+MAX_ERROR_REASONS = 32  # keep the first reasons; the counter keeps counting
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) of ``values`` with linear interpolation (numpy's default); None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * min(max(q, 0.0), 100.0) / 100.0
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def parse_mark_name(name: str) -> tuple[int, int, bool] | None:
+    """Split "tag:n" or "tag:n:end" into (tag, frames_through, is_end); None for any other name."""
+    parts = name.split(":")
+    if len(parts) == 3:
+        if parts[2] != "end":
+            return None
+    elif len(parts) != 2:
+        return None
+    tag_text, through_text = parts[0], parts[1]
+    if not (tag_text.isascii() and tag_text.isdigit() and through_text.isascii() and through_text.isdigit()):
+        return None
+    tag = int(tag_text)
+    if tag <= 0:
+        return None
+    return tag, int(through_text), len(parts) == 3
+
+
+@dataclass(frozen=True, slots=True)
+class Utterance:
+    """One caller clip placed on the stream's timeline, ``at_ms`` after the first media frame."""
+
+    at_ms: int
+    audio: bytes  # mu-law, 8 kHz
+
+
+class ReceivedFrame:
+    """One outbound `media` frame as the carrier saw it. Filled in as marks, ticks and clears happen."""
+
+    __slots__ = ("index", "arrival_ms", "payload", "epoch", "tag", "index_in_tag", "stale", "played_at_ms",
+                 "played_ms", "dropped")
+
+    def __init__(self, index: int, arrival_ms: float, payload: bytes | None, epoch: int) -> None:
+        self.index = index  # order of arrival within the call, from 0
+        self.arrival_ms = arrival_ms
+        self.payload = payload  # None when the call keeps no audio
+        self.epoch = epoch  # number of clears received before this frame
+        self.tag: int | None = None  # from the next mark, once it arrives
+        self.index_in_tag: int | None = None  # n-th frame of its tag (non-stale frames only)
+        self.stale = False
+        self.played_at_ms: float | None = None
+        self.played_ms = 0.0  # FRAME_MS, or less when a clear cut it mid-play
+        self.dropped = False  # thrown away by a clear before it played
+
+    def __repr__(self) -> str:
+        return (f"ReceivedFrame(index={self.index}, arrival_ms={self.arrival_ms}, tag={self.tag}, "
+                f"stale={self.stale}, played_at_ms={self.played_at_ms}, dropped={self.dropped})")
+
+
+@dataclass(slots=True)
+class CarrierMetrics:
+    """Running counters and samples of one call. Read freely; only the core writes."""
+
+    media_sent: int = 0
+    dtmf_sent: int = 0
+    frames_received: int = 0
+    frames_played: int = 0
+    frames_dropped_by_clear: int = 0
+    frames_without_mark: int = 0  # overtaken by a clear or by an unparseable mark (end of call: statistics())
+    stale_frames: int = 0
+    marks_received: int = 0
+    marks_unparsed: int = 0
+    marks_echoed_played: int = 0  # playout passed them
+    marks_echoed_idle: int = 0  # nothing queued or playing when they came: echoed at once (Telnyx rule)
+    marks_echoed_on_clear: int = 0
+    mark_count_mismatches: int = 0  # "tag:n" where n != frames of that tag received
+    clears_received: int = 0
+    clear_at_ms: list[float] = field(default_factory=list)
+    protocol_errors: int = 0
+    error_reasons: list[str] = field(default_factory=list)
+    lateness_ms: list[float] = field(default_factory=list)  # one per attributed, non-stale frame
+    underruns: int = 0
+    underrun_episodes: int = 0
+    underrun_at_ms: list[float] = field(default_factory=list)
+    bargeins_noted: int = 0
+    bargeins_ignored: int = 0  # noted while the agent was silent
+    bargeins_without_clear: int = 0  # superseded by a later barge-in with no clear in between
+    bargein_latency_ms: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class CarrierStatistics:
+    """A snapshot of one call's measurements (see CarrierMetrics for the meaning of the counters)."""
+
+    media_sent: int
+    dtmf_sent: int
+    frames_received: int
+    frames_played: int
+    frames_dropped_by_clear: int
+    frames_without_mark: int
+    stale_frames: int
+    stale_frames_played: int
+    marks_received: int
+    marks_unparsed: int
+    marks_echoed: int
+    marks_echoed_on_clear: int
+    mark_count_mismatches: int
+    clears_received: int
+    protocol_errors: int
+    underruns: int
+    underrun_episodes: int
+    lateness_p50_ms: float | None
+    lateness_p99_ms: float | None
+    lateness_max_ms: float | None
+    late_frames: int  # lateness > 0
+    bargeins_noted: int
+    bargeins_ignored: int
+    bargeins_without_clear: int
+    bargein_latency_p50_ms: float | None
+    bargein_latency_max_ms: float | None
+
+
+class _TagState:
+    __slots__ = ("first_epoch", "first_arrival_ms", "timed_frames", "attributed_frames", "epoch",
+                 "frames_in_epoch", "stale_epoch")
+
+    def __init__(self, epoch: int) -> None:
+        self.first_epoch = epoch
+        self.first_arrival_ms: float | None = None
+        self.timed_frames = 0  # non-stale frames: the n of the lateness formula
+        self.attributed_frames = 0
+        self.epoch = epoch
+        self.frames_in_epoch = 0
+        self.stale_epoch: int | None = None
+
+
+class CarrierCall:
+    """One simulated call. Drive it with opening_messages(), tick_send(), receive(), tick_play()."""
+
+    def __init__(
+        self,
+        call_sid: str,
+        stream_sid: str,
+        account_sid: str,
+        session_token: str,
+        caller_audio: bytes | Sequence[tuple[int, bytes]] | Sequence[Utterance] = b"",
+        lead_frames: int = DEFAULT_LEAD_FRAMES,
+        *,
+        play_phase_ms: float | None = None,
+        first_timestamp_ms: int = 0,
+        keep_audio: bool = True,
+    ) -> None:
+        """``caller_audio``: mu-law bytes played from the first frame on, or (at_ms, clip) utterances.
+
+        ``lead_frames``: the send-ahead the gateway is expected to keep (lateness formula).
+        ``play_phase_ms``: put Twilio's playout ticks on the grid phase + k*20 ms (a shared ticker);
+        None starts the grid at the first frame's arrival. ``first_timestamp_ms``: media timestamp of
+        the first frame (real streams do not start at 0, A.2). ``keep_audio``: keep received payloads
+        for the played-audio log (the bench turns it off to save memory).
+        """
+        if lead_frames < 1:
+            raise ValueError("lead_frames must be >= 1")
+        self.call_sid = call_sid
+        self.stream_sid = stream_sid
+        self.account_sid = account_sid
+        self.session_token = session_token
+        self.lead_frames = lead_frames
+        self.keep_audio = keep_audio
+        self.metrics = CarrierMetrics()
+        self.frames: list[ReceivedFrame] = []
+        self.played: list[ReceivedFrame] = []
+
+        if isinstance(caller_audio, (bytes, bytearray, memoryview)):
+            utterances = [(0, bytes(caller_audio))] if len(caller_audio) else []
+        else:
+            utterances = [(u.at_ms, u.audio) if isinstance(u, Utterance) else (u[0], u[1]) for u in caller_audio]
+        # (start byte, end byte, audio) sorted by start; a later clip wins where two overlap.
+        self._clips = sorted(
+            ((round(at_ms * BYTES_PER_MS), round(at_ms * BYTES_PER_MS) + len(audio), bytes(audio))
+             for at_ms, audio in utterances if len(audio)),
+            key=lambda clip: clip[0],
+        )
+        self._clip_cursor = 0
+
+        self._sid_json = json.dumps(stream_sid)
+        self._seq = 0  # last sequenceNumber used; `start` is "1" (A.2)
+        self._opened = False
+        self._stopped = False
+        self._first_timestamp_ms = first_timestamp_ms
+        self._send_origin_ms: float | None = None
+        self._next_send_frame = 0
+        self._outbox: list[str] = []
+
+        self._play_phase_ms = play_phase_ms
+        self._play_anchor_ms: float | None = None
+        self._play_tick = 0  # index of the next playout tick: anchor + k * FRAME_MS
+        self._playing_until_ms = float("-inf")
+        self._queue: deque[ReceivedFrame | str] = deque()
+        self._queued_frames = 0
+        self._in_spurt = False
+        self._in_underrun = False
+
+        self._epoch = 0
+        self._pending: list[ReceivedFrame] = []  # received since the last mark
+        self._tags: dict[int, _TagState] = {}
+        self._bargein_at_ms: float | None = None
+
+    # ----- caller side (A.2) -----------------------------------------------------------------------
+
+    def opening_messages(self) -> list[str]:
+        """`connected` then `start` (sequenceNumber "1"), exactly as PROTOCOLS.md A.2."""
+        if self._opened:
+            raise RuntimeError("opening_messages() called twice")
+        self._opened = True
+        connected = {"event": "connected", "protocol": "Call", "version": "1.0.0"}
+        self._seq = 1
+        start = {
+            "event": "start",
+            "sequenceNumber": "1",
+            "start": {
+                "accountSid": self.account_sid,
+                "streamSid": self.stream_sid,
+                "callSid": self.call_sid,
+                "tracks": ["inbound"],
+                "customParameters": {"session_token": self.session_token},
+                "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+            },
+            "streamSid": self.stream_sid,
+        }
+        return [json.dumps(connected), json.dumps(start)]
+
+    def tick_send(self, now_ms: float) -> list[str]:
+        """Caller `media` frames due by ``now_ms`` on the absolute clock origin + n*20 ms.
+
+        The origin is the first call's ``now_ms``. A late tick returns every frame that fell due since
+        the previous one (catch-up, never drift: ARCHITECTURE.md section 6).
+        """
+        self._require_open()
+        if self._stopped:
+            return []
+        if self._send_origin_ms is None:
+            self._send_origin_ms = now_ms
+        messages = []
+        origin = self._send_origin_ms
+        while origin + self._next_send_frame * FRAME_MS <= now_ms:
+            messages.append(self._media_message(self._next_send_frame))
+            self._next_send_frame += 1
+        return messages
+
+    @property
+    def send_origin_ms(self) -> float | None:
+        """When caller frame 0 was due (utterance at_ms values count from here)."""
+        return self._send_origin_ms
+
+    @property
+    def frames_sent(self) -> int:
+        return self._next_send_frame
+
+    def send_dtmf(self, digit: str) -> str:
+        """A `dtmf` message (bidirectional streams only, A.2)."""
+        self._require_open()
+        if digit not in DTMF_DIGITS:
+            raise ValueError("DTMF digit must be one of 0-9 * #")
+        self.metrics.dtmf_sent += 1
+        return json.dumps({
+            "event": "dtmf",
+            "streamSid": self.stream_sid,
+            "sequenceNumber": self._next_seq(),
+            "dtmf": {"track": "inbound_track", "digit": digit},
+        })
+
+    def stop_message(self) -> str:
+        """The final `stop` (A.2). Afterwards tick_send() returns nothing."""
+        self._require_open()
+        self._stopped = True
+        return json.dumps({
+            "event": "stop",
+            "sequenceNumber": self._next_seq(),
+            "streamSid": self.stream_sid,
+            "stop": {"accountSid": self.account_sid, "callSid": self.call_sid},
+        })
+
+    def messages_to_send(self) -> list[str]:
+        """Mark echoes produced since the last call, in sequenceNumber order. Send them before tick_send's."""
+        messages, self._outbox = self._outbox, []
+        return messages
+
+    def _require_open(self) -> None:
+        if not self._opened:
+            raise RuntimeError("call opening_messages() first")
+
+    def _next_seq(self) -> str:
+        # One counter across all message types (A.2).
+        self._seq += 1
+        return str(self._seq)
+
+    def _media_message(self, n: int) -> str:
+        self.metrics.media_sent += 1
+        payload = binascii.b2a_base64(self._caller_frame(n), newline=False).decode("ascii")
+        return (
+            f'{{"event":"media","sequenceNumber":"{self._next_seq()}","media":{{"track":"inbound",'
+            f'"chunk":"{n + 1}","timestamp":"{self._first_timestamp_ms + n * FRAME_MS}",'
+            f'"payload":"{payload}"}},"streamSid":{self._sid_json}}}'
+        )
+
+    def _caller_frame(self, n: int) -> bytes:
+        start = n * FRAME_BYTES
+        end = start + FRAME_BYTES
+        clips = self._clips
+        # Frames are asked for in order, so clips that ended before this frame are never needed again.
+        while self._clip_cursor < len(clips) and clips[self._clip_cursor][1] <= start:
+            self._clip_cursor += 1
+        frame: bytearray | None = None
+        for i in range(self._clip_cursor, len(clips)):
+            clip_start, clip_end, audio = clips[i]
+            if clip_start >= end:
+                break
+            if clip_end <= start:
+                continue
+            if frame is None and clip_start <= start and clip_end >= end:
+                if i + 1 >= len(clips) or clips[i + 1][0] >= end:
+                    return audio[start - clip_start:end - clip_start]
+            if frame is None:
+                frame = bytearray(SILENT_FRAME)
+            lo = max(start, clip_start)
+            hi = min(end, clip_end)
+            frame[lo - start:hi - start] = audio[lo - clip_start:hi - clip_start]
+        return SILENT_FRAME if frame is None else bytes(frame)
+
+    # ----- gateway -> Twilio (A.3) -----------------------------------------------------------------
+
+    def receive(self, text: str | bytes, now_ms: float) -> None:
+        """Handle one WebSocket message from the gateway, received at ``now_ms``."""
+        # Playout first: the queue must look the way it did when the message arrived.
+        self._advance_play(now_ms)
+        if not isinstance(text, str):
+            # A.1: binary frames are rejected by Twilio (warning 31950).
+            self._protocol_error("binary frame")
+            return
+        try:
+            message = json.loads(text)
+        except ValueError:
+            self._protocol_error("not JSON")
+            return
+        if not isinstance(message, dict):
+            self._protocol_error("not a JSON object")
+            return
+        event = message.get("event")
+        if event not in ("media", "mark", "clear"):
+            # A.1: anything but media, mark and clear is error 31951.
+            self._protocol_error(f"unexpected event {str(event)[:40]!r}")
+            return
+        if message.get("streamSid") != self.stream_sid:
+            self._protocol_error(f"{event}: wrong or missing streamSid")
+            return
+        if event == "media":
+            self._receive_media(message, now_ms)
+        elif event == "mark":
+            self._receive_mark(message, now_ms)
+        else:
+            self._receive_clear(now_ms)
+
+    def _protocol_error(self, reason: str) -> None:
+        self.metrics.protocol_errors += 1
+        if len(self.metrics.error_reasons) < MAX_ERROR_REASONS:
+            self.metrics.error_reasons.append(reason)
+
+    def _receive_media(self, message: dict, now_ms: float) -> None:
+        media = message.get("media")
+        payload_text = media.get("payload") if isinstance(media, dict) else None
+        if not isinstance(payload_text, str):
+            self._protocol_error("media: missing payload")
+            return
+        try:
+            payload = binascii.a2b_base64(payload_text, strict_mode=True)
+        except (binascii.Error, ValueError):
+            self._protocol_error("media: payload is not base64")
+            return
+        if len(payload) != FRAME_BYTES:
+            self._protocol_error(f"media: payload is {len(payload)} bytes, expected {FRAME_BYTES}")
+            return
+        frame = ReceivedFrame(len(self.frames), now_ms, payload if self.keep_audio else None, self._epoch)
+        self.frames.append(frame)
+        self._pending.append(frame)
+        self.metrics.frames_received += 1
+        if self._play_anchor_ms is None:
+            # Playout starts with the first frame: at once, or on the next tick of the shared grid.
+            phase = self._play_phase_ms
+            if phase is None:
+                self._play_anchor_ms = now_ms
+            else:
+                ticks = -(-(now_ms - phase) // FRAME_MS)  # ceil
+                self._play_anchor_ms = phase + ticks * FRAME_MS
+        self._queue.append(frame)
+        self._queued_frames += 1
+        self._advance_play(now_ms)
+
+    def _receive_mark(self, message: dict, now_ms: float) -> None:
+        mark = message.get("mark")
+        name = mark.get("name") if isinstance(mark, dict) else None
+        if not isinstance(name, str):
+            self._protocol_error("mark: missing name")
+            return
+        self.metrics.marks_received += 1
+        self._attribute(name)
+        if not self._queue and self._playing_until_ms <= now_ms:
+            # Nothing queued or playing: echo at once (Telnyx documents this; unverified for Twilio, A.3).
+            self.metrics.marks_echoed_idle += 1
+            self._echo(name)
+        else:
+            self._queue.append(name)
+
+    def _receive_clear(self, now_ms: float) -> None:
+        metrics = self.metrics
+        metrics.clears_received += 1
+        metrics.clear_at_ms.append(now_ms)
+        # A.3: all buffered audio is thrown away and every pending mark comes back at once.
+        for item in self._queue:
+            if isinstance(item, str):
+                metrics.marks_echoed_on_clear += 1
+                self._echo(item)
+            else:
+                item.dropped = True
+                metrics.frames_dropped_by_clear += 1
+        self._queue.clear()
+        self._queued_frames = 0
+        if self._playing_until_ms > now_ms and self.played:
+            cut = self.played[-1]
+            cut.played_ms = now_ms - cut.played_at_ms
+            self._playing_until_ms = now_ms
+        self._in_spurt = False
+        self._in_underrun = False
+        # Frames no mark claimed before the clear can never be tied to a response.
+        metrics.frames_without_mark += len(self._pending)
+        self._pending = []
+        self._epoch += 1
+        if self._bargein_at_ms is not None:
+            metrics.bargein_latency_ms.append(now_ms - self._bargein_at_ms)
+            self._bargein_at_ms = None
+
+    def _echo(self, name: str) -> None:
+        parsed = parse_mark_name(name)
+        if parsed is not None and parsed[2]:
+            # The response's last mark: the talk spurt is over, silence from here is not an underrun.
+            self._in_spurt = False
+            self._in_underrun = False
+        self._outbox.append(
+            f'{{"event":"mark","sequenceNumber":"{self._next_seq()}","streamSid":{self._sid_json},'
+            f'"mark":{{"name":{json.dumps(name)}}}}}'
+        )
+
+    def _attribute(self, name: str) -> None:
+        """Give the frames received since the previous mark the tag this mark names."""
+        parsed = parse_mark_name(name)
+        frames, self._pending = self._pending, []
+        metrics = self.metrics
+        if parsed is None:
+            metrics.marks_unparsed += 1
+            metrics.frames_without_mark += len(frames)
+            return
+        tag, frames_through, _is_end = parsed
+        epoch = self._epoch
+        state = self._tags.get(tag)
+        if state is None:
+            state = self._tags[tag] = _TagState(epoch)
+        if state.epoch != epoch:
+            state.epoch = epoch
+            state.frames_in_epoch = 0
+        state.frames_in_epoch += len(frames)
+        state.attributed_frames += len(frames)
+        # A tag that lived before the latest clear is dead after it: its frames are stale (INV-STALE).
+        # Either we saw it before the clear, or the pacer's own count says it sent frames of it that
+        # did not arrive after the clear (they came before it, unclaimed).
+        if epoch > 0 and (state.first_epoch < epoch or frames_through > state.frames_in_epoch):
+            state.stale_epoch = epoch
+        stale = state.stale_epoch == epoch and epoch > 0
+        if not stale and state.stale_epoch is None and frames_through != state.attributed_frames:
+            metrics.mark_count_mismatches += 1
+        lead = self.lead_frames - 1
+        for frame in frames:
+            frame.tag = tag
+            if stale:
+                frame.stale = True
+                metrics.stale_frames += 1
+                continue
+            n = state.timed_frames
+            if n == 0:
+                state.first_arrival_ms = frame.arrival_ms
+            frame.index_in_tag = n
+            expected_ms = state.first_arrival_ms + max(0, n - lead) * FRAME_MS
+            metrics.lateness_ms.append(max(0.0, frame.arrival_ms - expected_ms))
+            state.timed_frames = n + 1
+
+    # ----- Twilio's playout ------------------------------------------------------------------------
+
+    def tick_play(self, now_ms: float) -> None:
+        """Run every playout tick due by ``now_ms``; mark echoes go to messages_to_send()."""
+        self._advance_play(now_ms)
+
+    def _advance_play(self, now_ms: float) -> None:
+        anchor = self._play_anchor_ms
+        if anchor is None:
+            return
+        while True:
+            tick_ms = anchor + self._play_tick * FRAME_MS
+            if tick_ms > now_ms:
+                return
+            if not self._queue and not self._in_spurt:
+                # Idle: nothing can happen until something arrives; skip to the first tick after now.
+                self._play_tick = int((now_ms - anchor) // FRAME_MS) + 1
+                return
+            self._play_one(tick_ms)
+            self._play_tick += 1
+
+    def _play_one(self, tick_ms: float) -> None:
+        queue = self._queue
+        # The frame that started a tick ago has finished: marks right behind it are passed now (A.3).
+        while queue and isinstance(queue[0], str):
+            self.metrics.marks_echoed_played += 1
+            self._echo(queue.popleft())
+        if queue:
+            frame = queue.popleft()
+            self._queued_frames -= 1
+            frame.played_at_ms = tick_ms
+            frame.played_ms = float(FRAME_MS)
+            self._playing_until_ms = tick_ms + FRAME_MS
+            self.played.append(frame)
+            self.metrics.frames_played += 1
+            self._in_spurt = True
+            self._in_underrun = False
+        elif self._in_spurt:
+            # Inside a response and nothing to play: the caller hears a gap.
+            self.metrics.underruns += 1
+            self.metrics.underrun_at_ms.append(tick_ms)
+            if not self._in_underrun:
+                self.metrics.underrun_episodes += 1
+                self._in_underrun = True
+
+    # ----- harness hooks and results ---------------------------------------------------------------
+
+    def note_bargein(self, now_ms: float) -> bool:
+        """The caller starts talking now. If the agent is audible, time the gateway's next `clear`.
+
+        Returns whether the barge-in counts (False: the agent was silent, nothing to interrupt).
+        """
+        self._advance_play(now_ms)
+        metrics = self.metrics
+        talking = self._queued_frames > 0 or self._playing_until_ms > now_ms or self._in_spurt
+        if not talking:
+            metrics.bargeins_ignored += 1
+            return False
+        metrics.bargeins_noted += 1
+        if self._bargein_at_ms is not None:
+            metrics.bargeins_without_clear += 1
+        self._bargein_at_ms = now_ms
+        return True
+
+    def played_frames_of_tag(self, tag: int) -> int:
+        """How many frames of response ``tag`` started playing (a frame cut by clear counts)."""
+        return sum(1 for frame in self.played if frame.tag == tag)
+
+    def played_ms_of_tag(self, tag: int) -> float:
+        """Milliseconds of response ``tag`` the caller heard (a frame cut by clear counts partly)."""
+        return sum(frame.played_ms for frame in self.played if frame.tag == tag)
+
+    def played_audio(self, tag: int | None = None) -> bytes:
+        """The payload bytes of the frames played (of one tag, or all), in play order; needs keep_audio."""
+        return b"".join(frame.payload or b"" for frame in self.played if tag is None or frame.tag == tag)
+
+    def played_log(self) -> list[tuple[float, bytes | None, int | None]]:
+        """(play_time_ms, payload, tag or None) for every played frame, in play order."""
+        return [(frame.played_at_ms, frame.payload, frame.tag) for frame in self.played]
+
+    def statistics(self) -> CarrierStatistics:
+        """Snapshot of the measurements; frames still unclaimed by a mark count as without mark."""
+        m = self.metrics
+        lateness = m.lateness_ms
+        return CarrierStatistics(
+            media_sent=m.media_sent,
+            dtmf_sent=m.dtmf_sent,
+            frames_received=m.frames_received,
+            frames_played=m.frames_played,
+            frames_dropped_by_clear=m.frames_dropped_by_clear,
+            frames_without_mark=m.frames_without_mark + len(self._pending),
+            stale_frames=m.stale_frames,
+            stale_frames_played=sum(1 for frame in self.played if frame.stale),
+            marks_received=m.marks_received,
+            marks_unparsed=m.marks_unparsed,
+            marks_echoed=m.marks_echoed_played + m.marks_echoed_idle + m.marks_echoed_on_clear,
+            marks_echoed_on_clear=m.marks_echoed_on_clear,
+            mark_count_mismatches=m.mark_count_mismatches,
+            clears_received=m.clears_received,
+            protocol_errors=m.protocol_errors,
+            underruns=m.underruns,
+            underrun_episodes=m.underrun_episodes,
+            lateness_p50_ms=percentile(lateness, 50),
+            lateness_p99_ms=percentile(lateness, 99),
+            lateness_max_ms=max(lateness) if lateness else None,
+            late_frames=sum(1 for value in lateness if value > 0),
+            bargeins_noted=m.bargeins_noted,
+            bargeins_ignored=m.bargeins_ignored,
+            bargeins_without_clear=m.bargeins_without_clear + (self._bargein_at_ms is not None),
+            bargein_latency_p50_ms=percentile(m.bargein_latency_ms, 50),
+            bargein_latency_max_ms=max(m.bargein_latency_ms) if m.bargein_latency_ms else None,
+        )

@@ -1,0 +1,207 @@
+"""The pacer process: the 20 ms playout clock for every call.
+
+Owns the absolute frame grid (``start + n * 20 ms``, never "sleep 20 ms after the last send"), the
+wake-ups (a poll on the cancel inbox until just before the tick, then a short spin), the doorbell to the
+gateway, and exporting lateness, tick time and the release counters. The release rules live in core.py.
+It waits on nothing but its clock and the cancel inbox; after start-up it runs with a frozen heap and
+allocates nothing per frame (ARCHITECTURE.md section 6).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+from voicecore import timing
+from voicecore.bus import messages
+from voicecore.bus.transport import ARENA_NAME_FILE, GATEWAY_INBOX, PACER_INBOX, Bus, DoorbellSender
+from voicecore.config import Config, load_config
+from voicecore.logs import setup_logging
+from voicecore.shm.arena import Arena, ArenaError
+from workers.pacer.core import PacerCore
+
+log = logging.getLogger("voicecore.pacer")
+
+POLL_MARGIN_NS = 2_000_000  # stop polling the inbox this long before a tick ...
+SPIN_NS = 150_000  # ... sleep until this long before it, then spin
+STATS_EVERY_NS = 1_000_000_000
+HISTOGRAM_BUCKET_NS = 10_000  # 10 us buckets ...
+HISTOGRAM_BUCKETS = 10_000  # ... up to 100 ms; later samples land in the last bucket
+
+
+class Histogram:
+    """Fixed buckets, preallocated: recording a sample allocates nothing."""
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(HISTOGRAM_BUCKETS, dtype=np.int64)
+        self.max_ns = 0
+
+    def add(self, value_ns: int) -> None:
+        bucket = value_ns // HISTOGRAM_BUCKET_NS
+        self.counts[bucket if bucket < HISTOGRAM_BUCKETS else HISTOGRAM_BUCKETS - 1] += 1
+        if value_ns > self.max_ns:
+            self.max_ns = value_ns
+
+    def quantile_ms(self, q: float) -> float:
+        total = int(self.counts.sum())
+        if total == 0:
+            return 0.0
+        bucket = int(np.searchsorted(np.cumsum(self.counts), q * total))
+        return (bucket + 1) * HISTOGRAM_BUCKET_NS / 1e6
+
+    def summary(self, prefix: str) -> dict[str, float]:
+        return {
+            f"{prefix}_p50_ms": self.quantile_ms(0.50),
+            f"{prefix}_p99_ms": self.quantile_ms(0.99),
+            f"{prefix}_p999_ms": self.quantile_ms(0.999),
+            f"{prefix}_max_ms": self.max_ns / 1e6,
+            f"{prefix}_count": float(self.counts.sum()),
+        }
+
+
+class Pacer:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.runtime_dir = Path(config.runtime_dir)
+        self.bus = Bus(self.runtime_dir)
+        self.inbox = self.bus.bind(zmq.PULL, PACER_INBOX)
+        self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
+        self.doorbell = DoorbellSender(self.runtime_dir)
+        self.arena: Arena | None = None
+        self.arena_name = ""
+        self.core: PacerCore | None = None
+        self.lateness = Histogram()
+        self.tick_time = Histogram()
+        self.ticks = 0
+        self.skipped_ticks = 0
+        self.cancel_wakeups = 0
+        self.stopping = False
+        self.heartbeat_seq = 0
+
+    def attach_arena(self) -> bool:
+        try:
+            name = (self.runtime_dir / ARENA_NAME_FILE).read_text().strip()
+        except FileNotFoundError:
+            return False
+        if name == self.arena_name and self.core is not None:
+            return True
+        if self.arena is not None:
+            self.core = None
+            self.arena.close()
+            self.arena = None
+        try:
+            self.arena = Arena.attach(name, directory=self.config.shm_dir)
+        except (ArenaError, FileNotFoundError) as exc:
+            log.warning("cannot attach arena %s: %s", name, exc)
+            return False
+        self.arena_name = name
+        self.core = PacerCore(self.arena, lead_ms=self.config.lead_ms, mark_every_frames=self.config.mark_every_frames,
+                              max_burst_frames=timing.MAX_CATCH_UP_FRAMES)
+        self.core.tick(time.monotonic_ns())  # compile-or-load before the clock starts
+        self.core.cancels(time.monotonic_ns())
+        log.info("attached arena %s", name)
+        return True
+
+    def on_cancel_doorbells(self) -> None:
+        drained = self.bus.receive_nowait(self.inbox)
+        if drained and self.core is not None:
+            self.cancel_wakeups += 1
+            if self.core.cancels(time.monotonic_ns()):
+                self.doorbell.ring()
+
+    def report(self) -> None:
+        self.heartbeat_seq += 1
+        pid = os.getpid()
+        self.bus.send(self.gateway, messages.Heartbeat("pacer", pid, self.heartbeat_seq, time.monotonic_ns()))
+        values: dict[str, float] = {
+            "ticks": float(self.ticks),
+            "skipped_ticks": float(self.skipped_ticks),
+            "cancel_wakeups": float(self.cancel_wakeups),
+            **self.lateness.summary("tick_lateness"),
+            **self.tick_time.summary("tick_duration"),
+        }
+        if self.core is not None:
+            values.update({k: float(v) for k, v in self.core.statistics().items()})
+        self.bus.send(self.gateway, messages.Stats("pacer", pid, values))
+
+    def run(self) -> None:
+        while not self.stopping and not self.attach_arena():
+            time.sleep(0.05)
+        gc.collect()
+        gc.freeze()  # everything built so far is permanent: the collector never walks it again
+        start_ns = time.monotonic_ns()
+        tick_index = 0
+        next_report_ns = start_ns
+        next_arena_check_ns = start_ns + STATS_EVERY_NS
+        inbox = self.inbox
+        while not self.stopping:
+            deadline = start_ns + tick_index * timing.FRAME_NS
+            now = time.monotonic_ns()
+            # Sleep in the cancel inbox until shortly before the tick, so a barge-in is acted on at once;
+            # poll timeouts are whole milliseconds and overshoot, so the last stretch is a nanosleep and
+            # the final SPIN_NS a spin (ARCHITECTURE.md section 11).
+            while (timeout_ms := (deadline - now - POLL_MARGIN_NS) // 1_000_000) > 0:
+                if inbox.poll(timeout_ms, zmq.POLLIN):
+                    self.on_cancel_doorbells()
+                now = time.monotonic_ns()
+                if self.stopping:
+                    return
+            if deadline - now > SPIN_NS:
+                time.sleep((deadline - now - SPIN_NS) / 1e9)
+                if inbox.poll(0, zmq.POLLIN):
+                    self.on_cancel_doorbells()
+            while now < deadline:
+                now = time.monotonic_ns()
+            self.lateness.add(now - deadline)
+            if self.core is not None and self.core.tick(now):
+                self.doorbell.ring()
+            done = time.monotonic_ns()
+            self.tick_time.add(done - now)
+            self.ticks += 1
+            tick_index += 1
+            behind = (done - start_ns) // timing.FRAME_NS - tick_index
+            if behind > 0:
+                # We missed whole ticks (a stall): resume on the grid; the core refills the lead with a
+                # bounded burst, so skipping the missed ticks loses no audio.
+                self.skipped_ticks += behind
+                tick_index += behind
+            if done >= next_report_ns:
+                next_report_ns = done + timing.HEARTBEAT_MS * 1_000_000
+                self.report()
+            if done >= next_arena_check_ns:
+                next_arena_check_ns = done + STATS_EVERY_NS
+                self.attach_arena()
+
+    def close(self) -> None:
+        self.bus.close()
+        self.doorbell.close()
+        (self.runtime_dir / PACER_INBOX).unlink(missing_ok=True)
+        if self.arena is not None:
+            self.arena.close()
+
+
+def main() -> None:
+    config = load_config(os.environ)
+    setup_logging("pacer", config.log_level)
+    pacer = Pacer(config)
+
+    def stop(signum, frame):  # noqa: ARG001
+        pacer.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        pacer.run()
+    finally:
+        pacer.close()
+
+
+if __name__ == "__main__":
+    main()
