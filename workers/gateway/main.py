@@ -29,6 +29,7 @@ import numpy as np
 import zmq
 from websockets.frames import Opcode
 from websockets.http11 import Request as WsRequest
+from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 from voicecore import timing
@@ -403,7 +404,7 @@ class StreamConnection:
         elif isinstance(event, tw.Stop):
             log.info("call %s: stop from carrier", self.call_sid)
             self._end("stop")
-            self.ws.send_close(1000, "stream stopped")
+            self._close(1000, "stream stopped")
         elif isinstance(event, tw.ProtocolViolation):
             self._violation(event)
 
@@ -423,7 +424,7 @@ class StreamConnection:
         if slot is None:
             gw.counters["calls_rejected"] += 1
             log.warning("call %s: no free call slot (max_calls=%d)", self.call_sid, gw.config.max_calls, extra={"problem": "capacity"})
-            self.ws.send_close(1013, "at capacity")
+            self._close(1013, "at capacity")
             return
         self.slot = slot
         log.info("call %s: stream started in slot %d", self.call_sid, slot)
@@ -449,11 +450,16 @@ class StreamConnection:
         self.gateway.counters["violations"] += 1
         log.warning("call %s: %s (closing %d)", self.call_sid, violation.reason, violation.close_code, extra={"problem": "protocol"})
         self._end("violation")
-        if self.ws.state.name == "OPEN":
-            self.ws.send_close(violation.close_code, violation.reason[:120])
+        self._close(violation.close_code, violation.reason[:120])
+
+    def _close(self, code: int, reason: str) -> None:
+        # The peer may have started closing first (a `stop` followed by its close frame): then the
+        # closing handshake is already under way and there is nothing left to send.
+        if self.ws.state is State.OPEN:
+            self.ws.send_close(code, reason)
 
     def _start_deadline(self) -> None:
-        if self.slot is None and self.ws.state.name in ("OPEN", "CONNECTING"):
+        if self.slot is None and self.ws.state in (State.OPEN, State.CONNECTING):
             self._violation(self.twilio.deadline_violation())
             self._flush()
 
@@ -461,7 +467,7 @@ class StreamConnection:
     def drain_wire(self) -> None:
         gw = self.gateway
         slot = self.slot
-        if slot is None or self.ws.state.name != "OPEN":
+        if slot is None or self.ws.state is not State.OPEN:
             return
         arena = gw.arena
         while batch := rings.wire_drain(arena.ctrl, arena.wire_len, arena.wire_data, slot):
@@ -552,9 +558,8 @@ async def run(config: Config) -> None:
         log.info("gateway stopping: closing %d calls", len(gateway.calls))
         for conn in list(gateway.calls.values()):
             conn._end("shutdown")
-            if conn.ws.state.name == "OPEN":
-                conn.ws.send_close(1001, "server shutting down")
-                conn._flush()
+            conn._close(1001, "server shutting down")
+            conn._flush()
     finally:
         if server is not None:
             server.close()

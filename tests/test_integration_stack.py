@@ -1,0 +1,198 @@
+"""The spine end to end: real supervisord, gateway, pacer and model worker processes, real sockets on
+127.0.0.1, real shared memory; the carrier and model simulators drive and measure the calls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import start_stack
+from voicecore.callreport import summarize
+from voicecore.demo import demo_script
+from voicecore.sim import carrier
+from voicecore.sim.carrier import CallScript, place_call
+from voicecore.twilio.signature import compute_signature
+
+pytestmark = pytest.mark.integration
+
+CALL_SECONDS = 14
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def report_for(sim, results, seconds=CALL_SECONDS):
+    return summarize(results, sim, seconds=seconds, cpu_seconds=0.0, wall_seconds=seconds)
+
+
+def test_call_with_bargein_has_no_stale_frames_and_an_exact_truncate(running_stack):
+    """INV-STALE and the truncate point: greeting, a question, a barge-in in the middle of the answer."""
+    config = running_stack.config
+
+    async def call():
+        async with running_stack.model_sim() as sim:
+            return sim, await place_call(config.base_url, config.twilio_auth_token, demo_script(CALL_SECONDS))
+
+    sim, result = run(call())
+    report = report_for(sim, [result])
+    assert result.closed_by == "carrier", running_stack.log_tail()
+    assert report["stale_frames"] == 0
+    assert report["bargeins"] == 1
+    assert report["truncate_error_ms"]["count"] == 1
+    assert report["truncate_error_ms"]["max"] <= 20, report
+    (session,) = sim.by_call(result.call_sid)
+    (truncate,) = session.record.truncates
+    assert truncate.ok and truncate.audio_end_ms > 0
+    cancelled = [r for r in session.record.responses if r.status == "cancelled"]
+    assert len(cancelled) == 1 and cancelled[0].late_bytes > 0  # late deltas arrived ... and were dropped
+    assert report["problems"] == []
+
+
+def test_two_concurrent_calls_stay_isolated_when_one_sends_garbage(running_stack):
+    """A protocol violation closes that call with its code; the other call hears only its own audio."""
+    config = running_stack.config
+
+    async def both():
+        async with running_stack.model_sim() as sim:
+            good = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, demo_script(CALL_SECONDS)))
+            bad = asyncio.create_task(_call_that_sends_garbage(config))
+            return sim, await good, await bad
+
+    sim, good, bad_close = run(both())
+    assert bad_close == 1007
+    report = report_for(sim, [good])
+    assert good.closed_by == "carrier"
+    assert report["stale_frames"] == 0 and report["problems"] == []
+    # Every frame the good call heard belongs to its own model session, none to another call's.
+    own = {f for s in sim.by_call(good.call_sid) for r in s.record.responses for f in r.frames()}
+    foreign = {f for s in sim.registry.values() if s.record.call_sid != good.call_sid for r in s.record.responses for f in r.frames()}
+    played = [p for _, p, _ in good.core.played_log() if p is not None and p != b"\xff" * 160]
+    assert not any(p in foreign for p in played)
+    # The only frames not found verbatim are each response's last one, padded with silence at the end.
+    assert played and sum(p in own for p in played) >= len(played) - 3
+
+
+async def _call_that_sends_garbage(config) -> int | None:
+    """Opens a real stream, then sends a non-JSON text frame two seconds in; returns the close code."""
+    from websockets.asyncio.client import connect
+
+    sid = "CA" + os.urandom(16).hex()
+    form = {"CallSid": sid, "AccountSid": "AC" + os.urandom(16).hex(), "From": "+15005550006", "To": "+15005550001"}
+    url = config.base_url + "/twilio/voice"
+    status, body = await carrier.http_request("POST", url, form, [("X-Twilio-Signature", compute_signature(config.twilio_auth_token, url, form))])
+    assert status == 200
+    target = carrier.parse_twiml(body)
+    async with connect(target.url.replace("wss://", "ws://"), compression=None) as ws:
+        await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
+        stream_sid = "MZ" + os.urandom(16).hex()
+        await ws.send(json.dumps({"event": "start", "sequenceNumber": "1", "streamSid": stream_sid, "start": {
+            "accountSid": form["AccountSid"], "streamSid": stream_sid, "callSid": sid, "tracks": ["inbound"],
+            "customParameters": target.parameters, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}))
+        await asyncio.sleep(2)
+        await ws.send("{not json")
+        try:
+            async for _ in ws:
+                pass
+        except Exception:
+            pass
+        return ws.close_code
+
+
+def test_bad_signature_and_reused_token_are_refused(running_stack):
+    config = running_stack.config
+
+    async def attempt():
+        sid = "CA" + os.urandom(16).hex()
+        form = {"CallSid": sid, "AccountSid": "AC" + os.urandom(16).hex(), "From": "+1", "To": "+2"}
+        url = config.base_url + "/twilio/voice"
+        status_bad, _ = await carrier.http_request("POST", url, form, [("X-Twilio-Signature", "AAAA")])
+        status, body = await carrier.http_request("POST", url, form, [("X-Twilio-Signature", compute_signature(config.twilio_auth_token, url, form))])
+        target = carrier.parse_twiml(body)
+        codes = []
+        from websockets.asyncio.client import connect
+
+        for _ in range(2):  # the same token twice: the second start is refused
+            async with connect(target.url.replace("wss://", "ws://"), compression=None) as ws:
+                stream_sid = "MZ" + os.urandom(16).hex()
+                await ws.send(json.dumps({"event": "start", "sequenceNumber": "1", "streamSid": stream_sid, "start": {
+                    "accountSid": form["AccountSid"], "streamSid": stream_sid, "callSid": sid, "tracks": ["inbound"],
+                    "customParameters": target.parameters, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}))
+                await ws.send(json.dumps({"event": "stop", "sequenceNumber": "2", "streamSid": stream_sid, "stop": {"accountSid": form["AccountSid"], "callSid": sid}}))
+                try:
+                    async for _ in ws:
+                        pass
+                except Exception:
+                    pass
+                codes.append(ws.close_code)
+        return status_bad, status, codes
+
+    status_bad, status, codes = run(attempt())
+    assert status_bad == 403
+    assert status == 200
+    assert codes == [1000, 1008]
+
+
+def test_health_and_metrics_endpoints(running_stack):
+    with urllib.request.urlopen(f"http://{running_stack.config.listen}/healthz", timeout=5) as response:
+        health = json.load(response)
+    assert health["workers_alive"] == {"pacer": True, "model": True}
+    with urllib.request.urlopen(f"http://{running_stack.config.listen}/metrics", timeout=5) as response:
+        metrics = json.load(response)
+    assert metrics["workers"]["pacer"]["ticks"] > 0
+
+
+def test_model_worker_killed_mid_call_is_restarted_and_the_call_goes_on():
+    running = start_stack()
+    try:
+        config = running.config
+        killed = {}
+
+        async def call_and_kill():
+            async with running.model_sim() as sim:
+                call = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, demo_script(CALL_SECONDS)))
+                await asyncio.sleep(3)
+                pid = running.stack.program_pids()["model"]
+                os.kill(pid, signal.SIGKILL)
+                killed["pid"] = pid
+                result = await call
+                killed["after"] = running.stack.program_pids().get("model")
+                return sim, result
+
+        sim, result = run(call_and_kill())
+        assert result.closed_by == "carrier", running.log_tail()
+        assert killed["after"] and killed["after"] != killed["pid"]
+        sessions = sim.by_call(result.call_sid)
+        assert len(sessions) == 2  # the restarted worker reopened this call's model session
+        # After the restart the caller's question was still answered: audio reached the caller.
+        restarted_at = sessions[1].record.connected_ms
+        assert any(frame.arrival_ms > restarted_at + 1000 for frame in result.core.frames)
+    finally:
+        running.stop()
+
+
+def test_shutdown_leaves_nothing_in_dev_shm_or_the_runtime_dir():
+    before = set(Path("/dev/shm").glob("voicecore-*"))
+    running = start_stack()
+    arena_name = (Path(running.config.runtime_dir) / "arena.name").read_text().strip()
+    arena_path = Path("/dev/shm") / arena_name
+    assert arena_path.exists()
+    assert (arena_path.stat().st_mode & 0o777) == 0o600
+    assert (Path(running.config.runtime_dir).stat().st_mode & 0o777) == 0o700
+    config = running.config
+
+    async def short_call():
+        async with running.model_sim():
+            return await place_call(config.base_url, config.twilio_auth_token, CallScript(duration_ms=2000))
+
+    assert run(short_call()).closed_by == "carrier"
+    running.stop()
+    assert not arena_path.exists()
+    assert set(Path("/dev/shm").glob("voicecore-*")) <= before
+    assert not Path(config.runtime_dir).exists()

@@ -1,0 +1,492 @@
+"""Client side of the OpenAI Realtime WebSocket protocol, sans-I/O: parse server events, build client events.
+
+Owns the wire vocabulary of PROTOCOLS.md section C: the beta and GA names of every server event we act
+on (C.1), their required fields (C.3), and the JSON of the client events we send (C.2). Server events
+become frozen dataclasses with one canonical name whatever the naming; client events are built as
+compact JSON strings. Must not know sockets, clocks, calls, tags or frames: the model worker's shell
+feeds text in and writes text out.
+
+Bad peer input never raises out of `parse_server_event`: it becomes `MalformedEvent(reason)`. Unknown
+keys are ignored (real GA traffic carries an undocumented `obfuscation` string, C.3). Our own misuse of
+a builder (an unknown naming) raises ValueError.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Union
+from urllib.parse import quote
+
+Naming = Literal["ga", "beta"]
+
+# --------------------------------------------------------------------------------------------------
+# Server events (canonical names; see C.1 for the beta/GA spellings each one covers)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCreated:
+    session: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUpdated:
+    session: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    audio_start_ms: int  # ms into all audio appended this session, prefix padding included (C.3)
+    item_id: str  # the user item that will be created
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStopped:
+    audio_end_ms: int
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class InputCommitted:
+    item_id: str
+    previous_item_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemAdded:
+    """conversation.item.created (beta), conversation.item.added and conversation.item.done (GA)."""
+
+    item_id: str
+    role: str | None  # None for function_call items
+    item_type: str  # "message" | "function_call" | "function_call_output" | ...
+    stage: str  # "created" | "added" | "done": which of the three events this was
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseCreated:
+    response_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutputItemAdded:
+    response_id: str
+    item_id: str
+    role: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AudioDelta:
+    response_id: str
+    item_id: str
+    audio: bytes  # base64-decoded (strictly), in the session's output format
+
+
+@dataclass(frozen=True, slots=True)
+class AudioDone:
+    response_id: str
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptDelta:
+    response_id: str
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptDone:
+    response_id: str
+    item_id: str
+    transcript: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseDone:
+    response_id: str
+    status: str  # completed | cancelled | incomplete | failed
+    reason: str | None  # turn_detected | client_cancelled | max_output_tokens | content_filter
+    error_code: str | None = None  # status_details.error.code when status is failed
+
+
+@dataclass(frozen=True, slots=True)
+class ItemTruncated:
+    item_id: str
+    audio_end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ItemDeleted:
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class InputTranscriptionCompleted:
+    item_id: str
+    transcript: str
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCallArgumentsDone:
+    response_id: str
+    item_id: str
+    call_id: str
+    name: str | None  # GA carries it; the beta type does not
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class RealtimeError:
+    type: str
+    code: str | None
+    message: str
+    event_id: str | None  # the client event id the error answers, when the client sent one
+    param: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Unhandled:
+    """A well-formed event this module does not model (content_part.*, rate_limits.updated, ...)."""
+
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedEvent:
+    reason: str
+
+
+ServerEvent = Union[
+    SessionCreated,
+    SessionUpdated,
+    SpeechStarted,
+    SpeechStopped,
+    InputCommitted,
+    ItemAdded,
+    ResponseCreated,
+    OutputItemAdded,
+    AudioDelta,
+    AudioDone,
+    TranscriptDelta,
+    TranscriptDone,
+    ResponseDone,
+    ItemTruncated,
+    ItemDeleted,
+    InputTranscriptionCompleted,
+    FunctionCallArgumentsDone,
+    RealtimeError,
+    Unhandled,
+    MalformedEvent,
+]
+
+
+class _Bad(Exception):
+    """Internal: a required field is missing or mistyped. Never leaves this module."""
+
+
+def _str(obj: dict[str, Any], key: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str):
+        raise _Bad(f"{key} missing or not a string")
+    return value
+
+
+def _opt_str(obj: dict[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _Bad(f"{key} not a string")
+    return value
+
+
+def _int(obj: dict[str, Any], key: str) -> int:
+    value = obj.get(key)
+    # bool is an int subclass; `true` is not a millisecond count
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Bad(f"{key} missing or not an integer")
+    return value
+
+
+def _obj(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    value = obj.get(key)
+    if not isinstance(value, dict):
+        raise _Bad(f"{key} missing or not an object")
+    return value
+
+
+def _audio(obj: dict[str, Any]) -> bytes:
+    text = _str(obj, "delta")
+    try:
+        # strict_mode: junk characters and bad padding are errors, not silently skipped (ARCH. 11)
+        return binascii.a2b_base64(text, strict_mode=True)
+    except (binascii.Error, ValueError) as exc:
+        raise _Bad(f"delta is not valid base64 ({exc})") from None
+
+
+def _item_event(stage: str) -> Callable[[dict[str, Any]], ServerEvent]:
+    def parse(event: dict[str, Any]) -> ServerEvent:
+        item = _obj(event, "item")
+        return ItemAdded(_str(item, "id"), _opt_str(item, "role"), _str(item, "type"), stage)
+
+    return parse
+
+
+def _output_item_added(event: dict[str, Any]) -> ServerEvent:
+    item = _obj(event, "item")
+    return OutputItemAdded(_str(event, "response_id"), _str(item, "id"), _opt_str(item, "role"))
+
+
+def _response_done(event: dict[str, Any]) -> ServerEvent:
+    response = _obj(event, "response")
+    details = response.get("status_details")
+    reason = error_code = None
+    if details is not None:
+        if not isinstance(details, dict):
+            raise _Bad("response.status_details not an object")
+        reason = _opt_str(details, "reason")
+        error = details.get("error")
+        if isinstance(error, dict):
+            error_code = _opt_str(error, "code")
+    return ResponseDone(_str(response, "id"), _str(response, "status"), reason, error_code)
+
+
+def _error(event: dict[str, Any]) -> ServerEvent:
+    error = _obj(event, "error")
+    return RealtimeError(
+        type=_str(error, "type"),
+        code=_opt_str(error, "code"),
+        message=_str(error, "message"),
+        event_id=_opt_str(error, "event_id"),
+        param=_opt_str(error, "param"),
+    )
+
+
+def _audio_delta(e: dict[str, Any]) -> ServerEvent:
+    return AudioDelta(_str(e, "response_id"), _str(e, "item_id"), _audio(e))
+
+
+def _audio_done(e: dict[str, Any]) -> ServerEvent:
+    return AudioDone(_str(e, "response_id"), _str(e, "item_id"))
+
+
+def _transcript_delta(e: dict[str, Any]) -> ServerEvent:
+    return TranscriptDelta(_str(e, "response_id"), _str(e, "item_id"), _str(e, "delta"))
+
+
+def _transcript_done(e: dict[str, Any]) -> ServerEvent:
+    return TranscriptDone(_str(e, "response_id"), _str(e, "item_id"), _str(e, "transcript"))
+
+
+# One row per server event type we model; beta and GA spellings point at the same parser (C.1).
+_PARSERS: dict[str, Callable[[dict[str, Any]], ServerEvent]] = {
+    "session.created": lambda e: SessionCreated(_obj(e, "session")),
+    "session.updated": lambda e: SessionUpdated(_obj(e, "session")),
+    "input_audio_buffer.speech_started": lambda e: SpeechStarted(_int(e, "audio_start_ms"), _str(e, "item_id")),
+    "input_audio_buffer.speech_stopped": lambda e: SpeechStopped(_int(e, "audio_end_ms"), _str(e, "item_id")),
+    "input_audio_buffer.committed": lambda e: InputCommitted(_str(e, "item_id"), _opt_str(e, "previous_item_id")),
+    "conversation.item.created": _item_event("created"),  # beta (GA union still lists it)
+    "conversation.item.added": _item_event("added"),  # GA
+    "conversation.item.done": _item_event("done"),  # GA
+    "response.created": lambda e: ResponseCreated(_str(_obj(e, "response"), "id")),
+    "response.output_item.added": _output_item_added,
+    "response.audio.delta": _audio_delta,  # beta
+    "response.output_audio.delta": _audio_delta,  # GA
+    "response.audio.done": _audio_done,
+    "response.output_audio.done": _audio_done,
+    "response.audio_transcript.delta": _transcript_delta,
+    "response.output_audio_transcript.delta": _transcript_delta,
+    "response.audio_transcript.done": _transcript_done,
+    "response.output_audio_transcript.done": _transcript_done,
+    "response.done": _response_done,
+    "conversation.item.truncated": lambda e: ItemTruncated(_str(e, "item_id"), _int(e, "audio_end_ms")),
+    "conversation.item.deleted": lambda e: ItemDeleted(_str(e, "item_id")),
+    "conversation.item.input_audio_transcription.completed": lambda e: InputTranscriptionCompleted(
+        _str(e, "item_id"), _str(e, "transcript")
+    ),
+    "response.function_call_arguments.done": lambda e: FunctionCallArgumentsDone(
+        _str(e, "response_id"), _str(e, "item_id"), _str(e, "call_id"), _opt_str(e, "name"), _str(e, "arguments")
+    ),
+    "error": _error,
+}
+
+SERVER_EVENT_TYPES: frozenset[str] = frozenset(_PARSERS)
+
+
+def parse_server_event(text: str | bytes) -> ServerEvent:
+    """One WebSocket message from the model, as a typed event. Never raises."""
+    try:
+        if isinstance(text, (bytes, bytearray, memoryview)):
+            text = bytes(text).decode("utf-8")
+        event = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return MalformedEvent(f"not JSON text: {type(exc).__name__}")
+    if not isinstance(event, dict):
+        return MalformedEvent("not a JSON object")
+    event_type = event.get("type")
+    if not isinstance(event_type, str):
+        return MalformedEvent("type missing or not a string")
+    parser = _PARSERS.get(event_type)
+    if parser is None:
+        return Unhandled(event_type)
+    try:
+        return parser(event)
+    except _Bad as exc:
+        return MalformedEvent(f"{event_type}: {exc}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Client events (C.2). Each builder returns compact JSON text ready for the socket.
+# --------------------------------------------------------------------------------------------------
+
+
+def _dump(event: dict[str, Any], event_id: str | None) -> str:
+    if event_id is not None:
+        event["event_id"] = event_id
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+
+
+def _check_naming(naming: str) -> None:
+    if naming not in ("ga", "beta"):
+        raise ValueError(f"naming must be 'ga' or 'beta', not {naming!r}")
+
+
+def session_update(
+    naming: Naming,
+    instructions: str,
+    voice: str | None,
+    turn_detection: dict[str, Any] | None,
+    transcription_model: str | None = None,
+    *,
+    event_id: str | None = None,
+) -> str:
+    """session.update for mu-law in and out, in the beta flat shape or the GA nested shape (C.1).
+
+    `turn_detection=None` is sent as null: no server VAD, the client commits (C.4). `voice=None` leaves
+    the voice as it is. `transcription_model=None` turns input transcription off.
+    """
+    _check_naming(naming)
+    transcription = None if transcription_model is None else {"model": transcription_model}
+    session: dict[str, Any]
+    if naming == "ga":
+        # audio/pcmu takes no `rate` key: the server rejects it as an unknown parameter (C.1)
+        output: dict[str, Any] = {"format": {"type": "audio/pcmu"}}
+        if voice is not None:
+            output["voice"] = voice
+        session = {
+            "type": "realtime",
+            "instructions": instructions,
+            "output_modalities": ["audio"],
+            "audio": {
+                "input": {
+                    "format": {"type": "audio/pcmu"},
+                    "turn_detection": turn_detection,
+                    "transcription": transcription,
+                },
+                "output": output,
+            },
+        }
+    else:
+        session = {
+            "instructions": instructions,
+            "modalities": ["text", "audio"],
+            "input_audio_format": "g711_ulaw",
+            "output_audio_format": "g711_ulaw",
+            "turn_detection": turn_detection,
+            "input_audio_transcription": transcription,
+        }
+        if voice is not None:
+            session["voice"] = voice
+    return _dump({"type": "session.update", "session": session}, event_id)
+
+
+def input_audio_append(audio: bytes, *, event_id: str | None = None) -> str:
+    """input_audio_buffer.append. Built by concatenation: base64 needs no JSON escaping (hot path)."""
+    b64 = binascii.b2a_base64(audio, newline=False).decode("ascii")
+    if event_id is None:
+        return '{"type":"input_audio_buffer.append","audio":"' + b64 + '"}'
+    return '{"type":"input_audio_buffer.append","audio":"' + b64 + '","event_id":' + json.dumps(event_id) + "}"
+
+
+def input_audio_commit(*, event_id: str | None = None) -> str:
+    return _dump({"type": "input_audio_buffer.commit"}, event_id)
+
+
+def input_audio_clear(*, event_id: str | None = None) -> str:
+    return _dump({"type": "input_audio_buffer.clear"}, event_id)
+
+
+def response_create(
+    instructions: str | None = None, metadata: dict[str, str] | None = None, *, event_id: str | None = None
+) -> str:
+    """response.create; the `response` object is sent only when it has something in it."""
+    event: dict[str, Any] = {"type": "response.create"}
+    response: dict[str, Any] = {}
+    if instructions is not None:
+        response["instructions"] = instructions
+    if metadata is not None:
+        response["metadata"] = metadata
+    if response:
+        event["response"] = response
+    return _dump(event, event_id)
+
+
+def response_cancel(response_id: str | None = None, *, event_id: str | None = None) -> str:
+    """response.cancel; without `response_id` the server cancels the active response (C.2)."""
+    event: dict[str, Any] = {"type": "response.cancel"}
+    if response_id is not None:
+        event["response_id"] = response_id
+    return _dump(event, event_id)
+
+
+def item_truncate(item_id: str, audio_end_ms: int, content_index: int = 0, *, event_id: str | None = None) -> str:
+    """conversation.item.truncate: `audio_end_ms` is audio actually played, capped at the item (C.5)."""
+    return _dump(
+        {
+            "type": "conversation.item.truncate",
+            "item_id": item_id,
+            "content_index": content_index,
+            "audio_end_ms": int(audio_end_ms),
+        },
+        event_id,
+    )
+
+
+def item_delete(item_id: str, *, event_id: str | None = None) -> str:
+    return _dump({"type": "conversation.item.delete", "item_id": item_id}, event_id)
+
+
+def conversation_item_create_user_text(text: str, *, event_id: str | None = None) -> str:
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    return _dump({"type": "conversation.item.create", "item": item}, event_id)
+
+
+# --------------------------------------------------------------------------------------------------
+# Connection (C.0)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RealtimeUrl:
+    """Where and how to open the realtime WebSocket. `base_url` points at the simulator in tests."""
+
+    model: str
+    naming: Naming = "ga"
+    base_url: str = "wss://api.openai.com/v1/realtime"
+
+    def url(self) -> str:
+        return f"{self.base_url}?model={quote(self.model, safe='')}"
+
+    def headers(self, api_key: str, call_sid: str | None = None) -> list[tuple[str, str]]:
+        """Authorization, plus `OpenAI-Beta: realtime=v1` for beta (GA sends session.type instead).
+
+        `call_sid` adds `X-Voicecore-Call`, which only the model simulator reads (spec: model-session
+        correlation); the vendor ignores it.
+        """
+        _check_naming(self.naming)
+        headers = [("Authorization", f"Bearer {api_key}")]
+        if self.naming == "beta":
+            headers.append(("OpenAI-Beta", "realtime=v1"))
+        if call_sid is not None:
+            headers.append(("X-Voicecore-Call", call_sid))
+        return headers
