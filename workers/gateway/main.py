@@ -60,6 +60,9 @@ MARK_PREFIX = b'{"event":"mark"'
 CLEAR_PREFIX = b'{"event":"clear"'
 MAX_HTTP_BODY_BYTES = 64 * 1024
 MAX_HTTP_HEADER_BYTES = 16 * 1024
+# A carrier socket that stops reading would buffer our audio without bound: past this, the call is
+# dropped rather than letting one stuck peer eat the gateway's memory (about 6 s of queued audio).
+MAX_WRITE_BUFFER_BYTES = 1024 * 1024
 
 
 def now_ms() -> int:
@@ -498,6 +501,11 @@ class StreamConnection:
                 self.transport.close()
                 return
         self.transport.write(b"".join(chunks))
+        if self.transport.get_write_buffer_size() > MAX_WRITE_BUFFER_BYTES:
+            log.warning("call %s: carrier is not reading (%d bytes queued); dropping the call", self.call_sid,
+                        self.transport.get_write_buffer_size(), extra={"problem": "slow peer"})
+            self._end("slow peer")
+            self.transport.abort()
 
     def _end(self, reason: str) -> None:
         if self.slot is not None:

@@ -1,0 +1,565 @@
+"""The pacer's release step, table-driven: lead, bursts, marks, clears, gate, underruns (INV-* in names).
+
+Each case is a list of steps run against a real (tmp-directory) arena and one PacerCore; after every tick
+or cancel pass the wire ring is drained and decoded (json + base64), and each frame's payload is checked
+byte for byte against what the model side pushed. Frames are written as "tag.index" in expectations.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+
+import numpy as np
+import pytest
+
+from voicecore.shm import control as C
+from voicecore.shm import rings as R
+from voicecore.shm.arena import Arena, ArenaLayout
+from voicecore.timing import FRAME_BYTES, FRAME_NS
+from workers.pacer import core as P
+
+MS = 1_000_000
+SID = "MZ" + "5" * 32
+CALL_SID = "CA" + "6" * 32
+
+
+def frame_payload(tag: int, index: int) -> bytes:
+    """A frame naming its (tag, index) in its first bytes, the rest a pattern of both: any mix-up shows."""
+    head = bytes([tag, index & 0xFF, index >> 8])
+    return head + bytes((tag * 37 + index * 11 + k * 3) % 256 for k in range(FRAME_BYTES - len(head)))
+
+
+class Call:
+    """One call slot: the model side (push, tags), the gateway side (drain) and the pacer around it."""
+
+    def __init__(self, tmp_path, *, slot=1, wire_slots=16, out_slots=64, lead_ms=80, mark_every=5, burst=10):
+        self.arena = Arena.create(
+            ArenaLayout(max_calls=3, in_slots=8, out_slots=out_slots, wire_slots=wire_slots),
+            directory=str(tmp_path),
+        )
+        self.slot = slot
+        self.arena.claim_slot(slot, SID, CALL_SID)
+        self.pacer = P.PacerCore(self.arena, lead_ms=lead_ms, mark_every_frames=mark_every, max_burst_frames=burst)
+        self.next_index: dict[int, int] = {}
+        self.log: list[list[str]] = []
+
+    def close(self):
+        self.arena.close()
+        self.arena.unlink()
+
+    @property
+    def ctrl(self):
+        return self.arena.ctrl
+
+    def word(self, index):
+        return int(self.arena.ctrl[self.slot, index])
+
+    # model side
+    def open(self, tag, gated=False):
+        R.tag_open(self.ctrl, self.slot, tag, gated)
+        self.next_index.setdefault(tag, 0)
+
+    def push(self, tag, n):
+        for _ in range(n):
+            i = self.next_index[tag]
+            assert R.outbound_push(self.ctrl, self.arena.out_meta, self.arena.out_payload, self.slot, tag, i, frame_payload(tag, i))
+            self.next_index[tag] = i + 1
+
+    def end(self, tag):
+        assert R.outbound_push_end(self.ctrl, self.arena.out_meta, self.slot, tag, self.next_index[tag])
+
+    def approve(self, tag, frames):
+        assert R.tag_approve(self.ctrl, self.slot, tag, frames)
+
+    def cancel(self, tag, at_ms):
+        R.tag_cancel(self.ctrl, self.slot, tag, at_ms * MS)
+
+    def done(self, tag):
+        R.tag_done(self.ctrl, self.slot, tag)
+
+    # pacer and gateway side
+    def tick(self, at_ms, drain=True):
+        self.pacer.tick(at_ms * MS)
+        return self.drain() if drain else None
+
+    def cancels(self, at_ms, drain=True):
+        self.pacer.cancels(at_ms * MS)
+        return self.drain() if drain else None
+
+    def drain(self):
+        events = [decode(raw) for raw in R.wire_drain(self.ctrl, self.arena.wire_len, self.arena.wire_data, self.slot, 1000)]
+        self.log.append(events)
+        return events
+
+
+def decode(raw: bytes) -> str:
+    msg = json.loads(raw.decode("utf-8"))
+    assert msg["streamSid"] == SID
+    if msg["event"] == "media":
+        assert set(msg) == {"event", "streamSid", "media"} and set(msg["media"]) == {"payload"}
+        payload = base64.b64decode(msg["media"]["payload"], validate=True)
+        assert len(payload) == FRAME_BYTES
+        tag, index = payload[0], payload[1] | payload[2] << 8
+        assert payload == frame_payload(tag, index), "payload bytes differ from the frame pushed"
+        return f"{tag}.{index}"
+    if msg["event"] == "mark":
+        assert set(msg) == {"event", "streamSid", "mark"}
+        return "mark " + msg["mark"]["name"]
+    assert msg == {"event": "clear", "streamSid": SID}
+    return "clear"
+
+
+def frames(tag, first, last):
+    return [f"{tag}.{i}" for i in range(first, last + 1)]
+
+
+@pytest.fixture
+def call(tmp_path):
+    c = Call(tmp_path)
+    yield c
+    c.close()
+
+
+# --- lead and bursts ------------------------------------------------------------------------------------
+
+
+def test_lead_burst_of_four_then_one_per_tick(call):
+    call.open(1)
+    call.push(1, 10)
+    assert call.tick(0) == frames(1, 0, 3)  # 80 ms lead from an empty carrier
+    assert call.word(C.CARRIER_EMPTY_AT_NS) == 80 * MS
+    assert call.tick(20) == ["1.4", "mark 1:5"]
+    assert call.tick(40) == ["1.5"]
+    assert call.tick(60) == ["1.6"]
+    assert call.tick(70) == ["1.7"]  # an off-grid wake tops the lead up too: 70 ms < 80 ms
+    assert call.tick(80) == []  # lead 80 ms: nothing due
+    assert call.word(C.FRAMES_RELEASED) == 8 and call.word(C.LAST_RELEASE_NS) == 70 * MS
+
+
+@pytest.mark.parametrize(
+    ("lead_ms", "first_tick"),
+    [(20, 1), (60, 3), (80, 4), (100, 5), (90, 5)],
+)
+def test_first_burst_fills_the_lead(tmp_path, lead_ms, first_tick):
+    c = Call(tmp_path, lead_ms=lead_ms)
+    try:
+        c.open(1)
+        c.push(1, 20)
+        assert len([e for e in c.tick(0) if not e.startswith("mark")]) == first_tick
+    finally:
+        c.close()
+
+
+def test_bounded_catch_up_after_a_stall(tmp_path):
+    c = Call(tmp_path, burst=3)
+    try:
+        c.open(1)
+        c.push(1, 30)
+        assert c.tick(0) == frames(1, 0, 2)  # burst bound, lead 60
+        assert c.tick(20) == ["1.3", "1.4", "mark 1:5"]  # lead 40 -> 80
+        assert c.tick(40) == ["1.5"]
+        assert c.word(C.CARRIER_EMPTY_AT_NS) == 120 * MS
+        # The pacer stalls until 300 ms: the carrier ran dry at 120. It refills at most 3 per tick
+        # from "now", it does not try to send the 9 frames it "missed".
+        assert c.tick(300) == frames(1, 6, 8)
+        assert c.word(C.CARRIER_EMPTY_AT_NS) == 360 * MS
+        assert c.tick(320) == ["1.9", "mark 1:10", "1.10"]  # lead 40 -> 80
+        assert c.word(C.CARRIER_EMPTY_AT_NS) == 400 * MS
+        assert c.tick(340) == ["1.11"]
+        assert c.word(C.UNDERRUNS) == 0  # frames were there: a pacer stall is lateness, not an underrun
+    finally:
+        c.close()
+
+
+# --- marks ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mark_every", "n_frames", "marks"),
+    [
+        (5, 12, ["mark 1:5", "mark 1:10", "mark 1:12:end"]),
+        (4, 8, ["mark 1:4", "mark 1:8", "mark 1:8:end"]),
+        (0, 7, ["mark 1:7:end"]),
+        (1, 3, ["mark 1:1", "mark 1:2", "mark 1:3", "mark 1:3:end"]),
+    ],
+)
+def test_marks_every_n_frames_and_at_the_end(tmp_path, mark_every, n_frames, marks):
+    c = Call(tmp_path, mark_every=mark_every, lead_ms=1000, burst=100, wire_slots=64)
+    try:
+        c.open(1)
+        c.push(1, n_frames)
+        c.end(1)
+        out = c.tick(0)
+        assert [e for e in out if e.startswith("mark")] == marks
+        # each mark sits right after the frame it counts
+        sent = 0
+        for e in out:
+            if e.startswith("mark"):
+                assert int(e.split()[1].split(":")[1]) == sent
+            else:
+                sent += 1
+        assert sent == n_frames
+        assert c.word(C.SENT_CLOSED) == C.SENT_ENDED
+    finally:
+        c.close()
+
+
+def test_end_mark_waits_for_its_frames_and_follows_the_last_one(call):
+    call.open(1)
+    call.push(1, 6)
+    call.end(1)
+    assert call.tick(0) == frames(1, 0, 3)
+    assert call.tick(20) == ["1.4", "mark 1:5"]
+    assert call.tick(40) == ["1.5", "mark 1:6:end"]  # the END needs no lead: it is not audio
+
+
+def test_a_new_response_restarts_the_mark_count(call):
+    call.open(1)
+    call.push(1, 2)
+    call.end(1)
+    call.open(2)
+    call.push(2, 6)
+    assert call.tick(0) == ["1.0", "1.1", "mark 1:2:end", "2.0", "2.1"]
+    assert call.tick(20) == ["2.2"]
+    assert call.tick(40) == ["2.3"]
+    assert call.tick(60) == ["2.4", "mark 2:5"]
+    assert call.word(C.SENT_TAG) == 2 and call.word(C.SENT_FRAMES) == 5
+
+
+def test_end_of_a_response_with_no_frames_sent_is_silent(call):
+    call.open(1)
+    call.end(1)
+    assert call.tick(0) == []
+    assert call.word(C.OUT_TAIL) == 1
+
+
+def test_exact_json_text_of_media_mark_and_clear(call):
+    call.open(3)
+    call.push(3, 5)
+    call.pacer.tick(0)
+    call.cancel(3, 1)
+    call.pacer.cancels(1 * MS)
+    raw = R.wire_drain(call.ctrl, call.arena.wire_len, call.arena.wire_data, call.slot, 100)
+    b64 = base64.b64encode(frame_payload(3, 0)).decode()
+    assert raw[0] == ('{"event":"media","streamSid":"%s","media":{"payload":"%s"}}' % (SID, b64)).encode()
+    assert raw[-1] == ('{"event":"clear","streamSid":"%s"}' % SID).encode()
+    call.open(4)
+    call.push(4, 5)
+    call.pacer.tick(100 * MS)
+    call.pacer.tick(120 * MS)
+    raw = R.wire_drain(call.ctrl, call.arena.wire_len, call.arena.wire_data, call.slot, 100)
+    assert raw[-1] == ('{"event":"mark","streamSid":"%s","mark":{"name":"4:5"}}' % SID).encode()
+    call.end(4)
+    call.pacer.tick(140 * MS)
+    raw = R.wire_drain(call.ctrl, call.arena.wire_len, call.arena.wire_data, call.slot, 100)
+    assert raw == [('{"event":"mark","streamSid":"%s","mark":{"name":"4:5:end"}}' % SID).encode()]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 159, 160, 161])
+def test_base64_encoder_matches_binascii(n):
+    src = np.arange(n, dtype=np.uint8) * np.uint8(97) + np.uint8(13)
+    dst = np.zeros(4 * ((n + 2) // 3) + 8, dtype=np.uint8)
+    end = P.b64encode_into(src, dst, 3)
+    assert dst[3:end].tobytes() == binascii.b2a_base64(src.tobytes(), newline=False)
+
+
+# --- cancel and clear (INV-STALE) -----------------------------------------------------------------------
+
+
+def test_clear_goes_behind_frames_already_queued(call):
+    call.open(1)
+    call.push(1, 10)
+    call.tick(0, drain=False)  # four frames wait in the wire ring, the gateway has not sent them
+    call.cancel(1, 10)
+    assert call.cancels(10) == frames(1, 0, 3) + ["clear"]
+    assert call.word(C.CLEAR_QUEUED_NS) == 10 * MS
+    assert call.word(C.CARRIER_EMPTY_AT_NS) == 10 * MS
+    assert call.word(C.SENT_CLOSED) == C.SENT_CLEARED
+    assert call.word(C.CANCEL_SEEN_SEQ) == call.word(C.CANCEL_SEQ) == 1
+    assert call.tick(20) == []  # INV-STALE: the rest is skipped, never sent
+    assert call.word(C.FRAMES_SKIPPED) == 6 and call.word(C.OUT_TAIL) == 10
+    call.push(1, 3)  # late deltas of the cancelled response
+    call.end(1)
+    assert call.tick(40) == []
+    assert call.word(C.FRAMES_SKIPPED) == 9
+
+
+def test_cancel_without_a_cancel_pass_is_handled_by_the_next_tick(call):
+    call.open(1)
+    call.push(1, 10)
+    assert call.tick(0) == frames(1, 0, 3)
+    call.cancel(1, 5)
+    call.open(2)
+    call.push(2, 2)
+    # the clear comes first, then the new response from an empty carrier (full lead burst)
+    assert call.tick(20) == ["clear", "2.0", "2.1"]
+    assert call.word(C.SENT_TAG) == 2 and call.word(C.SENT_CLOSED) == C.SENT_OPEN
+
+
+def test_cancel_pass_releases_nothing(call):
+    call.open(1)
+    call.push(1, 10)
+    assert call.cancels(0) == []
+    assert call.word(C.OUT_TAIL) == 0
+    assert call.pacer.statistics()["cancel_passes"] == 1
+
+
+def test_cancel_of_a_response_not_yet_on_the_wire_sends_no_clear(call):
+    call.open(1)
+    call.push(1, 2)
+    call.end(1)
+    call.open(2)
+    call.push(2, 4)
+    call.cancel(2, 0)
+    assert call.tick(0) == ["1.0", "1.1", "mark 1:2:end"]
+    assert call.word(C.FRAMES_SKIPPED) == 4
+
+
+def test_two_cancels_between_looks_still_clear_the_one_playing(call):
+    # CANCEL_TAG only holds the newest cancel (2); the tag on the wire is 1 and must be cleared.
+    call.open(1)
+    call.push(1, 8)
+    assert call.tick(0) == frames(1, 0, 3)
+    call.open(2)
+    call.cancel(1, 5)
+    call.cancel(2, 6)
+    assert call.word(C.CANCEL_TAG) == 2
+    assert call.cancels(7) == ["clear"]
+
+
+def test_cancel_after_the_end_mark_still_clears_buffered_audio(call):
+    call.open(1)
+    call.push(1, 3)
+    call.end(1)
+    assert call.tick(0) == ["1.0", "1.1", "1.2", "mark 1:3:end"]
+    call.cancel(1, 10)  # barge-in while the tail is still playing
+    assert call.cancels(10) == ["clear"]
+    call.cancel(1, 11)  # a second cancel of the same tag: one clear is enough
+    assert call.cancels(11) == []
+
+
+def test_cancel_decided_before_the_pacer_first_saw_the_call_is_not_cleared(tmp_path):
+    c = Call(tmp_path)
+    try:
+        c.open(1)
+        c.push(1, 3)
+        c.cancel(1, 0)
+        assert c.tick(0) == []
+        assert c.word(C.FRAMES_SKIPPED) == 3
+    finally:
+        c.close()
+
+
+def test_a_row_reused_by_a_newer_tag_makes_the_old_frames_dead(call):
+    call.open(1)
+    call.push(1, 3)
+    call.open(1 + C.TAG_TABLE_SIZE)  # same row
+    call.push(1 + C.TAG_TABLE_SIZE, 1)
+    assert call.tick(0) == [f"{1 + C.TAG_TABLE_SIZE}.0"]
+    assert call.word(C.FRAMES_SKIPPED) == 3
+
+
+# --- gate (INV-GATE) -----------------------------------------------------------------------------------
+
+
+def test_gate_holds_then_releases_up_to_the_watermark(call):
+    call.open(1, gated=True)
+    call.push(1, 10)
+    assert call.tick(0) == []
+    assert call.word(C.GATE_HELD) == 1
+    assert call.tick(20) == []
+    assert call.word(C.GATE_HELD) == 2
+    call.approve(1, 2)
+    assert call.tick(40) == ["1.0", "1.1"]
+    assert call.word(C.GATE_HELD) == 3  # frame 2 was due and held
+    call.approve(1, 1)  # the watermark never goes down
+    call.approve(1, 10)
+    assert call.tick(60) == ["1.2", "1.3", "1.4", "mark 1:5"]  # lead 20 -> 80
+    assert call.word(C.GATE_HELD) == 3
+    assert call.word(C.UNDERRUNS) == 0  # waiting for the gate is not the model falling behind
+
+
+def test_gate_hold_is_not_counted_when_nothing_is_due(call):
+    call.open(1, gated=True)
+    call.approve(1, 4)
+    call.push(1, 8)
+    assert call.tick(0) == frames(1, 0, 3)
+    assert call.word(C.GATE_HELD) == 0  # the lead is full: the gate held nothing back this tick
+    assert call.tick(20) == []
+    assert call.word(C.GATE_HELD) == 1
+
+
+def test_frames_behind_a_held_frame_wait_even_if_their_tag_is_open(call):
+    call.open(1, gated=True)
+    call.push(1, 2)
+    call.end(1)
+    call.open(2)  # not gated
+    call.push(2, 3)
+    assert call.tick(0) == []  # INV-ORDER: response 2 never overtakes response 1
+    call.approve(1, 2)
+    assert call.tick(20) == ["1.0", "1.1", "mark 1:2:end", "2.0", "2.1"]
+
+
+def test_cancelling_a_held_response_lets_the_next_one_through(call):
+    call.open(1, gated=True)
+    call.push(1, 5)
+    call.open(2)
+    call.push(2, 2)
+    assert call.tick(0) == []
+    call.cancel(1, 10)  # the validator rejected it: none of its audio ever plays
+    assert call.tick(20) == ["2.0", "2.1"]
+    assert call.word(C.FRAMES_SKIPPED) == 5
+
+
+# --- underruns ------------------------------------------------------------------------------------------
+
+
+def test_underrun_counted_once_per_dry_spell(call):
+    call.open(1)
+    call.push(1, 4)
+    assert call.tick(0) == frames(1, 0, 3)
+    for t in (20, 40, 60):
+        assert call.tick(t) == []
+        assert call.word(C.UNDERRUNS) == 0  # still playing what it has
+    assert call.tick(80) == []
+    assert call.word(C.UNDERRUNS) == 1 and call.word(C.UNDERRUN_OPEN) == 1
+    for t in (100, 120):
+        call.tick(t)
+    assert call.word(C.UNDERRUNS) == 1
+    call.push(1, 1)
+    assert call.tick(140) == ["1.4", "mark 1:5"]
+    assert call.word(C.UNDERRUN_OPEN) == 0
+    assert call.tick(160) == []
+    assert call.word(C.UNDERRUNS) == 2
+    assert call.pacer.statistics()["underruns"] == 2
+
+
+@pytest.mark.parametrize("how", ["end", "cancel"])
+def test_no_underrun_after_a_response_ended_or_was_cancelled(call, how):
+    call.open(1)
+    call.push(1, 2)
+    if how == "end":
+        call.done(1)
+        call.end(1)
+    assert call.tick(0)[:2] == ["1.0", "1.1"]
+    if how == "cancel":
+        call.cancel(1, 10)
+    for t in range(20, 200, 20):
+        call.tick(t)
+    assert call.word(C.UNDERRUNS) == 0
+
+
+def test_done_response_still_plays_its_frames(call):
+    call.open(1)
+    call.push(1, 6)
+    call.done(1)
+    assert call.tick(0) == frames(1, 0, 3)
+    assert call.tick(20) == ["1.4", "mark 1:5"]
+
+
+# --- wire ring full -------------------------------------------------------------------------------------
+
+
+def test_wire_full_stops_and_resumes_in_order(tmp_path):
+    c = Call(tmp_path, wire_slots=4, lead_ms=1000, burst=50, mark_every=5)
+    try:
+        c.open(1)
+        c.push(1, 12)
+        c.tick(0, drain=False)
+        assert c.word(C.WIRE_HEAD) == 4 and c.word(C.WIRE_FULL) == 1
+        # frame 4 needs two entries (frame and mark 1:5): it waits rather than split them
+        out = c.drain()
+        assert out == frames(1, 0, 3)
+        assert c.tick(20) == ["1.4", "mark 1:5", "1.5", "1.6"]
+        assert c.tick(40) == ["1.7", "1.8", "1.9", "mark 1:10"]
+        assert c.word(C.FRAMES_RELEASED) == 10
+    finally:
+        c.close()
+
+
+def test_a_clear_owed_while_the_wire_is_full_blocks_the_call_until_queued(tmp_path):
+    c = Call(tmp_path, wire_slots=4, lead_ms=1000, burst=4, mark_every=0)
+    try:
+        c.open(1)
+        c.push(1, 8)
+        c.tick(0, drain=False)  # wire ring now full with 1.0-1.3
+        c.cancel(1, 5)
+        c.open(2)
+        c.push(2, 2)
+        c.cancels(5, drain=False)
+        assert c.word(C.CANCEL_SEEN_SEQ) == 0 and c.word(C.WIRE_FULL) == 1
+        c.tick(20, drain=False)  # still owed: nothing of response 2 may go before the clear
+        assert c.word(C.WIRE_HEAD) == 4
+        assert c.drain() == frames(1, 0, 3)
+        assert c.tick(40) == ["clear", "2.0", "2.1"]
+    finally:
+        c.close()
+
+
+# --- slots, generations, restarts -----------------------------------------------------------------------
+
+
+def test_free_and_ending_slots_are_not_served(call):
+    call.open(1)
+    call.push(1, 4)
+    call.arena.set_slot_state(call.slot, C.SLOT_ENDING)
+    assert call.tick(0) == []
+    assert call.word(C.OUT_TAIL) == 0
+    assert call.pacer.statistics()["calls_served"] == 0
+    call.arena.set_slot_state(call.slot, C.SLOT_ACTIVE)
+    assert call.tick(20) == frames(1, 0, 3)
+
+
+def test_a_new_call_in_the_slot_resets_the_pacer_view(call):
+    call.open(1)
+    call.push(1, 7)
+    call.tick(0)
+    call.tick(20)
+    call.arena.set_slot_state(call.slot, C.SLOT_FREE)
+    call.arena.claim_slot(call.slot, "MZnewcall", CALL_SID)
+    assert call.word(C.SENT_TAG) == 0 and call.word(C.OUT_TAIL) == 0  # gateway zeroed the row
+    R.tag_open(call.ctrl, call.slot, 1, False)
+    assert R.outbound_push(call.ctrl, call.arena.out_meta, call.arena.out_payload, call.slot, 1, 0, frame_payload(1, 0))
+    call.pacer.tick(1000 * MS)
+    raw = R.wire_drain(call.ctrl, call.arena.wire_len, call.arena.wire_data, call.slot)
+    assert [json.loads(r)["streamSid"] for r in raw] == ["MZnewcall"]
+    assert call.word(C.PACER_GENERATION) == call.word(C.GENERATION) == 2
+    assert call.word(C.CARRIER_EMPTY_AT_NS) == 1000 * MS + FRAME_NS
+
+
+def test_a_restarted_pacer_resumes_from_shared_memory(call):
+    call.open(1)
+    call.push(1, 10)
+    assert call.tick(0) == frames(1, 0, 3)
+    call.pacer = P.PacerCore(call.arena)  # new process: empty scratch, same words
+    assert call.tick(20) == ["1.4", "mark 1:5"]
+
+
+def test_calls_are_independent_and_the_return_value_counts_calls_with_news(call):
+    arena = call.arena
+    arena.claim_slot(0, "MZzero", "CAzero")
+    R.tag_open(arena.ctrl, 0, 9, False)
+    for i in range(2):
+        R.outbound_push(arena.ctrl, arena.out_meta, arena.out_payload, 0, 9, i, frame_payload(9, i))
+    call.open(1)
+    assert call.pacer.tick(0) == 1
+    assert R.wire_pending(arena.ctrl, 1) == 0 and R.wire_pending(arena.ctrl, 0) == 2
+    call.push(1, 1)
+    assert call.pacer.tick(20 * MS) == 1
+    slots = np.zeros(3, dtype=np.int64)
+    assert R.wire_ready_slots(arena.ctrl, slots) == 2 and list(slots[:2]) == [0, 1]
+    stats = call.pacer.statistics()
+    assert stats["ticks"] == 2 and stats["calls_served"] == 4 and stats["frames_released"] == 3
+
+
+def test_bad_arguments_are_refused(call):
+    with pytest.raises(ValueError):
+        P.PacerCore(call.arena, lead_ms=0)
+    prefix, prefix_len = P.new_pacer_scratch(1)  # smaller than max_calls
+    with pytest.raises(ValueError):
+        P.pace_tick(
+            call.ctrl, call.arena.sids, call.arena.out_meta, call.arena.out_payload, call.arena.wire_len,
+            call.arena.wire_data, prefix, prefix_len, 0, 80 * MS, 5, 10, P.new_stats(),
+        )
