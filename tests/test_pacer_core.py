@@ -34,14 +34,17 @@ def frame_payload(tag: int, index: int) -> bytes:
 class Call:
     """One call slot: the model side (push, tags), the gateway side (drain) and the pacer around it."""
 
-    def __init__(self, tmp_path, *, slot=1, wire_slots=16, out_slots=64, lead_ms=80, mark_every=5, burst=10):
+    def __init__(self, tmp_path, *, slot=1, wire_slots=16, out_slots=64, lead_ms=80, mark_every=5, burst=10, start_hold_ms=0):
         self.arena = Arena.create(
             ArenaLayout(max_calls=3, in_slots=8, out_slots=out_slots, wire_slots=wire_slots),
             directory=str(tmp_path),
         )
         self.slot = slot
         self.arena.claim_slot(slot, SID, CALL_SID)
-        self.pacer = P.PacerCore(self.arena, lead_ms=lead_ms, mark_every_frames=mark_every, max_burst_frames=burst)
+        # The prefill hold is off unless a test is about it (see test_dry_carrier_*): the other cases
+        # pin release rules that the hold only delays.
+        self.pacer = P.PacerCore(self.arena, lead_ms=lead_ms, mark_every_frames=mark_every, max_burst_frames=burst,
+                                 start_hold_ms=start_hold_ms)
         self.next_index: dict[int, int] = {}
         self.log: list[list[str]] = []
 
@@ -120,6 +123,60 @@ def call(tmp_path):
     c = Call(tmp_path)
     yield c
     c.close()
+
+
+# --- prefill hold when the carrier is dry ----------------------------------------------------------------
+
+
+@pytest.fixture
+def holding_call(tmp_path):
+    c = Call(tmp_path, start_hold_ms=60)
+    yield c
+    c.close()
+
+
+def test_dry_carrier_waits_for_a_lead_of_frames_then_bursts(holding_call):
+    c = holding_call
+    c.open(1)
+    c.push(1, 1)
+    assert c.tick(0) == []  # one frame alone would leave a gap at the next tick
+    c.push(1, 2)
+    assert c.tick(20) == []
+    c.push(1, 5)
+    assert c.tick(40) == frames(1, 0, 3)  # a lead's worth is ready: burst it
+    assert c.tick(60) == frames(1, 4, 4) + ["mark 1:5"]
+    assert c.word(C.START_HOLDS) == 1
+
+
+def test_dry_carrier_releases_after_the_hold_timeout(holding_call):
+    c = holding_call
+    c.open(1)
+    c.push(1, 2)
+    assert c.tick(0) == []
+    assert c.tick(40) == []
+    assert c.tick(60) == frames(1, 0, 1)  # waited 60 ms: what there is goes out
+
+
+def test_short_response_is_not_held(holding_call):
+    c = holding_call
+    c.open(1)
+    c.push(1, 2)
+    c.end(1)
+    assert c.tick(0) == frames(1, 0, 1) + ["mark 1:2:end"]
+
+
+def test_model_falling_behind_mid_response_rebuffers(holding_call):
+    c = holding_call
+    c.open(1)
+    c.push(1, 4)
+    assert c.tick(0) == frames(1, 0, 3)
+    assert c.tick(20) == []  # dry at 80 ms: counted as an underrun once the carrier runs out
+    assert c.tick(100) == []
+    assert c.word(C.UNDERRUNS) == 1
+    c.push(1, 1)
+    assert c.tick(120) == []  # refill before resuming: one frame would just gap again
+    c.push(1, 3)
+    assert c.tick(140) == ["1.4", "mark 1:5"] + frames(1, 5, 7)
 
 
 # --- lead and bursts ------------------------------------------------------------------------------------
@@ -561,5 +618,5 @@ def test_bad_arguments_are_refused(call):
     with pytest.raises(ValueError):
         P.pace_tick(
             call.ctrl, call.arena.sids, call.arena.out_meta, call.arena.out_payload, call.arena.wire_len,
-            call.arena.wire_data, prefix, prefix_len, 0, 80 * MS, 5, 10, P.new_stats(),
+            call.arena.wire_data, prefix, prefix_len, 0, 80 * MS, 5, 10, 0, P.new_stats(),
         )

@@ -120,7 +120,10 @@ class RingsMachine(RuleBasedStateMachine):
         self.lead_ns = lead_ms * MS
         self.mark_every = mark_every
         self.burst = burst
-        self.pacer = P.PacerCore(self.arena, lead_ms=lead_ms, mark_every_frames=mark_every, max_burst_frames=burst)
+        # start_hold_ms=0: the prefill hold only delays release (test_pacer_core covers it); the model
+        # here checks release timing exactly.
+        self.pacer = P.PacerCore(self.arena, lead_ms=lead_ms, mark_every_frames=mark_every, max_burst_frames=burst,
+                                 start_hold_ms=0)
         for slot in range(LAYOUT.max_calls):
             generation = self.arena.claim_slot(slot, sid_for(slot, 1), "CA" + "1" * 32)
             self.models.append(SlotModel(sid=sid_for(slot, generation)))

@@ -41,6 +41,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shm_dir", str, "/dev/shm", "directory of the shared-memory arena file"),
     Setting("lead_ms", int, 80, "audio the pacer keeps queued ahead in the carrier's buffer"),
     Setting("mark_every_frames", int, 5, "a mark after this many 20 ms frames (played-position resolution)"),
+    Setting("start_hold_ms", int, 60, "when the carrier's buffer is dry, wait up to this long for a lead's worth of audio before releasing"),
     Setting("sim_port", int, 9100, "port of the built-in realtime model simulator"),
     Setting("log_level", str, "info", "debug, info, warning or error"),
 )
@@ -63,6 +64,7 @@ class Config:
     shm_dir: str
     lead_ms: int
     mark_every_frames: int
+    start_hold_ms: int
     sim_port: int
     log_level: str
 
@@ -122,6 +124,8 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"lead_ms: expected 20..1000, got {values['lead_ms']}")
     if not 1 <= int(values["mark_every_frames"]) <= 50:  # type: ignore[arg-type]
         raise ConfigError(f"mark_every_frames: expected 1..50, got {values['mark_every_frames']}")
+    if not 0 <= int(values["start_hold_ms"]) <= 1000:  # type: ignore[arg-type]
+        raise ConfigError(f"start_hold_ms: expected 0..1000, got {values['start_hold_ms']}")
     if values["log_level"] not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log_level: expected debug, info, warning or error, got {values['log_level']!r}")
 

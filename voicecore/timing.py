@@ -9,6 +9,10 @@ FRAME_B64_CHARS = 216
 
 DEFAULT_LEAD_MS = 80  # send-ahead kept in the carrier's buffer (ARCHITECTURE.md section 6)
 DEFAULT_MARK_EVERY_FRAMES = 5  # a mark after every 100 ms of audio gives the played position
+# When the carrier's buffer is dry (a response starts, or the model fell behind), wait until a lead's
+# worth of frames is ready, or this long, before releasing: the model's first delta is often a frame or
+# two, and releasing it alone puts a gap into the caller's audio one tick later.
+DEFAULT_START_HOLD_MS = 60
 MAX_CATCH_UP_FRAMES = 10  # bounded burst after a stall: never more than 200 ms at once
 
 HEARTBEAT_MS = 150

@@ -46,11 +46,13 @@ CLEAR_QUEUED_NS = 44  # CLOCK_MONOTONIC when the newest `clear` went into the wi
 LAST_RELEASE_NS = 45
 SENT_CLOSED = 46  # SENT_OPEN / SENT_ENDED (its ":end" mark is queued) / SENT_CLEARED (cut by a `clear`)
 UNDERRUN_OPEN = 47  # 1 while the carrier is dry inside a live response and that underrun is counted
+HOLD_SINCE_NS = 48  # 1 + when the pacer started holding a dry carrier's next frame to prefill (0: not holding)
+START_HOLDS = 49  # prefills that waited for audio (counted once each)
 
 # --- tag table, written by the model worker ---------------------------------------------------
 # TAG_TABLE_SIZE rows of TAG_ROW_WORDS words at TAG_TABLE_BASE; row = tag % TAG_TABLE_SIZE. A row whose
 # TAG word differs from a slot's tag means that tag is long gone: treat it as dead.
-TAG_TABLE_BASE = 48
+TAG_TABLE_BASE = 64
 TAG_TABLE_SIZE = 16
 TAG_ROW_WORDS = 4
 TAG_ROW_TAG = 0
@@ -58,7 +60,7 @@ TAG_ROW_STATE = 1  # TAG_LIVE / TAG_CANCELLED / TAG_DONE
 TAG_ROW_APPROVED_FRAMES = 2  # frames with index < this may be released (INV-GATE)
 TAG_ROW_GATED = 3  # 1 when the validator's verdict bounds release; 0 = approve-all
 
-CONTROL_WORDS = TAG_TABLE_BASE + TAG_TABLE_SIZE * TAG_ROW_WORDS  # 112
+CONTROL_WORDS = TAG_TABLE_BASE + TAG_TABLE_SIZE * TAG_ROW_WORDS  # 128
 
 SLOT_FREE = 0
 SLOT_ACTIVE = 1

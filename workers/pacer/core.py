@@ -60,6 +60,7 @@ from voicecore.shm.control import (
     FRAMES_RELEASED,
     FRAMES_SKIPPED,
     GATE_HELD,
+    HOLD_SINCE_NS,
     GENERATION,
     LAST_RELEASE_NS,
     OUT_HEAD,
@@ -72,6 +73,7 @@ from voicecore.shm.control import (
     SENT_OPEN,
     SENT_TAG,
     SLOT_ACTIVE,
+    START_HOLDS,
     STATE,
     TAG_CANCELLED,
     TAG_DONE,
@@ -92,6 +94,7 @@ from voicecore.shm.rings import atomic_load_acquire, atomic_store_release, kerne
 from voicecore.timing import (
     DEFAULT_LEAD_MS,
     DEFAULT_MARK_EVERY_FRAMES,
+    DEFAULT_START_HOLD_MS,
     FRAME_BYTES,
     FRAME_NS,
     MAX_CATCH_UP_FRAMES,
@@ -155,6 +158,23 @@ def new_stats() -> np.ndarray:
 
 
 # --- byte writers: straight into wire_data[s, w, off...], no views, no allocation ------------------------
+
+
+@kernel
+def _prefill_ready(ctrl, out_meta, s, out_tail, out_head, tag, want_frames):
+    """True when want_frames frames of ``tag`` (or its END marker) are in the ring from out_tail."""
+    n_out = out_meta.shape[1]
+    have = 0
+    t = out_tail
+    while t < out_head and have < want_frames:
+        o = t & (n_out - 1)
+        if out_meta[s, o, 0] != tag:
+            return True  # another tag follows: this one has no more frames to wait for
+        if out_meta[s, o, 1] < 0:
+            return True  # END: a short response plays whole
+        have += 1
+        t += 1
+    return have >= want_frames
 
 
 @kernel(inline="always")
@@ -383,6 +403,7 @@ def _release(
     lead_ns,
     mark_every_frames,
     max_burst_frames,
+    start_hold_ns,
     stats_out,
 ):
     n_out = out_meta.shape[1]
@@ -430,6 +451,22 @@ def _release(
             continue
         if released >= max_burst_frames or empty_at_ns - now_ns >= lead_ns:
             break
+        if released == 0 and empty_at_ns <= now_ns and start_hold_ns > 0:
+            # The carrier is dry: prefill. Release only when a lead's worth of this tag's frames (or
+            # its end) is ready, or the first of them has waited start_hold_ns; one frame alone would
+            # leave the caller a gap at the next tick.
+            if not _prefill_ready(ctrl, out_meta, s, out_tail, out_head, tag, lead_ns // FRAME_NS):
+                # Stored plus one so that 0 can mean "not holding" even for a clock that starts at 0.
+                hold_since_plus_1 = ctrl[s, HOLD_SINCE_NS]
+                if hold_since_plus_1 == 0:
+                    ctrl[s, HOLD_SINCE_NS] = now_ns + 1
+                    ctrl[s, START_HOLDS] += 1
+                    held = True
+                    break
+                if now_ns + 1 - hold_since_plus_1 < start_hold_ns:
+                    held = True
+                    break
+        ctrl[s, HOLD_SINCE_NS] = 0
         if frame_index >= _row_approved(ctrl, s, tag):
             # INV-GATE: nothing past the watermark, and nothing behind it either (INV-ORDER).
             ctrl[s, GATE_HELD] += 1
@@ -522,6 +559,7 @@ def pace_tick(
     lead_ns,
     mark_every_frames,
     max_burst_frames,
+    start_hold_ns,
     stats_out,
 ):
     """One 20 ms tick for every call slot. Returns the number of calls with new wire entries.
@@ -530,6 +568,7 @@ def pace_tick(
     media_prefix_len: the pacer's private scratch (new_pacer_scratch). now_ns: the tick's time on the
     shell's monotonic clock. lead_ns: send-ahead to keep in the carrier's buffer. mark_every_frames:
     mark cadence (0: only ":end" marks). max_burst_frames: frames per call per tick at most.
+    start_hold_ns: longest prefill wait when the carrier is dry (0: release at once).
     stats_out: int64[STATS_WORDS], accumulated (STAT_*).
     """
     _check_arrays(ctrl, sids, wire_len, wire_data, media_prefix, media_prefix_len, stats_out)
@@ -555,6 +594,7 @@ def pace_tick(
                 lead_ns,
                 mark_every_frames,
                 max_burst_frames,
+                start_hold_ns,
                 stats_out,
             )
         if ctrl[s, WIRE_HEAD] != wire_head_before:
@@ -593,7 +633,8 @@ class PacerCore:
     ``tick`` once on start-up, before the first real tick.
     """
 
-    __slots__ = ("_arrays", "media_prefix", "media_prefix_len", "stats", "lead_ns", "mark_every_frames", "max_burst_frames")
+    __slots__ = ("_arrays", "media_prefix", "media_prefix_len", "stats", "lead_ns", "mark_every_frames", "max_burst_frames",
+                 "start_hold_ns")
 
     def __init__(
         self,
@@ -602,15 +643,17 @@ class PacerCore:
         lead_ms: int = DEFAULT_LEAD_MS,
         mark_every_frames: int = DEFAULT_MARK_EVERY_FRAMES,
         max_burst_frames: int = MAX_CATCH_UP_FRAMES,
+        start_hold_ms: int = DEFAULT_START_HOLD_MS,
     ):
-        if lead_ms < 1 or mark_every_frames < 0 or max_burst_frames < 1:
-            raise ValueError("lead_ms and max_burst_frames must be >= 1, mark_every_frames >= 0")
+        if lead_ms < 1 or mark_every_frames < 0 or max_burst_frames < 1 or start_hold_ms < 0:
+            raise ValueError("lead_ms and max_burst_frames must be >= 1, mark_every_frames and start_hold_ms >= 0")
         self._arrays = (arena.ctrl, arena.sids, arena.out_meta, arena.out_payload, arena.wire_len, arena.wire_data)
         self.media_prefix, self.media_prefix_len = new_pacer_scratch(arena.ctrl.shape[0])
         self.stats = new_stats()
         self.lead_ns = lead_ms * 1_000_000
         self.mark_every_frames = mark_every_frames
         self.max_burst_frames = max_burst_frames
+        self.start_hold_ns = start_hold_ms * 1_000_000
 
     def tick(self, now_ns: int) -> int:
         ctrl, sids, out_meta, out_payload, wire_len, wire_data = self._arrays
@@ -627,6 +670,7 @@ class PacerCore:
             self.lead_ns,
             self.mark_every_frames,
             self.max_burst_frames,
+            self.start_hold_ns,
             self.stats,
         )
 

@@ -103,7 +103,7 @@ class Pacer:
             return False
         self.arena_name = name
         self.core = PacerCore(self.arena, lead_ms=self.config.lead_ms, mark_every_frames=self.config.mark_every_frames,
-                              max_burst_frames=timing.MAX_CATCH_UP_FRAMES)
+                              max_burst_frames=timing.MAX_CATCH_UP_FRAMES, start_hold_ms=self.config.start_hold_ms)
         self.core.tick(time.monotonic_ns())  # compile-or-load before the clock starts
         self.core.cancels(time.monotonic_ns())
         log.info("attached arena %s", name)
