@@ -4,7 +4,9 @@ Owns the response -> tag map, cutting model audio into 160-byte frames (remainde
 never padded inside a response), dropping deltas of dead tags, and the barge-in mechanism (cancel the tag,
 `response.cancel`, truncate at the played position or delete at 0 ms: PROTOCOLS.md C.5). Knows nothing
 of sockets, shared memory or the clock: the shell feeds events, a playout snapshot and ``now_ns``, and
-applies the returned actions. Turn-taking policy (semantic barge-in, debounce) will wrap this core.
+applies the returned actions. Turn-taking policy (semantic barge-in, debounce, scheduling) lives in
+controller.py, which wraps this core: it builds it with ``auto_barge_in=False`` and decides when to call
+``barge_in``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ class SendToModel:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class OpenTag:
+    """Start response ``tag``. ``gated``: release waits for the approval watermark (rings.tag_open gated=1)."""
+
     tag: int
+    gated: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -112,8 +117,17 @@ class ModelCallCore:
     """One call's model session, from the worker's side."""
 
     def __init__(self, call_sid: str, naming: str = "ga", first_tag: int = 1, greet: bool = True,
-                 instructions: str = "You are a helpful phone agent. Keep answers short.") -> None:
+                 instructions: str = "You are a helpful phone agent. Keep answers short.",
+                 auto_barge_in: bool = True, gate_release: bool = False,
+                 turn_detection: dict | None = None, transcription_model: str | None = None) -> None:
         self.call_sid = call_sid
+        # auto_barge_in: barge in on every speech_started while audible (the spine's behaviour). The
+        # controller turns it off and calls barge_in itself once the caller's speech has words.
+        self.auto_barge_in = auto_barge_in
+        self.gate_release = gate_release
+        self.turn_detection = turn_detection if turn_detection is not None else {
+            "type": "server_vad", "create_response": True, "interrupt_response": True}
+        self.transcription_model = transcription_model
         self.naming = naming
         self.next_tag = first_tag
         self.greet = greet
@@ -129,8 +143,8 @@ class ModelCallCore:
                 naming=self.naming,
                 instructions=self.instructions,
                 voice="alloy",
-                turn_detection={"type": "server_vad", "create_response": True, "interrupt_response": True},
-                transcription_model=None,
+                turn_detection=self.turn_detection,
+                transcription_model=self.transcription_model,
             ))
         ]
         if self.greet:
@@ -151,7 +165,7 @@ class ModelCallCore:
         if isinstance(event, rt.ResponseDone):
             return self._on_done(event.response_id)
         if isinstance(event, rt.SpeechStarted):
-            return self.barge_in(now_ns, playout)
+            return self.barge_in(now_ns, playout) if self.auto_barge_in else []
         if isinstance(event, rt.RealtimeError):
             if event.code in HARMLESS_ERROR_CODES or "already shorter than" in (event.message or ""):
                 self.stats.harmless_errors += 1
@@ -170,7 +184,7 @@ class ModelCallCore:
         self.current = response
         self.stats.responses += 1
         self._forget_old()
-        return [OpenTag(tag)]
+        return [OpenTag(tag, self.gate_release)]
 
     def _on_audio(self, delta: rt.AudioDelta) -> list[Action]:
         response = self.responses.get(delta.response_id)

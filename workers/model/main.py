@@ -24,13 +24,14 @@ import zmq
 
 from voicecore import timing
 from voicecore.bus import messages
-from voicecore.bus.transport import ARENA_NAME_FILE, EVENTS, GATEWAY_INBOX, PACER_INBOX, Bus
+from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, PACER_INBOX, Bus
 from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
 from voicecore.realtime import events as rt
 from voicecore.shm import control as C
 from voicecore.shm import rings
-from voicecore.shm.arena import Arena, ArenaError
+from voicecore.shm.arena import Arena
+from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
 from workers.model import core
 
@@ -184,7 +185,7 @@ class ModelWorker:
         self.config = config
         self.runtime_dir = Path(config.runtime_dir)
         self.arena: Arena | None = None
-        self.arena_name = ""
+        self.follower = ArenaFollower(self.runtime_dir, config.shm_dir)
         self.bus = Bus(self.runtime_dir)
         self.events = self.bus.connect(zmq.SUB, EVENTS)
         self.pacer = self.bus.connect(zmq.PUSH, PACER_INBOX)
@@ -196,27 +197,15 @@ class ModelWorker:
 
     def attach_arena(self) -> bool:
         """(Re)attach when the gateway (re)created its arena; False while there is none."""
-        try:
-            name = (self.runtime_dir / ARENA_NAME_FILE).read_text().strip()
-        except FileNotFoundError:
-            return False
-        if name == self.arena_name and self.arena is not None:
-            return True
-        for session in self.calls.values():
-            if session.task:
-                session.task.cancel()
-        self.calls.clear()
-        if self.arena is not None:
-            self.arena.close()
-        try:
-            self.arena = Arena.attach(name, directory=self.config.shm_dir)
-        except (ArenaError, FileNotFoundError) as exc:
-            log.warning("cannot attach arena %s: %s", name, exc)
-            self.arena = None
-            return False
-        self.arena_name = name
-        log.info("attached arena %s", name)
-        return True
+        arena, changed = self.follower.poll()
+        if changed:
+            # Sessions of the old arena's calls are gone with it (a gateway restart drops its calls).
+            for session in self.calls.values():
+                if session.task:
+                    session.task.cancel()
+            self.calls.clear()
+        self.arena = arena
+        return arena is not None
 
     def reconcile(self) -> None:
         """Start a session for every active slot we do not serve; drop sessions whose call ended."""
@@ -272,8 +261,7 @@ class ModelWorker:
             if session.task:
                 session.task.cancel()
         self.bus.close()
-        if self.arena is not None:
-            self.arena.close()
+        self.follower.close()
 
 
 async def amain(config: Config) -> None:

@@ -21,10 +21,12 @@ import zmq
 
 from voicecore import timing
 from voicecore.bus import messages
-from voicecore.bus.transport import ARENA_NAME_FILE, GATEWAY_INBOX, PACER_INBOX, Bus, DoorbellSender
+from voicecore.bus.transport import GATEWAY_INBOX, PACER_INBOX, Bus, DoorbellSender
 from voicecore.config import Config, load_config
 from voicecore.logs import setup_logging
-from voicecore.shm.arena import Arena, ArenaError
+from voicecore.shm import control as C
+from voicecore.shm.arena import Arena
+from voicecore.shm.follow import ArenaFollower
 from workers.pacer.core import PacerCore
 
 log = logging.getLogger("voicecore.pacer")
@@ -75,7 +77,7 @@ class Pacer:
         self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
         self.doorbell = DoorbellSender(self.runtime_dir)
         self.arena: Arena | None = None
-        self.arena_name = ""
+        self.follower = ArenaFollower(self.runtime_dir, config.shm_dir)
         self.core: PacerCore | None = None
         self.lateness = Histogram()
         self.tick_time = Histogram()
@@ -86,28 +88,16 @@ class Pacer:
         self.heartbeat_seq = 0
 
     def attach_arena(self) -> bool:
-        try:
-            name = (self.runtime_dir / ARENA_NAME_FILE).read_text().strip()
-        except FileNotFoundError:
-            return False
-        if name == self.arena_name and self.core is not None:
-            return True
-        if self.arena is not None:
+        arena, changed = self.follower.poll()
+        if changed:
             self.core = None
-            self.arena.close()
-            self.arena = None
-        try:
-            self.arena = Arena.attach(name, directory=self.config.shm_dir)
-        except (ArenaError, FileNotFoundError) as exc:
-            log.warning("cannot attach arena %s: %s", name, exc)
-            return False
-        self.arena_name = name
-        self.core = PacerCore(self.arena, lead_ms=self.config.lead_ms, mark_every_frames=self.config.mark_every_frames,
-                              max_burst_frames=timing.MAX_CATCH_UP_FRAMES, start_hold_ms=self.config.start_hold_ms)
-        self.core.tick(time.monotonic_ns())  # compile-or-load before the clock starts
-        self.core.cancels(time.monotonic_ns())
-        log.info("attached arena %s", name)
-        return True
+        self.arena = arena
+        if arena is not None and self.core is None:
+            self.core = PacerCore(arena, lead_ms=self.config.lead_ms, mark_every_frames=self.config.mark_every_frames,
+                                  max_burst_frames=timing.MAX_CATCH_UP_FRAMES, start_hold_ms=self.config.start_hold_ms)
+            self.core.tick(time.monotonic_ns())  # compile-or-load before the clock starts
+            self.core.cancels(time.monotonic_ns())
+        return self.core is not None
 
     def on_cancel_doorbells(self) -> None:
         drained = self.bus.receive_nowait(self.inbox)
@@ -115,6 +105,21 @@ class Pacer:
             self.cancel_wakeups += 1
             if self.core.cancels(time.monotonic_ns()):
                 self.doorbell.ring()
+
+    def lead_statistics(self) -> dict[str, float]:
+        """Audio queued in each talking call's carrier buffer right now, as the pacer models it."""
+        ctrl = self.arena.ctrl
+        now = time.monotonic_ns()
+        active = ctrl[:, C.STATE] == C.SLOT_ACTIVE
+        lead_ms = (ctrl[active, C.CARRIER_EMPTY_AT_NS] - now) / 1e6
+        talking = lead_ms[lead_ms > 0]
+        return {
+            "calls_active": float(active.sum()),
+            "calls_talking": float(talking.size),
+            "lead_min_ms": float(talking.min()) if talking.size else 0.0,
+            "lead_p50_ms": float(np.median(talking)) if talking.size else 0.0,
+            "underruns_total": float(ctrl[:, C.UNDERRUNS].sum()),
+        }
 
     def report(self) -> None:
         self.heartbeat_seq += 1
@@ -129,6 +134,8 @@ class Pacer:
         }
         if self.core is not None:
             values.update({k: float(v) for k, v in self.core.statistics().items()})
+        if self.arena is not None:
+            values.update(self.lead_statistics())
         self.bus.send(self.gateway, messages.Stats("pacer", pid, values))
 
     def run(self) -> None:
@@ -183,8 +190,7 @@ class Pacer:
         self.bus.close()
         self.doorbell.close()
         (self.runtime_dir / PACER_INBOX).unlink(missing_ok=True)
-        if self.arena is not None:
-            self.arena.close()
+        self.follower.close()
 
 
 def main() -> None:

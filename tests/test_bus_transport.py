@@ -1,0 +1,75 @@
+"""Control-bus sockets: private runtime dir, exclusive binds, messages across real ipc sockets."""
+
+import os
+import socket
+import time
+
+import pytest
+import zmq
+
+from voicecore.bus import messages
+from voicecore.bus.transport import Bus, BusError, DoorbellSender, bind_doorbell, claim_socket_path, ensure_runtime_dir
+
+
+def test_runtime_dir_is_created_private(tmp_path):
+    directory = ensure_runtime_dir(tmp_path / "run")
+    assert (directory.stat().st_mode & 0o777) == 0o700
+
+
+def test_runtime_dir_open_to_others_is_refused(tmp_path):
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o755)
+    with pytest.raises(BusError, match="accessible by others"):
+        ensure_runtime_dir(open_dir)
+
+
+def test_second_bind_to_a_live_path_is_refused_and_a_stale_one_is_replaced(tmp_path):
+    first = Bus(tmp_path)
+    first.bind(zmq.PULL, "x.sock")
+    second = Bus(tmp_path)
+    try:
+        with pytest.raises(BusError, match="live process"):
+            second.bind(zmq.PULL, "x.sock")
+    finally:
+        second.close()
+    # A crashed owner leaves its socket file behind: the next bind takes the path over.
+    stale = tmp_path / "stale.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(stale))
+    sock.close()
+    claim_socket_path(stale)
+    assert not stale.exists()
+    first.close()
+
+
+def test_messages_travel_and_garbage_is_counted_not_raised(tmp_path):
+    server, client = Bus(tmp_path), Bus(tmp_path)
+    inbox = server.bind(zmq.PULL, "inbox.sock")
+    outbox = client.connect(zmq.PUSH, "inbox.sock")
+    try:
+        client.send(outbox, messages.CancelTag(1, 2, 3, 4))
+        outbox.send(b"\x93garbage")
+        received = []
+        deadline = time.monotonic() + 5
+        while len(received) < 1 and time.monotonic() < deadline:
+            if inbox.poll(100):
+                received += server.receive_nowait(inbox)
+        time.sleep(0.05)
+        received += server.receive_nowait(inbox)
+        assert received == [messages.CancelTag(1, 2, 3, 4)]
+        assert server.rejected == 1
+    finally:
+        client.close()
+        server.close()
+
+
+def test_doorbell_rings_and_tolerates_a_missing_gateway(tmp_path):
+    sender = DoorbellSender(tmp_path)
+    sender.ring()  # nobody bound yet: counted, not raised
+    assert sender.failures == 1
+    receiver = bind_doorbell(tmp_path)
+    sender.ring()
+    assert receiver.recv(8) == b"!"
+    receiver.close()
+    sender.close()

@@ -1,0 +1,142 @@
+"""The minimal scripted call flow: greeting -> question -> answer -> goodbye.
+
+Owns *what* the agent says next, never *when*: the controller (controller.py) asks the flow for a step
+at each point where the agent could speak (call start, a scripted prompt played out, a caller turn, a
+tool call, a DTMF digit, a prompt that keeps failing) and schedules the answer under its own rules (one
+voice at a time, debounce, watchdog). Knows nothing of tags, frames, the clock or the model socket.
+
+A real flow engine replaces this class by implementing the same five methods (the ``Flow`` protocol);
+every step is a frozen dataclass, so a flow is testable as a table of inputs -> steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Protocol
+
+
+# --- steps the flow returns ------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class Say:
+    """A scripted prompt: the model is asked to say ``text`` (response.create with instructions).
+
+    ``terminal``: the call ends after it played completely (hang up, or transfer to ``transfer_to``).
+    """
+
+    prompt_id: str
+    text: str
+    terminal: bool = False
+    transfer_to: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Answer:
+    """Let the model answer the caller's turn from the conversation (response.create, no instructions)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing to say now; the caller has the floor."""
+
+
+Step = Say | Answer | Wait
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """What a tool call did: ``output`` goes back to the model as the function_call_output.
+
+    ``speak``: the state changed so the agent should speak again (after the post-tool debounce).
+    ``then``: a step that replaces the model's follow-up (end_call -> goodbye, transfer -> goodbye+transfer).
+    """
+
+    output: str
+    speak: bool = True
+    then: Step | None = None
+
+
+class Flow(Protocol):
+    def start(self) -> Step: ...
+
+    def after_played(self, prompt_id: str) -> Step: ...
+
+    def on_user_turn(self, text: str) -> Step: ...
+
+    def on_tool_call(self, name: str, arguments: str) -> ToolOutcome: ...
+
+    def on_dtmf(self, digit: str) -> Step: ...
+
+    # Canned lines the controller's own policies use (check-ins, watchdog fallback, apology, goodbye).
+    def line(self, kind: str) -> Say: ...
+
+
+LINES = {
+    "greeting": "Hello, thanks for calling. This is the virtual assistant.",
+    "question": "How can I help you today?",
+    "goodbye": "Thank you for calling. Goodbye!",
+    "transfer": "Let me connect you with a colleague. One moment please.",
+    "checkin": "Are you still there?",
+    "fallback": "Sorry, could you say that again?",
+    "apology": "I'm sorry, I'm having trouble right now.",
+}
+
+
+class ScriptedFlow:
+    """greeting -> question -> (caller turns answered by the model) -> goodbye.
+
+    Tools: ``lookup_caller`` (returns a canned record; the agent then speaks after the debounce),
+    ``end_call`` (goodbye, then hang up), ``transfer_call`` (goodbye, then transfer). DTMF: ``0``
+    transfers to the operator, ``#`` says goodbye, any other digit is a caller turn.
+    """
+
+    def __init__(self, operator: str = "+15550100", max_turns: int = 3) -> None:
+        self.operator = operator
+        self.max_turns = max_turns
+        self.turns = 0
+        self.state = "greeting"
+
+    def line(self, kind: str) -> Say:
+        if kind == "goodbye":
+            return Say("goodbye", LINES["goodbye"], terminal=True)
+        if kind == "transfer":
+            return Say("transfer", LINES["transfer"], terminal=True, transfer_to=self.operator)
+        return Say(kind, LINES[kind])
+
+    def start(self) -> Step:
+        self.state = "greeting"
+        return self.line("greeting")
+
+    def after_played(self, prompt_id: str) -> Step:
+        if prompt_id == "greeting":
+            self.state = "question"
+            return self.line("question")
+        return Wait()
+
+    def on_user_turn(self, text: str) -> Step:
+        self.turns += 1
+        if self.turns > self.max_turns:
+            self.state = "goodbye"
+            return self.line("goodbye")
+        self.state = "answer"
+        return Answer()
+
+    def on_tool_call(self, name: str, arguments: str) -> ToolOutcome:
+        if name == "end_call":
+            self.state = "goodbye"
+            return ToolOutcome(json.dumps({"ok": True}), speak=False, then=self.line("goodbye"))
+        if name == "transfer_call":
+            self.state = "goodbye"
+            return ToolOutcome(json.dumps({"ok": True}), speak=False, then=self.line("transfer"))
+        if name == "lookup_caller":
+            return ToolOutcome(json.dumps({"found": True, "name": "Jonas", "repeat_caller": True}))
+        return ToolOutcome(json.dumps({"error": "unknown tool"}))
+
+    def on_dtmf(self, digit: str) -> Step:
+        if digit == "0":
+            self.state = "goodbye"
+            return self.line("transfer")
+        if digit == "#":
+            self.state = "goodbye"
+            return self.line("goodbye")
+        return self.on_user_turn(f"(keypad {digit})")
