@@ -10,6 +10,7 @@ SAMPLES = [
     m.CallStarted(3, 2, "CA" + "a" * 32, "MZ" + "b" * 32),
     m.CallEnded(3, 2, "stop"),
     m.CancelTag(3, 2, 5, 1234567),
+    m.Dtmf(3, 2, "7"),
     m.Stats("model", 44, {"frames": 10.0, "calls": 2}),
 ]
 

@@ -52,6 +52,15 @@ class CancelTag:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Dtmf:
+    """A key the caller pressed (gateway -> model worker, where the call's controller lives)."""
+
+    slot: int
+    generation: int
+    digit: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Stats:
     """A process's counters and latency summaries, for /metrics and the demo's report."""
 
@@ -67,13 +76,14 @@ class Rejected:
     reason: str
 
 
-Message = Heartbeat | CallStarted | CallEnded | CancelTag | Stats
+Message = Heartbeat | CallStarted | CallEnded | CancelTag | Dtmf | Stats
 
 _TYPES: dict[str, type] = {
     "heartbeat": Heartbeat,
     "call.started": CallStarted,
     "call.ended": CallEnded,
     "cancel": CancelTag,
+    "dtmf": Dtmf,
     "stats": Stats,
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}

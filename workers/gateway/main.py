@@ -403,6 +403,8 @@ class StreamConnection:
         elif isinstance(event, tw.Start):
             self._on_start(event)
         elif isinstance(event, tw.Dtmf):
+            if self.slot is not None:
+                gw.bus.send(gw.events, messages.Dtmf(self.slot, int(self.ctrl[self.slot, C.GENERATION]), event.digit))
             log.info("call %s: dtmf received", self.call_sid, extra={"digit": event.digit})
         elif isinstance(event, tw.Stop):
             log.info("call %s: stop from carrier", self.call_sid)

@@ -93,6 +93,7 @@ class CallStats:
     model_errors: int = 0
     harmless_errors: int = 0
     malformed_events: int = 0
+    dtmf_digits: int = 0
 
 
 def played_ms(tag: int, playout: Playout, now_ns: int) -> int:

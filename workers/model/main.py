@@ -244,6 +244,10 @@ class ModelWorker:
                 for message in self.bus.receive_nowait(self.events):
                     if isinstance(message, messages.CallStarted | messages.CallEnded):
                         self.reconcile()
+                    elif isinstance(message, messages.Dtmf):
+                        session = self.calls.get(message.slot)
+                        if session is not None and session.generation == message.generation:
+                            session.core.stats.dtmf_digits += 1  # the turn-taking controller will act on it
                 self.reconcile()
                 for session in self.calls.values():
                     session.flush_pending()
