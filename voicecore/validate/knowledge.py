@@ -1,0 +1,357 @@
+"""The knowledge base the gate grounds numbers in: markdown documents split into snippets, every number
+indexed, fail-closed grounding with citations, lexical retrieval; sans-I/O.
+
+Owns seed 002 section 1 ("Verifieringsprocess", "Citation-krav") and section 4 (retrieve-first) for
+voicecore: ``KnowledgeBase.from_documents({path: text})`` is built from file contents, never from files,
+so the validator's shell owns reading, watching and reloading (``version`` tells it whether a reload
+changed anything). Must not know calls, audio, clocks, sockets or how the files got here. The one shell
+helper, ``load_knowledge_dir``, sits apart at the bottom and is the only code here that touches a disk.
+
+Snippets (the unit of citation): each heading, each list item, each table row (cells joined by " | ";
+the separator row is skipped), and each paragraph (consecutive non-blank lines). Headings above a
+snippet, and a table's header row, are kept as its ``context``: used for retrieval, never for grounding.
+Retrieval returns only paragraphs, list items and table rows. Numbers are extracted from every snippet
+with language "auto", so "1,500" and "3/1/2025" in a document keep both readings (numbers.py).
+
+Grounding (``ground``), fail-closed: ``ok`` only if every mention matches some snippet's mention; each
+mention that matches nothing is listed in ``unverified``. A mention matches a knowledge-base mention when:
+- quantities (integer, decimal, percent, amount, ordinal): a reading of the magnitude is equal, and the
+  units do not contradict: equal, or the answer states none ("99" may cite "99 kr"), or the knowledge
+  base states none next to that number ("99 kr" may cite a table cell "99"). "99 kr" never cites
+  "99 GB", "12%" never cites "12 kr".
+- phone: equal canonical values, or one is a national form of the other (``phone_variants`` with the
+  base's ``home_country``: "+46 70..." = "070..." for home "46"; "+44 70..." is not "070...").
+- date: equal; an answer that leaves out the year ("1 mars") or the day ("March 2025") matches a full
+  date that agrees on what the answer states; never the other way round.
+- time: equal "HH:MM"; a whole hour also matches the bare number of the hour and back ("kl. 8" and
+  "08-17"), with the unit "clock" so "8 GB" never cites "08:00".
+An answer without numbers grounds trivially (ok, no citations): whether it needed sources is the
+retrieve-first decision of the caller (seed 002 section 4), made with ``retrieve``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from voicecore.validate.numbers import Language, NumberMention, extract_numbers, phone_variants
+
+_QUANTITY_KINDS = frozenset({"integer", "decimal", "percent", "amount", "ordinal"})
+_CLOCK = "clock"  # the unit of a whole hour read as a bare number
+
+
+@dataclass(frozen=True, slots=True)
+class Snippet:
+    file: str  # the document's key, e.g. "kb/pricing.md"
+    index: int  # position of the snippet within its file, from 0
+    line: int  # first line of the snippet in its file, from 1
+    text: str  # what a citation quotes: markdown markers, link targets and emphasis removed
+    context: str  # headings above it and a table's header row: retrieval only
+    kind: str = "paragraph"  # "heading", "item" (list item), "header" (table header row), "row", "paragraph"
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    file: str
+    snippet: str  # the snippet's text
+    number: str  # the canonical value of the answer's mention it supports
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingResult:
+    ok: bool
+    citations: tuple[Citation, ...]  # one per distinct verified number, in answer order
+    unverified: tuple[NumberMention, ...]  # in answer order; empty when ok
+
+
+@dataclass(frozen=True, slots=True)
+class KnowledgeStatistics:
+    files: int
+    snippets: int
+    numbers: int  # number mentions indexed
+    version: str
+
+
+# --------------------------------------------------------------------------------------------------
+# Markdown -> snippets
+# --------------------------------------------------------------------------------------------------
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+(.*)$")
+_TABLE_SEPARATOR = re.compile(r"^:?-{2,}:?$")
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_EMPHASIS = re.compile(r"(\*\*|__|`)")
+
+
+def _clean(text: str) -> str:
+    text = _LINK.sub(r"\1", text)
+    return re.sub(r"\s+", " ", _EMPHASIS.sub("", text)).strip()
+
+
+def split_markdown(file: str, text: str) -> list[Snippet]:
+    """Snippets of one markdown document (the splitting rules are in the module docstring)."""
+    snippets: list[Snippet] = []
+    headings: list[tuple[int, str]] = []
+    paragraph: list[str] = []
+    paragraph_line = 0
+    table_header: str | None = None
+    in_table = False
+
+    def emit(kind: str, line: int, body: str, extra_context: str = "") -> None:
+        body = _clean(body)
+        if body:
+            context = " ".join([h for _, h in headings] + ([extra_context] if extra_context else []))
+            snippets.append(Snippet(file, len(snippets), line, body, context, kind))
+
+    def flush() -> None:
+        nonlocal paragraph
+        if paragraph:
+            emit("paragraph", paragraph_line, " ".join(paragraph))
+            paragraph = []
+
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("|"):
+            flush()
+            cells = [c.strip() for c in stripped.strip("|").split("|")]
+            if all(_TABLE_SEPARATOR.match(c) for c in cells if c) and any(cells):
+                in_table = True
+                continue
+            if not in_table:
+                table_header = " ".join(cells)
+                in_table = True
+                emit("header", number, " | ".join(cells))
+            else:
+                emit("row", number, " | ".join(cells), table_header or "")
+            continue
+        in_table, table_header = False, None
+        if not stripped:
+            flush()
+            continue
+        heading = _HEADING.match(stripped)
+        if heading:
+            flush()
+            level = len(heading[1])
+            headings = [h for h in headings if h[0] < level]
+            emit("heading", number, heading[2])
+            headings.append((level, _clean(heading[2])))
+            continue
+        item = _LIST_ITEM.match(line)
+        if item:
+            flush()
+            emit("item", number, item[1])
+            continue
+        if not paragraph:
+            paragraph_line = number
+        paragraph.append(stripped)
+    flush()
+    return snippets
+
+
+# --------------------------------------------------------------------------------------------------
+# Retrieval tokens
+# --------------------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"[^\W_]+")
+_STOPWORDS = frozenset(
+    "a an the is are was were be been to of and or in on at for with what how much many does do did can "
+    "could would will i you we it its this that my your our me us there their they he she per about from "
+    "by as if so not no yes please tell "
+    "och i att det som en ett på är för med av till den de har vad hur mycket många kan jag du vi ni man "
+    "vill ska om från eller men så hos vilken vilket vilka när var min mitt mina din ditt er ert era oss "
+    "dig mig sig inte ja nej är".split()
+)
+
+
+# A few cross-language synonyms of what callers ask about, each group read as one shared token, so
+# "Vad kostar Premium?" finds an English price table and "phone" finds "Kontakt".
+_CONCEPTS = {
+    "price": "cost costs price prices pricing fee fees charge pris priser priset kostar kostnad avgift",
+    "hours": "hours open opening opens closed öppet öppettider öppnar stänger",
+    "contact": "phone call number contact reach ring ringa telefon nummer kontakt",
+    "data": "data surf surfa internet",
+}
+_CONCEPT_OF = {word: concept for concept, words in _CONCEPTS.items() for word in words.split()}
+_RETRIEVABLE = frozenset({"paragraph", "item", "row"})
+
+
+def _tokens(text: str) -> list[str]:
+    words = [t for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS]
+    return [f"~{_CONCEPT_OF[w]}" if w in _CONCEPT_OF else w for w in words]
+
+
+def _related(query: str, doc: str) -> bool:
+    """Equal, or one a prefix of the other when both have 4+ letters: "pris" ~ "priser", "öppet" ~
+    "öppettider". A crude stemmer for two languages and Swedish compounds, no dependency."""
+    if query == doc:
+        return True
+    if len(query) < 4 or len(doc) < 4 or query.isdigit() or doc.isdigit():
+        return False
+    return doc.startswith(query) or query.startswith(doc)
+
+
+# --------------------------------------------------------------------------------------------------
+# The knowledge base
+# --------------------------------------------------------------------------------------------------
+
+
+class KnowledgeBase:
+    """Snippets and number index of a set of markdown documents; immutable once built."""
+
+    def __init__(self, snippets: Iterable[Snippet], version: str, home_country: str = "46") -> None:
+        self.snippets: tuple[Snippet, ...] = tuple(snippets)
+        self.version = version
+        self.home_country = home_country
+        self.mentions: tuple[tuple[NumberMention, ...], ...] = tuple(
+            tuple(extract_numbers(s.text, "auto")) for s in self.snippets
+        )
+        # key -> [(snippet index, mention, unit to compare)] in snippet order
+        self._index: dict[tuple[str, str], list[tuple[int, NumberMention, str | None]]] = {}
+        for position, mentions in enumerate(self.mentions):
+            for mention in mentions:
+                for key, unit in _keys(mention, home_country, indexing=True):
+                    self._index.setdefault(key, []).append((position, mention, unit))
+        self._doc_tokens = [_tokens(f"{s.text} {s.context}") for s in self.snippets]
+        self._files = len({s.file for s in self.snippets})
+
+    @classmethod
+    def from_documents(cls, docs: Mapping[str, str], home_country: str = "46") -> KnowledgeBase:
+        """Build from {path: markdown text}; documents are indexed in path order. ``home_country`` is
+        the calling code national phone numbers in the documents and answers belong to."""
+        digest = hashlib.sha256()
+        snippets: list[Snippet] = []
+        for path in sorted(docs):
+            text = docs[path]
+            for part in (path, text):
+                encoded = part.encode("utf-8", "surrogatepass")
+                digest.update(len(encoded).to_bytes(8, "big") + encoded)
+            snippets.extend(split_markdown(path, text))
+        digest.update(home_country.encode())
+        return cls(snippets, digest.hexdigest()[:16], home_country)
+
+    def statistics(self) -> KnowledgeStatistics:
+        return KnowledgeStatistics(self._files, len(self.snippets), sum(map(len, self.mentions)), self.version)
+
+    # -- grounding (seed 002 section 1) -----------------------------------------------------------
+
+    def ground(self, mentions: Iterable[NumberMention]) -> GroundingResult:
+        """Fail-closed: ok only if every mention is found (matching rules: module docstring)."""
+        citations: list[Citation] = []
+        seen: set[tuple[str, int, str]] = set()
+        unverified: list[NumberMention] = []
+        for mention in mentions:
+            found = self._find(mention)
+            if found is None:
+                unverified.append(mention)
+                continue
+            snippet = self.snippets[found]
+            key = (snippet.file, snippet.index, mention.value)
+            if key not in seen:
+                seen.add(key)
+                citations.append(Citation(snippet.file, snippet.text, mention.value, snippet.line))
+        return GroundingResult(not unverified, tuple(citations), tuple(unverified))
+
+    def ground_text(self, text: str, language: Language = "auto") -> GroundingResult:
+        return self.ground(extract_numbers(text, language))
+
+    def _find(self, mention: NumberMention) -> int | None:
+        """The first snippet (in path order) holding a match; one with the same unit wins over one
+        without, so a citation shows the unit when the knowledge base has it."""
+        fallback: int | None = None
+        for key, unit in _keys(mention, self.home_country, indexing=False):
+            for position, candidate, candidate_unit in self._index.get(key, ()):
+                if key[0] == "phone" and candidate.value.startswith("+") and mention.value.startswith("+"):
+                    if candidate.value != mention.value:
+                        continue
+                if unit is None or candidate_unit is None:
+                    if unit is not None and fallback is None:
+                        fallback = position
+                    elif unit is None:
+                        return position
+                    continue
+                if unit == candidate_unit:
+                    return position
+        return fallback
+
+    # -- retrieve-first (seed 002 section 4) ------------------------------------------------------
+
+    def retrieve(self, question: str, k: int = 3) -> list[Snippet]:
+        """The k snippets most relevant to a question (BM25 over lowercase word tokens of the snippet
+        and its context, with prefix matching, a few synonym groups, English and Swedish stopwords
+        removed); only paragraphs, list items and table rows sharing a term, best first, ties in path
+        order. An empty list means no support: the caller fails closed (seed 002 section 4)."""
+        query = list(dict.fromkeys(_tokens(question)))
+        if not query or not self.snippets or k <= 0:
+            return []
+        n = len(self.snippets)
+        average = sum(map(len, self._doc_tokens)) / n or 1.0
+        k1, b = 1.2, 0.75
+        scores = [0.0] * n
+        for term in query:
+            counts = [sum(1 for t in doc if _related(term, t)) for doc in self._doc_tokens]
+            holding = sum(1 for c in counts if c)
+            if not holding:
+                continue
+            idf = math.log(1 + (n - holding + 0.5) / (holding + 0.5))
+            for position, count in enumerate(counts):
+                if count:
+                    length = len(self._doc_tokens[position])
+                    scores[position] += idf * count * (k1 + 1) / (count + k1 * (1 - b + b * length / average))
+        ranked = sorted(
+            (p for p in range(n) if scores[p] > 0 and self.snippets[p].kind in _RETRIEVABLE),
+            key=lambda p: (-scores[p], p),
+        )
+        return [self.snippets[p] for p in ranked[:k]]
+
+
+def _keys(mention: NumberMention, home_country: str, indexing: bool) -> list[tuple[tuple[str, str], str | None]]:
+    """Keys a mention is indexed under (``indexing``) or looked up under, with the unit to compare."""
+    if mention.kind in _QUANTITY_KINDS:
+        magnitudes = dict.fromkeys(r[:-1] if mention.kind == "percent" else r for r in mention.readings)
+        return [(("num", m), mention.unit) for m in magnitudes]
+    if mention.kind == "phone":
+        return [(("phone", v), None) for v in phone_variants(mention.value, home_country)]
+    if mention.kind == "date":
+        keys: list[tuple[tuple[str, str], str | None]] = []
+        for reading in mention.readings:
+            keys.append((("date", reading), None))
+            if indexing and len(reading) == 10 and not reading.startswith("--"):
+                keys.append((("date", "--" + reading[5:]), None))  # an answer may leave out the year
+                keys.append((("date", reading[:7]), None))  # or the day
+        return keys
+    if mention.kind == "time":
+        return _time_keys(mention)
+    return []
+
+
+def _time_keys(mention: NumberMention) -> list[tuple[tuple[str, str], str | None]]:
+    keys: list[tuple[tuple[str, str], str | None]] = [(("time", mention.value), None)]
+    hour, minute = mention.value.split(":")
+    if minute == "00":
+        keys.append((("num", str(int(hour))), _CLOCK))
+    return keys
+
+
+# --------------------------------------------------------------------------------------------------
+# Shell helper: the only disk access in this module (the validator's main calls it, then
+# KnowledgeBase.from_documents; comparing ``version`` tells it whether a reload changed anything).
+# --------------------------------------------------------------------------------------------------
+
+
+def load_knowledge_dir(path) -> dict[str, str]:
+    """Every *.md file under ``path`` (recursively) as {"<dir name>/<relative path>": text}, UTF-8.
+
+    Keys use "/" and start with the folder's own name, as seed 002 cites "kb/pricing.md".
+    """
+    from pathlib import Path
+
+    root = Path(path)
+    return {
+        f"{root.name}/{file.relative_to(root).as_posix()}": file.read_text(encoding="utf-8")
+        for file in sorted(root.rglob("*.md"))
+        if file.is_file()
+    }

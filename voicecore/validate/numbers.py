@@ -1,0 +1,665 @@
+"""Every number a text states, found and normalized for the validation gate; sans-I/O.
+
+Owns what counts as a number and its canonical spelling (seed 002 section 1, "Vad är en siffra?" and
+"Normalisering"), widened to speech: integers, decimals, percentages, phone numbers, dates, clock times,
+amounts with units, thousands with spaces, and numbers said in words in English and Swedish. The
+knowledge base (knowledge.py) and the script matcher (script.py) both compare these canonical strings.
+Must not know knowledge bases, files, calls, audio or clocks. Our own misuse (an unknown language)
+raises ValueError; any text, however odd, only yields fewer or more mentions, never an exception.
+
+Canonical values (``NumberMention.value``):
+- integer, amount, ordinal: the magnitude in plain digits, no leading zeros, no grouping ("08" -> "8",
+  "10 000" -> "10000", "1,5 miljoner" -> "1500000"); decimal: "." as the separator, trailing zeros
+  dropped ("3,50" -> "3.5"); a decimal equal to an integer is that integer ("12.0" -> integer "12").
+- percent: magnitude + "%" ("12 procent" -> "12%"); the unit is "%".
+- phone: the digits, with a leading "+" when the text had one; "+46 (0)70" drops the trunk "(0)".
+- date: ISO "YYYY-MM-DD"; a date without a year "--MM-DD" (ISO 8601); month and year "YYYY-MM".
+- time: "HH:MM", 24-hour ("5 pm" -> "17:00", "kl. 8" -> "08:00").
+- unit: canonical and language-free ("kronor", "SEK", ":-" -> "kr"; "$", "dollars" -> "usd"; "GB",
+  "gigabytes" -> "gb"; "månader", "months" -> "month"). SEK and kr are one currency.
+
+Rules for the ambiguous cases (the ``language`` argument is "en", "sv" or "auto"):
+- Comma: in "en" a comma followed by exactly three digits groups thousands ("1,000" -> "1000"), any
+  other comma is a decimal ("3,5" -> "3.5"). In "sv" a comma is always a decimal ("1,000" -> "1").
+  In "auto" "1,000" reads as 1000 with the decimal reading "1" kept in ``alternatives``. Several commas
+  ("1,000,000") or both separators ("1,000.50", "1.000,50") are unambiguous in every language. A dot
+  is a decimal, except several dots ("1.000.000").
+- Spaces (also no-break, narrow no-break and thin spaces) group thousands when every group after the
+  first has exactly three digits ("10 000", "1 299"); other digit groups of 7-15 digits are phone
+  numbers ("070 123 45 67", "555 123 4567").
+- Phone numbers: 7-15 digits that have a "+", parentheses, a leading 0 with separators (or a plain run
+  of 8-12 digits starting with 0), or separators that do not group thousands. Two dash-separated
+  groups without a leading 0 are a range ("2020-2024", "555-1234"), not a phone number. A single "."
+  is a decimal point, never a phone separator.
+- Slash dates: "en" reads M/D/Y, "sv" reads D/M/Y; when the preferred reading is impossible the other
+  is used ("13/1/2025" is January 13 in both). "auto" keeps both valid readings (value = M/D/Y,
+  ``alternatives`` = D/M/Y). Dotted "1.3.2025" is always D.M.Y. Two-digit years are 20YY.
+- Words: whole words only ("often", "tone", "someone" hold no number). English "one" up to two words
+  after a determiner ("the basic one", "no one", "which one") or before "of", "another", "moment",
+  "sec", "second", "more", "thing", "way" is a pronoun or an idiom, not 1. English "a" is 1 only before hundred/thousand/million/
+  billion. Swedish "en"/"ett" are articles: 1 only before "hundra"/"tusen"/"miljon(er)"/"miljard(er)"
+  or a currency, data or percent unit ("en krona", "ett hundra"), never alone ("en månad" is no
+  number). A hyphenated word counts only if every part is a number word ("ninety-nine" yes,
+  "one-time" no). Swedish compounds are split into number morphemes and accepted only if they form a
+  well-ordered number ("nittionio" 99, "tretton" 13, "trettio" 30, "tvåtusentrehundra" 2300; "tiotal",
+  "sexig" are no numbers). Word ordinals ("first", "tredje") are not numbers (too often discourse
+  markers); digit ordinals are ("1st", "3:e" -> kind "ordinal").
+- Adjacent number words combine while they form one well-ordered number ("twenty one" 21, "one hundred
+  and twenty" 120, "a hundred" 100); otherwise they are separate numbers ("one two three" -> 1, 2, 3;
+  "twenty twenty-five" -> 20, 25: year-style readings are not supported). "point"/"komma" followed by
+  digit words is a decimal ("three point five", "tre komma fem" -> 3.5).
+- Digits glued to letters that are not a unit or ordinal suffix name a product ("5G", "3D"): no number.
+- Sign: a leading "-" is not part of the number ("-5" -> "5").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Literal
+
+Language = Literal["en", "sv", "auto"]
+LANGUAGES: tuple[str, ...] = ("en", "sv", "auto")
+
+KINDS: tuple[str, ...] = ("integer", "decimal", "percent", "amount", "ordinal", "phone", "date", "time")
+
+
+@dataclass(frozen=True, slots=True)
+class NumberMention:
+    """One number in a text: what kind it is, its canonical value and unit, where it stands."""
+
+    kind: str  # one of KINDS
+    value: str  # canonical, see the module docstring
+    unit: str | None  # canonical unit, "%" for percentages, None when the text states none
+    span: tuple[int, int]  # [start, end) in the text
+    raw: str  # text[start:end]
+    alternatives: tuple[str, ...] = ()  # other readings of an ambiguous notation, same format as value
+
+    @property
+    def magnitude(self) -> str:
+        """The number without its percent sign ("12%" -> "12"); the value itself for other kinds."""
+        return self.value[:-1] if self.kind == "percent" else self.value
+
+    @property
+    def readings(self) -> tuple[str, ...]:
+        return (self.value, *self.alternatives)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tables
+# --------------------------------------------------------------------------------------------------
+
+_SP = "[ \u00a0\u202f\u2009]"  # space, no-break space, narrow no-break space, thin space
+_MASK = "\x00"  # replaces text already claimed by an earlier stage: not a word char, not a space
+
+# canonical unit -> written and spoken forms (matched case-insensitively, whole words).
+_UNIT_FORMS: dict[str, tuple[str, ...]] = {
+    "%": ("%", "percent", "per cent", "procent", "pct"),
+    "kr": ("kronor", "krona", "kr", "sek", ":-"),
+    "usd": ("dollars", "dollar", "usd", "$"),
+    "eur": ("euros", "euro", "eur", "€"),
+    "gbp": ("£", "gbp"),
+    "kb": ("kilobytes", "kilobyte", "kb"),
+    "mb": ("megabytes", "megabyte", "mb"),
+    "gb": ("gigabytes", "gigabyte", "gigs", "gig", "gb"),
+    "tb": ("terabytes", "terabyte", "tb"),
+    "mbit": ("mbit/s", "mbps", "megabits", "mbit"),
+    "min": ("minutes", "minute", "minuter", "minut", "min"),
+    "h": ("hours", "hour", "timmar", "timme", "h"),
+    "day": ("days", "day", "dagar", "dag", "dygn"),
+    "week": ("weeks", "week", "veckor", "vecka"),
+    "month": ("months", "month", "månader", "månad", "mån"),
+    "year": ("years", "year", "år"),
+}
+# Units that make a Swedish article count as 1 ("en krona"); durations do not ("en månad").
+_STRONG_UNITS = frozenset({"%", "kr", "usd", "eur", "gbp", "kb", "mb", "gb", "tb", "mbit"})
+_UNIT_OF_FORM = {form: canon for canon, forms in _UNIT_FORMS.items() for form in forms}
+
+
+def _unit_pattern() -> re.Pattern[str]:
+    parts = []
+    for form in sorted(_UNIT_OF_FORM, key=len, reverse=True):
+        escaped = re.escape(form).replace("\\ ", _SP)
+        if form[-1].isalpha():
+            escaped += r"(?![^\W\d_])"
+        parts.append(escaped)
+    return re.compile(f"{_SP}?({'|'.join(parts)})", re.IGNORECASE)
+
+
+_UNIT_AFTER = _unit_pattern()
+_PREFIX_CURRENCY = re.compile(r"(?:US\$|\$|€|£|(?<![^\W\d_])(?:sek|usd|eur|gbp))[ \u00a0]?\Z", re.IGNORECASE)
+_PREFIX_UNIT = {
+    "$": "usd", "us$": "usd", "€": "eur", "£": "gbp", "sek": "kr", "usd": "usd", "eur": "eur", "gbp": "gbp",
+}  # fmt: skip
+_SCALE_WORDS = {
+    "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9,
+    "hundra": 100, "tusen": 1000, "miljon": 10**6, "miljoner": 10**6, "miljard": 10**9, "miljarder": 10**9,
+}  # fmt: skip
+_SCALE_AFTER = re.compile(
+    f"{_SP}+({'|'.join(sorted(_SCALE_WORDS, key=len, reverse=True))})(?![^\\W\\d_])", re.IGNORECASE
+)
+_ORDINAL_SUFFIX = re.compile(r"(?:st|nd|rd|th|:a|:e)(?![^\W\d_])", re.IGNORECASE)
+
+_EN_WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
+    "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30,
+    "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
+    "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9,
+}  # fmt: skip
+# Swedish number morphemes; compounds are written together ("tvåtusentrehundrafyrtiofem"), so words
+# are split into these. Colloquial tens ("tretti", "förti") are what ASR often writes.
+_SV_MORPHEMES: dict[str, tuple[int, ...]] = {
+    "noll": (0,), "en": (1,), "ett": (1,), "två": (2,), "tre": (3,), "fyra": (4,), "fem": (5,),
+    "sex": (6,), "sju": (7,), "åtta": (8,), "nio": (9,), "tio": (10,), "elva": (11,), "tolv": (12,),
+    "tretton": (13,), "fjorton": (14,), "femton": (15,), "sexton": (16,), "sjutton": (17,),
+    "arton": (18,), "aderton": (18,), "nitton": (19,), "tjugo": (20,), "tjugu": (20,),
+    "trettio": (30,), "tretti": (30,), "fyrtio": (40,), "fyrti": (40,), "förti": (40,),
+    "femtio": (50,), "femti": (50,), "sextio": (60,), "sexti": (60,), "sjuttio": (70,),
+    "sjutti": (70,), "åttio": (80,), "åtti": (80,), "nittio": (90,), "nitti": (90,),
+    "hundra": (100,), "tusen": (1000,), "ettusen": (1, 1000), "miljon": (10**6,),
+    "miljoner": (10**6,), "miljard": (10**9,), "miljarder": (10**9,),
+}  # fmt: skip
+_SV_BY_LENGTH = sorted(_SV_MORPHEMES, key=len, reverse=True)
+_EN_DETERMINERS = frozenset(
+    {"the", "this", "that", "which", "each", "every", "any", "no", "another", "some", "a", "an"}
+)
+_EN_ONE_IDIOMS = frozenset({"of", "another", "moment", "sec", "second", "more", "thing", "way"})
+_EN_SCALES = frozenset({"hundred", "thousand", "million", "billion"})
+
+_MONTHS = {
+    "january": 1, "jan": 1, "januari": 1, "february": 2, "feb": 2, "februari": 2, "march": 3, "mar": 3,
+    "mars": 3, "april": 4, "apr": 4, "may": 5, "maj": 5, "june": 6, "jun": 6, "juni": 6, "july": 7,
+    "jul": 7, "juli": 7, "august": 8, "aug": 8, "augusti": 8, "september": 9, "sep": 9, "sept": 9,
+    "october": 10, "oct": 10, "oktober": 10, "okt": 10, "november": 11, "nov": 11, "december": 12, "dec": 12,
+}  # fmt: skip
+_MONTH_ALT = "|".join(sorted(_MONTHS, key=len, reverse=True))
+
+# --------------------------------------------------------------------------------------------------
+# Patterns (run on the masked text, so each stage sees only what earlier stages left)
+# --------------------------------------------------------------------------------------------------
+
+_ISO_DATE = re.compile(r"(?<![\w/.\-])(\d{4})([-/.])(\d{1,2})\2(\d{1,2})(?![\w]|[-/.]\d)")
+_SLASH_DATE = re.compile(r"(?<![\w/.])(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})(?![\w/])")
+_DOTTED_DATE = re.compile(r"(?<![\w.])(\d{1,2})\.(\d{1,2})\.(\d{4})(?![\w]|\.\d)")
+_DAY_MONTH = re.compile(
+    rf"(?<![\w])(\d{{1,2}})(?:st|nd|rd|th|:a|:e)?\.?{_SP}+(?:of{_SP}+)?({_MONTH_ALT})(?![^\W\d_])\.?"
+    rf"(?:,?{_SP}+(\d{{4}})(?!\d))?",
+    re.IGNORECASE,
+)
+_MONTH_DAY = re.compile(
+    rf"(?<![^\W\d_])({_MONTH_ALT})\.?{_SP}+(\d{{1,2}})(?:st|nd|rd|th)?(?![\w])(?:,?{_SP}+(\d{{4}})(?!\d))?",
+    re.IGNORECASE,
+)
+_MONTH_YEAR = re.compile(rf"(?<![^\W\d_])({_MONTH_ALT})\.?{_SP}+(\d{{4}})(?!\d)", re.IGNORECASE)
+
+_TIME_AMPM = re.compile(
+    rf"(?<![\w:.])(1[0-2]|0?[1-9])(?::([0-5]\d))?{_SP}?([ap])\.?m(?![^\W\d_])\.?", re.IGNORECASE
+)
+_TIME_KL = re.compile(
+    rf"(?<![^\W\d_])(?:kl\.?|klockan){_SP}*([01]?\d|2[0-3])(?:[:.]([0-5]\d))?(?![\w]|[.:]\d)", re.IGNORECASE
+)
+_TIME_DOT_RANGE = re.compile(
+    rf"(?<![\w.:])([01]?\d|2[0-3])\.([0-5]\d){_SP}?[-–—]{_SP}?([01]?\d|2[0-3])\.([0-5]\d)(?![\w]|[.:]\d)"
+)
+_TIME_COLON = re.compile(r"(?<![\w:.])([01]?\d|2[0-3]):([0-5]\d)(?![\w:]|\.\d)")
+
+_PHONE = re.compile(
+    rf"(?<![\w+])(\+{_SP}?)?(?:\(\d{{1,4}}\){_SP}?-?)?\d{{1,4}}"
+    rf"(?:(?:{_SP}|-|\.|{_SP}?\(\d{{1,4}}\){_SP}?)?\d{{1,4}}){{0,8}}(?!\d)"
+)
+_THOUSANDS_GROUPED = re.compile(rf"\d{{1,3}}(?:{_SP}\d{{3}})+|\d{{1,3}}(?:\.\d{{3}})+")
+
+_DIGITS = re.compile(
+    r"(?<![\w])("
+    rf"\d{{1,3}}(?:{_SP}\d{{3}})+(?:[.,]\d+)?"  # 10 000, 1 299,50
+    r"|\d{1,3}(?:[.,]\d{3}){2,}(?:[.,]\d+)?"  # 1,000,000  1.000.000,50
+    r"|\d{1,3}[.,]\d{3}[.,]\d+"  # 1,000.50  1.000,50
+    r"|\d+(?:[.,]\d+)?"  # 99  3,5  3.14  1,000
+    r")(?!\d)"
+)
+_WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
+
+
+# --------------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------------
+
+
+def extract_numbers(text: str, language: Language = "auto") -> list[NumberMention]:
+    """Every number in ``text``, in text order, with canonical values (rules: module docstring)."""
+    if language not in LANGUAGES:
+        raise ValueError(f"language must be one of {LANGUAGES}, not {language!r}")
+    found: list[NumberMention] = []
+    masked = text
+    # Most specific first: a date or phone number must not be read as loose integers.
+    for stage in (_dates, _times, _phones, _digit_numbers, _word_numbers):
+        new = stage(text, masked, language)
+        for mention in new:
+            start, end = mention.span
+            masked = masked[:start] + _MASK * (end - start) + masked[end:]
+        found.extend(new)
+    return sorted(found, key=lambda m: m.span)
+
+
+def phone_variants(value: str, home_country: str = "46") -> tuple[str, ...]:
+    """A canonical phone value and the national forms it is dialled as.
+
+    "+46 70..." is "070..." at home (``home_country`` "46": a trunk-0 country, so "0" + rest), but
+    "+44 70..." is not: a national number that starts with 0 is taken to be a home number. NANP
+    numbers ("+1" and 10 digits, never starting with 0) are also their 10 digits and "1" + them, and
+    "1" + 10 digits is also the 10 digits.
+    """
+    variants = [value]
+    if value.startswith("+"):
+        digits = value[1:]
+        if home_country != "1" and digits.startswith(home_country) and len(digits) > len(home_country) + 4:
+            rest = digits[len(home_country) :]
+            variants.append("0" + rest if home_country in _TRUNK_ZERO else rest)
+        if digits.startswith("1") and len(digits) == 11:
+            variants.extend((digits[1:], digits))
+    elif value.startswith("1") and len(value) == 11:
+        variants.append(value[1:])  # NANP long-distance "1 555 ..." is the 10 digits
+    return tuple(variants)
+
+
+_TRUNK_ZERO = ("46", "44", "49", "358", "31", "32", "33", "41", "43")
+
+
+def canonical_decimal(number: Decimal) -> str:
+    """Plain digits, "." as decimal point, no trailing zeros, no exponent: Decimal("3.50") -> "3.5"."""
+    if number == number.to_integral_value():
+        return str(int(number))
+    return format(number.normalize(), "f")
+
+
+# --------------------------------------------------------------------------------------------------
+# Stages: each returns mentions found in the unmasked part of the text
+# --------------------------------------------------------------------------------------------------
+
+
+def _mention(
+    text: str, kind: str, value: str, unit: str | None, start: int, end: int, alternatives=()
+) -> NumberMention:
+    return NumberMention(kind, value, unit, (start, end), text[start:end], tuple(alternatives))
+
+
+def _days_in_month(year: int | None, month: int) -> int:
+    if month == 2:
+        if year is None or (year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)):
+            return 29
+        return 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
+def _date_value(year: int | None, month: int, day: int | None) -> str | None:
+    if not 1 <= month <= 12:
+        return None
+    if day is not None and not 1 <= day <= _days_in_month(year, month):
+        return None
+    if day is None:
+        return f"{year:04d}-{month:02d}"
+    if year is None:
+        return f"--{month:02d}-{day:02d}"
+    return f"{year:04d}-{month:02d}-{day:02d}"
+
+
+def _overlaps(span: tuple[int, int], taken: list[tuple[int, int]]) -> bool:
+    return any(span[0] < end and start < span[1] for start, end in taken)
+
+
+def _dates(text: str, masked: str, language: str) -> list[NumberMention]:
+    out: list[NumberMention] = []
+    taken: list[tuple[int, int]] = []
+
+    def add(kind_value: str | None, start: int, end: int, alternatives=()) -> None:
+        if kind_value is not None and not _overlaps((start, end), taken):
+            out.append(_mention(text, "date", kind_value, None, start, end, alternatives))
+            taken.append((start, end))
+
+    for m in _ISO_DATE.finditer(masked):
+        add(_date_value(int(m[1]), int(m[3]), int(m[4])), *m.span())
+    for m in _DOTTED_DATE.finditer(masked):
+        add(_date_value(int(m[3]), int(m[2]), int(m[1])), *m.span())
+    for m in _SLASH_DATE.finditer(masked):
+        a, b, year = int(m[1]), int(m[2]), int(m[3])
+        year = 2000 + year if len(m[3]) == 2 else year
+        month_first = _date_value(year, a, b)  # en: M/D/Y
+        day_first = _date_value(year, b, a)  # sv: D/M/Y
+        if language == "sv":
+            preferred, other = day_first, month_first
+        else:
+            preferred, other = month_first, day_first
+        if preferred is None:
+            preferred, other = other, None
+        alternatives = (other,) if language == "auto" and other and other != preferred else ()
+        add(preferred, *m.span(), alternatives)
+    for m in _DAY_MONTH.finditer(masked):
+        if _is_month(m[2]):
+            add(_date_value(int(m[3]) if m[3] else None, _MONTHS[m[2].lower()], int(m[1])), *m.span())
+    for m in _MONTH_DAY.finditer(masked):
+        if _is_month(m[1]):
+            add(_date_value(int(m[3]) if m[3] else None, _MONTHS[m[1].lower()], int(m[2])), *m.span())
+    for m in _MONTH_YEAR.finditer(masked):
+        if _is_month(m[1]):
+            add(_date_value(int(m[2]), _MONTHS[m[1].lower()], None), *m.span())
+    return out
+
+
+def _is_month(word: str) -> bool:
+    # "may" is a verb far more often than a month: only the capitalized "May" is one.
+    return word.lower() != "may" or word[0] == "M"
+
+
+def _time(text: str, hour: int, minute: int, start: int, end: int) -> NumberMention:
+    return _mention(text, "time", f"{hour:02d}:{minute:02d}", None, start, end)
+
+
+def _times(text: str, masked: str, language: str) -> list[NumberMention]:
+    out: list[NumberMention] = []
+    taken: list[tuple[int, int]] = []
+
+    def add(mention: NumberMention) -> None:
+        if not _overlaps(mention.span, taken):
+            out.append(mention)
+            taken.append(mention.span)
+
+    for m in _TIME_AMPM.finditer(masked):
+        hour = int(m[1]) % 12 + (12 if m[3].lower() == "p" else 0)
+        add(_time(text, hour, int(m[2] or 0), *m.span()))
+    for m in _TIME_KL.finditer(masked):
+        add(_time(text, int(m[1]), int(m[2] or 0), m.start(1), m.end()))
+    for m in _TIME_DOT_RANGE.finditer(masked):
+        # "08.00–17.00": a dotted time only inside a range, else "8.30" stays a decimal.
+        add(_time(text, int(m[1]), int(m[2]), m.start(1), m.end(2)))
+        add(_time(text, int(m[3]), int(m[4]), m.start(3), m.end(4)))
+    for m in _TIME_COLON.finditer(masked):
+        add(_time(text, int(m[1]), int(m[2]), *m.span()))
+    return out
+
+
+def _phones(text: str, masked: str, language: str) -> list[NumberMention]:
+    out: list[NumberMention] = []
+    for m in _PHONE.finditer(masked):
+        raw = m.group()
+        plus = raw.startswith("+")
+        digits = re.sub(r"\D", "", raw.replace("(0)", "") if plus else raw)
+        if _is_phone(raw, digits, plus):
+            out.append(_mention(text, "phone", ("+" if plus else "") + digits, None, *m.span()))
+    return out
+
+
+def _is_phone(raw: str, digits: str, plus: bool) -> bool:
+    if not 7 <= len(digits) <= 15:
+        return False
+    if plus or "(" in raw:
+        return True
+    groups = [g for g in re.split(r"\D+", raw) if g]
+    if len(groups) == 1:
+        return digits.startswith("0") and 8 <= len(digits) <= 12
+    if digits.startswith("0"):
+        return True
+    if _THOUSANDS_GROUPED.fullmatch(raw):
+        return False
+    if raw.count(".") == 1 and not re.search(rf"{_SP}|-", raw):
+        return False  # a decimal point, not a separator
+    if len(groups) == 2 and "-" in raw:
+        return False  # a range: "2020-2024"
+    return True
+
+
+def _parse_digits(raw: str, language: str) -> tuple[Decimal, tuple[Decimal, ...]]:
+    """Value and alternative readings of a digit string (separator rules: module docstring)."""
+    s = re.sub(_SP, "", raw)
+    has_comma, has_dot = "," in s, "." in s
+    if has_comma and has_dot:
+        if s.rfind(".") > s.rfind(","):
+            return Decimal(s.replace(",", "")), ()
+        return Decimal(s.replace(".", "").replace(",", ".")), ()
+    sep = "," if has_comma else "." if has_dot else None
+    if sep is None:
+        return Decimal(s), ()
+    if s.count(sep) > 1:
+        return Decimal(s.replace(sep, "")), ()
+    whole, frac = s.split(sep)
+    as_decimal = Decimal(f"{whole}.{frac}")
+    if sep == "," and len(frac) == 3 and whole != "0":
+        as_thousands = Decimal(whole + frac)
+        if language == "en":
+            return as_thousands, ()
+        if language == "auto":
+            return as_thousands, (as_decimal,)
+    return as_decimal, ()
+
+
+def _format(kind: str, number: Decimal) -> str:
+    text = canonical_decimal(number)
+    return text + "%" if kind == "percent" else text
+
+
+def _kind_of(number: Decimal, unit: str | None) -> str:
+    if unit == "%":
+        return "percent"
+    if unit is not None:
+        return "amount"
+    return "integer" if number == number.to_integral_value() else "decimal"
+
+
+def _unit_at(masked: str, pos: int) -> tuple[str, int] | None:
+    m = _UNIT_AFTER.match(masked, pos)
+    if m is None:
+        return None
+    form = re.sub(r"\s+", " ", m[1].lower())
+    return _UNIT_OF_FORM[form], m.end()
+
+
+def _digit_numbers(text: str, masked: str, language: str) -> list[NumberMention]:
+    out: list[NumberMention] = []
+    for m in _DIGITS.finditer(masked):
+        start, end = m.span()
+        if out and start < out[-1].span[1]:
+            continue  # taken by the previous number's unit or multiplier
+        try:
+            number, alternatives = _parse_digits(m[1], language)
+        except InvalidOperation:
+            continue
+        scale = _SCALE_AFTER.match(masked, end)
+        if scale:
+            factor = _SCALE_WORDS[scale[1].lower()]
+            number, alternatives = number * factor, tuple(a * factor for a in alternatives)
+            end = scale.end()
+        unit: str | None = None
+        kind = "integer"
+        ordinal = None if scale else _ORDINAL_SUFFIX.match(masked, end)
+        if ordinal and number == number.to_integral_value() and not alternatives:
+            kind, end = "ordinal", ordinal.end()
+        else:
+            found = _unit_at(masked, end)
+            if found:
+                unit, end = found
+            elif end < len(masked) and masked[end].isalpha():
+                continue  # "5G", "3D": a name, not a quantity
+            if unit is None:
+                previous_end = out[-1].span[1] if out else 0
+                prefix = _PREFIX_CURRENCY.search(masked, max(previous_end, start - 4), start)
+                if prefix:
+                    unit = _PREFIX_UNIT[prefix.group().strip().lower()]
+                    start = prefix.start()
+            kind = _kind_of(number, unit)
+        value = _format(kind, number)
+        alts = tuple(_format(kind, a) for a in alternatives if _format(kind, a) != value)
+        out.append(_mention(text, kind, value, unit, start, end, alts))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Numbers in words
+# --------------------------------------------------------------------------------------------------
+
+
+def _combine(values: list[int] | tuple[int, ...]) -> int | None:
+    """The number a sequence of word values spells, or None when it is not one well-ordered number.
+
+    Within a group below a thousand: [unit "hundred"] [tens] [unit] or [unit "hundred"] [teen];
+    "hundred" may follow any group below 100 ("nineteen hundred", "tjugofemhundra"); scales
+    (thousand, million, billion) strictly decrease; zero stands only alone.
+    """
+    if not values:
+        return None
+    if 0 in values:
+        return 0 if len(values) == 1 else None
+    total, group, state = 0, 0, "start"
+    has_hundred, last_scale = False, None
+    for v in values:
+        if v >= 1000:
+            if last_scale is not None and v >= last_scale:
+                return None
+            total += (group or 1) * v
+            group, state, has_hundred, last_scale = 0, "start", False, v
+        elif v == 100:
+            if has_hundred or group >= 100 or state == "tens":
+                return None
+            group, state, has_hundred = (group or 1) * 100, "hundred", True
+        elif v >= 10:
+            if state not in ("start", "hundred"):
+                return None
+            group += v
+            state = "tens" if v >= 20 else "teen"
+        else:
+            if state not in ("start", "hundred", "tens"):
+                return None
+            group += v
+            state = "unit"
+    return total + group
+
+
+def _en_values(word: str) -> tuple[int, ...] | None:
+    parts = word.split("-")
+    if all(p in _EN_WORDS for p in parts):
+        return tuple(_EN_WORDS[p] for p in parts)
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _sv_values(word: str) -> tuple[int, ...] | None:
+    """Split a Swedish word into number morphemes: "nittionio" -> (90, 9); None if it is no number."""
+    if "-" in word:
+        parts = [_sv_values(p) for p in word.split("-")]
+        if all(parts):
+            joined = tuple(v for p in parts for v in p)  # type: ignore[union-attr]
+            return joined if _combine(joined) is not None else None
+        return None
+    if len(word) > 64:
+        return None
+
+    def split(pos: int):
+        if pos == len(word):
+            yield ()
+            return
+        for morpheme in _SV_BY_LENGTH:
+            if word.startswith(morpheme, pos):
+                for rest in split(pos + len(morpheme)):
+                    yield _SV_MORPHEMES[morpheme] + rest
+
+    for values in split(0):
+        if _combine(values) is not None:
+            return values
+    return None
+
+
+def _word_values(word: str, language: str) -> tuple[int, ...] | None:
+    if language != "sv":
+        values = _en_values(word)
+        if values is not None:
+            return values
+    if language != "en":
+        return _sv_values(word)
+    return None
+
+
+def _word_numbers(text: str, masked: str, language: str) -> list[NumberMention]:
+    tokens = [(m.group().lower(), m.start(), m.end()) for m in _WORD.finditer(masked)]
+    english, swedish = language != "sv", language != "en"
+    decimal_words = ({"point"} if english else set()) | ({"komma"} if swedish else set())
+
+    def joined(a: int, b: int) -> bool:
+        return b < len(tokens) and masked[tokens[a][2] : tokens[b][1]].isspace()
+
+    out: list[NumberMention] = []
+    i = 0
+    while i < len(tokens):
+        word = tokens[i][0]
+        values = _word_values(word, language)
+        if values is None and english and word == "a" and joined(i, i + 1) and tokens[i + 1][0] in _EN_SCALES:
+            values = (1,)
+        if values is None or _combine(values) is None:
+            i += 1
+            continue
+        acc = list(values)
+        j = i + 1
+        while joined(j - 1, j):
+            nxt = tokens[j][0]
+            if english and nxt == "and" and acc[-1] >= 100 and joined(j, j + 1):
+                after = _word_values(tokens[j + 1][0], language)
+                if after and max(after) < 100 and _combine(acc + list(after)) is not None:
+                    acc += after
+                    j += 2
+                    continue
+                break
+            after = _word_values(nxt, language)
+            if after is None or _combine(acc + list(after)) is None:
+                break
+            acc += after
+            j += 1
+        number = Decimal(_combine(acc))  # type: ignore[arg-type]
+        last = j - 1
+        if joined(last, j) and tokens[j][0] in decimal_words:
+            digits = _decimal_digits(tokens, j + 1, language, joined)
+            if digits:
+                number = Decimal(f"{int(number)}.{''.join(digits)}")
+                last = j + len(digits)
+        end = tokens[last][2]
+        found = _unit_at(masked, end)
+        unit = found[0] if found else None
+        single = last == i
+        if single and unit is None and english and word == "one" and _one_is_pronoun(tokens, i, joined):
+            i = last + 1
+            continue
+        if single and word in ("en", "ett") and swedish and not (unit in _STRONG_UNITS):
+            i = last + 1  # the Swedish article; "en hundra"/"ett tusen" were joined above
+            continue
+        if found:
+            end = found[1]
+        kind = _kind_of(number, unit)
+        out.append(_mention(text, kind, _format(kind, number), unit, tokens[i][1], end))
+        i = last + 1
+    return out
+
+
+def _decimal_digits(tokens, k: int, language: str, joined) -> list[str]:
+    """Digits after "point"/"komma": single digit words, or one word below 100 ("tre komma tjugofem")."""
+    digits: list[str] = []
+    while k < len(tokens) and joined(k - 1, k):
+        values = _word_values(tokens[k][0], language)
+        value = _combine(values) if values else None
+        if value is None or (value > 9 and digits) or value > 99:
+            break
+        digits.append(str(value))
+        k += 1
+        if value > 9:
+            break
+    return digits
+
+
+def _one_is_pronoun(tokens, i: int, joined) -> bool:
+    """ "one" as a pronoun: a determiner up to two words before ("this one", "the basic one"), or an
+    idiom after ("one of", "one moment")."""
+    before = []
+    k = i
+    while k > 0 and len(before) < 2 and joined(k - 1, k):
+        k -= 1
+        before.append(tokens[k][0])
+    after = tokens[i + 1][0] if joined(i, i + 1) else ""
+    return any(word in _EN_DETERMINERS for word in before) or after in _EN_ONE_IDIOMS
