@@ -101,6 +101,9 @@ class ScriptedFlow:
             return Say("goodbye", LINES["goodbye"], terminal=True)
         if kind == "transfer":
             return Say("transfer", LINES["transfer"], terminal=True, transfer_to=self.operator)
+        if kind == "apology":
+            # seed 000 s.6: after a failed retry, apologise and hand over to a person
+            return Say("apology", f'{LINES["apology"]} {LINES["transfer"]}', terminal=True, transfer_to=self.operator)
         return Say(kind, LINES[kind])
 
     def start(self) -> Step:

@@ -1,0 +1,283 @@
+"""CallController unit tests: one input at a time, a fake clock, table-like checks (no sleeps)."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import http.server
+import json
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from workers.model import controller as C
+from workers.model import flow as flows
+from workers.model import twilio_rest
+
+MS = 1_000_000
+IDLE = C.IDLE_PLAYOUT
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sent(actions):
+    return [json.loads(a.text) for a in actions if isinstance(a, C.SendToModel)]
+
+
+def ev(**fields):
+    return json.dumps(fields)
+
+
+def created(rid, req):
+    return ev(type="response.created", response={"id": rid, "metadata": {"vc_req": str(req)}})
+
+
+def delta(rid, n, item="item_a"):
+    return ev(type="response.output_audio.delta", response_id=rid, item_id=item, delta=base64.b64encode(b"\x11" * n).decode())
+
+
+def started(c):
+    c.start(0)
+    return c
+
+
+def test_start_configures_the_session_so_the_controller_takes_turns():
+    c = C.CallController("CA1")
+    out = sent(c.start(0))
+    assert [e["type"] for e in out] == ["session.update", "response.create"]
+    td = out[0]["session"]["audio"]["input"]["turn_detection"]
+    assert td["create_response"] is False and td["interrupt_response"] is False
+    assert out[0]["session"]["audio"]["input"]["transcription"] == {"model": "gpt-4o-mini-transcribe"}
+    assert out[1]["response"]["metadata"] == {"vc_req": "1", "vc_prompt": "greeting"}
+
+
+def test_one_request_at_a_time_and_the_next_only_after_the_previous_played():
+    c = started(C.CallController("CA1"))
+    out = c.on_model_event(created("r1", 1), 100 * MS, IDLE)
+    (opened,) = [a for a in out if isinstance(a, C.OpenTag)]
+    assert opened.gated and C.ReleaseTag(opened.tag, 15) in out
+    c.on_model_event(delta("r1", 1600), 110 * MS, IDLE)
+    c.on_model_event(ev(type="response.output_audio.done", response_id="r1", item_id="item_a"), 120 * MS, IDLE)
+    c.on_model_event(ev(type="response.done", response={"id": "r1", "status": "completed"}), 121 * MS, IDLE)
+    playing = C.Playout(opened.tag, 5, 200 * MS, opened.tag, 9, 300 * MS)
+    assert sent(c.on_tick(200 * MS, playing)) == []  # greeting still audible: the question waits
+    done = C.Playout(opened.tag, 10, 320 * MS, opened.tag, 10, 320 * MS)
+    (question,) = sent(c.on_tick(320 * MS, done))
+    assert question["response"]["metadata"]["vc_prompt"] == "question"
+
+
+def test_unsolicited_response_is_rejected_and_never_gets_a_tag():
+    c = started(C.CallController("CA1"))
+    out = c.on_model_event(ev(type="response.created", response={"id": "rX"}), 100 * MS, IDLE)
+    c2 = started(C.CallController("CA2"))
+    c2.on_model_event(created("r1", 1), 100 * MS, IDLE)
+    out = c2.on_model_event(ev(type="response.created", response={"id": "rX", "metadata": {"vc_req": "9"}}), 150 * MS, IDLE)
+    assert not any(isinstance(a, C.OpenTag) for a in out)
+    assert sent(out) == [{"type": "response.cancel", "response_id": "rX"}]
+    assert c2.on_model_event(delta("rX", 800), 160 * MS, IDLE) == []
+    assert c2.stats.responses_rejected == 1
+
+
+def speaking_controller():
+    c = started(C.CallController("CA1"))
+    (tag,) = [a.tag for a in c.on_model_event(created("r1", 1), 100 * MS, IDLE) if isinstance(a, C.OpenTag)]
+    c.on_model_event(delta("r1", 160 * 100), 110 * MS, IDLE)
+    return c, tag
+
+
+def test_bare_vad_edge_holds_release_then_resumes_without_words():
+    c, tag = speaking_controller()
+    p = C.Playout(tag, 10, 400 * MS, tag, 14, 480 * MS)
+    out = c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=100, item_id="u1"), 400 * MS, p)
+    assert C.HoldTag(tag, 15) in out
+    p2 = C.Playout(tag, 15, 500 * MS, tag, 15, 520 * MS)
+    assert not any(isinstance(a, C.ReleaseTag) for a in c.on_tick(500 * MS, p2))  # held
+    c.on_model_event(ev(type="input_audio_buffer.speech_stopped", audio_end_ms=700, item_id="u1"), 900 * MS, p2)
+    out = c.on_model_event(ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0, transcript=""), 1000 * MS, p2)
+    assert C.ReleaseTag(tag, 30) in out and not any(isinstance(a, C.CancelTag) for a in out)
+    assert (c.stats.false_interruptions, c.stats.bargeins) == (1, 0)
+
+
+def test_words_for_half_a_second_barge_in_with_truncate_at_the_played_position():
+    c, tag = speaking_controller()
+    p = C.Playout(tag, 10, 400 * MS, tag, 14, 480 * MS)
+    c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=100, item_id="u1"), 400 * MS, p)
+    words = ev(type="conversation.item.input_audio_transcription.delta", item_id="u1", content_index=0, delta="stop ")
+    assert not any(isinstance(a, C.CancelTag) for a in c.on_model_event(words, 700 * MS, p))  # only 0.3 s so far
+    p2 = C.Playout(tag, 15, 500 * MS, tag, 15, 520 * MS)
+    out = c.on_tick(900 * MS, p2)
+    assert out[0] == C.CancelTag(tag, 900 * MS)
+    assert [e["type"] for e in sent(out)] == ["response.cancel", "conversation.item.truncate"]
+    assert sent(out)[1]["audio_end_ms"] == 300  # 15 frames echoed; the carrier ran dry at 520 ms
+    assert c.stats.bargein_latency_ms == [500]
+
+
+def test_speech_without_words_interrupts_after_the_one_second_fallback():
+    c, tag = speaking_controller()
+    p = C.Playout(tag, 10, 400 * MS, tag, 14, 480 * MS)
+    c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=100, item_id="u1"), 400 * MS, p)
+    assert not any(isinstance(a, C.CancelTag) for a in c.on_tick(1380 * MS, p))
+    assert any(isinstance(a, C.CancelTag) for a in c.on_tick(1400 * MS, p))
+
+
+def test_watchdog_retries_a_prompt_three_times_then_the_flow_advances():
+    cfg = C.ControllerConfig(give_up_after_failures=99)
+    c = C.CallController("CA1", config=cfg)
+    c.start(0)
+    prompts = []
+    for k in range(1, 6):
+        out = sent(c.on_tick(k * 3000 * MS, IDLE))
+        prompts += [e["response"]["metadata"]["vc_prompt"] for e in out]
+    assert prompts == ["greeting", "greeting", "greeting", "question", "question"]
+    assert c.stats.watchdog_fires == 5 and c.stats.retries == 4  # 3 for the greeting, 1 for the question
+
+
+def test_harmless_errors_do_not_end_anything():
+    c = started(C.CallController("CA1"))
+    for code, message in (("response_cancel_not_active", "x"), (None, "Audio content of 10ms is already shorter than 20ms")):
+        c.on_model_event(ev(type="error", error={"type": "invalid_request_error", "code": code, "message": message}), 10 * MS, IDLE)
+    assert c.core.stats.harmless_errors == 2 and not c.ended
+
+
+def tool_call(name, call_id="call_1", rid="r1"):
+    return ev(type="response.function_call_arguments.done", response_id=rid, item_id="fc1", call_id=call_id, name=name, arguments="{}")
+
+
+def test_post_tool_debounce_waits_for_quiet_then_sends_one_turn():
+    c = started(C.CallController("CA1"))
+    c.inflight = None  # the greeting's request is not the point here
+    out = c.on_model_event(tool_call("lookup_caller"), 1000 * MS, IDLE)
+    assert sent(out)[0]["item"]["type"] == "function_call_output"
+    frag = ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0, transcript="air conditioning")
+    c.on_model_event(frag, 2000 * MS, IDLE)
+    assert sent(c.on_tick(3400 * MS, IDLE)) == []  # 1.4 s quiet
+    (create,) = sent(c.on_tick(3500 * MS, IDLE))
+    assert create["type"] == "response.create" and c.stats.debounce_flushes == 1
+
+
+def test_post_tool_debounce_is_capped_at_five_seconds():
+    c = started(C.CallController("CA1"))
+    c.inflight = None
+    c.on_model_event(tool_call("lookup_caller"), 0, IDLE)
+    for t in range(1000, 5000, 1000):
+        c.on_model_event(ev(type="conversation.item.input_audio_transcription.delta", item_id="u1", content_index=0, delta="more "), t * MS, IDLE)
+    assert c.debounce is not None
+    c.on_tick(5000 * MS, IDLE)
+    assert c.debounce is None and c.stats.debounce_flushes == 1
+
+
+def test_end_call_flushes_the_debounce_and_says_goodbye():
+    c = started(C.CallController("CA1"))
+    c.inflight = None
+    c.on_model_event(tool_call("lookup_caller"), 0, IDLE)
+    out = c.on_model_event(tool_call("end_call", "call_2"), 200 * MS, IDLE)
+    assert c.stats.debounce_flushes == 1
+    assert sent(out)[-1]["response"]["metadata"]["vc_prompt"] == "goodbye"
+
+
+def test_dtmf_is_caller_input():
+    c = started(C.CallController("CA1"))
+    c.inflight = None
+    out = sent(c.on_dtmf("7", 100 * MS))
+    assert out[0]["type"] == "conversation.item.create" and "7" in out[0]["item"]["content"][0]["text"]
+    assert out[1]["type"] == "response.create"
+
+
+def test_caller_hangup_mid_response_ends_cleanly_once():
+    c, tag = speaking_controller()
+    c.on_tick(200 * MS, C.Playout(0, 0, 0, tag, 5, 300 * MS))
+    out = c.on_carrier_stop(250 * MS)
+    assert out[0] == C.CancelTag(tag, 250 * MS) and out[-1] == C.CallOver("caller_hangup")
+    assert c.on_carrier_stop(260 * MS) == [] and c.on_model_event(delta("r1", 800), 270 * MS, IDLE) == []
+
+
+def test_bad_model_input_never_raises():
+    c = started(C.CallController("CA1"))
+    for junk in ("not json", "[]", ev(type="response.created"), ev(type="conversation.item.input_audio_transcription.delta")):
+        c.on_model_event(junk, 10 * MS, IDLE)
+    assert c.core.stats.malformed_events == 3 and not c.ended
+
+
+def test_config_round_trips_through_a_dict():
+    cfg = C.ControllerConfig(silence_checkins_ms=(1, 2), debounce_quiet_ms=7)
+    assert C.ControllerConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+
+
+def test_flow_steps():
+    f = flows.ScriptedFlow(max_turns=1)
+    assert f.start().prompt_id == "greeting"
+    assert f.after_played("greeting").prompt_id == "question"
+    assert isinstance(f.on_user_turn("hi"), flows.Answer)
+    assert f.on_user_turn("bye").terminal
+    assert f.on_dtmf("0").transfer_to == "+15550100"
+    assert f.on_tool_call("end_call", "{}").then.terminal
+
+
+@pytest.mark.parametrize("relative", ["workers/model/controller.py", "workers/model/flow.py", "workers/model/twilio_rest.py"])
+def test_controller_modules_import_no_io(relative):
+    forbidden = {"asyncio", "zmq", "websockets", "time", "os", "random", "uuid", "socket", "threading", "subprocess", "urllib.request"}
+    tree = ast.parse((ROOT / relative).read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    assert not {n.split(".")[0] for n in names} & (forbidden - {"urllib.request"}) and "urllib.request" not in names
+
+
+# --- Twilio REST: built sans-I/O, sent to a local fake REST server --------------------------------------
+ACCOUNT = "AC" + "a" * 32
+CALL = "CA" + "b" * 32
+
+
+class _FakeTwilio(http.server.BaseHTTPRequestHandler):
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        _FakeTwilio.seen.append((self.path, self.headers["Authorization"], body.decode()))
+        status = 200 if self.headers["Authorization"] == "Basic " + base64.b64encode(f"{ACCOUNT}:tok".encode()).decode() else 401
+        payload = {"sid": CALL, "status": "completed"} if status == 200 else {"code": 20003, "message": "Authenticate", "status": 401}
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def _send(request):
+    req = urllib.request.Request(request.url, data=request.body, headers=dict(request.headers), method=request.method)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_twilio_rest_hangup_and_transfer_against_a_local_fake():
+    server = http.server.HTTPServer(("127.0.0.1", 0), _FakeTwilio)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        _FakeTwilio.seen.clear()
+        result = twilio_rest.parse_response(*_send(twilio_rest.hangup_request(ACCOUNT, CALL, "tok", base_url=base)))
+        assert result.ok and result.status == "completed"
+        twilio_rest.parse_response(*_send(twilio_rest.transfer_request(ACCOUNT, CALL, "+15550100", "tok", base_url=base)))
+        bad = twilio_rest.parse_response(*_send(twilio_rest.hangup_request(ACCOUNT, CALL, "wrong", base_url=base)))
+        assert not bad.ok and not bad.retryable and bad.error == "Authenticate"
+    finally:
+        server.shutdown()
+        server.server_close()
+    path, _, body = _FakeTwilio.seen[0]
+    assert path == f"/2010-04-01/Accounts/{ACCOUNT}/Calls/{CALL}.json" and body == "Status=completed"
+    assert _FakeTwilio.seen[1][2] == "Twiml=%3CResponse%3E%3CDial%3E%2B15550100%3C%2FDial%3E%3C%2FResponse%3E"
+    with pytest.raises(ValueError):
+        twilio_rest.hangup_request("AC1", CALL, "tok")
+    assert twilio_rest.parse_response(503, b"").retryable

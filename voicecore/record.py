@@ -1,0 +1,156 @@
+"""Call records: every input to a call's controller and every action it returned, timestamped.
+
+Owns the record format and the recording wrapper; must not know sockets, the clock or how the actions
+are applied. The shell passes ``now_ns`` (monotonic) with every input exactly as it passes it to the
+controller, so a record replays through a fresh controller with a virtual clock (INV-REPLAY,
+ARCHITECTURE.md section 9; voicecore/replay.py).
+
+Format: JSON lines, UTF-8, one file per call (``<record_dir>/<CallSid>.jsonl``).
+
+Line 1, the header::
+
+    {"voicecore_record": 1, "call_sid": "CA..", "naming": "ga", "first_tag": 1,
+     "flow": "scripted", "flow_args": {...}, "config": {ControllerConfig fields}}
+
+Then one line per entry, in the order they happened: ``{"t": now_ns, "k": kind, ...}``
+
+Inputs (fed to the controller; ``p`` is a playout snapshot: [played_tag, played_frames, played_at_ns,
+sent_tag, sent_frames, carrier_empty_at_ns] as read from the control block at that moment):
+
+- ``start``  ``{}``                                     -> ``start(t)``
+- ``model``  ``{"text": raw server event, "p": [...]}``  -> ``on_model_event(text, t, playout)``
+- ``audio``  ``{"n": frames, "ulaw": base64?}``         -> ``on_caller_audio(n, t)`` (``ulaw`` optional, for the WAV)
+- ``dtmf``   ``{"digit": "5"}``                         -> ``on_dtmf(digit, t)``
+- ``tick``   ``{"p": [...]}``                           -> ``on_tick(t, playout)``
+- ``stop``   ``{}``                                     -> ``on_carrier_stop(t)``
+
+Outputs: ``out`` ``{"a": action}``, one line per action the preceding input returned, in order;
+``action`` is ``controller.action_to_dict`` (bytes as ``<field>_len`` and ``<field>_crc``: the audio
+itself is already in the ``model`` lines). Notes the replay ignores: kind ``note`` ``{"what": .., ...}``
+(e.g. marks, clears, carrier events the shell wants kept for a human reader).
+
+Records hold what the caller said (transcripts, DTMF digits) and optionally their audio: they are
+personal data; write them with mode 0600 into a private directory, never into logs.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from workers.model.controller import Action, CallController, ControllerConfig, Playout, action_to_dict
+
+RECORD_VERSION = 1
+INPUT_KINDS = frozenset({"start", "model", "audio", "dtmf", "tick", "stop"})
+
+
+def playout_list(playout: Playout) -> list[int]:
+    return [playout.played_tag, playout.played_frames, playout.played_at_ns, playout.sent_tag,
+            playout.sent_frames, playout.carrier_empty_at_ns]
+
+
+def playout_from(values: list[int]) -> Playout:
+    return Playout(*(int(v) for v in values))
+
+
+class CallRecorder:
+    """Wraps a CallController: same input methods, records each input and the actions it returned."""
+
+    def __init__(self, controller: CallController, flow_name: str = "scripted", flow_args: dict | None = None,
+                 keep_caller_audio: bool = False) -> None:
+        self.controller = controller
+        self.keep_caller_audio = keep_caller_audio
+        self.header: dict[str, Any] = {
+            "voicecore_record": RECORD_VERSION,
+            "call_sid": controller.call_sid,
+            "naming": controller.core.naming,
+            "first_tag": controller.core.next_tag,
+            "flow": flow_name,
+            "flow_args": dict(flow_args or {}),
+            "config": controller.config.to_dict(),
+        }
+        self.entries: list[dict[str, Any]] = []
+
+    # --- the controller's inputs, recorded -----------------------------------------------------------
+    def start(self, now_ns: int) -> list[Action]:
+        return self._run({"t": now_ns, "k": "start"}, self.controller.start(now_ns))
+
+    def on_model_event(self, text: str | bytes, now_ns: int, playout: Playout) -> list[Action]:
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8", errors="replace")
+        entry = {"t": now_ns, "k": "model", "text": text, "p": playout_list(playout)}
+        return self._run(entry, self.controller.on_model_event(text, now_ns, playout))
+
+    def on_caller_audio(self, n_frames: int, now_ns: int, audio: bytes | None = None) -> list[Action]:
+        entry: dict[str, Any] = {"t": now_ns, "k": "audio", "n": n_frames}
+        if self.keep_caller_audio and audio:
+            entry["ulaw"] = binascii.b2a_base64(audio, newline=False).decode("ascii")
+        return self._run(entry, self.controller.on_caller_audio(n_frames, now_ns))
+
+    def on_dtmf(self, digit: str, now_ns: int) -> list[Action]:
+        return self._run({"t": now_ns, "k": "dtmf", "digit": digit}, self.controller.on_dtmf(digit, now_ns))
+
+    def on_tick(self, now_ns: int, playout: Playout) -> list[Action]:
+        return self._run({"t": now_ns, "k": "tick", "p": playout_list(playout)}, self.controller.on_tick(now_ns, playout))
+
+    def on_carrier_stop(self, now_ns: int) -> list[Action]:
+        return self._run({"t": now_ns, "k": "stop"}, self.controller.on_carrier_stop(now_ns))
+
+    def note(self, now_ns: int, what: str, **fields: Any) -> None:
+        """Something the replay does not feed (a mark echo, a clear sent): kept for the reader."""
+        self.entries.append({"t": now_ns, "k": "note", "what": what, **fields})
+
+    def _run(self, entry: dict[str, Any], actions: list[Action]) -> list[Action]:
+        self.entries.append(entry)
+        t = entry["t"]
+        for action in actions:
+            self.entries.append({"t": t, "k": "out", "a": action_to_dict(action)})
+        return actions
+
+    # --- output ----------------------------------------------------------------------------------------
+    def lines(self) -> Iterable[str]:
+        yield _dumps(self.header)
+        for entry in self.entries:
+            yield _dumps(entry)
+
+    def dumps(self) -> str:
+        return "\n".join(self.lines()) + "\n"
+
+    def save(self, path: str | Path) -> Path:
+        """Write the record (mode 0600: it holds what the caller said)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600, exist_ok=True)
+        path.write_text(self.dumps(), encoding="utf-8")
+        return path
+
+
+class RecordError(ValueError):
+    """The file is not a voicecore record (or a version this code cannot read)."""
+
+
+def loads(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise RecordError("empty record")
+    try:
+        header = json.loads(lines[0])
+        entries = [json.loads(line) for line in lines[1:]]
+    except ValueError as exc:
+        raise RecordError(f"not JSON lines: {exc}") from None
+    if not isinstance(header, dict) or header.get("voicecore_record") != RECORD_VERSION:
+        raise RecordError("missing or unsupported voicecore_record header")
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("t"), int) or not isinstance(entry.get("k"), str):
+            raise RecordError("an entry lacks t or k")
+    return header, entries
+
+
+def load(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    return loads(Path(path).read_text(encoding="utf-8"))
+
+
+def _dumps(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,210 @@
+"""Replay a call record through a fresh controller with a virtual clock (INV-REPLAY, ARCHITECTURE.md 9).
+
+Owns the replay driver, the comparison of outputs, and the stereo WAV of a replayed call. Uses no
+process, socket, sleep or wall clock in the replay itself: the clock is each entry's recorded ``t``.
+The record format is documented in voicecore/record.py.
+
+``voicecore replay FILE [--wav OUT] [--json]``: exit 0 if the replay reproduced every recorded action,
+1 on the first divergence (reported as time, expected, got), 2 if the file is not a record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import binascii
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from voicecore import timing
+from voicecore.g711 import write_stereo_wav
+from voicecore.record import INPUT_KINDS, RecordError, load, playout_from
+from workers.model import flow as flows
+from workers.model.controller import Action, CallController, CancelTag, ControllerConfig, WriteFrames, action_to_dict
+
+FLOWS: dict[str, Callable[..., flows.Flow]] = {"scripted": flows.ScriptedFlow}
+MU_LAW_SILENCE = 0xFF
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Divergence:
+    t_ns: int
+    input_kind: str
+    index: int  # which output of that input
+    expected: dict | None  # None: the replay produced an extra action
+    got: dict | None  # None: the replay produced fewer actions
+
+
+@dataclasses.dataclass(slots=True)
+class ReplayResult:
+    identical: bool
+    divergence: Divergence | None
+    inputs: int
+    outputs: int
+    call_ns: int  # recorded time from the first to the last entry
+    timed_actions: list[tuple[int, Action]]  # every action the replay produced, with its virtual time
+    snapshots: list[tuple[int, list[int]]]  # recorded playout snapshots (time, values)
+    caller_audio: list[tuple[int, bytes]]
+    statistics: dict
+
+
+def controller_from_header(header: dict[str, Any]) -> CallController:
+    make_flow = FLOWS.get(header.get("flow", "scripted"))
+    if make_flow is None:
+        raise RecordError(f"unknown flow {header.get('flow')!r}")
+    flow = make_flow(**header.get("flow_args", {}))
+    config = ControllerConfig.from_dict(header.get("config", {}))
+    return CallController(header["call_sid"], flow=flow, config=config, naming=header.get("naming", "ga"),
+                          first_tag=int(header.get("first_tag", 1)))
+
+
+def _feed(controller: CallController, entry: dict[str, Any]) -> list[Action]:
+    kind, t = entry["k"], entry["t"]
+    if kind == "start":
+        return controller.start(t)
+    if kind == "model":
+        return controller.on_model_event(entry["text"], t, playout_from(entry["p"]))
+    if kind == "audio":
+        return controller.on_caller_audio(int(entry["n"]), t)
+    if kind == "dtmf":
+        return controller.on_dtmf(entry["digit"], t)
+    if kind == "tick":
+        return controller.on_tick(t, playout_from(entry["p"]))
+    return controller.on_carrier_stop(t)
+
+
+def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_divergence: bool = True) -> ReplayResult:
+    """Feed every recorded input through a fresh controller; compare outputs input by input."""
+    controller = controller_from_header(header)
+    divergence: Divergence | None = None
+    timed: list[tuple[int, Action]] = []
+    snapshots: list[tuple[int, list[int]]] = []
+    caller: list[tuple[int, bytes]] = []
+    inputs = outputs = 0
+    i = 0
+    n = len(entries)
+    while i < n:
+        entry = entries[i]
+        i += 1
+        if entry["k"] not in INPUT_KINDS:
+            continue
+        expected = []
+        while i < n and entries[i]["k"] in ("out", "note"):
+            if entries[i]["k"] == "out":
+                expected.append(entries[i]["a"])
+            i += 1
+        inputs += 1
+        if "p" in entry:
+            snapshots.append((entry["t"], entry["p"]))
+        if entry["k"] == "audio" and "ulaw" in entry:
+            caller.append((entry["t"], binascii.a2b_base64(entry["ulaw"])))
+        actions = _feed(controller, entry)
+        outputs += len(actions)
+        timed.extend((entry["t"], a) for a in actions)
+        if divergence is None:
+            got = [action_to_dict(a) for a in actions]
+            if got != expected:
+                k = next((j for j in range(min(len(got), len(expected))) if got[j] != expected[j]), min(len(got), len(expected)))
+                divergence = Divergence(entry["t"], entry["k"], k, expected[k] if k < len(expected) else None,
+                                        got[k] if k < len(got) else None)
+                if stop_at_divergence:
+                    break
+    call_ns = (entries[-1]["t"] - entries[0]["t"]) if entries else 0
+    return ReplayResult(divergence is None, divergence, inputs, outputs, call_ns, timed, snapshots, caller,
+                        controller.statistics())
+
+
+# --- what the caller heard, placed in time -------------------------------------------------------------
+def agent_track(result: ReplayResult, origin_ns: int) -> bytes:
+    """The agent's audio as the caller heard it: frames placed at the time the pacer released them.
+
+    Release times come from the recorded playout snapshots (the first snapshot whose sent position
+    covers a frame); frames with no such snapshot are placed right after the previous frame (at the
+    earliest when written). A CancelTag silences every frame of its tag not yet released at that time.
+    """
+    frame_ms = timing.FRAME_MS
+    released: dict[tuple[int, int], int] = {}
+    for t, p in result.snapshots:
+        tag, sent = p[3], p[4]
+        for k in range(sent - 1, -1, -1):
+            if (tag, k) in released:
+                break
+            released[(tag, k)] = t
+    cancelled: dict[int, int] = {}
+    for t, action in result.timed_actions:
+        if isinstance(action, CancelTag):
+            cancelled.setdefault(action.tag, t)
+    placed: list[tuple[int, bytes]] = []
+    cursor = origin_ns
+    for t, action in result.timed_actions:
+        if isinstance(action, WriteFrames):
+            for k in range(len(action.audio) // timing.FRAME_BYTES):
+                at = released.get((action.tag, action.first_index + k))
+                if at is None:
+                    at = max(cursor, t)
+                cut = cancelled.get(action.tag)
+                if cut is not None and at >= cut:
+                    continue
+                placed.append((at, action.audio[k * timing.FRAME_BYTES:(k + 1) * timing.FRAME_BYTES]))
+                cursor = at + frame_ms * 1_000_000
+    return _lay(placed, origin_ns)
+
+
+def caller_track(result: ReplayResult, origin_ns: int) -> bytes:
+    return _lay(result.caller_audio, origin_ns)
+
+
+def _lay(pieces: list[tuple[int, bytes]], origin_ns: int) -> bytes:
+    if not pieces:
+        return b""
+    end = max((t - origin_ns) // 1_000_000 * timing.BYTES_PER_MS + len(b) for t, b in pieces)
+    track = bytearray([MU_LAW_SILENCE]) * max(0, end)
+    for t, b in pieces:
+        at = max(0, (t - origin_ns) // 1_000_000 * timing.BYTES_PER_MS)
+        track[at:at + len(b)] = b
+    return bytes(track)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="voicecore replay", description="Replay a recorded call through the cores.")
+    parser.add_argument("file")
+    parser.add_argument("--wav", metavar="OUT", help="write the call as a stereo WAV (caller left, agent right)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    try:
+        header, entries = load(args.file)
+        wall_start = time.perf_counter()
+        result = replay(header, entries)
+        wall_s = time.perf_counter() - wall_start
+    except (RecordError, OSError, KeyError, TypeError) as exc:
+        print(f"replay: {args.file}: {exc}", file=sys.stderr)
+        return 2
+    speed = (result.call_ns / 1e9) / wall_s if wall_s > 0 else float("inf")
+    if args.wav and entries:
+        origin = entries[0]["t"]
+        write_stereo_wav(Path(args.wav), caller_track(result, origin), agent_track(result, origin))
+    report = {
+        "identical": result.identical,
+        "inputs": result.inputs,
+        "outputs": result.outputs,
+        "call_s": round(result.call_ns / 1e9, 3),
+        "replay_speed_x": round(speed, 1),
+        "divergence": dataclasses.asdict(result.divergence) if result.divergence else None,
+    }
+    if args.json:
+        print(json.dumps(report))
+    elif result.identical:
+        print(f"identical: {result.inputs} inputs, {result.outputs} actions, {report['call_s']} s of call "
+              f"replayed at {report['replay_speed_x']}x real time")
+    else:
+        d = result.divergence
+        assert d is not None
+        print(f"diverged at t={d.t_ns} ns (input {d.input_kind}, action {d.index})\n  expected: {d.expected}\n  got:      {d.got}")
+    return 0 if result.identical else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

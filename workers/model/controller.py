@@ -1,0 +1,759 @@
+"""The per-call controller: turn-taking and the response lifecycle, around the model worker's core.
+
+Owns the *policies* (ARCHITECTURE.md section 7; seeds 000 sections 2-6, 001, 003): one voice at a time
+(INV-ONE-VOICE: response requests are scheduled, one at a time, never while the caller is mid-utterance,
+obsolete queued requests dropped), the post-tool debounce (seed 001: 1.5 s quiet, 5 s cap), semantic
+barge-in (words, 0.5 s / 1.0 s; a bare VAD edge only holds release of new frames), the watchdog (3 s), the
+stalled-audio retry (8 s), silence check-ins (10/20/40 s, then goodbye), endings (goodbye played in full
+plus grace, then hang up or transfer) and DTMF. The *mechanism* (response -> tag, framing, dead-tag drops,
+cancel + truncate/delete: PROTOCOLS.md C.5) stays in core.py; *what* to say comes from flow.py.
+
+Sans-I/O: no sockets, shared memory, clock or randomness. The shell feeds every input with ``now_ns``
+(monotonic) and, where playout matters, a ``Playout`` snapshot read from the control block at that
+moment, and applies the returned actions in order. Feeding the same inputs gives the same actions
+(INV-REPLAY): ids are counters, timers are deadlines checked against ``now_ns`` on every input.
+
+The realtime server must not take turns itself: the session is configured with server VAD
+``create_response: false, interrupt_response: false`` and input transcription on (words are what make a
+barge-in semantic). ``session_update`` is built that way by ``start``.
+
+Release hold (bare VAD edge): with ``pause_release`` every tag is opened gated (``OpenTag.gated``) and the
+controller raises its approval watermark as playout advances, ``release_window_frames`` ahead of what the
+pacer has sent (``ReleaseTag``). On a bare VAD edge it stops raising it (``HoldTag``): what is already
+approved keeps playing, nothing newer is released, until words confirm a barge-in (then the tag is
+cancelled) or the false-interruption timeout passes (rolling approvals resume).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zlib
+
+from voicecore import timing
+from voicecore.realtime import events as rt
+from workers.model import core
+from workers.model import flow as flows
+from workers.model.core import CancelTag, EndTag, OpenTag, Playout, SendToModel, WriteFrames
+
+MS = 1_000_000
+IDLE_PLAYOUT = Playout(0, 0, 0, 0, 0, 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Every policy constant in one place (ms unless named otherwise)."""
+
+    watchdog_ms: int = 3000  # response.create sent, no response.created -> retry / fallback (seed 000 s.6)
+    stall_ms: int = 8000  # response started, no audio for this long and not finished -> retry, then apology
+    stall_retries: int = 1
+    max_prompt_retries: int = 3  # per prompt, watchdog and stall retries together; then the flow advances
+    give_up_after_failures: int = 6  # consecutive unanswered requests -> transfer (or hang up) unspoken
+    debounce_quiet_ms: int = 1500  # seed 001 BUFFER_DEBOUNCE_S
+    debounce_cap_ms: int = 5000  # seed 001 BUFFER_MAX_S
+    debounce_send_text: bool = False  # also send the combined fragments as one user text item
+    bargein_min_speech_ms: int = 500  # speech with recognized words this long interrupts (seed 003)
+    bargein_late_words_ms: int = 1000  # speech this long interrupts even before words arrive
+    false_interruption_ms: int = 1000  # after speech stopped with no words: resume release
+    silence_checkins_ms: tuple[int, ...] = (10_000, 20_000, 40_000)  # seed 003 "Silence detection"
+    silence_goodbye_ms: int = 10_000  # after the last unanswered check-in
+    goodbye_grace_ms: int = 500  # after the goodbye's last frame played (seed 003 "Terminal State")
+    cancel_settle_ms: int = 1500  # a cancelled response whose response.done never comes counts as gone
+    pause_release: bool = True  # gated tags + rolling approvals, so a bare VAD edge can hold release
+    release_window_frames: int = 15  # approved ahead of the pacer's sent position (> lead + tick period)
+    transcription_model: str = "gpt-4o-mini-transcribe"
+    vad_silence_duration_ms: int = 500
+    vad_prefix_padding_ms: int = 300  # included in speech_started.audio_start_ms (PROTOCOLS.md C.3)
+
+    def to_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ControllerConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}
+        return cls(**values)
+
+
+# --- actions beyond the core's (the shell applies these too) ------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReleaseTag:
+    """Raise the approval watermark: frames of ``tag`` with index < ``frames`` may be released.
+
+    Shell: ``rings.tag_approve(ctrl, slot, tag, frames)`` (the watermark only rises)."""
+
+    tag: int
+    frames: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HoldTag:
+    """Bare VAD edge: the watermark of ``tag`` stays at ``frames`` until a ReleaseTag or CancelTag.
+
+    Shell: ``rings.tag_approve(ctrl, slot, tag, frames)`` (a no-op by construction: the hold is the
+    absence of further ReleaseTag); count it."""
+
+    tag: int
+    frames: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HangUp:
+    """End the call through the carrier's REST API (twilio_rest.hangup_request)."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Transfer:
+    """Redirect the call to ``target`` through the carrier's REST API (twilio_rest.transfer_request)."""
+
+    target: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallOver:
+    """The caller hung up (or the stream stopped): close the model session; nothing more will be sent."""
+
+    reason: str
+
+
+Action = core.Action | ReleaseTag | HoldTag | HangUp | Transfer | CallOver
+
+
+# --- internal state -----------------------------------------------------------------------------------
+@dataclasses.dataclass(slots=True)
+class Request:
+    """One response the controller wants the model to produce."""
+
+    req_id: int
+    step: flows.Say | flows.Answer
+    source: str  # flow | checkin | fallback | retry | apology | debounce | dtmf
+    user_text: str | None = None  # sent as a user text item before response.create
+
+    @property
+    def prompt_id(self) -> str:
+        return self.step.prompt_id if isinstance(self.step, flows.Say) else "answer"
+
+    @property
+    def terminal(self) -> bool:
+        return isinstance(self.step, flows.Say) and self.step.terminal
+
+
+@dataclasses.dataclass(slots=True)
+class Active:
+    response_id: str
+    request: Request
+    created_ns: int
+    last_audio_ns: int
+    tag: int = 0
+    done: bool = False
+    cancelled_ns: int = 0
+    had_tool_call: bool = False
+    settled: bool = False  # played out (or cancelled) and reported to the flow
+
+
+@dataclasses.dataclass(slots=True)
+class Utterance:
+    """One stretch of caller speech from the server's VAD, with the words transcribed for it."""
+
+    item_id: str
+    started_ns: int
+    interrupting: bool  # the agent was audible when it started
+    stopped_ns: int = 0
+    audio_start_ms: int = 0  # the server's audio clock (prefix padding included)
+    spoken_ms: int = 0  # set at speech_stopped from the server's audio clock: the speech itself
+    words: str = ""
+    completed: bool = False
+    decided: str = ""  # "" | "speech" | "noise"
+    turn_taken: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class ControllerStats:
+    requests_sent: int = 0
+    requests_dropped: int = 0
+    responses_rejected: int = 0
+    bargeins: int = 0
+    bargein_latency_ms: list[int] = dataclasses.field(default_factory=list)  # speech start -> decision
+    holds: int = 0
+    false_interruptions: int = 0
+    watchdog_fires: int = 0
+    stalls: int = 0
+    retries: int = 0
+    checkins: int = 0
+    tool_calls: int = 0
+    debounce_flushes: int = 0
+    dtmf: int = 0
+    transfers_cancelled: int = 0
+    unheard_cancels: int = 0
+    end_reason: str = ""
+
+
+class CallController:
+    """One call's turn-taking. Feed it inputs in time order; apply every returned action in order."""
+
+    def __init__(self, call_sid: str, flow: flows.Flow | None = None, config: ControllerConfig | None = None,
+                 naming: str = "ga", first_tag: int = 1) -> None:
+        self.call_sid = call_sid
+        self.config = config or ControllerConfig()
+        self.flow: flows.Flow = flow if flow is not None else flows.ScriptedFlow()
+        cfg = self.config
+        self.core = core.ModelCallCore(
+            call_sid, naming=naming, first_tag=first_tag, greet=False, auto_barge_in=False,
+            gate_release=cfg.pause_release,
+            turn_detection={"type": "server_vad", "silence_duration_ms": cfg.vad_silence_duration_ms,
+                            "prefix_padding_ms": cfg.vad_prefix_padding_ms,
+                            "create_response": False, "interrupt_response": False},
+            transcription_model=cfg.transcription_model,
+        )
+        self.stats = ControllerStats()
+        self.playout = IDLE_PLAYOUT
+        self.now_ns = 0
+        self.started = False
+        self.ended = False
+        self.next_req_id = 1
+        self.queued: Request | None = None
+        self.inflight: Request | None = None
+        self.inflight_sent_ns = 0
+        self.active: Active | None = None
+        self.by_tag: dict[int, Active] = {}
+        self.rejected: set[str] = set()
+        self.retries: dict[str, int] = {}
+        self.stall_count: dict[str, int] = {}
+        self.utterance: Utterance | None = None
+        self.caller_speaking = False
+        self.debounce: tuple[int, int] | None = None  # (started_ns, last_fragment_ns)
+        self.fragments: list[str] = []
+        self.held_tag = 0
+        self.approved: dict[int, int] = {}
+        self.silence_ref_ns = 0
+        self.checkins_done = 0
+        self.ending: Active | None = None  # the terminal prompt that is playing
+        self.ending_played_ns = 0
+        self.failures = 0  # consecutive requests the model never answered
+
+    # ======================================================================================= inputs
+    def start(self, now_ns: int) -> list[Action]:
+        """The call's media started and the model socket is open: configure the session, greet."""
+        self.now_ns = now_ns
+        self.started = True
+        self.silence_ref_ns = now_ns
+        out: list[Action] = list(self.core.on_open())
+        self._enqueue(self.flow.start(), "flow", out)
+        self._pump(out)
+        return out
+
+    def on_model_event(self, event: object, now_ns: int, playout: Playout) -> list[Action]:
+        """One server event: raw text from the socket (preferred: it is what gets recorded) or parsed."""
+        self.now_ns = now_ns
+        self.playout = playout
+        raw: dict | None = None
+        if isinstance(event, (str, bytes, bytearray)):
+            text = event
+            event = rt.parse_server_event(text)
+            if isinstance(event, (rt.ResponseCreated, rt.Unhandled)):
+                raw = _peek(text)
+        if self.ended:
+            return []
+        out: list[Action] = []
+        if isinstance(event, rt.ResponseCreated):
+            self._on_response_created(event, raw, out)
+        elif isinstance(event, rt.SpeechStarted):
+            self._on_speech_started(event, out)
+        elif isinstance(event, rt.SpeechStopped):
+            self._on_speech_stopped(event, out)
+        elif isinstance(event, rt.InputTranscriptionCompleted):
+            self._on_words(event.item_id, event.transcript, True, out)
+        elif isinstance(event, rt.Unhandled) and event.type == "conversation.item.input_audio_transcription.delta":
+            # Not modelled by events.py yet: peek the two fields we need (item_id, delta).
+            if raw and isinstance(raw.get("item_id"), str) and isinstance(raw.get("delta"), str):
+                self._on_words(raw["item_id"], raw["delta"], False, out)
+        elif isinstance(event, rt.OutputItemAdded) and event.response_id in self.rejected:
+            out.append(SendToModel(rt.item_delete(event.item_id)))
+        elif isinstance(event, rt.FunctionCallArgumentsDone):
+            self._on_tool_call(event, out)
+        elif isinstance(event, rt.AudioDelta):
+            active = self.active
+            if active is not None and active.response_id == event.response_id:
+                active.last_audio_ns = now_ns
+        elif isinstance(event, rt.ResponseDone):
+            self._on_response_done(event, out)
+        if not isinstance(event, rt.ResponseCreated):
+            out.extend(self.core.on_event(event, now_ns, playout))
+        self._after_core(out)
+        self._step(out)
+        return out
+
+    def on_caller_audio(self, n_frames: int, now_ns: int) -> list[Action]:
+        """Caller frames went to the model (their content is the model's business; only timing is ours)."""
+        self.now_ns = now_ns
+        if self.ended:
+            return []
+        out: list[Action] = []
+        self._step(out)
+        return out
+
+    def on_dtmf(self, digit: str, now_ns: int) -> list[Action]:
+        """A keypad digit: unambiguous caller input, so it interrupts at once (no words needed)."""
+        self.now_ns = now_ns
+        if self.ended:
+            return []
+        out: list[Action] = []
+        self.stats.dtmf += 1
+        self._caller_active()
+        self._drop_queued()
+        self._barge_in(now_ns, out)
+        step = self.flow.on_dtmf(digit)
+        self._enqueue(step, "dtmf", out, user_text=f"(The caller pressed the key {digit}.)" if isinstance(step, flows.Answer) else None)
+        self._step(out)
+        return out
+
+    def on_tick(self, now_ns: int, playout: Playout) -> list[Action]:
+        """Timers and playout progress. Call every 20-50 ms (at most every 100 ms: rolling approvals)."""
+        self.now_ns = now_ns
+        self.playout = playout
+        if self.ended:
+            return []
+        out: list[Action] = []
+        self._step(out)
+        return out
+
+    def on_carrier_stop(self, now_ns: int) -> list[Action]:
+        """The caller hung up / the stream stopped: stop everything, cleanly, once."""
+        self.now_ns = now_ns
+        if self.ended:
+            return []
+        out: list[Action] = []
+        audible = self.core.audible(self.playout)
+        if audible is not None:
+            out.extend(self.core.barge_in(now_ns, self.playout))
+        elif self.active is not None and not self.active.done:
+            out.append(SendToModel(rt.response_cancel(self.active.response_id)))
+        self.queued = None
+        self._finish("caller_hangup", out, CallOver("caller_hangup"))
+        return out
+
+    # ================================================================================ model events
+    def _on_response_created(self, event: rt.ResponseCreated, raw: dict | None, out: list[Action]) -> None:
+        meta = ((raw or {}).get("response") or {}).get("metadata") or {}
+        req_tag = meta.get("vc_req") if isinstance(meta, dict) else None
+        request = self.inflight
+        solicited = request is not None and (req_tag is None or req_tag == str(request.req_id))
+        if not solicited or self.core.audible(self.playout) is not None or self.active is not None:
+            # INV-ONE-VOICE: a response we did not ask for (or a second one while one plays) never gets a
+            # tag, so none of its audio can reach the ring; the server is told to stop it.
+            self.rejected.add(event.response_id)
+            self.stats.responses_rejected += 1
+            out.append(SendToModel(rt.response_cancel(event.response_id)))
+            return
+        assert request is not None
+        self.inflight = None
+        actions = self.core.on_event(event, self.now_ns, self.playout)
+        active = Active(event.response_id, request, self.now_ns, self.now_ns)
+        for action in actions:
+            if isinstance(action, OpenTag):
+                active.tag = action.tag
+        self.active = active
+        self.by_tag[active.tag] = active
+        if len(self.by_tag) > 32:
+            for tag in list(self.by_tag)[:-32]:
+                del self.by_tag[tag]
+        self.failures = 0
+        if request.terminal:
+            self.ending = active
+            self.ending_played_ns = 0
+        out.extend(actions)
+
+    def _on_response_done(self, event: rt.ResponseDone, out: list[Action]) -> None:
+        active = self.active
+        if active is None or active.response_id != event.response_id:
+            return
+        active.done = True
+        self.active = None
+        response = self.core.responses.get(active.response_id)
+        frames = (response.frames + (1 if response.remainder else 0)) if response is not None else 0
+        if (not active.cancelled_ns and frames == 0 and not active.had_tool_call
+                and isinstance(active.request.step, flows.Say)):
+            # A scripted prompt that produced no audio (failed, incomplete): the caller heard nothing.
+            self._retry(active.request, "empty", out)
+
+    def _on_tool_call(self, event: rt.FunctionCallArgumentsDone, out: list[Action]) -> None:
+        self.stats.tool_calls += 1
+        if self.active is not None and self.active.response_id == event.response_id:
+            self.active.had_tool_call = True
+        if self.debounce is not None:
+            self._flush_debounce(out)  # seed 001: another tool call flushes the buffer first
+        outcome = self.flow.on_tool_call(event.name or "", event.arguments)
+        out.append(SendToModel(_function_output(event.call_id, outcome.output)))
+        if outcome.then is not None:
+            self._enqueue(outcome.then, "flow", out)
+        elif outcome.speak:
+            # seed 001: the state changed and the agent would speak; wait until the caller is quiet.
+            self.debounce = (self.now_ns, self.now_ns)
+            self.fragments = []
+
+    # ============================================================================== caller speech
+    def _on_speech_started(self, event: rt.SpeechStarted, out: list[Action]) -> None:
+        self.caller_speaking = True
+        self._caller_active()
+        audible = self.core.audible(self.playout)
+        self.utterance = Utterance(event.item_id, self.now_ns, interrupting=audible is not None,
+                                   audio_start_ms=event.audio_start_ms)
+        if audible is not None and self.config.pause_release and self.held_tag == 0:
+            self.held_tag = audible.tag
+            self.stats.holds += 1
+            out.append(HoldTag(audible.tag, self.approved.get(audible.tag, 0)))
+
+    def _on_speech_stopped(self, event: rt.SpeechStopped, out: list[Action]) -> None:
+        self.caller_speaking = False
+        self._caller_active()
+        u = self.utterance
+        if u is not None and not u.stopped_ns:
+            u.stopped_ns = self.now_ns
+            # The stop arrives silence_duration_ms after the speech ended: measure the speech on the
+            # server's audio clock instead of our receipt times.
+            u.spoken_ms = max(0, event.audio_end_ms - u.audio_start_ms - self.config.vad_prefix_padding_ms)
+
+    def _on_words(self, item_id: str, text: str, completed: bool, out: list[Action]) -> None:
+        u = self.utterance
+        if u is not None and u.item_id == item_id:
+            if completed:
+                u.words = text
+                u.completed = True
+            else:
+                u.words += text
+        if self.debounce is not None and (text.strip() or completed):
+            started, _ = self.debounce
+            self.debounce = (started, self.now_ns)
+            if completed and text.strip():
+                self.fragments.append(text.strip())
+        if text.strip():
+            self._caller_active()
+
+    def _evaluate_utterance(self, out: list[Action]) -> None:
+        u = self.utterance
+        if u is None:
+            return
+        cfg = self.config
+        now = self.now_ns
+        if not u.decided:
+            duration_ms = u.spoken_ms if u.stopped_ns else (now - u.started_ns) // MS
+            has_words = bool(u.words.strip())
+            if u.interrupting:
+                speech = (has_words and duration_ms >= cfg.bargein_min_speech_ms) or (
+                    not u.stopped_ns and duration_ms >= cfg.bargein_late_words_ms)
+            else:
+                speech = has_words or duration_ms >= cfg.bargein_late_words_ms
+            if speech:
+                u.decided = "speech"
+                self._caller_active()
+                self.checkins_done = 0
+                self._drop_queued()
+                if self._barge_in(now, out):
+                    self.stats.bargein_latency_ms.append((now - u.started_ns) // MS)
+            elif u.stopped_ns and ((u.completed and not has_words) or (now - u.stopped_ns) // MS >= cfg.false_interruption_ms):
+                # Cough, breath, echo, or a backchannel too short to interrupt: the agent carries on.
+                u.decided = "noise"
+                if u.interrupting:
+                    self.stats.false_interruptions += 1
+                self._resume(out)
+        if u.decided == "speech" and u.stopped_ns and not u.turn_taken:
+            if u.completed or (now - u.stopped_ns) // MS >= cfg.false_interruption_ms or u.words.strip():
+                u.turn_taken = True
+                self._caller_turn(u, out)
+
+    def _caller_turn(self, u: Utterance, out: list[Action]) -> None:
+        if self.debounce is not None:
+            return  # gathered into the combined turn
+        self._enqueue(self.flow.on_user_turn(u.words.strip()), "flow", out)
+
+    def _caller_active(self) -> None:
+        self.silence_ref_ns = self.now_ns
+
+    # ================================================================================ barge-in
+    def _barge_in(self, now_ns: int, out: list[Action]) -> bool:
+        """Cancel what the caller may hear (core mechanism: PROTOCOLS.md C.5). True if audio was cut."""
+        audible = self.core.audible(self.playout)
+        actions = self.core.barge_in(now_ns, self.playout) if audible is not None else []
+        self.held_tag = 0
+        if audible is None or not actions:
+            return False
+        out.extend(actions)
+        active = self.by_tag.get(audible.tag)
+        if active is not None:
+            active.cancelled_ns = now_ns
+            active.settled = True
+            if self.ending is active:
+                # The caller spoke over the goodbye: the call is not over (and a transfer is cancelled).
+                step = active.request.step
+                if isinstance(step, flows.Say) and step.transfer_to:
+                    self.stats.transfers_cancelled += 1
+                self.ending = None
+        if audible.frames == 0 and not audible.remainder:
+            # Nothing of it was written yet, so nothing was heard: the caller's new speech supersedes a
+            # response still being prepared (counted apart from barge-ins).
+            self.stats.unheard_cancels += 1
+            return False
+        self.stats.bargeins += 1
+        return True
+
+    def _resume(self, out: list[Action]) -> None:
+        tag = self.held_tag
+        self.held_tag = 0
+        if tag:
+            self._approve(tag, out, force=True)
+
+    # ================================================================================ scheduling
+    def _enqueue(self, step: flows.Step, source: str, out: list[Action], user_text: str | None = None) -> None:
+        if isinstance(step, flows.Wait):
+            return
+        if self.queued is not None:
+            if self.queued.terminal and not (isinstance(step, flows.Say) and step.terminal):
+                return  # an ending already queued wins over anything but another ending
+            self.stats.requests_dropped += 1  # obsolete: replaced before it was sent
+        self.queued = Request(self.next_req_id, step, source, user_text)
+        self.next_req_id += 1
+
+    def _drop_queued(self) -> None:
+        if self.queued is not None and not self.queued.terminal:
+            self.queued = None
+            self.stats.requests_dropped += 1
+
+    def _may_speak(self) -> bool:
+        if self.inflight is not None or self.caller_speaking or self.debounce is not None:
+            return False
+        if self.utterance is not None and self.utterance.decided == "":
+            return False  # a VAD edge not yet judged
+        if self.active is not None:
+            if not self.active.cancelled_ns:
+                return False
+            if (self.now_ns - self.active.cancelled_ns) // MS < self.config.cancel_settle_ms:
+                return False  # wait for its response.done so the server has no active response
+            self.active = None
+        return self.core.audible(self.playout) is None
+
+    def _pump(self, out: list[Action]) -> None:
+        request = self.queued
+        if request is None or not self._may_speak():
+            return
+        self.queued = None
+        self.inflight = request
+        self.inflight_sent_ns = self.now_ns
+        self.stats.requests_sent += 1
+        if request.user_text:
+            out.append(SendToModel(rt.conversation_item_create_user_text(request.user_text)))
+        metadata = {"vc_req": str(request.req_id), "vc_prompt": request.prompt_id}
+        instructions = None
+        if isinstance(request.step, flows.Say):
+            instructions = f'Say exactly: "{request.step.text}"'
+        out.append(SendToModel(rt.response_create(instructions=instructions, metadata=metadata)))
+
+    def _retry(self, request: Request, why: str, out: list[Action]) -> None:
+        """Ask again for the same prompt, at most max_prompt_retries times; then let the flow advance."""
+        key = request.prompt_id
+        count = self.retries.get(key, 0) + 1
+        self.retries[key] = count
+        if count <= self.config.max_prompt_retries:
+            self.stats.retries += 1
+            if self.queued is None or not self.queued.terminal or request.terminal:
+                self.queued = Request(self.next_req_id, request.step, "retry", request.user_text)
+                self.next_req_id += 1
+            return
+        self.retries[key] = 0
+        if request.terminal:
+            # Even the ending cannot be spoken: end the call rather than leave the caller in silence.
+            step = request.step
+            assert isinstance(step, flows.Say)
+            self._finish_ending(step, f"{why}_gave_up", out)
+            return
+        if isinstance(request.step, flows.Say):
+            self._enqueue(self.flow.after_played(key), "flow", out)
+        else:
+            self._enqueue(self.flow.line("fallback"), "fallback", out)
+
+    # ================================================================================ the step
+    def _after_core(self, out: list[Action]) -> None:
+        for action in list(out):
+            if isinstance(action, OpenTag):
+                self.approved.setdefault(action.tag, 0)
+                if action.gated:
+                    self._approve(action.tag, out, force=True)
+
+    def _approve(self, tag: int, out: list[Action], force: bool = False) -> None:
+        if not self.config.pause_release or tag == self.held_tag:
+            return
+        sent = self.playout.sent_frames if self.playout.sent_tag == tag else 0
+        target = sent + self.config.release_window_frames
+        if target > self.approved.get(tag, 0):
+            self.approved[tag] = target
+            out.append(ReleaseTag(tag, target))
+
+    def _step(self, out: list[Action]) -> None:
+        """Everything time- or playout-driven, in a fixed order (deterministic)."""
+        if self.ended:
+            return
+        now = self.now_ns
+        cfg = self.config
+        self._evaluate_utterance(out)
+        # rolling approval of the response that may be audible
+        current = self.core.current
+        if current is not None and not current.cancelled and current.tag in self.approved:
+            self._approve(current.tag, out)
+        # post-tool debounce (seed 001)
+        if self.debounce is not None:
+            started, last = self.debounce
+            if (now - last) // MS >= cfg.debounce_quiet_ms or (now - started) // MS >= cfg.debounce_cap_ms:
+                self._flush_debounce(out)
+        # watchdog: asked, nothing created
+        if self.inflight is not None and (now - self.inflight_sent_ns) // MS >= cfg.watchdog_ms:
+            request = self.inflight
+            self.inflight = None
+            self.stats.watchdog_fires += 1
+            self.failures += 1
+            if self.failures >= cfg.give_up_after_failures:
+                # The model is not answering at all: hand the caller to a person (or hang up) rather
+                # than loop prompts into silence (INV-NEVER-SILENT).
+                self._finish_ending(self.flow.line("apology"), "model_unresponsive", out)
+                return
+            if isinstance(request.step, flows.Answer):
+                self._enqueue(self.flow.line("fallback"), "fallback", out)
+            else:
+                self._retry(request, "watchdog", out)
+        # stall: started, audio stopped coming, not finished
+        active = self.active
+        if active is not None and not active.done and not active.cancelled_ns and (now - active.last_audio_ns) // MS >= cfg.stall_ms:
+            self._on_stall(active, out)
+        self._check_played(out)
+        self._check_silence(out)
+        self._check_ending(out)
+        self._pump(out)
+
+    def _flush_debounce(self, out: list[Action]) -> None:
+        self.debounce = None
+        self.stats.debounce_flushes += 1
+        combined = " ".join(self.fragments)
+        self.fragments = []
+        step = self.flow.on_user_turn(combined)
+        user_text = combined if (self.config.debounce_send_text and combined) else None
+        self._enqueue(step, "debounce", out, user_text=user_text)
+
+    def _on_stall(self, active: Active, out: list[Action]) -> None:
+        self.stats.stalls += 1
+        request = active.request
+        if self.core.audible(self.playout) is not None and self.core.current and self.core.current.tag == active.tag:
+            out.extend(self.core.barge_in(self.now_ns, self.playout))
+        else:
+            out.append(SendToModel(rt.response_cancel(active.response_id)))
+        active.cancelled_ns = self.now_ns
+        active.settled = True
+        if self.ending is active:
+            self.ending = None
+        key = request.prompt_id
+        self.stall_count[key] = self.stall_count.get(key, 0) + 1
+        if self.stall_count[key] <= self.config.stall_retries:
+            self._retry(request, "stall", out)
+        else:
+            self._enqueue(self.flow.line("apology"), "apology", out)
+
+    def _played_out(self, active: Active) -> bool:
+        response = self.core.responses.get(active.response_id)
+        if response is None or response.cancelled or not response.audio_done:
+            return False
+        if response.frames == 0:
+            return active.done
+        p = self.playout
+        return p.played_tag == active.tag and p.played_frames >= response.frames
+
+    def _check_played(self, out: list[Action]) -> None:
+        for active in list(self.by_tag.values()):
+            if active.settled or active.cancelled_ns:
+                continue
+            if not self._played_out(active):
+                continue
+            active.settled = True
+            self.silence_ref_ns = self.now_ns
+            self.retries.pop(active.request.prompt_id, None)
+            if active is self.ending:
+                self.ending_played_ns = self.now_ns
+            elif isinstance(active.request.step, flows.Say):
+                self._enqueue(self.flow.after_played(active.request.prompt_id), "flow", out)
+
+    def _idle(self) -> bool:
+        return (not self.caller_speaking and self.queued is None and self.inflight is None and self.active is None
+                and self.debounce is None and self.ending is None and self.core.audible(self.playout) is None
+                and (self.utterance is None or self.utterance.turn_taken or self.utterance.decided == "noise"))
+
+    def _check_silence(self, out: list[Action]) -> None:
+        if not self._idle():
+            self.silence_ref_ns = self.now_ns  # only silence while nobody speaks and nothing is pending counts
+            return
+        checkins = self.config.silence_checkins_ms
+        limit = checkins[self.checkins_done] if self.checkins_done < len(checkins) else self.config.silence_goodbye_ms
+        if (self.now_ns - self.silence_ref_ns) // MS < limit:
+            return
+        self.silence_ref_ns = self.now_ns
+        if self.checkins_done < len(checkins):
+            self.checkins_done += 1
+            self.stats.checkins += 1
+            self._enqueue(self.flow.line("checkin"), "checkin", out)
+        else:
+            self._enqueue(self.flow.line("goodbye"), "silence", out)
+
+    def _check_ending(self, out: list[Action]) -> None:
+        ending = self.ending
+        if ending is None or not self.ending_played_ns:
+            return
+        if (self.now_ns - self.ending_played_ns) // MS < self.config.goodbye_grace_ms:
+            return
+        step = ending.request.step
+        assert isinstance(step, flows.Say)
+        self._finish_ending(step, "completed", out)
+
+    def _finish_ending(self, step: flows.Say, reason: str, out: list[Action]) -> None:
+        if step.transfer_to:
+            self._finish(f"transfer_{reason}", out, Transfer(step.transfer_to))
+        else:
+            self._finish(reason, out, HangUp(reason))
+
+    def _finish(self, reason: str, out: list[Action], final: Action) -> None:
+        self.ended = True
+        self.stats.end_reason = reason
+        out.append(final)
+
+    # ================================================================================ reporting
+    def statistics(self) -> dict:
+        return {**dataclasses.asdict(self.stats), **{f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()}}
+
+
+def _peek(text: str | bytes | bytearray) -> dict | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _function_output(call_id: str, output: str) -> str:
+    # conversation.item.create of a function_call_output item (PROTOCOLS.md C.2); no builder in events.py yet.
+    item = {"type": "function_call_output", "call_id": call_id, "output": output}
+    return json.dumps({"type": "conversation.item.create", "item": item}, separators=(",", ":"), ensure_ascii=False)
+
+
+def action_to_dict(action: Action) -> dict:
+    """A JSON-able form of an action, for records and comparison (audio as length + CRC-32)."""
+    data: dict = {"type": type(action).__name__}
+    for field in dataclasses.fields(action):  # type: ignore[arg-type]
+        value = getattr(action, field.name)
+        if isinstance(value, bytes):
+            data[field.name + "_len"] = len(value)
+            data[field.name + "_crc"] = zlib.crc32(value)
+        else:
+            data[field.name] = value
+    return data
+
+
+__all__ = [
+    "Action", "CallController", "CallOver", "ControllerConfig", "HangUp", "HoldTag", "ReleaseTag", "Transfer",
+    "SendToModel", "OpenTag", "WriteFrames", "EndTag", "CancelTag", "Playout", "action_to_dict",
+]
