@@ -44,6 +44,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("start_hold_ms", int, 60, "when the carrier's buffer is dry, wait up to this long for a lead's worth of audio before releasing"),
     Setting("sim_port", int, 9100, "port of the built-in realtime model simulator"),
     Setting("log_level", str, "info", "debug, info, warning or error"),
+    Setting("knowledge_dir", str, "", "folder of markdown files the validator grounds numbers in (reloaded when changed); empty: no knowledge base, every number is rejected (fail-closed)"),
+    Setting("gate_margin_ms", int, 200, "gated audio is released this far behind the audio the approved transcript covers"),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -67,6 +69,8 @@ class Config:
     start_hold_ms: int
     sim_port: int
     log_level: str
+    knowledge_dir: str
+    gate_margin_ms: int
 
     @property
     def listen_host(self) -> str:
@@ -126,6 +130,8 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"mark_every_frames: expected 1..50, got {values['mark_every_frames']}")
     if not 0 <= int(values["start_hold_ms"]) <= 1000:  # type: ignore[arg-type]
         raise ConfigError(f"start_hold_ms: expected 0..1000, got {values['start_hold_ms']}")
+    if not 0 <= int(values["gate_margin_ms"]) <= 2000:  # type: ignore[arg-type]
+        raise ConfigError(f"gate_margin_ms: expected 0..2000, got {values['gate_margin_ms']}")
     if values["log_level"] not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log_level: expected debug, info, warning or error, got {values['log_level']!r}")
 

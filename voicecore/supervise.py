@@ -24,8 +24,9 @@ from voicecore.config import Config
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SUPERVISOR_CONF = REPO_ROOT / "deploy" / "supervisord.conf"
-STACK_PROGRAMS = ("gateway", "pacer", "model")
-RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.sock", "pacer.sock", "doorbell.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp")
+STACK_PROGRAMS = ("gateway", "pacer", "model", "validator")
+RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.sock", "pacer.sock", "doorbell.sock",
+                 "validator.sock", "model.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp")
 
 
 class StackError(RuntimeError):
@@ -103,7 +104,8 @@ class Stack:
         pids: dict[str, int] = {}
         for child in children_of(self.process.pid):
             cmdline = read_cmdline(child)
-            for name, module in (("gateway", "workers.gateway.main"), ("pacer", "workers.pacer.main"), ("model", "workers.model.main"), ("modelsim", "voicecore.sim.model_server")):
+            for name, module in (("gateway", "workers.gateway.main"), ("pacer", "workers.pacer.main"), ("model", "workers.model.main"),
+                                 ("validator", "workers.validator.main"), ("modelsim", "voicecore.sim.model_server")):
                 if module in cmdline:
                     pids[name] = child
         return pids

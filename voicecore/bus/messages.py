@@ -70,13 +70,72 @@ class Stats:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class GateOpen:
+    """Model worker -> validator: response ``tag`` is gated (rings.tag_open(..., gated=True)); judge its
+    transcript under ``policy`` ("off", "numbers", "scripted", "strict"). ``script`` is the expected
+    text of a scripted prompt ("" otherwise), ``language`` "en", "sv" or "auto", ``forbidden`` the
+    prompt's or flow node's forbidden phrases, one per line ("" for none)."""
+
+    slot: int
+    generation: int
+    tag: int
+    policy: str
+    script: str
+    language: str
+    forbidden: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TranscriptDelta:
+    """Model worker -> validator: the next piece of ``tag``'s transcript; ``audio_frames`` is how many
+    frames of that tag were written to the outbound ring when it arrived (maps text to audio)."""
+
+    slot: int
+    generation: int
+    tag: int
+    delta: str
+    audio_frames: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TranscriptDone:
+    """Model worker -> validator: ``tag``'s transcript is complete (``transcript`` is the model's final
+    text; "" means "the deltas as sent"); ``audio_frames`` as in TranscriptDelta."""
+
+    slot: int
+    generation: int
+    tag: int
+    transcript: str
+    audio_frames: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """Validator -> model worker: frames of ``tag`` with index < ``approved_frames`` may be released
+    (rings.tag_approve; only rises), or ``rejected``: cancel the tag (rings.tag_cancel) and speak the
+    safe line. Sent once per rejection and only when approved_frames rises. ``citations`` is JSON text
+    of [{"file", "snippet", "number", "line"}] for the numbers approved so far."""
+
+    slot: int
+    generation: int
+    tag: int
+    approved_frames: int
+    rejected: bool
+    reason: str
+    citations: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Rejected:
     """What a bad message decodes to; never sent."""
 
     reason: str
 
 
-Message = Heartbeat | CallStarted | CallEnded | CancelTag | Dtmf | Stats
+Message = (
+    Heartbeat | CallStarted | CallEnded | CancelTag | Dtmf | Stats
+    | GateOpen | TranscriptDelta | TranscriptDone | Verdict
+)
 
 _TYPES: dict[str, type] = {
     "heartbeat": Heartbeat,
@@ -85,6 +144,10 @@ _TYPES: dict[str, type] = {
     "cancel": CancelTag,
     "dtmf": Dtmf,
     "stats": Stats,
+    "gate.open": GateOpen,
+    "transcript.delta": TranscriptDelta,
+    "transcript.done": TranscriptDone,
+    "verdict": Verdict,
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 _FIELDS = {cls: typing.get_type_hints(cls) for cls in _TYPES.values()}
@@ -102,6 +165,8 @@ def _field_ok(value: object, hint: object) -> bool:
         return type(value) is int
     if hint is str:
         return type(value) is str
+    if hint is bool:
+        return type(value) is bool
     if hint == dict[str, float]:
         return type(value) is dict and all(
             type(k) is str and type(v) in (int, float) for k, v in value.items()

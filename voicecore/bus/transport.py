@@ -5,6 +5,9 @@ lives in messages.py. Topology (no broker, so a cancel takes one hop):
   gateway  PUB  events.sock   -> SUB  pacer, model   (call.started, call.ended, heartbeat)
   gateway  PULL gateway.sock  <- PUSH pacer, model   (heartbeat, stats)
   pacer    PULL pacer.sock    <- PUSH model          (cancel doorbells, heartbeat)
+  validator PULL validator.sock <- PUSH model        (gate.open, transcript.delta, transcript.done);
+            it also PUSHes heartbeat/stats to gateway.sock and SUBs events.sock (call.ended)
+  model    PULL model.sock    <- PUSH validator      (verdict)
 The shared-memory arena is the source of truth for call state; bus messages are doorbells, so a worker
 that restarts rebuilds its view from the arena, not from messages it missed.
 """
@@ -24,6 +27,8 @@ from voicecore.bus import messages
 EVENTS = "events.sock"
 GATEWAY_INBOX = "gateway.sock"
 PACER_INBOX = "pacer.sock"
+VALIDATOR_INBOX = "validator.sock"
+MODEL_INBOX = "model.sock"  # the model worker binds it (PULL) for the validator's verdicts
 DOORBELL = "doorbell.sock"  # unix datagram socket, pacer -> gateway: "the wire rings have news"
 ARENA_NAME_FILE = "arena.name"
 

@@ -1,0 +1,390 @@
+"""Validator core (workers/validator/core.py): release policies, the approved prefix, the char -> frame
+mapping, citations and fail-closed rejections (INV-GATE), on the small knowledge base in tests/kb."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from voicecore.bus import messages as m
+from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
+from voicecore.validate.numbers import extract_numbers
+from workers.validator.core import APPROVE_ALL_FRAMES, ValidatorCore
+
+KB_DIR = Path(__file__).parent / "kb"
+KB = KnowledgeBase.from_documents(load_knowledge_dir(KB_DIR))
+KEY = (3, 7, 5)  # slot, generation, tag
+
+
+def open_gate(core: ValidatorCore, policy: str = "numbers", script: str = "", language: str = "en",
+              forbidden: str = "") -> list[m.Verdict]:
+    return core.handle(m.GateOpen(*KEY, policy, script, language, forbidden))
+
+
+def words_of(text: str) -> list[str]:
+    """Deltas the way a realtime model sends them: one word with its leading space."""
+    parts = text.split(" ")
+    return [parts[0]] + [" " + p for p in parts[1:]]
+
+
+def stream(core: ValidatorCore, deltas: list[str], frames_per_char: int = 3, done: bool = True):
+    """Feed deltas with the audio exactly in step with the transcript; returns [(text so far, audio
+    frames, verdicts)] with a last entry for the done message."""
+    steps = []
+    text = ""
+    for delta in deltas:
+        text += delta
+        frames = frames_per_char * len(text)
+        steps.append((text, frames, core.handle(m.TranscriptDelta(*KEY, delta, frames))))
+    if done:
+        frames = frames_per_char * len(text)
+        steps.append((text, frames, core.handle(m.TranscriptDone(*KEY, "", frames))))
+    return steps
+
+
+def all_verdicts(steps) -> list[m.Verdict]:
+    return [v for _, _, verdicts in steps for v in verdicts]
+
+
+def approved_prefix(text: str, policy: str = "numbers", knowledge=KB, language: str = "en", script: str = "") -> str:
+    """The transcript prefix approved after ``text`` arrived in one delta: with one audio frame per char
+    and no margin, approved_frames is the approved char count."""
+    core = ValidatorCore(knowledge, margin_frames=0)
+    open_gate(core, policy, script, language)
+    verdicts = core.handle(m.TranscriptDelta(*KEY, text, len(text)))
+    assert not any(v.rejected for v in verdicts), verdicts
+    return text[: verdicts[-1].approved_frames] if verdicts else ""
+
+
+# -- the numbers policy -------------------------------------------------------------------------------
+
+
+def test_unverifiable_number_is_rejected_before_its_audio_is_approved():
+    """INV-GATE: "Basic costs 777 kr per month" -> rejected as soon as "777 kr" is complete."""
+    core = ValidatorCore(KB, margin_frames=10)
+    assert open_gate(core) == []
+    steps = stream(core, words_of("Basic costs 777 kr per month."))
+    verdicts = all_verdicts(steps)
+    rejections = [v for v in verdicts if v.rejected]
+    assert len(rejections) == 1
+    assert rejections[0].reason == "a number is not in the knowledge base"
+    assert json.loads(rejections[0].citations) == []
+    # rejected by the first delta that settles a word after the number ("per" is whole once " month."
+    # arrives), before the transcript is done
+    at = next(i for i, (_, _, vs) in enumerate(steps) if any(v.rejected for v in vs))
+    assert at == len(steps) - 2 and steps[at][0] == "Basic costs 777 kr per month."
+    number_audio_frame = 3 * "Basic costs 777 kr per month.".index("777")
+    assert all(v.approved_frames <= number_audio_frame for v in verdicts)
+    assert all(v.approved_frames < APPROVE_ALL_FRAMES for v in verdicts)
+    assert steps[-1][2] == []  # the done message after a rejection: nothing more
+
+
+def test_grounded_number_is_approved_with_its_citation():
+    core = ValidatorCore(KB, margin_frames=10)
+    open_gate(core)
+    steps = stream(core, words_of("Basic costs 99 kr per month."))
+    verdicts = all_verdicts(steps)
+    assert not any(v.rejected for v in verdicts)
+    frames = [v.approved_frames for v in verdicts]
+    assert frames == sorted(frames) and len(set(frames)) == len(frames)  # sent only when it rises
+    final = verdicts[-1]
+    assert final.approved_frames == APPROVE_ALL_FRAMES
+    citations = json.loads(final.citations)
+    assert citations == [{"file": "kb/pricing.md", "snippet": "Basic costs 99 kr per month and includes 10 GB of data.",
+                          "number": "99", "line": 3}]
+    assert (final.slot, final.generation, final.tag) == KEY
+
+
+def test_text_without_numbers_is_approved_progressively_with_the_margin():
+    core = ValidatorCore(KB, margin_frames=10)
+    open_gate(core)
+    text = "Hello and welcome to the support line, how are you today?"
+    steps = stream(core, words_of(text), frames_per_char=4)
+    for so_far, frames, verdicts in steps[:-1]:
+        settled = so_far[: so_far.rfind(" ")].rstrip(" ,.?")  # the word being written is not approved yet
+        if settled.endswith(" and"):
+            settled = settled[: -len(" and")]  # "and" may still join numbers ("one hundred and ...")
+        expected = max(0, frames * len(settled) // len(so_far) - 10)
+        if verdicts:
+            assert verdicts[-1].approved_frames == expected
+    frames = [v.approved_frames for v in all_verdicts(steps)]
+    assert len(frames) >= 8 and frames == sorted(frames)
+    assert frames[-1] == APPROVE_ALL_FRAMES
+
+
+@pytest.mark.parametrize(
+    "text, approved, language",
+    [
+        ("Basic costs 99 ", "Basic costs", "en"),  # "kr" or ",50" may follow
+        ("Basic costs 99 kr ", "Basic costs", "en"),  # "99 kr 50"? wait for the next word
+        ("Basic costs 99 kr per ", "Basic costs 99 kr per", "en"),
+        ("It is ninety ", "It is", "en"),  # "ninety" -> "ninety-nine"
+        ("It is ninety-n", "It is", "en"),  # mid-token
+        ("It is ninety-nine kronor a ", "It is ninety-nine kronor", "en"),  # "a" may become "a hundred"
+        ("Premium costs 349 kr per month and includes ", "Premium costs 349 kr per month and includes", "en"),
+        ("Call 070-123 45 ", "Call", "en"),  # the phone number may go on
+        ("Call 070-123 45 67 today ", "Call 070-123 45 67 today", "en"),
+        ("It costs a ", "It costs", "en"),
+        ("We open on March ", "We open on", "en"),
+        ("Students get 15 % off ", "Students get 15 % off", "en"),
+        ("The prices apply from 2025-03-01 onwards ", "The prices apply from 2025-03-01 onwards", "en"),
+        ("Basic kostar nittionio kronor i månaden ", "Basic kostar nittionio kronor i månaden", "sv"),
+        ("Det kostar nittio ", "Det kostar", "sv"),  # "nittio" -> "nittionio" or "nittio kronor"
+        ("Hello there", "Hello", "en"),  # "there" may still be "therefore"
+    ],
+)
+def test_approved_prefix_holds_numbers_that_may_still_grow(text, approved, language):
+    assert approved_prefix(text, language=language) == approved
+
+
+@pytest.mark.parametrize(
+    "text, language",
+    [
+        ("Basic costs 777 kr per ", "en"),
+        ("Premium costs 12 kr per ", "en"),
+        ("It costs seventy-seven kronor per ", "en"),
+        ("Ring 070-999 88 77 today ", "en"),
+        ("Det kostar sjuttiosju kronor per ", "sv"),
+        ("Basic includes 50 GB of ", "en"),
+    ],
+)
+def test_complete_unverifiable_numbers_reject_mid_stream(text, language):
+    core = ValidatorCore(KB, margin_frames=0)
+    open_gate(core, language=language)
+    verdicts = core.handle(m.TranscriptDelta(*KEY, text, len(text)))
+    assert [v.rejected for v in verdicts] == [True]
+    start = extract_numbers(text, language)[0].span[0]
+    assert verdicts[0].approved_frames <= start
+
+
+def test_no_knowledge_base_rejects_every_number_but_approves_plain_text():
+    core = ValidatorCore(None, margin_frames=0)
+    open_gate(core)
+    verdicts = all_verdicts(stream(core, words_of("Basic costs 99 kr per month.")))
+    assert verdicts[-1].rejected and "no knowledge base" in verdicts[-1].reason
+    core = ValidatorCore(None, margin_frames=0)
+    open_gate(core)
+    assert all_verdicts(stream(core, words_of("Let me check that for you.")))[-1].approved_frames == APPROVE_ALL_FRAMES
+
+
+def test_final_transcript_replaces_the_deltas():
+    core = ValidatorCore(KB, margin_frames=0)
+    open_gate(core)
+    stream(core, words_of("Basic costs 99 kr"), done=False)
+    verdicts = core.handle(m.TranscriptDone(*KEY, "Basic costs 777 kr", 60))
+    assert [v.rejected for v in verdicts] == [True]
+
+
+def test_a_reloaded_knowledge_base_is_used_for_later_answers():
+    core = ValidatorCore(KB, margin_frames=0)
+    open_gate(core)
+    assert all_verdicts(stream(core, words_of("Gold costs 777 kr per month.")))[-1].rejected
+    docs = dict(load_knowledge_dir(KB_DIR))
+    docs["kb/gold.md"] = "# Gold\n\nGold costs 777 kr per month.\n"
+    core.set_knowledge(KnowledgeBase.from_documents(docs))
+    core.handle(m.GateOpen(KEY[0], KEY[1], KEY[2] + 1, "numbers", "", "en", ""))
+    verdicts = core.handle(m.TranscriptDone(KEY[0], KEY[1], KEY[2] + 1, "Gold costs 777 kr per month.", 90))
+    assert verdicts[-1].approved_frames == APPROVE_ALL_FRAMES
+    assert json.loads(verdicts[-1].citations)[0]["file"] == "kb/gold.md"
+
+
+# -- scripted, strict, forbidden, off -----------------------------------------------------------------
+
+SCRIPT = "Thanks for calling Acme. Your order V A N 7 ships on Monday."
+
+
+def test_scripted_prompt_that_follows_the_script_is_approved():
+    core = ValidatorCore(None, margin_frames=0)
+    open_gate(core, "scripted", SCRIPT)
+    steps = stream(core, words_of("Thanks for calling Acme, your order V-A-N seven ships on Monday."))
+    verdicts = all_verdicts(steps)
+    assert not any(v.rejected for v in verdicts)
+    assert len(verdicts) >= 3 and verdicts[-1].approved_frames == APPROVE_ALL_FRAMES
+
+
+@pytest.mark.parametrize(
+    "said, reason",
+    [
+        ("Thanks for calling Acme. Your refund of 500 dollars is on its way.", "diverges"),
+        ("Thanks for calling Acme. Your order V A M 7 ships on Monday.", "number or spelled"),
+        ("Thanks for calling Acme. Your order V A N 8 ships on Monday.", "number or spelled"),
+        ("Thanks for calling Acme.", "incomplete"),
+    ],
+)
+def test_scripted_prompt_divergence_is_rejected(said, reason):
+    core = ValidatorCore(None, margin_frames=0)
+    open_gate(core, "scripted", SCRIPT)
+    verdicts = all_verdicts(stream(core, words_of(said)))
+    assert [v.rejected for v in verdicts].count(True) == 1 and verdicts[-1].rejected
+    assert reason in verdicts[-1].reason
+    assert all(v.approved_frames < APPROVE_ALL_FRAMES for v in verdicts)
+
+
+def test_strict_needs_the_script_and_the_knowledge_base():
+    script = "Basic costs 99 kr per month."
+    core = ValidatorCore(KB, margin_frames=0)
+    open_gate(core, "strict", script)
+    verdicts = all_verdicts(stream(core, words_of(script)))
+    assert verdicts[-1].approved_frames == APPROVE_ALL_FRAMES and json.loads(verdicts[-1].citations)
+    core = ValidatorCore(None, margin_frames=0)  # the script is followed, but the number is unverifiable
+    open_gate(core, "strict", script)
+    verdicts = all_verdicts(stream(core, words_of(script)))
+    assert verdicts[-1].rejected and "knowledge base" in verdicts[-1].reason
+
+
+def test_forbidden_phrase_rejects_and_its_first_words_are_held():
+    core = ValidatorCore(KB, margin_frames=0)
+    open_gate(core, forbidden="got it\nschedul*")
+    held = core.handle(m.TranscriptDelta(*KEY, "Okay, got ", 10))
+    assert held[-1].approved_frames == len("Okay")  # "got" may be the start of "got it"
+    verdicts = core.handle(m.TranscriptDelta(*KEY, "it, thanks ", 21))
+    assert verdicts[-1].rejected and verdicts[-1].reason == "a forbidden phrase was said"
+    core = ValidatorCore(KB, margin_frames=0)
+    open_gate(core, forbidden="got it\nschedul*")
+    assert core.handle(m.TranscriptDone(*KEY, "I have scheduled it.", 30))[-1].rejected
+
+
+def test_off_approves_everything_at_once():
+    core = ValidatorCore(None)
+    verdicts = open_gate(core, "off")
+    assert [(v.approved_frames, v.rejected) for v in verdicts] == [(APPROVE_ALL_FRAMES, False)]
+    assert core.handle(m.TranscriptDelta(*KEY, "777 kr", 10)) == []  # nothing to judge any more
+
+
+@pytest.mark.parametrize("policy, script", [("loose", ""), ("scripted", ""), ("strict", "  ")])
+def test_misconfigured_gates_fail_closed(policy, script):
+    verdicts = open_gate(ValidatorCore(KB), policy, script)
+    assert [v.rejected for v in verdicts] == [True]
+
+
+def test_transcript_for_an_unknown_tag_is_rejected_once():
+    core = ValidatorCore(KB)
+    first = core.handle(m.TranscriptDelta(*KEY, "Hello ", 5))
+    assert [v.rejected for v in first] == [True]
+    assert core.handle(m.TranscriptDelta(*KEY, "there ", 10)) == []
+    assert core.handle(m.TranscriptDone(*KEY, "", 10)) == []
+
+
+def test_duplicate_open_and_foreign_messages_are_dropped():
+    core = ValidatorCore(KB, margin_frames=0)
+    open_gate(core)
+    core.handle(m.TranscriptDelta(*KEY, "Hello there ", 12))
+    assert open_gate(core) == []  # does not reset the gate
+    assert core.handle(m.Heartbeat("x", 1, 1, 1)) == []
+    assert core.handle(object()) == []
+    assert core.statistics()["dropped"] == 3
+    assert core.handle(m.TranscriptDelta(*KEY, "friend ", 19))[-1].approved_frames == len("Hello there friend")
+
+
+def test_call_ended_forgets_the_calls_gates():
+    core = ValidatorCore(KB)
+    open_gate(core)
+    core.handle(m.CallEnded(KEY[0], KEY[1], "stop"))
+    assert core.statistics()["gates_live"] == 0
+    assert core.handle(m.TranscriptDelta(*KEY, "Hello ", 5)) == []  # closed, not orphaned
+
+
+def test_language_falls_back_to_auto():
+    core = ValidatorCore(KB, margin_frames=0)
+    open_gate(core, language="klingon")
+    assert all_verdicts(stream(core, words_of("Basic costs 99 kr per month.")))[-1].approved_frames == APPROVE_ALL_FRAMES
+
+
+def test_snippets_for_a_question():
+    core = ValidatorCore(KB)
+    snippets = core.snippets_for("How much does Premium cost?")
+    assert snippets and any("349" in s["text"] for s in snippets)
+    assert {"file", "line", "text"} <= set(snippets[0])
+    assert ValidatorCore(None).snippets_for("How much does Premium cost?") == []
+
+
+def test_approve_all_matches_the_pacers_constant():
+    from voicecore.shm.control import APPROVE_ALL
+
+    assert APPROVE_ALL_FRAMES == APPROVE_ALL
+
+
+# -- bus messages added for the validator -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        m.GateOpen(1, 2, 3, "strict", "Välkommen!", "sv", "got it\nschedul*"),
+        m.TranscriptDelta(1, 2, 3, " ninety-", 17),
+        m.TranscriptDone(1, 2, 3, "Basic costs 99 kr.", 120),
+        m.Verdict(1, 2, 3, APPROVE_ALL_FRAMES, False, "", '[{"file": "kb/pricing.md"}]'),
+        m.Verdict(1, 2, 3, 40, True, "a number is not in the knowledge base", "[]"),
+    ],
+    ids=lambda s: type(s).__name__,
+)
+def test_validator_messages_round_trip(message):
+    assert m.decode(m.encode(message)) == message
+
+
+def test_verdict_rejected_must_be_a_bool():
+    import msgpack
+
+    body = {"v": 1, "t": "verdict", "slot": 1, "generation": 1, "tag": 1, "approved_frames": 1,
+            "rejected": 1, "reason": "", "citations": "[]"}
+    decoded = m.decode(msgpack.packb(body))
+    assert isinstance(decoded, m.Rejected) and "wrong type" in decoded.reason
+
+
+# -- property: INV-GATE under the char -> frame mapping -------------------------------------------------
+
+ORDINARY = ["Basic", "Premium", "costs", "the", "plan", "is", "great", "includes", "per", "month", "data",
+            "we", "offer", "today", "and", "so", "on", "price", "for", "you", "kostar", "i", "månaden"]
+GROUNDED = ["99 kr", "349 kr", "10 GB", "ninety-nine kronor", "1 TB", "15 %", "2025-03-01", "070-123 45 67"]
+UNVERIFIED = ["777 kr", "12 kr", "seventy-seven kronor", "20 GB", "5 TB", "33 %", "2024-01-01", "070-999 88 77"]
+MARGIN_FRAMES = 10
+
+
+@st.composite
+def answers(draw):
+    pieces = draw(st.lists(st.one_of(st.sampled_from(ORDINARY), st.sampled_from(GROUNDED), st.sampled_from(UNVERIFIED)),
+                           min_size=1, max_size=14))
+    text = " ".join(pieces) + draw(st.sampled_from([".", "", "?", " ok."]))
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=len(text))))
+    bounds = [0, *cuts, len(text)]
+    deltas = [text[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+    frames_per_char = draw(st.integers(1, 5))
+    # the audio may be ahead of the transcript by at most the margin, or behind it by any amount
+    leads = draw(st.lists(st.integers(-60, MARGIN_FRAMES), min_size=len(deltas), max_size=len(deltas)))
+    return text, deltas, frames_per_char, leads
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(answers())
+def test_property_approved_frames_never_cover_an_unverified_number(example):
+    """INV-GATE: approved_frames never decreases and never reaches the audio of the first number the
+    knowledge base does not hold (audio at frames_per_char frames per transcript char)."""
+    text, deltas, frames_per_char, leads = example
+    mentions = extract_numbers(text, "en")
+    unverified = [x for x in mentions if not KB.ground([x]).ok]
+    limit_frames = frames_per_char * unverified[0].span[0] if unverified else None
+
+    core = ValidatorCore(KB, margin_frames=MARGIN_FRAMES)
+    open_gate(core)
+    sent: list[m.Verdict] = []
+    so_far = 0
+    audio = 0
+    for delta, lead in zip(deltas, leads):
+        so_far += len(delta)
+        audio = max(audio, frames_per_char * so_far + lead, 0)
+        sent += core.handle(m.TranscriptDelta(*KEY, delta, audio))
+    sent += core.handle(m.TranscriptDone(*KEY, "", frames_per_char * len(text)))
+
+    frames = [v.approved_frames for v in sent]
+    assert frames == sorted(frames)
+    assert [v.rejected for v in sent].count(True) <= 1
+    assert not any(v.rejected for v in sent[:-1])  # a rejection is the last word on a tag
+    if limit_frames is not None:
+        assert sent and sent[-1].rejected
+        assert all(f <= limit_frames for f in frames)
+    else:
+        assert sent and not sent[-1].rejected and frames[-1] == APPROVE_ALL_FRAMES

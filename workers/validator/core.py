@@ -1,0 +1,400 @@
+"""The validator's sans-I/O core: per gated response, how much of its audio may play (INV-GATE).
+
+Owns the release policies of issue 5 and ARCHITECTURE.md section 7, per (slot, generation, tag):
+- "off": approve everything at once.
+- "numbers": every number the transcript states must be grounded in the knowledge base
+  (voicecore.validate.knowledge, fail-closed: no knowledge base means every number is unverifiable);
+  text without numbers is approved as it streams.
+- "scripted": the transcript must follow the expected text (voicecore.validate.script.ScriptMatcher).
+- "strict": both.
+Forbidden phrases (GateOpen.forbidden) are checked under every policy but "off".
+
+It turns transcript deltas into ``messages.Verdict``s: the approved transcript prefix, mapped to audio
+frames. Must not know sockets, files, clocks or the shared-memory rings: the shell (main.py) feeds it bus
+messages and a KnowledgeBase object and sends what it returns; the model worker applies the verdicts
+(rings.tag_approve / tag_cancel). Bad or unexpected input never raises: it is counted, and where a gate
+would otherwise wait forever it becomes a rejection (fail-closed).
+
+The approved prefix (numbers policy) ends before the first number that is not yet complete: later text
+can still change it ("99" -> "99 kr" or "99,50", "ninety" -> "ninety-nine", "070" -> "070-123 45 67"),
+so a number counts as complete only once a settled ordinary word follows it (``_complete``), or the
+transcript is done. A complete number that the knowledge base does not hold rejects at once. Words that
+may turn into part of a number ("a" -> "a hundred", "March" -> "March 3") are held at the tail.
+
+The mapping (transcript chars -> audio frames): with T transcript chars and A audio frames of the tag
+written so far (the latest delta's ``audio_frames``) and the approved prefix at c chars,
+``approved_frames = floor(A * c / T) - margin_frames``, never negative and never decreasing. When the
+transcript is done and fully approved, everything is approved (APPROVE_ALL_FRAMES). The formula assumes
+the transcript is not more than ``margin_frames`` behind the audio (the realtime API sends a transcript
+piece before the audio it covers); when it lags further, the margin is what protects the number.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from voicecore.bus import messages
+from voicecore.validate.knowledge import Citation, KnowledgeBase
+from voicecore.validate.numbers import _UNIT_FORMS, LANGUAGES, NumberMention, extract_numbers
+from voicecore.validate.script import ForbiddenPhrases, ScriptMatcher
+
+APPROVE_ALL_FRAMES = 1 << 62  # equals voicecore.shm.control.APPROVE_ALL: every frame of the tag
+POLICIES = ("off", "numbers", "scripted", "strict")
+DEFAULT_MARGIN_FRAMES = 10  # 200 ms: audio of the approved text's last word may run a little late
+MAX_GATES = 4096  # live gates kept; the oldest is forgotten (its tag long finished or cancelled)
+MAX_CLOSED = 8192  # keys of finished gates remembered, so late messages for them are dropped quietly
+MAX_CITATIONS = 16  # per verdict: a Verdict must stay far below the bus's 64 KiB message limit
+MAX_SNIPPET_CHARS = 240
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+# Words later text can still make part of a number ("one hundred and twenty", "a hundred", "en krona",
+# "three point five"); held when they end the approved text, never taken as the end of a number.
+_OPEN_WORDS = frozenset({"and", "och", "point", "komma", "a", "en", "ett", "one", "plus", "minus"})
+_MONTHS = frozenset(
+    "january february march april may june july august september october november december "
+    "jan feb mar apr jun jul aug sep sept oct nov dec "
+    "januari februari mars maj juni juli augusti oktober".split()
+)
+# Words that may still be absorbed into the number before them ("99" + " kr", "3" + " March",
+# "5" + " pm", "12 per" + " cent"); after a number that has no unit they are skipped, not taken as
+# the end of the number.
+_EXTENDERS = (
+    frozenset(form for forms in _UNIT_FORMS.values() for form in forms if form.isalpha())
+    | _MONTHS
+    | {"pm", "am", "per", "cent", "o", "clock", "kl", "klockan", "öre", "thousand", "tusen", "hundred", "hundra"}
+)
+_TAIL_HOLD = _OPEN_WORDS | _MONTHS | {"kl", "klockan"}
+_MAX_EXTENDER_SKIPS = 3
+
+
+@lru_cache(maxsize=4096)
+def _is_number_word(word: str, language: str) -> bool:
+    return any(ch.isdigit() for ch in word) or bool(extract_numbers(word, language))  # type: ignore[arg-type]
+
+
+def _words(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, casefolded word) of every word, settled or not (``_settled_limit``)."""
+    return [(m.start(), m.end(), re.sub(r"['’]", "", m.group().casefold())) for m in _WORD.finditer(text)]
+
+
+def _settled_limit(text: str) -> int:
+    """Words ending at or before this index are settled: whitespace follows them. A delta that ends
+    inside a token ("ninety-n", "99,", "month.") may still change every word of that token."""
+    for index in range(len(text) - 1, -1, -1):
+        if text[index].isspace():
+            return index
+    return 0
+
+
+@dataclass(slots=True)
+class _Gate:
+    key: tuple[int, int, int]
+    policy: str
+    language: str
+    matcher: ScriptMatcher | None
+    forbidden: ForbiddenPhrases | None
+    forbidden_words: list[tuple[str, ...]]
+    transcript: str = ""
+    audio_frames: int = 0
+    approved_chars: int = 0
+    approved_frames: int = 0  # the last value sent in a Verdict
+    final: bool = False
+    citations: dict[tuple[str, int, str], Citation] = field(default_factory=dict)
+
+
+class ValidatorCore:
+    """Verdicts for gated responses (rules: module docstring). Feed it bus messages with ``handle``."""
+
+    def __init__(self, knowledge: KnowledgeBase | None = None, margin_frames: int = DEFAULT_MARGIN_FRAMES,
+                 max_gates: int = MAX_GATES) -> None:
+        self.knowledge = knowledge
+        self.margin_frames = max(0, margin_frames)
+        self.max_gates = max(1, max_gates)
+        self._gates: OrderedDict[tuple[int, int, int], _Gate] = OrderedDict()
+        self._closed: OrderedDict[tuple[int, int, int], None] = OrderedDict()
+        self.counters: dict[str, int] = {
+            "gates_opened": 0, "deltas": 0, "dones": 0, "verdicts_approve": 0, "verdicts_reject": 0,
+            "approved_all": 0, "rejected_numbers": 0, "rejected_script": 0, "rejected_forbidden": 0,
+            "rejected_other": 0, "dropped": 0, "after_final": 0, "evicted": 0, "knowledge_reloads": 0,
+        }
+
+    # -- inputs ------------------------------------------------------------------------------------
+
+    def set_knowledge(self, knowledge: KnowledgeBase | None) -> None:
+        """A reloaded knowledge base; numbers judged from now on are grounded in it."""
+        self.knowledge = knowledge
+        self.counters["knowledge_reloads"] += 1
+
+    def handle(self, message: object) -> list[messages.Verdict]:
+        """One bus message in, the verdicts to send out (usually zero or one)."""
+        if isinstance(message, messages.GateOpen):
+            return self.open(message)
+        if isinstance(message, messages.TranscriptDelta):
+            return self.delta(message)
+        if isinstance(message, messages.TranscriptDone):
+            return self.done(message)
+        if isinstance(message, messages.CallEnded):
+            self.end_call(message.slot, message.generation)
+            return []
+        self.counters["dropped"] += 1
+        return []
+
+    def open(self, message: messages.GateOpen) -> list[messages.Verdict]:
+        key = (message.slot, message.generation, message.tag)
+        if key in self._gates or key in self._closed:
+            self.counters["dropped"] += 1  # a duplicate open must not reset a gate that already judged
+            return []
+        self.counters["gates_opened"] += 1
+        language = message.language if message.language in LANGUAGES else "auto"
+        policy = message.policy
+        phrases = [p.strip() for p in message.forbidden.splitlines() if p.strip()]
+        gate = _Gate(key, policy, language, None, None, [])
+        if policy not in POLICIES:
+            return self._reject(gate, "unknown release policy", "rejected_other")
+        if policy == "off":
+            return self._approve_all(gate)
+        if policy in ("scripted", "strict"):
+            if not message.script.strip():
+                return self._reject(gate, "scripted policy without a script", "rejected_other")
+            gate.matcher = ScriptMatcher(message.script, language)  # type: ignore[arg-type]
+        if phrases:
+            gate.forbidden = ForbiddenPhrases(phrases, language)  # type: ignore[arg-type]
+            gate.forbidden_words = [tuple(w for _, _, w in _words(p.rstrip("*"))) for p in phrases]
+        self._gates[key] = gate
+        while len(self._gates) > self.max_gates:
+            old_key, _ = self._gates.popitem(last=False)
+            self._close(old_key)
+            self.counters["evicted"] += 1
+        return []
+
+    def delta(self, message: messages.TranscriptDelta) -> list[messages.Verdict]:
+        gate = self._gate_for(message.slot, message.generation, message.tag)
+        if gate is None:
+            return self._orphan(message.slot, message.generation, message.tag)
+        self.counters["deltas"] += 1
+        gate.transcript += message.delta
+        gate.audio_frames = max(gate.audio_frames, message.audio_frames)
+        if gate.matcher is not None:
+            gate.matcher.feed(message.delta)
+        return self._judge(gate, final=False)
+
+    def done(self, message: messages.TranscriptDone) -> list[messages.Verdict]:
+        gate = self._gate_for(message.slot, message.generation, message.tag)
+        if gate is None:
+            return self._orphan(message.slot, message.generation, message.tag)
+        self.counters["dones"] += 1
+        if message.transcript:
+            gate.transcript = message.transcript  # the model's final text wins over the joined deltas
+        gate.audio_frames = max(gate.audio_frames, message.audio_frames)
+        return self._judge(gate, final=True)
+
+    def end_call(self, slot: int, generation: int) -> None:
+        """The call ended: forget its gates (the model worker cancels whatever was still held)."""
+        for key in [k for k in self._gates if k[0] == slot and k[1] == generation]:
+            del self._gates[key]
+            self._close(key)
+
+    # -- retrieve-first (seed 002 section 4) ---------------------------------------------------------
+
+    def snippets_for(self, question: str, k: int = 3) -> list[dict[str, object]]:
+        """Knowledge-base snippets relevant to ``question``, best first, for the model's context; an
+        empty list means no support (the caller uses the safe line if the answer needs numbers)."""
+        if self.knowledge is None:
+            return []
+        return [{"file": s.file, "line": s.line, "text": s.text} for s in self.knowledge.retrieve(question, k)]
+
+    def statistics(self) -> dict[str, float]:
+        values = {k: float(v) for k, v in self.counters.items()}
+        values["gates_live"] = float(len(self._gates))
+        values["knowledge_loaded"] = 0.0 if self.knowledge is None else 1.0
+        if self.knowledge is not None:
+            stats = self.knowledge.statistics()
+            values["knowledge_snippets"] = float(stats.snippets)
+            values["knowledge_numbers"] = float(stats.numbers)
+        return values
+
+    # -- judging -----------------------------------------------------------------------------------
+
+    def _gate_for(self, slot: int, generation: int, tag: int) -> _Gate | None:
+        gate = self._gates.get((slot, generation, tag))
+        if gate is not None:
+            self._gates.move_to_end(gate.key)
+        return gate
+
+    def _orphan(self, slot: int, generation: int, tag: int) -> list[messages.Verdict]:
+        """Transcript for a tag we hold no gate for. Already judged: drop. Never opened (we restarted, or
+        the open was lost): reject once, so the pacer does not hold that audio forever (fail-closed)."""
+        key = (slot, generation, tag)
+        if key in self._closed:
+            self.counters["after_final"] += 1
+            return []
+        self.counters["dropped"] += 1
+        gate = _Gate(key, "off", "auto", None, None, [])
+        return self._reject(gate, "no gate open for this tag (validator restarted?)", "rejected_other")
+
+    def _judge(self, gate: _Gate, final: bool) -> list[messages.Verdict]:
+        text = gate.transcript
+        approved = len(text) if final else self._settled_end(text)
+        if gate.policy in ("numbers", "strict"):
+            chars, reason = self._numbers(gate, text, final)
+            if reason:
+                return self._reject(gate, reason, "rejected_numbers")
+            approved = min(approved, chars)
+        if gate.matcher is not None:
+            verdict = gate.matcher.finish(text) if final else gate.matcher.verdict
+            if verdict.rejected:
+                return self._reject(gate, verdict.reason, "rejected_script")
+            approved = min(approved, len(text) if final else verdict.approved_chars)
+        if gate.forbidden is not None:
+            checked = text if final else text[: self._settled_end(text)]
+            found = gate.forbidden.find(checked)
+            if found:
+                return self._reject(gate, "a forbidden phrase was said", "rejected_forbidden")
+            if not final:
+                approved = min(approved, self._forbidden_hold(gate, text))
+        if final:
+            return self._approve_all(gate)
+        gate.approved_chars = max(gate.approved_chars, approved)
+        return self._approve(gate)
+
+    @staticmethod
+    def _settled_end(text: str) -> int:
+        """End of the last settled word: a word the delta may still be inside is not approved yet."""
+        limit = _settled_limit(text)
+        settled = [w for w in _words(text) if w[1] <= limit]
+        return settled[-1][1] if settled else 0
+
+    def _numbers(self, gate: _Gate, text: str, final: bool) -> tuple[int, str]:
+        """(approved chars, "") or (_, reason) when a complete number is not in the knowledge base."""
+        mentions = extract_numbers(text, gate.language)  # type: ignore[arg-type]
+        words = _words(text)
+        cut = len(text)
+        for mention in mentions:
+            if not final and not self._complete(mention, mentions, words, text, gate.language):
+                cut = min(cut, mention.span[0])
+                continue  # a later number that is already complete may still reject at once
+            if not self._ground(gate, mention):
+                return 0, "a number is not in the knowledge base" if self.knowledge is not None else \
+                    "a number cannot be verified: no knowledge base"
+        if final:
+            return len(text), ""
+        inside = [m.span for m in mentions]
+        limit = _settled_limit(text)
+        approved = 0
+        for start, end, word in words:
+            if end > cut or end > limit:
+                break  # past a held number, or the word the delta may still be in the middle of
+            in_number = any(s <= start and end <= e for s, e in inside)
+            if in_number or word not in _TAIL_HOLD:
+                approved = end
+            # a held word only counts once an ordinary word after it is approved
+        return approved, ""
+
+    @staticmethod
+    def _complete(mention: NumberMention, mentions: list[NumberMention], words: list[tuple[int, int, str]],
+                  text: str, language: str) -> bool:
+        """Later text can no longer change this number: a settled ordinary word follows it."""
+        end = mention.span[1]
+        limit = _settled_limit(text)
+        if end > limit:
+            return False  # the number's own token is still being written
+        skips = 0
+        for start, word_end, word in words:
+            if start < end:
+                continue
+            if word_end > limit:
+                return False  # the next word is still being written
+            if any(s <= start < e for s, e in (m.span for m in mentions) if (s, e) != mention.span):
+                return False  # another number follows: they may still merge ("070 123" -> a phone)
+            if mention.unit is not None:
+                # a unit fixes the number; only another number word could still extend it ("99 kr 50")
+                return not _is_number_word(word, language)
+            if _is_number_word(word, language) or (word in _OPEN_WORDS and skips == 0):
+                return False  # "ninety" + " nine", "one hundred" + " and twenty"
+            if (word in _EXTENDERS or word in _OPEN_WORDS) and skips < _MAX_EXTENDER_SKIPS:
+                skips += 1
+                continue
+            return True
+        return False
+
+    def _ground(self, gate: _Gate, mention: NumberMention) -> bool:
+        if self.knowledge is None:
+            return False  # fail-closed: nothing to ground in
+        result = self.knowledge.ground([mention])
+        if not result.ok:
+            return False
+        for citation in result.citations:
+            key = (citation.file, citation.line, citation.number)
+            if key not in gate.citations and len(gate.citations) < MAX_CITATIONS:
+                gate.citations[key] = citation
+        return True
+
+    @staticmethod
+    def _forbidden_hold(gate: _Gate, text: str) -> int:
+        """Hold the settled tail words that begin a forbidden phrase ("got" before "got it")."""
+        limit = _settled_limit(text)
+        words = [w for w in _words(text) if w[1] <= limit]
+        held = len(words)
+        for phrase in gate.forbidden_words:
+            for size in range(min(len(phrase) - 1, len(words)), 0, -1):
+                if tuple(w for _, _, w in words[-size:]) == phrase[:size]:
+                    held = min(held, len(words) - size)
+                    break
+        if held == len(words):
+            return len(text)
+        return words[held - 1][1] if held else 0  # the end of the last word before the held ones
+
+    # -- verdicts ----------------------------------------------------------------------------------
+
+    def _frames_for(self, gate: _Gate) -> int:
+        total_chars = len(gate.transcript)
+        if total_chars == 0 or gate.approved_chars == 0:
+            return 0
+        return max(0, gate.audio_frames * gate.approved_chars // total_chars - self.margin_frames)
+
+    def _approve(self, gate: _Gate) -> list[messages.Verdict]:
+        frames = self._frames_for(gate)
+        if frames <= gate.approved_frames:
+            return []
+        gate.approved_frames = frames
+        self.counters["verdicts_approve"] += 1
+        return [self._verdict(gate, rejected=False, reason="")]
+
+    def _approve_all(self, gate: _Gate) -> list[messages.Verdict]:
+        gate.approved_frames = APPROVE_ALL_FRAMES
+        self.counters["verdicts_approve"] += 1
+        self.counters["approved_all"] += 1
+        self._finish(gate)
+        return [self._verdict(gate, rejected=False, reason="")]
+
+    def _reject(self, gate: _Gate, reason: str, counter: str) -> list[messages.Verdict]:
+        self.counters["verdicts_reject"] += 1
+        self.counters[counter] += 1
+        gate.citations.clear()  # a rejected answer cites nothing
+        self._finish(gate)
+        return [self._verdict(gate, rejected=True, reason=reason)]
+
+    def _finish(self, gate: _Gate) -> None:
+        gate.final = True
+        self._gates.pop(gate.key, None)
+        self._close(gate.key)
+
+    def _close(self, key: tuple[int, int, int]) -> None:
+        self._closed[key] = None
+        self._closed.move_to_end(key)
+        while len(self._closed) > MAX_CLOSED:
+            self._closed.popitem(last=False)
+
+    @staticmethod
+    def _verdict(gate: _Gate, rejected: bool, reason: str) -> messages.Verdict:
+        citations = [
+            {"file": c.file, "snippet": c.snippet[:MAX_SNIPPET_CHARS], "number": c.number, "line": c.line}
+            for c in gate.citations.values()
+        ]
+        slot, generation, tag = gate.key
+        return messages.Verdict(slot, generation, tag, gate.approved_frames, rejected, reason,
+                                json.dumps(citations, ensure_ascii=False))

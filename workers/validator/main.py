@@ -1,0 +1,212 @@
+"""The validator process: the control-bus shell around ValidatorCore (core.py holds every rule).
+
+Owns the validator's sockets, the knowledge-base folder (read at start, its files' mtimes polled every
+second and reloaded when they change) and reporting. Topology (voicecore/bus/transport.py):
+  PULL validator.sock <- model worker: gate.open, transcript.delta, transcript.done
+  PUSH model.sock     -> model worker: verdict (the model worker binds it and applies each verdict
+                         with rings.tag_approve / rings.tag_cancel)
+  PUSH gateway.sock   -> heartbeat every 150 ms and stats, as process "validator"
+  SUB  events.sock    <- call.ended: forget that call's gates
+It may be slow (the gate waits for it, ARCHITECTURE.md section 2) but never crashes on bad input: bad
+messages are counted and dropped by the bus, and a message the core chokes on is counted and dropped
+here. A knowledge base that cannot be read is no knowledge base: every number is rejected (fail-closed).
+Logs never carry transcripts or numbers (STYLE.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from pathlib import Path
+
+import zmq
+
+from voicecore import timing
+from voicecore.bus import messages
+from voicecore.bus.transport import (
+    EVENTS,
+    GATEWAY_INBOX,
+    MODEL_INBOX,
+    VALIDATOR_INBOX,
+    Bus,
+    default_runtime_dir,
+    ensure_runtime_dir,
+)
+from voicecore.config import Config, load_config
+from voicecore.logs import setup_logging
+from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
+from workers.validator.core import ValidatorCore
+
+log = logging.getLogger("voicecore.validator")
+
+PROCESS = "validator"
+KNOWLEDGE_POLL_NS = 1_000_000_000
+STATS_EVERY_NS = 1_000_000_000
+
+
+class KnowledgeWatcher:
+    """The knowledge-base folder: a signature of its markdown files (path, mtime, size) polled cheaply,
+    a full reload only when the signature changed."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory) if directory else None
+        self.signature: tuple | None = None
+        self.errors = 0
+
+    def _signature(self) -> tuple:
+        assert self.directory is not None
+        try:
+            entries = []
+            for file in sorted(self.directory.rglob("*.md")):
+                info = file.stat()
+                entries.append((str(file), info.st_mtime_ns, info.st_size))
+            return ("ok", tuple(entries))
+        except OSError as exc:
+            return ("error", type(exc).__name__)
+
+    def poll(self) -> tuple[bool, KnowledgeBase | None]:
+        """(changed, knowledge base); the knowledge base is None when there is none or it is unreadable."""
+        if self.directory is None:
+            changed = self.signature is None
+            self.signature = ()
+            return changed, None
+        signature = self._signature()
+        if signature == self.signature:
+            return False, None
+        self.signature = signature
+        if not self.directory.is_dir():
+            self.errors += 1
+            log.error("knowledge_dir %s is not a folder: every number will be rejected", self.directory)
+            return True, None
+        try:
+            knowledge = KnowledgeBase.from_documents(load_knowledge_dir(self.directory))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            self.errors += 1
+            log.error("knowledge base %s unreadable (%s): every number will be rejected",
+                      self.directory, type(exc).__name__)
+            return True, None
+        stats = knowledge.statistics()
+        log.info("knowledge base %s loaded: %d files, %d snippets, %d numbers (version %s)",
+                 self.directory, stats.files, stats.snippets, stats.numbers, stats.version)
+        return True, knowledge
+
+
+class Validator:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.runtime_dir = ensure_runtime_dir(config.runtime_dir or default_runtime_dir())
+        self.bus = Bus(self.runtime_dir)
+        self.inbox = self.bus.bind(zmq.PULL, VALIDATOR_INBOX)
+        self.model = self.bus.connect(zmq.PUSH, MODEL_INBOX)
+        self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
+        self.events = self.bus.connect(zmq.SUB, EVENTS)
+        self.poller = zmq.Poller()
+        self.poller.register(self.inbox, zmq.POLLIN)
+        self.poller.register(self.events, zmq.POLLIN)
+        self.knowledge = KnowledgeWatcher(config.knowledge_dir)
+        _, knowledge = self.knowledge.poll()
+        margin_frames = math.ceil(config.gate_margin_ms / timing.FRAME_MS)
+        self.core = ValidatorCore(knowledge, margin_frames=margin_frames)
+        if knowledge is None and not config.knowledge_dir:
+            log.warning("no knowledge_dir configured: every number in a gated answer will be rejected")
+        self.stopping = False
+        self.heartbeat_seq = 0
+        self.core_errors = 0
+        self.verdicts_sent = 0
+        self.handle_ns_max = 0
+
+    def on_inbox(self) -> None:
+        for message in self.bus.receive_nowait(self.inbox):
+            started = time.monotonic_ns()
+            try:
+                verdicts = self.core.handle(message)
+            except Exception:  # the core must not raise; if it does, this message is lost, not the process
+                self.core_errors += 1
+                log.exception("validator core failed on a %s message; dropped", type(message).__name__)
+                continue
+            for verdict in verdicts:
+                if self.bus.send(self.model, verdict):
+                    self.verdicts_sent += 1
+                if verdict.rejected:
+                    log.info("slot %d tag %d rejected: %s", verdict.slot, verdict.tag, verdict.reason)
+            self.handle_ns_max = max(self.handle_ns_max, time.monotonic_ns() - started)
+
+    def on_events(self) -> None:
+        for message in self.bus.receive_nowait(self.events):
+            if isinstance(message, messages.CallEnded):
+                self.core.end_call(message.slot, message.generation)
+
+    def reload_knowledge(self) -> None:
+        changed, knowledge = self.knowledge.poll()
+        if changed:
+            self.core.set_knowledge(knowledge)
+
+    def report(self, stats: bool) -> None:
+        self.heartbeat_seq += 1
+        pid = os.getpid()
+        self.bus.send(self.gateway, messages.Heartbeat(PROCESS, pid, self.heartbeat_seq, time.monotonic_ns()))
+        if stats:
+            values = self.core.statistics()
+            values.update({
+                "bus_rejected": float(self.bus.rejected),
+                "bus_dropped_sends": float(self.bus.dropped_sends),
+                "core_errors": float(self.core_errors),
+                "verdicts_sent": float(self.verdicts_sent),
+                "knowledge_errors": float(self.knowledge.errors),
+                "handle_max_ms": self.handle_ns_max / 1e6,
+            })
+            self.bus.send(self.gateway, messages.Stats(PROCESS, pid, values))
+
+    def run(self) -> None:
+        log.info("validator ready")
+        now = time.monotonic_ns()
+        next_heartbeat_ns = now
+        next_stats_ns = now
+        next_knowledge_ns = now + KNOWLEDGE_POLL_NS
+        while not self.stopping:
+            now = time.monotonic_ns()
+            if now >= next_heartbeat_ns:
+                stats = now >= next_stats_ns
+                self.report(stats)
+                next_heartbeat_ns = now + timing.HEARTBEAT_MS * 1_000_000
+                if stats:
+                    next_stats_ns = now + STATS_EVERY_NS
+            if now >= next_knowledge_ns:
+                self.reload_knowledge()
+                next_knowledge_ns = time.monotonic_ns() + KNOWLEDGE_POLL_NS
+            timeout_ms = max(1, (min(next_heartbeat_ns, next_knowledge_ns) - time.monotonic_ns()) // 1_000_000)
+            try:
+                ready = dict(self.poller.poll(timeout_ms))
+            except zmq.ZMQError:  # EINTR from SIGTERM
+                continue
+            if self.inbox in ready:
+                self.on_inbox()
+            if self.events in ready:
+                self.on_events()
+
+    def close(self) -> None:
+        self.bus.close()
+        (self.runtime_dir / VALIDATOR_INBOX).unlink(missing_ok=True)
+
+
+def main() -> None:
+    config = load_config(os.environ)
+    setup_logging(PROCESS, config.log_level)
+    validator = Validator(config)
+
+    def stop(signum, frame):  # noqa: ARG001
+        validator.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        validator.run()
+    finally:
+        validator.close()
+
+
+if __name__ == "__main__":
+    main()
