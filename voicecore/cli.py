@@ -25,6 +25,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs)
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from bench.cli import bench_options_from_args
+    from bench.run import run_bench
+
+    return run_bench(bench_options_from_args(args))
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from voicecore.replay import main as replay_main
+
+    return replay_main(args.replay_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voicecore", description="Media runtime for AI phone agents.")
     parser.add_argument("--config", help="TOML configuration file (default: $VOICECORE_CONFIG)")
@@ -39,10 +52,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print exactly one JSON object")
     demo.add_argument("--logs", action="store_true", help="print the stack's log after the run")
     demo.set_defaults(func=_cmd_demo)
+
+    bench = sub.add_parser("bench", help="load test: N simulated calls (or a capacity search) with a JSON and PNG report")
+    from bench.cli import add_bench_arguments
+
+    add_bench_arguments(bench)
+    bench.set_defaults(func=_cmd_bench)
+
+    replay = sub.add_parser("replay", help="replay a recorded call through the cores (see `voicecore replay -h`)", add_help=False)
+    replay.add_argument("replay_args", nargs=argparse.REMAINDER)
+    replay.set_defaults(func=_cmd_replay)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["replay"]:
+        # replay owns its whole argument list (its own -h, --wav, --json)
+        return _cmd_replay(argparse.Namespace(replay_args=argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

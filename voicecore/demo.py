@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import json
 import os
 import socket
@@ -25,6 +24,7 @@ from voicecore.sim.audio_clips import load_clip
 from voicecore.sim.carrier import CallResult, CallScript, place_call
 from voicecore.sim.model_core import SimConfig
 from voicecore.sim.model_server import serve_model_sim
+from voicecore.sim.quiet_gc import collector_paused
 from voicecore.supervise import Stack, StackError, resolve_config
 
 MIN_SECONDS = 13.0
@@ -71,17 +71,8 @@ async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0
             await asyncio.sleep(ramp_ms * index / max(1, calls) / 1000)
         return await place_call(config.base_url, config.twilio_auth_token, script, lead_frames)
 
-    # The simulators keep every frame they saw for the report: a heap that grows by thousands of objects
-    # a second, whose generation-2 collections paused this process for tens of milliseconds and showed
-    # up as "lateness" that the stack never caused. Collect before, not during, the calls.
-    gc.collect()
-    gc.freeze()
-    gc.disable()
-    try:
+    with collector_paused():
         return await asyncio.gather(*(one(i) for i in range(calls)))
-    finally:
-        gc.enable()
-        gc.unfreeze()
 
 
 async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file) -> dict:

@@ -115,6 +115,7 @@ class ResponseRecord:
     reason: str | None = None  # client_cancelled | turn_detected
     sent_bytes: int = 0  # audio actually sent, late deltas included
     late_bytes: int = 0  # audio sent after the cancel
+    delta_sent_ms: list[int] = field(default_factory=list)  # now_ms of each audio delta sent (bench: was audio available?)
     hallucinated: bool = False
     stalled: bool = False
     failed: bool = False
@@ -1283,6 +1284,7 @@ class ModelSession:
         if record.first_delta_ms is None:
             record.first_delta_ms = now_ms
         record.sent_bytes += len(chunk)
+        record.delta_sent_ms.append(now_ms)
         if late:
             record.late_bytes += len(chunk)
         stored = self._items.get(record.item_id)

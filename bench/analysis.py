@@ -1,0 +1,278 @@
+"""Bench figures beyond voicecore.callreport: the measured window, underruns split by cause, frames
+lost, model event rates. Pure functions over the simulators' records (no I/O, no clock).
+
+Owns: restricting a call's records to the steady window [w0, w1) (CLOCK_MONOTONIC ms, the same clock in
+every bench process) so the ramp-up and the tear-down do not count, before the records go through
+callreport.summarize unchanged. Rule: a carrier event (frame arrival, underrun tick, clear) counts if it
+happened in the window; a model response counts (mouth-to-ear, truncate error) if its first audio delta
+was sent in the window, and so do the truncates and deletes of its item.
+
+Must not know: processes, sockets, how summarize computes its figures.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from voicecore.sim.carrier import CallResult
+from voicecore.timing import FRAME_BYTES, FRAME_MS, INBOUND_BATCH_MS
+
+DEFAULT_STARVED_GRACE_MS = 2 * FRAME_MS  # audio the model sent less than this before it was due could not play
+INBOUND_SLACK_FRAMES = 2 * INBOUND_BATCH_MS // FRAME_MS  # caller audio still in flight when the call stops
+
+
+@dataclasses.dataclass(slots=True)
+class SessionView:
+    """What callreport reads of a model session: its record."""
+
+    record: object
+
+
+class RecordSet:
+    """The model simulator's SessionRecords by call, with the `by_call` that callreport.summarize reads."""
+
+    def __init__(self, records: Iterable) -> None:
+        self._by_call: dict[str | None, list[SessionView]] = defaultdict(list)
+        for record in records:
+            self._by_call[record.call_sid].append(SessionView(record))
+
+    def by_call(self, call_sid: str) -> list[SessionView]:
+        return self._by_call.get(call_sid, [])
+
+    def records(self, call_sid: str) -> list:
+        return [view.record for view in self.by_call(call_sid)]
+
+    def all_records(self) -> list:
+        return [view.record for views in self._by_call.values() for view in views]
+
+
+def _inside(value: float | None, w0: float, w1: float) -> bool:
+    return value is not None and w0 <= value < w1
+
+
+def _owners(records: Sequence) -> dict[bytes, tuple[object, int]]:
+    """Full 160-byte frame content -> (ResponseRecord, frame index) over the records' responses."""
+    owners: dict[bytes, tuple[object, int]] = {}
+    for record in records:
+        for response in record.responses:
+            for index, frame in enumerate(response.frames()):
+                if len(frame) == FRAME_BYTES:
+                    owners[frame] = (response, index)
+    return owners
+
+
+def adjusted_lateness(core, records: Sequence, lead_frames: int) -> tuple[list[float], list[bool]]:
+    """Lateness per timed frame (the carrier's formula), re-anchored where the model starved the call.
+
+    The carrier expects frame n of a tag at first_arrival + max(0, n - (lead - 1)) * 20 ms, and the
+    caller needs to hear it at about first_arrival + n * 20 ms. When the model sent a frame's audio only
+    after that play time, no runtime could have delivered it on time: that frame starts a new segment
+    (anchored at its own arrival, like the first frame of a tag, so the lead burst is expected again)
+    and counts 0 ms. Without starvation the result equals the carrier's samples.
+    Returns (samples, starved flags), both aligned with the frames that have an index_in_tag.
+    """
+    owners = _owners(records)
+    lead = lead_frames - 1
+    anchors: dict[int, tuple[float, int]] = {}  # tag -> (anchor arrival, anchor index)
+    samples: list[float] = []
+    starved: list[bool] = []
+    for frame in core.frames:
+        n = frame.index_in_tag
+        if n is None:
+            continue
+        anchor = anchors.get(frame.tag)
+        if anchor is None:
+            anchors[frame.tag] = (frame.arrival_ms, n)
+            samples.append(0.0)
+            starved.append(False)
+            continue
+        owner = owners.get(frame.payload) if frame.payload is not None else None
+        sent_ms = _frame_sent_ms(owner[0], owner[1]) if owner is not None else None
+        if sent_ms is not None and sent_ms > anchor[0] + (n - anchor[1]) * FRAME_MS:
+            anchors[frame.tag] = (frame.arrival_ms, n)
+            samples.append(0.0)
+            starved.append(True)
+            continue
+        expected = anchor[0] + max(0, n - anchor[1] - lead) * FRAME_MS
+        samples.append(max(0.0, frame.arrival_ms - expected))
+        starved.append(False)
+    return samples, starved
+
+
+def trim_result(result: CallResult, w0: float, w1: float, records: Sequence | None = None,
+                lead_frames: int = 4) -> tuple[CallResult, list[str], int]:
+    """A copy of ``result`` whose carrier figures count only events in [w0, w1).
+
+    With the call's model ``records``, lateness is re-anchored where the model starved the call
+    (adjusted_lateness). Returns (copy, problems, frames in the window whose lateness was re-anchored).
+    """
+    core = result.core
+    if core is None or result.statistics is None:
+        return result, [], 0
+    problems: list[str] = []
+    metrics = copy.copy(core.metrics)
+    # One lateness sample per attributed, non-stale frame, appended in arrival order (carrier_core).
+    timed = [frame for frame in core.frames if frame.index_in_tag is not None]
+    re_anchored = 0
+    if len(timed) == len(core.metrics.lateness_ms):
+        values = core.metrics.lateness_ms
+        if records:
+            values, flags = adjusted_lateness(core, records, lead_frames)
+            re_anchored = sum(1 for frame, flag in zip(timed, flags) if flag and w0 <= frame.arrival_ms < w1)
+        metrics.lateness_ms = [v for frame, v in zip(timed, values) if w0 <= frame.arrival_ms < w1]
+    else:
+        problems.append(f"call {result.call_sid}: lateness samples do not line up with frames; window not applied to lateness")
+    metrics.clear_at_ms = [t for t in core.metrics.clear_at_ms if w0 <= t < w1]
+    metrics.underrun_at_ms = [t for t in core.metrics.underrun_at_ms if w0 <= t < w1]
+    in_window = [frame for frame in core.frames if w0 <= frame.arrival_ms < w1]
+    metrics.frames_received = len(in_window)
+    metrics.underruns = len(metrics.underrun_at_ms)
+    metrics.stale_frames = sum(1 for frame in in_window if frame.stale)
+    metrics.clears_received = len(metrics.clear_at_ms)
+    trimmed_core = copy.copy(core)
+    trimmed_core.metrics = metrics
+    stats = dataclasses.replace(
+        result.statistics,
+        frames_received=metrics.frames_received,
+        underruns=metrics.underruns,
+        stale_frames=metrics.stale_frames,
+        clears_received=metrics.clears_received,
+    )
+    return dataclasses.replace(result, statistics=stats, core=trimmed_core), problems, re_anchored
+
+
+def trim_record(record, w0: float, w1: float):
+    """A copy of a SessionRecord holding only the responses whose first delta went out in [w0, w1)."""
+    responses = [r for r in record.responses if _inside(r.first_delta_ms, w0, w1)]
+    items = {r.item_id for r in responses}
+    return dataclasses.replace(
+        record,
+        responses=responses,
+        truncates=[t for t in record.truncates if t.item_id in items],
+        deleted_item_ids=[i for i in record.deleted_item_ids if i in items],
+    )
+
+
+def trim_records(records: Iterable, w0: float, w1: float) -> RecordSet:
+    return RecordSet(trim_record(r, w0, w1) for r in records)
+
+
+# ----- underruns: was the audio there? ------------------------------------------------------------
+
+
+def _frame_sent_ms(response, frame_index: int) -> int | None:
+    """When the model sent the last byte of frame ``frame_index`` of ``response`` (None: never)."""
+    need = min((frame_index + 1) * FRAME_BYTES, len(response.audio))
+    total = 0
+    for size, sent_ms in zip(response.delta_bytes, response.delta_sent_ms):
+        total += size
+        if total >= need:
+            return sent_ms
+    return None
+
+
+def split_underruns(result: CallResult, records: Sequence, w0: float, w1: float,
+                    grace_ms: float = DEFAULT_STARVED_GRACE_MS) -> tuple[int, int]:
+    """(with audio available, model-starved) underrun ticks of one call in [w0, w1).
+
+    An underrun tick at t is model-starved when the frame that should have played next (the one after
+    the last frame played, in the same response) had not been sent by the model at least ``grace_ms``
+    before t. Anything that cannot be tied to a response counts as available (against voicecore).
+    """
+    core = result.core
+    if core is None:
+        return 0, 0
+    ticks = [t for t in core.metrics.underrun_at_ms if w0 <= t < w1]
+    if not ticks:
+        return 0, 0
+    owners = _owners(records)
+    played = core.played
+    played_at = [frame.played_at_ms for frame in played]
+    available = starved = 0
+    for tick in ticks:
+        position = bisect.bisect_left(played_at, tick) - 1
+        owner = owners.get(played[position].payload) if position >= 0 and played[position].payload else None
+        if owner is None:
+            available += 1
+            continue
+        response, index = owner
+        if (index + 1) * FRAME_BYTES >= len(response.audio):
+            available += 1  # the response had no more audio: the spurt should have ended
+            continue
+        sent_ms = _frame_sent_ms(response, index + 1)
+        if sent_ms is None or sent_ms > tick - grace_ms:
+            starved += 1
+        else:
+            available += 1
+    return available, starved
+
+
+# ----- frames lost --------------------------------------------------------------------------------
+
+
+def frames_lost(result: CallResult, records: Sequence, call_end_ms: float, measure_inbound: bool = True) -> tuple[int, int]:
+    """(outbound, inbound) frames lost in one call.
+
+    Outbound: full frames of model responses that were neither cancelled nor truncated and had all
+    their audio sent long enough before the call ended, but never reached the carrier. Inbound: caller
+    frames the carrier sent that the model never got (input_audio_buffer.append), beyond what can still
+    be in flight when the call stops.
+    """
+    core = result.core
+    if core is None:
+        return 0, 0
+    received: dict[bytes, int] = defaultdict(int)
+    for frame in core.frames:
+        if frame.payload is not None:
+            received[frame.payload] += 1
+    outbound = 0
+    appended = 0
+    for record in records:
+        appended += record.appended_bytes
+        interrupted = {t.item_id for t in record.truncates} | set(record.deleted_item_ids)
+        for response in record.responses:
+            if response.status != "completed" or response.item_id in interrupted or response.done_ms is None:
+                continue
+            if response.done_ms + len(response.audio) / 8 + 1000 > call_end_ms:
+                continue  # the call ended before all of it could have played
+            full = [f for f in response.frames() if len(f) == FRAME_BYTES]
+            outbound += sum(1 for f in full if received.get(f, 0) == 0)
+    sent = core.metrics.media_sent
+    inbound = max(0, sent - appended // FRAME_BYTES - INBOUND_SLACK_FRAMES) if records and measure_inbound else 0
+    return outbound, inbound
+
+
+# ----- model side ---------------------------------------------------------------------------------
+
+
+def model_event_rates(records: Sequence, w0: float, w1: float) -> dict:
+    """Events per second over the window, all calls together, and the client's events per call-second."""
+    span_s = max(1e-9, (w1 - w0) / 1000.0)
+    deltas = responses = cancels = truncates = speech = 0
+    client: dict[str, int] = defaultdict(int)
+    lifetime_s = 0.0
+    for record in records:
+        for response in record.responses:
+            responses += _inside(response.created_ms, w0, w1)
+            deltas += sum(1 for t in response.delta_sent_ms if w0 <= t < w1)
+        cancels += sum(1 for c in record.cancels if w0 <= c.at_ms < w1)
+        truncates += sum(1 for t in record.truncates if w0 <= t.at_ms < w1)
+        speech += sum(1 for s in record.speech if w0 <= s.started_at_ms < w1)
+        for name, count in record.client_events.items():
+            client[name] += count
+        if record.closed_ms is not None:
+            lifetime_s += (record.closed_ms - record.connected_ms) / 1000.0
+    per_s = {
+        "audio_deltas": round(deltas / span_s, 2),
+        "responses": round(responses / span_s, 3),
+        "speech_started": round(speech / span_s, 3),
+        "cancels_received": round(cancels / span_s, 3),
+        "truncates_received": round(truncates / span_s, 3),
+    }
+    per_call_s = {name: round(count / lifetime_s, 3) for name, count in sorted(client.items())} if lifetime_s else {}
+    return {"server_events_per_second": per_s, "client_events_per_call_second": per_call_s,
+            "sessions": len(records)}

@@ -1,0 +1,104 @@
+"""Capacity search: the largest number of concurrent calls whose run met every SLO.
+
+Pure: SLO checks read a run's report (the dict bench/run.py builds on callreport.summarize, same key
+names); the search decides the next call count from the verdicts so far. No clock, no processes, so it
+is unit-tested on synthetic measurements (tests/test_bench_capacity.py).
+
+Search: double from `start` until a run breaks an SLO (or `max_calls` is reached), then bisect between
+the last good and the first bad count until they are `resolution` apart. A run below `start` is only
+tried when `start` itself fails (bisection between 0 and `start`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """The service levels a run must meet (defaults: issue 3)."""
+
+    lateness_p99_ms: float = 5.0  # pacing lateness at the carrier
+    underruns_audio_available: int = 0  # underruns while the model had already sent the audio
+    stale_frames: int = 0
+    bargein_to_clear_p99_ms: float = 20.0
+    calls_failed: int = 0  # calls that did not complete cleanly (webhook refused, stream closed, errors)
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def slo_violations(report: dict, slo: Slo) -> list[str]:
+    """Every SLO the run broke, as readable sentences; [] when it held."""
+    broken = []
+    lateness = report.get("lateness_ms", {}).get("p99", 0.0)
+    if lateness > slo.lateness_p99_ms:
+        broken.append(f"lateness p99 {lateness:.2f} ms > {slo.lateness_p99_ms:g} ms")
+    underruns = report.get("underruns_audio_available", report.get("underruns", 0))
+    if underruns > slo.underruns_audio_available:
+        broken.append(f"{underruns} underruns with audio available > {slo.underruns_audio_available}")
+    stale = report.get("stale_frames", 0)
+    if stale > slo.stale_frames:
+        broken.append(f"{stale} stale frames > {slo.stale_frames}")
+    bargein = report.get("bargein_to_clear_ms", {})
+    if bargein.get("count", 0) and bargein.get("p99", 0.0) > slo.bargein_to_clear_p99_ms:
+        broken.append(f"barge-in -> clear p99 {bargein['p99']:.2f} ms > {slo.bargein_to_clear_p99_ms:g} ms")
+    failed = report.get("calls", 0) - report.get("calls_completed", report.get("calls", 0))
+    if failed > slo.calls_failed:
+        broken.append(f"{failed} calls did not complete > {slo.calls_failed}")
+    return broken
+
+
+@dataclass(slots=True)
+class CapacitySearch:
+    """Doubling then bisection. Call next_calls() for the next count to run, record() its verdict."""
+
+    start: int = 25
+    max_calls: int = 1024
+    resolution: int = 10  # stop when the first bad count is at most this far above the last good one
+    good: int = 0  # largest count that held (0: none yet)
+    bad: int | None = None  # smallest count that broke (None: none yet)
+    history: list[tuple[int, bool]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.start < 1 or self.max_calls < self.start or self.resolution < 1:
+            raise ValueError("need 1 <= start <= max_calls and resolution >= 1")
+
+    def next_calls(self) -> int | None:
+        """The next call count to run, or None when the search is over."""
+        if self.bad is None:
+            if not self.history:
+                return self.start
+            if self.good >= self.max_calls:
+                return None
+            return min(self.max_calls, self.good * 2)
+        if self.bad - self.good <= self.resolution or self.bad <= 1:
+            return None
+        return (self.good + self.bad) // 2
+
+    def record(self, calls: int, passed: bool) -> None:
+        self.history.append((calls, passed))
+        if passed:
+            # A pass above a recorded failure means the measurement is noisy: trust the failure,
+            # keep `good` below `bad` so the search still ends.
+            if self.bad is None or calls < self.bad:
+                self.good = max(self.good, calls)
+        else:
+            self.bad = calls if self.bad is None else min(self.bad, calls)
+            if self.good >= self.bad:
+                self.good = 0 if not any(ok and c < self.bad for c, ok in self.history) else max(
+                    c for c, ok in self.history if ok and c < self.bad)
+
+    @property
+    def done(self) -> bool:
+        return self.next_calls() is None
+
+    @property
+    def capacity(self) -> int:
+        """The largest count that held (0 if none did)."""
+        return self.good
+
+    @property
+    def capped(self) -> bool:
+        """True when max_calls held: the real capacity may be higher."""
+        return self.bad is None and self.good >= self.max_calls

@@ -1,0 +1,58 @@
+"""Arguments of `voicecore bench` (kept light: voicecore/cli.py imports this for every command)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    run = parser.add_argument_group("run")
+    run.add_argument("--calls", type=int, default=10, help="concurrent simulated calls (default 10)")
+    run.add_argument("--seconds", type=float, default=10.0, help="measured window in seconds, after every call is up (default 10)")
+    run.add_argument("--scenario", default="steady", choices=("steady", "bargein-storm", "model-stall", "silence"),
+                     help="what callers and the model do (default steady)")
+    run.add_argument("--json", dest="json_path", metavar="PATH", help="write the JSON report here")
+    run.add_argument("--png", dest="png_path", metavar="PATH", help="write the PNG report here (default: next to the JSON)")
+    run.add_argument("--target", metavar="URL", help="drive a stack that is already running (http://host:port) instead of starting one")
+    run.add_argument("--auth-token", default="", help="with --target: the stack's Twilio auth token (default $VOICECORE_TWILIO_AUTH_TOKEN)")
+    run.add_argument("--load-procs", type=int, default=0, metavar="K", help="carrier load processes (default: one per 150 calls, at most one per load CPU)")
+    run.add_argument("--ramp-ms", type=float, default=None, help="spread call starts over this long (default: one conversation cycle of the scenario, at least 10 ms per call, at most 15 s); not measured")
+    run.add_argument("--settle-ms", type=float, default=1500.0, help="wait after the last call started before measuring (default 1500)")
+    run.add_argument("--logs", dest="keep_logs", action="store_true", help="print the stack's log tail after the run")
+    pin = parser.add_argument_group("pinning")
+    pin.add_argument("--pin-stack", default="", metavar="CPUS", help="CPUs for supervisord and every stack process, e.g. 0")
+    pin.add_argument("--pin-load", default="", metavar="CPUS", help="CPUs for the load processes and the model simulator, e.g. 1")
+    cap = parser.add_argument_group("capacity search")
+    cap.add_argument("--find-capacity", action="store_true", help="double the calls until an SLO breaks, then bisect")
+    cap.add_argument("--start-calls", type=int, default=25, help="first call count of the search (default 25)")
+    cap.add_argument("--max-calls", type=int, default=1024, help="largest call count the search tries (default 1024)")
+    cap.add_argument("--resolution", type=int, default=10, help="stop bisecting when good and bad are this close (default 10)")
+    cap.add_argument("--slo-lateness-p99-ms", type=float, default=5.0)
+    cap.add_argument("--slo-underruns", type=int, default=0, help="underruns allowed while audio was available (default 0)")
+    cap.add_argument("--slo-stale-frames", type=int, default=0)
+    cap.add_argument("--slo-bargein-p99-ms", type=float, default=20.0)
+    cap.add_argument("--starved-grace-ms", type=float, default=40.0,
+                     help="audio the model sent less than this before it was due counts as not available (default 40)")
+    base = parser.add_argument_group("baseline")
+    base.add_argument("--baseline", default="", choices=("", "pipecat"),
+                      help="also run a pipecat-ai 1.14 server (own venv: bench/baseline_pipecat/setup_venv.sh) under the same load, alternately")
+    base.add_argument("--pipecat-venv", default="", metavar="DIR",
+                      help="the pipecat venv (default $VOICECORE_PIPECAT_VENV or ~/.cache/voicecore-bench/pipecat-venv)")
+    prof = parser.add_argument_group("profile")
+    prof.add_argument("--profile", action="store_true", help="py-spy the hottest voicecore process, flame graph next to the report")
+
+
+def bench_options_from_args(args: argparse.Namespace):
+    from bench.capacity import Slo
+    from bench.run import BenchOptions
+
+    return BenchOptions(
+        calls=args.calls, seconds=args.seconds, scenario=args.scenario, json_path=args.json_path, png_path=args.png_path,
+        target=args.target, auth_token=args.auth_token, load_procs=args.load_procs, pin_stack=args.pin_stack,
+        pin_load=args.pin_load, find_capacity=args.find_capacity, start_calls=args.start_calls, max_calls=args.max_calls,
+        resolution=args.resolution,
+        slo=Slo(lateness_p99_ms=args.slo_lateness_p99_ms, underruns_audio_available=args.slo_underruns,
+                stale_frames=args.slo_stale_frames, bargein_to_clear_p99_ms=args.slo_bargein_p99_ms),
+        profile=args.profile, ramp_ms=args.ramp_ms, settle_ms=args.settle_ms, starved_grace_ms=args.starved_grace_ms,
+        config_path=args.config, keep_logs=args.keep_logs, baseline=args.baseline, pipecat_venv=args.pipecat_venv,
+    )

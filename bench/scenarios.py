@@ -1,0 +1,114 @@
+"""The bench's call scenarios: what the model simulator says and what each simulated caller does.
+
+Owns, per scenario, the model simulator's SimConfig and a CallScript generator for a call of any
+length (calls of one run have different lengths: they start at different times during the ramp and all
+end together). Must not know: processes, sockets, how figures are computed (voicecore.callreport).
+
+Timeline facts the scripts rely on (measured on the demo, see voicecore/demo.py): the greeting's first
+frame reaches the carrier about 250 ms after the stream's first media frame; after a caller utterance
+ends, the model worker's server VAD waits 500 ms of silence, the simulator answers 200 ms later, so the
+next answer is audible about 800 ms after the caller stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from voicecore.sim.audio_clips import default_library
+from voicecore.sim.carrier import CallScript
+from voicecore.sim.model_core import SimConfig
+
+SCENARIOS = ("steady", "bargein-storm", "model-stall", "silence")
+
+GREETING_START_MS = 250  # first media frame -> greeting audible
+ANSWER_GAP_MS = 800  # end of a caller utterance -> the answer is audible
+QUESTION_MARGIN_MS = 400  # after the agent's answer ends, before the caller asks (no accidental barge-in)
+STALL_AFTER_MS = 300  # model-stall: output pauses after 300 ms of generation (1.2 s of audio at 4x) ...
+STALL_MS = 2500  # ... for 2.5 s: about 1.6 s of each answer the model has not produced yet
+STORM_PERIOD_MS = 3000  # bargein-storm: a barge-in about every 3 s (spread by call index)
+
+# Long answers so the agent talks most of the time; short caller questions.
+LONG_ANSWERS = ("agent_greeting", "agent_basic_price", "agent_premium_price", "agent_hours", "agent_sim_card")
+SHORT_QUESTIONS = ("caller_interrupt", "caller_premium")
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    sim_config: SimConfig
+    expect_bargeins: bool  # whether every call should see at least one clear
+    description: str
+    # One period of the scenario's conversation: the default ramp spreads call starts over at least
+    # this long, so in the measured window the calls are at every phase of it, not in lockstep.
+    cycle_ms: int
+
+    def script(self, duration_ms: int, call_index: int) -> CallScript:
+        return _SCRIPTS[self.name](self, duration_ms, call_index)
+
+
+def get_scenario(name: str) -> Scenario:
+    if name == "steady":
+        return Scenario(name, SimConfig(clip_sequence=LONG_ANSWERS), False,
+                        "agent talks most of the time (long answers), caller asks short questions between them", 7500)
+    if name == "bargein-storm":
+        return Scenario(name, SimConfig(clip_sequence=LONG_ANSWERS, late_deltas_after_cancel=2), True,
+                        f"each caller barges in about every {STORM_PERIOD_MS / 1000:.0f} s", STORM_PERIOD_MS + 1000)
+    if name == "model-stall":
+        return Scenario(name, SimConfig(clip_sequence=LONG_ANSWERS, stall_after_ms=STALL_AFTER_MS, stall_ms=STALL_MS),
+                        False, f"the model stops for {STALL_MS} ms after {STALL_AFTER_MS} ms of every response", 9000)
+    if name == "silence":
+        return Scenario(name, SimConfig(clip_sequence=("agent_greeting",)), False, "callers silent, agent greets only", 1000)
+    raise ValueError(f"unknown scenario {name!r} (choose from {', '.join(SCENARIOS)})")
+
+
+def _clip(name: str) -> bytes:
+    return default_library().audio[name]
+
+
+def _duration(name: str) -> int:
+    return default_library().info(name).duration_ms
+
+
+def _dialogue(scenario: Scenario, duration_ms: int, call_index: int, extra_ms: int) -> CallScript:
+    """Agent answer, short question after it ends, next answer, ...; no utterance overlaps the agent."""
+    answers = scenario.sim_config.clip_sequence
+    utterances = []
+    agent_start = GREETING_START_MS
+    k = 0
+    while True:
+        agent_end = agent_start + _duration(answers[k % len(answers)]) + extra_ms
+        ask_at = agent_end + QUESTION_MARGIN_MS
+        question = SHORT_QUESTIONS[(k + call_index) % len(SHORT_QUESTIONS)]
+        if ask_at + _duration(question) >= duration_ms:
+            break
+        utterances.append((ask_at, _clip(question)))
+        agent_start = ask_at + _duration(question) + ANSWER_GAP_MS
+        k += 1
+    return CallScript(duration_ms=duration_ms, utterances=tuple(utterances), bargein_at_ms=())
+
+
+def _steady(scenario: Scenario, duration_ms: int, call_index: int) -> CallScript:
+    return _dialogue(scenario, duration_ms, call_index, 0)
+
+
+def _stall(scenario: Scenario, duration_ms: int, call_index: int) -> CallScript:
+    # The stall stretches every answer by the time the model was silent.
+    return _dialogue(scenario, duration_ms, call_index, STALL_MS - STALL_AFTER_MS * 3)
+
+
+def _storm(scenario: Scenario, duration_ms: int, call_index: int) -> CallScript:
+    interrupt = _clip("caller_interrupt")
+    period = STORM_PERIOD_MS + (call_index * 137) % 1000  # callers do not barge in in lockstep (cycle_ms: the longest)
+    at = GREETING_START_MS + 1500
+    utterances = []
+    while at + len(interrupt) // 8 < duration_ms:
+        utterances.append((at, interrupt))
+        at += period
+    return CallScript(duration_ms=duration_ms, utterances=tuple(utterances))  # barge-in at each utterance
+
+
+def _silence(scenario: Scenario, duration_ms: int, call_index: int) -> CallScript:
+    return CallScript(duration_ms=duration_ms, utterances=(), bargein_at_ms=())
+
+
+_SCRIPTS = {"steady": _steady, "bargein-storm": _storm, "model-stall": _stall, "silence": _silence}

@@ -1,0 +1,60 @@
+"""The bench's model-simulator process: serve_model_sim for one scenario, dump its records on SIGTERM.
+
+Owns only the process around voicecore.sim.model_server.serve_model_sim (the simulator itself is not
+forked): it pins itself to the load CPUs, writes the bound port to a file, and when told to stop
+writes every session's SessionRecord (pickled; the file stays in the bench's private temp dir) so the
+bench can line the model's send times up with what the carrier heard. Times are CLOCK_MONOTONIC ms,
+system-wide on Linux, so they compare with the carrier processes' times.
+
+    python -m bench.simproc --scenario steady --port-file P --out F [--cpus 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pickle
+import signal
+from pathlib import Path
+
+from bench.pinning import parse_cpus
+from bench.scenarios import get_scenario
+from voicecore.sim.model_server import serve_model_sim
+from voicecore.sim.quiet_gc import collector_paused
+
+
+async def _main(args: argparse.Namespace) -> None:
+    scenario = get_scenario(args.scenario)
+    sim, port = await serve_model_sim("127.0.0.1", 0, scenario.sim_config)
+    tmp = Path(args.port_file + ".tmp")
+    tmp.write_text(str(port))
+    tmp.replace(args.port_file)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    with collector_paused():
+        await stop.wait()
+    await sim.aclose()
+    records = [session.record for session in sim.registry.values()]
+    out = Path(args.out)
+    with open(out.with_suffix(".tmp"), "wb") as f:
+        pickle.dump(records, f, protocol=pickle.HIGHEST_PROTOCOL)
+    out.with_suffix(".tmp").replace(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="voicecore bench: model simulator process")
+    parser.add_argument("--scenario", required=True)
+    parser.add_argument("--port-file", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--cpus", default="")
+    args = parser.parse_args(argv)
+    if args.cpus:
+        os.sched_setaffinity(0, parse_cpus(args.cpus))
+    asyncio.run(_main(args))
+
+
+if __name__ == "__main__":
+    main()

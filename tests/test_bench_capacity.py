@@ -1,0 +1,199 @@
+"""The bench's capacity search and SLO checks on synthetic measurements (no processes, no timing)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.capacity import CapacitySearch, Slo, slo_violations
+from bench.pinning import parse_cpus
+
+
+def run_search(search: CapacitySearch, true_capacity: int, noisy: dict[int, bool] | None = None) -> list[int]:
+    """Drive the search against a machine that holds the SLOs up to ``true_capacity`` calls."""
+    tried = []
+    while (calls := search.next_calls()) is not None:
+        assert calls not in tried, "the search must never repeat a count"
+        tried.append(calls)
+        passed = (noisy or {}).get(calls, calls <= true_capacity)
+        search.record(calls, passed)
+        assert len(tried) < 50
+    return tried
+
+
+@pytest.mark.parametrize("true_capacity", [1, 24, 25, 26, 99, 137, 400, 401, 777])
+def test_search_finds_capacity_within_resolution(true_capacity):
+    search = CapacitySearch(start=25, max_calls=1024, resolution=10)
+    run_search(search, true_capacity)
+    assert search.capacity <= true_capacity
+    assert true_capacity - search.capacity <= 10
+    assert not search.capped
+
+
+def test_search_doubles_then_bisects():
+    search = CapacitySearch(start=25, max_calls=1024, resolution=10)
+    tried = run_search(search, 300)
+    assert tried[:5] == [25, 50, 100, 200, 400]
+    assert tried[5] == 300  # midway between the last good (200) and the first bad (400)
+    assert search.capacity >= 290
+
+
+def test_search_capped_at_max_calls():
+    search = CapacitySearch(start=25, max_calls=120, resolution=10)
+    tried = run_search(search, 10_000)
+    assert tried == [25, 50, 100, 120]
+    assert search.capacity == 120 and search.capped
+
+
+def test_search_when_even_the_first_count_fails():
+    search = CapacitySearch(start=25, max_calls=1024, resolution=4)
+    tried = run_search(search, 0)
+    assert tried[0] == 25 and search.capacity == 0 and not search.capped
+    assert search.done
+
+
+def test_search_noise_a_pass_above_a_failure_does_not_raise_capacity():
+    # 200 fails, then the bisection tries 150 (fails: noise), 75.. and a later pass at 190 is above
+    # no failure; capacity must stay below the smallest failure seen.
+    noisy = {150: False}
+    search = CapacitySearch(start=25, max_calls=1024, resolution=10)
+    run_search(search, 180, noisy)
+    assert search.capacity < 150
+    assert all(calls < search.bad for calls, ok in search.history if ok and calls == search.capacity)
+
+
+def test_record_failure_below_good_resets_good():
+    search = CapacitySearch(start=10, max_calls=100, resolution=1)
+    search.record(10, True)
+    search.record(20, True)
+    search.record(15, False)  # a failure below a pass: trust the failure
+    assert search.bad == 15 and search.good == 10
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        CapacitySearch(start=0)
+    with pytest.raises(ValueError):
+        CapacitySearch(start=50, max_calls=10)
+
+
+def report(**overrides) -> dict:
+    base = {
+        "calls": 100, "calls_completed": 100,
+        "lateness_ms": {"p50": 0.1, "p99": 2.0, "p999": 4.0, "max": 9.0, "count": 1000},
+        "underruns": 0, "underruns_audio_available": 0, "underruns_model_starved": 0, "stale_frames": 0,
+        "bargein_to_clear_ms": {"p50": 3.0, "p99": 8.0, "p999": 9.0, "max": 9.0, "count": 50},
+    }
+    base.update(overrides)
+    return base
+
+
+def test_slo_defaults_hold_on_a_good_run():
+    assert slo_violations(report(), Slo()) == []
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    ({"lateness_ms": {"p99": 5.01}}, "lateness p99"),
+    ({"underruns_audio_available": 1}, "underruns with audio available"),
+    ({"stale_frames": 1}, "stale frames"),
+    ({"bargein_to_clear_ms": {"p99": 20.5, "count": 3}}, "barge-in"),
+    ({"calls_completed": 99}, "did not complete"),
+])
+def test_each_slo_breaks(overrides, needle):
+    broken = slo_violations(report(**overrides), Slo())
+    assert len(broken) == 1 and needle in broken[0]
+
+
+def test_model_starved_underruns_do_not_count():
+    assert slo_violations(report(underruns=500, underruns_model_starved=500), Slo()) == []
+
+
+def test_no_bargeins_no_bargein_slo():
+    assert slo_violations(report(bargein_to_clear_ms={"p99": 0.0, "count": 0}), Slo()) == []
+
+
+def test_slo_thresholds_are_configurable():
+    loose = Slo(lateness_p99_ms=10.0, underruns_audio_available=3, stale_frames=1, bargein_to_clear_p99_ms=30.0)
+    assert slo_violations(report(lateness_ms={"p99": 9.0}, underruns_audio_available=3, stale_frames=1,
+                                 bargein_to_clear_ms={"p99": 29.0, "count": 1}), loose) == []
+
+
+def test_parse_cpus():
+    assert parse_cpus("0") == {0}
+    assert parse_cpus("0-2,5") == {0, 1, 2, 5}
+    with pytest.raises(ValueError):
+        parse_cpus("")
+    with pytest.raises(ValueError):
+        parse_cpus("3-1")
+
+
+# ----- bench/analysis.py: the window and the underrun split, on synthetic simulator records ---------
+
+import base64  # noqa: E402
+import json  # noqa: E402
+
+from bench import analysis  # noqa: E402
+from voicecore.sim.carrier import CallResult  # noqa: E402
+from voicecore.sim.carrier_core import CarrierCall  # noqa: E402
+from voicecore.sim.model_core import ResponseRecord, SessionRecord  # noqa: E402
+
+FRAMES = 20
+
+
+def _response(delta_sent_ms: list[int]) -> ResponseRecord:
+    audio = b"".join(bytes([k + 1]) * 160 for k in range(FRAMES))
+    return ResponseRecord(index=0, response_id="resp_1", item_id="item_1", clip_name="x", text="", audio=audio,
+                          delta_bytes=[160 * FRAMES // 2] * 2, created_ms=0, first_delta_ms=delta_sent_ms[0],
+                          delta_sent_ms=delta_sent_ms, status="completed", done_ms=delta_sent_ms[-1])
+
+
+def _call(arrivals_ms: list[float]) -> CallResult:
+    """One response of FRAMES frames arriving at ``arrivals_ms``, a mark after every 5 and at the end."""
+    core = CarrierCall("CA1", "MZ1", "AC1", "token", b"", 4, play_phase_ms=0.0)
+    core.opening_messages()
+    for k, at in enumerate(arrivals_ms):
+        payload = base64.b64encode(bytes([k + 1]) * 160).decode()
+        core.receive(json.dumps({"event": "media", "streamSid": "MZ1", "media": {"payload": payload}}), at)
+        if (k + 1) % 5 == 0 or k + 1 == FRAMES:
+            name = f"1:{k + 1}" + (":end" if k + 1 == FRAMES else "")
+            core.receive(json.dumps({"event": "mark", "streamSid": "MZ1", "mark": {"name": name}}), at)
+    core.tick_play(3000.0)
+    return CallResult("CA1", core.metrics, core.statistics(), None, "carrier", [], core)
+
+
+def _paced(start_ms: float, first: int, count: int) -> list[float]:
+    """The pacer's pattern: a burst of 4 frames, then one per 20 ms tick."""
+    return [start_ms + max(0, k - 3) * 20.0 for k in range(count)]
+
+
+def test_stall_underruns_are_model_starved_and_lateness_re_anchors():
+    arrivals = _paced(10, 0, 10) + _paced(1010, 10, 10)  # the model sent frames 10.. only at 1000 ms
+    result = _call(arrivals)
+    record = SessionRecord("s", 0, "ga", "m", 0, call_sid="CA1", responses=[_response([0, 1000])])
+    assert result.core.metrics.underruns > 30  # the caller heard a gap
+    available, starved = analysis.split_underruns(result, [record], 0, 5000)
+    assert available == 0 and starved == result.core.metrics.underruns
+    assert max(result.core.metrics.lateness_ms) > 500  # the carrier's own formula blames the stall
+    samples, flags = analysis.adjusted_lateness(result.core, [record], 4)
+    assert max(samples) == 0.0 and sum(flags) == 1
+
+
+def test_late_delivery_of_available_audio_counts_against_voicecore():
+    arrivals = _paced(10, 0, 10) + _paced(1010, 10, 10)
+    result = _call(arrivals)
+    record = SessionRecord("s", 0, "ga", "m", 0, call_sid="CA1", responses=[_response([0, 5])])  # all sent at once
+    available, starved = analysis.split_underruns(result, [record], 0, 5000)
+    assert starved == 0 and available == result.core.metrics.underruns > 0
+    samples, flags = analysis.adjusted_lateness(result.core, [record], 4)
+    assert samples == result.core.metrics.lateness_ms and not any(flags)
+
+
+def test_window_keeps_only_events_inside():
+    result = _call(_paced(10, 0, FRAMES))
+    record = SessionRecord("s", 0, "ga", "m", 0, call_sid="CA1", responses=[_response([0, 5])])
+    trimmed, problems, re_anchored = analysis.trim_result(result, 100, 250, [record], 4)
+    inside = [f for f in result.core.frames if 100 <= f.arrival_ms < 250]
+    assert not problems and re_anchored == 0
+    assert trimmed.statistics.frames_received == len(inside) == len(trimmed.core.metrics.lateness_ms)
+    assert result.statistics.frames_received == FRAMES  # the original is untouched
+    assert analysis.trim_record(record, 100, 250).responses == []  # its first delta was before the window
+    assert analysis.trim_record(record, 0, 250).responses == record.responses

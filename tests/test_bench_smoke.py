@@ -1,0 +1,71 @@
+"""`voicecore bench` end to end: 10 simulated calls for a few seconds, the report's figures present and
+consistent. Starts the real stack, the model simulator process and a load process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from voicecore.supervise import REPO_ROOT
+
+CALLS = 10
+SECONDS = 5.0
+# Keys of `voicecore demo --json` (voicecore.callreport.summarize): the bench must use the same names.
+SUMMARY_KEYS = {
+    "calls", "seconds", "calls_completed", "frames_sent", "lateness_ms", "underruns", "stale_frames", "bargeins",
+    "bargein_to_clear_ms", "truncate_error_ms", "mouth_to_ear_ms", "cpu_ms_per_call_second", "cpu_seconds",
+    "wall_seconds", "pacer_tick_lateness_ms", "pacer_frames_skipped", "gateway_bargein_decision_to_clear_ms",
+    "problems", "ok",
+}
+BENCH_KEYS = {
+    "scenario", "underruns_audio_available", "underruns_model_starved", "lateness_ms_unadjusted", "frames_lost",
+    "rss_per_call_mb", "model_event_rates", "cpu_ms_per_call_second_by_process", "load_cpu_fraction",
+    "slo_violations", "slo_ok", "lateness_cdf_ms", "machine", "versions", "configuration", "slo",
+}
+
+
+@pytest.mark.integration
+def test_bench_smoke(tmp_path: Path):
+    report_path = tmp_path / "bench.json"
+    png_path = tmp_path / "bench.png"
+    completed = subprocess.run(
+        [sys.executable, "-m", "voicecore.cli", "bench", "--calls", str(CALLS), "--seconds", str(SECONDS),
+         "--scenario", "steady", "--json", str(report_path), "--png", str(png_path)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=90,
+    )
+    assert report_path.exists(), completed.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    missing = (SUMMARY_KEYS | BENCH_KEYS) - set(report)
+    assert not missing, missing
+    assert "voicecore bench" in completed.stdout  # the console table
+
+    assert report["calls"] == CALLS and report["calls_completed"] == CALLS, report["problems"]
+    assert report["seconds"] == SECONDS
+    # Frames arrive at 50 per call-second while the agent talks. The window opens after every call is
+    # up; in `steady` the agent talks most of the time, with a question and the answer's start-up
+    # latency (about 2 s per 7 s) in between and the greeting's first 250 ms before the window.
+    full = CALLS * SECONDS * 50
+    assert 0.35 * full <= report["frames_sent"] <= 1.02 * full, report["frames_sent"]
+    assert report["lateness_ms"]["count"] > 0.9 * report["frames_sent"] - 20
+    assert report["cpu_seconds"] > 0 and report["cpu_ms_per_call_second"] > 0
+    assert report["stale_frames"] == 0
+    assert report["underruns"] == report["underruns_audio_available"] + report["underruns_model_starved"]
+    assert report["bargeins"] == 0  # steady: the caller never talks over the agent
+    assert report["frames_lost"] >= 0 and report["rss_per_call_mb"] != 0
+    assert set(report["cpu_ms_per_call_second_by_process"]) >= {"gateway", "pacer", "model"}
+    assert report["model_event_rates"]["sessions"] >= CALLS
+    assert report["model_event_rates"]["server_events_per_second"]["audio_deltas"] > 0
+    assert report["versions"]["voicecore"] and report["versions"]["python"]
+    assert report["machine"]["cores"] >= 1
+    assert report["configuration"]["options"]["calls"] == CALLS
+    assert "auth_token" not in report["configuration"]["options"]
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in completed.stderr
+    else:
+        assert png_path.exists() and png_path.stat().st_size > 10_000
