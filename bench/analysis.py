@@ -12,16 +12,18 @@ Must not know: processes, sockets, how summarize computes its figures.
 
 from __future__ import annotations
 
-import bisect
 import copy
 import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from voicecore.callreport import STARVED_GRACE_MS, split_underruns  # noqa: F401 (re-exported)
+from voicecore.callreport import frame_owners as _owners
+from voicecore.callreport import frame_sent_ms as _frame_sent_ms
 from voicecore.sim.carrier import CallResult
 from voicecore.timing import FRAME_BYTES, FRAME_MS, INBOUND_BATCH_MS
 
-DEFAULT_STARVED_GRACE_MS = 2 * FRAME_MS  # audio the model sent less than this before it was due could not play
+DEFAULT_STARVED_GRACE_MS = STARVED_GRACE_MS  # one definition, shared with the demo (voicecore/callreport.py)
 INBOUND_SLACK_FRAMES = 2 * INBOUND_BATCH_MS // FRAME_MS  # caller audio still in flight when the call stops
 
 
@@ -54,15 +56,6 @@ def _inside(value: float | None, w0: float, w1: float) -> bool:
     return value is not None and w0 <= value < w1
 
 
-def _owners(records: Sequence) -> dict[bytes, tuple[object, int]]:
-    """Full 160-byte frame content -> (ResponseRecord, frame index) over the records' responses."""
-    owners: dict[bytes, tuple[object, int]] = {}
-    for record in records:
-        for response in record.responses:
-            for index, frame in enumerate(response.frames()):
-                if len(frame) == FRAME_BYTES:
-                    owners[frame] = (response, index)
-    return owners
 
 
 def adjusted_lateness(core, records: Sequence, lead_frames: int) -> tuple[list[float], list[bool]]:
@@ -162,53 +155,6 @@ def trim_records(records: Iterable, w0: float, w1: float) -> RecordSet:
 
 
 # ----- underruns: was the audio there? ------------------------------------------------------------
-
-
-def _frame_sent_ms(response, frame_index: int) -> int | None:
-    """When the model sent the last byte of frame ``frame_index`` of ``response`` (None: never)."""
-    need = min((frame_index + 1) * FRAME_BYTES, len(response.audio))
-    total = 0
-    for size, sent_ms in zip(response.delta_bytes, response.delta_sent_ms):
-        total += size
-        if total >= need:
-            return sent_ms
-    return None
-
-
-def split_underruns(result: CallResult, records: Sequence, w0: float, w1: float,
-                    grace_ms: float = DEFAULT_STARVED_GRACE_MS) -> tuple[int, int]:
-    """(with audio available, model-starved) underrun ticks of one call in [w0, w1).
-
-    An underrun tick at t is model-starved when the frame that should have played next (the one after
-    the last frame played, in the same response) had not been sent by the model at least ``grace_ms``
-    before t. Anything that cannot be tied to a response counts as available (against voicecore).
-    """
-    core = result.core
-    if core is None:
-        return 0, 0
-    ticks = [t for t in core.metrics.underrun_at_ms if w0 <= t < w1]
-    if not ticks:
-        return 0, 0
-    owners = _owners(records)
-    played = core.played
-    played_at = [frame.played_at_ms for frame in played]
-    available = starved = 0
-    for tick in ticks:
-        position = bisect.bisect_left(played_at, tick) - 1
-        owner = owners.get(played[position].payload) if position >= 0 and played[position].payload else None
-        if owner is None:
-            available += 1
-            continue
-        response, index = owner
-        if (index + 1) * FRAME_BYTES >= len(response.audio):
-            available += 1  # the response had no more audio: the spurt should have ended
-            continue
-        sent_ms = _frame_sent_ms(response, index + 1)
-        if sent_ms is None or sent_ms > tick - grace_ms:
-            starved += 1
-        else:
-            available += 1
-    return available, starved
 
 
 # ----- frames lost --------------------------------------------------------------------------------

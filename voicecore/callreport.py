@@ -8,6 +8,7 @@ by content (the simulator dithers each response, so no two responses share a fra
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 from voicecore import timing
@@ -16,6 +17,9 @@ from voicecore.stats import summary
 from voicecore.supervise import Stack, cpu_seconds
 
 TRUNCATE_TOLERANCE_MS = 20  # the issue's bar: the truncate point within one frame of what was played
+# An underrun is the model's when the audio due next was sent less than this before the gap: the pacer
+# may hold a dry carrier's first frame for DEFAULT_START_HOLD_MS to prefill, plus one frame of pacing.
+STARVED_GRACE_MS = timing.DEFAULT_START_HOLD_MS + timing.FRAME_MS
 
 
 class StackCpu:
@@ -37,6 +41,64 @@ class StackCpu:
     def stop(self) -> float:
         # A process that restarted during the run counts from zero: all its CPU was in the run.
         return sum(cpu_seconds(pid) - self.before.get(pid, 0.0) for pid in self._pids())
+
+
+def frame_owners(records: Sequence) -> dict[bytes, tuple[object, int]]:
+    """Full 160-byte frame content -> (ResponseRecord, frame index) over the records' responses."""
+    owners: dict[bytes, tuple[object, int]] = {}
+    for record in records:
+        for response in record.responses:
+            for index, frame in enumerate(response.frames()):
+                if len(frame) == timing.FRAME_BYTES:
+                    owners[frame] = (response, index)
+    return owners
+
+
+def frame_sent_ms(response, frame_index: int) -> int | None:
+    """When the model sent the last byte of frame ``frame_index`` of ``response`` (None: never)."""
+    need = min((frame_index + 1) * timing.FRAME_BYTES, len(response.audio))
+    total = 0
+    for size, sent_ms in zip(response.delta_bytes, response.delta_sent_ms):
+        total += size
+        if total >= need:
+            return sent_ms
+    return None
+
+
+def split_underruns(result: CallResult, records: Sequence, w0: float, w1: float,
+                    grace_ms: float = STARVED_GRACE_MS) -> tuple[int, int]:
+    """(with audio available, model-starved) underrun ticks of one call in [w0, w1).
+
+    An underrun tick at t is model-starved when the frame that should have played next (the one after
+    the last frame played, in the same response) had not been sent by the model at least ``grace_ms``
+    before t. Anything that cannot be tied to a response counts as available (against voicecore).
+    """
+    core = result.core
+    if core is None:
+        return 0, 0
+    ticks = [t for t in core.metrics.underrun_at_ms if w0 <= t < w1]
+    if not ticks:
+        return 0, 0
+    owners = frame_owners(records)
+    played = core.played
+    played_at = [frame.played_at_ms for frame in played]
+    available = starved = 0
+    for tick in ticks:
+        position = bisect.bisect_left(played_at, tick) - 1
+        owner = owners.get(played[position].payload) if position >= 0 and played[position].payload else None
+        if owner is None:
+            available += 1
+            continue
+        response, index = owner
+        if (index + 1) * timing.FRAME_BYTES >= len(response.audio):
+            available += 1  # the response had no more audio: the spurt should have ended
+            continue
+        sent_ms = frame_sent_ms(response, index + 1)
+        if sent_ms is None or sent_ms > tick - grace_ms:
+            starved += 1
+        else:
+            available += 1
+    return available, starved
 
 
 def _call_figures(result: CallResult, sessions: Sequence) -> dict:
@@ -104,6 +166,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
     mouth_to_ear: list[float] = []
     problems: list[str] = []
     frames_sent = underruns = stale = clears = completed = 0
+    underruns_available = underruns_starved = 0
     for result in results:
         if result.closed_by != "carrier" or result.errors:
             problems.append(f"call {result.call_sid}: ended by {result.closed_by} (close code {result.close_code}) {'; '.join(result.errors)[:200]}")
@@ -117,7 +180,11 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         stale += stats.stale_frames
         clears += stats.clears_received
         lateness.extend(result.core.metrics.lateness_ms)
-        figures = _call_figures(result, sim.by_call(result.call_sid))
+        sessions = sim.by_call(result.call_sid)
+        available, starved = split_underruns(result, [s.record for s in sessions], float("-inf"), float("inf"))
+        underruns_available += available
+        underruns_starved += starved
+        figures = _call_figures(result, sessions)
         bargein.extend(figures["bargein_to_clear_ms"])
         truncate.extend(figures["truncate_error_ms"])
         mouth_to_ear.extend(figures["mouth_to_ear_ms"])
@@ -133,6 +200,8 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         "frames_sent": frames_sent,
         "lateness_ms": summary(lateness),
         "underruns": underruns,
+        "underruns_audio_available": underruns_available,
+        "underruns_model_starved": underruns_starved,
         "stale_frames": stale,
         "bargeins": clears,
         "bargein_to_clear_ms": summary(bargein),
@@ -152,7 +221,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         calls
         and completed == calls
         and stale == 0
-        and underruns == 0
+        and underruns_available == 0
         and not problems
         and (not truncate or max(truncate) <= TRUNCATE_TOLERANCE_MS)
     )
