@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import sys
+from pathlib import Path
 from importlib import metadata
 
 VERSIONED = ("voicecore", "numpy", "websockets", "numba", "uvloop", "pyzmq", "msgpack", "supervisor")
@@ -236,6 +237,7 @@ def write_png(path: str, top: dict, runs: list[dict], baseline_runs: list[dict] 
     fig.suptitle(f"voicecore bench - scenario {top.get('scenario')} - {verdict} - {pins} - "
                  f"{machine.get('cores')} x {machine.get('cpu_model', '')}", fontsize=11)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return f"PNG report written to {path}"

@@ -547,6 +547,8 @@ async def _bench(opts: BenchOptions) -> dict:
     from bench.report import machine_info, versions
 
     json_path = Path(opts.json_path) if opts.json_path else None
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)  # before an hour of runs, not after
     profile_base = (json_path.parent if json_path else Path.cwd()) / ((json_path.stem if json_path else "bench") + "-profile")
     systems = ["voicecore"] + (["pipecat"] if opts.baseline == "pipecat" else [])
     runs: dict[str, list[dict]] = {system: [] for system in systems}
@@ -652,6 +654,7 @@ def run_bench(opts: BenchOptions) -> int:
         if top.get("cpu_per_call_ratio") is not None:
             print(f"CPU per call-second pipecat / voicecore: {top['cpu_per_call_ratio']}x")
     if opts.json_path:
+        Path(opts.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(opts.json_path).write_text(json.dumps(top, indent=1) + "\n")
         print(f"bench: JSON report written to {opts.json_path}", file=sys.stderr)
     png = opts.png_path or (str(Path(opts.json_path).with_suffix(".png")) if opts.json_path else None)

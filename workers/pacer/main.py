@@ -34,6 +34,7 @@ log = logging.getLogger("voicecore.pacer")
 POLL_MARGIN_NS = 2_000_000  # stop polling the inbox this long before a tick ...
 SPIN_NS = 150_000  # ... sleep until this long before it, then spin
 STATS_EVERY_NS = 1_000_000_000
+PACER_RT_PRIORITY = 10
 HISTOGRAM_BUCKET_NS = 10_000  # 10 us buckets ...
 HISTOGRAM_BUCKETS = 10_000  # ... up to 100 ms; later samples land in the last bucket
 
@@ -138,7 +139,27 @@ class Pacer:
             values.update(self.lead_statistics())
         self.bus.send(self.gateway, messages.Stats("pacer", pid, values))
 
+    def raise_priority(self) -> str:
+        """Run the clock ahead of the gateway and workers that share its core, when the OS lets us.
+
+        The pacer sleeps almost all of every tick, so a real-time class costs the others little and keeps
+        a busy gateway or model worker from delaying a tick (ARCHITECTURE.md section 6). Without the
+        privilege (CAP_SYS_NICE) it runs at normal priority and says so.
+        """
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(PACER_RT_PRIORITY))
+            return "SCHED_FIFO"
+        except (PermissionError, OSError):
+            pass
+        try:
+            os.nice(-10)
+            return "nice -10"
+        except (PermissionError, OSError):
+            log.warning("pacer runs at normal priority: no permission for SCHED_FIFO or a negative nice value")
+            return "normal"
+
     def run(self) -> None:
+        log.info("pacer scheduling: %s", self.raise_priority())
         while not self.stopping and not self.attach_arena():
             time.sleep(0.05)
         gc.collect()
