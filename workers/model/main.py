@@ -165,6 +165,11 @@ class CallSession:
             if rings.tag_state(arena.ctrl, self.slot, tag) == C.TAG_CANCELLED:
                 self.pending.popleft()
                 continue
+            if rings.outbound_free(arena.ctrl, arena.out_meta, self.slot) <= 0:
+                # The pacer has not caught up: the frames wait here, in order, and are not lost (a push
+                # into a full ring would count them as dropped).
+                self.worker.counters["ring_full_waits"] += 1
+                return
             if index < 0:
                 ok = rings.outbound_push_end(arena.ctrl, arena.out_meta, self.slot, tag, -1 - index)
             else:
