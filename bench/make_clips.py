@@ -42,6 +42,7 @@ UTTERANCES: list[tuple[str, str, str, str]] = [
     ("agent_sim_card", "agent", "answer", "A new SIM card is free, and it arrives within 3 working days."),
     ("agent_goodbye", "agent", "goodbye", "Thank you for calling Acme. Have a nice day, goodbye!"),
     ("agent_checkin", "agent", "checkin", "Are you still there?"),
+    ("agent_safe_line", "agent", "safe_line", "I can't verify that."),
     ("caller_hello", "caller", "caller", "Hi, I would like to know more about your plans."),
     ("caller_basic_price", "caller", "caller", "How much does the Basic plan cost?"),
     ("caller_premium", "caller", "caller", "And what about Premium?"),

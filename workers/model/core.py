@@ -17,6 +17,8 @@ from voicecore import timing
 from voicecore.realtime import events as rt
 
 MU_LAW_SILENCE = b"\xff"
+DEFAULT_SAFE_LINE = "I can't verify that."
+MAX_REJECTIONS_PER_TURN = 3  # seed 000 section 3: retry a prompt at most 3 times, then move on
 HARMLESS_ERROR_CODES = frozenset({"response_cancel_not_active", "conversation_already_has_active_response"})
 
 
@@ -32,6 +34,30 @@ class OpenTag:
 
     tag: int
     gated: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpenGate:
+    """Ask the validator to judge response ``tag`` under ``policy`` (INV-GATE); its frames wait for it."""
+
+    tag: int
+    policy: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GateTranscript:
+    """Transcript text of gated ``tag`` for the validator, with the frames written so far (``done``: final)."""
+
+    tag: int
+    text: str
+    audio_frames: int
+    done: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApproveFrames:
+    tag: int
+    frames: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -55,7 +81,7 @@ class CancelTag:
     decision_ns: int
 
 
-Action = SendToModel | OpenTag | WriteFrames | EndTag | CancelTag
+Action = SendToModel | OpenTag | WriteFrames | EndTag | CancelTag | OpenGate | GateTranscript | ApproveFrames
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,6 +106,8 @@ class Response:
     audio_done: bool = False
     finished: bool = False  # response.done arrived: the server stopped generating
     cancelled: bool = False
+    gated: bool = False  # the validator's verdict bounds its release (INV-GATE)
+    transcript_closed: bool = False  # the validator has its final transcript
 
 
 @dataclasses.dataclass(slots=True)
@@ -94,6 +122,9 @@ class CallStats:
     harmless_errors: int = 0
     malformed_events: int = 0
     dtmf_digits: int = 0
+    gated_responses: int = 0
+    rejections: int = 0
+    safe_lines: int = 0
 
 
 def played_ms(tag: int, playout: Playout, now_ns: int) -> int:
@@ -120,8 +151,16 @@ class ModelCallCore:
     def __init__(self, call_sid: str, naming: str = "ga", first_tag: int = 1, greet: bool = True,
                  instructions: str = "You are a helpful phone agent. Keep answers short.",
                  auto_barge_in: bool = True, gate_release: bool = False,
-                 turn_detection: dict | None = None, transcription_model: str | None = None) -> None:
+                 turn_detection: dict | None = None, transcription_model: str | None = None,
+                 gate_policy: str = "off", safe_line: str = DEFAULT_SAFE_LINE) -> None:
         self.call_sid = call_sid
+        # gate_policy: how the validator judges this call's responses (off, numbers, scripted, strict).
+        # A rejected response is cancelled before it plays and the safe line is spoken instead.
+        self.gate_policy = gate_policy
+        self.safe_line = safe_line
+        self.safe_line_after: str | None = None  # ask for the safe line once this response is done
+        self.safe_line_next = False  # the next response is the safe line: never gated (it has no claims)
+        self.rejections_in_turn = 0
         # auto_barge_in: barge in on every speech_started while audible (the spine's behaviour). The
         # controller turns it off and calls barge_in itself once the caller's speech has words.
         self.auto_barge_in = auto_barge_in
@@ -165,7 +204,12 @@ class ModelCallCore:
             return self._on_audio_done(event.response_id)
         if isinstance(event, rt.ResponseDone):
             return self._on_done(event.response_id)
+        if isinstance(event, rt.TranscriptDelta):
+            return self._on_transcript(event.response_id, event.delta, done=False)
+        if isinstance(event, rt.TranscriptDone):
+            return self._on_transcript(event.response_id, event.transcript, done=True)
         if isinstance(event, rt.SpeechStarted):
+            self.rejections_in_turn = 0
             return self.barge_in(now_ns, playout) if self.auto_barge_in else []
         if isinstance(event, rt.RealtimeError):
             if event.code in HARMLESS_ERROR_CODES or "already shorter than" in (event.message or ""):
@@ -185,7 +229,19 @@ class ModelCallCore:
         self.current = response
         self.stats.responses += 1
         self._forget_old()
-        return [OpenTag(tag, self.gate_release)]
+        if self.safe_line_next or self.gate_policy == "off":
+            self.safe_line_next = False
+            return [OpenTag(tag, self.gate_release)]
+        response.gated = True
+        self.stats.gated_responses += 1
+        return [OpenTag(tag, True), OpenGate(tag, self.gate_policy)]
+
+    def _on_transcript(self, response_id: str, text: str, done: bool) -> list[Action]:
+        response = self.responses.get(response_id)
+        if response is None or not response.gated or response.cancelled or response.transcript_closed:
+            return []
+        response.transcript_closed = done
+        return [GateTranscript(response.tag, text, response.frames, done)]
 
     def _on_audio(self, delta: rt.AudioDelta) -> list[Action]:
         response = self.responses.get(delta.response_id)
@@ -229,7 +285,39 @@ class ModelCallCore:
         if response is None:
             return []
         response.finished = True
-        return self._close_audio(response)
+        actions = self._close_audio(response)
+        if response.gated and not response.transcript_closed and not response.cancelled:
+            # No transcript.done came (cancelled, or the server left it out): the validator judges what
+            # it has; until then the gated audio would wait for ever.
+            response.transcript_closed = True
+            actions.append(GateTranscript(response.tag, "", response.frames, True))
+        if self.safe_line_after == response_id:
+            actions.extend(self._ask_for_safe_line())
+        return actions
+
+    # --- validator verdicts ----------------------------------------------------------------------
+    def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: Playout) -> list[Action]:
+        response = next((r for r in self.responses.values() if r.tag == tag), None)
+        if response is None or response.cancelled or not response.gated:
+            return []
+        if not rejected:
+            return [ApproveFrames(tag, approved_frames)]
+        self.stats.rejections += 1
+        self.rejections_in_turn += 1
+        actions = self._cancel(response, now_ns, playout)
+        if self.rejections_in_turn <= MAX_REJECTIONS_PER_TURN:
+            if response.finished:
+                actions.extend(self._ask_for_safe_line())
+            else:
+                # The server refuses a new response while this one is active: ask once it is done.
+                self.safe_line_after = response.response_id
+        return actions
+
+    def _ask_for_safe_line(self) -> list[Action]:
+        self.safe_line_after = None
+        self.safe_line_next = True
+        self.stats.safe_lines += 1
+        return [SendToModel(rt.response_create(instructions=f"Say exactly: {self.safe_line}"))]
 
     # --- barge-in --------------------------------------------------------------------------------
     def audible(self, playout: Playout) -> Response | None:
@@ -248,6 +336,11 @@ class ModelCallCore:
         if response is None:
             return []
         self.stats.bargeins += 1
+        return self._cancel(response, now_ns, playout)
+
+    def _cancel(self, response: Response, now_ns: int, playout: Playout) -> list[Action]:
+        """Cancel ``response``: its tag dies (the pacer skips it, `clear`s if any of it went out), the
+        server stops it, and its item is cut at what the caller heard, or deleted when nothing was."""
         response.cancelled = True
         actions: list[Action] = [CancelTag(response.tag, now_ns)]
         if not response.finished:

@@ -24,7 +24,7 @@ import zmq
 
 from voicecore import timing
 from voicecore.bus import messages
-from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, PACER_INBOX, Bus
+from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_INBOX, VALIDATOR_INBOX, Bus
 from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
 from voicecore.realtime import events as rt
@@ -51,7 +51,8 @@ class CallSession:
         self.call_sid = call_sid
         ctrl = worker.arena.ctrl[slot]
         first_tag = int(ctrl[C.NEXT_TAG]) or 1
-        self.core = core.ModelCallCore(call_sid, naming=worker.config.realtime_naming, first_tag=first_tag, greet=not resumed)
+        self.core = core.ModelCallCore(call_sid, naming=worker.config.realtime_naming, first_tag=first_tag, greet=not resumed,
+                                       gate_policy=worker.config.gate_policy, safe_line=worker.config.safe_line)
         self.pending: collections.deque[tuple[int, int, bytes]] = collections.deque()  # ring full: (tag, index, frame)
         self.inbound = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)
         self.task: asyncio.Task | None = None
@@ -137,8 +138,18 @@ class CallSession:
                 if self.ws is not None:
                     await self.ws.send(action.text)
             elif isinstance(action, core.OpenTag):
-                rings.tag_open(arena.ctrl, self.slot, action.tag, 0)
+                rings.tag_open(arena.ctrl, self.slot, action.tag, 1 if action.gated else 0)
                 arena.ctrl[self.slot, C.NEXT_TAG] = action.tag + 1
+            elif isinstance(action, core.OpenGate):
+                worker.bus.send(worker.validator, messages.GateOpen(self.slot, self.generation, action.tag, action.policy, "", "auto", ""))
+            elif isinstance(action, core.GateTranscript):
+                if action.done:
+                    message = messages.TranscriptDone(self.slot, self.generation, action.tag, action.text, action.audio_frames)
+                else:
+                    message = messages.TranscriptDelta(self.slot, self.generation, action.tag, action.text, action.audio_frames)
+                worker.bus.send(worker.validator, message)
+            elif isinstance(action, core.ApproveFrames):
+                rings.tag_approve(arena.ctrl, self.slot, action.tag, action.frames)
             elif isinstance(action, core.EndTag):
                 self.pending.append((action.tag, -1 - action.total_frames, b""))
                 self.flush_pending()
@@ -149,6 +160,18 @@ class CallSession:
                 worker.bus.send(worker.pacer, messages.CancelTag(self.slot, self.generation, action.tag, action.decision_ns))
                 worker.counters["bargeins"] += 1
                 log.info("call %s: barge-in, response tag %d cancelled", self.call_sid, action.tag)
+
+    def on_verdict(self, verdict: messages.Verdict) -> None:
+        actions = self.core.on_verdict(verdict.tag, verdict.approved_frames, verdict.rejected, time.monotonic_ns(), self.playout())
+        if verdict.rejected:
+            self.worker.counters["gate_rejections"] += 1
+            log.info("call %s: response tag %d rejected by the validator (%s); not played", self.call_sid, verdict.tag,
+                     verdict.reason, extra={"reason": verdict.reason})
+        elif verdict.approved_frames >= C.APPROVE_ALL and verdict.citations not in ("", "[]"):
+            log.info("call %s: response tag %d approved with citations", self.call_sid, verdict.tag,
+                     extra={"citations": verdict.citations})
+        if actions:
+            asyncio.get_running_loop().create_task(self._apply(actions))
 
     def _write_frames(self, action: core.WriteFrames) -> None:
         audio = action.audio
@@ -195,9 +218,11 @@ class ModelWorker:
         self.events = self.bus.connect(zmq.SUB, EVENTS)
         self.pacer = self.bus.connect(zmq.PUSH, PACER_INBOX)
         self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
+        self.validator = self.bus.connect(zmq.PUSH, VALIDATOR_INBOX)
+        self.verdicts = self.bus.bind(zmq.PULL, MODEL_INBOX)
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
-        self.counters = collections.Counter({"bargeins": 0, "ring_full_waits": 0, "model_connect_failures": 0})
+        self.counters = collections.Counter({"bargeins": 0, "ring_full_waits": 0, "model_connect_failures": 0, "gate_rejections": 0})
         self.heartbeat_seq = 0
 
     def attach_arena(self) -> bool:
@@ -235,16 +260,29 @@ class ModelWorker:
             self.calls[slot] = session
             log.info("call %s: model session %s in slot %d", session.call_sid, "resumed" if resumed else "started", slot)
 
+    def on_verdicts(self) -> None:
+        """Apply every verdict waiting (woken by the socket's fd, and polled each loop as the fd is edge-triggered)."""
+        while self.verdicts.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            for message in self.bus.receive_nowait(self.verdicts):
+                if not isinstance(message, messages.Verdict):
+                    continue
+                session = self.calls.get(message.slot)
+                if session is not None and session.generation == message.generation:
+                    session.on_verdict(message)
+
     def stats(self) -> dict[str, float]:
         totals: collections.Counter = collections.Counter()
         for session in self.calls.values():
-            for field in ("responses", "frames_written", "deltas_dropped", "bargeins", "truncates", "deletes", "model_errors", "harmless_errors", "malformed_events"):
+            for field in ("responses", "frames_written", "deltas_dropped", "bargeins", "truncates", "deletes", "model_errors",
+                          "harmless_errors", "malformed_events", "gated_responses", "rejections", "safe_lines"):
                 totals[field] += getattr(session.core.stats, field)
         return {**{k: float(v) for k, v in self.counters.items()}, **{f"active_{k}": float(v) for k, v in totals.items()}, "calls": float(len(self.calls))}
 
     async def run(self, stop: asyncio.Event) -> None:
         last_stats = 0.0
+        asyncio.get_running_loop().add_reader(self.verdicts.getsockopt(zmq.FD), self.on_verdicts)
         while not stop.is_set():
+            self.on_verdicts()
             if self.attach_arena():
                 for message in self.bus.receive_nowait(self.events):
                     if isinstance(message, messages.CallStarted | messages.CallEnded):
@@ -270,6 +308,7 @@ class ModelWorker:
             if session.task:
                 session.task.cancel()
         self.bus.close()
+        (self.runtime_dir / MODEL_INBOX).unlink(missing_ok=True)
         self.follower.close()
 
 
