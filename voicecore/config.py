@@ -42,6 +42,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("lead_ms", int, 80, "audio the pacer keeps queued ahead in the carrier's buffer"),
     Setting("mark_every_frames", int, 5, "a mark after this many 20 ms frames (played-position resolution)"),
     Setting("start_hold_ms", int, 60, "when the carrier's buffer is dry, wait up to this long for a lead's worth of audio before releasing"),
+    Setting("call_control", str, "spine", "spine: barge-in on the model's speech_started; turns: the turn-taking controller (semantic barge-in, debounce, watchdog, check-ins), with call records"),
     Setting("gate_policy", str, "off", "which responses the validator must approve before they play: off, numbers, scripted or strict"),
     Setting("safe_line", str, "I can't verify that.", "what the agent says instead of a response the validator rejected"),
     Setting("sim_port", int, 9100, "port of the built-in realtime model simulator"),
@@ -69,6 +70,7 @@ class Config:
     lead_ms: int
     mark_every_frames: int
     start_hold_ms: int
+    call_control: str
     gate_policy: str
     safe_line: str
     sim_port: int
@@ -136,6 +138,8 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"start_hold_ms: expected 0..1000, got {values['start_hold_ms']}")
     if not 0 <= int(values["gate_margin_ms"]) <= 2000:  # type: ignore[arg-type]
         raise ConfigError(f"gate_margin_ms: expected 0..2000, got {values['gate_margin_ms']}")
+    if values["call_control"] not in ("spine", "turns"):
+        raise ConfigError(f"call_control: expected spine or turns, got {values['call_control']!r}")
     if values["gate_policy"] not in ("off", "numbers", "scripted", "strict"):
         raise ConfigError(f"gate_policy: expected off, numbers, scripted or strict, got {values['gate_policy']!r}")
     if values["log_level"] not in ("debug", "info", "warning", "error"):

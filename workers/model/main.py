@@ -33,6 +33,8 @@ from voicecore.shm import rings
 from voicecore.shm.arena import Arena
 from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
+from voicecore.record import CallRecorder
+from workers.model import controller as controller_mod
 from workers.model import core
 
 log = logging.getLogger("voicecore.model")
@@ -51,8 +53,18 @@ class CallSession:
         self.call_sid = call_sid
         ctrl = worker.arena.ctrl[slot]
         first_tag = int(ctrl[C.NEXT_TAG]) or 1
-        self.core = core.ModelCallCore(call_sid, naming=worker.config.realtime_naming, first_tag=first_tag, greet=not resumed,
-                                       gate_policy=worker.config.gate_policy, safe_line=worker.config.safe_line)
+        # call_control "spine": the mechanism core alone (barge-in on the model's speech_started).
+        # "turns": the turn-taking controller around it (issue 4), every input recorded for replay.
+        self.controller: controller_mod.CallController | None = None
+        self.driver = None  # the controller, or the recorder wrapped around it
+        if worker.config.call_control == "turns":
+            self.controller = controller_mod.CallController(call_sid, naming=worker.config.realtime_naming, first_tag=first_tag)
+            self.driver = CallRecorder(self.controller, "scripted", {}) if worker.config.record_dir else self.controller
+            self.core = self.controller.core
+        else:
+            self.core = core.ModelCallCore(call_sid, naming=worker.config.realtime_naming, first_tag=first_tag, greet=not resumed,
+                                           gate_policy=worker.config.gate_policy, safe_line=worker.config.safe_line)
+        self.started = False
         self.pending: collections.deque[tuple[int, int, bytes]] = collections.deque()  # ring full: (tag, index, frame)
         self.inbound = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)
         self.task: asyncio.Task | None = None
@@ -97,12 +109,19 @@ class CallSession:
             try:
                 async with websockets.connect(url, additional_headers=headers, compression=None, max_size=16 * 2**20, open_timeout=5) as ws:
                     self.ws = ws
-                    await self._apply(self.core.on_open())
+                    if self.driver is None:
+                        await self._apply(self.core.on_open())
+                    elif not self.started:
+                        self.started = True
+                        await self._apply(self.driver.start(time.monotonic_ns()))
                     pump = asyncio.create_task(self._pump_inbound())
                     try:
                         async for text in ws:
-                            event = rt.parse_server_event(text)
-                            await self._apply(self.core.on_event(event, time.monotonic_ns(), self.playout()))
+                            if self.driver is not None:
+                                await self._apply(self.driver.on_model_event(text, time.monotonic_ns(), self.playout()))
+                            else:
+                                event = rt.parse_server_event(text)
+                                await self._apply(self.core.on_event(event, time.monotonic_ns(), self.playout()))
                             if not self.alive():
                                 break
                     finally:
@@ -127,6 +146,36 @@ class CallSession:
             n = rings.inbound_pop(arena.ctrl, arena.in_meta, arena.in_payload, self.slot, self.inbound, 64)
             if n:
                 await self._apply(self.core.caller_audio(self.inbound[: n * timing.FRAME_BYTES].tobytes()))
+                if self.driver is not None:
+                    await self._apply(self.driver.on_caller_audio(n, time.monotonic_ns()))
+
+    def tick(self) -> None:
+        """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms)."""
+        if self.driver is not None and self.started:
+            actions = self.driver.on_tick(time.monotonic_ns(), self.playout())
+            if actions:
+                asyncio.get_running_loop().create_task(self._apply(actions))
+
+    def dtmf(self, digit: str) -> None:
+        self.core.stats.dtmf_digits += 1
+        if self.driver is not None and self.started:
+            actions = self.driver.on_dtmf(digit, time.monotonic_ns())
+            if actions:
+                asyncio.get_running_loop().create_task(self._apply(actions))
+
+    def finish(self) -> None:
+        """The call ended: tell the controller, and write its record (INV-REPLAY)."""
+        if self.driver is None or not self.started:
+            return
+        self.driver.on_carrier_stop(time.monotonic_ns())
+        if isinstance(self.driver, CallRecorder):
+            path = Path(self.worker.config.record_dir) / f"{self.call_sid}.jsonl"
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.driver.save(path)
+                log.info("call %s: record written to %s", self.call_sid, path)
+            except OSError as exc:
+                log.warning("call %s: record not written: %s", self.call_sid, exc)
 
     async def _apply(self, actions: list[core.Action]) -> None:
         worker = self.worker
@@ -150,6 +199,16 @@ class CallSession:
                 worker.bus.send(worker.validator, message)
             elif isinstance(action, core.ApproveFrames):
                 rings.tag_approve(arena.ctrl, self.slot, action.tag, action.frames)
+            elif isinstance(action, controller_mod.ReleaseTag | controller_mod.HoldTag):
+                rings.tag_approve(arena.ctrl, self.slot, action.tag, action.frames)
+            elif isinstance(action, controller_mod.HangUp | controller_mod.Transfer):
+                # The REST request builders exist (workers/model/twilio_rest.py); sending them needs the
+                # account SID and credentials in this process, which the next step adds.
+                worker.counters["call_endings_requested"] += 1
+                log.info("call %s: controller asks to %s", self.call_sid, type(action).__name__.lower())
+            elif isinstance(action, controller_mod.CallOver):
+                if self.ws is not None:
+                    await self.ws.close()
             elif isinstance(action, core.EndTag):
                 self.pending.append((action.tag, -1 - action.total_frames, b""))
                 self.flush_pending()
@@ -222,7 +281,7 @@ class ModelWorker:
         self.verdicts = self.bus.bind(zmq.PULL, MODEL_INBOX)
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
-        self.counters = collections.Counter({"bargeins": 0, "ring_full_waits": 0, "model_connect_failures": 0, "gate_rejections": 0})
+        self.counters = collections.Counter({"bargeins": 0, "ring_full_waits": 0, "model_connect_failures": 0, "gate_rejections": 0, "call_endings_requested": 0})
         self.heartbeat_seq = 0
 
     def attach_arena(self) -> bool:
@@ -244,6 +303,7 @@ class ModelWorker:
             return
         for slot, session in list(self.calls.items()):
             if not session.alive():
+                session.finish()
                 if session.task:
                     session.task.cancel()
                 del self.calls[slot]
@@ -290,10 +350,11 @@ class ModelWorker:
                     elif isinstance(message, messages.Dtmf):
                         session = self.calls.get(message.slot)
                         if session is not None and session.generation == message.generation:
-                            session.core.stats.dtmf_digits += 1  # the turn-taking controller will act on it
+                            session.dtmf(message.digit)
                 self.reconcile()
                 for session in self.calls.values():
                     session.flush_pending()
+                    session.tick()
             self.heartbeat_seq += 1
             self.bus.send(self.gateway, messages.Heartbeat("model", os.getpid(), self.heartbeat_seq, time.monotonic_ns()))
             now = time.monotonic()
