@@ -6,6 +6,8 @@ every bench process) so the ramp-up and the tear-down do not count, before the r
 callreport.summarize unchanged. Rule: a carrier event (frame arrival, underrun tick, clear) counts if it
 happened in the window; a model response counts (mouth-to-ear, truncate error) if its first audio delta
 was sent in the window, and so do the truncates and deletes of its item.
+Also owns the hallucination scenario's figures (hallucination_figures): answers, what of the
+hallucinated ones the caller heard, false rejections, time to first audio.
 
 Must not know: processes, sockets, how summarize computes its figures.
 """
@@ -21,7 +23,9 @@ from voicecore.callreport import STARVED_GRACE_MS, split_underruns  # noqa: F401
 from voicecore.callreport import frame_owners as _owners
 from voicecore.callreport import frame_sent_ms as _frame_sent_ms
 from voicecore.sim.carrier import CallResult
+from voicecore.stats import summary as _summary
 from voicecore.timing import FRAME_BYTES, FRAME_MS, INBOUND_BATCH_MS
+from voicecore.validate.numbers import extract_numbers
 
 DEFAULT_STARVED_GRACE_MS = STARVED_GRACE_MS  # one definition, shared with the demo (voicecore/callreport.py)
 INBOUND_SLACK_FRAMES = 2 * INBOUND_BATCH_MS // FRAME_MS  # caller audio still in flight when the call stops
@@ -222,3 +226,139 @@ def model_event_rates(records: Sequence, w0: float, w1: float) -> dict:
     per_call_s = {name: round(count / lifetime_s, 3) for name, count in sorted(client.items())} if lifetime_s else {}
     return {"server_events_per_second": per_s, "client_events_per_call_second": per_call_s,
             "sessions": len(records)}
+
+
+# ----- hallucination: what the validation gate let through ----------------------------------------
+
+SAFE_LINE_CLIP = "agent_safe_line"  # the simulator's clip for "Say exactly: <safe line>"
+# A cancel is the caller's (a barge-in), not the gate's, when the caller started speaking this long before
+# it (server VAD's speech_started -> the worker's cancel takes a few ms; 1.5 s covers a slow loop) ...
+SPEECH_BEFORE_CANCEL_MS = 1500
+SPEECH_AFTER_CANCEL_MS = 250  # ... or this soon after it (the two simulators' events race on a busy machine)
+
+
+def is_safe_line(response) -> bool:
+    return response.clip_name == SAFE_LINE_CLIP
+
+
+def is_answer(response) -> bool:
+    """A model response that answers the caller: not the session's greeting (its first response), not the
+    safe line spoken in place of a rejected answer, not a response that failed before it had audio."""
+    return response.index != 0 and not is_safe_line(response) and response.status != "failed"
+
+
+def answers(records: Iterable) -> list:
+    return [r for record in records for r in record.responses if is_answer(r)]
+
+
+def cancel_ms(record, response) -> float | None:
+    """When the model heard the cancel of ``response`` (its CancelRecord, else the response's own mark)."""
+    times = [c.at_ms for c in record.cancels if c.cancelled_response_id == response.response_id]
+    if times:
+        return min(times)
+    return response.cancel_ms if response.status == "cancelled" else None
+
+
+def false_rejections(records: Iterable) -> int:
+    """Honest answers cancelled with no caller speech near the cancel: nobody barged in, so the gate did it."""
+    count = 0
+    for record in records:
+        speech = [s.started_at_ms for s in record.speech]
+        for response in record.responses:
+            if not is_answer(response) or response.hallucinated:
+                continue
+            at = cancel_ms(record, response)
+            if at is None:
+                continue
+            if any(at - SPEECH_BEFORE_CANCEL_MS <= s <= at + SPEECH_AFTER_CANCEL_MS for s in speech):
+                continue
+            count += 1
+    return count
+
+
+def claim_frame(response) -> int | None:
+    """The first frame of ``response``'s audio that its transcript's first number covers, in the
+    simulator's alignment (model_core._plan: word j of n covers the audio from len(audio) * j // n on);
+    None when the transcript has no number. For a hallucinated answer, frames before it carry the
+    words ahead of the claim ("Basic costs"), which a streaming gate may release."""
+    mentions = extract_numbers(response.text)
+    if not mentions:
+        return None
+    words = response.text.split(" ")
+    j = response.text[: min(m.span[0] for m in mentions)].count(" ")
+    return len(response.audio) * j // max(1, len(words)) // FRAME_BYTES
+
+
+def played_frames_by_response(result: CallResult, records: Sequence) -> dict[str, list[int]]:
+    """response_id -> indices of its frames the carrier played (matched by content: callreport.frame_owners)."""
+    core = result.core
+    played: dict[str, list[int]] = defaultdict(list)
+    if core is None:
+        return played
+    owners = _owners(records)
+    for frame in core.played:
+        owner = owners.get(frame.payload) if frame.payload is not None else None
+        if owner is not None:
+            played[owner[0].response_id].append(owner[1])
+    return played
+
+
+def first_audio_ms(result: CallResult, records: Sequence) -> list[float]:
+    """Per answer that reached the carrier: its first frame's arrival minus the model's first audio delta."""
+    core = result.core
+    if core is None:
+        return []
+    owners = _owners(records)
+    first: dict[str, tuple[object, float]] = {}
+    for frame in core.frames:
+        owner = owners.get(frame.payload) if frame.payload is not None else None
+        if owner is not None and owner[0].response_id not in first:
+            first[owner[0].response_id] = (owner[0], frame.arrival_ms)
+    return [arrival - response.first_delta_ms for response, arrival in first.values()
+            if is_answer(response) and response.first_delta_ms is not None]
+
+
+def hallucination_figures(calls: Iterable[tuple[CallResult, Sequence]]) -> dict:
+    """The hallucination scenario's keys over (call result, that call's records restricted to the window).
+
+    answers / hallucinated_answers: model responses that answer (is_answer), and those whose transcript
+    was the simulator's hallucination. hallucinated_frames_played: frames the carrier played that belong
+    to hallucinated answers. false_rejections: see false_rejections(). first_audio_ms: first delta sent
+    -> first frame at the carrier, per answer that reached it. safe_lines_played: safe lines of which the
+    carrier played at least one frame (safe_lines: how many the model spoke).
+    hallucinated_frames_played_past_claim: of hallucinated_frames_played, those at or after claim_frame
+    (the caller heard the unverified number itself, not only the words before it).
+    """
+    n_answers = n_hallucinated = hallucinated_played = past_claim = blocked = rejections = safe_lines = safe_played = 0
+    first_audio: list[float] = []
+    for result, records in calls:
+        played = played_frames_by_response(result, records)
+        for record in records:
+            for response in record.responses:
+                frames = played.get(response.response_id, [])
+                if is_safe_line(response):
+                    safe_lines += 1
+                    safe_played += bool(frames)
+                    continue
+                if not is_answer(response):
+                    continue
+                n_answers += 1
+                if response.hallucinated:
+                    n_hallucinated += 1
+                    hallucinated_played += len(frames)
+                    blocked += not frames
+                    claim = claim_frame(response)
+                    past_claim += sum(1 for index in frames if claim is not None and index >= claim)
+        rejections += false_rejections(records)
+        first_audio.extend(first_audio_ms(result, records))
+    return {
+        "answers": n_answers,
+        "hallucinated_answers": n_hallucinated,
+        "hallucinated_frames_played": hallucinated_played,
+        "hallucinated_frames_played_past_claim": past_claim,
+        "hallucinated_answers_blocked": blocked,  # hallucinated answers of which the caller heard nothing
+        "false_rejections": rejections,
+        "safe_lines": safe_lines,
+        "safe_lines_played": safe_played,
+        "first_audio_ms": _summary(first_audio),
+    }

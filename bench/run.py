@@ -33,7 +33,7 @@ from pathlib import Path
 from bench import analysis
 from bench.capacity import CapacitySearch, Slo, slo_violations
 from bench.pinning import affinity_of, parse_cpus, pin_tree
-from bench.scenarios import SCENARIOS, get_scenario
+from bench.scenarios import HALLUCINATION_UNGATED, SCENARIOS, get_scenario
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import TRUNCATE_TOLERANCE_MS, summarize
 from voicecore.config import load_config
@@ -309,7 +309,8 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
                 "--out", str(workdir / "sim.pkl"), *(["--cpus", cpus_arg] if cpus_arg else []),
                 env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
             sim_port = int(await _wait_file(port_file, 30, sim_proc))
-            base = resolve_config(load_config(os.environ, opts.config_path))
+            # The scenario's own settings (the hallucination scenario's gate) win over the caller's.
+            base = resolve_config(load_config({**os.environ, **dict(scenario.stack_env)}, opts.config_path))
             # A few spare slots: the warm-up call's slot may still be closing when the load starts.
             config = dataclasses.replace(demo_config(base, workdir, calls, sim_port), max_calls=calls + 4)
             stack = Stack(config)
@@ -500,6 +501,12 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
     report["window"] = {"ramp_ms": ramp_ms, "settle_ms": settle_ms, "seconds": opts.seconds}
     report["affinity"] = affinity
     report["lateness_cdf_ms"] = _cdf(lateness)
+    if opts.scenario in ("hallucination", HALLUCINATION_UNGATED):
+        figures = analysis.hallucination_figures(
+            (result, trimmed_records.records(result.call_sid)) for result, _ in results_meta)
+        first_audio = figures.pop("first_audio_ms")
+        report.update(figures)
+        report["gated_first_audio_ms" if opts.scenario == "hallucination" else "ungated_first_audio_ms"] = first_audio
     if opts.profile:
         report["profile"] = profile_info
     violations = slo_violations(report, opts.slo)
@@ -517,13 +524,30 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
 # ----- the command ----------------------------------------------------------------------------------
 
 
+def format_hallucination(top: dict) -> str:
+    """The hallucination scenario's figures, gated run then the ungated one, for the console."""
+    lines = []
+    for label, run, key in (("gate on ", top, "gated_first_audio_ms"),
+                            ("gate off", top.get("ungated", {}), "ungated_first_audio_ms")):
+        first = run.get(key, {})
+        lines.append(f"{label}: answers {run.get('answers', 0)}, hallucinated {run.get('hallucinated_answers', 0)}, "
+                     f"hallucinated frames played {run.get('hallucinated_frames_played', 0)}, "
+                     f"false rejections {run.get('false_rejections', 0)}, safe lines played {run.get('safe_lines_played', 0)}, "
+                     f"first audio p50/p99 {first.get('p50', 0.0):.1f}/{first.get('p99', 0.0):.1f} ms")
+    added = top.get("gate_added_first_audio_ms")
+    if added:
+        lines.append(f"gate adds to first audio: p50 {added['p50']:.1f} ms, p99 {added['p99']:.1f} ms")
+    return "\n".join(lines)
+
+
 def _configuration(opts: BenchOptions) -> dict:
     scenario = get_scenario(opts.scenario)
     options = dataclasses.asdict(opts)
     options.pop("auth_token", None)
     options["slo"] = opts.slo.as_dict()
     return {"options": options, "scenario": {"name": scenario.name, "description": scenario.description,
-                                             "sim_config": dataclasses.asdict(scenario.sim_config)},
+                                             "sim_config": dataclasses.asdict(scenario.sim_config),
+                                             "stack_env": dict(scenario.stack_env)},
             "config_file": opts.config_path}
 
 
@@ -595,6 +619,15 @@ async def _bench(opts: BenchOptions) -> dict:
             top["capacity_ratio"] = round(top["capacity_calls"] / baseline["capacity_calls"], 2) if baseline["capacity_calls"] else None
         if baseline.get("cpu_ms_per_call_second") and top.get("cpu_ms_per_call_second"):
             top["cpu_per_call_ratio"] = round(baseline["cpu_ms_per_call_second"] / top["cpu_ms_per_call_second"], 2)
+    if opts.scenario == "hallucination":
+        # The same calls once more with the gate off: what the gate adds to the time to first audio.
+        ungated = await _one_step(dataclasses.replace(opts, scenario=HALLUCINATION_UNGATED), "voicecore", opts.calls, None)
+        ungated.pop("_log_tail", None)
+        ungated.pop("lateness_cdf_ms", None)
+        top["ungated_first_audio_ms"] = ungated["ungated_first_audio_ms"]
+        top["gate_added_first_audio_ms"] = {
+            q: round(top["gated_first_audio_ms"][q] - ungated["ungated_first_audio_ms"][q], 3) for q in ("p50", "p99")}
+        top["ungated"] = ungated
     top["slo"] = opts.slo.as_dict()
     top["machine"] = machine_info()
     top["versions"] = versions()
@@ -618,6 +651,10 @@ def run_bench(opts: BenchOptions) -> int:
     if opts.baseline and not (pipecat_venv(opts) / "bin" / "python").exists():
         print(f"voicecore bench: no pipecat venv at {pipecat_venv(opts)}: run bench/baseline_pipecat/setup_venv.sh "
               "first (or pass --pipecat-venv)", file=sys.stderr)
+        return 2
+    if opts.scenario == "hallucination" and (opts.baseline or opts.target or opts.find_capacity):
+        print("voicecore bench: the hallucination scenario starts its own stack twice (gate on, then off): "
+              "not with --baseline, --target or --find-capacity", file=sys.stderr)
         return 2
     if opts.baseline and opts.target:
         print("voicecore bench: --baseline needs the bench to start both servers (no --target)", file=sys.stderr)
@@ -646,6 +683,8 @@ def run_bench(opts: BenchOptions) -> int:
         for run in system_runs:
             run.pop("_log_tail", None)
     print(format_table(top, runs))
+    if opts.scenario == "hallucination":
+        print(format_hallucination(top))
     if "baseline" in top:
         print()
         print(format_table({**top["baseline"], "machine": top["machine"]}, all_runs["pipecat"]))

@@ -2,7 +2,8 @@
 
 Owns, per scenario, the model simulator's SimConfig and a CallScript generator for a call of any
 length (calls of one run have different lengths: they start at different times during the ramp and all
-end together). Must not know: processes, sockets, how figures are computed (voicecore.callreport).
+end together). A scenario may also name VOICECORE_* settings the stack needs (``stack_env``:
+the hallucination scenario turns the validation gate on and points it at bench/kb/). Must not know: processes, sockets, how figures are computed (voicecore.callreport).
 
 Timeline facts the scripts rely on (measured on the demo, see voicecore/demo.py): the greeting's first
 frame reaches the carrier about 250 ms after the stream's first media frame; after a caller utterance
@@ -13,12 +14,16 @@ next answer is audible about 800 ms after the caller stopped.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from voicecore.sim.audio_clips import default_library
 from voicecore.sim.carrier import CallScript
 from voicecore.sim.model_core import SimConfig
 
-SCENARIOS = ("steady", "bargein-storm", "model-stall", "silence")
+SCENARIOS = ("steady", "bargein-storm", "model-stall", "silence", "hallucination")
+# Run by `--scenario hallucination` after the gated run, never named on the command line: the same calls
+# with the validation gate off, for the ungated time to first audio (bench/run.py).
+HALLUCINATION_UNGATED = "hallucination-ungated"
 
 GREETING_START_MS = 250  # first media frame -> greeting audible
 ANSWER_GAP_MS = 800  # end of a caller utterance -> the answer is audible
@@ -31,6 +36,12 @@ STORM_PERIOD_MS = 3000  # bargein-storm: a barge-in about every 3 s (spread by c
 LONG_ANSWERS = ("agent_greeting", "agent_basic_price", "agent_premium_price", "agent_hours", "agent_sim_card")
 SHORT_QUESTIONS = ("caller_interrupt", "caller_premium")
 
+# hallucination: the knowledge base that grounds every number the simulator's honest agent clips say.
+KNOWLEDGE_DIR = Path(__file__).resolve().parent / "kb"
+HALLUCINATION_QUESTIONS = ("caller_basic_price", "caller_premium")  # the simulator answers any question
+GATE_SLACK_MS = 500  # gated audio waits for its transcript's approval: the answer may end this much later
+MAX_RESPONSES = 400  # hallucination indices are listed up to here (far beyond any bench call)
+
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
@@ -41,6 +52,8 @@ class Scenario:
     # One period of the scenario's conversation: the default ramp spreads call starts over at least
     # this long, so in the measured window the calls are at every phase of it, not in lockstep.
     cycle_ms: int
+    # VOICECORE_* settings this scenario needs in the stack's environment (over the caller's own).
+    stack_env: tuple[tuple[str, str], ...] = ()
 
     def script(self, duration_ms: int, call_index: int) -> CallScript:
         return _SCRIPTS[self.name](self, duration_ms, call_index)
@@ -58,6 +71,8 @@ def get_scenario(name: str) -> Scenario:
                         False, f"the model stops for {STALL_MS} ms after {STALL_AFTER_MS} ms of every response", 9000)
     if name == "silence":
         return Scenario(name, SimConfig(clip_sequence=("agent_greeting",)), False, "callers silent, agent greets only", 1000)
+    if name in ("hallucination", HALLUCINATION_UNGATED):
+        return _hallucination(name)
     raise ValueError(f"unknown scenario {name!r} (choose from {', '.join(SCENARIOS)})")
 
 
@@ -111,4 +126,55 @@ def _silence(scenario: Scenario, duration_ms: int, call_index: int) -> CallScrip
     return CallScript(duration_ms=duration_ms, utterances=(), bargein_at_ms=())
 
 
-_SCRIPTS = {"steady": _steady, "bargein-storm": _storm, "model-stall": _stall, "silence": _silence}
+def _hallucination(name: str) -> Scenario:
+    """Callers ask a question after every answer; the simulator hallucinates every other answer.
+
+    The simulator counts responses per session (greeting 0, then answers) and hallucinates by index. In
+    the gated run a rejected answer is followed by the safe line, which takes the next index: answer
+    indices 1, 3 (safe line 2), 4, 6 (safe line 5), ... so indices 1, 4, 7, ... make every other answer
+    a hallucination there. Without the gate there are no safe lines, so the odd indices do the same.
+    No clip_sequence: the simulator must pick agent_safe_line for "Say exactly: <safe line>" (a pinned
+    sequence would override the instructions); its automatic choice cycles the question and answer clips.
+    """
+    gated = name == "hallucination"
+    step = 3 if gated else 2
+    sim = SimConfig(hallucinate_responses=tuple(range(1, MAX_RESPONSES, step)))
+    env = (("VOICECORE_GATE_POLICY", "numbers" if gated else "off"), ("VOICECORE_KNOWLEDGE_DIR", str(KNOWLEDGE_DIR)))
+    text = sim.hallucinated_text
+    description = (f"callers ask after every answer; every other answer's transcript says {text!r} (not in bench/kb), "
+                   + ("validation gate on (policy numbers)" if gated else "validation gate off"))
+    return Scenario(name, sim, False, description, 8000, stack_env=env)
+
+
+def auto_agent_clips() -> tuple[str, ...]:
+    """The agent clips the simulator picks, in order, when neither a clip_sequence nor instructions
+    name one (voicecore/sim/model_core.py _choose_clip): the question and answer clips of the index."""
+    library = default_library()
+    return tuple(c.name for c in library.infos if c.role == "agent" and c.kind in ("question", "answer"))
+
+
+def _ask_after_answers(scenario: Scenario, duration_ms: int, call_index: int) -> CallScript:
+    """Greeting (the first automatic clip), a question after it ends, the next answer, ...
+
+    Timed on the longest outcome of each turn: the honest answer's clip played in full behind the
+    gate's wait (a rejected answer is replaced by the shorter safe line), so no question lands on
+    agent speech and every cancel in the run is the gate's.
+    """
+    agent = auto_agent_clips()
+    utterances = []
+    agent_start = GREETING_START_MS
+    k = 0
+    while True:
+        agent_end = agent_start + _duration(agent[k % len(agent)]) + GATE_SLACK_MS
+        ask_at = agent_end + QUESTION_MARGIN_MS
+        question = HALLUCINATION_QUESTIONS[(k + call_index) % len(HALLUCINATION_QUESTIONS)]
+        if ask_at + _duration(question) >= duration_ms:
+            break
+        utterances.append((ask_at, _clip(question)))
+        agent_start = ask_at + _duration(question) + ANSWER_GAP_MS
+        k += 1
+    return CallScript(duration_ms=duration_ms, utterances=tuple(utterances), bargein_at_ms=())
+
+
+_SCRIPTS = {"steady": _steady, "bargein-storm": _storm, "model-stall": _stall, "silence": _silence,
+            "hallucination": _ask_after_answers, HALLUCINATION_UNGATED: _ask_after_answers}

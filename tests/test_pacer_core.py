@@ -165,6 +165,17 @@ def test_short_response_is_not_held(holding_call):
     assert c.tick(0) == frames(1, 0, 1) + ["mark 1:2:end"]
 
 
+def test_dry_carrier_waits_for_a_lead_of_approved_frames_without_timeout(holding_call):
+    c = holding_call
+    c.open(1, gated=True)
+    c.push(1, 10)
+    c.approve(1, 1)
+    assert c.tick(0) == []  # one approved frame alone would stutter while approval catches up
+    assert c.tick(100) == []  # the gate decides, not the prefill timeout
+    c.approve(1, 4)
+    assert c.tick(120) == frames(1, 0, 3)
+
+
 def test_model_falling_behind_mid_response_rebuffers(holding_call):
     c = holding_call
     c.open(1)

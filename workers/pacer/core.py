@@ -142,6 +142,10 @@ _PAD = 61  # "="
 _COLON = 58
 _DIGIT_0 = 48
 
+PREFILL_WAIT = 0
+PREFILL_READY = 1
+PREFILL_GATED = 2
+
 SID_MAX_BYTES = 64
 MEDIA_PREFIX_BYTES = 128  # 30 + 64 + 23 = 117 at most
 _B64_FRAME_CHARS = (FRAME_BYTES + 2) // 3 * 4
@@ -162,19 +166,24 @@ def new_stats() -> np.ndarray:
 
 @kernel
 def _prefill_ready(ctrl, out_meta, s, out_tail, out_head, tag, want_frames):
-    """True when want_frames frames of ``tag`` (or its END marker) are in the ring from out_tail."""
+    """PREFILL_READY when want_frames releasable frames of ``tag`` (or its END) are in the ring from out_tail;
+    PREFILL_GATED when frames are there but the gate watermark stops them short; else PREFILL_WAIT."""
     n_out = out_meta.shape[1]
+    approved = _row_approved(ctrl, s, tag)
     have = 0
     t = out_tail
     while t < out_head and have < want_frames:
         o = t & (n_out - 1)
         if out_meta[s, o, 0] != tag:
-            return True  # another tag follows: this one has no more frames to wait for
-        if out_meta[s, o, 1] < 0:
-            return True  # END: a short response plays whole
+            return PREFILL_READY  # another tag follows: this one has no more frames to wait for
+        index = out_meta[s, o, 1]
+        if index < 0:
+            return PREFILL_READY  # END: a short response plays whole
+        if index >= approved:
+            return PREFILL_GATED  # the audio is here; the validator has not approved it yet
         have += 1
         t += 1
-    return have >= want_frames
+    return PREFILL_READY if have >= want_frames else PREFILL_WAIT
 
 
 @kernel(inline="always")
@@ -455,7 +464,15 @@ def _release(
             # The carrier is dry: prefill. Release only when a lead's worth of this tag's frames (or
             # its end) is ready, or the first of them has waited start_hold_ns; one frame alone would
             # leave the caller a gap at the next tick.
-            if not _prefill_ready(ctrl, out_meta, s, out_tail, out_head, tag, lead_ns // FRAME_NS):
+            readiness = _prefill_ready(ctrl, out_meta, s, out_tail, out_head, tag, lead_ns // FRAME_NS)
+            if readiness == PREFILL_GATED:
+                # Start only when a lead's worth is approved: releasing the first approved frame alone
+                # made every gated answer stutter while approval caught up (no timeout: the gate decides).
+                ctrl[s, GATE_HELD] += 1
+                stats_out[STAT_GATE_HELD] += 1
+                held = True
+                break
+            if readiness == PREFILL_WAIT:
                 # Stored plus one so that 0 can mean "not holding" even for a clock that starts at 0.
                 hold_since_plus_1 = ctrl[s, HOLD_SINCE_NS]
                 if hold_since_plus_1 == 0:
