@@ -4,16 +4,20 @@ recorded, and its record replays identically through a fresh controller (INV-REP
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
 from conftest import start_stack
 
 from voicecore.demo import demo_script
-from voicecore.sim.carrier import place_call
+from voicecore.sim.carrier import CallScript, place_call
 
 pytestmark = pytest.mark.integration
 
@@ -43,3 +47,50 @@ def test_a_live_call_under_the_controller_is_recorded_and_replays_identically():
         assert '"identical": true' in replay.stdout
     finally:
         running.stop()
+
+
+class _FakeTwilioRest(http.server.BaseHTTPRequestHandler):
+    """Twilio's Calls resource, as far as a hang-up needs it; remembers what it was sent."""
+
+    requests: list[tuple[str, str, str, bytes]] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        type(self).requests.append((self.command, self.path, self.headers.get("Authorization", ""), body))
+        answer = json.dumps({"sid": self.path.rsplit("/", 1)[-1].removesuffix(".json"), "status": "completed"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_controller_hangs_up_through_the_rest_api_after_the_goodbye_played():
+    rest = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeTwilioRest)
+    threading.Thread(target=rest.serve_forever, daemon=True).start()
+    _FakeTwilioRest.requests = []
+    running = start_stack(call_control="turns", twilio_api_base=f"http://127.0.0.1:{rest.server_address[1]}")
+    try:
+        script = CallScript(duration_ms=20_000, dtmf=((7000, "#"),))  # '#': the flow says goodbye
+
+        async def call():
+            async with running.model_sim():
+                return await place_call(running.config.base_url, running.config.twilio_auth_token, script)
+
+        result = asyncio.run(call())
+        deadline = time.monotonic() + 5
+        while not _FakeTwilioRest.requests and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _FakeTwilioRest.requests, running.log_tail()
+        method, path, authorization, body = _FakeTwilioRest.requests[0]
+        assert (method, path.endswith(f"/Calls/{result.call_sid}.json")) == ("POST", True)
+        assert "/2010-04-01/Accounts/AC" in path
+        assert authorization.startswith("Basic ")
+        assert urllib.parse.parse_qs(body.decode()) == {"Status": ["completed"]}
+        assert "hangup sent to Twilio" in running.log_tail(20000)
+    finally:
+        running.stop()
+        rest.shutdown()

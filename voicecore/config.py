@@ -42,6 +42,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("lead_ms", int, 80, "audio the pacer keeps queued ahead in the carrier's buffer"),
     Setting("mark_every_frames", int, 5, "a mark after this many 20 ms frames (played-position resolution)"),
     Setting("start_hold_ms", int, 60, "when the carrier's buffer is dry, wait up to this long for a lead's worth of audio before releasing"),
+    Setting("twilio_api_base", str, "https://api.twilio.com", "base URL of Twilio's REST API (hang up, transfer); tests point it at a local fake"),
     Setting("call_control", str, "spine", "spine: barge-in on the model's speech_started; turns: the turn-taking controller (semantic barge-in, debounce, watchdog, check-ins), with call records"),
     Setting("gate_policy", str, "off", "which responses the validator must approve before they play: off, numbers, scripted or strict"),
     Setting("safe_line", str, "I can't verify that.", "what the agent says instead of a response the validator rejected"),
@@ -70,6 +71,7 @@ class Config:
     lead_ms: int
     mark_every_frames: int
     start_hold_ms: int
+    twilio_api_base: str
     call_control: str
     gate_policy: str
     safe_line: str

@@ -32,6 +32,7 @@ class CallStarted:
     generation: int
     call_sid: str
     stream_sid: str
+    account_sid: str  # for REST requests about the call (hang up, transfer)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from websockets.http11 import Response as WsResponse
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
+from voicecore import http_client
 from voicecore.sim.carrier_core import (
     DEFAULT_LEAD_FRAMES,
     CarrierCall,
@@ -97,46 +98,14 @@ async def _http_request(method: str, url: str, form: dict[str, str], headers) ->
     if parts.scheme != "http" or not parts.hostname:
         raise ValueError(f"only http:// URLs are supported, got {parts.scheme!r}")
     body = b""
-    query = parts.query
+    extra = list(headers)
     if method == "POST":
         body = urllib.parse.urlencode(form).encode("ascii")
+        extra.append(("Content-Type", "application/x-www-form-urlencoded"))
     elif form:
-        query = "&".join(filter(None, [query, urllib.parse.urlencode(form)]))
-    target = (parts.path or "/") + (f"?{query}" if query else "")
-    request_headers = [
-        ("Host", parts.netloc),
-        ("User-Agent", USER_AGENT),
-        ("Connection", "close"),
-        ("Content-Length", str(len(body))),
-        *headers,
-    ]
-    if method == "POST":
-        request_headers.append(("Content-Type", "application/x-www-form-urlencoded"))
-    reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
-    try:
-        connection = h11.Connection(h11.CLIENT)
-        writer.write(connection.send(h11.Request(method=method, target=target, headers=request_headers)))
-        writer.write(connection.send(h11.Data(data=body)))
-        writer.write(connection.send(h11.EndOfMessage()))
-        await writer.drain()
-        status = 0
-        chunks = []
-        while True:
-            event = connection.next_event()
-            if event is h11.NEED_DATA:
-                connection.receive_data(await reader.read(65536))
-            elif isinstance(event, h11.Response):
-                status = event.status_code
-            elif isinstance(event, h11.Data):
-                chunks.append(bytes(event.data))
-            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                return status, b"".join(chunks)
-    finally:
-        writer.close()
-        try:
-            await writer.wait_closed()
-        except OSError:
-            pass
+        query = "&".join(filter(None, [parts.query, urllib.parse.urlencode(form)]))
+        url = urllib.parse.urlunsplit(parts._replace(query=query))
+    return await http_client.send(method, url, extra, body, timeout_s=HTTP_TIMEOUT_S * 2, user_agent=USER_AGENT)
 
 
 @dataclass(frozen=True, slots=True)

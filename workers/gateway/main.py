@@ -146,7 +146,7 @@ class Gateway:
         self.ctrl[slot, C.STARTED_AT_NS] = time.monotonic_ns()
         self.calls[slot] = conn
         self.counters["calls_started"] += 1
-        self.bus.send(self.events, messages.CallStarted(slot, generation, start.call_sid, start.stream_sid))
+        self.bus.send(self.events, messages.CallStarted(slot, generation, start.call_sid, start.stream_sid, start.account_sid))
         return slot
 
     def release_slot(self, slot: int, reason: str) -> None:

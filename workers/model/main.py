@@ -33,13 +33,16 @@ from voicecore.shm import rings
 from voicecore.shm.arena import Arena
 from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
+from voicecore import http_client
 from voicecore.record import CallRecorder
 from workers.model import controller as controller_mod
-from workers.model import core
+from workers.model import core, twilio_rest
 
 log = logging.getLogger("voicecore.model")
 
 RECONNECT_DELAY_S = 0.5
+REST_ATTEMPTS = 3
+REST_RETRY_DELAY_S = 0.5
 STATS_EVERY_S = 1.0
 
 
@@ -202,10 +205,8 @@ class CallSession:
             elif isinstance(action, controller_mod.ReleaseTag | controller_mod.HoldTag):
                 rings.tag_approve(arena.ctrl, self.slot, action.tag, action.frames)
             elif isinstance(action, controller_mod.HangUp | controller_mod.Transfer):
-                # The REST request builders exist (workers/model/twilio_rest.py); sending them needs the
-                # account SID and credentials in this process, which the next step adds.
                 worker.counters["call_endings_requested"] += 1
-                log.info("call %s: controller asks to %s", self.call_sid, type(action).__name__.lower())
+                asyncio.get_running_loop().create_task(self._end_call_via_rest(action))
             elif isinstance(action, controller_mod.CallOver):
                 if self.ws is not None:
                     await self.ws.close()
@@ -231,6 +232,36 @@ class CallSession:
                      extra={"citations": verdict.citations})
         if actions:
             asyncio.get_running_loop().create_task(self._apply(actions))
+
+    async def _end_call_via_rest(self, action: controller_mod.HangUp | controller_mod.Transfer) -> None:
+        """Hang up or transfer through Twilio's REST API; retry what Twilio calls retryable, log the rest."""
+        worker = self.worker
+        config = worker.config
+        account_sid = worker.account_sids.get((self.slot, self.generation))
+        if not account_sid:
+            log.warning("call %s: cannot %s: the call's AccountSid is unknown (worker restarted mid-call)",
+                        self.call_sid, type(action).__name__.lower())
+            return
+        if isinstance(action, controller_mod.HangUp):
+            request = twilio_rest.hangup_request(account_sid, self.call_sid, config.twilio_auth_token, base_url=config.twilio_api_base)
+        else:
+            request = twilio_rest.transfer_request(account_sid, self.call_sid, action.target, config.twilio_auth_token,
+                                                   base_url=config.twilio_api_base)
+        for attempt in range(REST_ATTEMPTS):
+            try:
+                status, body = await http_client.send(request.method, request.url, request.headers, request.body)
+                result = twilio_rest.parse_response(status, body)
+            except (OSError, TimeoutError, ValueError) as exc:
+                result = twilio_rest.RestResult(False, True, None, type(exc).__name__)
+            if result.ok:
+                worker.counters["call_endings_sent"] += 1
+                log.info("call %s: %s sent to Twilio", self.call_sid, type(action).__name__.lower())
+                return
+            if not result.retryable:
+                break
+            await asyncio.sleep(REST_RETRY_DELAY_S * (attempt + 1))
+        worker.counters["call_endings_failed"] += 1
+        log.warning("call %s: %s failed: %s", self.call_sid, type(action).__name__.lower(), result.error)
 
     def _write_frames(self, action: core.WriteFrames) -> None:
         audio = action.audio
@@ -281,7 +312,9 @@ class ModelWorker:
         self.verdicts = self.bus.bind(zmq.PULL, MODEL_INBOX)
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
-        self.counters = collections.Counter({"bargeins": 0, "ring_full_waits": 0, "model_connect_failures": 0, "gate_rejections": 0, "call_endings_requested": 0})
+        self.counters = collections.Counter({"bargeins": 0, "ring_full_waits": 0, "model_connect_failures": 0, "gate_rejections": 0, "call_endings_requested": 0,
+                                             "call_endings_sent": 0, "call_endings_failed": 0})
+        self.account_sids: dict[tuple[int, int], str] = {}  # (slot, generation) -> AccountSid, from CallStarted
         self.heartbeat_seq = 0
 
     def attach_arena(self) -> bool:
@@ -345,7 +378,11 @@ class ModelWorker:
             self.on_verdicts()
             if self.attach_arena():
                 for message in self.bus.receive_nowait(self.events):
-                    if isinstance(message, messages.CallStarted | messages.CallEnded):
+                    if isinstance(message, messages.CallStarted):
+                        self.account_sids[(message.slot, message.generation)] = message.account_sid
+                        self.reconcile()
+                    elif isinstance(message, messages.CallEnded):
+                        self.account_sids.pop((message.slot, message.generation), None)
                         self.reconcile()
                     elif isinstance(message, messages.Dtmf):
                         session = self.calls.get(message.slot)
