@@ -84,22 +84,27 @@ def _duration(name: str) -> int:
     return default_library().info(name).duration_ms
 
 
-def _dialogue(scenario: Scenario, duration_ms: int, call_index: int, extra_ms: int) -> CallScript:
-    """Agent answer, short question after it ends, next answer, ...; no utterance overlaps the agent."""
-    answers = scenario.sim_config.clip_sequence
+def _turns(answers: tuple[str, ...], questions: tuple[str, ...], duration_ms: int, call_index: int,
+           extra_ms: int) -> CallScript:
+    """Agent answer, a question after it ends (plus ``extra_ms``), the next answer, ...; no utterance
+    overlaps the agent."""
     utterances = []
     agent_start = GREETING_START_MS
     k = 0
     while True:
         agent_end = agent_start + _duration(answers[k % len(answers)]) + extra_ms
         ask_at = agent_end + QUESTION_MARGIN_MS
-        question = SHORT_QUESTIONS[(k + call_index) % len(SHORT_QUESTIONS)]
+        question = questions[(k + call_index) % len(questions)]
         if ask_at + _duration(question) >= duration_ms:
             break
         utterances.append((ask_at, _clip(question)))
         agent_start = ask_at + _duration(question) + ANSWER_GAP_MS
         k += 1
     return CallScript(duration_ms=duration_ms, utterances=tuple(utterances), bargein_at_ms=())
+
+
+def _dialogue(scenario: Scenario, duration_ms: int, call_index: int, extra_ms: int) -> CallScript:
+    return _turns(scenario.sim_config.clip_sequence, SHORT_QUESTIONS, duration_ms, call_index, extra_ms)
 
 
 def _steady(scenario: Scenario, duration_ms: int, call_index: int) -> CallScript:
@@ -160,20 +165,7 @@ def _ask_after_answers(scenario: Scenario, duration_ms: int, call_index: int) ->
     gate's wait (a rejected answer is replaced by the shorter safe line), so no question lands on
     agent speech and every cancel in the run is the gate's.
     """
-    agent = auto_agent_clips()
-    utterances = []
-    agent_start = GREETING_START_MS
-    k = 0
-    while True:
-        agent_end = agent_start + _duration(agent[k % len(agent)]) + GATE_SLACK_MS
-        ask_at = agent_end + QUESTION_MARGIN_MS
-        question = HALLUCINATION_QUESTIONS[(k + call_index) % len(HALLUCINATION_QUESTIONS)]
-        if ask_at + _duration(question) >= duration_ms:
-            break
-        utterances.append((ask_at, _clip(question)))
-        agent_start = ask_at + _duration(question) + ANSWER_GAP_MS
-        k += 1
-    return CallScript(duration_ms=duration_ms, utterances=tuple(utterances), bargein_at_ms=())
+    return _turns(auto_agent_clips(), HALLUCINATION_QUESTIONS, duration_ms, call_index, GATE_SLACK_MS)
 
 
 _SCRIPTS = {"steady": _steady, "bargein-storm": _storm, "model-stall": _stall, "silence": _silence,
