@@ -281,3 +281,70 @@ def test_twilio_rest_hangup_and_transfer_against_a_local_fake():
     with pytest.raises(ValueError):
         twilio_rest.hangup_request("AC1", CALL, "tok")
     assert twilio_rest.parse_response(503, b"").retryable
+
+
+# --- the validation gate in the controller (issue 5) ---------------------------------------------------
+def test_a_gated_prompt_releases_the_smaller_of_the_rolling_window_and_the_validators_verdict():
+    flow = flows.ScriptedFlow(node_policies={"greeting": "scripted"})
+    c = started(C.CallController("CA1", flow=flow))
+    out = c.on_model_event(created("r1", 1), 100 * MS, IDLE)
+    (gate,) = [a for a in out if isinstance(a, C.core.OpenGate)]
+    assert gate.policy == "scripted" and gate.script == flows.LINES["greeting"]
+    assert not any(isinstance(a, C.ReleaseTag) for a in out)  # nothing before the validator says so
+    out = c.on_verdict(gate.tag, 4, False, 120 * MS, IDLE)
+    assert C.ReleaseTag(gate.tag, 4) in out  # the window (15) is larger: the verdict bounds it
+    playing = C.Playout(0, 0, 0, gate.tag, 4, 200 * MS)
+    assert not any(isinstance(a, C.ReleaseTag) for a in c.on_tick(200 * MS, playing))  # still 4
+    out = c.on_verdict(gate.tag, C.APPROVE_ALL, False, 220 * MS, playing)
+    assert C.ReleaseTag(gate.tag, 4 + 15) in out  # approved whole: the rolling window bounds it again
+
+
+def test_a_rejected_answer_is_cancelled_and_the_safe_line_said_in_its_place():
+    config = C.ControllerConfig(gate_policy="numbers", safe_line="I can't verify that.")
+    c = started(C.CallController("CA1", config=config))
+    c.queued = c.inflight = None  # as if past the greeting: the caller's turn is answered
+    c._enqueue(flows.Answer(), "flow", [], question="How much is Basic?")
+    out = c.on_tick(10 * MS, IDLE)
+    (create,) = sent(out)
+    out = c.on_model_event(created("r2", create["response"]["metadata"]["vc_req"]), 50 * MS, IDLE)
+    (gate,) = [a for a in out if isinstance(a, C.core.OpenGate)]
+    assert gate.policy == "numbers" and gate.script == ""
+    c.on_model_event(delta("r2", 1600), 60 * MS, IDLE)
+    out = c.on_verdict(gate.tag, 0, True, 80 * MS, IDLE)
+    assert C.CancelTag(gate.tag, 80 * MS) in out
+    assert [e["type"] for e in sent(out)] == ["response.cancel", "conversation.item.delete"]
+    assert c.stats.gate_rejections == 1 and c.queued.step == flows.Say("safe_line", "I can't verify that.", policy="off")
+    assert sent(c.on_tick(90 * MS, IDLE)) == []  # one voice at a time: not while r2 is still active
+    (safe,) = sent(c.on_model_event(ev(type="response.done", response={"id": "r2", "status": "cancelled"}), 100 * MS, IDLE))
+    assert safe["response"]["instructions"] == 'Say exactly: "I can\'t verify that."'
+
+
+def test_retrieve_first_puts_snippets_in_the_instructions_or_says_the_safe_line_without_support():
+    config = C.ControllerConfig(gate_policy="numbers", retrieve_first=True)
+    c = started(C.CallController("CA1", config=config))
+    c.queued = c.inflight = None
+    c._enqueue(flows.Answer(), "flow", [], question="How much does Basic cost?")
+    (retrieve,) = [a for a in c.on_tick(10 * MS, IDLE) if isinstance(a, C.Retrieve)]
+    assert retrieve.question == "How much does Basic cost?" and retrieve.k == 3
+    out = c.on_snippets(retrieve.req_id, [{"file": "kb/pricing.md", "line": 3, "text": "Basic costs 99 kr per month."}], 20 * MS)
+    (create,) = sent(out)
+    assert "Basic costs 99 kr per month. (kb/pricing.md)" in create["response"]["instructions"]
+    c = started(C.CallController("CA1", config=config))
+    c.queued = c.inflight = None
+    c._enqueue(flows.Answer(), "flow", [], question="How much is the helicopter?")
+    (retrieve,) = [a for a in c.on_tick(10 * MS, IDLE) if isinstance(a, C.Retrieve)]
+    (create,) = sent(c.on_snippets(retrieve.req_id, [], 20 * MS))
+    assert create["response"]["metadata"]["vc_prompt"] == "safe_line" and c.stats.retrievals_empty == 1
+
+
+def test_a_model_reconnect_configures_the_new_session_and_asks_again():
+    c = started(C.CallController("CA1"))  # the greeting was asked for, never created
+    out = sent(c.reopen(500 * MS))
+    assert [e["type"] for e in out] == ["session.update", "response.create"]
+    assert out[1]["response"]["metadata"]["vc_prompt"] == "greeting"  # asked again, on the new session
+    c = started(C.CallController("CA1"))
+    c.on_model_event(created("r1", 1), 100 * MS, IDLE)
+    c.on_model_event(delta("r1", 1600), 110 * MS, IDLE)
+    out = c.reopen(600 * MS)  # cut off mid-audio: cancelled and retried like a stall
+    assert any(isinstance(a, C.CancelTag) for a in out) and c.stats.stalls == 1
+    assert sent(out)[0]["type"] == "session.update"

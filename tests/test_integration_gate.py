@@ -1,13 +1,19 @@
 """INV-GATE end to end: real gateway, pacer, model worker and validator; the model simulator says a price.
 
 "Basic costs 777 kr per month" is not in the knowledge base (tests/kb): the response is cancelled before
-the caller hears the number, and the safe line plays. "Basic costs 99 kr per month" is: it plays whole,
-and its citation is logged.
+the caller hears the number (word release: the words before it may play; sentence release: none of it),
+and the safe line plays. "Basic costs 99 kr per month" is: it plays whole, and its citation is logged.
+The first two tests run the spine (one policy for every response), the last two the turn-taking
+controller with per-node policies (scripted greeting and question), retrieve-first and call records.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,3 +83,77 @@ def test_grounded_number_plays_whole_with_its_citation_logged(gated_stack):
     assert not any(r.clip_name == "agent_safe_line" for r in session.record.responses)
     log = gated_stack.log_tail(40000)
     assert "approved with citations" in log
+
+
+# --- the same gate under the turn-taking controller (VOICECORE_CALL_CONTROL=turns) ---------------------
+TURNS_QUESTION_AT_MS = 11_000  # after the flow's greeting and question played
+TURNS_CALL_MS = 24_000
+
+
+@pytest.fixture(scope="module")
+def turns_stack():
+    # sentence release: an answer is heard only once its whole sentence is approved
+    running = start_stack(call_control="turns", gate_policy="numbers", knowledge_dir=str(KB),
+                          gate_node_policies="greeting=scripted,question=scripted", gate_release="sentence")
+    yield running
+    running.stop()
+
+
+def ask_price_in_turns(running, answer_text: str):
+    # responses per session: 0 the greeting, 1 the question (both scripted prompts), 2 the answer
+    sim_config = SimConfig(hallucinate_responses=(2,), hallucinated_text=answer_text)
+    script = CallScript(duration_ms=TURNS_CALL_MS, utterances=((TURNS_QUESTION_AT_MS, load_clip("caller_basic_price")),),
+                        bargein_at_ms=())
+
+    async def call():
+        async with running.model_sim(sim_config) as sim:
+            result = await place_call(running.config.base_url, running.config.twilio_auth_token, script)
+            return sim, result
+
+    return asyncio.run(call())
+
+
+def record_of(running, call_sid: str) -> Path:
+    path = Path(running.config.record_dir) / f"{call_sid}.jsonl"
+    deadline = time.monotonic() + 10
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert path.exists(), running.log_tail()
+    return path
+
+
+def test_turns_mode_scripted_prompts_pass_and_a_hallucinated_answer_is_replaced(turns_stack):
+    sim, result = ask_price_in_turns(turns_stack, "Basic costs 777 kr per month.")
+    assert result.closed_by == "carrier", turns_stack.log_tail()
+    assert result.statistics.stale_frames == 0
+    (session,) = sim.by_call(result.call_sid)
+    greeting, question, answer = session.record.responses[:3]
+    # scripted prompts follow their script: approved, heard whole
+    assert greeting.instructions.startswith("Say exactly:") and question.instructions.startswith("Say exactly:")
+    assert heard_frames(result, greeting) >= len(greeting.frames()) - 2
+    assert heard_frames(result, question) >= len(question.frames()) - 2
+    # retrieve-first: the answer was asked for with the knowledge base's snippets in its instructions
+    assert answer.instructions and "Facts:" in answer.instructions and "99 kr" in answer.instructions
+    assert answer.hallucinated and answer.status == "cancelled"
+    assert heard_frames(result, answer) == 0  # sentence release: not one frame of the rejected sentence
+    safe = [r for r in session.record.responses[3:] if r.instructions == "Say exactly: \"I can't verify that.\""]
+    assert safe and heard_frames(result, safe[0]) >= len(safe[0].frames()) - 2
+    # the record holds the verdicts and the snippets, and replays identically without a knowledge base
+    path = record_of(turns_stack, result.call_sid)
+    entries = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    assert any(e["k"] == "verdict" and e["rejected"] for e in entries)
+    assert any(e["k"] == "snippets" and e["snippets"] for e in entries)
+    replay = subprocess.run([sys.executable, "-m", "voicecore.cli", "replay", str(path), "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+
+
+def test_turns_mode_grounded_answer_plays_whole_with_citations_in_the_record(turns_stack):
+    sim, result = ask_price_in_turns(turns_stack, "Basic costs 99 kr per month.")
+    assert result.closed_by == "carrier", turns_stack.log_tail()
+    (session,) = sim.by_call(result.call_sid)
+    answer = session.record.responses[2]
+    assert answer.status == "completed" and heard_frames(result, answer) >= len(answer.frames()) - 2
+    entries = [json.loads(line) for line in record_of(turns_stack, result.call_sid).read_text().splitlines()[1:]]
+    cited = [json.loads(e["citations"]) for e in entries if e["k"] == "verdict" and e["citations"] not in ("", "[]")]
+    assert any(c["number"] == "99" and c["file"].endswith("pricing.md") for batch in cited for c in batch)

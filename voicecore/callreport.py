@@ -20,6 +20,10 @@ TRUNCATE_TOLERANCE_MS = 20  # the issue's bar: the truncate point within one fra
 # An underrun is the model's when the audio due next was sent less than this before the gap: the pacer
 # may hold a dry carrier's first frame for DEFAULT_START_HOLD_MS to prefill, plus one frame of pacing.
 STARVED_GRACE_MS = timing.DEFAULT_START_HOLD_MS + timing.FRAME_MS
+# A clear is a barge-in's when the caller started speaking at most this long before it (speech_started ->
+# cancel -> clear takes milliseconds; 1.5 s covers a slow loop and the controller's semantic barge-in
+# after 0.5-1 s of speech). Later clears are the stack's own: a gate rejection, a stalled response.
+BARGEIN_CLEAR_WINDOW_MS = 1500
 
 
 class StackCpu:
@@ -104,7 +108,8 @@ def split_underruns(result: CallResult, records: Sequence, w0: float, w1: float,
 def _call_figures(result: CallResult, sessions: Sequence) -> dict:
     """Per-call figures that need both simulators' records."""
     core = result.core
-    figures = {"bargein_to_clear_ms": [], "truncate_error_ms": [], "mouth_to_ear_ms": [], "problems": []}
+    figures = {"bargein_to_clear_ms": [], "truncate_error_ms": [], "mouth_to_ear_ms": [], "problems": [],
+               "clears_not_bargein": 0}
     if core is None:
         return figures
     owners: dict[bytes, str] = {}
@@ -132,7 +137,9 @@ def _call_figures(result: CallResult, sessions: Sequence) -> dict:
     speech_starts = sorted(s for session in sessions for s in session.record.speech_started_ms)
     for clear_ms in core.metrics.clear_at_ms:
         earlier = [s for s in speech_starts if s <= clear_ms]
-        if earlier:
+        if earlier and clear_ms - earlier[-1] > BARGEIN_CLEAR_WINDOW_MS:
+            figures["clears_not_bargein"] += 1
+        elif earlier:
             figures["bargein_to_clear_ms"].append(clear_ms - earlier[-1])
         else:
             figures["problems"].append(f"call {result.call_sid}: a clear with no speech before it")
@@ -166,7 +173,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
     mouth_to_ear: list[float] = []
     problems: list[str] = []
     frames_sent = underruns = stale = clears = completed = 0
-    underruns_available = underruns_starved = 0
+    underruns_available = underruns_starved = clears_not_bargein = 0
     for result in results:
         if result.closed_by != "carrier" or result.errors:
             problems.append(f"call {result.call_sid}: ended by {result.closed_by} (close code {result.close_code}) {'; '.join(result.errors)[:200]}")
@@ -186,6 +193,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         underruns_starved += starved
         figures = _call_figures(result, sessions)
         bargein.extend(figures["bargein_to_clear_ms"])
+        clears_not_bargein += figures["clears_not_bargein"]
         truncate.extend(figures["truncate_error_ms"])
         mouth_to_ear.extend(figures["mouth_to_ear_ms"])
         problems.extend(figures["problems"])
@@ -203,7 +211,8 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         "underruns_audio_available": underruns_available,
         "underruns_model_starved": underruns_starved,
         "stale_frames": stale,
-        "bargeins": clears,
+        "bargeins": clears - clears_not_bargein,
+        "clears_not_bargein": clears_not_bargein,
         "bargein_to_clear_ms": summary(bargein),
         "truncate_error_ms": summary(truncate),
         "mouth_to_ear_ms": summary(mouth_to_ear),

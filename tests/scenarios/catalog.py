@@ -10,6 +10,7 @@ changes in the controller.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Callable
 
 from workers.model import controller as C
@@ -215,6 +216,72 @@ def _end_call_tool(o: Outcome) -> None:
     assert o.overlap_ms() == 0
 
 
+# --- the validation gate (issue 5) in the controller: per-node release policies, retrieve-first ---------
+GATED = C.ControllerConfig(gate_policy="numbers", retrieve_first=True)
+ASK_PRICE = Speech(1500, "How much does Basic cost", after="question", offset_ms=2500)
+HALLUCINATED = "Basic costs 777 kr per month."
+HONEST = "Basic costs 99 kr per month."
+OFF_SCRIPT = "Our prices start at 5 kr today."
+
+
+def gated_verdicts(o: Outcome) -> list[dict]:
+    return [e for e in o.recorder.entries if e["k"] == "verdict"]
+
+
+def _rejects_hallucination(o: Outcome) -> None:
+    st = o.controller.stats
+    assert st.gate_rejections == 1 and st.safe_lines == 1 and st.retrievals == 1
+    (answer_create,) = [e for _, e in o.sent("response.create") if e["response"]["metadata"]["vc_prompt"] == "answer"]
+    assert "99 kr" in answer_create["response"]["instructions"]  # retrieve-first: the snippet is in its context
+    # The number is the third word of six over 3 s of audio: its audio starts at 1000 ms (frame 50); not
+    # one frame of it reaches the caller, and the answer's tag is cancelled before it played out.
+    answer = frames_of(o, "answer")
+    assert sum(answer.values()) <= 50 - 10
+    assert len(o.heard_by_prompt()["safe_line"]) == 75  # the safe line plays whole
+    (rejection,) = [v for v in gated_verdicts(o) if v["rejected"]]
+    assert "knowledge base" in rejection["reason"]
+    assert o.overlap_ms() == 0
+
+
+def _approves_grounded(o: Outcome) -> None:
+    st = o.controller.stats
+    assert st.gate_rejections == 0 and st.safe_lines == 0
+    (tag,) = frames_of(o, "answer")
+    assert frames_of(o, "answer")[tag] == 150  # the whole 3 s answer
+    final = [v for v in gated_verdicts(o) if v["tag"] == tag][-1]
+    assert final["frames"] == C.APPROVE_ALL
+    assert {(c["file"], c["number"]) for c in json.loads(final["citations"])} == {("kb/pricing.md", "99")}
+
+
+def _scripted_retried(o: Outcome) -> None:
+    st = o.controller.stats
+    assert st.gate_rejections == 1 and st.retries == 1
+    assert len(creates(o, "question")) == 2
+    first, second = sorted(t for t, p in o.tag_prompt.items() if p == "question")
+    heard = frames_of(o, "question")
+    assert heard.get(first, 0) == 0  # off script from its first words: rejected before a frame played
+    assert heard[second] == 75
+    # the flow went on: the caller's turn was answered after the approved question
+    assert creates(o, "answer")
+
+
+def _scripted_gives_up(o: Outcome) -> None:
+    st = o.controller.stats
+    assert len(creates(o, "question")) == 1 + 3 and st.gate_rejections == 4 and st.retries == 3
+    assert frames_of(o, "question") == {}  # every attempt rejected before a frame of it played
+    # the flow advanced past the prompt: the caller's turn still got its answer
+    assert creates(o, "answer")
+
+
+def _no_support(o: Outcome) -> None:
+    st = o.controller.stats
+    assert st.retrievals == 1 and st.retrievals_empty == 1 and st.safe_lines == 1
+    assert creates(o, "answer") == []  # the model was never asked to invent an answer
+    assert len(o.heard_by_prompt()["safe_line"]) == 75
+    (snippets,) = [e for e in o.recorder.entries if e["k"] == "snippets"]
+    assert snippets["snippets"] == []
+
+
 SEED001_CALLER = [
     Speech(800, "Yeah. I'm", after="question", offset_ms=1600),
     Speech(1500, "currently having a problem", after="question", offset_ms=3100),
@@ -247,5 +314,16 @@ SCENARIOS = [
     Scenario("caller_hangs_up_mid_response", [TURN, HangUpCaller(after="answer", offset_ms=1000)], _hangup, ModelScript(plans={"answer": [LONG]})),
     Scenario("transfer_cancelled_by_bargein", [Dtmf("0", after="question", offset_ms=600), Speech(1500, "no wait, one more thing", after="transfer", offset_ms=800)],
              _transfer_cancelled, ModelScript(plans={"transfer": [Plan(audio_ms=3000)]})),
+    Scenario("gate_rejects_hallucinated_answer", [ASK_PRICE], _rejects_hallucination,
+             ModelScript(plans={"answer": [Plan(audio_ms=3000, text=HALLUCINATED)]}), config=GATED),
+    Scenario("gate_approves_grounded_answer", [ASK_PRICE], _approves_grounded,
+             ModelScript(plans={"answer": [Plan(audio_ms=3000, text=HONEST)]}), config=GATED),
+    Scenario("gate_scripted_prompt_retried", [TURN], _scripted_retried,
+             ModelScript(plans={"question": [Plan(text=OFF_SCRIPT), Plan(text="How can I help you today?")]}),
+             flow_args={"node_policies": {"question": "scripted"}}),
+    Scenario("gate_scripted_prompt_gives_up", [Speech(1500, "I would like to book a table", at_ms=16_000)], _scripted_gives_up,
+             ModelScript(plans={"question": [Plan(text=OFF_SCRIPT)]}), flow_args={"node_policies": {"question": "scripted"}}),
+    Scenario("retrieve_first_without_support", [Speech(1500, "How much is the helicopter rental", after="question", offset_ms=2500)],
+             _no_support, config=GATED),
     Scenario("goodbye_then_hangup", [TURN, Speech(1200, "thanks that's all", after="answer", offset_ms=2500)], _goodbye, flow_args={"max_turns": 1}),
 ]

@@ -10,6 +10,9 @@ Three fakes around one real CallController (wrapped in a CallRecorder):
   and at a tag's end when its audio has played; a cancel clears what the carrier had not played yet.
   What it plays is "what the caller heard".
 - the caller: speech intervals (with or without words), DTMF, hang-up.
+With a release policy configured, the real validator core (workers/validator/core.py) judges the gated
+responses against the knowledge base in tests/kb/ (its verdicts arrive one tick later, as over the bus),
+and the controller's Retrieve actions are answered from the same knowledge base.
 No sockets, no sleeps; every run is deterministic.
 """
 
@@ -19,10 +22,18 @@ import base64
 import dataclasses
 import json
 
+from pathlib import Path
+
 from voicecore import timing
+from voicecore.bus import messages
 from voicecore.record import CallRecorder
+from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
 from workers.model import controller as C
+from workers.model import core as model_core
 from workers.model import flow as flows
+from workers.validator.core import ValidatorCore
+
+KB_DIR = Path(__file__).resolve().parent.parent / "kb"
 
 MS = 1_000_000
 TICK_MS = 20
@@ -73,6 +84,7 @@ class Plan:
     tool_after_ms: int = 653  # seed 001: lookup_caller returned in 653 ms
     stall_after_ms: int | None = None  # audio stops after this much (never finishes)
     never: bool = False  # no answer at all
+    text: str | None = None  # its transcript: words sent just before the audio they cover, then done
 
 
 @dataclasses.dataclass
@@ -100,6 +112,10 @@ class _Gen:
     cancelled: bool = False
     late_left: int = 0
     finished: bool = False
+    words: list[str] = dataclasses.field(default_factory=list)
+    total_bytes: int = 0
+    sent_bytes: int = 0
+    sent_words: int = 0
 
 
 class FakeModel:
@@ -171,7 +187,9 @@ class FakeModel:
         self.emit(t + 1, {"type": "response.output_item.added", "response_id": rid, "output_index": 0,
                           "item": {"id": iid, "type": "message", "role": "assistant"}})
         stall = None if plan.stall_after_ms is None else plan.stall_after_ms * timing.BYTES_PER_MS
-        self.gens.append(_Gen(rid, iid, prompt, plan.audio_ms * timing.BYTES_PER_MS, t + self.script.first_audio_ms, stall))
+        total = plan.audio_ms * timing.BYTES_PER_MS
+        words = [w if i == 0 else " " + w for i, w in enumerate(plan.text.split(" "))] if plan.text else []
+        self.gens.append(_Gen(rid, iid, prompt, total, t + self.script.first_audio_ms, stall, words=words, total_bytes=total))
 
     def spontaneous(self, now: int) -> None:
         self.spontaneous_done = True
@@ -201,14 +219,27 @@ class FakeModel:
                 if gen.stall_left_bytes is not None:
                     n = min(n, gen.stall_left_bytes)
                     gen.stall_left_bytes -= n
+                self._words_until(gen, t, gen.sent_bytes + n)
                 self._delta(gen, t, n)
+                gen.sent_bytes += n
                 gen.remaining_bytes -= n
                 gen.next_at = t + interval
                 if gen.remaining_bytes <= 0:
                     gen.finished = True
                     self.emit(t + 1, {"type": "response.output_audio.done", "response_id": gen.response_id, "item_id": gen.item_id,
                                       "output_index": 0, "content_index": 0})
+                    if gen.words:
+                        self.emit(t + 1, {"type": "response.output_audio_transcript.done", "response_id": gen.response_id,
+                                          "item_id": gen.item_id, "output_index": 0, "content_index": 0,
+                                          "transcript": "".join(gen.words)})
                     self.emit(t + 2, {"type": "response.done", "response": {"id": gen.response_id, "status": "completed"}})
+
+    def _words_until(self, gen: _Gen, t: int, end_byte: int) -> None:
+        """Transcript words whose audio starts before ``end_byte``, sent just before that audio."""
+        while gen.sent_words < len(gen.words) and gen.total_bytes * gen.sent_words // len(gen.words) < end_byte:
+            self.emit(t, {"type": "response.output_audio_transcript.delta", "response_id": gen.response_id,
+                          "item_id": gen.item_id, "output_index": 0, "content_index": 0, "delta": gen.words[gen.sent_words]})
+            gen.sent_words += 1
 
     def _delta(self, gen: _Gen, t: int, n: int) -> None:
         audio = bytes([0x10 + int(gen.response_id.split("_")[1]) % 0x60]) * n
@@ -301,6 +332,7 @@ class PlayoutModel:
 class Outcome:
     recorder: CallRecorder
     controller: C.CallController
+    validator: ValidatorCore | None
     model: FakeModel
     playout: PlayoutModel
     speech: list[tuple[int, int, bool]]  # (start_ms, end_ms, has_words) of the caller's real speech
@@ -344,6 +376,10 @@ class Outcome:
         return worst
 
 
+def knowledge_base() -> KnowledgeBase:
+    return KnowledgeBase.from_documents(load_knowledge_dir(KB_DIR))
+
+
 def run(caller: list, model: ModelScript | None = None, config: C.ControllerConfig | None = None,
         flow_args: dict | None = None, max_ms: int = 60_000) -> Outcome:
     model_script = model or ModelScript()
@@ -352,6 +388,10 @@ def run(caller: list, model: ModelScript | None = None, config: C.ControllerConf
     flow_args = flow_args or {}
     controller = C.CallController(CALL_SID, flow=flows.ScriptedFlow(**flow_args), config=config)
     rec = CallRecorder(controller, "scripted", flow_args)
+    gated = controller.config.gate_policy != "off" or bool(flow_args.get("node_policies"))
+    knowledge = knowledge_base() if gated or controller.config.retrieve_first else None
+    validator = ValidatorCore(knowledge) if gated else None
+    verdicts: list[messages.Verdict] = []  # delivered on the next tick, as over the bus
     pending = list(caller)
     first_heard: dict[str, int] = {}
     tag_prompt: dict[int, str] = {}
@@ -364,6 +404,18 @@ def run(caller: list, model: ModelScript | None = None, config: C.ControllerConf
         for a in actions:
             if isinstance(a, C.SendToModel):
                 fake.receive(a.text, now)
+            elif isinstance(a, model_core.OpenGate):
+                assert validator is not None, "a gate opened without a release policy"
+                verdicts.extend(validator.handle(messages.GateOpen(0, 1, a.tag, a.policy, a.script, a.language, a.forbidden)))
+            elif isinstance(a, model_core.GateTranscript):
+                assert validator is not None
+                message = (messages.TranscriptDone(0, 1, a.tag, a.text, a.audio_frames) if a.done
+                           else messages.TranscriptDelta(0, 1, a.tag, a.text, a.audio_frames))
+                verdicts.extend(validator.handle(message))
+            elif isinstance(a, C.Retrieve):
+                found = knowledge.retrieve(a.question, a.k) if knowledge is not None else []
+                snippets = [{"file": s.file, "line": s.line, "text": s.text} for s in found]
+                apply(rec.on_snippets(a.req_id, snippets, now * MS), now)
             elif isinstance(a, (C.HangUp, C.Transfer, C.CallOver)):
                 end = end or (now, a)
             else:
@@ -399,6 +451,10 @@ def run(caller: list, model: ModelScript | None = None, config: C.ControllerConf
                 apply(rec.on_carrier_stop(now * MS), now)
         if end is not None:
             break
+        for verdict in verdicts[:]:
+            verdicts.remove(verdict)
+            apply(rec.on_verdict(verdict.tag, verdict.approved_frames, verdict.rejected, now * MS, playout.snapshot(),
+                                 verdict.reason, verdict.citations), now)
         if model_script.spontaneous_at_ms is not None and not fake.spontaneous_done and now >= model_script.spontaneous_at_ms:
             fake.spontaneous(now)
         fake.advance(now)
@@ -412,4 +468,4 @@ def run(caller: list, model: ModelScript | None = None, config: C.ControllerConf
             apply(rec.on_caller_audio(5, now * MS), now)
         apply(rec.on_tick(now * MS, playout.snapshot()), now)
         now += TICK_MS
-    return Outcome(rec, controller, fake, playout, speech, end, tag_prompt, now)
+    return Outcome(rec, controller, validator, fake, playout, speech, end, tag_prompt, now)

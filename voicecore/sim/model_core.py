@@ -358,6 +358,18 @@ def _normalise(text: str) -> str:
     return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
 
 
+_SAY_EXACTLY = re.compile(r'\s*Say exactly:\s*"?(.*?)"?\s*$', re.DOTALL | re.IGNORECASE)
+
+
+def scripted_text(instructions: object) -> str | None:
+    """The text of a scripted prompt ("Say exactly: ..."), which the model then says (its transcript;
+    the audio is the nearest clip); None for other instructions."""
+    if not isinstance(instructions, str):
+        return None
+    match = _SAY_EXACTLY.match(instructions)
+    return match.group(1).strip() or None if match else None
+
+
 # --------------------------------------------------------------------------------------------------
 # Session configuration (canonical form, rendered per naming)
 # --------------------------------------------------------------------------------------------------
@@ -1166,7 +1178,7 @@ class ModelSession:
         failed = self._fail_next or index in cfg.fail_responses or rng.uniform() < cfg.error_rate
         self._fail_next = False
         hallucinated = cfg.hallucinate or index in cfg.hallucinate_responses
-        text = cfg.hallucinated_text if hallucinated else clip.text
+        text = cfg.hallucinated_text if hallucinated else (scripted_text(options.get("instructions")) or clip.text)
         audio = b"" if failed else dither_ulaw(self._clips.audio[clip.name], rng.u64())
         sizes = split_delta_sizes(len(audio), rng, cfg.delta_min_bytes, cfg.delta_max_bytes) if audio else []
         response_id = "resp_" + self._ids.token()

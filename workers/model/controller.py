@@ -22,6 +22,16 @@ controller raises its approval watermark as playout advances, ``release_window_f
 pacer has sent (``ReleaseTag``). On a bare VAD edge it stops raising it (``HoldTag``): what is already
 approved keeps playing, nothing newer is released, until words confirm a barge-in (then the tag is
 cancelled) or the false-interruption timeout passes (rolling approvals resume).
+
+Validation gate (INV-GATE, issue 5): each request's flow node names its release policy (``Say.policy``,
+``Answer.policy``; ``ControllerConfig.gate_policy`` when it names none). A gated response's tag is opened
+gated with ``OpenGate`` carrying the node's script (a Say's text) and forbidden phrases; the validator's
+verdicts come back through ``on_verdict`` and bound the rolling approval (the watermark is the smaller of
+the two). A rejected scripted prompt is cancelled and retried (at most ``max_prompt_retries``, then the
+flow advances, seed 000 section 3); a rejected answer is cancelled and the safe line is scheduled in its
+place. Retrieve-first (seed 002 section 4): before an answer is requested the controller asks the shell
+for knowledge-base snippets (``Retrieve`` -> ``on_snippets``, both recorded) and puts them in the
+response's instructions; with none, a question that needs numbers gets the safe line without asking.
 """
 
 from __future__ import annotations
@@ -32,11 +42,14 @@ import zlib
 
 from voicecore import timing
 from voicecore.realtime import events as rt
+from voicecore.validate.questions import question_needs_numbers
 from workers.model import core
 from workers.model import flow as flows
 from workers.model.core import CancelTag, EndTag, OpenTag, Playout, SendToModel, WriteFrames
 
 MS = 1_000_000
+APPROVE_ALL = 1 << 62  # voicecore.shm.control.APPROVE_ALL: every frame of the tag
+GATE_POLICIES = ("off", "numbers", "scripted", "strict")
 IDLE_PLAYOUT = Playout(0, 0, 0, 0, 0, 0)
 
 
@@ -64,6 +77,12 @@ class ControllerConfig:
     transcription_model: str = "gpt-4o-mini-transcribe"
     vad_silence_duration_ms: int = 500
     vad_prefix_padding_ms: int = 300  # included in speech_started.audio_start_ms (PROTOCOLS.md C.3)
+    gate_policy: str = "off"  # release policy of flow nodes that name none (off, numbers, scripted, strict)
+    gate_language: str = "auto"  # en, sv or auto: how the validator reads numbers and scripts
+    safe_line: str = core.DEFAULT_SAFE_LINE  # said instead of a rejected answer
+    retrieve_first: bool = False  # put knowledge-base snippets into each answer's instructions
+    retrieve_k: int = 3
+    retrieve_wait_ms: int = 1000  # after the caller's speech stopped, wait this long for its transcript
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in dataclasses.fields(self)}
@@ -98,6 +117,16 @@ class HoldTag:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Retrieve:
+    """Look ``question`` up in the knowledge base (best ``k`` snippets) and feed the result back with
+    ``on_snippets(req_id, snippets, now_ns)`` (the shell does it at once; the record keeps the answer)."""
+
+    req_id: int
+    question: str
+    k: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class HangUp:
     """End the call through the carrier's REST API (twilio_rest.hangup_request)."""
 
@@ -118,7 +147,7 @@ class CallOver:
     reason: str
 
 
-Action = core.Action | ReleaseTag | HoldTag | HangUp | Transfer | CallOver
+Action = core.Action | ReleaseTag | HoldTag | Retrieve | HangUp | Transfer | CallOver
 
 
 # --- internal state -----------------------------------------------------------------------------------
@@ -128,8 +157,12 @@ class Request:
 
     req_id: int
     step: flows.Say | flows.Answer
-    source: str  # flow | checkin | fallback | retry | apology | debounce | dtmf
+    source: str  # flow | checkin | fallback | retry | apology | debounce | dtmf | safe_line
     user_text: str | None = None  # sent as a user text item before response.create
+    question: str = ""  # the caller's words this answers (retrieve-first)
+    utterance: Utterance | None = None  # ... or the utterance whose completed transcript they are
+    snippets: tuple[dict, ...] | None = None  # knowledge-base snippets; None: not looked up yet
+    retrieving: bool = False
 
     @property
     def prompt_id(self) -> str:
@@ -187,6 +220,10 @@ class ControllerStats:
     dtmf: int = 0
     transfers_cancelled: int = 0
     unheard_cancels: int = 0
+    gate_rejections: int = 0
+    safe_lines: int = 0
+    retrievals: int = 0
+    retrievals_empty: int = 0
     end_reason: str = ""
 
 
@@ -227,6 +264,7 @@ class CallController:
         self.fragments: list[str] = []
         self.held_tag = 0
         self.approved: dict[int, int] = {}
+        self.gate_approved: dict[int, int] = {}  # gated tags: the validator's watermark
         self.silence_ref_ns = 0
         self.checkins_done = 0
         self.ending: Active | None = None  # the terminal prompt that is playing
@@ -305,7 +343,8 @@ class CallController:
         self._drop_queued()
         self._barge_in(now_ns, out)
         step = self.flow.on_dtmf(digit)
-        self._enqueue(step, "dtmf", out, user_text=f"(The caller pressed the key {digit}.)" if isinstance(step, flows.Answer) else None)
+        self._enqueue(step, "dtmf", out, user_text=f"(The caller pressed the key {digit}.)" if isinstance(step, flows.Answer) else None,
+                      question=f"(keypad {digit})")
         self._step(out)
         return out
 
@@ -316,6 +355,59 @@ class CallController:
         if self.ended:
             return []
         out: list[Action] = []
+        self._step(out)
+        return out
+
+    def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: Playout) -> list[Action]:
+        """The validator's verdict on gated ``tag``: frames below ``approved_frames`` may play, or none
+        more may (rejected: cancel it; a scripted prompt is retried, an answer replaced by the safe line)."""
+        self.now_ns = now_ns
+        self.playout = playout
+        if self.ended:
+            return []
+        out: list[Action] = []
+        if tag in self.gate_approved:
+            if not rejected:
+                if approved_frames > self.gate_approved[tag]:
+                    self.gate_approved[tag] = approved_frames
+                    self._approve(tag, out)
+            else:
+                self._on_rejected(tag, out)
+        self._step(out)
+        return out
+
+    def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[Action]:
+        """The knowledge base's answer to ``Retrieve(req_id, ...)`` (best first; empty: nothing relevant)."""
+        self.now_ns = now_ns
+        if self.ended:
+            return []
+        out: list[Action] = []
+        request = self.queued
+        if request is not None and request.req_id == req_id and request.snippets is None:
+            request.snippets = tuple(snippets)
+            if not snippets:
+                self.stats.retrievals_empty += 1
+                if self._policy(request) in ("numbers", "strict") and question_needs_numbers(request.question):
+                    # Seed 002 section 4: nothing to ground an answer in, and it would need numbers.
+                    self.queued = None
+                    self._enqueue_safe_line(out)
+        self._step(out)
+        return out
+
+    def reopen(self, now_ns: int) -> list[Action]:
+        """The model socket reconnected: configure the new session (no greeting). The old session's
+        response is gone with it: a request it never answered is asked again, and a response cut off
+        mid-audio is handled as a stall (cancelled where audible, retried once)."""
+        self.now_ns = now_ns
+        if self.ended:
+            return []
+        out: list[Action] = list(self.core.on_open())
+        if self.inflight is not None:
+            request, self.inflight = self.inflight, None
+            if self.queued is None:
+                self.queued = request
+        if self.active is not None and not self.active.done and not self.active.cancelled_ns:
+            self._on_stall(self.active, out)
         self._step(out)
         return out
 
@@ -349,6 +441,7 @@ class CallController:
             return
         assert request is not None
         self.inflight = None
+        self.core.next_gate = self._gate_spec(request)
         actions = self.core.on_event(event, self.now_ns, self.playout)
         active = Active(event.response_id, request, self.now_ns, self.now_ns)
         for action in actions:
@@ -466,7 +559,9 @@ class CallController:
     def _caller_turn(self, u: Utterance, out: list[Action]) -> None:
         if self.debounce is not None:
             return  # gathered into the combined turn
-        self._enqueue(self.flow.on_user_turn(u.words.strip()), "flow", out)
+        self._enqueue(self.flow.on_user_turn(u.words.strip()), "flow", out, question=u.words.strip())
+        if self.queued is not None and isinstance(self.queued.step, flows.Answer):
+            self.queued.utterance = u
 
     def _caller_active(self) -> None:
         self.silence_ref_ns = self.now_ns
@@ -505,15 +600,58 @@ class CallController:
             self._approve(tag, out, force=True)
 
     # ================================================================================ scheduling
-    def _enqueue(self, step: flows.Step, source: str, out: list[Action], user_text: str | None = None) -> None:
+    def _enqueue(self, step: flows.Step, source: str, out: list[Action], user_text: str | None = None,
+                 question: str = "") -> None:
         if isinstance(step, flows.Wait):
             return
         if self.queued is not None:
             if self.queued.terminal and not (isinstance(step, flows.Say) and step.terminal):
                 return  # an ending already queued wins over anything but another ending
             self.stats.requests_dropped += 1  # obsolete: replaced before it was sent
-        self.queued = Request(self.next_req_id, step, source, user_text)
+        self.queued = Request(self.next_req_id, step, source, user_text, question)
         self.next_req_id += 1
+
+    def _enqueue_safe_line(self, out: list[Action]) -> None:
+        self.stats.safe_lines += 1
+        self._enqueue(flows.Say(flows.SAFE_LINE_NODE, self.config.safe_line, policy="off"), "safe_line", out)
+
+    # ================================================================================ the gate
+    def _policy(self, request: Request) -> str:
+        step = request.step
+        policy = step.policy or self.config.gate_policy
+        if policy not in GATE_POLICIES:
+            policy = "strict"  # an unknown name must not open the gate
+        if isinstance(step, flows.Answer) and policy in ("scripted", "strict"):
+            return "numbers"  # an answer has no script: judged on its numbers (and forbidden phrases)
+        return policy
+
+    def _gate_spec(self, request: Request) -> core.GateSpec:
+        step = request.step
+        policy = self._policy(request)
+        script = step.text if isinstance(step, flows.Say) and policy in ("scripted", "strict") else ""
+        return core.GateSpec(policy, script, "\n".join(step.forbidden), self.config.gate_language)
+
+    def _on_rejected(self, tag: int, out: list[Action]) -> None:
+        actions = self.core.reject(tag, self.now_ns, self.playout)
+        self.gate_approved.pop(tag, None)
+        if not actions:
+            return  # already cancelled (barge-in) or finished with it
+        out.extend(actions)
+        self.stats.gate_rejections += 1
+        if self.held_tag == tag:
+            self.held_tag = 0
+        active = self.by_tag.get(tag)
+        if active is None:
+            return
+        active.cancelled_ns = self.now_ns
+        active.settled = True
+        if self.ending is active:
+            self.ending = None
+        request = active.request
+        if isinstance(request.step, flows.Answer):
+            self._enqueue_safe_line(out)
+        else:
+            self._retry(request, "rejected", out)
 
     def _drop_queued(self) -> None:
         if self.queued is not None and not self.queued.terminal:
@@ -535,7 +673,23 @@ class CallController:
 
     def _pump(self, out: list[Action]) -> None:
         request = self.queued
-        if request is None or not self._may_speak():
+        if request is None:
+            return
+        if self.config.retrieve_first and isinstance(request.step, flows.Answer) and request.snippets is None:
+            # Retrieve while the request waits its turn; it is not sent before the snippets are in. The
+            # turn is often taken on the first transcription delta: look the question up once the
+            # transcript is complete (or late).
+            u = request.utterance
+            if u is not None and not u.completed and (self.now_ns - (u.stopped_ns or self.now_ns)) // MS < self.config.retrieve_wait_ms:
+                return
+            if u is not None and u.words.strip():
+                request.question = u.words.strip()
+            if not request.retrieving:
+                request.retrieving = True
+                self.stats.retrievals += 1
+                out.append(Retrieve(request.req_id, request.question, self.config.retrieve_k))
+            return
+        if not self._may_speak():
             return
         self.queued = None
         self.inflight = request
@@ -547,6 +701,8 @@ class CallController:
         instructions = None
         if isinstance(request.step, flows.Say):
             instructions = f'Say exactly: "{request.step.text}"'
+        elif request.snippets:
+            instructions = _grounded_instructions(request.snippets)
         out.append(SendToModel(rt.response_create(instructions=instructions, metadata=metadata)))
 
     def _retry(self, request: Request, why: str, out: list[Action]) -> None:
@@ -575,16 +731,28 @@ class CallController:
     # ================================================================================ the step
     def _after_core(self, out: list[Action]) -> None:
         for action in list(out):
+            if isinstance(action, core.OpenGate):
+                self.gate_approved[action.tag] = 0  # before its OpenTag below: nothing plays unapproved
+                if len(self.gate_approved) > 32:
+                    for tag in list(self.gate_approved)[:-32]:
+                        del self.gate_approved[tag]
+        for action in list(out):
             if isinstance(action, OpenTag):
                 self.approved.setdefault(action.tag, 0)
                 if action.gated:
                     self._approve(action.tag, out, force=True)
 
     def _approve(self, tag: int, out: list[Action], force: bool = False) -> None:
-        if not self.config.pause_release or tag == self.held_tag:
+        gated = tag in self.gate_approved
+        if tag == self.held_tag or not (self.config.pause_release or gated):
             return
-        sent = self.playout.sent_frames if self.playout.sent_tag == tag else 0
-        target = sent + self.config.release_window_frames
+        if self.config.pause_release:
+            sent = self.playout.sent_frames if self.playout.sent_tag == tag else 0
+            target = sent + self.config.release_window_frames
+        else:
+            target = APPROVE_ALL
+        if gated:
+            target = min(target, self.gate_approved[tag])  # INV-GATE: never past the validator's verdict
         if target > self.approved.get(tag, 0):
             self.approved[tag] = target
             out.append(ReleaseTag(tag, target))
@@ -636,7 +804,7 @@ class CallController:
         self.fragments = []
         step = self.flow.on_user_turn(combined)
         user_text = combined if (self.config.debounce_send_text and combined) else None
-        self._enqueue(step, "debounce", out, user_text=user_text)
+        self._enqueue(step, "debounce", out, user_text=user_text, question=combined)
 
     def _on_stall(self, active: Active, out: list[Action]) -> None:
         self.stats.stalls += 1
@@ -734,6 +902,13 @@ def _peek(text: str | bytes | bytearray) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
+def _grounded_instructions(snippets: tuple[dict, ...]) -> str:
+    facts = "\n".join(f"- {s.get('text', '')} ({s.get('file', '')})" for s in snippets)
+    return ("Answer the caller briefly, in the caller's language. Say a price, date, time, amount or phone "
+            "number only as it appears in these facts; if they do not hold it, say you cannot verify it.\n"
+            f"Facts:\n{facts}")
+
+
 def _function_output(call_id: str, output: str) -> str:
     # conversation.item.create of a function_call_output item (PROTOCOLS.md C.2); no builder in events.py yet.
     item = {"type": "function_call_output", "call_id": call_id, "output": output}
@@ -754,6 +929,6 @@ def action_to_dict(action: Action) -> dict:
 
 
 __all__ = [
-    "Action", "CallController", "CallOver", "ControllerConfig", "HangUp", "HoldTag", "ReleaseTag", "Transfer",
+    "Action", "CallController", "CallOver", "ControllerConfig", "HangUp", "HoldTag", "ReleaseTag", "Retrieve", "Transfer",
     "SendToModel", "OpenTag", "WriteFrames", "EndTag", "CancelTag", "Playout", "action_to_dict",
 ]

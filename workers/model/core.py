@@ -42,6 +42,19 @@ class OpenGate:
 
     tag: int
     policy: str
+    script: str = ""  # the expected text of a scripted prompt
+    forbidden: str = ""  # forbidden phrases, one per line
+    language: str = "auto"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GateSpec:
+    """How the next response is judged (set by the controller per flow node; None: the call's policy)."""
+
+    policy: str
+    script: str = ""
+    forbidden: str = ""
+    language: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -161,6 +174,7 @@ class ModelCallCore:
         self.safe_line_after: str | None = None  # ask for the safe line once this response is done
         self.safe_line_next = False  # the next response is the safe line: never gated (it has no claims)
         self.rejections_in_turn = 0
+        self.next_gate: GateSpec | None = None  # the controller's choice for the next response.created
         # auto_barge_in: barge in on every speech_started while audible (the spine's behaviour). The
         # controller turns it off and calls barge_in itself once the caller's speech has words.
         self.auto_barge_in = auto_barge_in
@@ -229,12 +243,15 @@ class ModelCallCore:
         self.current = response
         self.stats.responses += 1
         self._forget_old()
-        if self.safe_line_next or self.gate_policy == "off":
-            self.safe_line_next = False
+        spec, self.next_gate = self.next_gate, None
+        if spec is None:
+            spec = GateSpec("off" if self.safe_line_next else self.gate_policy)
+        self.safe_line_next = False
+        if spec.policy == "off":
             return [OpenTag(tag, self.gate_release)]
         response.gated = True
         self.stats.gated_responses += 1
-        return [OpenTag(tag, True), OpenGate(tag, self.gate_policy)]
+        return [OpenTag(tag, True), OpenGate(tag, spec.policy, spec.script, spec.forbidden, spec.language)]
 
     def _on_transcript(self, response_id: str, text: str, done: bool) -> list[Action]:
         response = self.responses.get(response_id)
@@ -312,6 +329,15 @@ class ModelCallCore:
                 # The server refuses a new response while this one is active: ask once it is done.
                 self.safe_line_after = response.response_id
         return actions
+
+    def reject(self, tag: int, now_ns: int, playout: Playout) -> list[Action]:
+        """The validator rejected ``tag``: cancel it before more of it plays. What is said instead is
+        the caller's business (the spine's on_verdict: the safe line; the controller: its policy)."""
+        response = next((r for r in self.responses.values() if r.tag == tag), None)
+        if response is None or response.cancelled or not response.gated:
+            return []
+        self.stats.rejections += 1
+        return self._cancel(response, now_ns, playout)
 
     def _ask_for_safe_line(self) -> list[Action]:
         self.safe_line_after = None

@@ -28,11 +28,19 @@ class Say:
     text: str
     terminal: bool = False
     transfer_to: str | None = None
+    policy: str | None = None  # release policy of this node (validator); None: the controller's default
+    forbidden: tuple[str, ...] = ()  # phrases this node must never say (seed 000 section 7)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Answer:
-    """Let the model answer the caller's turn from the conversation (response.create, no instructions)."""
+    """Let the model answer the caller's turn from the conversation (response.create, no instructions).
+
+    ``policy``/``forbidden``: as for Say; an answer has no script, so it is judged on numbers and
+    forbidden phrases only."""
+
+    policy: str | None = None
+    forbidden: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,6 +88,8 @@ LINES = {
     "fallback": "Sorry, could you say that again?",
     "apology": "I'm sorry, I'm having trouble right now.",
 }
+ANSWER_NODE = "answer"  # the node id of model answers in node_policies / node_forbidden
+SAFE_LINE_NODE = "safe_line"  # never gated: it replaces a rejected answer and claims nothing
 
 
 class ScriptedFlow:
@@ -90,21 +100,41 @@ class ScriptedFlow:
     transfers to the operator, ``#`` says goodbye, any other digit is a caller turn.
     """
 
-    def __init__(self, operator: str = "+15550100", max_turns: int = 3) -> None:
+    def __init__(self, operator: str = "+15550100", max_turns: int = 3,
+                 node_policies: dict[str, str] | None = None,
+                 node_forbidden: dict[str, list[str]] | None = None) -> None:
+        # node_policies: release policy per node id (a prompt id, "answer", or "*" for every node);
+        # node_forbidden: forbidden phrases per node id ("*": every node). Both are flow configuration,
+        # JSON-able so a call record can rebuild the flow.
         self.operator = operator
         self.max_turns = max_turns
+        self.node_policies = dict(node_policies or {})
+        self.node_forbidden = {k: list(v) for k, v in (node_forbidden or {}).items()}
         self.turns = 0
         self.state = "greeting"
 
+    def _node(self, node: str) -> tuple[str | None, tuple[str, ...]]:
+        policy = self.node_policies.get(node, self.node_policies.get("*"))
+        forbidden = tuple(self.node_forbidden.get("*", ())) + tuple(self.node_forbidden.get(node, ()))
+        return policy, forbidden
+
+    def _say(self, prompt_id: str, text: str, terminal: bool = False, transfer_to: str | None = None) -> Say:
+        policy, forbidden = self._node(prompt_id)
+        return Say(prompt_id, text, terminal, transfer_to, policy, forbidden)
+
+    def _answer(self) -> Answer:
+        policy, forbidden = self._node(ANSWER_NODE)
+        return Answer(policy, forbidden)
+
     def line(self, kind: str) -> Say:
         if kind == "goodbye":
-            return Say("goodbye", LINES["goodbye"], terminal=True)
+            return self._say("goodbye", LINES["goodbye"], terminal=True)
         if kind == "transfer":
-            return Say("transfer", LINES["transfer"], terminal=True, transfer_to=self.operator)
+            return self._say("transfer", LINES["transfer"], terminal=True, transfer_to=self.operator)
         if kind == "apology":
             # seed 000 s.6: after a failed retry, apologise and hand over to a person
-            return Say("apology", f'{LINES["apology"]} {LINES["transfer"]}', terminal=True, transfer_to=self.operator)
-        return Say(kind, LINES[kind])
+            return self._say("apology", f'{LINES["apology"]} {LINES["transfer"]}', terminal=True, transfer_to=self.operator)
+        return self._say(kind, LINES[kind])
 
     def start(self) -> Step:
         self.state = "greeting"
@@ -122,7 +152,7 @@ class ScriptedFlow:
             self.state = "goodbye"
             return self.line("goodbye")
         self.state = "answer"
-        return Answer()
+        return self._answer()
 
     def on_tool_call(self, name: str, arguments: str) -> ToolOutcome:
         if name == "end_call":

@@ -21,12 +21,25 @@ so a number counts as complete only once a settled ordinary word follows it (``_
 transcript is done. A complete number that the knowledge base does not hold rejects at once. Words that
 may turn into part of a number ("a" -> "a hundred", "March" -> "March 3") are held at the tail.
 
+Under "numbers" the word a delta ends inside still counts as settled when no later text can make it part
+of a number: it has no digit and is neither a number word, unit, month nor an open word, nor a prefix of
+one ("Basic" may become "Basically", never a number; "se" may become "seven"). That approves the first
+word of an answer with its own delta instead of one word later. Script and forbidden-phrase checks keep
+to settled words.
+
 The mapping (transcript chars -> audio frames): with T transcript chars and A audio frames of the tag
 written so far (the latest delta's ``audio_frames``) and the approved prefix at c chars,
-``approved_frames = floor(A * c / T) - margin_frames``, never negative and never decreasing. When the
-transcript is done and fully approved, everything is approved (APPROVE_ALL_FRAMES). The formula assumes
-the transcript is not more than ``margin_frames`` behind the audio (the realtime API sends a transcript
-piece before the audio it covers); when it lags further, the margin is what protects the number.
+``approved_frames = max(floor(A * c / T) - margin_frames, c * min_frames_per_char)``, never decreasing.
+The first term assumes the transcript is not more than ``margin_frames`` behind the audio (the realtime
+API sends a transcript piece before the audio it covers); when it lags further, the margin is what
+protects the number. The second is a speech-rate bound: c chars take at least c / max_rate of audio
+(default 25 chars/s: fast speech is 15-20), so the first unapproved char cannot start before it, whatever
+the streams' interleaving; it is what lets the first words play before the margin is covered. When the
+transcript is done and fully approved, everything is approved (APPROVE_ALL_FRAMES).
+
+``release="sentence"`` (numbers and strict) approves only whole sentences: a response whose first sentence
+states an unverifiable number is rejected before any of its audio plays, at the price of waiting for the
+first sentence's transcript before the first frame ("word", the default, releases word by word).
 """
 
 from __future__ import annotations
@@ -39,12 +52,14 @@ from functools import lru_cache
 
 from voicecore.bus import messages
 from voicecore.validate.knowledge import Citation, KnowledgeBase
-from voicecore.validate.numbers import _UNIT_FORMS, LANGUAGES, NumberMention, extract_numbers
+from voicecore.validate.numbers import _EN_WORDS, _SV_MORPHEMES, _UNIT_FORMS, LANGUAGES, NumberMention, extract_numbers
 from voicecore.validate.script import ForbiddenPhrases, ScriptMatcher
 
 APPROVE_ALL_FRAMES = 1 << 62  # equals voicecore.shm.control.APPROVE_ALL: every frame of the tag
 POLICIES = ("off", "numbers", "scripted", "strict")
 DEFAULT_MARGIN_FRAMES = 10  # 200 ms: audio of the approved text's last word may run a little late
+DEFAULT_MAX_CHARS_PER_S = 25  # speech-rate bound of the mapping (module docstring)
+RELEASES = ("word", "sentence")
 MAX_GATES = 4096  # live gates kept; the oldest is forgotten (its tag long finished or cancelled)
 MAX_CLOSED = 8192  # keys of finished gates remembered, so late messages for them are dropped quietly
 MAX_CITATIONS = 16  # per verdict: a Verdict must stay far below the bus's 64 KiB message limit
@@ -69,6 +84,15 @@ _EXTENDERS = (
 )
 _TAIL_HOLD = _OPEN_WORDS | _MONTHS | {"kl", "klockan"}
 _MAX_EXTENDER_SKIPS = 3
+# Words (and beginnings of words) a number can be made of or extended by; a partial word related to none
+# of them is inert (module docstring).
+_NUMBER_LEXICON = tuple(sorted(
+    set(_EN_WORDS) | set(_SV_MORPHEMES) | _EXTENDERS | _OPEN_WORDS
+    | {form for forms in _UNIT_FORMS.values() for form in forms}
+))
+_NUMBER_STARTS = tuple(sorted(set(_EN_WORDS) | {m for m in _SV_MORPHEMES if len(m) >= 3}))
+_COMPOUND_STARTS = tuple(m for m in _SV_MORPHEMES if len(m) >= 3)  # Swedish numbers are written together
+_SENTENCE_END = re.compile(r"[.!?](?=\s)")
 
 
 @lru_cache(maxsize=4096)
@@ -79,6 +103,35 @@ def _is_number_word(word: str, language: str) -> bool:
 def _words(text: str) -> list[tuple[int, int, str]]:
     """(start, end, casefolded word) of every word, settled or not (``_settled_limit``)."""
     return [(m.start(), m.end(), re.sub(r"['’]", "", m.group().casefold())) for m in _WORD.finditer(text)]
+
+
+@lru_cache(maxsize=8192)
+def _inert(token: str) -> bool:
+    """A partial word that can never become (part of) a number, whatever follows it."""
+    word = token.casefold()
+    if not word.isalpha():
+        return False  # digits, hyphens, apostrophes, punctuation: "ninety-", "99,", "month."
+    if any(w.startswith(word) for w in _NUMBER_LEXICON):
+        return False  # the beginning of a number word, unit, month or open word
+    return not any(word.startswith(m) for m in _COMPOUND_STARTS)  # "tvåhundra", "femtiofem"
+
+
+def _cannot_extend(token: str, unit: bool) -> bool:
+    """A partial word after a complete-looking number that cannot join it, however it ends. After a unit
+    ("777 kr") only a number word could ("777 kr 50"); without one, extenders and open words could too."""
+    word = token.rstrip(".,!?;:").casefold()
+    if not word.isalpha():
+        return False
+    if not unit:
+        return _inert(word)
+    return not any(w.startswith(word) or word.startswith(w) for w in _NUMBER_STARTS)
+
+
+def _numbers_limit(text: str) -> int:
+    """Like ``_settled_limit``, but the word being written counts as settled when it is inert."""
+    limit = _settled_limit(text)
+    tail = text[limit:].strip()
+    return len(text) if tail and _inert(tail) else limit
 
 
 def _settled_limit(text: str) -> int:
@@ -110,9 +163,15 @@ class ValidatorCore:
     """Verdicts for gated responses (rules: module docstring). Feed it bus messages with ``handle``."""
 
     def __init__(self, knowledge: KnowledgeBase | None = None, margin_frames: int = DEFAULT_MARGIN_FRAMES,
-                 max_gates: int = MAX_GATES) -> None:
+                 max_gates: int = MAX_GATES, max_chars_per_s: float = DEFAULT_MAX_CHARS_PER_S,
+                 release: str = "word") -> None:
+        if release not in RELEASES:
+            raise ValueError(f"release must be one of {RELEASES}, not {release!r}")
         self.knowledge = knowledge
         self.margin_frames = max(0, margin_frames)
+        # frames of audio one char takes at the fastest plausible speech; 0 turns the bound off
+        self.min_frames_per_char = (1000 / 20) / max_chars_per_s if max_chars_per_s > 0 else 0.0
+        self.release = release
         self.max_gates = max(1, max_gates)
         self._gates: OrderedDict[tuple[int, int, int], _Gate] = OrderedDict()
         self._closed: OrderedDict[tuple[int, int, int], None] = OrderedDict()
@@ -238,12 +297,19 @@ class ValidatorCore:
 
     def _judge(self, gate: _Gate, final: bool) -> list[messages.Verdict]:
         text = gate.transcript
-        approved = len(text) if final else self._settled_end(text)
+        if final:
+            approved = len(text)
+        elif gate.policy == "numbers" and gate.forbidden is None:
+            approved = len(text)  # _numbers bounds it (inert partial words count as settled)
+        else:
+            approved = self._settled_end(text)
         if gate.policy in ("numbers", "strict"):
             chars, reason = self._numbers(gate, text, final)
             if reason:
                 return self._reject(gate, reason, "rejected_numbers")
             approved = min(approved, chars)
+            if self.release == "sentence" and not final:
+                approved = min(approved, self._sentence_end(text, approved))
         if gate.matcher is not None:
             verdict = gate.matcher.finish(text) if final else gate.matcher.verdict
             if verdict.rejected:
@@ -260,6 +326,12 @@ class ValidatorCore:
             return self._approve_all(gate)
         gate.approved_chars = max(gate.approved_chars, approved)
         return self._approve(gate)
+
+    @staticmethod
+    def _sentence_end(text: str, limit: int) -> int:
+        """End of the last whole sentence (its final ".", "!" or "?" followed by a space) within ``limit``."""
+        ends = [m.end() for m in _SENTENCE_END.finditer(text, 0, limit + 1) if m.end() <= limit]
+        return ends[-1] if ends else 0
 
     @staticmethod
     def _settled_end(text: str) -> int:
@@ -283,7 +355,7 @@ class ValidatorCore:
         if final:
             return len(text), ""
         inside = [m.span for m in mentions]
-        limit = _settled_limit(text)
+        limit = _numbers_limit(text) if gate.policy == "numbers" and gate.forbidden is None else _settled_limit(text)
         approved = 0
         for start, end, word in words:
             if end > cut or end > limit:
@@ -307,7 +379,8 @@ class ValidatorCore:
             if start < end:
                 continue
             if word_end > limit:
-                return False  # the next word is still being written
+                # the next word is still being written: enough if no ending can make it part of a number
+                return _cannot_extend(text[limit:].strip(), unit=mention.unit is not None)
             if any(s <= start < e for s, e in (m.span for m in mentions) if (s, e) != mention.span):
                 return False  # another number follows: they may still merge ("070 123" -> a phone)
             if mention.unit is not None:
@@ -354,7 +427,8 @@ class ValidatorCore:
         total_chars = len(gate.transcript)
         if total_chars == 0 or gate.approved_chars == 0:
             return 0
-        return max(0, gate.audio_frames * gate.approved_chars // total_chars - self.margin_frames)
+        proportional = gate.audio_frames * gate.approved_chars // total_chars - self.margin_frames
+        return max(0, proportional, int(gate.approved_chars * self.min_frames_per_char))
 
     def _approve(self, gate: _Gate) -> list[messages.Verdict]:
         frames = self._frames_for(gate)

@@ -37,61 +37,13 @@ from voicecore.bus.transport import (
 )
 from voicecore.config import Config, load_config
 from voicecore.logs import setup_logging
-from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
+from voicecore.validate.watch import KnowledgeWatcher
 from workers.validator.core import ValidatorCore
 
 log = logging.getLogger("voicecore.validator")
 
 PROCESS = "validator"
-KNOWLEDGE_POLL_NS = 1_000_000_000
 STATS_EVERY_NS = 1_000_000_000
-
-
-class KnowledgeWatcher:
-    """The knowledge-base folder: a signature of its markdown files (path, mtime, size) polled cheaply,
-    a full reload only when the signature changed."""
-
-    def __init__(self, directory: str) -> None:
-        self.directory = Path(directory) if directory else None
-        self.signature: tuple | None = None
-        self.errors = 0
-
-    def _signature(self) -> tuple:
-        assert self.directory is not None
-        try:
-            entries = []
-            for file in sorted(self.directory.rglob("*.md")):
-                info = file.stat()
-                entries.append((str(file), info.st_mtime_ns, info.st_size))
-            return ("ok", tuple(entries))
-        except OSError as exc:
-            return ("error", type(exc).__name__)
-
-    def poll(self) -> tuple[bool, KnowledgeBase | None]:
-        """(changed, knowledge base); the knowledge base is None when there is none or it is unreadable."""
-        if self.directory is None:
-            changed = self.signature is None
-            self.signature = ()
-            return changed, None
-        signature = self._signature()
-        if signature == self.signature:
-            return False, None
-        self.signature = signature
-        if not self.directory.is_dir():
-            self.errors += 1
-            log.error("knowledge_dir %s is not a folder: every number will be rejected", self.directory)
-            return True, None
-        try:
-            knowledge = KnowledgeBase.from_documents(load_knowledge_dir(self.directory))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            self.errors += 1
-            log.error("knowledge base %s unreadable (%s): every number will be rejected",
-                      self.directory, type(exc).__name__)
-            return True, None
-        stats = knowledge.statistics()
-        log.info("knowledge base %s loaded: %d files, %d snippets, %d numbers (version %s)",
-                 self.directory, stats.files, stats.snippets, stats.numbers, stats.version)
-        return True, knowledge
 
 
 class Validator:
@@ -109,7 +61,8 @@ class Validator:
         self.knowledge = KnowledgeWatcher(config.knowledge_dir)
         _, knowledge = self.knowledge.poll()
         margin_frames = math.ceil(config.gate_margin_ms / timing.FRAME_MS)
-        self.core = ValidatorCore(knowledge, margin_frames=margin_frames)
+        self.core = ValidatorCore(knowledge, margin_frames=margin_frames, max_chars_per_s=config.gate_max_chars_per_s,
+                                  release=config.gate_release)
         if knowledge is None and not config.knowledge_dir:
             log.warning("no knowledge_dir configured: every number in a gated answer will be rejected")
         self.stopping = False
@@ -165,7 +118,7 @@ class Validator:
         now = time.monotonic_ns()
         next_heartbeat_ns = now
         next_stats_ns = now
-        next_knowledge_ns = now + KNOWLEDGE_POLL_NS
+        next_knowledge_ns = now + KnowledgeWatcher.POLL_NS
         while not self.stopping:
             now = time.monotonic_ns()
             if now >= next_heartbeat_ns:
@@ -176,7 +129,7 @@ class Validator:
                     next_stats_ns = now + STATS_EVERY_NS
             if now >= next_knowledge_ns:
                 self.reload_knowledge()
-                next_knowledge_ns = time.monotonic_ns() + KNOWLEDGE_POLL_NS
+                next_knowledge_ns = time.monotonic_ns() + KnowledgeWatcher.POLL_NS
             timeout_ms = max(1, (min(next_heartbeat_ns, next_knowledge_ns) - time.monotonic_ns()) // 1_000_000)
             try:
                 ready = dict(self.poller.poll(timeout_ms))
