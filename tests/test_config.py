@@ -53,3 +53,22 @@ def test_readme_table_lists_every_setting():
     table = settings_table_markdown()
     for setting in SETTINGS:
         assert f"VOICECORE_{setting.name.upper()}" in table
+
+
+def test_readme_holds_the_generated_table():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    assert settings_table_markdown() in readme, "regenerate the README table: python -c 'from voicecore.config import settings_table_markdown as t; print(t())'"
+
+
+@pytest.mark.parametrize("raw, value", [("true", True), ("False", False), ("0", False), ("on", True), ("no", False)])
+def test_record_caller_audio_is_a_boolean(raw, value):
+    config = load_config({"VOICECORE_RECORD_CALLER_AUDIO": raw})
+    assert config.record_caller_audio is value
+    assert load_config(config.as_env()).record_caller_audio is value
+
+
+def test_a_boolean_setting_refuses_other_words():
+    with pytest.raises(ConfigError, match="RECORD_CALLER_AUDIO: expected true or false"):
+        load_config({"VOICECORE_RECORD_CALLER_AUDIO": "sometimes"})

@@ -7,14 +7,20 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 import urllib.request
+import wave
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import start_stack
 from voicecore.callreport import summarize
 from voicecore.demo import demo_script
+from voicecore.record import load as load_record
 from voicecore.sim import carrier
 from voicecore.sim.carrier import CallScript, place_call
 from voicecore.twilio.signature import compute_signature
@@ -30,6 +36,27 @@ def run(coro):
 
 def report_for(sim, results, seconds=CALL_SECONDS):
     return summarize(results, sim, seconds=seconds, cpu_seconds=0.0, wall_seconds=seconds)
+
+
+def wait_for_record(config, call_sid, timeout_s=10.0) -> Path:
+    """The model worker writes a call's record when the call has ended (INV-REPLAY)."""
+    path = Path(config.record_dir) / f"{call_sid}.jsonl"
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return path
+
+
+def loud_ms(channel) -> int:
+    """Milliseconds of a WAV channel (8 kHz) in 20 ms windows that are not silence."""
+    windows = np.abs(channel[: len(channel) // 160 * 160].reshape(-1, 160)).max(axis=1)
+    return int((windows > 1000).sum()) * 20
+
+
+def replay_cli(*args) -> tuple[int, dict]:
+    done = subprocess.run([sys.executable, "-m", "voicecore.cli", "replay", *map(str, args), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    return done.returncode, (json.loads(done.stdout) if done.stdout.strip() else {"stderr": done.stderr})
 
 
 def test_call_with_bargein_has_no_stale_frames_and_an_exact_truncate(running_stack):
@@ -53,6 +80,23 @@ def test_call_with_bargein_has_no_stale_frames_and_an_exact_truncate(running_sta
     cancelled = [r for r in session.record.responses if r.status == "cancelled"]
     assert len(cancelled) == 1 and cancelled[0].late_bytes > 0  # late deltas arrived ... and were dropped
     assert report["problems"] == []
+
+    # The call's record (spine mode: SpineDriver's inputs and actions, with the caller's audio) replays
+    # identically, and its WAV has the caller on the left and the agent on the right.
+    path = wait_for_record(config, result.call_sid)
+    assert path.exists(), running_stack.log_tail()
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    header, entries = load_record(path)
+    assert header["control"] == "spine" and header["args"]["greet"] is True
+    audio = [e for e in entries if e["k"] == "audio"]
+    assert audio and all("ulaw" in e for e in audio)
+    wav = path.with_suffix(".wav")
+    code, replayed = replay_cli(path, "--wav", wav)
+    assert code == 0 and replayed["identical"] and replayed["control"] == "spine", replayed
+    with wave.open(str(wav)) as w:
+        samples = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").reshape(-1, 2).astype(np.int64)
+    assert loud_ms(samples[:, 0]) > 1500  # the caller's question and interruption (about 3 s of speech)
+    assert loud_ms(samples[:, 1]) > 3000  # the greeting, the cut answer and the next one
 
 
 def test_two_concurrent_calls_stay_isolated_when_one_sends_garbage(running_stack):
@@ -173,6 +217,14 @@ def test_model_worker_killed_mid_call_is_restarted_and_the_call_goes_on():
         # After the restart the caller's question was still answered: audio reached the caller.
         restarted_at = sessions[1].record.connected_ms
         assert any(frame.arrival_ms > restarted_at + 1000 for frame in result.core.frames)
+        # The killed worker's part of the call is lost; the restarted worker recorded the rest (no
+        # greeting: it resumed the call), and that record replays identically.
+        path = wait_for_record(config, result.call_sid)
+        assert path.exists(), running.log_tail()
+        header, _ = load_record(path)
+        assert header["args"]["greet"] is False and header["first_tag"] > 1
+        code, replayed = replay_cli(path)
+        assert code == 0 and replayed["identical"], replayed
     finally:
         running.stop()
 

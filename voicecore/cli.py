@@ -22,7 +22,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from voicecore.demo import run_demo
 
-    return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs)
+    return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs,
+                    record_dir=None if args.no_record else args.record_dir)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -51,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seconds", type=float, default=20.0, help="length of each call in seconds (default 20, minimum 12)")
     demo.add_argument("--json", action="store_true", help="print exactly one JSON object")
     demo.add_argument("--logs", action="store_true", help="print the stack's log after the run")
+    demo.add_argument("--record-dir", metavar="DIR", default="voicecore-records",
+                      help="write one call record per call here (created 0700 if missing; default ./voicecore-records); "
+                           "each is replayed at the end and must be identical")
+    demo.add_argument("--no-record", action="store_true", help="do not record the calls")
     demo.set_defaults(func=_cmd_demo)
 
     bench = sub.add_parser("bench", help="load test: N simulated calls (or a capacity search) with a JSON and PNG report")

@@ -37,7 +37,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("realtime_naming", str, "ga", "event naming the model client sends: ga or beta"),
     Setting("max_calls", int, 256, "concurrent call slots in the shared-memory arena"),
     Setting("runtime_dir", str, "", "private directory (0700) for sockets and state; default $XDG_RUNTIME_DIR/voicecore or /tmp/voicecore-<uid>"),
-    Setting("record_dir", str, "var/records", "directory for call recordings"),
+    Setting("record_dir", str, "var/records", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records"),
+    Setting("record_caller_audio", bool, True, "call records keep the caller's audio (for `voicecore replay --wav`); false: timing only"),
     Setting("shm_dir", str, "/dev/shm", "directory of the shared-memory arena file"),
     Setting("lead_ms", int, 80, "audio the pacer keeps queued ahead in the carrier's buffer"),
     Setting("mark_every_frames", int, 5, "a mark after this many 20 ms frames (played-position resolution)"),
@@ -50,6 +51,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log_level", str, "info", "debug, info, warning or error"),
     Setting("knowledge_dir", str, "", "folder of markdown files the validator grounds numbers in (reloaded when changed); empty: no knowledge base, every number is rejected (fail-closed)"),
     Setting("gate_margin_ms", int, 200, "gated audio is released this far behind the audio the approved transcript covers"),
+    Setting("gate_release", str, "word", "word: approved words release their audio as the transcript streams; sentence: only whole sentences (a first sentence with an unverifiable number is never heard, first audio waits for it)"),
+    Setting("gate_max_chars_per_s", int, 25, "fastest speech the gate assumes: approved text of c chars releases at least c/rate seconds of audio (0: off)"),
+    Setting("gate_node_policies", str, "", "turns mode: release policy per flow node, e.g. greeting=scripted,question=scripted,answer=numbers (* for every node); nodes not named use gate_policy"),
+    Setting("gate_forbidden", str, "", "phrases no gated response may say, separated by |; node-specific as node:phrase"),
+    Setting("gate_language", str, "auto", "how the validator reads numbers and scripts: en, sv or auto"),
+    Setting("retrieve_first", str, "auto", "turns mode: put knowledge-base snippets into each answer's instructions (on, off; auto: on when knowledge_dir is set)"),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -67,6 +74,7 @@ class Config:
     max_calls: int
     runtime_dir: str
     record_dir: str
+    record_caller_audio: bool
     shm_dir: str
     lead_ms: int
     mark_every_frames: int
@@ -79,6 +87,12 @@ class Config:
     log_level: str
     knowledge_dir: str
     gate_margin_ms: int
+    gate_release: str
+    gate_max_chars_per_s: int
+    gate_node_policies: str
+    gate_forbidden: str
+    gate_language: str
+    retrieve_first: str
 
     @property
     def listen_host(self) -> str:
@@ -107,10 +121,25 @@ class Config:
 
     def as_env(self) -> dict[str, str]:
         """The environment that reproduces this configuration in a child process."""
-        return {ENV_PREFIX + s.name.upper(): str(getattr(self, s.name)) for s in SETTINGS}
+        return {ENV_PREFIX + s.name.upper(): _text(getattr(self, s.name)) for s in SETTINGS}
+
+
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def _text(value: object) -> str:
+    """A setting's value as the environment carries it (booleans as true/false)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _coerce(setting: Setting, raw: object, source: str) -> object:
+    if setting.kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+            return raw.strip().lower() in _TRUE
+        raise ConfigError(f"{source}: expected true or false, got {raw!r}")
     if setting.kind is int:
         if isinstance(raw, bool):
             raise ConfigError(f"{source}: expected an integer, got {raw!r}")
@@ -144,8 +173,44 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"call_control: expected spine or turns, got {values['call_control']!r}")
     if values["gate_policy"] not in ("off", "numbers", "scripted", "strict"):
         raise ConfigError(f"gate_policy: expected off, numbers, scripted or strict, got {values['gate_policy']!r}")
+    if values["gate_release"] not in ("word", "sentence"):
+        raise ConfigError(f"gate_release: expected word or sentence, got {values['gate_release']!r}")
+    if not 0 <= int(values["gate_max_chars_per_s"]) <= 100:  # type: ignore[arg-type]
+        raise ConfigError(f"gate_max_chars_per_s: expected 0..100, got {values['gate_max_chars_per_s']}")
+    if values["gate_language"] not in ("en", "sv", "auto"):
+        raise ConfigError(f"gate_language: expected en, sv or auto, got {values['gate_language']!r}")
+    if values["retrieve_first"] not in ("on", "off", "auto"):
+        raise ConfigError(f"retrieve_first: expected on, off or auto, got {values['retrieve_first']!r}")
+    try:
+        node_policies(str(values["gate_node_policies"]))
+    except ValueError as exc:
+        raise ConfigError(f"gate_node_policies: {exc}") from None
     if values["log_level"] not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log_level: expected debug, info, warning or error, got {values['log_level']!r}")
+
+
+def node_policies(text: str) -> dict[str, str]:
+    """``greeting=scripted,answer=numbers`` -> {"greeting": "scripted", "answer": "numbers"}."""
+    policies: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        node, sep, policy = part.partition("=")
+        node, policy = node.strip(), policy.strip()
+        if not sep or not node or policy not in ("off", "numbers", "scripted", "strict"):
+            raise ValueError(f"expected node=off|numbers|scripted|strict, got {part!r}")
+        policies[node] = policy
+    return policies
+
+
+def forbidden_phrases(text: str) -> dict[str, list[str]]:
+    """``as an AI|answer:guarantee`` -> {"*": ["as an AI"], "answer": ["guarantee"]}."""
+    phrases: dict[str, list[str]] = {}
+    for part in filter(None, (p.strip() for p in text.split("|"))):
+        node, sep, phrase = part.partition(":")
+        if sep and node.strip() and " " not in node.strip() and phrase.strip():
+            phrases.setdefault(node.strip(), []).append(phrase.strip())
+        else:
+            phrases.setdefault("*", []).append(part)
+    return phrases
 
 
 def load_config(environ: Mapping[str, str], toml_path: str | Path | None = None) -> Config:
@@ -175,6 +240,7 @@ def settings_table_markdown() -> str:
     """The README's configuration table, generated from SETTINGS."""
     rows = ["| environment variable | TOML key | default | meaning |", "| --- | --- | --- | --- |"]
     for s in SETTINGS:
-        default = f"`{s.default}`" if s.default != "" else "(empty)"
-        rows.append(f"| `{ENV_PREFIX}{s.name.upper()}` | `{s.name}` | {default} | {s.help} |")
+        default = f"`{_text(s.default)}`" if s.default != "" else "(empty)"
+        meaning = s.help.replace("|", "\\|")  # a literal | would end the table cell
+        rows.append(f"| `{ENV_PREFIX}{s.name.upper()}` | `{s.name}` | {default} | {meaning} |")
     return "\n".join(rows)

@@ -4,6 +4,10 @@ Owns the demo's call script and the run's orchestration; the figures themselves 
 ``voicecore.callreport`` (shared with the bench and the integration tests). Both simulators run in
 this process, on one clock, so every latency is measured between two events on the same clock:
 the model simulator's send of an event and the carrier simulator's receipt of its consequence.
+
+Every call is recorded (``--record-dir``, default ./voicecore-records; ``--no-record`` turns it off):
+after the stack is down the demo replays each record through the cores (voicecore/replay.py) and
+fails if one diverges.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ MIN_SECONDS = 13.0
 DEMO_CLIPS = ("agent_greeting", "agent_basic_price", "agent_hours", "agent_cancel", "agent_sim_card")
 FIRST_QUESTION_AT_MS = 5500  # after the 4.2 s greeting
 BARGE_IN_AT_MS = 10_000  # about 1.8 s into the 5.6 s answer to the first question
+DEFAULT_RECORD_DIR = "voicecore-records"  # relative to the working directory
+RECORD_WAIT_S = 15.0  # the model worker writes a call's record when the call ended; wait this long for all
 
 
 def free_port() -> int:
@@ -49,7 +55,8 @@ def demo_script(seconds: float) -> CallScript:
     )
 
 
-def demo_config(base: Config, workdir: Path, calls: int, sim_port: int) -> Config:
+def demo_config(base: Config, workdir: Path, calls: int, sim_port: int, record_dir: str | None = None) -> Config:
+    """``record_dir``: where the calls' records go; None: into the (temporary) workdir; "": not recorded."""
     return dataclasses.replace(
         base,
         listen=f"127.0.0.1:{free_port()}",
@@ -57,9 +64,47 @@ def demo_config(base: Config, workdir: Path, calls: int, sim_port: int) -> Confi
         realtime_url=f"ws://127.0.0.1:{sim_port}/v1/realtime",
         realtime_api_key="",
         runtime_dir=str(workdir / "run"),
-        record_dir=str(workdir / "records"),
+        record_dir=str(workdir / "records") if record_dir is None else record_dir,
         max_calls=max(calls, 4),
     )
+
+
+def record_paths(record_dir: Path, call_sids: list[str]) -> list[Path]:
+    """The records of these calls (``<sid>.jsonl``, and ``<sid>-2.jsonl``... if a worker restarted mid-call)."""
+    paths: list[Path] = []
+    for sid in call_sids:
+        first = record_dir / f"{sid}.jsonl"
+        if first.exists():
+            paths.append(first)
+        paths.extend(sorted(record_dir.glob(f"{sid}-*.jsonl")))
+    return paths
+
+
+def wait_for_records(record_dir: Path, call_sids: list[str], timeout_s: float = RECORD_WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not all((record_dir / f"{sid}.jsonl").exists() for sid in call_sids):
+        time.sleep(0.05)
+
+
+def replay_records(paths: list[Path]) -> tuple[int, list[str]]:
+    """Replay each record through fresh cores: (how many were identical, a problem line per other one)."""
+    from voicecore.record import RecordError, load
+    from voicecore.replay import replay
+
+    identical = 0
+    problems: list[str] = []
+    for path in paths:
+        try:
+            result = replay(*load(path))
+        except (RecordError, OSError, KeyError, TypeError, ValueError) as exc:
+            problems.append(f"record {path.name} unreadable: {exc}")
+            continue
+        if result.identical:
+            identical += 1
+        else:
+            d = result.divergence
+            problems.append(f"record {path.name} diverged at t={d.t_ns} ns (input {d.input_kind}, action {d.index})")
+    return identical, problems
 
 
 async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0) -> list[CallResult]:
@@ -75,11 +120,11 @@ async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0
         return await asyncio.gather(*(one(i) for i in range(calls)))
 
 
-async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file) -> dict:
+async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file, record_dir: Path | None = None) -> dict:
     sim_config = SimConfig(clip_sequence=DEMO_CLIPS, late_deltas_after_cancel=2)
     sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     base = resolve_config(load_config(os.environ, config_path))
-    config = demo_config(base, workdir, calls, sim_port)
+    config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir) if record_dir is not None else "")
     stack = Stack(config)
     try:
         await asyncio.to_thread(stack.start, log_file)
@@ -94,6 +139,9 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         load_cpu_s = time.process_time() - load_cpu_started
         cpu_s = cpu.stop()
         metrics = await asyncio.to_thread(_fetch_metrics, config)
+        call_sids = [r.call_sid for r in results if r.metrics is not None]
+        if record_dir is not None:
+            await asyncio.to_thread(wait_for_records, record_dir, call_sids)
     finally:
         await asyncio.to_thread(stack.stop)
         await sim.aclose()
@@ -102,6 +150,19 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     report["shm_leftovers"] = len(leftovers)
     # The simulators' own CPU: near one full core the load side, not the stack, is what callers "hear".
     report["load_cpu_fraction"] = round(load_cpu_s / wall_s, 3) if wall_s else 0.0
+    report["records_dir"] = str(record_dir) if record_dir is not None else None
+    report["records_written"] = report["records_replayed_identical"] = 0
+    if record_dir is not None:
+        paths = record_paths(record_dir, call_sids)
+        identical, problems = await asyncio.to_thread(replay_records, paths)
+        report["records_written"] = len(paths)
+        report["records_replayed_identical"] = identical
+        recorded = {p.name.split(".")[0].split("-")[0] for p in paths}
+        missing = [sid for sid in call_sids if sid not in recorded]
+        if missing:
+            problems.insert(0, f"{len(missing)} call(s) without a record, e.g. {missing[0]}")
+        report["problems"] = list(report.get("problems", [])) + problems
+        report["ok"] = bool(report["ok"] and not problems)
     report["ok"] = bool(report["ok"] and not leftovers and not Path(config.runtime_dir).exists())
     return report
 
@@ -116,19 +177,29 @@ def _fetch_metrics(config: Config) -> dict:
         return {}
 
 
-def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None, keep_logs: bool = False) -> int:
+def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None, keep_logs: bool = False,
+             record_dir: str | None = DEFAULT_RECORD_DIR) -> int:
+    """``record_dir``: one record per call goes there (created 0700 if missing); None: no records."""
     if calls < 1:
         print("voicecore demo: --calls must be at least 1", file=sys.stderr)
         return 2
     if seconds < MIN_SECONDS:
         print(f"voicecore demo: --seconds must be at least {MIN_SECONDS:.0f} (greeting, question, barge-in)", file=sys.stderr)
         return 2
+    records: Path | None = None
+    if record_dir is not None:
+        records = Path(record_dir).expanduser().resolve()
+        try:
+            records.mkdir(mode=0o700, parents=True, exist_ok=True)  # records are personal data
+        except OSError as exc:
+            print(f"voicecore demo: cannot create the record directory {records}: {exc}", file=sys.stderr)
+            return 2
     with tempfile.TemporaryDirectory(prefix="voicecore-demo-") as tmp:
         workdir = Path(tmp)
         log_path = workdir / "stack.log"
         with open(log_path, "wb") as log_file:
             try:
-                report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file))
+                report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file, records))
             except StackError as exc:
                 print(f"voicecore demo: {exc}", file=sys.stderr)
                 sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
@@ -154,6 +225,11 @@ def format_report(report: dict) -> str:
         f"  mouth-to-ear ms    p50 {report['mouth_to_ear_ms']['p50']:.1f}  p99 {report['mouth_to_ear_ms']['p99']:.1f}",
         f"  CPU ms per call-s  {report['cpu_ms_per_call_second']:.2f}",
     ]
+    if report.get("records_dir"):
+        lines.append(f"  records            {report['records_written']} in {report['records_dir']}, "
+                     f"{report['records_replayed_identical']} replayed identically")
+    else:
+        lines.append("  records            off (--no-record)")
     for problem in report.get("problems", []):
         lines.append(f"  problem: {problem}")
     return "\n".join(lines)

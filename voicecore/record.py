@@ -5,12 +5,24 @@ are applied. The shell passes ``now_ns`` (monotonic) with every input exactly as
 controller, so a record replays through a fresh controller with a virtual clock (INV-REPLAY,
 ARCHITECTURE.md section 9; voicecore/replay.py).
 
-Format: JSON lines, UTF-8, one file per call (``<record_dir>/<CallSid>.jsonl``).
+The wrapped "controller" is the call's driver: the turn-taking ``CallController``
+(workers/model/controller.py, ``call_control = "turns"``) or the ``SpineDriver`` (workers/model/spine.py,
+``call_control = "spine"``: the model worker's core alone). Both take the same inputs.
 
-Line 1, the header::
+Format: JSON lines, UTF-8, one file per call (``<record_dir>/<CallSid>.jsonl``; ``<CallSid>-2.jsonl``
+and so on when a restarted model worker records the rest of a call it resumed).
 
-    {"voicecore_record": 1, "call_sid": "CA..", "naming": "ga", "first_tag": 1,
+Line 1, the header, for ``turns``::
+
+    {"voicecore_record": 1, "control": "turns", "call_sid": "CA..", "naming": "ga", "first_tag": 1,
      "flow": "scripted", "flow_args": {...}, "config": {ControllerConfig fields}}
+
+for ``spine`` (``args``: ModelCallCore's keyword arguments, e.g. greet, gate_policy, safe_line)::
+
+    {"voicecore_record": 1, "control": "spine", "call_sid": "CA..", "naming": "ga", "first_tag": 1,
+     "args": {"greet": true, "gate_policy": "off", "safe_line": "..."}}
+
+A header without ``control`` (records written before spine calls were recorded) means ``turns``.
 
 Then one line per entry, in the order they happened: ``{"t": now_ns, "k": kind, ...}``
 
@@ -19,10 +31,16 @@ sent_tag, sent_frames, carrier_empty_at_ns] as read from the control block at th
 
 - ``start``  ``{}``                                     -> ``start(t)``
 - ``model``  ``{"text": raw server event, "p": [...]}``  -> ``on_model_event(text, t, playout)``
-- ``audio``  ``{"n": frames, "ulaw": base64?}``         -> ``on_caller_audio(n, t)`` (``ulaw`` optional, for the WAV)
+- ``audio``  ``{"n": frames, "ulaw": base64?, "p"?}``   -> ``on_caller_audio(n, t)`` (``ulaw``: the caller's frames, kept
+  unless VOICECORE_RECORD_CALLER_AUDIO is off; ``p``: a playout snapshot for the WAV; neither is fed)
 - ``dtmf``   ``{"digit": "5"}``                         -> ``on_dtmf(digit, t)``
 - ``tick``   ``{"p": [...]}``                           -> ``on_tick(t, playout)``
 - ``stop``   ``{}``                                     -> ``on_carrier_stop(t)``
+- ``reopen`` ``{}``                                     -> ``reopen(t)`` (the model socket reconnected)
+- ``verdict`` ``{"tag", "frames", "rejected", "reason", "citations", "p"}`` -> ``on_verdict(tag, frames, rejected, t, playout)``
+  (the validator's verdict on a gated response; ``citations`` JSON text, kept for the reader)
+- ``snippets`` ``{"req": req_id, "snippets": [{"file", "line", "text"}]}`` -> ``on_snippets(req, snippets, t)``
+  (the knowledge base's answer to a ``Retrieve`` action: recorded, so a replay needs no knowledge base)
 
 Outputs: ``out`` ``{"a": action}``, one line per action the preceding input returned, in order;
 ``action`` is ``controller.action_to_dict`` (bytes as ``<field>_len`` and ``<field>_crc``: the audio
@@ -36,14 +54,17 @@ personal data; write them with mode 0600 into a private directory, never into lo
 from __future__ import annotations
 
 import binascii
+import copy
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
 from workers.model.controller import Action, CallController, ControllerConfig, Playout, action_to_dict
 
 RECORD_VERSION = 1
-INPUT_KINDS = frozenset({"start", "model", "audio", "dtmf", "tick", "stop"})
+INPUT_KINDS = frozenset({"start", "model", "audio", "dtmf", "tick", "stop", "verdict", "snippets", "reopen"})
 
 
 def playout_list(playout: Playout) -> list[int]:
@@ -56,21 +77,26 @@ def playout_from(values: list[int]) -> Playout:
 
 
 class CallRecorder:
-    """Wraps a CallController: same input methods, records each input and the actions it returned."""
+    """Wraps a call's driver (a CallController or a SpineDriver): same input methods, records each input
+    and the actions it returned. ``flow_name``/``flow_args`` describe a controller's flow (turns only)."""
 
-    def __init__(self, controller: CallController, flow_name: str = "scripted", flow_args: dict | None = None,
+    def __init__(self, controller: Any, flow_name: str = "scripted", flow_args: dict | None = None,
                  keep_caller_audio: bool = False) -> None:
         self.controller = controller
         self.keep_caller_audio = keep_caller_audio
-        self.header: dict[str, Any] = {
-            "voicecore_record": RECORD_VERSION,
-            "call_sid": controller.call_sid,
-            "naming": controller.core.naming,
-            "first_tag": controller.core.next_tag,
-            "flow": flow_name,
-            "flow_args": dict(flow_args or {}),
-            "config": controller.config.to_dict(),
-        }
+        self.header: dict[str, Any] = {"voicecore_record": RECORD_VERSION}
+        if hasattr(controller, "record_header"):
+            self.header.update(controller.record_header())
+        else:
+            self.header.update({
+                "control": "turns",
+                "call_sid": controller.call_sid,
+                "naming": controller.core.naming,
+                "first_tag": controller.core.next_tag,
+                "flow": flow_name,
+                "flow_args": dict(flow_args or {}),
+                "config": controller.config.to_dict(),
+            })
         self.entries: list[dict[str, Any]] = []
 
     # --- the controller's inputs, recorded -----------------------------------------------------------
@@ -83,10 +109,13 @@ class CallRecorder:
         entry = {"t": now_ns, "k": "model", "text": text, "p": playout_list(playout)}
         return self._run(entry, self.controller.on_model_event(text, now_ns, playout))
 
-    def on_caller_audio(self, n_frames: int, now_ns: int, audio: bytes | None = None) -> list[Action]:
+    def on_caller_audio(self, n_frames: int, now_ns: int, audio: bytes | None = None,
+                        playout: Playout | None = None) -> list[Action]:
         entry: dict[str, Any] = {"t": now_ns, "k": "audio", "n": n_frames}
         if self.keep_caller_audio and audio:
             entry["ulaw"] = binascii.b2a_base64(audio, newline=False).decode("ascii")
+        if playout is not None:
+            entry["p"] = playout_list(playout)
         return self._run(entry, self.controller.on_caller_audio(n_frames, now_ns))
 
     def on_dtmf(self, digit: str, now_ns: int) -> list[Action]:
@@ -97,6 +126,20 @@ class CallRecorder:
 
     def on_carrier_stop(self, now_ns: int) -> list[Action]:
         return self._run({"t": now_ns, "k": "stop"}, self.controller.on_carrier_stop(now_ns))
+
+    def reopen(self, now_ns: int) -> list[Action]:
+        """The model socket reconnected: the driver configures the new session."""
+        return self._run({"t": now_ns, "k": "reopen"}, self.controller.reopen(now_ns))
+
+    def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: Playout,
+                   reason: str = "", citations: str = "") -> list[Action]:
+        entry = {"t": now_ns, "k": "verdict", "tag": tag, "frames": approved_frames, "rejected": rejected,
+                 "reason": reason, "citations": citations, "p": playout_list(playout)}
+        return self._run(entry, self.controller.on_verdict(tag, approved_frames, rejected, now_ns, playout))
+
+    def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[Action]:
+        entry = {"t": now_ns, "k": "snippets", "req": req_id, "snippets": list(snippets)}
+        return self._run(entry, self.controller.on_snippets(req_id, snippets, now_ns))
 
     def note(self, now_ns: int, what: str, **fields: Any) -> None:
         """Something the replay does not feed (a mark echo, a clear sent): kept for the reader."""
@@ -118,13 +161,54 @@ class CallRecorder:
     def dumps(self) -> str:
         return "\n".join(self.lines()) + "\n"
 
+    def snapshot(self) -> CallRecorder:
+        """The record so far, as a copy that does not grow (to write it from another thread)."""
+        frozen = copy.copy(self)
+        frozen.header, frozen.entries = dict(self.header), list(self.entries)
+        return frozen
+
     def save(self, path: str | Path) -> Path:
-        """Write the record (mode 0600: it holds what the caller said)."""
+        """Write the record (mode 0600: it holds what the caller said), replacing ``path`` at once: a
+        reader never sees half a record."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600, exist_ok=True)
-        path.write_text(self.dumps(), encoding="utf-8")
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self._write_tmp(path.parent)
+        try:
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
         return path
+
+    def save_new(self, directory: str | Path) -> Path:
+        """Write the record as ``<directory>/<CallSid>.jsonl`` (``-2``, ``-3``, ... if taken: a resumed
+        call's second record never overwrites its first), mode 0600, in a directory created 0700."""
+        directory = Path(directory)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self._write_tmp(directory)
+        try:
+            for n in range(1, 1000):
+                path = directory / (f"{self.header['call_sid']}.jsonl" if n == 1 else f"{self.header['call_sid']}-{n}.jsonl")
+                try:
+                    os.link(tmp, path)  # atomic, and fails if the name is taken
+                    return path
+                except FileExistsError:
+                    continue
+            raise FileExistsError(f"no free record name for {self.header['call_sid']} in {directory}")
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _write_tmp(self, directory: Path) -> Path:
+        fd, name = tempfile.mkstemp(prefix=".record-", suffix=".tmp", dir=directory)  # mode 0600
+        try:
+            # One buffer, one write: fewer points where a writer thread gives up the GIL.
+            data = memoryview(self.dumps().encode("utf-8"))
+            with os.fdopen(fd, "wb") as f:
+                while data:
+                    data = data[f.write(data):]
+        except BaseException:
+            Path(name).unlink(missing_ok=True)
+            raise
+        return Path(name)
 
 
 class RecordError(ValueError):
@@ -152,5 +236,8 @@ def load(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return loads(Path(path).read_text(encoding="utf-8"))
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once: json.dumps with options builds one per call
+
+
 def _dumps(value: dict[str, Any]) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)

@@ -1,5 +1,9 @@
 """Replay a call record through a fresh controller with a virtual clock (INV-REPLAY, ARCHITECTURE.md 9).
 
+The header's ``control`` says which driver ran the call: ``turns`` (the turn-taking CallController, also
+when the key is missing) or ``spine`` (workers/model/spine.py: the model worker's core alone); the replay
+builds the same one.
+
 Owns the replay driver, the comparison of outputs, and the stereo WAV of a replayed call. Uses no
 process, socket, sleep or wall clock in the replay itself: the clock is each entry's recorded ``t``.
 The record format is documented in voicecore/record.py.
@@ -24,6 +28,7 @@ from voicecore.g711 import write_stereo_wav
 from voicecore.record import INPUT_KINDS, RecordError, load, playout_from
 from workers.model import flow as flows
 from workers.model.controller import Action, CallController, CancelTag, ControllerConfig, WriteFrames, action_to_dict
+from workers.model.spine import SpineDriver
 
 FLOWS: dict[str, Callable[..., flows.Flow]] = {"scripted": flows.ScriptedFlow}
 MU_LAW_SILENCE = 0xFF
@@ -49,6 +54,7 @@ class ReplayResult:
     snapshots: list[tuple[int, list[int]]]  # recorded playout snapshots (time, values)
     caller_audio: list[tuple[int, bytes]]
     statistics: dict
+    end_ns: int = 0  # the last entry's time: the call (or its record) ended there; nothing plays after it
 
 
 def controller_from_header(header: dict[str, Any]) -> CallController:
@@ -61,8 +67,25 @@ def controller_from_header(header: dict[str, Any]) -> CallController:
                           first_tag=int(header.get("first_tag", 1)))
 
 
-def _feed(controller: CallController, entry: dict[str, Any]) -> list[Action]:
+def driver_from_header(header: dict[str, Any]) -> CallController | SpineDriver:
+    """The driver the record's header describes, fresh (``control`` missing: a turns record)."""
+    control = header.get("control", "turns")
+    if control == "turns":
+        return controller_from_header(header)
+    if control == "spine":
+        args = header.get("args", {})
+        if not isinstance(args, dict):
+            raise RecordError("spine header: args is not an object")
+        return SpineDriver(header["call_sid"], naming=header.get("naming", "ga"), first_tag=int(header.get("first_tag", 1)), **args)
+    raise RecordError(f"unknown control {control!r}")
+
+
+def _feed(controller: CallController | SpineDriver, entry: dict[str, Any]) -> list[Action]:
     kind, t = entry["k"], entry["t"]
+    if kind == "reopen":
+        if not hasattr(controller, "reopen"):
+            raise RecordError(f"a reopen input in a {type(controller).__name__} record")
+        return controller.reopen(t)
     if kind == "start":
         return controller.start(t)
     if kind == "model":
@@ -73,12 +96,16 @@ def _feed(controller: CallController, entry: dict[str, Any]) -> list[Action]:
         return controller.on_dtmf(entry["digit"], t)
     if kind == "tick":
         return controller.on_tick(t, playout_from(entry["p"]))
+    if kind == "verdict":
+        return controller.on_verdict(int(entry["tag"]), int(entry["frames"]), bool(entry["rejected"]), t, playout_from(entry["p"]))
+    if kind == "snippets":
+        return controller.on_snippets(int(entry["req"]), list(entry["snippets"]), t)
     return controller.on_carrier_stop(t)
 
 
 def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_divergence: bool = True) -> ReplayResult:
     """Feed every recorded input through a fresh controller; compare outputs input by input."""
-    controller = controller_from_header(header)
+    controller = driver_from_header(header)
     divergence: Divergence | None = None
     timed: list[tuple[int, Action]] = []
     snapshots: list[tuple[int, list[int]]] = []
@@ -114,25 +141,29 @@ def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_diverg
                     break
     call_ns = (entries[-1]["t"] - entries[0]["t"]) if entries else 0
     return ReplayResult(divergence is None, divergence, inputs, outputs, call_ns, timed, snapshots, caller,
-                        controller.statistics())
+                        controller.statistics(), entries[-1]["t"] if entries else 0)
 
 
 # --- what the caller heard, placed in time -------------------------------------------------------------
 def agent_track(result: ReplayResult, origin_ns: int) -> bytes:
-    """The agent's audio as the caller heard it: frames placed at the time the pacer released them.
+    """The agent's audio as the caller heard it: frames placed at the time the carrier played them.
 
-    Release times come from the recorded playout snapshots (the first snapshot whose sent position
-    covers a frame); frames with no such snapshot are placed right after the previous frame (at the
-    earliest when written). A CancelTag silences every frame of its tag not yet released at that time.
+    Play times come from the recorded playout snapshots: the first snapshot whose sent position covers
+    a frame says the carrier's buffer runs dry at ``carrier_empty_at_ns``, so the frames it holds play
+    back to back before that (frame ``k`` of ``sent`` starts at ``carrier_empty_at - (sent - k) * 20 ms``).
+    Frames with no such snapshot are placed right after the previous frame (at the earliest when
+    written); no frame starts before the previous one ended. A CancelTag (the pacer's ``clear``)
+    silences every frame of its tag that had not started playing at that time.
     """
     frame_ms = timing.FRAME_MS
+    frame_ns = frame_ms * 1_000_000
     released: dict[tuple[int, int], int] = {}
     for t, p in result.snapshots:
-        tag, sent = p[3], p[4]
+        tag, sent, empty_at = p[3], p[4], p[5]
         for k in range(sent - 1, -1, -1):
             if (tag, k) in released:
                 break
-            released[(tag, k)] = t
+            released[(tag, k)] = empty_at - (sent - k) * frame_ns if empty_at else t
     cancelled: dict[int, int] = {}
     for t, action in result.timed_actions:
         if isinstance(action, CancelTag):
@@ -143,13 +174,12 @@ def agent_track(result: ReplayResult, origin_ns: int) -> bytes:
         if isinstance(action, WriteFrames):
             for k in range(len(action.audio) // timing.FRAME_BYTES):
                 at = released.get((action.tag, action.first_index + k))
-                if at is None:
-                    at = max(cursor, t)
+                at = max(cursor, t) if at is None else max(cursor, at)
                 cut = cancelled.get(action.tag)
-                if cut is not None and at >= cut:
+                if (cut is not None and at >= cut) or (result.end_ns and at >= result.end_ns):
                     continue
                 placed.append((at, action.audio[k * timing.FRAME_BYTES:(k + 1) * timing.FRAME_BYTES]))
-                cursor = at + frame_ms * 1_000_000
+                cursor = at + frame_ns
     return _lay(placed, origin_ns)
 
 
@@ -179,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         wall_start = time.perf_counter()
         result = replay(header, entries)
         wall_s = time.perf_counter() - wall_start
-    except (RecordError, OSError, KeyError, TypeError) as exc:
+    except (RecordError, OSError, KeyError, TypeError, ValueError) as exc:
         print(f"replay: {args.file}: {exc}", file=sys.stderr)
         return 2
     speed = (result.call_ns / 1e9) / wall_s if wall_s > 0 else float("inf")
@@ -187,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         origin = entries[0]["t"]
         write_stereo_wav(Path(args.wav), caller_track(result, origin), agent_track(result, origin))
     report = {
+        "control": header.get("control", "turns"),
         "identical": result.identical,
         "inputs": result.inputs,
         "outputs": result.outputs,

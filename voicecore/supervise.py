@@ -69,7 +69,8 @@ class Stack:
             )
             if probe.returncode == 0 and probe.stdout.strip().isdigit():
                 raise StackError(f"a stack is already running in {runtime_dir}")
-        Path(self.config.record_dir).mkdir(parents=True, exist_ok=True)
+        if self.config.record_dir:
+            Path(self.config.record_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # records are personal data
         self.process = subprocess.Popen(
             [sys.executable, "-m", "supervisor.supervisord", "-n", "-c", str(SUPERVISOR_CONF)],
             env=stack_environment(self.config),

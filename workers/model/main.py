@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import gc
 import logging
 import os
@@ -25,7 +26,7 @@ import zmq
 from voicecore import timing
 from voicecore.bus import messages
 from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_INBOX, VALIDATOR_INBOX, Bus
-from voicecore.config import Config, load_config
+from voicecore.config import Config, forbidden_phrases, load_config, node_policies
 from voicecore.logs import run_loop, setup_logging
 from voicecore.realtime import events as rt
 from voicecore.shm import control as C
@@ -35,8 +36,11 @@ from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
 from voicecore import http_client
 from voicecore.record import CallRecorder
+from voicecore.validate.watch import KnowledgeWatcher
 from workers.model import controller as controller_mod
 from workers.model import core, twilio_rest
+from workers.model import flow as flows
+from workers.model.spine import SpineDriver
 
 log = logging.getLogger("voicecore.model")
 
@@ -44,6 +48,26 @@ RECONNECT_DELAY_S = 0.5
 REST_ATTEMPTS = 3
 REST_RETRY_DELAY_S = 0.5
 STATS_EVERY_S = 1.0
+# Call records are encoded and written here, one at a time (threads encoding side by side would only
+# fight over the GIL); its thread finishes pending records before the process exits.
+RECORD_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-writer")
+
+
+def controller_config(config: Config) -> controller_mod.ControllerConfig:
+    """The turn-taking controller's settings that come from the configuration (the rest: defaults)."""
+    retrieve = config.retrieve_first == "on" or (config.retrieve_first == "auto" and bool(config.knowledge_dir))
+    return controller_mod.ControllerConfig(gate_policy=config.gate_policy, gate_language=config.gate_language,
+                                           safe_line=config.safe_line, retrieve_first=retrieve)
+
+
+def flow_args(config: Config) -> dict:
+    """The scripted flow's per-node gate settings (JSON-able: they go into each call record)."""
+    args: dict = {}
+    if config.gate_node_policies:
+        args["node_policies"] = node_policies(config.gate_node_policies)
+    if config.gate_forbidden:
+        args["node_forbidden"] = forbidden_phrases(config.gate_forbidden)
+    return args
 
 
 class CallSession:
@@ -56,17 +80,24 @@ class CallSession:
         self.call_sid = call_sid
         ctrl = worker.arena.ctrl[slot]
         first_tag = int(ctrl[C.NEXT_TAG]) or 1
-        # call_control "spine": the mechanism core alone (barge-in on the model's speech_started).
-        # "turns": the turn-taking controller around it (issue 4), every input recorded for replay.
+        # call_control "spine": the mechanism core alone (barge-in on the model's speech_started), behind
+        # SpineDriver. "turns": the turn-taking controller around it (issue 4). Either way, with a
+        # record_dir every input is recorded for replay (INV-REPLAY).
         self.controller: controller_mod.CallController | None = None
-        self.driver = None  # the controller, or the recorder wrapped around it
+        self.driver = None  # the controller or SpineDriver, or the recorder wrapped around it
+        keep_audio = worker.config.record_caller_audio
         if worker.config.call_control == "turns":
-            self.controller = controller_mod.CallController(call_sid, naming=worker.config.realtime_naming, first_tag=first_tag)
-            self.driver = CallRecorder(self.controller, "scripted", {}) if worker.config.record_dir else self.controller
+            args = flow_args(worker.config)
+            self.controller = controller_mod.CallController(call_sid, flow=flows.ScriptedFlow(**args), config=controller_config(worker.config),
+                                                            naming=worker.config.realtime_naming, first_tag=first_tag)
+            self.driver = CallRecorder(self.controller, "scripted", args, keep_caller_audio=keep_audio) if worker.config.record_dir else self.controller
             self.core = self.controller.core
         else:
-            self.core = core.ModelCallCore(call_sid, naming=worker.config.realtime_naming, first_tag=first_tag, greet=not resumed,
-                                           gate_policy=worker.config.gate_policy, safe_line=worker.config.safe_line)
+            spine = SpineDriver(call_sid, naming=worker.config.realtime_naming, first_tag=first_tag, greet=not resumed,
+                                gate_policy=worker.config.gate_policy, safe_line=worker.config.safe_line)
+            self.driver = CallRecorder(spine, keep_caller_audio=keep_audio) if worker.config.record_dir else spine
+            self.core = spine.core
+        self.recorder = self.driver if isinstance(self.driver, CallRecorder) else None
         self.started = False
         self.pending: collections.deque[tuple[int, int, bytes]] = collections.deque()  # ring full: (tag, index, frame)
         self.inbound = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)
@@ -117,6 +148,8 @@ class CallSession:
                     elif not self.started:
                         self.started = True
                         await self._apply(self.driver.start(time.monotonic_ns()))
+                    else:  # reconnected: configure the new session (no second greeting)
+                        await self._apply(self.driver.reopen(time.monotonic_ns()))
                     pump = asyncio.create_task(self._pump_inbound())
                     try:
                         async for text in ws:
@@ -148,13 +181,16 @@ class CallSession:
             self.flush_pending()
             n = rings.inbound_pop(arena.ctrl, arena.in_meta, arena.in_payload, self.slot, self.inbound, 64)
             if n:
-                await self._apply(self.core.caller_audio(self.inbound[: n * timing.FRAME_BYTES].tobytes()))
-                if self.driver is not None:
+                audio = self.inbound[: n * timing.FRAME_BYTES].tobytes()
+                await self._apply(self.core.caller_audio(audio))
+                if self.recorder is not None:  # the caller's frames (unless record_caller_audio is off) and where playout stood
+                    await self._apply(self.recorder.on_caller_audio(n, time.monotonic_ns(), audio, self.playout()))
+                elif self.driver is not None:
                     await self._apply(self.driver.on_caller_audio(n, time.monotonic_ns()))
 
     def tick(self) -> None:
         """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms)."""
-        if self.driver is not None and self.started:
+        if self.controller is not None and self.started:  # the spine has no timers: no tick, no cost
             actions = self.driver.on_tick(time.monotonic_ns(), self.playout())
             if actions:
                 asyncio.get_running_loop().create_task(self._apply(actions))
@@ -166,19 +202,25 @@ class CallSession:
             if actions:
                 asyncio.get_running_loop().create_task(self._apply(actions))
 
-    def finish(self) -> None:
-        """The call ended: tell the controller, and write its record (INV-REPLAY)."""
+    def finish(self, call_ended: bool = True) -> None:
+        """The call ended: tell the controller, and write its record (INV-REPLAY). ``call_ended`` False:
+        this worker is stopping mid-call; the record so far is written (a restarted worker records the rest)."""
         if self.driver is None or not self.started:
             return
-        self.driver.on_carrier_stop(time.monotonic_ns())
-        if isinstance(self.driver, CallRecorder):
-            path = Path(self.worker.config.record_dir) / f"{self.call_sid}.jsonl"
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self.driver.save(path)
-                log.info("call %s: record written to %s", self.call_sid, path)
-            except OSError as exc:
-                log.warning("call %s: record not written: %s", self.call_sid, exc)
+        if call_ended:
+            self.driver.on_carrier_stop(time.monotonic_ns())
+        if self.recorder is not None:
+            if call_ended:  # encoding a long call takes a while: not on the loop that moves everyone's audio
+                RECORD_WRITER.submit(self._save_record, self.recorder.snapshot())
+            else:
+                self._save_record(self.recorder)
+
+    def _save_record(self, recorder: CallRecorder) -> None:
+        try:
+            path = recorder.save_new(self.worker.config.record_dir)
+            log.info("call %s: record written to %s", self.call_sid, path)
+        except OSError as exc:
+            log.warning("call %s: record not written: %s", self.call_sid, exc)
 
     async def _apply(self, actions: list[core.Action]) -> None:
         worker = self.worker
@@ -193,7 +235,16 @@ class CallSession:
                 rings.tag_open(arena.ctrl, self.slot, action.tag, 1 if action.gated else 0)
                 arena.ctrl[self.slot, C.NEXT_TAG] = action.tag + 1
             elif isinstance(action, core.OpenGate):
-                worker.bus.send(worker.validator, messages.GateOpen(self.slot, self.generation, action.tag, action.policy, "", "auto", ""))
+                language = action.language if action.language != "auto" else worker.config.gate_language
+                worker.bus.send(worker.validator, messages.GateOpen(self.slot, self.generation, action.tag, action.policy,
+                                                                    action.script, language, action.forbidden))
+            elif isinstance(action, controller_mod.Retrieve):
+                # Retrieve-first: answered at once from this process's copy of the knowledge base.
+                knowledge = worker.knowledge_base
+                found = knowledge.retrieve(action.question, action.k) if knowledge is not None else []
+                snippets = [{"file": s.file, "line": s.line, "text": s.text} for s in found]
+                if self.driver is not None:
+                    await self._apply(self.driver.on_snippets(action.req_id, snippets, time.monotonic_ns()))
             elif isinstance(action, core.GateTranscript):
                 if action.done:
                     message = messages.TranscriptDone(self.slot, self.generation, action.tag, action.text, action.audio_frames)
@@ -222,7 +273,13 @@ class CallSession:
                 log.info("call %s: barge-in, response tag %d cancelled", self.call_sid, action.tag)
 
     def on_verdict(self, verdict: messages.Verdict) -> None:
-        actions = self.core.on_verdict(verdict.tag, verdict.approved_frames, verdict.rejected, time.monotonic_ns(), self.playout())
+        if self.driver is not None:
+            if not self.started:
+                return
+            actions = self.driver.on_verdict(verdict.tag, verdict.approved_frames, verdict.rejected, time.monotonic_ns(),
+                                             self.playout(), verdict.reason, verdict.citations)
+        else:
+            actions = self.core.on_verdict(verdict.tag, verdict.approved_frames, verdict.rejected, time.monotonic_ns(), self.playout())
         if verdict.rejected:
             self.worker.counters["gate_rejections"] += 1
             log.info("call %s: response tag %d rejected by the validator (%s); not played", self.call_sid, verdict.tag,
@@ -316,6 +373,10 @@ class ModelWorker:
                                              "call_endings_sent": 0, "call_endings_failed": 0})
         self.account_sids: dict[tuple[int, int], str] = {}  # (slot, generation) -> AccountSid, from CallStarted
         self.heartbeat_seq = 0
+        # retrieve-first (turns mode): this process's own copy of the knowledge base, reloaded on change
+        self.knowledge = KnowledgeWatcher(config.knowledge_dir)
+        self.knowledge_base = self.knowledge.poll()[1]
+        self.next_knowledge_poll = time.monotonic() + KnowledgeWatcher.POLL_NS / 1e9
 
     def attach_arena(self) -> bool:
         """(Re)attach when the gateway (re)created its arena; False while there is none."""
@@ -369,6 +430,10 @@ class ModelWorker:
             for field in ("responses", "frames_written", "deltas_dropped", "bargeins", "truncates", "deletes", "model_errors",
                           "harmless_errors", "malformed_events", "gated_responses", "rejections", "safe_lines"):
                 totals[field] += getattr(session.core.stats, field)
+            if session.controller is not None:
+                for field in ("bargeins", "holds", "false_interruptions", "watchdog_fires", "stalls", "retries",
+                              "gate_rejections", "safe_lines", "retrievals", "retrievals_empty"):
+                    totals["turns_" + field] += getattr(session.controller.stats, field)
         return {**{k: float(v) for k, v in self.counters.items()}, **{f"active_{k}": float(v) for k, v in totals.items()}, "calls": float(len(self.calls))}
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -395,6 +460,11 @@ class ModelWorker:
             self.heartbeat_seq += 1
             self.bus.send(self.gateway, messages.Heartbeat("model", os.getpid(), self.heartbeat_seq, time.monotonic_ns()))
             now = time.monotonic()
+            if now >= self.next_knowledge_poll:
+                self.next_knowledge_poll = now + KnowledgeWatcher.POLL_NS / 1e9
+                changed, knowledge = self.knowledge.poll()
+                if changed:
+                    self.knowledge_base = knowledge
             if now - last_stats >= STATS_EVERY_S:
                 last_stats = now
                 self.bus.send(self.gateway, messages.Stats("model", os.getpid(), self.stats()))
@@ -403,6 +473,7 @@ class ModelWorker:
             except TimeoutError:
                 pass
         for session in self.calls.values():
+            session.finish(call_ended=False)
             if session.task:
                 session.task.cancel()
         self.bus.close()

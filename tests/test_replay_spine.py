@@ -1,0 +1,183 @@
+"""Spine-mode records (INV-REPLAY): the model worker's core alone, behind SpineDriver, recorded by
+CallRecorder and replayed identically; sans-I/O, against the realtime-model simulator's core."""
+
+from __future__ import annotations
+
+import json
+import os
+import wave
+
+import numpy as np
+
+from voicecore import record, replay, timing
+from voicecore.demo import DEMO_CLIPS
+from voicecore.sim.audio_clips import load_clip
+from voicecore.sim.model_core import ModelSession, SimConfig
+from workers.model import controller as C
+from workers.model.spine import SpineDriver
+
+from scenarios.harness import PlayoutModel
+
+MS = 1_000_000
+CALL_SID = "CA" + "0" * 31 + "7"
+SILENCE = b"\xff" * timing.FRAME_BYTES
+
+
+def spine_call(seconds: float = 16.0, keep_audio: bool = True, reconnect_at_ms: int | None = None, **core_args):
+    """The demo's call (greeting, a question at 5.5 s, a barge-in at 10 s) on a virtual clock: the model
+    simulator answers what the spine core sends; a pacer/carrier model plays what it writes."""
+    sim = ModelSession(SimConfig(clip_sequence=DEMO_CLIPS, late_deltas_after_cancel=2), 0, 0, call_sid=CALL_SID)
+    driver = SpineDriver(CALL_SID, first_tag=1, **core_args)
+    rec = record.CallRecorder(driver, keep_caller_audio=keep_audio)
+    playout = PlayoutModel()
+    caller = bytearray(SILENCE * (int(seconds * 1000) // timing.FRAME_MS))
+    for at_ms, clip in ((5500, "caller_basic_price"), (10_000, "caller_interrupt")):
+        audio = load_clip(clip)
+        at = at_ms * timing.BYTES_PER_MS
+        caller[at:at + len(audio)] = audio[: max(0, len(caller) - at)]
+
+    def apply(actions, now):
+        for a in actions:
+            if isinstance(a, C.SendToModel):
+                sim.receive_client_event(a.text, now)
+            else:
+                playout.apply(a, now)
+
+    apply(rec.start(0), 0)
+    now = 0
+    while now < seconds * 1000:
+        if reconnect_at_ms is not None and now == reconnect_at_ms:
+            sim = ModelSession(SimConfig(clip_sequence=DEMO_CLIPS), 1, 0, call_sid=CALL_SID, now_ms=now)
+            apply(rec.reopen(now * MS), now)
+        playout.step(now)
+        sim.advance(now)
+        for text in sim.events_to_send():
+            apply(rec.on_model_event(text, now * MS, playout.snapshot()), now)
+        if now % timing.INBOUND_BATCH_MS == 0 and now:
+            batch = bytes(caller[(now - timing.INBOUND_BATCH_MS) * timing.BYTES_PER_MS: now * timing.BYTES_PER_MS])
+            apply(driver.core.caller_audio(batch), now)  # the shell's feed, outside the record's decisions
+            apply(rec.on_caller_audio(len(batch) // timing.FRAME_BYTES, now * MS, batch, playout.snapshot()), now)
+        now += timing.FRAME_MS
+    apply(rec.on_carrier_stop(now * MS), now)
+    return rec, driver, playout
+
+
+def test_a_spine_record_replays_identically(tmp_path):
+    rec, driver, playout = spine_call()
+    stats = driver.core.stats
+    assert stats.responses >= 3 and stats.bargeins == 1 and stats.truncates == 1  # greeting, cut answer, next answer
+    path = rec.save_new(tmp_path / "records")
+    assert path.name == f"{CALL_SID}.jsonl"
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    header, entries = record.load(path)
+    assert (header["control"], header["call_sid"], header["first_tag"], header["args"]) == ("spine", CALL_SID, 1, {})
+    assert {e["k"] for e in entries} >= {"start", "model", "audio", "stop", "out"}
+    assert "tick" not in {e["k"] for e in entries}  # the spine has no timers
+    result = replay.replay(header, entries)
+    assert result.identical, result.divergence
+    assert result.statistics["core_bargeins"] == 1
+    assert result.outputs == sum(1 for e in entries if e["k"] == "out")
+
+
+def test_a_spine_record_keeps_its_core_arguments(tmp_path):
+    rec, driver, _ = spine_call(seconds=13, gate_policy="numbers", safe_line="Let me check that.")
+    header, entries = record.loads(rec.dumps())
+    assert header["args"] == {"gate_policy": "numbers", "safe_line": "Let me check that."}
+    assert any(e["k"] == "out" and e["a"]["type"] == "OpenGate" for e in entries)
+    assert replay.replay(header, entries).identical
+    # a different policy is a different call: the replay says where it first shows
+    changed = {**header, "args": {**header["args"], "gate_policy": "off"}}
+    result = replay.replay(changed, entries)
+    assert not result.identical and result.divergence.input_kind == "model"
+
+
+def test_a_tampered_spine_record_reports_the_first_divergence(tmp_path):
+    rec, _, _ = spine_call()
+    header, entries = record.loads(rec.dumps())
+    k = next(i for i, e in enumerate(entries) if e["k"] == "out" and e["a"]["type"] == "WriteFrames" and e["a"]["tag"] == 2)
+    entries[k] = {**entries[k], "a": {**entries[k]["a"], "audio_crc": entries[k]["a"]["audio_crc"] ^ 1}}
+    path = tmp_path / "tampered.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in [header] + entries) + "\n")
+    result = replay.replay(*record.load(path))
+    assert not result.identical
+    assert result.divergence.t_ns == entries[k]["t"] and result.divergence.got["audio_crc"] == entries[k]["a"]["audio_crc"] ^ 1
+    assert replay.main([str(path), "--json"]) == 1
+    # a model event taken out: the replay produces fewer (or other) actions where it mattered
+    header, entries = record.loads(rec.dumps())
+    k = next(i for i, e in enumerate(entries) if e["k"] == "model" and '"response.created"' in e["text"] and i > 10)
+    del entries[k]
+    assert not replay.replay(header, entries).identical
+
+
+def test_replay_wav_of_a_spine_record_has_the_caller_left_and_the_agent_right(tmp_path, capsys):
+    rec, _, playout = spine_call()
+    path = rec.save_new(tmp_path)
+    wav = tmp_path / "call.wav"
+    assert replay.main([str(path), "--wav", str(wav), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["control"] == "spine" and report["identical"]
+    with wave.open(str(wav)) as w:
+        assert (w.getnchannels(), w.getframerate()) == (2, 8000)
+        samples = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").reshape(-1, 2)
+    left, right = samples[:, 0].astype(np.int64), samples[:, 1].astype(np.int64)
+    ms = lambda a, b: slice(a * 8, b * 8)  # noqa: E731
+    # the caller speaks at 5.5 s and 10 s; the agent greets first and is cut off after the barge-in
+    assert np.abs(left[ms(0, 5000)]).max() < 100 and np.abs(left[ms(5500, 7000)]).max() > 1000
+    assert np.abs(right[ms(0, 4000)]).max() > 1000
+    # every frame the caller heard sits exactly where the carrier model played it, and nothing else does
+    # (not the answer's frames cleared by the barge-in, not what was queued when the call ended)
+    header, entries = record.load(path)
+    result = replay.replay(header, entries)
+    track = replay.agent_track(result, entries[0]["t"])
+    written = {}
+    for _, a in result.timed_actions:
+        if isinstance(a, C.WriteFrames):
+            for k in range(len(a.audio) // timing.FRAME_BYTES):
+                written[(a.tag, a.first_index + k)] = a.audio[k * timing.FRAME_BYTES:(k + 1) * timing.FRAME_BYTES]
+    heard_at = set()
+    end_ms = (entries[-1]["t"] - entries[0]["t"]) // MS
+    for tag, index, at_ms in (h for h in playout.heard if h[2] < end_ms):
+        assert track[at_ms * 8: at_ms * 8 + timing.FRAME_BYTES] == written[(tag, index)]
+        heard_at.add(at_ms)
+    others = [i // 8 for i in range(0, len(track), timing.FRAME_BYTES) if i // 8 not in heard_at]
+    assert all(track[at * 8: at * 8 + timing.FRAME_BYTES] == SILENCE for at in others)
+    assert len(heard_at) > 400 and len(track) <= end_ms * 8
+
+
+def test_without_caller_audio_the_record_keeps_only_timing(tmp_path):
+    rec, _, _ = spine_call(seconds=13, keep_audio=False)
+    header, entries = record.loads(rec.dumps())
+    audio = [e for e in entries if e["k"] == "audio"]
+    assert audio and all("ulaw" not in e for e in audio) and all(len(e["p"]) == 6 for e in audio)
+    result = replay.replay(header, entries)
+    assert result.identical and replay.caller_track(result, 0) == b""
+
+
+def test_a_reconnected_model_session_is_configured_again_and_replays(tmp_path):
+    rec, driver, _ = spine_call(seconds=13, reconnect_at_ms=7000)
+    header, entries = record.loads(rec.dumps())
+    (reopen,) = [i for i, e in enumerate(entries) if e["k"] == "reopen"]
+    outs = [e["a"] for e in entries[reopen + 1:reopen + 3] if e["k"] == "out"]
+    assert len(outs) == 1 and outs[0]["type"] == "SendToModel" and '"session.update"' in outs[0]["text"]  # no second greeting
+    assert replay.replay(header, entries).identical
+
+
+def test_old_records_without_control_are_turns_records():
+    c = C.CallController("CA1")
+    rec = record.CallRecorder(c)
+    rec.start(0)
+    rec.on_tick(20 * MS, C.IDLE_PLAYOUT)
+    header, entries = record.loads(rec.dumps())
+    assert header["control"] == "turns"
+    del header["control"]
+    assert replay.replay(header, entries).identical
+    assert isinstance(replay.driver_from_header(header), C.CallController)
+
+
+def test_a_second_record_of_one_call_never_overwrites_the_first(tmp_path):
+    rec, _, _ = spine_call(seconds=13)
+    first = rec.save_new(tmp_path)
+    second = rec.save_new(tmp_path)
+    assert (first.name, second.name) == (f"{CALL_SID}.jsonl", f"{CALL_SID}-2.jsonl")
+    assert first.read_text() == second.read_text()
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]

@@ -1,0 +1,75 @@
+"""The spine's call control as a driver: the model worker's core alone, behind the controller's interface.
+
+Owns nothing but the forwarding. In ``call_control = "spine"`` the shell drives ``ModelCallCore``
+directly in spirit (session set-up on open, every server event parsed and handed to ``on_event``, the
+validator's verdicts to ``on_verdict``, barge-in on the model's ``speech_started``); this class gives
+that the same input methods as the turn-taking ``CallController`` (``start``, ``on_model_event``,
+``on_caller_audio``, ``on_dtmf``, ``on_tick``, ``on_carrier_stop``, ``on_verdict``) so a
+``CallRecorder`` can wrap either and ``voicecore replay`` can rebuild either from a record's header
+(INV-REPLAY). Sans-I/O: no sockets, shared memory or clock.
+
+The caller's audio itself still goes to the model through ``core.caller_audio`` in the shell (its bytes
+are the model's business, not a decision); ``on_caller_audio`` only notes that it went.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from voicecore.realtime import events as rt
+from workers.model import core
+
+CONTROL = "spine"
+
+
+class SpineDriver:
+    """One call under the spine's control: ``ModelCallCore`` fed the way the spine shell feeds it."""
+
+    control = CONTROL
+
+    def __init__(self, call_sid: str, naming: str = "ga", first_tag: int = 1, **core_args: Any) -> None:
+        # core_args: ModelCallCore's keyword arguments (greet, gate_policy, safe_line, ...), JSON-able:
+        # they go into the record's header so the replay builds the same core.
+        self.call_sid = call_sid
+        self.naming = naming
+        self.first_tag = first_tag
+        self.core_args = dict(core_args)
+        self.core = core.ModelCallCore(call_sid, naming=naming, first_tag=first_tag, **core_args)
+
+    def record_header(self) -> dict[str, Any]:
+        """What a record's header needs to rebuild this driver (voicecore/record.py)."""
+        return {"control": CONTROL, "call_sid": self.call_sid, "naming": self.naming, "first_tag": self.first_tag,
+                "args": dict(self.core_args)}
+
+    # --- inputs ------------------------------------------------------------------------------------
+    def start(self, now_ns: int) -> list[core.Action]:
+        """The model socket opened for the first time: configure the session (and greet)."""
+        return self.core.on_open()
+
+    def reopen(self, now_ns: int) -> list[core.Action]:
+        """The model socket opened again after a drop: configure the new session, never greet twice."""
+        self.core.greet = False
+        return self.core.on_open()
+
+    def on_model_event(self, text: str | bytes, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        return self.core.on_event(rt.parse_server_event(text), now_ns, playout)
+
+    def on_caller_audio(self, n_frames: int, now_ns: int) -> list[core.Action]:
+        return []
+
+    def on_dtmf(self, digit: str, now_ns: int) -> list[core.Action]:
+        return []
+
+    def on_tick(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        return []  # the spine has no timers
+
+    def on_carrier_stop(self, now_ns: int) -> list[core.Action]:
+        return []
+
+    def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: core.Playout,
+                   reason: str = "", citations: str = "") -> list[core.Action]:
+        return self.core.on_verdict(tag, approved_frames, rejected, now_ns, playout)
+
+    def statistics(self) -> dict:
+        return {f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()}
