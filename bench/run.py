@@ -312,7 +312,7 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
             # The scenario's own settings (the hallucination scenario's gate) win over the caller's.
             base = resolve_config(load_config({**os.environ, **dict(scenario.stack_env)}, opts.config_path))
             # A few spare slots: the warm-up call's slot may still be closing when the load starts.
-            config = dataclasses.replace(demo_config(base, workdir, calls, sim_port), max_calls=calls + 4)
+            config = dataclasses.replace(demo_config(base, workdir, calls, sim_port, record_dir=base.record_dir), max_calls=calls + 4)
             stack = Stack(config)
             await asyncio.to_thread(stack.start, log_file)
             await asyncio.to_thread(stack.wait_ready, 90.0)

@@ -37,7 +37,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("realtime_naming", str, "ga", "event naming the model client sends: ga or beta"),
     Setting("max_calls", int, 256, "concurrent call slots in the shared-memory arena"),
     Setting("runtime_dir", str, "", "private directory (0700) for sockets and state; default $XDG_RUNTIME_DIR/voicecore or /tmp/voicecore-<uid>"),
-    Setting("record_dir", str, "var/records", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records"),
+    Setting("record_dir", str, "", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records (records hold what callers said: opt in; the demo records by default)"),
     Setting("record_caller_audio", bool, True, "call records keep the caller's audio (for `voicecore replay --wav`); false: timing only"),
     Setting("shm_dir", str, "/dev/shm", "directory of the shared-memory arena file"),
     Setting("lead_ms", int, 80, "audio the pacer keeps queued ahead in the carrier's buffer"),
