@@ -14,6 +14,7 @@ Must not know: processes, sockets, how summarize computes its figures.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import dataclasses
 from collections import defaultdict
@@ -318,6 +319,23 @@ def first_audio_ms(result: CallResult, records: Sequence) -> list[float]:
             if is_answer(response) and response.first_delta_ms is not None]
 
 
+def underruns_in_hallucinated_answers(result: CallResult, records: Sequence) -> int:
+    """Underrun ticks of the carrier while a hallucinated answer was playing (its last played frame was
+    one of that answer's): the gate held its audio at the unverified number until the rejection came."""
+    core = result.core
+    if core is None or not core.metrics.underrun_at_ms:
+        return 0
+    owners = _owners(records)
+    played = core.played
+    played_at = [frame.played_at_ms for frame in played]
+    count = 0
+    for tick in core.metrics.underrun_at_ms:
+        position = bisect.bisect_left(played_at, tick) - 1
+        owner = owners.get(played[position].payload) if position >= 0 and played[position].payload else None
+        count += bool(owner is not None and owner[0].hallucinated and is_answer(owner[0]))
+    return count
+
+
 def hallucination_figures(calls: Iterable[tuple[CallResult, Sequence]]) -> dict:
     """The hallucination scenario's keys over (call result, that call's records restricted to the window).
 
@@ -328,8 +346,10 @@ def hallucination_figures(calls: Iterable[tuple[CallResult, Sequence]]) -> dict:
     carrier played at least one frame (safe_lines: how many the model spoke).
     hallucinated_frames_played_past_claim: of hallucinated_frames_played, those at or after claim_frame
     (the caller heard the unverified number itself, not only the words before it).
+    underruns_in_hallucinated_answers: see underruns_in_hallucinated_answers().
     """
     n_answers = n_hallucinated = hallucinated_played = past_claim = blocked = rejections = safe_lines = safe_played = 0
+    held = 0
     first_audio: list[float] = []
     for result, records in calls:
         played = played_frames_by_response(result, records)
@@ -351,6 +371,7 @@ def hallucination_figures(calls: Iterable[tuple[CallResult, Sequence]]) -> dict:
                     past_claim += sum(1 for index in frames if claim is not None and index >= claim)
         rejections += false_rejections(records)
         first_audio.extend(first_audio_ms(result, records))
+        held += underruns_in_hallucinated_answers(result, records)
     return {
         "answers": n_answers,
         "hallucinated_answers": n_hallucinated,
@@ -360,5 +381,6 @@ def hallucination_figures(calls: Iterable[tuple[CallResult, Sequence]]) -> dict:
         "false_rejections": rejections,
         "safe_lines": safe_lines,
         "safe_lines_played": safe_played,
+        "underruns_in_hallucinated_answers": held,
         "first_audio_ms": _summary(first_audio),
     }

@@ -124,8 +124,10 @@ def _session(responses, cancels=(), speech=()) -> SessionRecord:
                          speech=[SpeechRecord(item_id="", audio_start_ms=0, started_at_ms=t) for t in speech])
 
 
-def _call(arrivals: list[tuple[ResponseRecord, int, float]], played: set[tuple[str, int]]) -> CallResult:
-    """Carrier frames: (response, frame index, arrival ms); ``played``: (response_id, index) that played."""
+def _call(arrivals: list[tuple[ResponseRecord, int, float]], played: set[tuple[str, int]],
+          underruns_at_ms: tuple[float, ...] = ()) -> CallResult:
+    """Carrier frames: (response, frame index, arrival ms); ``played``: (response_id, index) that played;
+    ``underruns_at_ms``: the carrier's underrun ticks."""
     frames, played_frames = [], []
     for n, (response, index, arrival_ms) in enumerate(arrivals):
         frame = ReceivedFrame(n, arrival_ms, response.frames()[index], 0)
@@ -133,7 +135,7 @@ def _call(arrivals: list[tuple[ResponseRecord, int, float]], played: set[tuple[s
         if (response.response_id, index) in played:
             frame.played_at_ms = arrival_ms + 80
             played_frames.append(frame)
-    core = SimpleNamespace(frames=frames, played=played_frames)
+    core = SimpleNamespace(frames=frames, played=played_frames, metrics=SimpleNamespace(underrun_at_ms=list(underruns_at_ms)))
     return CallResult(call_sid="CA1", metrics=None, statistics=None, close_code=None, closed_by="carrier", core=core)
 
 
@@ -154,16 +156,20 @@ def test_claim_frame_follows_the_simulators_word_alignment():
 def test_figures_of_a_gated_call():
     greeting = _response(0, 1, clip="agent_question", text="Would you like to hear about our plans?", first_delta_ms=0)
     bad = _response(1, 2, hallucinated=True, status="cancelled", first_delta_ms=5000, cancel_ms=5600)
-    safe = _response(2, 3, clip="agent_safe_line", text="I can't verify that.", first_delta_ms=5800)
+    safe = _response(2, 3, clip="agent_safe_line", text="I can't verify that.", first_delta_ms=6100)
     good = _response(3, 4, first_delta_ms=9000)
     bad2 = _response(4, 5, hallucinated=True, status="cancelled", first_delta_ms=14000, cancel_ms=14200)
     record = _session([greeting, bad, safe, good, bad2], cancels=[CancelRecord(5600, None, "resp_2"), CancelRecord(14200, None, "resp_5")])
     arrivals = ([(greeting, k, 100 + 20 * k) for k in range(10)]
                 + [(bad, k, 5250 + 20 * k) for k in range(40)]  # the words before the claim, and 7 frames of it
-                + [(safe, k, 5900 + 20 * k) for k in range(20)]
+                + [(safe, k, 6200 + 20 * k) for k in range(20)]
                 + [(good, k, 9030 + 20 * k) for k in range(50)])  # bad2: rejected before any frame was sent
     played = {(r.response_id, k) for r, k, _ in arrivals if not (r is bad and k >= 38)}  # a clear dropped 2
-    figures = analysis.hallucination_figures([(_call(arrivals, played), [record])])
+    # underruns: two while bad's audio waited at its claim (its last frame played at 5250+37*20+80), one
+    # in the gap before the greeting's frames
+    underruns = (5250 + 37 * 20 + 80 + 20, 5250 + 37 * 20 + 80 + 40, 50)  # 6090, 6110: before the safe line
+    figures = analysis.hallucination_figures([(_call(arrivals, played, underruns), [record])])
+    assert figures["underruns_in_hallucinated_answers"] == 2
     assert figures["answers"] == 3
     assert figures["hallucinated_answers"] == 2
     assert figures["hallucinated_frames_played"] == 38
