@@ -374,7 +374,7 @@ class ModelWorker:
         self.account_sids: dict[tuple[int, int], str] = {}  # (slot, generation) -> AccountSid, from CallStarted
         self.heartbeat_seq = 0
         # retrieve-first (turns mode): this process's own copy of the knowledge base, reloaded on change
-        self.knowledge = KnowledgeWatcher(config.knowledge_dir)
+        self.knowledge = KnowledgeWatcher(config.knowledge_dir if config.call_control == "turns" else "")
         self.knowledge_base = self.knowledge.poll()[1]
         self.next_knowledge_poll = time.monotonic() + KnowledgeWatcher.POLL_NS / 1e9
 
