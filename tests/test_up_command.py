@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from voicecore.demo import demo_script, free_port
+from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.sim.carrier import place_call
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,6 @@ def test_up_serves_a_call_with_the_builtin_simulator_and_stops_clean_on_ctrl_c()
         "VOICECORE_TWILIO_AUTH_TOKEN": "test-token",
         "VOICECORE_MAX_CALLS": "4",
     })
-    before = set(Path("/dev/shm").glob("voicecore-*"))
     up = subprocess.Popen([sys.executable, "-m", "voicecore.cli", "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180
@@ -45,6 +45,9 @@ def test_up_serves_a_call_with_the_builtin_simulator_and_stops_clean_on_ctrl_c()
                 pass
             assert up.poll() is None, up.stdout.read().decode(errors="replace")
             time.sleep(0.3)
+        # this stack's arena (other stacks on the machine have their own: only this one is checked)
+        arena = Path("/dev/shm") / (workdir / "run" / ARENA_NAME_FILE).read_text().strip()
+        assert arena.exists()
         script = demo_script(13)
         result = asyncio.run(place_call(f"http://127.0.0.1:{port}", "test-token", script))
         assert result.closed_by == "carrier"
@@ -56,5 +59,5 @@ def test_up_serves_a_call_with_the_builtin_simulator_and_stops_clean_on_ctrl_c()
         output = up.communicate(timeout=60)[0].decode(errors="replace")
     assert up.returncode == 0, output
     assert "voicecore up: stopped" in output
-    assert set(Path("/dev/shm").glob("voicecore-*")) <= before
+    assert not arena.exists()  # the gateway unlinked its arena
     assert not (workdir / "run").exists()
