@@ -21,6 +21,7 @@ from conftest import start_stack
 from voicecore.callreport import summarize
 from voicecore.demo import demo_script
 from voicecore.record import load as load_record
+from voicecore.record import load_record as load_partial_record
 from voicecore.sim import carrier
 from voicecore.sim.carrier import CallScript, place_call
 from voicecore.twilio.signature import compute_signature
@@ -38,9 +39,9 @@ def report_for(sim, results, seconds=CALL_SECONDS):
     return summarize(results, sim, seconds=seconds, cpu_seconds=0.0, wall_seconds=seconds)
 
 
-def wait_for_record(config, call_sid, timeout_s=10.0) -> Path:
+def wait_for_record(config, call_sid, timeout_s=10.0, name="") -> Path:
     """The model worker writes a call's record when the call has ended (INV-REPLAY)."""
-    path = Path(config.record_dir) / f"{call_sid}.jsonl"
+    path = Path(config.record_dir) / (name or f"{call_sid}.jsonl")
     deadline = time.monotonic() + timeout_s
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -217,9 +218,19 @@ def test_model_worker_killed_mid_call_is_restarted_and_the_call_goes_on():
         # After the restart the caller's question was still answered: audio reached the caller.
         restarted_at = sessions[1].record.connected_ms
         assert any(frame.arrival_ms > restarted_at + 1000 for frame in result.core.frames)
-        # The killed worker's part of the call is lost; the restarted worker recorded the rest (no
-        # greeting: it resumed the call), and that record replays identically.
-        path = wait_for_record(config, result.call_sid)
+        # The killed worker's part of the call stays in its part file (streamed during the call): it holds
+        # the call's start and replays what it has, reported incomplete.
+        part = Path(config.record_dir) / f"{result.call_sid}.jsonl.part"
+        assert part.exists() and not (Path(config.record_dir) / f"{result.call_sid}.jsonl").exists(), running.log_tail()
+        assert part.stat().st_mode & 0o777 == 0o600
+        header, entries, complete = load_partial_record(part)
+        assert not complete and header["args"]["greet"] is True and header["call_sid"] == result.call_sid
+        assert entries[0]["k"] == "start"
+        code, replayed = replay_cli(part)
+        assert code == 0 and replayed["identical"] and replayed["complete"] is False and replayed["inputs"] > 1, replayed
+        # The restarted worker recorded the rest under the next number (no greeting: it resumed the call),
+        # and that record replays identically.
+        path = wait_for_record(config, result.call_sid, name=f"{result.call_sid}-2.jsonl")
         assert path.exists(), running.log_tail()
         header, _ = load_record(path)
         assert header["args"]["greet"] is False and header["first_tag"] > 1

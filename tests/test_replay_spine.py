@@ -23,12 +23,14 @@ CALL_SID = "CA" + "0" * 31 + "7"
 SILENCE = b"\xff" * timing.FRAME_BYTES
 
 
-def spine_call(seconds: float = 16.0, keep_audio: bool = True, reconnect_at_ms: int | None = None, **core_args):
+def spine_call(seconds: float = 16.0, keep_audio: bool = True, reconnect_at_ms: int | None = None, sink=None,
+               on_step=None, **core_args):
     """The demo's call (greeting, a question at 5.5 s, a barge-in at 10 s) on a virtual clock: the model
-    simulator answers what the spine core sends; a pacer/carrier model plays what it writes."""
+    simulator answers what the spine core sends; a pacer/carrier model plays what it writes.
+    ``sink``: the recorder streams (see CallRecorder); ``on_step(rec, now_ms)`` runs every 20 ms."""
     sim = ModelSession(SimConfig(clip_sequence=DEMO_CLIPS, late_deltas_after_cancel=2), 0, 0, call_sid=CALL_SID)
     driver = SpineDriver(CALL_SID, first_tag=1, **core_args)
-    rec = record.CallRecorder(driver, keep_caller_audio=keep_audio)
+    rec = record.CallRecorder(driver, keep_caller_audio=keep_audio, sink=sink)
     playout = PlayoutModel()
     caller = bytearray(SILENCE * (int(seconds * 1000) // timing.FRAME_MS))
     for at_ms, clip in ((5500, "caller_basic_price"), (10_000, "caller_interrupt")):
@@ -57,6 +59,8 @@ def spine_call(seconds: float = 16.0, keep_audio: bool = True, reconnect_at_ms: 
             batch = bytes(caller[(now - timing.INBOUND_BATCH_MS) * timing.BYTES_PER_MS: now * timing.BYTES_PER_MS])
             apply(driver.core.caller_audio(batch), now)  # the shell's feed, outside the record's decisions
             apply(rec.on_caller_audio(len(batch) // timing.FRAME_BYTES, now * MS, batch, playout.snapshot()), now)
+        if on_step is not None:
+            on_step(rec, now)
         now += timing.FRAME_MS
     apply(rec.on_carrier_stop(now * MS), now)
     return rec, driver, playout
@@ -181,3 +185,75 @@ def test_a_second_record_of_one_call_never_overwrites_the_first(tmp_path):
     assert (first.name, second.name) == (f"{CALL_SID}.jsonl", f"{CALL_SID}-2.jsonl")
     assert first.read_text() == second.read_text()
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_a_streamed_record_holds_one_hand_off_in_memory_and_writes_the_same_file(tmp_path):
+    whole, _, _ = spine_call()
+    expected = whole.dumps()
+    out = record.RecordFile(tmp_path / "records", whole.header)
+    held: list[int] = []
+
+    def every_second(rec, now_ms):
+        if now_ms % 1000 == 0:
+            held.append(len(rec.entries))
+            rec.hand_off()
+            assert rec.entries == []
+
+    rec, _, _ = spine_call(sink=out.append, on_step=every_second)
+    part = tmp_path / "records" / f"{CALL_SID}.jsonl.part"
+    assert part.stat().st_mode & 0o777 == 0o600 and part.parent.stat().st_mode & 0o777 == 0o700
+    assert part.read_text().splitlines()[0] == expected.splitlines()[0]  # the header comes first
+    # in memory: never more than one second's entries
+    per_second: dict[int, int] = {}
+    for e in whole.entries:
+        per_second[e["t"] // (1000 * MS)] = per_second.get(e["t"] // (1000 * MS), 0) + 1
+    assert max(held) <= max(per_second.values()) + 1 and max(held) < len(whole.entries) // 4
+    assert rec.handed_off + len(rec.entries) == len(whole.entries)
+    rec.hand_off()
+    path = out.finish()
+    assert path.name == f"{CALL_SID}.jsonl" and not part.exists()
+    assert path.read_text() == expected
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_record_file_never_takes_a_name_in_use(tmp_path):
+    rec, _, _ = spine_call(seconds=6)
+    (tmp_path / f"{CALL_SID}.jsonl.part").write_text("left by a killed worker\n")
+    second = record.RecordFile(tmp_path, rec.header)
+    second.append(rec.entries)
+    assert second.part is not None and second.part.name == f"{CALL_SID}-2.jsonl.part"
+    (tmp_path / f"{CALL_SID}-2.jsonl").write_text("taken\n")  # whatever took the name meanwhile stays
+    path = second.finish()
+    assert path.name == f"{CALL_SID}-3.jsonl" and path.read_text() == rec.dumps()
+    assert (tmp_path / f"{CALL_SID}-2.jsonl").read_text() == "taken\n"
+    assert (tmp_path / f"{CALL_SID}.jsonl.part").read_text() == "left by a killed worker\n"
+    assert sorted(os.listdir(tmp_path)) == [f"{CALL_SID}-2.jsonl", f"{CALL_SID}-3.jsonl", f"{CALL_SID}.jsonl.part"]
+
+
+def test_a_part_file_cut_short_replays_what_it_has_and_says_incomplete(tmp_path, capsys):
+    rec, _, _ = spine_call()
+    lines = rec.dumps().splitlines(keepends=True)
+    # cut inside a line, right after an input whose actions were not written yet
+    cut = next(i for i in range(len(lines) // 2, len(lines)) if '"k":"model"' in lines[i] and '"k":"out"' in lines[i + 1])
+    part = tmp_path / f"{CALL_SID}.jsonl.part"
+    part.write_text("".join(lines[:cut + 1]) + lines[cut + 1][: len(lines[cut + 1]) // 2])
+    header, entries, complete = record.load_record(part)
+    assert not complete and len(entries) == cut
+    assert replay.main([str(part), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    kept_inputs = sum(1 for line in lines[1:cut + 1] if json.loads(line)["k"] in record.INPUT_KINDS)
+    assert report["identical"] and report["complete"] is False and "incomplete" in report["note"]
+    assert report["inputs"] == kept_inputs
+    assert replay.main([str(part)]) == 0
+    assert "incomplete" in capsys.readouterr().out
+    # the same lines under a final name: complete lines, still reported incomplete (the last line is cut)
+    cut_final = tmp_path / "cut.jsonl"
+    cut_final.write_text(part.read_text())
+    assert record.load_record(cut_final)[2] is False
+    # a wrong action in what is there is still a divergence
+    bad = tmp_path / "bad.jsonl.part"
+    i = next(i for i in range(1, cut) if '"k":"out"' in lines[i])
+    tampered = json.loads(lines[i])
+    tampered["a"]["type"] = "Nothing"
+    bad.write_text("".join(lines[:i]) + json.dumps(tampered) + "\n" + "".join(lines[i + 1:cut + 1]))
+    assert replay.main([str(bad), "--json"]) == 1

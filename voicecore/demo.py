@@ -82,7 +82,9 @@ def record_paths(record_dir: Path, call_sids: list[str]) -> list[Path]:
 
 def wait_for_records(record_dir: Path, call_sids: list[str], timeout_s: float = RECORD_WAIT_S) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not all((record_dir / f"{sid}.jsonl").exists() for sid in call_sids):
+    # <sid>-2.jsonl alone: a killed worker left <sid>.jsonl.part and its successor recorded the rest
+    while time.monotonic() < deadline and not all((record_dir / f"{sid}.jsonl").exists() or any(record_dir.glob(f"{sid}-*.jsonl"))
+                                                  for sid in call_sids):
         time.sleep(0.05)
 
 

@@ -12,6 +12,15 @@ The wrapped "controller" is the call's driver: the turn-taking ``CallController`
 Format: JSON lines, UTF-8, one file per call (``<record_dir>/<CallSid>.jsonl``; ``<CallSid>-2.jsonl``
 and so on when a restarted model worker records the rest of a call it resumed).
 
+Streaming (``RecordFile``): while the call runs, the model worker appends the record to a part file
+``<CallSid>.jsonl.part`` (``<CallSid>-N.jsonl.part`` if ``<CallSid>[-N].jsonl[.part]`` is taken), header
+first, in batches of about a second; at call end the part file is linked to its final name (the same
+never-overwrite rule: the first free ``<CallSid>[-N].jsonl`` from its own number up) and unlinked, so a
+reader never sees a half-written ``.jsonl``. A part file left behind (the worker was killed) is a record
+cut short: every line handed to the writer before the kill, maybe a truncated last line
+(``load_record`` drops it and says the record is incomplete). A restarted worker that resumes the call
+leaves it as it is and records the rest under the next number.
+
 Line 1, the header, for ``turns``::
 
     {"voicecore_record": 1, "control": "turns", "call_sid": "CA..", "naming": "ga", "first_tag": 1,
@@ -59,7 +68,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from workers.model.controller import Action, CallController, ControllerConfig, Playout, action_to_dict
 
@@ -81,8 +90,13 @@ class CallRecorder:
     and the actions it returned. ``flow_name``/``flow_args`` describe a controller's flow (turns only)."""
 
     def __init__(self, controller: Any, flow_name: str = "scripted", flow_args: dict | None = None,
-                 keep_caller_audio: bool = False) -> None:
+                 keep_caller_audio: bool = False, sink: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+        """``sink``: streaming; ``hand_off()`` passes it the entries recorded since the last hand-off and
+        forgets them (``entries``, ``lines()`` and ``dumps()`` then cover only what was not handed off).
+        None: the whole record stays in ``entries``."""
         self.controller = controller
+        self.sink = sink
+        self.handed_off = 0  # entries passed to the sink so far
         self.keep_caller_audio = keep_caller_audio
         self.header: dict[str, Any] = {"voicecore_record": RECORD_VERSION}
         if hasattr(controller, "record_header"):
@@ -152,6 +166,15 @@ class CallRecorder:
             self.entries.append({"t": t, "k": "out", "a": action_to_dict(action)})
         return actions
 
+    def hand_off(self) -> int:
+        """Pass the entries recorded since the last hand-off to the sink and drop them; how many."""
+        if self.sink is None or not self.entries:
+            return 0
+        batch, self.entries = self.entries, []
+        self.handed_off += len(batch)
+        self.sink(batch)
+        return len(batch)
+
     # --- output ----------------------------------------------------------------------------------------
     def lines(self) -> Iterable[str]:
         yield _dumps(self.header)
@@ -211,12 +234,98 @@ class CallRecorder:
         return Path(name)
 
 
+PART_SUFFIX = ".part"
+
+
+def record_name(call_sid: str, n: int) -> str:
+    return f"{call_sid}.jsonl" if n == 1 else f"{call_sid}-{n}.jsonl"
+
+
+class RecordFile:
+    """A record streamed to disk (see the module docstring): ``append`` batches of entries to the part file
+    (created 0600, header first, on the first call), then ``finish`` into the final name. Blocking file I/O:
+    call it from one thread (the model worker's record writer), never from the event loop."""
+
+    def __init__(self, directory: str | Path, header: dict[str, Any]) -> None:
+        self.directory = Path(directory)
+        self.header = dict(header)
+        self.call_sid = str(self.header["call_sid"])
+        self.number = 0  # n of the part file's name; 0: not created yet
+        self.part: Path | None = None
+        self.fd = -1
+
+    def open(self) -> Path:
+        """Create the part file under the first number whose record and part names are both free; write the header."""
+        if self.part is not None:
+            return self.part
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for n in range(1, 1000):
+            final = self.directory / record_name(self.call_sid, n)
+            if final.exists():
+                continue
+            part = final.with_name(final.name + PART_SUFFIX)
+            try:
+                fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+            except FileExistsError:
+                continue
+            self.number, self.part, self.fd = n, part, fd
+            self._write(_dumps(self.header) + "\n")
+            return part
+        raise FileExistsError(f"no free record name for {self.call_sid} in {self.directory}")
+
+    def append(self, entries: list[dict[str, Any]]) -> None:
+        self.open()
+        if entries:
+            self._write("".join([_dumps(e) + "\n" for e in entries]))  # one buffer, one write
+
+    def finish(self) -> Path:
+        """Close the part file and give it its final name, atomically, never replacing a record (on an
+        error the part file stays where it is)."""
+        self.open()
+        assert self.part is not None
+        self.close()
+        for n in range(self.number, 1000):
+            path = self.directory / record_name(self.call_sid, n)
+            try:
+                os.link(self.part, path)  # atomic, and fails if the name is taken
+            except FileExistsError:
+                continue
+            self.part.unlink(missing_ok=True)
+            return path
+        # the part file stays: the record, under a name that says it was not finished
+        raise FileExistsError(f"no free record name for {self.call_sid} in {self.directory}")
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def _write(self, text: str) -> None:
+        data = memoryview(text.encode("utf-8"))
+        while data:
+            data = data[os.write(self.fd, data):]
+
+
 class RecordError(ValueError):
     """The file is not a voicecore record (or a version this code cannot read)."""
 
 
 def loads(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    header, entries, _ = loads_partial(text, allow_truncated=False)
+    return header, entries
+
+
+def loads_partial(text: str, allow_truncated: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    """(header, entries, truncated): with ``allow_truncated``, a last line cut short (no newline, not
+    JSON: the writer was killed mid-write) is dropped and ``truncated`` is True."""
     lines = [line for line in text.splitlines() if line.strip()]
+    truncated = False
+    if allow_truncated and lines and not text.endswith("\n") and len(lines) > 1:
+        try:
+            json.loads(lines[-1])
+        except ValueError:
+            lines.pop()
+            truncated = True
     if not lines:
         raise RecordError("empty record")
     try:
@@ -229,11 +338,20 @@ def loads(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     for entry in entries:
         if not isinstance(entry, dict) or not isinstance(entry.get("t"), int) or not isinstance(entry.get("k"), str):
             raise RecordError("an entry lacks t or k")
-    return header, entries
+    return header, entries, truncated
 
 
 def load(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return loads(Path(path).read_text(encoding="utf-8"))
+
+
+def load_record(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    """(header, entries, complete): a part file (``.part``: a call still running, or its worker killed) or a
+    record whose last line is cut short is incomplete; its complete lines are returned."""
+    path = Path(path)
+    # errors="replace": a kill mid-write may cut a UTF-8 sequence; only the (dropped) last line holds it
+    header, entries, truncated = loads_partial(path.read_bytes().decode("utf-8", errors="replace"))
+    return header, entries, not truncated and not path.name.endswith(PART_SUFFIX)
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once: json.dumps with options builds one per call

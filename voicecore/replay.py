@@ -10,6 +10,10 @@ The record format is documented in voicecore/record.py.
 
 ``voicecore replay FILE [--wav OUT] [--json]``: exit 0 if the replay reproduced every recorded action,
 1 on the first divergence (reported as time, expected, got), 2 if the file is not a record.
+
+An incomplete record (a ``.part`` file a killed model worker left, or a last line cut short) replays the
+complete lines it has; the report says ``"complete": false``. Its last input's actions may have been cut
+off with it: there, recorded actions that are a prefix of the replayed ones are not a divergence.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any, Callable
 
 from voicecore import timing
 from voicecore.g711 import write_stereo_wav
-from voicecore.record import INPUT_KINDS, RecordError, load, playout_from
+from voicecore.record import INPUT_KINDS, RecordError, load_record, playout_from
 from workers.model import flow as flows
 from workers.model.controller import Action, CallController, CancelTag, ControllerConfig, WriteFrames, action_to_dict
 from workers.model.spine import SpineDriver
@@ -103,8 +107,10 @@ def _feed(controller: CallController | SpineDriver, entry: dict[str, Any]) -> li
     return controller.on_carrier_stop(t)
 
 
-def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_divergence: bool = True) -> ReplayResult:
-    """Feed every recorded input through a fresh controller; compare outputs input by input."""
+def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_divergence: bool = True,
+           complete: bool = True) -> ReplayResult:
+    """Feed every recorded input through a fresh controller; compare outputs input by input.
+    ``complete`` False (the record was cut short): the last input's recorded actions may be a prefix."""
     controller = driver_from_header(header)
     divergence: Divergence | None = None
     timed: list[tuple[int, Action]] = []
@@ -133,7 +139,8 @@ def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_diverg
         timed.extend((entry["t"], a) for a in actions)
         if divergence is None:
             got = [action_to_dict(a) for a in actions]
-            if got != expected:
+            cut_short = not complete and i >= n and got[:len(expected)] == expected
+            if got != expected and not cut_short:
                 k = next((j for j in range(min(len(got), len(expected))) if got[j] != expected[j]), min(len(got), len(expected)))
                 divergence = Divergence(entry["t"], entry["k"], k, expected[k] if k < len(expected) else None,
                                         got[k] if k < len(got) else None)
@@ -205,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     try:
-        header, entries = load(args.file)
+        header, entries, complete = load_record(args.file)
         wall_start = time.perf_counter()
-        result = replay(header, entries)
+        result = replay(header, entries, complete=complete)
         wall_s = time.perf_counter() - wall_start
     except (RecordError, OSError, KeyError, TypeError, ValueError) as exc:
         print(f"replay: {args.file}: {exc}", file=sys.stderr)
@@ -219,15 +226,21 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "control": header.get("control", "turns"),
         "identical": result.identical,
+        "complete": complete,
         "inputs": result.inputs,
         "outputs": result.outputs,
         "call_s": round(result.call_ns / 1e9, 3),
         "replay_speed_x": round(speed, 1),
         "divergence": dataclasses.asdict(result.divergence) if result.divergence else None,
     }
+    if not complete:
+        report["note"] = "record incomplete (a part file or a cut-short last line): replayed the complete lines it has"
     if args.json:
         print(json.dumps(report))
-    elif result.identical:
+        return 0 if result.identical else 1
+    if not complete:
+        print(f"incomplete: {report['note']}")
+    if result.identical:
         print(f"identical: {result.inputs} inputs, {result.outputs} actions, {report['call_s']} s of call "
               f"replayed at {report['replay_speed_x']}x real time")
     else:

@@ -35,7 +35,7 @@ from voicecore.shm.arena import Arena
 from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
 from voicecore import http_client
-from voicecore.record import CallRecorder
+from voicecore.record import CallRecorder, RecordFile
 from voicecore.validate.watch import KnowledgeWatcher
 from workers.model import controller as controller_mod
 from workers.model import core, twilio_rest
@@ -49,8 +49,11 @@ REST_ATTEMPTS = 3
 REST_RETRY_DELAY_S = 0.5
 STATS_EVERY_S = 1.0
 # Call records are encoded and written here, one at a time (threads encoding side by side would only
-# fight over the GIL); its thread finishes pending records before the process exits.
+# fight over the GIL): each call's batches in order, then its finish; its thread finishes pending records
+# before the process exits.
 RECORD_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-writer")
+RECORD_HAND_OFF_S = 1.0  # a live call's record holds at most about this much in memory
+RECORD_FINISH_WAIT_S = 30.0  # stopping: how long to wait for the records of calls in progress
 
 
 def controller_config(config: Config) -> controller_mod.ControllerConfig:
@@ -98,6 +101,13 @@ class CallSession:
             self.driver = CallRecorder(spine, keep_caller_audio=keep_audio) if worker.config.record_dir else spine
             self.core = spine.core
         self.recorder = self.driver if isinstance(self.driver, CallRecorder) else None
+        # Streamed: ModelWorker.run hands the entries of the last second to the writer thread, which appends
+        # them to the call's part file (only the writer touches record_file).
+        self.record_file: RecordFile | None = None
+        self.record_failed = False
+        if self.recorder is not None:
+            self.record_file = RecordFile(worker.config.record_dir, self.recorder.header)
+            self.recorder.sink = self._hand_off_record
         self.started = False
         self.pending: collections.deque[tuple[int, int, bytes]] = collections.deque()  # ring full: (tag, index, frame)
         self.inbound = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)
@@ -202,24 +212,46 @@ class CallSession:
             if actions:
                 asyncio.get_running_loop().create_task(self._apply(actions))
 
-    def finish(self, call_ended: bool = True) -> None:
-        """The call ended: tell the controller, and write its record (INV-REPLAY). ``call_ended`` False:
-        this worker is stopping mid-call; the record so far is written (a restarted worker records the rest)."""
+    def finish(self, call_ended: bool = True) -> concurrent.futures.Future | None:
+        """The call ended: tell the controller, and finish its record (INV-REPLAY) on the writer thread (the
+        future of that). ``call_ended`` False: this worker is stopping mid-call; the record so far is finished
+        (a restarted worker records the rest)."""
         if self.driver is None or not self.started:
-            return
+            return None
         if call_ended:
             self.driver.on_carrier_stop(time.monotonic_ns())
-        if self.recorder is not None:
-            if call_ended:  # encoding a long call takes a while: not on the loop that moves everyone's audio
-                RECORD_WRITER.submit(self._save_record, self.recorder.snapshot())
-            else:
-                self._save_record(self.recorder)
+        if self.recorder is None or self.recorder.sink is None:  # no record, or finished already
+            return None
+        self.recorder.hand_off()
+        self.recorder.sink = None
+        return RECORD_WRITER.submit(self._finish_record)
 
-    def _save_record(self, recorder: CallRecorder) -> None:
+    def hand_off_record(self) -> None:
+        if self.recorder is not None:
+            self.recorder.hand_off()
+
+    def _hand_off_record(self, batch: list[dict]) -> None:
+        RECORD_WRITER.submit(self._append_record, batch)
+
+    def _append_record(self, batch: list[dict]) -> None:  # on the writer thread
+        if self.record_failed or self.record_file is None:
+            return
         try:
-            path = recorder.save_new(self.worker.config.record_dir)
+            self.record_file.append(batch)
+        except OSError as exc:
+            self.record_failed = True
+            self.record_file.close()
+            log.warning("call %s: record not written: %s", self.call_sid, exc)
+
+    def _finish_record(self) -> None:  # on the writer thread
+        if self.record_failed or self.record_file is None:
+            return
+        try:
+            path = self.record_file.finish()
             log.info("call %s: record written to %s", self.call_sid, path)
         except OSError as exc:
+            self.record_failed = True
+            self.record_file.close()
             log.warning("call %s: record not written: %s", self.call_sid, exc)
 
     async def _apply(self, actions: list[core.Action]) -> None:
@@ -382,8 +414,10 @@ class ModelWorker:
         """(Re)attach when the gateway (re)created its arena; False while there is none."""
         arena, changed = self.follower.poll()
         if changed:
-            # Sessions of the old arena's calls are gone with it (a gateway restart drops its calls).
+            # Sessions of the old arena's calls are gone with it (a gateway restart drops its calls): their
+            # records so far are finished.
             for session in self.calls.values():
+                session.finish(call_ended=False)
                 if session.task:
                     session.task.cancel()
             self.calls.clear()
@@ -438,6 +472,7 @@ class ModelWorker:
 
     async def run(self, stop: asyncio.Event) -> None:
         last_stats = 0.0
+        next_hand_off = time.monotonic() + RECORD_HAND_OFF_S
         asyncio.get_running_loop().add_reader(self.verdicts.getsockopt(zmq.FD), self.on_verdicts)
         while not stop.is_set():
             self.on_verdicts()
@@ -465,6 +500,10 @@ class ModelWorker:
                 changed, knowledge = self.knowledge.poll()
                 if changed:
                     self.knowledge_base = knowledge
+            if now >= next_hand_off:  # records: the last second's entries to the writer thread
+                next_hand_off = now + RECORD_HAND_OFF_S
+                for session in self.calls.values():
+                    session.hand_off_record()
             if now - last_stats >= STATS_EVERY_S:
                 last_stats = now
                 self.bus.send(self.gateway, messages.Stats("model", os.getpid(), self.stats()))
@@ -472,10 +511,12 @@ class ModelWorker:
                 await asyncio.wait_for(stop.wait(), 0.02)
             except TimeoutError:
                 pass
+        records = []
         for session in self.calls.values():
-            session.finish(call_ended=False)
+            records.append(session.finish(call_ended=False))
             if session.task:
                 session.task.cancel()
+        concurrent.futures.wait([f for f in records if f is not None], timeout=RECORD_FINISH_WAIT_S)
         self.bus.close()
         (self.runtime_dir / MODEL_INBOX).unlink(missing_ok=True)
         self.follower.close()
