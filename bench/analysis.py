@@ -14,7 +14,6 @@ Must not know: processes, sockets, how summarize computes its figures.
 
 from __future__ import annotations
 
-import bisect
 import copy
 import dataclasses
 from collections import defaultdict
@@ -22,6 +21,7 @@ from collections.abc import Iterable, Sequence
 
 from voicecore.callreport import STARVED_GRACE_MS, split_underruns  # noqa: F401 (re-exported)
 from voicecore.callreport import frame_owners as _owners
+from voicecore.callreport import owners_at
 from voicecore.callreport import frame_sent_ms as _frame_sent_ms
 from voicecore.sim.carrier import CallResult
 from voicecore.stats import summary as _summary
@@ -325,15 +325,8 @@ def underruns_in_hallucinated_answers(result: CallResult, records: Sequence) -> 
     core = result.core
     if core is None or not core.metrics.underrun_at_ms:
         return 0
-    owners = _owners(records)
-    played = core.played
-    played_at = [frame.played_at_ms for frame in played]
-    count = 0
-    for tick in core.metrics.underrun_at_ms:
-        position = bisect.bisect_left(played_at, tick) - 1
-        owner = owners.get(played[position].payload) if position >= 0 and played[position].payload else None
-        count += bool(owner is not None and owner[0].hallucinated and is_answer(owner[0]))
-    return count
+    owners = owners_at(core, records, core.metrics.underrun_at_ms)
+    return sum(1 for owner in owners if owner is not None and owner[0].hallucinated and is_answer(owner[0]))
 
 
 def hallucination_figures(calls: Iterable[tuple[CallResult, Sequence]]) -> dict:

@@ -69,6 +69,20 @@ def frame_sent_ms(response, frame_index: int) -> int | None:
     return None
 
 
+def owners_at(core, records: Sequence, ticks: Sequence[float]) -> list:
+    """Per tick, (response, frame index) of the last frame the carrier played before it (None: not one
+    of these records' frames, or nothing played yet)."""
+    owners = frame_owners(records)
+    played = core.played
+    played_at = [frame.played_at_ms for frame in played]
+    result = []
+    for tick in ticks:
+        position = bisect.bisect_left(played_at, tick) - 1
+        payload = played[position].payload if position >= 0 else None
+        result.append(owners.get(payload) if payload else None)
+    return result
+
+
 def split_underruns(result: CallResult, records: Sequence, w0: float, w1: float,
                     grace_ms: float = STARVED_GRACE_MS) -> tuple[int, int]:
     """(with audio available, model-starved) underrun ticks of one call in [w0, w1).
@@ -83,13 +97,8 @@ def split_underruns(result: CallResult, records: Sequence, w0: float, w1: float,
     ticks = [t for t in core.metrics.underrun_at_ms if w0 <= t < w1]
     if not ticks:
         return 0, 0
-    owners = frame_owners(records)
-    played = core.played
-    played_at = [frame.played_at_ms for frame in played]
     available = starved = 0
-    for tick in ticks:
-        position = bisect.bisect_left(played_at, tick) - 1
-        owner = owners.get(played[position].payload) if position >= 0 and played[position].payload else None
+    for tick, owner in zip(ticks, owners_at(core, records, ticks)):
         if owner is None:
             available += 1
             continue
