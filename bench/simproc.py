@@ -6,6 +6,11 @@ writes every session's SessionRecord (pickled; the file stays in the bench's pri
 bench can line the model's send times up with what the carrier heard. Times are CLOCK_MONOTONIC ms,
 system-wide on Linux, so they compare with the carrier processes' times.
 
+It runs at nice +10: it shares the load CPUs with the carrier processes, and a burst of model deltas
+for many calls must not delay the carrier's arrival time stamps (those are the lateness the bench
+reports; the real model vendor is not on the carrier's machine). The model's own delays show up where
+they belong: as late deltas, absorbed by the lead or counted as model-starved underruns.
+
     python -m bench.simproc --scenario steady --port-file P --out F [--cpus 1]
 """
 
@@ -22,6 +27,8 @@ from bench.pinning import parse_cpus
 from bench.scenarios import get_scenario
 from voicecore.sim.model_server import serve_model_sim
 from voicecore.sim.quiet_gc import collector_paused
+
+SIM_NICE = 10
 
 
 async def _main(args: argparse.Namespace) -> None:
@@ -53,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.cpus:
         os.sched_setaffinity(0, parse_cpus(args.cpus))
+    os.nice(SIM_NICE)
     asyncio.run(_main(args))
 
 

@@ -22,12 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import h11
-from websockets.client import ClientProtocol
-from websockets.exceptions import InvalidHandshake, InvalidURI
-from websockets.frames import Opcode
-from websockets.http11 import Response as WsResponse
-from websockets.protocol import State
-from websockets.uri import parse_uri
+from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
 from voicecore import http_client
 from voicecore.sim.carrier_core import (
@@ -46,6 +41,9 @@ WS_CONNECT_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 2.0  # after our close frame, how long the server has to close TCP
 END_SLACK_S = 10.0  # a call may overrun its script by this much before it is abandoned
 USER_AGENT = "TwilioProxy/1.1"
+MAX_FRAME_BYTES = 16 * 2**20  # what the simulated carrier accepts from a gateway (it counts, never refuses, junk)
+_ws_log = logging.getLogger("voicecore.sim.carrier.ws")  # picows logs each connection at INFO
+_ws_log.setLevel(logging.WARNING)
 
 
 # ----- script and result -------------------------------------------------------------------------
@@ -230,89 +228,62 @@ def shared_ticker(loop: asyncio.AbstractEventLoop | None = None) -> SharedTicker
 # ----- the WebSocket leg ------------------------------------------------------------------------
 
 
-class _StreamProtocol(asyncio.Protocol):
-    """websockets' sans-I/O client inside an asyncio.Protocol: bytes in, core calls, bytes out."""
+class _StreamListener(WSListener):
+    """The picows side of one call's stream: frames in, core calls, texts out."""
 
-    def __init__(self, ws: ClientProtocol, call: "_CallRunner") -> None:
-        self.ws = ws
+    def __init__(self, call: "_CallRunner") -> None:
         self.call = call
-        self.transport: asyncio.Transport | None = None
-        self.opened: asyncio.Future[None] = call.loop.create_future()
+        self.transport: WSTransport | None = None
         self.closed: asyncio.Future[None] = call.loop.create_future()
         self._fragments: list[bytes] = []
-        self._fragment_opcode: Opcode | None = None
+        self._fragment_text = True
         self._close_timer: asyncio.TimerHandle | None = None
         self.close_sent_by_us = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.flush()
-
-    def flush(self) -> None:
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        for data in self.ws.data_to_send():
-            if data:
-                transport.write(data)
-            elif transport.can_write_eof():
-                transport.write_eof()
-        if self.ws.close_expected() and self._close_timer is None:
-            # The server should close TCP now; do not wait for it forever.
-            self._close_timer = self.call.loop.call_later(CLOSE_TIMEOUT_S, transport.close)
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self.transport = transport
 
     def send_texts(self, messages: list[str]) -> None:
-        if not messages or self.ws.state is not State.OPEN:
+        transport = self.transport
+        if not messages or transport is None or transport.is_close_frame_sent or transport.is_disconnected:
             return
+        text = WSMsgType.TEXT
         for message in messages:
-            self.ws.send_text(message.encode())
-        self.flush()
+            transport.send(text, message.encode())
 
     def close(self, code: int = 1000) -> None:
-        if self.ws.state is State.OPEN:
-            self.close_sent_by_us = True
-            self.ws.send_close(code)
-            self.flush()
+        transport = self.transport
+        if transport is None or transport.is_close_frame_sent or transport.is_disconnected:
+            return
+        self.close_sent_by_us = True
+        transport.send_close(WSCloseCode(code))
+        # The server should answer and close TCP now; do not wait for it forever.
+        self._close_timer = self.call.loop.call_later(CLOSE_TIMEOUT_S, transport.disconnect)
 
-    def data_received(self, data: bytes) -> None:
-        self.ws.receive_data(data)
-        for event in self.ws.events_received():
-            if isinstance(event, WsResponse):
-                if self.ws.handshake_exc is not None:
-                    if not self.opened.done():
-                        self.opened.set_exception(self.ws.handshake_exc)
-                elif not self.opened.done():
-                    self.opened.set_result(None)
-                continue
-            opcode = event.opcode
-            if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
-                if event.fin:
-                    self.call.on_message(event.data, opcode is Opcode.TEXT)
-                else:
-                    self._fragment_opcode = opcode
-                    self._fragments = [bytes(event.data)]
-            elif opcode is Opcode.CONT:
-                self._fragments.append(bytes(event.data))
-                if event.fin and self._fragment_opcode is not None:
-                    self.call.on_message(b"".join(self._fragments), self._fragment_opcode is Opcode.TEXT)
-                    self._fragments = []
-                    self._fragment_opcode = None
-            elif opcode is Opcode.CLOSE:
-                self.call.on_close_frame(self.ws.close_rcvd.code if self.ws.close_rcvd else None,
-                                         by_server=not self.close_sent_by_us)
-        self.flush()
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        msg_type = frame.msg_type
+        if msg_type is WSMsgType.TEXT or msg_type is WSMsgType.BINARY:
+            if frame.fin:
+                self.call.on_message(frame.get_payload_as_bytes(), msg_type is WSMsgType.TEXT)
+            else:
+                self._fragment_text = msg_type is WSMsgType.TEXT
+                self._fragments = [frame.get_payload_as_bytes()]
+        elif msg_type is WSMsgType.CONTINUATION:
+            self._fragments.append(frame.get_payload_as_bytes())
+            if frame.fin:
+                self.call.on_message(b"".join(self._fragments), self._fragment_text)
+                self._fragments = []
+        elif msg_type is WSMsgType.CLOSE:
+            code = frame.get_close_code()
+            self.call.on_close_frame(1005 if code is WSCloseCode.NO_INFO else code.value,
+                                     by_server=not self.close_sent_by_us)
+            if not transport.is_close_frame_sent:
+                transport.send_close(code if code is not WSCloseCode.NO_INFO else WSCloseCode.OK)
+            transport.disconnect()
 
-    def eof_received(self) -> bool:
-        self.ws.receive_eof()
-        self.flush()
-        return False  # let asyncio close the transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
         if self._close_timer is not None:
             self._close_timer.cancel()
-        self.ws.receive_eof()
-        if not self.opened.done():
-            self.opened.set_exception(ConnectionError("connection closed during the WebSocket handshake"))
         if not self.closed.done():
             self.closed.set_result(None)
         self.call.on_connection_lost()
@@ -336,7 +307,7 @@ class _CallRunner:
         self.script = script
         self.ticker = ticker
         self.loop = asyncio.get_running_loop()
-        self.stream: _StreamProtocol | None = None
+        self.stream: _StreamListener | None = None
         self.errors: list[str] = []
         self.close_code: int | None = None
         self.closed_by = "not_connected"
@@ -474,24 +445,17 @@ async def place_call(
     ws_url = target.url
     if plain_ws and ws_url.startswith("wss://"):
         ws_url = "ws://" + ws_url[len("wss://"):]
-    try:
-        uri = parse_uri(ws_url)
-    except InvalidURI as exc:
-        return failed(f"bad Stream url: {exc}")
-    ws = ClientProtocol(uri)  # extensions=None: no permessage-deflate offered
-    request = ws.connect()
     # A.1: the upgrade is signed over the Stream URL as the TwiML gave it, with no params.
-    request.headers["X-Twilio-Signature"] = compute_signature(auth_token, target.url, {})
-    request.headers["User-Agent"] = USER_AGENT
-    ws.send_request(request)
-    stream = runner.stream = _StreamProtocol(ws, runner)
+    headers = {"X-Twilio-Signature": compute_signature(auth_token, target.url, {}), "User-Agent": USER_AGENT}
+    stream = runner.stream = _StreamListener(runner)
     try:
         await asyncio.wait_for(
-            loop.create_connection(lambda: stream, uri.host, uri.port), WS_CONNECT_TIMEOUT_S)
-        await asyncio.wait_for(stream.opened, WS_CONNECT_TIMEOUT_S)
-    except (OSError, asyncio.TimeoutError, InvalidHandshake) as exc:
+            ws_connect(lambda: stream, ws_url, extra_headers=headers, websocket_handshake_timeout=WS_CONNECT_TIMEOUT_S,
+                       max_frame_size=MAX_FRAME_BYTES, max_redirects=0, logger_name=_ws_log),
+            WS_CONNECT_TIMEOUT_S)
+    except (OSError, asyncio.TimeoutError, WSError, ValueError) as exc:
         if stream.transport is not None:
-            stream.transport.close()
+            stream.transport.disconnect()
         return failed(f"WebSocket connect failed: {type(exc).__name__}: {exc}")
     runner.closed_by = "carrier"
 
@@ -524,7 +488,7 @@ async def place_call(
         await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)
     except asyncio.TimeoutError:
         if stream.transport is not None:
-            stream.transport.close()
+            stream.transport.disconnect()
     status_callback("stream-stopped")
     if callbacks:
         await asyncio.gather(*callbacks)

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import websockets
 import zmq
+from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
 from voicecore import timing
 from voicecore.bus import messages
@@ -45,6 +45,12 @@ from workers.model.spine import SpineDriver
 log = logging.getLogger("voicecore.model")
 
 RECONNECT_DELAY_S = 0.5
+MODEL_CONNECT_TIMEOUT_S = 5.0
+MAX_MODEL_MESSAGE_BYTES = 16 * 2**20
+INBOUND_BATCH_NS = timing.INBOUND_BATCH_MS * 1_000_000
+# picows logs every connection at INFO; the worker logs its calls itself.
+ws_log = logging.getLogger("voicecore.model.ws")
+ws_log.setLevel(logging.WARNING)
 REST_ATTEMPTS = 3
 REST_RETRY_DELAY_S = 0.5
 STATS_EVERY_S = 1.0
@@ -112,7 +118,9 @@ class CallSession:
         self.pending: collections.deque[tuple[int, int, bytes]] = collections.deque()  # ring full: (tag, index, frame)
         self.inbound = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)
         self.task: asyncio.Task | None = None
-        self.ws = None
+        self.transport: WSTransport | None = None
+        self.close_code: int | None = None
+        self.next_inbound_ns = 0
         if resumed:
             self._end_orphaned_tags()
 
@@ -144,6 +152,7 @@ class CallSession:
         )
 
     async def run(self) -> None:
+        """Keep this call's model socket open while the call lives (reconnecting after a drop)."""
         worker = self.worker
         config = worker.config
         target = rt.RealtimeUrl(model=config.model, naming=config.realtime_naming, base_url=config.model_url)
@@ -151,66 +160,77 @@ class CallSession:
         headers = target.headers(config.realtime_api_key or "none", call_sid=self.call_sid)
         while self.alive():
             try:
-                async with websockets.connect(url, additional_headers=headers, compression=None, max_size=16 * 2**20, open_timeout=5) as ws:
-                    self.ws = ws
-                    if self.driver is None:
-                        await self._apply(self.core.on_open())
-                    elif not self.started:
-                        self.started = True
-                        await self._apply(self.driver.start(time.monotonic_ns()))
-                    else:  # reconnected: configure the new session (no second greeting)
-                        await self._apply(self.driver.reopen(time.monotonic_ns()))
-                    pump = asyncio.create_task(self._pump_inbound())
-                    try:
-                        async for text in ws:
-                            if self.driver is not None:
-                                await self._apply(self.driver.on_model_event(text, time.monotonic_ns(), self.playout()))
-                            else:
-                                event = rt.parse_server_event(text)
-                                await self._apply(self.core.on_event(event, time.monotonic_ns(), self.playout()))
-                            if not self.alive():
-                                break
-                    finally:
-                        pump.cancel()
-                    if not self.alive():
-                        return
-                    log.warning("call %s: model connection closed (%s); reconnecting", self.call_sid, ws.close_code)
-            except (OSError, websockets.WebSocketException, TimeoutError) as exc:
+                transport, _socket = await ws_connect(
+                    lambda: ModelSocket(self), url, extra_headers=headers, max_frame_size=MAX_MODEL_MESSAGE_BYTES,
+                    websocket_handshake_timeout=MODEL_CONNECT_TIMEOUT_S, logger_name=ws_log)
+            except (OSError, WSError, TimeoutError) as exc:
                 worker.counters["model_connect_failures"] += 1
                 log.warning("call %s: model connection failed: %s", self.call_sid, type(exc).__name__)
-            finally:
-                self.ws = None
+            else:
+                try:
+                    await transport.wait_disconnected()
+                except Exception:  # a handler raised: picows closed the socket (1011); this call reconnects
+                    worker.counters["model_handler_errors"] += 1
+                    log.exception("call %s: model event handling failed; reconnecting", self.call_sid)
+                finally:
+                    self.transport = None
+                if not self.alive():
+                    return
+                log.warning("call %s: model connection closed (%s); reconnecting", self.call_sid, self.close_code)
             self.core.greet = False
             await asyncio.sleep(RECONNECT_DELAY_S)
 
-    async def _pump_inbound(self) -> None:
+    def on_connected(self, transport: WSTransport) -> None:
+        """The model socket is open: configure the session before any server event is handled."""
+        self.transport = transport
+        if self.driver is None:
+            self._apply(self.core.on_open())
+        elif not self.started:
+            self.started = True
+            self._apply(self.driver.start(time.monotonic_ns()))
+        else:  # reconnected: configure the new session (no second greeting)
+            self._apply(self.driver.reopen(time.monotonic_ns()))
+        self.next_inbound_ns = time.monotonic_ns() + INBOUND_BATCH_NS
+
+    def on_model_text(self, text: str) -> None:
+        """One server event from the model socket."""
+        if self.driver is not None:
+            self._apply(self.driver.on_model_event(text, time.monotonic_ns(), self.playout()))
+        else:
+            event = rt.parse_server_event(text)
+            self._apply(self.core.on_event(event, time.monotonic_ns(), self.playout()))
+        if not self.alive() and self.transport is not None:
+            self.transport.disconnect()
+
+    def pump_inbound(self, now_ns: int) -> None:
+        """Every INBOUND_BATCH_MS (from the worker's loop): the caller audio that arrived, to the model."""
+        if self.transport is None or now_ns < self.next_inbound_ns:
+            return
+        self.next_inbound_ns = now_ns + INBOUND_BATCH_NS
         arena = self.worker.arena
-        period = timing.INBOUND_BATCH_MS / 1000
-        while True:
-            await asyncio.sleep(period)
-            self.flush_pending()
-            n = rings.inbound_pop(arena.ctrl, arena.in_meta, arena.in_payload, self.slot, self.inbound, 64)
-            if n:
-                audio = self.inbound[: n * timing.FRAME_BYTES].tobytes()
-                await self._apply(self.core.caller_audio(audio))
-                if self.recorder is not None:  # the caller's frames (unless record_caller_audio is off) and where playout stood
-                    await self._apply(self.recorder.on_caller_audio(n, time.monotonic_ns(), audio, self.playout()))
-                elif self.driver is not None:
-                    await self._apply(self.driver.on_caller_audio(n, time.monotonic_ns()))
+        self.flush_pending()
+        n = rings.inbound_pop(arena.ctrl, arena.in_meta, arena.in_payload, self.slot, self.inbound, 64)
+        if n:
+            audio = self.inbound[: n * timing.FRAME_BYTES].tobytes()
+            self._apply(self.core.caller_audio(audio))
+            if self.recorder is not None:  # the caller's frames (unless record_caller_audio is off) and where playout stood
+                self._apply(self.recorder.on_caller_audio(n, time.monotonic_ns(), audio, self.playout()))
+            elif self.driver is not None:
+                self._apply(self.driver.on_caller_audio(n, time.monotonic_ns()))
 
     def tick(self) -> None:
         """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms)."""
         if self.controller is not None and self.started:  # the spine has no timers: no tick, no cost
             actions = self.driver.on_tick(time.monotonic_ns(), self.playout())
             if actions:
-                asyncio.get_running_loop().create_task(self._apply(actions))
+                self._apply(actions)
 
     def dtmf(self, digit: str) -> None:
         self.core.stats.dtmf_digits += 1
         if self.driver is not None and self.started:
             actions = self.driver.on_dtmf(digit, time.monotonic_ns())
             if actions:
-                asyncio.get_running_loop().create_task(self._apply(actions))
+                self._apply(actions)
 
     def finish(self, call_ended: bool = True) -> concurrent.futures.Future | None:
         """The call ended: tell the controller, and finish its record (INV-REPLAY) on the writer thread (the
@@ -254,15 +274,15 @@ class CallSession:
             self.record_file.close()
             log.warning("call %s: record not written: %s", self.call_sid, exc)
 
-    async def _apply(self, actions: list[core.Action]) -> None:
+    def _apply(self, actions: list[core.Action]) -> None:
         worker = self.worker
         arena = worker.arena
         for action in actions:
             if isinstance(action, core.WriteFrames):
                 self._write_frames(action)
             elif isinstance(action, core.SendToModel):
-                if self.ws is not None:
-                    await self.ws.send(action.text)
+                if self.transport is not None:
+                    self.transport.send(WSMsgType.TEXT, action.text.encode())
             elif isinstance(action, core.OpenTag):
                 rings.tag_open(arena.ctrl, self.slot, action.tag, 1 if action.gated else 0)
                 arena.ctrl[self.slot, C.NEXT_TAG] = action.tag + 1
@@ -276,7 +296,7 @@ class CallSession:
                 found = knowledge.retrieve(action.question, action.k) if knowledge is not None else []
                 snippets = [{"file": s.file, "line": s.line, "text": s.text} for s in found]
                 if self.driver is not None:
-                    await self._apply(self.driver.on_snippets(action.req_id, snippets, time.monotonic_ns()))
+                    self._apply(self.driver.on_snippets(action.req_id, snippets, time.monotonic_ns()))
             elif isinstance(action, core.GateTranscript):
                 if action.done:
                     message = messages.TranscriptDone(self.slot, self.generation, action.tag, action.text, action.audio_frames)
@@ -291,8 +311,7 @@ class CallSession:
                 worker.counters["call_endings_requested"] += 1
                 asyncio.get_running_loop().create_task(self._end_call_via_rest(action))
             elif isinstance(action, controller_mod.CallOver):
-                if self.ws is not None:
-                    await self.ws.close()
+                self.close()
             elif isinstance(action, core.EndTag):
                 self.pending.append((action.tag, -1 - action.total_frames, b""))
                 self.flush_pending()
@@ -320,7 +339,7 @@ class CallSession:
             log.info("call %s: response tag %d approved with citations", self.call_sid, verdict.tag,
                      extra={"citations": verdict.citations})
         if actions:
-            asyncio.get_running_loop().create_task(self._apply(actions))
+            self._apply(actions)
 
     async def _end_call_via_rest(self, action: controller_mod.HangUp | controller_mod.Transfer) -> None:
         """Hang up or transfer through Twilio's REST API; retry what Twilio calls retryable, log the rest."""
@@ -382,9 +401,41 @@ class CallSession:
                 return
             self.pending.popleft()
 
-    async def close(self) -> None:
-        if self.ws is not None:
-            await self.ws.close()
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_close_frame_sent:
+            self.transport.send_close(WSCloseCode.OK)
+            self.transport.disconnect()
+
+
+class ModelSocket(WSListener):
+    """picows listener of one call's model WebSocket: whole text messages to the session."""
+
+    def __init__(self, session: CallSession) -> None:
+        self.session = session
+        self.fragments: list[bytes] = []
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self.session.on_connected(transport)
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        msg_type = frame.msg_type
+        if msg_type is WSMsgType.TEXT:
+            if frame.fin:
+                self.session.on_model_text(frame.get_payload_as_utf8_text())
+            else:
+                self.fragments = [frame.get_payload_as_bytes()]
+        elif msg_type is WSMsgType.CONTINUATION and self.fragments:
+            self.fragments.append(frame.get_payload_as_bytes())
+            if frame.fin:
+                text = b"".join(self.fragments).decode("utf-8")
+                self.fragments = []
+                self.session.on_model_text(text)
+        elif msg_type is WSMsgType.CLOSE:
+            code = frame.get_close_code()
+            self.session.close_code = code.value
+            if not transport.is_close_frame_sent:
+                transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
+            transport.disconnect()
 
 
 class ModelWorker:
@@ -401,7 +452,7 @@ class ModelWorker:
         self.verdicts = self.bus.bind(zmq.PULL, MODEL_INBOX)
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
-        self.counters = collections.Counter({"bargeins": 0, "ring_full_waits": 0, "model_connect_failures": 0, "gate_rejections": 0, "call_endings_requested": 0,
+        self.counters = collections.Counter({"bargeins": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
                                              "call_endings_sent": 0, "call_endings_failed": 0})
         self.account_sids: dict[tuple[int, int], str] = {}  # (slot, generation) -> AccountSid, from CallStarted
         self.heartbeat_seq = 0
@@ -432,6 +483,7 @@ class ModelWorker:
         for slot, session in list(self.calls.items()):
             if not session.alive():
                 session.finish()
+                session.close()
                 if session.task:
                     session.task.cancel()
                 del self.calls[slot]
@@ -473,6 +525,7 @@ class ModelWorker:
     async def run(self, stop: asyncio.Event) -> None:
         last_stats = 0.0
         next_hand_off = time.monotonic() + RECORD_HAND_OFF_S
+        next_heartbeat = 0.0
         asyncio.get_running_loop().add_reader(self.verdicts.getsockopt(zmq.FD), self.on_verdicts)
         while not stop.is_set():
             self.on_verdicts()
@@ -489,12 +542,16 @@ class ModelWorker:
                         if session is not None and session.generation == message.generation:
                             session.dtmf(message.digit)
                 self.reconcile()
+                now_ns = time.monotonic_ns()
                 for session in self.calls.values():
                     session.flush_pending()
+                    session.pump_inbound(now_ns)
                     session.tick()
-            self.heartbeat_seq += 1
-            self.bus.send(self.gateway, messages.Heartbeat("model", os.getpid(), self.heartbeat_seq, time.monotonic_ns()))
             now = time.monotonic()
+            if now >= next_heartbeat:  # the loop runs every 20 ms; the others expect one per HEARTBEAT_MS
+                next_heartbeat = now + timing.HEARTBEAT_MS / 1000
+                self.heartbeat_seq += 1
+                self.bus.send(self.gateway, messages.Heartbeat("model", os.getpid(), self.heartbeat_seq, time.monotonic_ns()))
             if now >= self.next_knowledge_poll:
                 self.next_knowledge_poll = now + KnowledgeWatcher.POLL_NS / 1e9
                 changed, knowledge = self.knowledge.poll()

@@ -23,6 +23,7 @@ from voicecore import timing
 from voicecore.bus import messages
 from voicecore.bus.transport import GATEWAY_INBOX, PACER_INBOX, Bus, DoorbellSender
 from voicecore.config import Config, load_config
+from voicecore.priority import raise_priority
 from voicecore.logs import setup_logging
 from voicecore.shm import control as C
 from voicecore.shm.arena import Arena
@@ -146,17 +147,7 @@ class Pacer:
         a busy gateway or model worker from delaying a tick (ARCHITECTURE.md section 6). Without the
         privilege (CAP_SYS_NICE) it runs at normal priority and says so.
         """
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(PACER_RT_PRIORITY))
-            return "SCHED_FIFO"
-        except (PermissionError, OSError):
-            pass
-        try:
-            os.nice(-10)
-            return "nice -10"
-        except (PermissionError, OSError):
-            log.warning("pacer runs at normal priority: no permission for SCHED_FIFO or a negative nice value")
-            return "normal"
+        return raise_priority(fifo_priority=PACER_RT_PRIORITY, nice=-10)
 
     def run(self) -> None:
         log.info("pacer scheduling: %s", self.raise_priority())
