@@ -71,7 +71,7 @@ async def _run(args: argparse.Namespace, t0_ms: float) -> list[tuple[CallResult,
     async def progress() -> None:
         ticker = shared_ticker()
         while True:
-            print(json.dumps({"live": len(ticker._callbacks), **counts}), flush=True)
+            print(json.dumps({"live": ticker.live(), **counts}), flush=True)
             await asyncio.sleep(1.0)
 
     reporter = asyncio.create_task(progress())

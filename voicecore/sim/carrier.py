@@ -150,20 +150,31 @@ async def _signed_request(auth_token: str, method: str, url: str, form: dict[str
 
 
 class SharedTicker:
-    """An absolute 20 ms clock (origin + k*20 ms) on one event loop that services every registered call.
+    """Absolute 20 ms clocks on one event loop for every registered call, in PHASES phases.
 
-    A late wake-up jumps to the newest grid point; each call's core catches up the frames it owes, so
-    nothing drifts (ARCHITECTURE.md section 6). Callbacks get (grid_ms, now_ms) and return False to leave.
+    Real callers are not in step: each call's 20 ms grid has its own phase. So a call is given a phase
+    (round robin, assign_phase()) and is serviced on origin + phase * SUB_TICK_MS + k * 20 ms; one timer
+    fires every SUB_TICK_MS and runs the calls of the phase that is due. A gateway then sees a quarter of
+    the calls' media every 5 ms instead of all of it at once, as it would from Twilio, and the simulator's
+    own work comes in small batches that delay its arrival time stamps less.
+
+    A late wake-up runs every phase whose turn passed (each at its newest grid point); each call's core
+    catches up the frames it owes, so nothing drifts (ARCHITECTURE.md section 6). Callbacks get
+    (grid_ms, now_ms) and return False to leave.
     """
+
+    PHASES = 4
+    SUB_TICK_MS = FRAME_MS // PHASES
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._origin_ms: int | None = None
-        self._next_index = 0
+        self._next_index = 0  # sub-tick index: origin + index * SUB_TICK_MS
         self._handle: asyncio.TimerHandle | None = None
-        self._callbacks: dict[int, Callable[[int, float], bool]] = {}
+        self._callbacks: list[dict[int, Callable[[int, float], bool]]] = [{} for _ in range(self.PHASES)]
         self._next_key = 0
-        self.ticks = 0
+        self._next_phase = 0
+        self.ticks = 0  # timer wake-ups
         self.late_ticks = 0  # woke a whole frame or more after the grid point
 
     @property
@@ -175,41 +186,60 @@ class SharedTicker:
     def now_ms(self) -> float:
         return self._loop.time() * 1000.0
 
-    def add(self, callback: Callable[[int, float], bool]) -> int:
+    def live(self) -> int:
+        """Calls registered now."""
+        return sum(len(callbacks) for callbacks in self._callbacks)
+
+    def assign_phase(self) -> int:
+        """The phase for the next call (round robin over PHASES)."""
+        phase = self._next_phase
+        self._next_phase = (phase + 1) % self.PHASES
+        return phase
+
+    def phase_origin_ms(self, phase: int) -> int:
+        """Where ``phase``'s 20 ms grid starts: origin + phase * SUB_TICK_MS."""
+        return self.origin_ms + phase * self.SUB_TICK_MS
+
+    def add(self, callback: Callable[[int, float], bool], phase: int = 0) -> int:
+        if not 0 <= phase < self.PHASES:
+            raise ValueError(f"phase must be in 0..{self.PHASES - 1}")
         key = self._next_key
         self._next_key += 1
-        self._callbacks[key] = callback
+        self._callbacks[phase][key] = callback
         if self._handle is None:
             origin = self.origin_ms
-            self._next_index = max(self._next_index, math.ceil((self.now_ms() - origin) / FRAME_MS))
+            self._next_index = max(self._next_index, math.ceil((self.now_ms() - origin) / self.SUB_TICK_MS))
             self._schedule()
         return key
 
     def remove(self, key: int) -> None:
-        self._callbacks.pop(key, None)
+        for callbacks in self._callbacks:
+            callbacks.pop(key, None)
 
     def _schedule(self) -> None:
-        when_ms = self.origin_ms + self._next_index * FRAME_MS
+        when_ms = self.origin_ms + self._next_index * self.SUB_TICK_MS
         self._handle = self._loop.call_at(when_ms / 1000.0, self._tick)
 
     def _tick(self) -> None:
         self._handle = None
         now_ms = self.now_ms()
-        index = max(self._next_index, int((now_ms - self.origin_ms) // FRAME_MS))
-        if index > self._next_index:
+        index = max(self._next_index, int((now_ms - self.origin_ms) // self.SUB_TICK_MS))
+        if index - self._next_index >= self.PHASES:
             self.late_ticks += 1
-        grid_ms = self.origin_ms + index * FRAME_MS
         self.ticks += 1
-        for key, callback in list(self._callbacks.items()):
-            try:
-                keep = callback(grid_ms, now_ms)
-            except Exception:  # one broken call must not stop the clock of all the others
-                logger.exception("carrier sim: call tick failed")
-                keep = False
-            if not keep:
-                self._callbacks.pop(key, None)
+        for sub_index in range(max(self._next_index, index - self.PHASES + 1), index + 1):
+            callbacks = self._callbacks[sub_index % self.PHASES]
+            grid_ms = self.origin_ms + sub_index * self.SUB_TICK_MS
+            for key, callback in list(callbacks.items()):
+                try:
+                    keep = callback(grid_ms, now_ms)
+                except Exception:  # one broken call must not stop the clock of all the others
+                    logger.exception("carrier sim: call tick failed")
+                    keep = False
+                if not keep:
+                    callbacks.pop(key, None)
         self._next_index = index + 1
-        if self._callbacks:
+        if any(self._callbacks):
             self._schedule()
 
 
@@ -436,9 +466,10 @@ async def place_call(
 
     # 2. The stream.
     ticker = shared_ticker(loop)
+    phase = ticker.assign_phase()
     core = CarrierCall(
         call_sid, stream_sid, account_sid, session_token, script.utterances, lead_frames,
-        play_phase_ms=ticker.origin_ms, keep_audio=keep_audio,
+        play_phase_ms=ticker.phase_origin_ms(phase), keep_audio=keep_audio,
     )
     runner = _CallRunner(core, script, ticker)
     runner.errors = errors
@@ -476,7 +507,7 @@ async def place_call(
             _status_callback(auth_token, target.status_callback, target.status_callback_method, fields, errors)))
 
     status_callback("stream-started")
-    ticker.add(runner.on_tick)
+    ticker.add(runner.on_tick, phase)
 
     try:
         await runner.wait_finished(script.duration_ms / 1000.0 + END_SLACK_S)

@@ -4,7 +4,8 @@ Owns the socket, the real clock (CLOCK_MONOTONIC in ms, the clock the shared-mem
 so an in-process harness can line records up with pacer and gateway times) and the registry of sessions
 that a harness reads after its calls. Protocol behaviour lives in model_core; this module must not decide
 what the server says. Binds 127.0.0.1 only by default; serves without per-message compression (it
-doubles the CPU per message, ARCHITECTURE.md section 11).
+doubles the CPU per message, ARCHITECTURE.md section 11). The socket side is picows (framing in C), one
+listener and at most one timer per session: the bench runs hundreds of sessions on one load core.
 
     python -m voicecore.sim.model_server --port 9100 [--naming beta]
 """
@@ -13,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
 import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
+from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, WSUpgradeRequest, ws_create_server
 
 from voicecore.sim.audio_clips import ClipLibrary, default_library
 from voicecore.sim.model_core import ModelSession, SimConfig
@@ -29,7 +28,9 @@ from voicecore.sim.model_core import ModelSession, SimConfig
 log = logging.getLogger("voicecore.sim.model_server")
 
 CALL_HEADER = "X-Voicecore-Call"  # spec: model-session correlation; the real vendor ignores it
-_SENDS_PER_YIELD = 32  # a loop of sends to a fast reader never yields on its own (ARCHITECTURE.md 11)
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+_ws_log = logging.getLogger("voicecore.sim.model_server.ws")  # picows logs every connection at INFO
+_ws_log.setLevel(logging.WARNING)
 
 
 def now_ms() -> int:
@@ -42,7 +43,7 @@ class ModelSimServer:
 
     config: SimConfig
     clips: ClipLibrary
-    server: Server | None = None
+    server: asyncio.Server | None = None
     port: int = 0
     registry: dict[str, ModelSession] = field(default_factory=dict)
     sessions_opened: int = 0
@@ -58,13 +59,11 @@ class ModelSimServer:
             self.server.close()
             await self.server.wait_closed()
 
-    async def _handle(self, ws: ServerConnection) -> None:
-        request = ws.request
-        headers = request.headers if request is not None else None
-        beta = headers is not None and headers.get("OpenAI-Beta", "").strip().lower() == "realtime=v1"
-        model = None
-        if request is not None:
-            model = (parse_qs(urlsplit(request.path).query).get("model") or [None])[0]
+    def _open(self, request: WSUpgradeRequest) -> "_SessionSocket":
+        headers = request.headers
+        beta = headers.get("OpenAI-Beta", "").strip().lower() == "realtime=v1"
+        path = request.path.decode("latin-1")
+        model = (parse_qs(urlsplit(path).query).get("model") or [None])[0]
         index = self.sessions_opened
         self.sessions_opened += 1
         session = ModelSession(
@@ -73,25 +72,12 @@ class ModelSimServer:
             self.config.seed,
             now_ms=now_ms(),
             naming="beta" if beta else self.config.naming,
-            call_sid=headers.get(CALL_HEADER) if headers is not None else None,
+            call_sid=headers.get(CALL_HEADER),
             model=model,
             clips=self.clips,
         )
         self.registry[session.session_id] = session
-        wake = asyncio.Event()
-        writer = asyncio.create_task(_write_loop(ws, session, wake))
-        try:
-            async for message in ws:
-                session.receive_client_event(message, now_ms())
-                wake.set()
-        except ConnectionClosed:
-            pass
-        finally:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                await writer
-            session.close(now_ms())
-            self._prune()
+        return _SessionSocket(self, session)
 
     def _prune(self) -> None:
         if self.keep_closed is None:
@@ -101,25 +87,76 @@ class ModelSimServer:
             del self.registry[sid]
 
 
-async def _write_loop(ws: ServerConnection, session: ModelSession, wake: asyncio.Event) -> None:
-    """Send what the session has due, then sleep until its next wakeup or the next client event."""
-    while True:
-        wake.clear()  # before draining: a client event that arrives while we send sets it again
+class _SessionSocket(WSListener):
+    """One session's socket: client events in; what the session has due out, now or at its next wakeup."""
+
+    def __init__(self, sim: ModelSimServer, session: ModelSession) -> None:
+        self.sim = sim
+        self.session = session
+        self.transport: WSTransport | None = None
+        self.loop = asyncio.get_running_loop()
+        self.timer: asyncio.TimerHandle | None = None
+        self.fragments: list[bytes] = []
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self.transport = transport
+        self._send_due()
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        msg_type = frame.msg_type
+        if msg_type is WSMsgType.TEXT or msg_type is WSMsgType.BINARY:
+            if not frame.fin:
+                self.fragments = [frame.get_payload_as_bytes()]
+                return
+            # Text arrives decoded; a binary message goes to the core as bytes (it reads them as UTF-8 JSON).
+            data = frame.get_payload_as_bytes()
+            self.session.receive_client_event(_text_or_bytes(data) if msg_type is WSMsgType.TEXT else data, now_ms())
+        elif msg_type is WSMsgType.CONTINUATION and self.fragments:
+            self.fragments.append(frame.get_payload_as_bytes())
+            if not frame.fin:
+                return
+            data, self.fragments = b"".join(self.fragments), []
+            self.session.receive_client_event(_text_or_bytes(data), now_ms())
+        elif msg_type is WSMsgType.CLOSE:
+            if not transport.is_close_frame_sent:
+                code = frame.get_close_code()
+                transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
+            transport.disconnect()
+            return
+        else:
+            return
+        self._send_due()
+
+    def _send_due(self) -> None:
+        """Send what the session has due, then sleep until its next wakeup (or the next client event)."""
+        transport = self.transport
+        if transport is None or transport.is_disconnected or transport.is_close_frame_sent:
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        session = self.session
         session.advance(now_ms())
-        sent = 0
-        for text in session.events_to_send():
-            await ws.send(text)
-            sent += 1
-            if sent % _SENDS_PER_YIELD == 0:
-                await asyncio.sleep(0)
-        if wake.is_set():
-            continue
+        text = WSMsgType.TEXT
+        for event in session.events_to_send():
+            transport.send(text, event.encode())
         wakeup = session.next_wakeup_ms()
-        timeout = None if wakeup is None else max(0, wakeup - now_ms()) / 1000
-        if timeout == 0:
-            continue
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout)
+        if wakeup is not None:
+            self.timer = self.loop.call_at(self.loop.time() + max(0, wakeup - now_ms()) / 1000, self._send_due)
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.session.close(now_ms())
+        self.sim._prune()
+
+
+def _text_or_bytes(data: bytes) -> str | bytes:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data  # the core rejects it as not UTF-8 JSON
 
 
 async def serve_model_sim(
@@ -127,7 +164,8 @@ async def serve_model_sim(
 ) -> tuple[ModelSimServer, int]:
     """Start the simulator; returns it (with `.registry`) and the bound port."""
     sim = ModelSimServer(config=config or SimConfig(), clips=default_library(), keep_closed=keep_closed)
-    sim.server = await serve(sim._handle, host, port, compression=None, max_size=16 * 1024 * 1024)
+    sim.server = await ws_create_server(sim._open, host, port, max_frame_size=MAX_MESSAGE_BYTES,
+                                        logger_name=_ws_log)
     sim.port = sim.server.sockets[0].getsockname()[1] if sim.server.sockets else port
     return sim, sim.port
 
