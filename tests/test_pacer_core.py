@@ -622,6 +622,22 @@ def test_calls_are_independent_and_the_return_value_counts_calls_with_news(call)
     assert stats["ticks"] == 2 and stats["calls_served"] == 4 and stats["frames_released"] == 3
 
 
+def test_a_phase_ticks_only_its_group_of_slots(call):
+    """The shell ticks slot % phases == phase on each sub-tick: every call once per 20 ms, on its phase."""
+    arena = call.arena
+    arena.claim_slot(0, "MZzero", "CAzero")
+    R.tag_open(arena.ctrl, 0, 9, False)
+    for i in range(4):
+        R.outbound_push(arena.ctrl, arena.out_meta, arena.out_payload, 0, 9, i, frame_payload(9, i))
+    call.open(1)
+    call.push(1, 4)
+    assert call.pacer.tick(0, 1, 2) == 1  # slot 1's group
+    assert R.wire_pending(arena.ctrl, 0) == 0 and R.wire_pending(arena.ctrl, 1) == 4
+    assert call.pacer.tick(0, 0, 2) == 1  # then slot 0's
+    assert R.wire_pending(arena.ctrl, 0) == 4
+    assert call.pacer.statistics()["calls_served"] == 2
+
+
 def test_bad_arguments_are_refused(call):
     with pytest.raises(ValueError):
         P.PacerCore(call.arena, lead_ms=0)
@@ -629,5 +645,7 @@ def test_bad_arguments_are_refused(call):
     with pytest.raises(ValueError):
         P.pace_tick(
             call.ctrl, call.arena.sids, call.arena.out_meta, call.arena.out_payload, call.arena.wire_len,
-            call.arena.wire_data, prefix, prefix_len, 0, 80 * MS, 5, 10, 0, P.new_stats(),
+            call.arena.wire_data, prefix, prefix_len, 0, 80 * MS, 5, 10, 0, P.new_stats(), 0, 1,
         )
+    with pytest.raises(ValueError):
+        call.pacer.tick(0, 0, 0)  # a group step of 0 would never advance

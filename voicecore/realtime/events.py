@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Union
 from urllib.parse import quote
 
+import orjson
+
 Naming = Literal["ga", "beta"]
 
 # --------------------------------------------------------------------------------------------------
@@ -316,9 +318,9 @@ SERVER_EVENT_TYPES: frozenset[str] = frozenset(_PARSERS)
 def parse_server_event(text: str | bytes) -> ServerEvent:
     """One WebSocket message from the model, as a typed event. Never raises."""
     try:
-        if isinstance(text, (bytes, bytearray, memoryview)):
-            text = bytes(text).decode("utf-8")
-        event = json.loads(text)
+        if isinstance(text, (bytearray, memoryview)):
+            text = bytes(text)
+        event = orjson.loads(text)  # strict JSON, UTF-8 checked, ~3x json.loads on large audio deltas
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return MalformedEvent(f"not JSON text: {type(exc).__name__}")
     if not isinstance(event, dict):

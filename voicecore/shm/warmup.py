@@ -36,6 +36,7 @@ def warm_up_rings() -> None:
             rings.tag_cancel(ctrl, 0, 1, 0)
             rings.wire_push(ctrl, arena.wire_len, arena.wire_data, 0, frame, 4)
             rings.wire_pending(ctrl, 0)
+            rings.wire_ready_slots(ctrl, np.zeros(1, dtype=np.int64))
             rings.wire_drain(ctrl, arena.wire_len, arena.wire_data, 0)
         finally:
             arena.close()

@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import orjson
+
 from voicecore.timing import BYTES_PER_MS, DEFAULT_LEAD_MS, FRAME_BYTES, FRAME_MS
 
 DEFAULT_LEAD_FRAMES = DEFAULT_LEAD_MS // FRAME_MS
@@ -372,7 +374,7 @@ class CarrierCall:
             self._protocol_error("binary frame")
             return
         try:
-            message = json.loads(text)
+            message = orjson.loads(text)
         except ValueError:
             self._protocol_error("not JSON")
             return

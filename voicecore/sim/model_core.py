@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import binascii
 import functools
-import json
 import math
 import re
 import warnings
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import orjson
 
 from voicecore.sim.audio_clips import ClipInfo, ClipLibrary, default_library
 from voicecore.timing import BYTES_PER_MS, FRAME_BYTES, FRAME_MS
@@ -828,7 +828,7 @@ class ModelSession:
                 except UnicodeDecodeError:
                     raise _Reject("invalid_json", "The message is not UTF-8 JSON text.") from None
             try:
-                event = json.loads(text)
+                event = orjson.loads(text)
             except (ValueError, RecursionError):
                 raise _Reject("invalid_json", "The message could not be parsed as JSON.") from None
             if not isinstance(event, dict):
@@ -1403,7 +1403,7 @@ class ModelSession:
     def _emit(self, event: dict[str, Any]) -> None:
         body = {"type": event.pop("type"), "event_id": "event_" + self._ids.token()}
         body.update(event)
-        self._outbox.append(json.dumps(body, separators=(",", ":"), ensure_ascii=False))
+        self._outbox.append(orjson.dumps(body).decode())  # compact, UTF-8 as is: what json.dumps gave, faster
 
     def _obfuscate(self, event: dict[str, Any]) -> dict[str, Any]:
         if self.config.obfuscation:

