@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import uvloop
+
 from bench.pinning import parse_cpus
 from bench.scenarios import get_scenario
 from voicecore.sim.carrier import CallResult, place_call, shared_ticker
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     if not line:
         return
     t0_ms = float(json.loads(line)["t0_ms"])
-    results = asyncio.run(_run(args, t0_ms))
+    results = uvloop.run(_run(args, t0_ms))
     out = Path(args.out)
     with open(out.with_suffix(".tmp"), "wb") as f:
         pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)

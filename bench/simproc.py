@@ -23,6 +23,8 @@ import pickle
 import signal
 from pathlib import Path
 
+import uvloop
+
 from bench.pinning import parse_cpus
 from bench.scenarios import get_scenario
 from voicecore.sim.model_server import serve_model_sim
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.cpus:
         os.sched_setaffinity(0, parse_cpus(args.cpus))
     os.nice(SIM_NICE)
-    asyncio.run(_main(args))
+    uvloop.run(_main(args))
 
 
 if __name__ == "__main__":

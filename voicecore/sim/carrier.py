@@ -13,6 +13,7 @@ never raise out of place_call(); they end up in CallResult.errors.
 import asyncio
 import logging
 import math
+import time
 import urllib.parse
 import uuid
 import weakref
@@ -180,11 +181,15 @@ class SharedTicker:
     @property
     def origin_ms(self) -> int:
         if self._origin_ms is None:
-            self._origin_ms = math.ceil(self._loop.time() * 1000)
+            self._origin_ms = math.ceil(self.now_ms())
         return self._origin_ms
 
-    def now_ms(self) -> float:
-        return self._loop.time() * 1000.0
+    @staticmethod
+    def now_ms() -> float:
+        # CLOCK_MONOTONIC read now, not the loop's clock: uvloop's loop.time() is libuv's cached
+        # millisecond time of the current iteration, too coarse and stale for arrival stamps. The same
+        # clock as the stack's processes (time.monotonic_ns), so their records line up.
+        return time.monotonic() * 1000.0
 
     def live(self) -> int:
         """Calls registered now."""
@@ -218,11 +223,18 @@ class SharedTicker:
 
     def _schedule(self) -> None:
         when_ms = self.origin_ms + self._next_index * self.SUB_TICK_MS
-        self._handle = self._loop.call_at(when_ms / 1000.0, self._tick)
+        self._handle = self._loop.call_later(max(0.0, when_ms - self.now_ms()) / 1000.0, self._tick)
 
     def _tick(self) -> None:
         self._handle = None
         now_ms = self.now_ms()
+        due_ms = self.origin_ms + self._next_index * self.SUB_TICK_MS
+        if now_ms < due_ms:
+            # uvloop's timers count whole milliseconds of a clock read at the start of the loop's
+            # iteration, so they can fire up to ~1.5 ms early: wait for the grid point itself (playout
+            # ticks must not run before their time).
+            self._handle = self._loop.call_later((due_ms - now_ms) / 1000.0, self._tick)
+            return
         index = max(self._next_index, int((now_ms - self.origin_ms) // self.SUB_TICK_MS))
         if index - self._next_index >= self.PHASES:
             self.late_ticks += 1

@@ -246,7 +246,14 @@ class _Rng:
         return self.u64() / 2.0**64
 
     def token(self, length: int = 21) -> str:
-        return "".join(_BASE62[self.u64() % 62] for _ in range(length))
+        # Ten base-62 digits per draw (62**10 < 2**64): ids are a large share of the simulator's work.
+        digits: list[str] = []
+        while len(digits) < length:
+            z = self.u64()
+            for _ in range(10):
+                z, r = divmod(z, 62)
+                digits.append(_BASE62[r])
+        return "".join(digits[:length])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -304,6 +311,22 @@ def dither_ulaw(audio: bytes, seed: int) -> bytes:
     n = len(audio)
     if n == 0:
         return b""
+    frames, magnitude, sign, chosen = _dither_plan(audio)
+    raw = np.random.PCG64(seed).random_raw(frames * FRAME_BYTES).reshape(frames, FRAME_BYTES)
+    step = np.where(chosen, (raw % 3).astype(np.int16) - 1, 0)
+    moved = magnitude + step
+    below_zero = moved < 0
+    sign = np.where(below_zero, sign ^ 0x80, sign).astype(np.uint8)
+    moved = np.clip(moved, 0, 127).astype(np.uint8)
+    out = (~(sign | moved)).astype(np.uint8).reshape(-1)[:n]
+    return out.tobytes()
+
+
+@functools.lru_cache(maxsize=64)
+def _dither_plan(audio: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """The seed-independent half of dither_ulaw (which samples may move), computed once per clip: every
+    response of a clip differs only in its random steps."""
+    n = len(audio)
     frames = -(-n // FRAME_BYTES)
     padded = np.full(frames * FRAME_BYTES, 0xFF, dtype=np.uint8)
     padded[:n] = np.frombuffer(audio, dtype=np.uint8)
@@ -314,14 +337,9 @@ def dither_ulaw(audio: bytes, seed: int) -> bytes:
     ranked = np.where(valid, magnitude, 1000)
     kth = np.partition(ranked, _DITHER_MIN_SAMPLES - 1, axis=1)[:, _DITHER_MIN_SAMPLES - 1 : _DITHER_MIN_SAMPLES]
     chosen = valid & ((magnitude <= _DITHER_QUIET_CODE) | (ranked <= kth))
-    raw = np.random.PCG64(seed).random_raw(frames * FRAME_BYTES).reshape(frames, FRAME_BYTES)
-    step = np.where(chosen, (raw % 3).astype(np.int16) - 1, 0)
-    moved = magnitude + step
-    below_zero = moved < 0
-    sign = np.where(below_zero, sign ^ 0x80, sign).astype(np.uint8)
-    moved = np.clip(moved, 0, 127).astype(np.uint8)
-    out = (~(sign | moved)).astype(np.uint8).reshape(-1)[:n]
-    return out.tobytes()
+    for array in (magnitude, sign, chosen):
+        array.flags.writeable = False  # shared by every response of the clip
+    return frames, magnitude, sign, chosen
 
 
 def split_delta_sizes(total_bytes: int, rng: _Rng, min_bytes: int, max_bytes: int) -> list[int]:
