@@ -34,7 +34,8 @@ def frame_payload(tag: int, index: int) -> bytes:
 class Call:
     """One call slot: the model side (push, tags), the gateway side (drain) and the pacer around it."""
 
-    def __init__(self, tmp_path, *, slot=1, wire_slots=16, out_slots=64, lead_ms=80, mark_every=5, burst=10, start_hold_ms=0):
+    def __init__(self, tmp_path, *, slot=1, wire_slots=16, out_slots=64, lead_ms=80, mark_every=5, burst=10, start_hold_ms=0,
+                 release=1):
         self.arena = Arena.create(
             ArenaLayout(max_calls=3, in_slots=8, out_slots=out_slots, wire_slots=wire_slots),
             directory=str(tmp_path),
@@ -44,7 +45,7 @@ class Call:
         # The prefill hold is off unless a test is about it (see test_dry_carrier_*): the other cases
         # pin release rules that the hold only delays.
         self.pacer = P.PacerCore(self.arena, lead_ms=lead_ms, mark_every_frames=mark_every, max_burst_frames=burst,
-                                 start_hold_ms=start_hold_ms)
+                                 start_hold_ms=start_hold_ms, release_frames=release)
         self.next_index: dict[int, int] = {}
         self.log: list[list[str]] = []
 
@@ -204,6 +205,60 @@ def test_lead_burst_of_four_then_one_per_tick(call):
     assert call.tick(70) == ["1.7"]  # an off-grid wake tops the lead up too: 70 ms < 80 ms
     assert call.tick(80) == []  # lead 80 ms: nothing due
     assert call.word(C.FRAMES_RELEASED) == 8 and call.word(C.LAST_RELEASE_NS) == 70 * MS
+
+
+def test_release_in_pairs_swings_the_queue_between_60_and_100_ms(tmp_path):
+    """release_frames=2: two frames every other tick, so one gateway write carries both; the carrier's
+    queue before a release is where it would be with one frame per tick (60 ms), never lower."""
+    c = Call(tmp_path, release=2)
+    try:
+        c.open(1)
+        c.push(1, 14)
+        assert c.tick(0) == frames(1, 0, 4) + ["mark 1:5"]  # fill to 100 ms
+        assert c.word(C.CARRIER_EMPTY_AT_NS) == 100 * MS
+        assert c.tick(20) == []  # 80 ms queued: not down to 60 yet
+        assert c.tick(40) == frames(1, 5, 6)  # 60 ms: two frames, back to 100
+        assert c.tick(60) == []
+        assert c.tick(80) == ["1.7", "1.8"]
+        assert c.tick(100) == []
+        assert c.tick(120) == ["1.9", "mark 1:10", "1.10"]
+        # Whatever the tick's jitter, a release is two frames: just under or just over 60 ms queued.
+        assert c.tick(160) == ["1.11", "1.12"] and c.tick(200.001) == ["1.13"]  # the 14th and last frame
+        assert c.word(C.FRAMES_RELEASED) == 14
+    finally:
+        c.close()
+
+
+def test_release_in_pairs_never_lets_a_response_start_late(tmp_path):
+    """Frame n of a response reaches the carrier no later than with one frame per tick."""
+    single, paired = Call(tmp_path, release=1), Call(tmp_path, release=2)
+    try:
+        arrival = {}
+        for name, c in (("single", single), ("paired", paired)):
+            c.open(1)
+            c.push(1, 40)
+            for tick in range(0, 800, 20):
+                for event in c.tick(tick):
+                    if not event.startswith("mark"):
+                        arrival.setdefault(name, []).append(tick)
+        assert len(arrival["single"]) == len(arrival["paired"]) == 40
+        assert all(p <= s for p, s in zip(arrival["paired"], arrival["single"]))
+    finally:
+        single.close()
+        paired.close()
+
+
+def test_release_frames_must_leave_the_queue_above_zero(tmp_path):
+    arena = Call(tmp_path).arena
+    try:
+        with pytest.raises(ValueError):
+            P.PacerCore(arena, lead_ms=80, release_frames=5)  # would wait for an empty carrier
+        with pytest.raises(ValueError):
+            P.PacerCore(arena, release_frames=0)
+        assert P.PacerCore(arena, lead_ms=80, release_frames=4).release_frames == 4
+    finally:
+        arena.close()
+        arena.unlink()
 
 
 @pytest.mark.parametrize(
@@ -645,7 +700,7 @@ def test_bad_arguments_are_refused(call):
     with pytest.raises(ValueError):
         P.pace_tick(
             call.ctrl, call.arena.sids, call.arena.out_meta, call.arena.out_payload, call.arena.wire_len,
-            call.arena.wire_data, prefix, prefix_len, 0, 80 * MS, 5, 10, 0, P.new_stats(), 0, 1,
+            call.arena.wire_data, prefix, prefix_len, 0, 80 * MS, 5, 10, 0, P.new_stats(), 0, 1, 1,
         )
     with pytest.raises(ValueError):
         call.pacer.tick(0, 0, 0)  # a group step of 0 would never advance

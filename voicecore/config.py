@@ -42,6 +42,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shm_dir", str, "/dev/shm", "directory of the shared-memory arena file"),
     Setting("lead_ms", int, 80, "audio the pacer keeps queued ahead in the carrier's buffer"),
     Setting("mark_every_frames", int, 5, "a mark after this many 20 ms frames (played-position resolution)"),
+    Setting("release_frames", int, 2, "the pacer releases frames this many at a time (one socket write for them): the carrier's queue swings between lead - (n-1) and lead + (n-1) frames; 1: top the lead up every tick"),
     Setting("start_hold_ms", int, 60, "when the carrier's buffer is dry, wait up to this long for a lead's worth of audio before releasing"),
     Setting("twilio_api_base", str, "https://api.twilio.com", "base URL of Twilio's REST API (hang up, transfer); tests point it at a local fake"),
     Setting("call_control", str, "spine", "spine: barge-in on the model's speech_started; turns: the turn-taking controller (semantic barge-in, debounce, watchdog, check-ins), with call records"),
@@ -78,6 +79,7 @@ class Config:
     shm_dir: str
     lead_ms: int
     mark_every_frames: int
+    release_frames: int
     start_hold_ms: int
     twilio_api_base: str
     call_control: str
@@ -165,6 +167,8 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"lead_ms: expected 20..1000, got {values['lead_ms']}")
     if not 1 <= int(values["mark_every_frames"]) <= 50:  # type: ignore[arg-type]
         raise ConfigError(f"mark_every_frames: expected 1..50, got {values['mark_every_frames']}")
+    if not 1 <= int(values["release_frames"]) <= 4 or (int(values["release_frames"]) - 1) * 20 >= int(values["lead_ms"]):  # type: ignore[arg-type]
+        raise ConfigError(f"release_frames: expected 1..4 with (release_frames - 1) * 20 < lead_ms, got {values['release_frames']}")
     if not 0 <= int(values["start_hold_ms"]) <= 1000:  # type: ignore[arg-type]
         raise ConfigError(f"start_hold_ms: expected 0..1000, got {values['start_hold_ms']}")
     if not 0 <= int(values["gate_margin_ms"]) <= 2000:  # type: ignore[arg-type]

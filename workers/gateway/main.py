@@ -30,7 +30,7 @@ from pathlib import Path
 import h11
 import numpy as np
 import zmq
-from picows import WSAutoPingStrategy, WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, WSUpgradeRequest
+from picows import WSAutoPingStrategy, WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport
 from picows.picows import WSProtocol
 
 from voicecore import timing
@@ -53,6 +53,7 @@ from voicecore.shm.warmup import warm_up_rings
 from voicecore.stats import LatencyLog
 from voicecore.twilio import stream as tw
 from voicecore.twilio import webhook
+from voicecore.wsframes import text_frame_header, text_frames
 from workers.gateway.core import MarkDiscarded, MarkLedger, MarkPlayed, SlotTable
 
 log = logging.getLogger("voicecore.gateway")
@@ -528,12 +529,10 @@ class StreamConnection(WSListener):
         gw = self.gateway
         slot = self.slot
         transport = self.transport
-        if slot is None or transport is None or self.closing:
+        if slot is None or transport is None or self.closing or transport.is_close_frame_sent:
             return
         arena = gw.arena
-        send = transport.send
-        text = WSMsgType.TEXT
-        sent = 0
+        out: list[bytes] = []
         while batch := rings.wire_drain(arena.ctrl, arena.wire_len, arena.wire_data, slot):
             for data in batch:
                 if not data.startswith(MEDIA_PREFIX):
@@ -547,9 +546,12 @@ class StreamConnection(WSListener):
                         decided = int(ctrl[C.CANCEL_DECISION_NS])
                         if decided:
                             gw.bargein_to_clear.add_ns(time.monotonic_ns() - decided)
-                send(text, data)
-            sent += len(batch)
-        gw.counters["wire_messages"] += sent
+                out.append(data)
+        if not out:
+            return
+        gw.counters["wire_messages"] += len(out)
+        # One write for everything released since the last doorbell (one system call, not one per message).
+        transport.underlying_transport.write(text_frames(out) if len(out) > 1 else text_frame_header(len(out[0])) + out[0])
         queued = transport.underlying_transport.get_write_buffer_size()
         if queued > MAX_WRITE_BUFFER_BYTES:
             log.warning("call %s: carrier is not reading (%d bytes queued); dropping the call", self.call_sid,

@@ -414,6 +414,7 @@ def _release(
     max_burst_frames,
     start_hold_ns,
     stats_out,
+    release_frames,
 ):
     n_out = out_meta.shape[1]
     n_wire = wire_len.shape[1]
@@ -430,6 +431,16 @@ def _release(
     skipped = 0
     marks = 0
     held = False  # a due entry was held by the gate or the wire ring: a dry carrier is not an underrun
+    # Release in batches of release_frames (one socket write carries them all): start only when the
+    # carrier's queue is down to about lead - (B-1) frames, fill it to about lead + (B-1) frames, so
+    # the queue swings around the lead and never falls below where B = 1 would leave it before a tick.
+    # B = 1 keeps the lead topped up on every tick.
+    if release_frames <= 1:
+        start_below_ns = lead_ns
+        fill_below_ns = lead_ns
+    else:
+        start_below_ns = lead_ns - (release_frames - 1) * FRAME_NS + FRAME_NS // 2
+        fill_below_ns = lead_ns + (release_frames - 1) * FRAME_NS - FRAME_NS // 2
 
     while out_tail < out_head:
         o = out_tail & (n_out - 1)
@@ -458,7 +469,7 @@ def _release(
                 closed = SENT_ENDED
             out_tail += 1
             continue
-        if released >= max_burst_frames or empty_at_ns - now_ns >= lead_ns:
+        if released >= max_burst_frames or empty_at_ns - now_ns >= (fill_below_ns if released else start_below_ns):
             break
         if released == 0 and empty_at_ns <= now_ns and start_hold_ns > 0:
             # The carrier is dry: prefill. Release only when a lead's worth of this tag's frames (or
@@ -580,6 +591,7 @@ def pace_tick(
     stats_out,
     first_slot,
     slot_step,
+    release_frames,
 ):
     """One 20 ms tick for the call slots first_slot, first_slot + slot_step, ... (0, 1: every slot).
     Returns the number of calls with new wire entries.
@@ -589,6 +601,8 @@ def pace_tick(
     shell's monotonic clock. lead_ns: send-ahead to keep in the carrier's buffer. mark_every_frames:
     mark cadence (0: only ":end" marks). max_burst_frames: frames per call per tick at most.
     start_hold_ns: longest prefill wait when the carrier is dry (0: release at once).
+    release_frames: frames released together (1: top the lead up every tick; 2: every other tick, two
+    at a time, so the gateway writes half as often).
     stats_out: int64[STATS_WORDS], accumulated (STAT_*). first_slot, slot_step: the shell ticks the slots
     in groups on phases of the 20 ms grid (PacerCore.tick), so the gateway gets a group's frames at a
     time instead of every call's at once.
@@ -620,6 +634,7 @@ def pace_tick(
                 max_burst_frames,
                 start_hold_ns,
                 stats_out,
+                release_frames,
             )
         if ctrl[s, WIRE_HEAD] != wire_head_before:
             calls_with_news += 1
@@ -658,7 +673,7 @@ class PacerCore:
     """
 
     __slots__ = ("_arrays", "media_prefix", "media_prefix_len", "stats", "lead_ns", "mark_every_frames", "max_burst_frames",
-                 "start_hold_ns")
+                 "start_hold_ns", "release_frames")
 
     def __init__(
         self,
@@ -668,9 +683,12 @@ class PacerCore:
         mark_every_frames: int = DEFAULT_MARK_EVERY_FRAMES,
         max_burst_frames: int = MAX_CATCH_UP_FRAMES,
         start_hold_ms: int = DEFAULT_START_HOLD_MS,
+        release_frames: int = 1,
     ):
         if lead_ms < 1 or mark_every_frames < 0 or max_burst_frames < 1 or start_hold_ms < 0:
             raise ValueError("lead_ms and max_burst_frames must be >= 1, mark_every_frames and start_hold_ms >= 0")
+        if release_frames < 1 or (release_frames - 1) * FRAME_NS >= lead_ms * 1_000_000:
+            raise ValueError("release_frames must be >= 1 and leave the queue above zero: (release_frames - 1) * 20 < lead_ms")
         self._arrays = (arena.ctrl, arena.sids, arena.out_meta, arena.out_payload, arena.wire_len, arena.wire_data)
         self.media_prefix, self.media_prefix_len = new_pacer_scratch(arena.ctrl.shape[0])
         self.stats = new_stats()
@@ -678,6 +696,7 @@ class PacerCore:
         self.mark_every_frames = mark_every_frames
         self.max_burst_frames = max_burst_frames
         self.start_hold_ns = start_hold_ms * 1_000_000
+        self.release_frames = release_frames
 
     def tick(self, now_ns: int, phase: int = 0, phases: int = 1) -> int:
         """The tick of the slots in ``phase`` of ``phases`` groups (slot % phases == phase); (0, 1): all."""
@@ -699,6 +718,7 @@ class PacerCore:
             self.stats,
             phase,
             phases,
+            self.release_frames,
         )
 
     def cancels(self, now_ns: int) -> int:

@@ -101,7 +101,8 @@ class Pacer:
         self.arena = arena
         if arena is not None and self.core is None:
             self.core = PacerCore(arena, lead_ms=self.config.lead_ms, mark_every_frames=self.config.mark_every_frames,
-                                  max_burst_frames=timing.MAX_CATCH_UP_FRAMES, start_hold_ms=self.config.start_hold_ms)
+                                  max_burst_frames=timing.MAX_CATCH_UP_FRAMES, start_hold_ms=self.config.start_hold_ms,
+                                  release_frames=self.config.release_frames)
             self.core.tick(time.monotonic_ns())  # compile-or-load before the clock starts
             self.core.cancels(time.monotonic_ns())
         return self.core is not None
