@@ -636,3 +636,77 @@ def test_many_calls_share_one_ticker():
     # One timer for all calls, not one per call: 600 ms is 30 frames, each in PHASES sub-ticks.
     assert ticker.ticks < 30 * ticker.PHASES * 2
     assert ticker.live() == 0
+
+
+class _FakeLoop:
+    """Just enough of a loop for SharedTicker: call_later is recorded, the test fires it."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.pending = None
+
+    def call_later(self, delay_s, callback):
+        self.pending = (self.clock.now + delay_s, callback)
+        return self.pending
+
+
+class _FakeClock:
+    def __init__(self, now=100.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def _run_ticker(ticker, loop, clock, until_s, *, early_s=0.0):
+    """Fire the ticker's timers in order until ``until_s``; each fires ``early_s`` before its time."""
+    while loop.pending is not None and loop.pending[0] <= until_s:
+        when, callback = loop.pending
+        loop.pending = None
+        clock.now = max(clock.now, when - early_s)
+        callback()
+
+
+def test_shared_ticker_gives_each_call_its_own_phase_of_the_20ms_grid():
+    from voicecore.sim.carrier import SharedTicker
+
+    clock = _FakeClock(100.0)
+    loop = _FakeLoop(clock)
+    ticker = SharedTicker(loop, clock)
+    seen: dict[int, list[float]] = {}
+    phases = [ticker.assign_phase() for _ in range(6)]
+    assert phases == [0, 1, 2, 3, 0, 1]  # round robin
+    for call, phase in enumerate(phases):
+        ticker.add(lambda grid_ms, now_ms, call=call: seen.setdefault(call, []).append(grid_ms) or True, phase)
+    assert ticker.live() == 6
+    _run_ticker(ticker, loop, clock, 100.1)
+    origin = ticker.origin_ms
+    for call, phase in enumerate(phases):
+        grid = seen[call]
+        assert all((g - origin) % 20 == phase * ticker.SUB_TICK_MS for g in grid), (call, grid)
+        assert all(b - a == 20 for a, b in zip(grid, grid[1:]))  # every 20 ms, on its own phase
+        assert len(grid) >= 4
+    assert ticker.phase_origin_ms(3) == origin + 15
+
+
+def test_shared_ticker_waits_out_an_early_timer_and_catches_up_after_a_stall():
+    from voicecore.sim.carrier import SharedTicker
+
+    clock = _FakeClock(50.0)
+    loop = _FakeLoop(clock)
+    ticker = SharedTicker(loop, clock)
+    calls: list[tuple[int, float]] = []
+    ticker.add(lambda grid_ms, now_ms: calls.append((grid_ms, now_ms)) or True, 2)
+    # Timers that fire 0.8 ms early (uvloop's whole-millisecond timers): no callback runs before its grid point.
+    _run_ticker(ticker, loop, clock, 50.1, early_s=0.0008)
+    assert calls and all(now_ms >= grid_ms for grid_ms, now_ms in calls)
+    # A 70 ms stall: the call's turn passed three times; it runs once, at its newest grid point.
+    before = len(calls)
+    clock.now += 0.070
+    when, callback = loop.pending
+    loop.pending = None
+    callback()
+    assert len(calls) == before + 1
+    grid_ms, now_ms = calls[-1]
+    assert 0 <= now_ms - grid_ms < 20 and (grid_ms - ticker.origin_ms) % 20 == 10
+    assert ticker.late_ticks == 1

@@ -167,8 +167,9 @@ class SharedTicker:
     PHASES = 4
     SUB_TICK_MS = FRAME_MS // PHASES
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, clock: Callable[[], float] = time.monotonic) -> None:
         self._loop = loop
+        self._clock = clock  # seconds; CLOCK_MONOTONIC (tests pass a fake)
         self._origin_ms: int | None = None
         self._next_index = 0  # sub-tick index: origin + index * SUB_TICK_MS
         self._handle: asyncio.TimerHandle | None = None
@@ -184,12 +185,11 @@ class SharedTicker:
             self._origin_ms = math.ceil(self.now_ms())
         return self._origin_ms
 
-    @staticmethod
-    def now_ms() -> float:
+    def now_ms(self) -> float:
         # CLOCK_MONOTONIC read now, not the loop's clock: uvloop's loop.time() is libuv's cached
         # millisecond time of the current iteration, too coarse and stale for arrival stamps. The same
         # clock as the stack's processes (time.monotonic_ns), so their records line up.
-        return time.monotonic() * 1000.0
+        return self._clock() * 1000.0
 
     def live(self) -> int:
         """Calls registered now."""
