@@ -30,6 +30,7 @@ def warm_up_rings() -> None:
             rings.tag_state(ctrl, 0, 1)
             rings.tag_approve(ctrl, 0, 1, 1)
             rings.outbound_push(ctrl, arena.out_meta, arena.out_payload, 0, 1, 0, frame)
+            rings.outbound_push_many(ctrl, arena.out_meta, arena.out_payload, 0, 1, 1, out[: timing.FRAME_BYTES])
             rings.outbound_free(ctrl, arena.out_meta, 0)
             rings.outbound_push_end(ctrl, arena.out_meta, 0, 1, 1)
             rings.tag_done(ctrl, 0, 1)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import h11
 import numpy as np
+import orjson
 import zmq
 from picows import WSAutoPingStrategy, WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport
 from picows.picows import WSProtocol
@@ -537,7 +538,7 @@ class StreamConnection(WSListener):
             for data in batch:
                 if not data.startswith(MEDIA_PREFIX):
                     if data.startswith(MARK_PREFIX):
-                        self.ledger.sent_mark(json.loads(data)["mark"]["name"])
+                        self.ledger.sent_mark(orjson.loads(data)["mark"]["name"])
                     elif data.startswith(CLEAR_PREFIX):
                         self.ledger.sent_clear()
                         ctrl = self.ctrl[slot]
