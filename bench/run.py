@@ -570,6 +570,10 @@ def _summary_top(runs: list[dict], search: CapacitySearch | None) -> dict:
 async def _bench(opts: BenchOptions) -> dict:
     from bench.report import machine_info, versions
 
+    # SIGTERM (a supervisor, `timeout`, kill) cancels the run like Ctrl-C does, so every step's finally
+    # stops its stack and load processes: nothing is left running or in /dev/shm.
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+
     json_path = Path(opts.json_path) if opts.json_path else None
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)  # before an hour of runs, not after
@@ -674,6 +678,9 @@ def run_bench(opts: BenchOptions) -> int:
     except (BenchError, StackError) as exc:
         print(f"voicecore bench: {exc}", file=sys.stderr)
         return 1
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        print("voicecore bench: stopped; the stack and load processes were shut down", file=sys.stderr)
+        return 130
     all_runs = top.pop("_runs_full")
     runs = all_runs["voicecore"]
     last = runs[-1]

@@ -69,3 +69,60 @@ def test_bench_smoke(tmp_path: Path):
         assert "matplotlib is not installed" in completed.stderr
     else:
         assert png_path.exists() and png_path.stat().st_size > 10_000
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+    return found
+
+
+@pytest.mark.integration
+def test_sigterm_stops_the_bench_and_everything_it_started(tmp_path: Path):
+    import os
+    import signal
+    import time
+
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "voicecore.cli", "bench", "--calls", "2", "--seconds", "60", "--scenario", "silence",
+         "--json", str(tmp_path / "bench.json")],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        started: set[int] = set()
+        while time.monotonic() < deadline and bench.poll() is None:
+            started |= _descendants(bench.pid)
+            cmdlines = []
+            for pid in started:
+                try:
+                    cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+                except OSError:
+                    pass
+            if any(b"bench.loadgen" in c for c in cmdlines) and any(b"workers.pacer" in c for c in cmdlines):
+                break
+            time.sleep(0.2)
+        assert bench.poll() is None, bench.stderr.read()[-2000:]
+        started |= _descendants(bench.pid)
+        os.kill(bench.pid, signal.SIGTERM)
+        _out, err = bench.communicate(timeout=60)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode == 130, err[-2000:]
+    assert "stopped" in err
+    time.sleep(0.5)
+    alive = [pid for pid in started if Path(f"/proc/{pid}").exists()
+             and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"]
+    assert alive == [], [Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in alive]
