@@ -660,12 +660,18 @@ def test_a_restarted_pacer_resumes_from_shared_memory(call):
     assert call.tick(20) == ["1.4", "mark 1:5"]
 
 
-def test_calls_are_independent_and_the_return_value_counts_calls_with_news(call):
+def _second_call_in_slot_0(call, frames):
+    """Another call in slot 0 with ``frames`` frames of its tag 9 queued; returns the arena."""
     arena = call.arena
     arena.claim_slot(0, "MZzero", "CAzero")
     R.tag_open(arena.ctrl, 0, 9, False)
-    for i in range(2):
+    for i in range(frames):
         R.outbound_push(arena.ctrl, arena.out_meta, arena.out_payload, 0, 9, i, frame_payload(9, i))
+    return arena
+
+
+def test_calls_are_independent_and_the_return_value_counts_calls_with_news(call):
+    arena = _second_call_in_slot_0(call, 2)
     call.open(1)
     assert call.pacer.tick(0) == 1
     assert R.wire_pending(arena.ctrl, 1) == 0 and R.wire_pending(arena.ctrl, 0) == 2
@@ -679,11 +685,7 @@ def test_calls_are_independent_and_the_return_value_counts_calls_with_news(call)
 
 def test_a_phase_ticks_only_its_group_of_slots(call):
     """The shell ticks slot % phases == phase on each sub-tick: every call once per 20 ms, on its phase."""
-    arena = call.arena
-    arena.claim_slot(0, "MZzero", "CAzero")
-    R.tag_open(arena.ctrl, 0, 9, False)
-    for i in range(4):
-        R.outbound_push(arena.ctrl, arena.out_meta, arena.out_payload, 0, 9, i, frame_payload(9, i))
+    arena = _second_call_in_slot_0(call, 4)
     call.open(1)
     call.push(1, 4)
     assert call.pacer.tick(0, 1, 2) == 1  # slot 1's group
