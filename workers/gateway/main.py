@@ -54,7 +54,7 @@ from voicecore.shm.warmup import warm_up_rings
 from voicecore.stats import LatencyLog
 from voicecore.twilio import stream as tw
 from voicecore.twilio import webhook
-from voicecore.wsframes import text_frame_header, text_frames
+from voicecore.wsframes import text_frames
 from workers.gateway.core import MarkDiscarded, MarkLedger, MarkPlayed, SlotTable
 
 log = logging.getLogger("voicecore.gateway")
@@ -552,7 +552,7 @@ class StreamConnection(WSListener):
             return
         gw.counters["wire_messages"] += len(out)
         # One write for everything released since the last doorbell (one system call, not one per message).
-        transport.underlying_transport.write(text_frames(out) if len(out) > 1 else text_frame_header(len(out[0])) + out[0])
+        transport.underlying_transport.write(text_frames(out))
         queued = transport.underlying_transport.get_write_buffer_size()
         if queued > MAX_WRITE_BUFFER_BYTES:
             log.warning("call %s: carrier is not reading (%d bytes queued); dropping the call", self.call_sid,

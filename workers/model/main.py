@@ -208,7 +208,6 @@ class CallSession:
             return
         self.next_inbound_ns = now_ns + INBOUND_BATCH_NS
         arena = self.worker.arena
-        self.flush_pending()
         n = rings.inbound_pop(arena.ctrl, arena.in_meta, arena.in_payload, self.slot, self.inbound, 64)
         if n:
             audio = self.inbound[: n * timing.FRAME_BYTES].tobytes()
