@@ -18,6 +18,12 @@ from importlib import metadata
 VERSIONED = ("voicecore", "numpy", "websockets", "numba", "uvloop", "pyzmq", "msgpack", "supervisor")
 
 
+def _load_split(by_role: dict | None) -> str:
+    if not by_role:
+        return ""
+    return f" (carrier {by_role.get('carrier', 0):.2f}, model sim {by_role.get('model_sim', 0):.2f})"
+
+
 def machine_info() -> dict:
     model = ""
     try:
@@ -84,7 +90,8 @@ def format_table(top: dict, runs: list[dict]) -> str:
     out += [line(r) for r in rows]
     last = runs[-1] if runs else top
     out.append(f"  frames sent {last['frames_sent']}  barge-ins {last['bargeins']}  "
-               f"load CPU {last.get('load_cpu_fraction', 0):.2f} cores over {last.get('load_procs', 1)} load process(es)  "
+               f"load CPU {last.get('load_cpu_fraction', 0):.2f} cores over {last.get('load_procs', 1)} load process(es)"
+               f"{_load_split(last.get('load_cpu_fraction_by_role'))}  "
                f"per process ms/call-s {last.get('cpu_ms_per_call_second_by_process', {})}")
     if "capacity_calls" in top:
         capped = " (the largest count tried: the real capacity may be higher)" if top.get("capacity_capped") else ""

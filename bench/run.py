@@ -387,7 +387,8 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
         current = stack_pids(stack) if stack else pids
         cpu_by_process = {name: cpu_seconds(pid) - cpu_before.get(name, 0.0) for name, pid in current.items()}
         cpu_s = sum(cpu_by_process.values())
-        load_cpu_s = sum(cpu_seconds(pid) - before for pid, before in load_before.items())
+        load_cpu_by_pid = {pid: cpu_seconds(pid) - before for pid, before in load_before.items()}
+        load_cpu_s = sum(load_cpu_by_pid.values())
         loaded_memory = stack_memory_mb(current, config)
         affinity = {name: affinity_of(pid) for name, pid in current.items()}
         affinity["load"] = affinity_of(loads[0].pid) if loads else []
@@ -494,6 +495,12 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
     report["cpu_ms_per_call_second_by_process"] = {
         name: round(s * 1000 / (calls * opts.seconds), 3) for name, s in sorted(cpu_by_process.items())}
     report["load_cpu_fraction"] = round(load_cpu_s / window_s, 3) if window_s else 0.0
+    # Which half of the load side is busy: the carrier simulator (load processes) or the model simulator.
+    sim_pid = sim_proc.pid if sim_proc is not None else None
+    report["load_cpu_fraction_by_role"] = {
+        "carrier": round(sum(v for pid, v in load_cpu_by_pid.items() if pid != sim_pid) / window_s, 3) if window_s else 0.0,
+        "model_sim": round(load_cpu_by_pid.get(sim_pid, 0.0) / window_s, 3) if window_s and sim_pid else 0.0,
+    }
     report["model_event_rates"] = analysis.model_event_rates(records, w0, w1)
     report["calls_live_at_window_start"] = live_at_w0
     report["stack_processes_measured"] = bool(pids)  # False with --target: CPU and memory are not ours to read

@@ -23,7 +23,7 @@ SUMMARY_KEYS = {
 }
 BENCH_KEYS = {
     "scenario", "underruns_audio_available", "underruns_model_starved", "lateness_ms_unadjusted", "frames_lost",
-    "rss_per_call_mb", "model_event_rates", "cpu_ms_per_call_second_by_process", "load_cpu_fraction",
+    "rss_per_call_mb", "model_event_rates", "cpu_ms_per_call_second_by_process", "load_cpu_fraction", "load_cpu_fraction_by_role",
     "slo_violations", "slo_ok", "lateness_cdf_ms", "machine", "versions", "configuration", "slo",
 }
 

@@ -578,6 +578,91 @@ def test_arbitrary_input_never_raises(prelude: str, inputs: list) -> None:
             assert protocol.statistics().violations == 1
 
 
+# --- the media fast path (receive_media) ----------------------------------------------------------
+
+
+def compact(message: dict) -> bytes:
+    # How Twilio really writes it (A.5): no spaces, key order event, sequenceNumber, media, streamSid.
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def assert_same_media(fast: TwilioStreamProtocol, slow: TwilioStreamProtocol, data: bytes) -> None:
+    """``data`` through receive_media on ``fast`` (then receive_text if it declined) and through
+    receive_text on ``slow``: the same outcome, the same protocol state and counters."""
+    got = fast.receive_media(data)
+    if got is None:
+        fast_events = fast.receive_text(data)
+    slow_events = slow.receive_text(data)
+    if got is not None:
+        (slow_event,) = slow_events
+        assert isinstance(slow_event, Media)
+        assert got == (slow_event.sequence_number, slow_event.timestamp_ms, slow_event.payload)
+    else:
+        assert fast_events == slow_events
+    assert fast.statistics() == slow.statistics()
+    assert (fast.state, fast.last_sequence_number, fast.violation) == (slow.state, slow.last_sequence_number, slow.violation)
+
+
+def test_receive_media_takes_twilios_exact_shape() -> None:
+    protocol = protocol_after("started")
+    assert protocol.receive_media(compact(media_msg(seq="2", chunk="1", timestamp="155"))) == (2, 155, FRAME)
+    assert protocol.receive_media(compact(media_msg(seq="4", chunk="3", timestamp="195"))) == (4, 195, FRAME)
+    assert protocol.receive_media(compact(media_msg(seq="3", chunk="2", timestamp="175"))) == (3, 175, FRAME)
+    stats = protocol.statistics()
+    assert (stats.messages_received, stats.media_frames, stats.media_payload_bytes) == (5, 3, 3 * FRAME_BYTES)
+    assert (stats.sequence_gaps, stats.sequence_reordered, protocol.last_sequence_number) == (1, 1, 4)
+
+
+@pytest.mark.parametrize("data", [
+    dumps(media_msg()).encode(),  # spaces after , and :
+    compact({"streamSid": STREAM_SID, **media_msg()}),  # another key order
+    compact(bend(media_msg(), "media.payload", SILENCE_B64[:-2] + "AA")),  # 162 bytes, no padding
+    compact(bend(media_msg(), "media.payload", FRAME_B64[:-4] + "====")),  # not base64
+    compact(bend(media_msg(), "streamSid", OTHER_STREAM_SID)),
+    compact(bend(media_msg(), "media.track", "outbound")),  # not a started track
+    compact(bend(media_msg(), "sequenceNumber", "1" * 19)),  # longer than a counter may be
+    compact(bend(media_msg(), "sequenceNumber", 2)),  # a number, not a string
+    compact(bend(media_msg(), "media.extra", "x")),  # unknown key: valid, but not the exact shape
+    compact(media_msg()) + b" ",
+    compact(media_msg())[:-1],
+    compact(mark_msg()),
+], ids=["spaced", "key-order", "long-payload", "bad-base64", "other-stream", "other-track", "long-counter",
+        "int-counter", "extra-key", "trailing-space", "truncated", "mark"])
+def test_receive_media_declines_anything_else_and_changes_nothing(data: bytes) -> None:
+    fast, slow = protocol_after("started"), protocol_after("started")
+    before = fast.statistics()
+    assert fast.receive_media(data) is None
+    assert fast.statistics() == before and fast.state is State.STREAMING
+    assert_same_media(fast, slow, data)
+
+
+@pytest.mark.parametrize("prelude", ["fresh", "connected", "stopped"])
+def test_receive_media_only_while_streaming(prelude: str) -> None:
+    protocol = protocol_after(prelude)
+    assert protocol.receive_media(compact(media_msg())) is None
+    assert protocol.statistics().messages_received == len(PRELUDES[prelude])
+
+
+def test_receive_media_declines_str_and_after_a_violation() -> None:
+    protocol = protocol_after("started")
+    assert protocol.receive_media(compact(media_msg()).decode()) is None
+    protocol.receive_text("[]")
+    assert protocol.state is State.CLOSED
+    assert protocol.receive_media(compact(media_msg())) is None
+
+
+@settings(derandomize=True, database=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=st.lists(
+    st.builds(media_msg, seq=st.sampled_from(["2", "3", "7", "02", "1" * 18, "x", ""]),
+              chunk=st.sampled_from(["1", "9", "-1"]), timestamp=st.sampled_from(["0", "155", "1e3"]),
+              payload=st.sampled_from([FRAME_B64, SILENCE_B64, FRAME_B64[:-4], FRAME_B64 + "AAAA", ""]))
+    | _near_messages, max_size=5))
+def test_receive_media_agrees_with_receive_text(messages: list[dict]) -> None:
+    fast, slow = protocol_after("started"), protocol_after("started")
+    for message in messages:
+        assert_same_media(fast, slow, compact(message))
+
+
 # --- outbound ------------------------------------------------------------------------------------
 
 

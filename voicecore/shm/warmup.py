@@ -25,6 +25,7 @@ def warm_up_rings() -> None:
             arena.claim_slot(0, "MZ" + "0" * 32, "CA" + "0" * 32)
             ctrl = arena.ctrl
             rings.inbound_push(ctrl, arena.in_meta, arena.in_payload, 0, 1, 20, frame)
+            rings.inbound_push(ctrl, arena.in_meta, arena.in_payload, 0, 2, 40, bytes(timing.FRAME_BYTES))  # the gateway's path
             rings.inbound_pop(ctrl, arena.in_meta, arena.in_payload, 0, out, 4)
             rings.tag_open(ctrl, 0, 1, 0)
             rings.tag_state(ctrl, 0, 1)

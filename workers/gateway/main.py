@@ -385,7 +385,6 @@ class StreamConnection(WSListener):
         self.fragments: list[bytes] = []
         self.fragments_bytes = 0
         self.binary = False
-        self.payload = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.ctrl = gateway.ctrl
         self.loop = asyncio.get_running_loop()
         self.deadline = self.loop.call_later(timing.START_DEADLINE_MS / 1000, self._start_deadline)
@@ -433,6 +432,11 @@ class StreamConnection(WSListener):
     def _on_message(self, payload: bytes) -> None:
         if self.closing:
             return
+        if not self.binary:
+            media = self.twilio.receive_media(payload)
+            if media is not None:
+                self._on_caller_frame(*media)
+                return
         events = self.twilio.receive_binary(payload) if self.binary else self.twilio.receive_text(payload)
         for twilio_event in events:
             self._on_twilio_event(twilio_event)
@@ -445,12 +449,7 @@ class StreamConnection(WSListener):
     def _on_twilio_event(self, event: object) -> None:
         gw = self.gateway
         if isinstance(event, tw.Media):
-            if self.slot is None:
-                return
-            self.payload[:] = np.frombuffer(event.payload, dtype=np.uint8)
-            gw.counters["inbound_frames"] += 1
-            if not rings.inbound_push(gw.arena.ctrl, gw.arena.in_meta, gw.arena.in_payload, self.slot, event.sequence_number, event.timestamp_ms, self.payload):
-                gw.counters["inbound_overruns"] += 1
+            self._on_caller_frame(event.sequence_number, event.timestamp_ms, event.payload)
         elif isinstance(event, tw.Mark):
             self._on_mark_echo(event.name)
         elif isinstance(event, tw.Start):
@@ -465,6 +464,15 @@ class StreamConnection(WSListener):
             self._close(1000, "stream stopped")
         elif isinstance(event, tw.ProtocolViolation):
             self._violation(event)
+
+    def _on_caller_frame(self, sequence_number: int, timestamp_ms: int, payload: bytes) -> None:
+        if self.slot is None:
+            return
+        gw = self.gateway
+        gw.counters["inbound_frames"] += 1
+        arena = gw.arena
+        if not rings.inbound_push(arena.ctrl, arena.in_meta, arena.in_payload, self.slot, sequence_number, timestamp_ms, payload):
+            gw.counters["inbound_overruns"] += 1
 
     def _on_start(self, start: tw.Start) -> None:
         gw = self.gateway
