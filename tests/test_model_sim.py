@@ -26,6 +26,7 @@ from voicecore.sim.model_core import (
     SimConfig,
     _Rng,
     dither_ulaw,
+    peak_ulaw,
     rms_ulaw,
     rms_ulaw_numpy,
     split_delta_sizes,
@@ -686,6 +687,33 @@ def test_semantic_vad_and_vad_switched_on_later() -> None:
     out = h.append(caller_turn("caller_bye"))
     assert types(out)[:2] == ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped"]
     assert out[0]["audio_start_ms"] >= 1000
+
+
+@pytest.mark.parametrize("batch_ms", [20, 60, 100, 340])
+@pytest.mark.parametrize("turns", [("caller_hello", "caller_bye"), ("caller_interrupt", "caller_basic_price")])
+def test_quiet_frame_skip_changes_nothing(monkeypatch: pytest.MonkeyPatch, batch_ms: int, turns: tuple[str, str]) -> None:
+    # Two turns with short and long silences around them, a response playing meanwhile: the events and
+    # the record are the same with the bulk skip of quiet frames and with the frame-by-frame loop alone.
+    audio = caller_turn(turns[0], lead_ms=700, tail_ms=380) + caller_turn(turns[1], lead_ms=120, tail_ms=2600)
+
+    def run() -> tuple[list, list]:
+        h = Harness(SimConfig(speed_factor=1.0, clip_sequence=("agent_premium_price",)), turn_detection=VAD)
+        h.send(ev.response_create())
+        out = h.append(audio, batch_ms=batch_ms)
+        out += h.run_all()
+        return [(e["type"], e.get("audio_start_ms"), e.get("audio_end_ms")) for e in out], h.session.record.speech
+
+    with_skip = run()
+    monkeypatch.setattr(ModelSession, "_skip_quiet_frames", lambda self, prefix_ms, silence_ms: None)
+    assert run() == with_skip
+    assert [t for t, _, _ in with_skip[0]].count("input_audio_buffer.speech_started") == 2
+
+
+def test_peak_bounds_rms() -> None:
+    clip = audio_clips.load_clip("caller_hello")
+    assert peak_ulaw(b"") == 0 and peak_ulaw(SILENCE * 160) <= 8
+    for i in range(0, len(clip) - FRAME_BYTES, FRAME_BYTES):
+        assert rms_ulaw(clip[i : i + FRAME_BYTES]) <= peak_ulaw(clip[i : i + FRAME_BYTES]) <= peak_ulaw(clip)
 
 
 def test_recognition_by_length_and_fallback() -> None:

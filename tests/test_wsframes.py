@@ -1,20 +1,22 @@
-"""voicecore.wsframes against websockets' own frame parser (the reference), table-driven."""
+"""voicecore.wsframes against websockets' own frame parser (the reference), table-driven: unmasked server
+frames and masked client frames."""
 
 import pytest
 from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
-from voicecore.wsframes import text_frame_header, text_frames
+from voicecore.wsframes import masked_text_frames, text_frame_header, text_frames
 
 
-def parse_all(data: bytes, count: int) -> list[Frame]:
-    """Frames a client reads from ``data`` (mask=False: a server's frames are never masked, RFC 6455 5.1)."""
+def parse_all(data: bytes, count: int, mask: bool = False) -> list[Frame]:
+    """Frames a peer reads from ``data``: a client reads unmasked frames (mask=False: a server never
+    masks, RFC 6455 5.1), a server reads masked ones (mask=True: websockets refuses unmasked ones)."""
     reader = StreamReader()
     reader.feed_data(data)
     reader.feed_eof()
     frames = []
     for _ in range(count):
-        parser = Frame.parse(reader.read_exact, mask=False, max_size=None, extensions=None)
+        parser = Frame.parse(reader.read_exact, mask=mask, max_size=None, extensions=None)
         try:
             while True:
                 next(parser)
@@ -45,3 +47,22 @@ def test_a_batch_is_the_messages_in_order_one_frame_each():
 def test_negative_length_is_our_misuse():
     with pytest.raises(ValueError):
         text_frame_header(-1)
+
+
+@pytest.mark.parametrize("length", [0, 1, 125, 126, 372, 65535, 65536])
+def test_masked_frames_parse_back_as_a_server_reads_them(length):
+    messages = [bytes(range(256)) * (length // 256) + b"m" * (length % 256), b'{"event":"mark","mark":{"name":"1:5"}}']
+    data = masked_text_frames(messages)
+    frames = parse_all(data, 2, mask=True)
+    assert [f.data for f in frames] == messages
+    assert all(f.opcode is Opcode.TEXT and f.fin and not (f.rsv1 or f.rsv2 or f.rsv3) for f in frames)
+    assert len(data) == sum(len(text_frame_header(len(m))) + 4 + len(m) for m in messages)
+
+
+def test_masked_frames_mask_with_fresh_keys():
+    message = b"x" * 64
+    first, second = masked_text_frames([message, message]), masked_text_frames([message])
+    assert message not in first and message not in second  # the payload is masked on the wire
+    keys = {first[2:6], first[6 + 64 + 2:6 + 64 + 6], second[2:6]}
+    assert len(keys) == 3  # a fresh key per frame (equal by chance: 1 in 2**31)
+    assert masked_text_frames([]) == b""

@@ -1,10 +1,10 @@
 """asyncio shell of the carrier simulator: places simulated Twilio calls against a voicecore gateway.
 
 Owns the I/O around voicecore.sim.carrier_core.CarrierCall: the signed voice webhook and status
-callbacks (a small HTTP/1.1 client on h11), the WebSocket leg (websockets' sans-I/O ClientProtocol in a
-plain asyncio.Protocol, no permessage-deflate), and one shared 20 ms ticker per event loop that drives
-the caller clock and the playout clock of every call in the process, so hundreds of calls cost one
-timer, not hundreds.
+callbacks (a small HTTP/1.1 client on h11), the WebSocket leg (picows, no permessage-deflate; a
+tick's messages of one call go out in one write, voicecore.wsframes), and one shared 20 ms ticker per
+event loop that drives the caller clock and the playout clock of every call in the process, so
+hundreds of calls cost one timer, not hundreds.
 
 Must not know: what the calls measure (the core does) or how the gateway works inside. Peer failures
 never raise out of place_call(); they end up in CallResult.errors.
@@ -34,6 +34,7 @@ from voicecore.sim.carrier_core import (
 )
 from voicecore.timing import FRAME_MS
 from voicecore.twilio.signature import compute_signature
+from voicecore.wsframes import masked_text_frames
 
 logger = logging.getLogger(__name__)
 
@@ -289,9 +290,12 @@ class _StreamListener(WSListener):
         transport = self.transport
         if not messages or transport is None or transport.is_close_frame_sent or transport.is_disconnected:
             return
-        text = WSMsgType.TEXT
-        for message in messages:
-            transport.send(text, message.encode())
+        if len(messages) == 1:
+            transport.send(WSMsgType.TEXT, messages[0].encode())
+        else:
+            # A tick's messages (a mark echo and the next caller frame) in one write, as one TCP segment:
+            # a write is a system call that also runs the gateway's side of loopback TCP.
+            transport.underlying_transport.write(masked_text_frames([message.encode() for message in messages]))
 
     def close(self, code: int = 1000) -> None:
         transport = self.transport
