@@ -5,9 +5,10 @@ text frames (opcode 0x1) with no extension bits, unmasked from a server (5.3: a 
 masked from a client (5.3: a client always masks, with a fresh unpredictable key per frame; the XOR is
 websockets' C ``apply_mask``). picows frames and sends one message per call, and each send is a write
 system call; the gateway sends every message the pacer released for a call since the last doorbell
-(media frames and their marks) in one write, and the carrier simulator sends a tick's messages of one
-call (a mark echo and the next caller frame) in one write, so they frame them here. Everything else on
-the socket (upgrade, control frames, close, parsing) stays picows'.
+(media frames and their marks) in one write, the model simulator the events a session has due at
+once, and the carrier simulator a tick's messages of one call (a mark echo and the next caller frame),
+so they frame them here. Everything else on the socket (upgrade, control frames, close, parsing)
+stays picows'.
 
 Must not know: sockets, Twilio, the rings.
 """

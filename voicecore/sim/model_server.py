@@ -5,7 +5,8 @@ so an in-process harness can line records up with pacer and gateway times) and t
 that a harness reads after its calls. Protocol behaviour lives in model_core; this module must not decide
 what the server says. Binds 127.0.0.1 only by default; serves without per-message compression (it
 doubles the CPU per message, ARCHITECTURE.md section 11). The socket side is picows (framing in C), one
-listener and at most one timer per session: the bench runs hundreds of sessions on one load core.
+listener and at most one timer per session, and the events due at once go out in one write
+(voicecore.wsframes): the bench runs hundreds of sessions on one load core.
 
     python -m voicecore.sim.model_server --port 9100 [--naming beta]
 """
@@ -24,6 +25,7 @@ from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, WSU
 
 from voicecore.sim.audio_clips import ClipLibrary, default_library
 from voicecore.sim.model_core import ModelSession, SimConfig
+from voicecore.wsframes import text_frames
 
 log = logging.getLogger("voicecore.sim.model_server")
 
@@ -137,9 +139,13 @@ class _SessionSocket(WSListener):
             self.timer = None
         session = self.session
         session.advance(now_ms())
-        text = WSMsgType.TEXT
-        for event in session.events_to_send():
-            transport.send(text, event.encode())
+        events = session.events_to_send()
+        if len(events) == 1:
+            transport.send(WSMsgType.TEXT, events[0].encode())
+        elif events:
+            # Everything due now in one write (e.g. a transcript delta and its audio): one system call,
+            # one TCP segment for the client to read.
+            transport.underlying_transport.write(text_frames([event.encode() for event in events]))
         wakeup = session.next_wakeup_ms()
         if wakeup is not None:
             self.timer = self.loop.call_at(self.loop.time() + max(0, wakeup - now_ms()) / 1000, self._send_due)
