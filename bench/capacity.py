@@ -49,6 +49,26 @@ def slo_violations(report: dict, slo: Slo) -> list[str]:
     return broken
 
 
+LOAD_SATURATED = 0.9  # of the load side's CPUs: above it the load generator's own delays reach the figures
+
+
+def load_saturated(report: dict) -> bool:
+    """Whether the load side (carrier and model simulators) ran its CPUs nearly full in this run: its own
+    queueing then shows up in the carrier's arrival stamps, so an SLO the run broke may be the load
+    generator's and not the stack's."""
+    cpus = report.get("load_cpus") or 1
+    return report.get("load_cpu_fraction", 0.0) >= LOAD_SATURATED * cpus
+
+
+def capacity_load_bound(runs: list[dict], search: "CapacitySearch") -> bool:
+    """True when the smallest count that broke ran with the load side saturated: the capacity found is a
+    lower bound of the stack's, set by the load generator."""
+    if search.bad is None:
+        return False
+    broken = [r for r in runs if r.get("calls") == search.bad]
+    return bool(broken) and load_saturated(broken[-1])
+
+
 @dataclass(slots=True)
 class CapacitySearch:
     """Doubling then bisection. Call next_calls() for the next count to run, record() its verdict."""

@@ -96,6 +96,9 @@ def format_table(top: dict, runs: list[dict]) -> str:
     if "capacity_calls" in top:
         capped = " (the largest count tried: the real capacity may be higher)" if top.get("capacity_capped") else ""
         out.append(f"capacity: {top['capacity_calls']} concurrent calls met every SLO{capped}")
+        if top.get("capacity_load_bound"):
+            out.append("  the load side ran its CPUs nearly full at the first count that broke: the capacity above is a "
+                       "lower bound set by the load generator (see load_cpu_fraction_by_role)")
     for violation in last.get("slo_violations", []):
         out.append(f"  SLO broken at {last['calls']} calls: {violation}")
     for problem in last.get("problems", [])[:10]:

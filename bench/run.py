@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import analysis
-from bench.capacity import CapacitySearch, Slo, slo_violations
+from bench.capacity import CapacitySearch, Slo, capacity_load_bound, load_saturated, slo_violations
 from bench.pinning import affinity_of, parse_cpus, pin_tree
 from bench.scenarios import HALLUCINATION_UNGATED, SCENARIOS, get_scenario
 from voicecore.bus.transport import ARENA_NAME_FILE
@@ -505,6 +505,8 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
     report["calls_live_at_window_start"] = live_at_w0
     report["stack_processes_measured"] = bool(pids)  # False with --target: CPU and memory are not ours to read
     report["load_procs"] = procs
+    report["load_cpus"] = load_cpus
+    report["load_saturated"] = load_saturated(report)
     report["window"] = {"ramp_ms": ramp_ms, "settle_ms": settle_ms, "seconds": opts.seconds}
     report["affinity"] = affinity
     report["lateness_cdf_ms"] = _cdf(lateness)
@@ -570,6 +572,7 @@ def _summary_top(runs: list[dict], search: CapacitySearch | None) -> dict:
     good = [r for r in runs if r["calls"] == search.capacity]
     top = dict(good[-1]) if good else {"system": runs[-1].get("system"), "scenario": runs[-1].get("scenario")}
     top.update(capacity_calls=search.capacity, capacity_capped=search.capped,
+               capacity_load_bound=capacity_load_bound(runs, search),
                capacity_history=[{"calls": c, "held": ok} for c, ok in search.history])
     return top
 

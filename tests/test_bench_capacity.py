@@ -197,3 +197,23 @@ def test_window_keeps_only_events_inside():
     assert result.statistics.frames_received == FRAMES  # the original is untouched
     assert analysis.trim_record(record, 100, 250).responses == []  # its first delta was before the window
     assert analysis.trim_record(record, 0, 250).responses == record.responses
+
+
+def test_load_saturation_marks_a_capacity_as_a_lower_bound():
+    from bench.capacity import capacity_load_bound, load_saturated
+
+    assert load_saturated({"load_cpu_fraction": 0.95, "load_cpus": 1})
+    assert not load_saturated({"load_cpu_fraction": 0.85, "load_cpus": 1})
+    assert not load_saturated({"load_cpu_fraction": 0.95, "load_cpus": 2})  # half of two CPUs
+    assert load_saturated({"load_cpu_fraction": 1.9, "load_cpus": 2})
+    search = CapacitySearch(start=100, max_calls=800, resolution=50)
+    for calls, held in [(100, True), (200, True), (400, True), (800, False), (600, True), (700, False), (650, True)]:
+        search.record(calls, held)
+    assert search.done and search.capacity == 650 and search.bad == 700
+    runs = [{"calls": 800, "load_cpu_fraction": 0.99, "load_cpus": 1},
+            {"calls": 700, "load_cpu_fraction": 0.93, "load_cpus": 1},
+            {"calls": 650, "load_cpu_fraction": 0.88, "load_cpus": 1}]
+    assert capacity_load_bound(runs, search)  # 700 broke with the load core 93% busy
+    runs[1]["load_cpu_fraction"] = 0.7
+    assert not capacity_load_bound(runs, search)  # 700 broke on the stack's account
+    assert not capacity_load_bound(runs, CapacitySearch(start=100, max_calls=100))  # nothing broke
