@@ -12,6 +12,8 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from voicecore.sim.carrier_core import (
     SILENT_FRAME,
@@ -449,6 +451,71 @@ def test_carrier_core_is_sans_io():
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert not imported & forbidden
+
+
+# ----- the fast path for the gateway's compact messages -----------------------------------------
+
+
+def test_receive_fast_takes_the_gateways_own_encoding():
+    from voicecore.twilio.stream import OutboundEncoder
+
+    encoder = OutboundEncoder(SID)
+    call = make_call()
+    assert call.receive_fast(encoder.media(b"\x07" * FRAME_BYTES), 0.0)
+    assert call.receive_fast(encoder.mark("3:1"), 0.0)
+    assert call.receive_fast(encoder.mark("3:1:end"), 0.0)
+    assert not call.receive_fast(encoder.clear(), 0.0)  # rare: the full parser handles it
+    assert not call.receive_fast(encoder.mark("a name with \"quotes\""), 0.0)
+    assert not call.receive_fast(encoder.media(b"\x07" * 80), 0.0)  # wrong length: receive() reports it
+    assert call.metrics.frames_received == 1 and call.metrics.marks_received == 2
+    assert call.metrics.protocol_errors == 0
+    assert call.frames[0].tag == 3
+
+
+def _compact(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+_fast_messages = st.one_of(
+    # the gateway's compact media: right, wrong stream, wrong length, broken base64, spaced
+    st.builds(lambda byte, n: _compact({"event": "media", "streamSid": SID,
+                                        "media": {"payload": base64.b64encode(bytes([byte]) * n).decode()}}),
+              st.integers(0, 255), st.sampled_from([FRAME_BYTES, FRAME_BYTES, FRAME_BYTES, 159, 161])),
+    st.just(_compact({"event": "media", "streamSid": "MZ" + "9" * 32,
+                      "media": {"payload": base64.b64encode(SILENT_FRAME).decode()}})),
+    st.just(b'{"event":"media","streamSid":"' + SID.encode() + b'","media":{"payload":"'
+            + b"@" * 216 + b'"}}'),
+    st.just(media(b"\x05" * FRAME_BYTES).encode()),
+    # marks: the pacer's names, other names, escaped characters, a spaced encoding
+    st.builds(lambda tag, n, end: _compact({"event": "mark", "streamSid": SID,
+                                            "mark": {"name": f"{tag}:{n}{':end' if end else ''}"}}),
+              st.integers(1, 4), st.integers(0, 12), st.booleans()),
+    st.builds(lambda name: _compact({"event": "mark", "streamSid": SID, "mark": {"name": name}}),
+              st.text(alphabet='0123456789:end"\\\n x', max_size=8)),
+    st.builds(lambda tag, n: mark(f"{tag}:{n}").encode(), st.integers(1, 4), st.integers(0, 12)),
+    st.just(clear().encode()),
+    st.just(b"not json"),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_fast_messages, st.floats(0.0, 45.0)), max_size=40))
+def test_receive_fast_has_exactly_the_effect_of_receive(steps):
+    """Fed the same messages at the same times, a call that tries receive_fast first and a call that only
+    uses receive() end up the same: counters, samples, echoes, frames and playout."""
+    fast, full = make_call(), make_call()
+    now = 0.0
+    for data, gap in steps:
+        now += gap
+        if not fast.receive_fast(data, now):
+            fast.receive(data.decode(), now)
+        full.receive(data.decode(), now)
+        fast.tick_play(now)
+        full.tick_play(now)
+        assert fast.messages_to_send() == full.messages_to_send()
+    assert fast.metrics == full.metrics
+    assert [repr(f) for f in fast.frames] == [repr(f) for f in full.frames]
+    assert fast.played_audio() == full.played_audio()
 
 
 # ----- the asyncio shell against real sockets ---------------------------------------------------

@@ -394,6 +394,10 @@ class _CallRunner:
         if self.done:
             return
         now_ms = self.ticker.now_ms()
+        if is_text and self.core.receive_fast(data, now_ms):
+            if self.core.has_messages_to_send:
+                self.stream.send_texts(self.core.messages_to_send())
+            return
         if is_text:
             try:
                 text: str | bytes = data.decode("utf-8")

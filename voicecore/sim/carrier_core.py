@@ -20,6 +20,7 @@ Misuse by the harness (sending media before `opening_messages()`, a bad DTMF dig
 
 import binascii
 import json
+import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ DEFAULT_LEAD_FRAMES = DEFAULT_LEAD_MS // FRAME_MS
 SILENT_FRAME = b"\xff" * FRAME_BYTES  # mu-law code 0xFF is linear 0
 DTMF_DIGITS = frozenset("0123456789*#")
 MAX_ERROR_REASONS = 32  # keep the first reasons; the counter keeps counting
+_FRAME_BASE64_CHARS = 4 * -(-FRAME_BYTES // 3)
+_SILENT_BASE64 = binascii.b2a_base64(SILENT_FRAME, newline=False).decode("ascii")  # most caller frames
+# A mark name the pacer writes ("tag:n" or "tag:n:end"): nothing in it needs JSON unescaping.
+_PLAIN_MARK_NAME = re.compile(rb"[0-9]{1,18}:[0-9]{1,18}(?::end)?")
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -156,6 +161,16 @@ class CarrierStatistics:
     bargein_latency_max_ms: float | None
 
 
+class _QueuedMark:
+    """A mark waiting in Twilio's playout queue behind the frames sent before it."""
+
+    __slots__ = ("name", "is_end")
+
+    def __init__(self, name: str, is_end: bool) -> None:
+        self.name = name
+        self.is_end = is_end  # "tag:n:end": echoing it ends the talk spurt
+
+
 class _TagState:
     __slots__ = ("first_epoch", "first_arrival_ms", "timed_frames", "attributed_frames", "epoch",
                  "frames_in_epoch", "stale_epoch")
@@ -219,6 +234,11 @@ class CarrierCall:
         self._clip_cursor = 0
 
         self._sid_json = json.dumps(stream_sid)
+        # The compact shapes voicecore's gateway writes (see receive_fast); anything else takes receive().
+        sid_json = self._sid_json.encode()
+        self._media_head = b'{"event":"media","streamSid":' + sid_json + b',"media":{"payload":"'
+        self._media_bytes = len(self._media_head) + _FRAME_BASE64_CHARS + 3
+        self._mark_head = b'{"event":"mark","streamSid":' + sid_json + b',"mark":{"name":"'
         self._seq = 0  # last sequenceNumber used; `start` is "1" (A.2)
         self._opened = False
         self._stopped = False
@@ -231,7 +251,7 @@ class CarrierCall:
         self._play_anchor_ms: float | None = None
         self._play_tick = 0  # index of the next playout tick: anchor + k * FRAME_MS
         self._playing_until_ms = float("-inf")
-        self._queue: deque[ReceivedFrame | str] = deque()
+        self._queue: deque[ReceivedFrame | _QueuedMark] = deque()
         self._queued_frames = 0
         self._in_spurt = False
         self._in_underrun = False
@@ -316,6 +336,10 @@ class CarrierCall:
             "stop": {"accountSid": self.account_sid, "callSid": self.call_sid},
         })
 
+    @property
+    def has_messages_to_send(self) -> bool:
+        return bool(self._outbox)
+
     def messages_to_send(self) -> list[str]:
         """Mark echoes produced since the last call, in sequenceNumber order. Send them before tick_send's."""
         messages, self._outbox = self._outbox, []
@@ -332,7 +356,8 @@ class CarrierCall:
 
     def _media_message(self, n: int) -> str:
         self.metrics.media_sent += 1
-        payload = binascii.b2a_base64(self._caller_frame(n), newline=False).decode("ascii")
+        frame = self._caller_frame(n)
+        payload = _SILENT_BASE64 if frame is SILENT_FRAME else binascii.b2a_base64(frame, newline=False).decode("ascii")
         return (
             f'{{"event":"media","sequenceNumber":"{self._next_seq()}","media":{{"track":"inbound",'
             f'"chunk":"{n + 1}","timestamp":"{self._first_timestamp_ms + n * FRAME_MS}",'
@@ -392,9 +417,47 @@ class CarrierCall:
         if event == "media":
             self._receive_media(message, now_ms)
         elif event == "mark":
-            self._receive_mark(message, now_ms)
+            mark = message.get("mark")
+            name = mark.get("name") if isinstance(mark, dict) else None
+            if not isinstance(name, str):
+                self._protocol_error("mark: missing name")
+                return
+            self._receive_mark(name, parse_mark_name(name), now_ms)
         else:
             self._receive_clear(now_ms)
+
+    def receive_fast(self, data: bytes, now_ms: float) -> bool:
+        """The hot path for the two messages a gateway sends most (~75 per second per call): a text
+        message's UTF-8 bytes that are a `media` frame or a "tag:n[:end]" `mark` of this stream in the
+        compact shape voicecore's gateway writes (its key order, no whitespace). Then it has the effect
+        receive() would have had, and returns True. Anything else returns False with nothing changed:
+        pass it to receive(), which parses and judges it in full.
+
+        A message that matches is valid JSON with exactly receive()'s fields: the strict base64
+        decoder admits no quote, backslash or control character, and the mark name's pattern none either.
+        """
+        if data.endswith(b'"}}'):
+            head = self._media_head
+            if len(data) == self._media_bytes and data.startswith(head):
+                try:
+                    payload = binascii.a2b_base64(data[len(head):-3], strict_mode=True)
+                except (binascii.Error, ValueError):
+                    return False
+                if len(payload) != FRAME_BYTES:
+                    return False
+                self._advance_play(now_ms)
+                self._accept_frame(payload, now_ms)
+                return True
+            head = self._mark_head
+            if data.startswith(head):
+                name_bytes = data[len(head):-3]
+                if _PLAIN_MARK_NAME.fullmatch(name_bytes) is None:
+                    return False
+                name = name_bytes.decode("ascii")
+                self._advance_play(now_ms)
+                self._receive_mark(name, parse_mark_name(name), now_ms)
+                return True
+        return False
 
     def _protocol_error(self, reason: str) -> None:
         self.metrics.protocol_errors += 1
@@ -415,6 +478,9 @@ class CarrierCall:
         if len(payload) != FRAME_BYTES:
             self._protocol_error(f"media: payload is {len(payload)} bytes, expected {FRAME_BYTES}")
             return
+        self._accept_frame(payload, now_ms)
+
+    def _accept_frame(self, payload: bytes, now_ms: float) -> None:
         frame = ReceivedFrame(len(self.frames), now_ms, payload if self.keep_audio else None, self._epoch)
         self.frames.append(frame)
         self._pending.append(frame)
@@ -431,20 +497,16 @@ class CarrierCall:
         self._queued_frames += 1
         self._advance_play(now_ms)
 
-    def _receive_mark(self, message: dict, now_ms: float) -> None:
-        mark = message.get("mark")
-        name = mark.get("name") if isinstance(mark, dict) else None
-        if not isinstance(name, str):
-            self._protocol_error("mark: missing name")
-            return
+    def _receive_mark(self, name: str, parsed: tuple[int, int, bool] | None, now_ms: float) -> None:
         self.metrics.marks_received += 1
-        self._attribute(name)
+        self._attribute(parsed)
+        is_end = parsed is not None and parsed[2]
         if not self._queue and self._playing_until_ms <= now_ms:
             # Nothing queued or playing: echo at once (Telnyx documents this; unverified for Twilio, A.3).
             self.metrics.marks_echoed_idle += 1
-            self._echo(name)
+            self._echo(name, is_end)
         else:
-            self._queue.append(name)
+            self._queue.append(_QueuedMark(name, is_end))
 
     def _receive_clear(self, now_ms: float) -> None:
         metrics = self.metrics
@@ -452,9 +514,9 @@ class CarrierCall:
         metrics.clear_at_ms.append(now_ms)
         # A.3: all buffered audio is thrown away and every pending mark comes back at once.
         for item in self._queue:
-            if isinstance(item, str):
+            if type(item) is _QueuedMark:
                 metrics.marks_echoed_on_clear += 1
-                self._echo(item)
+                self._echo(item.name, item.is_end)
             else:
                 item.dropped = True
                 metrics.frames_dropped_by_clear += 1
@@ -474,9 +536,8 @@ class CarrierCall:
             metrics.bargein_latency_ms.append(now_ms - self._bargein_at_ms)
             self._bargein_at_ms = None
 
-    def _echo(self, name: str) -> None:
-        parsed = parse_mark_name(name)
-        if parsed is not None and parsed[2]:
+    def _echo(self, name: str, is_end: bool) -> None:
+        if is_end:
             # The response's last mark: the talk spurt is over, silence from here is not an underrun.
             self._in_spurt = False
             self._in_underrun = False
@@ -485,9 +546,8 @@ class CarrierCall:
             f'"mark":{{"name":{json.dumps(name)}}}}}'
         )
 
-    def _attribute(self, name: str) -> None:
-        """Give the frames received since the previous mark the tag this mark names."""
-        parsed = parse_mark_name(name)
+    def _attribute(self, parsed: tuple[int, int, bool] | None) -> None:
+        """Give the frames received since the previous mark the tag this mark names (parse_mark_name)."""
         frames, self._pending = self._pending, []
         metrics = self.metrics
         if parsed is None:
@@ -551,9 +611,10 @@ class CarrierCall:
     def _play_one(self, tick_ms: float) -> None:
         queue = self._queue
         # The frame that started a tick ago has finished: marks right behind it are passed now (A.3).
-        while queue and isinstance(queue[0], str):
+        while queue and type(queue[0]) is _QueuedMark:
             self.metrics.marks_echoed_played += 1
-            self._echo(queue.popleft())
+            mark = queue.popleft()
+            self._echo(mark.name, mark.is_end)
         if queue:
             frame = queue.popleft()
             self._queued_frames -= 1
