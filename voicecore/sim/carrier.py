@@ -394,18 +394,14 @@ class _CallRunner:
         if self.done:
             return
         now_ms = self.ticker.now_ms()
-        if is_text and self.core.receive_fast(data, now_ms):
-            if self.core.has_messages_to_send:
-                self.stream.send_texts(self.core.messages_to_send())
-            return
-        if is_text:
-            try:
-                text: str | bytes = data.decode("utf-8")
-            except UnicodeDecodeError:
-                text = data  # the core counts it as a bad frame
-        else:
-            text = data
-        self.core.receive(text, now_ms)
+        if not (is_text and self.core.receive_fast(data, now_ms)):
+            text: str | bytes = data
+            if is_text:
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    pass  # the core counts it as a bad frame
+            self.core.receive(text, now_ms)
         if self.stream is not None:
             self.stream.send_texts(self.core.messages_to_send())
 

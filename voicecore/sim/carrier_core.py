@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from voicecore.timing import BYTES_PER_MS, DEFAULT_LEAD_MS, FRAME_BYTES, FRAME_MS
+from voicecore.twilio.stream import OutboundEncoder
 
 DEFAULT_LEAD_FRAMES = DEFAULT_LEAD_MS // FRAME_MS
 SILENT_FRAME = b"\xff" * FRAME_BYTES  # mu-law code 0xFF is linear 0
@@ -234,11 +235,16 @@ class CarrierCall:
         self._clip_cursor = 0
 
         self._sid_json = json.dumps(stream_sid)
-        # The compact shapes voicecore's gateway writes (see receive_fast); anything else takes receive().
-        sid_json = self._sid_json.encode()
-        self._media_head = b'{"event":"media","streamSid":' + sid_json + b',"media":{"payload":"'
-        self._media_bytes = len(self._media_head) + _FRAME_BASE64_CHARS + 3
-        self._mark_head = b'{"event":"mark","streamSid":' + sid_json + b',"mark":{"name":"'
+        # The compact shapes voicecore's gateway writes (its OutboundEncoder; see receive_fast). A stream
+        # SID the encoder cannot template gets no fast path: None never matches.
+        try:
+            encoder = OutboundEncoder(stream_sid)
+        except ValueError:
+            encoder = None
+        self._media_head = encoder.media_prefix if encoder else None
+        self._media_tail = encoder.media_suffix if encoder else None
+        self._media_bytes = len(encoder.media_prefix) + _FRAME_BASE64_CHARS + len(encoder.media_suffix) if encoder else -1
+        self._mark_head = encoder.mark_prefix + b'"' if encoder else None
         self._seq = 0  # last sequenceNumber used; `start` is "1" (A.2)
         self._opened = False
         self._stopped = False
@@ -335,10 +341,6 @@ class CarrierCall:
             "streamSid": self.stream_sid,
             "stop": {"accountSid": self.account_sid, "callSid": self.call_sid},
         })
-
-    @property
-    def has_messages_to_send(self) -> bool:
-        return bool(self._outbox)
 
     def messages_to_send(self) -> list[str]:
         """Mark echoes produced since the last call, in sequenceNumber order. Send them before tick_send's."""
@@ -438,9 +440,9 @@ class CarrierCall:
         """
         if data.endswith(b'"}}'):
             head = self._media_head
-            if len(data) == self._media_bytes and data.startswith(head):
+            if len(data) == self._media_bytes and data.startswith(head) and data.endswith(self._media_tail):
                 try:
-                    payload = binascii.a2b_base64(data[len(head):-3], strict_mode=True)
+                    payload = binascii.a2b_base64(data[len(head):-len(self._media_tail)], strict_mode=True)
                 except (binascii.Error, ValueError):
                     return False
                 if len(payload) != FRAME_BYTES:
@@ -449,7 +451,7 @@ class CarrierCall:
                 self._accept_frame(payload, now_ms)
                 return True
             head = self._mark_head
-            if data.startswith(head):
+            if head is not None and data.startswith(head):
                 name_bytes = data[len(head):-3]
                 if _PLAIN_MARK_NAME.fullmatch(name_bytes) is None:
                     return False

@@ -561,14 +561,14 @@ class OutboundEncoder:
     ``media_suffix`` is a complete ``media`` message; the pacer builds it in shared memory that way.
     """
 
-    __slots__ = ("stream_sid", "media_prefix", "media_suffix", "_mark_prefix", "_clear")
+    __slots__ = ("stream_sid", "media_prefix", "media_suffix", "mark_prefix", "_clear")
 
     def __init__(self, stream_sid: str) -> None:
         sid = _check_template_safe(stream_sid)
         self.stream_sid = stream_sid
         self.media_prefix: bytes = b'{"event":"media","streamSid":"' + sid + b'","media":{"payload":"'
         self.media_suffix: bytes = b'"}}'
-        self._mark_prefix = b'{"event":"mark","streamSid":"' + sid + b'","mark":{"name":'
+        self.mark_prefix: bytes = b'{"event":"mark","streamSid":"' + sid + b'","mark":{"name":'  # + JSON string + }}
         self._clear = b'{"event":"clear","streamSid":"' + sid + b'"}'
 
     def media(self, payload: bytes) -> bytes:
@@ -579,7 +579,7 @@ class OutboundEncoder:
         """A ``mark``; Twilio echoes ``name`` once the audio queued before it has played (A.3)."""
         if not isinstance(name, str) or not name:
             raise ValueError("mark name must be a non-empty str")
-        return self._mark_prefix + json.dumps(name, ensure_ascii=True).encode("ascii") + b"}}"
+        return self.mark_prefix + json.dumps(name, ensure_ascii=True).encode("ascii") + b"}}"
 
     def clear(self) -> bytes:
         """A ``clear``: Twilio drops its buffered audio and echoes every pending mark (A.3)."""
