@@ -15,6 +15,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--png", dest="png_path", metavar="PATH", help="write the PNG report here (default: next to the JSON)")
     run.add_argument("--target", metavar="URL", help="drive a stack that is already running (http://host:port) instead of starting one")
     run.add_argument("--auth-token", default="", help="with --target: the stack's Twilio auth token (default $VOICECORE_TWILIO_AUTH_TOKEN)")
+    run.add_argument("--transport", default="tcp", choices=("tcp", "unix"),
+                     help="how the simulated carrier reaches the servers the bench starts: tcp (127.0.0.1, default) or "
+                          "unix (a Unix socket, as a TLS proxy on the same host would: gateway listen = unix:PATH, "
+                          "the pipecat baseline's uvicorn --uds)")
+    run.add_argument("--unix-socket", default="", metavar="PATH",
+                     help="with --target: reach the stack through this Unix socket (its listen = unix:PATH)")
     run.add_argument("--load-procs", type=int, default=0, metavar="K", help="carrier load processes (default: one per 150 calls, at most one per load CPU)")
     run.add_argument("--ramp-ms", type=float, default=None, help="spread call starts over this long (default: one conversation cycle of the scenario, at least 10 ms per call, at most 15 s); not measured")
     run.add_argument("--settle-ms", type=float, default=1500.0, help="wait after the last call started before measuring (default 1500)")
@@ -48,7 +54,8 @@ def bench_options_from_args(args: argparse.Namespace):
 
     return BenchOptions(
         calls=args.calls, seconds=args.seconds, scenario=args.scenario, json_path=args.json_path, png_path=args.png_path,
-        target=args.target, auth_token=args.auth_token, load_procs=args.load_procs, pin_stack=args.pin_stack,
+        target=args.target, auth_token=args.auth_token, transport=args.transport, unix_socket=args.unix_socket,
+        load_procs=args.load_procs, pin_stack=args.pin_stack,
         pin_load=args.pin_load, find_capacity=args.find_capacity, start_calls=args.start_calls, max_calls=args.max_calls,
         resolution=args.resolution,
         slo=Slo(lateness_p99_ms=args.slo_lateness_p99_ms, underruns_audio_available=args.slo_underruns,

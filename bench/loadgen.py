@@ -69,7 +69,7 @@ async def _run(args: argparse.Namespace, t0_ms: float) -> list[tuple[CallResult,
             await asyncio.sleep(delay)
         started_ms = time.monotonic() * 1000.0
         script = scenario.script(int(end_ms - started_ms), index)
-        result = await place_call(args.base_url, token, script, args.lead_frames)
+        result = await place_call(args.base_url, token, script, args.lead_frames, unix_socket=args.unix_socket or None)
         counts["done"] += 1
         if result.closed_by != "carrier" or result.errors:
             counts["failed"] += 1
@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settle-ms", type=float, required=True)
     parser.add_argument("--lead-frames", type=int, default=4)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--unix-socket", default="", help="reach the server through this Unix socket")
     parser.add_argument("--cpus", default="")
     args = parser.parse_args(argv)
     if args.cpus:

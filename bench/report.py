@@ -84,7 +84,8 @@ def format_table(top: dict, runs: list[dict]) -> str:
     machine = top.get("machine", {})
     title = "pipecat baseline" if top.get("system") == "pipecat" else "voicecore bench"
     seconds = runs[-1]["seconds"] if runs else top.get("seconds", 0)
-    out = [f"{title}: scenario {scenario}, {seconds:.0f} s measured per run, "
+    transport = (runs[-1] if runs else top).get("transport", "tcp")
+    out = [f"{title}: scenario {scenario}, {seconds:.0f} s measured per run, over {transport} sockets, "
            f"{machine.get('cores', '?')} cores ({machine.get('cpu_model', '?')})",
            line(header), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]

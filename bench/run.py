@@ -36,7 +36,7 @@ from bench.pinning import affinity_of, parse_cpus, pin_tree
 from bench.scenarios import HALLUCINATION_UNGATED, SCENARIOS, get_scenario
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import TRUNCATE_TOLERANCE_MS, summarize
-from voicecore.config import load_config
+from voicecore.config import UNIX_PREFIX, load_config
 from voicecore.demo import _fetch_metrics, demo_config
 from voicecore.stats import percentile, summary
 from voicecore.supervise import REPO_ROOT, Stack, StackError, cpu_seconds, resolve_config
@@ -44,6 +44,8 @@ from voicecore.timing import FRAME_MS
 
 BASELINE_SERVER = REPO_ROOT / "bench" / "baseline_pipecat" / "server.py"
 CLIPS_DIR = REPO_ROOT / "voicecore" / "sim" / "clips"
+# With --transport unix the servers' URLs name no real host: every connection goes to the Unix socket.
+UNIX_BASE_URL = "http://localhost"
 CALLS_PER_LOAD_PROC = 150  # one carrier process stays well clear of saturation below this
 CDF_QUANTILES = tuple([float(q) for q in range(0, 90, 2)] + [90 + q / 2 for q in range(0, 18)]
                       + [99 + q / 10 for q in range(0, 10)] + [99.95, 100.0])
@@ -58,6 +60,8 @@ class BenchOptions:
     png_path: str | None = None
     target: str | None = None
     auth_token: str = ""
+    transport: str = "tcp"  # "unix": the carrier reaches the servers the bench starts over a Unix socket
+    unix_socket: str = ""  # with target: the stack's Unix socket
     load_procs: int = 0  # 0: automatic
     pin_stack: str = ""
     pin_load: str = ""
@@ -275,6 +279,7 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
     sim_proc = None
     baseline_proc = None
     stack = None
+    unix_socket: str | None = None
     log_path = workdir / "stack.log"
     log_file = open(log_path, "wb")
     loads: list[asyncio.subprocess.Process] = []
@@ -288,16 +293,21 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
             if not python.exists():
                 raise BenchError(f"no pipecat venv at {python.parent.parent}: run bench/baseline_pipecat/setup_venv.sh first")
             port_file = workdir / "baseline.port"
+            if opts.transport == "unix":
+                unix_socket = str(workdir / "baseline.sock")
             baseline_proc = await asyncio.create_subprocess_exec(
                 str(python), str(BASELINE_SERVER), "--port-file", str(port_file), "--records",
                 str(workdir / "baseline.jsonl"), "--clips", str(CLIPS_DIR), "--sequence",
-                ",".join(scenario.sim_config.clip_sequence), stdout=log_file, stderr=subprocess.STDOUT)
+                ",".join(scenario.sim_config.clip_sequence), *(["--uds", unix_socket] if unix_socket else []),
+                stdout=log_file, stderr=subprocess.STDOUT)
             port = int(await _wait_file(port_file, 90, baseline_proc))
             if pin_stack:
                 pin_tree(baseline_proc.pid, pin_stack)
-            base_url, token, config = f"http://127.0.0.1:{port}", "baseline", None
+            base_url = UNIX_BASE_URL if unix_socket else f"http://127.0.0.1:{port}"
+            token, config = "baseline", None
         elif opts.target:
             base_url = opts.target.rstrip("/")
+            unix_socket = opts.unix_socket or None
             token = opts.auth_token or os.environ.get("VOICECORE_TWILIO_AUTH_TOKEN", "")
             if not token:
                 raise BenchError("--target needs the stack's Twilio auth token (--auth-token or VOICECORE_TWILIO_AUTH_TOKEN)")
@@ -313,6 +323,9 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
             base = resolve_config(load_config({**os.environ, **dict(scenario.stack_env)}, opts.config_path))
             # A few spare slots: the warm-up call's slot may still be closing when the load starts.
             config = dataclasses.replace(demo_config(base, workdir, calls, sim_port, record_dir=base.record_dir), max_calls=calls + 4)
+            if opts.transport == "unix":
+                unix_socket = str(workdir / "gateway.sock")
+                config = dataclasses.replace(config, listen=UNIX_PREFIX + unix_socket, public_url=UNIX_BASE_URL)
             stack = Stack(config)
             await asyncio.to_thread(stack.start, log_file)
             await asyncio.to_thread(stack.wait_ready, 90.0)
@@ -329,7 +342,7 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
         # connection set-up) must not land in the run, for either system.
         from voicecore.sim.carrier import CallScript, place_call
 
-        warm = await place_call(base_url, token, CallScript(duration_ms=1500), lead_frames)
+        warm = await place_call(base_url, token, CallScript(duration_ms=1500), lead_frames, unix_socket=unix_socket)
         if warm.closed_by != "carrier" or warm.errors:
             raise BenchError(f"the warm-up call failed: {warm.closed_by} {'; '.join(warm.errors)[:300]}")
         env = _env()
@@ -340,6 +353,7 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
                 "--calls-total", str(calls), "--procs", str(procs), "--proc-index", str(k),
                 "--seconds", str(opts.seconds), "--ramp-ms", str(ramp_ms), "--settle-ms", str(settle_ms),
                 "--lead-frames", str(lead_frames), "--out", str(workdir / f"load-{k}.pkl"),
+                *(["--unix-socket", unix_socket] if unix_socket else []),
                 *(["--cpus", cpus_arg] if cpus_arg else []),
                 env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log_file)
             loads.append(proc)
@@ -476,6 +490,7 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
     lateness = [v for t in trimmed if t.core is not None for v in t.core.metrics.lateness_ms]
     report["scenario"] = opts.scenario
     report["system"] = system
+    report["transport"] = "unix" if unix_socket else "tcp"
     report["underruns_audio_available"] = available
     report["underruns_model_starved"] = starved
     # lateness_ms is the carrier's formula re-anchored where the model had not sent the audio yet;
@@ -672,6 +687,13 @@ def run_bench(opts: BenchOptions) -> int:
         return 2
     if opts.baseline and opts.target:
         print("voicecore bench: --baseline needs the bench to start both servers (no --target)", file=sys.stderr)
+        return 2
+    if opts.unix_socket and not opts.target:
+        print("voicecore bench: --unix-socket is for --target (a stack the bench did not start); "
+              "use --transport unix for the servers the bench starts", file=sys.stderr)
+        return 2
+    if opts.target and opts.transport != "tcp":
+        print("voicecore bench: with --target, give the stack's socket with --unix-socket PATH", file=sys.stderr)
         return 2
     if opts.calls < 1 or opts.seconds < 2:
         print("voicecore bench: need --calls >= 1 and --seconds >= 2", file=sys.stderr)

@@ -60,7 +60,7 @@ def start_stack(max_calls: int = 8, **overrides) -> RunningStack:
     base = resolve_config(load_config({k: v for k, v in os.environ.items() if not k.startswith("VOICECORE_")}))
     config = dataclasses.replace(
         base,
-        listen=f"127.0.0.1:{free_port()}",
+        listen=overrides.pop("listen", f"127.0.0.1:{free_port()}"),
         realtime_url=f"ws://127.0.0.1:{sim_port}/v1/realtime",
         runtime_dir=str(workdir / "run"),
         record_dir=str(workdir / "records"),

@@ -62,6 +62,7 @@ def test_bench_smoke(tmp_path: Path):
     assert report["versions"]["voicecore"] and report["versions"]["python"]
     assert report["machine"]["cores"] >= 1
     assert report["configuration"]["options"]["calls"] == CALLS
+    assert report["transport"] == "tcp" and "over tcp sockets" in completed.stdout
     assert "auth_token" not in report["configuration"]["options"]
     try:
         import matplotlib  # noqa: F401
@@ -69,6 +70,30 @@ def test_bench_smoke(tmp_path: Path):
         assert "matplotlib is not installed" in completed.stderr
     else:
         assert png_path.exists() and png_path.stat().st_size > 10_000
+
+
+@pytest.mark.integration
+def test_bench_over_a_unix_socket(tmp_path: Path):
+    """--transport unix: the gateway listens on a Unix socket in the run's directory, the carrier dials it."""
+    report_path = tmp_path / "bench.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "voicecore.cli", "bench", "--calls", str(CALLS), "--seconds", "3", "--transport", "unix",
+         "--json", str(report_path), "--png", str(tmp_path / "bench.png")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=90,
+    )
+    assert report_path.exists(), completed.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["transport"] == "unix" and report["configuration"]["options"]["transport"] == "unix"
+    assert "over unix sockets" in completed.stdout
+    assert report["calls_completed"] == CALLS, report["problems"]
+    assert 0.35 * CALLS * 3 * 50 <= report["frames_sent"] <= 1.02 * CALLS * 3 * 50
+    assert report["stale_frames"] == 0 and report["cpu_seconds"] > 0
+
+
+def test_bench_refuses_a_unix_socket_without_target():
+    completed = subprocess.run([sys.executable, "-m", "voicecore.cli", "bench", "--unix-socket", "/tmp/x.sock"],
+                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 2 and "--unix-socket is for --target" in completed.stderr
 
 
 def _descendants(pid: int) -> set[int]:

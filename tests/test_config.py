@@ -42,6 +42,26 @@ def test_bad_values_name_the_setting(env, problem):
         load_config(env)
 
 
+def test_listen_on_a_unix_socket_needs_public_url():
+    config = load_config({"VOICECORE_LISTEN": "unix:/run/voicecore/gateway.sock",
+                          "VOICECORE_PUBLIC_URL": "https://voice.example.com"})
+    assert config.listen_unix_path == "/run/voicecore/gateway.sock"
+    assert config.base_url == "https://voice.example.com"
+    assert load_config({}).listen_unix_path is None
+    with pytest.raises(ConfigError, match="public_url: required with listen = unix:PATH"):
+        load_config({"VOICECORE_LISTEN": "unix:/run/voicecore/gateway.sock"})
+
+
+@pytest.mark.parametrize("listen, problem", [
+    ("unix:gateway.sock", "unix:/absolute/path"),
+    ("unix:/" + "a" * 107, "at most 107 bytes"),
+    ("unix:", "unix:/absolute/path"),
+])
+def test_bad_unix_socket_paths_are_refused(listen, problem):
+    with pytest.raises(ConfigError, match=problem):
+        load_config({"VOICECORE_LISTEN": listen, "VOICECORE_PUBLIC_URL": "https://voice.example.com"})
+
+
 def test_unknown_toml_key(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text("lisen = 1\n")

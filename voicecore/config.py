@@ -8,11 +8,14 @@ so every process sees the same configuration.
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
 ENV_PREFIX = "VOICECORE_"
+UNIX_PREFIX = "unix:"  # listen = "unix:/run/voicecore/gateway.sock"
+MAX_UNIX_PATH_BYTES = 107  # sockaddr_un.sun_path is 108 bytes with its NUL on Linux
 
 
 class ConfigError(ValueError):
@@ -28,8 +31,8 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("listen", str, "127.0.0.1:8080", "host:port the gateway serves HTTP and WebSocket on"),
-    Setting("public_url", str, "", "public base URL Twilio reaches us at (TwiML stream URL, signature URL); default http://<listen>"),
+    Setting("listen", str, "127.0.0.1:8080", "host:port the gateway serves HTTP and WebSocket on, or unix:PATH for a Unix socket behind a local TLS proxy (then set public_url)"),
+    Setting("public_url", str, "", "public base URL Twilio reaches us at (TwiML stream URL, signature URL); default http://<listen>; required with listen = unix:PATH"),
     Setting("twilio_auth_token", str, "", "auth token for X-Twilio-Signature; empty: a random per-run token (demo only)"),
     Setting("realtime_url", str, "", "realtime model WebSocket URL; empty and no key: the built-in simulator"),
     Setting("realtime_api_key", str, "", "API key for the realtime model vendor"),
@@ -97,6 +100,11 @@ class Config:
     retrieve_first: str
 
     @property
+    def listen_unix_path(self) -> str | None:
+        """The Unix socket the gateway serves on (listen = "unix:PATH"), or None for host:port."""
+        return self.listen[len(UNIX_PREFIX):] if self.listen.startswith(UNIX_PREFIX) else None
+
+    @property
     def listen_host(self) -> str:
         return self.listen.rsplit(":", 1)[0]
 
@@ -156,9 +164,18 @@ def _coerce(setting: Setting, raw: object, source: str) -> object:
 
 def _validate(values: dict[str, object]) -> None:
     listen = str(values["listen"])
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"listen: expected host:port, got {listen!r}")
+    if listen.startswith(UNIX_PREFIX):
+        path = listen[len(UNIX_PREFIX):]
+        if not path.startswith("/"):
+            raise ConfigError(f"listen: expected unix:/absolute/path, got {listen!r}")
+        if len(os.fsencode(path)) > MAX_UNIX_PATH_BYTES:
+            raise ConfigError(f"listen: a Unix socket path has at most {MAX_UNIX_PATH_BYTES} bytes, got {listen!r}")
+        if not values["public_url"]:
+            raise ConfigError("public_url: required with listen = unix:PATH (the URL Twilio reaches the TLS proxy at)")
+    else:
+        host, sep, port = listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(f"listen: expected host:port or unix:/path, got {listen!r}")
     if values["realtime_naming"] not in ("ga", "beta"):
         raise ConfigError(f"realtime_naming: expected ga or beta, got {values['realtime_naming']!r}")
     if not 1 <= int(values["max_calls"]) <= 4096:  # type: ignore[arg-type]

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import h11
+
 from voicecore.callreport import StackCpu, summarize
 from voicecore.config import Config, load_config
 from voicecore.sim.audio_clips import load_clip
@@ -29,7 +31,7 @@ from voicecore.sim.carrier import CallResult, CallScript, place_call
 from voicecore.sim.model_core import SimConfig
 from voicecore.sim.model_server import serve_model_sim
 from voicecore.sim.quiet_gc import collector_paused
-from voicecore.supervise import Stack, StackError, resolve_config
+from voicecore.supervise import Stack, StackError, get_from_gateway, resolve_config
 
 MIN_SECONDS = 13.0
 # The model simulator speaks these in order: greeting, the answer that gets interrupted, the next answer.
@@ -170,12 +172,10 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
 
 
 def _fetch_metrics(config: Config) -> dict:
-    import urllib.request
-
     try:
-        with urllib.request.urlopen(f"http://{config.listen}/metrics", timeout=5) as response:
-            return json.load(response)
-    except OSError:
+        status, body = get_from_gateway(config, "/metrics")
+        return json.loads(body) if status == 200 else {}
+    except (OSError, TimeoutError, h11.ProtocolError, ValueError):
         return {}
 
 

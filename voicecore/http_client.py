@@ -19,12 +19,19 @@ MAX_RESPONSE_BYTES = 1024 * 1024
 
 
 async def send(method: str, url: str, headers: Sequence[tuple[str, str]] = (), body: bytes = b"",
-               timeout_s: float = DEFAULT_TIMEOUT_S, user_agent: str = "voicecore") -> tuple[int, bytes]:
-    """Send one request; returns (status, body). Raises OSError, TimeoutError or h11's errors."""
-    return await asyncio.wait_for(_send(method, url, headers, body, user_agent), timeout_s)
+               timeout_s: float = DEFAULT_TIMEOUT_S, user_agent: str = "voicecore",
+               unix_socket: str | None = None) -> tuple[int, bytes]:
+    """Send one request; returns (status, body). Raises OSError, TimeoutError or h11's errors.
+
+    ``unix_socket``: connect to this Unix socket instead of the URL's host and port (curl's
+    --unix-socket); the URL still gives the Host header and the request target. The socket is a TLS
+    proxy's backend, so the request goes in plain HTTP whatever the URL's scheme.
+    """
+    return await asyncio.wait_for(_send(method, url, headers, body, user_agent, unix_socket), timeout_s)
 
 
-async def _send(method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes, user_agent: str) -> tuple[int, bytes]:
+async def _send(method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes, user_agent: str,
+                unix_socket: str | None) -> tuple[int, bytes]:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"only http:// and https:// URLs are supported, got {parts.scheme!r}")
@@ -36,7 +43,10 @@ async def _send(method: str, url: str, headers: Sequence[tuple[str, str]], body:
     request_headers.extend(headers)
     secure = parts.scheme == "https"
     port = parts.port or (443 if secure else 80)
-    reader, writer = await asyncio.open_connection(parts.hostname, port, ssl=ssl.create_default_context() if secure else None)
+    if unix_socket is not None:
+        reader, writer = await asyncio.open_unix_connection(unix_socket)
+    else:
+        reader, writer = await asyncio.open_connection(parts.hostname, port, ssl=ssl.create_default_context() if secure else None)
     try:
         connection = h11.Connection(h11.CLIENT)
         writer.write(connection.send(h11.Request(method=method, target=target, headers=request_headers)))

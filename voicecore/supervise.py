@@ -7,6 +7,7 @@ reading CPU time of the stack's processes from /proc. Supervision itself (restar
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -15,10 +16,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+import h11
+
+from voicecore import http_client
 from voicecore.bus.transport import ARENA_NAME_FILE, default_runtime_dir, ensure_runtime_dir
 from voicecore.config import Config
 
@@ -31,6 +33,14 @@ RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.s
 
 class StackError(RuntimeError):
     pass
+
+
+def get_from_gateway(config: Config, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
+    """GET one of the gateway's own endpoints (/healthz, /metrics) where it listens: host:port or its
+    Unix socket. Blocking; not for a thread that runs an event loop."""
+    unix_path = config.listen_unix_path
+    url = f"http://{'localhost' if unix_path else config.listen}{path}"
+    return asyncio.run(http_client.send("GET", url, timeout_s=timeout_s, unix_socket=unix_path))
 
 
 def resolve_config(config: Config) -> Config:
@@ -81,19 +91,20 @@ class Stack:
     def wait_ready(self, timeout_s: float = 60.0) -> dict:
         """Wait until /healthz answers and every worker has sent a heartbeat."""
         deadline = time.monotonic() + timeout_s
-        url = f"http://{self.config.listen}/healthz"
         last_error = "no answer"
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise StackError(f"supervisord exited with {self.process.returncode}")
             try:
-                with urllib.request.urlopen(url, timeout=1) as response:
-                    health = json.load(response)
+                status, body = get_from_gateway(self.config, "/healthz", timeout_s=1.0)
+                if status != 200:
+                    raise ValueError(f"/healthz answered HTTP {status}")
+                health = json.loads(body)
                 alive = health.get("workers_alive", {})
                 if all(alive.get(name) for name in ("pacer", "model")):
                     return health
                 last_error = f"workers not alive yet: {alive}"
-            except (urllib.error.URLError, OSError, ValueError) as exc:
+            except (OSError, TimeoutError, h11.ProtocolError, ValueError) as exc:
                 last_error = str(exc)
             time.sleep(0.2)
         raise StackError(f"stack not ready after {timeout_s:.0f} s: {last_error}")

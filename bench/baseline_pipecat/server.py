@@ -13,7 +13,7 @@ voicecore's ("tag:n" after every 5 frames, "tag:n:end" at the end of an answer) 
 ordered output queue. Each call's speech-start times (CLOCK_MONOTONIC ms) are appended as a JSON line
 to --records so barge-in -> clear is timed from the same decision point as for voicecore.
 
-    <venv>/bin/python server.py --port 0 --port-file F --records R --clips DIR --sequence a,b,c
+    <venv>/bin/python server.py --port-file F --records R --clips DIR --sequence a,b,c [--uds PATH]
 """
 
 from __future__ import annotations
@@ -198,6 +198,7 @@ def main() -> None:
     parser.add_argument("--records", required=True)
     parser.add_argument("--clips", required=True, help="directory of the .ulaw clips")
     parser.add_argument("--sequence", required=True, help="comma-separated clip names, cycled")
+    parser.add_argument("--uds", default="", help="serve on this Unix socket instead of 127.0.0.1 (the port file then says 0)")
     args = parser.parse_args()
     # pipecat logs every frame processor's life at DEBUG; that costs CPU per call voicecore does not spend.
     logger.remove()
@@ -208,14 +209,17 @@ def main() -> None:
         pcm += b"\0" * (-len(pcm) % FRAME_PCM_BYTES)
         clips.append(pcm)
     app = build_app(args, clips)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", ws="websockets")
+    if args.uds:
+        config = uvicorn.Config(app, uds=args.uds, log_level="warning", ws="websockets")
+    else:
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", ws="websockets")
     server = uvicorn.Server(config)
 
     async def serve() -> None:
         task = asyncio.create_task(server.serve())
         while not server.started:
             await asyncio.sleep(0.05)
-        port = server.servers[0].sockets[0].getsockname()[1]
+        port = 0 if args.uds else server.servers[0].sockets[0].getsockname()[1]
         Path(args.port_file + ".tmp").write_text(str(port))
         os.replace(args.port_file + ".tmp", args.port_file)
         await task

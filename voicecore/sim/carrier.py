@@ -26,6 +26,7 @@ import h11
 from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
 from voicecore import http_client
+from voicecore.wsunix import connect_unix_stream
 from voicecore.sim.carrier_core import (
     DEFAULT_LEAD_FRAMES,
     CarrierCall,
@@ -84,18 +85,20 @@ class CallResult:
 
 async def http_request(
     method: str, url: str, form: dict[str, str] | None = None, headers: Sequence[tuple[str, str]] = (),
-    timeout_s: float = HTTP_TIMEOUT_S,
+    timeout_s: float = HTTP_TIMEOUT_S, unix_socket: str | None = None,
 ) -> tuple[int, bytes]:
     """One HTTP/1.1 request over a fresh connection (plain http only); returns (status, body).
 
-    POST sends ``form`` url-encoded in the body; GET puts it in the query string.
+    POST sends ``form`` url-encoded in the body; GET puts it in the query string. ``unix_socket``: reach
+    the URL through this Unix socket (a gateway with listen = unix:PATH).
     """
-    return await asyncio.wait_for(_http_request(method, url, form or {}, headers), timeout_s)
+    return await asyncio.wait_for(_http_request(method, url, form or {}, headers, unix_socket), timeout_s)
 
 
-async def _http_request(method: str, url: str, form: dict[str, str], headers) -> tuple[int, bytes]:
+async def _http_request(method: str, url: str, form: dict[str, str], headers, unix_socket: str | None) -> tuple[int, bytes]:
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
+    # Through a Unix socket the carrier stands in for the TLS proxy's plain side: https is sent as http.
+    if parts.scheme not in (("http", "https") if unix_socket else ("http",)) or not parts.hostname:
         raise ValueError(f"only http:// URLs are supported, got {parts.scheme!r}")
     body = b""
     extra = list(headers)
@@ -105,7 +108,8 @@ async def _http_request(method: str, url: str, form: dict[str, str], headers) ->
     elif form:
         query = "&".join(filter(None, [parts.query, urllib.parse.urlencode(form)]))
         url = urllib.parse.urlunsplit(parts._replace(query=query))
-    return await http_client.send(method, url, extra, body, timeout_s=HTTP_TIMEOUT_S * 2, user_agent=USER_AGENT)
+    return await http_client.send(method, url, extra, body, timeout_s=HTTP_TIMEOUT_S * 2, user_agent=USER_AGENT,
+                                  unix_socket=unix_socket)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +142,15 @@ def parse_twiml(body: bytes) -> StreamTarget:
     )
 
 
-async def _signed_request(auth_token: str, method: str, url: str, form: dict[str, str]) -> tuple[int, bytes]:
+async def _signed_request(auth_token: str, method: str, url: str, form: dict[str, str],
+                          unix_socket: str | None = None) -> tuple[int, bytes]:
     # Twilio signs the full URL plus the sorted POST params; for GET the params are part of the URL.
     if method == "POST":
         signature = compute_signature(auth_token, url, form)
     else:
         signed_url = url + ("&" if "?" in url else "?") + urllib.parse.urlencode(form) if form else url
         signature = compute_signature(auth_token, signed_url, {})
-    return await http_request(method, url, form, [("X-Twilio-Signature", signature)])
+    return await http_request(method, url, form, [("X-Twilio-Signature", signature)], unix_socket=unix_socket)
 
 
 # ----- the shared ticker ------------------------------------------------------------------------
@@ -436,13 +441,16 @@ async def place_call(
     account_sid: str | None = None,
     keep_audio: bool = True,
     plain_ws: bool = True,
+    unix_socket: str | None = None,
 ) -> CallResult:
     """Run one simulated inbound call against the gateway at ``base_url_http`` and measure it.
 
     POSTs the signed voice webhook to {base}/twilio/voice, opens the TwiML's Stream URL (wss is dialled
     as plain ws when ``plain_ws``: the gateway serves ws on 127.0.0.1), plays ``script`` for
     script.duration_ms on the loop's clock, sends `stop` and closes, and reports stream-started /
-    stream-stopped to the statusCallback. Times come from the running loop's clock.
+    stream-stopped to the statusCallback. Times come from the running loop's clock. ``unix_socket``: every
+    connection (webhooks and the stream) goes to this Unix socket, whatever the URLs' hosts (a gateway
+    with listen = unix:PATH, standing in for the TLS proxy in front of it).
     """
     loop = asyncio.get_running_loop()
     call_sid = call_sid or _sid("CA")
@@ -466,7 +474,7 @@ async def place_call(
         "ApiVersion": "2010-04-01",
     }
     try:
-        status, body = await _signed_request(auth_token, "POST", voice_url, form)
+        status, body = await _signed_request(auth_token, "POST", voice_url, form, unix_socket)
     except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
         return failed(f"voice webhook failed: {type(exc).__name__}: {exc}")
     if status != 200:
@@ -498,7 +506,8 @@ async def place_call(
     try:
         await asyncio.wait_for(
             ws_connect(lambda: stream, ws_url, extra_headers=headers, websocket_handshake_timeout=WS_CONNECT_TIMEOUT_S,
-                       max_frame_size=MAX_FRAME_BYTES, max_redirects=0, logger_name=_ws_log),
+                       max_frame_size=MAX_FRAME_BYTES, max_redirects=0, logger_name=_ws_log,
+                       socket_factory=None if unix_socket is None else (lambda _url: connect_unix_stream(unix_socket))),
             WS_CONNECT_TIMEOUT_S)
     except (OSError, asyncio.TimeoutError, WSError, ValueError) as exc:
         if stream.transport is not None:
@@ -520,7 +529,8 @@ async def place_call(
             return
         fields = dict(status_form, StreamEvent=event, Timestamp=_rfc3339_now())
         callbacks.append(loop.create_task(
-            _status_callback(auth_token, target.status_callback, target.status_callback_method, fields, errors)))
+            _status_callback(auth_token, target.status_callback, target.status_callback_method, fields, errors,
+                             unix_socket)))
 
     status_callback("stream-started")
     ticker.add(runner.on_tick, phase)
@@ -545,10 +555,11 @@ async def place_call(
     return CallResult(call_sid, core.metrics, core.statistics(), runner.close_code, runner.closed_by, errors, core)
 
 
-async def _status_callback(auth_token: str, url: str, method: str, fields: dict[str, str], errors: list[str]) -> None:
+async def _status_callback(auth_token: str, url: str, method: str, fields: dict[str, str], errors: list[str],
+                           unix_socket: str | None) -> None:
     event = fields["StreamEvent"]
     try:
-        status, _body = await _signed_request(auth_token, method, url, fields)
+        status, _body = await _signed_request(auth_token, method, url, fields, unix_socket)
     except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
         errors.append(f"status callback {event} failed: {type(exc).__name__}")
         return

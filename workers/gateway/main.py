@@ -23,6 +23,7 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
@@ -55,6 +56,7 @@ from voicecore.stats import LatencyLog
 from voicecore.twilio import stream as tw
 from voicecore.twilio import webhook
 from voicecore.wsframes import text_frames
+from voicecore.wsunix import UnixTransportView, is_unix_transport
 from workers.gateway.core import MarkDiscarded, MarkLedger, MarkPlayed, SlotTable
 
 log = logging.getLogger("voicecore.gateway")
@@ -206,7 +208,7 @@ class ConnectionRouter(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
-        if sock is not None:
+        if sock is not None and sock.family != socket.AF_UNIX:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
@@ -238,7 +240,7 @@ class ConnectionRouter(asyncio.Protocol):
             False, 20.0, 20.0, WSAutoPingStrategy.PING_WHEN_IDLE, True, timing.MAX_MESSAGE_BYTES, None, 4096,
         )
         self.transport.set_protocol(protocol)
-        protocol.connection_made(self.transport)
+        protocol.connection_made(UnixTransportView(self.transport) if is_unix_transport(self.transport) else self.transport)
         view = memoryview(data)
         while view:
             buffer = protocol.get_buffer(-1)
@@ -593,6 +595,19 @@ def remove_stale_arena(name_file: Path, shm_dir: str) -> None:
         (Path(shm_dir) / stale).unlink(missing_ok=True)
 
 
+def remove_stale_socket(path: str) -> None:
+    """A Unix socket left by a gateway that did not shut down would make bind fail; anything else there
+    is not ours to delete."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise SystemExit(f"gateway: listen path {path} exists and is not a socket")
+    log.warning("removing the socket %s of a gateway that did not shut down", path)
+    os.unlink(path)
+
+
 GATEWAY_NICE = -10  # ahead of the model worker on a shared core, behind the pacer (voicecore/priority.py)
 
 
@@ -614,9 +629,14 @@ async def run(config: Config) -> None:
         loop = asyncio.get_running_loop()
         loop.add_reader(gateway.doorbell.fileno(), gateway.on_doorbell)
         loop.add_reader(gateway.inbox.getsockopt(zmq.FD), gateway.on_inbox)
-        server = await loop.create_server(
-            lambda: ConnectionRouter(gateway), config.listen_host, config.listen_port, reuse_address=True, backlog=1024
-        )
+        unix_path = config.listen_unix_path
+        if unix_path is not None:
+            remove_stale_socket(unix_path)
+            server = await loop.create_unix_server(lambda: ConnectionRouter(gateway), unix_path, backlog=1024)
+        else:
+            server = await loop.create_server(
+                lambda: ConnectionRouter(gateway), config.listen_host, config.listen_port, reuse_address=True, backlog=1024
+            )
         log.info("gateway listening on %s (arena %s, %d call slots)", config.listen, arena.name, config.max_calls)
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -637,6 +657,8 @@ async def run(config: Config) -> None:
     finally:
         if server is not None:
             server.close()
+            if config.listen_unix_path is not None:
+                Path(config.listen_unix_path).unlink(missing_ok=True)
         if gateway is not None:
             gateway.bus.close()
             gateway.doorbell.close()
