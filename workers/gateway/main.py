@@ -660,6 +660,9 @@ async def run(config: Config) -> None:
             if config.listen_unix_path is not None:
                 Path(config.listen_unix_path).unlink(missing_ok=True)
         if gateway is not None:
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(gateway.doorbell.fileno())  # no wakeup may reach a closed socket
+            loop.remove_reader(gateway.inbox.getsockopt(zmq.FD))
             gateway.bus.close()
             gateway.doorbell.close()
             for name in (EVENTS, GATEWAY_INBOX, "doorbell.sock"):

@@ -539,7 +539,8 @@ class ModelWorker:
         last_stats = 0.0
         next_hand_off = time.monotonic() + RECORD_HAND_OFF_S
         next_heartbeat = 0.0
-        asyncio.get_running_loop().add_reader(self.verdicts.getsockopt(zmq.FD), self.on_verdicts)
+        verdicts_fd = self.verdicts.getsockopt(zmq.FD)
+        asyncio.get_running_loop().add_reader(verdicts_fd, self.on_verdicts)
         while not stop.is_set():
             self.on_verdicts()
             if self.attach_arena():
@@ -587,6 +588,8 @@ class ModelWorker:
             if session.task:
                 session.task.cancel()
         concurrent.futures.wait([f for f in records if f is not None], timeout=RECORD_FINISH_WAIT_S)
+        # Before the bus closes the socket: a wakeup on its dead fd would read a closed socket (a traceback at stop).
+        asyncio.get_running_loop().remove_reader(verdicts_fd)
         self.bus.close()
         (self.runtime_dir / MODEL_INBOX).unlink(missing_ok=True)
         self.follower.close()
