@@ -141,7 +141,6 @@ class ModelStandIn(FrameProcessor):
 
 def build_app(args: argparse.Namespace, clips: list[bytes]) -> FastAPI:
     app = FastAPI()
-    port_holder: dict = {}
 
     @app.post("/twilio/voice")
     async def voice(request: Request) -> Response:
