@@ -66,6 +66,14 @@ def test_a_call_through_the_unix_socket_behind_a_tls_proxy():
 
 
 def test_a_stale_socket_is_removed_and_anything_else_is_left(tmp_path):
+    live = tmp_path / "live.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(live))
+        listener.listen(1)
+        with pytest.raises(SystemExit, match="another process listens on"):
+            remove_stale_socket(str(live))  # a running gateway's socket stays
+        assert live.exists()
+
     stale = tmp_path / "gateway.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as old:
         old.bind(str(stale))  # a socket file nobody listens on: a gateway that did not shut down

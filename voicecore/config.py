@@ -102,7 +102,7 @@ class Config:
     @property
     def listen_unix_path(self) -> str | None:
         """The Unix socket the gateway serves on (listen = "unix:PATH"), or None for host:port."""
-        return self.listen[len(UNIX_PREFIX):] if self.listen.startswith(UNIX_PREFIX) else None
+        return unix_path_of(self.listen)
 
     @property
     def listen_host(self) -> str:
@@ -162,10 +162,15 @@ def _coerce(setting: Setting, raw: object, source: str) -> object:
     return raw
 
 
+def unix_path_of(listen: str) -> str | None:
+    """PATH of a "unix:PATH" listen address; None for host:port."""
+    return listen[len(UNIX_PREFIX):] if listen.startswith(UNIX_PREFIX) else None
+
+
 def _validate(values: dict[str, object]) -> None:
     listen = str(values["listen"])
-    if listen.startswith(UNIX_PREFIX):
-        path = listen[len(UNIX_PREFIX):]
+    path = unix_path_of(listen)
+    if path is not None:
         if not path.startswith("/"):
             raise ConfigError(f"listen: expected unix:/absolute/path, got {listen!r}")
         if len(os.fsencode(path)) > MAX_UNIX_PATH_BYTES:

@@ -12,18 +12,27 @@ import asyncio
 import socket
 
 
-class UnixStreamSocket(socket.socket):
-    """A client's Unix stream socket (picows' socket_factory) on which TCP options are no-ops."""
+class _TcpOptionsIgnored:
+    """setsockopt/getsockopt that accept TCP-level options as no-ops (0 when read) and pass the rest on."""
 
-    def setsockopt(self, level, option, *value):  # type: ignore[override]
+    __slots__ = ()
+
+    def setsockopt(self, level, option, *value):
         if level == socket.IPPROTO_TCP:
             return None
-        return super().setsockopt(level, option, *value)
+        return self._real_setsockopt(level, option, *value)
 
-    def getsockopt(self, level, option, *buflen):  # type: ignore[override]
+    def getsockopt(self, level, option, *buflen):
         if level == socket.IPPROTO_TCP:
             return 0
-        return super().getsockopt(level, option, *buflen)
+        return self._real_getsockopt(level, option, *buflen)
+
+
+class UnixStreamSocket(_TcpOptionsIgnored, socket.socket):
+    """A client's Unix stream socket (picows' socket_factory) on which TCP options are no-ops."""
+
+    _real_setsockopt = socket.socket.setsockopt
+    _real_getsockopt = socket.socket.getsockopt
 
 
 async def connect_unix_stream(path: str) -> UnixStreamSocket:
@@ -38,7 +47,7 @@ async def connect_unix_stream(path: str) -> UnixStreamSocket:
     return sock
 
 
-class _UnixSocketView:
+class _UnixSocketView(_TcpOptionsIgnored):
     """A server transport's socket object as picows sees it: TCP options are no-ops."""
 
     __slots__ = ("_sock",)
@@ -46,14 +55,10 @@ class _UnixSocketView:
     def __init__(self, sock) -> None:
         self._sock = sock
 
-    def setsockopt(self, level, option, *value):
-        if level == socket.IPPROTO_TCP:
-            return None
+    def _real_setsockopt(self, level, option, *value):
         return self._sock.setsockopt(level, option, *value)
 
-    def getsockopt(self, level, option, *buflen):
-        if level == socket.IPPROTO_TCP:
-            return 0
+    def _real_getsockopt(self, level, option, *buflen):
         return self._sock.getsockopt(level, option, *buflen)
 
     def __getattr__(self, name: str):
@@ -83,7 +88,3 @@ class UnixTransportView:
     def __getattr__(self, name: str):
         return getattr(self._transport, name)
 
-
-def is_unix_transport(transport: asyncio.BaseTransport) -> bool:
-    sock = transport.get_extra_info("socket")
-    return sock is not None and sock.family == socket.AF_UNIX

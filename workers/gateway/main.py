@@ -56,7 +56,7 @@ from voicecore.stats import LatencyLog
 from voicecore.twilio import stream as tw
 from voicecore.twilio import webhook
 from voicecore.wsframes import text_frames
-from voicecore.wsunix import UnixTransportView, is_unix_transport
+from voicecore.wsunix import UnixTransportView
 from workers.gateway.core import MarkDiscarded, MarkLedger, MarkPlayed, SlotTable
 
 log = logging.getLogger("voicecore.gateway")
@@ -204,11 +204,13 @@ class ConnectionRouter(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.handler: HttpConnection | None = None
+        self.over_unix_socket = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family != socket.AF_UNIX:
+        self.over_unix_socket = sock is not None and sock.family == socket.AF_UNIX
+        if sock is not None and not self.over_unix_socket:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
@@ -240,7 +242,7 @@ class ConnectionRouter(asyncio.Protocol):
             False, 20.0, 20.0, WSAutoPingStrategy.PING_WHEN_IDLE, True, timing.MAX_MESSAGE_BYTES, None, 4096,
         )
         self.transport.set_protocol(protocol)
-        protocol.connection_made(UnixTransportView(self.transport) if is_unix_transport(self.transport) else self.transport)
+        protocol.connection_made(UnixTransportView(self.transport) if self.over_unix_socket else self.transport)
         view = memoryview(data)
         while view:
             buffer = protocol.get_buffer(-1)
@@ -596,14 +598,21 @@ def remove_stale_arena(name_file: Path, shm_dir: str) -> None:
 
 
 def remove_stale_socket(path: str) -> None:
-    """A Unix socket left by a gateway that did not shut down would make bind fail; anything else there
-    is not ours to delete."""
+    """A Unix socket left by a gateway that did not shut down would make bind fail; a socket something
+    still listens on, or anything that is not a socket, is not ours to delete."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(mode):
         raise SystemExit(f"gateway: listen path {path} exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            pass  # nobody listens: stale
+        else:
+            raise SystemExit(f"gateway: another process listens on {path}")
     log.warning("removing the socket %s of a gateway that did not shut down", path)
     os.unlink(path)
 
