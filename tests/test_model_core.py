@@ -17,8 +17,9 @@ def frames_of(actions):
     return [a for a in actions if isinstance(a, core.WriteFrames)]
 
 
-def start_response(c, rid="resp_1", item="item_1"):
-    (opened,) = c.on_event(rt.ResponseCreated(rid), 0, IDLE)
+def start_response(c, rid="resp_1", item="item_1", now_ns=0, playout=IDLE):
+    actions = c.on_event(rt.ResponseCreated(rid), now_ns, playout)
+    (opened,) = [a for a in actions if isinstance(a, core.OpenTag)]
     return opened.tag
 
 

@@ -82,6 +82,7 @@ class SlotModel:
     cancel_pending: bool = False
     released: int = 0
     skipped: int = 0
+    superseded: int = 0
     pending_wire: deque = field(default_factory=deque)  # entries written, not yet taken by the gateway
     underruns: int = 0
 
@@ -351,6 +352,10 @@ class RingsMachine(RuleBasedStateMachine):
             if not live:
                 m.skipped += 1 if index >= 0 else 0  # INV-STALE: dropped at the ring head
                 continue
+            if tag < m.sent_tag:
+                m.skipped += 1 if index >= 0 else 0  # INV-ONE-VOICE: a newer response already went out
+                m.superseded += 1 if index >= 0 else 0
+                continue
             if index < 0:
                 if tag == m.sent_tag and m.closed == "open" and m.sent_frames > 0:
                     assert m.sent_frames == -1 - index == tm.pushed  # INV-ORDER: all of it went out
@@ -381,6 +386,7 @@ class RingsMachine(RuleBasedStateMachine):
             tag, index = m.out_ring[0]
             tm = m.tags[tag]
             assert tm.state in ("live", "done"), "a dead item was left at the head"
+            assert tag >= m.sent_tag, "an item older than the response on the wire was left at the head"
             if index < 0:
                 assert room < 1, "an END was left at the head with room on the wire"
             elif index < tm.approved and room >= 2 and released < self.burst:
@@ -420,6 +426,7 @@ class RingsMachine(RuleBasedStateMachine):
             assert self.word(slot, C.OUT_HEAD) - self.word(slot, C.OUT_TAIL) == len(m.out_ring)
             assert self.word(slot, C.FRAMES_RELEASED) == m.released
             assert self.word(slot, C.FRAMES_SKIPPED) == m.skipped
+            assert self.word(slot, C.FRAMES_SUPERSEDED) == m.superseded
             assert R.wire_pending(self.ctrl, slot) == len(m.pending_wire) <= LAYOUT.wire_slots
             assert self.word(slot, C.SENT_TAG) == m.sent_tag
             assert self.word(slot, C.SENT_FRAMES) == m.sent_frames

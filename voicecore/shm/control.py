@@ -48,6 +48,8 @@ SENT_CLOSED = 46  # SENT_OPEN / SENT_ENDED (its ":end" mark is queued) / SENT_CL
 UNDERRUN_OPEN = 47  # 1 while the carrier is dry inside a live response and that underrun is counted
 HOLD_SINCE_NS = 48  # 1 + when the pacer started holding a dry carrier's next frame to prefill (0: not holding)
 START_HOLDS = 49  # prefills that waited for audio (counted once each)
+FRAMES_SUPERSEDED = 50  # frames of an older tag met after a newer tag's frames went out (INV-ONE-VOICE);
+#                         also counted in FRAMES_SKIPPED
 
 # --- tag table, written by the model worker ---------------------------------------------------
 # TAG_TABLE_SIZE rows of TAG_ROW_WORDS words at TAG_TABLE_BASE; row = tag % TAG_TABLE_SIZE. A row whose

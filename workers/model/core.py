@@ -2,7 +2,16 @@
 
 Owns the response -> tag map, cutting model audio into 160-byte frames (remainders carried across deltas,
 never padded inside a response), dropping deltas of dead tags, and the barge-in mechanism (cancel the tag,
-`response.cancel`, truncate at the played position or delete at 0 ms: PROTOCOLS.md C.5). Knows nothing
+`response.cancel`, truncate at the played position or delete at 0 ms: PROTOCOLS.md C.5).
+
+INV-ONE-VOICE when the server runs two responses at once (a second ``response.created`` before the first's
+``response.done``: server VAD racing a client ``response.create``, a function-call follow-up): the newer
+response supersedes the older. The older is cancelled as by a barge-in (its tag dies, so the pacer skips
+its remaining and late frames and sends ``clear`` if its audio is queued at the carrier; ``response.cancel``
+with its ``response_id``; its item truncated at what the caller heard, or deleted when nothing was). A
+response created after the older one's ``response.done`` is not an overlap: its frames queue behind the
+older one's in the ring and play after them. A barge-in cancels every response the caller may still hear
+or is about to hear, each item cut at its own played position. Knows nothing
 of sockets, shared memory or the clock: the shell feeds events, a playout snapshot and ``now_ns``, and
 applies the returned actions. Turn-taking policy (semantic barge-in, debounce, scheduling) lives in
 controller.py, which wraps this core: it builds it with ``auto_barge_in=False`` and decides when to call
@@ -135,19 +144,27 @@ class CallStats:
     harmless_errors: int = 0
     malformed_events: int = 0
     dtmf_digits: int = 0
+    superseded: int = 0  # responses cancelled because a newer one started before their response.done
     gated_responses: int = 0
     rejections: int = 0
     safe_lines: int = 0
 
 
-def played_ms(tag: int, playout: Playout, now_ns: int) -> int:
+def played_ms(tag: int, playout: Playout, now_ns: int, written_frames: int | None = None) -> int:
     """Audio of ``tag`` the carrier has played by ``now_ns``, in ms, never more than was sent.
 
     Primary source: the newest mark echoed because its audio played, plus the time since that echo
     (the carrier plays continuously). Before the first echo of this tag: the pacer's model of the
-    carrier's buffer (what was sent minus what is still queued).
+    carrier's buffer (what was sent minus what is still queued). ``written_frames``: the frames of the
+    tag in the ring; when a newer tag is already on the wire, everything of this one that the pacer
+    released went out before it (INV-ONE-VOICE), so that bounds what was sent.
     """
-    sent_ms = playout.sent_frames * timing.FRAME_MS if playout.sent_tag == tag else 0
+    if playout.sent_tag == tag:
+        sent_ms = playout.sent_frames * timing.FRAME_MS
+    elif playout.sent_tag > tag and written_frames is not None:
+        sent_ms = written_frames * timing.FRAME_MS
+    else:
+        sent_ms = 0
     if playout.played_tag == tag and playout.played_frames > 0:
         estimate = playout.played_frames * timing.FRAME_MS + (now_ns - playout.played_at_ns) // 1_000_000
     elif sent_ms:
@@ -213,7 +230,7 @@ class ModelCallCore:
         if isinstance(event, rt.AudioDelta):
             return self._on_audio(event)
         if isinstance(event, rt.ResponseCreated):
-            return self._on_created(event.response_id)
+            return self._on_created(event.response_id, now_ns, playout)
         if isinstance(event, rt.AudioDone):
             return self._on_audio_done(event.response_id)
         if isinstance(event, rt.ResponseDone):
@@ -235,7 +252,17 @@ class ModelCallCore:
             self.stats.malformed_events += 1
         return []
 
-    def _on_created(self, response_id: str) -> list[Action]:
+    def _on_created(self, response_id: str, now_ns: int, playout: Playout) -> list[Action]:
+        if response_id in self.responses:
+            return []  # a repeated response.created: the response already has its tag
+        actions: list[Action] = []
+        for older in list(self.responses.values()):
+            if not older.finished and not older.cancelled:
+                # INV-ONE-VOICE: two responses in flight at once; the newer supersedes the older.
+                self.stats.superseded += 1
+                if self.safe_line_after == older.response_id:
+                    self.safe_line_after = None  # the server answers something else now
+                actions.extend(self._cancel(older, now_ns, playout))
         tag = self.next_tag
         self.next_tag += 1
         response = Response(response_id=response_id, tag=tag)
@@ -248,10 +275,12 @@ class ModelCallCore:
             spec = GateSpec("off" if self.safe_line_next else self.gate_policy)
         self.safe_line_next = False
         if spec.policy == "off":
-            return [OpenTag(tag, self.gate_release)]
+            actions.append(OpenTag(tag, self.gate_release))
+            return actions
         response.gated = True
         self.stats.gated_responses += 1
-        return [OpenTag(tag, True), OpenGate(tag, spec.policy, spec.script, spec.forbidden, spec.language)]
+        actions += [OpenTag(tag, True), OpenGate(tag, spec.policy, spec.script, spec.forbidden, spec.language)]
+        return actions
 
     def _on_transcript(self, response_id: str, text: str, done: bool) -> list[Action]:
         response = self.responses.get(response_id)
@@ -346,23 +375,39 @@ class ModelCallCore:
         return [SendToModel(rt.response_create(instructions=f"Say exactly: {self.safe_line}"))]
 
     # --- barge-in --------------------------------------------------------------------------------
+    @staticmethod
+    def _played_out(response: Response, playout: Playout) -> bool:
+        """Every frame of ``response`` played (or it had none): nothing of it is left to hear."""
+        if not response.audio_done:
+            return False
+        if response.frames == 0:
+            return True
+        if playout.played_tag == response.tag:
+            return playout.played_frames >= response.frames  # its last mark echoed
+        # Marks echo in play order and no older frame follows a newer tag's (INV-ONE-VOICE): a mark of a
+        # newer tag means this one finished playing.
+        return playout.played_tag > response.tag
+
+    def live_responses(self, playout: Playout) -> list[Response]:
+        """Responses the caller may be hearing or is about to hear, oldest first."""
+        return [r for r in self.responses.values() if not r.cancelled and not self._played_out(r, playout)]
+
     def audible(self, playout: Playout) -> Response | None:
-        """The response the caller may be hearing or about to hear, if any."""
-        response = self.current
-        if response is None or response.cancelled:
-            return None
-        if response.audio_done and playout.played_tag == response.tag and playout.played_frames >= response.frames:
-            return None  # its last mark echoed: every frame played
-        if response.audio_done and response.frames == 0:
-            return None
-        return response
+        """The response the caller may be hearing or about to hear first (the oldest live one), if any."""
+        live = self.live_responses(playout)
+        return live[0] if live else None
 
     def barge_in(self, now_ns: int, playout: Playout) -> list[Action]:
-        response = self.audible(playout)
-        if response is None:
+        """The caller interrupts: cancel every live response (the one playing and any queued behind it
+        or still being generated), each item cut at its own played position."""
+        live = self.live_responses(playout)
+        if not live:
             return []
         self.stats.bargeins += 1
-        return self._cancel(response, now_ns, playout)
+        actions: list[Action] = []
+        for response in live:
+            actions.extend(self._cancel(response, now_ns, playout))
+        return actions
 
     def _cancel(self, response: Response, now_ns: int, playout: Playout) -> list[Action]:
         """Cancel ``response``: its tag dies (the pacer skips it, `clear`s if any of it went out), the
@@ -372,7 +417,7 @@ class ModelCallCore:
         if not response.finished:
             actions.append(SendToModel(rt.response_cancel(response.response_id)))
         if response.item_id:
-            heard_ms = played_ms(response.tag, playout, now_ns)
+            heard_ms = played_ms(response.tag, playout, now_ns, response.frames)
             if heard_ms > 0:
                 self.stats.truncates += 1
                 actions.append(SendToModel(rt.item_truncate(response.item_id, heard_ms)))

@@ -25,6 +25,10 @@ Per active call slot (STATE == SLOT_ACTIVE), in this order:
 2. release, head of the outbound ring first, strictly in ring order:
    - a frame or END of a dead tag (row CANCELLED, or the row now holds another tag) is consumed and
      counted in FRAMES_SKIPPED: INV-STALE, the decision is read from the row on every frame;
+   - a frame or END of a tag older than SENT_TAG (tags only rise within a call) is consumed and counted
+     in FRAMES_SKIPPED and FRAMES_SUPERSEDED: INV-ONE-VOICE, once a newer response's audio went out no
+     frame of an older one follows it, whatever the model worker wrote (its rule, that a newer response
+     supersedes an older one still being generated, cancels the older first: this is the backstop);
    - END of the tag being sent: mark ``tag:n:end`` (n = frames of the tag sent), consumed;
    - a frame: stop when this tick's burst reached max_burst_frames or the carrier holds lead_ns of
      audio already (CARRIER_EMPTY_AT_NS - now >= lead_ns); stop when its index is at or past the tag's
@@ -59,6 +63,7 @@ from voicecore.shm.control import (
     CLEAR_QUEUED_NS,
     FRAMES_RELEASED,
     FRAMES_SKIPPED,
+    FRAMES_SUPERSEDED,
     GATE_HELD,
     HOLD_SINCE_NS,
     GENERATION,
@@ -112,6 +117,7 @@ STAT_CLEARS = 7
 STAT_GATE_HELD = 8
 STAT_UNDERRUNS = 9
 STAT_WIRE_FULL = 10
+STAT_FRAMES_SUPERSEDED = 11
 STATS_WORDS = 16
 STAT_NAMES = (
     "ticks",
@@ -125,6 +131,7 @@ STAT_NAMES = (
     "gate_held",
     "underruns",
     "wire_full",
+    "frames_superseded",
 )
 
 # --- the JSON pieces (PROTOCOLS.md A.3: media, mark and clear are the only messages we may send) -------
@@ -429,6 +436,7 @@ def _release(
     empty_at_ns = ctrl[s, CARRIER_EMPTY_AT_NS]
     released = 0
     skipped = 0
+    superseded = 0
     marks = 0
     held = False  # a due entry was held by the gate or the wire ring: a dry carrier is not an underrun
     # Release in batches of release_frames (one socket write carries them all): start only when the
@@ -451,6 +459,13 @@ def _release(
             # INV-STALE: cancelled, rejected or long-gone tag; read fresh from the row for every frame.
             if frame_index >= 0:
                 skipped += 1
+            out_tail += 1
+            continue
+        if tag < sent_tag:
+            # INV-ONE-VOICE: a newer response is already on the wire; the older one is never heard again.
+            if frame_index >= 0:
+                skipped += 1
+                superseded += 1
             out_tail += 1
             continue
         if frame_index < 0:
@@ -501,9 +516,9 @@ def _release(
             stats_out[STAT_GATE_HELD] += 1
             held = True
             break
-        # Frames of this tag through this one. The index, not a running count: should two responses'
-        # frames ever interleave in the ring (the controller's INV-ONE-VOICE broken), each tag's marks
-        # still count that tag's audio. Equal to the count under INV-ORDER (indices 0, 1, 2, ...).
+        # Frames of this tag through this one. The index, not a running count: equal to the count under
+        # INV-ORDER (indices 0, 1, 2, ...), and still this tag's audio should a response's first frames
+        # have been skipped.
         frames_through = frame_index + 1
         mark_due = mark_every_frames > 0 and frames_through % mark_every_frames == 0
         if n_wire - (wire_head - wire_tail) < (2 if mark_due else 1):
@@ -550,12 +565,15 @@ def _release(
         stats_out[STAT_UNDERRUNS] += 1
     if skipped > 0:
         ctrl[s, FRAMES_SKIPPED] += skipped
+    if superseded > 0:
+        ctrl[s, FRAMES_SUPERSEDED] += superseded
     # Publish: wire entries first (the gateway may send them), then free the outbound slots we read.
     if wire_head != wire_head_start:
         atomic_store_release(ctrl, s, WIRE_HEAD, wire_head)
     atomic_store_release(ctrl, s, OUT_TAIL, out_tail)
     stats_out[STAT_FRAMES_RELEASED] += released
     stats_out[STAT_FRAMES_SKIPPED] += skipped
+    stats_out[STAT_FRAMES_SUPERSEDED] += superseded
     stats_out[STAT_MARKS] += marks
     stats_out[STAT_WIRE_ENTRIES] += wire_head - wire_head_start
 
