@@ -702,7 +702,64 @@ def test_bad_arguments_are_refused(call):
     with pytest.raises(ValueError):
         P.pace_tick(
             call.ctrl, call.arena.sids, call.arena.out_meta, call.arena.out_payload, call.arena.wire_len,
-            call.arena.wire_data, prefix, prefix_len, 0, 80 * MS, 5, 10, 0, P.new_stats(), 0, 1, 1,
+            call.arena.wire_data, prefix, prefix_len, 0, 80 * MS, 5, 10, 0, P.new_stats(), 0, 1, 1, 80 * MS,
         )
     with pytest.raises(ValueError):
         call.pacer.tick(0, 0, 0)  # a group step of 0 would never advance
+
+
+# --- INV-ONE-VOICE: a newer response on the wire; holds on a bare VAD edge ----------------------------------
+
+
+def test_frames_of_an_older_tag_after_a_newer_one_went_out_are_skipped(call):
+    call.open(1)
+    call.open(2)
+    call.push(2, 2)
+    call.push(1, 3)  # the model worker wrote the older response behind the newer one's start
+    call.push(2, 2)
+    call.end(1)
+    call.end(2)
+    assert call.tick(0) == ["2.0", "2.1", "2.2", "2.3", "mark 2:4:end"]
+    assert call.word(C.FRAMES_SUPERSEDED) == 3 and call.word(C.FRAMES_SKIPPED) == 3
+    assert call.pacer.statistics()["frames_superseded"] == 3
+
+
+def test_a_hold_stops_release_at_once_and_clears_once_the_carrier_played_what_it_had(call):
+    call.open(1)
+    call.push(1, 30)
+    assert call.tick(0) == frames(1, 0, 3)
+    R.tag_pause(call.ctrl, call.slot, 1, 10 * MS)
+    assert call.tick(20) == []  # held: the carrier plays its 80 ms, nothing newer goes out
+    assert call.tick(60) == []
+    assert call.word(C.UNDERRUNS) == 0  # a hold is not a gap the model caused
+    assert call.tick(100) == ["clear"]  # 90 ms into the hold: what the carrier had has played
+    assert call.word(C.SENT_CLOSED) == C.SENT_CLEARED and call.tick(120) == []
+    assert R.tag_resume(call.ctrl, call.slot, 1)
+    # a false alarm: the same response goes on from where it stopped, with a fresh lead burst
+    assert call.tick(140) == ["1.4", "mark 1:5"] + frames(1, 5, 7)
+    assert call.word(C.SENT_CLOSED) == C.SENT_OPEN
+    assert not R.tag_resume(call.ctrl, call.slot, 1)
+
+
+def test_a_confirmed_bargein_after_a_hold_clear_sends_no_second_clear(call):
+    call.open(1)
+    call.push(1, 30)
+    assert call.tick(0) == frames(1, 0, 3)
+    R.tag_pause(call.ctrl, call.slot, 1, 0)
+    assert call.tick(80) == ["clear"]
+    call.cancel(1, 500)  # the words came: a real barge-in
+    assert call.cancels(500) == [] and call.tick(520) == []
+    call.open(2)
+    call.push(2, 4)
+    call.end(2)
+    assert call.tick(540) == frames(2, 0, 3) + ["mark 2:4:end"]  # the next response is not held
+
+
+def test_a_held_response_whose_end_comes_after_its_clear_still_gets_its_end_mark(call):
+    call.open(1)
+    call.push(1, 3)
+    assert call.tick(0) == frames(1, 0, 2)
+    R.tag_pause(call.ctrl, call.slot, 1, 0)
+    assert call.tick(100) == ["clear"]
+    call.end(1)
+    assert call.tick(120) == ["mark 1:3:end"]  # all of it played before the clear: the response is over

@@ -14,7 +14,7 @@ from voicecore.replay import replay
 from workers.model import controller as C
 
 from scenarios.catalog import SCENARIOS, Scenario
-from scenarios.harness import TICK_MS, Outcome, run
+from scenarios.harness import LEAD_MS, TICK_MS, Outcome, run
 
 pytestmark = pytest.mark.scenario
 
@@ -39,6 +39,16 @@ def check_invariants(o: Outcome) -> None:
         by_tag.setdefault(tag, []).append(index)
     for tag, indices in by_tag.items():
         assert indices == list(range(len(indices))), f"tag {tag} out of order"
+    # Talk-over: once the caller starts speaking over the agent, the release stops at once (a hold or a
+    # cancel) and only the lead the carrier held plays on: at most LEAD_MS + one tick of agent audio.
+    for start, _end, _words in o.speech:
+        over = [at for _, _, at in heard if at <= start < at + TICK_MS]
+        if over:
+            run_end = over[0] + TICK_MS
+            for _, _, at in heard:
+                if run_end <= at <= run_end + 1:
+                    run_end = at + TICK_MS
+            assert run_end - start <= LEAD_MS + TICK_MS, f"talk-over of {run_end - start} ms at {start} ms"
     # INV-ONE-VOICE (caller side): no response is requested while the caller is mid-utterance
     for t, _ in o.sent("response.create"):
         assert not any(start < t < end for start, end, _ in o.speech), f"response.create at {t} ms over the caller"

@@ -28,6 +28,8 @@ CANCEL_DECISION_NS = 20  # CLOCK_MONOTONIC of the newest barge-in decision
 MODEL_GENERATION = 21  # the slot GENERATION the model worker is serving (0: none yet)
 OUT_DROPPED = 22  # outbound frames the model worker could not place (ring full: reported, not written)
 NEXT_TAG = 23  # the next response tag to hand out: a restarted worker continues, never reuses a tag
+PAUSED_TAG = 24  # release of this tag's frames is held (a bare VAD edge: the caller may be barging in); 0: none
+PAUSE_SINCE_NS = 25  # CLOCK_MONOTONIC when that hold began (written before PAUSED_TAG)
 
 # --- written by the pacer ---------------------------------------------------------------------
 OUT_TAIL = 32  # outbound ring: slots consumed (released or skipped)

@@ -64,6 +64,8 @@ from voicecore.shm.control import (
     OUT_DROPPED,
     OUT_HEAD,
     OUT_TAIL,
+    PAUSE_SINCE_NS,
+    PAUSED_TAG,
     TAG_CANCELLED,
     TAG_DONE,
     TAG_LIVE,
@@ -421,6 +423,27 @@ def tag_done(ctrl, slot, tag):
     if ctrl[slot, _row_word(tag, TAG_ROW_STATE)] != TAG_LIVE:
         return False
     atomic_store_release(ctrl, slot, _row_word(tag, TAG_ROW_STATE), TAG_DONE)
+    return True
+
+
+@kernel
+def tag_pause(ctrl, slot, tag, since_ns):
+    """Model worker: hold release of `tag` (a bare VAD edge). Nothing more of it goes out; what the
+    carrier holds plays, and the pacer sends `clear` once the hold outlasts the carrier's queue."""
+    _check_slot(ctrl, slot)
+    if tag <= 0:
+        raise ValueError("tag must be positive")
+    ctrl[slot, PAUSE_SINCE_NS] = since_ns
+    atomic_store_release(ctrl, slot, PAUSED_TAG, tag)
+
+
+@kernel
+def tag_resume(ctrl, slot, tag):
+    """Model worker: end the hold of `tag` (a false alarm: release goes on). False if it was not held."""
+    _check_slot(ctrl, slot)
+    if tag <= 0 or ctrl[slot, PAUSED_TAG] != tag:
+        return False
+    atomic_store_release(ctrl, slot, PAUSED_TAG, 0)
     return True
 
 

@@ -19,9 +19,11 @@ barge-in semantic). ``session_update`` is built that way by ``start``.
 
 Release hold (bare VAD edge): with ``pause_release`` every tag is opened gated (``OpenTag.gated``) and the
 controller raises its approval watermark as playout advances, ``release_window_frames`` ahead of what the
-pacer has sent (``ReleaseTag``). On a bare VAD edge it stops raising it (``HoldTag``): what is already
-approved keeps playing, nothing newer is released, until words confirm a barge-in (then the tag is
-cancelled) or the false-interruption timeout passes (rolling approvals resume).
+pacer has sent (``ReleaseTag``). On a bare VAD edge it holds the tag (``HoldTag``): the pacer releases
+nothing more of it at once, the carrier plays the lead it holds (60-100 ms: the talk-over), and once the
+hold outlasts that the pacer sends ``clear``. Words (or speech too long to be a cough whose transcript is
+late) confirm a barge-in and the tag is cancelled; a false alarm, no words and short speech, resumes it
+(``ResumeTag``) and it plays on from where it stopped. A resume never follows a real turn.
 
 Validation gate (INV-GATE, issue 5): each request's flow node names its release policy (``Say.policy``,
 ``Answer.policy``; ``ControllerConfig.gate_policy`` when it names none). A gated response's tag is opened
@@ -107,13 +109,21 @@ class ReleaseTag:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HoldTag:
-    """Bare VAD edge: the watermark of ``tag`` stays at ``frames`` until a ReleaseTag or CancelTag.
+    """Bare VAD edge: release of ``tag`` stops at once (the pacer sends nothing newer of it; the carrier
+    plays what it holds, then gets a ``clear``) until a ResumeTag or CancelTag. ``frames``: its approval
+    watermark, which stays where it is.
 
-    Shell: ``rings.tag_approve(ctrl, slot, tag, frames)`` (a no-op by construction: the hold is the
-    absence of further ReleaseTag); count it."""
+    Shell: ``rings.tag_pause(ctrl, slot, tag, now_ns)``; count it."""
 
     tag: int
     frames: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResumeTag:
+    """A false alarm (no words, short): release of held ``tag`` goes on. Shell: ``rings.tag_resume``."""
+
+    tag: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -147,7 +157,7 @@ class CallOver:
     reason: str
 
 
-Action = core.Action | ReleaseTag | HoldTag | Retrieve | HangUp | Transfer | CallOver
+Action = core.Action | ReleaseTag | HoldTag | ResumeTag | Retrieve | HangUp | Transfer | CallOver
 
 
 # --- internal state -----------------------------------------------------------------------------------
@@ -538,6 +548,11 @@ class CallController:
                     not u.stopped_ns and duration_ms >= cfg.bargein_late_words_ms)
             else:
                 speech = has_words or duration_ms >= cfg.bargein_late_words_ms
+            transcript_overdue = bool(u.stopped_ns) and (now - u.stopped_ns) // MS >= cfg.false_interruption_ms
+            if not speech and transcript_overdue and not u.completed and duration_ms >= cfg.bargein_min_speech_ms:
+                # No transcript yet, but too much speech to call it a cough: a real turn whose words are
+                # late must never be talked over by resuming the held response.
+                speech = True
             if speech:
                 u.decided = "speech"
                 self._caller_active()
@@ -545,8 +560,9 @@ class CallController:
                 self._drop_queued()
                 if self._barge_in(now, out):
                     self.stats.bargein_latency_ms.append((now - u.started_ns) // MS)
-            elif u.stopped_ns and ((u.completed and not has_words) or (now - u.stopped_ns) // MS >= cfg.false_interruption_ms):
-                # Cough, breath, echo, or a backchannel too short to interrupt: the agent carries on.
+            elif u.stopped_ns and (u.completed or transcript_overdue):
+                # Cough, breath, echo, a short "mm": no words, or too short to be a turn (and, without
+                # a transcript, short). The agent carries on.
                 u.decided = "noise"
                 if u.interrupting:
                     self.stats.false_interruptions += 1
@@ -597,6 +613,7 @@ class CallController:
         tag = self.held_tag
         self.held_tag = 0
         if tag:
+            out.append(ResumeTag(tag))
             self._approve(tag, out, force=True)
 
     # ================================================================================ scheduling
@@ -929,6 +946,7 @@ def action_to_dict(action: Action) -> dict:
 
 
 __all__ = [
-    "Action", "CallController", "CallOver", "ControllerConfig", "HangUp", "HoldTag", "ReleaseTag", "Retrieve", "Transfer",
+    "Action", "CallController", "CallOver", "ControllerConfig", "HangUp", "HoldTag", "ReleaseTag", "ResumeTag", "Retrieve",
+    "Transfer",
     "SendToModel", "OpenTag", "WriteFrames", "EndTag", "CancelTag", "Playout", "action_to_dict",
 ]

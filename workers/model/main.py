@@ -304,8 +304,13 @@ class CallSession:
                 worker.bus.send(worker.validator, message)
             elif isinstance(action, core.ApproveFrames):
                 rings.tag_approve(arena.ctrl, self.slot, action.tag, action.frames)
-            elif isinstance(action, controller_mod.ReleaseTag | controller_mod.HoldTag):
+            elif isinstance(action, controller_mod.ReleaseTag):
                 rings.tag_approve(arena.ctrl, self.slot, action.tag, action.frames)
+            elif isinstance(action, controller_mod.HoldTag):
+                rings.tag_pause(arena.ctrl, self.slot, action.tag, time.monotonic_ns())
+                worker.counters["holds"] += 1
+            elif isinstance(action, controller_mod.ResumeTag):
+                rings.tag_resume(arena.ctrl, self.slot, action.tag)
             elif isinstance(action, controller_mod.HangUp | controller_mod.Transfer):
                 worker.counters["call_endings_requested"] += 1
                 asyncio.get_running_loop().create_task(self._end_call_via_rest(action))
@@ -465,7 +470,7 @@ class ModelWorker:
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
-        self.counters = collections.Counter({"bargeins": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
+        self.counters = collections.Counter({"bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
                                              "call_endings_sent": 0, "call_endings_failed": 0})
         self.account_sids: dict[tuple[int, int], str] = {}  # (slot, generation) -> AccountSid, from CallStarted
         self.heartbeat_seq = 0

@@ -22,6 +22,11 @@ Per active call slot (STATE == SLOT_ACTIVE), in this order:
    in CANCEL_TAG, and the older one may be the one playing. If the wire ring is full the clear waits,
    CANCEL_SEEN_SEQ is not advanced, and nothing else is released for that call until it is queued:
    audio queued before a late clear would be cut by it.
+1b. hold: PAUSED_TAG (the model worker's, on a bare VAD edge) stops release of that tag's frames at
+   once; the carrier plays what it holds. Once the hold has lasted hold_clear_ns (the most audio the
+   carrier can hold: lead plus the release swing, so a clear cuts nothing it would have played) a
+   ``clear`` goes out behind it: a barge-in's clear comes within that grace, not when the words confirm
+   it. A resumed tag (a cough, a breath) plays on from where it stopped, with a fresh lead burst.
 2. release, head of the outbound ring first, strictly in ring order:
    - a frame or END of a dead tag (row CANCELLED, or the row now holds another tag) is consumed and
      counted in FRAMES_SKIPPED: INV-STALE, the decision is read from the row on every frame;
@@ -71,6 +76,8 @@ from voicecore.shm.control import (
     OUT_HEAD,
     OUT_TAIL,
     PACER_GENERATION,
+    PAUSE_SINCE_NS,
+    PAUSED_TAG,
     SENT_CLEARED,
     SENT_CLOSED,
     SENT_ENDED,
@@ -373,6 +380,43 @@ def _prepare_slot(ctrl, sids, media_prefix, media_prefix_len, s, now_ns):
 
 
 @kernel(inline="always")
+def _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out):
+    """Put a ``clear`` behind what the wire ring holds. False when the ring is full (the clear is owed)."""
+    n_wire = wire_len.shape[1]
+    head = ctrl[s, WIRE_HEAD]
+    if head - atomic_load_acquire(ctrl, s, WIRE_TAIL) >= n_wire:
+        ctrl[s, WIRE_FULL] += 1
+        stats_out[STAT_WIRE_FULL] += 1
+        return False
+    _write_clear(wire_data, wire_len, s, head & (n_wire - 1), media_prefix, media_prefix_len)
+    atomic_store_release(ctrl, s, WIRE_HEAD, head + 1)
+    ctrl[s, SENT_CLOSED] = SENT_CLEARED
+    ctrl[s, UNDERRUN_OPEN] = 0
+    # Twilio throws its whole buffer away on clear (PROTOCOLS.md A.3): the next frames start from an
+    # empty carrier and get their full lead burst.
+    ctrl[s, CARRIER_EMPTY_AT_NS] = now_ns
+    ctrl[s, CLEAR_QUEUED_NS] = now_ns
+    stats_out[STAT_CLEARS] += 1
+    stats_out[STAT_WIRE_ENTRIES] += 1
+    return True
+
+
+@kernel(inline="always")
+def _process_pause(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, hold_clear_ns, stats_out):
+    """Clear the carrier once a hold of the tag on the wire outlasted hold_clear_ns. False: clear owed."""
+    paused_tag = atomic_load_acquire(ctrl, s, PAUSED_TAG)
+    if (
+        paused_tag <= 0
+        or paused_tag != ctrl[s, SENT_TAG]
+        or ctrl[s, SENT_FRAMES] <= 0
+        or ctrl[s, SENT_CLOSED] != SENT_OPEN
+        or now_ns - ctrl[s, PAUSE_SINCE_NS] < hold_clear_ns
+    ):
+        return True
+    return _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out)
+
+
+@kernel(inline="always")
 def _process_cancel(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out):
     """Queue a clear if the tag on the wire was cancelled. False: the clear is still owed (wire full)."""
     seq = atomic_load_acquire(ctrl, s, CANCEL_SEQ)
@@ -385,22 +429,8 @@ def _process_cancel(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s
         and ctrl[s, SENT_CLOSED] != SENT_CLEARED
         and _row_state(ctrl, s, sent_tag) == TAG_CANCELLED
     ):
-        n_wire = wire_len.shape[1]
-        head = ctrl[s, WIRE_HEAD]
-        if head - atomic_load_acquire(ctrl, s, WIRE_TAIL) >= n_wire:
-            ctrl[s, WIRE_FULL] += 1
-            stats_out[STAT_WIRE_FULL] += 1
+        if not _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out):
             return False
-        _write_clear(wire_data, wire_len, s, head & (n_wire - 1), media_prefix, media_prefix_len)
-        atomic_store_release(ctrl, s, WIRE_HEAD, head + 1)
-        ctrl[s, SENT_CLOSED] = SENT_CLEARED
-        ctrl[s, UNDERRUN_OPEN] = 0
-        # Twilio throws its whole buffer away on clear (PROTOCOLS.md A.3): the next response starts from
-        # an empty carrier and gets its full lead burst.
-        ctrl[s, CARRIER_EMPTY_AT_NS] = now_ns
-        ctrl[s, CLEAR_QUEUED_NS] = now_ns
-        stats_out[STAT_CLEARS] += 1
-        stats_out[STAT_WIRE_ENTRIES] += 1
     ctrl[s, CANCEL_SEEN_SEQ] = seq
     return True
 
@@ -434,6 +464,7 @@ def _release(
     sent_frames = ctrl[s, SENT_FRAMES]
     closed = ctrl[s, SENT_CLOSED]
     empty_at_ns = ctrl[s, CARRIER_EMPTY_AT_NS]
+    paused_tag = atomic_load_acquire(ctrl, s, PAUSED_TAG)
     released = 0
     skipped = 0
     superseded = 0
@@ -470,8 +501,9 @@ def _release(
             continue
         if frame_index < 0:
             # END marker. Only the tag on the wire gets its ":end" mark; a response whose frames were
-            # all skipped, or that had none, ends silently.
-            if tag == sent_tag and closed == SENT_OPEN:
+            # all skipped, or that had none, ends silently. A live tag cut by its hold's clear (a
+            # cancelled one never gets here) gets it too: the hold outlasted its audio, so all of it played.
+            if tag == sent_tag and closed != SENT_ENDED:
                 if wire_head - wire_tail >= n_wire:
                     ctrl[s, WIRE_FULL] += 1
                     stats_out[STAT_WIRE_FULL] += 1
@@ -484,6 +516,10 @@ def _release(
                 closed = SENT_ENDED
             out_tail += 1
             continue
+        if tag == paused_tag:
+            # A bare VAD edge holds this tag: nothing newer of it goes out (the carrier plays what it has).
+            held = True
+            break
         if released >= max_burst_frames or empty_at_ns - now_ns >= (fill_below_ns if released else start_below_ns):
             break
         if released == 0 and empty_at_ns <= now_ns and start_hold_ns > 0:
@@ -528,7 +564,9 @@ def _release(
             break
         _write_media(wire_data, wire_len, s, wire_head & (n_wire - 1), media_prefix, media_prefix_len, out_payload, o)
         wire_head += 1
-        if tag != sent_tag:
+        if tag != sent_tag or closed == SENT_CLEARED:
+            # A new response, or the held one resuming after its hold's clear (a cancelled tag never
+            # gets here: its frames are skipped).
             sent_tag = tag
             closed = SENT_OPEN
         sent_frames = frames_through
@@ -610,6 +648,7 @@ def pace_tick(
     first_slot,
     slot_step,
     release_frames,
+    hold_clear_ns,
 ):
     """One 20 ms tick for the call slots first_slot, first_slot + slot_step, ... (0, 1: every slot).
     Returns the number of calls with new wire entries.
@@ -623,7 +662,8 @@ def pace_tick(
     at a time, so the gateway writes half as often).
     stats_out: int64[STATS_WORDS], accumulated (STAT_*). first_slot, slot_step: the shell ticks the slots
     in groups on phases of the 20 ms grid (PacerCore.tick), so the gateway gets a group's frames at a
-    time instead of every call's at once.
+    time instead of every call's at once. hold_clear_ns: a hold (PAUSED_TAG) of the tag on the wire that
+    lasts this long gets a ``clear``.
     """
     _check_arrays(ctrl, sids, wire_len, wire_data, media_prefix, media_prefix_len, stats_out)
     if out_meta.shape[0] != ctrl.shape[0] or out_payload.shape[0] != ctrl.shape[0]:
@@ -636,7 +676,9 @@ def pace_tick(
             continue
         stats_out[STAT_CALLS_SERVED] += 1
         wire_head_before = ctrl[s, WIRE_HEAD]
-        if _process_cancel(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out):
+        if _process_cancel(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out) and _process_pause(
+            ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, hold_clear_ns, stats_out
+        ):
             _release(
                 ctrl,
                 out_meta,
@@ -691,7 +733,7 @@ class PacerCore:
     """
 
     __slots__ = ("_arrays", "media_prefix", "media_prefix_len", "stats", "lead_ns", "mark_every_frames", "max_burst_frames",
-                 "start_hold_ns", "release_frames")
+                 "start_hold_ns", "release_frames", "hold_clear_ns")
 
     def __init__(
         self,
@@ -715,6 +757,9 @@ class PacerCore:
         self.max_burst_frames = max_burst_frames
         self.start_hold_ns = start_hold_ms * 1_000_000
         self.release_frames = release_frames
+        # A hold's clear waits until the carrier has played the most it can hold (the lead plus the release
+        # swing): it cuts nothing the caller would have heard, so a resumed tag loses no audio.
+        self.hold_clear_ns = self.lead_ns + (release_frames - 1) * FRAME_NS
 
     def tick(self, now_ns: int, phase: int = 0, phases: int = 1) -> int:
         """The tick of the slots in ``phase`` of ``phases`` groups (slot % phases == phase); (0, 1): all."""
@@ -737,6 +782,7 @@ class PacerCore:
             phase,
             phases,
             self.release_frames,
+            self.hold_clear_ns,
         )
 
     def cancels(self, now_ns: int) -> int:
