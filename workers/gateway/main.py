@@ -108,6 +108,7 @@ class Gateway:
             "inbound_overruns": 0,
             "wire_messages": 0,
             "clears_sent": 0,
+            "hold_clears_sent": 0,
             "marks_played": 0,
             "marks_discarded": 0,
             "marks_unknown": 0,
@@ -557,7 +558,10 @@ class StreamConnection(WSListener):
                         ctrl[C.CLEARS_SENT] += 1
                         gw.counters["clears_sent"] += 1
                         decided = int(ctrl[C.CANCEL_DECISION_NS])
-                        if decided:
+                        if ctrl[C.PAUSED_TAG] and ctrl[C.PAUSE_SINCE_NS] > decided:
+                            # A hold's clear (bare VAD edge), not a cancel's: it comes by design a lead later.
+                            gw.counters["hold_clears_sent"] += 1
+                        elif decided:
                             gw.bargein_to_clear.add_ns(time.monotonic_ns() - decided)
                 out.append(data)
         if not out:
