@@ -3,8 +3,8 @@ lost, model event rates. Pure functions over the simulators' records (no I/O, no
 
 Owns: restricting a call's records to the steady window [w0, w1) (CLOCK_MONOTONIC ms, the same clock in
 every bench process) so the ramp-up and the tear-down do not count, before the records go through
-callreport.summarize unchanged. Rule: a carrier event (frame arrival, underrun tick, clear) counts if it
-happened in the window; a model response counts (mouth-to-ear, truncate error) if its first audio delta
+callreport.summarize unchanged. Rule: a carrier event (frame arrival, underrun tick, clear, a barge-in
+without a clear, an overlapping frame's play, a speech start's talkover) counts if it happened in the window; a model response counts (mouth-to-ear, truncate error) if its first audio delta
 was sent in the window, and so do the truncates and deletes of its item.
 Also owns the hallucination scenario's figures (hallucination_figures): answers, what of the
 hallucinated ones the caller heard, false rejections, time to first audio.
@@ -131,6 +131,9 @@ def trim_result(result: CallResult, w0: float, w1: float, records: Sequence | No
     metrics.underruns = len(metrics.underrun_at_ms)
     metrics.stale_frames = sum(1 for frame in in_window if frame.stale)
     metrics.clears_received = len(metrics.clear_at_ms)
+    # judged on the whole call (a clear just after w1 still answers a barge-in just before it), counted in the window
+    without_clear = sum(1 for at in core.bargeins_without_clear_ms() if w0 <= at < w1)
+    overlapping = sum(1 for frame in core.overlapping_played() if w0 <= frame.played_at_ms < w1)
     trimmed_core = copy.copy(core)
     trimmed_core.metrics = metrics
     stats = dataclasses.replace(
@@ -139,6 +142,8 @@ def trim_result(result: CallResult, w0: float, w1: float, records: Sequence | No
         underruns=metrics.underruns,
         stale_frames=metrics.stale_frames,
         clears_received=metrics.clears_received,
+        bargeins_without_clear=without_clear,
+        overlapping_frames=overlapping,
     )
     return dataclasses.replace(result, statistics=stats, core=trimmed_core), problems, re_anchored
 

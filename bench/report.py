@@ -66,15 +66,16 @@ def _p(summary: dict, key: str) -> str:
 
 def format_table(top: dict, runs: list[dict]) -> str:
     """One row per run, then the capacity verdict (if searched) and any problems of the last run."""
-    header = ("calls", "late p50", "p99", "p99.9", "max", "underr avail/starved", "stale", "b-in>clr p99",
-              "trunc max", "m2e p99", "cpu ms/call-s", "MB/call", "lost", "SLO")
+    header = ("calls", "late p50", "p99", "p99.9", "max", "underr avail/starved", "stale", "overlap", "b-in no clr",
+              "b-in>clr p99", "trunc max", "m2e p99", "cpu ms/call-s", "MB/call", "lost", "SLO")
     rows = []
     for run in runs:
         late = run["lateness_ms"]
         rows.append((
             str(run["calls"]), _p(late, "p50"), _p(late, "p99"), _p(late, "p999"), _p(late, "max"),
             f"{run.get('underruns_audio_available', run['underruns'])}/{run.get('underruns_model_starved', 0)}",
-            str(run["stale_frames"]), _p(run["bargein_to_clear_ms"], "p99"), f"{run['truncate_error_ms']['max']:.1f}",
+            str(run["stale_frames"]), str(run.get("overlapping_frames", 0)), str(run.get("bargeins_without_clear", 0)),
+            _p(run["bargein_to_clear_ms"], "p99"), f"{run['truncate_error_ms']['max']:.1f}",
             _p(run["mouth_to_ear_ms"], "p99"), f"{run['cpu_ms_per_call_second']:.2f}", f"{run.get('rss_per_call_mb', 0):.3f}",
             str(run.get("frames_lost", 0)), "held" if run.get("slo_ok") else "BROKE",
         ))
@@ -90,8 +91,11 @@ def format_table(top: dict, runs: list[dict]) -> str:
            line(header), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
     last = runs[-1] if runs else top
+    talkover = last.get("talkover_ms", {})
     out.append(f"  frames sent {last['frames_sent']}  barge-ins {last['bargeins']}  "
-               f"load CPU {last.get('load_cpu_fraction', 0):.2f} cores over {last.get('load_procs', 1)} load process(es)"
+               f"overlapping responses {last.get('overlapping_responses', 0)}  late deltas {last.get('late_deltas_sent', 0)}  "
+               f"talkover ms p50/p99 {_p(talkover, 'p50')}/{_p(talkover, 'p99')} ({talkover.get('count', 0)})")
+    out.append(f"  load CPU {last.get('load_cpu_fraction', 0):.2f} cores over {last.get('load_procs', 1)} load process(es)"
                f"{_load_split(last.get('load_cpu_fraction_by_role'))}  "
                f"per process ms/call-s {last.get('cpu_ms_per_call_second_by_process', {})}")
     if "capacity_calls" in top:

@@ -485,7 +485,7 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
     # A call must show a clear only if the window is long enough to hold one of its barge-ins for sure.
     expect_bargeins = scenario.expect_bargeins and opts.seconds * 1000 >= scenario.cycle_ms + 1000
     report = summarize(trimmed, trimmed_records, seconds=opts.seconds, cpu_seconds=cpu_s, wall_seconds=window_s,
-                       stack_metrics=metrics, expect_bargeins=expect_bargeins)
+                       stack_metrics=metrics, expect_bargeins=expect_bargeins, window_ms=(w0, w1))
     report["problems"] = (report["problems"] + problems)[:50]
     lateness = [v for t in trimmed if t.core is not None for v in t.core.metrics.lateness_ms]
     report["scenario"] = opts.scenario
@@ -539,6 +539,7 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
     truncate_max = report["truncate_error_ms"]["max"]
     # summarize's invariants, with underruns judged only where the model had sent the audio.
     report["ok"] = bool(calls and report["calls_completed"] == calls and report["stale_frames"] == 0
+                        and report["overlapping_frames"] == 0 and report["bargeins_without_clear"] == 0
                         and available == 0 and not report["problems"] and truncate_max <= TRUNCATE_TOLERANCE_MS)
     if opts.keep_logs or not report["ok"]:
         report["_log_tail"] = log_path.read_text(errors="replace")[-6000:]
@@ -676,6 +677,10 @@ def run_bench(opts: BenchOptions) -> int:
         return 2
     if opts.baseline and opts.scenario == "model-stall":
         print("voicecore bench: the pipecat baseline's model stand-in does not stall; use another scenario", file=sys.stderr)
+        return 2
+    if opts.baseline and opts.scenario == "overlap":
+        print("voicecore bench: the pipecat baseline's model stand-in never overlaps responses; use another scenario",
+              file=sys.stderr)
         return 2
     if opts.baseline and not (pipecat_venv(opts) / "bin" / "python").exists():
         print(f"voicecore bench: no pipecat venv at {pipecat_venv(opts)}: run bench/baseline_pipecat/setup_venv.sh "

@@ -13,14 +13,14 @@ next answer is audible about 800 ms after the caller stopped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from voicecore.sim.audio_clips import default_library
 from voicecore.sim.carrier import CallScript
 from voicecore.sim.model_core import SimConfig
 
-SCENARIOS = ("steady", "bargein-storm", "model-stall", "silence", "hallucination")
+SCENARIOS = ("steady", "bargein-storm", "model-stall", "silence", "hallucination", "overlap")
 # Run by `--scenario hallucination` after the gated run, never named on the command line: the same calls
 # with the validation gate off, for the ungated time to first audio (bench/run.py).
 HALLUCINATION_UNGATED = "hallucination-ungated"
@@ -31,6 +31,9 @@ QUESTION_MARGIN_MS = 400  # after the agent's answer ends, before the caller ask
 STALL_AFTER_MS = 300  # model-stall: output pauses after 300 ms of generation (1.2 s of audio at 4x) ...
 STALL_MS = 2500  # ... for 2.5 s: about 1.6 s of each answer the model has not produced yet
 STORM_PERIOD_MS = 3000  # bargein-storm: a barge-in about every 3 s (spread by call index)
+# overlap: the model starts a second response while this share of its responses still stream (a real
+# server does: server VAD racing a client response.create, a function-call follow-up; issue 13)
+OVERLAP_PROBABILITY = 0.25
 
 # Long answers so the agent talks most of the time; short caller questions.
 LONG_ANSWERS = ("agent_greeting", "agent_basic_price", "agent_premium_price", "agent_hours", "agent_sim_card")
@@ -69,6 +72,12 @@ def get_scenario(name: str) -> Scenario:
     if name == "model-stall":
         return Scenario(name, SimConfig(clip_sequence=LONG_ANSWERS, stall_after_ms=STALL_AFTER_MS, stall_ms=STALL_MS),
                         False, f"the model stops for {STALL_MS} ms after {STALL_AFTER_MS} ms of every response", 9000)
+    if name == "overlap":
+        steady = get_scenario("steady")
+        sim = replace(steady.sim_config, overlap_probability=OVERLAP_PROBABILITY, late_deltas_after_cancel=2)
+        return Scenario(name, sim, False,
+                        f"steady's calls; the model starts a second response during {OVERLAP_PROBABILITY:.0%} of its "
+                        "responses and sends late deltas after a cancel", steady.cycle_ms)
     if name == "silence":
         return Scenario(name, SimConfig(clip_sequence=("agent_greeting",)), False, "callers silent, agent greets only", 1000)
     if name in ("hallucination", HALLUCINATION_UNGATED):
@@ -168,5 +177,5 @@ def _ask_after_answers(scenario: Scenario, duration_ms: int, call_index: int) ->
     return _turns(auto_agent_clips(), HALLUCINATION_QUESTIONS, duration_ms, call_index, GATE_SLACK_MS)
 
 
-_SCRIPTS = {"steady": _steady, "bargein-storm": _storm, "model-stall": _stall, "silence": _silence,
+_SCRIPTS = {"steady": _steady, "overlap": _steady, "bargein-storm": _storm, "model-stall": _stall, "silence": _silence,
             "hallucination": _ask_after_answers, HALLUCINATION_UNGATED: _ask_after_answers}

@@ -22,7 +22,7 @@ from voicecore.sim.carrier_core import (
     parse_mark_name,
     percentile,
 )
-from voicecore.timing import FRAME_BYTES
+from voicecore.timing import BARGEIN_CLEAR_WINDOW_MS, FRAME_BYTES
 
 SID = "MZ" + "0" * 32
 CALL = "CA" + "1" * 32
@@ -356,7 +356,63 @@ def test_bargein_without_a_clear_is_counted():
     call.note_bargein(500)
     stats = call.statistics()
     assert stats.bargeins_noted == 2
-    assert stats.bargeins_without_clear == 2  # one superseded, one still open at the end
+    assert stats.bargeins_without_clear == 2  # neither got a clear (no end time: every barge-in is judged)
+
+
+def test_a_clear_later_than_the_window_leaves_the_bargein_without_clear():
+    call = make_call()
+    send_response(call, 1, 200, now_ms=0)
+    call.tick_play(100)
+    assert call.note_bargein(100)
+    call.receive(clear(), 100 + BARGEIN_CLEAR_WINDOW_MS + 500)  # 2 s later
+    stats = call.statistics()
+    assert stats.bargeins_without_clear == 1 and call.bargeins_without_clear_ms() == [100]
+    assert call.metrics.bargein_latency_ms == [2000]  # the latency figure still runs to that clear
+
+
+def test_a_clear_inside_the_window_answers_every_bargein_before_it():
+    call = make_call()
+    send_response(call, 1, 200, now_ms=0)
+    call.note_bargein(100)
+    call.note_bargein(300)  # the same caller turn noted twice
+    call.receive(clear(), 100 + BARGEIN_CLEAR_WINDOW_MS)
+    assert call.statistics().bargeins_without_clear == 0
+    assert BARGEIN_CLEAR_WINDOW_MS == 1500
+
+
+def test_a_bargein_just_before_the_end_is_not_judged():
+    call = make_call()
+    send_response(call, 1, 200, now_ms=0)
+    call.note_bargein(100)  # its window closed before the end: judged
+    call.note_bargein(3000)  # the call ends 1 s later, its clear may have been on its way: not judged
+    call.stop_message(4000)
+    assert call.stopped_at_ms == 4000
+    assert call.bargeins_without_clear_ms() == [100] and call.statistics().bargeins_without_clear == 1
+
+
+def test_overlapping_frames_an_older_tag_after_a_newer_one_began():
+    call = make_call()
+    send_response(call, 3, 5, now_ms=0)
+    send_response(call, 4, 5, now_ms=0)
+    send_response(call, 3, 5, now_ms=0, start=5)  # the older response again: two voices
+    send_response(call, 4, 2, now_ms=0, start=5, end=True)
+    call.tick_play(1000)
+    assert [f.tag for f in call.played] == [3] * 5 + [4] * 5 + [3] * 5 + [4] * 2
+    assert call.statistics().overlapping_frames == 5
+    assert call.overlapping_played() == call.played[10:15]
+
+
+def test_rising_tags_and_untagged_frames_do_not_overlap():
+    call = make_call()
+    send_response(call, 1, 5, now_ms=0, end=True)
+    send_response(call, 2, 5, now_ms=0)
+    call.receive(media(b"\x07" * FRAME_BYTES), 0)  # no mark ever claims it
+    call.tick_play(500)
+    call.receive(clear(), 500)
+    send_response(call, 5, 5, now_ms=600, end=True)
+    call.tick_play(1000)
+    assert any(f.tag is None for f in call.played)
+    assert call.statistics().overlapping_frames == 0
 
 
 @pytest.mark.parametrize(

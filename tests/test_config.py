@@ -92,3 +92,20 @@ def test_record_caller_audio_is_a_boolean(raw, value):
 def test_a_boolean_setting_refuses_other_words():
     with pytest.raises(ConfigError, match="RECORD_CALLER_AUDIO: expected true or false"):
         load_config({"VOICECORE_RECORD_CALLER_AUDIO": "sometimes"})
+
+
+def test_builtin_simulator_switches(tmp_path):
+    config = load_config({})
+    assert (config.sim_late_deltas, config.sim_overlap_probability) == (0, 0.0)
+    env = load_config({"VOICECORE_SIM_OVERLAP_PROBABILITY": "0.25", "VOICECORE_SIM_LATE_DELTAS": "2"})
+    assert (env.sim_late_deltas, env.sim_overlap_probability) == (2, 0.25)
+    assert env.as_env()["VOICECORE_SIM_OVERLAP_PROBABILITY"] == "0.25"  # what supervisord hands the simulator
+    path = tmp_path / "voicecore.toml"
+    path.write_text("sim_overlap_probability = 1\n")
+    assert load_config({}, path).sim_overlap_probability == 1.0
+    for raw, problem in (("1.5", "sim_overlap_probability"), ("-0.1", "sim_overlap_probability"), ("often", "number"),
+                         ("nan", "finite")):
+        with pytest.raises(ConfigError, match=problem):
+            load_config({"VOICECORE_SIM_OVERLAP_PROBABILITY": raw})
+    with pytest.raises(ConfigError, match="sim_late_deltas"):
+        load_config({"VOICECORE_SIM_LATE_DELTAS": "4"})

@@ -1037,3 +1037,181 @@ def test_cli_serves_until_sigterm() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# ---- overlapping responses (issue 13: a real server sometimes starts a second response early) --------
+
+OVERLAP = dict(first_delta_latency_ms=100, overlap_probability=1.0, overlap_delay_ms=(300, 300),
+               clip_sequence=("agent_basic_price", "agent_hours"))
+
+
+def overlapped(naming: str | None = None, **changes: Any) -> tuple[Harness, str, str]:
+    """A harness whose first response got an overlap 300 ms in; the clock stands just after it started."""
+    turn_detection = changes.pop("turn_detection", None)
+    h = Harness(SimConfig(**{**OVERLAP, **changes}), naming=naming, turn_detection=turn_detection)
+    h.send(ev.response_create())
+    h.run_until(300)
+    first_id, second_id = (r.response_id for r in h.session.record.responses)
+    return h, first_id, second_id
+
+
+def audio_ids(events: list[dict[str, Any]]) -> list[str]:
+    return [e["response_id"] for e in events if e["type"].endswith("audio.delta")]
+
+
+@pytest.mark.parametrize("naming", ["ga", "beta"])
+def test_overlap_starts_a_second_response_that_streams_alongside(naming: str) -> None:
+    h = Harness(SimConfig(**OVERLAP), naming=naming)
+    h.send(ev.response_create())
+    h.run_all()  # every event validated against the SDK types by the harness
+    first, second = h.session.record.responses
+    assert (first.overlaps, second.overlaps) == (None, first.response_id)
+    assert second.created_ms == first.created_ms + 300 and second.index == 1
+    assert (first.clip_name, second.clip_name) == ("agent_basic_price", "agent_hours")  # the clip_sequence's next
+    assert second.response_id != first.response_id and second.item_id != first.item_id
+    events = [e for _, e in h.log]
+    kinds = types(events)
+    created = [i for i, t in enumerate(kinds) if t == "response.created"]
+    dones = [i for i, t in enumerate(kinds) if t == "response.done"]
+    assert len(created) == 2 and len(dones) == 2
+    assert created[1] < dones[0]  # the second began before the first was done
+    # both stream at once: the audio deltas alternate between the two responses several times
+    ids = audio_ids(events)
+    assert sum(1 for a, b in zip(ids, ids[1:]) if a != b) >= 4
+    # each gets its whole audio and its own done cascade, completed
+    for record in (first, second):
+        mine = [e for e in events if e.get("response_id") == record.response_id and e["type"].endswith("audio.delta")]
+        assert b"".join(base64.b64decode(e["delta"]) for e in mine) == record.audio
+        assert record.status == "completed" and record.late_deltas == 0
+    assert {events[i]["response"]["id"] for i in dones} == {first.response_id, second.response_id}
+    assert h.session.next_wakeup_ms() is None and h.session.active_response_id is None
+
+
+def test_overlap_is_refused_to_the_client_and_never_overlaps_itself() -> None:
+    h, first_id, second_id = overlapped()
+    assert h.session.active_response_id == second_id  # the newest
+    out = h.send(ev.response_create(event_id="dup"))
+    assert types(out) == ["error"] and out[0]["error"]["code"] == "conversation_already_has_active_response"
+    assert second_id in out[0]["error"]["message"]
+    h.run_all()
+    assert len(h.session.record.responses) == 2  # the overlap did not get an overlap of its own
+    h.send(ev.response_create())
+    h.run_until(h.now + 300)
+    assert [r.overlaps for r in h.session.record.responses] == [None, first_id, None, h.session.record.responses[2].response_id]
+
+
+def test_no_overlap_after_the_first_finished() -> None:
+    h = Harness(SimConfig(first_delta_latency_ms=100, overlap_probability=1.0, overlap_delay_ms=(20_000, 20_000),
+                          clip_sequence=("agent_checkin",)))
+    h.send(ev.response_create())
+    h.run_all()
+    assert len(h.session.record.responses) == 1 and h.session.next_wakeup_ms() is None
+    # cancelled before its overlap was due: none either
+    h2 = Harness(SimConfig(**OVERLAP))
+    h2.send(ev.response_create())
+    h2.run_until(200)
+    h2.send(ev.response_cancel())
+    assert h2.run_all() == [] and len(h2.session.record.responses) == 1
+
+
+def test_no_overlap_of_a_failed_response() -> None:
+    h = Harness(SimConfig(**OVERLAP, fail_responses=(0,)))
+    h.send(ev.response_create())
+    h.run_all()
+    assert [r.failed for r in h.session.record.responses] == [True]
+
+
+@pytest.mark.parametrize("late", [0, 2])
+def test_cancel_by_id_cancels_only_that_response(late: int) -> None:
+    h, first_id, second_id = overlapped(late_deltas_after_cancel=late)
+    h.run_until(600)
+    out = h.send(ev.response_cancel(first_id))
+    assert types(out).count("response.done") == 1 and out[-1]["response"]["id"] == first_id
+    assert out[-1]["response"]["status_details"] == {"type": "cancelled", "reason": "client_cancelled"}
+    assert audio_ids(out) == [first_id] * late
+    first, second = h.session.record.responses
+    assert first.late_deltas == late and (first.late_bytes > 0) == (late > 0)
+    assert h.session.active_response_id == second_id
+    rest = h.run_all()
+    assert set(audio_ids(rest)) == {second_id} and second.status == "completed"
+    assert [(c.requested_response_id, c.cancelled_response_id) for c in h.session.record.cancels] == [(first_id, first_id)]
+    out = h.send(ev.response_cancel(first_id))  # no longer active
+    assert out[0]["error"]["code"] == "response_cancel_not_active"
+
+
+@pytest.mark.parametrize("naming", ["ga", "beta"])
+def test_cancel_without_id_cancels_every_active_response(naming: str) -> None:
+    h, first_id, second_id = overlapped(naming, late_deltas_after_cancel=2)
+    h.run_until(600)
+    out = h.send(ev.response_cancel())
+    tail = (GA_ORDER_TAIL if naming == "ga" else BETA_ORDER_TAIL)[1:]
+    delta = "response.output_audio.delta" if naming == "ga" else "response.audio.delta"
+    # oldest first: its late deltas, its done cascade, then the other's
+    assert types(out) == [delta, delta] + tail + [delta, delta] + tail
+    assert audio_ids(out) == [first_id, first_id, second_id, second_id]
+    assert [e["response"]["id"] for e in out if e["type"] == "response.done"] == [first_id, second_id]
+    assert [r.late_deltas for r in h.session.record.responses] == [2, 2]
+    assert [r.status for r in h.session.record.responses] == ["cancelled", "cancelled"]
+    assert [(c.requested_response_id, c.cancelled_response_id) for c in h.session.record.cancels] == [
+        (None, first_id), (None, second_id)]
+    assert h.run_all() == [] and h.session.active_response_id is None
+
+
+def test_speech_started_cancels_every_active_response() -> None:
+    h, first_id, second_id = overlapped(late_deltas_after_cancel=2, speed_factor=1.0, turn_detection=VAD)
+    out = h.append(caller_turn("caller_interrupt", lead_ms=200, tail_ms=0))
+    i = types(out).index("input_audio_buffer.speech_started")
+    assert audio_ids(out[i:])[:4] == [first_id, first_id, second_id, second_id]
+    done = [e["response"] for e in out if e["type"] == "response.done"]
+    assert [d["id"] for d in done] == [first_id, second_id]
+    assert all(d["status_details"] == {"type": "cancelled", "reason": "turn_detected"} for d in done)
+    speech = h.session.record.speech[0]
+    assert speech.interrupted_response_id == second_id  # the newest
+    assert all(r.cancel_ms == speech.started_at_ms and r.late_deltas == 2 for r in h.session.record.responses)
+    assert h.session.record.cancels == []  # not client cancels
+
+
+def test_overlaps_are_deterministic_per_seed_session_and_response() -> None:
+    def run(seed: int, index: int = 0) -> tuple[list[str], list[bool]]:
+        h = Harness(SimConfig(first_delta_latency_ms=100, overlap_probability=0.5, clip_sequence=("agent_basic_price",)),
+                    seed=seed, index=index)
+        for _ in range(12):
+            h.send(ev.response_create())
+            h.run_all()
+        overlaps = [r.overlaps is not None for r in h.session.record.responses]
+        return [json.dumps(e) for _, e in h.log], overlaps
+
+    a, b = run(7), run(7)
+    assert a == b
+    assert 0 < sum(a[1]) < 12  # some overlapped, some did not (delays up to 2 s against 1.5 s of generation)
+    assert run(8)[0] != a[0] and run(7, index=1)[0] != a[0]
+
+
+@settings(derandomize=True, database=None, max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["ga", "beta"]), st.lists(st.tuples(client_events, st.integers(0, 800)), max_size=8))
+def test_fuzz_with_overlaps_never_raises_and_everything_finishes(
+    naming: str, steps: list[tuple[dict[str, Any], int]]
+) -> None:
+    h = Harness(SimConfig(overlap_probability=1.0, overlap_delay_ms=(0, 400), late_deltas_after_cancel=3),
+                naming=naming, turn_detection=VAD)
+    for event, wait_ms in steps:
+        h.send(json.dumps(event))
+        h.run_until(h.now + wait_ms)
+        assert len(h.session._active) <= 2
+    h.run_all()
+    assert all(r.status != "in_progress" for r in h.session.record.responses)
+    assert h.session.active_response_id is None
+
+
+def test_overlap_config_validation_and_server_flag() -> None:
+    from voicecore.sim.model_server import probability
+
+    for bad in ({"overlap_probability": -0.1}, {"overlap_probability": 1.5}, {"overlap_delay_ms": (300, 200)},
+                {"overlap_delay_ms": (-1, 5)}):
+        with pytest.raises(ValueError):
+            SimConfig(**bad)
+    assert probability("0.25") == 0.25 and probability("1") == 1.0
+    for text in ("2", "-0.5", "x"):
+        with pytest.raises(Exception):
+            probability(text)

@@ -23,7 +23,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from voicecore.demo import run_demo
 
     return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs,
-                    record_dir=None if args.no_record else args.record_dir)
+                    record_dir=None if args.no_record else args.record_dir,
+                    overlap_probability=args.overlap_probability, late_deltas=args.late_deltas)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -49,13 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="bring the stack up, place simulated calls, tear down, print a summary")
     demo.add_argument("--calls", type=int, default=1, help="concurrent simulated calls (default 1)")
-    demo.add_argument("--seconds", type=float, default=20.0, help="length of each call in seconds (default 20, minimum 12)")
+    demo.add_argument("--seconds", type=float, default=20.0, help="length of each call in seconds (default 20, minimum 13)")
     demo.add_argument("--json", action="store_true", help="print exactly one JSON object")
     demo.add_argument("--logs", action="store_true", help="print the stack's log after the run")
     demo.add_argument("--record-dir", metavar="DIR", default="voicecore-records",
                       help="write one call record per call here (created 0700 if missing; default ./voicecore-records); "
                            "each is replayed at the end and must be identical")
     demo.add_argument("--no-record", action="store_true", help="do not record the calls")
+    demo.add_argument("--overlap-probability", type=float, default=0.0, metavar="P",
+                      help="the model simulator starts a second response while this share (0-1) of its responses still "
+                           "stream, as a real Realtime server sometimes does (default 0)")
+    demo.add_argument("--late-deltas", type=int, default=2, choices=range(4), metavar="N",
+                      help="audio deltas the model simulator still sends after a cancel, 0-3 (default 2)")
     demo.set_defaults(func=_cmd_demo)
 
     bench = sub.add_parser("bench", help="load test: N simulated calls (or a capacity search) with a JSON and PNG report")

@@ -52,6 +52,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("gate_policy", str, "off", "which responses the validator must approve before they play: off, numbers, scripted or strict"),
     Setting("safe_line", str, "I can't verify that.", "what the agent says instead of a response the validator rejected"),
     Setting("sim_port", int, 9100, "port of the built-in realtime model simulator"),
+    Setting("sim_late_deltas", int, 0, "built-in simulator: audio deltas it still sends after a cancel (0-3)"),
+    Setting("sim_overlap_probability", float, 0.0, "built-in simulator: chance (0-1) that a response gets a second one started while it streams, as a real server sometimes does"),
     Setting("log_level", str, "info", "debug, info, warning or error"),
     Setting("knowledge_dir", str, "", "folder of markdown files the validator grounds numbers in (reloaded when changed); empty: no knowledge base, every number is rejected (fail-closed)"),
     Setting("gate_margin_ms", int, 200, "gated audio is released this far behind the audio the approved transcript covers"),
@@ -89,6 +91,8 @@ class Config:
     gate_policy: str
     safe_line: str
     sim_port: int
+    sim_late_deltas: int
+    sim_overlap_probability: float
     log_level: str
     knowledge_dir: str
     gate_margin_ms: int
@@ -157,6 +161,16 @@ def _coerce(setting: Setting, raw: object, source: str) -> object:
             return int(raw)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise ConfigError(f"{source}: expected an integer, got {raw!r}") from None
+    if setting.kind is float:
+        if isinstance(raw, bool):
+            raise ConfigError(f"{source}: expected a number, got {raw!r}")
+        try:
+            value = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}: expected a number, got {raw!r}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ConfigError(f"{source}: expected a finite number, got {raw!r}")
+        return value
     if not isinstance(raw, str):
         raise ConfigError(f"{source}: expected a string, got {raw!r}")
     return raw
@@ -195,6 +209,10 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"start_hold_ms: expected 0..1000, got {values['start_hold_ms']}")
     if not 0 <= int(values["gate_margin_ms"]) <= 2000:  # type: ignore[arg-type]
         raise ConfigError(f"gate_margin_ms: expected 0..2000, got {values['gate_margin_ms']}")
+    if not 0 <= int(values["sim_late_deltas"]) <= 3:  # type: ignore[arg-type]
+        raise ConfigError(f"sim_late_deltas: expected 0..3, got {values['sim_late_deltas']}")
+    if not 0.0 <= float(values["sim_overlap_probability"]) <= 1.0:  # type: ignore[arg-type]
+        raise ConfigError(f"sim_overlap_probability: expected 0..1, got {values['sim_overlap_probability']}")
     if values["call_control"] not in ("spine", "turns"):
         raise ConfigError(f"call_control: expected spine or turns, got {values['call_control']!r}")
     if values["gate_policy"] not in ("off", "numbers", "scripted", "strict"):

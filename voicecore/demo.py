@@ -5,6 +5,11 @@ Owns the demo's call script and the run's orchestration; the figures themselves 
 this process, on one clock, so every latency is measured between two events on the same clock:
 the model simulator's send of an event and the carrier simulator's receipt of its consequence.
 
+``--overlap-probability`` makes the model simulator start a second response while some of its responses
+still stream, and ``--late-deltas`` sets how many audio deltas it still sends after a cancel, as a real
+Realtime server does (issue 13); the report's overlapping_frames, bargeins_without_clear and talkover_ms
+say whether the caller heard two voices.
+
 Every call is recorded (``--record-dir``, default ./voicecore-records; ``--no-record`` turns it off):
 after the stack is down the demo replays each record through the cores (voicecore/replay.py) and
 fails if one diverges.
@@ -39,6 +44,7 @@ DEMO_CLIPS = ("agent_greeting", "agent_basic_price", "agent_hours", "agent_cance
 FIRST_QUESTION_AT_MS = 5500  # after the 4.2 s greeting
 BARGE_IN_AT_MS = 10_000  # about 1.8 s into the 5.6 s answer to the first question
 DEFAULT_RECORD_DIR = "voicecore-records"  # relative to the working directory
+DEFAULT_LATE_DELTAS = 2  # audio deltas the model simulator still sends after a cancel (0-3)
 RECORD_WAIT_S = 15.0  # the model worker writes a call's record when the call ended; wait this long for all
 
 
@@ -124,8 +130,13 @@ async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0
         return await asyncio.gather(*(one(i) for i in range(calls)))
 
 
-async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file, record_dir: Path | None = None) -> dict:
-    sim_config = SimConfig(clip_sequence=DEMO_CLIPS, late_deltas_after_cancel=2)
+def demo_sim_config(overlap_probability: float = 0.0, late_deltas: int = DEFAULT_LATE_DELTAS) -> SimConfig:
+    return SimConfig(clip_sequence=DEMO_CLIPS, late_deltas_after_cancel=late_deltas, overlap_probability=overlap_probability)
+
+
+async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file, record_dir: Path | None = None,
+                sim_config: SimConfig | None = None) -> dict:
+    sim_config = sim_config or demo_sim_config()
     sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     base = resolve_config(load_config(os.environ, config_path))
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir) if record_dir is not None else "")
@@ -152,6 +163,8 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     leftovers = sorted(p.name for p in Path(config.shm_dir).glob("voicecore-*")) if Path(config.shm_dir).is_dir() else []
     report = summarize(results, sim, seconds=seconds, cpu_seconds=cpu_s, wall_seconds=wall_s, stack_metrics=metrics)
     report["shm_leftovers"] = len(leftovers)
+    report["sim_overlap_probability"] = sim_config.overlap_probability
+    report["sim_late_deltas"] = sim_config.late_deltas_after_cancel
     # The simulators' own CPU: near one full core the load side, not the stack, is what callers "hear".
     report["load_cpu_fraction"] = round(load_cpu_s / wall_s, 3) if wall_s else 0.0
     report["records_dir"] = str(record_dir) if record_dir is not None else None
@@ -180,8 +193,18 @@ def _fetch_metrics(config: Config) -> dict:
 
 
 def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None, keep_logs: bool = False,
-             record_dir: str | None = DEFAULT_RECORD_DIR) -> int:
-    """``record_dir``: one record per call goes there (created 0700 if missing); None: no records."""
+             record_dir: str | None = DEFAULT_RECORD_DIR, overlap_probability: float = 0.0,
+             late_deltas: int = DEFAULT_LATE_DELTAS) -> int:
+    """``record_dir``: one record per call goes there (created 0700 if missing); None: no records.
+    ``overlap_probability``, ``late_deltas``: the model simulator's SimConfig.overlap_probability and
+    late_deltas_after_cancel."""
+    if not 0.0 <= overlap_probability <= 1.0:
+        print("voicecore demo: --overlap-probability must be from 0 to 1", file=sys.stderr)
+        return 2
+    if not 0 <= late_deltas <= 3:
+        print("voicecore demo: --late-deltas must be from 0 to 3", file=sys.stderr)
+        return 2
+    sim_config = demo_sim_config(overlap_probability, late_deltas)
     if calls < 1:
         print("voicecore demo: --calls must be at least 1", file=sys.stderr)
         return 2
@@ -201,7 +224,7 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
         log_path = workdir / "stack.log"
         with open(log_path, "wb") as log_file:
             try:
-                report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file, records))
+                report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file, records, sim_config))
             except StackError as exc:
                 print(f"voicecore demo: {exc}", file=sys.stderr)
                 sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
@@ -223,6 +246,9 @@ def format_report(report: dict) -> str:
         f"  underruns          {report['underruns']}",
         f"  stale frames       {report['stale_frames']}",
         f"  barge-ins          {report['bargeins']}  (decision -> clear ms p50 {report['bargein_to_clear_ms']['p50']:.2f}  p99 {report['bargein_to_clear_ms']['p99']:.2f})",
+        f"  without clear      {report['bargeins_without_clear']}  (clears superseding an overlapped response {report['clears_superseded']})",
+        f"  talkover ms        p50 {report['talkover_ms']['p50']:.1f}  p99 {report['talkover_ms']['p99']:.1f}  max {report['talkover_ms']['max']:.1f}  ({report['talkover_ms']['count']} speech starts over agent audio)",
+        f"  overlapping frames {report['overlapping_frames']}  (model: {report['overlapping_responses']} overlapping responses, {report['late_deltas_sent']} late deltas)",
         f"  truncate error ms  max {report['truncate_error_ms']['max']:.1f}",
         f"  mouth-to-ear ms    p50 {report['mouth_to_ear_ms']['p50']:.1f}  p99 {report['mouth_to_ear_ms']['p99']:.1f}",
         f"  CPU ms per call-s  {report['cpu_ms_per_call_second']:.2f}",

@@ -23,3 +23,7 @@ TOKEN_TTL_MS = 60_000  # a TwiML session token is valid this long, once
 MAX_MESSAGE_BYTES = 64 * 1024
 
 INBOUND_BATCH_MS = 100  # caller audio is appended to the model in batches of this size
+# A barge-in should have its `clear` within this long: speech_started -> cancel -> clear takes milliseconds;
+# 1.5 s covers a slow loop and the turn-taking controller's semantic barge-in after 0.5-1 s of speech.
+# Used by the carrier simulator (a barge-in without a clear) and the reports (which clears are barge-ins').
+BARGEIN_CLEAR_WINDOW_MS = 1500

@@ -380,7 +380,7 @@ class _CallRunner:
             # Frames due before the end still go out, even if the tick that owed them was skipped.
             if origin is not None:
                 out.extend(core.tick_send(math.nextafter(origin + self.script.duration_ms, -math.inf)))
-            out.append(core.stop_message())
+            out.append(core.stop_message(now_ms))
             self.stream.send_texts(out)
             self.closed_by = "carrier"
             self.stream.close(1000)

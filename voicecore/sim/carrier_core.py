@@ -3,7 +3,8 @@
 Owns: the messages Twilio would send (PROTOCOLS.md A.2) on an absolute 20 ms caller clock, a model of
 Twilio's outbound playout buffer (A.3: queue, marks echoed when playout passes them, `clear` drops the
 queue and echoes every pending mark), and the measurements the tests and the bench read (lateness,
-underruns, stale frames, barge-in latency, what was played of each response).
+underruns, stale frames, barge-in latency, barge-ins without a clear, overlapping frames, what was played
+of each response).
 
 Must not know: sockets, asyncio, HTTP, the wall clock. Every method that depends on time takes `now_ms`
 (any monotonic millisecond clock; floats are fine). The shell is voicecore/sim/carrier.py.
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from voicecore.timing import BYTES_PER_MS, DEFAULT_LEAD_MS, FRAME_BYTES, FRAME_MS
+from voicecore.timing import BARGEIN_CLEAR_WINDOW_MS, BYTES_PER_MS, DEFAULT_LEAD_MS, FRAME_BYTES, FRAME_MS
 from voicecore.twilio.stream import OutboundEncoder
 
 DEFAULT_LEAD_FRAMES = DEFAULT_LEAD_MS // FRAME_MS
@@ -126,7 +127,7 @@ class CarrierMetrics:
     underrun_at_ms: list[float] = field(default_factory=list)
     bargeins_noted: int = 0
     bargeins_ignored: int = 0  # noted while the agent was silent
-    bargeins_without_clear: int = 0  # superseded by a later barge-in with no clear in between
+    bargein_at_ms: list[float] = field(default_factory=list)  # the noted (not ignored) barge-ins
     bargein_latency_ms: list[float] = field(default_factory=list)
 
 
@@ -157,9 +158,10 @@ class CarrierStatistics:
     late_frames: int  # lateness > 0
     bargeins_noted: int
     bargeins_ignored: int
-    bargeins_without_clear: int
+    bargeins_without_clear: int  # noted barge-ins with no clear within BARGEIN_CLEAR_WINDOW_MS
     bargein_latency_p50_ms: float | None
     bargein_latency_max_ms: float | None
+    overlapping_frames: int  # played after a newer response's audio had started: two voices (overlapping_played)
 
 
 class _QueuedMark:
@@ -248,6 +250,7 @@ class CarrierCall:
         self._seq = 0  # last sequenceNumber used; `start` is "1" (A.2)
         self._opened = False
         self._stopped = False
+        self.stopped_at_ms: float | None = None  # when stop_message() was sent, if it was given the time
         self._first_timestamp_ms = first_timestamp_ms
         self._send_origin_ms: float | None = None
         self._next_send_frame = 0
@@ -331,10 +334,13 @@ class CarrierCall:
             "dtmf": {"track": "inbound_track", "digit": digit},
         })
 
-    def stop_message(self) -> str:
-        """The final `stop` (A.2). Afterwards tick_send() returns nothing."""
+    def stop_message(self, now_ms: float | None = None) -> str:
+        """The final `stop` (A.2). Afterwards tick_send() returns nothing. ``now_ms``: when the call ends
+        (barge-ins whose clear window was still open then are not judged: bargeins_without_clear_ms)."""
         self._require_open()
         self._stopped = True
+        if now_ms is not None:
+            self.stopped_at_ms = now_ms
         return json.dumps({
             "event": "stop",
             "sequenceNumber": self._next_seq(),
@@ -649,10 +655,41 @@ class CarrierCall:
             metrics.bargeins_ignored += 1
             return False
         metrics.bargeins_noted += 1
-        if self._bargein_at_ms is not None:
-            metrics.bargeins_without_clear += 1
-        self._bargein_at_ms = now_ms
+        metrics.bargein_at_ms.append(now_ms)
+        self._bargein_at_ms = now_ms  # the latency runs from the latest barge-in to the next clear
         return True
+
+    def bargeins_without_clear_ms(self) -> list[float]:
+        """When each noted barge-in that got no `clear` within BARGEIN_CLEAR_WINDOW_MS happened. A barge-in
+        less than the window before the call's end (stop_message's now_ms) with no clear yet is not
+        judged: the clear may have been on its way. Without an end time every barge-in is judged."""
+        clears = self.metrics.clear_at_ms
+        end = self.stopped_at_ms
+        missed = []
+        for at in self.metrics.bargein_at_ms:
+            deadline = at + BARGEIN_CLEAR_WINDOW_MS
+            if any(at <= clear <= deadline for clear in clears):
+                continue
+            if end is not None and deadline > end:
+                continue
+            missed.append(at)
+        return missed
+
+    def overlapping_played(self) -> list[ReceivedFrame]:
+        """Played frames of an older response than one whose audio already started playing before them: the
+        caller heard the older voice after the newer one began (tags rise within a call). Frames without
+        a tag (no mark claimed them) are skipped."""
+        newest = 0
+        found = []
+        for frame in self.played:
+            tag = frame.tag
+            if tag is None:
+                continue
+            if tag < newest:
+                found.append(frame)
+            else:
+                newest = tag
+        return found
 
     def played_frames_of_tag(self, tag: int) -> int:
         """How many frames of response ``tag`` started playing (a frame cut by clear counts)."""
@@ -698,7 +735,8 @@ class CarrierCall:
             late_frames=sum(1 for value in lateness if value > 0),
             bargeins_noted=m.bargeins_noted,
             bargeins_ignored=m.bargeins_ignored,
-            bargeins_without_clear=m.bargeins_without_clear + (self._bargein_at_ms is not None),
+            bargeins_without_clear=len(self.bargeins_without_clear_ms()),
             bargein_latency_p50_ms=percentile(m.bargein_latency_ms, 50),
             bargein_latency_max_ms=max(m.bargein_latency_ms) if m.bargein_latency_ms else None,
+            overlapping_frames=len(self.overlapping_played()),
         )

@@ -8,6 +8,13 @@ packaged speech clips, cancel / truncate / delete semantics, the failure switche
 Randomness comes from `seed` through a local splitmix64 (ids, delta sizes, failure draws) and numpy's
 PCG64 bit stream (dither), both stable across versions, so a session replays byte for byte.
 
+Responses at once: a client's response.create during a response is refused (as the real server does),
+but with `SimConfig.overlap_probability` the session itself starts a second response while the first
+still streams, as a real server sometimes does (server VAD racing a client response.create, a
+function-call follow-up): both send their deltas interleaved in time, each has its own ids and done
+cascade, `ResponseRecord.overlaps` names the first. A cancel or a barge-in stops every response in
+progress (a cancel with a response_id only that one); each lets its late deltas out.
+
 Audio is 8 kHz mu-law only (`audio/pcmu` / `g711_ulaw`): a response is refused until session.update
 selects it for output, as a real server would otherwise send 24 kHz PCM the carrier cannot play.
 
@@ -82,6 +89,12 @@ class SimConfig:
     transcript_after_audio_done: bool = False  # (c) the second half of the transcript after audio.done
     obfuscation: bool = False  # (d) unknown `obfuscation` key on every delta
     rate_limits_empty: bool = False  # (e) rate_limits.updated carries []
+    # A second response while the first still streams (server VAD racing a client response.create, a
+    # function-call follow-up): for each response the session starts (not a failed one, not itself an
+    # overlap) a seeded draw with this probability starts another one, a uniform delay in
+    # overlap_delay_ms after the first was created, if the first is still in progress then.
+    overlap_probability: float = 0.0
+    overlap_delay_ms: tuple[int, int] = (200, 2000)
 
     def __post_init__(self) -> None:
         if self.naming not in ("ga", "beta"):
@@ -94,6 +107,11 @@ class SimConfig:
             raise ValueError("late_deltas_after_cancel must be 0-3")
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError("error_rate must be in [0, 1]")
+        if not 0.0 <= self.overlap_probability <= 1.0:
+            raise ValueError("overlap_probability must be in [0, 1]")
+        low, high = self.overlap_delay_ms
+        if not 0 <= low <= high:
+            raise ValueError("overlap_delay_ms must be (low, high) with 0 <= low <= high")
 
 
 @dataclass(slots=True)
@@ -115,10 +133,12 @@ class ResponseRecord:
     reason: str | None = None  # client_cancelled | turn_detected
     sent_bytes: int = 0  # audio actually sent, late deltas included
     late_bytes: int = 0  # audio sent after the cancel
+    late_deltas: int = 0  # audio deltas sent after the cancel
     delta_sent_ms: list[int] = field(default_factory=list)  # now_ms of each audio delta sent (bench: was audio available?)
     hallucinated: bool = False
     stalled: bool = False
     failed: bool = False
+    overlaps: str | None = None  # the response_id of the response this one started during (SimConfig.overlap_*)
 
     def frames(self) -> list[bytes]:
         """The response audio cut into 160-byte frames from its start; the last one may be short."""
@@ -150,7 +170,8 @@ class SpeechRecord:
     stopped_at_ms: int | None = None
     transcript: str | None = None
     caller_clip: str | None = None  # the caller clip recognised, if any
-    interrupted_response_id: str | None = None  # the response speech_started cancelled (turn_detected)
+    # the response speech_started cancelled (turn_detected); the newest one when several were active
+    interrupted_response_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -731,6 +752,10 @@ _FAILED_DETAILS = {
 }
 
 
+# what _next_due found due next (also the tie order)
+_DUE_RESPONSE, _DUE_OVERLAP, _DUE_TIMER = 0, 1, 2
+
+
 @dataclass(slots=True)
 class _Item:
     item_id: str
@@ -784,7 +809,10 @@ class ModelSession:
         self._cfg = _SessionConfig()
         self._outbox: list[str] = []
         self._items: dict[str, _Item] = {}
-        self._active: _Response | None = None
+        # responses in progress, oldest first: one, or two while an overlap (SimConfig.overlap_*) streams
+        self._active: list[_Response] = []
+        self._overlap_starts: list[tuple[int, int, _Response]] = []  # (due_ms, seq, the response it overlaps)
+        self._overlap_seq = 0
         self._response_count = 0
         self._auto_clip_cursor = 0
         self._fail_next = config.fail_next_response
@@ -822,7 +850,8 @@ class ModelSession:
 
     @property
     def active_response_id(self) -> str | None:
-        return self._active.record.response_id if self._active is not None else None
+        """The newest response in progress (None: none)."""
+        return self._active[-1].record.response_id if self._active else None
 
     def events_to_send(self) -> list[str]:
         out, self._outbox = self._outbox, []
@@ -845,11 +874,13 @@ class ModelSession:
             due = self._next_due()
             if due is None or due[0] > now_ms:
                 return
-            if due[1] == "timer":
+            if due[1] == _DUE_RESPONSE:
+                self._step_response(due[2], now_ms)
+            elif due[1] == _DUE_OVERLAP:
+                self._start_overlap(now_ms)
+            else:
                 _, _, item_id, transcript, seconds = self._timers.pop(0)
                 self._emit_transcription(item_id, transcript, seconds)
-            else:
-                self._step_response(now_ms)
 
     def receive_client_event(self, text: str | bytes, now_ms: int) -> None:
         # whatever was due before this event arrived went out first
@@ -945,15 +976,22 @@ class ModelSession:
         self._start_response(now_ms, options or {})
 
     def _on_response_cancel(self, event: dict[str, Any], now_ms: int) -> None:
+        """With a response_id: that response, if it is in progress. Without one: every response in
+        progress, oldest first (the real server's choice when two are active is not documented; cancelling
+        all is what a client that names none means). One CancelRecord per response cancelled."""
         requested = event.get("response_id")
         if requested is not None and not isinstance(requested, str):
             raise _invalid("response_id", "expected a string")
-        active = self._active
-        if active is None or (requested is not None and requested != active.record.response_id):
+        if requested is None:
+            targets = list(self._active)
+        else:
+            targets = [r for r in self._active if r.record.response_id == requested]
+        if not targets:
             self.record.cancels.append(CancelRecord(now_ms, requested, None))
             raise _Reject("response_cancel_not_active", "Cancellation failed: no active response found")
-        self.record.cancels.append(CancelRecord(now_ms, requested, active.record.response_id))
-        self._cancel_active(now_ms, "client_cancelled")
+        for response in targets:
+            self.record.cancels.append(CancelRecord(now_ms, requested, response.record.response_id))
+            self._cancel(response, now_ms, "client_cancelled")
 
     def _on_item_create(self, event: dict[str, Any], now_ms: int) -> None:
         item = event.get("item")
@@ -1120,9 +1158,11 @@ class ModelSession:
         self._speech = SpeechRecord(item_id=item_id, audio_start_ms=audio_start_ms, started_at_ms=now_ms)
         self.record.speech.append(self._speech)
         self._emit({"type": "input_audio_buffer.speech_started", "audio_start_ms": audio_start_ms, "item_id": item_id})
-        if td.get("interrupt_response", True) and self._active is not None:
-            self._speech.interrupted_response_id = self._active.record.response_id
-            self._cancel_active(now_ms, "turn_detected")
+        if td.get("interrupt_response", True) and self._active:
+            # every response in progress stops, oldest first: each lets its late deltas out, then its done cascade
+            self._speech.interrupted_response_id = self._active[-1].record.response_id
+            for response in list(self._active):
+                self._cancel(response, now_ms, "turn_detected")
 
     def _stop_speech(self, end_ms: int, td: dict[str, Any], now_ms: int) -> None:
         speech = self._speech
@@ -1137,7 +1177,7 @@ class ModelSession:
         self._reset_input(end_ms * BYTES_PER_MS)
         self._in_buf += rest
         self._commit(audio, speech.item_id, now_ms, speech)
-        if td.get("create_response", True) and self._active is None:
+        if td.get("create_response", True) and not self._active:
             self._start_response(now_ms, {})
 
     def _commit(self, audio: bytes, item_id: str, now_ms: int, speech: SpeechRecord | None = None) -> None:
@@ -1208,9 +1248,11 @@ class ModelSession:
         self._auto_clip_cursor += 1
         return clip
 
-    def _start_response(self, now_ms: int, options: dict[str, Any]) -> None:
-        if self._active is not None:
-            active_id = self._active.record.response_id
+    def _start_response(self, now_ms: int, options: dict[str, Any], overlaps: _Response | None = None) -> None:
+        """``overlaps``: start this response while that one is still in progress (the overlap injection;
+        a client's response.create during a response is refused, as the real server does)."""
+        if self._active and overlaps is None:
+            active_id = self._active[-1].record.response_id
             raise _Reject(
                 "conversation_already_has_active_response",
                 f"Conversation already has an active response in progress: {active_id}. "
@@ -1235,7 +1277,10 @@ class ModelSession:
         cfg = self.config
         rng = _Rng(self._seed, self._session_index, "response", index)
         failed = self._fail_next or index in cfg.fail_responses or rng.uniform() < cfg.error_rate
-        self._fail_next = False
+        if overlaps is not None:
+            failed = False  # the failure switches aim at requested responses; an overlap always speaks
+        else:
+            self._fail_next = False
         hallucinated = cfg.hallucinate or index in cfg.hallucinate_responses
         text = cfg.hallucinated_text if hallucinated else (scripted_text(options.get("instructions")) or clip.text)
         audio = b"" if failed else dither_ulaw(self._clips.audio[clip.name], rng.u64())
@@ -1256,17 +1301,25 @@ class ModelSession:
             metadata=metadata,
             hallucinated=hallucinated,
             failed=failed,
+            overlaps=None if overlaps is None else overlaps.record.response_id,
         )
         self.record.responses.append(record)
         words = [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))] if text else []
         response = _Response(record=record, words=words, plan=[], usage_input_tokens=120 + 40 * index)
-        self._active = response
+        self._active.append(response)
         self._emit({"type": "response.created", "response": self._render_response(response, "in_progress", None, [])})
         if failed:
             response.plan = [(now_ms + cfg.first_delta_latency_ms, 0, "fail", 0)]
             return
         response.plan = self._plan(response, now_ms, index)
         response.offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+        if overlaps is None and cfg.overlap_probability > 0.0:
+            draw = _Rng(self._seed, self._session_index, "overlap", index)
+            if draw.uniform() < cfg.overlap_probability:
+                low, high = cfg.overlap_delay_ms
+                self._overlap_seq += 1
+                self._overlap_starts.append((now_ms + low + draw.below(high - low + 1), self._overlap_seq, response))
+                self._overlap_starts.sort(key=lambda entry: entry[:2])
         previous = self._last_item_id()
         response.previous_item_id = previous
         item = self._render_assistant_item(response, "in_progress", include_content=False)
@@ -1321,17 +1374,33 @@ class ModelSession:
                 plan = [(d + cfg.stall_ms, o, k, i) if d > cut else (d, o, k, i) for d, o, k, i in plan]
         return plan
 
-    def _next_due(self) -> tuple[int, str] | None:
-        candidates: list[tuple[int, str]] = []
-        if self._active is not None and self._active.cursor < len(self._active.plan):
-            candidates.append((self._active.plan[self._active.cursor][0], "response"))
-        if self._timers:
-            candidates.append((self._timers[0][0], "timer"))
-        return min(candidates) if candidates else None
+    def _next_due(self) -> tuple[int, int, _Response | None] | None:
+        """(due_ms, what, the response) of the next scheduled step. On a tie a response step goes first
+        (the older response first), then an overlap start, then a transcription: a response that
+        finishes in the same millisecond its overlap was due has finished by then."""
+        best: tuple[int, int, _Response | None] | None = None
+        for response in self._active:
+            if response.cursor < len(response.plan):
+                due = response.plan[response.cursor][0]
+                if best is None or due < best[0]:
+                    best = (due, _DUE_RESPONSE, response)
+        if self._overlap_starts and (best is None or self._overlap_starts[0][0] < best[0]):
+            best = (self._overlap_starts[0][0], _DUE_OVERLAP, None)
+        if self._timers and (best is None or self._timers[0][0] < best[0]):
+            best = (self._timers[0][0], _DUE_TIMER, None)
+        return best
 
-    def _step_response(self, now_ms: int) -> None:
-        response = self._active
-        assert response is not None
+    def _start_overlap(self, now_ms: int) -> None:
+        _, _, first = self._overlap_starts.pop(0)
+        if not any(r is first for r in self._active):
+            return  # the first response finished (done or cancelled) before: no overlap (_finish drops these too)
+        try:
+            # chosen like a server-VAD response's: the clip_sequence or the automatic choice
+            self._start_response(now_ms, {}, overlaps=first)
+        except _Reject:
+            pass  # e.g. the client switched the output format away from pcmu meanwhile: no overlap
+
+    def _step_response(self, response: _Response, now_ms: int) -> None:
         _, _, kind, index = response.plan[response.cursor]
         response.cursor += 1
         if kind == "audio":
@@ -1358,6 +1427,7 @@ class ModelSession:
         record.delta_sent_ms.append(now_ms)
         if late:
             record.late_bytes += len(chunk)
+            record.late_deltas += 1
         stored = self._items.get(record.item_id)
         if stored is not None:  # the client may have deleted the item mid-response
             stored.audio_bytes += len(chunk)
@@ -1388,10 +1458,8 @@ class ModelSession:
         response.audio_done_sent = True
         self._emit(self._ids_event(self._names["audio_done"], response))
 
-    def _cancel_active(self, now_ms: int, reason: str) -> None:
+    def _cancel(self, response: _Response, now_ms: int, reason: str) -> None:
         """Stop generating; let the configured late deltas out, then the done cascade (D.2 item 5)."""
-        response = self._active
-        assert response is not None
         response.record.cancel_ms = now_ms
         late = self.config.late_deltas_after_cancel
         remaining = response.plan[response.cursor :]
@@ -1454,7 +1522,9 @@ class ModelSession:
         record.status = status
         record.reason = reason
         record.done_ms = now_ms
-        self._active = None
+        self._active = [r for r in self._active if r is not response]
+        if self._overlap_starts:
+            self._overlap_starts = [entry for entry in self._overlap_starts if entry[2] is not response]
         self._emit({"type": "response.done", "response": self._render_response(response, status, details, output)})
 
     # ---- rendering -----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ doubles the CPU per message, ARCHITECTURE.md section 11). The socket side is pic
 listener and at most one timer per session, and the events due at once go out in one write
 (voicecore.wsframes): the bench runs hundreds of sessions on one load core.
 
-    python -m voicecore.sim.model_server --port 9100 [--naming beta]
+    python -m voicecore.sim.model_server --port 9100 [--naming beta] [--late-deltas 2] [--overlap-probability 0.25]
 """
 
 from __future__ import annotations
@@ -182,16 +182,29 @@ async def _main(args: argparse.Namespace) -> None:
         seed=args.seed,
         speed_factor=args.speed_factor,
         late_deltas_after_cancel=args.late_deltas,
+        overlap_probability=args.overlap_probability,
     )
     sim, port = await serve_model_sim(args.host, args.port, config, keep_closed=args.keep_closed)
     # the supervisor and the CLI test read the bound port from this line
-    log.info("model simulator listening on %s:%d naming=%s", args.host, port, config.naming)
+    log.info("model simulator listening on %s:%d naming=%s late_deltas=%d overlap_probability=%g", args.host, port,
+             config.naming, config.late_deltas_after_cancel, config.overlap_probability)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await sim.aclose()
+
+
+def probability(text: str) -> float:
+    """argparse type: a number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -201,7 +214,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--naming", choices=("ga", "beta"), default="ga")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--speed-factor", type=float, default=4.0)
-    parser.add_argument("--late-deltas", type=int, default=0, choices=range(4))
+    parser.add_argument("--late-deltas", type=int, default=0, choices=range(4),
+                        help="audio deltas still sent after a cancel (0-3, default 0)")
+    parser.add_argument("--overlap-probability", type=probability, default=0.0, metavar="P",
+                        help="chance (0-1) that a response gets a second one started while it streams (default 0)")
     parser.add_argument("--keep-closed", type=int, default=50, help="closed sessions kept in memory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
