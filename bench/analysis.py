@@ -66,7 +66,8 @@ def _inside(value: float | None, w0: float, w1: float) -> bool:
 def adjusted_lateness(core, records: Sequence, lead_frames: int) -> tuple[list[float], list[bool]]:
     """Lateness per timed frame (the carrier's formula), re-anchored where the model starved the call.
 
-    The carrier expects frame n of a tag at first_arrival + max(0, n - (lead - 1)) * 20 ms, and the
+    The carrier expects frame n of a tag's talk spurt at first_arrival + max(0, n - (lead - 1)) * 20 ms
+    (n restarts at 0 when a tag resumes after its end mark), and the
     caller needs to hear it at about first_arrival + n * 20 ms. When the model sent a frame's audio only
     after that play time, no runtime could have delivered it on time: that frame starts a new segment
     (anchored at its own arrival, like the first frame of a tag, so the lead burst is expected again)
@@ -83,7 +84,7 @@ def adjusted_lateness(core, records: Sequence, lead_frames: int) -> tuple[list[f
         if n is None:
             continue
         anchor = anchors.get(frame.tag)
-        if anchor is None:
+        if anchor is None or n == 0:  # a tag's first frame, or the first of a resumed talk spurt
             anchors[frame.tag] = (frame.arrival_ms, n)
             samples.append(0.0)
             starved.append(False)

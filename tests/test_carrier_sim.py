@@ -264,6 +264,21 @@ def test_lateness_is_measured_against_lead_then_one_frame_per_20_ms():
     assert stats.lateness_p50_ms == 0
 
 
+def test_a_tag_resumed_after_its_end_mark_is_timed_as_a_new_spurt():
+    # A hold on a VAD edge ends the tag's audio with "1:4:end"; a false alarm resumes it 1 s later.
+    call = make_call(lead_frames=4)
+    for at in (100, 100, 100, 100):
+        call.receive(media(), at)
+    call.receive(mark("1:4:end"), 100)
+    call.tick_play(1200)
+    assert call.metrics.underruns == 0  # the end mark ended the spurt: the silence is not a gap
+    for at in (1200, 1200, 1200, 1200, 1220, 1245):
+        call.receive(media(), at)
+    call.receive(mark("1:10"), 1245)
+    assert call.metrics.lateness_ms == [0, 0, 0, 0, 0, 0, 0, 0, 0, 5]
+    assert call.metrics.mark_count_mismatches == 0 and call.metrics.stale_frames == 0
+
+
 def test_underruns_count_empty_ticks_inside_a_response_only():
     call = make_call()
     send_response(call, 1, 3, now_ms=0)  # mark "1:3", not the end

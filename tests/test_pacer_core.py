@@ -724,42 +724,65 @@ def test_frames_of_an_older_tag_after_a_newer_one_went_out_are_skipped(call):
     assert call.pacer.statistics()["frames_superseded"] == 3
 
 
-def test_a_hold_stops_release_at_once_and_clears_once_the_carrier_played_what_it_had(call):
+def played(call, tag, frames, at_ms):
+    """The gateway saw the carrier echo mark ``tag:frames`` (its audio played)."""
+    call.ctrl[call.slot, C.PLAYED_TAG] = tag
+    call.ctrl[call.slot, C.PLAYED_FRAMES] = frames
+    call.ctrl[call.slot, C.PLAYED_AT_NS] = at_ms * MS
+
+
+def test_a_hold_stops_release_at_once_and_marks_where_the_held_audio_ends(call):
     call.open(1)
     call.push(1, 30)
     assert call.tick(0) == frames(1, 0, 3)
     R.tag_pause(call.ctrl, call.slot, 1, 10 * MS)
-    assert call.tick(20) == []  # held: the carrier plays its 80 ms, nothing newer goes out
-    assert call.tick(60) == []
+    # held: nothing newer goes out; the end mark says where the audio stops (its echo ends the spurt)
+    assert call.tick(20) == ["mark 1:4:end"]
+    assert call.tick(40) == [] and call.tick(60) == []
     assert call.word(C.UNDERRUNS) == 0  # a hold is not a gap the model caused
-    assert call.tick(100) == ["clear"]  # 90 ms into the hold: what the carrier had has played
-    assert call.word(C.SENT_CLOSED) == C.SENT_CLEARED and call.tick(120) == []
+    played(call, 1, 4, 80)  # the carrier played what it held: nothing to clear
+    assert call.tick(140) == [] and call.tick(400) == []
     assert R.tag_resume(call.ctrl, call.slot, 1)
     # a false alarm: the same response goes on from where it stopped, with a fresh lead burst
-    assert call.tick(140) == ["1.4", "mark 1:5"] + frames(1, 5, 7)
+    assert call.tick(420) == ["1.4", "mark 1:5"] + frames(1, 5, 7)
     assert call.word(C.SENT_CLOSED) == C.SENT_OPEN
     assert not R.tag_resume(call.ctrl, call.slot, 1)
 
 
-def test_a_confirmed_bargein_after_a_hold_clear_sends_no_second_clear(call):
+def test_a_hold_clears_a_carrier_still_playing_held_audio_after_the_grace(call):
     call.open(1)
     call.push(1, 30)
     assert call.tick(0) == frames(1, 0, 3)
     R.tag_pause(call.ctrl, call.slot, 1, 0)
-    assert call.tick(80) == ["clear"]
+    assert call.tick(20) == ["mark 1:4:end"]
+    assert call.tick(80) == []
+    played(call, 1, 3, 70)  # the carrier is behind: frame 4 still queued 100 ms into the hold
+    assert call.tick(100) == ["clear"]  # grace: lead 80 + one frame
+    assert call.word(C.SENT_CLOSED) == C.SENT_CLEARED and call.tick(120) == []
+
+
+def test_a_confirmed_bargein_after_a_hold_clears_and_the_next_response_is_not_held(call):
+    call.open(1)
+    call.push(1, 30)
+    assert call.tick(0) == frames(1, 0, 3)
+    R.tag_pause(call.ctrl, call.slot, 1, 0)
+    assert call.tick(20) == ["mark 1:4:end"]
+    played(call, 1, 4, 80)
     call.cancel(1, 500)  # the words came: a real barge-in
-    assert call.cancels(500) == [] and call.tick(520) == []
+    assert call.cancels(500) == ["clear"]  # the carrier gets its clear (what it holds is nothing now)
+    assert call.tick(520) == []
     call.open(2)
     call.push(2, 4)
     call.end(2)
-    assert call.tick(540) == frames(2, 0, 3) + ["mark 2:4:end"]  # the next response is not held
+    assert call.tick(540) == frames(2, 0, 3) + ["mark 2:4:end"]
 
 
-def test_a_held_response_whose_end_comes_after_its_clear_still_gets_its_end_mark(call):
+def test_a_held_response_whose_frames_all_went_out_gets_no_second_end_mark(call):
     call.open(1)
     call.push(1, 3)
     assert call.tick(0) == frames(1, 0, 2)
     R.tag_pause(call.ctrl, call.slot, 1, 0)
-    assert call.tick(100) == ["clear"]
+    assert call.tick(20) == ["mark 1:3:end"]
     call.end(1)
-    assert call.tick(120) == ["mark 1:3:end"]  # all of it played before the clear: the response is over
+    assert call.tick(40) == []  # its end was marked by the hold: all of it is out
+    assert call.word(C.OUT_TAIL) == 4

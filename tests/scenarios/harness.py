@@ -275,9 +275,8 @@ class PlayoutModel:
         self.played = (0, 0, 0)
         self.sent = (0, 0)
         self.cancel_at: dict[int, int] = {}
-        self.paused_tag = 0  # held on a bare VAD edge (HoldTag), as the pacer's PAUSED_TAG
-        self.pause_since = 0
-        self.hold_cleared = False
+        self.paused_tag = 0  # held on a bare VAD edge (HoldTag), as the pacer's PAUSED_TAG: the carrier
+        # plays what it holds, nothing newer of the tag is released
 
     def apply(self, action: object, now: int) -> None:
         if isinstance(action, C.OpenTag):
@@ -293,7 +292,7 @@ class PlayoutModel:
         elif isinstance(action, C.ReleaseTag):
             self.approved[action.tag] = max(self.approved.get(action.tag, 0), action.frames)
         elif isinstance(action, C.HoldTag):
-            self.paused_tag, self.pause_since, self.hold_cleared = action.tag, now, False
+            self.paused_tag = action.tag
         elif isinstance(action, C.ResumeTag):
             if self.paused_tag == action.tag:
                 self.paused_tag = 0
@@ -311,11 +310,6 @@ class PlayoutModel:
         for m in sorted(m for m in self.marks if m[0] <= now):
             self.played = (m[1], m[2], m[0])
         self.marks = [m for m in self.marks if m[0] > now]
-        if self.paused_tag and not self.hold_cleared and now - self.pause_since >= LEAD_MS:
-            # The pacer's hold clear: by now the carrier played the lead it held, so nothing is cut.
-            self.hold_cleared = True
-            self.heard = [h for h in self.heard if not (h[0] == self.paused_tag and h[2] >= now)]
-            self.carrier_end = min(self.carrier_end, max([now] + [h[2] + TICK_MS for h in self.heard if h[2] + TICK_MS > now]))
         while self.ring:
             tag, index, _ = self.ring[0]
             if self.state.get(tag) == "cancelled":

@@ -176,12 +176,13 @@ class _QueuedMark:
 
 class _TagState:
     __slots__ = ("first_epoch", "first_arrival_ms", "timed_frames", "attributed_frames", "epoch",
-                 "frames_in_epoch", "stale_epoch")
+                 "frames_in_epoch", "stale_epoch", "spurt_ended")
 
     def __init__(self, epoch: int) -> None:
         self.first_epoch = epoch
         self.first_arrival_ms: float | None = None
-        self.timed_frames = 0  # non-stale frames: the n of the lateness formula
+        self.timed_frames = 0  # non-stale frames of the current talk spurt: the n of the lateness formula
+        self.spurt_ended = False  # its "tag:n:end" mark came: frames of it after that start a new spurt
         self.attributed_frames = 0
         self.epoch = epoch
         self.frames_in_epoch = 0
@@ -562,11 +563,18 @@ class CarrierCall:
             metrics.marks_unparsed += 1
             metrics.frames_without_mark += len(frames)
             return
-        tag, frames_through, _is_end = parsed
+        tag, frames_through, is_end = parsed
         epoch = self._epoch
         state = self._tags.get(tag)
         if state is None:
             state = self._tags[tag] = _TagState(epoch)
+        if state.spurt_ended and frames:
+            # The tag's audio resumes after its end mark (a hold on a VAD edge, then a false alarm): a new
+            # talk spurt, timed from its own first frame like a response's first.
+            state.spurt_ended = False
+            state.timed_frames = 0
+            state.first_arrival_ms = None
+        state.spurt_ended = state.spurt_ended or is_end
         if state.epoch != epoch:
             state.epoch = epoch
             state.frames_in_epoch = 0

@@ -23,10 +23,12 @@ Per active call slot (STATE == SLOT_ACTIVE), in this order:
    CANCEL_SEEN_SEQ is not advanced, and nothing else is released for that call until it is queued:
    audio queued before a late clear would be cut by it.
 1b. hold: PAUSED_TAG (the model worker's, on a bare VAD edge) stops release of that tag's frames at
-   once; the carrier plays what it holds. Once the hold has lasted hold_clear_ns (the most audio the
-   carrier can hold: lead plus the release swing, so a clear cuts nothing it would have played) a
-   ``clear`` goes out behind it: a barge-in's clear comes within that grace, not when the words confirm
-   it. A resumed tag (a cough, a breath) plays on from where it stopped, with a fresh lead burst.
+   once; the carrier plays what it holds. Behind the last frame released goes ``tag:n:end`` (the tag's
+   audio stops here, for now): its echo tells the gateway, and so the model worker, exactly what of the
+   tag was heard, and ends the talk spurt at the carrier. Should the carrier still be playing held audio
+   hold_clear_ns into the hold (its echo has not come: a carrier further behind than the lead), a
+   ``clear`` cuts it. A resumed tag (a cough, a breath) plays on from where it stopped, with a fresh lead
+   burst; a confirmed barge-in cancels it (step 1).
 2. release, head of the outbound ring first, strictly in ring order:
    - a frame or END of a dead tag (row CANCELLED, or the row now holds another tag) is consumed and
      counted in FRAMES_SKIPPED: INV-STALE, the decision is read from the row on every frame;
@@ -78,6 +80,8 @@ from voicecore.shm.control import (
     PACER_GENERATION,
     PAUSE_SINCE_NS,
     PAUSED_TAG,
+    PLAYED_FRAMES,
+    PLAYED_TAG,
     SENT_CLEARED,
     SENT_CLOSED,
     SENT_ENDED,
@@ -403,17 +407,33 @@ def _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, n
 
 @kernel(inline="always")
 def _process_pause(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, hold_clear_ns, stats_out):
-    """Clear the carrier once a hold of the tag on the wire outlasted hold_clear_ns. False: clear owed."""
+    """A hold of the tag on the wire: mark where its audio stops, clear a carrier still playing it
+    hold_clear_ns into the hold. False: the wire ring is full (what is owed waits for the next tick)."""
     paused_tag = atomic_load_acquire(ctrl, s, PAUSED_TAG)
-    if (
-        paused_tag <= 0
-        or paused_tag != ctrl[s, SENT_TAG]
-        or ctrl[s, SENT_FRAMES] <= 0
-        or ctrl[s, SENT_CLOSED] != SENT_OPEN
-        or now_ns - ctrl[s, PAUSE_SINCE_NS] < hold_clear_ns
-    ):
+    sent_frames = ctrl[s, SENT_FRAMES]
+    if paused_tag <= 0 or paused_tag != ctrl[s, SENT_TAG] or sent_frames <= 0:
         return True
-    return _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out)
+    closed = ctrl[s, SENT_CLOSED]
+    if closed == SENT_OPEN:
+        n_wire = wire_len.shape[1]
+        head = ctrl[s, WIRE_HEAD]
+        if head - atomic_load_acquire(ctrl, s, WIRE_TAIL) >= n_wire:
+            ctrl[s, WIRE_FULL] += 1
+            stats_out[STAT_WIRE_FULL] += 1
+            return False
+        _write_mark(wire_data, wire_len, s, head & (n_wire - 1), media_prefix, media_prefix_len, paused_tag, sent_frames, True)
+        atomic_store_release(ctrl, s, WIRE_HEAD, head + 1)
+        ctrl[s, SENT_CLOSED] = SENT_ENDED
+        stats_out[STAT_MARKS] += 1
+        stats_out[STAT_WIRE_ENTRIES] += 1
+        return True
+    if (
+        closed == SENT_ENDED
+        and now_ns - ctrl[s, PAUSE_SINCE_NS] >= hold_clear_ns
+        and not (ctrl[s, PLAYED_TAG] == paused_tag and ctrl[s, PLAYED_FRAMES] >= sent_frames)
+    ):
+        return _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out)
+    return True
 
 
 @kernel(inline="always")
@@ -502,7 +522,7 @@ def _release(
         if frame_index < 0:
             # END marker. Only the tag on the wire gets its ":end" mark; a response whose frames were
             # all skipped, or that had none, ends silently. A live tag cut by its hold's clear (a
-            # cancelled one never gets here) gets it too: the hold outlasted its audio, so all of it played.
+            # cancelled one never gets here) gets it too; one whose hold marked its end already does not.
             if tag == sent_tag and closed != SENT_ENDED:
                 if wire_head - wire_tail >= n_wire:
                     ctrl[s, WIRE_FULL] += 1
@@ -564,9 +584,9 @@ def _release(
             break
         _write_media(wire_data, wire_len, s, wire_head & (n_wire - 1), media_prefix, media_prefix_len, out_payload, o)
         wire_head += 1
-        if tag != sent_tag or closed == SENT_CLEARED:
-            # A new response, or the held one resuming after its hold's clear (a cancelled tag never
-            # gets here: its frames are skipped).
+        if tag != sent_tag or closed != SENT_OPEN:
+            # A new response, or the held one resuming after its hold's end mark or clear (a cancelled
+            # tag never gets here: its frames are skipped; an ended one has no frames left).
             sent_tag = tag
             closed = SENT_OPEN
         sent_frames = frames_through
@@ -663,7 +683,7 @@ def pace_tick(
     stats_out: int64[STATS_WORDS], accumulated (STAT_*). first_slot, slot_step: the shell ticks the slots
     in groups on phases of the 20 ms grid (PacerCore.tick), so the gateway gets a group's frames at a
     time instead of every call's at once. hold_clear_ns: a hold (PAUSED_TAG) of the tag on the wire that
-    lasts this long gets a ``clear``.
+    lasts this long while the carrier has not echoed its end mark gets a ``clear``.
     """
     _check_arrays(ctrl, sids, wire_len, wire_data, media_prefix, media_prefix_len, stats_out)
     if out_meta.shape[0] != ctrl.shape[0] or out_payload.shape[0] != ctrl.shape[0]:
@@ -757,9 +777,9 @@ class PacerCore:
         self.max_burst_frames = max_burst_frames
         self.start_hold_ns = start_hold_ms * 1_000_000
         self.release_frames = release_frames
-        # A hold's clear waits until the carrier has played the most it can hold (the lead plus the release
-        # swing): it cuts nothing the caller would have heard, so a resumed tag loses no audio.
-        self.hold_clear_ns = self.lead_ns + (release_frames - 1) * FRAME_NS
+        # A hold's end mark normally echoes once the carrier played the most it can hold (the lead plus
+        # the release swing); a carrier still playing held audio one more frame after that is cleared.
+        self.hold_clear_ns = self.lead_ns + release_frames * FRAME_NS
 
     def tick(self, now_ns: int, phase: int = 0, phases: int = 1) -> int:
         """The tick of the slots in ``phase`` of ``phases`` groups (slot % phases == phase); (0, 1): all."""
