@@ -731,13 +731,18 @@ def played(call, tag, frames, at_ms):
     call.ctrl[call.slot, C.PLAYED_AT_NS] = at_ms * MS
 
 
-def test_a_hold_stops_release_at_once_and_marks_where_the_held_audio_ends(call):
+def hold_after_four_frames(call, since_ms):
+    """Response 1 has 30 frames; its lead burst goes out at 0 ms, then a VAD edge holds it."""
     call.open(1)
     call.push(1, 30)
     assert call.tick(0) == frames(1, 0, 3)
-    R.tag_pause(call.ctrl, call.slot, 1, 10 * MS)
-    # held: nothing newer goes out; the end mark says where the audio stops (its echo ends the spurt)
+    R.tag_pause(call.ctrl, call.slot, 1, since_ms * MS)
     assert call.tick(20) == ["mark 1:4:end"]
+
+
+def test_a_hold_stops_release_at_once_and_marks_where_the_held_audio_ends(call):
+    # held: nothing newer goes out; the end mark says where the audio stops (its echo ends the spurt)
+    hold_after_four_frames(call, since_ms=10)
     assert call.tick(40) == [] and call.tick(60) == []
     assert call.word(C.UNDERRUNS) == 0  # a hold is not a gap the model caused
     played(call, 1, 4, 80)  # the carrier played what it held: nothing to clear
@@ -750,11 +755,7 @@ def test_a_hold_stops_release_at_once_and_marks_where_the_held_audio_ends(call):
 
 
 def test_a_hold_clears_a_carrier_still_playing_held_audio_after_the_grace(call):
-    call.open(1)
-    call.push(1, 30)
-    assert call.tick(0) == frames(1, 0, 3)
-    R.tag_pause(call.ctrl, call.slot, 1, 0)
-    assert call.tick(20) == ["mark 1:4:end"]
+    hold_after_four_frames(call, since_ms=0)
     assert call.tick(80) == []
     played(call, 1, 3, 70)  # the carrier is behind: frame 4 still queued 100 ms into the hold
     assert call.tick(100) == ["clear"]  # grace: lead 80 + one frame
@@ -762,11 +763,7 @@ def test_a_hold_clears_a_carrier_still_playing_held_audio_after_the_grace(call):
 
 
 def test_a_confirmed_bargein_after_a_hold_clears_and_the_next_response_is_not_held(call):
-    call.open(1)
-    call.push(1, 30)
-    assert call.tick(0) == frames(1, 0, 3)
-    R.tag_pause(call.ctrl, call.slot, 1, 0)
-    assert call.tick(20) == ["mark 1:4:end"]
+    hold_after_four_frames(call, since_ms=0)
     played(call, 1, 4, 80)
     call.cancel(1, 500)  # the words came: a real barge-in
     assert call.cancels(500) == ["clear"]  # the carrier gets its clear (what it holds is nothing now)

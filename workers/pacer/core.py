@@ -384,15 +384,23 @@ def _prepare_slot(ctrl, sids, media_prefix, media_prefix_len, s, now_ns):
 
 
 @kernel(inline="always")
-def _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out):
-    """Put a ``clear`` behind what the wire ring holds. False when the ring is full (the clear is owed)."""
-    n_wire = wire_len.shape[1]
+def _wire_head_with_room(ctrl, wire_len, s, stats_out):
+    """WIRE_HEAD when the wire ring has room for one more entry; -1 (counted in WIRE_FULL) when full."""
     head = ctrl[s, WIRE_HEAD]
-    if head - atomic_load_acquire(ctrl, s, WIRE_TAIL) >= n_wire:
+    if head - atomic_load_acquire(ctrl, s, WIRE_TAIL) >= wire_len.shape[1]:
         ctrl[s, WIRE_FULL] += 1
         stats_out[STAT_WIRE_FULL] += 1
+        return -1
+    return head
+
+
+@kernel(inline="always")
+def _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out):
+    """Put a ``clear`` behind what the wire ring holds. False when the ring is full (the clear is owed)."""
+    head = _wire_head_with_room(ctrl, wire_len, s, stats_out)
+    if head < 0:
         return False
-    _write_clear(wire_data, wire_len, s, head & (n_wire - 1), media_prefix, media_prefix_len)
+    _write_clear(wire_data, wire_len, s, head & (wire_len.shape[1] - 1), media_prefix, media_prefix_len)
     atomic_store_release(ctrl, s, WIRE_HEAD, head + 1)
     ctrl[s, SENT_CLOSED] = SENT_CLEARED
     ctrl[s, UNDERRUN_OPEN] = 0
@@ -415,13 +423,11 @@ def _process_pause(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s,
         return True
     closed = ctrl[s, SENT_CLOSED]
     if closed == SENT_OPEN:
-        n_wire = wire_len.shape[1]
-        head = ctrl[s, WIRE_HEAD]
-        if head - atomic_load_acquire(ctrl, s, WIRE_TAIL) >= n_wire:
-            ctrl[s, WIRE_FULL] += 1
-            stats_out[STAT_WIRE_FULL] += 1
+        head = _wire_head_with_room(ctrl, wire_len, s, stats_out)
+        if head < 0:
             return False
-        _write_mark(wire_data, wire_len, s, head & (n_wire - 1), media_prefix, media_prefix_len, paused_tag, sent_frames, True)
+        _write_mark(wire_data, wire_len, s, head & (wire_len.shape[1] - 1), media_prefix, media_prefix_len, paused_tag,
+                    sent_frames, True)
         atomic_store_release(ctrl, s, WIRE_HEAD, head + 1)
         ctrl[s, SENT_CLOSED] = SENT_ENDED
         stats_out[STAT_MARKS] += 1
