@@ -13,6 +13,7 @@ import dataclasses
 import os
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -62,6 +63,7 @@ def start_stack(max_calls: int = 8, **overrides) -> RunningStack:
         base,
         listen=overrides.pop("listen", f"127.0.0.1:{free_port()}"),
         realtime_url=f"ws://127.0.0.1:{sim_port}/v1/realtime",
+        send_call_id_to_vendor=True,  # our own simulator: it ties its sessions to the calls by it
         runtime_dir=str(workdir / "run"),
         record_dir=str(workdir / "records"),
         max_calls=max_calls,
@@ -83,3 +85,22 @@ def running_stack():
     running = start_stack()
     yield running
     running.stop()
+
+
+def in_ci() -> bool:
+    """CI runs the suite with CI=true (GitHub Actions, GitLab and most others set it); "1" counts too."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+def missing_resource(what: str, looked_in: str | Path, how_to_get_it: str = "") -> NoReturn:
+    """Something a test needs from outside the repository is absent (test vectors, /dev/shm, ...).
+
+    Outside CI the test is skipped with the reason. Under CI it fails: CI is set up to have it, and a test
+    that quietly skips there reports a pass it never earned. Call it from the test or from the fixture
+    that loads the thing (a fixture's failure shows as an error at setup: just as red).
+    """
+    message = f"{what} not found: looked in {looked_in}" + (f" ({how_to_get_it})" if how_to_get_it else "")
+    if in_ci():
+        pytest.fail(f"{message}. CI={os.environ.get('CI')!r}: CI must provide it, so this fails instead of skipping.",
+                    pytrace=False)
+    pytest.skip(message)

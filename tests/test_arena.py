@@ -9,6 +9,7 @@ import stat
 import numpy as np
 import pytest
 
+from conftest import missing_resource
 from voicecore.shm import control as C
 from voicecore.shm.arena import (
     ALIGN_BYTES,
@@ -330,8 +331,9 @@ def test_a_child_that_attaches_and_exits_does_not_remove_the_arena(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
 def test_real_dev_shm_round_trip_with_a_child_process():
+    if not os.path.isdir("/dev/shm"):
+        missing_resource("a /dev/shm directory (tmpfs)", "/dev/shm", "the arena's default home on Linux")
     before = {n for n in os.listdir("/dev/shm") if n.startswith(NAME_PREFIX)}
     with Arena.create(ArenaLayout(max_calls=2, in_slots=8, out_slots=8, wire_slots=8)) as a:
         assert a.path.startswith("/dev/shm/")

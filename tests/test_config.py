@@ -109,3 +109,37 @@ def test_builtin_simulator_switches(tmp_path):
             load_config({"VOICECORE_SIM_OVERLAP_PROBABILITY": raw})
     with pytest.raises(ConfigError, match="sim_late_deltas"):
         load_config({"VOICECORE_SIM_LATE_DELTAS": "4"})
+
+
+CALL_SID = "CA" + "0123456789abcdef" * 2
+
+
+@pytest.mark.parametrize("env, sent", [
+    ({"VOICECORE_REALTIME_API_KEY": "sk-x"}, False),  # a vendor, by default: nothing that identifies the call
+    ({"VOICECORE_REALTIME_API_KEY": "sk-x", "VOICECORE_SEND_CALL_ID_TO_VENDOR": "true"}, True),
+    ({"VOICECORE_REALTIME_URL": "wss://proxy.example/v1/realtime"}, False),  # keyless, not on this host
+    ({"VOICECORE_REALTIME_URL": "wss://proxy.example/v1/realtime", "VOICECORE_SEND_CALL_ID_TO_VENDOR": "on"}, True),
+    ({"VOICECORE_REALTIME_URL": "ws://127.0.0.1:9100/v1/realtime", "VOICECORE_REALTIME_API_KEY": "sk-x"}, False),
+    ({}, True),  # no vendor: the built-in simulator voicecore up starts
+    ({"VOICECORE_REALTIME_URL": "ws://127.0.0.1:9555/v1/realtime"}, False),  # a local proxy may add a vendor's key
+    ({"VOICECORE_REALTIME_URL": "ws://127.0.0.1:9555/v1/realtime", "VOICECORE_SEND_CALL_ID_TO_VENDOR": "1"}, True),
+])
+def test_the_call_id_goes_to_the_model_only_when_configured_or_to_the_built_in_simulator(env, sent):
+    from voicecore.realtime.events import RealtimeUrl
+    from workers.model.main import call_id_for_model
+
+    config = load_config(env)
+    assert config.send_call_id_to_vendor is ("VOICECORE_SEND_CALL_ID_TO_VENDOR" in env)
+    assert call_id_for_model(config, CALL_SID) == (CALL_SID if sent else None)
+    # what the model worker's CallSession.run builds from it
+    headers = RealtimeUrl(config.model, config.realtime_naming, config.model_url).headers(
+        config.realtime_api_key or "none", call_sid=call_id_for_model(config, CALL_SID))
+    assert any(CALL_SID in value for _, value in headers) is sent
+
+
+def test_send_call_id_to_vendor_is_off_by_default_and_a_boolean():
+    assert load_config({}).send_call_id_to_vendor is False
+    assert load_config({"VOICECORE_SEND_CALL_ID_TO_VENDOR": "1"}).send_call_id_to_vendor is True
+    assert load_config({}).as_env()["VOICECORE_SEND_CALL_ID_TO_VENDOR"] == "false"
+    with pytest.raises(ConfigError, match="SEND_CALL_ID_TO_VENDOR: expected true or false"):
+        load_config({"VOICECORE_SEND_CALL_ID_TO_VENDOR": "maybe"})

@@ -1,8 +1,9 @@
 """voicecore.g711 against the ITU-T G.191 mu-law vectors, plus the WAV helpers.
 
 The vectors live outside the repository (their licence forbids copying them in):
-../shared/testdata/g711 from the repo root; see its README.md. The module skips those tests when the
-folder is absent.
+../shared/testdata/g711 from the repo root; see its README.md. When the folder is absent those tests
+skip, except under CI (CI=true), which checks shared/ out beside the clone: there they fail and say where
+they looked.
 """
 
 import wave
@@ -12,14 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import in_ci, missing_resource
 from voicecore.g711 import linear_to_ulaw, read_wav_as_ulaw, ulaw_to_linear, write_stereo_wav
 
 G191_DIR = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "g711"
 
 # CRC32 of each file, from the README: a changed file must fail loudly, not pass by accident.
 G191_CRC32 = {"sweep.src": 0xC8BA7682, "sweep-r.u": 0xCD170E15, "sweep-r.u-u": 0x63641C01}
-
-needs_g191 = pytest.mark.skipif(not G191_DIR.is_dir(), reason="G.191 vectors not present at ../shared/testdata/g711")
 
 
 def _load(name: str) -> np.ndarray:
@@ -33,6 +33,9 @@ def _load(name: str) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def g191():
+    if not G191_DIR.is_dir():
+        missing_resource("ITU-T G.191 mu-law test vectors", G191_DIR,
+                         "the shared/ folder beside the repository, see shared/testdata/g711/README.md")
     source = _load("sweep.src")
     coded = _load("sweep-r.u")
     decoded = _load("sweep-r.u-u")
@@ -42,19 +45,16 @@ def g191():
     return source, codes, decoded
 
 
-@needs_g191
 def test_sweep_source_is_every_int16_once(g191):
     source, _, _ = g191
     assert np.array_equal(source, np.arange(-32768, 32768, dtype=np.int16))
 
 
-@needs_g191
 def test_decode_matches_g191_bit_for_bit(g191):
     _, codes, decoded = g191
     assert np.array_equal(ulaw_to_linear(codes.tobytes()), decoded)
 
 
-@needs_g191
 def test_encode_non_negative_inputs_match_g191_exactly(g191):
     source, codes, _ = g191
     ours = np.frombuffer(linear_to_ulaw(source), dtype=np.uint8)
@@ -62,7 +62,6 @@ def test_encode_non_negative_inputs_match_g191_exactly(g191):
     assert np.array_equal(ours[non_negative], codes[non_negative])
 
 
-@needs_g191
 def test_encode_negative_inputs_follow_audioop_rounding(g191):
     # By design, not a bug: G.191 one's-complements a negative input before dropping the 2 low bits
     # (magnitude (-x-1) >> 2), audioop negates after the shift (magnitude -(x >> 2)), which is exactly
@@ -81,7 +80,6 @@ def test_encode_negative_inputs_follow_audioop_rounding(g191):
     assert (np.abs(ours[differs].astype(int) - codes[differs].astype(int)) == 1).all()
 
 
-@needs_g191
 def test_reencoding_the_g191_decode_reproduces_the_codes(g191):
     # Decoded values sit inside their quantization interval, so re-encoding returns the same code,
     # except code 0x7F ("negative zero", decodes to 0), which comes back as 0xFF (positive zero).
@@ -90,6 +88,19 @@ def test_reencoding_the_g191_decode_reproduces_the_codes(g191):
     negative_zero = codes == 0x7F
     assert np.array_equal(ours[~negative_zero], codes[~negative_zero])
     assert (ours[negative_zero] == 0xFF).all()
+
+
+@pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), ("1", pytest.fail.Exception),
+                                         ("TRUE", pytest.fail.Exception), ("", pytest.skip.Exception),
+                                         ("false", pytest.skip.Exception), (None, pytest.skip.Exception)])
+def test_missing_vectors_skip_only_outside_ci(monkeypatch, ci, outcome):
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    assert in_ci() is (outcome is pytest.fail.Exception)
+    with pytest.raises(outcome, match="looked in /nowhere/g711"):
+        missing_resource("ITU-T G.191 mu-law test vectors", "/nowhere/g711")
 
 
 def test_every_code_round_trips_except_negative_zero():

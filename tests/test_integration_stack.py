@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import start_stack
+from test_metrics_text import parse_exposition
 from voicecore.callreport import summarize
 from voicecore.demo import demo_script
 from voicecore.record import load as load_record
@@ -191,6 +192,25 @@ def test_health_and_metrics_endpoints(running_stack):
     with urllib.request.urlopen(f"http://{running_stack.config.listen}/metrics", timeout=5) as response:
         metrics = json.load(response)
     assert metrics["workers"]["pacer"]["ticks"] > 0
+
+
+def test_metrics_answers_prometheus_text_when_scraped_as_such(running_stack):
+    """Prometheus' own Accept header gets the text format (0.0.4); `*/*` still gets the JSON."""
+    url = f"http://{running_stack.config.listen}/metrics"
+    accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": accept}), timeout=5) as response:
+        content_type = response.headers["Content-Type"]
+        text = response.read().decode("utf-8")
+    assert content_type == "text/plain; version=0.0.4; charset=utf-8"
+    families = parse_exposition(text)  # the strict parser of tests/test_metrics_text.py
+    assert families["voicecore_pacer_ticks_total"]["type"] == "counter"
+    assert families["voicecore_gateway_calls_active"]["type"] == "gauge"
+    assert ("voicecore_pacer_tick_lateness_ms", (("quantile", "0.99"),)) in families["voicecore_pacer_tick_lateness_ms"]["samples"]
+    with urllib.request.urlopen(f"{url}?format=prometheus", timeout=5) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": "*/*"}), timeout=5) as response:
+        assert response.headers["Content-Type"] == "application/json"
+        assert json.load(response)["workers"]["pacer"]["ticks"] > 0
 
 
 def test_model_worker_killed_mid_call_is_restarted_and_the_call_goes_on():

@@ -357,6 +357,17 @@ def test_realtime_url_and_headers() -> None:
         ev.RealtimeUrl("m", naming="v9").headers("k")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("naming", ["ga", "beta"])
+def test_headers_carry_no_call_id_unless_given_one(naming) -> None:
+    """Privacy: X-Voicecore-Call (the CallSid) goes out only when the caller of headers() passes it,
+    which the model worker does only when configured (test_config: send_call_id_to_vendor)."""
+    url = ev.RealtimeUrl("gpt-realtime", naming=naming)
+    names = [name for name, _ in url.headers("sk-x")]
+    assert names == (["Authorization"] if naming == "ga" else ["Authorization", "OpenAI-Beta"])
+    assert url.headers("sk-x", call_sid=None) == url.headers("sk-x")
+    assert url.headers("sk-x", call_sid="CA9")[-1] == ("X-Voicecore-Call", "CA9")
+
+
 def test_events_module_is_pure() -> None:
     source = open(ev.__file__, encoding="utf-8").read()
     for name in ("asyncio", "websockets", "time", "os", "random", "uuid", "zmq"):

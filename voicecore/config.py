@@ -38,6 +38,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("realtime_api_key", str, "", "API key for the realtime model vendor"),
     Setting("model", str, "gpt-realtime", "realtime model name"),
     Setting("realtime_naming", str, "ga", "event naming the model client sends: ga or beta"),
+    Setting("send_call_id_to_vendor", bool, False, "send the call's CallSid to the realtime model vendor (X-Voicecore-Call header on the model socket); false: no call or caller identifier goes to the model endpoint (the built-in simulator, used when realtime_url and realtime_api_key are empty, always gets it)"),
     Setting("max_calls", int, 256, "concurrent call slots in the shared-memory arena"),
     Setting("runtime_dir", str, "", "private directory (0700) for sockets and state; default $XDG_RUNTIME_DIR/voicecore or /tmp/voicecore-<uid>"),
     Setting("record_dir", str, "", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records (records hold what callers said: opt in; the demo records by default)"),
@@ -77,6 +78,7 @@ class Config:
     realtime_api_key: str
     model: str
     realtime_naming: str
+    send_call_id_to_vendor: bool
     max_calls: int
     runtime_dir: str
     record_dir: str

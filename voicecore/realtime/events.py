@@ -483,7 +483,10 @@ class RealtimeUrl:
         """Authorization, plus `OpenAI-Beta: realtime=v1` for beta (GA sends session.type instead).
 
         `call_sid` adds `X-Voicecore-Call`, which only the model simulator reads (spec: model-session
-        correlation); the vendor ignores it.
+        correlation). A CallSid identifies the call to whoever receives it, so none goes out by default:
+        the caller passes one only when configured to (`send_call_id_to_vendor`) or when the endpoint is
+        the built-in simulator (workers/model/main.py `call_id_for_model`). No other header identifies the
+        call or the caller.
         """
         _check_naming(self.naming)
         headers = [("Authorization", f"Bearer {api_key}")]

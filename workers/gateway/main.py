@@ -9,7 +9,7 @@ is handed to picows (the transport switches to its protocol, which parses the up
 in C), anything else goes to h11 (picows serves only GET upgrades, the webhooks are POSTs). A send is a
 transport.write, never an awaited send that starves the loop (ARCHITECTURE.md section 11). picows rather
 than websockets' sans-I/O protocol: framing and parsing a 200-byte media message costs well under a
-microsecond in C against 4-5 us in websockets' Python parser, and the gateway handles ~120 messages per
+microsecond in C against several in websockets' Python parser (bench/micro/bench_websocket.py), and the gateway handles ~120 messages per
 call-second.
 """
 
@@ -35,7 +35,7 @@ import zmq
 from picows import WSAutoPingStrategy, WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport
 from picows.picows import WSProtocol
 
-from voicecore import timing
+from voicecore import metrics_text, timing
 from voicecore.bus import messages
 from voicecore.bus.transport import (
     ARENA_NAME_FILE,
@@ -328,7 +328,13 @@ class HttpConnection:
         if method == b"GET" and path == "/healthz":
             self._respond(200, json.dumps(gw.health()).encode(), b"application/json")
         elif method == b"GET" and path == "/metrics":
-            self._respond(200, json.dumps(gw.metrics()).encode(), b"application/json")
+            # JSON by default (the demo and bench read it); exposition text when scraped as such.
+            accept = b",".join(value for name, value in request.headers if name == b"accept").decode("latin-1")
+            query = request.target.partition(b"?")[2].decode("latin-1")
+            if metrics_text.wants_text(accept, query):
+                self._respond(200, metrics_text.render(gw.metrics()).encode(), metrics_text.CONTENT_TYPE.encode())
+            else:
+                self._respond(200, json.dumps(gw.metrics()).encode(), b"application/json")
         elif method == b"POST" and path in ("/twilio/voice", "/twilio/status"):
             self._handle_twilio_post(path)
         elif path in ("/twilio/voice", "/twilio/status", "/healthz", "/metrics"):
@@ -625,7 +631,10 @@ GATEWAY_NICE = -10  # ahead of the model worker on a shared core, behind the pac
 
 
 async def run(config: Config) -> None:
-    log.info("gateway scheduling: %s", raise_priority(fifo_priority=None, nice=GATEWAY_NICE))
+    # VOICECORE_REALTIME_PRIORITY=0 (the bench's --privileges off): stay at normal priority.
+    granted = ("normal (VOICECORE_REALTIME_PRIORITY=0)" if os.environ.get("VOICECORE_REALTIME_PRIORITY", "1") == "0"
+               else raise_priority(fifo_priority=None, nice=GATEWAY_NICE))
+    log.info("gateway scheduling: %s", granted)
     warm_up_rings()
     runtime_dir = ensure_runtime_dir(config.runtime_dir)
     name_file = runtime_dir / ARENA_NAME_FILE

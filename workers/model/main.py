@@ -69,6 +69,16 @@ def controller_config(config: Config) -> controller_mod.ControllerConfig:
                                            safe_line=config.safe_line, retrieve_first=retrieve)
 
 
+def call_id_for_model(config: Config, call_sid: str) -> str | None:
+    """The CallSid to send on the model socket (X-Voicecore-Call), or None: nothing that identifies the
+    call or the caller goes to a model endpoint unless `send_call_id_to_vendor` says so. The built-in
+    simulator that `voicecore up` starts when no realtime_url and no key are set is ours, not a vendor: it gets it
+    (it matches its sessions to calls by it). The demo, the bench and the tests turn the setting on for
+    the simulator they start themselves."""
+    builtin_simulator = not config.realtime_url and not config.realtime_api_key
+    return call_sid if config.send_call_id_to_vendor or builtin_simulator else None
+
+
 def flow_args(config: Config) -> dict:
     """The scripted flow's per-node gate settings (JSON-able: they go into each call record)."""
     args: dict = {}
@@ -157,7 +167,7 @@ class CallSession:
         config = worker.config
         target = rt.RealtimeUrl(model=config.model, naming=config.realtime_naming, base_url=config.model_url)
         url = target.url()
-        headers = target.headers(config.realtime_api_key or "none", call_sid=self.call_sid)
+        headers = target.headers(config.realtime_api_key or "none", call_sid=call_id_for_model(config, self.call_sid))
         while self.alive():
             try:
                 transport, _socket = await ws_connect(

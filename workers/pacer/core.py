@@ -751,11 +751,10 @@ class PacerCore:
     """The step with its configuration and scratch, for the shell: ``tick(now_ns)``, ``cancels(now_ns)``.
 
     `arena` is anything with the arena's array attributes (an Arena, or a test's namespace of arrays).
-    Measured on the 2-core x86-64 dev box (numba 0.68, best conditions): a tick over 200 active calls
-    each releasing one frame (a mark every fifth) ~30 us including the Python call, i.e. ~150 ns per
-    frame for base64 + JSON straight into shared memory; a tick with nothing to release ~2 us; a cancel
-    pass ~1 us. Compiling both steps cold takes ~8 s, loading them from numba's cache ~0.2 s: call
-    ``tick`` once on start-up, before the first real tick.
+    What a tick costs (over 200 active calls each releasing one frame, base64 + JSON straight into shared
+    memory, a mark every fifth; with nothing to release) and what a cancel pass costs:
+    bench/micro/bench_pacer.py. Compiling both steps cold takes ~8 s, loading them from numba's cache
+    ~0.2 s: call ``tick`` once on start-up, before the first real tick.
     """
 
     __slots__ = ("_arrays", "media_prefix", "media_prefix_len", "stats", "lead_ns", "mark_every_frames", "max_burst_frames",

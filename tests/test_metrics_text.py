@@ -1,0 +1,423 @@
+"""voicecore.metrics_text: /metrics as Prometheus exposition text (format 0.0.4) and when to serve it.
+
+The output is read back with a strict parser written here from the spec
+(https://prometheus.io/docs/instrumenting/exposition_formats/): every line is a HELP, a TYPE or a sample
+`name{label="value",...} value`; names and label names match the spec's patterns, label values use only
+the three escapes, values are Go floats, each family has one HELP and one TYPE before its samples, its
+samples are contiguous, and no series appears twice.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from voicecore import metrics_text as mt
+
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+GO_FLOAT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?Inf|NaN")
+TYPES = {"counter", "gauge", "summary", "histogram", "untyped"}
+
+
+class ExpositionError(AssertionError):
+    pass
+
+
+def _unescape(text: str, allowed: dict[str, str]) -> str:
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\":
+            if i + 1 >= len(text) or text[i + 1] not in allowed:
+                raise ExpositionError(f"bad escape in {text!r}")
+            out.append(allowed[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _parse_labels(text: str, line: str) -> dict[str, str]:
+    """`a="x",b="y"` (the part between the braces) -> dict, strictly."""
+    labels: dict[str, str] = {}
+    i = 0
+    while i < len(text):
+        match = LABEL_NAME.match(text, i)
+        if not match or text[match.end():match.end() + 2] != '="':
+            raise ExpositionError(f"bad label in {line!r}")
+        name, i = match.group(), match.end() + 2
+        raw = []
+        while True:
+            if i >= len(text):
+                raise ExpositionError(f"unterminated label value in {line!r}")
+            if text[i] == "\\":
+                raw.append(text[i:i + 2])
+                i += 2
+                continue
+            if text[i] == '"':
+                break
+            if text[i] == "\n":
+                raise ExpositionError(f"raw line feed in a label value: {line!r}")
+            raw.append(text[i])
+            i += 1
+        i += 1
+        if name in labels:
+            raise ExpositionError(f"label {name} twice in {line!r}")
+        labels[name] = _unescape("".join(raw), {"\\": "\\", '"': '"', "n": "\n"})
+        if i < len(text):
+            if text[i] != ",":
+                raise ExpositionError(f"expected , between labels in {line!r}")
+            i += 1
+    return labels
+
+
+def parse_exposition(text: str) -> dict[str, dict]:
+    """Families by name: {"type", "help", "samples": {(sample_name, sorted labels): float}}. Raises
+    ExpositionError on anything the 0.0.4 text format does not allow (and on blank lines, which we never
+    write)."""
+    if text and not text.endswith("\n"):
+        raise ExpositionError("the last line must end with a line feed")
+    families: dict[str, dict] = {}
+    current: str | None = None
+    finished: set[str] = set()
+    for line in text.split("\n")[:-1] if text else []:
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                name = parts[2]
+                if not METRIC_NAME.fullmatch(name):
+                    raise ExpositionError(f"bad metric name in {line!r}")
+                if name in finished or (current is not None and current != name and name in families):
+                    raise ExpositionError(f"family {name} is not contiguous")
+                if current is not None and current != name:
+                    finished.add(current)
+                family = families.setdefault(name, {"type": None, "help": None, "samples": {}})
+                current = name
+                if family["samples"]:
+                    raise ExpositionError(f"{parts[1]} after samples of {name}")
+                if parts[1] == "HELP":
+                    if family["help"] is not None:
+                        raise ExpositionError(f"second HELP for {name}")
+                    family["help"] = _unescape(parts[3] if len(parts) > 3 else "", {"\\": "\\", "n": "\n"})
+                else:
+                    if family["type"] is not None:
+                        raise ExpositionError(f"second TYPE for {name}")
+                    if len(parts) != 4 or parts[3] not in TYPES:
+                        raise ExpositionError(f"bad TYPE line {line!r}")
+                    family["type"] = parts[3]
+            continue  # any other comment
+        if not line:
+            raise ExpositionError("blank line")
+        match = METRIC_NAME.match(line)
+        if not match:
+            raise ExpositionError(f"bad sample line {line!r}")
+        sample_name, rest = match.group(), line[match.end():]
+        labels: dict[str, str] = {}
+        if rest.startswith("{"):
+            end = _closing_brace(rest, line)
+            labels = _parse_labels(rest[1:end], line)
+            rest = rest[end + 1:]
+        fields = rest.split(" ")
+        if len(fields) not in (2, 3) or fields[0] != "" or not GO_FLOAT.fullmatch(fields[1]):
+            raise ExpositionError(f"bad value in {line!r}")
+        if len(fields) == 3 and not re.fullmatch(r"-?\d+", fields[2]):
+            raise ExpositionError(f"bad timestamp in {line!r}")
+        family_name = _family_of(sample_name, families)
+        if family_name != current:
+            raise ExpositionError(f"sample {sample_name} outside its family's block")
+        family = families[family_name]
+        if family["type"] is None:
+            raise ExpositionError(f"sample {sample_name} before its TYPE")
+        key = (sample_name, tuple(sorted(labels.items())))
+        if key in family["samples"]:
+            raise ExpositionError(f"series twice: {line!r}")
+        family["samples"][key] = float(fields[1].replace("Inf", "inf").replace("NaN", "nan"))
+    return families
+
+
+def _closing_brace(rest: str, line: str) -> int:
+    in_value, i = False, 1
+    while i < len(rest):
+        c = rest[i]
+        if in_value and c == "\\":
+            i += 2
+            continue
+        if c == '"':
+            in_value = not in_value
+        elif c == "}" and not in_value:
+            return i
+        i += 1
+    raise ExpositionError(f"no closing brace in {line!r}")
+
+
+def _family_of(sample_name: str, families: dict) -> str:
+    if sample_name in families:
+        return sample_name
+    for suffix in ("_sum", "_count", "_bucket"):
+        base = sample_name.removesuffix(suffix)
+        if base != sample_name and base in families and families[base]["type"] in ("summary", "histogram"):
+            return base
+    raise ExpositionError(f"sample {sample_name} has no TYPE")
+
+
+def value(families: dict, name: str, **labels: str) -> float:
+    return families[name]["samples"][(name, tuple(sorted(labels.items())))]
+
+
+# --- the parser itself is strict ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [
+    "x 1",  # no newline at the end
+    "# TYPE x gauge\nx 1\n\n",  # blank line
+    "# TYPE x gauge\nx one\n",
+    "# TYPE x gauge\nx 1_000\n",
+    "# TYPE x gauge\nx inf\n",
+    "x 1\n",  # no TYPE
+    "# TYPE x gauge\n# TYPE x gauge\nx 1\n",
+    "# TYPE x gauge\nx 1\nx 2\n",
+    "# TYPE x gauge\nx{a=\"1\",a=\"2\"} 1\n",
+    "# TYPE x gauge\nx{a=\"\\t\"} 1\n",
+    "# TYPE x gauge\nx{a=1} 1\n",
+    "# TYPE x gauge\nx{1a=\"1\"} 1\n",
+    "# TYPE 1x gauge\n",
+    "# TYPE x wobbly\nx 1\n",
+    "# TYPE x gauge\nx 1\n# TYPE y gauge\ny 1\n# TYPE x gauge\n",
+    "# TYPE x gauge\nx 1\n# TYPE y gauge\nx 2\n",
+])
+def test_the_strict_parser_refuses(bad):
+    with pytest.raises(ExpositionError):
+        parse_exposition(bad)
+
+
+def test_the_strict_parser_reads_the_spec_example():
+    text = (
+        '# HELP http_requests_total The total number of HTTP requests.\n'
+        '# TYPE http_requests_total counter\n'
+        'http_requests_total{method="post",code="200"} 1027 1395066363000\n'
+        'http_requests_total{method="post",code="400"}    3 1395066363000\n'.replace("    ", " ")
+        + '# A normal comment.\n'
+        '# TYPE msdos_file_access_time_seconds gauge\n'
+        'msdos_file_access_time_seconds{path="C:\\\\DIR\\\\FILE.TXT",error="Cannot find file:\\n\\"FILE.TXT\\""} 1.458255915e9\n'
+        '# TYPE rpc_duration_seconds summary\n'
+        'rpc_duration_seconds{quantile="0.5"} 4773\n'
+        'rpc_duration_seconds_sum 1.7560473e+07\n'
+        'rpc_duration_seconds_count 2693\n'
+    )
+    families = parse_exposition(text)
+    assert value(families, "http_requests_total", method="post", code="400") == 3
+    (labels,) = [dict(k[1]) for k in families["msdos_file_access_time_seconds"]["samples"]]
+    assert labels == {"path": "C:\\DIR\\FILE.TXT", "error": 'Cannot find file:\n"FILE.TXT"'}
+    assert families["rpc_duration_seconds"]["samples"][("rpc_duration_seconds_count", ())] == 2693
+
+
+# --- rendering -----------------------------------------------------------------------------------------
+
+# The shape Gateway.metrics() answers, with the keys the processes really report.
+METRICS = {
+    "gateway": {"calls_started": 12, "calls_ended": 11, "calls_rejected": 0, "violations": 1, "inbound_frames": 5000,
+                "wire_messages": 4800, "clears_sent": 3, "marks_played": 900, "calls_active": 1, "pid": 4242},
+    "bargein_decision_to_clear_ms": {"p50": 2.4, "p99": 4.2, "p999": 4.2, "max": 4.25, "count": 3},
+    "workers": {
+        "pacer": {"ticks": 1500.0, "skipped_ticks": 0.0, "cancel_wakeups": 3.0,
+                  "tick_lateness_p50_ms": 0.02, "tick_lateness_p99_ms": 0.3, "tick_lateness_p999_ms": 0.9,
+                  "tick_lateness_max_ms": 1.5, "tick_lateness_count": 1500.0,
+                  "tick_duration_p50_ms": 0.01, "tick_duration_p99_ms": 0.05, "tick_duration_p999_ms": 0.1,
+                  "tick_duration_max_ms": 0.2, "tick_duration_count": 1500.0,
+                  "frames_released": 4000.0, "underruns": 2.0, "calls_active": 1.0, "calls_talking": 1.0,
+                  "lead_min_ms": 62.5, "lead_p50_ms": 81.0, "underruns_total": 1.0},
+        "model": {"bargeins": 3.0, "holds": 0.0, "active_responses": 7.0, "active_frames_written": 3000.0, "calls": 1.0},
+        "validator": {"gates_opened": 0.0, "gates_live": 0.0, "knowledge_loaded": 0.0, "handle_max_ms": 0.0},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def families():
+    return parse_exposition(mt.render(METRICS))
+
+
+def test_counters_get_total_and_gauges_do_not(families):
+    assert families["voicecore_gateway_calls_started_total"]["type"] == "counter"
+    assert value(families, "voicecore_gateway_calls_started_total") == 12
+    assert families["voicecore_gateway_calls_active"]["type"] == "gauge"
+    assert value(families, "voicecore_gateway_pid") == 4242
+    assert families["voicecore_pacer_frames_released_total"]["type"] == "counter"
+    assert families["voicecore_pacer_calls_talking"]["type"] == "gauge"
+    assert families["voicecore_model_bargeins_total"]["type"] == "counter"
+    assert families["voicecore_model_active_responses"]["type"] == "gauge"  # sums over live sessions fall
+    assert families["voicecore_model_calls"]["type"] == "gauge"
+    assert families["voicecore_validator_gates_live"]["type"] == "gauge"
+    assert families["voicecore_validator_handle_max_ms"]["type"] == "gauge"  # a lone max is a plain gauge
+    for name, family in families.items():
+        assert name.startswith("voicecore_")
+        assert (family["type"] == "counter") == name.endswith("_total"), name
+        assert family["help"], name
+
+
+def test_the_pacers_slot_underruns_do_not_clash_with_its_counter(families):
+    assert value(families, "voicecore_pacer_underruns_total") == 2
+    assert families["voicecore_pacer_underruns_total"]["type"] == "counter"
+    assert value(families, "voicecore_pacer_slot_underruns") == 1
+    assert families["voicecore_pacer_slot_underruns"]["type"] == "gauge"
+
+
+def test_latency_summaries_are_gauges_with_a_quantile_label(families):
+    name = "voicecore_gateway_bargein_decision_to_clear_ms"
+    assert families[name]["type"] == "gauge"
+    assert {q: value(families, name, quantile=q) for q in ("0.5", "0.99", "0.999", "1")} == {
+        "0.5": 2.4, "0.99": 4.2, "0.999": 4.2, "1": 4.25}
+    assert value(families, name + "_count") == 3
+    lateness = "voicecore_pacer_tick_lateness_ms"
+    assert value(families, lateness, quantile="0.99") == 0.3
+    assert value(families, lateness, quantile="1") == 1.5
+    assert value(families, lateness + "_count") == 1500
+    assert families[lateness + "_count"]["type"] == "gauge"
+    assert "voicecore_pacer_tick_lateness_p50_ms" not in families
+    assert value(families, "voicecore_pacer_lead_ms", quantile="0") == 62.5
+    assert value(families, "voicecore_pacer_lead_ms", quantile="0.5") == 81
+    assert value(families, "voicecore_pacer_tick_duration_ms", quantile="0.999") == 0.1
+
+
+def test_every_number_of_the_dict_is_rendered_once(families):
+    samples = sum(len(f["samples"]) for f in families.values())
+    numbers = len(METRICS["gateway"]) + len(METRICS["bargein_decision_to_clear_ms"]) + sum(
+        len(stats) for stats in METRICS["workers"].values())
+    assert samples == numbers
+
+
+def test_empty_and_partial_dicts():
+    assert mt.render({}) == ""
+    assert mt.render({"gateway": {}, "workers": {}}) == ""
+    text = mt.render({"workers": {"pacer": {"ticks": 1.0}}})
+    assert value(parse_exposition(text), "voicecore_pacer_ticks_total") == 1
+
+
+def test_values_nan_inf_bools_numpy_and_non_numbers():
+    stats = {"a_ms": float("nan"), "b_ms": float("inf"), "c_ms": -float("inf"), "flag": True, "big": 1e20,
+             "small_ms": 1.5e-7, "np": np.int64(7), "npf_ms": np.float32(0.5), "name": "x", "list": [1, 2],
+             "nested": {"k": 1}}
+    text = mt.render({"workers": {"w": stats}})
+    families = parse_exposition(text)
+    assert math.isnan(value(families, "voicecore_w_a_ms"))
+    assert value(families, "voicecore_w_b_ms") == math.inf
+    assert value(families, "voicecore_w_c_ms") == -math.inf
+    assert value(families, "voicecore_w_flag_total") == 1
+    assert value(families, "voicecore_w_big_total") == 1e20
+    assert value(families, "voicecore_w_small_ms") == 1.5e-7
+    assert value(families, "voicecore_w_np_total") == 7
+    assert value(families, "voicecore_w_npf_ms") == 0.5
+    assert not any("name" in n or "list" in n or "nested" in n for n in families)
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (0, "0"), (3, "3"), (3.0, "3"), (0.25, "0.25"), (-2.5, "-2.5"), (1e20, "1e+20"), (1e-7, "1e-07"),
+    (float("nan"), "NaN"), (float("inf"), "+Inf"), (float("-inf"), "-Inf"), (True, "1"), (False, "0"),
+])
+def test_format_value(raw, expected):
+    assert mt.format_value(raw) == expected
+    assert GO_FLOAT.fullmatch(expected)
+
+
+def test_names_are_snake_case_and_valid():
+    families = parse_exposition(mt.render({"workers": {"Model Worker": {"framesWritten": 1.0, "weird-key.x": 2.0,
+                                                                        "": 3.0, "bad\nkey \\ \"q\"": 4.0}}}))
+    assert set(families) == {"voicecore_model_worker_frames_written_total", "voicecore_model_worker_weird_key_x_total",
+                             "voicecore_model_worker_unnamed_total", "voicecore_model_worker_bad_key_q_total"}
+    assert families["voicecore_model_worker_bad_key_q_total"]["help"].startswith('Model Worker bad\nkey \\ "q"')
+
+
+def test_a_name_two_keys_map_to_is_written_once():
+    families = parse_exposition(mt.render({"workers": {"w": {"x": 1.0, "x_total": 2.0, "X": 3.0}}}))
+    assert value(families, "voicecore_w_x_total") == 1
+    families = parse_exposition(mt.render({"workers": {"w": {"t_p5_ms": 1.0, "t_p500_ms": 2.0, "t_p0_ms": 3.0, "t_min_ms": 4.0}}}))
+    assert families["voicecore_w_t_ms"]["samples"] == {
+        ("voicecore_w_t_ms", (("quantile", "0"),)): 3.0, ("voicecore_w_t_ms", (("quantile", "0.5"),)): 1.0}
+
+
+@pytest.mark.parametrize("raw, escaped", [
+    ("plain", "plain"), ('a"b', 'a\\"b'), ("a\\b", "a\\\\b"), ("a\nb", "a\\nb"), ('\\"\n', '\\\\\\"\\n'),
+])
+def test_label_values_are_escaped_per_the_spec(raw, escaped):
+    assert mt.escape_label_value(raw) == escaped
+    families = parse_exposition(f'# TYPE x gauge\nx{{v="{mt.escape_label_value(raw)}"}} 1\n')
+    assert value(families, "x", v=raw) == 1
+
+
+def test_help_text_is_escaped_per_the_spec():
+    assert mt.escape_help("a\\b\nc\"") == 'a\\\\b\\nc"'
+
+
+_keys = st.one_of(
+    st.text(min_size=0, max_size=12),
+    st.builds("{}_{}".format, st.sampled_from(["a", "b", "underruns", "x_ms"]),
+              st.sampled_from(["p50_ms", "p5_ms", "p500_ms", "p0_ms", "max_ms", "min_ms", "count", "total", "ms"])),
+    st.sampled_from(["p50", "p99", "max", "count", "calls_active", "underruns_total", "active_x", "active_total", "pid"]),
+)
+_numbers = st.one_of(st.integers(-(2**63), 2**63), st.floats(allow_nan=True, allow_infinity=True), st.booleans())
+
+
+@given(st.dictionaries(_keys, st.dictionaries(_keys, _numbers, max_size=8), max_size=4),
+       st.dictionaries(_keys, _numbers, max_size=8))
+def test_any_dict_of_numbers_renders_valid_text(workers, gateway):
+    families = parse_exposition(mt.render({"gateway": gateway, "workers": workers, "x_ms": dict(gateway)}))
+    for name, family in families.items():
+        assert (family["type"] == "counter") == name.endswith("_total"), name
+
+
+def test_the_real_processes_stats_are_classified():
+    """The pacer core's and the validator's cumulative counts render as counters, their levels as gauges."""
+    from workers.pacer.core import STAT_NAMES
+    from workers.validator.core import ValidatorCore
+
+    assert not any(mt.is_gauge(name) for name in STAT_NAMES)
+    core = ValidatorCore()
+    assert not any(mt.is_gauge(name) for name in core.counters)
+    levels = set(core.statistics()) - set(core.counters)
+    assert levels and all(mt.is_gauge(name) for name in levels)
+    for gauge in mt.GAUGES:
+        assert not mt.RENAMED.get(gauge, gauge).endswith("_total")
+
+
+# --- negotiation ---------------------------------------------------------------------------------------
+
+PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+
+
+@pytest.mark.parametrize("accept, query, text", [
+    (PROMETHEUS_ACCEPT, "", True),
+    ("text/plain;version=0.0.4", "", True),
+    ("application/openmetrics-text; version=1.0.0", "", True),
+    ("text/*", "", True),
+    ("TEXT/PLAIN", "", True),
+    ("", "", False),
+    ("*/*", "", False),
+    ("application/json", "", False),
+    ("application/json, text/plain;q=0.9", "", False),
+    ("text/plain;q=0.5, application/json;q=0.4", "", True),
+    ("text/plain, application/json", "", False),  # a tie keeps JSON
+    ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", "", False),  # a browser
+    ("text/plain;q=0", "", False),
+    ("text/plain;q=abc", "", False),
+    ("garbage, ;;, /", "", False),
+    ("", "format=prometheus", True),
+    ("", "x=1&format=text", True),
+    (PROMETHEUS_ACCEPT, "format=json", False),
+    ("", "format=other", False),
+])
+def test_negotiation(accept, query, text):
+    assert mt.wants_text(accept, query) is text
+
+
+def test_the_module_is_pure():
+    tree = ast.parse(Path(mt.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert not imported & {"asyncio", "zmq", "websockets", "time", "os", "random", "uuid", "socket", "json"}

@@ -1,0 +1,308 @@
+"""/metrics in the Prometheus text exposition format (version 0.0.4), and when to serve it.
+
+Owns turning the gateway's metrics dict (the JSON `GET /metrics` answers by default) into exposition text,
+and the content negotiation that picks text or JSON. Pure: a dict in, text out; no sockets, no clock. It
+must not know where the figures come from: the gateway builds the dict, the workers' stats arrive over the
+bus.
+
+The dict's shape (workers/gateway/main.py `Gateway.metrics`):
+
+    {"gateway": {name: number, ...},                     # the gateway's own counters and gauges
+     "bargein_decision_to_clear_ms": {"p50", "p99", "p999", "max", "count"},
+     "workers": {"pacer": {name: number, ...}, "model": {...}, "validator": {...}}}
+
+Names: `voicecore_<process>_<name>`, snake_case, anything outside [a-z0-9_] replaced by `_`. The
+gateway's latency summary becomes `voicecore_gateway_bargein_decision_to_clear_ms`.
+
+Types, by these rules in this order (the workers report cumulative event counts since the process started,
+plus a few levels):
+1. Latency figures are gauges with a `quantile` label. A top-level summary dict ({"p50", "p99", "p999",
+   "max", "count"}) and a worker's flat keys `<base>_p<digits>_ms`, `<base>_max_ms`, `<base>_min_ms`
+   with `<base>_count` (the pacer's `tick_lateness_p50_ms`, ...; only when a `_p<digits>_ms` key of that
+   base exists) become one family `<base>_ms`: p50 -> quantile="0.5", p99 -> "0.99", p999 -> "0.999",
+   max -> "1", min -> "0"; the count of samples becomes the gauge `<base>_ms_count` (the gateway's is
+   the size of a bounded window, not a running total). Not `summary`: the processes keep no sum.
+2. Any other name ending in `_ms`, or starting with `active_` (the model worker's sums over its live
+   sessions, which fall when calls end), or listed in `GAUGES` below, is a gauge: a level, not a count.
+3. Everything else is a monotonic count: a `counter`, named with a `_total` suffix (not doubled when the
+   name already ends in `_total`). A new stat that can go down must be added to `GAUGES`; a gauge whose
+   name ends in `_total` gets another name in `RENAMED` (else `_gauge` is appended).
+
+Values: ints and floats as Go's strconv would print them (`NaN`, `+Inf`, `-Inf` spelled out), booleans
+as 1 and 0; strings, lists and other non-numbers are left out. A name that two keys map to is written
+once (the first), as the format forbids a family twice.
+
+Spec: https://prometheus.io/docs/instrumenting/exposition_formats/ (text format 0.0.4).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from collections.abc import Iterable, Mapping
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PREFIX = "voicecore"
+
+# Rule 2's list: per-process levels that can go down. Names as the processes report them.
+GAUGES: frozenset[str] = frozenset({
+    "pid",               # every process: a new value means a restart
+    "calls",             # model worker: live sessions
+    "calls_active",      # gateway and pacer: calls in a slot now
+    "calls_talking",     # pacer: calls with audio queued in the carrier's buffer now
+    "gates_live",        # validator: gates open now
+    "knowledge_loaded",  # validator: 1 when a knowledge base is loaded
+    "knowledge_snippets",
+    "knowledge_numbers",
+    "underruns_total",   # pacer: summed over the slots' counters, which restart when a slot is reused
+})
+# A gauge is never named `..._total` (the suffix says counter), and the pacer's `underruns_total` would
+# take the name of its cumulative `underruns` counter: exported names of such gauges.
+RENAMED: dict[str, str] = {"underruns_total": "slot_underruns"}
+
+# Summary keys of rule 1 -> the quantile label's value.
+_SUMMARY_QUANTILES = {"p50": "0.5", "p99": "0.99", "p999": "0.999", "max": "1", "min": "0"}
+_FLAT_QUANTILE = re.compile(r"^(?P<base>.+)_(?P<which>p\d+|max|min)_ms$")
+_INVALID_NAME_CHARS = re.compile(r"[^a-z0-9_]+")
+
+
+# --- negotiation -----------------------------------------------------------------------------------
+
+def wants_text(accept: str, query: str = "") -> bool:
+    """True when `GET /metrics` should answer exposition text rather than JSON.
+
+    `?format=prometheus` (or `text`) asks for text and `?format=json` for JSON, whatever Accept says.
+    Otherwise text when the Accept header prefers `text/plain` or `application/openmetrics-text` to
+    `application/json` (RFC 9110 section 12.5.1: each type's weight is the q of the most specific range
+    that matches it; a tie, `*/*` alone or no header keeps JSON, the default the demo and bench read).
+    Prometheus sends `application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1`.
+    """
+    for pair in query.split("&"):
+        name, _, value = pair.partition("=")
+        if name == "format":
+            if value.lower() in ("prometheus", "text"):
+                return True
+            if value.lower() == "json":
+                return False
+    ranges = _parse_accept(accept)
+    text_q = max(_weight(ranges, "text/plain"), _weight(ranges, "application/openmetrics-text"))
+    return text_q > 0 and text_q > _weight(ranges, "application/json")
+
+
+def _parse_accept(accept: str) -> list[tuple[str, str, float]]:
+    """(type, subtype, q) per media range; a range that does not parse is ignored."""
+    ranges = []
+    for item in accept.split(","):
+        media, *params = item.split(";")
+        kind, slash, subtype = media.strip().lower().partition("/")
+        if not slash or not kind or not subtype:
+            continue
+        q = 1.0
+        for param in params:
+            key, _, value = param.strip().partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0
+                if not 0.0 <= q <= 1.0 or math.isnan(q):
+                    q = 0.0
+        ranges.append((kind, subtype.strip(), q))
+    return ranges
+
+
+def _weight(ranges: list[tuple[str, str, float]], media_type: str) -> float:
+    kind, subtype = media_type.split("/")
+    best_specificity, best_q = -1, 0.0
+    for range_kind, range_subtype, q in ranges:
+        if (range_kind, range_subtype) == (kind, subtype):
+            specificity = 2
+        elif range_kind == kind and range_subtype == "*":
+            specificity = 1
+        elif (range_kind, range_subtype) == ("*", "*"):
+            specificity = 0
+        else:
+            continue
+        if specificity > best_specificity:
+            best_specificity, best_q = specificity, q
+        elif specificity == best_specificity:
+            best_q = max(best_q, q)
+    return best_q
+
+
+# --- rendering -------------------------------------------------------------------------------------
+
+def render(metrics: Mapping[str, object]) -> str:
+    """The metrics dict as exposition text, one family per metric, ending in a newline."""
+    out = _Writer()
+    gateway = metrics.get("gateway")
+    if isinstance(gateway, Mapping):
+        _render_process(out, "gateway", gateway)
+    for key, value in metrics.items():
+        if key in ("gateway", "workers"):
+            continue
+        if isinstance(value, Mapping) and _is_summary(value):
+            # Top-level summaries are the gateway's own (bargein_decision_to_clear_ms).
+            _render_summary(out, _name("gateway", _strip_ms(key) + "_ms"), value, f"gateway {key}")
+    workers = metrics.get("workers")
+    if isinstance(workers, Mapping):
+        for process in sorted(workers, key=str):
+            stats = workers[process]
+            if isinstance(stats, Mapping):
+                _render_process(out, str(process), stats)
+    return out.text()
+
+
+def escape_label_value(value: str) -> str:
+    """Backslash, double quote and line feed escaped, as the text format requires in label values."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    """Backslash and line feed escaped, as the text format requires in HELP lines."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float | int | bool) -> str:
+    """A sample value as the text format writes it (Go's ParseFloat reads every form used here)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    value = float(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+def snake_case(name: str) -> str:
+    """A metric-name fragment: camelCase split, lower case, runs of other characters as one `_`."""
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    return _INVALID_NAME_CHARS.sub("_", name).strip("_") or "unnamed"
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.families: set[str] = set()
+
+    def family(self, name: str, kind: str, help_text: str, samples: Iterable[tuple[str, dict[str, str], object]]) -> None:
+        """One metric family; `samples` are (name, labels, value). Skipped when the name is taken."""
+        rendered = [
+            f"{sample}{_labels(labels)} {format_value(value)}"  # type: ignore[arg-type]
+            for sample, labels, value in samples
+            if _is_number(value)
+        ]
+        if not rendered or name in self.families:
+            return
+        self.families.add(name)
+        self.lines.append(f"# HELP {name} {escape_help(help_text)}")
+        self.lines.append(f"# TYPE {name} {kind}")
+        self.lines.extend(rendered)
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n" if self.lines else ""
+
+
+def _render_process(out: _Writer, process: str, stats: Mapping[str, object]) -> None:
+    grouped = _flat_quantile_groups(stats)
+    done: set[str] = set()
+    for key in stats:
+        key = str(key)
+        if key in done:
+            continue
+        if key in grouped:
+            base, members = grouped[key]
+            done.update(members.values())
+            summary = {which: stats[member] for which, member in members.items()}
+            _render_summary(out, _name(process, base + "_ms"), summary, f"{process} {base} (ms)")
+            continue
+        value = stats[key]
+        if isinstance(value, Mapping):
+            if _is_summary(value):
+                _render_summary(out, _name(process, _strip_ms(key) + "_ms"), value, f"{process} {key}")
+            continue
+        if is_gauge(key):
+            name = _name(process, RENAMED.get(key, key))
+            if name.endswith("_total"):
+                name += "_gauge"  # not in RENAMED: still never a gauge named like a counter
+            out.family(name, "gauge", f"{process} {key}", [(name, {}, value)])
+        else:
+            name = _name(process, key)
+            if not name.endswith("_total"):
+                name += "_total"
+            out.family(name, "counter", f"{process} {key} (count since the process started)", [(name, {}, value)])
+
+
+def is_gauge(key: str) -> bool:
+    """Rule 2 of the module docstring: a level, not a count."""
+    return key in GAUGES or key.endswith("_ms") or key.startswith("active_")
+
+
+def _flat_quantile_groups(stats: Mapping[str, object]) -> dict[str, tuple[str, dict[str, str]]]:
+    """Every member key of a rule-1 group -> (base, {which: key}); which is p50, max, min or count."""
+    groups: dict[str, dict[str, str]] = {}
+    for key in stats:
+        match = _FLAT_QUANTILE.match(str(key))
+        if match:
+            groups.setdefault(match["base"], {})[match["which"]] = str(key)
+    result: dict[str, tuple[str, dict[str, str]]] = {}
+    for base, members in groups.items():
+        if not any(which.startswith("p") for which in members):
+            continue  # a lone handle_max_ms is a plain gauge
+        if f"{base}_count" in stats:
+            members["count"] = f"{base}_count"
+        for key in members.values():
+            result[key] = (base, members)
+    return result
+
+
+def _render_summary(out: _Writer, name: str, summary: Mapping[str, object], what: str) -> None:
+    by_quantile: dict[str, object] = {}
+    for which, value in summary.items():
+        quantile = _quantile_of(str(which))
+        if quantile is not None and _is_number(value):
+            by_quantile.setdefault(quantile, value)  # p5 and p500 are both 0.5: a series once
+    samples = [(name, {"quantile": q}, by_quantile[q]) for q in sorted(by_quantile, key=float)]
+    out.family(name, "gauge", f"{what}: quantiles (1 is the maximum, 0 the minimum)", samples)
+    if "count" in summary:
+        out.family(name + "_count", "gauge", f"{what}: samples the quantiles are computed over",
+                   [(name + "_count", {}, summary["count"])])
+
+
+def _quantile_of(which: str) -> str | None:
+    if which in _SUMMARY_QUANTILES:
+        return _SUMMARY_QUANTILES[which]
+    if re.fullmatch(r"p\d+", which):
+        digits = which[1:]
+        return format_value(float("0." + digits)) if digits != "100" else "1"
+    return None
+
+
+def _is_summary(value: Mapping[str, object]) -> bool:
+    return any(_quantile_of(str(k)) is not None for k in value) and all(
+        _quantile_of(str(k)) is not None or k == "count" for k in value
+    )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real)
+
+
+def _strip_ms(key: str) -> str:
+    return key[:-3] if key.endswith("_ms") else key
+
+
+def _name(process: str, key: str) -> str:
+    return f"{PREFIX}_{snake_case(process)}_{snake_case(key)}"
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels.items()) + "}"
