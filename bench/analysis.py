@@ -1,11 +1,14 @@
-"""Bench figures beyond voicecore.callreport: the measured window, underruns split by cause, frames
-lost, model event rates. Pure functions over the simulators' records (no I/O, no clock).
+"""Bench figures beyond voicecore.callreport: the measured window, frames lost, model event rates, the
+pipecat stand-in's records. Pure functions over the simulators' records (no I/O, no clock).
 
-Owns: restricting a call's records to the steady window [w0, w1) (CLOCK_MONOTONIC ms, the same clock in
-every bench process) so the ramp-up and the tear-down do not count, before the records go through
-callreport.summarize unchanged. Rule: a carrier event (frame arrival, underrun tick, clear, a barge-in
-without a clear, an overlapping frame's play, a speech start's talkover) counts if it happened in the window; a model response counts (mouth-to-ear, truncate error) if its first audio delta
-was sent in the window, and so do the truncates and deletes of its item.
+Owns: restricting a call's carrier counters to the steady window [w0, w1) (CLOCK_MONOTONIC ms, the same
+clock in every bench process) so the ramp-up and the tear-down do not count, before the results go through
+callreport.summarize, which applies the same window to the figures it computes (lateness and gaps from the
+playout log, stale frames, per-response figures). Rule: a carrier event (frame arrival, gap tick, clear, a
+barge-in without a clear, an overlapping frame's play, a speech start's talkover, a caller's speech end for
+the turn latency) counts if it happened in the window; a model response counts (model-to-carrier,
+truncate error) if its first audio delta was sent in the window, and so do the truncates and deletes of its
+item.
 Also owns the hallucination scenario's figures (hallucination_figures): answers, what of the
 hallucinated ones the caller heard, false rejections, time to first audio.
 
@@ -19,11 +22,13 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from voicecore.callreport import STARVED_GRACE_MS, split_underruns  # noqa: F401 (re-exported)
+from voicecore.callreport import STARVED_GRACE_MS, playout_figures, trim_record  # noqa: F401 (re-exported)
 from voicecore.callreport import frame_owners as _owners
-from voicecore.callreport import owners_at
-from voicecore.callreport import frame_sent_ms as _frame_sent_ms
+from voicecore.callreport import canonical_frame
+from voicecore.callreport import owner_of as _owner_of
+from bench.baseline_pipecat.dither import dither_ulaw, variant_seed
 from voicecore.sim.carrier import CallResult
+from voicecore.sim.model_core import ResponseRecord, SessionRecord, SpeechRecord
 from voicecore.stats import summary as _summary
 from voicecore.timing import FRAME_BYTES, FRAME_MS, INBOUND_BATCH_MS
 from voicecore.validate.numbers import extract_numbers
@@ -63,75 +68,18 @@ def _inside(value: float | None, w0: float, w1: float) -> bool:
 
 
 
-def adjusted_lateness(core, records: Sequence, lead_frames: int) -> tuple[list[float], list[bool]]:
-    """Lateness per timed frame (the carrier's formula), re-anchored where the model starved the call.
-
-    The carrier expects frame n of a tag's talk spurt at first_arrival + max(0, n - (lead - 1)) * 20 ms
-    (n restarts at 0 when a tag resumes after its end mark), and the
-    caller needs to hear it at about first_arrival + n * 20 ms. When the model sent a frame's audio only
-    after that play time, no runtime could have delivered it on time: that frame starts a new segment
-    (anchored at its own arrival, like the first frame of a tag, so the lead burst is expected again)
-    and counts 0 ms. Without starvation the result equals the carrier's samples.
-    Returns (samples, starved flags), both aligned with the frames that have an index_in_tag.
-    """
-    owners = _owners(records)
-    lead = lead_frames - 1
-    anchors: dict[int, tuple[float, int]] = {}  # tag -> (anchor arrival, anchor index)
-    samples: list[float] = []
-    starved: list[bool] = []
-    for frame in core.frames:
-        n = frame.index_in_tag
-        if n is None:
-            continue
-        anchor = anchors.get(frame.tag)
-        if anchor is None or n == 0:  # a tag's first frame, or the first of a resumed talk spurt
-            anchors[frame.tag] = (frame.arrival_ms, n)
-            samples.append(0.0)
-            starved.append(False)
-            continue
-        owner = owners.get(frame.payload) if frame.payload is not None else None
-        sent_ms = _frame_sent_ms(owner[0], owner[1]) if owner is not None else None
-        if sent_ms is not None and sent_ms > anchor[0] + (n - anchor[1]) * FRAME_MS:
-            anchors[frame.tag] = (frame.arrival_ms, n)
-            samples.append(0.0)
-            starved.append(True)
-            continue
-        expected = anchor[0] + max(0, n - anchor[1] - lead) * FRAME_MS
-        samples.append(max(0.0, frame.arrival_ms - expected))
-        starved.append(False)
-    return samples, starved
-
-
-def trim_result(result: CallResult, w0: float, w1: float, records: Sequence | None = None,
-                lead_frames: int = 4) -> tuple[CallResult, list[str], int]:
-    """A copy of ``result`` whose carrier figures count only events in [w0, w1).
-
-    With the call's model ``records``, lateness is re-anchored where the model starved the call
-    (adjusted_lateness). Returns (copy, problems, frames in the window whose lateness was re-anchored).
-    """
+def trim_result(result: CallResult, w0: float, w1: float) -> CallResult:
+    """A copy of ``result`` whose carrier counters (frames received, clears, barge-ins without a clear,
+    overlapping frames) count only events in [w0, w1). The frames, the playout log and the clear times are
+    shared, whole: callreport.summarize computes lateness, gaps, stale frames and barge-ins from them and
+    windows those itself."""
     core = result.core
     if core is None or result.statistics is None:
-        return result, [], 0
-    problems: list[str] = []
+        return result
     metrics = copy.copy(core.metrics)
-    # One lateness sample per attributed, non-stale frame, appended in arrival order (carrier_core).
-    timed = [frame for frame in core.frames if frame.index_in_tag is not None]
-    re_anchored = 0
-    if len(timed) == len(core.metrics.lateness_ms):
-        values = core.metrics.lateness_ms
-        if records:
-            values, flags = adjusted_lateness(core, records, lead_frames)
-            re_anchored = sum(1 for frame, flag in zip(timed, flags) if flag and w0 <= frame.arrival_ms < w1)
-        metrics.lateness_ms = [v for frame, v in zip(timed, values) if w0 <= frame.arrival_ms < w1]
-    else:
-        problems.append(f"call {result.call_sid}: lateness samples do not line up with frames; window not applied to lateness")
-    metrics.clear_at_ms = [t for t in core.metrics.clear_at_ms if w0 <= t < w1]
-    metrics.underrun_at_ms = [t for t in core.metrics.underrun_at_ms if w0 <= t < w1]
     in_window = [frame for frame in core.frames if w0 <= frame.arrival_ms < w1]
     metrics.frames_received = len(in_window)
-    metrics.underruns = len(metrics.underrun_at_ms)
-    metrics.stale_frames = sum(1 for frame in in_window if frame.stale)
-    metrics.clears_received = len(metrics.clear_at_ms)
+    metrics.clears_received = sum(1 for t in core.metrics.clear_at_ms if w0 <= t < w1)
     # judged on the whole call (a clear just after w1 still answers a barge-in just before it), counted in the window
     without_clear = sum(1 for at in core.bargeins_without_clear_ms() if w0 <= at < w1)
     overlapping = sum(1 for frame in core.overlapping_played() if w0 <= frame.played_at_ms < w1)
@@ -140,32 +88,49 @@ def trim_result(result: CallResult, w0: float, w1: float, records: Sequence | No
     stats = dataclasses.replace(
         result.statistics,
         frames_received=metrics.frames_received,
-        underruns=metrics.underruns,
-        stale_frames=metrics.stale_frames,
         clears_received=metrics.clears_received,
         bargeins_without_clear=without_clear,
         overlapping_frames=overlapping,
     )
-    return dataclasses.replace(result, statistics=stats, core=trimmed_core), problems, re_anchored
-
-
-def trim_record(record, w0: float, w1: float):
-    """A copy of a SessionRecord holding only the responses whose first delta went out in [w0, w1)."""
-    responses = [r for r in record.responses if _inside(r.first_delta_ms, w0, w1)]
-    items = {r.item_id for r in responses}
-    return dataclasses.replace(
-        record,
-        responses=responses,
-        truncates=[t for t in record.truncates if t.item_id in items],
-        deleted_item_ids=[i for i in record.deleted_item_ids if i in items],
-    )
+    return dataclasses.replace(result, statistics=stats, core=trimmed_core)
 
 
 def trim_records(records: Iterable, w0: float, w1: float) -> RecordSet:
     return RecordSet(trim_record(r, w0, w1) for r in records)
 
 
-# ----- underruns: was the audio there? ------------------------------------------------------------
+# ----- the pipecat stand-in's records ---------------------------------------------------------------
+
+
+def stand_in_records(lines: Iterable[dict], clips: Sequence[bytes], clip_names: Sequence[str]) -> list[SessionRecord]:
+    """The pipecat stand-in's per-call JSON lines (bench/baseline_pipecat/server.py) as the model
+    simulator's SessionRecords: each answer's audio rebuilt from its clip and dither variant (what went on
+    the wire, as content: callreport.frame_owners), its produced-at times as `delta_sent_ms`, the caller's
+    speech as its VAD saw it. So every figure reads the same kind of record for both systems."""
+    audio_cache: dict[tuple[int, int], bytes] = {}
+    records = []
+    for item in lines:
+        responses = []
+        for answer in item.get("responses", []):
+            key = (answer["clip"], answer["variant"])
+            audio = audio_cache.get(key)
+            if audio is None:
+                audio = audio_cache[key] = canonical_frame(dither_ulaw(clips[key[0]], variant_seed(*key)))
+            deltas = answer.get("deltas", [])
+            responses.append(ResponseRecord(
+                index=answer["index"], response_id=f"{item['call_sid']}-{answer['index']}", item_id=f"item-{answer['index']}",
+                clip_name=clip_names[key[0]], text="", audio=audio, delta_bytes=[d[0] for d in deltas],
+                created_ms=answer["created_ms"], first_delta_ms=answer.get("first_delta_ms"),
+                delta_sent_ms=[d[1] for d in deltas], status=answer.get("status", "in_progress"),
+                cancel_ms=answer.get("cancel_ms"), done_ms=answer.get("done_ms"),
+                sent_bytes=sum(d[0] for d in deltas)))
+        speech = [SpeechRecord(item_id="", audio_start_ms=0, started_at_ms=started, stopped_at_ms=stopped)
+                  for started, stopped in item.get("speech", [])]
+        records.append(SessionRecord(
+            session_id=item["call_sid"], session_index=0, naming="ga", model="pipecat-stand-in",
+            connected_ms=item["connected_ms"], call_sid=item["call_sid"], closed_ms=item.get("closed_ms"),
+            responses=responses, speech=speech))
+    return records
 
 
 # ----- frames lost --------------------------------------------------------------------------------
@@ -185,7 +150,7 @@ def frames_lost(result: CallResult, records: Sequence, call_end_ms: float, measu
     received: dict[bytes, int] = defaultdict(int)
     for frame in core.frames:
         if frame.payload is not None:
-            received[frame.payload] += 1
+            received[canonical_frame(frame.payload)] += 1
     outbound = 0
     appended = 0
     for record in records:
@@ -196,7 +161,7 @@ def frames_lost(result: CallResult, records: Sequence, call_end_ms: float, measu
                 continue
             if response.done_ms + len(response.audio) / 8 + 1000 > call_end_ms:
                 continue  # the call ended before all of it could have played
-            full = [f for f in response.frames() if len(f) == FRAME_BYTES]
+            full = [canonical_frame(f) for f in response.frames() if len(f) == FRAME_BYTES]
             outbound += sum(1 for f in full if received.get(f, 0) == 0)
     sent = core.metrics.media_sent
     inbound = max(0, sent - appended // FRAME_BYTES - INBOUND_SLACK_FRAMES) if records and measure_inbound else 0
@@ -304,7 +269,7 @@ def played_frames_by_response(result: CallResult, records: Sequence) -> dict[str
         return played
     owners = _owners(records)
     for frame in core.played:
-        owner = owners.get(frame.payload) if frame.payload is not None else None
+        owner = _owner_of(owners, frame.payload)
         if owner is not None:
             played[owner[0].response_id].append(owner[1])
     return played
@@ -318,7 +283,7 @@ def first_audio_ms(result: CallResult, records: Sequence) -> list[float]:
     owners = _owners(records)
     first: dict[str, tuple[object, float]] = {}
     for frame in core.frames:
-        owner = owners.get(frame.payload) if frame.payload is not None else None
+        owner = _owner_of(owners, frame.payload)
         if owner is not None and owner[0].response_id not in first:
             first[owner[0].response_id] = (owner[0], frame.arrival_ms)
     return [arrival - response.first_delta_ms for response, arrival in first.values()
@@ -326,13 +291,12 @@ def first_audio_ms(result: CallResult, records: Sequence) -> list[float]:
 
 
 def underruns_in_hallucinated_answers(result: CallResult, records: Sequence) -> int:
-    """Underrun ticks of the carrier while a hallucinated answer was playing (its last played frame was
-    one of that answer's): the gate held its audio at the unverified number until the rejection came."""
-    core = result.core
-    if core is None or not core.metrics.underrun_at_ms:
+    """Gap ticks (callreport.playout_figures) inside a hallucinated answer's talk spurt: the gate held its
+    audio at the unverified number until the rejection came."""
+    if result.core is None:
         return 0
-    owners = owners_at(core, records, core.metrics.underrun_at_ms)
-    return sum(1 for owner in owners if owner is not None and owner[0].hallucinated and is_answer(owner[0]))
+    gaps = playout_figures(result.core, records).gaps
+    return sum(1 for _tick, _starved, response in gaps if response.hallucinated and is_answer(response))
 
 
 def hallucination_figures(calls: Iterable[tuple[CallResult, Sequence]]) -> dict:

@@ -5,21 +5,50 @@ names); the search decides the next call count from the verdicts so far. No cloc
 is unit-tested on synthetic measurements (tests/test_bench_capacity.py).
 
 Search: double from `start` until a run breaks an SLO (or `max_calls` is reached), then bisect between
-the last good and the first bad count until they are `resolution` apart. A run below `start` is only
-tried when `start` itself fails (bisection between 0 and `start`).
+the last good and the first bad count until they are `resolution` apart: a number of calls, or a share of
+the last good count ("2%": the bracket is within 2% of its lower bound, so a 60-call system and a 600-call
+one are found to the same relative precision). A run below `start` is only tried when `start` itself fails
+(bisection between 0 and `start`). The bench repeats a search (`--repeat`) and reports the median and the
+range (capacity_summary).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
+
+
+def parse_resolution(text: str | int | float) -> tuple[int, float]:
+    """"10" -> (10, 0.0): stop when the bracket is 10 calls wide; "2%" -> (1, 0.02): within 2% of the
+    last good count (and at least 1 call). Raises ValueError on anything else."""
+    value = str(text).strip()
+    if value.endswith("%"):
+        share = float(value[:-1]) / 100.0
+        if not 0.0 < share < 1.0:
+            raise ValueError(f"resolution {text!r}: a percentage must be above 0 and below 100")
+        return 1, share
+    calls = int(value)
+    if calls < 1:
+        raise ValueError(f"resolution {text!r}: need at least 1 call")
+    return calls, 0.0
+
+
+def capacity_summary(capacities: list[int]) -> dict:
+    """Repeated searches of one system: the median (the figure quoted), every search's result, the range."""
+    if not capacities:
+        return {"capacity_calls": 0, "capacity_calls_runs": [], "capacity_calls_range": [0, 0]}
+    median = statistics.median(capacities)
+    return {"capacity_calls": int(median) if median == int(median) else median,
+            "capacity_calls_runs": list(capacities), "capacity_calls_range": [min(capacities), max(capacities)]}
 
 
 @dataclass(frozen=True, slots=True)
 class Slo:
     """The service levels a run must meet (defaults: issue 3)."""
 
-    lateness_p99_ms: float = 5.0  # pacing lateness at the carrier
-    underruns_audio_available: int = 0  # underruns while the model had already sent the audio
+    lateness_p99_ms: float = 5.0  # frames' lateness against the carrier's playout clock (voicecore/callreport.py)
+    underruns_audio_available: int = 0  # playout gaps while the model had already sent the audio (both systems)
     stale_frames: int = 0
     bargein_to_clear_p99_ms: float = 20.0
     calls_failed: int = 0  # calls that did not complete cleanly (webhook refused, stream closed, errors)
@@ -75,14 +104,20 @@ class CapacitySearch:
 
     start: int = 25
     max_calls: int = 1024
-    resolution: int = 10  # stop when the first bad count is at most this far above the last good one
+    resolution: int = 10  # stop when the first bad count is at most this far above the last good one ...
+    relative: float = 0.0  # ... or at most this share of the last good one above it (whichever is larger)
     good: int = 0  # largest count that held (0: none yet)
     bad: int | None = None  # smallest count that broke (None: none yet)
     history: list[tuple[int, bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.start < 1 or self.max_calls < self.start or self.resolution < 1:
-            raise ValueError("need 1 <= start <= max_calls and resolution >= 1")
+        if self.start < 1 or self.max_calls < self.start or self.resolution < 1 or not 0.0 <= self.relative < 1.0:
+            raise ValueError("need 1 <= start <= max_calls, resolution >= 1 and 0 <= relative < 1")
+
+    @property
+    def width(self) -> int:
+        """How wide the bracket (last good, first bad) may be when the search stops."""
+        return max(self.resolution, math.floor(self.relative * self.good)) if self.good else self.resolution
 
     def next_calls(self) -> int | None:
         """The next call count to run, or None when the search is over."""
@@ -92,7 +127,7 @@ class CapacitySearch:
             if self.good >= self.max_calls:
                 return None
             return min(self.max_calls, self.good * 2)
-        if self.bad - self.good <= self.resolution or self.bad <= 1:
+        if self.bad - self.good <= self.width or self.bad <= 1:
             return None
         return (self.good + self.bad) // 2
 

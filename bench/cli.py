@@ -26,6 +26,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--ramp-ms", type=float, default=None, help="spread call starts over this long (default: one conversation cycle of the scenario, at least 10 ms per call, at most 15 s); not measured")
     run.add_argument("--settle-ms", type=float, default=1500.0, help="wait after the last call started before measuring (default 1500)")
     run.add_argument("--logs", dest="keep_logs", action="store_true", help="print the stack's log tail after the run")
+    run.add_argument("--privileges", default="on", choices=("on", "off"),
+                     help="on (default): voicecore's pacer SCHED_FIFO and gateway nice -10, the pipecat server nice -10; "
+                          "off: none of them (VOICECORE_REALTIME_PRIORITY=0). The report's privileges says what was granted")
+    run.add_argument("--save", default="", metavar="NAME",
+                     help="also write the JSON report to bench/results/<UTC date>-NAME.json (never overwrites; "
+                          "see bench/results/README.md)")
     pin = parser.add_argument_group("pinning")
     pin.add_argument("--pin-stack", default="", metavar="CPUS", help="CPUs for supervisord and every stack process, e.g. 0")
     pin.add_argument("--pin-load", default="", metavar="CPUS", help="CPUs for the load processes and the model simulator, e.g. 1")
@@ -33,16 +39,24 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     cap.add_argument("--find-capacity", action="store_true", help="double the calls until an SLO breaks, then bisect")
     cap.add_argument("--start-calls", type=int, default=25, help="first call count of the search (default 25)")
     cap.add_argument("--max-calls", type=int, default=1024, help="largest call count the search tries (default 1024)")
-    cap.add_argument("--resolution", type=int, default=10, help="stop bisecting when good and bad are this close (default 10)")
+    cap.add_argument("--resolution", default="2%",
+                     help="stop bisecting when the first count that broke is within this of the last that held: "
+                          "a number of calls (10) or a share of the last that held (2%%, the default)")
+    cap.add_argument("--repeat", type=int, default=1, metavar="N",
+                     help="run each system's search N times, the systems alternating; the report quotes the median "
+                          "and the range (default 1)")
     cap.add_argument("--slo-lateness-p99-ms", type=float, default=5.0)
     cap.add_argument("--slo-underruns", type=int, default=0, help="underruns allowed while audio was available (default 0)")
     cap.add_argument("--slo-stale-frames", type=int, default=0)
     cap.add_argument("--slo-bargein-p99-ms", type=float, default=20.0)
-    cap.add_argument("--starved-grace-ms", type=float, default=40.0,
-                     help="audio the model sent less than this before it was due counts as not available (default 40)")
+    cap.add_argument("--starved-grace-ms", type=float, default=80.0,
+                     help="a gap (or late frame) whose audio the model sent less than this before it was due is the "
+                          "model's, for every system alike (default 80: a sender's prefill hold plus one frame)")
     base = parser.add_argument_group("baseline")
-    base.add_argument("--baseline", default="", choices=("", "pipecat"),
-                      help="also run a pipecat-ai 1.14 server (own venv: bench/baseline_pipecat/setup_venv.sh) under the same load, alternately")
+    base.add_argument("--baseline", default="", choices=("", "pipecat", "pipecat-realtime"),
+                      help="also run a pipecat-ai 1.14 server (own venv: bench/baseline_pipecat/setup_venv.sh) under the "
+                           "same load, alternately: pipecat (a model stand-in inside the pipeline) or pipecat-realtime "
+                           "(pipecat's OpenAI Realtime service on a socket to the bench's model simulator)")
     base.add_argument("--pipecat-venv", default="", metavar="DIR",
                       help="the pipecat venv (default $VOICECORE_PIPECAT_VENV or ~/.cache/voicecore-bench/pipecat-venv)")
     prof = parser.add_argument_group("profile")
@@ -58,7 +72,7 @@ def bench_options_from_args(args: argparse.Namespace):
         target=args.target, auth_token=args.auth_token, transport=args.transport, unix_socket=args.unix_socket,
         load_procs=args.load_procs, pin_stack=args.pin_stack,
         pin_load=args.pin_load, find_capacity=args.find_capacity, start_calls=args.start_calls, max_calls=args.max_calls,
-        resolution=args.resolution,
+        resolution=args.resolution, repeat=args.repeat, privileges=args.privileges, save=args.save,
         slo=Slo(lateness_p99_ms=args.slo_lateness_p99_ms, underruns_audio_available=args.slo_underruns,
                 stale_frames=args.slo_stale_frames, bargein_to_clear_p99_ms=args.slo_bargein_p99_ms),
         profile=args.profile, ramp_ms=args.ramp_ms, settle_ms=args.settle_ms, starved_grace_ms=args.starved_grace_ms,

@@ -67,31 +67,41 @@ def _p(summary: dict, key: str) -> str:
 def format_table(top: dict, runs: list[dict]) -> str:
     """One row per run, then the capacity verdict (if searched) and any problems of the last run."""
     header = ("calls", "late p50", "p99", "p99.9", "max", "underr avail/starved", "stale", "overlap", "b-in no clr",
-              "b-in>clr p99", "trunc max", "m2e p99", "cpu ms/call-s", "MB/call", "lost", "SLO")
+              "b-in>clr p99", "trunc max", "m2c p99", "turn p50", "cpu ms/call-s", "MB/call", "lost", "SLO")
     rows = []
     for run in runs:
         late = run["lateness_ms"]
         rows.append((
-            str(run["calls"]), _p(late, "p50"), _p(late, "p99"), _p(late, "p999"), _p(late, "max"),
+            str(run["calls"]) + (f" s{run['search']}" if run.get("search", 1) > 1 else ""), _p(late, "p50"), _p(late, "p99"), _p(late, "p999"), _p(late, "max"),
             f"{run.get('underruns_audio_available', run['underruns'])}/{run.get('underruns_model_starved', 0)}",
             str(run["stale_frames"]), str(run.get("overlapping_frames", 0)), str(run.get("bargeins_without_clear", 0)),
             _p(run["bargein_to_clear_ms"], "p99"), f"{run['truncate_error_ms']['max']:.1f}",
-            _p(run["mouth_to_ear_ms"], "p99"), f"{run['cpu_ms_per_call_second']:.2f}", f"{run.get('rss_per_call_mb', 0):.3f}",
+            _p(run.get("model_to_carrier_ms", run.get("mouth_to_ear_ms", {})), "p99"),
+            f"{run.get('turn_latency_ms', {}).get('p50', 0.0):.0f}",
+            f"{run['cpu_ms_per_call_second']:.2f}", f"{run.get('rss_per_call_mb', 0):.3f}",
             str(run.get("frames_lost", 0)), "held" if run.get("slo_ok") else "BROKE",
         ))
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
     scenario = top.get("scenario", "?")
     machine = top.get("machine", {})
-    title = "pipecat baseline" if top.get("system") == "pipecat" else "voicecore bench"
+    system = top.get("system") or "voicecore"
+    title = "voicecore bench" if system == "voicecore" else f"{system} baseline"
     seconds = runs[-1]["seconds"] if runs else top.get("seconds", 0)
     transport = (runs[-1] if runs else top).get("transport", "tcp")
+    privileges = (runs[-1] if runs else top).get("privileges", {}).get("mode", "on")
     out = [f"{title}: scenario {scenario}, {seconds:.0f} s measured per run, over {transport} sockets, "
-           f"{machine.get('cores', '?')} cores ({machine.get('cpu_model', '?')})",
+           f"privileges {privileges}, {machine.get('cores', '?')} cores ({machine.get('cpu_model', '?')})",
            line(header), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
     last = runs[-1] if runs else top
     talkover = last.get("talkover_ms", {})
+    turn = last.get("turn_latency_ms", {})
+    turn_model = last.get("turn_latency_model_ms", {})
+    headroom = last.get("playout_headroom_ms", {})
+    out.append(f"  turn latency ms p50/p99 {_p(turn, 'p50')}/{_p(turn, 'p99')} ({turn.get('count', 0)} turns; the model's "
+               f"share p50 {_p(turn_model, 'p50')})  playout headroom ms p50 {_p(headroom, 'p50')}  "
+               f"late frames exempt (model) {last.get('lateness_frames_model_starved', 0)}")
     out.append(f"  frames sent {last['frames_sent']}  barge-ins {last['bargeins']}  "
                f"overlapping responses {last.get('overlapping_responses', 0)}  late deltas {last.get('late_deltas_sent', 0)}  "
                f"talkover ms p50/p99 {_p(talkover, 'p50')}/{_p(talkover, 'p99')} ({talkover.get('count', 0)})")
@@ -100,7 +110,10 @@ def format_table(top: dict, runs: list[dict]) -> str:
                f"per process ms/call-s {last.get('cpu_ms_per_call_second_by_process', {})}")
     if "capacity_calls" in top:
         capped = " (the largest count tried: the real capacity may be higher)" if top.get("capacity_capped") else ""
-        out.append(f"capacity: {top['capacity_calls']} concurrent calls met every SLO{capped}")
+        searches = top.get("capacity_calls_runs") or [top["capacity_calls"]]
+        spread = (f" (median of {len(searches)} searches: {', '.join(map(str, searches))}; range "
+                  f"{top['capacity_calls_range'][0]}-{top['capacity_calls_range'][1]})") if len(searches) > 1 else ""
+        out.append(f"capacity: {top['capacity_calls']} concurrent calls met every SLO{spread}{capped}")
         if top.get("capacity_load_bound"):
             out.append("  the load side ran its CPUs nearly full at the first count that broke: the capacity above is a "
                        "lower bound set by the load generator (see load_cpu_fraction_by_role)")
@@ -170,7 +183,7 @@ def write_png(path: str, top: dict, runs: list[dict], baseline_runs: list[dict] 
         values = run.get("lateness_cdf_ms") or []
         if values:
             ax.plot(values, [_tail_axis(q) for q in CDF_QUANTILES[: len(values)]], ":", lw=1.8,
-                    color=reds(i / max(1, len(baseline_runs) - 1) * 0.8), label=f"pipecat {run['calls']} calls")
+                    color=reds(i / max(1, len(baseline_runs) - 1) * 0.8), label=f"{run.get('system', 'pipecat')} {run['calls']} calls")
     runs_all = runs + baseline_runs
     if "lateness_p99_ms" in slo:
         ax.axvline(slo["lateness_p99_ms"], color="crimson", ls=":", lw=1.5, label=f"SLO p99 {slo['lateness_p99_ms']:g} ms")
@@ -183,7 +196,7 @@ def write_png(path: str, top: dict, runs: list[dict], baseline_runs: list[dict] 
     xticks = [t for t in (0, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if t <= worst * 1.6]
     ax.set_xticks(xticks, [f"{t:g}" for t in xticks])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    ax.set_xlabel("pacing lateness at the carrier (ms, log beyond 1 ms)")
+    ax.set_xlabel("lateness against the carrier's playout clock (ms, log beyond 1 ms)")
     ax.set_ylabel("share of frames at or below")
     ax.set_title("Lateness CDF per number of calls")
     ax.grid(alpha=0.3)

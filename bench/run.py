@@ -21,6 +21,7 @@ import json
 import math
 import os
 import pickle
+import shlex
 import shutil
 import signal
 import subprocess
@@ -31,18 +32,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import analysis
-from bench.capacity import CapacitySearch, Slo, capacity_load_bound, load_saturated, slo_violations
+from bench.capacity import (CapacitySearch, Slo, capacity_load_bound, capacity_summary, load_saturated,
+                            parse_resolution, slo_violations)
 from bench.pinning import affinity_of, parse_cpus, pin_tree
 from bench.scenarios import HALLUCINATION_UNGATED, SCENARIOS, get_scenario
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import TRUNCATE_TOLERANCE_MS, summarize
 from voicecore.config import UNIX_PREFIX, load_config
 from voicecore.demo import _fetch_metrics, demo_config
-from voicecore.stats import percentile, summary
+from voicecore.stats import percentile
 from voicecore.supervise import REPO_ROOT, Stack, StackError, cpu_seconds, resolve_config
+from voicecore import timing
 from voicecore.timing import FRAME_MS
 
-BASELINE_SERVER = REPO_ROOT / "bench" / "baseline_pipecat" / "server.py"
+BASELINE_SERVERS = {"pipecat": REPO_ROOT / "bench" / "baseline_pipecat" / "server.py",
+                    "pipecat-realtime": REPO_ROOT / "bench" / "baseline_pipecat" / "realtime_server.py"}
+BASELINES = tuple(BASELINE_SERVERS)
+# What the baselines leave out of the work voicecore does per call (the report's baseline_leaves_out).
+BASELINE_LEAVES_OUT = {
+    "pipecat": ["model socket (a WebSocket per call to the model)", "JSON parsing of the model's events",
+                "base64 of the model's audio deltas and of the caller's audio", "Silero VAD (pipecat's own turn "
+                "detection; the stand-in's VAD is an RMS threshold, like the model simulator's server VAD)"],
+    "pipecat-realtime": ["Silero VAD (turns come from the model's server VAD, as voicecore's do)",
+                         "resampling 8 <-> 24 kHz (pipecat's stock OpenAI service works in 24 kHz PCM; the bench's "
+                         "G711RealtimeService uses the session's 8 kHz audio/pcmu, less work than stock pipecat)"],
+}
+# The baselines' own delivery knobs, as the bench runs them (pipecat 1.14's defaults).
+BASELINE_SETTINGS = {"audio_out_10ms_chunks": 4, "audio_out_auto_silence": True, "marks": False,
+                     "serializer": "TwilioFrameSerializer(auto_hang_up=False)", "sample_rate_hz": 8000}
+# --privileges on: the pipecat server's nice value, as voicecore's gateway (the process that writes the
+# socket); its one event loop also paces, but SCHED_FIFO on a process that can use a whole core would
+# starve everything else on it (voicecore's pacer sleeps almost all of every tick).
+BASELINE_NICE = -10
+PRIORITY_ENV = "VOICECORE_REALTIME_PRIORITY"  # "0": the pacer and the gateway ask for no priority
 CLIPS_DIR = REPO_ROOT / "voicecore" / "sim" / "clips"
 # With --transport unix the servers' URLs name no real host: every connection goes to the Unix socket.
 UNIX_BASE_URL = "http://localhost"
@@ -68,16 +90,19 @@ class BenchOptions:
     find_capacity: bool = False
     start_calls: int = 25
     max_calls: int = 1024
-    resolution: int = 10
+    resolution: str = "2%"  # "10": calls; "2%": of the last count that held
     slo: Slo = field(default_factory=Slo)
     profile: bool = False
     ramp_ms: float | None = None
     settle_ms: float = 1500.0
     starved_grace_ms: float = analysis.DEFAULT_STARVED_GRACE_MS
-    baseline: str = ""  # "pipecat": measure the pipecat baseline too
+    baseline: str = ""  # "pipecat" or "pipecat-realtime": measure that baseline too
+    privileges: str = "on"  # "on": pacer SCHED_FIFO, gateway and pipecat nice -10; "off": none of them
+    repeat: int = 1  # capacity searches per system
     pipecat_venv: str = ""
     config_path: str | None = None
     keep_logs: bool = False
+    save: str = ""  # also write the JSON to bench/results/<date>-<save>.json (results_path)
 
 
 class BenchError(RuntimeError):
@@ -245,20 +270,35 @@ def pipecat_venv(opts: BenchOptions) -> Path:
                 or Path.home() / ".cache" / "voicecore-bench" / "pipecat-venv")
 
 
-def _baseline_records(path: Path) -> list:
-    """The pipecat server's per-call speech starts as SessionRecords (no responses: it is not the simulator)."""
-    from voicecore.sim.model_core import SessionRecord, SpeechRecord
-
-    records = []
+def _stand_in_records(path: Path, clip_names: tuple[str, ...]) -> list:
+    """The pipecat stand-in's per-call records as SessionRecords (bench/analysis.stand_in_records)."""
     if not path.exists():
-        return records
-    for line in path.read_text().splitlines():
-        item = json.loads(line)
-        records.append(SessionRecord(
-            session_id=item["call_sid"], session_index=0, naming="ga", model="pipecat-stand-in",
-            connected_ms=int(item["connected_ms"]), call_sid=item["call_sid"],
-            speech=[SpeechRecord(item_id="", audio_start_ms=0, started_at_ms=t) for t in item["speech_started_ms"]]))
-    return records
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    clips = [(CLIPS_DIR / f"{name}.ulaw").read_bytes() for name in clip_names]
+    return analysis.stand_in_records(lines, clips, clip_names)
+
+
+def scheduling_of(pid: int) -> str:
+    """What the OS gives a process now: "SCHED_FIFO 10", "nice -10", "normal"."""
+    try:
+        policy = os.sched_getscheduler(pid)
+        if policy in (os.SCHED_FIFO, os.SCHED_RR):
+            name = "SCHED_FIFO" if policy == os.SCHED_FIFO else "SCHED_RR"
+            return f"{name} {os.sched_getparam(pid).sched_priority}"
+        nice = os.getpriority(os.PRIO_PROCESS, pid)
+        return f"nice {nice}" if nice else "normal"
+    except OSError:
+        return "gone"
+
+
+async def _start_model_sim(opts: BenchOptions, workdir: Path, log_file, cpus_arg: str):
+    port_file = workdir / "sim.port"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.simproc", "--scenario", opts.scenario, "--port-file", str(port_file),
+        "--out", str(workdir / "sim.pkl"), *(["--cpus", cpus_arg] if cpus_arg else []),
+        env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
+    return proc, int(await _wait_file(port_file, 30, proc))
 
 
 async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: Path | None = None,
@@ -288,17 +328,24 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
     profile_proc = None
     profile_info: dict = {}
     try:
-        if system == "pipecat":
+        if system in BASELINES:
             python = pipecat_venv(opts) / "bin" / "python"
             if not python.exists():
                 raise BenchError(f"no pipecat venv at {python.parent.parent}: run bench/baseline_pipecat/setup_venv.sh first")
+            extra: list[str] = []
+            if system == "pipecat-realtime":
+                sim_proc, sim_port = await _start_model_sim(opts, workdir, log_file, cpus_arg)
+                extra = ["--realtime-url", f"ws://127.0.0.1:{sim_port}/v1/realtime"]
+            else:
+                extra = ["--records", str(workdir / "baseline.jsonl")]
             port_file = workdir / "baseline.port"
             if opts.transport == "unix":
                 unix_socket = str(workdir / "baseline.sock")
             baseline_proc = await asyncio.create_subprocess_exec(
-                str(python), str(BASELINE_SERVER), "--port-file", str(port_file), "--records",
-                str(workdir / "baseline.jsonl"), "--clips", str(CLIPS_DIR), "--sequence",
-                ",".join(scenario.sim_config.clip_sequence), *(["--uds", unix_socket] if unix_socket else []),
+                str(python), str(BASELINE_SERVERS[system]), "--port-file", str(port_file), "--clips", str(CLIPS_DIR),
+                "--sequence", ",".join(scenario.sim_config.clip_sequence), *extra,
+                *(["--uds", unix_socket] if unix_socket else []),
+                *(["--nice", str(BASELINE_NICE)] if opts.privileges == "on" else []),
                 stdout=log_file, stderr=subprocess.STDOUT)
             port = int(await _wait_file(port_file, 90, baseline_proc))
             if pin_stack:
@@ -313,12 +360,7 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
                 raise BenchError("--target needs the stack's Twilio auth token (--auth-token or VOICECORE_TWILIO_AUTH_TOKEN)")
             config = None
         else:
-            port_file = workdir / "sim.port"
-            sim_proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.simproc", "--scenario", opts.scenario, "--port-file", str(port_file),
-                "--out", str(workdir / "sim.pkl"), *(["--cpus", cpus_arg] if cpus_arg else []),
-                env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
-            sim_port = int(await _wait_file(port_file, 30, sim_proc))
+            sim_proc, sim_port = await _start_model_sim(opts, workdir, log_file, cpus_arg)
             # The scenario's own settings (the hallucination scenario's gate) win over the caller's.
             base = resolve_config(load_config({**os.environ, **dict(scenario.stack_env)}, opts.config_path))
             # A few spare slots: the warm-up call's slot may still be closing when the load starts.
@@ -332,10 +374,10 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
             base_url, token = config.base_url, config.twilio_auth_token
             if pin_stack:
                 pin_tree(stack.process.pid, pin_stack)
-        # The carrier's lateness formula takes the sender's intended send-ahead: voicecore keeps lead_ms
-        # queued at the carrier; pipecat sends each frame in real time with no lead (its own schedule).
-        lead_frames = 1 if system == "pipecat" else max(1, (config.lead_ms if config else 80) // FRAME_MS)
-        pids = stack_pids(stack) if stack else ({"pipecat": baseline_proc.pid} if baseline_proc else {})
+        # The figures (voicecore/callreport.py playout_figures) are the carrier's playout clock, the same for
+        # every sender; lead_frames only feeds the carrier's own mark-based schedule check (voicecore's marks).
+        lead_frames = max(1, (config.lead_ms if config else timing.DEFAULT_LEAD_MS) // FRAME_MS)
+        pids = stack_pids(stack) if stack else ({system: baseline_proc.pid} if baseline_proc else {})
         idle_memory = stack_memory_mb(pids, config)
 
         # One short call first, unmeasured: one-time costs of a first call (lazy imports, first
@@ -406,6 +448,11 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
         loaded_memory = stack_memory_mb(current, config)
         affinity = {name: affinity_of(pid) for name, pid in current.items()}
         affinity["load"] = affinity_of(loads[0].pid) if loads else []
+        affinity["bench"] = affinity_of(os.getpid())
+        scheduling = {name: scheduling_of(pid) for name, pid in current.items()}
+        scheduling["load"] = scheduling_of(loads[0].pid) if loads else "gone"
+        if sim_proc is not None:
+            scheduling["model_sim"] = scheduling_of(sim_proc.pid)
         for proc in loads:
             while proc.returncode is None:
                 show("ending")
@@ -455,48 +502,36 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
         with open(workdir / "sim.pkl", "rb") as f:
             records = pickle.load(f)
     elif system == "pipecat":
-        records = _baseline_records(workdir / "baseline.jsonl")
+        records = _stand_in_records(workdir / "baseline.jsonl", scenario.sim_config.clip_sequence)
+        if not records:
+            problems.append("the pipecat stand-in wrote no records")
     elif not opts.target:
         problems.append("the model simulator wrote no records")
     full = analysis.RecordSet(records)
     trimmed_records = analysis.trim_records(records, w0, w1)
     trimmed = []
-    available = starved = lost_out = lost_in = late_starts = re_anchored = 0
-    raw_lateness: list[float] = []
+    lost_out = lost_in = late_starts = 0
     for result, meta in results_meta:
         call_records = full.records(result.call_sid)
-        a, s = analysis.split_underruns(result, call_records, w0, w1, opts.starved_grace_ms)
-        available += a
-        starved += s
-        o, i = analysis.frames_lost(result, call_records, meta["end_ms"], measure_inbound=system == "voicecore")
+        o, i = analysis.frames_lost(result, call_records, meta["end_ms"], measure_inbound=system != "pipecat")
         lost_out += o
         lost_in += i
         if meta.get("send_origin_ms") is not None and meta["send_origin_ms"] > w0:
             late_starts += 1
-        t, trim_problems, anchored = analysis.trim_result(result, w0, w1, call_records, lead_frames)
-        re_anchored += anchored
-        if result.core is not None:
-            timed = [f for f in result.core.frames if f.index_in_tag is not None]
-            raw_lateness.extend(v for f, v in zip(timed, result.core.metrics.lateness_ms) if w0 <= f.arrival_ms < w1)
-        trimmed.append(t)
-        problems.extend(trim_problems)
+        trimmed.append(analysis.trim_result(result, w0, w1))
     if late_starts:
         problems.append(f"{late_starts} calls started after the measured window opened (raise --settle-ms)")
     # A call must show a clear only if the window is long enough to hold one of its barge-ins for sure.
     expect_bargeins = scenario.expect_bargeins and opts.seconds * 1000 >= scenario.cycle_ms + 1000
-    report = summarize(trimmed, trimmed_records, seconds=opts.seconds, cpu_seconds=cpu_s, wall_seconds=window_s,
-                       stack_metrics=metrics, expect_bargeins=expect_bargeins, window_ms=(w0, w1))
+    samples: dict[str, list[float]] = {}
+    report = summarize(trimmed, full, seconds=opts.seconds, cpu_seconds=cpu_s, wall_seconds=window_s,
+                       stack_metrics=metrics, expect_bargeins=expect_bargeins, window_ms=(w0, w1),
+                       grace_ms=opts.starved_grace_ms, samples=samples)
     report["problems"] = (report["problems"] + problems)[:50]
-    lateness = [v for t in trimmed if t.core is not None for v in t.core.metrics.lateness_ms]
     report["scenario"] = opts.scenario
     report["system"] = system
     report["transport"] = "unix" if unix_socket else "tcp"
-    report["underruns_audio_available"] = available
-    report["underruns_model_starved"] = starved
-    # lateness_ms is the carrier's formula re-anchored where the model had not sent the audio yet;
-    # the carrier's own figures (a stall makes every later frame of the response "late") stay here.
-    report["lateness_ms_unadjusted"] = summary(raw_lateness)
-    report["lateness_frames_model_starved"] = re_anchored
+    report["privileges"] = {"mode": opts.privileges, "granted": scheduling}
     report["frames_lost"] = lost_out + lost_in
     report["frames_lost_outbound"] = lost_out
     report["frames_lost_inbound"] = lost_in
@@ -524,7 +559,7 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
     report["load_saturated"] = load_saturated(report)
     report["window"] = {"ramp_ms": ramp_ms, "settle_ms": settle_ms, "seconds": opts.seconds}
     report["affinity"] = affinity
-    report["lateness_cdf_ms"] = _cdf(lateness)
+    report["lateness_cdf_ms"] = _cdf(samples["lateness_ms"])
     if opts.scenario in ("hallucination", HALLUCINATION_UNGATED):
         figures = analysis.hallucination_figures(
             (result, trimmed_records.records(result.call_sid)) for result, _ in results_meta)
@@ -540,7 +575,8 @@ async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: 
     # summarize's invariants, with underruns judged only where the model had sent the audio.
     report["ok"] = bool(calls and report["calls_completed"] == calls and report["stale_frames"] == 0
                         and report["overlapping_frames"] == 0 and report["bargeins_without_clear"] == 0
-                        and available == 0 and not report["problems"] and truncate_max <= TRUNCATE_TOLERANCE_MS)
+                        and report["underruns_audio_available"] == 0 and not report["problems"]
+                        and truncate_max <= TRUNCATE_TOLERANCE_MS)
     if opts.keep_logs or not report["ok"]:
         report["_log_tail"] = log_path.read_text(errors="replace")[-6000:]
     return report
@@ -581,10 +617,8 @@ async def _one_step(opts: BenchOptions, system: str, calls: int, profile_out: Pa
         return await run_level(opts, calls, Path(tmp), profile_out, system)
 
 
-def _summary_top(runs: list[dict], search: CapacitySearch | None) -> dict:
-    """The top-level figures of one system: its single run, or the largest N that held plus the search."""
-    if search is None:
-        return dict(runs[-1])
+def _search_top(runs: list[dict], search: CapacitySearch) -> dict:
+    """One search's figures: the report of the largest N that held, plus the search's outcome."""
     good = [r for r in runs if r["calls"] == search.capacity]
     top = dict(good[-1]) if good else {"system": runs[-1].get("system"), "scenario": runs[-1].get("scenario")}
     top.update(capacity_calls=search.capacity, capacity_capped=search.capped,
@@ -593,59 +627,99 @@ def _summary_top(runs: list[dict], search: CapacitySearch | None) -> dict:
     return top
 
 
+def _summary_top(runs_by_search: list[list[dict]], searches: list[CapacitySearch] | None) -> dict:
+    """The top-level figures of one system: its single run, or, over its searches, the report of the search
+    whose capacity is the median (the first such), with the median, every search's result and the range."""
+    if not searches:
+        return dict(runs_by_search[-1][-1])
+    tops = [_search_top(runs, search) for runs, search in zip(runs_by_search, searches)]
+    figures = capacity_summary([search.capacity for search in searches])
+    median = figures["capacity_calls"]
+    chosen = min(range(len(tops)), key=lambda i: (abs(searches[i].capacity - median), i))
+    top = tops[chosen]
+    top.update(figures)
+    top["capacity_search_quoted"] = chosen + 1
+    top["capacity_searches"] = [{k: t[k] for k in ("capacity_calls", "capacity_capped", "capacity_load_bound",
+                                                   "capacity_history")} for t in tops]
+    return top
+
+
+def _strip(report: dict) -> dict:
+    return {k: v for k, v in report.items() if k != "_log_tail"}
+
+
 async def _bench(opts: BenchOptions) -> dict:
     from bench.report import machine_info, versions
 
     # SIGTERM (a supervisor, `timeout`, kill) cancels the run like Ctrl-C does, so every step's finally
     # stops its stack and load processes: nothing is left running or in /dev/shm.
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+    # The bench's own process (orchestration, the analysis between steps) runs with the load, not on the
+    # stack's CPUs; what it starts is pinned where it belongs right after.
+    if opts.pin_load:
+        os.sched_setaffinity(0, parse_cpus(opts.pin_load))
+    # --privileges off: voicecore's pacer and gateway ask for no priority (workers/*/main.py read this);
+    # the pipecat server gets no --nice either (run_level).
+    os.environ[PRIORITY_ENV] = "1" if opts.privileges == "on" else "0"
 
     json_path = Path(opts.json_path) if opts.json_path else None
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)  # before an hour of runs, not after
     profile_base = (json_path.parent if json_path else Path.cwd()) / ((json_path.stem if json_path else "bench") + "-profile")
-    systems = ["voicecore"] + (["pipecat"] if opts.baseline == "pipecat" else [])
-    runs: dict[str, list[dict]] = {system: [] for system in systems}
-    searches: dict[str, CapacitySearch | None] = {
-        system: CapacitySearch(start=opts.start_calls, max_calls=opts.max_calls, resolution=opts.resolution)
-        if opts.find_capacity else None for system in systems}
+    systems = ["voicecore"] + ([opts.baseline] if opts.baseline else [])
+    resolution, relative = parse_resolution(opts.resolution)
+    repeats = opts.repeat if opts.find_capacity else 1
+    runs: dict[str, list[list[dict]]] = {system: [] for system in systems}
+    searches: dict[str, list[CapacitySearch]] = {system: [] for system in systems}
 
     def profile_out(system: str) -> Path | None:
         if not opts.profile:
             return None
-        return profile_base if system == "voicecore" else profile_base.with_name(profile_base.name + "-pipecat")
+        return profile_base if system == "voicecore" else profile_base.with_name(f"{profile_base.name}-{system}")
 
-    # The systems take turns, one step each, so slow drift on a shared machine hits both alike.
-    pending = True
-    while pending:
-        pending = False
+    for repeat in range(repeats):
+        current = {system: CapacitySearch(start=opts.start_calls, max_calls=opts.max_calls, resolution=resolution,
+                                          relative=relative) if opts.find_capacity else None for system in systems}
         for system in systems:
-            search = searches[system]
-            if search is None:
-                if runs[system]:
+            runs[system].append([])
+            if current[system] is not None:
+                searches[system].append(current[system])
+        # The systems take turns, one step each, so slow drift on a shared machine hits both alike.
+        pending = True
+        while pending:
+            pending = False
+            for system in systems:
+                search = current[system]
+                if search is None:
+                    if runs[system][-1]:
+                        continue
+                    runs[system][-1].append(await _one_step(opts, system, opts.calls, profile_out(system)))
                     continue
-                runs[system].append(await _one_step(opts, system, opts.calls, profile_out(system)))
-                continue
-            calls = search.next_calls()
-            if calls is None:
-                continue
-            pending = True
-            report = await _one_step(opts, system, calls, profile_out(system))
-            passed = report["slo_ok"] and not report["problems"]
-            search.record(calls, passed)
-            runs[system].append(report)
-            verdict = "held" if passed else "broke: " + "; ".join(report["slo_violations"] or report["problems"][:2])
-            print(f"bench: {system} {calls} calls -> {verdict}", file=sys.stderr, flush=True)
-    top = _summary_top(runs["voicecore"], searches["voicecore"])
-    top.pop("_log_tail", None)
-    top["runs"] = [{k: v for k, v in run.items() if k != "_log_tail"} for run in runs["voicecore"]] if opts.find_capacity else []
-    if "pipecat" in systems:
-        baseline = _summary_top(runs["pipecat"], searches["pipecat"])
-        baseline.pop("_log_tail", None)
-        baseline["runs"] = [{k: v for k, v in run.items() if k != "_log_tail"} for run in runs["pipecat"]] if opts.find_capacity else []
+                calls = search.next_calls()
+                if calls is None:
+                    continue
+                pending = True
+                report = await _one_step(opts, system, calls, profile_out(system))
+                report["search"] = repeat + 1
+                passed = report["slo_ok"] and not report["problems"]
+                search.record(calls, passed)
+                runs[system][-1].append(report)
+                verdict = "held" if passed else "broke: " + "; ".join(report["slo_violations"] or report["problems"][:2])
+                label = f" (search {repeat + 1}/{repeats})" if repeats > 1 else ""
+                print(f"bench: {system} {calls} calls -> {verdict}{label}", file=sys.stderr, flush=True)
+    top = _strip(_summary_top(runs["voicecore"], searches["voicecore"] or None))
+    flat = {system: [run for search_runs in runs[system] for run in search_runs] for system in systems}
+    top["runs"] = [_strip(run) for run in flat["voicecore"]] if opts.find_capacity else []
+    if opts.baseline:
+        baseline = _strip(_summary_top(runs[opts.baseline], searches[opts.baseline] or None))
+        baseline["runs"] = [_strip(run) for run in flat[opts.baseline]] if opts.find_capacity else []
+        baseline["baseline_leaves_out"] = BASELINE_LEAVES_OUT[opts.baseline]
+        baseline["baseline_settings"] = BASELINE_SETTINGS
         top["baseline"] = baseline
         if opts.find_capacity:
             top["baseline_capacity_calls"] = baseline["capacity_calls"]
+            top["baseline_capacity_calls_runs"] = baseline["capacity_calls_runs"]
+            top["baseline_capacity_calls_range"] = baseline["capacity_calls_range"]
             top["capacity_ratio"] = round(top["capacity_calls"] / baseline["capacity_calls"], 2) if baseline["capacity_calls"] else None
         if baseline.get("cpu_ms_per_call_second") and top.get("cpu_ms_per_call_second"):
             top["cpu_per_call_ratio"] = round(baseline["cpu_ms_per_call_second"] / top["cpu_ms_per_call_second"], 2)
@@ -659,11 +733,37 @@ async def _bench(opts: BenchOptions) -> dict:
             q: round(top["gated_first_audio_ms"][q] - ungated["ungated_first_audio_ms"][q], 3) for q in ("p50", "p99")}
         top["ungated"] = ungated
     top["slo"] = opts.slo.as_dict()
+    top["command"] = shlex.join(sys.argv)
+    top["privileges"] = top.get("privileges", {"mode": opts.privileges})
     top["machine"] = machine_info()
     top["versions"] = versions()
+    if opts.baseline:
+        top["versions"]["pipecat_venv"] = pipecat_versions(opts)
     top["configuration"] = _configuration(opts)
-    top["_runs_full"] = runs
+    top["_runs_full"] = flat
     return top
+
+
+def pipecat_versions(opts: BenchOptions) -> dict:
+    """pipecat-ai and its transport's packages as installed in the baseline's venv."""
+    python = pipecat_venv(opts) / "bin" / "python"
+    code = ("import json,platform\nfrom importlib import metadata\nout={'python': platform.python_version()}\n"
+            "for n in ('pipecat-ai','fastapi','uvicorn','websockets','numpy','soxr'):\n"
+            "    try: out[n]=metadata.version(n)\n    except metadata.PackageNotFoundError: out[n]=None\n"
+            "print(json.dumps(out))")
+    try:
+        done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+        return json.loads(done.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
+
+
+def results_path(name: str, today: str | None = None) -> Path:
+    """bench/results/<YYYY-MM-DD>-<name>.json, the file a published figure comes from (bench/results/README.md)."""
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"--save {name!r}: a plain name, like steady-unix-capacity")
+    day = today or time.strftime("%Y-%m-%d", time.gmtime())
+    return REPO_ROOT / "bench" / "results" / f"{day}-{name.removesuffix('.json')}.json"
 
 
 def run_bench(opts: BenchOptions) -> int:
@@ -672,16 +772,39 @@ def run_bench(opts: BenchOptions) -> int:
     if opts.scenario not in SCENARIOS:
         print(f"voicecore bench: unknown scenario {opts.scenario!r}", file=sys.stderr)
         return 2
-    if opts.baseline not in ("", "pipecat"):
-        print(f"voicecore bench: unknown baseline {opts.baseline!r} (only pipecat)", file=sys.stderr)
+    if opts.baseline not in ("", *BASELINES):
+        print(f"voicecore bench: unknown baseline {opts.baseline!r} (pipecat or pipecat-realtime)", file=sys.stderr)
         return 2
-    if opts.baseline and opts.scenario == "model-stall":
-        print("voicecore bench: the pipecat baseline's model stand-in does not stall; use another scenario", file=sys.stderr)
+    if opts.baseline == "pipecat" and opts.scenario == "model-stall":
+        print("voicecore bench: the pipecat baseline's model stand-in does not stall; use another scenario "
+              "(or --baseline pipecat-realtime, which talks to the model simulator)", file=sys.stderr)
         return 2
     if opts.baseline and opts.scenario == "overlap":
-        print("voicecore bench: the pipecat baseline's model stand-in never overlaps responses; use another scenario",
-              file=sys.stderr)
+        print("voicecore bench: the overlap scenario checks voicecore's one-voice rule; pipecat has none to measure "
+              "(its stand-in never overlaps responses); use another scenario", file=sys.stderr)
         return 2
+    if opts.privileges not in ("on", "off"):
+        print("voicecore bench: --privileges is on or off", file=sys.stderr)
+        return 2
+    try:
+        parse_resolution(opts.resolution)
+    except ValueError as exc:
+        print(f"voicecore bench: {exc}", file=sys.stderr)
+        return 2
+    if opts.repeat < 1 or (opts.repeat > 1 and not opts.find_capacity):
+        print("voicecore bench: --repeat N (N >= 1) repeats a capacity search: use it with --find-capacity", file=sys.stderr)
+        return 2
+    save_path = None
+    if opts.save:
+        try:
+            save_path = results_path(opts.save)
+        except ValueError as exc:
+            print(f"voicecore bench: {exc}", file=sys.stderr)
+            return 2
+        if save_path.exists():
+            print(f"voicecore bench: {save_path} exists; published results are never overwritten (pick another name)",
+                  file=sys.stderr)
+            return 2
     if opts.baseline and not (pipecat_venv(opts) / "bin" / "python").exists():
         print(f"voicecore bench: no pipecat venv at {pipecat_venv(opts)}: run bench/baseline_pipecat/setup_venv.sh "
               "first (or pass --pipecat-venv)", file=sys.stderr)
@@ -720,6 +843,7 @@ def run_bench(opts: BenchOptions) -> int:
         return 130
     all_runs = top.pop("_runs_full")
     runs = all_runs["voicecore"]
+    baseline_runs = all_runs.get(opts.baseline) if opts.baseline else None
     last = runs[-1]
     if "_log_tail" in last and (opts.keep_logs or not last.get("ok")):
         sys.stderr.write(last["_log_tail"] + "\n")
@@ -731,18 +855,19 @@ def run_bench(opts: BenchOptions) -> int:
         print(format_hallucination(top))
     if "baseline" in top:
         print()
-        print(format_table({**top["baseline"], "machine": top["machine"]}, all_runs["pipecat"]))
+        print(format_table({**top["baseline"], "machine": top["machine"]}, baseline_runs))
         if top.get("capacity_ratio") is not None:
-            print(f"capacity ratio voicecore / pipecat: {top['capacity_ratio']}x")
+            print(f"capacity ratio voicecore / {opts.baseline} (medians): {top['capacity_ratio']}x")
         if top.get("cpu_per_call_ratio") is not None:
-            print(f"CPU per call-second pipecat / voicecore: {top['cpu_per_call_ratio']}x")
-    if opts.json_path:
-        Path(opts.json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(opts.json_path).write_text(json.dumps(top, indent=1) + "\n")
-        print(f"bench: JSON report written to {opts.json_path}", file=sys.stderr)
+            print(f"CPU per call-second {opts.baseline} / voicecore: {top['cpu_per_call_ratio']}x")
+    text = json.dumps(top, indent=1) + "\n"
+    for path in filter(None, (opts.json_path, save_path)):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+        print(f"bench: JSON report written to {path}", file=sys.stderr)
     png = opts.png_path or (str(Path(opts.json_path).with_suffix(".png")) if opts.json_path else None)
     if png:
-        message = write_png(png, top, runs, all_runs.get("pipecat"))
+        message = write_png(png, top, runs, baseline_runs)
         print(f"bench: {message}", file=sys.stderr)
     if opts.find_capacity:
         return 0 if top.get("capacity_calls", 0) > 0 else 1

@@ -165,38 +165,73 @@ def _paced(start_ms: float, first: int, count: int) -> list[float]:
     return [start_ms + max(0, k - 3) * 20.0 for k in range(count)]
 
 
-def test_stall_underruns_are_model_starved_and_lateness_re_anchors():
+def test_stall_gaps_are_model_starved_and_lateness_re_anchors():
     arrivals = _paced(10, 0, 10) + _paced(1010, 10, 10)  # the model sent frames 10.. only at 1000 ms
     result = _call(arrivals)
     record = SessionRecord("s", 0, "ga", "m", 0, call_sid="CA1", responses=[_response([0, 1000])])
-    assert result.core.metrics.underruns > 30  # the caller heard a gap
-    available, starved = analysis.split_underruns(result, [record], 0, 5000)
-    assert available == 0 and starved == result.core.metrics.underruns
-    assert max(result.core.metrics.lateness_ms) > 500  # the carrier's own formula blames the stall
-    samples, flags = analysis.adjusted_lateness(result.core, [record], 4)
-    assert max(samples) == 0.0 and sum(flags) == 1
+    figures = analysis.playout_figures(result.core, [record], analysis.STARVED_GRACE_MS)
+    # frames 0-9 play at 20..200, frame 10 at 1020: the caller heard 40 empty ticks, all the model's
+    assert len(figures.gaps) == 40 and all(starved for _t, starved, _r in figures.gaps)
+    late = [(late, starved) for _at, late, starved, _h in figures.frames if late]
+    assert late == [(790.0, True)]  # frame 10 against its tick (220); exempt; the frames after it are on time
+    assert max(result.core.metrics.lateness_ms) > 500  # the carrier's own mark-based schedule blames the stall
 
 
-def test_late_delivery_of_available_audio_counts_against_voicecore():
+def test_late_delivery_of_available_audio_counts_against_the_sender():
     arrivals = _paced(10, 0, 10) + _paced(1010, 10, 10)
     result = _call(arrivals)
     record = SessionRecord("s", 0, "ga", "m", 0, call_sid="CA1", responses=[_response([0, 5])])  # all sent at once
-    available, starved = analysis.split_underruns(result, [record], 0, 5000)
-    assert starved == 0 and available == result.core.metrics.underruns > 0
-    samples, flags = analysis.adjusted_lateness(result.core, [record], 4)
-    assert samples == result.core.metrics.lateness_ms and not any(flags)
+    figures = analysis.playout_figures(result.core, [record], analysis.STARVED_GRACE_MS)
+    assert len(figures.gaps) == 40 and not any(starved for _t, starved, _r in figures.gaps)
+    assert [(late, starved) for _at, late, starved, _h in figures.frames if late] == [(790.0, False)]
 
 
 def test_window_keeps_only_events_inside():
     result = _call(_paced(10, 0, FRAMES))
     record = SessionRecord("s", 0, "ga", "m", 0, call_sid="CA1", responses=[_response([0, 5])])
-    trimmed, problems, re_anchored = analysis.trim_result(result, 100, 250, [record], 4)
+    trimmed = analysis.trim_result(result, 100, 250)
     inside = [f for f in result.core.frames if 100 <= f.arrival_ms < 250]
-    assert not problems and re_anchored == 0
-    assert trimmed.statistics.frames_received == len(inside) == len(trimmed.core.metrics.lateness_ms)
+    assert trimmed.statistics.frames_received == len(inside)
+    windowed = analysis.playout_figures(trimmed.core, [record]).windowed(100, 250)
+    assert len(windowed.frames) == len(inside)
     assert result.statistics.frames_received == FRAMES  # the original is untouched
     assert analysis.trim_record(record, 100, 250).responses == []  # its first delta was before the window
     assert analysis.trim_record(record, 0, 250).responses == record.responses
+
+
+def test_resolution_in_calls_or_percent():
+    from bench.capacity import capacity_summary, parse_resolution
+
+    assert parse_resolution("10") == (10, 0.0) and parse_resolution(10) == (10, 0.0)
+    assert parse_resolution("2%") == (1, 0.02)
+    for bad in ("0", "0%", "100%", "x", "-5"):
+        with pytest.raises(ValueError):
+            parse_resolution(bad)
+    # 2% of the last count that held: a 60-call system to the call, a 600-call one to 12
+    for true_capacity, widest in ((61, 1), (611, 12)):
+        search = CapacitySearch(start=25, max_calls=2000, resolution=1, relative=0.02)
+        run_search(search, true_capacity)
+        assert 0 <= true_capacity - search.capacity <= widest and search.bad - search.good <= max(1, widest)
+    assert capacity_summary([56, 62, 58]) == {"capacity_calls": 58, "capacity_calls_runs": [56, 62, 58],
+                                              "capacity_calls_range": [56, 62]}
+    assert capacity_summary([10, 11])["capacity_calls"] == 10.5
+
+
+def test_repeated_searches_quote_the_median_search():
+    from bench.run import _summary_top
+
+    searches, runs = [], []
+    for capacity in (60, 50, 55):
+        search = CapacitySearch(start=25, max_calls=200, resolution=10)
+        tried = run_search(search, capacity)
+        searches.append(search)
+        runs.append([{"calls": c, "system": "pipecat", "scenario": "steady", "slo_ok": c <= capacity} for c in tried])
+    top = _summary_top(runs, searches)
+    capacities = [s.capacity for s in searches]
+    assert top["capacity_calls"] == sorted(capacities)[1] and top["capacity_calls_runs"] == capacities
+    assert top["capacity_calls_range"] == [min(capacities), max(capacities)]
+    assert top["calls"] == top["capacity_calls"] and top["capacity_search_quoted"] == capacities.index(top["capacity_calls"]) + 1
+    assert len(top["capacity_searches"]) == 3
 
 
 def test_load_saturation_marks_a_capacity_as_a_lower_bound():

@@ -125,17 +125,22 @@ def _session(responses, cancels=(), speech=()) -> SessionRecord:
 
 
 def _call(arrivals: list[tuple[ResponseRecord, int, float]], played: set[tuple[str, int]],
-          underruns_at_ms: tuple[float, ...] = ()) -> CallResult:
-    """Carrier frames: (response, frame index, arrival ms); ``played``: (response_id, index) that played;
-    ``underruns_at_ms``: the carrier's underrun ticks."""
+          clears_ms: tuple[float, ...] = ()) -> CallResult:
+    """Carrier frames: (response, frame index, arrival ms); ``played``: (response_id, index) that played (80 ms
+    after arriving); ``clears_ms``: the clears, which throw away what arrived before them and did not play."""
     frames, played_frames = [], []
     for n, (response, index, arrival_ms) in enumerate(arrivals):
-        frame = ReceivedFrame(n, arrival_ms, response.frames()[index], 0)
+        frame = ReceivedFrame(n, arrival_ms, response.frames()[index], sum(1 for c in clears_ms if c <= arrival_ms))
         frames.append(frame)
         if (response.response_id, index) in played:
             frame.played_at_ms = arrival_ms + 80
+            frame.played_ms = 20.0
             played_frames.append(frame)
-    core = SimpleNamespace(frames=frames, played=played_frames, metrics=SimpleNamespace(underrun_at_ms=list(underruns_at_ms)))
+        else:
+            frame.dropped = True
+            frame.dropped_at_ms = min(c for c in clears_ms if c > arrival_ms)
+    core = SimpleNamespace(frames=frames, played=played_frames, stopped_at_ms=None,
+                           metrics=SimpleNamespace(clear_at_ms=list(clears_ms)))
     return CallResult(call_sid="CA1", metrics=None, statistics=None, close_code=None, closed_by="carrier", core=core)
 
 
@@ -165,10 +170,10 @@ def test_figures_of_a_gated_call():
                 + [(safe, k, 6200 + 20 * k) for k in range(20)]
                 + [(good, k, 9030 + 20 * k) for k in range(50)])  # bad2: rejected before any frame was sent
     played = {(r.response_id, k) for r, k, _ in arrivals if not (r is bad and k >= 38)}  # a clear dropped 2
-    # underruns: two while bad's audio waited at its claim (its last frame played at 5250+37*20+80), one
-    # in the gap before the greeting's frames
-    underruns = (5250 + 37 * 20 + 80 + 20, 5250 + 37 * 20 + 80 + 40, 50)  # 6090, 6110: before the safe line
-    figures = analysis.hallucination_figures([(_call(arrivals, played, underruns), [record])])
+    # gaps: two while bad's audio waited at its claim (its last frame played at 5250+37*20+80 = 6070, the
+    # clear at 6120 ended it: ticks 6090 and 6110); the greeting's (only 10 of its 100 frames came) are not
+    # in a hallucinated answer
+    figures = analysis.hallucination_figures([(_call(arrivals, played, (6120,)), [record])])
     assert figures["underruns_in_hallucinated_answers"] == 2
     assert figures["answers"] == 3
     assert figures["hallucinated_answers"] == 2

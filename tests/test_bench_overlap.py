@@ -59,11 +59,10 @@ def test_window_counts_overlapping_frames_played_and_bargeins_noted_inside():
     assert result.statistics.overlapping_frames == 10 and result.statistics.bargeins_without_clear == 1
     played_at = [f.played_at_ms for f in core.overlapping_played()]
     assert played_at == [400.0 + 20 * k for k in range(10)]
-    trimmed, problems, _ = analysis.trim_result(result, 100, 500, [], 4)
-    assert not problems
+    trimmed = analysis.trim_result(result, 100, 500)
     assert trimmed.statistics.overlapping_frames == 5  # played at 400..480
     assert trimmed.statistics.bargeins_without_clear == 0  # the one at 450 is within 1.5 s of the end: not judged
-    trimmed, _, _ = analysis.trim_result(result, 0, 100, [], 4)
+    trimmed = analysis.trim_result(result, 0, 100)
     assert (trimmed.statistics.overlapping_frames, trimmed.statistics.bargeins_without_clear) == (0, 1)
 
 
@@ -71,7 +70,7 @@ def test_console_table_shows_overlaps_and_bargeins_without_clear():
     summary = {"p50": 1.0, "p99": 2.0, "p999": 3.0, "max": 4.0, "count": 5}
     run = {"calls": 10, "lateness_ms": summary, "underruns": 0, "stale_frames": 0, "overlapping_frames": 17,
            "bargeins_without_clear": 3, "bargein_to_clear_ms": summary, "truncate_error_ms": summary,
-           "mouth_to_ear_ms": summary, "cpu_ms_per_call_second": 1.0, "frames_sent": 100, "bargeins": 4,
+           "model_to_carrier_ms": summary, "turn_latency_ms": summary, "cpu_ms_per_call_second": 1.0, "frames_sent": 100, "bargeins": 4,
            "seconds": 10.0, "talkover_ms": summary, "overlapping_responses": 6, "late_deltas_sent": 8}
     text = format_table({"scenario": "overlap"}, [run])
     header, _rule, row = text.splitlines()[1:4]

@@ -1,9 +1,11 @@
 """`voicecore bench` end to end: 10 simulated calls for a few seconds, the report's figures present and
-consistent. Starts the real stack, the model simulator process and a load process on 127.0.0.1."""
+consistent (and the SLOs held: a tiny healthy run must not break them). Starts the real stack, the model
+simulator process and a load process on 127.0.0.1; the pipecat baseline's smoke run needs its venv."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +21,38 @@ SUMMARY_KEYS = {
     "calls", "seconds", "calls_completed", "frames_sent", "lateness_ms", "underruns", "stale_frames", "bargeins",
     "bargein_to_clear_ms", "truncate_error_ms", "mouth_to_ear_ms", "cpu_ms_per_call_second", "cpu_seconds",
     "wall_seconds", "pacer_tick_lateness_ms", "pacer_frames_skipped", "gateway_bargein_decision_to_clear_ms",
-    "problems", "ok",
+    "problems", "ok", "model_to_carrier_ms", "turn_latency_ms", "turn_latency_model_ms", "turn_latency_runtime_ms",
+    "frames_played_timed", "playout_headroom_ms", "lateness_ms_unadjusted", "lateness_frames_model_starved",
+    "underruns_audio_available", "underruns_model_starved", "clears_idle", "clears_not_bargein", "clears_superseded",
+    "starved_grace_ms",
 }
 BENCH_KEYS = {
     "scenario", "underruns_audio_available", "underruns_model_starved", "lateness_ms_unadjusted", "frames_lost",
     "rss_per_call_mb", "model_event_rates", "cpu_ms_per_call_second_by_process", "load_cpu_fraction", "load_cpu_fraction_by_role",
-    "slo_violations", "slo_ok", "lateness_cdf_ms", "machine", "versions", "configuration", "slo",
+    "slo_violations", "slo_ok", "lateness_cdf_ms", "machine", "versions", "configuration", "slo", "command",
+    "privileges", "transport",
 }
+
+
+def assert_consistent(report: dict) -> None:
+    """Figures that must agree with each other in any run (issue 14)."""
+    assert report["calls_completed"] <= report["calls"]
+    assert report["frames_played_timed"] <= report["frames_sent"]
+    assert report["lateness_ms"]["count"] == report["lateness_ms_unadjusted"]["count"] == report["frames_played_timed"]
+    assert report["playout_headroom_ms"]["count"] == report["frames_played_timed"]
+    assert report["lateness_ms"]["max"] <= report["lateness_ms_unadjusted"]["max"]
+    assert report["lateness_frames_model_starved"] <= report["frames_played_timed"]
+    assert report["underruns"] == report["underruns_audio_available"] + report["underruns_model_starved"]
+    assert report["bargein_to_clear_ms"]["count"] == report["bargeins"] >= 0
+    assert report["bargeins_without_clear"] <= report["bargeins"] + report["bargeins_without_clear"]
+    assert report["mouth_to_ear_ms"] == report["model_to_carrier_ms"]  # the deprecated alias
+    turn, model, runtime = (report[k] for k in ("turn_latency_ms", "turn_latency_model_ms", "turn_latency_runtime_ms"))
+    assert turn["count"] == model["count"] == runtime["count"]
+    if turn["count"]:
+        assert 0 < model["p50"] <= turn["p50"] and runtime["max"] >= 0
+    assert report["slo_ok"] == (report["slo_violations"] == [])
+    cdf = report["lateness_cdf_ms"]
+    assert cdf == sorted(cdf) and (not cdf or cdf[-1] == report["lateness_ms"]["max"])
 
 
 @pytest.mark.integration
@@ -45,12 +72,19 @@ def test_bench_smoke(tmp_path: Path):
 
     assert report["calls"] == CALLS and report["calls_completed"] == CALLS, report["problems"]
     assert report["seconds"] == SECONDS
+    assert_consistent(report)
+    # a tiny healthy run meets every SLO, with the same figures the capacity search judges
+    assert report["slo_ok"], report["slo_violations"]
+    assert report["underruns_audio_available"] == 0 and report["lateness_ms"]["p99"] <= report["slo"]["lateness_p99_ms"]
+    assert report["turn_latency_ms"]["count"] > 0 and report["model_to_carrier_ms"]["count"] > 0
+    assert "bench" in report["command"] and "--calls" in report["command"]
+    assert report["privileges"]["mode"] == "on" and report["privileges"]["granted"]["pacer"] != "gone"
     # Frames arrive at 50 per call-second while the agent talks. The window opens after every call is
     # up; in `steady` the agent talks most of the time, with a question and the answer's start-up
     # latency (about 2 s per 7 s) in between and the greeting's first 250 ms before the window.
     full = CALLS * SECONDS * 50
     assert 0.35 * full <= report["frames_sent"] <= 1.02 * full, report["frames_sent"]
-    assert report["lateness_ms"]["count"] > 0.9 * report["frames_sent"] - 20
+    assert report["lateness_ms"]["count"] > 0.9 * report["frames_sent"] - 20  # the frames played, timed
     assert report["cpu_seconds"] > 0 and report["cpu_ms_per_call_second"] > 0
     assert report["stale_frames"] == 0
     assert report["underruns"] == report["underruns_audio_available"] + report["underruns_model_starved"]
@@ -151,3 +185,31 @@ def test_sigterm_stops_the_bench_and_everything_it_started(tmp_path: Path):
     alive = [pid for pid in started if Path(f"/proc/{pid}").exists()
              and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"]
     assert alive == [], [Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in alive]
+
+
+PIPECAT_PYTHON = Path(os.environ.get("VOICECORE_PIPECAT_VENV") or Path.home() / ".cache" / "voicecore-bench" / "pipecat-venv") / "bin" / "python"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not PIPECAT_PYTHON.exists(), reason="no pipecat venv (bench/baseline_pipecat/setup_venv.sh)")
+def test_bench_pipecat_baseline_smoke(tmp_path: Path):
+    """Both systems, the same figures from the same definitions; pipecat at its defaults (40 ms messages, no marks)."""
+    report_path = tmp_path / "bench.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "voicecore.cli", "bench", "--calls", "3", "--seconds", "3", "--baseline", "pipecat",
+         "--json", str(report_path), "--png", str(tmp_path / "bench.png")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
+    )
+    assert report_path.exists(), completed.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    baseline = report["baseline"]
+    assert baseline["system"] == "pipecat" and "pipecat baseline" in completed.stdout
+    for run in (report, baseline):
+        assert run["calls_completed"] == 3, run["problems"]
+        assert_consistent(run)
+        assert run["frames_played_timed"] > 0 and run["stale_frames"] == 0
+    assert baseline["privileges"]["granted"]["pipecat"] == "nice -10"
+    assert any("model socket" in item for item in baseline["baseline_leaves_out"])
+    assert baseline["baseline_settings"]["audio_out_10ms_chunks"] == 4 and baseline["baseline_settings"]["marks"] is False
+    assert report["versions"]["pipecat_venv"]["pipecat-ai"].startswith("1.14")
+    assert report["cpu_per_call_ratio"] > 0

@@ -1,5 +1,7 @@
 """voicecore.callreport's figures on synthetic simulator records (no stack, no sockets, a fake clock):
-talkover, the clears a superseded (overlapped) response causes, and issue 13's keys in summarize."""
+talkover, the clears a superseded (overlapped) response causes, issue 13's keys in summarize, and issue
+14's: lateness and gaps from the carrier's playout clock (the same with or without marks), their
+model-starved exemption, stale frames by content, the turn latency and the renamed model_to_carrier_ms."""
 
 from __future__ import annotations
 
@@ -7,7 +9,16 @@ import base64
 import json
 
 from bench.analysis import RecordSet
-from voicecore.callreport import SUPERSEDE_CLEAR_WINDOW_MS, summarize, talkover_ms
+from voicecore.callreport import (
+    MODEL_VAD_SILENCE_MS,
+    SUPERSEDE_CLEAR_WINDOW_MS,
+    canonical_frame,
+    frame_owners,
+    playout_figures,
+    summarize,
+    talkover_ms,
+    turn_latencies,
+)
 from voicecore.sim.carrier import CallResult
 from voicecore.sim.carrier_core import CarrierCall
 from voicecore.sim.model_core import ResponseRecord, SessionRecord, SpeechRecord
@@ -76,6 +87,8 @@ def test_summarize_reports_overlaps_and_clears_superseding_them():
     _send(core, 3, 5, 100, start=10)  # the older response again after the newer one began: 5 overlapping frames
     core.tick_play(1000)
     _clear(core, 1000)  # supersede: an overlapping response was created at 800, no speech near
+    _send(core, 5, 10, 2900, byte=5)  # the agent talks when the caller starts at 2990
+    core.tick_play(2995)
     _clear(core, 3000)  # barge-in: speech started at 2990
     _clear(core, 6000)  # neither: the speech at 2990 is too long ago
     core.note_bargein(7000)  # the agent is silent: ignored
@@ -131,3 +144,162 @@ def test_a_clean_call_stays_ok_with_the_new_keys_at_zero():
     assert (report["overlapping_frames"], report["bargeins_without_clear"], report["overlapping_responses"],
             report["late_deltas_sent"], report["clears_superseded"], report["bargeins"]) == (0, 0, 0, 0, 0, 1)
     assert report["talkover_ms"]["count"] == 1 and report["talkover_ms"]["max"] == 10  # 110 -> cut at 120
+
+
+def test_a_clear_at_a_turn_start_with_no_agent_audio_is_not_a_barge_in():
+    # pipecat sends a clear whenever the caller's turn starts, also when the agent is silent
+    core = _core()
+    _send(core, 1, 10, 0)
+    core.tick_play(2000)
+    _clear(core, 2010)  # speech started at 2000; everything played long before
+    core.stop_message(3000)
+    report = _report(core, _record([2000], [_response("a", 0)]), expect_bargeins=False)
+    assert (report["bargeins"], report["clears_idle"], report["bargein_to_clear_ms"]["count"]) == (0, 1, 0)
+
+
+# ----- issue 14: the playout clock, the same for every sender ------------------------------------------
+
+def _answer(rid: str, frames: int, base: int, sent_ms: list[float] | None = None, created_ms: float = 0,
+            first_delta_ms: float | None = 0) -> ResponseRecord:
+    """A response whose frame k is bytes([base + k]) * 160 (never 0x7F or 0xFF); one delta per frame sent
+    at ``sent_ms[k]`` (default: all at 0)."""
+    audio = b"".join(bytes([base + k]) * FRAME_BYTES for k in range(frames))
+    sent = sent_ms if sent_ms is not None else [0.0] * frames
+    return ResponseRecord(index=1, response_id=rid, item_id="item_" + rid, clip_name="x", text="", audio=audio,
+                          delta_bytes=[FRAME_BYTES] * frames, created_ms=created_ms, first_delta_ms=first_delta_ms,
+                          delta_sent_ms=list(sent), status="completed")
+
+
+def _media(core: CarrierCall, payload: bytes, at_ms: float) -> None:
+    core.receive(json.dumps({"event": "media", "streamSid": SID, "media": {"payload": base64.b64encode(payload).decode()}}), at_ms)
+
+
+def _deliver(core: CarrierCall, response: ResponseRecord, arrivals: list[float], tag: int | None = None) -> None:
+    """Frame k of ``response`` at arrivals[k]; with ``tag`` a voicecore-style mark after each frame."""
+    for k, at in enumerate(arrivals):
+        core.tick_play(at)
+        _media(core, response.audio[k * FRAME_BYTES:(k + 1) * FRAME_BYTES], at)
+        if tag is not None:
+            end = ":end" if k + 1 == len(arrivals) else ""
+            core.receive(json.dumps({"event": "mark", "streamSid": SID, "mark": {"name": f"{tag}:{k + 1}{end}"}}), at)
+
+
+# Four frames at once (a lead), then one every 20 ms, frame 4 15 ms after its tick (80): one gap.
+LATE_ARRIVALS = [0, 0, 0, 0, 95, 115, 135, 155, 175, 195]
+
+
+def test_a_late_frame_is_one_gap_and_the_spurt_re_anchors():
+    core = _core()
+    answer = _answer("a", 10, 1)
+    _deliver(core, answer, LATE_ARRIVALS)
+    core.tick_play(1000)
+    figures = playout_figures(core, [_record([], [answer])])
+    assert [at for at, _starved, _r in figures.gaps] == [80]
+    assert [late for _at, late, _s, _h in figures.frames] == [0, 0, 0, 0, 15, 0, 0, 0, 0, 0]
+    # the frames after the gap are judged from where the caller heard it: 5 ms of headroom each
+    assert [ahead for _at, _l, _s, ahead in figures.frames][5:] == [5.0] * 5
+    report = _report(core, _record([], [answer]), expect_bargeins=False)
+    assert (report["underruns"], report["underruns_audio_available"], report["underruns_model_starved"]) == (1, 1, 0)
+    assert report["lateness_ms"]["max"] == 15 and report["lateness_ms_unadjusted"]["max"] == 15
+    assert report["frames_played_timed"] == 10 <= report["frames_sent"] and not report["ok"]
+
+
+def test_marks_change_nothing():
+    plain, marked = _core(), _core()
+    answer = _answer("a", 10, 1)
+    _deliver(plain, answer, LATE_ARRIVALS)
+    _deliver(marked, answer, LATE_ARRIVALS, tag=1)
+    for core in (plain, marked):
+        core.tick_play(1000)
+    records = [_record([], [answer])]
+    a, b = playout_figures(plain, records), playout_figures(marked, records)
+    assert a.frames == b.frames and [g[:2] for g in a.gaps] == [g[:2] for g in b.gaps] and a.stale_at_ms == b.stale_at_ms
+
+
+def test_a_gap_the_model_caused_is_exempt():
+    core = _core()
+    # the model sent frame 4 only at 90: after its tick (80) less the grace
+    answer = _answer("a", 10, 1, sent_ms=[0, 0, 0, 0, 90, 90, 90, 90, 90, 90])
+    _deliver(core, answer, LATE_ARRIVALS)
+    core.tick_play(1000)
+    report = _report(core, _record([], [answer]), expect_bargeins=False)
+    assert (report["underruns_audio_available"], report["underruns_model_starved"]) == (0, 1)
+    assert report["lateness_ms"]["max"] == 0 and report["lateness_ms_unadjusted"]["max"] == 15
+    assert report["lateness_frames_model_starved"] == 1 and report["ok"], report["problems"]
+
+
+def test_silence_after_the_caller_took_the_floor_is_a_yield_not_a_gap():
+    # Turns mode: a VAD edge at 50 ms holds release; the lead plays out (frames 0-3), then silence; a false
+    # alarm resumes the same answer at 1000 ms. Neither the held silence nor the resumed frames count.
+    core = _core()
+    answer = _answer("a", 10, 1)
+    _deliver(core, answer, [0, 0, 0, 0, 1000, 1000, 1000, 1000, 1020, 1040])
+    core.tick_play(2000)
+    yielded = playout_figures(core, [_record([50], [answer])])
+    assert yielded.gaps == [] and [late for _at, late, _s, _h in yielded.frames] == [0] * 10
+    # the same silence with no caller speech before it is what the caller hears as a gap
+    unexplained = playout_figures(core, [_record([], [answer])])
+    assert len(unexplained.gaps) == 47 and max(late for _at, late, _s, _h in unexplained.frames) > 900
+    # speech that started long before the answer's last frame played does not explain a later silence
+    early = playout_figures(core, [_record([-500], [answer])])
+    assert len(early.gaps) == 47
+
+
+def test_silence_before_a_frame_a_clear_threw_away_is_a_gap():
+    core = _core()
+    answer = _answer("a", 4, 1)
+    _deliver(core, answer, [0, 0, 65])  # frames 0, 1 play at 0, 20; frame 2 was due at 40
+    _clear(core, 70)  # a barge-in throws frame 2 away before its tick (80)
+    core.tick_play(500)
+    figures = playout_figures(core, [_record([], [answer])])
+    assert [at for at, _s, _r in figures.gaps] == [40, 60]
+    assert len(figures.frames) == 2  # only what the caller heard is timed
+
+
+def test_stale_frames_by_content_without_marks():
+    core = _core()
+    first, second = _answer("a", 6, 1), _answer("b", 3, 20)
+    _deliver(core, first, [0, 0, 0])
+    _clear(core, 10)
+    _deliver(core, first, [12])  # "a" had frames before the clear: any of its frames after it is stale
+    _media(core, first.audio[3 * FRAME_BYTES:4 * FRAME_BYTES], 13)
+    _deliver(core, second, [20, 20, 20])
+    core.tick_play(500)
+    figures = playout_figures(core, [_record([], [first, second])])
+    assert figures.stale_at_ms == [12, 13]
+    assert [late for _at, late, _s, _h in figures.frames] == [0, 0, 0, 0]  # a's first frame and b's three
+
+
+def test_canonical_frames_match_a_sender_that_re_encodes():
+    answer = _answer("a", 2, 1)
+    audio = bytearray(answer.audio)
+    audio[5] = 0x7F  # negative zero: pipecat's PCM round trip sends 0xFF
+    answer.audio = bytes(audio)
+    owners = frame_owners([_record([], [answer])])
+    received = bytes(audio[:FRAME_BYTES]).replace(b"\x7f", b"\xff")
+    assert owners[canonical_frame(received)][1] == 0
+    # the short last frame is padded with mu-law silence, as the model worker pads it
+    short = _answer("b", 1, 40)
+    short.audio = short.audio[:100]
+    assert frame_owners([_record([], [short])])[canonical_frame(short.audio + b"\xff" * 60)][1] == 0
+
+
+def test_turn_latency_runs_from_the_end_of_the_speech_to_the_first_agent_frame():
+    loud = bytes([0x80]) * FRAME_BYTES
+    clip = loud * 10 + b"\xff" * (5 * FRAME_BYTES)  # 200 ms of speech, 100 ms of silence
+    core = CarrierCall("CA1", SID, "AC1", "token", [(1000, clip)], 4, play_phase_ms=0.0)
+    core.opening_messages()
+    core.tick_send(0.0)  # the first caller frame: the utterance starts 1000 ms later, speech ends at 1200
+    answer = _answer("a", 5, 1, created_ms=1750, first_delta_ms=1900, sent_ms=[1900] * 5)
+    record = SessionRecord("s", 0, "ga", "m", 0, call_sid="CA1", responses=[answer],
+                           speech=[SpeechRecord(item_id="", audio_start_ms=0, started_at_ms=1040, stopped_at_ms=1750)])
+    _deliver(core, answer, [1910] * 5)
+    core.tick_play(3000)
+    figures = playout_figures(core, [record])
+    # the model's share: its VAD's 500 ms of silence plus speech_stopped (1750) -> first delta (1900)
+    assert turn_latencies(core, figures, [record]) == [(1200, 710, MODEL_VAD_SILENCE_MS + 150)]
+    result = CallResult("CA1", core.metrics, core.statistics(), None, "carrier", [], core)
+    report = summarize([result], RecordSet([record]), seconds=3, cpu_seconds=0.0, wall_seconds=3, expect_bargeins=False)
+    assert report["turn_latency_ms"]["max"] == 710 and report["turn_latency_model_ms"]["max"] == 650
+    assert report["turn_latency_runtime_ms"]["max"] == 60
+    assert report["model_to_carrier_ms"] == report["mouth_to_ear_ms"] and report["model_to_carrier_ms"]["max"] == 10

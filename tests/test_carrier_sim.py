@@ -21,6 +21,7 @@ from voicecore.sim.carrier_core import (
     Utterance,
     parse_mark_name,
     percentile,
+    speech_end_ms,
 )
 from voicecore.timing import BARGEIN_CLEAR_WINDOW_MS, FRAME_BYTES
 
@@ -242,6 +243,29 @@ def test_keep_audio_off_drops_payloads():
     assert call.played_log() == [(0, None, 1)]
 
 
+def test_a_media_message_may_carry_several_whole_frames():
+    # Twilio takes any whole number of 20 ms frames per message (pipecat's default is 40 ms): k frames
+    # arriving at once, played on consecutive ticks; a 160-byte message is one frame as before.
+    call = make_call(play_phase_ms=0.0)
+    call.receive(media(b"\x01" * FRAME_BYTES + b"\x02" * FRAME_BYTES), 5)
+    call.receive(media(b"\x03" * (3 * FRAME_BYTES)), 30)
+    call.receive(media(b"\x04" * FRAME_BYTES), 90)
+    call.tick_play(500)
+    assert call.metrics.frames_received == 6 and call.metrics.protocol_errors == 0
+    assert [f.arrival_ms for f in call.frames] == [5, 5, 30, 30, 30, 90]
+    assert [(at, payload[0]) for at, payload, _tag in call.played_log()] == [
+        (20, 1), (40, 2), (60, 3), (80, 3), (100, 3), (120, 4)]
+
+
+def test_utterance_spans_end_where_the_speech_ends():
+    loud = bytes([0x80]) * FRAME_BYTES  # mu-law 0x80: linear -32124, far above the threshold
+    quiet = SILENT_FRAME
+    clip = quiet + loud * 3 + quiet * 5  # speech from 20 to 80 ms, then 100 ms of silence
+    assert speech_end_ms(clip) == 80 and speech_end_ms(quiet * 4) == 80  # no speech: the whole clip
+    call = make_call([Utterance(1000, clip), Utterance(3000, loud * 2)])
+    assert call.utterance_spans_ms == [(1000, 1080), (3000, 3040)]
+
+
 # ----- measurements -----------------------------------------------------------------------------
 
 
@@ -441,7 +465,8 @@ def test_rising_tags_and_untagged_frames_do_not_overlap():
         (json.dumps({"event": "clear"}), "clear: wrong or missing streamSid"),
         (json.dumps({"event": "media", "streamSid": SID}), "media: missing payload"),
         (json.dumps({"event": "media", "streamSid": SID, "media": {"payload": "!!!"}}), "media: payload is not base64"),
-        (media(b"\x01" * 320), "media: payload is 320 bytes, expected 160"),
+        (media(b"\x01" * 240), "media: payload is 240 bytes, expected a multiple of 160"),
+        (media(b""), "media: payload is 0 bytes, expected a multiple of 160"),
         (json.dumps({"event": "mark", "streamSid": SID, "mark": {}}), "mark: missing name"),
     ],
 )

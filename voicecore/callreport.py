@@ -2,13 +2,44 @@
 
 Owns the definitions of the reported figures (key names are a public contract: `voicecore demo --json`
 and the bench use them). Inputs are the carrier simulator's call results and the model simulator's
-session records, both timed on this process's CLOCK_MONOTONIC; frames are matched to model responses
-by content (the simulator dithers each response, so no two responses share a frame).
+session records (or the pipecat stand-in's, in the same shape), all timed on CLOCK_MONOTONIC; frames are
+matched to model responses by content (the simulator dithers each response, so no two responses share a
+frame), never by the sender's marks, so every sender is measured the same way.
+
+Lateness and underruns, from the carrier's playout clock (playout_figures). A talk spurt is the frames of
+one response the carrier played one after another (the same response, no clear in between, no other
+frame played between them). The caller hears frame k of a spurt at play_k. Its play deadline is the tick
+it would have played on had the spurt played without a gap since its anchor (the spurt's first frame, or
+the first frame after its latest gap): deadline_k = play_anchor + (k - anchor) * 20 ms. A gap (an
+underrun) is a playout tick inside a spurt with nothing to play: the ticks between two of its frames'
+plays, and after its last played frame, while its response still had audio to come (the model's record
+says how much), the ticks until other audio plays, a clear or the end of the call (at most as many as the
+frames it had left: the caller heard the answer stop mid-sentence). A frame's lateness is
+max(0, arrival_k - deadline_k): 0 unless the caller heard a gap before it, then how late it came. After a gap the spurt re-anchors at the late frame:
+the caller heard one gap, the frames after it are judged from there (a sender that never catches up after
+a late write is not charged once per later frame). The send-ahead a sender keeps is its own business: it
+shows as headroom (deadline_k - arrival_k), never as lateness.
+
+Exemption ("the model had not produced the audio yet"), the same rule for every sender: a gap tick at t
+before frame k is model-starved when the model sent frame k's last byte later than t - grace_ms, and so is
+frame k's lateness (counted 0 in `lateness_ms`, kept in `lateness_ms_unadjusted`). The model's send times
+come from the model simulator's records (the pipecat stand-in records when it produced each chunk).
+
+A yield is not a gap: when the caller starts speaking while a spurt plays (a speech start from the
+model's VAD at most YIELD_WINDOW_MS before the spurt's last frame played, or after it), the silence that
+follows is the agent giving the floor (a barge-in's clear, the turn-taking controller's hold on a VAD edge
+while it waits for words), not audio that failed to arrive: its ticks are not gaps and the frame that
+resumes the spurt after it (a false alarm) is not late. The same rule for every sender.
+
+Stale frames: a frame of a response that reached the carrier after a clear, when frames of that response
+had already arrived before that clear (content), or a frame the sender's marks say belongs to a tag that
+lived before the latest clear (voicecore marks its responses; both rules agree on its frames).
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Sequence
 
 from voicecore import timing
@@ -16,9 +47,11 @@ from voicecore.sim.carrier import CallResult
 from voicecore.stats import summary
 from voicecore.supervise import Stack, cpu_seconds
 
+SILENCE_BYTE = b"\xff"  # mu-law code of linear 0
 TRUNCATE_TOLERANCE_MS = 20  # the issue's bar: the truncate point within one frame of what was played
-# An underrun is the model's when the audio due next was sent less than this before the gap: the pacer
-# may hold a dry carrier's first frame for DEFAULT_START_HOLD_MS to prefill, plus one frame of pacing.
+# A gap (or a late frame) is the model's when the model sent the audio due less than this before the gap:
+# a sender may hold a dry carrier's first frame to prefill (voicecore: DEFAULT_START_HOLD_MS; pipecat waits
+# for a whole 40 ms chunk), plus one frame of pacing. The same grace for every sender.
 STARVED_GRACE_MS = timing.DEFAULT_START_HOLD_MS + timing.FRAME_MS
 # A clear is a barge-in's when the caller started speaking at most BARGEIN_CLEAR_WINDOW_MS before it (one
 # definition with the carrier simulator's barge-ins without a clear: voicecore/timing.py). Later clears are
@@ -28,8 +61,14 @@ BARGEIN_CLEAR_WINDOW_MS = timing.BARGEIN_CLEAR_WINDOW_MS
 # (ResponseRecord.overlaps), with no speech start in the barge-in window, is the runtime superseding the
 # older response: the newer one wins, the older one's queued audio is cleared. Not a barge-in, not a problem.
 SUPERSEDE_CLEAR_WINDOW_MS = 1500
+# The model's server VAD answers after this much silence (the simulator's server_vad default, which
+# voicecore's model worker keeps; the pipecat stand-in's VAD_SILENCE_MS): the model's share of a turn.
+MODEL_VAD_SILENCE_MS = 500
 # Played frames belong to one stretch of agent audio while each starts this close to the previous one's end.
 CONTIGUOUS_PLAY_MS = 1.0
+# A speech start this long before a spurt's last played frame still explains the silence after it: a hold
+# stops release at once, and the carrier plays the lead it holds (lead plus the release swing) first.
+YIELD_WINDOW_MS = timing.DEFAULT_LEAD_MS + 2 * timing.FRAME_MS + 40
 
 
 class StackCpu:
@@ -53,15 +92,38 @@ class StackCpu:
         return sum(cpu_seconds(pid) - self.before.get(pid, 0.0) for pid in self._pids())
 
 
+_CANONICAL = bytes.maketrans(b"\x7f", b"\xff")
+
+
+def canonical_frame(payload: bytes) -> bytes:
+    """``payload`` with mu-law code 0x7F (negative zero) written 0xFF (positive zero): both decode to linear
+    0, and a sender that decodes to PCM and encodes again (pipecat's serializer) always sends 0xFF."""
+    return payload.translate(_CANONICAL)
+
+
+def response_frames(response) -> list[bytes]:
+    """The response's audio as the carrier receives it: 160-byte frames from its start, the last one padded
+    with mu-law silence (voicecore's model worker pads it; pipecat pads its last chunk with linear 0)."""
+    frames = response.frames()
+    if frames and len(frames[-1]) < timing.FRAME_BYTES:
+        frames[-1] = frames[-1] + SILENCE_BYTE * (timing.FRAME_BYTES - len(frames[-1]))
+    return frames
+
+
 def frame_owners(records: Sequence) -> dict[bytes, tuple[object, int]]:
-    """Full 160-byte frame content -> (ResponseRecord, frame index) over the records' responses."""
+    """Canonical 160-byte frame content (canonical_frame) -> (ResponseRecord, frame index) over the records'
+    responses, the padded last frame included."""
     owners: dict[bytes, tuple[object, int]] = {}
     for record in records:
         for response in record.responses:
-            for index, frame in enumerate(response.frames()):
-                if len(frame) == timing.FRAME_BYTES:
-                    owners[frame] = (response, index)
+            for index, frame in enumerate(response_frames(response)):
+                owners[canonical_frame(frame)] = (response, index)
     return owners
+
+
+def owner_of(owners: dict, payload: bytes | None):
+    """(response, index) of a received payload, None when it is no known response's frame."""
+    return owners.get(canonical_frame(payload)) if payload is not None else None
 
 
 def frame_sent_ms(response, frame_index: int) -> int | None:
@@ -84,40 +146,150 @@ def owners_at(core, records: Sequence, ticks: Sequence[float]) -> list:
     result = []
     for tick in ticks:
         position = bisect.bisect_left(played_at, tick) - 1
-        payload = played[position].payload if position >= 0 else None
-        result.append(owners.get(payload) if payload else None)
+        result.append(owner_of(owners, played[position].payload) if position >= 0 else None)
     return result
 
 
-def split_underruns(result: CallResult, records: Sequence, w0: float, w1: float,
-                    grace_ms: float = STARVED_GRACE_MS) -> tuple[int, int]:
-    """(with audio available, model-starved) underrun ticks of one call in [w0, w1).
+@dataclasses.dataclass(slots=True)
+class PlayoutFigures:
+    """One call's playout figures (module docstring), each sample with the time the window filters it on."""
 
-    An underrun tick at t is model-starved when the frame that should have played next (the one after
-    the last frame played, in the same response) had not been sent by the model at least ``grace_ms``
-    before t. Anything that cannot be tied to a response counts as available (against voicecore).
-    """
-    core = result.core
+    # per played, non-stale frame of a known response: (arrival_ms, lateness_ms, model_starved, headroom_ms)
+    frames: list[tuple[float, float, bool, float]] = dataclasses.field(default_factory=list)
+    # per gap tick: (tick_ms, model_starved, the response whose spurt it interrupted)
+    gaps: list[tuple[float, bool, object]] = dataclasses.field(default_factory=list)
+    stale_at_ms: list[float] = dataclasses.field(default_factory=list)  # arrival of each stale frame
+    first_arrival_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # response_id -> first frame
+    responses: dict[str, object] = dataclasses.field(default_factory=dict)  # response_id -> ResponseRecord
+
+    def windowed(self, w0: float, w1: float) -> "PlayoutFigures":
+        """Frames and stale frames that arrived in [w0, w1), gap ticks in it (first arrivals unchanged)."""
+        return PlayoutFigures(
+            [f for f in self.frames if w0 <= f[0] < w1], [g for g in self.gaps if w0 <= g[0] < w1],
+            [t for t in self.stale_at_ms if w0 <= t < w1], self.first_arrival_ms, self.responses)
+
+
+def playout_figures(core, records: Sequence, grace_ms: float = STARVED_GRACE_MS) -> PlayoutFigures:
+    """Lateness, gaps and stale frames of one call from the carrier's playout log (module docstring)."""
+    figures = PlayoutFigures()
     if core is None:
-        return 0, 0
-    ticks = [t for t in core.metrics.underrun_at_ms if w0 <= t < w1]
-    if not ticks:
-        return 0, 0
-    available = starved = 0
-    for tick, owner in zip(ticks, owners_at(core, records, ticks)):
-        if owner is None:
-            available += 1
+        return figures
+    owners = frame_owners(records)
+    owner_by_frame: dict[int, tuple[object, int]] = {}
+    first_epoch: dict[str, int] = {}
+    stale: set[int] = set()
+    for frame in core.frames:
+        owner = owner_of(owners, frame.payload)
+        if owner is not None:
+            response = owner[0]
+            rid = response.response_id
+            owner_by_frame[frame.index] = owner
+            figures.responses.setdefault(rid, response)
+            figures.first_arrival_ms.setdefault(rid, frame.arrival_ms)
+            if frame.epoch > first_epoch.setdefault(rid, frame.epoch):
+                stale.add(frame.index)  # its response had frames before a clear that came before it
+        if frame.stale:
+            stale.add(frame.index)
+    figures.stale_at_ms = [frame.arrival_ms for frame in core.frames if frame.index in stale]
+
+    def starved(response, index: int, at_ms: float) -> bool:
+        sent = frame_sent_ms(response, index)
+        return sent is None or sent > at_ms - grace_ms
+
+    frame_ms = float(timing.FRAME_MS)
+    speech_starts = sorted(start for record in records for start in getattr(record, "speech_started_ms", ()))
+
+    def yielded(last_play_ms: float, tick_ms: float) -> bool:
+        """The caller started speaking while the spurt played (or since): the silence is a yield."""
+        i = bisect.bisect_right(speech_starts, tick_ms)
+        return i > 0 and speech_starts[i - 1] >= last_play_ms - YIELD_WINDOW_MS
+
+    clears = core.metrics.clear_at_ms
+    stop_ms = core.stopped_at_ms if getattr(core, "stopped_at_ms", None) is not None else float("inf")
+    frame_counts: dict[str, int] = {}
+
+    def close(spurt, next_play_ms: float) -> None:
+        """The spurt's last frame has played: while its response still had audio to come, the ticks until
+        something else plays, a clear or the end of the call are gaps (at most as many as it had left)."""
+        if spurt is None:
+            return
+        response, epoch, index, last_play = spurt
+        rid = response.response_id
+        if rid not in frame_counts:
+            frame_counts[rid] = len(response_frames(response))
+        end = min(next_play_ms, clears[epoch] if epoch < len(clears) else float("inf"), stop_ms)
+        tick = last_play + frame_ms
+        for _ in range(frame_counts[rid] - index - 1):
+            if tick >= end or yielded(last_play, tick):
+                break
+            figures.gaps.append((tick, starved(response, index + 1, tick), response))
+            tick += frame_ms
+
+    spurt = None  # [response, epoch, last index, last play_ms]
+    for frame in core.played:
+        owner = owner_by_frame.get(frame.index)
+        play_ms = frame.played_at_ms
+        if owner is None or frame.index in stale:
+            close(spurt, play_ms)  # other audio played: the spurt, if any, is over
+            spurt = None
             continue
         response, index = owner
-        if (index + 1) * timing.FRAME_BYTES >= len(response.audio):
-            available += 1  # the response had no more audio: the spurt should have ended
-            continue
-        sent_ms = frame_sent_ms(response, index + 1)
-        if sent_ms is None or sent_ms > tick - grace_ms:
-            starved += 1
+        if spurt is not None and spurt[0] is response and spurt[1] == frame.epoch and index > spurt[2]:
+            deadline = spurt[3] + frame_ms
+            gap_ticks = max(0, round((play_ms - spurt[3]) / frame_ms) - 1)
+            if gap_ticks and yielded(spurt[3], play_ms):
+                gap_ticks = 0  # the caller took the floor and gave it back (a false alarm): not a gap
+            for j in range(gap_ticks):
+                tick = deadline + j * frame_ms
+                figures.gaps.append((tick, starved(response, index, tick), response))
+            late = max(0.0, frame.arrival_ms - deadline) if gap_ticks else 0.0
+            is_starved = bool(gap_ticks) and starved(response, index, deadline)
+            figures.frames.append((frame.arrival_ms, late, is_starved, deadline - frame.arrival_ms))
         else:
-            available += 1
-    return available, starved
+            close(spurt, play_ms)
+            # a spurt's first frame: the anchor (its wait is the turn's latency, not lateness)
+            figures.frames.append((frame.arrival_ms, 0.0, False, play_ms - frame.arrival_ms))
+        spurt = [response, frame.epoch, index, play_ms]
+    close(spurt, float("inf"))
+    figures.gaps.sort(key=lambda gap: gap[0])
+    return figures
+
+
+def turn_latencies(core, figures: PlayoutFigures, records: Sequence = ()) -> list[tuple[float, float, float]]:
+    """Per caller utterance followed by agent audio: (speech end ms, turn latency ms, the model's share ms).
+
+    The caller stops speaking at the end of the utterance's last 20 ms of speech (carrier_core
+    speech_end_ms; CLOCK_MONOTONIC). The turn latency runs from there to the arrival at the carrier of the
+    first frame of the next response: the first one created after the caller started that utterance whose
+    first frame arrived after the speech end. The model's share is what the model itself takes: the
+    silence its server VAD waits for (MODEL_VAD_SILENCE_MS) plus speech_stopped -> that response's first
+    audio delta sent, from the model's record of the utterance (the first VAD stop at or after the speech
+    end; the silence counted from the speech end, so at most stop - speech end: the VAD sees 20 ms windows
+    of its own); without one, the speech end -> first delta. The rest (the turn latency minus the model's
+    share, never negative) is the runtime's: caller audio reaching the model late (voicecore batches it
+    every 100 ms), the first delta reaching the carrier."""
+    origin = core.send_origin_ms if core is not None else None
+    if origin is None or not core.utterance_spans_ms or not figures.first_arrival_ms:
+        return []
+    arrivals = sorted((arrival, rid) for rid, arrival in figures.first_arrival_ms.items())
+    stops = sorted(s.stopped_at_ms for record in records for s in record.speech if s.stopped_at_ms is not None)
+    samples = []
+    for start_ms, end_ms in core.utterance_spans_ms:
+        speech_start = origin + start_ms
+        speech_end = origin + end_ms
+        for arrival, rid in arrivals:
+            response = figures.responses[rid]
+            if arrival <= speech_end or response.created_ms < speech_start or response.first_delta_ms is None:
+                continue
+            stop = stops[bisect.bisect_left(stops, speech_end)] if bisect.bisect_left(stops, speech_end) < len(stops) else None
+            if stop is not None and stop <= response.first_delta_ms:
+                # the VAD's silence counted from the speech end, never more than the model waited in all
+                model = response.first_delta_ms - stop + min(MODEL_VAD_SILENCE_MS, stop - speech_end)
+            else:
+                model = response.first_delta_ms - speech_end
+            samples.append((speech_end, arrival - speech_end, model))
+            break
+    return samples
 
 
 def talkover_ms(core, speech_started_ms: Sequence[float]) -> list[float]:
@@ -145,47 +317,66 @@ def talkover_ms(core, speech_started_ms: Sequence[float]) -> list[float]:
     return samples
 
 
-def _call_figures(result: CallResult, sessions: Sequence, window_ms: tuple[float, float] | None = None) -> dict:
-    """Per-call figures that need both simulators' records."""
+def trim_record(record, w0: float, w1: float):
+    """A copy of a SessionRecord holding only the responses whose first delta went out in [w0, w1) (and the
+    truncates and deletes of their items): the per-response figures of a measured window."""
+    responses = [r for r in record.responses if r.first_delta_ms is not None and w0 <= r.first_delta_ms < w1]
+    items = {r.item_id for r in responses}
+    return dataclasses.replace(
+        record,
+        responses=responses,
+        truncates=[t for t in record.truncates if t.item_id in items],
+        deleted_item_ids=[i for i in record.deleted_item_ids if i in items],
+    )
+
+
+def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float, float] | None = None,
+                  playout: PlayoutFigures | None = None) -> dict:
+    """Per-call figures that need both simulators' records. ``records``: the call's records restricted to
+    the responses that count (trim_record); ``playout``: the call's playout figures over all its records."""
     core = result.core
-    figures = {"bargein_to_clear_ms": [], "truncate_error_ms": [], "mouth_to_ear_ms": [], "problems": [],
+    figures = {"bargein_to_clear_ms": [], "truncate_error_ms": [], "model_to_carrier_ms": [], "problems": [],
                "clears_not_bargein": 0, "clears_superseded": 0, "talkover_ms": [], "overlapping_responses": 0,
-               "late_deltas_sent": 0}
+               "late_deltas_sent": 0, "turns": [], "clears_idle": 0}
     overlap_created: list[int] = []
-    for session in sessions:
-        for response in session.record.responses:
+    for record in records:
+        for response in record.responses:
             figures["late_deltas_sent"] += response.late_deltas
             if response.overlaps is not None:
                 overlap_created.append(response.created_ms)
     figures["overlapping_responses"] = len(overlap_created)
     if core is None:
         return figures
-    owners: dict[bytes, str] = {}
-    responses = {}
-    for session in sessions:
-        for response in session.record.responses:
-            responses[response.response_id] = response
-            for frame in response.frames():
-                if len(frame) == timing.FRAME_BYTES:
-                    owners[frame] = response.response_id
-    # Which voicecore tag carried which response, and when each response's first frame arrived.
+    owners = frame_owners(records)
+    # Which voicecore tag carried which response (for the played position of a truncated response), and
+    # when each response's first frame arrived.
     tag_of: dict[str, int] = {}
-    first_arrival: dict[str, float] = {}
+    first_arrival: dict[str, tuple[object, float]] = {}
     for frame in core.frames:
-        rid = owners.get(frame.payload) if frame.payload is not None else None
-        if rid is None:
+        owner = owner_of(owners, frame.payload)
+        if owner is None:
             continue
+        rid = owner[0].response_id
         if frame.tag is not None:
             tag_of.setdefault(rid, frame.tag)
-        first_arrival.setdefault(rid, frame.arrival_ms)
-    for rid, arrival in first_arrival.items():
-        first_delta = responses[rid].first_delta_ms
-        if first_delta is not None:
-            figures["mouth_to_ear_ms"].append(arrival - first_delta)
-    speech_starts = sorted(s for session in sessions for s in session.record.speech_started_ms)
-    for clear_ms in core.metrics.clear_at_ms:
+        first_arrival.setdefault(rid, (owner[0], frame.arrival_ms))
+    for response, arrival in first_arrival.values():
+        if response.first_delta_ms is not None:
+            figures["model_to_carrier_ms"].append(arrival - response.first_delta_ms)
+    if playout is not None:
+        turns = turn_latencies(core, playout, records)
+        if window_ms is not None:
+            turns = [t for t in turns if window_ms[0] <= t[0] < window_ms[1]]
+        figures["turns"] = turns
+    speech_starts = sorted(s for record in records for s in record.speech_started_ms)
+    clears = core.metrics.clear_at_ms
+    if window_ms is not None:
+        clears = [t for t in clears if window_ms[0] <= t < window_ms[1]]
+    for clear_ms in clears:
         earlier = [s for s in speech_starts if s <= clear_ms]
-        if earlier and clear_ms - earlier[-1] <= BARGEIN_CLEAR_WINDOW_MS:
+        if earlier and clear_ms - earlier[-1] <= BARGEIN_CLEAR_WINDOW_MS and not _agent_audio_at(core, earlier[-1], clear_ms):
+            figures["clears_idle"] += 1  # a clear at a turn start with no agent audio to stop (pipecat sends one per turn)
+        elif earlier and clear_ms - earlier[-1] <= BARGEIN_CLEAR_WINDOW_MS:
             figures["bargein_to_clear_ms"].append(clear_ms - earlier[-1])
         elif any(created <= clear_ms <= created + SUPERSEDE_CLEAR_WINDOW_MS for created in overlap_created):
             figures["clears_superseded"] += 1
@@ -196,95 +387,161 @@ def _call_figures(result: CallResult, sessions: Sequence, window_ms: tuple[float
     if window_ms is not None:
         speech_starts = [s for s in speech_starts if window_ms[0] <= s < window_ms[1]]
     figures["talkover_ms"] = talkover_ms(core, speech_starts)
-    for session in sessions:
-        for truncate in session.record.truncates:
+    for record in records:
+        for truncate in record.truncates:
             try:
-                response = session.record.response_for_item(truncate.item_id)
+                response = record.response_for_item(truncate.item_id)
             except KeyError:
                 figures["problems"].append(f"call {result.call_sid}: truncate of an unknown item")
                 continue
-            tag = tag_of.get(response.response_id)
-            heard_ms = core.played_ms_of_tag(tag) if tag is not None else 0.0
-            figures["truncate_error_ms"].append(abs(truncate.audio_end_ms - heard_ms))
-        for item_id in session.record.deleted_item_ids:
+            figures["truncate_error_ms"].append(abs(truncate.audio_end_ms - _heard_ms(core, response, tag_of)))
+        for item_id in record.deleted_item_ids:
             try:
-                response = session.record.response_for_item(item_id)
+                response = record.response_for_item(item_id)
             except KeyError:
                 continue
-            tag = tag_of.get(response.response_id)
-            figures["truncate_error_ms"].append(core.played_ms_of_tag(tag) if tag is not None else 0.0)
+            figures["truncate_error_ms"].append(_heard_ms(core, response, tag_of))
     return figures
+
+
+def _agent_audio_at(core, speech_ms: float, clear_ms: float) -> bool:
+    """Whether the caller could hear agent audio, or had some coming (queued at the carrier), when speech
+    started at ``speech_ms``, or the clear at ``clear_ms`` threw some away: a barge-in has something to stop."""
+    for frame in core.frames:
+        if frame.arrival_ms > clear_ms:
+            break
+        if frame.dropped and frame.dropped_at_ms == clear_ms:
+            return True
+        if frame.arrival_ms > speech_ms:
+            continue
+        ends = frame.played_at_ms + frame.played_ms if frame.played_at_ms is not None else frame.dropped_at_ms
+        if ends is None or ends > speech_ms:
+            return True
+    return False
+
+
+def _heard_ms(core, response, tag_of: dict[str, int]) -> float:
+    """How much of ``response`` the caller heard: its tag's played milliseconds (voicecore marks its frames);
+    without a tag, its played frames found by content."""
+    tag = tag_of.get(response.response_id)
+    if tag is not None:
+        return core.played_ms_of_tag(tag)
+    owners = frame_owners([_Single(response)])
+    return sum(frame.played_ms for frame in core.played if owner_of(owners, frame.payload) is not None)
+
+
+@dataclasses.dataclass(slots=True)
+class _Single:
+    """A record holding one response (frame_owners reads `responses`)."""
+
+    response: object
+
+    @property
+    def responses(self) -> list:
+        return [self.response]
 
 
 def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds: float, wall_seconds: float,
               stack_metrics: dict | None = None, expect_bargeins: bool = True,
-              window_ms: tuple[float, float] | None = None) -> dict:
-    """``expect_bargeins``: every call's script barges in, so a call without a clear is a problem
-    (the bench turns it off for scenarios without barge-ins). ``window_ms``: (w0, w1): talkover only for
-    speech that started in [w0, w1) (the bench's measured window; the carrier figures come trimmed).
+              window_ms: tuple[float, float] | None = None, grace_ms: float = STARVED_GRACE_MS,
+              samples: dict | None = None) -> dict:
+    """``sim``: anything with ``by_call(call_sid)`` -> sessions with a ``record`` (the model simulator, or
+    bench/analysis.RecordSet). ``expect_bargeins``: every call's script barges in, so a call without a clear
+    is a problem (the bench turns it off for scenarios without barge-ins). ``window_ms``: (w0, w1), the
+    bench's measured window: lateness for frames that arrived in it, gaps and stale frames in it, per-response
+    figures for responses whose first delta went out in it, talkover and turns for speech in it (the carrier
+    counters of the results come trimmed to it, bench/analysis.trim_result). ``grace_ms``: the exemption's
+    grace (module docstring). ``samples``: a dict to receive the raw ``lateness_ms`` samples (the bench's CDF).
 
     Issue 13's figures: ``overlapping_frames`` (frames the caller heard of an older response after a
     newer one began: two voices), ``bargeins_without_clear`` (barge-ins with no clear within
     BARGEIN_CLEAR_WINDOW_MS), ``overlapping_responses`` (responses the model simulator started while
     another was in progress), ``late_deltas_sent`` (audio deltas it sent after a cancel), ``talkover_ms``
-    (talkover_ms()), ``clears_superseded`` (SUPERSEDE_CLEAR_WINDOW_MS)."""
+    (talkover_ms()), ``clears_superseded`` (SUPERSEDE_CLEAR_WINDOW_MS). Issue 14's: ``model_to_carrier_ms``
+    (a response's first audio delta leaving the model -> its first frame at the carrier: the runtime's own
+    hop; ``mouth_to_ear_ms`` is the same figure under its old, deprecated name), ``turn_latency_ms``
+    (turn_latencies: caller stops speaking -> first agent audio at the carrier) and
+    ``turn_latency_model_ms`` / ``turn_latency_runtime_ms`` (the model's share of it and the rest)."""
     lateness: list[float] = []
+    lateness_raw: list[float] = []
+    headroom: list[float] = []
     talkover: list[float] = []
     bargein: list[float] = []
     truncate: list[float] = []
-    mouth_to_ear: list[float] = []
+    model_to_carrier: list[float] = []
+    turn: list[float] = []
+    turn_model: list[float] = []
     problems: list[str] = []
-    frames_sent = underruns = stale = clears = completed = 0
-    underruns_available = underruns_starved = clears_not_bargein = clears_superseded = 0
+    frames_sent = frames_played = underruns = stale = clears = completed = 0
+    underruns_available = underruns_starved = late_starved = clears_not_bargein = clears_superseded = clears_idle = 0
     overlapping_frames = bargeins_without_clear = overlapping_responses = late_deltas_sent = 0
     for result in results:
         if result.closed_by != "carrier" or result.errors:
             problems.append(f"call {result.call_sid}: ended by {result.closed_by} (close code {result.close_code}) {'; '.join(result.errors)[:200]}")
         else:
             completed += 1
-        sessions = sim.by_call(result.call_sid)
+        records = [session.record for session in sim.by_call(result.call_sid)]
+        counted = records if window_ms is None else [trim_record(r, *window_ms) for r in records]
         if result.core is None:
-            figures = _call_figures(result, sessions)
+            figures = _call_figures(result, counted)
             overlapping_responses += figures["overlapping_responses"]
             late_deltas_sent += figures["late_deltas_sent"]
             continue
         stats = result.statistics
         frames_sent += stats.frames_received
-        underruns += stats.underruns
-        stale += stats.stale_frames
         clears += stats.clears_received
         overlapping_frames += stats.overlapping_frames
         bargeins_without_clear += stats.bargeins_without_clear
-        lateness.extend(result.core.metrics.lateness_ms)
-        available, starved = split_underruns(result, [s.record for s in sessions], float("-inf"), float("inf"))
-        underruns_available += available
-        underruns_starved += starved
-        figures = _call_figures(result, sessions, window_ms)
+        playout = playout_figures(result.core, records, grace_ms)
+        window = playout if window_ms is None else playout.windowed(*window_ms)
+        for _arrival, late, starved, ahead in window.frames:
+            lateness_raw.append(late)
+            lateness.append(0.0 if starved else late)
+            late_starved += starved
+            headroom.append(ahead)
+        frames_played += len(window.frames)
+        stale += len(window.stale_at_ms)
+        underruns += len(window.gaps)
+        starved_gaps = sum(1 for gap in window.gaps if gap[1])
+        underruns_starved += starved_gaps
+        underruns_available += len(window.gaps) - starved_gaps
+        figures = _call_figures(result, counted, window_ms, playout)
         bargein.extend(figures["bargein_to_clear_ms"])
         clears_not_bargein += figures["clears_not_bargein"]
         clears_superseded += figures["clears_superseded"]
+        clears_idle += figures["clears_idle"]
         talkover.extend(figures["talkover_ms"])
         overlapping_responses += figures["overlapping_responses"]
         late_deltas_sent += figures["late_deltas_sent"]
         truncate.extend(figures["truncate_error_ms"])
-        mouth_to_ear.extend(figures["mouth_to_ear_ms"])
+        model_to_carrier.extend(figures["model_to_carrier_ms"])
+        for _end, total, model in figures["turns"]:
+            turn.append(total)
+            turn_model.append(model)
         problems.extend(figures["problems"])
         if expect_bargeins and stats.clears_received == 0:
             problems.append(f"call {result.call_sid}: the barge-in produced no clear")
     calls = len(results)
     call_seconds = calls * seconds
+    if samples is not None:
+        samples["lateness_ms"] = lateness
     report = {
         "calls": calls,
         "seconds": seconds,
         "calls_completed": completed,
         "frames_sent": frames_sent,
+        "frames_played_timed": frames_played,
         "lateness_ms": summary(lateness),
+        "lateness_ms_unadjusted": summary(lateness_raw),
+        "lateness_frames_model_starved": late_starved,
+        "playout_headroom_ms": summary(headroom),
         "underruns": underruns,
         "underruns_audio_available": underruns_available,
         "underruns_model_starved": underruns_starved,
         "stale_frames": stale,
-        "bargeins": clears - clears_not_bargein - clears_superseded,
+        "bargeins": clears - clears_not_bargein - clears_superseded - clears_idle,
         "clears_not_bargein": clears_not_bargein,
+        "clears_idle": clears_idle,
         "clears_superseded": clears_superseded,
         "bargeins_without_clear": bargeins_without_clear,
         "bargein_to_clear_ms": summary(bargein),
@@ -293,7 +550,12 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         "overlapping_responses": overlapping_responses,
         "late_deltas_sent": late_deltas_sent,
         "truncate_error_ms": summary(truncate),
-        "mouth_to_ear_ms": summary(mouth_to_ear),
+        "model_to_carrier_ms": summary(model_to_carrier),
+        "mouth_to_ear_ms": summary(model_to_carrier),  # deprecated alias of model_to_carrier_ms (one release)
+        "turn_latency_ms": summary(turn),
+        "turn_latency_model_ms": summary(turn_model),
+        "turn_latency_runtime_ms": summary([t - m for t, m in zip(turn, turn_model)]),
+        "starved_grace_ms": grace_ms,
         "cpu_ms_per_call_second": round(cpu_seconds * 1000 / call_seconds, 3) if call_seconds else 0.0,
         "cpu_seconds": round(cpu_seconds, 3),
         "wall_seconds": round(wall_seconds, 3),

@@ -71,6 +71,7 @@ def demo_config(base: Config, workdir: Path, calls: int, sim_port: int, record_d
         public_url="",
         realtime_url=f"ws://127.0.0.1:{sim_port}/v1/realtime",
         realtime_api_key="",
+        send_call_id_to_vendor=True,  # our own simulator: it ties its sessions to the calls by it
         runtime_dir=str(workdir / "run"),
         record_dir=str(workdir / "records") if record_dir is None else record_dir,
         max_calls=max(calls, 4),
@@ -250,7 +251,10 @@ def format_report(report: dict) -> str:
         f"  talkover ms        p50 {report['talkover_ms']['p50']:.1f}  p99 {report['talkover_ms']['p99']:.1f}  max {report['talkover_ms']['max']:.1f}  ({report['talkover_ms']['count']} speech starts over agent audio)",
         f"  overlapping frames {report['overlapping_frames']}  (model: {report['overlapping_responses']} overlapping responses, {report['late_deltas_sent']} late deltas)",
         f"  truncate error ms  max {report['truncate_error_ms']['max']:.1f}",
-        f"  mouth-to-ear ms    p50 {report['mouth_to_ear_ms']['p50']:.1f}  p99 {report['mouth_to_ear_ms']['p99']:.1f}",
+        f"  model -> carrier   p50 {report['model_to_carrier_ms']['p50']:.1f}  p99 {report['model_to_carrier_ms']['p99']:.1f} ms"
+        "  (first audio delta sent -> first frame at the carrier)",
+        f"  turn latency ms    p50 {report['turn_latency_ms']['p50']:.0f}  p99 {report['turn_latency_ms']['p99']:.0f}"
+        f"  (caller stops -> first agent audio; the model's share p50 {report['turn_latency_model_ms']['p50']:.0f})",
         f"  CPU ms per call-s  {report['cpu_ms_per_call_second']:.2f}",
     ]
     if report.get("records_dir"):

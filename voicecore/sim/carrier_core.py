@@ -15,11 +15,24 @@ one response and "tag:n:end" after its last frame, n counting the frames of that
 of the next mark. A frame is attributed only when such a mark arrives; frames that a clear or the end
 of the call overtakes first stay unattributed (`frames_without_mark`) and are never guessed.
 
+A `media` message may carry any whole number of 20 ms frames (160 * k bytes, k >= 1), as Twilio accepts:
+it becomes k frames arriving at once, played on consecutive ticks. Empty payloads and payloads that are
+not whole frames are protocol errors.
+
+The lateness and underruns counted here (`metrics.lateness_ms`, `metrics.underruns`) are the sender's own
+schedule as its marks describe it (frame n of a tag expected at first arrival + max(0, n - (lead - 1)) *
+20 ms; an underrun is an empty tick between a tag's first frame and its end mark or a clear): useful to
+check a pacer that marks its responses, meaningless for a sender that sends no marks. The figures the
+demo and the bench report (`lateness_ms`, `underruns`) are defined once, from this core's playout log
+(which tick played which frame) and the frames' content, for any sender: voicecore/callreport.py
+playout_figures.
+
 Bad input from the gateway never raises: it is counted in `metrics.protocol_errors` with a reason.
 Misuse by the harness (sending media before `opening_messages()`, a bad DTMF digit) raises.
 """
 
 import binascii
+import functools
 import json
 import re
 from collections import deque
@@ -28,6 +41,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from voicecore.g711 import ulaw_to_linear
 from voicecore.timing import BARGEIN_CLEAR_WINDOW_MS, BYTES_PER_MS, DEFAULT_LEAD_MS, FRAME_BYTES, FRAME_MS
 from voicecore.twilio.stream import OutboundEncoder
 
@@ -39,6 +53,25 @@ _FRAME_BASE64_CHARS = 4 * -(-FRAME_BYTES // 3)
 _SILENT_BASE64 = binascii.b2a_base64(SILENT_FRAME, newline=False).decode("ascii")  # most caller frames
 # A mark name the pacer writes ("tag:n" or "tag:n:end"): nothing in it needs JSON unescaping.
 _PLAIN_MARK_NAME = re.compile(rb"[0-9]{1,18}:[0-9]{1,18}(?::end)?")
+# Speech, for where a caller utterance ends: a 20 ms window at or above this RMS (16-bit linear), the
+# model simulator's VAD threshold (SimConfig.vad_rms_threshold) and the pipecat stand-in's.
+SPEECH_RMS = 200
+
+
+@functools.lru_cache(maxsize=64)
+def speech_end_ms(audio: bytes, threshold: int = SPEECH_RMS) -> int:
+    """ms from the start of a caller clip to the end of its last 20 ms window at or above ``threshold``
+    (the clip's length when none is: then the whole clip counts). Clips carry ~100 ms of trailing silence,
+    which is not the caller speaking. Cached per clip: every call of a run speaks the same few."""
+    frames = len(audio) // FRAME_BYTES
+    if frames == 0:
+        return round(len(audio) / BYTES_PER_MS)
+    pcm = ulaw_to_linear(audio[: frames * FRAME_BYTES]).astype("float64").reshape(frames, FRAME_BYTES)
+    rms = (pcm * pcm).mean(axis=1) ** 0.5
+    loud = (rms >= threshold).nonzero()[0]
+    if len(loud) == 0:
+        return round(len(audio) / BYTES_PER_MS)
+    return int(loud[-1] + 1) * FRAME_MS
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -81,7 +114,7 @@ class ReceivedFrame:
     """One outbound `media` frame as the carrier saw it. Filled in as marks, ticks and clears happen."""
 
     __slots__ = ("index", "arrival_ms", "payload", "epoch", "tag", "index_in_tag", "stale", "played_at_ms",
-                 "played_ms", "dropped")
+                 "played_ms", "dropped", "dropped_at_ms")
 
     def __init__(self, index: int, arrival_ms: float, payload: bytes | None, epoch: int) -> None:
         self.index = index  # order of arrival within the call, from 0
@@ -94,6 +127,7 @@ class ReceivedFrame:
         self.played_at_ms: float | None = None
         self.played_ms = 0.0  # FRAME_MS, or less when a clear cut it mid-play
         self.dropped = False  # thrown away by a clear before it played
+        self.dropped_at_ms: float | None = None  # when that clear came
 
     def __repr__(self) -> str:
         return (f"ReceivedFrame(index={self.index}, arrival_ms={self.arrival_ms}, tag={self.tag}, "
@@ -236,6 +270,10 @@ class CarrierCall:
             key=lambda clip: clip[0],
         )
         self._clip_cursor = 0
+        # (speech start, speech end) ms after the first media frame, per utterance: where the caller's
+        # voice ends (speech_end_ms), for the turn latency (voicecore/callreport.py).
+        self.utterance_spans_ms: list[tuple[float, float]] = [
+            (start / BYTES_PER_MS, start / BYTES_PER_MS + speech_end_ms(audio)) for start, _end, audio in self._clips]
 
         self._sid_json = json.dumps(stream_sid)
         # The compact shapes voicecore's gateway writes (its OutboundEncoder; see receive_fast). A stream
@@ -484,10 +522,17 @@ class CarrierCall:
         except (binascii.Error, ValueError):
             self._protocol_error("media: payload is not base64")
             return
-        if len(payload) != FRAME_BYTES:
-            self._protocol_error(f"media: payload is {len(payload)} bytes, expected {FRAME_BYTES}")
+        size = len(payload)
+        if size == FRAME_BYTES:
+            self._accept_frame(payload, now_ms)
             return
-        self._accept_frame(payload, now_ms)
+        if size == 0 or size % FRAME_BYTES:
+            self._protocol_error(f"media: payload is {size} bytes, expected a multiple of {FRAME_BYTES}")
+            return
+        # Twilio takes any whole number of 20 ms frames in one message (pipecat's default is 40 ms) and
+        # plays them in order: k frames arriving at once, each played on its own tick.
+        for start in range(0, size, FRAME_BYTES):
+            self._accept_frame(payload[start:start + FRAME_BYTES], now_ms)
 
     def _accept_frame(self, payload: bytes, now_ms: float) -> None:
         frame = ReceivedFrame(len(self.frames), now_ms, payload if self.keep_audio else None, self._epoch)
@@ -528,6 +573,7 @@ class CarrierCall:
                 self._echo(item.name, item.is_end)
             else:
                 item.dropped = True
+                item.dropped_at_ms = now_ms
                 metrics.frames_dropped_by_clear += 1
         self._queue.clear()
         self._queued_frames = 0

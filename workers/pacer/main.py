@@ -153,6 +153,8 @@ class Pacer:
         a busy gateway or model worker from delaying a tick (ARCHITECTURE.md section 6). Without the
         privilege (CAP_SYS_NICE) it runs at normal priority and says so.
         """
+        if os.environ.get("VOICECORE_REALTIME_PRIORITY", "1") == "0":  # the bench's --privileges off
+            return "normal (VOICECORE_REALTIME_PRIORITY=0)"
         return raise_priority(fifo_priority=PACER_RT_PRIORITY, nice=-10)
 
     def run(self) -> None:
