@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import shlex
 import socket
 import sys
 import tempfile
@@ -164,6 +165,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     leftovers = sorted(p.name for p in Path(config.shm_dir).glob("voicecore-*")) if Path(config.shm_dir).is_dir() else []
     report = summarize(results, sim, seconds=seconds, cpu_seconds=cpu_s, wall_seconds=wall_s, stack_metrics=metrics)
     report["shm_leftovers"] = len(leftovers)
+    report["command"] = shlex.join(sys.argv)  # a published report says how to run it again (bench/results)
     report["sim_overlap_probability"] = sim_config.overlap_probability
     report["sim_late_deltas"] = sim_config.late_deltas_after_cancel
     # The simulators' own CPU: near one full core the load side, not the stack, is what callers "hear".
