@@ -115,6 +115,20 @@ def test_a_clear_long_after_the_overlap_is_not_a_supersede():
     assert any("a clear with no speech before it" in p for p in report["problems"])
 
 
+def test_a_clear_goes_to_its_nearest_cause_an_overlap_after_the_callers_question():
+    # The caller asked at 0, the answer began, an overlapping response came at 1300 and the runtime cleared
+    # the older one at 1303: a supersede, not a barge-in 1.3 s late.
+    core = _core()
+    _send(core, 1, 50, 500, end=False)
+    core.tick_play(1303)
+    _clear(core, 1303)
+    core.stop_message(3000)
+    record = _record([0], [_response("a", 450), _response("b", 1300, overlaps="a")])
+    report = _report(core, record, expect_bargeins=False)
+    assert (report["clears_superseded"], report["bargeins"]) == (1, 0)
+    assert report["bargein_to_clear_ms"]["count"] == 0
+
+
 def test_a_bargein_without_clear_fails_the_run_and_talkover_counts_in_the_window():
     core = _core()
     _send(core, 1, 100, 0)

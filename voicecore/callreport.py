@@ -58,8 +58,9 @@ STARVED_GRACE_MS = timing.DEFAULT_START_HOLD_MS + timing.FRAME_MS
 # the stack's own: a gate rejection, a stalled response.
 BARGEIN_CLEAR_WINDOW_MS = timing.BARGEIN_CLEAR_WINDOW_MS
 # A clear this soon after a response that the model started while another was still in progress
-# (ResponseRecord.overlaps), with no speech start in the barge-in window, is the runtime superseding the
-# older response: the newer one wins, the older one's queued audio is cleared. Not a barge-in, not a problem.
+# (ResponseRecord.overlaps), with no speech start between that response's creation and the clear, is the
+# runtime superseding the older response: the newer one wins, the older one's queued audio is cleared. Not
+# a barge-in, not a problem. A clear is attributed to its nearest preceding cause.
 SUPERSEDE_CLEAR_WINDOW_MS = 1500
 # The model's server VAD answers after this much silence (the simulator's server_vad default, which
 # voicecore's model worker keeps; the pipecat stand-in's VAD_SILENCE_MS): the model's share of a turn.
@@ -374,12 +375,15 @@ def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float,
         clears = [t for t in clears if window_ms[0] <= t < window_ms[1]]
     for clear_ms in clears:
         earlier = [s for s in speech_starts if s <= clear_ms]
-        if earlier and clear_ms - earlier[-1] <= BARGEIN_CLEAR_WINDOW_MS and not _agent_audio_at(core, earlier[-1], clear_ms):
+        overlaps_before = [created for created in overlap_created if created <= clear_ms]
+        if overlaps_before and clear_ms - overlaps_before[-1] <= SUPERSEDE_CLEAR_WINDOW_MS and (
+                not earlier or overlaps_before[-1] >= earlier[-1]):
+            # the nearest cause before it is an overlapping response, not the caller's speech
+            figures["clears_superseded"] += 1
+        elif earlier and clear_ms - earlier[-1] <= BARGEIN_CLEAR_WINDOW_MS and not _agent_audio_at(core, earlier[-1], clear_ms):
             figures["clears_idle"] += 1  # a clear at a turn start with no agent audio to stop (pipecat sends one per turn)
         elif earlier and clear_ms - earlier[-1] <= BARGEIN_CLEAR_WINDOW_MS:
             figures["bargein_to_clear_ms"].append(clear_ms - earlier[-1])
-        elif any(created <= clear_ms <= created + SUPERSEDE_CLEAR_WINDOW_MS for created in overlap_created):
-            figures["clears_superseded"] += 1
         elif earlier:
             figures["clears_not_bargein"] += 1
         else:
