@@ -335,7 +335,7 @@ class CallSession:
                 rings.tag_cancel(arena.ctrl, self.slot, action.tag, action.decision_ns)
                 worker.bus.send(worker.pacer, messages.CancelTag(self.slot, self.generation, action.tag, action.decision_ns))
                 worker.counters["bargeins"] += 1
-                log.info("call %s: barge-in, response tag %d cancelled", self.call_sid, action.tag)
+                log.info("call %s: response tag %d cancelled (barge-in, superseded or rejected)", self.call_sid, action.tag)
 
     def on_verdict(self, verdict: messages.Verdict) -> None:
         if self.driver is not None:
