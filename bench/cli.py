@@ -53,10 +53,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                      help="a gap (or late frame) whose audio the model sent less than this before it was due is the "
                           "model's, for every system alike (default 80: a sender's prefill hold plus one frame)")
     base = parser.add_argument_group("baseline")
-    base.add_argument("--baseline", default="", choices=("", "pipecat", "pipecat-realtime"),
+    base.add_argument("--baseline", default="", metavar="NAME[,NAME]",
                       help="also run a pipecat-ai 1.14 server (own venv: bench/baseline_pipecat/setup_venv.sh) under the "
-                           "same load, alternately: pipecat (a model stand-in inside the pipeline) or pipecat-realtime "
-                           "(pipecat's OpenAI Realtime service on a socket to the bench's model simulator)")
+                           "same load, alternately: pipecat (a model stand-in inside the pipeline), pipecat-realtime "
+                           "(pipecat's OpenAI Realtime service on a socket to the bench's model simulator), or both "
+                           "(pipecat,pipecat-realtime: every system's searches take turns in one run)")
     base.add_argument("--pipecat-venv", default="", metavar="DIR",
                       help="the pipecat venv (default $VOICECORE_PIPECAT_VENV or ~/.cache/voicecore-bench/pipecat-venv)")
     prof = parser.add_argument_group("profile")

@@ -96,7 +96,7 @@ class BenchOptions:
     ramp_ms: float | None = None
     settle_ms: float = 1500.0
     starved_grace_ms: float = analysis.DEFAULT_STARVED_GRACE_MS
-    baseline: str = ""  # "pipecat" or "pipecat-realtime": measure that baseline too
+    baseline: str = ""  # "pipecat", "pipecat-realtime" or both, comma-separated: measure those baselines too
     privileges: str = "on"  # "on": pacer SCHED_FIFO, gateway and pipecat nice -10; "off": none of them
     repeat: int = 1  # capacity searches per system
     pipecat_venv: str = ""
@@ -107,6 +107,18 @@ class BenchOptions:
 
 class BenchError(RuntimeError):
     pass
+
+
+def baseline_names(text: str) -> list[str]:
+    """--baseline "pipecat,pipecat-realtime" -> both, in that order (each system's searches then alternate
+    with voicecore's in one run). Raises ValueError on a name that is not a baseline or a repeated one."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BASELINES]
+    if unknown:
+        raise ValueError(f"unknown baseline {', '.join(map(repr, unknown))} (pipecat, pipecat-realtime, or both comma-separated)")
+    if len(set(names)) != len(names):
+        raise ValueError(f"baseline {text!r} names a system twice")
+    return names
 
 
 # ----- small process helpers ----------------------------------------------------------------------
@@ -666,7 +678,8 @@ async def _bench(opts: BenchOptions) -> dict:
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)  # before an hour of runs, not after
     profile_base = (json_path.parent if json_path else Path.cwd()) / ((json_path.stem if json_path else "bench") + "-profile")
-    systems = ["voicecore"] + ([opts.baseline] if opts.baseline else [])
+    baselines = baseline_names(opts.baseline)
+    systems = ["voicecore", *baselines]
     resolution, relative = parse_resolution(opts.resolution)
     repeats = opts.repeat if opts.find_capacity else 1
     runs: dict[str, list[list[dict]]] = {system: [] for system in systems}
@@ -710,19 +723,32 @@ async def _bench(opts: BenchOptions) -> dict:
     top = _strip(_summary_top(runs["voicecore"], searches["voicecore"] or None))
     flat = {system: [run for search_runs in runs[system] for run in search_runs] for system in systems}
     top["runs"] = [_strip(run) for run in flat["voicecore"]] if opts.find_capacity else []
-    if opts.baseline:
-        baseline = _strip(_summary_top(runs[opts.baseline], searches[opts.baseline] or None))
-        baseline["runs"] = [_strip(run) for run in flat[opts.baseline]] if opts.find_capacity else []
-        baseline["baseline_leaves_out"] = BASELINE_LEAVES_OUT[opts.baseline]
+    # One summary per baseline under "baselines"; the first one's also under the keys a single
+    # --baseline has always written (baseline, baseline_capacity_calls, capacity_ratio, ...).
+    summaries = {}
+    for name in baselines:
+        baseline = _strip(_summary_top(runs[name], searches[name] or None))
+        baseline["runs"] = [_strip(run) for run in flat[name]] if opts.find_capacity else []
+        baseline["baseline_leaves_out"] = BASELINE_LEAVES_OUT[name]
         baseline["baseline_settings"] = BASELINE_SETTINGS
-        top["baseline"] = baseline
         if opts.find_capacity:
-            top["baseline_capacity_calls"] = baseline["capacity_calls"]
-            top["baseline_capacity_calls_runs"] = baseline["capacity_calls_runs"]
-            top["baseline_capacity_calls_range"] = baseline["capacity_calls_range"]
-            top["capacity_ratio"] = round(top["capacity_calls"] / baseline["capacity_calls"], 2) if baseline["capacity_calls"] else None
+            baseline["capacity_ratio"] = (round(top["capacity_calls"] / baseline["capacity_calls"], 2)
+                                          if baseline["capacity_calls"] else None)
         if baseline.get("cpu_ms_per_call_second") and top.get("cpu_ms_per_call_second"):
-            top["cpu_per_call_ratio"] = round(baseline["cpu_ms_per_call_second"] / top["cpu_ms_per_call_second"], 2)
+            baseline["cpu_per_call_ratio"] = round(baseline["cpu_ms_per_call_second"] / top["cpu_ms_per_call_second"], 2)
+        summaries[name] = baseline
+    if baselines:
+        first = summaries[baselines[0]]
+        top["baseline"] = first
+        if len(baselines) > 1:
+            top["baselines"] = summaries
+        if opts.find_capacity:
+            top["baseline_capacity_calls"] = first["capacity_calls"]
+            top["baseline_capacity_calls_runs"] = first["capacity_calls_runs"]
+            top["baseline_capacity_calls_range"] = first["capacity_calls_range"]
+            top["capacity_ratio"] = first["capacity_ratio"]
+        if "cpu_per_call_ratio" in first:
+            top["cpu_per_call_ratio"] = first["cpu_per_call_ratio"]
     if opts.scenario == "hallucination":
         # The same calls once more with the gate off: what the gate adds to the time to first audio.
         ungated = await _one_step(dataclasses.replace(opts, scenario=HALLUCINATION_UNGATED), "voicecore", opts.calls, None)
@@ -772,10 +798,12 @@ def run_bench(opts: BenchOptions) -> int:
     if opts.scenario not in SCENARIOS:
         print(f"voicecore bench: unknown scenario {opts.scenario!r}", file=sys.stderr)
         return 2
-    if opts.baseline not in ("", *BASELINES):
-        print(f"voicecore bench: unknown baseline {opts.baseline!r} (pipecat or pipecat-realtime)", file=sys.stderr)
+    try:
+        baselines = baseline_names(opts.baseline)
+    except ValueError as exc:
+        print(f"voicecore bench: {exc}", file=sys.stderr)
         return 2
-    if opts.baseline == "pipecat" and opts.scenario == "model-stall":
+    if "pipecat" in baselines and opts.scenario == "model-stall":
         print("voicecore bench: the pipecat baseline's model stand-in does not stall; use another scenario "
               "(or --baseline pipecat-realtime, which talks to the model simulator)", file=sys.stderr)
         return 2
@@ -843,7 +871,7 @@ def run_bench(opts: BenchOptions) -> int:
         return 130
     all_runs = top.pop("_runs_full")
     runs = all_runs["voicecore"]
-    baseline_runs = all_runs.get(opts.baseline) if opts.baseline else None
+    baseline_runs = [run for name in baselines for run in all_runs[name]] or None
     last = runs[-1]
     if "_log_tail" in last and (opts.keep_logs or not last.get("ok")):
         sys.stderr.write(last["_log_tail"] + "\n")
@@ -853,13 +881,14 @@ def run_bench(opts: BenchOptions) -> int:
     print(format_table(top, runs))
     if opts.scenario == "hallucination":
         print(format_hallucination(top))
-    if "baseline" in top:
+    for name in baselines:
+        summary = top.get("baselines", {}).get(name) or top["baseline"]
         print()
-        print(format_table({**top["baseline"], "machine": top["machine"]}, baseline_runs))
-        if top.get("capacity_ratio") is not None:
-            print(f"capacity ratio voicecore / {opts.baseline} (medians): {top['capacity_ratio']}x")
-        if top.get("cpu_per_call_ratio") is not None:
-            print(f"CPU per call-second {opts.baseline} / voicecore: {top['cpu_per_call_ratio']}x")
+        print(format_table({**summary, "machine": top["machine"]}, all_runs[name]))
+        if summary.get("capacity_ratio") is not None:
+            print(f"capacity ratio voicecore / {name} (medians): {summary['capacity_ratio']}x")
+        if summary.get("cpu_per_call_ratio") is not None:
+            print(f"CPU per call-second {name} / voicecore: {summary['cpu_per_call_ratio']}x")
     text = json.dumps(top, indent=1) + "\n"
     for path in filter(None, (opts.json_path, save_path)):
         Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import pytest
 from bench import analysis
 from bench.baseline_pipecat.dither import dither_ulaw, variant_seed
 from bench.cli import add_bench_arguments, bench_options_from_args
-from bench.run import BASELINE_LEAVES_OUT, BASELINES, results_path
+from bench.run import BASELINE_LEAVES_OUT, BASELINES, baseline_names, results_path
 from bench.scenarios import get_scenario
 from voicecore.callreport import STARVED_GRACE_MS, canonical_frame, frame_owners, owner_of
 from voicecore.sim.audio_clips import default_library
@@ -91,7 +91,17 @@ def test_results_are_named_by_date_and_what_they_measured():
     assert (REPO_ROOT / "bench" / "results" / "README.md").exists()
 
 
+def test_both_baselines_in_one_run_in_the_order_given():
+    assert baseline_names("") == []
+    assert baseline_names("pipecat-realtime, pipecat") == ["pipecat-realtime", "pipecat"]
+    for bad in ("pipecat,pipecat", "pipecat,livekit", "vapi"):
+        with pytest.raises(ValueError):
+            baseline_names(bad)
+
+
 @pytest.mark.parametrize("argv, needle", [
+    (["--baseline", "pipecat,nope"], "unknown baseline 'nope'"),
+    (["--baseline", "pipecat-realtime,pipecat", "--scenario", "overlap"], "one-voice rule"),
     (["--repeat", "3"], "--repeat N"),
     (["--resolution", "0%"], "percentage"),
     (["--baseline", "pipecat", "--scenario", "overlap"], "one-voice rule"),
