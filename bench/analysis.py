@@ -28,7 +28,7 @@ from voicecore.callreport import canonical_frame
 from voicecore.callreport import owner_of as _owner_of
 from bench.baseline_pipecat.dither import dither_ulaw, variant_seed
 from voicecore.sim.carrier import CallResult
-from voicecore.sim.model_core import ResponseRecord, SessionRecord, SpeechRecord
+from voicecore.sim.model import ResponseRecord, SessionRecord, SpeechRecord
 from voicecore.stats import summary as _summary
 from voicecore.timing import FRAME_BYTES, FRAME_MS, INBOUND_BATCH_MS
 from voicecore.validate.numbers import extract_numbers
@@ -250,9 +250,9 @@ def false_rejections(records: Iterable) -> int:
 
 def claim_frame(response) -> int | None:
     """The first frame of ``response``'s audio that its transcript's first number covers, in the
-    simulator's alignment (model_core._plan: word j of n covers the audio from len(audio) * j // n on);
-    None when the transcript has no number. For a hallucinated answer, frames before it carry the
-    words ahead of the claim ("Basic costs"), which a streaming gate may release."""
+    simulator's alignment (voicecore.sim.model.schedule.plan_response: word j of n covers the audio from
+    len(audio) * j // n on); None when the transcript has no number. For a hallucinated answer, frames
+    before it carry the words ahead of the claim ("Basic costs"), which a streaming gate may release."""
     mentions = extract_numbers(response.text)
     if not mentions:
         return None

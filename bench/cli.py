@@ -1,8 +1,23 @@
-"""Arguments of `voicecore bench` (kept light: voicecore/cli.py imports this for every command)."""
+"""The `voicecore bench` subcommand: its arguments (kept light: voicecore/cli.py loads this module through
+the ``voicecore.commands`` entry point for every command) and the hand-off to bench/run.py."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add `voicecore bench` to the `voicecore` parser (entry point ``voicecore.commands``: bench)."""
+    bench = subparsers.add_parser("bench", help="load test: N simulated calls (or a capacity search) with a JSON and PNG report")
+    add_bench_arguments(bench)
+    bench.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bench.run import run_bench
+
+    return run_bench(bench_options_from_args(args))
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:

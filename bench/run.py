@@ -39,7 +39,8 @@ from bench.scenarios import HALLUCINATION_UNGATED, SCENARIOS, get_scenario
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import TRUNCATE_TOLERANCE_MS, summarize
 from voicecore.config import UNIX_PREFIX, load_config
-from voicecore.demo import _fetch_metrics, demo_config
+from voicecore.demo import demo_config, fetch_gateway_metrics
+from voicecore.errors import DependencyError
 from voicecore.stats import percentile
 from voicecore.supervise import REPO_ROOT, Stack, StackError, cpu_seconds, resolve_config
 from voicecore import timing
@@ -105,7 +106,7 @@ class BenchOptions:
     save: str = ""  # also write the JSON to bench/results/<date>-<save>.json (results_path)
 
 
-class BenchError(RuntimeError):
+class BenchError(DependencyError, RuntimeError):
     pass
 
 
@@ -304,294 +305,417 @@ def scheduling_of(pid: int) -> str:
         return "gone"
 
 
-async def _start_model_sim(opts: BenchOptions, workdir: Path, log_file, cpus_arg: str):
-    port_file = workdir / "sim.port"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.simproc", "--scenario", opts.scenario, "--port-file", str(port_file),
-        "--out", str(workdir / "sim.pkl"), *(["--cpus", cpus_arg] if cpus_arg else []),
-        env=_env(), stdout=log_file, stderr=subprocess.STDOUT)
-    return proc, int(await _wait_file(port_file, 30, proc))
+@dataclass
+class LevelWindow:
+    """What LevelRun.measure read over the measured window [w0_ms, w1_ms] (CLOCK_MONOTONIC ms)."""
+
+    w0_ms: float
+    w1_ms: float
+    seconds: float  # the window's wall time as measured
+    live_at_start: int  # calls live when it opened
+    cpu_by_process: dict[str, float]  # the stack's CPU seconds in the window, by process name
+    load_cpu_by_pid: dict[int, float]  # the load side's (load processes, model simulator), by pid
+    loaded_memory: dict[str, float]
+    affinity: dict[str, list[int]]
+    scheduling: dict[str, str]
+    profile_info: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)  # the stack's /metrics after the calls
+
+
+class LevelRun:
+    """One run of ``calls`` calls against one system: voicecore (a stack the bench starts, or --target) or a
+    pipecat baseline. `run()` returns the report: callreport keys plus the bench's.
+
+    The steps, in order: start_system (the model simulator and a voicecore stack, or a baseline server, or
+    nothing with --target), warm_up (one unmeasured call), start_load (the K load processes and their common
+    t0), measure (the window's CPU, memory and scheduling, then the end of every call), and whatever happened,
+    stop: every process this run started that still runs is ended (also on an error or a cancel), so nothing
+    is left running or in /dev/shm. build_report then reads what the processes wrote into the workdir."""
+
+    def __init__(self, opts: BenchOptions, calls: int, workdir: Path, profile_out: Path | None = None,
+                 system: str = "voicecore") -> None:
+        self.opts = opts
+        self.calls = calls
+        self.workdir = workdir
+        self.profile_out = profile_out
+        self.system = system
+        self.scenario = get_scenario(opts.scenario)
+        self.pin_stack = parse_cpus(opts.pin_stack) if opts.pin_stack else None
+        self.pin_load = parse_cpus(opts.pin_load) if opts.pin_load else None
+        self.load_cpus = len(self.pin_load) if self.pin_load else (os.cpu_count() or 1)
+        procs = opts.load_procs or max(1, min(self.load_cpus, math.ceil(calls / CALLS_PER_LOAD_PROC)))
+        self.procs = min(procs, calls)
+        self.ramp_ms = (opts.ramp_ms if opts.ramp_ms is not None
+                        else min(15_000.0, max(float(self.scenario.cycle_ms), 10.0 * calls)))
+        self.settle_ms = opts.settle_ms
+        self.cpus_arg = ",".join(map(str, sorted(self.pin_load))) if self.pin_load else ""
+        self.problems: list[str] = []
+        self.log_path = workdir / "stack.log"
+        self.log_file = None
+        # What this run started; stop() ends whatever of it still runs.
+        self.sim_proc: asyncio.subprocess.Process | None = None
+        self.baseline_proc: asyncio.subprocess.Process | None = None
+        self.stack: Stack | None = None
+        self.loads: list[asyncio.subprocess.Process] = []
+        self.readers: list[asyncio.Task] = []
+        self.status: dict = {}  # each load process's last status line, by its index (_read_lines)
+        self.progress: Progress | None = None
+        # How the carrier reaches the system under test, and what of it the bench measures (start_system).
+        self.unix_socket: str | None = None
+        self.base_url = ""
+        self.token = ""
+        self.config = None  # the stack's Config; None for a baseline or --target
+        self.lead_frames = 1
+        self.pids: dict[str, int] = {}
+        self.idle_memory: dict[str, float] = {}
+
+    async def run(self) -> dict:
+        self.log_file = open(self.log_path, "wb")
+        try:
+            await self.start_system()
+            await self.warm_up()
+            t0_ms = await self.start_load()
+            window = await self.measure(t0_ms)
+        finally:
+            await self.stop()
+        return self.build_report(window)
+
+    # ---- the system under test ----
+
+    async def start_system(self) -> None:
+        """Start what the carrier calls, then note the processes to measure and their idle memory."""
+        if self.system in BASELINES:
+            await self._start_baseline()
+        elif self.opts.target:
+            self._use_target()
+        else:
+            await self._start_stack()
+        # The figures (voicecore/callreport.py playout_figures) are the carrier's playout clock, the same for
+        # every sender; lead_frames only feeds the carrier's own mark-based schedule check (voicecore's marks).
+        self.lead_frames = max(1, (self.config.lead_ms if self.config else timing.DEFAULT_LEAD_MS) // FRAME_MS)
+        if self.stack:
+            self.pids = stack_pids(self.stack)
+        else:
+            self.pids = {self.system: self.baseline_proc.pid} if self.baseline_proc else {}
+        self.idle_memory = stack_memory_mb(self.pids, self.config)
+
+    async def _start_model_sim(self) -> int:
+        """The model simulator in its own process (bench/simproc.py); returns its port. The process is kept
+        before its port is known, so stop() ends it also when it never gets that far."""
+        port_file = self.workdir / "sim.port"
+        self.sim_proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.simproc", "--scenario", self.opts.scenario, "--port-file", str(port_file),
+            "--out", str(self.workdir / "sim.pkl"), *(["--cpus", self.cpus_arg] if self.cpus_arg else []),
+            env=_env(), stdout=self.log_file, stderr=subprocess.STDOUT)
+        return int(await _wait_file(port_file, 30, self.sim_proc))
+
+    async def _start_baseline(self) -> None:
+        opts, workdir = self.opts, self.workdir
+        python = pipecat_venv(opts) / "bin" / "python"
+        if not python.exists():
+            raise BenchError(f"no pipecat venv at {python.parent.parent}: run bench/baseline_pipecat/setup_venv.sh first")
+        if self.system == "pipecat-realtime":
+            sim_port = await self._start_model_sim()
+            extra = ["--realtime-url", f"ws://127.0.0.1:{sim_port}/v1/realtime"]
+        else:
+            extra = ["--records", str(workdir / "baseline.jsonl")]
+        port_file = workdir / "baseline.port"
+        if opts.transport == "unix":
+            self.unix_socket = str(workdir / "baseline.sock")
+        self.baseline_proc = await asyncio.create_subprocess_exec(
+            str(python), str(BASELINE_SERVERS[self.system]), "--port-file", str(port_file), "--clips", str(CLIPS_DIR),
+            "--sequence", ",".join(self.scenario.sim_config.clip_sequence), *extra,
+            *(["--uds", self.unix_socket] if self.unix_socket else []),
+            *(["--nice", str(BASELINE_NICE)] if opts.privileges == "on" else []),
+            stdout=self.log_file, stderr=subprocess.STDOUT)
+        port = int(await _wait_file(port_file, 90, self.baseline_proc))
+        if self.pin_stack:
+            pin_tree(self.baseline_proc.pid, self.pin_stack)
+        self.base_url = UNIX_BASE_URL if self.unix_socket else f"http://127.0.0.1:{port}"
+        self.token, self.config = "baseline", None
+
+    def _use_target(self) -> None:
+        opts = self.opts
+        self.base_url = opts.target.rstrip("/")
+        self.unix_socket = opts.unix_socket or None
+        self.token = opts.auth_token or os.environ.get("VOICECORE_TWILIO_AUTH_TOKEN", "")
+        if not self.token:
+            raise BenchError("--target needs the stack's Twilio auth token (--auth-token or VOICECORE_TWILIO_AUTH_TOKEN)")
+        self.config = None
+
+    async def _start_stack(self) -> None:
+        opts, workdir, calls = self.opts, self.workdir, self.calls
+        sim_port = await self._start_model_sim()
+        # The scenario's own settings (the hallucination scenario's gate) win over the caller's.
+        base = resolve_config(load_config({**os.environ, **dict(self.scenario.stack_env)}, opts.config_path))
+        # A few spare slots: the warm-up call's slot may still be closing when the load starts.
+        config = dataclasses.replace(demo_config(base, workdir, calls, sim_port, record_dir=base.record_dir),
+                                     max_calls=calls + 4)
+        if opts.transport == "unix":
+            self.unix_socket = str(workdir / "gateway.sock")
+            config = dataclasses.replace(config, listen=UNIX_PREFIX + self.unix_socket, public_url=UNIX_BASE_URL)
+        self.config = config
+        self.stack = Stack(config)
+        await asyncio.to_thread(self.stack.start, self.log_file)
+        await asyncio.to_thread(self.stack.wait_ready, 90.0)
+        self.base_url, self.token = config.base_url, config.twilio_auth_token
+        if self.pin_stack:
+            pin_tree(self.stack.process.pid, self.pin_stack)
+
+    async def warm_up(self) -> None:
+        """One short call first, unmeasured: one-time costs of a first call (lazy imports, first connection
+        set-up) must not land in the run, for either system."""
+        from voicecore.sim.carrier import CallScript, place_call
+
+        warm = await place_call(self.base_url, self.token, CallScript(duration_ms=1500), self.lead_frames,
+                                unix_socket=self.unix_socket)
+        if warm.closed_by != "carrier" or warm.errors:
+            raise BenchError(f"the warm-up call failed: {warm.closed_by} {'; '.join(warm.errors)[:300]}")
+
+    # ---- the load ----
+
+    async def start_load(self) -> float:
+        """Start the load processes, wait until each is ready, and send them all one t0 (returned, in ms)."""
+        opts = self.opts
+        env = _env()
+        env["BENCH_TWILIO_AUTH_TOKEN"] = self.token
+        for k in range(self.procs):
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bench.loadgen", "--base-url", self.base_url, "--scenario", opts.scenario,
+                "--calls-total", str(self.calls), "--procs", str(self.procs), "--proc-index", str(k),
+                "--seconds", str(opts.seconds), "--ramp-ms", str(self.ramp_ms), "--settle-ms", str(self.settle_ms),
+                "--lead-frames", str(self.lead_frames), "--out", str(self.workdir / f"load-{k}.pkl"),
+                *(["--unix-socket", self.unix_socket] if self.unix_socket else []),
+                *(["--cpus", self.cpus_arg] if self.cpus_arg else []),
+                env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self.log_file)
+            self.loads.append(proc)
+        for k, proc in enumerate(self.loads):
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            if line.strip() != b"ready":
+                raise BenchError(f"load process {k} did not start: {line[:200]!r}")
+            self.readers.append(asyncio.create_task(_read_lines(proc.stdout, self.status, k)))
+        t0_ms = time.monotonic() * 1000.0 + 200.0
+        for proc in self.loads:
+            proc.stdin.write((json.dumps({"t0_ms": t0_ms}) + "\n").encode())
+            await proc.stdin.drain()
+            proc.stdin.close()
+        return t0_ms
+
+    def _load_total(self, key: str) -> int:
+        """A count ("live", "done", "failed") summed over the load processes' last status lines."""
+        return sum(s.get(key, 0) for k, s in self.status.items() if isinstance(k, int))
+
+    def _show(self, phase: str) -> None:
+        self.progress.update(self._load_total("live"), self._load_total("done"), self._load_total("failed"),
+                             self.calls, phase)
+
+    async def _sleep_until(self, when_ms: float, phase: str) -> None:
+        while (left := when_ms / 1000.0 - time.monotonic()) > 0:
+            self._show(phase)
+            await asyncio.sleep(min(0.5, left))
+
+    async def measure(self, t0_ms: float) -> LevelWindow:
+        """Wait out the ramp-up and settling, read CPU, memory, affinity and scheduling over the window
+        (and profile it with --profile), then wait for every call to end and read the stack's metrics."""
+        opts, pids = self.opts, self.pids
+        w0 = t0_ms + self.ramp_ms + self.settle_ms
+        w1 = w0 + opts.seconds * 1000.0
+        total_s = (w1 - time.monotonic() * 1000.0) / 1000.0 + 1.0
+        self.progress = Progress(f"bench {opts.scenario} {self.calls} calls", total_s)
+        await self._sleep_until(w0, "ramp-up")
+        live_at_w0 = self._load_total("live")
+        load_pids = [p.pid for p in self.loads] + ([self.sim_proc.pid] if self.sim_proc else [])
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        load_before = {pid: cpu_seconds(pid) for pid in load_pids}
+        window_started = time.monotonic()
+        profile_proc = None
+        profile_info: dict = {}
+        if opts.profile and pids and self.profile_out is not None:
+            sample_s = min(2.0, opts.seconds / 4)
+            profile_proc, profile_info = await _start_profile(
+                pids, sample_s, opts.seconds - sample_s - 0.5, self.profile_out, self.pin_load, self.calls)
+        elif opts.profile and not pids:
+            profile_info = {"error": "no stack processes to profile (--target)"}
+        await self._sleep_until(w1, "measuring")
+        window_s = time.monotonic() - window_started
+        # A process that restarted during the window counts from zero: all its CPU was in the window.
+        current = stack_pids(self.stack) if self.stack else pids
+        window = LevelWindow(
+            w0_ms=w0, w1_ms=w1, seconds=window_s, live_at_start=live_at_w0,
+            cpu_by_process={name: cpu_seconds(pid) - cpu_before.get(name, 0.0) for name, pid in current.items()},
+            load_cpu_by_pid={pid: cpu_seconds(pid) - before for pid, before in load_before.items()},
+            loaded_memory=stack_memory_mb(current, self.config),
+            affinity={name: affinity_of(pid) for name, pid in current.items()},
+            scheduling={name: scheduling_of(pid) for name, pid in current.items()},
+        )
+        window.affinity["load"] = affinity_of(self.loads[0].pid) if self.loads else []
+        window.affinity["bench"] = affinity_of(os.getpid())
+        window.scheduling["load"] = scheduling_of(self.loads[0].pid) if self.loads else "gone"
+        if self.sim_proc is not None:
+            window.scheduling["model_sim"] = scheduling_of(self.sim_proc.pid)
+        await self._wait_for_load_end(w1)
+        self.progress.finish()
+        window.profile_info = await _finish_profile(profile_proc, profile_info)
+        window.metrics = await asyncio.to_thread(fetch_gateway_metrics, self.config) if self.config else {}
+        return window
+
+    async def _wait_for_load_end(self, w1_ms: float) -> None:
+        """Each load process exits when its calls have ended (their scripts say when); one still there 40 s
+        after the window is killed, and the report says so."""
+        for proc in self.loads:
+            while proc.returncode is None:
+                self._show("ending")
+                try:
+                    await asyncio.wait_for(proc.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    if time.monotonic() * 1000.0 > w1_ms + 40_000:
+                        proc.kill()
+                        self.problems.append("a load process did not finish in time and was killed")
+
+    async def stop(self) -> None:
+        """End everything this run started that still runs: load processes, the model simulator (SIGTERM, so
+        it writes its records), the baseline server, the stack (which cleans its shared memory)."""
+        for proc in self.loads:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        for task in self.readers:
+            task.cancel()
+        if self.sim_proc is not None and self.sim_proc.returncode is None:
+            self.sim_proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.sim_proc.wait(), 60)
+            except asyncio.TimeoutError:
+                self.sim_proc.kill()
+        if self.baseline_proc is not None and self.baseline_proc.returncode is None:
+            self.baseline_proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.baseline_proc.wait(), 20)
+            except asyncio.TimeoutError:
+                self.baseline_proc.kill()
+        if self.stack is not None:
+            await asyncio.to_thread(self.stack.stop)
+        self.log_file.close()
+
+    # ---- the figures ----
+
+    def _load_results(self) -> list:
+        """(CallResult, meta) of every call, from the load processes' files."""
+        results_meta = []
+        for k in range(self.procs):
+            path = self.workdir / f"load-{k}.pkl"
+            if not path.exists():
+                self.problems.append(f"load process {k} wrote no results")
+                continue
+            with open(path, "rb") as f:
+                results_meta.extend(pickle.load(f))
+        return results_meta
+
+    def _model_records(self) -> list:
+        """The model side's SessionRecords: the simulator's, or the pipecat stand-in's in their shape."""
+        if (self.workdir / "sim.pkl").exists():
+            with open(self.workdir / "sim.pkl", "rb") as f:
+                return pickle.load(f)
+        if self.system == "pipecat":
+            records = _stand_in_records(self.workdir / "baseline.jsonl", self.scenario.sim_config.clip_sequence)
+            if not records:
+                self.problems.append("the pipecat stand-in wrote no records")
+            return records
+        if not self.opts.target:
+            self.problems.append("the model simulator wrote no records")
+        return []
+
+    def build_report(self, window: LevelWindow) -> dict:
+        opts, calls, scenario, system, problems = self.opts, self.calls, self.scenario, self.system, self.problems
+        w0, w1, window_s = window.w0_ms, window.w1_ms, window.seconds
+        results_meta = self._load_results()
+        records = self._model_records()
+        full = analysis.RecordSet(records)
+        trimmed_records = analysis.trim_records(records, w0, w1)
+        trimmed = []
+        lost_out = lost_in = late_starts = 0
+        for result, meta in results_meta:
+            call_records = full.records(result.call_sid)
+            o, i = analysis.frames_lost(result, call_records, meta["end_ms"], measure_inbound=system != "pipecat")
+            lost_out += o
+            lost_in += i
+            if meta.get("send_origin_ms") is not None and meta["send_origin_ms"] > w0:
+                late_starts += 1
+            trimmed.append(analysis.trim_result(result, w0, w1))
+        if late_starts:
+            problems.append(f"{late_starts} calls started after the measured window opened (raise --settle-ms)")
+        # A call must show a clear only if the window is long enough to hold one of its barge-ins for sure.
+        expect_bargeins = scenario.expect_bargeins and opts.seconds * 1000 >= scenario.cycle_ms + 1000
+        samples: dict[str, list[float]] = {}
+        cpu_s = sum(window.cpu_by_process.values())
+        report = summarize(trimmed, full, seconds=opts.seconds, cpu_seconds=cpu_s, wall_seconds=window_s,
+                           stack_metrics=window.metrics, expect_bargeins=expect_bargeins, window_ms=(w0, w1),
+                           grace_ms=opts.starved_grace_ms, samples=samples)
+        report["problems"] = (report["problems"] + problems)[:50]
+        report["scenario"] = opts.scenario
+        report["system"] = system
+        report["transport"] = "unix" if self.unix_socket else "tcp"
+        report["privileges"] = {"mode": opts.privileges, "granted": window.scheduling}
+        report["frames_lost"] = lost_out + lost_in
+        report["frames_lost_outbound"] = lost_out
+        report["frames_lost_inbound"] = lost_in
+        idle_memory, loaded_memory = self.idle_memory, window.loaded_memory
+        idle_private = sum(v for k, v in idle_memory.items() if k != "arena")
+        loaded_private = sum(v for k, v in loaded_memory.items() if k != "arena")
+        # Memory per call: what the calls added to the processes' private pages, plus the whole arena
+        # (voicecore sizes it for the run's call slots up front, so all of it is per-call memory).
+        report["rss_per_call_mb"] = (round((loaded_private - idle_private + loaded_memory.get("arena", 0.0)) / calls, 4)
+                                     if self.pids else 0.0)
+        report["stack_memory_mb"] = {"idle": {k: round(v, 1) for k, v in idle_memory.items()},
+                                     "loaded": {k: round(v, 1) for k, v in loaded_memory.items()}}
+        report["cpu_ms_per_call_second_by_process"] = {
+            name: round(s * 1000 / (calls * opts.seconds), 3) for name, s in sorted(window.cpu_by_process.items())}
+        load_cpu_by_pid = window.load_cpu_by_pid
+        load_cpu_s = sum(load_cpu_by_pid.values())
+        report["load_cpu_fraction"] = round(load_cpu_s / window_s, 3) if window_s else 0.0
+        # Which half of the load side is busy: the carrier simulator (load processes) or the model simulator.
+        sim_pid = self.sim_proc.pid if self.sim_proc is not None else None
+        carrier_cpu_s = sum(v for pid, v in load_cpu_by_pid.items() if pid != sim_pid)
+        report["load_cpu_fraction_by_role"] = {
+            "carrier": round(carrier_cpu_s / window_s, 3) if window_s else 0.0,
+            "model_sim": round(load_cpu_by_pid.get(sim_pid, 0.0) / window_s, 3) if window_s and sim_pid else 0.0,
+        }
+        report["model_event_rates"] = analysis.model_event_rates(records, w0, w1)
+        report["calls_live_at_window_start"] = window.live_at_start
+        report["stack_processes_measured"] = bool(self.pids)  # False with --target: CPU and memory are not ours to read
+        report["load_procs"] = self.procs
+        report["load_cpus"] = self.load_cpus
+        report["load_saturated"] = load_saturated(report)
+        report["window"] = {"ramp_ms": self.ramp_ms, "settle_ms": self.settle_ms, "seconds": opts.seconds}
+        report["affinity"] = window.affinity
+        report["lateness_cdf_ms"] = _cdf(samples["lateness_ms"])
+        if opts.scenario in ("hallucination", HALLUCINATION_UNGATED):
+            figures = analysis.hallucination_figures(
+                (result, trimmed_records.records(result.call_sid)) for result, _ in results_meta)
+            first_audio = figures.pop("first_audio_ms")
+            report.update(figures)
+            report["gated_first_audio_ms" if opts.scenario == "hallucination" else "ungated_first_audio_ms"] = first_audio
+        if opts.profile:
+            report["profile"] = window.profile_info
+        violations = slo_violations(report, opts.slo)
+        report["slo_violations"] = violations
+        report["slo_ok"] = not violations
+        truncate_max = report["truncate_error_ms"]["max"]
+        # summarize's invariants, with underruns judged only where the model had sent the audio.
+        report["ok"] = bool(calls and report["calls_completed"] == calls and report["stale_frames"] == 0
+                            and report["overlapping_frames"] == 0 and report["bargeins_without_clear"] == 0
+                            and report["underruns_audio_available"] == 0 and not report["problems"]
+                            and truncate_max <= TRUNCATE_TOLERANCE_MS)
+        if opts.keep_logs or not report["ok"]:
+            report["_log_tail"] = self.log_path.read_text(errors="replace")[-6000:]
+        return report
 
 
 async def run_level(opts: BenchOptions, calls: int, workdir: Path, profile_out: Path | None = None,
                     system: str = "voicecore") -> dict:
-    """One run of ``calls`` calls against voicecore (or the pipecat baseline); returns the report
-    (callreport keys plus the bench's)."""
-    scenario = get_scenario(opts.scenario)
-    pin_stack = parse_cpus(opts.pin_stack) if opts.pin_stack else None
-    pin_load = parse_cpus(opts.pin_load) if opts.pin_load else None
-    load_cpus = len(pin_load) if pin_load else (os.cpu_count() or 1)
-    procs = opts.load_procs or max(1, min(load_cpus, math.ceil(calls / CALLS_PER_LOAD_PROC)))
-    procs = min(procs, calls)
-    ramp_ms = opts.ramp_ms if opts.ramp_ms is not None else min(15_000.0, max(float(scenario.cycle_ms), 10.0 * calls))
-    settle_ms = opts.settle_ms
-    problems: list[str] = []
-    cpus_arg = ",".join(map(str, sorted(pin_load))) if pin_load else ""
-
-    sim_proc = None
-    baseline_proc = None
-    stack = None
-    unix_socket: str | None = None
-    log_path = workdir / "stack.log"
-    log_file = open(log_path, "wb")
-    loads: list[asyncio.subprocess.Process] = []
-    readers: list[asyncio.Task] = []
-    status: dict = {}
-    profile_proc = None
-    profile_info: dict = {}
-    try:
-        if system in BASELINES:
-            python = pipecat_venv(opts) / "bin" / "python"
-            if not python.exists():
-                raise BenchError(f"no pipecat venv at {python.parent.parent}: run bench/baseline_pipecat/setup_venv.sh first")
-            extra: list[str] = []
-            if system == "pipecat-realtime":
-                sim_proc, sim_port = await _start_model_sim(opts, workdir, log_file, cpus_arg)
-                extra = ["--realtime-url", f"ws://127.0.0.1:{sim_port}/v1/realtime"]
-            else:
-                extra = ["--records", str(workdir / "baseline.jsonl")]
-            port_file = workdir / "baseline.port"
-            if opts.transport == "unix":
-                unix_socket = str(workdir / "baseline.sock")
-            baseline_proc = await asyncio.create_subprocess_exec(
-                str(python), str(BASELINE_SERVERS[system]), "--port-file", str(port_file), "--clips", str(CLIPS_DIR),
-                "--sequence", ",".join(scenario.sim_config.clip_sequence), *extra,
-                *(["--uds", unix_socket] if unix_socket else []),
-                *(["--nice", str(BASELINE_NICE)] if opts.privileges == "on" else []),
-                stdout=log_file, stderr=subprocess.STDOUT)
-            port = int(await _wait_file(port_file, 90, baseline_proc))
-            if pin_stack:
-                pin_tree(baseline_proc.pid, pin_stack)
-            base_url = UNIX_BASE_URL if unix_socket else f"http://127.0.0.1:{port}"
-            token, config = "baseline", None
-        elif opts.target:
-            base_url = opts.target.rstrip("/")
-            unix_socket = opts.unix_socket or None
-            token = opts.auth_token or os.environ.get("VOICECORE_TWILIO_AUTH_TOKEN", "")
-            if not token:
-                raise BenchError("--target needs the stack's Twilio auth token (--auth-token or VOICECORE_TWILIO_AUTH_TOKEN)")
-            config = None
-        else:
-            sim_proc, sim_port = await _start_model_sim(opts, workdir, log_file, cpus_arg)
-            # The scenario's own settings (the hallucination scenario's gate) win over the caller's.
-            base = resolve_config(load_config({**os.environ, **dict(scenario.stack_env)}, opts.config_path))
-            # A few spare slots: the warm-up call's slot may still be closing when the load starts.
-            config = dataclasses.replace(demo_config(base, workdir, calls, sim_port, record_dir=base.record_dir), max_calls=calls + 4)
-            if opts.transport == "unix":
-                unix_socket = str(workdir / "gateway.sock")
-                config = dataclasses.replace(config, listen=UNIX_PREFIX + unix_socket, public_url=UNIX_BASE_URL)
-            stack = Stack(config)
-            await asyncio.to_thread(stack.start, log_file)
-            await asyncio.to_thread(stack.wait_ready, 90.0)
-            base_url, token = config.base_url, config.twilio_auth_token
-            if pin_stack:
-                pin_tree(stack.process.pid, pin_stack)
-        # The figures (voicecore/callreport.py playout_figures) are the carrier's playout clock, the same for
-        # every sender; lead_frames only feeds the carrier's own mark-based schedule check (voicecore's marks).
-        lead_frames = max(1, (config.lead_ms if config else timing.DEFAULT_LEAD_MS) // FRAME_MS)
-        pids = stack_pids(stack) if stack else ({system: baseline_proc.pid} if baseline_proc else {})
-        idle_memory = stack_memory_mb(pids, config)
-
-        # One short call first, unmeasured: one-time costs of a first call (lazy imports, first
-        # connection set-up) must not land in the run, for either system.
-        from voicecore.sim.carrier import CallScript, place_call
-
-        warm = await place_call(base_url, token, CallScript(duration_ms=1500), lead_frames, unix_socket=unix_socket)
-        if warm.closed_by != "carrier" or warm.errors:
-            raise BenchError(f"the warm-up call failed: {warm.closed_by} {'; '.join(warm.errors)[:300]}")
-        env = _env()
-        env["BENCH_TWILIO_AUTH_TOKEN"] = token
-        for k in range(procs):
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.loadgen", "--base-url", base_url, "--scenario", opts.scenario,
-                "--calls-total", str(calls), "--procs", str(procs), "--proc-index", str(k),
-                "--seconds", str(opts.seconds), "--ramp-ms", str(ramp_ms), "--settle-ms", str(settle_ms),
-                "--lead-frames", str(lead_frames), "--out", str(workdir / f"load-{k}.pkl"),
-                *(["--unix-socket", unix_socket] if unix_socket else []),
-                *(["--cpus", cpus_arg] if cpus_arg else []),
-                env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log_file)
-            loads.append(proc)
-        for k, proc in enumerate(loads):
-            line = await asyncio.wait_for(proc.stdout.readline(), 60)
-            if line.strip() != b"ready":
-                raise BenchError(f"load process {k} did not start: {line[:200]!r}")
-            readers.append(asyncio.create_task(_read_lines(proc.stdout, status, k)))
-        t0_ms = time.monotonic() * 1000.0 + 200.0
-        for proc in loads:
-            proc.stdin.write((json.dumps({"t0_ms": t0_ms}) + "\n").encode())
-            await proc.stdin.drain()
-            proc.stdin.close()
-        w0 = t0_ms + ramp_ms + settle_ms
-        w1 = w0 + opts.seconds * 1000.0
-        total_s = (w1 - time.monotonic() * 1000.0) / 1000.0 + 1.0
-        progress = Progress(f"bench {opts.scenario} {calls} calls", total_s)
-
-        def show(phase: str) -> None:
-            live = sum(s.get("live", 0) for k, s in status.items() if isinstance(k, int))
-            done = sum(s.get("done", 0) for k, s in status.items() if isinstance(k, int))
-            failed = sum(s.get("failed", 0) for k, s in status.items() if isinstance(k, int))
-            progress.update(live, done, failed, calls, phase)
-
-        async def sleep_until(when_ms: float, phase: str) -> None:
-            while (left := when_ms / 1000.0 - time.monotonic()) > 0:
-                show(phase)
-                await asyncio.sleep(min(0.5, left))
-
-        await sleep_until(w0, "ramp-up")
-        live_at_w0 = sum(s.get("live", 0) for k, s in status.items() if isinstance(k, int))
-        load_pids = [p.pid for p in loads] + ([sim_proc.pid] if sim_proc else [])
-        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        load_before = {pid: cpu_seconds(pid) for pid in load_pids}
-        window_started = time.monotonic()
-        if opts.profile and pids and profile_out is not None:
-            sample_s = min(2.0, opts.seconds / 4)
-            profile_proc, profile_info = await _start_profile(
-                pids, sample_s, opts.seconds - sample_s - 0.5, profile_out, pin_load, calls)
-        elif opts.profile and not pids:
-            profile_info = {"error": "no stack processes to profile (--target)"}
-        await sleep_until(w1, "measuring")
-        window_s = time.monotonic() - window_started
-        # A process that restarted during the window counts from zero: all its CPU was in the window.
-        current = stack_pids(stack) if stack else pids
-        cpu_by_process = {name: cpu_seconds(pid) - cpu_before.get(name, 0.0) for name, pid in current.items()}
-        cpu_s = sum(cpu_by_process.values())
-        load_cpu_by_pid = {pid: cpu_seconds(pid) - before for pid, before in load_before.items()}
-        load_cpu_s = sum(load_cpu_by_pid.values())
-        loaded_memory = stack_memory_mb(current, config)
-        affinity = {name: affinity_of(pid) for name, pid in current.items()}
-        affinity["load"] = affinity_of(loads[0].pid) if loads else []
-        affinity["bench"] = affinity_of(os.getpid())
-        scheduling = {name: scheduling_of(pid) for name, pid in current.items()}
-        scheduling["load"] = scheduling_of(loads[0].pid) if loads else "gone"
-        if sim_proc is not None:
-            scheduling["model_sim"] = scheduling_of(sim_proc.pid)
-        for proc in loads:
-            while proc.returncode is None:
-                show("ending")
-                try:
-                    await asyncio.wait_for(proc.wait(), 1.0)
-                except asyncio.TimeoutError:
-                    if time.monotonic() * 1000.0 > w1 + 40_000:
-                        proc.kill()
-                        problems.append("a load process did not finish in time and was killed")
-        progress.finish()
-        profile_info = await _finish_profile(profile_proc, profile_info)
-        metrics = await asyncio.to_thread(_fetch_metrics, config) if config else {}
-    finally:
-        for proc in loads:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-        for task in readers:
-            task.cancel()
-        if sim_proc is not None and sim_proc.returncode is None:
-            sim_proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(sim_proc.wait(), 60)
-            except asyncio.TimeoutError:
-                sim_proc.kill()
-        if baseline_proc is not None and baseline_proc.returncode is None:
-            baseline_proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(baseline_proc.wait(), 20)
-            except asyncio.TimeoutError:
-                baseline_proc.kill()
-        if stack is not None:
-            await asyncio.to_thread(stack.stop)
-        log_file.close()
-
-    # ---- the figures ----
-    results_meta = []
-    for k in range(procs):
-        path = workdir / f"load-{k}.pkl"
-        if not path.exists():
-            problems.append(f"load process {k} wrote no results")
-            continue
-        with open(path, "rb") as f:
-            results_meta.extend(pickle.load(f))
-    records = []
-    if (workdir / "sim.pkl").exists():
-        with open(workdir / "sim.pkl", "rb") as f:
-            records = pickle.load(f)
-    elif system == "pipecat":
-        records = _stand_in_records(workdir / "baseline.jsonl", scenario.sim_config.clip_sequence)
-        if not records:
-            problems.append("the pipecat stand-in wrote no records")
-    elif not opts.target:
-        problems.append("the model simulator wrote no records")
-    full = analysis.RecordSet(records)
-    trimmed_records = analysis.trim_records(records, w0, w1)
-    trimmed = []
-    lost_out = lost_in = late_starts = 0
-    for result, meta in results_meta:
-        call_records = full.records(result.call_sid)
-        o, i = analysis.frames_lost(result, call_records, meta["end_ms"], measure_inbound=system != "pipecat")
-        lost_out += o
-        lost_in += i
-        if meta.get("send_origin_ms") is not None and meta["send_origin_ms"] > w0:
-            late_starts += 1
-        trimmed.append(analysis.trim_result(result, w0, w1))
-    if late_starts:
-        problems.append(f"{late_starts} calls started after the measured window opened (raise --settle-ms)")
-    # A call must show a clear only if the window is long enough to hold one of its barge-ins for sure.
-    expect_bargeins = scenario.expect_bargeins and opts.seconds * 1000 >= scenario.cycle_ms + 1000
-    samples: dict[str, list[float]] = {}
-    report = summarize(trimmed, full, seconds=opts.seconds, cpu_seconds=cpu_s, wall_seconds=window_s,
-                       stack_metrics=metrics, expect_bargeins=expect_bargeins, window_ms=(w0, w1),
-                       grace_ms=opts.starved_grace_ms, samples=samples)
-    report["problems"] = (report["problems"] + problems)[:50]
-    report["scenario"] = opts.scenario
-    report["system"] = system
-    report["transport"] = "unix" if unix_socket else "tcp"
-    report["privileges"] = {"mode": opts.privileges, "granted": scheduling}
-    report["frames_lost"] = lost_out + lost_in
-    report["frames_lost_outbound"] = lost_out
-    report["frames_lost_inbound"] = lost_in
-    idle_private = sum(v for k, v in idle_memory.items() if k != "arena")
-    loaded_private = sum(v for k, v in loaded_memory.items() if k != "arena")
-    # Memory per call: what the calls added to the processes' private pages, plus the whole arena
-    # (voicecore sizes it for the run's call slots up front, so all of it is per-call memory).
-    report["rss_per_call_mb"] = round((loaded_private - idle_private + loaded_memory.get("arena", 0.0)) / calls, 4) if pids else 0.0
-    report["stack_memory_mb"] = {"idle": {k: round(v, 1) for k, v in idle_memory.items()},
-                                 "loaded": {k: round(v, 1) for k, v in loaded_memory.items()}}
-    report["cpu_ms_per_call_second_by_process"] = {
-        name: round(s * 1000 / (calls * opts.seconds), 3) for name, s in sorted(cpu_by_process.items())}
-    report["load_cpu_fraction"] = round(load_cpu_s / window_s, 3) if window_s else 0.0
-    # Which half of the load side is busy: the carrier simulator (load processes) or the model simulator.
-    sim_pid = sim_proc.pid if sim_proc is not None else None
-    report["load_cpu_fraction_by_role"] = {
-        "carrier": round(sum(v for pid, v in load_cpu_by_pid.items() if pid != sim_pid) / window_s, 3) if window_s else 0.0,
-        "model_sim": round(load_cpu_by_pid.get(sim_pid, 0.0) / window_s, 3) if window_s and sim_pid else 0.0,
-    }
-    report["model_event_rates"] = analysis.model_event_rates(records, w0, w1)
-    report["calls_live_at_window_start"] = live_at_w0
-    report["stack_processes_measured"] = bool(pids)  # False with --target: CPU and memory are not ours to read
-    report["load_procs"] = procs
-    report["load_cpus"] = load_cpus
-    report["load_saturated"] = load_saturated(report)
-    report["window"] = {"ramp_ms": ramp_ms, "settle_ms": settle_ms, "seconds": opts.seconds}
-    report["affinity"] = affinity
-    report["lateness_cdf_ms"] = _cdf(samples["lateness_ms"])
-    if opts.scenario in ("hallucination", HALLUCINATION_UNGATED):
-        figures = analysis.hallucination_figures(
-            (result, trimmed_records.records(result.call_sid)) for result, _ in results_meta)
-        first_audio = figures.pop("first_audio_ms")
-        report.update(figures)
-        report["gated_first_audio_ms" if opts.scenario == "hallucination" else "ungated_first_audio_ms"] = first_audio
-    if opts.profile:
-        report["profile"] = profile_info
-    violations = slo_violations(report, opts.slo)
-    report["slo_violations"] = violations
-    report["slo_ok"] = not violations
-    truncate_max = report["truncate_error_ms"]["max"]
-    # summarize's invariants, with underruns judged only where the model had sent the audio.
-    report["ok"] = bool(calls and report["calls_completed"] == calls and report["stale_frames"] == 0
-                        and report["overlapping_frames"] == 0 and report["bargeins_without_clear"] == 0
-                        and report["underruns_audio_available"] == 0 and not report["problems"]
-                        and truncate_max <= TRUNCATE_TOLERANCE_MS)
-    if opts.keep_logs or not report["ok"]:
-        report["_log_tail"] = log_path.read_text(errors="replace")[-6000:]
-    return report
+    """One run of ``calls`` calls against voicecore (or a pipecat baseline); returns the report
+    (callreport keys plus the bench's). See LevelRun."""
+    return await LevelRun(opts, calls, workdir, profile_out, system).run()
 
 
 # ----- the command ----------------------------------------------------------------------------------
@@ -671,7 +795,7 @@ async def _bench(opts: BenchOptions) -> dict:
     if opts.pin_load:
         os.sched_setaffinity(0, parse_cpus(opts.pin_load))
     # --privileges off: voicecore's pacer and gateway ask for no priority (workers/*/main.py read this);
-    # the pipecat server gets no --nice either (run_level).
+    # the pipecat server gets no --nice either (LevelRun._start_baseline).
     os.environ[PRIORITY_ENV] = "1" if opts.privileges == "on" else "0"
 
     json_path = Path(opts.json_path) if opts.json_path else None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from voicecore.sim.audio_clips import default_library
 from voicecore.sim.carrier import CallScript
-from voicecore.sim.model_core import SimConfig
+from voicecore.sim.model import SimConfig
 
 SCENARIOS = ("steady", "bargein-storm", "model-stall", "silence", "hallucination", "overlap")
 # Run by `--scenario hallucination` after the gated run, never named on the command line: the same calls
@@ -162,7 +162,7 @@ def _hallucination(name: str) -> Scenario:
 
 def auto_agent_clips() -> tuple[str, ...]:
     """The agent clips the simulator picks, in order, when neither a clip_sequence nor instructions
-    name one (voicecore/sim/model_core.py _choose_clip): the question and answer clips of the index."""
+    name one (voicecore/sim/model/session.py _choose_clip): the question and answer clips of the index."""
     library = default_library()
     return tuple(c.name for c in library.infos if c.role == "agent" and c.kind in ("question", "answer"))
 

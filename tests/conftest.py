@@ -19,7 +19,7 @@ import pytest
 
 from voicecore.config import load_config
 from voicecore.demo import DEMO_CLIPS, free_port
-from voicecore.sim.model_core import SimConfig
+from voicecore.sim.model import SimConfig
 from voicecore.sim.model_server import serve_model_sim
 from voicecore.supervise import Stack, resolve_config
 

@@ -134,7 +134,7 @@ import json  # noqa: E402
 from bench import analysis  # noqa: E402
 from voicecore.sim.carrier import CallResult  # noqa: E402
 from voicecore.sim.carrier_core import CarrierCall  # noqa: E402
-from voicecore.sim.model_core import ResponseRecord, SessionRecord  # noqa: E402
+from voicecore.sim.model import ResponseRecord, SessionRecord  # noqa: E402
 
 FRAMES = 20
 

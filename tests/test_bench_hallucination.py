@@ -17,7 +17,7 @@ from bench.scenarios import HALLUCINATION_UNGATED, KNOWLEDGE_DIR, auto_agent_cli
 from voicecore.sim.audio_clips import clip_index
 from voicecore.sim.carrier import CallResult
 from voicecore.sim.carrier_core import ReceivedFrame
-from voicecore.sim.model_core import CancelRecord, ResponseRecord, SessionRecord, SimConfig, SpeechRecord
+from voicecore.sim.model import CancelRecord, ResponseRecord, SessionRecord, SimConfig, SpeechRecord
 from voicecore.supervise import REPO_ROOT
 from voicecore.timing import FRAME_BYTES
 from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from voicecore.supervise import REPO_ROOT
+from waiting import wait_until
 
 CALLS = 10
 SECONDS = 5.0
@@ -130,6 +131,13 @@ def test_bench_refuses_a_unix_socket_without_target():
     assert completed.returncode == 2 and "--unix-socket is for --target" in completed.stderr
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""  # gone meanwhile
+
+
 def _descendants(pid: int) -> set[int]:
     found: set[int] = set()
     todo = [pid]
@@ -151,27 +159,24 @@ def _descendants(pid: int) -> set[int]:
 def test_sigterm_stops_the_bench_and_everything_it_started(tmp_path: Path):
     import os
     import signal
-    import time
 
     bench = subprocess.Popen(
         [sys.executable, "-m", "voicecore.cli", "bench", "--calls", "2", "--seconds", "60", "--scenario", "silence",
          "--json", str(tmp_path / "bench.json")],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    started: set[int] = set()
+
+    def load_and_stack_running_or_bench_gone() -> bool:
+        if bench.poll() is not None:
+            return True  # exited early: the assert below shows why
+        started.update(_descendants(bench.pid))
+        cmdlines = [_cmdline(pid) for pid in started]
+        return any(b"bench.loadgen" in c for c in cmdlines) and any(b"workers.pacer" in c for c in cmdlines)
+
     try:
-        deadline = time.monotonic() + 60
-        started: set[int] = set()
-        while time.monotonic() < deadline and bench.poll() is None:
-            started |= _descendants(bench.pid)
-            cmdlines = []
-            for pid in started:
-                try:
-                    cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
-                except OSError:
-                    pass
-            if any(b"bench.loadgen" in c for c in cmdlines) and any(b"workers.pacer" in c for c in cmdlines):
-                break
-            time.sleep(0.2)
+        wait_until(load_and_stack_running_or_bench_gone, 60, "the bench's load process and the stack's pacer",
+                   interval_s=0.2)
         assert bench.poll() is None, bench.stderr.read()[-2000:]
         started |= _descendants(bench.pid)
         os.kill(bench.pid, signal.SIGTERM)
@@ -181,10 +186,19 @@ def test_sigterm_stops_the_bench_and_everything_it_started(tmp_path: Path):
             bench.kill()
     assert bench.returncode == 130, err[-2000:]
     assert "stopped" in err
-    time.sleep(0.5)
-    alive = [pid for pid in started if Path(f"/proc/{pid}").exists()
-             and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"]
-    assert alive == [], [Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in alive]
+
+    def still_alive() -> list[int]:
+        alive = []
+        for pid in started:
+            try:
+                if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.append(pid)
+            except OSError:
+                pass  # gone
+        return alive
+
+    wait_until(lambda: not still_alive(), 10, "every process the bench started to exit",
+               detail=lambda: repr([_cmdline(pid)[:80] for pid in still_alive()]))
 
 
 PIPECAT_PYTHON = Path(os.environ.get("VOICECORE_PIPECAT_VENV") or Path.home() / ".cache" / "voicecore-bench" / "pipecat-venv") / "bin" / "python"

@@ -21,7 +21,7 @@ from voicecore.callreport import (
 )
 from voicecore.sim.carrier import CallResult
 from voicecore.sim.carrier_core import CarrierCall
-from voicecore.sim.model_core import ResponseRecord, SessionRecord, SpeechRecord
+from voicecore.sim.model import ResponseRecord, SessionRecord, SpeechRecord
 from voicecore.timing import FRAME_BYTES
 
 SID = "MZ1"

@@ -15,14 +15,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from voicecore import stats as report_stats
+from voicecore.sim import carrier_core
 from voicecore.sim.carrier_core import (
     SILENT_FRAME,
     CarrierCall,
     Utterance,
-    parse_mark_name,
-    percentile,
     speech_end_ms,
 )
+from voicecore.twilio import marks
+from voicecore.twilio.marks import parse_mark_name
 from voicecore.timing import BARGEIN_CLEAR_WINDOW_MS, FRAME_BYTES
 
 SID = "MZ" + "0" * 32
@@ -286,6 +288,8 @@ def test_lateness_is_measured_against_lead_then_one_frame_per_20_ms():
     stats = call.statistics()
     assert stats.late_frames == 4 and stats.lateness_max_ms == 15
     assert stats.lateness_p50_ms == 0
+    # Nearest rank, as in every report (voicecore.stats): the 13th of 13 samples, not 14.4 interpolated.
+    assert stats.lateness_p99_ms == 15
 
 
 def test_a_tag_resumed_after_its_end_mark_is_timed_as_a_new_spurt():
@@ -523,13 +527,21 @@ def test_parse_mark_name(name, parsed):
     assert parse_mark_name(name) == parsed
 
 
-def test_percentile():
+def test_percentile_is_the_reports_nearest_rank_or_none():
+    # One definition for the carrier's figures and every report's (voicecore/stats.py); no samples is None.
+    assert carrier_core.percentile_or_none is report_stats.percentile_or_none
+    percentile = report_stats.percentile_or_none
     assert percentile([], 50) is None
     assert percentile([5], 99) == 5
-    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([1, 2, 3, 4], 50) == 2  # nearest rank: the 2nd of 4 (interpolation said 2.5)
     assert percentile([3, 1, 2], 100) == 3
     assert percentile([3, 1, 2], 0) == 1
     assert percentile(list(range(101)), 99) == 99
+
+
+def test_the_carrier_reads_mark_names_by_the_one_rule():
+    assert carrier_core.parse_mark_name is marks.parse_mark_name
+    assert carrier_core.PLAIN_NAME_BYTES is marks.PLAIN_NAME_BYTES
 
 
 def test_silent_frame_is_ulaw_zero():

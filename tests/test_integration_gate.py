@@ -13,15 +13,15 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import start_stack
+from waiting import wait_until
 
 from voicecore.sim.audio_clips import load_clip
 from voicecore.sim.carrier import CallScript, place_call
-from voicecore.sim.model_core import SimConfig
+from voicecore.sim.model import SimConfig
 
 pytestmark = pytest.mark.integration
 
@@ -115,10 +115,7 @@ def ask_price_in_turns(running, answer_text: str):
 
 def record_of(running, call_sid: str) -> Path:
     path = Path(running.config.record_dir) / f"{call_sid}.jsonl"
-    deadline = time.monotonic() + 10
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert path.exists(), running.log_tail()
+    wait_until(path.exists, 10, f"the call's record {path.name}", detail=running.log_tail)
     return path
 
 

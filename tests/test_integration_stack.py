@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 import wave
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from conftest import start_stack
 from test_metrics_text import parse_exposition
+from waiting import wait_until, wait_until_async
 from voicecore.callreport import summarize
 from voicecore.demo import demo_script
 from voicecore.record import load as load_record
@@ -40,13 +40,32 @@ def report_for(sim, results, seconds=CALL_SECONDS):
     return summarize(results, sim, seconds=seconds, cpu_seconds=0.0, wall_seconds=seconds)
 
 
-def wait_for_record(config, call_sid, timeout_s=10.0, name="") -> Path:
+def wait_for_record(config, call_sid, detail, timeout_s=10.0, name="") -> Path:
     """The model worker writes a call's record when the call has ended (INV-REPLAY)."""
     path = Path(config.record_dir) / (name or f"{call_sid}.jsonl")
-    deadline = time.monotonic() + timeout_s
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return path
+    return wait_until(lambda: path.exists() and path, timeout_s, f"the call's record {path.name}", detail=detail)
+
+
+RECORD_INPUT_KINDS = {"start", "model", "audio", "dtmf", "tick", "stop", "reopen", "verdict", "snippets"}
+
+
+def part_file_inputs(config) -> int:
+    """The most inputs any part file of the record dir holds so far (voicecore/record.py: the header,
+    then entries streamed in batches; a batch may end in a half-written line)."""
+    counts = [0]
+    for part in Path(config.record_dir).glob("*.jsonl.part"):
+        try:
+            lines = part.read_bytes().splitlines()[1:]
+        except FileNotFoundError:
+            continue  # the call ended and the part file got its final name meanwhile
+        kinds = []
+        for line in lines:
+            try:
+                kinds.append(json.loads(line).get("k"))
+            except ValueError:
+                pass
+        counts.append(sum(kind in RECORD_INPUT_KINDS for kind in kinds))
+    return max(counts)
 
 
 def loud_ms(channel) -> int:
@@ -85,8 +104,7 @@ def test_call_with_bargein_has_no_stale_frames_and_an_exact_truncate(running_sta
 
     # The call's record (spine mode: SpineDriver's inputs and actions, with the caller's audio) replays
     # identically, and its WAV has the caller on the left and the agent on the right.
-    path = wait_for_record(config, result.call_sid)
-    assert path.exists(), running_stack.log_tail()
+    path = wait_for_record(config, result.call_sid, running_stack.log_tail)
     assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
     header, entries = load_record(path)
     assert header["control"] == "spine" and header["args"]["greet"] is True
@@ -126,7 +144,8 @@ def test_two_concurrent_calls_stay_isolated_when_one_sends_garbage(running_stack
 
 
 async def _call_that_sends_garbage(config) -> int | None:
-    """Opens a real stream, then sends a non-JSON text frame two seconds in; returns the close code."""
+    """Opens a real stream, then sends a non-JSON text frame once the agent's audio reaches it; returns the
+    close code."""
     from websockets.asyncio.client import connect
 
     sid = "CA" + os.urandom(16).hex()
@@ -141,7 +160,10 @@ async def _call_that_sends_garbage(config) -> int | None:
         await ws.send(json.dumps({"event": "start", "sequenceNumber": "1", "streamSid": stream_sid, "start": {
             "accountSid": form["AccountSid"], "streamSid": stream_sid, "callSid": sid, "tracks": ["inbound"],
             "customParameters": target.parameters, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}))
-        await asyncio.sleep(2)
+        try:  # the call is up end to end: the model's greeting reaches this stream
+            await asyncio.wait_for(ws.recv(), 10)
+        except TimeoutError:
+            pytest.fail("timed out after 10 s waiting for the first outbound message of the garbage call", pytrace=False)
         await ws.send("{not json")
         try:
             async for _ in ws:
@@ -222,7 +244,11 @@ def test_model_worker_killed_mid_call_is_restarted_and_the_call_goes_on():
         async def call_and_kill():
             async with running.model_sim() as sim:
                 call = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, demo_script(CALL_SECONDS)))
-                await asyncio.sleep(3)
+                # mid-call: the worker to be killed has streamed a batch of this call (its start and the
+                # caller's audio) to its part file, which the replay below checks
+                await wait_until_async(lambda: part_file_inputs(config) > 1, 20,
+                                       "the model worker's part file to hold more than the call's start",
+                                       detail=running.log_tail)
                 pid = running.stack.program_pids()["model"]
                 os.kill(pid, signal.SIGKILL)
                 killed["pid"] = pid
@@ -250,8 +276,7 @@ def test_model_worker_killed_mid_call_is_restarted_and_the_call_goes_on():
         assert code == 0 and replayed["identical"] and replayed["complete"] is False and replayed["inputs"] > 1, replayed
         # The restarted worker recorded the rest under the next number (no greeting: it resumed the call),
         # and that record replays identically.
-        path = wait_for_record(config, result.call_sid, name=f"{result.call_sid}-2.jsonl")
-        assert path.exists(), running.log_tail()
+        path = wait_for_record(config, result.call_sid, running.log_tail, name=f"{result.call_sid}-2.jsonl")
         header, _ = load_record(path)
         assert header["args"]["greet"] is False and header["first_tag"] > 1
         code, replayed = replay_cli(path)

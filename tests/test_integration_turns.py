@@ -9,12 +9,12 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import urllib.parse
 from pathlib import Path
 
 import pytest
 from conftest import start_stack
+from waiting import wait_until
 
 from voicecore.demo import demo_script
 from voicecore.sim.carrier import CallScript, place_call
@@ -36,10 +36,7 @@ def test_a_live_call_under_the_controller_is_recorded_and_replays_identically():
         (session,) = sim.by_call(result.call_sid)
         assert session.record.responses[0].instructions.startswith("Say exactly:")  # the flow's greeting
         record = Path(running.config.record_dir) / f"{result.call_sid}.jsonl"
-        deadline = time.monotonic() + 10
-        while not record.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert record.exists(), running.log_tail()
+        wait_until(record.exists, 10, f"the call's record {record.name}", detail=running.log_tail)
         assert (record.stat().st_mode & 0o777) == 0o600
         replay = subprocess.run([sys.executable, "-m", "voicecore.cli", "replay", str(record), "--json"],
                                 capture_output=True, text=True, timeout=60)
@@ -81,10 +78,8 @@ def test_the_controller_hangs_up_through_the_rest_api_after_the_goodbye_played()
                 return await place_call(running.config.base_url, running.config.twilio_auth_token, script)
 
         result = asyncio.run(call())
-        deadline = time.monotonic() + 5
-        while not _FakeTwilioRest.requests and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _FakeTwilioRest.requests, running.log_tail()
+        wait_until(lambda: _FakeTwilioRest.requests, 5, "the hang-up request to the fake Twilio REST API",
+                   detail=running.log_tail)
         method, path, authorization, body = _FakeTwilioRest.requests[0]
         assert (method, path.endswith(f"/Calls/{result.call_sid}.json")) == ("POST", True)
         assert "/2010-04-01/Accounts/AC" in path

@@ -2,8 +2,8 @@
 
 import json
 
+from voicecore.call import core
 from voicecore.realtime import events as rt
-from workers.model import core
 
 MS = 1_000_000
 IDLE = core.Playout(0, 0, 0, 0, 0, 0)

@@ -1,4 +1,4 @@
-"""The realtime-model simulator (voicecore.sim.model_core / model_server): every client event path of
+"""The realtime-model simulator (voicecore.sim.model / model_server): every client event path of
 PROTOCOLS.md D.2, beta and GA naming, the D.1 order, delta sizes, dither, late deltas, truncation, the
 failure and transcript-validation switches. Every server event the simulator emits is validated against
 the `openai` package's own types and parsed by voicecore.realtime.events. The core runs on a fake clock
@@ -21,16 +21,10 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from voicecore.realtime import events as ev
 from voicecore.sim import audio_clips
-from voicecore.sim.model_core import (
-    ModelSession,
-    SimConfig,
-    _Rng,
-    dither_ulaw,
-    peak_ulaw,
-    rms_ulaw,
-    rms_ulaw_numpy,
-    split_delta_sizes,
-)
+from voicecore.sim.model import ModelSession, SimConfig
+from voicecore.sim.model.clips import dither_ulaw, peak_ulaw, rms_ulaw, rms_ulaw_numpy
+from voicecore.sim.model.rng import SplitMix64
+from voicecore.sim.model.schedule import split_delta_sizes
 from voicecore.timing import BYTES_PER_MS, FRAME_BYTES
 
 with warnings.catch_warnings():
@@ -425,14 +419,14 @@ def test_dither_is_small_and_keeps_length() -> None:
 
 
 def test_split_delta_sizes_never_frame_aligned() -> None:
-    rng = _Rng(1)
+    rng = SplitMix64(1)
     for total in [1, 80, 160, 161, 320, 1900, 1920, 3200, 32000, 33920, 40000]:
         sizes = split_delta_sizes(total, rng, 300, 1900)
         assert sum(sizes) == total and all(s > 0 and s % FRAME_BYTES for s in sizes), (total, sizes)
 
 
 def test_rms_fallback_matches_audioop() -> None:
-    data = bytes(_Rng(3).below(256) for _ in range(1600))
+    data = bytes(SplitMix64(3).below(256) for _ in range(1600))
     for i in range(0, 1600, 160):
         assert abs(rms_ulaw_numpy(data[i : i + 160]) - rms_ulaw(data[i : i + 160])) <= 1
     assert rms_ulaw_numpy(b"") == 0
@@ -727,7 +721,7 @@ def test_recognition_by_length_and_fallback() -> None:
     assert h.session.record.speech[0].caller_clip == "caller_cancel"
     h.run_all()
     # 5 s of loud noise is no caller clip
-    noise = bytes(0x80 | _Rng(9).below(0x30) for _ in range(40000))
+    noise = bytes(0x80 | SplitMix64(9).below(0x30) for _ in range(40000))
     h.append(SILENCE * 4000 + noise + SILENCE * 8000)
     assert h.session.record.speech[1].transcript == "hello" and h.session.record.speech[1].caller_clip is None
 
@@ -928,11 +922,16 @@ def test_every_emitted_event_parses_to_its_canonical_event() -> None:
 
 
 def test_core_is_pure() -> None:
-    import voicecore.sim.model_core as core
+    from pathlib import Path
 
-    source = open(core.__file__, encoding="utf-8").read()
-    for name in ("asyncio", "websockets", "time", "os", "random", "uuid", "zmq"):
-        assert f"\nimport {name}\n" not in source and f"\nfrom {name} " not in source
+    import voicecore.sim.model as package
+
+    modules = sorted(Path(package.__file__).parent.glob("*.py"))
+    assert len(modules) >= 8
+    for module in modules:
+        source = module.read_text(encoding="utf-8")
+        for name in ("asyncio", "websockets", "time", "os", "random", "uuid", "zmq"):
+            assert f"\nimport {name}\n" not in source and f"\nfrom {name} " not in source, (module.name, name)
 
 
 def test_clip_assets() -> None:

@@ -2,7 +2,7 @@
 
 Hypothesis draws interleavings of what a realtime server does under load (response.created while an older
 response still streams, audio deltas of any size, audio.done / response.done, server-side cancels, late
-deltas after a cancel, speech_started) and of time. The model worker's core (workers/model/core.py) turns
+deltas after a cancel, speech_started) and of time. The model worker's core (voicecore/call/core.py) turns
 them into actions, which are applied to a real arena as the model worker's shell applies them; the pacer's
 step (workers/pacer/core.py) releases frames on its clock; a small carrier plays the wire in order at
 20 ms a frame, honours `clear`, and echoes marks into the control block as the gateway does.
@@ -25,12 +25,12 @@ from collections import deque
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from voicecore.call import core
 from voicecore.realtime import events as rt
 from voicecore.shm import control as C
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.timing import FRAME_BYTES, FRAME_NS
-from workers.model import core
 from workers.pacer import core as P
 
 MS = 1_000_000

@@ -91,6 +91,11 @@ FIXTURES: list[tuple[dict[str, Any], Any]] = [
         ev.ResponseCreated("resp_R"),
     ),
     (
+        {"type": "response.created", "event_id": "e",
+         "response": {"id": "resp_R", "status": "in_progress", "metadata": {"vc_req": "3", "vc_prompt": "greeting"}}},
+        ev.ResponseCreated("resp_R", {"vc_req": "3", "vc_prompt": "greeting"}),
+    ),
+    (
         {"type": "response.output_item.added", "event_id": "e", "response_id": "resp_R", "output_index": 0,
          "item": {"id": "item_A", "type": "message", "role": "assistant", "content": []}},
         ev.OutputItemAdded("resp_R", "item_A", "assistant"),
@@ -158,6 +163,11 @@ FIXTURES: list[tuple[dict[str, Any], Any]] = [
     ),
     ({"type": "conversation.item.deleted", "event_id": "e", "item_id": "item_A"}, ev.ItemDeleted("item_A")),
     (
+        {"type": "conversation.item.input_audio_transcription.delta", "event_id": "e", "item_id": "item_U",
+         "content_index": 0, "delta": "hel"},
+        ev.InputTranscriptionDelta("item_U", "hel"),
+    ),
+    (
         {"type": "conversation.item.input_audio_transcription.completed", "event_id": "e", "item_id": "item_U",
          "content_index": 0, "transcript": "hello"},
         ev.InputTranscriptionCompleted("item_U", "hello"),
@@ -199,6 +209,7 @@ REQUIRED_CASES = [
     for key in event
     if key not in ("type", "event_id", "obfuscation", "previous_item_id", "output_index", "content_index")
     and (event["type"], key) != ("response.function_call_arguments.done", "name")  # optional: beta lacks it
+    and (event["type"], key) != ("conversation.item.input_audio_transcription.delta", "delta")  # optional (C.3)
 ]
 
 
@@ -320,6 +331,8 @@ BUILT = [
     ev.item_truncate("item_1", 1234.9, event_id="t"),  # type: ignore[arg-type]
     ev.item_delete("item_1"),
     ev.conversation_item_create_user_text("What does Basic cost?", event_id="u1"),
+    ev.function_call_output("call_1", '{"found": true}'),
+    ev.function_call_output("call_2", "ok", event_id="f1"),
 ]
 
 
@@ -342,6 +355,51 @@ def test_builder_contents() -> None:
     assert json.loads(ev.item_delete("i")) == {"type": "conversation.item.delete", "item_id": "i"}
     item = json.loads(ev.conversation_item_create_user_text("hi"))["item"]
     assert item == {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+
+
+def test_function_call_output_is_a_conversation_item_for_the_call() -> None:
+    text = ev.function_call_output("call_1", '{"name": "Jonas", "note": "\u00e9"}')
+    assert json.loads(text) == {"type": "conversation.item.create", "item": {
+        "type": "function_call_output", "call_id": "call_1", "output": '{"name": "Jonas", "note": "\u00e9"}'}}
+    # compact, and non-ASCII as UTF-8 text (the controller's records hold these exact bytes)
+    assert text == ('{"type":"conversation.item.create","item":{"type":"function_call_output","call_id":"call_1",'
+                    '"output":"{\\"name\\": \\"Jonas\\", \\"note\\": \\"\u00e9\\"}"}}')
+    assert json.loads(ev.function_call_output("c", "x", event_id="f1"))["event_id"] == "f1"
+
+
+@pytest.mark.parametrize("metadata,expected", [
+    ({"vc_req": "7"}, {"vc_req": "7"}),
+    ({}, {}),
+    (None, None),
+    ("not an object", None),
+    (["vc_req"], None),
+])
+def test_response_created_carries_the_metadata_of_the_request(metadata: Any, expected: Any) -> None:
+    response: dict[str, Any] = {"id": "resp_R", "status": "in_progress"}
+    if metadata is not None:
+        response["metadata"] = metadata
+    parsed = ev.parse_server_event(json.dumps({"type": "response.created", "response": response}))
+    assert parsed == ev.ResponseCreated("resp_R", expected)
+
+
+def test_input_transcription_delta_without_text_is_an_empty_delta() -> None:
+    text = json.dumps({"type": "conversation.item.input_audio_transcription.delta", "item_id": "item_U"})
+    assert ev.parse_server_event(text) == ev.InputTranscriptionDelta("item_U", "")
+    bad = json.dumps({"type": "conversation.item.input_audio_transcription.delta", "item_id": "item_U", "delta": 5})
+    assert isinstance(ev.parse_server_event(bad), ev.MalformedEvent)
+
+
+@pytest.mark.parametrize("event", [
+    {"type": "conversation.item.input_audio_transcription.delta", "event_id": "e", "item_id": "item_U",
+     "content_index": 0, "delta": "hel"},
+    {"type": "response.created", "event_id": "e", "response": {"id": "resp_R", "object": "realtime.response",
+     "status": "in_progress", "metadata": {"vc_req": "3"}}},
+])
+@pytest.mark.parametrize("naming", ["ga", "beta"])
+def test_new_server_fixtures_match_the_sdk_types(naming: str, event: dict[str, Any]) -> None:
+    """The shapes parsed for the controller are the vendor's own (PROTOCOLS.md C.3), in both namings."""
+    model = SERVER_ADAPTERS[naming].validate_python(event)
+    assert model.type == event["type"]  # type: ignore[attr-defined]
 
 
 def test_realtime_url_and_headers() -> None:

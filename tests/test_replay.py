@@ -6,7 +6,8 @@ import json
 import wave
 
 from voicecore import record, replay
-from workers.model import controller as C
+from voicecore.call import controller as C
+from voicecore.call.record import CallRecorder
 
 from scenarios.catalog import SCENARIOS
 from scenarios.harness import run
@@ -22,7 +23,7 @@ def recorded(name="bargein_mid", keep_audio=False):
 
 def test_record_file_round_trips_and_replays_identically(tmp_path):
     o = recorded()
-    path = o.recorder.save(tmp_path / "call.jsonl")
+    path = record.save(o.recorder, tmp_path / "call.jsonl")
     assert path.stat().st_mode & 0o777 == 0o600
     header, entries = record.load(path)
     assert header["voicecore_record"] == 1 and header["config"]["watchdog_ms"] == 3000
@@ -53,7 +54,7 @@ def test_a_changed_policy_diverges_where_it_first_matters():
 
 def test_main_reports_identical_writes_a_stereo_wav_and_measures_speed(tmp_path, capsys):
     o = recorded()
-    path = o.recorder.save(tmp_path / "call.jsonl")
+    path = record.save(o.recorder, tmp_path / "call.jsonl")
     wav = tmp_path / "call.wav"
     assert replay.main([str(path), "--wav", str(wav), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -66,7 +67,7 @@ def test_main_reports_identical_writes_a_stereo_wav_and_measures_speed(tmp_path,
 
 def test_caller_audio_is_kept_when_asked_and_lands_on_the_left(tmp_path):
     c = C.CallController("CA1")
-    rec = record.CallRecorder(c, keep_caller_audio=True)
+    rec = CallRecorder(c, keep_caller_audio=True)
     rec.start(0)
     rec.on_caller_audio(1, 1000 * MS, b"\x00" * 160)
     rec.on_tick(2000 * MS, C.IDLE_PLAYOUT)

@@ -10,11 +10,12 @@ import wave
 import numpy as np
 
 from voicecore import record, replay, timing
+from voicecore.call import controller as C
+from voicecore.call.record import INPUT_KINDS, CallRecorder
+from voicecore.call.spine import SpineDriver
 from voicecore.demo import DEMO_CLIPS
 from voicecore.sim.audio_clips import load_clip
-from voicecore.sim.model_core import ModelSession, SimConfig
-from workers.model import controller as C
-from workers.model.spine import SpineDriver
+from voicecore.sim.model import ModelSession, SimConfig
 
 from scenarios.harness import PlayoutModel
 
@@ -30,7 +31,7 @@ def spine_call(seconds: float = 16.0, keep_audio: bool = True, reconnect_at_ms: 
     ``sink``: the recorder streams (see CallRecorder); ``on_step(rec, now_ms)`` runs every 20 ms."""
     sim = ModelSession(SimConfig(clip_sequence=DEMO_CLIPS, late_deltas_after_cancel=2), 0, 0, call_sid=CALL_SID)
     driver = SpineDriver(CALL_SID, first_tag=1, **core_args)
-    rec = record.CallRecorder(driver, keep_caller_audio=keep_audio, sink=sink)
+    rec = CallRecorder(driver, keep_caller_audio=keep_audio, sink=sink)
     playout = PlayoutModel()
     caller = bytearray(SILENCE * (int(seconds * 1000) // timing.FRAME_MS))
     for at_ms, clip in ((5500, "caller_basic_price"), (10_000, "caller_interrupt")):
@@ -70,7 +71,7 @@ def test_a_spine_record_replays_identically(tmp_path):
     rec, driver, playout = spine_call()
     stats = driver.core.stats
     assert stats.responses >= 3 and stats.bargeins == 1 and stats.truncates == 1  # greeting, cut answer, next answer
-    path = rec.save_new(tmp_path / "records")
+    path = record.save_new(rec, tmp_path / "records")
     assert path.name == f"{CALL_SID}.jsonl"
     assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
     header, entries = record.load(path)
@@ -115,7 +116,7 @@ def test_a_tampered_spine_record_reports_the_first_divergence(tmp_path):
 
 def test_replay_wav_of_a_spine_record_has_the_caller_left_and_the_agent_right(tmp_path, capsys):
     rec, _, playout = spine_call()
-    path = rec.save_new(tmp_path)
+    path = record.save_new(rec, tmp_path)
     wav = tmp_path / "call.wav"
     assert replay.main([str(path), "--wav", str(wav), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -168,7 +169,7 @@ def test_a_reconnected_model_session_is_configured_again_and_replays(tmp_path):
 
 def test_old_records_without_control_are_turns_records():
     c = C.CallController("CA1")
-    rec = record.CallRecorder(c)
+    rec = CallRecorder(c)
     rec.start(0)
     rec.on_tick(20 * MS, C.IDLE_PLAYOUT)
     header, entries = record.loads(rec.dumps())
@@ -180,8 +181,8 @@ def test_old_records_without_control_are_turns_records():
 
 def test_a_second_record_of_one_call_never_overwrites_the_first(tmp_path):
     rec, _, _ = spine_call(seconds=13)
-    first = rec.save_new(tmp_path)
-    second = rec.save_new(tmp_path)
+    first = record.save_new(rec, tmp_path)
+    second = record.save_new(rec, tmp_path)
     assert (first.name, second.name) == (f"{CALL_SID}.jsonl", f"{CALL_SID}-2.jsonl")
     assert first.read_text() == second.read_text()
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
@@ -241,7 +242,7 @@ def test_a_part_file_cut_short_replays_what_it_has_and_says_incomplete(tmp_path,
     assert not complete and len(entries) == cut
     assert replay.main([str(part), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    kept_inputs = sum(1 for line in lines[1:cut + 1] if json.loads(line)["k"] in record.INPUT_KINDS)
+    kept_inputs = sum(1 for line in lines[1:cut + 1] if json.loads(line)["k"] in INPUT_KINDS)
     assert report["identical"] and report["complete"] is False and "incomplete" in report["note"]
     assert report["inputs"] == kept_inputs
     assert replay.main([str(part)]) == 0

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from voicecore.record import loads
+from voicecore.call import controller as C
+from voicecore.call.record import loads
 from voicecore.replay import replay
-from workers.model import controller as C
 
 from scenarios.catalog import SCENARIOS, Scenario
 from scenarios.harness import LEAD_MS, TICK_MS, Outcome, run

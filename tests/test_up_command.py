@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from voicecore.demo import demo_script, free_port
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.sim.carrier import place_call
+from waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -34,17 +34,18 @@ def test_up_serves_a_call_with_the_builtin_simulator_and_stops_clean_on_ctrl_c()
         "VOICECORE_MAX_CALLS": "4",
     })
     up = subprocess.Popen([sys.executable, "-m", "voicecore.cli", "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def model_worker_alive() -> bool:
+        assert up.poll() is None, up.stdout.read().decode(errors="replace")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
+                return b'"model": true' in response.read()
+        except OSError:
+            return False
+
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
-                    if b'"model": true' in response.read():
-                        break
-            except OSError:
-                pass
-            assert up.poll() is None, up.stdout.read().decode(errors="replace")
-            time.sleep(0.3)
+        # a fresh checkout compiles the numba kernels on first start
+        wait_until(model_worker_alive, 180, "/healthz to report the model worker alive", interval_s=0.3)
         # this stack's arena (other stacks on the machine have their own: only this one is checked)
         arena = Path("/dev/shm") / (workdir / "run" / ARENA_NAME_FILE).read_text().strip()
         assert arena.exists()

@@ -1,13 +1,18 @@
-"""The `voicecore` command: up, demo (and the bench and replay as they land).
+"""The `voicecore` command: up, demo, replay, and the subcommands other packages register.
 
-Owns argument parsing and exit codes only; each subcommand's work lives in its own module.
+Owns argument parsing and exit codes only; each subcommand's work lives in its own module. Subcommands
+outside the library (the bench) come from the ``voicecore.commands`` entry point group: each entry names
+a ``register(subparsers)`` function that adds its subparser (pyproject.toml), so the library imports
+none of them. One that cannot be loaded is still listed, and running it says why.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sys
+from typing import Any
 
 from voicecore.config import ConfigError, load_config
 
@@ -25,13 +30,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs,
                     record_dir=None if args.no_record else args.record_dir,
                     overlap_probability=args.overlap_probability, late_deltas=args.late_deltas)
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from bench.cli import bench_options_from_args
-    from bench.run import run_bench
-
-    return run_bench(bench_options_from_args(args))
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -64,16 +62,43 @@ def build_parser() -> argparse.ArgumentParser:
                       help="audio deltas the model simulator still sends after a cancel, 0-3 (default 2)")
     demo.set_defaults(func=_cmd_demo)
 
-    bench = sub.add_parser("bench", help="load test: N simulated calls (or a capacity search) with a JSON and PNG report")
-    from bench.cli import add_bench_arguments
-
-    add_bench_arguments(bench)
-    bench.set_defaults(func=_cmd_bench)
+    _register_commands(sub)
 
     replay = sub.add_parser("replay", help="replay a recorded call through the cores (see `voicecore replay -h`)", add_help=False)
     replay.add_argument("replay_args", nargs=argparse.REMAINDER)
     replay.set_defaults(func=_cmd_replay)
     return parser
+
+
+COMMAND_GROUP = "voicecore.commands"
+
+
+def _register_commands(sub: Any) -> None:
+    """Add the subcommands of the ``voicecore.commands`` entry points (one per name, first found wins)."""
+    seen: set[str] = set()
+    for entry in sorted(importlib.metadata.entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
+        if entry.name in seen:
+            continue
+        seen.add(entry.name)
+        try:
+            register = entry.load()
+            register(sub)
+        except Exception as exc:  # a broken plugin must not take the other commands down with it
+            _register_unavailable(sub, entry.name, entry.value, exc)
+
+
+def _register_unavailable(sub: Any, name: str, target: str, exc: Exception) -> None:
+    if name in sub.choices:
+        return  # it registered itself before it failed: leave what it added
+    why = f"{type(exc).__name__}: {exc}"
+    command = sub.add_parser(name, help=f"(unavailable: {target} could not be loaded)", add_help=False)
+
+    def unavailable(args: argparse.Namespace) -> int:
+        print(f"voicecore: the {name!r} command is unavailable: {target} could not be loaded ({why})", file=sys.stderr)
+        return 2
+
+    unavailable.takes_any_arguments = True  # type: ignore[attr-defined]  # whatever they were, say why it cannot run
+    command.set_defaults(func=unavailable)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         # replay owns its whole argument list (its own -h, --wav, --json)
         return _cmd_replay(argparse.Namespace(replay_args=argv[1:]))
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args.func, "takes_any_arguments", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # what parse_args says
     try:
         return args.func(args)
     except ConfigError as exc:

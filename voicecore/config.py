@@ -13,12 +13,14 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
+from voicecore.errors import MisuseError
+
 ENV_PREFIX = "VOICECORE_"
 UNIX_PREFIX = "unix:"  # listen = "unix:/run/voicecore/gateway.sock"
 MAX_UNIX_PATH_BYTES = 107  # sockaddr_un.sun_path is 108 bytes with its NUL on Linux
 
 
-class ConfigError(ValueError):
+class ConfigError(MisuseError, ValueError):
     """A setting has a value we cannot use (our operator's fault, reported before anything starts)."""
 
 

@@ -34,7 +34,7 @@ from voicecore.callreport import StackCpu, summarize
 from voicecore.config import Config, load_config
 from voicecore.sim.audio_clips import load_clip
 from voicecore.sim.carrier import CallResult, CallScript, place_call
-from voicecore.sim.model_core import SimConfig
+from voicecore.sim.model import SimConfig
 from voicecore.sim.model_server import serve_model_sim
 from voicecore.sim.quiet_gc import collector_paused
 from voicecore.supervise import Stack, StackError, get_from_gateway, resolve_config
@@ -155,7 +155,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         wall_s = time.monotonic() - started
         load_cpu_s = time.process_time() - load_cpu_started
         cpu_s = cpu.stop()
-        metrics = await asyncio.to_thread(_fetch_metrics, config)
+        metrics = await asyncio.to_thread(fetch_gateway_metrics, config)
         call_sids = [r.call_sid for r in results if r.metrics is not None]
         if record_dir is not None:
             await asyncio.to_thread(wait_for_records, record_dir, call_sids)
@@ -187,7 +187,9 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     return report
 
 
-def _fetch_metrics(config: Config) -> dict:
+def fetch_gateway_metrics(config: Config) -> dict:
+    """The running stack's /metrics (the gateway's JSON counters), or {} when the gateway does not answer
+    with them: a report then goes without stack metrics rather than failing. Blocking (a thread's job)."""
     try:
         status, body = get_from_gateway(config, "/metrics")
         return json.loads(body) if status == 200 else {}

@@ -1,12 +1,12 @@
 """Replay a call record through a fresh controller with a virtual clock (INV-REPLAY, ARCHITECTURE.md 9).
 
 The header's ``control`` says which driver ran the call: ``turns`` (the turn-taking CallController, also
-when the key is missing) or ``spine`` (workers/model/spine.py: the model worker's core alone); the replay
+when the key is missing) or ``spine`` (voicecore/call/spine.py: the model worker's core alone); the replay
 builds the same one.
 
 Owns the replay driver, the comparison of outputs, and the stereo WAV of a replayed call. Uses no
 process, socket, sleep or wall clock in the replay itself: the clock is each entry's recorded ``t``.
-The record format is documented in voicecore/record.py.
+The record format is documented in voicecore/call/record.py.
 
 ``voicecore replay FILE [--wav OUT] [--json]``: exit 0 if the replay reproduced every recorded action,
 1 on the first divergence (reported as time, expected, got), 2 if the file is not a record.
@@ -28,13 +28,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from voicecore import timing
+from voicecore.call import flow as flows
+from voicecore.call.controller import Action, CallController, CancelTag, ControllerConfig, WriteFrames, action_to_dict
+from voicecore.call.driver import Driver
+from voicecore.call.record import INPUT_KINDS, RecordError, playout_from
+from voicecore.call.spine import SpineDriver
 from voicecore.g711 import write_stereo_wav
-from voicecore.record import INPUT_KINDS, RecordError, load_record, playout_from
-from workers.model import flow as flows
-from workers.model.controller import Action, CallController, CancelTag, ControllerConfig, WriteFrames, action_to_dict
-from workers.model.spine import SpineDriver
+from voicecore.record import load_record
 
-FLOWS: dict[str, Callable[..., flows.Flow]] = {"scripted": flows.ScriptedFlow}
+FLOWS: dict[str, Callable[..., flows.Flow]] = {flows.ScriptedFlow.name: flows.ScriptedFlow}
 MU_LAW_SILENCE = 0xFF
 
 
@@ -71,7 +73,7 @@ def controller_from_header(header: dict[str, Any]) -> CallController:
                           first_tag=int(header.get("first_tag", 1)))
 
 
-def driver_from_header(header: dict[str, Any]) -> CallController | SpineDriver:
+def driver_from_header(header: dict[str, Any]) -> Driver:
     """The driver the record's header describes, fresh (``control`` missing: a turns record)."""
     control = header.get("control", "turns")
     if control == "turns":
@@ -84,34 +86,32 @@ def driver_from_header(header: dict[str, Any]) -> CallController | SpineDriver:
     raise RecordError(f"unknown control {control!r}")
 
 
-def _feed(controller: CallController | SpineDriver, entry: dict[str, Any]) -> list[Action]:
+def _feed(driver: Driver, entry: dict[str, Any]) -> list[Action]:
     kind, t = entry["k"], entry["t"]
     if kind == "reopen":
-        if not hasattr(controller, "reopen"):
-            raise RecordError(f"a reopen input in a {type(controller).__name__} record")
-        return controller.reopen(t)
+        return driver.reopen(t)
     if kind == "start":
-        return controller.start(t)
+        return driver.start(t)
     if kind == "model":
-        return controller.on_model_event(entry["text"], t, playout_from(entry["p"]))
+        return driver.on_model_event(entry["text"], t, playout_from(entry["p"]))
     if kind == "audio":
-        return controller.on_caller_audio(int(entry["n"]), t)
+        return driver.on_caller_audio(int(entry["n"]), t)
     if kind == "dtmf":
-        return controller.on_dtmf(entry["digit"], t)
+        return driver.on_dtmf(entry["digit"], t)
     if kind == "tick":
-        return controller.on_tick(t, playout_from(entry["p"]))
+        return driver.on_tick(t, playout_from(entry["p"]))
     if kind == "verdict":
-        return controller.on_verdict(int(entry["tag"]), int(entry["frames"]), bool(entry["rejected"]), t, playout_from(entry["p"]))
+        return driver.on_verdict(int(entry["tag"]), int(entry["frames"]), bool(entry["rejected"]), t, playout_from(entry["p"]))
     if kind == "snippets":
-        return controller.on_snippets(int(entry["req"]), list(entry["snippets"]), t)
-    return controller.on_carrier_stop(t)
+        return driver.on_snippets(int(entry["req"]), list(entry["snippets"]), t)
+    return driver.on_carrier_stop(t)
 
 
 def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_divergence: bool = True,
            complete: bool = True) -> ReplayResult:
-    """Feed every recorded input through a fresh controller; compare outputs input by input.
+    """Feed every recorded input through a fresh driver; compare outputs input by input.
     ``complete`` False (the record was cut short): the last input's recorded actions may be a prefix."""
-    controller = driver_from_header(header)
+    driver = driver_from_header(header)
     divergence: Divergence | None = None
     timed: list[tuple[int, Action]] = []
     snapshots: list[tuple[int, list[int]]] = []
@@ -134,7 +134,7 @@ def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_diverg
             snapshots.append((entry["t"], entry["p"]))
         if entry["k"] == "audio" and "ulaw" in entry:
             caller.append((entry["t"], binascii.a2b_base64(entry["ulaw"])))
-        actions = _feed(controller, entry)
+        actions = _feed(driver, entry)
         outputs += len(actions)
         timed.extend((entry["t"], a) for a in actions)
         if divergence is None:
@@ -148,7 +148,7 @@ def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_diverg
                     break
     call_ns = (entries[-1]["t"] - entries[0]["t"]) if entries else 0
     return ReplayResult(divergence is None, divergence, inputs, outputs, call_ns, timed, snapshots, caller,
-                        controller.statistics(), entries[-1]["t"] if entries else 0)
+                        driver.statistics(), entries[-1]["t"] if entries else 0)
 
 
 # --- what the caller heard, placed in time -------------------------------------------------------------

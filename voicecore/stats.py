@@ -18,6 +18,13 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(ordered[min(rank, len(ordered)) - 1])
 
 
+def percentile_or_none(values: Sequence[float], q: float) -> float | None:
+    """:func:`percentile`, but None for an empty sequence: for figures where "no samples" must not read as 0."""
+    if not values:
+        return None
+    return percentile(values, q)
+
+
 def summary(values: Sequence[float], digits: int = 3) -> dict[str, float]:
     return {
         "p50": round(percentile(values, 50), digits),

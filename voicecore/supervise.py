@@ -1,4 +1,5 @@
-"""Running the stack under supervisord (deploy/supervisord.conf): start, wait until ready, stop, clean up.
+"""Running the stack under supervisord (voicecore/deploy_templates/supervisord.conf): start, wait until
+ready, stop, clean up.
 
 Owns the process-level lifecycle that `voicecore up` and `voicecore demo` share: the environment every
 process gets, the readiness check, the shutdown that leaves nothing in /dev/shm or the runtime dir, and
@@ -23,15 +24,20 @@ import h11
 from voicecore import http_client
 from voicecore.bus.transport import ARENA_NAME_FILE, default_runtime_dir, ensure_runtime_dir
 from voicecore.config import Config
+from voicecore.errors import DependencyError
 
+# Where the voicecore and workers packages are imported from: a checkout's root, or site-packages after
+# `pip install .`; the stack's processes get it on PYTHONPATH so they run the same code as we do.
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SUPERVISOR_CONF = REPO_ROOT / "deploy" / "supervisord.conf"
+# Shipped inside the package (package data), so an installed voicecore finds it; deploy/supervisord.conf
+# in a checkout is a link to this file, for running supervisord by hand.
+SUPERVISOR_CONF = Path(__file__).resolve().parent / "deploy_templates" / "supervisord.conf"
 STACK_PROGRAMS = ("gateway", "pacer", "model", "validator")
 RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.sock", "pacer.sock", "doorbell.sock",
                  "validator.sock", "model.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp")
 
 
-class StackError(RuntimeError):
+class StackError(DependencyError, RuntimeError):
     pass
 
 

@@ -4,7 +4,7 @@ analysis (voicecore's venv): numpy only, nothing of voicecore or pipecat.
 Why: the bench ties every frame the carrier receives to a response and a frame index by its content
 (voicecore/callreport.py frame_owners), the same way for every sender, so pipecat needs no marks. The
 stand-in speaks the same clips again and again; a tiny deterministic dither per response makes each
-response's frames unique. As in the model simulator (voicecore/sim/model_core.py), it moves mu-law codes,
+response's frames unique. As in the model simulator (voicecore/sim/model/clips.py), it moves mu-law codes,
 not linear samples (a +/-1 LSB change in 16-bit linear would not survive mu-law encoding): each sample in
 the two quietest mu-law segments (magnitude codes 0-31), and at least the 32 quietest samples of every
 frame, moves by -1, 0 or +1 code, never through zero (pipecat decodes to PCM and encodes again, and

@@ -53,7 +53,7 @@ def test_replay_spine_demo_call(benchmark, harnesses, tmp_path):
     spine, _, _ = harnesses
     seconds = 16.0
     recorder, _, _ = spine.spine_call(seconds=seconds)
-    benchmark(_replay_file, recorder.save_new(tmp_path))
+    benchmark(_replay_file, record.save_new(recorder, tmp_path))
     _x_real_time(benchmark, int(seconds * 1000))
 
 
@@ -62,5 +62,5 @@ def test_replay_turns_bargein_call(benchmark, harnesses, tmp_path):
     _, catalog, harness = harnesses
     (scenario,) = [s for s in catalog.SCENARIOS if s.name == "bargein_mid"]
     outcome = harness.run(scenario.caller, scenario.model, scenario.config, scenario.flow_args, max_ms=scenario.max_ms)
-    benchmark(_replay_file, outcome.recorder.save_new(tmp_path))
+    benchmark(_replay_file, record.save_new(outcome.recorder, tmp_path))
     _x_real_time(benchmark, outcome.end_ms)

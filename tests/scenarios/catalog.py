@@ -13,7 +13,7 @@ import dataclasses
 import json
 from typing import Callable
 
-from workers.model import controller as C
+from voicecore.call import controller as C
 
 from .harness import LEAD_MS, TICK_MS, Dtmf, HangUpCaller, ModelScript, Outcome, Plan, Speech
 

@@ -26,11 +26,11 @@ from pathlib import Path
 
 from voicecore import timing
 from voicecore.bus import messages
-from voicecore.record import CallRecorder
+from voicecore.call import controller as C
+from voicecore.call import core as model_core
+from voicecore.call import flow as flows
+from voicecore.call.record import CallRecorder
 from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
-from workers.model import controller as C
-from workers.model import core as model_core
-from workers.model import flow as flows
 from workers.validator.core import ValidatorCore
 
 KB_DIR = Path(__file__).resolve().parent.parent / "kb"
@@ -394,7 +394,7 @@ def run(caller: list, model: ModelScript | None = None, config: C.ControllerConf
     playout = PlayoutModel()
     flow_args = flow_args or {}
     controller = C.CallController(CALL_SID, flow=flows.ScriptedFlow(**flow_args), config=config)
-    rec = CallRecorder(controller, "scripted", flow_args)
+    rec = CallRecorder(controller)
     gated = controller.config.gate_policy != "off" or bool(flow_args.get("node_policies"))
     knowledge = knowledge_base() if gated or controller.config.retrieve_first else None
     validator = ValidatorCore(knowledge) if gated else None

@@ -23,6 +23,7 @@ from pathlib import Path
 import zmq
 
 from voicecore.bus import messages
+from voicecore.errors import MisuseError
 
 EVENTS = "events.sock"
 GATEWAY_INBOX = "gateway.sock"
@@ -33,7 +34,7 @@ DOORBELL = "doorbell.sock"  # unix datagram socket, pacer -> gateway: "the wire 
 ARENA_NAME_FILE = "arena.name"
 
 
-class BusError(RuntimeError):
+class BusError(MisuseError, RuntimeError):
     """Misuse or an unusable environment (our side's fault), reported at start-up."""
 
 

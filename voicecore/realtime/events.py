@@ -21,6 +21,8 @@ from urllib.parse import quote
 
 import orjson
 
+from voicecore.errors import PeerInputError
+
 Naming = Literal["ga", "beta"]
 
 # --------------------------------------------------------------------------------------------------
@@ -69,6 +71,10 @@ class ItemAdded:
 @dataclass(frozen=True, slots=True)
 class ResponseCreated:
     response_id: str
+    # response.metadata as the server echoes it from our response.create (C.2): string values on the
+    # wire, kept as sent; None when absent or not an object. It is how a response is matched to the
+    # request that asked for it.
+    metadata: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +131,14 @@ class ItemDeleted:
 
 
 @dataclass(frozen=True, slots=True)
+class InputTranscriptionDelta:
+    """Part of the caller's words while transcription runs (C.3: ``delta`` may be absent: "")."""
+
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
 class InputTranscriptionCompleted:
     item_id: str
     transcript: str
@@ -176,6 +190,7 @@ ServerEvent = Union[
     ResponseDone,
     ItemTruncated,
     ItemDeleted,
+    InputTranscriptionDelta,
     InputTranscriptionCompleted,
     FunctionCallArgumentsDone,
     RealtimeError,
@@ -184,7 +199,7 @@ ServerEvent = Union[
 ]
 
 
-class _Bad(Exception):
+class _Bad(PeerInputError):
     """Internal: a required field is missing or mistyped. Never leaves this module."""
 
 
@@ -253,6 +268,12 @@ def _response_done(event: dict[str, Any]) -> ServerEvent:
     return ResponseDone(_str(response, "id"), _str(response, "status"), reason, error_code)
 
 
+def _response_created(event: dict[str, Any]) -> ServerEvent:
+    response = _obj(event, "response")
+    metadata = response.get("metadata")
+    return ResponseCreated(_str(response, "id"), metadata if isinstance(metadata, dict) else None)
+
+
 def _error(event: dict[str, Any]) -> ServerEvent:
     error = _obj(event, "error")
     return RealtimeError(
@@ -290,7 +311,7 @@ _PARSERS: dict[str, Callable[[dict[str, Any]], ServerEvent]] = {
     "conversation.item.created": _item_event("created"),  # beta (GA union still lists it)
     "conversation.item.added": _item_event("added"),  # GA
     "conversation.item.done": _item_event("done"),  # GA
-    "response.created": lambda e: ResponseCreated(_str(_obj(e, "response"), "id")),
+    "response.created": _response_created,
     "response.output_item.added": _output_item_added,
     "response.audio.delta": _audio_delta,  # beta
     "response.output_audio.delta": _audio_delta,  # GA
@@ -303,6 +324,9 @@ _PARSERS: dict[str, Callable[[dict[str, Any]], ServerEvent]] = {
     "response.done": _response_done,
     "conversation.item.truncated": lambda e: ItemTruncated(_str(e, "item_id"), _int(e, "audio_end_ms")),
     "conversation.item.deleted": lambda e: ItemDeleted(_str(e, "item_id")),
+    "conversation.item.input_audio_transcription.delta": lambda e: InputTranscriptionDelta(
+        _str(e, "item_id"), _opt_str(e, "delta") or ""
+    ),
     "conversation.item.input_audio_transcription.completed": lambda e: InputTranscriptionCompleted(
         _str(e, "item_id"), _str(e, "transcript")
     ),
@@ -460,6 +484,12 @@ def item_delete(item_id: str, *, event_id: str | None = None) -> str:
 
 def conversation_item_create_user_text(text: str, *, event_id: str | None = None) -> str:
     item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    return _dump({"type": "conversation.item.create", "item": item}, event_id)
+
+
+def function_call_output(call_id: str, output: str, *, event_id: str | None = None) -> str:
+    """conversation.item.create of a function_call_output item: a tool's result for ``call_id`` (C.2)."""
+    item = {"type": "function_call_output", "call_id": call_id, "output": output}
     return _dump({"type": "conversation.item.create", "item": item}, event_id)
 
 

@@ -53,6 +53,7 @@ import struct
 
 import numpy as np
 
+from voicecore.errors import DependencyError
 from voicecore.shm.control import CONTROL_WORDS, GENERATION, SLOT_ACTIVE, SLOT_FREE, STATE
 from voicecore.shm.rings import store_release
 from voicecore.timing import FRAME_BYTES
@@ -73,7 +74,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _SID_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
-class ArenaError(RuntimeError):
+class ArenaError(DependencyError, RuntimeError):
     """The arena file is missing, foreign, unsafe, or not the layout we expect."""
 
 

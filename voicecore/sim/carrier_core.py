@@ -10,9 +10,9 @@ Must not know: sockets, asyncio, HTTP, the wall clock. Every method that depends
 (any monotonic millisecond clock; floats are fine). The shell is voicecore/sim/carrier.py.
 
 How frames are tied to responses: the pacer sends a `mark` named "tag:n" after each group of frames of
-one response and "tag:n:end" after its last frame, n counting the frames of that tag sent so far
-(see the mark-naming rule in the spec). The frames received since the previous mark belong to the tag
-of the next mark. A frame is attributed only when such a mark arrives; frames that a clear or the end
+one response and "tag:n:end" after its last frame, n counting the frames of that tag sent so far (the
+naming rule and its parser: voicecore/twilio/marks.py). The frames received since the previous mark
+belong to the tag of the next mark. A frame is attributed only when such a mark arrives; frames that a clear or the end
 of the call overtakes first stay unattributed (`frames_without_mark`) and are never guessed.
 
 A `media` message may carry any whole number of 20 ms frames (160 * k bytes, k >= 1), as Twilio accepts:
@@ -34,7 +34,6 @@ Misuse by the harness (sending media before `opening_messages()`, a bad DTMF dig
 import binascii
 import functools
 import json
-import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,7 +41,9 @@ from dataclasses import dataclass, field
 import orjson
 
 from voicecore.g711 import ulaw_to_linear
+from voicecore.stats import percentile_or_none
 from voicecore.timing import BARGEIN_CLEAR_WINDOW_MS, BYTES_PER_MS, DEFAULT_LEAD_MS, FRAME_BYTES, FRAME_MS
+from voicecore.twilio.marks import PLAIN_NAME_BYTES, parse_mark_name
 from voicecore.twilio.stream import OutboundEncoder
 
 DEFAULT_LEAD_FRAMES = DEFAULT_LEAD_MS // FRAME_MS
@@ -51,8 +52,6 @@ DTMF_DIGITS = frozenset("0123456789*#")
 MAX_ERROR_REASONS = 32  # keep the first reasons; the counter keeps counting
 _FRAME_BASE64_CHARS = 4 * -(-FRAME_BYTES // 3)
 _SILENT_BASE64 = binascii.b2a_base64(SILENT_FRAME, newline=False).decode("ascii")  # most caller frames
-# A mark name the pacer writes ("tag:n" or "tag:n:end"): nothing in it needs JSON unescaping.
-_PLAIN_MARK_NAME = re.compile(rb"[0-9]{1,18}:[0-9]{1,18}(?::end)?")
 # Speech, for where a caller utterance ends: a 20 ms window at or above this RMS (16-bit linear), the
 # model simulator's VAD threshold (SimConfig.vad_rms_threshold) and the pipecat stand-in's.
 SPEECH_RMS = 200
@@ -72,34 +71,6 @@ def speech_end_ms(audio: bytes, threshold: int = SPEECH_RMS) -> int:
     if len(loud) == 0:
         return round(len(audio) / BYTES_PER_MS)
     return int(loud[-1] + 1) * FRAME_MS
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) of ``values`` with linear interpolation (numpy's default); None if empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * min(max(q, 0.0), 100.0) / 100.0
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def parse_mark_name(name: str) -> tuple[int, int, bool] | None:
-    """Split "tag:n" or "tag:n:end" into (tag, frames_through, is_end); None for any other name."""
-    parts = name.split(":")
-    if len(parts) == 3:
-        if parts[2] != "end":
-            return None
-    elif len(parts) != 2:
-        return None
-    tag_text, through_text = parts[0], parts[1]
-    if not (tag_text.isascii() and tag_text.isdigit() and through_text.isascii() and through_text.isdigit()):
-        return None
-    tag = int(tag_text)
-    if tag <= 0:
-        return None
-    return tag, int(through_text), len(parts) == 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,7 +469,7 @@ class CarrierCall:
             head = self._mark_head
             if head is not None and data.startswith(head):
                 name_bytes = data[len(head):-3]
-                if _PLAIN_MARK_NAME.fullmatch(name_bytes) is None:
+                if PLAIN_NAME_BYTES.fullmatch(name_bytes) is None:
                     return False
                 name = name_bytes.decode("ascii")
                 self._advance_play(now_ms)
@@ -783,14 +754,14 @@ class CarrierCall:
             protocol_errors=m.protocol_errors,
             underruns=m.underruns,
             underrun_episodes=m.underrun_episodes,
-            lateness_p50_ms=percentile(lateness, 50),
-            lateness_p99_ms=percentile(lateness, 99),
+            lateness_p50_ms=percentile_or_none(lateness, 50),
+            lateness_p99_ms=percentile_or_none(lateness, 99),
             lateness_max_ms=max(lateness) if lateness else None,
             late_frames=sum(1 for value in lateness if value > 0),
             bargeins_noted=m.bargeins_noted,
             bargeins_ignored=m.bargeins_ignored,
             bargeins_without_clear=len(self.bargeins_without_clear_ms()),
-            bargein_latency_p50_ms=percentile(m.bargein_latency_ms, 50),
+            bargein_latency_p50_ms=percentile_or_none(m.bargein_latency_ms, 50),
             bargein_latency_max_ms=max(m.bargein_latency_ms) if m.bargein_latency_ms else None,
             overlapping_frames=len(self.overlapping_played()),
         )

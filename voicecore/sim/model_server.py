@@ -2,8 +2,8 @@
 
 Owns the socket, the real clock (CLOCK_MONOTONIC in ms, the clock the shared-memory control block uses,
 so an in-process harness can line records up with pacer and gateway times) and the registry of sessions
-that a harness reads after its calls. Protocol behaviour lives in model_core; this module must not decide
-what the server says. Binds 127.0.0.1 only by default; serves without per-message compression (it
+that a harness reads after its calls. Protocol behaviour lives in voicecore.sim.model; this module must not
+decide what the server says. Binds 127.0.0.1 only by default; serves without per-message compression (it
 doubles the CPU per message, ARCHITECTURE.md section 11). The socket side is picows (framing in C), one
 listener and at most one timer per session, and the events due at once go out in one write
 (voicecore.wsframes): the bench runs hundreds of sessions on one load core.
@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, WSUpgradeRequest, ws_create_server
 
 from voicecore.sim.audio_clips import ClipLibrary, default_library
-from voicecore.sim.model_core import ModelSession, SimConfig
+from voicecore.sim.model import ModelSession, SimConfig
 from voicecore.wsframes import text_frames
 
 log = logging.getLogger("voicecore.sim.model_server")

@@ -42,13 +42,22 @@ from typing import Union
 
 import orjson
 
+from voicecore.errors import PeerInputError
 from voicecore.timing import FRAME_BYTES, MAX_MESSAGE_BYTES, SAMPLE_RATE_HZ, START_DEADLINE_MS
 
 __all__ = [
+    "CLEAR_HEAD",
+    "CLEAR_TAIL",
     "CloseCode",
     "Connected",
     "Dtmf",
     "Event",
+    "MARK_AFTER_SID",
+    "MARK_HEAD",
+    "MARK_TAIL",
+    "MEDIA_AFTER_SID",
+    "MEDIA_HEAD",
+    "MEDIA_TAIL",
     "Mark",
     "Media",
     "OutboundEncoder",
@@ -200,7 +209,7 @@ _TRACKS = frozenset({"inbound", "outbound"})
 _DTMF_DIGITS = frozenset("0123456789*#ABCD")
 
 
-class _Violation(Exception):
+class _Violation(PeerInputError):
     """Internal only: raised by the field readers, turned into a ProtocolViolation in one place."""
 
     def __init__(self, close_code: CloseCode, reason: str) -> None:
@@ -544,6 +553,20 @@ class TwilioStreamProtocol:
 
 # --- outbound --------------------------------------------------------------------------------------
 
+# The fixed pieces of the three messages we may send (A.3), the one source of their bytes: the encoder
+# below joins them around a stream's SID, the pacer copies them into shared memory (workers/pacer/core.py),
+# and the gateway tells the messages apart by their heads. A message is HEAD + SID + AFTER_SID + body +
+# TAIL (a clear has no body: HEAD + SID + TAIL); no head is a prefix of another, so ``startswith``
+# tells the kind of a message we wrote.
+MEDIA_HEAD = b'{"event":"media","streamSid":"'
+MEDIA_AFTER_SID = b'","media":{"payload":"'  # + the payload in base64
+MEDIA_TAIL = b'"}}'
+MARK_HEAD = b'{"event":"mark","streamSid":"'
+MARK_AFTER_SID = b'","mark":{"name":'  # + the name as a JSON string
+MARK_TAIL = b"}}"
+CLEAR_HEAD = b'{"event":"clear","streamSid":"'
+CLEAR_TAIL = b'"}'
+
 
 def _check_template_safe(stream_sid: object) -> bytes:
     if not isinstance(stream_sid, str) or not stream_sid:
@@ -566,10 +589,10 @@ class OutboundEncoder:
     def __init__(self, stream_sid: str) -> None:
         sid = _check_template_safe(stream_sid)
         self.stream_sid = stream_sid
-        self.media_prefix: bytes = b'{"event":"media","streamSid":"' + sid + b'","media":{"payload":"'
-        self.media_suffix: bytes = b'"}}'
-        self.mark_prefix: bytes = b'{"event":"mark","streamSid":"' + sid + b'","mark":{"name":'  # + JSON string + }}
-        self._clear = b'{"event":"clear","streamSid":"' + sid + b'"}'
+        self.media_prefix: bytes = MEDIA_HEAD + sid + MEDIA_AFTER_SID
+        self.media_suffix: bytes = MEDIA_TAIL
+        self.mark_prefix: bytes = MARK_HEAD + sid + MARK_AFTER_SID  # + JSON string + MARK_TAIL
+        self._clear = CLEAR_HEAD + sid + CLEAR_TAIL
 
     def media(self, payload: bytes) -> bytes:
         """Fast path: raw mu-law (any length; the pacer sends 160-byte frames) as one ``media`` message."""
@@ -579,7 +602,7 @@ class OutboundEncoder:
         """A ``mark``; Twilio echoes ``name`` once the audio queued before it has played (A.3)."""
         if not isinstance(name, str) or not name:
             raise ValueError("mark name must be a non-empty str")
-        return self.mark_prefix + json.dumps(name, ensure_ascii=True).encode("ascii") + b"}}"
+        return self.mark_prefix + json.dumps(name, ensure_ascii=True).encode("ascii") + MARK_TAIL
 
     def clear(self) -> bytes:
         """A ``clear``: Twilio drops its buffered audio and echoes every pending mark (A.3)."""

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from voicecore.errors import PeerInputError
 from voicecore.timing import MAX_MESSAGE_BYTES, TOKEN_TTL_MS
 from voicecore.twilio.signature import signature_is_valid
 
@@ -46,7 +47,7 @@ MAX_FORM_BYTES = MAX_MESSAGE_BYTES
 MAX_FORM_FIELDS = 200  # a voice webhook has a few dozen fields; more is not Twilio
 
 
-class WebhookError(Exception):
+class WebhookError(PeerInputError):
     """The request is not a well-formed Twilio request (the peer's fault: answer 400)."""
 
     def __init__(self, reason: str) -> None:

@@ -94,8 +94,10 @@ class NumberMention:
 _SP = "[ \u00a0\u202f\u2009]"  # space, no-break space, narrow no-break space, thin space
 _MASK = "\x00"  # replaces text already claimed by an earlier stage: not a word char, not a space
 
-# canonical unit -> written and spoken forms (matched case-insensitively, whole words).
-_UNIT_FORMS: dict[str, tuple[str, ...]] = {
+# canonical unit -> written and spoken forms (matched case-insensitively, whole words). Public, like the
+# number words below: the validation gate (workers/validator/core.py) reads them to tell which words may
+# still become part of a number. Read-only.
+UNIT_FORMS: dict[str, tuple[str, ...]] = {
     "%": ("%", "percent", "per cent", "procent", "pct"),
     "kr": ("kronor", "krona", "kr", "sek", ":-"),
     "usd": ("dollars", "dollar", "usd", "$"),
@@ -115,7 +117,7 @@ _UNIT_FORMS: dict[str, tuple[str, ...]] = {
 }
 # Units that make a Swedish article count as 1 ("en krona"); durations do not ("en månad").
 _STRONG_UNITS = frozenset({"%", "kr", "usd", "eur", "gbp", "kb", "mb", "gb", "tb", "mbit"})
-_UNIT_OF_FORM = {form: canon for canon, forms in _UNIT_FORMS.items() for form in forms}
+_UNIT_OF_FORM = {form: canon for canon, forms in UNIT_FORMS.items() for form in forms}
 
 
 def _unit_pattern() -> re.Pattern[str]:
@@ -142,16 +144,18 @@ _SCALE_AFTER = re.compile(
 )
 _ORDINAL_SUFFIX = re.compile(r"(?:st|nd|rd|th|:a|:e)(?![^\W\d_])", re.IGNORECASE)
 
-_EN_WORDS = {
+# English number words and their values (read-only, like UNIT_FORMS).
+EN_NUMBER_WORDS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
     "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
     "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30,
     "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
     "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9,
 }  # fmt: skip
-# Swedish number morphemes; compounds are written together ("tvåtusentrehundrafyrtiofem"), so words
-# are split into these. Colloquial tens ("tretti", "förti") are what ASR often writes.
-_SV_MORPHEMES: dict[str, tuple[int, ...]] = {
+# Swedish number morphemes (read-only, like EN_NUMBER_WORDS); compounds are written together
+# ("tvåtusentrehundrafyrtiofem"), so words are split into these. Colloquial tens ("tretti", "förti") are
+# what ASR often writes.
+SV_NUMBER_MORPHEMES: dict[str, tuple[int, ...]] = {
     "noll": (0,), "en": (1,), "ett": (1,), "två": (2,), "tre": (3,), "fyra": (4,), "fem": (5,),
     "sex": (6,), "sju": (7,), "åtta": (8,), "nio": (9,), "tio": (10,), "elva": (11,), "tolv": (12,),
     "tretton": (13,), "fjorton": (14,), "femton": (15,), "sexton": (16,), "sjutton": (17,),
@@ -162,7 +166,7 @@ _SV_MORPHEMES: dict[str, tuple[int, ...]] = {
     "hundra": (100,), "tusen": (1000,), "ettusen": (1, 1000), "miljon": (10**6,),
     "miljoner": (10**6,), "miljard": (10**9,), "miljarder": (10**9,),
 }  # fmt: skip
-_SV_BY_LENGTH = sorted(_SV_MORPHEMES, key=len, reverse=True)
+_SV_BY_LENGTH = sorted(SV_NUMBER_MORPHEMES, key=len, reverse=True)
 _EN_DETERMINERS = frozenset(
     {"the", "this", "that", "which", "each", "every", "any", "no", "another", "some", "a", "an"}
 )
@@ -537,8 +541,8 @@ def _combine(values: list[int] | tuple[int, ...]) -> int | None:
 
 def _en_values(word: str) -> tuple[int, ...] | None:
     parts = word.split("-")
-    if all(p in _EN_WORDS for p in parts):
-        return tuple(_EN_WORDS[p] for p in parts)
+    if all(p in EN_NUMBER_WORDS for p in parts):
+        return tuple(EN_NUMBER_WORDS[p] for p in parts)
     return None
 
 
@@ -561,7 +565,7 @@ def _sv_values(word: str) -> tuple[int, ...] | None:
         for morpheme in _SV_BY_LENGTH:
             if word.startswith(morpheme, pos):
                 for rest in split(pos + len(morpheme)):
-                    yield _SV_MORPHEMES[morpheme] + rest
+                    yield SV_NUMBER_MORPHEMES[morpheme] + rest
 
     for values in split(0):
         if _combine(values) is not None:

@@ -2,7 +2,8 @@
 
 Owns the call-slot table (claim, release, quarantine before reuse) and the mark ledger that tells marks
 echoed because audio played from marks echoed because of a `clear` (PROTOCOLS.md A.3: Twilio echoes every
-pending mark when it clears its buffer; counting those as played over-counts the truncate point).
+pending mark when it clears its buffer; counting those as played over-counts the truncate point). What a
+mark's name says is voicecore/twilio/marks.py's rule.
 Knows nothing of sockets, shared memory or the clock: time comes in as arguments.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+
+from voicecore.twilio.marks import parse_mark_name
 
 SLOT_QUARANTINE_MS = 2000  # workers finish with an ended call's slot before it is handed out again
 
@@ -31,16 +34,6 @@ class MarkUnknown:
     """An echo of a mark we never sent, or out of order: the peer's fault, counted, otherwise ignored."""
 
     name: str
-
-
-def parse_mark_name(name: str) -> tuple[int, int, bool] | None:
-    """``"tag:frames"`` or ``"tag:frames:end"`` (the pacer's naming) -> (tag, frames, final)."""
-    parts = name.split(":")
-    if len(parts) not in (2, 3) or not parts[0].isdigit() or not parts[1].isdigit():
-        return None
-    if len(parts) == 3 and parts[2] != "end":
-        return None
-    return int(parts[0]), int(parts[1]), len(parts) == 3
 
 
 class MarkLedger:

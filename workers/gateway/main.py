@@ -64,9 +64,11 @@ log = logging.getLogger("voicecore.gateway")
 ws_log = logging.getLogger("voicecore.gateway.ws")
 ws_log.setLevel(logging.WARNING)
 
-MEDIA_PREFIX = b'{"event":"media"'
-MARK_PREFIX = b'{"event":"mark"'
-CLEAR_PREFIX = b'{"event":"clear"'
+# What the pacer wrote into a wire entry, told by its head (the bytes are voicecore/twilio/stream.py's);
+# bound to module names so the drain loop's test is one global load.
+MEDIA_PREFIX = tw.MEDIA_HEAD
+MARK_PREFIX = tw.MARK_HEAD
+CLEAR_PREFIX = tw.CLEAR_HEAD
 MAX_HTTP_BODY_BYTES = 64 * 1024
 MAX_HTTP_HEADER_BYTES = 16 * 1024
 # A carrier socket that stops reading would buffer our audio without bound: past this, the call is

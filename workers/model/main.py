@@ -26,6 +26,11 @@ from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSTrans
 from voicecore import timing
 from voicecore.bus import messages
 from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_INBOX, VALIDATOR_INBOX, Bus
+from voicecore.call import controller as controller_mod
+from voicecore.call import core
+from voicecore.call import flow as flows
+from voicecore.call.record import CallRecorder
+from voicecore.call.spine import SpineDriver
 from voicecore.config import Config, forbidden_phrases, load_config, node_policies
 from voicecore.logs import run_loop, setup_logging
 from voicecore.realtime import events as rt
@@ -35,12 +40,9 @@ from voicecore.shm.arena import Arena
 from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
 from voicecore import http_client
-from voicecore.record import CallRecorder, RecordFile
+from voicecore.record import RecordFile
+from voicecore.twilio import rest as twilio_rest
 from voicecore.validate.watch import KnowledgeWatcher
-from workers.model import controller as controller_mod
-from workers.model import core, twilio_rest
-from workers.model import flow as flows
-from workers.model.spine import SpineDriver
 
 log = logging.getLogger("voicecore.model")
 
@@ -109,7 +111,7 @@ class CallSession:
             args = flow_args(worker.config)
             self.controller = controller_mod.CallController(call_sid, flow=flows.ScriptedFlow(**args), config=controller_config(worker.config),
                                                             naming=worker.config.realtime_naming, first_tag=first_tag)
-            self.driver = CallRecorder(self.controller, "scripted", args, keep_caller_audio=keep_audio) if worker.config.record_dir else self.controller
+            self.driver = CallRecorder(self.controller, keep_caller_audio=keep_audio) if worker.config.record_dir else self.controller
             self.core = self.controller.core
         else:
             spine = SpineDriver(call_sid, naming=worker.config.realtime_naming, first_tag=first_tag, greet=not resumed,

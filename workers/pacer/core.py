@@ -55,8 +55,9 @@ the wire entry is written byte by byte (base64 included) straight into the share
 arrays are indexed directly instead of sliced, and the functions are compiled with numba's runtime off
 (rings.KERNEL_OPTIONS), so an allocation would not even compile. Measured: see PacerCore.
 
-Numba's on-disk cache does not track imports: after editing voicecore/shm/rings.py during development,
-delete workers/pacer/__pycache__ too. ``NUMBA_DISABLE_JIT=1`` runs this module as plain Python.
+Numba's on-disk cache does not track imports: after editing voicecore/shm/rings.py or the wire pieces in
+voicecore/twilio/stream.py and marks.py during development, delete workers/pacer/__pycache__ too.
+``NUMBA_DISABLE_JIT=1`` runs this module as plain Python.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ from voicecore.timing import (
     FRAME_NS,
     MAX_CATCH_UP_FRAMES,
 )
+from voicecore.twilio import marks, stream
 
 # --- statistics the step accumulates for the shell (stats_out[STAT_*]) --------------------------------
 STAT_TICKS = 0
@@ -146,18 +148,21 @@ STAT_NAMES = (
 )
 
 # --- the JSON pieces (PROTOCOLS.md A.3: media, mark and clear are the only messages we may send) -------
-_MEDIA_HEAD = np.frombuffer(b'{"event":"media","streamSid":"', dtype=np.uint8)
-_MEDIA_MID = np.frombuffer(b'","media":{"payload":"', dtype=np.uint8)
-_MEDIA_TAIL = np.frombuffer(b'"}}', dtype=np.uint8)
-_CLEAR_HEAD = np.frombuffer(b'{"event":"clear","streamSid":"', dtype=np.uint8)
-_CLEAR_TAIL = np.frombuffer(b'"}', dtype=np.uint8)
-_MARK_HEAD = np.frombuffer(b'{"event":"mark","streamSid":"', dtype=np.uint8)
-_MARK_MID = np.frombuffer(b'","mark":{"name":"', dtype=np.uint8)
-_MARK_TAIL = np.frombuffer(b'"}}', dtype=np.uint8)
-_END = np.frombuffer(b":end", dtype=np.uint8)
+# Copied once, at import, from their one source (voicecore/twilio/stream.py and marks.py); the step writes
+# these arrays byte by byte. A mark name is digits and colons (marks.py), a JSON string that needs no
+# escaping, so its quotes go into the fixed pieces around it.
+_MEDIA_HEAD = np.frombuffer(stream.MEDIA_HEAD, dtype=np.uint8)
+_MEDIA_MID = np.frombuffer(stream.MEDIA_AFTER_SID, dtype=np.uint8)
+_MEDIA_TAIL = np.frombuffer(stream.MEDIA_TAIL, dtype=np.uint8)
+_CLEAR_HEAD = np.frombuffer(stream.CLEAR_HEAD, dtype=np.uint8)
+_CLEAR_TAIL = np.frombuffer(stream.CLEAR_TAIL, dtype=np.uint8)
+_MARK_HEAD = np.frombuffer(stream.MARK_HEAD, dtype=np.uint8)
+_MARK_MID = np.frombuffer(stream.MARK_AFTER_SID + b'"', dtype=np.uint8)
+_MARK_TAIL = np.frombuffer(b'"' + stream.MARK_TAIL, dtype=np.uint8)
+_END = np.frombuffer(marks.END_SUFFIX.encode("ascii"), dtype=np.uint8)
+_COLON = ord(marks.SEPARATOR)
 _B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8)
 _PAD = 61  # "="
-_COLON = 58
 _DIGIT_0 = 48
 
 PREFILL_WAIT = 0
@@ -165,9 +170,11 @@ PREFILL_READY = 1
 PREFILL_GATED = 2
 
 SID_MAX_BYTES = 64
-MEDIA_PREFIX_BYTES = 128  # 30 + 64 + 23 = 117 at most
+MEDIA_PREFIX_BYTES = 128  # head + sid + the piece after it: 30 + 64 + 22 = 116 at most
+if MEDIA_PREFIX_BYTES < _MEDIA_HEAD.shape[0] + SID_MAX_BYTES + _MEDIA_MID.shape[0]:
+    raise RuntimeError("MEDIA_PREFIX_BYTES is too small for the media head in voicecore/twilio/stream.py")
 _B64_FRAME_CHARS = (FRAME_BYTES + 2) // 3 * 4
-_MIN_WIRE_SLOT_BYTES = MEDIA_PREFIX_BYTES + _B64_FRAME_CHARS + 3
+_MIN_WIRE_SLOT_BYTES = MEDIA_PREFIX_BYTES + _B64_FRAME_CHARS + _MEDIA_TAIL.shape[0]
 
 
 def new_pacer_scratch(max_calls: int) -> tuple[np.ndarray, np.ndarray]:

@@ -52,7 +52,14 @@ from functools import lru_cache
 
 from voicecore.bus import messages
 from voicecore.validate.knowledge import Citation, KnowledgeBase
-from voicecore.validate.numbers import _EN_WORDS, _SV_MORPHEMES, _UNIT_FORMS, LANGUAGES, NumberMention, extract_numbers
+from voicecore.validate.numbers import (
+    EN_NUMBER_WORDS,
+    LANGUAGES,
+    SV_NUMBER_MORPHEMES,
+    UNIT_FORMS,
+    NumberMention,
+    extract_numbers,
+)
 from voicecore.validate.script import ForbiddenPhrases, ScriptMatcher
 
 APPROVE_ALL_FRAMES = 1 << 62  # equals voicecore.shm.control.APPROVE_ALL: every frame of the tag
@@ -78,7 +85,7 @@ _MONTHS = frozenset(
 # "5" + " pm", "12 per" + " cent"); after a number that has no unit they are skipped, not taken as
 # the end of the number.
 _EXTENDERS = (
-    frozenset(form for forms in _UNIT_FORMS.values() for form in forms if form.isalpha())
+    frozenset(form for forms in UNIT_FORMS.values() for form in forms if form.isalpha())
     | _MONTHS
     | {"pm", "am", "per", "cent", "o", "clock", "kl", "klockan", "öre", "thousand", "tusen", "hundred", "hundra"}
 )
@@ -87,11 +94,11 @@ _MAX_EXTENDER_SKIPS = 3
 # Words (and beginnings of words) a number can be made of or extended by; a partial word related to none
 # of them is inert (module docstring).
 _NUMBER_LEXICON = tuple(sorted(
-    set(_EN_WORDS) | set(_SV_MORPHEMES) | _EXTENDERS | _OPEN_WORDS
-    | {form for forms in _UNIT_FORMS.values() for form in forms}
+    set(EN_NUMBER_WORDS) | set(SV_NUMBER_MORPHEMES) | _EXTENDERS | _OPEN_WORDS
+    | {form for forms in UNIT_FORMS.values() for form in forms}
 ))
-_NUMBER_STARTS = tuple(sorted(set(_EN_WORDS) | {m for m in _SV_MORPHEMES if len(m) >= 3}))
-_COMPOUND_STARTS = tuple(m for m in _SV_MORPHEMES if len(m) >= 3)  # Swedish numbers are written together
+_NUMBER_STARTS = tuple(sorted(set(EN_NUMBER_WORDS) | {m for m in SV_NUMBER_MORPHEMES if len(m) >= 3}))
+_COMPOUND_STARTS = tuple(m for m in SV_NUMBER_MORPHEMES if len(m) >= 3)  # Swedish numbers are written together
 _SENTENCE_END = re.compile(r"[.!?](?=\s)")
 
 

@@ -131,6 +131,12 @@ class Response:
     gated: bool = False  # the validator's verdict bounds its release (INV-GATE)
     transcript_closed: bool = False  # the validator has its final transcript
 
+    @property
+    def produced_frames(self) -> int:
+        """Frames of audio the model produced for it: those written, plus a short last one still held
+        back (it is padded and written when the audio is done)."""
+        return self.frames + (1 if self.remainder else 0)
+
 
 @dataclasses.dataclass(slots=True)
 class CallStats:
@@ -224,6 +230,15 @@ class ModelCallCore:
 
     def caller_audio(self, audio: bytes) -> list[Action]:
         return [SendToModel(rt.input_audio_append(audio))] if audio else []
+
+    # --- what the controller asks and sets -------------------------------------------------------
+    def response(self, response_id: str) -> Response | None:
+        """The response ``response_id`` if this core still knows it (it keeps the last 16)."""
+        return self.responses.get(response_id)
+
+    def gate_next_response(self, spec: GateSpec) -> None:
+        """Judge the next response this core sees created under ``spec`` instead of the call's policy."""
+        self.next_gate = spec
 
     # --- model events ----------------------------------------------------------------------------
     def on_event(self, event: object, now_ns: int, playout: Playout) -> list[Action]:

@@ -5,8 +5,10 @@ at each point where the agent could speak (call start, a scripted prompt played 
 tool call, a DTMF digit, a prompt that keeps failing) and schedules the answer under its own rules (one
 voice at a time, debounce, watchdog). Knows nothing of tags, frames, the clock or the model socket.
 
-A real flow engine replaces this class by implementing the same five methods (the ``Flow`` protocol);
-every step is a frozen dataclass, so a flow is testable as a table of inputs -> steps.
+A real flow engine replaces this class by implementing the same methods (the ``Flow`` protocol); every
+step is a frozen dataclass, so a flow is testable as a table of inputs -> steps. A flow also names itself
+and the arguments that rebuild it (``name``, ``record_args``): a call record's header carries them so a
+replay builds the same flow (voicecore/replay.py).
 """
 
 from __future__ import annotations
@@ -65,6 +67,10 @@ class ToolOutcome:
 
 
 class Flow(Protocol):
+    name: str  # how a call record names this kind of flow (voicecore/replay.py FLOWS)
+
+    def record_args(self) -> dict: ...  # JSON-able keyword arguments that build this flow afresh
+
     def start(self) -> Step: ...
 
     def after_played(self, prompt_id: str) -> Step: ...
@@ -88,6 +94,8 @@ LINES = {
     "fallback": "Sorry, could you say that again?",
     "apology": "I'm sorry, I'm having trouble right now.",
 }
+DEFAULT_OPERATOR = "+15550100"  # where "0" and the apology transfer the caller
+DEFAULT_MAX_TURNS = 3
 ANSWER_NODE = "answer"  # the node id of model answers in node_policies / node_forbidden
 SAFE_LINE_NODE = "safe_line"  # never gated: it replaces a rejected answer and claims nothing
 
@@ -100,7 +108,9 @@ class ScriptedFlow:
     transfers to the operator, ``#`` says goodbye, any other digit is a caller turn.
     """
 
-    def __init__(self, operator: str = "+15550100", max_turns: int = 3,
+    name = "scripted"
+
+    def __init__(self, operator: str = DEFAULT_OPERATOR, max_turns: int = DEFAULT_MAX_TURNS,
                  node_policies: dict[str, str] | None = None,
                  node_forbidden: dict[str, list[str]] | None = None) -> None:
         # node_policies: release policy per node id (a prompt id, "answer", or "*" for every node);
@@ -112,6 +122,19 @@ class ScriptedFlow:
         self.node_forbidden = {k: list(v) for k, v in (node_forbidden or {}).items()}
         self.turns = 0
         self.state = "greeting"
+
+    def record_args(self) -> dict:
+        """The constructor arguments that differ from their defaults (what the caller passed, as a rule)."""
+        args: dict = {}
+        if self.operator != DEFAULT_OPERATOR:
+            args["operator"] = self.operator
+        if self.max_turns != DEFAULT_MAX_TURNS:
+            args["max_turns"] = self.max_turns
+        if self.node_policies:
+            args["node_policies"] = dict(self.node_policies)
+        if self.node_forbidden:
+            args["node_forbidden"] = {k: list(v) for k, v in self.node_forbidden.items()}
+        return args
 
     def _node(self, node: str) -> tuple[str | None, tuple[str, ...]]:
         policy = self.node_policies.get(node, self.node_policies.get("*"))

@@ -1,12 +1,12 @@
 """Realtime-model simulator, one session: the server side of PROTOCOLS.md D.2, sans-I/O.
 
-Owns what a fake OpenAI Realtime server says and when: the handshake, session merging (beta flat and GA
-nested shapes, C.1), the input buffer with a simple energy VAD, the D.1 response sequence built from
-packaged speech clips, cancel / truncate / delete semantics, the failure switches of `SimConfig`, and a
-`SessionRecord` a measurement harness reads after the call. It is fed client event texts and a clock
-(`now_ms`), and hands back server event texts; it must not know sockets, asyncio or the wall clock.
-Randomness comes from `seed` through a local splitmix64 (ids, delta sizes, failure draws) and numpy's
-PCG64 bit stream (dither), both stable across versions, so a session replays byte for byte.
+Owns what a fake OpenAI Realtime server says and when over one connection: the handshake, the input buffer
+with a simple energy VAD, the D.1 response sequence built from packaged speech clips, cancel / truncate /
+delete semantics, the failure switches of `SimConfig`, and the `SessionRecord` a measurement harness reads
+after the call. It is fed client event texts and a clock (`now_ms`), and hands back server event texts; it
+must not know sockets, asyncio or the wall clock. Settings validation lives in session_config, the audio
+work in clips, the send timing in schedule; randomness comes from `seed` through rng (ids, delta sizes,
+failure draws) and the clips' dither, so a session replays byte for byte.
 
 Responses at once: a client's response.create during a response is refused (as the real server does),
 but with `SimConfig.overlap_probability` the session itself starts a second response while the first
@@ -17,711 +17,45 @@ progress (a cancel with a response_id only that one); each lets its late deltas 
 
 Audio is 8 kHz mu-law only (`audio/pcmu` / `g711_ulaw`): a response is refused until session.update
 selects it for output, as a real server would otherwise send 24 kHz PCM the carrier cannot play.
-
-Frame identity: each response's audio is its clip plus a tiny deterministic dither, seeded per
-response, so that no two 160-byte frames (cut from the response start) of different responses are
-equal and a harness can tell which response and which frame index reached the carrier by content
-alone (`SessionRecord.frame_owners`). A +/-1 LSB change on 16-bit linear would not survive mu-law
-re-encoding (its smallest step is 8 LSB), so the dither works on mu-law codes: each sample in the two
-quietest mu-law segments (|x| < 380 of 32768, steps of 8 and 16 LSB, about -72 and -66 dBFS) moves
-by -1, 0 or +1 code; a frame with fewer than 32 such samples also dithers its 32 quietest samples.
-Moving down from code 0 flips the sign of zero, which changes the byte and not the sound. On the
-packaged clips the added noise is about -68 dBFS RMS (some 48 dB under the speech, below the codec's
-own quantisation noise); the length of the audio is unchanged.
 """
 
 from __future__ import annotations
 
 import binascii
-import functools
-import math
-import re
-import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import orjson
 
 from voicecore.sim.audio_clips import ClipInfo, ClipLibrary, default_library
+from voicecore.sim.model.clips import (
+    caller_signature,
+    clip_speaking,
+    dither_ulaw,
+    peak_ulaw,
+    rms_ulaw,
+    scripted_text,
+    speech_span_ms,
+)
+from voicecore.sim.model.config import SimConfig
+from voicecore.sim.model.records import (
+    CancelRecord,
+    ErrorRecord,
+    ResponseRecord,
+    SessionRecord,
+    SpeechRecord,
+    TruncateRecord,
+)
+from voicecore.sim.model.rejects import ClientEventRejected, invalid_value, missing_parameter
+from voicecore.sim.model.rng import SplitMix64
+from voicecore.sim.model.schedule import plan_response, split_delta_sizes
+from voicecore.sim.model.session_config import (
+    SessionSettings,
+    merge_session_update,
+    render_session,
+    turn_end_silence_ms,
+)
 from voicecore.timing import BYTES_PER_MS, FRAME_BYTES, FRAME_MS
-
-try:  # deprecated in 3.11/3.12, gone in 3.13 unless audioop-lts is installed (PROTOCOLS.md D.3)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import audioop as _audioop
-except ImportError:  # pragma: no cover - exercised through rms_ulaw_numpy in the tests
-    _audioop = None
-
-# --------------------------------------------------------------------------------------------------
-# Configuration and records
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    """Behaviour switches of the simulator. Response indices count from 0 within one session."""
-
-    naming: str = "ga"  # "ga" | "beta" (D.2 item 9); a connection may override it
-    seed: int = 0  # base seed; each session mixes in its session_index
-    model: str = "gpt-realtime"  # reported in session.created unless the URL names one
-    speed_factor: float = 4.0  # audio is generated this many times faster than real time (D.2 item 4)
-    first_delta_latency_ms: int = 200  # response.create -> first audio delta
-    delta_min_bytes: int = 300  # audio delta sizes are drawn in [min, max], never a multiple of 160
-    delta_max_bytes: int = 1900
-    clip_sequence: tuple[str, ...] = ()  # pin the agent clips spoken, cycled; () = automatic choice
-    late_deltas_after_cancel: int = 0  # 0-3 already generated deltas sent after a cancel (D.2 item 5)
-    transcription_delay_ms: int = 150  # commit -> input_audio_transcription.completed (when enabled)
-    vad_rms_threshold: int = 200  # 20 ms windows at or above this RMS (16-bit linear) are speech
-    vad_min_speech_ms: int = 40  # this much speech in a row starts a turn
-    hallucinate: bool = False  # every response's transcript says `hallucinated_text`; audio stays a clip
-    hallucinate_responses: tuple[int, ...] = ()  # ... or only these responses
-    hallucinated_text: str = "Basic costs 777 kr per month."
-    stall_after_ms: int | None = None  # output pauses this long after the first delta ...
-    stall_ms: int = 2000  # ... for this long
-    stall_responses: tuple[int, ...] = ()  # responses that stall; () = every response
-    error_rate: float = 0.0  # probability (seeded draw) that a response ends with status failed
-    fail_next_response: bool = False  # the session's first response fails
-    fail_responses: tuple[int, ...] = ()  # these responses fail
-    # transcript-validation hooks (D.2 item 8)
-    transcript_done_differs: bool = False  # (a) *_transcript.done differs from the joined deltas
-    omit_transcript_done_on_cancel: bool = False  # (b)
-    transcript_after_audio_done: bool = False  # (c) the second half of the transcript after audio.done
-    obfuscation: bool = False  # (d) unknown `obfuscation` key on every delta
-    rate_limits_empty: bool = False  # (e) rate_limits.updated carries []
-    # A second response while the first still streams (server VAD racing a client response.create, a
-    # function-call follow-up): for each response the session starts (not a failed one, not itself an
-    # overlap) a seeded draw with this probability starts another one, a uniform delay in
-    # overlap_delay_ms after the first was created, if the first is still in progress then.
-    overlap_probability: float = 0.0
-    overlap_delay_ms: tuple[int, int] = (200, 2000)
-
-    def __post_init__(self) -> None:
-        if self.naming not in ("ga", "beta"):
-            raise ValueError(f"naming must be 'ga' or 'beta', not {self.naming!r}")
-        if not self.speed_factor > 0:
-            raise ValueError("speed_factor must be positive")
-        if not 1 <= self.delta_min_bytes <= self.delta_max_bytes:
-            raise ValueError("need 1 <= delta_min_bytes <= delta_max_bytes")
-        if not 0 <= self.late_deltas_after_cancel <= 3:
-            raise ValueError("late_deltas_after_cancel must be 0-3")
-        if not 0.0 <= self.error_rate <= 1.0:
-            raise ValueError("error_rate must be in [0, 1]")
-        if not 0.0 <= self.overlap_probability <= 1.0:
-            raise ValueError("overlap_probability must be in [0, 1]")
-        low, high = self.overlap_delay_ms
-        if not 0 <= low <= high:
-            raise ValueError("overlap_delay_ms must be (low, high) with 0 <= low <= high")
-
-
-@dataclass(slots=True)
-class ResponseRecord:
-    index: int
-    response_id: str
-    item_id: str  # the assistant item ("" for a failed response, which has no item)
-    clip_name: str
-    text: str  # the transcript the simulator speaks (the hallucinated text when hallucinating)
-    audio: bytes  # full audio of the response: clip + dither (what would be sent if not cancelled)
-    delta_bytes: list[int]  # planned audio delta sizes, in order; they sum to len(audio)
-    created_ms: int
-    instructions: str | None = None
-    metadata: dict[str, str] | None = None
-    first_delta_ms: int | None = None
-    cancel_ms: int | None = None  # when the cancel (client or turn_detected) was received/decided
-    done_ms: int | None = None  # when response.done was emitted
-    status: str = "in_progress"  # in_progress | completed | cancelled | failed
-    reason: str | None = None  # client_cancelled | turn_detected
-    sent_bytes: int = 0  # audio actually sent, late deltas included
-    late_bytes: int = 0  # audio sent after the cancel
-    late_deltas: int = 0  # audio deltas sent after the cancel
-    delta_sent_ms: list[int] = field(default_factory=list)  # now_ms of each audio delta sent (bench: was audio available?)
-    hallucinated: bool = False
-    stalled: bool = False
-    failed: bool = False
-    overlaps: str | None = None  # the response_id of the response this one started during (SimConfig.overlap_*)
-
-    def frames(self) -> list[bytes]:
-        """The response audio cut into 160-byte frames from its start; the last one may be short."""
-        return [self.audio[i : i + FRAME_BYTES] for i in range(0, len(self.audio), FRAME_BYTES)]
-
-
-@dataclass(slots=True)
-class TruncateRecord:
-    item_id: str
-    audio_end_ms: int
-    at_ms: int
-    ok: bool
-    item_audio_ms: int | None  # the item's audio length when the truncate arrived (None: no such item)
-
-
-@dataclass(slots=True)
-class CancelRecord:
-    at_ms: int
-    requested_response_id: str | None
-    cancelled_response_id: str | None  # None when the cancel found nothing active (error sent)
-
-
-@dataclass(slots=True)
-class SpeechRecord:
-    item_id: str
-    audio_start_ms: int
-    started_at_ms: int  # now_ms when speech_started was emitted
-    audio_end_ms: int | None = None
-    stopped_at_ms: int | None = None
-    transcript: str | None = None
-    caller_clip: str | None = None  # the caller clip recognised, if any
-    # the response speech_started cancelled (turn_detected); the newest one when several were active
-    interrupted_response_id: str | None = None
-
-
-@dataclass(slots=True)
-class ErrorRecord:
-    at_ms: int
-    code: str | None
-    client_event_type: str | None
-
-
-@dataclass(slots=True)
-class SessionRecord:
-    """Everything a harness needs after a call. Times are the `now_ms` values the core was fed."""
-
-    session_id: str
-    session_index: int
-    naming: str
-    model: str
-    connected_ms: int
-    call_sid: str | None = None
-    closed_ms: int | None = None
-    responses: list[ResponseRecord] = field(default_factory=list)
-    truncates: list[TruncateRecord] = field(default_factory=list)
-    cancels: list[CancelRecord] = field(default_factory=list)
-    deleted_item_ids: list[str] = field(default_factory=list)
-    speech: list[SpeechRecord] = field(default_factory=list)
-    errors: list[ErrorRecord] = field(default_factory=list)
-    appended_bytes: int = 0
-    client_events: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def speech_started_ms(self) -> list[int]:
-        return [s.started_at_ms for s in self.speech]
-
-    def response(self, response_id: str) -> ResponseRecord:
-        for r in self.responses:
-            if r.response_id == response_id:
-                return r
-        raise KeyError(response_id)
-
-    def response_for_item(self, item_id: str) -> ResponseRecord:
-        for r in self.responses:
-            if r.item_id == item_id:
-                return r
-        raise KeyError(item_id)
-
-    def frame_owners(self) -> dict[bytes, tuple[str, int]]:
-        """Full 160-byte frame content -> (response_id, frame index), over every response."""
-        owners: dict[bytes, tuple[str, int]] = {}
-        for r in self.responses:
-            for i, frame in enumerate(r.frames()):
-                if len(frame) == FRAME_BYTES:
-                    owners[frame] = (r.response_id, i)
-        return owners
-
-
-# --------------------------------------------------------------------------------------------------
-# Deterministic randomness and ids
-# --------------------------------------------------------------------------------------------------
-
-_MASK64 = (1 << 64) - 1
-_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-_BASE62_SQUARED = 62 * 62
-_BASE62_PAIRS = tuple(_BASE62[r % 62] + _BASE62[r // 62] for r in range(_BASE62_SQUARED))  # low digit first
-
-
-def _fold(*parts: int | str) -> int:
-    """A stable 64-bit seed from parts (FNV-1a; Python's hash() of str changes per process)."""
-    h = 0xCBF29CE484222325
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else int(part).to_bytes(16, "little", signed=True)
-        for byte in data + b"\x00":
-            h = ((h ^ byte) * 0x100000001B3) & _MASK64
-    return h
-
-
-class _Rng:
-    """splitmix64: tiny, fast enough, and identical on every platform and Python version."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self, *parts: int | str) -> None:
-        self._state = _fold(*parts)
-
-    def u64(self) -> int:
-        self._state = (self._state + 0x9E3779B97F4A7C15) & _MASK64
-        z = self._state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-        return z ^ (z >> 31)
-
-    def below(self, n: int) -> int:
-        return self.u64() % n
-
-    def uniform(self) -> float:
-        return self.u64() / 2.0**64
-
-    def token(self, length: int = 21) -> str:
-        # Ten base-62 digits per draw (62**10 < 2**64), two at a time (a divmod by 62**2 and a table):
-        # ids are a large share of the simulator's work.
-        pairs: list[str] = []
-        while 2 * len(pairs) < length:
-            z = self.u64()
-            for _ in range(5):
-                z, r = divmod(z, _BASE62_SQUARED)
-                pairs.append(_BASE62_PAIRS[r])
-        return "".join(pairs)[:length]
-
-
-# --------------------------------------------------------------------------------------------------
-# Audio helpers (pure functions; the tests call them directly)
-# --------------------------------------------------------------------------------------------------
-
-
-def _ulaw_table() -> np.ndarray:
-    """G.711 mu-law byte -> 16-bit linear, the same values audioop.ulaw2lin(width=2) gives."""
-    table = np.zeros(256, dtype=np.int32)
-    for byte in range(256):
-        u = ~byte & 0xFF
-        sample = (((u & 0x0F) << 3) + 0x84) << ((u >> 4) & 0x07)
-        sample -= 0x84
-        table[byte] = -sample if u & 0x80 else sample
-    return table
-
-
-_ULAW_TO_LINEAR = _ulaw_table()
-
-
-def rms_ulaw_numpy(window: bytes) -> int:
-    """RMS of mu-law audio on 16-bit linear samples; the fallback when audioop is missing."""
-    if not window:
-        return 0
-    samples = _ULAW_TO_LINEAR[np.frombuffer(window, dtype=np.uint8)].astype(np.float64)
-    return int(math.sqrt(float(np.mean(samples * samples))))
-
-
-def rms_ulaw(window: bytes) -> int:
-    if _audioop is None:  # pragma: no cover - Python 3.13 without audioop-lts
-        return rms_ulaw_numpy(window)
-    return _audioop.rms(_audioop.ulaw2lin(window, 2), 2)
-
-
-def peak_ulaw(audio: bytes) -> int:
-    """Largest absolute 16-bit linear sample of mu-law audio (an upper bound of any window's RMS)."""
-    if not audio:
-        return 0
-    if _audioop is None:  # pragma: no cover - Python 3.13 without audioop-lts
-        return int(np.abs(_ULAW_TO_LINEAR[np.frombuffer(audio, dtype=np.uint8)]).max())
-    return _audioop.max(_audioop.ulaw2lin(audio, 2), 2)
-
-
-def speech_span_ms(audio: bytes, threshold: int) -> int:
-    """ms from the first to the end of the last 20 ms window at or above `threshold` (0: none)."""
-    first = last = None
-    for i in range(0, len(audio) - FRAME_BYTES + 1, FRAME_BYTES):
-        if rms_ulaw(audio[i : i + FRAME_BYTES]) >= threshold:
-            if first is None:
-                first = i
-            last = i + FRAME_BYTES
-    if first is None or last is None:
-        return 0
-    return (last - first) // BYTES_PER_MS
-
-
-_DITHER_MIN_SAMPLES = 32  # per frame: 3**32 patterns, so frames of two responses never collide
-_DITHER_STEP = (np.arange(256) % 3 - 1).astype(np.int16)  # random byte -> code step
-_DITHER_QUIET_CODE = 31  # mu-law magnitude codes 0-31: the two quietest segments (steps 8 and 16)
-
-
-def dither_ulaw(audio: bytes, seed: int) -> bytes:
-    """`audio` with a deterministic +/-1 mu-law code dither on its quiet samples (module docstring)."""
-    n = len(audio)
-    if n == 0:
-        return b""
-    frames, magnitude, sign, chosen = _dither_plan(audio)
-    count = frames * FRAME_BYTES
-    # One random byte per sample (eight per 64-bit draw), mapped to -1/0/+1 by a table: a quarter of
-    # the draws and no 64-bit modulo (the byte's 256 values split 86/85/85, unbiased enough for a dither).
-    draws = np.random.PCG64(seed).random_raw(-(-count // 8)).astype("<u8", copy=False)  # bytes in one order everywhere
-    raw = draws.view(np.uint8)[:count].reshape(frames, FRAME_BYTES)
-    step = np.where(chosen, _DITHER_STEP[raw], 0)
-    moved = magnitude + step
-    below_zero = moved < 0
-    sign = np.where(below_zero, sign ^ 0x80, sign).astype(np.uint8)
-    moved = np.clip(moved, 0, 127).astype(np.uint8)
-    out = (~(sign | moved)).astype(np.uint8).reshape(-1)[:n]
-    return out.tobytes()
-
-
-@functools.lru_cache(maxsize=64)
-def _dither_plan(audio: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-    """The seed-independent half of dither_ulaw (which samples may move), computed once per clip: every
-    response of a clip differs only in its random steps."""
-    n = len(audio)
-    frames = -(-n // FRAME_BYTES)
-    padded = np.full(frames * FRAME_BYTES, 0xFF, dtype=np.uint8)
-    padded[:n] = np.frombuffer(audio, dtype=np.uint8)
-    inverted = (~padded).reshape(frames, FRAME_BYTES)
-    magnitude = (inverted & 0x7F).astype(np.int16)
-    sign = inverted & 0x80
-    valid = (np.arange(frames * FRAME_BYTES) < n).reshape(frames, FRAME_BYTES)
-    ranked = np.where(valid, magnitude, 1000)
-    kth = np.partition(ranked, _DITHER_MIN_SAMPLES - 1, axis=1)[:, _DITHER_MIN_SAMPLES - 1 : _DITHER_MIN_SAMPLES]
-    chosen = valid & ((magnitude <= _DITHER_QUIET_CODE) | (ranked <= kth))
-    for array in (magnitude, sign, chosen):
-        array.flags.writeable = False  # shared by every response of the clip
-    return frames, magnitude, sign, chosen
-
-
-def split_delta_sizes(total_bytes: int, rng: _Rng, min_bytes: int, max_bytes: int) -> list[int]:
-    """Delta sizes summing to `total_bytes`, none a multiple of 160 (so deltas never line up with
-    frames, D.2 item 4). The tail may be shorter than `min_bytes`."""
-    sizes: list[int] = []
-    remaining = total_bytes
-    while remaining > max_bytes:
-        size = min_bytes + rng.below(max_bytes - min_bytes + 1)
-        if size % FRAME_BYTES == 0:
-            size -= 1
-        sizes.append(size)
-        remaining -= size
-    if remaining % FRAME_BYTES:
-        sizes.append(remaining)
-    elif remaining:
-        # a frame-aligned tail (160, 320, ...) becomes two unaligned pieces: (r - 81) and 81
-        sizes.extend((remaining - 81, 81))
-    return sizes
-
-
-@functools.lru_cache(maxsize=64)
-def _caller_signature(audio: bytes, threshold: int) -> tuple[bytes, int]:
-    """(the loudest 40 ms of a caller clip, its speech span): what recognition looks for."""
-    best_at, best_rms = 0, -1
-    for i in range(0, max(1, len(audio) - 2 * FRAME_BYTES + 1), FRAME_BYTES):
-        rms = rms_ulaw(audio[i : i + 2 * FRAME_BYTES])
-        if rms > best_rms:
-            best_at, best_rms = i, rms
-    return audio[best_at : best_at + 2 * FRAME_BYTES], speech_span_ms(audio, threshold)
-
-
-def _normalise(text: str) -> str:
-    return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
-
-
-_SAY_EXACTLY = re.compile(r'\s*Say exactly:\s*"?(.*?)"?\s*$', re.DOTALL | re.IGNORECASE)
-
-
-def scripted_text(instructions: object) -> str | None:
-    """The text of a scripted prompt ("Say exactly: ..."), which the model then says (its transcript;
-    the audio is the nearest clip); None for other instructions."""
-    if not isinstance(instructions, str):
-        return None
-    match = _SAY_EXACTLY.match(instructions)
-    return match.group(1).strip() or None if match else None
-
-
-# --------------------------------------------------------------------------------------------------
-# Session configuration (canonical form, rendered per naming)
-# --------------------------------------------------------------------------------------------------
-
-_SERVER_VAD_DEFAULTS: dict[str, Any] = {
-    "type": "server_vad",
-    "threshold": 0.5,
-    "prefix_padding_ms": 300,
-    "silence_duration_ms": 500,
-    "create_response": True,
-    "interrupt_response": True,
-}
-_SEMANTIC_VAD_DEFAULTS: dict[str, Any] = {
-    "type": "semantic_vad",
-    "eagerness": "auto",
-    "create_response": True,
-    "interrupt_response": True,
-}
-# silence that ends a turn for semantic_vad, by eagerness (a simulation; C.4 gives only maxima)
-_SEMANTIC_SILENCE_MS = {"low": 800, "medium": 500, "auto": 500, "high": 300}
-
-_BETA_FORMATS = {"pcm16": "pcm", "g711_ulaw": "pcmu", "g711_alaw": "pcma"}
-_BETA_FORMAT_NAMES = {v: k for k, v in _BETA_FORMATS.items()}
-_GA_FORMATS = {"audio/pcm": "pcm", "audio/pcmu": "pcmu", "audio/pcma": "pcma"}
-
-_GA_SESSION_KEYS = {
-    "type", "model", "instructions", "output_modalities", "audio", "tools", "tool_choice",
-    "max_output_tokens", "tracing", "truncation", "include", "prompt", "parallel_tool_calls", "reasoning",
-}
-_BETA_SESSION_KEYS = {
-    "model", "instructions", "modalities", "voice", "input_audio_format", "output_audio_format",
-    "input_audio_transcription", "turn_detection", "tools", "tool_choice", "temperature",
-    "max_response_output_tokens", "speed", "tracing", "input_audio_noise_reduction", "client_secret",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class _SessionConfig:
-    instructions: str = "You are a helpful assistant."
-    voice: str = "alloy"
-    speed: float = 1.0
-    input_format: str = "pcm"  # canonical: pcm | pcmu | pcma; the real default is 24 kHz PCM
-    output_format: str = "pcm"
-    turn_detection: dict[str, Any] | None = field(default_factory=lambda: dict(_SERVER_VAD_DEFAULTS))
-    transcription: dict[str, Any] | None = None
-    noise_reduction: dict[str, Any] | None = None
-    tools: tuple[Any, ...] = ()
-    tool_choice: Any = "auto"
-    max_output_tokens: Any = "inf"
-
-
-class _Reject(Exception):
-    """Internal: the client event is invalid; becomes an `error` server event."""
-
-    def __init__(self, code: str | None, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.param = param
-
-
-def _unknown(param: str) -> _Reject:
-    return _Reject("unknown_parameter", f"Unknown parameter: '{param}'.", param)
-
-
-def _missing(param: str) -> _Reject:
-    return _Reject("missing_required_parameter", f"Missing required parameter: '{param}'.", param)
-
-
-def _invalid(param: str, detail: str) -> _Reject:
-    return _Reject("invalid_value", f"Invalid value for '{param}': {detail}", param)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-# Leaf checks for session fields: (test, what the error says). Every field we store is checked here, so
-# a peer's odd value becomes an `error` event instead of an exception later in the VAD or the renderer.
-_CHECKS: dict[str, tuple[Any, str]] = {
-    "str": (lambda v: isinstance(v, str), "a string"),
-    "bool": (lambda v: isinstance(v, bool), "a boolean"),
-    "ms": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
-    "ms_or_null": (lambda v: v is None or (_is_int(v) and v >= 0), "a non-negative integer or null"),
-    "number": (_is_number, "a number"),
-    "unit": (lambda v: _is_number(v) and 0 <= v <= 1, "a number from 0 to 1"),
-    "speed": (lambda v: _is_number(v) and 0.25 <= v <= 1.5, "a number from 0.25 to 1.5"),
-    "tokens": (lambda v: v == "inf" or (_is_int(v) and 1 <= v <= 4096), "an integer from 1 to 4096 or 'inf'"),
-    "eagerness": (lambda v: v in ("low", "medium", "high", "auto"), "low, medium, high or auto"),
-    "tool_choice": (lambda v: v in ("none", "auto", "required"), "none, auto or required"),
-    "noise": (lambda v: v in ("near_field", "far_field"), "near_field or far_field"),
-    "function": (lambda v: v == "function", "function"),
-    "object": (lambda v: isinstance(v, dict), "an object"),
-}
-
-# nested objects we store, field by field (the simulator supports function tools only)
-_OBJECT_FIELDS: dict[str, dict[str, str]] = {
-    "transcription": {"model": "str", "language": "str", "prompt": "str"},
-    "noise_reduction": {"type": "noise"},
-    "tool": {"type": "function", "name": "str", "description": "str", "parameters": "object"},
-    "tool_choice": {"type": "function", "name": "str"},
-}
-
-_VAD_FIELDS = {
-    "server_vad": {
-        "type": "str",
-        "threshold": "unit",
-        "prefix_padding_ms": "ms",
-        "silence_duration_ms": "ms",
-        "create_response": "bool",
-        "interrupt_response": "bool",
-    },
-    "semantic_vad": {"type": "str", "eagerness": "eagerness", "create_response": "bool", "interrupt_response": "bool"},
-}
-
-
-def _check(value: Any, check: str, param: str) -> Any:
-    test, what = _CHECKS[check]
-    if not test(value):
-        raise _invalid(param, f"expected {what}")
-    return value
-
-
-def _check_object(value: Any, kind: str, param: str, nullable: bool = True) -> dict[str, Any] | None:
-    if value is None and nullable:
-        return None
-    if not isinstance(value, dict):
-        raise _invalid(param, "expected an object" + (" or null" if nullable else ""))
-    fields = _OBJECT_FIELDS[kind]
-    for key, field_value in value.items():
-        if key not in fields:
-            raise _unknown(f"{param}.{key}")
-        _check(field_value, fields[key], f"{param}.{key}")
-    return value
-
-
-def _check_tools(value: Any, param: str) -> tuple[dict[str, Any], ...]:
-    if not isinstance(value, list):
-        raise _invalid(param, "expected an array")
-    for i, tool in enumerate(value):
-        _check_object(tool, "tool", f"{param}[{i}]", nullable=False)
-        if not isinstance(tool.get("name"), str):
-            raise _missing(f"{param}[{i}].name")
-    return tuple(value)
-
-
-def _check_tool_choice(value: Any, naming: str, param: str) -> Any:
-    if isinstance(value, dict) and naming == "ga":  # GA may force one function: {type, name}
-        _check_object(value, "tool_choice", param, nullable=False)
-        if value.get("type") != "function" or not isinstance(value.get("name"), str):
-            raise _invalid(param, "expected {type: function, name}")
-        return value
-    return _check(value, "tool_choice", param)
-
-
-def _merge_turn_detection(
-    current: dict[str, Any] | None, value: Any, param: str, naming: str
-) -> dict[str, Any] | None:
-    if value is None:
-        return None  # null clears turn detection (C.2)
-    if not isinstance(value, dict):
-        raise _invalid(param, "expected an object or null")
-    kind = value.get("type", (current or {}).get("type", "server_vad"))
-    if kind not in _VAD_FIELDS:
-        raise _invalid(f"{param}.type", "expected server_vad or semantic_vad")
-    fields = dict(_VAD_FIELDS[kind])
-    if kind == "server_vad" and naming == "ga":
-        fields["idle_timeout_ms"] = "ms_or_null"  # GA only (C.3 timeout_triggered); not simulated
-    for key, field_value in value.items():
-        if key not in fields:
-            raise _unknown(f"{param}.{key}")
-        _check(field_value, fields[key], f"{param}.{key}")
-    # fields not sent keep their value; a change of type starts from that type's defaults
-    defaults = _SERVER_VAD_DEFAULTS if kind == "server_vad" else _SEMANTIC_VAD_DEFAULTS
-    base = dict(current) if current is not None and current.get("type") == kind else dict(defaults)
-    base.update(value)
-    return base
-
-
-def _parse_format(value: Any, naming: str, param: str) -> str:
-    """A canonical format name (pcm | pcmu | pcma) from the GA object or the beta string (C.1)."""
-    if naming == "beta":
-        if not isinstance(value, str) or value not in _BETA_FORMATS:
-            raise _invalid(param, "expected pcm16, g711_ulaw or g711_alaw")
-        return _BETA_FORMATS[value]
-    if not isinstance(value, dict):
-        raise _invalid(param, "expected an object")
-    kind = value.get("type")
-    if not isinstance(kind, str) or kind not in _GA_FORMATS:
-        raise _invalid(f"{param}.type", "expected audio/pcm, audio/pcmu or audio/pcma")
-    fmt = _GA_FORMATS[kind]
-    for key in value:
-        # audio/pcmu and audio/pcma take no `rate` key: the real server rejects it (C.1)
-        if key != "type" and not (fmt == "pcm" and key == "rate"):
-            raise _unknown(f"{param}.{key}")
-    if fmt == "pcm" and value.get("rate", 24000) != 24000:
-        raise _invalid(f"{param}.rate", "PCM is 24000 Hz only")
-    return fmt
-
-
-def _object(value: Any, param: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _invalid(param, "expected an object")
-    return value
-
-
-def _only(obj: dict[str, Any], allowed: set[str] | tuple[str, ...], prefix: str) -> None:
-    for key in obj:
-        if key not in allowed:
-            raise _unknown(f"{prefix}.{key}")
-
-
-def _merge_common(changes: dict[str, Any], session: dict[str, Any], naming: str, tokens_key: str) -> None:
-    """Fields spelled the same in both shapes (plus the max-tokens key, which is not)."""
-    if "instructions" in session:
-        changes["instructions"] = _check(session["instructions"], "str", "session.instructions")
-    if "tools" in session:
-        changes["tools"] = _check_tools(session["tools"], "session.tools")
-    if "tool_choice" in session:
-        changes["tool_choice"] = _check_tool_choice(session["tool_choice"], naming, "session.tool_choice")
-    if tokens_key in session:
-        changes["max_output_tokens"] = _check(session[tokens_key], "tokens", f"session.{tokens_key}")
-
-
-def _merge_ga(cfg: _SessionConfig, session: dict[str, Any]) -> _SessionConfig:
-    _only(session, _GA_SESSION_KEYS, "session")
-    if "type" not in session:
-        raise _missing("session.type")
-    if session["type"] != "realtime":
-        raise _invalid("session.type", "the simulator supports only 'realtime' sessions")
-    if "output_modalities" in session and session["output_modalities"] not in (["audio"], ["text"]):
-        raise _invalid("session.output_modalities", "expected ['audio'] or ['text'], not both")
-    changes: dict[str, Any] = {}
-    _merge_common(changes, session, "ga", "max_output_tokens")
-    audio = _object(session.get("audio"), "session.audio")
-    _only(audio, ("input", "output"), "session.audio")
-    inp = _object(audio.get("input"), "session.audio.input")
-    out = _object(audio.get("output"), "session.audio.output")
-    _only(inp, ("format", "transcription", "noise_reduction", "turn_detection"), "session.audio.input")
-    _only(out, ("format", "voice", "speed"), "session.audio.output")
-    if "format" in inp:
-        changes["input_format"] = _parse_format(inp["format"], "ga", "session.audio.input.format")
-    if "format" in out:
-        changes["output_format"] = _parse_format(out["format"], "ga", "session.audio.output.format")
-    if "turn_detection" in inp:
-        changes["turn_detection"] = _merge_turn_detection(
-            cfg.turn_detection, inp["turn_detection"], "session.audio.input.turn_detection", "ga"
-        )
-    if "transcription" in inp:
-        param = "session.audio.input.transcription"
-        changes["transcription"] = _check_object(inp["transcription"], "transcription", param)
-    if "noise_reduction" in inp:
-        param = "session.audio.input.noise_reduction"
-        changes["noise_reduction"] = _check_object(inp["noise_reduction"], "noise_reduction", param)
-    if "voice" in out:
-        changes["voice"] = _check(out["voice"], "str", "session.audio.output.voice")
-    if "speed" in out:
-        changes["speed"] = _check(out["speed"], "speed", "session.audio.output.speed")
-    return replace(cfg, **changes)
-
-
-def _merge_beta(cfg: _SessionConfig, session: dict[str, Any]) -> _SessionConfig:
-    _only(session, _BETA_SESSION_KEYS, "session")
-    changes: dict[str, Any] = {}
-    _merge_common(changes, session, "beta", "max_response_output_tokens")
-    if "input_audio_format" in session:
-        changes["input_format"] = _parse_format(session["input_audio_format"], "beta", "session.input_audio_format")
-    if "output_audio_format" in session:
-        param = "session.output_audio_format"
-        changes["output_format"] = _parse_format(session["output_audio_format"], "beta", param)
-    if "turn_detection" in session:
-        changes["turn_detection"] = _merge_turn_detection(
-            cfg.turn_detection, session["turn_detection"], "session.turn_detection", "beta"
-        )
-    if "input_audio_transcription" in session:
-        param = "session.input_audio_transcription"
-        changes["transcription"] = _check_object(session["input_audio_transcription"], "transcription", param)
-    if "input_audio_noise_reduction" in session:
-        param = "session.input_audio_noise_reduction"
-        changes["noise_reduction"] = _check_object(session["input_audio_noise_reduction"], "noise_reduction", param)
-    if "voice" in session:
-        changes["voice"] = _check(session["voice"], "str", "session.voice")
-    if "speed" in session:
-        changes["speed"] = _check(session["speed"], "speed", "session.speed")
-    return replace(cfg, **changes)
-
-
-# --------------------------------------------------------------------------------------------------
-# The session
-# --------------------------------------------------------------------------------------------------
 
 # event names that differ between beta and GA (C.1); everything else is spelled the same
 _NAMES = {
@@ -800,13 +134,13 @@ class ModelSession:
         self._names = _NAMES[self.naming]
         self._seed = seed
         self._session_index = session_index
-        self._ids = _Rng(seed, session_index, "ids")
+        self._ids = SplitMix64(seed, session_index, "ids")
         self._clips = clips if clips is not None else default_library()
         self._agent_clips = [c for c in self._clips.infos if c.role == "agent"]
         self._auto_clips = [c for c in self._agent_clips if c.kind in ("question", "answer")] or self._agent_clips
         self._caller_clips = [c for c in self._clips.infos if c.role == "caller"]
         self._model = model or config.model
-        self._cfg = _SessionConfig()
+        self._cfg = SessionSettings()
         self._outbox: list[str] = []
         self._items: dict[str, _Item] = {}
         # responses in progress, oldest first: one, or two while an overlap (SimConfig.overlap_*) streams
@@ -892,26 +226,26 @@ class ModelSession:
                 try:
                     text = bytes(text).decode("utf-8")
                 except UnicodeDecodeError:
-                    raise _Reject("invalid_json", "The message is not UTF-8 JSON text.") from None
+                    raise ClientEventRejected("invalid_json", "The message is not UTF-8 JSON text.") from None
             try:
                 event = orjson.loads(text)
             except (ValueError, RecursionError):
-                raise _Reject("invalid_json", "The message could not be parsed as JSON.") from None
+                raise ClientEventRejected("invalid_json", "The message could not be parsed as JSON.") from None
             if not isinstance(event, dict):
-                raise _Reject("invalid_json", "The message must be a JSON object.")
+                raise ClientEventRejected("invalid_json", "The message must be a JSON object.")
             raw_id = event.get("event_id")
             event_id = raw_id if isinstance(raw_id, str) else None
             event_type = event.get("type")
             if not isinstance(event_type, str):
-                raise _missing("type")
+                raise missing_parameter("type")
             self.record.client_events[event_type] = self.record.client_events.get(event_type, 0) + 1
             handler = self._HANDLERS.get(event_type)
             if handler is None:
-                raise _Reject(
+                raise ClientEventRejected(
                     "invalid_value", f"Invalid value: '{event_type}'. Unsupported client event type.", "type"
                 )
             handler(self, event, now_ms)
-        except _Reject as reject:
+        except ClientEventRejected as reject:
             self._error(reject, event_id, event_type, now_ms)
 
     # ---- client event handlers (D.2) -----------------------------------------------------------
@@ -919,10 +253,10 @@ class ModelSession:
     def _on_session_update(self, event: dict[str, Any], now_ms: int) -> None:
         session = event.get("session")
         if not isinstance(session, dict):
-            raise _missing("session")
-        merged = _merge_ga(self._cfg, session) if self.naming == "ga" else _merge_beta(self._cfg, session)
+            raise missing_parameter("session")
+        merged = merge_session_update(self._cfg, session, self.naming)
         if merged.voice != self._cfg.voice and self._audio_produced:
-            raise _Reject(
+            raise ClientEventRejected(
                 "cannot_update_voice",
                 "Cannot update a conversation's voice if assistant audio is present.",
                 "session.voice",
@@ -933,11 +267,11 @@ class ModelSession:
     def _on_append(self, event: dict[str, Any], now_ms: int) -> None:
         audio_b64 = event.get("audio")
         if not isinstance(audio_b64, str):
-            raise _missing("audio")
+            raise missing_parameter("audio")
         try:
             audio = binascii.a2b_base64(audio_b64, strict_mode=True)
         except (binascii.Error, ValueError):
-            raise _invalid("audio", "not valid base64") from None
+            raise invalid_value("audio", "not valid base64") from None
         # no acknowledgement is sent for append (C.2)
         self._in_buf += audio
         self._in_total += len(audio)
@@ -947,7 +281,7 @@ class ModelSession:
     def _on_commit(self, event: dict[str, Any], now_ms: int) -> None:
         have_ms = len(self._in_buf) // BYTES_PER_MS
         if have_ms < 100:
-            raise _Reject(
+            raise ClientEventRejected(
                 "input_audio_buffer_commit_empty",
                 "Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, "
                 f"but buffer only has {have_ms:.2f}ms of audio.",
@@ -963,7 +297,7 @@ class ModelSession:
 
     def _on_output_clear(self, event: dict[str, Any], now_ms: int) -> None:
         # WebRTC/SIP only; over a WebSocket the client owns playback (C.2, D.2 item 7)
-        raise _Reject(
+        raise ClientEventRejected(
             "invalid_value",
             "output_audio_buffer.clear is only supported for WebRTC and SIP sessions.",
             "type",
@@ -972,7 +306,7 @@ class ModelSession:
     def _on_response_create(self, event: dict[str, Any], now_ms: int) -> None:
         options = event.get("response")
         if options is not None and not isinstance(options, dict):
-            raise _invalid("response", "expected an object")
+            raise invalid_value("response", "expected an object")
         self._start_response(now_ms, options or {})
 
     def _on_response_cancel(self, event: dict[str, Any], now_ms: int) -> None:
@@ -981,14 +315,14 @@ class ModelSession:
         all is what a client that names none means). One CancelRecord per response cancelled."""
         requested = event.get("response_id")
         if requested is not None and not isinstance(requested, str):
-            raise _invalid("response_id", "expected a string")
+            raise invalid_value("response_id", "expected a string")
         if requested is None:
             targets = list(self._active)
         else:
             targets = [r for r in self._active if r.record.response_id == requested]
         if not targets:
             self.record.cancels.append(CancelRecord(now_ms, requested, None))
-            raise _Reject("response_cancel_not_active", "Cancellation failed: no active response found")
+            raise ClientEventRejected("response_cancel_not_active", "Cancellation failed: no active response found")
         for response in targets:
             self.record.cancels.append(CancelRecord(now_ms, requested, response.record.response_id))
             self._cancel(response, now_ms, "client_cancelled")
@@ -996,24 +330,24 @@ class ModelSession:
     def _on_item_create(self, event: dict[str, Any], now_ms: int) -> None:
         item = event.get("item")
         if not isinstance(item, dict):
-            raise _missing("item")
+            raise missing_parameter("item")
         item_type = item.get("type")
         if item_type == "message":
             role = item.get("role")
             if role not in ("user", "system", "assistant"):
-                raise _invalid("item.role", "expected user, system or assistant")
+                raise invalid_value("item.role", "expected user, system or assistant")
             content = item.get("content")
             if not isinstance(content, list):
-                raise _missing("item.content")
+                raise missing_parameter("item.content")
         elif item_type in ("function_call_output", "function_call"):
             role, content = None, []
             if not isinstance(item.get("call_id"), str):
-                raise _missing("item.call_id")
+                raise missing_parameter("item.call_id")
         else:
-            raise _invalid("item.type", "expected message, function_call or function_call_output")
+            raise invalid_value("item.type", "expected message, function_call or function_call_output")
         item_id = item.get("id") if isinstance(item.get("id"), str) else "item_" + self._ids.token()
         if item_id in self._items:
-            raise _invalid("item.id", f"an item with id '{item_id}' already exists")
+            raise invalid_value("item.id", f"an item with id '{item_id}' already exists")
         previous = self._last_item_id()
         rendered = {k: v for k, v in item.items() if k not in ("id", "object", "status")}
         rendered.update({"id": item_id, "object": "realtime.item", "status": "completed"})
@@ -1035,7 +369,7 @@ class ModelSession:
         item_id = event.get("item_id")
         audio_end_ms = event.get("audio_end_ms")
         if not isinstance(audio_end_ms, int) or isinstance(audio_end_ms, bool) or audio_end_ms < 0:
-            raise _invalid("audio_end_ms", "expected a non-negative integer")
+            raise invalid_value("audio_end_ms", "expected a non-negative integer")
         item = self._items.get(item_id) if isinstance(item_id, str) else None
         record = TruncateRecord(
             item_id if isinstance(item_id, str) else "", audio_end_ms, now_ms, False,
@@ -1043,17 +377,17 @@ class ModelSession:
         )
         self.record.truncates.append(record)
         if not isinstance(item_id, str):
-            raise _missing("item_id")
+            raise missing_parameter("item_id")
         if item is None:
-            raise _invalid("item_id", f"Item with item_id '{item_id}' not found.")
+            raise invalid_value("item_id", f"Item with item_id '{item_id}' not found.")
         if item.role != "assistant":
-            raise _invalid("item_id", "Only assistant messages can be truncated.")
+            raise invalid_value("item_id", "Only assistant messages can be truncated.")
         content_index = event.get("content_index", 0)
         if content_index != 0:
-            raise _invalid("content_index", "expected 0 (the audio content part)")
+            raise invalid_value("content_index", "expected 0 (the audio content part)")
         item_audio_ms = item.audio_bytes // BYTES_PER_MS
         if audio_end_ms > item_audio_ms:
-            raise _Reject(
+            raise ClientEventRejected(
                 "invalid_value",
                 f"Audio content of {item_audio_ms}ms is already shorter than {audio_end_ms}ms",
                 "audio_end_ms",
@@ -1101,10 +435,7 @@ class ModelSession:
             self._vad_pos = self._in_total  # no VAD: the client commits (C.4)
             return
         prefix_ms = int(td.get("prefix_padding_ms", 300))
-        if td["type"] == "semantic_vad":
-            silence_ms = _SEMANTIC_SILENCE_MS.get(td.get("eagerness", "auto"), 500)
-        else:
-            silence_ms = int(td.get("silence_duration_ms", 500))
+        silence_ms = turn_end_silence_ms(td)
         self._skip_quiet_frames(prefix_ms, silence_ms)
         while self._vad_pos + FRAME_BYTES <= self._in_total:
             at = self._vad_pos - self._in_buf_start
@@ -1210,13 +541,13 @@ class ModelSession:
         else by speech length, else 'hello'."""
         threshold = self.config.vad_rms_threshold
         for clip in self._caller_clips:
-            probe, _ = _caller_signature(self._clips.audio[clip.name], threshold)
+            probe, _ = caller_signature(self._clips.audio[clip.name], threshold)
             if probe and probe in audio:
                 return clip.text, clip.name
         span_ms = speech_span_ms(audio, threshold)
         best: tuple[int, ClipInfo] | None = None
         for clip in self._caller_clips:
-            _, clip_span_ms = _caller_signature(self._clips.audio[clip.name], threshold)
+            _, clip_span_ms = caller_signature(self._clips.audio[clip.name], threshold)
             distance = abs(clip_span_ms - span_ms)
             if distance <= 150 and (best is None or distance < best[0]):
                 best = (distance, clip)
@@ -1233,17 +564,16 @@ class ModelSession:
             for clip in self._agent_clips:
                 if clip.name == name:
                     return clip
-            raise _invalid("response.metadata.sim_clip", f"no agent clip named {name!r}")
+            raise invalid_value("response.metadata.sim_clip", f"no agent clip named {name!r}")
         if self.config.clip_sequence:
             name = self.config.clip_sequence[index % len(self.config.clip_sequence)]
             return self._clips.info(name)
         instructions = options.get("instructions")
         if isinstance(instructions, str):
-            # a scripted prompt ("Say exactly: ...") gets the clip that speaks it, longest match first
-            wanted = _normalise(instructions)
-            for clip in sorted(self._agent_clips, key=lambda c: -len(c.text)):
-                if _normalise(clip.text) in wanted:
-                    return clip
+            # a scripted prompt ("Say exactly: ...") gets the clip that speaks it
+            scripted = clip_speaking(instructions, self._agent_clips)
+            if scripted is not None:
+                return scripted
         clip = self._auto_clips[self._auto_clip_cursor % len(self._auto_clips)]
         self._auto_clip_cursor += 1
         return clip
@@ -1253,13 +583,13 @@ class ModelSession:
         a client's response.create during a response is refused, as the real server does)."""
         if self._active and overlaps is None:
             active_id = self._active[-1].record.response_id
-            raise _Reject(
+            raise ClientEventRejected(
                 "conversation_already_has_active_response",
                 f"Conversation already has an active response in progress: {active_id}. "
                 "Wait until the response is finished before creating a new one.",
             )
         if self._cfg.output_format != "pcmu":
-            raise _Reject(
+            raise ClientEventRejected(
                 "invalid_value",
                 "The voicecore model simulator produces only 8 kHz mu-law: set the output format to "
                 + ("audio/pcmu" if self.naming == "ga" else "g711_ulaw")
@@ -1270,12 +600,12 @@ class ModelSession:
         if metadata is not None and not (
             isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
         ):
-            raise _invalid("response.metadata", "expected an object of strings")
+            raise invalid_value("response.metadata", "expected an object of strings")
         index = self._response_count
         clip = self._choose_clip(options, index)
         self._response_count += 1
         cfg = self.config
-        rng = _Rng(self._seed, self._session_index, "response", index)
+        rng = SplitMix64(self._seed, self._session_index, "response", index)
         failed = self._fail_next or index in cfg.fail_responses or rng.uniform() < cfg.error_rate
         if overlaps is not None:
             failed = False  # the failure switches aim at requested responses; an overlap always speaks
@@ -1311,10 +641,10 @@ class ModelSession:
         if failed:
             response.plan = [(now_ms + cfg.first_delta_latency_ms, 0, "fail", 0)]
             return
-        response.plan = self._plan(response, now_ms, index)
+        response.plan, record.stalled = plan_response(cfg, sizes, words, now_ms, index)
         response.offsets = [sum(sizes[:i]) for i in range(len(sizes))]
         if overlaps is None and cfg.overlap_probability > 0.0:
-            draw = _Rng(self._seed, self._session_index, "overlap", index)
+            draw = SplitMix64(self._seed, self._session_index, "overlap", index)
             if draw.uniform() < cfg.overlap_probability:
                 low, high = cfg.overlap_delay_ms
                 self._overlap_seq += 1
@@ -1336,43 +666,6 @@ class ModelSession:
                 "part": {"type": "audio", "transcript": ""},
             }
         )
-
-    def _plan(self, response: _Response, now_ms: int, index: int) -> list[tuple[int, int, str, int]]:
-        """When each audio delta and transcript word goes out: audio as fast as it is 'generated'
-        (speed_factor x real time), words spread over the audio (D.1: two interleaved streams)."""
-        cfg = self.config
-        sizes = response.record.delta_bytes
-        start_ms = now_ms + cfg.first_delta_latency_ms
-        plan: list[tuple[int, int, str, int]] = []
-        ends: list[int] = []
-        cum = 0
-        for i, size in enumerate(sizes):
-            cum += size
-            due = start_ms + math.ceil(cum / BYTES_PER_MS / cfg.speed_factor)
-            ends.append(cum)
-            plan.append((due, 1, "audio", i))
-        total = cum
-        last_due = plan[-1][0] if plan else start_ms
-        words = response.words
-        late_from = len(words) // 2 if cfg.transcript_after_audio_done else len(words)
-        for j in range(len(words)):
-            if j >= late_from:
-                plan.append((last_due, 3, "text", j))  # after audio.done, before the done cascade
-                continue
-            position = total * j // max(1, len(words))
-            k = next((i for i, end in enumerate(ends) if end > position), len(ends) - 1)
-            plan.append((plan[k][0], 0, "text", j))  # a word goes just before the audio it covers
-        plan.append((last_due, 2, "audio_done", 0))
-        plan.append((last_due, 4, "finish", 0))
-        plan.sort()
-        stall_applies = cfg.stall_after_ms is not None and (not cfg.stall_responses or index in cfg.stall_responses)
-        if stall_applies and cfg.stall_after_ms is not None:
-            first_due = plan[0][0]
-            cut = first_due + cfg.stall_after_ms
-            if any(entry[0] > cut for entry in plan):
-                response.record.stalled = True
-                plan = [(d + cfg.stall_ms, o, k, i) if d > cut else (d, o, k, i) for d, o, k, i in plan]
-        return plan
 
     def _next_due(self) -> tuple[int, int, _Response | None] | None:
         """(due_ms, what, the response) of the next scheduled step. On a tie a response step goes first
@@ -1397,7 +690,7 @@ class ModelSession:
         try:
             # chosen like a server-VAD response's: the clip_sequence or the automatic choice
             self._start_response(now_ms, {}, overlaps=first)
-        except _Reject:
+        except ClientEventRejected:
             pass  # e.g. the client switched the output format away from pcmu meanwhile: no overlap
 
     def _step_response(self, response: _Response, now_ms: int) -> None:
@@ -1549,7 +842,7 @@ class ModelSession:
             "content_index": 0,
         }
 
-    def _error(self, reject: _Reject, event_id: str | None, event_type: str | None, now_ms: int) -> None:
+    def _error(self, reject: ClientEventRejected, event_id: str | None, event_type: str | None, now_ms: int) -> None:
         self.record.errors.append(ErrorRecord(now_ms, reject.code, event_type))
         self._emit(
             {
@@ -1577,10 +870,10 @@ class ModelSession:
     def _find_item(self, event: dict[str, Any]) -> _Item:
         item_id = event.get("item_id")
         if not isinstance(item_id, str):
-            raise _missing("item_id")
+            raise missing_parameter("item_id")
         item = self._items.get(item_id)
         if item is None:
-            raise _invalid("item_id", f"Item with item_id '{item_id}' not found.")
+            raise invalid_value("item_id", f"Item with item_id '{item_id}' not found.")
         return item
 
     def _render_assistant_item(
@@ -1636,60 +929,7 @@ class ModelSession:
         return body
 
     def _render_session(self) -> dict[str, Any]:
-        cfg = self._cfg
-        td = None if cfg.turn_detection is None else dict(cfg.turn_detection)
-        if self.naming == "ga":
-            if td is not None and td["type"] == "server_vad":
-                td.setdefault("idle_timeout_ms", None)
-
-            def fmt(name: str) -> dict[str, Any]:
-                return {"type": "audio/pcm", "rate": 24000} if name == "pcm" else {"type": f"audio/{name}"}
-
-            return {
-                "type": "realtime",
-                "object": "realtime.session",
-                "id": self._session_id,
-                "model": self._model,
-                "output_modalities": ["audio"],
-                "instructions": cfg.instructions,
-                "tools": list(cfg.tools),
-                "tool_choice": cfg.tool_choice,
-                "max_output_tokens": cfg.max_output_tokens,
-                "tracing": None,
-                "truncation": "auto",
-                "prompt": None,
-                "expires_at": 0,
-                "audio": {
-                    "input": {
-                        "format": fmt(cfg.input_format),
-                        "transcription": cfg.transcription,
-                        "noise_reduction": cfg.noise_reduction,
-                        "turn_detection": td,
-                    },
-                    "output": {"format": fmt(cfg.output_format), "voice": cfg.voice, "speed": cfg.speed},
-                },
-                "include": None,
-            }
-        return {
-            "id": self._session_id,
-            "object": "realtime.session",
-            "model": self._model,
-            "expires_at": 0,
-            "modalities": ["text", "audio"],
-            "instructions": cfg.instructions,
-            "voice": cfg.voice,
-            "speed": cfg.speed,
-            "input_audio_format": _BETA_FORMAT_NAMES[cfg.input_format],
-            "output_audio_format": _BETA_FORMAT_NAMES[cfg.output_format],
-            "input_audio_transcription": cfg.transcription,
-            "input_audio_noise_reduction": cfg.noise_reduction,
-            "turn_detection": td,
-            "tools": list(cfg.tools),
-            "tool_choice": cfg.tool_choice,
-            "temperature": 0.8,
-            "max_response_output_tokens": cfg.max_output_tokens,
-            "tracing": None,
-        }
+        return render_session(self._cfg, self.naming, self._session_id, self._model)
 
     def _emit_transcription(self, item_id: str, transcript: str, seconds: float) -> None:
         self._emit(

@@ -3,9 +3,8 @@
 Owns nothing but the forwarding. In ``call_control = "spine"`` the shell drives ``ModelCallCore``
 directly in spirit (session set-up on open, every server event parsed and handed to ``on_event``, the
 validator's verdicts to ``on_verdict``, barge-in on the model's ``speech_started``); this class gives
-that the same input methods as the turn-taking ``CallController`` (``start``, ``on_model_event``,
-``on_caller_audio``, ``on_dtmf``, ``on_tick``, ``on_carrier_stop``, ``on_verdict``) so a
-``CallRecorder`` can wrap either and ``voicecore replay`` can rebuild either from a record's header
+that the same input methods as the turn-taking ``CallController`` (the ``Driver`` protocol of driver.py)
+so a ``CallRecorder`` can wrap either and ``voicecore replay`` can rebuild either from a record's header
 (INV-REPLAY). Sans-I/O: no sockets, shared memory or clock.
 
 The caller's audio itself still goes to the model through ``core.caller_audio`` in the shell (its bytes
@@ -17,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from voicecore.call import core
 from voicecore.realtime import events as rt
-from workers.model import core
 
 CONTROL = "spine"
 
@@ -38,7 +37,7 @@ class SpineDriver:
         self.core = core.ModelCallCore(call_sid, naming=naming, first_tag=first_tag, **core_args)
 
     def record_header(self) -> dict[str, Any]:
-        """What a record's header needs to rebuild this driver (voicecore/record.py)."""
+        """What a record's header needs to rebuild this driver (voicecore/call/record.py)."""
         return {"control": CONTROL, "call_sid": self.call_sid, "naming": self.naming, "first_tag": self.first_tag,
                 "args": dict(self.core_args)}
 
@@ -70,6 +69,9 @@ class SpineDriver:
     def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: core.Playout,
                    reason: str = "", citations: str = "") -> list[core.Action]:
         return self.core.on_verdict(tag, approved_frames, rejected, now_ns, playout)
+
+    def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[core.Action]:
+        return []  # the spine never asks the knowledge base (no Retrieve action)
 
     def statistics(self) -> dict:
         return {f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()}

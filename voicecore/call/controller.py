@@ -39,16 +39,16 @@ response's instructions; with none, a question that needs numbers gets the safe 
 from __future__ import annotations
 
 import dataclasses
-import json
 import zlib
 
 from voicecore import timing
+from voicecore.call import core
+from voicecore.call import flow as flows
+from voicecore.call.core import CancelTag, EndTag, OpenTag, Playout, SendToModel, WriteFrames
 from voicecore.realtime import events as rt
 from voicecore.validate.questions import question_needs_numbers
-from workers.model import core
-from workers.model import flow as flows
-from workers.model.core import CancelTag, EndTag, OpenTag, Playout, SendToModel, WriteFrames
 
+CONTROL = "turns"  # call_control of the configuration, and a record header's "control"
 MS = 1_000_000
 APPROVE_ALL = 1 << 62  # voicecore.shm.control.APPROVE_ALL: every frame of the tag
 GATE_POLICIES = ("off", "numbers", "scripted", "strict")
@@ -138,14 +138,14 @@ class Retrieve:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HangUp:
-    """End the call through the carrier's REST API (twilio_rest.hangup_request)."""
+    """End the call through the carrier's REST API (voicecore/twilio/rest.py hangup_request)."""
 
     reason: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Transfer:
-    """Redirect the call to ``target`` through the carrier's REST API (twilio_rest.transfer_request)."""
+    """Redirect the call to ``target`` through the carrier's REST API (voicecore/twilio/rest.py transfer_request)."""
 
     target: str
 
@@ -238,11 +238,16 @@ class ControllerStats:
 
 
 class CallController:
-    """One call's turn-taking. Feed it inputs in time order; apply every returned action in order."""
+    """One call's turn-taking. Feed it inputs in time order; apply every returned action in order.
+    A call driver (voicecore/call/driver.py), like the spine's."""
+
+    control = CONTROL
 
     def __init__(self, call_sid: str, flow: flows.Flow | None = None, config: ControllerConfig | None = None,
                  naming: str = "ga", first_tag: int = 1) -> None:
         self.call_sid = call_sid
+        self.naming = naming
+        self.first_tag = first_tag
         self.config = config or ControllerConfig()
         self.flow: flows.Flow = flow if flow is not None else flows.ScriptedFlow()
         cfg = self.config
@@ -281,6 +286,11 @@ class CallController:
         self.ending_played_ns = 0
         self.failures = 0  # consecutive requests the model never answered
 
+    def record_header(self) -> dict:
+        """What a record's header needs to rebuild this controller (voicecore/call/record.py)."""
+        return {"control": CONTROL, "call_sid": self.call_sid, "naming": self.naming, "first_tag": self.first_tag,
+                "flow": self.flow.name, "flow_args": self.flow.record_args(), "config": self.config.to_dict()}
+
     # ======================================================================================= inputs
     def start(self, now_ns: int) -> list[Action]:
         """The call's media started and the model socket is open: configure the session, greet."""
@@ -296,27 +306,21 @@ class CallController:
         """One server event: raw text from the socket (preferred: it is what gets recorded) or parsed."""
         self.now_ns = now_ns
         self.playout = playout
-        raw: dict | None = None
         if isinstance(event, (str, bytes, bytearray)):
-            text = event
-            event = rt.parse_server_event(text)
-            if isinstance(event, (rt.ResponseCreated, rt.Unhandled)):
-                raw = _peek(text)
+            event = rt.parse_server_event(event)
         if self.ended:
             return []
         out: list[Action] = []
         if isinstance(event, rt.ResponseCreated):
-            self._on_response_created(event, raw, out)
+            self._on_response_created(event, out)
         elif isinstance(event, rt.SpeechStarted):
             self._on_speech_started(event, out)
         elif isinstance(event, rt.SpeechStopped):
             self._on_speech_stopped(event, out)
         elif isinstance(event, rt.InputTranscriptionCompleted):
             self._on_words(event.item_id, event.transcript, True, out)
-        elif isinstance(event, rt.Unhandled) and event.type == "conversation.item.input_audio_transcription.delta":
-            # Not modelled by events.py yet: peek the two fields we need (item_id, delta).
-            if raw and isinstance(raw.get("item_id"), str) and isinstance(raw.get("delta"), str):
-                self._on_words(raw["item_id"], raw["delta"], False, out)
+        elif isinstance(event, rt.InputTranscriptionDelta):
+            self._on_words(event.item_id, event.delta, False, out)
         elif isinstance(event, rt.OutputItemAdded) and event.response_id in self.rejected:
             out.append(SendToModel(rt.item_delete(event.item_id)))
         elif isinstance(event, rt.FunctionCallArgumentsDone):
@@ -437,9 +441,8 @@ class CallController:
         return out
 
     # ================================================================================ model events
-    def _on_response_created(self, event: rt.ResponseCreated, raw: dict | None, out: list[Action]) -> None:
-        meta = ((raw or {}).get("response") or {}).get("metadata") or {}
-        req_tag = meta.get("vc_req") if isinstance(meta, dict) else None
+    def _on_response_created(self, event: rt.ResponseCreated, out: list[Action]) -> None:
+        req_tag = (event.metadata or {}).get("vc_req")
         request = self.inflight
         solicited = request is not None and (req_tag is None or req_tag == str(request.req_id))
         if not solicited or self.core.audible(self.playout) is not None or self.active is not None:
@@ -451,7 +454,7 @@ class CallController:
             return
         assert request is not None
         self.inflight = None
-        self.core.next_gate = self._gate_spec(request)
+        self.core.gate_next_response(self._gate_spec(request))
         actions = self.core.on_event(event, self.now_ns, self.playout)
         active = Active(event.response_id, request, self.now_ns, self.now_ns)
         for action in actions:
@@ -474,8 +477,8 @@ class CallController:
             return
         active.done = True
         self.active = None
-        response = self.core.responses.get(active.response_id)
-        frames = (response.frames + (1 if response.remainder else 0)) if response is not None else 0
+        response = self.core.response(active.response_id)
+        frames = response.produced_frames if response is not None else 0
         if (not active.cancelled_ns and frames == 0 and not active.had_tool_call
                 and isinstance(active.request.step, flows.Say)):
             # A scripted prompt that produced no audio (failed, incomplete): the caller heard nothing.
@@ -488,7 +491,7 @@ class CallController:
         if self.debounce is not None:
             self._flush_debounce(out)  # seed 001: another tool call flushes the buffer first
         outcome = self.flow.on_tool_call(event.name or "", event.arguments)
-        out.append(SendToModel(_function_output(event.call_id, outcome.output)))
+        out.append(SendToModel(rt.function_call_output(event.call_id, outcome.output)))
         if outcome.then is not None:
             self._enqueue(outcome.then, "flow", out)
         elif outcome.speak:
@@ -601,7 +604,7 @@ class CallController:
                 if isinstance(step, flows.Say) and step.transfer_to:
                     self.stats.transfers_cancelled += 1
                 self.ending = None
-        if audible.frames == 0 and not audible.remainder:
+        if audible.produced_frames == 0:
             # Nothing of it was written yet, so nothing was heard: the caller's new speech supersedes a
             # response still being prepared (counted apart from barge-ins).
             self.stats.unheard_cancels += 1
@@ -842,7 +845,7 @@ class CallController:
             self._enqueue(self.flow.line("apology"), "apology", out)
 
     def _played_out(self, active: Active) -> bool:
-        response = self.core.responses.get(active.response_id)
+        response = self.core.response(active.response_id)
         if response is None or response.cancelled or not response.audio_done:
             return False
         if response.frames == 0:
@@ -911,25 +914,11 @@ class CallController:
         return {**dataclasses.asdict(self.stats), **{f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()}}
 
 
-def _peek(text: str | bytes | bytearray) -> dict | None:
-    try:
-        value = json.loads(text)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def _grounded_instructions(snippets: tuple[dict, ...]) -> str:
     facts = "\n".join(f"- {s.get('text', '')} ({s.get('file', '')})" for s in snippets)
     return ("Answer the caller briefly, in the caller's language. Say a price, date, time, amount or phone "
             "number only as it appears in these facts; if they do not hold it, say you cannot verify it.\n"
             f"Facts:\n{facts}")
-
-
-def _function_output(call_id: str, output: str) -> str:
-    # conversation.item.create of a function_call_output item (PROTOCOLS.md C.2); no builder in events.py yet.
-    item = {"type": "function_call_output", "call_id": call_id, "output": output}
-    return json.dumps({"type": "conversation.item.create", "item": item}, separators=(",", ":"), ensure_ascii=False)
 
 
 def action_to_dict(action: Action) -> dict:

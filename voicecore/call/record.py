@@ -1,0 +1,215 @@
+"""Call records: every input to a call's driver and every action it returned, timestamped.
+
+Owns the record format (encoding and parsing its text) and the recording wrapper; must not know files,
+sockets, the clock or how the actions are applied (voicecore/record.py writes and reads record files).
+The shell passes ``now_ns`` (monotonic) with every input exactly as it passes it to the driver, so a
+record replays through a fresh driver with a virtual clock (INV-REPLAY, ARCHITECTURE.md section 9;
+voicecore/replay.py).
+
+The wrapped driver (driver.py) is the turn-taking ``CallController`` (controller.py,
+``call_control = "turns"``) or the ``SpineDriver`` (spine.py, ``call_control = "spine"``: the model
+worker's core alone). Both take the same inputs, and each writes its own header (``record_header``).
+
+Format: JSON lines, UTF-8, one record per call; file names and the streamed part file are described in
+voicecore/record.py. A record cut short (its writer killed) may end in a truncated line:
+``loads_partial`` drops it.
+
+Line 1, the header, for ``turns``::
+
+    {"voicecore_record": 1, "control": "turns", "call_sid": "CA..", "naming": "ga", "first_tag": 1,
+     "flow": "scripted", "flow_args": {...}, "config": {ControllerConfig fields}}
+
+for ``spine`` (``args``: ModelCallCore's keyword arguments, e.g. greet, gate_policy, safe_line)::
+
+    {"voicecore_record": 1, "control": "spine", "call_sid": "CA..", "naming": "ga", "first_tag": 1,
+     "args": {"greet": true, "gate_policy": "off", "safe_line": "..."}}
+
+A header without ``control`` (records written before spine calls were recorded) means ``turns``.
+
+Then one line per entry, in the order they happened: ``{"t": now_ns, "k": kind, ...}``
+
+Inputs (fed to the driver; ``p`` is a playout snapshot: [played_tag, played_frames, played_at_ns,
+sent_tag, sent_frames, carrier_empty_at_ns] as read from the control block at that moment):
+
+- ``start``  ``{}``                                     -> ``start(t)``
+- ``model``  ``{"text": raw server event, "p": [...]}``  -> ``on_model_event(text, t, playout)``
+- ``audio``  ``{"n": frames, "ulaw": base64?, "p"?}``   -> ``on_caller_audio(n, t)`` (``ulaw``: the caller's frames, kept
+  unless VOICECORE_RECORD_CALLER_AUDIO is off; ``p``: a playout snapshot for the WAV; neither is fed)
+- ``dtmf``   ``{"digit": "5"}``                         -> ``on_dtmf(digit, t)``
+- ``tick``   ``{"p": [...]}``                           -> ``on_tick(t, playout)``
+- ``stop``   ``{}``                                     -> ``on_carrier_stop(t)``
+- ``reopen`` ``{}``                                     -> ``reopen(t)`` (the model socket reconnected)
+- ``verdict`` ``{"tag", "frames", "rejected", "reason", "citations", "p"}`` -> ``on_verdict(tag, frames, rejected, t, playout)``
+  (the validator's verdict on a gated response; ``citations`` JSON text, kept for the reader)
+- ``snippets`` ``{"req": req_id, "snippets": [{"file", "line", "text"}]}`` -> ``on_snippets(req, snippets, t)``
+  (the knowledge base's answer to a ``Retrieve`` action: recorded, so a replay needs no knowledge base)
+
+Outputs: ``out`` ``{"a": action}``, one line per action the preceding input returned, in order;
+``action`` is ``controller.action_to_dict`` (bytes as ``<field>_len`` and ``<field>_crc``: the audio
+itself is already in the ``model`` lines). Notes the replay ignores: kind ``note`` ``{"what": .., ...}``
+(e.g. marks, clears, carrier events the shell wants kept for a human reader).
+
+Records hold what the caller said (transcripts, DTMF digits) and optionally their audio: they are
+personal data; write them with mode 0600 into a private directory, never into logs.
+"""
+
+from __future__ import annotations
+
+import binascii
+import copy
+import json
+from typing import Any, Callable, Iterable
+
+from voicecore.call.controller import Action, Playout, action_to_dict
+from voicecore.call.driver import Driver
+from voicecore.errors import MisuseError
+
+RECORD_VERSION = 1
+INPUT_KINDS = frozenset({"start", "model", "audio", "dtmf", "tick", "stop", "verdict", "snippets", "reopen"})
+
+
+def playout_list(playout: Playout) -> list[int]:
+    return [playout.played_tag, playout.played_frames, playout.played_at_ns, playout.sent_tag,
+            playout.sent_frames, playout.carrier_empty_at_ns]
+
+
+def playout_from(values: list[int]) -> Playout:
+    return Playout(*(int(v) for v in values))
+
+
+class CallRecorder:
+    """Wraps a call's driver (a CallController or a SpineDriver): same input methods, records each input
+    and the actions it returned. The header is the driver's own ``record_header``. Writing a record to a
+    file is voicecore/record.py's business (``save``, ``save_new``, ``RecordFile``)."""
+
+    def __init__(self, driver: Driver, keep_caller_audio: bool = False,
+                 sink: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+        """``sink``: streaming; ``hand_off()`` passes it the entries recorded since the last hand-off and
+        forgets them (``entries``, ``lines()`` and ``dumps()`` then cover only what was not handed off).
+        None: the whole record stays in ``entries``."""
+        self.driver = driver
+        self.sink = sink
+        self.handed_off = 0  # entries passed to the sink so far
+        self.keep_caller_audio = keep_caller_audio
+        self.header: dict[str, Any] = {"voicecore_record": RECORD_VERSION, **driver.record_header()}
+        self.entries: list[dict[str, Any]] = []
+
+    # --- the driver's inputs, recorded -----------------------------------------------------------
+    def start(self, now_ns: int) -> list[Action]:
+        return self._run({"t": now_ns, "k": "start"}, self.driver.start(now_ns))
+
+    def on_model_event(self, text: str | bytes, now_ns: int, playout: Playout) -> list[Action]:
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8", errors="replace")
+        entry = {"t": now_ns, "k": "model", "text": text, "p": playout_list(playout)}
+        return self._run(entry, self.driver.on_model_event(text, now_ns, playout))
+
+    def on_caller_audio(self, n_frames: int, now_ns: int, audio: bytes | None = None,
+                        playout: Playout | None = None) -> list[Action]:
+        entry: dict[str, Any] = {"t": now_ns, "k": "audio", "n": n_frames}
+        if self.keep_caller_audio and audio:
+            entry["ulaw"] = binascii.b2a_base64(audio, newline=False).decode("ascii")
+        if playout is not None:
+            entry["p"] = playout_list(playout)
+        return self._run(entry, self.driver.on_caller_audio(n_frames, now_ns))
+
+    def on_dtmf(self, digit: str, now_ns: int) -> list[Action]:
+        return self._run({"t": now_ns, "k": "dtmf", "digit": digit}, self.driver.on_dtmf(digit, now_ns))
+
+    def on_tick(self, now_ns: int, playout: Playout) -> list[Action]:
+        return self._run({"t": now_ns, "k": "tick", "p": playout_list(playout)}, self.driver.on_tick(now_ns, playout))
+
+    def on_carrier_stop(self, now_ns: int) -> list[Action]:
+        return self._run({"t": now_ns, "k": "stop"}, self.driver.on_carrier_stop(now_ns))
+
+    def reopen(self, now_ns: int) -> list[Action]:
+        """The model socket reconnected: the driver configures the new session."""
+        return self._run({"t": now_ns, "k": "reopen"}, self.driver.reopen(now_ns))
+
+    def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: Playout,
+                   reason: str = "", citations: str = "") -> list[Action]:
+        entry = {"t": now_ns, "k": "verdict", "tag": tag, "frames": approved_frames, "rejected": rejected,
+                 "reason": reason, "citations": citations, "p": playout_list(playout)}
+        return self._run(entry, self.driver.on_verdict(tag, approved_frames, rejected, now_ns, playout))
+
+    def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[Action]:
+        entry = {"t": now_ns, "k": "snippets", "req": req_id, "snippets": list(snippets)}
+        return self._run(entry, self.driver.on_snippets(req_id, snippets, now_ns))
+
+    def note(self, now_ns: int, what: str, **fields: Any) -> None:
+        """Something the replay does not feed (a mark echo, a clear sent): kept for the reader."""
+        self.entries.append({"t": now_ns, "k": "note", "what": what, **fields})
+
+    def _run(self, entry: dict[str, Any], actions: list[Action]) -> list[Action]:
+        self.entries.append(entry)
+        t = entry["t"]
+        for action in actions:
+            self.entries.append({"t": t, "k": "out", "a": action_to_dict(action)})
+        return actions
+
+    def hand_off(self) -> int:
+        """Pass the entries recorded since the last hand-off to the sink and drop them; how many."""
+        if self.sink is None or not self.entries:
+            return 0
+        batch, self.entries = self.entries, []
+        self.handed_off += len(batch)
+        self.sink(batch)
+        return len(batch)
+
+    # --- output ----------------------------------------------------------------------------------------
+    def lines(self) -> Iterable[str]:
+        yield encode_line(self.header)
+        for entry in self.entries:
+            yield encode_line(entry)
+
+    def dumps(self) -> str:
+        return "\n".join(self.lines()) + "\n"
+
+    def snapshot(self) -> CallRecorder:
+        """The record so far, as a copy that does not grow (to write it from another thread)."""
+        frozen = copy.copy(self)
+        frozen.header, frozen.entries = dict(self.header), list(self.entries)
+        return frozen
+
+
+class RecordError(MisuseError, ValueError):
+    """The file is not a voicecore record (or a version this code cannot read)."""
+
+
+def loads(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    header, entries, _ = loads_partial(text, allow_truncated=False)
+    return header, entries
+
+
+def loads_partial(text: str, allow_truncated: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    """(header, entries, truncated): with ``allow_truncated``, a last line cut short (no newline, not
+    JSON: the writer was killed mid-write) is dropped and ``truncated`` is True."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    truncated = False
+    if allow_truncated and lines and not text.endswith("\n") and len(lines) > 1:
+        try:
+            json.loads(lines[-1])
+        except ValueError:
+            lines.pop()
+            truncated = True
+    if not lines:
+        raise RecordError("empty record")
+    try:
+        header = json.loads(lines[0])
+        entries = [json.loads(line) for line in lines[1:]]
+    except ValueError as exc:
+        raise RecordError(f"not JSON lines: {exc}") from None
+    if not isinstance(header, dict) or header.get("voicecore_record") != RECORD_VERSION:
+        raise RecordError("missing or unsupported voicecore_record header")
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("t"), int) or not isinstance(entry.get("k"), str):
+            raise RecordError("an entry lacks t or k")
+    return header, entries, truncated
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once: json.dumps with options builds one per call
+
+
+def encode_line(value: dict[str, Any]) -> str:
+    """One record line (the header or an entry) as compact JSON text, without its newline."""
+    return _ENCODER.encode(value)

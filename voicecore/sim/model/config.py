@@ -1,0 +1,65 @@
+"""The model simulator's behaviour switches: `SimConfig`, one frozen value per simulator run.
+
+Owns what a harness or scenario may turn on (naming, timing, delta sizes, failure and transcript hooks,
+overlapping responses) and the check that the values make sense. Knows nothing of sessions or events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Behaviour switches of the simulator. Response indices count from 0 within one session."""
+
+    naming: str = "ga"  # "ga" | "beta" (D.2 item 9); a connection may override it
+    seed: int = 0  # base seed; each session mixes in its session_index
+    model: str = "gpt-realtime"  # reported in session.created unless the URL names one
+    speed_factor: float = 4.0  # audio is generated this many times faster than real time (D.2 item 4)
+    first_delta_latency_ms: int = 200  # response.create -> first audio delta
+    delta_min_bytes: int = 300  # audio delta sizes are drawn in [min, max], never a multiple of 160
+    delta_max_bytes: int = 1900
+    clip_sequence: tuple[str, ...] = ()  # pin the agent clips spoken, cycled; () = automatic choice
+    late_deltas_after_cancel: int = 0  # 0-3 already generated deltas sent after a cancel (D.2 item 5)
+    transcription_delay_ms: int = 150  # commit -> input_audio_transcription.completed (when enabled)
+    vad_rms_threshold: int = 200  # 20 ms windows at or above this RMS (16-bit linear) are speech
+    vad_min_speech_ms: int = 40  # this much speech in a row starts a turn
+    hallucinate: bool = False  # every response's transcript says `hallucinated_text`; audio stays a clip
+    hallucinate_responses: tuple[int, ...] = ()  # ... or only these responses
+    hallucinated_text: str = "Basic costs 777 kr per month."
+    stall_after_ms: int | None = None  # output pauses this long after the first delta ...
+    stall_ms: int = 2000  # ... for this long
+    stall_responses: tuple[int, ...] = ()  # responses that stall; () = every response
+    error_rate: float = 0.0  # probability (seeded draw) that a response ends with status failed
+    fail_next_response: bool = False  # the session's first response fails
+    fail_responses: tuple[int, ...] = ()  # these responses fail
+    # transcript-validation hooks (D.2 item 8)
+    transcript_done_differs: bool = False  # (a) *_transcript.done differs from the joined deltas
+    omit_transcript_done_on_cancel: bool = False  # (b)
+    transcript_after_audio_done: bool = False  # (c) the second half of the transcript after audio.done
+    obfuscation: bool = False  # (d) unknown `obfuscation` key on every delta
+    rate_limits_empty: bool = False  # (e) rate_limits.updated carries []
+    # A second response while the first still streams (server VAD racing a client response.create, a
+    # function-call follow-up): for each response the session starts (not a failed one, not itself an
+    # overlap) a seeded draw with this probability starts another one, a uniform delay in
+    # overlap_delay_ms after the first was created, if the first is still in progress then.
+    overlap_probability: float = 0.0
+    overlap_delay_ms: tuple[int, int] = (200, 2000)
+
+    def __post_init__(self) -> None:
+        if self.naming not in ("ga", "beta"):
+            raise ValueError(f"naming must be 'ga' or 'beta', not {self.naming!r}")
+        if not self.speed_factor > 0:
+            raise ValueError("speed_factor must be positive")
+        if not 1 <= self.delta_min_bytes <= self.delta_max_bytes:
+            raise ValueError("need 1 <= delta_min_bytes <= delta_max_bytes")
+        if not 0 <= self.late_deltas_after_cancel <= 3:
+            raise ValueError("late_deltas_after_cancel must be 0-3")
+        if not 0.0 <= self.error_rate <= 1.0:
+            raise ValueError("error_rate must be in [0, 1]")
+        if not 0.0 <= self.overlap_probability <= 1.0:
+            raise ValueError("overlap_probability must be in [0, 1]")
+        low, high = self.overlap_delay_ms
+        if not 0 <= low <= high:
+            raise ValueError("overlap_delay_ms must be (low, high) with 0 <= low <= high")

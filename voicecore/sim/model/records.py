@@ -1,0 +1,125 @@
+"""What a simulated session did, for a measurement harness to read after the call.
+
+Owns `SessionRecord` and the records in it (responses, truncates, cancels, caller speech, errors). The
+session fills them in as it goes; times are the `now_ms` values it was fed. The bench pickles them across
+processes, so they stay plain dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from voicecore.timing import FRAME_BYTES
+
+
+@dataclass(slots=True)
+class ResponseRecord:
+    index: int
+    response_id: str
+    item_id: str  # the assistant item ("" for a failed response, which has no item)
+    clip_name: str
+    text: str  # the transcript the simulator speaks (the hallucinated text when hallucinating)
+    audio: bytes  # full audio of the response: clip + dither (what would be sent if not cancelled)
+    delta_bytes: list[int]  # planned audio delta sizes, in order; they sum to len(audio)
+    created_ms: int
+    instructions: str | None = None
+    metadata: dict[str, str] | None = None
+    first_delta_ms: int | None = None
+    cancel_ms: int | None = None  # when the cancel (client or turn_detected) was received/decided
+    done_ms: int | None = None  # when response.done was emitted
+    status: str = "in_progress"  # in_progress | completed | cancelled | failed
+    reason: str | None = None  # client_cancelled | turn_detected
+    sent_bytes: int = 0  # audio actually sent, late deltas included
+    late_bytes: int = 0  # audio sent after the cancel
+    late_deltas: int = 0  # audio deltas sent after the cancel
+    delta_sent_ms: list[int] = field(default_factory=list)  # now_ms of each audio delta sent (bench: was audio available?)
+    hallucinated: bool = False
+    stalled: bool = False
+    failed: bool = False
+    overlaps: str | None = None  # the response_id of the response this one started during (SimConfig.overlap_*)
+
+    def frames(self) -> list[bytes]:
+        """The response audio cut into 160-byte frames from its start; the last one may be short."""
+        return [self.audio[i : i + FRAME_BYTES] for i in range(0, len(self.audio), FRAME_BYTES)]
+
+
+@dataclass(slots=True)
+class TruncateRecord:
+    item_id: str
+    audio_end_ms: int
+    at_ms: int
+    ok: bool
+    item_audio_ms: int | None  # the item's audio length when the truncate arrived (None: no such item)
+
+
+@dataclass(slots=True)
+class CancelRecord:
+    at_ms: int
+    requested_response_id: str | None
+    cancelled_response_id: str | None  # None when the cancel found nothing active (error sent)
+
+
+@dataclass(slots=True)
+class SpeechRecord:
+    item_id: str
+    audio_start_ms: int
+    started_at_ms: int  # now_ms when speech_started was emitted
+    audio_end_ms: int | None = None
+    stopped_at_ms: int | None = None
+    transcript: str | None = None
+    caller_clip: str | None = None  # the caller clip recognised, if any
+    # the response speech_started cancelled (turn_detected); the newest one when several were active
+    interrupted_response_id: str | None = None
+
+
+@dataclass(slots=True)
+class ErrorRecord:
+    at_ms: int
+    code: str | None
+    client_event_type: str | None
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """Everything a harness needs after a call. Times are the `now_ms` values the core was fed."""
+
+    session_id: str
+    session_index: int
+    naming: str
+    model: str
+    connected_ms: int
+    call_sid: str | None = None
+    closed_ms: int | None = None
+    responses: list[ResponseRecord] = field(default_factory=list)
+    truncates: list[TruncateRecord] = field(default_factory=list)
+    cancels: list[CancelRecord] = field(default_factory=list)
+    deleted_item_ids: list[str] = field(default_factory=list)
+    speech: list[SpeechRecord] = field(default_factory=list)
+    errors: list[ErrorRecord] = field(default_factory=list)
+    appended_bytes: int = 0
+    client_events: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def speech_started_ms(self) -> list[int]:
+        return [s.started_at_ms for s in self.speech]
+
+    def response(self, response_id: str) -> ResponseRecord:
+        for r in self.responses:
+            if r.response_id == response_id:
+                return r
+        raise KeyError(response_id)
+
+    def response_for_item(self, item_id: str) -> ResponseRecord:
+        for r in self.responses:
+            if r.item_id == item_id:
+                return r
+        raise KeyError(item_id)
+
+    def frame_owners(self) -> dict[bytes, tuple[str, int]]:
+        """Full 160-byte frame content -> (response_id, frame index), over every response."""
+        owners: dict[bytes, tuple[str, int]] = {}
+        for r in self.responses:
+            for i, frame in enumerate(r.frames()):
+                if len(frame) == FRAME_BYTES:
+                    owners[frame] = (r.response_id, i)
+        return owners
