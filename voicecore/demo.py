@@ -30,6 +30,7 @@ from pathlib import Path
 
 import h11
 
+from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import StackCpu, summarize
 from voicecore.config import Config, load_config
 from voicecore.sim.audio_clips import load_clip
@@ -136,6 +137,14 @@ def demo_sim_config(overlap_probability: float = 0.0, late_deltas: int = DEFAULT
     return SimConfig(clip_sequence=DEMO_CLIPS, late_deltas_after_cancel=late_deltas, overlap_probability=overlap_probability)
 
 
+def _arena_name(config: Config) -> str:
+    """The shared-memory arena the stack's gateway runs on (its name file in the runtime directory)."""
+    try:
+        return (Path(config.runtime_dir) / ARENA_NAME_FILE).read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
 async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file, record_dir: Path | None = None,
                 sim_config: SimConfig | None = None) -> dict:
     sim_config = sim_config or demo_sim_config()
@@ -143,9 +152,11 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     base = resolve_config(load_config(os.environ, config_path))
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir) if record_dir is not None else "")
     stack = Stack(config)
+    own_arenas: set[str] = set()
     try:
         await asyncio.to_thread(stack.start, log_file)
         await asyncio.to_thread(stack.wait_ready, 90.0)
+        own_arenas.add(_arena_name(config))
         cpu = StackCpu(stack)
         cpu.start()
         started = time.monotonic()
@@ -159,10 +170,12 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         call_sids = [r.call_sid for r in results if r.metrics is not None]
         if record_dir is not None:
             await asyncio.to_thread(wait_for_records, record_dir, call_sids)
+        own_arenas.add(_arena_name(config))  # a restarted gateway made a new one
     finally:
         await asyncio.to_thread(stack.stop)
         await sim.aclose()
-    leftovers = sorted(p.name for p in Path(config.shm_dir).glob("voicecore-*")) if Path(config.shm_dir).is_dir() else []
+    # Only this stack's arenas: another stack on the machine (a test, a second demo) has its own, alive.
+    leftovers = sorted(name for name in own_arenas if name and (Path(config.shm_dir) / name).exists())
     report = summarize(results, sim, seconds=seconds, cpu_seconds=cpu_s, wall_seconds=wall_s, stack_metrics=metrics)
     report["shm_leftovers"] = len(leftovers)
     report["command"] = shlex.join(sys.argv)  # a published report says how to run it again (bench/results)
