@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import sys
+import subprocess
 from pathlib import Path
 from importlib import metadata
 
@@ -57,7 +58,25 @@ def versions() -> dict:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             found[name] = None
+    found["voicecore_commit"] = source_commit()
     return found
+
+
+def source_commit() -> str | None:
+    """The git commit the measured code came from ("+dirty" when the tree had uncommitted changes), or None
+    outside a git checkout (a published figure then names its commit in bench/results/README.md)."""
+    from voicecore.supervise import REPO_ROOT
+
+    try:
+        head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def _p(summary: dict, key: str) -> str:
