@@ -71,8 +71,8 @@ async def _measure(calls: int, seconds: float) -> dict:
         core = CarrierCall("CA%032x" % i, stream_sid, "AC" + "0" * 32, "token", script.utterances,
                            play_phase_ms=0.0, keep_audio=True)
         core.opening_messages()
-        runner = carrier._CallRunner(core, script, ticker)
-        listener = carrier._StreamListener(runner)
+        runner = carrier.CallRunner(core, script, ticker)
+        listener = carrier.StreamListener(runner)
         listener.on_ws_connected(_CountingTransport())
         runner.stream = listener
         runners.append((runner, OutboundEncoder(stream_sid)))

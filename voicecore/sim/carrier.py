@@ -276,10 +276,10 @@ def shared_ticker(loop: asyncio.AbstractEventLoop | None = None) -> SharedTicker
 # ----- the WebSocket leg ------------------------------------------------------------------------
 
 
-class _StreamListener(WSListener):
+class StreamListener(WSListener):
     """The picows side of one call's stream: frames in, core calls, texts out."""
 
-    def __init__(self, call: "_CallRunner") -> None:
+    def __init__(self, call: "CallRunner") -> None:
         self.call = call
         self.transport: WSTransport | None = None
         self.closed: asyncio.Future[None] = call.loop.create_future()
@@ -352,13 +352,13 @@ def _rfc3339_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class _CallRunner:
+class CallRunner:
     def __init__(self, core: CarrierCall, script: CallScript, ticker: SharedTicker) -> None:
         self.core = core
         self.script = script
         self.ticker = ticker
         self.loop = asyncio.get_running_loop()
-        self.stream: _StreamListener | None = None
+        self.stream: StreamListener | None = None
         self.errors: list[str] = []
         self.close_code: int | None = None
         self.closed_by = "not_connected"
@@ -495,14 +495,14 @@ async def place_call(
         call_sid, stream_sid, account_sid, session_token, script.utterances, lead_frames,
         play_phase_ms=ticker.phase_origin_ms(phase), keep_audio=keep_audio,
     )
-    runner = _CallRunner(core, script, ticker)
+    runner = CallRunner(core, script, ticker)
     runner.errors = errors
     ws_url = target.url
     if plain_ws and ws_url.startswith("wss://"):
         ws_url = "ws://" + ws_url[len("wss://"):]
     # A.1: the upgrade is signed over the Stream URL as the TwiML gave it, with no params.
     headers = {"X-Twilio-Signature": compute_signature(auth_token, target.url, {}), "User-Agent": USER_AGENT}
-    stream = runner.stream = _StreamListener(runner)
+    stream = runner.stream = StreamListener(runner)
     try:
         await asyncio.wait_for(
             ws_connect(lambda: stream, ws_url, extra_headers=headers, websocket_handshake_timeout=WS_CONNECT_TIMEOUT_S,
