@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import typing
 from typing import Any
 
 import pytest
@@ -19,9 +20,10 @@ import pytest
 from voicecore import timing
 from voicecore.call import controller as C
 from voicecore.call import core
-from voicecore.call.driver import Driver
+from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.call.record import RECORD_VERSION, CallRecorder, loads
 from voicecore.call.spine import SpineDriver
+from voicecore.realtime import events as rt
 from voicecore.replay import driver_from_header, replay
 
 MS = 1_000_000
@@ -257,3 +259,77 @@ def test_the_record_header_rebuilds_the_driver_and_the_record_replays_identicall
     assert result.identical, result.divergence
     assert [C.action_to_dict(a) for _, a in result.timed_actions] == [C.action_to_dict(a) for _, a in call.timed]
     assert result.statistics == driver.statistics()
+
+
+def test_the_recorder_is_a_driver_too(make_driver):
+    driver = make_driver()
+    recorder = CallRecorder(driver)
+    assert isinstance(recorder, Driver)
+    assert (recorder.call_sid, recorder.control, recorder.wants_ticks) == (driver.call_sid, driver.control, driver.wants_ticks)
+    assert recorder.core is driver.core and recorder.stats is driver.stats
+    assert recorder.record_header() == driver.record_header() and recorder.statistics() == driver.statistics()
+
+
+CALLER_FRAMES = bytes(range(1, 161)) * 5  # 100 ms of the caller: one inbound batch
+
+
+def test_caller_audio_goes_to_the_model_first_and_the_record_keeps_it_as_an_entry(make_driver):
+    recorder = CallRecorder(make_driver(), keep_caller_audio=False)
+    call = playing_call(recorder)
+    append = core.SendToModel(rt.input_audio_append(CALLER_FRAMES))
+    assert forwarding_actions(CALLER_FRAMES) == 1 and forwarding_actions(b"") == 0
+    out = call._keep(SPEECH_MS - 10, recorder.on_caller_audio(CALLER_FRAMES, (SPEECH_MS - 10) * MS))
+    assert out[0] == append
+    assert append not in call._keep(SPEECH_MS - 5, recorder.on_caller_audio(b"", (SPEECH_MS - 5) * MS))
+    barge_in(call)
+    call.stop(STOP_MS)
+    # after the end: the audio still goes to the model (its content is the model's business), nothing else
+    assert recorder.on_caller_audio(CALLER_FRAMES, (STOP_MS + 100) * MS) == [append]
+    header, entries = loads(recorder.dumps())
+    audio = [e for e in entries if e["k"] == "audio"]
+    assert [e["n"] for e in audio] == [5, 0, 5] and not any("ulaw" in e for e in audio)
+    assert not any(e["k"] == "out" and "input_audio_buffer.append" in e["a"].get("text", "") for e in entries)
+    result = replay(header, entries)
+    assert result.identical, result.divergence
+    assert result.statistics == recorder.statistics()
+
+
+def test_a_dtmf_digit_is_counted_in_the_core(make_driver):
+    call = Call(make_driver())
+    call.start(0)
+    call.driver.on_dtmf("5", 100 * MS)
+    assert call.driver.core.stats.dtmf_digits == 1 and call.driver.statistics()["core_dtmf_digits"] == 1
+
+
+def test_a_driver_without_timers_never_acts_on_a_tick(make_driver):
+    call = playing_call(make_driver())
+    assert call.driver.wants_ticks is (call.driver.control == "turns")
+    if not call.driver.wants_ticks:  # playing, then talked over, then stopped: no tick ever acts
+        ticks = [call.tick(at_ms) for at_ms in range(SPEECH_MS - 100, SPEECH_MS, timing.FRAME_MS)]
+        barge_in(call)
+        ticks += [call.tick(at_ms) for at_ms in range(WORDS_MS + 200, STOP_MS, timing.FRAME_MS)]
+        call.stop(STOP_MS)
+        ticks.append(call.tick(STOP_MS + 20))
+        assert ticks == [[]] * len(ticks)
+
+
+def test_a_verdict_carries_its_reason_and_citations_for_the_reader(make_driver):
+    call = playing_call(make_driver())
+    now = SPEECH_MS * MS
+    assert isinstance(call.driver.on_verdict(FIRST_TAG, 10, False, now, call.carrier.snapshot(now), "ok", "[]"), list)
+
+
+def test_carrier_stop_ends_a_turns_call_and_the_spine_decides_nothing(make_driver):
+    call = playing_call(make_driver())
+    out = call.stop(SPEECH_MS)  # the response is audible
+    if call.driver.control == "turns":
+        assert out[-1] == C.CallOver("caller_hangup")
+    else:
+        assert out == []  # the shell closes the model session of every call that ended
+
+
+def test_every_action_a_driver_returns_has_one_handler_in_the_model_worker():
+    from workers.model.main import EFFECTS, MODEL_SESSION_ACTIONS
+
+    assert set(EFFECTS) == set(typing.get_args(C.Action))
+    assert set(MODEL_SESSION_ACTIONS) == {core.SendToModel, C.CallOver}  # all a carrier stop may still act on

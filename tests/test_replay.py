@@ -69,7 +69,7 @@ def test_caller_audio_is_kept_when_asked_and_lands_on_the_left(tmp_path):
     c = C.CallController("CA1")
     rec = CallRecorder(c, keep_caller_audio=True)
     rec.start(0)
-    rec.on_caller_audio(1, 1000 * MS, b"\x00" * 160)
+    rec.on_caller_audio(b"\x00" * 160, 1000 * MS)
     rec.on_tick(2000 * MS, C.IDLE_PLAYOUT)
     header, entries = record.loads(rec.dumps())
     result = replay.replay(header, entries)

@@ -58,8 +58,7 @@ def spine_call(seconds: float = 16.0, keep_audio: bool = True, reconnect_at_ms: 
             apply(rec.on_model_event(text, now * MS, playout.snapshot()), now)
         if now % timing.INBOUND_BATCH_MS == 0 and now:
             batch = bytes(caller[(now - timing.INBOUND_BATCH_MS) * timing.BYTES_PER_MS: now * timing.BYTES_PER_MS])
-            apply(driver.core.caller_audio(batch), now)  # the shell's feed, outside the record's decisions
-            apply(rec.on_caller_audio(len(batch) // timing.FRAME_BYTES, now * MS, batch, playout.snapshot()), now)
+            apply(rec.on_caller_audio(batch, now * MS, playout.snapshot()), now)
         if on_step is not None:
             on_step(rec, now)
         now += timing.FRAME_MS

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from voicecore import timing
 from voicecore.call import flow as flows
 from voicecore.call.controller import Action, CallController, CancelTag, ControllerConfig, WriteFrames, action_to_dict
-from voicecore.call.driver import Driver
+from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.call.record import INPUT_KINDS, RecordError, playout_from
 from voicecore.call.spine import SpineDriver
 from voicecore.g711 import write_stereo_wav
@@ -86,7 +86,17 @@ def driver_from_header(header: dict[str, Any]) -> Driver:
     raise RecordError(f"unknown control {control!r}")
 
 
-def _feed(driver: Driver, entry: dict[str, Any]) -> list[Action]:
+def caller_frames(entry: dict[str, Any]) -> bytes:
+    """An ``audio`` entry's frames: as recorded, or ``n`` frames of silence when the record kept only
+    their timing (what the frames hold is the model's business: no driver decides on it)."""
+    if "ulaw" in entry:
+        return binascii.a2b_base64(entry["ulaw"])
+    return bytes([MU_LAW_SILENCE]) * (int(entry["n"]) * timing.FRAME_BYTES)
+
+
+def _feed(driver: Driver, entry: dict[str, Any], audio: bytes) -> list[Action]:
+    """The driver's actions for one recorded input, as a record holds them (``audio``: an ``audio``
+    entry's frames; the ``SendToModel`` that forwards them is not recorded, so it is not compared)."""
     kind, t = entry["k"], entry["t"]
     if kind == "reopen":
         return driver.reopen(t)
@@ -95,13 +105,14 @@ def _feed(driver: Driver, entry: dict[str, Any]) -> list[Action]:
     if kind == "model":
         return driver.on_model_event(entry["text"], t, playout_from(entry["p"]))
     if kind == "audio":
-        return driver.on_caller_audio(int(entry["n"]), t)
+        return driver.on_caller_audio(audio, t)[forwarding_actions(audio):]
     if kind == "dtmf":
         return driver.on_dtmf(entry["digit"], t)
     if kind == "tick":
         return driver.on_tick(t, playout_from(entry["p"]))
     if kind == "verdict":
-        return driver.on_verdict(int(entry["tag"]), int(entry["frames"]), bool(entry["rejected"]), t, playout_from(entry["p"]))
+        return driver.on_verdict(int(entry["tag"]), int(entry["frames"]), bool(entry["rejected"]), t, playout_from(entry["p"]),
+                                 entry.get("reason", ""), entry.get("citations", ""))
     if kind == "snippets":
         return driver.on_snippets(int(entry["req"]), list(entry["snippets"]), t)
     return driver.on_carrier_stop(t)
@@ -132,9 +143,12 @@ def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_diverg
         inputs += 1
         if "p" in entry:
             snapshots.append((entry["t"], entry["p"]))
-        if entry["k"] == "audio" and "ulaw" in entry:
-            caller.append((entry["t"], binascii.a2b_base64(entry["ulaw"])))
-        actions = _feed(driver, entry)
+        audio = b""
+        if entry["k"] == "audio":
+            audio = caller_frames(entry)
+            if "ulaw" in entry:
+                caller.append((entry["t"], audio))
+        actions = _feed(driver, entry, audio)
         outputs += len(actions)
         timed.extend((entry["t"], a) for a in actions)
         if divergence is None:

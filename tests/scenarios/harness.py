@@ -472,7 +472,7 @@ def run(caller: list, model: ModelScript | None = None, config: C.ControllerConf
         if end is not None:
             break
         if now % 100 == 0:
-            apply(rec.on_caller_audio(5, now * MS), now)
+            apply(rec.on_caller_audio(b"\xff" * 5 * timing.FRAME_BYTES, now * MS), now)  # 100 ms of silence
         apply(rec.on_tick(now * MS, playout.snapshot()), now)
         now += TICK_MS
     return Outcome(rec, controller, validator, fake, playout, speech, end, tag_prompt, now)

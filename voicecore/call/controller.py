@@ -242,6 +242,7 @@ class CallController:
     A call driver (voicecore/call/driver.py), like the spine's."""
 
     control = CONTROL
+    wants_ticks = True  # timers, rolling approvals and playout progress: on_tick every shell loop
 
     def __init__(self, call_sid: str, flow: flows.Flow | None = None, config: ControllerConfig | None = None,
                  naming: str = "ga", first_tag: int = 1) -> None:
@@ -337,17 +338,19 @@ class CallController:
         self._step(out)
         return out
 
-    def on_caller_audio(self, n_frames: int, now_ns: int) -> list[Action]:
-        """Caller frames went to the model (their content is the model's business; only timing is ours)."""
+    def on_caller_audio(self, audio: bytes, now_ns: int, playout: Playout | None = None) -> list[Action]:
+        """The caller's frames: to the model first, always (their content is the model's business), then
+        what their timing decides (only timing is ours). ``playout``: for a record; not needed here."""
+        out: list[Action] = self.core.caller_audio(audio)
         self.now_ns = now_ns
         if self.ended:
-            return []
-        out: list[Action] = []
+            return out
         self._step(out)
         return out
 
     def on_dtmf(self, digit: str, now_ns: int) -> list[Action]:
         """A keypad digit: unambiguous caller input, so it interrupts at once (no words needed)."""
+        self.core.stats.dtmf_digits += 1
         self.now_ns = now_ns
         if self.ended:
             return []
@@ -372,9 +375,11 @@ class CallController:
         self._step(out)
         return out
 
-    def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: Playout) -> list[Action]:
+    def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: Playout,
+                   reason: str = "", citations: str = "") -> list[Action]:
         """The validator's verdict on gated ``tag``: frames below ``approved_frames`` may play, or none
-        more may (rejected: cancel it; a scripted prompt is retried, an answer replaced by the safe line)."""
+        more may (rejected: cancel it; a scripted prompt is retried, an answer replaced by the safe line).
+        ``reason`` and ``citations`` are for a record's reader; nothing here decides on them."""
         self.now_ns = now_ns
         self.playout = playout
         if self.ended:

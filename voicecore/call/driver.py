@@ -8,21 +8,32 @@ wraps either and records every input listed here; ``voicecore replay`` rebuilds 
 
 Every input takes ``now_ns`` (monotonic, from the shell) and, where playout matters, a ``Playout``
 snapshot read from the control block at that moment; every input returns the actions to apply, in order.
+The shell holds one driver per call and feeds it every input, the caller's audio included: the audio's
+``SendToModel`` comes back first (``forwarding_actions``), then what the driver decides.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from voicecore.call.controller import Action
+from voicecore.call.controller import Action, ControllerStats
 from voicecore.call.core import ModelCallCore, Playout
+
+
+def forwarding_actions(audio: bytes) -> int:
+    """How many of ``on_caller_audio(audio, ...)``'s actions, the first ones, carry ``audio`` to the model:
+    one ``SendToModel`` (none for no audio). They are the mechanism, not a decision: a record keeps the
+    frames in its ``audio`` entry instead of as actions, and a replay compares what follows them."""
+    return 1 if audio else 0
 
 
 @runtime_checkable
 class Driver(Protocol):
     call_sid: str
     control: str  # "turns" | "spine": the configuration's call_control and the record header's "control"
-    core: ModelCallCore  # the mechanism the driver steers; the shell sends caller audio through it
+    core: ModelCallCore  # the mechanism the driver steers; the shell reads its stats (and nothing else)
+    stats: ControllerStats | None  # the driver's own counters beyond its core's; None: it has none (the spine)
+    wants_ticks: bool  # False: on_tick never acts (no timers), so the shell skips it (no playout read, no record line)
 
     def record_header(self) -> dict[str, Any]:
         """JSON-able: what a record's header needs to build this driver afresh (voicecore/replay.py)."""
@@ -40,23 +51,30 @@ class Driver(Protocol):
         """One server event as it came off the socket (raw text: it is what a record keeps)."""
         ...
 
-    def on_caller_audio(self, n_frames: int, now_ns: int) -> list[Action]:
-        """``n_frames`` of the caller's audio went to the model (their content is the model's business)."""
+    def on_caller_audio(self, audio: bytes, now_ns: int, playout: Playout | None = None) -> list[Action]:
+        """The caller's frames (mu-law, whole frames) from the inbound ring: first the ``SendToModel`` that
+        appends them to the model's input (``forwarding_actions``; always, even after the call's end was
+        decided: their content is the model's business), then what their timing decides. ``playout``:
+        where playout stood, when the shell read it (a record keeps it for its WAV; no driver needs it)."""
         ...
 
-    def on_dtmf(self, digit: str, now_ns: int) -> list[Action]: ...
+    def on_dtmf(self, digit: str, now_ns: int) -> list[Action]:
+        """A keypad digit (counted in the core's ``dtmf_digits``)."""
+        ...
 
     def on_tick(self, now_ns: int, playout: Playout) -> list[Action]:
         """Timers and playout progress (the shell calls it every loop, 20 ms)."""
         ...
 
     def on_carrier_stop(self, now_ns: int) -> list[Action]:
-        """The caller hung up or the stream stopped."""
+        """The caller hung up or the stream stopped. The call's slot is no longer the driver's: of the
+        actions, the shell applies those on the model session (``SendToModel``, ``CallOver``)."""
         ...
 
     def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int,
-                   playout: Playout) -> list[Action]:
-        """The validator's verdict on gated ``tag`` (INV-GATE)."""
+                   playout: Playout, reason: str = "", citations: str = "") -> list[Action]:
+        """The validator's verdict on gated ``tag`` (INV-GATE). ``reason`` and ``citations``: for a record's
+        reader; no driver decides on them."""
         ...
 
     def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[Action]:

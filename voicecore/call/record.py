@@ -33,14 +33,17 @@ sent_tag, sent_frames, carrier_empty_at_ns] as read from the control block at th
 
 - ``start``  ``{}``                                     -> ``start(t)``
 - ``model``  ``{"text": raw server event, "p": [...]}``  -> ``on_model_event(text, t, playout)``
-- ``audio``  ``{"n": frames, "ulaw": base64?, "p"?}``   -> ``on_caller_audio(n, t)`` (``ulaw``: the caller's frames, kept
-  unless VOICECORE_RECORD_CALLER_AUDIO is off; ``p``: a playout snapshot for the WAV; neither is fed)
+- ``audio``  ``{"n": frames, "ulaw": base64?, "p"?}``   -> ``on_caller_audio(frames, t)`` (``ulaw``: the caller's
+  frames, kept unless VOICECORE_RECORD_CALLER_AUDIO is off; without it the replay feeds ``n`` frames of
+  silence: the content is the model's business, no decision; ``p``: a playout snapshot for the WAV, not fed).
+  The ``SendToModel`` that carries the frames to the model (``driver.forwarding_actions``) is not
+  recorded as an ``out``: the entry holds the frames, and the record holds no audio the settings leave out.
 - ``dtmf``   ``{"digit": "5"}``                         -> ``on_dtmf(digit, t)``
 - ``tick``   ``{"p": [...]}``                           -> ``on_tick(t, playout)``
 - ``stop``   ``{}``                                     -> ``on_carrier_stop(t)``
 - ``reopen`` ``{}``                                     -> ``reopen(t)`` (the model socket reconnected)
-- ``verdict`` ``{"tag", "frames", "rejected", "reason", "citations", "p"}`` -> ``on_verdict(tag, frames, rejected, t, playout)``
-  (the validator's verdict on a gated response; ``citations`` JSON text, kept for the reader)
+- ``verdict`` ``{"tag", "frames", "rejected", "reason", "citations", "p"}`` -> ``on_verdict(tag, frames, rejected, t, playout, reason, citations)``
+  (the validator's verdict on a gated response; ``reason`` and ``citations`` (JSON text) are for the reader)
 - ``snippets`` ``{"req": req_id, "snippets": [{"file", "line", "text"}]}`` -> ``on_snippets(req, snippets, t)``
   (the knowledge base's answer to a ``Retrieve`` action: recorded, so a replay needs no knowledge base)
 
@@ -60,8 +63,10 @@ import copy
 import json
 from typing import Any, Callable, Iterable
 
-from voicecore.call.controller import Action, Playout, action_to_dict
-from voicecore.call.driver import Driver
+from voicecore import timing
+from voicecore.call.controller import Action, ControllerStats, Playout, action_to_dict
+from voicecore.call.core import ModelCallCore
+from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.errors import MisuseError
 
 RECORD_VERSION = 1
@@ -78,9 +83,10 @@ def playout_from(values: list[int]) -> Playout:
 
 
 class CallRecorder:
-    """Wraps a call's driver (a CallController or a SpineDriver): same input methods, records each input
-    and the actions it returned. The header is the driver's own ``record_header``. Writing a record to a
-    file is voicecore/record.py's business (``save``, ``save_new``, ``RecordFile``)."""
+    """Wraps a call's driver (a CallController or a SpineDriver) and is a driver itself (the ``Driver``
+    protocol): same inputs, each recorded with the actions it returned. The header is the driver's own
+    ``record_header``. Writing a record to a file is voicecore/record.py's business (``save``,
+    ``save_new``, ``RecordFile``)."""
 
     def __init__(self, driver: Driver, keep_caller_audio: bool = False,
                  sink: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
@@ -94,6 +100,33 @@ class CallRecorder:
         self.header: dict[str, Any] = {"voicecore_record": RECORD_VERSION, **driver.record_header()}
         self.entries: list[dict[str, Any]] = []
 
+    # --- the wrapped driver's description (the Driver protocol) ----------------------------------
+    @property
+    def call_sid(self) -> str:
+        return self.driver.call_sid
+
+    @property
+    def control(self) -> str:
+        return self.driver.control
+
+    @property
+    def core(self) -> ModelCallCore:
+        return self.driver.core
+
+    @property
+    def stats(self) -> ControllerStats | None:
+        return self.driver.stats
+
+    @property
+    def wants_ticks(self) -> bool:
+        return self.driver.wants_ticks
+
+    def record_header(self) -> dict[str, Any]:
+        return self.driver.record_header()
+
+    def statistics(self) -> dict:
+        return self.driver.statistics()
+
     # --- the driver's inputs, recorded -----------------------------------------------------------
     def start(self, now_ns: int) -> list[Action]:
         return self._run({"t": now_ns, "k": "start"}, self.driver.start(now_ns))
@@ -104,14 +137,15 @@ class CallRecorder:
         entry = {"t": now_ns, "k": "model", "text": text, "p": playout_list(playout)}
         return self._run(entry, self.driver.on_model_event(text, now_ns, playout))
 
-    def on_caller_audio(self, n_frames: int, now_ns: int, audio: bytes | None = None,
-                        playout: Playout | None = None) -> list[Action]:
-        entry: dict[str, Any] = {"t": now_ns, "k": "audio", "n": n_frames}
+    def on_caller_audio(self, audio: bytes, now_ns: int, playout: Playout | None = None) -> list[Action]:
+        """Recorded as ``n`` frames (their bytes too with ``keep_caller_audio``) and ``playout`` if given;
+        the actions after the audio's own ``SendToModel`` as ``out`` lines."""
+        entry: dict[str, Any] = {"t": now_ns, "k": "audio", "n": len(audio) // timing.FRAME_BYTES}
         if self.keep_caller_audio and audio:
             entry["ulaw"] = binascii.b2a_base64(audio, newline=False).decode("ascii")
         if playout is not None:
             entry["p"] = playout_list(playout)
-        return self._run(entry, self.driver.on_caller_audio(n_frames, now_ns))
+        return self._run(entry, self.driver.on_caller_audio(audio, now_ns), forwarding_actions(audio))
 
     def on_dtmf(self, digit: str, now_ns: int) -> list[Action]:
         return self._run({"t": now_ns, "k": "dtmf", "digit": digit}, self.driver.on_dtmf(digit, now_ns))
@@ -130,7 +164,7 @@ class CallRecorder:
                    reason: str = "", citations: str = "") -> list[Action]:
         entry = {"t": now_ns, "k": "verdict", "tag": tag, "frames": approved_frames, "rejected": rejected,
                  "reason": reason, "citations": citations, "p": playout_list(playout)}
-        return self._run(entry, self.driver.on_verdict(tag, approved_frames, rejected, now_ns, playout))
+        return self._run(entry, self.driver.on_verdict(tag, approved_frames, rejected, now_ns, playout, reason, citations))
 
     def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[Action]:
         entry = {"t": now_ns, "k": "snippets", "req": req_id, "snippets": list(snippets)}
@@ -140,11 +174,12 @@ class CallRecorder:
         """Something the replay does not feed (a mark echo, a clear sent): kept for the reader."""
         self.entries.append({"t": now_ns, "k": "note", "what": what, **fields})
 
-    def _run(self, entry: dict[str, Any], actions: list[Action]) -> list[Action]:
+    def _run(self, entry: dict[str, Any], actions: list[Action], unrecorded: int = 0) -> list[Action]:
+        """Record ``entry`` and ``actions`` after the first ``unrecorded`` (the caller audio's forwarding)."""
         self.entries.append(entry)
         t = entry["t"]
-        for action in actions:
-            self.entries.append({"t": t, "k": "out", "a": action_to_dict(action)})
+        for i in range(unrecorded, len(actions)):
+            self.entries.append({"t": t, "k": "out", "a": action_to_dict(actions[i])})
         return actions
 
     def hand_off(self) -> int:

@@ -7,8 +7,11 @@ that the same input methods as the turn-taking ``CallController`` (the ``Driver`
 so a ``CallRecorder`` can wrap either and ``voicecore replay`` can rebuild either from a record's header
 (INV-REPLAY). Sans-I/O: no sockets, shared memory or clock.
 
-The caller's audio itself still goes to the model through ``core.caller_audio`` in the shell (its bytes
-are the model's business, not a decision); ``on_caller_audio`` only notes that it went.
+The caller's audio goes to the model through ``on_caller_audio`` (``core.caller_audio``: its bytes are
+the model's business, not a decision, and the spine decides nothing on them). The spine has no timers
+(``wants_ticks`` False: the shell does not tick it) and no counters beyond its core's (``stats`` None).
+On a carrier stop it returns nothing: it decides nothing about a call that ended (the shell closes the
+model session of every call that ended), and its records end in a ``stop`` without actions.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ class SpineDriver:
     """One call under the spine's control: ``ModelCallCore`` fed the way the spine shell feeds it."""
 
     control = CONTROL
+    stats = None  # no counters beyond the core's
+    wants_ticks = False  # no timers: on_tick never acts
 
     def __init__(self, call_sid: str, naming: str = "ga", first_tag: int = 1, **core_args: Any) -> None:
         # core_args: ModelCallCore's keyword arguments (greet, gate_policy, safe_line, ...), JSON-able:
@@ -54,10 +59,11 @@ class SpineDriver:
     def on_model_event(self, text: str | bytes, now_ns: int, playout: core.Playout) -> list[core.Action]:
         return self.core.on_event(rt.parse_server_event(text), now_ns, playout)
 
-    def on_caller_audio(self, n_frames: int, now_ns: int) -> list[core.Action]:
-        return []
+    def on_caller_audio(self, audio: bytes, now_ns: int, playout: core.Playout | None = None) -> list[core.Action]:
+        return self.core.caller_audio(audio)  # to the model; nothing to decide
 
     def on_dtmf(self, digit: str, now_ns: int) -> list[core.Action]:
+        self.core.stats.dtmf_digits += 1
         return []
 
     def on_tick(self, now_ns: int, playout: core.Playout) -> list[core.Action]:

@@ -1,10 +1,15 @@
 """The model worker process: one realtime-model WebSocket per call, between the arena and the vendor.
 
-Owns the model sessions; the per-call decisions live in core.py. Reads caller audio from inbound rings
-(batched, INBOUND_BATCH_MS per append), writes the model's audio into outbound rings tagged with its
-response, and on barge-in cancels the tag in the control block and rings the pacer. Never touches a
-telephony socket. Call state is rebuilt from the arena (not from bus messages), so a restarted worker
-picks up every live call where it stands.
+Owns the model sessions and applying what each call decides; the decisions live in voicecore/call/
+(one driver per call, voicecore/call/driver.py: the spine's core alone or the turn-taking controller,
+wrapped by the recorder when records are on). Every input of a call goes to its driver: model events,
+caller audio from the inbound ring (batched, INBOUND_BATCH_MS per append), DTMF, ticks, the validator's
+verdicts, knowledge-base answers, a reconnect, the carrier's stop. The driver's actions are applied by
+what they touch (EFFECTS): the model socket, the rings and control block (writes the model's audio into
+outbound rings tagged with its response; on barge-in cancels the tag and rings the pacer), the
+validator over the bus, Twilio's REST API, the knowledge base. Never touches a telephony socket. Call
+state is rebuilt from the arena (not from bus messages), so a restarted worker picks up every live call
+where it stands.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import zmq
@@ -29,6 +35,8 @@ from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_IN
 from voicecore.call import controller as controller_mod
 from voicecore.call import core
 from voicecore.call import flow as flows
+from voicecore.call.controller import Action
+from voicecore.call.driver import Driver
 from voicecore.call.record import CallRecorder
 from voicecore.call.spine import SpineDriver
 from voicecore.config import Config, forbidden_phrases, load_config, node_policies
@@ -92,7 +100,7 @@ def flow_args(config: Config) -> dict:
 
 
 class CallSession:
-    """One live call: its model WebSocket, its core, and the ring writes that go with them."""
+    """One live call: its model WebSocket, its driver, and the effects of what the driver decides."""
 
     def __init__(self, worker: ModelWorker, slot: int, generation: int, call_sid: str, resumed: bool) -> None:
         self.worker = worker
@@ -101,24 +109,23 @@ class CallSession:
         self.call_sid = call_sid
         ctrl = worker.arena.ctrl[slot]
         first_tag = int(ctrl[C.NEXT_TAG]) or 1
-        # call_control "spine": the mechanism core alone (barge-in on the model's speech_started), behind
-        # SpineDriver. "turns": the turn-taking controller around it (issue 4). Either way, with a
-        # record_dir every input is recorded for replay (INV-REPLAY).
-        self.controller: controller_mod.CallController | None = None
-        self.driver = None  # the controller or SpineDriver, or the recorder wrapped around it
-        keep_audio = worker.config.record_caller_audio
-        if worker.config.call_control == "turns":
-            args = flow_args(worker.config)
-            self.controller = controller_mod.CallController(call_sid, flow=flows.ScriptedFlow(**args), config=controller_config(worker.config),
-                                                            naming=worker.config.realtime_naming, first_tag=first_tag)
-            self.driver = CallRecorder(self.controller, keep_caller_audio=keep_audio) if worker.config.record_dir else self.controller
-            self.core = self.controller.core
+        # One driver per call, fed every input. call_control "spine": the mechanism core alone (barge-in on
+        # the model's speech_started), behind SpineDriver. "turns": the turn-taking controller around it
+        # (issue 4). With a record_dir the recorder wraps either and records every input (INV-REPLAY).
+        config = worker.config
+        decider: Driver
+        if config.call_control == "turns":
+            decider = controller_mod.CallController(call_sid, flow=flows.ScriptedFlow(**flow_args(config)),
+                                                    config=controller_config(config), naming=config.realtime_naming,
+                                                    first_tag=first_tag)
         else:
-            spine = SpineDriver(call_sid, naming=worker.config.realtime_naming, first_tag=first_tag, greet=not resumed,
-                                gate_policy=worker.config.gate_policy, safe_line=worker.config.safe_line)
-            self.driver = CallRecorder(spine, keep_caller_audio=keep_audio) if worker.config.record_dir else spine
-            self.core = spine.core
-        self.recorder = self.driver if isinstance(self.driver, CallRecorder) else None
+            decider = SpineDriver(call_sid, naming=config.realtime_naming, first_tag=first_tag, greet=not resumed,
+                                  gate_policy=config.gate_policy, safe_line=config.safe_line)
+        # The recorder is also kept as such for its record's plumbing only (header, hand-offs to the writer
+        # thread): inputs go to self.driver.
+        self.recorder = CallRecorder(decider, keep_caller_audio=config.record_caller_audio) if config.record_dir else None
+        self.driver: Driver = self.recorder if self.recorder is not None else decider
+        self.wants_ticks = self.driver.wants_ticks  # the spine has no timers: no tick, no cost
         # Streamed: ModelWorker.run hands the entries of the last second to the writer thread, which appends
         # them to the call's part file (only the writer touches record_file).
         self.record_file: RecordFile | None = None
@@ -189,15 +196,12 @@ class CallSession:
                 if not self.alive():
                     return
                 log.warning("call %s: model connection closed (%s); reconnecting", self.call_sid, self.close_code)
-            self.core.greet = False
             await asyncio.sleep(RECONNECT_DELAY_S)
 
     def on_connected(self, transport: WSTransport) -> None:
         """The model socket is open: configure the session before any server event is handled."""
         self.transport = transport
-        if self.driver is None:
-            self._apply(self.core.on_open())
-        elif not self.started:
+        if not self.started:
             self.started = True
             self._apply(self.driver.start(time.monotonic_ns()))
         else:  # reconnected: configure the new session (no second greeting)
@@ -206,11 +210,7 @@ class CallSession:
 
     def on_model_text(self, text: str) -> None:
         """One server event from the model socket."""
-        if self.driver is not None:
-            self._apply(self.driver.on_model_event(text, time.monotonic_ns(), self.playout()))
-        else:
-            event = rt.parse_server_event(text)
-            self._apply(self.core.on_event(event, time.monotonic_ns(), self.playout()))
+        self._apply(self.driver.on_model_event(text, time.monotonic_ns(), self.playout()))
         if not self.alive() and self.transport is not None:
             self.transport.disconnect()
 
@@ -223,34 +223,37 @@ class CallSession:
         n = rings.inbound_pop(arena.ctrl, arena.in_meta, arena.in_payload, self.slot, self.inbound, 64)
         if n:
             audio = self.inbound[: n * timing.FRAME_BYTES].tobytes()
-            self._apply(self.core.caller_audio(audio))
-            if self.recorder is not None:  # the caller's frames (unless record_caller_audio is off) and where playout stood
-                self._apply(self.recorder.on_caller_audio(n, time.monotonic_ns(), audio, self.playout()))
-            elif self.driver is not None:
-                self._apply(self.driver.on_caller_audio(n, time.monotonic_ns()))
+            # Where playout stood is read only for a record (its WAV places the agent's audio with it).
+            playout = self.playout() if self.recorder is not None else None
+            self._apply(self.driver.on_caller_audio(audio, time.monotonic_ns(), playout))
 
     def tick(self) -> None:
         """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms)."""
-        if self.controller is not None and self.started:  # the spine has no timers: no tick, no cost
+        if self.wants_ticks and self.started:
             actions = self.driver.on_tick(time.monotonic_ns(), self.playout())
             if actions:
                 self._apply(actions)
 
     def dtmf(self, digit: str) -> None:
-        self.core.stats.dtmf_digits += 1
-        if self.driver is not None and self.started:
+        """A keypad digit from the gateway; before the model session is configured it means nothing yet."""
+        if self.started:
             actions = self.driver.on_dtmf(digit, time.monotonic_ns())
             if actions:
                 self._apply(actions)
 
     def finish(self, call_ended: bool = True) -> concurrent.futures.Future | None:
-        """The call ended: tell the controller, and finish its record (INV-REPLAY) on the writer thread (the
+        """The call ended: tell the driver, and finish its record (INV-REPLAY) on the writer thread (the
         future of that). ``call_ended`` False: this worker is stopping mid-call; the record so far is finished
         (a restarted worker records the rest)."""
-        if self.driver is None or not self.started:
+        if not self.started:
             return None
         if call_ended:
-            self.driver.on_carrier_stop(time.monotonic_ns())
+            # The call's slot (its rings and control-block row) may already carry the next call, and nothing
+            # written for this one would play: of the driver's last actions, those on the model session
+            # apply (cancel what the model is saying, close the socket), the others are moot.
+            for action in self.driver.on_carrier_stop(time.monotonic_ns()):
+                if isinstance(action, MODEL_SESSION_ACTIONS):
+                    self._on_model_session(action)
         if self.recorder is None or self.recorder.sink is None:  # no record, or finished already
             return None
         self.recorder.hand_off()
@@ -285,68 +288,82 @@ class CallSession:
             self.record_file.close()
             log.warning("call %s: record not written: %s", self.call_sid, exc)
 
-    def _apply(self, actions: list[core.Action]) -> None:
-        worker = self.worker
-        arena = worker.arena
+    # --- the driver's actions, each applied by the handler of what it touches (EFFECTS) --------------
+    def _apply(self, actions: list[Action]) -> None:
         for action in actions:
-            if isinstance(action, core.WriteFrames):
-                self._write_frames(action)
-            elif isinstance(action, core.SendToModel):
+            EFFECTS[type(action)](self, action)
+
+    def _on_model_session(self, action: core.SendToModel | controller_mod.CallOver) -> None:
+        """The call's model socket: a client event to send, or the call is over (close it)."""
+        match action:
+            case core.SendToModel():
                 if self.transport is not None:
                     self.transport.send(WSMsgType.TEXT, action.text.encode())
-            elif isinstance(action, core.OpenTag):
+            case controller_mod.CallOver():
+                self.close()
+
+    def _on_rings(self, action: Any) -> None:
+        """The call's outbound ring and its control-block row: what the pacer may release, and when."""
+        arena = self.worker.arena
+        match action:
+            case core.WriteFrames():
+                self._write_frames(action)
+            case core.OpenTag():
                 rings.tag_open(arena.ctrl, self.slot, action.tag, 1 if action.gated else 0)
                 arena.ctrl[self.slot, C.NEXT_TAG] = action.tag + 1
-            elif isinstance(action, core.OpenGate):
-                language = action.language if action.language != "auto" else worker.config.gate_language
-                worker.bus.send(worker.validator, messages.GateOpen(self.slot, self.generation, action.tag, action.policy,
-                                                                    action.script, language, action.forbidden))
-            elif isinstance(action, controller_mod.Retrieve):
-                # Retrieve-first: answered at once from this process's copy of the knowledge base.
-                knowledge = worker.knowledge_base
-                found = knowledge.retrieve(action.question, action.k) if knowledge is not None else []
-                snippets = [{"file": s.file, "line": s.line, "text": s.text} for s in found]
-                if self.driver is not None:
-                    self._apply(self.driver.on_snippets(action.req_id, snippets, time.monotonic_ns()))
-            elif isinstance(action, core.GateTranscript):
-                if action.done:
-                    message = messages.TranscriptDone(self.slot, self.generation, action.tag, action.text, action.audio_frames)
-                else:
-                    message = messages.TranscriptDelta(self.slot, self.generation, action.tag, action.text, action.audio_frames)
-                worker.bus.send(worker.validator, message)
-            elif isinstance(action, core.ApproveFrames):
-                rings.tag_approve(arena.ctrl, self.slot, action.tag, action.frames)
-            elif isinstance(action, controller_mod.ReleaseTag):
-                rings.tag_approve(arena.ctrl, self.slot, action.tag, action.frames)
-            elif isinstance(action, controller_mod.HoldTag):
-                rings.tag_pause(arena.ctrl, self.slot, action.tag, time.monotonic_ns())
-                worker.counters["holds"] += 1
-            elif isinstance(action, controller_mod.ResumeTag):
-                rings.tag_resume(arena.ctrl, self.slot, action.tag)
-            elif isinstance(action, controller_mod.HangUp | controller_mod.Transfer):
-                worker.counters["call_endings_requested"] += 1
-                asyncio.get_running_loop().create_task(self._end_call_via_rest(action))
-            elif isinstance(action, controller_mod.CallOver):
-                self.close()
-            elif isinstance(action, core.EndTag):
+            case core.EndTag():
                 self.pending.append((action.tag, -1 - action.total_frames, b""))
                 self.flush_pending()
-            elif isinstance(action, core.CancelTag):
-                # The control block is the decision; the bus message only wakes the pacer early.
-                self.pending = collections.deque(p for p in self.pending if p[0] != action.tag)
-                rings.tag_cancel(arena.ctrl, self.slot, action.tag, action.decision_ns)
-                worker.bus.send(worker.pacer, messages.CancelTag(self.slot, self.generation, action.tag, action.decision_ns))
-                worker.counters["bargeins"] += 1
-                log.info("call %s: response tag %d cancelled (barge-in, superseded or rejected)", self.call_sid, action.tag)
+            case core.ApproveFrames() | controller_mod.ReleaseTag():
+                rings.tag_approve(arena.ctrl, self.slot, action.tag, action.frames)
+            case controller_mod.HoldTag():
+                rings.tag_pause(arena.ctrl, self.slot, action.tag, time.monotonic_ns())
+                self.worker.counters["holds"] += 1
+            case controller_mod.ResumeTag():
+                rings.tag_resume(arena.ctrl, self.slot, action.tag)
+            case core.CancelTag():
+                self._cancel_tag(action)
+
+    def _cancel_tag(self, action: core.CancelTag) -> None:
+        # The control block is the decision; the bus message only wakes the pacer early.
+        worker = self.worker
+        self.pending = collections.deque(p for p in self.pending if p[0] != action.tag)
+        rings.tag_cancel(worker.arena.ctrl, self.slot, action.tag, action.decision_ns)
+        worker.bus.send(worker.pacer, messages.CancelTag(self.slot, self.generation, action.tag, action.decision_ns))
+        worker.counters["bargeins"] += 1
+        log.info("call %s: response tag %d cancelled (barge-in, superseded or rejected)", self.call_sid, action.tag)
+
+    def _on_validator(self, action: core.OpenGate | core.GateTranscript) -> None:
+        """The validator, over the bus: a gated response opens, and its transcript as it comes (INV-GATE)."""
+        worker = self.worker
+        match action:
+            case core.OpenGate():
+                language = action.language if action.language != "auto" else worker.config.gate_language
+                message: object = messages.GateOpen(self.slot, self.generation, action.tag, action.policy,
+                                                    action.script, language, action.forbidden)
+            case core.GateTranscript(done=True):
+                message = messages.TranscriptDone(self.slot, self.generation, action.tag, action.text, action.audio_frames)
+            case core.GateTranscript():
+                message = messages.TranscriptDelta(self.slot, self.generation, action.tag, action.text, action.audio_frames)
+        worker.bus.send(worker.validator, message)
+
+    def _on_rest(self, action: controller_mod.HangUp | controller_mod.Transfer) -> None:
+        """Twilio's REST API: end or redirect the call, off the loop's path (retried on its own task)."""
+        self.worker.counters["call_endings_requested"] += 1
+        asyncio.get_running_loop().create_task(self._end_call_via_rest(action))
+
+    def _on_knowledge(self, action: controller_mod.Retrieve) -> None:
+        """Retrieve-first: answered at once from this process's copy of the knowledge base."""
+        knowledge = self.worker.knowledge_base
+        found = knowledge.retrieve(action.question, action.k) if knowledge is not None else []
+        snippets = [{"file": s.file, "line": s.line, "text": s.text} for s in found]
+        self._apply(self.driver.on_snippets(action.req_id, snippets, time.monotonic_ns()))
 
     def on_verdict(self, verdict: messages.Verdict) -> None:
-        if self.driver is not None:
-            if not self.started:
-                return
-            actions = self.driver.on_verdict(verdict.tag, verdict.approved_frames, verdict.rejected, time.monotonic_ns(),
-                                             self.playout(), verdict.reason, verdict.citations)
-        else:
-            actions = self.core.on_verdict(verdict.tag, verdict.approved_frames, verdict.rejected, time.monotonic_ns(), self.playout())
+        if not self.started:
+            return
+        actions = self.driver.on_verdict(verdict.tag, verdict.approved_frames, verdict.rejected, time.monotonic_ns(),
+                                         self.playout(), verdict.reason, verdict.citations)
         if verdict.rejected:
             self.worker.counters["gate_rejections"] += 1
             log.info("call %s: response tag %d rejected by the validator (%s); not played", self.call_sid, verdict.tag,
@@ -434,6 +451,23 @@ class CallSession:
         if self.transport is not None and not self.transport.is_close_frame_sent:
             self.transport.send_close(WSCloseCode.OK)
             self.transport.disconnect()
+
+
+# Which handler applies each action a driver returns, by what the action touches. Every action type has
+# one (tests/test_driver_conformance.py checks it against the Action union).
+MODEL_SESSION_ACTIONS = (core.SendToModel, controller_mod.CallOver)
+RING_ACTIONS = (core.WriteFrames, core.OpenTag, core.EndTag, core.CancelTag, core.ApproveFrames,
+                controller_mod.ReleaseTag, controller_mod.HoldTag, controller_mod.ResumeTag)
+VALIDATOR_ACTIONS = (core.OpenGate, core.GateTranscript)
+REST_ACTIONS = (controller_mod.HangUp, controller_mod.Transfer)
+KNOWLEDGE_ACTIONS = (controller_mod.Retrieve,)
+EFFECTS: dict[type, Callable[[CallSession, Any], None]] = {
+    kind: handler
+    for kinds, handler in ((MODEL_SESSION_ACTIONS, CallSession._on_model_session), (RING_ACTIONS, CallSession._on_rings),
+                           (VALIDATOR_ACTIONS, CallSession._on_validator), (REST_ACTIONS, CallSession._on_rest),
+                           (KNOWLEDGE_ACTIONS, CallSession._on_knowledge))
+    for kind in kinds
+}
 
 
 class ModelSocket(WSListener):
@@ -543,13 +577,16 @@ class ModelWorker:
     def stats(self) -> dict[str, float]:
         totals: collections.Counter = collections.Counter()
         for session in self.calls.values():
+            driver = session.driver
+            core_stats = driver.core.stats
             for field in ("responses", "frames_written", "deltas_dropped", "bargeins", "truncates", "deletes", "model_errors",
                           "harmless_errors", "malformed_events", "gated_responses", "rejections", "safe_lines"):
-                totals[field] += getattr(session.core.stats, field)
-            if session.controller is not None:
+                totals[field] += getattr(core_stats, field)
+            turn_stats = driver.stats  # None: the spine counts nothing beyond its core
+            if turn_stats is not None:
                 for field in ("bargeins", "holds", "false_interruptions", "watchdog_fires", "stalls", "retries",
                               "gate_rejections", "safe_lines", "retrievals", "retrievals_empty"):
-                    totals["turns_" + field] += getattr(session.controller.stats, field)
+                    totals["turns_" + field] += getattr(turn_stats, field)
         return {**{k: float(v) for k, v in self.counters.items()}, **{f"active_{k}": float(v) for k, v in totals.items()}, "calls": float(len(self.calls))}
 
     async def run(self, stop: asyncio.Event) -> None:
