@@ -2,13 +2,13 @@
 
 import os
 import socket
-import time
 
 import pytest
 import zmq
 
 from voicecore.bus import messages
 from voicecore.bus.transport import Bus, BusError, DoorbellSender, bind_doorbell, claim_socket_path, ensure_runtime_dir
+from waiting import wait_until
 
 
 def test_runtime_dir_is_created_private(tmp_path):
@@ -51,12 +51,13 @@ def test_messages_travel_and_garbage_is_counted_not_raised(tmp_path):
         client.send(outbox, messages.CancelTag(1, 2, 3, 4))
         outbox.send(b"\x93garbage")
         received = []
-        deadline = time.monotonic() + 5
-        while len(received) < 1 and time.monotonic() < deadline:
-            if inbox.poll(100):
-                received += server.receive_nowait(inbox)
-        time.sleep(0.05)
-        received += server.receive_nowait(inbox)
+
+        def both_arrived() -> bool:
+            if inbox.poll(50):
+                received.extend(server.receive_nowait(inbox))
+            return bool(received) and server.rejected >= 1
+
+        wait_until(both_arrived, 5, "the message and the garbage to arrive")
         assert received == [messages.CancelTag(1, 2, 3, 4)]
         assert server.rejected == 1
     finally:
