@@ -332,4 +332,4 @@ def test_every_action_a_driver_returns_has_one_handler_in_the_model_worker():
     from workers.model.main import EFFECTS, MODEL_SESSION_ACTIONS
 
     assert set(EFFECTS) == set(typing.get_args(C.Action))
-    assert set(MODEL_SESSION_ACTIONS) == {core.SendToModel, C.CallOver}  # all a carrier stop may still act on
+    assert set(MODEL_SESSION_ACTIONS) == {core.SendToModel, C.CallOver}  # the model-session handler's actions

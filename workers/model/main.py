@@ -249,10 +249,10 @@ class CallSession:
             return None
         if call_ended:
             # The call's slot (its rings and control-block row) may already carry the next call, and nothing
-            # written for this one would play: of the driver's last actions, those on the model session
-            # apply (cancel what the model is saying, close the socket), the others are moot.
+            # written for this one would play; the caller is gone, so a cancel or truncate would only tell
+            # the model about audio nobody hears: of the driver's last actions only closing the session applies.
             for action in self.driver.on_carrier_stop(time.monotonic_ns()):
-                if isinstance(action, MODEL_SESSION_ACTIONS):
+                if isinstance(action, controller_mod.CallOver):
                     self._on_model_session(action)
         if self.recorder is None or self.recorder.sink is None:  # no record, or finished already
             return None
