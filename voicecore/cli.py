@@ -1,4 +1,4 @@
-"""The `voicecore` command: up, demo, replay, and the subcommands other packages register.
+"""The `voicecore` command: up, demo, check, replay, and the subcommands other packages register.
 
 Owns argument parsing and exit codes only; each subcommand's work lives in its own module. Subcommands
 outside the library (the bench) come from the ``voicecore.commands`` entry point group: each entry names
@@ -18,9 +18,20 @@ from voicecore.config import ConfigError, load_config
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    from voicecore.agent.load import AgentError, load_configured_agent
     from voicecore.supervise import resolve_config, run_foreground
 
+    if args.agent:
+        # Absolute: the stack's processes inherit it (Config.as_env) and need not share our working directory.
+        os.environ["VOICECORE_AGENT"] = os.path.abspath(args.agent)
     config = resolve_config(load_config(os.environ, args.config))
+    try:
+        load_configured_agent(config, os.environ)  # an agent with any problem never starts
+    except AgentError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        print(f"voicecore: the agent has {len(exc.problems)} problem(s); nothing was started", file=sys.stderr)
+        return 1
     return run_foreground(config)
 
 
@@ -29,7 +40,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs,
                     record_dir=None if args.no_record else args.record_dir,
-                    overlap_probability=args.overlap_probability, late_deltas=args.late_deltas)
+                    overlap_probability=args.overlap_probability, late_deltas=args.late_deltas, agent_dir=args.agent)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from voicecore.agent.load import run_check
+
+    return run_check(args.path, as_json=args.json, environ=os.environ if args.env else None)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -44,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run the gateway, pacer and model worker under supervisord until Ctrl-C")
+    up.add_argument("--agent", metavar="DIR", help="agent directory (default: $VOICECORE_AGENT, else the shipped default agent)")
     up.set_defaults(func=_cmd_up)
 
     demo = sub.add_parser("demo", help="bring the stack up, place simulated calls, tear down, print a summary")
@@ -60,7 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
                            "stream, as a real Realtime server sometimes does (default 0)")
     demo.add_argument("--late-deltas", type=int, default=2, choices=range(4), metavar="N",
                       help="audio deltas the model simulator still sends after a cancel, 0-3 (default 2)")
+    demo.add_argument("--agent", metavar="DIR",
+                      help="agent directory (its demo.toml scripts the calls; default: the shipped default agent)")
     demo.set_defaults(func=_cmd_demo)
+
+    check = sub.add_parser("check", help="check an agent directory or a flow file: every problem, one per line")
+    check.add_argument("path", metavar="PATH", help="an agent directory (agent.toml) or a single flow file (.json, .toml)")
+    check.add_argument("--json", action="store_true", help="print one JSON object: ok, problems, warnings")
+    check.add_argument("--env", action="store_true",
+                       help="also report webhook environment references (${NAME}, env:NAME) this environment lacks")
+    check.set_defaults(func=_cmd_check)
 
     _register_commands(sub)
 

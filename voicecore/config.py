@@ -51,7 +51,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("release_frames", int, 2, "the pacer releases frames this many at a time (one socket write for them): the carrier's queue swings between lead - (n-1) and lead + (n-1) frames; 1: top the lead up every tick"),
     Setting("start_hold_ms", int, 60, "when the carrier's buffer is dry, wait up to this long for a lead's worth of audio before releasing"),
     Setting("twilio_api_base", str, "https://api.twilio.com", "base URL of Twilio's REST API (hang up, transfer); tests point it at a local fake"),
-    Setting("call_control", str, "spine", "spine: barge-in on the model's speech_started; turns: the turn-taking controller (semantic barge-in, debounce, watchdog, check-ins), with call records"),
+    Setting("call_control", str, "auto", "spine: barge-in on the model's speech_started; turns: the turn-taking controller (semantic barge-in, debounce, watchdog, check-ins, the agent's flow and tools), with call records; auto: turns when an agent directory is set, spine otherwise"),
+    Setting("agent", str, "", "agent directory (agent.toml and the files it names); empty: the shipped default agent"),
     Setting("gate_policy", str, "off", "which responses the validator must approve before they play: off, numbers, scripted or strict"),
     Setting("safe_line", str, "I can't verify that.", "what the agent says instead of a response the validator rejected"),
     Setting("sim_port", int, 9100, "port of the built-in realtime model simulator"),
@@ -92,6 +93,7 @@ class Config:
     start_hold_ms: int
     twilio_api_base: str
     call_control: str
+    agent: str
     gate_policy: str
     safe_line: str
     sim_port: int
@@ -217,8 +219,8 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"sim_late_deltas: expected 0..3, got {values['sim_late_deltas']}")
     if not 0.0 <= float(values["sim_overlap_probability"]) <= 1.0:  # type: ignore[arg-type]
         raise ConfigError(f"sim_overlap_probability: expected 0..1, got {values['sim_overlap_probability']}")
-    if values["call_control"] not in ("spine", "turns"):
-        raise ConfigError(f"call_control: expected spine or turns, got {values['call_control']!r}")
+    if values["call_control"] not in ("auto", "spine", "turns"):
+        raise ConfigError(f"call_control: expected auto, spine or turns, got {values['call_control']!r}")
     if values["gate_policy"] not in ("off", "numbers", "scripted", "strict"):
         raise ConfigError(f"gate_policy: expected off, numbers, scripted or strict, got {values['gate_policy']!r}")
     if values["gate_release"] not in ("word", "sentence"):
@@ -235,6 +237,14 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"gate_node_policies: {exc}") from None
     if values["log_level"] not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log_level: expected debug, info, warning or error, got {values['log_level']!r}")
+
+
+def effective_call_control(config: Config) -> str:
+    """What call_control means for this configuration, "spine" or "turns" ("auto": turns with an agent directory,
+    whose flow and tools only the turn-taking controller runs; spine without one, as before agents existed)."""
+    if config.call_control == "auto":
+        return "turns" if config.agent else "spine"
+    return config.call_control
 
 
 def node_policies(text: str) -> dict[str, str]:
