@@ -428,3 +428,82 @@ def test_property_approved_frames_never_cover_an_unverified_number(example):
         assert all(f <= limit_frames for f in frames)
     else:
         assert sent and not sent[-1].rejected and frames[-1] == APPROVE_ALL_FRAMES
+
+
+# -- facts: a tool's result grounds numbers for one response ------------------------------------------
+
+BOOKING = json.dumps({"booked": True, "reference": "B-1042", "date": "2026-11-26", "time": "11:30", "price": 450})
+BOOKED_ANSWER = "You're booked for 11:30 on November 26, reference 1042, and it costs 450 kr."
+
+
+def finish(core: ValidatorCore, key: tuple[int, int, int], text: str) -> m.Verdict:
+    verdicts = core.handle(m.TranscriptDone(*key, text, 3 * len(text)))
+    assert len(verdicts) == 1
+    return verdicts[0]
+
+
+def test_a_number_only_in_the_facts_is_approved_and_cites_the_tool_result():
+    core = ValidatorCore(KB, margin_frames=0)
+    assert core.handle(m.GateOpen(*KEY, "numbers", "", "en", "", BOOKING)) == []
+    verdicts = all_verdicts(stream(core, words_of(BOOKED_ANSWER)))
+    assert not any(v.rejected for v in verdicts)
+    assert verdicts[-1].approved_frames == APPROVE_ALL_FRAMES
+    citations = json.loads(verdicts[-1].citations)
+    assert {c["file"] for c in citations} == {"tool-result"}
+    assert {c["number"] for c in citations} >= {"11:30", "1042", "450"}
+
+
+def test_the_same_number_without_facts_is_rejected():
+    core = ValidatorCore(KB, margin_frames=0)
+    open_gate(core)
+    verdict = finish(core, KEY, BOOKED_ANSWER)
+    assert verdict.rejected and "knowledge base" in verdict.reason
+
+
+def test_a_number_in_neither_the_facts_nor_the_knowledge_base_is_rejected():
+    core = ValidatorCore(KB, margin_frames=0)
+    core.handle(m.GateOpen(*KEY, "numbers", "", "en", "", BOOKING))
+    verdict = finish(core, KEY, "You're booked for 12:45, it costs 450 kr.")
+    assert verdict.rejected and "tool result" in verdict.reason
+
+
+def test_facts_do_not_leak_into_another_gate():
+    core = ValidatorCore(KB, margin_frames=0)
+    other = (KEY[0], KEY[1], KEY[2] + 1)
+    core.handle(m.GateOpen(*KEY, "numbers", "", "en", "", BOOKING))
+    core.handle(m.GateOpen(*other, "numbers", "", "en", ""))
+    assert finish(core, other, BOOKED_ANSWER).rejected  # opened while the facts' gate was live
+    assert finish(core, KEY, BOOKED_ANSWER).approved_frames == APPROVE_ALL_FRAMES
+    later = (KEY[0], KEY[1], KEY[2] + 2)
+    core.handle(m.GateOpen(*later, "numbers", "", "en", ""))
+    assert finish(core, later, BOOKED_ANSWER).rejected  # and after it finished
+
+
+def test_facts_ground_numbers_without_a_knowledge_base_and_the_knowledge_base_still_counts():
+    core = ValidatorCore(None, margin_frames=0)
+    core.handle(m.GateOpen(*KEY, "numbers", "", "en", "", BOOKING))
+    assert finish(core, KEY, BOOKED_ANSWER).approved_frames == APPROVE_ALL_FRAMES
+    core = ValidatorCore(KB, margin_frames=0)
+    core.handle(m.GateOpen(*KEY, "numbers", "", "en", "", BOOKING))
+    verdict = finish(core, KEY, "Booked for 11:30; Basic is 99 kr per month.")
+    assert verdict.approved_frames == APPROVE_ALL_FRAMES
+    assert {c["file"] for c in json.loads(verdict.citations)} == {"tool-result", "kb/pricing.md"}
+
+
+def test_strict_policy_grounds_numbers_in_the_facts_too():
+    script = "Your reference is 1042."
+    core = ValidatorCore(KB, margin_frames=0)
+    core.handle(m.GateOpen(*KEY, "strict", script, "en", "", BOOKING))
+    assert finish(core, KEY, script).approved_frames == APPROVE_ALL_FRAMES
+    core = ValidatorCore(KB, margin_frames=0)
+    core.handle(m.GateOpen(*KEY, "strict", script, "en", ""))
+    assert finish(core, KEY, script).rejected
+
+
+def test_facts_survive_the_bus_codec_and_old_positional_gate_opens_have_none():
+    opened = m.GateOpen(*KEY, "numbers", "", "en", "", BOOKING)
+    assert m.decode(m.encode(opened)) == opened
+    assert m.decode(m.encode(m.GateOpen(*KEY, "numbers", "", "en", ""))).facts == ""
+    core = ValidatorCore(KB, margin_frames=0)
+    core.handle(m.decode(m.encode(opened)))
+    assert finish(core, KEY, BOOKED_ANSWER).approved_frames == APPROVE_ALL_FRAMES

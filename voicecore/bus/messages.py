@@ -75,7 +75,10 @@ class GateOpen:
     """Model worker -> validator: response ``tag`` is gated (rings.tag_open(..., gated=True)); judge its
     transcript under ``policy`` ("off", "numbers", "scripted", "strict"). ``script`` is the expected
     text of a scripted prompt ("" otherwise), ``language`` "en", "sv" or "auto", ``forbidden`` the
-    prompt's or flow node's forbidden phrases, one per line ("" for none)."""
+    prompt's or flow node's forbidden phrases, one per line ("" for none). ``facts`` is text whose numbers
+    count as grounded for this response only, besides the knowledge base's: the result of the tool the
+    agent is answering from ("" for none). It comes last with a default, so positional constructions
+    that predate it still build the same message."""
 
     slot: int
     generation: int
@@ -84,6 +87,7 @@ class GateOpen:
     script: str
     language: str
     forbidden: str
+    facts: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

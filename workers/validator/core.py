@@ -8,6 +8,9 @@ Owns the release policies of issue 5 and ARCHITECTURE.md section 7, per (slot, g
 - "scripted": the transcript must follow the expected text (voicecore.validate.script.ScriptMatcher).
 - "strict": both.
 Forbidden phrases (GateOpen.forbidden) are checked under every policy but "off".
+A gate opened with ``facts`` (GateOpen.facts: the result of the tool the agent is answering from) grounds
+numbers in them too, for that response only: the facts are indexed like one more knowledge-base document
+(KnowledgeBase.from_documents, the same extraction and matching rules), cited as file "tool-result".
 
 It turns transcript deltas into ``messages.Verdict``s: the approved transcript prefix, mapped to audio
 frames. Must not know sockets, files, clocks or the shared-memory rings: the shell (main.py) feeds it bus
@@ -71,6 +74,7 @@ MAX_GATES = 4096  # live gates kept; the oldest is forgotten (its tag long finis
 MAX_CLOSED = 8192  # keys of finished gates remembered, so late messages for them are dropped quietly
 MAX_CITATIONS = 16  # per verdict: a Verdict must stay far below the bus's 64 KiB message limit
 MAX_SNIPPET_CHARS = 240
+FACTS_FILE = "tool-result"  # the citation file of a number grounded in a gate's facts
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 # Words later text can still make part of a number ("one hundred and twenty", "a hundred", "en krona",
@@ -164,6 +168,7 @@ class _Gate:
     approved_frames: int = 0  # the last value sent in a Verdict
     final: bool = False
     citations: dict[tuple[str, int, str], Citation] = field(default_factory=dict)
+    facts: KnowledgeBase | None = None  # this response's own grounding (GateOpen.facts), besides the knowledge base
 
 
 class ValidatorCore:
@@ -230,6 +235,9 @@ class ValidatorCore:
         if phrases:
             gate.forbidden = ForbiddenPhrases(phrases, language)  # type: ignore[arg-type]
             gate.forbidden_words = [tuple(w for _, _, w in _words(p.rstrip("*"))) for p in phrases]
+        if message.facts.strip() and policy in ("numbers", "strict"):
+            home_country = self.knowledge.home_country if self.knowledge is not None else "46"
+            gate.facts = KnowledgeBase.from_documents({FACTS_FILE: message.facts}, home_country)
         self._gates[key] = gate
         while len(self._gates) > self.max_gates:
             old_key, _ = self._gates.popitem(last=False)
@@ -357,6 +365,8 @@ class ValidatorCore:
                 cut = min(cut, mention.span[0])
                 continue  # a later number that is already complete may still reject at once
             if not self._ground(gate, mention):
+                if gate.facts is not None:
+                    return 0, "a number is neither in the knowledge base nor in the tool result"
                 return 0, "a number is not in the knowledge base" if self.knowledge is not None else \
                     "a number cannot be verified: no knowledge base"
         if final:
@@ -402,16 +412,22 @@ class ValidatorCore:
         return False
 
     def _ground(self, gate: _Gate, mention: NumberMention) -> bool:
-        if self.knowledge is None:
-            return False  # fail-closed: nothing to ground in
-        result = self.knowledge.ground([mention])
-        if not result.ok:
-            return False
-        for citation in result.citations:
+        """In the knowledge base first (its citation names a document), else in the gate's facts."""
+        for source in (self.knowledge, gate.facts):
+            if source is None:
+                continue
+            result = source.ground([mention])
+            if result.ok:
+                self._cite(gate, result.citations)
+                return True
+        return False  # fail-closed: nothing grounds it (or nothing to ground in)
+
+    @staticmethod
+    def _cite(gate: _Gate, citations: tuple[Citation, ...]) -> None:
+        for citation in citations:
             key = (citation.file, citation.line, citation.number)
             if key not in gate.citations and len(gate.citations) < MAX_CITATIONS:
                 gate.citations[key] = citation
-        return True
 
     @staticmethod
     def _forbidden_hold(gate: _Gate, text: str) -> int:

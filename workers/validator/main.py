@@ -2,7 +2,8 @@
 
 Owns the validator's sockets, the knowledge-base folder (read at start, its files' mtimes polled every
 second and reloaded when they change) and reporting. Topology (voicecore/bus/transport.py):
-  PULL validator.sock <- model worker: gate.open, transcript.delta, transcript.done
+  PULL validator.sock <- model worker: gate.open (with the tool result the answer may cite numbers from:
+                         GateOpen.facts, handed to the core as is), transcript.delta, transcript.done
   PUSH model.sock     -> model worker: verdict (the model worker binds it and applies each verdict
                          with rings.tag_approve / rings.tag_cancel)
   PUSH gateway.sock   -> heartbeat every 150 ms and stats, as process "validator"
@@ -10,7 +11,7 @@ second and reloaded when they change) and reporting. Topology (voicecore/bus/tra
 It may be slow (the gate waits for it, ARCHITECTURE.md section 2) but never crashes on bad input: bad
 messages are counted and dropped by the bus, and a message the core chokes on is counted and dropped
 here. A knowledge base that cannot be read is no knowledge base: every number is rejected (fail-closed).
-Logs never carry transcripts or numbers (STYLE.md).
+Logs never carry transcripts, facts or numbers (STYLE.md).
 """
 
 from __future__ import annotations
