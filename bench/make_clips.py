@@ -1,10 +1,14 @@
 """Regenerate the simulator's speech clips in voicecore/sim/clips/ (8 kHz mu-law, raw, no header).
 
-Owns the list of utterances (text, speaker, kind) and the espeak-ng + sox pipeline that renders them;
-knows nothing of how the simulators use them. The output is synthetic speech, so no dataset licence
-applies (PROTOCOLS.md E.2, "Generated speech"). Run after changing a line:
+Owns the list of utterances (text, speaker, kind, optional voice) and the espeak-ng + sox pipeline that
+renders them; knows nothing of how the simulators use them. The output is synthetic speech, so no dataset
+licence applies (PROTOCOLS.md E.2, "Generated speech"). Run after changing a line:
 
-    /tmp/venv/bin/python bench/make_clips.py
+    .venv/bin/python bench/make_clips.py
+
+or, after adding lines, render only the clips that have no file yet (`--only-missing`): the existing
+files are measured elsewhere (bench baselines, frame identity), so they keep their bytes, and their index
+rows are rebuilt from the files as they are.
 
 Needs `espeak-ng` and `sox` on PATH (Debian packages of the same names). The pipeline is deterministic:
 sox runs with -D (no dither), so the same tool versions give byte-identical files.
@@ -19,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 BYTES_PER_MS = 8  # 8 kHz mu-law: one byte per sample (voicecore/timing.py)
 
@@ -27,29 +32,71 @@ CALLER_VOICE = "en+m3"
 AGENT_WPM = 160
 CALLER_WPM = 170
 
-# (name, role, kind, text). Kinds: greeting, question, answer, goodbye, checkin (agent); caller (caller).
+
+class Utterance(NamedTuple):
+    """One clip to render. `voice` None: the role's voice (AGENT_VOICE / CALLER_VOICE)."""
+
+    name: str
+    role: str  # agent | caller
+    kind: str  # greeting, question, answer, goodbye, checkin, safe_line (agent); caller (caller)
+    text: str  # what is spoken; the model simulator's recognised words for a caller clip
+    voice: str | None = None
+
+
+SWEDISH_CALLER_VOICE = "sv+m3"
+
 # The model simulator speaks `greeting`/`goodbye`/`checkin` when a response's instructions quote them and
 # round-robins over `question` and `answer` otherwise. Numbers in answers are the ones a knowledge base
-# would hold; the simulator's hallucination switch uses a number that is in none of them (777).
-UTTERANCES: list[tuple[str, str, str, str]] = [
-    ("agent_greeting", "agent", "greeting", "Hello, thanks for calling Acme. How can I help you today?"),
-    ("agent_question", "agent", "question", "Would you like to hear about our Basic plan or our Premium plan?"),
-    ("agent_basic_price", "agent", "answer", "Our Basic plan costs 199 kronor per month, with no binding period."),
-    ("agent_premium_price", "agent", "answer", "Premium costs 349 kronor per month and includes unlimited data."),
-    ("agent_basic_data", "agent", "answer", "Basic includes 10 gigabytes of data every month."),
-    ("agent_cancel", "agent", "answer", "You can cancel at any time, with one month of notice."),
-    ("agent_hours", "agent", "answer", "Our support is open every weekday, from 8 in the morning to 6 in the evening."),
-    ("agent_sim_card", "agent", "answer", "A new SIM card is free, and it arrives within 3 working days."),
-    ("agent_goodbye", "agent", "goodbye", "Thank you for calling Acme. Have a nice day, goodbye!"),
-    ("agent_checkin", "agent", "checkin", "Are you still there?"),
-    ("agent_safe_line", "agent", "safe_line", "I can't verify that."),
-    ("caller_hello", "caller", "caller", "Hi, I would like to know more about your plans."),
-    ("caller_basic_price", "caller", "caller", "How much does the Basic plan cost?"),
-    ("caller_premium", "caller", "caller", "And what about Premium?"),
-    ("caller_cancel", "caller", "caller", "Can I cancel whenever I want to, or is there a binding period?"),
-    ("caller_interrupt", "caller", "caller", "Sorry, wait."),
-    ("caller_bye", "caller", "caller", "No, that was all. Thanks, bye."),
+# would hold; the simulator's hallucination switch uses a number that is in none of them (777). The
+# caller lines after caller_bye are the example agents' callers (examples/*/demo.toml name them).
+UTTERANCES: list[Utterance] = [
+    Utterance("agent_greeting", "agent", "greeting", "Hello, thanks for calling Acme. How can I help you today?"),
+    Utterance("agent_question", "agent", "question",
+              "Would you like to hear about our Basic plan or our Premium plan?"),
+    Utterance("agent_basic_price", "agent", "answer",
+              "Our Basic plan costs 199 kronor per month, with no binding period."),
+    Utterance("agent_premium_price", "agent", "answer",
+              "Premium costs 349 kronor per month and includes unlimited data."),
+    Utterance("agent_basic_data", "agent", "answer", "Basic includes 10 gigabytes of data every month."),
+    Utterance("agent_cancel", "agent", "answer", "You can cancel at any time, with one month of notice."),
+    Utterance("agent_hours", "agent", "answer",
+              "Our support is open every weekday, from 8 in the morning to 6 in the evening."),
+    Utterance("agent_sim_card", "agent", "answer", "A new SIM card is free, and it arrives within 3 working days."),
+    Utterance("agent_goodbye", "agent", "goodbye", "Thank you for calling Acme. Have a nice day, goodbye!"),
+    Utterance("agent_checkin", "agent", "checkin", "Are you still there?"),
+    Utterance("agent_safe_line", "agent", "safe_line", "I can't verify that."),
+    Utterance("caller_hello", "caller", "caller", "Hi, I would like to know more about your plans."),
+    Utterance("caller_basic_price", "caller", "caller", "How much does the Basic plan cost?"),
+    Utterance("caller_premium", "caller", "caller", "And what about Premium?"),
+    Utterance("caller_cancel", "caller", "caller", "Can I cancel whenever I want to, or is there a binding period?"),
+    Utterance("caller_interrupt", "caller", "caller", "Sorry, wait."),
+    Utterance("caller_bye", "caller", "caller", "No, that was all. Thanks, bye."),
+    # receptionist
+    Utterance("caller_hours", "caller", "caller", "What are your opening hours?"),
+    Utterance("caller_book", "caller", "caller", "I would like to book a cleaning tomorrow at ten."),
+    Utterance("caller_yes", "caller", "caller", "Yes, please."),
+    Utterance("caller_no", "caller", "caller", "No, thank you."),
+    Utterance("caller_person", "caller", "caller", "Can I talk to a person, please?"),
+    # shop assistant (Swedish)
+    Utterance("caller_sv_price", "caller", "caller", "Vad kostar Premium per månad?", SWEDISH_CALLER_VOICE),
+    Utterance("caller_sv_callback", "caller", "caller", "Ring mig imorgon på plus 46 70 123 45 67.",
+              SWEDISH_CALLER_VOICE),
+    Utterance("caller_sv_sms", "caller", "caller", "Kan ni skicka priset som sms?", SWEDISH_CALLER_VOICE),
+    Utterance("caller_sv_ja", "caller", "caller", "Ja, gärna.", SWEDISH_CALLER_VOICE),
+    Utterance("caller_sv_nej", "caller", "caller", "Nej tack.", SWEDISH_CALLER_VOICE),
+    Utterance("caller_sv_bye", "caller", "caller", "Tack, hej då.", SWEDISH_CALLER_VOICE),
+    # interview
+    Utterance("caller_ready", "caller", "caller", "Yes, I am ready to start."),
+    Utterance("caller_experience", "caller", "caller", "I have worked with Python for five years."),
+    Utterance("caller_done", "caller", "caller", "That is all from me, thank you."),
 ]
+
+
+def voice_of(utterance: Utterance) -> tuple[str, int]:
+    """(espeak-ng voice, words per minute) of an utterance."""
+    if utterance.role == "agent":
+        return utterance.voice or AGENT_VOICE, AGENT_WPM
+    return utterance.voice or CALLER_VOICE, CALLER_WPM
 
 
 def render(text: str, voice: str, wpm: int, out_path: Path, work_dir: Path) -> bytes:
@@ -73,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_out = Path(__file__).resolve().parent.parent / "voicecore" / "sim" / "clips"
     parser.add_argument("--out", type=Path, default=default_out)
+    parser.add_argument("--only-missing", action="store_true",
+                        help="render only clips with no file yet; existing files are kept byte for byte")
     args = parser.parse_args(argv)
     for tool in ("espeak-ng", "sox"):
         if shutil.which(tool) is None:
@@ -81,24 +130,31 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     index = []
     total_bytes = 0
+    rendered = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name, role, kind, text in UTTERANCES:
-            voice, wpm = (AGENT_VOICE, AGENT_WPM) if role == "agent" else (CALLER_VOICE, CALLER_WPM)
-            audio = render(text, voice, wpm, args.out / f"{name}.ulaw", Path(tmp))
+        for utterance in UTTERANCES:
+            voice, wpm = voice_of(utterance)
+            path = args.out / f"{utterance.name}.ulaw"
+            if args.only_missing and path.exists():
+                audio = path.read_bytes()
+            else:
+                audio = render(utterance.text, voice, wpm, path, Path(tmp))
+                rendered += 1
             total_bytes += len(audio)
             index.append(
                 {
-                    "name": name,
-                    "role": role,
-                    "kind": kind,
-                    "text": text,
+                    "name": utterance.name,
+                    "role": utterance.role,
+                    "kind": utterance.kind,
+                    "text": utterance.text,
                     "voice": voice,
                     "duration_ms": len(audio) // BYTES_PER_MS,
                     "bytes": len(audio),
                 }
             )
+    # ensure_ascii (json's default) keeps the file's existing bytes: the Swedish rows come out escaped
     (args.out / "index.json").write_text(json.dumps(index, indent=1) + "\n")
-    print(f"wrote {len(index)} clips, {total_bytes} bytes, to {args.out}")
+    print(f"rendered {rendered} of {len(index)} clips ({total_bytes} bytes in all) to {args.out}")
     return 0
 
 

@@ -170,3 +170,12 @@ def clip_speaking(instructions: str, clips: Sequence[ClipInfo]) -> ClipInfo | No
         if _normalise(clip.text) in wanted:
             return clip
     return None
+
+
+SPOKEN_CHARS_PER_S = 15.0  # a phone voice says about this many characters a second (150 words a minute)
+
+
+def fitting_clip(text: str, clips: Sequence[ClipInfo]) -> ClipInfo:
+    """The clip whose duration is nearest to how long ``text`` takes to say (ties: the first listed)."""
+    want_ms = 1000.0 * len(text) / SPOKEN_CHARS_PER_S
+    return min(clips, key=lambda clip: abs(clip.duration_ms - want_ms))

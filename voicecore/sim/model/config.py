@@ -1,12 +1,63 @@
 """The model simulator's behaviour switches: `SimConfig`, one frozen value per simulator run.
 
 Owns what a harness or scenario may turn on (naming, timing, delta sizes, failure and transcript hooks,
-overlapping responses) and the check that the values make sense. Knows nothing of sessions or events.
+overlapping responses, the scripted caller turns `SimTurn` that make it answer or call functions) and the
+check that the values make sense. Knows nothing of sessions or events.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SimTurn:
+    """One scripted behaviour of the simulated model: when the caller's words contain `when`, it answers
+    `answer`, or calls the function `call` (if the session declares it) with `arguments`, optionally
+    speaking `preamble` first in the same response, then answers `then` once the function's output is in
+    the conversation (after calling it `repeat_call` more times with the same arguments, as real models
+    sometimes do). The audio of every spoken line is a packaged agent clip; its transcript is the text."""
+
+    when: str  # case-insensitive substring of the caller's words (a caller clip's text, a user text item)
+    answer: str = ""
+    call: str = ""
+    arguments: str = "{}"  # JSON object text, sent as the model streams it
+    preamble: str = ""
+    then: str = ""
+    repeat_call: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("when", "answer", "call", "arguments", "preamble", "then"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"SimTurn.{name} must be a string")
+        if not self.when.strip():
+            raise ValueError("SimTurn.when must not be empty")
+        try:
+            parsed = json.loads(self.arguments)
+        except ValueError:
+            raise ValueError(f"SimTurn.arguments is not JSON: {self.arguments!r}") from None
+        if not isinstance(parsed, dict):
+            raise ValueError("SimTurn.arguments must be a JSON object (a function's arguments)")
+        if not isinstance(self.repeat_call, int) or isinstance(self.repeat_call, bool) or self.repeat_call < 0:
+            raise ValueError("SimTurn.repeat_call must be a non-negative integer")
+
+    @classmethod
+    def from_dict(cls, table: Mapping[str, Any]) -> SimTurn:
+        """A rule from a demo.toml [[sim]] table (keys are the field names). `arguments` may also be a
+        table; it is sent as its compact JSON text."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ValueError(f"unknown SimTurn key(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        values = dict(table)
+        if isinstance(values.get("arguments"), Mapping):
+            values["arguments"] = json.dumps(values["arguments"], ensure_ascii=False, separators=(", ", ": "))
+        if "when" not in values:
+            raise ValueError("a SimTurn needs `when`")
+        return cls(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +97,11 @@ class SimConfig:
     # overlap_delay_ms after the first was created, if the first is still in progress then.
     overlap_probability: float = 0.0
     overlap_delay_ms: tuple[int, int] = (200, 2000)
+    # Scripted caller turns (SimTurn): what the model says or which function it calls when the caller's
+    # words match; () = the automatic clip choice only. A function call's arguments stream in deltas of
+    # this many characters.
+    turns: tuple[SimTurn, ...] = ()
+    argument_delta_chars: int = 8
 
     def __post_init__(self) -> None:
         if self.naming not in ("ga", "beta"):
@@ -63,3 +119,9 @@ class SimConfig:
         low, high = self.overlap_delay_ms
         if not 0 <= low <= high:
             raise ValueError("overlap_delay_ms must be (low, high) with 0 <= low <= high")
+        if not isinstance(self.turns, tuple):
+            object.__setattr__(self, "turns", tuple(self.turns))  # a list from a loader is fine too
+        if not all(isinstance(turn, SimTurn) for turn in self.turns):
+            raise ValueError("turns must be SimTurn values (SimTurn.from_dict reads a table)")
+        if self.argument_delta_chars < 1:
+            raise ValueError("argument_delta_chars must be at least 1")

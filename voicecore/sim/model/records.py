@@ -1,6 +1,7 @@
 """What a simulated session did, for a measurement harness to read after the call.
 
-Owns `SessionRecord` and the records in it (responses, truncates, cancels, caller speech, errors). The
+Owns `SessionRecord` and the records in it (responses, truncates, cancels, caller speech, errors, the
+function outputs the client sent back). The
 session fills them in as it goes; times are the `now_ms` values it was fed. The bench pickles them across
 processes, so they stay plain dataclasses.
 """
@@ -16,7 +17,9 @@ from voicecore.timing import FRAME_BYTES
 class ResponseRecord:
     index: int
     response_id: str
-    item_id: str  # the assistant item ("" for a failed response, which has no item)
+    # the assistant item ("" for a failed response, which has no item; the function_call item when the
+    # response calls a function without saying anything first)
+    item_id: str
     clip_name: str
     text: str  # the transcript the simulator speaks (the hallucinated text when hallucinating)
     audio: bytes  # full audio of the response: clip + dither (what would be sent if not cancelled)
@@ -37,6 +40,13 @@ class ResponseRecord:
     stalled: bool = False
     failed: bool = False
     overlaps: str | None = None  # the response_id of the response this one started during (SimConfig.overlap_*)
+    # scripted turns (SimConfig.turns): the rule that shaped this response, and its function call if it made one
+    rule: int | None = None  # index into SimConfig.turns
+    function_call: str | None = None  # the function's name
+    call_id: str | None = None
+    call_item_id: str | None = None  # the function_call item (item_id is the spoken item, or this one if none)
+    arguments: str | None = None  # the full arguments the call streams
+    arguments_sent: str = ""  # what went out before the response ended (all of it unless cancelled)
 
     def frames(self) -> list[bytes]:
         """The response audio cut into 160-byte frames from its start; the last one may be short."""
@@ -80,6 +90,16 @@ class ErrorRecord:
 
 
 @dataclass(slots=True)
+class FunctionCallOutputRecord:
+    """A function_call_output item the client created (conversation.item.create)."""
+
+    call_id: str
+    output: str | None
+    at_ms: int
+    known: bool  # a function_call item with this call_id was in the conversation (else the error, if checked)
+
+
+@dataclass(slots=True)
 class SessionRecord:
     """Everything a harness needs after a call. Times are the `now_ms` values the core was fed."""
 
@@ -96,6 +116,7 @@ class SessionRecord:
     deleted_item_ids: list[str] = field(default_factory=list)
     speech: list[SpeechRecord] = field(default_factory=list)
     errors: list[ErrorRecord] = field(default_factory=list)
+    function_call_outputs: list[FunctionCallOutputRecord] = field(default_factory=list)
     appended_bytes: int = 0
     client_events: dict[str, int] = field(default_factory=dict)
 

@@ -15,6 +15,13 @@ function-call follow-up): both send their deltas interleaved in time, each has i
 cascade, `ResponseRecord.overlaps` names the first. A cancel or a barge-in stops every response in
 progress (a cancel with a response_id only that one); each lets its late deltas out.
 
+Scripted caller turns (`SimConfig.turns`, module turns): a response that no scripted prompt ("Say
+exactly: ...") or sim_clip metadata pins answers the first rule whose `when` is in the last caller item's
+words, by speaking its answer or by calling a declared function (the function_call item after an optional
+spoken preamble, output_index 1), and answers its `then` after the client sends the function's output.
+With rules configured the session also checks a function_call_output's call_id as the real server does
+(error `invalid_tool_call_id`); without rules it accepts any, as it always has.
+
 Audio is 8 kHz mu-law only (`audio/pcmu` / `g711_ulaw`): a response is refused until session.update
 selects it for output, as a real server would otherwise send 24 kHz PCM the carrier cannot play.
 """
@@ -30,6 +37,7 @@ import orjson
 from voicecore.sim.audio_clips import ClipInfo, ClipLibrary, default_library
 from voicecore.sim.model.clips import (
     caller_signature,
+    fitting_clip,
     clip_speaking,
     dither_ulaw,
     peak_ulaw,
@@ -41,6 +49,7 @@ from voicecore.sim.model.config import SimConfig
 from voicecore.sim.model.records import (
     CancelRecord,
     ErrorRecord,
+    FunctionCallOutputRecord,
     ResponseRecord,
     SessionRecord,
     SpeechRecord,
@@ -49,6 +58,13 @@ from voicecore.sim.model.records import (
 from voicecore.sim.model.rejects import ClientEventRejected, invalid_value, missing_parameter
 from voicecore.sim.model.rng import SplitMix64
 from voicecore.sim.model.schedule import plan_response, split_delta_sizes
+from voicecore.sim.model.turns import (
+    CALL_AFTER_PREAMBLE_MS,
+    TurnAction,
+    TurnBook,
+    argument_chunks,
+    plan_call,
+)
 from voicecore.sim.model.session_config import (
     SessionSettings,
     merge_session_update,
@@ -100,6 +116,23 @@ class _Item:
 
 
 @dataclass(slots=True)
+class _CallPart:
+    """The function_call output item of a response (turns.TurnAction with a call)."""
+
+    item_id: str
+    call_id: str
+    name: str
+    arguments: str
+    chunks: list[str]  # the argument deltas
+    output_index: int
+    sent: int = 0  # argument deltas sent
+    added: bool = False
+    done: bool = False
+    item: dict[str, Any] | None = None  # as rendered at output_item.done
+    previous_item_id: str | None = None
+
+
+@dataclass(slots=True)
 class _Response:
     record: ResponseRecord
     words: list[str]  # transcript deltas; "".join(words) == record.text
@@ -110,6 +143,10 @@ class _Response:
     sent_words: int = 0
     audio_done_sent: bool = False
     usage_input_tokens: int = 0
+    has_audio: bool = True  # a spoken item (output_index 0); False: a function call and nothing said
+    audio_item: dict[str, Any] | None = None  # the spoken item once its done cascade went out before response.done
+    call: _CallPart | None = None
+    rate_limits_sent: bool = False
 
 
 class ModelSession:
@@ -150,6 +187,7 @@ class ModelSession:
         self._response_count = 0
         self._auto_clip_cursor = 0
         self._fail_next = config.fail_next_response
+        self._turns = TurnBook(config.turns)
         self._audio_produced = False
         self._timers: list[tuple[int, int, str, str, float]] = []  # (due_ms, seq, item_id, transcript, s)
         self._timer_seq = 0
@@ -332,6 +370,7 @@ class ModelSession:
         if not isinstance(item, dict):
             raise missing_parameter("item")
         item_type = item.get("type")
+        call_id: str | None = None
         if item_type == "message":
             role = item.get("role")
             if role not in ("user", "system", "assistant"):
@@ -341,18 +380,42 @@ class ModelSession:
                 raise missing_parameter("item.content")
         elif item_type in ("function_call_output", "function_call"):
             role, content = None, []
-            if not isinstance(item.get("call_id"), str):
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str):
                 raise missing_parameter("item.call_id")
         else:
             raise invalid_value("item.type", "expected message, function_call or function_call_output")
         item_id = item.get("id") if isinstance(item.get("id"), str) else "item_" + self._ids.token()
         if item_id in self._items:
             raise invalid_value("item.id", f"an item with id '{item_id}' already exists")
+        if item_type == "function_call_output" and call_id is not None:
+            self._receive_function_output(call_id, item.get("output"), now_ms)
         previous = self._last_item_id()
         rendered = {k: v for k, v in item.items() if k not in ("id", "object", "status")}
         rendered.update({"id": item_id, "object": "realtime.item", "status": "completed"})
-        self._items[item_id] = _Item(item_id, role, rendered)
+        stored = _Item(item_id, role, rendered)
+        if role == "user":
+            # the caller's words as the rules see them: a DTMF note, a typed line
+            texts = [part.get("text") for part in content if isinstance(part, dict)]
+            stored.transcript = " ".join(t for t in texts if isinstance(t, str)) or None
+            self._turns.caller_spoke()
+        self._items[item_id] = stored
         self._emit_item_events(rendered, previous, ("added", "done"))
+        if item_type == "function_call_output" and call_id is not None:
+            self._turns.output_received(call_id)
+
+    def _receive_function_output(self, call_id: str, output: Any, now_ms: int) -> None:
+        """Record a function_call_output; with rules configured, refuse one whose call is not in the
+        conversation, as the real server does ("Tool call ID ... not found in conversation.")."""
+        known = any(
+            stored.rendered.get("type") == "function_call" and stored.rendered.get("call_id") == call_id
+            for stored in self._items.values()
+        )
+        self.record.function_call_outputs.append(
+            FunctionCallOutputRecord(call_id, output if isinstance(output, str) else None, now_ms, known)
+        )
+        if self.config.turns and not known:
+            raise ClientEventRejected("invalid_tool_call_id", f"Tool call ID '{call_id}' not found in conversation.")
 
     def _on_item_retrieve(self, event: dict[str, Any], now_ms: int) -> None:
         item = self._find_item(event)
@@ -522,9 +585,13 @@ class ModelSession:
             "role": "user",
             "content": [{"type": "input_audio", "transcript": None}],
         }
-        self._items[item_id] = _Item(item_id, "user", rendered)
+        stored = _Item(item_id, "user", rendered)
+        self._items[item_id] = stored
         self._emit_item_events(rendered, previous, ("added", "done"))
         transcript, clip_name = self._recognise(audio)
+        # the caller's words as the rules see them (not rendered: the transcription event is asynchronous)
+        stored.transcript = transcript
+        self._turns.caller_spoke()
         if speech is not None:
             speech.transcript, speech.caller_clip = transcript, clip_name
         if self._cfg.transcription is not None:
@@ -602,7 +669,17 @@ class ModelSession:
         ):
             raise invalid_value("response.metadata", "expected an object of strings")
         index = self._response_count
-        clip = self._choose_clip(options, index)
+        action = self._turn_action(options) if overlaps is None else None
+        calling = action is not None and bool(action.call)
+        # a function call with nothing said first has no audio, so it takes no clip (nor a round-robin turn)
+        clip = None if calling and action is not None and not action.text else self._choose_clip(options, index)
+        if clip is not None and self.config.turns and not self.config.clip_sequence:
+            # An agent scenario speaks lines no packaged clip speaks: give the line the clip whose length
+            # fits it (as a voice would take about that long to say it), so its words and its audio keep
+            # pace as a real server's streams do.
+            line = action.text if action is not None and action.text else scripted_text(options.get("instructions"))
+            if line and line != clip.text:
+                clip = fitting_clip(line, self._agent_clips)
         self._response_count += 1
         cfg = self.config
         rng = SplitMix64(self._seed, self._session_index, "response", index)
@@ -611,9 +688,16 @@ class ModelSession:
             failed = False  # the failure switches aim at requested responses; an overlap always speaks
         else:
             self._fail_next = False
-        hallucinated = cfg.hallucinate or index in cfg.hallucinate_responses
-        text = cfg.hallucinated_text if hallucinated else (scripted_text(options.get("instructions")) or clip.text)
-        audio = b"" if failed else dither_ulaw(self._clips.audio[clip.name], rng.u64())
+        hallucinated = (cfg.hallucinate or index in cfg.hallucinate_responses) and clip is not None
+        if clip is None:
+            text = ""
+        elif hallucinated:
+            text = cfg.hallucinated_text
+        elif action is not None and action.text:
+            text = action.text  # the rule's line; the audio is the clip chosen as usual
+        else:
+            text = scripted_text(options.get("instructions")) or clip.text
+        audio = b"" if failed or clip is None else dither_ulaw(self._clips.audio[clip.name], rng.u64())
         sizes = split_delta_sizes(len(audio), rng, cfg.delta_min_bytes, cfg.delta_max_bytes) if audio else []
         response_id = "resp_" + self._ids.token()
         item_id = "" if failed else "item_" + self._ids.token()
@@ -622,7 +706,7 @@ class ModelSession:
             index=index,
             response_id=response_id,
             item_id=item_id,
-            clip_name=clip.name,
+            clip_name="" if clip is None else clip.name,
             text=text,
             audio=audio,
             delta_bytes=sizes,
@@ -636,13 +720,35 @@ class ModelSession:
         self.record.responses.append(record)
         words = [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))] if text else []
         response = _Response(record=record, words=words, plan=[], usage_input_tokens=120 + 40 * index)
+        response.has_audio = clip is not None
         self._active.append(response)
         self._emit({"type": "response.created", "response": self._render_response(response, "in_progress", None, [])})
         if failed:
             response.plan = [(now_ms + cfg.first_delta_latency_ms, 0, "fail", 0)]
-            return
-        response.plan, record.stalled = plan_response(cfg, sizes, words, now_ms, index)
-        response.offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+            return  # the rule is not used up: a retried response.create gets it again
+        if action is not None:
+            record.rule = action.rule
+            if calling:
+                response.call = self._new_call(response, action)
+            self._turns.commit(action, None if response.call is None else response.call.call_id)
+        if response.has_audio:
+            response.plan, record.stalled = plan_response(cfg, sizes, words, now_ms, index)
+            response.offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+        if response.call is not None:
+            call_rng = SplitMix64(self._seed, self._session_index, "call", index)
+            if response.has_audio:
+                # the spoken preamble's item completes, then the function_call item follows it
+                finish_due = response.plan[-1][0]
+                response.plan = [step for step in response.plan if step[2] != "finish"]
+                response.plan.append((finish_due, 4, "audio_item_done", 0))
+                low, high = CALL_AFTER_PREAMBLE_MS
+                start_ms = finish_due + low + call_rng.below(high - low + 1)
+            else:
+                start_ms = now_ms + cfg.first_delta_latency_ms
+            steps = plan_call(start_ms, len(response.call.chunks), call_rng)
+            # with nothing said first, the item is added at once (below), as a spoken item would be
+            response.plan += [step for step in steps if response.has_audio or step[2] != "call_added"]
+            response.plan.sort()
         if overlaps is None and cfg.overlap_probability > 0.0:
             draw = SplitMix64(self._seed, self._session_index, "overlap", index)
             if draw.uniform() < cfg.overlap_probability:
@@ -650,6 +756,10 @@ class ModelSession:
                 self._overlap_seq += 1
                 self._overlap_starts.append((now_ms + low + draw.below(high - low + 1), self._overlap_seq, response))
                 self._overlap_starts.sort(key=lambda entry: entry[:2])
+        if not response.has_audio:
+            assert response.call is not None
+            self._add_call_item(response)  # right after response.created, as the spoken item would be
+            return
         previous = self._last_item_id()
         response.previous_item_id = previous
         item = self._render_assistant_item(response, "in_progress", include_content=False)
@@ -666,6 +776,44 @@ class ModelSession:
                 "part": {"type": "audio", "transcript": ""},
             }
         )
+
+    def _turn_action(self, options: dict[str, Any]) -> TurnAction | None:
+        """The scripted turn (SimConfig.turns) this response answers, if any: not for a scripted prompt
+        ("Say exactly: ...") nor a response pinned by sim_clip metadata, which keep their behaviour."""
+        if not self.config.turns or scripted_text(options.get("instructions")) is not None:
+            return None
+        metadata = options.get("metadata")
+        if isinstance(metadata, dict) and "sim_clip" in metadata:
+            return None
+        user_item = next(
+            ((stored.item_id, stored.transcript) for stored in reversed(self._items.values()) if stored.role == "user"),
+            None,
+        )
+        return self._turns.choose(user_item, self._callable_functions(options))
+
+    def _callable_functions(self, options: dict[str, Any]) -> frozenset[str]:
+        """Names of the functions the model may call in this response: the response's own tools if it
+        sends any, else the session's; none when tool_choice is "none"."""
+        tools = options.get("tools", self._cfg.tools)
+        tool_choice = options.get("tool_choice", self._cfg.tool_choice)
+        if tool_choice == "none" or not isinstance(tools, (list, tuple)):
+            return frozenset()
+        return frozenset(
+            tool["name"] for tool in tools if isinstance(tool, dict) and isinstance(tool.get("name"), str)
+        )
+
+    def _new_call(self, response: _Response, action: TurnAction) -> _CallPart:
+        """The function_call item of a response: its ids (from the session's id stream) and deltas."""
+        record = response.record
+        if response.has_audio:
+            item_id, output_index = "item_" + self._ids.token(), 1
+        else:
+            item_id, output_index = record.item_id, 0  # the response's only item
+        call_id = "call_" + self._ids.token(16)  # the real ids look like call_Xz0z4X8aSYDdkTf2
+        record.function_call, record.call_id, record.call_item_id = action.call, call_id, item_id
+        record.arguments = action.arguments
+        chunks = argument_chunks(action.arguments, self.config.argument_delta_chars)
+        return _CallPart(item_id, call_id, action.call, action.arguments, chunks, output_index)
 
     def _next_due(self) -> tuple[int, int, _Response | None] | None:
         """(due_ms, what, the response) of the next scheduled step. On a tie a response step goes first
@@ -701,14 +849,103 @@ class ModelSession:
         elif kind == "text":
             self._send_word(response, index)
         elif kind == "audio_done":
-            # real logs show rate_limits.updated late in the response, before the done cascade (C.3)
-            limits = [] if self.config.rate_limits_empty else _RATE_LIMITS
-            self._emit({"type": "rate_limits.updated", "rate_limits": limits})
+            self._send_rate_limits(response)
             self._send_audio_done(response)
         elif kind == "finish":
             self._finish(response, now_ms, "completed", None)
         elif kind == "fail":
             self._finish(response, now_ms, "failed", None)
+        elif kind == "audio_item_done":
+            response.audio_item = self._finish_audio_item(response, "completed")
+        elif kind == "call_added":
+            self._add_call_item(response)
+        elif kind == "args":
+            self._send_arguments(response, index)
+        elif kind == "call_done":
+            self._send_rate_limits(response)
+            self._finish_call_item(response, "completed")
+
+    def _send_rate_limits(self, response: _Response) -> None:
+        # real logs show rate_limits.updated late in the response, before the done cascade (C.3); once
+        if response.rate_limits_sent:
+            return
+        response.rate_limits_sent = True
+        limits = [] if self.config.rate_limits_empty else _RATE_LIMITS
+        self._emit({"type": "rate_limits.updated", "rate_limits": limits})
+
+    def _render_call_item(self, call: _CallPart, status: str, arguments: str) -> dict[str, Any]:
+        return {
+            "id": call.item_id,
+            "object": "realtime.item",
+            "type": "function_call",
+            "status": status,
+            "call_id": call.call_id,
+            "name": call.name,
+            "arguments": arguments,
+        }
+
+    def _add_call_item(self, response: _Response) -> None:
+        call = response.call
+        assert call is not None
+        call.added = True
+        call.previous_item_id = self._last_item_id()
+        item = self._render_call_item(call, "in_progress", "")
+        self._items[call.item_id] = _Item(call.item_id, None, item)
+        self._emit(
+            {
+                "type": "response.output_item.added",
+                "response_id": response.record.response_id,
+                "output_index": call.output_index,
+                "item": item,
+            }
+        )
+        self._emit_item_events(item, call.previous_item_id, ("added",))
+
+    def _call_event(self, event_type: str, response: _Response, call: _CallPart) -> dict[str, Any]:
+        return {
+            "type": event_type,
+            "response_id": response.record.response_id,
+            "item_id": call.item_id,
+            "output_index": call.output_index,
+            "call_id": call.call_id,
+        }
+
+    def _send_arguments(self, response: _Response, index: int) -> None:
+        call = response.call
+        assert call is not None
+        call.sent = max(call.sent, index + 1)
+        response.record.arguments_sent = "".join(call.chunks[: call.sent])
+        event = self._call_event("response.function_call_arguments.delta", response, call)
+        event["delta"] = call.chunks[index]
+        self._emit(self._obfuscate(event))
+
+    def _finish_call_item(self, response: _Response, status: str) -> None:
+        """The function_call item's done cascade: arguments.done (GA names the function; the beta event
+        has no name), output_item.done, conversation.item.done (GA). Also sent, with the arguments so far,
+        when the response is cancelled (the SDK documents arguments.done for that case)."""
+        call = response.call
+        assert call is not None
+        call.done = True
+        arguments = call.arguments if status == "completed" else response.record.arguments_sent
+        done = self._call_event("response.function_call_arguments.done", response, call)
+        if self.naming == "ga":
+            done["name"] = call.name
+        done["arguments"] = arguments
+        self._emit(done)
+        call.item = self._render_call_item(call, status, arguments)
+        stored = self._items.get(call.item_id)
+        if stored is not None:  # the client may have deleted it mid-response
+            stored.rendered = call.item
+        self._emit(
+            {
+                "type": "response.output_item.done",
+                "response_id": response.record.response_id,
+                "output_index": call.output_index,
+                "item": call.item,
+            }
+        )
+        if self.naming == "ga":
+            self._emit({"type": "conversation.item.done", "item": call.item, "previous_item_id": call.previous_item_id})
 
     def _send_audio(self, response: _Response, index: int, now_ms: int, late: bool) -> None:
         record = response.record
@@ -768,43 +1005,58 @@ class ModelSession:
                 late -= 1
         self._finish(response, now_ms, "cancelled", reason)
 
-    def _finish(self, response: _Response, now_ms: int, status: str, reason: str | None) -> None:
-        """The done cascade (D.1): audio.done, transcript.done, content_part.done, output_item.done,
-        conversation.item.done (GA), response.done. Also sent, with partial content, on cancel."""
+    def _finish_audio_item(self, response: _Response, status: str) -> dict[str, Any]:
+        """The spoken item's done cascade; returns the item as output_item.done showed it. `status` is
+        the response's (completed | cancelled | ...): a cancelled item is incomplete, with what was said."""
         record = response.record
         cfg = self.config
+        if not response.audio_done_sent:
+            self._send_audio_done(response)
+        spoken = "".join(response.words[: response.sent_words]) if status == "cancelled" else record.text
+        done_text = spoken + " (revised)" if cfg.transcript_done_differs else spoken
+        if not (status == "cancelled" and cfg.omit_transcript_done_on_cancel):
+            event = self._ids_event(self._names["transcript_done"], response)
+            event["transcript"] = done_text
+            self._emit(event)
+        part_done = self._ids_event("response.content_part.done", response)
+        part_done["part"] = {"type": "audio", "transcript": spoken}
+        self._emit(part_done)
+        item_status = "completed" if status == "completed" else "incomplete"
+        item = self._render_assistant_item(response, item_status, include_content=True, transcript=spoken)
+        stored = self._items.get(record.item_id)
+        if stored is not None:
+            stored.transcript = spoken
+            stored.rendered = item
+        self._emit(
+            {
+                "type": "response.output_item.done",
+                "response_id": record.response_id,
+                "output_index": 0,
+                "item": item,
+            }
+        )
+        if self.naming == "ga":
+            self._emit({"type": "conversation.item.done", "item": item, "previous_item_id": response.previous_item_id})
+        return item
+
+    def _finish(self, response: _Response, now_ms: int, status: str, reason: str | None) -> None:
+        """The done cascade (D.1): audio.done, transcript.done, content_part.done, output_item.done,
+        conversation.item.done (GA), then the function_call item's if the response makes one, then
+        response.done. Also sent, with partial content, on cancel."""
+        record = response.record
         output: list[dict[str, Any]] = []
         if not record.failed:
-            if not response.audio_done_sent:
-                self._send_audio_done(response)
-            spoken = "".join(response.words[: response.sent_words]) if status == "cancelled" else record.text
-            done_text = spoken + " (revised)" if cfg.transcript_done_differs else spoken
-            if not (status == "cancelled" and cfg.omit_transcript_done_on_cancel):
-                event = self._ids_event(self._names["transcript_done"], response)
-                event["transcript"] = done_text
-                self._emit(event)
-            part_done = self._ids_event("response.content_part.done", response)
-            part_done["part"] = {"type": "audio", "transcript": spoken}
-            self._emit(part_done)
             item_status = "completed" if status == "completed" else "incomplete"
-            item = self._render_assistant_item(response, item_status, include_content=True, transcript=spoken)
-            stored = self._items.get(record.item_id)
-            if stored is not None:
-                stored.transcript = spoken
-                stored.rendered = item
-            self._emit(
-                {
-                    "type": "response.output_item.done",
-                    "response_id": record.response_id,
-                    "output_index": 0,
-                    "item": item,
-                }
-            )
-            if self.naming == "ga":
-                self._emit(
-                    {"type": "conversation.item.done", "item": item, "previous_item_id": response.previous_item_id}
-                )
-            output = [item]
+            if response.has_audio:
+                if response.audio_item is None:
+                    response.audio_item = self._finish_audio_item(response, status)
+                output.append(response.audio_item)
+            call = response.call
+            if call is not None and call.added:
+                if not call.done:
+                    self._finish_call_item(response, item_status)
+                assert call.item is not None
+                output.append(call.item)
         details: dict[str, Any] | None
         if status == "cancelled":
             details = {"type": "cancelled", "reason": reason}
@@ -897,6 +1149,8 @@ class ModelSession:
         if status != "in_progress":
             audio_tokens = record.sent_bytes // (BYTES_PER_MS * 50)  # about 20 audio tokens per second
             text_tokens = len(response.words[: response.sent_words])
+            if response.call is not None:
+                text_tokens += -(-len(record.arguments_sent) // 4)  # about 4 characters of JSON per token
             output_tokens = audio_tokens + text_tokens
             input_tokens = response.usage_input_tokens
             usage = {
