@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from voicecore import timing
+from voicecore.agent.flow import AgentFlow
 from voicecore.call import flow as flows
 from voicecore.call.controller import Action, CallController, CancelTag, ControllerConfig, WriteFrames, action_to_dict
 from voicecore.call.driver import Driver, forwarding_actions
@@ -36,7 +37,7 @@ from voicecore.call.spine import SpineDriver
 from voicecore.g711 import write_stereo_wav
 from voicecore.record import load_record
 
-FLOWS: dict[str, Callable[..., flows.Flow]] = {flows.ScriptedFlow.name: flows.ScriptedFlow}
+FLOWS: dict[str, Callable[..., flows.Flow]] = {flows.ScriptedFlow.name: flows.ScriptedFlow, AgentFlow.name: AgentFlow}
 MU_LAW_SILENCE = 0xFF
 
 
@@ -115,6 +116,8 @@ def _feed(driver: Driver, entry: dict[str, Any], audio: bytes) -> list[Action]:
                                  entry.get("reason", ""), entry.get("citations", ""))
     if kind == "snippets":
         return driver.on_snippets(int(entry["req"]), list(entry["snippets"]), t)
+    if kind == "tool":
+        return driver.on_tool_result(str(entry["call_id"]), bool(entry["ok"]), str(entry["output"]), t)
     return driver.on_carrier_stop(t)
 
 

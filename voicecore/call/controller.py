@@ -39,9 +39,11 @@ response's instructions; with none, a question that needs numbers gets the safe 
 from __future__ import annotations
 
 import dataclasses
+import json
 import zlib
 
 from voicecore import timing
+from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call import flow as flows
 from voicecore.call.core import CancelTag, EndTag, OpenTag, Playout, SendToModel, WriteFrames
@@ -53,6 +55,8 @@ MS = 1_000_000
 APPROVE_ALL = 1 << 62  # voicecore.shm.control.APPROVE_ALL: every frame of the tag
 GATE_POLICIES = ("off", "numbers", "scripted", "strict")
 IDLE_PLAYOUT = Playout(0, 0, 0, 0, 0, 0)
+MAX_TRACKED_ITEMS = 512  # conversation items remembered for a context reset (older ones stay)
+CONFIRM_PROMPT_GRACE_MS = 20_000  # a confirmation prompt never played (rejected, cut): its timeout starts after this
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -85,6 +89,11 @@ class ControllerConfig:
     retrieve_first: bool = False  # put knowledge-base snippets into each answer's instructions
     retrieve_k: int = 3
     retrieve_wait_ms: int = 1000  # after the caller's speech stopped, wait this long for its transcript
+    voice: str = "alloy"  # the agent's voice (session.update)
+    filler_after_ms: int = 1500  # a tool still running this long: its filler line is said (once)
+    confirm_timeout_ms: int = 8000  # no yes this long after a confirmation prompt played: the action is dropped
+    confirm_languages: tuple[str, ...] = ("en", "sv")  # how a caller's yes or no is read
+    dedupe_ms: int = 30_000  # a write's (or confirmed action's) success stands this long: not run twice
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in dataclasses.fields(self)}
@@ -137,6 +146,18 @@ class Retrieve:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class RunTool:
+    """Run the tool of function ``name`` with ``arguments`` (canonical JSON) off the call's path, and feed
+    its result back with ``on_tool_result(call_id, ok, output, now_ns)`` (recorded: a replay needs no tool
+    server). ``key``: the idempotency key (voicecore/agent/actions.py), sent to the tool."""
+
+    call_id: str
+    name: str
+    arguments: str
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class HangUp:
     """End the call through the carrier's REST API (voicecore/twilio/rest.py hangup_request)."""
 
@@ -157,7 +178,7 @@ class CallOver:
     reason: str
 
 
-Action = core.Action | ReleaseTag | HoldTag | ResumeTag | Retrieve | HangUp | Transfer | CallOver
+Action = core.Action | ReleaseTag | HoldTag | ResumeTag | Retrieve | RunTool | HangUp | Transfer | CallOver
 
 
 # --- internal state -----------------------------------------------------------------------------------
@@ -170,6 +191,7 @@ class Request:
     source: str  # flow | checkin | fallback | retry | apology | debounce | dtmf | safe_line
     user_text: str | None = None  # sent as a user text item before response.create
     question: str = ""  # the caller's words this answers (retrieve-first)
+    facts: str = ""  # a tool's result the answer may take numbers from (the gate grounds them in it too)
     utterance: Utterance | None = None  # ... or the utterance whose completed transcript they are
     snippets: tuple[dict, ...] | None = None  # knowledge-base snippets; None: not looked up yet
     retrieving: bool = False
@@ -213,6 +235,25 @@ class Utterance:
 
 
 @dataclasses.dataclass(slots=True)
+class RunningTool:
+    call_id: str
+    plan: flows.ToolPlan
+    key: str
+    started_ns: int
+    filler_asked: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class PendingAction:
+    """A function that waits for the caller's yes (seed 002: actions with confirmation)."""
+
+    call_id: str
+    plan: flows.ToolPlan
+    asked_ns: int
+    played_ns: int = 0  # its confirmation prompt played out; the timeout runs from here
+
+
+@dataclasses.dataclass(slots=True)
 class ControllerStats:
     requests_sent: int = 0
     requests_dropped: int = 0
@@ -234,6 +275,17 @@ class ControllerStats:
     safe_lines: int = 0
     retrievals: int = 0
     retrievals_empty: int = 0
+    tools_run: int = 0  # RunTool actions: tools started
+    tool_results: int = 0
+    tool_errors: int = 0  # results that were errors (timeout, 4xx, 5xx, non-JSON, ...)
+    tool_results_ignored: int = 0  # results of no running tool (the call moved on)
+    duplicate_writes_suppressed: int = 0  # the same write within the window: answered without running it
+    fillers: int = 0
+    transitions: int = 0
+    actions_proposed: int = 0  # confirmation prompts asked for
+    actions_confirmed: int = 0
+    actions_declined: int = 0
+    actions_timed_out: int = 0
     end_reason: str = ""
 
 
@@ -252,8 +304,10 @@ class CallController:
         self.config = config or ControllerConfig()
         self.flow: flows.Flow = flow if flow is not None else flows.ScriptedFlow()
         cfg = self.config
+        session = self.flow.session()
         self.core = core.ModelCallCore(
             call_sid, naming=naming, first_tag=first_tag, greet=False, auto_barge_in=False,
+            instructions=session.instructions, tools=list(session.tools), voice=cfg.voice,
             gate_release=cfg.pause_release,
             turn_detection={"type": "server_vad", "silence_duration_ms": cfg.vad_silence_duration_ms,
                             "prefix_padding_ms": cfg.vad_prefix_padding_ms,
@@ -286,6 +340,12 @@ class CallController:
         self.ending: Active | None = None  # the terminal prompt that is playing
         self.ending_played_ns = 0
         self.failures = 0  # consecutive requests the model never answered
+        self.tools_running: dict[str, RunningTool] = {}  # call_id -> the tool started for it
+        self.pending_action: PendingAction | None = None
+        self.done_writes: dict[str, tuple[int, str]] = {}  # idempotency key -> (until_ns, output)
+        self.facts = ""  # the last tool result, for the answer that follows it
+        self.items: list[str] = []  # conversation items the server holds (for a context reset)
+        self.context_reset: flows.Transition | None = None  # applied before the next request is sent
 
     def record_header(self) -> dict:
         """What a record's header needs to rebuild this controller (voicecore/call/record.py)."""
@@ -326,6 +386,14 @@ class CallController:
             out.append(SendToModel(rt.item_delete(event.item_id)))
         elif isinstance(event, rt.FunctionCallArgumentsDone):
             self._on_tool_call(event, out)
+        elif isinstance(event, rt.ItemAdded):
+            if event.stage != "done" and event.item_id not in self.items:
+                self.items.append(event.item_id)
+                if len(self.items) > MAX_TRACKED_ITEMS:
+                    del self.items[0]
+        elif isinstance(event, rt.ItemDeleted):
+            if event.item_id in self.items:
+                self.items.remove(event.item_id)
         elif isinstance(event, rt.AudioDelta):
             active = self.active
             if active is not None and active.response_id == event.response_id:
@@ -359,6 +427,14 @@ class CallController:
         self._caller_active()
         self._drop_queued()
         self._barge_in(now_ns, out)
+        if self.pending_action is not None:
+            # seed 002: a key answers the confirmation prompt; 1 is yes, any other key is no
+            if digit == "1":
+                self._confirm_action(out)
+            else:
+                self._drop_action("caller_declined", "declined", out)
+            self._step(out)
+            return out
         step = self.flow.on_dtmf(digit)
         self._enqueue(step, "dtmf", out, user_text=f"(The caller pressed the key {digit}.)" if isinstance(step, flows.Answer) else None,
                       question=f"(keypad {digit})")
@@ -410,6 +486,29 @@ class CallController:
                     # Seed 002 section 4: nothing to ground an answer in, and it would need numbers.
                     self.queued = None
                     self._enqueue_safe_line(out)
+        self._step(out)
+        return out
+
+    def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[Action]:
+        """The result of ``RunTool(call_id, ...)``: ``output`` is the JSON text the model gets (a
+        structured error when not ``ok``)."""
+        self.now_ns = now_ns
+        if self.ended:
+            return []
+        out: list[Action] = []
+        running = self.tools_running.pop(call_id, None)
+        if running is None:
+            self.stats.tool_results_ignored += 1
+        else:
+            self.stats.tool_results += 1
+            if ok and running.plan.writes:
+                self._remember_write(running.key, output)
+            if not ok:
+                self.stats.tool_errors += 1
+            if self.queued is not None and self.queued.source == "filler":
+                self.queued = None  # not said yet, and no longer true
+                self.stats.requests_dropped += 1
+            self._tool_finished(call_id, running.plan, ok, output, out)
         self._step(out)
         return out
 
@@ -495,14 +594,108 @@ class CallController:
             self.active.had_tool_call = True
         if self.debounce is not None:
             self._flush_debounce(out)  # seed 001: another tool call flushes the buffer first
-        outcome = self.flow.on_tool_call(event.name or "", event.arguments)
-        out.append(SendToModel(rt.function_call_output(event.call_id, outcome.output)))
+        decision = self.flow.on_tool_call(event.name or "", event.arguments)
+        if isinstance(decision, flows.ToolPlan):
+            if decision.confirm is not None and not self._done_recently(decision):
+                self._propose_action(event.call_id, decision, out)
+            else:
+                self._run_tool(event.call_id, decision, out)
+            return
+        self._apply_outcome(event.call_id, decision, out)
+
+    def _apply_outcome(self, call_id: str, outcome: flows.ToolOutcome, out: list[Action]) -> None:
+        out.append(SendToModel(rt.function_call_output(call_id, outcome.output)))
+        transition = outcome.transition
+        if transition is not None:
+            # The next node's instructions and tools now; its context strategy before the next request
+            # (no response is active then, so nothing it says is cut from under it).
+            self.stats.transitions += 1
+            out.append(self.core.reconfigure(transition.session.instructions, list(transition.session.tools)))
+            if transition.context in ("reset", "task"):
+                self.context_reset = transition
+        self.facts = outcome.facts
         if outcome.then is not None:
             self._enqueue(outcome.then, "flow", out)
         elif outcome.speak:
             # seed 001: the state changed and the agent would speak; wait until the caller is quiet.
             self.debounce = (self.now_ns, self.now_ns)
             self.fragments = []
+
+    def _run_tool(self, call_id: str, plan: flows.ToolPlan, out: list[Action]) -> None:
+        key = agent_actions.idempotency_key(plan.name, plan.arguments)
+        done = self.done_writes.get(key)
+        if plan.writes and done is not None and done[0] > self.now_ns:
+            # The same write (or a repeated yes) within the window: its first result stands, nothing runs.
+            self.stats.duplicate_writes_suppressed += 1
+            self._tool_finished(call_id, plan, True, done[1], out)
+            return
+        self.stats.tools_run += 1
+        self.tools_running[call_id] = RunningTool(call_id, plan, key, self.now_ns)
+        out.append(RunTool(call_id, plan.name, plan.arguments, key))
+
+    def _done_recently(self, plan: flows.ToolPlan) -> bool:
+        """The same action ran within the window (the model asks again after it was done): it is not
+        proposed again, its first result stands."""
+        done = self.done_writes.get(agent_actions.idempotency_key(plan.name, plan.arguments))
+        return done is not None and done[0] > self.now_ns
+
+    def _tool_finished(self, call_id: str, plan: flows.ToolPlan, ok: bool, output: str, out: list[Action]) -> None:
+        self._apply_outcome(call_id, self.flow.on_tool_result(plan.name, plan.arguments, ok, output), out)
+
+    def _remember_write(self, key: str, output: str) -> None:
+        now = self.now_ns
+        for old in [k for k, (until, _) in self.done_writes.items() if until <= now]:
+            del self.done_writes[old]
+        self.done_writes[key] = (now + self.config.dedupe_ms * MS, output)
+
+    # --- actions with confirmation (seed 002) -----------------------------------------------------------
+    def _propose_action(self, call_id: str, plan: flows.ToolPlan, out: list[Action]) -> None:
+        if self.pending_action is not None:
+            self._drop_action("superseded", None, out)  # the model proposed another: only the newest stands
+        assert plan.confirm is not None
+        self.pending_action = PendingAction(call_id, plan, self.now_ns)
+        self.stats.actions_proposed += 1
+        self._enqueue(plan.confirm, "confirm", out)
+
+    def _confirm_action(self, out: list[Action]) -> None:
+        pending, self.pending_action = self.pending_action, None
+        assert pending is not None
+        self.stats.actions_confirmed += 1
+        self._run_tool(pending.call_id, pending.plan, out)
+
+    def _drop_action(self, reason: str, line: str | None, out: list[Action]) -> None:
+        """The caller said no, said something else, or nothing: the action is not run; the model is told."""
+        pending, self.pending_action = self.pending_action, None
+        assert pending is not None
+        if reason == "no_confirmation":
+            self.stats.actions_timed_out += 1
+        else:
+            self.stats.actions_declined += 1
+        out.append(SendToModel(rt.function_call_output(pending.call_id, json.dumps({"status": "not_done", "reason": reason}))))
+        if line is not None:
+            self._enqueue(self.flow.line(line), "flow", out)
+
+    def _check_action_timeout(self, out: list[Action]) -> None:
+        pending = self.pending_action
+        if pending is None or self.caller_speaking:
+            return
+        u = self.utterance
+        if u is not None and u.started_ns > pending.asked_ns and not (u.turn_taken or u.decided == "noise"):
+            return  # the caller is answering; their words decide
+        start = pending.played_ns or pending.asked_ns + CONFIRM_PROMPT_GRACE_MS * MS
+        if (self.now_ns - start) // MS >= self.config.confirm_timeout_ms:
+            self._drop_action("no_confirmation", "confirm_timeout", out)
+
+    def _check_fillers(self, out: list[Action]) -> None:
+        for running in self.tools_running.values():
+            if running.filler_asked or running.plan.filler is None:
+                continue
+            if (self.now_ns - running.started_ns) // MS < self.config.filler_after_ms:
+                continue
+            running.filler_asked = True
+            if self.queued is None and self.ending is None:
+                self.stats.fillers += 1
+                self._enqueue(running.plan.filler, "filler", out)
 
     # ============================================================================== caller speech
     def _on_speech_started(self, event: rt.SpeechStarted, out: list[Action]) -> None:
@@ -576,11 +769,22 @@ class CallController:
                     self.stats.false_interruptions += 1
                 self._resume(out)
         if u.decided == "speech" and u.stopped_ns and not u.turn_taken:
-            if u.completed or (now - u.stopped_ns) // MS >= cfg.false_interruption_ms or u.words.strip():
+            # An answer to a confirmation prompt is read whole ("yes, but on Friday" is not a yes).
+            partial_words = u.words.strip() and self.pending_action is None
+            if u.completed or (now - u.stopped_ns) // MS >= cfg.false_interruption_ms or partial_words:
                 u.turn_taken = True
                 self._caller_turn(u, out)
 
     def _caller_turn(self, u: Utterance, out: list[Action]) -> None:
+        if self.pending_action is not None:
+            answer = agent_actions.confirmation_answer(u.words, self.config.confirm_languages)
+            if answer == "yes":
+                self._confirm_action(out)
+                return
+            if answer == "no":
+                self._drop_action("caller_declined", "declined", out)
+                return
+            self._drop_action("caller_moved_on", None, out)  # then the turn is answered as any other
         if self.debounce is not None:
             return  # gathered into the combined turn
         self._enqueue(self.flow.on_user_turn(u.words.strip()), "flow", out, question=u.words.strip())
@@ -626,14 +830,15 @@ class CallController:
 
     # ================================================================================ scheduling
     def _enqueue(self, step: flows.Step, source: str, out: list[Action], user_text: str | None = None,
-                 question: str = "") -> None:
+                 question: str = "", facts: str = "") -> None:
         if isinstance(step, flows.Wait):
             return
         if self.queued is not None:
             if self.queued.terminal and not (isinstance(step, flows.Say) and step.terminal):
                 return  # an ending already queued wins over anything but another ending
             self.stats.requests_dropped += 1  # obsolete: replaced before it was sent
-        self.queued = Request(self.next_req_id, step, source, user_text, question)
+        self.queued = Request(self.next_req_id, step, source, user_text, question,
+                              facts=facts if isinstance(step, flows.Answer) else "")
         self.next_req_id += 1
 
     def _enqueue_safe_line(self, out: list[Action]) -> None:
@@ -654,7 +859,7 @@ class CallController:
         step = request.step
         policy = self._policy(request)
         script = step.text if isinstance(step, flows.Say) and policy in ("scripted", "strict") else ""
-        return core.GateSpec(policy, script, "\n".join(step.forbidden), self.config.gate_language)
+        return core.GateSpec(policy, script, "\n".join(step.forbidden), self.config.gate_language, request.facts)
 
     def _on_rejected(self, tag: int, out: list[Action]) -> None:
         actions = self.core.reject(tag, self.now_ns, self.playout)
@@ -720,6 +925,8 @@ class CallController:
         self.inflight = request
         self.inflight_sent_ns = self.now_ns
         self.stats.requests_sent += 1
+        if self.context_reset is not None:
+            self._apply_context_strategy(self.context_reset, out)
         if request.user_text:
             out.append(SendToModel(rt.conversation_item_create_user_text(request.user_text)))
         metadata = {"vc_req": str(request.req_id), "vc_prompt": request.prompt_id}
@@ -729,6 +936,17 @@ class CallController:
         elif request.snippets:
             instructions = _grounded_instructions(request.snippets)
         out.append(SendToModel(rt.response_create(instructions=instructions, metadata=metadata)))
+
+    def _apply_context_strategy(self, transition: flows.Transition, out: list[Action]) -> None:
+        """seed 004: ``reset`` forgets the conversation so far; ``task`` forgets it and adds the node's task
+        messages (``keep`` never gets here)."""
+        self.context_reset = None
+        for item_id in self.items:
+            out.append(SendToModel(rt.item_delete(item_id)))
+        self.items = []
+        if transition.context == "task":
+            for role, text in transition.task_messages:
+                out.append(SendToModel(rt.conversation_item_create_message(role, text)))
 
     def _retry(self, request: Request, why: str, out: list[Action]) -> None:
         """Ask again for the same prompt, at most max_prompt_retries times; then let the flow advance."""
@@ -818,6 +1036,8 @@ class CallController:
         if active is not None and not active.done and not active.cancelled_ns and (now - active.last_audio_ns) // MS >= cfg.stall_ms:
             self._on_stall(active, out)
         self._check_played(out)
+        self._check_fillers(out)
+        self._check_action_timeout(out)
         self._check_silence(out)
         self._check_ending(out)
         self._pump(out)
@@ -827,9 +1047,10 @@ class CallController:
         self.stats.debounce_flushes += 1
         combined = " ".join(self.fragments)
         self.fragments = []
-        step = self.flow.on_user_turn(combined)
+        step = self.flow.after_tool(combined)
         user_text = combined if (self.config.debounce_send_text and combined) else None
-        self._enqueue(step, "debounce", out, user_text=user_text, question=combined)
+        self._enqueue(step, "debounce", out, user_text=user_text, question=combined, facts=self.facts)
+        self.facts = ""
 
     def _on_stall(self, active: Active, out: list[Action]) -> None:
         self.stats.stalls += 1
@@ -867,6 +1088,8 @@ class CallController:
             active.settled = True
             self.silence_ref_ns = self.now_ns
             self.retries.pop(active.request.prompt_id, None)
+            if active.request.source == "confirm" and self.pending_action is not None:
+                self.pending_action.played_ns = self.now_ns
             if active is self.ending:
                 self.ending_played_ns = self.now_ns
             elif isinstance(active.request.step, flows.Say):
@@ -941,6 +1164,6 @@ def action_to_dict(action: Action) -> dict:
 
 __all__ = [
     "Action", "CallController", "CallOver", "ControllerConfig", "HangUp", "HoldTag", "ReleaseTag", "ResumeTag", "Retrieve",
-    "Transfer",
+    "RunTool", "Transfer",
     "SendToModel", "OpenTag", "WriteFrames", "EndTag", "CancelTag", "Playout", "action_to_dict",
 ]

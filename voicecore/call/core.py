@@ -54,6 +54,7 @@ class OpenGate:
     script: str = ""  # the expected text of a scripted prompt
     forbidden: str = ""  # forbidden phrases, one per line
     language: str = "auto"
+    facts: str = ""  # text whose numbers count as grounded for this response only (a tool's result)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,6 +65,7 @@ class GateSpec:
     script: str = ""
     forbidden: str = ""
     language: str = "auto"
+    facts: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -188,8 +190,14 @@ class ModelCallCore:
                  instructions: str = "You are a helpful phone agent. Keep answers short.",
                  auto_barge_in: bool = True, gate_release: bool = False,
                  turn_detection: dict | None = None, transcription_model: str | None = None,
-                 gate_policy: str = "off", safe_line: str = DEFAULT_SAFE_LINE) -> None:
+                 gate_policy: str = "off", safe_line: str = DEFAULT_SAFE_LINE, voice: str = "alloy",
+                 greeting: str = "", tools: list[dict] | None = None) -> None:
+        # instructions, voice, greeting and tools: the agent's (voicecore/agent); the defaults are for
+        # tests of the mechanism. greeting "": the model is asked to greet in its own words.
         self.call_sid = call_sid
+        self.voice = voice
+        self.greeting = greeting
+        self.tools = list(tools or [])
         # gate_policy: how the validator judges this call's responses (off, numbers, scripted, strict).
         # A rejected response is cancelled before it plays and the safe line is spoken instead.
         self.gate_policy = gate_policy
@@ -215,18 +223,30 @@ class ModelCallCore:
 
     # --- session start ---------------------------------------------------------------------------
     def on_open(self) -> list[Action]:
-        actions: list[Action] = [
-            SendToModel(rt.session_update(
-                naming=self.naming,
-                instructions=self.instructions,
-                voice="alloy",
-                turn_detection=self.turn_detection,
-                transcription_model=self.transcription_model,
-            ))
-        ]
+        actions: list[Action] = [self.session_update()]
         if self.greet:
-            actions.append(SendToModel(rt.response_create(instructions="Greet the caller.")))
+            greet = f'Say exactly: "{self.greeting}"' if self.greeting else "Greet the caller."
+            actions.append(SendToModel(rt.response_create(instructions=greet)))
         return actions
+
+    def session_update(self) -> SendToModel:
+        """The session's configuration as it stands (instructions, voice, tools, turn detection)."""
+        return SendToModel(rt.session_update(
+            naming=self.naming,
+            instructions=self.instructions,
+            voice=self.voice,
+            turn_detection=self.turn_detection,
+            transcription_model=self.transcription_model,
+            tools=self.tools or None,
+        ))
+
+    def reconfigure(self, instructions: str, tools: list[dict]) -> SendToModel:
+        """A flow node changed what the model is told and may call: the session.update that says so."""
+        self.instructions = instructions
+        self.tools = list(tools)
+        return SendToModel(rt.session_update(
+            naming=self.naming, instructions=instructions, voice=None, turn_detection=self.turn_detection,
+            transcription_model=self.transcription_model, tools=self.tools))
 
     def caller_audio(self, audio: bytes) -> list[Action]:
         return [SendToModel(rt.input_audio_append(audio))] if audio else []
@@ -294,7 +314,7 @@ class ModelCallCore:
             return actions
         response.gated = True
         self.stats.gated_responses += 1
-        actions += [OpenTag(tag, True), OpenGate(tag, spec.policy, spec.script, spec.forbidden, spec.language)]
+        actions += [OpenTag(tag, True), OpenGate(tag, spec.policy, spec.script, spec.forbidden, spec.language, spec.facts)]
         return actions
 
     def _on_transcript(self, response_id: str, text: str, done: bool) -> list[Action]:

@@ -54,16 +54,53 @@ Step = Say | Answer | Wait
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """What the model is told and may call in the current flow node (a session.update)."""
+
+    instructions: str
+    tools: tuple[dict, ...] = ()  # function declarations ({"type": "function", "name", ...})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Transition:
+    """The flow entered another node: the model session is reconfigured and its context strategy applied
+    (``reset``: the conversation so far is deleted; ``task``: deleted, then ``task_messages`` added as
+    items; ``keep``: nothing deleted)."""
+
+    node: str
+    session: SessionSpec
+    context: str = "keep"
+    task_messages: tuple[tuple[str, str], ...] = ()  # (role, text)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ToolOutcome:
     """What a tool call did: ``output`` goes back to the model as the function_call_output.
 
     ``speak``: the state changed so the agent should speak again (after the post-tool debounce).
     ``then``: a step that replaces the model's follow-up (end_call -> goodbye, transfer -> goodbye+transfer).
+    ``transition``: the flow moved to another node. ``facts``: text the follow-up answer may take numbers
+    from (the tool's result), besides the knowledge base.
     """
 
     output: str
     speak: bool = True
     then: Step | None = None
+    transition: Transition | None = None
+    facts: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolPlan:
+    """A function call that runs a tool (off the call's path: the controller's ``RunTool`` action, its
+    result an input). ``confirm``: ask the caller first, run it only after a yes. ``writes``: a success
+    stands for the de-duplication window (the same call again returns it without running)."""
+
+    name: str
+    arguments: str  # canonical JSON text of the arguments object
+    writes: bool = True
+    confirm: Say | None = None
+    filler: Say | None = None  # said if the tool is still running after the filler delay; None: none
 
 
 class Flow(Protocol):
@@ -77,7 +114,13 @@ class Flow(Protocol):
 
     def on_user_turn(self, text: str) -> Step: ...
 
-    def on_tool_call(self, name: str, arguments: str) -> ToolOutcome: ...
+    def session(self) -> SessionSpec: ...  # the model session at the call's start
+
+    def on_tool_call(self, name: str, arguments: str) -> ToolOutcome | ToolPlan: ...
+
+    def on_tool_result(self, name: str, arguments: str, ok: bool, output: str) -> ToolOutcome: ...
+
+    def after_tool(self, text: str) -> Step: ...  # the post-tool debounce ended; ``text``: the caller's words meanwhile
 
     def on_dtmf(self, digit: str) -> Step: ...
 
@@ -94,6 +137,7 @@ LINES = {
     "fallback": "Sorry, could you say that again?",
     "apology": "I'm sorry, I'm having trouble right now.",
 }
+DEFAULT_INSTRUCTIONS = "You are a helpful phone agent. Keep answers short."
 DEFAULT_OPERATOR = "+15550100"  # where "0" and the apology transfer the caller
 DEFAULT_MAX_TURNS = 3
 ANSWER_NODE = "answer"  # the node id of model answers in node_policies / node_forbidden
@@ -103,9 +147,10 @@ SAFE_LINE_NODE = "safe_line"  # never gated: it replaces a rejected answer and c
 class ScriptedFlow:
     """greeting -> question -> (caller turns answered by the model) -> goodbye.
 
-    Tools: ``lookup_caller`` (returns a canned record; the agent then speaks after the debounce),
-    ``end_call`` (goodbye, then hang up), ``transfer_call`` (goodbye, then transfer). DTMF: ``0``
-    transfers to the operator, ``#`` says goodbye, any other digit is a caller turn.
+    Tools: ``end_call`` (goodbye, then hang up), ``transfer_call`` (goodbye, then transfer); any other
+    function gets an error (the agent then speaks after the debounce). DTMF: ``0`` transfers to the
+    operator, ``#`` says goodbye, any other digit is a caller turn. The flow of tests and replays of
+    records written before agents; a call on the live path runs an agent's flow (voicecore/agent/flow.py).
     """
 
     name = "scripted"
@@ -184,9 +229,16 @@ class ScriptedFlow:
         if name == "transfer_call":
             self.state = "goodbye"
             return ToolOutcome(json.dumps({"ok": True}), speak=False, then=self.line("transfer"))
-        if name == "lookup_caller":
-            return ToolOutcome(json.dumps({"found": True, "name": "Jonas", "repeat_caller": True}))
         return ToolOutcome(json.dumps({"error": "unknown tool"}))
+
+    def session(self) -> SessionSpec:
+        return SessionSpec(DEFAULT_INSTRUCTIONS)
+
+    def on_tool_result(self, name: str, arguments: str, ok: bool, output: str) -> ToolOutcome:
+        return ToolOutcome(output)  # never reached: this flow plans no tool runs
+
+    def after_tool(self, text: str) -> Step:
+        return self.on_user_turn(text)
 
     def on_dtmf(self, digit: str) -> Step:
         if digit == "0":

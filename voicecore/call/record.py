@@ -46,6 +46,8 @@ sent_tag, sent_frames, carrier_empty_at_ns] as read from the control block at th
   (the validator's verdict on a gated response; ``reason`` and ``citations`` (JSON text) are for the reader)
 - ``snippets`` ``{"req": req_id, "snippets": [{"file", "line", "text"}]}`` -> ``on_snippets(req, snippets, t)``
   (the knowledge base's answer to a ``Retrieve`` action: recorded, so a replay needs no knowledge base)
+- ``tool`` ``{"call_id", "ok", "output"}`` -> ``on_tool_result(call_id, ok, output, t)`` (a tool's result for a
+  ``RunTool`` action: recorded, so a replay needs no tool server)
 
 Outputs: ``out`` ``{"a": action}``, one line per action the preceding input returned, in order;
 ``action`` is ``controller.action_to_dict`` (bytes as ``<field>_len`` and ``<field>_crc``: the audio
@@ -70,7 +72,7 @@ from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.errors import MisuseError
 
 RECORD_VERSION = 1
-INPUT_KINDS = frozenset({"start", "model", "audio", "dtmf", "tick", "stop", "verdict", "snippets", "reopen"})
+INPUT_KINDS = frozenset({"start", "model", "audio", "dtmf", "tick", "stop", "verdict", "snippets", "reopen", "tool"})
 
 
 def playout_list(playout: Playout) -> list[int]:
@@ -169,6 +171,10 @@ class CallRecorder:
     def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[Action]:
         entry = {"t": now_ns, "k": "snippets", "req": req_id, "snippets": list(snippets)}
         return self._run(entry, self.driver.on_snippets(req_id, snippets, now_ns))
+
+    def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[Action]:
+        entry = {"t": now_ns, "k": "tool", "call_id": call_id, "ok": ok, "output": output}
+        return self._run(entry, self.driver.on_tool_result(call_id, ok, output, now_ns))
 
     def note(self, now_ns: int, what: str, **fields: Any) -> None:
         """Something the replay does not feed (a mark echo, a clear sent): kept for the reader."""

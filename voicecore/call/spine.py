@@ -79,5 +79,8 @@ class SpineDriver:
     def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[core.Action]:
         return []  # the spine never asks the knowledge base (no Retrieve action)
 
+    def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[core.Action]:
+        return []  # the spine runs no tools (no RunTool action)
+
     def statistics(self) -> dict:
         return {f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()}

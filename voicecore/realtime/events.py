@@ -16,6 +16,7 @@ from __future__ import annotations
 import binascii
 import json
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Callable, Literal, Union
 from urllib.parse import quote
 
@@ -384,12 +385,15 @@ def session_update(
     turn_detection: dict[str, Any] | None,
     transcription_model: str | None = None,
     *,
+    tools: Sequence[dict[str, Any]] | None = None,
     event_id: str | None = None,
 ) -> str:
     """session.update for mu-law in and out, in the beta flat shape or the GA nested shape (C.1).
 
     `turn_detection=None` is sent as null: no server VAD, the client commits (C.4). `voice=None` leaves
-    the voice as it is. `transcription_model=None` turns input transcription off.
+    the voice as it is. `transcription_model=None` turns input transcription off. `tools`: the function
+    tools the model may call (``{"type": "function", "name", "description", "parameters"}``, the same in
+    both shapes), with ``tool_choice`` auto; an empty list clears them; None leaves them as they are.
     """
     _check_naming(naming)
     transcription = None if transcription_model is None else {"model": transcription_model}
@@ -423,6 +427,9 @@ def session_update(
         }
         if voice is not None:
             session["voice"] = voice
+    if tools is not None:
+        session["tools"] = list(tools)
+        session["tool_choice"] = "auto"
     return _dump({"type": "session.update", "session": session}, event_id)
 
 
@@ -484,6 +491,16 @@ def item_delete(item_id: str, *, event_id: str | None = None) -> str:
 
 def conversation_item_create_user_text(text: str, *, event_id: str | None = None) -> str:
     item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    return _dump({"type": "conversation.item.create", "item": item}, event_id)
+
+
+def conversation_item_create_message(role: str, text: str, *, event_id: str | None = None) -> str:
+    """conversation.item.create of a message item: system and user text is ``input_text``, the assistant's
+    ``output_text`` (a flow's task messages after a context reset)."""
+    if role not in ("system", "user", "assistant"):
+        raise ValueError(f"message role must be system, user or assistant, not {role!r}")
+    kind = "output_text" if role == "assistant" else "input_text"
+    item = {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
     return _dump({"type": "conversation.item.create", "item": item}, event_id)
 
 

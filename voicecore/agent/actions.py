@@ -1,0 +1,88 @@
+"""Actions with confirmation and write de-duplication, the pure parts (seed 002 "Actions med bekräftelse").
+
+Owns: the canonical form of a function's arguments and the idempotency key made from it, the rendering of
+a confirmation prompt from the arguments (so every number it says is one of theirs), and reading a
+caller's answer to it as yes, no or neither (English and Swedish). The controller (voicecore/call/
+controller.py) holds the pending action, its timeout and the key's 30 s window; voicecore/agent/tools.py
+sends the key as the webhook's Idempotency-Key. No I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import string
+
+_YES = {
+    "en": ("yes", "yeah", "yep", "yup", "sure", "correct", "right", "ok", "okay", "please do", "go ahead",
+           "that's right", "absolutely", "of course"),
+    "sv": ("ja", "japp", "jajamen", "absolut", "okej", "ok", "gärna", "visst", "stämmer", "det stämmer",
+           "kör", "självklart", "javisst"),
+}
+_NO = {
+    "en": ("no", "nope", "don't", "do not", "not now", "cancel", "stop", "wrong", "never mind", "nah"),
+    "sv": ("nej", "nä", "nää", "inte", "avbryt", "stopp", "fel", "strunta i det", "nej tack"),
+}
+_WORD = re.compile(r"[\w']+(?:\s+[\w']+)*", re.UNICODE)
+
+
+def canonical_arguments(arguments: str) -> str | None:
+    """The arguments object as compact JSON with sorted keys; None when ``arguments`` is not a JSON object."""
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def idempotency_key(name: str, arguments: str) -> str:
+    """The same function with the same arguments (in any key order) -> the same key (24 hex chars)."""
+    canonical = canonical_arguments(arguments)
+    text = name + "\n" + (canonical if canonical is not None else arguments)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+def prompt_fields(template: str) -> list[str]:
+    """The placeholder names of a confirmation prompt template ("{phone}" -> "phone")."""
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name]
+
+
+def render_prompt(template: str, arguments: str) -> str | None:
+    """The confirmation prompt with each ``{name}`` replaced by that argument's value, as given; None when
+    an argument it names is missing (the model must ask again rather than the caller hear a gap)."""
+    canonical = canonical_arguments(arguments)
+    if canonical is None:
+        return None
+    values = json.loads(canonical)
+    out: list[str] = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        out.append(literal)
+        if name is None:
+            continue
+        value = values.get(name)
+        if value is None or value == "":
+            return None
+        out.append(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+    return "".join(out)
+
+
+def confirmation_answer(words: str, languages: tuple[str, ...] = ("en", "sv")) -> str:
+    """"yes", "no" or "" (neither: the caller said something else) for the caller's words after a
+    confirmation prompt. A no wins over a yes ("yes, no wait": not a yes); only short answers count,
+    so "yes, but make it Friday instead" is neither."""
+    text = " ".join(_WORD.findall(words.lower().replace("’", "'")))
+    if not text:
+        return ""
+    if len(text.split()) > 6:
+        return ""
+    padded = f" {text} "
+    for language in languages:
+        if any(f" {phrase} " in padded for phrase in _NO.get(language, ())):
+            return "no"
+    for language in languages:
+        if any(f" {phrase} " in padded for phrase in _YES.get(language, ())):
+            return "yes"
+    return ""
