@@ -166,7 +166,7 @@ def test_short_response_is_not_held(holding_call):
     assert c.tick(0) == frames(1, 0, 1) + ["mark 1:2:end"]
 
 
-def test_dry_carrier_waits_for_a_lead_of_approved_frames_without_timeout(holding_call):
+def test_dry_carrier_waits_for_two_leads_of_approved_frames_without_timeout(holding_call):
     c = holding_call
     c.open(1, gated=True)
     c.push(1, 10)
@@ -174,7 +174,17 @@ def test_dry_carrier_waits_for_a_lead_of_approved_frames_without_timeout(holding
     assert c.tick(0) == []  # one approved frame alone would stutter while approval catches up
     assert c.tick(100) == []  # the gate decides, not the prefill timeout
     c.approve(1, 4)
-    assert c.tick(120) == frames(1, 0, 3)
+    assert c.tick(120) == []  # one lead approved, more audio waiting behind it: it would stall a tick later
+    c.approve(1, 8)
+    assert c.tick(140) == frames(1, 0, 3)
+
+
+def test_a_short_gated_response_approved_whole_starts_at_once(holding_call):
+    c = holding_call
+    c.open(1, gated=True)
+    c.push(1, 5)
+    c.approve(1, 5)
+    assert c.tick(0) == frames(1, 0, 3)  # all of it approved: nothing to wait for
 
 
 def test_model_falling_behind_mid_response_rebuffers(holding_call):
