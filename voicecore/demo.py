@@ -30,6 +30,11 @@ from pathlib import Path
 
 import h11
 
+from voicecore.agent import settings as agent_settings
+from voicecore.agent.demo_report import agent_figures
+from voicecore.agent.load import AgentError, load_agent
+from voicecore.agent.scenario import Scenario, ScenarioError, load_scenario
+from voicecore.agent.spec import AgentSpec
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import StackCpu, summarize
 from voicecore.config import Config, load_config
@@ -38,6 +43,7 @@ from voicecore.sim.carrier import CallResult, CallScript, place_call
 from voicecore.sim.model import SimConfig
 from voicecore.sim.model_server import serve_model_sim
 from voicecore.sim.quiet_gc import collector_paused
+from voicecore.sim.tool_server import ToolServer
 from voicecore.supervise import Stack, StackError, get_from_gateway, resolve_config
 
 MIN_SECONDS = 13.0
@@ -99,8 +105,10 @@ def wait_for_records(record_dir: Path, call_sids: list[str], timeout_s: float = 
         time.sleep(0.05)
 
 
-def replay_records(paths: list[Path]) -> tuple[int, list[str]]:
-    """Replay each record through fresh cores: (how many were identical, a problem line per other one)."""
+def replay_records(paths: list[Path], totals: dict | None = None) -> tuple[int, list[str]]:
+    """Replay each record through fresh cores: (how many were identical, a problem line per other one).
+    ``totals``: receives the replayed drivers' counters, summed, and ``python_runs_by_call`` (call sid ->
+    function -> RunTool actions the record holds)."""
     from voicecore.record import RecordError, load
     from voicecore.replay import replay
 
@@ -108,10 +116,19 @@ def replay_records(paths: list[Path]) -> tuple[int, list[str]]:
     problems: list[str] = []
     for path in paths:
         try:
-            result = replay(*load(path))
+            header, entries = load(path)
+            result = replay(header, entries)
         except (RecordError, OSError, KeyError, TypeError, ValueError) as exc:
             problems.append(f"record {path.name} unreadable: {exc}")
             continue
+        if totals is not None:
+            for key, value in result.statistics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    totals[key] = totals.get(key, 0) + value
+            runs = totals.setdefault("python_runs_by_call", {}).setdefault(header.get("call_sid", ""), {})
+            for entry in entries:
+                if entry["k"] == "out" and entry["a"].get("type") == "RunTool":
+                    runs[entry["a"]["name"]] = runs.get(entry["a"]["name"], 0) + 1
         if result.identical:
             identical += 1
         else:
@@ -120,20 +137,37 @@ def replay_records(paths: list[Path]) -> tuple[int, list[str]]:
     return identical, problems
 
 
-async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0) -> list[CallResult]:
-    script = demo_script(seconds)
+def scenario_script(scenario: Scenario, index: int, seconds: float) -> CallScript:
+    """Call ``index``'s caller script from an agent's demo scenario (turns after the call's end dropped)."""
+    script = scenario.script_for(index)
+    duration_ms = int(seconds * 1000)
+    turns = [t for t in script.turns if t.at_ms < duration_ms]
+    return CallScript(duration_ms=duration_ms,
+                      utterances=tuple((t.at_ms, load_clip(t.clip)) for t in turns if t.clip),
+                      dtmf=tuple((t.at_ms, t.dtmf) for t in turns if t.dtmf), bargein_at_ms=())
+
+
+async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0,
+                    scenario: Scenario | None = None) -> list[CallResult]:
     lead_frames = max(1, config.lead_ms // 20)
 
     async def one(index: int) -> CallResult:
         if ramp_ms:
             await asyncio.sleep(ramp_ms * index / max(1, calls) / 1000)
+        script = scenario_script(scenario, index, seconds) if scenario is not None else demo_script(seconds)
         return await place_call(config.base_url, config.twilio_auth_token, script, lead_frames)
 
     with collector_paused():
         return await asyncio.gather(*(one(i) for i in range(calls)))
 
 
-def demo_sim_config(overlap_probability: float = 0.0, late_deltas: int = DEFAULT_LATE_DELTAS) -> SimConfig:
+def demo_sim_config(overlap_probability: float = 0.0, late_deltas: int = DEFAULT_LATE_DELTAS,
+                    scenario: Scenario | None = None) -> SimConfig:
+    """The model simulator of the demo: the packaged answers in order, or an agent scenario's rules (the
+    model then says what the runtime asks for and what the rules say, and calls the agent's functions)."""
+    if scenario is not None:
+        return SimConfig(turns=scenario.sim_turns, late_deltas_after_cancel=late_deltas,
+                         overlap_probability=overlap_probability)
     return SimConfig(clip_sequence=DEMO_CLIPS, late_deltas_after_cancel=late_deltas, overlap_probability=overlap_probability)
 
 
@@ -146,11 +180,20 @@ def _arena_name(config: Config) -> str:
 
 
 async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file, record_dir: Path | None = None,
-                sim_config: SimConfig | None = None) -> dict:
+                sim_config: SimConfig | None = None, agent_dir: Path | None = None, scenario: Scenario | None = None) -> dict:
     sim_config = sim_config or demo_sim_config()
     sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     base = resolve_config(load_config(os.environ, config_path))
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir) if record_dir is not None else "")
+    tool_server: ToolServer | None = None
+    agent: AgentSpec | None = None
+    if agent_dir is not None and scenario is not None:
+        if scenario.routes:
+            # The agent builder's API, faked on loopback; the agent's URLs read its address from the environment
+            # the stack inherits.
+            tool_server = ToolServer(scenario.routes)
+            os.environ[scenario.tool_server_env] = await tool_server.start()
+        config, agent = agent_settings.configure(dataclasses.replace(config, agent=str(agent_dir)), os.environ)
     stack = Stack(config)
     own_arenas: set[str] = set()
     try:
@@ -162,7 +205,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         started = time.monotonic()
         load_cpu_started = time.process_time()
         # Spread call starts over up to 1 s so 200 webhooks do not arrive in the same millisecond.
-        results = await run_calls(config, calls, seconds, ramp_ms=min(1000, 5 * calls))
+        results = await run_calls(config, calls, seconds, ramp_ms=min(1000, 5 * calls), scenario=scenario)
         wall_s = time.monotonic() - started
         load_cpu_s = time.process_time() - load_cpu_started
         cpu_s = cpu.stop()
@@ -174,9 +217,12 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     finally:
         await asyncio.to_thread(stack.stop)
         await sim.aclose()
+        if tool_server is not None:
+            await tool_server.stop()
     # Only this stack's arenas: another stack on the machine (a test, a second demo) has its own, alive.
     leftovers = sorted(name for name in own_arenas if name and (Path(config.shm_dir) / name).exists())
-    report = summarize(results, sim, seconds=seconds, cpu_seconds=cpu_s, wall_seconds=wall_s, stack_metrics=metrics)
+    report = summarize(results, sim, seconds=seconds, cpu_seconds=cpu_s, wall_seconds=wall_s, stack_metrics=metrics,
+                       expect_bargeins=scenario is None)
     report["shm_leftovers"] = len(leftovers)
     report["command"] = shlex.join(sys.argv)  # a published report says how to run it again (bench/results)
     report["sim_overlap_probability"] = sim_config.overlap_probability
@@ -185,9 +231,10 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     report["load_cpu_fraction"] = round(load_cpu_s / wall_s, 3) if wall_s else 0.0
     report["records_dir"] = str(record_dir) if record_dir is not None else None
     report["records_written"] = report["records_replayed_identical"] = 0
+    totals: dict = {}
     if record_dir is not None:
         paths = record_paths(record_dir, call_sids)
-        identical, problems = await asyncio.to_thread(replay_records, paths)
+        identical, problems = await asyncio.to_thread(replay_records, paths, totals)
         report["records_written"] = len(paths)
         report["records_replayed_identical"] = identical
         recorded = {p.name.split(".")[0].split("-")[0] for p in paths}
@@ -196,6 +243,14 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
             problems.insert(0, f"{len(missing)} call(s) without a record, e.g. {missing[0]}")
         report["problems"] = list(report.get("problems", [])) + problems
         report["ok"] = bool(report["ok"] and not problems)
+    if agent is not None and scenario is not None:
+        requests = tool_server.requests if tool_server is not None else []
+        figures = agent_figures(agent, scenario, results, sim, requests, totals, int(seconds * 1000))
+        if record_dir is None:
+            figures["problems"].append("no records: the controller's counters and python tool runs are unknown")
+        report["agent"] = figures
+        report["problems"] = list(report.get("problems", [])) + figures["problems"]
+        report["ok"] = bool(report["ok"] and not figures["problems"])
     report["ok"] = bool(report["ok"] and not leftovers and not Path(config.runtime_dir).exists())
     return report
 
@@ -212,17 +267,28 @@ def fetch_gateway_metrics(config: Config) -> dict:
 
 def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None, keep_logs: bool = False,
              record_dir: str | None = DEFAULT_RECORD_DIR, overlap_probability: float = 0.0,
-             late_deltas: int = DEFAULT_LATE_DELTAS) -> int:
+             late_deltas: int = DEFAULT_LATE_DELTAS, agent_dir: str | None = None) -> int:
     """``record_dir``: one record per call goes there (created 0700 if missing); None: no records.
     ``overlap_probability``, ``late_deltas``: the model simulator's SimConfig.overlap_probability and
-    late_deltas_after_cancel."""
+    late_deltas_after_cancel. ``agent_dir``: run this agent against its demo scenario (demo.toml: the
+    callers' scripts, the simulated model's rules, a fake of its tool API) under the turn-taking controller."""
+    scenario: Scenario | None = None
+    agent_path: Path | None = None
+    if agent_dir is not None:
+        agent_path = Path(agent_dir).expanduser().resolve()
+        try:
+            load_agent(agent_path)  # every problem of its files, before anything starts
+            scenario = load_scenario(agent_path)
+        except (AgentError, ScenarioError) as exc:
+            print(f"voicecore demo: {exc}", file=sys.stderr)
+            return 2
     if not 0.0 <= overlap_probability <= 1.0:
         print("voicecore demo: --overlap-probability must be from 0 to 1", file=sys.stderr)
         return 2
     if not 0 <= late_deltas <= 3:
         print("voicecore demo: --late-deltas must be from 0 to 3", file=sys.stderr)
         return 2
-    sim_config = demo_sim_config(overlap_probability, late_deltas)
+    sim_config = demo_sim_config(overlap_probability, late_deltas, scenario)
     if calls < 1:
         print("voicecore demo: --calls must be at least 1", file=sys.stderr)
         return 2
@@ -242,7 +308,8 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
         log_path = workdir / "stack.log"
         with open(log_path, "wb") as log_file:
             try:
-                report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file, records, sim_config))
+                report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file, records, sim_config,
+                                           agent_path, scenario))
             except StackError as exc:
                 print(f"voicecore demo: {exc}", file=sys.stderr)
                 sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
@@ -274,6 +341,19 @@ def format_report(report: dict) -> str:
         f"  (caller stops -> first agent audio; the model's share p50 {report['turn_latency_model_ms']['p50']:.0f})",
         f"  CPU ms per call-s  {report['cpu_ms_per_call_second']:.2f}",
     ]
+    agent = report.get("agent")
+    if agent:
+        c = agent["controller"]
+        lines += [
+            f"  agent              {agent['name']}: {agent['model_function_calls']} function calls by the model, "
+            f"{c['tools_run']} tools run ({c['tool_errors']} errors), {agent['tool_server_requests']} requests at the tool server",
+            f"  duplicates         {c['duplicate_writes_suppressed']} writes suppressed (same function and arguments within the window)",
+            f"  confirmations      {c['actions_proposed']} proposed, {c['actions_confirmed']} confirmed, {c['actions_declined']} declined, "
+            f"{c['actions_timed_out']} timed out; {agent['actions_executed']} executed, "
+            f"{agent['actions_executed_without_confirmation']} without the caller's yes",
+            f"  after tool calls   talk-over max {agent['talkover_after_tool_ms']['max']:.0f} ms over "
+            f"{agent['talkover_after_tool_ms']['count']} answers; {c['fillers']} filler lines, {c['transitions']} node transitions",
+        ]
     if report.get("records_dir"):
         lines.append(f"  records            {report['records_written']} in {report['records_dir']}, "
                      f"{report['records_replayed_identical']} replayed identically")

@@ -30,16 +30,20 @@ import zmq
 from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
 from voicecore import timing
+from voicecore.agent import settings as agent_settings
+from voicecore.agent import tools as agent_tools
+from voicecore.agent.flow import AgentFlow
+from voicecore.agent.load import AgentError, load_configured_agent
+from voicecore.agent.spec import AgentSpec
 from voicecore.bus import messages
 from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_INBOX, VALIDATOR_INBOX, Bus
 from voicecore.call import controller as controller_mod
 from voicecore.call import core
-from voicecore.call import flow as flows
 from voicecore.call.controller import Action
 from voicecore.call.driver import Driver
 from voicecore.call.record import CallRecorder
 from voicecore.call.spine import SpineDriver
-from voicecore.config import Config, forbidden_phrases, load_config, node_policies
+from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
 from voicecore.realtime import events as rt
 from voicecore.shm import control as C
@@ -72,11 +76,20 @@ RECORD_HAND_OFF_S = 1.0  # a live call's record holds at most about this much in
 RECORD_FINISH_WAIT_S = 30.0  # stopping: how long to wait for the records of calls in progress
 
 
-def controller_config(config: Config) -> controller_mod.ControllerConfig:
-    """The turn-taking controller's settings that come from the configuration (the rest: defaults)."""
+MAX_TOOLS_RUNNING = 256  # tool runs in flight in this worker, all calls together; more wait their turn
+
+
+def controller_config(config: Config, agent: AgentSpec) -> controller_mod.ControllerConfig:
+    """The turn-taking controller's settings: the agent's timings and lines, the configuration's gate."""
     retrieve = config.retrieve_first == "on" or (config.retrieve_first == "auto" and bool(config.knowledge_dir))
-    return controller_mod.ControllerConfig(gate_policy=config.gate_policy, gate_language=config.gate_language,
-                                           safe_line=config.safe_line, retrieve_first=retrieve)
+    checkins = tuple(int(s * 1000) for s in agent.checkin_s)
+    return controller_mod.ControllerConfig(
+        gate_policy=config.gate_policy, gate_language=config.gate_language, safe_line=agent.safe_line,
+        retrieve_first=retrieve, voice=agent.voice, silence_checkins_ms=checkins,
+        silence_goodbye_ms=int(agent.goodbye_after_s * 1000), debounce_quiet_ms=agent.debounce_quiet_ms,
+        debounce_cap_ms=agent.debounce_cap_ms, filler_after_ms=agent.filler_after_ms,
+        confirm_timeout_ms=int(agent.confirm_timeout_s * 1000), confirm_languages=tuple(agent.languages),
+        dedupe_ms=int(agent.dedupe_s * 1000))
 
 
 def call_id_for_model(config: Config, call_sid: str) -> str | None:
@@ -87,16 +100,6 @@ def call_id_for_model(config: Config, call_sid: str) -> str | None:
     the simulator they start themselves."""
     builtin_simulator = not config.realtime_url and not config.realtime_api_key
     return call_sid if config.send_call_id_to_vendor or builtin_simulator else None
-
-
-def flow_args(config: Config) -> dict:
-    """The scripted flow's per-node gate settings (JSON-able: they go into each call record)."""
-    args: dict = {}
-    if config.gate_node_policies:
-        args["node_policies"] = node_policies(config.gate_node_policies)
-    if config.gate_forbidden:
-        args["node_forbidden"] = forbidden_phrases(config.gate_forbidden)
-    return args
 
 
 class CallSession:
@@ -113,14 +116,18 @@ class CallSession:
         # the model's speech_started), behind SpineDriver. "turns": the turn-taking controller around it
         # (issue 4). With a record_dir the recorder wraps either and records every input (INV-REPLAY).
         config = worker.config
+        agent = worker.agent
         decider: Driver
-        if config.call_control == "turns":
-            decider = controller_mod.CallController(call_sid, flow=flows.ScriptedFlow(**flow_args(config)),
-                                                    config=controller_config(config), naming=config.realtime_naming,
-                                                    first_tag=first_tag)
+        if agent_settings.call_control(config) == "turns":
+            flow = AgentFlow(agent, **agent_settings.flow_overrides(config))
+            decider = controller_mod.CallController(call_sid, flow=flow, config=controller_config(config, agent),
+                                                    naming=config.realtime_naming, first_tag=first_tag)
         else:
+            # The spine takes no turns and runs no tools: the agent's instructions, voice and greeting only.
             decider = SpineDriver(call_sid, naming=config.realtime_naming, first_tag=first_tag, greet=not resumed,
-                                  gate_policy=config.gate_policy, safe_line=config.safe_line)
+                                  gate_policy=config.gate_policy, safe_line=agent.safe_line,
+                                  instructions=AgentFlow(agent).session().instructions, voice=agent.voice,
+                                  greeting=agent.greeting)
         # The recorder is also kept as such for its record's plumbing only (header, hand-offs to the writer
         # thread): inputs go to self.driver.
         self.recorder = CallRecorder(decider, keep_caller_audio=config.record_caller_audio) if config.record_dir else None
@@ -340,7 +347,7 @@ class CallSession:
             case core.OpenGate():
                 language = action.language if action.language != "auto" else worker.config.gate_language
                 message: object = messages.GateOpen(self.slot, self.generation, action.tag, action.policy,
-                                                    action.script, language, action.forbidden)
+                                                    action.script, language, action.forbidden, action.facts)
             case core.GateTranscript(done=True):
                 message = messages.TranscriptDone(self.slot, self.generation, action.tag, action.text, action.audio_frames)
             case core.GateTranscript():
@@ -358,6 +365,33 @@ class CallSession:
         found = knowledge.retrieve(action.question, action.k) if knowledge is not None else []
         snippets = [{"file": s.file, "line": s.line, "text": s.text} for s in found]
         self._apply(self.driver.on_snippets(action.req_id, snippets, time.monotonic_ns()))
+
+    def _on_tool(self, action: controller_mod.RunTool) -> None:
+        """A tool runs on its own task (the worker's pool: at most MAX_TOOLS_RUNNING at once); its result
+        comes back to the driver as an input."""
+        worker = self.worker
+        worker.counters["tools_started"] += 1
+        task = asyncio.get_running_loop().create_task(self._run_tool(action))
+        worker.tool_tasks.add(task)
+        task.add_done_callback(worker.tool_tasks.discard)
+
+    async def _run_tool(self, action: controller_mod.RunTool) -> None:
+        worker = self.worker
+        function = worker.agent.flow.functions.get(action.name)
+        context = agent_tools.ToolContext(self.call_sid, action.name, action.key)
+        async with worker.tool_slots:
+            if function is None:  # a record's flow and this agent disagree: never run something undeclared
+                result = agent_tools.ToolResult(False, '{"error": {"type": "unknown_function", "message": "not declared"}}',
+                                                "unknown_function", 0, 0)
+            else:
+                result = await agent_tools.run_tool(function, action.arguments, context, os.environ)
+        worker.counters["tool_errors" if not result.ok else "tools_ok"] += 1
+        if not result.ok:
+            log.warning("call %s: tool %s failed: %s", self.call_sid, action.name, result.status)
+        if not self.alive() or worker.calls.get(self.slot) is not self:
+            worker.counters["tool_results_after_call"] += 1
+            return
+        self._apply(self.driver.on_tool_result(action.call_id, result.ok, result.output, time.monotonic_ns()))
 
     def on_verdict(self, verdict: messages.Verdict) -> None:
         if not self.started:
@@ -461,11 +495,12 @@ RING_ACTIONS = (core.WriteFrames, core.OpenTag, core.EndTag, core.CancelTag, cor
 VALIDATOR_ACTIONS = (core.OpenGate, core.GateTranscript)
 REST_ACTIONS = (controller_mod.HangUp, controller_mod.Transfer)
 KNOWLEDGE_ACTIONS = (controller_mod.Retrieve,)
+TOOL_ACTIONS = (controller_mod.RunTool,)
 EFFECTS: dict[type, Callable[[CallSession, Any], None]] = {
     kind: handler
     for kinds, handler in ((MODEL_SESSION_ACTIONS, CallSession._on_model_session), (RING_ACTIONS, CallSession._on_rings),
                            (VALIDATOR_ACTIONS, CallSession._on_validator), (REST_ACTIONS, CallSession._on_rest),
-                           (KNOWLEDGE_ACTIONS, CallSession._on_knowledge))
+                           (KNOWLEDGE_ACTIONS, CallSession._on_knowledge), (TOOL_ACTIONS, CallSession._on_tool))
     for kind in kinds
 }
 
@@ -502,8 +537,11 @@ class ModelSocket(WSListener):
 
 
 class ModelWorker:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, agent: AgentSpec) -> None:
         self.config = config
+        self.agent = agent_settings.agent_for_config(agent, config)
+        self.tool_slots = asyncio.Semaphore(MAX_TOOLS_RUNNING)
+        self.tool_tasks: set[asyncio.Task] = set()
         self.runtime_dir = Path(config.runtime_dir)
         self.arena: Arena | None = None
         self.follower = ArenaFollower(self.runtime_dir, config.shm_dir)
@@ -517,7 +555,8 @@ class ModelWorker:
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
         self.counters = collections.Counter({"bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
-                                             "call_endings_sent": 0, "call_endings_failed": 0})
+                                             "call_endings_sent": 0, "call_endings_failed": 0,
+                                             "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0})
         self.account_sids: dict[tuple[int, int], str] = {}  # (slot, generation) -> AccountSid, from CallStarted
         self.heartbeat_seq = 0
         # retrieve-first (turns mode): this process's own copy of the knowledge base, reloaded on change
@@ -585,7 +624,9 @@ class ModelWorker:
             turn_stats = driver.stats  # None: the spine counts nothing beyond its core
             if turn_stats is not None:
                 for field in ("bargeins", "holds", "false_interruptions", "watchdog_fires", "stalls", "retries",
-                              "gate_rejections", "safe_lines", "retrievals", "retrievals_empty"):
+                              "gate_rejections", "safe_lines", "retrievals", "retrievals_empty", "tools_run", "tool_errors",
+                              "duplicate_writes_suppressed", "fillers", "transitions", "actions_proposed",
+                              "actions_confirmed", "actions_declined", "actions_timed_out"):
                     totals["turns_" + field] += getattr(turn_stats, field)
         return {**{k: float(v) for k, v in self.counters.items()}, **{f"active_{k}": float(v) for k, v in totals.items()}, "calls": float(len(self.calls))}
 
@@ -655,7 +696,12 @@ async def amain(config: Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     warm_up_rings()
-    worker = ModelWorker(config)
+    try:
+        agent = load_configured_agent(config, os.environ)
+    except AgentError as exc:  # `voicecore up` checks first; this is a worker started some other way
+        log.error("the agent cannot be loaded; the model worker stops:\n%s", exc)
+        raise SystemExit(2) from None
+    worker = ModelWorker(config, agent)
     gc.freeze()
     await worker.run(stop)
 

@@ -1,0 +1,127 @@
+"""The figures of an agent's demo run that the plain demo has not: tools, duplicates, confirmations, and
+talk-over after a tool call, each from a source outside the controller that decided it.
+
+Owns reading them off the simulators and the records: tool calls the model made (the model simulator's
+record), requests that reached the fake tool server (its log: what the agent's tools really sent), actions
+executed against what the scripted caller actually said (a yes clip or the key 1: the caller script is the
+ground truth), and agent audio heard while the caller was speaking after a tool result (the carrier's
+playout log against the model simulator's VAD). The controller's own counters (from the records' replays)
+are reported beside them, never instead of them.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+from voicecore.agent.actions import confirmation_answer
+from voicecore.agent.scenario import Scenario
+from voicecore.agent.spec import AgentSpec, Webhook
+from voicecore.callreport import frame_owners, owner_of
+from voicecore.sim.audio_clips import default_library
+
+CONTROLLER_COUNTERS = ("tool_calls", "tools_run", "tool_errors", "duplicate_writes_suppressed", "fillers", "transitions",
+                       "actions_proposed", "actions_confirmed", "actions_declined", "actions_timed_out")
+
+
+def caller_yeses(scenario: Scenario, call_index: int, duration_ms: int, languages: tuple[str, ...]) -> int:
+    """How many times call ``call_index``'s scripted caller said yes (a clip read as yes, or the key 1)."""
+    texts = {c.name: c.text for c in default_library().infos}
+    yeses = 0
+    for turn in scenario.script_for(call_index).turns:
+        if turn.at_ms >= duration_ms:
+            continue
+        if turn.dtmf == "1" or (turn.clip and confirmation_answer(texts.get(turn.clip, ""), languages) == "yes"):
+            yeses += 1
+    return yeses
+
+
+def _confirmed_routes(agent: AgentSpec) -> set[str]:
+    """URL path endings of the webhooks of functions that need the caller's yes."""
+    return {fn.tool.url.rsplit("}", 1)[-1] for fn in agent.flow.functions.values()
+            if fn.confirm and isinstance(fn.tool, Webhook)}
+
+
+def _python_confirmed(agent: AgentSpec) -> set[str]:
+    return {fn.name for fn in agent.flow.functions.values() if fn.confirm and fn.tool is not None
+            and not isinstance(fn.tool, Webhook)}
+
+
+def talkover_after_tools_ms(result, sessions: Sequence) -> list[float]:
+    """Per response the model made after a function_call_output: how long its audio played while the caller
+    was speaking, counted from a speech start that came before the response's first frame played (a caller
+    who starts speaking over the answer is a barge-in, not the agent talking over them)."""
+    core = result.core
+    if core is None:
+        return []
+    records = [s.record for s in sessions]
+    owners = frame_owners(records)
+    speech = [(s.started_at_ms, s.stopped_at_ms if s.stopped_at_ms is not None else float("inf"))
+              for record in records for s in record.speech]
+    outputs = sorted(o.at_ms for record in records for o in record.function_call_outputs)
+    post_tool = {r.response_id for record in records for r in record.responses
+                 if r.function_call is None and any(at <= r.created_ms for at in outputs)}
+    played: dict[str, list] = collections.defaultdict(list)
+    for frame in core.played:
+        owner = owner_of(owners, frame.payload)
+        if owner is not None and owner[0].response_id in post_tool:
+            played[owner[0].response_id].append(frame)
+    samples: list[float] = []
+    for frames in played.values():
+        first = frames[0].played_at_ms
+        over = 0.0
+        for start, stop in speech:
+            if start > first:
+                continue
+            for frame in frames:
+                begin, end = frame.played_at_ms, frame.played_at_ms + frame.played_ms
+                over += max(0.0, min(end, stop) - max(begin, start))
+        samples.append(over)
+    return samples
+
+
+def agent_figures(agent: AgentSpec, scenario: Scenario, results: Sequence, sim, requests: Sequence,
+                  controller_totals: dict[str, int], duration_ms: int) -> dict:
+    """``requests``: the fake tool server's log; ``controller_totals``: the records' replayed statistics,
+    summed. Returns the report's ``agent`` section; its ``problems`` fail the demo."""
+    function_calls = 0
+    talkover: list[float] = []
+    for result in results:
+        sessions = sim.by_call(result.call_sid) if result.metrics is not None else []
+        function_calls += sum(1 for s in sessions for r in s.record.responses if r.function_call)
+        talkover.extend(talkover_after_tools_ms(result, sessions))
+    confirmed_paths = _confirmed_routes(agent)
+    executed: collections.Counter = collections.Counter()  # call sid -> confirmed actions that reached the server
+    keys_seen: set[tuple[str, str]] = set()
+    for request in requests:
+        sid = request.headers.get("x-voicecore-call", "")
+        key = request.headers.get("idempotency-key", "")
+        if any(request.path.endswith(p) for p in confirmed_paths) and (sid, key) not in keys_seen:
+            keys_seen.add((sid, key))  # a retry of the same attempt is one execution
+            executed[sid] += 1
+    python_confirmed = _python_confirmed(agent)
+    without = 0
+    executed_total = 0
+    problems: list[str] = []
+    for index, result in enumerate(results):
+        runs = executed[result.call_sid] + sum(controller_totals.get("python_runs_by_call", {}).get(result.call_sid, {}).get(n, 0)
+                                               for n in python_confirmed)
+        executed_total += runs
+        yeses = caller_yeses(scenario, index, duration_ms, tuple(agent.languages))
+        if runs > yeses:
+            without += runs - yeses
+            problems.append(f"call {result.call_sid}: {runs} confirmed action(s) executed, the caller said yes {yeses} time(s)")
+    talkover_max = max(talkover) if talkover else 0.0
+    if talkover_max > 0:
+        problems.append(f"the agent talked over the caller after a tool call ({talkover_max:.0f} ms)")
+    figures = {
+        "name": agent.name,
+        "model_function_calls": function_calls,
+        "tool_server_requests": len(requests),
+        "actions_executed": executed_total,
+        "actions_executed_without_confirmation": without,
+        "talkover_after_tool_ms": {"count": len(talkover), "max": round(talkover_max, 1)},
+        "controller": {k: int(controller_totals.get(k, 0)) for k in CONTROLLER_COUNTERS},
+        "problems": problems,
+    }
+    return figures
