@@ -4,7 +4,7 @@
 the caller hears the number (word release: the words before it may play; sentence release: none of it),
 and the safe line plays. "Basic costs 99 kr per month" is: it plays whole, and its citation is logged.
 The first two tests run the spine (one policy for every response), the last two the turn-taking
-controller with per-node policies (scripted greeting and question), retrieve-first and call records.
+controller with per-node policies (a scripted greeting), retrieve-first and call records.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_grounded_number_plays_whole_with_its_citation_logged(gated_stack):
 
 
 # --- the same gate under the turn-taking controller (VOICECORE_CALL_CONTROL=turns) ---------------------
-TURNS_QUESTION_AT_MS = 11_000  # after the flow's greeting and question played
+TURNS_QUESTION_AT_MS = 11_000  # after the default agent's greeting played
 TURNS_CALL_MS = 24_000
 
 
@@ -94,14 +94,14 @@ TURNS_CALL_MS = 24_000
 def turns_stack():
     # sentence release: an answer is heard only once its whole sentence is approved
     running = start_stack(call_control="turns", gate_policy="numbers", knowledge_dir=str(KB),
-                          gate_node_policies="greeting=scripted,question=scripted", gate_release="sentence")
+                          gate_node_policies="greeting=scripted", gate_release="sentence")
     yield running
     running.stop()
 
 
 def ask_price_in_turns(running, answer_text: str):
-    # responses per session: 0 the greeting, 1 the question (both scripted prompts), 2 the answer
-    sim_config = SimConfig(hallucinate_responses=(2,), hallucinated_text=answer_text)
+    # responses per session: 0 the default agent's greeting (a scripted prompt), 1 the answer
+    sim_config = SimConfig(hallucinate_responses=(1,), hallucinated_text=answer_text)
     script = CallScript(duration_ms=TURNS_CALL_MS, utterances=((TURNS_QUESTION_AT_MS, load_clip("caller_basic_price")),),
                         bargein_at_ms=())
 
@@ -124,16 +124,15 @@ def test_turns_mode_scripted_prompts_pass_and_a_hallucinated_answer_is_replaced(
     assert result.closed_by == "carrier", turns_stack.log_tail()
     assert result.statistics.stale_frames == 0
     (session,) = sim.by_call(result.call_sid)
-    greeting, question, answer = session.record.responses[:3]
+    greeting, answer = session.record.responses[:2]
     # scripted prompts follow their script: approved, heard whole
-    assert greeting.instructions.startswith("Say exactly:") and question.instructions.startswith("Say exactly:")
+    assert greeting.instructions.startswith("Say exactly:")
     assert heard_frames(result, greeting) >= len(greeting.frames()) - 2
-    assert heard_frames(result, question) >= len(question.frames()) - 2
     # retrieve-first: the answer was asked for with the knowledge base's snippets in its instructions
     assert answer.instructions and "Facts:" in answer.instructions and "99 kr" in answer.instructions
     assert answer.hallucinated and answer.status == "cancelled"
     assert heard_frames(result, answer) == 0  # sentence release: not one frame of the rejected sentence
-    safe = [r for r in session.record.responses[3:] if r.instructions == "Say exactly: \"I can't verify that.\""]
+    safe = [r for r in session.record.responses[2:] if r.instructions == "Say exactly: \"I can't verify that.\""]
     assert safe and heard_frames(result, safe[0]) >= len(safe[0].frames()) - 2
     # the record holds the verdicts and the snippets, and replays identically without a knowledge base
     path = record_of(turns_stack, result.call_sid)
@@ -149,7 +148,7 @@ def test_turns_mode_grounded_answer_plays_whole_with_citations_in_the_record(tur
     sim, result = ask_price_in_turns(turns_stack, "Basic costs 99 kr per month.")
     assert result.closed_by == "carrier", turns_stack.log_tail()
     (session,) = sim.by_call(result.call_sid)
-    answer = session.record.responses[2]
+    answer = session.record.responses[1]
     assert answer.status == "completed" and heard_frames(result, answer) >= len(answer.frames()) - 2
     entries = [json.loads(line) for line in record_of(turns_stack, result.call_sid).read_text().splitlines()[1:]]
     cited = [json.loads(e["citations"]) for e in entries if e["k"] == "verdict" and e["citations"] not in ("", "[]")]

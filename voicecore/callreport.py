@@ -404,7 +404,12 @@ def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float,
                 response = record.response_for_item(item_id)
             except KeyError:
                 continue
-            figures["truncate_error_ms"].append(_heard_ms(core, response, tag_of))
+            heard = _heard_ms(core, response, tag_of)
+            if response.audio and heard >= len(response_frames(response)) * timing.FRAME_MS - 2 * timing.FRAME_MS:
+                # Heard whole, then deleted: a flow's context strategy forgetting history (a barge-in deletes
+                # only what nobody heard), not a cut whose position could be wrong.
+                continue
+            figures["truncate_error_ms"].append(heard)
     return figures
 
 

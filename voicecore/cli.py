@@ -18,7 +18,8 @@ from voicecore.config import ConfigError, load_config
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from voicecore.agent.load import AgentError, load_configured_agent
+    from voicecore.agent.load import AgentError
+    from voicecore.agent.settings import configure
     from voicecore.supervise import resolve_config, run_foreground
 
     if args.agent:
@@ -26,7 +27,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
         os.environ["VOICECORE_AGENT"] = os.path.abspath(args.agent)
     config = resolve_config(load_config(os.environ, args.config))
     try:
-        load_configured_agent(config, os.environ)  # an agent with any problem never starts
+        # An agent with any problem never starts; a good one decides what the configuration leaves open
+        # (its knowledge folder, model and language; call_control auto: turns), for every process.
+        config, _agent = configure(config, os.environ)
     except AgentError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)

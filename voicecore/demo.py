@@ -344,7 +344,10 @@ def format_report(report: dict) -> str:
     agent = report.get("agent")
     if agent:
         c = agent["controller"]
+        decision = report.get("gateway_bargein_decision_to_clear_ms") or {}
         lines += [
+            f"  barge-in decision  -> clear ms p50 {decision.get('p50', 0.0):.2f}  p99 {decision.get('p99', 0.0):.2f}"
+            f"  ({decision.get('count', 0)} barge-ins the controller decided on: words, not a bare VAD edge)",
             f"  agent              {agent['name']}: {agent['model_function_calls']} function calls by the model, "
             f"{c['tools_run']} tools run ({c['tool_errors']} errors), {agent['tool_server_requests']} requests at the tool server",
             f"  duplicates         {c['duplicate_writes_suppressed']} writes suppressed (same function and arguments within the window)",

@@ -430,6 +430,10 @@ def _read_function(p: _Problems, name: str, raw: Any, path: str, environ: Mappin
     if action == "transfer" and not transfer_to and agent_transfer_to == "":
         p.add(_key(path, "action"), "missing-transfer-target",
               "a transfer needs a target: set this function's transfer_to or the agent's transfer_to")
+    elif action == "transfer" and not transfer_to and agent_transfer_to is None:
+        # a flow checked on its own: the agent that uses it must name the target
+        p.warn(_key(path, "action"), "agent-transfer-target",
+               "a transfer without transfer_to goes to the agent's transfer_to, which agent.toml must set")
 
     confirm = p.boolean(fn, "confirm", path)
     confirm_prompt = p.prompt(fn, "confirm_prompt", path)
