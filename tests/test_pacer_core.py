@@ -166,16 +166,16 @@ def test_short_response_is_not_held(holding_call):
     assert c.tick(0) == frames(1, 0, 1) + ["mark 1:2:end"]
 
 
-def test_dry_carrier_waits_for_two_leads_of_approved_frames_without_timeout(holding_call):
+def test_dry_carrier_waits_for_three_leads_of_approved_frames_without_timeout(holding_call):
     c = holding_call
     c.open(1, gated=True)
-    c.push(1, 10)
+    c.push(1, 14)
     c.approve(1, 1)
     assert c.tick(0) == []  # one approved frame alone would stutter while approval catches up
     assert c.tick(100) == []  # the gate decides, not the prefill timeout
-    c.approve(1, 4)
-    assert c.tick(120) == []  # one lead approved, more audio waiting behind it: it would stall a tick later
     c.approve(1, 8)
+    assert c.tick(120) == []  # two leads approved, more audio waiting behind them: it would stall a tick later
+    c.approve(1, 12)
     assert c.tick(140) == frames(1, 0, 3)
 
 
