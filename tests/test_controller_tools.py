@@ -297,3 +297,19 @@ def test_the_prompt_takes_its_numbers_from_the_arguments_only():
         "Call +46 70 123 45 67 imorgon?"
     assert actions.render_prompt("Call {phone}?", '{"when": "x"}') is None
     assert actions.idempotency_key("f", '{"a": 1, "b": 2}') == actions.idempotency_key("f", '{"b":2,"a":1}')
+
+
+def test_the_post_tool_debounce_waits_while_the_caller_speaks_even_before_their_words_come():
+    c = controller(agent(confirm=False))
+    c.on_model_event(tool_call("lookup", "{}"), 0, IDLE)
+    c.on_tool_result("call_1", True, "{}", 100 * MS)
+    c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=500, item_id="u1"), 500 * MS, IDLE)
+    for t in range(520, 3000, 20):  # 2.5 s of speech and no transcript yet: not quiet
+        c.on_tick(t * MS, IDLE)
+    assert c.debounce is not None and c.stats.debounce_flushes == 0
+    c.on_model_event(ev(type="input_audio_buffer.speech_stopped", audio_end_ms=3000, item_id="u1"), 3000 * MS, IDLE)
+    c.on_model_event(ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0,
+                        transcript="and one more thing"), 3200 * MS, IDLE)
+    assert c.stats.debounce_flushes == 0
+    (create,) = [e for e in sent(c.on_tick(4700 * MS, IDLE)) if e["type"] == "response.create"]  # 1.5 s after the words
+    assert c.stats.debounce_flushes == 1 and c.inflight.question == "and one more thing"

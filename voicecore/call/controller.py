@@ -1014,6 +1014,10 @@ class CallController:
         # post-tool debounce (seed 001)
         if self.debounce is not None:
             started, last = self.debounce
+            if self.caller_speaking:
+                # Quiet means no speech, not only no words: a transcript may come seconds after speech began.
+                last = now
+                self.debounce = (started, now)
             if (now - last) // MS >= cfg.debounce_quiet_ms or (now - started) // MS >= cfg.debounce_cap_ms:
                 self._flush_debounce(out)
         # watchdog: asked, nothing created
