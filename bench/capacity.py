@@ -69,9 +69,11 @@ def slo_violations(report: dict, slo: Slo) -> list[str]:
     stale = report.get("stale_frames", 0)
     if stale > slo.stale_frames:
         broken.append(f"{stale} stale frames > {slo.stale_frames}")
-    bargein = report.get("bargein_to_clear_ms", {})
+    decision = report.get("bargein_measured_from") == "decision"
+    bargein = report.get("gateway_bargein_decision_to_clear_ms" if decision else "bargein_to_clear_ms", {})
     if bargein.get("count", 0) and bargein.get("p99", 0.0) > slo.bargein_to_clear_p99_ms:
-        broken.append(f"barge-in -> clear p99 {bargein['p99']:.2f} ms > {slo.bargein_to_clear_p99_ms:g} ms")
+        what = "barge-in decision -> clear" if decision else "barge-in -> clear"
+        broken.append(f"{what} p99 {bargein['p99']:.2f} ms > {slo.bargein_to_clear_p99_ms:g} ms")
     failed = report.get("calls", 0) - report.get("calls_completed", report.get("calls", 0))
     if failed > slo.calls_failed:
         broken.append(f"{failed} calls did not complete > {slo.calls_failed}")

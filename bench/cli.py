@@ -24,9 +24,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
     run.add_argument("--calls", type=int, default=10, help="concurrent simulated calls (default 10)")
     run.add_argument("--seconds", type=float, default=10.0, help="measured window in seconds, after every call is up (default 10)")
-    run.add_argument("--scenario", default="steady",
-                     choices=("steady", "bargein-storm", "model-stall", "silence", "hallucination", "overlap"),
-                     help="what callers and the model do (default steady)")
+    run.add_argument("--scenario", default="steady", metavar="NAME",
+                     help="what callers and the model do: steady (default), bargein-storm, model-stall, silence, "
+                          "hallucination, overlap, or agent:DIR (an agent directory's demo.toml: its callers, its "
+                          "model rules with function calls, its tool API; the stack runs the agent)")
     run.add_argument("--json", dest="json_path", metavar="PATH", help="write the JSON report here")
     run.add_argument("--png", dest="png_path", metavar="PATH", help="write the PNG report here (default: next to the JSON)")
     run.add_argument("--target", metavar="URL", help="drive a stack that is already running (http://host:port) instead of starting one")

@@ -35,7 +35,7 @@ from bench import analysis
 from bench.capacity import (CapacitySearch, Slo, capacity_load_bound, capacity_summary, load_saturated,
                             parse_resolution, slo_violations)
 from bench.pinning import affinity_of, parse_cpus, pin_tree
-from bench.scenarios import HALLUCINATION_UNGATED, SCENARIOS, get_scenario
+from bench.scenarios import AGENT_PREFIX, HALLUCINATION_UNGATED, SCENARIOS, get_scenario
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import TRUNCATE_TOLERANCE_MS, summarize
 from voicecore.config import UNIX_PREFIX, load_config
@@ -356,6 +356,7 @@ class LevelRun:
         self.sim_proc: asyncio.subprocess.Process | None = None
         self.baseline_proc: asyncio.subprocess.Process | None = None
         self.stack: Stack | None = None
+        self.tool_server = None  # an agent scenario's fake tool API (voicecore.sim.tool_server.ToolServer)
         self.loads: list[asyncio.subprocess.Process] = []
         self.readers: list[asyncio.Task] = []
         self.status: dict = {}  # each load process's last status line, by its index (_read_lines)
@@ -446,11 +447,23 @@ class LevelRun:
     async def _start_stack(self) -> None:
         opts, workdir, calls = self.opts, self.workdir, self.calls
         sim_port = await self._start_model_sim()
+        agent = self.scenario.agent
+        if agent is not None and agent.routes:
+            # The agent's HTTP API, faked on loopback in this process; its URLs read the address from the
+            # environment the stack inherits.
+            from voicecore.sim.tool_server import ToolServer
+
+            self.tool_server = ToolServer(agent.routes)
+            os.environ[agent.tool_server_env] = await self.tool_server.start()
         # The scenario's own settings (the hallucination scenario's gate) win over the caller's.
         base = resolve_config(load_config({**os.environ, **dict(self.scenario.stack_env)}, opts.config_path))
         # A few spare slots: the warm-up call's slot may still be closing when the load starts.
         config = dataclasses.replace(demo_config(base, workdir, calls, sim_port, record_dir=base.record_dir),
                                      max_calls=calls + 4)
+        if agent is not None:
+            from voicecore.agent.settings import configure
+
+            config = configure(config, os.environ)[0]  # its knowledge folder, model and language for every process
         if opts.transport == "unix":
             self.unix_socket = str(workdir / "gateway.sock")
             config = dataclasses.replace(config, listen=UNIX_PREFIX + self.unix_socket, public_url=UNIX_BASE_URL)
@@ -595,6 +608,8 @@ class LevelRun:
                 self.baseline_proc.kill()
         if self.stack is not None:
             await asyncio.to_thread(self.stack.stop)
+        if self.tool_server is not None:
+            await self.tool_server.stop()
         self.log_file.close()
 
     # ---- the figures ----
@@ -653,6 +668,12 @@ class LevelRun:
                            grace_ms=opts.starved_grace_ms, samples=samples)
         report["problems"] = (report["problems"] + problems)[:50]
         report["scenario"] = opts.scenario
+        # Under the turn-taking controller a barge-in waits for words on purpose (0.5-1 s): its latency is
+        # the controller's decision -> the clear (the gateway's figure), not the caller's first sound.
+        from voicecore.agent.settings import call_control
+
+        turns = self.config is not None and call_control(self.config) == "turns"
+        report["bargein_measured_from"] = "decision" if turns else "speech"
         report["system"] = system
         report["transport"] = "unix" if self.unix_socket else "tcp"
         report["privileges"] = {"mode": opts.privileges, "granted": window.scheduling}
@@ -919,8 +940,21 @@ def results_path(name: str, today: str | None = None) -> Path:
 def run_bench(opts: BenchOptions) -> int:
     from bench.report import format_table, write_png
 
-    if opts.scenario not in SCENARIOS:
-        print(f"voicecore bench: unknown scenario {opts.scenario!r}", file=sys.stderr)
+    if opts.scenario.startswith(AGENT_PREFIX):
+        from voicecore.agent.load import AgentError
+        from voicecore.agent.scenario import ScenarioError
+
+        try:
+            get_scenario(opts.scenario)
+        except (AgentError, ScenarioError) as exc:
+            print(f"voicecore bench: {exc}", file=sys.stderr)
+            return 2
+        if opts.baseline:
+            print("voicecore bench: an agent scenario runs voicecore's agent (flows, tools, confirmations); the "
+                  "baselines have none to compare", file=sys.stderr)
+            return 2
+    elif opts.scenario not in SCENARIOS:
+        print(f"voicecore bench: unknown scenario {opts.scenario!r} (or agent:DIR)", file=sys.stderr)
         return 2
     try:
         baselines = baseline_names(opts.baseline)

@@ -16,10 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from voicecore.agent.load import load_agent
+from voicecore.agent.scenario import Scenario as AgentScenario
+from voicecore.agent.scenario import load_scenario
 from voicecore.sim.audio_clips import default_library
 from voicecore.sim.carrier import CallScript
 from voicecore.sim.model import SimConfig
 
+AGENT_PREFIX = "agent:"  # --scenario agent:DIR: an agent directory's demo.toml (voicecore/agent/scenario.py)
 SCENARIOS = ("steady", "bargein-storm", "model-stall", "silence", "hallucination", "overlap")
 # Run by `--scenario hallucination` after the gated run, never named on the command line: the same calls
 # with the validation gate off, for the ungated time to first audio (bench/run.py).
@@ -57,12 +61,17 @@ class Scenario:
     cycle_ms: int
     # VOICECORE_* settings this scenario needs in the stack's environment (over the caller's own).
     stack_env: tuple[tuple[str, str], ...] = ()
+    agent: AgentScenario | None = None  # an agent's demo scenario (agent:DIR): its callers, model rules, tool API
 
     def script(self, duration_ms: int, call_index: int) -> CallScript:
+        if self.agent is not None:
+            return self.agent.call_script(call_index, duration_ms)
         return _SCRIPTS[self.name](self, duration_ms, call_index)
 
 
 def get_scenario(name: str) -> Scenario:
+    if name.startswith(AGENT_PREFIX):
+        return _agent(name)
     if name == "steady":
         return Scenario(name, SimConfig(clip_sequence=LONG_ANSWERS), False,
                         "agent talks most of the time (long answers), caller asks short questions between them", 7500)
@@ -83,6 +92,19 @@ def get_scenario(name: str) -> Scenario:
     if name in ("hallucination", HALLUCINATION_UNGATED):
         return _hallucination(name)
     raise ValueError(f"unknown scenario {name!r} (choose from {', '.join(SCENARIOS)})")
+
+
+def _agent(name: str) -> Scenario:
+    """An agent run under load: the agent's callers (script i % n), the model simulator following its rules
+    (function calls included), the stack loading the agent (turn-taking controller); the bench starts the
+    fake tool API (bench/run.py)."""
+    directory = Path(name[len(AGENT_PREFIX):]).expanduser().resolve()
+    load_agent(directory)  # every problem of its files, before anything starts
+    scenario = load_scenario(directory)
+    longest_ms = int(max(script.seconds for script in scenario.scripts) * 1000)
+    return Scenario(name, SimConfig(turns=scenario.sim_turns), False,
+                    f"the agent in {directory.name}: its demo.toml callers, model rules and tool API", longest_ms,
+                    stack_env=(("VOICECORE_AGENT", str(directory)),), agent=scenario)
 
 
 def _clip(name: str) -> bytes:

@@ -137,16 +137,6 @@ def replay_records(paths: list[Path], totals: dict | None = None) -> tuple[int, 
     return identical, problems
 
 
-def scenario_script(scenario: Scenario, index: int, seconds: float) -> CallScript:
-    """Call ``index``'s caller script from an agent's demo scenario (turns after the call's end dropped)."""
-    script = scenario.script_for(index)
-    duration_ms = int(seconds * 1000)
-    turns = [t for t in script.turns if t.at_ms < duration_ms]
-    return CallScript(duration_ms=duration_ms,
-                      utterances=tuple((t.at_ms, load_clip(t.clip)) for t in turns if t.clip),
-                      dtmf=tuple((t.at_ms, t.dtmf) for t in turns if t.dtmf), bargein_at_ms=())
-
-
 async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0,
                     scenario: Scenario | None = None) -> list[CallResult]:
     lead_frames = max(1, config.lead_ms // 20)
@@ -154,7 +144,7 @@ async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0
     async def one(index: int) -> CallResult:
         if ramp_ms:
             await asyncio.sleep(ramp_ms * index / max(1, calls) / 1000)
-        script = scenario_script(scenario, index, seconds) if scenario is not None else demo_script(seconds)
+        script = scenario.call_script(index, int(seconds * 1000)) if scenario is not None else demo_script(seconds)
         return await place_call(config.base_url, config.twilio_auth_token, script, lead_frames)
 
     with collector_paused():

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from voicecore.errors import MisuseError
-from voicecore.sim.audio_clips import default_library
+from voicecore.sim.audio_clips import default_library, load_clip
+from voicecore.sim.carrier import CallScript
 from voicecore.sim.model import SimTurn
 from voicecore.sim.tool_server import Route
 
@@ -48,6 +49,13 @@ class Scenario:
 
     def script_for(self, call_index: int) -> CallerScript:
         return self.scripts[call_index % len(self.scripts)]
+
+    def call_script(self, call_index: int, duration_ms: int) -> CallScript:
+        """Call ``call_index``'s caller, for the carrier simulator (turns after the call's end dropped)."""
+        turns = [t for t in self.script_for(call_index).turns if t.at_ms < duration_ms]
+        return CallScript(duration_ms=duration_ms,
+                          utterances=tuple((t.at_ms, load_clip(t.clip)) for t in turns if t.clip),
+                          dtmf=tuple((t.at_ms, t.dtmf) for t in turns if t.dtmf), bargein_at_ms=())
 
 
 def load_scenario(agent_dir: str | Path) -> Scenario:
