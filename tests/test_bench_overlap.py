@@ -4,6 +4,7 @@ before the first is done) and the windowing of the figures that measure it (synt
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import base64
 import json
 
@@ -28,12 +29,15 @@ def test_overlap_is_steady_with_overlaps_and_late_deltas():
     assert overlap.script(30_000, 3) == steady.script(30_000, 3)
 
 
-def test_every_scenario_is_a_cli_choice():
+def test_every_scenario_is_named_in_the_cli_help_and_an_agent_directory_is_one_too():
     parser = argparse.ArgumentParser()
     add_bench_arguments(parser)
-    choices = next(a.choices for a in parser._actions if a.dest == "scenario")
-    assert tuple(choices) == SCENARIOS
+    action = next(a for a in parser._actions if a.dest == "scenario")
+    assert all(name in action.help for name in SCENARIOS) and "agent:DIR" in action.help
     assert parser.parse_args(["--scenario", "overlap"]).scenario == "overlap"
+    agent = get_scenario("agent:" + str(Path(__file__).resolve().parents[1] / "examples" / "receptionist"))
+    assert agent.agent is not None and agent.sim_config.turns and agent.stack_env[0][0] == "VOICECORE_AGENT"
+    assert agent.script(60_000, 1).utterances  # the agent's own callers
 
 
 def _media(byte: int) -> str:
