@@ -5,7 +5,7 @@ answers under the node's gate policy, the agent's lines, and what a function cal
 ``ToolPlan`` to run a tool, with a confirmation prompt rendered from the arguments when the function asks
 for one, a built-in action, a transition to another node with the session and context strategy of that
 node). Never *when*: the controller schedules every step. Pure: no I/O, no clock; the arguments are
-checked against the function's JSON Schema here (jsonschema is pure Python and reads no files), so an
+checked against the function's JSON Schema here (voicecore/agent/arguments.py: pure, reads no files), so an
 invalid call never reaches a tool or the caller's ears as a confirmation.
 """
 
@@ -14,10 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import jsonschema
-
 from voicecore.agent import actions
-from voicecore.agent.spec import AgentSpec, FunctionSpec, NodeSpec
+from voicecore.agent.arguments import check_arguments
+from voicecore.agent.spec import AgentSpec, NodeSpec
 from voicecore.call.flow import Answer, Say, SessionSpec, Step, ToolOutcome, ToolPlan, Transition, Wait
 
 GREETING = "greeting"
@@ -154,7 +153,7 @@ class AgentFlow:
         canonical = actions.canonical_arguments(arguments)
         if canonical is None:
             return ToolOutcome(_error("invalid_arguments", "arguments must be a JSON object"))
-        problem = _schema_problem(function, canonical)
+        _, problem = check_arguments(function.parameters, canonical)
         if problem:
             return ToolOutcome(_error("invalid_arguments", problem))
         confirm = None
@@ -198,13 +197,4 @@ class AgentFlow:
         return ToolOutcome(output, speak=True, facts=facts)
 
 
-def _schema_problem(function: FunctionSpec, canonical: str) -> str:
-    try:
-        jsonschema.validate(json.loads(canonical), function.parameters)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path)
-        return f"{where}: {exc.message}" if where else exc.message
-    except jsonschema.SchemaError as exc:  # the loader checks schemas; a record of an older agent may not
-        return f"the function's parameters are not a valid schema: {exc.message}"
-    return ""
 

@@ -27,14 +27,14 @@ import re
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
-from functools import lru_cache
 from typing import Any
 
 import h11
-import jsonschema
 
 from voicecore import http_client
 from voicecore.agent.actions import canonical_arguments, idempotency_key
+from voicecore.agent.arguments import check_arguments as schema_check
+from voicecore.agent.arguments import reject_constant
 from voicecore.agent.spec import FunctionSpec, PythonTool, Webhook
 
 __all__ = [
@@ -120,35 +120,10 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-@lru_cache(maxsize=256)
-def _validator_for(schema_text: str) -> Any:
-    schema = json.loads(schema_text)
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
-
-
 def check_arguments(function: FunctionSpec, arguments: str) -> dict[str, Any] | ToolFailure:
     """The arguments as a dict when they are a JSON object valid against ``function.parameters``."""
-    try:
-        value = json.loads(arguments or "{}", parse_constant=_reject_constant)
-    except ValueError as exc:
-        return ToolFailure("invalid_arguments", f"the arguments are not JSON: {exc}")
-    if not isinstance(value, dict):
-        return ToolFailure("invalid_arguments", "the arguments must be a JSON object")
-    try:
-        validator = _validator_for(json.dumps(function.parameters, sort_keys=True))
-    except jsonschema.SchemaError as exc:  # the loader checks schemas; an agent from an old record may not pass
-        return ToolFailure("invalid_arguments", f"the function's parameters are not a valid schema: {exc.message}")
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
-    if error is not None:
-        where = "/".join(str(part) for part in error.absolute_path)
-        return ToolFailure("invalid_arguments", f"{where}: {error.message}" if where else error.message)
-    return value
+    value, problem = schema_check(function.parameters, arguments)
+    return ToolFailure("invalid_arguments", problem) if value is None else value
 
 
 def _resolve_env(text: str, environ: Mapping[str, str]) -> str | ToolFailure:
@@ -214,7 +189,7 @@ def webhook_outcome(status_code: int, body: bytes) -> tuple[str, ToolFailure | N
         if not body.strip():
             return OK_OUTPUT, None
         try:
-            output = _compact(json.loads(body, parse_constant=_reject_constant))
+            output = _compact(json.loads(body, parse_constant=reject_constant))
         except ValueError:  # UnicodeDecodeError is a ValueError too
             return "", ToolFailure("bad_json", f"the server answered {status_code} with a body that is not JSON")
         return _capped(output)
@@ -229,7 +204,7 @@ def _small_json(body: bytes) -> Any:
     if not body.strip() or len(body) > MAX_ERROR_BODY_BYTES:
         return None
     try:
-        return json.loads(body, parse_constant=_reject_constant)
+        return json.loads(body, parse_constant=reject_constant)
     except ValueError:
         return None
 
