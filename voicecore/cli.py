@@ -1,4 +1,4 @@
-"""The `voicecore` command: up, demo, check, replay, and the subcommands other packages register.
+"""The `voicecore` command: up, demo, check, calls, replay, and the subcommands other packages register.
 
 Owns argument parsing and exit codes only; each subcommand's work lives in its own module. Subcommands
 outside the library (the bench) come from the ``voicecore.commands`` entry point group: each entry names
@@ -58,6 +58,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return replay_main(args.replay_args)
 
 
+def _cmd_calls(args: argparse.Namespace) -> int:
+    from voicecore.store.command import run_calls
+
+    return run_calls(os.environ, args.config, since=args.since, limit=args.limit, as_json=args.json, call_sid=args.call_sid)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voicecore", description="Media runtime for AI phone agents.")
     parser.add_argument("--config", help="TOML configuration file (default: $VOICECORE_CONFIG)")
@@ -91,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--env", action="store_true",
                        help="also report webhook environment references (${NAME}, env:NAME) this environment lacks")
     check.set_defaults(func=_cmd_check)
+
+    calls = sub.add_parser("calls", help="the call store: recent calls, or one call with its turns and timings")
+    calls.add_argument("call_sid", nargs="?", metavar="CALL_SID", help="show this call: its turns, timings, transcript, tools")
+    calls.add_argument("--since", metavar="SECONDS_AGO|ISO", help="calls started since: seconds ago (3600) or an ISO time")
+    calls.add_argument("--limit", type=int, default=100, metavar="N", help="at most N calls, newest first (default 100)")
+    calls.add_argument("--json", action="store_true", help="print one JSON object")
+    calls.set_defaults(func=_cmd_calls)
 
     _register_commands(sub)
 

@@ -44,6 +44,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_calls", int, 256, "concurrent call slots in the shared-memory arena"),
     Setting("runtime_dir", str, "", "private directory (0700) for sockets and state; default $XDG_RUNTIME_DIR/voicecore or /tmp/voicecore-<uid>"),
     Setting("record_dir", str, "", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records (records hold what callers said: opt in; the demo records by default)"),
+    Setting("database_url", str, "", "the call store, filled from call records: sqlite:///ABSOLUTE/PATH or postgresql://...; empty: sqlite:///<record_dir>/calls.db when record_dir is set, else no store"),
+    Setting("retention_days", int, 0, "calls older than this many days are deleted from the call store, and their record files from record_dir (by the recorder, at start and hourly); 0: keep them forever"),
     Setting("record_caller_audio", bool, True, "call records keep the caller's audio (for `voicecore replay --wav`); false: timing only"),
     Setting("shm_dir", str, "/dev/shm", "directory of the shared-memory arena file"),
     Setting("lead_ms", int, 80, "audio the pacer keeps queued ahead in the carrier's buffer"),
@@ -85,6 +87,8 @@ class Config:
     max_calls: int
     runtime_dir: str
     record_dir: str
+    database_url: str
+    retention_days: int
     record_caller_audio: bool
     shm_dir: str
     lead_ms: int
@@ -201,6 +205,11 @@ def _validate(values: dict[str, object]) -> None:
         host, sep, port = listen.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ConfigError(f"listen: expected host:port or unix:/path, got {listen!r}")
+    database_url = str(values["database_url"])
+    if database_url and not database_url.startswith(("sqlite:///", "postgresql://")):
+        raise ConfigError(f"database_url: expected empty, sqlite:///ABSOLUTE/PATH or postgresql://..., got {database_url!r}")
+    if int(values["retention_days"]) < 0:  # type: ignore[arg-type]
+        raise ConfigError(f"retention_days: expected 0 (keep forever) or more, got {values['retention_days']}")
     if values["realtime_naming"] not in ("ga", "beta"):
         raise ConfigError(f"realtime_naming: expected ga or beta, got {values['realtime_naming']!r}")
     if not 1 <= int(values["max_calls"]) <= 4096:  # type: ignore[arg-type]

@@ -1,0 +1,378 @@
+"""The call store: a record -> CallSummary (pure), and the same store suite over a real SQLite file and a
+real PostgreSQL server (started here with pgserver; those params are marked integration).
+
+Records are built the way the model worker builds them: a CallRecorder around a CallController fed
+scripted model events on a fake clock; one real record from `voicecore demo` (spine control; its caller
+audio left out, as VOICECORE_RECORD_CALLER_AUDIO=false writes it) is in tests/data/records/.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import gzip
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from voicecore.agent.flow import AgentFlow
+from voicecore.agent.spec import AgentSpec, FlowSpec, FunctionSpec, Message, NodeSpec, Webhook
+from voicecore.call import controller as C
+from voicecore.call.record import CallRecorder, loads
+from voicecore.config import ConfigError, load_config
+from voicecore.store import CallStore, StoreError, database_url_for, summarize_record
+from voicecore.store import schema
+
+MS = 1_000_000
+IDLE = C.IDLE_PLAYOUT
+DATA = Path(__file__).resolve().parent / "data" / "records"
+DEMO_RECORD = DATA / "CA12d7ea0ef4734a81a0186375f3878962.jsonl.gz"
+BOOK_PARAMS = {"type": "object", "properties": {"service": {"type": "string"}}, "required": ["service"],
+               "additionalProperties": False}
+
+
+def ev(**fields) -> str:
+    return json.dumps(fields)
+
+
+def receptionist() -> AgentSpec:
+    functions = {"book": FunctionSpec("book", "Book an appointment.", BOOK_PARAMS, tool=Webhook("http://127.0.0.1:9/book"),
+                                      confirm=False),
+                 "end_call": FunctionSpec("end_call", "End the call.", action="end_call")}
+    nodes = {"reception": NodeSpec("reception", role_messages=(Message("system", "You book appointments."),),
+                                   functions=("book", "end_call"))}
+    return AgentSpec("receptionist", "You are the receptionist of Smile Dental.", FlowSpec("reception", nodes, functions),
+                     greeting="Hello, Smile Dental.")
+
+
+def delta(rid: str, frames: int) -> str:
+    return ev(type="response.output_audio.delta", response_id=rid, item_id="item_" + rid,
+              delta=base64.b64encode(b"\x11" * 160 * frames).decode())
+
+
+def said(rid: str, text: str) -> str:
+    return ev(type="response.output_audio_transcript.done", response_id=rid, item_id="item_" + rid, transcript=text)
+
+
+def created(rid: str, req: str) -> str:
+    return ev(type="response.created", response={"id": rid, "metadata": {"vc_req": req}})
+
+
+def done(rid: str) -> str:
+    return ev(type="response.done", response={"id": rid, "status": "completed"})
+
+
+def requests(actions) -> list[dict]:
+    return [json.loads(a.text) for a in actions if isinstance(a, C.SendToModel)
+            and json.loads(a.text).get("type") == "response.create"]
+
+
+def tick_until_request(recorder: CallRecorder, from_ms: int, playout=IDLE) -> tuple[int, str]:
+    """Tick every 20 ms until the controller asks for a response: (when, its vc_req)."""
+    for at_ms in range(from_ms, from_ms + 10_000, 20):
+        asked = requests(recorder.on_tick(at_ms * MS, playout))
+        if asked:
+            return at_ms, asked[0]["response"]["metadata"]["vc_req"]
+    raise AssertionError("the controller never asked for a response")
+
+
+@dataclasses.dataclass
+class ScriptedCall:
+    header: dict
+    entries: list
+    request_ms: int  # when the answer after the tool was asked for
+    cancel_ms: int  # when the caller's barge-in cancelled that answer
+
+
+def scripted_call(call_sid: str = "CA1", end: str = "caller") -> ScriptedCall:
+    """Greeting; the caller asks for a booking (a tool runs, then the agent answers); the caller talks over
+    the answer (barge-in, truncate); a verdict and a model error; the caller hangs up."""
+    r = CallRecorder(C.CallController(call_sid, flow=AgentFlow(receptionist())))
+    r.start(0)
+    r.on_model_event(created("r1", "1"), 100 * MS, IDLE)
+    r.on_model_event(delta("r1", 10), 110 * MS, IDLE)
+    r.on_model_event(said("r1", "Hello, Smile Dental."), 120 * MS, IDLE)
+    r.on_model_event(done("r1"), 121 * MS, IDLE)
+    r.on_tick(400 * MS, C.Playout(1, 10, 320 * MS, 1, 10, 320 * MS))
+    # turn 1: a booking, through a tool
+    r.on_model_event(ev(type="input_audio_buffer.speech_started", item_id="u1", audio_start_ms=900), 1000 * MS, IDLE)
+    r.on_model_event(ev(type="input_audio_buffer.speech_stopped", item_id="u1", audio_end_ms=1900), 2000 * MS, IDLE)
+    out = r.on_model_event(ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0,
+                              transcript="Book a cleaning please"), 2100 * MS, IDLE)
+    assert requests(out)[0]["response"]["metadata"]["vc_req"] == "2"
+    r.on_model_event(created("r2", "2"), 2300 * MS, IDLE)
+    r.on_model_event(ev(type="response.function_call_arguments.done", response_id="r2", item_id="fc_1", call_id="call_1",
+                        name="book", arguments='{"service": "cleaning"}'), 2400 * MS, IDLE)
+    r.on_model_event(done("r2"), 2410 * MS, IDLE)
+    r.on_tool_result("call_1", True, '{"booked": true}', 2600 * MS)
+    request_ms, req = tick_until_request(r, 2620)
+    out = r.on_model_event(created("r3", req), (request_ms + 200) * MS, IDLE)
+    (tag,) = [a.tag for a in out if isinstance(a, C.OpenTag)]
+    r.on_model_event(delta("r3", 100), (request_ms + 300) * MS, IDLE)
+    r.on_model_event(said("r3", "You are booked for a cleaning."), (request_ms + 400) * MS, IDLE)
+    r.on_model_event(done("r3"), (request_ms + 410) * MS, IDLE)
+    # turn 2: the caller talks over the answer
+    speaking_ms = request_ms + 1000
+    playing = C.Playout(tag, 20, speaking_ms * MS, tag, 25, (speaking_ms + 100) * MS)
+    r.on_model_event(ev(type="input_audio_buffer.speech_started", item_id="u2", audio_start_ms=speaking_ms), speaking_ms * MS, playing)
+    r.on_model_event(ev(type="conversation.item.input_audio_transcription.delta", item_id="u2", content_index=0,
+                        delta="no wait "), (speaking_ms + 300) * MS, playing)
+    cancel_ms = 0
+    for at_ms in range(speaking_ms + 320, speaking_ms + 3000, 20):
+        if any(isinstance(a, C.CancelTag) for a in r.on_tick(at_ms * MS, playing)):
+            cancel_ms = at_ms
+            break
+    assert cancel_ms, "the caller's words never cancelled the answer"
+    r.on_model_event(ev(type="input_audio_buffer.speech_stopped", item_id="u2", audio_end_ms=speaking_ms + 1500),
+                     (speaking_ms + 1500) * MS, IDLE)
+    r.on_model_event(ev(type="conversation.item.input_audio_transcription.completed", item_id="u2", content_index=0,
+                        transcript="No wait, make it Friday"), (speaking_ms + 1600) * MS, IDLE)
+    r.on_verdict(tag, 0, True, (speaking_ms + 1700) * MS, IDLE, reason="number not in the knowledge base",
+                 citations='[{"file": "prices.md", "line": 3}]')
+    r.on_model_event(ev(type="error", error={"type": "invalid_request_error", "code": "response_cancel_not_active",
+                                             "message": "no active response"}), (speaking_ms + 1800) * MS, IDLE)
+    if end == "caller":
+        r.on_carrier_stop((speaking_ms + 2000) * MS)
+    return ScriptedCall(r.header, r.entries, request_ms, cancel_ms)
+
+
+# --- summarize_record: pure -----------------------------------------------------------------------------
+def test_a_turns_call_summarized_turn_by_turn_with_its_timing_model():
+    call = scripted_call()
+    summary = summarize_record(call.header, call.entries, source="CA1.jsonl", wall_end_s=1_800_000_000.0)
+    speaking_ms = call.request_ms + 1000
+    assert (summary.call_sid, summary.control, summary.flow, summary.agent) == ("CA1", "turns", "agent", "receptionist")
+    assert summary.duration_ms == speaking_ms + 2000 and summary.outcome == "caller_hangup" and summary.complete
+    assert summary.started_at == pytest.approx(1_800_000_000.0 - summary.duration_ms / 1000)
+    first, second = summary.turns
+    assert (first.speech_started_ms, first.speech_stopped_ms, first.transcript) == (1000, 2000, "Book a cleaning please")
+    assert first.response_requested_ms == 2100  # the first request after the utterance (the one that called the tool)
+    # the caller's wait ends with the answer after the tool: r2 called the tool and had no audio
+    assert (first.response_id, first.first_audio_ms, first.latency_ms) == ("r3", call.request_ms + 300, call.request_ms + 300 - 2000)
+    assert first.barged_in_ms == call.cancel_ms and first.truncated_at_ms is not None and first.truncated_at_ms > 0
+    assert first.agent_text == "You are booked for a cleaning."
+    assert (second.speech_started_ms, second.transcript, second.first_audio_ms, second.barged_in_ms) == (
+        speaking_ms, "No wait, make it Friday", None, None)
+    assert [(t.speaker, t.text) for t in summary.transcripts] == [
+        ("agent", "Hello, Smile Dental."), ("caller", "Book a cleaning please"), ("agent", "You are booked for a cleaning."),
+        ("caller", "No wait, make it Friday")]
+    (tool,) = summary.tool_calls
+    assert (tool.call_id, tool.name, tool.called_ms, tool.ran, tool.ok, tool.output, tool.result_ms) == (
+        "call_1", "book", 2400, True, True, '{"booked": true}', 2600)
+    assert json.loads(tool.arguments) == {"service": "cleaning"}
+    (verdict,) = summary.verdicts
+    assert (verdict.rejected, verdict.reason, verdict.at_ms) == (True, "number not in the knowledge base", speaking_ms + 1700)
+    assert json.loads(verdict.citations) == [{"file": "prices.md", "line": 3}]
+    (error,) = summary.errors
+    assert (error.code, error.message, error.at_ms) == ("response_cancel_not_active", "no active response", speaking_ms + 1800)
+
+
+def test_the_outcome_is_the_drivers_end_reason():
+    call = scripted_call(end="none")
+    assert summarize_record(call.header, call.entries, "a").outcome == "ended"
+
+    def with_out(action: dict) -> str:
+        entries = call.entries + [{"t": call.entries[-1]["t"] + MS, "k": "out", "a": action},
+                                  {"t": call.entries[-1]["t"] + 2 * MS, "k": "out", "a": {"type": "CallOver", "reason": "x"}}]
+        return summarize_record(call.header, entries, "a").outcome
+
+    assert with_out({"type": "HangUp", "reason": "goodbye"}) == "hangup:goodbye"  # the first end wins
+    assert with_out({"type": "Transfer", "target": "+15550123"}) == "transfer"
+    assert with_out({"type": "CallOver", "reason": "caller_hangup"}) == "caller_hangup"
+
+
+def test_summarize_is_pure_and_reads_a_record_it_did_not_write():
+    call = scripted_call()
+    text = "\n".join(json.dumps(line) for line in [call.header, *call.entries]) + "\n"
+    header, entries = loads(text)
+    before = json.dumps(entries)
+    assert summarize_record(header, entries, "s", 5.0) == summarize_record(header, entries, "s", 5.0)
+    assert json.dumps(entries) == before  # the entries are not changed
+
+
+def test_a_real_demo_record_spine_control():
+    header, entries = loads(gzip.open(DEMO_RECORD, "rt", encoding="utf-8").read())
+    summary = summarize_record(header, entries, DEMO_RECORD.name, wall_end_s=1000.0)
+    assert (summary.control, summary.flow, summary.agent, summary.outcome) == ("spine", "", "", "ended")
+    assert 14_000 <= summary.duration_ms <= 16_000
+    first, second = summary.turns
+    # the spine lets the server create responses: nothing is requested by the driver
+    assert first.response_requested_ms is None and first.speech_started_ms < first.speech_stopped_ms < first.first_audio_ms
+    assert 0 < first.latency_ms < 2000 and 0 < second.latency_ms < 2000
+    # the caller's second utterance barged in on the first answer; the truncate says how much was heard
+    assert first.barged_in_ms is not None and first.speech_stopped_ms < first.barged_in_ms <= second.speech_started_ms + 50
+    assert first.truncated_at_ms is not None and first.truncated_at_ms > 0 and second.barged_in_ms is None
+    assert [t.speaker for t in summary.transcripts] == ["agent", "agent", "agent"]  # the greeting and two answers
+    assert summary.transcripts[0].text.startswith("Hello")
+    assert first.agent_text == summary.transcripts[1].text and summary.tool_calls == () and summary.errors == ()
+
+
+# --- the store: the same suite over SQLite and PostgreSQL ----------------------------------------------
+@pytest.fixture(scope="module")
+def postgres_url():
+    pgserver = pytest.importorskip("pgserver")
+    import psycopg
+
+    with tempfile.TemporaryDirectory(prefix="voicecore-pg-") as tmp:
+        server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="stop")
+        admin = server.get_uri()
+        counter = iter(range(1_000_000))
+
+        def fresh() -> str:
+            """A new empty database on the server: each test starts from nothing."""
+            name = f"calls_{os.getpid()}_{next(counter)}"
+            with psycopg.connect(admin, autocommit=True) as connection:
+                connection.execute(f"CREATE DATABASE {name}")
+            return admin.replace("/postgres?", f"/{name}?", 1)
+
+        try:
+            yield fresh
+        finally:
+            server.cleanup()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def store_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/calls.db"
+    return request.getfixturevalue("postgres_url")()
+
+
+def summary_of(call_sid: str, wall_end_s: float, source: str | None = None):
+    call = scripted_call(call_sid)
+    return summarize_record(call.header, call.entries, source or f"{call_sid}.jsonl", wall_end_s)
+
+
+def test_ingest_twice_stores_once(store_url):
+    summary = summary_of("CA1", 1_800_000_000.0)
+    with CallStore.open(store_url) as store:
+        assert store.ingest(summary) is True
+        assert store.ingest(summary) is False
+        assert [c["call_sid"] for c in store.calls()] == ["CA1"]
+    with CallStore.open(store_url) as store:  # another process, later: still known
+        assert store.ingest(summary) is False and store.has_source("CA1.jsonl")
+        assert len(store.calls()) == 1
+
+
+def test_a_calls_turns_timings_transcript_tools_verdicts_and_errors_round_trip(store_url):
+    summary = summary_of("CA1", 1_800_000_000.0)
+    with CallStore.open(store_url) as store:
+        store.ingest(summary)
+        call = store.call("CA1")
+    assert call is not None
+    assert (call["call_sid"], call["control"], call["agent"], call["outcome"], call["complete"], call["sources"]) == (
+        "CA1", "turns", "receptionist", "caller_hangup", True, ["CA1.jsonl"])
+    assert call["started_at"] == pytest.approx(summary.started_at) and call["duration_ms"] == summary.duration_ms
+    assert call["ended_at"] == pytest.approx(1_800_000_000.0)
+    expected_turns = [{**{k: v for k, v in dataclasses.asdict(t).items()}, "latency_ms": t.latency_ms} for t in summary.turns]
+    assert call["turns"] == expected_turns
+    assert call["turns"][0]["barged_in_ms"] is not None and call["turns"][0]["latency_ms"] > 0
+    assert call["transcript"] == [dataclasses.asdict(t) for t in summary.transcripts]
+    assert call["tool_calls"] == [dataclasses.asdict(t) for t in summary.tool_calls]
+    assert call["tool_calls"][0]["ok"] is True and call["tool_calls"][0]["ran"] is True
+    assert call["verdicts"] == [dataclasses.asdict(v) for v in summary.verdicts] and call["verdicts"][0]["rejected"] is True
+    assert call["errors"] == [dataclasses.asdict(e) for e in summary.errors]
+
+
+def test_calls_newest_first_since_and_limit(store_url):
+    with CallStore.open(store_url) as store:
+        for n, end in enumerate((1000.0, 3000.0, 2000.0)):
+            store.ingest(summary_of(f"CA{n}", end))
+        assert [c["call_sid"] for c in store.calls()] == ["CA1", "CA2", "CA0"]
+        assert all(c["turns"] == 2 and c["outcome"] == "caller_hangup" for c in store.calls())
+        since = store.calls(since_s=2000.0 - 30)  # the calls last about 12 s: CA2 started after, CA0 before
+        assert [c["call_sid"] for c in since] == ["CA1", "CA2"]
+        assert [c["call_sid"] for c in store.calls(limit=1)] == ["CA1"]
+        assert store.call("CA404") is None
+
+
+def test_purge_deletes_old_calls_and_all_their_rows_but_remembers_their_records(store_url):
+    day = 86400.0
+    now = 1_800_000_000.0
+    with CallStore.open(store_url) as store:
+        store.ingest(summary_of("CAold", now - 40 * day))
+        store.ingest(summary_of("CAnew", now - 1 * day))
+        assert store.purge(30, now_s=now) == 1
+        assert [c["call_sid"] for c in store.calls()] == ["CAnew"] and store.call("CAold") is None
+        for table in ("turns", "transcripts", "tool_calls", "verdicts", "errors"):
+            count = store.backend.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+            assert count == {"turns": 2, "transcripts": 4, "tool_calls": 1, "verdicts": 1, "errors": 1}[table], table
+        assert store.ingest(summary_of("CAold", now - 40 * day)) is False  # its record is still on disk: not again
+        assert store.purge(30, now_s=now) == 0
+
+
+def test_a_call_recorded_in_parts_is_its_latest_part_naming_every_record(store_url):
+    with CallStore.open(store_url) as store:
+        store.ingest(dataclasses.replace(summary_of("CA7", 1000.0, "CA7.jsonl.part"), complete=False))
+        store.ingest(summary_of("CA7", 2000.0, "CA7-2.jsonl"))
+        call = store.call("CA7")
+        assert call["sources"] == ["CA7-2.jsonl", "CA7.jsonl.part"] and call["complete"] is True
+        assert call["ended_at"] == pytest.approx(2000.0)
+        assert [c["complete"] for c in store.calls()] == [True, False]
+
+
+def test_migrations_run_once_and_opening_again_changes_nothing(store_url):
+    with CallStore.open(store_url) as store:
+        assert store.schema_version() == schema.LATEST_VERSION == 1
+        store.ingest(summary_of("CA1", 1000.0))
+    for _ in range(2):
+        with CallStore.open(store_url) as store:
+            assert store.migrate() == schema.LATEST_VERSION
+            assert store.backend.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1
+            assert [c["call_sid"] for c in store.calls()] == ["CA1"]
+
+
+def test_an_ingest_that_fails_halfway_leaves_nothing(store_url):
+    good = summary_of("CA1", 1000.0)
+    bad = dataclasses.replace(good, source="bad.jsonl", transcripts=good.transcripts + (
+        dataclasses.replace(good.transcripts[0], speaker="operator"),))  # the CHECK constraint refuses it
+    with CallStore.open(store_url) as store:
+        with pytest.raises(Exception):
+            store.ingest(bad)
+        assert store.calls() == [] and not store.has_source("bad.jsonl")
+        assert store.ingest(good) is True
+
+
+def test_the_sqlite_store_is_private_and_in_wal_mode(tmp_path):
+    with CallStore.open(f"sqlite:///{tmp_path}/calls.db") as store:
+        assert store.backend.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.backend.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert stat.S_IMODE((tmp_path / "calls.db").stat().st_mode) == 0o600
+
+
+def test_store_urls_and_the_default_store():
+    with pytest.raises(StoreError):
+        CallStore.open("mysql://x")
+    with pytest.raises(StoreError):
+        CallStore.open("sqlite:////no/such/directory/calls.db")
+    assert database_url_for(load_config({})) == ""
+    assert database_url_for(load_config({"VOICECORE_RECORD_DIR": "/var/rec"})) == "sqlite:///var/rec/calls.db"
+    url = "postgresql://u@db/calls"
+    assert database_url_for(load_config({"VOICECORE_RECORD_DIR": "/var/rec", "VOICECORE_DATABASE_URL": url})) == url
+    assert load_config({"VOICECORE_RETENTION_DAYS": "30"}).retention_days == 30
+    for bad in ({"VOICECORE_DATABASE_URL": "mysql://x"}, {"VOICECORE_RETENTION_DAYS": "-1"}):
+        with pytest.raises(ConfigError):
+            load_config(bad)
+
+
+def test_a_response_after_the_answer_is_done_is_not_the_turns_answer():
+    """A silence check-in after the answer played belongs to no turn (it is in the transcript only)."""
+    def model(at_ms: int, **fields) -> dict:
+        return {"t": at_ms * MS, "k": "model", "text": json.dumps(fields), "p": [0, 0, 0, 0, 0, 0]}
+
+    entries = [{"t": 0, "k": "start"},
+               model(1000, type="input_audio_buffer.speech_started", item_id="u1"),
+               model(1500, type="input_audio_buffer.speech_stopped", item_id="u1"),
+               model(1600, type="response.created", response={"id": "rA"}),
+               model(1700, type="response.output_audio.delta", response_id="rA", delta=""),
+               model(1800, type="response.output_audio_transcript.done", response_id="rA", transcript="Sure."),
+               model(1810, type="response.done", response={"id": "rA"}),
+               model(9000, type="response.created", response={"id": "rB"}),
+               model(9100, type="response.output_audio.delta", response_id="rB", delta=""),
+               model(9200, type="response.output_audio_transcript.done", response_id="rB", transcript="Still there?")]
+    (turn,) = summarize_record({"voicecore_record": 1, "control": "spine", "call_sid": "CA2"}, entries, "x").turns
+    assert (turn.response_id, turn.first_audio_ms, turn.latency_ms, turn.agent_text) == ("rA", 1700, 200, "Sure.")

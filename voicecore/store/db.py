@@ -1,0 +1,296 @@
+"""CallStore: the call store's database (SQLite or PostgreSQL), opened from a URL.
+
+Owns the connection, the migrations' running, and reading and writing CallSummary rows (the SQL is
+schema.py's; a summary is summary.py's). One connection per store: the recorder worker is the one writer,
+`voicecore calls` a reader. SQLite runs in WAL mode (a reader never blocks the writer) with foreign keys
+on; its file is created 0600 (it holds what callers said).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from voicecore.errors import MisuseError
+from voicecore.store import schema
+from voicecore.store.summary import CallSummary
+
+SQLITE_PREFIX = "sqlite:///"
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+STORE_FILE = "calls.db"
+MIGRATION_LOCK = 0x766F69636563  # PostgreSQL advisory lock key: two processes opening a new store migrate one at a time
+SECONDS_PER_DAY = 86400
+
+
+class StoreError(MisuseError, ValueError):
+    """The store URL cannot be used (wrong scheme, a relative SQLite path, psycopg missing)."""
+
+
+def database_url_for(config: Any) -> str:
+    """The store a configuration names: ``database_url``, else ``calls.db`` in the record directory (the
+    store is filled from records), else "" (no store)."""
+    if config.database_url:
+        return str(config.database_url)
+    if config.record_dir:
+        return SQLITE_PREFIX + os.path.join(os.path.abspath(config.record_dir), STORE_FILE).lstrip("/")
+    return ""
+
+
+class _Backend:
+    """What differs between SQLite and PostgreSQL: connecting, parameters, transactions."""
+
+    dialect = ""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        raise NotImplementedError
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def migration_lock(self) -> None:
+        """Called first in the migration's transaction."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _SQLite(_Backend):
+    dialect = "sqlite"
+
+    def __init__(self, path: str) -> None:
+        if not os.path.exists(path):
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # before SQLite creates it with the umask's mode
+        # isolation_level None: we say BEGIN and COMMIT ourselves; check_same_thread off: the recorder may open
+        # the store on one thread and write from another (never two at once)
+        self.connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self.connection.execute("PRAGMA journal_mode=WAL")
+        self.connection.execute("PRAGMA foreign_keys=ON")
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.connection.execute(sql, tuple(params))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self.connection.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.connection.execute("BEGIN IMMEDIATE")  # take the write lock now: no upgrade deadlock with another writer
+        try:
+            yield
+        except BaseException:
+            self.connection.execute("ROLLBACK")
+            raise
+        self.connection.execute("COMMIT")
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class _Postgres(_Backend):
+    dialect = "postgresql"
+
+    def __init__(self, url: str) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise StoreError("a postgresql:// store needs psycopg: pip install 'voicecore[postgres]'") from None
+        self.connection = psycopg.connect(url, autocommit=True)
+
+    @staticmethod
+    def _sql(sql: str) -> str:
+        return sql.replace("?", "%s")  # schema.py promises no literal ? or %
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.connection.execute(self._sql(sql), tuple(params))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            with self.connection.cursor() as cursor:
+                cursor.executemany(self._sql(sql), rows)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self.connection.transaction():
+            yield
+
+    def migration_lock(self) -> None:
+        self.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _backend_for(url: str) -> _Backend:
+    if url.startswith(SQLITE_PREFIX):
+        path = "/" + url[len(SQLITE_PREFIX):].lstrip("/")
+        if url[len(SQLITE_PREFIX):] == "" or not os.path.isdir(os.path.dirname(path)):
+            raise StoreError(f"database_url: {url!r}: the directory of the SQLite file must exist")
+        return _SQLite(path)
+    if url.startswith(POSTGRES_PREFIXES):
+        return _Postgres(url)
+    raise StoreError(f"database_url: expected sqlite:///ABSOLUTE/PATH or postgresql://..., got {url!r}")
+
+
+def _rows(cursor: Any) -> list[dict[str, Any]]:
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def _flag(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+CALL_COLUMNS = "id, source, call_sid, control, flow, agent, started_at, duration_ms, outcome, complete"
+
+
+class CallStore:
+    """The call store: ``CallStore.open(url)``, then ``ingest``, ``calls``, ``call``, ``purge``, ``close``."""
+
+    def __init__(self, backend: _Backend) -> None:
+        self.backend = backend
+
+    @classmethod
+    def open(cls, url: str) -> CallStore:
+        """Connect and bring the schema up to date (creating it in a new database)."""
+        store = cls(_backend_for(url))
+        try:
+            store.migrate()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    @property
+    def dialect(self) -> str:
+        return self.backend.dialect
+
+    def migrate(self) -> int:
+        """Run the migrations this database lacks, each in its own transaction; the schema's version."""
+        db = self.backend
+        with db.transaction():
+            db.migration_lock()
+            db.execute(schema.SCHEMA_VERSION_TABLE)
+            version = db.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
+        while version < schema.LATEST_VERSION:
+            with db.transaction():
+                db.migration_lock()
+                current = db.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
+                if current == version:  # nobody else ran it meanwhile
+                    for statement in schema.migration_sql(version + 1, db.dialect):
+                        db.execute(statement)
+                    db.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", (version + 1, time.time()))
+            version = db.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
+        return version
+
+    def schema_version(self) -> int:
+        return self.backend.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
+
+    def ingest(self, summary: CallSummary) -> bool:
+        """Store a call, all of it or nothing; False when its record (``summary.source``) was stored before."""
+        db = self.backend
+        with db.transaction():
+            added = db.execute("INSERT INTO sources (name, ingested_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                               (summary.source, time.time()))
+            if added.rowcount != 1:
+                return False
+            call_id = db.execute(
+                "INSERT INTO calls (source, call_sid, control, flow, agent, started_at, duration_ms, outcome, complete) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (summary.source, summary.call_sid, summary.control, summary.flow, summary.agent, summary.started_at,
+                 summary.duration_ms, summary.outcome, int(summary.complete))).fetchone()[0]
+            db.executemany(
+                "INSERT INTO turns (call_id, idx, speech_started_ms, speech_stopped_ms, transcript, response_requested_ms, "
+                "response_id, first_audio_ms, barged_in_ms, truncated_at_ms, agent_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(call_id, t.index, t.speech_started_ms, t.speech_stopped_ms, t.transcript, t.response_requested_ms,
+                  t.response_id, t.first_audio_ms, t.barged_in_ms, t.truncated_at_ms, t.agent_text) for t in summary.turns])
+            db.executemany("INSERT INTO transcripts (call_id, idx, speaker, text, at_ms) VALUES (?, ?, ?, ?, ?)",
+                           [(call_id, i, t.speaker, t.text, t.at_ms) for i, t in enumerate(summary.transcripts)])
+            db.executemany(
+                "INSERT INTO tool_calls (call_id, idx, tool_call_id, name, arguments, called_ms, ran, ok, output, result_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(call_id, i, t.call_id, t.name, t.arguments, t.called_ms, int(t.ran), None if t.ok is None else int(t.ok),
+                  t.output, t.result_ms) for i, t in enumerate(summary.tool_calls)])
+            db.executemany("INSERT INTO verdicts (call_id, idx, tag, rejected, reason, citations, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           [(call_id, i, v.tag, int(v.rejected), v.reason, v.citations, v.at_ms)
+                            for i, v in enumerate(summary.verdicts)])
+            db.executemany("INSERT INTO errors (call_id, idx, code, message, at_ms) VALUES (?, ?, ?, ?, ?)",
+                           [(call_id, i, e.code, e.message, e.at_ms) for i, e in enumerate(summary.errors)])
+        return True
+
+    def has_source(self, source: str) -> bool:
+        """Whether the record file ``source`` was ingested (its call may have been purged since)."""
+        return self.backend.execute("SELECT 1 FROM sources WHERE name = ?", (source,)).fetchone() is not None
+
+    def calls(self, since_s: float | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Calls started at or after ``since_s`` (seconds since the epoch; None: all), newest first, each with
+        its number of turns (``turns``) and ``ended_at``."""
+        where, params = ("WHERE c.started_at >= ? ", [since_s]) if since_s is not None else ("", [])
+        cursor = self.backend.execute(
+            f"SELECT {', '.join('c.' + c for c in CALL_COLUMNS.split(', '))}, "
+            "(SELECT COUNT(*) FROM turns t WHERE t.call_id = c.id) AS turns "
+            f"FROM calls c {where}ORDER BY c.started_at DESC, c.id DESC LIMIT ?", [*params, int(limit)])
+        return [self._call_row(row) for row in _rows(cursor)]
+
+    def call(self, call_sid: str) -> dict[str, Any] | None:
+        """The call ``call_sid`` with its turns, transcript, tool calls, verdicts and model errors; None if not
+        stored. A call recorded in parts (a model worker restarted mid-call) is its latest part, and
+        ``sources`` names every part's record."""
+        db = self.backend
+        rows = _rows(db.execute(f"SELECT {CALL_COLUMNS} FROM calls WHERE call_sid = ? ORDER BY started_at DESC, id DESC",
+                                (call_sid,)))
+        if not rows:
+            return None
+        call = self._call_row(rows[0])
+        call_id = call.pop("id")
+        call["sources"] = sorted(row["source"] for row in rows)
+        turns = _rows(db.execute("SELECT * FROM turns WHERE call_id = ? ORDER BY idx", (call_id,)))
+        for turn in turns:
+            turn["index"] = turn.pop("idx")
+            del turn["call_id"]
+            stopped, audio = turn["speech_stopped_ms"], turn["first_audio_ms"]
+            turn["latency_ms"] = audio - stopped if stopped is not None and audio is not None else None
+        call["turns"] = turns
+        call["transcript"] = [{k: row[k] for k in ("speaker", "text", "at_ms")}
+                              for row in _rows(db.execute("SELECT * FROM transcripts WHERE call_id = ? ORDER BY idx", (call_id,)))]
+        call["tool_calls"] = [
+            {"call_id": row["tool_call_id"], "name": row["name"], "arguments": row["arguments"], "called_ms": row["called_ms"],
+             "ran": bool(row["ran"]), "ok": _flag(row["ok"]), "output": row["output"], "result_ms": row["result_ms"]}
+            for row in _rows(db.execute("SELECT * FROM tool_calls WHERE call_id = ? ORDER BY idx", (call_id,)))]
+        call["verdicts"] = [
+            {"tag": row["tag"], "rejected": bool(row["rejected"]), "reason": row["reason"], "citations": row["citations"],
+             "at_ms": row["at_ms"]}
+            for row in _rows(db.execute("SELECT * FROM verdicts WHERE call_id = ? ORDER BY idx", (call_id,)))]
+        call["errors"] = [{k: row[k] for k in ("code", "message", "at_ms")}
+                          for row in _rows(db.execute("SELECT * FROM errors WHERE call_id = ? ORDER BY idx", (call_id,)))]
+        return call
+
+    @staticmethod
+    def _call_row(row: dict[str, Any]) -> dict[str, Any]:
+        row["started_at"] = float(row["started_at"])
+        row["complete"] = bool(row["complete"])
+        row["ended_at"] = row["started_at"] + row["duration_ms"] / 1000
+        return row
+
+    def purge(self, older_than_days: float, now_s: float | None = None) -> int:
+        """Delete the calls started more than ``older_than_days`` ago, with all their rows; how many. Their
+        records stay known (``sources``): a record still on disk is not stored again."""
+        cutoff = (time.time() if now_s is None else now_s) - older_than_days * SECONDS_PER_DAY
+        with self.backend.transaction():
+            return self.backend.execute("DELETE FROM calls WHERE started_at < ?", (cutoff,)).rowcount
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> CallStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
