@@ -34,7 +34,9 @@ PURE_PACKAGES = (
 PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/control.py",
               # an agent as data and the flow that runs it (loading files and running tools are their shells)
               "voicecore/agent/spec.py", "voicecore/agent/actions.py", "voicecore/agent/arguments.py",
-              "voicecore/agent/flow.py", "voicecore/agent/settings.py")
+              "voicecore/agent/flow.py", "voicecore/agent/settings.py",
+              # a call record summarized for the call store (the database is its shell)
+              "voicecore/store/summary.py")
 IO_SHELL_NAMES = frozenset({"transport.py"})  # a pure package's one I/O shell, by name
 
 FORBIDDEN = frozenset({

@@ -54,6 +54,7 @@ BARGE_IN_AT_MS = 10_000  # about 1.8 s into the 5.6 s answer to the first questi
 DEFAULT_RECORD_DIR = "voicecore-records"  # relative to the working directory
 DEFAULT_LATE_DELTAS = 2  # audio deltas the model simulator still sends after a cancel (0-3)
 RECORD_WAIT_S = 15.0  # the model worker writes a call's record when the call ended; wait this long for all
+STORE_WAIT_S = 10.0  # the recorder worker scans the record directory every second; wait this long for all calls
 
 
 def free_port() -> int:
@@ -103,6 +104,36 @@ def wait_for_records(record_dir: Path, call_sids: list[str], timeout_s: float = 
     while time.monotonic() < deadline and not all((record_dir / f"{sid}.jsonl").exists() or any(record_dir.glob(f"{sid}-*.jsonl"))
                                                   for sid in call_sids):
         time.sleep(0.05)
+
+
+def calls_in_store(config: Config, call_sids: list[str], timeout_s: float = STORE_WAIT_S) -> tuple[int, list[str]]:
+    """How many of these calls the call store holds with at least one turn, waiting up to ``timeout_s`` for
+    the recorder worker to ingest their records, and a problem line when any is missing. Blocking (a
+    thread's job), and while the stack still runs: the recorder is part of it."""
+    from voicecore.store import CallStore, database_url_for
+
+    deadline = time.monotonic() + timeout_s
+    missing = list(call_sids)
+    store = None
+    error = ""
+    try:
+        while missing and time.monotonic() < deadline:
+            try:
+                store = store or CallStore.open(database_url_for(config))
+                missing = [sid for sid in missing if not (store.call(sid) or {}).get("turns")]
+                error = ""
+            except Exception as exc:  # noqa: BLE001 (a store the demo cannot read is a problem to report, not a crash)
+                error = f"{type(exc).__name__}: {exc}"
+            if missing:
+                time.sleep(0.1)
+    finally:
+        if store is not None:
+            store.close()
+    if not missing:
+        return len(call_sids), []
+    why = f" (the store cannot be read: {error})" if error else ""
+    return len(call_sids) - len(missing), [f"{len(missing)} call(s) not in the call store with a turn after {timeout_s:.0f} s, "
+                                           f"e.g. {missing[0]}{why}"]
 
 
 def replay_records(paths: list[Path], totals: dict | None = None) -> tuple[int, list[str]]:
@@ -201,8 +232,10 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         cpu_s = cpu.stop()
         metrics = await asyncio.to_thread(fetch_gateway_metrics, config)
         call_sids = [r.call_sid for r in results if r.metrics is not None]
+        in_store, store_problems = 0, []
         if record_dir is not None:
             await asyncio.to_thread(wait_for_records, record_dir, call_sids)
+            in_store, store_problems = await asyncio.to_thread(calls_in_store, config, call_sids)
         own_arenas.add(_arena_name(config))  # a restarted gateway made a new one
     finally:
         await asyncio.to_thread(stack.stop)
@@ -231,6 +264,8 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         missing = [sid for sid in call_sids if sid not in recorded]
         if missing:
             problems.insert(0, f"{len(missing)} call(s) without a record, e.g. {missing[0]}")
+        report["calls_in_store"] = in_store
+        problems.extend(store_problems)
         report["problems"] = list(report.get("problems", [])) + problems
         report["ok"] = bool(report["ok"] and not problems)
     if agent is not None and scenario is not None:
@@ -349,7 +384,7 @@ def format_report(report: dict) -> str:
         ]
     if report.get("records_dir"):
         lines.append(f"  records            {report['records_written']} in {report['records_dir']}, "
-                     f"{report['records_replayed_identical']} replayed identically")
+                     f"{report['records_replayed_identical']} replayed identically, {report.get('calls_in_store', 0)} calls in the store")
     else:
         lines.append("  records            off (--no-record)")
     for problem in report.get("problems", []):

@@ -25,6 +25,7 @@ from voicecore import http_client
 from voicecore.bus.transport import ARENA_NAME_FILE, default_runtime_dir, ensure_runtime_dir
 from voicecore.config import Config
 from voicecore.errors import DependencyError
+from voicecore.store import database_url_for
 
 # Where the voicecore and workers packages are imported from: a checkout's root, or site-packages after
 # `pip install .`; the stack's processes get it on PYTHONPATH so they run the same code as we do.
@@ -32,7 +33,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Shipped inside the package (package data), so an installed voicecore finds it; deploy/supervisord.conf
 # in a checkout is a link to this file, for running supervisord by hand.
 SUPERVISOR_CONF = Path(__file__).resolve().parent / "deploy_templates" / "supervisord.conf"
-STACK_PROGRAMS = ("gateway", "pacer", "model", "validator")
+STACK_PROGRAMS = ("gateway", "pacer", "model", "validator", "recorder")
 RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.sock", "pacer.sock", "doorbell.sock",
                  "validator.sock", "model.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp")
 
@@ -66,6 +67,8 @@ def stack_environment(config: Config) -> dict[str, str]:
     env.update(config.as_env())
     env["VOICECORE_PYTHON"] = sys.executable
     env["VOICECORE_SIM_AUTOSTART"] = "true" if config.uses_simulator else "false"
+    # the recorder only has work with a call store (its own process: never on the 20 ms path)
+    env["VOICECORE_RECORDER_AUTOSTART"] = "true" if database_url_for(config) else "false"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -123,7 +126,8 @@ class Stack:
         for child in children_of(self.process.pid):
             cmdline = read_cmdline(child)
             for name, module in (("gateway", "workers.gateway.main"), ("pacer", "workers.pacer.main"), ("model", "workers.model.main"),
-                                 ("validator", "workers.validator.main"), ("modelsim", "voicecore.sim.model_server")):
+                                 ("validator", "workers.validator.main"), ("recorder", "workers.recorder.main"),
+                                 ("modelsim", "voicecore.sim.model_server")):
                 if module in cmdline:
                     pids[name] = child
         return pids

@@ -1,0 +1,95 @@
+"""The recorder's pure decisions (workers/recorder/core.py) on a fake clock: what to ingest, which part
+files are stale, which records retention deletes, and when retention runs."""
+
+from __future__ import annotations
+
+from workers.recorder.core import (
+    DAY_S,
+    MinuteCount,
+    PurgeSchedule,
+    RecordEntry,
+    expired_records,
+    record_name_of_part,
+    stale_parts,
+    to_ingest,
+)
+
+NOW_S = 1_700_000_000.0
+
+
+def names(entries):
+    return [e.name for e in entries]
+
+
+def test_only_finished_records_not_yet_handled_are_ingested_oldest_first():
+    listing = [
+        RecordEntry("CAb.jsonl", NOW_S - 5),
+        RecordEntry("CAa.jsonl", NOW_S - 10),
+        RecordEntry("CAc.jsonl.part", NOW_S - 1),  # the call still runs
+        RecordEntry(".record-x1.tmp", NOW_S - 1),  # a writer's scratch file
+        RecordEntry("calls.db", NOW_S),  # the SQLite store lives in the same directory
+        RecordEntry("CAa-2.jsonl", NOW_S - 2),
+        RecordEntry("CAd.jsonl", NOW_S - 20),
+    ]
+    assert names(to_ingest(listing, set())) == ["CAd.jsonl", "CAa.jsonl", "CAb.jsonl", "CAa-2.jsonl"]
+    assert names(to_ingest(listing, {"CAd.jsonl", "CAb.jsonl"})) == ["CAa.jsonl", "CAa-2.jsonl"]
+    assert to_ingest(listing, {"CAa.jsonl", "CAb.jsonl", "CAa-2.jsonl", "CAd.jsonl"}) == []
+
+
+def test_a_part_file_is_stale_after_a_day_untouched_and_not_before():
+    listing = [
+        RecordEntry("CAold.jsonl.part", NOW_S - DAY_S - 1),
+        RecordEntry("CAday.jsonl.part", NOW_S - DAY_S),
+        RecordEntry("CAlive.jsonl.part", NOW_S - DAY_S + 60),  # written to a minute short of a day ago
+        RecordEntry("CAfresh.jsonl.part", NOW_S - 0.5),
+        RecordEntry("CAdone.jsonl", NOW_S - 10 * DAY_S),  # finished: not a part file, however old
+    ]
+    assert names(stale_parts(listing, NOW_S)) == ["CAday.jsonl.part", "CAold.jsonl.part"]
+    assert names(stale_parts(listing, NOW_S + 61)) == ["CAday.jsonl.part", "CAlive.jsonl.part", "CAold.jsonl.part"]
+    assert record_name_of_part("CAold-2.jsonl.part") == "CAold-2.jsonl"
+
+
+def test_retention_deletes_records_older_than_it_and_nothing_when_keeping_forever():
+    listing = [
+        RecordEntry("CAancient.jsonl", NOW_S - 40 * DAY_S),
+        RecordEntry("CAedge.jsonl", NOW_S - 30 * DAY_S),  # exactly at the limit: kept
+        RecordEntry("CArecent.jsonl", NOW_S - 29 * DAY_S),
+        RecordEntry("CAancient-2.jsonl.part", NOW_S - 40 * DAY_S),  # parts are the stale-part rule's
+        RecordEntry("calls.db", NOW_S - 40 * DAY_S),
+    ]
+    assert names(expired_records(listing, NOW_S, 30)) == ["CAancient.jsonl"]
+    assert names(expired_records(listing, NOW_S, 0.5)) == ["CAancient.jsonl", "CAedge.jsonl", "CArecent.jsonl"]
+    assert expired_records(listing, NOW_S, 0) == []
+
+
+def test_retention_runs_at_start_then_hourly_on_the_fake_clock():
+    schedule = PurgeSchedule(retention_days=7)
+    t = 500.0
+    assert schedule.due(t)  # at start
+    schedule.ran(t)
+    assert not schedule.due(t + 1)
+    assert not schedule.due(t + 3599)
+    assert schedule.due(t + 3600)
+    schedule.ran(t + 3605)  # a purge that started late counts from when it ran
+    assert not schedule.due(t + 7200)
+    assert schedule.due(t + 7205)
+
+
+def test_retention_never_runs_when_keeping_forever():
+    schedule = PurgeSchedule(retention_days=0)
+    assert not schedule.enabled
+    assert not schedule.due(0.0)
+    assert not schedule.due(1e9)
+
+
+def test_the_minute_count_reports_once_a_minute_and_only_when_something_happened():
+    minute = MinuteCount()
+    assert minute.take_due(0.0) is None  # the first minute starts now
+    minute.add("ingested")
+    minute.add("ingested")
+    assert minute.take_due(59.9) is None
+    minute.add("unreadable")
+    assert minute.take_due(60.0) == {"ingested": 2, "unreadable": 1}
+    assert minute.take_due(121.0) is None  # a quiet minute says nothing
+    minute.add("ingested", 3)
+    assert minute.take_due(181.0) == {"ingested": 3}

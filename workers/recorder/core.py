@@ -1,0 +1,107 @@
+"""The recorder's decisions, without I/O or a clock: which record files to ingest, which part files are
+leftovers, which records retention deletes, and when retention runs.
+
+Fed a listing of the record directory (``RecordEntry``: name and mtime) and the time (``now_s``, wall
+clock seconds, as file mtimes are); the shell (main.py) lists the directory, reads and writes the files
+and talks to the store. File names follow voicecore/record.py: a finished record is ``<CallSid>[-N].jsonl``
+(renamed into place whole: safe to read), a call still running or cut short is ``<CallSid>[-N].jsonl.part``,
+and ``.record-*.tmp`` are a writer's scratch files (never ours to touch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from voicecore.record import PART_SUFFIX
+
+RECORD_SUFFIX = ".jsonl"
+DAY_S = 86_400.0
+# A part file is written every second or so while its call runs, and no call lasts a day: a part file
+# untouched that long belongs to a worker that was killed, and nobody will finish it but us.
+STALE_PART_AFTER_S = DAY_S
+PURGE_EVERY_S = 3_600.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordEntry:
+    name: str
+    mtime_s: float
+
+
+def is_record(name: str) -> bool:
+    return name.endswith(RECORD_SUFFIX) and not name.startswith(".")
+
+
+def is_part(name: str) -> bool:
+    return name.endswith(RECORD_SUFFIX + PART_SUFFIX) and not name.startswith(".")
+
+
+def to_ingest(listing: Iterable[RecordEntry], done: set[str] | frozenset[str]) -> list[RecordEntry]:
+    """Finished records not yet handled (``done``: ingested, found already stored, or unreadable), oldest
+    first, so a backlog enters the store in the order its calls ended."""
+    return sorted((e for e in listing if is_record(e.name) and e.name not in done), key=lambda e: (e.mtime_s, e.name))
+
+
+def stale_parts(listing: Iterable[RecordEntry], now_s: float, after_s: float = STALE_PART_AFTER_S) -> list[RecordEntry]:
+    """Part files untouched for ``after_s`` or longer: records whose writer died."""
+    return sorted((e for e in listing if is_part(e.name) and now_s - e.mtime_s >= after_s), key=lambda e: e.name)
+
+
+def record_name_of_part(part_name: str) -> str:
+    """``<CallSid>[-N].jsonl.part`` -> ``<CallSid>[-N].jsonl``."""
+    return part_name.removesuffix(PART_SUFFIX)
+
+
+def expired_records(listing: Iterable[RecordEntry], now_s: float, retention_days: float) -> list[RecordEntry]:
+    """Finished records older than the retention (by mtime: when the call ended); none when
+    ``retention_days`` <= 0 (keep forever)."""
+    if retention_days <= 0:
+        return []
+    limit_s = retention_days * DAY_S
+    return sorted((e for e in listing if is_record(e.name) and now_s - e.mtime_s > limit_s), key=lambda e: e.name)
+
+
+class PurgeSchedule:
+    """Retention runs at start and then once every ``every_s``; never when ``retention_days`` <= 0.
+    Times are monotonic seconds (a wall-clock step must not skip or repeat a purge)."""
+
+    def __init__(self, retention_days: float, every_s: float = PURGE_EVERY_S) -> None:
+        self.retention_days = retention_days
+        self.every_s = every_s
+        self.next_s: float | None = None  # None: not run yet, due at once
+
+    @property
+    def enabled(self) -> bool:
+        return self.retention_days > 0
+
+    def due(self, now_s: float) -> bool:
+        return self.enabled and (self.next_s is None or now_s >= self.next_s)
+
+    def ran(self, now_s: float) -> None:
+        self.next_s = now_s + self.every_s
+
+
+class MinuteCount:
+    """Counts per kind (ingested, unreadable, ...) reported once a minute when anything happened: the
+    info-level line; each call's own line is at debug."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        self.every_s = every_s
+        self.counts: dict[str, int] = {}
+        self.next_s: float | None = None
+
+    def add(self, kind: str, n: int = 1) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + n
+
+    def take_due(self, now_s: float) -> dict[str, int] | None:
+        """The counts since the last report when a minute has passed and any is non-zero (then reset)."""
+        if self.next_s is None:
+            self.next_s = now_s + self.every_s
+            return None
+        if now_s < self.next_s:
+            return None
+        self.next_s = now_s + self.every_s
+        counts = {kind: n for kind, n in self.counts.items() if n}
+        self.counts = {}
+        return counts or None

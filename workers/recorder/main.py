@@ -1,0 +1,328 @@
+"""The recorder process: the shell around core.py's decisions that fills the call store from the record
+directory, keeps retention, and finishes or removes part files left behind by killed workers.
+
+Owns the call store's writer side (voicecore.store: ``CallStore.open(database_url_for(config))``), the
+record directory's housekeeping, and reporting:
+  PUSH gateway.sock -> heartbeat every 150 ms and stats every second, as process "recorder"
+Every second it lists the record directory and ingests each finished record (``*.jsonl``, never a
+``.part``) it has not handled yet, reading each file once; the store's ingest is idempotent on the file
+name, so after a restart it simply offers everything again. A record that cannot be read is logged once
+(file name and problem, never its content: records are personal data) and left alone for the rest of the
+run. A store that fails (PostgreSQL down) is logged and reopened later; the record waits for it.
+At start, part files untouched for a day are finished into a record (their complete lines) or removed if
+nothing in them can be read. With ``retention_days`` > 0, at start and then hourly, the store's calls and
+the record files older than that are deleted.
+
+Its own process, off the 20 ms path: it shares no memory with the pacer, and its file and database I/O
+is blocking on purpose. Ingesting is sliced (``SLICE_S``) so a backlog never delays a heartbeat long
+enough for the gateway to call the recorder dead. Without a store (no record_dir, no database_url) it
+idles: heartbeats and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+
+from voicecore import timing
+from voicecore.bus import messages
+from voicecore.bus.transport import GATEWAY_INBOX, Bus, default_runtime_dir, ensure_runtime_dir
+from voicecore.call.record import encode_line
+from voicecore.config import Config, load_config
+from voicecore.logs import setup_logging
+from voicecore.record import RecordError, load_record, record_name
+from voicecore.store import CallStore, database_url_for, summarize_record
+from workers.recorder import core
+
+log = logging.getLogger("voicecore.recorder")
+
+PROCESS = "recorder"
+SCAN_EVERY_S = 1.0
+STATS_EVERY_S = 1.0
+SLICE_S = 0.1  # longest stretch of ingesting between two heartbeats (the gateway's dead-after is 450 ms)
+STORE_RETRY_S = 10.0
+HEARTBEAT_S = timing.HEARTBEAT_MS / 1000
+
+
+class Recorder:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.url = database_url_for(config)
+        self.record_dir = Path(config.record_dir) if config.record_dir else None
+        self.runtime_dir = ensure_runtime_dir(config.runtime_dir or default_runtime_dir())
+        self.bus = Bus(self.runtime_dir)
+        self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
+        self.store: CallStore | None = None
+        self.store_retry_at_s = 0.0
+        self.purge = core.PurgeSchedule(config.retention_days)
+        self.minute = core.MinuteCount()
+        self.done: set[str] = set()  # record names ingested, found already stored, or unreadable: never read again
+        self.backlog: list[core.RecordEntry] = []
+        self.stopping = False
+        self.heartbeat_seq = 0
+        self.counters = {name: 0 for name in (
+            "calls_ingested", "records_already_stored", "records_unreadable", "parts_finished", "parts_removed",
+            "records_deleted", "calls_purged", "store_errors")}
+        self.ingest_ms_max = 0.0
+        self.ingest_ms_total = 0.0  # reading, summarizing and storing the records ingested
+
+    # --- the record directory -------------------------------------------------------------------------
+    def listing(self) -> list[core.RecordEntry]:
+        if self.record_dir is None:
+            return []
+        entries = []
+        try:
+            with os.scandir(self.record_dir) as it:
+                for entry in it:
+                    if core.is_record(entry.name) or core.is_part(entry.name):
+                        try:
+                            entries.append(core.RecordEntry(entry.name, entry.stat().st_mtime))
+                        except FileNotFoundError:
+                            continue  # renamed or deleted between the listing and the stat
+        except FileNotFoundError:
+            return []  # not created yet: the stack creates it, a first call's writer too
+        return entries
+
+    def clean_stale_parts(self) -> None:
+        assert self.record_dir is not None
+        for entry in core.stale_parts(self.listing(), time.time()):
+            part = self.record_dir / entry.name
+            try:
+                header, entries, _complete = load_record(part)
+            except (RecordError, OSError) as exc:
+                try:
+                    part.unlink()
+                except FileNotFoundError:
+                    pass
+                except OSError as unlink_exc:
+                    log.warning("stale part file %s: unreadable (%s) and cannot be removed: %s", entry.name, exc, unlink_exc)
+                    continue
+                self.counters["parts_removed"] += 1
+                log.info("stale part file %s removed: unreadable (%s)", entry.name, exc)
+                continue
+            try:
+                final = self.finish_part(part, header, entries, entry.mtime_s)
+            except OSError as exc:  # the part stays: it is still the record, under a name that says so
+                log.warning("stale part file %s cannot be finished: %s", entry.name, exc)
+                continue
+            self.counters["parts_finished"] += 1
+            log.info("stale part file %s finished as %s (%d entries)", entry.name, final.name, len(entries))
+
+    def finish_part(self, part: Path, header: dict, entries: list[dict], mtime_s: float) -> Path:
+        """Write the part's complete lines as a record under the first free name from the part's own
+        (voicecore/record.py's rule: never replace a record), with the part's mtime (when the call last
+        wrote: retention counts from then), and remove the part."""
+        own_name = core.record_name_of_part(part.name)
+        call_sid = str(header.get("call_sid", ""))
+        stem = own_name.removesuffix(core.RECORD_SUFFIX)
+        if call_sid and stem == call_sid:
+            names = [record_name(call_sid, n) for n in range(1, 1000)]
+        elif call_sid and stem.startswith(call_sid + "-") and stem[len(call_sid) + 1:].isdigit():
+            names = [record_name(call_sid, n) for n in range(int(stem[len(call_sid) + 1:]), 1000)]
+        else:
+            names = [own_name]  # not a name our writer gave: keep it, without numbering
+        text = "".join(encode_line(line) + "\n" for line in [header, *entries]).encode("utf-8")
+        fd, tmp_name = tempfile.mkstemp(prefix=".record-", suffix=".tmp", dir=part.parent)  # mode 0600
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(text)
+            os.utime(tmp, (mtime_s, mtime_s))
+            for name in names:
+                final = part.parent / name
+                try:
+                    os.link(tmp, final)  # atomic, and fails if the name is taken
+                except FileExistsError:
+                    continue
+                part.unlink(missing_ok=True)
+                return final
+            raise FileExistsError(f"no free record name in {part.parent}")
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    # --- the store ------------------------------------------------------------------------------------
+    def open_store(self) -> CallStore | None:
+        if self.store is not None:
+            return self.store
+        now = time.monotonic()
+        if now < self.store_retry_at_s:
+            return None
+        try:
+            self.store = CallStore.open(self.url)
+        except Exception as exc:  # the database's own errors vary by driver; the recorder outlives them
+            self.counters["store_errors"] += 1
+            self.store_retry_at_s = now + STORE_RETRY_S
+            log.warning("call store cannot be opened (%s); retrying in %.0f s", type(exc).__name__ + ": " + str(exc), STORE_RETRY_S)
+            return None
+        log.info("call store open")
+        return self.store
+
+    def store_failed(self, exc: Exception) -> None:
+        self.counters["store_errors"] += 1
+        log.warning("call store failed (%s: %s); reopening in %.0f s", type(exc).__name__, exc, STORE_RETRY_S)
+        try:
+            if self.store is not None:
+                self.store.close()
+        except Exception:  # noqa: BLE001 (closing a broken connection may fail in its own way)
+            pass
+        self.store = None
+        self.store_retry_at_s = time.monotonic() + STORE_RETRY_S
+
+    def ingest(self, entry: core.RecordEntry) -> bool:
+        """Read one record once and store it. False: the store failed (the record stays in the backlog)."""
+        assert self.record_dir is not None
+        store = self.open_store()
+        if store is None:
+            return False
+        started = time.perf_counter()
+        try:
+            header, entries, complete = load_record(self.record_dir / entry.name)
+            summary = summarize_record(header, entries, source=entry.name, wall_end_s=entry.mtime_s, complete=complete)
+        except FileNotFoundError:
+            self.done.add(entry.name)  # deleted since the listing (retention, an operator): nothing to do
+            return True
+        except Exception as exc:  # RecordError, OSError, or content the summary chokes on: this file's problem
+            self.done.add(entry.name)
+            self.counters["records_unreadable"] += 1
+            self.minute.add("unreadable")
+            log.warning("record %s skipped: cannot be read (%s: %s)", entry.name, type(exc).__name__, exc)
+            return True
+        try:
+            stored = store.ingest(summary)
+        except Exception as exc:  # noqa: BLE001 (driver errors: the store's problem, not the file's)
+            self.store_failed(exc)
+            return False
+        self.done.add(entry.name)
+        took_ms = (time.perf_counter() - started) * 1000
+        self.ingest_ms_max = max(self.ingest_ms_max, took_ms)
+        if stored:
+            self.ingest_ms_total += took_ms
+            self.counters["calls_ingested"] += 1
+            self.minute.add("ingested")
+            log.debug("record %s ingested (%d entries%s)", entry.name, len(entries), "" if complete else ", incomplete")
+        else:
+            self.counters["records_already_stored"] += 1
+        return True
+
+    def ingest_slice(self) -> None:
+        """Ingest from the backlog for at most SLICE_S; the rest waits for the next pass (heartbeats first)."""
+        deadline = time.monotonic() + SLICE_S
+        while self.backlog and time.monotonic() < deadline and not self.stopping:
+            if not self.ingest(self.backlog[0]):
+                return  # the store is down: keep the backlog, try again after STORE_RETRY_S
+            self.backlog.pop(0)
+
+    def scan(self) -> None:
+        self.backlog = core.to_ingest(self.listing(), self.done)
+
+    def apply_retention(self) -> None:
+        """Delete the record files past the retention, then the store's calls (records are personal data)."""
+        if self.record_dir is not None:
+            for entry in core.expired_records(self.listing(), time.time(), self.config.retention_days):
+                try:
+                    (self.record_dir / entry.name).unlink()
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    log.warning("record %s past retention cannot be deleted: %s", entry.name, exc)
+                    continue
+                self.done.discard(entry.name)
+                self.counters["records_deleted"] += 1
+        store = self.open_store()
+        if store is None:
+            return
+        try:
+            purged = store.purge(self.config.retention_days)
+        except Exception as exc:  # noqa: BLE001
+            self.store_failed(exc)
+            return
+        self.counters["calls_purged"] += purged
+        if purged:
+            log.info("retention (%s days): %d calls purged from the store", self.config.retention_days, purged)
+
+    # --- reporting --------------------------------------------------------------------------------------
+    def heartbeat(self, stats: bool) -> None:
+        self.heartbeat_seq += 1
+        pid = os.getpid()
+        self.bus.send(self.gateway, messages.Heartbeat(PROCESS, pid, self.heartbeat_seq, time.monotonic_ns()))
+        if stats:
+            values = {name: float(n) for name, n in self.counters.items()}
+            values["ingest_max_ms"] = self.ingest_ms_max
+            values["ingest_per_call_ms"] = self.ingest_ms_total / max(1, self.counters["calls_ingested"])
+            self.bus.send(self.gateway, messages.Stats(PROCESS, pid, values))
+
+    # --- the loop ---------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if not self.url:
+            log.info("no call store (no record_dir, no database_url): idle")
+            return
+        if self.record_dir is not None:
+            self.clean_stale_parts()
+        if self.purge.due(time.monotonic()):
+            self.apply_retention()
+            self.purge.ran(time.monotonic())
+        log.info("recorder ready")
+
+    def run(self) -> None:
+        self.start()
+        next_heartbeat_s = next_stats_s = next_scan_s = time.monotonic()
+        while not self.stopping:
+            now = time.monotonic()
+            if now >= next_heartbeat_s:
+                stats = now >= next_stats_s
+                self.heartbeat(stats)
+                next_heartbeat_s = now + HEARTBEAT_S
+                if stats:
+                    next_stats_s = now + STATS_EVERY_S
+            if self.url:
+                if self.purge.due(now):
+                    self.apply_retention()
+                    self.purge.ran(time.monotonic())
+                if now >= next_scan_s:
+                    if not self.backlog and self.record_dir is not None:
+                        self.scan()
+                    next_scan_s = now + SCAN_EVERY_S
+                if self.backlog:
+                    self.ingest_slice()
+                counts = self.minute.take_due(now)
+                if counts:
+                    log.info("last minute: %s", ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
+            if self.backlog and self.store is not None:
+                continue  # more to ingest: the next slice after the heartbeat check
+            wake_s = min(next_heartbeat_s, next_scan_s) if self.url else next_heartbeat_s  # idle: heartbeats only
+            time.sleep(max(0.0, wake_s - time.monotonic()))
+
+    def close(self) -> None:
+        if self.store is not None:
+            try:
+                self.store.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self.store = None
+        self.bus.close()
+
+
+def main() -> None:
+    config = load_config(os.environ)
+    setup_logging(PROCESS, config.log_level)
+    recorder = Recorder(config)
+
+    def stop(signum, frame):  # noqa: ARG001
+        recorder.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        recorder.run()
+    finally:
+        recorder.close()
+
+
+if __name__ == "__main__":
+    main()
