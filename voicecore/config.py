@@ -46,6 +46,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("record_dir", str, "", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records (records hold what callers said: opt in; the demo records by default)"),
     Setting("database_url", str, "", "the call store, filled from call records: sqlite:///ABSOLUTE/PATH or postgresql://...; empty: sqlite:///<record_dir>/calls.db when record_dir is set, else no store"),
     Setting("retention_days", int, 0, "calls older than this many days are deleted from the call store, and their record files from record_dir (by the recorder, at start and hourly); 0: keep them forever"),
+    Setting("call_webhook_url", str, "", "http(s) URL that gets a signed JSON summary of every call once it is in the call store (outcome, duration, turns, latency, tool calls, transcript); empty: none"),
+    Setting("call_webhook_secret", str, "", "HMAC-SHA256 key of the end-of-call webhook's X-Voicecore-Signature (t=<unix>,v1=<hex> over \"<t>.<body>\"); required with call_webhook_url"),
     Setting("record_caller_audio", bool, True, "call records keep the caller's audio (for `voicecore replay --wav`); false: timing only"),
     Setting("shm_dir", str, "/dev/shm", "directory of the shared-memory arena file"),
     Setting("lead_ms", int, 80, "audio the pacer keeps queued ahead in the carrier's buffer"),
@@ -89,6 +91,8 @@ class Config:
     record_dir: str
     database_url: str
     retention_days: int
+    call_webhook_url: str
+    call_webhook_secret: str
     record_caller_audio: bool
     shm_dir: str
     lead_ms: int
@@ -208,6 +212,11 @@ def _validate(values: dict[str, object]) -> None:
     database_url = str(values["database_url"])
     if database_url and not database_url.startswith(("sqlite:///", "postgresql://")):
         raise ConfigError(f"database_url: expected empty, sqlite:///ABSOLUTE/PATH or postgresql://..., got {database_url!r}")
+    webhook_url = str(values["call_webhook_url"])
+    if webhook_url and not webhook_url.startswith(("http://", "https://")):
+        raise ConfigError(f"call_webhook_url: expected an http:// or https:// URL, got {webhook_url!r}")
+    if webhook_url and not values["call_webhook_secret"]:
+        raise ConfigError("call_webhook_secret: required with call_webhook_url (receivers verify the signature with it)")
     if int(values["retention_days"]) < 0:  # type: ignore[arg-type]
         raise ConfigError(f"retention_days: expected 0 (keep forever) or more, got {values['retention_days']}")
     if values["realtime_naming"] not in ("ga", "beta"):

@@ -38,7 +38,9 @@ from voicecore.config import Config, load_config
 from voicecore.logs import setup_logging
 from voicecore.record import RecordError, load_record, record_name
 from voicecore.store import CallStore, database_url_for, summarize_record
+from voicecore.store import webhook as call_webhook
 from workers.recorder import core
+from workers.recorder.webhook import WebhookSender
 
 log = logging.getLogger("voicecore.recorder")
 
@@ -70,6 +72,9 @@ class Recorder:
             "calls_ingested", "records_already_stored", "records_unreadable", "parts_finished", "parts_removed",
             "records_deleted", "calls_purged", "store_errors")}
         self.ingest_ms_max = 0.0
+        # the end-of-call webhook: a summary of each call once it is stored (its own thread: never blocks ingest)
+        self.webhook = (WebhookSender(config.call_webhook_url, config.call_webhook_secret)
+                        if config.call_webhook_url and self.url else None)
         self.ingest_ms_total = 0.0  # reading, summarizing and storing the records ingested
 
     # --- the record directory -------------------------------------------------------------------------
@@ -204,11 +209,23 @@ class Recorder:
         if stored:
             self.ingest_ms_total += took_ms
             self.counters["calls_ingested"] += 1
+            if self.webhook is not None and complete:
+                self._send_webhook(store, summary.call_sid)
             self.minute.add("ingested")
             log.debug("record %s ingested (%d entries%s)", entry.name, len(entries), "" if complete else ", incomplete")
         else:
             self.counters["records_already_stored"] += 1
         return True
+
+    def _send_webhook(self, store: CallStore, call_sid: str) -> None:
+        assert self.webhook is not None
+        try:
+            call = store.call(call_sid)
+        except Exception as exc:  # noqa: BLE001 (the store's problem; the call is stored, its summary is not sent)
+            log.warning("call %s: end-of-call webhook not built: %s", call_sid, type(exc).__name__)
+            return
+        if call is not None:
+            self.webhook.submit(call_sid, call_webhook.call_summary(call))
 
     def ingest_slice(self) -> None:
         """Ingest from the backlog for at most SLICE_S; the rest waits for the next pass (heartbeats first)."""
@@ -255,6 +272,8 @@ class Recorder:
             values = {name: float(n) for name, n in self.counters.items()}
             values["ingest_max_ms"] = self.ingest_ms_max
             values["ingest_per_call_ms"] = self.ingest_ms_total / max(1, self.counters["calls_ingested"])
+            if self.webhook is not None:
+                values.update({name: float(n) for name, n in self.webhook.counters.items()})
             self.bus.send(self.gateway, messages.Stats(PROCESS, pid, values))
 
     # --- the loop ---------------------------------------------------------------------------------------
@@ -305,6 +324,8 @@ class Recorder:
             except Exception:  # noqa: BLE001
                 pass
             self.store = None
+        if self.webhook is not None:
+            self.webhook.close()
         self.bus.close()
 
 
