@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import sys
 from collections.abc import Coroutine
+from typing import Protocol
+
+
+class SignalledWorker(Protocol):
+    stopping: bool
+
+    def run(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def setup_logging(process: str, level: str = "info") -> None:
@@ -28,3 +38,17 @@ def run_loop(main: Coroutine) -> object:
         logging.getLogger("voicecore").warning("uvloop missing: running on the default asyncio loop")
         return asyncio.run(main)
     return uvloop.run(main)
+
+
+def run_until_signalled(worker: SignalledWorker) -> None:
+    """Run a synchronous worker's loop until SIGTERM or SIGINT sets its ``stopping``; close it either way."""
+
+    def stop(signum, frame):  # noqa: ARG001
+        worker.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        worker.run()
+    finally:
+        worker.close()

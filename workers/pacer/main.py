@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from voicecore.bus import messages
 from voicecore.bus.transport import GATEWAY_INBOX, PACER_INBOX, Bus, DoorbellSender
 from voicecore.config import Config, load_config
 from voicecore.priority import raise_priority
-from voicecore.logs import setup_logging
+from voicecore.logs import run_until_signalled, setup_logging
 from voicecore.shm import control as C
 from voicecore.shm.arena import Arena
 from voicecore.shm.follow import ArenaFollower
@@ -219,17 +218,7 @@ class Pacer:
 def main() -> None:
     config = load_config(os.environ)
     setup_logging("pacer", config.log_level)
-    pacer = Pacer(config)
-
-    def stop(signum, frame):  # noqa: ARG001
-        pacer.stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        pacer.run()
-    finally:
-        pacer.close()
+    run_until_signalled(Pacer(config))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import tempfile
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ from voicecore.bus import messages
 from voicecore.bus.transport import GATEWAY_INBOX, Bus, default_runtime_dir, ensure_runtime_dir
 from voicecore.call.record import encode_line
 from voicecore.config import Config, load_config
-from voicecore.logs import setup_logging
+from voicecore.logs import run_until_signalled, setup_logging
 from voicecore.record import RecordError, load_record, record_name
 from voicecore.store import CallStore, database_url_for, summarize_record
 from voicecore.store import webhook as call_webhook
@@ -332,17 +331,7 @@ class Recorder:
 def main() -> None:
     config = load_config(os.environ)
     setup_logging(PROCESS, config.log_level)
-    recorder = Recorder(config)
-
-    def stop(signum, frame):  # noqa: ARG001
-        recorder.stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        recorder.run()
-    finally:
-        recorder.close()
+    run_until_signalled(Recorder(config))
 
 
 if __name__ == "__main__":

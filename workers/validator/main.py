@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from voicecore.bus.transport import (
     ensure_runtime_dir,
 )
 from voicecore.config import Config, load_config
-from voicecore.logs import setup_logging
+from voicecore.logs import run_until_signalled, setup_logging
 from voicecore.validate.watch import KnowledgeWatcher
 from workers.validator.core import ValidatorCore
 
@@ -149,17 +148,7 @@ class Validator:
 def main() -> None:
     config = load_config(os.environ)
     setup_logging(PROCESS, config.log_level)
-    validator = Validator(config)
-
-    def stop(signum, frame):  # noqa: ARG001
-        validator.stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        validator.run()
-    finally:
-        validator.close()
+    run_until_signalled(Validator(config))
 
 
 if __name__ == "__main__":
