@@ -63,6 +63,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sim_late_deltas", int, 0, "built-in simulator: audio deltas it still sends after a cancel (0-3)"),
     Setting("sim_overlap_probability", float, 0.0, "built-in simulator: chance (0-1) that a response gets a second one started while it streams, as a real server sometimes does"),
     Setting("log_level", str, "info", "debug, info, warning or error"),
+    Setting("log_format", str, "text", "text, or json: one JSON object per line (time, process, pid, level, logger, message, call, and the redactable fields under fields)"),
     Setting("knowledge_dir", str, "", "folder of markdown files the validator grounds numbers in (reloaded when changed); empty: no knowledge base, every number is rejected (fail-closed)"),
     Setting("gate_margin_ms", int, 200, "gated audio is released this far behind the audio the approved transcript covers"),
     Setting("gate_release", str, "word", "word: approved words release their audio as the transcript streams; sentence: only whole sentences (a first sentence with an unverifiable number is never heard, first audio waits for it)"),
@@ -108,6 +109,7 @@ class Config:
     sim_late_deltas: int
     sim_overlap_probability: float
     log_level: str
+    log_format: str
     knowledge_dir: str
     gate_margin_ms: int
     gate_release: str
@@ -253,6 +255,8 @@ def _validate(values: dict[str, object]) -> None:
         node_policies(str(values["gate_node_policies"]))
     except ValueError as exc:
         raise ConfigError(f"gate_node_policies: {exc}") from None
+    if values["log_format"] not in ("text", "json"):
+        raise ConfigError(f"log_format: expected text or json, got {values['log_format']!r}")
     if values["log_level"] not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log_level: expected debug, info, warning or error, got {values['log_level']!r}")
 

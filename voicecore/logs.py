@@ -7,7 +7,9 @@ message text, only into ``extra`` fields that a redacting handler can drop (STYL
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import re
 import signal
 import sys
 from collections.abc import Coroutine
@@ -22,12 +24,43 @@ class SignalledWorker(Protocol):
     def close(self) -> None: ...
 
 
-def setup_logging(process: str, level: str = "info") -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        stream=sys.stderr,
-        format=f"%(asctime)s {process}[%(process)d] %(levelname)s %(message)s",
-    )
+_STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+_CALL_PREFIX = re.compile(r"^call (CA[0-9A-Za-z]+)\b")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, process, pid, level, logger, message, the call it names (``call``), and
+    the record's ``extra`` fields under ``fields`` (where caller words and numbers go: a redacting pipeline
+    drops that one key)."""
+
+    def __init__(self, process: str) -> None:
+        super().__init__()
+        self.process = process
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        line: dict = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+                      "process": self.process, "pid": record.process, "level": record.levelname.lower(),
+                      "logger": record.name, "message": message}
+        call = _CALL_PREFIX.match(message)
+        if call:
+            line["call"] = call.group(1)
+        fields = {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
+        if fields:
+            line["fields"] = fields
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+def setup_logging(process: str, level: str = "info", log_format: str = "text") -> None:
+    """``log_format`` "json": JsonFormatter lines; "text": the human-readable one-liner."""
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter(process))
+    else:
+        handler.setFormatter(logging.Formatter(f"%(asctime)s {process}[%(process)d] %(levelname)s %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
 
 
 def run_loop(main: Coroutine) -> object:

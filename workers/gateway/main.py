@@ -698,7 +698,7 @@ async def run(config: Config) -> None:
 
 def main() -> None:
     config = load_config(os.environ)
-    setup_logging("gateway", config.log_level)
+    setup_logging("gateway", config.log_level, config.log_format)
     run_loop(run(config))
     sys.exit(0)
 

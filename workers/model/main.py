@@ -708,7 +708,7 @@ async def amain(config: Config) -> None:
 
 def main() -> None:
     config = load_config(os.environ)
-    setup_logging("model", config.log_level)
+    setup_logging("model", config.log_level, config.log_format)
     run_loop(amain(config))
 
 

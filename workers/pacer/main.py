@@ -217,7 +217,7 @@ class Pacer:
 
 def main() -> None:
     config = load_config(os.environ)
-    setup_logging("pacer", config.log_level)
+    setup_logging("pacer", config.log_level, config.log_format)
     run_until_signalled(Pacer(config))
 
 

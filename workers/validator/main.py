@@ -147,7 +147,7 @@ class Validator:
 
 def main() -> None:
     config = load_config(os.environ)
-    setup_logging(PROCESS, config.log_level)
+    setup_logging(PROCESS, config.log_level, config.log_format)
     run_until_signalled(Validator(config))
 
 
