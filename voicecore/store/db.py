@@ -8,6 +8,7 @@ on; its file is created 0600 (it holds what callers said).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import sqlite3
@@ -40,25 +41,25 @@ def database_url_for(config: Any) -> str:
     return ""
 
 
-class _Backend:
+class _Backend(abc.ABC):
     """What differs between SQLite and PostgreSQL: connecting, parameters, transactions."""
 
     dialect = ""
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
-    def transaction(self) -> contextlib.AbstractContextManager[None]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[None]: ...
 
     def migration_lock(self) -> None:
         """Called first in the migration's transaction."""
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def close(self) -> None: ...
 
 
 class _SQLite(_Backend):
