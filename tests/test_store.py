@@ -317,12 +317,12 @@ def test_a_call_recorded_in_parts_is_its_latest_part_naming_every_record(store_u
 
 def test_migrations_run_once_and_opening_again_changes_nothing(store_url):
     with CallStore.open(store_url) as store:
-        assert store.schema_version() == schema.LATEST_VERSION == 1
+        assert store.schema_version() == schema.LATEST_VERSION == 2
         store.ingest(summary_of("CA1", 1000.0))
     for _ in range(2):
         with CallStore.open(store_url) as store:
             assert store.migrate() == schema.LATEST_VERSION
-            assert store.backend.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1
+            assert store.backend.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 2
             assert [c["call_sid"] for c in store.calls()] == ["CA1"]
 
 
@@ -376,3 +376,64 @@ def test_a_response_after_the_answer_is_done_is_not_the_turns_answer():
                model(9200, type="response.output_audio_transcript.done", response_id="rB", transcript="Still there?")]
     (turn,) = summarize_record({"voicecore_record": 1, "control": "spine", "call_sid": "CA2"}, entries, "x").turns
     assert (turn.response_id, turn.first_audio_ms, turn.latency_ms, turn.agent_text) == ("rA", 1700, 200, "Sure.")
+
+
+def test_a_version_1_store_is_migrated_keeping_its_calls(tmp_path):
+    url = f"sqlite:///{tmp_path}/calls.db"
+    store = CallStore(__import__("voicecore.store.db", fromlist=["_backend_for"])._backend_for(url))
+    db = store.backend
+    with db.transaction():
+        db.execute(schema.SCHEMA_VERSION_TABLE)
+        for statement in schema.migration_sql(1, "sqlite"):
+            db.execute(statement)
+        db.execute("INSERT INTO schema_version (version, applied_at) VALUES (1, 0)")
+    store.ingest(summary_of("CAv1", 1000.0))
+    store.close()
+    with CallStore.open(url) as store:
+        assert store.schema_version() == 2
+        assert store.call("CAv1")["turns"] and store.last_seq("CAv1") == 0
+
+
+def test_events_are_kept_in_order_once_each_and_say_which_calls_are_live(store_url):
+    with CallStore.open(store_url) as store:
+        rows = [("CAlive", 1, 100.0, 0, "call.started", '{"agent":"a"}'),
+                ("CAlive", 2, 100.5, 500, "turn.caller_started", '{"item_id":"i1"}'),
+                ("CAdone", 1, 90.0, 0, "call.started", "{}"),
+                ("CAdone", 2, 95.0, 5000, "call.ended", '{"outcome":"ended"}')]
+        store.add_events(rows)
+        store.add_events(rows[1:2] + [("CAlive", 3, 101.0, 1000, "bargein", '{"tag":2}')])  # seq 2 again: kept as it was
+        assert store.last_seq("CAlive") == 3 and store.last_seq("CAnone") == 0
+        assert [e["seq"] for e in store.events("CAlive")] == [1, 2, 3]
+        assert [(e["seq"], e["type"], e["data"]) for e in store.events("CAlive", after_seq=1)] == [
+            (2, "turn.caller_started", '{"item_id":"i1"}'), (3, "bargein", '{"tag":2}')]
+        assert [c["call_sid"] for c in store.live_calls(now_s=200.0)] == ["CAlive"]
+        assert store.live_calls(now_s=200.0 + 7 * 3600) == []  # older than the window: not live, cut off
+        assert store.purge(1, now_s=100.2 + 86400) == 0  # no calls rows; events before the cutoff go
+        assert [e["seq"] for e in store.events("CAlive")] == [2, 3]
+
+
+def test_api_keys_are_stored_hashed_shown_once_and_revocable(store_url):
+    with CallStore.open(store_url) as store:
+        key = store.add_api_key("ops")
+        assert key.startswith("vck_") and len(key) > 40
+        assert store.api_key_name(key) == "ops" and store.api_key_name(key + "x") is None and store.api_key_name("") is None
+        stored = store.backend.execute("SELECT key_hash FROM api_keys").fetchone()[0]
+        assert key not in stored and len(stored) == 64
+        with pytest.raises(StoreError):
+            store.add_api_key("ops")
+        assert store.revoke_api_key("ops") is True and store.revoke_api_key("ops") is False
+        assert store.api_key_name(key) is None
+        assert [k["name"] for k in store.api_keys()] == ["ops"] and store.api_keys()[0]["revoked_at"] is not None
+
+
+def test_calls_filter_by_time_outcome_and_agent(store_url):
+    with CallStore.open(store_url) as store:
+        for sid, end, outcome, agent in (("CA1", 1000.0, "hangup:goodbye", "front"), ("CA2", 2000.0, "transfer", "front"),
+                                         ("CA3", 3000.0, "caller_hangup", "shop")):
+            store.ingest(dataclasses.replace(summary_of(sid, end), outcome=outcome, agent=agent))
+        assert [c["call_sid"] for c in store.calls(outcome="hangup")] == ["CA1"]
+        assert [c["call_sid"] for c in store.calls(outcome="transfer")] == ["CA2"]
+        assert [c["call_sid"] for c in store.calls(agent="front")] == ["CA2", "CA1"]
+        first = store.calls(outcome="caller_hangup")[0]["started_at"]
+        assert [c["call_sid"] for c in store.calls(until_s=first)] == ["CA2", "CA1"]
+        assert store.agents() == ["front", "shop"]

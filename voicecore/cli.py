@@ -1,4 +1,4 @@
-"""The `voicecore` command: up, demo, check, calls, replay, and the subcommands other packages register.
+"""The `voicecore` command: up, demo, check, calls, console-key, replay, and the subcommands other packages register.
 
 Owns argument parsing and exit codes only; each subcommand's work lives in its own module. Subcommands
 outside the library (the bench) come from the ``voicecore.commands`` entry point group: each entry names
@@ -64,6 +64,12 @@ def _cmd_calls(args: argparse.Namespace) -> int:
     return run_calls(os.environ, args.config, since=args.since, limit=args.limit, as_json=args.json, call_sid=args.call_sid)
 
 
+def _cmd_console_key(args: argparse.Namespace) -> int:
+    from voicecore.console.keys_command import run_console_key
+
+    return run_console_key(os.environ, args.config, args.action, args.name, as_json=args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voicecore", description="Media runtime for AI phone agents.")
     parser.add_argument("--config", help="TOML configuration file (default: $VOICECORE_CONFIG)")
@@ -104,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     calls.add_argument("--limit", type=int, default=100, metavar="N", help="at most N calls, newest first (default 100)")
     calls.add_argument("--json", action="store_true", help="print one JSON object")
     calls.set_defaults(func=_cmd_calls)
+
+    keys = sub.add_parser("console-key", help="the console's API keys: add NAME (prints the key once), list, revoke NAME")
+    keys.add_argument("action", choices=("add", "list", "revoke"))
+    keys.add_argument("name", nargs="?", metavar="NAME")
+    keys.add_argument("--json", action="store_true", help="list: print one JSON object")
+    keys.set_defaults(func=_cmd_console_key)
 
     _register_commands(sub)
 

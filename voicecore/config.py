@@ -48,6 +48,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("retention_days", int, 0, "calls older than this many days are deleted from the call store, and their record files from record_dir (by the recorder, at start and hourly); 0: keep them forever"),
     Setting("call_webhook_url", str, "", "http(s) URL that gets a signed JSON summary of every call once it is in the call store (outcome, duration, turns, latency, tool calls, transcript); empty: none"),
     Setting("call_webhook_secret", str, "", "HMAC-SHA256 key of the end-of-call webhook's X-Voicecore-Signature (t=<unix>,v1=<hex> over \"<t>.<body>\"); required with call_webhook_url"),
+    Setting("console_listen", str, "127.0.0.1:8090", "host:port of the console (call list, call pages, the /observe WebSocket; API keys from `voicecore console-key add NAME`), a port of its own, never the gateway's; runs when there is a call store; empty: no console"),
     Setting("record_caller_audio", bool, True, "call records keep the caller's audio (for `voicecore replay --wav`); false: timing only"),
     Setting("shm_dir", str, "/dev/shm", "directory of the shared-memory arena file"),
     Setting("lead_ms", int, 80, "audio the pacer keeps queued ahead in the carrier's buffer"),
@@ -91,6 +92,7 @@ class Config:
     runtime_dir: str
     record_dir: str
     database_url: str
+    console_listen: str
     retention_days: int
     call_webhook_url: str
     call_webhook_secret: str
@@ -211,6 +213,13 @@ def _validate(values: dict[str, object]) -> None:
         host, sep, port = listen.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ConfigError(f"listen: expected host:port or unix:/path, got {listen!r}")
+    console_listen = str(values["console_listen"])
+    if console_listen:
+        host, sep, port = console_listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ConfigError(f"console_listen: expected host:port or empty, got {console_listen!r}")
+        if console_listen == listen:
+            raise ConfigError(f"console_listen: the console needs a port of its own, not the gateway's ({listen})")
     database_url = str(values["database_url"])
     if database_url and not database_url.startswith(("sqlite:///", "postgresql://")):
         raise ConfigError(f"database_url: expected empty, sqlite:///ABSOLUTE/PATH or postgresql://..., got {database_url!r}")

@@ -83,6 +83,7 @@ def demo_config(base: Config, workdir: Path, calls: int, sim_port: int, record_d
         send_call_id_to_vendor=True,  # our own simulator: it ties its sessions to the calls by it
         runtime_dir=str(workdir / "run"),
         record_dir=str(workdir / "records") if record_dir is None else record_dir,
+        console_listen=f"127.0.0.1:{free_port()}",  # never the default port a running `voicecore up` may hold
         max_calls=max(calls, 4),
     )
 

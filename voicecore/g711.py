@@ -11,6 +11,7 @@ one step larger than the G.191 reference encoder does (G.191 one's-complements n
 of the 65,536 inputs get the neighbouring code; tests/test_g711.py pins that relation exactly.
 """
 
+import io
 import sys
 import warnings
 import wave
@@ -85,14 +86,21 @@ def write_stereo_wav(path: str | Path, left_ulaw: bytes, right_ulaw: bytes) -> N
 
     Recordings put the caller on the left and the agent on the right (ARCHITECTURE.md section 9).
     """
+    Path(path).write_bytes(stereo_wav_bytes(left_ulaw, right_ulaw))
+
+
+def stereo_wav_bytes(left_ulaw: bytes, right_ulaw: bytes) -> bytes:
+    """``write_stereo_wav``'s file, in memory (the console serves it)."""
     left = ulaw_to_linear(left_ulaw)
     right = ulaw_to_linear(right_ulaw)
     frames = np.zeros((max(left.size, right.size), 2), dtype=np.int16)
     frames[: left.size, 0] = left
     frames[: right.size, 1] = right
     data = frames.astype("<i2", copy=False).tobytes()
-    with wave.open(str(path), "wb") as writer:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as writer:
         writer.setnchannels(2)
         writer.setsampwidth(SAMPLE_WIDTH_BYTES)
         writer.setframerate(SAMPLE_RATE_HZ)
         writer.writeframes(data)
+    return out.getvalue()

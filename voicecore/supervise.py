@@ -33,9 +33,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Shipped inside the package (package data), so an installed voicecore finds it; deploy/supervisord.conf
 # in a checkout is a link to this file, for running supervisord by hand.
 SUPERVISOR_CONF = Path(__file__).resolve().parent / "deploy_templates" / "supervisord.conf"
-STACK_PROGRAMS = ("gateway", "pacer", "model", "validator", "recorder")
+STACK_PROGRAMS = ("gateway", "pacer", "model", "validator", "recorder", "console")
 RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.sock", "pacer.sock", "doorbell.sock",
-                 "validator.sock", "model.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp")
+                 "validator.sock", "model.sock", "recorder.sock", "observe.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp")
 
 
 class StackError(DependencyError, RuntimeError):
@@ -69,6 +69,8 @@ def stack_environment(config: Config) -> dict[str, str]:
     env["VOICECORE_SIM_AUTOSTART"] = "true" if config.uses_simulator else "false"
     # the recorder only has work with a call store (its own process: never on the 20 ms path)
     env["VOICECORE_RECORDER_AUTOSTART"] = "true" if database_url_for(config) else "false"
+    # the console shows the store's calls and the recorder's live events: only with a store, and a port
+    env["VOICECORE_CONSOLE_AUTOSTART"] = "true" if database_url_for(config) and config.console_listen else "false"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -127,7 +129,7 @@ class Stack:
             cmdline = read_cmdline(child)
             for name, module in (("gateway", "workers.gateway.main"), ("pacer", "workers.pacer.main"), ("model", "workers.model.main"),
                                  ("validator", "workers.validator.main"), ("recorder", "workers.recorder.main"),
-                                 ("modelsim", "voicecore.sim.model_server")):
+                                 ("console", "workers.console.main"), ("modelsim", "voicecore.sim.model_server")):
                 if module in cmdline:
                     pids[name] = child
         return pids

@@ -131,6 +131,26 @@ class Verdict:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ObserveEvents:
+    """Model worker -> recorder: a live call's newest observable events (voicecore/observe/events.py), as
+    JSON text of ``[[t_ms, type, data], ...]`` in the order they happened; the recorder numbers them.
+    ``started_at``: the wall-clock time (seconds since the epoch) of the call's t_ms 0."""
+
+    call_sid: str
+    started_at: float
+    events: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ObservedEvents:
+    """Recorder -> console: a call's events as stored, numbered, each as an observer receives it: JSON text of
+    ``[{"call_sid", "seq", "type", "t_ms", "at", "data"}, ...]``, ``seq`` rising by one."""
+
+    call_sid: str
+    events: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Rejected:
     """What a bad message decodes to; never sent."""
 
@@ -139,7 +159,7 @@ class Rejected:
 
 Message = (
     Heartbeat | CallStarted | CallEnded | CancelTag | Dtmf | Stats
-    | GateOpen | TranscriptDelta | TranscriptDone | Verdict
+    | GateOpen | TranscriptDelta | TranscriptDone | Verdict | ObserveEvents | ObservedEvents
 )
 
 _TYPES: dict[str, type] = {
@@ -153,6 +173,8 @@ _TYPES: dict[str, type] = {
     "transcript.delta": TranscriptDelta,
     "transcript.done": TranscriptDone,
     "verdict": Verdict,
+    "observe.events": ObserveEvents,
+    "observed.events": ObservedEvents,
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 _FIELDS = {cls: typing.get_type_hints(cls) for cls in _TYPES.values()}
@@ -172,6 +194,8 @@ def _field_ok(value: object, hint: object) -> bool:
         return type(value) is str
     if hint is bool:
         return type(value) is bool
+    if hint is float:
+        return type(value) is float
     if hint == dict[str, float]:
         return type(value) is dict and all(
             type(k) is str and type(v) in (int, float) for k, v in value.items()

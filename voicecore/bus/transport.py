@@ -8,6 +8,8 @@ lives in messages.py. Topology (no broker, so a cancel takes one hop):
   validator PULL validator.sock <- PUSH model        (gate.open, transcript.delta, transcript.done);
             it also PUSHes heartbeat/stats to gateway.sock and SUBs events.sock (call.ended)
   model    PULL model.sock    <- PUSH validator      (verdict)
+  recorder PULL recorder.sock <- PUSH model          (observe.events: live calls' events, dropped when full)
+  recorder PUB  observe.sock  -> SUB  console        (observed.events: the same, numbered and stored)
 The shared-memory arena is the source of truth for call state; bus messages are doorbells, so a worker
 that restarts rebuilds its view from the arena, not from messages it missed.
 """
@@ -29,6 +31,8 @@ EVENTS = "events.sock"
 GATEWAY_INBOX = "gateway.sock"
 PACER_INBOX = "pacer.sock"
 VALIDATOR_INBOX = "validator.sock"
+RECORDER_INBOX = "recorder.sock"  # the recorder binds it (PULL) for the model worker's observable events
+OBSERVE_FEED = "observe.sock"  # the recorder binds it (PUB): numbered events for the console's observers
 MODEL_INBOX = "model.sock"  # the model worker binds it (PULL) for the validator's verdicts
 DOORBELL = "doorbell.sock"  # unix datagram socket, pacer -> gateway: "the wire rings have news"
 ARENA_NAME_FILE = "arena.name"

@@ -91,12 +91,15 @@ class CallRecorder:
     ``save_new``, ``RecordFile``)."""
 
     def __init__(self, driver: Driver, keep_caller_audio: bool = False,
-                 sink: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+                 sink: Callable[[list[dict[str, Any]]], None] | None = None,
+                 observer: Callable[[dict[str, Any]], None] | None = None) -> None:
         """``sink``: streaming; ``hand_off()`` passes it the entries recorded since the last hand-off and
         forgets them (``entries``, ``lines()`` and ``dumps()`` then cover only what was not handed off).
-        None: the whole record stays in ``entries``."""
+        None: the whole record stays in ``entries``. ``observer``: called with every entry as it is
+        recorded (voicecore/observe/events.py's tap, for the live observers)."""
         self.driver = driver
         self.sink = sink
+        self.observer = observer
         self.handed_off = 0  # entries passed to the sink so far
         self.keep_caller_audio = keep_caller_audio
         self.header: dict[str, Any] = {"voicecore_record": RECORD_VERSION, **driver.record_header()}
@@ -183,9 +186,15 @@ class CallRecorder:
     def _run(self, entry: dict[str, Any], actions: list[Action], unrecorded: int = 0) -> list[Action]:
         """Record ``entry`` and ``actions`` after the first ``unrecorded`` (the caller audio's forwarding)."""
         self.entries.append(entry)
+        observer = self.observer
+        if observer is not None:
+            observer(entry)
         t = entry["t"]
         for i in range(unrecorded, len(actions)):
-            self.entries.append({"t": t, "k": "out", "a": action_to_dict(actions[i])})
+            out = {"t": t, "k": "out", "a": action_to_dict(actions[i])}
+            self.entries.append(out)
+            if observer is not None:
+                observer(out)
         return actions
 
     def hand_off(self) -> int:

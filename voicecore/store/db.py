@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import hashlib
 import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -140,6 +142,10 @@ def _backend_for(url: str) -> _Backend:
     raise StoreError(f"database_url: expected sqlite:///ABSOLUTE/PATH or postgresql://..., got {url!r}")
 
 
+def _key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
 def _rows(cursor: Any) -> list[dict[str, Any]]:
     names = [column[0] for column in cursor.description]
     return [dict(zip(names, row)) for row in cursor.fetchall()]
@@ -230,15 +236,105 @@ class CallStore:
         """Whether the record file ``source`` was ingested (its call may have been purged since)."""
         return self.backend.execute("SELECT 1 FROM sources WHERE name = ?", (source,)).fetchone() is not None
 
-    def calls(self, since_s: float | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Calls started at or after ``since_s`` (seconds since the epoch; None: all), newest first, each with
-        its number of turns (``turns``) and ``ended_at``."""
-        where, params = ("WHERE c.started_at >= ? ", [since_s]) if since_s is not None else ("", [])
+    def calls(self, since_s: float | None = None, limit: int = 100, until_s: float | None = None,
+              outcome: str | None = None, agent: str | None = None) -> list[dict[str, Any]]:
+        """Calls started at or after ``since_s`` and before ``until_s`` (seconds since the epoch; None: no
+        bound), with that ``outcome`` (``hangup`` matches every ``hangup:<reason>``) and ``agent`` when
+        given, newest first, each with its number of turns (``turns``) and ``ended_at``."""
+        conditions: list[str] = []
+        params: list[Any] = []
+        if since_s is not None:
+            conditions.append("c.started_at >= ?")
+            params.append(since_s)
+        if until_s is not None:
+            conditions.append("c.started_at < ?")
+            params.append(until_s)
+        if outcome:
+            if outcome == "hangup":
+                conditions.append("c.outcome LIKE 'hangup:' || ?")  # || ? : the schema's no-literal-% rule
+                params.append("%")
+            else:
+                conditions.append("c.outcome = ?")
+                params.append(outcome)
+        if agent is not None and agent != "":
+            conditions.append("c.agent = ?")
+            params.append(agent)
+        where = f"WHERE {' AND '.join(conditions)} " if conditions else ""
         cursor = self.backend.execute(
             f"SELECT {', '.join('c.' + c for c in CALL_COLUMNS.split(', '))}, "
             "(SELECT COUNT(*) FROM turns t WHERE t.call_id = c.id) AS turns "
             f"FROM calls c {where}ORDER BY c.started_at DESC, c.id DESC LIMIT ?", [*params, int(limit)])
         return [self._call_row(row) for row in _rows(cursor)]
+
+    def agents(self) -> list[str]:
+        """The agent names of the stored calls (for the console's filter)."""
+        return [row[0] for row in self.backend.execute("SELECT DISTINCT agent FROM calls ORDER BY agent").fetchall()]
+
+    # --- the live observers' events ----------------------------------------------------------------------
+    def add_events(self, rows: Sequence[tuple[str, int, float, int, str, str]]) -> None:
+        """Store numbered events: (call_sid, seq, at (wall clock s), t_ms, type, data as JSON text); a
+        (call_sid, seq) stored before is left as it is."""
+        if not rows:
+            return
+        with self.backend.transaction():
+            self.backend.executemany(
+                "INSERT INTO events (call_sid, seq, at, t_ms, type, data) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (call_sid, seq) DO NOTHING", rows)
+
+    def last_seq(self, call_sid: str) -> int:
+        """The highest event number stored for ``call_sid``; 0 for none."""
+        return int(self.backend.execute("SELECT MAX(seq) FROM events WHERE call_sid = ?", (call_sid,)).fetchone()[0] or 0)
+
+    def events(self, call_sid: str, after_seq: int = 0, limit: int = 100_000) -> list[dict[str, Any]]:
+        """``call_sid``'s events numbered above ``after_seq``, in order, as observers receive them
+        (``data`` is the JSON text as stored)."""
+        cursor = self.backend.execute(
+            "SELECT call_sid, seq, type, t_ms, at, data FROM events WHERE call_sid = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (call_sid, int(after_seq), int(limit)))
+        return [{"call_sid": r[0], "seq": int(r[1]), "type": r[2], "t_ms": int(r[3]), "at": float(r[4]), "data": r[5]}
+                for r in cursor.fetchall()]
+
+    def live_calls(self, now_s: float | None = None, within_s: float = 6 * 3600) -> list[dict[str, Any]]:
+        """Calls whose events began within ``within_s`` and hold no ``call.ended``: in progress (or cut off
+        by a stop before they ended), newest first: call_sid, started_at, last_at, events."""
+        since = (time.time() if now_s is None else now_s) - within_s
+        cursor = self.backend.execute(
+            "SELECT call_sid, MIN(at), MAX(at), COUNT(*) FROM events WHERE at >= ? GROUP BY call_sid "
+            "HAVING SUM(CASE WHEN type = 'call.ended' THEN 1 ELSE 0 END) = 0 ORDER BY MIN(at) DESC", (since,))
+        return [{"call_sid": r[0], "started_at": float(r[1]), "last_at": float(r[2]), "events": int(r[3])}
+                for r in cursor.fetchall()]
+
+    # --- the console's API keys ------------------------------------------------------------------------
+    def add_api_key(self, name: str) -> str:
+        """A new API key named ``name`` (shown once: only its hash is kept)."""
+        if not name or len(name) > 100:
+            raise StoreError("an API key needs a name of 1-100 characters")
+        key = "vck_" + secrets.token_urlsafe(32)
+        with self.backend.transaction():
+            if self.backend.execute("SELECT 1 FROM api_keys WHERE name = ?", (name,)).fetchone() is not None:
+                raise StoreError(f"an API key named {name!r} exists; revoke it or pick another name")
+            self.backend.execute("INSERT INTO api_keys (name, key_hash, created_at) VALUES (?, ?, ?)",
+                                 (name, _key_hash(key), time.time()))
+        return key
+
+    def api_key_name(self, key: str) -> str | None:
+        """The name of the live (not revoked) API key ``key``; None when there is none."""
+        if not key or len(key) > 200:
+            return None
+        row = self.backend.execute("SELECT name FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL",
+                                   (_key_hash(key),)).fetchone()
+        return None if row is None else str(row[0])
+
+    def api_keys(self) -> list[dict[str, Any]]:
+        cursor = self.backend.execute("SELECT name, created_at, revoked_at FROM api_keys ORDER BY id")
+        return [{"name": r[0], "created_at": float(r[1]), "revoked_at": None if r[2] is None else float(r[2])}
+                for r in cursor.fetchall()]
+
+    def revoke_api_key(self, name: str) -> bool:
+        """Revoke (keep, never accept again) the key ``name``; False when no live key has that name."""
+        with self.backend.transaction():
+            return self.backend.execute("UPDATE api_keys SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
+                                        (time.time(), name)).rowcount == 1
 
     def call(self, call_sid: str) -> dict[str, Any] | None:
         """The call ``call_sid`` with its turns, transcript, tool calls, verdicts and model errors; None if not
@@ -285,6 +381,7 @@ class CallStore:
         records stay known (``sources``): a record still on disk is not stored again."""
         cutoff = (time.time() if now_s is None else now_s) - older_than_days * SECONDS_PER_DAY
         with self.backend.transaction():
+            self.backend.execute("DELETE FROM events WHERE at < ?", (cutoff,))
             return self.backend.execute("DELETE FROM calls WHERE started_at < ?", (cutoff,)).rowcount
 
     def close(self) -> None:

@@ -84,7 +84,29 @@ MIGRATION_1 = (
         PRIMARY KEY (call_id, idx))""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (MIGRATION_1,)  # MIGRATIONS[n - 1] is migration n
+MIGRATION_2 = (
+    # The live observers' events (voicecore/observe/events.py), numbered per call by the recorder as they
+    # happen: a late observer replays them from here. Keyed by the call's sid, not calls.id: a call's
+    # events are stored while it runs, its calls row only once its record is finished. ``at``: wall clock.
+    """CREATE TABLE events (
+        call_sid TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        t_ms BIGINT NOT NULL,
+        type TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (call_sid, seq))""",
+    "CREATE INDEX events_at ON events (at)",
+    # The console's API keys, as SHA-256 of the key (keys are 256 random bits: a fast hash is enough).
+    """CREATE TABLE api_keys (
+        id {id},
+        name TEXT NOT NULL UNIQUE,
+        key_hash TEXT NOT NULL UNIQUE,
+        created_at DOUBLE PRECISION NOT NULL,
+        revoked_at DOUBLE PRECISION)""",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (MIGRATION_1, MIGRATION_2)  # MIGRATIONS[n - 1] is migration n
 LATEST_VERSION = len(MIGRATIONS)
 
 

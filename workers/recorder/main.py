@@ -4,6 +4,13 @@ directory, keeps retention, and finishes or removes part files left behind by ki
 Owns the call store's writer side (voicecore.store: ``CallStore.open(database_url_for(config))``), the
 record directory's housekeeping, and reporting:
   PUSH gateway.sock -> heartbeat every 150 ms and stats every second, as process "recorder"
+  PULL recorder.sock <- the model worker's live events (observe.events)
+  PUB  observe.sock  -> the console: the same events, numbered and stored (observed.events)
+Live events are numbered per call (voicecore/observe/numbering.py), stored in the ``events`` table in one
+transaction per batch, and only then published: whatever an observer was sent is already in the store, so
+a late joiner replays from the store and continues live without a gap. Without a store they are numbered
+and published all the same. A finished record whose call has no stored events (the recorder was down
+the whole call) gets them derived from the record (voicecore/observe/events.py's walk, the same as live).
 Every second it lists the record directory and ingests each finished record (``*.jsonl``, never a
 ``.part``) it has not handled yet, reading each file once; the store's ingest is idempotent on the file
 name, so after a restart it simply offers everything again. A record that cannot be read is logged once
@@ -21,6 +28,7 @@ idles: heartbeats and nothing else.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -31,13 +39,16 @@ import zmq
 
 from voicecore import timing
 from voicecore.bus import messages
-from voicecore.bus.transport import GATEWAY_INBOX, Bus, default_runtime_dir, ensure_runtime_dir
+from voicecore.bus.transport import GATEWAY_INBOX, OBSERVE_FEED, RECORDER_INBOX, Bus, default_runtime_dir, ensure_runtime_dir
 from voicecore.call.record import encode_line
 from voicecore.config import Config, load_config
 from voicecore.logs import run_until_signalled, setup_logging
+from voicecore.observe.events import events_of_record
+from voicecore.observe.numbering import EventNumbering, Row, rows_json
 from voicecore.record import RecordError, load_record, record_name
 from voicecore.store import CallStore, database_url_for, summarize_record
 from voicecore.store import webhook as call_webhook
+from voicecore.store.traces import TurnTracer
 from workers.recorder import core
 from workers.recorder.webhook import WebhookSender
 
@@ -49,6 +60,8 @@ STATS_EVERY_S = 1.0
 SLICE_S = 0.1  # longest stretch of ingesting between two heartbeats (the gateway's dead-after is 450 ms)
 STORE_RETRY_S = 10.0
 HEARTBEAT_S = timing.HEARTBEAT_MS / 1000
+EVENT_MESSAGES_PER_PASS = 2000
+PUBLISH_BYTES = 40 * 1024  # one observed.events message: under the bus's 64 KiB
 
 
 class Recorder:
@@ -59,6 +72,11 @@ class Recorder:
         self.runtime_dir = ensure_runtime_dir(config.runtime_dir or default_runtime_dir())
         self.bus = Bus(self.runtime_dir)
         self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
+        self.events_in = self.bus.bind(zmq.PULL, RECORDER_INBOX)
+        self.events_out = self.bus.bind(zmq.PUB, OBSERVE_FEED)
+        self.poller = zmq.Poller()
+        self.poller.register(self.events_in, zmq.POLLIN)
+        self.numbering = EventNumbering(self.last_seq)
         self.store: CallStore | None = None
         self.store_retry_at_s = 0.0
         self.purge = core.PurgeSchedule(config.retention_days)
@@ -69,12 +87,16 @@ class Recorder:
         self.heartbeat_seq = 0
         self.counters = {name: 0 for name in (
             "calls_ingested", "records_already_stored", "records_unreadable", "parts_finished", "parts_removed",
-            "records_deleted", "calls_purged", "store_errors")}
+            "records_deleted", "calls_purged", "store_errors", "events_stored", "events_published",
+            "events_not_stored", "events_derived")}
+        self.events_ms_total = 0.0  # numbering, storing and publishing live events
         self.ingest_ms_max = 0.0
         # the end-of-call webhook: a summary of each call once it is stored (its own thread: never blocks ingest)
         self.webhook = (WebhookSender(config.call_webhook_url, config.call_webhook_secret)
                         if config.call_webhook_url and self.url else None)
         self.ingest_ms_total = 0.0  # reading, summarizing and storing the records ingested
+        # an OpenTelemetry span per turn of each stored call, when opentelemetry-sdk is installed and configured
+        self.tracer = TurnTracer.from_environment() if self.url else None
 
     # --- the record directory -------------------------------------------------------------------------
     def listing(self) -> list[core.RecordEntry]:
@@ -199,6 +221,8 @@ class Recorder:
             return True
         try:
             stored = store.ingest(summary)
+            if stored:
+                self.derive_events(store, header, entries, complete, entry.mtime_s)
         except Exception as exc:  # noqa: BLE001 (driver errors: the store's problem, not the file's)
             self.store_failed(exc)
             return False
@@ -210,6 +234,8 @@ class Recorder:
             self.counters["calls_ingested"] += 1
             if self.webhook is not None and complete:
                 self._send_webhook(store, summary.call_sid)
+            if self.tracer is not None:
+                self.tracer.export(summary)
             self.minute.add("ingested")
             log.debug("record %s ingested (%d entries%s)", entry.name, len(entries), "" if complete else ", incomplete")
         else:
@@ -262,6 +288,70 @@ class Recorder:
         if purged:
             log.info("retention (%s days): %d calls purged from the store", self.config.retention_days, purged)
 
+    # --- the live events ------------------------------------------------------------------------------
+    def last_seq(self, call_sid: str) -> int:
+        """Where ``call_sid``'s event count stood (a call this recorder has not seen: the store knows)."""
+        store = self.open_store() if self.url else None
+        if store is None:
+            return 0
+        try:
+            return store.last_seq(call_sid)
+        except Exception as exc:  # noqa: BLE001 (driver errors)
+            self.store_failed(exc)
+            return 0
+
+    def take_events(self) -> int:
+        """Number, store, then publish the live events waiting; how many messages were handled."""
+        started = time.perf_counter()
+        rows: list[Row] = []
+        handled = 0
+        for message in self.bus.receive_nowait(self.events_in, EVENT_MESSAGES_PER_PASS):
+            handled += 1
+            if isinstance(message, messages.ObserveEvents):
+                rows.extend(self.numbering.number(message.call_sid, message.started_at, message.events))
+        if not rows:
+            return handled
+        store = self.open_store() if self.url else None
+        if store is not None:
+            try:
+                store.add_events(rows)
+                self.counters["events_stored"] += len(rows)
+            except Exception as exc:  # noqa: BLE001 (published all the same: the live view must not stop)
+                self.store_failed(exc)
+                self.counters["events_not_stored"] += len(rows)
+        self.publish(rows)
+        self.events_ms_total += (time.perf_counter() - started) * 1000
+        return handled
+
+    def publish(self, rows: list[Row]) -> None:
+        by_call: dict[str, list[Row]] = {}
+        for row in rows:
+            by_call.setdefault(row[0], []).append(row)
+        for call_sid, call_rows in by_call.items():
+            start, size = 0, 0
+            for i, row in enumerate(call_rows):
+                size += len(row[5]) + 96
+                if size > PUBLISH_BYTES and i > start:
+                    self._publish(call_sid, call_rows[start:i])
+                    start, size = i, len(row[5]) + 96
+            self._publish(call_sid, call_rows[start:])
+
+    def _publish(self, call_sid: str, rows: list[Row]) -> None:
+        if self.bus.send(self.events_out, messages.ObservedEvents(call_sid, rows_json(rows))):
+            self.counters["events_published"] += len(rows)
+
+    def derive_events(self, store: CallStore, header: dict, entries: list[dict], complete: bool, mtime_s: float) -> None:
+        """A stored call without live events: its events from the record (the same walk as live)."""
+        call_sid = str(header.get("call_sid", ""))
+        if not call_sid or not entries or store.last_seq(call_sid):
+            return
+        duration_s = (entries[-1]["t"] - entries[0]["t"]) / 1e9
+        events = events_of_record(header, entries, complete)
+        rows = [(call_sid, seq, round(mtime_s - duration_s + t_ms / 1000, 3), t_ms, kind, json.dumps(data, separators=(",", ":")))
+                for seq, (t_ms, kind, data) in enumerate(events, start=1)]
+        store.add_events(rows)
+        self.counters["events_derived"] += len(rows)
+
     # --- reporting --------------------------------------------------------------------------------------
     def heartbeat(self, stats: bool) -> None:
         self.heartbeat_seq += 1
@@ -271,6 +361,9 @@ class Recorder:
             values = {name: float(n) for name, n in self.counters.items()}
             values["ingest_max_ms"] = self.ingest_ms_max
             values["ingest_per_call_ms"] = self.ingest_ms_total / max(1, self.counters["calls_ingested"])
+            values["ingest_ms_total"] = self.ingest_ms_total
+            values["events_ms_total"] = self.events_ms_total
+            values["events_malformed"] = float(self.numbering.malformed)
             if self.webhook is not None:
                 values.update({name: float(n) for name, n in self.webhook.counters.items()})
             self.bus.send(self.gateway, messages.Stats(PROCESS, pid, values))
@@ -292,6 +385,7 @@ class Recorder:
         next_heartbeat_s = next_stats_s = next_scan_s = time.monotonic()
         while not self.stopping:
             now = time.monotonic()
+            self.take_events()
             if now >= next_heartbeat_s:
                 stats = now >= next_stats_s
                 self.heartbeat(stats)
@@ -314,7 +408,7 @@ class Recorder:
             if self.backlog and self.store is not None:
                 continue  # more to ingest: the next slice after the heartbeat check
             wake_s = min(next_heartbeat_s, next_scan_s) if self.url else next_heartbeat_s  # idle: heartbeats only
-            time.sleep(max(0.0, wake_s - time.monotonic()))
+            self.poller.poll(max(0.0, wake_s - time.monotonic()) * 1000)  # or the first live event
 
     def close(self) -> None:
         if self.store is not None:
@@ -325,7 +419,11 @@ class Recorder:
             self.store = None
         if self.webhook is not None:
             self.webhook.close()
+        if self.tracer is not None:
+            self.tracer.shutdown()
         self.bus.close()
+        for name in (RECORDER_INBOX, OBSERVE_FEED):
+            (self.runtime_dir / name).unlink(missing_ok=True)
 
 
 def main() -> None:

@@ -1,0 +1,99 @@
+"""Who may use the console: API keys (kept hashed in the call store) and browser sessions (pure: the
+clock and the key check are passed in).
+
+Owns reading a request's credentials and the session table. A program sends its key in a header
+(``Authorization: Bearer KEY`` or ``X-Voicecore-Key: KEY``) with every request, the ``/observe``
+WebSocket included. A browser cannot put a header on a WebSocket, and a key in a URL ends up in
+histories and logs, so the console's login page sends the key once, in the header, to ``/api/session``,
+which answers a random session token in an ``HttpOnly; SameSite=Strict`` cookie. A session lasts
+``SESSION_TTL_S`` and is checked against the store again every ``RECHECK_S`` (a revoked key ends its
+sessions within that).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from collections.abc import Callable, Mapping
+
+COOKIE = "voicecore_session"
+SESSION_TTL_S = 12 * 3600
+RECHECK_S = 60.0
+MAX_SESSIONS = 10_000
+
+
+def key_from_headers(headers: Mapping[str, str]) -> str:
+    """The API key a request carries in a header ("" for none). ``headers``: lower-case names."""
+    authorization = headers.get("authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return headers.get("x-voicecore-key", "").strip()
+
+
+def cookie_value(cookie_header: str, name: str = COOKIE) -> str:
+    for part in cookie_header.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name:
+            return value.strip()
+    return ""
+
+
+@dataclasses.dataclass(slots=True)
+class Session:
+    key: str
+    name: str
+    expires_s: float
+    checked_s: float
+
+
+class Sessions:
+    """Browser sessions; ``check_key(key) -> name | None`` asks the store."""
+
+    def __init__(self, check_key: Callable[[str], str | None]) -> None:
+        self.check_key = check_key
+        self.sessions: dict[str, Session] = {}
+
+    def open(self, key: str, now_s: float) -> tuple[str, str] | None:
+        """A new session for a valid key: (token, key name); None for a key the store does not know."""
+        name = self.check_key(key)
+        if name is None:
+            return None
+        self._expire(now_s)
+        if len(self.sessions) >= MAX_SESSIONS:
+            oldest = min(self.sessions, key=lambda t: self.sessions[t].expires_s)
+            del self.sessions[oldest]
+        token = secrets.token_urlsafe(32)
+        self.sessions[token] = Session(key, name, now_s + SESSION_TTL_S, now_s)
+        return token, name
+
+    def who(self, token: str, now_s: float) -> str | None:
+        """The key name behind a live session token; None when unknown, expired or its key revoked."""
+        session = self.sessions.get(token) if token else None
+        if session is None:
+            return None
+        if now_s >= session.expires_s:
+            del self.sessions[token]
+            return None
+        if now_s - session.checked_s >= RECHECK_S:
+            if self.check_key(session.key) is None:
+                del self.sessions[token]
+                return None
+            session.checked_s = now_s
+        return session.name
+
+    def close(self, token: str) -> None:
+        self.sessions.pop(token, None)
+
+    def _expire(self, now_s: float) -> None:
+        for token in [t for t, s in self.sessions.items() if now_s >= s.expires_s]:
+            del self.sessions[token]
+
+
+def authenticate(headers: Mapping[str, str], sessions: Sessions, check_key: Callable[[str], str | None],
+                 now_s: float) -> str | None:
+    """The key name a request is made under (a header key, else a session cookie); None: not allowed."""
+    key = key_from_headers(headers)
+    if key:
+        return check_key(key)
+    return sessions.who(cookie_value(headers.get("cookie", "")), now_s)

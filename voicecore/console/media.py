@@ -1,0 +1,51 @@
+"""A stored call's audio for the console: the stereo WAV (caller left, agent right) and its waveform
+peaks, made from the call's record by replaying it (voicecore/replay.py places what the caller heard in
+time). Pure but for reading the record file; CPU-bound (a replay): the console runs it off its loop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from voicecore.g711 import stereo_wav_bytes, ulaw_to_linear
+from voicecore.record import load_record
+from voicecore.replay import agent_track, caller_track, replay
+
+MAX_POINTS = 4000
+
+
+def call_audio(record_path: str | Path) -> tuple[bytes, bytes]:
+    """(caller track, agent track) as 8 kHz mu-law, both from the call's start."""
+    header, entries, complete = load_record(record_path)
+    if not entries:
+        return b"", b""
+    result = replay(header, entries, stop_at_divergence=False, complete=complete)
+    origin = entries[0]["t"]
+    return caller_track(result, origin), agent_track(result, origin)
+
+
+def wav(caller: bytes, agent: bytes) -> bytes:
+    return stereo_wav_bytes(caller, agent)
+
+
+def peaks(track: bytes, points: int) -> list[float]:
+    """The track's loudest sample per bucket, ``points`` buckets over ``total`` samples, 0..1 (3 decimals)."""
+    points = max(1, min(points, MAX_POINTS))
+    if not track:
+        return []
+    samples = np.abs(ulaw_to_linear(track).astype(np.int32))
+    edges = np.linspace(0, samples.size, num=min(points, samples.size) + 1).astype(np.int64)
+    maxima = np.maximum.reduceat(samples, edges[:-1]) if samples.size else np.zeros(0)
+    return [round(float(v) / 32768.0, 3) for v in maxima]
+
+
+def waveform(caller: bytes, agent: bytes, points: int) -> dict:
+    """The waveform the call page draws: both tracks' peaks over the same time axis."""
+    duration_ms = max(len(caller), len(agent)) // 8
+    length = max(len(caller), len(agent))
+    padded_caller = caller + b"\xff" * (length - len(caller))
+    padded_agent = agent + b"\xff" * (length - len(agent))
+    return {"duration_ms": duration_ms, "sample_rate": 8000, "caller": peaks(padded_caller, points),
+            "agent": peaks(padded_agent, points)}

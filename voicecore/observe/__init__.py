@@ -1,0 +1,1 @@
+"""Live observation of calls: the events observers see (events.py)."""

@@ -1,0 +1,246 @@
+"""A call's observable events, derived from its record entries (pure: no I/O, no clock).
+
+Owns the observer event vocabulary (what ``/observe`` streams and the store's ``events`` table keeps) and
+the walk that turns record entries (voicecore/call/record.py's format, as ``CallRecorder`` makes them)
+into events. The model worker feeds every entry of a live call as it is recorded and ships the events
+over the bus; the recorder numbers them (``seq``), stores them and publishes them to the console. The
+walk must stay cheap on the model worker: audio and tick entries are skipped without a look, and a model
+audio delta is parsed only while a response's first audio is still unseen.
+
+Events (``type`` and the fields of ``data``; ``t_ms`` is from the call's first entry):
+
+- ``call.started``           ``{"control", "flow", "agent", "resumed"}`` (``resumed``: a restarted model worker took
+  the call over; its ``t_ms`` count from then)
+- ``turn.caller_started``    ``{"item_id"}``                 the model heard the caller start speaking
+- ``turn.caller_ended``      ``{"item_id"}``                 ... and stop
+- ``transcript.delta``       ``{"role": "caller"|"agent", "text", "final": bool, "response_id"|"item_id"}``
+  (``final``: the whole utterance, after its deltas; a viewer replaces the deltas with it)
+- ``response.started``       ``{"response_id"}``             the model created a response
+- ``response.audio``         ``{"response_id"}``             its first audio delta (the agent starts talking)
+- ``response.done``          ``{"response_id", "status"}``
+- ``bargein``                ``{"tag", "response_id"}``      the caller talked over the response playing
+- ``response.cancelled``     ``{"tag", "response_id", "cause"}`` cancelled for another reason: ``superseded`` (a newer
+  response began while it was in flight) or ``gate`` (the validator rejected it)
+- ``dtmf``                   ``{"digit"}``
+- ``tool.called``            ``{"call_id", "name", "arguments"}``
+- ``tool.result``            ``{"call_id", "ok", "output"}``
+- ``gate.verdict``           ``{"tag", "rejected", "frames", "reason", "citations"}``
+- ``model.error``            ``{"code", "message"}``
+- ``call.ended``             ``{"outcome"}``                 ``hangup:<reason>``, ``transfer``, ``caller_hangup``, ``ended``
+
+Texts are cut to ``MAX_TEXT`` characters (a bus message holds 64 KiB). Events carry what the caller said:
+they are personal data like the record, shown only to observers with an API key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+NS_PER_MS = 1_000_000
+MAX_TEXT = 4000
+CHUNK_BYTES = 40 * 1024  # one bus message of events: well under the bus's 64 KiB limit
+
+EVENT_TYPES = (
+    "call.started", "turn.caller_started", "turn.caller_ended", "transcript.delta", "response.started",
+    "response.audio", "response.done", "bargein", "response.cancelled", "dtmf", "tool.called", "tool.result", "gate.verdict",
+    "model.error", "call.ended",
+)
+
+_SKIPPED_KINDS = frozenset({"audio", "tick", "snippets", "note", "reopen"})
+_WATCHED_ACTIONS = frozenset({"OpenTag", "CancelTag", "HangUp", "Transfer", "CallOver"})
+_AUDIO_DELTA_MARK = 'audio.delta"'  # in the head of "response.output_audio.delta" / "response.audio.delta" text
+_AGENT_DELTAS = frozenset({"response.output_audio_transcript.delta", "response.audio_transcript.delta"})
+_AGENT_DONE = frozenset({"response.output_audio_transcript.done", "response.audio_transcript.done"})
+_AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
+
+
+def _cut(value: object) -> str:
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
+
+
+class CallEventTap:
+    """Feed a call's record entries in order (``feed``); take the events they produced (``take``).
+
+    ``header``: the record header (``control``, ``flow``, ``flow_args``) for ``call.started``.
+    """
+
+    __slots__ = ("header", "resumed", "t0", "pending", "created", "last_input", "tags", "awaiting_audio", "outcome", "ended")
+
+    def __init__(self, header: dict[str, Any] | None = None, resumed: bool = False) -> None:
+        self.header = header or {}
+        self.resumed = resumed
+        self.t0: int | None = None
+        self.pending: list[tuple[int, str, dict[str, Any]]] = []  # (t_ms, type, data), not taken yet
+        self.created = ""  # the response the current model event created (its OpenTag follows as an out)
+        self.last_input = ""  # the kind of the input whose actions follow: what a cancel among them means
+        self.tags: dict[int, str] = {}  # playout tag -> response id
+        self.awaiting_audio: set[str] = set()  # responses created whose first audio delta is not seen yet
+        self.outcome = ""
+        self.ended = False
+
+    def take(self) -> list[tuple[int, str, dict[str, Any]]]:
+        events, self.pending = self.pending, []
+        return events
+
+    def feed(self, entry: dict[str, Any]) -> None:
+        kind = entry.get("k")
+        if kind in _SKIPPED_KINDS or self.ended:
+            if kind != "note":
+                self.last_input, self.created = kind, ""
+            return
+        t = int(entry.get("t", 0))
+        if self.t0 is None:
+            self.t0 = t
+        at_ms = (t - self.t0) // NS_PER_MS
+        if kind == "out":
+            action = entry.get("a") or {}
+            if action.get("type") in _WATCHED_ACTIONS:
+                self._action(action, at_ms)
+            return
+        self.created = ""
+        self.last_input = kind
+        if kind == "model":
+            self._model_text(entry.get("text"), at_ms)
+        elif kind == "start":
+            self._emit(at_ms, "call.started", self._describe_call())
+        elif kind == "dtmf":
+            self._emit(at_ms, "dtmf", {"digit": _cut(entry.get("digit", ""))})
+        elif kind == "tool":
+            self._emit(at_ms, "tool.result", {"call_id": _cut(entry.get("call_id", "")), "ok": bool(entry.get("ok")),
+                                              "output": _cut(entry.get("output", ""))})
+        elif kind == "verdict":
+            self._emit(at_ms, "gate.verdict", {
+                "tag": int(entry.get("tag", 0)), "rejected": bool(entry.get("rejected")), "frames": int(entry.get("frames", 0)),
+                "reason": _cut(entry.get("reason", "")), "citations": _cut(entry.get("citations", ""))})
+        elif kind == "stop":
+            self.end(t, self.outcome or "caller_hangup")
+
+    def end(self, now_ns: int, outcome: str = "") -> None:
+        """The call is over (its stop, or the worker finishing it): ``call.ended`` once."""
+        if self.ended:
+            return
+        if self.t0 is None:
+            self.t0 = now_ns
+        self._emit((now_ns - self.t0) // NS_PER_MS, "call.ended", {"outcome": outcome or self.outcome or "ended"})
+        self.ended = True
+
+    # --- pieces -------------------------------------------------------------------------------------------
+    def _emit(self, at_ms: int, kind: str, data: dict[str, Any]) -> None:
+        self.pending.append((at_ms, kind, data))
+
+    def _describe_call(self) -> dict[str, Any]:
+        control = str(self.header.get("control", "turns"))
+        flow = str(self.header.get("flow", "")) if control == "turns" else ""
+        agent = ""
+        if flow == "agent":
+            spec = (self.header.get("flow_args") or {}).get("spec") or {}
+            agent = str(spec.get("name", "")) if isinstance(spec, dict) else ""
+        return {"control": control, "flow": flow, "agent": agent, "resumed": self.resumed}
+
+    def _model_text(self, text: object, at_ms: int) -> None:
+        if not isinstance(text, str):
+            return
+        if _AUDIO_DELTA_MARK in text[:64] and not self.awaiting_audio:
+            return  # the bulk of a call's model events: audio of a response already seen talking
+        try:
+            event = json.loads(text)
+        except ValueError:
+            return
+        if isinstance(event, dict):
+            self._model_event(event, at_ms)
+
+    def _model_event(self, event: dict[str, Any], at_ms: int) -> None:
+        kind = event.get("type")
+        if kind in _AUDIO_DELTAS:
+            response_id = str(event.get("response_id", ""))
+            if response_id in self.awaiting_audio:
+                self.awaiting_audio.discard(response_id)
+                self._emit(at_ms, "response.audio", {"response_id": response_id})
+        elif kind in _AGENT_DELTAS:
+            self._emit(at_ms, "transcript.delta", {"role": "agent", "text": _cut(event.get("delta", "")), "final": False,
+                                                   "response_id": str(event.get("response_id", ""))})
+        elif kind in _AGENT_DONE:
+            self._emit(at_ms, "transcript.delta", {"role": "agent", "text": _cut(event.get("transcript", "")), "final": True,
+                                                   "response_id": str(event.get("response_id", ""))})
+        elif kind == "input_audio_buffer.speech_started":
+            self._emit(at_ms, "turn.caller_started", {"item_id": str(event.get("item_id", ""))})
+        elif kind == "input_audio_buffer.speech_stopped":
+            self._emit(at_ms, "turn.caller_ended", {"item_id": str(event.get("item_id", ""))})
+        elif kind == "conversation.item.input_audio_transcription.delta":
+            self._emit(at_ms, "transcript.delta", {"role": "caller", "text": _cut(event.get("delta", "")), "final": False,
+                                                   "item_id": str(event.get("item_id", ""))})
+        elif kind == "conversation.item.input_audio_transcription.completed":
+            self._emit(at_ms, "transcript.delta", {"role": "caller", "text": _cut(event.get("transcript", "")), "final": True,
+                                                   "item_id": str(event.get("item_id", ""))})
+        elif kind == "response.created":
+            response_id = str((event.get("response") or {}).get("id", ""))
+            self.created = response_id
+            self.awaiting_audio.add(response_id)
+            self._emit(at_ms, "response.started", {"response_id": response_id})
+        elif kind == "response.done":
+            response = event.get("response") or {}
+            response_id = str(response.get("id", ""))
+            self.awaiting_audio.discard(response_id)
+            self._emit(at_ms, "response.done", {"response_id": response_id, "status": str(response.get("status", ""))})
+        elif kind == "response.function_call_arguments.done":
+            self._emit(at_ms, "tool.called", {"call_id": str(event.get("call_id", "")), "name": str(event.get("name", "")),
+                                              "arguments": _cut(event.get("arguments", ""))})
+        elif kind == "error":
+            error = event.get("error") or {}
+            if not isinstance(error, dict):
+                error = {"message": str(error)}
+            self._emit(at_ms, "model.error", {"code": str(error.get("code") or error.get("type") or ""),
+                                              "message": _cut(error.get("message", ""))})
+
+    def _action(self, action: dict[str, Any], at_ms: int) -> None:
+        kind = action["type"]
+        if kind == "OpenTag":
+            if self.created:
+                self.tags[int(action.get("tag", 0))] = self.created
+        elif kind == "CancelTag":
+            tag = int(action.get("tag", 0))
+            response_id = self.tags.get(tag, "")
+            if self.last_input == "verdict":
+                self._emit(at_ms, "response.cancelled", {"tag": tag, "response_id": response_id, "cause": "gate"})
+            elif self.created and response_id != self.created:
+                self._emit(at_ms, "response.cancelled", {"tag": tag, "response_id": response_id, "cause": "superseded"})
+            else:
+                self._emit(at_ms, "bargein", {"tag": tag, "response_id": response_id})
+        elif not self.outcome:
+            if kind == "HangUp":
+                self.outcome = f"hangup:{action.get('reason', '')}"
+            elif kind == "Transfer":
+                self.outcome = "transfer"
+            else:
+                self.outcome = "caller_hangup"
+
+
+def events_of_record(header: dict[str, Any], entries: list[dict[str, Any]], complete: bool = True) -> list[tuple[int, str, dict[str, Any]]]:
+    """Every event of a finished record (the same walk as live): for a call whose live events were lost."""
+    tap = CallEventTap(header)
+    for entry in entries:
+        tap.feed(entry)
+    if complete and entries:
+        tap.end(int(entries[-1]["t"]))
+    return tap.take()
+
+
+def observe_chunks(events: list[tuple[int, str, dict[str, Any]]]) -> Iterator[tuple[int, str]]:
+    """``events`` as JSON texts of ``[[t_ms, type, data], ...]`` of at most about CHUNK_BYTES each (one event
+    may exceed it alone: its texts are cut to MAX_TEXT characters): (how many events, text)."""
+    chunk: list[bytes] = []
+    size = 0
+    for t_ms, kind, data in events:
+        encoded = orjson.dumps([t_ms, kind, data])
+        if chunk and size + len(encoded) > CHUNK_BYTES:
+            yield len(chunk), (b"[" + b",".join(chunk) + b"]").decode()
+            chunk, size = [], 0
+        chunk.append(encoded)
+        size += len(encoded) + 1
+    if chunk:
+        yield len(chunk), (b"[" + b",".join(chunk) + b"]").decode()

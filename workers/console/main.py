@@ -1,0 +1,395 @@
+"""The console process: the call list and call pages, their JSON API, and the ``/observe`` WebSocket, on
+the console's own port (``console_listen``, never the gateway's).
+
+Owns the console's HTTP routes and the fan-out of live events to observers. Reads the call store (the
+recorder is its one writer; API keys are added with ``voicecore console-key``) and the record files (a
+call's audio), and subscribes to the recorder's numbered events:
+  SUB  observe.sock  <- recorder (observed.events)
+  PUSH gateway.sock  -> heartbeat every 150 ms, stats every second, as process "console"
+A call is never slowed by an observer: the recorder's PUB drops what a slow console does not take, and
+each observer has a bounded queue (voicecore/console/fanout.py); an observer whose queue fills is closed
+(1008, "observer too slow"). Store queries run on one thread (the store's connection is not shared between
+threads at once), replays for audio on another; the event loop only routes and fans out.
+
+``/observe?call=SID&since=SEQ``: the call's events after SEQ from the store, then live, each ``seq`` once
+and in order (the recorder stores before it publishes, so the two meet without a gap). Without ``call``:
+every live call's events as they happen, no replay. Close codes: 1008 too slow, 1001 console stopping.
+Before the upgrade: 401 without a valid key, 404 for a call neither stored nor live, 400 for a bad query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import os
+import signal
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import orjson
+import zmq
+import zmq.asyncio
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from voicecore import timing
+from voicecore.bus import messages
+from voicecore.bus.transport import GATEWAY_INBOX, OBSERVE_FEED, Bus
+from voicecore.config import Config, load_config
+from voicecore.console import auth, media
+from voicecore.console.fanout import FanOut, Observer
+from voicecore.logs import run_loop, setup_logging
+from voicecore.observe.numbering import rows_from_json, wire_stored
+from voicecore.store import CallStore, database_url_for
+
+log = logging.getLogger("voicecore.console")
+
+PROCESS = "console"
+STATIC_DIR = Path(__file__).resolve().parents[2] / "voicecore" / "console" / "static"
+MEDIA_CACHE = 16  # calls whose audio is kept (a replay per call otherwise)
+PAGES = {"/": "index.html", "/login": "login.html", "/live": "live.html"}
+CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-store"),
+                    ("Content-Security-Policy", "default-src 'self'; connect-src 'self'; media-src 'self'; img-src 'self' data:"),
+                    ("Referrer-Policy", "no-referrer"), ("X-Frame-Options", "DENY"))
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def respond(status: int, body: bytes, content_type: str, extra: tuple[tuple[str, str], ...] = ()) -> Response:
+    headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))), *SECURITY_HEADERS, *extra])
+    reason = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+              405: "Method Not Allowed", 500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Error")
+    return Response(status, reason, headers, body)
+
+
+def respond_json(value: Any, status: int = 200, extra: tuple[tuple[str, str], ...] = ()) -> Response:
+    return respond(status, orjson.dumps(value), "application/json", extra)
+
+
+def query_number(query: dict[str, list[str]], name: str, default: float | None = None) -> float | None:
+    values = query.get(name)
+    if not values or values[0] == "":
+        return default
+    try:
+        return float(values[0])
+    except ValueError:
+        raise HttpError(400, f"{name}: expected a number, got {values[0][:40]!r}") from None
+
+
+class Console:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.url = database_url_for(config)
+        self.record_dir = Path(config.record_dir) if config.record_dir else None
+        self.runtime_dir = Path(config.runtime_dir)
+        self.bus = Bus(self.runtime_dir)
+        self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
+        self.store: CallStore | None = None
+        self.store_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="console-store")
+        self.media_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="console-media")
+        self.media_cache: collections.OrderedDict[str, tuple[bytes, bytes]] = collections.OrderedDict()
+        self.sessions = auth.Sessions(self.check_key_blocking)
+        self.key_cache: dict[str, tuple[str | None, float]] = {}  # key -> (name, checked at): a key per request, not a query
+        self.fanout = FanOut()
+        self.live = self.fanout.live  # call sid -> when its call.started arrived (calls in progress)
+        self.counters = collections.Counter({name: 0 for name in (
+            "requests", "unauthorized", "not_found", "bad_requests", "errors", "observers_opened", "events_sent",
+            "feed_rejected")})
+        self.heartbeat_seq = 0
+
+    # --- the store, on its thread ----------------------------------------------------------------------
+    def _store(self) -> CallStore:
+        if self.store is None:
+            self.store = CallStore.open(self.url)
+        return self.store
+
+    async def query(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        def run() -> Any:
+            try:
+                return getattr(self._store(), method)(*args, **kwargs)
+            except Exception:
+                if self.store is not None:  # a broken connection: the next query opens a new one
+                    try:
+                        self.store.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+                    self.store = None
+                raise
+        return await asyncio.get_running_loop().run_in_executor(self.store_thread, run)
+
+    def check_key_blocking(self, key: str) -> str | None:
+        """For the session table's re-checks, which run on the loop: answered from the key cache, which
+        ``check_key`` (the loop's way in) keeps fresh."""
+        name, _checked = self.key_cache.get(key, (None, 0.0))
+        return name
+
+    async def check_key(self, key: str) -> str | None:
+        now = time.monotonic()
+        cached = self.key_cache.get(key)
+        if cached is not None and now - cached[1] < auth.RECHECK_S:
+            return cached[0]
+        name = await self.query("api_key_name", key)
+        if len(self.key_cache) > 10_000:
+            self.key_cache.clear()
+        self.key_cache[key] = (name, now)
+        return name
+
+    async def who(self, request: Request) -> str | None:
+        headers = {k.lower(): v for k, v in request.headers.raw_items()}
+        key = auth.key_from_headers(headers)
+        if key:
+            return await self.check_key(key)
+        token = auth.cookie_value(headers.get("cookie", ""))
+        session = self.sessions.sessions.get(token) if token else None
+        if session is not None and time.time() - session.checked_s >= auth.RECHECK_S:
+            await self.check_key(session.key)  # refresh the cache the session's re-check reads
+        return self.sessions.who(token, time.time())
+
+    # --- HTTP -----------------------------------------------------------------------------------------------
+    async def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        self.counters["requests"] += 1
+        parsed = urllib.parse.urlsplit(request.path)
+        path, query = parsed.path, urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
+        try:
+            if path == "/observe":
+                return await self.before_observe(request, query)
+            return await self.route(request, path, query)
+        except HttpError as exc:
+            counter = {401: "unauthorized", 404: "not_found", 400: "bad_requests"}.get(exc.status, "errors")
+            self.counters[counter] += 1
+            return respond_json({"error": exc.message}, exc.status)
+        except Exception:
+            self.counters["errors"] += 1
+            log.exception("console: %s failed", path)
+            return respond_json({"error": "internal error"}, 500)
+
+    async def route(self, request: Request, path: str, query: dict[str, list[str]]) -> Response:
+        if path == "/healthz":
+            return respond_json({"ok": True, "live_calls": len(self.live), "observers": self.observer_count()})
+        if path in PAGES:
+            return self.static(PAGES[path])
+        if path.startswith("/calls/") and path.count("/") == 2:
+            return self.static("call.html")
+        if path.startswith("/static/"):
+            return self.static(path.removeprefix("/static/"))
+        if path == "/api/session":
+            return await self.open_session(request)
+        if path == "/api/logout":
+            self.sessions.close(auth.cookie_value(request.headers.get("Cookie", "")))
+            return respond(204, b"", "text/plain", (("Set-Cookie", f"{auth.COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict"),))
+        if not path.startswith("/api/"):
+            raise HttpError(404, "no such page")
+        if await self.who(request) is None:
+            raise HttpError(401, "an API key is needed (Authorization: Bearer KEY), or a session from /login")
+        if path == "/api/calls":
+            return await self.api_calls(query)
+        if path == "/api/live":
+            return respond_json({"calls": await self.live_calls()})
+        parts = path.split("/")  # "", "api", "calls", SID, [what]
+        if len(parts) in (4, 5) and parts[2] == "calls" and parts[3]:
+            call_sid, what = parts[3], parts[4] if len(parts) == 5 else ""
+            if what == "":
+                return await self.api_call(call_sid)
+            if what == "events":
+                since = int(query_number(query, "since", 0) or 0)
+                events = await self.query("events", call_sid, since)
+                return respond(200, b"[" + b",".join(wire_stored(e) for e in events) + b"]", "application/json")
+            if what == "waveform":
+                points = int(query_number(query, "points", 800) or 800)
+                caller, agent = await self.call_media(call_sid)
+                return respond_json(media.waveform(caller, agent, points))
+            if what == "audio.wav":
+                caller, agent = await self.call_media(call_sid)
+                body = await asyncio.get_running_loop().run_in_executor(self.media_thread, media.wav, caller, agent)
+                return respond(200, body, "audio/wav")
+        raise HttpError(404, "no such API path")
+
+    def static(self, name: str) -> Response:
+        file = (STATIC_DIR / name).resolve()
+        if STATIC_DIR.resolve() not in file.parents or not file.is_file() or file.suffix not in CONTENT_TYPES:
+            raise HttpError(404, "no such file")
+        return respond(200, file.read_bytes(), CONTENT_TYPES[file.suffix])
+
+    async def open_session(self, request: Request) -> Response:
+        key = auth.key_from_headers({k.lower(): v for k, v in request.headers.raw_items()})
+        name = await self.check_key(key) if key else None
+        if name is None:
+            raise HttpError(401, "that API key is not valid")
+        opened = self.sessions.open(key, time.time())
+        assert opened is not None  # the key cache just said it is valid
+        token, name = opened
+        cookie = f"{auth.COOKIE}={token}; Path=/; Max-Age={auth.SESSION_TTL_S}; HttpOnly; SameSite=Strict"
+        return respond_json({"name": name}, 200, (("Set-Cookie", cookie),))
+
+    async def api_calls(self, query: dict[str, list[str]]) -> Response:
+        since, until = query_number(query, "since"), query_number(query, "until")
+        limit = int(query_number(query, "limit", 100) or 100)
+        if not 1 <= limit <= 1000:
+            raise HttpError(400, "limit: 1-1000")
+        outcome = (query.get("outcome") or [""])[0] or None
+        agent = (query.get("agent") or [None])[0]
+        calls = await self.query("calls", since_s=since, limit=limit, until_s=until, outcome=outcome, agent=agent)
+        return respond_json({"calls": calls, "agents": await self.query("agents")})
+
+    async def api_call(self, call_sid: str) -> Response:
+        call = await self.query("call", call_sid)
+        live = call_sid in self.live
+        if call is None and not live:
+            if await self.query("last_seq", call_sid) == 0:
+                raise HttpError(404, "no such call")
+        return respond_json({"call_sid": call_sid, "live": live, "stored": call is not None, "call": call,
+                             "last_seq": await self.query("last_seq", call_sid)})
+
+    async def live_calls(self) -> list[dict[str, Any]]:
+        stored = await self.query("live_calls")
+        known = {c["call_sid"] for c in stored}
+        stored.extend({"call_sid": sid, "started_at": at, "last_at": at, "events": 0} for sid, at in self.live.items()
+                      if sid not in known)
+        return [c for c in stored if c["call_sid"] in self.live or time.time() - c["last_at"] < 60]
+
+    async def call_media(self, call_sid: str) -> tuple[bytes, bytes]:
+        call = await self.query("call", call_sid)
+        if call is None or self.record_dir is None:
+            raise HttpError(404, "no stored call with a record")
+        source = str(call["source"])
+        cached = self.media_cache.get(source)
+        if cached is not None:
+            self.media_cache.move_to_end(source)
+            return cached
+        path = self.record_dir / source
+        if not path.is_file():
+            raise HttpError(404, "the call's record is gone (retention)")
+        tracks = await asyncio.get_running_loop().run_in_executor(self.media_thread, media.call_audio, path)
+        self.media_cache[source] = tracks
+        while len(self.media_cache) > MEDIA_CACHE:
+            self.media_cache.popitem(last=False)
+        return tracks
+
+    # --- /observe --------------------------------------------------------------------------------------------
+    async def before_observe(self, request: Request, query: dict[str, list[str]]) -> Response | None:
+        if await self.who(request) is None:
+            raise HttpError(401, "an API key is needed (Authorization: Bearer KEY), or a session from /login")
+        call_sid = (query.get("call") or [""])[0]
+        since = query_number(query, "since", 0)
+        if since is None or since < 0 or since != int(since):
+            raise HttpError(400, "since: a whole number >= 0")
+        if call_sid and call_sid not in self.live and await self.query("last_seq", call_sid) == 0:
+            raise HttpError(404, "no such call")
+        return None  # on with the upgrade
+
+    async def observe(self, connection: ServerConnection) -> None:
+        assert connection.request is not None
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(connection.request.path).query)
+        call_sid = (query.get("call") or [""])[0]
+        since = int(float((query.get("since") or ["0"])[0] or 0))
+        observer = Observer(call_sid)
+        self.fanout.add(observer)  # first: live events buffer while the store is read
+        self.counters["observers_opened"] += 1
+        try:
+            last = since
+            if call_sid:
+                for event in await self.query("events", call_sid, since):
+                    await connection.send(wire_stored(event).decode())
+                    self.counters["events_sent"] += 1
+                    last = event["seq"]
+            while True:
+                seq, data = await observer.queue.get()
+                if observer.too_slow:
+                    await connection.close(1008, "observer too slow")
+                    return
+                if call_sid and seq <= last:
+                    continue  # already sent from the store
+                await connection.send(data.decode())
+                self.counters["events_sent"] += 1
+                last = seq if call_sid else last
+        except ConnectionClosed:
+            pass
+        finally:
+            self.fanout.remove(observer)
+
+    def observer_count(self) -> int:
+        return self.fanout.count()
+
+    async def feed(self) -> None:
+        context = zmq.asyncio.Context.instance()
+        sub = context.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.RCVHWM, 10_000)
+        sub.setsockopt(zmq.MAXMSGSIZE, messages.MAX_MESSAGE_BYTES)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(f"ipc://{self.runtime_dir / OBSERVE_FEED}")
+        try:
+            while True:
+                decoded = messages.decode(await sub.recv())
+                if isinstance(decoded, messages.ObservedEvents):
+                    self.fanout.publish(decoded.call_sid, rows_from_json(decoded.events))
+                else:
+                    self.counters["feed_rejected"] += 1
+        finally:
+            sub.close(linger=0)
+
+    async def report(self) -> None:
+        next_stats = 0.0
+        while True:
+            self.heartbeat_seq += 1
+            pid = os.getpid()
+            self.bus.send(self.gateway, messages.Heartbeat(PROCESS, pid, self.heartbeat_seq, time.monotonic_ns()))
+            now = time.monotonic()
+            if now >= next_stats:
+                next_stats = now + 1.0
+                values = {name: float(n) for name, n in self.counters.items()}
+                values.update(observers=float(self.observer_count()), live_calls=float(len(self.live)),
+                              observers_too_slow=float(self.fanout.too_slow), events_received=float(self.fanout.received))
+                self.bus.send(self.gateway, messages.Stats(PROCESS, pid, values))
+            await asyncio.sleep(timing.HEARTBEAT_MS / 1000)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        host, _, port = self.config.console_listen.rpartition(":")
+        tasks = [asyncio.create_task(self.feed()), asyncio.create_task(self.report())]
+        async with serve(self.observe, host, int(port), process_request=self.process_request, max_size=4096,
+                         server_header="voicecore-console", compression=None) as server:
+            log.info("console on http://%s (observers at /observe)", self.config.console_listen)
+            await stop.wait()
+            server.close(close_connections=True)  # 1001 to observers
+            await server.wait_closed()
+        for task in tasks:
+            task.cancel()
+        self.store_thread.shutdown(wait=False, cancel_futures=True)
+        self.media_thread.shutdown(wait=False, cancel_futures=True)
+        if self.store is not None:
+            self.store.close()
+        self.bus.close()
+
+
+async def amain(config: Config) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if not config.console_listen or not database_url_for(config):
+        log.error("the console needs console_listen and a call store (record_dir or database_url); it stops")
+        raise SystemExit(2)
+    await Console(config).run(stop)
+
+
+def main() -> None:
+    config = load_config(os.environ)
+    setup_logging(PROCESS, config.log_level, config.log_format)
+    run_loop(amain(config))
+
+
+if __name__ == "__main__":
+    main()
