@@ -210,8 +210,9 @@ def test_bad_signature_and_reused_token_are_refused(running_stack):
 def test_health_and_metrics_endpoints(running_stack):
     with urllib.request.urlopen(f"http://{running_stack.config.listen}/healthz", timeout=5) as response:
         health = json.load(response)
-    # the recorder runs because the stack records (it fills the call store from the records)
-    assert health["workers_alive"] == {"pacer": True, "model": True, "validator": True, "recorder": True}
+    # the recorder runs because the stack records (it fills the call store from the records), and the console
+    # because there is a store and a console port
+    assert health["workers_alive"] == {"pacer": True, "model": True, "validator": True, "recorder": True, "console": True}
     with urllib.request.urlopen(f"http://{running_stack.config.listen}/metrics", timeout=5) as response:
         metrics = json.load(response)
     assert metrics["workers"]["pacer"]["ticks"] > 0

@@ -4,14 +4,18 @@ The output is read back with a strict parser written here from the spec
 (https://prometheus.io/docs/instrumenting/exposition_formats/): every line is a HELP, a TYPE or a sample
 `name{label="value",...} value`; names and label names match the spec's patterns, label values use only
 the three escapes, values are Go floats, each family has one HELP and one TYPE before its samples, its
-samples are contiguous, and no series appears twice.
+samples are contiguous, and no series appears twice. Histograms are checked further by histogram_series.
+The last test scrapes a real stack (the running_stack fixture of conftest.py) during and after a call.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import math
 import re
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +24,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore import metrics_text as mt
+from voicecore import prom_histogram
+from voicecore.demo import demo_script
+from voicecore.sim.carrier import place_call
 
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -172,6 +179,31 @@ def value(families: dict, name: str, **labels: str) -> float:
     return families[name]["samples"][(name, tuple(sorted(labels.items())))]
 
 
+def histogram_series(families: dict, name: str) -> dict[tuple, dict]:
+    """A histogram family's series by label set (without `le`): {"buckets": [(le, count), ...] in the
+    order written, "sum", "count"}. Asserts what the format requires of each: buckets in increasing `le`,
+    counts that do not decrease, a `+Inf` bucket last equal to `_count`, and a `_sum`."""
+    family = families[name]
+    assert family["type"] == "histogram", name
+    series: dict[tuple, dict] = {}
+    for (sample, labels), number in family["samples"].items():
+        plain = tuple(label for label in labels if label[0] != "le")
+        parts = series.setdefault(plain, {"buckets": []})
+        if sample == name + "_bucket":
+            parts["buckets"].append((float(dict(labels)["le"].replace("Inf", "inf")), number))
+        else:
+            assert sample in (name + "_sum", name + "_count"), sample
+            parts[sample.removeprefix(name + "_")] = number
+    assert series, name
+    for labels, parts in series.items():
+        bounds = [bound for bound, _ in parts["buckets"]]
+        counts = [count for _, count in parts["buckets"]]
+        assert bounds == sorted(set(bounds)) and bounds[-1] == math.inf, (name, labels, bounds)
+        assert counts == sorted(counts), (name, labels, counts)
+        assert counts[-1] == parts["count"] and "sum" in parts, (name, labels, parts)
+    return series
+
+
 # --- the parser itself is strict ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("bad", [
@@ -233,10 +265,28 @@ METRICS = {
                   "tick_duration_max_ms": 0.2, "tick_duration_count": 1500.0,
                   "frames_released": 4000.0, "underruns": 2.0, "calls_active": 1.0, "calls_talking": 1.0,
                   "lead_min_ms": 62.5, "lead_p50_ms": 81.0, "underruns_total": 1.0},
-        "model": {"bargeins": 3.0, "holds": 0.0, "active_responses": 7.0, "active_frames_written": 3000.0, "calls": 1.0},
+        "model": {"bargeins": 3.0, "holds": 0.0, "active_responses": 7.0, "active_frames_written": 3000.0, "calls": 1.0,
+                  "gate_rejections": 2.0},
         "validator": {"gates_opened": 0.0, "gates_live": 0.0, "knowledge_loaded": 0.0, "handle_max_ms": 0.0},
     },
 }
+# The histograms, as flat keys (the module docstring's convention): written out for the pacer, by the
+# producer's own code for the gateway and the model worker.
+METRICS["workers"]["pacer"].update({
+    'pacer_lateness_seconds_bucket{le="0.0001"}': 1400.0, 'pacer_lateness_seconds_bucket{le="0.001"}': 1495.0,
+    'pacer_lateness_seconds_bucket{le="+Inf"}': 1500.0, "pacer_lateness_seconds_sum{}": 0.07,
+    "pacer_lateness_seconds_count{}": 1500.0,
+})
+_clears = prom_histogram.Histogram([0.001, 0.005, 0.01])
+for _seconds in (0.0024, 0.0042, 0.00425):
+    _clears.observe(_seconds)
+METRICS["gateway"].update(_clears.flat("bargein_clear_seconds"))
+_tools = {"ok": prom_histogram.Histogram([0.1, 1]), "error": prom_histogram.Histogram([0.1, 1])}
+_tools["ok"].observe(0.05)
+_tools["ok"].observe(0.3)
+_tools["error"].observe(5.0)
+for _outcome, _histogram in _tools.items():
+    METRICS["workers"]["model"].update(_histogram.flat("tool_duration_seconds", {"outcome": _outcome}))
 
 
 @pytest.fixture(scope="module")
@@ -287,10 +337,85 @@ def test_latency_summaries_are_gauges_with_a_quantile_label(families):
 
 
 def test_every_number_of_the_dict_is_rendered_once(families):
+    """... and the aliases (voicecore_calls_active, voicecore_gate_rejections_total) once more."""
     samples = sum(len(f["samples"]) for f in families.values())
     numbers = len(METRICS["gateway"]) + len(METRICS["bargein_decision_to_clear_ms"]) + sum(
         len(stats) for stats in METRICS["workers"].values())
-    assert samples == numbers
+    assert samples == numbers + 2
+
+
+def test_histograms_are_prometheus_histograms_in_seconds(families):
+    lateness = histogram_series(families, "voicecore_pacer_lateness_seconds")
+    assert lateness == {(): {"buckets": [(0.0001, 1400), (0.001, 1495), (math.inf, 1500)], "sum": 0.07, "count": 1500}}
+    assert families["voicecore_pacer_lateness_seconds"]["help"] == mt.HISTOGRAM_HELP["pacer_lateness_seconds"]
+    clears = histogram_series(families, "voicecore_bargein_clear_seconds")
+    assert clears[()]["buckets"] == [(0.001, 0), (0.005, 3), (0.01, 3), (math.inf, 3)]
+    assert clears[()]["sum"] == pytest.approx(0.01085)
+    tools = histogram_series(families, "voicecore_tool_duration_seconds")
+    assert tools[(("outcome", "ok"),)]["buckets"] == [(0.1, 1), (1.0, 2), (math.inf, 2)]
+    assert tools[(("outcome", "error"),)] == {"buckets": [(0.1, 0), (1.0, 0), (math.inf, 1)], "sum": 5.0, "count": 1}
+    # the pacer's quantile gauges of the same samples stay as they were
+    assert value(families, "voicecore_pacer_tick_lateness_ms", quantile="0.99") == 0.3
+    assert not any("bucket" in name or "{" in name for name in families if families[name]["type"] != "histogram")
+
+
+def test_conventional_aliases_are_written_next_to_the_per_process_names(families):
+    assert families["voicecore_calls_active"]["type"] == "gauge"
+    assert value(families, "voicecore_calls_active") == value(families, "voicecore_gateway_calls_active") == 1
+    assert families["voicecore_gate_rejections_total"]["type"] == "counter"
+    rejections = value(families, "voicecore_gate_rejections_total")
+    assert rejections == value(families, "voicecore_model_gate_rejections_total") == 2
+    assert "never played" in families["voicecore_gate_rejections_total"]["help"]
+    # the pacer's own calls_active (its view of the slots) is not the conventional gauge
+    only_pacer = parse_exposition(mt.render({"workers": {"pacer": {"calls_active": 3.0}}}))
+    assert set(only_pacer) == {"voicecore_pacer_calls_active"}
+
+
+WHOLE = {'h_bucket{le="1"}': 1.0, 'h_bucket{le="+Inf"}': 2.0, "h_sum{}": 3.5, "h_count{}": 2.0}
+
+
+def _labelled(stats: dict, x: str) -> dict:
+    """WHOLE's keys with the label x="<x>" (`h_sum{}` -> `h_sum{x="bad"}`)."""
+    return {key.replace("{", f'{{x="{x}",').replace(",}", "}"): v for key, v in stats.items()}
+
+
+@pytest.mark.parametrize("change", [
+    {'h_bucket{le="+Inf"}': None},  # no +Inf bucket
+    {"h_count{}": None},
+    {"h_sum{}": None},
+    {"h_count{}": 3.0},  # _count is not the +Inf bucket
+    {'h_bucket{le="1"}': 5.0},  # buckets decrease
+    {'h_bucket{le="1"}': float("nan")},
+    {"h_sum{}": float("nan")},
+    {'h_bucket{le="1"}': "1"},  # not a number
+])
+def test_a_histogram_series_that_is_not_whole_and_consistent_is_left_out(change):
+    bad = {key: v for key, v in {**WHOLE, **change}.items() if v is not None}
+    families = parse_exposition(mt.render({"workers": {"w": {**_labelled(bad, "bad"), **_labelled(WHOLE, "good")}}}))
+    assert set(histogram_series(families, "voicecore_h")) == {(("x", "good"),)}
+    assert "voicecore_h" not in parse_exposition(mt.render({"workers": {"w": _labelled(bad, "bad")}}))
+
+
+def test_labels_in_another_order_are_the_same_series():
+    stats = {'h_bucket{a="1",b="2",le="+Inf"}': 1.0, 'h_sum{b="2",a="1"}': 0.5, 'h_count{a="1",b="2"}': 1.0}
+    series = histogram_series(parse_exposition(mt.render({"workers": {"w": stats}})), "voicecore_h")
+    assert series == {(("a", "1"), ("b", "2")): {"buckets": [(math.inf, 1)], "sum": 0.5, "count": 1}}
+
+
+def test_a_histogram_family_is_written_once_and_never_over_another_name():
+    h = prom_histogram.Histogram([1]).flat("h")
+    families = parse_exposition(mt.render({"gateway": {**h, "h_bucket_x": 1.0},
+                                           "workers": {"a": {'h_bucket{le="+Inf"}': 9.0}, "b": h}}))
+    assert histogram_series(families, "voicecore_h") == {(): {"buckets": [(1.0, 0), (math.inf, 0)], "sum": 0, "count": 0}}
+    # A gauge already called like one of its samples (voicecore_a_active_count) keeps the name: the
+    # histogram is not written; and the other way round.
+    families = parse_exposition(mt.render({"workers": {"a": {"active_count": 1.0},
+                                                       "b": prom_histogram.Histogram([1]).flat("a_active")}}))
+    assert set(families) == {"voicecore_a_active_count"}
+    families = parse_exposition(mt.render({"gateway": prom_histogram.Histogram([1]).flat("a_active"),
+                                           "workers": {"a": {"active_count": 1.0}}}))
+    assert set(families) == {"voicecore_a_active"}
+    assert histogram_series(families, "voicecore_a_active")[()]["count"] == 0
 
 
 def test_empty_and_partial_dicts():
@@ -359,7 +484,12 @@ _keys = st.one_of(
     st.text(min_size=0, max_size=12),
     st.builds("{}_{}".format, st.sampled_from(["a", "b", "underruns", "x_ms"]),
               st.sampled_from(["p50_ms", "p5_ms", "p500_ms", "p0_ms", "max_ms", "min_ms", "count", "total", "ms"])),
-    st.sampled_from(["p50", "p99", "max", "count", "calls_active", "underruns_total", "active_x", "active_total", "pid"]),
+    st.sampled_from(["p50", "p99", "max", "count", "calls_active", "underruns_total", "active_x", "active_total", "pid",
+                     "gate_rejections"]),
+    # histogram keys, whole or not (module docstring, Histograms)
+    st.sampled_from(['h_bucket{le="1"}', 'h_bucket{le="+Inf"}', "h_sum{}", "h_count{}", 'h_bucket{a="x",le="+Inf"}',
+                     'h_count{a="x"}', 'h_sum{a="x"}', 'h_total_bucket{le="+Inf"}', 'h_count_bucket{le="+Inf"}',
+                     'h_bucket{le="1",}', "h_bucket{}"]),
 )
 _numbers = st.one_of(st.integers(-(2**63), 2**63), st.floats(allow_nan=True, allow_infinity=True), st.booleans())
 
@@ -370,6 +500,8 @@ def test_any_dict_of_numbers_renders_valid_text(workers, gateway):
     families = parse_exposition(mt.render({"gateway": gateway, "workers": workers, "x_ms": dict(gateway)}))
     for name, family in families.items():
         assert (family["type"] == "counter") == name.endswith("_total"), name
+        if family["type"] == "histogram":
+            histogram_series(families, name)
 
 
 def test_the_real_processes_stats_are_classified():
@@ -421,3 +553,73 @@ def test_the_module_is_pure():
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert not imported & {"asyncio", "zmq", "websockets", "time", "os", "random", "uuid", "socket", "json"}
+
+
+# --- end to end ----------------------------------------------------------------------------------------
+
+CONVENTIONAL_FAMILIES = {
+    "voicecore_calls_active": "gauge",
+    "voicecore_pacer_lateness_seconds": "histogram",
+    "voicecore_bargein_clear_seconds": "histogram",
+    "voicecore_gate_rejections_total": "counter",
+    "voicecore_tool_duration_seconds": "histogram",
+}
+
+
+@pytest.mark.integration
+def test_the_running_stack_exports_the_conventional_families(running_stack):
+    """One call with a barge-in through the real stack: while it runs voicecore_calls_active is 1, after it
+    the barge-in's clear is in voicecore_bargein_clear_seconds, and every scrape is valid exposition with
+    the five Prometheus-convention families next to the per-process ones."""
+    config = running_stack.config
+    url = f"http://{config.listen}/metrics?format=prometheus"
+
+    def scrape() -> dict:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return parse_exposition(response.read().decode("utf-8"))
+
+    async def scrape_until(condition, timeout_s: float, what: str) -> dict:
+        """Scrape off the loop (the carrier simulator shares it) until `condition(families)` holds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            families = await asyncio.to_thread(scrape)
+            if condition(families):
+                return families
+            if time.monotonic() >= deadline:
+                pytest.fail(f"timed out after {timeout_s} s waiting for {what}\n{running_stack.log_tail()}", pytrace=False)
+            await asyncio.sleep(0.1)
+
+    def count(families: dict, name: str) -> float:
+        return families.get(name, {}).get("samples", {}).get((name + "_count", ()), 0)
+
+    async def call() -> tuple[dict, dict, object]:
+        async with running_stack.model_sim():
+            placed = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, demo_script(12)))
+            during = await scrape_until(lambda f: "voicecore_calls_active" in f and value(f, "voicecore_calls_active") == 1,
+                                        10, "the call to be active")
+            result = await placed
+        after = await scrape_until(lambda f: value(f, "voicecore_calls_active") == 0
+                                   and count(f, "voicecore_bargein_clear_seconds") >= 1, 10,
+                                   "the call to end and its barge-in's clear to be measured")
+        return during, after, result
+
+    during, after, result = asyncio.run(call())
+    assert result.closed_by == "carrier", running_stack.log_tail()
+    for families in (during, after):
+        for name, kind in CONVENTIONAL_FAMILIES.items():
+            assert families[name]["type"] == kind, name
+            assert families[name]["help"], name
+            if kind == "histogram":
+                histogram_series(families, name)  # buckets increase, +Inf == _count, a _sum
+        # the per-process names are still there beside them
+        assert value(families, "voicecore_gateway_calls_active") == value(families, "voicecore_calls_active")
+        assert value(families, "voicecore_gate_rejections_total") == value(families, "voicecore_model_gate_rejections_total")
+    lateness = histogram_series(after, "voicecore_pacer_lateness_seconds")[()]
+    assert lateness["count"] > histogram_series(during, "voicecore_pacer_lateness_seconds")[()]["count"] > 0  # every tick
+    assert {0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05} <= {bound for bound, _ in lateness["buckets"]}
+    clears = histogram_series(after, "voicecore_bargein_clear_seconds")[()]
+    assert clears["count"] >= 1 and 0 < clears["sum"] < clears["count"] * 1.0  # seconds, not milliseconds
+    assert value(after, "voicecore_gateway_bargein_decision_to_clear_ms_count") >= clears["count"]
+    tools = histogram_series(after, "voicecore_tool_duration_seconds")
+    assert set(tools) == {(("outcome", "ok"),), (("outcome", "error"),)}  # both series from the start
+    assert value(after, "voicecore_gate_rejections_total") == 0  # nothing gated in the spine's demo call

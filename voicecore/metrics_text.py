@@ -11,8 +11,9 @@ The dict's shape (workers/gateway/main.py `Gateway.metrics`):
      "bargein_decision_to_clear_ms": {"p50", "p99", "p999", "max", "count"},
      "workers": {"pacer": {name: number, ...}, "model": {...}, "validator": {...}}}
 
-Names: `voicecore_<process>_<name>`, snake_case, anything outside [a-z0-9_] replaced by `_`. The
-gateway's latency summary becomes `voicecore_gateway_bargein_decision_to_clear_ms`.
+Names: `voicecore_<process>_<name>` (histograms and aliases: see below), snake_case, anything outside
+[a-z0-9_] replaced by `_`. The gateway's latency summary becomes
+`voicecore_gateway_bargein_decision_to_clear_ms`.
 
 Types, by these rules in this order (the workers report cumulative event counts since the process started,
 plus a few levels):
@@ -28,6 +29,26 @@ plus a few levels):
    name already ends in `_total`). A new stat that can go down must be added to `GAUGES`; a gauge whose
    name ends in `_total` gets another name in `RENAMED` (else `_gauge` is appended).
 
+Histograms (Prometheus' own: `_bucket{le=...}` cumulative since the process started, `_sum`, `_count`,
+base unit seconds) travel in a process's flat dict as keys that are their exposition sample names and labels
+without the prefix (voicecore/prom_histogram.py, which also keeps them):
+
+    'pacer_lateness_seconds_bucket{le="0.0005"}': 1490.0, ..., 'pacer_lateness_seconds_bucket{le="+Inf"}': 1500.0,
+    'pacer_lateness_seconds_sum{}': 0.031, 'pacer_lateness_seconds_count{}': 1500.0,
+    'tool_duration_seconds_bucket{outcome="ok",le="0.5"}': 3.0, ..., 'tool_duration_seconds_count{outcome="ok"}': 4.0
+
+Such keys (prom_histogram.parse_flat_key; no other stat has braces) are taken before rules 1-3 and become the
+histogram family `voicecore_<family>`, not process-prefixed: the family name is the reporter's choice, and a
+family two processes report is written once (the first: the gateway, then the workers by name). A series is
+written only when it is whole and consistent (a `+Inf` bucket, buckets that do not decrease, `_sum`, and
+`_count` equal to the `+Inf` bucket); HELP comes from `HISTOGRAM_HELP`. The families reported:
+`voicecore_pacer_lateness_seconds` (pacer), `voicecore_bargein_clear_seconds` (gateway),
+`voicecore_tool_duration_seconds{outcome="ok"|"error"}` (model worker).
+
+Aliases: a few figures are also written under a Prometheus-convention name without the process
+(`ALIASES`), next to their `voicecore_<process>_<name>` family, which stays: `voicecore_calls_active`
+(the gateway's `calls_active`) and `voicecore_gate_rejections_total` (the model worker's `gate_rejections`).
+
 Values: ints and floats as Go's strconv would print them (`NaN`, `+Inf`, `-Inf` spelled out), booleans
 as 1 and 0; strings, lists and other non-numbers are left out. A name that two keys map to is written
 once (the first), as the format forbids a family twice.
@@ -41,6 +62,8 @@ import math
 import numbers
 import re
 from collections.abc import Iterable, Mapping
+
+from voicecore import prom_histogram
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREFIX = "voicecore"
@@ -60,6 +83,26 @@ GAUGES: frozenset[str] = frozenset({
 # A gauge is never named `..._total` (the suffix says counter), and the pacer's `underruns_total` would
 # take the name of its cumulative `underruns` counter: exported names of such gauges.
 RENAMED: dict[str, str] = {"underruns_total": "slot_underruns"}
+
+# Prometheus-convention names (after the prefix) for figures a process reports under its own name, which is
+# still written too: (process, key) -> (name, type, HELP).
+ALIASES: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("gateway", "calls_active"): ("calls_active", "gauge", "Calls in a slot now (the gateway's count)."),
+    ("model", "gate_rejections"): (
+        "gate_rejections_total", "counter",
+        "Gated responses the validator rejected that were therefore never played to a caller: the model "
+        "worker's count of rejecting verdicts that reached a live call, since the worker started (not the "
+        "validator's count of verdicts given)."),
+}
+# HELP of the histogram families the processes report (by family name after the prefix).
+HISTOGRAM_HELP: dict[str, str] = {
+    "pacer_lateness_seconds": "How late the pacer's clock woke for each tick, seconds after the tick's deadline "
+                              "(every tick since the pacer started).",
+    "bargein_clear_seconds": "Barge-in: the model worker's cancel decision to the clear message written to the "
+                             "carrier's socket by the gateway, seconds (since the gateway started).",
+    "tool_duration_seconds": "Agent tool runs in the model worker, seconds from start to result, by outcome "
+                             "(ok or error; since the worker started).",
+}
 
 # Summary keys of rule 1 -> the quantile label's value.
 _SUMMARY_QUANTILES = {"p50": "0.5", "p99": "0.99", "p999": "0.999", "max": "1", "min": "0"}
@@ -190,17 +233,21 @@ class _Writer:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.families: set[str] = set()
+        self.sample_names: set[str] = set()  # a histogram's x_bucket, x_sum, x_count besides the families
 
     def family(self, name: str, kind: str, help_text: str, samples: Iterable[tuple[str, dict[str, str], object]]) -> None:
-        """One metric family; `samples` are (name, labels, value). Skipped when the name is taken."""
+        """One metric family; `samples` are (name, labels, value). Skipped when the name, or a sample name
+        it would write, is taken (a histogram `x` and a gauge `x_count` cannot both be read back)."""
+        samples = [(sample, labels, value) for sample, labels, value in samples if _is_number(value)]
         rendered = [
             f"{sample}{_labels(labels)} {format_value(value)}"  # type: ignore[arg-type]
             for sample, labels, value in samples
-            if _is_number(value)
         ]
-        if not rendered or name in self.families:
+        names = {name} | {sample for sample, _, _ in samples}
+        if not rendered or names & (self.families | self.sample_names):
             return
         self.families.add(name)
+        self.sample_names |= names
         self.lines.append(f"# HELP {name} {escape_help(help_text)}")
         self.lines.append(f"# TYPE {name} {kind}")
         self.lines.extend(rendered)
@@ -210,11 +257,18 @@ class _Writer:
 
 
 def _render_process(out: _Writer, process: str, stats: Mapping[str, object]) -> None:
+    histograms = _histogram_keys(stats)
     grouped = _flat_quantile_groups(stats)
     done: set[str] = set()
     for key in stats:
         key = str(key)
         if key in done:
+            continue
+        if key in histograms:
+            family = histograms[key].family
+            members = {k: parsed for k, parsed in histograms.items() if parsed.family == family}
+            done.update(members)
+            _render_histogram(out, process, family, {k: stats[k] for k in members}, members)
             continue
         if key in grouped:
             base, members = grouped[key]
@@ -237,6 +291,53 @@ def _render_process(out: _Writer, process: str, stats: Mapping[str, object]) -> 
             if not name.endswith("_total"):
                 name += "_total"
             out.family(name, "counter", f"{process} {key} (count since the process started)", [(name, {}, value)])
+        alias = ALIASES.get((process, key))
+        if alias is not None:
+            alias_name, kind, help_text = alias
+            out.family(f"{PREFIX}_{alias_name}", kind, help_text, [(f"{PREFIX}_{alias_name}", {}, value)])
+
+
+def _histogram_keys(stats: Mapping[str, object]) -> dict[str, prom_histogram.FlatKey]:
+    """The keys of `stats` that carry histograms (module docstring, Histograms), parsed."""
+    parsed = {}
+    for key in stats:
+        flat = prom_histogram.parse_flat_key(str(key)) if "{" in str(key) else None
+        if flat is not None and not flat.family.endswith("_total"):  # `_total` names a counter
+            parsed[str(key)] = flat
+    return parsed
+
+
+def _render_histogram(out: _Writer, process: str, family: str, values: Mapping[str, object],
+                      keys: Mapping[str, prom_histogram.FlatKey]) -> None:
+    """One histogram family from its flat keys; a series that is not whole and consistent is left out."""
+    series: dict[tuple[tuple[str, str], ...], dict[str, object]] = {}
+    for key, flat in keys.items():
+        labels = tuple(sorted(label for label in flat.labels if label[0] != "le"))  # one series whatever the key order
+        parts = series.setdefault(labels, {"buckets": {}})
+        if flat.suffix == "bucket":
+            parts["buckets"][prom_histogram.bound_of(flat.labels[-1][1])] = values[key]  # type: ignore[index]
+        else:
+            parts[flat.suffix] = values[key]
+    name = f"{PREFIX}_{family}"
+    samples: list[tuple[str, dict[str, str], object]] = []
+    for labels, parts in series.items():
+        buckets: dict[float, object] = parts["buckets"]  # type: ignore[assignment]
+        total, total_sum = parts.get("count"), parts.get("sum")
+        if not _is_whole_series(buckets, total, total_sum):
+            continue
+        for bound in sorted(buckets):
+            samples.append((name + "_bucket", {**dict(labels), "le": prom_histogram.format_bound(bound)}, buckets[bound]))
+        samples.append((name + "_sum", dict(labels), total_sum))
+        samples.append((name + "_count", dict(labels), total))
+    out.family(name, "histogram", HISTOGRAM_HELP.get(family, f"{process} {family}"), samples)
+
+
+def _is_whole_series(buckets: Mapping[float, object], total: object, total_sum: object) -> bool:
+    """A `+Inf` bucket, counts that do not decrease with `le`, `_count` equal to `+Inf`, and a `_sum`."""
+    counts = [buckets[bound] for bound in sorted(buckets)]
+    if math.inf not in buckets or not all(_is_number(v) and not math.isnan(v) for v in (*counts, total, total_sum)):  # type: ignore[arg-type]
+        return False
+    return all(earlier <= later for earlier, later in zip(counts, counts[1:])) and counts[-1] == total  # type: ignore[operator]
 
 
 def is_gauge(key: str) -> bool:

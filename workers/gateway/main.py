@@ -35,7 +35,7 @@ import zmq
 from picows import WSAutoPingStrategy, WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport
 from picows.picows import WSProtocol
 
-from voicecore import metrics_text, timing
+from voicecore import metrics_text, prom_histogram, timing
 from voicecore.bus import messages
 from voicecore.bus.transport import (
     ARENA_NAME_FILE,
@@ -101,6 +101,9 @@ class Gateway:
         self.worker_seen_ns: dict[str, int] = {}
         self.worker_stats: dict[str, dict[str, float]] = {}
         self.bargein_to_clear = LatencyLog()
+        # The same samples as a Prometheus histogram: cumulative since start, where the log keeps a window.
+        self.bargein_clear_seconds = prom_histogram.Histogram(
+            (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1))
         self.counters: dict[str, int] = {
             "calls_started": 0,
             "calls_ended": 0,
@@ -193,7 +196,8 @@ class Gateway:
     def metrics(self) -> dict:
         summary = self.bargein_to_clear.summary_ms()
         return {
-            "gateway": {**self.counters, "calls_active": len(self.calls), "pid": os.getpid()},
+            "gateway": {**self.counters, "calls_active": len(self.calls), "pid": os.getpid(),
+                        **self.bargein_clear_seconds.flat("bargein_clear_seconds")},
             "bargein_decision_to_clear_ms": summary,
             "workers": self.worker_stats,
         }
@@ -570,7 +574,9 @@ class StreamConnection(WSListener):
                             # A hold's clear (bare VAD edge), not a cancel's: it comes by design a lead later.
                             gw.counters["hold_clears_sent"] += 1
                         elif decided:
-                            gw.bargein_to_clear.add_ns(time.monotonic_ns() - decided)
+                            elapsed_ns = time.monotonic_ns() - decided
+                            gw.bargein_to_clear.add_ns(elapsed_ns)
+                            gw.bargein_clear_seconds.observe(elapsed_ns / 1e9)
                 out.append(data)
         if not out:
             return

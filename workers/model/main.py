@@ -36,7 +36,7 @@ from voicecore.agent.flow import AgentFlow
 from voicecore.agent.load import AgentError, load_configured_agent
 from voicecore.agent.spec import AgentSpec
 from voicecore.bus import messages
-from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_INBOX, VALIDATOR_INBOX, Bus
+from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_INBOX, RECORDER_INBOX, VALIDATOR_INBOX, Bus
 from voicecore.call import controller as controller_mod
 from voicecore.call import core
 from voicecore.call.controller import Action
@@ -45,13 +45,14 @@ from voicecore.call.record import CallRecorder
 from voicecore.call.spine import SpineDriver
 from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
+from voicecore.observe.events import CallEventTap, observe_chunks
 from voicecore.realtime import events as rt
 from voicecore.shm import control as C
 from voicecore.shm import rings
 from voicecore.shm.arena import Arena
 from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
-from voicecore import http_client
+from voicecore import http_client, prom_histogram
 from voicecore.record import RecordFile
 from voicecore.twilio import rest as twilio_rest
 from voicecore.validate.watch import KnowledgeWatcher
@@ -72,6 +73,7 @@ STATS_EVERY_S = 1.0
 # fight over the GIL): each call's batches in order, then its finish; its thread finishes pending records
 # before the process exits.
 RECORD_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-writer")
+OBSERVE_EVERY_S = 0.1  # how fresh a live observer's view is, at one bus message per talking call
 RECORD_HAND_OFF_S = 1.0  # a live call's record holds at most about this much in memory
 RECORD_FINISH_WAIT_S = 30.0  # stopping: how long to wait for the records of calls in progress
 
@@ -132,6 +134,12 @@ class CallSession:
         # thread): inputs go to self.driver.
         self.recorder = CallRecorder(decider, keep_caller_audio=config.record_caller_audio) if config.record_dir else None
         self.driver: Driver = self.recorder if self.recorder is not None else decider
+        # The live observers' events (voicecore/observe/events.py), from the same entries as the record;
+        # shipped to the recorder every OBSERVE_EVERY_S (ModelWorker.run).
+        self.tap: CallEventTap | None = None
+        if self.recorder is not None:
+            self.tap = CallEventTap(self.recorder.header, resumed=resumed)
+            self.recorder.observer = self.tap.feed
         self.wants_ticks = self.driver.wants_ticks  # the spine has no timers: no tick, no cost
         # Streamed: ModelWorker.run hands the entries of the last second to the writer thread, which appends
         # them to the call's part file (only the writer touches record_file).
@@ -261,11 +269,26 @@ class CallSession:
             for action in self.driver.on_carrier_stop(time.monotonic_ns()):
                 if isinstance(action, controller_mod.CallOver):
                     self._on_model_session(action)
+        self.ship_events()
         if self.recorder is None or self.recorder.sink is None:  # no record, or finished already
             return None
         self.recorder.hand_off()
         self.recorder.sink = None
         return RECORD_WRITER.submit(self._finish_record)
+
+    def ship_events(self) -> None:
+        """This call's observable events since the last time, to the recorder (dropped, and counted, when it
+        is not there or not keeping up: observers must never hold up a call)."""
+        if self.tap is None or not self.tap.pending:
+            return
+        worker = self.worker
+        assert self.tap.t0 is not None  # set by the entry that made the first event
+        started_at = time.time() - (time.monotonic_ns() - self.tap.t0) / 1e9
+        for chunk in observe_chunks(self.tap.take()):
+            if worker.bus.send(worker.observe, messages.ObserveEvents(self.call_sid, started_at, chunk[1])):
+                worker.counters["observe_events_sent"] += chunk[0]
+            else:
+                worker.counters["observe_events_dropped"] += chunk[0]
 
     def hand_off_record(self) -> None:
         if self.recorder is not None:
@@ -380,12 +403,15 @@ class CallSession:
         function = worker.agent.flow.functions.get(action.name)
         context = agent_tools.ToolContext(self.call_sid, action.name, action.key)
         async with worker.tool_slots:
+            started_ns = time.monotonic_ns()  # the run, not the wait for a slot
             if function is None:  # a record's flow and this agent disagree: never run something undeclared
                 result = agent_tools.ToolResult(False, '{"error": {"type": "unknown_function", "message": "not declared"}}',
                                                 "unknown_function", 0, 0)
             else:
                 result = await agent_tools.run_tool(function, action.arguments, context, os.environ)
+            run_s = (time.monotonic_ns() - started_ns) / 1e9
         worker.counters["tool_errors" if not result.ok else "tools_ok"] += 1
+        worker.tool_durations["ok" if result.ok else "error"].observe(run_s)
         if not result.ok:
             log.warning("call %s: tool %s failed: %s", self.call_sid, action.name, result.status)
         if not self.alive() or worker.calls.get(self.slot) is not self:
@@ -551,12 +577,18 @@ class ModelWorker:
         self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
         self.validator = self.bus.connect(zmq.PUSH, VALIDATOR_INBOX)
         self.verdicts = self.bus.bind(zmq.PULL, MODEL_INBOX)
+        self.observe = self.bus.connect(zmq.PUSH, RECORDER_INBOX)
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
         self.counters = collections.Counter({"bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
                                              "call_endings_sent": 0, "call_endings_failed": 0,
-                                             "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0})
+                                             "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0,
+                                             "observe_events_sent": 0, "observe_events_dropped": 0})
+        # voicecore_tool_duration_seconds: each tool run's time by outcome, cumulative since start (both
+        # outcomes reported from the start, so a scraper sees the series before the first error).
+        self.tool_durations = {outcome: prom_histogram.Histogram((0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
+                               for outcome in ("ok", "error")}
         self.account_sids: dict[tuple[int, int], str] = {}  # (slot, generation) -> AccountSid, from CallStarted
         self.heartbeat_seq = 0
         # retrieve-first (turns mode): this process's own copy of the knowledge base, reloaded on change
@@ -628,11 +660,15 @@ class ModelWorker:
                               "duplicate_writes_suppressed", "fillers", "transitions", "actions_proposed",
                               "actions_confirmed", "actions_declined", "actions_timed_out"):
                     totals["turns_" + field] += getattr(turn_stats, field)
-        return {**{k: float(v) for k, v in self.counters.items()}, **{f"active_{k}": float(v) for k, v in totals.items()}, "calls": float(len(self.calls))}
+        histograms = {key: value for outcome, durations in self.tool_durations.items()
+                      for key, value in durations.flat("tool_duration_seconds", {"outcome": outcome}).items()}
+        return {**{k: float(v) for k, v in self.counters.items()}, **{f"active_{k}": float(v) for k, v in totals.items()}, "calls": float(len(self.calls)),
+                **histograms}
 
     async def run(self, stop: asyncio.Event) -> None:
         last_stats = 0.0
         next_hand_off = time.monotonic() + RECORD_HAND_OFF_S
+        next_events = 0.0
         next_heartbeat = 0.0
         verdicts_fd = self.verdicts.getsockopt(zmq.FD)
         asyncio.get_running_loop().add_reader(verdicts_fd, self.on_verdicts)
@@ -666,6 +702,10 @@ class ModelWorker:
                 changed, knowledge = self.knowledge.poll()
                 if changed:
                     self.knowledge_base = knowledge
+            if now >= next_events:  # the live observers' events of the last OBSERVE_EVERY_S, to the recorder
+                next_events = now + OBSERVE_EVERY_S
+                for session in self.calls.values():
+                    session.ship_events()
             if now >= next_hand_off:  # records: the last second's entries to the writer thread
                 next_hand_off = now + RECORD_HAND_OFF_S
                 for session in self.calls.values():

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from voicecore import timing
+from voicecore import prom_histogram, timing
 from voicecore.bus import messages
 from voicecore.bus.transport import GATEWAY_INBOX, PACER_INBOX, Bus, DoorbellSender
 from voicecore.config import Config, load_config
@@ -42,6 +42,9 @@ PHASES = 4
 SUB_TICK_NS = timing.FRAME_NS // PHASES
 HISTOGRAM_BUCKET_NS = 10_000  # 10 us buckets ...
 HISTOGRAM_BUCKETS = 10_000  # ... up to 100 ms; later samples land in the last bucket
+# voicecore_pacer_lateness_seconds' upper bounds: the spin makes most ticks microseconds late, a busy core
+# or a page fault makes some a millisecond or more.
+LATENESS_BUCKETS_S = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 
 
 class Histogram:
@@ -86,6 +89,7 @@ class Pacer:
         self.follower = ArenaFollower(self.runtime_dir, config.shm_dir)
         self.core: PacerCore | None = None
         self.lateness = Histogram()
+        self.lateness_seconds = prom_histogram.Histogram(LATENESS_BUCKETS_S)  # the same samples, for Prometheus
         self.tick_time = Histogram()
         self.ticks = 0
         self.skipped_ticks = 0
@@ -137,6 +141,7 @@ class Pacer:
             "skipped_ticks": float(self.skipped_ticks),
             "cancel_wakeups": float(self.cancel_wakeups),
             **self.lateness.summary("tick_lateness"),
+            **self.lateness_seconds.flat("pacer_lateness_seconds"),
             **self.tick_time.summary("tick_duration"),
         }
         if self.core is not None:
@@ -186,6 +191,7 @@ class Pacer:
             while now < deadline:
                 now = time.monotonic_ns()
             self.lateness.add(now - deadline)
+            self.lateness_seconds.observe((now - deadline) / 1e9)
             if self.core is not None and self.core.tick(now, tick_index % PHASES, PHASES):
                 self.doorbell.ring()
             done = time.monotonic_ns()
