@@ -89,11 +89,3 @@ class Sessions:
         for token in [t for t, s in self.sessions.items() if now_s >= s.expires_s]:
             del self.sessions[token]
 
-
-def authenticate(headers: Mapping[str, str], sessions: Sessions, check_key: Callable[[str], str | None],
-                 now_s: float) -> str | None:
-    """The key name a request is made under (a header key, else a session cookie); None: not allowed."""
-    key = key_from_headers(headers)
-    if key:
-        return check_key(key)
-    return sessions.who(cookie_value(headers.get("cookie", "")), now_s)
