@@ -63,6 +63,9 @@ def test_receptionist_books_only_after_a_yes_once_and_transfers(reports):
     # the API answers its first request 503: retried with the same Idempotency-Key, still one booking
     assert agent["actions_executed"] == 2 and agent["tool_server_requests"] == 3
     assert c["fillers"] == 2  # the booking API takes 2 s: a filler line each time, never over the answer
+    # /metrics' voicecore_tool_duration_seconds counted every tool run the controllers counted, by outcome
+    runs = report["tool_runs_by_outcome"]
+    assert runs["ok"] + runs["error"] == c["tools_run"] and runs["error"] == c["tool_errors"]
     assert c["transitions"] == 2  # reception -> booked
 
 

@@ -124,6 +124,13 @@ def test_finished_calls_reach_the_store_corrupt_records_are_skipped_and_stale_pa
         wait_until(lambda: turns_stored(store, STALE_SID) >= 1, 10, "the finished record in the store",
                    detail=running.log_tail)
         assert all(turns_stored(store, sid) >= 1 for sid in sids)  # a restart re-offers all; nothing is lost or doubled
+        # the stale call never sent live events (it never ran here): its events come from its record, the same
+        # walk as live, so they match the live calls' events in kind and order
+        derived = store.events(STALE_SID)
+        live = store.events(sids[0])
+        assert [e["seq"] for e in derived] == list(range(1, len(derived) + 1)) and derived[0]["type"] == "call.started"
+        assert [e["type"] for e in derived] == [e["type"] for e in live][: len(derived)]
+        assert live[-1]["type"] == "call.ended" and [e["seq"] for e in live] == list(range(1, len(live) + 1))
         assert len([c for c in store.calls() if c["call_sid"] in sids]) == 2
     finally:
         if store is not None:

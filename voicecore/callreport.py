@@ -574,6 +574,10 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         report["pacer_tick_lateness_ms"] = {k.removeprefix("tick_lateness_").removesuffix("_ms"): v for k, v in pacer.items() if k.startswith("tick_lateness_") and k.endswith("_ms")}
         report["pacer_frames_skipped"] = int(pacer.get("frames_skipped", 0))
         report["gateway_bargein_decision_to_clear_ms"] = stack_metrics.get("bargein_decision_to_clear_ms", {})
+        model = stack_metrics.get("workers", {}).get("model", {})
+        # voicecore_tool_duration_seconds' counts, as /metrics exports them: tools run, by outcome
+        report["tool_runs_by_outcome"] = {outcome: int(model.get(f'tool_duration_seconds_count{{outcome="{outcome}"}}', 0))
+                                          for outcome in ("ok", "error")}
     # the two-voices figures first: one line each, ahead of the per-call lines the list is cut after
     if bargeins_without_clear:
         problems.insert(0, f"{bargeins_without_clear} barge-in(s) got no clear within {BARGEIN_CLEAR_WINDOW_MS} ms")

@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import secrets
 import shlex
 import socket
 import sys
@@ -38,6 +39,7 @@ from voicecore.agent.spec import AgentSpec
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import StackCpu, summarize
 from voicecore.config import Config, load_config
+from voicecore.console import probe
 from voicecore.sim.audio_clips import load_clip
 from voicecore.sim.carrier import CallResult, CallScript, place_call
 from voicecore.sim.model import SimConfig
@@ -137,6 +139,17 @@ def calls_in_store(config: Config, call_sids: list[str], timeout_s: float = STOR
                                            f"e.g. {missing[0]}{why}"]
 
 
+def console_key_for(config: Config, name: str, revoke: bool = False) -> str:
+    """A console API key ``name`` for this demo run (``revoke``: end it). Blocking."""
+    from voicecore.store import CallStore, database_url_for
+
+    with CallStore.open(database_url_for(config)) as store:
+        if revoke:
+            store.revoke_api_key(name)
+            return ""
+        return store.add_api_key(name)
+
+
 def replay_records(paths: list[Path], totals: dict | None = None) -> tuple[int, list[str]]:
     """Replay each record through fresh cores: (how many were identical, a problem line per other one).
     ``totals``: receives the replayed drivers' counters, summed, and ``python_runs_by_call`` (call sid ->
@@ -218,6 +231,8 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         config, agent = agent_settings.configure(dataclasses.replace(config, agent=str(agent_dir)), os.environ)
     stack = Stack(config)
     own_arenas: set[str] = set()
+    console: dict = {}
+    watching: asyncio.Task | None = None
     try:
         await asyncio.to_thread(stack.start, log_file)
         await asyncio.to_thread(stack.wait_ready, 90.0)
@@ -226,6 +241,11 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         cpu.start()
         started = time.monotonic()
         load_cpu_started = time.process_time()
+        # The console: an API key for this run (revoked at the end), observers of the first call while it runs.
+        key_name = f"voicecore-demo-{secrets.token_hex(4)}"
+        console_key = await asyncio.to_thread(console_key_for, config, key_name) if record_dir is not None else ""
+        watching = (asyncio.create_task(probe.watch_first_call(config.console_listen, console_key, seconds))
+                    if console_key else None)
         # Spread call starts over up to 1 s so 200 webhooks do not arrive in the same millisecond.
         results = await run_calls(config, calls, seconds, ramp_ms=min(1000, 5 * calls), scenario=scenario)
         wall_s = time.monotonic() - started
@@ -237,8 +257,16 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         if record_dir is not None:
             await asyncio.to_thread(wait_for_records, record_dir, call_sids)
             in_store, store_problems = await asyncio.to_thread(calls_in_store, config, call_sids)
+        if watching is not None:
+            console = await watching
+            console.update(await asyncio.to_thread(probe.page_loads, config.console_listen, console_key, call_sids))
+            console["problems"] = console.get("problems", [])
+            store_problems.extend(console["problems"])
+            await asyncio.to_thread(console_key_for, config, key_name, revoke=True)
         own_arenas.add(_arena_name(config))  # a restarted gateway made a new one
     finally:
+        if watching is not None and not watching.done():
+            watching.cancel()
         await asyncio.to_thread(stack.stop)
         await sim.aclose()
         if tool_server is not None:
@@ -266,6 +294,8 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         if missing:
             problems.insert(0, f"{len(missing)} call(s) without a record, e.g. {missing[0]}")
         report["calls_in_store"] = in_store
+        if console:
+            report["console"] = console
         problems.extend(store_problems)
         report["problems"] = list(report.get("problems", [])) + problems
         report["ok"] = bool(report["ok"] and not problems)
@@ -388,6 +418,12 @@ def format_report(report: dict) -> str:
                      f"{report['records_replayed_identical']} replayed identically, {report.get('calls_in_store', 0)} calls in the store")
     else:
         lines.append("  records            off (--no-record)")
+    console = report.get("console")
+    if console and "calls_list_ms" in console:
+        lines.append(f"  console            {console['observers']} observers and a late joiner of one live call: "
+                     f"{'the same' if console.get('observers_identical') else 'NOT the same'} {console.get('events', 0)} events in order; "
+                     f"page load p99: calls list {console['calls_list_ms']['p99']:.1f} ms, call page "
+                     f"{console['call_page_ms']['p99']:.1f} ms")
     for problem in report.get("problems", []):
         lines.append(f"  problem: {problem}")
     return "\n".join(lines)

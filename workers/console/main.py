@@ -388,6 +388,7 @@ async def amain(config: Config) -> None:
 def main() -> None:
     config = load_config(os.environ)
     setup_logging(PROCESS, config.log_level, config.log_format)
+    logging.getLogger("websockets").setLevel(logging.WARNING)  # a line per connection is not news
     run_loop(amain(config))
 
 
