@@ -6,7 +6,8 @@ day it is written:
 - every ``core.py`` or ``*_core.py`` under voicecore/ and workers/ (a worker's step function, a
   simulator's core);
 - every module of the packages that hold wire formats, call logic and validation: voicecore/twilio/,
-  voicecore/realtime/, voicecore/bus/, voicecore/validate/, voicecore/call/, voicecore/sim/model/;
+  voicecore/realtime/, voicecore/bus/, voicecore/validate/, voicecore/call/, voicecore/sim/model/,
+  voicecore/observe/;
   in these packages a module named ``transport.py`` is the package's I/O shell and is not pure;
 - the shared constants and arithmetic: voicecore/timing.py, voicecore/stats.py, voicecore/shm/control.py;
 - an agent as data and its flow: voicecore/agent/{spec,actions,arguments,flow,settings}.py.
@@ -30,6 +31,7 @@ PURE_PACKAGES = (
     "voicecore/validate",
     "voicecore/call",
     "voicecore/sim/model",
+    "voicecore/observe",  # a call's observer events from its record entries, and their numbering
 )
 PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/control.py",
               # an agent as data and the flow that runs it (loading files and running tools are their shells)

@@ -84,6 +84,22 @@ def playout_from(values: list[int]) -> Playout:
     return Playout(*(int(v) for v in values))
 
 
+ENDING_ACTIONS = frozenset({"HangUp", "Transfer", "CallOver"})
+
+
+def ending_outcome(action: dict[str, Any]) -> str:
+    """What a recorded ending action (``out`` entry's ``a``) says of how the call ended: ``hangup:<reason>``,
+    ``transfer`` or ``caller_hangup``; "" for any other action. The store and the observers both read it."""
+    kind = action.get("type")
+    if kind == "HangUp":
+        return f"hangup:{action.get('reason', '')}"
+    if kind == "Transfer":
+        return "transfer"
+    if kind == "CallOver":
+        return "caller_hangup"
+    return ""
+
+
 class CallRecorder:
     """Wraps a call's driver (a CallController or a SpineDriver) and is a driver itself (the ``Driver``
     protocol): same inputs, each recorded with the actions it returned. The header is the driver's own

@@ -1,5 +1,5 @@
-"""Who may use the console: API keys (kept hashed in the call store) and browser sessions (pure: the
-clock and the key check are passed in).
+"""Who may use the console: API keys (kept hashed in the call store) and browser sessions (no I/O: the
+clock and the key check are passed in; session tokens come from ``secrets``).
 
 Owns reading a request's credentials and the session table. A program sends its key in a header
 (``Authorization: Bearer KEY`` or ``X-Voicecore-Key: KEY``) with every request, the ``/observe``

@@ -40,6 +40,8 @@ from typing import Any
 
 import orjson
 
+from voicecore.call.record import ENDING_ACTIONS, ending_outcome
+
 NS_PER_MS = 1_000_000
 MAX_TEXT = 4000
 CHUNK_BYTES = 40 * 1024  # one bus message of events: well under the bus's 64 KiB limit
@@ -51,7 +53,7 @@ EVENT_TYPES = (
 )
 
 _SKIPPED_KINDS = frozenset({"audio", "tick", "snippets", "note", "reopen"})
-_WATCHED_ACTIONS = frozenset({"OpenTag", "CancelTag", "HangUp", "Transfer", "CallOver"})
+_WATCHED_ACTIONS = frozenset({"OpenTag", "CancelTag"}) | ENDING_ACTIONS
 _AUDIO_DELTA_MARK = 'audio.delta"'  # in the head of "response.output_audio.delta" / "response.audio.delta" text
 _AGENT_DELTAS = frozenset({"response.output_audio_transcript.delta", "response.audio_transcript.delta"})
 _AGENT_DONE = frozenset({"response.output_audio_transcript.done", "response.audio_transcript.done"})
@@ -212,12 +214,7 @@ class CallEventTap:
             else:
                 self._emit(at_ms, "bargein", {"tag": tag, "response_id": response_id})
         elif not self.outcome:
-            if kind == "HangUp":
-                self.outcome = f"hangup:{action.get('reason', '')}"
-            elif kind == "Transfer":
-                self.outcome = "transfer"
-            else:
-                self.outcome = "caller_hangup"
+            self.outcome = ending_outcome(action)
 
 
 def events_of_record(header: dict[str, Any], entries: list[dict[str, Any]], complete: bool = True) -> list[tuple[int, str, dict[str, Any]]]:

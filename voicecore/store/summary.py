@@ -30,6 +30,8 @@ import dataclasses
 import json
 from typing import Any
 
+from voicecore.call.record import ENDING_ACTIONS, ending_outcome
+
 NS_PER_MS = 1_000_000
 AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
 AGENT_TRANSCRIPTS = frozenset({"response.output_audio_transcript.done", "response.audio_transcript.done"})
@@ -294,13 +296,8 @@ class _Reader:
             fields["name"] = str(action.get("name", fields.get("name", "")))
             fields["arguments"] = str(action.get("arguments", fields.get("arguments", "")))
             fields["ran"] = True
-        elif kind in ("HangUp", "Transfer", "CallOver") and not self.outcome:
-            if kind == "HangUp":
-                self.outcome = f"hangup:{action.get('reason', '')}"
-            elif kind == "Transfer":
-                self.outcome = "transfer"
-            else:
-                self.outcome = "caller_hangup"
+        elif kind in ENDING_ACTIONS and not self.outcome:
+            self.outcome = ending_outcome(action)
 
     def _tool(self, call_id: str) -> dict[str, Any]:
         return self.tools.setdefault(call_id, {"call_id": call_id})
