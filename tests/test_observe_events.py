@@ -135,3 +135,22 @@ def test_a_cancel_by_a_newer_response_or_by_the_gate_is_no_bargein():
     assert cancels == [("response.cancelled", {"tag": 1, "response_id": "r1", "cause": "superseded"}),
                        ("response.cancelled", {"tag": 2, "response_id": "r2", "cause": "gate"}),
                        ("bargein", {"tag": 2, "response_id": "r2"})]
+
+
+def test_a_record_read_without_audio_and_ticks_summarizes_and_observes_the_same(tmp_path):
+    from voicecore.call.record import loads_partial
+    from voicecore.store import summarize_record
+
+    call = scripted_call()
+    entries = call.entries + [{"t": call.entries[-1]["t"] + i, "k": "audio", "n": 5, "ulaw": "////"} for i in range(3)]
+    text = "\n".join(json.dumps(line, separators=(",", ":")) for line in [call.header, *entries]) + "\n"
+    skip = frozenset({"audio", "tick"})
+    for raw in (text, text.encode()):
+        header, read, truncated = loads_partial(raw, skip_kinds=skip)
+        assert not truncated and all(e["k"] not in skip for e in read)
+        assert len(read) == sum(1 for e in entries if e["k"] not in skip)
+        assert summarize_record(header, read, "s", 9.0) == summarize_record(call.header, entries, "s", 9.0)
+        assert events_of_record(header, read) == events_of_record(call.header, entries)
+    # cut off mid-line (a killed writer) and mid-UTF-8: the last line goes, the rest is read
+    cut = text.encode() + '{"t":1,"k":"dtmf","digit":"é'.encode()[:-1]
+    assert loads_partial(cut, skip_kinds=skip)[2] is True

@@ -63,7 +63,10 @@ from __future__ import annotations
 import binascii
 import copy
 import json
+import re
 from typing import Any, Callable, Iterable
+
+import orjson
 
 from voicecore import timing
 from voicecore.call.controller import Action, ControllerStats, Playout, action_to_dict
@@ -247,22 +250,30 @@ def loads(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return header, entries
 
 
-def loads_partial(text: str, allow_truncated: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
-    """(header, entries, truncated): with ``allow_truncated``, a last line cut short (no newline, not
-    JSON: the writer was killed mid-write) is dropped and ``truncated`` is True."""
-    lines = [line for line in text.splitlines() if line.strip()]
+def loads_partial(text: str | bytes, allow_truncated: bool = True, skip_kinds: frozenset[str] = frozenset()
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    """(header, entries, truncated) of a record's text (or its file's bytes): with ``allow_truncated``, a last
+    line cut short (no newline, not JSON: the writer was killed mid-write) is dropped and ``truncated`` is
+    True. ``skip_kinds``: entries of these kinds are left out unparsed (a reader that needs no caller audio
+    or ticks skips most of the bytes; our writer puts ``t`` and ``k`` first, and a line another writer
+    ordered otherwise is parsed, then left out all the same)."""
+    newline = b"\n" if isinstance(text, bytes) else "\n"
+    lines = [line for line in text.split(newline) if line and not line.isspace()]  # type: ignore[arg-type]
     truncated = False
-    if allow_truncated and lines and not text.endswith("\n") and len(lines) > 1:
+    if allow_truncated and lines and not text.endswith(newline) and len(lines) > 1:  # type: ignore[arg-type]
         try:
-            json.loads(lines[-1])
+            orjson.loads(lines[-1])
         except ValueError:
             lines.pop()
             truncated = True
     if not lines:
         raise RecordError("empty record")
+    skip = _skip_pattern(skip_kinds, isinstance(text, bytes))
     try:
-        header = json.loads(lines[0])
-        entries = [json.loads(line) for line in lines[1:]]
+        header = orjson.loads(lines[0])
+        entries = [orjson.loads(line) for line in lines[1:] if skip is None or skip.match(line) is None]
+        if skip_kinds:
+            entries = [entry for entry in entries if not isinstance(entry, dict) or entry.get("k") not in skip_kinds]
     except ValueError as exc:
         raise RecordError(f"not JSON lines: {exc}") from None
     if not isinstance(header, dict) or header.get("voicecore_record") != RECORD_VERSION:
@@ -271,6 +282,13 @@ def loads_partial(text: str, allow_truncated: bool = True) -> tuple[dict[str, An
         if not isinstance(entry, dict) or not isinstance(entry.get("t"), int) or not isinstance(entry.get("k"), str):
             raise RecordError("an entry lacks t or k")
     return header, entries, truncated
+
+
+def _skip_pattern(kinds: frozenset[str], for_bytes: bool) -> re.Pattern | None:
+    if not kinds:
+        return None
+    pattern = r'\{"t":-?\d+,"k":"(?:' + "|".join(re.escape(kind) for kind in sorted(kinds)) + r')"'
+    return re.compile(pattern.encode() if for_bytes else pattern)
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once: json.dumps with options builds one per call

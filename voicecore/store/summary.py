@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 from voicecore.call.record import ENDING_ACTIONS, ending_outcome
@@ -36,6 +37,8 @@ NS_PER_MS = 1_000_000
 AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
 AGENT_TRANSCRIPTS = frozenset({"response.output_audio_transcript.done", "response.audio_transcript.done"})
 CALLER_TRANSCRIPT = "conversation.item.input_audio_transcription.completed"
+_AUDIO_DELTA_MARK = 'audio.delta"'  # in the head of an audio delta's text ("response.output_audio.delta", "response.audio.delta")
+_RESPONSE_ID = re.compile(r'"response_id"\s*:\s*"([^"\\]*)"')
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -192,7 +195,14 @@ class _Reader:
         if kind != "out":
             self.created = ""
         if kind == "model":
-            event = _json_object(entry.get("text"))
+            text = entry.get("text")
+            if isinstance(text, str) and _AUDIO_DELTA_MARK in text[:64]:
+                # most of a call's model events: only their response id matters, read without parsing the audio
+                found = _RESPONSE_ID.search(text, 0, 512)
+                if found is not None:
+                    self._audio(found.group(1), at_ms)
+                    return
+            event = _json_object(text)
             if event is not None:
                 self._model_event(event, at_ms)
         elif kind == "out":
@@ -234,10 +244,7 @@ class _Reader:
             if turn is not None and turn.audio_response_id == response_id:
                 turn.answered = True
         elif kind in AUDIO_DELTAS:
-            turn = self.owner.get(str(event.get("response_id", "")))
-            if turn is not None and turn.first_audio_ms is None:
-                turn.first_audio_ms = at_ms
-                turn.audio_response_id = str(event.get("response_id", ""))
+            self._audio(str(event.get("response_id", "")), at_ms)
         elif kind in AGENT_TRANSCRIPTS:
             text = str(event.get("transcript", "")).strip()
             turn = self.owner.get(str(event.get("response_id", "")))
@@ -255,6 +262,12 @@ class _Reader:
             if not isinstance(error, dict):
                 error = {"message": str(error)}
             self.errors.append(ModelError(str(error.get("code") or error.get("type") or ""), str(error.get("message", "")), at_ms))
+
+    def _audio(self, response_id: str, at_ms: int) -> None:
+        turn = self.owner.get(response_id)
+        if turn is not None and turn.first_audio_ms is None:
+            turn.first_audio_ms = at_ms
+            turn.audio_response_id = response_id
 
     def _turn_of(self, item_id: str, wants_transcript: bool = False) -> _OpenTurn:
         """The turn of the caller's item ``item_id``; without one that matches, the latest (without a

@@ -61,6 +61,8 @@ SLICE_S = 0.1  # longest stretch of ingesting between two heartbeats (the gatewa
 STORE_RETRY_S = 10.0
 HEARTBEAT_S = timing.HEARTBEAT_MS / 1000
 EVENT_MESSAGES_PER_PASS = 2000
+# entries neither the summary nor the events read: most of a record's bytes (the caller's audio), left unparsed
+UNREAD_KINDS = frozenset({"audio", "tick"})
 PUBLISH_BYTES = 40 * 1024  # one observed.events message: under the bus's 64 KiB
 
 
@@ -208,7 +210,7 @@ class Recorder:
             return False
         started = time.perf_counter()
         try:
-            header, entries, complete = load_record(self.record_dir / entry.name)
+            header, entries, complete = load_record(self.record_dir / entry.name, skip_kinds=UNREAD_KINDS)
             summary = summarize_record(header, entries, source=entry.name, wall_end_s=entry.mtime_s, complete=complete)
         except FileNotFoundError:
             self.done.add(entry.name)  # deleted since the listing (retention, an operator): nothing to do
