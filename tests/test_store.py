@@ -155,6 +155,9 @@ def test_a_turns_call_summarized_turn_by_turn_with_its_timing_model():
     assert (first.response_id, first.first_audio_ms, first.latency_ms) == ("r3", call.request_ms + 300, call.request_ms + 300 - 2000)
     assert first.barged_in_ms == call.cancel_ms and first.truncated_at_ms is not None and first.truncated_at_ms > 0
     assert first.agent_text == "You are booked for a cleaning."
+    # the playout snapshot at the barge-in: 20 frames of the answer's tag played, the 20th done at speaking_ms
+    assert (first.first_played_ms, first.played_ms) == (speaking_ms - 20 * 20, 20 * 20)
+    assert (second.first_played_ms, second.played_ms) == (None, None)
     assert (second.speech_started_ms, second.transcript, second.first_audio_ms, second.barged_in_ms) == (
         speaking_ms, "No wait, make it Friday", None, None)
     assert [(t.speaker, t.text) for t in summary.transcripts] == [
@@ -317,12 +320,12 @@ def test_a_call_recorded_in_parts_is_its_latest_part_naming_every_record(store_u
 
 def test_migrations_run_once_and_opening_again_changes_nothing(store_url):
     with CallStore.open(store_url) as store:
-        assert store.schema_version() == schema.LATEST_VERSION == 2
+        assert store.schema_version() == schema.LATEST_VERSION == 3
         store.ingest(summary_of("CA1", 1000.0))
     for _ in range(2):
         with CallStore.open(store_url) as store:
             assert store.migrate() == schema.LATEST_VERSION
-            assert store.backend.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 2
+            assert store.backend.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 3
             assert [c["call_sid"] for c in store.calls()] == ["CA1"]
 
 
@@ -387,11 +390,19 @@ def test_a_version_1_store_is_migrated_keeping_its_calls(tmp_path):
         for statement in schema.migration_sql(1, "sqlite"):
             db.execute(statement)
         db.execute("INSERT INTO schema_version (version, applied_at) VALUES (1, 0)")
-    store.ingest(summary_of("CAv1", 1000.0))
+        # a call as version 1 stored it (its turns without the playout columns)
+        db.execute("INSERT INTO sources (name, ingested_at) VALUES ('CAv1.jsonl', 0)")
+        db.execute("INSERT INTO calls (source, call_sid, control, flow, agent, started_at, duration_ms, outcome, complete) "
+                   "VALUES ('CAv1.jsonl', 'CAv1', 'turns', 'agent', 'a', 1000.0, 5000, 'ended', 1)")
+        db.execute("INSERT INTO turns (call_id, idx, speech_started_ms, speech_stopped_ms, transcript, response_requested_ms, "
+                   "response_id, first_audio_ms, barged_in_ms, truncated_at_ms, agent_text) "
+                   "VALUES (1, 0, 100, 900, 'hello', 950, 'r1', 1400, NULL, NULL, 'hi')")
     store.close()
     with CallStore.open(url) as store:
-        assert store.schema_version() == 2
-        assert store.call("CAv1")["turns"] and store.last_seq("CAv1") == 0
+        assert store.schema_version() == 3
+        turns = store.call("CAv1")["turns"]
+        assert [t["latency_ms"] for t in turns] == [500] and store.last_seq("CAv1") == 0
+        assert turns[0]["first_played_ms"] is None and turns[0]["played_ms"] is None  # rows from before: unknown
 
 
 def test_events_are_kept_in_order_once_each_and_say_which_calls_are_live(store_url):

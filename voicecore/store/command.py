@@ -61,14 +61,16 @@ def call_text(call: dict[str, Any]) -> str:
              f"{call['outcome']}{'' if call['complete'] else ' (incomplete record)'}",
              f"control {call['control']}" + (f"  agent {call['agent']}" if call["agent"] else "") + f"  records {', '.join(call['sources'])}"]
     lines.append(f"turns ({len(call['turns'])}), seconds from the call's start; wait: speech end to first audio; "
-                 "heard: the answer's audio the caller heard before the barge-in")
-    lines.append(f"  {'#':>3}  {'speech':<13}  {'asked':>6}  {'audio':>6}  {'wait ms':>7}  {'barge-in':>8}  {'heard ms':>8}")
+                 "played: the answer's first frame played to the caller; heard: the answer's audio the caller heard")
+    lines.append(f"  {'#':>3}  {'speech':<13}  {'asked':>6}  {'audio':>6}  {'played':>6}  {'wait ms':>7}  {'barge-in':>8}  {'heard ms':>8}")
     for turn in call["turns"]:
         latency = "-" if turn["latency_ms"] is None else str(turn["latency_ms"])
-        heard = "-" if turn["truncated_at_ms"] is None else str(turn["truncated_at_ms"])
+        heard_ms = turn["truncated_at_ms"] if turn["truncated_at_ms"] is not None else turn.get("played_ms")
+        heard = "-" if heard_ms is None else str(heard_ms)
         speech = f"{_ms(turn['speech_started_ms'])}-{_ms(turn['speech_stopped_ms'])}"
         lines.append(f"  {turn['index'] + 1:>3}  {speech:<13}  {_ms(turn['response_requested_ms']):>6}  "
-                     f"{_ms(turn['first_audio_ms']):>6}  {latency:>7}  {_ms(turn['barged_in_ms']):>8}  {heard:>8}")
+                     f"{_ms(turn['first_audio_ms']):>6}  {_ms(turn.get('first_played_ms')):>6}  {latency:>7}  "
+                     f"{_ms(turn['barged_in_ms']):>8}  {heard:>8}")
         if turn["transcript"]:
             lines.append(f"       caller: {turn['transcript']}")
         if turn["agent_text"]:

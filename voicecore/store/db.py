@@ -215,9 +215,11 @@ class CallStore:
                  summary.duration_ms, summary.outcome, int(summary.complete))).fetchone()[0]
             db.executemany(
                 "INSERT INTO turns (call_id, idx, speech_started_ms, speech_stopped_ms, transcript, response_requested_ms, "
-                "response_id, first_audio_ms, barged_in_ms, truncated_at_ms, agent_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "response_id, first_audio_ms, barged_in_ms, truncated_at_ms, agent_text, first_played_ms, played_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(call_id, t.index, t.speech_started_ms, t.speech_stopped_ms, t.transcript, t.response_requested_ms,
-                  t.response_id, t.first_audio_ms, t.barged_in_ms, t.truncated_at_ms, t.agent_text) for t in summary.turns])
+                  t.response_id, t.first_audio_ms, t.barged_in_ms, t.truncated_at_ms, t.agent_text, t.first_played_ms,
+                  t.played_ms) for t in summary.turns])
             db.executemany("INSERT INTO transcripts (call_id, idx, speaker, text, at_ms) VALUES (?, ?, ?, ?, ?)",
                            [(call_id, i, t.speaker, t.text, t.at_ms) for i, t in enumerate(summary.transcripts)])
             db.executemany(

@@ -106,7 +106,13 @@ MIGRATION_2 = (
         revoked_at DOUBLE PRECISION)""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (MIGRATION_1, MIGRATION_2)  # MIGRATIONS[n - 1] is migration n
+MIGRATION_3 = (
+    # The turn timing model's playout end: when the caller began to hear the answer, and how much they heard.
+    "ALTER TABLE turns ADD COLUMN first_played_ms BIGINT",
+    "ALTER TABLE turns ADD COLUMN played_ms BIGINT",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (MIGRATION_1, MIGRATION_2, MIGRATION_3)  # MIGRATIONS[n - 1] is migration n
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -19,7 +19,10 @@ too), with, in milliseconds from the call's start:
   it; the ``OpenTag`` the driver returns for a ``response.created`` ties the tag to the response);
   ``truncated_at_ms``: the ``audio_end_ms`` of the ``conversation.item.truncate`` that followed (how much of
   the answer the caller heard);
-- ``agent_text``: the transcripts of the turn's responses.
+- ``agent_text``: the transcripts of the turn's responses;
+- ``first_played_ms`` / ``played_ms``: when the caller began to hear the answer (its first frame played, from
+  the playout snapshots: the first mark of its tag echoed, less the frames before that mark) and how much of
+  it they heard (the tag's played frames, last seen); None when no snapshot shows it played.
 
 Model responses nobody asked for in a turn (the greeting) appear in ``transcripts`` only.
 """
@@ -34,6 +37,7 @@ from typing import Any
 from voicecore.call.record import ENDING_ACTIONS, ending_outcome
 
 NS_PER_MS = 1_000_000
+FRAME_MS = 20
 AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
 AGENT_TRANSCRIPTS = frozenset({"response.output_audio_transcript.done", "response.audio_transcript.done"})
 CALLER_TRANSCRIPT = "conversation.item.input_audio_transcription.completed"
@@ -53,6 +57,8 @@ class Turn:
     barged_in_ms: int | None
     truncated_at_ms: int | None
     agent_text: str
+    first_played_ms: int | None = None
+    played_ms: int | None = None
 
     @property
     def latency_ms(self) -> int | None:
@@ -138,12 +144,15 @@ class _OpenTurn:
     barged_in_ms: int | None = None
     truncated_at_ms: int | None = None
     agent_texts: list[str] = dataclasses.field(default_factory=list)
+    first_played_ms: int | None = None
+    played_frames: int | None = None
 
     def frozen(self) -> Turn:
         response_id = self.audio_response_id or (self.response_ids[0] if self.response_ids else "")
+        played_ms = None if self.played_frames is None else self.played_frames * FRAME_MS
         return Turn(self.index, self.speech_started_ms, self.speech_stopped_ms, self.transcript,
                     self.response_requested_ms, response_id, self.first_audio_ms, self.barged_in_ms,
-                    self.truncated_at_ms, " ".join(t for t in self.agent_texts if t))
+                    self.truncated_at_ms, " ".join(t for t in self.agent_texts if t), self.first_played_ms, played_ms)
 
 
 def summarize_record(header: dict[str, Any], entries: list[dict[str, Any]], source: str, wall_end_s: float = 0.0,
@@ -152,7 +161,7 @@ def summarize_record(header: dict[str, Any], entries: list[dict[str, Any]], sour
     (its file's mtime, as a rule); ``complete``: False for a part file."""
     t0 = entries[0]["t"] if entries else 0
     duration_ms = (entries[-1]["t"] - t0) // NS_PER_MS if entries else 0
-    reader = _Reader()
+    reader = _Reader(t0)
     for entry in entries:
         reader.feed(entry, (entry["t"] - t0) // NS_PER_MS)
     flow = str(header.get("flow", "")) if header.get("control", "turns") == "turns" else ""
@@ -178,7 +187,8 @@ def _tool_call(fields: dict[str, Any]) -> ToolCall:
 class _Reader:
     """Walks a record's entries in order, building the turns and the rest."""
 
-    def __init__(self) -> None:
+    def __init__(self, t0_ns: int = 0) -> None:
+        self.t0_ns = t0_ns
         self.turns: list[_OpenTurn] = []
         self.transcripts: list[Transcript] = []
         self.tools: dict[str, dict[str, Any]] = {}  # by call_id, in the order first seen
@@ -192,6 +202,9 @@ class _Reader:
 
     def feed(self, entry: dict[str, Any], at_ms: int) -> None:
         kind = entry["k"]
+        snapshot = entry.get("p")
+        if snapshot and len(snapshot) >= 3 and snapshot[0] and snapshot[1]:
+            self._played(int(snapshot[0]), int(snapshot[1]), int(snapshot[2]))
         if kind != "out":
             self.created = ""
         if kind == "model":
@@ -262,6 +275,16 @@ class _Reader:
             if not isinstance(error, dict):
                 error = {"message": str(error)}
             self.errors.append(ModelError(str(error.get("code") or error.get("type") or ""), str(error.get("message", "")), at_ms))
+
+    def _played(self, tag: int, frames: int, played_at_ns: int) -> None:
+        """A playout snapshot: ``frames`` of ``tag`` played, the last of them by ``played_at_ns``."""
+        turn = self.owner.get(self.tags.get(tag, ""))
+        if turn is None or turn.audio_response_id != self.tags.get(tag):
+            return
+        if turn.first_played_ms is None and played_at_ns:
+            turn.first_played_ms = (played_at_ns - frames * FRAME_MS * NS_PER_MS - self.t0_ns) // NS_PER_MS
+        if turn.played_frames is None or frames > turn.played_frames:
+            turn.played_frames = frames
 
     def _audio(self, response_id: str, at_ms: int) -> None:
         turn = self.owner.get(response_id)

@@ -61,7 +61,8 @@ SLICE_S = 0.1  # longest stretch of ingesting between two heartbeats (the gatewa
 STORE_RETRY_S = 10.0
 HEARTBEAT_S = timing.HEARTBEAT_MS / 1000
 EVENT_MESSAGES_PER_PASS = 2000
-# entries neither the summary nor the events read: most of a record's bytes (the caller's audio), left unparsed
+# entries the summary and the events read only for their time and playout snapshot: most of a record's bytes
+# (the caller's audio) are left unparsed
 UNREAD_KINDS = frozenset({"audio", "tick"})
 PUBLISH_BYTES = 40 * 1024  # one observed.events message: under the bus's 64 KiB
 
