@@ -48,6 +48,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--save", default="", metavar="NAME",
                      help="also write the JSON report to bench/results/<UTC date>-NAME.json (never overwrites; "
                           "see bench/results/README.md)")
+    run.add_argument("--compare-store", action="store_true",
+                     help="run the stack twice, taking turns: without records (voicecore) and with records, the SQLite "
+                          "call store and the console (voicecore-store); the report's store_comparison has both "
+                          "runs' lateness and CPU and the store's write cost (the recorder's CPU ms per call-second)")
     pin = parser.add_argument_group("pinning")
     pin.add_argument("--pin-stack", default="", metavar="CPUS", help="CPUs for supervisord and every stack process, e.g. 0")
     pin.add_argument("--pin-load", default="", metavar="CPUS", help="CPUs for the load processes and the model simulator, e.g. 1")
@@ -94,4 +98,5 @@ def bench_options_from_args(args: argparse.Namespace):
                 stale_frames=args.slo_stale_frames, bargein_to_clear_p99_ms=args.slo_bargein_p99_ms),
         profile=args.profile, ramp_ms=args.ramp_ms, settle_ms=args.settle_ms, starved_grace_ms=args.starved_grace_ms,
         config_path=args.config, keep_logs=args.keep_logs, baseline=args.baseline, pipecat_venv=args.pipecat_venv,
+        compare_store=args.compare_store,
     )

@@ -154,6 +154,33 @@ def format_table(top: dict, runs: list[dict]) -> str:
     return "\n".join(out)
 
 
+def format_store_comparison(comparison: dict) -> str:
+    """--compare-store: the run without the call store beside the run with it, then the store's write cost
+    against its target and what the store held at the end."""
+    header = ("store", "late p50", "p99", "p99.9", "max", "underr avail", "stale", "cpu ms/call-s", "recorder", "console")
+    rows = []
+    for label in ("off", "on"):
+        side = comparison[label]
+        late, by_process = side["lateness_ms"], side["cpu_ms_per_call_second_by_process"]
+        rows.append((label, _p(late, "p50"), _p(late, "p99"), _p(late, "p999"), _p(late, "max"),
+                     str(side["underruns_audio_available"]), str(side["stale_frames"]),
+                     f"{side['cpu_ms_per_call_second']:.3f}",
+                     *(f"{by_process[name]:.3f}" if name in by_process else "-" for name in ("recorder", "console"))))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    on = comparison["on"]
+    verdict = "within" if comparison["store_cpu_within_target"] else "OVER"
+    out = [f"call store off vs on: {comparison['calls']} calls, {comparison['seconds']:.0f} s measured each, taking turns",
+           line(header), line(["-" * w for w in widths]), *(line(r) for r in rows),
+           f"  store write cost {on['store_cpu_ms_per_call_second']:.3f} CPU ms per call-second (recorder, in the window; "
+           f"target <= {comparison['store_cpu_target_ms']}: {verdict})  ingest after the calls ended "
+           f"{on.get('store_ingest_cpu_ms_per_call_second', 0.0):.3f}  console {on['console_cpu_ms_per_call_second']:.3f}",
+           f"  lateness p99 on - off {comparison['lateness_p99_delta_ms']:+.2f} ms  stored: {on['calls_stored']} of "
+           f"{comparison['calls']} calls (warm-up call {'too' if on.get('warm_up_call_stored') else 'not'}), "
+           f"{on['events_stored']} events"]
+    return "\n".join(out)
+
+
 def _tail_axis(q: float) -> float:
     """Quantile (percent) -> -log10 of the fraction above it, so p50, p90, p99, p99.9 are evenly spaced."""
     return -math.log10(max(1e-4, 1.0 - q / 100.0))

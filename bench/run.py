@@ -3,9 +3,10 @@
 Owns the run's orchestration: the model simulator in one dedicated process (bench/simproc.py), the
 stack under supervisord (voicecore.supervise.Stack, configured like the demo), K load processes that
 place the carrier calls (bench/loadgen.py), pinning of both sides, CPU and memory sampling over the
-measured window, the optional py-spy profile, and the capacity search loop. The figures come from
-voicecore.callreport.summarize over the records restricted to the window (bench/analysis.py), so every
-key of `voicecore demo --json` means the same here.
+measured window, the optional py-spy profile, the capacity search loop, and --compare-store (the same
+stack without and with records and the call store, taking turns, and the store's write cost). The
+figures come from voicecore.callreport.summarize over the records restricted to the window
+(bench/analysis.py), so every key of `voicecore demo --json` means the same here.
 
 Timeline of one run (all CLOCK_MONOTONIC, system-wide, so the processes' times compare):
     t0 ........ t0+ramp ........ w0 = t0+ramp+settle ............ w1 = w0+seconds
@@ -42,6 +43,7 @@ from voicecore.config import UNIX_PREFIX, load_config
 from voicecore.demo import demo_config, fetch_gateway_metrics
 from voicecore.errors import DependencyError
 from voicecore.stats import percentile
+from voicecore.store import CallStore, database_url_for
 from voicecore.supervise import REPO_ROOT, Stack, StackError, cpu_seconds, resolve_config
 from voicecore import timing
 from voicecore.timing import FRAME_MS
@@ -69,6 +71,11 @@ PRIORITY_ENV = "VOICECORE_REALTIME_PRIORITY"  # "0": the pacer and the gateway a
 CLIPS_DIR = REPO_ROOT / "voicecore" / "sim" / "clips"
 # With --transport unix the servers' URLs name no real host: every connection goes to the Unix socket.
 UNIX_BASE_URL = "http://localhost"
+# --compare-store: the second system, the same stack with records on, so the recorder fills the SQLite call
+# store (and stores the model worker's live observer events) and the console runs.
+STORE_SYSTEM = "voicecore-store"
+STORE_CPU_TARGET_MS = 0.1  # issue 17: the store's write cost, CPU ms per call-second
+STORE_WAIT_S = 15.0  # after the calls ended: how long the recorder may take to ingest their records
 CALLS_PER_LOAD_PROC = 150  # one carrier process stays well clear of saturation below this
 CDF_QUANTILES = tuple([float(q) for q in range(0, 90, 2)] + [90 + q / 2 for q in range(0, 18)]
                       + [99 + q / 10 for q in range(0, 10)] + [99.95, 100.0])
@@ -104,6 +111,7 @@ class BenchOptions:
     config_path: str | None = None
     keep_logs: bool = False
     save: str = ""  # also write the JSON to bench/results/<date>-<save>.json (results_path)
+    compare_store: bool = False  # also run STORE_SYSTEM, taking turns with voicecore: the report's store_comparison
 
 
 class BenchError(DependencyError, RuntimeError):
@@ -120,6 +128,77 @@ def baseline_names(text: str) -> list[str]:
     if len(set(names)) != len(names):
         raise ValueError(f"baseline {text!r} names a system twice")
     return names
+
+
+# ----- --compare-store ------------------------------------------------------------------------------
+
+
+def wait_for_stored_calls(url: str, call_sids: set[str], timeout_s: float) -> tuple[dict[str, float], int, str]:
+    """Wait up to ``timeout_s`` for every call of ``call_sids`` to be in the call store at ``url`` (the
+    recorder ingests a record within about a second of its call's end). Returns the calls found, each
+    with its stored seconds (all its parts), the rows of the events table, and why the store could not be
+    read ("" when it could). Blocking: a thread's job."""
+    deadline = time.monotonic() + timeout_s
+    found: dict[str, float] = {}
+    events = 0
+    error = ""
+    store = None
+    try:
+        while True:
+            try:
+                store = store or CallStore.open(url)
+                found = {}
+                for sid, duration_ms in store.backend.execute("SELECT call_sid, duration_ms FROM calls").fetchall():
+                    found[sid] = found.get(sid, 0.0) + (duration_ms or 0) / 1000.0
+                events = store.backend.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+                error = ""
+            except Exception as exc:  # noqa: BLE001 (a store the bench cannot read is a figure to report, not a crash)
+                error = f"{type(exc).__name__}: {exc}"
+            if call_sids <= found.keys() or time.monotonic() >= deadline:
+                return found, events, error
+            time.sleep(0.2)
+    finally:
+        if store is not None:
+            store.close()
+
+
+STORE_COMPARED_KEYS = ("underruns_audio_available", "stale_frames", "cpu_ms_per_call_second",
+                       "cpu_ms_per_call_second_by_process")
+
+
+def store_comparison(off: dict, on: dict, target_ms: float = STORE_CPU_TARGET_MS) -> dict:
+    """The report's store_comparison from the two runs' reports: voicecore without records ("off") and
+    STORE_SYSTEM ("on"). The store's write cost is the recorder process's CPU over the measured window;
+    the console's is apart. The records' ingest happens when calls end, after the window in a bench run
+    (every call ends at its end), so it is its own figure: the recorder's CPU from the window's end until
+    the last call was stored, per second of the calls stored."""
+
+    def side(report: dict) -> dict:
+        late = report.get("lateness_ms", {})
+        figures = {"lateness_ms": {q: late.get(q, 0.0) for q in ("p50", "p99", "p999", "max")}}
+        figures.update({key: report.get(key, {} if key.endswith("_by_process") else 0) for key in STORE_COMPARED_KEYS})
+        figures["calls_completed"] = report.get("calls_completed", 0)
+        return figures
+
+    by_process = on.get("cpu_ms_per_call_second_by_process", {})
+    store = on.get("call_store", {})
+    store_cpu = by_process.get("recorder", 0.0)
+    ingest_cpu_s, call_seconds = store.get("ingest_cpu_s", 0.0), store.get("stored_call_seconds", 0.0)
+    on_figures = side(on)
+    on_figures.update(
+        store_cpu_ms_per_call_second=store_cpu,
+        console_cpu_ms_per_call_second=by_process.get("console", 0.0),
+        store_ingest_cpu_ms_per_call_second=round(ingest_cpu_s * 1000 / call_seconds, 3) if call_seconds else 0.0,
+        calls_stored=store.get("calls_stored", 0), warm_up_call_stored=store.get("warm_up_call_stored", False),
+        events_stored=store.get("events_stored", 0))
+    return {
+        "calls": off.get("calls", on.get("calls", 0)), "seconds": off.get("seconds", on.get("seconds", 0.0)),
+        "off": side(off), "on": on_figures,
+        "lateness_p99_delta_ms": round(on_figures["lateness_ms"]["p99"] - off.get("lateness_ms", {}).get("p99", 0.0), 3),
+        "store_cpu_target_ms": target_ms,
+        # The recorder must have run: a comparison without it measured nothing of the store.
+        "store_cpu_within_target": "recorder" in by_process and store_cpu <= target_ms,
+    }
 
 
 # ----- small process helpers ----------------------------------------------------------------------
@@ -157,6 +236,8 @@ def stack_memory_mb(pids: dict[str, int], config) -> dict[str, float]:
 
 
 def stack_pids(stack: Stack) -> dict[str, int]:
+    """The stack's processes to measure, by program name: whichever of gateway, pacer, model, validator,
+    recorder and console run (the recorder and console only with a call store), and supervisord."""
     pids = {name: pid for name, pid in stack.program_pids().items() if name != "modelsim"}
     if stack.process is not None:
         pids["supervisord"] = stack.process.pid
@@ -318,8 +399,10 @@ class LevelWindow:
     loaded_memory: dict[str, float]
     affinity: dict[str, list[int]]
     scheduling: dict[str, str]
+    cpu_at_end: dict[str, float] = field(default_factory=dict)  # each stack process's CPU seconds at the window's end
     profile_info: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)  # the stack's /metrics after the calls
+    store: dict = field(default_factory=dict)  # STORE_SYSTEM: what the call store held at the end (read_store)
 
 
 class LevelRun:
@@ -328,8 +411,9 @@ class LevelRun:
 
     The steps, in order: start_system (the model simulator and a voicecore stack, or a baseline server, or
     nothing with --target), warm_up (one unmeasured call), start_load (the K load processes and their common
-    t0), measure (the window's CPU, memory and scheduling, then the end of every call), and whatever happened,
-    stop: every process this run started that still runs is ended (also on an error or a cancel), so nothing
+    t0), measure (the window's CPU, memory and scheduling, then the end of every call), read_store (STORE_SYSTEM
+    only: the calls and events the call store holds once the recorder ingested the records), and whatever
+    happened, stop: every process this run started that still runs is ended (also on an error or a cancel), so nothing
     is left running or in /dev/shm. build_report then reads what the processes wrote into the workdir."""
 
     def __init__(self, opts: BenchOptions, calls: int, workdir: Path, profile_out: Path | None = None,
@@ -369,6 +453,8 @@ class LevelRun:
         self.lead_frames = 1
         self.pids: dict[str, int] = {}
         self.idle_memory: dict[str, float] = {}
+        self.warm_up_sid = ""
+        self.results_meta: list | None = None  # the load processes' (CallResult, meta), read once (_load_results)
 
     async def run(self) -> dict:
         self.log_file = open(self.log_path, "wb")
@@ -377,6 +463,8 @@ class LevelRun:
             await self.warm_up()
             t0_ms = await self.start_load()
             window = await self.measure(t0_ms)
+            if self.system == STORE_SYSTEM:
+                window.store = await self.read_store(window)
         finally:
             await self.stop()
         return self.build_report(window)
@@ -457,8 +545,15 @@ class LevelRun:
             os.environ[agent.tool_server_env] = await self.tool_server.start()
         # The scenario's own settings (the hallucination scenario's gate) win over the caller's.
         base = resolve_config(load_config({**os.environ, **dict(self.scenario.stack_env)}, opts.config_path))
+        record_dir = base.record_dir
+        if opts.compare_store:
+            # The two systems differ in records and the store only: none for voicecore whatever the
+            # environment says, and for STORE_SYSTEM the SQLite store in the run's records (demo_config's
+            # None), never a database_url of the environment.
+            base = dataclasses.replace(base, database_url="")
+            record_dir = None if self.system == STORE_SYSTEM else ""
         # A few spare slots: the warm-up call's slot may still be closing when the load starts.
-        config = dataclasses.replace(demo_config(base, workdir, calls, sim_port, record_dir=base.record_dir),
+        config = dataclasses.replace(demo_config(base, workdir, calls, sim_port, record_dir=record_dir),
                                      max_calls=calls + 4)
         if agent is not None:
             from voicecore.agent.settings import configure
@@ -484,6 +579,7 @@ class LevelRun:
                                 unix_socket=self.unix_socket)
         if warm.closed_by != "carrier" or warm.errors:
             raise BenchError(f"the warm-up call failed: {warm.closed_by} {'; '.join(warm.errors)[:300]}")
+        self.warm_up_sid = warm.call_sid
 
     # ---- the load ----
 
@@ -536,6 +632,9 @@ class LevelRun:
         total_s = (w1 - time.monotonic() * 1000.0) / 1000.0 + 1.0
         self.progress = Progress(f"bench {opts.scenario} {self.calls} calls", total_s)
         await self._sleep_until(w0, "ramp-up")
+        if self.stack:
+            # What runs when the window opens (a recorder or console that started late is measured too).
+            self.pids = pids = stack_pids(self.stack)
         live_at_w0 = self._load_total("live")
         load_pids = [p.pid for p in self.loads] + ([self.sim_proc.pid] if self.sim_proc else [])
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
@@ -553,9 +652,10 @@ class LevelRun:
         window_s = time.monotonic() - window_started
         # A process that restarted during the window counts from zero: all its CPU was in the window.
         current = stack_pids(self.stack) if self.stack else pids
+        cpu_at_end = {name: cpu_seconds(pid) for name, pid in current.items()}
         window = LevelWindow(
-            w0_ms=w0, w1_ms=w1, seconds=window_s, live_at_start=live_at_w0,
-            cpu_by_process={name: cpu_seconds(pid) - cpu_before.get(name, 0.0) for name, pid in current.items()},
+            w0_ms=w0, w1_ms=w1, seconds=window_s, live_at_start=live_at_w0, cpu_at_end=cpu_at_end,
+            cpu_by_process={name: cpu - cpu_before.get(name, 0.0) for name, cpu in cpu_at_end.items()},
             load_cpu_by_pid={pid: cpu_seconds(pid) - before for pid, before in load_before.items()},
             loaded_memory=stack_memory_mb(current, self.config),
             affinity={name: affinity_of(pid) for name, pid in current.items()},
@@ -571,6 +671,27 @@ class LevelRun:
         window.profile_info = await _finish_profile(profile_proc, profile_info)
         window.metrics = await asyncio.to_thread(fetch_gateway_metrics, self.config) if self.config else {}
         return window
+
+    async def read_store(self, window: LevelWindow) -> dict:
+        """STORE_SYSTEM, while the stack still runs (the recorder is part of it): wait up to STORE_WAIT_S for
+        the run's calls to be in the SQLite store, then count them and the events table's rows. The records
+        are ingested when their calls ended, after the window: that CPU of the recorder (ingest_cpu_s, from
+        the window's end to the last call stored) is reported apart from the window's."""
+        call_sids = [result.call_sid for result, _ in self._load_results()]
+        wanted = set(call_sids) | ({self.warm_up_sid} if self.warm_up_sid else set())
+        found, events, error = await asyncio.to_thread(wait_for_stored_calls, database_url_for(self.config), wanted,
+                                                       STORE_WAIT_S)
+        recorder = self.pids.get("recorder")
+        ingest_cpu_s = (cpu_seconds(recorder) - window.cpu_at_end.get("recorder", 0.0)) if recorder else 0.0
+        if error:
+            self.problems.append(f"the call store could not be read: {error}")
+        missing = len(set(call_sids) - found.keys())
+        if missing:
+            self.problems.append(f"{missing} of {len(call_sids)} calls were not in the call store {STORE_WAIT_S:.0f} s "
+                                 "after they ended")
+        return {"calls_stored": len(set(call_sids) & found.keys()), "warm_up_call_stored": self.warm_up_sid in found,
+                "events_stored": events, "ingest_cpu_s": round(ingest_cpu_s, 3),
+                "stored_call_seconds": round(sum(found.get(sid, 0.0) for sid in set(call_sids)), 3)}
 
     async def _wait_for_load_end(self, w1_ms: float) -> None:
         """Each load process exits when its calls have ended (their scripts say when); one still there 40 s
@@ -615,8 +736,10 @@ class LevelRun:
     # ---- the figures ----
 
     def _load_results(self) -> list:
-        """(CallResult, meta) of every call, from the load processes' files."""
-        results_meta = []
+        """(CallResult, meta) of every call, from the load processes' files (read once)."""
+        if self.results_meta is not None:
+            return self.results_meta
+        results_meta = self.results_meta = []
         for k in range(self.procs):
             path = self.workdir / f"load-{k}.pkl"
             if not path.exists():
@@ -718,6 +841,8 @@ class LevelRun:
             report["gated_first_audio_ms" if opts.scenario == "hallucination" else "ungated_first_audio_ms"] = first_audio
         if opts.profile:
             report["profile"] = window.profile_info
+        if window.store:
+            report["call_store"] = dict(window.store)
         violations = slo_violations(report, opts.slo)
         report["slo_violations"] = violations
         report["slo_ok"] = not violations
@@ -824,7 +949,8 @@ async def _bench(opts: BenchOptions) -> dict:
         json_path.parent.mkdir(parents=True, exist_ok=True)  # before an hour of runs, not after
     profile_base = (json_path.parent if json_path else Path.cwd()) / ((json_path.stem if json_path else "bench") + "-profile")
     baselines = baseline_names(opts.baseline)
-    systems = ["voicecore", *baselines]
+    # --compare-store: the stack with records and the call store is one more system taking turns.
+    systems = ["voicecore", *baselines, *([STORE_SYSTEM] if opts.compare_store else [])]
     resolution, relative = parse_resolution(opts.resolution)
     repeats = opts.repeat if opts.find_capacity else 1
     runs: dict[str, list[list[dict]]] = {system: [] for system in systems}
@@ -894,6 +1020,11 @@ async def _bench(opts: BenchOptions) -> dict:
             top["capacity_ratio"] = first["capacity_ratio"]
         if "cpu_per_call_ratio" in first:
             top["cpu_per_call_ratio"] = first["cpu_per_call_ratio"]
+    if opts.compare_store:
+        on = _strip(runs[STORE_SYSTEM][-1][-1])
+        top["store_comparison"] = store_comparison(runs["voicecore"][-1][-1], on)
+        on.pop("lateness_cdf_ms", None)
+        top["store_run"] = on  # the whole report of the run with the store, for its problems and details
     if opts.scenario == "hallucination":
         # The same calls once more with the gate off: what the gate adds to the time to first audio.
         ungated = await _one_step(dataclasses.replace(opts, scenario=HALLUCINATION_UNGATED), "voicecore", opts.calls, None)
@@ -938,7 +1069,7 @@ def results_path(name: str, today: str | None = None) -> Path:
 
 
 def run_bench(opts: BenchOptions) -> int:
-    from bench.report import format_table, write_png
+    from bench.report import format_store_comparison, format_table, write_png
 
     if opts.scenario.startswith(AGENT_PREFIX):
         from voicecore.agent.load import AgentError
@@ -999,6 +1130,12 @@ def run_bench(opts: BenchOptions) -> int:
         print("voicecore bench: the hallucination scenario starts its own stack twice (gate on, then off): "
               "not with --baseline, --target or --find-capacity", file=sys.stderr)
         return 2
+    if opts.compare_store and (opts.baseline or opts.target or opts.find_capacity
+                               or opts.scenario.startswith(AGENT_PREFIX) or opts.scenario == "hallucination"):
+        print("voicecore bench: --compare-store runs voicecore's stack twice, without and with the call store, at a "
+              "fixed --calls: not with --baseline, --target, --find-capacity, an agent scenario or hallucination",
+              file=sys.stderr)
+        return 2
     if opts.baseline and opts.target:
         print("voicecore bench: --baseline needs the bench to start both servers (no --target)", file=sys.stderr)
         return 2
@@ -1039,6 +1176,9 @@ def run_bench(opts: BenchOptions) -> int:
     print(format_table(top, runs))
     if opts.scenario == "hallucination":
         print(format_hallucination(top))
+    if "store_comparison" in top:
+        print()
+        print(format_store_comparison(top["store_comparison"]))
     for name in baselines:
         summary = top.get("baselines", {}).get(name) or top["baseline"]
         print()
@@ -1058,4 +1198,5 @@ def run_bench(opts: BenchOptions) -> int:
         print(f"bench: {message}", file=sys.stderr)
     if opts.find_capacity:
         return 0 if top.get("capacity_calls", 0) > 0 else 1
-    return 0 if top.get("slo_ok") and top.get("calls_completed") == top.get("calls") else 1
+    store_run_completed = top.get("store_run", {}).get("calls_completed", top.get("calls")) == top.get("calls")
+    return 0 if top.get("slo_ok") and top.get("calls_completed") == top.get("calls") and store_run_completed else 1

@@ -105,6 +105,10 @@ def test_both_baselines_in_one_run_in_the_order_given():
     (["--repeat", "3"], "--repeat N"),
     (["--resolution", "0%"], "percentage"),
     (["--baseline", "pipecat", "--scenario", "overlap"], "one-voice rule"),
+    (["--compare-store", "--baseline", "pipecat"], "--compare-store runs voicecore's stack twice"),
+    (["--compare-store", "--find-capacity"], "--compare-store runs voicecore's stack twice"),
+    (["--compare-store", "--target", "http://127.0.0.1:9", "--auth-token", "x"], "--compare-store runs voicecore's stack twice"),
+    (["--compare-store", "--scenario", "agent:examples/receptionist"], "not with --baseline, --target, --find-capacity, an agent"),
 ])
 def test_bench_refuses_bad_combinations(argv, needle):
     completed = subprocess.run([sys.executable, "-m", "voicecore.cli", "bench", *argv],

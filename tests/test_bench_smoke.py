@@ -1,6 +1,7 @@
 """`voicecore bench` end to end: 10 simulated calls for a few seconds, the report's figures present and
 consistent (and the SLOs held: a tiny healthy run must not break them). Starts the real stack, the model
-simulator process and a load process on 127.0.0.1; the pipecat baseline's smoke run needs its venv."""
+simulator process and a load process on 127.0.0.1; the pipecat baseline's smoke run needs its venv.
+--compare-store runs the stack twice, without and with the SQLite call store, and reads the store."""
 
 from __future__ import annotations
 
@@ -123,6 +124,82 @@ def test_bench_over_a_unix_socket(tmp_path: Path):
     assert report["calls_completed"] == CALLS, report["problems"]
     assert 0.35 * CALLS * 3 * 50 <= report["frames_sent"] <= 1.02 * CALLS * 3 * 50
     assert report["stale_frames"] == 0 and report["cpu_seconds"] > 0
+
+
+STORE_ON_KEYS = {"lateness_ms", "underruns_audio_available", "stale_frames", "cpu_ms_per_call_second",
+                 "cpu_ms_per_call_second_by_process", "store_cpu_ms_per_call_second", "console_cpu_ms_per_call_second",
+                 "calls_stored", "events_stored"}
+
+
+@pytest.mark.integration
+def test_bench_compare_store_runs_both_stacks_and_reads_the_store(tmp_path: Path):
+    """--compare-store: voicecore without records, then with them (recorder, SQLite store, console), taking
+    turns; the store holds every call of the run (and the warm-up call) and the live events."""
+    report_path = tmp_path / "bench.json"
+    calls = 3
+    completed = subprocess.run(
+        [sys.executable, "-m", "voicecore.cli", "bench", "--calls", str(calls), "--seconds", "4", "--compare-store",
+         "--json", str(report_path), "--png", str(tmp_path / "bench.png")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert report_path.exists(), completed.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["system"] == "voicecore" and report["configuration"]["options"]["compare_store"] is True
+    comparison = report["store_comparison"]
+    assert {"calls", "seconds", "off", "on", "lateness_p99_delta_ms", "store_cpu_target_ms",
+            "store_cpu_within_target"} <= set(comparison)
+    assert (comparison["calls"], comparison["seconds"], comparison["store_cpu_target_ms"]) == (calls, 4.0, 0.1)
+    off, on = comparison["off"], comparison["on"]
+    assert STORE_ON_KEYS <= set(on) and STORE_ON_KEYS - set(off) == {
+        "store_cpu_ms_per_call_second", "console_cpu_ms_per_call_second", "calls_stored", "events_stored"}
+    assert set(off["lateness_ms"]) == set(on["lateness_ms"]) == {"p50", "p99", "p999", "max"}
+    # The top level is the run without the store, as without the flag.
+    assert off["lateness_ms"]["p99"] == report["lateness_ms"]["p99"]
+    assert off["cpu_ms_per_call_second_by_process"] == report["cpu_ms_per_call_second_by_process"]
+    # Only the run with records has a recorder and a console to measure.
+    assert not {"recorder", "console"} & set(off["cpu_ms_per_call_second_by_process"])
+    assert {"recorder", "console", "gateway", "pacer", "model"} <= set(on["cpu_ms_per_call_second_by_process"])
+    assert on["store_cpu_ms_per_call_second"] == on["cpu_ms_per_call_second_by_process"]["recorder"]
+    assert on["console_cpu_ms_per_call_second"] == on["cpu_ms_per_call_second_by_process"]["console"]
+    assert comparison["lateness_p99_delta_ms"] == pytest.approx(on["lateness_ms"]["p99"] - off["lateness_ms"]["p99"], abs=1e-3)
+    assert comparison["store_cpu_within_target"] == (on["store_cpu_ms_per_call_second"] <= 0.1)
+    # Every measured call is in the store, and the unmeasured warm-up call before them too.
+    assert on["calls_stored"] == calls and on["warm_up_call_stored"] is True, report["store_run"]["problems"]
+    assert on["events_stored"] > 0
+    assert report["store_run"]["system"] == "voicecore-store" and report["store_run"]["calls_completed"] == calls
+    assert off["calls_completed"] == calls
+    assert "call store off vs on" in completed.stdout and "store write cost" in completed.stdout
+
+
+def test_store_comparison_figures():
+    from bench.report import format_store_comparison
+    from bench.run import store_comparison
+
+    def run(p99: float, by_process: dict, **extra) -> dict:
+        return {"calls": 200, "seconds": 10.0, "lateness_ms": {"p50": 0.5, "p99": p99, "p999": 3.0, "max": 4.0, "count": 9},
+                "underruns_audio_available": 0, "stale_frames": 0, "calls_completed": 200,
+                "cpu_ms_per_call_second": sum(by_process.values()), "cpu_ms_per_call_second_by_process": by_process, **extra}
+
+    off = run(1.25, {"gateway": 10.0, "pacer": 5.0})
+    on = run(1.5, {"gateway": 10.0, "pacer": 5.0, "recorder": 0.08, "console": 0.01},
+             call_store={"calls_stored": 200, "warm_up_call_stored": True, "events_stored": 5000,
+                         "ingest_cpu_s": 0.5, "stored_call_seconds": 2500.0})
+    comparison = store_comparison(off, on)
+    assert (comparison["calls"], comparison["seconds"]) == (200, 10.0)
+    assert comparison["lateness_p99_delta_ms"] == 0.25
+    assert comparison["off"]["lateness_ms"] == {"p50": 0.5, "p99": 1.25, "p999": 3.0, "max": 4.0}
+    assert "store_cpu_ms_per_call_second" not in comparison["off"]
+    assert comparison["on"]["store_cpu_ms_per_call_second"] == 0.08
+    assert comparison["on"]["console_cpu_ms_per_call_second"] == 0.01
+    assert comparison["on"]["store_ingest_cpu_ms_per_call_second"] == 0.2  # 500 ms over 2500 call-seconds
+    assert (comparison["on"]["calls_stored"], comparison["on"]["events_stored"]) == (200, 5000)
+    assert comparison["store_cpu_target_ms"] == 0.1 and comparison["store_cpu_within_target"] is True
+    assert store_comparison(off, run(1.5, {"recorder": 0.2}))["store_cpu_within_target"] is False
+    # No recorder measured: nothing of the store was measured, so it is not within the target.
+    assert store_comparison(off, run(1.5, {"gateway": 10.0}))["store_cpu_within_target"] is False
+    text = format_store_comparison(comparison)
+    assert "call store off vs on: 200 calls" in text and "store write cost 0.080" in text
+    assert "+0.25 ms" in text and "200 of 200 calls" in text and "5000 events" in text
 
 
 def test_bench_refuses_a_unix_socket_without_target():
