@@ -22,10 +22,10 @@ def test_each_observer_gets_its_calls_events_and_the_every_call_observer_all():
         one, other, every = Observer("CA1"), Observer("CA2"), Observer("")
         for observer in (one, other, every):
             fanout.add(observer)
-        fanout.publish("CA1", rows("CA1", 1, ["call.started", "bargein"]))
-        fanout.publish("CA2", rows("CA2", 1, ["call.started"]))
+        fanout.publish(rows("CA1", 1, ["call.started", "bargein"]))
+        fanout.publish(rows("CA2", 1, ["call.started"]))
         assert fanout.live == {"CA1": 100.0, "CA2": 100.0}
-        fanout.publish("CA1", rows("CA1", 3, ["call.ended"]))
+        fanout.publish(rows("CA1", 3, ["call.ended"]))
         assert list(fanout.live) == ["CA2"]
         got = {name: [orjson.loads(o.queue.get_nowait()[1]) for _ in range(o.queue.qsize())]
                for name, o in (("one", one), ("other", other), ("every", every))}
@@ -45,13 +45,13 @@ def test_a_slow_observer_is_marked_and_woken_and_the_others_get_everything():
         slow, fast = Observer("CA1", queue_size=4), Observer("CA1", queue_size=100)
         fanout.add(slow)
         fanout.add(fast)
-        fanout.publish("CA1", rows("CA1", 1, ["transcript.delta"] * 10))
+        fanout.publish(rows("CA1", 1, ["transcript.delta"] * 10))
         assert slow.too_slow and fanout.too_slow == 1
         assert fast.queue.qsize() == 10 and not fast.too_slow
         # what the slow one's reader finds last is the wake-up, after which it closes the connection
         items = [slow.queue.get_nowait() for _ in range(slow.queue.qsize())]
         assert items[-1] == (0, b"") and len(items) == 4
-        fanout.publish("CA1", rows("CA1", 11, ["bargein"]))
+        fanout.publish(rows("CA1", 11, ["bargein"]))
         assert slow.queue.qsize() == 0 and fanout.too_slow == 1  # nothing more for it, counted once
 
     asyncio.run(run())

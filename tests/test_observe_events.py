@@ -10,7 +10,7 @@ import orjson
 from test_store import delta, scripted_call
 from voicecore.bus import messages
 from voicecore.observe.events import CHUNK_BYTES, MAX_TEXT, CallEventTap, events_of_record, observe_chunks
-from voicecore.observe.numbering import EventNumbering, rows_from_json, rows_json, wire, wire_stored
+from voicecore.observe.numbering import EventNumbering, rows_chunks, rows_from_json, wire, wire_stored
 
 MS = 1_000_000
 
@@ -85,15 +85,24 @@ def test_chunks_stay_under_the_bus_limit_and_cut_long_texts():
     tap.feed({"t": 0, "k": "start"})
     for i in range(300):
         tap.feed({"t": i * MS, "k": "tool", "call_id": f"c{i}", "ok": True, "output": "é\u0001" * 5000})
-    events = tap.take()
-    assert all(len(d.get("output", "")) <= MAX_TEXT + 1 for _t, _k, d in events)
+    events = [("CA1", 100.0 + t_ms / 1000, t_ms, kind, data) for t_ms, kind, data in tap.take()]
+    assert all(len(e[4].get("output", "")) <= MAX_TEXT + 1 for e in events)
     chunks = list(observe_chunks(events))
     assert sum(n for n, _text in chunks) == len(events) and len(chunks) > 1
-    decoded = [event for _n, text in chunks for event in json.loads(text)]
-    assert [tuple(e) for e in decoded] == [[t, k, d] and (t, k, d) for t, k, d in events]
+    decoded = [tuple(event) for _n, text in chunks for event in json.loads(text)]
+    assert decoded == events
     for _n, text in chunks:
-        raw = messages.encode(messages.ObserveEvents("CA1", 1.5, text))
+        raw = messages.encode(messages.ObserveEvents(text))
         assert len(raw) < messages.MAX_MESSAGE_BYTES and isinstance(messages.decode(raw), messages.ObserveEvents)
+    # numbered, and published by the recorder in chunks under the limit too
+    numbering = EventNumbering(lambda sid: 0)
+    rows = [row for _n, text in chunks for row in numbering.number(text)]
+    assert [row[1] for row in rows] == list(range(1, len(events) + 1))
+    published = list(rows_chunks(rows))
+    assert sum(n for n, _text in published) == len(rows) and len(published) > 1
+    assert [tuple(r) for _n, text in published for r in json.loads(text)] == rows
+    for _n, text in published:
+        assert len(messages.encode(messages.ObservedEvents(text))) < messages.MAX_MESSAGE_BYTES
 
 
 def test_numbering_continues_where_the_store_stood_and_skips_malformed_events():
@@ -104,20 +113,23 @@ def test_numbering_continues_where_the_store_stood_and_skips_malformed_events():
         return 41 if call_sid == "CAold" else 0
 
     numbering = EventNumbering(last_seq)
-    rows = numbering.number("CAold", 1000.0, json.dumps([[0, "call.started", {}], [1500, "dtmf", {"digit": "5"}]]))
-    assert [(r[1], r[2], r[3], r[4]) for r in rows] == [(42, 1000.0, 0, "call.started"), (43, 1001.5, 1500, "dtmf")]
-    rows = numbering.number("CAold", 1000.0, json.dumps([[2000, "no.such.type", {}], ["x", "dtmf", {}], [2500, "call.ended", {"outcome": "ended"}]]))
-    assert [r[1] for r in rows] == [44] and numbering.malformed == 2
-    assert numbering.number("CAold", 1000.0, "not json") == [] and numbering.malformed == 3
-    assert asked == ["CAold"]  # the count is kept: the store is asked once per call
-    first = numbering.number("CAnew", 5.0, json.dumps([[0, "call.started", {"agent": "a"}]]))
-    assert first[0][1] == 1
+    rows = numbering.number(json.dumps([["CAold", 1000.0, 0, "call.started", {}], ["CAnew", 5.0, 0, "call.started", {"agent": "a"}],
+                                        ["CAold", 1001.5, 1500, "dtmf", {"digit": "5"}]]))
+    assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
+        ("CAold", 42, 1000.0, 0, "call.started"), ("CAnew", 1, 5.0, 0, "call.started"), ("CAold", 43, 1001.5, 1500, "dtmf")]
+    rows = numbering.number(json.dumps([["CAold", 1002.0, 2000, "no.such.type", {}], ["CAold", 1.0, "x", "dtmf", {}],
+                                        ["", 1.0, 5, "dtmf", {}], ["CAold", 1002.5, 2500, "call.ended", {"outcome": "ended"}]]))
+    assert [r[1] for r in rows] == [44] and numbering.malformed == 3
+    assert numbering.number("not json") == [] and numbering.malformed == 4
+    assert asked == ["CAold", "CAnew"]  # each count is kept: the store is asked once per call
+    first = [r for r in numbering.number(json.dumps([["CAnew", 6.0, 1000, "bargein", {"tag": 2}]]))]
+    assert first[0][1] == 2
     # the wire form: the same bytes live (from a row) and late (from the store)
     wired = orjson.loads(wire(first[0]))
-    assert wired == {"call_sid": "CAnew", "seq": 1, "type": "call.started", "t_ms": 0, "at": 5.0, "data": {"agent": "a"}}
-    stored = {"call_sid": "CAnew", "seq": 1, "type": "call.started", "t_ms": 0, "at": 5.0, "data": first[0][5]}
+    assert wired == {"call_sid": "CAnew", "seq": 2, "type": "bargein", "t_ms": 1000, "at": 6.0, "data": {"tag": 2}}
+    stored = {"call_sid": "CAnew", "seq": 2, "type": "bargein", "t_ms": 1000, "at": 6.0, "data": first[0][5]}
     assert wire_stored(stored) == wire(first[0])
-    assert rows_from_json(rows_json(first)) == first
+    assert rows_from_json(rows_chunks(first).__next__()[1]) == first
 
 
 def test_a_cancel_by_a_newer_response_or_by_the_gate_is_no_bargein():
@@ -137,23 +149,18 @@ def test_a_cancel_by_a_newer_response_or_by_the_gate_is_no_bargein():
                        ("bargein", {"tag": 2, "response_id": "r2"})]
 
 
-def test_a_record_read_light_summarizes_and_observes_the_same(tmp_path):
+def test_a_record_reads_the_same_from_text_and_from_bytes_and_a_cut_last_line_goes():
     from voicecore.call.record import loads_partial
     from voicecore.store import summarize_record
 
     call = scripted_call()
-    entries = call.entries + [{"t": call.entries[-1]["t"] + i, "k": "audio", "n": 5, "ulaw": "////", "p": [3, 40, 9, 3, 44, 10]}
-                              for i in range(3)] + [{"k": "audio", "t": 1, "n": 1}]  # a writer that ordered its keys otherwise
-    text = "\n".join(json.dumps(line, separators=(",", ":")) for line in [call.header, *entries]) + "\n"
-    skip = frozenset({"audio", "tick"})
+    text = "\n".join(json.dumps(line, separators=(",", ":"), ensure_ascii=False) for line in [call.header, *call.entries]) + "\n"
     for raw in (text, text.encode()):
-        header, read, truncated = loads_partial(raw, skip_kinds=skip)
-        assert not truncated and len(read) == len(entries)
-        # audio and ticks read light: time, kind and playout snapshot only, never the caller's audio
-        assert [e for e in read if e["k"] in skip] == [{k: v for k, v in e.items() if k in ("t", "k", "p")}
-                                                      for e in entries if e["k"] in skip]
-        assert summarize_record(header, read, "s", 9.0) == summarize_record(call.header, entries, "s", 9.0)
-        assert events_of_record(header, read) == events_of_record(call.header, entries)
-    # cut off mid-line (a killed writer) and mid-UTF-8: the last line goes, the rest is read
+        header, read, truncated = loads_partial(raw)
+        assert not truncated and read == call.entries
+        assert summarize_record(header, read, "s", 9.0) == summarize_record(call.header, call.entries, "s", 9.0)
+        assert events_of_record(header, read) == events_of_record(call.header, call.entries)
+    # cut off mid-line (a killed writer), here inside a UTF-8 sequence: the last line goes, the rest is read
     cut = text.encode() + '{"t":1,"k":"dtmf","digit":"é'.encode()[:-1]
-    assert loads_partial(cut, skip_kinds=skip)[2] is True
+    header, read, truncated = loads_partial(cut)
+    assert truncated is True and read == call.entries

@@ -155,11 +155,10 @@ def load(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return loads(Path(path).read_text(encoding="utf-8"))
 
 
-def load_record(path: str | Path, skip_kinds: frozenset[str] = frozenset()) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+def load_record(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
     """(header, entries, complete): a part file (``.part``: a call still running, or its worker killed) or a
-    record whose last line is cut short is incomplete; its complete lines are returned. ``skip_kinds``:
-    entries of these kinds are left out (loads_partial)."""
+    record whose last line is cut short is incomplete; its complete lines are returned."""
     path = Path(path)
     # bytes, not text: a kill mid-write may cut a UTF-8 sequence; only the (dropped) last line holds it
-    header, entries, truncated = loads_partial(path.read_bytes(), skip_kinds=skip_kinds)
+    header, entries, truncated = loads_partial(path.read_bytes())
     return header, entries, not truncated and not path.name.endswith(PART_SUFFIX)

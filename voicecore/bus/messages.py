@@ -132,21 +132,18 @@ class Verdict:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ObserveEvents:
-    """Model worker -> recorder: a live call's newest observable events (voicecore/observe/events.py), as
-    JSON text of ``[[t_ms, type, data], ...]`` in the order they happened; the recorder numbers them.
-    ``started_at``: the wall-clock time (seconds since the epoch) of the call's t_ms 0."""
+    """Model worker -> recorder: its live calls' newest observable events (voicecore/observe/events.py), one
+    message for every call at a time: JSON text of ``[[call_sid, at, t_ms, type, data], ...]``, each call's in
+    the order they happened; ``at`` wall clock (seconds since the epoch). The recorder numbers them."""
 
-    call_sid: str
-    started_at: float
     events: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ObservedEvents:
-    """Recorder -> console: a call's events as stored, numbered, each as an observer receives it: JSON text of
-    ``[{"call_sid", "seq", "type", "t_ms", "at", "data"}, ...]``, ``seq`` rising by one."""
+    """Recorder -> console: events as stored, numbered per call: JSON text of rows ``[[call_sid, seq, at, t_ms,
+    type, data], ...]`` (``data`` JSON text), each call's ``seq`` rising by one (voicecore/observe/numbering.py)."""
 
-    call_sid: str
     events: str
 
 

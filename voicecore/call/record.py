@@ -63,7 +63,6 @@ from __future__ import annotations
 import binascii
 import copy
 import json
-import re
 from typing import Any, Callable, Iterable
 
 import orjson
@@ -250,14 +249,11 @@ def loads(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return header, entries
 
 
-def loads_partial(text: str | bytes, allow_truncated: bool = True, skip_kinds: frozenset[str] = frozenset()
-                  ) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+def loads_partial(text: str | bytes, allow_truncated: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
     """(header, entries, truncated) of a record's text (or its file's bytes): with ``allow_truncated``, a last
     line cut short (no newline, not JSON: the writer was killed mid-write) is dropped and ``truncated`` is
-    True. ``skip_kinds``: entries of these kinds are read light: only ``t``, ``k`` and the playout snapshot
-    ``p`` (if any) are kept, found without parsing the rest of the line (a reader that needs no caller audio
-    skips most of the bytes; our writer puts ``t`` and ``k`` first, and a line another writer ordered
-    otherwise is parsed whole, then made light all the same)."""
+    True. Parsed with orjson: most of a record is base64 audio in long strings, which it reads several times
+    faster than the standard library (the recorder's ingest is the call store's write cost)."""
     newline = b"\n" if isinstance(text, bytes) else "\n"
     lines = [line for line in text.split(newline) if line and not line.isspace()]  # type: ignore[arg-type]
     truncated = False
@@ -269,10 +265,9 @@ def loads_partial(text: str | bytes, allow_truncated: bool = True, skip_kinds: f
             truncated = True
     if not lines:
         raise RecordError("empty record")
-    light = _light_reader(skip_kinds, isinstance(text, bytes))
     try:
         header = orjson.loads(lines[0])
-        entries = [orjson.loads(line) for line in lines[1:]] if light is None else [light(line) for line in lines[1:]]
+        entries = [orjson.loads(line) for line in lines[1:]]
     except ValueError as exc:
         raise RecordError(f"not JSON lines: {exc}") from None
     if not isinstance(header, dict) or header.get("voicecore_record") != RECORD_VERSION:
@@ -281,34 +276,6 @@ def loads_partial(text: str | bytes, allow_truncated: bool = True, skip_kinds: f
         if not isinstance(entry, dict) or not isinstance(entry.get("t"), int) or not isinstance(entry.get("k"), str):
             raise RecordError("an entry lacks t or k")
     return header, entries, truncated
-
-
-_PLAYOUT = r'"p":\[(-?\d+),(-?\d+),(-?\d+),(-?\d+),(-?\d+),(-?\d+)\]'
-
-
-def _light_reader(kinds: frozenset[str], for_bytes: bool) -> Callable[[Any], Any] | None:
-    """A line -> entry function that reads entries of ``kinds`` light (see loads_partial); None: none light."""
-    if not kinds:
-        return None
-    head_text = r'\{"t":(-?\d+),"k":"(' + "|".join(re.escape(kind) for kind in sorted(kinds)) + r')"'
-    head = re.compile(head_text.encode() if for_bytes else head_text)
-    playout = re.compile(_PLAYOUT.encode() if for_bytes else _PLAYOUT)
-
-    def read(line: Any) -> Any:
-        found = head.match(line)
-        if found is None:
-            entry = orjson.loads(line)
-            if isinstance(entry, dict) and entry.get("k") in kinds:
-                entry = {key: entry[key] for key in ("t", "k", "p") if key in entry}
-            return entry
-        kind = found.group(2)
-        entry = {"t": int(found.group(1)), "k": kind.decode() if for_bytes else kind}
-        snapshot = playout.search(line, max(found.end(), len(line) - 160))  # the writer puts p last
-        if snapshot is not None:
-            entry["p"] = [int(v) for v in snapshot.groups()]
-        return entry
-
-    return read
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once: json.dumps with options builds one per call

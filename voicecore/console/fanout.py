@@ -45,20 +45,22 @@ class FanOut:
     def count(self) -> int:
         return sum(len(group) for group in self.observers.values())
 
-    def publish(self, call_sid: str, rows: list[Row]) -> None:
-        """One feed message's rows (one call's, in seq order) to its observers and the every-call ones."""
+    def publish(self, rows: list[Row]) -> None:
+        """One feed message's rows (several calls', each call's in seq order) to each call's observers and the
+        every-call ones."""
         self.received += len(rows)
+        everyone = self.observers.get("", set())
         for row in rows:
-            if row[4] == "call.started":
+            call_sid, kind = row[0], row[4]
+            if kind == "call.started":
                 self.live[call_sid] = row[2]
-            elif row[4] == "call.ended":
+            elif kind == "call.ended":
                 self.live.pop(call_sid, None)
-        targets = [*self.observers.get(call_sid, ()), *self.observers.get("", ())]
-        if not targets:
-            return
-        for row in rows:
+            targets = self.observers.get(call_sid)
+            if not targets and not everyone:
+                continue
             data = wire(row)
-            for observer in targets:
+            for observer in (*(targets or ()), *everyone):
                 if observer.too_slow:
                     continue
                 try:

@@ -34,7 +34,6 @@ they are personal data like the record, shown only to observers with an API key.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -150,7 +149,7 @@ class CallEventTap:
         if _AUDIO_DELTA_MARK in text[:64] and not self.awaiting_audio:
             return  # the bulk of a call's model events: audio of a response already seen talking
         try:
-            event = json.loads(text)
+            event = orjson.loads(text)
         except ValueError:
             return
         if isinstance(event, dict):
@@ -227,13 +226,14 @@ def events_of_record(header: dict[str, Any], entries: list[dict[str, Any]], comp
     return tap.take()
 
 
-def observe_chunks(events: list[tuple[int, str, dict[str, Any]]]) -> Iterator[tuple[int, str]]:
-    """``events`` as JSON texts of ``[[t_ms, type, data], ...]`` of at most about CHUNK_BYTES each (one event
-    may exceed it alone: its texts are cut to MAX_TEXT characters): (how many events, text)."""
+def observe_chunks(events: list[tuple[str, float, int, str, dict[str, Any]]]) -> Iterator[tuple[int, str]]:
+    """``events`` (call_sid, at, t_ms, type, data) as JSON texts of ``[[call_sid, at, t_ms, type, data], ...]`` of
+    at most about CHUNK_BYTES each (one event may exceed it alone: its texts are cut to MAX_TEXT characters):
+    (how many events, text)."""
     chunk: list[bytes] = []
     size = 0
-    for t_ms, kind, data in events:
-        encoded = orjson.dumps([t_ms, kind, data])
+    for event in events:
+        encoded = orjson.dumps(event)
         if chunk and size + len(encoded) > CHUNK_BYTES:
             yield len(chunk), (b"[" + b",".join(chunk) + b"]").decode()
             chunk, size = [], 0

@@ -14,7 +14,7 @@ stored row into the same bytes the live feed carries.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -34,9 +34,9 @@ class EventNumbering:
         self.ended: list[str] = []
         self.malformed = 0
 
-    def number(self, call_sid: str, started_at: float, events_json: str) -> list[Row]:
+    def number(self, events_json: str) -> list[Row]:
         """The rows of one model-worker message (``ObserveEvents``); events that are not
-        ``[t_ms, known type, object]`` are counted in ``malformed`` and left out."""
+        ``[call_sid, at, t_ms, known type, object]`` are counted in ``malformed`` and left out."""
         try:
             events = orjson.loads(events_json)
         except orjson.JSONDecodeError:
@@ -45,21 +45,22 @@ class EventNumbering:
         if not isinstance(events, list):
             self.malformed += 1
             return []
-        seq = self.seqs.get(call_sid)
-        if seq is None:
-            seq = self.last_seq(call_sid)
         rows: list[Row] = []
         for event in events:
-            if (not isinstance(event, list) or len(event) != 3 or type(event[0]) is not int
-                    or event[1] not in _TYPES or not isinstance(event[2], dict)):
+            if (not isinstance(event, list) or len(event) != 5 or not isinstance(event[0], str) or not event[0]
+                    or type(event[1]) not in (int, float) or type(event[2]) is not int or event[3] not in _TYPES
+                    or not isinstance(event[4], dict)):
                 self.malformed += 1
                 continue
-            t_ms, kind, data = event
+            call_sid, at, t_ms, kind, data = event
+            seq = self.seqs.get(call_sid)
+            if seq is None:
+                seq = self.last_seq(call_sid)
             seq += 1
-            rows.append((call_sid, seq, round(started_at + t_ms / 1000, 3), t_ms, kind, orjson.dumps(data).decode()))
+            self.seqs[call_sid] = seq
+            rows.append((call_sid, seq, round(float(at), 3), t_ms, kind, orjson.dumps(data).decode()))
             if kind == "call.ended":
                 self.ended.append(call_sid)
-        self.seqs[call_sid] = seq
         if len(self.ended) > FORGET_AFTER:
             for sid in self.ended[: len(self.ended) - FORGET_AFTER]:
                 self.seqs.pop(sid, None)
@@ -79,9 +80,20 @@ def wire_stored(event: dict[str, Any]) -> bytes:
     return wire((event["call_sid"], event["seq"], event["at"], event["t_ms"], event["type"], event["data"]))
 
 
-def rows_json(rows: list[Row]) -> str:
-    """Rows as the recorder publishes them (``ObservedEvents.events``): a JSON list of row arrays."""
-    return orjson.dumps(rows).decode()
+def rows_chunks(rows: list[Row], max_bytes: int = 40 * 1024) -> Iterator[tuple[int, str]]:
+    """Rows as the recorder publishes them (``ObservedEvents.events``): (how many rows, a JSON list of row
+    arrays) of at most about ``max_bytes`` each (a bus message holds 64 KiB)."""
+    chunk: list[bytes] = []
+    size = 0
+    for row in rows:
+        encoded = orjson.dumps(row)
+        if chunk and size + len(encoded) > max_bytes:
+            yield len(chunk), (b"[" + b",".join(chunk) + b"]").decode()
+            chunk, size = [], 0
+        chunk.append(encoded)
+        size += len(encoded) + 1
+    if chunk:
+        yield len(chunk), (b"[" + b",".join(chunk) + b"]").decode()
 
 
 def rows_from_json(text: str) -> list[Row]:

@@ -30,9 +30,9 @@ Model responses nobody asked for in a turn (the greeting) appear in ``transcript
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
 from typing import Any
+
+import orjson
 
 from voicecore.call.record import ENDING_ACTIONS, ending_outcome
 
@@ -41,8 +41,6 @@ FRAME_MS = 20
 AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
 AGENT_TRANSCRIPTS = frozenset({"response.output_audio_transcript.done", "response.audio_transcript.done"})
 CALLER_TRANSCRIPT = "conversation.item.input_audio_transcription.completed"
-_AUDIO_DELTA_MARK = 'audio.delta"'  # in the head of an audio delta's text ("response.output_audio.delta", "response.audio.delta")
-_RESPONSE_ID = re.compile(r'"response_id"\s*:\s*"([^"\\]*)"')
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -208,14 +206,7 @@ class _Reader:
         if kind != "out":
             self.created = ""
         if kind == "model":
-            text = entry.get("text")
-            if isinstance(text, str) and _AUDIO_DELTA_MARK in text[:64]:
-                # most of a call's model events: only their response id matters, read without parsing the audio
-                found = _RESPONSE_ID.search(text, 0, 512)
-                if found is not None:
-                    self._audio(found.group(1), at_ms)
-                    return
-            event = _json_object(text)
+            event = _json_object(entry.get("text"))
             if event is not None:
                 self._model_event(event, at_ms)
         elif kind == "out":
@@ -343,7 +334,7 @@ def _json_object(text: object) -> dict[str, Any] | None:
     if not isinstance(text, str):
         return None
     try:
-        value = json.loads(text)
+        value = orjson.loads(text)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

@@ -335,7 +335,7 @@ class Console:
             while True:
                 decoded = messages.decode(await sub.recv())
                 if isinstance(decoded, messages.ObservedEvents):
-                    self.fanout.publish(decoded.call_sid, rows_from_json(decoded.events))
+                    self.fanout.publish(rows_from_json(decoded.events))
                 else:
                     self.counters["feed_rejected"] += 1
         finally:

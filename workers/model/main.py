@@ -73,7 +73,7 @@ STATS_EVERY_S = 1.0
 # fight over the GIL): each call's batches in order, then its finish; its thread finishes pending records
 # before the process exits.
 RECORD_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-writer")
-OBSERVE_EVERY_S = 0.1  # how fresh a live observer's view is, at one bus message per talking call
+OBSERVE_EVERY_S = 0.1  # how fresh a live observer's view is, at one bus message for all the calls
 RECORD_HAND_OFF_S = 1.0  # a live call's record holds at most about this much in memory
 RECORD_FINISH_WAIT_S = 30.0  # stopping: how long to wait for the records of calls in progress
 
@@ -269,26 +269,20 @@ class CallSession:
             for action in self.driver.on_carrier_stop(time.monotonic_ns()):
                 if isinstance(action, controller_mod.CallOver):
                     self._on_model_session(action)
-        self.ship_events()
+        self.take_events(self.worker.observed)  # shipped with the next pass's
         if self.recorder is None or self.recorder.sink is None:  # no record, or finished already
             return None
         self.recorder.hand_off()
         self.recorder.sink = None
         return RECORD_WRITER.submit(self._finish_record)
 
-    def ship_events(self) -> None:
-        """This call's observable events since the last time, to the recorder (dropped, and counted, when it
-        is not there or not keeping up: observers must never hold up a call)."""
+    def take_events(self, into: list[tuple[str, float, int, str, dict]]) -> None:
+        """This call's observable events since the last time, as (call_sid, at, t_ms, type, data)."""
         if self.tap is None or not self.tap.pending:
             return
-        worker = self.worker
         assert self.tap.t0 is not None  # set by the entry that made the first event
         started_at = time.time() - (time.monotonic_ns() - self.tap.t0) / 1e9
-        for chunk in observe_chunks(self.tap.take()):
-            if worker.bus.send(worker.observe, messages.ObserveEvents(self.call_sid, started_at, chunk[1])):
-                worker.counters["observe_events_sent"] += chunk[0]
-            else:
-                worker.counters["observe_events_dropped"] += chunk[0]
+        into.extend((self.call_sid, round(started_at + t_ms / 1000, 3), t_ms, kind, data) for t_ms, kind, data in self.tap.take())
 
     def hand_off_record(self) -> None:
         if self.recorder is not None:
@@ -578,6 +572,7 @@ class ModelWorker:
         self.validator = self.bus.connect(zmq.PUSH, VALIDATOR_INBOX)
         self.verdicts = self.bus.bind(zmq.PULL, MODEL_INBOX)
         self.observe = self.bus.connect(zmq.PUSH, RECORDER_INBOX)
+        self.observed: list[tuple[str, float, int, str, dict]] = []  # events of every call, not shipped yet
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
@@ -645,6 +640,20 @@ class ModelWorker:
                 if session is not None and session.generation == message.generation:
                     session.on_verdict(message)
 
+    def ship_events(self) -> None:
+        """Every call's observable events since the last pass, to the recorder in as few messages as fit
+        (dropped, and counted, when it is not there or not keeping up: observers never hold up a call)."""
+        for session in self.calls.values():
+            session.take_events(self.observed)
+        if not self.observed:
+            return
+        for count, text in observe_chunks(self.observed):
+            if self.bus.send(self.observe, messages.ObserveEvents(text)):
+                self.counters["observe_events_sent"] += count
+            else:
+                self.counters["observe_events_dropped"] += count
+        self.observed = []
+
     def stats(self) -> dict[str, float]:
         totals: collections.Counter = collections.Counter()
         for session in self.calls.values():
@@ -704,8 +713,7 @@ class ModelWorker:
                     self.knowledge_base = knowledge
             if now >= next_events:  # the live observers' events of the last OBSERVE_EVERY_S, to the recorder
                 next_events = now + OBSERVE_EVERY_S
-                for session in self.calls.values():
-                    session.ship_events()
+                self.ship_events()
             if now >= next_hand_off:  # records: the last second's entries to the writer thread
                 next_hand_off = now + RECORD_HAND_OFF_S
                 for session in self.calls.values():
@@ -722,6 +730,7 @@ class ModelWorker:
             records.append(session.finish(call_ended=False))
             if session.task:
                 session.task.cancel()
+        self.ship_events()
         concurrent.futures.wait([f for f in records if f is not None], timeout=RECORD_FINISH_WAIT_S)
         # Before the bus closes the socket: a wakeup on its dead fd would read a closed socket (a traceback at stop).
         asyncio.get_running_loop().remove_reader(verdicts_fd)

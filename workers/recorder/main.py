@@ -44,7 +44,7 @@ from voicecore.call.record import encode_line
 from voicecore.config import Config, load_config
 from voicecore.logs import run_until_signalled, setup_logging
 from voicecore.observe.events import events_of_record
-from voicecore.observe.numbering import EventNumbering, Row, rows_json
+from voicecore.observe.numbering import EventNumbering, Row, rows_chunks
 from voicecore.record import RecordError, load_record, record_name
 from voicecore.store import CallStore, database_url_for, summarize_record
 from voicecore.store import webhook as call_webhook
@@ -61,10 +61,7 @@ SLICE_S = 0.1  # longest stretch of ingesting between two heartbeats (the gatewa
 STORE_RETRY_S = 10.0
 HEARTBEAT_S = timing.HEARTBEAT_MS / 1000
 EVENT_MESSAGES_PER_PASS = 2000
-# entries the summary and the events read only for their time and playout snapshot: most of a record's bytes
-# (the caller's audio) are left unparsed
-UNREAD_KINDS = frozenset({"audio", "tick"})
-PUBLISH_BYTES = 40 * 1024  # one observed.events message: under the bus's 64 KiB
+EVENTS_EVERY_S = 0.1  # live events are taken in passes this far apart: one store transaction per pass
 
 
 class Recorder:
@@ -77,8 +74,6 @@ class Recorder:
         self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
         self.events_in = self.bus.bind(zmq.PULL, RECORDER_INBOX)
         self.events_out = self.bus.bind(zmq.PUB, OBSERVE_FEED)
-        self.poller = zmq.Poller()
-        self.poller.register(self.events_in, zmq.POLLIN)
         self.numbering = EventNumbering(self.last_seq)
         self.store: CallStore | None = None
         self.store_retry_at_s = 0.0
@@ -211,7 +206,7 @@ class Recorder:
             return False
         started = time.perf_counter()
         try:
-            header, entries, complete = load_record(self.record_dir / entry.name, skip_kinds=UNREAD_KINDS)
+            header, entries, complete = load_record(self.record_dir / entry.name)
             summary = summarize_record(header, entries, source=entry.name, wall_end_s=entry.mtime_s, complete=complete)
         except FileNotFoundError:
             self.done.add(entry.name)  # deleted since the listing (retention, an operator): nothing to do
@@ -311,7 +306,7 @@ class Recorder:
         for message in self.bus.receive_nowait(self.events_in, EVENT_MESSAGES_PER_PASS):
             handled += 1
             if isinstance(message, messages.ObserveEvents):
-                rows.extend(self.numbering.number(message.call_sid, message.started_at, message.events))
+                rows.extend(self.numbering.number(message.events))
         if not rows:
             return handled
         store = self.open_store() if self.url else None
@@ -327,21 +322,9 @@ class Recorder:
         return handled
 
     def publish(self, rows: list[Row]) -> None:
-        by_call: dict[str, list[Row]] = {}
-        for row in rows:
-            by_call.setdefault(row[0], []).append(row)
-        for call_sid, call_rows in by_call.items():
-            start, size = 0, 0
-            for i, row in enumerate(call_rows):
-                size += len(row[5]) + 96
-                if size > PUBLISH_BYTES and i > start:
-                    self._publish(call_sid, call_rows[start:i])
-                    start, size = i, len(row[5]) + 96
-            self._publish(call_sid, call_rows[start:])
-
-    def _publish(self, call_sid: str, rows: list[Row]) -> None:
-        if self.bus.send(self.events_out, messages.ObservedEvents(call_sid, rows_json(rows))):
-            self.counters["events_published"] += len(rows)
+        for count, text in rows_chunks(rows):
+            if self.bus.send(self.events_out, messages.ObservedEvents(text)):
+                self.counters["events_published"] += count
 
     def derive_events(self, store: CallStore, header: dict, entries: list[dict], complete: bool, mtime_s: float) -> None:
         """A stored call without live events: its events from the record (the same walk as live)."""
@@ -385,10 +368,12 @@ class Recorder:
 
     def run(self) -> None:
         self.start()
-        next_heartbeat_s = next_stats_s = next_scan_s = time.monotonic()
+        next_heartbeat_s = next_stats_s = next_scan_s = next_events_s = time.monotonic()
         while not self.stopping:
             now = time.monotonic()
-            self.take_events()
+            if now >= next_events_s:
+                self.take_events()
+                next_events_s = now + EVENTS_EVERY_S
             if now >= next_heartbeat_s:
                 stats = now >= next_stats_s
                 self.heartbeat(stats)
@@ -410,8 +395,8 @@ class Recorder:
                     log.info("last minute: %s", ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
             if self.backlog and self.store is not None:
                 continue  # more to ingest: the next slice after the heartbeat check
-            wake_s = min(next_heartbeat_s, next_scan_s) if self.url else next_heartbeat_s  # idle: heartbeats only
-            self.poller.poll(max(0.0, wake_s - time.monotonic()) * 1000)  # or the first live event
+            wake_s = min(next_heartbeat_s, next_events_s, next_scan_s if self.url else next_heartbeat_s)
+            time.sleep(max(0.0, wake_s - time.monotonic()))
 
     def close(self) -> None:
         if self.store is not None:
