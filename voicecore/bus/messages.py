@@ -148,6 +148,14 @@ class ObservedEvents:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class RecordsFinished:
+    """Model worker -> recorder: call records it just finished (their file names in the record directory, a
+    JSON list), so the recorder stores them at once instead of listing the directory for them."""
+
+    names: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Rejected:
     """What a bad message decodes to; never sent."""
 
@@ -156,7 +164,7 @@ class Rejected:
 
 Message = (
     Heartbeat | CallStarted | CallEnded | CancelTag | Dtmf | Stats
-    | GateOpen | TranscriptDelta | TranscriptDone | Verdict | ObserveEvents | ObservedEvents
+    | GateOpen | TranscriptDelta | TranscriptDone | Verdict | ObserveEvents | ObservedEvents | RecordsFinished
 )
 
 _TYPES: dict[str, type] = {
@@ -172,6 +180,7 @@ _TYPES: dict[str, type] = {
     "verdict": Verdict,
     "observe.events": ObserveEvents,
     "observed.events": ObservedEvents,
+    "records.finished": RecordsFinished,
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 _FIELDS = {cls: typing.get_type_hints(cls) for cls in _TYPES.values()}

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import orjson
 import zmq
 from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
@@ -306,6 +307,7 @@ class CallSession:
             return
         try:
             path = self.record_file.finish()
+            self.worker.records_finished.append(path.name)  # the recorder hears of it with the next events
             log.info("call %s: record written to %s", self.call_sid, path)
         except OSError as exc:
             self.record_failed = True
@@ -573,6 +575,7 @@ class ModelWorker:
         self.verdicts = self.bus.bind(zmq.PULL, MODEL_INBOX)
         self.observe = self.bus.connect(zmq.PUSH, RECORDER_INBOX)
         self.observed: list[tuple[str, float, int, str, dict]] = []  # events of every call, not shipped yet
+        self.records_finished: collections.deque[str] = collections.deque()  # appended by the writer thread
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
@@ -645,6 +648,9 @@ class ModelWorker:
         (dropped, and counted, when it is not there or not keeping up: observers never hold up a call)."""
         for session in self.calls.values():
             session.take_events(self.observed)
+        if self.records_finished:
+            names = [self.records_finished.popleft() for _ in range(len(self.records_finished))]
+            self.bus.send(self.observe, messages.RecordsFinished(orjson.dumps(names).decode()))
         if not self.observed:
             return
         for count, text in observe_chunks(self.observed):
@@ -730,8 +736,8 @@ class ModelWorker:
             records.append(session.finish(call_ended=False))
             if session.task:
                 session.task.cancel()
-        self.ship_events()
         concurrent.futures.wait([f for f in records if f is not None], timeout=RECORD_FINISH_WAIT_S)
+        self.ship_events()
         # Before the bus closes the socket: a wakeup on its dead fd would read a closed socket (a traceback at stop).
         asyncio.get_running_loop().remove_reader(verdicts_fd)
         self.bus.close()

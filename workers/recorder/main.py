@@ -11,8 +11,9 @@ transaction per batch, and only then published: whatever an observer was sent is
 a late joiner replays from the store and continues live without a gap. Without a store they are numbered
 and published all the same. A finished record whose call has no stored events (the recorder was down
 the whole call) gets them derived from the record (voicecore/observe/events.py's walk, the same as live).
-Every second it lists the record directory and ingests each finished record (``*.jsonl``, never a
-``.part``) it has not handled yet, reading each file once; the store's ingest is idempotent on the file
+It ingests each finished record (``*.jsonl``, never a ``.part``) it has not handled yet, reading each file
+once: those the model worker names as it finishes them (``records.finished``, at once), and what a listing
+of the record directory finds (at start and every SCAN_EVERY_S: records whose notice was lost); the store's ingest is idempotent on the file
 name, so after a restart it simply offers everything again. A record that cannot be read is logged once
 (file name and problem, never its content: records are personal data) and left alone for the rest of the
 run. A store that fails (PostgreSQL down) is logged and reopened later; the record waits for it.
@@ -35,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import orjson
 import zmq
 
 from voicecore import timing
@@ -55,7 +57,7 @@ from workers.recorder.webhook import WebhookSender
 log = logging.getLogger("voicecore.recorder")
 
 PROCESS = "recorder"
-SCAN_EVERY_S = 1.0
+SCAN_EVERY_S = 60.0  # the record directory's listing: a safety net; the model worker names each record it finishes
 STATS_EVERY_S = 1.0
 SLICE_S = 0.1  # longest stretch of ingesting between two heartbeats (the gateway's dead-after is 450 ms)
 STORE_RETRY_S = 10.0
@@ -307,6 +309,8 @@ class Recorder:
             handled += 1
             if isinstance(message, messages.ObserveEvents):
                 rows.extend(self.numbering.number(message.events))
+            elif isinstance(message, messages.RecordsFinished):
+                self.offer_records(message.names)
         if not rows:
             return handled
         store = self.open_store() if self.url else None
@@ -320,6 +324,25 @@ class Recorder:
         self.publish(rows)
         self.events_ms_total += (time.perf_counter() - started) * 1000
         return handled
+
+    def offer_records(self, names_json: str) -> None:
+        """Records the model worker just finished: into the backlog, without listing the directory."""
+        if self.record_dir is None or not self.url:
+            return
+        try:
+            names = orjson.loads(names_json)
+        except orjson.JSONDecodeError:
+            return
+        queued = {entry.name for entry in self.backlog}
+        for name in names if isinstance(names, list) else ():
+            if not isinstance(name, str) or "/" in name or not core.is_record(name) or name in self.done or name in queued:
+                continue
+            try:
+                mtime_s = (self.record_dir / name).stat().st_mtime
+            except OSError:
+                continue  # gone already; a listing finds whatever is there
+            self.backlog.append(core.RecordEntry(name, mtime_s))
+            queued.add(name)
 
     def publish(self, rows: list[Row]) -> None:
         for count, text in rows_chunks(rows):
