@@ -18,7 +18,8 @@ from waiting import wait_until
 from voicecore.demo import FIRST_QUESTION_AT_MS
 from voicecore.sim.audio_clips import load_clip
 from voicecore.sim.carrier import CallScript, place_call
-from voicecore.store import CallStore, database_url_for
+from voicecore.record import load_record
+from voicecore.store import CallStore, database_url_for, summarize_record
 from voicecore.supervise import cpu_seconds, get_from_gateway
 
 pytestmark = pytest.mark.integration
@@ -87,6 +88,18 @@ def test_finished_calls_reach_the_store_corrupt_records_are_skipped_and_stale_pa
 
         stats = wait_until(lambda: (s := recorder_stats(running)).get("calls_ingested", 0) >= 2 and s, 5,
                            "the recorder's stats at the gateway")
+        # stored from the summaries the model worker built during the calls, not by reading the files, and the
+        # same as reading them would give
+        assert stats["summaries_received"] == 2 and stats.get("summaries_malformed", 0) == 0
+        for sid in sids:
+            header, entries, complete = load_record(record_dir / f"{sid}.jsonl")
+            from_file = summarize_record(header, entries, f"{sid}.jsonl", 0.0, complete)
+            stored = store.call(sid)
+            assert [{k: t[k] for k in ("speech_started_ms", "first_audio_ms", "first_played_ms", "played_ms", "transcript")}
+                    for t in stored["turns"]] == [
+                {"speech_started_ms": t.speech_started_ms, "first_audio_ms": t.first_audio_ms, "first_played_ms": t.first_played_ms,
+                 "played_ms": t.played_ms, "transcript": t.transcript} for t in from_file.turns]
+            assert stored["duration_ms"] == from_file.duration_ms and len(stored["transcript"]) == len(from_file.transcripts)
         print(f"recorder: ingest ms per call {stats['ingest_per_call_ms']:.2f} (max {stats['ingest_max_ms']:.2f}), "
               f"{stats['calls_ingested']:.0f} calls; recorder CPU so far {cpu_seconds(recorder_pid) * 1000:.0f} ms")
 

@@ -148,11 +148,14 @@ class ObservedEvents:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class RecordsFinished:
-    """Model worker -> recorder: call records it just finished (their file names in the record directory, a
-    JSON list), so the recorder stores them at once instead of listing the directory for them."""
+class RecordFinished:
+    """Model worker -> recorder: it finished the call record ``name`` (a file name in the record directory),
+    and ``summary`` is what the store keeps of it (voicecore/store/summary.py ``summary_to_json``), built
+    as the call went, so the recorder stores it without reading the file; "" when it did not fit a
+    message: the recorder reads the record."""
 
-    names: str
+    name: str
+    summary: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -164,7 +167,7 @@ class Rejected:
 
 Message = (
     Heartbeat | CallStarted | CallEnded | CancelTag | Dtmf | Stats
-    | GateOpen | TranscriptDelta | TranscriptDone | Verdict | ObserveEvents | ObservedEvents | RecordsFinished
+    | GateOpen | TranscriptDelta | TranscriptDone | Verdict | ObserveEvents | ObservedEvents | RecordFinished
 )
 
 _TYPES: dict[str, type] = {
@@ -180,7 +183,7 @@ _TYPES: dict[str, type] = {
     "verdict": Verdict,
     "observe.events": ObserveEvents,
     "observed.events": ObservedEvents,
-    "records.finished": RecordsFinished,
+    "record.finished": RecordFinished,
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 _FIELDS = {cls: typing.get_type_hints(cls) for cls in _TYPES.values()}

@@ -41,6 +41,7 @@ FRAME_MS = 20
 AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
 AGENT_TRANSCRIPTS = frozenset({"response.output_audio_transcript.done", "response.audio_transcript.done"})
 CALLER_TRANSCRIPT = "conversation.item.input_audio_transcription.completed"
+_AUDIO_DELTA_MARK = 'audio.delta"'  # in the head of "response.output_audio.delta" / "response.audio.delta" text
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -153,27 +154,66 @@ class _OpenTurn:
                     self.truncated_at_ms, " ".join(t for t in self.agent_texts if t), self.first_played_ms, played_ms)
 
 
+class RecordSummarizer:
+    """A record's summary built as its entries come (``feed``, in order), for a live call (the model worker
+    feeds every entry as it is recorded, so the record need not be read again) or a finished record
+    (``summarize_record``). Audio deltas are parsed only while a turn's answer waits for its first audio."""
+
+    __slots__ = ("header", "t0", "last_t", "reader")
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        self.header = header
+        self.t0: int | None = None
+        self.last_t = 0
+        self.reader = _Reader()
+
+    def feed(self, entry: dict[str, Any]) -> None:
+        t = entry["t"]
+        if self.t0 is None:
+            self.t0 = self.reader.t0_ns = t
+        self.last_t = t
+        self.reader.feed(entry, (t - self.t0) // NS_PER_MS)
+
+    def summary(self, source: str, wall_end_s: float = 0.0, complete: bool = True) -> CallSummary:
+        """``wall_end_s``: the wall-clock time of the last entry (the record file's mtime, as a rule);
+        ``complete``: False for a part file."""
+        header, reader = self.header, self.reader
+        duration_ms = (self.last_t - self.t0) // NS_PER_MS if self.t0 is not None else 0
+        flow = str(header.get("flow", "")) if header.get("control", "turns") == "turns" else ""
+        agent = ""
+        if flow == "agent":
+            spec = (header.get("flow_args") or {}).get("spec") or {}
+            agent = str(spec.get("name", "")) if isinstance(spec, dict) else ""
+        return CallSummary(
+            source=source, call_sid=str(header.get("call_sid", "")), control=str(header.get("control", "turns")),
+            flow=flow, agent=agent, started_at=wall_end_s - duration_ms / 1000, duration_ms=duration_ms,
+            outcome=reader.outcome or "ended", complete=complete,
+            turns=tuple(turn.frozen() for turn in reader.turns), transcripts=tuple(reader.transcripts),
+            tool_calls=tuple(_tool_call(fields) for fields in reader.tools.values()),
+            verdicts=tuple(reader.verdicts), errors=tuple(reader.errors))
+
+
 def summarize_record(header: dict[str, Any], entries: list[dict[str, Any]], source: str, wall_end_s: float = 0.0,
                      complete: bool = True) -> CallSummary:
-    """What the store keeps of one record. ``wall_end_s``: the wall-clock time of the record's last entry
-    (its file's mtime, as a rule); ``complete``: False for a part file."""
-    t0 = entries[0]["t"] if entries else 0
-    duration_ms = (entries[-1]["t"] - t0) // NS_PER_MS if entries else 0
-    reader = _Reader(t0)
+    """What the store keeps of one record (see RecordSummarizer.summary)."""
+    summarizer = RecordSummarizer(header)
     for entry in entries:
-        reader.feed(entry, (entry["t"] - t0) // NS_PER_MS)
-    flow = str(header.get("flow", "")) if header.get("control", "turns") == "turns" else ""
-    agent = ""
-    if flow == "agent":
-        spec = (header.get("flow_args") or {}).get("spec") or {}
-        agent = str(spec.get("name", "")) if isinstance(spec, dict) else ""
-    return CallSummary(
-        source=source, call_sid=str(header.get("call_sid", "")), control=str(header.get("control", "turns")),
-        flow=flow, agent=agent, started_at=wall_end_s - duration_ms / 1000, duration_ms=duration_ms,
-        outcome=reader.outcome or "ended", complete=complete,
-        turns=tuple(turn.frozen() for turn in reader.turns), transcripts=tuple(reader.transcripts),
-        tool_calls=tuple(_tool_call(fields) for fields in reader.tools.values()),
-        verdicts=tuple(reader.verdicts), errors=tuple(reader.errors))
+        summarizer.feed(entry)
+    return summarizer.summary(source, wall_end_s, complete)
+
+
+def summary_to_json(summary: CallSummary) -> bytes:
+    return orjson.dumps(dataclasses.asdict(summary))
+
+
+def summary_from_json(text: str | bytes) -> CallSummary:
+    """``summary_to_json``'s inverse; raises ValueError (or TypeError, KeyError) on anything else."""
+    data = orjson.loads(text)
+    return CallSummary(**{
+        **data,
+        "turns": tuple(Turn(**t) for t in data["turns"]), "transcripts": tuple(Transcript(**t) for t in data["transcripts"]),
+        "tool_calls": tuple(ToolCall(**t) for t in data["tool_calls"]), "verdicts": tuple(Verdict(**v) for v in data["verdicts"]),
+        "errors": tuple(ModelError(**e) for e in data["errors"])})
 
 
 def _tool_call(fields: dict[str, Any]) -> ToolCall:
@@ -197,6 +237,7 @@ class _Reader:
         self.tags: dict[int, str] = {}  # playout tag -> the response it plays (OpenTag after response.created)
         self.created = ""  # the response the current input created: the OpenTag among its actions is its tag
         self.cancelled: _OpenTurn | None = None  # the turn of the latest barge-in, until its truncate
+        self.waiting_audio: set[str] = set()  # responses of turns that have no first audio yet
 
     def feed(self, entry: dict[str, Any], at_ms: int) -> None:
         kind = entry["k"]
@@ -206,7 +247,10 @@ class _Reader:
         if kind != "out":
             self.created = ""
         if kind == "model":
-            event = _json_object(entry.get("text"))
+            text = entry.get("text")
+            if isinstance(text, str) and _AUDIO_DELTA_MARK in text[:64] and not self.waiting_audio:
+                return  # most of a call's model events: audio of an answer whose first audio is known
+            event = _json_object(text)
             if event is not None:
                 self._model_event(event, at_ms)
         elif kind == "out":
@@ -242,6 +286,8 @@ class _Reader:
             if turn is not None and turn.heard and not turn.answered:
                 self.owner[response_id] = turn
                 turn.response_ids.append(response_id)
+                if turn.first_audio_ms is None:
+                    self.waiting_audio.add(response_id)
         elif kind == "response.done":
             response_id = str((event.get("response") or {}).get("id", ""))
             turn = self.owner.get(response_id)
@@ -282,6 +328,7 @@ class _Reader:
         if turn is not None and turn.first_audio_ms is None:
             turn.first_audio_ms = at_ms
             turn.audio_response_id = response_id
+            self.waiting_audio.difference_update(turn.response_ids)
 
     def _turn_of(self, item_id: str, wants_transcript: bool = False) -> _OpenTurn:
         """The turn of the caller's item ``item_id``; without one that matches, the latest (without a

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import orjson
 import zmq
 from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
@@ -47,6 +46,7 @@ from voicecore.call.spine import SpineDriver
 from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
+from voicecore.store.summary import RecordSummarizer, summary_to_json
 from voicecore.realtime import events as rt
 from voicecore.shm import control as C
 from voicecore.shm import rings
@@ -75,6 +75,7 @@ STATS_EVERY_S = 1.0
 # before the process exits.
 RECORD_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-writer")
 OBSERVE_EVERY_S = 0.1  # how fresh a live observer's view is, at one bus message for all the calls
+MAX_SUMMARY_BYTES = 56 * 1024  # a call's summary in one bus message (64 KiB); a longer call's record is read instead
 RECORD_HAND_OFF_S = 1.0  # a live call's record holds at most about this much in memory
 RECORD_FINISH_WAIT_S = 30.0  # stopping: how long to wait for the records of calls in progress
 
@@ -138,9 +139,17 @@ class CallSession:
         # The live observers' events (voicecore/observe/events.py), from the same entries as the record;
         # shipped to the recorder every OBSERVE_EVERY_S (ModelWorker.run).
         self.tap: CallEventTap | None = None
+        self.summarizer: RecordSummarizer | None = None  # what the store keeps of the call, built as it goes
         if self.recorder is not None:
             self.tap = CallEventTap(self.recorder.header, resumed=resumed)
-            self.recorder.observer = self.tap.feed
+            self.summarizer = RecordSummarizer(self.recorder.header)
+            tap_feed, summary_feed = self.tap.feed, self.summarizer.feed
+
+            def observe(entry: dict) -> None:
+                tap_feed(entry)
+                summary_feed(entry)
+
+            self.recorder.observer = observe
         self.wants_ticks = self.driver.wants_ticks  # the spine has no timers: no tick, no cost
         # Streamed: ModelWorker.run hands the entries of the last second to the writer thread, which appends
         # them to the call's part file (only the writer touches record_file).
@@ -307,7 +316,11 @@ class CallSession:
             return
         try:
             path = self.record_file.finish()
-            self.worker.records_finished.append(path.name)  # the recorder hears of it with the next events
+            summary = b""
+            if self.summarizer is not None:
+                summary = summary_to_json(self.summarizer.summary(path.name, time.time()))
+            # the recorder hears of it with the next events
+            self.worker.records_finished.append((path.name, summary.decode() if len(summary) <= MAX_SUMMARY_BYTES else ""))
             log.info("call %s: record written to %s", self.call_sid, path)
         except OSError as exc:
             self.record_failed = True
@@ -575,7 +588,7 @@ class ModelWorker:
         self.verdicts = self.bus.bind(zmq.PULL, MODEL_INBOX)
         self.observe = self.bus.connect(zmq.PUSH, RECORDER_INBOX)
         self.observed: list[tuple[str, float, int, str, dict]] = []  # events of every call, not shipped yet
-        self.records_finished: collections.deque[str] = collections.deque()  # appended by the writer thread
+        self.records_finished: collections.deque[tuple[str, str]] = collections.deque()  # (name, summary), from the writer thread
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
@@ -648,9 +661,9 @@ class ModelWorker:
         (dropped, and counted, when it is not there or not keeping up: observers never hold up a call)."""
         for session in self.calls.values():
             session.take_events(self.observed)
-        if self.records_finished:
-            names = [self.records_finished.popleft() for _ in range(len(self.records_finished))]
-            self.bus.send(self.observe, messages.RecordsFinished(orjson.dumps(names).decode()))
+        while self.records_finished:
+            name, summary = self.records_finished.popleft()
+            self.bus.send(self.observe, messages.RecordFinished(name, summary))
         if not self.observed:
             return
         for count, text in observe_chunks(self.observed):

@@ -11,9 +11,10 @@ transaction per batch, and only then published: whatever an observer was sent is
 a late joiner replays from the store and continues live without a gap. Without a store they are numbered
 and published all the same. A finished record whose call has no stored events (the recorder was down
 the whole call) gets them derived from the record (voicecore/observe/events.py's walk, the same as live).
-It ingests each finished record (``*.jsonl``, never a ``.part``) it has not handled yet, reading each file
-once: those the model worker names as it finishes them (``records.finished``, at once), and what a listing
-of the record directory finds (at start and every SCAN_EVERY_S: records whose notice was lost); the store's ingest is idempotent on the file
+It ingests each finished record (``*.jsonl``, never a ``.part``) it has not handled yet, once: those the
+model worker names as it finishes them (``record.finished``, at once, with the summary it built as the call
+went, so the file is not read), and what a listing of the record directory finds (at start and every
+SCAN_EVERY_S: records whose notice was lost, read from their file); the store's ingest is idempotent on the file
 name, so after a restart it simply offers everything again. A record that cannot be read is logged once
 (file name and problem, never its content: records are personal data) and left alone for the rest of the
 run. A store that fails (PostgreSQL down) is logged and reopened later; the record waits for it.
@@ -36,7 +37,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import orjson
 import zmq
 
 from voicecore import timing
@@ -49,6 +49,7 @@ from voicecore.observe.events import events_of_record
 from voicecore.observe.numbering import EventNumbering, Row, rows_chunks
 from voicecore.record import RecordError, load_record, record_name
 from voicecore.store import CallStore, database_url_for, summarize_record
+from voicecore.store.summary import summary_from_json
 from voicecore.store import webhook as call_webhook
 from voicecore.store.traces import TurnTracer
 from workers.recorder import core
@@ -88,7 +89,8 @@ class Recorder:
         self.counters = {name: 0 for name in (
             "calls_ingested", "records_already_stored", "records_unreadable", "parts_finished", "parts_removed",
             "records_deleted", "calls_purged", "store_errors", "events_stored", "events_published",
-            "events_not_stored", "events_derived")}
+            "events_not_stored", "events_derived", "summaries_received", "summaries_malformed")}
+        self.summaries: dict = {}  # record name -> the CallSummary its model worker sent, until it is stored
         self.events_ms_total = 0.0  # numbering, storing and publishing live events
         self.ingest_ms_max = 0.0
         # the end-of-call webhook: a summary of each call once it is stored (its own thread: never blocks ingest)
@@ -201,28 +203,35 @@ class Recorder:
         self.store_retry_at_s = time.monotonic() + STORE_RETRY_S
 
     def ingest(self, entry: core.RecordEntry) -> bool:
-        """Read one record once and store it. False: the store failed (the record stays in the backlog)."""
+        """Store one record: from the summary the model worker sent with it, else read once from its file.
+        False: the store failed (the record stays in the backlog)."""
         assert self.record_dir is not None
         store = self.open_store()
         if store is None:
             return False
         started = time.perf_counter()
-        try:
-            header, entries, complete = load_record(self.record_dir / entry.name)
-            summary = summarize_record(header, entries, source=entry.name, wall_end_s=entry.mtime_s, complete=complete)
-        except FileNotFoundError:
-            self.done.add(entry.name)  # deleted since the listing (retention, an operator): nothing to do
-            return True
-        except Exception as exc:  # RecordError, OSError, or content the summary chokes on: this file's problem
-            self.done.add(entry.name)
-            self.counters["records_unreadable"] += 1
-            self.minute.add("unreadable")
-            log.warning("record %s skipped: cannot be read (%s: %s)", entry.name, type(exc).__name__, exc)
-            return True
+        summary = self.summaries.pop(entry.name, None)
+        record: tuple[dict, list[dict], bool] | None = None
+        if summary is None:
+            try:
+                record = load_record(self.record_dir / entry.name)
+                header, entries, complete = record
+                summary = summarize_record(header, entries, source=entry.name, wall_end_s=entry.mtime_s, complete=complete)
+            except FileNotFoundError:
+                self.done.add(entry.name)  # deleted since the listing (retention, an operator): nothing to do
+                return True
+            except Exception as exc:  # RecordError, OSError, or content the summary chokes on: this file's problem
+                self.done.add(entry.name)
+                self.counters["records_unreadable"] += 1
+                self.minute.add("unreadable")
+                log.warning("record %s skipped: cannot be read (%s: %s)", entry.name, type(exc).__name__, exc)
+                return True
+        else:
+            self.counters["summaries_received"] += 1
         try:
             stored = store.ingest(summary)
-            if stored:
-                self.derive_events(store, header, entries, complete, entry.mtime_s)
+            if stored and not store.last_seq(summary.call_sid):
+                self.derive_events(store, entry, record)
         except Exception as exc:  # noqa: BLE001 (driver errors: the store's problem, not the file's)
             self.store_failed(exc)
             return False
@@ -232,12 +241,12 @@ class Recorder:
         if stored:
             self.ingest_ms_total += took_ms
             self.counters["calls_ingested"] += 1
-            if self.webhook is not None and complete:
+            if self.webhook is not None and summary.complete:
                 self._send_webhook(store, summary.call_sid)
             if self.tracer is not None:
                 self.tracer.export(summary)
             self.minute.add("ingested")
-            log.debug("record %s ingested (%d entries%s)", entry.name, len(entries), "" if complete else ", incomplete")
+            log.debug("record %s ingested%s", entry.name, "" if summary.complete else " (incomplete)")
         else:
             self.counters["records_already_stored"] += 1
         return True
@@ -309,8 +318,8 @@ class Recorder:
             handled += 1
             if isinstance(message, messages.ObserveEvents):
                 rows.extend(self.numbering.number(message.events))
-            elif isinstance(message, messages.RecordsFinished):
-                self.offer_records(message.names)
+            elif isinstance(message, messages.RecordFinished):
+                self.offer_record(message.name, message.summary)
         if not rows:
             return handled
         store = self.open_store() if self.url else None
@@ -325,38 +334,46 @@ class Recorder:
         self.events_ms_total += (time.perf_counter() - started) * 1000
         return handled
 
-    def offer_records(self, names_json: str) -> None:
-        """Records the model worker just finished: into the backlog, without listing the directory."""
+    def offer_record(self, name: str, summary_json: str) -> None:
+        """A record the model worker just finished, with its summary: into the backlog, no listing needed."""
         if self.record_dir is None or not self.url:
             return
-        try:
-            names = orjson.loads(names_json)
-        except orjson.JSONDecodeError:
+        if "/" in name or not core.is_record(name) or name in self.done or any(e.name == name for e in self.backlog):
             return
-        queued = {entry.name for entry in self.backlog}
-        for name in names if isinstance(names, list) else ():
-            if not isinstance(name, str) or "/" in name or not core.is_record(name) or name in self.done or name in queued:
-                continue
+        if summary_json:
             try:
-                mtime_s = (self.record_dir / name).stat().st_mtime
-            except OSError:
-                continue  # gone already; a listing finds whatever is there
-            self.backlog.append(core.RecordEntry(name, mtime_s))
-            queued.add(name)
+                summary = summary_from_json(summary_json)
+            except (ValueError, TypeError, KeyError):
+                self.counters["summaries_malformed"] += 1  # the record is read instead
+            else:
+                if summary.source == name:
+                    self.summaries[name] = summary
+        try:
+            mtime_s = (self.record_dir / name).stat().st_mtime
+        except OSError:
+            self.summaries.pop(name, None)
+            return  # gone already; a listing finds whatever is there
+        self.backlog.append(core.RecordEntry(name, mtime_s))
 
     def publish(self, rows: list[Row]) -> None:
         for count, text in rows_chunks(rows):
             if self.bus.send(self.events_out, messages.ObservedEvents(text)):
                 self.counters["events_published"] += count
 
-    def derive_events(self, store: CallStore, header: dict, entries: list[dict], complete: bool, mtime_s: float) -> None:
-        """A stored call without live events: its events from the record (the same walk as live)."""
+    def derive_events(self, store: CallStore, entry: core.RecordEntry, record: tuple[dict, list[dict], bool] | None) -> None:
+        """A stored call without live events (the recorder was down): its events from the record (the same
+        walk as live), read now if it was not."""
+        try:
+            header, entries, complete = record if record is not None else load_record(self.record_dir / entry.name)
+        except Exception as exc:  # noqa: BLE001 (the call is stored; its events are a nice-to-have)
+            log.warning("record %s: events not derived: %s", entry.name, type(exc).__name__)
+            return
         call_sid = str(header.get("call_sid", ""))
-        if not call_sid or not entries or store.last_seq(call_sid):
+        if not call_sid or not entries:
             return
         duration_s = (entries[-1]["t"] - entries[0]["t"]) / 1e9
         events = events_of_record(header, entries, complete)
-        rows = [(call_sid, seq, round(mtime_s - duration_s + t_ms / 1000, 3), t_ms, kind, json.dumps(data, separators=(",", ":")))
+        rows = [(call_sid, seq, round(entry.mtime_s - duration_s + t_ms / 1000, 3), t_ms, kind, json.dumps(data, separators=(",", ":")))
                 for seq, (t_ms, kind, data) in enumerate(events, start=1)]
         store.add_events(rows)
         self.counters["events_derived"] += len(rows)
