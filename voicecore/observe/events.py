@@ -34,7 +34,7 @@ they are personal data like the record, shown only to observers with an API key.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -226,18 +226,23 @@ def events_of_record(header: dict[str, Any], entries: list[dict[str, Any]], comp
     return tap.take()
 
 
-def observe_chunks(events: list[tuple[str, float, int, str, dict[str, Any]]]) -> Iterator[tuple[int, str]]:
-    """``events`` (call_sid, at, t_ms, type, data) as JSON texts of ``[[call_sid, at, t_ms, type, data], ...]`` of
-    at most about CHUNK_BYTES each (one event may exceed it alone: its texts are cut to MAX_TEXT characters):
-    (how many events, text)."""
+def json_array_chunks(items: Iterable[Any], max_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, str]]:
+    """``items`` as JSON array texts of at most about ``max_bytes`` each (one item may exceed it alone), for bus
+    messages (64 KiB at most): (how many items, text)."""
     chunk: list[bytes] = []
     size = 0
-    for event in events:
-        encoded = orjson.dumps(event)
-        if chunk and size + len(encoded) > CHUNK_BYTES:
+    for item in items:
+        encoded = orjson.dumps(item)
+        if chunk and size + len(encoded) > max_bytes:
             yield len(chunk), (b"[" + b",".join(chunk) + b"]").decode()
             chunk, size = [], 0
         chunk.append(encoded)
         size += len(encoded) + 1
     if chunk:
         yield len(chunk), (b"[" + b",".join(chunk) + b"]").decode()
+
+
+def observe_chunks(events: list[tuple[str, float, int, str, dict[str, Any]]]) -> Iterator[tuple[int, str]]:
+    """``events`` (call_sid, at, t_ms, type, data) as JSON texts of ``[[call_sid, at, t_ms, type, data], ...]``
+    (``ObserveEvents.events``); texts are cut to MAX_TEXT characters, so one event fits a message alone."""
+    return json_array_chunks(events)

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from voicecore.observe.events import EVENT_TYPES
+from voicecore.observe.events import EVENT_TYPES, json_array_chunks
 
 _TYPES = frozenset(EVENT_TYPES)
 FORGET_AFTER = 4096  # ended calls whose count is kept in memory (a late event finds it without a look-up)
@@ -80,20 +80,10 @@ def wire_stored(event: dict[str, Any]) -> bytes:
     return wire((event["call_sid"], event["seq"], event["at"], event["t_ms"], event["type"], event["data"]))
 
 
-def rows_chunks(rows: list[Row], max_bytes: int = 40 * 1024) -> Iterator[tuple[int, str]]:
+def rows_chunks(rows: list[Row]) -> Iterator[tuple[int, str]]:
     """Rows as the recorder publishes them (``ObservedEvents.events``): (how many rows, a JSON list of row
-    arrays) of at most about ``max_bytes`` each (a bus message holds 64 KiB)."""
-    chunk: list[bytes] = []
-    size = 0
-    for row in rows:
-        encoded = orjson.dumps(row)
-        if chunk and size + len(encoded) > max_bytes:
-            yield len(chunk), (b"[" + b",".join(chunk) + b"]").decode()
-            chunk, size = [], 0
-        chunk.append(encoded)
-        size += len(encoded) + 1
-    if chunk:
-        yield len(chunk), (b"[" + b",".join(chunk) + b"]").decode()
+    arrays), each text small enough for a bus message."""
+    return json_array_chunks(rows)
 
 
 def rows_from_json(text: str) -> list[Row]:
