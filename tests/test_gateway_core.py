@@ -51,3 +51,18 @@ def test_slots_rest_before_reuse():
     assert table.claim() is None
     assert table.due_for_free(100 + SLOT_QUARANTINE_MS) == [a]
     assert table.claim() == a
+
+
+def test_admission_caps_waiting_connections_in_all_and_per_address():
+    from workers.gateway.core import Admission
+
+    admission = Admission(max_pending=5, max_per_address=3)
+    assert [admission.admit("10.0.0.1") for _ in range(4)] == [True, True, True, False]
+    assert admission.refused_address == 1 and admission.pending == 3
+    assert admission.admit("10.0.0.2") and admission.admit("")  # the unix socket counts in the total only
+    assert not admission.admit("10.0.0.3") and admission.refused_total == 1  # 5 waiting: full
+    admission.release("10.0.0.1")
+    assert admission.admit("10.0.0.1") and not admission.admit("10.0.0.1")  # one place back, for anyone
+    for address in ("10.0.0.1", "10.0.0.1", "10.0.0.1", "10.0.0.2", ""):
+        admission.release(address)
+    assert admission.pending == 0 and admission.by_address == {}

@@ -42,6 +42,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("realtime_naming", str, "ga", "event naming the model client sends: ga or beta"),
     Setting("send_call_id_to_vendor", bool, False, "send the call's CallSid to the realtime model vendor (X-Voicecore-Call header on the model socket); false: no call or caller identifier goes to the model endpoint (the built-in simulator, used when realtime_url and realtime_api_key are empty, always gets it)"),
     Setting("max_calls", int, 256, "concurrent call slots in the shared-memory arena"),
+    Setting("max_pending_connections", int, 0, "connections the gateway holds that are not yet in a call (no request served, no stream start accepted); more are answered 503 at once; 0: twice max_calls, at least 64"),
+    Setting("max_pending_per_address", int, 32, "of those, at most this many from one peer IP address (a flood from one host cannot crowd out the carrier); 0: no per-address cap (a TCP proxy in front makes every peer one address)"),
     Setting("runtime_dir", str, "", "private directory (0700) for sockets and state; default $XDG_RUNTIME_DIR/voicecore or /tmp/voicecore-<uid>"),
     Setting("record_dir", str, "", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records (records hold what callers said: opt in; the demo records by default)"),
     Setting("database_url", str, "", "the call store, filled from call records: sqlite:///ABSOLUTE/PATH or postgresql://...; empty: sqlite:///<record_dir>/calls.db when record_dir is set, else no store"),
@@ -89,6 +91,8 @@ class Config:
     realtime_naming: str
     send_call_id_to_vendor: bool
     max_calls: int
+    max_pending_connections: int
+    max_pending_per_address: int
     runtime_dir: str
     record_dir: str
     database_url: str
@@ -232,6 +236,9 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"retention_days: expected 0 (keep forever) or more, got {values['retention_days']}")
     if values["realtime_naming"] not in ("ga", "beta"):
         raise ConfigError(f"realtime_naming: expected ga or beta, got {values['realtime_naming']!r}")
+    for name in ("max_pending_connections", "max_pending_per_address"):
+        if int(values[name]) < 0:  # type: ignore[arg-type]
+            raise ConfigError(f"{name}: expected 0 or more, got {values[name]}")
     if not 1 <= int(values["max_calls"]) <= 4096:  # type: ignore[arg-type]
         raise ConfigError(f"max_calls: expected 1..4096, got {values['max_calls']}")
     if not 20 <= int(values["lead_ms"]) <= 1000:  # type: ignore[arg-type]

@@ -73,6 +73,7 @@ GAUGES: frozenset[str] = frozenset({
     "pid",               # every process: a new value means a restart
     "calls",             # model worker: live sessions
     "calls_active",      # gateway and pacer: calls in a slot now
+    "connections_pending",  # gateway: connections not yet in a call (no request served, no stream start)
     "calls_talking",     # pacer: calls with audio queued in the carrier's buffer now
     "gates_live",        # validator: gates open now
     "knowledge_loaded",  # validator: 1 when a knowledge base is loaded

@@ -97,3 +97,41 @@ class SlotTable:
             self._free.append(slot)
             woken.append(slot)
         return woken
+
+
+class Admission:
+    """Connections not yet in a call (no request served, no stream ``start`` accepted yet): how many at once,
+    in all and per peer address, so a flood of connections that never authenticate holds at most
+    ``max_pending`` sockets and cannot starve real calls of file descriptors or the loop's time. A
+    connection is admitted when it opens and let go when it is served, gets its call, or closes.
+    Addresses: a TCP peer's IP; "" (a Unix socket behind a local TLS proxy, where every peer is the proxy)
+    is counted in the total only."""
+
+    def __init__(self, max_pending: int, max_per_address: int) -> None:
+        self.max_pending = max_pending
+        self.max_per_address = max_per_address
+        self.pending = 0
+        self.by_address: dict[str, int] = {}
+        self.refused_total = 0
+        self.refused_address = 0
+
+    def admit(self, address: str) -> bool:
+        if self.pending >= self.max_pending:
+            self.refused_total += 1
+            return False
+        if address and self.by_address.get(address, 0) >= self.max_per_address:
+            self.refused_address += 1
+            return False
+        self.pending += 1
+        if address:
+            self.by_address[address] = self.by_address.get(address, 0) + 1
+        return True
+
+    def release(self, address: str) -> None:
+        self.pending -= 1
+        if address:
+            left = self.by_address[address] - 1
+            if left:
+                self.by_address[address] = left
+            else:
+                del self.by_address[address]

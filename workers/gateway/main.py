@@ -57,7 +57,7 @@ from voicecore.twilio import stream as tw
 from voicecore.twilio import webhook
 from voicecore.wsframes import text_frames
 from voicecore.wsunix import UnixTransportView
-from workers.gateway.core import MarkDiscarded, MarkLedger, MarkPlayed, SlotTable
+from workers.gateway.core import Admission, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable
 
 log = logging.getLogger("voicecore.gateway")
 # picows logs every accepted connection at INFO; the gateway logs calls itself.
@@ -75,6 +75,11 @@ MAX_HTTP_HEADER_BYTES = 16 * 1024
 # dropped rather than letting one stuck peer eat the gateway's memory (about 6 s of queued audio).
 MAX_WRITE_BUFFER_BYTES = 1024 * 1024
 UPGRADE_TIMEOUT_S = 5.0  # the WebSocket upgrade request must be complete this soon
+HEAD_TIMEOUT_S = 5.0  # any connection's first request head must be complete this soon (a slow-header flood)
+KEEPALIVE_IDLE_S = 30.0  # a kept-alive HTTP connection is closed after this long without a request
+# Connections not yet in a call (no request served, no stream start accepted): by default at most twice the
+# call slots, and at least this many (config max_pending_connections, max_pending_per_address).
+MAX_PENDING_MIN = 64
 CLOSE_TIMEOUT_S = 2.0  # after our close frame, how long the peer has to answer before TCP is closed
 
 
@@ -104,7 +109,11 @@ class Gateway:
         # The same samples as a Prometheus histogram: cumulative since start, where the log keeps a window.
         self.bargein_clear_seconds = prom_histogram.Histogram(
             (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1))
+        self.admission = Admission(config.max_pending_connections or max(MAX_PENDING_MIN, 2 * config.max_calls),
+                                   config.max_pending_per_address or 1 << 30)
         self.counters: dict[str, int] = {
+            "connections_refused": 0,
+            "head_timeouts": 0,
             "calls_started": 0,
             "calls_ended": 0,
             "calls_rejected": 0,
@@ -197,6 +206,7 @@ class Gateway:
         summary = self.bargein_to_clear.summary_ms()
         return {
             "gateway": {**self.counters, "calls_active": len(self.calls), "pid": os.getpid(),
+                        "connections_pending": self.admission.pending,
                         **self.bargein_clear_seconds.flat("bargein_clear_seconds")},
             "bargein_decision_to_clear_ms": summary,
             "workers": self.worker_stats,
@@ -212,6 +222,8 @@ class ConnectionRouter(asyncio.Protocol):
         self.buffer = bytearray()
         self.handler: HttpConnection | None = None
         self.over_unix_socket = False
+        self.ticket: AdmissionTicket | None = None
+        self.head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -219,11 +231,33 @@ class ConnectionRouter(asyncio.Protocol):
         self.over_unix_socket = sock is not None and sock.family == socket.AF_UNIX
         if sock is not None and not self.over_unix_socket:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        address = peer[0] if isinstance(peer, tuple) and not self.over_unix_socket else ""
+        gw = self.gateway
+        if not gw.admission.admit(address):
+            gw.counters["connections_refused"] += 1
+            if gw.counters["connections_refused"] in (1, 10, 100) or gw.counters["connections_refused"] % 1000 == 0:
+                log.warning("connection from %s refused: %d connections wait for a request or a stream start "
+                            "(%d refused so far)", address or "the unix socket", gw.admission.pending,
+                            gw.counters["connections_refused"], extra={"problem": "flood"})
+            self.transport.write(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
+                                 b"Content-Length: 0\r\n\r\n")
+            self.transport.close()
+            return
+        self.ticket = AdmissionTicket(gw.admission, address)
+        self.head_timer = asyncio.get_running_loop().call_later(HEAD_TIMEOUT_S, self._head_timeout)
+
+    def _head_timeout(self) -> None:
+        self.gateway.counters["head_timeouts"] += 1
+        self.transport.write(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+        self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self.handler is not None:
             self.handler.data_received(data)
             return
+        if self.ticket is None:
+            return  # refused: closing
         self.buffer += data
         head_end = self.buffer.find(b"\r\n\r\n")
         if head_end < 0:
@@ -231,6 +265,8 @@ class ConnectionRouter(asyncio.Protocol):
                 self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
                 self.transport.close()
             return
+        if self.head_timer is not None:
+            self.head_timer.cancel()
         head = bytes(self.buffer[:head_end]).lower()
         first_line = head.split(b"\r\n", 1)[0]
         is_upgrade = first_line.startswith(b"get ") and b"upgrade: websocket" in head
@@ -238,12 +274,12 @@ class ConnectionRouter(asyncio.Protocol):
         if is_upgrade and first_line.split(b" ")[1].split(b"?")[0] == b"/twilio/stream":
             self._hand_to_websocket(data)
             return
-        self.handler = HttpConnection(self.gateway, self.transport)
+        self.handler = HttpConnection(self.gateway, self.transport, self.ticket)
         self.handler.data_received(data)
 
     def _hand_to_websocket(self, data: bytes) -> None:
         """Switch the transport to picows' protocol and give it the bytes read so far (the upgrade)."""
-        stream = StreamConnection(self.gateway)
+        stream = StreamConnection(self.gateway, self.ticket)
         protocol = WSProtocol(
             None, None, False, lambda _request: stream, ws_log, True, UPGRADE_TIMEOUT_S,
             False, 20.0, 20.0, WSAutoPingStrategy.PING_WHEN_IDLE, True, timing.MAX_MESSAGE_BYTES, None, 4096,
@@ -259,21 +295,47 @@ class ConnectionRouter(asyncio.Protocol):
             protocol.buffer_updated(n)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # only while this protocol is the transport's: a stream's connection is picows' from the upgrade on
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+        if self.ticket is not None:
+            self.ticket.release()
         if self.handler is not None:
             self.handler.connection_lost(exc)
+
+
+class AdmissionTicket:
+    """One admitted connection's place in the gateway's Admission, given back once."""
+
+    __slots__ = ("admission", "address", "held")
+
+    def __init__(self, admission: Admission, address: str) -> None:
+        self.admission = admission
+        self.address = address
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.admission.release(self.address)
 
 
 class HttpConnection:
     """Plain HTTP: the voice webhook, the stream status callback, health and metrics."""
 
-    def __init__(self, gateway: Gateway, transport: asyncio.Transport) -> None:
+    def __init__(self, gateway: Gateway, transport: asyncio.Transport, ticket: AdmissionTicket | None = None) -> None:
         self.gateway = gateway
         self.transport = transport
+        self.ticket = ticket  # given back once the first request is answered
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HTTP_HEADER_BYTES)
         self.request: h11.Request | None = None
         self.body = bytearray()
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     def data_received(self, data: bytes) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
         self.conn.receive_data(data)
         while True:
             try:
@@ -302,14 +364,19 @@ class HttpConnection:
                 except h11.LocalProtocolError:
                     self.transport.close()
                     return
+                # a kept-alive connection waits this long for its next request, no longer
+                self.idle_timer = asyncio.get_running_loop().call_later(KEEPALIVE_IDLE_S, self.transport.close)
             elif isinstance(event, h11.ConnectionClosed):
                 self.transport.close()
                 return
 
     def connection_lost(self, exc: Exception | None) -> None:
-        pass
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
 
     def _respond(self, status: int, body: bytes, content_type: bytes, close: bool = False) -> None:
+        if self.ticket is not None:
+            self.ticket.release()  # served: no longer a connection waiting for its first request
         headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
         if close:
             headers.append((b"connection", b"close"))
@@ -392,8 +459,9 @@ class HttpConnection:
 class StreamConnection(WSListener):
     """One Twilio Media Streams WebSocket (a picows listener), from the accepted upgrade to the close."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, ticket: AdmissionTicket | None = None) -> None:
         self.gateway = gateway
+        self.ticket = ticket  # given back when the call is accepted or the connection ends
         self.transport: WSTransport | None = None
         self.twilio = tw.TwilioStreamProtocol()
         self.ledger = MarkLedger()
@@ -510,6 +578,8 @@ class StreamConnection(WSListener):
             self._close(1013, "at capacity")
             return
         self.slot = slot
+        if self.ticket is not None:
+            self.ticket.release()  # in a call now: no longer a connection waiting to authenticate
         log.info("call %s: stream started in slot %d", self.call_sid, slot)
 
     def _on_mark_echo(self, name: str) -> None:
@@ -549,6 +619,10 @@ class StreamConnection(WSListener):
     def _start_deadline(self) -> None:
         if self.slot is None and not self.closing:
             self._violation(self.twilio.deadline_violation())
+        if self.ticket is not None and self.slot is None:
+            # the close above ends the connection within CLOSE_TIMEOUT_S; an upgrade picows refused never
+            # reached us at all: either way the place is given back by then at the latest
+            self.loop.call_later(CLOSE_TIMEOUT_S + 1.0, self.ticket.release)
 
     # --- outbound ------------------------------------------------------------------------------------
     def drain_wire(self) -> None:
@@ -599,6 +673,8 @@ class StreamConnection(WSListener):
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
         self.deadline.cancel()
+        if self.ticket is not None:
+            self.ticket.release()
         if self.close_timer is not None:
             self.close_timer.cancel()
         self._end("connection lost")
