@@ -164,3 +164,22 @@ def test_a_record_reads_the_same_from_text_and_from_bytes_and_a_cut_last_line_go
     cut = text.encode() + '{"t":1,"k":"dtmf","digit":"é'.encode()[:-1]
     header, read, truncated = loads_partial(cut)
     assert truncated is True and read == call.entries
+
+
+def test_an_answer_cut_off_by_the_end_of_the_call_is_in_the_stored_transcript():
+    from voicecore.store import summarize_record
+
+    call = scripted_call(end="none")
+    last = call.entries[-1]["t"]
+    entries = call.entries + [
+        {"t": last + MS, "k": "model", "text": json.dumps({"type": "response.created", "response": {"id": "r9"}})},
+        {"t": last + 2 * MS, "k": "model", "text": json.dumps({"type": "response.output_audio_transcript.delta",
+                                                                  "response_id": "r9", "delta": "Our hours are "})},
+        {"t": last + 3 * MS, "k": "model", "text": json.dumps({"type": "response.output_audio_transcript.delta",
+                                                                  "response_id": "r9", "delta": "nine to five"})},
+        {"t": last + 4 * MS, "k": "stop"}]
+    summary = summarize_record(call.header, entries, "s", 1.0)
+    whole = summarize_record(call.header, call.entries, "s", 1.0)
+    assert summary.transcripts[:-1] == whole.transcripts
+    assert summary.transcripts[-1].speaker == "agent" and summary.transcripts[-1].text == "Our hours are nine to five"
+    assert summary.transcripts[-1].at_ms == (last + 2 * MS - call.entries[0]["t"]) // MS

@@ -40,6 +40,7 @@ NS_PER_MS = 1_000_000
 FRAME_MS = 20
 AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
 AGENT_TRANSCRIPTS = frozenset({"response.output_audio_transcript.done", "response.audio_transcript.done"})
+AGENT_TRANSCRIPT_DELTAS = frozenset({"response.output_audio_transcript.delta", "response.audio_transcript.delta"})
 CALLER_TRANSCRIPT = "conversation.item.input_audio_transcription.completed"
 _AUDIO_DELTA_MARK = 'audio.delta"'  # in the head of "response.output_audio.delta" / "response.audio.delta" text
 
@@ -188,7 +189,7 @@ class RecordSummarizer:
             source=source, call_sid=str(header.get("call_sid", "")), control=str(header.get("control", "turns")),
             flow=flow, agent=agent, started_at=wall_end_s - duration_ms / 1000, duration_ms=duration_ms,
             outcome=reader.outcome or "ended", complete=complete,
-            turns=tuple(turn.frozen() for turn in reader.turns), transcripts=tuple(reader.transcripts),
+            turns=tuple(turn.frozen() for turn in reader.turns), transcripts=reader.all_transcripts(),
             tool_calls=tuple(_tool_call(fields) for fields in reader.tools.values()),
             verdicts=tuple(reader.verdicts), errors=tuple(reader.errors))
 
@@ -238,6 +239,7 @@ class _Reader:
         self.created = ""  # the response the current input created: the OpenTag among its actions is its tag
         self.cancelled: _OpenTurn | None = None  # the turn of the latest barge-in, until its truncate
         self.waiting_audio: set[str] = set()  # responses of turns that have no first audio yet
+        self.unfinished: dict[str, tuple[int, list[str]]] = {}  # response id -> (first delta's ms, transcript deltas)
 
     def feed(self, entry: dict[str, Any], at_ms: int) -> None:
         kind = entry["k"]
@@ -295,8 +297,14 @@ class _Reader:
                 turn.answered = True
         elif kind in AUDIO_DELTAS:
             self._audio(str(event.get("response_id", "")), at_ms)
+        elif kind in AGENT_TRANSCRIPT_DELTAS:
+            # kept until the response's transcript is done: a call that ends mid-answer still shows what was said
+            response_id = str(event.get("response_id", ""))
+            started = self.unfinished.setdefault(response_id, (at_ms, []))
+            started[1].append(str(event.get("delta", "")))
         elif kind in AGENT_TRANSCRIPTS:
             text = str(event.get("transcript", "")).strip()
+            self.unfinished.pop(str(event.get("response_id", "")), None)
             turn = self.owner.get(str(event.get("response_id", "")))
             if turn is not None:
                 turn.agent_texts.append(text)
@@ -312,6 +320,15 @@ class _Reader:
             if not isinstance(error, dict):
                 error = {"message": str(error)}
             self.errors.append(ModelError(str(error.get("code") or error.get("type") or ""), str(error.get("message", "")), at_ms))
+
+    def all_transcripts(self) -> tuple[Transcript, ...]:
+        """The transcripts, with the agent's answers whose transcript never finished (the call ended, or the
+        answer was cut off and its transcript never came) from their deltas, each where it began."""
+        partial = [Transcript("agent", text, at_ms) for at_ms, deltas in self.unfinished.values()
+                   if (text := "".join(deltas).strip())]
+        if not partial:
+            return tuple(self.transcripts)
+        return tuple(sorted([*self.transcripts, *partial], key=lambda t: t.at_ms))  # stable: same-ms order kept
 
     def _played(self, tag: int, frames: int, played_at_ns: int) -> None:
         """A playout snapshot: ``frames`` of ``tag`` played, the last of them by ``played_at_ns``."""
