@@ -349,3 +349,19 @@ def test_a_model_reconnect_configures_the_new_session_and_asks_again():
     out = c.reopen(600 * MS)  # cut off mid-audio: cancelled and retried like a stall
     assert any(isinstance(a, C.CancelTag) for a in out) and c.stats.stalls == 1
     assert sent(out)[0]["type"] == "session.update"
+
+
+def test_a_reconnected_session_gets_the_conversation_so_far():
+    c = started(C.CallController("CA1"))
+    c.on_model_event(json.dumps({"type": "conversation.item.input_audio_transcription.completed", "item_id": "u1",
+                                 "content_index": 0, "transcript": " What does Basic cost? "}), 100 * MS, IDLE)
+    c.on_model_event(json.dumps({"type": "response.output_audio_transcript.done", "response_id": "r1", "item_id": "a1",
+                                 "output_index": 0, "content_index": 0, "transcript": "Basic costs 99 kronor."}), 200 * MS, IDLE)
+    c.on_model_event(json.dumps({"type": "response.output_audio_transcript.done", "response_id": "r2", "item_id": "a2",
+                                 "output_index": 0, "content_index": 0, "transcript": ""}), 250 * MS, IDLE)
+    out = sent(c.reopen(500 * MS))
+    assert out[0]["type"] == "session.update"
+    restored = [(e["item"]["role"], e["item"]["content"][0]) for e in out if e["type"] == "conversation.item.create"]
+    assert restored == [("user", {"type": "input_text", "text": "What does Basic cost?"}),
+                        ("assistant", {"type": "output_text", "text": "Basic costs 99 kronor."})]
+    assert [e["type"] for e in out].index("conversation.item.create") == 1  # before any new response

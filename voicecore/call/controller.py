@@ -38,6 +38,7 @@ response's instructions; with none, a question that needs numbers gets the safe 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import zlib
@@ -56,6 +57,7 @@ APPROVE_ALL = 1 << 62  # voicecore.shm.control.APPROVE_ALL: every frame of the t
 GATE_POLICIES = ("off", "numbers", "scripted", "strict")
 IDLE_PLAYOUT = Playout(0, 0, 0, 0, 0, 0)
 MAX_TRACKED_ITEMS = 512  # conversation items remembered for a context reset (older ones stay)
+HISTORY_MESSAGES = 40  # messages a reconnected model session is given back (the newest)
 CONFIRM_PROMPT_GRACE_MS = 20_000  # a confirmation prompt never played (rejected, cut): its timeout starts after this
 
 
@@ -345,6 +347,8 @@ class CallController:
         self.done_writes: dict[str, tuple[int, str]] = {}  # idempotency key -> (until_ns, output)
         self.facts = ""  # the last tool result, for the answer that follows it
         self.items: list[str] = []  # conversation items the server holds (for a context reset)
+        # what was said, as messages, for a new model session after a reconnect (the old one's items are gone)
+        self.history: collections.deque[tuple[str, str]] = collections.deque(maxlen=HISTORY_MESSAGES)
         self.context_reset: flows.Transition | None = None  # applied before the next request is sent
 
     def record_header(self) -> dict:
@@ -379,6 +383,8 @@ class CallController:
         elif isinstance(event, rt.SpeechStopped):
             self._on_speech_stopped(event, out)
         elif isinstance(event, rt.InputTranscriptionCompleted):
+            if event.transcript.strip():
+                self.history.append(("user", event.transcript.strip()))
             self._on_words(event.item_id, event.transcript, True, out)
         elif isinstance(event, rt.InputTranscriptionDelta):
             self._on_words(event.item_id, event.delta, False, out)
@@ -400,6 +406,8 @@ class CallController:
                 active.last_audio_ns = now_ns
         elif isinstance(event, rt.ResponseDone):
             self._on_response_done(event, out)
+        elif isinstance(event, rt.TranscriptDone) and event.transcript.strip() and event.response_id not in self.rejected:
+            self.history.append(("assistant", event.transcript.strip()))  # a rejected answer was never said
         if not isinstance(event, rt.ResponseCreated):
             out.extend(self.core.on_event(event, now_ns, playout))
         self._after_core(out)
@@ -520,6 +528,9 @@ class CallController:
         if self.ended:
             return []
         out: list[Action] = list(self.core.on_open())
+        # the new session starts empty: the conversation so far as message items, oldest first
+        for role, text in self.history:
+            out.append(SendToModel(rt.conversation_item_create_message(role, text)))
         if self.inflight is not None:
             request, self.inflight = self.inflight, None
             if self.queued is None:
@@ -944,9 +955,11 @@ class CallController:
         for item_id in self.items:
             out.append(SendToModel(rt.item_delete(item_id)))
         self.items = []
+        self.history.clear()
         if transition.context == "task":
             for role, text in transition.task_messages:
                 out.append(SendToModel(rt.conversation_item_create_message(role, text)))
+                self.history.append((role, text))
 
     def _retry(self, request: Request, why: str, out: list[Action]) -> None:
         """Ask again for the same prompt, at most max_prompt_retries times; then let the flow advance."""

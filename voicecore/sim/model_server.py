@@ -102,7 +102,18 @@ class _SessionSocket(WSListener):
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self.transport = transport
+        drop_after_ms = self.sim.config.drop_after_ms
+        call_sid = self.session.record.call_sid
+        if drop_after_ms and (call_sid is None or len(self.sim.by_call(call_sid)) == 1):
+            self.loop.call_later(drop_after_ms / 1000, self._drop)
         self._send_due()
+
+    def _drop(self) -> None:
+        """SimConfig.drop_after_ms: close as a server that hit an internal error does."""
+        transport = self.transport
+        if transport is not None and not transport.is_disconnected and not transport.is_close_frame_sent:
+            transport.send_close(WSCloseCode.INTERNAL_ERROR, b"server error")
+            transport.disconnect()
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         msg_type = frame.msg_type

@@ -20,6 +20,7 @@ import concurrent.futures
 import gc
 import logging
 import os
+import random
 import signal
 import time
 from pathlib import Path
@@ -60,7 +61,16 @@ from voicecore.validate.watch import KnowledgeWatcher
 
 log = logging.getLogger("voicecore.model")
 
-RECONNECT_DELAY_S = 0.5
+RECONNECT_FIRST_S = 0.2  # the first reconnect after a drop, on average (a caller is waiting)
+RECONNECT_MAX_S = 5.0  # failures in a row back off to this, so a failing vendor is not hammered
+STABLE_CONNECTION_S = 10.0  # a connection that lasted this long starts the backoff over
+
+
+def reconnect_delay_s(failures: int, jitter: float) -> float:
+    """How long to wait before reconnect number ``failures`` (1 = the first after a drop): doubling from
+    RECONNECT_FIRST_S up to RECONNECT_MAX_S, times ``jitter`` (0.5-1.5, random) so calls cut off together
+    do not come back in one burst."""
+    return min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2 ** max(0, failures - 1)) * jitter
 MODEL_CONNECT_TIMEOUT_S = 5.0
 MAX_MODEL_MESSAGE_BYTES = 16 * 2**20
 INBOUND_BATCH_NS = timing.INBOUND_BATCH_MS * 1_000_000
@@ -202,7 +212,9 @@ class CallSession:
         target = rt.RealtimeUrl(model=config.model, naming=config.realtime_naming, base_url=config.model_url)
         url = target.url()
         headers = target.headers(config.realtime_api_key or "none", call_sid=call_id_for_model(config, self.call_sid))
+        failures = 0
         while self.alive():
+            connected_at = 0.0
             try:
                 transport, _socket = await ws_connect(
                     lambda: ModelSocket(self), url, extra_headers=headers, max_frame_size=MAX_MODEL_MESSAGE_BYTES,
@@ -211,6 +223,7 @@ class CallSession:
                 worker.counters["model_connect_failures"] += 1
                 log.warning("call %s: model connection failed: %s", self.call_sid, type(exc).__name__)
             else:
+                connected_at = time.monotonic()
                 try:
                     await transport.wait_disconnected()
                 except Exception:  # a handler raised: picows closed the socket (1011); this call reconnects
@@ -221,7 +234,8 @@ class CallSession:
                 if not self.alive():
                     return
                 log.warning("call %s: model connection closed (%s); reconnecting", self.call_sid, self.close_code)
-            await asyncio.sleep(RECONNECT_DELAY_S)
+            failures = 1 if connected_at and time.monotonic() - connected_at >= STABLE_CONNECTION_S else failures + 1
+            await asyncio.sleep(reconnect_delay_s(failures, random.uniform(0.5, 1.5)))
 
     def on_connected(self, transport: WSTransport) -> None:
         """The model socket is open: configure the session before any server event is handled."""

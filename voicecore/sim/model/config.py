@@ -65,6 +65,9 @@ class SimConfig:
     """Behaviour switches of the simulator. Response indices count from 0 within one session."""
 
     naming: str = "ga"  # "ga" | "beta" (D.2 item 9); a connection may override it
+    # A vendor failing mid-call: each call's first session is closed with 1011 (server error) this long after
+    # it opened, as a real server does on an internal error; 0: never. The client is expected to reconnect.
+    drop_after_ms: int = 0
     seed: int = 0  # base seed; each session mixes in its session_index
     model: str = "gpt-realtime"  # reported in session.created unless the URL names one
     speed_factor: float = 4.0  # audio is generated this many times faster than real time (D.2 item 4)
