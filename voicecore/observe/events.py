@@ -40,6 +40,7 @@ from typing import Any
 import orjson
 
 from voicecore.call.record import ENDING_ACTIONS, ending_outcome
+from voicecore.realtime import events as rt
 
 NS_PER_MS = 1_000_000
 MAX_TEXT = 4000
@@ -53,10 +54,10 @@ EVENT_TYPES = (
 
 _SKIPPED_KINDS = frozenset({"audio", "tick", "snippets", "note", "reopen"})
 _WATCHED_ACTIONS = frozenset({"OpenTag", "CancelTag"}) | ENDING_ACTIONS
-_AUDIO_DELTA_MARK = 'audio.delta"'  # in the head of "response.output_audio.delta" / "response.audio.delta" text
-_AGENT_DELTAS = frozenset({"response.output_audio_transcript.delta", "response.audio_transcript.delta"})
-_AGENT_DONE = frozenset({"response.output_audio_transcript.done", "response.audio_transcript.done"})
-_AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
+_AUDIO_DELTA_MARK = rt.AUDIO_DELTA_MARK
+_AGENT_DELTAS = rt.TRANSCRIPT_DELTA_TYPES
+_AGENT_DONE = rt.TRANSCRIPT_DONE_TYPES
+_AUDIO_DELTAS = rt.AUDIO_DELTA_TYPES
 
 
 def _cut(value: object) -> str:
@@ -175,7 +176,7 @@ class CallEventTap:
         elif kind == "conversation.item.input_audio_transcription.delta":
             self._emit(at_ms, "transcript.delta", {"role": "caller", "text": _cut(event.get("delta", "")), "final": False,
                                                    "item_id": str(event.get("item_id", ""))})
-        elif kind == "conversation.item.input_audio_transcription.completed":
+        elif kind == rt.CALLER_TRANSCRIPT_DONE:
             self._emit(at_ms, "transcript.delta", {"role": "caller", "text": _cut(event.get("transcript", "")), "final": True,
                                                    "item_id": str(event.get("item_id", ""))})
         elif kind == "response.created":

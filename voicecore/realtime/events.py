@@ -339,6 +339,15 @@ _PARSERS: dict[str, Callable[[dict[str, Any]], ServerEvent]] = {
 
 SERVER_EVENT_TYPES: frozenset[str] = frozenset(_PARSERS)
 
+# Server event names, GA and beta, for readers of raw event text (records, observers, the call store).
+AUDIO_DELTA_TYPES = frozenset({"response.output_audio.delta", "response.audio.delta"})
+TRANSCRIPT_DELTA_TYPES = frozenset({"response.output_audio_transcript.delta", "response.audio_transcript.delta"})
+TRANSCRIPT_DONE_TYPES = frozenset({"response.output_audio_transcript.done", "response.audio_transcript.done"})
+CALLER_TRANSCRIPT_DONE = "conversation.item.input_audio_transcription.completed"
+# In the head of an audio delta's text (our writers and the vendors put "type" first), and in no other
+# event's: lets a reader skip the bulk of a call's events without parsing them.
+AUDIO_DELTA_MARK = 'audio.delta"'
+
 
 def parse_server_event(text: str | bytes) -> ServerEvent:
     """One WebSocket message from the model, as a typed event. Never raises."""

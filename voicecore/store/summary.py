@@ -35,14 +35,15 @@ from typing import Any
 import orjson
 
 from voicecore.call.record import ENDING_ACTIONS, ending_outcome
+from voicecore.realtime import events as rt
 
 NS_PER_MS = 1_000_000
 FRAME_MS = 20
-AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
-AGENT_TRANSCRIPTS = frozenset({"response.output_audio_transcript.done", "response.audio_transcript.done"})
-AGENT_TRANSCRIPT_DELTAS = frozenset({"response.output_audio_transcript.delta", "response.audio_transcript.delta"})
-CALLER_TRANSCRIPT = "conversation.item.input_audio_transcription.completed"
-_AUDIO_DELTA_MARK = 'audio.delta"'  # in the head of "response.output_audio.delta" / "response.audio.delta" text
+AUDIO_DELTAS = rt.AUDIO_DELTA_TYPES
+AGENT_TRANSCRIPTS = rt.TRANSCRIPT_DONE_TYPES
+AGENT_TRANSCRIPT_DELTAS = rt.TRANSCRIPT_DELTA_TYPES
+CALLER_TRANSCRIPT = rt.CALLER_TRANSCRIPT_DONE
+_AUDIO_DELTA_MARK = rt.AUDIO_DELTA_MARK
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
