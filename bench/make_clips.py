@@ -92,6 +92,25 @@ UTTERANCES: list[Utterance] = [
 ]
 
 
+# The runtime's own lines (voicecore/fallback/): what the pacer plays when the model cannot speak. The hold
+# line stays under 1 s (the pacer owns it and a caller must hear it within 1 s of a failure); the
+# apologies end a call the failure policy gives up on. `--fallback` renders them into voicecore/fallback/clips.
+FALLBACK_UTTERANCES: list[Utterance] = [
+    Utterance("en_hold", "agent", "hold", "One moment, please.", "en-us+f3"),
+    Utterance("en_apology_hangup", "agent", "apology_hangup",
+              "I'm sorry, we're having technical trouble. Please call again later. Goodbye.", "en-us+f3"),
+    Utterance("en_apology_transfer", "agent", "apology_transfer",
+              "I'm sorry, we're having technical trouble. Let me transfer you to a colleague.", "en-us+f3"),
+    Utterance("sv_hold", "agent", "hold", "Ett ögonblick.", "sv+f3"),
+    Utterance("sv_apology_hangup", "agent", "apology_hangup",
+              "Förlåt, vi har tekniska problem. Ring gärna igen senare. Hej då.", "sv+f3"),
+    Utterance("sv_apology_transfer", "agent", "apology_transfer",
+              "Förlåt, vi har tekniska problem. Jag kopplar dig till en kollega.", "sv+f3"),
+]
+FALLBACK_WPM = 185
+FALLBACK_HOLD_WPM = 275  # the hold line must fit in 1 s
+
+
 def voice_of(utterance: Utterance) -> tuple[str, int]:
     """(espeak-ng voice, words per minute) of an utterance."""
     if utterance.role == "agent":
@@ -122,7 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=default_out)
     parser.add_argument("--only-missing", action="store_true",
                         help="render only clips with no file yet; existing files are kept byte for byte")
+    parser.add_argument("--fallback", action="store_true",
+                        help="render the runtime's fallback lines (FALLBACK_UTTERANCES) into voicecore/fallback/clips instead")
     args = parser.parse_args(argv)
+    utterances = UTTERANCES
+    if args.fallback:
+        utterances = FALLBACK_UTTERANCES
+        if args.out == default_out:
+            args.out = default_out.parent.parent / "fallback" / "clips"
     for tool in ("espeak-ng", "sox"):
         if shutil.which(tool) is None:
             print(f"{tool} not found on PATH (apt-get install espeak-ng sox)", file=sys.stderr)
@@ -132,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     total_bytes = 0
     rendered = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for utterance in UTTERANCES:
+        for utterance in utterances:
             voice, wpm = voice_of(utterance)
+            if args.fallback:
+                wpm = FALLBACK_HOLD_WPM if utterance.kind == "hold" else FALLBACK_WPM
             path = args.out / f"{utterance.name}.ulaw"
             if args.only_missing and path.exists():
                 audio = path.read_bytes()

@@ -44,6 +44,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_calls", int, 256, "concurrent call slots in the shared-memory arena"),
     Setting("max_pending_connections", int, 0, "connections the gateway holds that are not yet in a call (no request served, no stream start accepted); more are answered 503 at once; 0: twice max_calls, at least 64"),
     Setting("max_pending_per_address", int, 32, "of those, at most this many from one peer IP address (a flood from one host cannot crowd out the carrier); 0: no per-address cap (a TCP proxy in front makes every peer one address)"),
+    Setting("standby_workers", bool, True, "run a warmed-up standby beside the gateway, the pacer, the model worker and the validator; it takes over within milliseconds when the serving one dies (an flock on runtime_dir/leader-ROLE.lock; the serving pid is in leader-ROLE.pid); false: one of each, a dead one is restarted by supervisord (about 1-2 s)"),
     Setting("runtime_dir", str, "", "private directory (0700) for sockets and state; default $XDG_RUNTIME_DIR/voicecore or /tmp/voicecore-<uid>"),
     Setting("record_dir", str, "", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records (records hold what callers said: opt in; the demo records by default)"),
     Setting("database_url", str, "", "the call store, filled from call records: sqlite:///ABSOLUTE/PATH or postgresql://...; empty: sqlite:///<record_dir>/calls.db when record_dir is set, else no store"),
@@ -93,6 +94,7 @@ class Config:
     max_calls: int
     max_pending_connections: int
     max_pending_per_address: int
+    standby_workers: bool
     runtime_dir: str
     record_dir: str
     database_url: str

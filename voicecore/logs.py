@@ -7,11 +7,13 @@ message text, only into ``extra`` fields that a redacting handler can drop (STYL
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import signal
 import sys
+import threading
 from collections.abc import Coroutine
 from typing import Protocol
 
@@ -71,6 +73,19 @@ def run_loop(main: Coroutine) -> object:
         logging.getLogger("voicecore").warning("uvloop missing: running on the default asyncio loop")
         return asyncio.run(main)
     return uvloop.run(main)
+
+
+@contextlib.contextmanager
+def stop_requests():
+    """An Event set by SIGTERM or SIGINT while the block runs (a standby waiting for its turn), the
+    previous handlers restored after it."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_until_signalled(worker: SignalledWorker) -> None:

@@ -23,6 +23,7 @@ import h11
 
 from voicecore import http_client
 from voicecore.bus.transport import ARENA_NAME_FILE, default_runtime_dir, ensure_runtime_dir
+from voicecore import standby
 from voicecore.config import Config
 from voicecore.errors import DependencyError
 from voicecore.store import database_url_for
@@ -35,7 +36,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SUPERVISOR_CONF = Path(__file__).resolve().parent / "deploy_templates" / "supervisord.conf"
 STACK_PROGRAMS = ("gateway", "pacer", "model", "validator", "recorder", "console")
 RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.sock", "pacer.sock", "doorbell.sock",
-                 "validator.sock", "model.sock", "recorder.sock", "observe.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp")
+                 "validator.sock", "model.sock", "recorder.sock", "observe.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp",
+                 *(f"leader-{role}.{kind}" for role in standby.ROLES for kind in ("lock", "pid")))
 
 
 class StackError(DependencyError, RuntimeError):
@@ -70,6 +72,8 @@ def stack_environment(config: Config) -> dict[str, str]:
     # the recorder only has work with a call store (its own process: never on the 20 ms path)
     env["VOICECORE_RECORDER_AUTOSTART"] = "true" if database_url_for(config) else "false"
     # the console shows the store's calls and the recorder's live events: only with a store, and a port
+    # the gateway, the pacer, the model worker and the validator: one serving, one standing by (voicecore/standby.py)
+    env["VOICECORE_ROLE_PROCS"] = "2" if config.standby_workers else "1"
     env["VOICECORE_CONSOLE_AUTOSTART"] = "true" if database_url_for(config) and config.console_listen else "false"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
@@ -125,13 +129,20 @@ class Stack:
         if self.process is None:
             return {}
         pids: dict[str, int] = {}
+        role_pids: dict[str, list[int]] = {}
         for child in children_of(self.process.pid):
             cmdline = read_cmdline(child)
             for name, module in (("gateway", "workers.gateway.main"), ("pacer", "workers.pacer.main"), ("model", "workers.model.main"),
                                  ("validator", "workers.validator.main"), ("recorder", "workers.recorder.main"),
                                  ("console", "workers.console.main"), ("modelsim", "voicecore.sim.model_server")):
                 if module in cmdline:
-                    pids[name] = child
+                    role_pids.setdefault(name, []).append(child)
+        for name, found in role_pids.items():
+            leader = standby.leader_pid(self.config.runtime_dir, name) if name in standby.ROLES else None
+            found.sort(key=lambda pid: pid != leader)  # the serving one first, when it has said so
+            pids[name] = found[0]
+            if len(found) > 1:
+                pids[name + "-standby"] = found[1]  # a role's other process: the one waiting to take over
         return pids
 
     def stop(self, timeout_s: float = 20.0) -> int:

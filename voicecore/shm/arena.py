@@ -247,6 +247,13 @@ class Arena:
             os.close(fd)
         return cls(found, path, mm, (st.st_dev, st.st_ino), creator=False)
 
+    @classmethod
+    def anonymous(cls, layout: ArenaLayout) -> Arena:
+        """A private arena in anonymous memory with the same arrays, shared with no one: a standby process
+        warms its compiled kernels up on it (their types are the live arena's) without writing a live one."""
+        mm = mmap.mmap(-1, layout.size_bytes(), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        return cls(layout, "<anonymous>", mm, None, creator=False)
+
     def close(self) -> None:
         """Drop this process's views and mapping. The file stays (see unlink)."""
         mm = self._mm

@@ -36,7 +36,8 @@ from voicecore.bus.transport import (
     ensure_runtime_dir,
 )
 from voicecore.config import Config, load_config
-from voicecore.logs import run_until_signalled, setup_logging
+from voicecore.logs import setup_logging
+from voicecore.standby import serve_as_leader
 from voicecore.validate.watch import KnowledgeWatcher
 from workers.validator.core import ValidatorCore
 
@@ -148,7 +149,7 @@ class Validator:
 def main() -> None:
     config = load_config(os.environ)
     setup_logging(PROCESS, config.log_level, config.log_format)
-    run_until_signalled(Validator(config))
+    serve_as_leader(config.runtime_dir or default_runtime_dir(), PROCESS, lambda: Validator(config))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,157 @@
+"""Hot standby for the runtime's processes: of the processes started for one role, one serves, the others
+wait, warmed up, to take over the moment it dies.
+
+Owns the lock protocol and nothing else. The serving process holds an exclusive ``flock`` on
+``<runtime_dir>/leader-<role>.lock``; the kernel drops it when that process dies, however it dies
+(SIGKILL included), and a waiting process's ``flock`` returns at once: the hand-over costs microseconds
+plus what the new leader still has to do (bind its sockets, pick up the calls from shared memory), not the
+supervisor's next poll and an interpreter start. The new leader writes its pid to
+``<runtime_dir>/leader-<role>.pid`` once it serves (``announce``): that is how an operator or the chaos
+bench finds the process that serves a role.
+
+Why a lock and not the supervisor: supervisord notices a dead child on its next poll (up to 1 s) and then
+starts an interpreter (0.3-0.8 s to imports, shared-memory attach and compiled kernels): issue 18 measured
+1.3 s of silence after a pacer kill. A lock wait also needs no heartbeat protocol and cannot elect two
+leaders. supervisord still restarts the dead process, which becomes the new standby.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from voicecore.logs import SignalledWorker, run_until_signalled, stop_requests
+
+log = logging.getLogger("voicecore.standby")
+
+ROLES = ("gateway", "pacer", "model", "validator")
+
+
+def lock_path(runtime_dir: str | Path, role: str) -> Path:
+    return Path(runtime_dir) / f"leader-{role}.lock"
+
+
+def pid_path(runtime_dir: str | Path, role: str) -> Path:
+    return Path(runtime_dir) / f"leader-{role}.pid"
+
+
+def serve_as_leader(runtime_dir: str | Path, role: str, make_worker: Callable[[], SignalledWorker]) -> None:
+    """A synchronous worker's life: stand by until this process holds ``role``, then build the worker (its
+    sockets are bound only now: a standby binds nothing), say so, and run it until signalled.
+
+    A stop of the whole stack reaches the standby too: it then leaves instead of taking over."""
+    leadership = Leadership(runtime_dir, role)
+    try:
+        with stop_requests() as stop:
+            if not leadership.wait(stop.is_set) or stop.is_set():
+                return
+        worker = make_worker()
+        leadership.announce()
+        run_until_signalled(worker)
+    finally:
+        leadership.release()
+
+
+def leader_pid(runtime_dir: str | Path, role: str) -> int | None:
+    """The pid that serves ``role`` now, or None when none has announced itself."""
+    try:
+        return int(pid_path(runtime_dir, role).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+class Leadership:
+    """This process's claim on a role: ``wait`` until it serves, ``announce`` once it does, ``release`` on exit."""
+
+    def __init__(self, runtime_dir: str | Path, role: str) -> None:
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; one of {', '.join(ROLES)}")
+        self.runtime_dir = Path(runtime_dir)
+        self.role = role
+        self.fd: int | None = None
+        self.held = False
+        self.waited_s = 0.0
+
+    def try_acquire(self) -> bool:
+        self._open()
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self.held = True
+        return True
+
+    def wait(self, stopping=lambda: False, poll_s: float = 0.2) -> bool:
+        """Block until this process holds the role (True) or ``stopping()`` says to give up (False).
+
+        The blocking ``flock`` runs on a daemon thread, so the caller's thread can still see a SIGTERM
+        (its handler sets what ``stopping`` reads) while the lock wakes us the instant it is free.
+        """
+        if self.try_acquire():
+            return True
+        log.info("%s: standing by (pid %d); another process serves", self.role, os.getpid())
+        started = time.monotonic()
+        got = threading.Event()
+
+        def block() -> None:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            got.set()
+
+        threading.Thread(target=block, name=f"standby-{self.role}", daemon=True).start()
+        while not got.wait(poll_s):
+            if stopping():
+                return False
+        self.held = True
+        if stopping():
+            return False  # the whole stack is stopping: the serving one left for that, not to be replaced
+        self.waited_s = time.monotonic() - started
+        log.warning("%s: taking over (pid %d) after standing by %.1f s", self.role, os.getpid(), self.waited_s)
+        return True
+
+    async def wait_async(self, stop) -> bool:
+        """``wait`` for an asyncio process: ``stop`` is an asyncio.Event set by its signal handlers."""
+        import asyncio
+
+        if self.try_acquire():
+            return True
+        log.info("%s: standing by (pid %d); another process serves", self.role, os.getpid())
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        acquired = loop.run_in_executor(None, fcntl.flock, self.fd, fcntl.LOCK_EX)
+        stopped = asyncio.ensure_future(stop.wait())
+        done, _ = await asyncio.wait({acquired, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if acquired not in done:
+            return False  # the executor thread stays blocked in flock; the process is exiting anyway
+        stopped.cancel()
+        self.held = True
+        if stop.is_set():
+            return False
+        self.waited_s = time.monotonic() - started
+        log.warning("%s: taking over (pid %d) after standing by %.1f s", self.role, os.getpid(), self.waited_s)
+        return True
+
+    def announce(self) -> None:
+        """Say this process serves the role now (atomically: a reader never sees half a pid)."""
+        path = pid_path(self.runtime_dir, self.role)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(f"{os.getpid()}\n")
+        tmp.replace(path)
+
+    def release(self) -> None:
+        """A clean exit: forget the pid file if it is ours, then let a standby take over."""
+        if self.held and leader_pid(self.runtime_dir, self.role) == os.getpid():
+            pid_path(self.runtime_dir, self.role).unlink(missing_ok=True)
+        if self.fd is not None:
+            os.close(self.fd)  # drops the lock
+            self.fd = None
+        self.held = False
+
+    def _open(self) -> None:
+        if self.fd is None:
+            self.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.fd = os.open(lock_path(self.runtime_dir, self.role), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
