@@ -713,6 +713,7 @@ def test_bad_arguments_are_refused(call):
         P.pace_tick(
             call.ctrl, call.arena.sids, call.arena.out_meta, call.arena.out_payload, call.arena.wire_len,
             call.arena.wire_data, prefix, prefix_len, 0, 80 * MS, 5, 10, 0, P.new_stats(), 0, 1, 1, 80 * MS,
+            call.pacer.clips, call.pacer.clip_frames, 0,
         )
     with pytest.raises(ValueError):
         call.pacer.tick(0, 0, 0)  # a group step of 0 would never advance

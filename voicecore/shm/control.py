@@ -30,6 +30,12 @@ OUT_DROPPED = 22  # outbound frames the model worker could not place (ring full:
 NEXT_TAG = 23  # the next response tag to hand out: a restarted worker continues, never reuses a tag
 PAUSED_TAG = 24  # release of this tag's frames is held (a bare VAD edge: the caller may be barging in); 0: none
 PAUSE_SINCE_NS = 25  # CLOCK_MONOTONIC when that hold began (written before PAUSED_TAG)
+FALLBACK_CLIP = 26  # the fallback line asked for (voicecore/fallback: a clip number), written before ...
+FALLBACK_SEQ = 27  # ... this is bumped: the pacer plays the line once the call's queued audio has played
+MODEL_ALIVE_NS = 28  # CLOCK_MONOTONIC the model worker last stamped this call (every ~100 ms while it serves)
+MODEL_EXPECTING = 29  # 1 while a response is expected or playing (a caller waits on the model); 0 when idle
+HOLD_CLIP = 30  # the call's hold line in its language: what the pacer plays on its own when the model worker
+#                 stamps no more (MODEL_ALIVE_NS older than the pacer's model_silent limit) while MODEL_EXPECTING
 
 # --- written by the pacer ---------------------------------------------------------------------
 OUT_TAIL = 32  # outbound ring: slots consumed (released or skipped)
@@ -52,6 +58,12 @@ HOLD_SINCE_NS = 48  # 1 + when the pacer started holding a dry carrier's next fr
 START_HOLDS = 49  # prefills that waited for audio (counted once each)
 FRAMES_SUPERSEDED = 50  # frames of an older tag met after a newer tag's frames went out (INV-ONE-VOICE);
 #                         also counted in FRAMES_SKIPPED
+FALLBACK_SEEN_SEQ = 51  # the FALLBACK_SEQ the pacer has taken in
+FALLBACK_PENDING = 52  # 1 + the clip asked for and not started yet (0: none)
+FALLBACK_PLAYING = 53  # 1 + the clip being played now (0: none): nothing of the outbound ring goes out meanwhile
+FALLBACK_POS = 54  # frames of that clip put on the wire queue
+FALLBACK_LINES = 55  # fallback lines started in this call
+FALLBACK_AUTO_FOR_NS = 56  # the MODEL_ALIVE_NS the pacer played its own hold line for (one line per silence)
 
 # --- tag table, written by the model worker ---------------------------------------------------
 # TAG_TABLE_SIZE rows of TAG_ROW_WORDS words at TAG_TABLE_BASE; row = tag % TAG_TABLE_SIZE. A row whose

@@ -69,13 +69,24 @@ from voicecore.shm.control import (
     CANCEL_SEQ,
     CARRIER_EMPTY_AT_NS,
     CLEAR_QUEUED_NS,
+    FALLBACK_AUTO_FOR_NS,
+    FALLBACK_CLIP,
+    FALLBACK_LINES,
+    FALLBACK_PENDING,
+    FALLBACK_PLAYING,
+    FALLBACK_POS,
+    FALLBACK_SEEN_SEQ,
+    FALLBACK_SEQ,
     FRAMES_RELEASED,
     FRAMES_SKIPPED,
     FRAMES_SUPERSEDED,
     GATE_HELD,
+    HOLD_CLIP,
     HOLD_SINCE_NS,
     GENERATION,
     LAST_RELEASE_NS,
+    MODEL_ALIVE_NS,
+    MODEL_EXPECTING,
     OUT_HEAD,
     OUT_TAIL,
     PACER_GENERATION,
@@ -116,7 +127,12 @@ from voicecore.timing import (
     FRAME_NS,
     MAX_CATCH_UP_FRAMES,
 )
+from voicecore.fallback import FallbackClips, load_clips
 from voicecore.twilio import marks, stream
+
+# A call waiting on the model (MODEL_EXPECTING) whose model worker has not stamped it this long hears its
+# hold line from the pacer: the model worker stamps every ~100 ms, a standby takes over in well under this.
+DEFAULT_MODEL_SILENT_MS = 500
 
 # --- statistics the step accumulates for the shell (stats_out[STAT_*]) --------------------------------
 STAT_TICKS = 0
@@ -131,6 +147,8 @@ STAT_GATE_HELD = 8
 STAT_UNDERRUNS = 9
 STAT_WIRE_FULL = 10
 STAT_FRAMES_SUPERSEDED = 11
+STAT_FALLBACK_LINES = 12
+STAT_FALLBACK_FRAMES = 13
 STATS_WORDS = 16
 STAT_NAMES = (
     "ticks",
@@ -145,6 +163,8 @@ STAT_NAMES = (
     "underruns",
     "wire_full",
     "frames_superseded",
+    "fallback_lines",
+    "fallback_frames",
 )
 
 # --- the JSON pieces (PROTOCOLS.md A.3: media, mark and clear are the only messages we may send) -------
@@ -255,13 +275,14 @@ def _put_sid(wire_data, s, w, off, media_prefix, media_prefix_len):
 
 
 @kernel(inline="always")
-def _put_b64_frame(wire_data, s, w, off, out_payload, o):
-    """Standard base64 (RFC 4648 section 4, padded) of out_payload[s, o, :] into the wire slot."""
-    n = out_payload.shape[2]
+def _put_b64_frame(wire_data, s, w, off, frames, a, b):
+    """Standard base64 (RFC 4648 section 4, padded) of frames[a, b, :] into the wire slot: an outbound ring's
+    frame (out_payload[slot, o]) or a fallback line's (clips[clip, k])."""
+    n = frames.shape[2]
     i = 0
     while i + 3 <= n:
-        v = (np.int64(out_payload[s, o, i]) << 16) | (np.int64(out_payload[s, o, i + 1]) << 8)
-        v |= np.int64(out_payload[s, o, i + 2])
+        v = (np.int64(frames[a, b, i]) << 16) | (np.int64(frames[a, b, i + 1]) << 8)
+        v |= np.int64(frames[a, b, i + 2])
         wire_data[s, w, off] = _B64[(v >> 18) & 63]
         wire_data[s, w, off + 1] = _B64[(v >> 12) & 63]
         wire_data[s, w, off + 2] = _B64[(v >> 6) & 63]
@@ -270,9 +291,9 @@ def _put_b64_frame(wire_data, s, w, off, out_payload, o):
         i += 3
     rest = n - i
     if rest > 0:
-        v = np.int64(out_payload[s, o, i]) << 16
+        v = np.int64(frames[a, b, i]) << 16
         if rest == 2:
-            v |= np.int64(out_payload[s, o, i + 1]) << 8
+            v |= np.int64(frames[a, b, i + 1]) << 8
         wire_data[s, w, off] = _B64[(v >> 18) & 63]
         wire_data[s, w, off + 1] = _B64[(v >> 12) & 63]
         wire_data[s, w, off + 2] = _B64[(v >> 6) & 63] if rest == 2 else _PAD
@@ -308,11 +329,12 @@ def b64encode_into(src, dst, off):
 
 
 @kernel(inline="always")
-def _write_media(wire_data, wire_len, s, w, media_prefix, media_prefix_len, out_payload, o):
+def _write_media(wire_data, wire_len, s, w, media_prefix, media_prefix_len, frames, a, b):
+    """A media message of frames[a, b] (see _put_b64_frame) into wire slot w of call s."""
     n = media_prefix_len[s]
     for k in range(n):
         wire_data[s, w, k] = media_prefix[s, k]
-    off = _put_b64_frame(wire_data, s, w, n, out_payload, o)
+    off = _put_b64_frame(wire_data, s, w, n, frames, a, b)
     off = _put(wire_data, s, w, off, _MEDIA_TAIL)
     wire_len[s, w] = off
 
@@ -479,6 +501,55 @@ def _process_cancel(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s
 
 
 @kernel(inline="always")
+def _take_fallback_requests(ctrl, s, now_ns, model_silent_ns, n_clips):
+    """A line the model worker asked for (FALLBACK_SEQ moved), or the pacer's own hold line when the model
+    worker stopped stamping a call that waits on it: becomes FALLBACK_PENDING (INV-NEVER-SILENT)."""
+    seq = atomic_load_acquire(ctrl, s, FALLBACK_SEQ)  # acquire: FALLBACK_CLIP was written before it
+    if seq != ctrl[s, FALLBACK_SEEN_SEQ]:
+        clip = ctrl[s, FALLBACK_CLIP]
+        if 0 <= clip < n_clips and ctrl[s, FALLBACK_PLAYING] != clip + 1:
+            ctrl[s, FALLBACK_PENDING] = clip + 1
+        ctrl[s, FALLBACK_SEEN_SEQ] = seq
+    if model_silent_ns > 0 and ctrl[s, MODEL_EXPECTING] != 0:
+        alive = ctrl[s, MODEL_ALIVE_NS]
+        if alive > 0 and now_ns - alive >= model_silent_ns and ctrl[s, FALLBACK_AUTO_FOR_NS] != alive:
+            ctrl[s, FALLBACK_AUTO_FOR_NS] = alive  # one line per silence of the model worker
+            if ctrl[s, FALLBACK_PLAYING] == 0 and ctrl[s, FALLBACK_PENDING] == 0:
+                hold = ctrl[s, HOLD_CLIP]
+                ctrl[s, FALLBACK_PENDING] = (hold if 0 <= hold < n_clips else 0) + 1
+
+
+@kernel(inline="always")
+def _release_fallback(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, empty_at_ns, wire_head,
+                      wire_tail, budget, start_below_ns, fill_below_ns, clips, clip_frames, stats_out):
+    """Frames of the fallback line playing in call s, under the lead and burst bounds of a response's.
+    Returns (empty_at_ns, wire_head, frames released); FALLBACK_PLAYING drops to 0 after its last frame.
+    No marks: the line is no response's audio (marks name a response's tag)."""
+    n_wire = wire_len.shape[1]
+    clip = ctrl[s, FALLBACK_PLAYING] - 1
+    pos = ctrl[s, FALLBACK_POS]
+    count = clip_frames[clip]
+    released = 0
+    while pos < count and released < budget:
+        if empty_at_ns - now_ns >= (fill_below_ns if released else start_below_ns):
+            break
+        if wire_head - wire_tail >= n_wire:
+            ctrl[s, WIRE_FULL] += 1
+            stats_out[STAT_WIRE_FULL] += 1
+            break
+        _write_media(wire_data, wire_len, s, wire_head & (n_wire - 1), media_prefix, media_prefix_len, clips, clip, pos)
+        wire_head += 1
+        pos += 1
+        released += 1
+        empty_at_ns = max(empty_at_ns, now_ns) + FRAME_NS
+    ctrl[s, FALLBACK_POS] = pos
+    if pos >= count:
+        ctrl[s, FALLBACK_PLAYING] = 0
+    stats_out[STAT_FALLBACK_FRAMES] += released
+    return empty_at_ns, wire_head, released
+
+
+@kernel(inline="always")
 def _release(
     ctrl,
     out_meta,
@@ -495,6 +566,9 @@ def _release(
     start_hold_ns,
     stats_out,
     release_frames,
+    clips,
+    clip_frames,
+    model_silent_ns,
 ):
     n_out = out_meta.shape[1]
     n_wire = wire_len.shape[1]
@@ -524,7 +598,17 @@ def _release(
         start_below_ns = lead_ns - (release_frames - 1) * FRAME_NS + FRAME_NS // 2
         fill_below_ns = lead_ns + (release_frames - 1) * FRAME_NS - FRAME_NS // 2
 
-    while out_tail < out_head:
+    # A fallback line (INV-NEVER-SILENT) plays whole, alone: while it plays nothing of the outbound ring goes
+    # out (one voice); a response waiting behind it follows it.
+    _take_fallback_requests(ctrl, s, now_ns, model_silent_ns, clip_frames.shape[0])
+    fallback_released = 0
+    if ctrl[s, FALLBACK_PLAYING] > 0:
+        empty_at_ns, wire_head, fallback_released = _release_fallback(
+            ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, empty_at_ns, wire_head, wire_tail,
+            max_burst_frames, start_below_ns, fill_below_ns, clips, clip_frames, stats_out)
+    released = fallback_released
+
+    while out_tail < out_head and ctrl[s, FALLBACK_PLAYING] == 0:
         o = out_tail & (n_out - 1)
         tag = out_meta[s, o, 0]
         frame_index = out_meta[s, o, 1]
@@ -605,7 +689,7 @@ def _release(
             stats_out[STAT_WIRE_FULL] += 1
             held = True
             break
-        _write_media(wire_data, wire_len, s, wire_head & (n_wire - 1), media_prefix, media_prefix_len, out_payload, o)
+        _write_media(wire_data, wire_len, s, wire_head & (n_wire - 1), media_prefix, media_prefix_len, out_payload, s, o)
         wire_head += 1
         if tag != sent_tag or closed != SENT_OPEN:
             # A new response, or the held one resuming after its hold's end mark or clear (a cancelled
@@ -622,12 +706,25 @@ def _release(
         released += 1
         empty_at_ns = max(empty_at_ns, now_ns) + FRAME_NS
 
+    if released == 0 and ctrl[s, FALLBACK_PENDING] > 0 and ctrl[s, FALLBACK_PLAYING] == 0:
+        # Nothing of a response went out this tick: the line starts, behind what the carrier still holds.
+        ctrl[s, FALLBACK_PLAYING] = ctrl[s, FALLBACK_PENDING]
+        ctrl[s, FALLBACK_PENDING] = 0
+        ctrl[s, FALLBACK_POS] = 0
+        ctrl[s, FALLBACK_LINES] += 1
+        stats_out[STAT_FALLBACK_LINES] += 1
+        empty_at_ns, wire_head, fallback_released = _release_fallback(
+            ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, empty_at_ns, wire_head, wire_tail,
+            max_burst_frames, start_below_ns, fill_below_ns, clips, clip_frames, stats_out)
+        released = fallback_released
+    response_released = released - fallback_released
+
     ctrl[s, SENT_TAG] = sent_tag
     ctrl[s, SENT_FRAMES] = sent_frames
     ctrl[s, SENT_CLOSED] = closed
     ctrl[s, CARRIER_EMPTY_AT_NS] = empty_at_ns
     if released > 0:
-        ctrl[s, FRAMES_RELEASED] += released
+        ctrl[s, FRAMES_RELEASED] += response_released
         ctrl[s, LAST_RELEASE_NS] = now_ns
         ctrl[s, UNDERRUN_OPEN] = 0
     elif closed != SENT_OPEN:
@@ -652,7 +749,7 @@ def _release(
     if wire_head != wire_head_start:
         atomic_store_release(ctrl, s, WIRE_HEAD, wire_head)
     atomic_store_release(ctrl, s, OUT_TAIL, out_tail)
-    stats_out[STAT_FRAMES_RELEASED] += released
+    stats_out[STAT_FRAMES_RELEASED] += response_released
     stats_out[STAT_FRAMES_SKIPPED] += skipped
     stats_out[STAT_FRAMES_SUPERSEDED] += superseded
     stats_out[STAT_MARKS] += marks
@@ -692,6 +789,9 @@ def pace_tick(
     slot_step,
     release_frames,
     hold_clear_ns,
+    clips,
+    clip_frames,
+    model_silent_ns,
 ):
     """One 20 ms tick for the call slots first_slot, first_slot + slot_step, ... (0, 1: every slot).
     Returns the number of calls with new wire entries.
@@ -706,7 +806,9 @@ def pace_tick(
     stats_out: int64[STATS_WORDS], accumulated (STAT_*). first_slot, slot_step: the shell ticks the slots
     in groups on phases of the 20 ms grid (PacerCore.tick), so the gateway gets a group's frames at a
     time instead of every call's at once. hold_clear_ns: a hold (PAUSED_TAG) of the tag on the wire that
-    lasts this long while the carrier has not echoed its end mark gets a ``clear``.
+    lasts this long while the carrier has not echoed its end mark gets a ``clear``. clips, clip_frames: the
+    fallback lines (voicecore/fallback: uint8[n, max_frames, 160], int64[n]). model_silent_ns: a call waiting
+    on a model worker that has not stamped it this long gets the call's hold line (0: never).
     """
     _check_arrays(ctrl, sids, wire_len, wire_data, media_prefix, media_prefix_len, stats_out)
     if out_meta.shape[0] != ctrl.shape[0] or out_payload.shape[0] != ctrl.shape[0]:
@@ -738,6 +840,9 @@ def pace_tick(
                 start_hold_ns,
                 stats_out,
                 release_frames,
+                clips,
+                clip_frames,
+                model_silent_ns,
             )
         if ctrl[s, WIRE_HEAD] != wire_head_before:
             calls_with_news += 1
@@ -775,7 +880,7 @@ class PacerCore:
     """
 
     __slots__ = ("_arrays", "media_prefix", "media_prefix_len", "stats", "lead_ns", "mark_every_frames", "max_burst_frames",
-                 "start_hold_ns", "release_frames", "hold_clear_ns")
+                 "start_hold_ns", "release_frames", "hold_clear_ns", "clips", "clip_frames", "model_silent_ns")
 
     def __init__(
         self,
@@ -786,6 +891,8 @@ class PacerCore:
         max_burst_frames: int = MAX_CATCH_UP_FRAMES,
         start_hold_ms: int = DEFAULT_START_HOLD_MS,
         release_frames: int = 1,
+        model_silent_ms: int = DEFAULT_MODEL_SILENT_MS,
+        clips: FallbackClips | None = None,
     ):
         if lead_ms < 1 or mark_every_frames < 0 or max_burst_frames < 1 or start_hold_ms < 0:
             raise ValueError("lead_ms and max_burst_frames must be >= 1, mark_every_frames and start_hold_ms >= 0")
@@ -802,6 +909,10 @@ class PacerCore:
         # A hold's end mark normally echoes once the carrier played the most it can hold (the lead plus
         # the release swing); a carrier still playing held audio one more frame after that is cleared.
         self.hold_clear_ns = self.lead_ns + release_frames * FRAME_NS
+        clips = clips if clips is not None else load_clips()
+        self.clips = clips.frames
+        self.clip_frames = clips.frame_counts
+        self.model_silent_ns = model_silent_ms * 1_000_000
 
     def tick(self, now_ns: int, phase: int = 0, phases: int = 1) -> int:
         """The tick of the slots in ``phase`` of ``phases`` groups (slot % phases == phase); (0, 1): all."""
@@ -825,6 +936,9 @@ class PacerCore:
             phases,
             self.release_frames,
             self.hold_clear_ns,
+            self.clips,
+            self.clip_frames,
+            self.model_silent_ns,
         )
 
     def cancels(self, now_ns: int) -> int:
