@@ -101,6 +101,8 @@ def _feed(driver: Driver, entry: dict[str, Any], audio: bytes) -> list[Action]:
     kind, t = entry["k"], entry["t"]
     if kind == "reopen":
         return driver.reopen(t)
+    if kind == "lost":
+        return driver.on_model_lost(t, entry.get("reason", ""), bool(entry.get("fatal", False)))
     if kind == "start":
         return driver.start(t)
     if kind == "model":

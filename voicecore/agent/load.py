@@ -52,7 +52,8 @@ FUNCTION_KEYS = ("description", "parameters", "webhook", "python", "timeout_s", 
                  "confirm_prompt", "writes", "filler", "transitions")
 WEBHOOK_KEYS = ("url", "method", "headers", "timeout_s", "retries")
 AGENT_KEYS = ("name", "instructions", "instructions_file", "model", "voice", "languages", "greeting", "safe_line",
-              "knowledge", "flow", "forbidden", "transfer_to", "max_turns", "gate", "lines", "silence", "tools")
+              "knowledge", "flow", "forbidden", "transfer_to", "max_turns", "gate", "lines", "silence", "tools",
+              "failure")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -712,6 +713,7 @@ def _read_agent_table(p: _Problems, data: dict[str, Any], root: Path) -> dict[st
     _read_gate(p, data, values)
     _read_lines(p, data, values)
     _read_silence(p, data, values)
+    _read_failure(p, data, values)
     _read_tools(p, data, values)
     values["flow_file"] = _flow_file(p, data, root)
     return {k: v for k, v in values.items() if v is not None or k == "flow_file"}
@@ -784,6 +786,24 @@ def _read_silence(p: _Problems, data: dict[str, Any], values: dict[str, Any]) ->
     if "goodbye_after_s" in section:
         values["goodbye_after_s"] = p.number(section, "goodbye_after_s", "$.silence", 10.0)
         p.in_range(values["goodbye_after_s"], "$.silence.goodbye_after_s", 0, 600, low_open=True)
+
+
+def _read_failure(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:
+    section = _section(p, data, "failure", ("after_failures", "after_s", "action"))
+    if "after_failures" in section:
+        count = p.integer(section, "after_failures", "$.failure", 3)
+        p.in_range(count, "$.failure.after_failures", 1, 100)
+        if count is not None:
+            values["failure_after_failures"] = count
+    if "after_s" in section:
+        values["failure_after_s"] = p.number(section, "after_s", "$.failure", 10.0)
+        p.in_range(values["failure_after_s"], "$.failure.after_s", 0, 600, low_open=True)
+    if "action" in section:
+        action = section["action"]
+        if action not in ("transfer", "hangup"):
+            p.add("$.failure.action", "unknown-failure-action", f"{action!r}: expected transfer or hangup")
+        else:
+            values["failure_action"] = action
 
 
 # [tools] key -> (kind, low, high, low excluded): ranges a call can live with.

@@ -131,6 +131,13 @@ class AgentSpec:
     goodbye_after_s: float = 10.0  # after the last unanswered check-in
     transfer_to: str = ""  # where "0", the apology and a transfer without a target go; "": hang up instead
     max_turns: int = 0  # caller turns before the goodbye; 0: no limit
+    # [failure]: when the model vendor or the model worker fails under a call. The caller hears the shipped
+    # hold line at once (voicecore/fallback); after failure_after_failures failures in a row, or
+    # failure_after_s seconds without a working model, the call gets the shipped apology and is transferred
+    # (failure_action "transfer", to transfer_to) or hung up ("hangup").
+    failure_after_failures: int = 3
+    failure_after_s: float = 10.0
+    failure_action: str = "transfer"  # "transfer" (to transfer_to; hang up when there is none) or "hangup"
     filler_after_ms: int = 1500  # a tool still running this long: say the filler line (once)
     debounce_quiet_ms: int = 1500  # after a tool result: wait for this much caller quiet (seed 001)
     debounce_cap_ms: int = 5000  # ... but no longer than this

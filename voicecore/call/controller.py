@@ -96,6 +96,13 @@ class ControllerConfig:
     confirm_timeout_ms: int = 8000  # no yes this long after a confirmation prompt played: the action is dropped
     confirm_languages: tuple[str, ...] = ("en", "sv")  # how a caller's yes or no is read
     dedupe_ms: int = 30_000  # a write's (or confirmed action's) success stands this long: not run twice
+    # The failure policy (the agent's [failure]): responses the vendor failed in a row (errors, rate limits,
+    # failed responses, unanswered requests), or this long without a model socket, end the call with the
+    # shipped apology, then a transfer (failure_transfer, when there is a target) or a hang-up.
+    failure_after_failures: int = 3
+    failure_after_ms: int = 10_000
+    failure_transfer: bool = True
+    vendor_retry_ms: int = 500  # a request the vendor failed is asked again after this (doubling per failure)
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in dataclasses.fields(self)}
@@ -161,16 +168,28 @@ class RunTool:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HangUp:
-    """End the call through the carrier's REST API (voicecore/twilio/rest.py hangup_request)."""
+    """End the call through the carrier's REST API (voicecore/twilio/rest.py hangup_request); ``after_line``:
+    once the fallback line asked for just before has played (the failure policy's apology)."""
 
     reason: str
+    after_line: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Transfer:
-    """Redirect the call to ``target`` through the carrier's REST API (voicecore/twilio/rest.py transfer_request)."""
+    """Redirect the call to ``target`` through the carrier's REST API (voicecore/twilio/rest.py transfer_request);
+    ``after_line`` as HangUp's."""
 
     target: str
+    after_line: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlayFallback:
+    """The pacer plays one of the runtime's own lines (voicecore/fallback, in the call's language): the model
+    cannot speak (INV-NEVER-SILENT). ``kind``: hold | apology_hangup | apology_transfer."""
+
+    kind: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -180,7 +199,12 @@ class CallOver:
     reason: str
 
 
-Action = core.Action | ReleaseTag | HoldTag | ResumeTag | Retrieve | RunTool | HangUp | Transfer | CallOver
+Action = core.Action | ReleaseTag | HoldTag | ResumeTag | Retrieve | RunTool | HangUp | Transfer | CallOver | PlayFallback
+
+# Error codes of a vendor that cannot serve right now (PROTOCOLS.md): the request is asked again after a
+# pause, and counts toward the failure policy.
+VENDOR_FAILURE_CODES = frozenset({"rate_limit_exceeded", "server_error", "server_overloaded", "service_unavailable",
+                                  "insufficient_quota"})
 
 
 # --- internal state -----------------------------------------------------------------------------------
@@ -265,6 +289,10 @@ class ControllerStats:
     holds: int = 0
     false_interruptions: int = 0
     watchdog_fires: int = 0
+    model_lost: int = 0  # the model socket closed or could not be opened
+    vendor_failures: int = 0  # responses the vendor failed (errors, rate limits, failed response.done)
+    hold_lines: int = 0  # the shipped hold line asked of the pacer
+    failure_policy: int = 0  # the call ended by the failure policy (apology, then transfer or hang-up)
     stalls: int = 0
     retries: int = 0
     checkins: int = 0
@@ -350,6 +378,11 @@ class CallController:
         # what was said, as messages, for a new model session after a reconnect (the old one's items are gone)
         self.history: collections.deque[tuple[str, str]] = collections.deque(maxlen=HISTORY_MESSAGES)
         self.context_reset: flows.Transition | None = None  # applied before the next request is sent
+        # the failure policy's state (ControllerConfig.failure_*)
+        self.model_down_since_ns = 0  # the model socket is gone since (0: connected)
+        self.failed_in_row = 0  # responses the vendor failed since the last one that produced audio
+        self.hold_line_played = False  # once per failure spell: the caller heard the hold line
+        self.not_before_ns = 0  # a failed request is asked again from here
 
     def record_header(self) -> dict:
         """What a record's header needs to rebuild this controller (voicecore/call/record.py)."""
@@ -404,6 +437,11 @@ class CallController:
             active = self.active
             if active is not None and active.response_id == event.response_id:
                 active.last_audio_ns = now_ns
+                if self.failed_in_row or self.hold_line_played:
+                    self.failed_in_row = 0  # the vendor serves again
+                    self.hold_line_played = False
+        elif isinstance(event, rt.RealtimeError) and event.code in VENDOR_FAILURE_CODES:
+            self._vendor_failed(event.code, out)
         elif isinstance(event, rt.ResponseDone):
             self._on_response_done(event, out)
         elif isinstance(event, rt.TranscriptDone) and event.transcript.strip() and event.response_id not in self.rejected:
@@ -527,6 +565,7 @@ class CallController:
         self.now_ns = now_ns
         if self.ended:
             return []
+        self.model_down_since_ns = 0
         out: list[Action] = list(self.core.on_open())
         # the new session starts empty: the conversation so far as message items, oldest first
         for role, text in self.history:
@@ -539,6 +578,32 @@ class CallController:
             self._on_stall(self.active, out)
         self._step(out)
         return out
+
+    def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[Action]:
+        """The model socket closed or could not be opened (``reason``: a close code, an exception's name,
+        breaker_open). A caller waiting on the model hears the hold line; the shell reconnects. ``fatal``:
+        there will be no model for this call (the vendor's circuit breaker is open for a new call): the
+        failure policy at once."""
+        self.now_ns = now_ns
+        if self.ended:
+            return []
+        out: list[Action] = []
+        self.stats.model_lost += 1
+        if not self.model_down_since_ns:
+            self.model_down_since_ns = now_ns
+        if fatal:
+            self._give_up(reason, out)
+            return out
+        self._step(out)
+        return out
+
+    def awaiting_model(self) -> bool:
+        """A caller waits on the model: a response is asked for, coming or playing, or a turn is being
+        answered. The pacer plays the hold line on its own when the model worker stops serving such a call."""
+        if self.ended:
+            return False
+        return (not self.started or self.inflight is not None or self.queued is not None or self.debounce is not None
+                or (self.active is not None and not self.active.done))
 
     def on_carrier_stop(self, now_ns: int) -> list[Action]:
         """The caller hung up / the stream stopped: stop everything, cleanly, once."""
@@ -594,6 +659,14 @@ class CallController:
         self.active = None
         response = self.core.response(active.response_id)
         frames = response.produced_frames if response is not None else 0
+        if event.status == "failed" and event.error_code in VENDOR_FAILURE_CODES and not active.cancelled_ns:
+            # The vendor could not answer: the same request again after a pause (the failure policy bounds it).
+            active.settled = True  # not "played": the flow must not move on past what was never said
+            if frames == 0 and self.queued is None:
+                self.queued = Request(self.next_req_id, active.request.step, "retry", active.request.user_text)
+                self.next_req_id += 1
+            self._vendor_failed(event.error_code, out)
+            return
         if (not active.cancelled_ns and frames == 0 and not active.had_tool_call
                 and isinstance(active.request.step, flows.Say)):
             # A scripted prompt that produced no audio (failed, incomplete): the caller heard nothing.
@@ -930,6 +1003,8 @@ class CallController:
                 self.stats.retrievals += 1
                 out.append(Retrieve(request.req_id, request.question, self.config.retrieve_k))
             return
+        if self.model_down_since_ns or self.now_ns < self.not_before_ns:
+            return  # no model socket, or a pause after the vendor failed: the request waits
         if not self._may_speak():
             return
         self.queued = None
@@ -1019,6 +1094,8 @@ class CallController:
             return
         now = self.now_ns
         cfg = self.config
+        if self._check_failures(out):
+            return
         self._evaluate_utterance(out)
         # rolling approval of the response that may be audible
         current = self.core.current
@@ -1040,9 +1117,9 @@ class CallController:
             self.stats.watchdog_fires += 1
             self.failures += 1
             if self.failures >= cfg.give_up_after_failures:
-                # The model is not answering at all: hand the caller to a person (or hang up) rather
-                # than loop prompts into silence (INV-NEVER-SILENT).
-                self._finish_ending(self.flow.line("apology"), "model_unresponsive", out)
+                # The model is not answering at all: the shipped apology, then a person (or a hang-up),
+                # rather than prompts looped into silence (INV-NEVER-SILENT).
+                self._give_up("model_unresponsive", out)
                 return
             if isinstance(request.step, flows.Answer):
                 self._enqueue(self.flow.line("fallback"), "fallback", out)
@@ -1154,6 +1231,52 @@ class CallController:
         self.stats.end_reason = reason
         out.append(final)
 
+    # ================================================================================ failure policy
+    def _vendor_failed(self, code: str, out: list[Action]) -> None:
+        """The vendor failed a response (an error, a failed response.done): a request waiting for its
+        response is asked again after a doubling pause; the hold line and the policy follow in _step."""
+        self.stats.vendor_failures += 1
+        self.failed_in_row += 1
+        if self.inflight is not None:
+            request, self.inflight = self.inflight, None
+            if self.queued is None:
+                self.queued = request
+        self.not_before_ns = self.now_ns + self.config.vendor_retry_ms * MS * 2 ** min(4, self.failed_in_row - 1)
+
+    def _check_failures(self, out: list[Action]) -> bool:
+        """The hold line for a caller waiting on a failing model, and the failure policy. True: given up."""
+        cfg = self.config
+        down_ms = (self.now_ns - self.model_down_since_ns) // MS if self.model_down_since_ns else 0
+        if self.failed_in_row >= cfg.failure_after_failures:
+            self._give_up("vendor_failures", out)
+            return True
+        if down_ms >= cfg.failure_after_ms:
+            self._give_up("model_unreachable", out)
+            return True
+        failing = self.failed_in_row > 0 or self.model_down_since_ns > 0
+        if failing and not self.hold_line_played and not self.caller_speaking and self.awaiting_model():
+            self.hold_line_played = True
+            self.stats.hold_lines += 1
+            out.append(PlayFallback("hold"))
+        return False
+
+    def _give_up(self, reason: str, out: list[Action]) -> None:
+        """The failure policy: what is audible of the model stops, the shipped apology plays, then the call
+        is transferred (to the agent's target) or hung up. Nothing of the model is needed for any of it."""
+        audible = self.core.audible(self.playout)
+        if audible is not None:
+            out.extend(self.core.barge_in(self.now_ns, self.playout))
+        self.queued = None
+        self.inflight = None
+        target = self.flow.line("apology").transfer_to if self.config.failure_transfer else None
+        self.stats.failure_policy += 1
+        if target:
+            out.append(PlayFallback("apology_transfer"))
+            self._finish(f"transfer_{reason}", out, Transfer(target, after_line=True))
+        else:
+            out.append(PlayFallback("apology_hangup"))
+            self._finish(reason, out, HangUp(reason, after_line=True))
+
     # ================================================================================ reporting
     def statistics(self) -> dict:
         return {**dataclasses.asdict(self.stats), **{f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()}}
@@ -1180,7 +1303,7 @@ def action_to_dict(action: Action) -> dict:
 
 
 __all__ = [
-    "Action", "CallController", "CallOver", "ControllerConfig", "HangUp", "HoldTag", "ReleaseTag", "ResumeTag", "Retrieve",
-    "RunTool", "Transfer",
+    "Action", "CallController", "CallOver", "ControllerConfig", "HangUp", "HoldTag", "PlayFallback", "ReleaseTag", "ResumeTag",
+    "Retrieve", "RunTool", "Transfer",
     "SendToModel", "OpenTag", "WriteFrames", "EndTag", "CancelTag", "Playout", "action_to_dict",
 ]

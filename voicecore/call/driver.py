@@ -47,6 +47,14 @@ class Driver(Protocol):
         """The model socket opened again after a drop: configure the new session, never greet twice."""
         ...
 
+    def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[Action]:
+        """The model socket closed or could not be opened; ``fatal``: none will be opened for this call."""
+        ...
+
+    def awaiting_model(self) -> bool:
+        """A caller waits on the model now (the pacer's own hold line covers such a call if this worker dies)."""
+        ...
+
     def on_model_event(self, text: str | bytes, now_ns: int, playout: Playout) -> list[Action]:
         """One server event as it came off the socket (raw text: it is what a record keeps)."""
         ...

@@ -42,6 +42,8 @@ sent_tag, sent_frames, carrier_empty_at_ns] as read from the control block at th
 - ``tick``   ``{"p": [...]}``                           -> ``on_tick(t, playout)``
 - ``stop``   ``{}``                                     -> ``on_carrier_stop(t)``
 - ``reopen`` ``{}``                                     -> ``reopen(t)`` (the model socket reconnected)
+- ``lost``   ``{"reason", "fatal"}``                    -> ``on_model_lost(t, reason, fatal)`` (the model socket closed or
+  could not be opened; fatal: the vendor's circuit breaker is open for a new call)
 - ``verdict`` ``{"tag", "frames", "rejected", "reason", "citations", "p"}`` -> ``on_verdict(tag, frames, rejected, t, playout, reason, citations)``
   (the validator's verdict on a gated response; ``reason`` and ``citations`` (JSON text) are for the reader)
 - ``snippets`` ``{"req": req_id, "snippets": [{"file", "line", "text"}]}`` -> ``on_snippets(req, snippets, t)``
@@ -74,7 +76,7 @@ from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.errors import MisuseError
 
 RECORD_VERSION = 1
-INPUT_KINDS = frozenset({"start", "model", "audio", "dtmf", "tick", "stop", "verdict", "snippets", "reopen", "tool"})
+INPUT_KINDS = frozenset({"start", "model", "audio", "dtmf", "tick", "stop", "verdict", "snippets", "reopen", "tool", "lost"})
 
 
 def playout_list(playout: Playout) -> list[int]:
@@ -182,6 +184,13 @@ class CallRecorder:
     def reopen(self, now_ns: int) -> list[Action]:
         """The model socket reconnected: the driver configures the new session."""
         return self._run({"t": now_ns, "k": "reopen"}, self.driver.reopen(now_ns))
+
+    def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[Action]:
+        entry = {"t": now_ns, "k": "lost", "reason": reason, "fatal": fatal}
+        return self._run(entry, self.driver.on_model_lost(now_ns, reason, fatal))
+
+    def awaiting_model(self) -> bool:
+        return self.driver.awaiting_model()
 
     def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: Playout,
                    reason: str = "", citations: str = "") -> list[Action]:

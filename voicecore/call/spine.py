@@ -20,6 +20,7 @@ import dataclasses
 from typing import Any
 
 from voicecore.call import core
+from voicecore.call.controller import HangUp, PlayFallback
 from voicecore.realtime import events as rt
 
 CONTROL = "spine"
@@ -55,6 +56,17 @@ class SpineDriver:
         """The model socket opened again after a drop: configure the new session, never greet twice."""
         self.core.greet = False
         return self.core.on_open()
+
+    def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[core.Action]:
+        """The spine has no failure policy (no flow to hand over): a response cut off by the drop gets the
+        shipped hold line; the shell reconnects."""
+        if fatal:
+            return [PlayFallback("apology_hangup"), HangUp(reason, after_line=True)]
+        return [PlayFallback("hold")] if self.awaiting_model() else []
+
+    def awaiting_model(self) -> bool:
+        current = self.core.current
+        return current is not None and not current.cancelled and not current.audio_done
 
     def on_model_event(self, text: str | bytes, now_ns: int, playout: core.Playout) -> list[core.Action]:
         return self.core.on_event(rt.parse_server_event(text), now_ns, playout)

@@ -49,11 +49,14 @@ from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
 from voicecore.store.summary import RecordSummarizer, summary_to_json
 from voicecore.realtime import events as rt
+from voicecore.realtime.breaker import CircuitBreaker
+from voicecore import fallback
 from voicecore.shm import control as C
 from voicecore.shm import rings
 from voicecore.shm.arena import Arena
 from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
+from voicecore.standby import Leadership
 from voicecore import http_client, prom_histogram
 from voicecore.record import RecordFile
 from voicecore.twilio import rest as twilio_rest
@@ -72,6 +75,8 @@ def reconnect_delay_s(failures: int, jitter: float) -> float:
     do not come back in one burst."""
     return min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2 ** max(0, failures - 1)) * jitter
 MODEL_CONNECT_TIMEOUT_S = 5.0
+STAMP_EVERY_S = 0.1  # MODEL_ALIVE_NS / MODEL_EXPECTING of every served call (the pacer's hold line watches them)
+LINE_PLAYED_WAIT_S = 15.0  # a hang-up or transfer after a fallback line waits at most this long for it to play
 MAX_MODEL_MESSAGE_BYTES = 16 * 2**20
 INBOUND_BATCH_NS = timing.INBOUND_BATCH_MS * 1_000_000
 # picows logs every connection at INFO; the worker logs its calls itself.
@@ -103,7 +108,8 @@ def controller_config(config: Config, agent: AgentSpec) -> controller_mod.Contro
         silence_goodbye_ms=int(agent.goodbye_after_s * 1000), debounce_quiet_ms=agent.debounce_quiet_ms,
         debounce_cap_ms=agent.debounce_cap_ms, filler_after_ms=agent.filler_after_ms,
         confirm_timeout_ms=int(agent.confirm_timeout_s * 1000), confirm_languages=tuple(agent.languages),
-        dedupe_ms=int(agent.dedupe_s * 1000))
+        dedupe_ms=int(agent.dedupe_s * 1000), failure_after_failures=agent.failure_after_failures,
+        failure_after_ms=int(agent.failure_after_s * 1000), failure_transfer=agent.failure_action == "transfer")
 
 
 def call_id_for_model(config: Config, call_sid: str) -> str | None:
@@ -175,6 +181,9 @@ class CallSession:
         self.transport: WSTransport | None = None
         self.close_code: int | None = None
         self.next_inbound_ns = 0
+        self.language = agent.languages[0] if agent.languages else "en"
+        ctrl[C.HOLD_CLIP] = fallback.clip_number(self.language, fallback.HOLD)
+        self.model_lost_reported = False  # the driver was told the model is gone (until a socket opens again)
         if resumed:
             self._end_orphaned_tags()
 
@@ -212,18 +221,32 @@ class CallSession:
         target = rt.RealtimeUrl(model=config.model, naming=config.realtime_naming, base_url=config.model_url)
         url = target.url()
         headers = target.headers(config.realtime_api_key or "none", call_sid=call_id_for_model(config, self.call_sid))
+        breaker = worker.breaker_for(url)
         failures = 0
-        while self.alive():
+        while self.alive() and not self.driver_ended():
             connected_at = 0.0
+            if not breaker.allow(time.monotonic()):
+                if not self.started:
+                    # A new call while the vendor is known to be down: its failure policy at once.
+                    worker.counters["calls_refused_by_breaker"] += 1
+                    log.warning("call %s: the model vendor's circuit breaker is open; failure policy", self.call_sid)
+                    self.model_lost("breaker_open", fatal=True)
+                    return
+                self.model_lost("breaker_open")
+                await asyncio.sleep(max(0.05, breaker.retry_in(time.monotonic())) * random.uniform(1.0, 1.3))
+                continue
             try:
                 transport, _socket = await ws_connect(
                     lambda: ModelSocket(self), url, extra_headers=headers, max_frame_size=MAX_MODEL_MESSAGE_BYTES,
                     websocket_handshake_timeout=MODEL_CONNECT_TIMEOUT_S, logger_name=ws_log)
             except (OSError, WSError, TimeoutError) as exc:
                 worker.counters["model_connect_failures"] += 1
+                breaker.failure(time.monotonic())
                 log.warning("call %s: model connection failed: %s", self.call_sid, type(exc).__name__)
+                self.model_lost(type(exc).__name__)
             else:
                 connected_at = time.monotonic()
+                breaker.success(connected_at)
                 try:
                     await transport.wait_disconnected()
                 except Exception:  # a handler raised: picows closed the socket (1011); this call reconnects
@@ -231,15 +254,26 @@ class CallSession:
                     log.exception("call %s: model event handling failed; reconnecting", self.call_sid)
                 finally:
                     self.transport = None
-                if not self.alive():
+                if not self.alive() or self.driver_ended():
                     return
                 log.warning("call %s: model connection closed (%s); reconnecting", self.call_sid, self.close_code)
+                self.model_lost(f"closed_{self.close_code}")
             failures = 1 if connected_at and time.monotonic() - connected_at >= STABLE_CONNECTION_S else failures + 1
             await asyncio.sleep(reconnect_delay_s(failures, random.uniform(0.5, 1.5)))
+
+    def driver_ended(self) -> bool:
+        """The call's driver gave up on it (the failure policy): no model session is wanted any more."""
+        return bool(getattr(self.driver, "ended", False))
+
+    def model_lost(self, reason: str, fatal: bool = False) -> None:
+        """Tell the driver the model is gone (it decides the hold line and the failure policy)."""
+        self.model_lost_reported = True
+        self._apply(self.driver.on_model_lost(time.monotonic_ns(), reason, fatal))
 
     def on_connected(self, transport: WSTransport) -> None:
         """The model socket is open: configure the session before any server event is handled."""
         self.transport = transport
+        self.model_lost_reported = False
         if not self.started:
             self.started = True
             self._apply(self.driver.start(time.monotonic_ns()))
@@ -268,7 +302,7 @@ class CallSession:
 
     def tick(self) -> None:
         """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms)."""
-        if self.wants_ticks and self.started:
+        if self.wants_ticks and (self.started or self.model_lost_reported):
             actions = self.driver.on_tick(time.monotonic_ns(), self.playout())
             if actions:
                 self._apply(actions)
@@ -400,6 +434,34 @@ class CallSession:
                 message = messages.TranscriptDelta(self.slot, self.generation, action.tag, action.text, action.audio_frames)
         worker.bus.send(worker.validator, message)
 
+    def stamp(self, now_ns: int) -> None:
+        """Tell the pacer this worker serves the call, and whether the caller waits on the model: should
+        the stamps stop while they wait, the pacer plays the hold line on its own (INV-NEVER-SILENT)."""
+        ctrl = self.worker.arena.ctrl
+        ctrl[self.slot, C.MODEL_EXPECTING] = 1 if self.driver.awaiting_model() else 0
+        ctrl[self.slot, C.MODEL_ALIVE_NS] = now_ns
+
+    def _on_fallback(self, action: controller_mod.PlayFallback) -> None:
+        """One of the runtime's own lines, played by the pacer from its memory: clip first, then the request."""
+        ctrl = self.worker.arena.ctrl
+        ctrl[self.slot, C.FALLBACK_CLIP] = fallback.clip_number(self.language, fallback.KINDS.index(action.kind))
+        ctrl[self.slot, C.FALLBACK_SEQ] += 1  # after the clip: the pacer reads the clip once it sees the bump
+        self.worker.counters["fallback_lines_asked"] += 1
+        if action.kind != "hold":
+            self.worker.counters["failure_policy_calls"] += 1  # the apology: the call ends by its failure policy
+        log.warning("call %s: fallback line %s asked of the pacer", self.call_sid, action.kind)
+
+    async def _line_played(self) -> None:
+        """Until the fallback line asked for last has played to the caller (or LINE_PLAYED_WAIT_S)."""
+        ctrl = self.worker.arena.ctrl
+        deadline = time.monotonic() + LINE_PLAYED_WAIT_S
+        while time.monotonic() < deadline and self.alive():
+            row = ctrl[self.slot]
+            if (row[C.FALLBACK_SEEN_SEQ] == row[C.FALLBACK_SEQ] and row[C.FALLBACK_PENDING] == 0
+                    and row[C.FALLBACK_PLAYING] == 0 and row[C.CARRIER_EMPTY_AT_NS] <= time.monotonic_ns()):
+                return
+            await asyncio.sleep(0.05)
+
     def _on_rest(self, action: controller_mod.HangUp | controller_mod.Transfer) -> None:
         """Twilio's REST API: end or redirect the call, off the loop's path (retried on its own task)."""
         self.worker.counters["call_endings_requested"] += 1
@@ -461,6 +523,10 @@ class CallSession:
         """Hang up or transfer through Twilio's REST API; retry what Twilio calls retryable, log the rest."""
         worker = self.worker
         config = worker.config
+        if action.after_line:
+            await self._line_played()
+        if action.after_line and not self.alive():
+            return  # the caller hung up while the line played
         account_sid = worker.account_sids.get((self.slot, self.generation))
         if not account_sid:
             log.warning("call %s: cannot %s: the call's AccountSid is unknown (worker restarted mid-call)",
@@ -545,11 +611,13 @@ VALIDATOR_ACTIONS = (core.OpenGate, core.GateTranscript)
 REST_ACTIONS = (controller_mod.HangUp, controller_mod.Transfer)
 KNOWLEDGE_ACTIONS = (controller_mod.Retrieve,)
 TOOL_ACTIONS = (controller_mod.RunTool,)
+FALLBACK_ACTIONS = (controller_mod.PlayFallback,)
 EFFECTS: dict[type, Callable[[CallSession, Any], None]] = {
     kind: handler
     for kinds, handler in ((MODEL_SESSION_ACTIONS, CallSession._on_model_session), (RING_ACTIONS, CallSession._on_rings),
                            (VALIDATOR_ACTIONS, CallSession._on_validator), (REST_ACTIONS, CallSession._on_rest),
-                           (KNOWLEDGE_ACTIONS, CallSession._on_knowledge), (TOOL_ACTIONS, CallSession._on_tool))
+                           (KNOWLEDGE_ACTIONS, CallSession._on_knowledge), (TOOL_ACTIONS, CallSession._on_tool),
+                           (FALLBACK_ACTIONS, CallSession._on_fallback))
     for kind in kinds
 }
 
@@ -609,7 +677,10 @@ class ModelWorker:
         self.counters = collections.Counter({"bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
                                              "call_endings_sent": 0, "call_endings_failed": 0,
                                              "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0,
-                                             "observe_events_sent": 0, "observe_events_dropped": 0})
+                                             "observe_events_sent": 0, "observe_events_dropped": 0,
+                                             "fallback_lines_asked": 0, "calls_refused_by_breaker": 0,
+                                             "failure_policy_calls": 0})
+        self.breakers: dict[str, CircuitBreaker] = {}  # per vendor endpoint (URL)
         # voicecore_tool_duration_seconds: each tool run's time by outcome, cumulative since start (both
         # outcomes reported from the start, so a scraper sees the series before the first error).
         self.tool_durations = {outcome: prom_histogram.Histogram((0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
@@ -660,6 +731,18 @@ class ModelWorker:
             self.calls[slot] = session
             log.info("call %s: model session %s in slot %d", session.call_sid, "resumed" if resumed else "started", slot)
 
+    def breaker_for(self, url: str) -> CircuitBreaker:
+        breaker = self.breakers.get(url)
+        if breaker is None:
+            breaker = self.breakers[url] = CircuitBreaker()
+        return breaker
+
+    def stamp_calls(self) -> None:
+        now_ns = time.monotonic_ns()
+        for session in self.calls.values():
+            if session.alive():
+                session.stamp(now_ns)
+
     def on_verdicts(self) -> None:
         """Apply every verdict waiting (woken by the socket's fd, and polled each loop as the fd is edge-triggered)."""
         while self.verdicts.getsockopt(zmq.EVENTS) & zmq.POLLIN:
@@ -700,18 +783,24 @@ class ModelWorker:
                 for field in ("bargeins", "holds", "false_interruptions", "watchdog_fires", "stalls", "retries",
                               "gate_rejections", "safe_lines", "retrievals", "retrievals_empty", "tools_run", "tool_errors",
                               "duplicate_writes_suppressed", "fillers", "transitions", "actions_proposed",
-                              "actions_confirmed", "actions_declined", "actions_timed_out"):
+                              "actions_confirmed", "actions_declined", "actions_timed_out", "model_lost", "vendor_failures",
+                              "hold_lines", "failure_policy"):
                     totals["turns_" + field] += getattr(turn_stats, field)
         histograms = {key: value for outcome, durations in self.tool_durations.items()
                       for key, value in durations.flat("tool_duration_seconds", {"outcome": outcome}).items()}
+        sessions_open = sum(1 for session in self.calls.values() if session.transport is not None)
+        health = {"sessions_open": float(sessions_open), "sessions_reconnecting": float(len(self.calls) - sessions_open),
+                  "breaker_open": float(any(b.is_open for b in self.breakers.values())),
+                  "breaker_opened_total": float(sum(b.times_opened for b in self.breakers.values()))}
         return {**{k: float(v) for k, v in self.counters.items()}, **{f"active_{k}": float(v) for k, v in totals.items()}, "calls": float(len(self.calls)),
-                **histograms}
+                **health, **histograms}
 
     async def run(self, stop: asyncio.Event) -> None:
         last_stats = 0.0
         next_hand_off = time.monotonic() + RECORD_HAND_OFF_S
         next_events = 0.0
         next_heartbeat = 0.0
+        next_stamp = 0.0
         verdicts_fd = self.verdicts.getsockopt(zmq.FD)
         asyncio.get_running_loop().add_reader(verdicts_fd, self.on_verdicts)
         while not stop.is_set():
@@ -735,6 +824,9 @@ class ModelWorker:
                     session.pump_inbound(now_ns)
                     session.tick()
             now = time.monotonic()
+            if now >= next_stamp and self.arena is not None:
+                next_stamp = now + STAMP_EVERY_S
+                self.stamp_calls()
             if now >= next_heartbeat:  # the loop runs every 20 ms; the others expect one per HEARTBEAT_MS
                 next_heartbeat = now + timing.HEARTBEAT_MS / 1000
                 self.heartbeat_seq += 1
@@ -783,9 +875,17 @@ async def amain(config: Config) -> None:
     except AgentError as exc:  # `voicecore up` checks first; this is a worker started some other way
         log.error("the agent cannot be loaded; the model worker stops:\n%s", exc)
         raise SystemExit(2) from None
-    worker = ModelWorker(config, agent)
-    gc.freeze()
-    await worker.run(stop)
+    # Warmed up (imports, compiled ring kernels, the agent): stand by until this process serves the role.
+    leadership = Leadership(config.runtime_dir, "model")
+    try:
+        if not await leadership.wait_async(stop) or stop.is_set():
+            return
+        worker = ModelWorker(config, agent)
+        leadership.announce()
+        gc.freeze()
+        await worker.run(stop)
+    finally:
+        leadership.release()
 
 
 def main() -> None:
