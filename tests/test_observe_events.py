@@ -183,3 +183,18 @@ def test_an_answer_cut_off_by_the_end_of_the_call_is_in_the_stored_transcript():
     assert summary.transcripts[:-1] == whole.transcripts
     assert summary.transcripts[-1].speaker == "agent" and summary.transcripts[-1].text == "Our hours are nine to five"
     assert summary.transcripts[-1].at_ms == (last + 2 * MS - call.entries[0]["t"]) // MS
+
+
+def test_a_lost_model_socket_and_the_fallback_lines_are_events():
+    from voicecore.call import controller as C
+    from voicecore.call.record import CallRecorder, loads
+    from voicecore.observe.events import events_of_record
+
+    rec = CallRecorder(C.CallController("CA1", config=C.ControllerConfig(failure_transfer=False)))
+    rec.start(0)
+    rec.on_model_lost(100 * 1_000_000, "closed_1011")
+    rec.on_tick(11_000 * 1_000_000, C.IDLE_PLAYOUT)
+    header, entries = loads(rec.dumps())
+    events = [(kind, data) for _, kind, data in events_of_record(header, entries)]
+    assert ("model.lost", {"reason": "closed_1011", "fatal": False}) in events
+    assert [data["kind"] for kind, data in events if kind == "fallback.line"] == ["hold", "apology_hangup"]

@@ -87,6 +87,32 @@ def driver_from_header(header: dict[str, Any]) -> Driver:
     raise RecordError(f"unknown control {control!r}")
 
 
+def rebuild(driver: Driver, entries: list[dict[str, Any]]) -> Driver:
+    """Feed every recorded input to ``driver`` (its actions dropped): the state the call's driver had when
+    the record ends. A model worker that takes over a call rebuilds its driver so from the part file the
+    dead worker left (flow position, conversation, tags, timers), instead of starting the call over."""
+    for entry in entries:
+        if entry["k"] in INPUT_KINDS:
+            _feed(driver, entry, caller_frames(entry) if entry["k"] == "audio" else b"")
+    return driver
+
+
+def driver_for_record(directory: str | Path, header: dict[str, Any], depth: int = 0) -> Driver:
+    """The driver a record starts from: fresh from its header, or, for a record a worker began by taking
+    over a call (``resumed_from``: the record it continued, in the same directory), rebuilt from that one."""
+    predecessor = header.get("resumed_from")
+    if not predecessor:
+        return driver_from_header(header)
+    if depth > 32 or "/" in str(predecessor) or str(predecessor).startswith("."):
+        raise RecordError(f"resumed_from {predecessor!r}: not a record name in this directory (or too long a chain)")
+    path = Path(directory) / str(predecessor)
+    try:
+        before, entries, _complete = load_record(path)
+    except FileNotFoundError:
+        raise RecordError(f"resumed_from {predecessor}: the record it continues is not in {directory}") from None
+    return rebuild(driver_for_record(directory, before, depth + 1), entries)
+
+
 def caller_frames(entry: dict[str, Any]) -> bytes:
     """An ``audio`` entry's frames: as recorded, or ``n`` frames of silence when the record kept only
     their timing (what the frames hold is the model's business: no driver decides on it)."""
@@ -105,6 +131,8 @@ def _feed(driver: Driver, entry: dict[str, Any], audio: bytes) -> list[Action]:
         return driver.on_model_lost(t, entry.get("reason", ""), bool(entry.get("fatal", False)))
     if kind == "start":
         return driver.start(t)
+    if kind == "resume":
+        return driver.resume(t)
     if kind == "model":
         return driver.on_model_event(entry["text"], t, playout_from(entry["p"]))
     if kind == "audio":
@@ -124,10 +152,11 @@ def _feed(driver: Driver, entry: dict[str, Any], audio: bytes) -> list[Action]:
 
 
 def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_divergence: bool = True,
-           complete: bool = True) -> ReplayResult:
-    """Feed every recorded input through a fresh driver; compare outputs input by input.
+           complete: bool = True, driver: Driver | None = None) -> ReplayResult:
+    """Feed every recorded input through a fresh driver (or ``driver``: one rebuilt for a record that
+    continues another, driver_for_record); compare outputs input by input.
     ``complete`` False (the record was cut short): the last input's recorded actions may be a prefix."""
-    driver = driver_from_header(header)
+    driver = driver if driver is not None else driver_from_header(header)
     divergence: Divergence | None = None
     timed: list[tuple[int, Action]] = []
     snapshots: list[tuple[int, list[int]]] = []
@@ -233,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         header, entries, complete = load_record(args.file)
         wall_start = time.perf_counter()
-        result = replay(header, entries, complete=complete)
+        result = replay(header, entries, complete=complete, driver=driver_for_record(Path(args.file).parent, header))
         wall_s = time.perf_counter() - wall_start
     except (RecordError, OSError, KeyError, TypeError, ValueError) as exc:
         print(f"replay: {args.file}: {exc}", file=sys.stderr)

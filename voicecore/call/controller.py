@@ -400,6 +400,17 @@ class CallController:
         self._pump(out)
         return out
 
+    def resume(self, now_ns: int) -> list[Action]:
+        """A model worker took over this live call and has no record of it to rebuild from (records off):
+        configure the session, and do not start the call over (the caller heard the greeting already)."""
+        self.now_ns = now_ns
+        self.started = True
+        self.silence_ref_ns = now_ns
+        self.flow.start()  # the flow stands at its start; its first prompt was said by the worker before
+        out: list[Action] = list(self.core.on_open())
+        self._step(out)
+        return out
+
     def on_model_event(self, event: object, now_ns: int, playout: Playout) -> list[Action]:
         """One server event: raw text from the socket (preferred: it is what gets recorded) or parsed."""
         self.now_ns = now_ns

@@ -43,6 +43,10 @@ class Driver(Protocol):
         """The call's media started and the model socket is open: configure the session (and greet)."""
         ...
 
+    def resume(self, now_ns: int) -> list[Action]:
+        """A worker took over this live call without its history: configure the session, greet no one."""
+        ...
+
     def reopen(self, now_ns: int) -> list[Action]:
         """The model socket opened again after a drop: configure the new session, never greet twice."""
         ...

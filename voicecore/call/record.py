@@ -42,6 +42,8 @@ sent_tag, sent_frames, carrier_empty_at_ns] as read from the control block at th
 - ``tick``   ``{"p": [...]}``                           -> ``on_tick(t, playout)``
 - ``stop``   ``{}``                                     -> ``on_carrier_stop(t)``
 - ``reopen`` ``{}``                                     -> ``reopen(t)`` (the model socket reconnected)
+- ``resume`` ``{}``                                     -> ``resume(t)`` (a worker took over a live call it cannot rebuild:
+  the session is configured, the call is not started over)
 - ``lost``   ``{"reason", "fatal"}``                    -> ``on_model_lost(t, reason, fatal)`` (the model socket closed or
   could not be opened; fatal: the vendor's circuit breaker is open for a new call)
 - ``verdict`` ``{"tag", "frames", "rejected", "reason", "citations", "p"}`` -> ``on_verdict(tag, frames, rejected, t, playout, reason, citations)``
@@ -76,7 +78,8 @@ from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.errors import MisuseError
 
 RECORD_VERSION = 1
-INPUT_KINDS = frozenset({"start", "model", "audio", "dtmf", "tick", "stop", "verdict", "snippets", "reopen", "tool", "lost"})
+INPUT_KINDS = frozenset({"start", "resume", "model", "audio", "dtmf", "tick", "stop", "verdict", "snippets", "reopen", "tool",
+                         "lost"})
 
 
 def playout_list(playout: Playout) -> list[int]:
@@ -180,6 +183,9 @@ class CallRecorder:
 
     def on_carrier_stop(self, now_ns: int) -> list[Action]:
         return self._run({"t": now_ns, "k": "stop"}, self.driver.on_carrier_stop(now_ns))
+
+    def resume(self, now_ns: int) -> list[Action]:
+        return self._run({"t": now_ns, "k": "resume"}, self.driver.resume(now_ns))
 
     def reopen(self, now_ns: int) -> list[Action]:
         """The model socket reconnected: the driver configures the new session."""

@@ -52,6 +52,10 @@ class SpineDriver:
         """The model socket opened for the first time: configure the session (and greet)."""
         return self.core.on_open()
 
+    def resume(self, now_ns: int) -> list[core.Action]:
+        """A worker took over the live call: as a reconnect (the spine keeps no history to lose)."""
+        return self.reopen(now_ns)
+
     def reopen(self, now_ns: int) -> list[core.Action]:
         """The model socket opened again after a drop: configure the new session, never greet twice."""
         self.core.greet = False

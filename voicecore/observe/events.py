@@ -49,11 +49,11 @@ CHUNK_BYTES = 40 * 1024  # one bus message of events: well under the bus's 64 Ki
 EVENT_TYPES = (
     "call.started", "turn.caller_started", "turn.caller_ended", "transcript.delta", "response.started",
     "response.audio", "response.done", "bargein", "response.cancelled", "dtmf", "tool.called", "tool.result", "gate.verdict",
-    "model.error", "call.ended",
+    "model.error", "model.lost", "fallback.line", "call.ended",
 )
 
 _SKIPPED_KINDS = frozenset({"audio", "tick", "snippets", "note", "reopen"})
-_WATCHED_ACTIONS = frozenset({"OpenTag", "CancelTag"}) | ENDING_ACTIONS
+_WATCHED_ACTIONS = frozenset({"OpenTag", "CancelTag", "PlayFallback"}) | ENDING_ACTIONS
 _AUDIO_DELTA_MARK = rt.AUDIO_DELTA_MARK
 _AGENT_DELTAS = rt.TRANSCRIPT_DELTA_TYPES
 _AGENT_DONE = rt.TRANSCRIPT_DONE_TYPES
@@ -119,6 +119,8 @@ class CallEventTap:
             self._emit(at_ms, "gate.verdict", {
                 "tag": int(entry.get("tag", 0)), "rejected": bool(entry.get("rejected")), "frames": int(entry.get("frames", 0)),
                 "reason": _cut(entry.get("reason", "")), "citations": _cut(entry.get("citations", ""))})
+        elif kind == "lost":
+            self._emit(at_ms, "model.lost", {"reason": _cut(str(entry.get("reason", ""))), "fatal": bool(entry.get("fatal"))})
         elif kind == "stop":
             self.end(t, self.outcome or "caller_hangup")
 
@@ -213,6 +215,8 @@ class CallEventTap:
                 self._emit(at_ms, "response.cancelled", {"tag": tag, "response_id": response_id, "cause": "superseded"})
             else:
                 self._emit(at_ms, "bargein", {"tag": tag, "response_id": response_id})
+        elif kind == "PlayFallback":
+            self._emit(at_ms, "fallback.line", {"kind": _cut(str(action.get("kind", "")))})
         elif not self.outcome:
             self.outcome = ending_outcome(action)
 

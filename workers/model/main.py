@@ -58,7 +58,9 @@ from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
 from voicecore.standby import Leadership
 from voicecore import http_client, prom_histogram
-from voicecore.record import RecordFile
+from voicecore import replay as replay_mod
+from voicecore.call.record import RecordError
+from voicecore.record import PART_SUFFIX, RecordFile, load_record, record_name
 from voicecore.twilio import rest as twilio_rest
 from voicecore.validate.watch import KnowledgeWatcher
 
@@ -122,6 +124,29 @@ def call_id_for_model(config: Config, call_sid: str) -> str | None:
     return call_sid if config.send_call_id_to_vendor or builtin_simulator else None
 
 
+def rebuild_driver(record_dir: str, call_sid: str) -> tuple[Driver, str] | None:
+    """The driver of a live call a dead worker left, rebuilt from its newest part file, and that file's name;
+    None when there is none to read (the call is then resumed without its history)."""
+    directory = Path(record_dir)
+    parts = [directory / (record_name(call_sid, n) + PART_SUFFIX) for n in range(1, 64)]
+    existing = [part for part in parts if part.exists()]
+    if not existing:
+        return None
+    part = existing[-1]
+    try:
+        header, entries, _complete = load_record(part)
+        if header.get("call_sid") != call_sid:
+            raise RecordError("the part file names another call")
+        started = time.perf_counter()
+        driver = replay_mod.rebuild(replay_mod.driver_for_record(directory, header), entries)
+    except (RecordError, OSError, KeyError, TypeError, ValueError) as exc:
+        log.warning("call %s: cannot rebuild the call from %s (%s); resuming it without its history", call_sid, part.name, exc)
+        return None
+    log.info("call %s: rebuilt from %s (%d entries) in %.1f ms", call_sid, part.name, len(entries),
+             (time.perf_counter() - started) * 1000)
+    return driver, part.name
+
+
 class CallSession:
     """One live call: its model WebSocket, its driver, and the effects of what the driver decides."""
 
@@ -148,9 +173,20 @@ class CallSession:
                                   gate_policy=config.gate_policy, safe_line=agent.safe_line,
                                   instructions=AgentFlow(agent).session().instructions, voice=agent.voice,
                                   greeting=agent.greeting)
+        # A call this worker took over (a worker died under it): its driver as the dead worker left it, rebuilt
+        # from that worker's part file (INV-REPLAY), so the call goes on where it stood instead of starting over.
+        self.resumed = resumed
+        self.rebuilt_from: str | None = None
+        if resumed and config.record_dir:
+            rebuilt = rebuild_driver(config.record_dir, call_sid)
+            if rebuilt is not None:
+                decider, self.rebuilt_from = rebuilt
+                decider.core.next_tag = max(decider.core.next_tag, first_tag)  # never reuse a tag the arena saw
         # The recorder is also kept as such for its record's plumbing only (header, hand-offs to the writer
         # thread): inputs go to self.driver.
         self.recorder = CallRecorder(decider, keep_caller_audio=config.record_caller_audio) if config.record_dir else None
+        if self.recorder is not None and self.rebuilt_from:
+            self.recorder.header["resumed_from"] = self.rebuilt_from  # the replay rebuilds from it first
         self.driver: Driver = self.recorder if self.recorder is not None else decider
         # The live observers' events (voicecore/observe/events.py), from the same entries as the record;
         # shipped to the recorder every OBSERVE_EVERY_S (ModelWorker.run).
@@ -276,7 +312,12 @@ class CallSession:
         self.model_lost_reported = False
         if not self.started:
             self.started = True
-            self._apply(self.driver.start(time.monotonic_ns()))
+            if self.rebuilt_from:  # the call's state is back: its new session gets what the old one had
+                self._apply(self.driver.reopen(time.monotonic_ns()))
+            elif self.resumed:  # taken over without a record: configured, never greeted twice
+                self._apply(self.driver.resume(time.monotonic_ns()))
+            else:
+                self._apply(self.driver.start(time.monotonic_ns()))
         else:  # reconnected: configure the new session (no second greeting)
             self._apply(self.driver.reopen(time.monotonic_ns()))
         self.next_inbound_ns = time.monotonic_ns() + INBOUND_BATCH_NS
