@@ -8,7 +8,17 @@ doubles the CPU per message, ARCHITECTURE.md section 11). The socket side is pic
 listener and at most one timer per session, and the events due at once go out in one write
 (voicecore.wsframes): the bench runs hundreds of sessions on one load core.
 
+Vendor faults on request (voicecore.sim.model.faults): the same port answers a plain HTTP
+`POST /faults` {"kind": K, "duration_ms": D, "call": SID?} with 200 {"kind": K, "sessions": n} (n: the
+live sessions it was applied to; 0 for refuse_new, which applies to handshakes) or 400 {"error": reason},
+and `GET /faults` with the faults applied so far by kind. A front door reads each connection's request
+line: /faults is answered here, anything else is handed, bytes and all, to picows's WebSocket protocol
+(picows itself answers only GET without a body). The one-shot kinds act on the live sockets at once;
+`stall` holds every outgoing event until its window ends (input is still read), `refuse_new` answers
+new handshakes 503, and the response faults live in each ModelSession.
+
     python -m voicecore.sim.model_server --port 9100 [--naming beta] [--late-deltas 2] [--overlap-probability 0.25]
+    curl -d '{"kind": "rate_limit", "duration_ms": 2000}' http://127.0.0.1:9100/faults
 """
 
 from __future__ import annotations
@@ -21,16 +31,41 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, WSUpgradeRequest, ws_create_server
+import orjson
+from picows import (
+    WSAutoPingStrategy,
+    WSCloseCode,
+    WSFrame,
+    WSListener,
+    WSMsgType,
+    WSTransport,
+    WSUpgradeRequest,
+    WSUpgradeResponse,
+    WSUpgradeResponseWithListener,
+)
+from picows.picows import WSProtocol
 
+from voicecore import http_client
 from voicecore.sim.audio_clips import ClipLibrary, default_library
 from voicecore.sim.model import ModelSession, SimConfig
+from voicecore.sim.model.faults import (
+    BINARY_PAYLOAD,
+    RESPONSE_FAULT_KINDS,
+    FaultBook,
+    FaultRejected,
+    FaultRequest,
+    parse_fault_request,
+)
 from voicecore.wsframes import text_frames
 
 log = logging.getLogger("voicecore.sim.model_server")
 
 CALL_HEADER = "X-Voicecore-Call"  # spec: model-session correlation; the real vendor ignores it
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+HANDSHAKE_TIMEOUT_S = 5.0
+FAULTS_PATH = "/faults"
+MAX_REQUEST_HEAD_BYTES = 16 * 1024  # picows's own limit for an upgrade request's head
+MAX_FAULT_BODY_BYTES = 64 * 1024
 _ws_log = logging.getLogger("voicecore.sim.model_server.ws")  # picows logs every connection at INFO
 _ws_log.setLevel(logging.WARNING)
 
@@ -49,6 +84,9 @@ class ModelSimServer:
     port: int = 0
     registry: dict[str, ModelSession] = field(default_factory=dict)
     sessions_opened: int = 0
+    live: dict[str, "_SessionSocket"] = field(default_factory=dict)  # session_id -> its open socket
+    faults: FaultBook = field(default_factory=FaultBook)
+    handshakes_refused: int = 0  # by refuse_new
     # closed sessions kept in `registry` (oldest dropped first); None keeps all. Each keeps its response
     # audio, so a long-running CLI server bounds it while an in-process harness keeps everything.
     keep_closed: int | None = None
@@ -61,8 +99,46 @@ class ModelSimServer:
             self.server.close()
             await self.server.wait_closed()
 
-    def _open(self, request: WSUpgradeRequest) -> "_SessionSocket":
+    def apply_fault(self, request: FaultRequest) -> int:
+        """Apply one fault now; returns how many live sessions it was applied to."""
+        now = now_ms()
+        window = self.faults.record(request, now)
+        targets = [sock for sock in list(self.live.values())
+                   if request.call is None or sock.session.record.call_sid == request.call]
+        kind = request.kind
+        if kind == "refuse_new":
+            targets = []  # it refuses handshakes; the live sessions go on
+        for sock in targets:
+            if kind == "drop_1011":
+                sock.session.note_fault(kind, now)
+                sock._drop()
+            elif kind == "binary_frame":
+                sock.session.note_fault(kind, now)
+                sock._send_due()  # what was due goes first, as it would have
+                if sock.transport is not None and not sock.transport.is_disconnected:
+                    sock.transport.send(WSMsgType.BINARY, BINARY_PAYLOAD)
+            elif kind in RESPONSE_FAULT_KINDS:
+                assert window is not None
+                sock.session.fail_responses(kind, window.until_ms, now)
+            elif kind == "stall":
+                assert window is not None
+                sock.session.note_fault(kind, now, window.until_ms)
+                sock._send_due()  # re-arms its timer for the window's end
+            else:
+                sock.session.inject_fault(kind, now)
+                sock._send_due()
+        log.info("fault %s applied to %d sessions%s", kind, len(targets),
+                 f" for {request.duration_ms} ms" if window is not None else "")
+        return len(targets)
+
+    def _open(self, request: WSUpgradeRequest) -> "_SessionSocket | WSUpgradeResponseWithListener":
         headers = request.headers
+        call_sid = headers.get(CALL_HEADER)
+        now = now_ms()
+        if self.faults.until_ms("refuse_new", call_sid, now) is not None:
+            self.handshakes_refused += 1
+            refused = WSUpgradeResponse.create_error_response(503, b"Service Unavailable (simulated fault: refuse_new)")
+            return WSUpgradeResponseWithListener(refused, None)
         beta = headers.get("OpenAI-Beta", "").strip().lower() == "realtime=v1"
         path = request.path.decode("latin-1")
         model = (parse_qs(urlsplit(path).query).get("model") or [None])[0]
@@ -74,10 +150,15 @@ class ModelSimServer:
             self.config.seed,
             now_ms=now_ms(),
             naming="beta" if beta else self.config.naming,
-            call_sid=headers.get(CALL_HEADER),
+            call_sid=call_sid,
             model=model,
             clips=self.clips,
         )
+        # a session opened during a response fault's window fails its responses too, as a reconnect to a
+        # rate-limited vendor would
+        for window in self.faults.open_windows(call_sid, now):
+            if window.kind in RESPONSE_FAULT_KINDS:
+                session.fail_responses(window.kind, window.until_ms, now)
         self.registry[session.session_id] = session
         return _SessionSocket(self, session)
 
@@ -102,6 +183,7 @@ class _SessionSocket(WSListener):
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self.transport = transport
+        self.sim.live[self.session.session_id] = self
         drop_after_ms = self.sim.config.drop_after_ms
         call_sid = self.session.record.call_sid
         if drop_after_ms and (call_sid is None or len(self.sim.by_call(call_sid)) == 1):
@@ -149,7 +231,14 @@ class _SessionSocket(WSListener):
             self.timer.cancel()
             self.timer = None
         session = self.session
-        session.advance(now_ms())
+        now = now_ms()
+        faults = self.sim.faults
+        stalled_until = faults.until_ms("stall", session.record.call_sid, now) if faults.windows else None
+        if stalled_until is not None:
+            # a stalled vendor: nothing goes out until the window ends, then everything due at once
+            self.timer = self.loop.call_at(self.loop.time() + (stalled_until - now) / 1000, self._send_due)
+            return
+        session.advance(now)
         events = session.events_to_send()
         if len(events) == 1:
             transport.send(WSMsgType.TEXT, events[0].encode())
@@ -162,6 +251,7 @@ class _SessionSocket(WSListener):
             self.timer = self.loop.call_at(self.loop.time() + max(0, wakeup - now_ms()) / 1000, self._send_due)
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
+        self.sim.live.pop(self.session.session_id, None)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -176,15 +266,162 @@ def _text_or_bytes(data: bytes) -> str | bytes:
         return data  # the core rejects it as not UTF-8 JSON
 
 
+class _FrontDoor(asyncio.Protocol):
+    """A new connection until its request line is read: /faults (and any POST) is answered here as plain
+    HTTP; anything else is handed to picows's WebSocket protocol with the bytes read so far."""
+
+    def __init__(self, sim: ModelSimServer) -> None:
+        self.sim = sim
+        self.transport: asyncio.Transport | None = None
+        self.data = bytearray()
+        self.method = b""
+        self.path = ""
+        self.body_at: int | None = None  # where the body starts once the head of a /faults request is in
+        self.body_length = 0
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.timer = asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT_S, transport.close)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+        if self.body_at is None:
+            line_end = self.data.find(b"\r\n")
+            if line_end < 0:
+                if len(self.data) > MAX_REQUEST_HEAD_BYTES:
+                    self._hand_over()  # picows answers 400
+                return
+            if not self.method:
+                parts = bytes(self.data[:line_end]).split(b" ")
+                self.method = parts[0]
+                self.path = parts[1].decode("latin-1").split("?", 1)[0] if len(parts) == 3 else ""
+                if self.path != FAULTS_PATH and self.method != b"POST":
+                    self._hand_over()
+                    return
+            head_end = self.data.find(b"\r\n\r\n")
+            if head_end < 0:
+                if len(self.data) > MAX_REQUEST_HEAD_BYTES:
+                    self._answer(431, {"error": "request head too large"})
+                return
+            self.body_at = head_end + 4
+            self.body_length = _content_length(bytes(self.data[:head_end]))
+            if self.body_length < 0 or self.body_length > MAX_FAULT_BODY_BYTES:
+                self._answer(413 if self.body_length > 0 else 400, {"error": "bad or too large Content-Length"})
+                return
+        if len(self.data) - self.body_at >= self.body_length:
+            self._control(bytes(self.data[self.body_at : self.body_at + self.body_length]))
+
+    def _control(self, body: bytes) -> None:
+        if self.path != FAULTS_PATH:
+            self._answer(404, {"error": f"no such resource; POST {FAULTS_PATH}"})
+        elif self.method == b"GET":
+            self._answer(200, self.sim.faults.counts())
+        elif self.method != b"POST":
+            self._answer(405, {"error": f"{FAULTS_PATH} takes GET or POST"}, b"Allow: GET, POST\r\n")
+        else:
+            try:
+                request = parse_fault_request(body)
+            except FaultRejected as exc:
+                self._answer(400, {"error": str(exc)})
+                return
+            self._answer(200, {"kind": request.kind, "sessions": self.sim.apply_fault(request)})
+
+    def _answer(self, status: int, value: dict, extra_headers: bytes = b"") -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        body = orjson.dumps(value)
+        reason = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
+                  413: b"Content Too Large", 431: b"Request Header Fields Too Large"}[status]
+        transport.write(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s"
+                        b"Connection: close\r\n\r\n%s" % (status, reason, len(body), extra_headers, body))
+        transport.close()
+
+    def _hand_over(self) -> None:
+        """Make the connection picows's: its protocol takes the transport and the bytes read so far."""
+        transport = self.transport
+        assert transport is not None
+        if self.timer is not None:
+            self.timer.cancel()  # picows runs its own handshake timeout from here
+        protocol = _websocket_protocol(self.sim)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        view = memoryview(bytes(self.data))
+        self.data = bytearray()
+        while view:
+            buffer = protocol.get_buffer(len(view))
+            n = min(len(buffer), len(view))
+            if n == 0:
+                transport.close()
+                return
+            buffer[:n] = view[:n]
+            protocol.buffer_updated(n)
+            view = view[n:]
+
+
+def _content_length(head: bytes) -> int:
+    """The Content-Length of a request head (0 if absent, -1 if malformed or chunked)."""
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"transfer-encoding":
+            return -1
+        if name == b"content-length":
+            try:
+                length = int(value.strip())
+            except ValueError:
+                return -1
+    return length
+
+
+def _websocket_protocol(sim: ModelSimServer) -> WSProtocol:
+    """picows's server-side protocol, built with the arguments picows.ws_create_server would give it (the
+    public API offers no way to route a connection by its request line; picows is pinned below 3)."""
+    return WSProtocol(
+        None,  # host:port (client side only)
+        None,  # path (client side only)
+        False,  # is_client_side
+        sim._open,
+        _ws_log,
+        True,  # disconnect_on_exception
+        HANDSHAKE_TIMEOUT_S,
+        False, 20, 20, WSAutoPingStrategy.PING_WHEN_IDLE,  # auto-ping off (and its unused settings)
+        True,  # enable_auto_pong
+        MAX_MESSAGE_BYTES,
+        None,  # extra_headers (client side only)
+        16 * 1024,  # read_buffer_init_size
+    )
+
+
 async def serve_model_sim(
     host: str = "127.0.0.1", port: int = 0, config: SimConfig | None = None, *, keep_closed: int | None = None
 ) -> tuple[ModelSimServer, int]:
     """Start the simulator; returns it (with `.registry`) and the bound port."""
     sim = ModelSimServer(config=config or SimConfig(), clips=default_library(), keep_closed=keep_closed)
-    sim.server = await ws_create_server(sim._open, host, port, max_frame_size=MAX_MESSAGE_BYTES,
-                                        logger_name=_ws_log)
+    sim.server = await asyncio.get_running_loop().create_server(lambda: _FrontDoor(sim), host, port)
     sim.port = sim.server.sockets[0].getsockname()[1] if sim.server.sockets else port
     return sim, sim.port
+
+
+async def post_fault(host: str, port: int, kind: str, duration_ms: int = 0, *, call: str | None = None,
+                     timeout_s: float = 5.0) -> dict:
+    """Client side of `POST /faults` (tests, the chaos bench): returns {"kind", "sessions"}. Raises
+    ValueError with the simulator's reason when it refuses the request."""
+    request: dict = {"kind": kind, "duration_ms": duration_ms}
+    if call is not None:
+        request["call"] = call
+    status, body = await http_client.send("POST", f"http://{host}:{port}{FAULTS_PATH}",
+                                          [("Content-Type", "application/json")], orjson.dumps(request), timeout_s)
+    answer = orjson.loads(body)
+    if status != 200:
+        raise ValueError(f"POST {FAULTS_PATH} answered {status}: {answer.get('error')}")
+    return answer
 
 
 async def _main(args: argparse.Namespace) -> None:

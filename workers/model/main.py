@@ -677,13 +677,15 @@ class ModelSocket(WSListener):
         msg_type = frame.msg_type
         if msg_type is WSMsgType.TEXT:
             if frame.fin:
-                self.session.on_model_text(frame.get_payload_as_utf8_text())
+                # Not valid UTF-8 is the vendor's malformed event, not a reason to drop the session: the
+                # replacement characters make it unparseable JSON, counted as malformed (and recorded).
+                self.session.on_model_text(frame.get_payload_as_bytes().decode("utf-8", errors="replace"))
             else:
                 self.fragments = [frame.get_payload_as_bytes()]
         elif msg_type is WSMsgType.CONTINUATION and self.fragments:
             self.fragments.append(frame.get_payload_as_bytes())
             if frame.fin:
-                text = b"".join(self.fragments).decode("utf-8")
+                text = b"".join(self.fragments).decode("utf-8", errors="replace")
                 self.fragments = []
                 self.session.on_model_text(text)
         elif msg_type is WSMsgType.CLOSE:

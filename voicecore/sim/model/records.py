@@ -1,7 +1,7 @@
 """What a simulated session did, for a measurement harness to read after the call.
 
 Owns `SessionRecord` and the records in it (responses, truncates, cancels, caller speech, errors, the
-function outputs the client sent back). The
+function outputs the client sent back, the faults injected). The
 session fills them in as it goes; times are the `now_ms` values it was fed. The bench pickles them across
 processes, so they stay plain dataclasses.
 """
@@ -39,6 +39,7 @@ class ResponseRecord:
     hallucinated: bool = False
     stalled: bool = False
     failed: bool = False
+    error_code: str | None = None  # a fault window's code when it failed (rate_limit_exceeded, server_error)
     overlaps: str | None = None  # the response_id of the response this one started during (SimConfig.overlap_*)
     # scripted turns (SimConfig.turns): the rule that shaped this response, and its function call if it made one
     rule: int | None = None  # index into SimConfig.turns
@@ -90,6 +91,16 @@ class ErrorRecord:
 
 
 @dataclass(slots=True)
+class FaultRecord:
+    """A fault injected into the session (`POST /faults`, voicecore.sim.model.faults)."""
+
+    at_ms: int
+    kind: str
+    response_id: str | None = None  # the response an injected audio delta named (an unknown one included)
+    until_ms: int | None = None  # end of a lasting fault's window
+
+
+@dataclass(slots=True)
 class FunctionCallOutputRecord:
     """A function_call_output item the client created (conversation.item.create)."""
 
@@ -117,6 +128,7 @@ class SessionRecord:
     speech: list[SpeechRecord] = field(default_factory=list)
     errors: list[ErrorRecord] = field(default_factory=list)
     function_call_outputs: list[FunctionCallOutputRecord] = field(default_factory=list)
+    faults: list[FaultRecord] = field(default_factory=list)
     appended_bytes: int = 0
     client_events: dict[str, int] = field(default_factory=dict)
 

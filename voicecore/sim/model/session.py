@@ -22,6 +22,12 @@ spoken preamble, output_index 1), and answers its `then` after the client sends 
 With rules configured the session also checks a function_call_output's call_id as the real server does
 (error `invalid_tool_call_id`); without rules it accepts any, as it always has.
 
+Injected vendor faults (voicecore.sim.model.faults, `POST /faults`): `fail_responses` opens a window
+in which every response the session would start fails at once, as a rate-limited or failing server
+answers (response.created, an `error` event, response.done status `failed` with the error); `inject_fault`
+sends one bad message (not JSON, an event type the protocol lacks, an audio delta of a response never
+created, a 4 MiB delta). Neither changes the conversation: the session goes on as before afterwards.
+
 Audio is 8 kHz mu-law only (`audio/pcmu` / `g711_ulaw`): a response is refused until session.update
 selects it for output, as a real server would otherwise send 24 kHz PCM the carrier cannot play.
 """
@@ -46,9 +52,19 @@ from voicecore.sim.model.clips import (
     speech_span_ms,
 )
 from voicecore.sim.model.config import SimConfig
+from voicecore.sim.model.faults import (
+    MALFORMED_TEXT,
+    MULAW_SILENCE,
+    RESPONSE_FAULT_KINDS,
+    UNKNOWN_DELTA_BYTES,
+    UNKNOWN_EVENT_TYPE,
+    huge_delta_base64,
+    vendor_error,
+)
 from voicecore.sim.model.records import (
     CancelRecord,
     ErrorRecord,
+    FaultRecord,
     FunctionCallOutputRecord,
     ResponseRecord,
     SessionRecord,
@@ -147,6 +163,7 @@ class _Response:
     audio_item: dict[str, Any] | None = None  # the spoken item once its done cascade went out before response.done
     call: _CallPart | None = None
     rate_limits_sent: bool = False
+    error: dict[str, Any] | None = None  # a fault window's vendor error (faults.vendor_error) it fails with
 
 
 class ModelSession:
@@ -187,6 +204,8 @@ class ModelSession:
         self._response_count = 0
         self._auto_clip_cursor = 0
         self._fail_next = config.fail_next_response
+        self._fault_until: dict[str, int] = {}  # RESPONSE_FAULT_KINDS -> end of its window (ms)
+        self._client_event_id: str | None = None  # of the client event being handled (an error echoes it)
         self._turns = TurnBook(config.turns)
         self._audio_produced = False
         self._timers: list[tuple[int, int, str, str, float]] = []  # (due_ms, seq, item_id, transcript, s)
@@ -240,6 +259,55 @@ class ModelSession:
     def close(self, now_ms: int) -> None:
         self.record.closed_ms = now_ms
 
+    def fail_responses(self, kind: str, until_ms: int, now_ms: int) -> None:
+        """Until `until_ms` every response this session would start fails at once with `kind`'s vendor
+        error (faults.RESPONSE_FAULT_KINDS: rate_limit, server_error); the session stays open."""
+        if kind not in RESPONSE_FAULT_KINDS:
+            raise ValueError(f"not a response fault: {kind!r}")
+        self._fault_until[kind] = max(until_ms, self._fault_until.get(kind, 0))
+        self.record.faults.append(FaultRecord(now_ms, kind, until_ms=until_ms))
+
+    def note_fault(self, kind: str, now_ms: int, until_ms: int | None = None) -> None:
+        """Record a fault the socket applied (drop_1011, binary_frame, stall): the session sends nothing
+        for it, but a harness reading the record sees what hit the session."""
+        self.record.faults.append(FaultRecord(now_ms, kind, until_ms=until_ms))
+
+    def inject_fault(self, kind: str, now_ms: int) -> None:
+        """Send one bad message now, after whatever was due: `malformed_json` (a text that is not JSON),
+        `unknown_event` (a type the protocol does not have), `unknown_response_delta` (audio of a response
+        never created), `huge_delta` (4 MiB of base64 silence for the newest response in progress, or for an
+        unknown one when none is). The conversation is not changed."""
+        self.advance(now_ms)
+        response_id = None
+        if kind == "malformed_json":
+            self._outbox.append(MALFORMED_TEXT)
+        elif kind == "unknown_event":
+            self._emit({"type": UNKNOWN_EVENT_TYPE, "detail": "an event type the Realtime protocol does not have"})
+        elif kind in ("unknown_response_delta", "huge_delta"):
+            current = self._active[-1] if kind == "huge_delta" and self._active else None
+            if current is not None and current.has_audio:
+                response_id, item_id = current.record.response_id, current.record.item_id
+                stored = self._items.get(item_id)
+                if stored is not None:  # the vendor sent it as part of the item: a truncate may cut into it
+                    stored.audio_bytes += len(huge_delta_base64()) // 4 * 3
+            else:
+                response_id, item_id = "resp_" + self._ids.token(), "item_" + self._ids.token()
+            if kind == "huge_delta":
+                delta = huge_delta_base64()
+            else:
+                delta = binascii.b2a_base64(bytes([MULAW_SILENCE]) * UNKNOWN_DELTA_BYTES, newline=False).decode("ascii")
+            self._emit({
+                "type": self._names["audio_delta"],
+                "response_id": response_id,
+                "item_id": item_id,
+                "output_index": 0,
+                "content_index": 0,
+                "delta": delta,
+            })
+        else:
+            raise ValueError(f"not a fault a session sends: {kind!r}")
+        self.record.faults.append(FaultRecord(now_ms, kind, response_id=response_id))
+
     def advance(self, now_ms: int) -> None:
         """Emit every scheduled event due at or before `now_ms`, in time order."""
         while True:
@@ -273,6 +341,7 @@ class ModelSession:
                 raise ClientEventRejected("invalid_json", "The message must be a JSON object.")
             raw_id = event.get("event_id")
             event_id = raw_id if isinstance(raw_id, str) else None
+            self._client_event_id = event_id
             event_type = event.get("type")
             if not isinstance(event_type, str):
                 raise missing_parameter("type")
@@ -285,6 +354,8 @@ class ModelSession:
             handler(self, event, now_ms)
         except ClientEventRejected as reject:
             self._error(reject, event_id, event_type, now_ms)
+        finally:
+            self._client_event_id = None
 
     # ---- client event handlers (D.2) -----------------------------------------------------------
 
@@ -684,9 +755,12 @@ class ModelSession:
         cfg = self.config
         rng = SplitMix64(self._seed, self._session_index, "response", index)
         failed = self._fail_next or index in cfg.fail_responses or rng.uniform() < cfg.error_rate
+        # a fault window (rate_limit, server_error) fails it at once, with the vendor's error
+        fault = None if overlaps is not None else self._response_fault(now_ms)
         if overlaps is not None:
             failed = False  # the failure switches aim at requested responses; an overlap always speaks
         else:
+            failed = failed or fault is not None
             self._fail_next = False
         hallucinated = (cfg.hallucinate or index in cfg.hallucinate_responses) and clip is not None
         if clip is None:
@@ -723,6 +797,13 @@ class ModelSession:
         response.has_audio = clip is not None
         self._active.append(response)
         self._emit({"type": "response.created", "response": self._render_response(response, "in_progress", None, [])})
+        if fault is not None:
+            kind, until_ms = fault
+            response.error = vendor_error(kind, self._model, until_ms - now_ms)
+            record.error_code = response.error["code"]
+            self._emit({"type": "error", "error": {**response.error, "param": None, "event_id": self._client_event_id}})
+            response.plan = [(now_ms, 0, "fail", 0)]  # refused on arrival: no generation time
+            return
         if failed:
             response.plan = [(now_ms + cfg.first_delta_latency_ms, 0, "fail", 0)]
             return  # the rule is not used up: a retried response.create gets it again
@@ -776,6 +857,14 @@ class ModelSession:
                 "part": {"type": "audio", "transcript": ""},
             }
         )
+
+    def _response_fault(self, now_ms: int) -> tuple[str, int] | None:
+        """(kind, window end) of the fault window open now, if any (the one lasting longest)."""
+        open_now = [(until, kind) for kind, until in self._fault_until.items() if now_ms < until]
+        if not open_now:
+            return None
+        until, kind = max(open_now)
+        return kind, until
 
     def _turn_action(self, options: dict[str, Any]) -> TurnAction | None:
         """The scripted turn (SimConfig.turns) this response answers, if any: not for a scripted prompt
@@ -1061,7 +1150,8 @@ class ModelSession:
         if status == "cancelled":
             details = {"type": "cancelled", "reason": reason}
         elif status == "failed":
-            details = dict(_FAILED_DETAILS)
+            error = _FAILED_DETAILS["error"] if response.error is None else response.error
+            details = {"type": "failed", "error": dict(error)}
         else:
             details = None
         record.status = status
