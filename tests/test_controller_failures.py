@@ -85,7 +85,7 @@ def test_a_failed_response_is_asked_again_and_audio_ends_the_failure_spell():
     req = int(again["response"]["metadata"]["vc_req"])
     c.on_model_event(created("r2", req), 350 * MS, IDLE)
     c.on_model_event(delta("r2", 1600), 360 * MS, IDLE)
-    assert c.failed_in_row == 0 and not c.hold_line_played
+    assert c.spell.failed_in_row == 0 and not c.spell.hold_line_played
 
 
 def test_n_failed_responses_in_a_row_end_the_call_with_the_apology_and_a_transfer():
@@ -149,3 +149,70 @@ def test_the_lost_input_is_recorded_and_replays_to_the_same_actions():
     result = replay(header, entries)
     assert result.divergence is None and result.inputs == 3
     json.dumps(entries)  # JSON-able, as the record file is
+
+
+# --- the spine keeps the same rules (voicecore/call/failures.py) -------------------------------------------
+from voicecore.call.spine import SpineDriver  # noqa: E402
+
+
+def spine(**failure):
+    d = SpineDriver("CA1", greet=False, failure=failure or None)
+    d.start(0)
+    return d
+
+
+def generating(d, at_ms=100):
+    d.on_model_event(ev(type="response.created", response={"id": "r1"}), at_ms * MS, IDLE)
+    d.on_model_event(delta("r1", 1600), (at_ms + 10) * MS, IDLE)
+
+
+def test_a_healthy_idle_spine_call_wants_no_ticks():
+    d = spine()
+    assert not d.wants_ticks
+    generating(d)
+    assert d.wants_ticks  # a response is being generated: the vendor owes the next event
+
+
+def test_the_spine_plays_the_hold_line_when_the_vendor_falls_silent_mid_answer():
+    d = spine()
+    generating(d)
+    assert lines(d.on_tick(1_000 * MS, IDLE)) == []
+    assert lines(d.on_tick(1_110 * MS, IDLE)) == ["hold"]  # 1 s without an event while an answer is owed
+    assert lines(d.on_tick(2_500 * MS, IDLE)) == []  # once per spell
+    d.on_model_event(delta("r1", 1600), 2_600 * MS, IDLE)  # the audio flows again: the spell is over
+    assert not d.spell.hold_line_played
+
+
+def test_the_spine_asks_again_after_a_rate_limit_and_gives_up_after_three():
+    d = spine(vendor_retry_ms=100)
+    out = d.on_model_event(failed_done("r9"), 100 * MS, IDLE)
+    assert lines(out) == ["hold"] and d.wants_ticks
+    assert sent(d.on_tick(150 * MS, IDLE)) == []  # the pause
+    assert [e["type"] for e in sent(d.on_tick(210 * MS, IDLE))] == ["response.create"]
+    d.on_model_event(failed_done("r10"), 300 * MS, IDLE)
+    out = d.on_model_event(failed_done("r11"), 600 * MS, IDLE)
+    assert lines(out) == ["apology_hangup"] and isinstance(endings(out)[0], C.HangUp) and endings(out)[0].after_line
+    assert d.ended and d.on_tick(5_000 * MS, IDLE) == []
+
+
+def test_a_drop_that_cut_an_answer_off_asks_for_one_on_the_new_session():
+    d = spine()
+    generating(d)
+    out = d.on_model_lost(200 * MS, "closed_1011")
+    assert lines(out) == ["hold"]
+    d.reopen(500 * MS)
+    assert [e["type"] for e in sent(d.on_tick(520 * MS, IDLE))] == ["response.create"]
+
+
+def test_the_spines_failure_policy_is_in_its_record_and_replays():
+    from voicecore.call.record import CallRecorder, loads
+    from voicecore.replay import replay
+
+    rec = CallRecorder(SpineDriver("CA1", greet=False, failure={"after_ms": 2000}))
+    rec.start(0)
+    rec.on_model_lost(100 * MS, "closed_1011")
+    rec.on_tick(2_200 * MS, IDLE)
+    header, entries = loads(rec.dumps())
+    assert header["failure"]["after_ms"] == 2000
+    assert any(e["k"] == "out" and e["a"]["type"] == "HangUp" for e in entries)
+    assert replay(header, entries).divergence is None

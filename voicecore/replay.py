@@ -83,7 +83,9 @@ def driver_from_header(header: dict[str, Any]) -> Driver:
         args = header.get("args", {})
         if not isinstance(args, dict):
             raise RecordError("spine header: args is not an object")
-        return SpineDriver(header["call_sid"], naming=header.get("naming", "ga"), first_tag=int(header.get("first_tag", 1)), **args)
+        failure = header.get("failure")
+        return SpineDriver(header["call_sid"], naming=header.get("naming", "ga"), first_tag=int(header.get("first_tag", 1)),
+                           failure=failure if isinstance(failure, dict) else None, **args)
     raise RecordError(f"unknown control {control!r}")
 
 
@@ -132,7 +134,7 @@ def _feed(driver: Driver, entry: dict[str, Any], audio: bytes) -> list[Action]:
     if kind == "start":
         return driver.start(t)
     if kind == "resume":
-        return driver.resume(t)
+        return driver.resume(t, bool(entry.get("cut", False)))
     if kind == "model":
         return driver.on_model_event(entry["text"], t, playout_from(entry["p"]))
     if kind == "audio":

@@ -48,6 +48,7 @@ from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call import flow as flows
 from voicecore.call.core import CancelTag, EndTag, OpenTag, Playout, SendToModel, WriteFrames
+from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
 from voicecore.realtime import events as rt
 from voicecore.validate.questions import question_needs_numbers
 
@@ -103,6 +104,11 @@ class ControllerConfig:
     failure_after_ms: int = 10_000
     failure_transfer: bool = True
     vendor_retry_ms: int = 500  # a request the vendor failed is asked again after this (doubling per failure)
+    vendor_silent_ms: int = 1000  # a response asked for or coming, and no event from the vendor this long: hold line
+
+    def failure_policy(self) -> FailurePolicy:
+        return FailurePolicy(after_failures=self.failure_after_failures, after_ms=self.failure_after_ms,
+                             vendor_retry_ms=self.vendor_retry_ms, silent_ms=self.vendor_silent_ms)
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in dataclasses.fields(self)}
@@ -201,10 +207,7 @@ class CallOver:
 
 Action = core.Action | ReleaseTag | HoldTag | ResumeTag | Retrieve | RunTool | HangUp | Transfer | CallOver | PlayFallback
 
-# Error codes of a vendor that cannot serve right now (PROTOCOLS.md): the request is asked again after a
-# pause, and counts toward the failure policy.
-VENDOR_FAILURE_CODES = frozenset({"rate_limit_exceeded", "server_error", "server_overloaded", "service_unavailable",
-                                  "insufficient_quota"})
+
 
 
 # --- internal state -----------------------------------------------------------------------------------
@@ -378,11 +381,7 @@ class CallController:
         # what was said, as messages, for a new model session after a reconnect (the old one's items are gone)
         self.history: collections.deque[tuple[str, str]] = collections.deque(maxlen=HISTORY_MESSAGES)
         self.context_reset: flows.Transition | None = None  # applied before the next request is sent
-        # the failure policy's state (ControllerConfig.failure_*)
-        self.model_down_since_ns = 0  # the model socket is gone since (0: connected)
-        self.failed_in_row = 0  # responses the vendor failed since the last one that produced audio
-        self.hold_line_played = False  # once per failure spell: the caller heard the hold line
-        self.not_before_ns = 0  # a failed request is asked again from here
+        self.spell = FailureSpell(self.config.failure_policy())  # the model's failures (voicecore/call/failures.py)
 
     def record_header(self) -> dict:
         """What a record's header needs to rebuild this controller (voicecore/call/record.py)."""
@@ -400,14 +399,18 @@ class CallController:
         self._pump(out)
         return out
 
-    def resume(self, now_ns: int) -> list[Action]:
+    def resume(self, now_ns: int, cut_off: bool = False) -> list[Action]:
         """A model worker took over this live call and has no record of it to rebuild from (records off):
-        configure the session, and do not start the call over (the caller heard the greeting already)."""
+        configure the session, and do not start the call over (the caller heard the greeting already).
+        ``cut_off``: the dead worker was in the middle of an answer, which the caller will not hear the end
+        of: the flow's fallback line asks them to say it again (the new session knows nothing of it)."""
         self.now_ns = now_ns
         self.started = True
         self.silence_ref_ns = now_ns
         self.flow.start()  # the flow stands at its start; its first prompt was said by the worker before
         out: list[Action] = list(self.core.on_open())
+        if cut_off:
+            self._enqueue(self.flow.line("fallback"), "fallback", out)
         self._step(out)
         return out
 
@@ -419,6 +422,7 @@ class CallController:
             event = rt.parse_server_event(event)
         if self.ended:
             return []
+        self.spell.event(now_ns)
         out: list[Action] = []
         if isinstance(event, rt.ResponseCreated):
             self._on_response_created(event, out)
@@ -448,9 +452,7 @@ class CallController:
             active = self.active
             if active is not None and active.response_id == event.response_id:
                 active.last_audio_ns = now_ns
-                if self.failed_in_row or self.hold_line_played:
-                    self.failed_in_row = 0  # the vendor serves again
-                    self.hold_line_played = False
+                self.spell.served()
         elif isinstance(event, rt.RealtimeError) and event.code in VENDOR_FAILURE_CODES:
             self._vendor_failed(event.code, out)
         elif isinstance(event, rt.ResponseDone):
@@ -576,7 +578,7 @@ class CallController:
         self.now_ns = now_ns
         if self.ended:
             return []
-        self.model_down_since_ns = 0
+        self.spell.reopened(now_ns)
         out: list[Action] = list(self.core.on_open())
         # the new session starts empty: the conversation so far as message items, oldest first
         for role, text in self.history:
@@ -600,8 +602,7 @@ class CallController:
             return []
         out: list[Action] = []
         self.stats.model_lost += 1
-        if not self.model_down_since_ns:
-            self.model_down_since_ns = now_ns
+        self.spell.lost(now_ns)
         if fatal:
             self._give_up(reason, out)
             return out
@@ -615,6 +616,11 @@ class CallController:
             return False
         return (not self.started or self.inflight is not None or self.queued is not None or self.debounce is not None
                 or (self.active is not None and not self.active.done))
+
+    def _waiting_on_vendor(self) -> bool:
+        """A response was asked for and not created yet, or is being generated: the vendor owes an event."""
+        active = self.active
+        return self.inflight is not None or (active is not None and not active.done and not active.cancelled_ns)
 
     def on_carrier_stop(self, now_ns: int) -> list[Action]:
         """The caller hung up / the stream stopped: stop everything, cleanly, once."""
@@ -1014,7 +1020,7 @@ class CallController:
                 self.stats.retrievals += 1
                 out.append(Retrieve(request.req_id, request.question, self.config.retrieve_k))
             return
-        if self.model_down_since_ns or self.now_ns < self.not_before_ns:
+        if not self.spell.may_ask(self.now_ns):
             return  # no model socket, or a pause after the vendor failed: the request waits
         if not self._may_speak():
             return
@@ -1247,28 +1253,22 @@ class CallController:
         """The vendor failed a response (an error, a failed response.done): a request waiting for its
         response is asked again after a doubling pause; the hold line and the policy follow in _step."""
         self.stats.vendor_failures += 1
-        self.failed_in_row += 1
+        self.spell.vendor_failed(self.now_ns)
         if self.inflight is not None:
             request, self.inflight = self.inflight, None
             if self.queued is None:
                 self.queued = request
-        self.not_before_ns = self.now_ns + self.config.vendor_retry_ms * MS * 2 ** min(4, self.failed_in_row - 1)
 
     def _check_failures(self, out: list[Action]) -> bool:
         """The hold line for a caller waiting on a failing model, and the failure policy. True: given up."""
-        cfg = self.config
-        down_ms = (self.now_ns - self.model_down_since_ns) // MS if self.model_down_since_ns else 0
-        if self.failed_in_row >= cfg.failure_after_failures:
-            self._give_up("vendor_failures", out)
-            return True
-        if down_ms >= cfg.failure_after_ms:
-            self._give_up("model_unreachable", out)
-            return True
-        failing = self.failed_in_row > 0 or self.model_down_since_ns > 0
-        if failing and not self.hold_line_played and not self.caller_speaking and self.awaiting_model():
-            self.hold_line_played = True
+        verdict = self.spell.verdict(self.now_ns, awaiting=self.awaiting_model(), waiting_on_vendor=self._waiting_on_vendor(),
+                                     caller_speaking=self.caller_speaking)
+        if verdict == HOLD:
             self.stats.hold_lines += 1
-            out.append(PlayFallback("hold"))
+            out.append(PlayFallback(HOLD))
+        elif verdict is not None:
+            self._give_up(verdict, out)
+            return True
         return False
 
     def _give_up(self, reason: str, out: list[Action]) -> None:

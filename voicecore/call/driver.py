@@ -43,8 +43,9 @@ class Driver(Protocol):
         """The call's media started and the model socket is open: configure the session (and greet)."""
         ...
 
-    def resume(self, now_ns: int) -> list[Action]:
-        """A worker took over this live call without its history: configure the session, greet no one."""
+    def resume(self, now_ns: int, cut_off: bool = False) -> list[Action]:
+        """A worker took over this live call without its history: configure the session, greet no one;
+        ``cut_off``: the dead worker was in the middle of an answer the caller will not hear the end of."""
         ...
 
     def reopen(self, now_ns: int) -> list[Action]:

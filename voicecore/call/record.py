@@ -42,8 +42,8 @@ sent_tag, sent_frames, carrier_empty_at_ns] as read from the control block at th
 - ``tick``   ``{"p": [...]}``                           -> ``on_tick(t, playout)``
 - ``stop``   ``{}``                                     -> ``on_carrier_stop(t)``
 - ``reopen`` ``{}``                                     -> ``reopen(t)`` (the model socket reconnected)
-- ``resume`` ``{}``                                     -> ``resume(t)`` (a worker took over a live call it cannot rebuild:
-  the session is configured, the call is not started over)
+- ``resume`` ``{"cut"}``                                -> ``resume(t, cut)`` (a worker took over a live call it cannot
+  rebuild: the session is configured, the call is not started over; ``cut``: an answer was cut off)
 - ``lost``   ``{"reason", "fatal"}``                    -> ``on_model_lost(t, reason, fatal)`` (the model socket closed or
   could not be opened; fatal: the vendor's circuit breaker is open for a new call)
 - ``verdict`` ``{"tag", "frames", "rejected", "reason", "citations", "p"}`` -> ``on_verdict(tag, frames, rejected, t, playout, reason, citations)``
@@ -149,6 +149,11 @@ class CallRecorder:
     def wants_ticks(self) -> bool:
         return self.driver.wants_ticks
 
+    @property
+    def ended(self) -> bool:
+        """The driver gave the call up (the failure policy): the shell stops reconnecting its model."""
+        return bool(getattr(self.driver, "ended", False))
+
     def record_header(self) -> dict[str, Any]:
         return self.driver.record_header()
 
@@ -184,8 +189,8 @@ class CallRecorder:
     def on_carrier_stop(self, now_ns: int) -> list[Action]:
         return self._run({"t": now_ns, "k": "stop"}, self.driver.on_carrier_stop(now_ns))
 
-    def resume(self, now_ns: int) -> list[Action]:
-        return self._run({"t": now_ns, "k": "resume"}, self.driver.resume(now_ns))
+    def resume(self, now_ns: int, cut_off: bool = False) -> list[Action]:
+        return self._run({"t": now_ns, "k": "resume", "cut": cut_off}, self.driver.resume(now_ns, cut_off))
 
     def reopen(self, now_ns: int) -> list[Action]:
         """The model socket reconnected: the driver configures the new session."""

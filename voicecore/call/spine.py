@@ -12,6 +12,12 @@ the model's business, not a decision, and the spine decides nothing on them). Th
 (``wants_ticks`` False: the shell does not tick it) and no counters beyond its core's (``stats`` None).
 On a carrier stop it returns nothing: it decides nothing about a call that ended (the shell closes the
 model session of every call that ended), and its records end in a ``stop`` without actions.
+
+Failures (voicecore/call/failures.py, the controller's rules): a caller waiting on a model that dropped,
+failed a response or fell silent for a second hears the shipped hold line; a response the vendor failed, or
+one a drop cut off, is asked for again (after a pause); past the policy's limits the call gets the shipped
+apology and is hung up. The spine needs ticks only while such a spell lasts or a response is owed
+(``wants_ticks``), so a healthy call records none.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 
 from voicecore.call import core
 from voicecore.call.controller import HangUp, PlayFallback
+from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
 from voicecore.realtime import events as rt
 
 CONTROL = "spine"
@@ -31,49 +38,95 @@ class SpineDriver:
 
     control = CONTROL
     stats = None  # no counters beyond the core's
-    wants_ticks = False  # no timers: on_tick never acts
 
-    def __init__(self, call_sid: str, naming: str = "ga", first_tag: int = 1, **core_args: Any) -> None:
+    def __init__(self, call_sid: str, naming: str = "ga", first_tag: int = 1, failure: dict | None = None,
+                 **core_args: Any) -> None:
         # core_args: ModelCallCore's keyword arguments (greet, gate_policy, safe_line, ...), JSON-able:
-        # they go into the record's header so the replay builds the same core.
+        # they go into the record's header so the replay builds the same core. failure: FailurePolicy's fields.
         self.call_sid = call_sid
         self.naming = naming
         self.first_tag = first_tag
         self.core_args = dict(core_args)
         self.core = core.ModelCallCore(call_sid, naming=naming, first_tag=first_tag, **core_args)
+        self.policy = FailurePolicy(**(failure or {}))
+        self.spell = FailureSpell(self.policy)
+        self.started = False
+        self.ended = False
+        self.ask_again = False  # a response the vendor failed (or a drop cut off) is owed to the caller
+
+    @property
+    def wants_ticks(self) -> bool:
+        """Timers only while the model fails or owes an event: a healthy call is never ticked."""
+        return not self.ended and (self.spell.failing or self.ask_again or self._waiting_on_vendor())
 
     def record_header(self) -> dict[str, Any]:
         """What a record's header needs to rebuild this driver (voicecore/call/record.py)."""
         return {"control": CONTROL, "call_sid": self.call_sid, "naming": self.naming, "first_tag": self.first_tag,
-                "args": dict(self.core_args)}
+                "args": dict(self.core_args), "failure": self.policy.to_dict()}
 
     # --- inputs ------------------------------------------------------------------------------------
     def start(self, now_ns: int) -> list[core.Action]:
         """The model socket opened for the first time: configure the session (and greet)."""
+        self.started = True
+        self.spell.reopened(now_ns)
         return self.core.on_open()
 
-    def resume(self, now_ns: int) -> list[core.Action]:
-        """A worker took over the live call: as a reconnect (the spine keeps no history to lose)."""
-        return self.reopen(now_ns)
+    def resume(self, now_ns: int, cut_off: bool = False) -> list[core.Action]:
+        """A worker took over the live call: as a reconnect (the spine keeps no history to lose). ``cut_off``:
+        the dead worker was mid-answer: the caller hears the hold line and gets an answer from the new session."""
+        out = self.reopen(now_ns)
+        if cut_off and not self.ended:
+            self.ask_again = True
+            self.spell.hold_line_played = True
+            out.append(PlayFallback(HOLD))
+        return out
 
     def reopen(self, now_ns: int) -> list[core.Action]:
         """The model socket opened again after a drop: configure the new session, never greet twice."""
         self.core.greet = False
-        return self.core.on_open()
+        self.started = True
+        self.spell.reopened(now_ns)
+        out = self.core.on_open()
+        current = self.core.current
+        if self._waiting_on_vendor() and current is not None:
+            # The drop cut the answer off: what came of it plays on, the rest never will (its session is gone);
+            # the caller is owed an answer from the new session.
+            out += self.core.on_event(rt.ResponseDone(current.response_id, "incomplete", "session_lost"), now_ns,
+                                      core.Playout(0, 0, 0, 0, 0, 0))
+            self.ask_again = True
+        return out + self._check(now_ns)
 
     def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[core.Action]:
-        """The spine has no failure policy (no flow to hand over): a response cut off by the drop gets the
-        shipped hold line; the shell reconnects."""
+        """The model socket closed or could not be opened; the shell reconnects. ``fatal``: no model for
+        this call (the vendor's breaker is open for a new call): the apology and a hang-up at once."""
+        if self.ended:
+            return []
+        self.spell.lost(now_ns)
         if fatal:
-            return [PlayFallback("apology_hangup"), HangUp(reason, after_line=True)]
-        return [PlayFallback("hold")] if self.awaiting_model() else []
+            return self._give_up(reason, now_ns, None)
+        return self._check(now_ns)
 
     def awaiting_model(self) -> bool:
+        """The caller waits on the model: the call's first words, or an answer being generated or owed."""
+        return not self.ended and (not self.started or self.ask_again or self._waiting_on_vendor())
+
+    def _waiting_on_vendor(self) -> bool:
         current = self.core.current
         return current is not None and not current.cancelled and not current.audio_done
 
     def on_model_event(self, text: str | bytes, now_ns: int, playout: core.Playout) -> list[core.Action]:
-        return self.core.on_event(rt.parse_server_event(text), now_ns, playout)
+        event = rt.parse_server_event(text)
+        out = self.core.on_event(event, now_ns, playout)
+        if self.ended:
+            return out
+        self.spell.event(now_ns)
+        if isinstance(event, rt.AudioDelta):
+            self.spell.served()
+        elif ((isinstance(event, rt.RealtimeError) and event.code in VENDOR_FAILURE_CODES)
+              or (isinstance(event, rt.ResponseDone) and event.status == "failed" and event.error_code in VENDOR_FAILURE_CODES)):
+            self.spell.vendor_failed(now_ns)
+            self.ask_again = True
+        return out + self._check(now_ns)
 
     def on_caller_audio(self, audio: bytes, now_ns: int, playout: core.Playout | None = None) -> list[core.Action]:
         return self.core.caller_audio(audio)  # to the model; nothing to decide
@@ -83,7 +136,32 @@ class SpineDriver:
         return []
 
     def on_tick(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
-        return []  # the spine has no timers
+        if self.ended:
+            return []
+        out = self._check(now_ns, playout)
+        if self.ask_again and not self.ended and self.spell.may_ask(now_ns) and not self._waiting_on_vendor():
+            self.ask_again = False
+            out.append(core.SendToModel(rt.response_create()))
+        return out
+
+    def _check(self, now_ns: int, playout: core.Playout | None = None) -> list[core.Action]:
+        verdict = self.spell.verdict(now_ns, awaiting=self.awaiting_model(), waiting_on_vendor=self._waiting_on_vendor(),
+                                     caller_speaking=False)
+        if verdict == HOLD:
+            return [PlayFallback(HOLD)]
+        if verdict is not None:
+            return self._give_up(verdict, now_ns, playout)
+        return []
+
+    def _give_up(self, reason: str, now_ns: int, playout: core.Playout | None) -> list[core.Action]:
+        """The failure policy: what is audible of the model stops, the shipped apology plays, then a hang-up
+        (the spine has no flow and no one to transfer to)."""
+        self.ended = True
+        self.ask_again = False
+        out: list[core.Action] = []
+        if playout is not None and self.core.audible(playout) is not None:
+            out.extend(self.core.barge_in(now_ns, playout))
+        return out + [PlayFallback("apology_hangup"), HangUp(reason, after_line=True)]
 
     def on_carrier_stop(self, now_ns: int) -> list[core.Action]:
         return []

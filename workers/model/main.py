@@ -77,6 +77,7 @@ def reconnect_delay_s(failures: int, jitter: float) -> float:
     do not come back in one burst."""
     return min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2 ** max(0, failures - 1)) * jitter
 MODEL_CONNECT_TIMEOUT_S = 5.0
+BREAKER_POLL_S = 0.25  # a call waiting on an open breaker looks again this often
 STAMP_EVERY_S = 0.1  # MODEL_ALIVE_NS / MODEL_EXPECTING of every served call (the pacer's hold line watches them)
 LINE_PLAYED_WAIT_S = 15.0  # a hang-up or transfer after a fallback line waits at most this long for it to play
 MAX_MODEL_MESSAGE_BYTES = 16 * 2**20
@@ -172,7 +173,8 @@ class CallSession:
             decider = SpineDriver(call_sid, naming=config.realtime_naming, first_tag=first_tag, greet=not resumed,
                                   gate_policy=config.gate_policy, safe_line=agent.safe_line,
                                   instructions=AgentFlow(agent).session().instructions, voice=agent.voice,
-                                  greeting=agent.greeting)
+                                  greeting=agent.greeting,
+                                  failure=controller_config(config, agent).failure_policy().to_dict())
         # A call this worker took over (a worker died under it): its driver as the dead worker left it, rebuilt
         # from that worker's part file (INV-REPLAY), so the call goes on where it stood instead of starting over.
         self.resumed = resumed
@@ -202,7 +204,6 @@ class CallSession:
                 summary_feed(entry)
 
             self.recorder.observer = observe
-        self.wants_ticks = self.driver.wants_ticks  # the spine has no timers: no tick, no cost
         # Streamed: ModelWorker.run hands the entries of the last second to the writer thread, which appends
         # them to the call's part file (only the writer touches record_file).
         self.record_file: RecordFile | None = None
@@ -220,24 +221,28 @@ class CallSession:
         self.language = agent.languages[0] if agent.languages else "en"
         ctrl[C.HOLD_CLIP] = fallback.clip_number(self.language, fallback.HOLD)
         self.model_lost_reported = False  # the driver was told the model is gone (until a socket opens again)
+        self.cut_off = False  # taken over in the middle of an answer (a live tag the dead worker never ended)
         if resumed:
-            self._end_orphaned_tags()
+            self.cut_off = self._end_orphaned_tags()
 
     def alive(self) -> bool:
         ctrl = self.worker.arena.ctrl[self.slot]
         return ctrl[C.STATE] == C.SLOT_ACTIVE and ctrl[C.GENERATION] == self.generation
 
-    def _end_orphaned_tags(self) -> None:
+    def _end_orphaned_tags(self) -> bool:
         # A previous worker died mid-response: its frames already in the ring may play out, but nobody
         # will end that tag, so close it now (the pacer marks its end instead of counting a dry spell).
         arena = self.worker.arena
         ctrl = arena.ctrl[self.slot]
+        orphaned = False
         for row in range(C.TAG_TABLE_SIZE):
             base = C.TAG_TABLE_BASE + row * C.TAG_ROW_WORDS
             tag = int(ctrl[base + C.TAG_ROW_TAG])
             if tag and ctrl[base + C.TAG_ROW_STATE] == C.TAG_LIVE:
                 rings.outbound_push_end(arena.ctrl, arena.out_meta, self.slot, tag, 0)
                 rings.tag_done(arena.ctrl, self.slot, tag)
+                orphaned = True
+        return orphaned
 
     def playout(self) -> core.Playout:
         ctrl = self.worker.arena.ctrl[self.slot]
@@ -269,7 +274,8 @@ class CallSession:
                     self.model_lost("breaker_open", fatal=True)
                     return
                 self.model_lost("breaker_open")
-                await asyncio.sleep(max(0.05, breaker.retry_in(time.monotonic())) * random.uniform(1.0, 1.3))
+                # look again soon: the moment the trial session succeeds, every waiting call reconnects
+                await asyncio.sleep(min(BREAKER_POLL_S, max(0.05, breaker.retry_in(time.monotonic()))) * random.uniform(1.0, 1.3))
                 continue
             try:
                 transport, _socket = await ws_connect(
@@ -315,7 +321,7 @@ class CallSession:
             if self.rebuilt_from:  # the call's state is back: its new session gets what the old one had
                 self._apply(self.driver.reopen(time.monotonic_ns()))
             elif self.resumed:  # taken over without a record: configured, never greeted twice
-                self._apply(self.driver.resume(time.monotonic_ns()))
+                self._apply(self.driver.resume(time.monotonic_ns(), self.cut_off))
             else:
                 self._apply(self.driver.start(time.monotonic_ns()))
         else:  # reconnected: configure the new session (no second greeting)
@@ -343,7 +349,8 @@ class CallSession:
 
     def tick(self) -> None:
         """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms)."""
-        if self.wants_ticks and (self.started or self.model_lost_reported):
+        # the spine asks for ticks only while its model fails or owes an event: a healthy call costs nothing
+        if (self.started or self.model_lost_reported) and self.driver.wants_ticks:
             actions = self.driver.on_tick(time.monotonic_ns(), self.playout())
             if actions:
                 self._apply(actions)

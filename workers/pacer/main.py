@@ -102,6 +102,7 @@ class Pacer:
         self.arena: Arena | None = None
         self.follower = ArenaFollower(self.runtime_dir, config.shm_dir)
         self.core: PacerCore | None = None
+        self.earlier_stats: dict[str, int] = {}  # the counters of cores of earlier arenas
         self.lateness = Histogram()
         self.lateness_seconds = prom_histogram.Histogram(LATENESS_BUCKETS_S)  # the same samples, for Prometheus
         self.tick_time = Histogram()
@@ -114,6 +115,9 @@ class Pacer:
     def attach_arena(self) -> bool:
         arena, changed = self.follower.poll()
         if changed:
+            if self.core is not None:  # a new arena (the gateway restarted): the counters stay cumulative
+                for name, value in self.core.statistics().items():
+                    self.earlier_stats[name] = self.earlier_stats.get(name, 0) + value
             self.core = None
         self.arena = arena
         if arena is not None and self.core is None:
@@ -159,7 +163,7 @@ class Pacer:
             **self.tick_time.summary("tick_duration"),
         }
         if self.core is not None:
-            values.update({k: float(v) for k, v in self.core.statistics().items()})
+            values.update({k: float(v + self.earlier_stats.get(k, 0)) for k, v in self.core.statistics().items()})
         if self.arena is not None:
             values.update(self.lead_statistics())
         self.bus.send(self.gateway, messages.Stats("pacer", pid, values))

@@ -1,0 +1,94 @@
+"""What a call's driver knows of its model's failures, and what it makes of them (INV-NEVER-SILENT).
+
+Owns one call's failure spell: since when the model socket is gone, how many responses the vendor failed
+in a row, whether the caller already heard the hold line in this spell, when a failed request may be asked
+again, when the vendor last said anything. ``verdict`` turns that into the next step: the shipped hold line
+for a caller who waits on a failing or silent model, or giving up (the agent's failure policy) after
+``after_failures`` failed responses in a row or ``after_ms`` without a model socket. Sans-I/O: fed a clock;
+both drivers (the turn-taking controller and the spine) keep one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+MS = 1_000_000
+
+# Error codes of a vendor that cannot serve right now (PROTOCOLS.md): the request is asked again after a
+# pause, and counts toward the failure policy.
+VENDOR_FAILURE_CODES = frozenset({"rate_limit_exceeded", "server_error", "server_overloaded", "service_unavailable",
+                                  "insufficient_quota"})
+
+HOLD = "hold"
+GAVE_UP_VENDOR = "vendor_failures"
+GAVE_UP_UNREACHABLE = "model_unreachable"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FailurePolicy:
+    after_failures: int = 3  # responses the vendor failed in a row -> give up
+    after_ms: int = 10_000  # this long without a model socket -> give up
+    vendor_retry_ms: int = 500  # a failed request is asked again after this, doubling per failure in a row
+    silent_ms: int = 1000  # a caller waits on the vendor and it has said nothing this long: the hold line
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class FailureSpell:
+    __slots__ = ("policy", "model_down_since_ns", "failed_in_row", "hold_line_played", "not_before_ns", "last_event_ns")
+
+    def __init__(self, policy: FailurePolicy) -> None:
+        self.policy = policy
+        self.model_down_since_ns = 0  # the model socket is gone since (0: connected)
+        self.failed_in_row = 0  # responses the vendor failed since the last one that produced audio
+        self.hold_line_played = False  # once per spell: the caller heard the hold line
+        self.not_before_ns = 0  # a failed request is asked again from here
+        self.last_event_ns = 0  # the vendor's last event (or the session's start)
+
+    @property
+    def failing(self) -> bool:
+        return self.failed_in_row > 0 or self.model_down_since_ns > 0
+
+    def event(self, now_ns: int) -> None:
+        self.last_event_ns = now_ns
+
+    def served(self) -> None:
+        """The model's audio flows again: the spell is over."""
+        self.failed_in_row = 0
+        self.hold_line_played = False
+
+    def lost(self, now_ns: int) -> None:
+        if not self.model_down_since_ns:
+            self.model_down_since_ns = now_ns
+
+    def reopened(self, now_ns: int) -> None:
+        self.model_down_since_ns = 0
+        self.last_event_ns = now_ns
+
+    def vendor_failed(self, now_ns: int) -> None:
+        self.failed_in_row += 1
+        self.not_before_ns = now_ns + self.policy.vendor_retry_ms * MS * 2 ** min(4, self.failed_in_row - 1)
+
+    def may_ask(self, now_ns: int) -> bool:
+        """A request may go to the model now (a socket, and no pause after a failure)."""
+        return not self.model_down_since_ns and now_ns >= self.not_before_ns
+
+    def verdict(self, now_ns: int, *, awaiting: bool, waiting_on_vendor: bool, caller_speaking: bool) -> str | None:
+        """GAVE_UP_* (the failure policy, now), HOLD (ask the pacer for the hold line), or None.
+
+        ``awaiting``: the caller waits on the model (a response asked for, coming or playing, or the call's
+        first words). ``waiting_on_vendor``: a response was asked for or is being generated: the vendor owes
+        the next event."""
+        policy = self.policy
+        if self.failed_in_row >= policy.after_failures:
+            return GAVE_UP_VENDOR
+        if self.model_down_since_ns and now_ns - self.model_down_since_ns >= policy.after_ms * MS:
+            return GAVE_UP_UNREACHABLE
+        if self.hold_line_played or caller_speaking:
+            return None
+        silent = waiting_on_vendor and self.last_event_ns and now_ns - self.last_event_ns >= policy.silent_ms * MS
+        if (self.failing and awaiting) or silent:
+            self.hold_line_played = True
+            return HOLD
+        return None
