@@ -184,7 +184,7 @@ def test_the_spine_plays_the_hold_line_when_the_vendor_falls_silent_mid_answer()
 
 
 def test_the_spine_asks_again_after_a_rate_limit_and_gives_up_after_three():
-    d = spine(vendor_retry_ms=100)
+    d = spine(vendor_retry_ms=100, after_failures=3)
     out = d.on_model_event(failed_done("r9"), 100 * MS, IDLE)
     assert lines(out) == ["hold"] and d.wants_ticks
     assert sent(d.on_tick(150 * MS, IDLE)) == []  # the pause
@@ -216,3 +216,14 @@ def test_the_spines_failure_policy_is_in_its_record_and_replays():
     assert header["failure"]["after_ms"] == 2000
     assert any(e["k"] == "out" and e["a"]["type"] == "HangUp" for e in entries)
     assert replay(header, entries).divergence is None
+
+
+def test_a_failed_request_waits_longer_after_each_failure_but_never_more_than_the_cap():
+    from voicecore.call.failures import FailurePolicy, FailureSpell
+
+    spell = FailureSpell(FailurePolicy(vendor_retry_ms=500, vendor_retry_max_ms=2000))
+    waits = []
+    for _ in range(5):
+        spell.vendor_failed(0)
+        waits.append(spell.not_before_ns // MS)
+    assert waits == [500, 1000, 2000, 2000, 2000]

@@ -791,7 +791,7 @@ def _read_silence(p: _Problems, data: dict[str, Any], values: dict[str, Any]) ->
 def _read_failure(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:
     section = _section(p, data, "failure", ("after_failures", "after_s", "action"))
     if "after_failures" in section:
-        count = p.integer(section, "after_failures", "$.failure", 3)
+        count = p.integer(section, "after_failures", "$.failure", 5)
         p.in_range(count, "$.failure.after_failures", 1, 100)
         if count is not None:
             values["failure_after_failures"] = count

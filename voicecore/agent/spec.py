@@ -135,7 +135,7 @@ class AgentSpec:
     # hold line at once (voicecore/fallback); after failure_after_failures failures in a row, or
     # failure_after_s seconds without a working model, the call gets the shipped apology and is transferred
     # (failure_action "transfer", to transfer_to) or hung up ("hangup").
-    failure_after_failures: int = 3
+    failure_after_failures: int = 5
     failure_after_s: float = 10.0
     failure_action: str = "transfer"  # "transfer" (to transfer_to; hang up when there is none) or "hangup"
     filler_after_ms: int = 1500  # a tool still running this long: say the filler line (once)

@@ -100,7 +100,7 @@ class ControllerConfig:
     # The failure policy (the agent's [failure]): responses the vendor failed in a row (errors, rate limits,
     # failed responses, unanswered requests), or this long without a model socket, end the call with the
     # shipped apology, then a transfer (failure_transfer, when there is a target) or a hang-up.
-    failure_after_failures: int = 3
+    failure_after_failures: int = 5
     failure_after_ms: int = 10_000
     failure_transfer: bool = True
     vendor_retry_ms: int = 500  # a request the vendor failed is asked again after this (doubling per failure)

@@ -26,9 +26,10 @@ GAVE_UP_UNREACHABLE = "model_unreachable"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FailurePolicy:
-    after_failures: int = 3  # responses the vendor failed in a row -> give up
+    after_failures: int = 5  # responses the vendor failed in a row -> give up (asked at 0, 0.5, 1.5, 3.5, 5.5 s)
     after_ms: int = 10_000  # this long without a model socket -> give up
-    vendor_retry_ms: int = 500  # a failed request is asked again after this, doubling per failure in a row
+    vendor_retry_ms: int = 500  # a failed request is asked again after this, doubling per failure in a row ...
+    vendor_retry_max_ms: int = 2000  # ... up to this: a rate limit lasts seconds, and the caller is waiting
     silent_ms: int = 1000  # a caller waits on the vendor and it has said nothing this long: the hold line
 
     def to_dict(self) -> dict:
@@ -68,7 +69,9 @@ class FailureSpell:
 
     def vendor_failed(self, now_ns: int) -> None:
         self.failed_in_row += 1
-        self.not_before_ns = now_ns + self.policy.vendor_retry_ms * MS * 2 ** min(4, self.failed_in_row - 1)
+        policy = self.policy
+        delay_ms = min(policy.vendor_retry_max_ms, policy.vendor_retry_ms * 2 ** min(8, self.failed_in_row - 1))
+        self.not_before_ns = now_ns + delay_ms * MS
 
     def may_ask(self, now_ns: int) -> bool:
         """A request may go to the model now (a socket, and no pause after a failure)."""
