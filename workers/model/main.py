@@ -57,6 +57,7 @@ from voicecore.shm.arena import Arena
 from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
 from voicecore.standby import Leadership
+from workers.model.follow import FOLLOW_EVERY_S, Followers
 from voicecore import http_client, prom_histogram
 from voicecore import replay as replay_mod
 from voicecore.call.record import RecordError
@@ -180,7 +181,13 @@ class CallSession:
         self.resumed = resumed
         self.rebuilt_from: str | None = None
         if resumed and config.record_dir:
-            rebuilt = rebuild_driver(config.record_dir, call_sid)
+            # what the standby followed while it waited (workers/model/follow.py), else the whole part file
+            rebuilt = worker.followers.take(call_sid) if worker.followers is not None else None
+            if rebuilt is not None:
+                worker.counters["calls_taken_over_followed"] += 1
+                log.info("call %s: rebuilt from %s (followed while standing by)", call_sid, rebuilt[1])
+            else:
+                rebuilt = rebuild_driver(config.record_dir, call_sid)
             if rebuilt is not None:
                 decider, self.rebuilt_from = rebuilt
                 decider.core.next_tag = max(decider.core.next_tag, first_tag)  # never reuse a tag the arena saw
@@ -704,8 +711,9 @@ class ModelSocket(WSListener):
 
 
 class ModelWorker:
-    def __init__(self, config: Config, agent: AgentSpec) -> None:
+    def __init__(self, config: Config, agent: AgentSpec, followers: Followers | None = None) -> None:
         self.config = config
+        self.followers = followers  # the live calls' drivers this process kept rebuilt while it stood by
         self.agent = agent_settings.agent_for_config(agent, config)
         self.tool_slots = asyncio.Semaphore(MAX_TOOLS_RUNNING)
         self.tool_tasks: set[asyncio.Task] = set()
@@ -729,7 +737,7 @@ class ModelWorker:
                                              "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0,
                                              "observe_events_sent": 0, "observe_events_dropped": 0,
                                              "fallback_lines_asked": 0, "calls_refused_by_breaker": 0,
-                                             "failure_policy_calls": 0})
+                                             "failure_policy_calls": 0, "calls_taken_over_followed": 0})
         self.breakers: dict[str, CircuitBreaker] = {}  # per vendor endpoint (URL)
         # voicecore_tool_duration_seconds: each tool run's time by outcome, cumulative since start (both
         # outcomes reported from the start, so a scraper sees the series before the first error).
@@ -914,6 +922,27 @@ class ModelWorker:
         self.follower.close()
 
 
+async def follow_while_standing_by(config: Config, followers: Followers) -> None:
+    """Every FOLLOW_EVERY_S: the arena's live calls, each one's record read on (workers/model/follow.py).
+    Reads only: the serving worker owns the arena's words and the files."""
+    arena_follower = ArenaFollower(Path(config.runtime_dir), config.shm_dir)
+    try:
+        while True:
+            arena, _changed = arena_follower.poll()
+            if arena is not None:
+                active = np.nonzero(arena.ctrl[:, C.STATE] == C.SLOT_ACTIVE)[0]
+                for follower in followers.update([arena.call_sid(int(slot)) for slot in active]):
+                    follower.poll()
+                    await asyncio.sleep(0)
+            await asyncio.sleep(FOLLOW_EVERY_S)
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # following is an optimisation: a takeover then rebuilds from the files
+        log.exception("following the live calls' records failed; a takeover rebuilds them from the start")
+    finally:
+        arena_follower.close()
+
+
 async def amain(config: Config) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -925,12 +954,18 @@ async def amain(config: Config) -> None:
     except AgentError as exc:  # `voicecore up` checks first; this is a worker started some other way
         log.error("the agent cannot be loaded; the model worker stops:\n%s", exc)
         raise SystemExit(2) from None
-    # Warmed up (imports, compiled ring kernels, the agent): stand by until this process serves the role.
+    # Warmed up (imports, compiled ring kernels, the agent): stand by until this process serves the role,
+    # following the live calls' records meanwhile so that a takeover replays seconds, not whole calls.
     leadership = Leadership(config.runtime_dir, "model")
+    followers = Followers(config.record_dir) if config.record_dir else None
+    following = asyncio.get_running_loop().create_task(follow_while_standing_by(config, followers)) if followers else None
     try:
-        if not await leadership.wait_async(stop) or stop.is_set():
+        acquired = await leadership.wait_async(stop)
+        if following is not None:
+            following.cancel()
+        if not acquired or stop.is_set():
             return
-        worker = ModelWorker(config, agent)
+        worker = ModelWorker(config, agent, followers)
         leadership.announce()
         gc.freeze()
         await worker.run(stop)
