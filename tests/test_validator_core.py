@@ -507,3 +507,26 @@ def test_facts_survive_the_bus_codec_and_old_positional_gate_opens_have_none():
     core = ValidatorCore(KB, margin_frames=0)
     core.handle(m.decode(m.encode(opened)))
     assert finish(core, KEY, BOOKED_ANSWER).approved_frames == APPROVE_ALL_FRAMES
+
+
+def test_a_gate_sent_again_after_an_unknown_tag_rejection_is_judged_whole():
+    """A new validator got only the end of a gate (its opening died with the old one): the answer is rejected
+    as unknown once; the model worker sends the gate again, whole (GateOpen.resend), and it is judged."""
+    core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
+    (unknown,) = core.handle(m.TranscriptDelta(*KEY, "Hello ", 5))
+    assert unknown.rejected and unknown.reason == m.UNKNOWN_GATE
+    resent = m.GateOpen(*KEY, "off", "", "en", "", "", resend=True)
+    verdicts = core.handle(resent)
+    assert verdicts and not verdicts[-1].rejected  # judged now (policy off: approved at once)
+
+
+def test_a_resend_of_a_gate_still_open_starts_it_over():
+    core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
+    core.handle(m.GateOpen(*KEY, "numbers", "", "en", "", ""))
+    core.handle(m.TranscriptDelta(*KEY, "Basic costs ", 12))  # what reached the new validator of the first sending
+    core.handle(m.GateOpen(*KEY, "numbers", "", "en", "", "", resend=True))
+    core.handle(m.TranscriptDelta(*KEY, "Basic costs ", 12))
+    core.handle(m.TranscriptDelta(*KEY, "99 kr per month.", 40))
+    assert core._gates[KEY].transcript == "Basic costs 99 kr per month."  # not "Basic costs Basic costs ..."
+    (final,) = core.handle(m.TranscriptDone(*KEY, "Basic costs 99 kr per month.", 40))
+    assert not final.rejected

@@ -78,7 +78,9 @@ class GateOpen:
     prompt's or flow node's forbidden phrases, one per line ("" for none). ``facts`` is text whose numbers
     count as grounded for this response only, besides the knowledge base's: the result of the tool the
     agent is answering from ("" for none). It comes last with a default, so positional constructions
-    that predate it still build the same message."""
+    that predate it still build the same message. ``resend``: the model worker sends a gate it opened again,
+    with all of its transcript after it, because a new validator serves (the one it was sent to died): a gate
+    still open starts over, one already judged stays judged."""
 
     slot: int
     generation: int
@@ -88,6 +90,11 @@ class GateOpen:
     language: str
     forbidden: str
     facts: str = ""
+    resend: bool = False
+
+# The reason of a rejection for a transcript of a gate the validator never saw opened: a model worker that
+# still holds the gate sends it again (GateOpen.resend) instead of dropping the answer.
+UNKNOWN_GATE = "no gate open for this tag (validator restarted?)"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

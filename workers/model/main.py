@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import concurrent.futures
 import gc
 import logging
@@ -56,6 +57,7 @@ from voicecore.shm import rings
 from voicecore.shm.arena import Arena
 from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
+from voicecore import standby
 from voicecore.standby import Leadership
 from workers.model.follow import FOLLOW_EVERY_S, Followers
 from voicecore import http_client, prom_histogram
@@ -79,7 +81,9 @@ def reconnect_delay_s(failures: int, jitter: float) -> float:
     return min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2 ** max(0, failures - 1)) * jitter
 MODEL_CONNECT_TIMEOUT_S = 5.0
 BREAKER_POLL_S = 0.25  # a call waiting on an open breaker looks again this often
-STAMP_EVERY_S = 0.1  # MODEL_ALIVE_NS / MODEL_EXPECTING of every served call (the pacer's hold line watches them)
+STAMP_EVERY_S = 0.1
+VALIDATOR_CHECK_S = 0.25  # how often the serving validator's pid is read (a new one gets the open gates again)
+MAX_GATES_KEPT = 16  # per call  # MODEL_ALIVE_NS / MODEL_EXPECTING of every served call (the pacer's hold line watches them)
 LINE_PLAYED_WAIT_S = 15.0  # a hang-up or transfer after a fallback line waits at most this long for it to play
 MAX_MODEL_MESSAGE_BYTES = 16 * 2**20
 INBOUND_BATCH_NS = timing.INBOUND_BATCH_MS * 1_000_000
@@ -228,6 +232,8 @@ class CallSession:
         self.language = agent.languages[0] if agent.languages else "en"
         ctrl[C.HOLD_CLIP] = fallback.clip_number(self.language, fallback.HOLD)
         self.model_lost_reported = False  # the driver was told the model is gone (until a socket opens again)
+        self.gate_messages: dict[int, list[object]] = {}  # per gated tag, what the validator was sent
+        self.gates_resent: set[int] = set()  # tags sent again to the validator serving now
         self.cut_off = False  # taken over in the middle of an answer (a live tag the dead worker never ended)
         if resumed:
             self.cut_off = self._end_orphaned_tags()
@@ -487,7 +493,28 @@ class CallSession:
                 message = messages.TranscriptDone(self.slot, self.generation, action.tag, action.text, action.audio_frames)
             case core.GateTranscript():
                 message = messages.TranscriptDelta(self.slot, self.generation, action.tag, action.text, action.audio_frames)
+        # Kept until the tag's verdict is final: a validator that takes over from a dead one never saw them.
+        self.gate_messages.setdefault(action.tag, []).append(message)
+        while len(self.gate_messages) > MAX_GATES_KEPT:
+            del self.gate_messages[next(iter(self.gate_messages))]
         worker.bus.send(worker.validator, message)
+
+    def resend_gates(self, tags: list[int] | None = None) -> int:
+        """A new validator serves: every gate still waiting for its final verdict (or ``tags``), from its
+        opening on, once per validator."""
+        sent = 0
+        for tag in list(self.gate_messages) if tags is None else tags:
+            batch = self.gate_messages.get(tag)
+            if batch is None or tag in self.gates_resent:
+                continue
+            self.gates_resent.add(tag)
+            first = batch[0]
+            if isinstance(first, messages.GateOpen):
+                batch = [dataclasses.replace(first, resend=True), *batch[1:]]
+            for message in batch:
+                self.worker.bus.send(self.worker.validator, message)
+                sent += 1
+        return sent
 
     def stamp(self, now_ns: int) -> None:
         """Tell the pacer this worker serves the call, and whether the caller waits on the model: should
@@ -562,6 +589,14 @@ class CallSession:
     def on_verdict(self, verdict: messages.Verdict) -> None:
         if not self.started:
             return
+        batch = self.gate_messages.get(verdict.tag)
+        if verdict.rejected and verdict.reason == messages.UNKNOWN_GATE and batch is not None:
+            # a new validator got part of a gate (the rest died with the old one): it gets the gate whole
+            resent = self.resend_gates([verdict.tag])
+            self.worker.counters["gate_messages_resent"] += resent
+            return
+        if batch is not None and (verdict.rejected or verdict.approved_frames >= C.APPROVE_ALL):
+            del self.gate_messages[verdict.tag]  # final: nothing to tell a validator that takes over
         actions = self.driver.on_verdict(verdict.tag, verdict.approved_frames, verdict.rejected, time.monotonic_ns(),
                                          self.playout(), verdict.reason, verdict.citations)
         if verdict.rejected:
@@ -714,6 +749,7 @@ class ModelWorker:
     def __init__(self, config: Config, agent: AgentSpec, followers: Followers | None = None) -> None:
         self.config = config
         self.followers = followers  # the live calls' drivers this process kept rebuilt while it stood by
+        self.validator_pid: int | None = None
         self.agent = agent_settings.agent_for_config(agent, config)
         self.tool_slots = asyncio.Semaphore(MAX_TOOLS_RUNNING)
         self.tool_tasks: set[asyncio.Task] = set()
@@ -737,7 +773,8 @@ class ModelWorker:
                                              "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0,
                                              "observe_events_sent": 0, "observe_events_dropped": 0,
                                              "fallback_lines_asked": 0, "calls_refused_by_breaker": 0,
-                                             "failure_policy_calls": 0, "calls_taken_over_followed": 0})
+                                             "failure_policy_calls": 0, "calls_taken_over_followed": 0,
+                                             "gate_messages_resent": 0})
         self.breakers: dict[str, CircuitBreaker] = {}  # per vendor endpoint (URL)
         # voicecore_tool_duration_seconds: each tool run's time by outcome, cumulative since start (both
         # outcomes reported from the start, so a scraper sees the series before the first error).
@@ -794,6 +831,19 @@ class ModelWorker:
         if breaker is None:
             breaker = self.breakers[url] = CircuitBreaker()
         return breaker
+
+    def check_validator(self) -> None:
+        """A validator that took over (or restarted) knows nothing of the gates open: send them again."""
+        pid = standby.leader_pid(self.config.runtime_dir, "validator")
+        if pid is None or pid == self.validator_pid:
+            return
+        if self.validator_pid is not None:
+            for session in self.calls.values():
+                session.gates_resent.clear()  # a validator newer than the one they were resent to
+            resent = sum(session.resend_gates() for session in self.calls.values())
+            self.counters["gate_messages_resent"] += resent
+            log.warning("a new validator serves (pid %d): %d gate messages sent again", pid, resent)
+        self.validator_pid = pid
 
     def stamp_calls(self) -> None:
         now_ns = time.monotonic_ns()
@@ -859,6 +909,7 @@ class ModelWorker:
         next_events = 0.0
         next_heartbeat = 0.0
         next_stamp = 0.0
+        next_validator_check = 0.0
         verdicts_fd = self.verdicts.getsockopt(zmq.FD)
         asyncio.get_running_loop().add_reader(verdicts_fd, self.on_verdicts)
         while not stop.is_set():
@@ -885,6 +936,9 @@ class ModelWorker:
             if now >= next_stamp and self.arena is not None:
                 next_stamp = now + STAMP_EVERY_S
                 self.stamp_calls()
+            if now >= next_validator_check:
+                next_validator_check = now + VALIDATOR_CHECK_S
+                self.check_validator()
             if now >= next_heartbeat:  # the loop runs every 20 ms; the others expect one per HEARTBEAT_MS
                 next_heartbeat = now + timing.HEARTBEAT_MS / 1000
                 self.heartbeat_seq += 1

@@ -187,6 +187,7 @@ class ValidatorCore:
         self.max_gates = max(1, max_gates)
         self._gates: OrderedDict[tuple[int, int, int], _Gate] = OrderedDict()
         self._closed: OrderedDict[tuple[int, int, int], None] = OrderedDict()
+        self._orphans: OrderedDict[tuple[int, int, int], None] = OrderedDict()  # transcripts of gates never opened: rejected once
         self.counters: dict[str, int] = {
             "gates_opened": 0, "deltas": 0, "dones": 0, "verdicts_approve": 0, "verdicts_reject": 0,
             "approved_all": 0, "rejected_numbers": 0, "rejected_script": 0, "rejected_forbidden": 0,
@@ -216,6 +217,12 @@ class ValidatorCore:
 
     def open(self, message: messages.GateOpen) -> list[messages.Verdict]:
         key = (message.slot, message.generation, message.tag)
+        if message.resend:
+            self._gates.pop(key, None)  # opened by what reached us of the first sending: the resend is whole
+            self._orphans.pop(key, None)  # rejected as unknown: the model worker held on to it
+        elif key in self._orphans:
+            self.counters["dropped"] += 1
+            return []
         if key in self._gates or key in self._closed:
             self.counters["dropped"] += 1  # a duplicate open must not reset a gate that already judged
             return []
@@ -307,8 +314,15 @@ class ValidatorCore:
             self.counters["after_final"] += 1
             return []
         self.counters["dropped"] += 1
-        gate = _Gate(key, "off", "auto", None, None, [])
-        return self._reject(gate, "no gate open for this tag (validator restarted?)", "rejected_other")
+        if key in self._orphans:
+            return []  # rejected once already
+        self._orphans[key] = None
+        while len(self._orphans) > MAX_CLOSED:
+            self._orphans.popitem(last=False)
+        self.counters["verdicts_reject"] += 1
+        self.counters["rejected_other"] += 1
+        # Not closed: the model worker may open it again (GateOpen.resend); if it cannot, it rejects the answer.
+        return [self._verdict(_Gate(key, "off", "auto", None, None, []), rejected=True, reason=messages.UNKNOWN_GATE)]
 
     def _judge(self, gate: _Gate, final: bool) -> list[messages.Verdict]:
         text = gate.transcript
