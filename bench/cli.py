@@ -22,12 +22,17 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
-    run.add_argument("--calls", type=int, default=10, help="concurrent simulated calls (default 10)")
+    run.add_argument("--calls", type=int, default=None, help="concurrent simulated calls (default 10; 100 with --soak)")
     run.add_argument("--seconds", type=float, default=10.0, help="measured window in seconds, after every call is up (default 10)")
     run.add_argument("--scenario", default="steady", metavar="NAME",
                      help="what callers and the model do: steady (default), bargein-storm, model-stall, silence, "
-                          "hallucination, overlap, or agent:DIR (an agent directory's demo.toml: its callers, its "
+                          "hallucination, overlap, chaos (steady's calls while workers are killed and the model "
+                          "vendor misbehaves, one fault after another; see --chaos-faults), or agent:DIR (an agent directory's demo.toml: its callers, its "
                           "model rules with function calls, its tool API; the stack runs the agent)")
+    run.add_argument("--soak", type=float, default=0.0, metavar="SECONDS",
+                     help="instead of a measured run: keep --calls calls up for SECONDS, each call 20-90 s then the next, "
+                          "and report RSS and open fds of every stack process over time, and after the stop whether "
+                          "/dev/shm and the runtime dir are clean and no process is left (JSON key soak; bench/soak.py)")
     run.add_argument("--json", dest="json_path", metavar="PATH", help="write the JSON report here")
     run.add_argument("--png", dest="png_path", metavar="PATH", help="write the PNG report here (default: next to the JSON)")
     run.add_argument("--target", metavar="URL", help="drive a stack that is already running (http://host:port) instead of starting one")
@@ -48,10 +53,16 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--save", default="", metavar="NAME",
                      help="also write the JSON report to bench/results/<UTC date>-NAME.json (never overwrites; "
                           "see bench/results/README.md)")
+    run.add_argument("--bad-input", action="store_true",
+                     help="run twice, taking turns: without and with a hypothesis-driven attacker of the gateway's webhooks and stream (bench/badinput.py) through the measured window; JSON key bad_input: inputs tried, closed as documented, crashes, the good calls' figures both ways, memory before and after")
     run.add_argument("--compare-store", action="store_true",
                      help="run the stack twice, taking turns: without records (voicecore) and with records, the SQLite "
                           "call store and the console (voicecore-store); the report's store_comparison has both "
                           "runs' lateness and CPU and the store's write cost (the recorder's CPU ms per call-second)")
+    run.add_argument("--chaos-faults", default="", metavar="NAME[,NAME]",
+                     help="--scenario chaos: the faults to inject, in this order (default: all of pacer, model, "
+                          "validator, drop_1011, rate_limit, server_error, malformed_json, unknown_event, "
+                          "unknown_response_delta, huge_delta, binary_frame, stall, refuse_new, gateway)")
     pin = parser.add_argument_group("pinning")
     pin.add_argument("--pin-stack", default="", metavar="CPUS", help="CPUs for supervisord and every stack process, e.g. 0")
     pin.add_argument("--pin-load", default="", metavar="CPUS", help="CPUs for the load processes and the model simulator, e.g. 1")
@@ -89,7 +100,8 @@ def bench_options_from_args(args: argparse.Namespace):
     from bench.run import BenchOptions
 
     return BenchOptions(
-        calls=args.calls, seconds=args.seconds, scenario=args.scenario, json_path=args.json_path, png_path=args.png_path,
+        calls=args.calls if args.calls is not None else (100 if args.soak else 10),
+        seconds=args.seconds, scenario=args.scenario, json_path=args.json_path, png_path=args.png_path,
         target=args.target, auth_token=args.auth_token, transport=args.transport, unix_socket=args.unix_socket,
         load_procs=args.load_procs, pin_stack=args.pin_stack,
         pin_load=args.pin_load, find_capacity=args.find_capacity, start_calls=args.start_calls, max_calls=args.max_calls,
@@ -98,5 +110,6 @@ def bench_options_from_args(args: argparse.Namespace):
                 stale_frames=args.slo_stale_frames, bargein_to_clear_p99_ms=args.slo_bargein_p99_ms),
         profile=args.profile, ramp_ms=args.ramp_ms, settle_ms=args.settle_ms, starved_grace_ms=args.starved_grace_ms,
         config_path=args.config, keep_logs=args.keep_logs, baseline=args.baseline, pipecat_venv=args.pipecat_venv,
-        compare_store=args.compare_store,
+        compare_store=args.compare_store, soak=args.soak, chaos_faults=args.chaos_faults,
+        bad_input=args.bad_input,
     )

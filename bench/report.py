@@ -198,17 +198,28 @@ def _calls_axis(ax, calls: list[int], log: bool, matplotlib) -> None:
     ax.set_xlabel("concurrent calls")
 
 
-def write_png(path: str, top: dict, runs: list[dict], baseline_runs: list[dict] | None = None) -> str:
-    """Lateness CDF per N, CPU per call-second vs N, SLO figures vs N with the capacity line; the pipecat
-    baseline (if measured) in red on the same axes."""
+NO_MATPLOTLIB = "PNG skipped: matplotlib is not installed (pip install 'voicecore[bench]')"
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or None when matplotlib (the `bench` extra) is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        import matplotlib.ticker
     except ImportError:
-        return "PNG skipped: matplotlib is not installed (pip install 'voicecore[bench]')"
+        return None
+    return plt
+
+
+def write_png(path: str, top: dict, runs: list[dict], baseline_runs: list[dict] | None = None) -> str:
+    """Lateness CDF per N, CPU per call-second vs N, SLO figures vs N with the capacity line; the pipecat
+    baseline (if measured) in red on the same axes."""
+    plt = pyplot()
+    if plt is None:
+        return NO_MATPLOTLIB
+    import matplotlib.ticker
     from bench.run import CDF_QUANTILES
 
     slo = top.get("slo", {})

@@ -112,6 +112,9 @@ class BenchOptions:
     keep_logs: bool = False
     save: str = ""  # also write the JSON to bench/results/<date>-<save>.json (results_path)
     compare_store: bool = False  # also run STORE_SYSTEM, taking turns with voicecore: the report's store_comparison
+    chaos_faults: str = ""  # --scenario chaos: the faults to inject, in order ("": all; bench/chaos.py)
+    soak: float = 0.0  # > 0: `--soak SECONDS`, a leak watch under churning calls instead of a run (bench/soak.py)
+    bad_input: bool = False  # --bad-input: the run without and with the gateway attacked (bench/badinput.py)
 
 
 class BenchError(DependencyError, RuntimeError):
@@ -249,7 +252,7 @@ def _tool(name: str) -> str | None:
     return str(beside) if beside.exists() else shutil.which(name)
 
 
-def _env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
@@ -288,7 +291,7 @@ class Progress:
 # ----- one run --------------------------------------------------------------------------------------
 
 
-async def _read_lines(stream: asyncio.StreamReader, sink: dict, key: int) -> None:
+async def read_status_lines(stream: asyncio.StreamReader, sink: dict, key: int) -> None:
     while True:
         line = await stream.readline()
         if not line:
@@ -301,7 +304,7 @@ async def _read_lines(stream: asyncio.StreamReader, sink: dict, key: int) -> Non
             sink.setdefault("_lines", {}).setdefault(key, []).append(text)
 
 
-async def _wait_file(path: Path, timeout_s: float, process: asyncio.subprocess.Process | None = None) -> str:
+async def wait_for_file(path: Path, timeout_s: float, process: asyncio.subprocess.Process | None = None) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if path.exists():
@@ -416,6 +419,8 @@ class LevelRun:
     happened, stop: every process this run started that still runs is ended (also on an error or a cancel), so nothing
     is left running or in /dev/shm. build_report then reads what the processes wrote into the workdir."""
 
+    spare_slots = 4  # call slots beyond the calls: the warm-up call's slot may still be closing when the load starts
+
     def __init__(self, opts: BenchOptions, calls: int, workdir: Path, profile_out: Path | None = None,
                  system: str = "voicecore") -> None:
         self.opts = opts
@@ -443,7 +448,7 @@ class LevelRun:
         self.tool_server = None  # an agent scenario's fake tool API (voicecore.sim.tool_server.ToolServer)
         self.loads: list[asyncio.subprocess.Process] = []
         self.readers: list[asyncio.Task] = []
-        self.status: dict = {}  # each load process's last status line, by its index (_read_lines)
+        self.status: dict = {}  # each load process's last status line, by its index (read_status_lines)
         self.progress: Progress | None = None
         # How the carrier reaches the system under test, and what of it the bench measures (start_system).
         self.unix_socket: str | None = None
@@ -495,8 +500,8 @@ class LevelRun:
         self.sim_proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.simproc", "--scenario", self.opts.scenario, "--port-file", str(port_file),
             "--out", str(self.workdir / "sim.pkl"), *(["--cpus", self.cpus_arg] if self.cpus_arg else []),
-            env=_env(), stdout=self.log_file, stderr=subprocess.STDOUT)
-        return int(await _wait_file(port_file, 30, self.sim_proc))
+            env=child_env(), stdout=self.log_file, stderr=subprocess.STDOUT)
+        return int(await wait_for_file(port_file, 30, self.sim_proc))
 
     async def _start_baseline(self) -> None:
         opts, workdir = self.opts, self.workdir
@@ -517,7 +522,7 @@ class LevelRun:
             *(["--uds", self.unix_socket] if self.unix_socket else []),
             *(["--nice", str(BASELINE_NICE)] if opts.privileges == "on" else []),
             stdout=self.log_file, stderr=subprocess.STDOUT)
-        port = int(await _wait_file(port_file, 90, self.baseline_proc))
+        port = int(await wait_for_file(port_file, 90, self.baseline_proc))
         if self.pin_stack:
             pin_tree(self.baseline_proc.pid, self.pin_stack)
         self.base_url = UNIX_BASE_URL if self.unix_socket else f"http://127.0.0.1:{port}"
@@ -552,9 +557,8 @@ class LevelRun:
             # None), never a database_url of the environment.
             base = dataclasses.replace(base, database_url="")
             record_dir = None if self.system == STORE_SYSTEM else ""
-        # A few spare slots: the warm-up call's slot may still be closing when the load starts.
         config = dataclasses.replace(demo_config(base, workdir, calls, sim_port, record_dir=record_dir),
-                                     max_calls=calls + 4)
+                                     max_calls=calls + self.spare_slots)
         if agent is not None:
             from voicecore.agent.settings import configure
 
@@ -586,7 +590,7 @@ class LevelRun:
     async def start_load(self) -> float:
         """Start the load processes, wait until each is ready, and send them all one t0 (returned, in ms)."""
         opts = self.opts
-        env = _env()
+        env = child_env()
         env["BENCH_TWILIO_AUTH_TOKEN"] = self.token
         for k in range(self.procs):
             proc = await asyncio.create_subprocess_exec(
@@ -598,11 +602,15 @@ class LevelRun:
                 *(["--cpus", self.cpus_arg] if self.cpus_arg else []),
                 env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self.log_file)
             self.loads.append(proc)
+        return await self.release_loads("load process")
+
+    async def release_loads(self, what: str) -> float:
+        """Wait for every load process's "ready", then give them all one start time (t0_ms, returned)."""
         for k, proc in enumerate(self.loads):
             line = await asyncio.wait_for(proc.stdout.readline(), 60)
             if line.strip() != b"ready":
-                raise BenchError(f"load process {k} did not start: {line[:200]!r}")
-            self.readers.append(asyncio.create_task(_read_lines(proc.stdout, self.status, k)))
+                raise BenchError(f"{what} {k} did not start: {line[:200]!r}")
+            self.readers.append(asyncio.create_task(read_status_lines(proc.stdout, self.status, k)))
         t0_ms = time.monotonic() * 1000.0 + 200.0
         for proc in self.loads:
             proc.stdin.write((json.dumps({"t0_ms": t0_ms}) + "\n").encode())
@@ -1068,9 +1076,44 @@ def results_path(name: str, today: str | None = None) -> Path:
     return REPO_ROOT / "bench" / "results" / f"{day}-{name.removesuffix('.json')}.json"
 
 
+
+def save_path_for(opts: BenchOptions) -> tuple[Path | None, str]:
+    """(where --save writes the report, or None; a problem with the name, or "")."""
+    if not opts.save:
+        return None, ""
+    try:
+        path = results_path(opts.save)
+    except ValueError as exc:
+        return None, str(exc)
+    if path.exists():
+        return None, f"{path} exists; published results are never overwritten (pick another name)"
+    return path, ""
+
+
+def run_async(main) -> tuple[object, int]:
+    """Run a bench's coroutine: (its result, 0), or (None, exit code) after saying why on stderr (1: the bench
+    failed; 130: interrupted, with the stack and load processes shut down)."""
+    try:
+        return asyncio.run(main), 0
+    except (BenchError, StackError) as exc:
+        print(f"voicecore bench: {exc}", file=sys.stderr)
+        return None, 1
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        print("voicecore bench: stopped; the stack and load processes were shut down", file=sys.stderr)
+        return None, 130
+
+
 def run_bench(opts: BenchOptions) -> int:
     from bench.report import format_store_comparison, format_table, write_png
 
+    if opts.soak:
+        from bench.soak import run_soak
+
+        return run_soak(opts)
+    if opts.bad_input:
+        from bench.badinput import run_bad_input  # its own pair of runs: without and with the attacker
+
+        return run_bad_input(opts)
     if opts.scenario.startswith(AGENT_PREFIX):
         from voicecore.agent.load import AgentError
         from voicecore.agent.scenario import ScenarioError
@@ -1111,17 +1154,10 @@ def run_bench(opts: BenchOptions) -> int:
     if opts.repeat < 1 or (opts.repeat > 1 and not opts.find_capacity):
         print("voicecore bench: --repeat N (N >= 1) repeats a capacity search: use it with --find-capacity", file=sys.stderr)
         return 2
-    save_path = None
-    if opts.save:
-        try:
-            save_path = results_path(opts.save)
-        except ValueError as exc:
-            print(f"voicecore bench: {exc}", file=sys.stderr)
-            return 2
-        if save_path.exists():
-            print(f"voicecore bench: {save_path} exists; published results are never overwritten (pick another name)",
-                  file=sys.stderr)
-            return 2
+    save_path, problem = save_path_for(opts)
+    if problem:
+        print(f"voicecore bench: {problem}", file=sys.stderr)
+        return 2
     if opts.baseline and not (pipecat_venv(opts) / "bin" / "python").exists():
         print(f"voicecore bench: no pipecat venv at {pipecat_venv(opts)}: run bench/baseline_pipecat/setup_venv.sh "
               "first (or pass --pipecat-venv)", file=sys.stderr)
@@ -1156,14 +1192,13 @@ def run_bench(opts: BenchOptions) -> int:
     except ValueError as exc:
         print(f"voicecore bench: {exc}", file=sys.stderr)
         return 2
-    try:
-        top = asyncio.run(_bench(opts))
-    except (BenchError, StackError) as exc:
-        print(f"voicecore bench: {exc}", file=sys.stderr)
-        return 1
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        print("voicecore bench: stopped; the stack and load processes were shut down", file=sys.stderr)
-        return 130
+    if opts.scenario == "chaos":
+        from bench.chaos import run_chaos  # its own run: faults injected into one stack (bench/chaos.py)
+
+        return run_chaos(opts)
+    top, code = run_async(_bench(opts))
+    if top is None:
+        return code
     all_runs = top.pop("_runs_full")
     runs = all_runs["voicecore"]
     baseline_runs = [run for name in baselines for run in all_runs[name]] or None

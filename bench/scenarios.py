@@ -24,7 +24,7 @@ from voicecore.sim.carrier import CallScript
 from voicecore.sim.model import SimConfig
 
 AGENT_PREFIX = "agent:"  # --scenario agent:DIR: an agent directory's demo.toml (voicecore/agent/scenario.py)
-SCENARIOS = ("steady", "bargein-storm", "model-stall", "silence", "hallucination", "overlap")
+SCENARIOS = ("steady", "bargein-storm", "model-stall", "silence", "hallucination", "overlap", "chaos")
 # Run by `--scenario hallucination` after the gated run, never named on the command line: the same calls
 # with the validation gate off, for the ungated time to first audio (bench/run.py).
 HALLUCINATION_UNGATED = "hallucination-ungated"
@@ -89,6 +89,10 @@ def get_scenario(name: str) -> Scenario:
                         "responses and sends late deltas after a cancel", steady.cycle_ms)
     if name == "silence":
         return Scenario(name, SimConfig(clip_sequence=("agent_greeting",)), False, "callers silent, agent greets only", 1000)
+    if name == "chaos":
+        steady = get_scenario("steady")  # steady's calls while bench/chaos.py injects its faults
+        return replace(steady, name=name, description="steady's calls; workers killed and the model vendor "
+                                                      "misbehaving one fault after another (bench/chaos.py)")
     if name in ("hallucination", HALLUCINATION_UNGATED):
         return _hallucination(name)
     raise ValueError(f"unknown scenario {name!r} (choose from {', '.join(SCENARIOS)})")
@@ -199,5 +203,5 @@ def _ask_after_answers(scenario: Scenario, duration_ms: int, call_index: int) ->
     return _turns(auto_agent_clips(), HALLUCINATION_QUESTIONS, duration_ms, call_index, GATE_SLACK_MS)
 
 
-_SCRIPTS = {"steady": _steady, "overlap": _steady, "bargein-storm": _storm, "model-stall": _stall, "silence": _silence,
+_SCRIPTS = {"steady": _steady, "overlap": _steady, "chaos": _steady, "bargein-storm": _storm, "model-stall": _stall, "silence": _silence,
             "hallucination": _ask_after_answers, HALLUCINATION_UNGATED: _ask_after_answers}

@@ -1,0 +1,99 @@
+"""`voicecore bench --soak`: the growth figures (pure), the option defaults, and a short soak end to end
+(the real stack under supervisord, a load process churning calls, the model simulator; 40 s, 6 slots)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.cli import add_bench_arguments, bench_options_from_args
+from bench.soak import baseline_index, call_seconds_range, soak_figures
+from voicecore.supervise import REPO_ROOT
+
+SOAK_S = 40
+SLOTS = 6
+PROCESS_KEYS = {"rss_kb_start", "rss_kb_end", "rss_growth_pct", "fds_start", "fds_end", "fd_growth", "restarts"}
+
+
+def _sample(t_s: float, **rss: int) -> dict:
+    return {"t_s": t_s, "calls_active": 5, "processes": {name: {"rss_kb": kb, "fds": 10} for name, kb in rss.items()}}
+
+
+def test_growth_is_measured_from_the_first_sample_after_the_warm_up_to_the_mean_of_the_last_three():
+    # 1000 s: warm-up max(60, 100) = 100 s. Start-up allocation before it (1000 -> 5000) is not growth.
+    samples = [_sample(t, pacer=1000 if t < 50 else 5000) for t in range(0, 100, 10)]
+    samples += [_sample(100, pacer=5000), _sample(110, pacer=5050)]
+    samples += [_sample(t, pacer=kb) for t, kb in ((980, 5080), (990, 5100), (1000, 5120))]
+    assert baseline_index(samples, 1000) == 10
+    figures = soak_figures(samples, 1000, idle_start={"pacer": 10}, idle_end={"pacer": 12}, restarts={"pacer": 1})
+    assert figures["pacer"] == {"rss_kb_start": 5000, "rss_kb_end": 5100, "rss_growth_pct": 2.0,
+                                "fds_start": 10, "fds_end": 12, "fd_growth": 2, "restarts": 1}
+
+
+def test_a_process_seen_only_in_some_samples_and_a_soak_shorter_than_the_warm_up():
+    # 40 s: no sample after the 60 s warm-up: the baseline is the middle sample (t=20).
+    samples = [_sample(0, model=900), _sample(10, model=950), _sample(20, model=1000, standby=500),
+               _sample(30, model=1010), _sample(40, model=1020)]
+    assert baseline_index(samples, 40) == 2
+    figures = soak_figures(samples, 40, idle_start={"model": 30}, idle_end={}, restarts={})
+    assert figures["model"]["rss_kb_start"] == 1000 and figures["model"]["rss_kb_end"] == 1010
+    assert figures["model"]["rss_growth_pct"] == 1.0
+    assert figures["model"]["fd_growth"] is None and figures["model"]["restarts"] == 0
+    assert figures["standby"]["rss_kb_start"] == figures["standby"]["rss_kb_end"] == 500
+    assert figures["standby"]["rss_growth_pct"] == 0.0
+
+
+def test_call_lengths_are_20_to_90_s_for_a_long_soak_and_scaled_down_for_a_short_one():
+    assert call_seconds_range(3600) == (20.0, 90.0) == call_seconds_range(360)
+    low, high = call_seconds_range(40)
+    assert 3.0 <= low < high <= 40 / 2
+
+
+def test_a_soak_defaults_to_100_calls_unless_calls_are_given():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config")
+    add_bench_arguments(parser)
+
+    def options(*argv):
+        return bench_options_from_args(parser.parse_args(list(argv)))
+
+    assert options("--soak", "60").calls == 100 and options("--soak", "60").soak == 60
+    assert options("--soak", "60", "--calls", "7").calls == 7
+    assert options().calls == 10 and options().soak == 0
+
+
+@pytest.mark.integration
+def test_a_short_soak_churns_calls_and_leaves_nothing_behind(tmp_path: Path):
+    report_path = tmp_path / "soak.json"
+    completed = subprocess.run(
+        ["nice", "-n", "10", sys.executable, "-m", "voicecore.cli", "bench", "--soak", str(SOAK_S), "--calls", str(SLOTS),
+         "--json", str(report_path)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=SOAK_S + 150,
+    )
+    assert report_path.exists(), completed.stderr[-3000:]
+    soak = json.loads(report_path.read_text())["soak"]
+    assert completed.returncode == 0, (soak["failures"], completed.stderr[-2000:])
+    assert "RSS start kB" in completed.stdout  # the console table
+    assert soak["seconds"] == SOAK_S and soak["calls"] == SLOTS
+    assert soak["calls_completed"] > soak["calls"], soak["calls_completed"]  # the slots churned
+    assert soak["failures"] == [] and soak["calls_failed"] == 0
+    assert soak["shm_clean"] is True and soak["runtime_dir_clean"] is True and soak["zombies"] == 0
+    assert soak["arenas_seen"] >= 1
+    # A sample every 10 s from the load's start to its end, each with every stack process.
+    assert [s["t_s"] // 10 for s in soak["samples"]] == [0, 1, 2, 3, 4]
+    assert max(s["calls_active"] for s in soak["samples"]) >= SLOTS - 1
+    for sample in soak["samples"]:
+        assert {"supervisord", "gateway", "pacer", "model"} <= {name.split("_")[0] for name in sample["processes"]}
+        assert all(p["rss_kb"] > 0 and p["fds"] > 0 for p in sample["processes"].values())
+    assert set(soak["processes"]) == {name for s in soak["samples"] for name in s["processes"]}
+    for name, figures in soak["processes"].items():
+        assert set(figures) == PROCESS_KEYS, name
+        assert figures["rss_kb_start"] > 0 and figures["rss_kb_end"] > 0 and figures["fds_start"] > 0
+        assert figures["restarts"] == 0
+    assert os.path.getsize(report_path.with_suffix(".png")) > 10_000
