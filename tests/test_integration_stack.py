@@ -276,11 +276,11 @@ def test_model_worker_killed_mid_call_is_restarted_and_the_call_goes_on():
         assert entries[0]["k"] == "start"
         code, replayed = replay_cli(part)
         assert code == 0 and replayed["identical"] and replayed["complete"] is False and replayed["inputs"] > 1, replayed
-        # The restarted worker recorded the rest under the next number (no greeting: it resumed the call),
-        # and that record replays identically.
+        # The worker that took over rebuilt the call from that part file and recorded the rest under the next
+        # number, naming the record it continues; that record replays identically (from the chain).
         path = wait_for_record(config, result.call_sid, running.log_tail, name=f"{result.call_sid}-2.jsonl")
         header, _ = load_record(path)
-        assert header["args"]["greet"] is False and header["first_tag"] > 1
+        assert header["resumed_from"] == part.name
         code, replayed = replay_cli(path)
         assert code == 0 and replayed["identical"], replayed
     finally:

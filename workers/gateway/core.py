@@ -4,6 +4,7 @@ Owns the call-slot table (claim, release, quarantine before reuse) and the mark 
 echoed because audio played from marks echoed because of a `clear` (PROTOCOLS.md A.3: Twilio echoes every
 pending mark when it clears its buffer; counting those as played over-counts the truncate point). What a
 mark's name says is voicecore/twilio/marks.py's rule.
+Also which WebSocket close codes a peer may send (the one it sends is echoed only if so).
 Knows nothing of sockets, shared memory or the clock: time comes in as arguments.
 """
 
@@ -135,3 +136,10 @@ class Admission:
                 self.by_address[address] = left
             else:
                 del self.by_address[address]
+
+
+def peer_close_code_is_valid(code: int) -> bool:
+    """Whether a peer may send ``code`` in a close frame (RFC 6455 7.4.1-7.4.2 and the IANA registry):
+    1000-1003 and 1007-1014 as defined, 3000-4999 for libraries and applications. 1004-1006 and 1015 are
+    reserved or must never be sent, and everything below 1000, 1016-2999 and from 5000 on is not a code."""
+    return 1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999

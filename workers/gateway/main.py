@@ -50,14 +50,16 @@ from voicecore.logs import run_loop, setup_logging
 from voicecore.priority import raise_priority
 from voicecore.shm import control as C
 from voicecore.shm import rings
-from voicecore.shm.arena import Arena, ArenaLayout
+from voicecore.shm.arena import Arena, ArenaError, ArenaLayout
 from voicecore.shm.warmup import warm_up_rings
+from voicecore.standby import Leadership
 from voicecore.stats import LatencyLog
 from voicecore.twilio import stream as tw
 from voicecore.twilio import webhook
 from voicecore.wsframes import text_frames
 from voicecore.wsunix import UnixTransportView
-from workers.gateway.core import Admission, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable
+from workers.gateway.core import (Admission, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable,
+                                  peer_close_code_is_valid)
 
 log = logging.getLogger("voicecore.gateway")
 # picows logs every accepted connection at INFO; the gateway logs calls itself.
@@ -111,8 +113,11 @@ class Gateway:
             (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1))
         self.admission = Admission(config.max_pending_connections or max(MAX_PENDING_MIN, 2 * config.max_calls),
                                    config.max_pending_per_address or 1 << 30)
+        self.started_messages: dict[int, messages.CallStarted] = {}  # live calls, for a model worker that takes over
+        self.model_pid = 0
         self.counters: dict[str, int] = {
             "connections_refused": 0,
+            "calls_lost_in_gateway_restart": 0,  # calls of a gateway that died, found in its arena by this one
             "head_timeouts": 0,
             "calls_started": 0,
             "calls_ended": 0,
@@ -157,6 +162,12 @@ class Gateway:
             for message in self.bus.receive_nowait(self.inbox):
                 if isinstance(message, messages.Heartbeat):
                     self.worker_seen_ns[message.process] = time.monotonic_ns()
+                    if message.process == "model" and self.model_pid != message.pid:
+                        # A model worker that took over (or restarted) knows the calls from the arena, but
+                        # not their AccountSids (a hang-up or transfer needs them): announce them again.
+                        self.model_pid = message.pid
+                        for started in self.started_messages.values():
+                            self.bus.send(self.events, started)
                 elif isinstance(message, messages.Stats):
                     self.worker_stats[message.process] = message.values
                     self.worker_seen_ns[message.process] = time.monotonic_ns()
@@ -178,12 +189,15 @@ class Gateway:
         self.ctrl[slot, C.STARTED_AT_NS] = time.monotonic_ns()
         self.calls[slot] = conn
         self.counters["calls_started"] += 1
-        self.bus.send(self.events, messages.CallStarted(slot, generation, start.call_sid, start.stream_sid, start.account_sid))
+        started = messages.CallStarted(slot, generation, start.call_sid, start.stream_sid, start.account_sid)
+        self.started_messages[slot] = started
+        self.bus.send(self.events, started)
         return slot
 
     def release_slot(self, slot: int, reason: str) -> None:
         if self.calls.pop(slot, None) is None:
             return
+        self.started_messages.pop(slot, None)
         self.arena.set_slot_state(slot, C.SLOT_ENDING)
         self.slots.release(slot, now_ms())
         self.counters["calls_ended"] += 1
@@ -248,6 +262,8 @@ class ConnectionRouter(asyncio.Protocol):
         self.head_timer = asyncio.get_running_loop().call_later(HEAD_TIMEOUT_S, self._head_timeout)
 
     def _head_timeout(self) -> None:
+        if not self.ticket.held:
+            return  # its first request was answered in time (a stream's upgrade cancels the timer)
         self.gateway.counters["head_timeouts"] += 1
         self.transport.write(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
         self.transport.close()
@@ -260,20 +276,24 @@ class ConnectionRouter(asyncio.Protocol):
             return  # refused: closing
         self.buffer += data
         head_end = self.buffer.find(b"\r\n\r\n")
-        if head_end < 0:
-            if len(self.buffer) > MAX_HTTP_HEADER_BYTES:
-                self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-                self.transport.close()
+        if head_end < 0 and len(self.buffer) <= MAX_HTTP_HEADER_BYTES:
             return
-        if self.head_timer is not None:
-            self.head_timer.cancel()
+        if head_end < 0 or head_end > MAX_HTTP_HEADER_BYTES:
+            # too long, whether it came in pieces or in one segment (the answer must not depend on that)
+            self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            self.transport.close()
+            return
         head = bytes(self.buffer[:head_end]).lower()
         first_line = head.split(b"\r\n", 1)[0]
         is_upgrade = first_line.startswith(b"get ") and b"upgrade: websocket" in head
         data, self.buffer = bytes(self.buffer), bytearray()
         if is_upgrade and first_line.split(b" ")[1].split(b"?")[0] == b"/twilio/stream":
+            if self.head_timer is not None:
+                self.head_timer.cancel()  # picows' upgrade timeout and the start deadline take over
             self._hand_to_websocket(data)
             return
+        # The timer keeps running for plain HTTP: the first request's body must be complete by then too, or
+        # a body that never ends would hold its place among the pending connections for ever.
         self.handler = HttpConnection(self.gateway, self.transport, self.ticket)
         self.handler.data_received(data)
 
@@ -333,9 +353,8 @@ class HttpConnection:
         self.idle_timer: asyncio.TimerHandle | None = None
 
     def data_received(self, data: bytes) -> None:
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
-            self.idle_timer = None
+        # The idle timer is not reset by data, only by a complete request: a kept-alive connection that
+        # trickles a request without ever finishing it is closed like an idle one.
         self.conn.receive_data(data)
         while True:
             try:
@@ -364,7 +383,9 @@ class HttpConnection:
                 except h11.LocalProtocolError:
                     self.transport.close()
                     return
-                # a kept-alive connection waits this long for its next request, no longer
+                # a kept-alive connection waits this long for its next whole request, no longer
+                if self.idle_timer is not None:
+                    self.idle_timer.cancel()
                 self.idle_timer = asyncio.get_running_loop().call_later(KEEPALIVE_IDLE_S, self.transport.close)
             elif isinstance(event, h11.ConnectionClosed):
                 self.transport.close()
@@ -420,7 +441,7 @@ class HttpConnection:
         headers = {name.lower(): value for name, value in self.request.headers}
         try:
             form = webhook.parse_form(bytes(self.body))
-        except ValueError as exc:
+        except webhook.WebhookError as exc:  # a PeerInputError, not a ValueError: it used to escape the loop
             log.info("webhook %s: unparseable form: %s", path, exc, extra={"problem": "form"})
             self._respond(400, b"bad form\n", b"text/plain")
             return
@@ -481,6 +502,11 @@ class StreamConnection(WSListener):
         self.transport = transport
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        if frame.rsv1 or frame.rsv2 or frame.rsv3:
+            # RFC 6455 5.2: no extension was negotiated, so a set reserved bit fails the connection (picows
+            # passes such frames on as if the bits were clear).
+            self._protocol_close(WSCloseCode.PROTOCOL_ERROR, "reserved bits set")
+            return
         msg_type = frame.msg_type
         if msg_type is WSMsgType.TEXT or msg_type is WSMsgType.BINARY:
             if self.fragments:
@@ -507,10 +533,12 @@ class StreamConnection(WSListener):
                 self._on_message(payload)
         elif msg_type is WSMsgType.CLOSE:
             # RFC 6455 5.5.1: answer with a close frame (the peer's code, if we have not sent one), then
-            # the server closes TCP.
+            # the server closes TCP. A code no endpoint may send (picows lets 1006 and 5000+ through) is
+            # not echoed: it is the peer's protocol error.
             if not transport.is_close_frame_sent:
                 code = frame.get_close_code()
-                transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
+                transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO
+                                     else code if peer_close_code_is_valid(code.value) else WSCloseCode.PROTOCOL_ERROR)
             self._end("connection closed")
             transport.disconnect()
 
@@ -680,15 +708,26 @@ class StreamConnection(WSListener):
         self._end("connection lost")
 
 
-def remove_stale_arena(name_file: Path, shm_dir: str) -> None:
-    """A gateway killed with SIGKILL could not unlink its arena; its successor does (its calls are gone)."""
+def remove_stale_arena(name_file: Path, shm_dir: str) -> list[str]:
+    """A gateway killed with SIGKILL could not unlink its arena; its successor does. The calls it held are
+    gone (a carrier never reconnects a media stream): returns their CallSids, each logged."""
     try:
         stale = name_file.read_text().strip()
     except FileNotFoundError:
-        return
+        return []
+    lost: list[str] = []
     if stale.startswith("voicecore-") and "/" not in stale:
-        log.warning("removing the arena %s of a gateway that did not shut down", stale)
+        try:
+            with Arena.attach(stale, directory=shm_dir) as old:
+                active = np.nonzero(old.ctrl[:, C.STATE] != C.SLOT_FREE)[0]
+                lost = [old.call_sid(int(slot)) for slot in active]
+        except ArenaError as exc:
+            log.warning("the arena %s of a gateway that did not shut down cannot be read: %s", stale, exc)
+        for call_sid in lost:
+            log.warning("call %s: lost with the gateway that served it (a carrier does not reconnect a stream)", call_sid)
+        log.warning("removing the arena %s of a gateway that did not shut down (%d calls lost)", stale, len(lost))
         (Path(shm_dir) / stale).unlink(missing_ok=True)
+    return lost
 
 
 def remove_stale_socket(path: str) -> None:
@@ -721,8 +760,23 @@ async def run(config: Config) -> None:
     log.info("gateway scheduling: %s", granted)
     warm_up_rings()
     runtime_dir = ensure_runtime_dir(config.runtime_dir)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    leadership = Leadership(runtime_dir, "gateway")
+    try:
+        if not await leadership.wait_async(stop) or stop.is_set():
+            return
+        await serve(config, runtime_dir, stop, leadership)
+    finally:
+        leadership.release()
+
+
+async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadership: Leadership) -> None:
+    """The serving gateway: a fresh arena (the calls of one that died are gone: counted), then the port."""
     name_file = runtime_dir / ARENA_NAME_FILE
-    remove_stale_arena(name_file, config.shm_dir)
+    lost = remove_stale_arena(name_file, config.shm_dir)
     layout = ArenaLayout(max_calls=config.max_calls)
     arena = Arena.create(layout, directory=config.shm_dir)
     gateway: Gateway | None = None
@@ -732,6 +786,7 @@ async def run(config: Config) -> None:
         tmp.write_text(arena.name)
         tmp.replace(name_file)  # atomic: a worker never reads half a name
         gateway = Gateway(config, runtime_dir, arena)
+        gateway.counters["calls_lost_in_gateway_restart"] += len(lost)
         loop = asyncio.get_running_loop()
         loop.add_reader(gateway.doorbell.fileno(), gateway.on_doorbell)
         loop.add_reader(gateway.inbox.getsockopt(zmq.FD), gateway.on_inbox)
@@ -744,9 +799,7 @@ async def run(config: Config) -> None:
                 lambda: ConnectionRouter(gateway), config.listen_host, config.listen_port, reuse_address=True, backlog=1024
             )
         log.info("gateway listening on %s (arena %s, %d call slots)", config.listen, arena.name, config.max_calls)
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        leadership.announce()
         gc.freeze()
         while not stop.is_set():
             gateway.heartbeat()
