@@ -227,3 +227,19 @@ def test_a_failed_request_waits_longer_after_each_failure_but_never_more_than_th
         spell.vendor_failed(0)
         waits.append(spell.not_before_ns // MS)
     assert waits == [500, 1000, 2000, 2000, 2000]
+
+
+def test_a_spine_record_keeps_only_the_ticks_that_decided_something():
+    from voicecore.call.record import CallRecorder, loads
+    from voicecore.replay import replay
+
+    rec = CallRecorder(SpineDriver("CA1", greet=False))
+    rec.start(0)
+    rec.on_model_event(ev(type="response.created", response={"id": "r1"}), 100 * MS, IDLE)
+    rec.on_model_event(delta("r1", 1600), 110 * MS, IDLE)
+    for t in range(120, 1400, 20):  # the vendor falls silent mid-answer: one tick plays the hold line
+        rec.on_tick(t * MS, IDLE)
+    header, entries = loads(rec.dumps())
+    ticks = [e for e in entries if e["k"] == "tick"]
+    assert [e["t"] for e in ticks] == [1120 * MS]
+    assert replay(header, entries).divergence is None

@@ -184,7 +184,10 @@ class CallRecorder:
         return self._run({"t": now_ns, "k": "dtmf", "digit": digit}, self.driver.on_dtmf(digit, now_ns))
 
     def on_tick(self, now_ns: int, playout: Playout) -> list[Action]:
-        return self._run({"t": now_ns, "k": "tick", "p": playout_list(playout)}, self.driver.on_tick(now_ns, playout))
+        actions = self.driver.on_tick(now_ns, playout)
+        if not actions and getattr(self.driver, "idle_ticks_change_nothing", False):
+            return actions  # nothing to replay: a tick that decided nothing left the driver as it was
+        return self._run({"t": now_ns, "k": "tick", "p": playout_list(playout)}, actions)
 
     def on_carrier_stop(self, now_ns: int) -> list[Action]:
         return self._run({"t": now_ns, "k": "stop"}, self.driver.on_carrier_stop(now_ns))

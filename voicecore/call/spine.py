@@ -38,6 +38,9 @@ class SpineDriver:
 
     control = CONTROL
     stats = None  # no counters beyond the core's
+    # A tick that returns no action changed nothing (its only state changes come with an action): a record
+    # need not keep it, and a replay without it is the same.
+    idle_ticks_change_nothing = True
 
     def __init__(self, call_sid: str, naming: str = "ga", first_tag: int = 1, failure: dict | None = None,
                  **core_args: Any) -> None:
