@@ -40,7 +40,9 @@ PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/contro
               # a call record summarized for the call store (the database is its shell)
               "voicecore/store/summary.py",
               # the gateway edge's transcoder (bytes in, bytes out)
-              "voicecore/carriers/codec.py")
+              "voicecore/carriers/codec.py",
+              # Telnyx's media-stream protocol, reorder window, encoder, carrier side, TeXML and signatures
+              "voicecore/carriers/telnyx.py")
 IO_SHELL_NAMES = frozenset({"transport.py"})  # a pure package's one I/O shell, by name
 
 FORBIDDEN = frozenset({
