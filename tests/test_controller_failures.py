@@ -85,7 +85,7 @@ def test_a_failed_response_is_asked_again_and_audio_ends_the_failure_spell():
     req = int(again["response"]["metadata"]["vc_req"])
     c.on_model_event(created("r2", req), 350 * MS, IDLE)
     c.on_model_event(delta("r2", 1600), 360 * MS, IDLE)
-    assert c.spell.failed_in_row == 0 and not c.spell.hold_line_played
+    assert c.spell.failed_in_row == 0 and c.spell.hold_due(360 * MS)
 
 
 def test_n_failed_responses_in_a_row_end_the_call_with_the_apology_and_a_transfer():
@@ -178,9 +178,18 @@ def test_the_spine_plays_the_hold_line_when_the_vendor_falls_silent_mid_answer()
     generating(d)
     assert lines(d.on_tick(1_000 * MS, IDLE)) == []
     assert lines(d.on_tick(1_110 * MS, IDLE)) == ["hold"]  # 1 s without an event while an answer is owed
-    assert lines(d.on_tick(2_500 * MS, IDLE)) == []  # once per spell
-    d.on_model_event(delta("r1", 1600), 2_600 * MS, IDLE)  # the audio flows again: the spell is over
-    assert not d.spell.hold_line_played
+    assert lines(d.on_tick(2_500 * MS, IDLE)) == []  # not again at once ...
+    assert lines(d.on_tick(5_100 * MS, IDLE)) == []
+    assert lines(d.on_tick(5_110 * MS, IDLE)) == ["hold"]  # ... but after hold_every_ms of waiting on
+    d.on_model_event(delta("r1", 1600), 5_600 * MS, IDLE)  # the audio flows again: the spell is over
+    assert d.spell.hold_due(5_601 * MS)
+
+
+def test_the_hold_line_once_per_spell_when_hold_every_is_zero():
+    d = spine(hold_every_ms=0)
+    generating(d)
+    assert lines(d.on_tick(1_110 * MS, IDLE)) == ["hold"]
+    assert lines(d.on_tick(30_000 * MS, IDLE)) == []
 
 
 def test_the_spine_asks_again_after_a_rate_limit_and_gives_up_after_three():

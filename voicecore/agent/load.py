@@ -789,7 +789,7 @@ def _read_silence(p: _Problems, data: dict[str, Any], values: dict[str, Any]) ->
 
 
 def _read_failure(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:
-    section = _section(p, data, "failure", ("after_failures", "after_s", "action"))
+    section = _section(p, data, "failure", ("after_failures", "after_s", "action", "hold_every_s"))
     if "after_failures" in section:
         count = p.integer(section, "after_failures", "$.failure", 5)
         p.in_range(count, "$.failure.after_failures", 1, 100)
@@ -798,6 +798,9 @@ def _read_failure(p: _Problems, data: dict[str, Any], values: dict[str, Any]) ->
     if "after_s" in section:
         values["failure_after_s"] = p.number(section, "after_s", "$.failure", 10.0)
         p.in_range(values["failure_after_s"], "$.failure.after_s", 0, 600, low_open=True)
+    if "hold_every_s" in section:  # 0: the hold line once per spell
+        values["failure_hold_every_s"] = p.number(section, "hold_every_s", "$.failure", 4.0)
+        p.in_range(values["failure_hold_every_s"], "$.failure.hold_every_s", 0, 600)
     if "action" in section:
         action = section["action"]
         if action not in ("transfer", "hangup"):

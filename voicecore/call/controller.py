@@ -105,10 +105,12 @@ class ControllerConfig:
     failure_transfer: bool = True
     vendor_retry_ms: int = 500  # a request the vendor failed is asked again after this (doubling per failure)
     vendor_silent_ms: int = 1000  # a response asked for or coming, and no event from the vendor this long: hold line
+    hold_every_ms: int = 4000  # the caller still waits this long after the hold line: it is said again
 
     def failure_policy(self) -> FailurePolicy:
         return FailurePolicy(after_failures=self.failure_after_failures, after_ms=self.failure_after_ms,
-                             vendor_retry_ms=self.vendor_retry_ms, silent_ms=self.vendor_silent_ms)
+                             vendor_retry_ms=self.vendor_retry_ms, silent_ms=self.vendor_silent_ms,
+                             hold_every_ms=self.hold_every_ms)
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in dataclasses.fields(self)}

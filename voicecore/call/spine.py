@@ -80,7 +80,7 @@ class SpineDriver:
         out = self.reopen(now_ns)
         if cut_off and not self.ended:
             self.ask_again = True
-            self.spell.hold_line_played = True
+            self.spell.hold_asked(now_ns)
             out.append(PlayFallback(HOLD))
         return out
 

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 import zmq
-from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
+from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSProtocolError, WSTransport, ws_connect
 
 from voicecore import timing
 from voicecore.agent import settings as agent_settings
@@ -85,7 +85,12 @@ STAMP_EVERY_S = 0.1
 VALIDATOR_CHECK_S = 0.25  # how often the serving validator's pid is read (a new one gets the open gates again)
 MAX_GATES_KEPT = 16  # per call  # MODEL_ALIVE_NS / MODEL_EXPECTING of every served call (the pacer's hold line watches them)
 LINE_PLAYED_WAIT_S = 15.0  # a hang-up or transfer after a fallback line waits at most this long for it to play
-MAX_MODEL_MESSAGE_BYTES = 16 * 2**20
+# The largest model message accepted, whole or in fragments. A realtime vendor's events are small (an audio
+# delta is a few KiB; session.updated with long instructions and tools stays far below this); a bigger one
+# is the vendor misbehaving, and parsing it would stall every call this worker serves (the chaos bench's
+# 4 MiB delta to 100 sessions: 2.8 s of dead air mid-answer). It closes that call's session with 1009, and
+# the call reconnects as after any drop.
+MAX_MODEL_MESSAGE_BYTES = 2**20
 INBOUND_BATCH_NS = timing.INBOUND_BATCH_MS * 1_000_000
 # picows logs every connection at INFO; the worker logs its calls itself.
 ws_log = logging.getLogger("voicecore.model.ws")
@@ -117,7 +122,8 @@ def controller_config(config: Config, agent: AgentSpec) -> controller_mod.Contro
         debounce_cap_ms=agent.debounce_cap_ms, filler_after_ms=agent.filler_after_ms,
         confirm_timeout_ms=int(agent.confirm_timeout_s * 1000), confirm_languages=tuple(agent.languages),
         dedupe_ms=int(agent.dedupe_s * 1000), failure_after_failures=agent.failure_after_failures,
-        failure_after_ms=int(agent.failure_after_s * 1000), failure_transfer=agent.failure_action == "transfer")
+        failure_after_ms=int(agent.failure_after_s * 1000), failure_transfer=agent.failure_action == "transfer",
+        hold_every_ms=int(agent.failure_hold_every_s * 1000))
 
 
 def call_id_for_model(config: Config, call_sid: str) -> str | None:
@@ -304,6 +310,11 @@ class CallSession:
                 breaker.success(connected_at)
                 try:
                     await transport.wait_disconnected()
+                except WSProtocolError as exc:  # the vendor broke the framing (a message over the cap: 1009)
+                    worker.counters["model_protocol_errors"] += 1
+                    self.close_code = int(exc.code)
+                    log.warning("call %s: the model vendor broke the WebSocket protocol (%s)", self.call_sid,
+                                self.close_code)
                 except Exception:  # a handler raised: picows closed the socket (1011); this call reconnects
                     worker.counters["model_handler_errors"] += 1
                     log.exception("call %s: model event handling failed; reconnecting", self.call_sid)
@@ -718,6 +729,7 @@ class ModelSocket(WSListener):
     def __init__(self, session: CallSession) -> None:
         self.session = session
         self.fragments: list[bytes] = []
+        self.fragments_bytes = 0
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self.session.on_connected(transport)
@@ -731,8 +743,16 @@ class ModelSocket(WSListener):
                 self.session.on_model_text(frame.get_payload_as_bytes().decode("utf-8", errors="replace"))
             else:
                 self.fragments = [frame.get_payload_as_bytes()]
+                self.fragments_bytes = len(self.fragments[0])
         elif msg_type is WSMsgType.CONTINUATION and self.fragments:
             self.fragments.append(frame.get_payload_as_bytes())
+            self.fragments_bytes += len(self.fragments[-1])
+            if self.fragments_bytes > MAX_MODEL_MESSAGE_BYTES:  # picows caps one frame, not a message
+                self.fragments = []
+                self.session.close_code = WSCloseCode.MESSAGE_TOO_BIG.value
+                transport.send_close(WSCloseCode.MESSAGE_TOO_BIG)
+                transport.disconnect()
+                return
             if frame.fin:
                 text = b"".join(self.fragments).decode("utf-8", errors="replace")
                 self.fragments = []
@@ -768,7 +788,7 @@ class ModelWorker:
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
-        self.counters = collections.Counter({"bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
+        self.counters = collections.Counter({"bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "model_protocol_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
                                              "call_endings_sent": 0, "call_endings_failed": 0,
                                              "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0,
                                              "observe_events_sent": 0, "observe_events_dropped": 0,
