@@ -799,7 +799,7 @@ def _read_failure(p: _Problems, data: dict[str, Any], values: dict[str, Any]) ->
         values["failure_after_s"] = p.number(section, "after_s", "$.failure", 10.0)
         p.in_range(values["failure_after_s"], "$.failure.after_s", 0, 600, low_open=True)
     if "hold_every_s" in section:  # 0: the hold line once per spell
-        values["failure_hold_every_s"] = p.number(section, "hold_every_s", "$.failure", 4.0)
+        values["failure_hold_every_s"] = p.number(section, "hold_every_s", "$.failure", 3.0)
         p.in_range(values["failure_hold_every_s"], "$.failure.hold_every_s", 0, 600)
     if "action" in section:
         action = section["action"]

@@ -137,7 +137,7 @@ class AgentSpec:
     # (failure_action "transfer", to transfer_to) or hung up ("hangup").
     failure_after_failures: int = 5
     failure_after_s: float = 10.0
-    failure_hold_every_s: float = 4.0  # a caller still waiting this long after the hold line hears it again
+    failure_hold_every_s: float = 3.0  # a caller still waiting this long after the hold line hears it again
     failure_action: str = "transfer"  # "transfer" (to transfer_to; hang up when there is none) or "hangup"
     filler_after_ms: int = 1500  # a tool still running this long: say the filler line (once)
     debounce_quiet_ms: int = 1500  # after a tool result: wait for this much caller quiet (seed 001)

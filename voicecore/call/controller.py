@@ -105,7 +105,7 @@ class ControllerConfig:
     failure_transfer: bool = True
     vendor_retry_ms: int = 500  # a request the vendor failed is asked again after this (doubling per failure)
     vendor_silent_ms: int = 1000  # a response asked for or coming, and no event from the vendor this long: hold line
-    hold_every_ms: int = 4000  # the caller still waits this long after the hold line: it is said again
+    hold_every_ms: int = 3000  # the caller still waits this long after the hold line: it is said again
 
     def failure_policy(self) -> FailurePolicy:
         return FailurePolicy(after_failures=self.failure_after_failures, after_ms=self.failure_after_ms,

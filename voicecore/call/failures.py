@@ -34,7 +34,7 @@ class FailurePolicy:
     # The caller still waits this long after the hold line was asked: it is said again. Once per spell left
     # a caller with up to after_ms of dead air after one short line (the chaos bench: 2.7 s under refused
     # handshakes); 0: once per spell (records made before this setting replay that way).
-    hold_every_ms: int = 4000
+    hold_every_ms: int = 3000
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
