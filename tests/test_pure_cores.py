@@ -41,6 +41,8 @@ PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/contro
               "voicecore/store/summary.py",
               # the gateway edge's transcoder (bytes in, bytes out)
               "voicecore/carriers/codec.py",
+              # Vonage's WebSocket protocol, encoder, carrier side, NCCO and signed webhooks
+              "voicecore/carriers/vonage.py",
               # Exotel's media-stream protocol, chunk batcher and carrier side (messages in, events out)
               "voicecore/carriers/exotel.py",
               # Telnyx's media-stream protocol, reorder window, encoder, carrier side, TeXML and signatures
