@@ -46,7 +46,9 @@ PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/contro
               # Exotel's media-stream protocol, chunk batcher and carrier side (messages in, events out)
               "voicecore/carriers/exotel.py",
               # Telnyx's media-stream protocol, reorder window, encoder, carrier side, TeXML and signatures
-              "voicecore/carriers/telnyx.py")
+              "voicecore/carriers/telnyx.py",
+              # Plivo's audio-stream protocol, checkpoint lead, encoder, carrier side, answer XML and signatures
+              "voicecore/carriers/plivo.py")
 IO_SHELL_NAMES = frozenset({"transport.py"})  # a pure package's one I/O shell, by name
 
 FORBIDDEN = frozenset({
