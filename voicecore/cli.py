@@ -1,4 +1,4 @@
-"""The `voicecore` command: up, demo, check, calls, console-key, replay, and the subcommands other packages register.
+"""The `voicecore` command: up, drain, demo, check, calls, console-key, replay, and the subcommands other packages register.
 
 Owns argument parsing and exit codes only; each subcommand's work lives in its own module. Subcommands
 outside the library (the bench) come from the ``voicecore.commands`` entry point group: each entry names
@@ -38,6 +38,15 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return run_foreground(config)
 
 
+def _cmd_drain(args: argparse.Namespace) -> int:
+    from voicecore.supervise import drain_node
+
+    if args.timeout is not None and not 0 <= args.timeout <= 86_400:
+        print("voicecore drain: --timeout: expected 0..86400 seconds", file=sys.stderr)
+        return 2
+    return drain_node(load_config(os.environ, args.config), wait=not args.no_wait, timeout_s=args.timeout)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from voicecore.demo import run_demo
 
@@ -75,9 +84,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="TOML configuration file (default: $VOICECORE_CONFIG)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    up = sub.add_parser("up", help="run the gateway, pacer and model worker under supervisord until Ctrl-C")
+    up = sub.add_parser("up", help="run the gateway, pacer and model worker under supervisord until SIGTERM or Ctrl-C "
+                                   "(the first drains the node, a second stops it at once)")
     up.add_argument("--agent", metavar="DIR", help="agent directory (default: $VOICECORE_AGENT, else the shipped default agent)")
     up.set_defaults(func=_cmd_up)
+
+    drain = sub.add_parser(
+        "drain", help="drain the running node: refuse new calls, let live ones finish (up to drain_timeout_s), then stop it",
+        description="Drain the node whose runtime dir is $VOICECORE_RUNTIME_DIR (as `voicecore up` resolves it): new "
+                    "calls are refused (<Reject reason=\"busy\"/>, or <Redirect> to drain_redirect_url), /healthz "
+                    "answers 503, live calls go on until they end or the deadline, then the node stops. Exit codes: "
+                    "0 the node stopped (--no-wait: the drain is under way), 1 it had not stopped 30 s after the "
+                    "deadline, 2 configuration error, 3 no running node in the runtime dir.")
+    drain.add_argument("--no-wait", action="store_true", help="return as soon as the drain is under way")
+    drain.add_argument("--timeout", type=float, metavar="SECONDS",
+                       help="how long live calls may go on (default: drain_timeout_s); ignored when a drain is already under way")
+    drain.set_defaults(func=_cmd_drain)
 
     demo = sub.add_parser("demo", help="bring the stack up, place simulated calls, tear down, print a summary")
     demo.add_argument("--calls", type=int, default=1, help="concurrent simulated calls (default 1)")

@@ -12,6 +12,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from voicecore.errors import MisuseError
 
@@ -45,6 +46,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_pending_connections", int, 0, "connections the gateway holds that are not yet in a call (no request served, no stream start accepted); more are answered 503 at once; 0: twice max_calls, at least 64"),
     Setting("max_pending_per_address", int, 32, "of those, at most this many from one peer IP address (a flood from one host cannot crowd out the carrier); 0: no per-address cap (a TCP proxy in front makes every peer one address)"),
     Setting("standby_workers", bool, True, "run a warmed-up standby beside the gateway, the pacer, the model worker and the validator; it takes over within milliseconds when the serving one dies (an flock on runtime_dir/leader-ROLE.lock; the serving pid is in leader-ROLE.pid); false: one of each, a dead one is restarted by supervisord (about 1-2 s)"),
+    Setting("drain_timeout_s", int, 300, "how long live calls may go on after a drain began (`voicecore drain`, or SIGTERM/SIGINT to `voicecore up`): new calls are refused at once, the node stops when the last call ends or, at this deadline, ends the calls still up; 0: end them at once"),
+    Setting("drain_redirect_url", str, "", "while draining, the voice webhook answers `<Redirect method=\"POST\">URL</Redirect>` so Twilio asks another node (an absolute http(s) URL, e.g. a load balancer's /twilio/voice); empty: `<Reject reason=\"busy\"/>` (the caller hears busy and may call again)"),
     Setting("runtime_dir", str, "", "private directory (0700) for sockets and state; default $XDG_RUNTIME_DIR/voicecore or /tmp/voicecore-<uid>"),
     Setting("record_dir", str, "", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records (records hold what callers said: opt in; the demo records by default)"),
     Setting("database_url", str, "", "the call store, filled from call records: sqlite:///ABSOLUTE/PATH or postgresql://...; empty: sqlite:///<record_dir>/calls.db when record_dir is set, else no store"),
@@ -95,6 +98,8 @@ class Config:
     max_pending_connections: int
     max_pending_per_address: int
     standby_workers: bool
+    drain_timeout_s: int
+    drain_redirect_url: str
     runtime_dir: str
     record_dir: str
     database_url: str
@@ -234,6 +239,13 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"call_webhook_url: expected an http:// or https:// URL, got {webhook_url!r}")
     if webhook_url and not values["call_webhook_secret"]:
         raise ConfigError("call_webhook_secret: required with call_webhook_url (receivers verify the signature with it)")
+    if not 0 <= int(values["drain_timeout_s"]) <= 86_400:  # type: ignore[arg-type]
+        raise ConfigError(f"drain_timeout_s: expected 0..86400 seconds, got {values['drain_timeout_s']}")
+    redirect = str(values["drain_redirect_url"])
+    if redirect:
+        parts = urlsplit(redirect)
+        if parts.scheme not in ("http", "https") or not parts.netloc or any(c in redirect for c in "<>\"' \t\r\n"):
+            raise ConfigError(f"drain_redirect_url: expected empty or an absolute http:// or https:// URL, got {redirect!r}")
     if int(values["retention_days"]) < 0:  # type: ignore[arg-type]
         raise ConfigError(f"retention_days: expected 0 (keep forever) or more, got {values['retention_days']}")
     if values["realtime_naming"] not in ("ga", "beta"):

@@ -80,6 +80,11 @@ GAUGES: frozenset[str] = frozenset({
     "knowledge_snippets",
     "knowledge_numbers",
     "underruns_total",   # pacer: summed over the slots' counters, which restart when a slot is reused
+    "draining",          # gateway: 1 while the node drains (refuses new calls, live ones go on)
+    "drain_started_at",  # gateway: unix time the drain was asked for (0: not draining)
+    "drain_deadline_at",  # gateway: unix time live calls are ended at (0: not draining)
+    "drain_remaining_s",  # gateway: seconds to that deadline
+    "drain_streams_awaited",  # gateway: calls answered before the drain whose stream has not started yet
 })
 # A gauge is never named `..._total` (the suffix says counter), and the pacer's `underruns_total` would
 # take the name of its cumulative `underruns` counter: exported names of such gauges.

@@ -4,6 +4,9 @@ ready, stop, clean up.
 Owns the process-level lifecycle that `voicecore up` and `voicecore demo` share: the environment every
 process gets, the readiness check, the shutdown that leaves nothing in /dev/shm or the runtime dir, and
 reading CPU time of the stack's processes from /proc. Supervision itself (restarts) is supervisord's.
+Also the drain's two front ends (`voicecore drain`, and `voicecore up` on SIGTERM or Ctrl-C): they write the
+request (voicecore/drain.py) and watch the node stop; the gateway does the draining and, once drained,
+stops supervisord itself.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import h11
 
-from voicecore import http_client
+from voicecore import drain, http_client
 from voicecore.bus.transport import ARENA_NAME_FILE, default_runtime_dir, ensure_runtime_dir
 from voicecore import standby
 from voicecore.config import Config
@@ -37,7 +40,12 @@ SUPERVISOR_CONF = Path(__file__).resolve().parent / "deploy_templates" / "superv
 STACK_PROGRAMS = ("gateway", "pacer", "model", "validator", "recorder", "console")
 RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.sock", "pacer.sock", "doorbell.sock",
                  "validator.sock", "model.sock", "recorder.sock", "observe.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp",
-                 *(f"leader-{role}.{kind}" for role in standby.ROLES for kind in ("lock", "pid")))
+                 *(f"leader-{role}.{kind}" for role in standby.ROLES for kind in ("lock", "pid")), drain.DRAIN_FILE)
+# After the drain's deadline, how long `voicecore drain` and `voicecore up` wait for the node to stop before
+# they give up on it (the gateway ends the calls at the deadline and stops the node at once: this is slack for
+# a gateway that is itself stuck or restarting).
+DRAIN_STOP_SLACK_S = 30.0
+PROGRESS_POLL_S = 1.0  # how often a drain's front end asks the gateway how many calls are left
 
 
 class StackError(DependencyError, RuntimeError):
@@ -94,6 +102,8 @@ class Stack:
             )
             if probe.returncode == 0 and probe.stdout.strip().isdigit():
                 raise StackError(f"a stack is already running in {runtime_dir}")
+        # A drain request left by a stack that did not stop cleanly would make this one drain (and stop) at once.
+        drain.drain_path(runtime_dir).unlink(missing_ok=True)
         if self.config.record_dir:
             Path(self.config.record_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # records are personal data
         self.process = subprocess.Popen(
@@ -176,19 +186,7 @@ def cleanup_runtime(config: Config) -> None:
         pass  # not empty: someone else's files, leave them
 
 
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(entry))
-    return found
+children_of = drain.children_of  # its home is voicecore/drain.py (the gateway stops a drained node with it)
 
 
 def read_cmdline(pid: int) -> str:
@@ -210,24 +208,161 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def live_calls(config: Config) -> int | None:
+    """Calls in a slot now, as the gateway says (None: it did not answer)."""
+    try:
+        status, body = get_from_gateway(config, "/metrics", timeout_s=1.0)
+        return int(json.loads(body)["gateway"]["calls_active"]) if status == 200 else None
+    except (OSError, TimeoutError, h11.ProtocolError, ValueError, KeyError, TypeError):
+        return None
+
+
+class DrainProgress:
+    """What a drain's front end prints while the node drains: a line when the count of live calls changes,
+    one when the deadline passes with calls still up."""
+
+    def __init__(self, config: Config, request: drain.DrainRequest, prefix: str, out) -> None:
+        self.config = config
+        self.request = request
+        self.prefix = prefix
+        self.out = out
+        self.last_calls: int | None = None
+        self.next_poll = 0.0
+        self.deadline_said = False
+
+    def refusal(self) -> str:
+        url = self.config.drain_redirect_url
+        return f"redirected to {url}" if url else "rejected (busy)"
+
+    def remaining_s(self) -> float:
+        return self.request.remaining_s(time.monotonic_ns())
+
+    def announce(self, created: bool, hint: str = "") -> None:
+        calls = live_calls(self.config)
+        self.last_calls = calls
+        if created:
+            head = f"draining: {_live_calls(calls)} {'goes' if calls == 1 else 'go'} on"
+        else:
+            ago = time.time() - self.request.started_at_s
+            head = (f"a drain is already under way (asked {ago:.0f} s ago by {self.request.requested_by or '?'}): "
+                    f"{_live_calls(calls)}")
+        self._say(f"{head}, new calls are {self.refusal()}; deadline in {max(0.0, self.remaining_s()):.0f} s{hint}")
+        self.next_poll = time.monotonic() + PROGRESS_POLL_S
+
+    def poll(self) -> None:
+        if time.monotonic() < self.next_poll:
+            return
+        self.next_poll = time.monotonic() + PROGRESS_POLL_S
+        calls = live_calls(self.config)
+        remaining = self.remaining_s()
+        if calls is not None and calls != self.last_calls:
+            self.last_calls = calls
+            self._say(f"{_live_calls(calls)} left (deadline in {max(0.0, remaining):.0f} s)")
+        if remaining <= 0 and not self.deadline_said and self.last_calls:
+            self.deadline_said = True
+            self._say(f"deadline reached: ending the {_live_calls(self.last_calls)} still up")
+
+    def gave_up(self) -> bool:
+        """True (said once) when the node has not stopped DRAIN_STOP_SLACK_S after the deadline."""
+        if self.remaining_s() > -DRAIN_STOP_SLACK_S:
+            return False
+        self._say(f"the node has not stopped {DRAIN_STOP_SLACK_S:.0f} s after the drain's deadline")
+        return True
+
+    def _say(self, text: str) -> None:
+        print(f"{self.prefix}: {text}", file=self.out, flush=True)
+
+
+def _live_calls(n: int | None) -> str:
+    return "? live calls" if n is None else f"{n} live call" + ("" if n == 1 else "s")
+
+
+# `voicecore drain` exit codes (README "Drain")
+DRAIN_STOPPED = 0  # the node drained and stopped (with --no-wait: the drain is under way)
+DRAIN_NOT_STOPPED = 1  # still running DRAIN_STOP_SLACK_S after the deadline
+DRAIN_NO_NODE = 3  # no running node in the runtime dir (2 is the CLI's configuration error)
+
+
+def drain_node(config: Config, wait: bool = True, timeout_s: float | None = None, out=None) -> int:
+    """`voicecore drain`: ask the node in config.runtime_dir to drain; with ``wait``, print its progress and
+    return once it stopped (its runtime dir cleaned)."""
+    out = out if out is not None else sys.stdout
+    runtime_dir = Path(config.runtime_dir or default_runtime_dir())
+    config = dataclasses.replace(config, runtime_dir=str(runtime_dir))
+    pid = drain.supervisord_pid(runtime_dir)
+    if pid is None:
+        print(f"voicecore drain: no running node in {runtime_dir} (set VOICECORE_RUNTIME_DIR to the node's)",
+              file=sys.stderr)
+        return DRAIN_NO_NODE
+    request, created = drain.request_drain(runtime_dir, config.drain_timeout_s if timeout_s is None else timeout_s,
+                                           "voicecore drain")
+    progress = DrainProgress(config, request, "voicecore drain", out)
+    progress.announce(created)
+    if not wait:
+        return DRAIN_STOPPED
+    while drain.pid_alive(pid):
+        progress.poll()
+        if progress.gave_up():
+            return DRAIN_NOT_STOPPED
+        time.sleep(0.1)
+    # `voicecore up` cleans up after its supervisord too; a node run by hand has nobody else to do it
+    cleanup_runtime(config)
+    elapsed = time.time() - request.started_at_s
+    print(f"voicecore drain: the node stopped, {elapsed:.1f} s after the drain began", file=out, flush=True)
+    return DRAIN_STOPPED
+
+
 def run_foreground(config: Config) -> int:
-    """`voicecore up`: run the stack until Ctrl-C or SIGTERM, then stop it and clean up."""
+    """`voicecore up`: run the stack until SIGTERM or Ctrl-C (SIGINT), then drain it (live calls finish, new
+    ones are refused, up to drain_timeout_s; the gateway stops the stack once drained) and clean up. A second
+    signal stops everything at once, as does the first one before the stack is ready."""
     stack = Stack(config)
-    stopping = False
+    signals: list[int] = []
 
-    def request_stop(signum, frame):  # noqa: ARG001
-        nonlocal stopping
-        stopping = True
+    def on_signal(signum, frame):  # noqa: ARG001
+        signals.append(signum)
 
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     stack.start()
     try:
         health = stack.wait_ready()
         mode = "built-in model simulator" if config.uses_simulator else config.model_url
-        print(f"voicecore up: listening on {config.listen}, model {mode}, {health['max_calls']} call slots; Ctrl-C stops", file=sys.stderr, flush=True)
-        while not stopping and stack.process.poll() is None:
-            time.sleep(0.2)
+        print(f"voicecore up: listening on {config.listen}, model {mode}, {health['max_calls']} call slots; "
+              "Ctrl-C (or SIGTERM) drains, twice stops at once", file=sys.stderr, flush=True)
+        progress: DrainProgress | None = None
+        signal_seen = False
+        stop_at_once = bool(signals)  # a signal while starting up: there is nothing to drain yet
+        while not stop_at_once and stack.process.poll() is None:
+            if len(signals) >= 2:
+                stop_at_once = True
+                break
+            if signals and not signal_seen:
+                # The first signal drains, also when `voicecore drain` already began one (a preStop hook
+                # run with --no-wait, then Kubernetes' SIGTERM): that drain goes on, its deadline unchanged.
+                signal_seen = True
+                name = signal.Signals(signals[0]).name
+                request, created = drain.request_drain(config.runtime_dir, config.drain_timeout_s,
+                                                       f"voicecore up ({name})")
+                progress = DrainProgress(config, request, "voicecore up", sys.stderr)
+                again = "Ctrl-C" if signals[0] == signal.SIGINT else name
+                progress.announce(created, f"; {again} again stops at once")
+            elif progress is None:
+                try:
+                    request = drain.read_request(config.runtime_dir)
+                except drain.DrainFileError:
+                    request = None
+                if request is not None:  # `voicecore drain` asked
+                    progress = DrainProgress(config, request, "voicecore up", sys.stderr)
+                    progress.announce(False)
+            if progress is not None:
+                progress.poll()
+                if progress.gave_up():
+                    stop_at_once = True
+                    break
+            time.sleep(0.1)
+        if stop_at_once:
+            print("voicecore up: stopping at once", file=sys.stderr, flush=True)
     except StackError as exc:
         print(f"voicecore up: {exc}", file=sys.stderr)
         stack.stop()

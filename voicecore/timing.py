@@ -20,6 +20,10 @@ HEARTBEAT_MISSES_DEAD = 3
 
 START_DEADLINE_MS = 5000  # a stream must send a valid `start` this soon after opening
 TOKEN_TTL_MS = 60_000  # a TwiML session token is valid this long, once
+# A draining node waits this long, at most, for the stream of a call it answered <Connect><Stream> before the
+# drain began (Twilio dials the stream right after it fetched the TwiML: well under a second); a caller who
+# hung up in between never sends one, and the node stops without it after this.
+DRAIN_STREAM_WAIT_MS = 10_000
 MAX_MESSAGE_BYTES = 64 * 1024
 
 INBOUND_BATCH_MS = 100  # caller audio is appended to the model in batches of this size

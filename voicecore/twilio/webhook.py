@@ -1,8 +1,8 @@
 """Sans-I/O pieces of Twilio's HTTP side: the voice webhook, the TwiML answer, the stream status callback,
 single-use session tokens and the request-signature check (PROTOCOLS.md A.4; ARCHITECTURE.md section 3).
 
-Owns: parsing and validating the form bodies Twilio POSTs, building the ``<Connect><Stream>`` TwiML, and
-the token table that ties a stream's ``start`` back to the webhook that announced it (the WebSocket
+Owns: parsing and validating the form bodies Twilio POSTs, building the ``<Connect><Stream>`` TwiML (and
+the ``<Reject>`` / ``<Redirect>`` a draining node answers instead), and the token table that ties a stream's ``start`` back to the webhook that announced it (the WebSocket
 upgrade carries no body, so its signature alone could be replayed).
 
 Must not know: HTTP servers, clocks, randomness. The shell reads the body and headers, passes ``now_ms``
@@ -30,6 +30,7 @@ __all__ = [
     "REDEEM_EXPIRED",
     "REDEEM_REUSED",
     "REDEEM_UNKNOWN",
+    "REJECT_REASONS",
     "RedeemResult",
     "SessionTokens",
     "StatusCallback",
@@ -41,6 +42,8 @@ __all__ = [
     "parse_status_callback",
     "parse_voice_webhook",
     "twiml_connect_stream",
+    "twiml_redirect",
+    "twiml_reject",
 ]
 
 MAX_FORM_BYTES = MAX_MESSAGE_BYTES
@@ -110,6 +113,29 @@ def twiml_connect_stream(
         "</Stream>"
         "</Connect></Response>"
     )
+
+
+REJECT_REASONS = ("busy", "rejected")
+
+
+def twiml_reject(reason: str = "busy") -> str:
+    """The TwiML that refuses a call without answering it (Twilio's ``<Reject>``: as the first verb, the
+    call is never picked up, so it is not billed; ``busy`` plays a busy signal, ``rejected`` a
+    not-in-service message, as the caller's own provider renders them). A draining node answers this."""
+    if reason not in REJECT_REASONS:
+        raise ValueError(f"reason must be one of {', '.join(REJECT_REASONS)}")
+    return f'<?xml version="1.0" encoding="UTF-8"?><Response><Reject reason="{reason}"/></Response>'
+
+
+def twiml_redirect(url: str) -> str:
+    """The TwiML that hands the call to the TwiML at ``url`` (Twilio's ``<Redirect>``, POSTed with the same
+    call parameters): a draining node sends its callers to another node this way. The URL is the verb's
+    text (its noun), so it is escaped as text, not as an attribute."""
+    _check_url(url, ("https", "http"), "redirect url")
+    if _XML_FORBIDDEN.search(url):
+        raise ValueError("redirect url holds a character XML cannot carry")
+    text = url.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return f'<?xml version="1.0" encoding="UTF-8"?><Response><Redirect method="POST">{text}</Redirect></Response>'
 
 
 # --- session tokens --------------------------------------------------------------------------------

@@ -4,15 +4,18 @@ Owns the call-slot table (claim, release, quarantine before reuse) and the mark 
 echoed because audio played from marks echoed because of a `clear` (PROTOCOLS.md A.3: Twilio echoes every
 pending mark when it clears its buffer; counting those as played over-counts the truncate point). What a
 mark's name says is voicecore/twilio/marks.py's rule.
-Also which WebSocket close codes a peer may send (the one it sends is echoed only if so).
+Also which WebSocket close codes a peer may send (the one it sends is echoed only if so), and the drain:
+whether a voice webhook gets the call or is refused, and when a draining node ends its last calls and stops.
 Knows nothing of sockets, shared memory or the clock: time comes in as arguments.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
+import enum
+from collections import OrderedDict, deque
 
+from voicecore.timing import DRAIN_STREAM_WAIT_MS
 from voicecore.twilio.marks import parse_mark_name
 
 SLOT_QUARANTINE_MS = 2000  # workers finish with an ended call's slot before it is handed out again
@@ -143,3 +146,116 @@ def peer_close_code_is_valid(code: int) -> bool:
     1000-1003 and 1007-1014 as defined, 3000-4999 for libraries and applications. 1004-1006 and 1015 are
     reserved or must never be sent, and everything below 1000, 1016-2999 and from 5000 on is not a code."""
     return 1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999
+
+
+class DrainStep(enum.Enum):
+    """What a draining gateway does now (``Drain.step``)."""
+
+    WAIT = "wait"  # live calls go on (or a stream owed to us may still come)
+    END_CALLS = "end_calls"  # the deadline passed: end every call still up (the usual close path), then stop
+    STOP = "stop"  # nothing left: stop the node (said once)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DrainStatistics:
+    draining: bool
+    started_at_s: float  # wall clock the drain was asked at (for people: /metrics); 0 when not draining
+    deadline_at_s: float  # wall clock of the deadline; 0 when not draining
+    remaining_s: float  # until the deadline; 0 when not draining or past it
+    calls_refused: int  # voice webhooks answered <Reject> or <Redirect> because the node drains
+    calls_ended_at_deadline: int  # calls still up at the deadline, ended by the node
+    streams_awaited: int  # calls answered <Connect><Stream> whose stream has not started yet
+
+
+class Drain:
+    """A node's drain, seen by its gateway: from the moment it began refusing calls until it says STOP.
+
+    The rules, in order (``step`` applies them; ``now_ms`` is one monotonic clock, the gateway's):
+    - not draining: every voice webhook gets the call (``voice_webhook`` answers True).
+    - draining: every voice webhook is refused (answered <Reject> or <Redirect> by the shell, counted);
+      a stream whose token was issued before (any token: none is issued while draining) is accepted, since
+      Twilio already routed that call here and a carrier never dials a refused stream again elsewhere;
+      live calls go on untouched.
+    - the node stops when no call is live and no stream is owed: a call answered <Connect><Stream> before
+      the drain began is owed until its ``start`` arrives or DRAIN_STREAM_WAIT_MS after the answer (its
+      caller hung up, or the stream went to another gateway).
+    - at the deadline the calls still up are ended (END_CALLS, until none is left), then the node stops
+      whatever is owed.
+    A drain is one-way: it ends with the node stopped (a second ``begin`` changes nothing).
+    """
+
+    def __init__(self, stream_wait_ms: int = DRAIN_STREAM_WAIT_MS) -> None:
+        self.stream_wait_ms = stream_wait_ms
+        self.began_ms: int | None = None  # when this gateway began refusing calls
+        self.deadline_ms = 0
+        self.started_at_s = 0.0
+        self.deadline_at_s = 0.0
+        self.calls_refused = 0
+        self.calls_ended_at_deadline = 0
+        self.stop_said = False
+        # CallSid -> when its <Connect><Stream> was answered, oldest first: streams owed to us
+        self._awaited: OrderedDict[str, int] = OrderedDict()
+
+    @property
+    def draining(self) -> bool:
+        return self.began_ms is not None
+
+    def begin(self, now_ms: int, deadline_ms: int, started_at_s: float, deadline_at_s: float) -> bool:
+        """Start refusing calls; True the first time. ``deadline_ms`` on the ``now_ms`` clock; the wall-clock
+        times are only reported."""
+        if self.began_ms is not None:
+            return False
+        self.began_ms = now_ms
+        self.deadline_ms = deadline_ms
+        self.started_at_s = started_at_s
+        self.deadline_at_s = deadline_at_s
+        return True
+
+    def voice_webhook(self, call_sid: str, now_ms: int) -> bool:
+        """True: answer the call with <Connect><Stream> (its stream is owed from now); False: refuse it."""
+        self._forget_awaited(now_ms)
+        if self.began_ms is not None:
+            self.calls_refused += 1
+            return False
+        self._awaited[call_sid] = now_ms
+        self._awaited.move_to_end(call_sid)
+        return True
+
+    def stream_started(self, call_sid: str) -> None:
+        """The call's ``start`` came with its valid token: no longer owed (live now, or refused for capacity)."""
+        self._awaited.pop(call_sid, None)
+
+    def step(self, now_ms: int, calls_active: int) -> DrainStep:
+        self._forget_awaited(now_ms)
+        if self.began_ms is None or self.stop_said:
+            return DrainStep.WAIT
+        if now_ms >= self.deadline_ms:
+            if calls_active:
+                return DrainStep.END_CALLS
+        elif calls_active or self._awaited:
+            return DrainStep.WAIT
+        self.stop_said = True
+        return DrainStep.STOP
+
+    def ended_at_deadline(self, calls: int) -> None:
+        self.calls_ended_at_deadline += calls
+
+    def statistics(self, now_ms: int) -> DrainStatistics:
+        draining = self.began_ms is not None
+        return DrainStatistics(
+            draining=draining,
+            started_at_s=self.started_at_s if draining else 0.0,
+            deadline_at_s=self.deadline_at_s if draining else 0.0,
+            remaining_s=max(0.0, (self.deadline_ms - now_ms) / 1000) if draining else 0.0,
+            calls_refused=self.calls_refused,
+            calls_ended_at_deadline=self.calls_ended_at_deadline,
+            streams_awaited=len(self._awaited),
+        )
+
+    def _forget_awaited(self, now_ms: int) -> None:
+        awaited = self._awaited
+        while awaited:
+            call_sid, answered_ms = next(iter(awaited.items()))
+            if now_ms - answered_ms < self.stream_wait_ms:
+                break
+            del awaited[call_sid]

@@ -46,6 +46,7 @@ from voicecore.bus.transport import (
     ensure_runtime_dir,
 )
 from voicecore.config import Config, load_config
+from voicecore.drain import SUPERVISORD_PID_FILE, DrainFileError, DrainRequest, DrainWatch, stop_supervised_node
 from voicecore.logs import run_loop, setup_logging
 from voicecore.priority import raise_priority
 from voicecore.shm import control as C
@@ -58,7 +59,7 @@ from voicecore.twilio import stream as tw
 from voicecore.twilio import webhook
 from voicecore.wsframes import text_frames
 from voicecore.wsunix import UnixTransportView
-from workers.gateway.core import (Admission, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable,
+from workers.gateway.core import (Admission, Drain, DrainStep, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable,
                                   peer_close_code_is_valid)
 
 log = logging.getLogger("voicecore.gateway")
@@ -92,8 +93,9 @@ def now_ms() -> int:
 class Gateway:
     """State shared by every connection of this process."""
 
-    def __init__(self, config: Config, runtime_dir: Path, arena: Arena) -> None:
+    def __init__(self, config: Config, runtime_dir: Path, arena: Arena, stop: asyncio.Event | None = None) -> None:
         self.config = config
+        self.stop = stop if stop is not None else asyncio.Event()  # set: this process leaves
         self.runtime_dir = runtime_dir
         self.arena = arena
         self.ctrl = arena.ctrl
@@ -136,6 +138,13 @@ class Gateway:
         }
         self.heartbeat_seq = 0
         self.stream_url = self.config.base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+        # The drain (voicecore/drain.py: a file in the runtime dir, so a gateway that takes over drains too).
+        self.drain = Drain()
+        self.drain_watch = DrainWatch(runtime_dir)
+        self.drain_step_soon: asyncio.Handle | None = None
+        self.refusal_twiml = (webhook.twiml_redirect(config.drain_redirect_url) if config.drain_redirect_url
+                              else webhook.twiml_reject("busy")).encode()
+        self.refusal = f"redirected to {config.drain_redirect_url}" if config.drain_redirect_url else "rejected busy"
 
     # --- doorbell: the pacer put entries into wire rings ------------------------------------------
     def on_doorbell(self) -> None:
@@ -202,25 +211,93 @@ class Gateway:
         self.slots.release(slot, now_ms())
         self.counters["calls_ended"] += 1
         self.bus.send(self.events, messages.CallEnded(slot, int(self.ctrl[slot, C.GENERATION]), reason))
+        if self.drain.draining and self.drain_step_soon is None:
+            # the last call's end stops a draining node at once, not at the next heartbeat
+            self.drain_step_soon = asyncio.get_running_loop().call_soon(self.step_drain)
+
+    # --- drain ----------------------------------------------------------------------------------------
+    def poll_drain(self) -> None:
+        """Begin draining when the runtime dir holds a drain request (checked before listening, then on each
+        heartbeat)."""
+        try:
+            request = self.drain_watch.poll()
+        except DrainFileError as exc:
+            # Someone asked for a drain: honour it, on this node's own timeout from now.
+            log.warning("drain file %s unreadable (%s): draining with drain_timeout_s=%d from now",
+                        self.drain_watch.path, exc, self.config.drain_timeout_s, extra={"problem": "drain"})
+            request = DrainRequest(time.time(), time.monotonic_ns(), float(self.config.drain_timeout_s), "?")
+        if request is None:
+            return
+        if self.drain.begin(now_ms(), request.deadline_monotonic_ns // 1_000_000, request.started_at_s,
+                            request.deadline_at_s):
+            log.warning("draining (asked by %s): %d live calls go on for at most %.0f s more; new calls are %s",
+                        request.requested_by or "?", len(self.calls),
+                        max(0.0, request.remaining_s(time.monotonic_ns())), self.refusal)
+            self.step_drain()
+
+    def step_drain(self) -> None:
+        self.drain_step_soon = None
+        if self.stop.is_set():
+            return  # this gateway is leaving already (the node is being stopped): the calls it closes end no drain
+        step = self.drain.step(now_ms(), len(self.calls))
+        if step is DrainStep.END_CALLS:
+            ended = list(self.calls.values())
+            for conn in ended:
+                conn._end("drain deadline")  # its one log line: "call CA...: ended (drain deadline)"
+                conn._close(1001, "server draining")
+            self.drain.ended_at_deadline(len(ended))
+            step = self.drain.step(now_ms(), len(self.calls))
+        if step is DrainStep.STOP:
+            self.stop_node()
+
+    def stop_node(self) -> None:
+        """The drain is over: stop the node. Under supervisord (our parent, the pid in its pidfile) that is a
+        SIGTERM to it and to every program at once (voicecore/drain.py stop_supervised_node; `voicecore up`
+        then cleans up and exits too); this gateway leaves by itself. A gateway run by hand just leaves."""
+        stats = self.drain.statistics(now_ms())
+        try:
+            supervisord = int((self.runtime_dir / SUPERVISORD_PID_FILE).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            supervisord = 0
+        parent = os.getppid()
+        log.warning("drained: stopping the node (%d calls refused, %d ended at the deadline)",
+                    stats.calls_refused, stats.calls_ended_at_deadline)
+        if supervisord == parent and parent > 1:
+            stop_supervised_node(parent, os.getpid())
+        self.stop.set()
 
     # --- reports ------------------------------------------------------------------------------------
     def health(self) -> dict:
+        """/healthz: "ok", or "draining" (answered 503: a load balancer's readiness check stops sending calls)."""
         now = time.monotonic_ns()
         workers = {name: round((now - seen) / 1e6, 1) for name, seen in self.worker_seen_ns.items()}
         dead_after_ms = timing.HEARTBEAT_MS * timing.HEARTBEAT_MISSES_DEAD
-        return {
-            "status": "ok",
+        health = {
+            "status": "draining" if self.drain.draining else "ok",
+            "draining": self.drain.draining,
             "calls": len(self.calls),
             "max_calls": self.config.max_calls,
             "workers_heartbeat_age_ms": workers,
             "workers_alive": {name: age <= dead_after_ms for name, age in workers.items()},
         }
+        if self.drain.draining:
+            stats = self.drain.statistics(now // 1_000_000)
+            health["drain"] = {"started_at": stats.started_at_s, "deadline_at": stats.deadline_at_s,
+                               "remaining_s": round(stats.remaining_s, 1), "streams_awaited": stats.streams_awaited}
+        return health
+
+    def drain_metrics(self) -> dict:
+        stats = self.drain.statistics(now_ms())
+        return {"draining": int(stats.draining), "drain_started_at": stats.started_at_s,
+                "drain_deadline_at": stats.deadline_at_s, "drain_remaining_s": round(stats.remaining_s, 3),
+                "drain_streams_awaited": stats.streams_awaited, "calls_refused_draining": stats.calls_refused,
+                "calls_ended_at_drain_deadline": stats.calls_ended_at_deadline}
 
     def metrics(self) -> dict:
         summary = self.bargein_to_clear.summary_ms()
         return {
             "gateway": {**self.counters, "calls_active": len(self.calls), "pid": os.getpid(),
-                        "connections_pending": self.admission.pending,
+                        "connections_pending": self.admission.pending, **self.drain_metrics(),
                         **self.bargein_clear_seconds.flat("bargein_clear_seconds")},
             "bargein_decision_to_clear_ms": summary,
             "workers": self.worker_stats,
@@ -420,7 +497,8 @@ class HttpConnection:
         method = request.method
         gw = self.gateway
         if method == b"GET" and path == "/healthz":
-            self._respond(200, json.dumps(gw.health()).encode(), b"application/json")
+            health = gw.health()
+            self._respond(503 if health["draining"] else 200, json.dumps(health).encode(), b"application/json")
         elif method == b"GET" and path == "/metrics":
             # JSON by default (the demo and bench read it); exposition text when scraped as such.
             accept = b",".join(value for name, value in request.headers if name == b"accept").decode("latin-1")
@@ -467,6 +545,12 @@ class HttpConnection:
         except webhook.WebhookError as exc:
             log.info("voice webhook rejected: %s", exc, extra={"problem": "voice"})
             self._respond(400, b"bad voice webhook\n", b"text/plain")
+            return
+        if not gw.drain.voice_webhook(voice.call_sid, now_ms()):
+            # Draining: the call is refused before it is answered (<Reject>: not billed, the caller hears busy)
+            # or sent to another node (<Redirect>); a 200, as Twilio reads TwiML only from a success.
+            log.info("call %s: refused, the node is draining (%s)", voice.call_sid, gw.refusal)
+            self._respond(200, gw.refusal_twiml, b"text/xml")
             return
         token = secrets.token_urlsafe(24)
         gw.tokens.issue(token, voice.call_sid, now_ms())
@@ -599,6 +683,9 @@ class StreamConnection(WSListener):
         if result.call_sid != start.call_sid:
             self._violation(tw.ProtocolViolation(1008, "session token issued for another call"))
             return
+        # Accepted also while draining: the token was issued before the drain began (none is issued during
+        # one), so Twilio routed this call here and has nowhere else to send its stream.
+        gw.drain.stream_started(start.call_sid)
         slot = gw.claim_slot(self, start)
         if slot is None:
             gw.counters["calls_rejected"] += 1
@@ -785,8 +872,9 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
         tmp = name_file.with_suffix(".tmp")
         tmp.write_text(arena.name)
         tmp.replace(name_file)  # atomic: a worker never reads half a name
-        gateway = Gateway(config, runtime_dir, arena)
+        gateway = Gateway(config, runtime_dir, arena, stop)
         gateway.counters["calls_lost_in_gateway_restart"] += len(lost)
+        gateway.poll_drain()  # a gateway that starts (or takes over) during a drain never takes a new call
         loop = asyncio.get_running_loop()
         loop.add_reader(gateway.doorbell.fileno(), gateway.on_doorbell)
         loop.add_reader(gateway.inbox.getsockopt(zmq.FD), gateway.on_inbox)
@@ -802,6 +890,9 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
         leadership.announce()
         gc.freeze()
         while not stop.is_set():
+            gateway.poll_drain()
+            if gateway.drain.draining:
+                gateway.step_drain()
             gateway.heartbeat()
             gateway.on_inbox()  # the zmq FD is edge-triggered: poll it on every heartbeat too
             gateway.drain_wire()  # a lost doorbell costs at most one heartbeat of delay
