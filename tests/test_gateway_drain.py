@@ -188,3 +188,43 @@ def test_round_trip():
 def test_pid_alive():
     assert pid_alive(os.getpid())
     assert not pid_alive(2**22 + 12345)  # above the kernel's pid_max default
+
+
+# --- the command's edges and the exposition names ------------------------------------------------------
+
+def test_drain_without_a_running_node_exits_3(tmp_path, monkeypatch, capsys):
+    from voicecore.cli import main
+
+    monkeypatch.setenv("VOICECORE_RUNTIME_DIR", str(tmp_path))
+    assert main(["drain"]) == 3
+    assert "no running node in" in capsys.readouterr().err
+    assert not drain_path(tmp_path).exists()  # nothing left that would drain the next stack started here
+    assert main(["drain", "--timeout", "-1"]) == 2
+
+
+def test_a_stale_drain_file_is_cleaned_up_with_the_runtime_dir(tmp_path):
+    import dataclasses
+
+    from voicecore.config import load_config
+    from voicecore.supervise import cleanup_runtime
+
+    runtime_dir = tmp_path / "run"
+    runtime_dir.mkdir()
+    request_drain(runtime_dir, 10, "test")
+    cleanup_runtime(dataclasses.replace(load_config({}), runtime_dir=str(runtime_dir)))
+    assert not runtime_dir.exists()
+
+
+def test_drain_figures_in_the_prometheus_text():
+    from voicecore import metrics_text
+
+    text = metrics_text.render({"gateway": {"draining": 1, "drain_started_at": 1_700_000_000.5, "drain_deadline_at": 1_700_000_300.5,
+                                            "drain_remaining_s": 12.5, "drain_streams_awaited": 0, "calls_refused_draining": 3,
+                                            "calls_ended_at_drain_deadline": 1, "calls_active": 2},
+                                "bargein_decision_to_clear_ms": {}, "workers": {}})
+    for name, kind in (("voicecore_gateway_draining", "gauge"), ("voicecore_gateway_drain_started_at", "gauge"),
+                       ("voicecore_gateway_drain_deadline_at", "gauge"), ("voicecore_gateway_drain_remaining_s", "gauge"),
+                       ("voicecore_gateway_drain_streams_awaited", "gauge"),
+                       ("voicecore_gateway_calls_refused_draining_total", "counter"),
+                       ("voicecore_gateway_calls_ended_at_drain_deadline_total", "counter")):
+        assert f"# TYPE {name} {kind}" in text, name
