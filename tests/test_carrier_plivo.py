@@ -51,7 +51,9 @@ from voicecore.carriers.plivo import (
     stream_xml,
     upgrade_signature_url,
     validate_signature_v3,
+    wire_templates,
 )
+from voicecore.carriers.wire import RAW
 from voicecore.timing import MAX_MESSAGE_BYTES
 
 STREAM_ID = "87654321-4321-4321-4321-cba987654321"
@@ -1124,3 +1126,17 @@ def test_upgrade_is_validated_as_a_get_over_the_http_url() -> None:
     signed_url = upgrade_signature_url("wss://gw.example.com:8443/plivo/ws?tenant=acme&token=a%2Bb")
     assert signed_url == url
     assert validate_signature_v3(TOKEN, signed_url, NONCE, signature, None, "GET")
+
+
+# --- the pacer's wire templates (voicecore/carriers/wire.py) --------------------------------------------
+
+
+def test_wire_templates_are_the_encoders_bytes_and_l16_is_raw() -> None:
+    encoder = PlivoOutboundEncoder(STREAM_ID)
+    templates = wire_templates(STREAM_ID)
+    assert templates == encoder.wire_templates() and not templates.raw and not templates.binary
+    assert templates.media_prefix + FRAME_B64.encode() + templates.media_suffix == encoder.media(FRAME).data
+    assert templates.mark_prefix + b"12:345:end" + templates.mark_suffix == encoder.mark("12:345:end").data
+    assert templates.clear == encoder.clear().data
+    for rate in (8000, 16000):  # the pacer's frames are mu-law at 8 kHz: the carrier edge resamples
+        assert wire_templates(STREAM_ID, "audio/x-l16", rate) == RAW

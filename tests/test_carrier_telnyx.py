@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from voicecore.carriers.events import (
+    ENCODING_PCMA,
     CallerAudio,
     Dtmf,
     MarkEcho,
@@ -47,7 +48,9 @@ from voicecore.carriers.telnyx import (
     sign_webhook,
     texml_connect_stream,
     verify_webhook,
+    wire_templates,
 )
+from voicecore.carriers.wire import RAW
 from voicecore.timing import FRAME_BYTES, MAX_MESSAGE_BYTES
 
 # The ids of the Telnyx docs' examples.
@@ -1119,3 +1122,16 @@ def test_a_public_key_of_another_algorithm_is_our_misconfiguration() -> None:
 @pytest.mark.parametrize("signature", [None, b"bytes", 64])
 def test_verify_rejects_a_signature_that_is_not_text(signature: object) -> None:
     assert not verify_webhook(PUBLIC_KEY_B64, signature, TIMESTAMP, BODY, now_s=NOW_S)  # type: ignore[arg-type]
+
+
+# --- the pacer's wire templates (voicecore/carriers/wire.py) --------------------------------------------
+
+
+def test_wire_templates_are_the_encoders_bytes_and_pcma_is_raw() -> None:
+    encoder = TelnyxOutboundEncoder(STREAM_ID)
+    templates = wire_templates()
+    assert not templates.raw and not templates.binary
+    assert templates.media_prefix + FRAME_B64.encode() + templates.media_suffix == encoder.media(FRAME).data
+    assert templates.mark_prefix + b"12:345:end" + templates.mark_suffix == encoder.mark("12:345:end").data
+    assert templates.clear == encoder.clear().data
+    assert wire_templates(ENCODING_PCMA) == RAW  # the pacer's frames are mu-law: the carrier edge transcodes

@@ -134,6 +134,20 @@ def test_the_gateway_tells_wire_entries_apart_by_the_stream_modules_heads():
     assert gateway_main.CLEAR_PREFIX is stream.CLEAR_HEAD
 
 
+@pytest.mark.parametrize("sid", STREAM_SIDS)
+def test_the_wire_templates_are_the_encoders_bytes(sid):
+    # What the gateway puts in the arena for a Twilio call (and tells the entries apart by): the encoder's.
+    encoder = OutboundEncoder(sid)
+    templates = stream.wire_templates(sid)
+    assert templates == encoder.wire_templates() and not templates.raw and not templates.binary
+    payload = bytes(range(FRAME_BYTES))
+    assert templates.media_prefix + binascii.b2a_base64(payload, newline=False) + templates.media_suffix == encoder.media(payload)
+    name = format_mark_name(123_456_789, 100_002, end=True)
+    assert templates.mark_prefix + name.encode() + templates.mark_suffix == encoder.mark(name)
+    assert templates.clear == encoder.clear()
+    assert templates.media_prefix.startswith(stream.MEDIA_HEAD) and templates.mark_prefix.startswith(stream.MARK_HEAD)
+
+
 # --- mark names ---------------------------------------------------------------------------------------
 
 

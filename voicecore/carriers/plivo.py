@@ -82,6 +82,7 @@ from voicecore.carriers.events import (
     StreamStarted,
     StreamStopped,
 )
+from voicecore.carriers.wire import RAW, WireTemplates
 from voicecore.errors import PeerInputError
 from voicecore.timing import MAX_MESSAGE_BYTES, START_DEADLINE_MS
 
@@ -113,6 +114,7 @@ __all__ = [
     "stream_xml",
     "upgrade_signature_url",
     "validate_signature_v3",
+    "wire_templates",
 ]
 
 
@@ -641,6 +643,22 @@ class PlivoOutboundEncoder:
     def clear(self) -> Outbound:
         """A ``clearAudio``: Plivo drops its buffered audio and answers ``clearedAudio`` [ref]."""
         return self._clear
+
+    def wire_templates(self) -> WireTemplates:
+        """How the pacer writes this stream's messages (voicecore/carriers/wire.py): for a mu-law 8 kHz
+        stream the final text, byte for byte :meth:`media`, :meth:`mark` (of our mark names, which need no
+        JSON escaping) and :meth:`clear`; for L16 raw entries, which the gateway's carrier edge resamples and
+        finishes (the pacer's frames are mu-law at 8 kHz)."""
+        if (self.content_type, self.sample_rate_hz) != (CONTENT_TYPE_MULAW, 8000):
+            return RAW
+        return WireTemplates(media_prefix=self.media_prefix, media_suffix=self.media_suffix,
+                             mark_prefix=self.mark_prefix + b'"', mark_suffix=b'"' + _CHECKPOINT_TAIL,
+                             clear=self._clear.data)
+
+
+def wire_templates(stream_id: str, content_type: str = CONTENT_TYPE_MULAW, sample_rate_hz: int = 8000) -> WireTemplates:
+    """The wire templates of one Plivo stream (:meth:`PlivoOutboundEncoder.wire_templates`)."""
+    return PlivoOutboundEncoder(stream_id, content_type, sample_rate_hz).wire_templates()
 
 
 # --- bounded lead by checkpoints ---------------------------------------------------------------------

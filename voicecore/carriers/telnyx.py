@@ -111,6 +111,7 @@ from voicecore.carriers.events import (
     StreamStarted,
     StreamStopped,
 )
+from voicecore.carriers.wire import RAW, WireTemplates
 from voicecore.errors import PeerInputError
 from voicecore.timing import BYTES_PER_MS, MAX_MESSAGE_BYTES, SAMPLE_RATE_HZ, START_DEADLINE_MS
 
@@ -142,6 +143,7 @@ __all__ = [
     "sign_webhook",
     "texml_connect_stream",
     "verify_webhook",
+    "wire_templates",
 ]
 
 
@@ -726,6 +728,17 @@ class TelnyxOutboundEncoder:
     def clear(self) -> Outbound:
         """A ``clear``: Telnyx stops playback, drops its queue and echoes every queued mark ([guide])."""
         return self._clear
+
+
+def wire_templates(encoding: str = ENCODING_PCMU) -> WireTemplates:
+    """How the pacer writes a Telnyx stream's messages (voicecore/carriers/wire.py). A PCMU stream gets
+    the final text, byte for byte :class:`TelnyxOutboundEncoder`'s (its messages name no stream, so every
+    PCMU call shares them); any other encoding (PCMA) raw entries, which the gateway's carrier edge
+    transcodes and finishes: the pacer's frames are mu-law."""
+    if encoding != ENCODING_PCMU:
+        return RAW
+    return WireTemplates(media_prefix=MEDIA_PREFIX, media_suffix=MEDIA_SUFFIX, mark_prefix=MARK_PREFIX + b'"',
+                         mark_suffix=b'"' + MARK_SUFFIX, clear=CLEAR_MESSAGE)
 
 
 # --- the carrier's end (the core of a Telnyx simulator) --------------------------------------------

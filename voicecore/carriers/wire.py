@@ -21,9 +21,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MAX_TEMPLATE_BYTES", "RAW", "RAW_CLEAR", "RAW_MARK", "RAW_MEDIA", "WireTemplates"]
+__all__ = ["MAX_MARK_NAME_BYTES", "MAX_TEMPLATE_BYTES", "RAW", "RAW_CLEAR", "RAW_MARK", "RAW_MEDIA", "WireTemplates"]
 
-MAX_TEMPLATE_BYTES = 128  # each piece; a stream id of up to 64 ASCII bytes fits with every carrier's field names
+# Each piece. 128 was too small: Plivo's playAudio head carries contentType and sampleRate besides the
+# stream id (103 bytes + a 36-character UUID = 139; Plivo ids may be 128 characters: 231). 256 holds every
+# carrier's head around the longest id its module accepts. What fits a wire slot (prefix + 216 base64
+# characters + suffix) is checked against the arena's slot size when the templates are written.
+MAX_TEMPLATE_BYTES = 256
+# A mark name as the pacer writes it: two int64 counters in decimal (19 digits each at most), a colon, and
+# ":end" (voicecore/twilio/marks.py).
+MAX_MARK_NAME_BYTES = 19 + 1 + 19 + 4
 
 RAW_MEDIA = b"A"
 RAW_MARK = b"M"
@@ -47,6 +54,11 @@ class WireTemplates:
                 raise ValueError(f"{name} must be bytes of at most {MAX_TEMPLATE_BYTES}")
         if self.raw and self.binary:
             raise ValueError("raw entries are finished by the gateway: binary says nothing for them")
+        # The gateway tells an entry's kind by its head (media first, then mark, then clear): no head may be
+        # empty or a prefix of another, or a mark could pass for a media message.
+        heads = (self.media_prefix, self.mark_prefix, self.clear)
+        if not all(heads) or any(heads[i].startswith(heads[j]) for i in range(3) for j in range(3) if i != j):
+            raise ValueError("media_prefix, mark_prefix and clear must be non-empty and none a prefix of another")
 
 
 # The raw mode's pieces: the gateway's carrier edge reads the kind from the first byte.

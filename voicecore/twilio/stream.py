@@ -42,6 +42,7 @@ from typing import Union
 
 import orjson
 
+from voicecore.carriers.wire import WireTemplates
 from voicecore.errors import PeerInputError
 from voicecore.timing import FRAME_BYTES, MAX_MESSAGE_BYTES, SAMPLE_RATE_HZ, START_DEADLINE_MS
 
@@ -67,6 +68,7 @@ __all__ = [
     "Stop",
     "StreamStatistics",
     "TwilioStreamProtocol",
+    "wire_templates",
 ]
 
 
@@ -554,8 +556,8 @@ class TwilioStreamProtocol:
 # --- outbound --------------------------------------------------------------------------------------
 
 # The fixed pieces of the three messages we may send (A.3), the one source of their bytes: the encoder
-# below joins them around a stream's SID, the pacer copies them into shared memory (workers/pacer/core.py),
-# and the gateway tells the messages apart by their heads. A message is HEAD + SID + AFTER_SID + body +
+# below joins them around a stream's SID, and so do the call's wire templates that the gateway puts in the
+# arena for the pacer (wire_templates; workers/pacer/core.py copies them around each frame and mark name). A message is HEAD + SID + AFTER_SID + body +
 # TAIL (a clear has no body: HEAD + SID + TAIL); no head is a prefix of another, so ``startswith``
 # tells the kind of a message we wrote.
 MEDIA_HEAD = b'{"event":"media","streamSid":"'
@@ -607,3 +609,20 @@ class OutboundEncoder:
     def clear(self) -> bytes:
         """A ``clear``: Twilio drops its buffered audio and echoes every pending mark (A.3)."""
         return self._clear
+
+    def wire_templates(self) -> WireTemplates:
+        """How the pacer writes this stream's messages (voicecore/carriers/wire.py): final text, byte for
+        byte what :meth:`media`, :meth:`mark` (of a name that needs no JSON escaping: our mark names) and
+        :meth:`clear` return."""
+        return WireTemplates(
+            media_prefix=self.media_prefix,
+            media_suffix=self.media_suffix,
+            mark_prefix=self.mark_prefix + b'"',
+            mark_suffix=b'"' + MARK_TAIL,
+            clear=self._clear,
+        )
+
+
+def wire_templates(stream_sid: str) -> WireTemplates:
+    """The wire templates of one Twilio stream (:meth:`OutboundEncoder.wire_templates`)."""
+    return OutboundEncoder(stream_sid).wire_templates()
