@@ -10,20 +10,29 @@ import numpy as np
 import pytest
 
 from conftest import missing_resource
+from voicecore.carriers import plivo
+from voicecore.carriers.wire import MAX_TEMPLATE_BYTES, RAW, WireTemplates
 from voicecore.shm import control as C
 from voicecore.shm.arena import (
     ALIGN_BYTES,
     HEADER_BYTES,
     MAGIC,
     NAME_PREFIX,
+    TEMPLATE_CLEAR,
+    TEMPLATE_FLAGS,
+    TEMPLATE_MEDIA_PREFIX,
+    WIRE_BINARY,
+    WIRE_RAW,
     Arena,
     ArenaError,
     ArenaLayout,
 )
+from voicecore.twilio.stream import wire_templates
 
 SMALL = ArenaLayout(max_calls=3, in_slots=8, out_slots=16, wire_slots=8, wire_slot_bytes=384)
 STREAM_SID = "MZ" + "0123456789abcdef" * 2
 CALL_SID = "CA" + "fedcba9876543210" * 2
+TEMPLATES = wire_templates(STREAM_SID)
 
 
 @pytest.fixture
@@ -100,6 +109,8 @@ def test_views_have_the_documented_shapes(arena):
     assert arena.out_meta.shape == (m, 16, 2) and arena.out_payload.shape == (m, 16, 160)
     assert arena.wire_len.shape == (m, 8) and arena.wire_len.dtype == np.int32
     assert arena.wire_data.shape == (m, 8, 384)
+    assert arena.wire_tmpl.shape == (m, 5, MAX_TEMPLATE_BYTES) and arena.wire_tmpl.dtype == np.uint8
+    assert arena.wire_tmpl_meta.shape == (m, 8) and arena.wire_tmpl_meta.dtype == np.int32
     for view in (arena.ctrl, arena.in_payload, arena.out_payload, arena.wire_data):
         assert view.flags.c_contiguous and view.flags.writeable
     assert not arena.ctrl.any() and not arena.out_payload.any()
@@ -200,9 +211,12 @@ def _patched_copy(tmp_path, arena, word_index: int, value: int, name="voicecore-
     ("word_index", "value", "message"),
     [
         (0, 99, "version 99"),  # version
+        (0, 1, "version 1"),  # an arena of a build whose pacer wrote Twilio's messages from the SIDs
         (4, C.CONTROL_WORDS + 1, "different control block"),  # control_words
         (5, 12, "invalid layout"),  # in_slots not a power of two
         (2, 4096, "header size"),  # size_bytes disagrees with the layout
+        (11, 6, "wire templates"),  # template_pieces
+        (12, 128, "wire templates"),  # template_bytes: a build with another MAX_TEMPLATE_BYTES
     ],
 )
 def test_attach_refuses_a_header_we_do_not_speak(tmp_path, arena, word_index, value, message):
@@ -275,7 +289,7 @@ def test_claim_slot_zeroes_every_counter_and_bumps_the_generation(arena):
     arena.ctrl[2, :] = 77
     arena.ctrl[2, C.STATE] = C.SLOT_FREE
     arena.ctrl[2, C.GENERATION] = 4
-    generation = arena.claim_slot(2, STREAM_SID, CALL_SID)
+    generation = arena.claim_slot(2, STREAM_SID, CALL_SID, TEMPLATES)
     assert generation == 5
     row = arena.ctrl[2]
     assert row[C.STATE] == C.SLOT_ACTIVE and row[C.GENERATION] == 5
@@ -283,17 +297,74 @@ def test_claim_slot_zeroes_every_counter_and_bumps_the_generation(arena):
     assert not others.any()
     assert arena.stream_sid(2) == STREAM_SID
     with pytest.raises(ValueError, match="not free"):
-        arena.claim_slot(2, STREAM_SID, CALL_SID)
+        arena.claim_slot(2, STREAM_SID, CALL_SID, TEMPLATES)
     arena.set_slot_state(2, C.SLOT_ENDING)
     arena.set_slot_state(2, C.SLOT_FREE)
-    assert arena.claim_slot(2, "MZother", CALL_SID) == 6
+    assert arena.claim_slot(2, "MZother", CALL_SID, wire_templates("MZother")) == 6
 
 
 def test_claim_slot_with_a_bad_id_leaves_the_slot_untouched(arena):
     arena.ctrl[0, C.IN_HEAD] = 9
     with pytest.raises(ValueError):
-        arena.claim_slot(0, STREAM_SID, 'CA"')
+        arena.claim_slot(0, STREAM_SID, 'CA"', TEMPLATES)
     assert arena.ctrl[0, C.IN_HEAD] == 9 and arena.ctrl[0, C.STATE] == C.SLOT_FREE
+
+
+# --- wire templates: how the pacer writes each call's messages (voicecore/carriers/wire.py) ----------------
+
+
+def test_claim_slot_writes_the_calls_templates_before_publishing_it(arena):
+    arena.claim_slot(1, STREAM_SID, CALL_SID, TEMPLATES)
+    assert arena.wire_templates(1) == TEMPLATES
+    meta = arena.wire_tmpl_meta[1]
+    assert meta[TEMPLATE_MEDIA_PREFIX] == len(TEMPLATES.media_prefix) and meta[TEMPLATE_CLEAR] == len(TEMPLATES.clear)
+    assert meta[TEMPLATE_FLAGS] == 0
+    # The next call in the slot, of another carrier: every piece replaced, nothing of the old one left over.
+    arena.set_slot_state(1, C.SLOT_FREE)
+    arena.claim_slot(1, "MZnext", CALL_SID, RAW)
+    assert arena.wire_templates(1) == RAW and arena.wire_tmpl_meta[1, TEMPLATE_FLAGS] == WIRE_RAW
+    assert not arena.wire_tmpl[1, TEMPLATE_MEDIA_PREFIX, 1:].any()
+    binary = WireTemplates(b"<m>", b"</m>", b"<k>", b"</k>", b"<c/>", binary=True)
+    arena.set_slot_state(1, C.SLOT_FREE)
+    arena.claim_slot(1, "MZnext", CALL_SID, binary)
+    assert arena.wire_templates(1) == binary and arena.wire_tmpl_meta[1, TEMPLATE_FLAGS] == WIRE_BINARY
+
+
+def test_an_attacher_reads_the_templates_a_creator_wrote(tmp_path, arena):
+    arena.set_wire_templates(0, TEMPLATES)
+    with Arena.attach(arena.name, directory=str(tmp_path)) as other:
+        assert other.wire_templates(0) == TEMPLATES
+
+
+def test_templates_whose_entries_would_not_fit_a_wire_slot_are_refused_and_leave_the_slot_untouched(tmp_path, arena):
+    # A Plivo stream id may be 128 characters: its playAudio head is then 231 bytes, and 231 + 216 + 3 > 384.
+    long_id = plivo.wire_templates("p" * 128)
+    arena.ctrl[0, C.IN_HEAD] = 9
+    with pytest.raises(ValueError, match="wire slots hold 384"):
+        arena.claim_slot(0, STREAM_SID, CALL_SID, long_id)
+    assert arena.ctrl[0, C.IN_HEAD] == 9 and arena.ctrl[0, C.STATE] == C.SLOT_FREE
+    assert not arena.wire_tmpl_meta[0].any()
+    with pytest.raises(TypeError):
+        arena.claim_slot(0, STREAM_SID, CALL_SID, None)
+    with Arena.create(ArenaLayout(max_calls=1, in_slots=8, out_slots=8, wire_slots=8), directory=str(tmp_path)) as roomy:
+        roomy.claim_slot(0, STREAM_SID, CALL_SID, long_id)  # 512-byte slots, the default: it fits
+        assert roomy.wire_templates(0) == long_id
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        dict(media_prefix=b"", mark_prefix=b"M", clear=b"C"),  # an empty head tells nothing apart
+        dict(media_prefix=b"{", mark_prefix=b"{m", clear=b"C"),  # a mark would pass for media
+        dict(media_prefix=b"A", mark_prefix=b"M", clear=b"Ma"),  # a clear would pass for a mark
+        dict(media_prefix=b"x" * (MAX_TEMPLATE_BYTES + 1), mark_prefix=b"M", clear=b"C"),
+    ],
+)
+def test_wire_templates_the_gateway_could_not_tell_apart_or_store_are_refused(pieces):
+    with pytest.raises(ValueError):
+        WireTemplates(media_suffix=b"", mark_suffix=b"", **pieces)
+    with pytest.raises(ValueError, match="raw"):
+        WireTemplates(b"A", b"", b"M", b"", b"C", binary=True, raw=True)
 
 
 def test_closed_arena_refuses_helpers(tmp_path):
@@ -324,7 +395,7 @@ def _run_child(name: str, directory: str, slot: int) -> int:
 
 def test_a_child_that_attaches_and_exits_does_not_remove_the_arena(tmp_path):
     with Arena.create(SMALL, directory=str(tmp_path)) as a:
-        generation = a.claim_slot(1, STREAM_SID, CALL_SID)
+        generation = a.claim_slot(1, STREAM_SID, CALL_SID, TEMPLATES)
         assert _run_child(a.name, str(tmp_path), 1) == 0
         assert os.path.exists(a.path)
         assert a.ctrl[1, C.MODEL_GENERATION] == generation
@@ -338,7 +409,7 @@ def test_real_dev_shm_round_trip_with_a_child_process():
     with Arena.create(ArenaLayout(max_calls=2, in_slots=8, out_slots=8, wire_slots=8)) as a:
         assert a.path.startswith("/dev/shm/")
         assert stat.S_IMODE(os.stat(a.path).st_mode) == 0o600
-        a.claim_slot(0, STREAM_SID, CALL_SID)
+        a.claim_slot(0, STREAM_SID, CALL_SID, TEMPLATES)
         assert _run_child(a.name, "/dev/shm", 0) == 0
         assert os.path.exists(a.path)
         assert a.ctrl[0, C.MODEL_GENERATION] == 1

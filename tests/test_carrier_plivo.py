@@ -1140,3 +1140,14 @@ def test_wire_templates_are_the_encoders_bytes_and_l16_is_raw() -> None:
     assert templates.clear == encoder.clear().data
     for rate in (8000, 16000):  # the pacer's frames are mu-law at 8 kHz: the carrier edge resamples
         assert wire_templates(STREAM_ID, "audio/x-l16", rate) == RAW
+
+
+def test_what_the_pacer_writes_from_the_templates_is_read_by_plivo(tmp_path) -> None:
+    from test_pacer_core import PACER_ENTRIES_FRAMES, PACER_ENTRIES_MARKS, frame_payload, pacer_wire_entries
+
+    side = PlivoCarrierSide(STREAM_ID, "call-uuid")
+    read = [side.receive_text(entry) for entry in pacer_wire_entries(tmp_path, STREAM_ID, wire_templates(STREAM_ID))]
+    assert [r.payload for r in read if isinstance(r, PlayAudio)] == [frame_payload(*f) for f in PACER_ENTRIES_FRAMES]
+    assert {(r.content_type, r.sample_rate_hz) for r in read if isinstance(r, PlayAudio)} == {("audio/x-mulaw", 8000)}
+    assert [r.name for r in read if isinstance(r, Checkpoint)] == PACER_ENTRIES_MARKS
+    assert isinstance(read[-1], ClearAudio) and not [r for r in read if isinstance(r, Rejected)]

@@ -1135,3 +1135,13 @@ def test_wire_templates_are_the_encoders_bytes_and_pcma_is_raw() -> None:
     assert templates.mark_prefix + b"12:345:end" + templates.mark_suffix == encoder.mark("12:345:end").data
     assert templates.clear == encoder.clear().data
     assert wire_templates(ENCODING_PCMA) == RAW  # the pacer's frames are mu-law: the carrier edge transcodes
+
+
+def test_what_the_pacer_writes_from_the_templates_is_read_by_telnyx(tmp_path) -> None:
+    from test_pacer_core import PACER_ENTRIES_FRAMES, PACER_ENTRIES_MARKS, frame_payload, pacer_wire_entries
+
+    side = TelnyxCarrierSide(STREAM_ID, CALL_CONTROL_ID, USER_ID)
+    read = [side.receive_text(entry) for entry in pacer_wire_entries(tmp_path, "telnyx-stream", wire_templates())]
+    assert [r.payload for r in read if isinstance(r, SentMedia)] == [frame_payload(*f) for f in PACER_ENTRIES_FRAMES]
+    assert [r.name for r in read if isinstance(r, SentMark)] == PACER_ENTRIES_MARKS
+    assert isinstance(read[-1], SentClear) and not [r for r in read if isinstance(r, Rejected)]

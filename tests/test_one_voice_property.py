@@ -31,6 +31,7 @@ from voicecore.shm import control as C
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.timing import FRAME_BYTES, FRAME_NS
+from voicecore.twilio.stream import wire_templates
 from workers.pacer import core as P
 
 MS = 1_000_000
@@ -98,7 +99,7 @@ class Harness:
     def __init__(self, directory: str, owns_directory: bool = False) -> None:
         self.directory = directory if owns_directory else None
         self.arena = Arena.create(ArenaLayout(max_calls=1, in_slots=8, out_slots=1024, wire_slots=256), directory=directory)
-        self.arena.claim_slot(SLOT, SID, CALL_SID)
+        self.arena.claim_slot(SLOT, SID, CALL_SID, wire_templates(SID))
         self.ctrl = self.arena.ctrl
         self.pacer = P.PacerCore(self.arena, release_frames=2)
         self.core = core.ModelCallCore(CALL_SID, greet=False)

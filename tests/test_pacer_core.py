@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
+import os
 
 import numpy as np
 import pytest
 
+from voicecore.carriers import plivo, telnyx
+from voicecore.carriers.wire import RAW, RAW_CLEAR, RAW_MARK, RAW_MEDIA
+from voicecore.fallback import FallbackClips
 from voicecore.shm import control as C
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.timing import FRAME_BYTES, FRAME_NS
+from voicecore.twilio import marks
+from voicecore.twilio.stream import wire_templates
 from workers.pacer import core as P
 
 MS = 1_000_000
@@ -41,7 +48,7 @@ class Call:
             directory=str(tmp_path),
         )
         self.slot = slot
-        self.arena.claim_slot(slot, SID, CALL_SID)
+        self.arena.claim_slot(slot, SID, CALL_SID, wire_templates(SID))
         # The prefill hold is off unless a test is about it (see test_dry_carrier_*): the other cases
         # pin release rules that the hold only delays.
         self.pacer = P.PacerCore(self.arena, lead_ms=lead_ms, mark_every_frames=mark_every, max_burst_frames=burst,
@@ -651,7 +658,7 @@ def test_a_new_call_in_the_slot_resets_the_pacer_view(call):
     call.tick(0)
     call.tick(20)
     call.arena.set_slot_state(call.slot, C.SLOT_FREE)
-    call.arena.claim_slot(call.slot, "MZnewcall", CALL_SID)
+    call.arena.claim_slot(call.slot, "MZnewcall", CALL_SID, wire_templates("MZnewcall"))
     assert call.word(C.SENT_TAG) == 0 and call.word(C.OUT_TAIL) == 0  # gateway zeroed the row
     R.tag_open(call.ctrl, call.slot, 1, False)
     assert R.outbound_push(call.ctrl, call.arena.out_meta, call.arena.out_payload, call.slot, 1, 0, frame_payload(1, 0))
@@ -673,7 +680,7 @@ def test_a_restarted_pacer_resumes_from_shared_memory(call):
 def _second_call_in_slot_0(call, frames):
     """Another call in slot 0 with ``frames`` frames of its tag 9 queued; returns the arena."""
     arena = call.arena
-    arena.claim_slot(0, "MZzero", "CAzero")
+    arena.claim_slot(0, "MZzero", "CAzero", wire_templates("MZzero"))
     R.tag_open(arena.ctrl, 0, 9, False)
     for i in range(frames):
         R.outbound_push(arena.ctrl, arena.out_meta, arena.out_payload, 0, 9, i, frame_payload(9, i))
@@ -708,13 +715,13 @@ def test_a_phase_ticks_only_its_group_of_slots(call):
 def test_bad_arguments_are_refused(call):
     with pytest.raises(ValueError):
         P.PacerCore(call.arena, lead_ms=0)
-    prefix, prefix_len = P.new_pacer_scratch(1)  # smaller than max_calls
-    with pytest.raises(ValueError):
-        P.pace_tick(
-            call.ctrl, call.arena.sids, call.arena.out_meta, call.arena.out_payload, call.arena.wire_len,
-            call.arena.wire_data, prefix, prefix_len, 0, 80 * MS, 5, 10, 0, P.new_stats(), 0, 1, 1, 80 * MS,
-            call.pacer.clips, call.pacer.clip_frames, 0,
-        )
+    arena = call.arena
+    for tmpl, tmpl_meta in ((arena.wire_tmpl[:1], arena.wire_tmpl_meta), (arena.wire_tmpl, arena.wire_tmpl_meta[:, :4])):
+        with pytest.raises(ValueError):  # templates for fewer calls than the arena holds, or too few words
+            P.pace_tick(
+                arena.ctrl, arena.out_meta, arena.out_payload, arena.wire_len, arena.wire_data, tmpl, tmpl_meta,
+                0, 80 * MS, 5, 10, 0, P.new_stats(), 0, 1, 1, 80 * MS, call.pacer.clips, call.pacer.clip_frames, 0,
+            )
     with pytest.raises(ValueError):
         call.pacer.tick(0, 0, 0)  # a group step of 0 would never advance
 
@@ -794,3 +801,334 @@ def test_a_held_response_whose_frames_all_went_out_gets_no_second_end_mark(call)
     call.end(1)
     assert call.tick(40) == []  # its end was marked by the hold: all of it is out
     assert call.word(C.OUT_TAIL) == 4
+
+
+# --- wire templates: each call's messages are its carrier module's (voicecore/carriers/wire.py) ------------
+
+PLIVO_ID = "b77e037d-4119-44b5-902d-25826b654539"  # Plivo's stream ids are UUIDs: a 139-byte playAudio head
+
+
+def _twilio_reader(sid):
+    def read(entry):
+        msg = json.loads(entry)
+        assert msg["streamSid"] == sid
+        if msg["event"] == "media":
+            assert set(msg) == {"event", "streamSid", "media"} and set(msg["media"]) == {"payload"}
+            return "media", base64.b64decode(msg["media"]["payload"], validate=True)
+        if msg["event"] == "mark":
+            return "mark", msg["mark"]["name"]
+        assert msg == {"event": "clear", "streamSid": sid}
+        return ("clear",)
+    return read
+
+
+def _telnyx_reader():
+    side = telnyx.TelnyxCarrierSide("", "v3:call-control-id", "user-id")
+
+    def read(entry):
+        got = side.receive_text(entry)
+        if isinstance(got, telnyx.SentMedia):
+            return "media", got.payload
+        if isinstance(got, telnyx.SentMark):
+            return "mark", got.name
+        assert isinstance(got, telnyx.SentClear), got
+        return ("clear",)
+    return read
+
+
+def _plivo_reader():
+    side = plivo.PlivoCarrierSide(PLIVO_ID, "call-uuid")
+
+    def read(entry):
+        got = side.receive_text(entry)
+        if isinstance(got, plivo.PlayAudio):
+            assert (got.content_type, got.sample_rate_hz) == (plivo.CONTENT_TYPE_MULAW, 8000)
+            return "media", got.payload
+        if isinstance(got, plivo.Checkpoint):
+            return "mark", got.name
+        assert isinstance(got, plivo.ClearAudio), got
+        return ("clear",)
+    return read
+
+
+def _raw_reader():
+    def read(entry):
+        kind, rest = entry[:1], entry[1:]
+        if kind == RAW_MEDIA:
+            assert len(rest) == FRAME_BYTES
+            return "media", rest
+        if kind == RAW_MARK:
+            assert marks.PLAIN_NAME_BYTES.fullmatch(rest)
+            return "mark", rest.decode("ascii")
+        assert entry == RAW_CLEAR
+        return ("clear",)
+    return read
+
+
+# carrier: (stream id in the arena, its templates, a reader of what that carrier receives)
+CARRIERS = {
+    "twilio": (SID, lambda: wire_templates(SID), lambda: _twilio_reader(SID)),
+    "telnyx": ("telnyx-stream", lambda: telnyx.wire_templates(), _telnyx_reader),
+    "plivo": (PLIVO_ID, lambda: plivo.wire_templates(PLIVO_ID), _plivo_reader),
+    "raw": ("vonage-call", lambda: RAW, _raw_reader),  # Vonage, Exotel: the gateway's carrier edge finishes them
+}
+LINE_FRAMES = 3
+
+
+def _line_clips() -> FallbackClips:
+    frames = np.zeros((1, LINE_FRAMES, FRAME_BYTES), dtype=np.uint8)
+    for k in range(LINE_FRAMES):
+        frames[0, k] = np.frombuffer(bytes([250, 0, k]) + bytes((k * 7 + j) % 256 for j in range(FRAME_BYTES - 3)), dtype=np.uint8)
+    return FallbackClips(frames=frames, frame_counts=np.array([LINE_FRAMES], dtype=np.int64), texts=("line",))
+
+
+def _label(event, clips) -> str:
+    if event[0] == "media":
+        payload = event[1]
+        if payload[0] == 250:
+            assert payload == clips.frames[0, payload[2]].tobytes()
+            return f"line.{payload[2]}"
+        tag, index = payload[0], payload[1] | payload[2] << 8
+        assert payload == frame_payload(tag, index), "payload bytes differ from the frame pushed"
+        return f"{tag}.{index}"
+    return "mark " + event[1] if event[0] == "mark" else "clear"
+
+
+class CarrierCalls:
+    """One call per carrier in one arena (slot k: carriers[k]), each read by its own carrier's reader."""
+
+    def __init__(self, tmp_path, carriers):
+        self.carriers = list(carriers)
+        self.arena = Arena.create(ArenaLayout(max_calls=len(self.carriers), in_slots=8, out_slots=64, wire_slots=64),
+                                  directory=str(tmp_path))
+        self.readers = []
+        for slot, name in enumerate(self.carriers):
+            stream_id, templates, reader = CARRIERS[name]
+            self.arena.claim_slot(slot, stream_id, CALL_SID, templates())
+            self.readers.append(reader())
+        self.clips = _line_clips()
+        self.attached: list[Arena] = []
+        self.restart_pacer(self.arena)
+        self.raw: list[list[bytes]] = [[] for _ in self.carriers]
+
+    def restart_pacer(self, arena):
+        """A pacer process (a first one, or one that restarted or took over): nothing but the arena."""
+        self.pacer = P.PacerCore(arena, lead_ms=80, mark_every_frames=5, max_burst_frames=10, start_hold_ms=0,
+                                 clips=self.clips)
+
+    def each(self, f):
+        for slot in range(len(self.carriers)):
+            f(slot)
+
+    def push(self, tag, first, n):
+        def push(slot):
+            R.tag_open(self.arena.ctrl, slot, tag, False) if first == 0 else None
+            for i in range(first, first + n):
+                assert R.outbound_push(self.arena.ctrl, self.arena.out_meta, self.arena.out_payload, slot, tag, i,
+                                       frame_payload(tag, i))
+        self.each(push)
+
+    def drain(self):
+        events = []
+        for slot, read in enumerate(self.readers):
+            entries = R.wire_drain(self.arena.ctrl, self.arena.wire_len, self.arena.wire_data, slot, 1000)
+            self.raw[slot] += entries
+            events.append([_label(read(entry), self.clips) for entry in entries])
+        return events
+
+    def tick(self, at_ms):
+        self.pacer.tick(at_ms * MS)
+        return self.drain()
+
+    def close(self):
+        for arena in self.attached:
+            arena.close()
+        self.arena.close()
+        self.arena.unlink()
+
+
+def _play_a_call(calls: CarrierCalls, restart_at_ms=None):
+    """A response with cadence and end marks, one cut by a barge-in (clear), a fallback line; every call's
+    events as labels (the same for every carrier), with the pacer restarted from the arena at restart_at_ms."""
+    log = []
+
+    def tick(at_ms):
+        if at_ms == restart_at_ms:
+            calls.attached.append(Arena.attach(calls.arena.name, directory=os.path.dirname(calls.arena.path)))
+            calls.restart_pacer(calls.attached[-1])
+        log.append(calls.tick(at_ms))
+
+    calls.push(1, 0, 7)
+    calls.each(lambda slot: R.outbound_push_end(calls.arena.ctrl, calls.arena.out_meta, slot, 1, 7))
+    for at_ms in (0, 20, 40, 60):
+        tick(at_ms)
+    calls.push(2, 0, 6)
+    tick(140)
+    calls.each(lambda slot: R.tag_cancel(calls.arena.ctrl, slot, 2, 150 * MS))
+    calls.pacer.cancels(150 * MS)
+    log.append(calls.drain())
+
+    def ask_line(slot):
+        calls.arena.ctrl[slot, C.FALLBACK_CLIP] = 0
+        calls.arena.ctrl[slot, C.FALLBACK_SEQ] += 1
+    calls.each(ask_line)
+    for at_ms in (160, 180, 200):
+        tick(at_ms)
+    return [sum((events[slot] for events in log), []) for slot in range(len(calls.carriers))]
+
+
+def pacer_wire_entries(tmp_path, stream_id, templates) -> list[bytes]:
+    """What the real pacer writes for one call with these templates: frames 1.0-1.6 of a response with marks
+    1:5 and 1:7:end, then frames 2.0-2.3 of a response a barge-in cuts (a clear). For the carrier modules'
+    tests: their CarrierSide must read it."""
+    arena = Arena.create(ArenaLayout(max_calls=1, in_slots=8, out_slots=64, wire_slots=64), directory=str(tmp_path))
+    try:
+        arena.claim_slot(0, stream_id, CALL_SID, templates)
+        pacer = P.PacerCore(arena, lead_ms=80, mark_every_frames=5, max_burst_frames=10, start_hold_ms=0)
+        ctrl = arena.ctrl
+        R.tag_open(ctrl, 0, 1, False)
+        for i in range(7):
+            R.outbound_push(ctrl, arena.out_meta, arena.out_payload, 0, 1, i, frame_payload(1, i))
+        R.outbound_push_end(ctrl, arena.out_meta, 0, 1, 7)
+        for at_ms in (0, 20, 40, 60):
+            pacer.tick(at_ms * MS)
+        R.tag_open(ctrl, 0, 2, False)
+        for i in range(6):
+            R.outbound_push(ctrl, arena.out_meta, arena.out_payload, 0, 2, i, frame_payload(2, i))
+        pacer.tick(140 * MS)
+        R.tag_cancel(ctrl, 0, 2, 150 * MS)
+        pacer.cancels(150 * MS)
+        return R.wire_drain(ctrl, arena.wire_len, arena.wire_data, 0, 1000)
+    finally:
+        arena.close()
+        arena.unlink()
+
+
+PACER_ENTRIES_FRAMES = [(1, i) for i in range(5)] + [(1, 5), (1, 6)] + [(2, i) for i in range(4)]
+PACER_ENTRIES_MARKS = ["1:5", "1:7:end"]
+
+
+EXPECTED_CALL = (frames(1, 0, 4) + ["mark 1:5", "1.5", "1.6", "mark 1:7:end"] + frames(2, 0, 3) + ["clear"]
+                 + [f"line.{k}" for k in range(LINE_FRAMES)])
+
+
+@pytest.mark.parametrize("carrier", sorted(CARRIERS))
+def test_a_calls_entries_are_its_carriers_messages(tmp_path, carrier):
+    calls = CarrierCalls(tmp_path, [carrier])
+    try:
+        assert _play_a_call(calls) == [EXPECTED_CALL]
+    finally:
+        calls.close()
+
+
+def test_raw_entries_have_the_raw_layout(tmp_path):
+    calls = CarrierCalls(tmp_path, ["raw"])
+    try:
+        _play_a_call(calls)
+        raw = calls.raw[0]
+        assert raw[:6] == [RAW_MEDIA + frame_payload(1, i) for i in range(5)] + [RAW_MARK + b"1:5"]
+        assert raw[8:14] == [RAW_MARK + b"1:7:end"] + [RAW_MEDIA + frame_payload(2, i) for i in range(4)] + [RAW_CLEAR]
+        assert raw[14:] == [RAW_MEDIA + calls.clips.frames[0, k].tobytes() for k in range(LINE_FRAMES)]
+    finally:
+        calls.close()
+
+
+def test_mixed_carriers_in_one_arena_and_a_restarted_pacer_keeps_each_calls_templates(tmp_path):
+    carriers = ["plivo", "twilio", "raw", "telnyx", "twilio"]
+    calls = CarrierCalls(tmp_path, carriers)
+    try:
+        # The pacer restarts mid-response (a new process: it attaches the arena and has nothing else).
+        assert _play_a_call(calls, restart_at_ms=40) == [EXPECTED_CALL] * len(carriers)
+        twilio_entries = calls.raw[carriers.index("twilio")]
+        assert twilio_entries[0] == ('{"event":"media","streamSid":"%s","media":{"payload":"%s"}}'
+                                     % (SID, base64.b64encode(frame_payload(1, 0)).decode())).encode()
+    finally:
+        calls.close()
+
+
+def test_a_new_call_of_another_carrier_in_the_slot_gets_its_own_templates(call):
+    call.open(1)
+    call.push(1, 2)
+    call.tick(0)
+    call.arena.set_slot_state(call.slot, C.SLOT_FREE)
+    call.arena.claim_slot(call.slot, "vonage-call", CALL_SID, RAW)
+    R.tag_open(call.ctrl, call.slot, 1, False)
+    assert R.outbound_push(call.ctrl, call.arena.out_meta, call.arena.out_payload, call.slot, 1, 0, frame_payload(1, 0))
+    call.pacer.tick(1000 * MS)
+    raw = R.wire_drain(call.ctrl, call.arena.wire_len, call.arena.wire_data, call.slot)
+    assert raw == [RAW_MEDIA + frame_payload(1, 0)]
+
+
+# The pacer of commit 66c7146 (before issue 19's templates) built Twilio's messages from the SIDs and the
+# constants of voicecore/twilio/stream.py. Over this scenario (4 SIDs from 1 to 64 characters, tags of up
+# to 10 digits, indices past 99,999, cadence and end marks, a barge-in's clear, a hold's end mark and clear,
+# fallback lines) it wrote these 144 entries; the templates must give the same bytes.
+GOLDEN_ENTRIES = 144
+GOLDEN_SHA256 = "18620911b78b8e26b97324a75303e8530ec2090d24a1a6dcf99e6aded0893a90"
+
+
+def test_twilio_entries_are_byte_for_byte_those_of_the_pacer_that_built_them_from_the_sids(tmp_path):
+    sids = ["MZ" + "0123456789abcdef" * 2, "x", "A" * 64, "MZ.test-1:a_b"]
+
+    def payload(tag, i):
+        return bytes((tag * 37 + i * 11 + k * 3 + (k * k) % 7) % 256 for k in range(FRAME_BYTES))
+
+    clips = np.zeros((2, 6, FRAME_BYTES), dtype=np.uint8)
+    for c in range(2):
+        for k in range(6):
+            clips[c, k] = np.frombuffer(bytes((250 + c + k * 5 + j) % 256 for j in range(FRAME_BYTES)), dtype=np.uint8)
+    line_clips = FallbackClips(frames=clips, frame_counts=np.array([4, 6], dtype=np.int64), texts=("a", "b"))
+    arena = Arena.create(ArenaLayout(max_calls=len(sids), in_slots=8, out_slots=256, wire_slots=256), directory=str(tmp_path))
+    try:
+        for s, sid in enumerate(sids):
+            arena.claim_slot(s, sid, CALL_SID, wire_templates(sid))
+        pacer = P.PacerCore(arena, lead_ms=80, mark_every_frames=5, max_burst_frames=10, start_hold_ms=0, clips=line_clips)
+        ctrl = arena.ctrl
+        out: list[list[bytes]] = [[] for _ in sids]
+        now = [0]
+
+        def tick(n=1):
+            for _ in range(n):
+                pacer.tick(now[0] * MS)
+                for s in range(len(sids)):
+                    out[s] += R.wire_drain(ctrl, arena.wire_len, arena.wire_data, s, 1000)
+                now[0] += 20
+
+        def response(tag_base, first, n, end=None):
+            for s in range(len(sids)):
+                tag = tag_base + s * 123_456_789
+                R.tag_open(ctrl, s, tag, False)
+                for i in range(n):
+                    R.outbound_push(ctrl, arena.out_meta, arena.out_payload, s, tag, first * s + i, payload(tag, i))
+                if end is not None:
+                    R.outbound_push_end(ctrl, arena.out_meta, s, tag, first * s + end)
+
+        response(7, 99_990, 12, end=12)
+        tick(15)
+        response(8, 0, 6)
+        tick(2)
+        for s in range(len(sids)):
+            R.tag_cancel(ctrl, s, 8 + s * 123_456_789, now[0] * MS)
+        pacer.cancels(now[0] * MS)
+        for s in range(len(sids)):
+            out[s] += R.wire_drain(ctrl, arena.wire_len, arena.wire_data, s, 1000)
+        tick(3)
+        response(9, 0, 20)
+        tick(3)
+        for s in range(len(sids)):
+            R.tag_pause(ctrl, s, 9 + s * 123_456_789, now[0] * MS)
+        tick(10)
+        for s in range(len(sids)):
+            ctrl[s, C.FALLBACK_CLIP] = s % 2
+            ctrl[s, C.FALLBACK_SEQ] += 1
+        tick(12)
+        digest = hashlib.sha256()
+        entries = [entry for s in range(len(sids)) for entry in out[s]]
+        for entry in entries:
+            digest.update(len(entry).to_bytes(4, "little") + entry)
+        stats = pacer.statistics()
+        assert (stats["marks"], stats["clears"], stats["fallback_frames"]) == (24, 8, 20)  # every kind is in it
+        assert (len(entries), digest.hexdigest()) == (GOLDEN_ENTRIES, GOLDEN_SHA256)
+    finally:
+        arena.close()
+        arena.unlink()

@@ -34,6 +34,7 @@ from voicecore.shm import control as C
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.timing import FRAME_BYTES, FRAME_NS
+from voicecore.twilio.stream import wire_templates
 from workers.pacer import core as P
 
 MS = 1_000_000
@@ -126,7 +127,7 @@ class RingsMachine(RuleBasedStateMachine):
         self.pacer = P.PacerCore(self.arena, lead_ms=lead_ms, mark_every_frames=mark_every, max_burst_frames=burst,
                                  start_hold_ms=0)
         for slot in range(LAYOUT.max_calls):
-            generation = self.arena.claim_slot(slot, sid_for(slot, 1), "CA" + "1" * 32)
+            generation = self.arena.claim_slot(slot, sid_for(slot, 1), "CA" + "1" * 32, wire_templates(sid_for(slot, 1)))
             self.models.append(SlotModel(sid=sid_for(slot, generation)))
 
     def teardown(self):
@@ -303,7 +304,8 @@ class RingsMachine(RuleBasedStateMachine):
     def call_ends_and_a_new_one_takes_the_slot(self, slot):
         self.arena.set_slot_state(slot, C.SLOT_ENDING)
         self.arena.set_slot_state(slot, C.SLOT_FREE)
-        generation = self.arena.claim_slot(slot, sid_for(slot, self.word(slot, C.GENERATION) + 1), "CA" + "2" * 32)
+        sid = sid_for(slot, self.word(slot, C.GENERATION) + 1)
+        generation = self.arena.claim_slot(slot, sid, "CA" + "2" * 32, wire_templates(sid))
         self.models[slot] = SlotModel(sid=sid_for(slot, generation))
 
     # --- pacer ----------------------------------------------------------------------------------------------

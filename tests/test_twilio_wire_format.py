@@ -72,7 +72,7 @@ def test_the_pacers_bytes_are_the_encoders_for_every_message(arena, tag, first_i
     pacer = pacer_core.PacerCore(arena, lead_ms=10_000, mark_every_frames=MARK_EVERY, max_burst_frames=64,
                                  start_hold_ms=0)
     for slot, sid in enumerate(STREAM_SIDS):
-        arena.claim_slot(slot, sid, CALL_SID)
+        arena.claim_slot(slot, sid, CALL_SID, stream.wire_templates(sid))
         R.tag_open(arena.ctrl, slot, tag, False)
         for k in range(frames):
             assert R.outbound_push(arena.ctrl, arena.out_meta, arena.out_payload, slot, tag, first_index + k,

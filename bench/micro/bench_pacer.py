@@ -21,7 +21,7 @@ from bench.micro.conftest import per_item
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.timing import FRAME_BYTES, FRAME_NS
-from voicecore.twilio.stream import OutboundEncoder
+from voicecore.twilio.stream import OutboundEncoder, wire_templates
 from workers.pacer.core import PacerCore
 
 CALLS = 200
@@ -40,7 +40,8 @@ class PacedCalls:
         self.payload = np.frombuffer(bytes((i * 53) % 256 for i in range(FRAME_BYTES)) * OUT_SLOTS, dtype=np.uint8)
         self.next_index = [0] * CALLS
         for slot in range(CALLS):
-            self.arena.claim_slot(slot, "MZ" + f"{slot:032x}", "CA" + f"{slot:032x}")
+            sid = "MZ" + f"{slot:032x}"
+            self.arena.claim_slot(slot, sid, "CA" + f"{slot:032x}", wire_templates(sid))
             R.tag_open(self.arena.ctrl, slot, TAG, 0)
             if queued:
                 self.refill(slot)

@@ -10,6 +10,8 @@ kind, each 64-byte aligned, indexed by call slot first, so one numba call can wa
     ctrl        int64 [max_calls, CONTROL_WORDS]           control block (control.py)
     sids        uint8 [max_calls, 64]                      stream_sid, ASCII, NUL padded
     call_sids   uint8 [max_calls, 64]                      call_sid, ASCII, NUL padded
+    wire_tmpl_meta int32 [max_calls, 8]                    the 5 templates' lengths, then WIRE_FLAGS
+    wire_tmpl   uint8 [max_calls, 5, MAX_TEMPLATE_BYTES]   the call's wire templates (voicecore/carriers/wire.py)
     in_meta     int64 [max_calls, in_slots, 2]             (sequence number, timestamp_ms)
     in_payload  uint8 [max_calls, in_slots, 160]
     out_meta    int64 [max_calls, out_slots, 2]            (tag, frame index); END: index = -1 - total
@@ -34,7 +36,10 @@ that into an ArenaError at start-up.
 
 Slot claim protocol (the only place where one process writes words other processes own): while a slot
 is SLOT_FREE nobody else writes it, so the gateway zeroes the whole row except GENERATION, writes the
-call ids, bumps GENERATION and publishes STATE = SLOT_ACTIVE last (release). Every counter therefore
+call ids and the call's wire templates (how the pacer writes this call's media, marks and clear: its
+carrier module's, voicecore/carriers/wire.py), bumps GENERATION and publishes STATE = SLOT_ACTIVE last
+(release). The templates live only here, so a restarted or standby pacer writes the right bytes for
+every live call from shared memory alone. Every counter therefore
 starts at 0 for a new call: the model worker's first frame goes to outbound index 0 and the pacer's
 OUT_TAIL starts there too; the pacer re-initialises its own per-call words when it sees PACER_GENERATION
 differ from GENERATION. A freed slot should stay free for a while (the gateway picks the longest-free
@@ -53,23 +58,40 @@ import struct
 
 import numpy as np
 
+from voicecore.carriers.wire import MAX_MARK_NAME_BYTES, MAX_TEMPLATE_BYTES, WireTemplates
 from voicecore.errors import DependencyError
 from voicecore.shm.control import CONTROL_WORDS, GENERATION, SLOT_ACTIVE, SLOT_FREE, STATE
 from voicecore.shm.rings import store_release
 from voicecore.timing import FRAME_BYTES
 
 MAGIC = b"VCARENA\x00"
-VERSION = 1
+VERSION = 2  # 2: per-call wire templates (the pacer no longer builds Twilio's messages from the SIDs)
 HEADER_BYTES = 128
 ALIGN_BYTES = 64
 SID_BYTES = 64
 NAME_PREFIX = "voicecore-"
-# The longest wire message is a media message: 30 + 64 (sid) + 23 + 216 (base64) + 3 = 336 bytes.
+# The longest Twilio wire message is a media message: 30 + 64 (sid) + 23 + 216 (base64) + 3 = 336 bytes.
+# Another carrier's templates must fit the arena's wire_slot_bytes (checked when they are written).
 MIN_WIRE_SLOT_BYTES = 384
 
+# The per-call wire templates: wire_tmpl[slot, piece] holds wire_tmpl_meta[slot, piece] bytes of each piece;
+# wire_tmpl_meta[slot, TEMPLATE_FLAGS] the WIRE_* bits.
+TEMPLATE_MEDIA_PREFIX = 0
+TEMPLATE_MEDIA_SUFFIX = 1
+TEMPLATE_MARK_PREFIX = 2
+TEMPLATE_MARK_SUFFIX = 3
+TEMPLATE_CLEAR = 4
+TEMPLATE_PIECES = 5
+TEMPLATE_FLAGS = 5
+TEMPLATE_META_WORDS = 8
+WIRE_RAW = 1  # the pacer writes raw entries (RAW_MEDIA + the 160 mu-law bytes ...): the carrier edge finishes them
+WIRE_BINARY = 2  # final entries go out as binary WebSocket frames
+_PIECE_NAMES = ("media_prefix", "media_suffix", "mark_prefix", "mark_suffix", "clear")
+_B64_FRAME_CHARS = (FRAME_BYTES + 2) // 3 * 4
+
 # magic, then int64: version, header_bytes, size_bytes, max_calls, control_words, in_slots, out_slots,
-# wire_slots, wire_slot_bytes, frame_bytes, sid_bytes
-_HEADER = struct.Struct("<8s11q")
+# wire_slots, wire_slot_bytes, frame_bytes, sid_bytes, template_pieces, template_bytes
+_HEADER = struct.Struct("<8s13q")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _SID_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
@@ -113,6 +135,8 @@ class ArenaLayout:
             ("ctrl", np.dtype(np.int64), (m, CONTROL_WORDS)),
             ("sids", np.dtype(np.uint8), (m, SID_BYTES)),
             ("call_sids", np.dtype(np.uint8), (m, SID_BYTES)),
+            ("wire_tmpl_meta", np.dtype(np.int32), (m, TEMPLATE_META_WORDS)),
+            ("wire_tmpl", np.dtype(np.uint8), (m, TEMPLATE_PIECES, MAX_TEMPLATE_BYTES)),
             ("in_meta", np.dtype(np.int64), (m, self.in_slots, 2)),
             ("in_payload", np.dtype(np.uint8), (m, self.in_slots, FRAME_BYTES)),
             ("out_meta", np.dtype(np.int64), (m, self.out_slots, 2)),
@@ -147,6 +171,8 @@ class Arena:
     ctrl: np.ndarray
     sids: np.ndarray
     call_sids: np.ndarray
+    wire_tmpl_meta: np.ndarray
+    wire_tmpl: np.ndarray
     in_meta: np.ndarray
     in_payload: np.ndarray
     out_meta: np.ndarray
@@ -207,6 +233,8 @@ class Arena:
             layout.wire_slot_bytes,
             FRAME_BYTES,
             SID_BYTES,
+            TEMPLATE_PIECES,
+            MAX_TEMPLATE_BYTES,
         )
         # Everything but the magic first, the magic last: an attacher racing the creator sees no magic
         # and refuses, rather than trusting half a header.
@@ -314,21 +342,61 @@ class Arena:
         self._check_slot(slot)
         return _decode_id(self.call_sids[slot])
 
-    def claim_slot(self, slot: int, stream_sid: str, call_sid: str) -> int:
-        """Gateway: take a free slot for a new call; returns its new GENERATION (see module docstring)."""
+    def set_wire_templates(self, slot: int, templates: WireTemplates) -> None:
+        """Write how the pacer writes this call's messages. Only while the slot is free (claim_slot does it
+        for you): the pacer reads them without a lock. Every piece is written, then its length, the flags
+        last; STATE = SLOT_ACTIVE (claim_slot) publishes them."""
+        self._check_slot(slot)
+        self._check_wire_templates(templates)
+        meta = self.wire_tmpl_meta[slot]
+        tmpl = self.wire_tmpl[slot]
+        for piece, name in enumerate(_PIECE_NAMES):
+            raw = getattr(templates, name)
+            tmpl[piece, :] = 0
+            tmpl[piece, : len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+            meta[piece] = len(raw)
+        meta[TEMPLATE_PIECES:] = 0
+        meta[TEMPLATE_FLAGS] = (WIRE_RAW if templates.raw else 0) | (WIRE_BINARY if templates.binary else 0)
+
+    def wire_templates(self, slot: int) -> WireTemplates:
+        """The slot's wire templates as written (tests, tools)."""
+        self._check_slot(slot)
+        meta = self.wire_tmpl_meta[slot]
+        pieces = {name: self.wire_tmpl[slot, piece, : int(meta[piece])].tobytes() for piece, name in enumerate(_PIECE_NAMES)}
+        flags = int(meta[TEMPLATE_FLAGS])
+        return WireTemplates(**pieces, binary=bool(flags & WIRE_BINARY), raw=bool(flags & WIRE_RAW))
+
+    def _check_wire_templates(self, templates: WireTemplates) -> None:
+        # The pacer writes byte by byte without bounds checks: the longest entry of each kind must fit a slot.
+        if not isinstance(templates, WireTemplates):
+            raise TypeError("templates must be a voicecore.carriers.wire.WireTemplates")
+        body = FRAME_BYTES if templates.raw else _B64_FRAME_CHARS
+        longest = max(
+            len(templates.media_prefix) + body + len(templates.media_suffix),
+            len(templates.mark_prefix) + MAX_MARK_NAME_BYTES + len(templates.mark_suffix),
+            len(templates.clear),
+        )
+        if longest > self.layout.wire_slot_bytes:
+            raise ValueError(f"wire templates make {longest}-byte entries; wire slots hold {self.layout.wire_slot_bytes}")
+
+    def claim_slot(self, slot: int, stream_sid: str, call_sid: str, templates: WireTemplates) -> int:
+        """Gateway: take a free slot for a new call whose outbound messages the pacer writes from `templates`
+        (its carrier module's); returns its new GENERATION (see module docstring)."""
         self._check_slot(slot)
         row = self.ctrl[slot]
         if row[STATE] != SLOT_FREE:
             raise ValueError(f"slot {slot} is not free")
-        # Validate both ids before touching anything, so a bad id leaves the slot as it was.
+        # Validate the ids and the templates before touching anything, so bad ones leave the slot as it was.
         _encode_id(stream_sid, "stream_sid")
         _encode_id(call_sid, "call_sid")
+        self._check_wire_templates(templates)
         generation = int(row[GENERATION]) + 1
         row[:GENERATION] = 0
         row[GENERATION + 1 :] = 0
         self.set_call_ids(slot, stream_sid, call_sid)
+        self.set_wire_templates(slot, templates)
         row[GENERATION] = generation
-        store_release(self.ctrl, slot, STATE, SLOT_ACTIVE)  # publishes the zeroed row and the ids
+        store_release(self.ctrl, slot, STATE, SLOT_ACTIVE)  # publishes the zeroed row, the ids and the templates
         return generation
 
     def set_slot_state(self, slot: int, state: int) -> None:
@@ -369,13 +437,17 @@ def _parse_header(raw: bytes, path: str) -> ArenaLayout:
         wire_slot_bytes,
         frame_bytes,
         sid_bytes,
+        template_pieces,
+        template_bytes,
     ) = _HEADER.unpack(raw)
     if magic != MAGIC:
         raise ArenaError(f"{path!r} is not a voicecore arena (bad magic)")
     if version != VERSION:
         raise ArenaError(f"arena {path!r} has version {version}, we speak {VERSION}")
-    if (header_bytes, control_words, frame_bytes, sid_bytes) != (HEADER_BYTES, CONTROL_WORDS, FRAME_BYTES, SID_BYTES):
-        raise ArenaError(f"arena {path!r} was made by a build with a different control block or header")
+    if (header_bytes, control_words, frame_bytes, sid_bytes, template_pieces, template_bytes) != (
+        HEADER_BYTES, CONTROL_WORDS, FRAME_BYTES, SID_BYTES, TEMPLATE_PIECES, MAX_TEMPLATE_BYTES
+    ):
+        raise ArenaError(f"arena {path!r} was made by a build with a different control block, header or wire templates")
     try:
         layout = ArenaLayout(max_calls, in_slots, out_slots, wire_slots, wire_slot_bytes)
     except ValueError as exc:

@@ -6,11 +6,11 @@ arrays of the same shapes) and a slot index, so tests run them over plain ``np.z
 
 Rings (ARCHITECTURE.md section 4), each single-producer single-consumer, counters in the control block:
 
-| ring     | producer     | consumer     | counters (producer, consumer) | slot                                   |
-| -------- | ------------ | ------------ | ----------------------------- | -------------------------------------- |
-| inbound  | gateway      | model worker | IN_HEAD, IN_TAIL              | in_meta (seq, ts_ms) + 160-byte frame  |
-| outbound | model worker | pacer        | OUT_HEAD, OUT_TAIL            | out_meta (tag, index) + 160-byte frame |
-| wire     | pacer        | gateway      | WIRE_HEAD, WIRE_TAIL          | wire_len + final JSON text             |
+| ring     | producer     | consumer     | counters (producer, consumer) | slot                                    |
+| -------- | ------------ | ------------ | ----------------------------- | --------------------------------------- |
+| inbound  | gateway      | model worker | IN_HEAD, IN_TAIL              | in_meta (seq, ts_ms) + 160-byte frame   |
+| outbound | model worker | pacer        | OUT_HEAD, OUT_TAIL            | out_meta (tag, index) + 160-byte frame  |
+| wire     | pacer        | gateway      | WIRE_HEAD, WIRE_TAIL          | wire_len + carrier message or raw entry |
 
 Counters are 64-bit and only grow (2**63 frames of 20 ms is ~5.8 billion years): the index of a slot is
 ``counter & (n_slots - 1)``, ``head - tail`` is the fill level, and a full ring refuses the write (the
@@ -459,7 +459,8 @@ def wire_free(ctrl, wire_len, slot):
 
 @kernel
 def wire_push(ctrl, wire_len, wire_data, slot, data_u8, n):
-    """Pacer: append one message of n bytes (the final JSON text). False when the ring is full."""
+    """Pacer: append one message of n bytes (the call's carrier message, voicecore/carriers/wire.py). False
+    when the ring is full."""
     _check_slot(ctrl, slot)
     if n < 0 or n > wire_data.shape[2] or n > len(data_u8):
         raise ValueError("wire message longer than a wire slot")
@@ -503,7 +504,7 @@ def wire_ready_slots(ctrl, out_slots):
 
 
 def wire_pop(ctrl, wire_len, wire_data, slot):
-    """Gateway: the oldest wire entry as bytes (UTF-8 JSON text), or None when the ring is empty."""
+    """Gateway: the oldest wire entry as bytes (the carrier message, or a raw entry), or None when empty."""
     if wire_pending(ctrl, slot) <= 0:  # checks the slot; acquire: the entry is complete before we copy it
         return None
     tail = int(ctrl[slot, WIRE_TAIL])

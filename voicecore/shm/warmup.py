@@ -12,6 +12,7 @@ import tempfile
 import numpy as np
 
 from voicecore import timing
+from voicecore.carriers.wire import RAW
 from voicecore.shm import rings
 from voicecore.shm.arena import Arena, ArenaLayout
 
@@ -22,7 +23,7 @@ def warm_up_rings() -> None:
         try:
             frame = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
             out = np.zeros(timing.FRAME_BYTES * 4, dtype=np.uint8)
-            arena.claim_slot(0, "MZ" + "0" * 32, "CA" + "0" * 32)
+            arena.claim_slot(0, "MZ" + "0" * 32, "CA" + "0" * 32, RAW)
             ctrl = arena.ctrl
             rings.inbound_push(ctrl, arena.in_meta, arena.in_payload, 0, 1, 20, frame)
             rings.inbound_push(ctrl, arena.in_meta, arena.in_payload, 0, 2, 40, bytes(timing.FRAME_BYTES))  # the gateway's path

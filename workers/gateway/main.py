@@ -189,12 +189,15 @@ class Gateway:
     def claim_slot(self, conn: StreamConnection, start: tw.Start) -> int | None:
         for rested in self.slots.due_for_free(now_ms()):
             self.arena.set_slot_state(rested, C.SLOT_FREE)
+        # How the pacer writes this call's messages: its carrier module's templates (voicecore/carriers/wire.py).
+        templates = tw.wire_templates(start.stream_sid)
         slot = self.slots.claim()
         if slot is None:
             return None
-        # The arena zeroes every counter (all three rings start at index 0) and publishes SLOT_ACTIVE
-        # last, so a worker that sees the new GENERATION sees a clean slot.
-        generation = self.arena.claim_slot(slot, start.stream_sid, start.call_sid)
+        # The arena zeroes every counter (all three rings start at index 0), writes the ids and the
+        # templates, and publishes SLOT_ACTIVE last, so a worker that sees the new GENERATION sees a clean
+        # slot and the pacer the call's templates.
+        generation = self.arena.claim_slot(slot, start.stream_sid, start.call_sid, templates)
         self.ctrl[slot, C.STARTED_AT_NS] = time.monotonic_ns()
         self.calls[slot] = conn
         self.counters["calls_started"] += 1

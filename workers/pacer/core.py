@@ -1,5 +1,6 @@
 """The pacer's step: one numba call per 20 ms tick moves audio of every call from its outbound ring to its
-wire ring, already encoded as the final Twilio JSON text, with the marks and clears in order.
+wire ring, already encoded as the call's carrier message (the final JSON text, or a raw entry the gateway's
+carrier edge finishes), with the marks and clears in order.
 
 Owns the release rules: send-ahead lead, burst bound, gate watermark, cancelled-tag skipping, mark
 cadence, clear on cancel, underrun counting (ARCHITECTURE.md sections 1, 3 and 6). Knows nothing of
@@ -11,10 +12,8 @@ Per active call slot (STATE == SLOT_ACTIVE), in this order:
 
 0. init: PACER_GENERATION != GENERATION means a new call in this slot. The gateway zeroed every counter
    when it claimed the slot (arena.py), so OUT_TAIL = 0 is where the model worker's first frame lands;
-   the pacer resets only its own view (SENT_*, CARRIER_EMPTY_AT_NS = now, CANCEL_SEEN_SEQ = CANCEL_SEQ)
-   and builds the call's media prefix ``{"event":"media","streamSid":"MZ...","media":{"payload":"``
-   into its private scratch (rebuilt as well when the scratch is empty: a restarted pacer resumes from
-   the words in shared memory).
+   the pacer resets only its own view (SENT_*, CARRIER_EMPTY_AT_NS = now, CANCEL_SEEN_SEQ = CANCEL_SEQ).
+   The pacer keeps nothing private per call: a restarted or standby pacer resumes from shared memory alone.
 1. cancel (also callable alone, ``pace_cancels``, when the shell is woken between ticks): when CANCEL_SEQ
    moved and the tag whose frames went out last (SENT_TAG) is now cancelled, queue a ``clear`` behind
    what the wire ring already holds (ARCHITECTURE.md section 3, step 8) and note the carrier's buffer
@@ -50,13 +49,22 @@ Per active call slot (STATE == SLOT_ACTIVE), in this order:
 Leads: with lead 80 ms and ticks on a 20 ms grid a response starts with a burst of 4 frames, then one
 per tick; after a stall the pacer refills the lead at most max_burst_frames per tick.
 
-No allocation in the step: constant byte strings are module-level arrays frozen into the compiled code,
-the wire entry is written byte by byte (base64 included) straight into the shared wire slot, the
-arrays are indexed directly instead of sliced, and the functions are compiled with numba's runtime off
-(rings.KERNEL_OPTIONS), so an allocation would not even compile. Measured: see PacerCore.
+Wire entries (voicecore/carriers/wire.py): each call's carrier module made its templates, and the gateway
+put them into the call's slot of the arena (wire_tmpl, wire_tmpl_meta) before publishing the call. A media
+entry is the media prefix + the frame + the media suffix, the frame in base64, or its 160 raw bytes when the
+call's WIRE_RAW flag is set; a mark the mark prefix + ``tag:frames[:end]`` + the mark suffix (the name's
+JSON quotes, if any, are the templates'); a clear the clear template. A Twilio call's entries are byte for
+byte what they were when this module wrote Twilio's constants (tests/test_pacer_core.py pins them).
 
-Numba's on-disk cache does not track imports: after editing voicecore/shm/rings.py or the wire pieces in
-voicecore/twilio/stream.py and marks.py during development, delete workers/pacer/__pycache__ too.
+No allocation in the step: constant byte strings are module-level arrays frozen into the compiled code,
+the wire entry is written byte by byte (base64 included) straight into the shared wire slot from the
+call's templates in shared memory, the arrays are indexed directly instead of sliced, and the functions
+are compiled with numba's runtime off (rings.KERNEL_OPTIONS), so an allocation would not even compile.
+Measured: see PacerCore.
+
+Numba's on-disk cache does not track imports: after editing voicecore/shm/rings.py, voicecore/shm/arena.py's
+template constants or the mark pieces in voicecore/twilio/marks.py during development, delete
+workers/pacer/__pycache__ too.
 ``NUMBA_DISABLE_JIT=1`` runs this module as plain Python.
 """
 
@@ -118,17 +126,28 @@ from voicecore.shm.control import (
     WIRE_HEAD,
     WIRE_TAIL,
 )
+from voicecore.shm.arena import (
+    MIN_WIRE_SLOT_BYTES,
+    TEMPLATE_CLEAR,
+    TEMPLATE_FLAGS,
+    TEMPLATE_MARK_PREFIX,
+    TEMPLATE_MARK_SUFFIX,
+    TEMPLATE_MEDIA_PREFIX,
+    TEMPLATE_MEDIA_SUFFIX,
+    TEMPLATE_META_WORDS,
+    TEMPLATE_PIECES,
+    WIRE_RAW,
+)
 from voicecore.shm.rings import atomic_load_acquire, atomic_store_release, kernel
 from voicecore.timing import (
     DEFAULT_LEAD_MS,
     DEFAULT_MARK_EVERY_FRAMES,
     DEFAULT_START_HOLD_MS,
-    FRAME_BYTES,
     FRAME_NS,
     MAX_CATCH_UP_FRAMES,
 )
 from voicecore.fallback import FallbackClips, load_clips
-from voicecore.twilio import marks, stream
+from voicecore.twilio import marks
 
 # A call waiting on the model (MODEL_EXPECTING) whose model worker has not stamped it this long hears its
 # hold line from the pacer: the model worker stamps every ~100 ms, a standby takes over in well under this.
@@ -167,18 +186,7 @@ STAT_NAMES = (
     "fallback_frames",
 )
 
-# --- the JSON pieces (PROTOCOLS.md A.3: media, mark and clear are the only messages we may send) -------
-# Copied once, at import, from their one source (voicecore/twilio/stream.py and marks.py); the step writes
-# these arrays byte by byte. A mark name is digits and colons (marks.py), a JSON string that needs no
-# escaping, so its quotes go into the fixed pieces around it.
-_MEDIA_HEAD = np.frombuffer(stream.MEDIA_HEAD, dtype=np.uint8)
-_MEDIA_MID = np.frombuffer(stream.MEDIA_AFTER_SID, dtype=np.uint8)
-_MEDIA_TAIL = np.frombuffer(stream.MEDIA_TAIL, dtype=np.uint8)
-_CLEAR_HEAD = np.frombuffer(stream.CLEAR_HEAD, dtype=np.uint8)
-_CLEAR_TAIL = np.frombuffer(stream.CLEAR_TAIL, dtype=np.uint8)
-_MARK_HEAD = np.frombuffer(stream.MARK_HEAD, dtype=np.uint8)
-_MARK_MID = np.frombuffer(stream.MARK_AFTER_SID + b'"', dtype=np.uint8)
-_MARK_TAIL = np.frombuffer(b'"' + stream.MARK_TAIL, dtype=np.uint8)
+# --- the pieces of a mark's name (voicecore/twilio/marks.py); everything around it is the call's templates --
 _END = np.frombuffer(marks.END_SUFFIX.encode("ascii"), dtype=np.uint8)
 _COLON = ord(marks.SEPARATOR)
 _B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8)
@@ -188,19 +196,6 @@ _DIGIT_0 = 48
 PREFILL_WAIT = 0
 PREFILL_READY = 1
 PREFILL_GATED = 2
-
-SID_MAX_BYTES = 64
-MEDIA_PREFIX_BYTES = 128  # head + sid + the piece after it: 30 + 64 + 22 = 116 at most
-if MEDIA_PREFIX_BYTES < _MEDIA_HEAD.shape[0] + SID_MAX_BYTES + _MEDIA_MID.shape[0]:
-    raise RuntimeError("MEDIA_PREFIX_BYTES is too small for the media head in voicecore/twilio/stream.py")
-_B64_FRAME_CHARS = (FRAME_BYTES + 2) // 3 * 4
-_MIN_WIRE_SLOT_BYTES = MEDIA_PREFIX_BYTES + _B64_FRAME_CHARS + _MEDIA_TAIL.shape[0]
-
-
-def new_pacer_scratch(max_calls: int) -> tuple[np.ndarray, np.ndarray]:
-    """The pacer's private per-call buffers: (media_prefix uint8[max_calls, 128], media_prefix_len)."""
-    return np.zeros((max_calls, MEDIA_PREFIX_BYTES), dtype=np.uint8), np.zeros(max_calls, dtype=np.int64)
-
 
 def new_stats() -> np.ndarray:
     return np.zeros(STATS_WORDS, dtype=np.int64)
@@ -264,14 +259,21 @@ def _put_uint(wire_data, s, w, off, value):
 
 
 @kernel(inline="always")
-def _put_sid(wire_data, s, w, off, media_prefix, media_prefix_len):
-    # The sid sits inside the media prefix, between its constant head and tail.
-    head = _MEDIA_HEAD.shape[0]
-    end = media_prefix_len[s] - _MEDIA_MID.shape[0]
-    for k in range(head, end):
-        wire_data[s, w, off] = media_prefix[s, k]
-        off += 1
-    return off
+def _put_template(wire_data, s, w, off, tmpl, tmpl_meta, piece):
+    """The call's template ``piece`` (TEMPLATE_*; its length in tmpl_meta) at off."""
+    n = tmpl_meta[s, piece]
+    for k in range(n):
+        wire_data[s, w, off + k] = tmpl[s, piece, k]
+    return off + n
+
+
+@kernel(inline="always")
+def _put_raw_frame(wire_data, s, w, off, frames, a, b):
+    """frames[a, b, :] as they are (a raw entry: the carrier edge encodes them)."""
+    n = frames.shape[2]
+    for k in range(n):
+        wire_data[s, w, off + k] = frames[a, b, k]
+    return off + n
 
 
 @kernel(inline="always")
@@ -329,37 +331,35 @@ def b64encode_into(src, dst, off):
 
 
 @kernel(inline="always")
-def _write_media(wire_data, wire_len, s, w, media_prefix, media_prefix_len, frames, a, b):
-    """A media message of frames[a, b] (see _put_b64_frame) into wire slot w of call s."""
-    n = media_prefix_len[s]
-    for k in range(n):
-        wire_data[s, w, k] = media_prefix[s, k]
-    off = _put_b64_frame(wire_data, s, w, n, frames, a, b)
-    off = _put(wire_data, s, w, off, _MEDIA_TAIL)
+def _write_media(wire_data, wire_len, s, w, tmpl, tmpl_meta, frames, a, b):
+    """A media entry of frames[a, b] (an outbound ring's frame or a fallback line's, see _put_b64_frame)
+    into wire slot w of call s: media prefix + base64 (raw bytes for a WIRE_RAW call) + media suffix."""
+    off = _put_template(wire_data, s, w, 0, tmpl, tmpl_meta, TEMPLATE_MEDIA_PREFIX)
+    if tmpl_meta[s, TEMPLATE_FLAGS] & WIRE_RAW:
+        off = _put_raw_frame(wire_data, s, w, off, frames, a, b)
+    else:
+        off = _put_b64_frame(wire_data, s, w, off, frames, a, b)
+    off = _put_template(wire_data, s, w, off, tmpl, tmpl_meta, TEMPLATE_MEDIA_SUFFIX)
     wire_len[s, w] = off
 
 
 @kernel(inline="always")
-def _write_mark(wire_data, wire_len, s, w, media_prefix, media_prefix_len, tag, frames_through, end):
-    """{"event":"mark","streamSid":"...","mark":{"name":"<tag>:<frames_through>[:end]"}} (spec.md)."""
-    off = _put(wire_data, s, w, 0, _MARK_HEAD)
-    off = _put_sid(wire_data, s, w, off, media_prefix, media_prefix_len)
-    off = _put(wire_data, s, w, off, _MARK_MID)
+def _write_mark(wire_data, wire_len, s, w, tmpl, tmpl_meta, tag, frames_through, end):
+    """mark prefix + ``<tag>:<frames_through>[:end]`` (marks.py) + mark suffix; for Twilio
+    {"event":"mark","streamSid":"...","mark":{"name":"<tag>:<frames_through>[:end]"}} (spec.md)."""
+    off = _put_template(wire_data, s, w, 0, tmpl, tmpl_meta, TEMPLATE_MARK_PREFIX)
     off = _put_uint(wire_data, s, w, off, tag)
     wire_data[s, w, off] = _COLON
     off = _put_uint(wire_data, s, w, off + 1, frames_through)
     if end:
         off = _put(wire_data, s, w, off, _END)
-    off = _put(wire_data, s, w, off, _MARK_TAIL)
+    off = _put_template(wire_data, s, w, off, tmpl, tmpl_meta, TEMPLATE_MARK_SUFFIX)
     wire_len[s, w] = off
 
 
 @kernel(inline="always")
-def _write_clear(wire_data, wire_len, s, w, media_prefix, media_prefix_len):
-    off = _put(wire_data, s, w, 0, _CLEAR_HEAD)
-    off = _put_sid(wire_data, s, w, off, media_prefix, media_prefix_len)
-    off = _put(wire_data, s, w, off, _CLEAR_TAIL)
-    wire_len[s, w] = off
+def _write_clear(wire_data, wire_len, s, w, tmpl, tmpl_meta):
+    wire_len[s, w] = _put_template(wire_data, s, w, 0, tmpl, tmpl_meta, TEMPLATE_CLEAR)
 
 
 # --- per-call steps ---------------------------------------------------------------------------------------
@@ -382,27 +382,9 @@ def _row_approved(ctrl, s, tag):
 
 
 @kernel(inline="always")
-def _build_prefix(sids, media_prefix, media_prefix_len, s):
-    off = 0
-    for k in range(_MEDIA_HEAD.shape[0]):
-        media_prefix[s, off] = _MEDIA_HEAD[k]
-        off += 1
-    for k in range(min(sids.shape[1], SID_MAX_BYTES)):
-        c = sids[s, k]
-        if c == 0:
-            break
-        media_prefix[s, off] = c
-        off += 1
-    for k in range(_MEDIA_MID.shape[0]):
-        media_prefix[s, off] = _MEDIA_MID[k]
-        off += 1
-    media_prefix_len[s] = off
-
-
-@kernel(inline="always")
-def _prepare_slot(ctrl, sids, media_prefix, media_prefix_len, s, now_ns):
+def _prepare_slot(ctrl, s, now_ns):
     """True when the slot holds an active call; (re)initialises the pacer's view of a new call."""
-    if atomic_load_acquire(ctrl, s, STATE) != SLOT_ACTIVE:  # acquire: the gateway's claim writes are visible
+    if atomic_load_acquire(ctrl, s, STATE) != SLOT_ACTIVE:  # acquire: the claim's writes (templates too) are visible
         return False
     generation = ctrl[s, GENERATION]
     if ctrl[s, PACER_GENERATION] != generation:
@@ -415,10 +397,7 @@ def _prepare_slot(ctrl, sids, media_prefix, media_prefix_len, s, now_ns):
         ctrl[s, LAST_RELEASE_NS] = 0
         # Cancels decided before we first looked concern audio we never sent: nothing to clear.
         ctrl[s, CANCEL_SEEN_SEQ] = atomic_load_acquire(ctrl, s, CANCEL_SEQ)
-        _build_prefix(sids, media_prefix, media_prefix_len, s)
         ctrl[s, PACER_GENERATION] = generation
-    elif media_prefix_len[s] == 0:
-        _build_prefix(sids, media_prefix, media_prefix_len, s)
     return True
 
 
@@ -434,12 +413,12 @@ def _wire_head_with_room(ctrl, wire_len, s, stats_out):
 
 
 @kernel(inline="always")
-def _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out):
+def _queue_clear(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, stats_out):
     """Put a ``clear`` behind what the wire ring holds. False when the ring is full (the clear is owed)."""
     head = _wire_head_with_room(ctrl, wire_len, s, stats_out)
     if head < 0:
         return False
-    _write_clear(wire_data, wire_len, s, head & (wire_len.shape[1] - 1), media_prefix, media_prefix_len)
+    _write_clear(wire_data, wire_len, s, head & (wire_len.shape[1] - 1), tmpl, tmpl_meta)
     atomic_store_release(ctrl, s, WIRE_HEAD, head + 1)
     ctrl[s, SENT_CLOSED] = SENT_CLEARED
     ctrl[s, UNDERRUN_OPEN] = 0
@@ -453,7 +432,7 @@ def _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, n
 
 
 @kernel(inline="always")
-def _process_pause(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, hold_clear_ns, stats_out):
+def _process_pause(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, hold_clear_ns, stats_out):
     """A hold of the tag on the wire: mark where its audio stops, clear a carrier still playing it
     hold_clear_ns into the hold. False: the wire ring is full (what is owed waits for the next tick)."""
     paused_tag = atomic_load_acquire(ctrl, s, PAUSED_TAG)
@@ -465,7 +444,7 @@ def _process_pause(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s,
         head = _wire_head_with_room(ctrl, wire_len, s, stats_out)
         if head < 0:
             return False
-        _write_mark(wire_data, wire_len, s, head & (wire_len.shape[1] - 1), media_prefix, media_prefix_len, paused_tag,
+        _write_mark(wire_data, wire_len, s, head & (wire_len.shape[1] - 1), tmpl, tmpl_meta, paused_tag,
                     sent_frames, True)
         atomic_store_release(ctrl, s, WIRE_HEAD, head + 1)
         ctrl[s, SENT_CLOSED] = SENT_ENDED
@@ -477,12 +456,12 @@ def _process_pause(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s,
         and now_ns - ctrl[s, PAUSE_SINCE_NS] >= hold_clear_ns
         and not (ctrl[s, PLAYED_TAG] == paused_tag and ctrl[s, PLAYED_FRAMES] >= sent_frames)
     ):
-        return _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out)
+        return _queue_clear(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, stats_out)
     return True
 
 
 @kernel(inline="always")
-def _process_cancel(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out):
+def _process_cancel(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, stats_out):
     """Queue a clear if the tag on the wire was cancelled. False: the clear is still owed (wire full)."""
     seq = atomic_load_acquire(ctrl, s, CANCEL_SEQ)
     if seq == ctrl[s, CANCEL_SEEN_SEQ]:
@@ -494,7 +473,7 @@ def _process_cancel(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s
         and ctrl[s, SENT_CLOSED] != SENT_CLEARED
         and _row_state(ctrl, s, sent_tag) == TAG_CANCELLED
     ):
-        if not _queue_clear(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out):
+        if not _queue_clear(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, stats_out):
             return False
     ctrl[s, CANCEL_SEEN_SEQ] = seq
     return True
@@ -520,7 +499,7 @@ def _take_fallback_requests(ctrl, s, now_ns, model_silent_ns, n_clips):
 
 
 @kernel(inline="always")
-def _release_fallback(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, empty_at_ns, wire_head,
+def _release_fallback(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, empty_at_ns, wire_head,
                       wire_tail, budget, start_below_ns, fill_below_ns, clips, clip_frames, stats_out):
     """Frames of the fallback line playing in call s, under the lead and burst bounds of a response's.
     Returns (empty_at_ns, wire_head, frames released); FALLBACK_PLAYING drops to 0 after its last frame.
@@ -537,7 +516,7 @@ def _release_fallback(ctrl, wire_len, wire_data, media_prefix, media_prefix_len,
             ctrl[s, WIRE_FULL] += 1
             stats_out[STAT_WIRE_FULL] += 1
             break
-        _write_media(wire_data, wire_len, s, wire_head & (n_wire - 1), media_prefix, media_prefix_len, clips, clip, pos)
+        _write_media(wire_data, wire_len, s, wire_head & (n_wire - 1), tmpl, tmpl_meta, clips, clip, pos)
         wire_head += 1
         pos += 1
         released += 1
@@ -556,8 +535,8 @@ def _release(
     out_payload,
     wire_len,
     wire_data,
-    media_prefix,
-    media_prefix_len,
+    tmpl,
+    tmpl_meta,
     s,
     now_ns,
     lead_ns,
@@ -604,7 +583,7 @@ def _release(
     fallback_released = 0
     if ctrl[s, FALLBACK_PLAYING] > 0:
         empty_at_ns, wire_head, fallback_released = _release_fallback(
-            ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, empty_at_ns, wire_head, wire_tail,
+            ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, empty_at_ns, wire_head, wire_tail,
             max_burst_frames, start_below_ns, fill_below_ns, clips, clip_frames, stats_out)
     released = fallback_released
 
@@ -637,7 +616,7 @@ def _release(
                     held = True
                     break
                 w = wire_head & (n_wire - 1)
-                _write_mark(wire_data, wire_len, s, w, media_prefix, media_prefix_len, tag, sent_frames, True)
+                _write_mark(wire_data, wire_len, s, w, tmpl, tmpl_meta, tag, sent_frames, True)
                 wire_head += 1
                 marks += 1
                 closed = SENT_ENDED
@@ -689,7 +668,7 @@ def _release(
             stats_out[STAT_WIRE_FULL] += 1
             held = True
             break
-        _write_media(wire_data, wire_len, s, wire_head & (n_wire - 1), media_prefix, media_prefix_len, out_payload, s, o)
+        _write_media(wire_data, wire_len, s, wire_head & (n_wire - 1), tmpl, tmpl_meta, out_payload, s, o)
         wire_head += 1
         if tag != sent_tag or closed != SENT_OPEN:
             # A new response, or the held one resuming after its hold's end mark or clear (a cancelled
@@ -699,7 +678,7 @@ def _release(
         sent_frames = frames_through
         if mark_due:
             w = wire_head & (n_wire - 1)
-            _write_mark(wire_data, wire_len, s, w, media_prefix, media_prefix_len, tag, sent_frames, False)
+            _write_mark(wire_data, wire_len, s, w, tmpl, tmpl_meta, tag, sent_frames, False)
             wire_head += 1
             marks += 1
         out_tail += 1
@@ -714,7 +693,7 @@ def _release(
         ctrl[s, FALLBACK_LINES] += 1
         stats_out[STAT_FALLBACK_LINES] += 1
         empty_at_ns, wire_head, fallback_released = _release_fallback(
-            ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, empty_at_ns, wire_head, wire_tail,
+            ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, empty_at_ns, wire_head, wire_tail,
             max_burst_frames, start_below_ns, fill_below_ns, clips, clip_frames, stats_out)
         released = fallback_released
     response_released = released - fallback_released
@@ -757,14 +736,17 @@ def _release(
 
 
 @kernel(inline="always")
-def _check_arrays(ctrl, sids, wire_len, wire_data, media_prefix, media_prefix_len, stats_out):
+def _check_arrays(ctrl, wire_len, wire_data, tmpl, tmpl_meta, stats_out):
     n_calls = ctrl.shape[0]
-    if sids.shape[0] != n_calls or wire_len.shape[0] != n_calls or wire_data.shape[0] != n_calls:
+    if wire_len.shape[0] != n_calls or wire_data.shape[0] != n_calls:
         raise ValueError("arrays disagree on max_calls")
-    if media_prefix.shape[0] < n_calls or media_prefix_len.shape[0] < n_calls:
-        raise ValueError("pacer scratch smaller than max_calls")
-    if media_prefix.shape[1] < MEDIA_PREFIX_BYTES or wire_data.shape[2] < _MIN_WIRE_SLOT_BYTES:
-        raise ValueError("media prefix or wire slot too small")
+    if tmpl.shape[0] != n_calls or tmpl_meta.shape[0] != n_calls:
+        raise ValueError("wire templates disagree on max_calls")
+    if tmpl.shape[1] < TEMPLATE_PIECES or tmpl_meta.shape[1] < TEMPLATE_META_WORDS:
+        raise ValueError("wire templates too small")
+    # Each call's templates were checked against the wire slot when the gateway wrote them (arena.py).
+    if wire_data.shape[2] < MIN_WIRE_SLOT_BYTES:
+        raise ValueError("wire slot too small")
     if stats_out.shape[0] < STATS_WORDS:
         raise ValueError("stats_out must have STATS_WORDS words")
 
@@ -772,13 +754,12 @@ def _check_arrays(ctrl, sids, wire_len, wire_data, media_prefix, media_prefix_le
 @kernel
 def pace_tick(
     ctrl,
-    sids,
     out_meta,
     out_payload,
     wire_len,
     wire_data,
-    media_prefix,
-    media_prefix_len,
+    tmpl,
+    tmpl_meta,
     now_ns,
     lead_ns,
     mark_every_frames,
@@ -796,9 +777,9 @@ def pace_tick(
     """One 20 ms tick for the call slots first_slot, first_slot + slot_step, ... (0, 1: every slot).
     Returns the number of calls with new wire entries.
 
-    ctrl, sids, out_meta, out_payload, wire_len, wire_data: the arena's arrays. media_prefix and
-    media_prefix_len: the pacer's private scratch (new_pacer_scratch). now_ns: the tick's time on the
-    shell's monotonic clock. lead_ns: send-ahead to keep in the carrier's buffer. mark_every_frames:
+    ctrl, out_meta, out_payload, wire_len, wire_data, tmpl, tmpl_meta: the arena's arrays (tmpl and
+    tmpl_meta: its wire_tmpl and wire_tmpl_meta, every call's wire templates). now_ns: the tick's time on
+    the shell's monotonic clock. lead_ns: send-ahead to keep in the carrier's buffer. mark_every_frames:
     mark cadence (0: only ":end" marks). max_burst_frames: frames per call per tick at most.
     start_hold_ns: longest prefill wait when the carrier is dry (0: release at once).
     release_frames: frames released together (1: top the lead up every tick; 2: every other tick, two
@@ -810,19 +791,19 @@ def pace_tick(
     fallback lines (voicecore/fallback: uint8[n, max_frames, 160], int64[n]). model_silent_ns: a call waiting
     on a model worker that has not stamped it this long gets the call's hold line (0: never).
     """
-    _check_arrays(ctrl, sids, wire_len, wire_data, media_prefix, media_prefix_len, stats_out)
+    _check_arrays(ctrl, wire_len, wire_data, tmpl, tmpl_meta, stats_out)
     if out_meta.shape[0] != ctrl.shape[0] or out_payload.shape[0] != ctrl.shape[0]:
         raise ValueError("arrays disagree on max_calls")
     if first_slot < 0 or slot_step < 1:
         raise ValueError("first_slot must be >= 0 and slot_step >= 1")
     calls_with_news = 0
     for s in range(first_slot, ctrl.shape[0], slot_step):
-        if not _prepare_slot(ctrl, sids, media_prefix, media_prefix_len, s, now_ns):
+        if not _prepare_slot(ctrl, s, now_ns):
             continue
         stats_out[STAT_CALLS_SERVED] += 1
         wire_head_before = ctrl[s, WIRE_HEAD]
-        if _process_cancel(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out) and _process_pause(
-            ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, hold_clear_ns, stats_out
+        if _process_cancel(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, stats_out) and _process_pause(
+            ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, hold_clear_ns, stats_out
         ):
             _release(
                 ctrl,
@@ -830,8 +811,8 @@ def pace_tick(
                 out_payload,
                 wire_len,
                 wire_data,
-                media_prefix,
-                media_prefix_len,
+                tmpl,
+                tmpl_meta,
                 s,
                 now_ns,
                 lead_ns,
@@ -851,18 +832,18 @@ def pace_tick(
 
 
 @kernel
-def pace_cancels(ctrl, sids, wire_len, wire_data, media_prefix, media_prefix_len, now_ns, stats_out):
+def pace_cancels(ctrl, wire_len, wire_data, tmpl, tmpl_meta, now_ns, stats_out):
     """Only step 1 (and 0) for every call: for a shell woken between ticks by a barge-in.
 
     Returns the number of calls that got a clear. Releases nothing, so it never disturbs the lead.
     """
-    _check_arrays(ctrl, sids, wire_len, wire_data, media_prefix, media_prefix_len, stats_out)
+    _check_arrays(ctrl, wire_len, wire_data, tmpl, tmpl_meta, stats_out)
     calls_with_news = 0
     for s in range(ctrl.shape[0]):
-        if not _prepare_slot(ctrl, sids, media_prefix, media_prefix_len, s, now_ns):
+        if not _prepare_slot(ctrl, s, now_ns):
             continue
         wire_head_before = ctrl[s, WIRE_HEAD]
-        _process_cancel(ctrl, wire_len, wire_data, media_prefix, media_prefix_len, s, now_ns, stats_out)
+        _process_cancel(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, stats_out)
         if ctrl[s, WIRE_HEAD] != wire_head_before:
             calls_with_news += 1
     stats_out[STAT_CANCEL_PASSES] += 1
@@ -870,16 +851,16 @@ def pace_cancels(ctrl, sids, wire_len, wire_data, media_prefix, media_prefix_len
 
 
 class PacerCore:
-    """The step with its configuration and scratch, for the shell: ``tick(now_ns)``, ``cancels(now_ns)``.
+    """The step with its configuration, for the shell: ``tick(now_ns)``, ``cancels(now_ns)``.
 
     `arena` is anything with the arena's array attributes (an Arena, or a test's namespace of arrays).
-    What a tick costs (over 200 active calls each releasing one frame, base64 + JSON straight into shared
-    memory, a mark every fifth; with nothing to release) and what a cancel pass costs:
+    What a tick costs (over 200 active calls each releasing one frame, base64 + JSON from the call's
+    templates straight into shared memory, a mark every fifth; with nothing to release) and what a cancel pass costs:
     bench/micro/bench_pacer.py. Compiling both steps cold takes ~8 s, loading them from numba's cache
     ~0.2 s: call ``tick`` once on start-up, before the first real tick.
     """
 
-    __slots__ = ("_arrays", "media_prefix", "media_prefix_len", "stats", "lead_ns", "mark_every_frames", "max_burst_frames",
+    __slots__ = ("_arrays", "stats", "lead_ns", "mark_every_frames", "max_burst_frames",
                  "start_hold_ns", "release_frames", "hold_clear_ns", "clips", "clip_frames", "model_silent_ns")
 
     def __init__(
@@ -898,8 +879,8 @@ class PacerCore:
             raise ValueError("lead_ms and max_burst_frames must be >= 1, mark_every_frames and start_hold_ms >= 0")
         if release_frames < 1 or (release_frames - 1) * FRAME_NS >= lead_ms * 1_000_000:
             raise ValueError("release_frames must be >= 1 and leave the queue above zero: (release_frames - 1) * 20 < lead_ms")
-        self._arrays = (arena.ctrl, arena.sids, arena.out_meta, arena.out_payload, arena.wire_len, arena.wire_data)
-        self.media_prefix, self.media_prefix_len = new_pacer_scratch(arena.ctrl.shape[0])
+        self._arrays = (arena.ctrl, arena.out_meta, arena.out_payload, arena.wire_len, arena.wire_data, arena.wire_tmpl,
+                        arena.wire_tmpl_meta)
         self.stats = new_stats()
         self.lead_ns = lead_ms * 1_000_000
         self.mark_every_frames = mark_every_frames
@@ -916,16 +897,15 @@ class PacerCore:
 
     def tick(self, now_ns: int, phase: int = 0, phases: int = 1) -> int:
         """The tick of the slots in ``phase`` of ``phases`` groups (slot % phases == phase); (0, 1): all."""
-        ctrl, sids, out_meta, out_payload, wire_len, wire_data = self._arrays
+        ctrl, out_meta, out_payload, wire_len, wire_data, tmpl, tmpl_meta = self._arrays
         return pace_tick(
             ctrl,
-            sids,
             out_meta,
             out_payload,
             wire_len,
             wire_data,
-            self.media_prefix,
-            self.media_prefix_len,
+            tmpl,
+            tmpl_meta,
             now_ns,
             self.lead_ns,
             self.mark_every_frames,
@@ -942,8 +922,8 @@ class PacerCore:
         )
 
     def cancels(self, now_ns: int) -> int:
-        ctrl, sids, _out_meta, _out_payload, wire_len, wire_data = self._arrays
-        return pace_cancels(ctrl, sids, wire_len, wire_data, self.media_prefix, self.media_prefix_len, now_ns, self.stats)
+        ctrl, _out_meta, _out_payload, wire_len, wire_data, tmpl, tmpl_meta = self._arrays
+        return pace_cancels(ctrl, wire_len, wire_data, tmpl, tmpl_meta, now_ns, self.stats)
 
     def statistics(self) -> dict[str, int]:
         return {name: int(self.stats[i]) for i, name in enumerate(STAT_NAMES)}
