@@ -126,14 +126,6 @@ def test_the_encoder_is_built_from_the_modules_pieces(sid):
         assert [k for k, head in heads.items() if message.startswith(head)] == [kind]
 
 
-def test_the_gateway_tells_wire_entries_apart_by_the_stream_modules_heads():
-    from workers.gateway import main as gateway_main  # the shell: its import pulls in picows and zmq
-
-    assert gateway_main.MEDIA_PREFIX is stream.MEDIA_HEAD
-    assert gateway_main.MARK_PREFIX is stream.MARK_HEAD
-    assert gateway_main.CLEAR_PREFIX is stream.CLEAR_HEAD
-
-
 @pytest.mark.parametrize("sid", STREAM_SIDS)
 def test_the_wire_templates_are_the_encoders_bytes(sid):
     # What the gateway puts in the arena for a Twilio call (and tells the entries apart by): the encoder's.

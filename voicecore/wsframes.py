@@ -1,4 +1,4 @@
-"""WebSocket text frames for a batch of messages, as one bytes object (one write system call).
+"""WebSocket text (or binary) frames for a batch of messages, as one bytes object (one write system call).
 
 Owns only RFC 6455 section 5.2 base framing for the two cases that send batches: unfragmented (FIN set)
 text frames (opcode 0x1) with no extension bits, unmasked from a server (5.3: a server never masks) and
@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from websockets.frames import apply_mask
 
 _FIN_TEXT = 0x81  # FIN + opcode 0x1 (text)
+_FIN_BINARY = 0x82  # FIN + opcode 0x2 (binary)
 _MASKED = 0x80  # the MASK bit of the second header byte
 _MASK_KEY_BYTES = 4
 
@@ -36,6 +37,17 @@ def text_frame_header(length: int, masked: bool = False) -> bytes:
     if length < 1 << 16:
         return bytes((_FIN_TEXT, mask_bit | 126)) + length.to_bytes(2, "big")
     return bytes((_FIN_TEXT, mask_bit | 127)) + length.to_bytes(8, "big")
+
+
+def binary_frames(messages: Iterable[bytes]) -> bytes:
+    """Each message as one unmasked final binary frame, concatenated (a carrier whose wire templates ask
+    for binary frames: voicecore/carriers/wire.py)."""
+    parts: list[bytes] = []
+    for message in messages:
+        header = text_frame_header(len(message))
+        parts.append(bytes((_FIN_BINARY,)) + header[1:])
+        parts.append(message)
+    return b"".join(parts)
 
 
 def text_frames(messages: Iterable[bytes]) -> bytes:

@@ -30,7 +30,6 @@ from pathlib import Path
 
 import h11
 import numpy as np
-import orjson
 import zmq
 from picows import WSAutoPingStrategy, WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport
 from picows.picows import WSProtocol
@@ -45,6 +44,7 @@ from voicecore.bus.transport import (
     bind_doorbell,
     ensure_runtime_dir,
 )
+from voicecore.carriers.wire import WireTemplates
 from voicecore.config import Config, load_config
 from voicecore.drain import SUPERVISORD_PID_FILE, DrainFileError, DrainRequest, DrainWatch, stop_supervised_node
 from voicecore.logs import run_loop, setup_logging
@@ -57,7 +57,7 @@ from voicecore.standby import Leadership
 from voicecore.stats import LatencyLog
 from voicecore.twilio import stream as tw
 from voicecore.twilio import webhook
-from voicecore.wsframes import text_frames
+from voicecore.wsframes import binary_frames, text_frames
 from voicecore.wsunix import UnixTransportView
 from workers.gateway.core import (Admission, Drain, DrainStep, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable,
                                   peer_close_code_is_valid)
@@ -67,11 +67,6 @@ log = logging.getLogger("voicecore.gateway")
 ws_log = logging.getLogger("voicecore.gateway.ws")
 ws_log.setLevel(logging.WARNING)
 
-# What the pacer wrote into a wire entry, told by its head (the bytes are voicecore/twilio/stream.py's);
-# bound to module names so the drain loop's test is one global load.
-MEDIA_PREFIX = tw.MEDIA_HEAD
-MARK_PREFIX = tw.MARK_HEAD
-CLEAR_PREFIX = tw.CLEAR_HEAD
 MAX_HTTP_BODY_BYTES = 64 * 1024
 MAX_HTTP_HEADER_BYTES = 16 * 1024
 # A carrier socket that stops reading would buffer our audio without bound: past this, the call is
@@ -198,6 +193,7 @@ class Gateway:
         # templates, and publishes SLOT_ACTIVE last, so a worker that sees the new GENERATION sees a clean
         # slot and the pacer the call's templates.
         generation = self.arena.claim_slot(slot, start.stream_sid, start.call_sid, templates)
+        conn.use_wire_templates(templates)
         self.ctrl[slot, C.STARTED_AT_NS] = time.monotonic_ns()
         self.calls[slot] = conn
         self.counters["calls_started"] += 1
@@ -583,6 +579,24 @@ class StreamConnection(WSListener):
         self.deadline = self.loop.call_later(timing.START_DEADLINE_MS / 1000, self._start_deadline)
         self.close_timer: asyncio.TimerHandle | None = None
         self.closing = False
+        # How to read and send the wire entries the pacer writes for this call (use_wire_templates).
+        self.wire_media_prefix = b""
+        self.wire_mark_prefix = b""
+        self.wire_mark_suffix_bytes = 0
+        self.wire_clear = b""
+        self.wire_raw = False
+        self.wire_frames = text_frames
+
+    def use_wire_templates(self, templates: WireTemplates) -> None:
+        """The call's templates, as the gateway put them in the arena: the drain tells an entry's kind by
+        their heads (media, mark, clear: none a prefix of another) and sends final entries as text frames
+        (binary when the carrier asks for them); raw entries go to :meth:`carrier_edge`."""
+        self.wire_media_prefix = templates.media_prefix
+        self.wire_mark_prefix = templates.mark_prefix
+        self.wire_mark_suffix_bytes = len(templates.mark_suffix)
+        self.wire_clear = templates.clear
+        self.wire_raw = templates.raw
+        self.wire_frames = binary_frames if templates.binary else text_frames
 
     # --- inbound -------------------------------------------------------------------------------------
     def on_ws_connected(self, transport: WSTransport) -> None:
@@ -750,13 +764,17 @@ class StreamConnection(WSListener):
         if slot is None or transport is None or self.closing or transport.is_close_frame_sent:
             return
         arena = gw.arena
+        media_prefix = self.wire_media_prefix
         out: list[bytes] = []
         while batch := rings.wire_drain(arena.ctrl, arena.wire_len, arena.wire_data, slot):
             for data in batch:
-                if not data.startswith(MEDIA_PREFIX):
-                    if data.startswith(MARK_PREFIX):
-                        self.ledger.sent_mark(orjson.loads(data)["mark"]["name"])
-                    elif data.startswith(CLEAR_PREFIX):
+                if not data.startswith(media_prefix):
+                    mark_prefix = self.wire_mark_prefix
+                    if data.startswith(mark_prefix):
+                        # The name sits between the mark's templates (ASCII digits and colons: marks.py).
+                        name = data[len(mark_prefix):len(data) - self.wire_mark_suffix_bytes]
+                        self.ledger.sent_mark(name.decode("ascii"))
+                    elif data == self.wire_clear:
                         self.ledger.sent_clear()
                         ctrl = self.ctrl[slot]
                         ctrl[C.CLEARS_SENT] += 1
@@ -773,8 +791,14 @@ class StreamConnection(WSListener):
         if not out:
             return
         gw.counters["wire_messages"] += len(out)
-        # One write for everything released since the last doorbell (one system call, not one per message).
-        transport.underlying_transport.write(text_frames(out))
+        if self.wire_raw:
+            for data in out:
+                if self.closing:
+                    return
+                self.carrier_edge(data)
+        else:
+            # One write for everything released since the last doorbell (one system call, not one per message).
+            transport.underlying_transport.write(self.wire_frames(out))
         queued = transport.underlying_transport.get_write_buffer_size()
         if queued > MAX_WRITE_BUFFER_BYTES:
             log.warning("call %s: carrier is not reading (%d bytes queued); dropping the call", self.call_sid,
@@ -782,6 +806,17 @@ class StreamConnection(WSListener):
             self._end("slow peer")
             self.closing = True
             transport.disconnect(graceful=False)
+
+    def carrier_edge(self, entry: bytes) -> None:
+        """Finish one raw wire entry (voicecore/carriers/wire.py: RAW_MEDIA + 160 mu-law bytes, RAW_MARK + a
+        mark name, or RAW_CLEAR; its marks and clears are already in the ledger and counters) into the
+        carrier's messages and send them: the hook of a carrier whose messages the pacer cannot write whole
+        (Vonage, Exotel, a stream not in mu-law at 8 kHz), which that carrier's connection overrides. A
+        Twilio call's templates are final, so one never gets here: if it does, the call cannot be served."""
+        log.error("call %s: a raw wire entry but no carrier edge; ending the call", self.call_sid,
+                  extra={"problem": "carrier edge"})
+        self._end("no carrier edge")
+        self._close(1011, "internal error")
 
     def _end(self, reason: str) -> None:
         if self.slot is not None:
