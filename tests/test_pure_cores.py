@@ -39,6 +39,8 @@ PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/contro
               "voicecore/agent/flow.py", "voicecore/agent/settings.py",
               # a call record summarized for the call store (the database is its shell)
               "voicecore/store/summary.py",
+              # signed stream tokens any node verifies, their per-node redeemed cache, the shared store's verdicts
+              "voicecore/stream_tokens.py",
               # the gateway edge's transcoder (bytes in, bytes out)
               "voicecore/carriers/codec.py",
               # Vonage's WebSocket protocol, encoder, carrier side, NCCO and signed webhooks

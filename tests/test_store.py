@@ -320,12 +320,12 @@ def test_a_call_recorded_in_parts_is_its_latest_part_naming_every_record(store_u
 
 def test_migrations_run_once_and_opening_again_changes_nothing(store_url):
     with CallStore.open(store_url) as store:
-        assert store.schema_version() == schema.LATEST_VERSION == 3
+        assert store.schema_version() == schema.LATEST_VERSION == 4
         store.ingest(summary_of("CA1", 1000.0))
     for _ in range(2):
         with CallStore.open(store_url) as store:
             assert store.migrate() == schema.LATEST_VERSION
-            assert store.backend.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 3
+            assert store.backend.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 4
             assert [c["call_sid"] for c in store.calls()] == ["CA1"]
 
 
@@ -399,10 +399,22 @@ def test_a_version_1_store_is_migrated_keeping_its_calls(tmp_path):
                    "VALUES (1, 0, 100, 900, 'hello', 950, 'r1', 1400, NULL, NULL, 'hi')")
     store.close()
     with CallStore.open(url) as store:
-        assert store.schema_version() == 3
+        assert store.schema_version() == schema.LATEST_VERSION
         turns = store.call("CAv1")["turns"]
         assert [t["latency_ms"] for t in turns] == [500] and store.last_seq("CAv1") == 0
         assert turns[0]["first_played_ms"] is None and turns[0]["played_ms"] is None  # rows from before: unknown
+
+
+def test_a_stream_token_is_claimed_once_across_stores_sharing_the_database(store_url):
+    """Two nodes' gateways sharing one store: the first INSERT of a nonce wins, every later one is a replay."""
+    with CallStore.open(store_url) as node_a, CallStore.open(store_url) as node_b:
+        assert node_b.claim_stream_token("ab" * 16, "CA1", "node-a", "node-b", 1060.0, now_s=1000.0) is True
+        assert node_a.claim_stream_token("ab" * 16, "CA1", "node-a", "node-a", 1060.0, now_s=1001.0) is False
+        assert node_b.claim_stream_token("ab" * 16, "CA1", "node-a", "node-b", 1060.0, now_s=1002.0) is False
+        assert node_a.claim_stream_token("cd" * 16, "CA2", "node-b", "node-a", 1070.0, now_s=1003.0) is True
+        assert node_a.purge_stream_tokens(1065.0) == 1
+        assert node_b.claim_stream_token("ab" * 16, "CA1", "node-a", "node-b", 1060.0) is True  # purged: gone
+        assert node_b.claim_stream_token("cd" * 16, "CA2", "node-b", "node-b", 1070.0) is False
 
 
 def test_events_are_kept_in_order_once_each_and_say_which_calls_are_live(store_url):

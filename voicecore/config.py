@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,6 +49,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("standby_workers", bool, True, "run a warmed-up standby beside the gateway, the pacer, the model worker and the validator; it takes over within milliseconds when the serving one dies (an flock on runtime_dir/leader-ROLE.lock; the serving pid is in leader-ROLE.pid); false: one of each, a dead one is restarted by supervisord (about 1-2 s)"),
     Setting("drain_timeout_s", int, 300, "how long live calls may go on after a drain began (`voicecore drain`, or SIGTERM/SIGINT to `voicecore up`): new calls are refused at once, the node stops when the last call ends or, at this deadline, ends the calls still up; 0: end them at once"),
     Setting("drain_redirect_url", str, "", "while draining, the voice webhook answers `<Redirect method=\"POST\">URL</Redirect>` so Twilio asks another node (an absolute http(s) URL, e.g. a load balancer's /twilio/voice); empty: `<Reject reason=\"busy\"/>` (the caller hears busy and may call again)"),
+    Setting("node_id", str, "", "this node's name in a fleet (in its stream tokens, logs and fanned-out events; 1-64 characters, no spaces); empty: <hostname>:<listen port>"),
+    Setting("node_stream_url", str, "", "this node's own public base URL for media streams (ws(s):// or http(s)://), put in the TwiML instead of public_url's so a carrier brings the stream back to the node that answered the webhook (e.g. wss://node-a.voice.example.com); empty: public_url's"),
+    Setting("stream_tokens", str, "signed", "signed: the webhook's session token is signed (HMAC over CallSid, node, expiry, nonce) and any node of the fleet accepts it, once; local: a random token only the issuing node accepts (kept in its memory)"),
+    Setting("token_secret", str, "", "HMAC key of signed stream tokens, the same on every node of a fleet (at least 16 characters); empty: derived from twilio_auth_token"),
+    Setting("token_store_timeout_ms", int, 250, "with signed tokens and a PostgreSQL database_url, how long a stream start waits for the store to confirm the token's first use fleet-wide; a slower or failing store is passed over (fail open: this node's own single-use check still holds)"),
     Setting("runtime_dir", str, "", "private directory (0700) for sockets and state; default $XDG_RUNTIME_DIR/voicecore or /tmp/voicecore-<uid>"),
     Setting("record_dir", str, "", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records (records hold what callers said: opt in; the demo records by default)"),
     Setting("database_url", str, "", "the call store, filled from call records: sqlite:///ABSOLUTE/PATH or postgresql://...; empty: sqlite:///<record_dir>/calls.db when record_dir is set, else no store"),
@@ -100,6 +106,11 @@ class Config:
     standby_workers: bool
     drain_timeout_s: int
     drain_redirect_url: str
+    node_id: str
+    node_stream_url: str
+    stream_tokens: str
+    token_secret: str
+    token_store_timeout_ms: int
     runtime_dir: str
     record_dir: str
     database_url: str
@@ -148,6 +159,20 @@ class Config:
     @property
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.listen}").rstrip("/")
+
+    @property
+    def stream_base_url(self) -> str:
+        """The base URL the TwiML's stream URL starts with (ws:// or wss://): this node's own address when
+        node_stream_url is set, else public_url's (a fleet behind one name: any node may get the stream)."""
+        base = (self.node_stream_url or self.base_url).rstrip("/")
+        return base.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+
+    @property
+    def node(self) -> str:
+        """This node's name in a fleet: node_id, else <hostname>:<listen port> (or the Unix socket's path)."""
+        if self.node_id:
+            return self.node_id
+        return f"{socket.gethostname()}:{self.listen_unix_path or self.listen_port}"[:64]
 
     @property
     def uses_simulator(self) -> bool:
@@ -246,6 +271,22 @@ def _validate(values: dict[str, object]) -> None:
         parts = urlsplit(redirect)
         if parts.scheme not in ("http", "https") or not parts.netloc or any(c in redirect for c in "<>\"' \t\r\n"):
             raise ConfigError(f"drain_redirect_url: expected empty or an absolute http:// or https:// URL, got {redirect!r}")
+    node_id = str(values["node_id"])
+    if node_id and (len(node_id.encode("utf-8")) > 64 or any(c.isspace() for c in node_id) or not node_id.isprintable()):
+        raise ConfigError(f"node_id: expected 1-64 bytes, printable, no spaces, got {node_id!r}")
+    node_stream_url = str(values["node_stream_url"])
+    if node_stream_url:
+        parts = urlsplit(node_stream_url)
+        if (parts.scheme not in ("ws", "wss", "http", "https") or not parts.netloc or parts.query or parts.fragment
+                or any(c in node_stream_url for c in "<>\"' \t\r\n")):
+            raise ConfigError(f"node_stream_url: expected empty or an absolute ws(s):// or http(s):// base URL without a query, got {node_stream_url!r}")
+    if values["stream_tokens"] not in ("signed", "local"):
+        raise ConfigError(f"stream_tokens: expected signed or local, got {values['stream_tokens']!r}")
+    token_secret = str(values["token_secret"])
+    if token_secret and len(token_secret) < 16:
+        raise ConfigError("token_secret: at least 16 characters (or empty: derived from twilio_auth_token)")
+    if not 10 <= int(values["token_store_timeout_ms"]) <= 5000:  # type: ignore[arg-type]
+        raise ConfigError(f"token_store_timeout_ms: expected 10..5000, got {values['token_store_timeout_ms']}")
     if int(values["retention_days"]) < 0:  # type: ignore[arg-type]
         raise ConfigError(f"retention_days: expected 0 (keep forever) or more, got {values['retention_days']}")
     if values["realtime_naming"] not in ("ga", "beta"):

@@ -309,6 +309,21 @@ class CallStore:
         return [{"call_sid": r[0], "started_at": float(r[1]), "last_at": float(r[2]), "events": int(r[3])}
                 for r in cursor.fetchall()]
 
+    # --- signed stream tokens redeemed in the fleet --------------------------------------------------------
+    def claim_stream_token(self, nonce: str, call_sid: str, issuer: str, redeemed_by: str, expires_at_s: float,
+                           now_s: float | None = None) -> bool:
+        """Record the first use of a signed stream token (its ``nonce``); False when it was used before, here
+        or on another node sharing this store (a replayed token)."""
+        added = self.backend.execute(
+            "INSERT INTO stream_tokens (nonce, call_sid, issuer, redeemed_by, redeemed_at, expires_at) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (nonce) DO NOTHING",
+            (nonce, call_sid, issuer, redeemed_by, time.time() if now_s is None else now_s, expires_at_s))
+        return added.rowcount == 1
+
+    def purge_stream_tokens(self, older_than_s: float) -> int:
+        """Delete the claimed tokens that expired before ``older_than_s`` (seconds since the epoch); how many."""
+        return self.backend.execute("DELETE FROM stream_tokens WHERE expires_at < ?", (older_than_s,)).rowcount
+
     # --- the console's API keys ------------------------------------------------------------------------
     def add_api_key(self, name: str) -> str:
         """A new API key named ``name`` (shown once: only its hash is kept)."""

@@ -112,7 +112,21 @@ MIGRATION_3 = (
     "ALTER TABLE turns ADD COLUMN played_ms BIGINT",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (MIGRATION_1, MIGRATION_2, MIGRATION_3)  # MIGRATIONS[n - 1] is migration n
+MIGRATION_4 = (
+    # Signed stream tokens redeemed anywhere in the fleet (voicecore/stream_tokens.py): a nonce is claimed by
+    # inserting it, once; the second INSERT of a nonce is a replayed token, whichever node it reached. Rows
+    # are deleted some time after their token expired (``expires_at``, seconds since the epoch).
+    """CREATE TABLE stream_tokens (
+        nonce TEXT NOT NULL PRIMARY KEY,
+        call_sid TEXT NOT NULL,
+        issuer TEXT NOT NULL,
+        redeemed_by TEXT NOT NULL,
+        redeemed_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE INDEX stream_tokens_expires_at ON stream_tokens (expires_at)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4)  # MIGRATIONS[n - 1] is migration n
 LATEST_VERSION = len(MIGRATIONS)
 
 

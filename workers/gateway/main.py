@@ -20,7 +20,6 @@ import gc
 import json
 import logging
 import os
-import secrets
 import signal
 import socket
 import stat
@@ -61,6 +60,7 @@ from voicecore.wsframes import binary_frames, text_frames
 from voicecore.wsunix import UnixTransportView
 from workers.gateway.core import (Admission, Drain, DrainStep, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable,
                                   peer_close_code_is_valid)
+from workers.gateway.tokens import TokenService
 
 log = logging.getLogger("voicecore.gateway")
 # picows logs every accepted connection at INFO; the gateway logs calls itself.
@@ -78,6 +78,7 @@ KEEPALIVE_IDLE_S = 30.0  # a kept-alive HTTP connection is closed after this lon
 # Connections not yet in a call (no request served, no stream start accepted): by default at most twice the
 # call slots, and at least this many (config max_pending_connections, max_pending_per_address).
 MAX_PENDING_MIN = 64
+PENDING_FRAMES_MAX = 100  # caller frames kept while a start waits for the token store (2 s; the wait is shorter)
 CLOSE_TIMEOUT_S = 2.0  # after our close frame, how long the peer has to answer before TCP is closed
 
 
@@ -95,7 +96,10 @@ class Gateway:
         self.arena = arena
         self.ctrl = arena.ctrl
         self.slots = SlotTable(config.max_calls)
-        self.tokens = webhook.SessionTokens()
+        # The session tokens: signed ones any node of the fleet accepts, or local ones (self.tokens) only this
+        # gateway knows (config stream_tokens; workers/gateway/tokens.py).
+        self.token_service = TokenService(config)
+        self.tokens = self.token_service.local
         self.calls: dict[int, StreamConnection] = {}  # slot -> connection
         self.ready_slots = np.zeros(config.max_calls, dtype=np.int64)
         self.bus = Bus(runtime_dir)
@@ -132,7 +136,7 @@ class Gateway:
             "webhooks": 0,
         }
         self.heartbeat_seq = 0
-        self.stream_url = self.config.base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+        self.stream_url = self.config.stream_base_url  # node_stream_url: the stream comes back to this node
         # The drain (voicecore/drain.py: a file in the runtime dir, so a gateway that takes over drains too).
         self.drain = Drain()
         self.drain_watch = DrainWatch(runtime_dir)
@@ -297,6 +301,7 @@ class Gateway:
         return {
             "gateway": {**self.counters, "calls_active": len(self.calls), "pid": os.getpid(),
                         "connections_pending": self.admission.pending, **self.drain_metrics(),
+                        **self.token_service.metrics(),
                         **self.bargein_clear_seconds.flat("bargein_clear_seconds")},
             "bargein_decision_to_clear_ms": summary,
             "workers": self.worker_stats,
@@ -551,8 +556,7 @@ class HttpConnection:
             log.info("call %s: refused, the node is draining (%s)", voice.call_sid, gw.refusal)
             self._respond(200, gw.refusal_twiml, b"text/xml")
             return
-        token = secrets.token_urlsafe(24)
-        gw.tokens.issue(token, voice.call_sid, now_ms())
+        token = gw.token_service.issue(voice.call_sid)
         twiml = webhook.twiml_connect_stream(
             gw.stream_url + "/twilio/stream", token, gw.config.base_url + "/twilio/status"
         )
@@ -579,6 +583,8 @@ class StreamConnection(WSListener):
         self.deadline = self.loop.call_later(timing.START_DEADLINE_MS / 1000, self._start_deadline)
         self.close_timer: asyncio.TimerHandle | None = None
         self.closing = False
+        # caller frames that came while the fleet's token store confirmed the start (then into the ring)
+        self.pending_frames: list[tuple[int, int, bytes]] | None = None
         # How to read and send the wire entries the pacer writes for this call (use_wire_templates).
         self.wire_media_prefix = b""
         self.wire_mark_prefix = b""
@@ -681,6 +687,8 @@ class StreamConnection(WSListener):
 
     def _on_caller_frame(self, sequence_number: int, timestamp_ms: int, payload: bytes) -> None:
         if self.slot is None:
+            if self.pending_frames is not None and len(self.pending_frames) < PENDING_FRAMES_MAX:
+                self.pending_frames.append((sequence_number, timestamp_ms, payload))
             return
         gw = self.gateway
         gw.counters["inbound_frames"] += 1
@@ -693,13 +701,37 @@ class StreamConnection(WSListener):
         self.call_sid = start.call_sid
         self.deadline.cancel()
         token = dict(start.custom_parameters).get("session_token", "")
-        result = gw.tokens.redeem(token, now_ms())
+        result = gw.token_service.redeem(token)
         if not result.ok:
             self._violation(tw.ProtocolViolation(1008, f"session token {result.reason}"))
             return
         if result.call_sid != start.call_sid:
             self._violation(tw.ProtocolViolation(1008, "session token issued for another call"))
             return
+        if gw.token_service.needs_shared_check(result):
+            # Signed tokens with a shared store: the fleet confirms this is the token's first use (bounded wait;
+            # caller frames meanwhile are kept and go into the ring once the call has its slot).
+            self.pending_frames = []
+            asyncio.ensure_future(self._start_when_confirmed(start, result))
+            return
+        self._accept_start(start)
+
+    async def _start_when_confirmed(self, start: tw.Start, check) -> None:
+        verdict = await self.gateway.token_service.confirm(check)
+        frames, self.pending_frames = self.pending_frames or [], None
+        if self.closing or self.transport is None or self.transport.is_disconnected:
+            return  # the carrier went away meanwhile
+        if not verdict.accept:
+            self._violation(tw.ProtocolViolation(1008, f"session token {verdict.reason} (on another node)"))
+            return
+        if verdict.reason:
+            log.warning("call %s: %s", self.call_sid, verdict.reason, extra={"problem": "token store"})
+        self._accept_start(start)
+        for frame in frames:
+            self._on_caller_frame(*frame)
+
+    def _accept_start(self, start: tw.Start) -> None:
+        gw = self.gateway
         # Accepted also while draining: the token was issued before the drain began (none is issued during
         # one), so Twilio routed this call here and has nowhere else to send its stream.
         gw.drain.stream_started(start.call_sid)
@@ -948,6 +980,7 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
             if config.listen_unix_path is not None:
                 Path(config.listen_unix_path).unlink(missing_ok=True)
         if gateway is not None:
+            gateway.token_service.close()
             loop = asyncio.get_running_loop()
             loop.remove_reader(gateway.doorbell.fileno())  # no wakeup may reach a closed socket
             loop.remove_reader(gateway.inbox.getsockopt(zmq.FD))
