@@ -54,6 +54,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("stream_tokens", str, "signed", "signed: the webhook's session token is signed (HMAC over CallSid, node, expiry, nonce) and any node of the fleet accepts it, once; local: a random token only the issuing node accepts (kept in its memory)"),
     Setting("token_secret", str, "", "HMAC key of signed stream tokens, the same on every node of a fleet (at least 16 characters); empty: derived from twilio_auth_token"),
     Setting("token_store_timeout_ms", int, 250, "with signed tokens and a PostgreSQL database_url, how long a stream start waits for the store to confirm the token's first use fleet-wide; a slower or failing store is passed over (fail open: this node's own single-use check still holds)"),
+    Setting("fanout_url", str, "", "NATS server (nats://host:4222, several comma-separated) through which each node's recorder publishes its calls' live observer events and each node's console receives the fleet's; empty: observers see this node's calls only"),
     Setting("runtime_dir", str, "", "private directory (0700) for sockets and state; default $XDG_RUNTIME_DIR/voicecore or /tmp/voicecore-<uid>"),
     Setting("record_dir", str, "", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records (records hold what callers said: opt in; the demo records by default)"),
     Setting("database_url", str, "", "the call store, filled from call records: sqlite:///ABSOLUTE/PATH or postgresql://...; empty: sqlite:///<record_dir>/calls.db when record_dir is set, else no store"),
@@ -111,6 +112,7 @@ class Config:
     stream_tokens: str
     token_secret: str
     token_store_timeout_ms: int
+    fanout_url: str
     runtime_dir: str
     record_dir: str
     database_url: str
@@ -287,6 +289,10 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError("token_secret: at least 16 characters (or empty: derived from twilio_auth_token)")
     if not 10 <= int(values["token_store_timeout_ms"]) <= 5000:  # type: ignore[arg-type]
         raise ConfigError(f"token_store_timeout_ms: expected 10..5000, got {values['token_store_timeout_ms']}")
+    for server in filter(None, (s.strip() for s in str(values["fanout_url"]).split(","))):
+        parts = urlsplit(server)
+        if parts.scheme not in ("nats", "tls") or not parts.netloc:
+            raise ConfigError(f"fanout_url: expected empty or nats://host:port (comma-separated), got {server!r}")
     if int(values["retention_days"]) < 0:  # type: ignore[arg-type]
         raise ConfigError(f"retention_days: expected 0 (keep forever) or more, got {values['retention_days']}")
     if values["realtime_naming"] not in ("ga", "beta"):

@@ -5,6 +5,7 @@ Owns the console's HTTP routes and the fan-out of live events to observers. Read
 recorder is its one writer; API keys are added with ``voicecore console-key``) and the record files (a
 call's audio), and subscribes to the recorder's numbered events:
   SUB  observe.sock  <- recorder (observed.events)
+  NATS fanout_url    <- the other nodes' recorders: their calls' events (voicecore/observe/fleet.py), when set
   PUSH gateway.sock  -> heartbeat every 150 ms, stats every second, as process "console"
 A call is never slowed by an observer: the recorder's PUB drops what a slow console does not take, and
 each observer has a bounded queue (voicecore/console/fanout.py); an observer whose queue fills is closed
@@ -46,6 +47,7 @@ from voicecore.console import auth, media
 from voicecore.console.fanout import FanOut, Observer
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.numbering import rows_from_json, wire_stored
+from voicecore.observe.transport import FleetSubscription
 from voicecore.store import CallStore, database_url_for
 
 log = logging.getLogger("voicecore.console")
@@ -109,6 +111,8 @@ class Console:
             "requests", "unauthorized", "not_found", "bad_requests", "errors", "observers_opened", "events_sent",
             "feed_rejected")})
         self.heartbeat_seq = 0
+        # fanout_url: the other nodes' calls' events too, from the fleet subject (NATS)
+        self.fleet = FleetSubscription(config.fanout_url, config.node, self.fanout.publish) if config.fanout_url else None
 
     # --- the store, on its thread ----------------------------------------------------------------------
     def _store(self) -> CallStore:
@@ -353,12 +357,16 @@ class Console:
                 values = {name: float(n) for name, n in self.counters.items()}
                 values.update(observers=float(self.observer_count()), live_calls=float(len(self.live)),
                               observers_too_slow=float(self.fanout.too_slow), events_received=float(self.fanout.received))
+                if self.fleet is not None:
+                    values.update({name: float(n) for name, n in self.fleet.counters.items()})
                 self.bus.send(self.gateway, messages.Stats(PROCESS, pid, values))
             await asyncio.sleep(timing.HEARTBEAT_MS / 1000)
 
     async def run(self, stop: asyncio.Event) -> None:
         host, _, port = self.config.console_listen.rpartition(":")
         tasks = [asyncio.create_task(self.feed()), asyncio.create_task(self.report())]
+        if self.fleet is not None:
+            tasks.append(asyncio.create_task(self.fleet.run()))
         async with serve(self.observe, host, int(port), process_request=self.process_request, max_size=4096,
                          server_header="voicecore-console", compression=None) as server:
             log.info("console on http://%s (observers at /observe)", self.config.console_listen)

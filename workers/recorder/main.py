@@ -6,6 +6,8 @@ record directory's housekeeping, and reporting:
   PUSH gateway.sock -> heartbeat every 150 ms and stats every second, as process "recorder"
   PULL recorder.sock <- the model worker's live events (observe.events)
   PUB  observe.sock  -> the console: the same events, numbered and stored (observed.events)
+  NATS fanout_url    -> every node's console: the same batches on the fleet subject (voicecore/observe/fleet.py),
+                        when fanout_url is set (a thread of its own: publishing never blocks this loop)
 Live events are numbered per call (voicecore/observe/numbering.py), stored in the ``events`` table in one
 transaction per batch, and only then published: whatever an observer was sent is already in the store, so
 a late joiner replays from the store and continues live without a gap. Without a store they are numbered
@@ -47,6 +49,7 @@ from voicecore.config import Config, load_config
 from voicecore.logs import run_until_signalled, setup_logging
 from voicecore.observe.events import events_of_record
 from voicecore.observe.numbering import EventNumbering, Row, rows_chunks
+from voicecore.observe.transport import FleetPublisher
 from voicecore.record import RecordError, load_record, record_name
 from voicecore.store import CallStore, database_url_for, summarize_record
 from voicecore.store.summary import summary_from_json
@@ -99,6 +102,8 @@ class Recorder:
         self.ingest_ms_total = 0.0  # reading, summarizing and storing the records ingested
         # an OpenTelemetry span per turn of each stored call, when opentelemetry-sdk is installed and configured
         self.tracer = TurnTracer.from_environment() if self.url else None
+        # fanout_url: the same batches to every node's console too (NATS; voicecore/observe/transport.py)
+        self.fleet = FleetPublisher(config.fanout_url, config.node) if config.fanout_url else None
 
     # --- the record directory -------------------------------------------------------------------------
     def listing(self) -> list[core.RecordEntry]:
@@ -359,6 +364,8 @@ class Recorder:
         for count, text in rows_chunks(rows):
             if self.bus.send(self.events_out, messages.ObservedEvents(text)):
                 self.counters["events_published"] += count
+            if self.fleet is not None:
+                self.fleet.publish(text)  # never blocks: a bounded queue to the fan-out's own thread
 
     def derive_events(self, store: CallStore, entry: core.RecordEntry, record: tuple[dict, list[dict], bool] | None) -> None:
         """A stored call without live events (the recorder was down): its events from the record (the same
@@ -392,6 +399,8 @@ class Recorder:
             values["events_malformed"] = float(self.numbering.malformed)
             if self.webhook is not None:
                 values.update({name: float(n) for name, n in self.webhook.counters.items()})
+            if self.fleet is not None:
+                values.update({name: float(n) for name, n in self.fleet.counters.items()})
             self.bus.send(self.gateway, messages.Stats(PROCESS, pid, values))
 
     # --- the loop ---------------------------------------------------------------------------------------
@@ -449,6 +458,8 @@ class Recorder:
             self.webhook.close()
         if self.tracer is not None:
             self.tracer.shutdown()
+        if self.fleet is not None:
+            self.fleet.close()
         self.bus.close()
         for name in (RECORDER_INBOX, OBSERVE_FEED):
             (self.runtime_dir / name).unlink(missing_ok=True)
