@@ -673,7 +673,7 @@ def test_a_restarted_pacer_resumes_from_shared_memory(call):
     call.open(1)
     call.push(1, 10)
     assert call.tick(0) == frames(1, 0, 3)
-    call.pacer = P.PacerCore(call.arena)  # new process: empty scratch, same words
+    call.pacer = P.PacerCore(call.arena)  # a new process: nothing but the arena (words and templates)
     assert call.tick(20) == ["1.4", "mark 1:5"]
 
 
