@@ -7,6 +7,7 @@ so every process sees the same configuration.
 
 from __future__ import annotations
 
+import binascii
 import dataclasses
 import os
 import socket
@@ -38,6 +39,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("listen", str, "127.0.0.1:8080", "host:port the gateway serves HTTP and WebSocket on, or unix:PATH for a Unix socket behind a local TLS proxy (then set public_url)"),
     Setting("public_url", str, "", "public base URL Twilio reaches us at (TwiML stream URL, signature URL); default http://<listen>; required with listen = unix:PATH"),
     Setting("twilio_auth_token", str, "", "auth token for X-Twilio-Signature; empty: a random per-run token (demo only)"),
+    Setting("telnyx_public_key", str, "", "Telnyx: the webhook public key (Ed25519, base64, Mission Control) that checks telnyx-signature-ed25519 and telnyx-timestamp on POST /telnyx/voice; empty: Telnyx is not served (404 on /telnyx/*)"),
+    Setting("plivo_auth_token", str, "", "Plivo: the auth token that checks X-Plivo-Signature-V3 on POST /plivo/voice; empty: Plivo is not served (404 on /plivo/*)"),
+    Setting("vonage_signature_secret", str, "", "Vonage: the signature secret that checks the signed-webhook JWT (Authorization: Bearer) on /vonage/answer and /vonage/event; empty: Vonage is not served (404 on /vonage/*)"),
+    Setting("vonage_sample_rate_hz", int, 16000, "Vonage: the L16 rate the NCCO asks for: 16000 (resampled at the gateway edge with soxr, 10 ms each way) or 8000 (no resampling)"),
+    Setting("exotel_username", str, "", "Exotel: the Basic-auth user the dynamic-URL request to /exotel/voice must carry (with exotel_password); empty: Exotel is not served (404 on /exotel/*)"),
+    Setting("exotel_password", str, "", "Exotel: the Basic-auth password of that request; required with exotel_username"),
     Setting("realtime_url", str, "", "realtime model WebSocket URL; empty and no key: the built-in simulator"),
     Setting("realtime_api_key", str, "", "API key for the realtime model vendor"),
     Setting("model", str, "gpt-realtime", "realtime model name"),
@@ -96,6 +103,12 @@ class Config:
     listen: str
     public_url: str
     twilio_auth_token: str
+    telnyx_public_key: str
+    plivo_auth_token: str
+    vonage_signature_secret: str
+    vonage_sample_rate_hz: int
+    exotel_username: str
+    exotel_password: str
     realtime_url: str
     realtime_api_key: str
     model: str
@@ -293,6 +306,19 @@ def _validate(values: dict[str, object]) -> None:
         parts = urlsplit(server)
         if parts.scheme not in ("nats", "tls") or not parts.netloc:
             raise ConfigError(f"fanout_url: expected empty or nats://host:port (comma-separated), got {server!r}")
+    if bool(values["exotel_username"]) != bool(values["exotel_password"]):
+        raise ConfigError("exotel_username and exotel_password: set both (Exotel is served with both) or neither")
+    if int(values["vonage_sample_rate_hz"]) not in (8000, 16000):  # type: ignore[arg-type]
+        raise ConfigError(f"vonage_sample_rate_hz: expected 8000 or 16000, got {values['vonage_sample_rate_hz']}")
+    public_key = str(values["telnyx_public_key"])
+    if public_key:
+        try:
+            raw_key = binascii.a2b_base64(public_key, strict_mode=True)
+        except ValueError:
+            raw_key = b""
+        # Telnyx gives the raw 32-byte key in base64; a DER SubjectPublicKeyInfo of one is 44 bytes.
+        if len(raw_key) not in (32, 44):
+            raise ConfigError("telnyx_public_key: expected the base64 Ed25519 public key from Telnyx's Mission Control")
     if int(values["retention_days"]) < 0:  # type: ignore[arg-type]
         raise ConfigError(f"retention_days: expected 0 (keep forever) or more, got {values['retention_days']}")
     if values["realtime_naming"] not in ("ga", "beta"):

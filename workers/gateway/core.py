@@ -67,6 +67,16 @@ class MarkLedger:
             return MarkPlayed(tag, frames, final)
         return MarkUnknown(name)
 
+    def unsent(self, name: str) -> MarkDiscarded | MarkUnknown:
+        """A mark the pacer wrote that the carrier edge dropped before sending it (a clear came while it
+        waited for its audio: voicecore/carriers/edge.py). No echo will come for it: it is settled here as
+        discarded, as a clear's echo would be, and the marks before it stay pending (they were sent)."""
+        for index, (pending_name, _) in enumerate(self._pending):
+            if pending_name == name:
+                del self._pending[index]
+                return MarkDiscarded(name)
+        return MarkUnknown(name)
+
     @property
     def pending(self) -> int:
         return len(self._pending)

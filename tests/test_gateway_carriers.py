@@ -1,0 +1,268 @@
+"""The gateway's decisions for Telnyx, Plivo, Vonage and Exotel (workers/gateway/carrier_core.py), table-driven,
+no sockets: which carriers are served, each answer webhook's check (signed or not, the call id), the answer
+documents read back the way each carrier reads them, where each stream's session token is, the arena ids,
+the wire templates each call gets, and the mark ledger's settling of marks the edge never sent."""
+
+from __future__ import annotations
+
+import base64
+import json
+import xml.etree.ElementTree as ElementTree
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from voicecore.carriers import exotel, plivo, telnyx, vonage
+from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMA, ENCODING_PCMU, StreamStarted
+from voicecore.carriers.wire import RAW
+from voicecore.config import ConfigError, load_config
+from workers.gateway import carrier_core as cc
+from workers.gateway.core import MarkDiscarded, MarkLedger, MarkPlayed, MarkUnknown
+
+NOW_S = 1_800_000_000
+BASE = "https://voice.example.com"
+STREAM_BASE = "wss://voice.example.com"
+PRIVATE = Ed25519PrivateKey.generate()
+PUBLIC_B64 = base64.b64encode(PRIVATE.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+SETTINGS = cc.CarrierSettings(telnyx_public_key=PUBLIC_B64, plivo_auth_token="plivo-token",
+                              vonage_signature_secret="vonage-secret-0123456789abcdef0123",
+                              exotel_username="exo-key", exotel_password="exo-pass")
+ROUTES = cc.routes(cc.CARRIERS)
+
+
+def check(path, method="POST", target=None, headers=(), body=b"", settings=SETTINGS, now_s=NOW_S):
+    target = target or path
+    return cc.check_webhook(ROUTES[path], method, target, dict(headers), body, settings, BASE + target, now_s)
+
+
+def telnyx_request(form, timestamp=NOW_S, key=PRIVATE):
+    body = urlencode(form).encode()
+    return [(telnyx.SIGNATURE_HEADER, telnyx.sign_webhook(key, timestamp, body)),
+            (telnyx.TIMESTAMP_HEADER, str(timestamp))], body
+
+
+def plivo_request(form, token="plivo-token", target="/plivo/voice"):
+    nonce = "12345678901234567890"
+    signature = plivo.compute_signature_v3(token, BASE + target, nonce, form, "POST")
+    return [("x-plivo-signature-v3", signature), ("x-plivo-signature-v3-nonce", nonce)], urlencode(form).encode()
+
+
+def vonage_auth(body=b"", secret="vonage-secret-0123456789abcdef0123", now_s=NOW_S):
+    return [("authorization", vonage.sign_webhook(body, secret, now_s, "jti-1"))]
+
+
+def basic(user="exo-key", password="exo-pass"):
+    return [("authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())]
+
+
+# --- which carriers, which routes ---------------------------------------------------------------------
+
+
+def test_a_carrier_is_served_only_with_its_secret():
+    assert cc.CarrierSettings().enabled() == ()
+    assert SETTINGS.enabled() == cc.CARRIERS
+    only_plivo = cc.CarrierSettings(plivo_auth_token="t", exotel_username="u")  # Exotel needs both
+    assert only_plivo.enabled() == (cc.PLIVO,)
+    assert set(cc.routes((cc.PLIVO,))) == {"/plivo/voice"}
+    assert cc.stream_paths((cc.PLIVO, cc.VONAGE)) == {"/plivo/stream": cc.PLIVO, "/vonage/stream": cc.VONAGE}
+    assert set(cc.routes(cc.CARRIERS)) == {"/telnyx/voice", "/plivo/voice", "/vonage/answer", "/vonage/event",
+                                           "/exotel/voice"}
+
+
+def test_settings_come_from_the_config_and_are_checked():
+    config = load_config({"VOICECORE_TELNYX_PUBLIC_KEY": PUBLIC_B64, "VOICECORE_VONAGE_SAMPLE_RATE_HZ": "8000"})
+    settings = cc.CarrierSettings.from_config(config)
+    assert settings.enabled() == (cc.TELNYX,) and settings.vonage_sample_rate_hz == 8000
+    for bad in ({"VOICECORE_TELNYX_PUBLIC_KEY": "not base64!"}, {"VOICECORE_VONAGE_SAMPLE_RATE_HZ": "24000"},
+                {"VOICECORE_EXOTEL_USERNAME": "only-user"}):
+        with pytest.raises(ConfigError):
+            load_config(bad)
+
+
+# --- answer webhooks ------------------------------------------------------------------------------------
+
+
+def test_telnyx_webhook_signed_or_refused():
+    headers, body = telnyx_request({"CallSid": "v3:abc-DEF_123", "AccountSid": "acc", "From": "+1", "To": "+2"})
+    assert check("/telnyx/voice", headers=headers, body=body) == cc.AnswerRequest(cc.TELNYX, cc.ANSWER, "v3:abc-DEF_123")
+    other_key = Ed25519PrivateKey.generate()
+    for bad_headers, bad_body, now_s in (
+        (telnyx_request({"CallSid": "v3:x"}, key=other_key)[0], body, NOW_S),  # another key
+        (headers, body + b"&x=1", NOW_S),  # body altered
+        (headers, body, NOW_S + 3600),  # replayed an hour later
+        ((), body, NOW_S),  # unsigned
+    ):
+        assert check("/telnyx/voice", headers=bad_headers, body=bad_body, now_s=now_s).status == 403
+    headers, body = telnyx_request({"From": "+1"})
+    assert check("/telnyx/voice", headers=headers, body=body) == cc.Refusal(400, "no usable call id")
+
+
+def test_plivo_webhook_signed_or_refused():
+    form = {"CallUUID": "0a1b2c3d-0000-4000-8000-123456789abc", "From": "+1", "To": "+2", "Direction": "inbound"}
+    headers, body = plivo_request(form)
+    assert check("/plivo/voice", headers=headers, body=body).call_id == form["CallUUID"]
+    assert check("/plivo/voice", headers=plivo_request(form, token="other")[0], body=body).status == 403
+    assert check("/plivo/voice", headers=headers, body=body.replace(b"inbound", b"outbound")).status == 403
+    assert check("/plivo/voice", headers=headers, body=b"%zz").status == 400
+    # The query is signed too: a request to another URL does not pass.
+    target = "/plivo/voice?x=1"
+    assert check("/plivo/voice", target=target, headers=headers, body=body).status == 403
+    headers_q, body_q = plivo_request(form, target=target)
+    assert check("/plivo/voice", target=target, headers=headers_q, body=body_q).call_id == form["CallUUID"]
+
+
+def test_vonage_answer_get_and_post_and_event():
+    uuid = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
+    target = "/vonage/answer?" + urlencode({"uuid": uuid, "conversation_uuid": "CON-1", "to": "1", "from": "2"})
+    assert check("/vonage/answer", "GET", target, vonage_auth()).call_id == uuid
+    body = json.dumps({"uuid": uuid, "to": "1", "from": "2"}).encode()
+    assert check("/vonage/answer", "POST", headers=vonage_auth(body), body=body).call_id == uuid
+    assert check("/vonage/answer", "POST", headers=vonage_auth(b"{}"), body=body).status == 403  # hash of another body
+    assert check("/vonage/answer", "POST", headers=vonage_auth(body, secret="wrong-secret"), body=body).status == 403
+    assert check("/vonage/answer", "GET", target, vonage_auth(now_s=NOW_S - 3600)).status == 403
+    assert check("/vonage/answer", "POST", headers=vonage_auth(b"[]"), body=b"[]").status == 400
+    event = json.dumps({"status": "answered", "uuid": uuid}).encode()
+    assert check("/vonage/event", headers=vonage_auth(event), body=event) == cc.AnswerRequest(cc.VONAGE, cc.EVENT, "")
+    assert check("/vonage/event", headers=(), body=event).status == 403
+
+
+def test_exotel_webhook_basic_auth_and_a_call_id_when_given():
+    target = "/exotel/voice?" + urlencode({"CallSid": "b6f1c0ffee0000000000000000000001", "From": "0", "To": "1"})
+    assert check("/exotel/voice", "GET", target, basic()).call_id == "b6f1c0ffee0000000000000000000001"
+    assert check("/exotel/voice", "GET", "/exotel/voice", basic()).call_id == cc.ANY_CALL
+    assert check("/exotel/voice", "POST", headers=basic(), body=b"CallSid=abc").call_id == "abc"
+    assert check("/exotel/voice", "GET", target, basic(password="nope")).status == 403
+    assert check("/exotel/voice", "GET", target, ()).status == 403
+    assert check("/exotel/voice", "GET", "/exotel/voice?CallSid=a%20b", basic()).status == 400  # not an id we keep
+
+
+# --- answer documents, read as the carrier reads them -----------------------------------------------------
+
+
+def answer(carrier, call_id="call-1"):
+    content_type, body = cc.answer_document(cc.AnswerRequest(carrier, cc.ANSWER, call_id), STREAM_BASE, "TOKEN_abc-1",
+                                            SETTINGS)
+    return content_type, body
+
+
+def test_telnyx_texml_connects_the_stream_with_the_token_as_a_parameter():
+    content_type, body = answer(cc.TELNYX)
+    stream = ElementTree.fromstring(body).find("Connect/Stream")
+    assert content_type == b"text/xml" and stream.get("url") == STREAM_BASE + "/telnyx/stream"
+    assert stream.get("bidirectionalMode") == "rtp" and stream.get("codec") == "PCMU"
+    assert {p.get("name"): p.get("value") for p in stream.findall("Parameter")} == {"session_token": "TOKEN_abc-1"}
+
+
+def test_plivo_xml_streams_mulaw_with_the_token_in_extra_headers():
+    content_type, body = answer(cc.PLIVO)
+    stream = ElementTree.fromstring(body).find("Stream")
+    assert content_type == b"text/xml" and stream.text == STREAM_BASE + "/plivo/stream"
+    assert (stream.get("bidirectional"), stream.get("keepCallAlive"), stream.get("contentType")) == (
+        "true", "true", "audio/x-mulaw;rate=8000")
+    assert stream.get("extraHeaders") == "session_token=TOKEN_abc-1"
+
+
+@pytest.mark.parametrize("rate", [16000, 8000])
+def test_vonage_ncco_connects_a_websocket_with_call_id_and_token_headers(rate):
+    settings = cc.CarrierSettings(vonage_signature_secret="s", vonage_sample_rate_hz=rate)
+    content_type, body = cc.answer_document(cc.AnswerRequest(cc.VONAGE, cc.ANSWER, "uuid-1"), STREAM_BASE, "T", settings)
+    (action,) = json.loads(body)
+    (endpoint,) = action["endpoint"]
+    assert content_type == b"application/json" and action["action"] == "connect"
+    assert endpoint == {"type": "websocket", "uri": STREAM_BASE + "/vonage/stream",
+                        "content-type": f"audio/l16;rate={rate}", "headers": {"call_id": "uuid-1", "session_token": "T"}}
+
+
+def test_exotel_answer_is_the_dynamic_url_with_the_token_in_its_query():
+    content_type, body = answer(cc.EXOTEL)
+    url = json.loads(body)["url"]
+    parts = urlsplit(url)
+    assert content_type == b"application/json" and url.startswith(STREAM_BASE + "/exotel/stream?")
+    assert parse_qs(parts.query) == {"sample-rate": ["8000"], "session_token": ["TOKEN_abc-1"]}
+
+
+# --- streams -----------------------------------------------------------------------------------------------
+
+
+def started(call_id="c1", stream_id="s1", parameters=(), encoding=ENCODING_PCMU, rate=8000):
+    return StreamStarted(1, call_id, stream_id, "", tuple(parameters), encoding, rate, 1)
+
+
+def test_session_token_per_carrier():
+    assert cc.session_token(cc.TELNYX, started(parameters=[("session_token", "A")]), "/telnyx/stream") == "A"
+    assert cc.session_token(cc.PLIVO, started(parameters=[("Session_Token", "B")]), "/plivo/stream") == "B"
+    assert cc.session_token(cc.TELNYX, started(parameters=[("Session_Token", "B")]), "/telnyx/stream") == ""
+    assert cc.session_token(cc.VONAGE, started(parameters=[("call_id", "c"), ("session_token", "C")]), "/v") == "C"
+    assert cc.session_token(cc.EXOTEL, started(), "/exotel/stream?sample-rate=8000&session_token=D") == "D"
+    assert cc.session_token(cc.EXOTEL, started(parameters=[("session_token", "E")]), "/exotel/stream?session_token=D") == "E"
+    assert cc.session_token(cc.TELNYX, started(), "/telnyx/stream?session_token=D") == ""  # only Exotel's URL carries it
+
+
+def test_token_fits_its_call_or_any_call():
+    assert cc.token_fits_call("c1", started("c1"))
+    assert not cc.token_fits_call("c2", started("c1"))
+    assert cc.token_fits_call(cc.ANY_CALL, started("c1"))
+
+
+def test_arena_ids_keep_usable_ids_and_hash_the_rest():
+    assert cc.arena_id("v3:abc-DEF_1.2") == "v3:abc-DEF_1.2"
+    hashed = cc.arena_id("x" * 65)
+    assert hashed == cc.arena_id("x" * 65) and len(hashed) == 41 and hashed.startswith("h")
+    assert cc.arena_id("a/b") != cc.arena_id("a\\b")
+
+
+def test_wire_templates_final_for_mulaw_telnyx_and_plivo_raw_otherwise():
+    t_protocol = telnyx.TelnyxStreamProtocol()
+    assert cc.wire_templates(cc.TELNYX, started(), t_protocol, 512) == telnyx.wire_templates(ENCODING_PCMU)
+    assert cc.wire_templates(cc.TELNYX, started(encoding=ENCODING_PCMA), t_protocol, 512) is RAW
+    p_protocol = plivo.PlivoStreamProtocol()
+    side = plivo.PlivoCarrierSide("st-1", "c1")
+    (event,) = p_protocol.receive_text(side.start())
+    assert cc.wire_templates(cc.PLIVO, event, p_protocol, 512) == plivo.wire_templates("st-1")
+    assert cc.wire_templates(cc.PLIVO, event, p_protocol, 256) is RAW  # would not fit a small wire slot
+    side16 = plivo.PlivoCarrierSide("st-2", "c1", content_type=plivo.CONTENT_TYPE_L16, sample_rate_hz=16000)
+    p16 = plivo.PlivoStreamProtocol()
+    (event16,) = p16.receive_text(side16.start())
+    assert cc.wire_templates(cc.PLIVO, event16, p16, 512) is RAW
+    assert cc.wire_templates(cc.VONAGE, started(encoding=ENCODING_L16, rate=16000), None, 512) is RAW
+    assert cc.wire_templates(cc.EXOTEL, started(), None, 512) is RAW
+
+
+def test_each_carrier_stream_gets_an_edge_that_speaks_its_format():
+    vonage_edge = cc.new_edge(cc.VONAGE, started(encoding=ENCODING_L16, rate=16000), vonage.VonageStreamProtocol(), True)
+    assert vonage_edge.transcoder.carrier_frame_bytes == 640
+    e_protocol = exotel.ExotelStreamProtocol()
+    side = exotel.ExotelCarrierSide("SS1", "CA1", "AC1")
+    events = [e for m in side.opening_messages() for e in e_protocol.receive_text(m)]
+    assert cc.new_edge(cc.EXOTEL, events[-1], e_protocol, True).sink.batcher is not None
+    assert cc.new_edge(cc.TELNYX, started(), telnyx.TelnyxStreamProtocol(), False).sink is None
+    assert isinstance(cc.new_stream_protocol(cc.PLIVO), plivo.PlivoStreamProtocol)
+    with pytest.raises(ValueError):
+        cc.new_stream_protocol("twilio")  # Twilio's stream is main.py's own
+
+
+def test_stream_id_per_carrier():
+    t_protocol = telnyx.TelnyxStreamProtocol()
+    side = telnyx.TelnyxCarrierSide("stream-uuid", "v3:call", "user", custom_parameters={"session_token": "x"})
+    t_protocol.receive_text(side.connected())
+    (event,) = t_protocol.receive_text(side.start())
+    assert cc.stream_id(cc.TELNYX, event, t_protocol) == "stream-uuid"
+    assert cc.stream_id(cc.VONAGE, started("uuid-1", ""), None) == "uuid-1"
+
+
+# --- marks the edge dropped unsent -------------------------------------------------------------------------
+
+
+def test_a_mark_dropped_unsent_is_settled_discarded_without_skipping_the_sent_ones():
+    ledger = MarkLedger()
+    for name in ("1:5", "1:10", "1:15"):
+        ledger.sent_mark(name)
+    ledger.sent_clear()
+    assert ledger.unsent("1:15") == MarkDiscarded("1:15")  # waited in the edge: never sent
+    assert ledger.echoed("1:5") == MarkDiscarded("1:5")  # the carrier echoes what it had, after the clear
+    assert ledger.echoed("1:10") == MarkDiscarded("1:10")
+    assert ledger.unsent("9:9") == MarkUnknown("9:9") and ledger.pending == 0
+    ledger.sent_mark("2:5")
+    assert ledger.echoed("2:5") == MarkPlayed(2, 5, False)

@@ -1,0 +1,373 @@
+"""Gateway decisions for the carriers served beside Twilio (Telnyx, Plivo, Vonage, Exotel), without I/O.
+
+Owns: which carriers are served (a carrier is served when its secret is configured), their routes, the
+check of an answer webhook (its signature or credentials, then the call id the session token is tied to),
+the answer document that points the carrier at our stream (with the single-use session token where that
+carrier carries it to the stream), and for a stream: its protocol object, where its token is, the ids its
+call gets in the arena, how the pacer writes its messages (final templates when the carrier takes the
+pacer's mu-law frames as they are, raw entries for the carrier edge otherwise) and the edge itself.
+
+Must not know: sockets, the clock (``now_s`` comes in), randomness (the token comes in), the arena, rings.
+Each carrier's wire format, signatures and answer documents are its module's in voicecore/carriers/; this
+module only picks and combines them. Twilio's path is workers/gateway/main.py's own and does not come
+through here.
+
+The rules, per carrier (README "Carriers" says the same for operators):
+
+==========  ===============================  ===================================  ==========================
+carrier     answer webhook (checked by)      call id the token is tied to         token reaches the stream in
+==========  ===============================  ===================================  ==========================
+Telnyx      POST /telnyx/voice, form         ``CallSid`` (TeXML: the call's       ``start.custom_parameters``
+            (Ed25519 telnyx-signature-       call_control_id, which the stream's  (a TeXML ``<Parameter>``)
+            ed25519 over timestamp|body)     ``start`` carries)
+Plivo       POST /plivo/voice, form          ``CallUUID`` (the stream's           ``start.extra_headers``
+            (X-Plivo-Signature-V3 + nonce    ``start.callId``)                    (``extraHeaders``)
+            over URL and form)
+Vonage      GET|POST /vonage/answer, query   ``uuid`` (we put it in the NCCO's    ``websocket:connected``
+            or JSON (signed-webhook JWT,     ``call_id`` header)                  (the NCCO's headers)
+            payload_hash of the body)
+Exotel      GET|POST /exotel/voice, query    ``CallSid`` when the request has     ``start.custom_parameters``
+            or form (Basic auth)             one; else the token is tied to no    (the URL's query), or the
+                                             call (single use and TTL only)       upgrade URL's query
+==========  ===============================  ===================================  ==========================
+
+``POST /vonage/event`` is checked like the answer and answered 204. A refused request gets a status and a
+short fixed reason, never an echo of the request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
+
+import orjson
+
+from voicecore.carriers import exotel, plivo, telnyx, vonage
+from voicecore.carriers.codec import EdgeTranscoder
+from voicecore.carriers.edge import BatchedSink, CarrierEdge, FrameSink
+from voicecore.carriers.events import ENCODING_PCMU, StreamStarted
+from voicecore.carriers.wire import MAX_MARK_NAME_BYTES, RAW, WireTemplates
+from voicecore.timing import FRAME_BYTES, SAMPLE_RATE_HZ
+from voicecore.twilio.webhook import WebhookError, parse_form
+
+__all__ = [
+    "ANSWER",
+    "ANY_CALL",
+    "CARRIERS",
+    "EVENT",
+    "EXOTEL",
+    "PLIVO",
+    "SESSION_TOKEN",
+    "TELNYX",
+    "VONAGE",
+    "AnswerRequest",
+    "CallIds",
+    "CarrierSettings",
+    "Refusal",
+    "Route",
+    "answer_document",
+    "arena_id",
+    "check_webhook",
+    "final_templates_fit",
+    "new_edge",
+    "new_stream_protocol",
+    "routes",
+    "session_token",
+    "stream_id",
+    "stream_paths",
+    "token_fits_call",
+    "wire_templates",
+]
+
+TELNYX = "telnyx"
+PLIVO = "plivo"
+VONAGE = "vonage"
+EXOTEL = "exotel"
+CARRIERS = (TELNYX, PLIVO, VONAGE, EXOTEL)
+
+SESSION_TOKEN = "session_token"  # the parameter / header name, as Twilio's <Parameter> (webhook.py)
+ANSWER = "answer"
+EVENT = "event"
+
+# A webhook's call id, which the session token is tied to: what the arena takes as an id (voicecore/shm/
+# arena.py: ids end up in file names and logs) and a signed token carries (voicecore/stream_tokens.py: 1-64
+# ASCII bytes). Every carrier's call ids fit (Telnyx "v3:..." call_control_ids, Plivo and Vonage UUIDs,
+# Exotel's 32 hex digits).
+_CALL_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_ARENA_ID = _CALL_ID
+# A token tied to no call (an Exotel request that named none): accepted for any call id; "*" is never one.
+ANY_CALL = "*"
+_B64_FRAME_CHARS = (FRAME_BYTES + 2) // 3 * 4
+EXOTEL_SAMPLE_RATE_HZ = 8000  # asked for in the stream URL: mu-law or L16 at 8 kHz, no resampling
+
+
+@dataclass(frozen=True, slots=True)
+class CarrierSettings:
+    """The carriers' secrets and options (voicecore/config.py); an empty secret: that carrier is not served."""
+
+    telnyx_public_key: str = ""
+    plivo_auth_token: str = ""
+    vonage_signature_secret: str = ""
+    vonage_sample_rate_hz: int = vonage.DEFAULT_SAMPLE_RATE_HZ
+    exotel_username: str = ""
+    exotel_password: str = ""
+
+    @classmethod
+    def from_config(cls, config) -> CarrierSettings:
+        return cls(config.telnyx_public_key, config.plivo_auth_token, config.vonage_signature_secret,
+                   config.vonage_sample_rate_hz, config.exotel_username, config.exotel_password)
+
+    def enabled(self) -> tuple[str, ...]:
+        served = {TELNYX: bool(self.telnyx_public_key), PLIVO: bool(self.plivo_auth_token),
+                  VONAGE: bool(self.vonage_signature_secret),
+                  EXOTEL: bool(self.exotel_username and self.exotel_password)}
+        return tuple(carrier for carrier in CARRIERS if served[carrier])
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    carrier: str
+    kind: str  # ANSWER or EVENT
+    methods: tuple[str, ...]
+
+
+_ROUTES: dict[str, Route] = {
+    "/telnyx/voice": Route(TELNYX, ANSWER, ("POST",)),
+    "/plivo/voice": Route(PLIVO, ANSWER, ("POST",)),
+    "/vonage/answer": Route(VONAGE, ANSWER, ("GET", "POST")),
+    "/vonage/event": Route(VONAGE, EVENT, ("POST",)),
+    "/exotel/voice": Route(EXOTEL, ANSWER, ("GET", "POST")),
+}
+_STREAM_PATHS = {f"/{carrier}/stream": carrier for carrier in CARRIERS}
+
+
+def routes(enabled: tuple[str, ...]) -> dict[str, Route]:
+    """The HTTP routes of the served carriers (the others' paths are 404 like any unknown path)."""
+    return {path: route for path, route in _ROUTES.items() if route.carrier in enabled}
+
+
+def stream_paths(enabled: tuple[str, ...]) -> dict[str, str]:
+    """WebSocket path -> carrier, for the served carriers."""
+    return {path: carrier for path, carrier in _STREAM_PATHS.items() if carrier in enabled}
+
+
+# --- answer webhooks -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRequest:
+    """A checked webhook. ``call_id``: the call the session token is tied to (``ANY_CALL`` when the request
+    names none: Exotel's dynamic-URL request may not; "" for a Vonage event)."""
+
+    carrier: str
+    kind: str
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    status: int  # 400 unreadable, 403 not signed by the carrier
+    reason: str  # short fixed text, for the log line and the body
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    return headers.get(name)
+
+
+def _call_id(value: object) -> str | None:
+    return value if isinstance(value, str) and _CALL_ID.fullmatch(value) else None
+
+
+def _query(target: str) -> dict[str, str]:
+    try:
+        return dict(parse_qsl(urlsplit(target).query, keep_blank_values=True, strict_parsing=False,
+                              encoding="utf-8", errors="strict", max_num_fields=200))
+    except ValueError:
+        raise WebhookError("malformed query") from None
+
+
+def _json_object(body: bytes) -> dict:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise WebhookError("body is not JSON") from None
+    if type(value) is not dict:
+        raise WebhookError("body is not a JSON object")
+    return value
+
+
+def check_webhook(route: Route, method: str, target: str, headers: Mapping[str, str], body: bytes,
+                  settings: CarrierSettings, url: str, now_s: float) -> AnswerRequest | Refusal:
+    """Check one request to a carrier route. ``headers``: lower-case names; ``target``: path and query as
+    received; ``url``: the public URL the carrier called (our base URL + ``target``, which Plivo signs).
+
+    The signature (or credentials) first, then the fields: an unsigned request learns nothing of what we
+    would have read from it. A configured secret our own checks cannot use (``ValueError`` from the
+    carrier module) is our misuse and propagates: the shell logs it and answers 500."""
+    carrier = route.carrier
+    try:
+        if carrier == TELNYX:
+            if not telnyx.verify_webhook(settings.telnyx_public_key, _header(headers, telnyx.SIGNATURE_HEADER) or "",
+                                         _header(headers, telnyx.TIMESTAMP_HEADER) or "", body, now_s):
+                return Refusal(403, "bad telnyx-signature-ed25519")
+            form = parse_form(body)
+            call_id = _call_id(form.get("CallSid") or form.get("CallControlId"))
+        elif carrier == PLIVO:
+            form = parse_form(body)
+            if not plivo.validate_signature_v3(settings.plivo_auth_token, url,
+                                               _header(headers, plivo.SIGNATURE_V3_NONCE_HEADER.lower()),
+                                               _header(headers, plivo.SIGNATURE_V3_HEADER.lower()), form, method):
+                return Refusal(403, "bad X-Plivo-Signature-V3")
+            call_id = _call_id(form.get("CallUUID"))
+        elif carrier == VONAGE:
+            # A GET carries no body: its payload_hash is of the empty body [unverified]; prefer POST.
+            if not vonage.verify_signed_webhook(_header(headers, "authorization"), body,
+                                                settings.vonage_signature_secret, now_s):
+                return Refusal(403, "bad signed-webhook JWT")
+            if route.kind == EVENT:
+                return AnswerRequest(carrier, EVENT, "")
+            fields = _query(target) if method == "GET" else _json_object(body)
+            call_id = _call_id(fields.get("uuid"))
+        else:
+            if not exotel.check_basic_auth(_header(headers, "authorization"), settings.exotel_username,
+                                           settings.exotel_password):
+                return Refusal(403, "bad Basic credentials")
+            fields = _query(target)
+            if method == "POST" and body:
+                fields.update(parse_form(body))
+            sid = fields.get("CallSid")
+            call_id = _call_id(sid) if sid else ANY_CALL
+    except WebhookError as exc:
+        return Refusal(400, exc.reason)
+    if call_id is None:
+        return Refusal(400, "no usable call id")
+    return AnswerRequest(carrier, route.kind, call_id)
+
+
+def answer_document(request: AnswerRequest, stream_base_url: str, token: str,
+                    settings: CarrierSettings) -> tuple[bytes, bytes]:
+    """(content type, body) of the answer that connects the call to ``stream_base_url/<carrier>/stream``
+    (``ws://`` or ``wss://``, no trailing slash) with ``token`` where the carrier carries it to the stream."""
+    carrier = request.carrier
+    stream_url = f"{stream_base_url}/{carrier}/stream"
+    if carrier == TELNYX:
+        return b"text/xml", telnyx.texml_connect_stream(stream_url, {SESSION_TOKEN: token}).encode()
+    if carrier == PLIVO:
+        return b"text/xml", plivo.stream_xml(stream_url, {SESSION_TOKEN: token}).encode()
+    if carrier == VONAGE:
+        headers = {vonage.HEADER_CALL_ID: request.call_id, vonage.HEADER_SESSION_TOKEN: token}
+        ncco = vonage.ncco_connect_websocket(stream_url, headers, settings.vonage_sample_rate_hz)
+        return b"application/json", orjson.dumps(ncco)
+    url = exotel.voicebot_stream_url(stream_url, sample_rate_hz=EXOTEL_SAMPLE_RATE_HZ,
+                                     custom_parameters=[(SESSION_TOKEN, token)])
+    return b"application/json", exotel.voicebot_url_response(url)
+
+
+# --- streams -----------------------------------------------------------------------------------------
+
+
+def new_stream_protocol(carrier: str):
+    """The carrier's stream protocol (voicecore/carriers/events.py ``CarrierStream``)."""
+    if carrier == TELNYX:
+        return telnyx.TelnyxStreamProtocol()
+    if carrier == PLIVO:
+        return plivo.PlivoStreamProtocol()
+    if carrier == VONAGE:
+        return vonage.VonageStreamProtocol()
+    if carrier == EXOTEL:
+        return exotel.ExotelStreamProtocol()
+    raise ValueError(f"unknown carrier {carrier!r}")
+
+
+def session_token(carrier: str, started: StreamStarted, upgrade_target: str) -> str:
+    """The session token a stream presents: its custom parameters (TeXML ``<Parameter>``, Plivo
+    ``extraHeaders``, Vonage NCCO headers, Exotel URL parameters), found by name (case-insensitively for
+    Plivo, whose headers may come back in another case [unverified]); for Exotel also the upgrade URL's
+    query, where the dynamic URL put it. "" when there is none."""
+    token = started.custom_parameter(SESSION_TOKEN)
+    if token is None and carrier == PLIVO:
+        token = next((value for key, value in started.custom_parameters if key.lower() == SESSION_TOKEN), None)
+    if token is None and carrier == EXOTEL:
+        try:
+            token = _query(upgrade_target).get(SESSION_TOKEN)
+        except WebhookError:
+            token = None
+    return token or ""
+
+
+@dataclass(frozen=True, slots=True)
+class CallIds:
+    """What the gateway's slot claim reads of a started stream (the shape of ``twilio.stream.Start``'s ids).
+    ``account_sid`` is "" for these carriers: the model worker's hang-up and transfer go through Twilio's
+    REST API with it, which has no business with another carrier's call."""
+
+    call_sid: str
+    stream_sid: str
+    account_sid: str = ""
+
+
+def token_fits_call(token_call_id: str | None, started: StreamStarted) -> bool:
+    """Whether a redeemed token's call id admits this stream: the same call, or a token tied to none."""
+    return token_call_id == ANY_CALL or token_call_id == started.call_id
+
+
+def arena_id(value: str) -> str:
+    """``value`` as an id the arena takes (voicecore/shm/arena.py: 1-64 of [A-Za-z0-9._:-]); any other id
+    becomes "h" + 40 hex digits of its SHA-256, the same every time."""
+    if _ARENA_ID.fullmatch(value):
+        return value
+    return "h" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def stream_id(carrier: str, started: StreamStarted, protocol) -> str:
+    """The stream's own id for the arena and logs (Telnyx keeps it on the protocol; Vonage has none: the call id)."""
+    if carrier == TELNYX:
+        return protocol.stream_id or started.call_id
+    return started.stream_id or started.call_id
+
+
+def final_templates_fit(templates: WireTemplates, wire_slot_bytes: int) -> bool:
+    """Whether the pacer's longest entry from final ``templates`` fits a wire slot (the arena checks the
+    same when it writes them; checked here first so a long stream id falls back to raw entries)."""
+    longest = max(len(templates.media_prefix) + _B64_FRAME_CHARS + len(templates.media_suffix),
+                  len(templates.mark_prefix) + MAX_MARK_NAME_BYTES + len(templates.mark_suffix),
+                  len(templates.clear))
+    return longest <= wire_slot_bytes
+
+
+def wire_templates(carrier: str, started: StreamStarted, protocol, wire_slot_bytes: int) -> WireTemplates:
+    """How the pacer writes this call's messages: final for Telnyx and Plivo streams in mu-law at 8 kHz
+    (their messages are the pacer's frame in base64 between fixed text), raw for everything else (Vonage's
+    binary L16, Exotel's chunks, another encoding or rate), which the gateway's edge finishes."""
+    templates = RAW
+    if started.encoding == ENCODING_PCMU and started.sample_rate_hz == SAMPLE_RATE_HZ:
+        if carrier == TELNYX:
+            templates = telnyx.wire_templates(ENCODING_PCMU)
+        elif carrier == PLIVO:
+            templates = plivo.wire_templates(started.stream_id, protocol.content_type, started.sample_rate_hz)
+    if not templates.raw and not final_templates_fit(templates, wire_slot_bytes):
+        templates = RAW
+    return templates
+
+
+def new_edge(carrier: str, started: StreamStarted, protocol, raw: bool) -> CarrierEdge:
+    """The stream's edge: inbound always (the carrier's audio -> 160-byte mu-law frames), outbound when the
+    call's templates are ``raw``."""
+    transcoder = EdgeTranscoder(started.encoding, started.sample_rate_hz)
+    if not raw:
+        return CarrierEdge(transcoder)
+    if carrier == TELNYX:
+        sink = FrameSink(telnyx.TelnyxOutboundEncoder())
+    elif carrier == PLIVO:
+        sink = FrameSink(plivo.PlivoOutboundEncoder(started.stream_id, protocol.content_type, started.sample_rate_hz))
+    elif carrier == VONAGE:
+        sink = FrameSink(vonage.VonageOutboundEncoder(started.sample_rate_hz))
+    elif carrier == EXOTEL:
+        encoder = protocol.outbound_encoder()
+        sink = BatchedSink(encoder, encoder.batcher())
+    else:
+        raise ValueError(f"unknown carrier {carrier!r}")
+    return CarrierEdge(transcoder, sink)
