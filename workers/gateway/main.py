@@ -43,6 +43,9 @@ from voicecore.bus.transport import (
     bind_doorbell,
     ensure_runtime_dir,
 )
+from voicecore.carriers.edge import CarrierEdge
+from voicecore.carriers.events import (CallerAudio, Cleared, Dtmf, MarkEcho, ProtocolViolation, StreamStarted,
+                                       StreamStopped)
 from voicecore.carriers.wire import WireTemplates
 from voicecore.config import Config, load_config
 from voicecore.drain import SUPERVISORD_PID_FILE, DrainFileError, DrainRequest, DrainWatch, stop_supervised_node
@@ -60,6 +63,7 @@ from voicecore.wsframes import binary_frames, text_frames
 from voicecore.wsunix import UnixTransportView
 from workers.gateway.core import (Admission, Drain, DrainStep, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable,
                                   peer_close_code_is_valid)
+from workers.gateway import carrier_core
 from workers.gateway.tokens import TokenService
 
 log = logging.getLogger("voicecore.gateway")
@@ -135,6 +139,13 @@ class Gateway:
             "status_callbacks": 0,
             "webhooks": 0,
         }
+        # The carriers served beside Twilio: those whose secret is configured (workers/gateway/carrier_core.py).
+        self.carrier_settings = carrier_core.CarrierSettings.from_config(config)
+        self.carriers_enabled = self.carrier_settings.enabled()
+        self.carrier_routes = carrier_core.routes(self.carriers_enabled)
+        self.carrier_streams = carrier_core.stream_paths(self.carriers_enabled)
+        self.counters.update({name: 0 for name in ("carrier_webhooks", "carrier_streams_started",
+                                                   "carrier_clears_confirmed", "carrier_edge_messages")})
         self.heartbeat_seq = 0
         self.stream_url = self.config.stream_base_url  # node_stream_url: the stream comes back to this node
         # The drain (voicecore/drain.py: a file in the runtime dir, so a gateway that takes over drains too).
@@ -189,7 +200,7 @@ class Gateway:
         for rested in self.slots.due_for_free(now_ms()):
             self.arena.set_slot_state(rested, C.SLOT_FREE)
         # How the pacer writes this call's messages: its carrier module's templates (voicecore/carriers/wire.py).
-        templates = tw.wire_templates(start.stream_sid)
+        templates = conn.call_wire_templates(start)
         slot = self.slots.claim()
         if slot is None:
             return None
@@ -373,14 +384,29 @@ class ConnectionRouter(asyncio.Protocol):
                 self.head_timer.cancel()  # picows' upgrade timeout and the start deadline take over
             self._hand_to_websocket(data)
             return
+        if is_upgrade and self._carrier_upgrade(first_line, data):
+            return
         # The timer keeps running for plain HTTP: the first request's body must be complete by then too, or
         # a body that never ends would hold its place among the pending connections for ever.
         self.handler = HttpConnection(self.gateway, self.transport, self.ticket)
         self.handler.data_received(data)
 
-    def _hand_to_websocket(self, data: bytes) -> None:
+    def _carrier_upgrade(self, first_line: bytes, data: bytes) -> bool:
+        """An upgrade to a served carrier's stream path (/telnyx/stream, ...): hand it to that carrier's
+        connection and say True; anything else is not ours (False)."""
+        target = first_line.split(b" ")[1].decode("latin-1")
+        carrier = self.gateway.carrier_streams.get(target.split("?", 1)[0])
+        if carrier is None:
+            return False
+        if self.head_timer is not None:
+            self.head_timer.cancel()  # picows' upgrade timeout and the start deadline take over
+        self._hand_to_websocket(data, CarrierStreamConnection(self.gateway, carrier, target, self.ticket))
+        return True
+
+    def _hand_to_websocket(self, data: bytes, stream: StreamConnection | None = None) -> None:
         """Switch the transport to picows' protocol and give it the bytes read so far (the upgrade)."""
-        stream = StreamConnection(self.gateway, self.ticket)
+        if stream is None:
+            stream = StreamConnection(self.gateway, self.ticket)
         protocol = WSProtocol(
             None, None, False, lambda _request: stream, ws_log, True, UPGRADE_TIMEOUT_S,
             False, 20.0, 20.0, WSAutoPingStrategy.PING_WHEN_IDLE, True, timing.MAX_MESSAGE_BYTES, None, 4096,
@@ -513,6 +539,8 @@ class HttpConnection:
                 self._respond(200, json.dumps(gw.metrics()).encode(), b"application/json")
         elif method == b"POST" and path in ("/twilio/voice", "/twilio/status"):
             self._handle_twilio_post(path)
+        elif path in gw.carrier_routes:
+            self._handle_carrier_webhook(path, gw.carrier_routes[path])
         elif path in ("/twilio/voice", "/twilio/status", "/healthz", "/metrics"):
             self._respond(405, b"method not allowed\n", b"text/plain")
         else:
@@ -564,6 +592,52 @@ class HttpConnection:
         self._respond(200, twiml.encode(), b"text/xml")
 
 
+    def _handle_carrier_webhook(self, path: str, route: carrier_core.Route) -> None:
+        """A served carrier's answer (or event) webhook: its signature or credentials, then the answer document
+        with a session token (workers/gateway/carrier_core.py has the rules; one log line for a refusal)."""
+        gw = self.gateway
+        request = self.request
+        method = request.method.decode("ascii", "replace")
+        if method not in route.methods:
+            self._respond(405, b"method not allowed\n", b"text/plain")
+            return
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in request.headers}
+        target = request.target.decode("latin-1")
+        try:
+            outcome = carrier_core.check_webhook(route, method, target, headers, bytes(self.body), gw.carrier_settings,
+                                                 gw.config.base_url + target, time.time())
+        except ValueError as exc:  # the configured secret is unusable: ours, not the carrier's
+            log.error("webhook %s: the configured %s secret cannot be used: %s", path, route.carrier, exc,
+                      extra={"problem": "configuration"})
+            self._respond(500, b"server misconfigured\n", b"text/plain")
+            return
+        if isinstance(outcome, carrier_core.Refusal):
+            log.warning("webhook %s: %s (answered %d)", path, outcome.reason, outcome.status,
+                        extra={"problem": "signature" if outcome.status == 403 else "form"})
+            self._respond(outcome.status, outcome.reason.encode() + b"\n", b"text/plain")
+            return
+        if outcome.kind == carrier_core.EVENT:
+            gw.counters["status_callbacks"] += 1
+            self._respond(204, b"", b"text/plain")
+            return
+        if not gw.drain.voice_webhook(outcome.call_id, now_ms()):
+            # Draining: refused before the call is connected; the carrier's fallback answer URL, where one is
+            # configured (Telnyx failover, Plivo fallback answer, Vonage fallback_answer_url), takes it.
+            log.info("call %s: %s call refused, the node is draining (503)", outcome.call_id, route.carrier)
+            self._respond(503, b"draining\n", b"text/plain")
+            return
+        token = gw.token_service.issue(outcome.call_id)
+        try:
+            content_type, body = carrier_core.answer_document(outcome, gw.stream_url, token, gw.carrier_settings)
+        except ValueError as exc:  # our public URL cannot be put into the carrier's document
+            log.error("webhook %s: cannot write the answer: %s", path, exc, extra={"problem": "configuration"})
+            self._respond(500, b"server misconfigured\n", b"text/plain")
+            return
+        gw.counters["webhooks"] += 1
+        gw.counters["carrier_webhooks"] += 1
+        self._respond(200, body, content_type)
+
+
 class StreamConnection(WSListener):
     """One Twilio Media Streams WebSocket (a picows listener), from the accepted upgrade to the close."""
 
@@ -592,6 +666,11 @@ class StreamConnection(WSListener):
         self.wire_clear = b""
         self.wire_raw = False
         self.wire_frames = text_frames
+
+    def call_wire_templates(self, start: tw.Start) -> WireTemplates:
+        """How the pacer writes this call's messages (claim_slot writes them into the slot): Twilio's, from
+        its stream's SID. Another carrier's connection answers with its own (CarrierStreamConnection)."""
+        return tw.wire_templates(start.stream_sid)
 
     def use_wire_templates(self, templates: WireTemplates) -> None:
         """The call's templates, as the gateway put them in the arena: the drain tells an entry's kind by
@@ -865,6 +944,143 @@ class StreamConnection(WSListener):
         self._end("connection lost")
 
 
+class CarrierStreamConnection(StreamConnection):
+    """One media stream of a carrier served beside Twilio (Telnyx, Plivo, Vonage, Exotel), from the accepted
+    upgrade to the close.
+
+    Every message goes through the carrier's protocol module (voicecore/carriers/) to the carrier-neutral
+    events, which take Twilio's paths: the session token and the slot claim (``_start_when_confirmed`` /
+    ``_accept_start``), the inbound ring (``_on_caller_frame``), mark echoes (``_on_mark_echo``), DTMF, stop
+    and violations. Caller audio is transcoded to 20 ms mu-law frames once, by the stream's edge
+    (voicecore/carriers/edge.py). The pacer writes the call's messages from its carrier's final templates
+    (Telnyx and Plivo in mu-law at 8 kHz) or as raw entries that :meth:`carrier_edge` finishes (Vonage,
+    Exotel, any other encoding or rate); what the edge makes of one doorbell's entries goes out in one write.
+    Twilio's own connection (StreamConnection) is untouched by any of this."""
+
+    def __init__(self, gateway: Gateway, carrier: str, target: str, ticket: AdmissionTicket | None = None) -> None:
+        super().__init__(gateway, ticket)
+        self.carrier = carrier
+        self.target = target  # the upgrade's path and query (Exotel's dynamic URL may carry the token there)
+        self.protocol = carrier_core.new_stream_protocol(carrier)
+        self.templates: WireTemplates | None = None
+        self.edge: CarrierEdge | None = None
+        self.edge_out: list[bytes] = []  # framed messages of this doorbell's raw entries, written at its end
+
+    def call_wire_templates(self, start: carrier_core.CallIds) -> WireTemplates:
+        return self.templates
+
+    # --- inbound -------------------------------------------------------------------------------------
+    def _on_message(self, payload: bytes) -> None:
+        if self.closing:
+            return
+        protocol = self.protocol
+        events = protocol.receive_binary(payload) if self.binary else protocol.receive_text(payload)
+        for event in events:
+            if self.closing:
+                return
+            if isinstance(event, CallerAudio):
+                self._on_caller_audio(event.payload)
+            elif isinstance(event, MarkEcho):
+                self._on_mark_echo(event.name)
+            elif isinstance(event, StreamStarted):
+                self._on_carrier_start(event)
+            elif isinstance(event, Dtmf):
+                gw = self.gateway
+                if self.slot is not None:
+                    gw.bus.send(gw.events, messages.Dtmf(self.slot, int(self.ctrl[self.slot, C.GENERATION]), event.digit))
+                log.info("call %s: dtmf received", self.call_sid, extra={"digit": event.digit})
+            elif isinstance(event, Cleared):
+                self.gateway.counters["carrier_clears_confirmed"] += 1
+            elif isinstance(event, StreamStopped):
+                log.info("call %s: stop from carrier", self.call_sid)
+                self._end("stop")
+                self._close(1000, "stream stopped")
+            elif isinstance(event, ProtocolViolation):
+                self._violation(event)
+
+    def _on_caller_audio(self, payload: bytes) -> None:
+        edge = self.edge
+        if edge is None:
+            return  # no protocol here gives audio before its start
+        frames = edge.inbound(payload)
+        # Our own numbering of the arena's frames (the carrier's counts messages of other sizes): 1, 2, ...
+        first = edge.inbound_frames - len(frames) + 1
+        for index, frame in enumerate(frames):
+            sequence_number = first + index
+            self._on_caller_frame(sequence_number, (sequence_number - 1) * timing.FRAME_MS, frame)
+
+    def _on_carrier_start(self, started: StreamStarted) -> None:
+        gw = self.gateway
+        carrier = self.carrier
+        self.deadline.cancel()
+        self.call_sid = carrier_core.arena_id(started.call_id)
+        result = gw.token_service.redeem(carrier_core.session_token(carrier, started, self.target))
+        if not result.ok:
+            self._violation(ProtocolViolation(1008, f"session token {result.reason}"))
+            return
+        if not carrier_core.token_fits_call(result.call_sid, started):
+            self._violation(ProtocolViolation(1008, "session token issued for another call"))
+            return
+        try:
+            self.templates = carrier_core.wire_templates(carrier, started, self.protocol, gw.arena.layout.wire_slot_bytes)
+            self.edge = carrier_core.new_edge(carrier, started, self.protocol, self.templates.raw)
+        except ValueError as exc:  # a format the protocol accepted but the edge cannot serve: ours to fix
+            log.error("call %s: %s stream cannot be served: %s", self.call_sid, carrier, exc,
+                      extra={"problem": "carrier edge"})
+            self._end("carrier edge")
+            self._close(1011, "internal error")
+            return
+        gw.counters["carrier_streams_started"] += 1
+        if result.call_sid == carrier_core.ANY_CALL:
+            gw.drain.stream_started(carrier_core.ANY_CALL)  # the drain's record of the webhook that named no call
+        start = carrier_core.CallIds(self.call_sid,
+                                     carrier_core.arena_id(carrier_core.stream_id(carrier, started, self.protocol)))
+        log.info("call %s: %s stream, %s at %d Hz, %s wire entries", self.call_sid, carrier, started.encoding,
+                 started.sample_rate_hz, "raw" if self.templates.raw else "final")
+        if gw.token_service.needs_shared_check(result):
+            self.pending_frames = []
+            asyncio.ensure_future(self._start_when_confirmed(start, result))
+            return
+        self._accept_start(start)
+
+    def _start_deadline(self) -> None:
+        if self.slot is None and not self.closing:
+            self._violation(self.protocol.deadline_violation())
+        if self.ticket is not None and self.slot is None:
+            self.loop.call_later(CLOSE_TIMEOUT_S + 1.0, self.ticket.release)
+
+    # --- outbound ------------------------------------------------------------------------------------
+    def carrier_edge(self, entry: bytes) -> None:
+        """One raw wire entry through the edge into the carrier's messages (sent at the end of drain_wire).
+        Marks the edge dropped unsent on a clear are settled as discarded: no echo will come for them."""
+        try:
+            output = self.edge.outbound(entry)
+        except (ValueError, AttributeError) as exc:  # an entry the edge cannot read: the pacer's and ours
+            log.error("call %s: raw wire entry not understood (%s); ending the call", self.call_sid, exc,
+                      extra={"problem": "carrier edge"})
+            self._end("carrier edge")
+            self._close(1011, "internal error")
+            return
+        for name in output.dropped_marks:
+            if isinstance(self.ledger.unsent(name), MarkDiscarded):
+                self.gateway.counters["marks_discarded"] += 1
+                if self.slot is not None:
+                    self.ctrl[self.slot, C.MARKS_DISCARDED] += 1
+        for message in output.messages:
+            self.edge_out.append(binary_frames((message.data,)) if message.binary else text_frames((message.data,)))
+
+    def drain_wire(self) -> None:
+        super().drain_wire()
+        if not self.edge_out:
+            return
+        frames, self.edge_out = self.edge_out, []
+        transport = self.transport
+        if transport is None or self.closing or transport.is_close_frame_sent:
+            return
+        self.gateway.counters["carrier_edge_messages"] += len(frames)
+        transport.underlying_transport.write(b"".join(frames))
+
+
 def remove_stale_arena(name_file: Path, shm_dir: str) -> list[str]:
     """A gateway killed with SIGKILL could not unlink its arena; its successor does. The calls it held are
     gone (a carrier never reconnects a media stream): returns their CallSids, each logged."""
@@ -957,6 +1173,9 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
                 lambda: ConnectionRouter(gateway), config.listen_host, config.listen_port, reuse_address=True, backlog=1024
             )
         log.info("gateway listening on %s (arena %s, %d call slots)", config.listen, arena.name, config.max_calls)
+        unserved = [c for c in carrier_core.CARRIERS if c not in gateway.carriers_enabled]
+        log.info("carriers served: %s%s", ", ".join(("twilio",) + gateway.carriers_enabled),
+                 f" (not served, no secret configured: {', '.join(unserved)})" if unserved else "")
         leadership.announce()
         gc.freeze()
         while not stop.is_set():
