@@ -1,10 +1,12 @@
-"""Sans-I/O core of one simulated Twilio call: the caller's phone plus Twilio's media-stream leg.
+"""Sans-I/O core of one simulated call: the caller's phone plus the carrier's media-stream leg.
 
-Owns: the messages Twilio would send (PROTOCOLS.md A.2) on an absolute 20 ms caller clock, a model of
-Twilio's outbound playout buffer (A.3: queue, marks echoed when playout passes them, `clear` drops the
-queue and echoes every pending mark), and the measurements the tests and the bench read (lateness,
-underruns, stale frames, barge-in latency, barge-ins without a clear, overlapping frames, what was played
-of each response).
+Owns: the carrier-neutral measuring core (PlayoutCore: an absolute 20 ms caller clock, a model of the
+carrier's outbound playout buffer that plays one 20 ms frame per tick, echoes marks when playout passes
+them and honours `clear`, and the measurements the tests and the bench read: lateness, underruns, stale
+frames, barge-in latency, barge-ins without a clear, overlapping frames, what was played of each
+response), and its Twilio adapter (CarrierCall: the messages Twilio sends, PROTOCOLS.md A.2, and its
+reading of what the gateway sends, A.3). The other carriers' adapters sit on PlayoutCore in
+voicecore/sim/carrier_modes_core.py.
 
 Must not know: sockets, asyncio, HTTP, the wall clock. Every method that depends on time takes `now_ms`
 (any monotonic millisecond clock; floats are fine). The shell is voicecore/sim/carrier.py.
@@ -121,6 +123,7 @@ class CarrierMetrics:
     marks_echoed_played: int = 0  # playout passed them
     marks_echoed_idle: int = 0  # nothing queued or playing when they came: echoed at once (Telnyx rule)
     marks_echoed_on_clear: int = 0
+    marks_dropped_on_clear: int = 0  # pending when a clear came, on a carrier that drops them unechoed
     mark_count_mismatches: int = 0  # "tag:n" where n != frames of that tag received
     clears_received: int = 0
     clear_at_ms: list[float] = field(default_factory=list)
@@ -152,6 +155,7 @@ class CarrierStatistics:
     marks_unparsed: int
     marks_echoed: int
     marks_echoed_on_clear: int
+    marks_dropped_on_clear: int
     mark_count_mismatches: int
     clears_received: int
     protocol_errors: int
@@ -194,36 +198,40 @@ class _TagState:
         self.stale_epoch: int | None = None
 
 
-class CarrierCall:
-    """One simulated call. Drive it with opening_messages(), tick_send(), receive(), tick_play()."""
+class PlayoutCore:
+    """The carrier-neutral half of one simulated call: the caller's 20 ms send clock, the carrier's playout
+    clock, and every measurement (lateness, underruns, marks echoed at playout time, clears, stale frames,
+    barge-ins, what was played of each tag). Knows no wire format: an adapter (CarrierCall for Twilio,
+    voicecore/sim/carrier_modes_core.py for the others) turns its carrier's messages into mu-law frames,
+    marks and clears (frame_arrived, mark_arrived, clear_arrived, protocol_error), writes the caller's
+    frames in its carrier's shape (``_media_message``) and the echoes (``_echo``, ``_cleared``).
+
+    ``ECHOES_MARKS_ON_CLEAR``: a clear echoes every pending mark (Twilio, Telnyx, Exotel) or drops them
+    unechoed (Plivo, Vonage; counted in ``metrics.marks_dropped_on_clear``).
+    """
+
+    ECHOES_MARKS_ON_CLEAR = True
+    # How late the carrier's frames carry the gateway's audio: 0 when the frames are the gateway's own (mu-law,
+    # L16 at 8 kHz); a resampled stream's transcoder delay otherwise (voicecore.carriers.codec, 10 ms).
+    outbound_delay_ms = 0
 
     def __init__(
         self,
-        call_sid: str,
-        stream_sid: str,
-        account_sid: str,
-        session_token: str,
         caller_audio: bytes | Sequence[tuple[int, bytes]] | Sequence[Utterance] = b"",
         lead_frames: int = DEFAULT_LEAD_FRAMES,
         *,
         play_phase_ms: float | None = None,
-        first_timestamp_ms: int = 0,
         keep_audio: bool = True,
     ) -> None:
         """``caller_audio``: mu-law bytes played from the first frame on, or (at_ms, clip) utterances.
 
         ``lead_frames``: the send-ahead the gateway is expected to keep (lateness formula).
-        ``play_phase_ms``: put Twilio's playout ticks on the grid phase + k*20 ms (a shared ticker);
-        None starts the grid at the first frame's arrival. ``first_timestamp_ms``: media timestamp of
-        the first frame (real streams do not start at 0, A.2). ``keep_audio``: keep received payloads
+        ``play_phase_ms``: put the carrier's playout ticks on the grid phase + k*20 ms (a shared ticker);
+        None starts the grid at the first frame's arrival. ``keep_audio``: keep received payloads
         for the played-audio log (the bench turns it off to save memory).
         """
         if lead_frames < 1:
             raise ValueError("lead_frames must be >= 1")
-        self.call_sid = call_sid
-        self.stream_sid = stream_sid
-        self.account_sid = account_sid
-        self.session_token = session_token
         self.lead_frames = lead_frames
         self.keep_audio = keep_audio
         self.metrics = CarrierMetrics()
@@ -246,25 +254,12 @@ class CarrierCall:
         self.utterance_spans_ms: list[tuple[float, float]] = [
             (start / BYTES_PER_MS, start / BYTES_PER_MS + speech_end_ms(audio)) for start, _end, audio in self._clips]
 
-        self._sid_json = json.dumps(stream_sid)
-        # The compact shapes voicecore's gateway writes (its OutboundEncoder; see receive_fast). A stream
-        # SID the encoder cannot template gets no fast path: None never matches.
-        try:
-            encoder = OutboundEncoder(stream_sid)
-        except ValueError:
-            encoder = None
-        self._media_head = encoder.media_prefix if encoder else None
-        self._media_tail = encoder.media_suffix if encoder else None
-        self._media_bytes = len(encoder.media_prefix) + _FRAME_BASE64_CHARS + len(encoder.media_suffix) if encoder else -1
-        self._mark_head = encoder.mark_prefix + b'"' if encoder else None
-        self._seq = 0  # last sequenceNumber used; `start` is "1" (A.2)
         self._opened = False
         self._stopped = False
-        self.stopped_at_ms: float | None = None  # when stop_message() was sent, if it was given the time
-        self._first_timestamp_ms = first_timestamp_ms
+        self.stopped_at_ms: float | None = None  # when the stop was sent, if it was given the time
         self._send_origin_ms: float | None = None
         self._next_send_frame = 0
-        self._outbox: list[str] = []
+        self._outbox: list[str | bytes] = []
 
         self._play_phase_ms = play_phase_ms
         self._play_anchor_ms: float | None = None
@@ -280,29 +275,7 @@ class CarrierCall:
         self._tags: dict[int, _TagState] = {}
         self._bargein_at_ms: float | None = None
 
-    # ----- caller side (A.2) -----------------------------------------------------------------------
-
-    def opening_messages(self) -> list[str]:
-        """`connected` then `start` (sequenceNumber "1"), exactly as PROTOCOLS.md A.2."""
-        if self._opened:
-            raise RuntimeError("opening_messages() called twice")
-        self._opened = True
-        connected = {"event": "connected", "protocol": "Call", "version": "1.0.0"}
-        self._seq = 1
-        start = {
-            "event": "start",
-            "sequenceNumber": "1",
-            "start": {
-                "accountSid": self.account_sid,
-                "streamSid": self.stream_sid,
-                "callSid": self.call_sid,
-                "tracks": ["inbound"],
-                "customParameters": {"session_token": self.session_token},
-                "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
-            },
-            "streamSid": self.stream_sid,
-        }
-        return [json.dumps(connected), json.dumps(start)]
+    # ----- caller side ------------------------------------------------------------------------------
 
     def tick_send(self, now_ms: float) -> list[str]:
         """Caller `media` frames due by ``now_ms`` on the absolute clock origin + n*20 ms.
@@ -331,33 +304,6 @@ class CarrierCall:
     def frames_sent(self) -> int:
         return self._next_send_frame
 
-    def send_dtmf(self, digit: str) -> str:
-        """A `dtmf` message (bidirectional streams only, A.2)."""
-        self._require_open()
-        if digit not in DTMF_DIGITS:
-            raise ValueError("DTMF digit must be one of 0-9 * #")
-        self.metrics.dtmf_sent += 1
-        return json.dumps({
-            "event": "dtmf",
-            "streamSid": self.stream_sid,
-            "sequenceNumber": self._next_seq(),
-            "dtmf": {"track": "inbound_track", "digit": digit},
-        })
-
-    def stop_message(self, now_ms: float | None = None) -> str:
-        """The final `stop` (A.2). Afterwards tick_send() returns nothing. ``now_ms``: when the call ends
-        (barge-ins whose clear window was still open then are not judged: bargeins_without_clear_ms)."""
-        self._require_open()
-        self._stopped = True
-        if now_ms is not None:
-            self.stopped_at_ms = now_ms
-        return json.dumps({
-            "event": "stop",
-            "sequenceNumber": self._next_seq(),
-            "streamSid": self.stream_sid,
-            "stop": {"accountSid": self.account_sid, "callSid": self.call_sid},
-        })
-
     def messages_to_send(self) -> list[str]:
         """Mark echoes produced since the last call, in sequenceNumber order. Send them before tick_send's."""
         messages, self._outbox = self._outbox, []
@@ -366,21 +312,6 @@ class CarrierCall:
     def _require_open(self) -> None:
         if not self._opened:
             raise RuntimeError("call opening_messages() first")
-
-    def _next_seq(self) -> str:
-        # One counter across all message types (A.2).
-        self._seq += 1
-        return str(self._seq)
-
-    def _media_message(self, n: int) -> str:
-        self.metrics.media_sent += 1
-        frame = self._caller_frame(n)
-        payload = _SILENT_BASE64 if frame is SILENT_FRAME else binascii.b2a_base64(frame, newline=False).decode("ascii")
-        return (
-            f'{{"event":"media","sequenceNumber":"{self._next_seq()}","media":{{"track":"inbound",'
-            f'"chunk":"{n + 1}","timestamp":"{self._first_timestamp_ms + n * FRAME_MS}",'
-            f'"payload":"{payload}"}},"streamSid":{self._sid_json}}}'
-        )
 
     def _caller_frame(self, n: int) -> bytes:
         start = n * FRAME_BYTES
@@ -406,104 +337,39 @@ class CarrierCall:
             frame[lo - start:hi - start] = audio[lo - clip_start:hi - clip_start]
         return SILENT_FRAME if frame is None else bytes(frame)
 
-    # ----- gateway -> Twilio (A.3) -----------------------------------------------------------------
+    def _media_message(self, n: int) -> str | bytes:
+        """The carrier's message carrying caller frame ``n`` (``_caller_frame(n)``); counts media_sent."""
+        raise NotImplementedError
 
-    def receive(self, text: str | bytes, now_ms: float) -> None:
-        """Handle one WebSocket message from the gateway, received at ``now_ms``."""
-        # Playout first: the queue must look the way it did when the message arrived.
+    # ----- the adapter's interface (a carrier adapter feeds the measurements through these) -----------
+
+    def frame_arrived(self, payload: bytes, now_ms: float) -> None:
+        """One 160-byte mu-law frame of outbound audio reached the carrier at ``now_ms``."""
         self._advance_play(now_ms)
-        if not isinstance(text, str):
-            # A.1: binary frames are rejected by Twilio (warning 31950).
-            self._protocol_error("binary frame")
-            return
-        try:
-            message = orjson.loads(text)
-        except ValueError:
-            self._protocol_error("not JSON")
-            return
-        if not isinstance(message, dict):
-            self._protocol_error("not a JSON object")
-            return
-        event = message.get("event")
-        if event not in ("media", "mark", "clear"):
-            # A.1: anything but media, mark and clear is error 31951.
-            self._protocol_error(f"unexpected event {str(event)[:40]!r}")
-            return
-        if message.get("streamSid") != self.stream_sid:
-            self._protocol_error(f"{event}: wrong or missing streamSid")
-            return
-        if event == "media":
-            self._receive_media(message, now_ms)
-        elif event == "mark":
-            mark = message.get("mark")
-            name = mark.get("name") if isinstance(mark, dict) else None
-            if not isinstance(name, str):
-                self._protocol_error("mark: missing name")
-                return
-            self._receive_mark(name, parse_mark_name(name), now_ms)
-        else:
-            self._receive_clear(now_ms)
+        self._accept_frame(payload, now_ms)
 
-    def receive_fast(self, data: bytes, now_ms: float) -> bool:
-        """The hot path for the two messages a gateway sends most (~75 per second per call): a text
-        message's UTF-8 bytes that are a `media` frame or a "tag:n[:end]" `mark` of this stream in the
-        compact shape voicecore's gateway writes (its key order, no whitespace). Then it has the effect
-        receive() would have had, and returns True. Anything else returns False with nothing changed:
-        pass it to receive(), which parses and judges it in full.
+    def mark_arrived(self, name: str, now_ms: float) -> None:
+        """A playback marker (mark, checkpoint, notify) named ``name`` reached the carrier at ``now_ms``."""
+        self._advance_play(now_ms)
+        self._receive_mark(name, parse_mark_name(name), now_ms)
 
-        A message that matches is valid JSON with exactly receive()'s fields: the strict base64
-        decoder admits no quote, backslash or control character, and the mark name's pattern none either.
-        """
-        if data.endswith(b'"}}'):
-            head = self._media_head
-            if len(data) == self._media_bytes and data.startswith(head) and data.endswith(self._media_tail):
-                try:
-                    payload = binascii.a2b_base64(data[len(head):-len(self._media_tail)], strict_mode=True)
-                except (binascii.Error, ValueError):
-                    return False
-                if len(payload) != FRAME_BYTES:
-                    return False
-                self._advance_play(now_ms)
-                self._accept_frame(payload, now_ms)
-                return True
-            head = self._mark_head
-            if head is not None and data.startswith(head):
-                name_bytes = data[len(head):-3]
-                if PLAIN_NAME_BYTES.fullmatch(name_bytes) is None:
-                    return False
-                name = name_bytes.decode("ascii")
-                self._advance_play(now_ms)
-                self._receive_mark(name, parse_mark_name(name), now_ms)
-                return True
-        return False
+    def clear_arrived(self, now_ms: float) -> None:
+        """A clear (clear, clearAudio, {"action":"clear"}) reached the carrier at ``now_ms``."""
+        self._advance_play(now_ms)
+        self._receive_clear(now_ms)
+
+    def protocol_error(self, reason: str, now_ms: float | None = None) -> None:
+        """Something the carrier would not accept: counted with its fixed ``reason``."""
+        if now_ms is not None:
+            self._advance_play(now_ms)
+        self._protocol_error(reason)
+
+    # ----- what reached the carrier ------------------------------------------------------------------
 
     def _protocol_error(self, reason: str) -> None:
         self.metrics.protocol_errors += 1
         if len(self.metrics.error_reasons) < MAX_ERROR_REASONS:
             self.metrics.error_reasons.append(reason)
-
-    def _receive_media(self, message: dict, now_ms: float) -> None:
-        media = message.get("media")
-        payload_text = media.get("payload") if isinstance(media, dict) else None
-        if not isinstance(payload_text, str):
-            self._protocol_error("media: missing payload")
-            return
-        try:
-            payload = binascii.a2b_base64(payload_text, strict_mode=True)
-        except (binascii.Error, ValueError):
-            self._protocol_error("media: payload is not base64")
-            return
-        size = len(payload)
-        if size == FRAME_BYTES:
-            self._accept_frame(payload, now_ms)
-            return
-        if size == 0 or size % FRAME_BYTES:
-            self._protocol_error(f"media: payload is {size} bytes, expected a multiple of {FRAME_BYTES}")
-            return
-        # Twilio takes any whole number of 20 ms frames in one message (pipecat's default is 40 ms) and
-        # plays them in order: k frames arriving at once, each played on its own tick.
-        for start in range(0, size, FRAME_BYTES):
-            self._accept_frame(payload[start:start + FRAME_BYTES], now_ms)
 
     def _accept_frame(self, payload: bytes, now_ms: float) -> None:
         frame = ReceivedFrame(len(self.frames), now_ms, payload if self.keep_audio else None, self._epoch)
@@ -537,11 +403,15 @@ class CarrierCall:
         metrics = self.metrics
         metrics.clears_received += 1
         metrics.clear_at_ms.append(now_ms)
-        # A.3: all buffered audio is thrown away and every pending mark comes back at once.
+        # A.3: all buffered audio is thrown away and every pending mark comes back at once (carriers
+        # that drop pending marks instead say so in ECHOES_MARKS_ON_CLEAR).
         for item in self._queue:
             if type(item) is _QueuedMark:
-                metrics.marks_echoed_on_clear += 1
-                self._echo(item.name, item.is_end)
+                if self.ECHOES_MARKS_ON_CLEAR:
+                    metrics.marks_echoed_on_clear += 1
+                    self._echo(item.name, item.is_end)
+                else:
+                    metrics.marks_dropped_on_clear += 1
             else:
                 item.dropped = True
                 item.dropped_at_ms = now_ms
@@ -561,16 +431,16 @@ class CarrierCall:
         if self._bargein_at_ms is not None:
             metrics.bargein_latency_ms.append(now_ms - self._bargein_at_ms)
             self._bargein_at_ms = None
+        self._cleared(now_ms)
 
     def _echo(self, name: str, is_end: bool) -> None:
-        if is_end:
-            # The response's last mark: the talk spurt is over, silence from here is not an underrun.
-            self._in_spurt = False
-            self._in_underrun = False
-        self._outbox.append(
-            f'{{"event":"mark","sequenceNumber":"{self._next_seq()}","streamSid":{self._sid_json},'
-            f'"mark":{{"name":{json.dumps(name)}}}}}'
-        )
+        """Playout passed the mark ``name`` (or a clear returned it): the adapter queues its echo in
+        ``self._outbox``. Every adapter calls ``_echo_ended_spurt(is_end)`` first (or does what it does)."""
+        raise NotImplementedError
+
+    def _cleared(self, now_ms: float) -> None:
+        """A clear was carried out (after the pending marks were echoed or dropped): the adapter's
+        acknowledgement, if its carrier sends one (Plivo clearedAudio, Vonage websocket:cleared)."""
 
     def _attribute(self, parsed: tuple[int, int, bool] | None) -> None:
         """Give the frames received since the previous mark the tag this mark names (parse_mark_name)."""
@@ -620,7 +490,7 @@ class CarrierCall:
             metrics.lateness_ms.append(max(0.0, frame.arrival_ms - expected_ms))
             state.timed_frames = n + 1
 
-    # ----- Twilio's playout ------------------------------------------------------------------------
+    # ----- the carrier's playout -----------------------------------------------------------------------
 
     def tick_play(self, now_ms: float) -> None:
         """Run every playout tick due by ``now_ms``; mark echoes go to messages_to_send()."""
@@ -721,8 +591,11 @@ class CarrierCall:
         return sum(1 for frame in self.played if frame.tag == tag)
 
     def played_ms_of_tag(self, tag: int) -> float:
-        """Milliseconds of response ``tag`` the caller heard (a frame cut by clear counts partly)."""
-        return sum(frame.played_ms for frame in self.played if frame.tag == tag)
+        """Milliseconds of response ``tag`` the caller heard (a frame cut by clear counts partly), less the
+        carrier path's ``outbound_delay_ms`` (a resampled stream's frames carry the response's audio that
+        much late, so that much of what played was still the audio before it)."""
+        played = sum(frame.played_ms for frame in self.played if frame.tag == tag)
+        return max(0.0, played - self.outbound_delay_ms) if played else played
 
     def played_audio(self, tag: int | None = None) -> bytes:
         """The payload bytes of the frames played (of one tag, or all), in play order; needs keep_audio."""
@@ -749,6 +622,7 @@ class CarrierCall:
             marks_unparsed=m.marks_unparsed,
             marks_echoed=m.marks_echoed_played + m.marks_echoed_idle + m.marks_echoed_on_clear,
             marks_echoed_on_clear=m.marks_echoed_on_clear,
+            marks_dropped_on_clear=m.marks_dropped_on_clear,
             mark_count_mismatches=m.mark_count_mismatches,
             clears_received=m.clears_received,
             protocol_errors=m.protocol_errors,
@@ -764,4 +638,215 @@ class CarrierCall:
             bargein_latency_p50_ms=percentile_or_none(m.bargein_latency_ms, 50),
             bargein_latency_max_ms=max(m.bargein_latency_ms) if m.bargein_latency_ms else None,
             overlapping_frames=len(self.overlapping_played()),
+        )
+
+
+class CarrierCall(PlayoutCore):
+    """One simulated Twilio call (the Twilio adapter). Drive it with opening_messages(), tick_send(),
+    receive() / receive_fast(), tick_play()."""
+
+    def __init__(
+        self,
+        call_sid: str,
+        stream_sid: str,
+        account_sid: str,
+        session_token: str,
+        caller_audio: bytes | Sequence[tuple[int, bytes]] | Sequence[Utterance] = b"",
+        lead_frames: int = DEFAULT_LEAD_FRAMES,
+        *,
+        play_phase_ms: float | None = None,
+        first_timestamp_ms: int = 0,
+        keep_audio: bool = True,
+    ) -> None:
+        """``caller_audio``, ``lead_frames``, ``play_phase_ms``, ``keep_audio``: PlayoutCore's.
+        ``first_timestamp_ms``: media timestamp of the first frame (real streams do not start at 0, A.2).
+        """
+        super().__init__(caller_audio, lead_frames, play_phase_ms=play_phase_ms, keep_audio=keep_audio)
+        self.call_sid = call_sid
+        self.stream_sid = stream_sid
+        self.account_sid = account_sid
+        self.session_token = session_token
+
+        self._sid_json = json.dumps(stream_sid)
+        # The compact shapes voicecore's gateway writes (its OutboundEncoder; see receive_fast). A stream
+        # SID the encoder cannot template gets no fast path: None never matches.
+        try:
+            encoder = OutboundEncoder(stream_sid)
+        except ValueError:
+            encoder = None
+        self._media_head = encoder.media_prefix if encoder else None
+        self._media_tail = encoder.media_suffix if encoder else None
+        self._media_bytes = len(encoder.media_prefix) + _FRAME_BASE64_CHARS + len(encoder.media_suffix) if encoder else -1
+        self._mark_head = encoder.mark_prefix + b'"' if encoder else None
+        self._seq = 0  # last sequenceNumber used; `start` is "1" (A.2)
+        self._first_timestamp_ms = first_timestamp_ms
+
+    # ----- caller side (A.2) -----------------------------------------------------------------------
+
+    def opening_messages(self) -> list[str]:
+        """`connected` then `start` (sequenceNumber "1"), exactly as PROTOCOLS.md A.2."""
+        if self._opened:
+            raise RuntimeError("opening_messages() called twice")
+        self._opened = True
+        connected = {"event": "connected", "protocol": "Call", "version": "1.0.0"}
+        self._seq = 1
+        start = {
+            "event": "start",
+            "sequenceNumber": "1",
+            "start": {
+                "accountSid": self.account_sid,
+                "streamSid": self.stream_sid,
+                "callSid": self.call_sid,
+                "tracks": ["inbound"],
+                "customParameters": {"session_token": self.session_token},
+                "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+            },
+            "streamSid": self.stream_sid,
+        }
+        return [json.dumps(connected), json.dumps(start)]
+
+    def send_dtmf(self, digit: str) -> str:
+        """A `dtmf` message (bidirectional streams only, A.2)."""
+        self._require_open()
+        if digit not in DTMF_DIGITS:
+            raise ValueError("DTMF digit must be one of 0-9 * #")
+        self.metrics.dtmf_sent += 1
+        return json.dumps({
+            "event": "dtmf",
+            "streamSid": self.stream_sid,
+            "sequenceNumber": self._next_seq(),
+            "dtmf": {"track": "inbound_track", "digit": digit},
+        })
+
+    def stop_message(self, now_ms: float | None = None) -> str:
+        """The final `stop` (A.2). Afterwards tick_send() returns nothing. ``now_ms``: when the call ends
+        (barge-ins whose clear window was still open then are not judged: bargeins_without_clear_ms)."""
+        self._require_open()
+        self._stopped = True
+        if now_ms is not None:
+            self.stopped_at_ms = now_ms
+        return json.dumps({
+            "event": "stop",
+            "sequenceNumber": self._next_seq(),
+            "streamSid": self.stream_sid,
+            "stop": {"accountSid": self.account_sid, "callSid": self.call_sid},
+        })
+
+    def _next_seq(self) -> str:
+        # One counter across all message types (A.2).
+        self._seq += 1
+        return str(self._seq)
+
+    def _media_message(self, n: int) -> str:
+        self.metrics.media_sent += 1
+        frame = self._caller_frame(n)
+        payload = _SILENT_BASE64 if frame is SILENT_FRAME else binascii.b2a_base64(frame, newline=False).decode("ascii")
+        return (
+            f'{{"event":"media","sequenceNumber":"{self._next_seq()}","media":{{"track":"inbound",'
+            f'"chunk":"{n + 1}","timestamp":"{self._first_timestamp_ms + n * FRAME_MS}",'
+            f'"payload":"{payload}"}},"streamSid":{self._sid_json}}}'
+        )
+
+    # ----- gateway -> Twilio (A.3) -----------------------------------------------------------------
+
+    def receive(self, text: str | bytes, now_ms: float) -> None:
+        """Handle one WebSocket message from the gateway, received at ``now_ms``."""
+        # Playout first: the queue must look the way it did when the message arrived.
+        self._advance_play(now_ms)
+        if not isinstance(text, str):
+            # A.1: binary frames are rejected by Twilio (warning 31950).
+            self._protocol_error("binary frame")
+            return
+        try:
+            message = orjson.loads(text)
+        except ValueError:
+            self._protocol_error("not JSON")
+            return
+        if not isinstance(message, dict):
+            self._protocol_error("not a JSON object")
+            return
+        event = message.get("event")
+        if event not in ("media", "mark", "clear"):
+            # A.1: anything but media, mark and clear is error 31951.
+            self._protocol_error(f"unexpected event {str(event)[:40]!r}")
+            return
+        if message.get("streamSid") != self.stream_sid:
+            self._protocol_error(f"{event}: wrong or missing streamSid")
+            return
+        if event == "media":
+            self._receive_media(message, now_ms)
+        elif event == "mark":
+            mark = message.get("mark")
+            name = mark.get("name") if isinstance(mark, dict) else None
+            if not isinstance(name, str):
+                self._protocol_error("mark: missing name")
+                return
+            self._receive_mark(name, parse_mark_name(name), now_ms)
+        else:
+            self._receive_clear(now_ms)
+
+    def receive_fast(self, data: bytes, now_ms: float) -> bool:
+        """The hot path for the two messages a gateway sends most (~75 per second per call): a text
+        message's UTF-8 bytes that are a `media` frame or a "tag:n[:end]" `mark` of this stream in the
+        compact shape voicecore's gateway writes (its key order, no whitespace). Then it has the effect
+        receive() would have had, and returns True. Anything else returns False with nothing changed:
+        pass it to receive(), which parses and judges it in full.
+
+        A message that matches is valid JSON with exactly receive()'s fields: the strict base64
+        decoder admits no quote, backslash or control character, and the mark name's pattern none either.
+        """
+        if data.endswith(b'"}}'):
+            head = self._media_head
+            if len(data) == self._media_bytes and data.startswith(head) and data.endswith(self._media_tail):
+                try:
+                    payload = binascii.a2b_base64(data[len(head):-len(self._media_tail)], strict_mode=True)
+                except (binascii.Error, ValueError):
+                    return False
+                if len(payload) != FRAME_BYTES:
+                    return False
+                self._advance_play(now_ms)
+                self._accept_frame(payload, now_ms)
+                return True
+            head = self._mark_head
+            if head is not None and data.startswith(head):
+                name_bytes = data[len(head):-3]
+                if PLAIN_NAME_BYTES.fullmatch(name_bytes) is None:
+                    return False
+                name = name_bytes.decode("ascii")
+                self._advance_play(now_ms)
+                self._receive_mark(name, parse_mark_name(name), now_ms)
+                return True
+        return False
+
+    def _receive_media(self, message: dict, now_ms: float) -> None:
+        media = message.get("media")
+        payload_text = media.get("payload") if isinstance(media, dict) else None
+        if not isinstance(payload_text, str):
+            self._protocol_error("media: missing payload")
+            return
+        try:
+            payload = binascii.a2b_base64(payload_text, strict_mode=True)
+        except (binascii.Error, ValueError):
+            self._protocol_error("media: payload is not base64")
+            return
+        size = len(payload)
+        if size == FRAME_BYTES:
+            self._accept_frame(payload, now_ms)
+            return
+        if size == 0 or size % FRAME_BYTES:
+            self._protocol_error(f"media: payload is {size} bytes, expected a multiple of {FRAME_BYTES}")
+            return
+        # Twilio takes any whole number of 20 ms frames in one message (pipecat's default is 40 ms) and
+        # plays them in order: k frames arriving at once, each played on its own tick.
+        for start in range(0, size, FRAME_BYTES):
+            self._accept_frame(payload[start:start + FRAME_BYTES], now_ms)
+
+    def _echo(self, name: str, is_end: bool) -> None:
+        if is_end:
+            # The response's last mark: the talk spurt is over, silence from here is not an underrun.
+            self._in_spurt = False
+            self._in_underrun = False
+        self._outbox.append(
+            f'{{"event":"mark","sequenceNumber":"{self._next_seq()}","streamSid":{self._sid_json},'
+            f'"mark":{{"name":{json.dumps(name)}}}}}'
         )
