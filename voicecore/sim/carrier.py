@@ -1,18 +1,21 @@
-"""asyncio shell of the carrier simulator: places simulated Twilio calls against a voicecore gateway.
+"""asyncio shell of the carrier simulator: places simulated calls against a voicecore gateway, as Twilio
+or, in its carrier modes, as Telnyx, Plivo, Vonage or Exotel (place_call's ``carrier``).
 
-Owns the I/O around voicecore.sim.carrier_core.CarrierCall: the signed voice webhook and status
-callbacks (a small HTTP/1.1 client on h11), the WebSocket leg (picows, no permessage-deflate; a
-tick's messages of one call go out in one write, voicecore.wsframes), and one shared 20 ms ticker per
-event loop that drives the caller clock and the playout clock of every call in the process, so
-hundreds of calls cost one timer, not hundreds.
+Owns the I/O around the sans-I/O call cores (voicecore.sim.carrier_core.CarrierCall for Twilio,
+voicecore.sim.carrier_modes_core for the others): the signed voice webhook and status callbacks (a small
+HTTP/1.1 client on h11), following the carrier's answer document to its stream, the WebSocket leg (picows,
+no permessage-deflate; a tick's messages of one call go out in one write, voicecore.wsframes), and one
+shared 20 ms ticker per event loop that drives the caller clock and the playout clock of every call in
+the process, so hundreds of calls cost one timer, not hundreds.
 
-Must not know: what the calls measure (the core does) or how the gateway works inside. Peer failures
+Must not know: what the calls measure (the cores do) or how the gateway works inside. Peer failures
 never raise out of place_call(); they end up in CallResult.errors.
 """
 
 import asyncio
 import logging
 import math
+import secrets
 import time
 import urllib.parse
 import uuid
@@ -26,6 +29,7 @@ import h11
 from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
 from voicecore import http_client
+from voicecore.carriers.events import ENCODING_L16
 from voicecore.wsunix import connect_unix_stream
 from voicecore.sim.carrier_core import (
     DEFAULT_LEAD_FRAMES,
@@ -33,6 +37,8 @@ from voicecore.sim.carrier_core import (
     CarrierMetrics,
     CarrierStatistics,
 )
+from voicecore.sim import carrier_modes_core as modes
+from voicecore.sim.carrier_modes_core import CARRIERS, CarrierCredentials
 from voicecore.timing import FRAME_MS
 from voicecore.twilio.signature import compute_signature
 from voicecore.wsframes import masked_text_frames
@@ -78,6 +84,7 @@ class CallResult:
     closed_by: str  # "carrier" (script ended), "server", "connection_lost" or "not_connected"
     errors: list[str] = field(default_factory=list)
     core: CarrierCall | None = None  # the whole record: frames, played log, per-tag queries
+    carrier: str = "twilio"  # which carrier the simulator acted as (voicecore.sim.carrier_modes_core.CARRIERS)
 
 
 # ----- HTTP (webhook and status callback) --------------------------------------------------------
@@ -302,6 +309,21 @@ class StreamListener(WSListener):
             # a write is a system call that also runs the gateway's side of loopback TCP.
             transport.underlying_transport.write(masked_text_frames([message.encode() for message in messages]))
 
+    def send_messages(self, messages: list) -> None:
+        """``str`` messages as text frames, ``bytes`` as binary frames (Vonage's audio), in order."""
+        transport = self.transport
+        if not messages or transport is None or transport.is_close_frame_sent or transport.is_disconnected:
+            return
+        texts: list[str] = []
+        for message in messages:
+            if type(message) is str:
+                texts.append(message)
+                continue
+            self.send_texts(texts)
+            texts = []
+            transport.send(WSMsgType.BINARY, message)
+        self.send_texts(texts)
+
     def close(self, code: int = 1000) -> None:
         transport = self.transport
         if transport is None or transport.is_close_frame_sent or transport.is_disconnected:
@@ -366,6 +388,19 @@ class CallRunner:
         self._dtmf = sorted(script.dtmf, key=lambda item: item[0])
         self._bargeins = list(script.bargein_times_ms())
         self._stopped_future: asyncio.Future[None] = self.loop.create_future()
+        # The Twilio adapter (CarrierCall) writes text only and one stop; the other carriers' adapters may
+        # write binary frames (Vonage) and end with several messages or none (carrier_modes_core.ModeCall).
+        self._modes = not isinstance(core, CarrierCall)
+        self._send: Callable[[list], None] = self._send_first
+
+    def attach(self, stream: "StreamListener") -> None:
+        self.stream = stream
+
+    def _send_first(self, messages: list) -> None:
+        # The stream's sender, looked up once (the stream of a call never changes once it is set).
+        stream = self.stream
+        self._send = stream.send_messages if self._modes else stream.send_texts
+        self._send(messages)
 
     # Called by the shared ticker every 20 ms.
     def on_tick(self, grid_ms: int, now_ms: float) -> bool:
@@ -380,8 +415,11 @@ class CallRunner:
             # Frames due before the end still go out, even if the tick that owed them was skipped.
             if origin is not None:
                 out.extend(core.tick_send(math.nextafter(origin + self.script.duration_ms, -math.inf)))
-            out.append(core.stop_message(now_ms))
-            self.stream.send_texts(out)
+            if self._modes:
+                out.extend(core.stop_messages(now_ms))
+            else:
+                out.append(core.stop_message(now_ms))
+            self._send(out)
             self.closed_by = "carrier"
             self.stream.close(1000)
             self._finish()
@@ -392,7 +430,7 @@ class CallRunner:
             self._bargeins.pop(0)
             core.note_bargein(now_ms)
         out.extend(core.tick_send(grid_ms))
-        self.stream.send_texts(out)
+        self._send(out)
         return True
 
     def on_message(self, data: bytes, is_text: bool) -> None:
@@ -408,7 +446,7 @@ class CallRunner:
                     pass  # the core counts it as a bad frame
             self.core.receive(text, now_ms)
         if self.stream is not None:
-            self.stream.send_texts(self.core.messages_to_send())
+            self._send(self.core.messages_to_send())
 
     def on_close_frame(self, code: int | None, by_server: bool) -> None:
         if by_server and not self.done:
@@ -442,6 +480,10 @@ async def place_call(
     keep_audio: bool = True,
     plain_ws: bool = True,
     unix_socket: str | None = None,
+    carrier: str = "twilio",
+    credentials: CarrierCredentials | None = None,
+    jitter_probability: float = 0.0,
+    exotel_encoding: str = ENCODING_L16,
 ) -> CallResult:
     """Run one simulated inbound call against the gateway at ``base_url_http`` and measure it.
 
@@ -451,7 +493,17 @@ async def place_call(
     stream-stopped to the statusCallback. Times come from the running loop's clock. ``unix_socket``: every
     connection (webhooks and the stream) goes to this Unix socket, whatever the URLs' hosts (a gateway
     with listen = unix:PATH, standing in for the TLS proxy in front of it).
+
+    ``carrier``: act as this carrier instead (telnyx, plivo, vonage, exotel; place_mode_call): its signed
+    answer webhook, its answer document followed, its stream. ``credentials`` then holds the secrets
+    (``auth_token`` is Twilio's); ``jitter_probability``: Telnyx sends that share of caller frames after the
+    next one; ``exotel_encoding``: what Exotel streams (l16, its base guide, or pcmu, its beta's default).
     """
+    if carrier != "twilio":
+        return await place_mode_call(
+            base_url_http, credentials or CarrierCredentials(twilio_auth_token=auth_token), script, lead_frames,
+            carrier=carrier, call_sid=call_sid, account_sid=account_sid, keep_audio=keep_audio, plain_ws=plain_ws,
+            unix_socket=unix_socket, jitter_probability=jitter_probability, exotel_encoding=exotel_encoding)
     loop = asyncio.get_running_loop()
     call_sid = call_sid or _sid("CA")
     account_sid = account_sid or _sid("AC")
@@ -502,7 +554,8 @@ async def place_call(
         ws_url = "ws://" + ws_url[len("wss://"):]
     # A.1: the upgrade is signed over the Stream URL as the TwiML gave it, with no params.
     headers = {"X-Twilio-Signature": compute_signature(auth_token, target.url, {}), "User-Agent": USER_AGENT}
-    stream = runner.stream = StreamListener(runner)
+    stream = StreamListener(runner)
+    runner.attach(stream)
     try:
         await asyncio.wait_for(
             ws_connect(lambda: stream, ws_url, extra_headers=headers, websocket_handshake_timeout=WS_CONNECT_TIMEOUT_S,
@@ -565,3 +618,155 @@ async def _status_callback(auth_token: str, url: str, method: str, fields: dict[
         return
     if not 200 <= status < 300:
         errors.append(f"status callback {event} answered HTTP {status}")
+
+
+# ----- the other carriers ----------------------------------------------------------------------------
+
+
+def generate_credentials(twilio_auth_token: str = "") -> CarrierCredentials:
+    """Random secrets for one run: the simulator keeps these, the stack it calls gets
+    ``credentials.stack_settings()`` (the Telnyx public key for the private one kept here)."""
+    return CarrierCredentials(
+        twilio_auth_token=twilio_auth_token or secrets.token_hex(16),
+        telnyx_private_key=secrets.token_bytes(32).hex(),
+        plivo_auth_token=secrets.token_urlsafe(30),
+        vonage_signature_secret=secrets.token_urlsafe(32),
+        exotel_username=secrets.token_hex(10),
+        exotel_password=secrets.token_urlsafe(20),
+    )
+
+
+def _uuid() -> str:
+    return str(uuid.uuid4())
+
+
+def _mode_identity(carrier: str, call_sid: str | None, account_sid: str | None, script: CallScript) -> modes.CallIdentity:
+    if carrier == "telnyx":
+        # TeXML's CallSid is the call's call_control_id ("v3:" + URL-safe base64), the id its stream's start names.
+        call_id = call_sid or "v3:" + secrets.token_urlsafe(39)
+        return modes.CallIdentity(call_id, account_sid or _uuid(), _uuid(), _uuid(), script.from_number, script.to_number)
+    if carrier == "exotel":
+        call_id = call_sid or uuid.uuid4().hex
+        return modes.CallIdentity(call_id, account_sid or "simulator", uuid.uuid4().hex, "", script.from_number,
+                                  script.to_number)
+    # Plivo's CallUUID and Vonage's uuid are UUIDs; Vonage's application id stands in for an account.
+    return modes.CallIdentity(call_sid or _uuid(), account_sid or _uuid(), _uuid(), _uuid(), script.from_number,
+                              script.to_number)
+
+
+def _mode_core(carrier: str, ids: modes.CallIdentity, target: modes.StreamTarget, script: CallScript,
+               lead_frames: int, phase_ms: float, keep_audio: bool, jitter_probability: float,
+               exotel_encoding: str) -> modes.ModeCall:
+    common = {"play_phase_ms": phase_ms, "keep_audio": keep_audio}
+    if carrier == "telnyx":
+        return modes.TelnyxCall(ids.call_id, ids.stream_id, ids.account_id, script.utterances, lead_frames,
+                                custom_parameters=target.parameters, encoding=target.encoding,
+                                call_session_id=ids.session_id, from_number=ids.from_number, to_number=ids.to_number,
+                                jitter_probability=jitter_probability, jitter_seed=modes.stable_seed(ids.call_id),
+                                **common)
+    if carrier == "plivo":
+        return modes.PlivoCall(ids.call_id, ids.stream_id, ids.account_id, script.utterances, lead_frames,
+                               extra_headers=target.raw_extra_headers, encoding=target.encoding,
+                               sample_rate_hz=target.sample_rate_hz, **common)
+    if carrier == "vonage":
+        return modes.VonageCall(ids.call_id, target.headers, script.utterances, lead_frames,
+                                sample_rate_hz=target.sample_rate_hz, **common)
+    encoding = exotel_encoding if target.sample_rate_hz == 8000 else ENCODING_L16  # mu-law is 8 kHz only
+    return modes.ExotelCall(ids.call_id, ids.stream_id, ids.account_id, script.utterances, lead_frames,
+                            custom_parameters=target.parameters, encoding=encoding,
+                            sample_rate_hz=target.sample_rate_hz, from_number=ids.from_number, to_number=ids.to_number,
+                            **common)
+
+
+async def place_mode_call(
+    base_url_http: str,
+    credentials: CarrierCredentials,
+    script: CallScript,
+    lead_frames: int = DEFAULT_LEAD_FRAMES,
+    *,
+    carrier: str,
+    call_sid: str | None = None,
+    account_sid: str | None = None,
+    keep_audio: bool = True,
+    plain_ws: bool = True,
+    unix_socket: str | None = None,
+    jitter_probability: float = 0.0,
+    exotel_encoding: str = ENCODING_L16,
+) -> CallResult:
+    """place_call for Telnyx, Plivo, Vonage or Exotel: the carrier's signed answer webhook
+    ({base}/telnyx/voice, /plivo/voice, /vonage/answer, /exotel/voice), its answer document followed to the
+    stream (the URL, the codec and what to carry back, as the carrier would read them: nothing about the
+    stream's path or where the session token travels is assumed), then the call as place_call plays it, on
+    the carrier's adapter (voicecore/sim/carrier_modes_core.py)."""
+    if carrier not in modes.ANSWER_PATHS:
+        raise ValueError(f"carrier must be one of {', '.join(CARRIERS)}")
+    loop = asyncio.get_running_loop()
+    ids = _mode_identity(carrier, call_sid, account_sid, script)
+    errors: list[str] = []
+
+    def failed(reason: str) -> CallResult:
+        errors.append(reason)
+        return CallResult(ids.call_id, None, None, None, "not_connected", errors, carrier=carrier)
+
+    # 1. The answer webhook, signed as the carrier signs it.
+    request = modes.answer_webhook(carrier, base_url_http, ids, credentials, now_s=time.time(),
+                                   nonce=secrets.token_hex(10) if carrier == "plivo" else _uuid())
+    try:
+        status, body = await http_client.send(request.method, request.url, request.headers, request.body,
+                                              timeout_s=HTTP_TIMEOUT_S * 2, user_agent=modes.USER_AGENTS[carrier],
+                                              unix_socket=unix_socket)
+    except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
+        return failed(f"answer webhook failed: {type(exc).__name__}: {exc}")
+    if status != 200:
+        return failed(f"answer webhook answered HTTP {status}")
+    try:
+        target = modes.parse_answer(carrier, body)
+    except ValueError as exc:
+        return failed(str(exc))
+    errors.extend(target.problems)
+
+    # 2. The stream, where the answer said.
+    ticker = shared_ticker(loop)
+    phase = ticker.assign_phase()
+    try:
+        core = _mode_core(carrier, ids, target, script, lead_frames, ticker.phase_origin_ms(phase), keep_audio,
+                          jitter_probability, exotel_encoding)
+    except ValueError as exc:  # the answer asked for something the carrier would refuse (an NCCO header named event)
+        return failed(f"the answer document cannot be followed: {exc}")
+    runner = CallRunner(core, script, ticker)
+    runner.errors = errors
+    ws_url = target.url
+    if plain_ws and ws_url.startswith("wss://"):
+        ws_url = "ws://" + ws_url[len("wss://"):]
+    headers = {"User-Agent": modes.USER_AGENTS[carrier],
+               **modes.stream_headers(carrier, target, credentials, nonce=secrets.token_hex(10))}
+    stream = StreamListener(runner)
+    runner.attach(stream)
+    try:
+        await asyncio.wait_for(
+            ws_connect(lambda: stream, ws_url, extra_headers=headers, websocket_handshake_timeout=WS_CONNECT_TIMEOUT_S,
+                       max_frame_size=MAX_FRAME_BYTES, max_redirects=0, logger_name=_ws_log,
+                       socket_factory=None if unix_socket is None else (lambda _url: connect_unix_stream(unix_socket))),
+            WS_CONNECT_TIMEOUT_S)
+    except (OSError, asyncio.TimeoutError, WSError, ValueError) as exc:
+        if stream.transport is not None:
+            stream.transport.disconnect()
+        return failed(f"WebSocket connect failed: {type(exc).__name__}: {exc}")
+    runner.closed_by = "carrier"
+    stream.send_messages(core.opening_messages())
+    ticker.add(runner.on_tick, phase)
+    try:
+        await runner.wait_finished(script.duration_ms / 1000.0 + END_SLACK_S)
+    except asyncio.TimeoutError:
+        errors.append("call did not finish in time")
+        runner.done = True
+    try:
+        await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)
+    except asyncio.TimeoutError:
+        if stream.transport is not None:
+            stream.transport.disconnect()
+    if core.metrics.protocol_errors:
+        errors.append(f"{core.metrics.protocol_errors} protocol errors from the gateway: "
+                      + "; ".join(core.metrics.error_reasons[:5]))
+    return CallResult(ids.call_id, core.metrics, core.statistics(), runner.close_code, runner.closed_by, errors, core,
+                      carrier=carrier)

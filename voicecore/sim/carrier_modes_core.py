@@ -1,0 +1,832 @@
+"""Sans-I/O carrier modes of the carrier simulator: Telnyx, Plivo, Vonage and Exotel beside Twilio (issue 19).
+
+Owns, per carrier: the adapter that puts its wire shapes in front of the carrier-neutral measuring core
+(voicecore.sim.carrier_core.PlayoutCore), built on that carrier's ``<Carrier>CarrierSide``
+(voicecore/carriers/); reading the carrier's answer document (TeXML, Plivo XML, NCCO, Exotel's dynamic-URL
+JSON) into where to stream and what to carry, exactly as the carrier would follow it; the signed answer
+webhook each carrier sends; and the simulator's credentials (the matching halves of the stack's secrets).
+
+Must not know: sockets, HTTP, asyncio, the clock or randomness (time, ids and nonces come in as
+arguments), or how the gateway works inside. The shell is voicecore/sim/carrier.py.
+
+How an adapter works. What the carrier sends (``start``, caller audio, DTMF, mark echoes, clear
+acknowledgements, ``stop``) is written by the carrier side's own builders. What the gateway sends is read
+by a fast path for the exact bytes the gateway writes (the carrier module's own encoder templates, as the
+Twilio adapter's ``receive_fast``) and otherwise by the carrier side's parser. Audio the carrier gets is
+turned into the 160-byte 8 kHz mu-law frames the core measures with voicecore.carriers.codec (the same
+transcoder the gateway uses, so G.711 mu-law and L16 at 8 kHz come back bit-exact, modulo mu-law's two
+zeros; A-law and resampled L16 do not: see voicecore/sim/audio_match.py for how those frames are tied to
+the model's responses). Marks (Telnyx/Exotel ``mark``, Plivo ``checkpoint``, Vonage ``notify``) and clears
+go to the core, which plays one 20 ms frame per tick, echoes a mark when playout passes it, and measures.
+The carrier sides that keep a playout model of their own (Telnyx, Plivo) are used only to read: the
+core's playout clock is the one that times echoes, so a second instance of the side reads what we send
+and its own queue is never played.
+
+Carrier behaviours the adapters model (PROTOCOLS.md B and each carrier module's sources):
+
+- Telnyx: ``connected`` + ``start`` (the TeXML ``<Parameter>``s in ``custom_parameters``), PCMU or PCMA as
+  the TeXML's ``codec`` asks, marks echoed when played and at once when nothing is queued, ``clear``
+  returns every queued mark, an ``error`` frame answers a message Telnyx would refuse. Optional jitter:
+  a caller frame is now and then sent after the next one (its ``chunk`` and ``sequence_number`` keep the
+  true order), the reordering a Telnyx stream documents, to exercise the gateway's reorder window.
+- Plivo: ``start`` (the answer XML's ``extraHeaders`` in ``extra_headers``), the XML's ``contentType``,
+  ``checkpoint`` echoed as ``playedStream`` when played, ``clearAudio`` answered by ``clearedAudio`` and
+  pending checkpoints dropped unechoed.
+- Vonage: ``websocket:connected`` with the NCCO endpoint's ``content-type`` and its ``headers`` echoed at
+  the top level, binary L16 frames of 20 ms both ways, ``notify`` echoed as ``websocket:notify`` with its
+  payload when played, ``clear`` answered by ``websocket:cleared`` and pending notifies dropped; no
+  ``stop``: the call ends by the socket closing.
+- Exotel: ``connected`` + ``start`` (the stream URL's query parameters but ``sample-rate`` in
+  ``custom_parameters``; the rate from ``sample-rate``, default 8000), caller audio in ~100 ms ``media``
+  messages, our audio in chunks of 100 ms and more, marks echoed when played; a ``clear`` returns the
+  pending marks as Twilio's does (Exotel documents no echo rule; voicecore/carriers/exotel.py settles
+  marks the same way).
+
+Bad input from the gateway never raises: it is counted (``metrics.protocol_errors``) with a fixed reason.
+Misuse by the harness raises ValueError.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import numpy as np
+import orjson
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from voicecore.carriers import exotel, plivo, telnyx, vonage
+from voicecore.carriers.codec import EdgeTranscoder, Framer
+from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMA, ENCODING_PCMU
+from voicecore.sim.carrier_core import DEFAULT_LEAD_FRAMES, PlayoutCore, Utterance
+from voicecore.timing import FRAME_BYTES, FRAME_MS, SAMPLE_RATE_HZ
+from voicecore.twilio.marks import PLAIN_NAME_BYTES
+
+__all__ = [
+    "CARRIERS",
+    "CallIdentity",
+    "CarrierCredentials",
+    "ExotelCall",
+    "ModeCall",
+    "PlivoCall",
+    "StreamTarget",
+    "TelnyxCall",
+    "VonageCall",
+    "WebhookRequest",
+    "answer_webhook",
+    "parse_answer",
+    "stream_headers",
+]
+
+CARRIERS = ("twilio", "telnyx", "plivo", "vonage", "exotel")
+
+# The path of each carrier's answer webhook on the gateway (the contract of issue 19). Everything after
+# the answer (the stream's URL, path, query and where the session token travels) is read from the answer.
+ANSWER_PATHS = {"telnyx": "/telnyx/voice", "plivo": "/plivo/voice", "vonage": "/vonage/answer",
+                "exotel": "/exotel/voice"}
+USER_AGENTS = {"telnyx": "Telnyx Webhooks", "plivo": "PlivoHTTP/1.1", "vonage": "Vonage-Voice/1.0",
+               "exotel": "Exotel/1.0"}
+EXOTEL_MEDIA_FRAMES = 5  # Exotel sends caller audio "about every 100 ms" [ws]: five 20 ms frames a message
+_EXOTEL_RATE_KEY = "sample-rate"
+
+
+# ----- credentials -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CarrierCredentials:
+    """The carrier's halves of the stack's secrets (the shell makes random ones per run: voicecore.sim.carrier
+    generate_credentials). ``telnyx_private_key`` is the 32-byte Ed25519 seed, hex; the stack gets its public
+    key (``stack_settings``)."""
+
+    twilio_auth_token: str = ""
+    telnyx_private_key: str = ""
+    plivo_auth_token: str = ""
+    vonage_signature_secret: str = ""
+    vonage_api_key: str = "simulator"
+    exotel_username: str = ""
+    exotel_password: str = ""
+
+    def telnyx_public_key(self) -> str:
+        """base64 of the raw 32-byte Ed25519 public key (the form Telnyx's Mission Control shows)."""
+        key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(self.telnyx_private_key))
+        raw = key.public_key().public_bytes_raw()
+        return base64.b64encode(raw).decode("ascii")
+
+    def stack_settings(self) -> dict[str, str]:
+        """Config field -> value for the stack the simulator calls (VOICECORE_TWILIO_AUTH_TOKEN,
+        VOICECORE_TELNYX_PUBLIC_KEY, VOICECORE_PLIVO_AUTH_TOKEN, VOICECORE_VONAGE_SIGNATURE_SECRET,
+        VOICECORE_EXOTEL_USERNAME / _PASSWORD); a secret that is not set is left out."""
+        settings = {"twilio_auth_token": self.twilio_auth_token, "plivo_auth_token": self.plivo_auth_token,
+                    "vonage_signature_secret": self.vonage_signature_secret, "exotel_username": self.exotel_username,
+                    "exotel_password": self.exotel_password}
+        if self.telnyx_private_key:
+            settings["telnyx_public_key"] = self.telnyx_public_key()
+        return {name: value for name, value in settings.items() if value}
+
+    def to_json(self) -> str:
+        return json.dumps({name: getattr(self, name) for name in self.__slots__})
+
+    @classmethod
+    def from_json(cls, text: str) -> CarrierCredentials:
+        values = json.loads(text) if text else {}
+        return cls(**{name: str(values[name]) for name in cls.__slots__ if name in values})
+
+
+# ----- the answer webhook ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookRequest:
+    """One HTTP request the carrier sends: ``url`` already carries the query of a GET."""
+
+    method: str
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class CallIdentity:
+    """The ids one simulated call uses in its webhook and its stream (made by the shell)."""
+
+    call_id: str  # Telnyx CallSid/call_control_id, Plivo CallUUID, Vonage uuid, Exotel CallSid
+    account_id: str
+    stream_id: str
+    session_id: str  # Telnyx call_session_id, Vonage conversation_uuid
+    from_number: str
+    to_number: str
+
+
+def answer_webhook(carrier: str, base_url: str, ids: CallIdentity, credentials: CarrierCredentials, *,
+                   now_s: float, nonce: str, vonage_method: str = "POST") -> WebhookRequest:
+    """The signed answer webhook ``carrier`` sends when the call comes in. ``now_s``: Unix seconds (Telnyx's
+    timestamp, Vonage's iat); ``nonce``: Plivo's signature nonce and Vonage's JWT id. ``vonage_method``: the
+    application's answer_method (Vonage's default is GET; POST sends the fields as JSON, which the JWT's
+    payload_hash then covers, and is what voicecore's README asks for)."""
+    url = base_url.rstrip("/") + ANSWER_PATHS[carrier]
+    if carrier == "telnyx":
+        # TeXML instruction fetch: a form POST like TwiML's, signed with Ed25519 over "timestamp|body".
+        form = {"AccountSid": ids.account_id, "CallSid": ids.call_id, "CallSidLegacy": ids.call_id,
+                "CallSessionId": ids.session_id, "ConnectionId": "1684641123236054244", "From": ids.from_number,
+                "To": ids.to_number, "CallStatus": "ringing", "Direction": "inbound"}
+        body = urlencode(form).encode("ascii")
+        timestamp = str(int(now_s))
+        signature = telnyx.sign_webhook(bytes.fromhex(credentials.telnyx_private_key), timestamp, body)
+        headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
+                   (telnyx.SIGNATURE_HEADER, signature))
+        return WebhookRequest("POST", url, headers, body)
+    if carrier == "plivo":
+        # Plivo's answer_url: a form POST signed with X-Plivo-Signature-V3 over URL, params and nonce.
+        form = {"CallUUID": ids.call_id, "ALegUUID": ids.call_id, "ALegRequestUUID": ids.session_id,
+                "From": ids.from_number, "To": ids.to_number, "CallerName": ids.from_number,
+                "CallStatus": "ringing", "Direction": "inbound", "Event": "StartApp"}
+        body = urlencode(form).encode("ascii")
+        signature = plivo.compute_signature_v3(credentials.plivo_auth_token, url, nonce, form, "POST")
+        headers = (("Content-Type", "application/x-www-form-urlencoded"), (plivo.SIGNATURE_V3_HEADER, signature),
+                   (plivo.SIGNATURE_V3_NONCE_HEADER, nonce))
+        return WebhookRequest("POST", url, headers, body)
+    if carrier == "vonage":
+        # The signed-webhook JWT hashes the body: the JSON fields of a POST, the empty body of a GET.
+        fields = {"to": ids.to_number.lstrip("+"), "from": ids.from_number.lstrip("+"), "uuid": ids.call_id,
+                  "conversation_uuid": ids.session_id, "region_url": "https://api-eu-1.vonage.com"}
+        body = orjson.dumps(fields) if vonage_method == "POST" else b""
+        authorization = vonage.sign_webhook(body, credentials.vonage_signature_secret, int(now_s), nonce,
+                                            api_key=credentials.vonage_api_key, application_id=ids.account_id)
+        if vonage_method == "POST":
+            return WebhookRequest("POST", url, (("Content-Type", "application/json"), ("Authorization", authorization)),
+                                  body)
+        return WebhookRequest("GET", url + "?" + urlencode(fields), (("Authorization", authorization),))
+    if carrier == "exotel":
+        # The Voicebot applet's dynamic URL: asked per call (a GET with the call's details), Basic auth from
+        # the credentials written into the applet's URL.
+        query = {"CallSid": ids.call_id, "CallFrom": ids.from_number, "CallTo": ids.to_number, "From": ids.from_number,
+                 "To": ids.to_number, "Direction": "incoming", "CallType": "call-attempt"}
+        return WebhookRequest("GET", url + "?" + urlencode(query), (("Authorization", _basic(credentials)),))
+    raise ValueError(f"no answer webhook for carrier {carrier!r}")
+
+
+def _basic(credentials: CarrierCredentials) -> str:
+    pair = f"{credentials.exotel_username}:{credentials.exotel_password}".encode("utf-8")
+    return "Basic " + base64.b64encode(pair).decode("ascii")
+
+
+# ----- following the answer ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTarget:
+    """Where the carrier streams and what it carries there, as its answer document said.
+
+    ``url``: the WebSocket URL as given (credentials in it removed into ``basic_auth``); ``parameters``: what
+    the carrier hands back on the stream (TeXML ``<Parameter>``s, Plivo ``extraHeaders`` pairs, NCCO
+    ``headers``, Exotel URL query parameters); ``encoding`` / ``sample_rate_hz``: the audio asked for;
+    ``raw_extra_headers``: Plivo's attribute as written; ``problems``: what the carrier would not like
+    (reported, not fatal)."""
+
+    url: str
+    parameters: tuple[tuple[str, str], ...] = ()
+    encoding: str = ENCODING_PCMU
+    sample_rate_hz: int = SAMPLE_RATE_HZ
+    raw_extra_headers: str = ""
+    basic_auth: str = ""
+    headers: Mapping[str, object] = field(default_factory=dict)  # Vonage: the NCCO headers, values as given
+    problems: tuple[str, ...] = ()
+
+
+def parse_answer(carrier: str, body: bytes) -> StreamTarget:
+    """Read ``carrier``'s answer document. Raises ValueError when it does not start a stream."""
+    if carrier == "telnyx":
+        return _parse_texml(body)
+    if carrier == "plivo":
+        return _parse_plivo_xml(body)
+    if carrier == "vonage":
+        return _parse_ncco(body)
+    if carrier == "exotel":
+        return _parse_exotel(body)
+    raise ValueError(f"no answer document for carrier {carrier!r}")
+
+
+def _xml(body: bytes, what: str) -> ElementTree.Element:
+    try:
+        return ElementTree.fromstring(body)
+    except ElementTree.ParseError as exc:
+        raise ValueError(f"{what} is not XML: {exc}") from None
+
+
+def _parse_texml(body: bytes) -> StreamTarget:
+    root = _xml(body, "TeXML")
+    stream = root.find("./Connect/Stream")
+    if root.tag != "Response" or stream is None or not stream.get("url"):
+        raise ValueError("TeXML has no <Response><Connect><Stream url=...>")
+    problems = []
+    if stream.get("bidirectionalMode") != "rtp":
+        problems.append("TeXML stream without bidirectionalMode=\"rtp\": Telnyx would read our media as MP3 files")
+    codec = stream.get("bidirectionalCodec") or stream.get("codec") or "PCMU"
+    inbound_codec = stream.get("codec") or "PCMU"
+    if codec != inbound_codec:
+        problems.append("TeXML asks for different codecs each way; the simulator uses bidirectionalCodec both ways")
+    encoding = {"PCMU": ENCODING_PCMU, "PCMA": ENCODING_PCMA}.get(codec)
+    if encoding is None:
+        raise ValueError(f"TeXML asks for a codec the simulator does not speak: {codec[:16]!r}")
+    rate = stream.get("bidirectionalSamplingRate") or str(SAMPLE_RATE_HZ)
+    if rate != str(SAMPLE_RATE_HZ):
+        raise ValueError("TeXML asks for G.711 at a rate other than 8000 Hz")
+    parameters = tuple((p.get("name", ""), p.get("value", "")) for p in stream.findall("Parameter"))
+    return StreamTarget(url=stream.get("url", ""), parameters=parameters, encoding=encoding, problems=tuple(problems))
+
+
+def _parse_plivo_xml(body: bytes) -> StreamTarget:
+    root = _xml(body, "Plivo XML")
+    stream = root.find("./Stream")
+    if root.tag != "Response" or stream is None or not (stream.text or "").strip():
+        raise ValueError("Plivo XML has no <Response><Stream>wss://...</Stream>")
+    problems = []
+    if stream.get("bidirectional", "false").lower() != "true":
+        problems.append("Plivo stream without bidirectional=\"true\": the caller would hear nothing from us")
+    if stream.get("keepCallAlive", "false").lower() != "true":
+        problems.append("Plivo stream without keepCallAlive=\"true\": Plivo would end the call at once")
+    # Plivo's default content type is L16 at 8 kHz [ref]; "audio/x-mulaw;rate=8000" asks for G.711.
+    content_type, _, rate_text = (stream.get("contentType") or "audio/x-l16;rate=8000").partition(";")
+    rate = int(rate_text.strip().removeprefix("rate=") or SAMPLE_RATE_HZ)
+    encoding = {plivo.CONTENT_TYPE_MULAW: ENCODING_PCMU, plivo.CONTENT_TYPE_L16: ENCODING_L16}.get(content_type.strip())
+    if encoding is None or (encoding == ENCODING_PCMU and rate != SAMPLE_RATE_HZ) or rate not in (8000, 16000):
+        raise ValueError("Plivo XML asks for a content type Plivo does not stream")
+    raw = stream.get("extraHeaders", "")
+    pairs = []
+    for item in raw.replace(";", ",").split(","):
+        key, separator, value = item.partition("=")
+        if separator and key.strip():
+            pairs.append((key.strip(), value.strip()))
+    return StreamTarget(url=(stream.text or "").strip(), parameters=tuple(pairs), encoding=encoding,
+                        sample_rate_hz=rate, raw_extra_headers=raw, problems=tuple(problems))
+
+
+def _parse_ncco(body: bytes) -> StreamTarget:
+    try:
+        ncco = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ValueError("the NCCO is not JSON") from None
+    if type(ncco) is not list:
+        raise ValueError("the NCCO is not a JSON array")
+    for action in ncco:
+        if type(action) is not dict or action.get("action") != "connect":
+            continue
+        for endpoint in action.get("endpoint") or ():
+            if type(endpoint) is dict and endpoint.get("type") == "websocket" and type(endpoint.get("uri")) is str:
+                content_type = endpoint.get("content-type", "")
+                rate_text = content_type.partition("rate=")[2] if type(content_type) is str else ""
+                if not (content_type.startswith("audio/l16") and rate_text.isdigit()
+                        and int(rate_text) in vonage.VONAGE_SAMPLE_RATES_HZ):
+                    raise ValueError("the NCCO's websocket content-type is not audio/l16;rate=8000|16000")
+                headers = endpoint.get("headers") or {}
+                if type(headers) is not dict:
+                    raise ValueError("the NCCO's websocket headers are not an object")
+                parameters = tuple((key, value if type(value) is str else orjson.dumps(value).decode())
+                                   for key, value in headers.items())
+                return StreamTarget(url=endpoint["uri"], parameters=parameters, encoding=ENCODING_L16,
+                                    sample_rate_hz=int(rate_text), headers=dict(headers))
+    raise ValueError("the NCCO has no connect action to a websocket endpoint")
+
+
+def _parse_exotel(body: bytes) -> StreamTarget:
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ValueError("the dynamic-URL answer is not JSON") from None
+    url = answer.get("url") if type(answer) is dict else None
+    if type(url) is not str or not url.startswith(("ws://", "wss://")):
+        raise ValueError("the dynamic-URL answer has no ws(s) \"url\"")
+    parts = urlsplit(url)
+    basic = ""
+    if parts.username is not None:
+        # wss://KEY:TOKEN@host/...: Exotel sends the pair as Basic auth on the upgrade [applet].
+        pair = f"{parts.username}:{parts.password or ''}".encode("utf-8")
+        basic = "Basic " + base64.b64encode(pair).decode("ascii")
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+        url = urlunsplit(parts._replace(netloc=netloc))
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    rate = SAMPLE_RATE_HZ
+    parameters = []
+    for key, value in query:
+        if key == _EXOTEL_RATE_KEY:
+            if not value.isdigit() or int(value) not in exotel.SAMPLE_RATES_HZ[ENCODING_L16]:
+                raise ValueError("the stream URL's sample-rate is not 8000, 16000 or 24000")
+            rate = int(value)
+        else:
+            parameters.append((key, value))
+    problems = ()
+    if len(parameters) > exotel.MAX_CUSTOM_PARAMETERS:
+        problems = (f"the stream URL carries {len(parameters)} custom parameters; Exotel passes at most "
+                    f"{exotel.MAX_CUSTOM_PARAMETERS}",)
+    return StreamTarget(url=url, parameters=tuple(parameters), encoding=ENCODING_L16, sample_rate_hz=rate,
+                        basic_auth=basic, problems=problems)
+
+
+def stream_headers(carrier: str, target: StreamTarget, credentials: CarrierCredentials, *, nonce: str) -> dict[str, str]:
+    """The extra headers of the carrier's WebSocket upgrade to ``target.url``."""
+    if carrier == "plivo":
+        # Plivo signs the upgrade as a GET of the stream URL with ws(s):// read as http:// (plivo.upgrade_signature_url).
+        signed = plivo.upgrade_signature_url(target.url)
+        return {plivo.SIGNATURE_V3_HEADER: plivo.compute_signature_v3(credentials.plivo_auth_token, signed, nonce,
+                                                                     None, "GET"),
+                plivo.SIGNATURE_V3_NONCE_HEADER: nonce}
+    if carrier == "exotel":
+        return {"Authorization": target.basic_auth or _basic(credentials)}
+    return {}
+
+
+# ----- the adapters ------------------------------------------------------------------------------------
+
+
+class ModeCall(PlayoutCore):
+    """What the four adapters share: the outbound audio path into the core (carrier encoding -> mu-law frames,
+    ``exact_audio`` telling whether that path is bit-exact) and the interface the shell drives (the Twilio
+    adapter's, but stop_messages for its stop_message: opening_messages, tick_send, send_dtmf, receive_fast,
+    receive, messages_to_send). Messages are ``str`` (a text frame) or ``bytes`` (a binary frame)."""
+
+    carrier = ""
+    BINARY_MESSAGES = False  # some messages it sends are binary frames (Vonage's audio)
+
+    def __init__(self, call_sid: str, caller_audio, lead_frames: int, encoding: str, sample_rate_hz: int, *,
+                 play_phase_ms: float | None, keep_audio: bool) -> None:
+        super().__init__(caller_audio, lead_frames, play_phase_ms=play_phase_ms, keep_audio=keep_audio)
+        self.call_sid = call_sid
+        self.encoding = encoding
+        self.sample_rate_hz = sample_rate_hz
+        # One transcoder each way, so the caller's and the measured direction keep separate state.
+        self._caller_codec = EdgeTranscoder(encoding, sample_rate_hz)
+        self._measure_codec = EdgeTranscoder(encoding, sample_rate_hz)
+        self._framer = Framer(FRAME_BYTES)
+        # mu-law passes untouched and L16 at 8 kHz converts sample by sample: the gateway's frames come back
+        # byte for byte (callreport's canonical form). A-law and resampled L16 do not (audio_match.py).
+        self.exact_audio = encoding == ENCODING_PCMU or (encoding == ENCODING_L16 and sample_rate_hz == SAMPLE_RATE_HZ)
+        # The gateway's transcoder delays what it sends by this much (its output starts with that much silence),
+        # so a tag's played time holds that much of the audio before it (PlayoutCore.played_ms_of_tag).
+        self.outbound_delay_ms = self._caller_codec.delay_ms
+
+    def _caller_payload(self, n: int) -> bytes:
+        """Caller frame ``n`` in the carrier's encoding."""
+        self.metrics.media_sent += 1
+        return self._caller_codec.from_ulaw(self._caller_frame(n))
+
+    def _audio_arrived(self, payload: bytes, now_ms: float) -> None:
+        """Audio in the carrier's encoding reached the carrier: as 20 ms mu-law frames into the core."""
+        self._advance_play(now_ms)
+        ulaw = self._measure_codec.to_ulaw(payload)
+        for frame in self._framer.push(ulaw):
+            self._accept_frame(frame, now_ms)
+
+    def _cleared_audio_path(self) -> None:
+        """A clear threw the queued audio away: the transcoder's held-back samples and the framer's
+        remainder belonged to it (the next response must not start with the tail of the one dropped)."""
+        if not self.exact_audio:
+            self._measure_codec = EdgeTranscoder(self.encoding, self.sample_rate_hz)
+        self._framer.take_remainder()
+
+    def stop_messages(self, now_ms: float | None = None) -> list[str | bytes]:
+        """The carrier's last messages (its ``stop``, and caller audio still held back): afterwards
+        tick_send() returns nothing. ``now_ms``: when the call ends (see PlayoutCore.stopped_at_ms)."""
+        raise NotImplementedError
+
+    def _stop(self, now_ms: float | None) -> None:
+        self._require_open()
+        self._stopped = True
+        if now_ms is not None:
+            self.stopped_at_ms = now_ms
+
+    def release_wire_state(self) -> None:
+        """Drop what only the live call needs (codecs, carrier sides, clips) before a result is stored."""
+        self._clips = []
+        self._queue.clear()
+        self._outbox = []
+        self._caller_codec = self._measure_codec = None
+
+
+class TelnyxCall(ModeCall):
+    """A Telnyx media stream (TeXML ``<Connect><Stream bidirectionalMode="rtp">``)."""
+
+    carrier = "telnyx"
+
+    def __init__(self, call_control_id: str, stream_id: str, user_id: str,
+                 caller_audio: bytes | Sequence[tuple[int, bytes]] | Sequence[Utterance] = b"",
+                 lead_frames: int = DEFAULT_LEAD_FRAMES, *, custom_parameters: Sequence[tuple[str, str]] = (),
+                 encoding: str = ENCODING_PCMU, call_session_id: str | None = None, from_number: str | None = None,
+                 to_number: str | None = None, play_phase_ms: float | None = None, keep_audio: bool = True,
+                 jitter_probability: float = 0.0, jitter_seed: int = 0) -> None:
+        if encoding not in (ENCODING_PCMU, ENCODING_PCMA):
+            raise ValueError("a Telnyx stream here is PCMU or PCMA")
+        if not 0.0 <= jitter_probability <= 1.0:
+            raise ValueError("jitter_probability must be from 0 to 1")
+        super().__init__(call_control_id, caller_audio, lead_frames, encoding, SAMPLE_RATE_HZ,
+                         play_phase_ms=play_phase_ms, keep_audio=keep_audio)
+        codec = "PCMU" if encoding == ENCODING_PCMU else "PCMA"
+        self.stream_id = stream_id
+        kwargs = dict(encoding=codec, call_session_id=call_session_id, from_number=from_number, to_number=to_number,
+                      custom_parameters=dict(custom_parameters))
+        self._writer = telnyx.TelnyxCarrierSide(stream_id, call_control_id, user_id, **kwargs)
+        self._reader = telnyx.TelnyxCarrierSide(stream_id, call_control_id, user_id, **kwargs)
+        self._media_head = telnyx.MEDIA_PREFIX
+        self._media_tail = telnyx.MEDIA_SUFFIX
+        self._mark_head = telnyx.MARK_PREFIX + b'"'
+        self._mark_tail = b'"' + telnyx.MARK_SUFFIX
+        self.jitter_probability = jitter_probability
+        self._jitter = np.random.Generator(np.random.PCG64(jitter_seed)) if jitter_probability else None
+        self._held: str | None = None  # a caller frame held back to go out after the next one
+        self.frames_reordered = 0
+
+    def opening_messages(self) -> list[str]:
+        if self._opened:
+            raise RuntimeError("opening_messages() called twice")
+        self._opened = True
+        return [self._writer.connected(), self._writer.start()]
+
+    def _media_message(self, n: int) -> str:
+        return self._writer.media(self._caller_payload(n))
+
+    def tick_send(self, now_ms: float) -> list[str]:
+        messages = super().tick_send(now_ms)
+        if self._jitter is None or not messages:
+            return messages
+        out = []
+        for message in messages:
+            if self._held is not None:
+                out += [message, self._held]  # the held frame arrives after its successor
+                self._held = None
+                self.frames_reordered += 1
+            elif self._jitter.random() < self.jitter_probability:
+                self._held = message
+            else:
+                out.append(message)
+        return out
+
+    def send_dtmf(self, digit: str) -> str:
+        self._require_open()
+        self.metrics.dtmf_sent += 1
+        return self._writer.dtmf(digit)
+
+    def stop_messages(self, now_ms: float | None = None) -> list[str]:
+        held, self._held = self._held, None
+        self._stop(now_ms)
+        # a frame still held goes out before the stop (it was due before it)
+        return ([held] if held is not None else []) + [self._writer.stop()]
+
+    def receive_fast(self, data: bytes, now_ms: float) -> bool:
+        """The gateway's own ``media`` and ``mark`` bytes (telnyx.TelnyxOutboundEncoder's); anything else
+        returns False with nothing changed."""
+        head = self._media_head
+        if data.startswith(head) and data.endswith(self._media_tail):
+            try:
+                payload = binascii.a2b_base64(data[len(head):-len(self._media_tail)], strict_mode=True)
+            except (binascii.Error, ValueError):
+                return False
+            if not payload or len(payload) % FRAME_BYTES:
+                return False
+            self._audio_arrived(payload, now_ms)
+            return True
+        head = self._mark_head
+        if data.startswith(head) and data.endswith(self._mark_tail):
+            name = data[len(head):-len(self._mark_tail)]
+            if PLAIN_NAME_BYTES.fullmatch(name) is None:
+                return False
+            self.mark_arrived(name.decode("ascii"), now_ms)
+            return True
+        return False
+
+    def receive(self, data: str | bytes, now_ms: float) -> None:
+        self._advance_play(now_ms)
+        if not isinstance(data, str):
+            self._reject(self._reader.receive_binary(data), "binary frame")
+            return
+        sent = self._reader.receive_text(data)
+        # The reader's own playout queue is never played (the core times echoes): keep it empty.
+        self._reader.advance(int(self._reader.queued_ms) + FRAME_MS)
+        self._reader.data_to_send()
+        if isinstance(sent, telnyx.SentMedia):
+            if len(sent.payload) % FRAME_BYTES:
+                self._protocol_error("media: payload is not whole 20 ms frames")
+            self._audio_arrived(sent.payload, now_ms)
+        elif isinstance(sent, telnyx.SentMark):
+            self.mark_arrived(sent.name, now_ms)
+        elif isinstance(sent, telnyx.SentClear):
+            self.clear_arrived(now_ms)
+        else:
+            self._reject(sent, f"rejected: {sent.title}")
+
+    def _reject(self, rejected: telnyx.Rejected, reason: str) -> None:
+        # Telnyx answers a message it refuses with an `error` frame [guide].
+        self._protocol_error(reason)
+        self._outbox.append(self._writer.error(rejected.code))
+
+    def _echo(self, name: str, is_end: bool) -> None:
+        if is_end:
+            self._in_spurt = False
+            self._in_underrun = False
+        self._outbox.append(self._writer.mark_echo(name))
+
+    def _cleared(self, now_ms: float) -> None:
+        self._cleared_audio_path()
+
+    def release_wire_state(self) -> None:
+        super().release_wire_state()
+        self._writer = self._reader = self._jitter = None
+
+
+class PlivoCall(ModeCall):
+    """A Plivo bidirectional audio stream (``<Stream bidirectional="true">``)."""
+
+    carrier = "plivo"
+    ECHOES_MARKS_ON_CLEAR = False  # clearAudio drops pending checkpoints unechoed [ref]
+
+    def __init__(self, call_uuid: str, stream_id: str, account_id: str,
+                 caller_audio: bytes | Sequence[tuple[int, bytes]] | Sequence[Utterance] = b"",
+                 lead_frames: int = DEFAULT_LEAD_FRAMES, *, extra_headers: str = "", encoding: str = ENCODING_PCMU,
+                 sample_rate_hz: int = SAMPLE_RATE_HZ, play_phase_ms: float | None = None,
+                 keep_audio: bool = True) -> None:
+        super().__init__(call_uuid, caller_audio, lead_frames, encoding, sample_rate_hz,
+                         play_phase_ms=play_phase_ms, keep_audio=keep_audio)
+        content_type = plivo.CONTENT_TYPE_MULAW if encoding == ENCODING_PCMU else plivo.CONTENT_TYPE_L16
+        self.stream_id = stream_id
+        args = (stream_id, call_uuid, account_id, content_type, sample_rate_hz, extra_headers)
+        self._writer = plivo.PlivoCarrierSide(*args)
+        self._reader = plivo.PlivoCarrierSide(*args)
+        encoder = plivo.PlivoOutboundEncoder(stream_id, content_type, sample_rate_hz)
+        self._media_head = encoder.media_prefix
+        self._media_tail = encoder.media_suffix
+        self._mark_head = encoder.mark_prefix + b'"'
+        self._mark_tail = b'"}'
+        self._frame_bytes = EdgeTranscoder(encoding, sample_rate_hz).carrier_frame_bytes
+
+    def opening_messages(self) -> list[str]:
+        if self._opened:
+            raise RuntimeError("opening_messages() called twice")
+        self._opened = True
+        return [self._writer.start()]  # Plivo sends no `connected` [ref]
+
+    def _media_message(self, n: int) -> str:
+        return self._writer.media(self._caller_payload(n))
+
+    def send_dtmf(self, digit: str) -> str:
+        self._require_open()
+        self.metrics.dtmf_sent += 1
+        return self._writer.dtmf(digit)
+
+    def stop_messages(self, now_ms: float | None = None) -> list[str]:
+        self._stop(now_ms)
+        return [self._writer.stop()]
+
+    def receive_fast(self, data: bytes, now_ms: float) -> bool:
+        """The gateway's own ``playAudio`` and ``checkpoint`` bytes (plivo.PlivoOutboundEncoder's)."""
+        head = self._media_head
+        if data.startswith(head) and data.endswith(self._media_tail):
+            try:
+                payload = binascii.a2b_base64(data[len(head):-len(self._media_tail)], strict_mode=True)
+            except (binascii.Error, ValueError):
+                return False
+            if not payload or len(payload) % self._frame_bytes:
+                return False
+            self._audio_arrived(payload, now_ms)
+            return True
+        head = self._mark_head
+        if data.startswith(head) and data.endswith(self._mark_tail):
+            name = data[len(head):-len(self._mark_tail)]
+            if PLAIN_NAME_BYTES.fullmatch(name) is None:
+                return False
+            self.mark_arrived(name.decode("ascii"), now_ms)
+            return True
+        return False
+
+    def receive(self, data: str | bytes, now_ms: float) -> None:
+        self._advance_play(now_ms)
+        if not isinstance(data, str):
+            self._protocol_error("binary frame")
+            return
+        sent = self._reader.receive_text(data)
+        if self._reader.queued_bytes > 1 << 20:
+            # The reader's queue is never played (the core times echoes); start a fresh reader before it grows.
+            self._reader = plivo.PlivoCarrierSide(self._reader.stream_id, self._reader.call_id, self._reader.account_id,
+                                                  self._reader.content_type, self._reader.sample_rate_hz)
+        if isinstance(sent, plivo.PlayAudio):
+            self._audio_arrived(sent.payload, now_ms)
+        elif isinstance(sent, plivo.Checkpoint):
+            self.mark_arrived(sent.name, now_ms)
+        elif isinstance(sent, plivo.ClearAudio):
+            self.clear_arrived(now_ms)
+        else:
+            self._protocol_error(f"rejected: {sent.reason}")
+
+    def _echo(self, name: str, is_end: bool) -> None:
+        if is_end:
+            self._in_spurt = False
+            self._in_underrun = False
+        self._outbox.append(self._writer.played_stream(name))
+
+    def _cleared(self, now_ms: float) -> None:
+        self._cleared_audio_path()
+        self._outbox.append(self._writer.cleared_audio())
+
+    def release_wire_state(self) -> None:
+        super().release_wire_state()
+        self._writer = self._reader = None
+
+
+class VonageCall(ModeCall):
+    """A Vonage Voice API WebSocket (NCCO ``connect`` to a ``websocket`` endpoint). ``headers``: the NCCO
+    endpoint's headers, echoed in ``websocket:connected``; ``call_sid`` is the call's uuid."""
+
+    carrier = "vonage"
+    BINARY_MESSAGES = True
+    ECHOES_MARKS_ON_CLEAR = False  # a clear drops the queued audio and the notifies behind it
+
+    def __init__(self, call_uuid: str, headers: Mapping[str, object],
+                 caller_audio: bytes | Sequence[tuple[int, bytes]] | Sequence[Utterance] = b"",
+                 lead_frames: int = DEFAULT_LEAD_FRAMES, *, sample_rate_hz: int = vonage.DEFAULT_SAMPLE_RATE_HZ,
+                 play_phase_ms: float | None = None, keep_audio: bool = True) -> None:
+        super().__init__(call_uuid, caller_audio, lead_frames, ENCODING_L16, sample_rate_hz,
+                         play_phase_ms=play_phase_ms, keep_audio=keep_audio)
+        self._side = vonage.VonageCarrierSide(headers, sample_rate_hz)
+        self._notify_payloads: dict[str, bytes] = {}  # a pending notify's payload, echoed verbatim
+
+    def opening_messages(self) -> list[str]:
+        if self._opened:
+            raise RuntimeError("opening_messages() called twice")
+        self._opened = True
+        return [self._side.connected().data.decode("utf-8")]
+
+    def _media_message(self, n: int) -> bytes:
+        return self._side.audio(self._caller_payload(n)).data
+
+    def send_dtmf(self, digit: str) -> str:
+        self._require_open()
+        self.metrics.dtmf_sent += 1
+        return self._side.dtmf(digit).data.decode("utf-8")
+
+    def stop_messages(self, now_ms: float | None = None) -> list[str]:
+        """Vonage has no ``stop``: the call ends by the socket closing."""
+        self._stop(now_ms)
+        return []
+
+    def receive_fast(self, data: bytes, now_ms: float) -> bool:
+        return False  # audio is binary (always the plain path, which is short); control is rare
+
+    def receive(self, data: str | bytes, now_ms: float) -> None:
+        self._advance_play(now_ms)
+        binary = not isinstance(data, str)
+        sent = self._side.receive(data, binary)
+        if isinstance(sent, vonage.SentAudio):
+            self._audio_arrived(sent.payload, now_ms)
+        elif isinstance(sent, vonage.SentNotify):
+            name = sent.mark if sent.mark is not None else ""
+            self._notify_payloads[name] = sent.payload_json
+            self.mark_arrived(name, now_ms)
+        elif isinstance(sent, vonage.SentClear):
+            self.clear_arrived(now_ms)
+        else:
+            self._protocol_error(f"rejected: {sent.reason}")
+
+    def _echo(self, name: str, is_end: bool) -> None:
+        if is_end:
+            self._in_spurt = False
+            self._in_underrun = False
+        payload = self._notify_payloads.pop(name, None) or orjson.dumps({"mark": name})
+        self._outbox.append(self._side.notify_echo(vonage.SentNotify(payload, name)).data.decode("utf-8"))
+
+    def _cleared(self, now_ms: float) -> None:
+        self._notify_payloads.clear()  # every notify not yet echoed was pending, and is dropped
+        self._cleared_audio_path()
+        self._outbox.append(self._side.cleared().data.decode("utf-8"))
+
+    def release_wire_state(self) -> None:
+        super().release_wire_state()
+        self._side = None
+
+
+class ExotelCall(ModeCall):
+    """An Exotel Voicebot stream. Caller audio goes out in ``EXOTEL_MEDIA_FRAMES``-frame ``media`` messages."""
+
+    carrier = "exotel"
+
+    def __init__(self, call_sid: str, stream_sid: str, account_sid: str,
+                 caller_audio: bytes | Sequence[tuple[int, bytes]] | Sequence[Utterance] = b"",
+                 lead_frames: int = DEFAULT_LEAD_FRAMES, *, custom_parameters: Sequence[tuple[str, str]] = (),
+                 encoding: str = ENCODING_L16, sample_rate_hz: int = SAMPLE_RATE_HZ, from_number: str = "",
+                 to_number: str = "", play_phase_ms: float | None = None, keep_audio: bool = True) -> None:
+        super().__init__(call_sid, caller_audio, lead_frames, encoding, sample_rate_hz,
+                         play_phase_ms=play_phase_ms, keep_audio=keep_audio)
+        self.stream_sid = stream_sid
+        self._side = exotel.ExotelCarrierSide(stream_sid, call_sid, account_sid, encoding=encoding,
+                                              sample_rate_hz=sample_rate_hz, custom_parameters=custom_parameters,
+                                              from_number=from_number, to_number=to_number)
+        self._caller_batch: list[bytes] = []
+
+    def opening_messages(self) -> list[str]:
+        if self._opened:
+            raise RuntimeError("opening_messages() called twice")
+        self._opened = True
+        return self._side.opening_messages()
+
+    def _media_message(self, n: int) -> str | None:
+        self._caller_batch.append(self._caller_payload(n))
+        if len(self._caller_batch) < EXOTEL_MEDIA_FRAMES:
+            return None
+        return self._flush_caller_batch()
+
+    def _flush_caller_batch(self) -> str:
+        payload, self._caller_batch = b"".join(self._caller_batch), []
+        return self._side.media(payload)
+
+    def tick_send(self, now_ms: float) -> list[str]:
+        return [message for message in super().tick_send(now_ms) if message is not None]
+
+    def send_dtmf(self, digit: str) -> str:
+        self._require_open()
+        self.metrics.dtmf_sent += 1
+        return self._side.dtmf(digit)
+
+    def stop_messages(self, now_ms: float | None = None) -> list[str]:
+        self._stop(now_ms)
+        # caller audio still batched goes out before the stop (it was due before it)
+        batched = [self._flush_caller_batch()] if self._caller_batch else []
+        return batched + [self._side.stop()]
+
+    def receive_fast(self, data: bytes, now_ms: float) -> bool:
+        return False  # chunks come every 100 ms or more and marks with them: the carrier side reads them
+
+    def receive(self, data: str | bytes, now_ms: float) -> None:
+        self._advance_play(now_ms)
+        sent = self._side.receive_binary(data) if not isinstance(data, str) else self._side.receive_text(data)
+        if isinstance(sent, exotel.SentMedia):
+            self._audio_arrived(sent.payload, now_ms)
+        elif isinstance(sent, exotel.SentMark):
+            self.mark_arrived(sent.name, now_ms)
+        elif isinstance(sent, exotel.SentClear):
+            self.clear_arrived(now_ms)
+        else:
+            self._protocol_error(f"rejected: {sent.reason}")
+
+    def _echo(self, name: str, is_end: bool) -> None:
+        if is_end:
+            self._in_spurt = False
+            self._in_underrun = False
+        self._outbox.append(self._side.mark_echo(name))
+
+    def _cleared(self, now_ms: float) -> None:
+        self._cleared_audio_path()
+
+    def release_wire_state(self) -> None:
+        super().release_wire_state()
+        self._side = None
+
+
+def stable_seed(text: str) -> int:
+    """A 64-bit seed from ``text`` (a call id): the same call jitters the same way."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
