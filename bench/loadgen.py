@@ -8,7 +8,9 @@ the figures are computed. Protocol with the bench: prints "ready", reads one JSO
 (CLOCK_MONOTONIC ms, system-wide on Linux), prints {"live": n, "done": n, "failed": n} lines about
 every second, writes --out and prints "finished".
 
-The auth token arrives in the environment (BENCH_TWILIO_AUTH_TOKEN), not on the command line.
+The auth token arrives in the environment (BENCH_TWILIO_AUTH_TOKEN), not on the command line; with
+--carrier other than twilio, that carrier's secrets too (BENCH_CARRIER_CREDENTIALS: a CarrierCredentials'
+JSON).
 
 A load process asks for SCHED_FIFO (priority LOAD_RT_PRIORITY, else nice -10): the carrier stands in
 for Twilio, whose arrival times are not disturbed by the model vendor's servers, but here the model
@@ -32,10 +34,12 @@ import uvloop
 from bench.pinning import parse_cpus
 from bench.scenarios import get_scenario
 from voicecore.sim.carrier import CallResult, place_call, shared_ticker
+from voicecore.sim.carrier_modes_core import CARRIERS, CarrierCredentials
 from voicecore.priority import raise_priority
 from voicecore.sim.quiet_gc import collector_paused
 
 TOKEN_ENV = "BENCH_TWILIO_AUTH_TOKEN"
+CREDENTIALS_ENV = "BENCH_CARRIER_CREDENTIALS"
 LOAD_RT_PRIORITY = 5  # below the pacer's (10), should the two ever share a CPU
 
 
@@ -49,15 +53,19 @@ def _strip(result: CallResult) -> CallResult:
     """Drop what the report never reads (the caller's clips, the playout queue) before pickling."""
     core = result.core
     if core is not None:
-        core._clips = []
-        core._queue.clear()
-        core._outbox = []
+        if hasattr(core, "release_wire_state"):  # a carrier mode's adapter: its codecs and carrier sides too
+            core.release_wire_state()
+        else:
+            core._clips = []
+            core._queue.clear()
+            core._outbox = []
     return result
 
 
 async def _run(args: argparse.Namespace, t0_ms: float) -> list[tuple[CallResult, dict]]:
     scenario = get_scenario(args.scenario)
     token = os.environ.get(TOKEN_ENV, "")
+    credentials = CarrierCredentials.from_json(os.environ.get(CREDENTIALS_ENV, "")) if args.carrier != "twilio" else None
     plan = schedule(args.calls_total, args.ramp_ms, args.settle_ms, args.seconds, t0_ms)
     mine = list(range(args.proc_index, args.calls_total, args.procs))
     counts = {"done": 0, "failed": 0}
@@ -69,7 +77,8 @@ async def _run(args: argparse.Namespace, t0_ms: float) -> list[tuple[CallResult,
             await asyncio.sleep(delay)
         started_ms = time.monotonic() * 1000.0
         script = scenario.script(int(end_ms - started_ms), index)
-        result = await place_call(args.base_url, token, script, args.lead_frames, unix_socket=args.unix_socket or None)
+        result = await place_call(args.base_url, token, script, args.lead_frames, unix_socket=args.unix_socket or None,
+                                  carrier=args.carrier, credentials=credentials)
         counts["done"] += 1
         if result.closed_by != "carrier" or result.errors:
             counts["failed"] += 1
@@ -105,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--unix-socket", default="", help="reach the server through this Unix socket")
     parser.add_argument("--cpus", default="")
+    parser.add_argument("--carrier", default="twilio", choices=CARRIERS)
     args = parser.parse_args(argv)
     if args.cpus:
         os.sched_setaffinity(0, parse_cpus(args.cpus))

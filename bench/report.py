@@ -109,7 +109,8 @@ def format_table(top: dict, runs: list[dict]) -> str:
     seconds = runs[-1]["seconds"] if runs else top.get("seconds", 0)
     transport = (runs[-1] if runs else top).get("transport", "tcp")
     privileges = (runs[-1] if runs else top).get("privileges", {}).get("mode", "on")
-    out = [f"{title}: scenario {scenario}, {seconds:.0f} s measured per run, over {transport} sockets, "
+    carrier = (runs[-1] if runs else top).get("carrier", "twilio")
+    out = [f"{title}: scenario {scenario}, {seconds:.0f} s measured per run, calls from {carrier}, over {transport} sockets, "
            f"privileges {privileges}, {machine.get('cores', '?')} cores ({machine.get('cpu_model', '?')})",
            line(header), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
@@ -127,6 +128,10 @@ def format_table(top: dict, runs: list[dict]) -> str:
     out.append(f"  frames sent {last['frames_sent']}  barge-ins {last['bargeins']}  "
                f"overlapping responses {last.get('overlapping_responses', 0)}  late deltas {last.get('late_deltas_sent', 0)}  "
                f"talkover ms p50/p99 {_p(talkover, 'p50')}/{_p(talkover, 'p99')} ({talkover.get('count', 0)})")
+    matching = last.get("frame_matching")
+    if matching:
+        out.append(f"  frame matching (lossy carrier path) {matching['exact']} exact, {matching['matched']} matched by content, "
+                   f"{matching['unmatched']} unmatched ({matching['unmatched_with_signal']} with signal) of {matching['frames']}")
     out.append(f"  load CPU {last.get('load_cpu_fraction', 0):.2f} cores over {last.get('load_procs', 1)} load process(es)"
                f"{_load_split(last.get('load_cpu_fraction_by_role'))}  "
                f"per process ms/call-s {last.get('cpu_ms_per_call_second_by_process', {})}")

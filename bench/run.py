@@ -40,7 +40,7 @@ from bench.scenarios import AGENT_PREFIX, HALLUCINATION_UNGATED, SCENARIOS, get_
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import TRUNCATE_TOLERANCE_MS, summarize
 from voicecore.config import UNIX_PREFIX, load_config
-from voicecore.demo import demo_config, fetch_gateway_metrics
+from voicecore.demo import carrier_config, demo_config, fetch_gateway_metrics, frame_matching
 from voicecore.errors import DependencyError
 from voicecore.stats import percentile
 from voicecore.store import CallStore, database_url_for
@@ -115,6 +115,7 @@ class BenchOptions:
     chaos_faults: str = ""  # --scenario chaos: the faults to inject, in order ("": all; bench/chaos.py)
     soak: float = 0.0  # > 0: `--soak SECONDS`, a leak watch under churning calls instead of a run (bench/soak.py)
     bad_input: bool = False  # --bad-input: the run without and with the gateway attacked (bench/badinput.py)
+    carrier: str = "twilio"  # --carrier: the carrier the simulated calls come from (voicecore/sim/carrier_modes_core.py)
 
 
 class BenchError(DependencyError, RuntimeError):
@@ -454,6 +455,7 @@ class LevelRun:
         self.unix_socket: str | None = None
         self.base_url = ""
         self.token = ""
+        self.credentials = None  # --carrier other than twilio: the simulator's halves of the stack's secrets
         self.config = None  # the stack's Config; None for a baseline or --target
         self.lead_frames = 1
         self.pids: dict[str, int] = {}
@@ -566,6 +568,9 @@ class LevelRun:
         if opts.transport == "unix":
             self.unix_socket = str(workdir / "gateway.sock")
             config = dataclasses.replace(config, listen=UNIX_PREFIX + self.unix_socket, public_url=UNIX_BASE_URL)
+        if opts.carrier != "twilio":
+            # this run's secrets for the carrier: the stack gets its halves
+            config, self.credentials = carrier_config(config, opts.carrier)
         self.config = config
         self.stack = Stack(config)
         await asyncio.to_thread(self.stack.start, self.log_file)
@@ -580,7 +585,7 @@ class LevelRun:
         from voicecore.sim.carrier import CallScript, place_call
 
         warm = await place_call(self.base_url, self.token, CallScript(duration_ms=1500), self.lead_frames,
-                                unix_socket=self.unix_socket)
+                                unix_socket=self.unix_socket, carrier=self.opts.carrier, credentials=self.credentials)
         if warm.closed_by != "carrier" or warm.errors:
             raise BenchError(f"the warm-up call failed: {warm.closed_by} {'; '.join(warm.errors)[:300]}")
         self.warm_up_sid = warm.call_sid
@@ -592,6 +597,8 @@ class LevelRun:
         opts = self.opts
         env = child_env()
         env["BENCH_TWILIO_AUTH_TOKEN"] = self.token
+        if self.credentials is not None:
+            env["BENCH_CARRIER_CREDENTIALS"] = self.credentials.to_json()
         for k in range(self.procs):
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "bench.loadgen", "--base-url", self.base_url, "--scenario", opts.scenario,
@@ -600,6 +607,7 @@ class LevelRun:
                 "--lead-frames", str(self.lead_frames), "--out", str(self.workdir / f"load-{k}.pkl"),
                 *(["--unix-socket", self.unix_socket] if self.unix_socket else []),
                 *(["--cpus", self.cpus_arg] if self.cpus_arg else []),
+                *(["--carrier", opts.carrier] if opts.carrier != "twilio" else []),
                 env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self.log_file)
             self.loads.append(proc)
         return await self.release_loads("load process")
@@ -777,6 +785,9 @@ class LevelRun:
         results_meta = self._load_results()
         records = self._model_records()
         full = analysis.RecordSet(records)
+        # A lossy carrier path (A-law, resampled L16): tie its frames to the model's by content first
+        # (voicecore/sim/audio_match.py), so every content-based figure below finds them.
+        matching = frame_matching([result for result, _meta in results_meta], full)
         trimmed_records = analysis.trim_records(records, w0, w1)
         trimmed = []
         lost_out = lost_in = late_starts = 0
@@ -806,6 +817,9 @@ class LevelRun:
         turns = self.config is not None and call_control(self.config) == "turns"
         report["bargein_measured_from"] = "decision" if turns else "speech"
         report["system"] = system
+        report["carrier"] = opts.carrier
+        if matching is not None:
+            report["frame_matching"] = matching
         report["transport"] = "unix" if self.unix_socket else "tcp"
         report["privileges"] = {"mode": opts.privileges, "granted": window.scheduling}
         report["frames_lost"] = lost_out + lost_in
@@ -1106,6 +1120,10 @@ def run_async(main) -> tuple[object, int]:
 def run_bench(opts: BenchOptions) -> int:
     from bench.report import format_store_comparison, format_table, write_png
 
+    if opts.carrier != "twilio" and (opts.soak or opts.bad_input):
+        print("voicecore bench: --soak and --bad-input place Twilio calls; --carrier is for measured runs",
+              file=sys.stderr)
+        return 2
     if opts.soak:
         from bench.soak import run_soak
 
@@ -1191,6 +1209,11 @@ def run_bench(opts: BenchOptions) -> int:
                 parse_cpus(cpus)
     except ValueError as exc:
         print(f"voicecore bench: {exc}", file=sys.stderr)
+        return 2
+    if opts.carrier != "twilio" and (opts.target or opts.baseline or opts.scenario == "chaos"):
+        print("voicecore bench: --carrier other than twilio needs a stack the bench starts (its secrets are made for "
+              "the run) and voicecore on both sides: not with --target, --baseline or the chaos scenario",
+              file=sys.stderr)
         return 2
     if opts.scenario == "chaos":
         from bench.chaos import run_chaos  # its own run: faults injected into one stack (bench/chaos.py)

@@ -52,7 +52,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs,
                     record_dir=None if args.no_record else args.record_dir,
-                    overlap_probability=args.overlap_probability, late_deltas=args.late_deltas, agent_dir=args.agent)
+                    overlap_probability=args.overlap_probability, late_deltas=args.late_deltas, agent_dir=args.agent,
+                    carrier=args.carrier)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -117,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="audio deltas the model simulator still sends after a cancel, 0-3 (default 2)")
     demo.add_argument("--agent", metavar="DIR",
                       help="agent directory (its demo.toml scripts the calls; default: the shipped default agent)")
+    demo.add_argument("--carrier", default="twilio", choices=("twilio", "telnyx", "plivo", "vonage", "exotel"),
+                      help="the carrier the simulated calls come from: its signed webhook, answer document and "
+                           "media stream (default twilio); the demo makes the carrier's secrets for the run")
     demo.set_defaults(func=_cmd_demo)
 
     check = sub.add_parser("check", help="check an agent directory or a flow file: every problem, one per line")

@@ -41,7 +41,9 @@ from voicecore.callreport import StackCpu, summarize
 from voicecore.config import Config, load_config
 from voicecore.console import probe
 from voicecore.sim.audio_clips import load_clip
-from voicecore.sim.carrier import CallResult, CallScript, place_call
+from voicecore.sim.audio_match import match_frames
+from voicecore.sim.carrier import CallResult, CallScript, generate_credentials, place_call
+from voicecore.sim.carrier_modes_core import CARRIERS, CarrierCredentials
 from voicecore.sim.model import SimConfig
 from voicecore.sim.model_server import serve_model_sim
 from voicecore.sim.quiet_gc import collector_paused
@@ -183,17 +185,65 @@ def replay_records(paths: list[Path], totals: dict | None = None) -> tuple[int, 
 
 
 async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0,
-                    scenario: Scenario | None = None) -> list[CallResult]:
+                    scenario: Scenario | None = None, carrier: str = "twilio",
+                    credentials: CarrierCredentials | None = None, jitter_probability: float = 0.0) -> list[CallResult]:
     lead_frames = max(1, config.lead_ms // 20)
 
     async def one(index: int) -> CallResult:
         if ramp_ms:
             await asyncio.sleep(ramp_ms * index / max(1, calls) / 1000)
         script = scenario.call_script(index, int(seconds * 1000)) if scenario is not None else demo_script(seconds)
-        return await place_call(config.base_url, config.twilio_auth_token, script, lead_frames)
+        return await place_call(config.base_url, config.twilio_auth_token, script, lead_frames, carrier=carrier,
+                                credentials=credentials, jitter_probability=jitter_probability)
 
     with collector_paused():
         return await asyncio.gather(*(one(i) for i in range(calls)))
+
+
+# The carrier simulator's Telnyx mode sends this share of caller frames after the next one (a Telnyx
+# stream does not guarantee frame order), so the demo exercises the gateway's reorder window.
+DEMO_TELNYX_JITTER = 0.02
+
+
+def carrier_config(config: Config, carrier: str) -> tuple[Config, CarrierCredentials]:
+    """``config`` with the secrets of a fresh set of simulator credentials (the Twilio auth token kept),
+    and the credentials. Raises StackError when this stack has no setting for ``carrier``'s secret (its
+    gateway routes are not there)."""
+    credentials = generate_credentials(config.twilio_auth_token)
+    names = {f.name for f in dataclasses.fields(config)}
+    settings = credentials.stack_settings()
+    needed = CARRIER_SETTINGS.get(carrier, ())
+    missing = [name for name in needed if name not in names]
+    if missing:
+        raise StackError(f"this build has no {carrier} settings ({', '.join('VOICECORE_' + n.upper() for n in missing)}): "
+                         f"its gateway cannot take {carrier} calls")
+    return dataclasses.replace(config, **{name: value for name, value in settings.items() if name in names}), credentials
+
+
+# The settings the stack checks each carrier's requests with (the carrier's halves stay with the simulator).
+CARRIER_SETTINGS = {
+    "twilio": ("twilio_auth_token",),
+    "telnyx": ("telnyx_public_key",),
+    "plivo": ("plivo_auth_token",),
+    "vonage": ("vonage_signature_secret",),
+    "exotel": ("exotel_username", "exotel_password"),
+}
+
+
+def frame_matching(results: list[CallResult], sim) -> dict | None:
+    """Tie the received frames of calls on a lossy carrier path (A-law, resampled L16) to the model's frames
+    (voicecore/sim/audio_match.py) before the figures are computed; the summed counts, or None when every
+    call's audio came back bit-exact."""
+    totals: dict | None = None
+    for result in results:
+        records = [session.record for session in sim.by_call(result.call_sid)]
+        stats = match_frames(result.core, records)
+        if stats is None:
+            continue
+        totals = totals or dict.fromkeys(stats.as_dict(), 0)
+        for key, value in stats.as_dict().items():
+            totals[key] += value
+    return totals
 
 
 def demo_sim_config(overlap_probability: float = 0.0, late_deltas: int = DEFAULT_LATE_DELTAS,
@@ -215,10 +265,14 @@ def _arena_name(config: Config) -> str:
 
 
 async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file, record_dir: Path | None = None,
-                sim_config: SimConfig | None = None, agent_dir: Path | None = None, scenario: Scenario | None = None) -> dict:
+                sim_config: SimConfig | None = None, agent_dir: Path | None = None, scenario: Scenario | None = None,
+                carrier: str = "twilio") -> dict:
     sim_config = sim_config or demo_sim_config()
-    sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     base = resolve_config(load_config(os.environ, config_path))
+    credentials: CarrierCredentials | None = None
+    if carrier != "twilio":
+        base, credentials = carrier_config(base, carrier)
+    sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir) if record_dir is not None else "")
     tool_server: ToolServer | None = None
     agent: AgentSpec | None = None
@@ -247,7 +301,9 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         watching = (asyncio.create_task(probe.watch_first_call(config.console_listen, console_key, seconds))
                     if console_key else None)
         # Spread call starts over up to 1 s so 200 webhooks do not arrive in the same millisecond.
-        results = await run_calls(config, calls, seconds, ramp_ms=min(1000, 5 * calls), scenario=scenario)
+        results = await run_calls(config, calls, seconds, ramp_ms=min(1000, 5 * calls), scenario=scenario,
+                                  carrier=carrier, credentials=credentials,
+                                  jitter_probability=DEMO_TELNYX_JITTER if carrier == "telnyx" else 0.0)
         wall_s = time.monotonic() - started
         load_cpu_s = time.process_time() - load_cpu_started
         cpu_s = cpu.stop()
@@ -273,8 +329,12 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
             await tool_server.stop()
     # Only this stack's arenas: another stack on the machine (a test, a second demo) has its own, alive.
     leftovers = sorted(name for name in own_arenas if name and (Path(config.shm_dir) / name).exists())
+    matching = frame_matching(results, sim)
     report = summarize(results, sim, seconds=seconds, cpu_seconds=cpu_s, wall_seconds=wall_s, stack_metrics=metrics,
                        expect_bargeins=scenario is None)
+    report["carrier"] = carrier
+    if matching is not None:
+        report["frame_matching"] = matching
     report["shm_leftovers"] = len(leftovers)
     report["command"] = shlex.join(sys.argv)  # a published report says how to run it again (bench/results)
     report["sim_overlap_probability"] = sim_config.overlap_probability
@@ -323,11 +383,16 @@ def fetch_gateway_metrics(config: Config) -> dict:
 
 def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None, keep_logs: bool = False,
              record_dir: str | None = DEFAULT_RECORD_DIR, overlap_probability: float = 0.0,
-             late_deltas: int = DEFAULT_LATE_DELTAS, agent_dir: str | None = None) -> int:
+             late_deltas: int = DEFAULT_LATE_DELTAS, agent_dir: str | None = None, carrier: str = "twilio") -> int:
     """``record_dir``: one record per call goes there (created 0700 if missing); None: no records.
     ``overlap_probability``, ``late_deltas``: the model simulator's SimConfig.overlap_probability and
     late_deltas_after_cancel. ``agent_dir``: run this agent against its demo scenario (demo.toml: the
-    callers' scripts, the simulated model's rules, a fake of its tool API) under the turn-taking controller."""
+    callers' scripts, the simulated model's rules, a fake of its tool API) under the turn-taking controller.
+    ``carrier``: the carrier the simulator acts as (twilio, telnyx, plivo, vonage, exotel); the demo makes
+    that carrier's secrets for the run and gives the stack its halves."""
+    if carrier not in CARRIERS:
+        print(f"voicecore demo: --carrier must be one of {', '.join(CARRIERS)}", file=sys.stderr)
+        return 2
     scenario: Scenario | None = None
     agent_path: Path | None = None
     if agent_dir is not None:
@@ -365,7 +430,7 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
         with open(log_path, "wb") as log_file:
             try:
                 report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file, records, sim_config,
-                                           agent_path, scenario))
+                                           agent_path, scenario, carrier))
             except StackError as exc:
                 print(f"voicecore demo: {exc}", file=sys.stderr)
                 sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
@@ -381,7 +446,8 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
 
 def format_report(report: dict) -> str:
     lines = [
-        f"voicecore demo: {report['calls']} call(s) x {report['seconds']:.0f} s -> {'OK' if report['ok'] else 'FAILED'}",
+        f"voicecore demo: {report['calls']} call(s) x {report['seconds']:.0f} s as {report.get('carrier', 'twilio')} "
+        f"-> {'OK' if report['ok'] else 'FAILED'}",
         f"  frames sent        {report['frames_sent']}",
         f"  lateness ms        p50 {report['lateness_ms']['p50']:.2f}  p99 {report['lateness_ms']['p99']:.2f}  max {report['lateness_ms']['max']:.2f}",
         f"  underruns          {report['underruns']}",
@@ -413,6 +479,11 @@ def format_report(report: dict) -> str:
             f"  after tool calls   talk-over max {agent['talkover_after_tool_ms']['max']:.0f} ms over "
             f"{agent['talkover_after_tool_ms']['count']} answers; {c['fillers']} filler lines, {c['transitions']} node transitions",
         ]
+    matching = report.get("frame_matching")
+    if matching:
+        lines.append(f"  frame matching     {matching['exact']} exact, {matching['matched']} matched by content, "
+                     f"{matching['unmatched']} unmatched ({matching['unmatched_with_signal']} with signal) of "
+                     f"{matching['frames']} (lossy carrier path: voicecore/sim/audio_match.py)")
     if report.get("records_dir"):
         lines.append(f"  records            {report['records_written']} in {report['records_dir']}, "
                      f"{report['records_replayed_identical']} replayed identically, {report.get('calls_in_store', 0)} calls in the store")
