@@ -123,7 +123,11 @@ class FleetPublisher:
                 break
             self.counters["fanout_dropped"] += 1
         self.queue.append(fleet.encode(self.node, rows_text))
-        self.loop.call_soon_threadsafe(self.wake.set)
+        try:
+            self.loop.call_soon_threadsafe(self.wake.set)
+        except RuntimeError:  # the publisher's loop has ended (closed): nothing will send it
+            self.queue.clear()
+            self.counters["fanout_dropped"] += 1
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)

@@ -31,6 +31,7 @@ log = logging.getLogger("voicecore.gateway")
 
 PURGE_EVERY_S = 60.0  # claimed tokens are deleted from the store this often, a minute after they expired
 STATEMENT_TIMEOUT_MS = 2000  # a claim stuck longer than this is cancelled by PostgreSQL itself
+CONNECT_TIMEOUT_S = 2  # opening the connection (libpq's connect_timeout, unless the URL sets one)
 
 
 def wall_ms() -> int:
@@ -46,7 +47,8 @@ class TokenLedger:
     failure on the next claim)."""
 
     def __init__(self, url: str, node: str) -> None:
-        self.url = url
+        # libpq waits for an unreachable server as long as TCP does (minutes) unless told otherwise
+        self.url = url if "connect_timeout" in url else url + ("&" if "?" in url else "?") + f"connect_timeout={CONNECT_TIMEOUT_S}"
         self.node = node
         self.store: CallStore | None = None
         self.next_purge_s = 0.0
@@ -85,7 +87,10 @@ class TokenLedger:
             self.store = None
 
     async def claim(self, check: st.TokenCheck, timeout_s: float) -> str:
-        future = asyncio.wrap_future(self.thread.submit(self._claim, check))
+        try:
+            future = asyncio.wrap_future(self.thread.submit(self._claim, check))
+        except RuntimeError:  # the gateway is stopping: its thread is shut down
+            return st.SHARED_ERROR
         try:
             return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
