@@ -335,6 +335,8 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     report["carrier"] = carrier
     if matching is not None:
         report["frame_matching"] = matching
+    if carrier == "telnyx":  # what the jitter switch did: caller frames sent after their successor
+        report["caller_frames_out_of_order"] = sum(getattr(r.core, "frames_reordered", 0) for r in results if r.core)
     report["shm_leftovers"] = len(leftovers)
     report["command"] = shlex.join(sys.argv)  # a published report says how to run it again (bench/results)
     report["sim_overlap_probability"] = sim_config.overlap_probability
@@ -349,8 +351,9 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         identical, problems = await asyncio.to_thread(replay_records, paths, totals)
         report["records_written"] = len(paths)
         report["records_replayed_identical"] = identical
-        recorded = {p.name.split(".")[0].split("-")[0] for p in paths}
-        missing = [sid for sid in call_sids if sid not in recorded]
+        # By the names record_paths found for each call: a call id may hold "-" itself (Plivo's and Vonage's
+        # UUIDs, Telnyx's call_control_id), so a record's name cannot be cut at its first "-".
+        missing = [sid for sid in call_sids if not record_paths(record_dir, [sid])]
         if missing:
             problems.insert(0, f"{len(missing)} call(s) without a record, e.g. {missing[0]}")
         report["calls_in_store"] = in_store
