@@ -525,3 +525,31 @@ def test_played_time_of_a_resampled_tag_leaves_out_the_transcoders_delay():
     assert call.outbound_delay_ms == 10
     assert call.played_ms_of_tag(1) == 5 * FRAME_MS - 10
     assert call.played_ms_of_tag(9) == 0
+
+
+# ----- the switches ---------------------------------------------------------------------------------------
+
+
+def test_demo_and_bench_take_the_carrier_and_default_to_twilio():
+    from bench.cli import bench_options_from_args
+    from voicecore.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["demo"]).carrier == "twilio"
+    assert parser.parse_args(["demo", "--carrier", "vonage"]).carrier == "vonage"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["demo", "--carrier", "sinch"])
+    args = parser.parse_args(["bench", "--carrier", "exotel"])
+    assert bench_options_from_args(args).carrier == "exotel"
+    assert bench_options_from_args(parser.parse_args(["bench"])).carrier == "twilio"
+
+
+@pytest.mark.parametrize("argv", [["--target", "http://127.0.0.1:9", "--auth-token", "x"], ["--soak", "60"],
+                                  ["--scenario", "chaos"]])
+def test_the_bench_refuses_a_carrier_it_cannot_make_secrets_for(argv, capsys):
+    from bench.run import BenchOptions, run_bench
+
+    options = {"--target": {"target": "http://127.0.0.1:9", "auth_token": "x"}, "--soak": {"soak": 60.0},
+               "--scenario": {"scenario": "chaos"}}[argv[0]]
+    assert run_bench(BenchOptions(carrier="telnyx", **options)) == 2
+    assert "--carrier" in capsys.readouterr().err
