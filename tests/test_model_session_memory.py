@@ -1,0 +1,98 @@
+"""The model worker frees an ended call's session by reference counting, at the call's end (issue 18's soak).
+
+A session that kept its cancelled task formed a reference cycle (session -> task -> CancelledError ->
+traceback -> run()'s frame -> session) that only the cyclic collector frees; in the serving worker its full
+passes are rare, so every ended call's session, driver, socket and buffers piled up between them (the 1 h
+soak's model worker: +9% RSS). Here calls start and end through ModelWorker.reconcile, the way the arena
+tells it, with the collector off: every session must be gone once its task has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import socket
+import weakref
+
+from voicecore.agent.load import load_configured_agent
+from voicecore.config import load_config
+from voicecore.shm import control as C
+from voicecore.shm.arena import Arena, ArenaLayout
+from voicecore.twilio.stream import TwilioStreamProtocol, wire_templates
+from workers.model.main import ModelWorker
+
+LAYOUT = ArenaLayout(max_calls=4, in_slots=8, out_slots=16, wire_slots=8, wire_slot_bytes=384)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: the sessions' model connections fail at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sid(prefix: str, n: int) -> str:
+    return f"{prefix}{n:032x}"
+
+
+async def churn(worker: ModelWorker, arena: Arena, calls: int) -> list[weakref.ref]:
+    sessions = []
+    for n in range(calls):
+        slot = n % LAYOUT.max_calls
+        arena.claim_slot(slot, sid("MZ", n), sid("CA", n), wire_templates(sid("MZ", n)))
+        worker.reconcile()
+        session = worker.calls[slot]
+        sessions.append(weakref.ref(session))
+        del session
+        await asyncio.sleep(0.01)  # its task runs: a connection attempt, refused, then the reconnect wait
+        arena.set_slot_state(slot, C.SLOT_ENDING)
+        worker.reconcile()
+        arena.set_slot_state(slot, C.SLOT_FREE)
+    for _ in range(5):
+        await asyncio.sleep(0)  # the cancelled tasks finish
+    return sessions
+
+
+def test_ended_sessions_are_freed_without_the_cyclic_collector(tmp_path):
+    base = load_config({})
+    config = dataclasses.replace(base, runtime_dir=str(tmp_path / "run"), record_dir="",
+                                 realtime_url=f"ws://127.0.0.1:{closed_port()}/v1/realtime", send_call_id_to_vendor=True)
+    (tmp_path / "run").mkdir()
+    agent = load_configured_agent(config, {})
+    arena = Arena.create(LAYOUT, directory=str(tmp_path))
+
+    async def main() -> list[weakref.ref]:
+        worker = ModelWorker(config, agent)
+        worker.arena = arena
+        try:
+            return await churn(worker, arena, 40)
+        finally:
+            assert not worker.calls  # every call ended
+            assert not worker.account_sids and not worker.tool_tasks and not worker.observed
+            worker.bus.close()
+            worker.follower.close()
+
+    gc.collect()
+    gc.disable()
+    try:
+        sessions = asyncio.run(main())
+        alive = sum(1 for ref in sessions if ref() is not None)
+    finally:
+        gc.enable()
+        arena.close()
+    assert alive == 0, f"{alive} of {len(sessions)} ended sessions still in memory (a reference cycle)"
+
+
+def test_an_ended_stream_protocol_is_freed_without_the_cyclic_collector():
+    # The gateway's per-call Twilio protocol: it kept a dict of its own bound methods (a cycle per call).
+    gc.collect()
+    gc.disable()
+    try:
+        protocol = TwilioStreamProtocol()
+        protocol.receive_text(b'{"event":"connected","protocol":"Call","version":"1.0.0"}')
+        ref = weakref.ref(protocol)
+        del protocol
+        assert ref() is None
+    finally:
+        gc.enable()
