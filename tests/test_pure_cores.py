@@ -45,6 +45,8 @@ PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/contro
               "voicecore/carriers/codec.py",
               # the gateway's carrier edge: caller audio into arena frames, raw wire entries into a carrier's messages
               "voicecore/carriers/edge.py",
+              # the carrier protocols' shared JSON reading: violation, field readers, message loader, closing
+              "voicecore/carriers/jsonwire.py",
               # Vonage's WebSocket protocol, encoder, carrier side, NCCO and signed webhooks
               "voicecore/carriers/vonage.py",
               # Exotel's media-stream protocol, chunk batcher and carrier side (messages in, events out)

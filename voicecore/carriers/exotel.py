@@ -122,8 +122,23 @@ from voicecore.carriers.events import (
     StreamStarted,
     StreamStopped,
 )
-from voicecore.errors import PeerInputError
-from voicecore.timing import FRAME_MS, MAX_MESSAGE_BYTES, START_DEADLINE_MS
+from voicecore.carriers.jsonwire import (
+    CloseCode,
+    ClosesOnViolation,
+    Violation,
+    decode_base64,
+    load_event,
+    malformed,
+    next_state,
+    printable_id,
+    read_counter,
+    read_id,
+    read_object,
+    read_optional_counter,
+    read_optional_string,
+    read_string,
+)
+from voicecore.timing import FRAME_MS, START_DEADLINE_MS
 
 __all__ = [
     "ALIGNMENT_BYTES",
@@ -159,15 +174,6 @@ __all__ = [
     "voicebot_stream_url",
     "voicebot_url_response",
 ]
-
-
-class CloseCode(enum.IntEnum):
-    """WebSocket close codes this protocol closes with (RFC 6455 section 7.4.1)."""
-
-    UNSUPPORTED_DATA = 1003
-    INVALID_PAYLOAD = 1007
-    POLICY_VIOLATION = 1008
-    MESSAGE_TOO_BIG = 1009
 
 
 # --- audio formats and Exotel's chunk rules ---------------------------------------------------------
@@ -328,8 +334,6 @@ _TRANSITIONS: dict[tuple[State, str], State] = {
 }
 _KNOWN_EVENTS = frozenset(event for _, event in _TRANSITIONS)
 
-_MAX_COUNTER_DIGITS = 18  # fits int64 with room; also stops int() on absurdly long digit strings
-_MAX_COUNTER = 10**_MAX_COUNTER_DIGITS
 _MAX_ID_CHARS = 128  # Exotel ids are short (32 hex for a call); the bound keeps logs and JSON small
 _DTMF_DIGITS = frozenset("0123456789*#ABCD")
 _INBOUND_TRACKS = frozenset({"inbound", "inbound_track"})
@@ -340,123 +344,50 @@ _STOP_REASONS = {reason: reason for reason in ("stopped", "callended", "caller_h
 _CONNECTED_FIELDS = ("protocol", "version")  # what [exo-repo] shows besides "event"
 
 
-class _Violation(PeerInputError):
-    """Internal only: raised by the field readers, turned into a ProtocolViolation in one place."""
-
-    def __init__(self, close_code: CloseCode, reason: str) -> None:
-        self.close_code = close_code
-        self.reason = reason
-
-
-def _malformed(reason: str) -> _Violation:
-    return _Violation(CloseCode.INVALID_PAYLOAD, reason)
-
-
-def _utf8_length(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def _template_safe(value: object) -> bool:
-    """A non-empty printable-ASCII string without quotes or backslashes: safe inside our JSON templates
-    and in a log line as it is."""
-    return (
-        isinstance(value, str)
-        and 0 < len(value) <= _MAX_ID_CHARS
-        and all(" " <= char <= "~" and char not in '"\\' for char in value)
-    )
-
-
-# --- field readers: each returns a checked value or raises _Violation(1007) ------------------------
-
-
-def _object(message: dict, key: str) -> dict:
-    value = message.get(key)
-    if type(value) is not dict:
-        raise _malformed(f"{key} is not an object")
-    return value
-
-
-def _string(message: dict, key: str) -> str:
-    value = message.get(key)
-    if type(value) is not str:
-        raise _malformed(f"{key} is not a string")
-    return value
-
-
-def _optional_string(message: dict, key: str) -> str:
-    if key not in message:
-        return ""
-    return _string(message, key)
-
-
-def _counter(message: dict, key: str) -> int:
-    # [ws] writes counters as strings ("1"); Exotel's own samples also write numbers [exo-repo].
-    value = message.get(key)
-    if type(value) is int:  # bool is an int subclass; `type is` keeps it out
-        if not 0 <= value < _MAX_COUNTER:
-            raise _malformed(f"{key} is out of range")
-        return value
-    if type(value) is not str:
-        raise _malformed(f"{key} is not a counter")
-    if not (0 < len(value) <= _MAX_COUNTER_DIGITS and value.isascii() and value.isdigit()):
-        raise _malformed(f"{key} is not a decimal counter")
-    return int(value)
-
-
-def _optional_counter(message: dict, key: str) -> int | None:
-    if key not in message:
-        return None
-    return _counter(message, key)
-
-
-def _ident(message: dict, key: str) -> str:
-    value = message.get(key)
-    if type(value) is not str:
-        raise _malformed(f"{key} is not a string")
-    if not _template_safe(value):
-        raise _malformed(f"{key} is not a usable id")
-    return value
+# --- field readers beyond voicecore/carriers/jsonwire.py's -------------------------------------------
 
 
 def _media_format(start: dict) -> tuple[str, int]:
     """start.media_format -> (our encoding, sample rate in Hz), or 1007."""
-    media_format = _object(start, "media_format")
-    raw_encoding = _string(media_format, "encoding")
+    media_format = read_object(start, "media_format")
+    raw_encoding = read_string(media_format, "encoding")
     base, *parameters = (part.strip() for part in raw_encoding.lower().split(";"))
     encoding = _ENCODINGS.get(base)
     if encoding is None:
-        raise _malformed("unsupported media encoding")
+        raise malformed("unsupported media encoding")
     rate_parameter: int | None = None
     for parameter in parameters:
         name, _, value = parameter.partition("=")
         if name.strip() == "rate":
-            rate_parameter = _counter({"rate": value.strip()}, "rate")
-    sample_rate_hz = _optional_counter(media_format, "sample_rate")
+            rate_parameter = read_counter({"rate": value.strip()}, "rate")
+    sample_rate_hz = read_optional_counter(media_format, "sample_rate")
     if sample_rate_hz is None:
         sample_rate_hz = rate_parameter
     elif rate_parameter is not None and rate_parameter != sample_rate_hz:
-        raise _malformed("encoding rate differs from sample_rate")
+        raise malformed("encoding rate differs from sample_rate")
     if sample_rate_hz is None:
-        raise _malformed("sample_rate is missing")
+        raise malformed("sample_rate is missing")
     if sample_rate_hz not in SAMPLE_RATES_HZ[encoding]:
-        raise _malformed("sample rate not supported for the encoding")
-    bit_rate = _optional_counter(media_format, "bit_rate")
+        raise malformed("sample rate not supported for the encoding")
+    bit_rate = read_optional_counter(media_format, "bit_rate")
     # [ws]/[applet]: "bit_rate": "16" for 16-bit PCM. What Exotel reports for mu-law is not documented,
     # so there only its type is checked.
     if encoding == ENCODING_L16 and bit_rate is not None and bit_rate != 16:
-        raise _malformed("bit_rate is not 16 for L16")
+        raise malformed("bit_rate is not 16 for L16")
     return encoding, sample_rate_hz
 
 
 # --- the protocol ------------------------------------------------------------------------------------
 
 
-class ExotelStreamProtocol:
+class ExotelStreamProtocol(ClosesOnViolation):
     """Server side of one Exotel Voicebot stream: text messages in, carrier-neutral events out.
 
     After ``start``: :attr:`encoding`, :attr:`sample_rate_hz`, :attr:`frame_bytes` (20 ms of that
     format, for cutting payloads), :attr:`chunk_rules` and :meth:`outbound_encoder` are ready.
     """
+
+    _CLOSED = State.CLOSED
 
     def __init__(self) -> None:
         self.state = State.AWAITING_CONNECTED
@@ -501,7 +432,7 @@ class ExotelStreamProtocol:
         self._messages += 1
         try:
             return self._receive(data)
-        except _Violation as violation:
+        except Violation as violation:
             return [self._close(violation.close_code, violation.reason)]
 
     def receive_binary(self, data: bytes) -> list[CarrierEvent]:
@@ -541,50 +472,16 @@ class ExotelStreamProtocol:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _close(self, close_code: int, reason: str) -> ProtocolViolation:
-        violation = ProtocolViolation(close_code=int(close_code), reason=reason)
-        if self.state is not State.CLOSED:
-            self._violations += 1
-            self.violation = violation
-            self.state = State.CLOSED
-        return violation
-
     def _receive(self, data: str | bytes) -> list[CarrierEvent]:
-        if isinstance(data, str):
-            # Cheap bound first: a str of n characters is at most 4n UTF-8 bytes.
-            if len(data) * 4 > MAX_MESSAGE_BYTES and _utf8_length(data) > MAX_MESSAGE_BYTES:
-                raise _Violation(CloseCode.MESSAGE_TOO_BIG, "message too big")
-        elif len(data) > MAX_MESSAGE_BYTES:
-            raise _Violation(CloseCode.MESSAGE_TOO_BIG, "message too big")
-        try:
-            # orjson: strict RFC 8259 (no NaN/Infinity, no trailing garbage, valid UTF-8 only).
-            message = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            if not isinstance(data, str):
-                try:
-                    bytes(data).decode("utf-8")
-                except UnicodeDecodeError:
-                    raise _malformed("not UTF-8") from None
-            raise _malformed("not a JSON value") from None
-        if type(message) is not dict:
-            raise _malformed("not a JSON object")
-        event = message.get("event")
-        if type(event) is not str:
-            raise _malformed("event is not a string")
-        if event not in _KNOWN_EVENTS:
-            raise _Violation(CloseCode.POLICY_VIOLATION, "unknown event")
-        next_state = _TRANSITIONS.get((self.state, event))
-        if next_state is None:
-            if self.state is State.STOPPED:
-                raise _Violation(CloseCode.POLICY_VIOLATION, "message after stop")
-            raise _Violation(CloseCode.POLICY_VIOLATION, f"unexpected {event}")
+        message, event = load_event(data)
+        following = next_state(_TRANSITIONS, _KNOWN_EVENTS, self.state, event, State.STOPPED)
         parsed = self._parsers[event](message)
         # Only a fully valid message moves the state: a violation above leaves it for _close.
-        self.state = next_state
+        self.state = following
         return parsed
 
     def _sequence(self, message: dict) -> int:
-        sequence_number = _counter(message, "sequence_number")
+        sequence_number = read_counter(message, "sequence_number")
         last = self.last_sequence_number
         if last is not None:
             # Not a violation: counted for the shell, which logs it once per call.
@@ -600,8 +497,8 @@ class ExotelStreamProtocol:
         if "stream_sid" not in message:
             self._without_stream_sid += 1
             return
-        if _string(message, "stream_sid") != self.stream_sid:
-            raise _Violation(CloseCode.POLICY_VIOLATION, "wrong stream_sid")
+        if read_string(message, "stream_sid") != self.stream_sid:
+            raise Violation(CloseCode.POLICY_VIOLATION, "wrong stream_sid")
 
     def _parse_connected(self, message: dict) -> list[CarrierEvent]:
         fields = tuple(
@@ -610,28 +507,28 @@ class ExotelStreamProtocol:
         return [StreamConnected(fields=fields)]
 
     def _parse_start(self, message: dict) -> list[CarrierEvent]:
-        sequence_number = _counter(message, "sequence_number")
-        start = _object(message, "start")
+        sequence_number = read_counter(message, "sequence_number")
+        start = read_object(message, "start")
         # [ws] repeats stream_sid at the top level and inside start; either alone is enough.
         if "stream_sid" in message:
-            stream_sid = _ident(message, "stream_sid")
-            if "stream_sid" in start and _string(start, "stream_sid") != stream_sid:
-                raise _malformed("start.stream_sid differs from stream_sid")
+            stream_sid = read_id(message, "stream_sid", _MAX_ID_CHARS, space=True)
+            if "stream_sid" in start and read_string(start, "stream_sid") != stream_sid:
+                raise malformed("start.stream_sid differs from stream_sid")
         elif "stream_sid" in start:
-            stream_sid = _ident(start, "stream_sid")
+            stream_sid = read_id(start, "stream_sid", _MAX_ID_CHARS, space=True)
         else:
-            raise _malformed("stream_sid is missing")
-        call_sid = _ident(start, "call_sid")
-        account_sid = _ident(start, "account_sid")
-        from_number = _optional_string(start, "from")
-        to_number = _optional_string(start, "to")
+            raise malformed("stream_sid is missing")
+        call_sid = read_id(start, "call_sid", _MAX_ID_CHARS, space=True)
+        account_sid = read_id(start, "account_sid", _MAX_ID_CHARS, space=True)
+        from_number = read_optional_string(start, "from") or ""
+        to_number = read_optional_string(start, "to") or ""
 
         # Absent is read as empty; values are strings (they come from the URL's query string [applet]).
         raw_parameters = start.get("custom_parameters", {})
         if type(raw_parameters) is not dict:
-            raise _malformed("custom_parameters is not an object")
+            raise malformed("custom_parameters is not an object")
         if not all(type(value) is str for value in raw_parameters.values()):
-            raise _malformed("custom_parameters value is not a string")
+            raise malformed("custom_parameters value is not a string")
 
         encoding, sample_rate_hz = _media_format(start)
 
@@ -660,23 +557,20 @@ class ExotelStreamProtocol:
 
     def _parse_media(self, message: dict) -> list[CarrierEvent]:
         self._check_stream_sid(message)
-        media = _object(message, "media")
-        _optional_counter(media, "chunk")
-        timestamp_ms = _counter(media, "timestamp")
-        encoded = _string(media, "payload")
+        media = read_object(message, "media")
+        read_optional_counter(media, "chunk")
+        timestamp_ms = read_counter(media, "timestamp")
+        encoded = read_string(media, "payload")
         outbound = False
         if "track" in media:
-            track = _string(media, "track")
+            track = read_string(media, "track")
             if track in _OUTBOUND_TRACKS:
                 outbound = True
             elif track not in _INBOUND_TRACKS:
-                raise _malformed("media track is unknown")
-        try:
-            payload = binascii.a2b_base64(encoded, strict_mode=True)
-        except ValueError:  # binascii.Error, or non-ASCII characters in a str
-            raise _malformed("payload is not base64") from None
+                raise malformed("media track is unknown")
+        payload = decode_base64(encoded)
         if len(payload) % self._sample_bytes:
-            raise _malformed("payload is not a whole number of samples")
+            raise malformed("payload is not a whole number of samples")
         sequence_number = self._sequence(message)
         self._media_messages += 1
         if outbound:
@@ -690,18 +584,18 @@ class ExotelStreamProtocol:
 
     def _parse_dtmf(self, message: dict) -> list[CarrierEvent]:
         self._check_stream_sid(message)
-        dtmf = _object(message, "dtmf")
-        digit = _string(dtmf, "digit")
+        dtmf = read_object(message, "dtmf")
+        digit = read_string(dtmf, "digit")
         if digit not in _DTMF_DIGITS:  # also rejects "" and multi-character strings
-            raise _malformed("digit is not one DTMF key")
-        _optional_counter(dtmf, "duration")
+            raise malformed("digit is not one DTMF key")
+        read_optional_counter(dtmf, "duration")
         sequence_number = self._sequence(message)
         self._dtmf += 1
         return [Dtmf(sequence_number=sequence_number, digit=digit)]
 
     def _parse_mark(self, message: dict) -> list[CarrierEvent]:
         self._check_stream_sid(message)
-        name = _string(_object(message, "mark"), "name")
+        name = read_string(read_object(message, "mark"), "name")
         sequence_number = self._sequence(message)
         self._marks += 1
         return [MarkEcho(sequence_number=sequence_number, name=name)]
@@ -710,13 +604,13 @@ class ExotelStreamProtocol:
         self._check_stream_sid(message)
         reason = ""
         if "stop" in message:
-            stop = _object(message, "stop")
-            if "call_sid" in stop and _string(stop, "call_sid") != self.call_sid:
-                raise _Violation(CloseCode.POLICY_VIOLATION, "stop names another call")
-            if "account_sid" in stop and _string(stop, "account_sid") != self.account_sid:
-                raise _Violation(CloseCode.POLICY_VIOLATION, "stop names another call")
+            stop = read_object(message, "stop")
+            if "call_sid" in stop and read_string(stop, "call_sid") != self.call_sid:
+                raise Violation(CloseCode.POLICY_VIOLATION, "stop names another call")
+            if "account_sid" in stop and read_string(stop, "account_sid") != self.account_sid:
+                raise Violation(CloseCode.POLICY_VIOLATION, "stop names another call")
             if "reason" in stop:
-                reason = _STOP_REASONS.get(_string(stop, "reason"), "")
+                reason = _STOP_REASONS.get(read_string(stop, "reason"), "")
         sequence_number = self._sequence(message)
         return [StreamStopped(sequence_number=sequence_number, reason=reason)]
 
@@ -725,7 +619,7 @@ class ExotelStreamProtocol:
 
 
 def _stream_sid_bytes(stream_sid: object) -> bytes:
-    if not _template_safe(stream_sid):
+    if not printable_id(stream_sid, _MAX_ID_CHARS, space=True):
         raise ValueError("stream_sid must be 1-128 printable ASCII characters without quotes or backslashes")
     return stream_sid.encode("ascii")  # type: ignore[union-attr]
 

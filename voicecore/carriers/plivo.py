@@ -82,9 +82,21 @@ from voicecore.carriers.events import (
     StreamStarted,
     StreamStopped,
 )
+from voicecore.carriers.jsonwire import (
+    CloseCode,
+    ClosesOnViolation,
+    Violation,
+    decode_base64,
+    load_event,
+    malformed,
+    next_state,
+    read_counter,
+    read_object,
+    read_optional_counter,
+    read_string,
+)
 from voicecore.carriers.wire import RAW, WireTemplates
-from voicecore.errors import PeerInputError
-from voicecore.timing import MAX_MESSAGE_BYTES, START_DEADLINE_MS
+from voicecore.timing import START_DEADLINE_MS
 
 __all__ = [
     "CHECKPOINT_HEAD",
@@ -116,15 +128,6 @@ __all__ = [
     "validate_signature_v3",
     "wire_templates",
 ]
-
-
-class CloseCode(enum.IntEnum):
-    """WebSocket close codes this protocol closes with (RFC 6455 section 7.4.1)."""
-
-    UNSUPPORTED_DATA = 1003
-    INVALID_PAYLOAD = 1007
-    POLICY_VIOLATION = 1008
-    MESSAGE_TOO_BIG = 1009
 
 
 # --- media formats -----------------------------------------------------------------------------------
@@ -204,8 +207,6 @@ _KNOWN_EVENTS = frozenset(event for _, event in _TRANSITIONS)
 # event. Their `reason` is peer text and is never kept.
 _TOLERATED_EVENTS = frozenset({"playFailed", "error"})
 
-_MAX_COUNTER_DIGITS = 18  # fits int64 with room; also stops int() on absurdly long digit strings
-_MAX_COUNTER = 10**_MAX_COUNTER_DIGITS - 1
 _MAX_ID_CHARS = 128
 # Plivo's ids are UUIDs [ref]. The stream id goes back into every message we send, so it must be safe to
 # put in a JSON string template as is; this class (a UUID's alphabet and a little more) guarantees that.
@@ -215,68 +216,14 @@ _INBOUND_TRACK = "inbound"
 _EXTRA_HEADER_SEPARATORS = re.compile("[;,]")
 
 
-class _Violation(PeerInputError):
-    """Internal only: raised by the field readers, turned into a ProtocolViolation in one place."""
-
-    def __init__(self, close_code: CloseCode, reason: str) -> None:
-        self.close_code = close_code
-        self.reason = reason
-
-
-def _malformed(reason: str) -> _Violation:
-    return _Violation(CloseCode.INVALID_PAYLOAD, reason)
-
-
-def _utf8_length(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-# --- field readers: each returns a checked value or raises _Violation(1007) ----------------------------
-
-
-def _object(message: dict, key: str) -> dict:
-    value = message.get(key)
-    if type(value) is not dict:
-        raise _malformed(f"{key} is not an object")
-    return value
-
-
-def _string(message: dict, key: str) -> str:
-    value = message.get(key)
-    if type(value) is not str:
-        raise _malformed(f"{key} is not a string")
-    return value
-
-
-def _counter(message: dict, key: str) -> int:
-    """A non-negative counter, as a JSON number or a string of ASCII digits (sources disagree, see top)."""
-    value = message.get(key)
-    if type(value) is int:  # bool is an int subclass; `type is` keeps it out
-        if 0 <= value <= _MAX_COUNTER:
-            return value
-        raise _malformed(f"{key} is out of range")
-    if type(value) is str:
-        if 0 < len(value) <= _MAX_COUNTER_DIGITS and value.isascii() and value.isdigit():
-            return int(value)
-    raise _malformed(f"{key} is not a decimal counter")
-
-
-def _optional_counter(message: dict, key: str) -> int | None:
-    return None if key not in message else _counter(message, key)
+# --- field readers beyond voicecore/carriers/jsonwire.py's -------------------------------------------
 
 
 def _safe_id(message: dict, key: str) -> str:
-    value = _string(message, key)
+    value = read_string(message, key)
     if not _SAFE_ID.fullmatch(value):
-        raise _malformed(f"{key} is not a usable id")
+        raise malformed(f"{key} is not a usable id")
     return value
-
-
-def _decode_base64(encoded: str) -> bytes:
-    try:
-        return binascii.a2b_base64(encoded, strict_mode=True)
-    except ValueError:  # binascii.Error, or non-ASCII characters in a str
-        raise _malformed("payload is not base64") from None
 
 
 def _extra_headers(value: object) -> tuple[tuple[str, str], ...]:
@@ -303,19 +250,21 @@ def _extra_headers(value: object) -> tuple[tuple[str, str], ...]:
         try:
             pairs = orjson.loads(text)  # starts with "{": an object, or an error
         except orjson.JSONDecodeError:
-            raise _malformed("extra_headers is not a JSON object") from None
+            raise malformed("extra_headers is not a JSON object") from None
     else:
-        raise _malformed("extra_headers is not a string")
+        raise malformed("extra_headers is not a string")
     if not all(type(item_value) is str for item_value in pairs.values()):
-        raise _malformed("extra_headers value is not a string")
+        raise malformed("extra_headers value is not a string")
     return tuple(pairs.items())
 
 
 # --- the protocol --------------------------------------------------------------------------------------
 
 
-class PlivoStreamProtocol:
+class PlivoStreamProtocol(ClosesOnViolation):
     """One Plivo stream's inbound state machine. Feed it every WebSocket message; it returns events."""
+
+    _CLOSED = State.CLOSED
 
     def __init__(self) -> None:
         self.state = State.AWAITING_START
@@ -360,7 +309,7 @@ class PlivoStreamProtocol:
         self._messages += 1
         try:
             event = self._receive(data)
-        except _Violation as violation:
+        except Violation as violation:
             return [self._close(violation.close_code, violation.reason)]
         return [] if event is None else [event]
 
@@ -398,47 +347,12 @@ class PlivoStreamProtocol:
 
     # -- internals ----------------------------------------------------------------------------------
 
-    def _close(self, close_code: int, reason: str) -> ProtocolViolation:
-        violation = ProtocolViolation(close_code=int(close_code), reason=reason)
-        if self.state is not State.CLOSED:
-            self._violations += 1
-            self.violation = violation
-            self.state = State.CLOSED
-        return violation
-
     def _receive(self, data: str | bytes) -> CarrierEvent | None:
-        if isinstance(data, str):
-            # Cheap bound first: a str of n characters is at most 4n UTF-8 bytes.
-            if len(data) * 4 > MAX_MESSAGE_BYTES and _utf8_length(data) > MAX_MESSAGE_BYTES:
-                raise _Violation(CloseCode.MESSAGE_TOO_BIG, "message too big")
-        elif len(data) > MAX_MESSAGE_BYTES:
-            raise _Violation(CloseCode.MESSAGE_TOO_BIG, "message too big")
-        try:
-            # orjson: strict RFC 8259 (no NaN/Infinity, no trailing garbage, valid UTF-8 only, bounded
-            # nesting), as voicecore/twilio/stream.py reads Twilio.
-            message = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            if not isinstance(data, str):
-                try:
-                    bytes(data).decode("utf-8")
-                except UnicodeDecodeError:
-                    raise _malformed("not UTF-8") from None
-            raise _malformed("not a JSON value") from None
-        if type(message) is not dict:
-            raise _malformed("not a JSON object")
-        event = message.get("event")
-        if type(event) is not str:
-            raise _malformed("event is not a string")
-        if event not in _KNOWN_EVENTS:
-            raise _Violation(CloseCode.POLICY_VIOLATION, "unknown event")
-        next_state = _TRANSITIONS.get((self.state, event))
-        if next_state is None:
-            if self.state is State.STOPPED:
-                raise _Violation(CloseCode.POLICY_VIOLATION, "message after stop")
-            raise _Violation(CloseCode.POLICY_VIOLATION, f"unexpected {event}")
+        message, event = load_event(data)
+        following = next_state(_TRANSITIONS, _KNOWN_EVENTS, self.state, event, State.STOPPED)
         parsed = self._parsers[event](message)
         # Only a fully valid message moves the state: a violation above leaves it for _close.
-        self.state = next_state
+        self.state = following
         return parsed
 
     def _track_sequence(self, sequence_number: int) -> int:
@@ -454,36 +368,36 @@ class PlivoStreamProtocol:
 
     def _optional_sequence(self, message: dict) -> int:
         """``sequenceNumber`` where a source shows the message without one: 0 when absent."""
-        sequence_number = _optional_counter(message, "sequenceNumber")
+        sequence_number = read_optional_counter(message, "sequenceNumber")
         return 0 if sequence_number is None else self._track_sequence(sequence_number)
 
     def _check_stream_id(self, message: dict, required: bool) -> None:
         if not required and "streamId" not in message:
             return
-        if _string(message, "streamId") != self.stream_id:
-            raise _Violation(CloseCode.POLICY_VIOLATION, "wrong streamId")
+        if read_string(message, "streamId") != self.stream_id:
+            raise Violation(CloseCode.POLICY_VIOLATION, "wrong streamId")
 
     def _parse_start(self, message: dict) -> StreamStarted:
-        sequence_number = _counter(message, "sequenceNumber")
-        start = _object(message, "start")
+        sequence_number = read_counter(message, "sequenceNumber")
+        start = read_object(message, "start")
         stream_id = _safe_id(start, "streamId")
-        call_id = _string(start, "callId")
+        call_id = read_string(start, "callId")
         if not 0 < len(call_id) <= _MAX_ID_CHARS:
-            raise _malformed("callId is not a usable id")
+            raise malformed("callId is not a usable id")
         # accountId: listed by [ref] and [sdk]; a Plivo-compatible carrier sends another key, so absent is "".
-        account_id = "" if "accountId" not in start else _string(start, "accountId")
+        account_id = "" if "accountId" not in start else read_string(start, "accountId")
 
         # A bidirectional stream carries the caller's track only: audioTrack outbound/both is not allowed
         # with bidirectional="true" [ref]. Absent (Plivo's CLI tester omits it) reads as ["inbound"].
         if "tracks" in start and start["tracks"] != [_INBOUND_TRACK]:
-            raise _malformed("tracks is not [inbound]")
+            raise malformed("tracks is not [inbound]")
 
-        media_format = _object(start, "mediaFormat")
-        content_type = _string(media_format, "encoding")
-        sample_rate_hz = _counter(media_format, "sampleRate")
+        media_format = read_object(start, "mediaFormat")
+        content_type = read_string(media_format, "encoding")
+        sample_rate_hz = read_counter(media_format, "sampleRate")
         encoding = _FORMATS.get((content_type, sample_rate_hz))
         if encoding is None:
-            raise _malformed("media format is not mu-law 8 kHz or L16 8/16 kHz")
+            raise malformed("media format is not mu-law 8 kHz or L16 8/16 kHz")
         custom_parameters = _extra_headers(message.get("extra_headers"))
 
         self.stream_id = stream_id
@@ -510,26 +424,26 @@ class PlivoStreamProtocol:
         # sequenceNumber, streamId and media.{track, timestamp, chunk, payload}; track and chunk carry
         # nothing we use, so they are checked only when present.
         self._check_stream_id(message, required=True)
-        media = _object(message, "media")
+        media = read_object(message, "media")
         if "track" in media and media["track"] != _INBOUND_TRACK:
-            raise _malformed("media track is not inbound")
+            raise malformed("media track is not inbound")
         if "chunk" in media:
-            _counter(media, "chunk")
-        timestamp_ms = _counter(media, "timestamp")  # [sdk]: a string of ms since the stream started
-        payload = _decode_base64(_string(media, "payload"))
+            read_counter(media, "chunk")
+        timestamp_ms = read_counter(media, "timestamp")  # [sdk]: a string of ms since the stream started
+        payload = decode_base64(read_string(media, "payload"))
         # No frame size is enforced: [ref] says "about 20 ms"; only whole samples are required.
         if not payload or len(payload) % self._bytes_per_sample:
-            raise _malformed("payload is empty or not whole samples")
-        sequence_number = self._track_sequence(_counter(message, "sequenceNumber"))
+            raise malformed("payload is empty or not whole samples")
+        sequence_number = self._track_sequence(read_counter(message, "sequenceNumber"))
         self._media_frames += 1
         self._media_payload_bytes += len(payload)
         return CallerAudio(sequence_number=sequence_number, timestamp_ms=timestamp_ms, payload=payload)
 
     def _parse_dtmf(self, message: dict) -> Dtmf:
         self._check_stream_id(message, required=False)
-        digit = _string(_object(message, "dtmf"), "digit")
+        digit = read_string(read_object(message, "dtmf"), "digit")
         if digit not in _DTMF_DIGITS:  # also rejects "" and multi-character strings
-            raise _malformed("digit is not one DTMF key")
+            raise malformed("digit is not one DTMF key")
         sequence_number = self._optional_sequence(message)
         self._dtmf += 1
         return Dtmf(sequence_number=sequence_number, digit=digit)
@@ -538,7 +452,7 @@ class PlivoStreamProtocol:
         # The echo of our `checkpoint` [ref]: "only emitted if the preceding events were played
         # successfully". A Plivo-compatible carrier sends it without streamId, so streamId is optional.
         self._check_stream_id(message, required=False)
-        name = _string(message, "name")
+        name = read_string(message, "name")
         sequence_number = self._optional_sequence(message)
         self._checkpoints_echoed += 1
         return MarkEcho(sequence_number=sequence_number, name=name)

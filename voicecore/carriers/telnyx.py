@@ -111,9 +111,23 @@ from voicecore.carriers.events import (
     StreamStarted,
     StreamStopped,
 )
+from voicecore.carriers.jsonwire import (
+    CloseCode,
+    ClosesOnViolation,
+    Violation,
+    decode_base64,
+    load_event,
+    malformed,
+    next_state,
+    read_counter,
+    read_id,
+    read_integer,
+    read_object,
+    read_optional_string,
+    read_string,
+)
 from voicecore.carriers.wire import RAW, WireTemplates
-from voicecore.errors import PeerInputError
-from voicecore.timing import BYTES_PER_MS, MAX_MESSAGE_BYTES, SAMPLE_RATE_HZ, START_DEADLINE_MS
+from voicecore.timing import BYTES_PER_MS, SAMPLE_RATE_HZ, START_DEADLINE_MS
 
 __all__ = [
     "CLEAR_MESSAGE",
@@ -147,15 +161,6 @@ __all__ = [
 ]
 
 
-class CloseCode(enum.IntEnum):
-    """WebSocket close codes this protocol closes with (RFC 6455 section 7.4.1)."""
-
-    UNSUPPORTED_DATA = 1003
-    INVALID_PAYLOAD = 1007
-    POLICY_VIOLATION = 1008
-    MESSAGE_TOO_BIG = 1009
-
-
 # --- constants -------------------------------------------------------------------------------------
 
 REORDER_WINDOW_FRAMES = 3  # frames held while one is missing: 60 ms of added delay at most, once per gap
@@ -183,8 +188,6 @@ _MEDIA_CHANNELS = 1
 _TRACK_INBOUND = "inbound"
 _TRACK_OUTBOUND = "outbound"
 _DTMF_DIGITS = frozenset("0123456789*#ABCD")
-_MAX_COUNTER_DIGITS = 18  # fits int64 with room; also stops int() on absurdly long digit strings
-_MAX_COUNTER = 10**_MAX_COUNTER_DIGITS
 _MAX_ID_CHARS = 256  # stream_id is a UUID and call_control_id ~60 characters; generous, and bounded
 _MAX_TIMESTAMP_DIGITS = 12  # webhook timestamps are Unix seconds: 10 digits until the year 2286
 
@@ -248,83 +251,13 @@ _TRANSITIONS: dict[tuple[State, str], State] = {
 _KNOWN_EVENTS = frozenset(event for _, event in _TRANSITIONS)
 
 
-class _Violation(PeerInputError):
-    """Internal only: raised by the field readers, turned into a ProtocolViolation in one place."""
-
-    def __init__(self, close_code: CloseCode, reason: str) -> None:
-        self.close_code = close_code
-        self.reason = reason
-
-
-def _malformed(reason: str) -> _Violation:
-    return _Violation(CloseCode.INVALID_PAYLOAD, reason)
-
-
-def _utf8_length(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-# --- field readers: each returns a checked value or raises _Violation(1007) ------------------------
-
-
-def _object(message: dict, key: str) -> dict:
-    value = message.get(key)
-    if type(value) is not dict:
-        raise _malformed(f"{key} is not an object")
-    return value
-
-
-def _string(message: dict, key: str) -> str:
-    value = message.get(key)
-    if type(value) is not str:
-        raise _malformed(f"{key} is not a string")
-    return value
-
-
-def _optional_string(message: dict, key: str) -> str | None:
-    # Absent and null both read as "not given": Telnyx sends null for an unset client_state in webhooks.
-    value = message.get(key)
-    if value is None:
-        return None
-    if type(value) is not str:
-        raise _malformed(f"{key} is not a string")
-    return value
-
-
-def _counter(message: dict, key: str) -> int:
-    value = message.get(key)
-    if type(value) is str:
-        if 0 < len(value) <= _MAX_COUNTER_DIGITS and value.isascii() and value.isdigit():
-            return int(value)
-        raise _malformed(f"{key} is not a decimal counter")
-    if type(value) is int and 0 <= value < _MAX_COUNTER:  # `type is`: bool is an int subclass
-        return value
-    raise _malformed(f"{key} is not a counter")
-
-
-def _identifier(message: dict, key: str) -> str:
-    """A non-empty id of printable ASCII without quotes or backslashes: safe in logs and templates."""
-    value = _string(message, key)
-    if not (0 < len(value) <= _MAX_ID_CHARS and all(" " < char <= "~" and char not in '"\\' for char in value)):
-        raise _malformed(f"{key} is not a printable id")
-    return value
-
-
-def _integer(message: dict, key: str) -> int:
-    value = message.get(key)
-    if type(value) is not int:
-        raise _malformed(f"{key} is not an integer")
-    return value
+# --- field readers beyond voicecore/carriers/jsonwire.py's -------------------------------------------
 
 
 def _payload(media: dict) -> bytes:
-    encoded = _string(media, "payload")
-    try:
-        payload = binascii.a2b_base64(encoded, strict_mode=True)
-    except ValueError:  # binascii.Error, or non-ASCII characters in a str
-        raise _malformed("payload is not base64") from None
+    payload = decode_base64(read_string(media, "payload"))
     if not payload:
-        raise _malformed("payload is empty")  # an RTP payload is never empty
+        raise malformed("payload is empty")  # an RTP payload is never empty
     return payload
 
 
@@ -400,11 +333,13 @@ class _ReorderWindow:
 # --- the protocol ----------------------------------------------------------------------------------
 
 
-class TelnyxStreamProtocol:
+class TelnyxStreamProtocol(ClosesOnViolation):
     """One Telnyx stream's inbound state machine. Feed it every WebSocket message; it returns events.
 
     ``reorder_window_frames`` is the most frames held while one is missing (``REORDER_WINDOW_FRAMES``).
     """
+
+    _CLOSED = State.CLOSED
 
     def __init__(self, reorder_window_frames: int = REORDER_WINDOW_FRAMES) -> None:
         if type(reorder_window_frames) is not int or reorder_window_frames < 0:
@@ -453,7 +388,7 @@ class TelnyxStreamProtocol:
         self._messages += 1
         try:
             return self._receive(data)
-        except _Violation as violation:
+        except Violation as violation:
             return [self._close(violation.close_code, violation.reason)]
 
     def receive_binary(self, data: bytes) -> list[CarrierEvent]:
@@ -499,53 +434,18 @@ class TelnyxStreamProtocol:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _close(self, close_code: int, reason: str) -> ProtocolViolation:
-        violation = ProtocolViolation(close_code=int(close_code), reason=reason)
-        if self.state is not State.CLOSED:
-            self._violations += 1
-            self.violation = violation
-            self.state = State.CLOSED
-        return violation
-
     def _receive(self, data: str | bytes) -> list[CarrierEvent]:
-        if isinstance(data, str):
-            # Cheap bound first: a str of n characters is at most 4n UTF-8 bytes.
-            if len(data) * 4 > MAX_MESSAGE_BYTES and _utf8_length(data) > MAX_MESSAGE_BYTES:
-                raise _Violation(CloseCode.MESSAGE_TOO_BIG, "message too big")
-        elif len(data) > MAX_MESSAGE_BYTES:
-            raise _Violation(CloseCode.MESSAGE_TOO_BIG, "message too big")
-        try:
-            # orjson: strict RFC 8259 (no NaN/Infinity, no trailing garbage, valid UTF-8 only, bounded
-            # nesting), and cheap on this path (~50 media messages per second per call).
-            message = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            if not isinstance(data, str):
-                try:
-                    bytes(data).decode("utf-8")
-                except UnicodeDecodeError:
-                    raise _malformed("not UTF-8") from None
-            raise _malformed("not a JSON value") from None
-        if type(message) is not dict:
-            raise _malformed("not a JSON object")
-        event = message.get("event")
-        if type(event) is not str:
-            raise _malformed("event is not a string")
-        if event not in _KNOWN_EVENTS:
-            raise _Violation(CloseCode.POLICY_VIOLATION, "unknown event")
-        next_state = _TRANSITIONS.get((self.state, event))
-        if next_state is None:
-            if self.state is State.STOPPED:
-                raise _Violation(CloseCode.POLICY_VIOLATION, "message after stop")
-            raise _Violation(CloseCode.POLICY_VIOLATION, f"unexpected {event}")
+        message, event = load_event(data)
+        following = next_state(_TRANSITIONS, _KNOWN_EVENTS, self.state, event, State.STOPPED)
         # Each parser validates the whole message before it changes anything (window, counters), so a
         # violation leaves the protocol as it was for _close.
         events = self._parsers[event](message)
-        self.state = next_state
+        self.state = following
         return events
 
     def _check_stream_id(self, message: dict) -> None:
-        if _string(message, "stream_id") != self.stream_id:
-            raise _Violation(CloseCode.POLICY_VIOLATION, "wrong stream_id")
+        if read_string(message, "stream_id") != self.stream_id:
+            raise Violation(CloseCode.POLICY_VIOLATION, "wrong stream_id")
 
     def _release(self, released: list[CallerAudio]) -> list[CarrierEvent]:
         self._frames_released += len(released)
@@ -555,35 +455,35 @@ class TelnyxStreamProtocol:
         # [guide]: {"event": "connected", "version": "1.0.0"}. A streaming auth token may ride along in
         # `connected` ([asyncapi]); it is a credential, so it is not copied into the event: the shell
         # checks the x-telnyx-streaming-auth-token upgrade header instead.
-        return [StreamConnected(fields=(("version", _string(message, "version")),))]
+        return [StreamConnected(fields=(("version", read_string(message, "version")),))]
 
     def _parse_start(self, message: dict) -> list[CarrierEvent]:
-        sequence_number = _counter(message, "sequence_number")
-        stream_id = _identifier(message, "stream_id")  # top level, not inside `start` ([guide])
-        start = _object(message, "start")
-        call_control_id = _identifier(start, "call_control_id")
-        user_id = _string(start, "user_id")
-        call_session_id = _optional_string(start, "call_session_id")
-        client_state = _optional_string(start, "client_state")
-        from_number = _optional_string(start, "from")
-        to_number = _optional_string(start, "to")
+        sequence_number = read_counter(message, "sequence_number")
+        stream_id = read_id(message, "stream_id", _MAX_ID_CHARS)  # top level, not inside `start` ([guide])
+        start = read_object(message, "start")
+        call_control_id = read_id(start, "call_control_id", _MAX_ID_CHARS)
+        user_id = read_string(start, "user_id")
+        call_session_id = read_optional_string(start, "call_session_id", null=True)
+        client_state = read_optional_string(start, "client_state", null=True)
+        from_number = read_optional_string(start, "from", null=True)
+        to_number = read_optional_string(start, "to", null=True)
 
         # TeXML <Parameter> pairs ([texml]); absent or null reads as none.
         raw_parameters = start.get("custom_parameters")
         if raw_parameters is None:
             raw_parameters = {}
         if type(raw_parameters) is not dict:
-            raise _malformed("custom_parameters is not an object")
+            raise malformed("custom_parameters is not an object")
         if not all(type(value) is str for value in raw_parameters.values()):
-            raise _malformed("custom_parameters value is not a string")
+            raise malformed("custom_parameters value is not a string")
 
-        media_format = _object(start, "media_format")
-        encoding_name = _string(media_format, "encoding")
-        sample_rate_hz = _integer(media_format, "sample_rate")
-        channels = _integer(media_format, "channels")
+        media_format = read_object(start, "media_format")
+        encoding_name = read_string(media_format, "encoding")
+        sample_rate_hz = read_integer(media_format, "sample_rate")
+        channels = read_integer(media_format, "channels")
         encoding = _ENCODINGS.get(encoding_name)
         if encoding is None or (sample_rate_hz, channels) != (SAMPLE_RATE_HZ, _MEDIA_CHANNELS):
-            raise _malformed("media format is not PCMU/PCMA 8000 Hz mono")
+            raise malformed("media format is not PCMU/PCMA 8000 Hz mono")
 
         self.stream_id = stream_id
         self.call_control_id = call_control_id
@@ -608,15 +508,15 @@ class TelnyxStreamProtocol:
 
     def _parse_media(self, message: dict) -> list[CarrierEvent]:
         self._check_stream_id(message)
-        sequence_number = _counter(message, "sequence_number")
-        media = _object(message, "media")
-        track = _string(media, "track")
+        sequence_number = read_counter(message, "sequence_number")
+        media = read_object(message, "media")
+        track = read_string(media, "track")
         if track != _TRACK_INBOUND and track != _TRACK_OUTBOUND:
-            raise _malformed("media track is not inbound or outbound")
-        chunk = _counter(media, "chunk")
+            raise malformed("media track is not inbound or outbound")
+        chunk = read_counter(media, "chunk")
         # Read as milliseconds since the stream started, as Twilio documents for the same field; Telnyx
         # names no unit (its example is "5") [unverified]. Passed through, never used for ordering here.
-        timestamp_ms = _counter(media, "timestamp")
+        timestamp_ms = read_counter(media, "timestamp")
         payload = _payload(media)
         if track == _TRACK_OUTBOUND:
             self._outbound_ignored += 1
@@ -630,10 +530,10 @@ class TelnyxStreamProtocol:
         # [guide]: {"event": "dtmf", "stream_id", "occurred_at", "sequence_number", "dtmf": {"digit"}}.
         # sequence_number is optional here (0 when absent: never a real counter, `start` is "1").
         self._check_stream_id(message)
-        digit = _string(_object(message, "dtmf"), "digit")
+        digit = read_string(read_object(message, "dtmf"), "digit")
         if digit not in _DTMF_DIGITS:  # also rejects "" and multi-character strings
-            raise _malformed("digit is not one DTMF key")
-        sequence_number = _counter(message, "sequence_number") if "sequence_number" in message else 0
+            raise malformed("digit is not one DTMF key")
+        sequence_number = read_counter(message, "sequence_number") if "sequence_number" in message else 0
         self._dtmf += 1
         return [Dtmf(sequence_number=sequence_number, digit=digit)]
 
@@ -641,8 +541,8 @@ class TelnyxStreamProtocol:
         # [guide]: the echo of a mark we sent, once the media before it played, at once if nothing was
         # queued, or when a `clear` flushed it.
         self._check_stream_id(message)
-        sequence_number = _counter(message, "sequence_number")
-        name = _string(_object(message, "mark"), "name")
+        sequence_number = read_counter(message, "sequence_number")
+        name = read_string(read_object(message, "mark"), "name")
         self._marks += 1
         return [MarkEcho(sequence_number=sequence_number, name=name)]
 
@@ -653,11 +553,11 @@ class TelnyxStreamProtocol:
         self._check_stream_id(message)
         body = message.get("payload") if "payload" in message else message.get("error")
         if type(body) is not dict:
-            raise _malformed("error has no payload object")
-        code = _counter(body, "code")
-        _string(body, "title")
+            raise malformed("error has no payload object")
+        code = read_counter(body, "code")
+        read_string(body, "title")
         if "sequence_number" in message:
-            _counter(message, "sequence_number")
+            read_counter(message, "sequence_number")
         self._carrier_errors += 1
         self.last_error = TelnyxError(code=code, title=ERROR_TITLES.get(code, "other"))
         return []
@@ -665,13 +565,13 @@ class TelnyxStreamProtocol:
     def _parse_stop(self, message: dict) -> list[CarrierEvent]:
         # [guide]: {"event": "stop", "sequence_number", "stop": {"user_id", "call_control_id"}, "stream_id"}.
         self._check_stream_id(message)
-        sequence_number = _counter(message, "sequence_number")
-        stop = _object(message, "stop")
-        if _string(stop, "call_control_id") != self.call_control_id:
-            raise _Violation(CloseCode.POLICY_VIOLATION, "stop names another call")
-        user_id = _optional_string(stop, "user_id")
+        sequence_number = read_counter(message, "sequence_number")
+        stop = read_object(message, "stop")
+        if read_string(stop, "call_control_id") != self.call_control_id:
+            raise Violation(CloseCode.POLICY_VIOLATION, "stop names another call")
+        user_id = read_optional_string(stop, "user_id", null=True)
         if user_id is not None and user_id != self.user_id:
-            raise _Violation(CloseCode.POLICY_VIOLATION, "stop names another account")
+            raise Violation(CloseCode.POLICY_VIOLATION, "stop names another account")
         events: list[CarrierEvent] = self._release(self._window.flush())
         events.append(StreamStopped(sequence_number=sequence_number, reason="carrier stop"))
         return events

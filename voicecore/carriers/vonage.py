@@ -101,7 +101,7 @@ from voicecore.carriers.events import (
     StreamStarted,
     StreamStopped,
 )
-from voicecore.errors import PeerInputError
+from voicecore.carriers.jsonwire import ClosesOnViolation, Violation, load_event, load_object, malformed
 from voicecore.timing import FRAME_MS, MAX_MESSAGE_BYTES, START_DEADLINE_MS
 
 __all__ = [
@@ -217,41 +217,6 @@ _TRANSITIONS: dict[tuple[State, str], State] = {
 _KNOWN_EVENTS = frozenset(event for _, event in _TRANSITIONS if event != _AUDIO)
 
 
-class _Violation(PeerInputError):
-    """Internal only: raised by the readers, turned into a ProtocolViolation in one place."""
-
-    def __init__(self, close_code: CloseCode, reason: str) -> None:
-        self.close_code = close_code
-        self.reason = reason
-
-
-def _malformed(reason: str) -> _Violation:
-    return _Violation(CloseCode.INVALID_PAYLOAD, reason)
-
-
-def _too_big(data: str | bytes) -> bool:
-    if isinstance(data, str):
-        # Cheap bound first: a str of n characters is at most 4n UTF-8 bytes.
-        return len(data) * 4 > MAX_MESSAGE_BYTES and len(data.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES
-    return len(data) > MAX_MESSAGE_BYTES
-
-
-def _load_object(data: str | bytes) -> dict:
-    """Strict JSON (orjson: RFC 8259, no NaN, no trailing garbage, valid UTF-8) that must be an object."""
-    try:
-        message = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        if not isinstance(data, str):
-            try:
-                bytes(data).decode("utf-8")
-            except UnicodeDecodeError:
-                raise _malformed("not UTF-8") from None
-        raise _malformed("not a JSON value") from None
-    if type(message) is not dict:
-        raise _malformed("not a JSON object")
-    return message
-
-
 def _header_text(value: object) -> str:
     """A header's value as text: a string as it is, anything else (the NCCO allows any JSON) as compact JSON."""
     if type(value) is str:
@@ -262,12 +227,14 @@ def _header_text(value: object) -> str:
 # --- the protocol ----------------------------------------------------------------------------------
 
 
-class VonageStreamProtocol:
+class VonageStreamProtocol(ClosesOnViolation):
     """One Vonage socket's inbound state machine. Feed it every WebSocket message; it returns events.
 
     Text messages go to :meth:`receive_text`, binary ones to :meth:`receive_binary`. ``websocket:connected``
     gives two events, :class:`StreamConnected` then :class:`StreamStarted`; every other message at most one.
     """
+
+    _CLOSED = State.CLOSED
 
     def __init__(self) -> None:
         self.state = State.AWAITING_CONNECTED
@@ -301,7 +268,7 @@ class VonageStreamProtocol:
         self._messages += 1
         try:
             return self._receive_text(data)
-        except _Violation as violation:
+        except Violation as violation:
             return [self._close(violation.close_code, violation.reason)]
 
     def receive_binary(self, data: bytes) -> list[CarrierEvent]:
@@ -359,14 +326,6 @@ class VonageStreamProtocol:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _close(self, close_code: int, reason: str) -> ProtocolViolation:
-        violation = ProtocolViolation(close_code=int(close_code), reason=reason)
-        if self.state is not State.CLOSED:
-            self._violations += 1
-            self.violation = violation
-            self.state = State.CLOSED
-        return violation
-
     def _order_reason(self, what: str) -> str:
         if self.state is State.STOPPED:
             return "message after the socket closed"
@@ -375,18 +334,13 @@ class VonageStreamProtocol:
         return f"unexpected {what}"
 
     def _receive_text(self, data: str | bytes) -> list[CarrierEvent]:
-        if _too_big(data):
-            raise _Violation(CloseCode.MESSAGE_TOO_BIG, "message too big")
-        message = _load_object(data)
-        event = message.get("event")
-        if type(event) is not str:
-            raise _malformed("event is not a string")
+        message, event = load_event(data)
         next_state = _TRANSITIONS.get((self.state, event))
         if next_state is None:
             if self.state is State.STREAMING and event not in _KNOWN_EVENTS:
                 self._unknown_events += 1
                 return []
-            raise _Violation(CloseCode.POLICY_VIOLATION, self._order_reason(_event_name(event)))
+            raise Violation(CloseCode.POLICY_VIOLATION, self._order_reason(_event_name(event)))
         events = self._parsers[event](message)
         # Only a fully valid message moves the state: a violation above leaves it for _close.
         self.state = next_state
@@ -396,14 +350,14 @@ class VonageStreamProtocol:
         raw_type = message.get(_CONTENT_TYPE_KEY)
         match = _CONTENT_TYPE.fullmatch(raw_type) if type(raw_type) is str else None
         if match is None or int(match[1]) not in VONAGE_SAMPLE_RATES_HZ:
-            raise _malformed("content-type is not audio/l16 at 8 or 16 kHz")
+            raise malformed("content-type is not audio/l16 at 8 or 16 kHz")
         headers = [(key, value) for key, value in message.items() if key not in _RESERVED_KEYS]
         call_id = message.get(HEADER_CALL_ID)
         if type(call_id) is not str or not call_id:
-            raise _malformed("no call_id header")
+            raise malformed("no call_id header")
         account_id = message.get(HEADER_ACCOUNT_ID, "")
         if type(account_id) is not str:
-            raise _malformed("account_id header is not a string")
+            raise malformed("account_id header is not a string")
         sample_rate_hz = int(match[1])
         self.call_id = call_id
         self.sample_rate_hz = sample_rate_hz
@@ -428,7 +382,7 @@ class VonageStreamProtocol:
         if digit is None and type(message.get("dtmf")) is dict:
             digit = message["dtmf"].get("digit")  # the nested form pipecat also reads
         if type(digit) is not str or digit not in _DTMF_DIGITS:  # also rejects "" and several digits
-            raise _malformed("digit is not one DTMF key")
+            raise malformed("digit is not one DTMF key")
         self._dtmf += 1
         return [Dtmf(sequence_number=self._messages, digit=digit)]
 
@@ -436,7 +390,7 @@ class VonageStreamProtocol:
         payload = message.get("payload")
         name = payload.get(_MARK_KEY) if type(payload) is dict else None
         if type(name) is not str:
-            raise _malformed("notify payload has no mark")
+            raise malformed("notify payload has no mark")
         self._marks += 1
         return [MarkEcho(sequence_number=self._messages, name=name)]
 
@@ -573,11 +527,9 @@ class VonageCarrierSide:
             if len(data) != self.frame_bytes:
                 return SentInvalid("audio frame is not 20 ms")
             return SentAudio(bytes(data))  # type: ignore[arg-type]
-        if _too_big(data):
-            return SentInvalid("message too big")
         try:
-            message = _load_object(data)
-        except _Violation as violation:
+            message = load_object(data)
+        except Violation as violation:
             return SentInvalid(violation.reason)
         action = message.get("action")
         if action == "clear":
