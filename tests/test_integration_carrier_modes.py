@@ -14,12 +14,11 @@ import pytest
 
 from conftest import TEST_SIM, start_stack
 from voicecore.callreport import summarize
-from voicecore.config import Config, load_config
-from voicecore.demo import carrier_config, frame_matching
+from voicecore.config import Config
+from voicecore.demo import frame_matching
 from voicecore.sim.audio_clips import load_clip
-from voicecore.sim.carrier import CallScript, place_call
+from voicecore.sim.carrier import CallScript, generate_credentials, place_call
 from voicecore.sim.carrier_modes_core import CARRIERS
-from voicecore.supervise import resolve_config
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +37,7 @@ def script() -> CallScript:
 
 @pytest.fixture(scope="module")
 def reports():
-    _config, credentials = carrier_config(resolve_config(load_config({})), "telnyx")  # every carrier's secrets
+    credentials = generate_credentials()  # every carrier's secrets for this run, as carrier_config makes them
     settings = credentials.stack_settings()
     running = start_stack(max_calls=len(CARRIERS) * CALLS_PER_CARRIER + 2, **settings)
     try:

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -36,7 +35,7 @@ from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.events import ENCODING_L16
 from voicecore.demo import demo_script
 from voicecore.sim.audio_clips import load_clip
-from voicecore.sim.carrier import place_call
+from voicecore.sim.carrier import generate_credentials, place_call
 from voicecore.timing import FRAME_BYTES, FRAME_MS
 
 pytestmark = pytest.mark.integration
@@ -47,28 +46,12 @@ DTMF_AT_FRAME = 50  # the caller presses a key 1 s into the call
 BARGE_IN_AFTER_GREETING_MS = 1500  # the caller speaks this long after the greeting's first audio arrived
 
 
-@dataclass(frozen=True)
-class Keys:
-    """This run's secrets: the test clients sign with them, the stack checks with its halves (settings)."""
-
-    telnyx_private_key: bytes = field(default_factory=lambda: os.urandom(32))
-    plivo_auth_token: str = field(default_factory=lambda: os.urandom(16).hex())
-    vonage_signature_secret: str = field(default_factory=lambda: os.urandom(16).hex())
-    exotel_username: str = field(default_factory=lambda: "exo-" + os.urandom(4).hex())
-    exotel_password: str = field(default_factory=lambda: os.urandom(16).hex())
-
-    def settings(self) -> dict[str, str]:
-        public = Ed25519PrivateKey.from_private_bytes(self.telnyx_private_key).public_key().public_bytes_raw()
-        return {"telnyx_public_key": base64.b64encode(public).decode(), "plivo_auth_token": self.plivo_auth_token,
-                "vonage_signature_secret": self.vonage_signature_secret, "exotel_username": self.exotel_username,
-                "exotel_password": self.exotel_password}
-
-
 @pytest.fixture(scope="module")
 def carriers():
-    """One stack serving all four carriers (and Twilio), with secrets made for this run."""
-    keys = Keys()
-    running = start_stack(**keys.settings())
+    """One stack serving all four carriers (and Twilio), with secrets made for this run: the test clients
+    sign with them, the stack checks with its halves (stack_settings), as the demo's simulator does."""
+    keys = generate_credentials()
+    running = start_stack(**keys.stack_settings())
     yield running, keys
     running.stop()
 
@@ -145,7 +128,7 @@ class TelnyxClient:
         body = urlencode({"CallSid": self.call_id, "AccountSid": str(uuid.uuid4()), "From": "+15550001",
                           "To": "+15550002", "CallStatus": "ringing"}).encode()
         timestamp = str(int(time.time()))
-        key = self.keys.telnyx_private_key if signed else os.urandom(32)
+        key = bytes.fromhex(self.keys.telnyx_private_key) if signed else os.urandom(32)
         headers = [("Content-Type", "application/x-www-form-urlencoded"), ("telnyx-timestamp", timestamp),
                    ("telnyx-signature-ed25519", telnyx.sign_webhook(key, timestamp, body))]
         return await http_client.send("POST", self.config.base_url + "/telnyx/voice", headers, body)
