@@ -12,15 +12,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import os
 import socket
 import weakref
+
+import pytest
 
 from voicecore.agent.load import load_configured_agent
 from voicecore.config import load_config
 from voicecore.shm import control as C
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.twilio.stream import TwilioStreamProtocol, wire_templates
-from workers.model.main import ModelWorker
+from workers.model.main import RECORD_WRITER, ModelWorker
 
 LAYOUT = ArenaLayout(max_calls=4, in_slots=8, out_slots=16, wire_slots=8, wire_slot_bytes=384)
 
@@ -54,9 +57,14 @@ async def churn(worker: ModelWorker, arena: Arena, calls: int) -> list[weakref.r
     return sessions
 
 
-def test_ended_sessions_are_freed_without_the_cyclic_collector(tmp_path):
+@pytest.mark.parametrize("records", [False, True], ids=["no-records", "records"])
+def test_ended_sessions_are_freed_without_the_cyclic_collector(tmp_path, records):
+    # The model is unreachable, so no session ever starts: with records on, each call's record is finished
+    # all the same (its part file used to stay open, and the recorder's sink, a method of the session, kept
+    # the session in a cycle).
     base = load_config({})
-    config = dataclasses.replace(base, runtime_dir=str(tmp_path / "run"), record_dir="",
+    record_dir = str(tmp_path / "records") if records else ""
+    config = dataclasses.replace(base, runtime_dir=str(tmp_path / "run"), record_dir=record_dir,
                                  realtime_url=f"ws://127.0.0.1:{closed_port()}/v1/realtime", send_call_id_to_vendor=True)
     (tmp_path / "run").mkdir()
     agent = load_configured_agent(config, {})
@@ -69,6 +77,7 @@ def test_ended_sessions_are_freed_without_the_cyclic_collector(tmp_path):
             return await churn(worker, arena, 40)
         finally:
             assert not worker.calls  # every call ended
+            worker.ship_events()  # the ended calls' last events (no recorder listens: dropped, counted)
             assert not worker.account_sids and not worker.tool_tasks and not worker.observed
             worker.bus.close()
             worker.follower.close()
@@ -77,11 +86,28 @@ def test_ended_sessions_are_freed_without_the_cyclic_collector(tmp_path):
     gc.disable()
     try:
         sessions = asyncio.run(main())
+        RECORD_WRITER.submit(lambda: None).result(timeout=30)  # the records' last writes are done
         alive = sum(1 for ref in sessions if ref() is not None)
     finally:
         gc.enable()
         arena.close()
     assert alive == 0, f"{alive} of {len(sessions)} ended sessions still in memory (a reference cycle)"
+    if records:
+        # every call's record finished, none left as an open part file
+        assert not list((tmp_path / "records").glob("*.part"))
+        assert len(list((tmp_path / "records").glob("*.jsonl"))) == len(sessions)
+        assert not [fd for fd in open_files() if fd.startswith(str(tmp_path / "records"))]
+
+
+def open_files() -> list[str]:
+    """What this process's file descriptors point to."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass  # the listing's own descriptor, closed by now
+    return out
 
 
 def test_an_ended_stream_protocol_is_freed_without_the_cyclic_collector():

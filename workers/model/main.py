@@ -389,10 +389,11 @@ class CallSession:
     def finish(self, call_ended: bool = True) -> concurrent.futures.Future | None:
         """The call ended: tell the driver, and finish its record (INV-REPLAY) on the writer thread (the
         future of that). ``call_ended`` False: this worker is stopping mid-call; the record so far is finished
-        (a restarted worker records the rest)."""
-        if not self.started:
-            return None
-        if call_ended:
+        (a restarted worker records the rest). A call whose model session never opened (the vendor down,
+        its breaker open) tells its driver nothing more, but its record is finished all the same: what it
+        holds is the failure policy at work, and left unfinished its part file kept an open descriptor and
+        its sink (a method of this session, held by the recorder) a reference cycle."""
+        if self.started and call_ended:
             # The call's slot (its rings and control-block row) may already carry the next call, and nothing
             # written for this one would play; the caller is gone, so a cancel or truncate would only tell
             # the model about audio nobody hears: of the driver's last actions only closing the session applies.
