@@ -19,6 +19,10 @@ import weakref
 import pytest
 
 from voicecore.agent.load import load_configured_agent
+from voicecore.carriers.exotel import ExotelStreamProtocol
+from voicecore.carriers.plivo import PlivoStreamProtocol
+from voicecore.carriers.telnyx import TelnyxStreamProtocol
+from voicecore.carriers.vonage import VonageStreamProtocol
 from voicecore.config import load_config
 from voicecore.shm import control as C
 from voicecore.shm.arena import Arena, ArenaLayout
@@ -110,13 +114,14 @@ def open_files() -> list[str]:
     return out
 
 
-def test_an_ended_stream_protocol_is_freed_without_the_cyclic_collector():
-    # The gateway's per-call Twilio protocol: it kept a dict of its own bound methods (a cycle per call).
+@pytest.mark.parametrize("protocol_class", [TwilioStreamProtocol, ExotelStreamProtocol, PlivoStreamProtocol,
+                                            TelnyxStreamProtocol, VonageStreamProtocol])
+def test_an_ended_stream_protocol_is_freed_without_the_cyclic_collector(protocol_class):
+    # The gateway's per-call carrier protocols each kept a dict of their own bound methods (a cycle per call).
     gc.collect()
     gc.disable()
     try:
-        protocol = TwilioStreamProtocol()
-        protocol.receive_text(b'{"event":"connected","protocol":"Call","version":"1.0.0"}')
+        protocol = protocol_class()
         ref = weakref.ref(protocol)
         del protocol
         assert ref() is None

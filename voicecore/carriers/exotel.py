@@ -413,14 +413,6 @@ class ExotelStreamProtocol(ClosesOnViolation):
         self._sequence_gaps = 0
         self._sequence_reordered = 0
         self._violations = 0
-        self._parsers = {
-            "connected": self._parse_connected,
-            "start": self._parse_start,
-            "media": self._parse_media,
-            "dtmf": self._parse_dtmf,
-            "mark": self._parse_mark,
-            "stop": self._parse_stop,
-        }
 
     # -- input ------------------------------------------------------------------------------------
 
@@ -475,7 +467,7 @@ class ExotelStreamProtocol(ClosesOnViolation):
     def _receive(self, data: str | bytes) -> list[CarrierEvent]:
         message, event = load_event(data)
         following = next_state(_TRANSITIONS, _KNOWN_EVENTS, self.state, event, State.STOPPED)
-        parsed = self._parsers[event](message)
+        parsed = _PARSERS[event](self, message)
         # Only a fully valid message moves the state: a violation above leaves it for _close.
         self.state = following
         return parsed
@@ -616,6 +608,18 @@ class ExotelStreamProtocol(ClosesOnViolation):
 
 
 # --- outbound --------------------------------------------------------------------------------------
+
+
+# Each event's parser, a plain function of (protocol, message): a dict of bound methods in every protocol
+# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/twilio/stream.py).
+_PARSERS = {
+    "connected": ExotelStreamProtocol._parse_connected,
+    "start": ExotelStreamProtocol._parse_start,
+    "media": ExotelStreamProtocol._parse_media,
+    "dtmf": ExotelStreamProtocol._parse_dtmf,
+    "mark": ExotelStreamProtocol._parse_mark,
+    "stop": ExotelStreamProtocol._parse_stop,
+}
 
 
 def _stream_sid_bytes(stream_sid: object) -> bytes:

@@ -288,16 +288,6 @@ class PlivoStreamProtocol(ClosesOnViolation):
         self._sequence_gaps = 0
         self._sequence_reordered = 0
         self._violations = 0
-        self._parsers = {
-            "start": self._parse_start,
-            "media": self._parse_media,
-            "dtmf": self._parse_dtmf,
-            "playedStream": self._parse_played_stream,
-            "clearedAudio": self._parse_cleared_audio,
-            "playFailed": self._parse_play_failed,
-            "error": self._parse_error,
-            "stop": self._parse_stop,
-        }
 
     # -- input --------------------------------------------------------------------------------------
 
@@ -350,7 +340,7 @@ class PlivoStreamProtocol(ClosesOnViolation):
     def _receive(self, data: str | bytes) -> CarrierEvent | None:
         message, event = load_event(data)
         following = next_state(_TRANSITIONS, _KNOWN_EVENTS, self.state, event, State.STOPPED)
-        parsed = self._parsers[event](message)
+        parsed = _PARSERS[event](self, message)
         # Only a fully valid message moves the state: a violation above leaves it for _close.
         self.state = following
         return parsed
@@ -495,6 +485,20 @@ CHECKPOINT_HEAD = b'{"event":"checkpoint","streamId":"'
 CLEAR_AUDIO_HEAD = b'{"event":"clearAudio","streamId":"'
 _PLAY_AUDIO_TAIL = b'"}}'
 _CHECKPOINT_TAIL = b"}"
+
+
+# Each event's parser, a plain function of (protocol, message): a dict of bound methods in every protocol
+# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/twilio/stream.py).
+_PARSERS = {
+    "start": PlivoStreamProtocol._parse_start,
+    "media": PlivoStreamProtocol._parse_media,
+    "dtmf": PlivoStreamProtocol._parse_dtmf,
+    "playedStream": PlivoStreamProtocol._parse_played_stream,
+    "clearedAudio": PlivoStreamProtocol._parse_cleared_audio,
+    "playFailed": PlivoStreamProtocol._parse_play_failed,
+    "error": PlivoStreamProtocol._parse_error,
+    "stop": PlivoStreamProtocol._parse_stop,
+}
 
 
 def _check_template_safe(stream_id: object) -> bytes:

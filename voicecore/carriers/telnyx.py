@@ -365,15 +365,6 @@ class TelnyxStreamProtocol(ClosesOnViolation):
         self._dtmf = 0
         self._carrier_errors = 0
         self._violations = 0
-        self._parsers = {
-            "connected": self._parse_connected,
-            "start": self._parse_start,
-            "media": self._parse_media,
-            "dtmf": self._parse_dtmf,
-            "mark": self._parse_mark,
-            "error": self._parse_error,
-            "stop": self._parse_stop,
-        }
 
     # -- input ------------------------------------------------------------------------------------
 
@@ -439,7 +430,7 @@ class TelnyxStreamProtocol(ClosesOnViolation):
         following = next_state(_TRANSITIONS, _KNOWN_EVENTS, self.state, event, State.STOPPED)
         # Each parser validates the whole message before it changes anything (window, counters), so a
         # violation leaves the protocol as it was for _close.
-        events = self._parsers[event](message)
+        events = _PARSERS[event](self, message)
         self.state = following
         return events
 
@@ -590,6 +581,19 @@ CLEAR_MESSAGE = b'{"event":"clear"}'
 
 _OUTBOUND_MIN_BYTES = OUTBOUND_MIN_MS * BYTES_PER_MS  # G.711 at 8 kHz: one byte per sample, both laws
 _OUTBOUND_MAX_BYTES = OUTBOUND_MAX_MS * BYTES_PER_MS
+
+
+# Each event's parser, a plain function of (protocol, message): a dict of bound methods in every protocol
+# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/twilio/stream.py).
+_PARSERS = {
+    "connected": TelnyxStreamProtocol._parse_connected,
+    "start": TelnyxStreamProtocol._parse_start,
+    "media": TelnyxStreamProtocol._parse_media,
+    "dtmf": TelnyxStreamProtocol._parse_dtmf,
+    "mark": TelnyxStreamProtocol._parse_mark,
+    "error": TelnyxStreamProtocol._parse_error,
+    "stop": TelnyxStreamProtocol._parse_stop,
+}
 
 
 class TelnyxOutboundEncoder:

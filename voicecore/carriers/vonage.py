@@ -252,12 +252,6 @@ class VonageStreamProtocol(ClosesOnViolation):
         self._clears = 0
         self._unknown_events = 0
         self._violations = 0
-        self._parsers = {
-            EVENT_CONNECTED: self._parse_connected,
-            EVENT_DTMF: self._parse_dtmf,
-            EVENT_NOTIFY: self._parse_notify,
-            EVENT_CLEARED: self._parse_cleared,
-        }
 
     # -- input ------------------------------------------------------------------------------------
 
@@ -341,7 +335,7 @@ class VonageStreamProtocol(ClosesOnViolation):
                 self._unknown_events += 1
                 return []
             raise Violation(CloseCode.POLICY_VIOLATION, self._order_reason(_event_name(event)))
-        events = self._parsers[event](message)
+        events = _PARSERS[event](self, message)
         # Only a fully valid message moves the state: a violation above leaves it for _close.
         self.state = next_state
         return events
@@ -397,6 +391,16 @@ class VonageStreamProtocol(ClosesOnViolation):
     def _parse_cleared(self, message: dict) -> list[CarrierEvent]:
         self._clears += 1
         return [Cleared(sequence_number=self._messages)]
+
+
+# Each event's parser, a plain function of (protocol, message): a dict of bound methods in every protocol
+# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/twilio/stream.py).
+_PARSERS = {
+    EVENT_CONNECTED: VonageStreamProtocol._parse_connected,
+    EVENT_DTMF: VonageStreamProtocol._parse_dtmf,
+    EVENT_NOTIFY: VonageStreamProtocol._parse_notify,
+    EVENT_CLEARED: VonageStreamProtocol._parse_cleared,
+}
 
 
 def _event_name(event: str) -> str:
