@@ -303,6 +303,20 @@ def test_claim_slot_zeroes_every_counter_and_bumps_the_generation(arena):
     assert arena.claim_slot(2, "MZother", CALL_SID, wire_templates("MZother")) == 6
 
 
+def test_claim_slot_writes_the_calls_own_lead_and_the_next_call_starts_without_it(arena):
+    arena.claim_slot(2, STREAM_SID, CALL_SID, RAW, lead_ns=300_000_000)  # its carrier's (Exotel's chunks)
+    assert arena.ctrl[2, C.LEAD_NS] == 300_000_000
+    arena.set_slot_state(2, C.SLOT_FREE)
+    arena.claim_slot(2, STREAM_SID, CALL_SID, TEMPLATES)
+    assert arena.ctrl[2, C.LEAD_NS] == 0  # the pacer's configured lead
+    arena.set_slot_state(2, C.SLOT_FREE)
+    arena.ctrl[2, C.IN_HEAD] = 9
+    for bad in (-1, 1, 19_999_999, 1_000_000_001, 0.3):
+        with pytest.raises(ValueError, match="lead_ns"):
+            arena.claim_slot(2, STREAM_SID, CALL_SID, TEMPLATES, lead_ns=bad)
+    assert arena.ctrl[2, C.IN_HEAD] == 9 and arena.ctrl[2, C.STATE] == C.SLOT_FREE  # untouched
+
+
 def test_claim_slot_with_a_bad_id_leaves_the_slot_untouched(arena):
     arena.ctrl[0, C.IN_HEAD] = 9
     with pytest.raises(ValueError):

@@ -243,6 +243,22 @@ def test_each_carrier_stream_gets_an_edge_that_speaks_its_format():
         cc.new_stream_protocol("twilio")  # Twilio's stream is main.py's own
 
 
+def test_an_exotel_call_keeps_a_chunk_and_a_margin_ahead_and_the_others_the_pacers_lead():
+    """Exotel's edge sends a 200 ms chunk only once its last frame came: its calls keep 300 ms in the
+    carrier's buffer (control word LEAD_NS), or the configured lead if that is more; every other carrier's
+    edge sends each frame as it comes, so its calls keep the pacer's configured lead (0)."""
+    e_protocol = exotel.ExotelStreamProtocol()
+    side = exotel.ExotelCarrierSide("SS1", "CA1", "AC1")
+    events = [e for m in side.opening_messages() for e in e_protocol.receive_text(m)]
+    exotel_edge = cc.new_edge(cc.EXOTEL, events[-1], e_protocol, True)
+    assert exotel_edge.sink.batcher.chunk_bytes == 3200  # 200 ms of L16 at 8 kHz
+    assert cc.pacer_lead_ms(cc.EXOTEL, exotel_edge, 80) == 200 + cc.CHUNK_LEAD_MARGIN_MS == 300
+    assert cc.pacer_lead_ms(cc.EXOTEL, exotel_edge, 400) == 0  # the configured lead is longer: it stands
+    vonage_edge = cc.new_edge(cc.VONAGE, started(encoding=ENCODING_L16, rate=16000), vonage.VonageStreamProtocol(), True)
+    assert cc.pacer_lead_ms(cc.VONAGE, vonage_edge, 80) == 0
+    assert cc.pacer_lead_ms(cc.TELNYX, cc.new_edge(cc.TELNYX, started(), telnyx.TelnyxStreamProtocol(), False), 80) == 0
+
+
 def test_stream_id_per_carrier():
     t_protocol = telnyx.TelnyxStreamProtocol()
     side = telnyx.TelnyxCarrierSide("stream-uuid", "v3:call", "user", custom_parameters={"session_token": "x"})

@@ -224,6 +224,39 @@ def test_lead_burst_of_four_then_one_per_tick(call):
     assert call.word(C.FRAMES_RELEASED) == 8 and call.word(C.LAST_RELEASE_NS) == 70 * MS
 
 
+def own_lead(call, lead_ms):
+    """The call in ``call``'s slot again, now with a lead of its own (LEAD_NS: the gateway writes its carrier's)."""
+    call.arena.set_slot_state(call.slot, C.SLOT_FREE)
+    call.arena.claim_slot(call.slot, SID, CALL_SID, wire_templates(SID), lead_ns=lead_ms * MS)
+
+
+def test_a_call_with_its_own_lead_releases_that_much_ahead_and_the_others_keep_the_default(call):
+    own_lead(call, 300)  # an Exotel call: one 200 ms chunk plus a margin
+    arena = _second_call_in_slot_0(call, 20)  # a call without one: the configured 80 ms
+    call.open(1)
+    call.push(1, 30)
+    assert call.tick(0) == frames(1, 0, 4) + ["mark 1:5"] + frames(1, 5, 9) + ["mark 1:10"]  # the burst bound
+    assert R.wire_pending(arena.ctrl, 0) == 4
+    assert call.tick(20) == frames(1, 10, 14) + ["mark 1:15", "1.15"]  # 300 ms queued ahead of 20 ms
+    assert call.word(C.CARRIER_EMPTY_AT_NS) == 320 * MS
+    assert R.wire_pending(arena.ctrl, 0) == 6 and arena.ctrl[0, C.CARRIER_EMPTY_AT_NS] == 100 * MS  # 1 frame, mark 9:5
+    assert call.tick(40) == ["1.16"] and call.tick(60) == ["1.17"]  # then one per tick, 300 ms ahead
+    assert call.tick(70) == ["1.18"] and call.tick(80) == []  # an off-grid wake tops it up; then it is full
+    assert call.word(C.UNDERRUNS) == 0
+
+
+def test_a_hold_of_a_call_with_its_own_lead_is_cleared_that_much_later(call):
+    own_lead(call, 300)
+    call.open(1)
+    call.push(1, 30)
+    assert len(call.tick(0)) == 12
+    R.tag_pause(call.ctrl, call.slot, 1, 0)
+    assert call.tick(20) == ["mark 1:10:end"]
+    played(call, 1, 5, 100)  # the carrier plays what it holds: 200 ms of it left
+    assert call.tick(100) == [] and call.tick(300) == []  # the configured lead's grace (100 ms) is not its
+    assert call.tick(320) == ["clear"]  # its lead 300 + one frame
+
+
 def test_release_in_pairs_swings_the_queue_between_60_and_100_ms(tmp_path):
     """release_frames=2: two frames every other tick, so one gateway write carries both; the carrier's
     queue before a release is where it would be with one frame per tick (60 ms), never lower."""

@@ -18,6 +18,8 @@ PLAYED_AT_NS = 7  # CLOCK_MONOTONIC of that echo
 STARTED_AT_NS = 8  # when the stream's `start` was accepted
 CLEARS_SENT = 9  # `clear` messages written to the socket
 MARKS_DISCARDED = 10  # mark echoes that came back because of a `clear`, not because audio played
+LEAD_NS = 11  # send-ahead the pacer keeps in this call's carrier buffer, ns, written at claim time from the
+#              call's carrier (its edge batches or holds audio back: an Exotel chunk); 0: the pacer's lead_ms
 
 # --- written by the model worker --------------------------------------------------------------
 IN_TAIL = 16  # inbound ring: frames taken (consumer counter)

@@ -74,6 +74,7 @@ __all__ = [
     "final_templates_fit",
     "new_edge",
     "new_stream_protocol",
+    "pacer_lead_ms",
     "routes",
     "session_token",
     "stream_id",
@@ -102,6 +103,10 @@ _ARENA_ID = _CALL_ID
 ANY_CALL = "*"
 _B64_FRAME_CHARS = (FRAME_BYTES + 2) // 3 * 4
 EXOTEL_SAMPLE_RATE_HZ = 8000  # asked for in the stream URL: mu-law or L16 at 8 kHz, no resampling
+# What a call whose edge batches frames into chunks keeps in the carrier's buffer beyond one chunk: the chunk
+# carrying the next audio leaves the edge only once its last frame came from the pacer, so the carrier must
+# still hold this much when it lands (the pacer's ticks, the gateway's doorbell, the network's jitter).
+CHUNK_LEAD_MARGIN_MS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,3 +376,21 @@ def new_edge(carrier: str, started: StreamStarted, protocol, raw: bool) -> Carri
     else:
         raise ValueError(f"unknown carrier {carrier!r}")
     return CarrierEdge(transcoder, sink)
+
+
+def pacer_lead_ms(carrier: str, edge: CarrierEdge, configured_lead_ms: int) -> int:
+    """The send-ahead the pacer keeps in this call's carrier buffer (the call's control word LEAD_NS, in ms),
+    0 for the pacer's configured lead (``configured_lead_ms``) when that is enough.
+
+    Exotel's edge batches the pacer's 20 ms frames into chunks (200 ms at 8 kHz) and sends a chunk only once
+    its last frame came: with a lead shorter than a chunk the carrier has played everything it had by the
+    time the next chunk leaves (underruns at any jitter, and a response's first chunk waits for frames the
+    pacer holds back). Its calls keep one chunk plus CHUNK_LEAD_MARGIN_MS. Every other carrier's edge sends
+    each frame as it comes (a resampled stream holds back 10 ms, within any lead): 0."""
+    sink = edge.sink
+    if carrier == EXOTEL and isinstance(sink, BatchedSink):
+        batcher = sink.batcher
+        need_ms = -(-batcher.chunk_bytes // batcher.rules.bytes_per_ms) + CHUNK_LEAD_MARGIN_MS
+        if need_ms > configured_lead_ms:
+            return need_ms
+    return 0

@@ -207,7 +207,7 @@ class Gateway:
         # The arena zeroes every counter (all three rings start at index 0), writes the ids and the
         # templates, and publishes SLOT_ACTIVE last, so a worker that sees the new GENERATION sees a clean
         # slot and the pacer the call's templates.
-        generation = self.arena.claim_slot(slot, start.stream_sid, start.call_sid, templates)
+        generation = self.arena.claim_slot(slot, start.stream_sid, start.call_sid, templates, conn.call_lead_ns())
         conn.use_wire_templates(templates)
         self.ctrl[slot, C.STARTED_AT_NS] = time.monotonic_ns()
         self.calls[slot] = conn
@@ -672,6 +672,11 @@ class StreamConnection(WSListener):
         its stream's SID. Another carrier's connection answers with its own (CarrierStreamConnection)."""
         return tw.wire_templates(start.stream_sid)
 
+    def call_lead_ns(self) -> int:
+        """The send-ahead the pacer keeps in this call's carrier buffer (claim_slot writes it into the slot,
+        LEAD_NS): 0, the pacer's configured lead. A carrier whose edge holds audio back answers its own."""
+        return 0
+
     def use_wire_templates(self, templates: WireTemplates) -> None:
         """The call's templates, as the gateway put them in the arena: the drain tells an entry's kind by
         their heads (media, mark, clear: none a prefix of another) and sends final entries as text frames
@@ -964,10 +969,14 @@ class CarrierStreamConnection(StreamConnection):
         self.protocol = carrier_core.new_stream_protocol(carrier)
         self.templates: WireTemplates | None = None
         self.edge: CarrierEdge | None = None
+        self.lead_ms = 0  # the call's own lead for the pacer (carrier_core.pacer_lead_ms; 0: the configured one)
         self.edge_out: list[bytes] = []  # framed messages of this doorbell's raw entries, written at its end
 
     def call_wire_templates(self, start: carrier_core.CallIds) -> WireTemplates:
         return self.templates
+
+    def call_lead_ns(self) -> int:
+        return self.lead_ms * 1_000_000
 
     # --- inbound -------------------------------------------------------------------------------------
     def _on_message(self, payload: bytes) -> None:
@@ -1024,6 +1033,7 @@ class CarrierStreamConnection(StreamConnection):
         try:
             self.templates = carrier_core.wire_templates(carrier, started, self.protocol, gw.arena.layout.wire_slot_bytes)
             self.edge = carrier_core.new_edge(carrier, started, self.protocol, self.templates.raw)
+            self.lead_ms = carrier_core.pacer_lead_ms(carrier, self.edge, gw.config.lead_ms)
         except ValueError as exc:  # a format the protocol accepted but the edge cannot serve: ours to fix
             log.error("call %s: %s stream cannot be served: %s", self.call_sid, carrier, exc,
                       extra={"problem": "carrier edge"})
@@ -1035,8 +1045,9 @@ class CarrierStreamConnection(StreamConnection):
             gw.drain.stream_started(carrier_core.ANY_CALL)  # the drain's record of the webhook that named no call
         start = carrier_core.CallIds(self.call_sid,
                                      carrier_core.arena_id(carrier_core.stream_id(carrier, started, self.protocol)))
-        log.info("call %s: %s stream, %s at %d Hz, %s wire entries", self.call_sid, carrier, started.encoding,
-                 started.sample_rate_hz, "raw" if self.templates.raw else "final")
+        log.info("call %s: %s stream, %s at %d Hz, %s wire entries, lead %s", self.call_sid, carrier,
+                 started.encoding, started.sample_rate_hz, "raw" if self.templates.raw else "final",
+                 f"{self.lead_ms} ms" if self.lead_ms else "the pacer's")
         if gw.token_service.needs_shared_check(result):
             self.pending_frames = []
             asyncio.ensure_future(self._start_when_confirmed(start, result))

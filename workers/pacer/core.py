@@ -47,7 +47,14 @@ Per active call slot (STATE == SLOT_ACTIVE), in this order:
    spell (UNDERRUN_OPEN, cleared by the next release).
 
 Leads: with lead 80 ms and ticks on a 20 ms grid a response starts with a burst of 4 frames, then one
-per tick; after a stall the pacer refills the lead at most max_burst_frames per tick.
+per tick; after a stall the pacer refills the lead at most max_burst_frames per tick. A call may have a
+lead of its own (control word LEAD_NS, written by the gateway at claim time from the call's carrier; 0 for
+the configured lead_ms): a carrier edge that holds audio back before sending it needs more than 80 ms in
+the carrier's buffer. Exotel's edge batches frames into 200 ms chunks, so its calls keep one chunk plus a
+margin (300 ms, workers/gateway/carrier_core.py pacer_lead_ms): with 80 ms the chunk carrying the next
+audio left only once the carrier had played the previous one (underruns, and 120 ms more before a
+response's first chunk). The call's lead also moves its hold's clear (hold_clear_ns) by as much; the
+prefill of a dry carrier waits for the configured lead's worth, as for any call.
 
 Wire entries (voicecore/carriers/wire.py): each call's carrier module made its templates, and the gateway
 put them into the call's slot of the arena (wire_tmpl, wire_tmpl_meta) before publishing the call. A media
@@ -93,6 +100,7 @@ from voicecore.shm.control import (
     HOLD_SINCE_NS,
     GENERATION,
     LAST_RELEASE_NS,
+    LEAD_NS,
     MODEL_ALIVE_NS,
     MODEL_EXPECTING,
     OUT_HEAD,
@@ -432,9 +440,17 @@ def _queue_clear(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, stats_ou
 
 
 @kernel(inline="always")
+def _slot_lead_ns(ctrl, s, lead_ns):
+    """The call's own lead (LEAD_NS, its carrier's: the gateway wrote it at claim time), else the configured one."""
+    own = ctrl[s, LEAD_NS]
+    return own if own > 0 else lead_ns
+
+
+@kernel(inline="always")
 def _process_pause(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, hold_clear_ns, stats_out):
     """A hold of the tag on the wire: mark where its audio stops, clear a carrier still playing it
-    hold_clear_ns into the hold. False: the wire ring is full (what is owed waits for the next tick)."""
+    hold_clear_ns into the hold (the call's: pace_tick adds a call's own lead). False: the wire ring is full
+    (what is owed waits for the next tick)."""
     paused_tag = atomic_load_acquire(ctrl, s, PAUSED_TAG)
     sent_frames = ctrl[s, SENT_FRAMES]
     if paused_tag <= 0 or paused_tag != ctrl[s, SENT_TAG] or sent_frames <= 0:
@@ -540,6 +556,7 @@ def _release(
     s,
     now_ns,
     lead_ns,
+    prefill_frames,
     mark_every_frames,
     max_burst_frames,
     start_hold_ns,
@@ -549,6 +566,8 @@ def _release(
     clip_frames,
     model_silent_ns,
 ):
+    """Step 2 for call s. lead_ns: the call's lead; prefill_frames: the configured lead in frames, what a
+    dry carrier's start waits for (the model's delivery, not the carrier's buffer, decides it)."""
     n_out = out_meta.shape[1]
     n_wire = wire_len.shape[1]
     out_head = atomic_load_acquire(ctrl, s, OUT_HEAD)  # acquire: the frames below it are complete
@@ -629,10 +648,10 @@ def _release(
         if released >= max_burst_frames or empty_at_ns - now_ns >= (fill_below_ns if released else start_below_ns):
             break
         if released == 0 and empty_at_ns <= now_ns and start_hold_ns > 0:
-            # The carrier is dry: prefill. Release only when a lead's worth of this tag's frames (or
-            # its end) is ready, or the first of them has waited start_hold_ns; one frame alone would
-            # leave the caller a gap at the next tick.
-            readiness = _prefill_ready(ctrl, out_meta, s, out_tail, out_head, tag, lead_ns // FRAME_NS)
+            # The carrier is dry: prefill. Release only when a (configured) lead's worth of this tag's
+            # frames (or its end) is ready, or the first of them has waited start_hold_ns; one frame alone
+            # would leave the caller a gap at the next tick.
+            readiness = _prefill_ready(ctrl, out_meta, s, out_tail, out_head, tag, prefill_frames)
             if readiness == PREFILL_GATED:
                 # Start only when a lead's worth is approved: releasing the first approved frame alone
                 # made every gated answer stutter while approval caught up (no timeout: the gate decides).
@@ -779,7 +798,9 @@ def pace_tick(
 
     ctrl, out_meta, out_payload, wire_len, wire_data, tmpl, tmpl_meta: the arena's arrays (tmpl and
     tmpl_meta: its wire_tmpl and wire_tmpl_meta, every call's wire templates). now_ns: the tick's time on
-    the shell's monotonic clock. lead_ns: send-ahead to keep in the carrier's buffer. mark_every_frames:
+    the shell's monotonic clock. lead_ns: send-ahead to keep in the carrier's buffer, for every call whose
+    control block names no lead of its own (LEAD_NS 0; a call's own replaces it, hold_clear_ns grows by
+    the difference). mark_every_frames:
     mark cadence (0: only ":end" marks). max_burst_frames: frames per call per tick at most.
     start_hold_ns: longest prefill wait when the carrier is dry (0: release at once).
     release_frames: frames released together (1: top the lead up every tick; 2: every other tick, two
@@ -802,8 +823,10 @@ def pace_tick(
             continue
         stats_out[STAT_CALLS_SERVED] += 1
         wire_head_before = ctrl[s, WIRE_HEAD]
+        # The call's lead: its carrier's (LEAD_NS) or the configured one; a hold is cleared that much later.
+        slot_lead_ns = _slot_lead_ns(ctrl, s, lead_ns)
         if _process_cancel(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, stats_out) and _process_pause(
-            ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, hold_clear_ns, stats_out
+            ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, hold_clear_ns + (slot_lead_ns - lead_ns), stats_out
         ):
             _release(
                 ctrl,
@@ -815,7 +838,8 @@ def pace_tick(
                 tmpl_meta,
                 s,
                 now_ns,
-                lead_ns,
+                slot_lead_ns,
+                lead_ns // FRAME_NS,
                 mark_every_frames,
                 max_burst_frames,
                 start_hold_ns,
