@@ -19,7 +19,7 @@ from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.edge import ULAW_SILENCE_FRAME, BatchedSink, CarrierEdge, EdgeOutput, FrameSink, OutboundEdge
 from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMA, ENCODING_PCMU
 from voicecore.carriers.wire import RAW_CLEAR, RAW_MARK, RAW_MEDIA
-from voicecore.timing import FRAME_BYTES
+from voicecore.timing import FRAME_BYTES, FRAME_NS
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -96,6 +96,28 @@ def test_vonage_gets_640_byte_binary_frames_and_notify_marks_after_their_audio()
     assert kinds == ["SentAudio", "SentAudio", "SentNotify", "SentAudio", "SentAudio", "SentNotify"]
     assert [item.mark for item in seen if isinstance(item, vonage.SentNotify)] == ["1:1", "1:3:end"]
     assert all(len(item.payload) == 640 for item in seen if isinstance(item, vonage.SentAudio))
+
+
+def test_a_resampled_streams_mark_echo_is_known_to_come_10_ms_after_its_audio():
+    """The mark waits for the frame that carries its audio's last 10 ms, so its echo comes when 10 ms of the
+    next audio have played too: the edge says so (echo_late_ns), and the gateway dates the echo's played
+    position that much earlier. Marks sent right behind their audio (8 kHz, a stream's very first) are not late."""
+    edge = CarrierEdge(EdgeTranscoder(ENCODING_L16, 16000), FrameSink(vonage.VonageOutboundEncoder(16000)))
+    audio = tone_ulaw(4)
+    run(edge, [mark("1:0"), media(audio[:160]), mark("1:1"), media(audio[160:320]), mark("1:2"), media(audio[320:480]),
+               mark("1:3:end")])
+    assert edge.echo_late_ns("1:0") == 0  # no audio before it: nothing to wait for
+    assert edge.echo_late_ns("1:1") == 10_000_000
+    # Echoes come in order: one passed over was lost, and its entry goes with it.
+    assert edge.echo_late_ns("1:3:end") == 10_000_000  # behind the silence that brought the tail out
+    assert edge.echo_late_ns("1:2") == 0
+    run(edge, [media(audio[:160]), media(audio[160:320]), mark("2:2"), RAW_CLEAR])
+    assert edge.echo_late_ns("2:2") == 0  # a clear settles the marks before it: their echoes are discards
+
+    narrow = CarrierEdge(EdgeTranscoder(ENCODING_L16, 8000), FrameSink(vonage.VonageOutboundEncoder(8000)))
+    run(narrow, [media(audio[:160]), mark("1:1"), media(audio[160:320]), mark("1:2:end")])
+    assert narrow.echo_late_ns("1:1") == narrow.echo_late_ns("1:2:end") == 0
+    assert CarrierEdge(EdgeTranscoder(ENCODING_PCMU, 8000)).echo_late_ns("1:1") == 0  # final templates
 
 
 def test_vonage_at_8000_hz_needs_no_waiting():
@@ -226,6 +248,8 @@ def test_no_mark_overtakes_its_audio_and_every_mark_is_sent_or_dropped(ops, rate
                     frames_in += 1  # a frame of silence pushed behind the response: in the stream like audio
             else:
                 assert out_bytes >= placed[item[1]], (item, out_bytes, placed[item[1]])
+                # ... and it says by how much it is late: less than a frame, exactly the carrier audio between
+                assert item[3] == (out_bytes - placed[item[1]]) * FRAME_NS // edge.frame_bytes < FRAME_NS, item
                 emitted.append(item[1])
         if op == "end":
             assert not edge.waiting_marks  # nothing follows an end mark: all went out

@@ -18,7 +18,9 @@ resampled stream delays its audio by ``EdgeTranscoder.delay_ms`` (10 ms: codec.p
 what the pacer sent is still inside the resampler when a mark arrives. Such a mark waits until the carrier
 bytes that carry its audio have gone out (the next frame, 20 ms later at most); a response's last mark
 (``tag:frames:end``) cannot wait for audio that will not come, so one frame of mu-law silence is pushed
-through first, which brings the tail out as a whole frame, and the mark follows it. A ``clear`` drops what
+through first, which brings the tail out as a whole frame, and the mark follows it. Either way the mark's
+echo comes when the rest of that frame (10 ms) has played too: :meth:`CarrierEdge.echo_late_ns` tells the
+gateway by how much, and it dates the echo's played position that much earlier. A ``clear`` drops what
 the edge holds (the framer's remainder, the resampler's history, marks waiting for their audio) and
 reports the dropped marks: they were never sent, so no echo will come for them, and the gateway settles
 them the way it settles the echoes a clear causes (discarded, not played). A :class:`BatchedSink` may hold
@@ -40,12 +42,13 @@ from typing import Protocol
 from voicecore.carriers.codec import EdgeTranscoder, Framer
 from voicecore.carriers.events import CarrierEncoder, Outbound
 from voicecore.carriers.wire import RAW_CLEAR, RAW_MARK, RAW_MEDIA
-from voicecore.timing import FRAME_BYTES, FRAME_MS
+from voicecore.timing import FRAME_BYTES, FRAME_MS, FRAME_NS
 from voicecore.twilio.marks import END_SUFFIX
 
 __all__ = ["BatchedSink", "CarrierEdge", "EdgeOutput", "EdgeSink", "FrameSink", "OutboundEdge", "ULAW_SILENCE_FRAME"]
 
 ULAW_SILENCE_FRAME = b"\xff" * FRAME_BYTES  # the mu-law code of linear 0, one 20 ms frame
+MAX_LATE_MARKS = 64  # marks awaiting their echo whose lateness is kept (a lead holds a few)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +117,15 @@ class BatchedSink:
 class OutboundEdge:
     """The pacer's mu-law frames and marks -> whole carrier frames and marks, in order, no mark ahead of the
     audio before it (see the module docstring). Items come out as ``("frame", bytes)`` and
-    ``("mark", name, end)``.
+    ``("mark", name, end, late_ns)``.
 
     Positions count carrier bytes since the stream started or was last cleared: the audio of the first
     ``n`` mu-law bytes pushed is out once ``delay_bytes + n * ratio`` carrier bytes have gone out as frames
-    (the resampler's output is its input delayed by ``delay_ms``, and as long as its input: codec.py).
+    (the resampler's output is its input delayed by ``delay_ms``, and as long as its input: codec.py). A
+    mark comes out as ``("mark", name, end, late_ns)``: ``late_ns`` is how much carrier audio went out
+    between its position and the mark (the rest of the frame that carried its audio's tail), so how much
+    later than its audio its echo comes back (0 at 8 kHz; 10 ms on a resampled stream, whose marks wait for
+    the frame that carries their last 10 ms).
     """
 
     __slots__ = ("transcoder", "frame_bytes", "ratio", "delay_bytes", "_framer", "_in_bytes", "_out_bytes",
@@ -180,15 +187,17 @@ class OutboundEdge:
     def _release(self, out: list[tuple]) -> None:
         waiting = self._waiting
         while waiting and waiting[0][0] <= self._out_bytes:
-            _, name, end = waiting.popleft()
-            out.append(("mark", name, end))
+            position, name, end = waiting.popleft()
+            # It goes behind audio that ends (out_bytes - position) carrier bytes after its own: its echo
+            # comes that much after the audio before it played (10 ms on a resampled stream).
+            out.append(("mark", name, end, (self._out_bytes - position) * FRAME_NS // self.frame_bytes))
 
 
 class CarrierEdge:
     """One stream's edge: :meth:`inbound` for caller audio, :meth:`outbound` for raw wire entries (only
     used when the call's templates are raw; ``sink`` may then not be None)."""
 
-    __slots__ = ("transcoder", "sink", "_inbound", "_outbound", "inbound_frames")
+    __slots__ = ("transcoder", "sink", "_inbound", "_outbound", "inbound_frames", "_late_marks")
 
     def __init__(self, transcoder: EdgeTranscoder, sink: EdgeSink | None = None) -> None:
         self.transcoder = transcoder
@@ -196,6 +205,22 @@ class CarrierEdge:
         self._inbound = Framer(FRAME_BYTES)
         self._outbound = OutboundEdge(transcoder) if sink is not None else None
         self.inbound_frames = 0  # frames given out by inbound(), the shell's sequence numbers
+        # (name, late_ns) of marks sent behind audio past their own, oldest first, until their echo
+        # (echo_late_ns) or a clear; bounded, should a carrier never echo.
+        self._late_marks: deque[tuple[str, int]] = deque(maxlen=MAX_LATE_MARKS)
+
+    def echo_late_ns(self, name: str) -> int:
+        """How much later than the audio before it the echo of mark ``name`` comes (its ``late_ns``, see
+        :class:`OutboundEdge`), 0 for a mark sent right behind its audio: the gateway takes that much off
+        the echo's time, so the played position it publishes is the audio's. Echoes come in the order the
+        marks went out, so the entries before its own are passed (their marks were lost)."""
+        late = self._late_marks
+        for index, (late_name, late_ns) in enumerate(late):
+            if late_name == name:
+                for _ in range(index + 1):
+                    late.popleft()
+                return late_ns
+        return 0
 
     def inbound(self, payload: bytes) -> list[bytes]:
         """Caller audio in the carrier's format -> the 160-byte mu-law frames it completes."""
@@ -216,6 +241,7 @@ class CarrierEdge:
             items = edge.mark(name, end=name.endswith(END_SUFFIX))
         elif kind == RAW_CLEAR and len(entry) == 1:
             dropped = edge.clear()
+            self._late_marks.clear()  # marks sent before a clear are settled as discarded, not played
             messages, sink_dropped = sink.clear()
             # The sink's marks were handed to it before the ones still waiting here: oldest first.
             return EdgeOutput(tuple(messages), sink_dropped + dropped)
@@ -228,5 +254,7 @@ class CarrierEdge:
             if item[0] == "frame":
                 messages += sink.frame(item[1])
             else:
+                if item[3]:
+                    self._late_marks.append((item[1], item[3]))
                 messages += sink.mark(item[1], item[2])
         return EdgeOutput(tuple(messages))

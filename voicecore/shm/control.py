@@ -14,7 +14,8 @@ IN_OVERRUNS = 3  # inbound frames dropped because the ring was full
 WIRE_TAIL = 4  # wire ring: entries taken by the gateway (consumer counter)
 PLAYED_TAG = 5  # tag of the last mark echoed because its audio played
 PLAYED_FRAMES = 6  # frames of PLAYED_TAG played through that mark
-PLAYED_AT_NS = 7  # CLOCK_MONOTONIC of that echo
+PLAYED_AT_NS = 7  # CLOCK_MONOTONIC when the audio through that mark had played: its echo, less what the
+#                   carrier edge knows it came late by (a resampled stream's mark waits for a whole frame)
 STARTED_AT_NS = 8  # when the stream's `start` was accepted
 CLEARS_SENT = 9  # `clear` messages written to the socket
 MARKS_DISCARDED = 10  # mark echoes that came back because of a `clear`, not because audio played

@@ -830,7 +830,9 @@ class StreamConnection(WSListener):
             self.ticket.release()  # in a call now: no longer a connection waiting to authenticate
         log.info("call %s: stream started in slot %d", self.call_sid, slot)
 
-    def _on_mark_echo(self, name: str) -> None:
+    def _on_mark_echo(self, name: str, late_ns: int = 0) -> None:
+        """``late_ns``: how much after the audio before it the mark was known to be sent (a carrier edge's:
+        CarrierEdge.echo_late_ns), taken off the echo's time: PLAYED_AT_NS is when that audio had played."""
         gw = self.gateway
         outcome = self.ledger.echoed(name)
         if isinstance(outcome, MarkPlayed):
@@ -838,7 +840,7 @@ class StreamConnection(WSListener):
             if self.slot is not None:
                 ctrl = self.ctrl[self.slot]
                 ctrl[C.PLAYED_FRAMES] = outcome.frames
-                ctrl[C.PLAYED_AT_NS] = time.monotonic_ns()
+                ctrl[C.PLAYED_AT_NS] = time.monotonic_ns() - late_ns
                 ctrl[C.PLAYED_TAG] = outcome.tag
         elif isinstance(outcome, MarkDiscarded):
             gw.counters["marks_discarded"] += 1
@@ -990,7 +992,9 @@ class CarrierStreamConnection(StreamConnection):
             if isinstance(event, CallerAudio):
                 self._on_caller_audio(event.payload)
             elif isinstance(event, MarkEcho):
-                self._on_mark_echo(event.name)
+                # A resampled stream's mark went out behind 10 ms of the next audio: its echo is that late.
+                edge = self.edge
+                self._on_mark_echo(event.name, edge.echo_late_ns(event.name) if edge is not None else 0)
             elif isinstance(event, StreamStarted):
                 self._on_carrier_start(event)
             elif isinstance(event, Dtmf):
