@@ -108,6 +108,7 @@ class ModelSimServer:
         kind = request.kind
         if kind == "refuse_new":
             targets = []  # it refuses handshakes; the live sessions go on
+        spread: list[_SessionSocket] = []
         for sock in targets:
             if kind == "drop_1011":
                 sock.session.note_fault(kind, now)
@@ -124,12 +125,24 @@ class ModelSimServer:
                 assert window is not None
                 sock.session.note_fault(kind, now, window.until_ms)
                 sock._send_due()  # re-arms its timer for the window's end
+            elif kind == "huge_delta":
+                # 4 MiB of JSON per session, a session every 5 ms after the POST is answered: the simulator's
+                # own loop (every other session's audio, the handshakes) is not held for the seconds that 100
+                # of them take to build at once (one vendor server per session would not be).
+                asyncio.get_running_loop().call_later(0.005 * len(spread), self._inject_now, sock, kind)
+                spread.append(sock)
             else:
                 sock.session.inject_fault(kind, now)
                 sock._send_due()
         log.info("fault %s applied to %d sessions%s", kind, len(targets),
                  f" for {request.duration_ms} ms" if window is not None else "")
         return len(targets)
+
+    @staticmethod
+    def _inject_now(sock: "_SessionSocket", kind: str) -> None:
+        if sock.transport is not None and not sock.transport.is_disconnected:
+            sock.session.inject_fault(kind, now_ms())
+            sock._send_due()
 
     def _open(self, request: WSUpgradeRequest) -> "_SessionSocket | WSUpgradeResponseWithListener":
         headers = request.headers
