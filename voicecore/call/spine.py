@@ -89,15 +89,19 @@ class SpineDriver:
         self.core.greet = False
         self.started = True
         self.spell.reopened(now_ns)
-        out = self.core.on_open()
-        current = self.core.current
-        if self._waiting_on_vendor() and current is not None:
-            # The drop cut the answer off: what came of it plays on, the rest never will (its session is gone);
-            # the caller is owed an answer from the new session.
-            out += self.core.on_event(rt.ResponseDone(current.response_id, "incomplete", "session_lost"), now_ns,
-                                      core.Playout(0, 0, 0, 0, 0, 0))
-            self.ask_again = True
+        out = self.core.on_open() + self._cut_off(now_ns)
         return out + self._check(now_ns)
+
+    def _cut_off(self, now_ns: int) -> list[core.Action]:
+        """The model socket is gone mid-answer: what came of the answer plays on, the rest never will (its
+        session is gone), so its audio ends where it is, now, and the pacer closes it there instead of waiting
+        on it as an underrun (the hold line follows it); the caller is owed an answer from the next session."""
+        current = self.core.current
+        if not self._waiting_on_vendor() or current is None:
+            return []
+        self.ask_again = True
+        return self.core.on_event(rt.ResponseDone(current.response_id, "incomplete", "session_lost"), now_ns,
+                                  core.Playout(0, 0, 0, 0, 0, 0))
 
     def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[core.Action]:
         """The model socket closed or could not be opened; the shell reconnects. ``fatal``: no model for
@@ -107,7 +111,7 @@ class SpineDriver:
         self.spell.lost(now_ns)
         if fatal:
             return self._give_up(reason, now_ns, None)
-        return self._check(now_ns)
+        return self._cut_off(now_ns) + self._check(now_ns)
 
     def awaiting_model(self) -> bool:
         """The caller waits on the model: the call's first words, or an answer being generated or owed."""
