@@ -33,6 +33,7 @@ Bad input from the gateway never raises: it is counted in `metrics.protocol_erro
 Misuse by the harness (sending media before `opening_messages()`, a bad DTMF digit) raises.
 """
 
+import abc
 import binascii
 import functools
 import json
@@ -198,7 +199,7 @@ class _TagState:
         self.stale_epoch: int | None = None
 
 
-class PlayoutCore:
+class PlayoutCore(abc.ABC):
     """The carrier-neutral half of one simulated call: the caller's 20 ms send clock, the carrier's playout
     clock, and every measurement (lateness, underruns, marks echoed at playout time, clears, stale frames,
     barge-ins, what was played of each tag). Knows no wire format: an adapter (CarrierCall for Twilio,
@@ -337,9 +338,9 @@ class PlayoutCore:
             frame[lo - start:hi - start] = audio[lo - clip_start:hi - clip_start]
         return SILENT_FRAME if frame is None else bytes(frame)
 
+    @abc.abstractmethod
     def _media_message(self, n: int) -> str | bytes:
         """The carrier's message carrying caller frame ``n`` (``_caller_frame(n)``); counts media_sent."""
-        raise NotImplementedError
 
     # ----- the adapter's interface (a carrier adapter feeds the measurements through these) -----------
 
@@ -433,10 +434,10 @@ class PlayoutCore:
             self._bargein_at_ms = None
         self._cleared(now_ms)
 
+    @abc.abstractmethod
     def _echo(self, name: str, is_end: bool) -> None:
         """Playout passed the mark ``name`` (or a clear returned it): the adapter queues its echo in
         ``self._outbox``. Every adapter calls ``_echo_ended_spurt(is_end)`` first (or does what it does)."""
-        raise NotImplementedError
 
     def _cleared(self, now_ms: float) -> None:
         """A clear was carried out (after the pending marks were echoed or dropped): the adapter's

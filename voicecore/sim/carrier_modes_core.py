@@ -48,6 +48,8 @@ Misuse by the harness raises ValueError.
 
 from __future__ import annotations
 
+import abc
+
 import base64
 import binascii
 import hashlib
@@ -433,10 +435,10 @@ class ModeCall(PlayoutCore):
             self._measure_codec = EdgeTranscoder(self.encoding, self.sample_rate_hz)
         self._framer.take_remainder()
 
+    @abc.abstractmethod
     def stop_messages(self, now_ms: float | None = None) -> list[str | bytes]:
         """The carrier's last messages (its ``stop``, and caller audio still held back): afterwards
         tick_send() returns nothing. ``now_ms``: when the call ends (see PlayoutCore.stopped_at_ms)."""
-        raise NotImplementedError
 
     def _stop(self, now_ms: float | None) -> None:
         self._require_open()
