@@ -1176,10 +1176,6 @@ def run_bench(opts: BenchOptions) -> int:
     if problem:
         print(f"voicecore bench: {problem}", file=sys.stderr)
         return 2
-    if opts.baseline and not (pipecat_venv(opts) / "bin" / "python").exists():
-        print(f"voicecore bench: no pipecat venv at {pipecat_venv(opts)}: run bench/baseline_pipecat/setup_venv.sh "
-              "first (or pass --pipecat-venv)", file=sys.stderr)
-        return 2
     if opts.scenario == "hallucination" and (opts.baseline or opts.target or opts.find_capacity):
         print("voicecore bench: the hallucination scenario starts its own stack twice (gate on, then off): "
               "not with --baseline, --target or --find-capacity", file=sys.stderr)
@@ -1214,6 +1210,11 @@ def run_bench(opts: BenchOptions) -> int:
         print("voicecore bench: --carrier other than twilio needs a stack the bench starts (its secrets are made for "
               "the run) and voicecore on both sides: not with --target, --baseline or the chaos scenario",
               file=sys.stderr)
+        return 2
+    # Last: every combination of options is judged first, whether or not this machine has the baseline's venv.
+    if opts.baseline and not (pipecat_venv(opts) / "bin" / "python").exists():
+        print(f"voicecore bench: no pipecat venv at {pipecat_venv(opts)}: run bench/baseline_pipecat/setup_venv.sh "
+              "first (or pass --pipecat-venv)", file=sys.stderr)
         return 2
     if opts.scenario == "chaos":
         from bench.chaos import run_chaos  # its own run: faults injected into one stack (bench/chaos.py)
