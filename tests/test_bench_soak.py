@@ -96,4 +96,9 @@ def test_a_short_soak_churns_calls_and_leaves_nothing_behind(tmp_path: Path):
         assert set(figures) == PROCESS_KEYS, name
         assert figures["rss_kb_start"] > 0 and figures["rss_kb_end"] > 0 and figures["fds_start"] > 0
         assert figures["restarts"] == 0
-    assert os.path.getsize(report_path.with_suffix(".png")) > 10_000
+    try:
+        import matplotlib  # noqa: F401  (the bench extra draws the PNG; the test extra alone has none)
+    except ImportError:
+        assert not report_path.with_suffix(".png").exists() and "matplotlib is not installed" in completed.stderr
+    else:
+        assert os.path.getsize(report_path.with_suffix(".png")) > 10_000
