@@ -782,7 +782,7 @@ class PlivoCarrierSide:
         self,
         stream_id: str,
         call_id: str,
-        account_id: str = "MAXXXXXXXXXXXXXXXXXX",
+        account_id: str = "MA0123456789ABCDEF01",
         content_type: str = CONTENT_TYPE_MULAW,
         sample_rate_hz: int = 8000,
         extra_headers: str = "",
