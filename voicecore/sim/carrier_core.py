@@ -434,6 +434,12 @@ class PlayoutCore(abc.ABC):
             self._bargein_at_ms = None
         self._cleared(now_ms)
 
+    def _echo_ended_spurt(self, is_end: bool) -> None:
+        """A response's last mark (``is_end``) played: its talk spurt is over, silence from here is no underrun."""
+        if is_end:
+            self._in_spurt = False
+            self._in_underrun = False
+
     @abc.abstractmethod
     def _echo(self, name: str, is_end: bool) -> None:
         """Playout passed the mark ``name`` (or a clear returned it): the adapter queues its echo in
@@ -843,10 +849,7 @@ class CarrierCall(PlayoutCore):
             self._accept_frame(payload[start:start + FRAME_BYTES], now_ms)
 
     def _echo(self, name: str, is_end: bool) -> None:
-        if is_end:
-            # The response's last mark: the talk spurt is over, silence from here is not an underrun.
-            self._in_spurt = False
-            self._in_underrun = False
+        self._echo_ended_spurt(is_end)
         self._outbox.append(
             f'{{"event":"mark","sequenceNumber":"{self._next_seq()}","streamSid":{self._sid_json},'
             f'"mark":{{"name":{json.dumps(name)}}}}}'

@@ -570,9 +570,7 @@ class TelnyxCall(ModeCall):
         self._outbox.append(self._writer.error(rejected.code))
 
     def _echo(self, name: str, is_end: bool) -> None:
-        if is_end:
-            self._in_spurt = False
-            self._in_underrun = False
+        self._echo_ended_spurt(is_end)
         self._outbox.append(self._writer.mark_echo(name))
 
     def _cleared(self, now_ms: float) -> None:
@@ -667,9 +665,7 @@ class PlivoCall(ModeCall):
             self._protocol_error(f"rejected: {sent.reason}")
 
     def _echo(self, name: str, is_end: bool) -> None:
-        if is_end:
-            self._in_spurt = False
-            self._in_underrun = False
+        self._echo_ended_spurt(is_end)
         self._outbox.append(self._writer.played_stream(name))
 
     def _cleared(self, now_ms: float) -> None:
@@ -736,9 +732,7 @@ class VonageCall(ModeCall):
             self._protocol_error(f"rejected: {sent.reason}")
 
     def _echo(self, name: str, is_end: bool) -> None:
-        if is_end:
-            self._in_spurt = False
-            self._in_underrun = False
+        self._echo_ended_spurt(is_end)
         payload = self._notify_payloads.pop(name, None) or orjson.dumps({"mark": name})
         self._outbox.append(self._side.notify_echo(vonage.SentNotify(payload, name)).data.decode("utf-8"))
 
@@ -816,9 +810,7 @@ class ExotelCall(ModeCall):
             self._protocol_error(f"rejected: {sent.reason}")
 
     def _echo(self, name: str, is_end: bool) -> None:
-        if is_end:
-            self._in_spurt = False
-            self._in_underrun = False
+        self._echo_ended_spurt(is_end)
         self._outbox.append(self._side.mark_echo(name))
 
     def _cleared(self, now_ms: float) -> None:
