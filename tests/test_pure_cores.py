@@ -54,7 +54,11 @@ PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/contro
               # Telnyx's media-stream protocol, reorder window, encoder, carrier side, TeXML and signatures
               "voicecore/carriers/telnyx.py",
               # Plivo's audio-stream protocol, checkpoint lead, encoder, carrier side, answer XML and signatures
-              "voicecore/carriers/plivo.py")
+              "voicecore/carriers/plivo.py",
+              # hang-up and transfer of the other carriers' calls: the REST requests and answers, the choice per carrier
+              "voicecore/carriers/rest_common.py", "voicecore/carriers/telnyx_rest.py",
+              "voicecore/carriers/plivo_rest.py", "voicecore/carriers/vonage_rest.py",
+              "voicecore/carriers/call_control.py")
 IO_SHELL_NAMES = frozenset({"transport.py"})  # a pure package's one I/O shell, by name
 
 FORBIDDEN = frozenset({

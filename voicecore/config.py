@@ -76,6 +76,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("release_frames", int, 2, "the pacer releases frames this many at a time (one socket write for them): the carrier's queue swings between lead - (n-1) and lead + (n-1) frames; 1: top the lead up every tick"),
     Setting("start_hold_ms", int, 60, "when the carrier's buffer is dry, wait up to this long for a lead's worth of audio before releasing"),
     Setting("twilio_api_base", str, "https://api.twilio.com", "base URL of Twilio's REST API (hang up, transfer); tests point it at a local fake"),
+    Setting("telnyx_api_key", str, "", "Telnyx: the API key (Authorization: Bearer) of the Call Control hangup and transfer commands that end a Telnyx call; empty: a Telnyx call's agent cannot hang up or transfer (logged)"),
+    Setting("telnyx_api_base", str, "https://api.telnyx.com", "base URL of Telnyx's API (POST /v2/calls/{call_control_id}/actions/hangup|transfer); tests point it at the carrier simulator"),
+    Setting("plivo_auth_id", str, "", "Plivo: the auth ID (MA... or SA...) that, with plivo_auth_token, authenticates the Call API requests that hang up or transfer a Plivo call (a transfer fetches <Dial> from our /plivo/transfer); empty: a Plivo call's agent cannot hang up or transfer (logged)"),
+    Setting("plivo_api_base", str, "https://api.plivo.com", "base URL of Plivo's API (DELETE|POST /v1/Account/{auth_id}/Call/{call_uuid}/); tests point it at the carrier simulator"),
+    Setting("vonage_application_id", str, "", "Vonage: the application id whose JWT (RS256, with vonage_private_key) authenticates PUT /v1/calls/{uuid} to hang up or transfer a Vonage call; empty: a Vonage call's agent cannot hang up or transfer (logged)"),
+    Setting("vonage_private_key", str, "", "Vonage: the application's private key: the PEM text, or the path of the PEM file; required with vonage_application_id"),
+    Setting("vonage_api_base", str, "https://api.nexmo.com", "base URL of Vonage's Voice API (PUT /v1/calls/{uuid}); tests point it at the carrier simulator"),
     Setting("call_control", str, "auto", "spine: barge-in on the model's speech_started; turns: the turn-taking controller (semantic barge-in, debounce, watchdog, check-ins, the agent's flow and tools), with call records; auto: turns when an agent directory is set, spine otherwise"),
     Setting("agent", str, "", "agent directory (agent.toml and the files it names); empty: the shipped default agent"),
     Setting("gate_policy", str, "off", "which responses the validator must approve before they play: off, numbers, scripted or strict"),
@@ -140,6 +147,13 @@ class Config:
     release_frames: int
     start_hold_ms: int
     twilio_api_base: str
+    telnyx_api_key: str
+    telnyx_api_base: str
+    plivo_auth_id: str
+    plivo_api_base: str
+    vonage_application_id: str
+    vonage_private_key: str
+    vonage_api_base: str
     call_control: str
     agent: str
     gate_policy: str
@@ -306,6 +320,11 @@ def _validate(values: dict[str, object]) -> None:
         parts = urlsplit(server)
         if parts.scheme not in ("nats", "tls") or not parts.netloc:
             raise ConfigError(f"fanout_url: expected empty or nats://host:port (comma-separated), got {server!r}")
+    for name in ("telnyx_api_base", "plivo_api_base", "vonage_api_base"):
+        if not str(values[name]).startswith(("http://", "https://")):
+            raise ConfigError(f"{name}: expected an http:// or https:// base URL, got {values[name]!r}")
+    if bool(values["vonage_application_id"]) != bool(values["vonage_private_key"]):
+        raise ConfigError("vonage_application_id and vonage_private_key: set both (the JWT needs both) or neither")
     if bool(values["exotel_username"]) != bool(values["exotel_password"]):
         raise ConfigError("exotel_username and exotel_password: set both (Exotel is served with both) or neither")
     if int(values["vonage_sample_rate_hz"]) not in (8000, 16000):  # type: ignore[arg-type]

@@ -33,10 +33,26 @@ class CallStarted:
     call_sid: str
     stream_sid: str
     account_sid: str  # for REST requests about the call (hang up, transfer)
+    # A non-Twilio call's carrier ("telnyx", "plivo", "vonage", "exotel"; "" for Twilio) and the ids its stream
+    # named, as sent (the arena's call id may be a hash of a long one): voicecore/carriers/call_control.py ends
+    # or transfers the call with them.
+    carrier: str = ""
+    carrier_call_id: str = ""
+    carrier_account_id: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CallEnded:
+    slot: int
+    generation: int
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndStream:
+    """Model worker -> gateway: close the call's media stream (normal closure), the way a carrier without a
+    REST call for it ends or passes on a call (Exotel's Voicebot applet: its flow's next applet takes over)."""
+
     slot: int
     generation: int
     reason: str
@@ -173,7 +189,7 @@ class Rejected:
 
 
 Message = (
-    Heartbeat | CallStarted | CallEnded | CancelTag | Dtmf | Stats
+    Heartbeat | CallStarted | CallEnded | EndStream | CancelTag | Dtmf | Stats
     | GateOpen | TranscriptDelta | TranscriptDone | Verdict | ObserveEvents | ObservedEvents | RecordFinished
 )
 
@@ -181,6 +197,7 @@ _TYPES: dict[str, type] = {
     "heartbeat": Heartbeat,
     "call.started": CallStarted,
     "call.ended": CallEnded,
+    "stream.end": EndStream,
     "cancel": CancelTag,
     "dtmf": Dtmf,
     "stats": Stats,

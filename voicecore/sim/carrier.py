@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import h11
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
 from voicecore import http_client
@@ -433,6 +435,18 @@ class CallRunner:
         self._send(out)
         return True
 
+    def end_by_rest(self, action: str) -> None:
+        """The carrier's REST API was asked to hang up or transfer this call (voicecore/sim/carrier_rest.py):
+        the call leaves the stream as the carrier ends a stream (its last messages, then the close)."""
+        if self.done or self.stream is None:
+            return
+        out = self.core.messages_to_send()
+        out.extend(self.core.stop_messages(self.ticker.now_ms()))
+        self._send(out)
+        self.closed_by = f"rest_{action}"
+        self.stream.close(1000)
+        self._finish()
+
     def on_message(self, data: bytes, is_text: bool) -> None:
         if self.done:
             return
@@ -484,6 +498,7 @@ async def place_call(
     credentials: CarrierCredentials | None = None,
     jitter_probability: float = 0.0,
     exotel_encoding: str = ENCODING_L16,
+    rest=None,
 ) -> CallResult:
     """Run one simulated inbound call against the gateway at ``base_url_http`` and measure it.
 
@@ -497,13 +512,15 @@ async def place_call(
     ``carrier``: act as this carrier instead (telnyx, plivo, vonage, exotel; place_mode_call): its signed
     answer webhook, its answer document followed, its stream. ``credentials`` then holds the secrets
     (``auth_token`` is Twilio's); ``jitter_probability``: Telnyx sends that share of caller frames after the
-    next one; ``exotel_encoding``: what Exotel streams (l16, its base guide, or pcmu, its beta's default).
+    next one; ``exotel_encoding``: what Exotel streams (l16, its base guide, or pcmu, its beta's default);
+    ``rest``: a voicecore.sim.carrier_rest.CarrierRestServer: its hang-up and transfer requests end the call.
     """
     if carrier != "twilio":
         return await place_mode_call(
             base_url_http, credentials or CarrierCredentials(twilio_auth_token=auth_token), script, lead_frames,
             carrier=carrier, call_sid=call_sid, account_sid=account_sid, keep_audio=keep_audio, plain_ws=plain_ws,
-            unix_socket=unix_socket, jitter_probability=jitter_probability, exotel_encoding=exotel_encoding)
+            unix_socket=unix_socket, jitter_probability=jitter_probability, exotel_encoding=exotel_encoding,
+            rest=rest)
     loop = asyncio.get_running_loop()
     call_sid = call_sid or _sid("CA")
     account_sid = account_sid or _sid("AC")
@@ -633,7 +650,18 @@ def generate_credentials(twilio_auth_token: str = "") -> CarrierCredentials:
         vonage_signature_secret=secrets.token_urlsafe(32),
         exotel_username=secrets.token_hex(10),
         exotel_password=secrets.token_urlsafe(20),
+        telnyx_api_key="KEY" + secrets.token_hex(16).upper(),
+        plivo_auth_id="MA" + secrets.token_hex(9).upper(),
+        vonage_application_id=_uuid(),
+        vonage_private_key=_rsa_private_key_pem(),
     )
+
+
+def _rsa_private_key_pem() -> str:
+    """A fresh RSA key of the shape Vonage gives an application (PKCS#8 PEM, 2048 bits)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode("ascii")
 
 
 def _uuid() -> str:
@@ -692,6 +720,7 @@ async def place_mode_call(
     unix_socket: str | None = None,
     jitter_probability: float = 0.0,
     exotel_encoding: str = ENCODING_L16,
+    rest=None,
 ) -> CallResult:
     """place_call for Telnyx, Plivo, Vonage or Exotel: the carrier's signed answer webhook
     ({base}/telnyx/voice, /plivo/voice, /vonage/answer, /exotel/voice), its answer document followed to the
@@ -755,11 +784,16 @@ async def place_mode_call(
     runner.closed_by = "carrier"
     stream.send_messages(core.opening_messages())
     ticker.add(runner.on_tick, phase)
+    if rest is not None:
+        rest.register(carrier, ids.call_id, runner.end_by_rest)
     try:
         await runner.wait_finished(script.duration_ms / 1000.0 + END_SLACK_S)
     except asyncio.TimeoutError:
         errors.append("call did not finish in time")
         runner.done = True
+    finally:
+        if rest is not None:
+            rest.unregister(carrier, ids.call_id)
     try:
         await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)
     except asyncio.TimeoutError:

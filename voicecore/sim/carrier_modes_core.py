@@ -114,6 +114,12 @@ class CarrierCredentials:
     vonage_api_key: str = "simulator"
     exotel_username: str = ""
     exotel_password: str = ""
+    # The REST APIs' credentials (hang-up and transfer, voicecore/sim/carrier_rest_core.py): Telnyx's API key,
+    # Plivo's auth id (its token is plivo_auth_token), Vonage's application id and private key (PEM).
+    telnyx_api_key: str = ""
+    plivo_auth_id: str = ""
+    vonage_application_id: str = ""
+    vonage_private_key: str = ""
 
     def telnyx_public_key(self) -> str:
         """base64 of the raw 32-byte Ed25519 public key (the form Telnyx's Mission Control shows)."""
@@ -131,6 +137,15 @@ class CarrierCredentials:
         if self.telnyx_private_key:
             settings["telnyx_public_key"] = self.telnyx_public_key()
         return {name: value for name, value in settings.items() if value}
+
+    def rest_settings(self, api_base_url: str) -> dict[str, str]:
+        """Config field -> value that point the stack's hang-up and transfer at the simulator's REST APIs at
+        ``api_base_url`` (voicecore/sim/carrier_rest.py) with these credentials. Kept apart from
+        stack_settings: a demo's stack has no REST server to reach."""
+        return {"telnyx_api_key": self.telnyx_api_key, "telnyx_api_base": api_base_url,
+                "plivo_auth_id": self.plivo_auth_id, "plivo_api_base": api_base_url,
+                "vonage_application_id": self.vonage_application_id, "vonage_private_key": self.vonage_private_key,
+                "vonage_api_base": api_base_url}
 
     def to_json(self) -> str:
         return json.dumps({name: getattr(self, name) for name in self.__slots__})

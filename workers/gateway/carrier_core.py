@@ -45,7 +45,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
-from voicecore.carriers import exotel, plivo, telnyx, vonage
+from voicecore.carriers import exotel, plivo, plivo_rest, telnyx, vonage
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.edge import BatchedSink, CarrierEdge, FrameSink
 from voicecore.carriers.events import ENCODING_PCMU, StreamStarted
@@ -62,6 +62,7 @@ __all__ = [
     "PLIVO",
     "SESSION_TOKEN",
     "TELNYX",
+    "TRANSFER",
     "VONAGE",
     "AnswerRequest",
     "CallIds",
@@ -92,6 +93,7 @@ CARRIERS = (TELNYX, PLIVO, VONAGE, EXOTEL)
 SESSION_TOKEN = "session_token"  # the parameter / header name, as Twilio's <Parameter> (webhook.py)
 ANSWER = "answer"
 EVENT = "event"
+TRANSFER = "transfer"  # Plivo's fetch of a transfer's aleg_url (voicecore/carriers/plivo_rest.py)
 
 # A webhook's call id, which the session token is tied to: what the arena takes as an id (voicecore/shm/
 # arena.py: ids end up in file names and logs) and a signed token carries (voicecore/stream_tokens.py: 1-64
@@ -142,6 +144,7 @@ class Route:
 _ROUTES: dict[str, Route] = {
     "/telnyx/voice": Route(TELNYX, ANSWER, ("POST",)),
     "/plivo/voice": Route(PLIVO, ANSWER, ("POST",)),
+    plivo_rest.TRANSFER_PATH: Route(PLIVO, TRANSFER, ("GET", "POST")),
     "/vonage/answer": Route(VONAGE, ANSWER, ("GET", "POST")),
     "/vonage/event": Route(VONAGE, EVENT, ("POST",)),
     "/exotel/voice": Route(EXOTEL, ANSWER, ("GET", "POST")),
@@ -271,6 +274,18 @@ def answer_document(request: AnswerRequest, stream_base_url: str, token: str,
     return b"application/json", exotel.voicebot_url_response(url)
 
 
+def transfer_document(request: AnswerRequest, target: str) -> tuple[bytes, bytes]:
+    """(content type, body) of Plivo's transfer XML: ``<Dial>`` the target in the signed request's query
+    (``target``: path and query as received). ValueError when the query names no usable target."""
+    if request.kind != TRANSFER or request.carrier != PLIVO:
+        raise ValueError("not a transfer request")
+    try:
+        to = _query(target).get(plivo_rest.TARGET_PARAMETER, "")
+    except WebhookError:
+        raise ValueError("malformed query") from None
+    return b"text/xml", plivo_rest.dial_xml(to).encode()
+
+
 # --- streams -----------------------------------------------------------------------------------------
 
 
@@ -306,12 +321,17 @@ def session_token(carrier: str, started: StreamStarted, upgrade_target: str) -> 
 @dataclass(frozen=True, slots=True)
 class CallIds:
     """What the gateway's slot claim reads of a started stream (the shape of ``twilio.stream.Start``'s ids).
-    ``account_sid`` is "" for these carriers: the model worker's hang-up and transfer go through Twilio's
-    REST API with it, which has no business with another carrier's call."""
+    ``account_sid`` is "" for these carriers: the model worker's Twilio REST path takes it, which has no business
+    with another carrier's call. ``carrier``, ``carrier_call_id`` and ``carrier_account_id`` are the carrier and
+    the ids its stream named, as sent (``call_sid`` may be their hash): the model worker ends or transfers the
+    call with them (voicecore/carriers/call_control.py)."""
 
     call_sid: str
     stream_sid: str
     account_sid: str = ""
+    carrier: str = ""
+    carrier_call_id: str = ""
+    carrier_account_id: str = ""
 
 
 def token_fits_call(token_call_id: str | None, started: StreamStarted) -> bool:

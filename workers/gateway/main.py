@@ -190,6 +190,8 @@ class Gateway:
                 elif isinstance(message, messages.Stats):
                     self.worker_stats[message.process] = message.values
                     self.worker_seen_ns[message.process] = time.monotonic_ns()
+                elif isinstance(message, messages.EndStream):
+                    self.end_stream(message)
 
     def heartbeat(self) -> None:
         self.heartbeat_seq += 1
@@ -212,10 +214,24 @@ class Gateway:
         self.ctrl[slot, C.STARTED_AT_NS] = time.monotonic_ns()
         self.calls[slot] = conn
         self.counters["calls_started"] += 1
-        started = messages.CallStarted(slot, generation, start.call_sid, start.stream_sid, start.account_sid)
+        if isinstance(start, carrier_core.CallIds):  # another carrier's call: its own ids, for hang-up and transfer
+            started = messages.CallStarted(slot, generation, start.call_sid, start.stream_sid, start.account_sid,
+                                           start.carrier, start.carrier_call_id, start.carrier_account_id)
+        else:
+            started = messages.CallStarted(slot, generation, start.call_sid, start.stream_sid, start.account_sid)
         self.started_messages[slot] = started
         self.bus.send(self.events, started)
         return slot
+
+    def end_stream(self, message: messages.EndStream) -> None:
+        """The model worker ends a call by closing its stream (a carrier with no REST call for it: Exotel's
+        flow then runs its next applet). A call that already ended, or a slot now another call's, is left alone."""
+        conn = self.calls.get(message.slot)
+        if conn is None or int(self.ctrl[message.slot, C.GENERATION]) != message.generation:
+            return
+        log.info("call %s: stream closed for the agent (%s)", conn.call_sid, message.reason)
+        conn._end("ended by the agent")
+        conn._close(1000, "call ended by the agent")
 
     def release_slot(self, slot: int, reason: str) -> None:
         if self.calls.pop(slot, None) is None:
@@ -619,6 +635,18 @@ class HttpConnection:
         if outcome.kind == carrier_core.EVENT:
             gw.counters["status_callbacks"] += 1
             self._respond(204, b"", b"text/plain")
+            return
+        if outcome.kind == carrier_core.TRANSFER:
+            # Plivo fetches the aleg_url of the model worker's transfer: the <Dial> it asked for (its query,
+            # which Plivo's signature covers). No token, no drain check: the call is live already.
+            try:
+                content_type, body = carrier_core.transfer_document(outcome, target)
+            except ValueError:
+                log.warning("webhook %s: no usable transfer target (answered 400)", path, extra={"problem": "form"})
+                self._respond(400, b"no usable transfer target\n", b"text/plain")
+                return
+            log.info("call %s: %s transfer answered", outcome.call_id, route.carrier)
+            self._respond(200, body, content_type)
             return
         if not gw.drain.voice_webhook(outcome.call_id, now_ms()):
             # Draining: refused before the call is connected; the carrier's fallback answer URL, where one is
@@ -1048,7 +1076,9 @@ class CarrierStreamConnection(StreamConnection):
         if result.call_sid == carrier_core.ANY_CALL:
             gw.drain.stream_started(carrier_core.ANY_CALL)  # the drain's record of the webhook that named no call
         start = carrier_core.CallIds(self.call_sid,
-                                     carrier_core.arena_id(carrier_core.stream_id(carrier, started, self.protocol)))
+                                     carrier_core.arena_id(carrier_core.stream_id(carrier, started, self.protocol)),
+                                     carrier=carrier, carrier_call_id=started.call_id,
+                                     carrier_account_id=started.account_id)
         log.info("call %s: %s stream, %s at %d Hz, %s wire entries, lead %s", self.call_sid, carrier,
                  started.encoding, started.sample_rate_hz, "raw" if self.templates.raw else "final",
                  f"{self.lead_ms} ms" if self.lead_ms else "the pacer's")

@@ -24,6 +24,7 @@ import os
 import random
 import signal
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -65,6 +66,7 @@ from voicecore import replay as replay_mod
 from voicecore.call.record import RecordError
 from voicecore.record import PART_SUFFIX, RecordFile, load_record, record_name
 from voicecore.twilio import rest as twilio_rest
+from voicecore.carriers import call_control
 from voicecore.validate.watch import KnowledgeWatcher
 
 log = logging.getLogger("voicecore.model")
@@ -557,7 +559,8 @@ class CallSession:
             await asyncio.sleep(0.05)
 
     def _on_rest(self, action: controller_mod.HangUp | controller_mod.Transfer) -> None:
-        """Twilio's REST API: end or redirect the call, off the loop's path (retried on its own task)."""
+        """The carrier's REST API (Twilio's, or the call's own carrier's: voicecore/carriers/call_control.py):
+        end or redirect the call, off the loop's path (retried on its own task)."""
         self.worker.counters["call_endings_requested"] += 1
         asyncio.get_running_loop().create_task(self._end_call_via_rest(action))
 
@@ -629,6 +632,10 @@ class CallSession:
             await self._line_played()
         if action.after_line and not self.alive():
             return  # the caller hung up while the line played
+        carrier_call = worker.carrier_calls.get((self.slot, self.generation))
+        if carrier_call is not None:
+            await self._end_carrier_call(action, carrier_call)
+            return
         account_sid = worker.account_sids.get((self.slot, self.generation))
         if not account_sid:
             log.warning("call %s: cannot %s: the call's AccountSid is unknown (worker restarted mid-call)",
@@ -654,6 +661,46 @@ class CallSession:
             await asyncio.sleep(REST_RETRY_DELAY_S * (attempt + 1))
         worker.counters["call_endings_failed"] += 1
         log.warning("call %s: %s failed: %s", self.call_sid, type(action).__name__.lower(), result.error)
+
+    async def _end_carrier_call(self, action: controller_mod.HangUp | controller_mod.Transfer,
+                                ref: call_control.CallRef) -> None:
+        """A Telnyx, Plivo, Vonage or Exotel call: the request call_control decides (one command id / JWT id for
+        every retry of this action), or the stream closed by the gateway (Exotel), or a log line."""
+        worker = self.worker
+        kind = call_control.TRANSFER if isinstance(action, controller_mod.Transfer) else call_control.HANGUP
+        target = action.target if isinstance(action, controller_mod.Transfer) else ""
+        nonce = uuid.uuid4().hex
+        for attempt in range(REST_ATTEMPTS):
+            try:
+                # built per attempt: a Vonage JWT is dated
+                step = call_control.end_call(ref, kind, target, worker.call_control, now_s=time.time(), nonce=nonce)
+            except ValueError as exc:  # a bad id from the stream, the agent's bad target, an unusable key
+                worker.counters["call_endings_failed"] += 1
+                log.warning("call %s: cannot %s the %s call: %s", self.call_sid, kind, ref.carrier, exc)
+                return
+            if isinstance(step, call_control.CannotEnd):
+                worker.counters["call_endings_failed"] += 1
+                log.warning("call %s: cannot %s the %s call: %s", self.call_sid, kind, ref.carrier, step.reason)
+                return
+            if isinstance(step, call_control.CloseStream):
+                worker.bus.send(worker.gateway, messages.EndStream(self.slot, self.generation, step.reason))
+                worker.counters["call_endings_sent"] += 1
+                log.info("call %s: %s: the gateway closes the %s stream", self.call_sid, kind, ref.carrier)
+                return
+            try:
+                status, body = await http_client.send(step.method, step.url, step.headers, step.body)
+                result = call_control.parse_response(ref.carrier, status, body)
+            except (OSError, TimeoutError, ValueError) as exc:
+                result = twilio_rest.RestResult(False, True, None, type(exc).__name__)
+            if result.ok:
+                worker.counters["call_endings_sent"] += 1
+                log.info("call %s: %s sent to %s", self.call_sid, kind, ref.carrier.capitalize())
+                return
+            if not result.retryable:
+                break
+            await asyncio.sleep(REST_RETRY_DELAY_S * (attempt + 1))
+        worker.counters["call_endings_failed"] += 1
+        log.warning("call %s: %s failed: %s", self.call_sid, kind, result.error)
 
     def _write_frames(self, action: core.WriteFrames) -> None:
         audio = action.audio
@@ -777,6 +824,20 @@ class ModelSocket(WSListener):
             transport.disconnect()
 
 
+def vonage_private_key(config: Config) -> str:
+    """vonage_private_key as PEM text: the setting itself, or the file it names (read once, at start). An
+    unreadable file is logged and leaves Vonage calls unable to hang up, as an unset key does."""
+    value = config.vonage_private_key
+    if not value or value.lstrip().startswith("-----BEGIN"):
+        return value
+    try:
+        return Path(value).read_text()
+    except OSError as exc:
+        log.error("vonage_private_key: cannot read %s (%s): Vonage calls cannot be hung up or transferred", value,
+                  type(exc).__name__, extra={"problem": "configuration"})
+        return ""
+
+
 class ModelWorker:
     def __init__(self, config: Config, agent: AgentSpec, followers: Followers | None = None) -> None:
         self.config = config
@@ -813,6 +874,9 @@ class ModelWorker:
         self.tool_durations = {outcome: prom_histogram.Histogram((0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
                                for outcome in ("ok", "error")}
         self.account_sids: dict[tuple[int, int], str] = {}  # (slot, generation) -> AccountSid, from CallStarted
+        # (slot, generation) -> a non-Twilio call's carrier and ids, from CallStarted (hang-up and transfer)
+        self.carrier_calls: dict[tuple[int, int], call_control.CallRef] = {}
+        self.call_control = call_control.CallControlSettings.from_config(config, vonage_private_key(config))
         self.heartbeat_seq = 0
         # retrieve-first (turns mode): this process's own copy of the knowledge base, reloaded on change
         self.knowledge = KnowledgeWatcher(config.knowledge_dir if config.call_control == "turns" else "")
@@ -948,9 +1012,13 @@ class ModelWorker:
                 for message in self.bus.receive_nowait(self.events):
                     if isinstance(message, messages.CallStarted):
                         self.account_sids[(message.slot, message.generation)] = message.account_sid
+                        if message.carrier:
+                            self.carrier_calls[(message.slot, message.generation)] = call_control.CallRef(
+                                message.carrier, message.carrier_call_id, message.carrier_account_id)
                         self.reconcile()
                     elif isinstance(message, messages.CallEnded):
                         self.account_sids.pop((message.slot, message.generation), None)
+                        self.carrier_calls.pop((message.slot, message.generation), None)
                         self.reconcile()
                     elif isinstance(message, messages.Dtmf):
                         session = self.calls.get(message.slot)

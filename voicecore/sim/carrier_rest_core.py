@@ -1,0 +1,211 @@
+"""Sans-I/O core of the carrier simulator's REST APIs: the requests that hang up or transfer a live call, as
+Telnyx (Call Control), Plivo (Call API) and Vonage (Voice API) take them.
+
+Owns: reading one HTTP request into the action it asks for, the carrier's authentication check (Telnyx's
+Bearer API key, Plivo's basic auth with the auth id in the path, Vonage's RS256 application JWT checked with
+the public half of the application's key), the carrier's answer in its wire shape (status and body: Telnyx
+``{"data": {"result": "ok"}}`` / ``{"errors": [...]}``, Plivo 204 / 202 ``{"message": "call transferred"}`` /
+``{"error"}``, Vonage 204 / a problem object), and whether the call named is one the simulator has live.
+The request shapes are voicecore/carriers/{telnyx,plivo,vonage}_rest.py's, which cite the carriers' docs.
+
+Must not know: sockets, HTTP framing, asyncio, the clock (``now_s`` comes in) or what ending a call does to
+its stream (voicecore/sim/carrier_rest.py, the shell, ends the simulated call).
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import re
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+
+from voicecore.sim.carrier_modes_core import CarrierCredentials
+
+HANGUP = "hangup"
+TRANSFER = "transfer"
+_TELNYX_PATH = re.compile(r"^/v2/calls/([^/]+)/actions/(hangup|transfer)$")
+_PLIVO_PATH = re.compile(r"^/v1/Account/([^/]+)/Call/([^/]+)/$")
+_VONAGE_PATH = re.compile(r"^/v1/calls/([^/]+)$")
+JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class RestOutcome:
+    """One request and what the simulated carrier made of it. ``action`` is "" when nothing is done (refused);
+    ``target``: the transfer's number or URI (Plivo: its ``aleg_url``, which the shell fetches)."""
+
+    status: int
+    body: bytes
+    content_type: str
+    carrier: str = ""
+    call_id: str = ""
+    action: str = ""
+    target: str = ""
+    error: str = ""  # why it was refused, short fixed text
+
+
+def _json(status: int, value: object, **fields) -> RestOutcome:
+    return RestOutcome(status, json.dumps(value).encode(), JSON, **fields)
+
+
+def _body_object(body: bytes) -> dict | None:
+    try:
+        value = json.loads(body.decode("utf-8")) if body else {}
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,
+           is_live: Callable[[str, str], bool], *, now_s: float, api_id: str = "sim") -> RestOutcome:
+    """Answer one request. ``headers``: lower-case names; ``is_live(carrier, call_id)``: the call is up in the
+    simulator; ``api_id``: Plivo's per-request id (comes in: no randomness here)."""
+    if match := _TELNYX_PATH.match(path):
+        return _telnyx(method, match.group(1), match.group(2), headers, body, credentials, is_live)
+    if match := _PLIVO_PATH.match(path):
+        return _plivo(method, match.group(1), match.group(2), headers, body, credentials, is_live, api_id)
+    if match := _VONAGE_PATH.match(path):
+        return _vonage(method, match.group(1), headers, body, credentials, is_live, now_s)
+    return RestOutcome(404, b"not found\n", "text/plain", error="unknown path")
+
+
+def _telnyx_error(status: int, code: str, title: str, **fields) -> RestOutcome:
+    return _json(status, {"errors": [{"code": code, "title": title, "detail": title}]}, carrier="telnyx", **fields)
+
+
+def _telnyx(method: str, call_id: str, action: str, headers: Mapping[str, str], body: bytes,
+            credentials: CarrierCredentials, is_live: Callable[[str, str], bool]) -> RestOutcome:
+    if method != "POST":
+        return _telnyx_error(405, "10015", "Method not allowed", error="method")
+    expected = f"Bearer {credentials.telnyx_api_key}"
+    if not credentials.telnyx_api_key or not hmac.compare_digest(headers.get("authorization", ""), expected):
+        return _telnyx_error(401, "10009", "Authentication failed", error="auth")
+    data = _body_object(body)
+    if data is None:
+        return _telnyx_error(400, "10002", "Invalid JSON", error="body")
+    target = ""
+    if action == TRANSFER:
+        target = data.get("to")
+        if not isinstance(target, str) or not target:
+            return _telnyx_error(422, "10004", "Missing required parameter", error="no to")
+    if not is_live("telnyx", call_id):
+        return _telnyx_error(422, "90018", "Call has already ended", error="not live")
+    return _json(200, {"data": {"result": "ok"}}, carrier="telnyx", call_id=call_id, action=action, target=target)
+
+
+def _plivo(method: str, auth_id: str, call_uuid: str, headers: Mapping[str, str], body: bytes,
+           credentials: CarrierCredentials, is_live: Callable[[str, str], bool], api_id: str) -> RestOutcome:
+    def error(status: int, text: str, why: str) -> RestOutcome:
+        return _json(status, {"api_id": api_id, "error": text}, carrier="plivo", error=why)
+
+    expected = "Basic " + base64.b64encode(f"{credentials.plivo_auth_id}:{credentials.plivo_auth_token}".encode()).decode()
+    if (not credentials.plivo_auth_id or auth_id != credentials.plivo_auth_id
+            or not hmac.compare_digest(headers.get("authorization", ""), expected)):
+        return error(401, "authentication failed", "auth")
+    if method == "DELETE":
+        action, target = HANGUP, ""
+    elif method == "POST":
+        data = _body_object(body)
+        if data is None:
+            return error(400, "invalid json", "body")
+        target = data.get("aleg_url")
+        if data.get("legs", "aleg") != "aleg" or not isinstance(target, str) or not target.startswith(("http://", "https://")):
+            return error(400, "aleg_url is required when legs is aleg", "no aleg_url")
+        action = TRANSFER
+    else:
+        return error(405, "method not allowed", "method")
+    if not is_live("plivo", call_uuid):
+        return error(404, "not found", "not live")
+    if action == HANGUP:
+        return RestOutcome(204, b"", JSON, carrier="plivo", call_id=call_uuid, action=action)
+    return _json(202, {"api_id": api_id, "message": "call transferred"}, carrier="plivo", call_id=call_uuid,
+                 action=action, target=target)
+
+
+def _vonage(method: str, call_uuid: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,
+            is_live: Callable[[str, str], bool], now_s: float) -> RestOutcome:
+    def problem(status: int, title: str, why: str) -> RestOutcome:
+        return RestOutcome(status, json.dumps({"type": "https://developer.nexmo.com/api-errors#" + why,
+                                               "title": title, "detail": title}).encode(),
+                           "application/problem+json", carrier="vonage", error=why)
+
+    if method != "PUT":
+        return problem(405, "Method Not Allowed", "method")
+    if not _vonage_jwt_ok(headers.get("authorization", ""), credentials, now_s):
+        return problem(401, "Unauthorized", "auth")
+    data = _body_object(body)
+    if data is None:
+        return problem(400, "Bad Request", "body")
+    action = data.get("action")
+    target = ""
+    if action == TRANSFER:
+        destination = data.get("destination")
+        ncco = destination.get("ncco") if isinstance(destination, dict) and destination.get("type") == "ncco" else None
+        endpoint = _connect_endpoint(ncco)
+        if endpoint is None:
+            return problem(400, "Bad Request", "no ncco connect")
+        target = endpoint
+    elif action != HANGUP:
+        return problem(400, "Bad Request", "action")
+    if not is_live("vonage", call_uuid):
+        return problem(404, "Not Found", "not live")
+    return RestOutcome(204, b"", JSON, carrier="vonage", call_id=call_uuid, action=action, target=target)
+
+
+def _connect_endpoint(ncco: object) -> str | None:
+    """The number or URI of a transfer NCCO's first ``connect`` endpoint, or None."""
+    if not isinstance(ncco, list):
+        return None
+    for step in ncco:
+        if isinstance(step, dict) and step.get("action") == "connect" and isinstance(step.get("endpoint"), list):
+            endpoint = step["endpoint"][0] if step["endpoint"] else None
+            if isinstance(endpoint, dict):
+                value = endpoint.get("number") if endpoint.get("type") == "phone" else endpoint.get("uri")
+                if isinstance(value, str) and value:
+                    return value
+    return None
+
+
+def _vonage_jwt_ok(authorization: str, credentials: CarrierCredentials, now_s: float) -> bool:
+    if not authorization.startswith("Bearer ") or not credentials.vonage_private_key:
+        return False
+    key = serialization.load_pem_private_key(credentials.vonage_private_key.encode(), password=None).public_key()
+    try:
+        claims = jwt.decode(authorization[len("Bearer "):], key, algorithms=["RS256"],
+                            options={"require": ["iat", "jti", "application_id"], "verify_exp": False,
+                                     "verify_iat": False})
+    except jwt.exceptions.PyJWTError:
+        return False
+    exp = claims.get("exp")
+    fresh = isinstance(claims.get("iat"), int) and claims["iat"] <= now_s + 60 and (exp is None or now_s < exp)
+    return fresh and claims.get("application_id") == credentials.vonage_application_id
+
+
+def plivo_transfer_form(call_uuid: str) -> dict[str, str]:
+    """The form Plivo posts to a transfer's ``aleg_url`` (its call's ids, as its answer webhook's)."""
+    return {"CallUUID": call_uuid, "ALegUUID": call_uuid, "CallStatus": "in-progress", "Direction": "inbound",
+            "Event": "Transfer"}
+
+
+def dial_target(xml: bytes) -> str | None:
+    """What a transfer's XML dials (``<Dial><Number>`` or ``<User>``), as Plivo would read it; None otherwise."""
+    try:
+        root = ElementTree.fromstring(xml)
+    except ElementTree.ParseError:
+        return None
+    dial = root.find("Dial") if root.tag == "Response" else None
+    if dial is None:
+        return None
+    for child in dial:
+        if child.tag in ("Number", "User") and child.text:
+            return child.text.strip()
+    return None
+
+
+__all__ = ["HANGUP", "TRANSFER", "RestOutcome", "dial_target", "handle", "plivo_transfer_form"]
