@@ -45,6 +45,7 @@ from voicecore.carriers.exotel import (
     SentMedia,
     State,
     check_basic_auth,
+    with_basic_auth,
     chunk_rules,
     frame_bytes,
     silence,
@@ -1110,3 +1111,18 @@ def test_check_basic_auth_handles_utf8_credentials() -> None:
 def test_check_basic_auth_refuses_empty_expected_credentials(user: str, password: str) -> None:
     with pytest.raises(ValueError):
         check_basic_auth(basic(b"", b""), user, password)
+
+
+def test_with_basic_auth_writes_the_credentials_into_the_url() -> None:
+    url = "wss://gw.example.com:8443/exotel/stream?sample-rate=8000&session_token=T"
+    assert with_basic_auth(url, "key", "tok-en_1.~") == ("wss://key:tok-en_1.~@gw.example.com:8443/exotel/stream"
+                                                           "?sample-rate=8000&session_token=T")
+    assert with_basic_auth("ws://h/x", "a b", "p@ss:w/") == "ws://a%20b:p%40ss%3Aw%2F@h/x"
+
+
+@pytest.mark.parametrize(("url", "user", "password"), [
+    ("https://h/x", "k", "p"), ("wss://k:p@h/x", "k", "p"), ("wss://h/x", "", "p"), ("wss://h/x", "k", ""),
+])
+def test_with_basic_auth_misuse(url: str, user: str, password: str) -> None:
+    with pytest.raises(ValueError):
+        with_basic_auth(url, user, password)

@@ -49,7 +49,9 @@ from voicecore.carriers.plivo import (
     State,
     compute_signature_v3,
     stream_xml,
+    sign_upgrade,
     upgrade_signature_url,
+    validate_upgrade_signature,
     validate_signature_v3,
     wire_templates,
 )
@@ -1126,6 +1128,31 @@ def test_upgrade_is_validated_as_a_get_over_the_http_url() -> None:
     signed_url = upgrade_signature_url("wss://gw.example.com:8443/plivo/ws?tenant=acme&token=a%2Bb")
     assert signed_url == url
     assert validate_signature_v3(TOKEN, signed_url, NONCE, signature, None, "GET")
+
+
+def test_sign_upgrade_is_that_get_signature_and_validate_upgrade_signature_checks_it() -> None:
+    stream_url = "wss://gw.example.com:8443/plivo/ws?tenant=acme&token=a%2Bb"
+    signature = sign_upgrade(TOKEN, stream_url, NONCE)
+    assert signature == SIGNATURE_VECTORS[4][3]
+    assert validate_upgrade_signature(TOKEN, stream_url, NONCE, signature)
+    assert validate_upgrade_signature(TOKEN, stream_url, NONCE, "stale=," + signature)  # several tokens: any one
+    assert validate_upgrade_signature(TOKEN, "ws://gw.example.com:8443/plivo/ws?tenant=acme&token=a%2Bb", NONCE,
+                                      signature)  # ws:// and wss:// are both read as http://
+
+
+@pytest.mark.parametrize(("stream_url", "nonce", "signature"), [
+    ("wss://gw.example.com:8443/plivo/ws?tenant=acme&token=a%2Bb", NONCE, None),  # missing
+    ("wss://gw.example.com:8443/plivo/ws?tenant=acme&token=a%2Bb", None, "x"),  # no nonce
+    ("wss://gw.example.com:8443/plivo/ws?tenant=acme&token=a%2Bb", "other-nonce", "x"),
+    ("wss://gw.example.com:8443/plivo/ws?tenant=other&token=a%2Bb", NONCE, "x"),  # another URL
+    ("wss://gw.example.com/plivo/ws?tenant=acme&token=a%2Bb", NONCE, "x"),  # another port
+    ("https://gw.example.com:8443/plivo/ws?tenant=acme&token=a%2Bb", NONCE, "x"),  # not a ws URL
+])
+def test_validate_upgrade_signature_rejects(stream_url: str, nonce: str | None, signature: str | None) -> None:
+    good = SIGNATURE_VECTORS[4][3]
+    assert not validate_upgrade_signature(TOKEN, stream_url, nonce, good if signature == "x" else signature)
+    assert not validate_upgrade_signature("other-token", "wss://gw.example.com:8443/plivo/ws?tenant=acme&token=a%2Bb",
+                                          NONCE, good)
 
 
 # --- the pacer's wire templates (voicecore/carriers/wire.py) --------------------------------------------

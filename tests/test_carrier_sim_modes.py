@@ -394,8 +394,14 @@ def test_the_exotel_answer_is_followed_with_its_query_as_custom_parameters():
     # credentials in the URL become Basic auth on the upgrade, and leave the URL
     with_auth = modes.parse_answer("exotel", orjson.dumps({"url": "wss://k:s@gw.example:8443/exotel/stream"}))
     assert with_auth.url == "wss://gw.example:8443/exotel/stream"
-    headers = modes.stream_headers("exotel", with_auth, CREDENTIALS, nonce="n")
+    headers = modes.stream_headers("exotel", with_auth, CREDENTIALS, nonce="n", now_s=0)
     assert exotel.check_basic_auth(headers["Authorization"], "k", "s")
+    # percent-encoded credentials are decoded first, as an HTTP client does; a URL without any sends none
+    encoded = modes.parse_answer("exotel", orjson.dumps({"url": exotel.with_basic_auth(url, "k y", "p@ss:w")}))
+    assert encoded.url == url
+    assert exotel.check_basic_auth(modes.stream_headers("exotel", encoded, CREDENTIALS, nonce="n", now_s=0)[
+        "Authorization"], "k y", "p@ss:w")
+    assert modes.stream_headers("exotel", target, CREDENTIALS, nonce="n", now_s=0) == {}
 
 
 @pytest.mark.parametrize("carrier, body", [
@@ -430,7 +436,7 @@ def test_plivo_signs_v3_over_url_form_and_nonce_and_the_upgrade_too():
     assert plivo.validate_signature_v3("plivo-token", request.url, headers[plivo.SIGNATURE_V3_NONCE_HEADER],
                                        headers[plivo.SIGNATURE_V3_HEADER], form, "POST")
     target = modes.StreamTarget(url="wss://gw.example/plivo/stream?a=b")
-    upgrade = modes.stream_headers("plivo", target, CREDENTIALS, nonce="999")
+    upgrade = modes.stream_headers("plivo", target, CREDENTIALS, nonce="999", now_s=0)
     assert plivo.validate_signature_v3("plivo-token", plivo.upgrade_signature_url(target.url), "999",
                                        upgrade[plivo.SIGNATURE_V3_HEADER], None, "GET")
 
@@ -444,6 +450,30 @@ def test_vonage_signs_a_jwt_over_the_body(method):
     assert vonage.verify_signed_webhook(authorization, request.body, CREDENTIALS.vonage_signature_secret, 1_700_000_001)
     fields = json.loads(request.body) if method == "POST" else dict(parse_qsl(urlsplit(request.url).query))
     assert fields["uuid"] == CALL
+
+
+def test_vonage_signs_the_upgrade_only_when_the_ncco_asks():
+    headers = {"call_id": UUID, "session_token": TOKEN}
+    plain = modes.parse_answer("vonage", orjson.dumps(vonage.ncco_connect_websocket("wss://gw.example/vonage/stream",
+                                                                                    headers)))
+    assert modes.stream_headers("vonage", plain, CREDENTIALS, nonce="j", now_s=1_700_000_000) == {}
+    signed = modes.parse_answer("vonage", orjson.dumps(vonage.ncco_connect_websocket(
+        "wss://gw.example/vonage/stream", headers, signed_upgrade=True)))
+    upgrade = modes.stream_headers("vonage", signed, CREDENTIALS, nonce="j", now_s=1_700_000_000)
+    assert vonage.verify_upgrade_jwt(upgrade["Authorization"], CREDENTIALS.vonage_signature_secret, 1_700_000_001)
+    custom = modes.parse_answer("vonage", orjson.dumps([{"action": "connect", "endpoint": [{
+        "type": "websocket", "uri": "wss://gw.example/vonage/stream", "content-type": "audio/l16;rate=8000",
+        "authorization": {"type": "custom", "value": "ApiKey X9Z"}}]}]))
+    assert modes.stream_headers("vonage", custom, CREDENTIALS, nonce="j", now_s=0) == {"Authorization": "ApiKey X9Z"}
+    with pytest.raises(ValueError):
+        modes.parse_answer("vonage", orjson.dumps([{"action": "connect", "endpoint": [{
+            "type": "websocket", "uri": "wss://gw.example/vonage/stream", "content-type": "audio/l16;rate=8000",
+            "authorization": {"type": "basic"}}]}]))
+
+
+def test_telnyx_puts_nothing_on_the_upgrade():
+    target = modes.StreamTarget(url="wss://gw.example/telnyx/stream")
+    assert modes.stream_headers("telnyx", target, CREDENTIALS, nonce="n", now_s=0) == {}
 
 
 def test_exotel_asks_with_basic_auth():

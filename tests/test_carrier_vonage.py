@@ -51,6 +51,7 @@ from voicecore.carriers.vonage import (
     ncco_connect_websocket,
     sign_webhook,
     verify_signed_webhook,
+    verify_upgrade_jwt,
 )
 from voicecore.timing import FRAME_BYTES, MAX_MESSAGE_BYTES
 
@@ -797,3 +798,35 @@ def test_empty_secret_is_our_misuse() -> None:
        body=st.binary(max_size=20))
 def test_no_header_makes_verification_raise(authorization: str | None, body: bytes) -> None:
     assert verify_signed_webhook(authorization, body, SECRET, NOW_S) is False
+
+
+# --- the same JWT on the WebSocket upgrade ---------------------------------------------------------------
+
+
+def test_the_ncco_asks_for_the_jwt_on_the_upgrade_only_when_told() -> None:
+    (plain,) = ncco_connect_websocket("wss://gw.example.com/v", {})[0]["endpoint"]
+    (signed,) = ncco_connect_websocket("wss://gw.example.com/v", {}, signed_upgrade=True)[0]["endpoint"]
+    assert "authorization" not in plain and signed["authorization"] == {"type": "vonage"}
+
+
+def test_upgrade_jwt_good() -> None:
+    # An upgrade has no body: whatever payload_hash the JWT holds is not compared (or may be absent).
+    assert verify_upgrade_jwt(header(b""), SECRET, NOW_S)
+    assert verify_upgrade_jwt(header(BODY), SECRET, NOW_S + 300)
+    assert verify_upgrade_jwt(raw_token(good_claims(payload_hash=DELETE)), SECRET, NOW_S - 60)
+
+
+BAD_UPGRADES = [case for case in BAD_WEBHOOKS
+                if case[0] not in ("tampered-body", "other-body", "wrong-hash", "hash-not-a-string", "no-hash")]
+
+
+@pytest.mark.parametrize(("authorization", "now_s"), [(case[1], case[3]) for case in BAD_UPGRADES],
+                         ids=[case[0] for case in BAD_UPGRADES])
+def test_upgrade_jwt_rejects(authorization: str | None, now_s: int) -> None:
+    assert verify_upgrade_jwt(authorization, SECRET, now_s) is False
+
+
+def test_upgrade_jwt_max_age_and_misuse() -> None:
+    assert not verify_upgrade_jwt(header(), SECRET, NOW_S + 31, max_age_s=30)
+    with pytest.raises(ValueError):
+        verify_upgrade_jwt(header(), "", NOW_S)

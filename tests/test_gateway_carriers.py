@@ -172,14 +172,16 @@ def test_vonage_ncco_connects_a_websocket_with_call_id_and_token_headers(rate):
     (endpoint,) = action["endpoint"]
     assert content_type == b"application/json" and action["action"] == "connect"
     assert endpoint == {"type": "websocket", "uri": STREAM_BASE + "/vonage/stream",
-                        "content-type": f"audio/l16;rate={rate}", "headers": {"call_id": "uuid-1", "session_token": "T"}}
+                        "content-type": f"audio/l16;rate={rate}", "headers": {"call_id": "uuid-1", "session_token": "T"},
+                        "authorization": {"type": "vonage"}}  # Vonage's JWT on the upgrade (check_upgrade)
 
 
 def test_exotel_answer_is_the_dynamic_url_with_the_token_in_its_query():
     content_type, body = answer(cc.EXOTEL)
     url = json.loads(body)["url"]
     parts = urlsplit(url)
-    assert content_type == b"application/json" and url.startswith(STREAM_BASE + "/exotel/stream?")
+    # the configured credentials ride in the URL, for Exotel to send as Basic auth on the upgrade
+    assert content_type == b"application/json" and url.startswith("wss://exo-key:exo-pass@voice.example.com/exotel/stream?")
     assert parse_qs(parts.query) == {"sample-rate": ["8000"], "session_token": ["TOKEN_abc-1"]}
 
 
@@ -282,3 +284,106 @@ def test_a_mark_dropped_unsent_is_settled_discarded_without_skipping_the_sent_on
     assert ledger.unsent("9:9") == MarkUnknown("9:9") and ledger.pending == 0
     ledger.sent_mark("2:5")
     assert ledger.echoed("2:5") == MarkPlayed(2, 5, False)
+
+
+# --- the stream's upgrade ----------------------------------------------------------------------------------
+
+BASES = cc.stream_url_bases("wss://node-a.voice.example.com", BASE)
+
+
+def upgrade(carrier, headers=(), target=None, settings=SETTINGS, now_s=NOW_S, bases=BASES):
+    target = target or f"/{carrier}/stream"
+    head = f"GET {target} HTTP/1.1\r\nHost: voice.example.com\r\nUpgrade: websocket\r\n".encode()
+    head += b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers)
+    return cc.check_upgrade(carrier, target, cc.upgrade_headers(head.rstrip(b"\r\n")), settings, bases, now_s)
+
+
+def plivo_upgrade(url, token="plivo-token", nonce="98765432109876543210"):
+    return [(plivo.SIGNATURE_V3_HEADER, plivo.sign_upgrade(token, url, nonce)), (plivo.SIGNATURE_V3_NONCE_HEADER, nonce)]
+
+
+def vonage_upgrade(secret="vonage-secret-0123456789abcdef0123", now_s=NOW_S):
+    return [("Authorization", vonage.sign_webhook(b"", secret, now_s, "jti-2"))]
+
+
+def test_the_bases_a_stream_url_may_have_been_dialled_at():
+    assert BASES == ("wss://node-a.voice.example.com", "wss://voice.example.com")
+    assert cc.stream_url_bases("ws://127.0.0.1:8080/", "http://127.0.0.1:8080") == ("ws://127.0.0.1:8080",)
+
+
+def test_upgrade_headers_lower_case_names_and_mark_a_repeated_one():
+    head = b"GET /x HTTP/1.1\r\nHost: h\r\nX-Plivo-Signature-V3:  abc \r\nAuthorization: a\r\nauthorization: b\r\nbad line"
+    assert cc.upgrade_headers(head) == {"host": "h", "x-plivo-signature-v3": "abc", "authorization": None}
+
+
+@pytest.mark.parametrize("carrier, headers, expected", [
+    # Telnyx signs nothing on the stream: whatever comes is let through to the session token
+    (cc.TELNYX, [], None),
+    (cc.TELNYX, [("Authorization", "anything")], None),
+    # Plivo: V3 over a GET of the URL it dialled, node's own or the fleet's
+    (cc.PLIVO, plivo_upgrade("wss://voice.example.com/plivo/stream"), None),
+    (cc.PLIVO, plivo_upgrade("wss://node-a.voice.example.com/plivo/stream"), None),
+    (cc.PLIVO, [], (403, "no X-Plivo-Signature-V3 on the upgrade")),
+    (cc.PLIVO, plivo_upgrade("wss://voice.example.com/plivo/stream")[:1], (403, "no X-Plivo-Signature-V3 on the upgrade")),
+    (cc.PLIVO, plivo_upgrade("wss://voice.example.com/plivo/stream", token="not-the-token"),
+     (403, "bad X-Plivo-Signature-V3 on the upgrade")),
+    (cc.PLIVO, plivo_upgrade("wss://elsewhere.example.com/plivo/stream"), (403, "bad X-Plivo-Signature-V3 on the upgrade")),
+    # Vonage: its signed-webhook JWT, young enough
+    (cc.VONAGE, vonage_upgrade(), None),
+    (cc.VONAGE, [], (403, "no signed JWT on the upgrade")),
+    (cc.VONAGE, vonage_upgrade(secret="not-the-secret-0123456789abcdef"), (403, "bad signed JWT on the upgrade")),
+    (cc.VONAGE, vonage_upgrade(now_s=NOW_S - 301), (403, "bad signed JWT on the upgrade")),
+    (cc.VONAGE, basic(), (403, "bad signed JWT on the upgrade")),
+    # Exotel: the configured Basic credentials
+    (cc.EXOTEL, basic(), None),
+    (cc.EXOTEL, [], (403, "no Basic credentials on the upgrade")),
+    (cc.EXOTEL, basic(password="wrong"), (403, "bad Basic credentials on the upgrade")),
+    (cc.EXOTEL, basic(user="exo-key2"), (403, "bad Basic credentials on the upgrade")),
+    (cc.EXOTEL, [("Authorization", "")], (403, "no Basic credentials on the upgrade")),
+    (cc.EXOTEL, basic() + basic(), (400, "Authorization sent twice on the upgrade")),
+    (cc.VONAGE, vonage_upgrade() + vonage_upgrade(), (400, "Authorization sent twice on the upgrade")),
+    (cc.PLIVO, plivo_upgrade("wss://voice.example.com/plivo/stream") * 2, (400, "X-Plivo-Signature-V3 sent twice on the upgrade")),
+], ids=lambda value: value if isinstance(value, str) else None)
+def test_the_upgrade_carries_what_its_carrier_puts_on_it(carrier, headers, expected):
+    refusal = upgrade(carrier, headers)
+    assert (None if refusal is None else (refusal.status, refusal.reason)) == expected
+
+
+def test_a_tampered_upgrade_is_refused():
+    # Plivo: the signature is over the URL with its query, so another query (or path) fails it
+    signed = plivo_upgrade("wss://voice.example.com/plivo/stream?a=1")
+    assert upgrade(cc.PLIVO, signed, target="/plivo/stream?a=1") is None
+    assert upgrade(cc.PLIVO, signed, target="/plivo/stream?a=2").status == 403
+    flipped = [(signed[0][0], signed[0][1][:-2] + ("A=" if signed[0][1][-2] != "A" else "B=")), signed[1]]
+    assert upgrade(cc.PLIVO, flipped, target="/plivo/stream?a=1").status == 403
+    other_nonce = [signed[0], (plivo.SIGNATURE_V3_NONCE_HEADER, "1")]
+    assert upgrade(cc.PLIVO, other_nonce, target="/plivo/stream?a=1").status == 403
+    # Vonage: a JWT whose claims were changed (its signature no longer matches), or signed with "none"
+    header, claims, signature = vonage_upgrade()[0][1].removeprefix("Bearer ").split(".")
+    forged = json.loads(base64.urlsafe_b64decode(claims + "=="))
+    forged["iat"] = NOW_S + 10
+    tampered = base64.urlsafe_b64encode(json.dumps(forged).encode()).decode().rstrip("=")
+    assert upgrade(cc.VONAGE, [("Authorization", f"Bearer {header}.{tampered}.{signature}")]).status == 403
+    unsigned = base64.urlsafe_b64encode(b'{"alg":"none","typ":"JWT"}').decode().rstrip("=")
+    assert upgrade(cc.VONAGE, [("Authorization", f"Bearer {unsigned}.{claims}.")]).status == 403
+    # Exotel: Basic of the right user with another password, and a header that is not Basic at all
+    assert upgrade(cc.EXOTEL, [("Authorization", "Bearer exo-pass")]).status == 403
+    assert upgrade(cc.EXOTEL, [("Authorization", "Basic !!!")]).status == 403
+
+
+@pytest.mark.parametrize("carrier", cc.CARRIERS)
+def test_what_the_simulated_carrier_sends_passes_the_check_of_our_answer(carrier):
+    """The answer document -> the carrier simulator's reading of it -> the headers it puts on the upgrade ->
+    the gateway's check: the demo and the integration tests pass the check for the reason a real call would."""
+    from voicecore.sim import carrier_modes_core as modes
+
+    credentials = modes.CarrierCredentials(plivo_auth_token="plivo-token",
+                                           vonage_signature_secret="vonage-secret-0123456789abcdef0123",
+                                           exotel_username="exo-key", exotel_password="exo-pass")
+    _, body = answer(carrier)
+    target = modes.parse_answer(carrier, body)
+    headers = modes.stream_headers(carrier, target, credentials, nonce="11223344556677889900", now_s=NOW_S)
+    path_and_query = "/" + target.url.split("://", 1)[1].split("/", 1)[1]
+    assert upgrade(carrier, list(headers.items()), target=path_and_query) is None
+    if carrier != cc.TELNYX:  # and without them the upgrade is refused
+        assert upgrade(carrier, [], target=path_and_query).status == 403

@@ -3,7 +3,8 @@ and model worker processes, real sockets on 127.0.0.1, real shared memory, the m
 
 Each carrier's test client is built on its module's carrier side (voicecore/carriers/*.py ``*CarrierSide``):
 it POSTs (or GETs) the answer webhook signed as that carrier signs it, reads the stream URL and the session
-token from the answer document, opens the WebSocket with the ``websockets`` library, sends the carrier's
+token from the answer document, opens the WebSocket with the ``websockets`` library and what its carrier puts
+on the upgrade (Plivo's V3 signature, Vonage's JWT, Exotel's Basic auth from the URL), sends the carrier's
 opening messages and 20 ms of caller audio every 20 ms in the carrier's format (Exotel: 100 ms per message),
 reads everything the gateway sends with the carrier side (Vonage: 640-byte binary L16 frames; Exotel: chunks
 checked against its rules), plays it out in real time, and echoes each mark once the audio before it has
@@ -26,7 +27,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from conftest import start_stack
 from voicecore import http_client
@@ -141,6 +142,9 @@ class TelnyxClient:
         self.side = telnyx.TelnyxCarrierSide(str(uuid.uuid4()), self.call_id, "user-1", custom_parameters=parameters)
         return stream.get("url")
 
+    def upgrade(self, url: str) -> list[tuple[str, str]]:
+        return []  # Telnyx signs nothing on the stream
+
     def opening(self) -> list[Message]:
         return [(self.side.connected(), False), (self.side.start(), False)]
 
@@ -200,6 +204,11 @@ class PlivoClient:
             extra = f"session_token={token}"
         self.side = plivo.PlivoCarrierSide(str(uuid.uuid4()), self.call_id, extra_headers=extra)
         return stream.text
+
+    def upgrade(self, url: str) -> list[tuple[str, str]]:
+        nonce = str(int(time.time() * 1000))
+        return [(plivo.SIGNATURE_V3_HEADER, plivo.sign_upgrade(self.keys.plivo_auth_token, url, nonce)),
+                (plivo.SIGNATURE_V3_NONCE_HEADER, nonce)]
 
     def opening(self) -> list[Message]:
         return [(self.side.start(), False)]
@@ -263,7 +272,12 @@ class VonageClient:
             headers["session_token"] = token
         self.side = vonage.VonageCarrierSide(headers, rate)
         self.transcoder = EdgeTranscoder(ENCODING_L16, rate)
+        assert endpoint["authorization"] == {"type": "vonage"}  # the JWT on the upgrade, below
         return endpoint["uri"]
+
+    def upgrade(self, url: str) -> list[tuple[str, str]]:
+        return [("Authorization", vonage.sign_webhook(b"", self.keys.vonage_signature_secret, int(time.time()),
+                                                      str(uuid.uuid4())))]
 
     def opening(self) -> list[Message]:
         connected = self.side.connected()
@@ -330,6 +344,10 @@ class ExotelClient:
         self.side = exotel.ExotelCarrierSide(os.urandom(16).hex(), self.call_id, "exotel-acct", encoding=ENCODING_L16,
                                              sample_rate_hz=rate, custom_parameters=tuple(query.items()))
         return url
+
+    def upgrade(self, url: str) -> list[tuple[str, str]]:
+        assert urlsplit(url).username == self.keys.exotel_username
+        return []  # websockets sends the URL's wss://user:password@ as Authorization: Basic, as Exotel does
 
     def opening(self) -> list[Message]:
         return [(message, False) for message in self.side.opening_messages()]
@@ -401,7 +419,8 @@ async def run_call(client, seconds: float = CALL_S, barge_in: bool = False, garb
     outcome = CallOutcome(client.call_id)
     playout = Playout()
     clip = load_clip("caller_interrupt")
-    async with connect(url, compression=None, open_timeout=5, close_timeout=5) as ws:
+    async with connect(url, additional_headers=client.upgrade(url), compression=None, open_timeout=5,
+                       close_timeout=5) as ws:
         opened = time.monotonic()
 
         def now_ms() -> float:
@@ -570,3 +589,57 @@ def test_an_unserved_carrier_is_404_and_the_log_says_which_are_served():
         assert "carriers served: twilio, plivo (not served, no secret configured: telnyx, vonage, exotel)" in running.log_tail(200_000)
     finally:
         running.stop()
+
+
+# Per carrier, an upgrade its carrier would never send: (what it lacks or gets wrong, extra headers, URL change).
+BAD_UPGRADES = {
+    "plivo": [("unsigned", [], None),
+              ("signed with another token", [(plivo.SIGNATURE_V3_HEADER, plivo.sign_upgrade("not-the-token", "ws://x/", "1")),
+                                             (plivo.SIGNATURE_V3_NONCE_HEADER, "1")], None)],
+    "vonage": [("unsigned", [], None),
+               ("signed with another secret", [("Authorization", vonage.sign_webhook(b"", "not-the-secret-0123456789",
+                                                                                    int(time.time()), "j"))], None)],
+    "exotel": [("no credentials", [], "strip"), ("a wrong password", [], "wrong-password")],
+}
+
+
+@pytest.mark.parametrize("carrier", list(BAD_UPGRADES))
+def test_a_bad_upgrade_is_refused_403_while_a_good_call_runs(carriers, carrier):
+    """A stream upgrade without what its carrier puts on it (or with it wrong) is refused with 403 before
+    any WebSocket opens, one log line each, counted; a good call of the same carrier, admitted with its
+    carrier's credential, goes on to a normal end meanwhile."""
+    running, keys = carriers
+    config = running.config
+    before = gateway_metrics(config)
+
+    async def scenario():
+        async with running.model_sim():
+            good = asyncio.create_task(run_call(CLIENTS[carrier](config, keys), seconds=4))
+            statuses = []
+            for _what, headers, url_change in BAD_UPGRADES[carrier]:
+                client = CLIENTS[carrier](config, keys)
+                status, body = await client.answer()
+                assert status == 200, body
+                url = client.stream(body)
+                parts = urlsplit(url)
+                if url_change == "strip":
+                    url = parts._replace(netloc=parts.hostname + f":{parts.port}").geturl()
+                elif url_change == "wrong-password":
+                    url = parts._replace(netloc=f"{parts.username}:wrong@{parts.hostname}:{parts.port}").geturl()
+                try:
+                    async with connect(url, additional_headers=headers, open_timeout=5):
+                        statuses.append(101)
+                except InvalidStatus as exc:
+                    statuses.append(exc.response.status_code)
+            return await good, statuses
+
+    good, statuses = asyncio.run(scenario())
+    assert statuses == [403] * len(BAD_UPGRADES[carrier]), running.log_tail()
+    assert good.close_code == 1000 and good.of("bad") == [] and good.audio_ms >= 1000, running.log_tail()
+    after = gateway_metrics(config)
+    assert after["carrier_upgrades_refused"] == before["carrier_upgrades_refused"] + len(statuses)
+    assert after["carrier_streams_started"] == before["carrier_streams_started"] + 1  # the good call alone
+    log = running.log_tail(400_000)
+    reason = {"plivo": "X-Plivo-Signature-V3", "vonage": "signed JWT", "exotel": "Basic credentials"}[carrier]
+    assert log.count(f"{carrier} stream upgrade refused: no {reason} on the upgrade (answered 403)") >= 1
+    assert log.count(f"{carrier} stream upgrade refused: bad {reason} on the upgrade (answered 403)") >= 1

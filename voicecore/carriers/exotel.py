@@ -37,6 +37,10 @@ upgrade request: :func:`check_basic_auth`. What that proves: the peer knows the 
 credentials. What it does not: there is no signature over the request, no nonce or timestamp, so a
 captured header can be replayed for as long as the credentials live, and nothing ties the socket to a
 particular call. Whether Exotel sends the header over plain ``ws://`` too is not documented; serve wss.
+The applet's page shows the credentials in the configured URL; with a dynamic URL, the gateway writes them
+into the ``wss://`` URL it answers with (:func:`with_basic_auth`), so the stream's upgrade carries them as
+a static URL's would. That Exotel reads credentials from a URL its dynamic endpoint returned the same way is
+what the applet's text implies, not something it says [unverified].
 
 Wire shapes [ws]. Exotel sends ``connected`` ({"event"} only), ``start`` {event, sequence_number,
 stream_sid, start:{stream_sid, call_sid, account_sid, from, to, custom_parameters, media_format:
@@ -105,7 +109,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Union
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import orjson
 
@@ -172,6 +176,7 @@ __all__ = [
     "frame_bytes",
     "silence",
     "voicebot_stream_url",
+    "with_basic_auth",
     "voicebot_url_response",
 ]
 
@@ -1172,3 +1177,17 @@ def check_basic_auth(authorization_header: str | bytes | None, expected_user: st
     user_ok = hmac.compare_digest(user, expected_user.encode("utf-8"))
     password_ok = hmac.compare_digest(password, expected_password.encode("utf-8"))
     return user_ok & password_ok
+
+
+def with_basic_auth(url: str, user: str, password: str) -> str:
+    """``url`` (``wss://`` or ``ws://``, no credentials in it yet) as ``wss://user:password@host/...``, the form
+    the Voicebot applet takes Basic auth credentials in [applet]. Both are percent-encoded (RFC 3986 section
+    3.2.1: userinfo may not hold ``@``, ``:`` in the user, ``/``...), which a client decodes before it builds
+    the ``Authorization`` header; credentials of letters, digits and ``-._~`` come through unchanged."""
+    _check_ws_url(url)
+    if not user or not password:
+        raise ValueError("user and password must be non-empty")
+    scheme, rest = url.split("://", 1)
+    if "@" in rest.split("/", 1)[0]:
+        raise ValueError("the URL already carries credentials")
+    return f"{scheme}://{quote(user, safe='')}:{quote(password, safe='')}@{rest}"

@@ -5,7 +5,8 @@ Owns: validating every message Plivo sends into the carrier-neutral events of
 of bad input, the exact bytes of what we send (``playAudio``, ``checkpoint``, ``clearAudio``), the
 unplayed-audio bound kept by checkpoints (:class:`CheckpointLead`), the carrier's end of the protocol
 (:class:`PlivoCarrierSide`, the core of a simulator mode), the answer XML (:func:`stream_xml`) and
-Plivo's request signature V3 (:func:`compute_signature_v3`, :func:`validate_signature_v3`).
+Plivo's request signature V3 (:func:`compute_signature_v3`, :func:`validate_signature_v3`), on the answer
+webhook and on the stream's WebSocket upgrade (:func:`sign_upgrade`, :func:`validate_upgrade_signature`).
 
 Must not know: sockets, clocks, session tokens, call slots, rings or codecs. The shell feeds each received
 WebSocket message to :class:`PlivoStreamProtocol`, acts on the events, closes the socket with
@@ -20,6 +21,11 @@ Sources, cited below by tag (PROTOCOLS.md B gives the comparison with Twilio):
 - [sdk]: Plivo's official streaming SDK ``plivo-stream-sdk`` 0.1.1 (``plivo_stream/types.py``: the
   pydantic models of every message, ``base.py``: what it sends) and ``plivo`` 4.63.0
   (``plivo/utils/signature_v3.py``).
+- [guide]: Plivo's "Audio Streaming Guide" (docs.plivo.com voice-agents/audio-streaming/concepts/
+  audio-streaming-guide, "Signature Validation": "Plivo signs WebSocket connection requests", headers
+  ``X-Plivo-Signature-V3`` and ``-Nonce``, validated with ``validateV3Signature`` and method "GET" for the
+  upgrade) and ``plivo/plivo-stream-sdk-node`` ``src/index.ts`` (``validateConnectionSignature``: the two
+  headers, the URL rebuilt from the request, validated as a GET with no parameters).
 - [impl]: ``plivo-labs/agent-transport`` (``audio_stream/plivo.rs``, Plivo's own Rust transport) and
   pipecat ``src/pipecat/serializers/plivo.py``.
 
@@ -123,9 +129,11 @@ __all__ = [
     "STREAM_CONTENT_TYPES",
     "State",
     "compute_signature_v3",
+    "sign_upgrade",
     "stream_xml",
     "upgrade_signature_url",
     "validate_signature_v3",
+    "validate_upgrade_signature",
     "wire_templates",
 ]
 
@@ -1125,3 +1133,27 @@ def upgrade_signature_url(stream_url: str) -> str:
             return "http://" + stream_url[len(scheme):]
     raise ValueError("stream_url must start with wss:// or ws://")
 
+
+
+def sign_upgrade(auth_token: str, stream_url: str, nonce: str) -> str:
+    """The ``X-Plivo-Signature-V3`` Plivo puts on its WebSocket upgrade to ``stream_url`` (the URL as the
+    ``<Stream>`` element gave it) [guide]: a V3 signature of a GET of :func:`upgrade_signature_url` with no
+    parameters. For the simulator and tests; the gateway checks with :func:`validate_upgrade_signature`."""
+    return compute_signature_v3(auth_token, upgrade_signature_url(stream_url), nonce, None, "GET")
+
+
+def validate_upgrade_signature(auth_token: str, stream_url: str, nonce: str | None,
+                               signature_header: str | None) -> bool:
+    """True when the upgrade's ``X-Plivo-Signature-V3`` (``signature_header``) with its nonce signs a GET of
+    ``stream_url``, the URL Plivo dialled (our stream base URL + the request's path and query) [guide].
+
+    What it proves: the peer holds the auth token and meant this URL. What it does not: the signed text has
+    no timestamp and no call in it (the nonce is Plivo's, never remembered here), so a captured pair of
+    headers can be replayed; the single-use session token in ``start.extra_headers`` ties the stream to one
+    call.
+    A missing nonce or header is simply invalid, as for a webhook."""
+    try:
+        signed_url = upgrade_signature_url(stream_url)
+    except ValueError:
+        return False
+    return validate_signature_v3(auth_token, signed_url, nonce, signature_header, None, "GET")

@@ -29,6 +29,15 @@ Sources, cited below by these names:
   carry no ``stream_id``.
 - PROTOCOLS.md B: the Twilio/Telnyx comparison this module follows.
 
+The WebSocket upgrade is not signed. Telnyx signs its webhooks [webhooks] and nothing on the stream: the
+connection flow of [asyncapi] is "Telnyx opens a WebSocket connection to the configured stream_url" and
+then sends ``connected``; the TeXML Streams API takes url, track, codec, name and status callback
+(``/texml/Accounts/{account_sid}/Calls/{call_sid}/Streams.json``) and no credential. Call Control's
+``streaming_start`` has ``stream_auth_token``, "an authentication token to be sent as part of the WebSocket
+connection": a static token of ours, not a signature, and not on the TeXML path the gateway answers with.
+So there is no upgrade check for Telnyx: the single-use session token in ``start.custom_parameters`` (a
+TeXML ``<Parameter>``) is what admits a stream.
+
 Close codes (RFC 6455 section 7.4.1), the whole table:
 
 =====  ======================================================================================

@@ -4,7 +4,8 @@ Owns: validating what Vonage sends on the socket into the carrier-neutral events
 :mod:`voicecore.carriers.events`, the order it may send it in and the close code for each kind of bad
 input (:class:`VonageStreamProtocol`); the exact messages we send (:class:`VonageOutboundEncoder`); the
 carrier's end of the same protocol for the simulator (:class:`VonageCarrierSide`); the answer NCCO
-(:func:`ncco_connect_websocket`); and Vonage's signed webhooks (:func:`verify_signed_webhook`).
+(:func:`ncco_connect_websocket`); and Vonage's signed webhooks (:func:`verify_signed_webhook`) and the same
+JWT on the WebSocket upgrade (:func:`verify_upgrade_jwt`).
 
 Must not know: sockets, clocks, session tokens, call slots, rings, or how audio becomes mu-law (that is
 :mod:`voicecore.carriers.codec`, once, at the gateway edge). Time comes in as ``now_s``; ids come in.
@@ -13,7 +14,11 @@ Sources (PROTOCOLS.md B): the Vonage WebSockets guide (developer.vonage.com/en/v
 websockets; an earlier text of it is in ``mheap/nexmo-developer:_documentation/en/voice/voice-api/guides/
 websockets.md``), the AsyncAPI model taken from it (``api-evangelist/vonage:asyncapi/vonage-asyncapi.yml``),
 the NCCO reference's websocket endpoint, pipecat's ``src/pipecat/serializers/vonage.py``, and the signed
-webhooks pages (Messages API concept page; the Voice page says Voice signs "the same JWT").
+webhooks pages (Messages API concept page; the Voice page says Voice signs "the same JWT"), and for the
+upgrade the websocket endpoint's ``authorization`` object as Vonage's own SDK types it (``Vonage/vonage-node-sdk``
+``packages/voice/lib/types/Endpoint/WebsocketAuthorization.ts``: with ``{"type": "vonage"}`` "the Voice API
+includes the same JWT used for signed webhooks in the Authorization header (Bearer {JWT})" of the opening
+handshake).
 
 The wire, as documented:
 
@@ -105,6 +110,7 @@ from voicecore.carriers.jsonwire import ClosesOnViolation, Violation, load_event
 from voicecore.timing import FRAME_MS, MAX_MESSAGE_BYTES, START_DEADLINE_MS
 
 __all__ = [
+    "AUTHORIZATION_VONAGE",
     "CLEAR_MESSAGE",
     "CloseCode",
     "DEFAULT_SAMPLE_RATE_HZ",
@@ -131,6 +137,7 @@ __all__ = [
     "ncco_connect_websocket",
     "sign_webhook",
     "verify_signed_webhook",
+    "verify_upgrade_jwt",
 ]
 
 VONAGE_SAMPLE_RATES_HZ = (8000, 16000)  # the NCCO websocket endpoint's content-type values (NCCO reference)
@@ -144,6 +151,8 @@ SAMPLE_WIDTH_BYTES = 2
 HEADER_CALL_ID = "call_id"
 HEADER_SESSION_TOKEN = "session_token"
 HEADER_ACCOUNT_ID = "account_id"
+# The websocket endpoint's ``authorization.type`` that makes Vonage put its signed-webhook JWT on the upgrade.
+AUTHORIZATION_VONAGE = "vonage"
 
 EVENT_CONNECTED = "websocket:connected"
 EVENT_DTMF = "websocket:dtmf"
@@ -551,13 +560,16 @@ class VonageCarrierSide:
 
 
 def ncco_connect_websocket(uri: str, headers: Mapping[str, str],
-                           sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ) -> list:
+                           sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ, *, signed_upgrade: bool = False) -> list:
     """The answer webhook's NCCO that connects the call to our WebSocket (NCCO reference, ``connect``
     action, ``websocket`` endpoint: ``uri``, ``content-type``, ``headers``).
 
     ``headers`` (string values only, so their echo in ``websocket:connected`` reads back the same) come
     back as top-level keys of that message; voicecore puts :data:`HEADER_CALL_ID` and
     :data:`HEADER_SESSION_TOKEN` there. Their JSON may be at most 512 bytes (WebSockets guide).
+    ``signed_upgrade``: the endpoint asks for ``"authorization": {"type": "vonage"}``, so Vonage puts its
+    signed-webhook JWT on the upgrade (checked with :func:`verify_upgrade_jwt`); without it the upgrade
+    carries no credential at all.
     """
     if not isinstance(uri, str) or not uri.startswith(("wss://", "ws://")):
         raise ValueError("uri must be a ws:// or wss:// URL (Vonage requires wss:// in production)")
@@ -569,6 +581,8 @@ def ncco_connect_websocket(uri: str, headers: Mapping[str, str],
     if len(orjson.dumps(dict(headers))) > MAX_NCCO_HEADERS_BYTES:
         raise ValueError(f"headers must be at most {MAX_NCCO_HEADERS_BYTES} bytes of JSON")
     endpoint = {"type": "websocket", "uri": uri, "content-type": content_type(rate), "headers": dict(headers)}
+    if signed_upgrade:
+        endpoint["authorization"] = {"type": AUTHORIZATION_VONAGE}
     return [{"action": "connect", "endpoint": [endpoint]}]
 
 
@@ -602,35 +616,59 @@ def verify_signed_webhook(authorization_header: str | None, body: bytes, signatu
     ``payload_hash`` is the SHA-256 of ``body`` (the raw request body). False for anything else; no header
     can make it raise (an empty secret is our misuse: ``ValueError``).
     """
-    key = _secret_key(signature_secret)
-    if not isinstance(authorization_header, str):
-        return False
-    scheme, _, token = authorization_header.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return False
-    try:
-        with warnings.catch_warnings():
-            if _SHORT_KEY_WARNING is not None:
-                warnings.simplefilter("ignore", _SHORT_KEY_WARNING)
-            # PyJWT would read the wall clock for exp/iat/nbf: those are judged below against now_s.
-            claims = jwt.decode(token, key, algorithms=["HS256"], options={
-                "verify_exp": False, "verify_iat": False, "verify_nbf": False, "require": ["iat", "payload_hash"],
-            })
-    except jwt.PyJWTError:
-        return False
-    issued_at_s = claims.get("iat")
-    if not _number(issued_at_s) or not now_s - max_age_s <= issued_at_s <= now_s + _MAX_CLOCK_SKEW_S:
-        return False
-    if "exp" in claims and not (_number(claims["exp"]) and now_s < claims["exp"]):
-        return False
-    if "nbf" in claims and not (_number(claims["nbf"]) and claims["nbf"] <= now_s + _MAX_CLOCK_SKEW_S):
+    claims = _checked_claims(authorization_header, signature_secret, now_s, max_age_s, ("iat", "payload_hash"))
+    if claims is None:
         return False
     payload_hash = claims.get("payload_hash")
     if type(payload_hash) is not str:
         return False
     expected = hashlib.sha256(body).hexdigest().encode("ascii")
     return hmac.compare_digest(payload_hash.lower().encode("ascii", "replace"), expected)
+
+
+def verify_upgrade_jwt(authorization_header: str | None, signature_secret: str, now_s: float,
+                       max_age_s: float = 300) -> bool:
+    """True when the WebSocket upgrade's ``Authorization`` is Vonage's signed-webhook JWT (an endpoint with
+    ``"authorization": {"type": "vonage"}``): ``Bearer <jwt>``, HS256 with ``signature_secret``, ``iat`` at
+    most ``max_age_s`` old, as :func:`verify_signed_webhook` judges it.
+
+    ``payload_hash`` is not compared: an upgrade has no body, and what Vonage hashes for one is not
+    documented, so a check of it could refuse every real call while binding nothing. What it proves: the
+    peer holds the signature secret, within the last five minutes. What it does not: nothing in the JWT names
+    the call or the URL, so a JWT captured within its age could be replayed; the single-use session token in
+    ``websocket:connected`` ties the stream to one call."""
+    return _checked_claims(authorization_header, signature_secret, now_s, max_age_s, ("iat",)) is not None
+
+
+def _checked_claims(authorization_header: str | None, signature_secret: str, now_s: float, max_age_s: float,
+                    required: tuple[str, ...]) -> dict | None:
+    """The claims of a ``Bearer`` HS256 JWT signed with ``signature_secret`` whose times are good at ``now_s``,
+    else None (any bad input). An empty secret is our misuse (``ValueError``)."""
+    key = _secret_key(signature_secret)
+    if not isinstance(authorization_header, str):
+        return None
+    scheme, _, token = authorization_header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    try:
+        with warnings.catch_warnings():
+            if _SHORT_KEY_WARNING is not None:
+                warnings.simplefilter("ignore", _SHORT_KEY_WARNING)
+            # PyJWT would read the wall clock for exp/iat/nbf: those are judged below against now_s.
+            claims = jwt.decode(token, key, algorithms=["HS256"], options={
+                "verify_exp": False, "verify_iat": False, "verify_nbf": False, "require": list(required),
+            })
+    except jwt.PyJWTError:
+        return None
+    issued_at_s = claims.get("iat")
+    if not _number(issued_at_s) or not now_s - max_age_s <= issued_at_s <= now_s + _MAX_CLOCK_SKEW_S:
+        return None
+    if "exp" in claims and not (_number(claims["exp"]) and now_s < claims["exp"]):
+        return None
+    if "nbf" in claims and not (_number(claims["nbf"]) and claims["nbf"] <= now_s + _MAX_CLOCK_SKEW_S):
+        return None
+    return claims
 
 
 def sign_webhook(body: bytes, signature_secret: str, now_s: int, jti: str, api_key: str = "",

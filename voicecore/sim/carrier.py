@@ -768,7 +768,7 @@ async def place_mode_call(
     if plain_ws and ws_url.startswith("wss://"):
         ws_url = "ws://" + ws_url[len("wss://"):]
     headers = {"User-Agent": modes.USER_AGENTS[carrier],
-               **modes.stream_headers(carrier, target, credentials, nonce=secrets.token_hex(10))}
+               **modes.stream_headers(carrier, target, credentials, nonce=secrets.token_hex(10), now_s=time.time())}
     stream = StreamListener(runner)
     runner.attach(stream)
     try:

@@ -57,7 +57,7 @@ import json
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 import orjson
@@ -244,8 +244,9 @@ class StreamTarget:
     ``url``: the WebSocket URL as given (credentials in it removed into ``basic_auth``); ``parameters``: what
     the carrier hands back on the stream (TeXML ``<Parameter>``s, Plivo ``extraHeaders`` pairs, NCCO
     ``headers``, Exotel URL query parameters); ``encoding`` / ``sample_rate_hz``: the audio asked for;
-    ``raw_extra_headers``: Plivo's attribute as written; ``problems``: what the carrier would not like
-    (reported, not fatal)."""
+    ``raw_extra_headers``: Plivo's attribute as written; ``authorization``: the NCCO websocket endpoint's
+    ``authorization`` object (Vonage: ``{"type": "vonage"}`` puts the signed-webhook JWT on the upgrade);
+    ``problems``: what the carrier would not like (reported, not fatal)."""
 
     url: str
     parameters: tuple[tuple[str, str], ...] = ()
@@ -254,6 +255,7 @@ class StreamTarget:
     raw_extra_headers: str = ""
     basic_auth: str = ""
     headers: Mapping[str, object] = field(default_factory=dict)  # Vonage: the NCCO headers, values as given
+    authorization: Mapping[str, object] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
 
 
@@ -347,8 +349,11 @@ def _parse_ncco(body: bytes) -> StreamTarget:
                     raise ValueError("the NCCO's websocket headers are not an object")
                 parameters = tuple((key, value if type(value) is str else orjson.dumps(value).decode())
                                    for key, value in headers.items())
+                authorization = endpoint.get("authorization") or {}
+                if type(authorization) is not dict or authorization.get("type") not in (None, "vonage", "custom"):
+                    raise ValueError("the NCCO's websocket authorization is not {\"type\": \"vonage\" | \"custom\"}")
                 return StreamTarget(url=endpoint["uri"], parameters=parameters, encoding=ENCODING_L16,
-                                    sample_rate_hz=int(rate_text), headers=dict(headers))
+                                    sample_rate_hz=int(rate_text), headers=dict(headers), authorization=authorization)
     raise ValueError("the NCCO has no connect action to a websocket endpoint")
 
 
@@ -363,8 +368,9 @@ def _parse_exotel(body: bytes) -> StreamTarget:
     parts = urlsplit(url)
     basic = ""
     if parts.username is not None:
-        # wss://KEY:TOKEN@host/...: Exotel sends the pair as Basic auth on the upgrade [applet].
-        pair = f"{parts.username}:{parts.password or ''}".encode("utf-8")
+        # wss://KEY:TOKEN@host/...: Exotel sends the pair as Basic auth on the upgrade [applet], decoded from
+        # the URL's percent-encoding as any HTTP client does (RFC 3986 section 3.2.1).
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode("utf-8")
         basic = "Basic " + base64.b64encode(pair).decode("ascii")
         host = parts.hostname or ""
         netloc = f"[{host}]" if ":" in host else host
@@ -389,17 +395,26 @@ def _parse_exotel(body: bytes) -> StreamTarget:
                         basic_auth=basic, problems=problems)
 
 
-def stream_headers(carrier: str, target: StreamTarget, credentials: CarrierCredentials, *, nonce: str) -> dict[str, str]:
-    """The extra headers of the carrier's WebSocket upgrade to ``target.url``."""
+def stream_headers(carrier: str, target: StreamTarget, credentials: CarrierCredentials, *, nonce: str,
+                   now_s: float) -> dict[str, str]:
+    """The extra headers of the carrier's WebSocket upgrade to ``target.url``: exactly what the carrier puts
+    there, no more. ``nonce``: Plivo's signature nonce and Vonage's JWT id; ``now_s``: Vonage's iat."""
     if carrier == "plivo":
-        # Plivo signs the upgrade as a GET of the stream URL with ws(s):// read as http:// (plivo.upgrade_signature_url).
-        signed = plivo.upgrade_signature_url(target.url)
-        return {plivo.SIGNATURE_V3_HEADER: plivo.compute_signature_v3(credentials.plivo_auth_token, signed, nonce,
-                                                                     None, "GET"),
+        # Plivo signs every stream upgrade: a GET of the stream URL with ws(s):// read as http:// (plivo.sign_upgrade).
+        return {plivo.SIGNATURE_V3_HEADER: plivo.sign_upgrade(credentials.plivo_auth_token, target.url, nonce),
                 plivo.SIGNATURE_V3_NONCE_HEADER: nonce}
-    if carrier == "exotel":
-        return {"Authorization": target.basic_auth or _basic(credentials)}
-    return {}
+    if carrier == "vonage":
+        # Only when the NCCO's endpoint asks: "vonage", the signed-webhook JWT (of no body); "custom", its value.
+        kind = target.authorization.get("type")
+        if kind == vonage.AUTHORIZATION_VONAGE:
+            return {"Authorization": vonage.sign_webhook(b"", credentials.vonage_signature_secret, int(now_s), nonce,
+                                                         api_key=credentials.vonage_api_key)}
+        if kind == "custom":
+            return {"Authorization": str(target.authorization.get("value", ""))}
+        return {}
+    if carrier == "exotel" and target.basic_auth:
+        return {"Authorization": target.basic_auth}  # only what the URL carried (wss://user:pass@...)
+    return {}  # Telnyx signs nothing on the stream
 
 
 # ----- the adapters ------------------------------------------------------------------------------------

@@ -33,6 +33,21 @@ Exotel      GET|POST /exotel/voice, query    ``CallSid`` when the request has   
 
 ``POST /vonage/event`` is checked like the answer and answered 204. A refused request gets a status and a
 short fixed reason, never an echo of the request.
+
+The stream's WebSocket upgrade is checked too, before the socket is accepted, where the carrier puts a
+credential on it (``check_upgrade``; each module cites the carrier's document):
+
+==========  =================================================================================
+Telnyx      nothing: Telnyx signs no stream connection (the session token alone admits it)
+Plivo       ``X-Plivo-Signature-V3`` + nonce over a GET of the stream URL (ws(s):// read as http://)
+Vonage      the signed-webhook JWT (``Authorization: Bearer``), which our NCCO asks for with
+            ``"authorization": {"type": "vonage"}``; its age, not its payload_hash (no body)
+Exotel      Basic auth with the configured credentials, which our dynamic-URL answer writes into
+            the wss URL (``wss://user:password@host/...``)
+==========  =================================================================================
+
+A missing or failing credential: 403; a checked header sent twice: 400. The session token is checked at
+``start`` as before, whatever the upgrade carried.
 """
 
 from __future__ import annotations
@@ -71,6 +86,7 @@ __all__ = [
     "Route",
     "answer_document",
     "arena_id",
+    "check_upgrade",
     "check_webhook",
     "final_templates_fit",
     "new_edge",
@@ -80,7 +96,9 @@ __all__ = [
     "session_token",
     "stream_id",
     "stream_paths",
+    "stream_url_bases",
     "token_fits_call",
+    "upgrade_headers",
     "wire_templates",
 ]
 
@@ -267,11 +285,103 @@ def answer_document(request: AnswerRequest, stream_base_url: str, token: str,
         return b"text/xml", plivo.stream_xml(stream_url, {SESSION_TOKEN: token}).encode()
     if carrier == VONAGE:
         headers = {vonage.HEADER_CALL_ID: request.call_id, vonage.HEADER_SESSION_TOKEN: token}
-        ncco = vonage.ncco_connect_websocket(stream_url, headers, settings.vonage_sample_rate_hz)
+        ncco = vonage.ncco_connect_websocket(stream_url, headers, settings.vonage_sample_rate_hz, signed_upgrade=True)
         return b"application/json", orjson.dumps(ncco)
     url = exotel.voicebot_stream_url(stream_url, sample_rate_hz=EXOTEL_SAMPLE_RATE_HZ,
                                      custom_parameters=[(SESSION_TOKEN, token)])
+    # The credentials the request to us carried, for Exotel to put on the upgrade (check_upgrade).
+    url = exotel.with_basic_auth(url, settings.exotel_username, settings.exotel_password)
     return b"application/json", exotel.voicebot_url_response(url)
+
+
+# --- the stream's upgrade ----------------------------------------------------------------------------
+
+
+def stream_url_bases(*base_urls: str) -> tuple[str, ...]:
+    """The distinct ``ws://`` / ``wss://`` bases a carrier may have dialled a stream URL of ours at: this
+    node's own (``node_stream_url``) and the fleet's (``public_url``): a stream for a call another node
+    answered may reach this one through the shared name. ``http(s)://`` is read as ``ws(s)://``."""
+    bases: list[str] = []
+    for base in base_urls:
+        base = base.rstrip("/")
+        for plain, websocket in (("http://", "ws://"), ("https://", "wss://")):
+            if base.startswith(plain):
+                base = websocket + base[len(plain):]
+        if base and base not in bases:
+            bases.append(base)
+    return tuple(bases)
+
+
+def upgrade_headers(head: bytes) -> dict[str, str | None]:
+    """The header fields of an upgrade request's head (its request line and headers, without the blank
+    line): lower-case name -> value with the surrounding whitespace stripped, read as Latin-1 (RFC 9110
+    section 5.5). A name sent more than once maps to None: ``check_upgrade`` refuses one it needs."""
+    headers: dict[str, str | None] = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon:
+            continue
+        key = name.strip().lower().decode("latin-1")
+        headers[key] = None if key in headers else value.strip().decode("latin-1")
+    return headers
+
+
+def _upgrade_header(headers: Mapping[str, str | None], name: str) -> str | Refusal | None:
+    """A checked header's value; None when absent or empty; a refusal when it came twice."""
+    value = headers.get(name.lower(), "")
+    if value is None:
+        return Refusal(400, f"{name} sent twice on the upgrade")
+    return value or None
+
+
+def check_upgrade(carrier: str, target: str, headers: Mapping[str, str | None], settings: CarrierSettings,
+                  stream_bases: tuple[str, ...], now_s: float) -> Refusal | None:
+    """Check a served carrier's WebSocket upgrade before it is accepted: None when it carries what its carrier
+    puts on it, else the refusal (403 missing or bad, 400 a checked header sent twice; the reason names the
+    header, never its value). ``target``: path and query as received; ``headers``: ``upgrade_headers``;
+    ``stream_bases``: ``stream_url_bases`` (Plivo signs the URL it dialled, ours + ``target``)."""
+    if carrier == TELNYX:
+        return None  # Telnyx signs nothing on the stream (voicecore/carriers/telnyx.py): the token admits it
+    if carrier == PLIVO:
+        signature = _upgrade_header(headers, plivo.SIGNATURE_V3_HEADER)
+        nonce = _upgrade_header(headers, plivo.SIGNATURE_V3_NONCE_HEADER)
+        for value in (signature, nonce):
+            if isinstance(value, Refusal):
+                return value
+        if signature is None or nonce is None:
+            return Refusal(403, "no X-Plivo-Signature-V3 on the upgrade")
+        if not any(plivo.validate_upgrade_signature(settings.plivo_auth_token, base + target, nonce, signature)
+                   for base in stream_bases):
+            return Refusal(403, "bad X-Plivo-Signature-V3 on the upgrade")
+        return None
+    if carrier not in (VONAGE, EXOTEL):
+        raise ValueError(f"unknown carrier {carrier!r}")
+    authorization = _upgrade_header(headers, "Authorization")
+    if isinstance(authorization, Refusal):
+        return authorization
+    if carrier == VONAGE:
+        if authorization is None:
+            return Refusal(403, "no signed JWT on the upgrade")
+        if not vonage.verify_upgrade_jwt(authorization, settings.vonage_signature_secret, now_s):
+            return Refusal(403, "bad signed JWT on the upgrade")
+        return None
+    if authorization is None:
+        return Refusal(403, "no Basic credentials on the upgrade")
+    if not exotel.check_basic_auth(authorization, settings.exotel_username, settings.exotel_password):
+        return Refusal(403, "bad Basic credentials on the upgrade")
+    return None
+
+
+def transfer_document(request: AnswerRequest, target: str) -> tuple[bytes, bytes]:
+    """(content type, body) of Plivo's transfer XML: ``<Dial>`` the target in the signed request's query
+    (``target``: path and query as received). ValueError when the query names no usable target."""
+    if request.kind != TRANSFER or request.carrier != PLIVO:
+        raise ValueError("not a transfer request")
+    try:
+        to = _query(target).get(plivo_rest.TARGET_PARAMETER, "")
+    except WebhookError:
+        raise ValueError("malformed query") from None
+    return b"text/xml", plivo_rest.dial_xml(to).encode()
 
 
 def transfer_document(request: AnswerRequest, target: str) -> tuple[bytes, bytes]:

@@ -77,6 +77,7 @@ MAX_HTTP_HEADER_BYTES = 16 * 1024
 # dropped rather than letting one stuck peer eat the gateway's memory (about 6 s of queued audio).
 MAX_WRITE_BUFFER_BYTES = 1024 * 1024
 UPGRADE_TIMEOUT_S = 5.0  # the WebSocket upgrade request must be complete this soon
+HTTP_REASONS = {400: b"Bad Request", 403: b"Forbidden"}  # the statuses a carrier upgrade is refused with
 HEAD_TIMEOUT_S = 5.0  # any connection's first request head must be complete this soon (a slow-header flood)
 KEEPALIVE_IDLE_S = 30.0  # a kept-alive HTTP connection is closed after this long without a request
 # Connections not yet in a call (no request served, no stream start accepted): by default at most twice the
@@ -144,10 +145,12 @@ class Gateway:
         self.carriers_enabled = self.carrier_settings.enabled()
         self.carrier_routes = carrier_core.routes(self.carriers_enabled)
         self.carrier_streams = carrier_core.stream_paths(self.carriers_enabled)
-        self.counters.update({name: 0 for name in ("carrier_webhooks", "carrier_streams_started",
+        self.counters.update({name: 0 for name in ("carrier_webhooks", "carrier_streams_started", "carrier_upgrades_refused",
                                                    "carrier_clears_confirmed", "carrier_edge_messages")})
         self.heartbeat_seq = 0
         self.stream_url = self.config.stream_base_url  # node_stream_url: the stream comes back to this node
+        # The URLs a carrier may have dialled our stream paths at (Plivo signs the one it dialled).
+        self.stream_url_bases = carrier_core.stream_url_bases(self.stream_url, self.config.base_url)
         # The drain (voicecore/drain.py: a file in the runtime dir, so a gateway that takes over drains too).
         self.drain = Drain()
         self.drain_watch = DrainWatch(runtime_dir)
@@ -400,23 +403,38 @@ class ConnectionRouter(asyncio.Protocol):
                 self.head_timer.cancel()  # picows' upgrade timeout and the start deadline take over
             self._hand_to_websocket(data)
             return
-        if is_upgrade and self._carrier_upgrade(first_line, data):
+        if is_upgrade and self._carrier_upgrade(first_line, data, head_end):
             return
         # The timer keeps running for plain HTTP: the first request's body must be complete by then too, or
         # a body that never ends would hold its place among the pending connections for ever.
         self.handler = HttpConnection(self.gateway, self.transport, self.ticket)
         self.handler.data_received(data)
 
-    def _carrier_upgrade(self, first_line: bytes, data: bytes) -> bool:
-        """An upgrade to a served carrier's stream path (/telnyx/stream, ...): hand it to that carrier's
-        connection and say True; anything else is not ours (False)."""
+    def _carrier_upgrade(self, first_line: bytes, data: bytes, head_end: int) -> bool:
+        """An upgrade to a served carrier's stream path (/telnyx/stream, ...): check what its carrier puts on
+        the upgrade (carrier_core.check_upgrade: Plivo's signature, Vonage's JWT, Exotel's Basic auth) and
+        hand it to that carrier's connection, or refuse it with one log line; say True. Anything else is not
+        ours (False)."""
         target = first_line.split(b" ")[1].decode("latin-1")
-        carrier = self.gateway.carrier_streams.get(target.split("?", 1)[0])
+        gw = self.gateway
+        carrier = gw.carrier_streams.get(target.split("?", 1)[0])
         if carrier is None:
             return False
         if self.head_timer is not None:
             self.head_timer.cancel()  # picows' upgrade timeout and the start deadline take over
-        self._hand_to_websocket(data, CarrierStreamConnection(self.gateway, carrier, target, self.ticket))
+        refusal = carrier_core.check_upgrade(carrier, target, carrier_core.upgrade_headers(data[:head_end]),
+                                             gw.carrier_settings, gw.stream_url_bases, time.time())
+        if refusal is not None:
+            gw.counters["carrier_upgrades_refused"] += 1
+            log.warning("%s stream upgrade refused: %s (answered %d)", carrier, refusal.reason, refusal.status,
+                        extra={"problem": "upgrade"})
+            reason = refusal.reason.encode() + b"\n"
+            self.transport.write(b"HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: text/plain\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (refusal.status, HTTP_REASONS[refusal.status],
+                                                                     len(reason), reason))
+            self.transport.close()
+            return True
+        self._hand_to_websocket(data, CarrierStreamConnection(gw, carrier, target, self.ticket))
         return True
 
     def _hand_to_websocket(self, data: bytes, stream: StreamConnection | None = None) -> None:
