@@ -232,10 +232,31 @@ def test_a_failed_request_waits_longer_after_each_failure_but_never_more_than_th
 
     spell = FailureSpell(FailurePolicy(vendor_retry_ms=500, vendor_retry_max_ms=2000))
     waits = []
+    now = 0
     for _ in range(5):
-        spell.vendor_failed(0)
-        waits.append(spell.not_before_ns // MS)
+        spell.vendor_failed(now)
+        waits.append((spell.not_before_ns - now) // MS)
+        now = spell.not_before_ns  # the retry goes when the pause is over, and fails again
     assert waits == [500, 1000, 2000, 2000, 2000]
+    assert spell.failed_in_row == 5
+
+
+def test_one_refused_request_counts_once_toward_the_failure_policy():
+    """Realtime answers a refused response.create with an `error` and a failed `response.done`; a response
+    the vendor starts by itself inside the pause (server VAD) fails too. One attempt, one failure."""
+    from voicecore.call.failures import GAVE_UP_VENDOR, FailurePolicy, FailureSpell
+
+    spell = FailureSpell(FailurePolicy(after_failures=3, vendor_retry_ms=500, vendor_retry_max_ms=2000))
+    spell.vendor_failed(0)  # the error event
+    spell.vendor_failed(2 * MS)  # the same response's response.done (failed)
+    spell.vendor_failed(300 * MS)  # a server-VAD response inside the pause
+    assert spell.failed_in_row == 1
+    assert spell.not_before_ns == 500 * MS  # the pause is not stretched either
+    spell.vendor_failed(500 * MS)  # the retry
+    assert spell.failed_in_row == 2
+    assert spell.verdict(600 * MS, awaiting=True, waiting_on_vendor=True, caller_speaking=False) != GAVE_UP_VENDOR
+    spell.vendor_failed(1500 * MS)
+    assert spell.verdict(1500 * MS, awaiting=True, waiting_on_vendor=True, caller_speaking=False) == GAVE_UP_VENDOR
 
 
 def test_a_spine_record_keeps_only_the_ticks_that_decided_something():
