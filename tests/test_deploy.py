@@ -37,6 +37,15 @@ KUBERNETES = DEPLOY / "kubernetes"
 KUSTOMIZATIONS = ("base", "overlays/example")
 KNOWN_ENV = {"VOICECORE_" + s.name.upper() for s in SETTINGS}
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|(^|_)KEY$")
+# The settings that carry a secret, or a credential's other half (a user name, an account or application id),
+# or a URL that holds a password: each comes from the Secret in Kubernetes and has its (empty) line in the
+# systemd environment file. Found in config.py's table by name, so a setting added later is not forgotten.
+SECRET_BEARING_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|_KEY|USERNAME|AUTH_ID|APPLICATION_ID)$")
+URLS_WITH_PASSWORDS = {"VOICECORE_DATABASE_URL"}  # postgresql://user:password@host/db
+SECRET_BEARING = {name for name in KNOWN_ENV if SECRET_BEARING_NAME.search(name)} | URLS_WITH_PASSWORDS
+# The ones a node cannot do without (the Twilio path and the model vendor); the others are optional: a
+# Twilio-only node starts without them.
+REQUIRED_SECRETS = {"VOICECORE_TWILIO_AUTH_TOKEN", "VOICECORE_REALTIME_API_KEY"}
 PROCESS_MEMORY_BYTES = 768 << 20  # the node's processes with their standbys, besides /dev/shm (deployment.yaml)
 
 
@@ -366,6 +375,9 @@ def test_systemd_environment_file_is_a_valid_configuration_without_secrets():
     assert not unknown, f"not voicecore settings: {unknown}"
     secrets_in_file = {name: value for name, value in node_env.items() if SECRET_NAME.search(name)}
     assert secrets_in_file and not any(secrets_in_file.values()), "secret placeholders must stay empty"
+    missing = SECRET_BEARING - set(node_env)
+    assert not missing, f"secret-bearing settings without a line in {UNIT_ENV.name}: {sorted(missing)}"
+    assert not any(node_env[name] for name in SECRET_BEARING), "secret placeholders must stay empty"
     load_config(node_env)
 
 
@@ -457,8 +469,12 @@ class Node:
         self.settings = {}
         for source in self.container.get("envFrom", []):
             self.settings.update(config_maps[source["configMapRef"]["name"]]["data"])
+        self.secret_refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in self.container.get("env", [])
+                            if "secretKeyRef" in e.get("valueFrom", {})}
         self.secret_env = {e["name"] for e in self.container.get("env", []) if "valueFrom" in e}
-        self.config = load_config({**self.settings, **{name: "from-a-secret" for name in self.secret_env}})
+        # The node as it starts with only the Secret's required keys (a Twilio-only node: the optional ones unset).
+        required = {name for name, ref in self.secret_refs.items() if not ref.get("optional", False)}
+        self.config = load_config({**self.settings, **{name: "from-a-secret" for name in required}})
         self.volumes = {v["name"]: v for v in self.pod["volumes"]}
         self.mounts = {m["mountPath"]: self.volumes[m["name"]] for m in self.container["volumeMounts"]}
         self.port = next(p for p in self.container["ports"] if p["containerPort"] == self.config.listen_port)
@@ -567,6 +583,38 @@ def test_no_secret_values_in_the_manifests(node):
             assert "value" not in entry and "secretKeyRef" in entry["valueFrom"], entry["name"]
     assert not [name for name in node.settings if SECRET_NAME.search(name)], "secrets in a ConfigMap"
     assert {"VOICECORE_TWILIO_AUTH_TOKEN", "VOICECORE_REALTIME_API_KEY"} <= node.secret_env
+
+
+def test_every_secret_bearing_setting_comes_from_the_secret(node):
+    """Every setting in config.py that carries a secret (SECRET_BEARING: found by name, so a new one is not
+    forgotten) is read from the Secret voicecore-secrets; all but the Twilio token and the model's key are
+    optional, so a node without a carrier's keys still starts (and does not serve that carrier)."""
+    missing = SECRET_BEARING - set(node.secret_refs)
+    assert not missing, f"secret-bearing settings not read from the Secret: {sorted(missing)}"
+    assert {ref["name"] for ref in node.secret_refs.values()} == {"voicecore-secrets"}
+    keys = [ref["key"] for ref in node.secret_refs.values()]
+    assert len(keys) == len(set(keys)), "one Secret key per setting"
+    for name, ref in node.secret_refs.items():
+        assert ref["key"] == name.removeprefix("VOICECORE_").lower().replace("_", "-"), (name, ref["key"])
+        assert ref.get("optional", False) is (name not in REQUIRED_SECRETS), name
+    assert not (SECRET_BEARING & set(node.settings)), "secret-bearing settings in a ConfigMap"
+    from workers.gateway.carrier_core import CarrierSettings
+
+    assert CarrierSettings.from_config(node.config).enabled() == ()  # started without them: Twilio only
+
+
+def test_the_secret_keys_are_named_where_the_secret_is_made():
+    """The kustomization's comment and the README's "Deploying" name every key the Deployment reads, so the
+    Secret an operator makes from them has what the node looks for."""
+    base = Node("base")
+    kustomization = (KUBERNETES / "base" / "kustomization.yaml").read_text()
+    readme = (REPO / "README.md").read_text()
+    deploying = readme[readme.index("## Deploying"):readme.index("## A fleet")]
+    for ref in base.secret_refs.values():
+        assert f"{ref['key']}=" in kustomization, ref["key"]
+        assert ref["key"] in deploying, ref["key"]
+    for name in SECRET_BEARING:
+        assert name in deploying, f"README \"Deploying\" does not name {name}"
 
 
 def test_pod_security_restricted(node):
