@@ -583,3 +583,34 @@ def test_the_bench_refuses_a_carrier_it_cannot_make_secrets_for(argv, capsys):
                "--scenario": {"scenario": "chaos"}}[argv[0]]
     assert run_bench(BenchOptions(carrier="telnyx", **options)) == 2
     assert "--carrier" in capsys.readouterr().err
+
+
+def test_a_stalling_plivo_plays_late_and_its_buffer_keeps_what_came_meanwhile():
+    """playout_stall_ms of every playout_stall_every_ms: nothing plays, no checkpoint is passed, what is queued
+    waits; then it plays on at real time, late by that much. Not an underrun: the sender was not short."""
+    call = make("plivo", playout_stall_ms=60, playout_stall_every_ms=200)
+    call.opening_messages()
+    media, mark, _clear = gateway_side("plivo", call)
+    for n in range(20):  # a sender pacing by time alone: frame n 15 ms before its tick, a checkpoint every 5
+        now_ms = max(0, n * FRAME_MS - 15)
+        deliver(call, media(bytes([0x10 + n]) * FRAME_BYTES), now_ms)
+        if n % 5 == 4:
+            deliver(call, mark(f"1:{n + 1}" + (":end" if n == 19 else "")), now_ms)
+    call.tick_play(40 * FRAME_MS)
+    played_at = [frame.played_at_ms for frame in call.played]
+    # Ticks 7-9 and 17-19 of every 10 stall: the frames after each stall play 60 ms late, then 120 ms.
+    assert played_at[:7] == [k * FRAME_MS for k in range(7)]
+    assert played_at[7:14] == [(k + 3) * FRAME_MS for k in range(7, 14)]
+    assert played_at[14:] == [(k + 6) * FRAME_MS for k in range(14, 20)]
+    assert call.metrics.stalled_ticks == 6 and call.metrics.underruns == 0
+    # One frame queued ahead at first; each stall leaves its three frames in the buffer for good: 4, then 6.
+    assert call.metrics.max_queued_frames == 6
+    echoed = [e.name for e in echoes("plivo", call) if isinstance(e, MarkEcho)]
+    assert echoed == ["1:5", "1:10", "1:15", "1:20:end"]
+
+
+def test_a_playout_stall_must_be_whole_frames_shorter_than_its_period():
+    for stall_ms, every_ms in ((10, 200), (200, 200), (30, 200), (20, 210)):
+        with pytest.raises(ValueError):
+            make("plivo", playout_stall_ms=stall_ms, playout_stall_every_ms=every_ms)
+    make("plivo", playout_stall_ms=0, playout_stall_every_ms=0)  # none

@@ -498,6 +498,7 @@ async def place_call(
     credentials: CarrierCredentials | None = None,
     jitter_probability: float = 0.0,
     exotel_encoding: str = ENCODING_L16,
+    playout_stall: tuple[int, int] = (0, 0),
     rest=None,
 ) -> CallResult:
     """Run one simulated inbound call against the gateway at ``base_url_http`` and measure it.
@@ -513,6 +514,7 @@ async def place_call(
     answer webhook, its answer document followed, its stream. ``credentials`` then holds the secrets
     (``auth_token`` is Twilio's); ``jitter_probability``: Telnyx sends that share of caller frames after the
     next one; ``exotel_encoding``: what Exotel streams (l16, its base guide, or pcmu, its beta's default);
+    ``playout_stall``: (stall_ms, every_ms), Plivo's playout stalls that long that often (PlayoutCore.set_playout_stall);
     ``rest``: a voicecore.sim.carrier_rest.CarrierRestServer: its hang-up and transfer requests end the call.
     """
     if carrier != "twilio":
@@ -520,7 +522,7 @@ async def place_call(
             base_url_http, credentials or CarrierCredentials(twilio_auth_token=auth_token), script, lead_frames,
             carrier=carrier, call_sid=call_sid, account_sid=account_sid, keep_audio=keep_audio, plain_ws=plain_ws,
             unix_socket=unix_socket, jitter_probability=jitter_probability, exotel_encoding=exotel_encoding,
-            rest=rest)
+            playout_stall=playout_stall, rest=rest)
     loop = asyncio.get_running_loop()
     call_sid = call_sid or _sid("CA")
     account_sid = account_sid or _sid("AC")
@@ -684,7 +686,7 @@ def _mode_identity(carrier: str, call_sid: str | None, account_sid: str | None, 
 
 def _mode_core(carrier: str, ids: modes.CallIdentity, target: modes.StreamTarget, script: CallScript,
                lead_frames: int, phase_ms: float, keep_audio: bool, jitter_probability: float,
-               exotel_encoding: str) -> modes.ModeCall:
+               exotel_encoding: str, playout_stall: tuple[int, int] = (0, 0)) -> modes.ModeCall:
     common = {"play_phase_ms": phase_ms, "keep_audio": keep_audio}
     if carrier == "telnyx":
         return modes.TelnyxCall(ids.call_id, ids.stream_id, ids.account_id, script.utterances, lead_frames,
@@ -695,7 +697,8 @@ def _mode_core(carrier: str, ids: modes.CallIdentity, target: modes.StreamTarget
     if carrier == "plivo":
         return modes.PlivoCall(ids.call_id, ids.stream_id, ids.account_id, script.utterances, lead_frames,
                                extra_headers=target.raw_extra_headers, encoding=target.encoding,
-                               sample_rate_hz=target.sample_rate_hz, **common)
+                               sample_rate_hz=target.sample_rate_hz, playout_stall_ms=playout_stall[0],
+                               playout_stall_every_ms=playout_stall[1], **common)
     if carrier == "vonage":
         return modes.VonageCall(ids.call_id, target.headers, script.utterances, lead_frames,
                                 sample_rate_hz=target.sample_rate_hz, **common)
@@ -720,6 +723,7 @@ async def place_mode_call(
     unix_socket: str | None = None,
     jitter_probability: float = 0.0,
     exotel_encoding: str = ENCODING_L16,
+    playout_stall: tuple[int, int] = (0, 0),
     rest=None,
 ) -> CallResult:
     """place_call for Telnyx, Plivo, Vonage or Exotel: the carrier's signed answer webhook
@@ -759,7 +763,7 @@ async def place_mode_call(
     phase = ticker.assign_phase()
     try:
         core = _mode_core(carrier, ids, target, script, lead_frames, ticker.phase_origin_ms(phase), keep_audio,
-                          jitter_probability, exotel_encoding)
+                          jitter_probability, exotel_encoding, playout_stall)
     except ValueError as exc:  # the answer asked for something the carrier would refuse (an NCCO header named event)
         return failed(f"the answer document cannot be followed: {exc}")
     runner = CallRunner(core, script, ticker)

@@ -138,6 +138,10 @@ class CarrierMetrics:
     bargeins_ignored: int = 0  # noted while the agent was silent
     bargein_at_ms: list[float] = field(default_factory=list)  # the noted (not ignored) barge-ins
     bargein_latency_ms: list[float] = field(default_factory=list)
+    # The deepest the carrier's buffer got: frames received and not yet begun playing, at the moment each
+    # arrived (what a sender's lead, by time or by echoes, really left queued at the carrier).
+    max_queued_frames: int = 0
+    stalled_ticks: int = 0  # playout ticks the carrier's own stall held (set_playout_stall): not underruns
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +274,8 @@ class PlayoutCore(abc.ABC):
         self._queued_frames = 0
         self._in_spurt = False
         self._in_underrun = False
+        self._stall_every_ticks = 0  # set_playout_stall: 0, the carrier plays every tick
+        self._stall_ticks = 0
 
         self._epoch = 0
         self._pending: list[ReceivedFrame] = []  # received since the last mark
@@ -387,6 +393,8 @@ class PlayoutCore(abc.ABC):
                 self._play_anchor_ms = phase + ticks * FRAME_MS
         self._queue.append(frame)
         self._queued_frames += 1
+        if self._queued_frames > self.metrics.max_queued_frames:
+            self.metrics.max_queued_frames = self._queued_frames
         self._advance_play(now_ms)
 
     def _receive_mark(self, name: str, parsed: tuple[int, int, bool] | None, now_ms: float) -> None:
@@ -503,6 +511,20 @@ class PlayoutCore(abc.ABC):
         """Run every playout tick due by ``now_ms``; mark echoes go to messages_to_send()."""
         self._advance_play(now_ms)
 
+    def set_playout_stall(self, stall_ms: int, every_ms: int) -> None:
+        """Make the carrier's playout stall: the last ``stall_ms`` of every ``every_ms`` of its 20 ms grid
+        (counted from its first tick) play nothing, and so pass no mark, while what is queued waits: a media
+        server that falls behind (a slow host, network jitter in front of it) and then plays on at real time
+        from where it stopped, late by that much, as a deep buffer like Plivo's does. Stalled ticks are counted
+        in ``metrics.stalled_ticks``, not as underruns: the sender did not leave the caller short. 0, 0: none."""
+        if stall_ms == 0 and every_ms == 0:
+            self._stall_every_ticks = self._stall_ticks = 0
+            return
+        if stall_ms < FRAME_MS or stall_ms % FRAME_MS or every_ms % FRAME_MS or not stall_ms < every_ms:
+            raise ValueError("stall_ms and every_ms must be whole 20 ms frames with 20 <= stall_ms < every_ms")
+        self._stall_every_ticks = every_ms // FRAME_MS
+        self._stall_ticks = stall_ms // FRAME_MS
+
     def _advance_play(self, now_ms: float) -> None:
         anchor = self._play_anchor_ms
         if anchor is None:
@@ -515,7 +537,11 @@ class PlayoutCore(abc.ABC):
                 # Idle: nothing can happen until something arrives; skip to the first tick after now.
                 self._play_tick = int((now_ms - anchor) // FRAME_MS) + 1
                 return
-            self._play_one(tick_ms)
+            every = self._stall_every_ticks
+            if every and self._play_tick % every >= every - self._stall_ticks:
+                self.metrics.stalled_ticks += 1  # the carrier's own stall: nothing plays, no mark is passed
+            else:
+                self._play_one(tick_ms)
             self._play_tick += 1
 
     def _play_one(self, tick_ms: float) -> None:

@@ -31,7 +31,10 @@ Carrier behaviours the adapters model (PROTOCOLS.md B and each carrier module's 
   true order), the reordering a Telnyx stream documents, to exercise the gateway's reorder window.
 - Plivo: ``start`` (the answer XML's ``extraHeaders`` in ``extra_headers``), the XML's ``contentType``,
   ``checkpoint`` echoed as ``playedStream`` when played, ``clearAudio`` answered by ``clearedAudio`` and
-  pending checkpoints dropped unechoed.
+  pending checkpoints dropped unechoed. Optional stalls (``playout_stall_ms`` of every
+  ``playout_stall_every_ms``): Plivo's buffer plays at real time but may play late (a slow media server,
+  jitter in front of it), and whatever we send meanwhile stays in its deep buffer; the core's
+  ``metrics.max_queued_frames`` shows how deep it got.
 - Vonage: ``websocket:connected`` with the NCCO endpoint's ``content-type`` and its ``headers`` echoed at
   the top level, binary L16 frames of 20 ms both ways, ``notify`` echoed as ``websocket:notify`` with its
   payload when played, ``clear`` answered by ``websocket:cleared`` and pending notifies dropped; no
@@ -621,9 +624,10 @@ class PlivoCall(ModeCall):
                  caller_audio: bytes | Sequence[tuple[int, bytes]] | Sequence[Utterance] = b"",
                  lead_frames: int = DEFAULT_LEAD_FRAMES, *, extra_headers: str = "", encoding: str = ENCODING_PCMU,
                  sample_rate_hz: int = SAMPLE_RATE_HZ, play_phase_ms: float | None = None,
-                 keep_audio: bool = True) -> None:
+                 keep_audio: bool = True, playout_stall_ms: int = 0, playout_stall_every_ms: int = 0) -> None:
         super().__init__(call_uuid, caller_audio, lead_frames, encoding, sample_rate_hz,
                          play_phase_ms=play_phase_ms, keep_audio=keep_audio)
+        self.set_playout_stall(playout_stall_ms, playout_stall_every_ms)
         content_type = plivo.CONTENT_TYPE_MULAW if encoding == ENCODING_PCMU else plivo.CONTENT_TYPE_L16
         self.stream_id = stream_id
         args = (stream_id, call_uuid, account_id, content_type, sample_rate_hz, extra_headers)
