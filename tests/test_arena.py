@@ -317,6 +317,22 @@ def test_claim_slot_writes_the_calls_own_lead_and_the_next_call_starts_without_i
     assert arena.ctrl[2, C.IN_HEAD] == 9 and arena.ctrl[2, C.STATE] == C.SLOT_FREE  # untouched
 
 
+def test_claim_slot_writes_the_calls_backlog_bound_and_the_next_call_starts_without_it(arena):
+    arena.claim_slot(2, STREAM_SID, CALL_SID, TEMPLATES, backlog_max_frames=20)  # its carrier's (Plivo's echoes)
+    arena.ctrl[2, C.CARRIER_PLAYED_POS] = 7
+    arena.ctrl[2, C.WIRE_FRAMES] = 9
+    assert arena.ctrl[2, C.BACKLOG_MAX_FRAMES] == 20
+    arena.set_slot_state(2, C.SLOT_FREE)
+    arena.claim_slot(2, STREAM_SID, CALL_SID, TEMPLATES)
+    row = arena.ctrl[2]
+    assert row[C.BACKLOG_MAX_FRAMES] == row[C.CARRIER_PLAYED_POS] == row[C.WIRE_FRAMES] == 0  # no bound, counts from 0
+    arena.set_slot_state(2, C.SLOT_FREE)
+    for bad in (-1, 3001, 2.0):
+        with pytest.raises(ValueError, match="backlog_max_frames"):
+            arena.claim_slot(2, STREAM_SID, CALL_SID, TEMPLATES, backlog_max_frames=bad)
+    assert arena.ctrl[2, C.STATE] == C.SLOT_FREE
+
+
 def test_claim_slot_with_a_bad_id_leaves_the_slot_untouched(arena):
     arena.ctrl[0, C.IN_HEAD] = 9
     with pytest.raises(ValueError):

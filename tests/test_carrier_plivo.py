@@ -896,6 +896,7 @@ def test_checkpoint_lead_bounds_what_the_carrier_has_not_played(operations: list
     to_carrier: deque[tuple[str, bytes, int]] = deque()  # (kind, message, frames)
     to_us: deque[str] = deque()
     sent_frames = 0
+    played_position = 0
     names = iter(range(1, 10**6))
 
     def deliver_to_carrier(count: int) -> None:
@@ -940,6 +941,12 @@ def test_checkpoint_lead_bounds_what_the_carrier_has_not_played(operations: list
             deliver_to_us(argument)
         assert 0 <= lead.unplayed_frames() <= max_unplayed_frames
         assert truly_unplayed_since_our_last_clear() <= lead.unplayed_frames()
+        # The positions the gateway publishes to the pacer (CARRIER_PLAYED_POS): the played one only moves
+        # forward, and never past what was sent, so the pacer's count minus it is the unplayed backlog.
+        assert lead.sent_position_frames() == sent_frames
+        assert lead.sent_position_frames() - lead.played_position_frames() == lead.unplayed_frames()
+        assert lead.played_position_frames() >= played_position
+        played_position = lead.played_position_frames()
 
     # Drain: one last checkpoint, everything delivered and played: nothing is left unplayed.
     name = f"1:{next(names)}"

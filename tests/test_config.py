@@ -42,6 +42,17 @@ def test_bad_values_name_the_setting(env, problem):
         load_config(env)
 
 
+def test_plivos_backlog_bound_is_off_or_above_what_a_steady_stream_leaves_unconfirmed():
+    assert load_config({}).plivo_max_unplayed_ms == 400
+    assert load_config({"VOICECORE_PLIVO_MAX_UNPLAYED_MS": "0"}).plivo_max_unplayed_ms == 0  # the lead by time alone
+    assert load_config({"VOICECORE_PLIVO_MAX_UNPLAYED_MS": "220"}).plivo_max_unplayed_ms == 220  # 80 + 20 + 100 + 20
+    for env in ({"VOICECORE_PLIVO_MAX_UNPLAYED_MS": "200"}, {"VOICECORE_PLIVO_MAX_UNPLAYED_MS": "-20"},
+                {"VOICECORE_PLIVO_MAX_UNPLAYED_MS": "400", "VOICECORE_LEAD_MS": "300"},
+                {"VOICECORE_PLIVO_MAX_UNPLAYED_MS": "60020"}):
+        with pytest.raises(ConfigError, match="plivo_max_unplayed_ms"):
+            load_config(env)
+
+
 def test_listen_on_a_unix_socket_needs_public_url():
     config = load_config({"VOICECORE_LISTEN": "unix:/run/voicecore/gateway.sock",
                           "VOICECORE_PUBLIC_URL": "https://voice.example.com"})

@@ -286,6 +286,73 @@ def test_a_mark_dropped_unsent_is_settled_discarded_without_skipping_the_sent_on
     assert ledger.echoed("2:5") == MarkPlayed(2, 5, False)
 
 
+# --- Plivo's buffer bounded by its checkpoint echoes (EchoBoundedBacklog) ----------------------------------
+
+
+def test_only_plivo_calls_get_a_backlog_bound_in_frames():
+    assert cc.backlog_max_frames(cc.PLIVO, 400) == 20
+    assert cc.backlog_max_frames(cc.PLIVO, 410) == 20  # whole frames, rounded down: never above the setting
+    assert cc.backlog_max_frames(cc.PLIVO, 0) == 0  # the setting's 0: the lead by time alone
+    for carrier in (cc.TELNYX, cc.VONAGE, cc.EXOTEL, "twilio"):
+        assert cc.backlog_max_frames(carrier, 400) == 0
+
+
+def plivo_entries(templates, *kinds: str) -> list[bytes]:
+    """Wire entries as the pacer writes them from ``templates``: "m" a frame, "k:NAME" a checkpoint, "c" a clear."""
+    out = []
+    for kind in kinds:
+        if kind == "m":
+            body = b"\xff" * 160 if templates.raw else base64.b64encode(b"\xff" * 160)
+            out.append(templates.media_prefix + body + templates.media_suffix)
+        elif kind == "c":
+            out.append(templates.clear)
+        else:
+            out.append(templates.mark_prefix + kind[2:].encode() + templates.mark_suffix)
+    return out
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["final-mulaw", "raw-l16"])
+def test_the_backlog_follows_what_was_sent_echoed_and_cleared_in_wire_order(raw):
+    templates = RAW if raw else plivo.wire_templates("stream-1")
+    backlog = cc.EchoBoundedBacklog(templates)
+    backlog.sent(plivo_entries(templates, *["m"] * 5, "k:1:5", "m", "m"))
+    backlog.sent(plivo_entries(templates, "m", "m", "m", "k:1:10"))
+    assert (backlog.unplayed_frames(), backlog.played_position_frames()) == (10, 0)
+    backlog.echoed("1:5")
+    assert (backlog.unplayed_frames(), backlog.played_position_frames()) == (5, 5)
+    # A clear: everything sent before it is gone (played or thrown away) once it is sent; the checkpoint it
+    # overtook is stale, its echo (if Plivo played it before reading the clear) confirms nothing more.
+    backlog.sent(plivo_entries(templates, "m", "c", "m", "m"))
+    assert (backlog.unplayed_frames(), backlog.played_position_frames()) == (2, 11)
+    backlog.echoed("1:10")
+    assert backlog.played_position_frames() == 11
+    backlog.cleared()
+    backlog.sent(plivo_entries(templates, "k:2:2:end"))
+    backlog.echoed("2:2:end")
+    assert (backlog.unplayed_frames(), backlog.played_position_frames()) == (0, 13)
+    stats = backlog.lead.statistics()
+    assert (stats.frames_sent, stats.frames_played, stats.frames_discarded) == (13, 7, 6)
+    assert (stats.echoes_matched, stats.echoes_stale, stats.clears_sent, stats.clears_confirmed) == (2, 1, 1, 1)
+
+
+def test_the_played_position_never_goes_back_and_never_passes_what_was_sent():
+    templates = plivo.wire_templates("stream-1")
+    backlog = cc.EchoBoundedBacklog(templates)
+    positions = []
+    steps = [("sent", ["m", "m", "k:1:2"]), ("echo", "1:2"), ("echo", "1:2"), ("sent", ["m", "k:1:3", "c"]),
+             ("echo", "1:3"), ("sent", ["m"]), ("echo", "nope"), ("cleared", None)]
+    for operation, argument in steps:
+        if operation == "sent":
+            backlog.sent(plivo_entries(templates, *argument))
+        elif operation == "echo":
+            backlog.echoed(argument)
+        else:
+            backlog.cleared()
+        positions.append(backlog.played_position_frames())
+        assert backlog.played_position_frames() <= backlog.lead.sent_position_frames()
+    assert positions == sorted(positions) == [0, 2, 2, 3, 3, 3, 3, 3]
+
+
 # --- the stream's upgrade ----------------------------------------------------------------------------------
 
 BASES = cc.stream_url_bases("wss://node-a.voice.example.com", BASE)

@@ -257,6 +257,63 @@ def test_a_hold_of_a_call_with_its_own_lead_is_cleared_that_much_later(call):
     assert call.tick(320) == ["clear"]  # its lead 300 + one frame
 
 
+def own_backlog_bound(call, frames):
+    """The call in ``call``'s slot again, now with a bound on its carrier's unconfirmed backlog (BACKLOG_MAX_FRAMES:
+    the gateway writes Plivo's at claim time)."""
+    call.arena.set_slot_state(call.slot, C.SLOT_FREE)
+    call.arena.claim_slot(call.slot, SID, CALL_SID, wire_templates(SID), backlog_max_frames=frames)
+
+
+def echoes_settled(call, position):
+    """The gateway saw the carrier confirm (or a clear it sent settle) the call's first ``position`` frames."""
+    call.ctrl[call.slot, C.CARRIER_PLAYED_POS] = position
+
+
+def test_a_bounded_call_leaves_no_more_unconfirmed_frames_than_its_bound_and_a_hold_there_is_no_underrun(call):
+    own_backlog_bound(call, 6)
+    call.open(1)
+    call.push(1, 30)
+    assert call.tick(0) == frames(1, 0, 3)  # the lead by time, under the bound
+    assert call.tick(20) == ["1.4", "mark 1:5"] and call.tick(40) == ["1.5"]
+    assert call.word(C.WIRE_FRAMES) == 6 and call.word(C.BACKLOG_HELD) == 0
+    # The carrier stalls: no echo. The time model says it plays on (and runs dry at 120 ms); the bound holds.
+    for t in range(60, 300, 20):
+        assert call.tick(t) == []
+        assert call.word(C.CARRIER_EMPTY_AT_NS) >= (t + 20) * MS  # never dry while held: no prefill, no gap
+    assert call.word(C.BACKLOG_HELD) == 12 and call.word(C.UNDERRUNS) == 0
+    assert call.pacer.statistics()["backlog_held"] == 12 and call.pacer.statistics()["underruns"] == 0
+    echoes_settled(call, 5)  # it plays again: "1:5" echoes; 1 frame unconfirmed, room for 5
+    assert call.tick(300) == frames(1, 6, 9) + ["mark 1:10"]  # a lead's top-up (4), not the room (5)
+    assert call.tick(320) == ["1.10"] and call.tick(340) == []  # the bound again: 6 unconfirmed
+    assert call.word(C.WIRE_FRAMES) == 11 and call.word(C.UNDERRUNS) == 0
+
+
+def test_a_clear_sent_settles_the_backlog_and_the_next_response_gets_its_whole_lead(call):
+    own_backlog_bound(call, 6)
+    call.open(1)
+    call.push(1, 30)
+    for t in (0, 20, 40, 60):
+        call.tick(t)
+    assert call.word(C.WIRE_FRAMES) == 6 and call.word(C.BACKLOG_HELD) == 1
+    call.cancel(1, 70)
+    assert call.tick(80) == ["clear"]
+    call.open(2)
+    call.push(2, 10)
+    assert call.tick(100) == []  # the gateway has not sent the clear yet: its position is the old one
+    echoes_settled(call, 6)  # it sent the clear: everything before it is played or thrown away
+    assert call.tick(120) == frames(2, 0, 3)
+    assert call.word(C.WIRE_FRAMES) == 10 and call.word(C.UNDERRUNS) == 0
+
+
+def test_a_call_without_a_bound_counts_no_wire_frames_and_is_never_held_by_one(call):
+    call.open(1)
+    call.push(1, 40)
+    for t in range(0, 400, 20):
+        call.tick(t)
+    assert call.word(C.FRAMES_RELEASED) == 23  # 4, then one a tick: the lead by time alone
+    assert call.word(C.WIRE_FRAMES) == 0 and call.word(C.BACKLOG_HELD) == 0
+
+
 def test_release_in_pairs_swings_the_queue_between_60_and_100_ms(tmp_path):
     """release_frames=2: two frames every other tick, so one gateway write carries both; the carrier's
     queue before a release is where it would be with one frame per tick (60 ms), never lower."""

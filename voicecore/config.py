@@ -75,6 +75,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("mark_every_frames", int, 5, "a mark after this many 20 ms frames (played-position resolution)"),
     Setting("release_frames", int, 2, "the pacer releases frames this many at a time (one socket write for them): the carrier's queue swings between lead - (n-1) and lead + (n-1) frames; 1: top the lead up every tick"),
     Setting("start_hold_ms", int, 60, "when the carrier's buffer is dry, wait up to this long for a lead's worth of audio before releasing"),
+    Setting("plivo_max_unplayed_ms", int, 400, "Plivo: the most audio the pacer leaves in Plivo's buffer that no playedStream echo has confirmed (its checkpoints bound the lead, not time: Plivo buffers whatever is sent and may play it late); at least lead_ms + (release_frames - 1) * 20 + mark_every_frames * 20 + 20; 0: no bound, the lead by time alone"),
     Setting("twilio_api_base", str, "https://api.twilio.com", "base URL of Twilio's REST API (hang up, transfer); tests point it at a local fake"),
     Setting("telnyx_api_key", str, "", "Telnyx: the API key (Authorization: Bearer) of the Call Control hangup and transfer commands that end a Telnyx call; empty: a Telnyx call's agent cannot hang up or transfer (logged)"),
     Setting("telnyx_api_base", str, "https://api.telnyx.com", "base URL of Telnyx's API (POST /v2/calls/{call_control_id}/actions/hangup|transfer); tests point it at the carrier simulator"),
@@ -146,6 +147,7 @@ class Config:
     mark_every_frames: int
     release_frames: int
     start_hold_ms: int
+    plivo_max_unplayed_ms: int
     twilio_api_base: str
     telnyx_api_key: str
     telnyx_api_base: str
@@ -355,6 +357,15 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"release_frames: expected 1..4 with (release_frames - 1) * 20 < lead_ms, got {values['release_frames']}")
     if not 0 <= int(values["start_hold_ms"]) <= 1000:  # type: ignore[arg-type]
         raise ConfigError(f"start_hold_ms: expected 0..1000, got {values['start_hold_ms']}")
+    # The known-unplayed audio of a steady stream reaches the lead plus its release swing, the checkpoints'
+    # spacing (the newest echo confirms only up to its checkpoint) and an echo's way back: a bound below that
+    # would hold the pacer back on every stream, not only on a carrier that plays late.
+    floor_ms = (int(values["lead_ms"]) + (int(values["release_frames"]) - 1) * 20  # type: ignore[arg-type]
+                + int(values["mark_every_frames"]) * 20 + 20)  # type: ignore[arg-type]
+    max_unplayed_ms = int(values["plivo_max_unplayed_ms"])  # type: ignore[arg-type]
+    if max_unplayed_ms != 0 and not floor_ms <= max_unplayed_ms <= 60_000:
+        raise ConfigError(f"plivo_max_unplayed_ms: expected 0 or {floor_ms}..60000 (lead_ms + (release_frames - 1) * 20"
+                          f" + mark_every_frames * 20 + 20 at least), got {max_unplayed_ms}")
     if not 0 <= int(values["gate_margin_ms"]) <= 2000:  # type: ignore[arg-type]
         raise ConfigError(f"gate_margin_ms: expected 0..2000, got {values['gate_margin_ms']}")
     if not 0 <= int(values["sim_late_deltas"]) <= 3:  # type: ignore[arg-type]

@@ -724,6 +724,16 @@ class CheckpointLead:
     def pending_checkpoints(self) -> int:
         return len(self._pending)
 
+    def sent_position_frames(self) -> int:
+        """Frames sent since the stream started (the position the next checkpoint would name)."""
+        return self._sent
+
+    def played_position_frames(self) -> int:
+        """The stream position (frames since the stream started) known played or thrown away by a clear:
+        ``sent_position_frames() - unplayed_frames()``. A sender that counts its frames from the same start
+        (the pacer's WIRE_FRAMES) knows its unplayed backlog from this one number, without a clock."""
+        return self._played
+
     def statistics(self) -> CheckpointLeadStatistics:
         return CheckpointLeadStatistics(
             frames_sent=self._sent,

@@ -21,6 +21,11 @@ CLEARS_SENT = 9  # `clear` messages written to the socket
 MARKS_DISCARDED = 10  # mark echoes that came back because of a `clear`, not because audio played
 LEAD_NS = 11  # send-ahead the pacer keeps in this call's carrier buffer, ns, written at claim time from the
 #              call's carrier (its edge batches or holds audio back: an Exotel chunk); 0: the pacer's lead_ms
+BACKLOG_MAX_FRAMES = 12  # the most unplayed frames known from the carrier's echoes the pacer may leave in its
+#                          buffer, written at claim time from the call's carrier (Plivo's checkpoints); 0: no
+#                          bound, the lead by time alone (every other carrier)
+CARRIER_PLAYED_POS = 13  # frames of this call known played, or thrown away by a clear the gateway sent, counted
+#                          in wire order as the pacer's WIRE_FRAMES (a call with BACKLOG_MAX_FRAMES only)
 
 # --- written by the model worker --------------------------------------------------------------
 IN_TAIL = 16  # inbound ring: frames taken (consumer counter)
@@ -67,6 +72,10 @@ FALLBACK_PLAYING = 53  # 1 + the clip being played now (0: none): nothing of the
 FALLBACK_POS = 54  # frames of that clip put on the wire queue
 FALLBACK_LINES = 55  # fallback lines started in this call
 FALLBACK_AUTO_FOR_NS = 56  # the MODEL_ALIVE_NS the pacer played its own hold line for (one line per silence)
+WIRE_FRAMES = 57  # media entries (responses' and fallback lines' frames) put on the wire ring, for a call with
+#                   BACKLOG_MAX_FRAMES only: with CARRIER_PLAYED_POS it gives the carrier's unplayed backlog
+BACKLOG_HELD = 58  # ticks a due frame waited because the carrier's unplayed backlog was at BACKLOG_MAX_FRAMES
+#                    (the carrier still has that much to play: not an underrun)
 
 # --- tag table, written by the model worker ---------------------------------------------------
 # TAG_TABLE_SIZE rows of TAG_ROW_WORDS words at TAG_TABLE_BASE; row = tag % TAG_TABLE_SIZE. A row whose

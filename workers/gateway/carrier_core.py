@@ -65,7 +65,7 @@ from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.edge import BatchedSink, CarrierEdge, FrameSink
 from voicecore.carriers.events import ENCODING_PCMU, StreamStarted
 from voicecore.carriers.wire import MAX_MARK_NAME_BYTES, RAW, WireTemplates
-from voicecore.timing import FRAME_BYTES, SAMPLE_RATE_HZ
+from voicecore.timing import FRAME_BYTES, FRAME_MS, SAMPLE_RATE_HZ
 from voicecore.twilio.webhook import WebhookError, parse_form
 
 __all__ = [
@@ -82,10 +82,12 @@ __all__ = [
     "AnswerRequest",
     "CallIds",
     "CarrierSettings",
+    "EchoBoundedBacklog",
     "Refusal",
     "Route",
     "answer_document",
     "arena_id",
+    "backlog_max_frames",
     "check_upgrade",
     "check_webhook",
     "final_templates_fit",
@@ -524,3 +526,78 @@ def pacer_lead_ms(carrier: str, edge: CarrierEdge, configured_lead_ms: int) -> i
         if need_ms > configured_lead_ms:
             return need_ms
     return 0
+
+
+# --- a carrier buffer bounded by its echoes ------------------------------------------------------------
+
+
+def backlog_max_frames(carrier: str, max_unplayed_ms: int) -> int:
+    """The bound on this call's unplayed audio known from the carrier's echoes, in 20 ms frames (the call's
+    control word BACKLOG_MAX_FRAMES; 0: none, the pacer's lead by time alone).
+
+    Plivo's: its server-side buffer takes whatever we send (40-60 s [plivo ref]) and plays it as its media
+    server can, so a lead kept by time says nothing about how deep that buffer is once Plivo played late
+    (network jitter, a slow media server): every late ms stays in the buffer, and the caller hears the agent
+    that much later for the rest of the answer. Its ``playedStream`` echoes say exactly what played
+    (:class:`voicecore.carriers.plivo.CheckpointLead`), so its calls send only while the audio no echo has
+    confirmed is below ``max_unplayed_ms`` (config ``plivo_max_unplayed_ms``). Twilio, Telnyx, Vonage and Exotel
+    keep the lead by time (their buffers are not known to run that deep)."""
+    if carrier == PLIVO and max_unplayed_ms > 0:
+        return max(1, max_unplayed_ms // FRAME_MS)
+    return 0
+
+
+class EchoBoundedBacklog:
+    """One call's unplayed audio as the gateway sees it, for a carrier whose echoes bound it (Plivo).
+
+    The gateway is the one place that sees both directions in wire order: it reports every drain's wire
+    entries (:meth:`sent`: media, checkpoints, clears, told apart by the call's templates as the drain does)
+    and every echo (:meth:`echoed`, ``playedStream``) and clear acknowledgement (:meth:`cleared`,
+    ``clearedAudio``) to a :class:`~voicecore.carriers.plivo.CheckpointLead`, and publishes
+    :meth:`played_position_frames` (control word CARRIER_PLAYED_POS). The pacer counts the media entries it
+    puts on the wire from the same start (WIRE_FRAMES) and sends no more while the difference is at the
+    bound: the carrier never holds more than that of unconfirmed audio, whatever its playout does. A clear
+    counts everything sent before it as gone (played or thrown away) the moment it is sent, as CheckpointLead
+    says; between the pacer writing the clear and the gateway sending it, the pacer still sees the old
+    position: the bound errs on the full side, never the empty one."""
+
+    __slots__ = ("lead", "_media_prefix", "_mark_prefix", "_mark_suffix_bytes", "_clear")
+
+    def __init__(self, templates: WireTemplates) -> None:
+        self.lead = plivo.CheckpointLead()
+        self._media_prefix = templates.media_prefix
+        self._mark_prefix = templates.mark_prefix
+        self._mark_suffix_bytes = len(templates.mark_suffix)
+        self._clear = templates.clear
+
+    def sent(self, entries: list[bytes]) -> None:
+        """One drain's wire entries, in the order they go to the socket (final text or raw entries alike)."""
+        lead = self.lead
+        media_prefix = self._media_prefix
+        media = 0
+        for data in entries:
+            if data.startswith(media_prefix):
+                media += 1
+                continue
+            if media:
+                lead.frames_sent(media)
+                media = 0
+            if data.startswith(self._mark_prefix):
+                name = data[len(self._mark_prefix):len(data) - self._mark_suffix_bytes].decode("ascii")
+                lead.checkpoint_sent(name, lead.sent_position_frames())
+            elif data == self._clear:
+                lead.clear_sent()
+        if media:
+            lead.frames_sent(media)
+
+    def echoed(self, name: str) -> None:
+        self.lead.checkpoint_echoed(name)
+
+    def cleared(self) -> None:
+        self.lead.clear_confirmed()
+
+    def played_position_frames(self) -> int:
+        return self.lead.played_position_frames()
+
+    def unplayed_frames(self) -> int:
+        return self.lead.unplayed_frames()

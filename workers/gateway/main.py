@@ -212,7 +212,8 @@ class Gateway:
         # The arena zeroes every counter (all three rings start at index 0), writes the ids and the
         # templates, and publishes SLOT_ACTIVE last, so a worker that sees the new GENERATION sees a clean
         # slot and the pacer the call's templates.
-        generation = self.arena.claim_slot(slot, start.stream_sid, start.call_sid, templates, conn.call_lead_ns())
+        generation = self.arena.claim_slot(slot, start.stream_sid, start.call_sid, templates, conn.call_lead_ns(),
+                                           conn.call_backlog_max_frames())
         conn.use_wire_templates(templates)
         self.ctrl[slot, C.STARTED_AT_NS] = time.monotonic_ns()
         self.calls[slot] = conn
@@ -712,6 +713,9 @@ class StreamConnection(WSListener):
         self.wire_clear = b""
         self.wire_raw = False
         self.wire_frames = text_frames
+        # A carrier whose buffer its echoes bound (Plivo): what of the audio sent its echoes confirmed, published
+        # to the pacer (CARRIER_PLAYED_POS). None: the pacer keeps the lead by time alone (Twilio's path).
+        self.backlog: carrier_core.EchoBoundedBacklog | None = None
 
     def call_wire_templates(self, start: tw.Start) -> WireTemplates:
         """How the pacer writes this call's messages (claim_slot writes them into the slot): Twilio's, from
@@ -722,6 +726,16 @@ class StreamConnection(WSListener):
         """The send-ahead the pacer keeps in this call's carrier buffer (claim_slot writes it into the slot,
         LEAD_NS): 0, the pacer's configured lead. A carrier whose edge holds audio back answers its own."""
         return 0
+
+    def call_backlog_max_frames(self) -> int:
+        """The bound on this call's audio its carrier's echoes have not confirmed played (claim_slot writes it,
+        BACKLOG_MAX_FRAMES): 0, none. A carrier whose echoes bound its buffer (Plivo) answers its own."""
+        return 0
+
+    def publish_played_position(self) -> None:
+        """What the carrier's echoes (or a clear sent) settled of this call's audio, for the pacer's bound."""
+        if self.slot is not None:
+            self.ctrl[self.slot, C.CARRIER_PLAYED_POS] = self.backlog.played_position_frames()
 
     def use_wire_templates(self, templates: WireTemplates) -> None:
         """The call's templates, as the gateway put them in the arena: the drain tells an entry's kind by
@@ -955,6 +969,9 @@ class StreamConnection(WSListener):
         if not out:
             return
         gw.counters["wire_messages"] += len(out)
+        if self.backlog is not None:
+            self.backlog.sent(out)  # in wire order: a clear settles what went before it the moment it is sent
+            self.publish_played_position()
         if self.wire_raw:
             for data in out:
                 if self.closing:
@@ -1018,6 +1035,7 @@ class CarrierStreamConnection(StreamConnection):
         self.templates: WireTemplates | None = None
         self.edge: CarrierEdge | None = None
         self.lead_ms = 0  # the call's own lead for the pacer (carrier_core.pacer_lead_ms; 0: the configured one)
+        self.backlog_frames = 0  # the call's bound on unconfirmed audio (carrier_core.backlog_max_frames; 0: none)
         self.edge_out: list[bytes] = []  # framed messages of this doorbell's raw entries, written at its end
 
     def call_wire_templates(self, start: carrier_core.CallIds) -> WireTemplates:
@@ -1025,6 +1043,9 @@ class CarrierStreamConnection(StreamConnection):
 
     def call_lead_ns(self) -> int:
         return self.lead_ms * 1_000_000
+
+    def call_backlog_max_frames(self) -> int:
+        return self.backlog_frames
 
     # --- inbound -------------------------------------------------------------------------------------
     def _on_message(self, payload: bytes) -> None:
@@ -1041,6 +1062,9 @@ class CarrierStreamConnection(StreamConnection):
                 # A resampled stream's mark went out behind 10 ms of the next audio: its echo is that late.
                 edge = self.edge
                 self._on_mark_echo(event.name, edge.echo_late_ns(event.name) if edge is not None else 0)
+                if self.backlog is not None:
+                    self.backlog.echoed(event.name)
+                    self.publish_played_position()
             elif isinstance(event, StreamStarted):
                 self._on_carrier_start(event)
             elif isinstance(event, Dtmf):
@@ -1050,6 +1074,8 @@ class CarrierStreamConnection(StreamConnection):
                 log.info("call %s: dtmf received", self.call_sid, extra={"digit": event.digit})
             elif isinstance(event, Cleared):
                 self.gateway.counters["carrier_clears_confirmed"] += 1
+                if self.backlog is not None:
+                    self.backlog.cleared()
             elif isinstance(event, StreamStopped):
                 log.info("call %s: stop from carrier", self.call_sid)
                 self._end("stop")
@@ -1084,6 +1110,9 @@ class CarrierStreamConnection(StreamConnection):
             self.templates = carrier_core.wire_templates(carrier, started, self.protocol, gw.arena.layout.wire_slot_bytes)
             self.edge = carrier_core.new_edge(carrier, started, self.protocol, self.templates.raw)
             self.lead_ms = carrier_core.pacer_lead_ms(carrier, self.edge, gw.config.lead_ms)
+            self.backlog_frames = carrier_core.backlog_max_frames(carrier, gw.config.plivo_max_unplayed_ms)
+            if self.backlog_frames:
+                self.backlog = carrier_core.EchoBoundedBacklog(self.templates)
         except ValueError as exc:  # a format the protocol accepted but the edge cannot serve: ours to fix
             log.error("call %s: %s stream cannot be served: %s", self.call_sid, carrier, exc,
                       extra={"problem": "carrier edge"})
@@ -1097,9 +1126,10 @@ class CarrierStreamConnection(StreamConnection):
                                      carrier_core.arena_id(carrier_core.stream_id(carrier, started, self.protocol)),
                                      carrier=carrier, carrier_call_id=started.call_id,
                                      carrier_account_id=started.account_id)
-        log.info("call %s: %s stream, %s at %d Hz, %s wire entries, lead %s", self.call_sid, carrier,
+        log.info("call %s: %s stream, %s at %d Hz, %s wire entries, lead %s%s", self.call_sid, carrier,
                  started.encoding, started.sample_rate_hz, "raw" if self.templates.raw else "final",
-                 f"{self.lead_ms} ms" if self.lead_ms else "the pacer's")
+                 f"{self.lead_ms} ms" if self.lead_ms else "the pacer's",
+                 f", at most {self.backlog_frames} frames unconfirmed by echoes" if self.backlog_frames else "")
         if gw.token_service.needs_shared_check(result):
             self.pending_frames = []
             asyncio.ensure_future(self._start_when_confirmed(start, result))

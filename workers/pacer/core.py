@@ -37,14 +37,15 @@ Per active call slot (STATE == SLOT_ACTIVE), in this order:
      supersedes an older one still being generated, cancels the older first: this is the backstop);
    - END of the tag being sent: mark ``tag:n:end`` (n = frames of the tag sent), consumed;
    - a frame: stop when this tick's burst reached max_burst_frames or the carrier holds lead_ns of
-     audio already (CARRIER_EMPTY_AT_NS - now >= lead_ns); stop when its index is at or past the tag's
+     audio already (CARRIER_EMPTY_AT_NS - now >= lead_ns); stop when the call's carrier has its backlog
+     bound's worth of audio no echo has confirmed (BACKLOG_MAX_FRAMES, below; BACKLOG_HELD); stop when its index is at or past the tag's
      approved watermark (INV-GATE; GATE_HELD counts ticks in which a due frame was held, and nothing
      behind it moves either: INV-ORDER); stop when the wire ring lacks room for the frame and its
      mark (WIRE_FULL). Otherwise encode it, consume it, CARRIER_EMPTY_AT_NS = max(it, now) + 20 ms, and
      after every mark_every_frames frames of a tag queue mark ``tag:frames_through``.
-3. underrun: nothing was released, nothing was held back by the gate or the wire ring, the tag being
-   sent is still live and not ended, and the carrier's buffer ran dry: UNDERRUNS += 1, once per dry
-   spell (UNDERRUN_OPEN, cleared by the next release).
+3. underrun: nothing was released, nothing was held back by the gate, the wire ring or the backlog
+   bound, the tag being sent is still live and not ended, and the carrier's buffer ran dry: UNDERRUNS += 1,
+   once per dry spell (UNDERRUN_OPEN, cleared by the next release).
 
 Leads: with lead 80 ms and ticks on a 20 ms grid a response starts with a burst of 4 frames, then one
 per tick; after a stall the pacer refills the lead at most max_burst_frames per tick. A call may have a
@@ -55,6 +56,21 @@ margin (300 ms, workers/gateway/carrier_core.py pacer_lead_ms): with 80 ms the c
 audio left only once the carrier had played the previous one (underruns, and 120 ms more before a
 response's first chunk). The call's lead also moves its hold's clear (hold_clear_ns) by as much; the
 prefill of a dry carrier waits for the configured lead's worth, as for any call.
+
+Backlog bound: a lead by time assumes the carrier plays what it holds at real time from the moment it
+lands. Plivo's buffer is deep (whatever is sent, tens of seconds) and its media server may play late (a
+stall, jitter in front of it); every late ms then stays in the buffer and the caller hears the agent that
+much later, with the time model none the wiser. Such a call has a bound (BACKLOG_MAX_FRAMES, written by the
+gateway at claim time from the call's carrier: workers/gateway/carrier_core.py backlog_max_frames) on the
+frames no echo has confirmed: the pacer counts the media entries it puts on the wire (WIRE_FRAMES) and the
+gateway publishes how many of them the carrier's checkpoint echoes (or a clear it sent) settled
+(CARRIER_PLAYED_POS, from voicecore/carriers/plivo.py CheckpointLead); a tick releases at most the
+difference's room under the bound. A tick held there is not an underrun (the carrier has not confirmed
+playing what it holds; BACKLOG_HELD counts it) and keeps the time model a frame from dry, so the call's
+next frames go out as a lead top-up, not a dry carrier's prefill. The estimate of what was played (the
+model worker's, from the newest echo plus the time since, capped by what was sent) is then off by at most
+the bound, where without it a stall's whole length stayed in the buffer. A call without a bound (every
+other carrier) reads the one word and is paced exactly as before.
 
 Wire entries (voicecore/carriers/wire.py): each call's carrier module made its templates, and the gateway
 put them into the call's slot of the arena (wire_tmpl, wire_tmpl_meta) before publishing the call. A media
@@ -80,9 +96,12 @@ from __future__ import annotations
 import numpy as np
 
 from voicecore.shm.control import (
+    BACKLOG_HELD,
+    BACKLOG_MAX_FRAMES,
     CANCEL_SEEN_SEQ,
     CANCEL_SEQ,
     CARRIER_EMPTY_AT_NS,
+    CARRIER_PLAYED_POS,
     CLEAR_QUEUED_NS,
     FALLBACK_AUTO_FOR_NS,
     FALLBACK_CLIP,
@@ -130,6 +149,7 @@ from voicecore.shm.control import (
     TAG_TABLE_SIZE,
     UNDERRUN_OPEN,
     UNDERRUNS,
+    WIRE_FRAMES,
     WIRE_FULL,
     WIRE_HEAD,
     WIRE_TAIL,
@@ -176,6 +196,7 @@ STAT_WIRE_FULL = 10
 STAT_FRAMES_SUPERSEDED = 11
 STAT_FALLBACK_LINES = 12
 STAT_FALLBACK_FRAMES = 13
+STAT_BACKLOG_HELD = 14
 STATS_WORDS = 16
 STAT_NAMES = (
     "ticks",
@@ -192,6 +213,7 @@ STAT_NAMES = (
     "frames_superseded",
     "fallback_lines",
     "fallback_frames",
+    "backlog_held",
 )
 
 # --- the pieces of a mark's name (voicecore/twilio/marks.py); everything around it is the call's templates --
@@ -595,6 +617,16 @@ def _release(
     else:
         start_below_ns = lead_ns - (release_frames - 1) * FRAME_NS + FRAME_NS // 2
         fill_below_ns = lead_ns + (release_frames - 1) * FRAME_NS - FRAME_NS // 2
+    # A call whose carrier's buffer is bounded by its echoes (BACKLOG_MAX_FRAMES, Plivo's checkpoints): this
+    # tick may add no more than leaves the frames no echo has confirmed at the bound, whatever the lead by time
+    # says (a carrier that played late still holds what the time model thinks it played). Every other call:
+    # the burst bound alone (one word read: the lead's cache line).
+    room = max_burst_frames
+    backlog_max = ctrl[s, BACKLOG_MAX_FRAMES]
+    if backlog_max > 0:
+        unplayed = ctrl[s, WIRE_FRAMES] - ctrl[s, CARRIER_PLAYED_POS]
+        room = min(max_burst_frames, max(0, backlog_max - unplayed))
+    backlog_held = False
 
     # A fallback line (INV-NEVER-SILENT) plays whole, alone: while it plays nothing of the outbound ring goes
     # out (one voice); a response waiting behind it follows it.
@@ -603,7 +635,13 @@ def _release(
     if ctrl[s, FALLBACK_PLAYING] > 0:
         empty_at_ns, wire_head, fallback_released = _release_fallback(
             ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, empty_at_ns, wire_head, wire_tail,
-            max_burst_frames, start_below_ns, fill_below_ns, clips, clip_frames, stats_out)
+            room, start_below_ns, fill_below_ns, clips, clip_frames, stats_out)
+        backlog_held = (
+            ctrl[s, FALLBACK_PLAYING] > 0
+            and fallback_released >= room
+            and room < max_burst_frames
+            and empty_at_ns - now_ns < (fill_below_ns if fallback_released else start_below_ns)
+        )
     released = fallback_released
 
     while out_tail < out_head and ctrl[s, FALLBACK_PLAYING] == 0:
@@ -646,6 +684,10 @@ def _release(
             held = True
             break
         if released >= max_burst_frames or empty_at_ns - now_ns >= (fill_below_ns if released else start_below_ns):
+            break
+        if released >= room:
+            # The lead by time wants this frame, but the carrier has the bound's worth unconfirmed already.
+            backlog_held = True
             break
         if released == 0 and empty_at_ns <= now_ns and start_hold_ns > 0:
             # The carrier is dry: prefill. Release only when a (configured) lead's worth of this tag's
@@ -713,9 +755,19 @@ def _release(
         stats_out[STAT_FALLBACK_LINES] += 1
         empty_at_ns, wire_head, fallback_released = _release_fallback(
             ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, empty_at_ns, wire_head, wire_tail,
-            max_burst_frames, start_below_ns, fill_below_ns, clips, clip_frames, stats_out)
+            room, start_below_ns, fill_below_ns, clips, clip_frames, stats_out)
         released = fallback_released
     response_released = released - fallback_released
+    if backlog_held:
+        # Not an underrun, whatever the time model says: the carrier has not confirmed playing the bound's
+        # worth of audio, so it still has audio (or it stalled, which the echoes will tell). The time model
+        # keeps the carrier at least a frame from dry meanwhile: a dry carrier's prefill is for a response's
+        # start, and what is played of a response (the model worker's estimate before its first echo, a
+        # fallback line's end) is not the time since the last release.
+        held = True
+        empty_at_ns = max(empty_at_ns, now_ns + FRAME_NS)
+        ctrl[s, BACKLOG_HELD] += 1
+        stats_out[STAT_BACKLOG_HELD] += 1
 
     ctrl[s, SENT_TAG] = sent_tag
     ctrl[s, SENT_FRAMES] = sent_frames
@@ -725,6 +777,8 @@ def _release(
         ctrl[s, FRAMES_RELEASED] += response_released
         ctrl[s, LAST_RELEASE_NS] = now_ns
         ctrl[s, UNDERRUN_OPEN] = 0
+        if backlog_max > 0:
+            ctrl[s, WIRE_FRAMES] += released  # before WIRE_HEAD is published: the gateway counts what it drains
     elif closed != SENT_OPEN:
         ctrl[s, UNDERRUN_OPEN] = 0
     elif (
