@@ -257,6 +257,25 @@ def test_outbound_resampling_is_libsoxrs_whole_buffer_result(rate_hz: int) -> No
 
 
 @pytest.mark.parametrize("rate_hz", RESAMPLED_RATES_HZ)
+def test_inbound_resampling_is_libsoxrs_whole_buffer_result(rate_hz: int) -> None:
+    # to_ulaw's output is mu-law of the resampled signal: held to mu-law of soxr.resample itself, shifted by
+    # the delay, whatever the payload sizes. Rounding may tip a sample over a decision level: one step.
+    rng = np.random.default_rng(11)
+    signal = np.clip(rng.normal(0, 8000, rate_hz), -32768, 32767)  # -12 dBFS noise: float rounding at its worst
+    payload = l16(signal)
+    expected = linear(audioop.lin2ulaw(l16(soxr.resample(from_l16(payload).astype(np.float32), rate_hz,
+                                                         SAMPLE_RATE_HZ, quality="MQ")), 2))
+    shift = RESAMPLER_DELAY_MS * SAMPLE_RATE_HZ // 1000
+    for size in (carrier_frame_bytes(ENCODING_L16, rate_hz), 2, 14, 666):
+        transcoder = EdgeTranscoder(ENCODING_L16, rate_hz)
+        out = linear(b"".join(transcoder.to_ulaw(piece) for piece in frames_of(payload, size)))
+        assert len(out) == SAMPLE_RATE_HZ
+        assert not out[:shift].any()
+        assert np.all(np.abs(out[shift:] - expected[: len(out) - shift]) <= ulaw_step(expected[: len(out) - shift]))
+        assert np.mean(out[shift:] == expected[: len(out) - shift]) > 0.99
+
+
+@pytest.mark.parametrize("rate_hz", RESAMPLED_RATES_HZ)
 def test_no_seam_at_frame_edges(rate_hz: int) -> None:
     # A sine's sample-to-sample step is bounded; a click at a frame edge would exceed it there.
     back = round_trip(rate_hz, sine(1000, rate_hz, 0.5))

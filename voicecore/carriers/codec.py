@@ -18,31 +18,42 @@ What each encoding costs (per 20 ms frame, each direction):
   ulaw2lin only.
 - ``l16`` at 16 or 24 kHz: also a resample to or from 8 kHz, with libsoxr (python-soxr), below.
 
-Resampling, and why it is not ``soxr.ResampleStream``: measured with python-soxr 1.1 at 16 kHz -> 8 kHz
-fed 20 ms frames, the streaming engine holds its input until it has a whole DFT block and then releases
-~100 ms at once (HQ: nothing for four frames, then 830 samples), so a sample leaves it 12-135 ms after it
-arrived, 62 ms more than framing alone on average, in each direction; MQ and VHQ are alike, LQ halves
-that but is -8 dB at 3.4 kHz, and ``vr=True`` is an experimental low-quality interpolator (aliasing). A
-phone agent cannot spend that. So the stream is carried here instead, overlap-save around libsoxr's
-one-shot ``soxr.resample``: each call resamples the new input with ``RESAMPLER_DELAY_MS`` of input history
-before it and releases output only as far as the filter has ``RESAMPLER_DELAY_MS`` of input after it. The
-filter is libsoxr's MQ recipe (flat to 3.4 kHz, -2.7 dB at 3.8 kHz, > 120 dB of stopband from 4.2 kHz);
-its response dies away within 10 ms on either side, so every released sample equals the whole-buffer
-``soxr.resample`` of the same signal to within float rounding (< 0.01 of an int16 step before rounding):
-no clicks or seams at frame edges. The history starts as silence, as the whole-buffer resample assumes.
+Resampling, and why neither of python-soxr's calls runs per frame. ``soxr.ResampleStream`` (python-soxr 1.1,
+16 kHz -> 8 kHz fed 20 ms frames) holds its input until it has a whole DFT block and then releases ~100 ms
+at once (HQ: nothing for four frames, then 830 samples), so a sample leaves it 12-135 ms after it arrived,
+62 ms more than framing alone on average, in each direction; MQ and VHQ are alike, LQ halves that but is
+-8 dB at 3.4 kHz, and ``vr=True`` is an experimental low-quality interpolator (aliasing). A phone agent
+cannot spend that. The one-shot ``soxr.resample`` has no such delay, but each call designs its filter
+afresh: 35-45 us per 20 ms frame and direction whatever the frame's length (a stream reused with
+``clear()`` saves a fifth of it), which made a 16 kHz Vonage call cost the gateway 3x a Twilio call.
+
+So the filter is libsoxr's and only its application is ours. The filter is libsoxr's MQ recipe (flat to
+3.4 kHz, -2.7 dB at 3.8 kHz, > 120 dB of stopband from 4.2 kHz); at 8 <-> 16 and 8 <-> 24 kHz (the ratio
+is a whole number) it is linear and time-invariant per output sample, so :func:`_soxr_taps` reads its
+taps once per rate pair from ``soxr.resample`` of unit impulses, and :class:`_OverlapResampler` applies
+them to the stream as a polyphase FIR (one ``numpy.correlate`` per phase of the ratio): each call filters
+the new input with ``RESAMPLER_DELAY_MS`` of input history before it and releases output only as far as
+the filter has ``RESAMPLER_DELAY_MS`` of input after it. The response dies away within 10 ms on either
+side (taps beyond are under 1e-6 of the largest), so every released sample equals the whole-buffer
+``soxr.resample`` of the same signal to within float rounding (libsoxr works in single precision: < 0.03
+of an int16 step before rounding for noise at -12 dBFS, < 0.003 at -30 dBFS, as with the one-shot run on
+each 20 ms window that this replaced, whose int16 output it matches but for one step in under 0.5% of
+samples; tests/test_carrier_codec.py holds both directions to the whole-buffer result): no clicks or
+seams at frame edges. The history starts as silence, as the whole-buffer resample assumes.
 
 Latency: the output is the input delayed by exactly ``RESAMPLER_DELAY_MS`` (10 ms), that is, it starts
 with 10 ms of silence; then each call returns exactly the duration it was given (a 640-byte 16 kHz
 frame in, 160 mu-law bytes out, and back), so carrier frames and arena frames stay one to one and nothing
 waits for a following frame. (Releasing the unshifted signal instead would hold the last 10 ms of every
 frame back until the next frame arrived: 20 ms for a 20 ms consumer.) So the resampled rates cost 10 ms
-inbound and 10 ms outbound, a constant with no bursts, and 40-50 us of CPU per 20 ms frame and direction
-(measured on the 2-core dev machine; G.711 and L16 at 8 kHz cost under 1 us). tests/test_carrier_codec.py
-measures the delay by cross-correlation.
+inbound and 10 ms outbound, a constant with no bursts, and about 15 us of CPU per 20 ms frame and
+direction (measured on the 2-core dev machine; the one-shot per frame cost 40-50 us; G.711 and L16 at
+8 kHz cost under 1 us). tests/test_carrier_codec.py measures the delay by cross-correlation.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import warnings
@@ -72,10 +83,14 @@ G711_SAMPLE_RATE_HZ = SAMPLE_RATE_HZ  # G.711 is 8 kHz by definition
 
 # The resampler's look-ahead, and so its delay, in each direction (see the module docstring): 10 ms is
 # where the MQ filter's response has died away (measured: the windowed result then differs from the
-# whole-buffer one by < 0.01 of an int16 step; at 8 ms by ~0.5 step, at 6 ms by several).
+# whole-buffer one by float rounding only, < 0.03 of an int16 step; at 8 ms by ~0.5 step, at 6 ms by several).
 RESAMPLER_DELAY_MS = 10
 _CONTEXT_MS = RESAMPLER_DELAY_MS  # the filter is symmetric: as much history as look-ahead
 _SOXR_QUALITY = "MQ"
+_INT16_LOW, _INT16_HIGH = np.float32(-32768), np.float32(32767)  # the resampler's output is clipped to int16
+_NO_SAMPLES = np.zeros(0, dtype=np.int16)
+_NO_SAMPLES.flags.writeable = False
+_L16_WIRE = np.dtype("<i2")  # L16 on every carrier
 
 # audioop works in the machine's byte order; L16 on the wire is little-endian.
 _NEEDS_SWAP = sys.byteorder != "little"
@@ -94,20 +109,21 @@ def carrier_frame_bytes(encoding: str, sample_rate_hz: int) -> int:
 
 class _OverlapResampler:
     """A stream of int16 samples at ``in_rate_hz`` -> the same stream at ``out_rate_hz``, continuous across
-    calls, delayed by exactly ``RESAMPLER_DELAY_MS`` (the module docstring says why and how)."""
+    calls, delayed by exactly ``RESAMPLER_DELAY_MS``: libsoxr's filter (:func:`_soxr_taps`) applied as a
+    polyphase FIR (the module docstring says why and how)."""
 
-    __slots__ = ("_in_rate_hz", "_out_rate_hz", "_in_step", "_out_step", "_lookahead_in", "_context_in",
-                 "_lead_silence", "_history", "_history_start", "_next_out", "_started")
+    __slots__ = ("_in_step", "_out_step", "_ratio", "_phases", "_lookahead_in", "_context_in", "_lead_silence",
+                 "_history", "_history_start", "_next_out", "_started")
 
     def __init__(self, in_rate_hz: int, out_rate_hz: int) -> None:
         divisor = math.gcd(in_rate_hz, out_rate_hz)
-        self._in_rate_hz = in_rate_hz
-        self._out_rate_hz = out_rate_hz
-        # Output index j sits at input index j * in_step / out_step. Windows start on an input index that
-        # is a multiple of in_step, and outputs are released in multiples of out_step, so every window's
-        # first output falls on an input sample and the one-shot resample is in phase with the stream.
+        # Output index j sits at input index j * in_step / out_step. The history starts on an input index
+        # that is a multiple of in_step, and outputs are released in multiples of out_step, so every call's
+        # first output falls on an input sample and each phase's taps line up with the same inputs.
         self._in_step = in_rate_hz // divisor
         self._out_step = out_rate_hz // divisor
+        self._ratio = max(self._in_step, self._out_step)
+        self._phases = _soxr_taps(in_rate_hz, out_rate_hz)
         self._lookahead_in = self._whole_steps(in_rate_hz * RESAMPLER_DELAY_MS // 1000)
         self._context_in = self._whole_steps(in_rate_hz * _CONTEXT_MS // 1000)
         # The delay, as output samples of silence released before the signal (10 ms at the output rate).
@@ -136,25 +152,82 @@ class _OverlapResampler:
 
     def _resample(self, samples: np.ndarray) -> np.ndarray:
         if samples.size:
-            self._history = np.concatenate((self._history, samples.astype(np.float32)))
+            self._history = np.concatenate((self._history, samples), dtype=np.float32)
         available_end = self._history_start + self._history.size
         # Output j needs input up to j * in_step / out_step + lookahead; release whole out_steps only.
         out_end = (available_end - self._lookahead_in) * self._out_step // self._in_step
         out_end -= out_end % self._out_step
         count = out_end - self._next_out
         if count <= 0:
-            return np.zeros(0, dtype=np.int16)
-        window_start = self._next_out * self._in_step // self._out_step - self._context_in
-        window = self._history[window_start - self._history_start :]
-        resampled = soxr.resample(window, self._in_rate_hz, self._out_rate_hz, quality=_SOXR_QUALITY)
-        first = self._context_in * self._out_step // self._in_step
-        out = resampled[first : first + count]
+            return _NO_SAMPLES
+        out = self._filter(count)
         self._next_out = out_end
-        # Keep only the history the next window starts from.
+        # Keep only the history the next call's first output needs (_context_in before it).
         keep_from = out_end * self._in_step // self._out_step - self._context_in
         self._history = self._history[keep_from - self._history_start :]
         self._history_start = keep_from
-        return np.clip(np.rint(out), -32768, 32767).astype(np.int16)
+        np.rint(out, out=out)
+        np.maximum(out, _INT16_LOW, out=out)
+        np.minimum(out, _INT16_HIGH, out=out)
+        return out.astype(np.int16)
+
+    def _filter(self, count: int) -> np.ndarray:
+        """Outputs _next_out .. _next_out + count - 1 (float32) from the history (see _soxr_taps for the
+        phases): each is a 'valid' correlation, so it reads exactly the inputs within 10 ms of its outputs."""
+        history, ratio = self._history, self._ratio
+        if self._in_step == 1:  # upsampling: phase p makes outputs ratio * m + p from inputs m - n
+            out = np.empty(count, dtype=np.float32)
+            first, rows = self._next_out // ratio - self._history_start, count // ratio
+            for phase, low, high, taps in self._phases:
+                out[phase::ratio] = np.correlate(history[first - high : first + rows - low], taps, "valid")
+            return out
+        # downsampling: output j is the sum over the phases p of the inputs ratio * (j - n) + p
+        first = self._next_out - self._history_start // ratio
+        parts = [np.correlate(history[phase::ratio][first - high : first + count - low], taps, "valid")
+                 for phase, low, high, taps in self._phases]
+        out = parts[0]
+        for part in parts[1:]:
+            out += part
+        return out
+
+
+@functools.cache
+def _soxr_taps(in_rate_hz: int, out_rate_hz: int) -> tuple[tuple[int, int, int, np.ndarray], ...]:
+    """libsoxr's MQ filter from ``in_rate_hz`` to ``out_rate_hz`` (one a whole multiple ``r`` of the other),
+    as one ``(phase, low, high, taps)`` per phase: ``taps[n - low]`` for ``low <= n <= high``.
+
+    The filter is read, not designed: ``soxr.resample`` of a unit impulse at input index ``i`` gives output
+    ``j`` the tap at offset ``d = j * in_step - i * out_step`` (in samples of the higher rate), the same for
+    every ``i`` of one phase of the ratio. Kept: ``|d| <= RESAMPLER_DELAY_MS`` (the response has died away
+    there: the module docstring). Downsampling by r, output ``j`` is the sum over phases ``p`` of input
+    ``r * (j - n) + p`` times tap ``r * n - p``; upsampling by r, output ``r * m + p`` is the sum of input
+    ``m - n`` times tap ``r * n + p``.
+    """
+    divisor = math.gcd(in_rate_hz, out_rate_hz)
+    in_step, out_step = in_rate_hz // divisor, out_rate_hz // divisor
+    if min(in_step, out_step) != 1:
+        raise ValueError("only rates that are whole multiples of each other are resampled here")
+    ratio = max(in_step, out_step)
+    half = max(in_rate_hz, out_rate_hz) * RESAMPLER_DELAY_MS // 1000  # 10 ms at the higher rate
+    kernel = np.zeros(2 * half + 1, dtype=np.float64)
+    length = 8 * half  # input samples: the impulse sits far from both ends
+    for phase in range(in_step):
+        at = length // 2 // in_step * in_step + phase
+        impulse = np.zeros(length, dtype=np.float32)
+        impulse[at] = 1.0
+        response = soxr.resample(impulse, in_rate_hz, out_rate_hz, quality=_SOXR_QUALITY)
+        offsets = np.arange(response.size) * in_step - at * out_step
+        kept = np.abs(offsets) <= half
+        kernel[offsets[kept] + half] = response[kept]
+    sign = 1 if in_step == 1 else -1  # tap r * n + p upsampling, r * n - p downsampling
+    phases = []
+    for phase in range(ratio):
+        low = -((half + sign * phase) // ratio)  # the smallest n with |r * n + sign * p| <= half
+        high = (half - sign * phase) // ratio
+        offsets = ratio * np.arange(low, high + 1) + sign * phase
+        # Reversed, for numpy.correlate: a convolution without numpy.convolve's copies and checks per call.
+        phases.append((phase, low, high, kernel[offsets[::-1] + half].astype(np.float32)))
+    return tuple(phases)
 
 
 class EdgeTranscoder:
@@ -228,13 +301,13 @@ class EdgeTranscoder:
         return audioop.lin2ulaw(_native(self._whole_samples(payload)), SAMPLE_WIDTH_BYTES)
 
     def _l16_resampled_to_ulaw(self, payload: bytes) -> bytes:
-        samples = np.frombuffer(self._whole_samples(payload), dtype="<i2")
+        samples = np.frombuffer(self._whole_samples(payload), dtype=_L16_WIRE)
         out = self._down.process(samples)  # type: ignore[union-attr]
         return audioop.lin2ulaw(out.tobytes(), SAMPLE_WIDTH_BYTES)  # int16 in the machine's order
 
     def _ulaw_to_l16_resampled(self, ulaw: bytes) -> bytes:
         samples = np.frombuffer(audioop.ulaw2lin(ulaw, SAMPLE_WIDTH_BYTES), dtype=np.int16)
-        return self._up.process(samples).astype("<i2", copy=False).tobytes()  # type: ignore[union-attr]
+        return self._up.process(samples).astype(_L16_WIRE, copy=False).tobytes()  # type: ignore[union-attr]
 
 
 def _identity(payload: bytes) -> bytes:
