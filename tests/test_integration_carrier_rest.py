@@ -106,9 +106,10 @@ def test_an_exotel_call_is_ended_by_closing_its_stream(stack_and_rest, key):
                detail=running.log_tail)
 
 
-def test_a_request_with_wrong_credentials_is_refused_and_the_call_goes_on(stack_and_rest):
+def test_a_request_with_wrong_credentials_is_refused_and_the_gateway_closes_the_stream_instead(stack_and_rest):
     """The simulator checks what the carrier checks: the stack's key is not the simulator's, so Telnyx answers
-    401, the model worker does not retry a 4xx, and the call runs to its end."""
+    401, the model worker does not retry a 4xx, and the gateway closes the stream (the agent has finished
+    with the call: left open it would be dead air)."""
     import dataclasses
 
     running, rest, keys, loop = stack_and_rest
@@ -119,6 +120,7 @@ def test_a_request_with_wrong_credentials_is_refused_and_the_call_goes_on(stack_
         rest.credentials = keys
     (request,) = seen
     assert request.outcome.status == 401 and request.outcome.action == ""
-    assert result.closed_by == "carrier"
+    assert (result.closed_by, result.close_code) == ("server", 1000), (result.closed_by, result.errors)
     wait_until(lambda: "hangup failed: Authentication failed" in running.log_tail(20000), 5,
                "the model worker's log line", detail=running.log_tail)
+    assert "hangup not sent; the gateway closes the stream instead" in running.log_tail(20000)

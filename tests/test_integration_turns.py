@@ -91,6 +91,32 @@ def test_the_controller_hangs_up_through_the_rest_api_after_the_goodbye_played()
         rest.shutdown()
 
 
+def test_a_hang_up_the_rest_api_cannot_take_closes_the_stream_instead_of_leaving_dead_air():
+    """The REST API unreachable (a port nobody listens on): after its retries the gateway closes the stream,
+    which ends a call whose TwiML has nothing after <Connect>, instead of the caller holding on in silence."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead_port = probe.getsockname()[1]
+    running = start_stack(call_control="turns", twilio_api_base=f"http://127.0.0.1:{dead_port}")
+    try:
+        script = CallScript(duration_ms=25_000, dtmf=((7000, "#"),))  # '#': the flow says goodbye
+
+        async def call():
+            async with running.model_sim():
+                return await place_call(running.config.base_url, running.config.twilio_auth_token, script)
+
+        result = asyncio.run(call())
+        log = running.log_tail(20000)
+        assert result.closed_by == "server" and result.close_code == 1000, (result.closed_by, result.close_code, log)
+        assert "hangup failed: ConnectionRefusedError" in log
+        assert "hangup not sent; the gateway closes the stream instead" in log
+        assert "stream closed for the agent (rest_failed)" in log
+    finally:
+        running.stop()
+
+
 def test_a_model_session_the_vendor_drops_mid_call_is_reopened_with_the_conversation_so_far():
     import dataclasses
 

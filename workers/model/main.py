@@ -625,22 +625,35 @@ class CallSession:
             self._apply(actions)
 
     async def _end_call_via_rest(self, action: controller_mod.HangUp | controller_mod.Transfer) -> None:
-        """Hang up or transfer through Twilio's REST API; retry what Twilio calls retryable, log the rest."""
-        worker = self.worker
-        config = worker.config
+        """Hang up or transfer through the carrier's REST API. Where that cannot be done (no credentials, the
+        API unreachable or refusing after the retries), the gateway closes the stream instead: the agent has
+        finished with the call (its driver ended), and a call left open would be dead air for as long as the
+        caller holds on (the chaos bench: failure-policy hang-ups to an unreachable API left calls silent).
+        Closing the stream ends the call where the answer document has nothing after the stream, as ours."""
         if action.after_line:
             await self._line_played()
         if action.after_line and not self.alive():
             return  # the caller hung up while the line played
-        carrier_call = worker.carrier_calls.get((self.slot, self.generation))
+        carrier_call = self.worker.carrier_calls.get((self.slot, self.generation))
         if carrier_call is not None:
-            await self._end_carrier_call(action, carrier_call)
-            return
+            sent = await self._end_carrier_call(action, carrier_call)
+        else:
+            sent = await self._end_twilio_call(action)
+        if not sent and self.alive():
+            self.worker.counters["call_endings_by_stream_close"] += 1
+            log.warning("call %s: %s not sent; the gateway closes the stream instead", self.call_sid,
+                        type(action).__name__.lower())
+            self.worker.bus.send(self.worker.gateway, messages.EndStream(self.slot, self.generation, "rest_failed"))
+
+    async def _end_twilio_call(self, action: controller_mod.HangUp | controller_mod.Transfer) -> bool:
+        """Twilio's REST API: retry what Twilio calls retryable, log the rest. True: Twilio took it."""
+        worker = self.worker
+        config = worker.config
         account_sid = worker.account_sids.get((self.slot, self.generation))
         if not account_sid:
             log.warning("call %s: cannot %s: the call's AccountSid is unknown (worker restarted mid-call)",
                         self.call_sid, type(action).__name__.lower())
-            return
+            return False
         if isinstance(action, controller_mod.HangUp):
             request = twilio_rest.hangup_request(account_sid, self.call_sid, config.twilio_auth_token, base_url=config.twilio_api_base)
         else:
@@ -655,17 +668,18 @@ class CallSession:
             if result.ok:
                 worker.counters["call_endings_sent"] += 1
                 log.info("call %s: %s sent to Twilio", self.call_sid, type(action).__name__.lower())
-                return
+                return True
             if not result.retryable:
                 break
             await asyncio.sleep(REST_RETRY_DELAY_S * (attempt + 1))
         worker.counters["call_endings_failed"] += 1
         log.warning("call %s: %s failed: %s", self.call_sid, type(action).__name__.lower(), result.error)
+        return False
 
     async def _end_carrier_call(self, action: controller_mod.HangUp | controller_mod.Transfer,
-                                ref: call_control.CallRef) -> None:
+                                ref: call_control.CallRef) -> bool:
         """A Telnyx, Plivo, Vonage or Exotel call: the request call_control decides (one command id / JWT id for
-        every retry of this action), or the stream closed by the gateway (Exotel), or a log line."""
+        every retry of this action), or the stream closed by the gateway (Exotel), or a log line (False)."""
         worker = self.worker
         kind = call_control.TRANSFER if isinstance(action, controller_mod.Transfer) else call_control.HANGUP
         target = action.target if isinstance(action, controller_mod.Transfer) else ""
@@ -677,16 +691,16 @@ class CallSession:
             except ValueError as exc:  # a bad id from the stream, the agent's bad target, an unusable key
                 worker.counters["call_endings_failed"] += 1
                 log.warning("call %s: cannot %s the %s call: %s", self.call_sid, kind, ref.carrier, exc)
-                return
+                return False
             if isinstance(step, call_control.CannotEnd):
                 worker.counters["call_endings_failed"] += 1
                 log.warning("call %s: cannot %s the %s call: %s", self.call_sid, kind, ref.carrier, step.reason)
-                return
+                return False
             if isinstance(step, call_control.CloseStream):
                 worker.bus.send(worker.gateway, messages.EndStream(self.slot, self.generation, step.reason))
                 worker.counters["call_endings_sent"] += 1
                 log.info("call %s: %s: the gateway closes the %s stream", self.call_sid, kind, ref.carrier)
-                return
+                return True
             try:
                 status, body = await http_client.send(step.method, step.url, step.headers, step.body)
                 result = call_control.parse_response(ref.carrier, status, body)
@@ -695,12 +709,13 @@ class CallSession:
             if result.ok:
                 worker.counters["call_endings_sent"] += 1
                 log.info("call %s: %s sent to %s", self.call_sid, kind, ref.carrier.capitalize())
-                return
+                return True
             if not result.retryable:
                 break
             await asyncio.sleep(REST_RETRY_DELAY_S * (attempt + 1))
         worker.counters["call_endings_failed"] += 1
         log.warning("call %s: %s failed: %s", self.call_sid, kind, result.error)
+        return False
 
     def _write_frames(self, action: core.WriteFrames) -> None:
         audio = action.audio
@@ -862,7 +877,7 @@ class ModelWorker:
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
         self.counters = collections.Counter({"bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "model_protocol_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
-                                             "call_endings_sent": 0, "call_endings_failed": 0,
+                                             "call_endings_sent": 0, "call_endings_failed": 0, "call_endings_by_stream_close": 0,
                                              "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0,
                                              "observe_events_sent": 0, "observe_events_dropped": 0,
                                              "fallback_lines_asked": 0, "calls_refused_by_breaker": 0,
