@@ -24,8 +24,9 @@ at once (HQ: nothing for four frames, then 830 samples), so a sample leaves it 1
 62 ms more than framing alone on average, in each direction; MQ and VHQ are alike, LQ halves that but is
 -8 dB at 3.4 kHz, and ``vr=True`` is an experimental low-quality interpolator (aliasing). A phone agent
 cannot spend that. The one-shot ``soxr.resample`` has no such delay, but each call designs its filter
-afresh: 35-45 us per 20 ms frame and direction whatever the frame's length (a stream reused with
-``clear()`` saves a fifth of it), which made a 16 kHz Vonage call cost the gateway 3x a Twilio call.
+afresh: 45-55 us per 20 ms frame and direction in the gateway whatever the frame's length (a stream
+reused with ``clear()`` saves a fifth of it), which made a 16 kHz Vonage call cost the gateway 3.4x a
+Twilio call's CPU (2.0x with the FIR below: the rest is twice the bytes per message on the socket).
 
 So the filter is libsoxr's and only its application is ours. The filter is libsoxr's MQ recipe (flat to
 3.4 kHz, -2.7 dB at 3.8 kHz, > 120 dB of stopband from 4.2 kHz); at 8 <-> 16 and 8 <-> 24 kHz (the ratio
@@ -46,9 +47,10 @@ with 10 ms of silence; then each call returns exactly the duration it was given 
 frame in, 160 mu-law bytes out, and back), so carrier frames and arena frames stay one to one and nothing
 waits for a following frame. (Releasing the unshifted signal instead would hold the last 10 ms of every
 frame back until the next frame arrived: 20 ms for a 20 ms consumer.) So the resampled rates cost 10 ms
-inbound and 10 ms outbound, a constant with no bursts, and about 15 us of CPU per 20 ms frame and
-direction (measured on the 2-core dev machine; the one-shot per frame cost 40-50 us; G.711 and L16 at
-8 kHz cost under 1 us). tests/test_carrier_codec.py measures the delay by cross-correlation.
+inbound and 10 ms outbound, a constant with no bursts, and 12-20 us of CPU per 20 ms frame and
+direction on the 2-core dev machine (12 us median in bench/micro/bench_codec.py; ~20 us when 20 streams
+take turns as in the gateway, where the one-shot per frame cost 45-55 us; G.711 and L16 at 8 kHz cost
+under 1 us). tests/test_carrier_codec.py measures the delay by cross-correlation.
 """
 
 from __future__ import annotations
