@@ -65,10 +65,10 @@ def test_a_carrier_is_served_only_with_its_secret():
     assert SETTINGS.enabled() == cc.CARRIERS
     only_plivo = cc.CarrierSettings(plivo_auth_token="t", exotel_username="u")  # Exotel needs both
     assert only_plivo.enabled() == (cc.PLIVO,)
-    assert set(cc.routes((cc.PLIVO,))) == {"/plivo/voice"}
+    assert set(cc.routes((cc.PLIVO,))) == {"/plivo/voice", "/plivo/transfer"}  # the transfer's <Dial> (REST)
     assert cc.stream_paths((cc.PLIVO, cc.VONAGE)) == {"/plivo/stream": cc.PLIVO, "/vonage/stream": cc.VONAGE}
-    assert set(cc.routes(cc.CARRIERS)) == {"/telnyx/voice", "/plivo/voice", "/vonage/answer", "/vonage/event",
-                                           "/exotel/voice"}
+    assert set(cc.routes(cc.CARRIERS)) == {"/telnyx/voice", "/plivo/voice", "/plivo/transfer", "/vonage/answer",
+                                           "/vonage/event", "/exotel/voice"}
 
 
 def test_settings_come_from_the_config_and_are_checked():
@@ -351,6 +351,30 @@ def test_the_played_position_never_goes_back_and_never_passes_what_was_sent():
         positions.append(backlog.played_position_frames())
         assert backlog.played_position_frames() <= backlog.lead.sent_position_frames()
     assert positions == sorted(positions) == [0, 2, 2, 3, 3, 3, 3, 3]
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["final-mulaw", "raw-l16"])
+def test_unmarked_frames_get_a_checkpoint_of_the_gateways_own_so_the_bound_never_stays_full(raw):
+    """A fallback line goes out without marks (they name a response's tag): without a checkpoint of the
+    gateway's own, its frames would fill the bound with nothing to echo and the call would fall silent."""
+    templates = RAW if raw else plivo.wire_templates("stream-1")
+    backlog = cc.EchoBoundedBacklog(templates)
+    backlog.sent(plivo_entries(templates, "m", "m", "m", "m"))
+    assert backlog.own_checkpoint() is None  # fewer than 5 frames since the last checkpoint
+    backlog.sent(plivo_entries(templates, "m", "m", "k:1:6"))
+    assert backlog.own_checkpoint() is None  # the pacer's mark is behind them
+    backlog.sent(plivo_entries(templates, *["m"] * 20))
+    own = backlog.own_checkpoint()
+    assert own is not None and own.startswith(templates.mark_prefix) and own.endswith(templates.mark_suffix)
+    name = own[len(templates.mark_prefix):len(own) - len(templates.mark_suffix)].decode()
+    assert cc.is_own_checkpoint(name) and not cc.is_own_checkpoint("1:6") and not cc.is_own_checkpoint("1:6:end")
+    assert backlog.own_checkpoint() is None  # one per run of unmarked frames
+    assert backlog.unplayed_frames() == 26
+    backlog.echoed("1:6")
+    backlog.echoed(name)
+    assert (backlog.unplayed_frames(), backlog.played_position_frames()) == (0, 26)
+    backlog.sent(plivo_entries(templates, *["m"] * 5, "c"))
+    assert backlog.own_checkpoint() is None  # a clear settles what went before it: nothing to confirm
 
 
 # --- the stream's upgrade ----------------------------------------------------------------------------------

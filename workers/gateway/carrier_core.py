@@ -386,18 +386,6 @@ def transfer_document(request: AnswerRequest, target: str) -> tuple[bytes, bytes
     return b"text/xml", plivo_rest.dial_xml(to).encode()
 
 
-def transfer_document(request: AnswerRequest, target: str) -> tuple[bytes, bytes]:
-    """(content type, body) of Plivo's transfer XML: ``<Dial>`` the target in the signed request's query
-    (``target``: path and query as received). ValueError when the query names no usable target."""
-    if request.kind != TRANSFER or request.carrier != PLIVO:
-        raise ValueError("not a transfer request")
-    try:
-        to = _query(target).get(plivo_rest.TARGET_PARAMETER, "")
-    except WebhookError:
-        raise ValueError("malformed query") from None
-    return b"text/xml", plivo_rest.dial_xml(to).encode()
-
-
 # --- streams -----------------------------------------------------------------------------------------
 
 
@@ -547,6 +535,16 @@ def backlog_max_frames(carrier: str, max_unplayed_ms: int) -> int:
     return 0
 
 
+# A checkpoint the gateway adds to a bounded call's stream (EchoBoundedBacklog.own_checkpoint): its name
+# cannot be a pacer mark's (those are digits and colons: voicecore/twilio/marks.py).
+OWN_CHECKPOINT_PREFIX = "vc-bound-"
+OWN_CHECKPOINT_EVERY_FRAMES = 5  # as the pacer's marks (mark_every_frames' default): 100 ms
+
+
+def is_own_checkpoint(name: str) -> bool:
+    return name.startswith(OWN_CHECKPOINT_PREFIX)
+
+
 class EchoBoundedBacklog:
     """One call's unplayed audio as the gateway sees it, for a carrier whose echoes bound it (Plivo).
 
@@ -561,14 +559,16 @@ class EchoBoundedBacklog:
     says; between the pacer writing the clear and the gateway sending it, the pacer still sees the old
     position: the bound errs on the full side, never the empty one."""
 
-    __slots__ = ("lead", "_media_prefix", "_mark_prefix", "_mark_suffix_bytes", "_clear")
+    __slots__ = ("lead", "_media_prefix", "_mark_prefix", "_mark_suffix", "_clear", "_since_checkpoint", "_own_sent")
 
     def __init__(self, templates: WireTemplates) -> None:
         self.lead = plivo.CheckpointLead()
         self._media_prefix = templates.media_prefix
         self._mark_prefix = templates.mark_prefix
-        self._mark_suffix_bytes = len(templates.mark_suffix)
+        self._mark_suffix = templates.mark_suffix
         self._clear = templates.clear
+        self._since_checkpoint = 0  # media entries sent after the newest checkpoint (or clear)
+        self._own_sent = 0
 
     def sent(self, entries: list[bytes]) -> None:
         """One drain's wire entries, in the order they go to the socket (final text or raw entries alike)."""
@@ -583,12 +583,29 @@ class EchoBoundedBacklog:
                 lead.frames_sent(media)
                 media = 0
             if data.startswith(self._mark_prefix):
-                name = data[len(self._mark_prefix):len(data) - self._mark_suffix_bytes].decode("ascii")
+                name = data[len(self._mark_prefix):len(data) - len(self._mark_suffix)].decode("ascii")
                 lead.checkpoint_sent(name, lead.sent_position_frames())
+                self._since_checkpoint = 0
             elif data == self._clear:
                 lead.clear_sent()
+                self._since_checkpoint = 0
         if media:
             lead.frames_sent(media)
+            self._since_checkpoint += media
+
+    def own_checkpoint(self) -> bytes | None:
+        """A checkpoint of the gateway's own, to send after this drain's entries, once OWN_CHECKPOINT_EVERY_FRAMES
+        media entries went out with none behind them: the pacer marks only a response's audio (a mark names
+        its tag), so a fallback line goes out unmarked, and its frames would hold the bound full with nothing
+        left to echo: the call silent for good (a Plivo call's hold line did exactly that). Its echo settles
+        the bound and nothing else (:func:`is_own_checkpoint`: the mark ledger never sees it)."""
+        if self._since_checkpoint < OWN_CHECKPOINT_EVERY_FRAMES:
+            return None
+        self._own_sent += 1
+        name = f"{OWN_CHECKPOINT_PREFIX}{self._own_sent}"
+        self.lead.checkpoint_sent(name, self.lead.sent_position_frames())
+        self._since_checkpoint = 0
+        return self._mark_prefix + name.encode("ascii") + self._mark_suffix
 
     def echoed(self, name: str) -> None:
         self.lead.checkpoint_echoed(name)

@@ -971,6 +971,9 @@ class StreamConnection(WSListener):
         gw.counters["wire_messages"] += len(out)
         if self.backlog is not None:
             self.backlog.sent(out)  # in wire order: a clear settles what went before it the moment it is sent
+            own = self.backlog.own_checkpoint()
+            if own is not None:
+                out.append(own)
             self.publish_played_position()
         if self.wire_raw:
             for data in out:
@@ -1059,6 +1062,10 @@ class CarrierStreamConnection(StreamConnection):
             if isinstance(event, CallerAudio):
                 self._on_caller_audio(event.payload)
             elif isinstance(event, MarkEcho):
+                if self.backlog is not None and carrier_core.is_own_checkpoint(event.name):
+                    self.backlog.echoed(event.name)  # the gateway's own: it settles the bound, nothing else
+                    self.publish_played_position()
+                    continue
                 # A resampled stream's mark went out behind 10 ms of the next audio: its echo is that late.
                 edge = self.edge
                 self._on_mark_echo(event.name, edge.echo_late_ns(event.name) if edge is not None else 0)
