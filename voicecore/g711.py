@@ -1,7 +1,9 @@
 """G.711 mu-law codec and the two WAV helpers the simulators and recordings need.
 
-Owns: mu-law <-> 16-bit linear conversion (8 kHz, one byte per sample, PROTOCOLS.md A.2 / D.3) and
-reading/writing WAV files around it. It must not know about calls, frames or the wire: a payload is just
+Owns: mu-law <-> 16-bit linear conversion (8 kHz, one byte per sample, PROTOCOLS.md A.2 / D.3), the
+mu-law <-> A-law tables an A-law call's copies and recordings go through (``ULAW_TO_ALAW``,
+``ALAW_TO_ULAW``: audioop's decode of one law, encoded in the other) and reading/writing WAV files around
+it. It must not know about calls, frames or the wire: a payload is just
 bytes here.
 
 The arithmetic is `audioop` (C, ~0.2 us per 20 ms frame to decode): the stdlib module on Python < 3.13,
@@ -28,9 +30,48 @@ with warnings.catch_warnings():
 
 SAMPLE_WIDTH_BYTES = 2
 ULAW_SILENCE = 0xFF  # the mu-law code of linear 0
+ALAW_SILENCE = 0xD5  # A-law's silence: lin2alaw(0), which decodes to +8 (A-law has no code for 0; 0x55 is -8)
+
+# Audio formats as the model side names them (OpenAI GA audio/pcmu, audio/pcma: PROTOCOLS.md C.1); the
+# same strings as voicecore/carriers/events.py's ENCODING_PCMU / ENCODING_PCMA.
+PCMU = "pcmu"
+PCMA = "pcma"
 
 # audioop works in the machine's byte order; WAV files are little-endian.
 _NEEDS_SWAP = sys.byteorder != "little"
+
+
+_ALL_CODES = bytes(range(256))
+# One bytes.translate each way: exactly audioop's decode of one law encoded in the other, per byte.
+ALAW_TO_ULAW = audioop.lin2ulaw(audioop.alaw2lin(_ALL_CODES, SAMPLE_WIDTH_BYTES), SAMPLE_WIDTH_BYTES)
+ULAW_TO_ALAW = audioop.lin2alaw(audioop.ulaw2lin(_ALL_CODES, SAMPLE_WIDTH_BYTES), SAMPLE_WIDTH_BYTES)
+
+
+def silence_byte(audio_format: str) -> int:
+    """The silence code of ``audio_format`` (``PCMU`` or ``PCMA``): what linear 0 encodes to."""
+    if audio_format == PCMU:
+        return ULAW_SILENCE
+    if audio_format == PCMA:
+        return ALAW_SILENCE
+    raise ValueError(f"not a G.711 format: {audio_format!r}")
+
+
+def to_ulaw(audio: bytes, audio_format: str) -> bytes:
+    """``audio`` in ``audio_format`` as mu-law (``audio`` itself for PCMU): what recordings and scoring read."""
+    if audio_format == PCMU:
+        return audio
+    if audio_format == PCMA:
+        return bytes(audio).translate(ALAW_TO_ULAW)
+    raise ValueError(f"not a G.711 format: {audio_format!r}")
+
+
+def from_ulaw(ulaw: bytes, audio_format: str) -> bytes:
+    """mu-law ``ulaw`` in ``audio_format`` (``ulaw`` itself for PCMU)."""
+    if audio_format == PCMU:
+        return ulaw
+    if audio_format == PCMA:
+        return bytes(ulaw).translate(ULAW_TO_ALAW)
+    raise ValueError(f"not a G.711 format: {audio_format!r}")
 
 
 def ulaw_to_linear(data: bytes) -> np.ndarray:

@@ -448,6 +448,9 @@ class ModeCall(PlayoutCore):
         # The gateway's transcoder delays what it sends by this much (its output starts with that much silence),
         # so a tag's played time holds that much of the audio before it (PlayoutCore.played_ms_of_tag).
         self.outbound_delay_ms = self._caller_codec.delay_ms
+        # An A-law stream's audio as it came, byte for byte (keep_audio): the core measures it as mu-law, which
+        # cannot tell A-law passed through from the model untouched from A-law the gateway transcoded.
+        self.alaw_received: bytearray | None = bytearray() if keep_audio and encoding == ENCODING_PCMA else None
 
     def _caller_payload(self, n: int) -> bytes:
         """Caller frame ``n`` in the carrier's encoding."""
@@ -457,6 +460,8 @@ class ModeCall(PlayoutCore):
     def _audio_arrived(self, payload: bytes, now_ms: float) -> None:
         """Audio in the carrier's encoding reached the carrier: as 20 ms mu-law frames into the core."""
         self._advance_play(now_ms)
+        if self.alaw_received is not None:
+            self.alaw_received += payload
         ulaw = self._measure_codec.to_ulaw(payload)
         for frame in self._framer.push(ulaw):
             self._accept_frame(frame, now_ms)

@@ -12,8 +12,9 @@ alone (`SessionRecord.frame_owners`). A +/-1 LSB change on 16-bit linear would n
 re-encoding (its smallest step is 8 LSB), so the dither works on mu-law codes: each sample in the two
 quietest mu-law segments (|x| < 380 of 32768, steps of 8 and 16 LSB, about -72 and -66 dBFS) moves
 by -1, 0 or +1 code; a frame with fewer than 32 such samples also dithers its 32 quietest samples.
-Moving down from code 0 flips the sign of zero, which changes the byte and not the sound. On the
-packaged clips the added noise is about -68 dBFS RMS (some 48 dB under the speech, below the codec's
+Moving down from code 0 flips the sign of zero, which changes the byte and not the sound. An A-law
+session's responses are dithered the same way on A-law codes (`dither_alaw`: the same samples, A-law's
+quietest steps being 16 and 16 LSB, so a little louder). On the packaged clips the added noise is about -68 dBFS RMS (some 48 dB under the speech, below the codec's
 own quantisation noise); the length of the audio is unchanged. The dither draws from numpy's PCG64 bit
 stream, stable across versions.
 """
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from voicecore.g711 import ULAW_TO_ALAW as _ULAW_TO_ALAW
 from voicecore.sim.audio_clips import ClipInfo
 from voicecore.timing import BYTES_PER_MS, FRAME_BYTES
 
@@ -113,6 +115,32 @@ def dither_ulaw(audio: bytes, seed: int) -> bytes:
     moved = np.clip(moved, 0, 127).astype(np.uint8)
     out = (~(sign | moved)).astype(np.uint8).reshape(-1)[:n]
     return out.tobytes()
+
+
+def dither_alaw(audio: bytes, seed: int) -> bytes:
+    """mu-law ``audio`` in A-law, with dither_ulaw's dither done on A-law codes instead: the same samples
+    (chosen on the mu-law clip) move by the same -1/0/+1 code steps of A-law's magnitude. Dithering in
+    mu-law first would not survive the move to A-law, whose quietest steps are twice mu-law's (16 LSB):
+    most of two responses' quiet frames would come out equal, and a frame's owner unknowable (an A-law
+    session's frame identity, module docstring)."""
+    n = len(audio)
+    if n == 0:
+        return b""
+    frames, _magnitude, _sign, chosen = _dither_plan(audio)
+    count = frames * FRAME_BYTES
+    padded = np.full(count, 0xFF, dtype=np.uint8)
+    padded[:n] = np.frombuffer(audio, dtype=np.uint8)
+    # A-law codes are sign (0x80 set: positive) + 7 magnitude bits, with the even bits inverted (0x55).
+    even_inverted = (np.frombuffer(padded.tobytes().translate(_ULAW_TO_ALAW), dtype=np.uint8) ^ 0x55).reshape(
+        frames, FRAME_BYTES)
+    magnitude = (even_inverted & 0x7F).astype(np.int16)
+    sign = even_inverted & 0x80
+    draws = np.random.PCG64(seed).random_raw(-(-count // 8)).astype("<u8", copy=False)
+    raw = draws.view(np.uint8)[:count].reshape(frames, FRAME_BYTES)
+    moved = magnitude + np.where(chosen, _DITHER_STEP[raw], 0)
+    sign = np.where(moved < 0, sign ^ 0x80, sign).astype(np.uint8)
+    moved = np.clip(moved, 0, 127).astype(np.uint8)
+    return ((sign | moved) ^ 0x55).astype(np.uint8).reshape(-1)[:n].tobytes()
 
 
 @functools.lru_cache(maxsize=64)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from voicecore.g711 import ALAW_TO_ULAW
 from voicecore.timing import FRAME_BYTES
 
 
@@ -49,9 +50,13 @@ class ResponseRecord:
     arguments: str | None = None  # the full arguments the call streams
     arguments_sent: str = ""  # what went out before the response ended (all of it unless cancelled)
 
+    audio_format: str = "pcmu"  # the law ``audio`` went out in: "pcma" for a session in g711_alaw / audio/pcma
+
     def frames(self) -> list[bytes]:
-        """The response audio cut into 160-byte frames from its start; the last one may be short."""
-        return [self.audio[i : i + FRAME_BYTES] for i in range(0, len(self.audio), FRAME_BYTES)]
+        """The response audio cut into 160-byte frames from its start, in mu-law whatever law it went out in
+        (what a carrier simulator measures: it reads an A-law stream as mu-law); the last one may be short."""
+        audio = self.audio if self.audio_format == "pcmu" else self.audio.translate(ALAW_TO_ULAW)
+        return [audio[i : i + FRAME_BYTES] for i in range(0, len(audio), FRAME_BYTES)]
 
 
 @dataclass(slots=True)
@@ -130,6 +135,8 @@ class SessionRecord:
     function_call_outputs: list[FunctionCallOutputRecord] = field(default_factory=list)
     faults: list[FaultRecord] = field(default_factory=list)
     appended_bytes: int = 0
+    input_format: str = "pcm"  # the session's audio formats as its last session.update left them (pcm | pcmu | pcma)
+    output_format: str = "pcm"
     client_events: dict[str, int] = field(default_factory=dict)
 
     @property

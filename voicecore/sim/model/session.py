@@ -28,8 +28,12 @@ answers (response.created, an `error` event, response.done status `failed` with 
 sends one bad message (not JSON, an event type the protocol lacks, an audio delta of a response never
 created, a 4 MiB delta). Neither changes the conversation: the session goes on as before afterwards.
 
-Audio is 8 kHz mu-law only (`audio/pcmu` / `g711_ulaw`): a response is refused until session.update
-selects it for output, as a real server would otherwise send 24 kHz PCM the carrier cannot play.
+Audio is 8 kHz G.711: mu-law (`audio/pcmu` / `g711_ulaw`) or A-law (`audio/pcma` / `g711_alaw`), each
+direction as session.update selects it, as the real server takes and speaks both (C.1). A response is
+refused until session.update selects one of them for output, as a real server would otherwise send 24 kHz
+PCM the carrier cannot play. Inside, the session works in mu-law (its clips, VAD, recognition): A-law input
+is read through ``G711_ALAW_TO_ULAW`` as it arrives, and a response's audio is put in A-law once, when the
+response is made (``dither_alaw``), so its deltas carry A-law bytes exactly as the vendor's would.
 """
 
 from __future__ import annotations
@@ -40,11 +44,14 @@ from typing import Any
 
 import orjson
 
+from voicecore.g711 import ALAW_TO_ULAW as G711_ALAW_TO_ULAW
+from voicecore.g711 import ULAW_TO_ALAW as G711_ULAW_TO_ALAW
 from voicecore.sim.audio_clips import ClipInfo, ClipLibrary, default_library
 from voicecore.sim.model.clips import (
     caller_signature,
     fitting_clip,
     clip_speaking,
+    dither_alaw,
     dither_ulaw,
     peak_ulaw,
     rms_ulaw,
@@ -371,6 +378,7 @@ class ModelSession:
                 "session.voice",
             )
         self._cfg = merged
+        self.record.input_format, self.record.output_format = merged.input_format, merged.output_format
         self._emit({"type": "session.updated", "session": self._render_session()})
 
     def _on_append(self, event: dict[str, Any], now_ms: int) -> None:
@@ -382,6 +390,8 @@ class ModelSession:
         except (binascii.Error, ValueError):
             raise invalid_value("audio", "not valid base64") from None
         # no acknowledgement is sent for append (C.2)
+        if self._cfg.input_format == "pcma":
+            audio = audio.translate(G711_ALAW_TO_ULAW)  # the session listens in mu-law (module docstring)
         self._in_buf += audio
         self._in_total += len(audio)
         self.record.appended_bytes += len(audio)
@@ -680,6 +690,9 @@ class ModelSession:
         threshold = self.config.vad_rms_threshold
         for clip in self._caller_clips:
             probe, _ = caller_signature(self._clips.audio[clip.name], threshold)
+            if self._cfg.input_format == "pcma":
+                # an A-law caller plays the clip in A-law: heard here through ALAW_TO_ULAW (_on_append)
+                probe = probe.translate(G711_ULAW_TO_ALAW).translate(G711_ALAW_TO_ULAW)
             if probe and probe in audio:
                 return clip.text, clip.name
         span_ms = speech_span_ms(audio, threshold)
@@ -726,11 +739,11 @@ class ModelSession:
                 f"Conversation already has an active response in progress: {active_id}. "
                 "Wait until the response is finished before creating a new one.",
             )
-        if self._cfg.output_format != "pcmu":
+        if self._cfg.output_format not in ("pcmu", "pcma"):
             raise ClientEventRejected(
                 "invalid_value",
-                "The voicecore model simulator produces only 8 kHz mu-law: set the output format to "
-                + ("audio/pcmu" if self.naming == "ga" else "g711_ulaw")
+                "The voicecore model simulator produces only 8 kHz G.711: set the output format to "
+                + ("audio/pcmu or audio/pcma" if self.naming == "ga" else "g711_ulaw or g711_alaw")
                 + " with session.update first.",
                 "session.audio.output.format" if self.naming == "ga" else "session.output_audio_format",
             )
@@ -771,7 +784,9 @@ class ModelSession:
             text = action.text  # the rule's line; the audio is the clip chosen as usual
         else:
             text = scripted_text(options.get("instructions")) or clip.text
-        audio = b"" if failed or clip is None else dither_ulaw(self._clips.audio[clip.name], rng.u64())
+        # what an A-law session's deltas carry: the clip in A-law, dithered there (frame identity: clips.py)
+        dither = dither_alaw if self._cfg.output_format == "pcma" else dither_ulaw
+        audio = b"" if failed or clip is None else dither(self._clips.audio[clip.name], rng.u64())
         sizes = split_delta_sizes(len(audio), rng, cfg.delta_min_bytes, cfg.delta_max_bytes) if audio else []
         response_id = "resp_" + self._ids.token()
         item_id = "" if failed else "item_" + self._ids.token()
@@ -783,6 +798,7 @@ class ModelSession:
             clip_name="" if clip is None else clip.name,
             text=text,
             audio=audio,
+            audio_format="pcma" if self._cfg.output_format == "pcma" else "pcmu",
             delta_bytes=sizes,
             created_ms=now_ms,
             instructions=instructions if isinstance(instructions, str) else None,
@@ -1263,12 +1279,13 @@ class ModelSession:
         if self.naming == "ga":
             body["output_modalities"] = ["audio"]
             body["max_output_tokens"] = self._cfg.max_output_tokens
-            body["audio"] = {"output": {"format": {"type": "audio/pcmu"}, "voice": self._cfg.voice}}
+            body["audio"] = {"output": {"format": {"type": "audio/" + self._cfg.output_format},
+                                        "voice": self._cfg.voice}}
         else:
             body["modalities"] = ["text", "audio"]
             body["max_output_tokens"] = self._cfg.max_output_tokens
             body["voice"] = self._cfg.voice
-            body["output_audio_format"] = "g711_ulaw"
+            body["output_audio_format"] = "g711_alaw" if self._cfg.output_format == "pcma" else "g711_ulaw"
             body["temperature"] = 0.8
         return body
 
