@@ -42,6 +42,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("telnyx_public_key", str, "", "Telnyx: the webhook public key (Ed25519, base64, Mission Control) that checks telnyx-signature-ed25519 and telnyx-timestamp on POST /telnyx/voice; empty: Telnyx is not served (404 on /telnyx/*)"),
     Setting("plivo_auth_token", str, "", "Plivo: the auth token that checks X-Plivo-Signature-V3 on POST /plivo/voice; empty: Plivo is not served (404 on /plivo/*)"),
     Setting("vonage_signature_secret", str, "", "Vonage: the signature secret that checks the signed-webhook JWT (Authorization: Bearer) on /vonage/answer and /vonage/event; empty: Vonage is not served (404 on /vonage/*)"),
+    Setting("telnyx_codec", str, "PCMU", "Telnyx: the G.711 law the TeXML answer asks Telnyx to stream both ways: PCMU, or PCMA (A-law callers: with alaw_passthrough the A-law reaches the model and comes back untouched)"),
     Setting("vonage_sample_rate_hz", int, 16000, "Vonage: the L16 rate the NCCO asks for: 16000 (resampled at the gateway edge with soxr, 10 ms each way) or 8000 (no resampling)"),
     Setting("exotel_username", str, "", "Exotel: the Basic-auth user the dynamic-URL request to /exotel/voice must carry (with exotel_password); empty: Exotel is not served (404 on /exotel/*)"),
     Setting("exotel_password", str, "", "Exotel: the Basic-auth password of that request; required with exotel_username"),
@@ -49,6 +50,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("realtime_api_key", str, "", "API key for the realtime model vendor"),
     Setting("model", str, "gpt-realtime", "realtime model name"),
     Setting("realtime_naming", str, "ga", "event naming the model client sends: ga or beta"),
+    Setting("alaw_passthrough", bool, True, "a carrier stream in A-law (Telnyx PCMA) goes to the model as A-law and back untouched (the OpenAI Realtime session in g711_alaw / audio/pcma, which it accepts both ways); false: such a stream is transcoded to mu-law once at the gateway edge, each way"),
     Setting("send_call_id_to_vendor", bool, False, "send the call's CallSid to the realtime model vendor (X-Voicecore-Call header on the model socket); false: no call or caller identifier goes to the model endpoint (the built-in simulator, used when realtime_url and realtime_api_key are empty, always gets it)"),
     Setting("max_calls", int, 256, "concurrent call slots in the shared-memory arena"),
     Setting("max_pending_connections", int, 0, "connections the gateway holds that are not yet in a call (no request served, no stream start accepted); more are answered 503 at once; 0: twice max_calls, at least 64"),
@@ -114,6 +116,7 @@ class Config:
     telnyx_public_key: str
     plivo_auth_token: str
     vonage_signature_secret: str
+    telnyx_codec: str
     vonage_sample_rate_hz: int
     exotel_username: str
     exotel_password: str
@@ -121,6 +124,7 @@ class Config:
     realtime_api_key: str
     model: str
     realtime_naming: str
+    alaw_passthrough: bool
     send_call_id_to_vendor: bool
     max_calls: int
     max_pending_connections: int
@@ -329,6 +333,8 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError("vonage_application_id and vonage_private_key: set both (the JWT needs both) or neither")
     if bool(values["exotel_username"]) != bool(values["exotel_password"]):
         raise ConfigError("exotel_username and exotel_password: set both (Exotel is served with both) or neither")
+    if values["telnyx_codec"] not in ("PCMU", "PCMA"):
+        raise ConfigError(f"telnyx_codec: expected PCMU or PCMA, got {values['telnyx_codec']!r}")
     if int(values["vonage_sample_rate_hz"]) not in (8000, 16000):  # type: ignore[arg-type]
         raise ConfigError(f"vonage_sample_rate_hz: expected 8000 or 16000, got {values['vonage_sample_rate_hz']}")
     public_key = str(values["telnyx_public_key"])

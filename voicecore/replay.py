@@ -34,7 +34,7 @@ from voicecore.call.controller import Action, CallController, CancelTag, Control
 from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.call.record import INPUT_KINDS, RecordError, playout_from
 from voicecore.call.spine import SpineDriver
-from voicecore.g711 import write_stereo_wav
+from voicecore.g711 import PCMA, PCMU, silence_byte, to_ulaw, write_stereo_wav
 from voicecore.record import load_record
 
 FLOWS: dict[str, Callable[..., flows.Flow]] = {flows.ScriptedFlow.name: flows.ScriptedFlow, AgentFlow.name: AgentFlow}
@@ -62,6 +62,7 @@ class ReplayResult:
     caller_audio: list[tuple[int, bytes]]
     statistics: dict
     end_ns: int = 0  # the last entry's time: the call (or its record) ended there; nothing plays after it
+    audio_format: str = "pcmu"  # the law of the call's frames (the header's audio_format: "pcma" for an A-law call)
 
 
 def controller_from_header(header: dict[str, Any]) -> CallController:
@@ -71,7 +72,7 @@ def controller_from_header(header: dict[str, Any]) -> CallController:
     flow = make_flow(**header.get("flow_args", {}))
     config = ControllerConfig.from_dict(header.get("config", {}))
     return CallController(header["call_sid"], flow=flow, config=config, naming=header.get("naming", "ga"),
-                          first_tag=int(header.get("first_tag", 1)))
+                          first_tag=int(header.get("first_tag", 1)), audio_format=header.get("audio_format", "pcmu"))
 
 
 def driver_from_header(header: dict[str, Any]) -> Driver:
@@ -198,7 +199,17 @@ def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_diverg
                     break
     call_ns = (entries[-1]["t"] - entries[0]["t"]) if entries else 0
     return ReplayResult(divergence is None, divergence, inputs, outputs, call_ns, timed, snapshots, caller,
-                        driver.statistics(), entries[-1]["t"] if entries else 0)
+                        driver.statistics(), entries[-1]["t"] if entries else 0,
+                        _audio_format(header))
+
+
+def _audio_format(header: dict[str, Any]) -> str:
+    """The law of a record's frames: a turns header names it at top level, a spine header among its core's args."""
+    args = header.get("args")
+    fmt = header.get("audio_format") or (args.get("audio_format") if isinstance(args, dict) else None) or PCMU
+    if fmt not in (PCMU, PCMA):
+        raise RecordError(f"unknown audio_format {fmt!r}")
+    return fmt
 
 
 # --- what the caller heard, placed in time -------------------------------------------------------------
@@ -237,18 +248,19 @@ def agent_track(result: ReplayResult, origin_ns: int) -> bytes:
                     continue
                 placed.append((at, action.audio[k * timing.FRAME_BYTES:(k + 1) * timing.FRAME_BYTES]))
                 cursor = at + frame_ns
-    return _lay(placed, origin_ns)
+    return to_ulaw(_lay(placed, origin_ns, result.audio_format), result.audio_format)
 
 
 def caller_track(result: ReplayResult, origin_ns: int) -> bytes:
-    return _lay(result.caller_audio, origin_ns)
+    """The caller's audio as recorded, placed in time; mu-law whatever the call's law (the WAV reads mu-law)."""
+    return to_ulaw(_lay(result.caller_audio, origin_ns, result.audio_format), result.audio_format)
 
 
-def _lay(pieces: list[tuple[int, bytes]], origin_ns: int) -> bytes:
+def _lay(pieces: list[tuple[int, bytes]], origin_ns: int, audio_format: str = PCMU) -> bytes:
     if not pieces:
         return b""
     end = max((t - origin_ns) // 1_000_000 * timing.BYTES_PER_MS + len(b) for t, b in pieces)
-    track = bytearray([MU_LAW_SILENCE]) * max(0, end)
+    track = bytearray([silence_byte(audio_format)]) * max(0, end)
     for t, b in pieces:
         at = max(0, (t - origin_ns) // 1_000_000 * timing.BYTES_PER_MS)
         track[at:at + len(b)] = b

@@ -332,9 +332,11 @@ class CallController:
     wants_ticks = True  # timers, rolling approvals and playout progress: on_tick every shell loop
 
     def __init__(self, call_sid: str, flow: flows.Flow | None = None, config: ControllerConfig | None = None,
-                 naming: str = "ga", first_tag: int = 1) -> None:
+                 naming: str = "ga", first_tag: int = 1, audio_format: str = "pcmu") -> None:
+        # audio_format: the law of the call's frames (ModelCallCore's): "pcma" for an A-law stream passed through
         self.call_sid = call_sid
         self.naming = naming
+        self.audio_format = audio_format
         self.first_tag = first_tag
         self.config = config or ControllerConfig()
         self.flow: flows.Flow = flow if flow is not None else flows.ScriptedFlow()
@@ -348,6 +350,7 @@ class CallController:
                             "prefix_padding_ms": cfg.vad_prefix_padding_ms,
                             "create_response": False, "interrupt_response": False},
             transcription_model=cfg.transcription_model,
+            audio_format=audio_format,
         )
         self.stats = ControllerStats()
         self.playout = IDLE_PLAYOUT
@@ -387,8 +390,11 @@ class CallController:
 
     def record_header(self) -> dict:
         """What a record's header needs to rebuild this controller (voicecore/call/record.py)."""
-        return {"control": CONTROL, "call_sid": self.call_sid, "naming": self.naming, "first_tag": self.first_tag,
-                "flow": self.flow.name, "flow_args": self.flow.record_args(), "config": self.config.to_dict()}
+        header = {"control": CONTROL, "call_sid": self.call_sid, "naming": self.naming, "first_tag": self.first_tag,
+                  "flow": self.flow.name, "flow_args": self.flow.record_args(), "config": self.config.to_dict()}
+        if self.audio_format != "pcmu":  # a mu-law call's header is as it always was
+            header["audio_format"] = self.audio_format
+        return header
 
     # ======================================================================================= inputs
     def start(self, now_ns: int) -> list[Action]:

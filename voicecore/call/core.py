@@ -26,6 +26,8 @@ from voicecore import timing
 from voicecore.realtime import events as rt
 
 MU_LAW_SILENCE = b"\xff"
+A_LAW_SILENCE = b"\xd5"  # linear 0 encoded in A-law (audioop.lin2alaw; voicecore/g711.py ALAW_SILENCE)
+_SILENCE = {"pcmu": MU_LAW_SILENCE, "pcma": A_LAW_SILENCE}  # by the session's audio format
 DEFAULT_SAFE_LINE = "I can't verify that."
 MAX_REJECTIONS_PER_TURN = 3  # seed 000 section 3: retry a prompt at most 3 times, then move on
 HARMLESS_ERROR_CODES = frozenset({"response_cancel_not_active", "conversation_already_has_active_response"})
@@ -191,10 +193,16 @@ class ModelCallCore:
                  auto_barge_in: bool = True, gate_release: bool = False,
                  turn_detection: dict | None = None, transcription_model: str | None = None,
                  gate_policy: str = "off", safe_line: str = DEFAULT_SAFE_LINE, voice: str = "alloy",
-                 greeting: str = "", tools: list[dict] | None = None) -> None:
+                 greeting: str = "", tools: list[dict] | None = None, audio_format: str = "pcmu") -> None:
         # instructions, voice, greeting and tools: the agent's (voicecore/agent); the defaults are for
-        # tests of the mechanism. greeting "": the model is asked to greet in its own words.
+        # tests of the mechanism. greeting "": the model is asked to greet in its own words. audio_format:
+        # the law of the call's frames ("pcmu", or "pcma" for an A-law carrier stream passed through), which
+        # the session is opened in both ways and a response's short last frame is padded with the silence of.
         self.call_sid = call_sid
+        self.audio_format = audio_format
+        if audio_format not in _SILENCE:
+            raise ValueError(f"audio_format must be 'pcmu' or 'pcma', not {audio_format!r}")
+        self.silence = _SILENCE[audio_format]
         self.voice = voice
         self.greeting = greeting
         self.tools = list(tools or [])
@@ -238,6 +246,7 @@ class ModelCallCore:
             turn_detection=self.turn_detection,
             transcription_model=self.transcription_model,
             tools=self.tools or None,
+            audio_format=self.audio_format,
         ))
 
     def reconfigure(self, instructions: str, tools: list[dict]) -> SendToModel:
@@ -246,7 +255,7 @@ class ModelCallCore:
         self.tools = list(tools)
         return SendToModel(rt.session_update(
             naming=self.naming, instructions=instructions, voice=None, turn_detection=self.turn_detection,
-            transcription_model=self.transcription_model, tools=self.tools))
+            transcription_model=self.transcription_model, tools=self.tools, audio_format=self.audio_format))
 
     def caller_audio(self, audio: bytes) -> list[Action]:
         return [SendToModel(rt.input_audio_append(audio))] if audio else []
@@ -349,7 +358,7 @@ class ModelCallCore:
         actions: list[Action] = []
         if response.remainder:
             # The response's last frame is the only one that may be short: pad it with silence at the end.
-            pad = MU_LAW_SILENCE * (timing.FRAME_BYTES - len(response.remainder))
+            pad = self.silence * (timing.FRAME_BYTES - len(response.remainder))
             actions.append(WriteFrames(response.tag, response.frames, response.remainder + pad))
             response.frames += 1
             self.stats.frames_written += 1

@@ -643,12 +643,13 @@ class TelnyxOutboundEncoder:
         return self._clear
 
 
-def wire_templates(encoding: str = ENCODING_PCMU) -> WireTemplates:
-    """How the pacer writes a Telnyx stream's messages (voicecore/carriers/wire.py). A PCMU stream gets
-    the final text, byte for byte :class:`TelnyxOutboundEncoder`'s (its messages name no stream, so every
-    PCMU call shares them); any other encoding (PCMA) raw entries, which the gateway's carrier edge
-    transcodes and finishes: the pacer's frames are mu-law."""
-    if encoding != ENCODING_PCMU:
+def wire_templates(encoding: str = ENCODING_PCMU, arena_encoding: str = ENCODING_PCMU) -> WireTemplates:
+    """How the pacer writes a Telnyx stream's messages (voicecore/carriers/wire.py). A stream whose law
+    is the one the call's frames carry (``arena_encoding``: PCMU, or PCMA for an A-law call passed through
+    to the model) gets the final text, byte for byte :class:`TelnyxOutboundEncoder`'s (its messages name
+    neither the stream nor the law, so every such call shares them); a PCMA stream of a mu-law call raw
+    entries, which the gateway's carrier edge transcodes and finishes."""
+    if encoding != arena_encoding or encoding not in (ENCODING_PCMU, ENCODING_PCMA):
         return RAW
     return WireTemplates(media_prefix=MEDIA_PREFIX, media_suffix=MEDIA_SUFFIX, mark_prefix=MARK_PREFIX + b'"',
                          mark_suffix=b'"' + MARK_SUFFIX, clear=CLEAR_MESSAGE)

@@ -1,7 +1,7 @@
 """The runtime's own lines: what a caller hears when the model cannot speak (INV-NEVER-SILENT).
 
-Owns the shipped clips (8 kHz mu-law, rendered by ``bench/make_clips.py --fallback``) and their table in
-the layout the pacer's step reads: ``frames[clip, k]`` is frame k of a clip, ``frame_counts[clip]`` how
+Owns the shipped clips (8 kHz mu-law, rendered by ``bench/make_clips.py --fallback``; A-law copies made at
+load for A-law calls, ``codec_table``) and their table in the layout the pacer's step reads: ``frames[clip, k]`` is frame k of a clip, ``frame_counts[clip]`` how
 many it has. A clip's number is ``language_index * len(KINDS) + kind``; the model worker asks for one by
 number through the call's control block (FALLBACK_SEQ / FALLBACK_CLIP) and the pacer plays it from its
 own memory, so a line can be heard while the model worker itself is gone. Knows nothing of processes.
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from voicecore.g711 import ULAW_TO_ALAW
 from voicecore.timing import FRAME_BYTES
 
 CLIPS_DIR = Path(__file__).resolve().parent / "clips"
@@ -39,6 +40,21 @@ class FallbackClips:
     def frame_payloads(self) -> frozenset[bytes]:
         """Every frame of every clip: how a carrier-side check tells a fallback line from model audio."""
         return frozenset(bytes(self.frames[c, k]) for c in range(len(self.texts)) for k in range(int(self.frame_counts[c])))
+
+
+def codec_table(clips: FallbackClips) -> tuple[np.ndarray, np.ndarray]:
+    """The pacer's table of ``clips`` for calls in either law: ``frames[c]`` for c < n is clip c as shipped
+    (mu-law), ``frames[n + c]`` the same clip in A-law (each byte through ``g711.ULAW_TO_ALAW``, so its
+    mu-law silence padding becomes A-law silence), with ``frame_counts`` likewise twice. Made once at start:
+    an A-law call's line is read from its own rows, never transcoded per tick."""
+    n = clips.frames.shape[0]
+    alaw = np.frombuffer(clips.frames.tobytes().translate(ULAW_TO_ALAW), dtype=np.uint8).reshape(clips.frames.shape)
+    frames = np.concatenate([clips.frames, alaw])
+    counts = np.concatenate([clips.frame_counts, clips.frame_counts]).astype(np.int64)
+    assert frames.shape[0] == counts.shape[0] == 2 * n
+    frames.setflags(write=False)
+    counts.setflags(write=False)
+    return frames, counts
 
 
 def clip_number(language: str, kind: int) -> int:

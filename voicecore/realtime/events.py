@@ -387,6 +387,10 @@ def _check_naming(naming: str) -> None:
         raise ValueError(f"naming must be 'ga' or 'beta', not {naming!r}")
 
 
+# The model side's G.711 formats (voicecore/g711.py PCMU / PCMA) by naming: GA type, beta string (C.1).
+_G711_FORMATS = {"pcmu": ("audio/pcmu", "g711_ulaw"), "pcma": ("audio/pcma", "g711_alaw")}
+
+
 def session_update(
     naming: Naming,
     instructions: str,
@@ -396,8 +400,11 @@ def session_update(
     *,
     tools: Sequence[dict[str, Any]] | None = None,
     event_id: str | None = None,
+    audio_format: str = "pcmu",
 ) -> str:
-    """session.update for mu-law in and out, in the beta flat shape or the GA nested shape (C.1).
+    """session.update for G.711 in and out, in the beta flat shape or the GA nested shape (C.1):
+    ``audio_format`` "pcmu" (mu-law: ``audio/pcmu`` / ``g711_ulaw``) or "pcma" (A-law, a call whose carrier
+    streams it: ``audio/pcma`` / ``g711_alaw``), the same both ways.
 
     `turn_detection=None` is sent as null: no server VAD, the client commits (C.4). `voice=None` leaves
     the voice as it is. `transcription_model=None` turns input transcription off. `tools`: the function
@@ -405,11 +412,14 @@ def session_update(
     both shapes), with ``tool_choice`` auto; an empty list clears them; None leaves them as they are.
     """
     _check_naming(naming)
+    if audio_format not in _G711_FORMATS:
+        raise ValueError(f"audio_format must be 'pcmu' or 'pcma', not {audio_format!r}")
+    ga_format, beta_format = _G711_FORMATS[audio_format]
     transcription = None if transcription_model is None else {"model": transcription_model}
     session: dict[str, Any]
     if naming == "ga":
-        # audio/pcmu takes no `rate` key: the server rejects it as an unknown parameter (C.1)
-        output: dict[str, Any] = {"format": {"type": "audio/pcmu"}}
+        # audio/pcmu and audio/pcma take no `rate` key: the server rejects it as an unknown parameter (C.1)
+        output: dict[str, Any] = {"format": {"type": ga_format}}
         if voice is not None:
             output["voice"] = voice
         session = {
@@ -418,7 +428,7 @@ def session_update(
             "output_modalities": ["audio"],
             "audio": {
                 "input": {
-                    "format": {"type": "audio/pcmu"},
+                    "format": {"type": ga_format},
                     "turn_detection": turn_detection,
                     "transcription": transcription,
                 },
@@ -429,8 +439,8 @@ def session_update(
         session = {
             "instructions": instructions,
             "modalities": ["text", "audio"],
-            "input_audio_format": "g711_ulaw",
-            "output_audio_format": "g711_ulaw",
+            "input_audio_format": beta_format,
+            "output_audio_format": beta_format,
             "turn_detection": turn_detection,
             "input_audio_transcription": transcription,
         }

@@ -37,7 +37,7 @@ that into an ArenaError at start-up.
 Slot claim protocol (the only place where one process writes words other processes own): while a slot
 is SLOT_FREE nobody else writes it, so the gateway zeroes the whole row except GENERATION, writes the
 call ids and the call's wire templates (how the pacer writes this call's media, marks and clear: its
-carrier module's, voicecore/carriers/wire.py) and its lead (LEAD_NS) and backlog bound (BACKLOG_MAX_FRAMES), bumps GENERATION and publishes
+carrier module's, voicecore/carriers/wire.py), its lead (LEAD_NS), backlog bound (BACKLOG_MAX_FRAMES) and codec (CODEC), bumps GENERATION and publishes
 STATE = SLOT_ACTIVE last (release). The templates live only here, so a restarted or standby pacer writes the right bytes for
 every live call from shared memory alone. Every counter therefore
 starts at 0 for a new call: the model worker's first frame goes to outbound index 0 and the pacer's
@@ -60,7 +60,18 @@ import numpy as np
 
 from voicecore.carriers.wire import MAX_MARK_NAME_BYTES, MAX_TEMPLATE_BYTES, WireTemplates
 from voicecore.errors import DependencyError
-from voicecore.shm.control import BACKLOG_MAX_FRAMES, CONTROL_WORDS, GENERATION, LEAD_NS, SLOT_ACTIVE, SLOT_FREE, STATE
+from voicecore.shm.control import (
+    BACKLOG_MAX_FRAMES,
+    CODEC,
+    CODEC_ALAW,
+    CODEC_ULAW,
+    CONTROL_WORDS,
+    GENERATION,
+    LEAD_NS,
+    SLOT_ACTIVE,
+    SLOT_FREE,
+    STATE,
+)
 from voicecore.shm.rings import store_release
 from voicecore.timing import FRAME_BYTES, FRAME_NS
 
@@ -68,8 +79,9 @@ MAGIC = b"VCARENA\x00"
 # 2: per-call wire templates (the pacer no longer builds Twilio's messages from the SIDs); 3: a per-call lead
 # (control word LEAD_NS, read by the pacer: an older pacer would ignore it and starve an Exotel call); 4: a
 # per-call bound on the carrier's unplayed backlog (BACKLOG_MAX_FRAMES, CARRIER_PLAYED_POS, WIRE_FRAMES: an older
-# pacer would ignore it and fill Plivo's buffer by time alone)
-VERSION = 4
+# pacer would ignore it and fill Plivo's buffer by time alone); 5: a per-call codec (CODEC: an A-law call's rings
+# carry A-law, and an older pacer would play it mu-law fallback lines)
+VERSION = 5
 HEADER_BYTES = 128
 ALIGN_BYTES = 64
 SID_BYTES = 64
@@ -388,11 +400,12 @@ class Arena:
             raise ValueError(f"wire templates make {longest}-byte entries; wire slots hold {self.layout.wire_slot_bytes}")
 
     def claim_slot(self, slot: int, stream_sid: str, call_sid: str, templates: WireTemplates, lead_ns: int = 0,
-                   backlog_max_frames: int = 0) -> int:
+                   backlog_max_frames: int = 0, codec: int = CODEC_ULAW) -> int:
         """Gateway: take a free slot for a new call whose outbound messages the pacer writes from `templates`
         (its carrier module's), keeping `lead_ns` of audio in the carrier's buffer (0: the pacer's configured
         lead; control word LEAD_NS) and at most `backlog_max_frames` of it unconfirmed by the carrier's echoes
-        (0: no such bound; BACKLOG_MAX_FRAMES); returns its new GENERATION (see module docstring)."""
+        (0: no such bound; BACKLOG_MAX_FRAMES), its rings carrying `codec` (CODEC_ULAW or CODEC_ALAW; control
+        word CODEC); returns its new GENERATION (see module docstring)."""
         self._check_slot(slot)
         row = self.ctrl[slot]
         if row[STATE] != SLOT_FREE:
@@ -405,6 +418,8 @@ class Arena:
             raise ValueError(f"lead_ns must be 0 or {FRAME_NS}..{MAX_LEAD_NS}")
         if not isinstance(backlog_max_frames, int) or not 0 <= backlog_max_frames <= MAX_BACKLOG_FRAMES:
             raise ValueError(f"backlog_max_frames must be 0..{MAX_BACKLOG_FRAMES}")
+        if codec not in (CODEC_ULAW, CODEC_ALAW):
+            raise ValueError("codec must be CODEC_ULAW or CODEC_ALAW")
         generation = int(row[GENERATION]) + 1
         row[:GENERATION] = 0
         row[GENERATION + 1 :] = 0
@@ -412,6 +427,7 @@ class Arena:
         self.set_wire_templates(slot, templates)
         row[LEAD_NS] = lead_ns
         row[BACKLOG_MAX_FRAMES] = backlog_max_frames
+        row[CODEC] = codec
         row[GENERATION] = generation
         store_release(self.ctrl, slot, STATE, SLOT_ACTIVE)  # publishes the zeroed row, the ids, the templates, the bounds
         return generation

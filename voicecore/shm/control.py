@@ -26,6 +26,9 @@ BACKLOG_MAX_FRAMES = 12  # the most unplayed frames known from the carrier's ech
 #                          bound, the lead by time alone (every other carrier)
 CARRIER_PLAYED_POS = 13  # frames of this call known played, or thrown away by a clear the gateway sent, counted
 #                          in wire order as the pacer's WIRE_FRAMES (a call with BACKLOG_MAX_FRAMES only)
+CODEC = 14  # the law of every frame this call's rings carry, written at claim time: CODEC_ULAW (0) or CODEC_ALAW
+#            (a carrier stream in A-law passed through to a model that takes it: the pacer plays its A-law
+#            fallback lines, the model worker opens the session in A-law)
 
 # --- written by the model worker --------------------------------------------------------------
 IN_TAIL = 16  # inbound ring: frames taken (consumer counter)
@@ -99,6 +102,9 @@ TAG_CANCELLED = 2
 TAG_DONE = 3
 
 APPROVE_ALL = 1 << 62
+
+CODEC_ULAW = 0  # G.711 mu-law (audio/pcmu, g711_ulaw): every call unless the gateway said otherwise
+CODEC_ALAW = 1  # G.711 A-law (audio/pcma, g711_alaw)
 
 SENT_OPEN = 0
 SENT_ENDED = 1

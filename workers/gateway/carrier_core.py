@@ -63,7 +63,7 @@ import orjson
 from voicecore.carriers import exotel, plivo, plivo_rest, telnyx, vonage
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.edge import BatchedSink, CarrierEdge, FrameSink
-from voicecore.carriers.events import ENCODING_PCMU, StreamStarted
+from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU, StreamStarted
 from voicecore.carriers.wire import MAX_MARK_NAME_BYTES, RAW, WireTemplates
 from voicecore.timing import FRAME_BYTES, FRAME_MS, SAMPLE_RATE_HZ
 from voicecore.twilio.webhook import WebhookError, parse_form
@@ -86,6 +86,7 @@ __all__ = [
     "Refusal",
     "Route",
     "answer_document",
+    "arena_encoding",
     "arena_id",
     "backlog_max_frames",
     "check_upgrade",
@@ -141,11 +142,13 @@ class CarrierSettings:
     vonage_sample_rate_hz: int = vonage.DEFAULT_SAMPLE_RATE_HZ
     exotel_username: str = ""
     exotel_password: str = ""
+    telnyx_codec: str = "PCMU"  # the law the TeXML answer asks Telnyx to stream both ways (PCMU or PCMA)
 
     @classmethod
     def from_config(cls, config) -> CarrierSettings:
         return cls(config.telnyx_public_key, config.plivo_auth_token, config.vonage_signature_secret,
-                   config.vonage_sample_rate_hz, config.exotel_username, config.exotel_password)
+                   config.vonage_sample_rate_hz, config.exotel_username, config.exotel_password,
+                   telnyx_codec=config.telnyx_codec)
 
     def enabled(self) -> tuple[str, ...]:
         served = {TELNYX: bool(self.telnyx_public_key), PLIVO: bool(self.plivo_auth_token),
@@ -282,7 +285,8 @@ def answer_document(request: AnswerRequest, stream_base_url: str, token: str,
     carrier = request.carrier
     stream_url = f"{stream_base_url}/{carrier}/stream"
     if carrier == TELNYX:
-        return b"text/xml", telnyx.texml_connect_stream(stream_url, {SESSION_TOKEN: token}).encode()
+        return b"text/xml", telnyx.texml_connect_stream(stream_url, {SESSION_TOKEN: token},
+                                                        codec=settings.telnyx_codec).encode()
     if carrier == PLIVO:
         return b"text/xml", plivo.stream_xml(stream_url, {SESSION_TOKEN: token}).encode()
     if carrier == VONAGE:
@@ -463,12 +467,28 @@ def final_templates_fit(templates: WireTemplates, wire_slot_bytes: int) -> bool:
     return longest <= wire_slot_bytes
 
 
-def wire_templates(carrier: str, started: StreamStarted, protocol, wire_slot_bytes: int) -> WireTemplates:
-    """How the pacer writes this call's messages: final for Telnyx and Plivo streams in mu-law at 8 kHz
-    (their messages are the pacer's frame in base64 between fixed text), raw for everything else (Vonage's
-    binary L16, Exotel's chunks, another encoding or rate), which the gateway's edge finishes."""
+def arena_encoding(carrier: str, started: StreamStarted, alaw_passthrough: bool) -> str:
+    """The law of the frames this call's rings carry: ENCODING_PCMA for a Telnyx stream in PCMA when the
+    model takes A-law (config ``alaw_passthrough``: OpenAI Realtime does, g711_alaw / audio/pcma both ways,
+    PROTOCOLS.md C.1), so the caller's bytes reach the model and the model's the caller untouched; mu-law
+    (ENCODING_PCMU) for every other call, which the edge transcodes to once if it is not in mu-law already.
+    Telnyx is the one carrier here that streams A-law (PROTOCOLS.md B)."""
+    if (alaw_passthrough and carrier == TELNYX and started.encoding == ENCODING_PCMA
+            and started.sample_rate_hz == SAMPLE_RATE_HZ):
+        return ENCODING_PCMA
+    return ENCODING_PCMU
+
+
+def wire_templates(carrier: str, started: StreamStarted, protocol, wire_slot_bytes: int,
+                   arena_law: str = ENCODING_PCMU) -> WireTemplates:
+    """How the pacer writes this call's messages: final for Telnyx and Plivo streams in mu-law at 8 kHz,
+    and for a Telnyx PCMA stream whose frames stay A-law (``arena_law``, :func:`arena_encoding`): their
+    messages are the pacer's frame in base64 between fixed text. Raw for everything else (Vonage's binary
+    L16, Exotel's chunks, another encoding or rate), which the gateway's edge finishes."""
     templates = RAW
-    if started.encoding == ENCODING_PCMU and started.sample_rate_hz == SAMPLE_RATE_HZ:
+    if carrier == TELNYX and started.encoding == arena_law == ENCODING_PCMA:
+        templates = telnyx.wire_templates(ENCODING_PCMA, arena_encoding=ENCODING_PCMA)
+    elif started.encoding == ENCODING_PCMU and started.sample_rate_hz == SAMPLE_RATE_HZ:
         if carrier == TELNYX:
             templates = telnyx.wire_templates(ENCODING_PCMU)
         elif carrier == PLIVO:
@@ -478,10 +498,16 @@ def wire_templates(carrier: str, started: StreamStarted, protocol, wire_slot_byt
     return templates
 
 
-def new_edge(carrier: str, started: StreamStarted, protocol, raw: bool) -> CarrierEdge:
-    """The stream's edge: inbound always (the carrier's audio -> 160-byte mu-law frames), outbound when the
-    call's templates are ``raw``."""
-    transcoder = EdgeTranscoder(started.encoding, started.sample_rate_hz)
+def new_edge(carrier: str, started: StreamStarted, protocol, raw: bool,
+             arena_law: str = ENCODING_PCMU) -> CarrierEdge:
+    """The stream's edge: inbound always (the carrier's audio -> 160-byte frames for the inbound ring),
+    outbound when the call's templates are ``raw``. A stream whose law the rings carry as it is
+    (``arena_law``: an A-law call passed through) gets the identity each way, PCMU's transcoder: its
+    bytes are framed, never changed."""
+    if arena_law == ENCODING_PCMA and started.encoding == ENCODING_PCMA:
+        transcoder = EdgeTranscoder(ENCODING_PCMU, started.sample_rate_hz)  # A-law in, A-law on: no transcode
+    else:
+        transcoder = EdgeTranscoder(started.encoding, started.sample_rate_hz)
     if not raw:
         return CarrierEdge(transcoder)
     if carrier == TELNYX:

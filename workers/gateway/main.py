@@ -44,8 +44,8 @@ from voicecore.bus.transport import (
     ensure_runtime_dir,
 )
 from voicecore.carriers.edge import CarrierEdge
-from voicecore.carriers.events import (CallerAudio, Cleared, Dtmf, MarkEcho, ProtocolViolation, StreamStarted,
-                                       StreamStopped)
+from voicecore.carriers.events import (ENCODING_PCMA, ENCODING_PCMU, CallerAudio, Cleared, Dtmf, MarkEcho,
+                                       ProtocolViolation, StreamStarted, StreamStopped)
 from voicecore.carriers.wire import WireTemplates
 from voicecore.config import Config, load_config
 from voicecore.drain import SUPERVISORD_PID_FILE, DrainFileError, DrainRequest, DrainWatch, stop_supervised_node
@@ -213,7 +213,7 @@ class Gateway:
         # templates, and publishes SLOT_ACTIVE last, so a worker that sees the new GENERATION sees a clean
         # slot and the pacer the call's templates.
         generation = self.arena.claim_slot(slot, start.stream_sid, start.call_sid, templates, conn.call_lead_ns(),
-                                           conn.call_backlog_max_frames())
+                                           conn.call_backlog_max_frames(), conn.call_codec())
         conn.use_wire_templates(templates)
         self.ctrl[slot, C.STARTED_AT_NS] = time.monotonic_ns()
         self.calls[slot] = conn
@@ -732,6 +732,11 @@ class StreamConnection(WSListener):
         BACKLOG_MAX_FRAMES): 0, none. A carrier whose echoes bound its buffer (Plivo) answers its own."""
         return 0
 
+    def call_codec(self) -> int:
+        """The law of this call's frames (claim_slot writes it, CODEC): mu-law, Twilio's only one. A carrier
+        stream in A-law passed through to the model answers CODEC_ALAW (CarrierStreamConnection)."""
+        return C.CODEC_ULAW
+
     def publish_played_position(self) -> None:
         """What the carrier's echoes (or a clear sent) settled of this call's audio, for the pacer's bound."""
         if self.slot is not None:
@@ -1039,6 +1044,7 @@ class CarrierStreamConnection(StreamConnection):
         self.edge: CarrierEdge | None = None
         self.lead_ms = 0  # the call's own lead for the pacer (carrier_core.pacer_lead_ms; 0: the configured one)
         self.backlog_frames = 0  # the call's bound on unconfirmed audio (carrier_core.backlog_max_frames; 0: none)
+        self.arena_law = ENCODING_PCMU  # the law of the call's frames (carrier_core.arena_encoding)
         self.edge_out: list[bytes] = []  # framed messages of this doorbell's raw entries, written at its end
 
     def call_wire_templates(self, start: carrier_core.CallIds) -> WireTemplates:
@@ -1049,6 +1055,9 @@ class CarrierStreamConnection(StreamConnection):
 
     def call_backlog_max_frames(self) -> int:
         return self.backlog_frames
+
+    def call_codec(self) -> int:
+        return C.CODEC_ALAW if self.arena_law == ENCODING_PCMA else C.CODEC_ULAW
 
     # --- inbound -------------------------------------------------------------------------------------
     def _on_message(self, payload: bytes) -> None:
@@ -1114,8 +1123,10 @@ class CarrierStreamConnection(StreamConnection):
             self._violation(ProtocolViolation(1008, "session token issued for another call"))
             return
         try:
-            self.templates = carrier_core.wire_templates(carrier, started, self.protocol, gw.arena.layout.wire_slot_bytes)
-            self.edge = carrier_core.new_edge(carrier, started, self.protocol, self.templates.raw)
+            self.arena_law = carrier_core.arena_encoding(carrier, started, gw.config.alaw_passthrough)
+            self.templates = carrier_core.wire_templates(carrier, started, self.protocol, gw.arena.layout.wire_slot_bytes,
+                                                         self.arena_law)
+            self.edge = carrier_core.new_edge(carrier, started, self.protocol, self.templates.raw, self.arena_law)
             self.lead_ms = carrier_core.pacer_lead_ms(carrier, self.edge, gw.config.lead_ms)
             self.backlog_frames = carrier_core.backlog_max_frames(carrier, gw.config.plivo_max_unplayed_ms)
             if self.backlog_frames:
@@ -1133,8 +1144,10 @@ class CarrierStreamConnection(StreamConnection):
                                      carrier_core.arena_id(carrier_core.stream_id(carrier, started, self.protocol)),
                                      carrier=carrier, carrier_call_id=started.call_id,
                                      carrier_account_id=started.account_id)
-        log.info("call %s: %s stream, %s at %d Hz, %s wire entries, lead %s%s", self.call_sid, carrier,
-                 started.encoding, started.sample_rate_hz, "raw" if self.templates.raw else "final",
+        log.info("call %s: %s stream, %s at %d Hz%s, %s wire entries, lead %s%s", self.call_sid, carrier,
+                 started.encoding, started.sample_rate_hz,
+                 ", passed through to the model" if self.arena_law == ENCODING_PCMA else "",
+                 "raw" if self.templates.raw else "final",
                  f"{self.lead_ms} ms" if self.lead_ms else "the pacer's",
                  f", at most {self.backlog_frames} frames unconfirmed by echoes" if self.backlog_frames else "")
         if gw.token_service.needs_shared_check(result):

@@ -176,18 +176,24 @@ class CallSession:
         # (issue 4). With a record_dir the recorder wraps either and records every input (INV-REPLAY).
         config = worker.config
         agent = worker.agent
+        # The law of the call's frames, as the gateway claimed the slot (CODEC): an A-law carrier stream passed
+        # through (alaw_passthrough) is A-law all the way, so the session is opened in A-law both ways.
+        self.audio_format = "pcma" if int(ctrl[C.CODEC]) == C.CODEC_ALAW else "pcmu"
+        format_args = {"audio_format": self.audio_format} if self.audio_format != "pcmu" else {}
         decider: Driver
         if agent_settings.call_control(config) == "turns":
             flow = AgentFlow(agent, **agent_settings.flow_overrides(config))
             decider = controller_mod.CallController(call_sid, flow=flow, config=controller_config(config, agent),
-                                                    naming=config.realtime_naming, first_tag=first_tag)
+                                                    naming=config.realtime_naming, first_tag=first_tag,
+                                                    **format_args)
         else:
             # The spine takes no turns and runs no tools: the agent's instructions, voice and greeting only.
             decider = SpineDriver(call_sid, naming=config.realtime_naming, first_tag=first_tag, greet=not resumed,
                                   gate_policy=config.gate_policy, safe_line=agent.safe_line,
                                   instructions=AgentFlow(agent).session().instructions, voice=agent.voice,
                                   greeting=agent.greeting,
-                                  failure=controller_config(config, agent).failure_policy().to_dict())
+                                  failure=controller_config(config, agent).failure_policy().to_dict(),
+                                  **format_args)
         # A call this worker took over (a worker died under it): its driver as the dead worker left it, rebuilt
         # from that worker's part file (INV-REPLAY), so the call goes on where it stood instead of starting over.
         self.resumed = resumed

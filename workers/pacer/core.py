@@ -96,6 +96,8 @@ from __future__ import annotations
 import numpy as np
 
 from voicecore.shm.control import (
+    CODEC,
+    CODEC_ALAW,
     BACKLOG_HELD,
     BACKLOG_MAX_FRAMES,
     CANCEL_SEEN_SEQ,
@@ -174,7 +176,7 @@ from voicecore.timing import (
     FRAME_NS,
     MAX_CATCH_UP_FRAMES,
 )
-from voicecore.fallback import FallbackClips, load_clips
+from voicecore.fallback import FallbackClips, codec_table, load_clips
 from voicecore.twilio import marks
 
 # A call waiting on the model (MODEL_EXPECTING) whose model worker has not stamped it this long hears its
@@ -544,6 +546,8 @@ def _release_fallback(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, emp
     No marks: the line is no response's audio (marks name a response's tag)."""
     n_wire = wire_len.shape[1]
     clip = ctrl[s, FALLBACK_PLAYING] - 1
+    if ctrl[s, CODEC] == CODEC_ALAW:
+        clip += clip_frames.shape[0] // 2  # the line's A-law copy (fallback.codec_table): the call's rings are A-law
     pos = ctrl[s, FALLBACK_POS]
     count = clip_frames[clip]
     released = 0
@@ -630,7 +634,7 @@ def _release(
 
     # A fallback line (INV-NEVER-SILENT) plays whole, alone: while it plays nothing of the outbound ring goes
     # out (one voice); a response waiting behind it follows it.
-    _take_fallback_requests(ctrl, s, now_ns, model_silent_ns, clip_frames.shape[0])
+    _take_fallback_requests(ctrl, s, now_ns, model_silent_ns, clip_frames.shape[0] // 2)
     fallback_released = 0
     if ctrl[s, FALLBACK_PLAYING] > 0:
         empty_at_ns, wire_head, fallback_released = _release_fallback(
@@ -863,7 +867,8 @@ def pace_tick(
     in groups on phases of the 20 ms grid (PacerCore.tick), so the gateway gets a group's frames at a
     time instead of every call's at once. hold_clear_ns: a hold (PAUSED_TAG) of the tag on the wire that
     lasts this long while the carrier has not echoed its end mark gets a ``clear``. clips, clip_frames: the
-    fallback lines (voicecore/fallback: uint8[n, max_frames, 160], int64[n]). model_silent_ns: a call waiting
+    fallback lines in both laws (voicecore/fallback ``codec_table``: uint8[2n, max_frames, 160], int64[2n],
+    the n lines in mu-law, then the same n in A-law for calls whose CODEC is CODEC_ALAW). model_silent_ns: a call waiting
     on a model worker that has not stamped it this long gets the call's hold line (0: never).
     """
     _check_arrays(ctrl, wire_len, wire_data, tmpl, tmpl_meta, stats_out)
@@ -969,8 +974,7 @@ class PacerCore:
         # the release swing); a carrier still playing held audio one more frame after that is cleared.
         self.hold_clear_ns = self.lead_ns + release_frames * FRAME_NS
         clips = clips if clips is not None else load_clips()
-        self.clips = clips.frames
-        self.clip_frames = clips.frame_counts
+        self.clips, self.clip_frames = codec_table(clips)
         self.model_silent_ns = model_silent_ms * 1_000_000
 
     def tick(self, now_ns: int, phase: int = 0, phases: int = 1) -> int:
