@@ -65,19 +65,24 @@ class _FakeTwilioRest(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def _goodbye_call(running, duration_ms: int):
+    """One call that presses '#' 7 s in (the default agent's flow says goodbye and hangs up)."""
+    script = CallScript(duration_ms=duration_ms, dtmf=((7000, "#"),))
+
+    async def call():
+        async with running.model_sim():
+            return await place_call(running.config.base_url, running.config.twilio_auth_token, script)
+
+    return asyncio.run(call())
+
+
 def test_the_controller_hangs_up_through_the_rest_api_after_the_goodbye_played():
     rest = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeTwilioRest)
     threading.Thread(target=rest.serve_forever, daemon=True).start()
     _FakeTwilioRest.requests = []
     running = start_stack(call_control="turns", twilio_api_base=f"http://127.0.0.1:{rest.server_address[1]}")
     try:
-        script = CallScript(duration_ms=20_000, dtmf=((7000, "#"),))  # '#': the flow says goodbye
-
-        async def call():
-            async with running.model_sim():
-                return await place_call(running.config.base_url, running.config.twilio_auth_token, script)
-
-        result = asyncio.run(call())
+        result = _goodbye_call(running, duration_ms=20_000)
         wait_until(lambda: _FakeTwilioRest.requests, 5, "the hang-up request to the fake Twilio REST API",
                    detail=running.log_tail)
         method, path, authorization, body = _FakeTwilioRest.requests[0]
@@ -101,13 +106,7 @@ def test_a_hang_up_the_rest_api_cannot_take_closes_the_stream_instead_of_leaving
         dead_port = probe.getsockname()[1]
     running = start_stack(call_control="turns", twilio_api_base=f"http://127.0.0.1:{dead_port}")
     try:
-        script = CallScript(duration_ms=25_000, dtmf=((7000, "#"),))  # '#': the flow says goodbye
-
-        async def call():
-            async with running.model_sim():
-                return await place_call(running.config.base_url, running.config.twilio_auth_token, script)
-
-        result = asyncio.run(call())
+        result = _goodbye_call(running, duration_ms=25_000)
         log = running.log_tail(20000)
         assert result.closed_by == "server" and result.close_code == 1000, (result.closed_by, result.close_code, log)
         assert "hangup failed: ConnectionRefusedError" in log
