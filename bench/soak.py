@@ -462,7 +462,12 @@ def run_soak(opts: BenchOptions) -> int:
     if problem:
         print(f"voicecore bench: {problem}", file=sys.stderr)
         return 2
-    from bench.run import PRIORITY_ENV
+    from bench.run import PRIORITY_ENV, save_path_for
+
+    save_path, problem = save_path_for(opts)  # checked before the hour, not after it
+    if problem:
+        print(f"voicecore bench: {problem}", file=sys.stderr)
+        return 2
 
     os.environ[PRIORITY_ENV] = "1" if opts.privileges == "on" else "0"
     top, code = run_async(_soak_main(opts))
@@ -470,11 +475,13 @@ def run_soak(opts: BenchOptions) -> int:
         return code
     soak = top["soak"]
     print(format_soak_table(soak))
-    if opts.json_path:
-        Path(opts.json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(opts.json_path).write_text(json.dumps(top, indent=1) + "\n")
-        print(f"bench: JSON report written to {opts.json_path}", file=sys.stderr)
-    png = opts.png_path or (str(Path(opts.json_path).with_suffix(".png")) if opts.json_path else None)
+    text = json.dumps(top, indent=1) + "\n"
+    for path in filter(None, (opts.json_path, save_path)):  # --save was dropped here before: a 1 h soak lost
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+        print(f"bench: JSON report written to {path}", file=sys.stderr)
+    report_path = opts.json_path or (str(save_path) if save_path else None)
+    png = opts.png_path or (str(Path(report_path).with_suffix(".png")) if report_path else None)
     if png:
         print(f"bench: {write_soak_png(png, soak)}", file=sys.stderr)
     return 0 if not soak["failures"] else 1

@@ -68,6 +68,31 @@ def test_a_soak_defaults_to_100_calls_unless_calls_are_given():
     assert options().calls == 10 and options().soak == 0
 
 
+def test_save_writes_the_soak_report_and_a_taken_name_is_refused_before_the_soak(monkeypatch, tmp_path: Path):
+    """--save was dropped by the soak (a 1 h run left no raw report): it writes as --json does, and a name
+    already published is refused before the hour, not after it."""
+    import bench.run
+    import bench.soak
+
+    def options_for(*argv: str):
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--config")
+        add_bench_arguments(parser)
+        return bench_options_from_args(parser.parse_args(list(argv)))
+
+    saved = tmp_path / "2026-11-27-soak-test.json"
+    monkeypatch.setattr(bench.run, "results_path", lambda name, today=None: tmp_path / f"2026-11-27-{name}.json")
+    ran = []
+    top = {"soak": {"failures": []}, "command": "voicecore bench --soak 10"}
+    monkeypatch.setattr(bench.soak, "run_async", lambda main: (main.close(), ran.append(1), (top, 0))[2])
+    monkeypatch.setattr(bench.soak, "format_soak_table", lambda soak: "table")
+    monkeypatch.setattr(bench.soak, "write_soak_png", lambda path, soak: f"PNG report written to {path}")
+    assert bench.soak.run_soak(options_for("--soak", "10", "--save", "soak-test")) == 0
+    assert json.loads(saved.read_text()) == top
+    assert bench.soak.run_soak(options_for("--soak", "10", "--save", "soak-test")) == 2  # never overwritten
+    assert ran == [1]
+
+
 @pytest.mark.integration
 def test_a_short_soak_churns_calls_and_leaves_nothing_behind(tmp_path: Path):
     report_path = tmp_path / "soak.json"
