@@ -196,3 +196,25 @@ def test_the_simulator_refuses_wrong_credentials_and_ended_calls(pem):
     outcome = sim.handle("DELETE", f"/v1/Account/{AUTH_ID}/Call/11111111-2222-3333-4444-555555555555/",
                          headers(ended), b"", creds, _live, now_s=NOW)
     assert outcome.status == 404 and plivo_rest.parse_response(outcome.status, outcome.body).error == "not found"
+
+
+def test_the_simulator_takes_twilios_calls_requests_as_twilio_does():
+    """The demo's agents hang up and transfer Twilio calls through the simulator's Calls resource."""
+    from voicecore.twilio import rest as twilio_rest
+
+    account, call = "AC" + "a" * 32, "CA" + "b" * 32
+    creds = CarrierCredentials(twilio_auth_token="tok")
+    live = lambda carrier, call_id: (carrier, call_id) == ("twilio", call)  # noqa: E731
+    path = f"/2010-04-01/Accounts/{account}/Calls/{call}.json"
+    hangup = twilio_rest.hangup_request(account, call, "tok", base_url="http://sim")
+    outcome = sim.handle("POST", path, headers(hangup), hangup.body, creds, live, now_s=NOW)
+    assert (outcome.carrier, outcome.call_id, outcome.action) == ("twilio", call, "hangup")
+    assert twilio_rest.parse_response(outcome.status, outcome.body) == twilio_rest.RestResult(True, False, "completed", None)
+    transfer = twilio_rest.transfer_request(account, call, "+15550100", "tok", base_url="http://sim")
+    outcome = sim.handle("POST", path, headers(transfer), transfer.body, creds, live, now_s=NOW)
+    assert (outcome.action, outcome.target) == ("transfer", "+15550100")
+    wrong = twilio_rest.hangup_request(account, call, "other", base_url="http://sim")
+    outcome = sim.handle("POST", path, headers(wrong), wrong.body, creds, live, now_s=NOW)
+    assert outcome.status == 401 and twilio_rest.parse_response(outcome.status, outcome.body).error == "Authenticate"
+    ended = sim.handle("POST", path.replace("b" * 32, "c" * 32), headers(hangup), hangup.body, creds, live, now_s=NOW)
+    assert ended.status == 400 and ended.action == "" and json.loads(ended.body)["code"] == 21220

@@ -48,6 +48,9 @@ from voicecore.stats import summary
 from voicecore.supervise import Stack, cpu_seconds
 
 SILENCE_BYTE = b"\xff"  # mu-law code of linear 0
+# How a call's stream may end without a problem: the script ran out (the carrier hung up), or the agent ended the
+# call through the carrier's REST API (the simulated carrier then ends the stream: voicecore/sim/carrier_rest.py).
+ENDED_NORMALLY = ("carrier", "rest_hangup", "rest_transfer")
 TRUNCATE_TOLERANCE_MS = 20  # the bar: the truncate point within one frame of what was played
 # A gap (or a late frame) is the model's when the model sent the audio due less than this before the gap:
 # a sender may hold a dry carrier's first frame to prefill (voicecore: DEFAULT_START_HOLD_MS; pipecat waits
@@ -485,7 +488,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
     underruns_available = underruns_starved = late_starved = clears_not_bargein = clears_superseded = clears_idle = 0
     overlapping_frames = bargeins_without_clear = overlapping_responses = late_deltas_sent = 0
     for result in results:
-        if result.closed_by != "carrier" or result.errors:
+        if result.closed_by not in ENDED_NORMALLY or result.errors:
             problems.append(f"call {result.call_sid}: ended by {result.closed_by} (close code {result.close_code}) {'; '.join(result.errors)[:200]}")
         else:
             completed += 1

@@ -45,6 +45,7 @@ from voicecore.sim.audio_match import match_frames
 from voicecore.sim.carrier import CallResult, CallScript, generate_credentials, place_call
 from voicecore.sim.carrier_modes_core import CARRIERS, CarrierCredentials
 from voicecore.sim.model import SimConfig
+from voicecore.sim.carrier_rest import CarrierRestServer
 from voicecore.sim.model_server import serve_model_sim
 from voicecore.sim.quiet_gc import collector_paused
 from voicecore.sim.tool_server import ToolServer
@@ -186,7 +187,8 @@ def replay_records(paths: list[Path], totals: dict | None = None) -> tuple[int, 
 
 async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0,
                     scenario: Scenario | None = None, carrier: str = "twilio",
-                    credentials: CarrierCredentials | None = None, jitter_probability: float = 0.0) -> list[CallResult]:
+                    credentials: CarrierCredentials | None = None, jitter_probability: float = 0.0,
+                    rest=None) -> list[CallResult]:
     lead_frames = max(1, config.lead_ms // 20)
 
     async def one(index: int) -> CallResult:
@@ -194,7 +196,7 @@ async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0
             await asyncio.sleep(ramp_ms * index / max(1, calls) / 1000)
         script = scenario.call_script(index, int(seconds * 1000)) if scenario is not None else demo_script(seconds)
         return await place_call(config.base_url, config.twilio_auth_token, script, lead_frames, carrier=carrier,
-                                credentials=credentials, jitter_probability=jitter_probability)
+                                credentials=credentials, jitter_probability=jitter_probability, rest=rest)
 
     with collector_paused():
         return await asyncio.gather(*(one(i) for i in range(calls)))
@@ -272,6 +274,14 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     credentials: CarrierCredentials | None = None
     if carrier != "twilio":
         base, credentials = carrier_config(base, carrier)
+    else:
+        credentials = generate_credentials(base.twilio_auth_token)
+    # The carrier's REST API, simulated: an agent that hangs up or transfers does it as in production, and the
+    # simulated call ends the way the carrier ends it (closed_by rest_hangup / rest_transfer).
+    rest = CarrierRestServer(credentials)
+    await rest.__aenter__()
+    names = {f.name for f in dataclasses.fields(base)}
+    base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
     sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir) if record_dir is not None else "")
     tool_server: ToolServer | None = None
@@ -302,7 +312,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
                     if console_key else None)
         # Spread call starts over up to 1 s so 200 webhooks do not arrive in the same millisecond.
         results = await run_calls(config, calls, seconds, ramp_ms=min(1000, 5 * calls), scenario=scenario,
-                                  carrier=carrier, credentials=credentials,
+                                  carrier=carrier, credentials=credentials, rest=rest,
                                   jitter_probability=DEMO_TELNYX_JITTER if carrier == "telnyx" else 0.0)
         wall_s = time.monotonic() - started
         load_cpu_s = time.process_time() - load_cpu_started
@@ -325,6 +335,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
             watching.cancel()
         await asyncio.to_thread(stack.stop)
         await sim.aclose()
+        await rest.__aexit__(None, None, None)
         if tool_server is not None:
             await tool_server.stop()
     # Only this stack's arenas: another stack on the machine (a test, a second demo) has its own, alive.

@@ -606,12 +606,17 @@ async def place_call(
 
     status_callback("stream-started")
     ticker.add(runner.on_tick, phase)
+    if rest is not None:
+        rest.register("twilio", call_sid, runner.end_by_rest)
 
     try:
         await runner.wait_finished(script.duration_ms / 1000.0 + END_SLACK_S)
     except asyncio.TimeoutError:
         errors.append("call did not finish in time")
         runner.done = True
+    finally:
+        if rest is not None:
+            rest.unregister("twilio", call_sid)
     # Wait for the TCP close that follows the close handshake (bounded by the protocol's close timer).
     try:
         await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)

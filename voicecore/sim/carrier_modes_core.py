@@ -145,7 +145,7 @@ class CarrierCredentials:
         """Config field -> value that point the stack's hang-up and transfer at the simulator's REST APIs at
         ``api_base_url`` (voicecore/sim/carrier_rest.py) with these credentials. Kept apart from
         stack_settings: a demo's stack has no REST server to reach."""
-        return {"telnyx_api_key": self.telnyx_api_key, "telnyx_api_base": api_base_url,
+        return {"twilio_api_base": api_base_url, "telnyx_api_key": self.telnyx_api_key, "telnyx_api_base": api_base_url,
                 "plivo_auth_id": self.plivo_auth_id, "plivo_api_base": api_base_url,
                 "vonage_application_id": self.vonage_application_id, "vonage_private_key": self.vonage_private_key,
                 "vonage_api_base": api_base_url}

@@ -1,5 +1,5 @@
 """Sans-I/O core of the carrier simulator's REST APIs: the requests that hang up or transfer a live call, as
-Telnyx (Call Control), Plivo (Call API) and Vonage (Voice API) take them.
+Twilio (the Calls resource), Telnyx (Call Control), Plivo (Call API) and Vonage (Voice API) take them.
 
 Owns: reading one HTTP request into the action it asks for, the carrier's authentication check (Telnyx's
 Bearer API key, Plivo's basic auth with the auth id in the path, Vonage's RS256 application JWT checked with
@@ -18,6 +18,7 @@ import base64
 import hmac
 import json
 import re
+import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from voicecore.sim.carrier_modes_core import CarrierCredentials
 
 HANGUP = "hangup"
 TRANSFER = "transfer"
+_TWILIO_PATH = re.compile(r"^/2010-04-01/Accounts/(AC[0-9a-fA-F]{32})/Calls/(CA[0-9a-fA-F]{32})\.json$")
 _TELNYX_PATH = re.compile(r"^/v2/calls/([^/]+)/actions/(hangup|transfer)$")
 _PLIVO_PATH = re.compile(r"^/v1/Account/([^/]+)/Call/([^/]+)/$")
 _VONAGE_PATH = re.compile(r"^/v1/calls/([^/]+)$")
@@ -66,6 +68,8 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, cred
            is_live: Callable[[str, str], bool], *, now_s: float, api_id: str = "sim") -> RestOutcome:
     """Answer one request. ``headers``: lower-case names; ``is_live(carrier, call_id)``: the call is up in the
     simulator; ``api_id``: Plivo's per-request id (comes in: no randomness here)."""
+    if match := _TWILIO_PATH.match(path):
+        return _twilio(method, match.group(1), match.group(2), headers, body, credentials, is_live)
     if match := _TELNYX_PATH.match(path):
         return _telnyx(method, match.group(1), match.group(2), headers, body, credentials, is_live)
     if match := _PLIVO_PATH.match(path):
@@ -73,6 +77,40 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, cred
     if match := _VONAGE_PATH.match(path):
         return _vonage(method, match.group(1), headers, body, credentials, is_live, now_s)
     return RestOutcome(404, b"not found\n", "text/plain", error="unknown path")
+
+
+def _twilio_error(status: int, code: int, message: str, **fields) -> RestOutcome:
+    return _json(status, {"code": code, "message": message, "more_info": f"https://www.twilio.com/docs/errors/{code}",
+                          "status": status}, carrier="twilio", **fields)
+
+
+def _twilio(method: str, account_sid: str, call_sid: str, headers: Mapping[str, str], body: bytes,
+            credentials: CarrierCredentials, is_live: Callable[[str, str], bool]) -> RestOutcome:
+    """``POST /2010-04-01/Accounts/{AccountSid}/Calls/{CallSid}.json`` (voicecore/twilio/rest.py): basic auth
+    AccountSid:auth token, a form with ``Status=completed`` (hang up) or ``Twiml`` holding ``<Dial>`` (transfer);
+    answered with the call resource, or Twilio's error object (20003 Authenticate, 21220 not in progress)."""
+    if method != "POST":
+        return _twilio_error(405, 20004, "Method not allowed", error="method")
+    expected = "Basic " + base64.b64encode(f"{account_sid}:{credentials.twilio_auth_token}".encode()).decode()
+    if not credentials.twilio_auth_token or not hmac.compare_digest(headers.get("authorization", ""), expected):
+        return _twilio_error(401, 20003, "Authenticate", error="auth")
+    try:
+        form = dict(urllib.parse.parse_qsl(body.decode("ascii"), strict_parsing=True)) if body else {}
+    except (UnicodeDecodeError, ValueError):
+        return _twilio_error(400, 20001, "Invalid form body", error="body")
+    if form.get("Status") == "completed":
+        action, target, status = HANGUP, "", "completed"
+    elif "Twiml" in form:
+        target = dial_target(form["Twiml"].encode())
+        if not target:
+            return _twilio_error(400, 21213, "Twiml is not valid (no <Dial> target)", error="no dial")
+        action, status = TRANSFER, "in-progress"
+    else:
+        return _twilio_error(400, 20001, "Nothing to do: Status=completed or Twiml required", error="no action")
+    if not is_live("twilio", call_sid):
+        return _twilio_error(400, 21220, "Call is not in-progress. Cannot redirect.", error="not live")
+    return _json(200, {"sid": call_sid, "account_sid": account_sid, "status": status, "api_version": "2010-04-01"},
+                 carrier="twilio", call_id=call_sid, action=action, target=target)
 
 
 def _telnyx_error(status: int, code: str, title: str, **fields) -> RestOutcome:
@@ -194,7 +232,8 @@ def plivo_transfer_form(call_uuid: str) -> dict[str, str]:
 
 
 def dial_target(xml: bytes) -> str | None:
-    """What a transfer's XML dials (``<Dial><Number>`` or ``<User>``), as Plivo would read it; None otherwise."""
+    """What a transfer's XML dials (``<Dial><Number>`` or ``<User>``, as Plivo reads it, or the number as
+    ``<Dial>``'s own text, as TwiML has it); None otherwise."""
     try:
         root = ElementTree.fromstring(xml)
     except ElementTree.ParseError:
@@ -203,9 +242,9 @@ def dial_target(xml: bytes) -> str | None:
     if dial is None:
         return None
     for child in dial:
-        if child.tag in ("Number", "User") and child.text:
+        if child.tag in ("Number", "User", "Sip") and child.text:
             return child.text.strip()
-    return None
+    return (dial.text or "").strip() or None
 
 
 __all__ = ["HANGUP", "TRANSFER", "RestOutcome", "dial_target", "handle", "plivo_transfer_form"]
