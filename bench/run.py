@@ -447,6 +447,7 @@ class LevelRun:
         self.baseline_proc: asyncio.subprocess.Process | None = None
         self.stack: Stack | None = None
         self.tool_server = None  # an agent scenario's fake tool API (voicecore.sim.tool_server.ToolServer)
+        self.rest_server = None  # an agent scenario's carrier REST API (voicecore.sim.carrier_rest.CarrierRestServer)
         self.loads: list[asyncio.subprocess.Process] = []
         self.readers: list[asyncio.Task] = []
         self.status: dict = {}  # each load process's last status line, by its index (read_status_lines)
@@ -571,6 +572,19 @@ class LevelRun:
         if opts.carrier != "twilio":
             # this run's secrets for the carrier: the stack gets its halves
             config, self.credentials = carrier_config(config, opts.carrier)
+        if agent is not None:
+            # An agent hangs up and transfers through the carrier's REST API: simulated here, granting every
+            # request (the calls live in the load processes and run on to their scripts' end, as the load
+            # expects); without it the stack would close those calls' streams (no API to take the request).
+            from voicecore.sim.carrier import generate_credentials
+            from voicecore.sim.carrier_rest import CarrierRestServer
+
+            rest_credentials = self.credentials or generate_credentials(config.twilio_auth_token)
+            self.rest_server = CarrierRestServer(rest_credentials, accept_unknown_calls=True)
+            await self.rest_server.__aenter__()
+            names = {f.name for f in dataclasses.fields(config)}
+            config = dataclasses.replace(config, **{k: v for k, v in rest_credentials.rest_settings(
+                self.rest_server.base_url).items() if k in names})
         self.config = config
         self.stack = Stack(config)
         await asyncio.to_thread(self.stack.start, self.log_file)
@@ -747,6 +761,8 @@ class LevelRun:
             await asyncio.to_thread(self.stack.stop)
         if self.tool_server is not None:
             await self.tool_server.stop()
+        if self.rest_server is not None:
+            await self.rest_server.__aexit__(None, None, None)
         self.log_file.close()
 
     # ---- the figures ----
