@@ -381,7 +381,10 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         report["agent"] = figures
         report["problems"] = list(report.get("problems", [])) + figures["problems"]
         report["ok"] = bool(report["ok"] and not figures["problems"])
-    report["ok"] = bool(report["ok"] and not leftovers and not Path(config.runtime_dir).exists())
+    left = list(leftovers) + ([config.runtime_dir] if Path(config.runtime_dir).exists() else [])
+    if left:  # named, so a failed run says why (it used to fail with an empty problems list)
+        report["problems"] = list(report.get("problems", [])) + [f"left behind after the stack stopped: {', '.join(left)}"]
+    report["ok"] = bool(report["ok"] and not left)
     return report
 
 
