@@ -317,3 +317,32 @@ def test_turn_latency_runs_from_the_end_of_the_speech_to_the_first_agent_frame()
     assert report["turn_latency_ms"]["max"] == 710 and report["turn_latency_model_ms"]["max"] == 650
     assert report["turn_latency_runtime_ms"]["max"] == 60
     assert report["model_to_carrier_ms"] == report["mouth_to_ear_ms"] and report["model_to_carrier_ms"]["max"] == 10
+
+
+def test_every_reason_for_a_failed_run_has_its_problem_line():
+    # A stale frame: audio of a cancelled response after the clear that cut it.
+    core = _core()
+    _send(core, 1, 20, 0)
+    core.tick_play(100)
+    assert core.note_bargein(100)
+    _clear(core, 120)
+    _send(core, 1, 5, 130, start=20)
+    core.tick_play(2000)
+    core.stop_message(2000)
+    report = _report(core, _record([110], [_response("a", 0)]))
+    assert report["stale_frames"] == 5 and not report["ok"]
+    assert report["problems"] == ["5 stale frame(s): audio of a cancelled response reached the caller"]
+    empty = summarize([], RecordSet([]), seconds=10, cpu_seconds=0.0, wall_seconds=10)
+    assert not empty["ok"] and empty["problems"] == ["no calls were placed"]
+
+
+def test_a_call_that_did_not_end_normally_is_named_first():
+    core = _core()
+    _send(core, 1, 20, 0)
+    core.tick_play(2000)
+    result = CallResult("CA1", core.metrics, core.statistics(), None, "server", ["closed 1011"], core)
+    report = summarize([result], RecordSet([_record([], [_response("a", 0)])]), seconds=10, cpu_seconds=0.0,
+                       wall_seconds=10, expect_bargeins=False)
+    assert not report["ok"]
+    assert report["problems"][0] == "1 of 1 call(s) did not end normally"
+    assert any("ended by server" in p for p in report["problems"])

@@ -581,20 +581,23 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         # voicecore_tool_duration_seconds' counts, as /metrics exports them: tools run, by outcome
         report["tool_runs_by_outcome"] = {outcome: int(model.get(f'tool_duration_seconds_count{{outcome="{outcome}"}}', 0))
                                           for outcome in ("ok", "error")}
+    # Every reason for ok false has its line: a failed run must say why (the per-call lines come after).
+    if not calls:
+        problems.insert(0, "no calls were placed")
+    if truncate and max(truncate) > TRUNCATE_TOLERANCE_MS:
+        problems.insert(0, f"a truncate point was {max(truncate):.1f} ms from what the caller heard "
+                           f"(tolerance {TRUNCATE_TOLERANCE_MS} ms)")
+    if underruns_available:
+        problems.insert(0, f"{underruns_available} underrun(s) while the model's audio was available")
+    if stale:
+        problems.insert(0, f"{stale} stale frame(s): audio of a cancelled response reached the caller")
+    if completed != calls:
+        problems.insert(0, f"{calls - completed} of {calls} call(s) did not end normally")
     # the two-voices figures first: one line each, ahead of the per-call lines the list is cut after
     if bargeins_without_clear:
         problems.insert(0, f"{bargeins_without_clear} barge-in(s) got no clear within {BARGEIN_CLEAR_WINDOW_MS} ms")
     if overlapping_frames:
         problems.insert(0, f"{overlapping_frames} frame(s) of an older response played after a newer one's began (two voices)")
     report["problems"] = problems[:50]
-    report["ok"] = bool(
-        calls
-        and completed == calls
-        and stale == 0
-        and overlapping_frames == 0
-        and bargeins_without_clear == 0
-        and underruns_available == 0
-        and not problems
-        and (not truncate or max(truncate) <= TRUNCATE_TOLERANCE_MS)
-    )
+    report["ok"] = not problems
     return report

@@ -270,6 +270,8 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
                 sim_config: SimConfig | None = None, agent_dir: Path | None = None, scenario: Scenario | None = None,
                 carrier: str = "twilio") -> dict:
     sim_config = sim_config or demo_sim_config()
+    loop_exceptions = LoopExceptions()
+    asyncio.get_running_loop().set_exception_handler(loop_exceptions)
     base = resolve_config(load_config(os.environ, config_path))
     credentials: CarrierCredentials | None = None
     if carrier != "twilio":
@@ -381,11 +383,55 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         report["agent"] = figures
         report["problems"] = list(report.get("problems", [])) + figures["problems"]
         report["ok"] = bool(report["ok"] and not figures["problems"])
+    crashes = list(loop_exceptions.problems)
+    log_path = Path(getattr(log_file, "name", ""))
+    if log_path.is_file():
+        log_file.flush()
+        crashes += tracebacks(log_path.read_text(errors="replace"), "a stack process (its log)")
+    if crashes:
+        report["problems"] = crashes + list(report.get("problems", []))
+        report["ok"] = False
     left = list(leftovers) + ([config.runtime_dir] if Path(config.runtime_dir).exists() else [])
     if left:  # named, so a failed run says why (it used to fail with an empty problems list)
         report["problems"] = list(report.get("problems", [])) + [f"left behind after the stack stopped: {', '.join(left)}"]
     report["ok"] = bool(report["ok"] and not left)
     return report
+
+
+TRACEBACK_HEAD = "Traceback (most recent call last):"
+
+
+def tracebacks(text: str, where: str) -> list[str]:
+    """One problem line per Python traceback in ``text`` (a process's output): ``where`` and the exception
+    it ended with, so a run that went wrong inside a stack or simulator process says so by name."""
+    found: list[str] = []
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if not line.rstrip().endswith(TRACEBACK_HEAD):
+            continue
+        prefix = line[: len(line.rstrip()) - len(TRACEBACK_HEAD)]
+        exception = "(its last line is missing)"
+        for later in lines[index + 1:]:
+            body = later[len(prefix):] if later.startswith(prefix) else later
+            if body and not body[0].isspace():
+                exception = body.strip()
+                break
+        found.append(f"traceback in {where}: {exception[:300]}")
+    return found
+
+
+class LoopExceptions:
+    """The demo loop's unhandled exceptions (a simulator's callback that raised): kept as problems and
+    passed on to the default handler, which prints them as before."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        exc = context.get("exception")
+        what = f"{type(exc).__name__}: {exc}" if exc is not None else context.get("message", "unknown error")
+        self.problems.append(f"traceback in the simulators (demo process): {context.get('message', '')}: {what}"[:400])
+        loop.default_exception_handler(context)
 
 
 def fetch_gateway_metrics(config: Config) -> dict:

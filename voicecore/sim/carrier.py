@@ -417,10 +417,7 @@ class CallRunner:
             # Frames due before the end still go out, even if the tick that owed them was skipped.
             if origin is not None:
                 out.extend(core.tick_send(math.nextafter(origin + self.script.duration_ms, -math.inf)))
-            if self._modes:
-                out.extend(core.stop_messages(now_ms))
-            else:
-                out.append(core.stop_message(now_ms))
+            out.extend(core.stop_messages(now_ms))
             self._send(out)
             self.closed_by = "carrier"
             self.stream.close(1000)

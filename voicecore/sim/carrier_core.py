@@ -765,6 +765,11 @@ class CarrierCall(PlayoutCore):
             "stop": {"accountSid": self.account_sid, "callSid": self.call_sid},
         })
 
+    def stop_messages(self, now_ms: float | None = None) -> list[str]:
+        """The messages that end the stream: Twilio's is the one `stop` (the other carriers' adapters,
+        carrier_modes_core.ModeCall, may send several or none; the simulator asks every adapter this way)."""
+        return [self.stop_message(now_ms)]
+
     def _next_seq(self) -> str:
         # One counter across all message types (A.2).
         self._seq += 1
