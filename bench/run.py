@@ -566,6 +566,10 @@ class LevelRun:
             from voicecore.agent.settings import configure
 
             config = configure(config, os.environ)[0]  # its knowledge folder, model and language for every process
+        elif config.call_control == "auto":
+            # Without an agent scenario the bench measures the bare stream (the spine), as its published
+            # figures always have; VOICECORE_CALL_CONTROL=turns measures the controller instead.
+            config = dataclasses.replace(config, call_control="spine")
         if opts.transport == "unix":
             self.unix_socket = str(workdir / "gateway.sock")
             config = dataclasses.replace(config, listen=UNIX_PREFIX + self.unix_socket, public_url=UNIX_BASE_URL)

@@ -72,9 +72,10 @@ def test_the_configured_agent_is_the_default_unless_one_is_set():
     assert {p.code for p in caught.value.problems} == {"missing-env"}
 
 
-def test_call_control_auto_means_turns_with_an_agent():
+def test_call_control_auto_means_turns_for_any_agent_the_default_one_too():
+    # the shipped default agent is an agent: its caller's mm-hmm must not cut it either
     assert load_config({}).call_control == "auto"
-    assert effective_call_control(load_config({})) == "spine"
+    assert effective_call_control(load_config({})) == "turns"
     assert effective_call_control(load_config({"VOICECORE_AGENT": "/agents/x"})) == "turns"
     assert effective_call_control(load_config({"VOICECORE_AGENT": "/agents/x", "VOICECORE_CALL_CONTROL": "spine"})) == "spine"
     assert effective_call_control(load_config({"VOICECORE_CALL_CONTROL": "turns"})) == "turns"
@@ -221,6 +222,13 @@ debounce_cap_ms = 2000
     ('name = "x"\ninstructions = "Help."\n', {"flow.json": "{}", "flow.toml": ""},
      {("agent.toml", "conflicting-keys", "$.flow")}),
     ('name = "x"\ninstructions = "Help.\n', {}, {("agent.toml", "syntax", "$")}),
+    ('name = "x"\ninstructions = "Help."\n[turns]\ndetection = "push_to_talk"\neagerness = "eager"\n'
+     'backchannels = ["", 3]\ntranscript_wait_ms = 50\ncolour = 1\n', {},
+     {("agent.toml", "unknown-turn-detection", "$.turns.detection"), ("agent.toml", "unknown-eagerness", "$.turns.eagerness"),
+      ("agent.toml", "empty-value", "$.turns.backchannels[0]"), ("agent.toml", "wrong-type", "$.turns.backchannels[1]"),
+      ("agent.toml", "out-of-range", "$.turns.transcript_wait_ms"), ("agent.toml", "unknown-key", "$.turns.colour")}),
+    ('name = "x"\ninstructions = "Help."\n[turns]\neagerness = "high"\n', {},
+     {("agent.toml", "conflicting-keys", "$.turns.eagerness")}),
 ])
 def test_agent_toml_problems(tmp_path, agent_toml, files, expected):
     assert codes(check_agent(write_agent(tmp_path / "agent", agent_toml, files)).problems) == expected
@@ -252,3 +260,25 @@ def test_a_missing_directory_is_one_problem(tmp_path):
     with pytest.raises(AgentError, match="no such agent directory"):
         load_agent(tmp_path / "nowhere")
     assert codes(check_agent(tmp_path).problems) == {("agent.toml", "missing-file", "$")}
+
+
+def test_turns_section_sets_how_the_callers_turns_are_detected_and_read(tmp_path):
+    agent = write_agent(tmp_path / "agent", '''name = "x"
+instructions = "Help."
+languages = ["sv", "en"]
+[turns]
+detection = "semantic_vad"
+eagerness = "low"
+transcription_model = "whisper-1"
+backchannels = ["sounds good", "  kanon  "]
+transcript_wait_ms = 2000
+''')
+    spec = load_agent(agent)
+    assert (spec.turn_detection, spec.vad_eagerness, spec.transcription_model, spec.backchannels, spec.transcript_wait_ms) == (
+        "semantic_vad", "low", "whisper-1", ("sounds good", "kanon"), 2000)
+    assert round_trips(spec)
+    defaults = load_agent(write_agent(tmp_path / "plain", 'name = "y"\ninstructions = "Help."\n'))
+    assert (defaults.turn_detection, defaults.transcription_model, defaults.backchannels) == (
+        "server_vad", "gpt-4o-mini-transcribe", ())
+    warned = check_agent(write_agent(tmp_path / "odd", 'name = "z"\ninstructions = "Help."\n[turns]\ntranscription_model = "gpt-9"\n'))
+    assert warned.spec is not None and {w.code for w in warned.warnings} == {"unknown-transcription-model"}

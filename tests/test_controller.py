@@ -99,26 +99,69 @@ def test_bare_vad_edge_holds_release_then_resumes_without_words():
     assert (c.stats.false_interruptions, c.stats.bargeins) == (1, 0)
 
 
-def test_words_for_half_a_second_barge_in_with_truncate_at_the_played_position():
+def test_a_word_that_is_not_a_backchannel_cuts_at_once_with_truncate_at_the_played_position():
     c, tag = speaking_controller()
     p = C.Playout(tag, 10, 400 * MS, tag, 14, 480 * MS)
     c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=100, item_id="u1"), 400 * MS, p)
-    words = ev(type="conversation.item.input_audio_transcription.delta", item_id="u1", content_index=0, delta="stop ")
-    assert not any(isinstance(a, C.CancelTag) for a in c.on_model_event(words, 700 * MS, p))  # only 0.3 s so far
     p2 = C.Playout(tag, 15, 500 * MS, tag, 15, 520 * MS)
-    out = c.on_tick(900 * MS, p2)
-    assert out[0] == C.CancelTag(tag, 900 * MS)
+    words = ev(type="conversation.item.input_audio_transcription.delta", item_id="u1", content_index=0, delta="stop ")
+    out = c.on_model_event(words, 700 * MS, p2)  # 0.3 s of speech: its length does not matter, its word does
+    assert out[0] == C.CancelTag(tag, 700 * MS)
     assert [e["type"] for e in sent(out)] == ["response.cancel", "conversation.item.truncate"]
     assert sent(out)[1]["audio_end_ms"] == 300  # 15 frames echoed; the carrier ran dry at 520 ms
-    assert c.stats.bargein_latency_ms == [500]
+    assert c.stats.bargein_latency_ms == [300]
 
 
-def test_speech_without_words_interrupts_after_the_one_second_fallback():
+def test_speech_without_words_holds_then_its_length_decides_once_the_words_are_overdue():
+    long_speech, _ = speaking_controller()
+    short_speech, tag = speaking_controller()
+    p = C.Playout(tag, 10, 400 * MS, tag, 14, 480 * MS)
+    for c, end_ms in ((long_speech, 1000), (short_speech, 600)):
+        c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=100, item_id="u1"), 400 * MS, p)
+        assert not any(isinstance(a, (C.CancelTag, C.ResumeTag)) for a in c.on_tick(5000 * MS, p))  # still speaking: held
+        c.on_model_event(ev(type="input_audio_buffer.speech_stopped", audio_end_ms=end_ms, item_id="u1"), 5100 * MS, p)
+        assert not any(isinstance(a, (C.CancelTag, C.ResumeTag)) for a in c.on_tick(6580 * MS, p))  # words may come
+    # 600 ms of speech with no words in 1.5 s: a turn; 200 ms: a noise, and the agent goes on
+    assert any(isinstance(a, C.CancelTag) for a in long_speech.on_tick(6600 * MS, p))
+    out = short_speech.on_tick(6600 * MS, p)
+    assert C.ResumeTag(tag) in out and not any(isinstance(a, C.CancelTag) for a in out)
+    # ... until its words come after all: "no" is a turn, cut where the resumed answer is
+    late = ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0, transcript="No.")
+    out = short_speech.on_model_event(late, 7000 * MS, p)
+    assert out[0] == C.CancelTag(tag, 7000 * MS)
+    assert short_speech.stats.turns_reopened == 1
+
+
+def test_a_backchannel_lets_the_agent_carry_on_and_asks_for_nothing():
     c, tag = speaking_controller()
     p = C.Playout(tag, 10, 400 * MS, tag, 14, 480 * MS)
     c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=100, item_id="u1"), 400 * MS, p)
-    assert not any(isinstance(a, C.CancelTag) for a in c.on_tick(1380 * MS, p))
-    assert any(isinstance(a, C.CancelTag) for a in c.on_tick(1400 * MS, p))
+    c.on_model_event(ev(type="input_audio_buffer.speech_stopped", audio_end_ms=1300, item_id="u1"), 1700 * MS, p)
+    delta = ev(type="conversation.item.input_audio_transcription.delta", item_id="u1", content_index=0, delta="Okay")
+    assert not any(isinstance(a, (C.ResumeTag, C.CancelTag)) for a in c.on_model_event(delta, 1900 * MS, p))  # more may come
+    done = ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0, transcript="Okay, okay.")
+    out = c.on_model_event(done, 1950 * MS, p)
+    assert C.ResumeTag(tag) in out and not sent(out)
+    assert (c.stats.backchannels, c.stats.bargeins) == (1, 0)
+    assert not any(e["type"] == "response.create" for e in sent(c.on_tick(5000 * MS, C.Playout(tag, 15, 500 * MS, tag, 15, 520 * MS))))
+
+
+def test_an_agents_own_backchannel_phrases_extend_the_lexicon():
+    c = started(C.CallController("CA1", config=C.ControllerConfig(backchannels=("you bet",))))
+    (tag,) = [a.tag for a in c.on_model_event(created("r1", 1), 100 * MS, IDLE) if isinstance(a, C.OpenTag)]
+    c.on_model_event(delta("r1", 160 * 100), 110 * MS, IDLE)
+    p = C.Playout(tag, 10, 400 * MS, tag, 14, 480 * MS)
+    c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=100, item_id="u1"), 400 * MS, p)
+    c.on_model_event(ev(type="input_audio_buffer.speech_stopped", audio_end_ms=900, item_id="u1"), 1300 * MS, p)
+    done = ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0, transcript="You bet.")
+    assert C.ResumeTag(tag) in c.on_model_event(done, 1400 * MS, p)
+
+
+def test_semantic_vad_is_configured_with_its_eagerness():
+    c = C.CallController("CA1", config=C.ControllerConfig(turn_detection="semantic_vad", vad_eagerness="low"))
+    (update,) = [e for e in sent(c.start(0)) if e["type"] == "session.update"]
+    assert update["session"]["audio"]["input"]["turn_detection"] == {
+        "type": "semantic_vad", "eagerness": "low", "create_response": False, "interrupt_response": False}
 
 
 def test_watchdog_retries_a_prompt_three_times_then_the_flow_advances():
@@ -365,3 +408,20 @@ def test_a_reconnected_session_gets_the_conversation_so_far():
     assert restored == [("user", {"type": "input_text", "text": "What does Basic cost?"}),
                         ("assistant", {"type": "output_text", "text": "Basic costs 99 kronor."})]
     assert [e["type"] for e in out].index("conversation.item.create") == 1  # before any new response
+
+
+def test_the_agents_turns_section_and_the_operators_transcription_model_reach_the_controller():
+    import dataclasses
+
+    from voicecore.agent.spec import AgentSpec, FlowSpec
+    from voicecore.config import load_config
+    from workers.model.main import controller_config
+
+    agent = AgentSpec(name="x", instructions="Help.", flow=FlowSpec("main", {}, {}), languages=("sv",),
+                      turn_detection="semantic_vad", vad_eagerness="high", transcription_model="whisper-1",
+                      backchannels=("kanon",), transcript_wait_ms=900)
+    cfg = controller_config(load_config({}), agent)
+    assert (cfg.languages, cfg.backchannels, cfg.turn_detection, cfg.vad_eagerness, cfg.transcription_model,
+            cfg.transcript_wait_ms) == (("sv",), ("kanon",), "semantic_vad", "high", "whisper-1", 900)
+    operator = dataclasses.replace(load_config({}), transcription_model="gpt-4o-transcribe")
+    assert controller_config(operator, agent).transcription_model == "gpt-4o-transcribe"

@@ -173,6 +173,12 @@ FIXTURES: list[tuple[dict[str, Any], Any]] = [
         ev.InputTranscriptionCompleted("item_U", "hello"),
     ),
     (
+        {"type": "conversation.item.input_audio_transcription.failed", "event_id": "e", "item_id": "item_U",
+         "content_index": 0, "error": {"type": "transcription_error", "code": "audio_unintelligible",
+                                       "message": "Audio could not be transcribed", "param": None}},
+        ev.InputTranscriptionFailed("item_U", "Audio could not be transcribed"),
+    ),
+    (
         {"type": "response.function_call_arguments.done", "event_id": "e", "response_id": "resp_R",
          "item_id": "item_F", "output_index": 0, "call_id": "call_1", "name": "lookup", "arguments": "{}"},
         ev.FunctionCallArgumentsDone("resp_R", "item_F", "call_1", "lookup", "{}"),

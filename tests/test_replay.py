@@ -47,7 +47,8 @@ def test_a_changed_output_is_reported_as_the_first_divergence():
 def test_a_changed_policy_diverges_where_it_first_matters():
     o = recorded()
     header, entries = record.loads(o.recorder.dumps())
-    header = {**header, "config": {**header["config"], "bargein_min_speech_ms": 700}}
+    # the agent says the caller's words are one of its backchannels: the barge-in becomes a resume
+    header = {**header, "config": {**header["config"], "backchannels": ["yes i have a question"]}}
     result = replay.replay(header, entries)
     assert not result.identical and result.divergence.expected["type"] == "CancelTag"
 

@@ -119,10 +119,10 @@ def scripted_call(call_sid: str = "CA1", end: str = "caller") -> ScriptedCall:
     speaking_ms = request_ms + 1000
     playing = C.Playout(tag, 20, speaking_ms * MS, tag, 25, (speaking_ms + 100) * MS)
     r.on_model_event(ev(type="input_audio_buffer.speech_started", item_id="u2", audio_start_ms=speaking_ms), speaking_ms * MS, playing)
-    r.on_model_event(ev(type="conversation.item.input_audio_transcription.delta", item_id="u2", content_index=0,
-                        delta="no wait "), (speaking_ms + 300) * MS, playing)
-    cancel_ms = 0
-    for at_ms in range(speaking_ms + 320, speaking_ms + 3000, 20):
+    out = r.on_model_event(ev(type="conversation.item.input_audio_transcription.delta", item_id="u2", content_index=0,
+                              delta="no wait "), (speaking_ms + 300) * MS, playing)
+    cancel_ms = speaking_ms + 300 if any(isinstance(a, C.CancelTag) for a in out) else 0  # the words decide at once
+    for at_ms in range(speaking_ms + 320, speaking_ms + 3000, 20) if not cancel_ms else ():
         if any(isinstance(a, C.CancelTag) for a in r.on_tick(at_ms * MS, playing)):
             cancel_ms = at_ms
             break

@@ -53,7 +53,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs,
                     record_dir=None if args.no_record else args.record_dir,
                     overlap_probability=args.overlap_probability, late_deltas=args.late_deltas, agent_dir=args.agent,
-                    carrier=args.carrier)
+                    carrier=args.carrier, transcription=args.transcription)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -117,7 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--late-deltas", type=int, default=2, choices=range(4), metavar="N",
                       help="audio deltas the model simulator still sends after a cancel, 0-3 (default 2)")
     demo.add_argument("--agent", metavar="DIR",
-                      help="agent directory (its demo.toml scripts the calls; default: the shipped default agent)")
+                      help="agent directory (its demo.toml scripts the calls; default: the shipped default agent, "
+                           "whose callers ask, talk over the agent, say backchannels and cough)")
+    demo.add_argument("--transcription", metavar="MODEL", choices=("gpt-4o-mini-transcribe", "gpt-4o-transcribe", "whisper-1"),
+                      help="the vendor's transcription model for the caller's words (sets transcription_model): the "
+                           "gpt-4o-transcribe family streams words after the speech ends, whisper-1 sends them only "
+                           "late and whole; the model simulator does as the vendor does (default: the agent's)")
     demo.add_argument("--carrier", default="twilio", choices=("twilio", "telnyx", "plivo", "vonage", "exotel"),
                       help="the carrier the simulated calls come from: its signed webhook, answer document and "
                            "media stream (default twilio); the demo makes the carrier's secrets for the run")

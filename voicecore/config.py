@@ -86,7 +86,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vonage_application_id", str, "", "Vonage: the application id whose JWT (RS256, with vonage_private_key) authenticates PUT /v1/calls/{uuid} to hang up or transfer a Vonage call; empty: a Vonage call's agent cannot hang up or transfer through the API (logged; the gateway closes the stream instead)"),
     Setting("vonage_private_key", str, "", "Vonage: the application's private key: the PEM text, or the path of the PEM file; required with vonage_application_id"),
     Setting("vonage_api_base", str, "https://api.nexmo.com", "base URL of Vonage's Voice API (PUT /v1/calls/{uuid}); tests point it at the carrier simulator"),
-    Setting("call_control", str, "auto", "spine: barge-in on the model's speech_started; turns: the turn-taking controller (semantic barge-in, debounce, watchdog, check-ins, the agent's flow and tools), with call records; auto: turns when an agent directory is set, spine otherwise"),
+    Setting("call_control", str, "auto", "turns: the turn-taking controller (turns decided by what the caller said, debounce, watchdog, check-ins, the agent's flow and tools), with call records; spine: barge-in on every speech_started of the model's VAD (the bare stream the bench measures; a caller's mm-hmm cuts the agent); auto: turns, for the configured agent or the shipped default one"),
+    Setting("transcription_model", str, "", "the vendor's model that transcribes the caller's words (gpt-4o-mini-transcribe, gpt-4o-transcribe, whisper-1); empty: the agent's [turns] transcription_model"),
     Setting("agent", str, "", "agent directory (agent.toml and the files it names); empty: the shipped default agent"),
     Setting("gate_policy", str, "off", "which responses the validator must approve before they play: off, numbers, scripted or strict"),
     Setting("safe_line", str, "I can't verify that.", "what the agent says instead of a response the validator rejected"),
@@ -161,6 +162,7 @@ class Config:
     vonage_private_key: str
     vonage_api_base: str
     call_control: str
+    transcription_model: str
     agent: str
     gate_policy: str
     safe_line: str
@@ -401,10 +403,11 @@ def _validate(values: dict[str, object]) -> None:
 
 
 def effective_call_control(config: Config) -> str:
-    """What call_control means for this configuration, "spine" or "turns" ("auto": turns with an agent directory,
-    whose flow and tools only the turn-taking controller runs; spine without one, as before agents existed)."""
+    """What call_control means for this configuration, "spine" or "turns" ("auto": turns, for the configured
+    agent or the shipped default one: only the turn-taking controller runs an agent's flow and tools, and only
+    it tells a backchannel from a turn)."""
     if config.call_control == "auto":
-        return "turns" if config.agent else "spine"
+        return "turns"
     return config.call_control
 
 

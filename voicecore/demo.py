@@ -33,12 +33,12 @@ import h11
 
 from voicecore.agent import settings as agent_settings
 from voicecore.agent.demo_report import agent_figures
-from voicecore.agent.load import AgentError, load_agent
+from voicecore.agent.load import AgentError, default_agent_dir, load_agent
 from voicecore.agent.scenario import Scenario, ScenarioError, load_scenario
 from voicecore.agent.spec import AgentSpec
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import StackCpu, summarize
-from voicecore.config import Config, load_config
+from voicecore.config import Config, ConfigError, load_config
 from voicecore.console import probe
 from voicecore.sim.audio_clips import load_clip
 from voicecore.sim.audio_match import match_frames
@@ -268,11 +268,13 @@ def _arena_name(config: Config) -> str:
 
 async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file, record_dir: Path | None = None,
                 sim_config: SimConfig | None = None, agent_dir: Path | None = None, scenario: Scenario | None = None,
-                carrier: str = "twilio") -> dict:
+                carrier: str = "twilio", transcription: str | None = None) -> dict:
     sim_config = sim_config or demo_sim_config()
     loop_exceptions = LoopExceptions()
     asyncio.get_running_loop().set_exception_handler(loop_exceptions)
     base = resolve_config(load_config(os.environ, config_path))
+    if transcription:
+        base = dataclasses.replace(base, transcription_model=transcription)
     credentials: CarrierCredentials | None = None
     if carrier != "twilio":
         base, credentials = carrier_config(base, carrier)
@@ -434,6 +436,15 @@ class LoopExceptions:
         loop.default_exception_handler(context)
 
 
+def spine_configured(config_path: str | None) -> bool:
+    """The configuration asks for the bare stream (call_control = spine): the demo then runs the spine's
+    scripted call instead of an agent's scenario."""
+    try:
+        return load_config(os.environ, config_path).call_control == "spine"
+    except ConfigError:  # reported where the stack is configured, with its message
+        return False
+
+
 def fetch_gateway_metrics(config: Config) -> dict:
     """The running stack's /metrics (the gateway's JSON counters), or {} when the gateway does not answer
     with them: a report then goes without stack metrics rather than failing. Blocking (a thread's job)."""
@@ -446,18 +457,24 @@ def fetch_gateway_metrics(config: Config) -> dict:
 
 def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None, keep_logs: bool = False,
              record_dir: str | None = DEFAULT_RECORD_DIR, overlap_probability: float = 0.0,
-             late_deltas: int = DEFAULT_LATE_DELTAS, agent_dir: str | None = None, carrier: str = "twilio") -> int:
+             late_deltas: int = DEFAULT_LATE_DELTAS, agent_dir: str | None = None, carrier: str = "twilio",
+             transcription: str | None = None) -> int:
     """``record_dir``: one record per call goes there (created 0700 if missing); None: no records.
     ``overlap_probability``, ``late_deltas``: the model simulator's SimConfig.overlap_probability and
     late_deltas_after_cancel. ``agent_dir``: run this agent against its demo scenario (demo.toml: the
     callers' scripts, the simulated model's rules, a fake of its tool API) under the turn-taking controller.
     ``carrier``: the carrier the simulator acts as (twilio, telnyx, plivo, vonage, exotel); the demo makes
-    that carrier's secrets for the run and gives the stack its halves."""
+    that carrier's secrets for the run and gives the stack its halves. Without ``agent_dir`` the shipped
+    default agent runs its own scenario, under the turn-taking controller as `voicecore up` runs it
+    (``call_control = spine`` in the configuration runs the bare stream's demo instead).
+    ``transcription``: the transcription model the stack asks the vendor for (None: the agent's)."""
     if carrier not in CARRIERS:
         print(f"voicecore demo: --carrier must be one of {', '.join(CARRIERS)}", file=sys.stderr)
         return 2
     scenario: Scenario | None = None
     agent_path: Path | None = None
+    if agent_dir is None and not spine_configured(config_path):
+        agent_dir = str(default_agent_dir())
     if agent_dir is not None:
         agent_path = Path(agent_dir).expanduser().resolve()
         try:
@@ -493,7 +510,7 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
         with open(log_path, "wb") as log_file:
             try:
                 report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file, records, sim_config,
-                                           agent_path, scenario, carrier))
+                                           agent_path, scenario, carrier, transcription))
             except StackError as exc:
                 print(f"voicecore demo: {exc}", file=sys.stderr)
                 sys.stderr.write(log_path.read_text(errors="replace")[-4000:])

@@ -15,10 +15,15 @@ from typing import Callable
 
 from voicecore.call import controller as C
 
-from .harness import LEAD_MS, TICK_MS, Dtmf, HangUpCaller, ModelScript, Outcome, Plan, Speech
+from .harness import LEAD_MS, TICK_MS, WORD_GAP_MS, Dtmf, HangUpCaller, ModelScript, Outcome, Plan, Speech
 
 LONG = Plan(audio_ms=4000)
 TURN = Speech(1500, "I would like to book a table", after="question", offset_ms=2500)
+BARGE_IN = Speech(1500)  # "yes I have a question": starts like a backchannel, is not one
+NO_OVER_ANSWER = Speech(300, "no", after="answer", offset_ms=1000)
+YEAH_BUT = Speech(900, "yeah but on Friday", after="answer", offset_ms=1000)
+STOP_WHISPER = Speech(350, "stop", after="answer", offset_ms=1000, deltas=False, words_delay_ms=1200)
+LATE_WAIT = Speech(1600, "wait", after="answer", offset_ms=1000, words_delay_ms=1400)
 
 
 @dataclasses.dataclass
@@ -50,17 +55,33 @@ def frames_of(o: Outcome, prompt: str) -> dict[int, int]:
     return counts
 
 
-def _bargein(offset_ms: int, prompt: str = "answer") -> Callable[[Outcome], None]:
+VAD_SILENCE_MS = 500  # ModelScript.vad_stop_delay_ms: the commit comes this long after the speech ends
+
+
+def words_at_ms(sp: Speech, word: int = 0) -> int:
+    """When the ``word``-th word of ``sp`` reaches the controller, from the start of the speech (the harness
+    sends them as the vendor does: after the commit, WORD_GAP_MS apart)."""
+    return sp.dur_ms + VAD_SILENCE_MS + 1 + sp.words_delay_ms + word * WORD_GAP_MS
+
+
+def _bargein(offset_ms: int, prompt: str = "answer", speech: Speech | None = None) -> Callable[[Outcome], None]:
+    speech = speech or BARGE_IN
+
     def check(o: Outcome) -> None:
         st = o.controller.stats
-        assert st.bargeins == 1 and st.holds == 1
+        assert st.bargeins == 1 and st.holds == 1 and st.backchannels == 0
         cut_tag = min(frames_of(o, prompt))
         heard_ms = frames_of(o, prompt)[cut_tag] * 20
         # the VAD edge holds release at once: only the lead the carrier held plays over the caller
         assert offset_ms <= heard_ms <= offset_ms + LEAD_MS + TICK_MS
         (trunc,) = truncates(o)
         assert abs(trunc - heard_ms) <= 40, (trunc, heard_ms)  # truncate at what the caller heard
-        assert st.bargein_latency_ms == [500]
+        # cut when the words stop reading as a backchannel: "yes", "yes I" (-> "yes, I see") could still be
+        # one, "yes I have" is not; never resumed on the way
+        (latency,) = st.bargein_latency_ms
+        assert words_at_ms(speech, 2) <= latency <= words_at_ms(speech, 2) + 2 * TICK_MS, latency
+        assert not [e for e in o.recorder.entries if e["k"] == "out" and e["a"]["type"] == "ResumeTag"]
+        assert st.false_interruptions == 0 and st.turns_reopened == 0
     return check
 
 
@@ -93,13 +114,31 @@ def _cough(o: Outcome) -> None:
 
 def _backchannel(o: Outcome) -> None:
     st = o.controller.stats
-    assert st.bargeins == 0 and st.false_interruptions == 1
+    assert st.bargeins == 0 and st.backchannels == 1 and st.false_interruptions == 0
     assert list(frames_of(o, "answer").values()) == [200]
+    assert len(creates(o, "answer")) == 1  # nothing asked for the "mhm"
+    resume = _resume_at(o)
+    completed = _completed_at(o, "item_u2")
+    assert completed <= resume <= completed + 100  # the agent goes on as soon as the words say so
+
+
+def _resume_at(o: Outcome) -> int:
+    (resume,) = [e["t"] // 1_000_000 for e in o.recorder.entries if e["k"] == "out" and e["a"]["type"] == "ResumeTag"]
+    return resume
+
+
+def _completed_at(o: Outcome, item: str) -> int:
+    (done,) = [t for t, e in o.received("conversation.item.input_audio_transcription.completed") if e["item_id"] == item]
+    return done
 
 
 def _late_words(o: Outcome) -> None:
+    # "wait", its words 1.4 s after the commit (inside the transcript wait): the words decide, not the length
     st = o.controller.stats
-    assert st.bargeins == 1 and st.bargein_latency_ms == [1000]  # the 1.0 s fallback, words never in time
+    assert st.bargeins == 1 and st.false_interruptions == 0 and st.turns_reopened == 0
+    (latency,) = st.bargein_latency_ms
+    assert words_at_ms(LATE_WAIT) <= latency <= words_at_ms(LATE_WAIT) + 2 * TICK_MS
+    assert len(creates(o, "answer")) == 2  # and the "wait" is answered
 
 
 def _late_transcript_turn(o: Outcome) -> None:
@@ -218,12 +257,91 @@ def _end_call_tool(o: Outcome) -> None:
     assert st.requests_dropped == 1  # the flushed combined turn, made obsolete by the goodbye
     goodbyes = creates(o, "goodbye")
     assert goodbyes[0] > end_call_at  # end_call: flushed, then the goodbye right away ...
-    # ... but never over the caller: asked in a pause, the caller went on, so it was cancelled unheard
-    # and asked again once the caller was done.
-    assert goodbyes[-1] >= max(end for _, end, _ in o.speech)
-    assert st.unheard_cancels >= 1 and st.bargeins == 0
+    # ... but never over the caller: the caller was still talking (their words not all in), so it was asked
+    # once, when they were done.
+    assert len(goodbyes) == 1 and goodbyes[0] >= max(end for _, end, _ in o.speech)
+    assert st.bargeins == 0
     assert isinstance(o.end[1], C.HangUp) and len(o.heard_by_prompt()["goodbye"]) == 75
     assert o.overlap_ms() == 0
+
+
+# --- turn-taking by what the caller said --------------------------------------------------------------
+def _resumes(o: Outcome) -> list[int]:
+    return [e["t"] // 1_000_000 for e in o.recorder.entries if e["k"] == "out" and e["a"]["type"] == "ResumeTag"]
+
+
+def _cut_for_a_turn(decided_ms_after_start: int, resumed: bool = False) -> Callable[[Outcome], None]:
+    """A real turn over the answer: held at the VAD edge, cut when its words decide, and answered."""
+    def check(o: Outcome) -> None:
+        st = o.controller.stats
+        assert st.bargeins == 1 and st.holds == 1 and st.backchannels == 0
+        (latency,) = st.bargein_latency_ms
+        assert decided_ms_after_start <= latency <= decided_ms_after_start + 2 * TICK_MS, latency
+        assert bool(_resumes(o)) == resumed
+        assert len(creates(o, "answer")) == 2  # the words got their answer
+        answers = frames_of(o, "answer")
+        assert answers[min(answers)] * 20 <= 1000 + LEAD_MS + TICK_MS or resumed  # nothing more after the hold
+        assert answers[max(answers)] == 75  # the answer to the turn played whole
+    return check
+
+
+def _carries_on(kind: str) -> Callable[[Outcome], None]:
+    """A backchannel or a cough over the answer: held, then resumed as soon as it is known, never answered."""
+    def check(o: Outcome) -> None:
+        st = o.controller.stats
+        assert st.bargeins == 0 and st.holds == 1
+        assert (st.backchannels, st.false_interruptions) == ((1, 0) if kind == "backchannel" else (0, 1))
+        assert list(frames_of(o, "answer").values()) == [200]  # all of it, once
+        assert len(creates(o, "answer")) == 1 and truncates(o) == []
+        (resume,) = _resumes(o)
+        done = _completed_at(o, "item_u2")
+        assert done <= resume <= done + 100
+    return check
+
+
+def _reopened(o: Outcome) -> None:
+    # 0.4 s without words for 1.5 s: a cough, resumed; then its words ("sorry who is this") came: a turn after
+    # all, cut where the resumed answer was, and answered
+    st = o.controller.stats
+    assert st.false_interruptions == 1 and st.turns_reopened == 1 and st.bargeins == 1
+    (resume,) = _resumes(o)
+    done = _completed_at(o, "item_u2")
+    assert resume < done
+    (cancel,) = [t for t, _ in o.sent("conversation.item.truncate")]
+    assert done <= cancel <= done + TICK_MS
+    assert len(creates(o, "answer")) == 2
+
+
+def _answered_at_once(o: Outcome) -> None:
+    # a turn while the agent is silent: asked for when its transcript completes, not a fixed wait later
+    done = _completed_at(o, "item_u1")
+    (answer,) = creates(o, "answer")
+    assert done <= answer <= done + TICK_MS
+
+
+def _failed_transcript(kind: str) -> Callable[[Outcome], None]:
+    def check(o: Outcome) -> None:
+        st = o.controller.stats
+        if kind == "turn":
+            assert st.bargeins == 1 and len(creates(o, "answer")) == 2 and _resumes(o) == []
+        else:
+            assert st.bargeins == 0 and st.false_interruptions == 1 and len(_resumes(o)) == 1
+            assert list(frames_of(o, "answer").values()) == [200]
+    return check
+
+
+def _held_at_creation(words: bool) -> Callable[[Outcome], None]:
+    """The question was asked just before the caller began: created while they speak, it waits, held."""
+    def check(o: Outcome) -> None:
+        st = o.controller.stats
+        (start, _end, _) = o.speech[0]
+        question = o.heard_by_prompt().get("question", [])
+        assert not [at for _, _, at in question if at >= start and at < _completed_at(o, "item_u1")]
+        if words:
+            assert question == [] and len(creates(o, "answer")) == 1  # never heard; the turn answered
+        else:
+            assert len(question) == 75 and st.backchannels == 1 and creates(o, "answer") == []
+    return check
 
 
 # --- the validation gate (issue 5) in the controller: per-node release policies, retrieve-first ---------
@@ -292,14 +410,17 @@ def _no_support(o: Outcome) -> None:
     assert snippets["snippets"] == []
 
 
+# A fast transcript of the first fragment: its turn is asked for just before the caller goes on, so the
+# tool call arrives mid-sentence (seed 001's timeline).
 SEED001_CALLER = [
-    Speech(800, "Yeah. I'm", after="question", offset_ms=1600),
+    Speech(800, "Yeah. I'm", after="question", offset_ms=1600, words_delay_ms=50),
     Speech(1500, "currently having a problem", after="question", offset_ms=3100),
     Speech(1200, "with my air conditioning", after="question", offset_ms=5200),
 ]
 
 SCENARIOS = [
-    Scenario("bargein_early", [TURN, Speech(1500, after="answer", offset_ms=300)], _early, ModelScript(plans={"answer": [LONG, Plan()]})),
+    # 8 s of answer at 2x real time: still being generated when the caller's words decide, 2.7 s into it
+    Scenario("bargein_early", [TURN, Speech(1500, after="answer", offset_ms=300)], _early, ModelScript(plans={"answer": [Plan(audio_ms=8000), Plan()]})),
     Scenario("bargein_mid", [TURN, Speech(1500, after="answer", offset_ms=1500)], _bargein(1500), ModelScript(plans={"answer": [LONG, Plan()]})),
     Scenario("bargein_late", [TURN, Speech(1500, after="answer", offset_ms=3300)], _late, ModelScript(plans={"answer": [LONG, Plan()]})),
     Scenario("bargein_during_greeting", [Speech(1500, "hi I need help", after="greeting", offset_ms=400)], _greeting),
@@ -309,7 +430,7 @@ SCENARIOS = [
              ModelScript(plans={"answer": [LONG]})),
     Scenario("late_transcript_is_a_turn_not_a_cough", [TURN, Speech(700, "stop please", after="answer", offset_ms=1000, words_delay_ms=2500)],
              _late_transcript_turn, ModelScript(plans={"answer": [LONG, Plan()]}, vad_stop_delay_ms=200)),
-    Scenario("late_words_fallback", [TURN, Speech(1600, "wait", after="answer", offset_ms=1000, words_delay_ms=1400)], _late_words, ModelScript(plans={"answer": [LONG, Plan()]})),
+    Scenario("late_words_decide_within_the_wait", [TURN, LATE_WAIT], _late_words, ModelScript(plans={"answer": [LONG, Plan()]})),
     Scenario("fast_tool_call_mid_sentence", SEED001_CALLER, _seed001,
              ModelScript(plans={"answer": [Plan(tool="lookup_caller"), Plan(audio_ms=2500)]}), debounce=True),
     Scenario("end_call_flushes_debounce", SEED001_CALLER, _end_call_tool,
@@ -337,5 +458,31 @@ SCENARIOS = [
              ModelScript(plans={"question": [Plan(text=OFF_SCRIPT)]}), flow_args={"node_policies": {"question": "scripted"}}),
     Scenario("retrieve_first_without_support", [Speech(1500, "How much is the helicopter rental", after="question", offset_ms=2500)],
              _no_support, config=GATED),
+    # --- turn-taking by what the caller said (an answer of 4 s; the caller 1 s into it) ---
+    Scenario("short_real_turn_is_cut_and_answered", [TURN, NO_OVER_ANSWER], _cut_for_a_turn(words_at_ms(NO_OVER_ANSWER)),
+             ModelScript(plans={"answer": [LONG, Plan()]})),
+    Scenario("yeah_but_is_a_turn_not_a_backchannel", [TURN, YEAH_BUT], _cut_for_a_turn(words_at_ms(YEAH_BUT, 1)),
+             ModelScript(plans={"answer": [LONG, Plan()]})),
+    Scenario("late_completed_only_short_turn", [TURN, STOP_WHISPER], _cut_for_a_turn(words_at_ms(STOP_WHISPER)),
+             ModelScript(plans={"answer": [LONG, Plan()]})),
+    Scenario("long_backchannel_carries_on", [TURN, Speech(800, "okay okay", after="answer", offset_ms=1000)],
+             _carries_on("backchannel"), ModelScript(plans={"answer": [LONG]})),
+    Scenario("late_completed_only_backchannel", [TURN, Speech(400, "Mm-hmm.", after="answer", offset_ms=1000, deltas=False,
+                                                           words_delay_ms=1100)],
+             _carries_on("backchannel"), ModelScript(plans={"answer": [LONG]})),
+    Scenario("cough_completed_empty", [TURN, Speech(300, None, after="answer", offset_ms=1000, words_delay_ms=700)],
+             _carries_on("noise"), ModelScript(plans={"answer": [LONG]})),
+    Scenario("late_words_reopen_a_cough", [TURN, Speech(400, "sorry who is this", after="answer", offset_ms=1000, deltas=False,
+                                                      words_delay_ms=1800)],
+             _reopened, ModelScript(plans={"answer": [LONG, Plan()]})),
+    Scenario("failed_transcript_long_is_a_turn", [TURN, Speech(800, after="answer", offset_ms=1000, failed=True)],
+             _failed_transcript("turn"), ModelScript(plans={"answer": [LONG, Plan()]})),
+    Scenario("failed_transcript_short_is_noise", [TURN, Speech(300, after="answer", offset_ms=1000, failed=True)],
+             _failed_transcript("noise"), ModelScript(plans={"answer": [LONG]})),
+    Scenario("turn_answered_when_its_words_are_in", [TURN], _answered_at_once),
+    Scenario("created_over_a_backchannel_waits_then_plays", [Speech(500, "mhm", after="greeting", offset_ms=1520)],
+             _held_at_creation(words=False)),
+    Scenario("created_over_a_turn_is_never_heard", [Speech(900, "hello is anyone there", after="greeting", offset_ms=1520)],
+             _held_at_creation(words=True)),
     Scenario("goodbye_then_hangup", [TURN, Speech(1200, "thanks that's all", after="answer", offset_ms=2500)], _goodbye, flow_args={"max_turns": 1}),
 ]

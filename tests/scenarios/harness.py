@@ -48,7 +48,10 @@ class Speech:
     """Caller speech from start to start+dur (ms). ``words``: its transcript (None: cough/breath/noise).
 
     Start is absolute (``at_ms``) or ``offset_ms`` after the first heard frame of prompt ``after``.
-    ``words_delay_ms``: first transcription delta after the speech starts (late words: make it large).
+    The words come as the vendor sends them: after the VAD's commit (speech end + its silence), the first
+    ``words_delay_ms`` after it; word by word ``WORD_GAP_MS`` apart then ``completed`` (``deltas``: the
+    gpt-4o-transcribe family), or only the ``completed`` (``deltas=False``: whisper-1). ``failed``: the
+    transcription fails instead (no words ever).
     """
 
     dur_ms: int
@@ -57,6 +60,11 @@ class Speech:
     after: str | None = None
     offset_ms: int = 0
     words_delay_ms: int = 300
+    deltas: bool = True
+    failed: bool = False
+
+
+WORD_GAP_MS = 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +106,6 @@ class ModelScript:
     late_deltas_after_cancel: int = 2
     vad_stop_delay_ms: int = 500  # server VAD silence_duration_ms
     spontaneous_at_ms: int | None = None  # the model starts a response nobody asked for
-    transcribe_ms: int = 200  # speech stopped -> transcription completed
 
 
 @dataclasses.dataclass
@@ -251,15 +258,21 @@ class FakeModel:
         item = f"item_u{n}"
         end = start + sp.dur_ms
         self.emit(start, {"type": "input_audio_buffer.speech_started", "audio_start_ms": max(0, start - 300), "item_id": item})
-        if sp.words:
-            self.emit(start + sp.words_delay_ms, {"type": "conversation.item.input_audio_transcription.delta",
-                                                 "item_id": item, "content_index": 0, "delta": sp.words.split()[0] + " "})
         stop = end + self.script.vad_stop_delay_ms
         self.emit(stop, {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": end, "item_id": item})
         self.emit(stop + 1, {"type": "input_audio_buffer.committed", "item_id": item, "previous_item_id": None})
-        done_at = max(stop, start + sp.words_delay_ms) + self.script.transcribe_ms
-        self.emit(done_at, {"type": "conversation.item.input_audio_transcription.completed", "item_id": item,
-                            "content_index": 0, "transcript": sp.words or ""})
+        at = stop + 1 + sp.words_delay_ms
+        if sp.failed:
+            self.emit(at, {"type": "conversation.item.input_audio_transcription.failed", "item_id": item,
+                           "content_index": 0, "error": {"type": "transcription_error", "message": "failed"}})
+            return
+        if sp.words and sp.deltas:
+            for i, word in enumerate(sp.words.split()):
+                self.emit(at + i * WORD_GAP_MS, {"type": "conversation.item.input_audio_transcription.delta",
+                                                 "item_id": item, "content_index": 0, "delta": (" " if i else "") + word})
+            at += len(sp.words.split()) * WORD_GAP_MS
+        self.emit(at, {"type": "conversation.item.input_audio_transcription.completed", "item_id": item,
+                       "content_index": 0, "transcript": sp.words or ""})
 
 
 # --- the pacer and the carrier ------------------------------------------------------------------------
@@ -358,6 +371,16 @@ class Outcome:
 
     def sent(self, kind: str) -> list[tuple[int, dict]]:
         return [(t, e) for t, e in self.model.received if e["type"] == kind]
+
+    def received(self, kind: str) -> list[tuple[int, dict]]:
+        """Server events of ``kind`` the controller got, with the ms it got them (from its record)."""
+        events = []
+        for entry in self.recorder.entries:
+            if entry["k"] == "model" and f'"{kind}"' in entry["text"]:
+                event = json.loads(entry["text"])
+                if event.get("type") == kind:
+                    events.append((entry["t"] // MS, event))
+        return events
 
     def overlap_ms(self) -> int:
         """Agent audio heard while the caller was speaking (any speech, words or not)."""

@@ -53,7 +53,11 @@ FUNCTION_KEYS = ("description", "parameters", "webhook", "python", "timeout_s", 
 WEBHOOK_KEYS = ("url", "method", "headers", "timeout_s", "retries")
 AGENT_KEYS = ("name", "instructions", "instructions_file", "model", "voice", "languages", "greeting", "safe_line",
               "knowledge", "flow", "forbidden", "transfer_to", "max_turns", "gate", "lines", "silence", "tools",
-              "failure")
+              "failure", "turns")
+TURN_DETECTIONS = ("server_vad", "semantic_vad")
+VAD_EAGERNESS = ("low", "medium", "high", "auto")
+# The vendor's input transcription models (the first family streams deltas, whisper-1 only a late completed).
+TRANSCRIPTION_MODELS = ("gpt-4o-mini-transcribe", "gpt-4o-transcribe", "whisper-1")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -715,6 +719,7 @@ def _read_agent_table(p: _Problems, data: dict[str, Any], root: Path) -> dict[st
     _read_silence(p, data, values)
     _read_failure(p, data, values)
     _read_tools(p, data, values)
+    _read_turns(p, data, values)
     values["flow_file"] = _flow_file(p, data, root)
     return {k: v for k, v in values.items() if v is not None or k == "flow_file"}
 
@@ -832,6 +837,46 @@ def _read_tools(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> N
     cap = values.get("debounce_cap_ms", defaults["debounce_cap_ms"].default)
     if quiet is not None and cap is not None and cap < quiet:  # type: ignore[operator]
         p.add("$.tools.debounce_cap_ms", "out-of-range", f"debounce_cap_ms ({cap}) is below debounce_quiet_ms ({quiet})")
+
+
+def _read_turns(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:
+    """[turns]: how the caller's turns are detected and read (voicecore/call/backchannels.py)."""
+    section = _section(p, data, "turns", ("detection", "eagerness", "transcription_model", "backchannels",
+                                          "transcript_wait_ms"))
+    if "detection" in section:
+        detection = p.string(section, "detection", "$.turns")
+        if detection not in TURN_DETECTIONS:
+            p.add("$.turns.detection", "unknown-turn-detection", f"{detection!r}: expected one of {', '.join(TURN_DETECTIONS)}")
+        else:
+            values["turn_detection"] = detection
+    if "eagerness" in section:
+        eagerness = p.string(section, "eagerness", "$.turns")
+        if eagerness not in VAD_EAGERNESS:
+            p.add("$.turns.eagerness", "unknown-eagerness", f"{eagerness!r}: expected one of {', '.join(VAD_EAGERNESS)}")
+        elif values.get("turn_detection", "server_vad") != "semantic_vad":
+            p.add("$.turns.eagerness", "conflicting-keys", 'eagerness applies to detection = "semantic_vad" only')
+        else:
+            values["vad_eagerness"] = eagerness
+    if "transcription_model" in section:
+        model = p.string(section, "transcription_model", "$.turns")
+        if not model.strip():
+            p.add("$.turns.transcription_model", "empty-value", "transcription_model is empty (leave it out for the default)")
+        else:
+            if model not in TRANSCRIPTION_MODELS:
+                p.warn("$.turns.transcription_model", "unknown-transcription-model",
+                       f"{model!r} is not one of {', '.join(TRANSCRIPTION_MODELS)}: the vendor may refuse it")
+            values["transcription_model"] = model
+    if "backchannels" in section:
+        phrases = p.strings(section, "backchannels", "$.turns")
+        for i, phrase in enumerate(phrases):
+            if not phrase.strip():
+                p.add(_index("$.turns.backchannels", i), "empty-value", "a backchannel phrase is empty")
+        values["backchannels"] = tuple(phrase.strip() for phrase in phrases if phrase.strip())
+    if "transcript_wait_ms" in section:
+        wait = p.integer(section, "transcript_wait_ms", "$.turns", 1500)
+        p.in_range(wait, "$.turns.transcript_wait_ms", 100, 10_000)
+        if wait is not None:
+            values["transcript_wait_ms"] = wait
 
 
 def _flow_file(p: _Problems, data: dict[str, Any], root: Path) -> Path | None:

@@ -2,8 +2,8 @@
 
 Owns the precedence rules, in one place: the agent names its model, knowledge folder and languages unless the
 operator set them (``VOICECORE_MODEL`` aside: an agent that names a model gets it); a call-wide
-``gate_policy`` applies where the agent sets none; ``call_control = auto`` is the turn-taking controller
-when an agent directory is loaded and the spine otherwise. Pure functions of (config, agent); loading the
+``gate_policy`` applies where the agent sets none; ``call_control = auto`` is the turn-taking controller,
+for the configured agent or the shipped default one. Pure functions of (config, agent); loading the
 files is voicecore/agent/load.py's business.
 """
 
@@ -13,14 +13,12 @@ import dataclasses
 from collections.abc import Mapping
 
 from voicecore.agent.spec import AgentSpec
-from voicecore.config import Config, forbidden_phrases, node_policies
+from voicecore.config import Config, effective_call_control, forbidden_phrases, node_policies
 
 
 def call_control(config: Config) -> str:
     """spine or turns: what ``call_control`` means for this configuration."""
-    if config.call_control == "auto":
-        return "turns" if config.agent else "spine"
-    return config.call_control
+    return effective_call_control(config)
 
 
 def config_for_agent(config: Config, agent: AgentSpec) -> Config:

@@ -144,6 +144,14 @@ class AgentSpec:
     debounce_cap_ms: int = 5000  # ... but no longer than this
     dedupe_s: float = 30.0  # a write tool's success stands for this long: the same call again is not run
     confirm_timeout_s: float = 8.0  # no yes this long after a confirmation prompt played: dropped
+    # [turns]: the vendor's end-of-turn detection, the transcription model that gives the caller's words,
+    # the agent's own backchannel phrases (on top of the shipped lexicons of its languages), and how long
+    # the caller's words are waited for before the length of their speech decides alone.
+    turn_detection: str = "server_vad"  # or "semantic_vad"
+    vad_eagerness: str = "auto"  # semantic_vad only: low, medium, high, auto
+    transcription_model: str = "gpt-4o-mini-transcribe"
+    backchannels: tuple[str, ...] = ()
+    transcript_wait_ms: int = 1500
     directory: str = ""  # where it was loaded from (for messages; not part of the record)
 
     @property
@@ -174,7 +182,7 @@ class AgentSpec:
         functions = {name: FunctionSpec(**{**fn, "tool": _tool_from_dict(fn.get("tool"))})
                      for name, fn in flow["functions"].items()}
         values = {k: v for k, v in data.items() if k != "flow"}
-        for key in ("languages", "forbidden", "checkin_s"):
+        for key in ("languages", "forbidden", "checkin_s", "backchannels"):
             if key in values:
                 values[key] = tuple(values[key])
         return cls(flow=FlowSpec(flow["initial_node"], nodes, functions), **values)

@@ -47,6 +47,7 @@ from voicecore import timing
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call import flow as flows
+from voicecore.call.backchannels import Lexicon
 from voicecore.call.core import CancelTag, EndTag, OpenTag, Playout, SendToModel, WriteFrames
 from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
 from voicecore.realtime import events as rt
@@ -74,9 +75,17 @@ class ControllerConfig:
     debounce_quiet_ms: int = 1500  # seed 001 BUFFER_DEBOUNCE_S
     debounce_cap_ms: int = 5000  # seed 001 BUFFER_MAX_S
     debounce_send_text: bool = False  # also send the combined fragments as one user text item
-    bargein_min_speech_ms: int = 500  # speech with recognized words this long interrupts (seed 003)
-    bargein_late_words_ms: int = 1000  # speech this long interrupts even before words arrive
-    false_interruption_ms: int = 1000  # after speech stopped with no words: resume release
+    # Turn-taking by what the caller said (voicecore/call/backchannels.py): words that are all backchannel
+    # ("mm-hmm", "okay") let the agent carry on; any other words are a turn, whatever their length. Only while
+    # no words are known does length decide: speech this long is a turn, shorter is noise (a cough), once
+    # transcript_wait_ms passed after the speech stopped without words (late words re-open a noise verdict).
+    bargein_min_speech_ms: int = 500
+    transcript_wait_ms: int = 1500
+    words_settle_ms: int = 300  # words in, speech stopped, no more words this long: the turn is taken
+    languages: tuple[str, ...] = ("en", "sv")  # the backchannel lexicons that read the caller's words
+    backchannels: tuple[str, ...] = ()  # the agent's own backchannel phrases, on top of the lexicons
+    turn_detection: str = "server_vad"  # or "semantic_vad" (the vendor's end-of-turn model)
+    vad_eagerness: str = "auto"  # semantic_vad: low, medium, high or auto
     silence_checkins_ms: tuple[int, ...] = (10_000, 20_000, 40_000)  # seed 003 "Silence detection"
     silence_goodbye_ms: int = 10_000  # after the last unanswered check-in
     goodbye_grace_ms: int = 500  # after the goodbye's last frame played (seed 003 "Terminal State")
@@ -91,7 +100,7 @@ class ControllerConfig:
     safe_line: str = core.DEFAULT_SAFE_LINE  # said instead of a rejected answer
     retrieve_first: bool = False  # put knowledge-base snippets into each answer's instructions
     retrieve_k: int = 3
-    retrieve_wait_ms: int = 1000  # after the caller's speech stopped, wait this long for its transcript
+    retrieve_wait_ms: int = 1500  # after the caller's speech stopped, wait this long for its transcript
     voice: str = "alloy"  # the agent's voice (session.update)
     filler_after_ms: int = 1500  # a tool still running this long: its filler line is said (once)
     confirm_timeout_ms: int = 8000  # no yes this long after a confirmation prompt played: the action is dropped
@@ -120,6 +129,21 @@ class ControllerConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}
         return cls(**values)
+
+
+TURN_DETECTIONS = ("server_vad", "semantic_vad")
+EAGERNESS = ("low", "medium", "high", "auto")
+MAX_TRACKED_UTTERANCES = 16
+
+
+def turn_detection(cfg: ControllerConfig) -> dict:
+    """The session's turn_detection: the vendor detects speech and its end, but never answers or cuts on its
+    own (the controller takes the turns)."""
+    if cfg.turn_detection == "semantic_vad":
+        return {"type": "semantic_vad", "eagerness": cfg.vad_eagerness, "create_response": False,
+                "interrupt_response": False}
+    return {"type": "server_vad", "silence_duration_ms": cfg.vad_silence_duration_ms,
+            "prefix_padding_ms": cfg.vad_prefix_padding_ms, "create_response": False, "interrupt_response": False}
 
 
 # --- actions beyond the core's (the shell applies these too) ------------------------------------------
@@ -255,14 +279,20 @@ class Utterance:
 
     item_id: str
     started_ns: int
-    interrupting: bool  # the agent was audible when it started
+    interrupting: bool  # the agent had the floor (audible, or an answer on its way) while it was said
     stopped_ns: int = 0
     audio_start_ms: int = 0  # the server's audio clock (prefix padding included)
     spoken_ms: int = 0  # set at speech_stopped from the server's audio clock: the speech itself
     words: str = ""
-    completed: bool = False
-    decided: str = ""  # "" | "speech" | "noise"
+    completed: bool = False  # the transcript is final: completed, or its transcription failed
+    last_words_ns: int = 0
+    verdict: str = ""  # "" (not known yet) | "backchannel" | "noise" | "turn"
     turn_taken: bool = False
+
+    @property
+    def open(self) -> bool:
+        """Not judged yet, or a turn not answered yet: the caller's floor."""
+        return self.verdict == "" or (self.verdict == "turn" and not self.turn_taken)
 
 
 @dataclasses.dataclass(slots=True)
@@ -292,7 +322,9 @@ class ControllerStats:
     bargeins: int = 0
     bargein_latency_ms: list[int] = dataclasses.field(default_factory=list)  # speech start -> decision
     holds: int = 0
-    false_interruptions: int = 0
+    false_interruptions: int = 0  # holds that ended in a resume: no words (a cough), or ...
+    backchannels: int = 0  # ... a backchannel said over the agent
+    turns_reopened: int = 0  # a noise or backchannel verdict overturned by later words
     watchdog_fires: int = 0
     model_lost: int = 0  # the model socket closed or could not be opened
     vendor_failures: int = 0  # responses the vendor failed (errors, rate limits, failed response.done)
@@ -346,9 +378,7 @@ class CallController:
             call_sid, naming=naming, first_tag=first_tag, greet=False, auto_barge_in=False,
             instructions=session.instructions, tools=list(session.tools), voice=cfg.voice,
             gate_release=cfg.pause_release,
-            turn_detection={"type": "server_vad", "silence_duration_ms": cfg.vad_silence_duration_ms,
-                            "prefix_padding_ms": cfg.vad_prefix_padding_ms,
-                            "create_response": False, "interrupt_response": False},
+            turn_detection=turn_detection(cfg),
             transcription_model=cfg.transcription_model,
             audio_format=audio_format,
         )
@@ -366,7 +396,8 @@ class CallController:
         self.rejected: set[str] = set()
         self.retries: dict[str, int] = {}
         self.stall_count: dict[str, int] = {}
-        self.utterance: Utterance | None = None
+        self.utterances: list[Utterance] = []  # the caller's utterances still open or still re-openable
+        self.lexicon = Lexicon(cfg.languages, cfg.backchannels)
         self.caller_speaking = False
         self.debounce: tuple[int, int] | None = None  # (started_ns, last_fragment_ns)
         self.fragments: list[str] = []
@@ -444,6 +475,8 @@ class CallController:
             self._on_words(event.item_id, event.transcript, True, out)
         elif isinstance(event, rt.InputTranscriptionDelta):
             self._on_words(event.item_id, event.delta, False, out)
+        elif isinstance(event, rt.InputTranscriptionFailed):
+            self._on_transcription_failed(event.item_id)
         elif isinstance(event, rt.OutputItemAdded) and event.response_id in self.rejected:
             out.append(SendToModel(rt.item_delete(event.item_id)))
         elif isinstance(event, rt.FunctionCallArgumentsDone):
@@ -650,11 +683,16 @@ class CallController:
         req_tag = (event.metadata or {}).get("vc_req")
         request = self.inflight
         solicited = request is not None and (req_tag is None or req_tag == str(request.req_id))
-        if not solicited or self.core.audible(self.playout) is not None or self.active is not None:
+        # The caller took the floor after it was asked for: it answers what they no longer wait for.
+        overtaken = any(u.verdict == "turn" and not u.turn_taken for u in self.utterances)
+        if not solicited or self.core.audible(self.playout) is not None or self.active is not None or overtaken:
             # INV-ONE-VOICE: a response we did not ask for (or a second one while one plays) never gets a
             # tag, so none of its audio can reach the ring; the server is told to stop it.
             self.rejected.add(event.response_id)
             self.stats.responses_rejected += 1
+            if overtaken and solicited:
+                self.inflight = None
+                self.stats.requests_dropped += 1
             out.append(SendToModel(rt.response_cancel(event.response_id)))
             return
         assert request is not None
@@ -675,6 +713,12 @@ class CallController:
             self.ending = active
             self.ending_played_ns = 0
         out.extend(actions)
+        undecided = [u for u in self.utterances if u.verdict == ""]
+        if self.caller_speaking or undecided:
+            # Asked for before the caller began: it waits, held, for their words, like audio they talked over.
+            for u in undecided:
+                u.interrupting = True
+            self._hold(out)
 
     def _on_response_done(self, event: rt.ResponseDone, out: list[Action]) -> None:
         active = self.active
@@ -788,8 +832,7 @@ class CallController:
         pending = self.pending_action
         if pending is None or self.caller_speaking:
             return
-        u = self.utterance
-        if u is not None and u.started_ns > pending.asked_ns and not (u.turn_taken or u.decided == "noise"):
+        if any(u.open and u.started_ns > pending.asked_ns for u in self.utterances):
             return  # the caller is answering; their words decide
         start = pending.played_ns or pending.asked_ns + CONFIRM_PROMPT_GRACE_MS * MS
         if (self.now_ns - start) // MS >= self.config.confirm_timeout_ms:
@@ -807,35 +850,57 @@ class CallController:
                 self._enqueue(running.plan.filler, "filler", out)
 
     # ============================================================================== caller speech
+    # Who has the floor is decided by what the caller said (voicecore/call/backchannels.py): a VAD edge only
+    # holds what the agent is saying (HoldTag: the carrier plays out its lead, then gets a clear); the words
+    # then resume it (a backchannel, a cough) or cut it for good and answer (anything else). A verdict by
+    # length alone, taken while no words are known, is re-opened by words that come later.
     def _on_speech_started(self, event: rt.SpeechStarted, out: list[Action]) -> None:
         self.caller_speaking = True
         self._caller_active()
+        u = Utterance(event.item_id, self.now_ns, interrupting=self._agent_has_floor(), audio_start_ms=event.audio_start_ms)
+        self.utterances.append(u)
+        self._forget_settled_utterances()
+        self._hold(out)
+
+    def _agent_has_floor(self) -> bool:
+        """The agent is speaking or about to: a caller's backchannel now asks for nothing."""
+        return (self.core.audible(self.playout) is not None or self.inflight is not None or self.queued is not None
+                or bool(self.tools_running) or self.debounce is not None or self.ending is not None)
+
+    def _hold(self, out: list[Action]) -> None:
+        """Stop what the caller may hear from going out while their words are not known."""
         audible = self.core.audible(self.playout)
-        self.utterance = Utterance(event.item_id, self.now_ns, interrupting=audible is not None,
-                                   audio_start_ms=event.audio_start_ms)
-        if audible is not None and self.config.pause_release and self.held_tag == 0:
-            self.held_tag = audible.tag
-            self.stats.holds += 1
-            out.append(HoldTag(audible.tag, self.approved.get(audible.tag, 0)))
+        if audible is None or not self.config.pause_release or self.held_tag != 0:
+            return
+        self.held_tag = audible.tag
+        self.stats.holds += 1
+        out.append(HoldTag(audible.tag, self.approved.get(audible.tag, 0)))
 
     def _on_speech_stopped(self, event: rt.SpeechStopped, out: list[Action]) -> None:
         self.caller_speaking = False
         self._caller_active()
-        u = self.utterance
+        u = self._utterance(event.item_id) or (self.utterances[-1] if self.utterances else None)
         if u is not None and not u.stopped_ns:
             u.stopped_ns = self.now_ns
-            # The stop arrives silence_duration_ms after the speech ended: measure the speech on the
-            # server's audio clock instead of our receipt times.
+            # The stop arrives after the VAD's silence: measure the speech on the server's audio clock.
             u.spoken_ms = max(0, event.audio_end_ms - u.audio_start_ms - self.config.vad_prefix_padding_ms)
 
+    def _utterance(self, item_id: str) -> Utterance | None:
+        for u in reversed(self.utterances):
+            if u.item_id == item_id:
+                return u
+        return None
+
     def _on_words(self, item_id: str, text: str, completed: bool, out: list[Action]) -> None:
-        u = self.utterance
-        if u is not None and u.item_id == item_id:
+        u = self._utterance(item_id)
+        if u is not None and not u.completed:
             if completed:
                 u.words = text
                 u.completed = True
             else:
                 u.words += text
+            if text.strip():
+                u.last_words_ns = self.now_ns
         if self.debounce is not None and (text.strip() or completed):
             started, _ = self.debounce
             self.debounce = (started, self.now_ns)
@@ -844,49 +909,96 @@ class CallController:
         if text.strip():
             self._caller_active()
 
-    def _evaluate_utterance(self, out: list[Action]) -> None:
-        u = self.utterance
-        if u is None:
-            return
-        cfg = self.config
-        now = self.now_ns
-        if not u.decided:
-            duration_ms = u.spoken_ms if u.stopped_ns else (now - u.started_ns) // MS
-            has_words = bool(u.words.strip())
-            if u.interrupting:
-                speech = (has_words and duration_ms >= cfg.bargein_min_speech_ms) or (
-                    not u.stopped_ns and duration_ms >= cfg.bargein_late_words_ms)
-            else:
-                speech = has_words or duration_ms >= cfg.bargein_late_words_ms
-            transcript_overdue = bool(u.stopped_ns) and (now - u.stopped_ns) // MS >= cfg.false_interruption_ms
-            if not speech and transcript_overdue and not u.completed and duration_ms >= cfg.bargein_min_speech_ms:
-                # No transcript yet, but too much speech to call it a cough: a real turn whose words are
-                # late must never be talked over by resuming the held response.
-                speech = True
-            if speech:
-                u.decided = "speech"
-                self._caller_active()
-                self.checkins_done = 0
-                self._drop_queued()
-                if self._barge_in(now, out):
-                    self.stats.bargein_latency_ms.append((now - u.started_ns) // MS)
-            elif u.stopped_ns and (u.completed or transcript_overdue):
-                # Cough, breath, echo, a short "mm": no words, or too short to be a turn (and, without
-                # a transcript, short). The agent carries on.
-                u.decided = "noise"
-                if u.interrupting:
-                    self.stats.false_interruptions += 1
-                self._resume(out)
-        if u.decided == "speech" and u.stopped_ns and not u.turn_taken:
-            # An answer to a confirmation prompt is read whole ("yes, but on Friday" is not a yes).
-            partial_words = u.words.strip() and self.pending_action is None
-            if u.completed or (now - u.stopped_ns) // MS >= cfg.false_interruption_ms or partial_words:
-                u.turn_taken = True
-                self._caller_turn(u, out)
+    def _on_transcription_failed(self, item_id: str) -> None:
+        """No words will come for this utterance: its length decides."""
+        u = self._utterance(item_id)
+        if u is not None:
+            u.completed = True
 
-    def _caller_turn(self, u: Utterance, out: list[Action]) -> None:
+    def _forget_settled_utterances(self) -> None:
+        """Keep what can still change: open utterances, and verdicts that later words may overturn."""
+        self.utterances = [u for u in self.utterances
+                           if u.open or (u.verdict in ("noise", "backchannel") and not u.completed)][-MAX_TRACKED_UTTERANCES:]
+
+    def _verdict(self, u: Utterance) -> str:
+        """What the utterance is, from what is known of it now ("": not known yet)."""
+        cfg = self.config
+        if u.words.strip():
+            if self.pending_action is not None and agent_actions.confirmation_answer(u.words, cfg.confirm_languages):
+                return "turn"  # a yes or a no to the confirmation asked: never just a backchannel
+            verdict = self.lexicon.verdict(u.words, u.completed) if u.interrupting else "turn"
+            if verdict == "turn":
+                return verdict  # one word that is not a backchannel is enough
+            settled = u.stopped_ns and (self.now_ns - max(u.last_words_ns, u.stopped_ns)) // MS >= cfg.words_settle_ms
+            if u.completed or settled:
+                return verdict
+            # All backchannel so far, but more words may come ("yeah ... but on Friday"): not yet.
+            return u.verdict if u.verdict == "noise" else ""
+        by_length = "turn" if u.spoken_ms >= cfg.bargein_min_speech_ms else "noise"
+        if u.completed:
+            return by_length  # final, and no words: a cough or a breath, or speech the vendor could not read
+        if u.verdict in ("turn", "noise"):
+            return u.verdict  # judged by length while words were late: stands until words come
+        if u.stopped_ns and (self.now_ns - u.stopped_ns) // MS >= cfg.transcript_wait_ms:
+            return by_length
+        return ""
+
+    def _evaluate_utterances(self, out: list[Action]) -> None:
+        for u in self.utterances:
+            if u.verdict == "turn":
+                continue  # final: the agent was cut for it
+            verdict = self._verdict(u)
+            if verdict == u.verdict:
+                continue
+            previous, u.verdict = u.verdict, verdict
+            if verdict == "turn":
+                if previous:
+                    self.stats.turns_reopened += 1
+                self._turn_detected(u, out)
+            elif verdict and u.interrupting and not previous:
+                if verdict == "backchannel":
+                    self.stats.backchannels += 1
+                else:
+                    self.stats.false_interruptions += 1
+        if self.held_tag and not self.caller_speaking and not any(u.open for u in self.utterances):
+            self._resume(out)  # every utterance since the hold asked for nothing: the agent carries on
+        self._take_turn(out)
+        self._forget_settled_utterances()
+
+    def _turn_detected(self, u: Utterance, out: list[Action]) -> None:
+        """The caller took the floor: the agent stops for good, whatever it was about to say."""
+        self._caller_active()
+        self.checkins_done = 0
+        self._drop_queued()
+        if self._barge_in(self.now_ns, out):
+            self.stats.bargein_latency_ms.append((self.now_ns - u.started_ns) // MS)
+
+    def _ready(self, u: Utterance) -> bool:
+        """The caller's words for this utterance are all in (or will not come): it can be answered."""
+        if u.completed:
+            return True
+        if not u.stopped_ns:
+            return False
+        now = self.now_ns
+        if u.words.strip() and (now - max(u.last_words_ns, u.stopped_ns)) // MS >= self.config.words_settle_ms:
+            return True  # words came, then no more: the transcript's end may never be announced
+        return (now - u.stopped_ns) // MS >= self.config.transcript_wait_ms
+
+    def _take_turn(self, out: list[Action]) -> None:
+        """Answer the caller once they stopped and every utterance of their turn is judged and heard whole."""
+        if self.caller_speaking:
+            return
+        pending = [u for u in self.utterances if u.verdict == "turn" and not u.turn_taken]
+        if not pending or any(u.verdict == "" for u in self.utterances) or not all(self._ready(u) for u in pending):
+            return
+        for u in pending:
+            u.turn_taken = True
+        words = " ".join(u.words.strip() for u in pending if u.words.strip())
+        self._caller_turn(words, pending[-1], out)
+
+    def _caller_turn(self, words: str, u: Utterance, out: list[Action]) -> None:
         if self.pending_action is not None:
-            answer = agent_actions.confirmation_answer(u.words, self.config.confirm_languages)
+            answer = agent_actions.confirmation_answer(words, self.config.confirm_languages)
             if answer == "yes":
                 self._confirm_action(out)
                 return
@@ -896,7 +1008,7 @@ class CallController:
             self._drop_action("caller_moved_on", None, out)  # then the turn is answered as any other
         if self.debounce is not None:
             return  # gathered into the combined turn
-        self._enqueue(self.flow.on_user_turn(u.words.strip()), "flow", out, question=u.words.strip())
+        self._enqueue(self.flow.on_user_turn(words), "flow", out, question=words)
         if self.queued is not None and isinstance(self.queued.step, flows.Answer):
             self.queued.utterance = u
 
@@ -1000,8 +1112,8 @@ class CallController:
     def _may_speak(self) -> bool:
         if self.inflight is not None or self.caller_speaking or self.debounce is not None:
             return False
-        if self.utterance is not None and self.utterance.decided == "":
-            return False  # a VAD edge not yet judged
+        if any(u.open for u in self.utterances):
+            return False  # the caller's words are not judged, or their turn not answered, yet
         if self.active is not None:
             if not self.active.cancelled_ns:
                 return False
@@ -1035,6 +1147,7 @@ class CallController:
         self.queued = None
         self.inflight = request
         self.inflight_sent_ns = self.now_ns
+        self.spell.asked(self.now_ns)
         self.stats.requests_sent += 1
         if self.context_reset is not None:
             self._apply_context_strategy(self.context_reset, out)
@@ -1121,7 +1234,7 @@ class CallController:
         cfg = self.config
         if self._check_failures(out):
             return
-        self._evaluate_utterance(out)
+        self._evaluate_utterances(out)
         # rolling approval of the response that may be audible
         current = self.core.current
         if current is not None and not current.cancelled and current.tag in self.approved:
@@ -1217,7 +1330,7 @@ class CallController:
     def _idle(self) -> bool:
         return (not self.caller_speaking and self.queued is None and self.inflight is None and self.active is None
                 and self.debounce is None and self.ending is None and self.core.audible(self.playout) is None
-                and (self.utterance is None or self.utterance.turn_taken or self.utterance.decided == "noise"))
+                and not any(u.open for u in self.utterances))
 
     def _check_silence(self, out: list[Action]) -> None:
         if not self._idle():

@@ -58,6 +58,12 @@ class FailureSpell:
     def event(self, now_ns: int) -> None:
         self.last_event_ns = now_ns
 
+    def asked(self, now_ns: int) -> None:
+        """A request went to the vendor: its silence counts from here, not from its last event (a prompt
+        asked after the previous one played out found the vendor quiet for seconds, and the hold line
+        played between the greeting and the question)."""
+        self.last_event_ns = max(self.last_event_ns, now_ns)
+
     def served(self) -> None:
         """The model's audio flows again: the spell is over."""
         self.failed_in_row = 0

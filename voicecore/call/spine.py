@@ -148,6 +148,7 @@ class SpineDriver:
         out = self._check(now_ns, playout)
         if self.ask_again and not self.ended and self.spell.may_ask(now_ns) and not self._waiting_on_vendor():
             self.ask_again = False
+            self.spell.asked(now_ns)
             out.append(core.SendToModel(rt.response_create()))
         return out
 

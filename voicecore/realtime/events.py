@@ -146,6 +146,14 @@ class InputTranscriptionCompleted:
 
 
 @dataclass(frozen=True, slots=True)
+class InputTranscriptionFailed:
+    """The caller's words for this item will not come (the vendor's transcription failed)."""
+
+    item_id: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class FunctionCallArgumentsDone:
     response_id: str
     item_id: str
@@ -193,6 +201,7 @@ ServerEvent = Union[
     ItemDeleted,
     InputTranscriptionDelta,
     InputTranscriptionCompleted,
+    InputTranscriptionFailed,
     FunctionCallArgumentsDone,
     RealtimeError,
     Unhandled,
@@ -298,6 +307,11 @@ def _transcript_delta(e: dict[str, Any]) -> ServerEvent:
     return TranscriptDelta(_str(e, "response_id"), _str(e, "item_id"), _str(e, "delta"))
 
 
+def _transcription_failed(e: dict[str, Any]) -> ServerEvent:
+    message = _obj(e, "error").get("message")
+    return InputTranscriptionFailed(_str(e, "item_id"), message if isinstance(message, str) else "")
+
+
 def _transcript_done(e: dict[str, Any]) -> ServerEvent:
     return TranscriptDone(_str(e, "response_id"), _str(e, "item_id"), _str(e, "transcript"))
 
@@ -331,6 +345,7 @@ _PARSERS: dict[str, Callable[[dict[str, Any]], ServerEvent]] = {
     "conversation.item.input_audio_transcription.completed": lambda e: InputTranscriptionCompleted(
         _str(e, "item_id"), _str(e, "transcript")
     ),
+    "conversation.item.input_audio_transcription.failed": _transcription_failed,
     "response.function_call_arguments.done": lambda e: FunctionCallArgumentsDone(
         _str(e, "response_id"), _str(e, "item_id"), _str(e, "call_id"), _opt_str(e, "name"), _str(e, "arguments")
     ),

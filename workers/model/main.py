@@ -125,7 +125,10 @@ def controller_config(config: Config, agent: AgentSpec) -> controller_mod.Contro
         confirm_timeout_ms=int(agent.confirm_timeout_s * 1000), confirm_languages=tuple(agent.languages),
         dedupe_ms=int(agent.dedupe_s * 1000), failure_after_failures=agent.failure_after_failures,
         failure_after_ms=int(agent.failure_after_s * 1000), failure_transfer=agent.failure_action == "transfer",
-        hold_every_ms=int(agent.failure_hold_every_s * 1000))
+        hold_every_ms=int(agent.failure_hold_every_s * 1000), languages=tuple(agent.languages),
+        backchannels=tuple(agent.backchannels), turn_detection=agent.turn_detection, vad_eagerness=agent.vad_eagerness,
+        transcription_model=config.transcription_model or agent.transcription_model,
+        transcript_wait_ms=agent.transcript_wait_ms)
 
 
 def call_id_for_model(config: Config, call_sid: str) -> str | None:
