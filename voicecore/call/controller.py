@@ -17,13 +17,13 @@ The realtime server must not take turns itself: the session is configured with s
 ``create_response: false, interrupt_response: false`` and input transcription on (words are what make a
 barge-in semantic). ``session_update`` is built that way by ``start``.
 
-Release hold (bare VAD edge): with ``pause_release`` every tag is opened gated (``OpenTag.gated``) and the
-controller raises its approval watermark as playout advances, ``release_window_frames`` ahead of what the
-pacer has sent (``ReleaseTag``). On a bare VAD edge it holds the tag (``HoldTag``): the pacer releases
-nothing more of it at once, the carrier plays the lead it holds (60-100 ms: the talk-over), and once the
-hold outlasts that the pacer sends ``clear``. Words (or speech too long to be a cough whose transcript is
-late) confirm a barge-in and the tag is cancelled; a false alarm, no words and short speech, resumes it
-(``ResumeTag``) and it plays on from where it stopped. A resume never follows a real turn.
+Release hold (bare VAD edge): with ``pause_release`` the controller holds the tag the caller may hear
+(``HoldTag``: the pacer releases nothing more of it at once, the carrier plays the lead it holds, 60-100 ms
+of talk-over, and once the hold outlasts that the pacer sends ``clear``). The caller's words decide
+(voicecore/call/backchannels.py): any words that are not a backchannel are a turn and the tag is cancelled;
+a backchannel or a cough resumes it (``ResumeTag``) and it plays on from where it stopped. A resume never
+follows a real turn's words. Release itself needs nothing of this loop: an ungated tag is released by the
+pacer as it comes (the hold is the pacer's own check), so a model worker busy for a moment starves no call.
 
 Validation gate (INV-GATE, issue 5): each request's flow node names its release policy (``Say.policy``,
 ``Answer.policy``; ``ControllerConfig.gate_policy`` when it names none). A gated response's tag is opened
@@ -90,8 +90,7 @@ class ControllerConfig:
     silence_goodbye_ms: int = 10_000  # after the last unanswered check-in
     goodbye_grace_ms: int = 500  # after the goodbye's last frame played (seed 003 "Terminal State")
     cancel_settle_ms: int = 1500  # a cancelled response whose response.done never comes counts as gone
-    pause_release: bool = True  # gated tags + rolling approvals, so a bare VAD edge can hold release
-    release_window_frames: int = 15  # approved ahead of the pacer's sent position (> lead + tick period)
+    pause_release: bool = True  # a bare VAD edge holds release (HoldTag) until the caller's words decide
     transcription_model: str = "gpt-4o-mini-transcribe"
     vad_silence_duration_ms: int = 500
     vad_prefix_padding_ms: int = 300  # included in speech_started.audio_start_ms (PROTOCOLS.md C.3)
@@ -377,7 +376,7 @@ class CallController:
         self.core = core.ModelCallCore(
             call_sid, naming=naming, first_tag=first_tag, greet=False, auto_barge_in=False,
             instructions=session.instructions, tools=list(session.tools), voice=cfg.voice,
-            gate_release=cfg.pause_release,
+            gate_release=False,
             turn_detection=turn_detection(cfg),
             transcription_model=cfg.transcription_model,
             audio_format=audio_format,
@@ -402,7 +401,7 @@ class CallController:
         self.debounce: tuple[int, int] | None = None  # (started_ns, last_fragment_ns)
         self.fragments: list[str] = []
         self.held_tag = 0
-        self.approved: dict[int, int] = {}
+        self.approved: dict[int, int] = {}  # gated tags: the watermark released to the pacer
         self.gate_approved: dict[int, int] = {}  # gated tags: the validator's watermark
         self.silence_ref_ns = 0
         self.checkins_done = 0
@@ -1047,7 +1046,6 @@ class CallController:
         self.held_tag = 0
         if tag:
             out.append(ResumeTag(tag))
-            self._approve(tag, out, force=True)
 
     # ================================================================================ scheduling
     def _enqueue(self, step: flows.Step, source: str, out: list[Action], user_text: str | None = None,
@@ -1206,22 +1204,15 @@ class CallController:
                     for tag in list(self.gate_approved)[:-32]:
                         del self.gate_approved[tag]
         for action in list(out):
-            if isinstance(action, OpenTag):
-                self.approved.setdefault(action.tag, 0)
-                if action.gated:
-                    self._approve(action.tag, out, force=True)
+            if isinstance(action, OpenTag) and action.gated:
+                self.approved[action.tag] = 0
+                if len(self.approved) > 32:
+                    for tag in list(self.approved)[:-32]:
+                        del self.approved[tag]
 
-    def _approve(self, tag: int, out: list[Action], force: bool = False) -> None:
-        gated = tag in self.gate_approved
-        if tag == self.held_tag or not (self.config.pause_release or gated):
-            return
-        if self.config.pause_release:
-            sent = self.playout.sent_frames if self.playout.sent_tag == tag else 0
-            target = sent + self.config.release_window_frames
-        else:
-            target = APPROVE_ALL
-        if gated:
-            target = min(target, self.gate_approved[tag])  # INV-GATE: never past the validator's verdict
+    def _approve(self, tag: int, out: list[Action]) -> None:
+        """A gated tag's release follows the validator's verdict (INV-GATE), never past it."""
+        target = self.gate_approved.get(tag, 0)
         if target > self.approved.get(tag, 0):
             self.approved[tag] = target
             out.append(ReleaseTag(tag, target))
@@ -1235,10 +1226,6 @@ class CallController:
         if self._check_failures(out):
             return
         self._evaluate_utterances(out)
-        # rolling approval of the response that may be audible
-        current = self.core.current
-        if current is not None and not current.cancelled and current.tag in self.approved:
-            self._approve(current.tag, out)
         # post-tool debounce (seed 001)
         if self.debounce is not None:
             started, last = self.debounce
