@@ -78,7 +78,7 @@ def settings_page() -> str:
     from voicecore.config import ENV_PREFIX, SETTINGS
 
     kinds = {str: "text", int: "integer", float: "number", bool: "true/false"}
-    rows = ["| setting | environment variable | type | default | meaning |", "| --- | --- | --- | --- | --- |"]
+    rows = ["| setting and environment variable | default (type) | meaning |", "| --- | --- | --- |"]
     for s in SETTINGS:
         if s.default == "":
             default = "(empty)"
@@ -86,8 +86,8 @@ def settings_page() -> str:
             default = _code("true" if s.default else "false")
         else:
             default = _code(s.default)
-        rows.append(f"| <span id=\"{s.name}\"></span>{_code(s.name)} | {_code(ENV_PREFIX + s.name.upper())} | "
-                    f"{kinds.get(s.kind, s.kind.__name__)} | {_cell(default)} | {_cell(s.help)} |")
+        rows.append(f"| <span id=\"{s.name}\"></span>{_code(s.name)}<br>{_code(ENV_PREFIX + s.name.upper())} | "
+                    f"{_cell(default)} ({kinds.get(s.kind, s.kind.__name__)}) | {_cell(s.help)} |")
     return "\n".join([
         "# Settings", "",
         GENERATED_NOTE.format(source="`voicecore/config.py` (`SETTINGS`)"),
@@ -564,7 +564,8 @@ def metrics_page() -> str:
     from voicecore import metrics_text as mt
 
     families = metrics_families()
-    rules = (mt.__doc__ or "").split("\n\n", 1)[1].split("Spec:", 1)[0].strip()
+    doc = mt.__doc__ or ""
+    rules = _docstring_markdown(doc[doc.index("The dict's shape"):doc.index("Spec:")])
     by_group: dict[str, list[str]] = {}
     conventional = {f"{mt.PREFIX}_{name}" for name, _, _ in mt.ALIASES.values()} | {
         f"{mt.PREFIX}_{family}" for family in mt.HISTOGRAM_HELP}
@@ -587,7 +588,7 @@ def metrics_page() -> str:
         "workers send it their figures over the control bus.", "",
         "## How names and types are made {#rules}", "",
         "From `voicecore/metrics_text.py`:", "",
-        *[("    " + line if line.startswith("    ") else line) for line in rules.splitlines()], "",
+        rules, "",
         "## Levels that can go down {#gauges}", "",
         "Rule 2's list (`GAUGES`): " + ", ".join(_code(g) for g in sorted(mt.GAUGES)) + ".", "",
         "## Families {#families}", "",
@@ -604,6 +605,21 @@ def metrics_page() -> str:
             lines.append(f"| {_code(name)} | {families[name]['type']} | {_cell(families[name]['help'])} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _docstring_markdown(text: str) -> str:
+    """A module docstring's plain text as Markdown: a blank line before a numbered list and around an indented
+    block (Python-Markdown starts neither without one)."""
+    out: list[str] = []
+    for line in text.strip().splitlines():
+        previous = out[-1] if out else ""
+        starts_list = re.match(r"^\d+\. ", line) and previous and not re.match(r"^(\d+\. |   )", previous)
+        starts_code = line.startswith("    ") and previous and not previous.startswith("    ")
+        ends_code = line.strip() and not line.startswith("    ") and previous.startswith("    ")
+        if starts_list or starts_code or ends_code:
+            out.append("")
+        out.append(line)
+    return _text("\n".join(out))
 
 
 # --- the hook ---------------------------------------------------------------------------------------------------

@@ -67,12 +67,13 @@ def _rows(page: str) -> list[list[str]]:
 def test_every_setting_has_its_row():
     from voicecore.config import ENV_PREFIX, SETTINGS
 
-    rows = {row[1].strip("`"): row for row in _rows(gen.settings_page())[1:]}
+    rows = {row[0].split("<br>")[1].strip("`"): row for row in _rows(gen.settings_page())[1:]}
     for setting in SETTINGS:
         row = rows.get(ENV_PREFIX + setting.name.upper())
         assert row is not None, f"{setting.name} has no row on the settings page"
-        assert f"`{setting.name}`" in row[0]
-        assert row[3] == "(empty)" if setting.default == "" else str(setting.default).lower() in row[3].lower()
+        assert f"`{setting.name}`<br>" in row[0] and row[2] == gen._cell(setting.help)
+        default = row[1].rsplit(" (", 1)[0]
+        assert default == "(empty)" if setting.default == "" else str(setting.default).lower() in default.lower()
     assert len(rows) == len(SETTINGS)
 
 
@@ -81,8 +82,8 @@ def test_a_setting_added_to_the_code_gets_its_row(monkeypatch):
 
     added = config.Setting("docs_probe_ms", int, 7, "a probe: <not a tag> | not a cell break")
     monkeypatch.setattr(config, "SETTINGS", (*config.SETTINGS, added))
-    (row,) = [r for r in _rows(gen.settings_page()) if "VOICECORE_DOCS_PROBE_MS" in r[1]]
-    assert row[3] == "`7`" and row[4] == "a probe: &lt;not a tag&gt; \\| not a cell break"
+    (row,) = [r for r in _rows(gen.settings_page()) if "VOICECORE_DOCS_PROBE_MS" in r[0]]
+    assert row[1] == "`7` (integer)" and row[2] == "a probe: &lt;not a tag&gt; \\| not a cell break"
 
 
 def test_every_command_and_option_is_on_the_cli_page():
