@@ -83,12 +83,12 @@ def test_shm_holds_two_arenas_and_headroom_in_whole_8_mib_steps(max_calls):
 
 
 def test_the_figures_the_deploy_files_quote():
-    assert sizing.shm_size(256).kubernetes_size_limit == "240Mi"  # Dockerfile, base deployment.yaml, README
+    assert sizing.shm_size(256).kubernetes_size_limit == "240Mi"  # Dockerfile, base deployment.yaml, docs/how-to/deploy/
     assert sizing.shm_size(512).kubernetes_size_limit == "472Mi"  # the example overlay
 
 
-def test_the_readme_table_is_the_rule():
-    section = (REPO / "README.md").read_text().split("## Deploying", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_table_is_the_rule():
+    section = (REPO / "docs" / "how-to" / "deploy" / "index.md").read_text()
     rows = re.findall(r"^\| (\d+)(?: \(default\))? \| ([\d.]+) MiB \| (\d+) MiB \|$", section, re.M)
     assert len(rows) >= 3
     for max_calls, arena_mib, shm_mib in rows:
@@ -604,17 +604,16 @@ def test_every_secret_bearing_setting_comes_from_the_secret(node):
 
 
 def test_the_secret_keys_are_named_where_the_secret_is_made():
-    """The kustomization's comment and the README's "Deploying" name every key the Deployment reads, so the
-    Secret an operator makes from them has what the node looks for."""
+    """The kustomization's comment and the Kubernetes how-to (docs/how-to/deploy/kubernetes.md) name every key the
+    Deployment reads, so the Secret an operator makes from them has what the node looks for."""
     base = Node("base")
     kustomization = (KUBERNETES / "base" / "kustomization.yaml").read_text()
-    readme = (REPO / "README.md").read_text()
-    deploying = readme[readme.index("## Deploying"):readme.index("## A fleet")]
+    deploying = (REPO / "docs" / "how-to" / "deploy" / "kubernetes.md").read_text()
     for ref in base.secret_refs.values():
         assert f"{ref['key']}=" in kustomization, ref["key"]
         assert ref["key"] in deploying, ref["key"]
     for name in SECRET_BEARING:
-        assert name in deploying, f"README \"Deploying\" does not name {name}"
+        assert name in deploying, f"docs/how-to/deploy/kubernetes.md does not name {name}"
 
 
 def test_pod_security_restricted(node):

@@ -9,24 +9,28 @@ audio delta is parsed only while a response's first audio is still unseen.
 
 Events (``type`` and the fields of ``data``; ``t_ms`` is from the call's first entry):
 
-- ``call.started``           ``{"control", "flow", "agent", "resumed"}`` (``resumed``: a restarted model worker took
-  the call over; its ``t_ms`` count from then)
+- ``call.started``           ``{"control", "flow", "agent", "resumed"}`` the call began (``resumed``: a restarted
+  model worker took the call over; its ``t_ms`` count from then)
 - ``turn.caller_started``    ``{"item_id"}``                 the model heard the caller start speaking
 - ``turn.caller_ended``      ``{"item_id"}``                 ... and stop
 - ``transcript.delta``       ``{"role": "caller"|"agent", "text", "final": bool, "response_id"|"item_id"}``
-  (``final``: the whole utterance, after its deltas; a viewer replaces the deltas with it)
+  words of either side as they are recognised (``final``: the whole utterance, after its deltas; a viewer replaces the deltas with it)
 - ``response.started``       ``{"response_id"}``             the model created a response
 - ``response.audio``         ``{"response_id"}``             its first audio delta (the agent starts talking)
-- ``response.done``          ``{"response_id", "status"}``
+- ``response.done``          ``{"response_id", "status"}``   the model finished it (``status`` as the vendor says it)
 - ``bargein``                ``{"tag", "response_id"}``      the caller talked over the response playing
 - ``response.cancelled``     ``{"tag", "response_id", "cause"}`` cancelled for another reason: ``superseded`` (a newer
   response began while it was in flight) or ``gate`` (the validator rejected it)
-- ``dtmf``                   ``{"digit"}``
-- ``tool.called``            ``{"call_id", "name", "arguments"}``
-- ``tool.result``            ``{"call_id", "ok", "output"}``
-- ``gate.verdict``           ``{"tag", "rejected", "frames", "reason", "citations"}``
-- ``model.error``            ``{"code", "message"}``
-- ``call.ended``             ``{"outcome"}``                 ``hangup:<reason>``, ``transfer``, ``caller_hangup``, ``ended``
+- ``dtmf``                   ``{"digit"}``                  the caller pressed a key
+- ``tool.called``            ``{"call_id", "name", "arguments"}`` the model called a function
+- ``tool.result``            ``{"call_id", "ok", "output"}`` its tool's result (what the model is given)
+- ``gate.verdict``           ``{"tag", "rejected", "frames", "reason", "citations"}`` the validator approved a
+  response up to ``frames``, or rejected it
+- ``model.error``            ``{"code", "message"}``        an ``error`` event from the model vendor
+- ``model.lost``             ``{"reason", "fatal"}``        the model socket dropped or could not open (``fatal``: none
+  will be opened again for this call)
+- ``fallback.line``          ``{"kind"}``                   the pacer played a shipped hold line or apology
+- ``call.ended``             ``{"outcome"}``                 the call ended: ``hangup:<reason>``, ``transfer``, ``caller_hangup``, ``ended``
 
 Texts are cut to ``MAX_TEXT`` characters (a bus message holds 64 KiB). Events carry what the caller said:
 they are personal data like the record, shown only to observers with an API key.
