@@ -251,6 +251,12 @@ AGENT_KEY_DOCS: dict[str, str] = {
     "agent.failure.after_s": "Seconds without a working model socket before the call gives up.",
     "agent.failure.action": "`transfer` (to `transfer_to`; with no target: hang up) or `hangup`, after the shipped apology.",
     "agent.failure.hold_every_s": "A caller still waiting this long after the hold line hears it again (`0`: once).",
+    "agent.turns": "default: see its keys; a table: how the caller's turns are detected and read ([turn-taking](../explanation/turn-taking.md)).",
+    "agent.turns.detection": "`server_vad` (the vendor's silence-based end of turn) or `semantic_vad` (its end-of-turn model).",
+    "agent.turns.eagerness": "With `semantic_vad` only: `low`, `medium`, `high` or `auto`: how soon the vendor ends the caller's turn.",
+    "agent.turns.transcription_model": "The vendor's model for the caller's words: `gpt-4o-mini-transcribe`, `gpt-4o-transcribe` (words stream after the speech ends) or `whisper-1` (only late and whole). `VOICECORE_TRANSCRIPTION_MODEL` overrides it.",
+    "agent.turns.backchannels": "Phrases of the agent's own that are backchannels (the caller carries the agent on), on top of the shipped English and Swedish lexicons of its `languages`.",
+    "agent.turns.transcript_wait_ms": "How long after the caller stopped speaking their words are waited for before the length of the speech decides alone (500 ms or more: a turn; less: a noise, re-opened if words come).",
     # the flow file
     "flow.initial_node": "default: (required); the node a call starts in.",
     "flow.nodes": "default: (required); the nodes, by name.",
@@ -291,6 +297,7 @@ _AGENT_DEFAULT_FIELDS = {
     "agent.silence.checkin_s": "checkin_s", "agent.silence.goodbye_after_s": "goodbye_after_s",
     "agent.failure.after_failures": "failure_after_failures", "agent.failure.after_s": "failure_after_s",
     "agent.failure.action": "failure_action", "agent.failure.hold_every_s": "failure_hold_every_s",
+    "agent.turns.detection": "turn_detection", "agent.turns.eagerness": "vad_eagerness",
 }
 
 
