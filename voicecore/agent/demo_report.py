@@ -42,7 +42,8 @@ def _confirmed_routes(agent: AgentSpec) -> set[str]:
             if fn.confirm and isinstance(fn.tool, Webhook)}
 
 
-def _python_confirmed(agent: AgentSpec) -> set[str]:
+def python_confirmed(agent: AgentSpec) -> set[str]:
+    """The agent's Python tools behind a confirmation: only the call records say when they ran."""
     return {fn.name for fn in agent.flow.functions.values() if fn.confirm and fn.tool is not None
             and not isinstance(fn.tool, Webhook)}
 
@@ -99,13 +100,13 @@ def agent_figures(agent: AgentSpec, scenario: Scenario, results: Sequence, sim, 
         if any(request.path.endswith(p) for p in confirmed_paths) and (sid, key) not in keys_seen:
             keys_seen.add((sid, key))  # a retry of the same attempt is one execution
             executed[sid] += 1
-    python_confirmed = _python_confirmed(agent)
+    confirmed_python = python_confirmed(agent)
     without = 0
     executed_total = 0
     problems: list[str] = []
     for index, result in enumerate(results):
         runs = executed[result.call_sid] + sum(controller_totals.get("python_runs_by_call", {}).get(result.call_sid, {}).get(n, 0)
-                                               for n in python_confirmed)
+                                               for n in confirmed_python)
         executed_total += runs
         yeses = caller_yeses(scenario, index, duration_ms, tuple(agent.languages))
         if runs > yeses:
