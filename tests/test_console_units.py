@@ -84,3 +84,18 @@ def test_peaks_follow_the_loudness_of_each_stretch():
     assert shape["duration_ms"] == 2000 and len(shape["caller"]) == len(shape["agent"]) == 4
     assert max(shape["agent"]) < 0.01  # the shorter track padded with silence
     assert media.peaks(b"", 10) == []
+
+
+def test_an_observer_whose_client_left_is_woken_even_with_a_full_queue():
+    async def run():
+        observer = Observer("CA1", queue_size=2)
+        observer.queue.put_nowait((1, b"a"))
+        observer.queue.put_nowait((2, b"b"))
+        observer.leave()
+        assert observer.gone and observer.queue.qsize() == 2 and observer.queue.get_nowait() == (2, b"b")
+        assert observer.queue.get_nowait() == (0, b"")
+        idle = Observer("CA2")
+        idle.leave()
+        assert idle.queue.get_nowait() == (0, b"")
+
+    asyncio.run(run())

@@ -302,6 +302,7 @@ class Console:
         observer = Observer(call_sid)
         self.fanout.add(observer)  # first: live events buffer while the store is read
         self.counters["observers_opened"] += 1
+        watcher = asyncio.create_task(self.watch_close(connection, observer))
         try:
             last = since
             if call_sid:
@@ -311,6 +312,8 @@ class Console:
                     last = event["seq"]
             while True:
                 seq, data = await observer.queue.get()
+                if observer.gone:
+                    return
                 if observer.too_slow:
                     await connection.close(1008, "observer too slow")
                     return
@@ -322,7 +325,19 @@ class Console:
         except ConnectionClosed:
             pass
         finally:
+            watcher.cancel()
             self.fanout.remove(observer)
+
+    @staticmethod
+    async def watch_close(connection: ServerConnection, observer: Observer) -> None:
+        """An observer sends nothing; reading is how its close frame is seen (else its handler, waiting for
+        an event, would hold the connection open until the client gives up, and a stopping console with it)."""
+        try:
+            async for _ in connection:
+                pass
+        except ConnectionClosed:
+            pass
+        observer.leave()
 
     def observer_count(self) -> int:
         return self.fanout.count()
