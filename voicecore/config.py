@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from voicecore.console.guard import normalize_origin, parse_origins, public_url_origin
 from voicecore.errors import MisuseError
 
 ENV_PREFIX = "VOICECORE_"
@@ -71,6 +72,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("call_webhook_url", str, "", "http(s) URL that gets a signed JSON summary of every call once it is in the call store (outcome, duration, turns, latency, tool calls, transcript); empty: none"),
     Setting("call_webhook_secret", str, "", "HMAC-SHA256 key of the end-of-call webhook's X-Voicecore-Signature (t=<unix>,v1=<hex> over \"<t>.<body>\"); required with call_webhook_url"),
     Setting("console_listen", str, "127.0.0.1:8090", "host:port of the console (call list, call pages, the /observe WebSocket; API keys from `voicecore console-key add NAME`), a port of its own, never the gateway's; runs when there is a call store; empty: no console"),
+    Setting("console_public_url", str, "", "the URL browsers reach the console at when a proxy is in front of it (https://console.example.com; the console serves at the root of its host): its origin is one of console_origins by default, and https makes the session cookie Secure (named __Host-voicecore_session_PORT); empty: the console is reached at console_listen"),
+    Setting("console_origins", str, "", "comma-separated origins (scheme://host[:port]) of the console's pages: an /observe upgrade, a POST, and a JSON API read with the session cookie from any other Origin is refused (403, logged); a program with an API key and no Origin is served; empty: console_public_url's origin and console_listen's (on a loopback or all-interfaces address: http://127.0.0.1:PORT, http://localhost:PORT, http://[::1]:PORT)"),
     Setting("record_caller_audio", bool, True, "call records keep the caller's audio (for `voicecore replay --wav`); false: timing only"),
     Setting("shm_dir", str, "/dev/shm", "directory of the shared-memory arena file"),
     Setting("lead_ms", int, 80, "audio the pacer keeps queued ahead in the carrier's buffer"),
@@ -143,6 +146,8 @@ class Config:
     record_dir: str
     database_url: str
     console_listen: str
+    console_public_url: str
+    console_origins: str
     retention_days: int
     call_webhook_url: str
     call_webhook_secret: str
@@ -293,6 +298,7 @@ def _validate(values: dict[str, object]) -> None:
             raise ConfigError(f"console_listen: expected host:port or empty, got {console_listen!r}")
         if console_listen == listen:
             raise ConfigError(f"console_listen: the console needs a port of its own, not the gateway's ({listen})")
+    _validate_console_origins(str(values["console_origins"]), str(values["console_public_url"]))
     database_url = str(values["database_url"])
     if database_url and not database_url.startswith(("sqlite:///", "postgresql://")):
         raise ConfigError(f"database_url: expected empty, sqlite:///ABSOLUTE/PATH or postgresql://..., got {database_url!r}")
@@ -400,6 +406,22 @@ def _validate(values: dict[str, object]) -> None:
         raise ConfigError(f"log_format: expected text or json, got {values['log_format']!r}")
     if values["log_level"] not in ("debug", "info", "warning", "error"):
         raise ConfigError(f"log_level: expected debug, info, warning or error, got {values['log_level']!r}")
+
+
+def _validate_console_origins(origins: str, public_url: str) -> None:
+    try:
+        allowed = parse_origins(origins)
+    except ValueError as exc:
+        raise ConfigError(f"console_origins: {exc}") from None
+    if not public_url:
+        return
+    parts = urlsplit(public_url)
+    origin = normalize_origin(public_url_origin(public_url)) if parts.scheme in ("http", "https") else None
+    if origin is None or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ConfigError(f"console_public_url: expected empty or http(s)://host[:port] (the console serves at the "
+                          f"root of its host), got {public_url!r}")
+    if allowed and origin not in allowed:
+        raise ConfigError(f"console_origins: must include console_public_url's origin {origin} (its own pages would be refused)")
 
 
 def effective_call_control(config: Config) -> str:

@@ -4,10 +4,14 @@ clock and the key check are passed in; session tokens come from ``secrets``).
 Owns reading a request's credentials and the session table. A program sends its key in a header
 (``Authorization: Bearer KEY`` or ``X-Voicecore-Key: KEY``) with every request, the ``/observe``
 WebSocket included. A browser cannot put a header on a WebSocket, and a key in a URL ends up in
-histories and logs, so the console's login page sends the key once, in the header, to ``/api/session``,
-which answers a random session token in an ``HttpOnly; SameSite=Strict`` cookie. A session lasts
-``SESSION_TTL_S`` and is checked against the store again every ``RECHECK_S`` (a revoked key ends its
-sessions within that).
+histories and logs, so the console's login page POSTs the key once, in the header, to ``/api/session``,
+which answers a random session token in an ``HttpOnly; SameSite=Strict; Path=/`` cookie (``Secure``, and
+named with the ``__Host-`` prefix, when the console is reached over TLS). A session lasts ``SESSION_TTL_S``
+and is checked against the store again every ``RECHECK_S`` (a revoked key ends its sessions within that).
+
+Cookies do not isolate by port: every server on the same host name gets them. The cookie's name carries the
+console's port, so two consoles (or another app using the same name) on one host do not overwrite or read
+each other's session as their own; keeping other apps from seeing it takes a host name of the console's own.
 """
 
 from __future__ import annotations
@@ -20,6 +24,17 @@ COOKIE = "voicecore_session"
 SESSION_TTL_S = 12 * 3600
 RECHECK_S = 60.0
 MAX_SESSIONS = 10_000
+
+
+def cookie_name(port: int, secure: bool) -> str:
+    """The session cookie of the console on ``port``; ``__Host-`` (Secure, Path=/, no Domain: the browser
+    refuses it from a sub-domain or over plain HTTP) when the console is reached over TLS."""
+    return f"{'__Host-' if secure else ''}{COOKIE}_{port}"
+
+
+def set_cookie(name: str, token: str, max_age_s: int, secure: bool) -> str:
+    """A Set-Cookie value: the session token, or "" with max_age_s 0 to end it."""
+    return f"{name}={token}; Path=/; Max-Age={max_age_s}; HttpOnly; SameSite=Strict" + ("; Secure" if secure else "")
 
 
 def key_from_headers(headers: Mapping[str, str]) -> str:

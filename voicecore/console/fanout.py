@@ -17,12 +17,20 @@ _WAKE = (0, b"")  # what a too-slow observer's queue gets instead of the event t
 
 
 class Observer:
-    __slots__ = ("queue", "call_sid", "too_slow")
+    __slots__ = ("queue", "call_sid", "too_slow", "gone")
 
     def __init__(self, call_sid: str, queue_size: int = OBSERVER_QUEUE) -> None:
         self.queue: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue(queue_size)
         self.call_sid = call_sid  # "": every live call
         self.too_slow = False
+        self.gone = False  # its client closed the connection
+
+    def leave(self) -> None:
+        """Its client closed: wake its reader, which may be waiting for an event that never comes."""
+        self.gone = True
+        if self.queue.full():
+            self.queue.get_nowait()
+        self.queue.put_nowait(_WAKE)
 
 
 class FanOut:

@@ -5,10 +5,12 @@ time). Pure but for reading the record file; CPU-bound (a replay): the console r
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
+from voicecore.console import ranges
 from voicecore.g711 import stereo_wav_bytes, ulaw_to_linear
 from voicecore.record import load_record
 from voicecore.replay import agent_track, caller_track, replay
@@ -28,6 +30,25 @@ def call_audio(record_path: str | Path) -> tuple[bytes, bytes]:
 
 def wav(caller: bytes, agent: bytes) -> bytes:
     return stereo_wav_bytes(caller, agent)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recording:
+    """A call's audio as the console serves it: both tracks (for the waveform), the WAV and its entity tag."""
+    caller: bytes
+    agent: bytes
+    wav: bytes
+    etag: str
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.caller) + len(self.agent) + len(self.wav)
+
+
+def recording(record_path: str | Path) -> Recording:
+    caller, agent = call_audio(record_path)
+    body = wav(caller, agent)
+    return Recording(caller, agent, body, ranges.entity_tag(body))
 
 
 def peaks(track: bytes, points: int) -> list[float]:

@@ -15,7 +15,14 @@ threads at once), replays for audio on another; the event loop only routes and f
 ``/observe?call=SID&since=SEQ``: the call's events after SEQ from the store, then live, each ``seq`` once
 and in order (the recorder stores before it publishes, so the two meet without a gap). Without ``call``:
 every live call's events as they happen, no replay. Close codes: 1008 too slow, 1001 console stopping.
-Before the upgrade: 401 without a valid key, 404 for a call neither stored nor live, 400 for a bad query.
+Before the upgrade: 403 from a browser page of another origin (voicecore/console/guard.py), 401 without a
+valid key, 404 for a call neither stored nor live, 400 for a bad query.
+
+Browser requests are checked before anything else: the JSON API and ``/observe`` refuse a request whose
+Origin is not one of ``console_origins`` (403, one log line naming it), so a page of another port of the
+same host cannot use the operator's session cookie, which cookies' same-site rule sends it. The session and
+log-out endpoints are POSTs. A call's ``audio.wav`` answers byte ranges (seeking) and, once the call is over,
+is cacheable by the browser (``private``, with an ETag) (voicecore/console/ranges.py).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import concurrent.futures
 import logging
 import os
 import signal
+import stat
 import time
 import urllib.parse
 from pathlib import Path
@@ -43,7 +51,7 @@ from voicecore import timing
 from voicecore.bus import messages
 from voicecore.bus.transport import GATEWAY_INBOX, OBSERVE_FEED, Bus
 from voicecore.config import Config, load_config
-from voicecore.console import auth, media
+from voicecore.console import auth, guard, media, ranges
 from voicecore.console.fanout import FanOut, Observer
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.numbering import rows_from_json, wire_stored
@@ -54,31 +62,50 @@ log = logging.getLogger("voicecore.console")
 
 PROCESS = "console"
 STATIC_DIR = Path(__file__).resolve().parents[2] / "voicecore" / "console" / "static"
-MEDIA_CACHE = 16  # calls whose audio is kept (a replay per call otherwise)
+MEDIA_CACHE = 16  # calls whose audio is kept (a replay per call otherwise)...
+MEDIA_CACHE_BYTES = 96 << 20  # ...within this much memory (a 10-minute call's tracks and WAV: about 29 MiB)
 PAGES = {"/": "index.html", "/login": "login.html", "/live": "live.html"}
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
-SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-store"),
+SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"),
                     ("Content-Security-Policy", "default-src 'self'; connect-src 'self'; media-src 'self'; img-src 'self' data:"),
                     ("Referrer-Policy", "no-referrer"), ("X-Frame-Options", "DENY"))
+REASONS = {200: "OK", 204: "No Content", 206: "Partial Content", 304: "Not Modified", 400: "Bad Request",
+           401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+           416: "Range Not Satisfiable", 500: "Internal Server Error", 503: "Service Unavailable"}
+POSTS = ("/api/session", "/api/logout")  # the requests that change state: POST only
+FINISHED_AUDIO_CACHE = "private, no-cache"  # the browser keeps it and asks with If-None-Match (304) each time
+Headerlist = tuple[tuple[str, str], ...]
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: Headerlist = ()) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers
 
 
-def respond(status: int, body: bytes, content_type: str, extra: tuple[tuple[str, str], ...] = ()) -> Response:
-    headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))), *SECURITY_HEADERS, *extra])
-    reason = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-              405: "Method Not Allowed", 500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Error")
-    return Response(status, reason, headers, body)
+def respond(status: int, body: bytes, content_type: str, extra: Headerlist = ()) -> Response:
+    """A response with the console's security headers; ``no-store`` unless ``extra`` says how to cache it."""
+    cache = () if any(name == "Cache-Control" for name, _ in extra) else (("Cache-Control", "no-store"),)
+    headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))), *SECURITY_HEADERS, *cache, *extra])
+    return Response(status, REASONS.get(status, "Error"), headers, body)
 
 
-def respond_json(value: Any, status: int = 200, extra: tuple[tuple[str, str], ...] = ()) -> Response:
+def respond_json(value: Any, status: int = 200, extra: Headerlist = ()) -> Response:
     return respond(status, orjson.dumps(value), "application/json", extra)
+
+
+def printable(text: str) -> str:
+    """``text`` for a log line: as it is, or quoted with its escapes when it holds control characters."""
+    return text if text.isprintable() else repr(text)
+
+
+def header(request: Request, name: str) -> str | None:
+    """One header's value; several of the same name joined (as RFC 9110 allows for lists); None when absent."""
+    values = request.headers.get_all(name)
+    return ", ".join(values) if values else None
 
 
 def query_number(query: dict[str, list[str]], name: str, default: float | None = None) -> float | None:
@@ -102,14 +129,19 @@ class Console:
         self.store: CallStore | None = None
         self.store_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="console-store")
         self.media_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="console-media")
-        self.media_cache: collections.OrderedDict[str, tuple[bytes, bytes]] = collections.OrderedDict()
+        # (record file, its mtime and size) -> its audio: a record that changes is read again
+        self.media_cache: collections.OrderedDict[tuple[str, int, int], media.Recording] = collections.OrderedDict()
+        self.origins = guard.console_origins(config.console_origins, config.console_listen, config.console_public_url)
+        self.cookie_secure = config.console_public_url.lower().startswith("https://")
+        port = int(config.console_listen.rpartition(":")[2] or 0) if config.console_listen else 0
+        self.cookie = auth.cookie_name(port, self.cookie_secure)
         self.sessions = auth.Sessions(self.check_key_blocking)
         self.key_cache: dict[str, tuple[str | None, float]] = {}  # key -> (name, checked at): a key per request, not a query
         self.fanout = FanOut()
         self.live = self.fanout.live  # call sid -> when its call.started arrived (calls in progress)
         self.counters = collections.Counter({name: 0 for name in (
-            "requests", "unauthorized", "not_found", "bad_requests", "errors", "observers_opened", "events_sent",
-            "feed_rejected")})
+            "requests", "unauthorized", "forbidden", "not_found", "bad_requests", "errors", "observers_opened",
+            "events_sent", "feed_rejected", "audio_ranges", "audio_not_modified")})
         self.heartbeat_seq = 0
         # fanout_url: the other nodes' calls' events too, from the fleet subject (NATS)
         self.fleet = FleetSubscription(config.fanout_url, config.node, self.fanout.publish) if config.fanout_url else None
@@ -156,7 +188,7 @@ class Console:
         key = auth.key_from_headers(headers)
         if key:
             return await self.check_key(key)
-        token = auth.cookie_value(headers.get("cookie", ""))
+        token = auth.cookie_value(headers.get("cookie", ""), self.cookie)
         session = self.sessions.sessions.get(token) if token else None
         if session is not None and time.time() - session.checked_s >= auth.RECHECK_S:
             await self.check_key(session.key)  # refresh the cache the session's re-check reads
@@ -168,21 +200,58 @@ class Console:
         parsed = urllib.parse.urlsplit(request.path)
         path, query = parsed.path, urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
         try:
+            self.check_method(request.method, path)
+            if path == "/observe" or path.startswith("/api/"):
+                self.check_origin(request, path)
             if path == "/observe":
                 return await self.before_observe(request, query)
-            return await self.route(request, path, query)
+            response = await self.route(request, path, query)
         except HttpError as exc:
-            counter = {401: "unauthorized", 404: "not_found", 400: "bad_requests"}.get(exc.status, "errors")
+            counter = {401: "unauthorized", 403: "forbidden", 404: "not_found", 400: "bad_requests",
+                       405: "bad_requests", 416: "bad_requests"}.get(exc.status, "errors")
             self.counters[counter] += 1
-            return respond_json({"error": exc.message}, exc.status)
+            response = respond_json({"error": exc.message}, exc.status, exc.headers)
         except Exception:
             self.counters["errors"] += 1
             log.exception("console: %s failed", path)
-            return respond_json({"error": "internal error"}, 500)
+            response = respond_json({"error": "internal error"}, 500)
+        if request.method == "HEAD":  # what a GET would answer, without its body
+            return Response(response.status_code, response.reason_phrase, response.headers, b"")
+        return response
+
+    @staticmethod
+    def check_method(method: str, path: str) -> None:
+        allowed = ("POST",) if path in POSTS else ("GET",) if path == "/observe" else ("GET", "HEAD")
+        if method not in allowed:
+            raise HttpError(405, f"{method[:20]} is not served at {path[:100]}: {' or '.join(allowed)}",
+                            (("Allow", ", ".join(allowed)),))
+
+    def check_origin(self, request: Request, path: str) -> None:
+        """403 for a browser request the console's origins do not cover (voicecore/console/guard.py)."""
+        origin = header(request, "Origin")
+        with_cookie = bool(auth.cookie_value(header(request, "Cookie") or "", self.cookie))
+        facts = guard.RequestFacts(
+            method=request.method, origin=origin, fetch_site=(header(request, "Sec-Fetch-Site") or "").strip().lower(),
+            has_key=bool(auth.key_from_headers({k.lower(): v for k, v in request.headers.raw_items()})),
+            has_cookie=with_cookie, websocket=path == "/observe")
+        reason = guard.refusal(facts, self.origins, changes_state=path in POSTS)
+        if reason is None:
+            return
+        log.warning("console: refused %s %s from origin %s%s: %s", printable(request.method[:20]), printable(path[:100]),
+                    repr(origin[:200]) if origin is not None else "(none)", " with a session cookie" if with_cookie else "",
+                    reason)
+        raise HttpError(403, f"{reason}; the console's origins: {', '.join(self.origins)} (VOICECORE_CONSOLE_ORIGINS)")
 
     async def route(self, request: Request, path: str, query: dict[str, list[str]]) -> Response:
         if path == "/healthz":
             return respond_json({"ok": True, "live_calls": len(self.live), "observers": self.observer_count()})
+        if path == "/login":
+            for value in query.get("next", []):
+                if guard.next_path(value) is None:
+                    log.warning("console: refused /login with next %r: not a path on this console", value[:200])
+                    raise HttpError(400, "next: not a path on this console (this link would send you to another site "
+                                         "after you log in)")
+            return self.static("login.html")
         if path in PAGES:
             return self.static(PAGES[path])
         if path.startswith("/calls/") and path.count("/") == 2:
@@ -192,8 +261,8 @@ class Console:
         if path == "/api/session":
             return await self.open_session(request)
         if path == "/api/logout":
-            self.sessions.close(auth.cookie_value(request.headers.get("Cookie", "")))
-            return respond(204, b"", "text/plain", (("Set-Cookie", f"{auth.COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict"),))
+            self.sessions.close(auth.cookie_value(header(request, "Cookie") or "", self.cookie))
+            return respond(204, b"", "text/plain", (("Set-Cookie", auth.set_cookie(self.cookie, "", 0, self.cookie_secure)),))
         if not path.startswith("/api/"):
             raise HttpError(404, "no such page")
         if await self.who(request) is None:
@@ -213,13 +282,35 @@ class Console:
                 return respond(200, b"[" + b",".join(wire_stored(e) for e in events) + b"]", "application/json")
             if what == "waveform":
                 points = int(query_number(query, "points", 800) or 800)
-                caller, agent = await self.call_media(call_sid)
-                return respond_json(media.waveform(caller, agent, points))
+                recording = await self.call_media(call_sid)
+                return respond_json(media.waveform(recording.caller, recording.agent, points))
             if what == "audio.wav":
-                caller, agent = await self.call_media(call_sid)
-                body = await asyncio.get_running_loop().run_in_executor(self.media_thread, media.wav, caller, agent)
-                return respond(200, body, "audio/wav")
+                return await self.audio(request, call_sid)
         raise HttpError(404, "no such API path")
+
+    async def audio(self, request: Request, call_sid: str) -> Response:
+        """The stereo WAV: one byte range when asked (206; 416 past its end), the whole otherwise. A call still
+        going on may have more to come (no-store); a finished one's is the same bytes each time (ETag)."""
+        recording = await self.call_media(call_sid)
+        body = recording.wav
+        live = call_sid in self.live
+        etag = None if live else recording.etag
+        common: Headerlist = (("Accept-Ranges", "bytes"), ("Cache-Control", "no-store" if live else FINISHED_AUDIO_CACHE),
+                              *((("ETag", etag),) if etag else ()))
+        if ranges.none_match(header(request, "If-None-Match"), etag):
+            self.counters["audio_not_modified"] += 1
+            return Response(304, REASONS[304], Headers([*SECURITY_HEADERS, *common]), b"")
+        wanted = None
+        if request.method == "GET" and ranges.range_applies(header(request, "If-Range"), etag):
+            wanted = ranges.byte_range(header(request, "Range"), len(body))
+        if wanted == ranges.UNSATISFIABLE:
+            raise HttpError(416, f"the range is past the recording's end ({len(body)} bytes)",
+                            (("Content-Range", f"bytes */{len(body)}"), *common))
+        if isinstance(wanted, ranges.ByteRange):
+            self.counters["audio_ranges"] += 1
+            return respond(206, body[wanted.first:wanted.last + 1], "audio/wav",
+                           (("Content-Range", wanted.content_range(len(body))), *common))
+        return respond(200, body, "audio/wav", common)
 
     def static(self, name: str) -> Response:
         file = (STATIC_DIR / name).resolve()
@@ -235,7 +326,7 @@ class Console:
         opened = self.sessions.open(key, time.time())
         assert opened is not None  # the key cache just said it is valid
         token, name = opened
-        cookie = f"{auth.COOKIE}={token}; Path=/; Max-Age={auth.SESSION_TTL_S}; HttpOnly; SameSite=Strict"
+        cookie = auth.set_cookie(self.cookie, token, auth.SESSION_TTL_S, self.cookie_secure)
         return respond_json({"name": name}, 200, (("Set-Cookie", cookie),))
 
     async def api_calls(self, query: dict[str, list[str]]) -> Response:
@@ -264,23 +355,29 @@ class Console:
                       if sid not in known)
         return [c for c in stored if c["call_sid"] in self.live or time.time() - c["last_at"] < 60]
 
-    async def call_media(self, call_sid: str) -> tuple[bytes, bytes]:
+    async def call_media(self, call_sid: str) -> media.Recording:
         call = await self.query("call", call_sid)
         if call is None or self.record_dir is None:
             raise HttpError(404, "no stored call with a record")
         source = str(call["source"])
-        cached = self.media_cache.get(source)
-        if cached is not None:
-            self.media_cache.move_to_end(source)
-            return cached
         path = self.record_dir / source
-        if not path.is_file():
+        try:
+            status = path.stat()
+        except OSError:
+            status = None
+        if status is None or not stat.S_ISREG(status.st_mode):
             raise HttpError(404, "the call's record is gone (retention)")
-        tracks = await asyncio.get_running_loop().run_in_executor(self.media_thread, media.call_audio, path)
-        self.media_cache[source] = tracks
-        while len(self.media_cache) > MEDIA_CACHE:
+        key = (source, status.st_mtime_ns, status.st_size)
+        cached = self.media_cache.get(key)
+        if cached is not None:
+            self.media_cache.move_to_end(key)
+            return cached
+        recording = await asyncio.get_running_loop().run_in_executor(self.media_thread, media.recording, path)
+        self.media_cache[key] = recording
+        while len(self.media_cache) > 1 and (len(self.media_cache) > MEDIA_CACHE or sum(
+                r.size_bytes for r in self.media_cache.values()) > MEDIA_CACHE_BYTES):
             self.media_cache.popitem(last=False)
-        return tracks
+        return recording
 
     # --- /observe --------------------------------------------------------------------------------------------
     async def before_observe(self, request: Request, query: dict[str, list[str]]) -> Response | None:
@@ -302,6 +399,7 @@ class Console:
         observer = Observer(call_sid)
         self.fanout.add(observer)  # first: live events buffer while the store is read
         self.counters["observers_opened"] += 1
+        watcher = asyncio.create_task(self.watch_close(connection, observer))
         try:
             last = since
             if call_sid:
@@ -311,6 +409,8 @@ class Console:
                     last = event["seq"]
             while True:
                 seq, data = await observer.queue.get()
+                if observer.gone:
+                    return
                 if observer.too_slow:
                     await connection.close(1008, "observer too slow")
                     return
@@ -322,7 +422,19 @@ class Console:
         except ConnectionClosed:
             pass
         finally:
+            watcher.cancel()
             self.fanout.remove(observer)
+
+    @staticmethod
+    async def watch_close(connection: ServerConnection, observer: Observer) -> None:
+        """An observer sends nothing; reading is how its close frame is seen (else its handler, waiting for
+        an event, would hold the connection open until the client gives up, and a stopping console with it)."""
+        try:
+            async for _ in connection:
+                pass
+        except ConnectionClosed:
+            pass
+        observer.leave()
 
     def observer_count(self) -> int:
         return self.fanout.count()
@@ -369,7 +481,12 @@ class Console:
             tasks.append(asyncio.create_task(self.fleet.run()))
         async with serve(self.observe, host, int(port), process_request=self.process_request, max_size=4096,
                          server_header="voicecore-console", compression=None) as server:
-            log.info("console on http://%s (observers at /observe)", self.config.console_listen)
+            log.info("console on http://%s (observers at /observe); origins %s; session cookie %s", self.config.console_listen,
+                     ", ".join(self.origins), self.cookie)
+            if guard.listens_on_all_interfaces(self.config.console_listen) and not self.config.console_origins \
+                    and not self.config.console_public_url:
+                log.warning("console: it listens on every interface, but browsers are served only from %s: set "
+                            "console_origins (VOICECORE_CONSOLE_ORIGINS) to the address they use", ", ".join(self.origins))
             await stop.wait()
             server.close(close_connections=True)  # 1001 to observers
             await server.wait_closed()

@@ -14,9 +14,12 @@ const STORED_POLL_TRIES = 60;
 
 function show(id, visible = true) { $(id).hidden = !visible; }
 
+/** Play the recording from a moment of the call (a transcript time, a turn). The console serves the WAV in
+ * byte ranges, so the browser fetches from there instead of from the start. */
 function seekTo(ms) {
   if (!player.src || ms === null || ms === undefined) return;
   player.currentTime = ms / 1000;
+  player.play().catch(() => { /* the browser may refuse to play without a gesture: the position stays */ });
   $('#audio-panel').scrollIntoView({ block: 'nearest', behavior: 'smooth' });
 }
 

@@ -12,6 +12,33 @@ export class ApiError extends Error {
   }
 }
 
+const MAX_NEXT_CHARS = 2048;
+const DECODE_ROUNDS = 4;
+
+/**
+ * Where the login page may send the browser after the login: `raw` when it is a path on this console ('/'
+ * for none and for the login page itself), null when it is not one. Refused: another site (`//host`, `/\host`:
+ * browsers read a backslash as a slash), a backslash anywhere, a scheme, control characters and spaces, and
+ * the same in percent-encoded form. The console refuses the same on its side (voicecore/console/guard.py).
+ */
+export function safeNextPath(raw) {
+  if (raw === null || raw === undefined || raw === '') return '/';
+  if (typeof raw !== 'string' || raw.length > MAX_NEXT_CHARS || !/^[\x21-\x7e]*$/.test(raw)) return null;
+  let candidate = raw;
+  let stable = false;
+  for (let round = 0; round < DECODE_ROUNDS && !stable; round += 1) {
+    if (!candidate.startsWith('/') || candidate.startsWith('//') || candidate.startsWith('/\\')
+      || candidate.includes('\\') || /[\x00-\x1f\x7f]/.test(candidate)) return null;
+    let decoded = candidate;
+    try { decoded = decodeURIComponent(candidate); } catch { /* a stray %: nothing more to decode */ }
+    stable = decoded === candidate;
+    candidate = decoded;
+  }
+  if (!stable) return null;
+  if (new URL(raw, location.origin).origin !== location.origin) return null;
+  return raw === '/login' || raw.startsWith('/login?') || raw.startsWith('/login/') ? '/' : raw;
+}
+
 /** The login page, coming back here once a key is given. */
 export function toLogin() {
   location.assign(`/login?next=${encodeURIComponent(location.pathname + location.search)}`);
@@ -120,6 +147,6 @@ export function setStatus(text, tone = text) {
 // Every page's header has a log-out link.
 $('#logout')?.addEventListener('click', async (event) => {
   event.preventDefault();
-  await fetch('/api/logout', { credentials: 'same-origin' });
+  await fetch('/api/logout', { method: 'POST', credentials: 'same-origin' });
   location.assign('/login');
 });
