@@ -17,7 +17,7 @@ from voicecore.callturns import (
     turn_figures,
 )
 from voicecore.sim.carrier import CallResult
-from voicecore.sim.model import ResponseRecord, SessionRecord, SpeechRecord
+from voicecore.sim.model import CancelRecord, ResponseRecord, SessionRecord, SpeechRecord, TruncateRecord
 
 PACE = [20.0 * k for k in range(100)]  # one frame every 20 ms from 0: the agent audible 0-2000 ms
 
@@ -176,6 +176,20 @@ def test_hold_cut_runs_from_the_start_to_the_cancel_whichever_came_first():
     answer.cancel_ms = 750  # resumed at 700 first
     figures = turn_figures(core, [record([utterance(100, stop=500)], [answer, request(800)])])
     assert figures.hold_resumed_ms == [600.0] and figures.hold_cut_ms == []
+
+
+def test_an_answer_the_vendor_had_finished_is_cut_by_its_truncate_or_a_late_cancel():
+    # generated faster than it plays, the answer is done at the vendor when the caller speaks: the runtime
+    # cuts it by truncating its item (a response.cancel then finds nothing to cancel)
+    answer = _answer("a", 100, 1)
+    core = played_call(answer, held(5000))
+    rec = record([utterance(100, stop=500)], [answer, request(600)])
+    rec.truncates.append(TruncateRecord("item_a", 120, at_ms=400, ok=True, item_audio_ms=2000))
+    assert turn_figures(core, [rec]).hold_cut_ms == [300.0]
+    bc = record([utterance(100, "backchannel", completed=700)], [answer])
+    bc.cancels.append(CancelRecord(at_ms=2600, requested_response_id="a", cancelled_response_id=None))
+    figures = turn_figures(core, [bc])
+    assert figures.backchannels_that_cut == 1 and figures.hold_cut_ms == [2500.0]
 
 
 def test_no_hold_sample_when_the_answer_played_on_or_a_gap_was_too_short():

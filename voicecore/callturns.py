@@ -15,11 +15,13 @@ response audible at t is that frame's owner. A response R's frames "arrive again
 arrival of one of R's frames that comes HOLD_GAP_MS or more after R's previous frame arrived.
 
 - backchannels: utterances of kind backchannel that started while the agent was audible.
-- backchannels_that_cut: of those, the ones after which the response audible at their start was cancelled
-  (its cancel reached or was decided at the model simulator: a client response.cancel, or the vendor's
-  own turn_detected cancel when the runtime left interrupt_response on) from the utterance's start to
-  BACKCHANNEL_CUT_AFTER_MS after its transcript completed (without a transcript: after its stop), and
-  before the next real turn started (a cancel after that is the real turn's).
+- A response is cut when the model simulator sees it cut: its cancel (a client response.cancel, or the
+  vendor's own turn_detected cancel when the runtime left interrupt_response on), a response.cancel naming
+  it that came after it was done, or the truncate of its item. The vendor generates an answer faster than
+  it plays, so an answer cut mid-play is often done at the vendor: then the truncate is the cut.
+- backchannels_that_cut: of those, the ones after which the response audible at their start was cut from
+  the utterance's start to BACKCHANNEL_CUT_AFTER_MS after its transcript completed (without a transcript:
+  after its stop), and before the next real turn started (a cut after that is the real turn's).
 - real_turns, unanswered_turns, turns_cut_by_call_end: a real turn is answered when a response was asked
   for (a client response.create, or the vendor's turn-detection response when the runtime left
   create_response on; never the simulator's injected overlap) after its stop and before the next real
@@ -29,7 +31,7 @@ arrival of one of R's frames that comes HOLD_GAP_MS or more after R's previous f
   (answered, unanswered or cut): the turns merged into one answer.
 - talkover_real_turns_ms: voicecore.callreport.talkover_ms at the real turns' starts.
 - hold_ms: per utterance that started while a response R was audible: its start -> R's frames arriving
-  again after a gap ("resumed"), or its start -> R's cancel ("cut"), whichever came first; none when
+  again after a gap ("resumed"), or its start -> R's cut ("cut"), whichever came first; none when
   neither happened (R played on).
 - resumed_after_words: real turns that started while a response R was audible, after whose decisive words
   (SpeechRecord.decisive_words_ms: the first transcription event with a word that is not a backchannel
@@ -88,6 +90,28 @@ def _requested_ms(records: Sequence) -> list[float]:
                   if getattr(r, "origin", "client") != "overlap" and r.overlaps is None)
 
 
+def _cut_times(records: Sequence) -> dict[str, list[float]]:
+    """Per response id, when the model simulator saw it cut, sorted: its cancel (a client response.cancel
+    naming it or none, or the vendor's turn_detected), a response.cancel naming it that found it done, and
+    the truncate of its item (the runtime cutting what was already generated, as it must once the vendor
+    has sent the whole answer: it is generated faster than it plays)."""
+    cuts: dict[str, list[float]] = {}
+    by_item: dict[str, str] = {}
+    for record in records:
+        for response in record.responses:
+            if response.item_id:
+                by_item[response.item_id] = response.response_id
+            if response.cancel_ms is not None:
+                cuts.setdefault(response.response_id, []).append(response.cancel_ms)
+        for cancel in getattr(record, "cancels", ()):
+            if cancel.cancelled_response_id is None and cancel.requested_response_id is not None:
+                cuts.setdefault(cancel.requested_response_id, []).append(cancel.at_ms)
+        for truncate in getattr(record, "truncates", ()):
+            if truncate.item_id in by_item:
+                cuts.setdefault(by_item[truncate.item_id], []).append(truncate.at_ms)
+    return {rid: sorted(times) for rid, times in cuts.items()}
+
+
 def _audible(core, owners: dict, starts: list[float], at_ms: float) -> tuple[bool, object | None]:
     """(whether a played frame covers at_ms, the response it belongs to or None)."""
     i = bisect.bisect_right(starts, at_ms) - 1
@@ -141,7 +165,8 @@ def turn_figures(core, records: Sequence, window_ms: tuple[float, float] | None 
         if owner is not None:
             arrivals.setdefault(owner[0].response_id, []).append(frame.arrival_ms)
     resumed = {rid: _resumptions(times) for rid, times in arrivals.items()}
-    cancels = sorted(r.cancel_ms for record in records for r in record.responses if r.cancel_ms is not None)
+    cuts = _cut_times(records)
+    any_cut = sorted(t for times in cuts.values() for t in times)
     end_ms = call_end_ms(core, records)
 
     utterances = sorted((s for record in records for s in record.speech), key=lambda s: s.started_at_ms)
@@ -173,18 +198,18 @@ def turn_figures(core, records: Sequence, window_ms: tuple[float, float] | None 
             k = bisect.bisect_right(real_starts, start)
             if k < len(real_starts):
                 until = min(until, real_starts[k])
-            if response is not None:
-                cut = response.cancel_ms is not None and start <= response.cancel_ms <= until
-            else:  # agent audio of no known response (a hold line): any cancel in the window
-                i = bisect.bisect_left(cancels, start)
-                cut = i < len(cancels) and cancels[i] <= until
-            figures.backchannels_that_cut += cut
+            # agent audio of no known response (a hold line): a cut of any response in the window
+            times = any_cut if response is None else cuts.get(response.response_id, [])
+            i = bisect.bisect_left(times, start)
+            figures.backchannels_that_cut += i < len(times) and times[i] <= until
         if response is None:
             continue
         again = resumed.get(response.response_id, [])
         i = bisect.bisect_right(again, start)
         resumed_at = again[i] if i < len(again) else None
-        cut_at = response.cancel_ms if response.cancel_ms is not None and response.cancel_ms >= start else None
+        times = cuts.get(response.response_id, [])
+        i = bisect.bisect_left(times, start)
+        cut_at = times[i] if i < len(times) else None
         if resumed_at is not None and (cut_at is None or resumed_at <= cut_at):
             figures.hold_resumed_ms.append(resumed_at - start)
         elif cut_at is not None:
