@@ -242,3 +242,26 @@ def test_a_clean_call_has_the_turn_keys_at_zero():
     assert report["ok"], report["problems"]
     assert (report["real_turns"], report["unanswered_turns"], report["resumed_after_words"]) == (1, 0, 0)
     assert set(report["hold_ms"]) == {"resumed", "cut"} and report["talkover_real_turns_ms"]["count"] == 0
+
+
+# ---- the bench scenario that exercises them ---------------------------------------------------------------
+
+
+def test_the_turn_taking_scenario_says_every_kind_and_barges_in_only_with_real_turns():
+    from bench.scenarios import SCENARIOS, get_scenario
+    from voicecore.sim.audio_clips import default_library
+
+    assert "turn-taking" in SCENARIOS
+    library = default_library()
+    name_of = {audio: name for name, audio in library.audio.items()}
+    script = get_scenario("turn-taking").script(60_000, 3)
+    said = [(at, library.info(name_of[clip])) for at, clip in script.utterances]
+    kinds = {clip.kind for _, clip in said}
+    assert kinds == {"caller", "backchannel", "noise"}
+    assert all(at + clip.duration_ms < 60_000 for at, clip in said)
+    assert [at for at, _ in said] == sorted(at for at, _ in said)
+    # barge-ins: the short real turns said over an answer, never a backchannel or a cough
+    assert script.bargein_at_ms and set(script.bargein_at_ms) <= {at for at, clip in said if clip.kind == "caller"}
+    assert {clip.name for at, clip in said if at in script.bargein_at_ms} <= {
+        "caller_short_no", "caller_short_stop", "caller_short_wait", "caller_hold_on", "caller_yeah_but",
+        "caller_who_is_this"}
