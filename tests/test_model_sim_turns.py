@@ -31,10 +31,6 @@ CALLERS = [clip for clip in LIBRARY.infos if clip.role == "caller"]
 TRANSCRIBED = "conversation.item.input_audio_transcription."
 
 
-def kind_of(name: str) -> str:
-    return LIBRARY.info(name).kind
-
-
 def transcription_events(h: Harness) -> list[tuple[int, dict[str, Any]]]:
     return [(at, e) for at, e in h.log if e["type"].startswith(TRANSCRIBED)]
 
