@@ -27,7 +27,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--scenario", default="steady", metavar="NAME",
                      help="what callers and the model do: steady (default), bargein-storm, model-stall, silence, "
                           "hallucination, overlap, chaos (steady's calls while workers are killed and the model "
-                          "vendor misbehaves, one fault after another; see --chaos-faults), or agent:DIR (an agent directory's demo.toml: its callers, its "
+                          "vendor misbehaves, one fault after another; see --chaos-faults), turn-taking (backchannels, coughs "
+                          "and short real turns over long answers: the turn figures), or agent:DIR (an agent directory's demo.toml: its callers, its "
                           "model rules with function calls, its tool API; the stack runs the agent)")
     run.add_argument("--soak", type=float, default=0.0, metavar="SECONDS",
                      help="instead of a measured run: keep --calls calls up for SECONDS, each call 20-90 s then the next, "

@@ -34,13 +34,25 @@ CALLER_WPM = 170
 
 
 class Utterance(NamedTuple):
-    """One clip to render. `voice` None: the role's voice (AGENT_VOICE / CALLER_VOICE)."""
+    """One clip to render. `voice` None: the role's voice (AGENT_VOICE / CALLER_VOICE); `wpm` None: the
+    role's speed (a slow backchannel sets its own)."""
 
     name: str
     role: str  # agent | caller
-    kind: str  # greeting, question, answer, goodbye, checkin, safe_line (agent); caller (caller)
+    # agent: greeting, question, answer, goodbye, checkin, safe_line; caller: caller (a real turn),
+    # backchannel (a listener's "mm-hmm" that asks for no answer), noise (a cough or a breath: no words)
+    kind: str
     text: str  # what is spoken; the model simulator's recognised words for a caller clip
     voice: str | None = None
+    wpm: int | None = None
+
+
+class Noise(NamedTuple):
+    """A caller sound without words (kind `noise`, text ""): bursts of shaped noise made with sox, each
+    (seconds of silence before it, its length in seconds, its envelope: cough | breath)."""
+
+    name: str
+    bursts: tuple[tuple[float, float, str], ...]
 
 
 SWEDISH_CALLER_VOICE = "sv+m3"
@@ -89,6 +101,37 @@ UTTERANCES: list[Utterance] = [
     Utterance("caller_ready", "caller", "caller", "Yes, I am ready to start."),
     Utterance("caller_experience", "caller", "caller", "I have worked with Python for five years."),
     Utterance("caller_done", "caller", "caller", "That is all from me, thank you."),
+    # Short real turns: a caller who cuts the agent off in one word must be heard as a turn, not as noise.
+    # "Yeah, but on Friday." starts like a backchannel and is not one (its second word decides).
+    Utterance("caller_short_no", "caller", "caller", "No."),
+    Utterance("caller_short_stop", "caller", "caller", "Stop."),
+    Utterance("caller_short_wait", "caller", "caller", "Wait."),
+    Utterance("caller_who_is_this", "caller", "caller", "Sorry, who is this?"),
+    Utterance("caller_hold_on", "caller", "caller", "Hold on a second."),
+    Utterance("caller_yeah_but", "caller", "caller", "Yeah, but on Friday."),
+    Utterance("caller_sv_short_nej", "caller", "caller", "Nej.", SWEDISH_CALLER_VOICE),
+    Utterance("caller_sv_short_vanta", "caller", "caller", "Vänta.", SWEDISH_CALLER_VOICE),
+    Utterance("caller_sv_who_is_this", "caller", "caller", "Förlåt, vem är det här?", SWEDISH_CALLER_VOICE),
+    # Backchannels: the caller listening, said over the agent; the agent must talk on. One is long (a slow
+    # "Okay, okay.", over 700 ms of speech: duration alone would call it a turn), one is short (under 400 ms).
+    Utterance("backchannel_mm_hmm", "caller", "backchannel", "Mm-hmm."),
+    Utterance("backchannel_yeah", "caller", "backchannel", "Yeah.", wpm=260),
+    Utterance("backchannel_okay", "caller", "backchannel", "Okay."),
+    Utterance("backchannel_uh_huh", "caller", "backchannel", "Uh-huh."),
+    Utterance("backchannel_right", "caller", "backchannel", "Right."),
+    Utterance("backchannel_okay_okay", "caller", "backchannel", "Okay, okay.", wpm=110),
+    Utterance("backchannel_sv_mm", "caller", "backchannel", "Mm.", SWEDISH_CALLER_VOICE),
+    Utterance("backchannel_sv_ja", "caller", "backchannel", "Ja.", SWEDISH_CALLER_VOICE),
+    Utterance("backchannel_sv_okej", "caller", "backchannel", "Okej.", SWEDISH_CALLER_VOICE),
+    Utterance("backchannel_sv_precis", "caller", "backchannel", "Precis.", SWEDISH_CALLER_VOICE),
+]
+
+# Caller sounds without words, loud enough for the model simulator's energy VAD (a turn starts on them):
+# a runtime must not take them for a turn. Bursts of 150-450 ms.
+NOISES: list[Noise] = [
+    Noise("noise_cough", ((0.0, 0.22, "cough"),)),
+    Noise("noise_cough_short", ((0.0, 0.16, "cough"),)),
+    Noise("noise_breath", ((0.0, 0.42, "breath"),)),
 ]
 
 
@@ -114,8 +157,37 @@ FALLBACK_HOLD_WPM = 275  # the hold line must fit in 1 s
 def voice_of(utterance: Utterance) -> tuple[str, int]:
     """(espeak-ng voice, words per minute) of an utterance."""
     if utterance.role == "agent":
-        return utterance.voice or AGENT_VOICE, AGENT_WPM
-    return utterance.voice or CALLER_VOICE, CALLER_WPM
+        return utterance.voice or AGENT_VOICE, utterance.wpm or AGENT_WPM
+    return utterance.voice or CALLER_VOICE, utterance.wpm or CALLER_WPM
+
+
+# sox synth + effects per envelope: a cough is pink noise with a sharp attack and a fast decay, band-limited
+# to the throat's range; a breath is softer brown noise, faded in and out, with its highs kept.
+_ENVELOPES = {
+    "cough": ["synth", "{seconds}", "pinknoise", "sinc", "250-3000", "fade", "h", "0.008", "{seconds}", "{decay}",
+              "norm", "-4"],
+    "breath": ["synth", "{seconds}", "brownnoise", "sinc", "400-3500", "fade", "q", "0.15", "{seconds}", "0.2",
+               "norm", "-14"],
+}
+
+
+def render_noise(noise: Noise, out_path: Path, work_dir: Path) -> bytes:
+    """Each burst with sox (-R: its noise generators seeded the same every run), joined after its silence,
+    padded like the speech clips and written as raw 8 kHz mu-law."""
+    parts: list[str] = []
+    for i, (silence_s, seconds, envelope) in enumerate(noise.bursts):
+        if silence_s > 0:
+            gap = work_dir / f"gap{i}.wav"
+            subprocess.run(["sox", "-R", "-D", "-n", "-r", "8000", "-c", "1", "-b", "16", str(gap), "trim", "0",
+                            f"{silence_s}"], check=True)
+            parts.append(str(gap))
+        burst = work_dir / f"burst{i}.wav"
+        effects = [arg.format(seconds=seconds, decay=round(seconds * 0.8, 3)) for arg in _ENVELOPES[envelope]]
+        subprocess.run(["sox", "-R", "-D", "-n", "-r", "8000", "-c", "1", "-b", "16", str(burst), *effects], check=True)
+        parts.append(str(burst))
+    subprocess.run(["sox", "-R", "-D", *parts, "-r", "8000", "-c", "1", "-e", "mu-law", "-t", "raw", str(out_path),
+                    "pad", "0.05", "0.10"], check=True)
+    return out_path.read_bytes()
 
 
 def render(text: str, voice: str, wpm: int, out_path: Path, work_dir: Path) -> bytes:
@@ -144,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fallback", action="store_true",
                         help="render the runtime's fallback lines (FALLBACK_UTTERANCES) into voicecore/fallback/clips instead")
     args = parser.parse_args(argv)
-    utterances = UTTERANCES
+    utterances: list[Utterance | Noise] = [*UTTERANCES, *NOISES]
     if args.fallback:
         utterances = FALLBACK_UTTERANCES
         if args.out == default_out:
@@ -159,12 +231,19 @@ def main(argv: list[str] | None = None) -> int:
     rendered = 0
     with tempfile.TemporaryDirectory() as tmp:
         for utterance in utterances:
-            voice, wpm = voice_of(utterance)
-            if args.fallback:
-                wpm = FALLBACK_HOLD_WPM if utterance.kind == "hold" else FALLBACK_WPM
             path = args.out / f"{utterance.name}.ulaw"
+            if isinstance(utterance, Noise):
+                voice, role, kind, text = "sox", "caller", "noise", ""
+            else:
+                voice, wpm = voice_of(utterance)
+                role, kind, text = utterance.role, utterance.kind, utterance.text
+                if args.fallback:
+                    wpm = FALLBACK_HOLD_WPM if utterance.kind == "hold" else FALLBACK_WPM
             if args.only_missing and path.exists():
                 audio = path.read_bytes()
+            elif isinstance(utterance, Noise):
+                audio = render_noise(utterance, path, Path(tmp))
+                rendered += 1
             else:
                 audio = render(utterance.text, voice, wpm, path, Path(tmp))
                 rendered += 1
@@ -172,9 +251,9 @@ def main(argv: list[str] | None = None) -> int:
             index.append(
                 {
                     "name": utterance.name,
-                    "role": utterance.role,
-                    "kind": utterance.kind,
-                    "text": utterance.text,
+                    "role": role,
+                    "kind": kind,
+                    "text": text,
                     "voice": voice,
                     "duration_ms": len(audio) // BYTES_PER_MS,
                     "bytes": len(audio),

@@ -24,7 +24,7 @@ from voicecore.sim.carrier import CallScript
 from voicecore.sim.model import SimConfig
 
 AGENT_PREFIX = "agent:"  # --scenario agent:DIR: an agent directory's demo.toml (voicecore/agent/scenario.py)
-SCENARIOS = ("steady", "bargein-storm", "model-stall", "silence", "hallucination", "overlap", "chaos")
+SCENARIOS = ("steady", "bargein-storm", "model-stall", "silence", "hallucination", "overlap", "chaos", "turn-taking")
 # Run by `--scenario hallucination` after the gated run, never named on the command line: the same calls
 # with the validation gate off, for the ungated time to first audio (bench/run.py).
 HALLUCINATION_UNGATED = "hallucination-ungated"
@@ -45,7 +45,13 @@ SHORT_QUESTIONS = ("caller_interrupt", "caller_premium")
 
 # hallucination: the knowledge base that grounds every number the simulator's honest agent clips say.
 KNOWLEDGE_DIR = Path(__file__).resolve().parent / "kb"
-HALLUCINATION_QUESTIONS = ("caller_basic_price", "caller_premium")  # the simulator answers any question
+HALLUCINATION_QUESTIONS = ("caller_basic_price", "caller_premium")
+# turn-taking: over each long answer the caller says a backchannel, then a cough or a short real turn that
+# cuts the answer off (the turn figures, voicecore/callturns.py, judge how the runtime took each)
+BACKCHANNEL_AFTER_MS = 1000  # answer audible -> the caller's backchannel
+SECOND_SOUND_AFTER_MS = 2400  # answer audible -> the cough, or the short real turn
+SHORT_TURNS = ("caller_short_no", "caller_short_stop", "caller_short_wait", "caller_hold_on", "caller_yeah_but",
+               "caller_who_is_this")  # the simulator answers any question
 GATE_SLACK_MS = 500  # gated audio waits for its transcript's approval: the answer may end this much later
 MAX_RESPONSES = 400  # hallucination indices are listed up to here (far beyond any bench call)
 
@@ -95,6 +101,10 @@ def get_scenario(name: str) -> Scenario:
                                                       "misbehaving one fault after another (bench/chaos.py)")
     if name in ("hallucination", HALLUCINATION_UNGATED):
         return _hallucination(name)
+    if name == "turn-taking":
+        return Scenario(name, SimConfig(clip_sequence=LONG_ANSWERS), False,
+                        "over each long answer the caller says a backchannel, then coughs (and asks after the "
+                        "answer) or cuts the answer off with a short real turn", 16000)
     raise ValueError(f"unknown scenario {name!r} (choose from {', '.join(SCENARIOS)})")
 
 
@@ -162,6 +172,39 @@ def _storm(scenario: Scenario, duration_ms: int, call_index: int) -> CallScript:
     return CallScript(duration_ms=duration_ms, utterances=tuple(utterances))  # barge-in at each utterance
 
 
+def _turn_taking(scenario: Scenario, duration_ms: int, call_index: int) -> CallScript:
+    """Answer k audible: a backchannel BACKCHANNEL_AFTER_MS in; then, for even k, a noise and a question after
+    the answer ends (the next answer follows it); for odd k, a short real turn that cuts the answer off (the
+    next answer follows that turn). Only the real turns over the agent are barge-ins."""
+    library = default_library()
+    backchannels = tuple(c.name for c in library.infos if c.kind == "backchannel")
+    noises = tuple(c.name for c in library.infos if c.kind == "noise")
+    answers = scenario.sim_config.clip_sequence
+    utterances: list[tuple[int, bytes]] = []
+    bargeins: list[int] = []
+    agent_start = GREETING_START_MS
+    k = 0
+    while True:
+        spin = k + call_index
+        sounds = [(agent_start + BACKCHANNEL_AFTER_MS, backchannels[spin % len(backchannels)])]
+        if k % 2 == 0:
+            sounds.append((agent_start + SECOND_SOUND_AFTER_MS, noises[spin % len(noises)]))
+            ask_at = agent_start + _duration(answers[k % len(answers)]) + QUESTION_MARGIN_MS
+            question = SHORT_QUESTIONS[spin % len(SHORT_QUESTIONS)]
+        else:
+            ask_at = agent_start + SECOND_SOUND_AFTER_MS
+            question = SHORT_TURNS[(spin // 2) % len(SHORT_TURNS)]
+        sounds.append((ask_at, question))
+        if ask_at + _duration(question) >= duration_ms:
+            break
+        utterances += [(at, _clip(name)) for at, name in sounds]
+        if k % 2:
+            bargeins.append(ask_at)
+        agent_start = ask_at + _duration(question) + ANSWER_GAP_MS
+        k += 1
+    return CallScript(duration_ms=duration_ms, utterances=tuple(utterances), bargein_at_ms=tuple(bargeins))
+
+
 def _silence(scenario: Scenario, duration_ms: int, call_index: int) -> CallScript:
     return CallScript(duration_ms=duration_ms, utterances=(), bargein_at_ms=())
 
@@ -204,4 +247,5 @@ def _ask_after_answers(scenario: Scenario, duration_ms: int, call_index: int) ->
 
 
 _SCRIPTS = {"steady": _steady, "overlap": _steady, "chaos": _steady, "bargein-storm": _storm, "model-stall": _stall, "silence": _silence,
-            "hallucination": _ask_after_answers, HALLUCINATION_UNGATED: _ask_after_answers}
+            "hallucination": _ask_after_answers, HALLUCINATION_UNGATED: _ask_after_answers,
+            "turn-taking": _turn_taking}

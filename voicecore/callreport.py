@@ -473,7 +473,13 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
     (a response's first audio delta leaving the model -> its first frame at the carrier: the runtime's own
     hop; ``mouth_to_ear_ms`` is the same figure under its old, deprecated name), ``turn_latency_ms``
     (turn_latencies: caller stops speaking -> first agent audio at the carrier) and
-    ``turn_latency_model_ms`` / ``turn_latency_runtime_ms`` (the model's share of it and the rest)."""
+    ``turn_latency_model_ms`` / ``turn_latency_runtime_ms`` (the model's share of it and the rest). How the
+    runtime took turns (voicecore.callturns): ``backchannels``, ``backchannels_that_cut``, ``real_turns``,
+    ``unanswered_turns``, ``turns_cut_by_call_end``, ``talkover_real_turns_ms``, ``hold_ms`` (``resumed``,
+    ``cut``) and ``resumed_after_words``."""
+    from voicecore import callturns  # it builds on this module's frame matching: imported when used
+
+    turn_taking = callturns.TurnFigures()
     lateness: list[float] = []
     lateness_raw: list[float] = []
     headroom: list[float] = []
@@ -531,6 +537,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
             turn.append(total)
             turn_model.append(model)
         problems.extend(figures["problems"])
+        turn_taking.add(callturns.turn_figures(result.core, records, window_ms))
         if expect_bargeins and stats.clears_received == 0:
             problems.append(f"call {result.call_sid}: the barge-in produced no clear")
     calls = len(results)
@@ -567,6 +574,14 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         "turn_latency_ms": summary(turn),
         "turn_latency_model_ms": summary(turn_model),
         "turn_latency_runtime_ms": summary([t - m for t, m in zip(turn, turn_model)]),
+        "backchannels": turn_taking.backchannels,
+        "backchannels_that_cut": turn_taking.backchannels_that_cut,
+        "real_turns": turn_taking.real_turns,
+        "unanswered_turns": turn_taking.unanswered_turns,
+        "turns_cut_by_call_end": turn_taking.turns_cut_by_call_end,
+        "talkover_real_turns_ms": summary(turn_taking.talkover_real_turns_ms),
+        "hold_ms": {"resumed": summary(turn_taking.hold_resumed_ms), "cut": summary(turn_taking.hold_cut_ms)},
+        "resumed_after_words": turn_taking.resumed_after_words,
         "starved_grace_ms": grace_ms,
         "cpu_ms_per_call_second": round(cpu_seconds * 1000 / call_seconds, 3) if call_seconds else 0.0,
         "cpu_seconds": round(cpu_seconds, 3),
@@ -589,6 +604,12 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
                            f"(tolerance {TRUNCATE_TOLERANCE_MS} ms)")
     if underruns_available:
         problems.insert(0, f"{underruns_available} underrun(s) while the model's audio was available")
+    if turn_taking.resumed_after_words:
+        problems.insert(0, f"{turn_taking.resumed_after_words} real turn(s) heard the answer they interrupted "
+                           "resume after their words were sent")
+    if turn_taking.unanswered_turns:
+        problems.insert(0, f"{turn_taking.unanswered_turns} real turn(s) of the caller got no answer before "
+                           "the caller spoke again")
     if stale:
         problems.insert(0, f"{stale} stale frame(s): audio of a cancelled response reached the caller")
     if completed != calls:

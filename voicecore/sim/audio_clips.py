@@ -21,7 +21,7 @@ _DIR = "clips"
 class ClipInfo:
     name: str
     role: str  # "agent" | "caller"
-    kind: str  # agent: greeting | question | answer | goodbye | checkin; caller: caller
+    kind: str  # agent: greeting | question | answer | goodbye | checkin | safe_line; caller: caller | backchannel | noise
     text: str
     duration_ms: int
 

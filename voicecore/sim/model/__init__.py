@@ -3,7 +3,8 @@
 One module per concern: `config` (the behaviour switches, `SimConfig`), `records` (what a session did,
 for a harness), `rng` (seeded randomness), `clips` (mu-law levels, dither and clip recognition),
 `rejects` (a refused client event), `session_config` (session.update validation and rendering),
-`schedule` (when a response's deltas and words go out), `turns` (which scripted caller turn a response
+`schedule` (when a response's deltas and words go out), `transcription` (the caller's transcript events
+as the session's transcription model sends them), `turns` (which scripted caller turn a response
 answers, and the function calls it makes) and `session` (`ModelSession`, the per-connection
 state machine). Every module is pure: no sockets, clock or OS randomness; time comes in as `now_ms` and
 randomness from a seed. The socket shell is voicecore.sim.model_server.

@@ -76,7 +76,18 @@ class SimConfig:
     delta_max_bytes: int = 1900
     clip_sequence: tuple[str, ...] = ()  # pin the agent clips spoken, cycled; () = automatic choice
     late_deltas_after_cancel: int = 0  # 0-3 already generated deltas sent after a cancel (D.2 item 5)
-    transcription_delay_ms: int = 150  # commit -> input_audio_transcription.completed (when enabled)
+    # The caller's transcript, when the session turns input transcription on (module transcription): the
+    # model it names decides the events, these ranges (inclusive, ms, seeded draws) when they go out.
+    # whisper-1: one `completed`, this long after the commit.
+    transcription_whisper_ms: tuple[int, int] = (400, 1500)
+    # the gpt-4o transcribe family: the first `delta` this long after the commit, the next ones these gaps
+    # apart, then `completed` (the whole transcript) this long after the last delta
+    transcription_first_delta_ms: tuple[int, int] = (50, 1200)
+    transcription_delta_gap_ms: tuple[int, int] = (10, 80)
+    transcription_completed_gap_ms: tuple[int, int] = (5, 40)
+    # Pin every transcription instead (tests that are not about turn-taking): all its events, deltas and
+    # `completed` alike, exactly this long after the commit. None: the vendor-like draws above.
+    transcription_delay_ms: int | None = None
     vad_rms_threshold: int = 200  # 20 ms windows at or above this RMS (16-bit linear) are speech
     vad_min_speech_ms: int = 40  # this much speech in a row starts a turn
     hallucinate: bool = False  # every response's transcript says `hallucinated_text`; audio stays a clip
@@ -119,9 +130,16 @@ class SimConfig:
             raise ValueError("error_rate must be in [0, 1]")
         if not 0.0 <= self.overlap_probability <= 1.0:
             raise ValueError("overlap_probability must be in [0, 1]")
-        low, high = self.overlap_delay_ms
-        if not 0 <= low <= high:
-            raise ValueError("overlap_delay_ms must be (low, high) with 0 <= low <= high")
+        for name in ("overlap_delay_ms", "transcription_whisper_ms", "transcription_first_delta_ms",
+                     "transcription_delta_gap_ms", "transcription_completed_gap_ms"):
+            value = getattr(self, name)
+            if not (isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) for v in value)
+                    and 0 <= value[0] <= value[1]):
+                raise ValueError(f"{name} must be (low, high) with 0 <= low <= high")
+            object.__setattr__(self, name, tuple(value))
+        if self.transcription_delay_ms is not None and not (
+                isinstance(self.transcription_delay_ms, int) and self.transcription_delay_ms >= 0):
+            raise ValueError("transcription_delay_ms must be None or a non-negative integer")
         if not isinstance(self.turns, tuple):
             object.__setattr__(self, "turns", tuple(self.turns))  # a list from a loader is fine too
         if not all(isinstance(turn, SimTurn) for turn in self.turns):

@@ -42,6 +42,9 @@ class ResponseRecord:
     failed: bool = False
     error_code: str | None = None  # a fault window's code when it failed (rate_limit_exceeded, server_error)
     overlaps: str | None = None  # the response_id of the response this one started during (SimConfig.overlap_*)
+    # who asked for it: "client" (a response.create), "turn_detection" (the session's VAD with
+    # create_response on), "overlap" (the simulator's own second response, SimConfig.overlap_*)
+    origin: str = "client"
     # scripted turns (SimConfig.turns): the rule that shaped this response, and its function call if it made one
     rule: int | None = None  # index into SimConfig.turns
     function_call: str | None = None  # the function's name
@@ -83,9 +86,20 @@ class SpeechRecord:
     audio_end_ms: int | None = None
     stopped_at_ms: int | None = None
     transcript: str | None = None
-    caller_clip: str | None = None  # the caller clip recognised, if any
+    caller_clip: str | None = None  # the caller clip recognised, if any (the first one heard, when several)
     # the response speech_started cancelled (turn_detected); the newest one when several were active
     interrupted_response_id: str | None = None
+    # What the utterance was, by the kind of the caller clips recognised in it: "caller" (a real turn; also
+    # when a backchannel or a noise came with one), "backchannel", "noise"; None: no packaged clip.
+    caller_kind: str | None = None
+    # The transcription events (when the session turns transcription on), as now_ms when each was sent:
+    # the first one with words (a delta, or `completed` for whisper-1), `completed`, `failed`.
+    words_sent_ms: int | None = None
+    transcript_completed_ms: int | None = None
+    transcription_failed_ms: int | None = None
+    # When the words sent so far first held a word that is not a backchannel word (the words of the
+    # simulator's backchannel clips): where the caller's words became a real turn. None: never.
+    decisive_words_ms: int | None = None
 
 
 @dataclass(slots=True)

@@ -26,7 +26,14 @@ Injected vendor faults (voicecore.sim.model.faults, `POST /faults`): `fail_respo
 in which every response the session would start fails at once, as a rate-limited or failing server
 answers (response.created, an `error` event, response.done status `failed` with the error); `inject_fault`
 sends one bad message (not JSON, an event type the protocol lacks, an audio delta of a response never
-created, a 4 MiB delta). Neither changes the conversation: the session goes on as before afterwards.
+created, a 4 MiB delta), or makes the next transcription fail (`transcription_failed`: the vendor's
+`conversation.item.input_audio_transcription.failed` instead of the transcript). Neither changes the
+conversation: the session goes on as before afterwards.
+
+Caller transcripts (module transcription): with input transcription on, the session's transcription model
+decides the events (whisper-1: one late `completed`; the gpt-4o transcribe family: `delta` word pieces,
+then `completed`), at seeded delays. Turn detection `semantic_vad` ends a turn after a short silence when
+its words sound finished, and waits up to the eagerness's maximum when they do not (session_config).
 
 Audio is 8 kHz G.711: mu-law (`audio/pcmu` / `g711_ulaw`) or A-law (`audio/pcma` / `g711_alaw`), each
 direction as session.update selects it, as the real server takes and speaks both (C.1). A response is
@@ -92,7 +99,18 @@ from voicecore.sim.model.session_config import (
     SessionSettings,
     merge_session_update,
     render_session,
+    semantic_max_silence_ms,
+    sounds_unfinished,
     turn_end_silence_ms,
+)
+from voicecore.sim.model.transcription import (
+    FAILED_ERROR,
+    TranscriptionStep,
+    backchannel_vocabulary,
+    plan_transcription,
+    streams_deltas,
+    transcript_pieces,
+    words_of,
 )
 from voicecore.timing import BYTES_PER_MS, FRAME_BYTES, FRAME_MS
 
@@ -200,6 +218,8 @@ class ModelSession:
         self._agent_clips = [c for c in self._clips.infos if c.role == "agent"]
         self._auto_clips = [c for c in self._agent_clips if c.kind in ("question", "answer")] or self._agent_clips
         self._caller_clips = [c for c in self._clips.infos if c.role == "caller"]
+        self._backchannel_words = backchannel_vocabulary(self._caller_clips)
+        self._heard_clips: dict[str, bytes] = {}  # caller clip name -> as an A-law caller's audio is heard here
         self._model = model or config.model
         self._cfg = SessionSettings()
         self._outbox: list[str] = []
@@ -215,8 +235,12 @@ class ModelSession:
         self._client_event_id: str | None = None  # of the client event being handled (an error echoes it)
         self._turns = TurnBook(config.turns)
         self._audio_produced = False
-        self._timers: list[tuple[int, int, str, str, float]] = []  # (due_ms, seq, item_id, transcript, s)
+        # transcription events due: (due_ms, seq, item_id, the step, seconds of audio transcribed)
+        self._timers: list[tuple[int, int, str, TranscriptionStep, float]] = []
         self._timer_seq = 0
+        self._transcriptions = 0  # items transcribed so far (each draws its delays from its own stream)
+        self._fail_next_transcription = False
+        self._speech_by_item: dict[str, SpeechRecord] = {}
         # input buffer and VAD (positions are byte offsets into all audio appended this session)
         self._in_total = 0
         self._in_buf = bytearray()
@@ -227,6 +251,10 @@ class ModelSession:
         self._silence_run_ms = 0
         self._speech: SpeechRecord | None = None
         self._speech_start_bytes = 0
+        self._last_speech_pos = 0  # end of the latest 20 ms window of speech (byte position)
+        # semantic_vad: the silence the turn now waits for, once its words sounded unfinished (None: the
+        # eagerness's short silence, not yet judged in this pause)
+        self._semantic_hold_ms: int | None = None
         self._session_id = "sess_" + self._ids.token()
         self._conversation_id = "conv_" + self._ids.token()
         self.record = SessionRecord(
@@ -283,10 +311,13 @@ class ModelSession:
         """Send one bad message now, after whatever was due: `malformed_json` (a text that is not JSON),
         `unknown_event` (a type the protocol does not have), `unknown_response_delta` (audio of a response
         never created), `huge_delta` (4 MiB of base64 silence for the newest response in progress, or for an
-        unknown one when none is). The conversation is not changed."""
+        unknown one when none is), `transcription_failed` (nothing now: the next item transcribed gets the
+        `failed` event instead of its transcript). The conversation is not changed."""
         self.advance(now_ms)
         response_id = None
-        if kind == "malformed_json":
+        if kind == "transcription_failed":
+            self._fail_next_transcription = True
+        elif kind == "malformed_json":
             self._outbox.append(MALFORMED_TEXT)
         elif kind == "unknown_event":
             self._emit({"type": UNKNOWN_EVENT_TYPE, "detail": "an event type the Realtime protocol does not have"})
@@ -326,8 +357,8 @@ class ModelSession:
             elif due[1] == _DUE_OVERLAP:
                 self._start_overlap(now_ms)
             else:
-                _, _, item_id, transcript, seconds = self._timers.pop(0)
-                self._emit_transcription(item_id, transcript, seconds)
+                _, _, item_id, step, seconds = self._timers.pop(0)
+                self._emit_transcription(item_id, step, seconds, now_ms)
 
     def receive_client_event(self, text: str | bytes, now_ms: int) -> None:
         # whatever was due before this event arrived went out first
@@ -426,7 +457,7 @@ class ModelSession:
         options = event.get("response")
         if options is not None and not isinstance(options, dict):
             raise invalid_value("response", "expected an object")
-        self._start_response(now_ms, options or {})
+        self._start_response(now_ms, options or {}, origin="client")
 
     def _on_response_cancel(self, event: dict[str, Any], now_ms: int) -> None:
         """With a response_id: that response, if it is in progress. Without one: every response in
@@ -572,6 +603,12 @@ class ModelSession:
         self._speech = None
         self._speech_run_ms = 0
         self._silence_run_ms = 0
+        self._semantic_hold_ms = None
+
+    def _turn_silence_ms(self, td: dict[str, Any]) -> int:
+        """The silence that ends the current turn now: server_vad's silence_duration_ms; semantic_vad's
+        short silence, or its eagerness's maximum once the words in this pause sounded unfinished."""
+        return self._semantic_hold_ms if self._semantic_hold_ms is not None else turn_end_silence_ms(td)
 
     def _run_vad(self, now_ms: int) -> None:
         td = self._cfg.turn_detection
@@ -579,12 +616,13 @@ class ModelSession:
             self._vad_pos = self._in_total  # no VAD: the client commits (C.4)
             return
         prefix_ms = int(td.get("prefix_padding_ms", 300))
-        silence_ms = turn_end_silence_ms(td)
-        self._skip_quiet_frames(prefix_ms, silence_ms)
+        self._skip_quiet_frames(prefix_ms, self._turn_silence_ms(td))
         while self._vad_pos + FRAME_BYTES <= self._in_total:
             at = self._vad_pos - self._in_buf_start
             is_speech = rms_ulaw(bytes(self._in_buf[at : at + FRAME_BYTES])) >= self.config.vad_rms_threshold
             self._vad_pos += FRAME_BYTES
+            if is_speech:
+                self._last_speech_pos = self._vad_pos
             end_ms = self._vad_pos // BYTES_PER_MS
             if not self._speaking:
                 self._speech_run_ms = self._speech_run_ms + FRAME_MS if is_speech else 0
@@ -596,15 +634,24 @@ class ModelSession:
                     if keep_from > self._in_buf_start:
                         del self._in_buf[: keep_from - self._in_buf_start]
                         self._in_buf_start = keep_from
+            elif is_speech:
+                self._silence_run_ms = 0
+                self._semantic_hold_ms = None  # speech resumed: the next pause is judged afresh
             else:
-                self._silence_run_ms = 0 if is_speech else self._silence_run_ms + FRAME_MS
-                if self._silence_run_ms >= silence_ms:
-                    self._stop_speech(end_ms, td, now_ms)
+                self._silence_run_ms += FRAME_MS
+                if self._silence_run_ms < self._turn_silence_ms(td):
+                    continue
+                if td["type"] == "semantic_vad" and self._semantic_hold_ms is None and self._unfinished_so_far():
+                    self._semantic_hold_ms = semantic_max_silence_ms(td)
+                    if self._silence_run_ms < self._semantic_hold_ms:
+                        continue
+                self._stop_speech(end_ms, td, now_ms)
 
     def _skip_quiet_frames(self, prefix_ms: int, silence_ms: int) -> None:
         """What the frame loop of _run_vad would do with the waiting whole frames, in one step, when no
         sample among them reaches the threshold (so no frame's RMS can) and the silence they add ends no
-        turn: most of a caller's appends are quiet, and the loop costs a Python round per frame."""
+        turn (nor reaches the point where semantic_vad judges the words): most of a caller's appends are
+        quiet, and the loop costs a Python round per frame."""
         frames = (self._in_total - self._vad_pos) // FRAME_BYTES
         if frames < 2:
             return
@@ -624,14 +671,51 @@ class ModelSession:
             del self._in_buf[: keep_from - self._in_buf_start]
             self._in_buf_start = keep_from
 
+    def _unfinished_so_far(self) -> bool:
+        """semantic_vad's judgement of the caller's words at a pause: unfinished when the pause is inside a
+        packaged caller clip (more of its speech follows: the caller is mid-sentence), else when the words
+        recognised so far sound unfinished (session_config.sounds_unfinished: a comma, "...", a filler)."""
+        lo = max(0, self._speech_start_bytes - self._in_buf_start)
+        hi = self._last_speech_pos - self._in_buf_start
+        audio = bytes(self._in_buf[lo:hi])
+        # the 40 ms before the last window of speech: inside the clip whatever the frames' alignment
+        probe = audio[-3 * FRAME_BYTES : -FRAME_BYTES]
+        if len(probe) == 2 * FRAME_BYTES:
+            threshold = self.config.vad_rms_threshold
+            min_windows = max(1, -(-self.config.vad_min_speech_ms // FRAME_MS))
+            for clip in self._caller_clips:
+                heard = self._heard_clip(clip.name)
+                at = heard.find(probe)
+                if at < 0:
+                    continue
+                rest = heard[at + len(probe) + 2 * FRAME_BYTES :]  # past the last window (and its edge)
+                windows = sum(1 for i in range(0, len(rest) - FRAME_BYTES + 1, FRAME_BYTES)
+                              if rms_ulaw(rest[i : i + FRAME_BYTES]) >= threshold)
+                return windows >= min_windows or sounds_unfinished(clip.text)
+        text, _clip, _kind = self._recognise(audio)
+        return sounds_unfinished(text)
+
+    def _heard_clip(self, name: str) -> bytes:
+        """A caller clip as this session hears it: as is, or through A-law and back for an A-law caller
+        (who plays the clip in A-law, read here through ALAW_TO_ULAW: _on_append)."""
+        audio = self._clips.audio[name]
+        if self._cfg.input_format != "pcma":
+            return audio
+        heard = self._heard_clips.get(name)
+        if heard is None:
+            heard = self._heard_clips[name] = audio.translate(G711_ULAW_TO_ALAW).translate(G711_ALAW_TO_ULAW)
+        return heard
+
     def _start_speech(self, start_ms: int, prefix_ms: int, td: dict[str, Any], now_ms: int) -> None:
         audio_start_ms = max(self._in_buf_start // BYTES_PER_MS, start_ms - prefix_ms)
         item_id = "item_" + self._ids.token()
         self._speaking = True
         self._silence_run_ms = 0
+        self._semantic_hold_ms = None
         self._speech_start_bytes = audio_start_ms * BYTES_PER_MS
         self._speech = SpeechRecord(item_id=item_id, audio_start_ms=audio_start_ms, started_at_ms=now_ms)
         self.record.speech.append(self._speech)
+        self._speech_by_item[item_id] = self._speech
         self._emit({"type": "input_audio_buffer.speech_started", "audio_start_ms": audio_start_ms, "item_id": item_id})
         if td.get("interrupt_response", True) and self._active:
             # every response in progress stops, oldest first: each lets its late deltas out, then its done cascade
@@ -653,7 +737,7 @@ class ModelSession:
         self._in_buf += rest
         self._commit(audio, speech.item_id, now_ms, speech)
         if td.get("create_response", True) and not self._active:
-            self._start_response(now_ms, {})
+            self._start_response(now_ms, {}, origin="turn_detection")
 
     def _commit(self, audio: bytes, item_id: str, now_ms: int, speech: SpeechRecord | None = None) -> None:
         previous = self._last_item_id()
@@ -669,42 +753,58 @@ class ModelSession:
         stored = _Item(item_id, "user", rendered)
         self._items[item_id] = stored
         self._emit_item_events(rendered, previous, ("added", "done"))
-        transcript, clip_name = self._recognise(audio)
+        transcript, clip_name, kind = self._recognise(audio)
         # the caller's words as the rules see them (not rendered: the transcription event is asynchronous)
         stored.transcript = transcript
         self._turns.caller_spoke()
         if speech is not None:
-            speech.transcript, speech.caller_clip = transcript, clip_name
+            speech.transcript, speech.caller_clip, speech.caller_kind = transcript, clip_name, kind
         if self._cfg.transcription is not None:
             # transcription runs asynchronously: it may land before or after the response events (C.3)
-            self._timer_seq += 1
             seconds = round(len(audio) / (BYTES_PER_MS * 1000), 3)
-            self._timers.append(
-                (now_ms + self.config.transcription_delay_ms, self._timer_seq, item_id, transcript, seconds)
-            )
-            self._timers.sort()
+            rng = SplitMix64(self._seed, self._session_index, "transcription", self._transcriptions)
+            self._transcriptions += 1
+            fail, self._fail_next_transcription = self._fail_next_transcription, False
+            steps = plan_transcription(self.config, self._cfg.transcription.get("model"), transcript, now_ms, rng,
+                                       self._backchannel_words, fail)
+            for step in steps:
+                self._timer_seq += 1
+                self._timers.append((step.due_ms, self._timer_seq, item_id, step, seconds))
+            self._timers.sort(key=lambda timer: timer[:2])
 
-    def _recognise(self, audio: bytes) -> tuple[str, str | None]:
-        """The caller clip this audio is: by content (a carrier simulator plays clips byte for byte),
-        else by speech length, else 'hello'."""
+    def _recognise(self, audio: bytes) -> tuple[str, str | None, str | None]:
+        """(words, the first clip, the utterance's kind) of caller audio: the caller clips found in it by
+        content (a carrier simulator plays clips byte for byte), in the order heard, their words joined (a
+        noise has none); else the caller clip (kind caller) of about its speech length; else 'hello'. The
+        kind is "caller" when a real turn's clip is among them, else "backchannel", else "noise"."""
         threshold = self.config.vad_rms_threshold
+        found: list[tuple[int, ClipInfo]] = []
         for clip in self._caller_clips:
             probe, _ = caller_signature(self._clips.audio[clip.name], threshold)
             if self._cfg.input_format == "pcma":
                 # an A-law caller plays the clip in A-law: heard here through ALAW_TO_ULAW (_on_append)
                 probe = probe.translate(G711_ULAW_TO_ALAW).translate(G711_ALAW_TO_ULAW)
-            if probe and probe in audio:
-                return clip.text, clip.name
+            at = audio.find(probe) if probe else -1
+            if at >= 0:
+                found.append((at, clip))
+        if found:
+            found.sort(key=lambda hit: hit[0])
+            clips = [clip for _, clip in found]
+            kinds = {clip.kind for clip in clips}
+            kind = next((k for k in ("caller", "backchannel", "noise") if k in kinds), clips[0].kind)
+            return " ".join(clip.text for clip in clips if clip.text), clips[0].name, kind
         span_ms = speech_span_ms(audio, threshold)
         best: tuple[int, ClipInfo] | None = None
         for clip in self._caller_clips:
+            if clip.kind != "caller":
+                continue  # audio that is no packaged clip is taken for a turn, never for a backchannel or a cough
             _, clip_span_ms = caller_signature(self._clips.audio[clip.name], threshold)
             distance = abs(clip_span_ms - span_ms)
             if distance <= 150 and (best is None or distance < best[0]):
                 best = (distance, clip)
         if best is not None:
-            return best[1].text, best[1].name
-        return "hello", None
+            return best[1].text, best[1].name, best[1].kind
+        return "hello", None, None
 
     # ---- responses -----------------------------------------------------------------------------
 
@@ -729,9 +829,11 @@ class ModelSession:
         self._auto_clip_cursor += 1
         return clip
 
-    def _start_response(self, now_ms: int, options: dict[str, Any], overlaps: _Response | None = None) -> None:
+    def _start_response(self, now_ms: int, options: dict[str, Any], overlaps: _Response | None = None,
+                        origin: str = "client") -> None:
         """``overlaps``: start this response while that one is still in progress (the overlap injection;
-        a client's response.create during a response is refused, as the real server does)."""
+        a client's response.create during a response is refused, as the real server does). ``origin``:
+        who asked for it (ResponseRecord.origin)."""
         if self._active and overlaps is None:
             active_id = self._active[-1].record.response_id
             raise ClientEventRejected(
@@ -806,6 +908,7 @@ class ModelSession:
             hallucinated=hallucinated,
             failed=failed,
             overlaps=None if overlaps is None else overlaps.record.response_id,
+            origin="overlap" if overlaps is not None else origin,
         )
         self.record.responses.append(record)
         words = [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))] if text else []
@@ -1292,13 +1395,35 @@ class ModelSession:
     def _render_session(self) -> dict[str, Any]:
         return render_session(self._cfg, self.naming, self._session_id, self._model)
 
-    def _emit_transcription(self, item_id: str, transcript: str, seconds: float) -> None:
-        self._emit(
-            {
-                "type": "conversation.item.input_audio_transcription.completed",
-                "item_id": item_id,
-                "content_index": 0,
-                "transcript": transcript,
-                "usage": {"type": "duration", "seconds": seconds},
-            }
-        )
+    def _emit_transcription(self, item_id: str, step: TranscriptionStep, seconds: float, now_ms: int) -> None:
+        """One transcription event (module transcription), noted in the utterance's SpeechRecord."""
+        speech = self._speech_by_item.get(item_id)
+        event: dict[str, Any] = {"type": "conversation.item.input_audio_transcription." + step.kind,
+                                 "item_id": item_id, "content_index": 0}
+        if step.kind == "delta":
+            event["delta"] = step.text
+        elif step.kind == "completed":
+            event["transcript"] = step.text
+            model = (self._cfg.transcription or {}).get("model")
+            if streams_deltas(model):
+                # the gpt-4o transcribe family bills tokens (about 10 audio tokens a second), whisper-1 seconds
+                audio_tokens = max(1, round(seconds * 10))
+                output_tokens = len(transcript_pieces(step.text))
+                event["usage"] = {"type": "tokens", "input_tokens": audio_tokens, "output_tokens": output_tokens,
+                                  "total_tokens": audio_tokens + output_tokens,
+                                  "input_token_details": {"text_tokens": 0, "audio_tokens": audio_tokens}}
+            else:
+                event["usage"] = {"type": "duration", "seconds": seconds}
+        else:
+            event["error"] = dict(FAILED_ERROR)
+        self._emit(event)
+        if speech is None:
+            return  # a client's commit without VAD: no utterance to note it in
+        if step.kind != "failed" and speech.words_sent_ms is None and words_of(step.text):
+            speech.words_sent_ms = now_ms
+        if step.decisive and speech.decisive_words_ms is None:
+            speech.decisive_words_ms = now_ms
+        if step.kind == "completed":
+            speech.transcript_completed_ms = now_ms
+        elif step.kind == "failed":
+            speech.transcription_failed_ms = now_ms

@@ -8,6 +8,7 @@ the session object as the server shows it in session.created / session.updated.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,8 +28,17 @@ _SEMANTIC_VAD_DEFAULTS: dict[str, Any] = {
     "create_response": True,
     "interrupt_response": True,
 }
-# silence that ends a turn for semantic_vad, by eagerness (a simulation; C.4 gives only maxima)
+# semantic_vad, by eagerness: the silence that ends a turn whose words sound finished (the vendor documents
+# none: these bracket server_vad's 500 ms default, "high" answering sooner, "low" later), and the longest it
+# waits when they sound unfinished (the vendor's documented maximum timeouts: low 8 s, medium 4 s, high 2 s;
+# auto is medium)
 _SEMANTIC_SILENCE_MS = {"low": 800, "medium": 500, "auto": 500, "high": 300}
+_SEMANTIC_MAX_SILENCE_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
+# words after which a speaker is not done (English and Swedish fillers and conjunctions)
+_UNFINISHED_LAST_WORDS = frozenset({
+    "um", "uh", "er", "erm", "ehm", "so", "and", "but", "or", "because", "like", "then", "well",
+    "öh", "eh", "och", "så", "men", "eller", "för", "att",
+})
 
 _BETA_FORMATS = {"pcm16": "pcm", "g711_ulaw": "pcmu", "g711_alaw": "pcma"}
 _BETA_FORMAT_NAMES = {v: k for k, v in _BETA_FORMATS.items()}
@@ -293,6 +303,26 @@ def turn_end_silence_ms(turn_detection: dict[str, Any]) -> int:
     if turn_detection["type"] == "semantic_vad":
         return _SEMANTIC_SILENCE_MS.get(turn_detection.get("eagerness", "auto"), 500)
     return int(turn_detection.get("silence_duration_ms", 500))
+
+
+def semantic_max_silence_ms(turn_detection: dict[str, Any]) -> int:
+    """The longest semantic_vad waits for a caller whose words sound unfinished to go on."""
+    return _SEMANTIC_MAX_SILENCE_MS.get(turn_detection.get("eagerness", "auto"), 4000)
+
+
+def sounds_unfinished(text: str) -> bool:
+    """Whether words end unfinished for semantic_vad: with "..." (or an ellipsis), a comma, a semicolon, a
+    colon or a dash, or with a filler or conjunction ("um", "so", "and"). Words ending in . ? ! sound
+    finished, and so do words with no end mark at all (the simulator's "hello"), and no words (a cough)."""
+    stripped = text.rstrip()
+    if stripped.endswith(("...", "\u2026")):
+        return True
+    if stripped.endswith((".", "?", "!")):
+        return False
+    if stripped.endswith((",", ";", ":", "-", "\u2013", "\u2014")):
+        return True
+    words = re.findall(r"[^\W_]+", stripped.casefold())
+    return bool(words) and words[-1] in _UNFINISHED_LAST_WORDS
 
 
 def render_session(settings: SessionSettings, naming: str, session_id: str, model: str) -> dict[str, Any]:
