@@ -212,6 +212,32 @@ def test_an_answer_resumed_after_the_turns_words_is_counted():
     assert bc.resumed_after_words == 0
 
 
+def test_a_resume_is_timed_from_the_words_that_decided_it():
+    answer = _answer("a", 100, 1)
+    core = played_call(answer, held(700))
+    figures = turn_figures(core, [record([utterance(100, "backchannel", text="Mm-hmm.", completed=640)], [answer])])
+    assert figures.resume_after_decision_ms == [60.0]
+    # resumed before any words (the runtime judged by length): no sample
+    early = turn_figures(core, [record([utterance(100, "noise", text="", completed=900)], [answer])])
+    assert early.hold_resumed_ms == [600.0] and early.resume_after_decision_ms == []
+
+
+def test_the_answer_request_is_timed_from_the_later_of_the_words_and_the_stop():
+    speech = [utterance(1000, stop=2000, completed=2600), utterance(10_000, stop=11_000, completed=10_900)]
+    core = _core()
+    core.stop_message(60_000)
+    figures = turn_figures(core, [record(speech, [request(2630), request(11_040)])])
+    assert figures.answer_request_ms == [30.0, 40.0]
+    # the caller spoke again before the answer was asked for, or a tool ran in between: not a sample
+    rec = record(speech + [utterance(2610, "backchannel", text="Mm.")], [request(2700), request(11_040)])
+    assert turn_figures(core, [rec]).answer_request_ms == [40.0]
+    from voicecore.sim.model import FunctionCallOutputRecord
+
+    rec = record(speech, [request(2630), request(12_000)])
+    rec.function_call_outputs.append(FunctionCallOutputRecord("call_1", "{}", at_ms=11_500, known=True))
+    assert turn_figures(core, [rec]).answer_request_ms == [30.0]
+
+
 # ---- in the report -----------------------------------------------------------------------------------------
 
 

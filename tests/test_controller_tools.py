@@ -219,6 +219,23 @@ def test_words_that_are_neither_drop_the_action_and_are_answered_as_a_turn():
     assert json.loads(sent(out)[0]["item"]["output"])["reason"] == "caller_moved_on"
 
 
+def test_a_yes_followed_at_once_by_more_words_is_still_a_yes_and_the_rest_is_the_next_turn():
+    c = controller()
+    propose(c)
+    ev_ = lambda kind, item, t, **f: c.on_model_event(ev(type=kind, item_id=item, **f), t * MS, IDLE)  # noqa: E731
+    ev_("input_audio_buffer.speech_started", "u1", 6000, audio_start_ms=6000)
+    ev_("input_audio_buffer.speech_stopped", "u1", 7300, audio_end_ms=7000)
+    ev_("input_audio_buffer.speech_started", "u2", 7600, audio_start_ms=7600)  # the caller goes on ...
+    out = ev_("conversation.item.input_audio_transcription.completed", "u1", 7900, content_index=0, transcript="Ja, gärna.")
+    (run,) = runs(out)  # ... the yes is read on its own, at once
+    assert (c.stats.actions_confirmed, c.stats.actions_declined) == (1, 0)
+    ev_("input_audio_buffer.speech_stopped", "u2", 9500, audio_end_ms=9000)
+    ev_("conversation.item.input_audio_transcription.completed", "u2", 9700, content_index=0,
+        transcript="Vad kostar Premium per månad?")
+    asked = c.queued or c.inflight  # the question is answered (asked for at once when nothing else plays)
+    assert asked is not None and asked.question == "Vad kostar Premium per månad?"
+
+
 def test_invalid_arguments_are_refused_before_any_confirmation_or_run():
     c = controller()
     out = c.on_model_event(tool_call("book", '{"service": "cleaning", "date": "x", "time": "ten"}'), 1000 * MS, IDLE)

@@ -476,7 +476,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
     ``turn_latency_model_ms`` / ``turn_latency_runtime_ms`` (the model's share of it and the rest). How the
     runtime took turns (voicecore.callturns): ``backchannels``, ``backchannels_that_cut``, ``real_turns``,
     ``unanswered_turns``, ``turns_cut_by_call_end``, ``talkover_real_turns_ms``, ``hold_ms`` (``resumed``,
-    ``cut``) and ``resumed_after_words``."""
+    ``cut``), ``resumed_after_words``, ``resume_after_decision_ms`` and ``answer_request_ms``."""
     from voicecore import callturns  # it builds on this module's frame matching: imported when used
 
     turn_taking = callturns.TurnFigures()
@@ -582,6 +582,8 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         "talkover_real_turns_ms": summary(turn_taking.talkover_real_turns_ms),
         "hold_ms": {"resumed": summary(turn_taking.hold_resumed_ms), "cut": summary(turn_taking.hold_cut_ms)},
         "resumed_after_words": turn_taking.resumed_after_words,
+        "resume_after_decision_ms": summary(turn_taking.resume_after_decision_ms),
+        "answer_request_ms": summary(turn_taking.answer_request_ms),
         "starved_grace_ms": grace_ms,
         "cpu_ms_per_call_second": round(cpu_seconds * 1000 / call_seconds, 3) if call_seconds else 0.0,
         "cpu_seconds": round(cpu_seconds, 3),

@@ -36,6 +36,12 @@ arrival of one of R's frames that comes HOLD_GAP_MS or more after R's previous f
 - resumed_after_words: real turns that started while a response R was audible, after whose decisive words
   (SpeechRecord.decisive_words_ms: the first transcription event with a word that is not a backchannel
   word) R's frames arrived again after a gap: the runtime resumed an answer the caller had interrupted.
+- resume_after_decision_ms: per "resumed" hold whose utterance's transcript completed (or failed) before
+  the resume: that event -> R's frames arriving again at the carrier (the runtime's reaction to the words
+  that let the agent carry on, carrier arrival included).
+- answer_request_ms: per answered real turn whose answer was asked for before the caller said anything
+  else and with no function output in between (a tool's answer waits for the tool): the later of its
+  transcript's completion and its stop -> the request (0 when the request came first, on settled words).
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ class TurnFigures:
     talkover_real_turns_ms: list[float] = dataclasses.field(default_factory=list)
     hold_resumed_ms: list[float] = dataclasses.field(default_factory=list)
     hold_cut_ms: list[float] = dataclasses.field(default_factory=list)
+    resume_after_decision_ms: list[float] = dataclasses.field(default_factory=list)
+    answer_request_ms: list[float] = dataclasses.field(default_factory=list)
 
     def add(self, other: TurnFigures) -> None:
         for field in dataclasses.fields(self):
@@ -176,11 +184,23 @@ def turn_figures(core, records: Sequence, window_ms: tuple[float, float] | None 
     def counted(speech) -> bool:
         return window_ms is None or window_ms[0] <= speech.started_at_ms < window_ms[1]
 
-    for state, turn in zip(_answers(real, _requested_ms(records), end_ms), real):
+    requested = _requested_ms(records)
+    utterance_starts = [s.started_at_ms for s in utterances]
+    outputs = sorted(o.at_ms for record in records for o in getattr(record, "function_call_outputs", ()))
+    for state, turn in zip(_answers(real, requested, end_ms), real):
         if counted(turn):
             figures.real_turns += 1
             figures.unanswered_turns += state == "unanswered"
             figures.turns_cut_by_call_end += state == "cut"
+            if state == "answered" and turn.stopped_at_ms is not None:
+                words_in = max(turn.stopped_at_ms, turn.transcript_completed_ms or turn.stopped_at_ms)
+                asked = requested[bisect.bisect_left(requested, turn.stopped_at_ms)]
+                spoke_again = bisect.bisect_right(utterance_starts, turn.stopped_at_ms) < len(utterance_starts) and \
+                    utterance_starts[bisect.bisect_right(utterance_starts, turn.stopped_at_ms)] < asked
+                tool = bisect.bisect_left(outputs, turn.stopped_at_ms) < len(outputs) and \
+                    outputs[bisect.bisect_left(outputs, turn.stopped_at_ms)] < asked
+                if not spoke_again and not tool:
+                    figures.answer_request_ms.append(max(0.0, asked - words_in))
     figures.talkover_real_turns_ms = callreport.talkover_ms(core, [s.started_at_ms for s in real if counted(s)])
 
     for speech in utterances:
@@ -212,6 +232,9 @@ def turn_figures(core, records: Sequence, window_ms: tuple[float, float] | None 
         cut_at = times[i] if i < len(times) else None
         if resumed_at is not None and (cut_at is None or resumed_at <= cut_at):
             figures.hold_resumed_ms.append(resumed_at - start)
+            decided = speech.transcript_completed_ms or speech.transcription_failed_ms
+            if decided is not None and decided <= resumed_at:
+                figures.resume_after_decision_ms.append(resumed_at - decided)
         elif cut_at is not None:
             figures.hold_cut_ms.append(cut_at - start)
         words_ms = getattr(speech, "decisive_words_ms", None)

@@ -985,9 +985,16 @@ class CallController:
 
     def _take_turn(self, out: list[Action]) -> None:
         """Answer the caller once they stopped and every utterance of their turn is judged and heard whole."""
+        pending = [u for u in self.utterances if u.verdict == "turn" and not u.turn_taken]
+        if self.pending_action is not None and pending and self._ready(pending[0]):
+            # A yes or a no to the confirmation asked is read on its own, at once, even if the caller goes
+            # on talking ("Ja, gärna." then a question): what follows is the next turn, not part of the answer.
+            answer = agent_actions.confirmation_answer(pending[0].words, self.config.confirm_languages)
+            if answer:
+                pending.pop(0).turn_taken = True
+                self._answer_confirmation(answer, out)
         if self.caller_speaking:
             return
-        pending = [u for u in self.utterances if u.verdict == "turn" and not u.turn_taken]
         if not pending or any(u.verdict == "" for u in self.utterances) or not all(self._ready(u) for u in pending):
             return
         for u in pending:
@@ -995,14 +1002,17 @@ class CallController:
         words = " ".join(u.words.strip() for u in pending if u.words.strip())
         self._caller_turn(words, pending[-1], out)
 
+    def _answer_confirmation(self, answer: str, out: list[Action]) -> None:
+        if answer == "yes":
+            self._confirm_action(out)
+        else:
+            self._drop_action("caller_declined", "declined", out)
+
     def _caller_turn(self, words: str, u: Utterance, out: list[Action]) -> None:
         if self.pending_action is not None:
             answer = agent_actions.confirmation_answer(words, self.config.confirm_languages)
-            if answer == "yes":
-                self._confirm_action(out)
-                return
-            if answer == "no":
-                self._drop_action("caller_declined", "declined", out)
+            if answer:
+                self._answer_confirmation(answer, out)
                 return
             self._drop_action("caller_moved_on", None, out)  # then the turn is answered as any other
         if self.debounce is not None:
