@@ -117,7 +117,8 @@ def test_speech_without_words_holds_then_its_length_decides_once_the_words_are_o
     long_speech, _ = speaking_controller()
     short_speech, tag = speaking_controller()
     p = C.Playout(tag, 10, 400 * MS, tag, 14, 480 * MS)
-    for c, end_ms in ((long_speech, 1000), (short_speech, 600)):
+    # audio_end_ms includes the VAD's 500 ms of silence, audio_start_ms the 300 ms of prefix padding
+    for c, end_ms in ((long_speech, 1000 + 500), (short_speech, 600 + 500)):
         c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=100, item_id="u1"), 400 * MS, p)
         assert not any(isinstance(a, (C.CancelTag, C.ResumeTag)) for a in c.on_tick(5000 * MS, p))  # still speaking: held
         c.on_model_event(ev(type="input_audio_buffer.speech_stopped", audio_end_ms=end_ms, item_id="u1"), 5100 * MS, p)

@@ -142,8 +142,8 @@ def _late_words(o: Outcome) -> None:
 
 
 def _late_transcript_turn(o: Outcome) -> None:
-    # 0.7 s of speech, its stop 0.2 s later (before the 1 s fallback decides), its transcript 2.5 s late:
-    # too long for a cough, so a turn, never resumed
+    # 0.7 s of speech (a VAD of 0.2 s silence), its transcript 2.5 s after the commit, past the 1.5 s wait:
+    # too long for a cough, so a turn by its length, never resumed
     st = o.controller.stats
     assert st.bargeins == 1 and st.false_interruptions == 0 and st.holds == 1
     answers = frames_of(o, "answer")
@@ -429,7 +429,8 @@ SCENARIOS = [
     Scenario("short_backchannel", [TURN, Speech(300, "mhm", after="answer", offset_ms=1000, words_delay_ms=900)], _backchannel,
              ModelScript(plans={"answer": [LONG]})),
     Scenario("late_transcript_is_a_turn_not_a_cough", [TURN, Speech(700, "stop please", after="answer", offset_ms=1000, words_delay_ms=2500)],
-             _late_transcript_turn, ModelScript(plans={"answer": [LONG, Plan()]}, vad_stop_delay_ms=200)),
+             _late_transcript_turn, ModelScript(plans={"answer": [LONG, Plan()]}, vad_stop_delay_ms=200),
+             config=C.ControllerConfig(vad_silence_duration_ms=200)),
     Scenario("late_words_decide_within_the_wait", [TURN, LATE_WAIT], _late_words, ModelScript(plans={"answer": [LONG, Plan()]})),
     Scenario("fast_tool_call_mid_sentence", SEED001_CALLER, _seed001,
              ModelScript(plans={"answer": [Plan(tool="lookup_caller"), Plan(audio_ms=2500)]}), debounce=True),
@@ -471,6 +472,9 @@ SCENARIOS = [
                                                            words_delay_ms=1100)],
              _carries_on("backchannel"), ModelScript(plans={"answer": [LONG]})),
     Scenario("cough_completed_empty", [TURN, Speech(300, None, after="answer", offset_ms=1000, words_delay_ms=700)],
+             _carries_on("noise"), ModelScript(plans={"answer": [LONG]})),
+    # the vendor heard no words at all in 0.8 s of sound (a long breath, a door): noise, however long
+    Scenario("long_noise_completed_empty", [TURN, Speech(800, None, after="answer", offset_ms=1000, words_delay_ms=700)],
              _carries_on("noise"), ModelScript(plans={"answer": [LONG]})),
     Scenario("late_words_reopen_a_cough", [TURN, Speech(400, "sorry who is this", after="answer", offset_ms=1000, deltas=False,
                                                       words_delay_ms=1800)],

@@ -259,7 +259,8 @@ class FakeModel:
         end = start + sp.dur_ms
         self.emit(start, {"type": "input_audio_buffer.speech_started", "audio_start_ms": max(0, start - 300), "item_id": item})
         stop = end + self.script.vad_stop_delay_ms
-        self.emit(stop, {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": end, "item_id": item})
+        # audio_end_ms includes the VAD's silence, as the vendor's does (audio_start_ms its prefix padding)
+        self.emit(stop, {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": stop, "item_id": item})
         self.emit(stop + 1, {"type": "input_audio_buffer.committed", "item_id": item, "previous_item_id": None})
         at = stop + 1 + sp.words_delay_ms
         if sp.failed:

@@ -284,6 +284,7 @@ class Utterance:
     spoken_ms: int = 0  # set at speech_stopped from the server's audio clock: the speech itself
     words: str = ""
     completed: bool = False  # the transcript is final: completed, or its transcription failed
+    failed: bool = False  # the vendor could not transcribe it: no words, and none will come
     last_words_ns: int = 0
     verdict: str = ""  # "" (not known yet) | "backchannel" | "noise" | "turn"
     turn_taken: bool = False
@@ -881,8 +882,11 @@ class CallController:
         u = self._utterance(event.item_id) or (self.utterances[-1] if self.utterances else None)
         if u is not None and not u.stopped_ns:
             u.stopped_ns = self.now_ns
-            # The stop arrives after the VAD's silence: measure the speech on the server's audio clock.
-            u.spoken_ms = max(0, event.audio_end_ms - u.audio_start_ms - self.config.vad_prefix_padding_ms)
+            # On the server's audio clock: audio_start_ms includes the prefix padding and audio_end_ms the
+            # VAD's silence (the vendor's definition); what is left is the speech. (semantic_vad's silence
+            # varies with what was said: the server_vad setting is the estimate.)
+            cfg = self.config
+            u.spoken_ms = max(0, event.audio_end_ms - u.audio_start_ms - cfg.vad_prefix_padding_ms - cfg.vad_silence_duration_ms)
 
     def _utterance(self, item_id: str) -> Utterance | None:
         for u in reversed(self.utterances):
@@ -912,7 +916,7 @@ class CallController:
         """No words will come for this utterance: its length decides."""
         u = self._utterance(item_id)
         if u is not None:
-            u.completed = True
+            u.completed = u.failed = True
 
     def _forget_settled_utterances(self) -> None:
         """Keep what can still change: open utterances, and verdicts that later words may overturn."""
@@ -935,7 +939,9 @@ class CallController:
             return u.verdict if u.verdict == "noise" else ""
         by_length = "turn" if u.spoken_ms >= cfg.bargein_min_speech_ms else "noise"
         if u.completed:
-            return by_length  # final, and no words: a cough or a breath, or speech the vendor could not read
+            # Final and no words: the vendor heard none (a cough, a breath: noise, however long), or it could
+            # not transcribe the speech (its length decides).
+            return by_length if u.failed else "noise"
         if u.verdict in ("turn", "noise"):
             return u.verdict  # judged by length while words were late: stands until words come
         if u.stopped_ns and (self.now_ns - u.stopped_ns) // MS >= cfg.transcript_wait_ms:
