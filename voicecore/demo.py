@@ -533,6 +533,13 @@ def format_report(report: dict) -> str:
     lines = [
         f"voicecore demo: {report['calls']} call(s) x {report['seconds']:.0f} s as {report.get('carrier', 'twilio')} "
         f"-> {'OK' if report['ok'] else 'FAILED'}",
+        f"  caller turns       {report['real_turns']} real, {report['unanswered_turns']} unanswered, "
+        f"{report['resumed_after_words']} resumed over their words; {report['backchannels']} backchannels over the agent, "
+        f"{report['backchannels_that_cut']} cut it",
+        f"  holds ms           resumed p50 {report['hold_ms']['resumed']['p50']:.0f} ({report['hold_ms']['resumed']['count']}), "
+        f"cut p50 {report['hold_ms']['cut']['p50']:.0f} ({report['hold_ms']['cut']['count']}); talk-over on real turns "
+        f"p99 {report['talkover_real_turns_ms']['p99']:.0f}; resume after the words p50 {report['resume_after_decision_ms']['p50']:.0f}; "
+        f"answer asked p50 {report['answer_request_ms']['p50']:.0f} after the words",
         f"  frames sent        {report['frames_sent']}",
         f"  lateness ms        p50 {report['lateness_ms']['p50']:.2f}  p99 {report['lateness_ms']['p99']:.2f}  max {report['lateness_ms']['max']:.2f}",
         f"  underruns          {report['underruns']}",
