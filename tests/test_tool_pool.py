@@ -250,6 +250,22 @@ def test_a_module_that_fails_at_import_is_an_error_for_its_runs(tools_dir):
     assert echo[1] is None  # the other tools of the module's process still run
 
 
+def test_closing_the_pool_mid_run_answers_the_run_and_a_waiting_one(tools_dir):
+    async def body():
+        pool = await started_pool(tools_dir, processes=1)
+        running = asyncio.create_task(pool.run(tool("blocking", timeout_s=30.0), {"seconds": 30}, ctx("CA1")))
+        waiting = asyncio.create_task(pool.run(tool("echo", timeout_s=30.0), {}, ctx("CA2")))
+        await asyncio.sleep(0.5)
+        pids = pool.pids()
+        await pool.close()
+        return await running, await waiting, pids
+
+    (_, running, _), (_, waiting, _), pids = asyncio.run(body())
+    assert running is not None and running.status == "crashed" and "SIGKILL" in running.message
+    assert waiting is not None and waiting.status == "exception" and "closed" in waiting.message
+    assert pids and all(gone(p) for p in pids)
+
+
 def test_closing_the_pool_ends_every_process_and_a_dead_parent_takes_them_with_it(tools_dir):
     script = textwrap.dedent(f"""
         import asyncio, os, sys

@@ -103,7 +103,8 @@ class ToolPool:
         self._free = asyncio.Condition()
         self._calls: dict[str, asyncio.Semaphore] = {}
         self._call_runs: collections.Counter[str] = collections.Counter()
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task] = set()  # starting and watching processes
+        self._exchanges: set[asyncio.Task] = set()  # runs in progress (each ends when its process answers or ends)
         self._closed = False
         self._restart_pause_s = 0.0
 
@@ -121,7 +122,7 @@ class ToolPool:
         return not self._closed
 
     async def close(self) -> None:
-        """Kill every process (a run in progress gets a ``crashed`` error) and wait for them."""
+        """Kill every process and wait for them; a run in progress ends with a ``crashed`` error."""
         self._closed = True
         for process in list(self._all):
             _kill(process)
@@ -130,7 +131,7 @@ class ToolPool:
         for task in list(self._tasks):
             if not task.done():
                 task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._exchanges, return_exceptions=True)
         await asyncio.gather(*(p.process.wait() for p in list(self._all)), return_exceptions=True)
 
     def pids(self) -> list[int]:
@@ -254,8 +255,8 @@ class ToolPool:
             request = {"entry": tool.entry, "arguments": arguments, "call_sid": call_sid, "function": context.function,
                        "key": context.idempotency_key}
             exchange = loop.create_task(self._exchange(process, request, deadline, tool.timeout_s))
-            self._tasks.add(exchange)
-            exchange.add_done_callback(self._tasks.discard)
+            self._exchanges.add(exchange)
+            exchange.add_done_callback(self._exchanges.discard)
             return await asyncio.shield(exchange)
         finally:
             if acquired:
@@ -286,9 +287,6 @@ class ToolPool:
             self.counters["tool_runs_crashed"] += 1
             _kill(process)
             return "", ToolFailure("crashed", f"the tool's process answered garbage ({type(exc).__name__})"), 1
-        except asyncio.CancelledError:
-            _kill(process)  # the pool is closing
-            raise
         failure = _reply_failure(reply)
         await self._give_back(process)
         if failure is not None:

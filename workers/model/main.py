@@ -615,8 +615,8 @@ class CallSession:
         worker.tool_durations["ok" if result.ok else "error"].observe(run_s)
         if not result.ok:
             log.warning("call %s: tool %s failed: %s", self.call_sid, action.name, result.status)
-        if not self.alive() or worker.calls.get(self.slot) is not self:
-            worker.counters["tool_results_after_call"] += 1
+        if worker.stopping or not self.alive() or worker.calls.get(self.slot) is not self:
+            worker.counters["tool_results_after_call"] += 1  # stopping: the records are finished, nothing goes after them
             return
         self._apply(self.driver.on_tool_result(action.call_id, result.ok, result.output, time.monotonic_ns()))
 
@@ -881,6 +881,7 @@ class ModelWorker:
         self.tool_slots = asyncio.Semaphore(MAX_TOOLS_RUNNING)
         self.tool_tasks: set[asyncio.Task] = set()
         self.http = http_client.ConnectionPool()  # webhooks: kept connections per origin
+        self.stopping = False  # set once run() stops serving: tool results that come after it are dropped
         self.tool_pool = tool_pool_for(config, self.agent)
         self.runtime_dir = Path(config.runtime_dir)
         self.arena: Arena | None = None
@@ -1102,6 +1103,7 @@ class ModelWorker:
                 await asyncio.wait_for(stop.wait(), 0.02)
             except TimeoutError:
                 pass
+        self.stopping = True
         records = []
         for session in self.calls.values():
             records.append(session.finish(call_ended=False))
