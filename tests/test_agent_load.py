@@ -118,16 +118,41 @@ def test_a_python_tool_is_imported_from_the_agent_directory():
     ("shop_tools:missing", "python-not-found"),
     ("no_such_module_here:f", "python-import-failed"),
     ("broken_tools:f", "python-import-failed"),
+    ("shop_tools:one_argument", "python-bad-signature"),
+    ("shop_tools:keyword_only", "python-bad-signature"),
 ])
 def test_python_tool_problems(tmp_path, entry, code):
     agent = write_agent(tmp_path / "agent", 'name = "t"\ninstructions = "Help."\n', {
         "flow.toml": FLOW_WITH_PYTHON_TOOL.format(entry=entry),
-        "shop_tools.py": "async def f(arguments, context):\n    return {}\n\ndef not_async(arguments, context):\n    return {}\n",
+        "shop_tools.py": "async def f(arguments, context):\n    return {}\n\ndef not_async(arguments, context):\n    return {}\n"
+                         "\nasync def one_argument(card):\n    return {}\n"
+                         "\nasync def keyword_only(arguments, *, context):\n    return {}\n",
         "broken_tools.py": "raise RuntimeError('cannot start')\n",
     })
     check = check_agent(agent)
     assert check.spec is None
     assert codes(check.problems) == {("flow.toml", code, "$.functions.lookup.python")}
+
+
+@pytest.mark.parametrize("definition", [
+    "async def f(arguments, context):", "async def f(arguments, context=None):", "async def f(*args):",
+    "async def f(arguments, context, extra=1, **more):", "async def f(args, ctx, /):",
+])
+def test_python_tools_that_can_be_called_with_arguments_and_context_pass(tmp_path, definition):
+    agent = write_agent(tmp_path / "agent", 'name = "t"\ninstructions = "Help."\n', {
+        "flow.toml": FLOW_WITH_PYTHON_TOOL.format(entry="ok_tools:f"),
+        "ok_tools.py": f"{definition}\n    return {{}}\n"})
+    assert check_agent(agent).problems == []
+
+
+def test_a_wrong_signature_names_the_file_and_the_line_of_the_def(tmp_path):
+    agent = write_agent(tmp_path / "agent", 'name = "t"\ninstructions = "Help."\n', {
+        "flow.toml": FLOW_WITH_PYTHON_TOOL.format(entry="cards:renew"),
+        "cards.py": "import asyncio\n\n\nasync def renew(card):\n    return {}\n"})
+    (problem,) = check_agent(agent).problems
+    assert problem.code == "python-bad-signature" and problem.path == "$.functions.lookup.python"
+    assert f"{agent / 'cards.py'}:4 renew(card)" in problem.message
+    assert "async def f(arguments, context)" in problem.message
 
 
 def test_a_tools_module_of_the_same_name_in_another_agent_is_that_agents_own(tmp_path):

@@ -12,8 +12,9 @@ import uuid
 import pytest
 
 from voicecore import http_client
-from voicecore.agent import tools
+from voicecore.agent import actions, tools
 from voicecore.agent.spec import FunctionSpec, PythonTool, Webhook
+from voicecore.agent.tool_pool import ToolPool
 from voicecore.agent.tools import (
     MAX_OUTPUT_BYTES,
     ToolContext,
@@ -39,8 +40,11 @@ BOOK_ARGUMENTS = '{"service": "cleaning", "date": "2026-11-26", "time": "10:00",
 ENV = {"BOOKING_TOKEN": "Bearer s3cret-token"}
 
 
+CALL_SID = "CA" + "1" * 32
+
+
 def context(name: str = "book", arguments: str = BOOK_ARGUMENTS) -> ToolContext:
-    return ToolContext("CA" + "1" * 32, name, idempotency_key(name, arguments))
+    return ToolContext(CALL_SID, name, idempotency_key(CALL_SID, name, arguments))
 
 
 def webhook_function(url: str, method: str = "POST", timeout_s: float = 2.0, retries: int = 1,
@@ -75,7 +79,7 @@ def test_post_sends_exactly_the_arguments_with_the_headers_and_returns_the_body(
     [request] = server.requests
     assert (request.method, request.path, request.query) == ("POST", "/appointments", {})
     assert request.json == json.loads(BOOK_ARGUMENTS)
-    assert request.headers["idempotency-key"] == idempotency_key("book", BOOK_ARGUMENTS)
+    assert request.headers["idempotency-key"] == idempotency_key(CALL_SID, "book", BOOK_ARGUMENTS)
     assert request.headers["x-voicecore-call"] == "CA" + "1" * 32
     assert request.headers["authorization"] == "Bearer s3cret-token"
     assert request.headers["content-type"] == "application/json"
@@ -285,10 +289,9 @@ TOOL_MODULE = textwrap.dedent("""
 
 
 @pytest.fixture
-def tool_module(tmp_path, monkeypatch):
+def tool_module(tmp_path):
     name = f"voicecore_test_tools_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{name}.py").write_text(TOOL_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
     return name
 
 
@@ -296,30 +299,45 @@ def python_function(entry: str, timeout_s: float = 2.0) -> FunctionSpec:
     return FunctionSpec("book", "Book.", BOOK_PARAMETERS, tool=PythonTool(entry, timeout_s))
 
 
-def test_a_python_tool_gets_the_arguments_and_the_context(tool_module):
-    result = run(run_tool(python_function(f"{tool_module}:book"), BOOK_ARGUMENTS, context(), {}))
+def run_python(directory, function: FunctionSpec, arguments: str = BOOK_ARGUMENTS, ctx: ToolContext | None = None):
+    """run_tool with a real tool pool (one process) whose tools come from ``directory``."""
+    async def body():
+        pool = ToolPool(str(directory), processes=1)
+        pool.start()
+        try:
+            assert await pool.wait_ready(60)  # up before the run: its timeout is the tool's, not the start's
+            return await run_tool(function, arguments, ctx or context(), {}, python=pool)
+        finally:
+            await pool.close()
+
+    return run(body())
+
+
+def test_a_python_tool_gets_the_arguments_and_the_context(tool_module, tmp_path):
+    result = run_python(tmp_path, python_function(f"{tool_module}:book"))
     assert (result.ok, result.status, result.attempts) == (True, "ok", 1)
-    assert json.loads(result.output) == {"booked": True, "service": "cleaning", "call": "CA" + "1" * 32,
-                                         "key": idempotency_key("book", BOOK_ARGUMENTS)}
+    assert json.loads(result.output) == {"booked": True, "service": "cleaning", "call": CALL_SID,
+                                         "key": idempotency_key(CALL_SID, "book", BOOK_ARGUMENTS)}
 
 
-def test_a_python_tool_returning_none_is_a_bare_success(tool_module):
-    result = run(run_tool(python_function(f"{tool_module}:nothing"), BOOK_ARGUMENTS, context(), {}))
+def test_a_python_tool_returning_none_is_a_bare_success(tool_module, tmp_path):
+    result = run_python(tmp_path, python_function(f"{tool_module}:nothing"))
     assert (result.ok, json.loads(result.output)) == (True, {"ok": True})
 
 
-def test_a_python_tool_exception_is_one_line_with_its_type(tool_module):
-    result = run(run_tool(python_function(f"{tool_module}:broken"), BOOK_ARGUMENTS, context(), {}))
+def test_a_python_tool_exception_is_one_line_with_its_type(tool_module, tmp_path):
+    result = run_python(tmp_path, python_function(f"{tool_module}:broken"))
     assert (result.ok, result.status, result.attempts) == (False, "exception", 1)
     message = json.loads(result.output)["error"]["message"]
     assert message == "RuntimeError: the calendar is locked second line"
     assert "Traceback" not in result.output
 
 
-def test_a_python_tool_timeout(tool_module):
-    result = run(run_tool(python_function(f"{tool_module}:slow", timeout_s=0.1), BOOK_ARGUMENTS, context(), {}))
-    assert (result.ok, result.status, result.attempts) == (False, "timeout", 1)
-    assert 90 <= result.elapsed_ms < 2000
+def test_a_python_tool_timeout(tool_module, tmp_path):
+    result = run_python(tmp_path, python_function(f"{tool_module}:slow", timeout_s=1.0))
+    assert (result.ok, result.status, result.attempts) == (False, "timeout", 1)  # slow sleeps 5 s: stopped, not awaited
+    assert "it was stopped" in json.loads(result.output)["error"]["message"]
+    assert result.elapsed_ms >= 900
 
 
 @pytest.mark.parametrize("function, status, words", [
@@ -327,20 +345,20 @@ def test_a_python_tool_timeout(tool_module):
     ("unencodable", "bad_result", "JSON"),
     ("missing", "exception", "AttributeError"),
 ])
-def test_a_python_tool_that_cannot_be_used_is_reported(tool_module, function, status, words):
-    result = run(run_tool(python_function(f"{tool_module}:{function}"), BOOK_ARGUMENTS, context(), {}))
+def test_a_python_tool_that_cannot_be_used_is_reported(tool_module, tmp_path, function, status, words):
+    result = run_python(tmp_path, python_function(f"{tool_module}:{function}"))
     assert (result.ok, result.status) == (False, status)
     assert words in json.loads(result.output)["error"]["message"]
 
 
-def test_a_python_tool_module_that_does_not_exist():
-    result = run(run_tool(python_function("voicecore_no_such_module_xyz:book"), BOOK_ARGUMENTS, context(), {}))
+def test_a_python_tool_module_that_does_not_exist(tmp_path):
+    result = run_python(tmp_path, python_function("voicecore_no_such_module_xyz:book"))
     assert (result.ok, result.status, result.attempts) == (False, "exception", 0)
     assert "ModuleNotFoundError" in json.loads(result.output)["error"]["message"]
 
 
 def test_a_python_tool_with_invalid_arguments_is_not_called(tool_module, tmp_path):
-    result = run(run_tool(python_function(f"{tool_module}:book"), '{"date": "2026-11-26"}', context(), {}))
+    result = run_python(tmp_path, python_function(f"{tool_module}:book"), '{"date": "2026-11-26"}')
     assert (result.ok, result.status, result.attempts) == (False, "invalid_arguments", 0)
 
 
@@ -353,11 +371,18 @@ def test_a_function_without_a_tool_is_an_error_not_an_exception():
 
 
 def test_idempotency_key_is_stable_under_key_order_and_whitespace():
-    a = idempotency_key("book", '{"date": "2026-11-26", "service": "cleaning"}')
-    b = idempotency_key("book", '{"service":"cleaning","date":"2026-11-26"}')
+    a = idempotency_key("CA1", "book", '{"date": "2026-11-26", "service": "cleaning"}')
+    b = idempotency_key("CA1", "book", '{"service":"cleaning","date":"2026-11-26"}')
     assert a == b and len(a) == 24 and int(a, 16) >= 0
-    assert idempotency_key("cancel", '{"service":"cleaning","date":"2026-11-26"}') != a
-    assert idempotency_key("book", '{"service":"cleaning","date":"2026-11-27"}') != a
+    assert idempotency_key("CA1", "cancel", '{"service":"cleaning","date":"2026-11-26"}') != a
+    assert idempotency_key("CA1", "book", '{"service":"cleaning","date":"2026-11-27"}') != a
+
+
+def test_two_calls_never_share_an_idempotency_key_for_the_same_action():
+    arguments = '{"service": "cleaning", "date": "2026-11-26", "time": "10:00"}'
+    keys = {idempotency_key(sid, "book", arguments) for sid in ("CA1", "CA2", "CA1\nbook", "")}
+    assert len(keys) == 4
+    assert idempotency_key("CA1", "book", arguments) != actions.call_free_idempotency_key("book", arguments)
     assert canonical_arguments('{"b": 1, "a": [1, 2]}') == '{"a":[1,2],"b":1}'
     assert canonical_arguments("[1]") is None and canonical_arguments("nope") is None
 

@@ -150,6 +150,22 @@ def test_check_with_env_reports_missing_references():
     assert run_cli("check", "--env", str(GOOD / "receptionist"), env=env).returncode == 0
 
 
+def test_check_exits_1_naming_the_file_and_line_of_a_python_tool_with_a_wrong_signature(tmp_path):
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    agent = agent.resolve()
+    (agent / "agent.toml").write_text('name = "cards"\ninstructions = "Help."\n')
+    (agent / "flow.toml").write_text('initial_node = "main"\n[nodes.main]\nfunctions = ["renew", "end_call"]\n'
+                                     '[functions.renew]\ndescription = "Renew a card."\npython = "card_tools:renew"\n'
+                                     '[functions.end_call]\naction = "end_call"\n')
+    (agent / "card_tools.py").write_text('"""Card tools."""\n\n\nasync def renew(card):\n    return {"renewed": card}\n')
+    result = run_cli("check", str(agent))
+    assert result.returncode == 1
+    assert f"{agent / 'card_tools.py'}:4 renew(card) cannot be called as async def f(arguments, context)" in result.stdout
+    (agent / "card_tools.py").write_text('"""Card tools."""\n\n\nasync def renew(arguments, context):\n    return {}\n')
+    assert run_cli("check", str(agent)).returncode == 0
+
+
 def test_check_in_process_through_main(capsys):
     assert main(["check", str(BROKEN / "18-unknown-action.json")]) == 1
     out = capsys.readouterr().out

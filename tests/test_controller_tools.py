@@ -78,7 +78,7 @@ def test_a_tool_runs_off_the_path_and_its_result_goes_back_then_the_agent_speaks
     c = controller(agent(confirm=False))
     out = c.on_model_event(tool_call("lookup", '{"q": 1}'), 1000 * MS, IDLE)
     (run,) = runs(out)
-    assert (run.call_id, run.name, run.key) == ("call_1", "lookup", actions.idempotency_key("lookup", '{"q": 1}'))
+    assert (run.call_id, run.name, run.key) == ("call_1", "lookup", actions.idempotency_key("CA1", "lookup", '{"q": 1}'))
     assert sent(out) == []  # nothing goes to the model until the result is in
     out = c.on_tool_result("call_1", True, '{"found": 3}', 1400 * MS)
     assert sent(out)[0] == {"type": "conversation.item.create",
@@ -302,6 +302,34 @@ def test_a_call_with_tools_and_a_confirmation_replays_identically_from_its_recor
     assert result.statistics["actions_confirmed"] == 1 and result.statistics["tools_run"] == 1
 
 
+def recorded_call_with_a_tool():
+    recorder = CallRecorder(C.CallController("CA1", flow=AgentFlow(agent(confirm=False)), config=C.ControllerConfig()))
+    recorder.start(0)
+    recorder.on_model_event(ev(type="response.created", response={"id": "r1", "metadata": {"vc_req": "1"}}), 50 * MS, IDLE)
+    recorder.on_model_event(tool_call("book", BOOK_ARGS, rid="r1"), 100 * MS, IDLE)
+    recorder.on_tool_result("call_1", True, '{"booked": true}', 600 * MS)
+    for t in range(620, 3000, 20):
+        recorder.on_tick(t * MS, IDLE)
+    return json.loads(json.dumps(recorder.header)), json.loads(json.dumps(recorder.entries))
+
+
+def test_a_record_made_before_keys_named_the_call_still_replays():
+    header, entries = recorded_call_with_a_tool()
+    (run,) = [e["a"] for e in entries if e["k"] == "out" and e["a"]["type"] == "RunTool"]
+    assert run["key"] == actions.idempotency_key("CA1", "book", run["arguments"])
+    run["key"] = actions.call_free_idempotency_key("book", run["arguments"])  # as the older version wrote it
+    result = replay(header, entries)
+    assert result.identical, result.divergence
+
+
+def test_a_record_whose_key_differs_otherwise_diverges():
+    header, entries = recorded_call_with_a_tool()
+    (run,) = [e["a"] for e in entries if e["k"] == "out" and e["a"]["type"] == "RunTool"]
+    run["key"] = actions.idempotency_key("CA2", "book", run["arguments"])  # another call's key
+    result = replay(header, entries)
+    assert not result.identical and result.divergence.expected["type"] == "RunTool"
+
+
 def test_confirmation_words_in_english_and_swedish():
     answer = actions.confirmation_answer
     assert [answer(w) for w in ("Yes, please.", "Ja, gärna.", "No, thank you.", "Nej tack.", "yes no wait", "hmm",
@@ -313,7 +341,25 @@ def test_the_prompt_takes_its_numbers_from_the_arguments_only():
     assert actions.render_prompt("Call {phone} {when}?", '{"phone": "+46 70 123 45 67", "when": "imorgon"}') == \
         "Call +46 70 123 45 67 imorgon?"
     assert actions.render_prompt("Call {phone}?", '{"when": "x"}') is None
-    assert actions.idempotency_key("f", '{"a": 1, "b": 2}') == actions.idempotency_key("f", '{"b":2,"a":1}')
+    assert actions.idempotency_key("CA1", "f", '{"a": 1, "b": 2}') == actions.idempotency_key("CA1", "f", '{"b":2,"a":1}')
+
+
+def test_two_calls_writing_the_same_action_get_two_keys_and_each_call_keeps_its_own():
+    arguments = '{"date": "2026-11-26", "service": "cleaning", "time": "10:00"}'
+    plan = C.flows.ToolPlan("book", actions.canonical_arguments(arguments), writes=True)
+    keys = {}
+    for sid in ("CA1", "CA2"):
+        c = C.CallController(sid, flow=AgentFlow(agent(confirm=False)), config=C.ControllerConfig(dedupe_ms=30_000))
+        out: list = []
+        c._run_tool("call_1", plan, out)
+        (first,) = runs(out)
+        c.on_tool_result("call_1", False, '{"error": {"type": "timeout"}}', 100 * MS)
+        out = []
+        c._run_tool("call_2", plan, out)  # the model asks again after an error: the same action, the same key
+        (again,) = runs(out)
+        assert again.key == first.key == actions.idempotency_key(sid, "book", arguments)
+        keys[sid] = first.key
+    assert keys["CA1"] != keys["CA2"]
 
 
 def test_the_post_tool_debounce_waits_while_the_caller_speaks_even_before_their_words_come():

@@ -92,6 +92,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("call_control", str, "auto", "turns: the turn-taking controller (turns decided by what the caller said, debounce, watchdog, check-ins, the agent's flow and tools), with call records; spine: barge-in on every speech_started of the model's VAD (the bare stream the bench measures; a caller's mm-hmm cuts the agent); auto: turns, for the configured agent or the shipped default one"),
     Setting("transcription_model", str, "", "the vendor's model that transcribes the caller's words (gpt-4o-mini-transcribe, gpt-4o-transcribe, whisper-1); empty: the agent's [turns] transcription_model"),
     Setting("agent", str, "", "agent directory (agent.toml and the files it names); empty: the shipped default agent"),
+    Setting("tool_processes", int, 4, "processes the model worker runs the agent's Python tools in, one tool run at a time each (1-64; started only for an agent with Python tools): a tool that blocks or crashes stops its own process, which is killed at the tool's timeout_s and replaced"),
+    Setting("tool_runs_per_call", int, 2, "Python tool runs of one call at once (1-16); more of that call's runs wait their turn, the other calls' do not"),
     Setting("gate_policy", str, "off", "which responses the validator must approve before they play: off, numbers, scripted or strict"),
     Setting("safe_line", str, "I can't verify that.", "what the agent says instead of a response the validator rejected"),
     Setting("sim_port", int, 9100, "port of the built-in realtime model simulator"),
@@ -169,6 +171,8 @@ class Config:
     call_control: str
     transcription_model: str
     agent: str
+    tool_processes: int
+    tool_runs_per_call: int
     gate_policy: str
     safe_line: str
     sim_port: int
@@ -328,6 +332,10 @@ def _validate(values: dict[str, object]) -> None:
     token_secret = str(values["token_secret"])
     if token_secret and len(token_secret) < 16:
         raise ConfigError("token_secret: at least 16 characters (or empty: derived from twilio_auth_token)")
+    if not 1 <= int(values["tool_processes"]) <= 64:  # type: ignore[arg-type]
+        raise ConfigError(f"tool_processes: expected 1..64, got {values['tool_processes']}")
+    if not 1 <= int(values["tool_runs_per_call"]) <= 16:  # type: ignore[arg-type]
+        raise ConfigError(f"tool_runs_per_call: expected 1..16, got {values['tool_runs_per_call']}")
     if not 10 <= int(values["token_store_timeout_ms"]) <= 5000:  # type: ignore[arg-type]
         raise ConfigError(f"token_store_timeout_ms: expected 10..5000, got {values['token_store_timeout_ms']}")
     for server in filter(None, (s.strip() for s in str(values["fanout_url"]).split(","))):

@@ -85,6 +85,8 @@ GAUGES: frozenset[str] = frozenset({
     "drain_deadline_at",  # gateway: unix time live calls are ended at (0: not draining)
     "drain_remaining_s",  # gateway: seconds to that deadline
     "drain_streams_awaited",  # gateway: calls answered before the drain whose stream has not started yet
+    "tool_processes",    # model worker: processes of its tool pool up now
+    "tool_processes_busy",  # model worker: of them, running a tool now
 })
 # A gauge is never named `..._total` (the suffix says counter), and the pacer's `underruns_total` would
 # take the name of its cumulative `underruns` counter: exported names of such gauges.

@@ -14,6 +14,10 @@ The record format is documented in voicecore/call/record.py.
 An incomplete record (a ``.part`` file a killed model worker left, or a last line cut short) replays the
 complete lines it has; the report says ``"complete": false``. Its last input's actions may have been cut
 off with it: there, recorded actions that are a prefix of the replayed ones are not a divergence.
+
+A record made before idempotency keys named the call holds RunTool keys of the function and arguments
+alone; such a key is read as the key the same action of that call has now (``recorded_action``), so old
+records still replay. Any other difference in a key is a divergence.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from voicecore import timing
+from voicecore.agent import actions as agent_actions
 from voicecore.agent.flow import AgentFlow
 from voicecore.call import flow as flows
 from voicecore.call.controller import Action, CallController, CancelTag, ControllerConfig, WriteFrames, action_to_dict
@@ -154,12 +159,24 @@ def _feed(driver: Driver, entry: dict[str, Any], audio: bytes) -> list[Action]:
     return driver.on_carrier_stop(t)
 
 
+def recorded_action(action: dict[str, Any], call_sid: str) -> dict[str, Any]:
+    """A recorded action as this version would produce it: a RunTool whose key is the call-free key of
+    older records gets the key of the same action of ``call_sid``; everything else as recorded."""
+    if action.get("type") != "RunTool":
+        return action
+    name, arguments = str(action.get("name", "")), str(action.get("arguments", ""))
+    if action.get("key") != agent_actions.call_free_idempotency_key(name, arguments):
+        return action
+    return {**action, "key": agent_actions.idempotency_key(call_sid, name, arguments)}
+
+
 def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_divergence: bool = True,
            complete: bool = True, driver: Driver | None = None) -> ReplayResult:
     """Feed every recorded input through a fresh driver (or ``driver``: one rebuilt for a record that
     continues another, driver_for_record); compare outputs input by input.
     ``complete`` False (the record was cut short): the last input's recorded actions may be a prefix."""
     driver = driver if driver is not None else driver_from_header(header)
+    call_sid = str(header.get("call_sid", ""))
     divergence: Divergence | None = None
     timed: list[tuple[int, Action]] = []
     snapshots: list[tuple[int, list[int]]] = []
@@ -175,7 +192,7 @@ def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_diverg
         expected = []
         while i < n and entries[i]["k"] in ("out", "note"):
             if entries[i]["k"] == "out":
-                expected.append(entries[i]["a"])
+                expected.append(recorded_action(entries[i]["a"], call_sid))
             i += 1
         inputs += 1
         if "p" in entry:

@@ -1,6 +1,6 @@
 """Actions with confirmation and write de-duplication, the pure parts (seed 002 "Actions med bekräftelse").
 
-Owns: the canonical form of a function's arguments and the idempotency key made from it, the rendering of
+Owns: the canonical form of a function's arguments and the idempotency key made from it and the call, the rendering of
 a confirmation prompt from the arguments (so every number it says is one of theirs), and reading a
 caller's answer to it as yes, no or neither (English and Swedish). The controller (voicecore/call/
 controller.py) holds the pending action, its timeout and the key's 30 s window; voicecore/agent/tools.py
@@ -38,10 +38,23 @@ def canonical_arguments(arguments: str) -> str | None:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def idempotency_key(name: str, arguments: str) -> str:
-    """The same function with the same arguments (in any key order) -> the same key (24 hex chars)."""
+def idempotency_key(call_sid: str, name: str, arguments: str) -> str:
+    """The key of one action of one call (24 hex chars): the call, the function and its arguments (in any
+    key order). Within a call the same action has the same key, so a retry or the model asking again is
+    recognised as the same write; two calls never share a key, so an API that honours it cannot merge two
+    callers' bookings of the same slot into one."""
+    return _key_of(call_sid + "\n" + name, arguments)
+
+
+def call_free_idempotency_key(name: str, arguments: str) -> str:
+    """The key as records made before keys named the call (function and arguments only). Only for reading
+    those records (voicecore/replay.py): it is shared by every call and must never be sent."""
+    return _key_of(name, arguments)
+
+
+def _key_of(prefix: str, arguments: str) -> str:
     canonical = canonical_arguments(arguments)
-    text = name + "\n" + (canonical if canonical is not None else arguments)
+    text = prefix + "\n" + (canonical if canonical is not None else arguments)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 

@@ -586,7 +586,47 @@ def _check_python_entry(p: _Problems, entry: str, path: str, directory: Path) ->
     if function is None:
         p.add(path, "python-not-found", f"module {module_name} has no {function_name}")
     elif not inspect.iscoroutinefunction(function):
-        p.add(path, "python-not-async", f"{entry} must be an async def (tools run on the model worker's event loop)")
+        p.add(path, "python-not-async", f"{entry} must be an async def: {python_tool_signature(function)}")
+    else:
+        problem = python_tool_signature_problem(function)
+        if problem:
+            p.add(path, "python-bad-signature", f"{entry}: {problem}")
+
+
+TOOL_SIGNATURE = "async def f(arguments, context)"
+
+
+def _where(function: Any) -> str:
+    """'/agent/tools.py:12' (the file and line of a function's def), or its name when they are not known."""
+    try:
+        target = inspect.unwrap(function)
+        file = inspect.getsourcefile(target) or inspect.getfile(target)
+        _, line = inspect.getsourcelines(target)
+    except (OSError, TypeError):
+        return getattr(function, "__qualname__", repr(function))
+    return f"{file}:{line}"
+
+
+def python_tool_signature(function: Any) -> str:
+    """Where a tool function is and what it takes: '/agent/tools.py:12 renew(card)'."""
+    try:
+        parameters = str(inspect.signature(function))
+    except (TypeError, ValueError):
+        parameters = "(?)"
+    return f"{_where(function)} {getattr(function, '__name__', '?')}{parameters}"
+
+
+def python_tool_signature_problem(function: Any) -> str:
+    """"" when the model worker can call ``function(arguments, context)``; else what is wrong and where."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return ""  # a builtin or C function without a signature: nothing to check before it runs
+    try:
+        signature.bind(object(), object())
+    except TypeError as exc:
+        return f"{python_tool_signature(function)} cannot be called as {TOOL_SIGNATURE} ({exc})"
+    return ""
 
 
 def import_tool_module(module_name: str, directory: str | Path) -> Any:

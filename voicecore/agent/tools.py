@@ -10,7 +10,9 @@ someone else's server or code, and its failure must not take the call (or the mo
 What runs the tool and when is not decided here: the call's controller emits a RunTool action (after a
 confirmation, de-duplication and the filler line), the model worker runs ``run_tool`` as an asyncio task
 off the 20 ms path, and the result goes back to the controller as a recorded input, so a replay needs no
-tool server. Secrets stay out of outputs and logs: header values and error messages never carry a
+tool server. A webhook is sent on the worker's connection pool (keep-alive per origin,
+voicecore/http_client.py); a Python tool runs in a process of the worker's tool pool
+(voicecore/agent/tool_pool.py), never on the worker's event loop. Secrets stay out of outputs and logs: header values and error messages never carry a
 resolved ``env:`` value, and the log line of a run names the call, the function, the status, the
 attempts and the time, never the arguments (they hold the caller's personal data, STYLE.md).
 """
@@ -19,15 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
-import inspect
 import json
 import logging
 import re
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import h11
 
@@ -40,13 +40,13 @@ from voicecore.agent.spec import FunctionSpec, PythonTool, Webhook
 __all__ = [
     "MAX_OUTPUT_BYTES", "STATUSES", "ToolContext", "ToolResult", "WebhookRequest", "ToolFailure",
     "canonical_arguments", "idempotency_key", "check_arguments", "build_webhook_request", "webhook_outcome",
-    "encode_result", "error_output", "run_tool",
+    "encode_result", "error_output", "run_tool", "PythonRunner",
 ]
 
 log = logging.getLogger("voicecore.agent.tools")
 
 STATUSES = ("ok", "invalid_arguments", "timeout", "connection", "http_4xx", "http_5xx", "bad_json", "missing_env",
-            "exception", "bad_result")
+            "exception", "bad_result", "crashed")  # crashed: a Python tool's process died under it
 MAX_OUTPUT_BYTES = 8 * 1024  # what the model gets back: a tool's result is context, not a data dump
 MAX_MESSAGE_CHARS = 300  # of an error message: one line the model can read out or act on
 MAX_ERROR_BODY_BYTES = 2 * 1024  # a 4xx's JSON body goes to the model ("slot taken") when it is this small
@@ -67,7 +67,7 @@ class ToolContext:
 
     call_sid: str
     function: str
-    idempotency_key: str  # the same call of the same function -> the same key (actions.idempotency_key)
+    idempotency_key: str  # this call, this function, these arguments -> this key (actions.idempotency_key)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -229,49 +229,9 @@ def encode_result(result: Any) -> tuple[str, ToolFailure | None]:
 
 # -- the I/O shell ---------------------------------------------------------------------------------------
 
-_entries: dict[str, Callable[..., Awaitable[Any]]] = {}
-
-
-def _load_entry(entry: str) -> Callable[..., Awaitable[Any]] | ToolFailure:
-    """``module:function`` imported once; the function must be ``async def``."""
-    found = _entries.get(entry)
-    if found is not None:
-        return found
-    module_name, _, attribute = entry.partition(":")
-    if not module_name or not attribute:
-        return ToolFailure("exception", f"python tool {entry!r} is not module:function")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-    except Exception as exc:  # an import runs someone else's module code: anything can fail in it
-        return ToolFailure("exception", f"cannot load python tool {entry}: {type(exc).__name__}")
-    if not inspect.iscoroutinefunction(target):
-        return ToolFailure("exception", f"python tool {entry} is not an async function")
-    _entries[entry] = target
-    return target
-
-
-async def _run_python(tool: PythonTool, arguments: dict[str, Any],
-                      context: ToolContext) -> tuple[str, ToolFailure | None, int]:
-    function = _load_entry(tool.entry)
-    if isinstance(function, ToolFailure):
-        return "", function, 0
-    try:
-        async with asyncio.timeout(tool.timeout_s) as deadline:
-            result = await function(arguments, context)
-    except TimeoutError:
-        if deadline.expired():
-            return "", ToolFailure("timeout", f"the tool did not finish within {tool.timeout_s:g} s"), 1
-        return "", ToolFailure("exception", "TimeoutError: raised by the tool"), 1
-    except (Exception, SystemExit) as exc:  # the tool is someone else's code; SystemExit must not end the worker
-        return "", ToolFailure("exception", f"{type(exc).__name__}: {exc}"), 1
-    output, failure = encode_result(result)
-    return output, failure, 1
-
 
 async def _run_webhook(webhook: Webhook, arguments: dict[str, Any], context: ToolContext,
-                       environ: Mapping[str, str]) -> tuple[str, ToolFailure | None, int]:
+                       environ: Mapping[str, str], http: http_client.ConnectionPool | None) -> tuple[str, ToolFailure | None, int]:
     request = build_webhook_request(webhook, arguments, context, environ)
     if isinstance(request, ToolFailure):
         return "", request, 0
@@ -282,8 +242,12 @@ async def _run_webhook(webhook: Webhook, arguments: dict[str, Any], context: Too
             await asyncio.sleep(RETRY_BACKOFF_S * (attempt - 1))
         attempts = attempt
         try:
-            status_code, body = await http_client.send(request.method, request.url, request.headers, request.body,
-                                                       timeout_s=webhook.timeout_s)
+            if http is not None:
+                status_code, body = await http.send(request.method, request.url, request.headers, request.body,
+                                                    timeout_s=webhook.timeout_s)
+            else:
+                status_code, body = await http_client.send(request.method, request.url, request.headers, request.body,
+                                                           timeout_s=webhook.timeout_s)
         except TimeoutError:  # before OSError: TimeoutError is one
             failure = ToolFailure("timeout", f"no answer within {webhook.timeout_s:g} s")
             continue
@@ -304,10 +268,21 @@ async def _run_webhook(webhook: Webhook, arguments: dict[str, Any], context: Too
     return "", failure, attempts
 
 
-async def run_tool(function: FunctionSpec, arguments: str, context: ToolContext,
-                   environ: Mapping[str, str]) -> ToolResult:
+class PythonRunner(Protocol):
+    """What runs a Python tool away from the caller's event loop (voicecore/agent/tool_pool.py's ToolPool)."""
+
+    async def run(self, tool: PythonTool, arguments: dict[str, Any],
+                  context: ToolContext) -> tuple[str, ToolFailure | None, int]: ...
+
+
+async def run_tool(function: FunctionSpec, arguments: str, context: ToolContext, environ: Mapping[str, str], *,
+                   http: http_client.ConnectionPool | None = None, python: PythonRunner | None = None) -> ToolResult:
     """Run ``function``'s tool with ``arguments`` (the model's JSON text). Never raises, except
-    asyncio.CancelledError when the task running it is cancelled (the call ended)."""
+    asyncio.CancelledError when the task running it is cancelled (the call ended).
+
+    ``http``: the connection pool webhooks are sent on (None: a connection per request). ``python``: the
+    pool that runs Python tools in processes of their own; without one a Python tool is not run (it
+    would run on this event loop, where a blocking tool stalls every call it serves)."""
     started = time.monotonic()
     output, failure, attempts = "", None, 0
     try:
@@ -315,9 +290,12 @@ async def run_tool(function: FunctionSpec, arguments: str, context: ToolContext,
         if isinstance(checked, ToolFailure):
             failure = checked
         elif isinstance(function.tool, Webhook):
-            output, failure, attempts = await _run_webhook(function.tool, checked, context, environ)
+            output, failure, attempts = await _run_webhook(function.tool, checked, context, environ, http)
         elif isinstance(function.tool, PythonTool):
-            output, failure, attempts = await _run_python(function.tool, checked, context)
+            if python is None:
+                failure = ToolFailure("exception", f"python tool {function.tool.entry}: no tool process pool to run it in")
+            else:
+                output, failure, attempts = await python.run(function.tool, checked, context)
         else:
             failure = ToolFailure("exception", f"function {function.name} has no tool to run")
     except Exception as exc:  # our own bug must still give the model an answer, not leave the call waiting

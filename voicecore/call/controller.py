@@ -775,7 +775,7 @@ class CallController:
             self.fragments = []
 
     def _run_tool(self, call_id: str, plan: flows.ToolPlan, out: list[Action]) -> None:
-        key = agent_actions.idempotency_key(plan.name, plan.arguments)
+        key = agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments)
         done = self.done_writes.get(key)
         if plan.writes and done is not None and done[0] > self.now_ns:
             # The same write (or a repeated yes) within the window: its first result stands, nothing runs.
@@ -789,7 +789,7 @@ class CallController:
     def _done_recently(self, plan: flows.ToolPlan) -> bool:
         """The same action ran within the window (the model asks again after it was done): it is not
         proposed again, its first result stands."""
-        done = self.done_writes.get(agent_actions.idempotency_key(plan.name, plan.arguments))
+        done = self.done_writes.get(agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments))
         return done is not None and done[0] > self.now_ns
 
     def _tool_finished(self, call_id: str, plan: flows.ToolPlan, ok: bool, output: str, out: list[Action]) -> None:

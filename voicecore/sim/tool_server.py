@@ -74,6 +74,7 @@ class ToolServer:
         self.routes: list[Route] = list(routes)
         self.requests: list[ToolRequest] = []
         self.counts: dict[tuple[str, str], int] = {}  # (method, path) -> requests a route answered
+        self.connections = 0  # TCP connections accepted (a client that keeps them alive opens few)
         self.base_url = ""
         self._used: dict[int, int] = {}  # route index -> requests it answered (routes with ``times``)
         self._server: asyncio.Server | None = None
@@ -135,6 +136,7 @@ class ToolServer:
     # -- the connection ------------------------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)

@@ -35,6 +35,8 @@ from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSProto
 from voicecore import timing
 from voicecore.agent import settings as agent_settings
 from voicecore.agent import tools as agent_tools
+from voicecore.agent.spec import PythonTool
+from voicecore.agent.tool_pool import ToolPool
 from voicecore.agent.flow import AgentFlow
 from voicecore.agent.load import AgentError, load_configured_agent
 from voicecore.agent.spec import AgentSpec
@@ -111,6 +113,15 @@ RECORD_FINISH_WAIT_S = 30.0  # stopping: how long to wait for the records of cal
 
 
 MAX_TOOLS_RUNNING = 256  # tool runs in flight in this worker, all calls together; more wait their turn
+
+
+def tool_pool_for(config: Config, agent: AgentSpec) -> ToolPool | None:
+    """The processes the agent's Python tools run in; None for an agent without Python tools."""
+    entries = [fn.tool.entry for fn in agent.flow.functions.values() if isinstance(fn.tool, PythonTool)]
+    if not entries:
+        return None
+    return ToolPool(agent.directory, entries, processes=config.tool_processes, per_call=config.tool_runs_per_call,
+                    log_level=config.log_level, log_format=config.log_format)
 
 
 def controller_config(config: Config, agent: AgentSpec) -> controller_mod.ControllerConfig:
@@ -581,8 +592,9 @@ class CallSession:
         self._apply(self.driver.on_snippets(action.req_id, snippets, time.monotonic_ns()))
 
     def _on_tool(self, action: controller_mod.RunTool) -> None:
-        """A tool runs on its own task (the worker's pool: at most MAX_TOOLS_RUNNING at once); its result
-        comes back to the driver as an input."""
+        """A tool runs on its own task (at most MAX_TOOLS_RUNNING at once): a webhook on the worker's
+        keep-alive connections, a Python tool in a process of the worker's tool pool (never on this loop);
+        its result comes back to the driver as an input."""
         worker = self.worker
         worker.counters["tools_started"] += 1
         task = asyncio.get_running_loop().create_task(self._run_tool(action))
@@ -599,14 +611,15 @@ class CallSession:
                 result = agent_tools.ToolResult(False, '{"error": {"type": "unknown_function", "message": "not declared"}}',
                                                 "unknown_function", 0, 0)
             else:
-                result = await agent_tools.run_tool(function, action.arguments, context, os.environ)
+                result = await agent_tools.run_tool(function, action.arguments, context, os.environ,
+                                                    http=worker.http, python=worker.tool_pool)
             run_s = (time.monotonic_ns() - started_ns) / 1e9
         worker.counters["tool_errors" if not result.ok else "tools_ok"] += 1
         worker.tool_durations["ok" if result.ok else "error"].observe(run_s)
         if not result.ok:
             log.warning("call %s: tool %s failed: %s", self.call_sid, action.name, result.status)
-        if not self.alive() or worker.calls.get(self.slot) is not self:
-            worker.counters["tool_results_after_call"] += 1
+        if worker.stopping or not self.alive() or worker.calls.get(self.slot) is not self:
+            worker.counters["tool_results_after_call"] += 1  # stopping: the records are finished, nothing goes after them
             return
         self._apply(self.driver.on_tool_result(action.call_id, result.ok, result.output, time.monotonic_ns()))
 
@@ -870,6 +883,9 @@ class ModelWorker:
         self.agent = agent_settings.agent_for_config(agent, config)
         self.tool_slots = asyncio.Semaphore(MAX_TOOLS_RUNNING)
         self.tool_tasks: set[asyncio.Task] = set()
+        self.http = http_client.ConnectionPool()  # webhooks: kept connections per origin
+        self.stopping = False  # set once run() stops serving: tool results that come after it are dropped
+        self.tool_pool = tool_pool_for(config, self.agent)
         self.runtime_dir = Path(config.runtime_dir)
         self.arena: Arena | None = None
         self.follower = ArenaFollower(self.runtime_dir, config.shm_dir)
@@ -1018,8 +1034,12 @@ class ModelWorker:
         health = {"sessions_open": float(sessions_open), "sessions_reconnecting": float(len(self.calls) - sessions_open),
                   "breaker_open": float(any(b.is_open for b in self.breakers.values())),
                   "breaker_opened_total": float(sum(b.times_opened for b in self.breakers.values()))}
+        pool = self.tool_pool.stats() if self.tool_pool is not None else {}
+        webhooks = self.http.stats
+        connections = {"webhook_requests": float(webhooks.requests), "webhook_connections_opened": float(webhooks.connections_opened),
+                       "webhook_connections_reused": float(webhooks.reused)}
         return {**{k: float(v) for k, v in self.counters.items()}, **{f"active_{k}": float(v) for k, v in totals.items()}, "calls": float(len(self.calls)),
-                **health, **histograms}
+                **health, **histograms, **pool, **connections}
 
     async def run(self, stop: asyncio.Event) -> None:
         last_stats = 0.0
@@ -1030,6 +1050,8 @@ class ModelWorker:
         next_validator_check = 0.0
         verdicts_fd = self.verdicts.getsockopt(zmq.FD)
         asyncio.get_running_loop().add_reader(verdicts_fd, self.on_verdicts)
+        if self.tool_pool is not None:
+            self.tool_pool.start()  # in the background: a run before they are up waits for one
         while not stop.is_set():
             self.on_verdicts()
             if self.attach_arena():
@@ -1084,12 +1106,16 @@ class ModelWorker:
                 await asyncio.wait_for(stop.wait(), 0.02)
             except TimeoutError:
                 pass
+        self.stopping = True
         records = []
         for session in self.calls.values():
             records.append(session.finish(call_ended=False))
             session.drop_task()
         concurrent.futures.wait([f for f in records if f is not None], timeout=RECORD_FINISH_WAIT_S)
         self.ship_events()
+        if self.tool_pool is not None:
+            await self.tool_pool.close()
+        await self.http.close()
         # Before the bus closes the socket: a wakeup on its dead fd would read a closed socket (a traceback at stop).
         asyncio.get_running_loop().remove_reader(verdicts_fd)
         self.bus.close()
