@@ -37,6 +37,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from voicecore.validate.claims import DAYS, Claim, claims_of, related, supported, term_of
 from voicecore.validate.numbers import Language, NumberMention, extract_numbers, phone_variants
 
 _QUANTITY_KINDS = frozenset({"integer", "decimal", "percent", "amount", "ordinal"})
@@ -62,10 +63,33 @@ class Citation:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimVerdict:
+    """What the knowledge base says of one claim: the passage that supports it, or why none does."""
+
+    claim: Claim
+    ok: bool
+    citation: Citation | None  # the supporting passage (ok)
+    near_miss: Citation | None  # rejected: the passage closest to supporting it, when there is one
+    why: str  # rejected: what is wrong with the near miss ("said of basic, not premium"), or "" when ok
+    value_found: bool = False  # rejected, but some passage holds the number (for something else)
+
+    def describe(self) -> str:
+        """One line for a person: the claim, and its citation or its near miss and why."""
+        claim = f"{self.claim.mention.raw!r} in \"{_shorten(self.claim.sentence)}\""
+        if self.ok and self.citation is not None:
+            return f"{claim}: {self.citation.file}:{self.citation.line} \"{_shorten(self.citation.snippet)}\""
+        if self.near_miss is None:
+            return f"{claim}: no passage comes near it"
+        return (f"{claim}; nearest: {self.near_miss.file}:{self.near_miss.line} "
+                f"\"{_shorten(self.near_miss.snippet)}\" ({self.why})")
+
+
+@dataclass(frozen=True, slots=True)
 class GroundingResult:
     ok: bool
     citations: tuple[Citation, ...]  # one per distinct verified number, in answer order
     unverified: tuple[NumberMention, ...]  # in answer order; empty when ok
+    verdicts: tuple[ClaimVerdict, ...] = ()  # ground_text: one per claim, in answer order
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +241,21 @@ class KnowledgeBase:
                     self._index.setdefault(key, []).append((position, mention, unit))
         self._doc_tokens = [_tokens(f"{s.text} {s.context}") for s in self.snippets]
         self._files = len({s.file for s in self.snippets})
+        self.facts: tuple[tuple[Fact, ...], ...] = tuple(
+            _facts(position, snippet, mentions) for position, (snippet, mentions) in enumerate(zip(self.snippets, self.mentions))
+        )
+        self.labels: frozenset[str] = frozenset(term for facts in self.facts for fact in facts for term in fact.labels) | {
+            term for snippet in self.snippets if snippet.kind == "heading" for term in _terms(snippet.text) if term[0] != "~"}
+        counts: dict[str, int] = {}
+        for facts in self.facts:
+            for fact in facts:
+                for term in fact.support:
+                    counts[term] = counts.get(term, 0) + 1
+        total = sum(map(len, self.facts))
+        # a label most facts are said under (the company name in the top heading, a table's "Plan"
+        # column) distinguishes nothing: a claim need not repeat it (``_required``)
+        self._generic = frozenset(t for t, n in counts.items() if total >= 3 and n * 3 >= total)
+        self._label_cache: dict[str, bool] = {}
 
     @classmethod
     def from_documents(cls, docs: Mapping[str, str], home_country: str = "46") -> KnowledgeBase:
@@ -256,7 +295,124 @@ class KnowledgeBase:
         return GroundingResult(not unverified, tuple(citations), tuple(unverified))
 
     def ground_text(self, text: str, language: Language = "auto") -> GroundingResult:
-        return self.ground(extract_numbers(text, language))
+        """Ground every number of an answer together with what the answer says it is: each claim
+        (claims.py) must be supported by a fact of the knowledge base (``judge``)."""
+        verdicts = [self.judge(claim) for claim in self.claims(text, language)]
+        citations: list[Citation] = []
+        for verdict in verdicts:
+            if verdict.citation is not None and verdict.citation not in citations:
+                citations.append(verdict.citation)
+        unverified = tuple(v.claim.mention for v in verdicts if not v.ok)
+        return GroundingResult(not unverified, tuple(citations), unverified, tuple(verdicts))
+
+    # -- claims: a number with what it is said of --------------------------------------------------
+
+    def is_label(self, term: str) -> bool:
+        """Whether the knowledge base uses ``term`` to say what a number is of (claims.py ``subject``)."""
+        known = self._label_cache.get(term)
+        if known is None:
+            known = self._label_cache[term] = supported(term, self.labels)
+        return known
+
+    def claims(self, text: str, language: Language = "auto", mentions: list[NumberMention] | None = None) -> list[Claim]:
+        """The claims of an answer, their subjects read with this knowledge base's labels."""
+        found = extract_numbers(text, language) if mentions is None else mentions
+        return claims_of(text, found, self.is_label)
+
+    def judge(self, claim: Claim, labels_of: KnowledgeBase | None = None) -> ClaimVerdict:
+        """The first fact (in path order; one stating the claim's unit first) that holds the claim's number
+        and supports what the claim says it is (``_mismatch``), cited; else the near miss. Fail-closed."""
+        candidates = self._candidates(claim.mention)
+        misses: list[tuple[int, Fact, str]] = []
+        for fact in candidates:
+            why = self._mismatch(claim, fact)
+            if not why:
+                return ClaimVerdict(claim, True, self._citation(fact, claim.mention.value), None, "")
+            misses.append((self._closeness(claim, fact), fact, why))
+        if misses:
+            _, fact, why = max(misses, key=lambda m: m[0])
+            return ClaimVerdict(claim, False, None, self._citation(fact, claim.mention.value), why, value_found=True)
+        return self._near_miss(claim)
+
+    def holds(self, mention: NumberMention) -> bool:
+        """Some fact holds this number (whatever it is said of)."""
+        return bool(self._candidates(mention))
+
+    def _candidates(self, mention: NumberMention) -> list[Fact]:
+        """Facts whose number matches the mention (module docstring), those stating its unit first."""
+        same_unit: list[Fact] = []
+        others: list[Fact] = []
+        seen: set[tuple[int, int]] = set()
+        for key, unit in _keys(mention, self.home_country, indexing=False):
+            for position, candidate, candidate_unit in self._index.get(key, ()):
+                if key[0] == "phone" and candidate.value.startswith("+") and mention.value.startswith("+"):
+                    if candidate.value != mention.value:
+                        continue
+                if unit is not None and candidate_unit is not None and unit != candidate_unit:
+                    continue
+                k = self.mentions[position].index(candidate)
+                if (position, k) in seen:
+                    continue
+                seen.add((position, k))
+                fact = self.facts[position][k]
+                (same_unit if unit is not None and unit == candidate_unit else others).append(fact)
+        ordered = sorted(same_unit, key=lambda f: f.position) + sorted(others, key=lambda f: f.position)
+        return ordered
+
+    def _required(self, claim: Claim) -> list[str]:
+        """The subject terms a supporting fact must name: the first (nearest before the number) and every
+        other that is not generic."""
+        return [t for k, t in enumerate(claim.subject) if k == 0 or t not in self._generic]
+
+    def _mismatch(self, claim: Claim, fact: Fact) -> str:
+        """"" when ``fact`` supports ``claim``, else what differs, for a person to read."""
+        theirs = fact.claim
+        if not _classes_agree(claim, theirs):
+            return f"there it is {_class_phrase(theirs)}, not {_class_phrase(claim)}"
+        if claim.period and theirs.period and claim.period != theirs.period:
+            return f"there it is per {theirs.period}, not per {claim.period}"
+        if claim.days and fact.days and not claim.days <= fact.days:
+            return f"there it holds for {_days_phrase(fact.days)}, not {_days_phrase(claim.days)}"
+        if claim.role and theirs.role and claim.role != theirs.role:
+            return f"there it is {_ROLE_PHRASE[theirs.role]}, not {_ROLE_PHRASE[claim.role]}"
+        for term in self._required(claim):
+            if not supported(term, fact.support):
+                said_of = ", ".join(fact.labels[:2]) or "something else"
+                return f"there it is said of {said_of}, not of {term}"
+        return ""
+
+    def _closeness(self, claim: Claim, fact: Fact) -> tuple[int, int, int]:
+        subject = sum(1 for t in claim.subject if supported(t, fact.support))
+        terms = sum(1 for t in claim.terms if supported(t, fact.support))
+        return subject, terms, -fact.position
+
+    def _near_miss(self, claim: Claim) -> ClaimVerdict:
+        """No fact holds the number: the fact of the same kind whose support covers most of the claim."""
+        best: tuple[tuple[int, int, int], Fact] | None = None
+        for facts in self.facts:
+            for fact in facts:
+                if not _classes_agree(claim, fact.claim) or fact.claim.mention.kind != claim.mention.kind and \
+                        claim.unit_class != fact.claim.unit_class:
+                    continue
+                closeness = self._closeness(claim, fact)
+                if closeness[0] + closeness[1] == 0:
+                    continue
+                if best is None or closeness > best[0]:
+                    best = (closeness, fact)
+        if best is not None:
+            fact = best[1]
+            return ClaimVerdict(claim, False, None, self._citation(fact, fact.claim.mention.value),
+                                f"it says {fact.claim.mention.raw}")
+        found = self.retrieve(claim.sentence, 1)
+        if found:
+            snippet = found[0]
+            return ClaimVerdict(claim, False, None, Citation(snippet.file, snippet.text, "", snippet.line),
+                                "the closest passage; it does not state that number")
+        return ClaimVerdict(claim, False, None, None, "")
+
+    def _citation(self, fact: Fact, number: str) -> Citation:
+        snippet = self.snippets[fact.position]
+        return Citation(snippet.file, snippet.text, number, snippet.line)
 
     def _find(self, mention: NumberMention) -> int | None:
         """The first snippet (in path order) holding a match; one with the same unit wins over one
@@ -329,11 +485,158 @@ def _keys(mention: NumberMention, home_country: str, indexing: bool) -> list[tup
 
 
 def _time_keys(mention: NumberMention) -> list[tuple[tuple[str, str], str | None]]:
-    keys: list[tuple[tuple[str, str], str | None]] = [(("time", mention.value), None)]
-    hour, minute = mention.value.split(":")
-    if minute == "00":
-        keys.append((("num", str(int(hour))), _CLOCK))
+    keys: list[tuple[tuple[str, str], str | None]] = []
+    for reading in mention.readings:  # "halv fem" is 04:30 or 16:30
+        keys.append((("time", reading), None))
+        hour, minute = reading.split(":")
+        if minute == "00":
+            keys.append((("num", str(int(hour))), _CLOCK))
     return keys
+
+
+# --------------------------------------------------------------------------------------------------
+# Facts: the knowledge base's numbers with what each is said of
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One number of a snippet, read as a claim (claims.py), with everything that supports a claim of it:
+    its own terms and subject, the snippet's label (a list item's words before ":", a table row's first
+    cell), its headings and table header (``support``), and the terms it is labelled by (``labels``)."""
+
+    position: int  # the snippet's index in KnowledgeBase.snippets
+    claim: Claim
+    support: frozenset[str]
+    labels: tuple[str, ...]  # what it is of: label, else subject, else the word nearest before it
+    days: frozenset[int] | None  # its own, else its headings'
+
+
+_LABEL_MAX_WORDS = 6
+
+
+def _terms(text: str) -> list[str]:
+    return [t for t in (term_of(w) for w in _TOKEN.findall(text)) if t is not None]
+
+
+def _snippet_label(snippet: Snippet) -> list[str]:
+    if snippet.kind == "row":
+        return _terms(snippet.text.split(" | ")[0])
+    if snippet.kind == "heading":
+        return _terms(snippet.text)
+    head, colon, _ = snippet.text.partition(":")
+    if colon and len(head.split()) <= _LABEL_MAX_WORDS:
+        return _terms(head)
+    return []
+
+
+def _facts(position: int, snippet: Snippet, mentions: tuple[NumberMention, ...]) -> tuple[Fact, ...]:
+    if not mentions:
+        return ()
+    label = _snippet_label(snippet)
+    context = _terms(snippet.context)
+    context_days = _context_days(snippet.context)
+    out = []
+    for claim in claims_of(snippet.text, list(mentions)):
+        labels = tuple(dict.fromkeys(t for t in (label or ([claim.head] if claim.head else [])) if t[0] != "~"))
+        support = claim.terms | frozenset(claim.subject) | claim.setting | frozenset(label) | frozenset(context)
+        if claim.head:
+            support |= {claim.head}
+        out.append(Fact(position, claim, support, labels, claim.days or context_days))
+    return tuple(out)
+
+
+def _context_days(context: str) -> frozenset[int] | None:
+    days: set[int] = set()
+    for word in _TOKEN.findall(context.lower()):
+        days |= DAYS.get(word, frozenset())
+    return frozenset(days) or None
+
+
+_CLASS_WORDS = {"money": "an amount of money", "data": "an amount of data", "percent": "a percentage",
+                "duration": "a duration", "time": "a clock time", "date": "a date", "phone": "a phone number"}
+_ROLE_PHRASE = {"start": "an opening time", "end": "a closing time"}
+_DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def _class_phrase(claim: Claim) -> str:
+    if claim.unit_class == "count":
+        return f"a count of {claim.noun}"
+    return _CLASS_WORDS.get(claim.unit_class or "", "a number")
+
+
+def _days_phrase(days: frozenset[int]) -> str:
+    ordered = sorted(days)
+    if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{_DAY_NAMES[ordered[0]]}-{_DAY_NAMES[ordered[-1]]}"
+    return ", ".join(_DAY_NAMES[d] for d in ordered)
+
+
+def _unit_forms(unit: str) -> tuple[str, ...]:
+    from voicecore.validate.numbers import UNIT_FORMS
+
+    return UNIT_FORMS.get(unit, ())
+
+
+def _classes_agree(claim: Claim, fact: Claim) -> bool:
+    """What the two numbers measure may be the same: money never grounds a count of lines, a clock time
+    never a count of working days. Unknown on either side agrees."""
+    a, b = claim.unit_class, fact.unit_class
+    if a is None or b is None or a == b and a != "count":
+        return True
+    if a == "count" and b == "count":
+        return related(claim.noun or "", fact.noun or "") if claim.noun and fact.noun else True
+    if "count" in (a, b):
+        counted, other = (claim, fact) if a == "count" else (fact, claim)
+        forms = _unit_forms(other.mention.unit or "")
+        return bool(counted.noun) and any(related(counted.noun, f) for f in forms if len(f) >= 3)  # type: ignore[arg-type]
+    return a == b
+
+
+def _shorten(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def facts_document(text: str) -> str:
+    """A tool result as a knowledge document: JSON becomes one list item per object, "key: value" pairs
+    joined by ", " (so each object's numbers are facts about its own keys and values); other text is
+    kept as it is."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(value, (dict, list)):
+        return text
+    lines: list[str] = []
+
+    def scalar(v) -> str:
+        return "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+    def walk(node, path: list[str]) -> None:
+        if isinstance(node, dict):
+            pairs = [f"{_words_of(k)}: {scalar(v)}" for k, v in node.items() if not isinstance(v, (dict, list))]
+            if pairs:
+                label = " ".join(path)
+                lines.append("- " + (f"{label}: " if label else "") + ", ".join(pairs))
+            for k, v in node.items():
+                if isinstance(v, (dict, list)):
+                    walk(v, path + [_words_of(k)])
+        elif isinstance(node, list):
+            for item in node:
+                if isinstance(item, (dict, list)):
+                    walk(item, path)
+                else:
+                    lines.append("- " + (" ".join(path) + ": " if path else "") + scalar(item))
+
+    walk(value, [])
+    return "\n".join(lines) if lines else text
+
+
+def _words_of(key: str) -> str:
+    return re.sub(r"[_\-]+", " ", str(key)).strip()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from voicecore.bus import messages
-from voicecore.validate.knowledge import Citation, KnowledgeBase
+from voicecore.validate.claims import Claim, claims_of
+from voicecore.validate.knowledge import Citation, ClaimVerdict, KnowledgeBase, facts_document
 from voicecore.validate.numbers import (
     EN_NUMBER_WORDS,
     LANGUAGES,
@@ -104,6 +105,25 @@ _NUMBER_LEXICON = tuple(sorted(
 _NUMBER_STARTS = tuple(sorted(set(EN_NUMBER_WORDS) | {m for m in SV_NUMBER_MORPHEMES if len(m) >= 3}))
 _COMPOUND_STARTS = tuple(m for m in SV_NUMBER_MORPHEMES if len(m) >= 3)  # Swedish numbers are written together
 _SENTENCE_END = re.compile(r"[.!?](?=\s)")
+
+# Categories of a rejected number: the start of Verdict.reason, before ": " and the claim itself (a log
+# line shows only the category: the claim holds the caller's numbers).
+NOT_IN_KNOWLEDGE = "a number is not in the knowledge base"
+WRONG_SUBJECT = "a number is in the knowledge base only for something else"
+NOT_IN_FACTS = "a number is neither in the knowledge base nor in the tool result"
+NO_KNOWLEDGE = "a number cannot be verified: no knowledge base"
+
+
+def reason_category(reason: str) -> str:
+    """What of a verdict's reason a log line may show: its category, without the claim (digits)."""
+    for category in (NOT_IN_KNOWLEDGE, WRONG_SUBJECT, NOT_IN_FACTS, NO_KNOWLEDGE):
+        if reason.startswith(category):
+            return category
+    return reason.partition(": ")[0]
+
+
+def _claim_key(mention: NumberMention) -> tuple:
+    return mention.span, mention.kind, mention.value, mention.unit, mention.alternatives
 
 
 @lru_cache(maxsize=4096)
@@ -169,6 +189,7 @@ class _Gate:
     final: bool = False
     citations: dict[tuple[str, int, str], Citation] = field(default_factory=dict)
     facts: KnowledgeBase | None = None  # this response's own grounding (GateOpen.facts), besides the knowledge base
+    judged: dict[tuple, ClaimVerdict] = field(default_factory=dict)  # approved claims, by their number
 
 
 class ValidatorCore:
@@ -244,7 +265,7 @@ class ValidatorCore:
             gate.forbidden_words = [tuple(w for _, _, w in _words(p.rstrip("*"))) for p in phrases]
         if message.facts.strip() and policy in ("numbers", "strict"):
             home_country = self.knowledge.home_country if self.knowledge is not None else "46"
-            gate.facts = KnowledgeBase.from_documents({FACTS_FILE: message.facts}, home_country)
+            gate.facts = KnowledgeBase.from_documents({FACTS_FILE: facts_document(message.facts)}, home_country)
         self._gates[key] = gate
         while len(self._gates) > self.max_gates:
             old_key, _ = self._gates.popitem(last=False)
@@ -370,19 +391,36 @@ class ValidatorCore:
         return settled[-1][1] if settled else 0
 
     def _numbers(self, gate: _Gate, text: str, final: bool) -> tuple[int, str]:
-        """(approved chars, "") or (_, reason) when a complete number is not in the knowledge base."""
+        """(approved chars, "") or (_, reason) when a claim is not supported (a number with what the
+        answer says it is, voicecore.validate.claims): judged once the number is complete and its clause
+        has ended, so the words after it ("... on Saturdays", "... per year") are part of the claim."""
         mentions = extract_numbers(text, gate.language)  # type: ignore[arg-type]
         words = _words(text)
         cut = len(text)
+        limit = len(text) if final else _settled_limit(text)
+        pending: list[NumberMention] = []
         for mention in mentions:
+            if _claim_key(mention) in gate.judged:
+                continue
             if not final and not self._complete(mention, mentions, words, text, gate.language):
                 cut = min(cut, mention.span[0])
                 continue  # a later number that is already complete may still reject at once
-            if not self._ground(gate, mention):
-                if gate.facts is not None:
-                    return 0, "a number is neither in the knowledge base nor in the tool result"
-                return 0, "a number is not in the knowledge base" if self.knowledge is not None else \
-                    "a number cannot be verified: no knowledge base"
+            pending.append(mention)
+        if pending:
+            settled = [m for m in mentions if m.span[1] <= limit]
+            for claim in claims_of(text[:limit], settled, self._labels(gate)):
+                if claim.mention not in pending:
+                    continue
+                if not final and not claim.closed and self._held_somewhere(gate, claim.mention):
+                    cut = min(cut, claim.mention.span[0])  # the rest of its clause may still qualify it
+                    continue  # (a number no source holds is rejected at once, whatever follows it)
+                verdict = self._judge_claim(gate, claim)
+                if not verdict.ok:
+                    return 0, self._rejection(gate, verdict)
+                gate.judged[_claim_key(claim.mention)] = verdict
+            for mention in pending:
+                if _claim_key(mention) not in gate.judged:
+                    cut = min(cut, mention.span[0])
         if final:
             return len(text), ""
         inside = [m.span for m in mentions]
@@ -396,6 +434,45 @@ class ValidatorCore:
                 approved = end
             # a held word only counts once an ordinary word after it is approved
         return approved, ""
+
+    def _held_somewhere(self, gate: _Gate, mention: NumberMention) -> bool:
+        return any(source is not None and source.holds(mention) for source in (self.knowledge, gate.facts))
+
+    def _labels(self, gate: _Gate):
+        sources = [k for k in (self.knowledge, gate.facts) if k is not None]
+        if len(sources) == 1:
+            return sources[0].is_label
+        return lambda term: any(source.is_label(term) for source in sources)
+
+    def _judge_claim(self, gate: _Gate, claim: Claim) -> ClaimVerdict:
+        """In the knowledge base first (its citation names a document), else in the gate's facts; rejected,
+        the nearest miss of the two (one that holds the number for something else first)."""
+        misses: list[ClaimVerdict] = []
+        for source in (self.knowledge, gate.facts):
+            if source is None:
+                continue
+            verdict = source.judge(claim)
+            if verdict.ok:
+                if verdict.citation is not None:
+                    self._cite(gate, (verdict.citation,))
+                return verdict
+            misses.append(verdict)
+        if not misses:
+            return ClaimVerdict(claim, False, None, None, "")  # fail-closed: nothing to ground in
+        return max(misses, key=lambda v: (v.value_found, v.near_miss is not None))
+
+    def _rejection(self, gate: _Gate, verdict: ClaimVerdict) -> str:
+        """The reason of a rejected claim: a category (before the first ": ", what logs may show) and the
+        claim with its nearest passage."""
+        if self.knowledge is None and gate.facts is None:
+            category = NO_KNOWLEDGE
+        elif verdict.value_found:
+            category = WRONG_SUBJECT
+        elif gate.facts is not None:
+            category = NOT_IN_FACTS
+        else:
+            category = NOT_IN_KNOWLEDGE
+        return f"{category}: {verdict.describe()}"
 
     @staticmethod
     def _complete(mention: NumberMention, mentions: list[NumberMention], words: list[tuple[int, int, str]],
@@ -424,17 +501,6 @@ class ValidatorCore:
                 continue
             return True
         return False
-
-    def _ground(self, gate: _Gate, mention: NumberMention) -> bool:
-        """In the knowledge base first (its citation names a document), else in the gate's facts."""
-        for source in (self.knowledge, gate.facts):
-            if source is None:
-                continue
-            result = source.ground([mention])
-            if result.ok:
-                self._cite(gate, result.citations)
-                return True
-        return False  # fail-closed: nothing grounds it (or nothing to ground in)
 
     @staticmethod
     def _cite(gate: _Gate, citations: tuple[Citation, ...]) -> None:
