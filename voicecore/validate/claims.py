@@ -55,8 +55,9 @@ CONCEPTS = {
     "hours": "hours open opening opens closed close closes closing öppet öppettider öppnar öppna stänger "
              "stängt stänga",
     "contact": "phone call calls number contact reach ring ringa ringer telefon telefonnummer nummer numret "
-               "kontakt",
+               "kontakt nå når",
     "data": "data surf surfa internet",
+    "discount": "discount discounts off rabatt rabatten rabatter",
 }
 CONCEPT_OF = {word: "~" + concept for concept, words in CONCEPTS.items() for word in words.split()}
 
@@ -78,7 +79,8 @@ STOPWORDS = frozenset(
     "inklusive ger gav kommer kunde skulle måste bör också bara än nu idag här där detta denna dessa dem "
     "han hon vår vårt våra sin sitt sina varje cirka ungefär runt över under upp ner ut utan mer mindre "
     "mest minst väldigt tack gärna okej bra hjälpa veta gäller alltid oftast vanligtvis samma hela totalt "
-    "inom efter innan före sedan mellan tills klockan kl clock alla allt".split()
+    "inom efter innan före sedan mellan tills klockan kl clock alla allt again too igen även "
+    "oftast".split()
 )
 _CONJUNCTIONS = frozenset({"and", "but", "or", "while", "whereas", "och", "men", "eller", "samt", "medan"})
 _ABBREVIATIONS = frozenset({"kl", "ca", "tel", "nr", "etc", "eg", "ie", "mr", "mrs", "dr", "st", "no", "vs",
@@ -121,6 +123,7 @@ _PERIOD_WORDS = {
     "week": "week", "weeks": "week", "vecka": "week", "veckan": "week",
     "day": "day", "days": "day", "dag": "day", "dagen": "day", "dygn": "day",
     "hour": "h", "hours": "h", "timme": "h", "timmen": "h", "h": "h",
+    "minute": "min", "minutes": "min", "minut": "min", "minuten": "min", "min": "min",
 }
 _PERIOD_AFTER = re.compile(
     r"\s*(?:(?:/|per|a|an|each|every|i|om|varje|in)\s*(?:the\s+)?([^\W\d_]+)|(monthly|yearly|annually|weekly|"
@@ -166,7 +169,15 @@ def related(a: str, b: str) -> bool:
     if a[0] == "~" or b[0] == "~" or len(a) < 4 or len(b) < 4:
         return False
     short, long_ = (a, b) if len(a) <= len(b) else (b, a)
-    return long_.startswith(short) or long_.endswith(short)
+    if long_.startswith(short) or long_.endswith(short):
+        return True
+    # a shared stem of 6+ letters that is most of the shorter word: "studenter" ~ "studentrabatt"
+    common = 0
+    for x, y in zip(short, long_):
+        if x != y:
+            break
+        common += 1
+    return common >= 6 and common * 4 >= len(short) * 3
 
 
 def supported(term: str, support: Iterable[str]) -> bool:
@@ -191,7 +202,8 @@ class Claim:
     unit_class: str | None
     closed: bool  # its clause has ended: later text cannot change the claim
     head: str | None = None  # the content word nearest before it in its clause (else after): a label candidate
-    setting: frozenset[str] = frozenset()  # terms of the clauses without numbers before it in its sentence
+    setting: frozenset[str] = frozenset()  # terms of the clauses of its sentence that hold no number
+    soft: frozenset[str] = frozenset()  # subject terms said where a verb stands ("we answer"): needed only alone
 
     @property
     def concepts(self) -> frozenset[str]:
@@ -206,23 +218,34 @@ class _Word:
     end: int
     sentence: int
     clause: int
+    verb: bool = False  # stands where a verb does: after a subject pronoun ("we answer", "du når")
 
 
-def claims_of(text: str, mentions: list[NumberMention], labels: Callable[[str], bool] | None = None) -> list[Claim]:
+# A word right after one of these (and the auxiliaries after them) is the verb of the clause, never its
+# subject: "We answer on 3 lines", "Du kan lämna tillbaka en telefon".
+_PRONOUNS = frozenset("i we you they he she it jag vi du ni de han hon den det man".split())
+_AUXILIARIES = frozenset("can will would could should may must do does did also just kan ska kommer vill måste får "
+                         "brukar också bara".split())
+
+
+def claims_of(text: str, mentions: list[NumberMention], labels: Callable[[str], bool] | None = None,
+              inherit_all: bool = False, names: frozenset[str] = frozenset()) -> list[Claim]:
     """The claim of every mention (``mentions``: ``extract_numbers(text)``, in text order). ``labels``
-    tells which terms can name a subject; None: every content word can (how a knowledge base reads its
-    own facts)."""
+    tells which terms can name a subject; None: every content word can. A number whose clause names no
+    subject inherits the first label of the clause before (``inherit_all``: all of them, how a knowledge
+    base reads its own facts, generously). ``names``: words that are names when capitalized, though
+    otherwise stop words (a product called "Mellan", "between" in Swedish)."""
     if not mentions:
         return []
     is_label = labels or (lambda term: True)
-    words, number_at, sentence_spans, clause_closed = _scan(text, mentions)
+    words, number_at, sentence_spans, clause_closed = _scan(text, mentions, names)
     days_of = _days(text, words, number_at)
     # attribution: each content word of a clause to the nearest number(s) of that clause (positions are
     # indexes into `words`, where number i stands at number_at[i])
     by_clause: dict[int, list[int]] = {}
     for i, position in enumerate(number_at):
         by_clause.setdefault(words[position].clause, []).append(i)
-    attributed: list[list[tuple[int, int, str]]] = [[] for _ in mentions]  # (after it, distance, term)
+    attributed: list[list[tuple[int, int, str, bool]]] = [[] for _ in mentions]  # (after it, distance, term, verb)
     heads: list[str | None] = [None] * len(mentions)
     clause_labels: dict[int, list[str]] = {}
     clause_terms: dict[int, list[str]] = {}
@@ -232,7 +255,7 @@ def claims_of(text: str, mentions: list[NumberMention], labels: Callable[[str], 
         if w.term is None:
             continue
         clause_terms.setdefault(w.clause, []).append(w.term)
-        if w.term[0] != "~" and is_label(w.term):
+        if w.term[0] != "~" and not w.verb and is_label(w.term):
             clause_labels.setdefault(w.clause, []).append(w.term)
         numbers = by_clause.get(w.clause)
         if not numbers:
@@ -241,7 +264,7 @@ def claims_of(text: str, mentions: list[NumberMention], labels: Callable[[str], 
         nearest = min(d for d, _ in distances)
         for d, i in distances:
             if d == nearest:
-                attributed[i].append((0 if position < number_at[i] else 1, d, w.term))
+                attributed[i].append((0 if position < number_at[i] else 1, d, w.term, w.verb))
     for i, position in enumerate(number_at):
         before = [w.term for w in words[:position] if w.clause == words[position].clause and w.term and w.term[0] != "~"]
         after = [w.term for w in words[position + 1:] if w.clause == words[position].clause and w.term and w.term[0] != "~"]
@@ -252,17 +275,19 @@ def claims_of(text: str, mentions: list[NumberMention], labels: Callable[[str], 
         position = number_at[i]
         clause = words[position].clause
         terms = sorted(attributed[i])
-        subject = tuple(dict.fromkeys(t for _, _, t in terms if t[0] != "~" and is_label(t)))
+        subject = tuple(dict.fromkeys(t for _, _, t, _ in terms if t[0] != "~" and is_label(t)))
+        soft = frozenset(t for _, _, t, verb in terms if verb) - {t for _, _, t, verb in terms if not verb}
+        keep = None if inherit_all else 1
         if not subject:
-            subject = previous_subject.get(clause, ())[:1]
+            subject = previous_subject.get(clause, ())[:keep]
         if not subject:
             earlier = [c for c in clause_labels if c < clause]
             if earlier:
-                subject = tuple(clause_labels[max(earlier)][:1])
+                subject = tuple(dict.fromkeys(clause_labels[max(earlier)]))[:keep]
         previous_subject[clause] = subject
         sentence_start, sentence_end = sentence_spans[words[position].sentence]
-        term_set = frozenset(t for _, _, t in terms)
-        setting = frozenset(t for c, ts in clause_terms.items() if c < clause and c not in by_clause
+        term_set = frozenset(t for _, _, t, _ in terms)
+        setting = frozenset(t for c, ts in clause_terms.items() if c not in by_clause
                             and clause_sentence[c] == words[position].sentence for t in ts)
         noun = _noun(words, position, mention)
         out.append(Claim(
@@ -278,11 +303,33 @@ def claims_of(text: str, mentions: list[NumberMention], labels: Callable[[str], 
             closed=clause_closed[i],
             head=heads[i],
             setting=setting,
+            soft=soft & frozenset(subject),
         ))
     return out
 
 
-def _scan(text: str, mentions: list[NumberMention]):
+def leading_terms(text: str) -> list[str]:
+    """The words a sentence opens with, its topic: the first run of content terms (stop words before it
+    skipped), up to the first word that is no term ("A new SIM card costs ..." -> new, sim, card)."""
+    run: list[str] = []
+    for m in _TOKEN.finditer(text):
+        token = m.group()
+        if not token[0].isalpha():
+            if run:
+                break
+            continue
+        term = term_of(token)
+        if term is None or term[0] == "~":
+            if run:
+                break
+            if term is not None:
+                break
+            continue
+        run.append(term)
+    return run
+
+
+def _scan(text: str, mentions: list[NumberMention], names: frozenset[str] = frozenset()):
     """Words and numbers in text order with their sentence and clause numbers. Returns (words, the index
     in words of each number's placeholder, each sentence's span, whether each number's clause ended)."""
     words: list[_Word] = []
@@ -322,7 +369,11 @@ def _scan(text: str, mentions: list[NumberMention]):
             if word in _CONJUNCTIONS:
                 end_clause()
                 continue
-            words.append(_Word(word, term_of(word), m.start(), m.end(), sentence, clause))
+            term = word if token[0].isupper() and word in names else term_of(word)
+            verb = bool(words) and words[-1].clause == clause and (
+                words[-1].word in _PRONOUNS
+                or words[-1].word in _AUXILIARIES and len(words) > 1 and words[-2].word in _PRONOUNS)
+            words.append(_Word(word, term, m.start(), m.end(), sentence, clause, verb))
             for k, (i, seen) in enumerate(open_numbers):
                 open_numbers[k] = (i, seen + 1)
                 if seen + 1 >= CLOSE_AFTER_WORDS:

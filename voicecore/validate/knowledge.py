@@ -37,7 +37,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from voicecore.validate.claims import DAYS, Claim, claims_of, related, supported, term_of
+from voicecore.validate.claims import DAYS, Claim, claims_of, leading_terms, related, supported, term_of
 from voicecore.validate.numbers import Language, NumberMention, extract_numbers, phone_variants
 
 _QUANTITY_KINDS = frozenset({"integer", "decimal", "percent", "amount", "ordinal"})
@@ -241,21 +241,10 @@ class KnowledgeBase:
                     self._index.setdefault(key, []).append((position, mention, unit))
         self._doc_tokens = [_tokens(f"{s.text} {s.context}") for s in self.snippets]
         self._files = len({s.file for s in self.snippets})
-        self.facts: tuple[tuple[Fact, ...], ...] = tuple(
-            _facts(position, snippet, mentions) for position, (snippet, mentions) in enumerate(zip(self.snippets, self.mentions))
-        )
-        self.labels: frozenset[str] = frozenset(term for facts in self.facts for fact in facts for term in fact.labels) | {
-            term for snippet in self.snippets if snippet.kind == "heading" for term in _terms(snippet.text) if term[0] != "~"}
-        counts: dict[str, int] = {}
-        for facts in self.facts:
-            for fact in facts:
-                for term in fact.support:
-                    counts[term] = counts.get(term, 0) + 1
-        total = sum(map(len, self.facts))
-        # a label most facts are said under (the company name in the top heading, a table's "Plan"
-        # column) distinguishes nothing: a claim need not repeat it (``_required``)
-        self._generic = frozenset(t for t, n in counts.items() if total >= 3 and n * 3 >= total)
+        self.facts, self.labels, self._strong, self._generic, self.names = _read_facts(self.snippets, self.mentions)
         self._label_cache: dict[str, bool] = {}
+        self._generic_cache: dict[str, bool] = {}
+        self._strong_cache: dict[str, bool] = {}
 
     @classmethod
     def from_documents(cls, docs: Mapping[str, str], home_country: str = "46") -> KnowledgeBase:
@@ -317,7 +306,7 @@ class KnowledgeBase:
     def claims(self, text: str, language: Language = "auto", mentions: list[NumberMention] | None = None) -> list[Claim]:
         """The claims of an answer, their subjects read with this knowledge base's labels."""
         found = extract_numbers(text, language) if mentions is None else mentions
-        return claims_of(text, found, self.is_label)
+        return claims_of(text, found, self.is_label, names=self.names)
 
     def judge(self, claim: Claim, labels_of: KnowledgeBase | None = None) -> ClaimVerdict:
         """The first fact (in path order; one stating the claim's unit first) that holds the claim's number
@@ -360,29 +349,50 @@ class KnowledgeBase:
         return ordered
 
     def _required(self, claim: Claim) -> list[str]:
-        """The subject terms a supporting fact must name: the first (nearest before the number) and every
-        other that is not generic."""
-        return [t for k, t in enumerate(claim.subject) if k == 0 or t not in self._generic]
+        """The subject terms a supporting fact must name: every one that is not generic (or the first,
+        when all are); a term said where a verb stands ("we answer", "du når") only when no other is left."""
+        specific = [t for t in claim.subject if not self._is_generic(t)]
+        firm = [t for t in specific if t not in claim.soft]
+        return firm or specific or list(claim.subject[:1])
+
+    def _is_generic(self, term: str) -> bool:
+        known = self._generic_cache.get(term)
+        if known is None:
+            known = self._generic_cache[term] = supported(term, self._generic)
+        return known
+
+    def _names(self, fact: Fact, term: str) -> bool:
+        """Whether ``fact`` says ``term`` of its number: in its own words and label, or, for a term only
+        headings use ("## Add-ons"), in the headings it stands under."""
+        if supported(term, fact.support):
+            return True
+        return not self._is_strong(term) and supported(term, fact.context)
+
+    def _is_strong(self, term: str) -> bool:
+        known = self._strong_cache.get(term)
+        if known is None:
+            known = self._strong_cache[term] = supported(term, self._strong)
+        return known
 
     def _mismatch(self, claim: Claim, fact: Fact) -> str:
         """"" when ``fact`` supports ``claim``, else what differs, for a person to read."""
         theirs = fact.claim
         if not _classes_agree(claim, theirs):
             return f"there it is {_class_phrase(theirs)}, not {_class_phrase(claim)}"
-        if claim.period and theirs.period and claim.period != theirs.period:
-            return f"there it is per {theirs.period}, not per {claim.period}"
+        if claim.period and fact.period and claim.period != fact.period:
+            return f"there it is per {fact.period}, not per {claim.period}"
         if claim.days and fact.days and not claim.days <= fact.days:
             return f"there it holds for {_days_phrase(fact.days)}, not {_days_phrase(claim.days)}"
         if claim.role and theirs.role and claim.role != theirs.role:
             return f"there it is {_ROLE_PHRASE[theirs.role]}, not {_ROLE_PHRASE[claim.role]}"
         for term in self._required(claim):
-            if not supported(term, fact.support):
+            if not self._names(fact, term):
                 said_of = ", ".join(fact.labels[:2]) or "something else"
                 return f"there it is said of {said_of}, not of {term}"
         return ""
 
     def _closeness(self, claim: Claim, fact: Fact) -> tuple[int, int, int]:
-        subject = sum(1 for t in claim.subject if supported(t, fact.support))
+        subject = sum(1 for t in claim.subject if self._names(fact, t))
         terms = sum(1 for t in claim.terms if supported(t, fact.support))
         return subject, terms, -fact.position
 
@@ -508,8 +518,10 @@ class Fact:
     position: int  # the snippet's index in KnowledgeBase.snippets
     claim: Claim
     support: frozenset[str]
-    labels: tuple[str, ...]  # what it is of: label, else subject, else the word nearest before it
+    labels: tuple[str, ...]  # what it is of: its label, else its subject, else the words its sentence opens with
     days: frozenset[int] | None  # its own, else its headings'
+    period: str | None = None  # its own, else the one its file states for prices ("All prices are per month")
+    context: frozenset[str] = frozenset()  # the terms of its headings and table header
 
 
 _LABEL_MAX_WORDS = 6
@@ -519,9 +531,18 @@ def _terms(text: str) -> list[str]:
     return [t for t in (term_of(w) for w in _TOKEN.findall(text)) if t is not None]
 
 
+def _raw_label_words(snippet: Snippet) -> list[str]:
+    if snippet.kind == "row":
+        return _TOKEN.findall(snippet.text.split(" | ")[0])
+    head, colon, _ = snippet.text.partition(":")
+    return _TOKEN.findall(head) if colon and len(head.split()) <= _LABEL_MAX_WORDS else []
+
+
 def _snippet_label(snippet: Snippet) -> list[str]:
     if snippet.kind == "row":
-        return _terms(snippet.text.split(" | ")[0])
+        cell = snippet.text.split(" | ")[0]
+        return [w.casefold() if w[:1].isupper() and term_of(w) is None and w.isalpha() and len(w) >= 3 else t
+                for w in _TOKEN.findall(cell) if (t := term_of(w)) is not None or w[:1].isupper() and w.isalpha() and len(w) >= 3]
     if snippet.kind == "heading":
         return _terms(snippet.text)
     head, colon, _ = snippet.text.partition(":")
@@ -530,20 +551,84 @@ def _snippet_label(snippet: Snippet) -> list[str]:
     return []
 
 
-def _facts(position: int, snippet: Snippet, mentions: tuple[NumberMention, ...]) -> tuple[Fact, ...]:
-    if not mentions:
-        return ()
-    label = _snippet_label(snippet)
-    context = _terms(snippet.context)
-    context_days = _context_days(snippet.context)
-    out = []
-    for claim in claims_of(snippet.text, list(mentions)):
-        labels = tuple(dict.fromkeys(t for t in (label or ([claim.head] if claim.head else [])) if t[0] != "~"))
-        support = claim.terms | frozenset(claim.subject) | claim.setting | frozenset(label) | frozenset(context)
-        if claim.head:
-            support |= {claim.head}
-        out.append(Fact(position, claim, support, labels, claim.days or context_days))
-    return tuple(out)
+def _read_facts(snippets: tuple[Snippet, ...], mentions: tuple[tuple[NumberMention, ...], ...]):
+    """Every snippet's facts, the labels of the knowledge base (all, and by the class of what their facts
+    measure) and its generic terms. Two passes: the labels come first (a list item's words before ":",
+    a table row's first cell, headings, the words each sentence opens with), then each number is read
+    as a claim with them, so "A new SIM card costs 0 kr and arrives within 3 working days" says the 3 of
+    the SIM card, and "Basic costs 99 kr and Premium costs 349 kr" keeps 99 and 349 apart."""
+    structural = [_snippet_label(snippet) for snippet in snippets]
+    # a label that is a stop word elsewhere ("Mellan", "between"): a name when capitalized
+    names = frozenset(w.casefold() for snippet in snippets for w in _raw_label_words(snippet)
+                      if w[:1].isupper() and term_of(w) is None and len(w) >= 3 and w.isalpha())
+    first_pass = [claims_of(snippet.text, list(found)) if found else [] for snippet, found in zip(snippets, mentions)]
+    labels: set[str] = {t for label in structural for t in label}
+    labels |= {t for snippet in snippets if snippet.kind == "heading" for t in _terms(snippet.text) if t[0] != "~"}
+    labels |= {t for claims in first_pass for claim in claims for t in leading_terms(claim.sentence)}
+    frozen = frozenset(labels)
+    cache: dict[str, bool] = {}
+
+    def is_label(term: str) -> bool:
+        if term not in cache:
+            cache[term] = supported(term, frozen)
+        return cache[term]
+
+    facts: list[tuple[Fact, ...]] = []
+    strong: set[str] = set()  # labels a fact names itself (not only a heading above it)
+    under: list[frozenset[str]] = []  # every fact's support with its headings: what counts as generic
+    default_period: dict[str, str] = {}  # file -> "All prices are per month" said above its price facts
+    for position, (snippet, found) in enumerate(zip(snippets, mentions)):
+        if not found:
+            period = _stated_period(snippet.text) if snippet.kind in ("paragraph", "item") else None
+            if period is not None:
+                default_period[snippet.file] = period
+            facts.append(())
+            continue
+        label = structural[position]
+        context = frozenset(_terms(snippet.context))
+        context_days = _context_days(snippet.context)
+        out = []
+        for claim in claims_of(snippet.text, list(found), is_label, inherit_all=True, names=names):
+            leading = leading_terms(claim.sentence)
+            own = label or list(claim.subject) or leading
+            support = claim.terms | frozenset(claim.subject) | claim.setting | frozenset(label)
+            if not label and not claim.subject:
+                support |= frozenset(leading)
+            if not own:
+                support |= context  # a fact that names nothing itself is about its headings ("## Premium")
+            fact_labels = tuple(dict.fromkeys(t for t in own if t[0] != "~"))
+            period = claim.period or (default_period.get(snippet.file) if claim.unit_class == "money" else None)
+            out.append(Fact(position, claim, support, fact_labels, claim.days or context_days, period, context))
+            strong.update(fact_labels)
+            under.append(support | context)
+        facts.append(tuple(out))
+    counts: dict[str, int] = {}
+    for terms in under:
+        for term in terms:
+            counts[term] = counts.get(term, 0) + 1
+    total = len(under)
+    # a label most facts are said under (the company name in the top heading, the "Plans" a price table
+    # stands under) distinguishes nothing: a claim need not repeat it (KnowledgeBase._required)
+    generic = frozenset(t for t, n in counts.items() if total >= 3 and n * 3 >= total)
+    return tuple(facts), frozen | strong, frozenset(strong), generic, names
+
+
+_PERIOD_STATED = re.compile(
+    r"(?<![^\W\d_])(?:per|/|each|every|i|om|varje|a)\s*(?:the\s+)?(month|månad|månaden|year|år|året|week|vecka|"
+    r"veckan)(?![^\W\d_])|(?<![^\W\d_])(monthly|yearly|månadsvis)(?![^\W\d_])",
+    re.IGNORECASE,
+)
+_PERIOD_NAMES = {"month": "month", "månad": "month", "månaden": "month", "monthly": "month", "månadsvis": "month",
+                 "year": "year", "år": "year", "året": "year", "yearly": "year", "week": "week", "vecka": "week",
+                 "veckan": "week"}
+
+
+def _stated_period(text: str) -> str | None:
+    """The period a numberless passage says prices are given for ("All prices are per month")."""
+    if not any(term_of(w) == "~price" for w in _TOKEN.findall(text)):
+        return None
+    m = _PERIOD_STATED.search(text)
+    return _PERIOD_NAMES[(m[1] or m[2]).lower()] if m else None
 
 
 def _context_days(context: str) -> frozenset[int] | None:

@@ -246,7 +246,29 @@ def extract_numbers(text: str, language: Language = "auto") -> list[NumberMentio
             start, end = mention.span
             masked = masked[:start] + _MASK * (end - start) + masked[end:]
         found.extend(new)
-    return sorted(found, key=lambda m: m.span)
+    return _join_ore(text, sorted(found, key=lambda m: m.span))
+
+
+_ORE_LINK = re.compile(rf"{_SP}+(?:och|and){_SP}+\Z", re.IGNORECASE)
+_ORE_AFTER = re.compile(rf"{_SP}*öre(?![^\W\d_])", re.IGNORECASE)
+
+
+def _join_ore(text: str, mentions: list[NumberMention]) -> list[NumberMention]:
+    """ "en krona och nittio öre", "99 kr och 50 öre": one amount in kronor (1.9, 99.5)."""
+    out: list[NumberMention] = []
+    for mention in mentions:
+        previous = out[-1] if out else None
+        if (previous is not None and previous.unit == "kr" and previous.value.isdigit() and mention.unit is None
+                and mention.kind == "integer" and int(mention.value) < 100
+                and _ORE_LINK.search(text, previous.span[1], mention.span[0])):
+            ore = _ORE_AFTER.match(text, mention.span[1])
+            if ore:
+                value = canonical_decimal(Decimal(previous.value) + Decimal(mention.value) / 100)
+                kind = "amount"
+                out[-1] = _mention(text, kind, value, "kr", previous.span[0], ore.end())
+                continue
+        out.append(mention)
+    return out
 
 
 def phone_variants(value: str, home_country: str = "46") -> tuple[str, ...]:
@@ -826,8 +848,13 @@ def _context_before(toks: list[_Tok], i: int, language: str) -> str:
     cues = (_EN_TIME_CUES if language != "sv" else frozenset()) | (_SV_TIME_CUES if language != "en" else frozenset())
     if word in cues and k == i - 1 - (toks[i - 1].word in _APPROXIMATELY):
         return "cue"
-    if word in _DAY_WORDS or word in _TIME_CONTEXT or (word.isalpha() and word.rstrip("s") in _DAY_WORDS):
-        return "day"
+    # a day or an opening-hours word up to three words back: "Saturday hours are ten to two"
+    for back in range(k, max(-1, k - 3), -1):
+        word = toks[back].word
+        if not word[0].isalpha() and word not in (":", ","):
+            break
+        if word in _DAY_WORDS or word in _TIME_CONTEXT or (word.isalpha() and word.rstrip("s") in _DAY_WORDS):
+            return "day"
     return ""
 
 
@@ -936,6 +963,9 @@ def _time_at(masked: str, toks: list[_Tok], i: int, language: str,
     if english and tok.word == "midnight" or swedish and tok.word == "midnatt":
         return i, i, tok.end, 0, 0, "24"
     relative = _relative_time(masked, toks, i, language)
+    if relative is not None and relative[2] == i + 2 and toks[i + 1].word == "to" and \
+            _context_before(toks, i, language) == "day":
+        relative = None  # "Saturday hours are ten to two": a range, not 01:50
     if relative is not None:
         hour, minute, last = relative
         return _finish_time(masked, toks, i, last, hour, minute, "12", checked=True)

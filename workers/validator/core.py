@@ -408,7 +408,7 @@ class ValidatorCore:
             pending.append(mention)
         if pending:
             settled = [m for m in mentions if m.span[1] <= limit]
-            for claim in claims_of(text[:limit], settled, self._labels(gate)):
+            for claim in claims_of(text[:limit], settled, self._labels(gate), names=self._names(gate)):
                 if claim.mention not in pending:
                     continue
                 if not final and not claim.closed and self._held_somewhere(gate, claim.mention):
@@ -437,6 +437,9 @@ class ValidatorCore:
 
     def _held_somewhere(self, gate: _Gate, mention: NumberMention) -> bool:
         return any(source is not None and source.holds(mention) for source in (self.knowledge, gate.facts))
+
+    def _names(self, gate: _Gate) -> frozenset[str]:
+        return frozenset().union(*(k.names for k in (self.knowledge, gate.facts) if k is not None))
 
     def _labels(self, gate: _Gate):
         sources = [k for k in (self.knowledge, gate.facts) if k is not None]
@@ -488,10 +491,16 @@ class ValidatorCore:
                 continue
             if word_end > limit:
                 # the next word is still being written: enough if no ending can make it part of a number
-                return _cannot_extend(text[limit:].strip(), unit=mention.unit is not None)
+                tail = text[limit:].strip()
+                if mention.unit == "kr" and skips == 0 and any(w.startswith(tail.casefold()) for w in ("och", "and")):
+                    return False  # "en krona och nittio öre"
+                return _cannot_extend(tail, unit=mention.unit is not None)
             if any(s <= start < e for s, e in (m.span for m in mentions) if (s, e) != mention.span):
                 return False  # another number follows: they may still merge ("070 123" -> a phone)
             if mention.unit is not None:
+                if mention.unit == "kr" and word in ("och", "and") and skips == 0:
+                    skips += 1
+                    continue  # "en krona och nittio öre"
                 # a unit fixes the number; only another number word could still extend it ("99 kr 50")
                 return not _is_number_word(word, language)
             if _is_number_word(word, language) or (word in _OPEN_WORDS and skips == 0):
