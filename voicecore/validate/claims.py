@@ -239,7 +239,7 @@ def claims_of(text: str, mentions: list[NumberMention], labels: Callable[[str], 
         return []
     is_label = labels or (lambda term: True)
     words, number_at, sentence_spans, clause_closed = _scan(text, mentions, names)
-    days_of = _days(text, words, number_at)
+    days_of = _days(text, words, number_at, mentions)
     # attribution: each content word of a clause to the nearest number(s) of that clause (positions are
     # indexes into `words`, where number i stands at number_at[i])
     by_clause: dict[int, list[int]] = {}
@@ -391,10 +391,11 @@ def _scan(text: str, mentions: list[NumberMention], names: frozenset[str] = froz
     return words, number_at, sentence_spans, closed
 
 
-def _days(text: str, words: list[_Word], number_at: list[int]) -> list[frozenset[int] | None]:
-    """Each number's days: a day phrase of its own clause (the nearest before it, else after it), else the
-    nearest before it in its sentence. A phrase is days joined by "and"/"och" or a range ("Monday to
-    Friday", "måndag–fredag")."""
+def _days(text: str, words: list[_Word], number_at: list[int],
+          mentions: list[NumberMention]) -> list[frozenset[int] | None]:
+    """Each number's days: a day phrase of its own clause (the nearest before it, else after it), else,
+    for a clock time, the nearest before it in its sentence. A phrase is days joined by "and"/"och" or a
+    range ("Monday to Friday", "måndag–fredag")."""
     phrases: list[tuple[int, int, int, frozenset[int]]] = []  # (first word, last word, clause, days)
     k = 0
     while k < len(words):
@@ -421,7 +422,7 @@ def _days(text: str, words: list[_Word], number_at: list[int]) -> list[frozenset
         phrases.append((first, k, words[first].clause, frozenset(collected)))
         k += 1
     out: list[frozenset[int] | None] = []
-    for position in number_at:
+    for position, mention in zip(number_at, mentions):
         clause, sentence = words[position].clause, words[position].sentence
         own_before = [p for p in phrases if p[2] == clause and p[1] < position]
         own_after = [p for p in phrases if p[2] == clause and p[0] > position]
@@ -430,7 +431,7 @@ def _days(text: str, words: list[_Word], number_at: list[int]) -> list[frozenset
             out.append(own_before[-1][3])
         elif own_after:
             out.append(own_after[0][3])
-        elif earlier:
+        elif earlier and mention.kind == "time":
             out.append(earlier[-1][3])
         else:
             out.append(None)

@@ -382,7 +382,7 @@ class KnowledgeBase:
         if claim.period and fact.period and claim.period != fact.period:
             return f"there it is per {fact.period}, not per {claim.period}"
         if claim.days and fact.days and not claim.days <= fact.days:
-            return f"there it holds for {_days_phrase(fact.days)}, not {_days_phrase(claim.days)}"
+            return f"there it holds for {days_phrase(fact.days)}, not {days_phrase(claim.days)}"
         if claim.role and theirs.role and claim.role != theirs.role:
             return f"there it is {_ROLE_PHRASE[theirs.role]}, not {_ROLE_PHRASE[claim.role]}"
         for term in self._required(claim):
@@ -391,14 +391,16 @@ class KnowledgeBase:
                 return f"there it is said of {said_of}, not of {term}"
         return ""
 
-    def _closeness(self, claim: Claim, fact: Fact) -> tuple[int, int, int]:
+    def _closeness(self, claim: Claim, fact: Fact) -> tuple[int, int, int, int]:
         subject = sum(1 for t in claim.subject if self._names(fact, t))
         terms = sum(1 for t in claim.terms if supported(t, fact.support))
-        return subject, terms, -fact.position
+        days = 1 if claim.days and fact.days and claim.days <= fact.days else 0
+        role = 1 if claim.role and claim.role == fact.claim.role else 0
+        return subject + days + role, terms, -fact.position
 
     def _near_miss(self, claim: Claim) -> ClaimVerdict:
         """No fact holds the number: the fact of the same kind whose support covers most of the claim."""
-        best: tuple[tuple[int, int, int], Fact] | None = None
+        best: tuple[tuple[int, int, int], Fact] | None = None  # (closeness, fact)
         for facts in self.facts:
             for fact in facts:
                 if not _classes_agree(claim, fact.claim) or fact.claim.mention.kind != claim.mention.kind and \
@@ -650,7 +652,8 @@ def _class_phrase(claim: Claim) -> str:
     return _CLASS_WORDS.get(claim.unit_class or "", "a number")
 
 
-def _days_phrase(days: frozenset[int]) -> str:
+def days_phrase(days: frozenset[int]) -> str:
+    """Days of the week for a person: "Monday-Friday", "Saturday, Sunday"."""
     ordered = sorted(days)
     if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
         return f"{_DAY_NAMES[ordered[0]]}-{_DAY_NAMES[ordered[-1]]}"

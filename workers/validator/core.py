@@ -309,6 +309,19 @@ class ValidatorCore:
             return []
         return [{"file": s.file, "line": s.line, "text": s.text} for s in self.knowledge.retrieve(question, k)]
 
+    def explain(self, text: str, language: str = "auto", facts: str = "") -> list[ClaimVerdict]:
+        """Every claim of a finished answer judged as the "numbers" policy judges it (the knowledge base,
+        then ``facts``: a tool result), each with its citation or its near miss; what `voicecore gate`
+        shows. Unlike the streaming judgement it does not stop at the first rejected claim."""
+        language = language if language in LANGUAGES else "auto"
+        gate = _Gate((0, 0, 0), "numbers", language, None, None, [])
+        if facts.strip():
+            home_country = self.knowledge.home_country if self.knowledge is not None else "46"
+            gate.facts = KnowledgeBase.from_documents({FACTS_FILE: facts_document(facts)}, home_country)
+        mentions = extract_numbers(text, language)  # type: ignore[arg-type]
+        return [self._judge_claim(gate, claim)
+                for claim in claims_of(text, mentions, self._labels(gate), names=self._names(gate))]
+
     def statistics(self) -> dict[str, float]:
         values = {k: float(v) for k, v in self.counters.items()}
         values["gates_live"] = float(len(self._gates))
@@ -445,7 +458,7 @@ class ValidatorCore:
         sources = [k for k in (self.knowledge, gate.facts) if k is not None]
         if len(sources) == 1:
             return sources[0].is_label
-        return lambda term: any(source.is_label(term) for source in sources)
+        return lambda term: any(source.is_label(term) for source in sources)  # none: no term is a label
 
     def _judge_claim(self, gate: _Gate, claim: Claim) -> ClaimVerdict:
         """In the knowledge base first (its citation names a document), else in the gate's facts; rejected,
