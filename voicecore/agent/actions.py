@@ -1,7 +1,8 @@
 """Actions with confirmation and write de-duplication, the pure parts (seed 002 "Actions med bekräftelse").
 
 Owns: the canonical form of a function's arguments and the idempotency key made from it, the rendering of
-a confirmation prompt from the arguments (so every number it says is one of theirs), and reading a
+a confirmation prompt from the arguments (so every number it says is one of theirs, said as a person says
+it: voicecore/agent/speech.py), and reading a
 caller's answer to it as yes, no or neither (English and Swedish). The controller (voicecore/call/
 controller.py) holds the pending action, its timeout and the key's 30 s window; voicecore/agent/tools.py
 sends the key as the webhook's Idempotency-Key. No I/O, no clock.
@@ -13,6 +14,9 @@ import hashlib
 import json
 import re
 import string
+from typing import Any
+
+from voicecore.agent.speech import speak
 
 _YES = {
     "en": ("yes", "yeah", "yep", "yup", "sure", "correct", "right", "ok", "okay", "please do", "go ahead",
@@ -50,13 +54,17 @@ def prompt_fields(template: str) -> list[str]:
     return [name for _, name, _, _ in string.Formatter().parse(template) if name]
 
 
-def render_prompt(template: str, arguments: str) -> str | None:
-    """The confirmation prompt with each ``{name}`` replaced by that argument's value, as given; None when
-    an argument it names is missing (the model must ask again rather than the caller hear a gap)."""
+def render_prompt(template: str, arguments: str, parameters: dict[str, Any] | None = None,
+                  language: str = "") -> str | None:
+    """The confirmation prompt with each ``{name}`` replaced by that argument's value; None when an
+    argument it names is missing (the model must ask again rather than the caller hear a gap). An argument
+    whose schema in ``parameters`` says what it is (a date, time, date-time, money or phone number) is said
+    as a person says it in ``language`` (voicecore/agent/speech.py); any other, as given."""
     canonical = canonical_arguments(arguments)
     if canonical is None:
         return None
     values = json.loads(canonical)
+    properties = (parameters or {}).get("properties", {}) if isinstance(parameters, dict) else {}
     out: list[str] = []
     for literal, name, _, _ in string.Formatter().parse(template):
         out.append(literal)
@@ -65,7 +73,11 @@ def render_prompt(template: str, arguments: str) -> str | None:
         value = values.get(name)
         if value is None or value == "":
             return None
-        out.append(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        spoken = speak(value, properties.get(name), language) if language else None
+        if spoken is not None:
+            out.append(spoken)
+        else:
+            out.append(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
     return "".join(out)
 
 

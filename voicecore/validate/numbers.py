@@ -249,23 +249,29 @@ def extract_numbers(text: str, language: Language = "auto") -> list[NumberMentio
     return _join_ore(text, sorted(found, key=lambda m: m.span))
 
 
-_ORE_LINK = re.compile(rf"{_SP}+(?:och|and){_SP}+\Z", re.IGNORECASE)
-_ORE_AFTER = re.compile(rf"{_SP}*öre(?![^\W\d_])", re.IGNORECASE)
+_MINOR_LINK = re.compile(rf"{_SP}+(?:och|and){_SP}+\Z", re.IGNORECASE)
+_MINOR_UNITS = {
+    "kr": re.compile(rf"{_SP}*öre(?![^\W\d_])", re.IGNORECASE),
+    "usd": re.compile(rf"{_SP}*cents?(?![^\W\d_])", re.IGNORECASE),
+    "eur": re.compile(rf"{_SP}*cents?(?![^\W\d_])", re.IGNORECASE),
+    "gbp": re.compile(rf"{_SP}*(?:pence|penny|p)(?![^\W\d_])", re.IGNORECASE),
+}
 
 
 def _join_ore(text: str, mentions: list[NumberMention]) -> list[NumberMention]:
-    """ "en krona och nittio öre", "99 kr och 50 öre": one amount in kronor (1.9, 99.5)."""
+    """A whole amount and its minor unit said after it: "en krona och nittio öre", "99 kr och 50 öre",
+    "5 dollars and 99 cents" are one amount (1.9 kr, 99.5 kr, 5.99 usd)."""
     out: list[NumberMention] = []
     for mention in mentions:
         previous = out[-1] if out else None
-        if (previous is not None and previous.unit == "kr" and previous.value.isdigit() and mention.unit is None
+        minor = _MINOR_UNITS.get(previous.unit or "") if previous is not None else None
+        if (previous is not None and minor is not None and previous.value.isdigit() and mention.unit is None
                 and mention.kind == "integer" and int(mention.value) < 100
-                and _ORE_LINK.search(text, previous.span[1], mention.span[0])):
-            ore = _ORE_AFTER.match(text, mention.span[1])
-            if ore:
+                and _MINOR_LINK.search(text, previous.span[1], mention.span[0])):
+            after = minor.match(text, mention.span[1])
+            if after:
                 value = canonical_decimal(Decimal(previous.value) + Decimal(mention.value) / 100)
-                kind = "amount"
-                out[-1] = _mention(text, kind, value, "kr", previous.span[0], ore.end())
+                out[-1] = _mention(text, "amount", value, previous.unit, previous.span[0], after.end())
                 continue
         out.append(mention)
     return out
@@ -767,15 +773,14 @@ def _hour_of(tok: _Tok, language: str, low: int = 0, high: int = 24) -> int | No
     return value if value is not None and low <= value <= high else None
 
 
-def _minutes_after(masked: str, toks: list[_Tok], i: int, language: str) -> tuple[int, int] | None:
+def _minutes_after(masked: str, toks: list[_Tok], i: int, language: str, low: int = 10) -> tuple[int, int] | None:
     """Minutes said after an hour, starting at token i: "thirty", "forty five", "oh five", "och trettio",
-    "15"; (minutes, index of the last token) or None."""
+    "och fem", "15"; (minutes, index of the last token) or None."""
     if i >= len(toks):
         return None
     word = toks[i].word
     if language != "en" and word == "och" and _spaced(masked, toks, i):
-        found = _minutes_after(masked, toks, i + 1, "sv")
-        return found if found and found[0] >= 1 else None
+        return _minutes_after(masked, toks, i + 1, "sv", low=1)
     if language != "sv" and word in ("oh", "o") and _spaced(masked, toks, i) and i + 1 < len(toks):
         digit = _int_word(toks[i + 1].word, "en")
         return (digit, i + 1) if digit is not None and 1 <= digit <= 9 and not toks[i + 1].word.isdigit() else None
@@ -785,7 +790,7 @@ def _minutes_after(masked: str, toks: list[_Tok], i: int, language: str) -> tupl
     if not values:
         return None
     total = _combine(values)
-    if total is None or not 10 <= total <= 59:
+    if total is None or not low <= total <= 59:
         return None
     if 20 <= total and total % 10 == 0 and _spaced(masked, toks, i):
         unit = _word_values(toks[i + 1].word, language)
