@@ -991,6 +991,8 @@ def _time_at(masked: str, toks: list[_Tok], i: int, language: str,
         explicit = None
         last, minute = i, 0
         found = _minutes_after(masked, toks, i + 1, language) if _spaced(masked, toks, i) else None
+        if found is not None and toks[i + 1].word == "och" and (i == 0 or toks[i - 1].word not in ("klockan", "kl")):
+            found = None  # "klockan nio och fem" is 09:05; "mellan tio och två" is a range
         if found is not None:
             minute, last = found
         end_pos = toks[last].end
