@@ -13,8 +13,25 @@ snippet, and a table's header row, are kept as its ``context``: used for retriev
 Retrieval returns only paragraphs, list items and table rows. Numbers are extracted from every snippet
 with language "auto", so "1,500" and "3/1/2025" in a document keep both readings (numbers.py).
 
-Grounding (``ground``), fail-closed: ``ok`` only if every mention matches some snippet's mention; each
-mention that matches nothing is listed in ``unverified``. A mention matches a knowledge-base mention when:
+Grounding a number with what it is said of (``ground_text``, ``judge``; what the validation gate uses),
+fail-closed: every number of the answer is read as a claim (claims.py: its subject, days, opening or
+closing role, period, counted noun) and so is every number of the knowledge base (a ``Fact``, read with the
+knowledge base's labels: a list item's words before ":", a table row's first cell, headings, the words a
+sentence opens with). A claim is supported by the first fact (path order, the claim's unit first) whose
+number matches it (the rules below) and that:
+- measures the same thing: money never a count of lines, a clock time never a count of working days;
+- has the same period, when both state one (a file's "All prices are per month" is its prices' period);
+- holds for the claim's days, when both name days ("on Saturdays" is not "Monday to Friday");
+- is the same end of the opening hours, when both say ("opens at 16:30" is not "closes at 16:30");
+- names every subject term of the claim that is not generic (a term most facts stand under, like the
+  company name), in its own words, label or subject (a term only headings use: in its headings). A term
+  said where a verb stands ("we answer") is needed only when it is the claim's only subject.
+A rejected claim's ``ClaimVerdict`` names the nearest passage: the fact that holds its number for something
+else, else the fact of the same kind closest to it, else the best retrieved snippet.
+
+Grounding numbers alone (``ground``: the value, without what it is said of), fail-closed: ``ok`` only if
+every mention matches some snippet's mention; each mention that matches nothing is listed in
+``unverified``. A mention matches a knowledge-base mention when:
 - quantities (integer, decimal, percent, amount, ordinal): a reading of the magnitude is equal, and the
   units do not contradict: equal, or the answer states none ("99" may cite "99 kr"), or the knowledge
   base states none next to that number ("99 kr" may cite a table cell "99"). "99 kr" never cites
@@ -23,8 +40,8 @@ mention that matches nothing is listed in ``unverified``. A mention matches a kn
   base's ``home_country``: "+46 70..." = "070..." for home "46"; "+44 70..." is not "070...").
 - date: equal; an answer that leaves out the year ("1 mars") or the day ("March 2025") matches a full
   date that agrees on what the answer states; never the other way round.
-- time: equal "HH:MM"; a whole hour also matches the bare number of the hour and back ("kl. 8" and
-  "08-17"), with the unit "clock" so "8 GB" never cites "08:00".
+- time: a reading equal ("halv fem" is 04:30 or 16:30); a whole hour also matches the bare number of the
+  hour and back ("kl. 8" and "08-17"), with the unit "clock" so "8 GB" never cites "08:00".
 An answer without numbers grounds trivially (ok, no citations): whether it needed sources is the
 retrieve-first decision of the caller (seed 002 section 4), made with ``retrieve``.
 """

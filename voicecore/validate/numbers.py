@@ -50,6 +50,29 @@ Rules for the ambiguous cases (the ``language`` argument is "en", "sv" or "auto"
   digit words is a decimal ("three point five", "tre komma fem" -> 3.5).
 - Digits glued to letters that are not a unit or ordinal suffix name a product ("5G", "3D"): no number.
 - Sign: a leading "-" is not part of the number ("-5" -> "5").
+- A whole amount and its minor unit are one amount: "en krona och nittio öre" 1.9 kr, "5 dollars and 99
+  cents" 5.99 usd.
+
+Spoken forms (times, dates and phone numbers said in words, as a transcript of speech writes them):
+- Clock times in words: "half past eight", "quarter past/to three", "ten past five", "twenty to six",
+  "five o'clock", "ten a.m.", "two thirty p.m.", "noon", "midnight"; Swedish "halv fem" (04:30), "kvart
+  över/i tre", "fem över sju", "tio i fem", "fem i/över halv åtta", "klockan tio", "klockan tio och
+  trettio", "midnatt". A part of the day after them decides the half: "in the morning", "in the evening",
+  "på morgonen", "på kvällen".
+- A bare hour after a time word ("at five", "until 5", "from 9", "till 17", "klockan fem", "vid nio",
+  "mellan 9 och 17"; "about" may stand between), or in a range after a day or an opening-hours word
+  ("Saturday: 9 to 13", "vardagar 9 till 17", "10 to 14 on Saturdays"), is a time, unless what follows
+  it is what it counts ("at 3 locations", "till 5 personer", "från 99 kr").
+- The half of the day: a time said with an hour 1-12 and no a.m./p.m. (or part of the day) is either:
+  ``value`` the reading with the hour as said (05:00, 12:30), ``alternatives`` the other (17:00, 00:30).
+  Digits after "kl."/"klockan" and "HH:MM" follow the 24-hour clock and have one reading. In a range the
+  ends settle each other: "9 to 5" is 09:00-17:00, "8 to 17" 08:00-17:00; "8 till 11" stays open. "Ten to
+  two" after an opening-hours word is a range, not 01:50.
+- Dates with the day in words: "the twenty-sixth of November", "November twenty-sixth", "November the
+  26th", Swedish "den tjugosjätte november", "tjugosex november" (a year in digits may follow).
+- Phone numbers said as groups of number words: "five five five, zero one zero, four four seven seven",
+  "plus fyra sex, sju noll, ett två tre" ("ett" is 1 there), "noll sju noll, etthundratjugotre,
+  fyrtiofem": 7-15 digits in at least three groups (two after "plus"), English "oh" is 0 inside them.
 """
 
 from __future__ import annotations

@@ -2,15 +2,20 @@
 
 Owns the release policies of issue 5 and ARCHITECTURE.md section 7, per (slot, generation, tag):
 - "off": approve everything at once.
-- "numbers": every number the transcript states must be grounded in the knowledge base
-  (voicecore.validate.knowledge, fail-closed: no knowledge base means every number is unverifiable);
-  text without numbers is approved as it streams.
+- "numbers": every number the transcript states must be grounded in the knowledge base together with
+  what the transcript says it is (a claim, voicecore.validate.claims: "Premium costs 299 kr" is not
+  grounded by "Basic: 299 kr"; voicecore.validate.knowledge judges it, fail-closed: no knowledge base
+  means every number is unverifiable); text without numbers is approved as it streams. A rejection's
+  reason is "<category>: <the claim>; nearest: <file>:<line> "<passage>" (<what differs>)", the category
+  one of NOT_IN_KNOWLEDGE, WRONG_SUBJECT, NOT_IN_FACTS, NO_KNOWLEDGE (``reason_category``: what logs show).
 - "scripted": the transcript must follow the expected text (voicecore.validate.script.ScriptMatcher).
 - "strict": both.
 Forbidden phrases (GateOpen.forbidden) are checked under every policy but "off".
 A gate opened with ``facts`` (GateOpen.facts: the result of the tool the agent is answering from) grounds
 numbers in them too, for that response only: the facts are indexed like one more knowledge-base document
-(KnowledgeBase.from_documents, the same extraction and matching rules), cited as file "tool-result".
+(KnowledgeBase.from_documents, the same extraction and matching rules; JSON becomes one "key: value" line
+per object, knowledge.facts_document, so each object's numbers are facts of its own keys and values), cited
+as file "tool-result".
 
 It turns transcript deltas into ``messages.Verdict``s: the approved transcript prefix, mapped to audio
 frames. Must not know sockets, files, clocks or the shared-memory rings: the shell (main.py) feeds it bus
@@ -18,11 +23,15 @@ messages and a KnowledgeBase object and sends what it returns; the model worker 
 (rings.tag_approve / tag_cancel). Bad or unexpected input never raises: it is counted, and where a gate
 would otherwise wait forever it becomes a rejection (fail-closed).
 
-The approved prefix (numbers policy) ends before the first number that is not yet complete: later text
-can still change it ("99" -> "99 kr" or "99,50", "ninety" -> "ninety-nine", "070" -> "070-123 45 67"),
-so a number counts as complete only once a settled ordinary word follows it (``_complete``), or the
-transcript is done. A complete number that the knowledge base does not hold rejects at once. Words that
-may turn into part of a number ("a" -> "a hundred", "March" -> "March 3") are held at the tail.
+The approved prefix (numbers policy) ends before the first number that is not yet judged. A number is
+complete once a settled ordinary word follows it (``_complete``): later text can no longer change it
+("99" -> "99 kr" or "99,50", "ninety" -> "ninety-nine", "070" -> "070-123 45 67", "en krona" -> "en
+krona och nittio öre"). A complete number that no source holds at all rejects at once; one that some
+passage holds is judged as a claim once its clause has ended (claims.py ``closed``: ",", ".", "and", ...
+or six words later), so "... until 17 on Saturdays" and "... 299 kr per year" are judged with what
+follows the number. A judged claim is kept per gate (by the number's span and value) and never judged
+again. Words that may turn into part of a number ("a" -> "a hundred", "March" -> "March 3") are held at
+the tail.
 
 Under "numbers" the word a delta ends inside still counts as settled when no later text can make it part
 of a number: it has no digit and is neither a number word, unit, month nor an open word, nor a prefix of
@@ -111,14 +120,12 @@ _SENTENCE_END = re.compile(r"[.!?](?=\s)")
 NOT_IN_KNOWLEDGE = "a number is not in the knowledge base"
 WRONG_SUBJECT = "a number is in the knowledge base only for something else"
 NOT_IN_FACTS = "a number is neither in the knowledge base nor in the tool result"
-NO_KNOWLEDGE = "a number cannot be verified: no knowledge base"
+NO_KNOWLEDGE = "a number cannot be verified, there is no knowledge base"
 
 
 def reason_category(reason: str) -> str:
-    """What of a verdict's reason a log line may show: its category, without the claim (digits)."""
-    for category in (NOT_IN_KNOWLEDGE, WRONG_SUBJECT, NOT_IN_FACTS, NO_KNOWLEDGE):
-        if reason.startswith(category):
-            return category
+    """What of a verdict's reason a log line may show: the text before its first ": " (its category),
+    without the claim and the passage after it (they hold the caller's numbers)."""
     return reason.partition(": ")[0]
 
 
