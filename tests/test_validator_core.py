@@ -541,3 +541,50 @@ def test_a_resend_of_a_gate_still_open_starts_it_over():
     assert core._gates[KEY].transcript == "Basic costs 99 kr per month."  # not "Basic costs Basic costs ..."
     (final,) = core.handle(m.TranscriptDone(*KEY, "Basic costs 99 kr per month.", 40))
     assert not final.rejected
+
+
+# -- claims: a number is judged with what the answer says it is ------------------------------------------
+
+
+def test_a_number_said_of_the_wrong_subject_is_rejected_when_its_clause_ends():
+    """349 kr is in the knowledge base, for Premium: said of Basic it is rejected, and none of its audio
+    was approved before its clause ended."""
+    core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
+    open_gate(core)
+    text = "Basic costs 349 kr per month, thanks."
+    steps = stream(core, words_of(text), frames_per_char=1)
+    verdicts = all_verdicts(steps)
+    rejected = [(so_far, v) for so_far, _, vs in steps for v in vs if v.rejected]
+    assert len(rejected) == 1
+    so_far, verdict = rejected[0]
+    assert so_far == "Basic costs 349 kr per month, thanks."  # the clause ended with "month,"
+    assert reason_category(verdict.reason) == "a number is in the knowledge base only for something else"
+    assert "there it is said of premium, not of basic" in verdict.reason
+    assert all(v.approved_frames <= text.index("349") for v in verdicts)
+
+
+def test_a_number_no_source_holds_is_rejected_before_its_clause_ends():
+    core = ValidatorCore(KB, margin_frames=0)
+    open_gate(core)
+    verdicts = core.handle(m.TranscriptDelta(*KEY, "Basic costs 777 kr per ", 30))
+    assert [v.rejected for v in verdicts] == [True]
+    assert verdicts[0].reason.startswith("a number is not in the knowledge base: '777 kr'")
+
+
+def test_a_judged_claim_is_not_judged_again():
+    core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
+    open_gate(core)
+    core.handle(m.TranscriptDelta(*KEY, "Basic costs 99 kr per month, and", 40))
+    gate = next(iter(core._gates.values()))
+    assert len(gate.judged) == 1
+    judged = dict(gate.judged)
+    core.handle(m.TranscriptDelta(*KEY, " more", 45))
+    assert gate.judged == judged
+
+
+def test_explain_judges_every_claim_of_an_answer():
+    core = ValidatorCore(KB)
+    verdicts = core.explain("Basic costs 99 kr, Premium costs 99 kr and Premium costs 777 kr.", "en")
+    assert [(v.claim.mention.raw, v.ok) for v in verdicts] == [("99 kr", True), ("99 kr", False), ("777 kr", False)]
+    assert verdicts[0].citation.file == "kb/pricing.md"
+    assert verdicts[1].value_found and not verdicts[2].value_found

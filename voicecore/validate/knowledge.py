@@ -705,8 +705,9 @@ def _shorten(text: str, limit: int = 120) -> str:
 
 def facts_document(text: str) -> str:
     """A tool result as a knowledge document: JSON becomes one list item per object, "key: value" pairs
-    joined by ", " (so each object's numbers are facts about its own keys and values); other text is
-    kept as it is."""
+    joined by ", " after a label of the keys it stands under and its words-only values ("- slots Anna:
+    time: 10:00, dentist: Anna"), so each object's numbers are facts of its own keys and names; other text
+    is kept as it is."""
     import json
 
     try:
@@ -723,8 +724,10 @@ def facts_document(text: str) -> str:
     def walk(node, path: list[str]) -> None:
         if isinstance(node, dict):
             pairs = [f"{_words_of(k)}: {scalar(v)}" for k, v in node.items() if not isinstance(v, (dict, list))]
+            names = [v for v in node.values() if isinstance(v, str) and v.strip() and len(v) <= 40
+                     and not any(ch.isdigit() for ch in v)]
             if pairs:
-                label = " ".join(path)
+                label = " ".join(path + names)
                 lines.append("- " + (f"{label}: " if label else "") + ", ".join(pairs))
             for k, v in node.items():
                 if isinstance(v, (dict, list)):

@@ -262,7 +262,7 @@ def extract_numbers(text: str, language: Language = "auto") -> list[NumberMentio
     found: list[NumberMention] = []
     masked = text
     # Most specific first: a date or phone number must not be read as loose integers.
-    for stage in (_dates, _spoken_dates, _times, _spoken_times, _phones, _digit_numbers, _spoken_phones,
+    for stage in (_spoken_dates, _dates, _times, _spoken_times, _phones, _digit_numbers, _spoken_phones,
                   _word_numbers):
         new = stage(text, masked, language)
         for mention in new:
@@ -1190,7 +1190,8 @@ def _spoken_phones(text: str, masked: str, language: str) -> list[NumberMention]
     while i < len(toks):
         word = toks[i].word
         values = _word_values(word, language) if word[0].isalpha() else None
-        if english and word in ("oh", "o") and groups and groups[-1][2] == i - 1:
+        if english and word in ("oh", "o") and groups and (
+                groups[-1][2] == i - 1 or groups[-1][2] == i - 2 and toks[i - 1].word == ","):
             groups.append(("0", i, i))
             i += 1
             continue

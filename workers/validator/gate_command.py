@@ -19,7 +19,7 @@ from typing import Any
 
 from voicecore.bus import messages
 from voicecore.validate.knowledge import ClaimVerdict, KnowledgeBase, days_phrase, load_knowledge_dir
-from workers.validator.core import POLICIES, ValidatorCore, reason_category
+from workers.validator.core import APPROVE_ALL_FRAMES, POLICIES, ValidatorCore, reason_category
 
 FRAMES_PER_CHAR = 3  # audio frames per transcript char: about 17 chars/s, a phone voice's pace
 _KEY = (0, 0, 1)
@@ -29,10 +29,13 @@ def stream_verdict(core: ValidatorCore, text: str, policy: str, language: str, s
                    forbidden: tuple[str, ...] = (), facts: str = "") -> messages.Verdict:
     """The last verdict of ``text`` sent to ``core`` as a realtime model's transcript: one word per delta
     (each with its leading space), then done. Approved: APPROVE_ALL frames; else rejected with a reason."""
-    core.handle(messages.GateOpen(*_KEY, policy, script, language, "\n".join(forbidden), facts))
+    last: messages.Verdict | None = None
+    for verdict in core.handle(messages.GateOpen(*_KEY, policy, script, language, "\n".join(forbidden), facts)):
+        last = verdict  # policy "off" approves everything at once
+        if verdict.rejected or verdict.approved_frames >= APPROVE_ALL_FRAMES:
+            return verdict
     parts = text.split(" ")
     so_far = ""
-    last: messages.Verdict | None = None
     for delta in [parts[0]] + [" " + p for p in parts[1:]]:
         so_far += delta
         for verdict in core.handle(messages.TranscriptDelta(*_KEY, delta, FRAMES_PER_CHAR * len(so_far))):
