@@ -7,7 +7,7 @@ in ``extra_info["median_ns_per_delta"]``. The knowledge base is bench/kb (two sm
 agent's folder); the answers are grounded, so every delta is judged to the end:
 
 - ``numbers``: an English answer with a price, an amount of data and a time (policy "numbers");
-- ``numbers_sv``: a Swedish one with a price, a period and a phone number;
+- ``numbers_sv``: a Swedish one with prices, periods, an amount of data and opening hours in words;
 - ``text``: an answer without numbers (the common case: most words are judged inert at once);
 - ``scripted``: a scripted prompt followed word by word (policy "scripted").
 
@@ -33,7 +33,7 @@ ANSWERS = {
                 "with 10 GB of data. Support is open from 8 in the morning until 18:00 on weekdays."),
     "numbers_sv": ("sv", "numbers", "",
                    "Premium kostar 349 kronor i månaden och Basic kostar 199 kr per månad med 10 GB surf. "
-                   "Ett nytt SIM-kort är gratis och kommer inom 3 arbetsdagar."),
+                   "Supporten har öppet vardagar från klockan åtta till arton."),
     "text": ("en", "numbers", "",
              "Thank you for asking, that is a very good question, and I am happy to help you with it "
              "today. Let me know if there is anything else you would like to hear about our plans."),

@@ -81,7 +81,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Language = Literal["en", "sv", "auto"]
 LANGUAGES: tuple[str, ...] = ("en", "sv", "auto")
@@ -261,9 +261,12 @@ def extract_numbers(text: str, language: Language = "auto") -> list[NumberMentio
         raise ValueError(f"language must be one of {LANGUAGES}, not {language!r}")
     found: list[NumberMention] = []
     masked = text
+    spoken = _spoken_stages(text, language)
     # Most specific first: a date or phone number must not be read as loose integers.
     for stage in (_spoken_dates, _dates, _times, _spoken_times, _phones, _digit_numbers, _spoken_phones,
                   _word_numbers):
+        if stage in _SPOKEN_STAGES and stage not in spoken:
+            continue
         new = stage(text, masked, language)
         for mention in new:
             start, end = mention.span
@@ -591,6 +594,7 @@ def _combine(values: list[int] | tuple[int, ...]) -> int | None:
     return total + group
 
 
+@lru_cache(maxsize=16384)
 def _en_values(word: str) -> tuple[int, ...] | None:
     parts = word.split("-")
     if all(p in EN_NUMBER_WORDS for p in parts):
@@ -725,18 +729,47 @@ def _one_is_pronoun(tokens, i: int, joined) -> bool:
 # Spoken forms: clock times, dates and phone numbers said in words (and bare hours in a time context)
 # --------------------------------------------------------------------------------------------------
 
+_WORDS = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
+_SPOKEN_TIME_WORDS = frozenset({"noon", "midday", "midnight", "midnatt"})
+_TIME_STARTS = _SPOKEN_TIME_WORDS | {"half", "quarter", "halv", "kvart"}
+
+
+@lru_cache(maxsize=16384)
+def _number_word(word: str, language: str) -> bool:
+    """A word that says a number (not the Swedish articles "en"/"ett")."""
+    return word not in ("en", "ett") and _word_values(word, language) is not None
+
+
+def _spoken_stages(text: str, language: str) -> frozenset:
+    """The spoken-form stages that can find anything in ``text``, from one look at its words (they run on
+    every transcript delta: a text without number words, digits or months skips them all)."""
+    words = _WORDS.findall(text.casefold())
+    numeric = sum(1 for w in words if _number_word(w, language))
+    articles = sum(1 for w in words if w in ("en", "ett"))
+    digits = any(ch.isdigit() for ch in text)
+    stages = set()
+    if numeric or digits or not _SPOKEN_TIME_WORDS.isdisjoint(words) or articles and not _CLOCK_WORDS.isdisjoint(words):
+        stages.add(_spoken_times)  # "klockan ett", "halv ett"
+    if not _MONTH_WORDS.isdisjoint(words) and (numeric or not _ORDINAL_WORDS.isdisjoint(words)):
+        stages.add(_spoken_dates)
+    if numeric + articles >= 3:
+        stages.add(_spoken_phones)  # "ett två tre"
+    return frozenset(stages)
+
 _TOKEN = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*|\d+|[^\w\s]")
 
 
-@dataclass(frozen=True, slots=True)
-class _Tok:
+class _Tok(NamedTuple):
     word: str  # casefolded; punctuation and masked characters are one-character tokens
     start: int
     end: int
 
 
 def _toks(masked: str) -> list[_Tok]:
-    return [_Tok(m.group().casefold().replace("’", "'"), m.start(), m.end()) for m in _TOKEN.finditer(masked)]
+    lowered = masked.casefold().replace("’", "'")
+    if len(lowered) != len(masked):  # casefold changed a length ("ß" -> "ss"): keep the spans right
+        return [_Tok(m.group().casefold().replace("’", "'"), m.start(), m.end()) for m in _TOKEN.finditer(masked)]
+    return [_Tok(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(lowered)]
 
 
 def _gap(masked: str, a: _Tok, b: _Tok) -> str:
@@ -939,6 +972,11 @@ def _spoken_times(text: str, masked: str, language: str) -> list[NumberMention]:
     i = 0
     previous: tuple[int, str, tuple[str, ...]] | None = None  # last time: (token index, mode, readings)
     while i < len(toks):
+        word = toks[i].word
+        if not (word.isdigit() or word in _TIME_STARTS or _number_word(word, language)
+                or word in ("en", "ett") and i > 0 and toks[i - 1].word in ("klockan", "kl")):
+            i += 1  # no time starts here (the loop runs on every transcript delta: keep it cheap)
+            continue
         found = _time_at(masked, toks, i, language, previous)
         if found is None:
             i += 1
@@ -1226,3 +1264,9 @@ def _spoken_phones(text: str, masked: str, language: str) -> list[NumberMention]
             out.append(_mention(text, "phone", ("+" if plus else "") + digits, None, start, toks[run[-1][2]].end))
         k += len(run)
     return out
+
+
+_MONTH_WORDS = frozenset(_MONTHS)
+_ORDINAL_WORDS = frozenset(w for w in (*_EN_ORDINALS, *_SV_ORDINALS) if " " not in w)
+_CLOCK_WORDS = frozenset({"klockan", "kl", "halv", "kvart"})
+_SPOKEN_STAGES = frozenset({_spoken_dates, _spoken_times, _spoken_phones})

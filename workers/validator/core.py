@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from voicecore.bus import messages
-from voicecore.validate.claims import Claim, claims_of
+from voicecore.validate.claims import CLOSE_AFTER_WORDS, Claim, claims_of
 from voicecore.validate.knowledge import Citation, ClaimVerdict, KnowledgeBase, facts_document
 from voicecore.validate.numbers import (
     EN_NUMBER_WORDS,
@@ -127,6 +127,16 @@ def reason_category(reason: str) -> str:
     """What of a verdict's reason a log line may show: the text before its first ": " (its category),
     without the claim and the passage after it (they hold the caller's numbers)."""
     return reason.partition(": ")[0]
+
+
+_CLAUSE_END = re.compile(r"[,;:()\[\]!?.\n]|(?<![^\W\d_])(?:and|but|or|while|whereas|och|men|eller|samt|medan)(?![^\W\d_])",
+                         re.IGNORECASE)
+
+
+def _may_have_closed(text: str, start: int, limit: int) -> bool:
+    """Cheaply: the clause of a number ending at ``start`` may have ended within ``text[:limit]`` (a clause
+    mark, a conjunction, or as many words as close a claim; claims.py decides)."""
+    return bool(_CLAUSE_END.search(text, start, limit)) or len(text[start:limit].split()) >= CLOSE_AFTER_WORDS
 
 
 def _claim_key(mention: NumberMention) -> tuple:
@@ -426,6 +436,12 @@ class ValidatorCore:
                 cut = min(cut, mention.span[0])
                 continue  # a later number that is already complete may still reject at once
             pending.append(mention)
+        if not final:
+            # a claim whose clause cannot have ended yet waits without being read (this runs per delta)
+            waiting = [m for m in pending if self._held_somewhere(gate, m) and not _may_have_closed(text, m.span[1], limit)]
+            for mention in waiting:
+                cut = min(cut, mention.span[0])
+            pending = [m for m in pending if m not in waiting]
         if pending:
             settled = [m for m in mentions if m.span[1] <= limit]
             for claim in claims_of(text[:limit], settled, self._labels(gate), names=self._names(gate)):
