@@ -11,7 +11,9 @@ agent's folder); the answers are grounded, so every delta is judged to the end:
 - ``text``: an answer without numbers (the common case: most words are judged inert at once);
 - ``scripted``: a scripted prompt followed word by word (policy "scripted").
 
-    nice .venv/bin/python -m pytest bench/micro/bench_validator.py -q --benchmark-only
+    nice .venv/bin/python -m pytest bench/micro/bench_validator.py -q --benchmark-only --benchmark-timer time.process_time
+
+(process time: on a machine shared with other work, wall-clock medians mostly measure the others.)
 """
 
 from __future__ import annotations
