@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from voicecore.validate.claims import claims_of, related, term_of
 from voicecore.validate.knowledge import KnowledgeBase, facts_document
@@ -149,3 +151,20 @@ def test_facts_document_gives_each_json_object_its_own_line():
     facts = KnowledgeBase.from_documents({"tool-result": facts_document(result)})
     assert facts.ground_text("Anna is free at 10:00.", "en").ok
     assert not facts.ground_text("Bo is free at 10:00.", "en").ok
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([
+    "Basic", "Premium", "kostar", "costs", "299", "kr", "per", "månad", "month", ",", ".", "och", "and", "on",
+    "Saturdays", "lördag", "till", "klockan", "fem", "halv", "five", "at", "3", "lines", "plus", "fyra", "sex",
+    "noll", "ett", "två", "the", "twenty-sixth", "of", "November", "kvart", "i", ":", "–", "16:30", "we", "open",
+]), max_size=30).map(" ".join))
+def test_any_answer_is_read_and_judged_without_raising(text):
+    """Odd input only yields other verdicts: claims are in text order, one per number, each judged."""
+    for language in ("en", "sv"):
+        mentions = extract_numbers(text, language)
+        found = claims_of(text, mentions, KB.is_label)
+        assert [c.mention for c in found] == mentions
+        result = KB.ground_text(text, language)
+        assert len(result.verdicts) == len(mentions)
+        assert all(v.ok == (v.citation is not None) for v in result.verdicts)

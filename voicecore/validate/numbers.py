@@ -732,6 +732,7 @@ def _one_is_pronoun(tokens, i: int, joined) -> bool:
 _WORDS = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
 _SPOKEN_TIME_WORDS = frozenset({"noon", "midday", "midnight", "midnatt"})
 _TIME_STARTS = _SPOKEN_TIME_WORDS | {"half", "quarter", "halv", "kvart"}
+_RANGE_WORDS = frozenset({"to", "till", "-", "–", "—", "and", "och"})
 
 
 @lru_cache(maxsize=16384)
@@ -1036,10 +1037,11 @@ def _time_at(masked: str, toks: list[_Tok], i: int, language: str,
         hour, minute, last = relative
         return _finish_time(masked, toks, i, last, hour, minute, "12", checked=True)
     context = _context_before(toks, i, language)
-    in_range = (previous is not None and previous[0] == i - 2 and toks[i - 1].word in ("to", "till", "-", "–", "—", "and", "och")
+    in_range = (previous is not None and previous[0] == i - 2 and toks[i - 1].word in _RANGE_WORDS
                 and _spaced_or_dash(masked, toks, i - 1))
     if tok.word.isdigit():
-        if not (context or in_range or _range_before_days(masked, toks, i)) or i > 0 and toks[i - 1].word in (":", ".", ",") and toks[i - 1].end == tok.start:
+        glued = i > 0 and toks[i - 1].word in (":", ".", ",") and toks[i - 1].end == tok.start  # "3.5", "1,5"
+        if glued or not (context or in_range or _range_before_days(masked, toks, i)):
             return None
         hour = _hour_of(tok, language)
         if hour is None:
