@@ -1,8 +1,7 @@
 """Actions with confirmation and write de-duplication, the pure parts (seed 002 "Actions med bekräftelse").
 
 Owns: the canonical form of a function's arguments and the idempotency key made from it, the rendering of
-a confirmation prompt from the arguments (so every number it says is one of theirs, said as a person says
-it: voicecore/agent/speech.py), and reading a
+a confirmation prompt from the arguments (so every number it says is one of theirs), and reading a
 caller's answer to it as yes, no or neither (English and Swedish). The controller (voicecore/call/
 controller.py) holds the pending action, its timeout and the key's 30 s window; voicecore/agent/tools.py
 sends the key as the webhook's Idempotency-Key. No I/O, no clock.
