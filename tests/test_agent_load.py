@@ -252,32 +252,3 @@ def test_a_missing_directory_is_one_problem(tmp_path):
     with pytest.raises(AgentError, match="no such agent directory"):
         load_agent(tmp_path / "nowhere")
     assert codes(check_agent(tmp_path).problems) == {("agent.toml", "missing-file", "$")}
-
-
-def spoken_flow(properties: str) -> str:
-    return ('{"initial_node": "main", "nodes": {"main": {"functions": ["book"]}}, "functions": {"book": {'
-            '"parameters": {"type": "object", "properties": ' + properties + '}, "action": "end_call", '
-            '"confirm": true, "confirm_prompt": "Book {when} for {price}?"}}}')
-
-
-def test_spoken_kinds_and_currencies_must_be_known(tmp_path):
-    flow = spoken_flow('{"when": {"type": "string", "x-kind": "weekday"}, '
-                       '"price": {"type": "number", "x-kind": "money", "x-currency": "DKK"}}')
-    agent = write_agent(tmp_path / "agent", 'name = "x"\ninstructions = "Help."\n', {"flow.json": flow})
-    assert codes(check_agent(agent).problems) == {
-        ("flow.json", "unknown-kind", "$.functions.book.parameters.properties.when.x-kind"),
-        ("flow.json", "unknown-currency", "$.functions.book.parameters.properties.price.x-currency"),
-    }
-
-
-def test_a_placeholder_with_a_digit_pattern_and_no_kind_is_a_warning(tmp_path):
-    flow = spoken_flow('{"when": {"type": "string", "pattern": "^[0-9]{2}:[0-9]{2}$"}, '
-                       '"price": {"type": "number", "x-kind": "money", "x-currency": "SEK"}}')
-    agent = write_agent(tmp_path / "agent", 'name = "x"\ninstructions = "Help."\n', {"flow.json": flow})
-    check = check_agent(agent)
-    assert check.problems == []
-    assert [(w.code, w.path) for w in check.warnings] == [("unspoken-placeholder", "$.functions.book.confirm_prompt")]
-    assert "{when} is read out as written" in check.warnings[0].message
-    good = spoken_flow('{"when": {"type": "string", "format": "time", "pattern": "^[0-9]{2}:[0-9]{2}$"}, '
-                       '"price": {"type": "number", "x-kind": "money", "x-currency": "SEK"}}')
-    assert check_agent(write_agent(tmp_path / "good", 'name = "x"\ninstructions = "Help."\n', {"flow.json": good})).warnings == []

@@ -10,7 +10,7 @@ import pytest
 
 from voicecore.agent import actions
 from voicecore.agent.flow import AgentFlow
-from voicecore.agent.load import load_agent
+from voicecore.agent.load import check_agent, load_agent
 from voicecore.agent.speech import number_words, speak, spoken_kind
 from voicecore.validate.numbers import extract_numbers
 from voicecore.validate.script import ScriptMatcher
@@ -152,3 +152,37 @@ def test_the_scripted_check_accepts_the_spoken_form_against_the_arguments(script
     matcher.feed(said)
     verdict = matcher.finish()
     assert verdict.complete is accepted and verdict.rejected is not accepted
+
+
+# -- what `voicecore check` says of x-kind, x-currency and placeholders said as written --------------------
+
+
+def spoken_agent(directory: Path, properties: str) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "agent.toml").write_text('name = "x"\ninstructions = "Help."\n', encoding="utf-8")
+    (directory / "flow.json").write_text(
+        '{"initial_node": "main", "nodes": {"main": {"functions": ["book"]}}, "functions": {"book": {'
+        '"parameters": {"type": "object", "properties": ' + properties + '}, "action": "end_call", '
+        '"confirm": true, "confirm_prompt": "Book {when} for {price}?"}}}', encoding="utf-8")
+    return directory
+
+
+def test_spoken_kinds_and_currencies_must_be_known(tmp_path):
+    agent = spoken_agent(tmp_path / "agent", '{"when": {"type": "string", "x-kind": "weekday"}, '
+                                             '"price": {"type": "number", "x-kind": "money", "x-currency": "DKK"}}')
+    assert {(p.code, p.path) for p in check_agent(agent).problems} == {
+        ("unknown-kind", "$.functions.book.parameters.properties.when.x-kind"),
+        ("unknown-currency", "$.functions.book.parameters.properties.price.x-currency"),
+    }
+
+
+def test_a_placeholder_with_a_digit_pattern_and_no_kind_is_a_warning(tmp_path):
+    agent = spoken_agent(tmp_path / "agent", '{"when": {"type": "string", "pattern": "^[0-9]{2}:[0-9]{2}$"}, '
+                                             '"price": {"type": "number", "x-kind": "money", "x-currency": "SEK"}}')
+    check = check_agent(agent)
+    assert check.problems == []
+    assert [(w.code, w.path) for w in check.warnings] == [("unspoken-placeholder", "$.functions.book.confirm_prompt")]
+    assert "{when} is read out as written" in check.warnings[0].message
+    good = spoken_agent(tmp_path / "good", '{"when": {"type": "string", "format": "time", "pattern": "^[0-9]{2}:[0-9]{2}$"}, '
+                                           '"price": {"type": "number", "x-kind": "money", "x-currency": "SEK"}}')
+    assert check_agent(good).warnings == []
