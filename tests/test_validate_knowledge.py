@@ -146,8 +146,14 @@ def test_unverified_number_is_listed_and_verified_ones_still_cited(kb):
     assert [c.number for c in result.citations] == ["349"]
 
 
-def test_bare_number_in_base_admits_a_unit(kb):
+def test_bare_number_in_base_admits_a_unit():
+    kb = KnowledgeBase.from_documents({"a.md": "Table cell 14\n"})
     assert kb.ground(extract_numbers("Saturday until 14 kr", "en")).ok  # the documented permissive case
+
+
+def test_a_time_in_the_base_is_no_amount(kb):
+    # "lördag 10–14" reads as opening hours: 14 is 14:00 there, never 14 kr
+    assert not kb.ground(extract_numbers("Saturday until 14 kr", "en")).ok
 
 
 PHONES = [
@@ -203,10 +209,15 @@ def test_home_country_decides_national_numbers():
     assert not uk.ground(extract_numbers("+46 20 123 45 67", "en")).ok
 
 
-def test_ground_text_is_extract_then_ground(kb):
-    assert kb.ground_text("Basic kostar nittionio kronor", "sv") == kb.ground(
-        extract_numbers("Basic kostar nittionio kronor", "sv")
-    )
+def test_ground_text_grounds_what_ground_grounds_and_binds_it(kb):
+    text = "Basic kostar nittionio kronor"
+    by_claims, by_value = kb.ground_text(text, "sv"), kb.ground(extract_numbers(text, "sv"))
+    assert (by_claims.ok, by_claims.citations, by_claims.unverified) == (by_value.ok, by_value.citations, by_value.unverified)
+    (verdict,) = by_claims.verdicts
+    assert verdict.ok and verdict.claim.subject == ("basic",)
+    # the same number said of another product: in the base (for Basic), not for Premium
+    assert kb.ground(extract_numbers("Premium kostar nittionio kronor", "sv")).ok
+    assert not kb.ground_text("Premium kostar nittionio kronor", "sv").ok
 
 
 RETRIEVE = [

@@ -278,3 +278,84 @@ def test_any_text_gives_ordered_disjoint_mentions(text):
             assert m.raw == text[m.span[0] : m.span[1]]
             end = m.span[1]
 
+
+
+SPOKEN = [
+    # text, language, expected (kind, value, alternatives) in text order; the rules are in the module docstring
+    # --- clock times in words: the half of the day said, else both readings
+    ("half past eight", "en", [(TIME, "08:30", ("20:30",))]),
+    ("quarter to three", "en", [(TIME, "02:45", ("14:45",))]),
+    ("quarter past three", "en", [(TIME, "03:15", ("15:15",))]),
+    ("ten past five", "en", [(TIME, "05:10", ("17:10",))]),
+    ("twenty to six", "en", [(TIME, "05:40", ("17:40",))]),
+    ("five o'clock", "en", [(TIME, "05:00", ("17:00",))]),
+    ("ten a.m.", "en", [(TIME, "10:00", ())]),
+    ("two thirty p.m.", "en", [(TIME, "14:30", ())]),
+    ("nine oh five a.m.", "en", [(TIME, "09:05", ())]),
+    ("at eight thirty in the evening", "en", [(TIME, "20:30", ())]),
+    ("from 8 in the morning", "en", [(TIME, "08:00", ())]),
+    ("noon", "en", [(TIME, "12:00", ())]),
+    ("midnight", "en", [(TIME, "00:00", ())]),
+    ("halv fem", "sv", [(TIME, "04:30", ("16:30",))]),
+    ("halv ett", "sv", [(TIME, "12:30", ("00:30",))]),
+    ("kvart i tre", "sv", [(TIME, "02:45", ("14:45",))]),
+    ("kvart över tre", "sv", [(TIME, "03:15", ("15:15",))]),
+    ("fem i halv åtta", "sv", [(TIME, "07:25", ("19:25",))]),
+    ("fem över halv åtta", "sv", [(TIME, "07:35", ("19:35",))]),
+    ("tio i fem", "sv", [(TIME, "04:50", ("16:50",))]),
+    ("klockan tio", "sv", [(TIME, "10:00", ("22:00",))]),
+    ("klockan ett", "sv", [(TIME, "01:00", ("13:00",))]),
+    ("klockan fjorton och trettio", "sv", [(TIME, "14:30", ())]),
+    ("klockan nio och fem", "sv", [(TIME, "09:05", ("21:05",))]),
+    ("klockan tre på eftermiddagen", "sv", [(TIME, "15:00", ())]),
+    ("midnatt", "sv", [(TIME, "00:00", ())]),
+    # --- a bare hour in a time context
+    ("We close at five.", "en", [(TIME, "05:00", ("17:00",))]),
+    ("Vi stänger klockan fem", "sv", [(TIME, "05:00", ("17:00",))]),
+    ("open until 5 on weekdays", "en", [(TIME, "05:00", ("17:00",))]),
+    ("Vi har öppet till 17", "sv", [(TIME, "17:00", ())]),
+    ("Vi öppnar vid nio", "sv", [(TIME, "09:00", ("21:00",))]),
+    ("from eight to five", "en", [(TIME, "08:00", ()), (TIME, "17:00", ())]),  # a range settles both ends
+    ("Open 9 to 5 on weekdays", "en", [(TIME, "09:00", ()), (TIME, "17:00", ())]),
+    ("Monday to Friday: 8 to 17", "en", [(TIME, "08:00", ()), (TIME, "17:00", ())]),
+    ("Saturday: 10 to 14", "en", [(TIME, "10:00", ()), (TIME, "14:00", ())]),
+    ("mellan 9 och 17", "sv", [(TIME, "09:00", ()), (TIME, "17:00", ())]),
+    ("mellan tio och två", "sv", [(TIME, "10:00", ()), (TIME, "14:00", ())]),
+    ("10 to 14 on Saturdays", "en", [(TIME, "10:00", ()), (TIME, "14:00", ())]),
+    ("Saturday hours are ten to two", "en", [(TIME, "10:00", ()), (TIME, "14:00", ())]),  # not 01:50
+    ("vardagar 9 till 17", "sv", [(TIME, "09:00", ()), (TIME, "17:00", ())]),
+    # --- a time word before a count is no time
+    ("We have 3 lines at 3 locations", "en", [(I, "3", ()), (I, "3", ())]),
+    ("We open at 8 GB", "en", [(A, "8", ())]),
+    ("Jag kopplar dig till en kollega", "sv", []),
+    ("Upp till tre månader", "sv", [(A, "3", ())]),
+    ("tretton trettio", "sv", [(I, "13", ()), (I, "30", ())]),  # no time word: two numbers
+    # --- dates with the day in words
+    ("the twenty-sixth of November", "en", [(DATE, "--11-26", ())]),
+    ("November twenty-sixth, 2026", "en", [(DATE, "2026-11-26", ())]),
+    ("November the 26th", "en", [(DATE, "--11-26", ())]),
+    ("on the first of March 2026", "en", [(DATE, "2026-03-01", ())]),
+    ("den tjugosjätte november", "sv", [(DATE, "--11-26", ())]),
+    ("tjugosex november", "sv", [(DATE, "--11-26", ())]),
+    ("den andra januari 2027", "sv", [(DATE, "2027-01-02", ())]),
+    ("the second thing you may know", "en", []),  # an ordinal without a month is no date
+    # --- phone numbers said in groups
+    ("five five five, zero one zero, four four seven seven", "en", [(PHONE, "5550104477", ())]),
+    ("plus four six, seven zero, one two three, four five, six seven", "en", [(PHONE, "+46701234567", ())]),
+    ("five five five, oh one oh, four four seven seven", "en", [(PHONE, "5550104477", ())]),
+    ("plus fyra sex, sju noll, ett två tre, fyra fem, sex sju", "sv", [(PHONE, "+46701234567", ())]),
+    ("noll sju noll, etthundratjugotre, fyrtiofem, sextiosju", "sv", [(PHONE, "0701234567", ())]),
+    ("one two three", "en", [(I, "1", ()), (I, "2", ()), (I, "3", ())]),  # three digits are no phone
+    # --- an amount and its minor unit
+    ("en krona och nittio öre", "sv", [(A, "1.9", ())]),
+    ("99 kr och 50 öre", "sv", [(A, "99.5", ())]),
+    ("5 dollars and 99 cents", "en", [(A, "5.99", ())]),
+]
+
+
+@pytest.mark.parametrize(("text", "language", "expected"), SPOKEN, ids=[f"{c[1]}:{c[0][:40]}" for c in SPOKEN])
+def test_spoken_forms(text, language, expected):
+    mentions = extract_numbers(text, language)
+    assert [(m.kind, m.value, m.alternatives) for m in mentions] == expected
+    for m in mentions:
+        assert m.raw == text[m.span[0] : m.span[1]]

@@ -13,6 +13,9 @@ import hashlib
 import json
 import re
 import string
+from typing import Any
+
+from voicecore.agent.speech import speak
 
 _YES = {
     "en": ("yes", "yeah", "yep", "yup", "sure", "correct", "right", "ok", "okay", "please do", "go ahead",
@@ -63,13 +66,17 @@ def prompt_fields(template: str) -> list[str]:
     return [name for _, name, _, _ in string.Formatter().parse(template) if name]
 
 
-def render_prompt(template: str, arguments: str) -> str | None:
-    """The confirmation prompt with each ``{name}`` replaced by that argument's value, as given; None when
-    an argument it names is missing (the model must ask again rather than the caller hear a gap)."""
+def render_prompt(template: str, arguments: str, parameters: dict[str, Any] | None = None,
+                  language: str = "") -> str | None:
+    """The confirmation prompt with each ``{name}`` replaced by that argument's value; None when an
+    argument it names is missing (the model must ask again rather than the caller hear a gap). An argument
+    whose schema in ``parameters`` says what it is (a date, time, date-time, money or phone number) is said
+    as a person says it in ``language`` (voicecore/agent/speech.py); any other, as given."""
     canonical = canonical_arguments(arguments)
     if canonical is None:
         return None
     values = json.loads(canonical)
+    properties = (parameters or {}).get("properties", {}) if isinstance(parameters, dict) else {}
     out: list[str] = []
     for literal, name, _, _ in string.Formatter().parse(template):
         out.append(literal)
@@ -78,7 +85,11 @@ def render_prompt(template: str, arguments: str) -> str | None:
         value = values.get(name)
         if value is None or value == "":
             return None
-        out.append(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        spoken = speak(value, properties.get(name), language) if language else None
+        if spoken is not None:
+            out.append(spoken)
+        else:
+            out.append(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
     return "".join(out)
 
 

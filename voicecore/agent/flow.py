@@ -158,10 +158,12 @@ class AgentFlow:
             return ToolOutcome(_error("invalid_arguments", problem))
         confirm = None
         if function.confirm:
-            text = actions.render_prompt(function.confirm_prompt, canonical)
+            language = self.spec.languages[0] if self.spec.languages else "en"
+            text = actions.render_prompt(function.confirm_prompt, canonical, function.parameters, language.split("-")[0])
             if text is None:
                 return ToolOutcome(_error("invalid_arguments", "an argument the confirmation needs is missing"))
-            # Scripted and gated: the caller must hear exactly this, every number one of the arguments.
+            # Scripted and gated: the caller must hear exactly this, every number one of the arguments
+            # (a date, time, amount or phone number said as a person says it: the gate reads it back).
             confirm = Say(CONFIRM_PROMPT + name, text, policy="scripted", forbidden=self._forbidden(CONFIRM_PROMPT + name))
         if function.tool is None:
             if confirm is not None:

@@ -27,6 +27,7 @@ from voicecore.agent.spec import (
     BUILTIN_ACTIONS, CONTEXT_STRATEGIES, DEFAULT_LINES, GATE_POLICIES, HTTP_METHODS, LINE_KINDS, MESSAGE_ROLES,
     AgentSpec, FlowSpec, FunctionSpec, Message, NodeSpec, PythonTool, Tool, Webhook,
 )
+from voicecore.agent.speech import CURRENCIES, CURRENCY_KEY, KIND_KEY, SPOKEN_KINDS, spoken_kind
 from voicecore.errors import MisuseError
 
 AGENT_FILE = "agent.toml"
@@ -487,6 +488,7 @@ def _read_parameters(p: _Problems, fn: dict[str, Any], path: str) -> dict[str, A
     if parameters.get("type") != "object":
         p.add(_key(path, "type"), "parameters-not-object", "parameters must be a JSON Schema of type \"object\"")
         return None
+    _check_spoken_kinds(p, parameters, path)
     return parameters
 
 
@@ -501,6 +503,36 @@ def _check_confirm_prompt(p: _Problems, prompt: str, path: str, parameters: dict
     if any(ch.isdigit() for ch in outside):
         # The prompt is spoken ungated: a number in it must come from the caller's own arguments.
         p.add(path, "digit-in-prompt", "a confirm_prompt may hold no digit outside a placeholder")
+    for placeholder in dict.fromkeys(PLACEHOLDER.findall(prompt)):
+        schema = properties.get(placeholder)
+        if isinstance(schema, dict) and spoken_kind(schema) is None and _looks_spoken(schema):
+            p.warn(path, "unspoken-placeholder",
+                   f"{{{placeholder}}} is read out as written: give its schema a \"format\" (date, time, date-time) "
+                   f"or \"{KIND_KEY}\" (money, phone) to have it said as a person says it")
+
+
+def _looks_spoken(schema: dict[str, Any]) -> bool:
+    """A parameter a person would say differently from how it is written: one its schema constrains to a
+    pattern of digits ("^([01][0-9]|2[0-3]):[0-5][0-9]$" is a time said "ten a.m.")."""
+    pattern = str(schema.get("pattern", ""))
+    return "\\d" in pattern or "0-9" in pattern
+
+
+def _check_spoken_kinds(p: _Problems, schema: Any, path: str) -> None:
+    """``x-kind`` and ``x-currency`` (voicecore/agent/speech.py) hold known values, wherever they stand."""
+    if isinstance(schema, dict):
+        if KIND_KEY in schema and schema[KIND_KEY] not in SPOKEN_KINDS:
+            p.add(_key(path, KIND_KEY), "unknown-kind",
+                  f"{schema[KIND_KEY]!r}: expected one of {', '.join(SPOKEN_KINDS)}")
+        if CURRENCY_KEY in schema and str(schema[CURRENCY_KEY]).upper() not in CURRENCIES:
+            p.add(_key(path, CURRENCY_KEY), "unknown-currency",
+                  f"{schema[CURRENCY_KEY]!r}: expected one of {', '.join(sorted(set(CURRENCIES) - {'KR'}))}")
+        for key, value in schema.items():
+            if isinstance(value, (dict, list)):
+                _check_spoken_kinds(p, value, _key(path, str(key)))
+    elif isinstance(schema, list):
+        for i, item in enumerate(schema):
+            _check_spoken_kinds(p, item, _index(path, i))
 
 
 def _read_webhook(p: _Problems, raw: Any, path: str, environ: Mapping[str, str] | None) -> Webhook | None:

@@ -1,12 +1,15 @@
-"""The validation gate's text cores (issue 5, INV-GATE): number extraction and normalization, grounding
-in a markdown knowledge base with citations, scripted-prompt following and forbidden phrases.
+"""The validation gate's text cores (INV-GATE): number extraction and normalization, claims (a number with
+what its sentence says it is), grounding in a markdown knowledge base with citations, scripted-prompt
+following and forbidden phrases.
 
 Pure and sans-I/O (no files, clocks, sockets): the validator worker's shell feeds transcripts in and maps
 verdicts to audio positions. ``knowledge.load_knowledge_dir`` is the one shell helper that reads files.
 """
 
+from voicecore.validate.claims import Claim, claims_of
 from voicecore.validate.knowledge import (
     Citation,
+    ClaimVerdict,
     GroundingResult,
     KnowledgeBase,
     KnowledgeStatistics,
@@ -18,6 +21,9 @@ from voicecore.validate.script import ForbiddenPhrases, ScriptMatcher, Verdict, 
 
 __all__ = [
     "Citation",
+    "Claim",
+    "ClaimVerdict",
+    "claims_of",
     "ForbiddenPhrases",
     "GroundingResult",
     "KnowledgeBase",

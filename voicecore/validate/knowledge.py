@@ -13,8 +13,25 @@ snippet, and a table's header row, are kept as its ``context``: used for retriev
 Retrieval returns only paragraphs, list items and table rows. Numbers are extracted from every snippet
 with language "auto", so "1,500" and "3/1/2025" in a document keep both readings (numbers.py).
 
-Grounding (``ground``), fail-closed: ``ok`` only if every mention matches some snippet's mention; each
-mention that matches nothing is listed in ``unverified``. A mention matches a knowledge-base mention when:
+Grounding a number with what it is said of (``ground_text``, ``judge``; what the validation gate uses),
+fail-closed: every number of the answer is read as a claim (claims.py: its subject, days, opening or
+closing role, period, counted noun) and so is every number of the knowledge base (a ``Fact``, read with the
+knowledge base's labels: a list item's words before ":", a table row's first cell, headings, the words a
+sentence opens with). A claim is supported by the first fact (path order, the claim's unit first) whose
+number matches it (the rules below) and that:
+- measures the same thing: money never a count of lines, a clock time never a count of working days;
+- has the same period, when both state one (a file's "All prices are per month" is its prices' period);
+- holds for the claim's days, when both name days ("on Saturdays" is not "Monday to Friday");
+- is the same end of the opening hours, when both say ("opens at 16:30" is not "closes at 16:30");
+- names every subject term of the claim that is not generic (a term most facts stand under, like the
+  company name), in its own words, label or subject (a term only headings use: in its headings). A term
+  said where a verb stands ("we answer") is needed only when it is the claim's only subject.
+A rejected claim's ``ClaimVerdict`` names the nearest passage: the fact that holds its number for something
+else, else the fact of the same kind closest to it, else the best retrieved snippet.
+
+Grounding numbers alone (``ground``: the value, without what it is said of), fail-closed: ``ok`` only if
+every mention matches some snippet's mention; each mention that matches nothing is listed in
+``unverified``. A mention matches a knowledge-base mention when:
 - quantities (integer, decimal, percent, amount, ordinal): a reading of the magnitude is equal, and the
   units do not contradict: equal, or the answer states none ("99" may cite "99 kr"), or the knowledge
   base states none next to that number ("99 kr" may cite a table cell "99"). "99 kr" never cites
@@ -23,8 +40,8 @@ mention that matches nothing is listed in ``unverified``. A mention matches a kn
   base's ``home_country``: "+46 70..." = "070..." for home "46"; "+44 70..." is not "070...").
 - date: equal; an answer that leaves out the year ("1 mars") or the day ("March 2025") matches a full
   date that agrees on what the answer states; never the other way round.
-- time: equal "HH:MM"; a whole hour also matches the bare number of the hour and back ("kl. 8" and
-  "08-17"), with the unit "clock" so "8 GB" never cites "08:00".
+- time: a reading equal ("halv fem" is 04:30 or 16:30); a whole hour also matches the bare number of the
+  hour and back ("kl. 8" and "08-17"), with the unit "clock" so "8 GB" never cites "08:00".
 An answer without numbers grounds trivially (ok, no citations): whether it needed sources is the
 retrieve-first decision of the caller (seed 002 section 4), made with ``retrieve``.
 """
@@ -37,6 +54,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from voicecore.validate.claims import DAYS, Claim, claims_of, leading_terms, related, supported, term_of
 from voicecore.validate.numbers import Language, NumberMention, extract_numbers, phone_variants
 
 _QUANTITY_KINDS = frozenset({"integer", "decimal", "percent", "amount", "ordinal"})
@@ -62,10 +80,33 @@ class Citation:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimVerdict:
+    """What the knowledge base says of one claim: the passage that supports it, or why none does."""
+
+    claim: Claim
+    ok: bool
+    citation: Citation | None  # the supporting passage (ok)
+    near_miss: Citation | None  # rejected: the passage closest to supporting it, when there is one
+    why: str  # rejected: what is wrong with the near miss ("said of basic, not premium"), or "" when ok
+    value_found: bool = False  # rejected, but some passage holds the number (for something else)
+
+    def describe(self) -> str:
+        """One line for a person: the claim, and its citation or its near miss and why."""
+        claim = f"{self.claim.mention.raw!r} in \"{_shorten(self.claim.sentence)}\""
+        if self.ok and self.citation is not None:
+            return f"{claim}: {self.citation.file}:{self.citation.line} \"{_shorten(self.citation.snippet)}\""
+        if self.near_miss is None:
+            return f"{claim}: no passage comes near it"
+        return (f"{claim}; nearest: {self.near_miss.file}:{self.near_miss.line} "
+                f"\"{_shorten(self.near_miss.snippet)}\" ({self.why})")
+
+
+@dataclass(frozen=True, slots=True)
 class GroundingResult:
     ok: bool
     citations: tuple[Citation, ...]  # one per distinct verified number, in answer order
     unverified: tuple[NumberMention, ...]  # in answer order; empty when ok
+    verdicts: tuple[ClaimVerdict, ...] = ()  # ground_text: one per claim, in answer order
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +258,10 @@ class KnowledgeBase:
                     self._index.setdefault(key, []).append((position, mention, unit))
         self._doc_tokens = [_tokens(f"{s.text} {s.context}") for s in self.snippets]
         self._files = len({s.file for s in self.snippets})
+        self.facts, self.labels, self._strong, self._generic, self.names = _read_facts(self.snippets, self.mentions)
+        self._label_cache: dict[str, bool] = {}
+        self._generic_cache: dict[str, bool] = {}
+        self._strong_cache: dict[str, bool] = {}
 
     @classmethod
     def from_documents(cls, docs: Mapping[str, str], home_country: str = "46") -> KnowledgeBase:
@@ -256,7 +301,147 @@ class KnowledgeBase:
         return GroundingResult(not unverified, tuple(citations), tuple(unverified))
 
     def ground_text(self, text: str, language: Language = "auto") -> GroundingResult:
-        return self.ground(extract_numbers(text, language))
+        """Ground every number of an answer together with what the answer says it is: each claim
+        (claims.py) must be supported by a fact of the knowledge base (``judge``)."""
+        verdicts = [self.judge(claim) for claim in self.claims(text, language)]
+        citations: list[Citation] = []
+        for verdict in verdicts:
+            if verdict.citation is not None and verdict.citation not in citations:
+                citations.append(verdict.citation)
+        unverified = tuple(v.claim.mention for v in verdicts if not v.ok)
+        return GroundingResult(not unverified, tuple(citations), unverified, tuple(verdicts))
+
+    # -- claims: a number with what it is said of --------------------------------------------------
+
+    def is_label(self, term: str) -> bool:
+        """Whether the knowledge base uses ``term`` to say what a number is of (claims.py ``subject``)."""
+        known = self._label_cache.get(term)
+        if known is None:
+            known = self._label_cache[term] = supported(term, self.labels)
+        return known
+
+    def claims(self, text: str, language: Language = "auto", mentions: list[NumberMention] | None = None) -> list[Claim]:
+        """The claims of an answer, their subjects read with this knowledge base's labels."""
+        found = extract_numbers(text, language) if mentions is None else mentions
+        return claims_of(text, found, self.is_label, names=self.names)
+
+    def judge(self, claim: Claim, labels_of: KnowledgeBase | None = None) -> ClaimVerdict:
+        """The first fact (in path order; one stating the claim's unit first) that holds the claim's number
+        and supports what the claim says it is (``_mismatch``), cited; else the near miss. Fail-closed."""
+        candidates = self._candidates(claim.mention)
+        misses: list[tuple[int, Fact, str]] = []
+        for fact in candidates:
+            why = self._mismatch(claim, fact)
+            if not why:
+                return ClaimVerdict(claim, True, self._citation(fact, claim.mention.value), None, "")
+            misses.append((self._closeness(claim, fact), fact, why))
+        if misses:
+            _, fact, why = max(misses, key=lambda m: m[0])
+            return ClaimVerdict(claim, False, None, self._citation(fact, claim.mention.value), why, value_found=True)
+        return self._near_miss(claim)
+
+    def holds(self, mention: NumberMention) -> bool:
+        """Some fact holds this number (whatever it is said of)."""
+        return bool(self._candidates(mention))
+
+    def _candidates(self, mention: NumberMention) -> list[Fact]:
+        """Facts whose number matches the mention (module docstring), those stating its unit first."""
+        same_unit: list[Fact] = []
+        others: list[Fact] = []
+        seen: set[tuple[int, int]] = set()
+        for key, unit in _keys(mention, self.home_country, indexing=False):
+            for position, candidate, candidate_unit in self._index.get(key, ()):
+                if key[0] == "phone" and candidate.value.startswith("+") and mention.value.startswith("+"):
+                    if candidate.value != mention.value:
+                        continue
+                if unit is not None and candidate_unit is not None and unit != candidate_unit:
+                    continue
+                k = self.mentions[position].index(candidate)
+                if (position, k) in seen:
+                    continue
+                seen.add((position, k))
+                fact = self.facts[position][k]
+                (same_unit if unit is not None and unit == candidate_unit else others).append(fact)
+        ordered = sorted(same_unit, key=lambda f: f.position) + sorted(others, key=lambda f: f.position)
+        return ordered
+
+    def _required(self, claim: Claim) -> list[str]:
+        """The subject terms a supporting fact must name: every one that is not generic (or the first,
+        when all are); a term said where a verb stands ("we answer", "du når") only when no other is left."""
+        specific = [t for t in claim.subject if not self._is_generic(t)]
+        firm = [t for t in specific if t not in claim.soft]
+        return firm or specific or list(claim.subject[:1])
+
+    def _is_generic(self, term: str) -> bool:
+        known = self._generic_cache.get(term)
+        if known is None:
+            known = self._generic_cache[term] = supported(term, self._generic)
+        return known
+
+    def _names(self, fact: Fact, term: str) -> bool:
+        """Whether ``fact`` says ``term`` of its number: in its own words and label, or, for a term only
+        headings use ("## Add-ons"), in the headings it stands under."""
+        if supported(term, fact.support):
+            return True
+        return not self._is_strong(term) and supported(term, fact.context)
+
+    def _is_strong(self, term: str) -> bool:
+        known = self._strong_cache.get(term)
+        if known is None:
+            known = self._strong_cache[term] = supported(term, self._strong)
+        return known
+
+    def _mismatch(self, claim: Claim, fact: Fact) -> str:
+        """"" when ``fact`` supports ``claim``, else what differs, for a person to read."""
+        theirs = fact.claim
+        if not _classes_agree(claim, theirs):
+            return f"there it is {_class_phrase(theirs)}, not {_class_phrase(claim)}"
+        if claim.period and fact.period and claim.period != fact.period:
+            return f"there it is per {fact.period}, not per {claim.period}"
+        if claim.days and fact.days and not claim.days <= fact.days:
+            return f"there it holds for {days_phrase(fact.days)}, not {days_phrase(claim.days)}"
+        if claim.role and theirs.role and claim.role != theirs.role:
+            return f"there it is {_ROLE_PHRASE[theirs.role]}, not {_ROLE_PHRASE[claim.role]}"
+        for term in self._required(claim):
+            if not self._names(fact, term):
+                said_of = ", ".join(fact.labels[:2]) or "something else"
+                return f"there it is said of {said_of}, not of {term}"
+        return ""
+
+    def _closeness(self, claim: Claim, fact: Fact) -> tuple[int, int, int, int]:
+        subject = sum(1 for t in claim.subject if self._names(fact, t))
+        terms = sum(1 for t in claim.terms if supported(t, fact.support))
+        days = 1 if claim.days and fact.days and claim.days <= fact.days else 0
+        role = 1 if claim.role and claim.role == fact.claim.role else 0
+        return subject + days + role, terms, -fact.position
+
+    def _near_miss(self, claim: Claim) -> ClaimVerdict:
+        """No fact holds the number: the fact of the same kind whose support covers most of the claim."""
+        best: tuple[tuple[int, int, int], Fact] | None = None  # (closeness, fact)
+        for facts in self.facts:
+            for fact in facts:
+                if not _classes_agree(claim, fact.claim) or fact.claim.mention.kind != claim.mention.kind and \
+                        claim.unit_class != fact.claim.unit_class:
+                    continue
+                closeness = self._closeness(claim, fact)
+                if closeness[0] + closeness[1] == 0:
+                    continue
+                if best is None or closeness > best[0]:
+                    best = (closeness, fact)
+        if best is not None:
+            fact = best[1]
+            return ClaimVerdict(claim, False, None, self._citation(fact, fact.claim.mention.value),
+                                f"it says {fact.claim.mention.raw}")
+        found = self.retrieve(claim.sentence, 1)
+        if found:
+            snippet = found[0]
+            return ClaimVerdict(claim, False, None, Citation(snippet.file, snippet.text, "", snippet.line),
+                                "the closest passage; it does not state that number")
+        return ClaimVerdict(claim, False, None, None, "")
+
+    def _citation(self, fact: Fact, number: str) -> Citation:
+        snippet = self.snippets[fact.position]
+        return Citation(snippet.file, snippet.text, number, snippet.line)
 
     def _find(self, mention: NumberMention) -> int | None:
         """The first snippet (in path order) holding a match; one with the same unit wins over one
@@ -329,11 +514,237 @@ def _keys(mention: NumberMention, home_country: str, indexing: bool) -> list[tup
 
 
 def _time_keys(mention: NumberMention) -> list[tuple[tuple[str, str], str | None]]:
-    keys: list[tuple[tuple[str, str], str | None]] = [(("time", mention.value), None)]
-    hour, minute = mention.value.split(":")
-    if minute == "00":
-        keys.append((("num", str(int(hour))), _CLOCK))
+    keys: list[tuple[tuple[str, str], str | None]] = []
+    for reading in mention.readings:  # "halv fem" is 04:30 or 16:30
+        keys.append((("time", reading), None))
+        hour, minute = reading.split(":")
+        if minute == "00":
+            keys.append((("num", str(int(hour))), _CLOCK))
     return keys
+
+
+# --------------------------------------------------------------------------------------------------
+# Facts: the knowledge base's numbers with what each is said of
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One number of a snippet, read as a claim (claims.py), with everything that supports a claim of it:
+    its own terms and subject, the snippet's label (a list item's words before ":", a table row's first
+    cell), its headings and table header (``support``), and the terms it is labelled by (``labels``)."""
+
+    position: int  # the snippet's index in KnowledgeBase.snippets
+    claim: Claim
+    support: frozenset[str]
+    labels: tuple[str, ...]  # what it is of: its label, else its subject, else the words its sentence opens with
+    days: frozenset[int] | None  # its own, else its headings'
+    period: str | None = None  # its own, else the one its file states for prices ("All prices are per month")
+    context: frozenset[str] = frozenset()  # the terms of its headings and table header
+
+
+_LABEL_MAX_WORDS = 6
+
+
+def _terms(text: str) -> list[str]:
+    return [t for t in (term_of(w) for w in _TOKEN.findall(text)) if t is not None]
+
+
+def _raw_label_words(snippet: Snippet) -> list[str]:
+    if snippet.kind == "row":
+        return _TOKEN.findall(snippet.text.split(" | ")[0])
+    head, colon, _ = snippet.text.partition(":")
+    return _TOKEN.findall(head) if colon and len(head.split()) <= _LABEL_MAX_WORDS else []
+
+
+def _snippet_label(snippet: Snippet) -> list[str]:
+    if snippet.kind == "row":
+        cell = snippet.text.split(" | ")[0]
+        return [w.casefold() if w[:1].isupper() and term_of(w) is None and w.isalpha() and len(w) >= 3 else t
+                for w in _TOKEN.findall(cell) if (t := term_of(w)) is not None or w[:1].isupper() and w.isalpha() and len(w) >= 3]
+    if snippet.kind == "heading":
+        return _terms(snippet.text)
+    head, colon, _ = snippet.text.partition(":")
+    if colon and len(head.split()) <= _LABEL_MAX_WORDS:
+        return _terms(head)
+    return []
+
+
+def _read_facts(snippets: tuple[Snippet, ...], mentions: tuple[tuple[NumberMention, ...], ...]):
+    """Every snippet's facts, the labels of the knowledge base (all, and by the class of what their facts
+    measure) and its generic terms. Two passes: the labels come first (a list item's words before ":",
+    a table row's first cell, headings, the words each sentence opens with), then each number is read
+    as a claim with them, so "A new SIM card costs 0 kr and arrives within 3 working days" says the 3 of
+    the SIM card, and "Basic costs 99 kr and Premium costs 349 kr" keeps 99 and 349 apart."""
+    structural = [_snippet_label(snippet) for snippet in snippets]
+    # a label that is a stop word elsewhere ("Mellan", "between"): a name when capitalized
+    names = frozenset(w.casefold() for snippet in snippets for w in _raw_label_words(snippet)
+                      if w[:1].isupper() and term_of(w) is None and len(w) >= 3 and w.isalpha())
+    first_pass = [claims_of(snippet.text, list(found)) if found else [] for snippet, found in zip(snippets, mentions)]
+    labels: set[str] = {t for label in structural for t in label}
+    labels |= {t for snippet in snippets if snippet.kind == "heading" for t in _terms(snippet.text) if t[0] != "~"}
+    labels |= {t for claims in first_pass for claim in claims for t in leading_terms(claim.sentence)}
+    frozen = frozenset(labels)
+    cache: dict[str, bool] = {}
+
+    def is_label(term: str) -> bool:
+        if term not in cache:
+            cache[term] = supported(term, frozen)
+        return cache[term]
+
+    facts: list[tuple[Fact, ...]] = []
+    strong: set[str] = set()  # labels a fact names itself (not only a heading above it)
+    under: list[frozenset[str]] = []  # every fact's support with its headings: what counts as generic
+    default_period: dict[str, str] = {}  # file -> "All prices are per month" said above its price facts
+    for position, (snippet, found) in enumerate(zip(snippets, mentions)):
+        if not found:
+            period = _stated_period(snippet.text) if snippet.kind in ("paragraph", "item") else None
+            if period is not None:
+                default_period[snippet.file] = period
+            facts.append(())
+            continue
+        label = structural[position]
+        context = frozenset(_terms(snippet.context))
+        context_days = _context_days(snippet.context)
+        out = []
+        for claim in claims_of(snippet.text, list(found), is_label, inherit_all=True, names=names):
+            leading = leading_terms(claim.sentence)
+            own = label or list(claim.subject) or leading
+            support = claim.terms | frozenset(claim.subject) | claim.setting | frozenset(label)
+            if not label and not claim.subject:
+                support |= frozenset(leading)
+            if not own:
+                support |= context  # a fact that names nothing itself is about its headings ("## Premium")
+            fact_labels = tuple(dict.fromkeys(t for t in own if t[0] != "~"))
+            period = claim.period or (default_period.get(snippet.file) if claim.unit_class == "money" else None)
+            out.append(Fact(position, claim, support, fact_labels, claim.days or context_days, period, context))
+            strong.update(fact_labels)
+            under.append(support | context)
+        facts.append(tuple(out))
+    counts: dict[str, int] = {}
+    for terms in under:
+        for term in terms:
+            counts[term] = counts.get(term, 0) + 1
+    total = len(under)
+    # a label most facts are said under (the company name in the top heading, the "Plans" a price table
+    # stands under) distinguishes nothing: a claim need not repeat it (KnowledgeBase._required)
+    generic = frozenset(t for t, n in counts.items() if total >= 3 and n * 3 >= total)
+    return tuple(facts), frozen | strong, frozenset(strong), generic, names
+
+
+_PERIOD_STATED = re.compile(
+    r"(?<![^\W\d_])(?:per|/|each|every|i|om|varje|a)\s*(?:the\s+)?(month|månad|månaden|year|år|året|week|vecka|"
+    r"veckan)(?![^\W\d_])|(?<![^\W\d_])(monthly|yearly|månadsvis)(?![^\W\d_])",
+    re.IGNORECASE,
+)
+_PERIOD_NAMES = {"month": "month", "månad": "month", "månaden": "month", "monthly": "month", "månadsvis": "month",
+                 "year": "year", "år": "year", "året": "year", "yearly": "year", "week": "week", "vecka": "week",
+                 "veckan": "week"}
+
+
+def _stated_period(text: str) -> str | None:
+    """The period a numberless passage says prices are given for ("All prices are per month")."""
+    if not any(term_of(w) == "~price" for w in _TOKEN.findall(text)):
+        return None
+    m = _PERIOD_STATED.search(text)
+    return _PERIOD_NAMES[(m[1] or m[2]).lower()] if m else None
+
+
+def _context_days(context: str) -> frozenset[int] | None:
+    days: set[int] = set()
+    for word in _TOKEN.findall(context.lower()):
+        days |= DAYS.get(word, frozenset())
+    return frozenset(days) or None
+
+
+_CLASS_WORDS = {"money": "an amount of money", "data": "an amount of data", "percent": "a percentage",
+                "duration": "a duration", "time": "a clock time", "date": "a date", "phone": "a phone number"}
+_ROLE_PHRASE = {"start": "an opening time", "end": "a closing time"}
+_DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def _class_phrase(claim: Claim) -> str:
+    if claim.unit_class == "count":
+        return f"a count of {claim.noun}"
+    return _CLASS_WORDS.get(claim.unit_class or "", "a number")
+
+
+def days_phrase(days: frozenset[int]) -> str:
+    """Days of the week for a person: "Monday-Friday", "Saturday, Sunday"."""
+    ordered = sorted(days)
+    if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{_DAY_NAMES[ordered[0]]}-{_DAY_NAMES[ordered[-1]]}"
+    return ", ".join(_DAY_NAMES[d] for d in ordered)
+
+
+def _unit_forms(unit: str) -> tuple[str, ...]:
+    from voicecore.validate.numbers import UNIT_FORMS
+
+    return UNIT_FORMS.get(unit, ())
+
+
+def _classes_agree(claim: Claim, fact: Claim) -> bool:
+    """What the two numbers measure may be the same: money never grounds a count of lines, a clock time
+    never a count of working days. Unknown on either side agrees."""
+    a, b = claim.unit_class, fact.unit_class
+    if a is None or b is None or a == b and a != "count":
+        return True
+    if a == "count" and b == "count":
+        return related(claim.noun or "", fact.noun or "") if claim.noun and fact.noun else True
+    if "count" in (a, b):
+        counted, other = (claim, fact) if a == "count" else (fact, claim)
+        forms = _unit_forms(other.mention.unit or "")
+        return bool(counted.noun) and any(related(counted.noun, f) for f in forms if len(f) >= 3)  # type: ignore[arg-type]
+    return a == b
+
+
+def _shorten(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def facts_document(text: str) -> str:
+    """A tool result as a knowledge document: JSON becomes one list item per object, "key: value" pairs
+    joined by ", " after a label of the keys it stands under and its words-only values ("- slots Anna:
+    time: 10:00, dentist: Anna"), so each object's numbers are facts of its own keys and names; other text
+    is kept as it is."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(value, (dict, list)):
+        return text
+    lines: list[str] = []
+
+    def scalar(v) -> str:
+        return "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+    def walk(node, path: list[str]) -> None:
+        if isinstance(node, dict):
+            pairs = [f"{_words_of(k)}: {scalar(v)}" for k, v in node.items() if not isinstance(v, (dict, list))]
+            names = [v for v in node.values() if isinstance(v, str) and v.strip() and len(v) <= 40
+                     and not any(ch.isdigit() for ch in v)]
+            if pairs:
+                label = " ".join(path + names)
+                lines.append("- " + (f"{label}: " if label else "") + ", ".join(pairs))
+            for k, v in node.items():
+                if isinstance(v, (dict, list)):
+                    walk(v, path + [_words_of(k)])
+        elif isinstance(node, list):
+            for item in node:
+                if isinstance(item, (dict, list)):
+                    walk(item, path)
+                else:
+                    lines.append("- " + (" ".join(path) + ": " if path else "") + scalar(item))
+
+    walk(value, [])
+    return "\n".join(lines) if lines else text
+
+
+def _words_of(key: str) -> str:
+    return re.sub(r"[_\-]+", " ", str(key)).strip()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -50,6 +50,29 @@ Rules for the ambiguous cases (the ``language`` argument is "en", "sv" or "auto"
   digit words is a decimal ("three point five", "tre komma fem" -> 3.5).
 - Digits glued to letters that are not a unit or ordinal suffix name a product ("5G", "3D"): no number.
 - Sign: a leading "-" is not part of the number ("-5" -> "5").
+- A whole amount and its minor unit are one amount: "en krona och nittio öre" 1.9 kr, "5 dollars and 99
+  cents" 5.99 usd.
+
+Spoken forms (times, dates and phone numbers said in words, as a transcript of speech writes them):
+- Clock times in words: "half past eight", "quarter past/to three", "ten past five", "twenty to six",
+  "five o'clock", "ten a.m.", "two thirty p.m.", "noon", "midnight"; Swedish "halv fem" (04:30), "kvart
+  över/i tre", "fem över sju", "tio i fem", "fem i/över halv åtta", "klockan tio", "klockan tio och
+  trettio", "midnatt". A part of the day after them decides the half: "in the morning", "in the evening",
+  "på morgonen", "på kvällen".
+- A bare hour after a time word ("at five", "until 5", "from 9", "till 17", "klockan fem", "vid nio",
+  "mellan 9 och 17"; "about" may stand between), or in a range after a day or an opening-hours word
+  ("Saturday: 9 to 13", "vardagar 9 till 17", "10 to 14 on Saturdays"), is a time, unless what follows
+  it is what it counts ("at 3 locations", "till 5 personer", "från 99 kr").
+- The half of the day: a time said with an hour 1-12 and no a.m./p.m. (or part of the day) is either:
+  ``value`` the reading with the hour as said (05:00, 12:30), ``alternatives`` the other (17:00, 00:30).
+  Digits after "kl."/"klockan" and "HH:MM" follow the 24-hour clock and have one reading. In a range the
+  ends settle each other: "9 to 5" is 09:00-17:00, "8 to 17" 08:00-17:00; "8 till 11" stays open. "Ten to
+  two" after an opening-hours word is a range, not 01:50.
+- Dates with the day in words: "the twenty-sixth of November", "November twenty-sixth", "November the
+  26th", Swedish "den tjugosjätte november", "tjugosex november" (a year in digits may follow).
+- Phone numbers said as groups of number words: "five five five, zero one zero, four four seven seven",
+  "plus fyra sex, sju noll, ett två tre" ("ett" is 1 there), "noll sju noll, etthundratjugotre,
+  fyrtiofem": 7-15 digits in at least three groups (two after "plus"), English "oh" is 0 inside them.
 """
 
 from __future__ import annotations
@@ -58,7 +81,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Language = Literal["en", "sv", "auto"]
 LANGUAGES: tuple[str, ...] = ("en", "sv", "auto")
@@ -194,7 +217,7 @@ _DAY_MONTH = re.compile(
     re.IGNORECASE,
 )
 _MONTH_DAY = re.compile(
-    rf"(?<![^\W\d_])({_MONTH_ALT})\.?{_SP}+(\d{{1,2}})(?:st|nd|rd|th)?(?![\w])(?:,?{_SP}+(\d{{4}})(?!\d))?",
+    rf"(?<![^\W\d_])({_MONTH_ALT})\.?{_SP}+(?:the{_SP}+)?(\d{{1,2}})(?:st|nd|rd|th)?(?![\w])(?:,?{_SP}+(\d{{4}})(?!\d))?",
     re.IGNORECASE,
 )
 _MONTH_YEAR = re.compile(rf"(?<![^\W\d_])({_MONTH_ALT})\.?{_SP}+(\d{{4}})(?!\d)", re.IGNORECASE)
@@ -238,14 +261,46 @@ def extract_numbers(text: str, language: Language = "auto") -> list[NumberMentio
         raise ValueError(f"language must be one of {LANGUAGES}, not {language!r}")
     found: list[NumberMention] = []
     masked = text
+    spoken = _spoken_stages(text, language)
     # Most specific first: a date or phone number must not be read as loose integers.
-    for stage in (_dates, _times, _phones, _digit_numbers, _word_numbers):
+    for stage in (_spoken_dates, _dates, _times, _spoken_times, _phones, _digit_numbers, _spoken_phones,
+                  _word_numbers):
+        if stage in _SPOKEN_STAGES and stage not in spoken:
+            continue
         new = stage(text, masked, language)
         for mention in new:
             start, end = mention.span
             masked = masked[:start] + _MASK * (end - start) + masked[end:]
         found.extend(new)
-    return sorted(found, key=lambda m: m.span)
+    return _join_ore(text, sorted(found, key=lambda m: m.span))
+
+
+_MINOR_LINK = re.compile(rf"{_SP}+(?:och|and){_SP}+\Z", re.IGNORECASE)
+_MINOR_UNITS = {
+    "kr": re.compile(rf"{_SP}*öre(?![^\W\d_])", re.IGNORECASE),
+    "usd": re.compile(rf"{_SP}*cents?(?![^\W\d_])", re.IGNORECASE),
+    "eur": re.compile(rf"{_SP}*cents?(?![^\W\d_])", re.IGNORECASE),
+    "gbp": re.compile(rf"{_SP}*(?:pence|penny|p)(?![^\W\d_])", re.IGNORECASE),
+}
+
+
+def _join_ore(text: str, mentions: list[NumberMention]) -> list[NumberMention]:
+    """A whole amount and its minor unit said after it: "en krona och nittio öre", "99 kr och 50 öre",
+    "5 dollars and 99 cents" are one amount (1.9 kr, 99.5 kr, 5.99 usd)."""
+    out: list[NumberMention] = []
+    for mention in mentions:
+        previous = out[-1] if out else None
+        minor = _MINOR_UNITS.get(previous.unit or "") if previous is not None else None
+        if (previous is not None and minor is not None and previous.value.isdigit() and mention.unit is None
+                and mention.kind == "integer" and int(mention.value) < 100
+                and _MINOR_LINK.search(text, previous.span[1], mention.span[0])):
+            after = minor.match(text, mention.span[1])
+            if after:
+                value = canonical_decimal(Decimal(previous.value) + Decimal(mention.value) / 100)
+                out[-1] = _mention(text, "amount", value, previous.unit, previous.span[0], after.end())
+                continue
+        out.append(mention)
+    return out
 
 
 def phone_variants(value: str, home_country: str = "46") -> tuple[str, ...]:
@@ -539,6 +594,7 @@ def _combine(values: list[int] | tuple[int, ...]) -> int | None:
     return total + group
 
 
+@lru_cache(maxsize=16384)
 def _en_values(word: str) -> tuple[int, ...] | None:
     parts = word.split("-")
     if all(p in EN_NUMBER_WORDS for p in parts):
@@ -667,3 +723,552 @@ def _one_is_pronoun(tokens, i: int, joined) -> bool:
         before.append(tokens[k][0])
     after = tokens[i + 1][0] if joined(i, i + 1) else ""
     return any(word in _EN_DETERMINERS for word in before) or after in _EN_ONE_IDIOMS
+
+
+# --------------------------------------------------------------------------------------------------
+# Spoken forms: clock times, dates and phone numbers said in words (and bare hours in a time context)
+# --------------------------------------------------------------------------------------------------
+
+_WORDS = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*")
+_SPOKEN_TIME_WORDS = frozenset({"noon", "midday", "midnight", "midnatt"})
+_TIME_STARTS = _SPOKEN_TIME_WORDS | {"half", "quarter", "halv", "kvart"}
+_RANGE_WORDS = frozenset({"to", "till", "-", "–", "—", "and", "och"})
+
+
+@lru_cache(maxsize=16384)
+def _number_word(word: str, language: str) -> bool:
+    """A word that says a number (not the Swedish articles "en"/"ett")."""
+    return word not in ("en", "ett") and _word_values(word, language) is not None
+
+
+def _spoken_stages(text: str, language: str) -> frozenset:
+    """The spoken-form stages that can find anything in ``text``, from one look at its words (they run on
+    every transcript delta: a text without number words, digits or months skips them all)."""
+    words = _WORDS.findall(text.casefold())
+    numeric = sum(1 for w in words if _number_word(w, language))
+    articles = sum(1 for w in words if w in ("en", "ett"))
+    digits = any(ch.isdigit() for ch in text)
+    stages = set()
+    if numeric or digits or not _SPOKEN_TIME_WORDS.isdisjoint(words) or articles and not _CLOCK_WORDS.isdisjoint(words):
+        stages.add(_spoken_times)  # "klockan ett", "halv ett"
+    if not _MONTH_WORDS.isdisjoint(words) and (numeric or not _ORDINAL_WORDS.isdisjoint(words)):
+        stages.add(_spoken_dates)
+    if numeric + articles >= 3:
+        stages.add(_spoken_phones)  # "ett två tre"
+    return frozenset(stages)
+
+_TOKEN = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*|\d+|[^\w\s]")
+
+
+class _Tok(NamedTuple):
+    word: str  # casefolded; punctuation and masked characters are one-character tokens
+    start: int
+    end: int
+
+
+def _toks(masked: str) -> list[_Tok]:
+    lowered = masked.casefold().replace("’", "'")
+    if len(lowered) != len(masked):  # casefold changed a length ("ß" -> "ss"): keep the spans right
+        return [_Tok(m.group().casefold().replace("’", "'"), m.start(), m.end()) for m in _TOKEN.finditer(masked)]
+    return [_Tok(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(lowered)]
+
+
+def _gap(masked: str, a: _Tok, b: _Tok) -> str:
+    return masked[a.end : b.start]
+
+
+def _spaced(masked: str, toks: list[_Tok], i: int) -> bool:
+    """Token i and token i + 1 are separated by whitespace only."""
+    return i + 1 < len(toks) and _gap(masked, toks[i], toks[i + 1]).isspace()
+
+
+def _int_word(word: str, language: str) -> int | None:
+    """The integer one token says: digits, or number words ("tjugofem", "forty-five")."""
+    if word.isdigit():
+        return int(word) if len(word) <= 4 else None
+    values = _word_values(word, language)
+    return _combine(values) if values else None
+
+
+# -- times ------------------------------------------------------------------------------------------
+
+# Words before a bare hour that make it a time of day ("at five", "till fem"); the hour must then be
+# followed by a word from _TIME_FOLLOWERS or punctuation, so "at 3 locations" stays a count.
+_EN_TIME_CUES = frozenset({"at", "until", "till", "til", "from", "before", "after", "around", "between"})
+_SV_TIME_CUES = frozenset({"klockan", "kl", "till", "tills", "från", "efter", "före", "innan", "vid", "mellan"})
+_APPROXIMATELY = frozenset({"about", "around", "approximately", "ungefär", "cirka", "runt", "ca"})
+_EN_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_SV_DAYS = ("måndag", "tisdag", "onsdag", "torsdag", "fredag", "lördag", "söndag")
+_DAY_WORDS = frozenset(
+    [d for d in _EN_DAYS] + [d + "s" for d in _EN_DAYS] + list(_SV_DAYS) + [d + "ar" for d in _SV_DAYS]
+    + [d + "en" for d in _SV_DAYS] + ["weekdays", "weekday", "weekends", "weekend", "vardagar", "vardag",
+                                      "helger", "helgen", "helgdagar", "today", "tomorrow", "idag", "imorgon"]
+)
+_TIME_CONTEXT = frozenset({"open", "opens", "opening", "closes", "close", "hours", "öppet", "öppnar", "stänger",
+                           "öppettider", "stängt"})
+_TIME_FOLLOWERS = frozenset({
+    "and", "or", "but", "on", "in", "every", "each", "today", "tomorrow", "tonight", "sharp", "o'clock", "oclock",
+    "to", "until", "till", "then", "so", "we", "you", "at", "if", "when", "latest", "the",
+    "och", "eller", "men", "på", "i", "idag", "imorgon", "ikväll", "varje", "så", "sen", "då", "vi", "ni", "du",
+    "senast", "prick", "om", "när", "tills",
+}) | _DAY_WORDS
+_EN_RELATIVE_MINUTES = frozenset({5, 10, 20, 25})  # "ten to five"; "eight to five" is a range
+_DAY_PART = re.compile(
+    rf"{_SP}+(?:(in{_SP}+the{_SP}+(?:morning))|(in{_SP}+the{_SP}+(?:afternoon|evening)|at{_SP}+night|tonight)"
+    rf"|(på{_SP}+(?:morgonen|förmiddagen))|(på{_SP}+(?:eftermiddagen|kvällen|natten)|i{_SP}*kväll))(?![^\W\d_])",
+    re.IGNORECASE,
+)
+_AMPM_AFTER = re.compile(rf"{_SP}?([ap])\.?{_SP}?m(?![^\W\d_])\.?", re.IGNORECASE)
+_TIME_UNITS = frozenset(_UNIT_OF_FORM)
+
+
+def _hour_of(tok: _Tok, language: str, low: int = 0, high: int = 24) -> int | None:
+    if tok.word.isdigit():
+        value = int(tok.word) if len(tok.word) <= 2 else None
+    else:
+        value = _int_word(tok.word, language)
+    return value if value is not None and low <= value <= high else None
+
+
+def _minutes_after(masked: str, toks: list[_Tok], i: int, language: str, low: int = 10) -> tuple[int, int] | None:
+    """Minutes said after an hour, starting at token i: "thirty", "forty five", "oh five", "och trettio",
+    "och fem", "15"; (minutes, index of the last token) or None."""
+    if i >= len(toks):
+        return None
+    word = toks[i].word
+    if language != "en" and word == "och" and _spaced(masked, toks, i):
+        return _minutes_after(masked, toks, i + 1, "sv", low=1)
+    if language != "sv" and word in ("oh", "o") and _spaced(masked, toks, i) and i + 1 < len(toks):
+        digit = _int_word(toks[i + 1].word, "en")
+        return (digit, i + 1) if digit is not None and 1 <= digit <= 9 and not toks[i + 1].word.isdigit() else None
+    if word.isdigit():
+        return (int(word), i) if len(word) == 2 and int(word) < 60 else None
+    values = _word_values(word, language)
+    if not values:
+        return None
+    total = _combine(values)
+    if total is None or not low <= total <= 59:
+        return None
+    if 20 <= total and total % 10 == 0 and _spaced(masked, toks, i):
+        unit = _word_values(toks[i + 1].word, language)
+        if unit and len(unit) == 1 and 1 <= unit[0] <= 9:
+            return total + unit[0], i + 1  # "forty five"
+    return total, i
+
+
+def _ampm(masked: str, pos: int) -> tuple[str, int] | None:
+    m = _AMPM_AFTER.match(masked, pos)
+    return (m[1].lower(), m.end()) if m else None
+
+
+def _day_part(masked: str, pos: int) -> tuple[str, int] | None:
+    m = _DAY_PART.match(masked, pos)
+    if m is None:
+        return None
+    return ("am" if m[1] or m[3] else "pm"), m.end()
+
+
+def _time_readings(hour: int, minute: int, mode: str) -> tuple[str, tuple[str, ...]]:
+    """(value, alternatives) of an hour said as ``mode``: "am", "pm", "24" (as said), "12" (either half
+    of the day: value the reading with an hour 1-12, the other the alternative)."""
+    if mode == "24" or hour > 12 or hour == 0 and mode == "12":
+        return f"{hour % 24:02d}:{minute:02d}", ()
+    if mode == "am":
+        return f"{hour % 12:02d}:{minute:02d}", ()
+    if mode == "pm":
+        return f"{hour % 12 + 12:02d}:{minute:02d}", ()
+    morning, evening = f"{hour % 12:02d}:{minute:02d}", f"{hour % 12 + 12:02d}:{minute:02d}"
+    return (evening, (morning,)) if hour == 12 else (morning, (evening,))
+
+
+def _followed_well(masked: str, toks: list[_Tok], after: int, end_pos: int) -> bool:
+    """What follows a contextual time: nothing, punctuation, or a word that cannot be what it counts."""
+    rest = masked[end_pos:]
+    if not rest.strip():
+        return True
+    if after >= len(toks):
+        return True
+    tok = toks[after]
+    if not tok.word[0].isalnum():
+        return tok.word not in ("%", "$", "€", "£", ":", _MASK) or tok.word == ":" and not rest.lstrip()[1:2].isdigit()
+    if tok.word in _TIME_UNITS:
+        return False
+    return tok.word in _TIME_FOLLOWERS
+
+
+def _context_before(toks: list[_Tok], i: int, language: str) -> str:
+    """"cue" when a time cue word stands just before token i ("at", "klockan", "från"; "about" may stand
+    between), "day" when a day word or an opening-hours word does (":" may stand between), else ""."""
+    k = i - 1
+    if k >= 0 and toks[k].word in _APPROXIMATELY:
+        k -= 1
+    while k >= 0 and toks[k].word in (":", ","):
+        k -= 1
+    if k < 0:
+        return ""
+    word = toks[k].word
+    cues = (_EN_TIME_CUES if language != "sv" else frozenset()) | (_SV_TIME_CUES if language != "en" else frozenset())
+    if word in cues and k == i - 1 - (toks[i - 1].word in _APPROXIMATELY):
+        return "cue"
+    # a day or an opening-hours word up to three words back: "Saturday hours are ten to two"
+    for back in range(k, max(-1, k - 3), -1):
+        word = toks[back].word
+        if not word[0].isalpha() and word not in (":", ","):
+            break
+        if word in _DAY_WORDS or word in _TIME_CONTEXT or (word.isalpha() and word.rstrip("s") in _DAY_WORDS):
+            return "day"
+    return ""
+
+
+def _relative_time(masked: str, toks: list[_Tok], i: int, language: str) -> tuple[int, int, int] | None:
+    """A time said relative to an hour ("half past eight", "kvart i tre", "fem över halv sju"):
+    (hour 1-12, minute, index of its last token) or None."""
+    n = len(toks)
+
+    def hour_at(k: int) -> int | None:
+        return _hour_of(toks[k], language, 1, 12) if k < n and _spaced(masked, toks, k - 1) else None
+
+    def back(hour: int) -> int:
+        return 12 if hour == 1 else hour - 1
+
+    w = toks[i].word
+    nxt = toks[i + 1].word if _spaced(masked, toks, i) else ""
+    if language != "sv":
+        if w == "half" and nxt == "past" and (h := hour_at(i + 2)):
+            return h, 30, i + 2
+        if w == "quarter" and nxt in ("past", "after", "to", "before") and (h := hour_at(i + 2)):
+            return (h, 15, i + 2) if nxt in ("past", "after") else (back(h), 45, i + 2)
+        minutes = _int_word(w, "en") if not w.isdigit() or len(w) <= 2 else None
+        if minutes is not None and 1 <= minutes <= 29:
+            k = i + 1
+            said_minutes = nxt in ("minutes", "minute")
+            if said_minutes:
+                k += 1
+            link = toks[k].word if k < n and _spaced(masked, toks, k - 1) else ""
+            before = toks[i - 1].word if i > 0 else ""
+            if link in ("past", "after") and (h := hour_at(k + 1)):
+                return h, minutes, k + 1
+            if link == "to" and (said_minutes or minutes in _EN_RELATIVE_MINUTES) and before not in ("from", "between"):
+                if h := hour_at(k + 1):
+                    return back(h), 60 - minutes, k + 1
+    if language != "en":
+        if w == "halv" and (h := hour_at(i + 1)):
+            return back(h), 30, i + 1
+        if w == "kvart" and nxt in ("över", "i") and (h := hour_at(i + 2)):
+            return (h, 15, i + 2) if nxt == "över" else (back(h), 45, i + 2)
+        minutes = _int_word(w, "sv") if w not in ("en", "ett") else None
+        if minutes is not None and 1 <= minutes <= 29 and nxt in ("över", "i"):
+            if i + 2 < n and toks[i + 2].word == "halv" and _spaced(masked, toks, i + 1) and (h := hour_at(i + 3)):
+                return back(h), 30 + minutes if nxt == "över" else 30 - minutes, i + 3
+            if minutes <= 20 and (h := hour_at(i + 2)):
+                return (h, minutes, i + 2) if nxt == "över" else (back(h), 60 - minutes, i + 2)
+    return None
+
+
+def _spoken_times(text: str, masked: str, language: str) -> list[NumberMention]:
+    """Times in words ("half past eight", "halv fem", "ten a.m.", "klockan tio", "noon") and bare hours in
+    a time context ("at five", "till 17", "Saturday 9 to 13"); module docstring for the rules."""
+    toks = _toks(masked)
+    out: list[NumberMention] = []
+    i = 0
+    previous: tuple[int, str, tuple[str, ...]] | None = None  # last time: (token index, mode, readings)
+    while i < len(toks):
+        word = toks[i].word
+        if not (word.isdigit() or word in _TIME_STARTS or _number_word(word, language)
+                or word in ("en", "ett") and i > 0 and toks[i - 1].word in ("klockan", "kl")):
+            i += 1  # no time starts here (the loop runs on every transcript delta: keep it cheap)
+            continue
+        found = _time_at(masked, toks, i, language, previous)
+        if found is None:
+            i += 1
+            continue
+        first, last, end_pos, hour, minute, mode = found
+        if previous is not None and previous[0] == first - 2 and out:
+            mode = _range_end(out, text, hour, mode, previous[1])
+        value, alternatives = _time_readings(hour, minute, mode)
+        out.append(_mention(text, "time", value, None, toks[first].start, end_pos, alternatives))
+        previous = (last, mode, (value, *alternatives))
+        i = last + 1
+        while i < len(toks) and toks[i].start < end_pos:
+            i += 1
+    return out
+
+
+def _range_end(out: list[NumberMention], text: str, hour: int, mode: str, start_mode: str) -> str:
+    """Settle the half of the day of a range's two ends from each other: "8 to 17" is a 24-hour clock
+    (08:00), "9 to 5" ends in the afternoon (09:00-17:00), "5 pm to 9" too; "8 till 11" stays open.
+    Returns the end's mode; the start (``out[-1]``) is replaced when it is settled."""
+    start = out[-1]
+    start_hour, start_minute = int(start.value[:2]), int(start.value[3:])
+
+    def settle_start() -> None:
+        out[-1] = _mention(text, "time", f"{start_hour:02d}:{start_minute:02d}", None, *start.span)
+
+    if start_mode == "12" and mode != "12":
+        if mode == "24" and hour > 12 or mode == "pm" and hour % 12 > start_hour % 12:
+            settle_start()  # the morning reading, which the value is
+        return mode
+    if start_mode == "12" and mode == "12":
+        if hour < start_hour or hour == 12 and start_hour < 12:
+            settle_start()
+            return "pm" if hour != 12 else "24"
+        return mode
+    if mode == "12" and (start_hour >= 12 or hour < start_hour):
+        return "pm"
+    return mode
+
+
+def _time_at(masked: str, toks: list[_Tok], i: int, language: str,
+             previous: tuple[int, str, tuple[str, ...]] | None):
+    """(first token, last token, end char, hour, minute, mode) of a time starting at token i, or None."""
+    tok = toks[i]
+    if not tok.word[0].isalnum():
+        return None
+    english, swedish = language != "sv", language != "en"
+    if english and tok.word in ("noon", "midday"):
+        return i, i, tok.end, 12, 0, "24"
+    if english and tok.word == "midnight" or swedish and tok.word == "midnatt":
+        return i, i, tok.end, 0, 0, "24"
+    relative = _relative_time(masked, toks, i, language)
+    if relative is not None and relative[2] == i + 2 and toks[i + 1].word == "to" and \
+            _context_before(toks, i, language) == "day":
+        relative = None  # "Saturday hours are ten to two": a range, not 01:50
+    if relative is not None:
+        hour, minute, last = relative
+        return _finish_time(masked, toks, i, last, hour, minute, "12", checked=True)
+    context = _context_before(toks, i, language)
+    in_range = (previous is not None and previous[0] == i - 2 and toks[i - 1].word in _RANGE_WORDS
+                and _spaced_or_dash(masked, toks, i - 1))
+    if tok.word.isdigit():
+        glued = i > 0 and toks[i - 1].word in (":", ".", ",") and toks[i - 1].end == tok.start  # "3.5", "1,5"
+        if glued or not (context or in_range or _range_before_days(masked, toks, i)):
+            return None
+        hour = _hour_of(tok, language)
+        if hour is None:
+            return None
+        last, minute = i, 0
+    else:
+        hour = _hour_of(tok, language, 0, 24 if swedish else 12)
+        if hour is None or tok.word in ("en", "ett") and (i == 0 or toks[i - 1].word not in ("klockan", "kl")):
+            return None  # the Swedish article: "till en kollega"; "klockan ett" is a time
+        explicit = None
+        last, minute = i, 0
+        found = _minutes_after(masked, toks, i + 1, language) if _spaced(masked, toks, i) else None
+        if found is not None and toks[i + 1].word == "och" and (i == 0 or toks[i - 1].word not in ("klockan", "kl")):
+            found = None  # "klockan nio och fem" is 09:05; "mellan tio och två" is a range
+        if found is not None:
+            minute, last = found
+        end_pos = toks[last].end
+        if english:
+            if i + 1 < len(toks) and toks[i + 1].word in ("o'clock", "oclock") and _spaced(masked, toks, i):
+                return i, i + 1, toks[i + 1].end, hour, 0, "12"
+            marker = _ampm(masked, end_pos)
+            if marker is not None and hour <= 12:
+                explicit = (marker[0] + "m", marker[1])
+        if explicit is not None:
+            return i, _last_before(toks, explicit[1]), explicit[1], hour, minute, explicit[0]
+        if not (context or in_range):
+            return None
+        if hour == 24:
+            return None
+    mode = "24" if hour > 12 or hour == 0 else "12"
+    if tok.word.isdigit() and len(tok.word) == 2 and tok.word.startswith("0"):
+        mode = "24"
+    return _finish_time(masked, toks, i, last, hour, minute, mode, checked=False)
+
+
+def _range_before_days(masked: str, toks: list[_Tok], i: int) -> bool:
+    """Token i starts a range of two hours that days follow: "10 to 14 on Saturdays", "9–17 vardagar"."""
+    if i + 3 >= len(toks) or toks[i + 1].word not in ("to", "till", "-", "–", "—") or not toks[i + 2].word.isdigit():
+        return False
+    if _hour_of(toks[i + 2], "sv") is None or not _spaced_or_dash(masked, toks, i + 1):
+        return False
+    k = i + 3
+    if toks[k].word in ("on", "på") and k + 1 < len(toks):
+        k += 1
+    return toks[k].word in _DAY_WORDS
+
+
+def _spaced_or_dash(masked: str, toks: list[_Tok], k: int) -> bool:
+    gap_before = _gap(masked, toks[k - 1], toks[k])
+    gap_after = _gap(masked, toks[k], toks[k + 1]) if k + 1 < len(toks) else ""
+    if toks[k].word in ("-", "–", "—"):
+        return len(gap_before) <= 1 and len(gap_after) <= 1
+    return gap_before.isspace() and gap_after.isspace()
+
+
+def _last_before(toks: list[_Tok], end_pos: int) -> int:
+    last = 0
+    for k, tok in enumerate(toks):
+        if tok.start < end_pos:
+            last = k
+    return last
+
+
+def _finish_time(masked: str, toks: list[_Tok], first: int, last: int, hour: int, minute: int, mode: str,
+                 checked: bool):
+    """Apply a part of the day said after the time ("in the morning", "på kvällen"), and for a time read
+    from its context check what follows it."""
+    end_pos = toks[last].end
+    part = _day_part(masked, end_pos) if mode == "12" else None
+    if part is not None:
+        mode, end_pos = part
+        last = _last_before(toks, end_pos)
+    elif not checked and not _followed_well(masked, toks, last + 1, end_pos):
+        return None
+    if minute >= 60:
+        return None
+    return first, last, end_pos, hour, minute, mode
+
+
+# -- dates ------------------------------------------------------------------------------------------
+
+_EN_ORDINAL_UNITS = {
+    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8, "ninth": 9,
+}  # fmt: skip
+_EN_ORDINALS = {
+    **_EN_ORDINAL_UNITS, "tenth": 10, "eleventh": 11, "twelfth": 12, "thirteenth": 13, "fourteenth": 14,
+    "fifteenth": 15, "sixteenth": 16, "seventeenth": 17, "eighteenth": 18, "nineteenth": 19, "twentieth": 20,
+    "thirtieth": 30,
+    **{f"twenty-{w}": 20 + v for w, v in _EN_ORDINAL_UNITS.items()},
+    **{f"twenty {w}": 20 + v for w, v in _EN_ORDINAL_UNITS.items()},
+    "thirty-first": 31, "thirty first": 31,
+}  # fmt: skip
+_SV_ORDINAL_UNITS = {
+    "första": 1, "andra": 2, "tredje": 3, "fjärde": 4, "femte": 5, "sjätte": 6, "sjunde": 7, "åttonde": 8, "nionde": 9,
+}  # fmt: skip
+_SV_ORDINALS = {
+    **_SV_ORDINAL_UNITS, "tionde": 10, "elfte": 11, "tolfte": 12, "trettonde": 13, "fjortonde": 14, "femtonde": 15,
+    "sextonde": 16, "sjuttonde": 17, "artonde": 18, "nittonde": 19, "tjugonde": 20, "trettionde": 30,
+    **{f"tjugo{w}": 20 + v for w, v in _SV_ORDINAL_UNITS.items()},
+    "trettioförsta": 31,
+}  # fmt: skip
+
+
+def _day_number(masked: str, toks: list[_Tok], i: int, language: str) -> tuple[int, int] | None:
+    """A day of the month said in words at token i: an ordinal ("twenty-sixth", "tjugosjätte"), in
+    Swedish also a cardinal ("tjugosex november"); (day, index of its last token) or None."""
+    word = toks[i].word
+    if language != "sv":
+        if _spaced(masked, toks, i) and f"{word} {toks[i + 1].word}" in _EN_ORDINALS:
+            return _EN_ORDINALS[f"{word} {toks[i + 1].word}"], i + 1
+        if word in _EN_ORDINALS:
+            return _EN_ORDINALS[word], i
+    if language != "en":
+        if word in _SV_ORDINALS:
+            return _SV_ORDINALS[word], i
+        if word not in ("en", "ett") and not word.isdigit():
+            value = _int_word(word, "sv")
+            if value is not None and 1 <= value <= 31:
+                return value, i
+    return None
+
+
+def _month_at(text: str, toks: list[_Tok], k: int) -> int | None:
+    if k >= len(toks) or toks[k].word not in _MONTHS:
+        return None
+    return _MONTHS[toks[k].word] if _is_month(text[toks[k].start : toks[k].end]) else None
+
+
+def _spoken_dates(text: str, masked: str, language: str) -> list[NumberMention]:
+    """Dates with the day in words: "the twenty-sixth of November", "November twenty-sixth", "den
+    tjugosjätte november", "tjugosex november" (a year in digits may follow)."""
+    toks = _toks(masked)
+    out: list[NumberMention] = []
+    i = 0
+    while i < len(toks):
+        start = i
+        day = month = None
+        last = i
+        found = _day_number(masked, toks, i, language) if toks[i].word[0].isalpha() else None
+        if found is not None:
+            day, k = found
+            k += 1
+            if k < len(toks) and toks[k].word == "of" and _spaced(masked, toks, k - 1):
+                k += 1
+            if _spaced(masked, toks, k - 1):
+                month = _month_at(text, toks, k)
+            last = k
+        else:
+            month = _month_at(text, toks, i)
+            if month is not None and _spaced(masked, toks, i):
+                k = i + 1
+                if k < len(toks) and toks[k].word == "the" and _spaced(masked, toks, k):
+                    k += 1
+                found = _day_number(masked, toks, k, language)
+                if found is not None and not toks[k].word.isdigit():
+                    day, last = found
+                else:
+                    month = None
+        if day is None or month is None:
+            i += 1
+            continue
+        end = toks[last].end
+        year = None
+        m = re.compile(rf",?{_SP}+(\d{{4}})(?!\d)").match(masked, end)
+        if m:
+            year, end = int(m[1]), m.end()
+        value = _date_value(year, month, day)
+        if value is not None:
+            out.append(_mention(text, "date", value, None, toks[start].start, end))
+        i = last + 1
+    return out
+
+
+# -- phone numbers said in words --------------------------------------------------------------------
+
+_PHONE_SEPARATOR = re.compile(rf"{_SP}*[,\-]?{_SP}*\Z")
+
+
+def _spoken_phones(text: str, masked: str, language: str) -> list[NumberMention]:
+    """Phone numbers said as groups of number words: "five five five, zero one zero, four four seven
+    seven", "plus fyra sex, sju noll, ett två tre", "noll sju noll, etthundratjugotre, fyrtiofem"."""
+    toks = _toks(masked)
+    groups: list[tuple[str, int, int]] = []  # (digits, first token, last token)
+    i = 0
+    english = language != "sv"
+    while i < len(toks):
+        word = toks[i].word
+        values = _word_values(word, language) if word[0].isalpha() else None
+        if english and word in ("oh", "o") and groups and (
+                groups[-1][2] == i - 1 or groups[-1][2] == i - 2 and toks[i - 1].word == ","):
+            groups.append(("0", i, i))
+            i += 1
+            continue
+        if not values or _combine(values) is None or max(values) >= 1000:
+            i += 1
+            continue
+        acc, j = list(values), i + 1
+        while j < len(toks) and _gap(masked, toks[j - 1], toks[j]).isspace():
+            after = _word_values(toks[j].word, language) if toks[j].word[0].isalpha() else None
+            if not after or max(after) >= 1000 or _combine(acc + list(after)) is None:
+                break
+            acc += after
+            j += 1
+        number = _combine(acc)
+        if number is not None and number < 1000:
+            groups.append((("0" if acc == [0] else str(number)), i, j - 1))
+        i = j
+    out: list[NumberMention] = []
+    k = 0
+    while k < len(groups):
+        run = [groups[k]]
+        while k + len(run) < len(groups):
+            nxt = groups[k + len(run)]
+            if not _PHONE_SEPARATOR.match(_gap(masked, toks[run[-1][2]], toks[nxt[1]])):
+                break
+            run.append(nxt)
+        digits = "".join(g[0] for g in run)
+        first = run[0][1]
+        plus = first > 0 and toks[first - 1].word == "plus" and _gap(masked, toks[first - 1], toks[first]).isspace()
+        if 7 <= len(digits) <= 15 and (len(run) >= 3 or plus and len(run) >= 2):
+            start = toks[first - 1].start if plus else toks[first].start
+            out.append(_mention(text, "phone", ("+" if plus else "") + digits, None, start, toks[run[-1][2]].end))
+        k += len(run)
+    return out
+
+
+_MONTH_WORDS = frozenset(_MONTHS)
+_ORDINAL_WORDS = frozenset(w for w in (*_EN_ORDINALS, *_SV_ORDINALS) if " " not in w)
+_CLOCK_WORDS = frozenset({"klockan", "kl", "halv", "kvart"})
+_SPOKEN_STAGES = frozenset({_spoken_dates, _spoken_times, _spoken_phones})

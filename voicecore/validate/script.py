@@ -11,8 +11,10 @@ validator maps ``approved_chars`` to audio positions.
 Normalization (``normalize_for_script``), applied to script and transcript alike:
 - numbers through ``extract_numbers`` (same language): "3" and "three", "ninety-nine kronor" and "99 kr",
   "12 %" and "twelve percent" become the same tokens (magnitude, then canonical unit); phone numbers
-  become their digits; adjacent plain integers join ("zero seven zero" = "070"), so digit-by-digit
-  readings match the written number.
+  become their digits ("plus four six, seven zero, ..." and "+46 70 ..." alike); clock times and dates
+  said in words are their values ("ten a.m." = "10:00", "klockan tio" = "kl. 10", "the 26th of November"
+  = "November 26"), and a date without its year equals the full date with that day and month; adjacent
+  plain integers join ("zero seven zero" = "070"), so digit-by-digit readings match the written number.
 - case folded, punctuation dropped, apostrophes removed inside words ("I'll" -> "ill"), hyphens split.
 - letter-by-letter spelling: a run of 2+ single letters joins into one word ("V A N", "V-A-N", "V. A. N."
   -> "van"), so it equals "Van".
@@ -150,8 +152,22 @@ def _edit_distance(a: str, b: str, limit: int) -> int:
     return previous[-1]
 
 
+_FULL_DATE = re.compile(r"^\d{4}(-\d\d-\d\d)$")
+_DAY_OF_YEAR = re.compile(r"^-(-\d\d-\d\d)$")
+
+
+def _same_date(a: str, b: str) -> bool:
+    """A date said without its year ("Thursday the 26th of November": --11-26) is the full date written
+    with one (2026-11-26): a confirmation prompt says the weekday, day and month of a date argument."""
+    full, short = (a, b) if _FULL_DATE.match(a) else (b, a)
+    m, n = _FULL_DATE.match(full), _DAY_OF_YEAR.match(short)
+    return bool(m and n and m[1] == n[1])
+
+
 def _same_word(a: _Token, b: str, b_critical: bool) -> bool:
     if a.text == b:
+        return True
+    if a.critical and b_critical and _same_date(a.text, b):
         return True
     if a.critical or b_critical:
         return False

@@ -638,8 +638,10 @@ class CallSession:
                                          self.playout(), verdict.reason, verdict.citations)
         if verdict.rejected:
             self.worker.counters["gate_rejections"] += 1
+            # a reason is "<category>: <the claim and its nearest passage>"; the claim holds numbers, so the
+            # message text gets the category only (the whole reason is a field)
             log.info("call %s: response tag %d rejected by the validator (%s); not played", self.call_sid, verdict.tag,
-                     verdict.reason, extra={"reason": verdict.reason})
+                     verdict.reason.partition(": ")[0], extra={"reason": verdict.reason})
         elif verdict.approved_frames >= C.APPROVE_ALL and verdict.citations not in ("", "[]"):
             log.info("call %s: response tag %d approved with citations", self.call_sid, verdict.tag,
                      extra={"citations": verdict.citations})

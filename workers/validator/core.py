@@ -2,15 +2,20 @@
 
 Owns the release policies of issue 5 and ARCHITECTURE.md section 7, per (slot, generation, tag):
 - "off": approve everything at once.
-- "numbers": every number the transcript states must be grounded in the knowledge base
-  (voicecore.validate.knowledge, fail-closed: no knowledge base means every number is unverifiable);
-  text without numbers is approved as it streams.
+- "numbers": every number the transcript states must be grounded in the knowledge base together with
+  what the transcript says it is (a claim, voicecore.validate.claims: "Premium costs 299 kr" is not
+  grounded by "Basic: 299 kr"; voicecore.validate.knowledge judges it, fail-closed: no knowledge base
+  means every number is unverifiable); text without numbers is approved as it streams. A rejection's
+  reason is "<category>: <the claim>; nearest: <file>:<line> "<passage>" (<what differs>)", the category
+  one of NOT_IN_KNOWLEDGE, WRONG_SUBJECT, NOT_IN_FACTS, NO_KNOWLEDGE (``reason_category``: what logs show).
 - "scripted": the transcript must follow the expected text (voicecore.validate.script.ScriptMatcher).
 - "strict": both.
 Forbidden phrases (GateOpen.forbidden) are checked under every policy but "off".
 A gate opened with ``facts`` (GateOpen.facts: the result of the tool the agent is answering from) grounds
 numbers in them too, for that response only: the facts are indexed like one more knowledge-base document
-(KnowledgeBase.from_documents, the same extraction and matching rules), cited as file "tool-result".
+(KnowledgeBase.from_documents, the same extraction and matching rules; JSON becomes one "key: value" line
+per object, knowledge.facts_document, so each object's numbers are facts of its own keys and values), cited
+as file "tool-result".
 
 It turns transcript deltas into ``messages.Verdict``s: the approved transcript prefix, mapped to audio
 frames. Must not know sockets, files, clocks or the shared-memory rings: the shell (main.py) feeds it bus
@@ -18,11 +23,15 @@ messages and a KnowledgeBase object and sends what it returns; the model worker 
 (rings.tag_approve / tag_cancel). Bad or unexpected input never raises: it is counted, and where a gate
 would otherwise wait forever it becomes a rejection (fail-closed).
 
-The approved prefix (numbers policy) ends before the first number that is not yet complete: later text
-can still change it ("99" -> "99 kr" or "99,50", "ninety" -> "ninety-nine", "070" -> "070-123 45 67"),
-so a number counts as complete only once a settled ordinary word follows it (``_complete``), or the
-transcript is done. A complete number that the knowledge base does not hold rejects at once. Words that
-may turn into part of a number ("a" -> "a hundred", "March" -> "March 3") are held at the tail.
+The approved prefix (numbers policy) ends before the first number that is not yet judged. A number is
+complete once a settled ordinary word follows it (``_complete``): later text can no longer change it
+("99" -> "99 kr" or "99,50", "ninety" -> "ninety-nine", "070" -> "070-123 45 67", "en krona" -> "en
+krona och nittio öre"). A complete number that no source holds at all rejects at once; one that some
+passage holds is judged as a claim once its clause has ended (claims.py ``closed``: ",", ".", "and", ...
+or six words later), so "... until 17 on Saturdays" and "... 299 kr per year" are judged with what
+follows the number. A judged claim is kept per gate (by the number's span and value) and never judged
+again. Words that may turn into part of a number ("a" -> "a hundred", "March" -> "March 3") are held at
+the tail.
 
 Under "numbers" the word a delta ends inside still counts as settled when no later text can make it part
 of a number: it has no digit and is neither a number word, unit, month nor an open word, nor a prefix of
@@ -54,7 +63,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from voicecore.bus import messages
-from voicecore.validate.knowledge import Citation, KnowledgeBase
+from voicecore.validate.claims import CLOSE_AFTER_WORDS, Claim, claims_of
+from voicecore.validate.knowledge import Citation, ClaimVerdict, KnowledgeBase, facts_document
 from voicecore.validate.numbers import (
     EN_NUMBER_WORDS,
     LANGUAGES,
@@ -104,6 +114,33 @@ _NUMBER_LEXICON = tuple(sorted(
 _NUMBER_STARTS = tuple(sorted(set(EN_NUMBER_WORDS) | {m for m in SV_NUMBER_MORPHEMES if len(m) >= 3}))
 _COMPOUND_STARTS = tuple(m for m in SV_NUMBER_MORPHEMES if len(m) >= 3)  # Swedish numbers are written together
 _SENTENCE_END = re.compile(r"[.!?](?=\s)")
+
+# Categories of a rejected number: the start of Verdict.reason, before ": " and the claim itself (a log
+# line shows only the category: the claim holds the caller's numbers).
+NOT_IN_KNOWLEDGE = "a number is not in the knowledge base"
+WRONG_SUBJECT = "a number is in the knowledge base only for something else"
+NOT_IN_FACTS = "a number is neither in the knowledge base nor in the tool result"
+NO_KNOWLEDGE = "a number cannot be verified, there is no knowledge base"
+
+
+def reason_category(reason: str) -> str:
+    """What of a verdict's reason a log line may show: the text before its first ": " (its category),
+    without the claim and the passage after it (they hold the caller's numbers)."""
+    return reason.partition(": ")[0]
+
+
+_CLAUSE_END = re.compile(r"[,;:()\[\]!?.\n]|(?<![^\W\d_])(?:and|but|or|while|whereas|och|men|eller|samt|medan)(?![^\W\d_])",
+                         re.IGNORECASE)
+
+
+def _may_have_closed(text: str, start: int, limit: int) -> bool:
+    """Cheaply: the clause of a number ending at ``start`` may have ended within ``text[:limit]`` (a clause
+    mark, a conjunction, or as many words as close a claim; claims.py decides)."""
+    return bool(_CLAUSE_END.search(text, start, limit)) or len(text[start:limit].split()) >= CLOSE_AFTER_WORDS
+
+
+def _claim_key(mention: NumberMention) -> tuple:
+    return mention.span, mention.kind, mention.value, mention.unit, mention.alternatives
 
 
 @lru_cache(maxsize=4096)
@@ -169,6 +206,7 @@ class _Gate:
     final: bool = False
     citations: dict[tuple[str, int, str], Citation] = field(default_factory=dict)
     facts: KnowledgeBase | None = None  # this response's own grounding (GateOpen.facts), besides the knowledge base
+    judged: dict[tuple, ClaimVerdict] = field(default_factory=dict)  # approved claims, by their number
 
 
 class ValidatorCore:
@@ -244,7 +282,7 @@ class ValidatorCore:
             gate.forbidden_words = [tuple(w for _, _, w in _words(p.rstrip("*"))) for p in phrases]
         if message.facts.strip() and policy in ("numbers", "strict"):
             home_country = self.knowledge.home_country if self.knowledge is not None else "46"
-            gate.facts = KnowledgeBase.from_documents({FACTS_FILE: message.facts}, home_country)
+            gate.facts = KnowledgeBase.from_documents({FACTS_FILE: facts_document(message.facts)}, home_country)
         self._gates[key] = gate
         while len(self._gates) > self.max_gates:
             old_key, _ = self._gates.popitem(last=False)
@@ -287,6 +325,19 @@ class ValidatorCore:
         if self.knowledge is None:
             return []
         return [{"file": s.file, "line": s.line, "text": s.text} for s in self.knowledge.retrieve(question, k)]
+
+    def explain(self, text: str, language: str = "auto", facts: str = "") -> list[ClaimVerdict]:
+        """Every claim of a finished answer judged as the "numbers" policy judges it (the knowledge base,
+        then ``facts``: a tool result), each with its citation or its near miss; what `voicecore gate`
+        shows. Unlike the streaming judgement it does not stop at the first rejected claim."""
+        language = language if language in LANGUAGES else "auto"
+        gate = _Gate((0, 0, 0), "numbers", language, None, None, [])
+        if facts.strip():
+            home_country = self.knowledge.home_country if self.knowledge is not None else "46"
+            gate.facts = KnowledgeBase.from_documents({FACTS_FILE: facts_document(facts)}, home_country)
+        mentions = extract_numbers(text, language)  # type: ignore[arg-type]
+        return [self._judge_claim(gate, claim)
+                for claim in claims_of(text, mentions, self._labels(gate), names=self._names(gate))]
 
     def statistics(self) -> dict[str, float]:
         values = {k: float(v) for k, v in self.counters.items()}
@@ -370,19 +421,42 @@ class ValidatorCore:
         return settled[-1][1] if settled else 0
 
     def _numbers(self, gate: _Gate, text: str, final: bool) -> tuple[int, str]:
-        """(approved chars, "") or (_, reason) when a complete number is not in the knowledge base."""
+        """(approved chars, "") or (_, reason) when a claim is not supported (a number with what the
+        answer says it is, voicecore.validate.claims): judged once the number is complete and its clause
+        has ended, so the words after it ("... on Saturdays", "... per year") are part of the claim."""
         mentions = extract_numbers(text, gate.language)  # type: ignore[arg-type]
         words = _words(text)
         cut = len(text)
+        limit = len(text) if final else _settled_limit(text)
+        pending: list[NumberMention] = []
         for mention in mentions:
+            if _claim_key(mention) in gate.judged:
+                continue
             if not final and not self._complete(mention, mentions, words, text, gate.language):
                 cut = min(cut, mention.span[0])
                 continue  # a later number that is already complete may still reject at once
-            if not self._ground(gate, mention):
-                if gate.facts is not None:
-                    return 0, "a number is neither in the knowledge base nor in the tool result"
-                return 0, "a number is not in the knowledge base" if self.knowledge is not None else \
-                    "a number cannot be verified: no knowledge base"
+            pending.append(mention)
+        if not final:
+            # a claim whose clause cannot have ended yet waits without being read (this runs per delta)
+            waiting = [m for m in pending if self._held_somewhere(gate, m) and not _may_have_closed(text, m.span[1], limit)]
+            for mention in waiting:
+                cut = min(cut, mention.span[0])
+            pending = [m for m in pending if m not in waiting]
+        if pending:
+            settled = [m for m in mentions if m.span[1] <= limit]
+            for claim in claims_of(text[:limit], settled, self._labels(gate), names=self._names(gate)):
+                if claim.mention not in pending:
+                    continue
+                if not final and not claim.closed and self._held_somewhere(gate, claim.mention):
+                    cut = min(cut, claim.mention.span[0])  # the rest of its clause may still qualify it
+                    continue  # (a number no source holds is rejected at once, whatever follows it)
+                verdict = self._judge_claim(gate, claim)
+                if not verdict.ok:
+                    return 0, self._rejection(gate, verdict)
+                gate.judged[_claim_key(claim.mention)] = verdict
+            for mention in pending:
+                if _claim_key(mention) not in gate.judged:
+                    cut = min(cut, mention.span[0])
         if final:
             return len(text), ""
         inside = [m.span for m in mentions]
@@ -396,6 +470,48 @@ class ValidatorCore:
                 approved = end
             # a held word only counts once an ordinary word after it is approved
         return approved, ""
+
+    def _held_somewhere(self, gate: _Gate, mention: NumberMention) -> bool:
+        return any(source is not None and source.holds(mention) for source in (self.knowledge, gate.facts))
+
+    def _names(self, gate: _Gate) -> frozenset[str]:
+        return frozenset().union(*(k.names for k in (self.knowledge, gate.facts) if k is not None))
+
+    def _labels(self, gate: _Gate):
+        sources = [k for k in (self.knowledge, gate.facts) if k is not None]
+        if len(sources) == 1:
+            return sources[0].is_label
+        return lambda term: any(source.is_label(term) for source in sources)  # none: no term is a label
+
+    def _judge_claim(self, gate: _Gate, claim: Claim) -> ClaimVerdict:
+        """In the knowledge base first (its citation names a document), else in the gate's facts; rejected,
+        the nearest miss of the two (one that holds the number for something else first)."""
+        misses: list[ClaimVerdict] = []
+        for source in (self.knowledge, gate.facts):
+            if source is None:
+                continue
+            verdict = source.judge(claim)
+            if verdict.ok:
+                if verdict.citation is not None:
+                    self._cite(gate, (verdict.citation,))
+                return verdict
+            misses.append(verdict)
+        if not misses:
+            return ClaimVerdict(claim, False, None, None, "")  # fail-closed: nothing to ground in
+        return max(misses, key=lambda v: (v.value_found, v.near_miss is not None))
+
+    def _rejection(self, gate: _Gate, verdict: ClaimVerdict) -> str:
+        """The reason of a rejected claim: a category (before the first ": ", what logs may show) and the
+        claim with its nearest passage."""
+        if self.knowledge is None and gate.facts is None:
+            category = NO_KNOWLEDGE
+        elif verdict.value_found:
+            category = WRONG_SUBJECT
+        elif gate.facts is not None:
+            category = NOT_IN_FACTS
+        else:
+            category = NOT_IN_KNOWLEDGE
+        return f"{category}: {verdict.describe()}"
 
     @staticmethod
     def _complete(mention: NumberMention, mentions: list[NumberMention], words: list[tuple[int, int, str]],
@@ -411,10 +527,16 @@ class ValidatorCore:
                 continue
             if word_end > limit:
                 # the next word is still being written: enough if no ending can make it part of a number
-                return _cannot_extend(text[limit:].strip(), unit=mention.unit is not None)
+                tail = text[limit:].strip()
+                if mention.unit == "kr" and skips == 0 and any(w.startswith(tail.casefold()) for w in ("och", "and")):
+                    return False  # "en krona och nittio öre"
+                return _cannot_extend(tail, unit=mention.unit is not None)
             if any(s <= start < e for s, e in (m.span for m in mentions) if (s, e) != mention.span):
                 return False  # another number follows: they may still merge ("070 123" -> a phone)
             if mention.unit is not None:
+                if mention.unit == "kr" and word in ("och", "and") and skips == 0:
+                    skips += 1
+                    continue  # "en krona och nittio öre"
                 # a unit fixes the number; only another number word could still extend it ("99 kr 50")
                 return not _is_number_word(word, language)
             if _is_number_word(word, language) or (word in _OPEN_WORDS and skips == 0):
@@ -424,17 +546,6 @@ class ValidatorCore:
                 continue
             return True
         return False
-
-    def _ground(self, gate: _Gate, mention: NumberMention) -> bool:
-        """In the knowledge base first (its citation names a document), else in the gate's facts."""
-        for source in (self.knowledge, gate.facts):
-            if source is None:
-                continue
-            result = source.ground([mention])
-            if result.ok:
-                self._cite(gate, result.citations)
-                return True
-        return False  # fail-closed: nothing grounds it (or nothing to ground in)
 
     @staticmethod
     def _cite(gate: _Gate, citations: tuple[Citation, ...]) -> None:

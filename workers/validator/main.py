@@ -39,7 +39,7 @@ from voicecore.config import Config, load_config
 from voicecore.logs import setup_logging
 from voicecore.standby import serve_as_leader
 from voicecore.validate.watch import KnowledgeWatcher
-from workers.validator.core import ValidatorCore
+from workers.validator.core import ValidatorCore, reason_category
 
 log = logging.getLogger("voicecore.validator")
 
@@ -85,7 +85,9 @@ class Validator:
                 if self.bus.send(self.model, verdict):
                     self.verdicts_sent += 1
                 if verdict.rejected:
-                    log.info("slot %d tag %d rejected: %s", verdict.slot, verdict.tag, verdict.reason)
+                    # the reason's claim holds the answer's numbers: the message text gets its category only
+                    log.info("slot %d tag %d rejected: %s", verdict.slot, verdict.tag, reason_category(verdict.reason),
+                             extra={"reason": verdict.reason})
             self.handle_ns_max = max(self.handle_ns_max, time.monotonic_ns() - started)
 
     def on_events(self) -> None:
