@@ -23,6 +23,7 @@ import json
 import os
 import secrets
 import shlex
+import signal
 import socket
 import sys
 import tempfile
@@ -271,7 +272,11 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
                 carrier: str = "twilio", transcription: str | None = None) -> dict:
     sim_config = sim_config or demo_sim_config()
     loop_exceptions = LoopExceptions()
-    asyncio.get_running_loop().set_exception_handler(loop_exceptions)
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(loop_exceptions)
+    # SIGTERM stops the demo as Ctrl-C does: its stack is stopped on the way out (a killed demo left its
+    # supervisord, workers and arena behind).
+    loop.add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
     base = resolve_config(load_config(os.environ, config_path))
     if transcription:
         base = dataclasses.replace(base, transcription_model=transcription)
@@ -516,6 +521,9 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
             try:
                 report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file, records, sim_config,
                                            agent_path, scenario, carrier, transcription))
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                print("voicecore demo: stopped before the end; the stack was stopped", file=sys.stderr)
+                return 130
             except StackError as exc:
                 print(f"voicecore demo: {exc}", file=sys.stderr)
                 sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
