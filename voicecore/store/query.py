@@ -15,7 +15,7 @@ from typing import Any
 
 MAX_SEARCH_WORDS = 12
 _WORD = re.compile(r"\w+", re.UNICODE)
-_CALL_ID = re.compile(r"[A-Za-z0-9._:-]{4,100}")
+_CALL_ID = re.compile(r"[A-Za-z0-9._:-]{2,100}")
 
 
 class QueryError(ValueError):
