@@ -133,6 +133,9 @@ def agent_call(call_sid: str = "CAagent", answer: str = "keypad") -> AgentCall:
             chunk = base64.b64encode(audio[i * FRAME:(i + 10) * FRAME]).decode()
             pending.append((now_ms + 300 + i * 6, "model", {"type": "response.output_audio.delta", "response_id": rid,
                                                             "item_id": f"item_{rid}", "delta": chunk}))
+        for i, word in enumerate(text.split(" ")):  # the words as the vendor streams them, with the audio
+            pending.append((now_ms + 301 + i * 12, "model", {"type": "response.output_audio_transcript.delta", "response_id": rid,
+                                                             "item_id": f"item_{rid}", "delta": word if i == 0 else " " + word}))
         end = now_ms + 300 + frames * 6
         pending.append((end, "model", {"type": "response.output_audio.done", "response_id": rid, "item_id": f"item_{rid}"}))
         pending.append((end + 1, "model", {"type": "response.output_audio_transcript.done", "response_id": rid,

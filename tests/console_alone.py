@@ -14,6 +14,7 @@ the console subscribes to (``observe.sock``), so the console takes the stored ca
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import json
@@ -67,16 +68,32 @@ class ConsoleAlone:
 
     def mark_live(self) -> None:
         """The call in progress, as the recorder's feed would say, until the console's API says so."""
+        with self.live_feed(self.sid):
+            pass
+
+    @contextlib.contextmanager
+    def live_feed(self, call_sid: str, started: dict | None = None, first_seq: int = 1_000_000):
+        """Play the recorder: a ``call.started`` for ``call_sid`` (``started``: its data) on the feed the console
+        subscribes to, until the console takes the call for live; yields ``send(t_ms, type, data)`` for the
+        call's next events (numbered on from ``first_seq``)."""
         context = zmq.Context.instance()
         pub = context.socket(zmq.PUB)
         pub.setsockopt(zmq.LINGER, 0)
         pub.bind(f"ipc://{self.runtime_dir / OBSERVE_FEED}")
-        row = [self.sid, 1_000_000, time.time(), 0, "call.started", "{}"]
+        row = [call_sid, first_seq, time.time(), 0, "call.started", json.dumps(started or {})]
+        seq = [first_seq]
+
+        def send(t_ms: int, kind: str, data: dict) -> None:
+            seq[0] += 1
+            event = [call_sid, seq[0], time.time(), t_ms, kind, json.dumps(data)]
+            pub.send(messages.encode(messages.ObservedEvents(json.dumps([event]))))
+
         try:
             def live() -> bool:
                 pub.send(messages.encode(messages.ObservedEvents(json.dumps([row]))))  # again: a SUB joins late
-                return http_json(self.base + f"/api/calls/{self.sid}", self.key).get("live") is True
+                return http_json(self.base + f"/api/calls/{call_sid}", self.key).get("live") is True
             wait_until(live, 10, "the console to take the call for live", interval_s=0.1, detail=self.log)
+            yield send
         finally:
             pub.close(linger=0)
 
