@@ -60,6 +60,7 @@ def test_one_call_with_its_turns_as_json_and_as_text(record_dir):
     text = run_calls("CAfirst", env=record_dir)
     assert text.returncode == 0 and "turns (2)" in text.stdout and "wait ms" in text.stdout and "caller: Book a cleaning please" in text.stdout
     assert "tool book(" in text.stdout and "rejected number not in the knowledge base" in text.stdout
+    assert "waited ms" in text.stdout and ': ran {"booked": true}' in text.stdout  # the tool's status in words
     table = run_calls(env=record_dir)
     assert table.returncode == 0
     lines = table.stdout.splitlines()
