@@ -257,6 +257,8 @@ def test_the_call_page_says_what_happened(browser, console, shots):  # noqa: F81
     assert held == list(range(1, len(held) + 1)) and len(held) > len(rows)
     word_rows = [row for row in rows if row.get_attribute("data-type") == "transcript.delta"]
     assert word_rows and all(row.get_attribute("data-final") == "true" for row in word_rows)
+    (gate_row,) = [row for row in rows if row.get_attribute("data-type") == "gate.verdict"]  # three approvals, one row
+    assert len(gate_row.get_attribute("data-seqs").split()) == 3 and "(3 verdicts)" in gate_row.text
     assert not any("resp_" in row.text or "item_" in row.text for row in rows)
     browser.find_element(By.CSS_SELECTOR, "#event-filter input[name=words]").click()
     assert not any(row.is_displayed() for row in word_rows) and any(row.is_displayed() for row in rows if row not in word_rows)

@@ -76,6 +76,7 @@ NS_PER_MS = 1_000_000
 FRAME_MS = 20
 FRAME_NS = FRAME_MS * NS_PER_MS
 DEFAULT_VAD_SILENCE_MS = 500  # the vendor's server_vad silence_duration_ms when a session does not set it
+KEPT_AUDIO_BATCHES = 6000  # caller audio batches kept to place the model's positions by: 10 minutes and more
 CONFIRM_PROMPT = "confirm:"  # the prompt id of a confirmation prompt (voicecore/agent/flow.py)
 NOT_DONE_ANSWERS = {"caller_declined": ("no", ""), "no_confirmation": ("", "timeout"), "superseded": ("", "superseded")}
 _TWILIO_SID = re.compile(r"CA[0-9a-f]{32}")
@@ -377,6 +378,8 @@ class _Reader:
             self.sent_audio_ms.append(self.session_audio_ms)
             self.sent_audio_at.append(at_ms - batch_ms)  # the batch's first frame began this long before it was appended
             self.session_audio_ms += batch_ms
+            if len(self.sent_audio_ms) > 2 * KEPT_AUDIO_BATCHES:  # the model's positions point at recent audio only
+                del self.sent_audio_ms[:KEPT_AUDIO_BATCHES], self.sent_audio_at[:KEPT_AUDIO_BATCHES]
         elif kind == "out":
             self._action(entry.get("a") or {}, at_ms)
         elif kind == "tool":

@@ -209,9 +209,18 @@ export function eventKind(type) {
   return 'call';
 }
 
+/** The row key an event folds into (the words of one utterance, the approvals of one answer), or ''. */
+function foldKey(event) {
+  const d = event.data || {};
+  if (event.type === 'transcript.delta') return `${d.role}:${d.response_id || d.item_id || ''}`;
+  if (event.type === 'gate.verdict' && !d.rejected) return `gate:${d.tag}`;
+  return '';
+}
+
 /**
  * An event log whose transcript deltas fold into one growing line per utterance (the final text replaces
- * them), filterable by kind. `root` is an <ol>; `withSeq` shows each row's first event number.
+ * them) and whose gate approvals of one answer fold into one row (the gate releases an answer a few words at
+ * a time), filterable by kind. `root` is an <ol>; `withSeq` shows each row's first event number.
  */
 export class EventLog {
   constructor(root, { withSeq = true, limit = 0 } = {}) {
@@ -231,17 +240,20 @@ export class EventLog {
     const atBottom = this.root.scrollHeight - this.root.scrollTop - this.root.clientHeight < 40;
     const d = event.data || {};
     const kind = eventKind(event.type);
-    if (event.type === 'transcript.delta') {
-      const key = `${d.role}:${d.response_id || d.item_id || ''}`;
-      const row = this.open.get(key);
-      if (row) {
-        const what = row.querySelector('.what');
+    const key = foldKey(event);
+    const open = key ? this.open.get(key) : null;
+    if (open) {
+      const what = open.querySelector('.what');
+      open.dataset.seqs += ` ${event.seq}`; // every event a row holds: a folded row holds several
+      if (event.type === 'gate.verdict') {
+        const count = open.dataset.seqs.split(' ').length;
+        what.textContent = `approved up to frame ${d.frames} (${count} verdicts)${d.reason ? `: ${d.reason}` : ''}`;
+      } else {
         what.textContent = d.final ? `${d.role}: ${d.text}` : what.textContent + d.text;
-        row.dataset.seqs += ` ${event.seq}`; // every event a row holds: a folded row holds several
-        row.dataset.final = d.final ? 'true' : 'false';
+        open.dataset.final = d.final ? 'true' : 'false';
         if (d.final) this.open.delete(key);
-        return row;
       }
+      return open;
     }
     const row = el('li', { class: 'event', data: { seq: event.seq, seqs: String(event.seq), type: event.type, kind, final: d.final ? 'true' : 'false' } },
       this.withSeq ? el('span', { class: 'seq' }, `#${event.seq}`) : null,
@@ -249,7 +261,7 @@ export class EventLog {
       el('span', { class: 'type' }, event.type),
       el('span', { class: `what${event.type === 'transcript.delta' ? ' text' : ''}` }, describe(event)));
     row.hidden = this.hidden.has(kind);
-    if (event.type === 'transcript.delta' && !d.final) this.open.set(`${d.role}:${d.response_id || d.item_id || ''}`, row);
+    if (key && !(event.type === 'transcript.delta' && d.final)) this.open.set(key, row);
     this.root.append(row);
     while (this.limit && this.root.children.length > this.limit) this.root.firstElementChild.remove();
     if (atBottom) this.root.scrollTop = this.root.scrollHeight;
