@@ -6,8 +6,9 @@ narrow screen, the call page used by keyboard alone (turns, the waveform as a sl
 transcript, what the page says (summary, tool statuses, one gate row per answer, the event log's filter and
 folded words), WCAG AA contrast of every visible text in light and dark, and the live cards.
 
-Screenshots are kept as test artifacts under each test's pytest tmp dir, in ``screenshots/``
-(``/tmp/pytest-of-$USER/pytest-current/<test>0/screenshots/*.png``; pytest keeps the last three runs)."""
+Screenshots are kept as test artifacts in each test's pytest tmp dir, ``<basetemp>/<test name>0/screenshots/*.png``
+(each test prints where). pytest's default basetemp is ``/tmp/pytest-of-$USER/pytest-N``, of which it keeps the
+last three runs (of every pytest run by that user); to keep them, give one: ``pytest --basetemp=/tmp/console-shots``."""
 
 from __future__ import annotations
 
