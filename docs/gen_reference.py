@@ -498,12 +498,17 @@ def _table_comments() -> dict[str, str]:
 
     comments: dict[str, str] = {}
     pending: list[str] = []
+    in_comment = False
     for line in inspect.getsource(schema).splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
+            if not in_comment:
+                pending = []  # a new comment: the one before belonged to the statements above it
             pending.append(stripped.lstrip("#").strip())
+            in_comment = True
             continue
-        created = re.search(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", stripped)
+        in_comment = in_comment and not stripped
+        created = re.search(r"CREATE (?:VIRTUAL )?TABLE (?:IF NOT EXISTS )?(\w+)", stripped)
         added = re.search(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", stripped)
         if created and pending:
             comments[created[1]] = " ".join(pending)
@@ -528,7 +533,10 @@ def schema_page() -> str:
             for column in db.execute(f"PRAGMA table_info({table})"):
                 since.setdefault(f"{table}.{column[1]}", version)
     comments = _table_comments()
-    tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")]
+    kinds = {row[1]: row[2] for row in db.execute("PRAGMA table_list") if row[0] == "main"}
+    shadows = [name for name, kind in kinds.items() if kind == "shadow"]  # a virtual table's own storage
+    tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")
+              if kinds.get(t) != "shadow"]
     lines = [
         "# Call store schema", "",
         GENERATED_NOTE.format(source="`voicecore/store/schema.py` (its migrations, applied to an empty SQLite "
@@ -544,8 +552,12 @@ def schema_page() -> str:
         lines += [f"## {table} {{#{table}}}", ""]
         if table in comments:
             lines += [comments[table], ""]
-        lines += [f"Since migration {since[table]}." if table != "schema_version" else "Made before any migration.", "",
-                  "| column | type | null | key | since | note |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"Since migration {since[table]}." if table != "schema_version" else "Made before any migration.", ""]
+        if kinds.get(table) == "virtual":
+            own = ", ".join(_code(name) for name in shadows if name.startswith(table + "_"))
+            lines += [f"In SQLite a virtual table (full-text search, FTS5), which keeps its index in tables SQLite manages "
+                      f"({own}); in PostgreSQL a table of its own (see the note above).", ""]
+        lines += ["| column | type | null | key | since | note |", "| --- | --- | --- | --- | --- | --- |"]
         for _cid, name, kind, notnull, _default, pk in db.execute(f"PRAGMA table_info({table})"):
             note = comments.get(f"{table}.{name}", "")
             added = since.get(f"{table}.{name}", since.get(table, 0))

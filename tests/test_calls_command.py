@@ -60,6 +60,7 @@ def test_one_call_with_its_turns_as_json_and_as_text(record_dir):
     text = run_calls("CAfirst", env=record_dir)
     assert text.returncode == 0 and "turns (2)" in text.stdout and "wait ms" in text.stdout and "caller: Book a cleaning please" in text.stdout
     assert "tool book(" in text.stdout and "rejected number not in the knowledge base" in text.stdout
+    assert "waited ms" in text.stdout and ': ran {"booked": true}' in text.stdout  # the tool's status in words
     table = run_calls(env=record_dir)
     assert table.returncode == 0
     lines = table.stdout.splitlines()
@@ -94,3 +95,21 @@ def test_since_reads_seconds_ago_or_an_iso_time_and_refuses_the_rest():
     assert "call CAx" in call_text({"call_sid": "CAx", "started_at": 0.0, "duration_ms": 1000, "outcome": "ended",
                                     "complete": False, "control": "spine", "agent": "", "sources": ["CAx.jsonl.part"],
                                     "turns": [], "transcript": [], "tool_calls": [], "verdicts": [], "errors": []})
+
+
+def test_console_key_add_makes_a_record_directory_that_does_not_exist_yet(tmp_path):
+    """A key made before the first `voicecore up`: the store's directory is made private, as `up` makes it."""
+    import io
+    import stat
+
+    from voicecore.console.keys_command import run_console_key
+
+    record_dir = tmp_path / "not" / "yet"
+    env = {"VOICECORE_RECORD_DIR": str(record_dir)}
+    out, err = io.StringIO(), io.StringIO()
+    assert run_console_key(env, None, "list", None, out=out, err=err) == 2 and not record_dir.exists()  # list makes nothing
+    assert run_console_key(env, None, "add", "ops", out=out, err=err) == 0, err.getvalue()
+    assert out.getvalue().startswith("vck_") and stat.S_IMODE(record_dir.stat().st_mode) == 0o700
+    assert (record_dir / "calls.db").is_file()
+    listed = io.StringIO()
+    assert run_console_key(env, None, "list", None, out=listed, err=err) == 0 and listed.getvalue().startswith("ops ")

@@ -156,7 +156,10 @@ def test_console_pages_show_a_live_call_then_the_stored_call(browser):
         wait(lambda d: d.find_element(By.ID, "status").text == "live", 10, "the live view's socket")
 
         def live_events() -> list[tuple[int, str]]:
-            return [(int(e.get_attribute("data-seq")), e.get_attribute("data-type")) for e in elements("#live-events .event")]
+            """Every event the live view holds, (seq, type) in order (a row of words holds its deltas' numbers too)."""
+            rows = browser.execute_script(
+                "return [...document.querySelectorAll('#live-events .event')].map((e) => [e.dataset.seqs, e.dataset.type]);")
+            return sorted((int(seq), kind) for seqs, kind in rows for seq in seqs.split())
 
         wait(lambda d: {"turn.caller_started", "transcript.delta"} & {kind for _, kind in live_events()}, 20,
              "a turn or transcript event in the live view")
@@ -347,13 +350,15 @@ def test_the_recording_seeks_from_a_transcript_time_and_the_waveform(browser, co
     duration = player("p.duration")
     assert 14 < duration < 16 and player("p.seekable.length && p.seekable.end(0)") == pytest.approx(duration, abs=0.05)
 
-    # a transcript time (the latest with a few seconds after it): the player plays from there
-    line = max((line for line in console.transcript if line["at_ms"] < (duration - 4) * 1000), key=lambda line: line["at_ms"])
-    assert line["at_ms"] > 5000, console.transcript  # far enough from 0 to tell a seek from a start over
+    # a transcript time (the latest with a few seconds after it): the player plays from there, the moment the
+    # line was said (spoken_ms: an agent line's first frame sent), not when its words were known (at_ms)
+    line = max((line for line in console.transcript if line["spoken_ms"] < (duration - 4) * 1000), key=lambda line: line["spoken_ms"])
+    assert line["spoken_ms"] > 5000, console.transcript  # far enough from 0 to tell a seek from a start over
+    assert line["at_ms"] - line["spoken_ms"] > 500  # and far enough from when its words were known to tell those apart
     row = next(row for row in browser.find_elements(By.CSS_SELECTOR, "#transcript .line")
                if row.find_element(By.CSS_SELECTOR, ".text").text == line["text"])
     row.find_element(By.CSS_SELECTOR, ".at").click()
-    at_s = line["at_ms"] / 1000
+    at_s = line["spoken_ms"] / 1000
     wait(lambda d: player("!p.paused && p.currentTime") and player("p.currentTime") > at_s, "playback from the line's time")
     assert at_s <= player("p.currentTime") < at_s + 2.5, (at_s, player("p.currentTime"))
     audio = network(browser, "/audio.wav")

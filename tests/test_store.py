@@ -200,7 +200,8 @@ def test_summarize_is_pure_and_reads_a_record_it_did_not_write():
 def test_a_real_demo_record_spine_control():
     header, entries = loads(gzip.open(DEMO_RECORD, "rt", encoding="utf-8").read())
     summary = summarize_record(header, entries, DEMO_RECORD.name, wall_end_s=1000.0)
-    assert (summary.control, summary.flow, summary.agent, summary.outcome) == ("spine", "", "", "ended")
+    # the carrier's stop ended it (the spine returns no CallOver for it): the caller hung up, as its events say
+    assert (summary.control, summary.flow, summary.agent, summary.outcome) == ("spine", "", "", "caller_hangup")
     assert 14_000 <= summary.duration_ms <= 16_000
     first, second = summary.turns
     # the spine lets the server create responses: nothing is requested by the driver
@@ -320,12 +321,12 @@ def test_a_call_recorded_in_parts_is_its_latest_part_naming_every_record(store_u
 
 def test_migrations_run_once_and_opening_again_changes_nothing(store_url):
     with CallStore.open(store_url) as store:
-        assert store.schema_version() == schema.LATEST_VERSION == 4
+        assert store.schema_version() == schema.LATEST_VERSION == 5
         store.ingest(summary_of("CA1", 1000.0))
     for _ in range(2):
         with CallStore.open(store_url) as store:
             assert store.migrate() == schema.LATEST_VERSION
-            assert store.backend.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 4
+            assert store.backend.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 5
             assert [c["call_sid"] for c in store.calls()] == ["CA1"]
 
 
@@ -460,3 +461,157 @@ def test_calls_filter_by_time_outcome_and_agent(store_url):
         first = store.calls(outcome="caller_hangup")[0]["started_at"]
         assert [c["call_sid"] for c in store.calls(until_s=first)] == ["CA2", "CA1"]
         assert store.agents() == ["front", "shop"]
+
+
+# --- migration 5: what the console's daily use reads, on both backends ---------------------------------------------
+def agent_summary(call_sid: str = "CAagent", answer: str = "keypad"):
+    from agent_call import agent_call
+
+    call = agent_call(call_sid, answer=answer)
+    return summarize_record(call.header, call.entries, f"{call_sid}.jsonl", wall_end_s=1_800_000_000.0)
+
+
+def test_a_confirmed_booking_round_trips_with_its_keypress_consent_and_clock(store_url):
+    summary = agent_summary()
+    with CallStore.open(store_url) as store:
+        store.ingest(summary)
+        call = store.call("CAagent")
+        (row,) = store.calls()
+    assert call["keypresses"] == [dataclasses.asdict(k) for k in summary.keypresses] and call["keypresses"][0]["digit"] == "1"
+    assert call["turns"] == [{**dataclasses.asdict(t), "latency_ms": t.latency_ms} for t in summary.turns]
+    assert call["transcript"] == [dataclasses.asdict(t) for t in summary.transcripts]
+    assert call["tool_calls"] == [dataclasses.asdict(t) for t in summary.tool_calls]
+    assert call["tool_calls"][0]["answered_by"] == "keypad 1" and call["tool_calls"][1]["action"] == "end_call"
+    assert call["verdicts"] == [dataclasses.asdict(v) for v in summary.verdicts] and call["verdicts"][0]["frames"] == 20
+    assert isinstance(call["errors"], list)  # the detail's errors stay the list of model errors
+    heard = [t["first_played_ms"] - t["speech_ended_ms"] for t in call["turns"]]
+    assert (row["latency_p50_ms"], row["latency_max_ms"]) == (min(heard), max(heard))
+    assert (row["bargeins"], row["error_count"], row["rejections"], row["carrier"], row["direction"]) == (0, 0, 0, "", "inbound")
+
+
+def many_calls(store, count: int = 30) -> None:
+    """``count`` calls a minute apart (CA00 newest), agents, carriers and words in turn; every 5th with an error."""
+    base = summary_of("CAbase", 1_800_000_000.0)
+    for n in range(count):
+        transcripts = tuple(dataclasses.replace(t, text=f"{t.text} {('cleaning', 'whitening', 'Öppettider')[n % 3]}")
+                            for t in base.transcripts)
+        turns = tuple(dataclasses.replace(t, first_played_ms=None if t.first_played_ms is None else t.first_played_ms + 100 * n)
+                      for t in base.turns)
+        store.ingest(dataclasses.replace(
+            base, source=f"CA{n:02d}.jsonl", call_sid=f"CA{n:02d}", started_at=1_800_000_000.0 - 60 * n,
+            agent=("front", "shop")[n % 2], carrier=("twilio", "telnyx", "")[n % 3], transcripts=transcripts, turns=turns,
+            errors=base.errors if n % 5 == 0 else (), verdicts=() if n % 4 else base.verdicts,
+            direction="outbound" if n == 7 else "inbound"))
+
+
+def sids(rows) -> list[str]:
+    return [row["call_sid"] for row in rows]
+
+
+def test_search_finds_calls_by_their_words_and_by_their_ids_beginning(store_url):
+    from voicecore.store.query import CallFilter
+
+    with CallStore.open(store_url) as store:
+        many_calls(store)
+        assert sids(store.calls(filter=CallFilter(search="whitening"))) == [f"CA{n:02d}" for n in range(1, 30, 3)]
+        assert sids(store.calls(filter=CallFilter(search="WHITEN"))) == [f"CA{n:02d}" for n in range(1, 30, 3)]  # a prefix
+        assert store.count_calls(CallFilter(search="öppettider")) == 10  # letters beyond ASCII, any case
+        assert store.count_calls(CallFilter(search="cleaning please")) == 30  # every word, anywhere in the call
+        assert store.count_calls(CallFilter(search="cleaning zebra")) == 0
+        assert sids(store.calls(filter=CallFilter(search="ca2"))) == [f"CA{n:02d}" for n in range(20, 30)]  # id, any case
+        assert sids(store.calls(filter=CallFilter(search="CA07"))) == ["CA07"]
+        assert store.count_calls(CallFilter(search="' OR 1=1 --")) == 0  # words, never SQL
+
+
+def test_filters_by_agent_carrier_direction_latency_errors_and_bargeins(store_url):
+    from voicecore.store.query import CallFilter
+
+    with CallStore.open(store_url) as store:
+        many_calls(store)
+        assert store.count_calls(CallFilter(agent="shop")) == 15
+        assert sids(store.calls(filter=CallFilter(carrier="telnyx", agent="front"))) == [f"CA{n:02d}" for n in range(4, 30, 6)]
+        assert sids(store.calls(filter=CallFilter(direction="outbound"))) == ["CA07"]
+        slowest = {row["call_sid"]: row["latency_max_ms"] for row in store.calls(limit=100)}
+        floor = slowest["CA10"]
+        assert sids(store.calls(filter=CallFilter(min_latency_ms=floor))) == [f"CA{n:02d}" for n in range(10, 30)]
+        assert sids(store.calls(filter=CallFilter(errors=True))) == [f"CA{n:02d}" for n in range(0, 30, 5)]
+        assert store.count_calls(CallFilter(bargeins=True)) == 30
+        assert store.carriers() == ["", "telnyx", "twilio"]
+        assert sids(store.calls(filter=CallFilter(since_s=1_800_000_000.0 - 60 * 9 - 30, agent="front", search="whitening"))) == [
+            "CA04"]  # all at once: the newest ten, front's, with that word
+
+
+def test_pages_follow_one_another_without_a_gap_or_a_repeat_while_calls_arrive(store_url):
+    from voicecore.store.query import CallFilter
+
+    with CallStore.open(store_url) as store:
+        many_calls(store)
+        first = store.calls(limit=12)
+        store.ingest(dataclasses.replace(summary_of("CAnew", 1_800_000_100.0)))  # newer than all: not in later pages
+        second = store.calls(limit=12, after=first[-1]["cursor"])
+        third = store.calls(limit=12, after=second[-1]["cursor"])
+        assert sids(first + second + third) == [f"CA{n:02d}" for n in range(30)] and len(third) == 6
+        assert store.calls(limit=12, after=third[-1]["cursor"]) == []
+        filtered = CallFilter(agent="front")
+        page = store.calls(filter=filtered, limit=4)
+        rest = store.calls(filter=filtered, limit=100, after=page[-1]["cursor"])
+        assert sids(page + rest) == [f"CA{n:02d}" for n in range(0, 30, 2)]
+
+
+def test_a_purged_call_is_no_longer_found_by_its_words(store_url):
+    from voicecore.store.query import CallFilter
+
+    with CallStore.open(store_url) as store:
+        many_calls(store, 6)
+        assert store.purge(1, now_s=1_800_000_000.0 - 60 * 2.5 + 86400) == 3  # CA03..CA05 started more than a day before
+        assert sids(store.calls(filter=CallFilter(search="whitening"))) == ["CA01"]  # CA04 is gone, and its words
+        text_rows = store.backend.execute("SELECT COUNT(*) FROM call_text").fetchone()[0]
+        assert text_rows == 3
+
+
+def test_a_version_4_store_is_migrated_with_its_calls_counted_and_searchable(store_url):
+    """A store as migration 4 left it, with a call in it: migration 5 fills the list's columns and the index."""
+    from voicecore.store.db import _backend_for
+    from voicecore.store.query import CallFilter
+
+    store = CallStore(_backend_for(store_url))
+    db = store.backend
+    with db.transaction():
+        db.execute(schema.SCHEMA_VERSION_TABLE)
+        for version in range(1, 5):
+            for statement in schema.migration_sql(version, db.dialect):
+                db.execute(statement)
+            db.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, 0)", (version,))
+        ids = []
+        for n, sid in enumerate(("CA" + "0f" * 16, "v3:abc"), start=1):
+            db.execute("INSERT INTO sources (name, ingested_at) VALUES (?, 0)", (f"{sid}.jsonl",))
+            ids.append(db.execute("INSERT INTO calls (source, call_sid, control, flow, agent, started_at, duration_ms, outcome, "
+                                  "complete) VALUES (?, ?, 'turns', 'agent', 'a', ?, 9000, 'caller_hangup', 1) RETURNING id",
+                                  (f"{sid}.jsonl", sid, 1000.0 * n)).fetchone()[0])
+        assert ids[0] == 1
+        for idx, (stopped, played, barged) in enumerate(((900, 1500, None), (3000, 3400, 3600), (5000, 6200, None))):
+            db.execute("INSERT INTO turns (call_id, idx, speech_started_ms, speech_stopped_ms, transcript, response_requested_ms, "
+                       "response_id, first_audio_ms, barged_in_ms, truncated_at_ms, agent_text, first_played_ms, played_ms) "
+                       "VALUES (1, ?, 100, ?, 'x', NULL, 'r', ?, ?, NULL, 'y', ?, 100)", (idx, stopped, played - 50, barged, played))
+        db.execute("INSERT INTO transcripts (call_id, idx, speaker, text, at_ms) VALUES (1, 0, 'caller', 'Do you open on Saturdays', 950)")
+        db.execute("INSERT INTO transcripts (call_id, idx, speaker, text, at_ms) VALUES (1, 1, 'agent', 'We open at nine', 1600)")
+        db.execute("INSERT INTO errors (call_id, idx, code, message, at_ms) VALUES (1, 0, 'x', 'y', 10)")
+        db.execute("INSERT INTO tool_calls (call_id, idx, tool_call_id, name, arguments, called_ms, ran, ok, output, result_ms) "
+                   "VALUES (1, 0, 'c1', 'book', '{}', 10, 1, 0, 'no', 20)")
+        db.execute("INSERT INTO verdicts (call_id, idx, tag, rejected, reason, citations, at_ms) VALUES (1, 0, 3, 1, 'r', '[]', 5)")
+        db.execute("INSERT INTO verdicts (call_id, idx, tag, rejected, reason, citations, at_ms) VALUES (1, 1, 3, 1, 'r', '[]', 6)")
+    store.close()
+    with CallStore.open(store_url) as store:
+        assert store.schema_version() == 5
+        rows = {row["call_sid"]: row for row in store.calls()}
+        old = rows["CA" + "0f" * 16]
+        # heard latencies 600, 400, 1200 (played - the model's speech end): median 600, slowest 1200
+        assert (old["latency_p50_ms"], old["latency_max_ms"], old["bargeins"], old["error_count"], old["rejections"]) == (
+            600, 1200, 1, 2, 1)
+        assert (old["carrier"], old["direction"], rows["v3:abc"]["carrier"]) == ("twilio", "inbound", "telnyx")
+        assert rows["v3:abc"]["latency_p50_ms"] is None and rows["v3:abc"]["error_count"] == 0
+        assert sids(store.calls(filter=CallFilter(search="saturdays nine"))) == ["CA" + "0f" * 16]
+        call = store.call("CA" + "0f" * 16)
+        assert call["keypresses"] == [] and call["transcript"][0]["spoken_ms"] is None and call["transcript"][0]["prompt"] == ""
+        store.ingest(summary_of("CAafter", 5000.0))  # and calls stored after the migration are searchable too
+        assert sids(store.calls(filter=CallFilter(search="Friday"))) == ["CAafter"]

@@ -1,7 +1,9 @@
 """`voicecore console-key add NAME | list | revoke NAME`: the console's API keys in the call store.
 
 Owns the command's work (voicecore/cli.py parses its arguments). ``add`` prints the new key once, on
-stdout alone (so ``KEY=$(voicecore console-key add ops)`` works); the store keeps only its SHA-256.
+stdout alone (so ``KEY=$(voicecore console-key add ops)`` works); the store keeps only its SHA-256. A key is
+often made before the first ``voicecore up``: ``add`` creates the record directory (0700, as ``up`` does)
+when the store is the default one inside it; ``list`` and ``revoke`` create nothing.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import datetime
 import json
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TextIO
 
 from voicecore.config import load_config
@@ -21,10 +24,17 @@ NO_STORE = ("voicecore console-key: no call store configured: set VOICECORE_RECO
 
 def run_console_key(environ: Mapping[str, str], config_path: str | None, action: str, name: str | None, as_json: bool = False,
                     out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    url = database_url_for(load_config(environ, config_path))
+    config = load_config(environ, config_path)
+    url = database_url_for(config)
     if not url:
         print(NO_STORE, file=err)
         return 2
+    if action == "add" and config.record_dir and not config.database_url:
+        try:  # the store is <record_dir>/calls.db: a key made before the first `voicecore up` needs the directory
+            Path(config.record_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"voicecore console-key: cannot make the record directory {config.record_dir}: {exc}", file=err)
+            return 1
     if action in ("add", "revoke") and not name:
         print(f"voicecore console-key {action}: a NAME is needed", file=err)
         return 2

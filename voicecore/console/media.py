@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from voicecore import timing
 from voicecore.console import ranges
 from voicecore.g711 import stereo_wav_bytes, ulaw_to_linear
 from voicecore.record import load_record
@@ -19,13 +20,17 @@ MAX_POINTS = 4000
 
 
 def call_audio(record_path: str | Path) -> tuple[bytes, bytes]:
-    """(caller track, agent track) as 8 kHz mu-law, both from the call's start."""
+    """(caller track, agent track) as 8 kHz mu-law, both from the call's start. The caller's frames are placed
+    when they were received: an audio entry recorded at ``t`` holds the frames that arrived in the batch's
+    length before ``t`` (the model worker appends them in batches), so its first frame began that long before
+    ``t``. This is the clock the call store's speech times use (voicecore/store/summary.py)."""
     header, entries, complete = load_record(record_path)
     if not entries:
         return b"", b""
     result = replay(header, entries, stop_at_divergence=False, complete=complete)
     origin = entries[0]["t"]
-    return caller_track(result, origin), agent_track(result, origin)
+    received = [(t - len(audio) // timing.FRAME_BYTES * timing.FRAME_NS, audio) for t, audio in result.caller_audio]
+    return caller_track(dataclasses.replace(result, caller_audio=received), origin), agent_track(result, origin)
 
 
 def wav(caller: bytes, agent: bytes) -> bytes:

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from voicecore.config import load_config
 from voicecore.store.db import SQLITE_PREFIX, CallStore, StoreError, database_url_for
+from voicecore.store.figures import heard_latency, tool_status
 
 NO_STORE = ("voicecore calls: no call store configured: set VOICECORE_RECORD_DIR (the store is filled from its call "
             "records, in <record_dir>/calls.db) or VOICECORE_DATABASE_URL")
@@ -61,15 +62,19 @@ def call_text(call: dict[str, Any]) -> str:
              f"{call['outcome']}{'' if call['complete'] else ' (incomplete record)'}",
              f"control {call['control']}" + (f"  agent {call['agent']}" if call["agent"] else "") + f"  records {', '.join(call['sources'])}"]
     lines.append(f"turns ({len(call['turns'])}), seconds from the call's start; wait: speech end to first audio; "
-                 "played: the answer's first frame played to the caller; heard: the answer's audio the caller heard")
-    lines.append(f"  {'#':>3}  {'speech':<13}  {'asked':>6}  {'audio':>6}  {'played':>6}  {'wait ms':>7}  {'barge-in':>8}  {'heard ms':>8}")
+                 "played: the answer's first frame played to the caller; waited: the caller stopped speaking to "
+                 "hearing the answer (voicecore/store/figures.py); heard: the answer's audio the caller heard")
+    lines.append(f"  {'#':>3}  {'speech':<13}  {'asked':>6}  {'audio':>6}  {'played':>6}  {'wait ms':>7}  {'waited ms':>9}  "
+                 f"{'barge-in':>8}  {'heard ms':>8}")
     for turn in call["turns"]:
         latency = "-" if turn["latency_ms"] is None else str(turn["latency_ms"])
+        waited_by = heard_latency(turn)
+        waited = "-" if waited_by is None else str(waited_by["total_ms"])
         heard_ms = turn["truncated_at_ms"] if turn["truncated_at_ms"] is not None else turn.get("played_ms")
         heard = "-" if heard_ms is None else str(heard_ms)
         speech = f"{_ms(turn['speech_started_ms'])}-{_ms(turn['speech_stopped_ms'])}"
         lines.append(f"  {turn['index'] + 1:>3}  {speech:<13}  {_ms(turn['response_requested_ms']):>6}  "
-                     f"{_ms(turn['first_audio_ms']):>6}  {_ms(turn.get('first_played_ms')):>6}  {latency:>7}  "
+                     f"{_ms(turn['first_audio_ms']):>6}  {_ms(turn.get('first_played_ms')):>6}  {latency:>7}  {waited:>9}  "
                      f"{_ms(turn['barged_in_ms']):>8}  {heard:>8}")
         if turn["transcript"]:
             lines.append(f"       caller: {turn['transcript']}")
@@ -79,7 +84,7 @@ def call_text(call: dict[str, Any]) -> str:
         lines.append("transcript:")
         lines += [f"  {_ms(line['at_ms']):>7}  {line['speaker']}: {line['text']}" for line in call["transcript"]]
     for tool in call["tool_calls"]:
-        result = "not run" if not tool["ran"] else ("ok" if tool["ok"] else "failed" if tool["ok"] is False else "no result")
+        result = tool_status(tool, call["outcome"])["words"]  # ran, declined, ended the call, ...: not a bare "not run"
         lines.append(f"tool {tool['name']}({tool['arguments']}) at {_ms(tool['called_ms'])}: {result} {tool['output']}".rstrip())
     for verdict in call["verdicts"]:
         lines.append(f"verdict on response {verdict['tag']} at {_ms(verdict['at_ms'])}: "
@@ -121,5 +126,6 @@ def run_calls(environ: Mapping[str, str], config_path: str | None, since: str | 
             return 1
         print(json.dumps(call, ensure_ascii=False) if as_json else call_text(call), file=out)
         return 0
+    calls = [{k: v for k, v in c.items() if k != "cursor"} for c in calls]  # the console's page marker: not for here
     print(json.dumps({"calls": calls}, ensure_ascii=False) if as_json else calls_table(calls), file=out)
     return 0

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import hashlib
+import json
 import os
 import secrets
 import sqlite3
@@ -20,6 +22,8 @@ from typing import Any
 
 from voicecore.errors import MisuseError
 from voicecore.store import schema
+from voicecore.store.figures import call_figures
+from voicecore.store.query import CallFilter, after_marker, page_marker, where
 from voicecore.store.summary import CallSummary
 
 SQLITE_PREFIX = "sqlite:///"
@@ -158,7 +162,21 @@ def _flag(value: Any) -> bool | None:
     return None if value is None else bool(value)
 
 
-CALL_COLUMNS = "id, source, call_sid, control, flow, agent, started_at, duration_ms, outcome, complete"
+def _started_agent(data: str | None) -> str:
+    """The agent a call.started event's data names ("" for none, or data that is not JSON)."""
+    try:
+        value = json.loads(data) if data else None
+    except ValueError:
+        return ""
+    return str(value.get("agent") or "") if isinstance(value, dict) else ""
+
+
+CALL_COLUMNS = ("id, source, call_sid, control, flow, agent, started_at, duration_ms, outcome, complete, carrier, direction, "
+                "latency_p50_ms, latency_max_ms, bargeins, error_count, rejections")
+TRANSCRIPT_KEYS = ("speaker", "text", "at_ms", "spoken_ms", "ref", "prompt")
+TOOL_KEYS = ("name", "arguments", "called_ms", "output", "result_ms", "asked_ms", "answered_ms", "answer", "answered_by",
+             "started_ms", "reply", "reply_ms", "action")
+VERDICT_KEYS = ("tag", "reason", "citations", "at_ms", "frames", "response_id")
 
 
 class CallStore:
@@ -206,35 +224,52 @@ class CallStore:
     def ingest(self, summary: CallSummary) -> bool:
         """Store a call, all of it or nothing; False when its record (``summary.source``) was stored before."""
         db = self.backend
+        figures = call_figures([dataclasses.asdict(t) for t in summary.turns], [dataclasses.asdict(t) for t in summary.tool_calls],
+                               [dataclasses.asdict(v) for v in summary.verdicts], list(summary.errors))
         with db.transaction():
             added = db.execute("INSERT INTO sources (name, ingested_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
                                (summary.source, time.time()))
             if added.rowcount != 1:
                 return False
             call_id = db.execute(
-                "INSERT INTO calls (source, call_sid, control, flow, agent, started_at, duration_ms, outcome, complete) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                "INSERT INTO calls (source, call_sid, control, flow, agent, started_at, duration_ms, outcome, complete, "
+                "carrier, direction, latency_p50_ms, latency_max_ms, bargeins, error_count, rejections) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (summary.source, summary.call_sid, summary.control, summary.flow, summary.agent, summary.started_at,
-                 summary.duration_ms, summary.outcome, int(summary.complete))).fetchone()[0]
+                 summary.duration_ms, summary.outcome, int(summary.complete), summary.carrier, summary.direction,
+                 figures["latency_p50_ms"], figures["latency_max_ms"], figures["bargeins"], figures["error_count"],
+                 figures["rejections"])).fetchone()[0]
             db.executemany(
                 "INSERT INTO turns (call_id, idx, speech_started_ms, speech_stopped_ms, transcript, response_requested_ms, "
-                "response_id, first_audio_ms, barged_in_ms, truncated_at_ms, agent_text, first_played_ms, played_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "response_id, first_audio_ms, barged_in_ms, truncated_at_ms, agent_text, first_played_ms, played_ms, "
+                "speech_began_ms, speech_ended_ms, first_sent_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(call_id, t.index, t.speech_started_ms, t.speech_stopped_ms, t.transcript, t.response_requested_ms,
                   t.response_id, t.first_audio_ms, t.barged_in_ms, t.truncated_at_ms, t.agent_text, t.first_played_ms,
-                  t.played_ms) for t in summary.turns])
-            db.executemany("INSERT INTO transcripts (call_id, idx, speaker, text, at_ms) VALUES (?, ?, ?, ?, ?)",
-                           [(call_id, i, t.speaker, t.text, t.at_ms) for i, t in enumerate(summary.transcripts)])
+                  t.played_ms, t.speech_began_ms, t.speech_ended_ms, t.first_sent_ms) for t in summary.turns])
+            db.executemany("INSERT INTO transcripts (call_id, idx, speaker, text, at_ms, spoken_ms, ref, prompt) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(call_id, i, t.speaker, t.text, t.at_ms, t.spoken_ms, t.ref, t.prompt)
+                            for i, t in enumerate(summary.transcripts)])
             db.executemany(
-                "INSERT INTO tool_calls (call_id, idx, tool_call_id, name, arguments, called_ms, ran, ok, output, result_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO tool_calls (call_id, idx, tool_call_id, name, arguments, called_ms, ran, ok, output, result_ms, "
+                "asked_ms, answered_ms, answer, answered_by, started_ms, reply, reply_ms, action) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(call_id, i, t.call_id, t.name, t.arguments, t.called_ms, int(t.ran), None if t.ok is None else int(t.ok),
-                  t.output, t.result_ms) for i, t in enumerate(summary.tool_calls)])
-            db.executemany("INSERT INTO verdicts (call_id, idx, tag, rejected, reason, citations, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           [(call_id, i, v.tag, int(v.rejected), v.reason, v.citations, v.at_ms)
+                  t.output, t.result_ms, t.asked_ms, t.answered_ms, t.answer, t.answered_by, t.started_ms, t.reply,
+                  t.reply_ms, t.action) for i, t in enumerate(summary.tool_calls)])
+            db.executemany("INSERT INTO verdicts (call_id, idx, tag, rejected, reason, citations, at_ms, frames, response_id) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(call_id, i, v.tag, int(v.rejected), v.reason, v.citations, v.at_ms, v.frames, v.response_id)
                             for i, v in enumerate(summary.verdicts)])
             db.executemany("INSERT INTO errors (call_id, idx, code, message, at_ms) VALUES (?, ?, ?, ?, ?)",
                            [(call_id, i, e.code, e.message, e.at_ms) for i, e in enumerate(summary.errors)])
+            db.executemany("INSERT INTO keypresses (call_id, idx, digit, at_ms) VALUES (?, ?, ?, ?)",
+                           [(call_id, i, k.digit, k.at_ms) for i, k in enumerate(summary.keypresses)])
+            text = "\n".join(t.text for t in summary.transcripts)
+            if text:
+                db.execute("INSERT INTO call_text (rowid, body) VALUES (?, ?)" if db.dialect == "sqlite"
+                           else "INSERT INTO call_text (call_id, body) VALUES (?, ?)", (call_id, text))
         return True
 
     def has_source(self, source: str) -> bool:
@@ -242,38 +277,41 @@ class CallStore:
         return self.backend.execute("SELECT 1 FROM sources WHERE name = ?", (source,)).fetchone() is not None
 
     def calls(self, since_s: float | None = None, limit: int = 100, until_s: float | None = None,
-              outcome: str | None = None, agent: str | None = None) -> list[dict[str, Any]]:
+              outcome: str | None = None, agent: str | None = None, filter: CallFilter | None = None,  # noqa: A002
+              after: str | None = None) -> list[dict[str, Any]]:
         """Calls started at or after ``since_s`` and before ``until_s`` (seconds since the epoch; None: no
         bound), with that ``outcome`` (``hangup`` matches every ``hangup:<reason>``) and ``agent`` when
-        given, newest first, each with its number of turns (``turns``) and ``ended_at``."""
-        conditions: list[str] = []
-        params: list[Any] = []
-        if since_s is not None:
-            conditions.append("c.started_at >= ?")
-            params.append(since_s)
-        if until_s is not None:
-            conditions.append("c.started_at < ?")
-            params.append(until_s)
-        if outcome:
-            if outcome == "hangup":
-                conditions.append("c.outcome LIKE 'hangup:' || ?")  # || ? : the schema's no-literal-% rule
-                params.append("%")
-            else:
-                conditions.append("c.outcome = ?")
-                params.append(outcome)
-        if agent is not None and agent != "":
-            conditions.append("c.agent = ?")
-            params.append(agent)
-        where = f"WHERE {' AND '.join(conditions)} " if conditions else ""
+        given, or as ``filter`` says (voicecore/store/query.py: carrier, direction, search, latency, errors),
+        newest first, each with its number of turns (``turns``), ``ended_at`` and ``cursor`` (where a page
+        ending at it ends: pass it as ``after`` for the next page)."""
+        filter_ = filter if filter is not None else CallFilter(since_s=since_s, until_s=until_s, outcome=outcome, agent=agent)
+        where_sql, params = where(filter_, self.dialect)
+        if after:
+            condition, more = after_marker(after)
+            where_sql = f"{where_sql}AND {condition} " if where_sql else f"WHERE {condition} "
+            params += more
         cursor = self.backend.execute(
             f"SELECT {', '.join('c.' + c for c in CALL_COLUMNS.split(', '))}, "
             "(SELECT COUNT(*) FROM turns t WHERE t.call_id = c.id) AS turns "
-            f"FROM calls c {where}ORDER BY c.started_at DESC, c.id DESC LIMIT ?", [*params, int(limit)])
-        return [self._call_row(row) for row in _rows(cursor)]
+            f"FROM calls c {where_sql}ORDER BY c.started_at DESC, c.id DESC LIMIT ?", [*params, int(limit)])
+        rows = []
+        for row in _rows(cursor):
+            marker = page_marker(row)
+            rows.append({**self._call_row(row), "cursor": marker})
+        return rows
+
+    def count_calls(self, filter: CallFilter) -> int:  # noqa: A002
+        """How many calls ``filter`` matches."""
+        where_sql, params = where(filter, self.dialect)
+        return int(self.backend.execute(f"SELECT COUNT(*) FROM calls c {where_sql}", params).fetchone()[0])
 
     def agents(self) -> list[str]:
         """The agent names of the stored calls (for the console's filter)."""
         return [row[0] for row in self.backend.execute("SELECT DISTINCT agent FROM calls ORDER BY agent").fetchall()]
+
+    def carriers(self) -> list[str]:
+        """The carriers of the stored calls ("" for calls whose carrier is not known)."""
+        return [row[0] for row in self.backend.execute("SELECT DISTINCT carrier FROM calls ORDER BY carrier").fetchall()]
 
     # --- the live observers' events ----------------------------------------------------------------------
     def add_events(self, rows: Sequence[tuple[str, int, float, int, str, str]]) -> None:
@@ -304,10 +342,11 @@ class CallStore:
         by a stop before they ended), newest first: call_sid, started_at, last_at, events."""
         since = (time.time() if now_s is None else now_s) - within_s
         cursor = self.backend.execute(
-            "SELECT call_sid, MIN(at), MAX(at), COUNT(*) FROM events WHERE at >= ? GROUP BY call_sid "
+            "SELECT call_sid, MIN(at), MAX(at), COUNT(*), "
+            "MIN(CASE WHEN type = 'call.started' THEN data ELSE NULL END) FROM events WHERE at >= ? GROUP BY call_sid "
             "HAVING SUM(CASE WHEN type = 'call.ended' THEN 1 ELSE 0 END) = 0 ORDER BY MIN(at) DESC", (since,))
-        return [{"call_sid": r[0], "started_at": float(r[1]), "last_at": float(r[2]), "events": int(r[3])}
-                for r in cursor.fetchall()]
+        return [{"call_sid": r[0], "started_at": float(r[1]), "last_at": float(r[2]), "events": int(r[3]),
+                 "agent": _started_agent(r[4])} for r in cursor.fetchall()]
 
     # --- signed stream tokens redeemed in the fleet --------------------------------------------------------
     def claim_stream_token(self, nonce: str, call_sid: str, issuer: str, redeemed_by: str, expires_at_s: float,
@@ -375,18 +414,17 @@ class CallStore:
             stopped, audio = turn["speech_stopped_ms"], turn["first_audio_ms"]
             turn["latency_ms"] = audio - stopped if stopped is not None and audio is not None else None
         call["turns"] = turns
-        call["transcript"] = [{k: row[k] for k in ("speaker", "text", "at_ms")}
+        call["transcript"] = [{k: row[k] for k in TRANSCRIPT_KEYS}
                               for row in _rows(db.execute("SELECT * FROM transcripts WHERE call_id = ? ORDER BY idx", (call_id,)))]
         call["tool_calls"] = [
-            {"call_id": row["tool_call_id"], "name": row["name"], "arguments": row["arguments"], "called_ms": row["called_ms"],
-             "ran": bool(row["ran"]), "ok": _flag(row["ok"]), "output": row["output"], "result_ms": row["result_ms"]}
+            {"call_id": row["tool_call_id"], **{k: row[k] for k in TOOL_KEYS}, "ran": bool(row["ran"]), "ok": _flag(row["ok"])}
             for row in _rows(db.execute("SELECT * FROM tool_calls WHERE call_id = ? ORDER BY idx", (call_id,)))]
-        call["verdicts"] = [
-            {"tag": row["tag"], "rejected": bool(row["rejected"]), "reason": row["reason"], "citations": row["citations"],
-             "at_ms": row["at_ms"]}
-            for row in _rows(db.execute("SELECT * FROM verdicts WHERE call_id = ? ORDER BY idx", (call_id,)))]
+        call["verdicts"] = [{**{k: row[k] for k in VERDICT_KEYS}, "rejected": bool(row["rejected"])}
+                            for row in _rows(db.execute("SELECT * FROM verdicts WHERE call_id = ? ORDER BY idx", (call_id,)))]
         call["errors"] = [{k: row[k] for k in ("code", "message", "at_ms")}
                           for row in _rows(db.execute("SELECT * FROM errors WHERE call_id = ? ORDER BY idx", (call_id,)))]
+        call["keypresses"] = [{k: row[k] for k in ("digit", "at_ms")}
+                              for row in _rows(db.execute("SELECT * FROM keypresses WHERE call_id = ? ORDER BY idx", (call_id,)))]
         return call
 
     @staticmethod

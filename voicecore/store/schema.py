@@ -6,7 +6,9 @@ flags are INTEGER 0/1 (SQLite has no BOOLEAN), times are milliseconds from the c
 them into ``%s``, so no statement here may hold a literal ``?`` or ``%``.
 
 Migrations only ever get appended: migration N runs once, in one transaction, and records N in
-``schema_version``. Caller numbers are not stored: records do not hold them.
+``schema_version``. A statement is SQL text for both dialects, or a dict of each dialect's own text (the
+transcripts' full-text index is SQLite's FTS5 there and a ``tsvector`` with a GIN index in PostgreSQL).
+Caller numbers are not stored: records do not hold them.
 """
 
 from __future__ import annotations
@@ -126,10 +128,101 @@ MIGRATION_4 = (
     "CREATE INDEX stream_tokens_expires_at ON stream_tokens (expires_at)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4)  # MIGRATIONS[n - 1] is migration n
+# A turn's heard latency, for the rows stored before migration 5 (which have no speech end on the audio clock
+# and no first frame sent): the model's speech_stopped to the first frame played. voicecore/store/figures.py
+# holds the definition for calls stored since.
+_OLD_HEARD_LATENCY = "t.first_played_ms - t.speech_stopped_ms"
+_OLD_LATENCIES = (f"SELECT {_OLD_HEARD_LATENCY} AS v FROM turns t WHERE t.call_id = calls.id "
+                  "AND t.first_played_ms IS NOT NULL AND t.speech_stopped_ms IS NOT NULL")
+
+MIGRATION_5 = (
+    # What the calls list shows and filters on, kept per call when the recorder stores it. The carrier: the
+    # record header's, else read from the form of the call id ("" when it does not tell).
+    "ALTER TABLE calls ADD COLUMN carrier TEXT NOT NULL DEFAULT ''",
+    # inbound (voicecore answers calls), unless the record header says otherwise.
+    "ALTER TABLE calls ADD COLUMN direction TEXT NOT NULL DEFAULT 'inbound'",
+    # The turns' heard latency (the caller stopped speaking -> heard the answer's first frame): the median
+    # (nearest rank below the middle) and the slowest; NULL when no answer was heard.
+    "ALTER TABLE calls ADD COLUMN latency_p50_ms BIGINT",
+    "ALTER TABLE calls ADD COLUMN latency_max_ms BIGINT",
+    # Turns the caller talked over.
+    "ALTER TABLE calls ADD COLUMN bargeins INTEGER NOT NULL DEFAULT 0",
+    # Model errors and tools that failed.
+    "ALTER TABLE calls ADD COLUMN error_count INTEGER NOT NULL DEFAULT 0",
+    # Answers the validation gate rejected.
+    "ALTER TABLE calls ADD COLUMN rejections INTEGER NOT NULL DEFAULT 0",
+    # The utterance on the call's audio clock: the model's audio_start_ms and audio_end_ms (less the turn's
+    # silence) placed where those frames were received.
+    "ALTER TABLE turns ADD COLUMN speech_began_ms BIGINT",
+    "ALTER TABLE turns ADD COLUMN speech_ended_ms BIGINT",
+    # The answer's first frame went to the carrier (where it starts in the recording).
+    "ALTER TABLE turns ADD COLUMN first_sent_ms BIGINT",
+    # When the line was said: a caller line's speech start, an agent line's first frame sent (NULL: never played).
+    "ALTER TABLE transcripts ADD COLUMN spoken_ms BIGINT",
+    # Whose line: the caller's item id or the agent's response id.
+    "ALTER TABLE transcripts ADD COLUMN ref TEXT NOT NULL DEFAULT ''",
+    # An agent line's prompt id from the controller (confirm:<function> for a confirmation prompt).
+    "ALTER TABLE transcripts ADD COLUMN prompt TEXT NOT NULL DEFAULT ''",
+    # A confirmation: its prompt was asked for, the caller's answer took effect (or the wait for it ended).
+    "ALTER TABLE tool_calls ADD COLUMN asked_ms BIGINT",
+    "ALTER TABLE tool_calls ADD COLUMN answered_ms BIGINT",
+    # yes, no, or '' (no answer).
+    "ALTER TABLE tool_calls ADD COLUMN answer TEXT NOT NULL DEFAULT ''",
+    # keypad <digit>, words, timeout or superseded.
+    "ALTER TABLE tool_calls ADD COLUMN answered_by TEXT NOT NULL DEFAULT ''",
+    # The tool was started (RunTool): the tool's own time is started_ms -> result_ms.
+    "ALTER TABLE tool_calls ADD COLUMN started_ms BIGINT",
+    # What the model was told (the function_call_output), and when.
+    "ALTER TABLE tool_calls ADD COLUMN reply TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tool_calls ADD COLUMN reply_ms BIGINT",
+    # The function's built-in action: end_call, transfer or ''.
+    "ALTER TABLE tool_calls ADD COLUMN action TEXT NOT NULL DEFAULT ''",
+    # The frames this verdict approved the answer up to.
+    "ALTER TABLE verdicts ADD COLUMN frames BIGINT",
+    # The answer (response) the verdict's tag played.
+    "ALTER TABLE verdicts ADD COLUMN response_id TEXT NOT NULL DEFAULT ''",
+    # The caller's keypresses (DTMF), in order.
+    """CREATE TABLE keypresses (
+        call_id BIGINT NOT NULL REFERENCES calls (id) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        digit TEXT NOT NULL,
+        at_ms BIGINT NOT NULL,
+        PRIMARY KEY (call_id, idx))""",
+    "CREATE INDEX calls_agent_started_at ON calls (agent, started_at)",
+    # A call's words for search: every transcript line of the call in one document, keyed by calls.id.
+    # SQLite: an FTS5 table (rowid = calls.id; a trigger deletes a purged call's row); PostgreSQL: a table
+    # with a 'simple' tsvector (no stemming: the calls are in several languages) and a GIN index.
+    {"sqlite": "CREATE VIRTUAL TABLE call_text USING fts5(body, tokenize = 'unicode61 remove_diacritics 2')",
+     "postgresql": """CREATE TABLE call_text (
+        call_id BIGINT NOT NULL PRIMARY KEY REFERENCES calls (id) ON DELETE CASCADE,
+        body TEXT NOT NULL,
+        words TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', body)) STORED)"""},
+    {"sqlite": "CREATE TRIGGER calls_text_purged AFTER DELETE ON calls BEGIN DELETE FROM call_text WHERE rowid = old.id; END",
+     "postgresql": "CREATE INDEX call_text_words ON call_text USING GIN (words)"},
+    # The calls stored before: their words indexed, their counts and latencies from their rows.
+    {"sqlite": "INSERT INTO call_text (rowid, body) SELECT call_id, group_concat(text, char(10)) "
+               "FROM (SELECT call_id, text FROM transcripts ORDER BY call_id, idx) GROUP BY call_id",
+     "postgresql": "INSERT INTO call_text (call_id, body) SELECT call_id, string_agg(text, chr(10) ORDER BY idx) "
+                   "FROM transcripts GROUP BY call_id"},
+    "UPDATE calls SET bargeins = (SELECT COUNT(*) FROM turns t WHERE t.call_id = calls.id AND t.barged_in_ms IS NOT NULL), "
+    "error_count = (SELECT COUNT(*) FROM errors e WHERE e.call_id = calls.id) "
+    "+ (SELECT COUNT(*) FROM tool_calls tc WHERE tc.call_id = calls.id AND tc.ran = 1 AND tc.ok = 0), "
+    "rejections = (SELECT COUNT(DISTINCT v.tag) FROM verdicts v WHERE v.call_id = calls.id AND v.rejected = 1), "
+    f"latency_max_ms = (SELECT MAX(v) FROM ({_OLD_LATENCIES}) l), "
+    "latency_p50_ms = (SELECT v FROM (SELECT v, ROW_NUMBER() OVER (ORDER BY v) AS n, COUNT(*) OVER () AS total "
+    f"FROM ({_OLD_LATENCIES}) l) ranked WHERE n = (total + 1) / 2)",
+    "UPDATE calls SET carrier = 'twilio' WHERE length(call_sid) = 34 AND substr(call_sid, 1, 2) = 'CA'",
+    "UPDATE calls SET carrier = 'telnyx' WHERE substr(call_sid, 1, 3) IN ('v2:', 'v3:')",
+    {"sqlite": "UPDATE calls SET carrier = 'exotel' WHERE call_sid GLOB '" + "[0-9a-f]" * 32 + "'",
+     "postgresql": "UPDATE calls SET carrier = 'exotel' WHERE call_sid ~ '^[0-9a-f]{32}$'"},
+)
+
+MIGRATIONS: tuple[tuple[str | dict[str, str], ...], ...] = (
+    MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5)  # MIGRATIONS[n - 1] is migration n
 LATEST_VERSION = len(MIGRATIONS)
 
 
 def migration_sql(version: int, dialect: str) -> list[str]:
     """The statements of migration ``version`` (1-based) for ``dialect`` ("sqlite" or "postgresql")."""
-    return [statement.replace("{id}", ID_COLUMN[dialect]) for statement in MIGRATIONS[version - 1]]
+    return [(statement[dialect] if isinstance(statement, dict) else statement).replace("{id}", ID_COLUMN[dialect])
+            for statement in MIGRATIONS[version - 1]]

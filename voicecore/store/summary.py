@@ -22,14 +22,49 @@ too), with, in milliseconds from the call's start:
 - ``agent_text``: the transcripts of the turn's responses;
 - ``first_played_ms`` / ``played_ms``: when the caller began to hear the answer (its first frame played, from
   the playout snapshots: the first mark of its tag echoed, less the frames before that mark) and how much of
-  it they heard (the tag's played frames, last seen); None when no snapshot shows it played.
+  it they heard (the tag's played frames, last seen); None when no snapshot shows it played;
+- ``speech_began_ms`` / ``speech_ended_ms``: the utterance on the call's audio clock: the model's
+  ``audio_start_ms`` and ``audio_end_ms`` (positions in the audio the model was sent since its session
+  opened) placed where those frames were received: an ``audio`` entry of ``n`` frames recorded at ``t`` holds
+  the frames that arrived in the ``n`` x 20 ms before ``t`` (the model worker appends what came since its last
+  batch), as the console's recording lays them out (voicecore/console/media.py). ``audio_end_ms`` includes the silence that ended the turn (``silence_duration_ms`` of
+  the session's ``server_vad``, 500 ms when the session leaves it to the vendor): the caller stopped speaking
+  that much earlier. Under ``semantic_vad`` the vendor's wait is not known, so the end is its ``audio_end_ms``.
+  None when the record has no audio entries to place them by;
+- ``first_sent_ms``: when the answer's first frame went to the carrier (the first playout snapshot showing
+  its tag sent: the carrier's buffer runs dry at ``carrier_empty_at``, so the first of ``sent`` frames starts
+  ``sent`` frames before that): where the answer begins in the recording (voicecore/replay.py places the
+  agent's frames by the same rule).
 
-Model responses nobody asked for in a turn (the greeting) appear in ``transcripts`` only.
+Transcript lines carry ``spoken_ms`` besides ``at_ms`` (when the words were known): a caller line's speech
+start, an agent line's first frame sent (None: never played), so lines sort and seek on the audio's clock;
+``ref`` (the caller's item or the agent's response) and ``prompt`` (the controller's prompt id from the
+response's metadata: ``confirm:<function>`` for a confirmation prompt).
+
+Tool calls carry what a confirmation makes of them: ``asked_ms`` (the confirmation prompt was requested),
+``answered_ms`` / ``answer`` (``yes``, ``no``, or "" for none) / ``answered_by`` (``keypad <digit>``, ``words``,
+``timeout``, ``superseded``), ``started_ms`` (the tool was started: ``RunTool``), ``reply`` / ``reply_ms`` (what
+the model was told, e.g. ``{"status": "not_done", "reason": "caller_declined"}``) and ``action`` (the
+function's built-in action from the agent in the header: ``end_call``, ``transfer`` or ""). The record does
+not say why a ``RunTool`` happened; a confirmation's answer is the input that produced it (a ``dtmf`` entry:
+the keypad; a model event: the caller's words).
+
+Keypresses (``dtmf`` entries) are kept with their time. ``carrier`` and ``direction`` are the header's when it
+has them; otherwise the carrier is read from the form of the call id (``carrier_of``: Twilio's ``CA`` + 32 hex
+digits, Telnyx's ``v2:``/``v3:`` ids, Exotel's 32 hex digits; "" when it cannot tell, e.g. Plivo's and Vonage's
+UUIDs look alike) and the direction is ``inbound`` (voicecore answers calls; it places none).
+
+Model responses nobody asked for in a turn (the greeting) appear in ``transcripts`` only. The outcome is the
+first ending action's (``HangUp``, ``Transfer``, ``CallOver``); a carrier's ``stop`` with none before it is
+``caller_hangup`` (the spine returns no action for it; the observer events say the same); no end at all is
+``ended``.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import re
 from typing import Any
 
 import orjson
@@ -39,6 +74,13 @@ from voicecore.realtime import events as rt
 
 NS_PER_MS = 1_000_000
 FRAME_MS = 20
+FRAME_NS = FRAME_MS * NS_PER_MS
+DEFAULT_VAD_SILENCE_MS = 500  # the vendor's server_vad silence_duration_ms when a session does not set it
+KEPT_AUDIO_BATCHES = 6000  # caller audio batches kept to place the model's positions by: 10 minutes and more
+CONFIRM_PROMPT = "confirm:"  # the prompt id of a confirmation prompt (voicecore/agent/flow.py)
+NOT_DONE_ANSWERS = {"caller_declined": ("no", ""), "no_confirmation": ("", "timeout"), "superseded": ("", "superseded")}
+_TWILIO_SID = re.compile(r"CA[0-9a-f]{32}")
+_HEX_32 = re.compile(r"[0-9a-f]{32}")
 AUDIO_DELTAS = rt.AUDIO_DELTA_TYPES
 AGENT_TRANSCRIPTS = rt.TRANSCRIPT_DONE_TYPES
 AGENT_TRANSCRIPT_DELTAS = rt.TRANSCRIPT_DELTA_TYPES
@@ -60,6 +102,9 @@ class Turn:
     agent_text: str
     first_played_ms: int | None = None
     played_ms: int | None = None
+    speech_began_ms: int | None = None
+    speech_ended_ms: int | None = None
+    first_sent_ms: int | None = None
 
     @property
     def latency_ms(self) -> int | None:
@@ -73,6 +118,15 @@ class Turn:
 class Transcript:
     speaker: str  # "caller" or "agent"
     text: str
+    at_ms: int  # when the words were known (the transcript's event)
+    spoken_ms: int | None = None  # when they were said: caller speech start, agent first frame sent
+    ref: str = ""  # the caller's item id or the agent's response id
+    prompt: str = ""  # the controller's prompt id of an agent line (confirm:<function> for a confirmation)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Keypress:
+    digit: str
     at_ms: int
 
 
@@ -89,6 +143,14 @@ class ToolCall:
     ok: bool | None
     output: str
     result_ms: int | None
+    asked_ms: int | None = None  # its confirmation prompt was requested
+    answered_ms: int | None = None  # the caller's answer took effect (or the wait for it ended)
+    answer: str = ""  # "yes", "no", or "" (no answer)
+    answered_by: str = ""  # "keypad <digit>", "words", "timeout", "superseded"
+    started_ms: int | None = None  # RunTool: the tool began (after the yes, with a confirmation)
+    reply: str = ""  # what the model was told (function_call_output)
+    reply_ms: int | None = None
+    action: str = ""  # the function's built-in action: "end_call", "transfer" or ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,6 +160,8 @@ class Verdict:
     reason: str
     citations: str  # JSON text, as recorded
     at_ms: int
+    frames: int | None = None  # approved up to this many frames of the answer
+    response_id: str = ""  # the answer the tag played
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -123,6 +187,9 @@ class CallSummary:
     tool_calls: tuple[ToolCall, ...]
     verdicts: tuple[Verdict, ...]
     errors: tuple[ModelError, ...]
+    keypresses: tuple[Keypress, ...] = ()
+    carrier: str = ""
+    direction: str = "inbound"
 
     @property
     def ended_at(self) -> float:
@@ -147,13 +214,16 @@ class _OpenTurn:
     agent_texts: list[str] = dataclasses.field(default_factory=list)
     first_played_ms: int | None = None
     played_frames: int | None = None
+    speech_began_ms: int | None = None
+    speech_ended_ms: int | None = None
 
-    def frozen(self) -> Turn:
+    def frozen(self, first_sent_ms: int | None) -> Turn:
         response_id = self.audio_response_id or (self.response_ids[0] if self.response_ids else "")
         played_ms = None if self.played_frames is None else self.played_frames * FRAME_MS
         return Turn(self.index, self.speech_started_ms, self.speech_stopped_ms, self.transcript,
                     self.response_requested_ms, response_id, self.first_audio_ms, self.barged_in_ms,
-                    self.truncated_at_ms, " ".join(t for t in self.agent_texts if t), self.first_played_ms, played_ms)
+                    self.truncated_at_ms, " ".join(t for t in self.agent_texts if t), self.first_played_ms, played_ms,
+                    self.speech_began_ms, self.speech_ended_ms, first_sent_ms)
 
 
 class RecordSummarizer:
@@ -167,7 +237,7 @@ class RecordSummarizer:
         self.header = header
         self.t0: int | None = None
         self.last_t = 0
-        self.reader = _Reader()
+        self.reader = _Reader(actions=function_actions(header))
 
     def feed(self, entry: dict[str, Any]) -> None:
         t = entry["t"]
@@ -186,13 +256,39 @@ class RecordSummarizer:
         if flow == "agent":
             spec = (header.get("flow_args") or {}).get("spec") or {}
             agent = str(spec.get("name", "")) if isinstance(spec, dict) else ""
+        call_sid = str(header.get("call_sid", ""))
         return CallSummary(
-            source=source, call_sid=str(header.get("call_sid", "")), control=str(header.get("control", "turns")),
+            source=source, call_sid=call_sid, control=str(header.get("control", "turns")),
             flow=flow, agent=agent, started_at=wall_end_s - duration_ms / 1000, duration_ms=duration_ms,
             outcome=reader.outcome or "ended", complete=complete,
-            turns=tuple(turn.frozen() for turn in reader.turns), transcripts=reader.all_transcripts(),
+            turns=tuple(turn.frozen(reader.first_sent_of(turn.audio_response_id)) for turn in reader.turns),
+            transcripts=reader.all_transcripts(),
             tool_calls=tuple(_tool_call(fields) for fields in reader.tools.values()),
-            verdicts=tuple(reader.verdicts), errors=tuple(reader.errors))
+            verdicts=tuple(reader.verdicts), errors=tuple(reader.errors), keypresses=tuple(reader.keypresses),
+            carrier=str(header.get("carrier") or carrier_of(call_sid)), direction=str(header.get("direction") or "inbound"))
+
+
+def carrier_of(call_sid: str) -> str:
+    """The carrier a call id's form names: ``twilio`` (``CA`` and 32 hex digits), ``telnyx`` (``v2:``/``v3:``),
+    ``exotel`` (32 hex digits); "" when the form does not tell (Plivo's and Vonage's ids are both UUIDs)."""
+    if _TWILIO_SID.fullmatch(call_sid):
+        return "twilio"
+    if call_sid.startswith(("v2:", "v3:")):
+        return "telnyx"
+    if _HEX_32.fullmatch(call_sid):
+        return "exotel"
+    return ""
+
+
+def function_actions(header: dict[str, Any]) -> dict[str, str]:
+    """An agent call's functions with a built-in action (``end_call``, ``transfer``), from the record header's
+    agent; {} for any other call."""
+    spec = (header.get("flow_args") or {}).get("spec") if isinstance(header.get("flow_args"), dict) else None
+    functions = ((spec or {}).get("flow") or {}).get("functions") if isinstance(spec, dict) else None
+    if not isinstance(functions, dict):
+        return {}
+    return {str(name): str(fn.get("action", "")) for name, fn in functions.items()
+            if isinstance(fn, dict) and fn.get("action")}
 
 
 def summarize_record(header: dict[str, Any], entries: list[dict[str, Any]], source: str, wall_end_s: float = 0.0,
@@ -215,40 +311,61 @@ def summary_from_json(text: str | bytes) -> CallSummary:
         **data,
         "turns": tuple(Turn(**t) for t in data["turns"]), "transcripts": tuple(Transcript(**t) for t in data["transcripts"]),
         "tool_calls": tuple(ToolCall(**t) for t in data["tool_calls"]), "verdicts": tuple(Verdict(**v) for v in data["verdicts"]),
-        "errors": tuple(ModelError(**e) for e in data["errors"])})
+        "errors": tuple(ModelError(**e) for e in data["errors"]),
+        "keypresses": tuple(Keypress(**k) for k in data.get("keypresses", ()))})
 
 
 def _tool_call(fields: dict[str, Any]) -> ToolCall:
     return ToolCall(call_id=fields["call_id"], name=fields.get("name", ""), arguments=fields.get("arguments", ""),
                     called_ms=fields.get("called_ms"), ran=fields.get("ran", False), ok=fields.get("ok"),
-                    output=fields.get("output", ""), result_ms=fields.get("result_ms"))
+                    output=fields.get("output", ""), result_ms=fields.get("result_ms"), asked_ms=fields.get("asked_ms"),
+                    answered_ms=fields.get("answered_ms"), answer=fields.get("answer", ""),
+                    answered_by=fields.get("answered_by", ""), started_ms=fields.get("started_ms"),
+                    reply=fields.get("reply", ""), reply_ms=fields.get("reply_ms"), action=fields.get("action", ""))
 
 
 class _Reader:
     """Walks a record's entries in order, building the turns and the rest."""
 
-    def __init__(self, t0_ns: int = 0) -> None:
+    def __init__(self, t0_ns: int = 0, actions: dict[str, str] | None = None) -> None:
         self.t0_ns = t0_ns
+        self.actions = actions or {}  # function name -> its built-in action
         self.turns: list[_OpenTurn] = []
-        self.transcripts: list[Transcript] = []
+        self.transcripts: list[list[Any]] = []  # [speaker, text, at_ms, ref, prompt]: spoken_ms is resolved at the end
         self.tools: dict[str, dict[str, Any]] = {}  # by call_id, in the order first seen
         self.verdicts: list[Verdict] = []
         self.errors: list[ModelError] = []
+        self.keypresses: list[Keypress] = []
         self.outcome = ""
         self.owner: dict[str, _OpenTurn] = {}  # response id -> the turn it answers
         self.tags: dict[int, str] = {}  # playout tag -> the response it plays (OpenTag after response.created)
+        self.tag_of: dict[str, int] = {}  # ... and back
+        self.prompts: dict[str, str] = {}  # response id -> the controller's prompt id (its metadata's vc_prompt)
+        self.first_sent: dict[int, int] = {}  # tag -> ms its first frame went to the carrier
         self.created = ""  # the response the current input created: the OpenTag among its actions is its tag
         self.cancelled: _OpenTurn | None = None  # the turn of the latest barge-in, until its truncate
         self.waiting_audio: set[str] = set()  # responses of turns that have no first audio yet
         self.unfinished: dict[str, tuple[int, list[str]]] = {}  # response id -> (first delta's ms, transcript deltas)
+        self.input_kind = ""  # the input whose actions follow (what a RunTool answered)
+        self.digit = ""  # the latest keypress
+        # the caller's audio the model was sent in its session, to place its audio_start/end_ms on the call's clock:
+        # per audio entry, the session's audio before it (ms) and when its first frame began (ms from the call's start)
+        self.sent_audio_ms: list[int] = []
+        self.sent_audio_at: list[int] = []
+        self.session_audio_ms = 0
+        self.vad_silence_ms = DEFAULT_VAD_SILENCE_MS
 
     def feed(self, entry: dict[str, Any], at_ms: int) -> None:
         kind = entry["k"]
         snapshot = entry.get("p")
-        if snapshot and len(snapshot) >= 3 and snapshot[0] and snapshot[1]:
-            self._played(int(snapshot[0]), int(snapshot[1]), int(snapshot[2]))
+        if snapshot and len(snapshot) >= 3:
+            if snapshot[0] and snapshot[1]:
+                self._played(int(snapshot[0]), int(snapshot[1]), int(snapshot[2]))
+            if len(snapshot) >= 6 and snapshot[3] and snapshot[4] and snapshot[3] not in self.first_sent:
+                self._sent(int(snapshot[3]), int(snapshot[4]), int(snapshot[5]), at_ms)
         if kind != "out":
             self.created = ""
+            self.input_kind = kind
         if kind == "model":
             text = entry.get("text")
             if isinstance(text, str) and _AUDIO_DELTA_MARK in text[:64] and not self.waiting_audio:
@@ -256,34 +373,61 @@ class _Reader:
             event = _json_object(text)
             if event is not None:
                 self._model_event(event, at_ms)
+        elif kind == "audio":
+            batch_ms = int(entry.get("n", 0)) * FRAME_MS
+            self.sent_audio_ms.append(self.session_audio_ms)
+            self.sent_audio_at.append(at_ms - batch_ms)  # the batch's first frame began this long before it was appended
+            self.session_audio_ms += batch_ms
+            if len(self.sent_audio_ms) > 2 * KEPT_AUDIO_BATCHES:  # the model's positions point at recent audio only
+                del self.sent_audio_ms[:KEPT_AUDIO_BATCHES], self.sent_audio_at[:KEPT_AUDIO_BATCHES]
         elif kind == "out":
             self._action(entry.get("a") or {}, at_ms)
         elif kind == "tool":
             fields = self._tool(str(entry.get("call_id", "")))
             fields.update(ok=bool(entry.get("ok")), output=str(entry.get("output", "")), result_ms=at_ms)
         elif kind == "verdict":
-            self.verdicts.append(Verdict(int(entry.get("tag", 0)), bool(entry.get("rejected")), str(entry.get("reason", "")),
-                                         str(entry.get("citations", "")), at_ms))
+            tag = int(entry.get("tag", 0))
+            frames = entry.get("frames")
+            self.verdicts.append(Verdict(tag, bool(entry.get("rejected")), str(entry.get("reason", "")),
+                                         str(entry.get("citations", "")), at_ms,
+                                         int(frames) if isinstance(frames, int) else None, self.tags.get(tag, "")))
+        elif kind == "dtmf":
+            self.digit = str(entry.get("digit", ""))
+            self.keypresses.append(Keypress(self.digit, at_ms))
+        elif kind == "stop" and not self.outcome:
+            self.outcome = "caller_hangup"  # the carrier's stop with no end before it, as the observer events say
+        elif kind in ("reopen", "resume"):  # a new model session: its audio positions count from 0 again
+            self.sent_audio_ms, self.sent_audio_at, self.session_audio_ms = [], [], 0
 
     # --- the model's events -----------------------------------------------------------------------
     def _model_event(self, event: dict[str, Any], at_ms: int) -> None:
         kind = event.get("type")
         if kind == "input_audio_buffer.speech_started":
-            self.turns.append(_OpenTurn(len(self.turns), item_id=str(event.get("item_id", "")), speech_started_ms=at_ms))
+            turn = _OpenTurn(len(self.turns), item_id=str(event.get("item_id", "")), speech_started_ms=at_ms)
+            turn.speech_began_ms = self._on_audio_clock(event.get("audio_start_ms"))
+            self.turns.append(turn)
         elif kind == "input_audio_buffer.speech_stopped":
             turn = self._turn_of(str(event.get("item_id", "")))
             if turn.speech_stopped_ms is None:
                 turn.speech_stopped_ms = at_ms
+                end = event.get("audio_end_ms")
+                if isinstance(end, int) and not isinstance(end, bool):
+                    turn.speech_ended_ms = self._on_audio_clock(max(0, end - self.vad_silence_ms))
             turn.heard = True
         elif kind == CALLER_TRANSCRIPT:
             text = str(event.get("transcript", "")).strip()
-            turn = self._turn_of(str(event.get("item_id", "")), wants_transcript=True)
+            item_id = str(event.get("item_id", ""))
+            turn = self._turn_of(item_id, wants_transcript=True)
             turn.transcript = f"{turn.transcript} {text}".strip() if turn.transcript else text
             turn.heard = True
             if text:
-                self.transcripts.append(Transcript("caller", text, at_ms))
+                self.transcripts.append(["caller", text, at_ms, item_id or turn.item_id, ""])
         elif kind == "response.created":
-            response_id = str((event.get("response") or {}).get("id", ""))
+            response = event.get("response") or {}
+            response_id = str(response.get("id", ""))
+            metadata = response.get("metadata")
+            if isinstance(metadata, dict) and metadata.get("vc_prompt"):
+                self.prompts[response_id] = str(metadata["vc_prompt"])
             self.created = response_id
             turn = self.turns[-1] if self.turns else None
             if turn is not None and turn.heard and not turn.answered:
@@ -305,17 +449,19 @@ class _Reader:
             started[1].append(str(event.get("delta", "")))
         elif kind in AGENT_TRANSCRIPTS:
             text = str(event.get("transcript", "")).strip()
-            self.unfinished.pop(str(event.get("response_id", "")), None)
-            turn = self.owner.get(str(event.get("response_id", "")))
+            response_id = str(event.get("response_id", ""))
+            self.unfinished.pop(response_id, None)
+            turn = self.owner.get(response_id)
             if turn is not None:
                 turn.agent_texts.append(text)
             if text:
-                self.transcripts.append(Transcript("agent", text, at_ms))
+                self.transcripts.append(["agent", text, at_ms, response_id, self.prompts.get(response_id, "")])
         elif kind == "response.function_call_arguments.done":
             fields = self._tool(str(event.get("call_id", "")))
             fields.setdefault("name", str(event.get("name", "")))
             fields.setdefault("arguments", str(event.get("arguments", "")))
             fields.setdefault("called_ms", at_ms)
+            fields.setdefault("action", self.actions.get(fields["name"], ""))
         elif kind == "error":
             error = event.get("error") or {}
             if not isinstance(error, dict):
@@ -324,12 +470,39 @@ class _Reader:
 
     def all_transcripts(self) -> tuple[Transcript, ...]:
         """The transcripts, with the agent's answers whose transcript never finished (the call ended, or the
-        answer was cut off and its transcript never came) from their deltas, each where it began."""
-        partial = [Transcript("agent", text, at_ms) for at_ms, deltas in self.unfinished.values()
-                   if (text := "".join(deltas).strip())]
-        if not partial:
-            return tuple(self.transcripts)
-        return tuple(sorted([*self.transcripts, *partial], key=lambda t: t.at_ms))  # stable: same-ms order kept
+        answer was cut off and its transcript never came) from their deltas, each where it began; each with
+        the moment it was said (``spoken_ms``)."""
+        lines = [*self.transcripts, *(["agent", text, at_ms, response_id, self.prompts.get(response_id, "")]
+                                      for response_id, (at_ms, deltas) in self.unfinished.items()
+                                      if (text := "".join(deltas).strip()))]
+        if len(lines) > len(self.transcripts):
+            lines.sort(key=lambda line: line[2])  # stable: same-ms order kept
+        spoken_by_item = {turn.item_id: turn.speech_began_ms if turn.speech_began_ms is not None else turn.speech_started_ms
+                          for turn in self.turns if turn.item_id}
+        result = []
+        for speaker, text, at_ms, ref, prompt in lines:
+            spoken = spoken_by_item.get(ref) if speaker == "caller" else self.first_sent_of(ref)
+            result.append(Transcript(speaker, text, at_ms, spoken, ref, prompt))
+        return tuple(result)
+
+    def first_sent_of(self, response_id: str) -> int | None:
+        tag = self.tag_of.get(response_id)
+        return None if tag is None else self.first_sent.get(tag)
+
+    def _on_audio_clock(self, position_ms: object) -> int | None:
+        """A position in the session's audio (the model's audio_start/end_ms) -> ms from the call's start, when
+        that audio was received; None without audio entries."""
+        if not isinstance(position_ms, int) or isinstance(position_ms, bool) or not self.sent_audio_ms:
+            return None
+        i = max(0, bisect.bisect_right(self.sent_audio_ms, position_ms) - 1)
+        return self.sent_audio_at[i] + position_ms - self.sent_audio_ms[i]
+
+    def _sent(self, tag: int, frames: int, empty_at_ns: int, at_ms: int) -> None:
+        """The first snapshot showing ``tag`` sent: its first frame started ``frames`` before the carrier runs dry."""
+        if empty_at_ns:
+            self.first_sent[tag] = (empty_at_ns - frames * FRAME_NS - self.t0_ns) // NS_PER_MS
+        else:
+            self.first_sent[tag] = at_ms
 
     def _played(self, tag: int, frames: int, played_at_ns: int) -> None:
         """A playout snapshot: ``frames`` of ``tag`` played, the last of them by ``played_at_ns``."""
@@ -366,16 +539,29 @@ class _Reader:
         kind = action.get("type")
         if kind == "SendToModel":
             sent = _json_object(action.get("text")) or {}
-            if sent.get("type") == "response.create":
+            sent_type = sent.get("type")
+            if sent_type == "response.create":
                 turn = self.turns[-1] if self.turns else None
                 if turn is not None and turn.heard and turn.response_requested_ms is None:
                     turn.response_requested_ms = at_ms
-            elif sent.get("type") == "conversation.item.truncate" and self.cancelled is not None:
+                metadata = (sent.get("response") or {}).get("metadata") or {}
+                prompt = str(metadata.get("vc_prompt", "")) if isinstance(metadata, dict) else ""
+                if prompt.startswith(CONFIRM_PROMPT):
+                    self._confirmation_asked(prompt[len(CONFIRM_PROMPT):], at_ms)
+            elif sent_type == "conversation.item.truncate" and self.cancelled is not None:
                 if isinstance(sent.get("audio_end_ms"), int):
                     self.cancelled.truncated_at_ms = sent["audio_end_ms"]
                 self.cancelled = None
+            elif sent_type == "conversation.item.create":
+                item = sent.get("item") or {}
+                if isinstance(item, dict) and item.get("type") == "function_call_output":
+                    self._replied(str(item.get("call_id", "")), str(item.get("output", "")), at_ms)
+            elif sent_type == "session.update":
+                self._session(sent.get("session") or {})
         elif kind == "OpenTag" and self.created:
-            self.tags[int(action.get("tag", 0))] = self.created
+            tag = int(action.get("tag", 0))
+            self.tags[tag] = self.created
+            self.tag_of[self.created] = tag
         elif kind == "CancelTag":
             # the caller talked over the response that tag plays; a cancel of the greeting (no turn's) must not
             # pass its truncate on to a turn
@@ -388,8 +574,48 @@ class _Reader:
             fields["name"] = str(action.get("name", fields.get("name", "")))
             fields["arguments"] = str(action.get("arguments", fields.get("arguments", "")))
             fields["ran"] = True
+            fields.setdefault("action", self.actions.get(fields["name"], ""))
+            fields.setdefault("started_ms", at_ms)
+            if fields.get("asked_ms") is not None and fields.get("answered_ms") is None:
+                fields.update(answered_ms=at_ms, answer="yes", answered_by=self._answered_by())
         elif kind in ENDING_ACTIONS and not self.outcome:
             self.outcome = ending_outcome(action)
+
+    def _session(self, session: dict[str, Any]) -> None:
+        """The silence that ends a turn under the session's turn detection (how long before audio_end_ms the
+        caller stopped speaking)."""
+        detection = ((session.get("audio") or {}).get("input") or {}).get("turn_detection", session.get("turn_detection"))
+        if not isinstance(detection, dict):
+            return
+        if detection.get("type") == "server_vad":
+            silence = detection.get("silence_duration_ms", DEFAULT_VAD_SILENCE_MS)
+            self.vad_silence_ms = int(silence) if isinstance(silence, int) and not isinstance(silence, bool) else DEFAULT_VAD_SILENCE_MS
+        else:
+            self.vad_silence_ms = 0  # the vendor's own end-of-turn model: its wait is not known
+
+    def _confirmation_asked(self, name: str, at_ms: int) -> None:
+        """A confirmation prompt for the function ``name``: the latest call of it still waiting for an answer."""
+        for fields in reversed(self.tools.values()):
+            if fields.get("name") == name and fields.get("answered_ms") is None and not fields.get("ran"):
+                fields.setdefault("asked_ms", at_ms)
+                return
+
+    def _replied(self, call_id: str, output: str, at_ms: int) -> None:
+        fields = self._tool(call_id)
+        fields.update(reply=output, reply_ms=at_ms)
+        if fields.get("answered_ms") is not None or fields.get("ran"):
+            return
+        reply = _json_object(output) or {}
+        if reply.get("status") == "not_done" and reply.get("reason") in NOT_DONE_ANSWERS:
+            answer, by = NOT_DONE_ANSWERS[reply["reason"]]
+            fields.update(answered_ms=at_ms, answer=answer, answered_by=by or self._answered_by())
+
+    def _answered_by(self) -> str:
+        if self.input_kind == "dtmf":
+            return f"keypad {self.digit}"
+        if self.input_kind == "model":
+            return "words"
+        return "timeout" if self.input_kind == "tick" else self.input_kind
 
     def _tool(self, call_id: str) -> dict[str, Any]:
         return self.tools.setdefault(call_id, {"call_id": call_id})

@@ -18,6 +18,12 @@ every live call's events as they happen, no replay. Close codes: 1008 too slow, 
 Before the upgrade: 403 from a browser page of another origin (voicecore/console/guard.py), 401 without a
 valid key, 404 for a call neither stored nor live, 400 for a bad query.
 
+The JSON API's list (``/api/calls``) takes the filters of voicecore/store/query.py (date, outcome, agent,
+carrier, direction, a search for a call id or transcript words, a latency floor, errors and barge-ins only)
+and pages by a marker (``cursor``, from the previous page's ``next``); ``/api/export`` is the same list, all
+of it (up to 100,000 calls), as CSV or JSON (voicecore/console/export.py). A call's detail adds what its page
+shows on the call's audio clock (voicecore/console/callview.py).
+
 Browser requests are checked before anything else: the JSON API and ``/observe`` refuse a request whose
 Origin is not one of ``console_origins`` (403, one log line naming it), so a page of another port of the
 same host cannot use the operator's session cookie, which cookies' same-site rule sends it. The session and
@@ -51,12 +57,13 @@ from voicecore import timing
 from voicecore.bus import messages
 from voicecore.bus.transport import GATEWAY_INBOX, OBSERVE_FEED, Bus
 from voicecore.config import Config, load_config
-from voicecore.console import auth, guard, media, ranges
+from voicecore.console import auth, callview, export, guard, media, ranges
 from voicecore.console.fanout import FanOut, Observer
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.numbering import rows_from_json, wire_stored
 from voicecore.observe.transport import FleetSubscription
 from voicecore.store import CallStore, database_url_for
+from voicecore.store.query import CallFilter, QueryError
 
 log = logging.getLogger("voicecore.console")
 
@@ -75,6 +82,9 @@ REASONS = {200: "OK", 204: "No Content", 206: "Partial Content", 304: "Not Modif
            416: "Range Not Satisfiable", 500: "Internal Server Error", 503: "Service Unavailable"}
 POSTS = ("/api/session", "/api/logout")  # the requests that change state: POST only
 FINISHED_AUDIO_CACHE = "private, no-cache"  # the browser keeps it and asks with If-None-Match (304) each time
+EXPORT_PAGE = 1000  # calls per store query while exporting
+EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
+MAX_SEARCH_CHARS = 200
 Headerlist = tuple[tuple[str, str], ...]
 
 
@@ -113,9 +123,41 @@ def query_number(query: dict[str, list[str]], name: str, default: float | None =
     if not values or values[0] == "":
         return default
     try:
-        return float(values[0])
+        number = float(values[0])
     except ValueError:
         raise HttpError(400, f"{name}: expected a number, got {values[0][:40]!r}") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise HttpError(400, f"{name}: expected a number, got {values[0][:40]!r}")
+    return number
+
+
+def query_text(query: dict[str, list[str]], name: str) -> str:
+    return (query.get(name) or [""])[0]
+
+
+def query_flag(query: dict[str, list[str]], name: str) -> bool:
+    value = query_text(query, name).lower()
+    if value in ("", "0", "false"):
+        return False
+    if value in ("1", "true"):
+        return True
+    raise HttpError(400, f"{name}: expected 1 or 0, got {value[:40]!r}")
+
+
+def call_filter(query: dict[str, list[str]]) -> CallFilter:
+    """The list's filters from a request's query (voicecore/store/query.py); 400 for one that is not valid."""
+    min_latency = query_number(query, "min_latency_ms")
+    if min_latency is not None and min_latency < 0:
+        raise HttpError(400, "min_latency_ms: a number of milliseconds >= 0")
+    search = query_text(query, "q").strip()
+    if len(search) > MAX_SEARCH_CHARS:
+        raise HttpError(400, f"q: at most {MAX_SEARCH_CHARS} characters")
+    return CallFilter(
+        since_s=query_number(query, "since"), until_s=query_number(query, "until"),
+        outcome=query_text(query, "outcome") or None, agent=(query.get("agent") or [None])[0],
+        carrier=query_text(query, "carrier") or None, direction=query_text(query, "direction") or None, search=search,
+        min_latency_ms=None if min_latency is None else int(min_latency), errors=query_flag(query, "errors"),
+        bargeins=query_flag(query, "bargeins"))
 
 
 class Console:
@@ -153,9 +195,13 @@ class Console:
         return self.store
 
     async def query(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self.on_store(lambda store: getattr(store, method)(*args, **kwargs))
+
+    async def on_store(self, work: Any) -> Any:
+        """``work(store)`` on the store's thread."""
         def run() -> Any:
             try:
-                return getattr(self._store(), method)(*args, **kwargs)
+                return work(self._store())
             except Exception:
                 if self.store is not None:  # a broken connection: the next query opens a new one
                     try:
@@ -269,6 +315,8 @@ class Console:
             raise HttpError(401, "an API key is needed (Authorization: Bearer KEY), or a session from /login")
         if path == "/api/calls":
             return await self.api_calls(query)
+        if path == "/api/export":
+            return await self.api_export(query)
         if path == "/api/live":
             return respond_json({"calls": await self.live_calls()})
         parts = path.split("/")  # "", "api", "calls", SID, [what]
@@ -330,14 +378,57 @@ class Console:
         return respond_json({"name": name}, 200, (("Set-Cookie", cookie),))
 
     async def api_calls(self, query: dict[str, list[str]]) -> Response:
-        since, until = query_number(query, "since"), query_number(query, "until")
+        """A page of the list, newest first: ``calls``, ``next`` (the marker of the next page, or null), ``total``
+        (the calls the filters match), ``agents`` and ``carriers`` (what the filters offer)."""
         limit = int(query_number(query, "limit", 100) or 100)
         if not 1 <= limit <= 1000:
             raise HttpError(400, "limit: 1-1000")
-        outcome = (query.get("outcome") or [""])[0] or None
-        agent = (query.get("agent") or [None])[0]
-        calls = await self.query("calls", since_s=since, limit=limit, until_s=until, outcome=outcome, agent=agent)
-        return respond_json({"calls": calls, "agents": await self.query("agents")})
+        filter_ = call_filter(query)
+        after = query_text(query, "cursor") or None
+
+        def page(store: CallStore) -> dict[str, Any]:
+            rows = store.calls(filter=filter_, limit=limit + 1, after=after)
+            more = len(rows) > limit
+            rows = rows[:limit]
+            return {"calls": [self.list_row(row) for row in rows], "agents": store.agents(), "carriers": store.carriers(),
+                    "next": rows[-1]["cursor"] if more else None, "total": store.count_calls(filter_)}
+
+        try:
+            return respond_json(await self.on_store(page))
+        except QueryError as exc:
+            raise HttpError(400, str(exc)) from None
+
+    @staticmethod
+    def list_row(row: dict[str, Any]) -> dict[str, Any]:
+        return {**{k: v for k, v in row.items() if k != "cursor"}, "outcome_text": export.export_row(row)["outcome_text"]}
+
+    async def api_export(self, query: dict[str, list[str]]) -> Response:
+        """Every call the filters match (at most MAX_EXPORT_ROWS, newest first) as a CSV or JSON file."""
+        kind = query_text(query, "format") or "csv"
+        if kind not in EXPORT_TYPES:
+            raise HttpError(400, f"format: csv or json, got {kind[:20]!r}")
+        filter_ = call_filter(query)
+
+        def everything(store: CallStore) -> tuple[bytes, int, bool]:
+            rows: list[dict[str, Any]] = []
+            after = None
+            while len(rows) < export.MAX_EXPORT_ROWS:
+                page = store.calls(filter=filter_, limit=EXPORT_PAGE, after=after)
+                rows.extend(page)
+                if len(page) < EXPORT_PAGE:
+                    break
+                after = page[-1]["cursor"]
+            truncated = len(rows) > export.MAX_EXPORT_ROWS or (
+                len(rows) == export.MAX_EXPORT_ROWS and bool(store.calls(filter=filter_, limit=1, after=rows[-1]["cursor"])))
+            rows = rows[:export.MAX_EXPORT_ROWS]
+            body = export.to_csv(rows) if kind == "csv" else export.to_json(rows)
+            return body, len(rows), truncated
+
+        body, count, truncated = await self.on_store(everything)
+        name = export.filename(kind, time.time())
+        return respond(200, body, EXPORT_TYPES[kind], (("Content-Disposition", f'attachment; filename="{name}"'),
+                                                       ("X-Voicecore-Rows", str(count)),
+                                                       ("X-Voicecore-Truncated", "true" if truncated else "false")))
 
     async def api_call(self, call_sid: str) -> Response:
         call = await self.query("call", call_sid)
@@ -345,14 +436,15 @@ class Console:
         if call is None and not live:
             if await self.query("last_seq", call_sid) == 0:
                 raise HttpError(404, "no such call")
-        return respond_json({"call_sid": call_sid, "live": live, "stored": call is not None, "call": call,
+        return respond_json({"call_sid": call_sid, "live": live, "stored": call is not None,
+                             "call": callview.enrich(call) if call is not None else None,
                              "last_seq": await self.query("last_seq", call_sid)})
 
     async def live_calls(self) -> list[dict[str, Any]]:
         stored = await self.query("live_calls")
         known = {c["call_sid"] for c in stored}
-        stored.extend({"call_sid": sid, "started_at": at, "last_at": at, "events": 0} for sid, at in self.live.items()
-                      if sid not in known)
+        stored.extend({"call_sid": sid, "started_at": at, "last_at": at, "events": 0, "agent": ""}
+                      for sid, at in self.live.items() if sid not in known)
         return [c for c in stored if c["call_sid"] in self.live or time.time() - c["last_at"] < 60]
 
     async def call_media(self, call_sid: str) -> media.Recording:

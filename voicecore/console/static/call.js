@@ -1,9 +1,13 @@
-// One call's page (/calls/SID). A stored call: its header, the turn timeline (where each turn's latency
-// went), the stereo waveform with the recording, the transcript, tools, verdicts, errors and its events.
-// A call in progress (or ended but not stored yet): the same header and transcript grown live from
-// /observe?call=SID&since=SEQ, with the event log; once call.ended arrives and the recorder has stored
-// the call, the stored view takes over.
-import { $, api, ApiError, describe, el, fmtDateTime, fmtDuration, fmtMs, fmtOffset, observeUrl, setStatus } from './common.js';
+// One call's page (/calls/SID). A stored call: its header and summary, the turns (how long the caller waited
+// for each answer and where that time went), the stereo waveform with the recording, the transcript with
+// keypresses, confirmations and tool outcomes, tools, the gate's verdicts per answer, errors and its events,
+// all on the recording's clock (the API's `lines`, `answers` and per-turn `heard`: voicecore/console/callview.py).
+// A call in progress (or ended but not stored yet): the header and transcript grown live from
+// /observe?call=SID&since=SEQ, with the event log; once call.ended arrives and the recorder has stored the
+// call, the stored view takes over. Everything that seeks is a button or a focusable slider (keyboard).
+import {
+  $, api, ApiError, EVENT_KINDS, EventLog, el, fmtDateTime, fmtDuration, fmtLatency, fmtMs, fmtOffset, observeUrl, outcomeTone, setStatus,
+} from './common.js';
 
 const sid = decodeURIComponent(location.pathname.split('/')[2] || '');
 const callPath = `/api/calls/${encodeURIComponent(sid)}`;
@@ -11,83 +15,127 @@ const player = $('#player');
 const RECONNECT_MS = 1000;
 const STORED_POLL_MS = 1000;
 const STORED_POLL_TRIES = 60;
+const SEEK_STEP_S = 1;
+const SEEK_BIG_STEP_S = 5;
+const PARTS = [['detection_ms', 'detection', 'endpoint'], ['model_ms', 'model', 'model'], ['runtime_ms', 'runtime', 'runtime'],
+  ['carrier_ms', 'carrier', 'carrier']];
+const known = (v) => v !== null && v !== undefined;
 
 function show(id, visible = true) { $(id).hidden = !visible; }
 
-/** Play the recording from a moment of the call (a transcript time, a turn). The console serves the WAV in
- * byte ranges, so the browser fetches from there instead of from the start. */
+/** Play the recording from a moment of the call (a line, a turn). The console serves the WAV in byte ranges,
+ * so the browser fetches from there instead of from the start. */
 function seekTo(ms) {
-  if (!player.src || ms === null || ms === undefined) return;
-  player.currentTime = ms / 1000;
+  if (!player.src || !known(ms)) return;
+  player.currentTime = Math.max(0, ms) / 1000;
   player.play().catch(() => { /* the browser may refuse to play without a gesture: the position stays */ });
   $('#audio-panel').scrollIntoView({ block: 'nearest', behavior: 'smooth' });
 }
 
-// --- the header -------------------------------------------------------------------------------------------
+// --- the header and the summary ---------------------------------------------------------------------------
 function showFacts(facts) {
-  $('#facts').replaceChildren(...Object.entries(facts).filter(([, value]) => value !== '' && value !== null && value !== undefined)
+  $('#facts').replaceChildren(...Object.entries(facts).filter(([, value]) => value !== '' && known(value))
     .map(([name, value]) => el('div', {}, el('dt', {}, name), el('dd', {}, value))));
 }
+
+const carrierName = (c) => (c ? c.charAt(0).toUpperCase() + c.slice(1) : 'carrier unknown');
 
 function storedFacts(call) {
   return {
     started: fmtDateTime(call.started_at),
     duration: fmtDuration(call.duration_ms),
-    outcome: el('span', { class: 'badge', data: { outcome: call.outcome } }, call.outcome + (call.complete ? '' : ' (incomplete record)')),
+    outcome: el('span', { class: 'badge', data: { outcome: call.outcome, tone: outcomeTone(call.outcome) }, title: call.outcome },
+      call.outcome_text + (call.complete ? '' : ' (incomplete record)')),
     agent: call.agent,
-    flow: call.flow,
+    call: `${call.direction} · ${carrierName(call.carrier)}`,
+    latency: call.latency.p50_ms === null ? '' : `${fmtLatency(call.latency.p50_ms)} median · ${fmtLatency(call.latency.max_ms)} max`,
     control: call.control,
-    turns: call.turns.length,
   };
 }
 
-// --- the turn timeline --------------------------------------------------------------------------------------
-/** Every row from its caller's speech start, all at one scale, so the rows' waits compare at a glance. */
+const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+
+function showSummary(call) {
+  const s = call.summary;
+  const sentences = [`${s.outcome_text} after ${fmtDuration(call.duration_ms)}.`];
+  if (s.turns) {
+    let turns = `The caller spoke ${plural(s.turns, 'time')}; the agent's answer was heard ${plural(s.answered_turns, 'time')}`;
+    if (s.latency_p50_ms !== null) turns += `, ${fmtLatency(s.latency_p50_ms)} after the caller stopped at the median (${fmtLatency(s.latency_max_ms)} at most)`;
+    sentences.push(`${turns}.`);
+  } else {
+    sentences.push('The caller never spoke.');
+  }
+  if (s.bargeins) sentences.push(`The caller talked over the agent ${plural(s.bargeins, 'time')}.`);
+  if (s.keypresses) sentences.push(`The caller pressed ${plural(s.keypresses, 'key')}.`);
+  for (const tool of call.tool_calls) sentences.push(`${tool.name}: ${tool.status_text}.`);
+  if (s.answers_rejected) sentences.push(`The validation gate rejected ${plural(s.answers_rejected, 'answer')}.`);
+  if (s.model_errors) sentences.push(`${plural(s.model_errors, 'model error')}.`);
+  $('#summary-text').textContent = sentences.join(' ');
+  const figures = {
+    'median latency': fmtLatency(s.latency_p50_ms), 'slowest answer': fmtLatency(s.latency_max_ms), turns: s.turns,
+    'barge-ins': s.bargeins, 'answers approved': s.answers_approved, 'answers rejected': s.answers_rejected,
+    errors: s.model_errors + call.tool_calls.filter((t) => t.status === 'failed').length,
+  };
+  $('#summary-figures').replaceChildren(...Object.entries(figures).map(([name, value]) => el('div', {}, el('dt', {}, name), el('dd', {}, value))));
+  show('#summary-panel');
+}
+
+// --- the turns --------------------------------------------------------------------------------------------------
+/** Every row from the moment the caller stopped speaking, all at one scale, so the waits compare at a glance;
+ * the parts are written out beside the bar (no hovering needed). */
 function showTimeline(turns) {
-  const origin = (t) => t.speech_started_ms ?? t.speech_stopped_ms ?? t.response_requested_ms ?? t.first_audio_ms ?? 0;
-  const heardEnd = (t) => (t.first_played_ms ?? null) !== null && (t.played_ms ?? null) !== null ? t.first_played_ms + t.played_ms : null;
-  const last = (t) => Math.max(...[t.speech_stopped_ms, t.response_requested_ms, t.first_audio_ms, t.barged_in_ms,
-    t.first_played_ms, heardEnd(t)]
-    .filter((v) => v !== null && v !== undefined), origin(t));
-  const span = Math.max(1, ...turns.map((t) => last(t) - origin(t)));
+  const heard = turns.map((t) => t.heard).filter(Boolean);
+  const span = Math.max(1000, ...heard.map((h) => h.total_ms)) + 800; // the slowest wait and a little of its answer
   const rows = turns.map((turn) => {
-    const at = (ms) => `${((ms - origin(turn)) / span) * 100}%`;
-    const track = el('div', { class: 'track' });
-    const segment = (kind, from, to, title) => {
-      if (from === null || from === undefined || to === null || to === undefined || to < from) return;
-      const seg = el('div', { class: `seg ${kind}`, title: `${title}: ${fmtMs(to - from)}` });
+    const h = turn.heard;
+    const origin = h ? h.ended_ms : (turn.speech_stopped_ms ?? turn.speech_started_ms ?? 0);
+    const at = (ms) => `${Math.min(100, Math.max(0, ((ms - origin) / span) * 100))}%`;
+    const track = el('div', { class: 'track', 'aria-hidden': 'true' });
+    const segment = (kind, from, to) => {
+      if (!known(from) || !known(to) || to < from || from - origin > span) return;
+      const seg = el('div', { class: `seg ${kind}` });
       seg.style.left = at(from);
-      seg.style.width = `${((to - from) / span) * 100}%`;
+      seg.style.width = `${(Math.min(to - origin, span) - (from - origin)) / span * 100}%`;
       track.append(seg);
     };
-    segment('speech', turn.speech_started_ms, turn.speech_stopped_ms, 'caller speaking');
-    if (turn.response_requested_ms !== null && turn.response_requested_ms !== undefined) {
-      segment('endpoint', turn.speech_stopped_ms, turn.response_requested_ms, 'speech end → response requested');
-      segment('model', turn.response_requested_ms, turn.first_audio_ms, 'requested → first audio');
-    } else {
-      segment('model', turn.speech_stopped_ms, turn.first_audio_ms, 'speech end → first audio (the model requested it)');
+    let parts = 'no answer heard';
+    if (h) {
+      let from = h.ended_ms;
+      for (const [key, , kind] of PARTS) {
+        if (known(h[key])) { segment(kind, from, from + h[key]); from += h[key]; }
+      }
+      const heardEnd = known(turn.played_ms) ? h.heard_ms + turn.played_ms : h.heard_ms + span;
+      segment('heard', h.heard_ms, heardEnd);
+      parts = PARTS.filter(([key]) => known(h[key])).map(([key, name]) => `${name} ${Math.round(h[key])}`).join(' · ') + ' ms';
+      if (h.ended_by === 'vad') parts += ' (from the model\'s speech end)';
     }
-    // first audio from the model -> its first frame played to the caller: the runtime's own share
-    segment('runtime', turn.first_audio_ms, turn.first_played_ms, 'first audio → first frame played (voicecore)');
-    segment('heard', turn.first_played_ms, heardEnd(turn), 'the answer played to the caller');
-    if (turn.barged_in_ms !== null && turn.barged_in_ms !== undefined) {
-      const marker = el('div', { class: 'bargein', title: `barge-in at ${fmtOffset(turn.barged_in_ms)}` });
+    if (known(turn.barged_in_ms)) {
+      const marker = el('div', { class: 'bargein' });
       marker.style.left = at(turn.barged_in_ms);
       track.append(marker);
     }
-    const said = [turn.transcript && `caller: ${turn.transcript}`, turn.agent_text && `agent: ${turn.agent_text}`].filter(Boolean).join('\n');
-    return el('div', { class: 'turn', data: { index: turn.index }, title: said || null, on: { click: () => seekTo(turn.speech_started_ms) } },
-      el('div', { class: 'label' }, `Turn ${turn.index + 1}`, el('br'), fmtOffset(origin(turn))),
-      track,
-      el('div', { class: 'latency', title: 'speech end → first audio' }, fmtMs(turn.latency_ms)));
+    const said = [turn.transcript && `caller: ${turn.transcript}`, turn.agent_text && `agent: ${turn.agent_text}`].filter(Boolean).join('  →  ');
+    const start = turn.speech_began_ms ?? turn.speech_started_ms ?? origin;
+    const total = h ? fmtLatency(h.total_ms) : '—';
+    return el('button', {
+      type: 'button', class: 'turn', data: { index: turn.index, seekMs: start },
+      'aria-label': `Turn ${turn.index + 1} at ${fmtOffset(start)}: heard the answer after ${total}; ${parts}. Play from here.`,
+      on: { click: () => seekTo(start) },
+    },
+    el('span', { class: 'label' }, `Turn ${turn.index + 1}`, el('br'), fmtOffset(start)),
+    track,
+    el('span', { class: 'latency' }, el('span', { class: 'total' }, total), el('span', { class: 'parts' }, parts),
+      known(turn.barged_in_ms) ? el('span', { class: 'parts' }, `barge-in at ${fmtOffset(turn.barged_in_ms)}`) : null),
+    said ? el('span', { class: 'said' }, said) : null);
   });
-  $('#timeline-scale').textContent = `each row: ${fmtMs(span)} from the caller's first word`;
+  $('#timeline-scale').textContent = `each row: ${fmtMs(span)} from the caller's speech end`;
   $('#timeline').replaceChildren(...(rows.length ? rows : [el('p', { class: 'empty' }, 'No turns: the caller never spoke.')]));
   show('#timeline-panel');
 }
 
 // --- the waveform ----------------------------------------------------------------------------------------------
-/** Caller (upper lane) and agent (lower lane) peaks, a playhead following the player, click to seek. */
+/** Caller (upper lane) and agent (lower lane) peaks, a playhead following the player; click to seek, or focus
+ * it (a slider) and use the arrow keys, Home and End, and Space or Enter to play or pause. */
 class Waveform {
   constructor(canvas, audio) {
     this.canvas = canvas;
@@ -95,14 +143,44 @@ class Waveform {
     this.data = null;
     canvas.addEventListener('click', (event) => {
       if (!this.data) return;
-      const fraction = event.offsetX / canvas.clientWidth;
-      audio.currentTime = (fraction * this.data.duration_ms) / 1000;
-      this.draw();
+      this.seek((event.offsetX / canvas.clientWidth) * (this.data.duration_ms / 1000));
     });
+    canvas.addEventListener('keydown', (event) => this.key(event));
     const follow = () => { this.draw(); if (!audio.paused) requestAnimationFrame(follow); };
     audio.addEventListener('play', () => requestAnimationFrame(follow));
     audio.addEventListener('seeked', () => this.draw());
+    audio.addEventListener('timeupdate', () => this.label());
     window.addEventListener('resize', () => this.draw());
+  }
+
+  get seconds() { return this.data ? this.data.duration_ms / 1000 : 0; }
+
+  seek(seconds) {
+    this.audio.currentTime = Math.min(Math.max(0, seconds), this.seconds);
+    this.draw();
+  }
+
+  key(event) {
+    if (!this.data) return;
+    const step = event.shiftKey ? SEEK_BIG_STEP_S : SEEK_STEP_S;
+    const now = this.audio.currentTime;
+    const moves = { ArrowRight: now + step, ArrowUp: now + step, ArrowLeft: now - step, ArrowDown: now - step,
+      PageUp: now + 10, PageDown: now - 10, Home: 0, End: this.seconds };
+    if (event.key in moves) {
+      this.seek(moves[event.key]);
+    } else if (event.key === ' ' || event.key === 'Enter') {
+      if (this.audio.paused) this.audio.play().catch(() => {}); else this.audio.pause();
+    } else {
+      return;
+    }
+    event.preventDefault();
+  }
+
+  label() {
+    const now = this.audio.currentTime || 0;
+    this.canvas.setAttribute('aria-valuemax', String(Math.round(this.seconds)));
+    this.canvas.setAttribute('aria-valuenow', String(Math.round(now)));
+    this.canvas.setAttribute('aria-valuetext', `${fmtOffset(now * 1000)} of ${fmtOffset(this.seconds * 1000)}`);
   }
 
   async load(url) {
@@ -114,6 +192,7 @@ class Waveform {
 
   draw() {
     if (!this.data) return;
+    this.label();
     const { canvas } = this;
     const ratio = window.devicePixelRatio || 1;
     const width = Math.max(1, Math.round(canvas.clientWidth * ratio));
@@ -135,32 +214,27 @@ class Waveform {
     lane(this.data.agent, (3 * height) / 4, height / 4 - 4 * ratio, color('--agent'));
     g.fillStyle = color('--line');
     g.fillRect(0, height / 2, width, ratio);
-    const seconds = this.data.duration_ms / 1000;
-    const x = seconds > 0 ? Math.min(1, this.audio.currentTime / seconds) * width : 0;
+    const x = this.seconds > 0 ? Math.min(1, this.audio.currentTime / this.seconds) * width : 0;
     g.fillStyle = color('--ink');
     g.fillRect(x - ratio, 0, 2 * ratio, height);
   }
 }
 
 // --- transcript, tools, verdicts, errors ------------------------------------------------------------------------
-function transcriptLine(speaker, atMs, text, pending = false) {
-  return el('div', { class: `line${pending ? ' pending' : ''}`, data: { speaker } },
-    el('button', { class: 'at', type: 'button', title: 'play from here', on: { click: () => seekTo(atMs) } }, fmtOffset(atMs)),
-    el('span', { class: 'who' }, speaker),
-    el('span', { class: 'text' }, text));
+const WHO = { caller: 'caller', agent: 'agent', keypad: 'keypad', confirmation: 'confirm', tool: 'tool' };
+
+function transcriptLine(line) {
+  const note = line.kind === 'agent' && !line.heard ? el('span', { class: 'note' }, ' (never played)') : null;
+  return el('div', { class: `line${line.pending ? ' pending' : ''}`, data: { speaker: line.speaker, kind: line.kind, status: line.status || '', atMs: line.at_ms } },
+    el('button', { class: 'at', type: 'button', 'aria-label': `play from ${fmtOffset(line.at_ms)}`, on: { click: () => seekTo(line.at_ms) } },
+      fmtOffset(line.at_ms)),
+    el('span', { class: 'who' }, WHO[line.kind] || line.speaker),
+    el('span', { class: 'text' }, line.text, note));
 }
 
-/** The stored transcript, with the caller's untranscribed turns shown where they happened. */
 function showTranscript(call) {
-  const lines = call.transcript.map((line) => ({ ...line, pending: false }));
-  for (const turn of call.turns) {
-    if (!turn.transcript && turn.speech_started_ms !== null) {
-      lines.push({ speaker: 'caller', at_ms: turn.speech_started_ms, text: '(spoke; no transcription)', pending: true });
-    }
-  }
-  lines.sort((a, b) => a.at_ms - b.at_ms);
-  $('#transcript').replaceChildren(...lines.map((l) => transcriptLine(l.speaker, l.at_ms, l.text, l.pending)));
-  if (!lines.length) $('#transcript').append(el('p', { class: 'empty' }, 'Nothing was said.'));
+  const lines = call.lines.map(transcriptLine);
+  $('#transcript').replaceChildren(...(lines.length ? lines : [el('p', { class: 'empty' }, 'Nothing was said.')]));
   show('#transcript-panel');
 }
 
@@ -170,20 +244,32 @@ function showTable(panel, body, rows) {
 }
 
 const pre = (value) => el('pre', {}, typeof value === 'string' ? value : JSON.stringify(value, null, 1));
+const TOOL_BADGE = { failed: 'bad', refused: 'bad', declined: 'warn', unanswered: 'warn', superseded: 'warn', 'no result': 'warn' };
+
+function citation(c) {
+  const where = `${c.file ?? '?'}${known(c.line) ? `:${c.line}` : ''}`;
+  return el('li', {}, c.number ? `${c.number} — ` : '', el('span', { class: 'mono' }, where), c.snippet ? el('span', { class: 'muted' }, ` “${c.snippet}”`) : null);
+}
 
 function showDetails(call) {
-  showTable('#tools-panel', '#tools', call.tool_calls.map((tool) => el('tr', {},
-    el('td', { class: 'mono' }, fmtOffset(tool.called_ms)),
+  showTable('#tools-panel', '#tools', call.tool_calls.map((tool) => el('tr', { data: { status: tool.status } },
+    el('td', { class: 'mono' }, el('button', { class: 'at', type: 'button', on: { click: () => seekTo(tool.called_ms) } }, fmtOffset(tool.called_ms))),
     el('td', {}, tool.name),
     el('td', {}, pre(tool.arguments ?? '')),
-    el('td', {}, tool.ran ? el('span', { class: `badge${tool.ok ? '' : ' bad'}` }, tool.ok ? 'ok' : 'failed') : el('span', { class: 'badge bad' }, 'not run'),
-      tool.output ? pre(tool.output) : null),
-    el('td', { class: 'num' }, tool.result_ms !== null && tool.result_ms !== undefined ? fmtMs(tool.result_ms - tool.called_ms) : '—'))));
-  showTable('#verdicts-panel', '#verdicts', call.verdicts.map((verdict) => el('tr', {},
-    el('td', { class: 'mono' }, fmtOffset(verdict.at_ms)),
-    el('td', {}, el('span', { class: `badge${verdict.rejected ? ' bad' : ''}` }, verdict.rejected ? 'rejected' : 'passed'), ' ', verdict.tag),
-    el('td', {}, verdict.reason || ''),
-    el('td', {}, pre(verdict.citations ?? '')))));
+    el('td', {}, el('span', { class: `badge ${TOOL_BADGE[tool.status] || 'good'}` }, tool.status), ' ', tool.status_text,
+      tool.output ? pre(tool.output) : (tool.reply && !tool.ran ? pre(tool.reply) : null)),
+    el('td', { class: 'num' }, fmtMs(tool.tool_ms)),
+    el('td', { class: 'num' }, fmtMs(tool.consent_wait_ms)))));
+  showTable('#verdicts-panel', '#verdicts', call.answers.map((answer) => el('tr', { data: { verdict: answer.verdict, tag: answer.tag } },
+    el('td', { class: 'mono' }, el('button', { class: 'at', type: 'button', on: { click: () => seekTo(answer.spoken_ms ?? answer.at_ms) } },
+      fmtOffset(answer.spoken_ms ?? answer.at_ms))),
+    el('td', { class: 'answer-text' }, answer.text || el('span', { class: 'muted' }, '(no words)')),
+    el('td', {}, el('span', { class: `badge ${answer.verdict === 'rejected' ? 'bad' : 'good'}` }, answer.verdict)),
+    el('td', {}, answer.reason ? el('div', {}, answer.reason) : null,
+      answer.citations.length ? el('ul', {}, ...answer.citations.map(citation)) : (answer.reason ? null : el('span', { class: 'muted' }, 'nothing to cite')),
+      el('details', { class: 'steps' }, el('summary', {}, `${plural(answer.steps.length, 'verdict')} (the words released step by step)`),
+        el('ol', {}, ...answer.steps.map((step) => el('li', {}, `${fmtOffset(step.at_ms)} ${step.rejected ? 'rejected' : 'approved'}`
+          + `${known(step.frames) ? ` up to frame ${step.frames}` : ''}${step.reason ? `: ${step.reason}` : ''}`))))))));
   showTable('#errors-panel', '#errors', call.errors.map((error) => el('tr', {},
     el('td', { class: 'mono' }, fmtOffset(error.at_ms)),
     el('td', { class: 'mono' }, error.code),
@@ -191,15 +277,18 @@ function showDetails(call) {
 }
 
 // --- the event log --------------------------------------------------------------------------------------------
+const eventLog = new EventLog($('#live-events'));
+
+function eventFilter() {
+  const boxes = Object.entries(EVENT_KINDS).map(([kind, { label }]) => el('label', {},
+    el('input', { type: 'checkbox', name: kind, checked: true, on: { change: () => {
+      eventLog.setHidden([...$('#event-filter').querySelectorAll('input')].filter((b) => !b.checked).map((b) => b.name));
+    } } }), label));
+  $('#event-filter').append(...boxes);
+}
+
 function logEvent(event) {
-  const log = $('#live-events');
-  const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
-  log.append(el('li', { class: 'event', data: { seq: event.seq, type: event.type } },
-    el('span', { class: 'seq' }, `#${event.seq}`),
-    el('span', { class: 't' }, fmtOffset(event.t_ms)),
-    el('span', { class: 'type' }, event.type),
-    el('span', { class: 'what', title: describe(event) }, describe(event))));
-  if (atBottom) log.scrollTop = log.scrollHeight;
+  eventLog.add(event);
   show('#live-panel');
 }
 
@@ -208,6 +297,7 @@ async function showStored(call, withEvents) {
   setStatus('ended');
   document.title = `${sid} · voicecore console`;
   showFacts(storedFacts(call));
+  showSummary(call);
   showTimeline(call.turns);
   showTranscript(call);
   showDetails(call);
@@ -219,10 +309,12 @@ async function showStored(call, withEvents) {
   })];
   if (withEvents) loads.push(api(`${callPath}/events?since=0`).then((events) => events.forEach(logEvent)));
   await Promise.all(loads);
+  document.body.dataset.ready = 'true';
+  document.body.dataset.readyMs = String(Math.round(performance.now()));
 }
 
 // --- the live view ---------------------------------------------------------------------------------------------
-/** The transcript as it grows: agent deltas joined per response, a final replacing its deltas. */
+/** The transcript as it grows: words joined per utterance, a final replacing its deltas. */
 class LiveTranscript {
   constructor(root) {
     this.root = root;
@@ -232,7 +324,7 @@ class LiveTranscript {
   line(key, speaker, atMs) {
     let line = this.lines.get(key);
     if (!line) {
-      line = transcriptLine(speaker, atMs, '', true);
+      line = transcriptLine({ kind: speaker, speaker, at_ms: atMs, text: '', heard: true, pending: true });
       this.lines.set(key, line);
       this.root.append(line);
     }
@@ -249,8 +341,10 @@ class LiveTranscript {
     } else if (event.type === 'transcript.delta') {
       const line = this.line(`${d.role}:${d.response_id || d.item_id || event.seq}`, d.role, event.t_ms);
       const text = $('.text', line);
-      text.textContent = d.final || line.classList.contains('pending') && d.role === 'caller' ? d.text : text.textContent + d.text;
+      text.textContent = d.final || (line.classList.contains('pending') && d.role === 'caller') ? d.text : text.textContent + d.text;
       line.classList.toggle('pending', false);
+    } else if (event.type === 'dtmf') {
+      this.root.append(transcriptLine({ kind: 'keypad', speaker: 'caller', at_ms: event.t_ms, text: `pressed ${d.digit}`, heard: true }));
     }
   }
 }
@@ -272,7 +366,7 @@ function watchLive() {
       logEvent(event);
       transcript.add(event);
       if (event.type === 'call.started') {
-        showFacts({ started: fmtDateTime(event.at), control: event.data.control, flow: event.data.flow, agent: event.data.agent });
+        showFacts({ started: fmtDateTime(event.at), agent: event.data.agent, flow: event.data.flow, control: event.data.control });
       } else if (event.type === 'call.ended') {
         ended = true;
         socket.close(1000);
@@ -294,6 +388,7 @@ async function awaitStored() {
   for (let i = 0; i < STORED_POLL_TRIES; i += 1) {
     const detail = await api(callPath);
     if (detail.stored) {
+      $('#transcript').replaceChildren();
       await showStored(detail.call, false); // the event log already holds every event
       return;
     }
@@ -306,6 +401,7 @@ async function awaitStored() {
 async function main() {
   $('#sid').textContent = sid;
   document.title = `${sid} · voicecore console`;
+  eventFilter();
   try {
     const detail = await api(callPath);
     if (detail.live || !detail.stored) watchLive();
