@@ -322,7 +322,7 @@ def test_turn_latency_runs_from_the_end_of_the_speech_to_the_first_agent_frame()
 def test_every_reason_for_a_failed_run_has_its_problem_line():
     # A stale frame: audio of a cancelled response after the clear that cut it.
     core = _core()
-    _send(core, 1, 20, 0)
+    _send(core, 1, 20, 0, end=False)
     core.tick_play(100)
     assert core.note_bargein(100)
     _clear(core, 120)
@@ -346,3 +346,35 @@ def test_a_call_that_did_not_end_normally_is_named_first():
     assert not report["ok"]
     assert report["problems"][0] == "1 of 1 call(s) did not end normally"
     assert any("ended by server" in p for p in report["problems"])
+
+
+def test_a_held_response_resumed_after_its_holds_clear_is_not_stale_unless_it_was_cut():
+    # turns mode: a hold ends the tag's audio with its end mark, the pacer clears a carrier still playing it,
+    # then a backchannel resumes the same tag: its later frames are the answer going on, not a dead tag's
+    def played(answer: ResponseRecord) -> CarrierCall:
+        core = _core()
+        for k in range(50):
+            at = 0.0 if k < 20 else 900 + 20.0 * (k - 20)  # 20 frames at once (a carrier far behind), then paced
+            core.tick_play(at)
+            _media(core, answer.audio[k * FRAME_BYTES:(k + 1) * FRAME_BYTES], at)
+            if k == 19:  # the hold: the tag's end mark, then the hold's clear while 10 frames are still queued
+                core.receive(json.dumps({"event": "mark", "streamSid": SID, "mark": {"name": "1:20:end"}}), 0)
+                core.tick_play(200)
+                _clear(core, 200)
+        core.receive(json.dumps({"event": "mark", "streamSid": SID, "mark": {"name": "1:50:end"}}), 1500)
+        core.tick_play(3000)
+        core.stop_message(3000)
+        return core
+
+    answer = _answer("a", 50, 1)
+    core = played(answer)
+    assert core.metrics.frames_resumed_after_clear == 30 and core.metrics.stale_frames == 0
+    report = _report(core, _record([110], [answer]), expect_bargeins=False)
+    assert report["stale_frames"] == 0, report["problems"]
+    # what the hold's clear threw away of the live answer is counted: the caller never heard it
+    dropped = sum(1 for f in core.frames if f.dropped)
+    assert dropped > 0 and report["frames_lost_to_hold_clears"] == dropped
+    # the same frames of a response the runtime had cut (its cancel reached the model) are stale
+    cut = _answer("a", 50, 1)
+    cut.cancel_ms = 800
+    assert _report(played(cut), _record([110], [cut]), expect_bargeins=False)["stale_frames"] == 30

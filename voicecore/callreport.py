@@ -173,6 +173,33 @@ class PlayoutFigures:
             [t for t in self.stale_at_ms if w0 <= t < w1], self.first_arrival_ms, self.responses)
 
 
+def cut_times(records: Sequence) -> dict[str, list[float]]:
+    """Per response id, when the model simulator saw it cut, sorted: its cancel (a client response.cancel
+    naming it or none, or the vendor's turn_detected), a response.cancel naming it that found it done, and
+    the truncate of its item (the runtime cutting what was already generated, as it must once the vendor
+    has sent the whole answer: it is generated faster than it plays)."""
+    cuts: dict[str, list[float]] = {}
+    by_item: dict[str, str] = {}
+    for record in records:
+        for response in record.responses:
+            if response.item_id:
+                by_item[response.item_id] = response.response_id
+            if response.cancel_ms is not None:
+                cuts.setdefault(response.response_id, []).append(response.cancel_ms)
+        for cancel in getattr(record, "cancels", ()):
+            if cancel.cancelled_response_id is None and cancel.requested_response_id is not None:
+                cuts.setdefault(cancel.requested_response_id, []).append(cancel.at_ms)
+        for truncate in getattr(record, "truncates", ()):
+            if truncate.item_id in by_item:
+                cuts.setdefault(by_item[truncate.item_id], []).append(truncate.at_ms)
+    return {rid: sorted(times) for rid, times in cuts.items()}
+
+
+# A resumed response's frame is still stale if the response was cut this soon after it reached the carrier:
+# the cut reaches the model simulator over the model socket, a little after the runtime decided it.
+RESUME_CUT_SLACK_MS = 100.0
+
+
 def playout_figures(core, records: Sequence, grace_ms: float = STARVED_GRACE_MS) -> PlayoutFigures:
     """Lateness, gaps and stale frames of one call from the carrier's playout log (module docstring)."""
     figures = PlayoutFigures()
@@ -182,6 +209,7 @@ def playout_figures(core, records: Sequence, grace_ms: float = STARVED_GRACE_MS)
     owner_by_frame: dict[int, tuple[object, int]] = {}
     first_epoch: dict[str, int] = {}
     stale: set[int] = set()
+    cuts = cut_times(records)
     for frame in core.frames:
         owner = owner_of(owners, frame.payload)
         if owner is not None:
@@ -191,7 +219,12 @@ def playout_figures(core, records: Sequence, grace_ms: float = STARVED_GRACE_MS)
             figures.responses.setdefault(rid, response)
             figures.first_arrival_ms.setdefault(rid, frame.arrival_ms)
             if frame.epoch > first_epoch.setdefault(rid, frame.epoch):
-                stale.add(frame.index)  # its response had frames before a clear that came before it
+                # Its response had frames before a clear that came before it: stale, unless a held response
+                # resumed after its hold's clear (the carrier saw its end mark first) and was not cut then.
+                resumed = getattr(frame, "resumed", False)
+                cut = cuts.get(rid, ())
+                if not resumed or any(t <= frame.arrival_ms + RESUME_CUT_SLACK_MS for t in cut):
+                    stale.add(frame.index)
         if frame.stale:
             stale.add(frame.index)
     figures.stale_at_ms = [frame.arrival_ms for frame in core.frames if frame.index in stale]
@@ -584,6 +617,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         "resumed_after_words": turn_taking.resumed_after_words,
         "resume_after_decision_ms": summary(turn_taking.resume_after_decision_ms),
         "answer_request_ms": summary(turn_taking.answer_request_ms),
+        "frames_lost_to_hold_clears": turn_taking.frames_lost_to_hold_clears,
         "starved_grace_ms": grace_ms,
         "cpu_ms_per_call_second": round(cpu_seconds * 1000 / call_seconds, 3) if call_seconds else 0.0,
         "cpu_seconds": round(cpu_seconds, 3),

@@ -39,6 +39,9 @@ arrival of one of R's frames that comes HOLD_GAP_MS or more after R's previous f
 - resume_after_decision_ms: per "resumed" hold whose utterance's transcript completed (or failed) before
   the resume: that event -> R's frames arriving again at the carrier (the runtime's reaction to the words
   that let the agent carry on, carrier arrival included).
+- frames_lost_to_hold_clears: frames of a response that the carrier threw away unplayed at a clear and
+  whose response then went on (resumed after a hold whose clear came while the carrier still held audio):
+  words of a live answer the caller never heard. 0 when the carrier's echoes keep up.
 - answer_request_ms: per answered real turn whose answer was asked for before the caller said anything
   else and with no function output in between (a tool's answer waits for the tool): the later of its
   transcript's completion and its stop -> the request (0 when the request came first, on settled words).
@@ -74,6 +77,7 @@ class TurnFigures:
     hold_cut_ms: list[float] = dataclasses.field(default_factory=list)
     resume_after_decision_ms: list[float] = dataclasses.field(default_factory=list)
     answer_request_ms: list[float] = dataclasses.field(default_factory=list)
+    frames_lost_to_hold_clears: int = 0
 
     def add(self, other: TurnFigures) -> None:
         for field in dataclasses.fields(self):
@@ -96,28 +100,6 @@ def _requested_ms(records: Sequence) -> list[float]:
     """When each response was asked for (the client's, or the vendor's turn detection's; not an overlap)."""
     return sorted(r.created_ms for record in records for r in record.responses
                   if getattr(r, "origin", "client") != "overlap" and r.overlaps is None)
-
-
-def _cut_times(records: Sequence) -> dict[str, list[float]]:
-    """Per response id, when the model simulator saw it cut, sorted: its cancel (a client response.cancel
-    naming it or none, or the vendor's turn_detected), a response.cancel naming it that found it done, and
-    the truncate of its item (the runtime cutting what was already generated, as it must once the vendor
-    has sent the whole answer: it is generated faster than it plays)."""
-    cuts: dict[str, list[float]] = {}
-    by_item: dict[str, str] = {}
-    for record in records:
-        for response in record.responses:
-            if response.item_id:
-                by_item[response.item_id] = response.response_id
-            if response.cancel_ms is not None:
-                cuts.setdefault(response.response_id, []).append(response.cancel_ms)
-        for cancel in getattr(record, "cancels", ()):
-            if cancel.cancelled_response_id is None and cancel.requested_response_id is not None:
-                cuts.setdefault(cancel.requested_response_id, []).append(cancel.at_ms)
-        for truncate in getattr(record, "truncates", ()):
-            if truncate.item_id in by_item:
-                cuts.setdefault(by_item[truncate.item_id], []).append(truncate.at_ms)
-    return {rid: sorted(times) for rid, times in cuts.items()}
 
 
 def _audible(core, owners: dict, starts: list[float], at_ms: float) -> tuple[bool, object | None]:
@@ -173,7 +155,10 @@ def turn_figures(core, records: Sequence, window_ms: tuple[float, float] | None 
         if owner is not None:
             arrivals.setdefault(owner[0].response_id, []).append(frame.arrival_ms)
     resumed = {rid: _resumptions(times) for rid, times in arrivals.items()}
-    cuts = _cut_times(records)
+    resumed_tags = {frame.tag for frame in core.frames if getattr(frame, "resumed", False)}
+    figures.frames_lost_to_hold_clears = sum(1 for frame in core.frames if frame.dropped and frame.tag in resumed_tags
+                                             and (window_ms is None or window_ms[0] <= frame.arrival_ms < window_ms[1]))
+    cuts = callreport.cut_times(records)
     any_cut = sorted(t for times in cuts.values() for t in times)
     end_ms = call_end_ms(core, records)
 

@@ -87,7 +87,7 @@ class Utterance:
 class ReceivedFrame:
     """One outbound `media` frame as the carrier saw it. Filled in as marks, ticks and clears happen."""
 
-    __slots__ = ("index", "arrival_ms", "payload", "epoch", "tag", "index_in_tag", "stale", "played_at_ms",
+    __slots__ = ("index", "arrival_ms", "payload", "epoch", "tag", "index_in_tag", "stale", "resumed", "played_at_ms",
                  "played_ms", "dropped", "dropped_at_ms")
 
     def __init__(self, index: int, arrival_ms: float, payload: bytes | None, epoch: int) -> None:
@@ -98,6 +98,9 @@ class ReceivedFrame:
         self.tag: int | None = None  # from the next mark, once it arrives
         self.index_in_tag: int | None = None  # n-th frame of its tag (non-stale frames only)
         self.stale = False
+        # Its tag's audio had ended with an end mark before a clear, and goes on after it: a held response
+        # resumed after the hold's clear (turns mode), not audio of a dead tag.
+        self.resumed = False
         self.played_at_ms: float | None = None
         self.played_ms = 0.0  # FRAME_MS, or less when a clear cut it mid-play
         self.dropped = False  # thrown away by a clear before it played
@@ -119,6 +122,7 @@ class CarrierMetrics:
     frames_dropped_by_clear: int = 0
     frames_without_mark: int = 0  # overtaken by a clear or by an unparseable mark (end of call: statistics())
     stale_frames: int = 0
+    frames_resumed_after_clear: int = 0  # frames of a tag held (its end mark) before a clear, resumed after it
     marks_received: int = 0
     marks_unparsed: int = 0
     marks_echoed_played: int = 0  # playout passed them
@@ -190,7 +194,7 @@ class _QueuedMark:
 
 class _TagState:
     __slots__ = ("first_epoch", "first_arrival_ms", "timed_frames", "attributed_frames", "epoch",
-                 "frames_in_epoch", "stale_epoch", "spurt_ended")
+                 "frames_in_epoch", "stale_epoch", "spurt_ended", "ended_epoch", "resumed_epoch")
 
     def __init__(self, epoch: int) -> None:
         self.first_epoch = epoch
@@ -201,6 +205,8 @@ class _TagState:
         self.epoch = epoch
         self.frames_in_epoch = 0
         self.stale_epoch: int | None = None
+        self.ended_epoch: int | None = None  # the epoch its latest end mark came in
+        self.resumed_epoch: int | None = None  # an epoch it resumed in after its end mark and a clear
 
 
 class PlayoutCore(abc.ABC):
@@ -472,11 +478,16 @@ class PlayoutCore(abc.ABC):
             state = self._tags[tag] = _TagState(epoch)
         if state.spurt_ended and frames:
             # The tag's audio resumes after its end mark (a hold on a VAD edge, then a false alarm): a new
-            # talk spurt, timed from its own first frame like a response's first.
+            # talk spurt, timed from its own first frame like a response's first. After a clear that came
+            # behind that end mark (the hold's clear) it is the same live tag going on, not a dead one.
+            if state.ended_epoch is not None and state.ended_epoch < epoch:
+                state.resumed_epoch = epoch
             state.spurt_ended = False
             state.timed_frames = 0
             state.first_arrival_ms = None
         state.spurt_ended = state.spurt_ended or is_end
+        if is_end:
+            state.ended_epoch = epoch
         if state.epoch != epoch:
             state.epoch = epoch
             state.frames_in_epoch = 0
@@ -485,7 +496,8 @@ class PlayoutCore(abc.ABC):
         # A tag that lived before the latest clear is dead after it: its frames are stale (INV-STALE).
         # Either we saw it before the clear, or the pacer's own count says it sent frames of it that
         # did not arrive after the clear (they came before it, unclaimed).
-        if epoch > 0 and (state.first_epoch < epoch or frames_through > state.frames_in_epoch):
+        resumed = state.resumed_epoch == epoch
+        if epoch > 0 and not resumed and (state.first_epoch < epoch or frames_through > state.frames_in_epoch):
             state.stale_epoch = epoch
         stale = state.stale_epoch == epoch and epoch > 0
         if not stale and state.stale_epoch is None and frames_through != state.attributed_frames:
@@ -493,6 +505,9 @@ class PlayoutCore(abc.ABC):
         lead = self.lead_frames - 1
         for frame in frames:
             frame.tag = tag
+            if resumed:
+                frame.resumed = True
+                metrics.frames_resumed_after_clear += 1
             if stale:
                 frame.stale = True
                 metrics.stale_frames += 1
