@@ -52,6 +52,22 @@ def test_start_configures_the_session_so_the_controller_takes_turns():
     assert out[1]["response"]["metadata"] == {"vc_req": "1", "vc_prompt": "greeting"}
 
 
+def test_a_responses_own_instructions_keep_the_sessions_in_force():
+    # The vendor: response.instructions replace the session's for that response. A scripted line and a
+    # grounded answer must not lose the agent's persona and its node's role.
+    flow = flows.ScriptedFlow()
+    c = started(C.CallController("CA1", flow=flow))
+    persona = c.core.instructions
+    assert persona
+    line = C.Request(9, flows.Say("question", "How can I help you today?"), "flow")
+    assert c._response_instructions(line) == persona + '\n\nSay exactly: "How can I help you today?"'
+    grounded = C.Request(10, flows.Answer(), "flow", snippets=({"text": "Basic costs 99 kr.", "file": "kb.md"},))
+    assert c._response_instructions(grounded).startswith(persona + "\n\nAnswer the caller briefly")
+    assert c._response_instructions(C.Request(11, flows.Answer(), "flow")) is None  # the session's own
+    c.core.reconfigure("You are the booking desk now.", [])  # a node transition changes what is in force
+    assert c._response_instructions(line).startswith("You are the booking desk now.\n\n")
+
+
 def test_one_request_at_a_time_and_the_next_only_after_the_previous_played():
     c = started(C.CallController("CA1"))
     out = c.on_model_event(created("r1", 1), 100 * MS, IDLE)
@@ -363,7 +379,7 @@ def test_a_rejected_answer_is_cancelled_and_the_safe_line_said_in_its_place():
     assert c.stats.gate_rejections == 1 and c.queued.step == flows.Say("safe_line", "I can't verify that.", policy="off")
     assert sent(c.on_tick(90 * MS, IDLE)) == []  # one voice at a time: not while r2 is still active
     (safe,) = sent(c.on_model_event(ev(type="response.done", response={"id": "r2", "status": "cancelled"}), 100 * MS, IDLE))
-    assert safe["response"]["instructions"] == 'Say exactly: "I can\'t verify that."'
+    assert safe["response"]["instructions"] == c.core.instructions + '\n\nSay exactly: "I can\'t verify that."'
 
 
 def test_retrieve_first_puts_snippets_in_the_instructions_or_says_the_safe_line_without_support():

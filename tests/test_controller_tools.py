@@ -141,7 +141,10 @@ def propose(c) -> None:
     assert runs(out) == [] and c.pending_action is not None
     (create,) = [e for e in sent(out) if e["type"] == "response.create"]
     # the prompt is scripted from the arguments: every number in it is one of theirs
-    assert create["response"]["instructions"] == 'Say exactly: "Shall I book a cleaning on 2026-11-26 at 10:00?"'
+    # ... and said with the agent's instructions in force (a response's own instructions replace the session's)
+    instructions = create["response"]["instructions"]
+    assert instructions.endswith('\n\nSay exactly: "Shall I book a cleaning on 2026-11-26 at 10:00?"')
+    assert instructions.startswith(c.core.instructions.strip()) and c.core.instructions.strip()
     c.inflight = None
 
 

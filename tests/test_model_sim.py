@@ -1214,3 +1214,18 @@ def test_overlap_config_validation_and_server_flag() -> None:
     for text in ("2", "-0.5", "x"):
         with pytest.raises(Exception):
             probability(text)
+
+
+def test_a_scripted_line_after_the_sessions_instructions_is_read_from_its_own_paragraph():
+    # the runtime keeps the session's instructions in force: the line comes after them
+    from voicecore.sim.model.clips import clip_speaking, scripted_text
+    from voicecore.sim.audio_clips import default_library
+
+    agent_clips = [c for c in default_library().infos if c.role == "agent"]
+    persona = "You are Acme's assistant. Never say: Are you still there?"
+    instructions = f'{persona}\n\nSay exactly: "Thank you for calling Acme. Have a nice day, goodbye!"'
+    assert scripted_text(instructions) == "Thank you for calling Acme. Have a nice day, goodbye!"
+    assert scripted_text('Say exactly: "Are you still there?"') == "Are you still there?"
+    assert scripted_text(persona) is None
+    clip = clip_speaking(scripted_text(instructions) or instructions, agent_clips)
+    assert clip is not None and clip.name == "agent_goodbye"  # not the check-in line the persona quotes

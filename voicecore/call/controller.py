@@ -1168,12 +1168,22 @@ class CallController:
         if request.user_text:
             out.append(SendToModel(rt.conversation_item_create_user_text(request.user_text)))
         metadata = {"vc_req": str(request.req_id), "vc_prompt": request.prompt_id}
-        instructions = None
-        if isinstance(request.step, flows.Say):
-            instructions = f'Say exactly: "{request.step.text}"'
+        out.append(SendToModel(rt.response_create(instructions=self._response_instructions(request), metadata=metadata)))
+
+    def _response_instructions(self, request: Request) -> str | None:
+        """A response's own instructions, or None for the session's. The vendor's rule: a response's
+        instructions replace the session's for that response, so what a response needs of its own (a line to
+        say, the facts to answer from) comes after the session's instructions in force (the agent's persona,
+        its node's role, its language rules), never instead of them."""
+        step = request.step
+        if isinstance(step, flows.Say):
+            addition = f'Say exactly: "{step.text}"'
         elif request.snippets:
-            instructions = _grounded_instructions(request.snippets)
-        out.append(SendToModel(rt.response_create(instructions=instructions, metadata=metadata)))
+            addition = _grounded_instructions(request.snippets)
+        else:
+            return None
+        session = self.core.instructions.strip()
+        return f"{session}\n\n{addition}" if session else addition
 
     def _apply_context_strategy(self, transition: flows.Transition, out: list[Action]) -> None:
         """seed 004: ``reset`` forgets the conversation so far; ``task`` forgets it and adds the node's task

@@ -178,7 +178,9 @@ def _normalise(text: str) -> str:
     return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
 
 
-_SAY_EXACTLY = re.compile(r'\s*Say exactly:\s*"?(.*?)"?\s*$', re.DOTALL | re.IGNORECASE)
+# The runtime puts a scripted line after the session's instructions (a response's instructions replace the
+# session's, so they carry them): the line is the last "Say exactly:" paragraph.
+_SAY_EXACTLY = re.compile(r'(?:^|\n)\s*Say exactly:\s*"?([^\n]*?)"?\s*$', re.IGNORECASE)
 
 
 def scripted_text(instructions: object) -> str | None:
@@ -186,7 +188,7 @@ def scripted_text(instructions: object) -> str | None:
     the audio is the nearest clip); None for other instructions."""
     if not isinstance(instructions, str):
         return None
-    match = _SAY_EXACTLY.match(instructions)
+    match = _SAY_EXACTLY.search(instructions)
     return match.group(1).strip() or None if match else None
 
 

@@ -822,7 +822,7 @@ class ModelSession:
         instructions = options.get("instructions")
         if isinstance(instructions, str):
             # a scripted prompt ("Say exactly: ...") gets the clip that speaks it
-            scripted = clip_speaking(instructions, self._agent_clips)
+            scripted = clip_speaking(scripted_text(instructions) or instructions, self._agent_clips)
             if scripted is not None:
                 return scripted
         clip = self._auto_clips[self._auto_clip_cursor % len(self._auto_clips)]
