@@ -1214,3 +1214,33 @@ def test_overlap_config_validation_and_server_flag() -> None:
     for text in ("2", "-0.5", "x"):
         with pytest.raises(Exception):
             probability(text)
+
+
+def test_response_instructions_replace_the_sessions_for_that_response_as_the_vendor_applies_them() -> None:
+    persona = "You are Ada, Acme's receptionist. Always answer in Swedish."
+    h = Harness(instructions=persona)
+    h.send(ev.response_create())
+    h.run_all()
+    h.send(ev.response_create(instructions='Say exactly: "Hello, thanks for calling Acme. How can I help you today?"'))
+    h.run_all()
+    h.send(ev.response_create(instructions=persona + '\nSay exactly: "Goodbye."'))
+    h.run_all()
+    plain, scripted, kept = h.session.record.responses
+    assert (plain.instructions, plain.response_instructions) == (persona, None)
+    assert scripted.instructions.startswith("Say exactly:") and scripted.session_instructions == persona
+    assert persona not in scripted.instructions  # the vendor's rule: the session's are not in force for it
+    assert kept.instructions.startswith(persona)
+    assert h.session.record.responses_without("You are Ada") == [scripted]
+    out = h.send(ev.session_update(h.naming, instructions="Other.", voice=None, turn_detection=None))
+    assert types(out) == ["session.updated"]
+    h.send(ev.response_create())
+    h.run_all()
+    assert h.session.record.responses[-1].instructions == "Other."
+
+
+def test_response_instructions_that_are_not_text_are_refused() -> None:
+    h = Harness()
+    out = h.send(json.dumps({"type": "response.create", "event_id": "e1", "response": {"instructions": 5}}))
+    assert types(out) == ["error"]
+    assert (out[0]["error"]["param"], out[0]["error"]["event_id"]) == ("response.instructions", "e1")
+    assert h.session.record.responses == []

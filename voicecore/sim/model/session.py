@@ -15,6 +15,11 @@ function-call follow-up): both send their deltas interleaved in time, each has i
 cascade, `ResponseRecord.overlaps` names the first. A cancel or a barge-in stops every response in
 progress (a cancel with a response_id only that one); each lets its late deltas out.
 
+Instructions as the vendor applies them: a response.create's `response.instructions` replace the session's
+instructions for that response (the persona, the task and any language rule the session carries are not in
+force for it); `ResponseRecord.instructions` keeps the instructions each response was made under, so a
+harness can tell an answer made without the agent's instructions (`SessionRecord.responses_without`).
+
 Scripted caller turns (`SimConfig.turns`, module turns): a response that no scripted prompt ("Say
 exactly: ...") or sim_clip metadata pins answers the first rule whose `when` is in the last caller item's
 words, by speaking its answer or by calling a declared function (the function_call item after an optional
@@ -426,6 +431,8 @@ class ModelSession:
         options = event.get("response")
         if options is not None and not isinstance(options, dict):
             raise invalid_value("response", "expected an object")
+        if options is not None and "instructions" in options and not isinstance(options["instructions"], str):
+            raise invalid_value("response.instructions", "expected a string")
         self._start_response(now_ms, options or {})
 
     def _on_response_cancel(self, event: dict[str, Any], now_ms: int) -> None:
@@ -790,7 +797,9 @@ class ModelSession:
         sizes = split_delta_sizes(len(audio), rng, cfg.delta_min_bytes, cfg.delta_max_bytes) if audio else []
         response_id = "resp_" + self._ids.token()
         item_id = "" if failed else "item_" + self._ids.token()
-        instructions = options.get("instructions")
+        # As the vendor applies them: the response's own instructions replace the session's for this response.
+        requested = options.get("instructions")
+        requested = requested if isinstance(requested, str) else None
         record = ResponseRecord(
             index=index,
             response_id=response_id,
@@ -801,7 +810,9 @@ class ModelSession:
             audio_format="pcma" if self._cfg.output_format == "pcma" else "pcmu",
             delta_bytes=sizes,
             created_ms=now_ms,
-            instructions=instructions if isinstance(instructions, str) else None,
+            instructions=self._cfg.instructions if requested is None else requested,
+            response_instructions=requested,
+            session_instructions=self._cfg.instructions,
             metadata=metadata,
             hallucinated=hallucinated,
             failed=failed,
