@@ -17,7 +17,15 @@ line: /faults is answered here, anything else is handed, bytes and all, to picow
 `stall` holds every outgoing event until its window ends (input is still read), `refuse_new` answers
 new handshakes 503, and the response faults live in each ModelSession.
 
+The vendor's refusals (voicecore.sim.model.refusals): with `SimConfig.api_keys` / `models` set, a wrong key
+or an unknown model is refused as the vendor refuses it (on OpenAI's path an `error` event and a close; on
+Azure's, /openai/..., HTTP 401 or 404 with Azure's JSON body); a client asking for the retired beta shape
+(`OpenAI-Beta: realtime=v1`) gets the `error` and close 4000 `beta_api_shape_disabled` unless the simulator
+itself is configured with naming "beta" (records made before the retirement). Every session ends
+`SimConfig.session_limit_ms` after it opened (`error` session_expired, then close 1000), as the vendor's do.
+
     python -m voicecore.sim.model_server --port 9100 [--naming beta] [--late-deltas 2] [--overlap-probability 0.25]
+        [--api-key KEY] [--serve-model NAME] [--session-limit-s 3600]
     curl -d '{"kind": "rate_limit", "duration_ms": 2000}' http://127.0.0.1:9100/faults
 """
 
@@ -28,8 +36,9 @@ import asyncio
 import logging
 import signal
 import time
+import secrets
+from collections import Counter
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, urlsplit
 
 import orjson
 from picows import (
@@ -48,6 +57,7 @@ from picows.picows import WSProtocol
 from voicecore import http_client
 from voicecore.sim.audio_clips import ClipLibrary, default_library
 from voicecore.sim.model import ModelSession, SimConfig
+from voicecore.sim.model.refusals import Refusal, check_handshake, read_handshake
 from voicecore.sim.model.faults import (
     BINARY_PAYLOAD,
     RESPONSE_FAULT_KINDS,
@@ -87,6 +97,7 @@ class ModelSimServer:
     live: dict[str, "_SessionSocket"] = field(default_factory=dict)  # session_id -> its open socket
     faults: FaultBook = field(default_factory=FaultBook)
     handshakes_refused: int = 0  # by refuse_new
+    refusals: Counter = field(default_factory=Counter)  # connections refused as the vendor would, by error code
     # closed sessions kept in `registry` (oldest dropped first); None keeps all. Each keeps its response
     # audio, so a long-running CLI server bounds it while an in-process harness keeps everything.
     keep_closed: int | None = None
@@ -152,9 +163,18 @@ class ModelSimServer:
             self.handshakes_refused += 1
             refused = WSUpgradeResponse.create_error_response(503, b"Service Unavailable (simulated fault: refuse_new)")
             return WSUpgradeResponseWithListener(refused, None)
-        beta = headers.get("OpenAI-Beta", "").strip().lower() == "realtime=v1"
         path = request.path.decode("latin-1")
-        model = (parse_qs(urlsplit(path).query).get("model") or [None])[0]
+        handshake = read_handshake(path, headers)
+        refusal = check_handshake(self.config, handshake, legacy_beta=self.config.naming == "beta")
+        if refusal is not None:
+            self.refusals[refusal.code] += 1
+            log.info("session refused (%s): %s", handshake.form, refusal.code)
+            if refusal.http_status:
+                response = WSUpgradeResponse.create_error_response(refusal.http_status, refusal.body)
+                response.headers["Content-Type"] = "application/json"
+                return WSUpgradeResponseWithListener(response, None)
+            return _RefusedSocket(refusal)
+        beta, model = handshake.beta, handshake.model
         index = self.sessions_opened
         self.sessions_opened += 1
         session = ModelSession(
@@ -192,6 +212,7 @@ class _SessionSocket(WSListener):
         self.transport: WSTransport | None = None
         self.loop = asyncio.get_running_loop()
         self.timer: asyncio.TimerHandle | None = None
+        self.expiry: asyncio.TimerHandle | None = None
         self.fragments: list[bytes] = []
 
     def on_ws_connected(self, transport: WSTransport) -> None:
@@ -201,7 +222,19 @@ class _SessionSocket(WSListener):
         call_sid = self.session.record.call_sid
         if drop_after_ms and (call_sid is None or len(self.sim.by_call(call_sid)) == 1):
             self.loop.call_later(drop_after_ms / 1000, self._drop)
+        self.expiry = self.loop.call_later(self.sim.config.session_limit_ms / 1000, self._expire)
         self._send_due()
+
+    def _expire(self) -> None:
+        """SimConfig.session_limit_ms: the vendor's `error` (session_expired), then a normal close."""
+        transport = self.transport
+        if transport is None or transport.is_disconnected or transport.is_close_frame_sent:
+            return
+        self.session.expire(now_ms())
+        for event in self.session.events_to_send():
+            transport.send(WSMsgType.TEXT, event.encode())
+        transport.send_close(WSCloseCode.OK, b"session_expired")
+        transport.disconnect()
 
     def _drop(self) -> None:
         """SimConfig.drop_after_ms: close as a server that hit an internal error does."""
@@ -268,8 +301,30 @@ class _SessionSocket(WSListener):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        if self.expiry is not None:
+            self.expiry.cancel()
+            self.expiry = None
         self.session.close(now_ms())
         self.sim._prune()
+
+
+class _RefusedSocket(WSListener):
+    """A connection the vendor refuses after the upgrade (voicecore.sim.model.refusals): the `error` event
+    that says why, then the close frame."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        self.refusal = refusal
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        refusal = self.refusal
+        if refusal.error is not None:
+            event = {"type": "error", "event_id": "event_" + secrets.token_hex(11)[:21], "error": refusal.error}
+            transport.send(WSMsgType.TEXT, orjson.dumps(event))
+        transport.send_close(WSCloseCode(refusal.close_code), refusal.close_reason.encode())
+        transport.disconnect()
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        pass  # nothing the client says changes the refusal
 
 
 def _text_or_bytes(data: bytes) -> str | bytes:
@@ -444,6 +499,9 @@ async def _main(args: argparse.Namespace) -> None:
         speed_factor=args.speed_factor,
         late_deltas_after_cancel=args.late_deltas,
         overlap_probability=args.overlap_probability,
+        api_keys=tuple(args.api_key),
+        models=tuple(args.serve_model),
+        session_limit_ms=int(args.session_limit_s * 1000),
     )
     sim, port = await serve_model_sim(args.host, args.port, config, keep_closed=args.keep_closed)
     # the supervisor and the CLI test read the bound port from this line
@@ -479,6 +537,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="audio deltas still sent after a cancel (0-3, default 0)")
     parser.add_argument("--overlap-probability", type=probability, default=0.0, metavar="P",
                         help="chance (0-1) that a response gets a second one started while it streams (default 0)")
+    parser.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                        help="a key the simulator accepts (repeatable); none given: any key")
+    parser.add_argument("--serve-model", action="append", default=[], metavar="NAME",
+                        help="a model (Azure: deployment) the simulator serves (repeatable); none given: any")
+    parser.add_argument("--session-limit-s", type=float, default=3600.0,
+                        help="a session ends this long after it opened, as the vendor's do (default 3600)")
     parser.add_argument("--keep-closed", type=int, default=50, help="closed sessions kept in memory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -30,12 +30,12 @@ from typing import Any, Callable
 
 import numpy as np
 import zmq
-from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSProtocolError, WSTransport, ws_connect
+from picows import (WSCloseCode, WSError, WSFrame, WSInvalidStatusError, WSListener, WSMsgType, WSProtocolError,
+                    WSTransport, ws_connect)
 
 from voicecore import timing
 from voicecore.agent import settings as agent_settings
 from voicecore.agent import tools as agent_tools
-from voicecore.agent.flow import AgentFlow
 from voicecore.agent.load import AgentError, load_configured_agent
 from voicecore.agent.spec import AgentSpec
 from voicecore.bus import messages
@@ -43,15 +43,16 @@ from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_IN
 from voicecore.call import controller as controller_mod
 from voicecore.call import core
 from voicecore.call.controller import Action
+from voicecore.call.build import driver_for_config, first_session_update
 from voicecore.call.driver import Driver
 from voicecore.call.record import CallRecorder
-from voicecore.call.spine import SpineDriver
 from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
 from voicecore.store.summary import RecordSummarizer, summary_to_json
-from voicecore.realtime import events as rt
 from voicecore.realtime.breaker import CircuitBreaker
+from voicecore.realtime import connect as vendor_connect
+from voicecore.realtime.vendor_errors import VendorFault, classify_close, classify_handshake, scan_server_text
 from voicecore import fallback
 from voicecore.shm import control as C
 from voicecore.shm import rings
@@ -82,6 +83,9 @@ def reconnect_delay_s(failures: int, jitter: float) -> float:
     do not come back in one burst."""
     return min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2 ** max(0, failures - 1)) * jitter
 MODEL_CONNECT_TIMEOUT_S = 5.0
+# While the vendor refuses the node's configuration, a trial session this often (a spent quota topped up, a
+# key rotated at the vendor's side): it costs no tokens, and callers in between get the failure policy at once.
+VENDOR_TRIAL_EVERY_S = 30.0
 BREAKER_POLL_S = 0.25  # a call waiting on an open breaker looks again this often
 STAMP_EVERY_S = 0.1
 VALIDATOR_CHECK_S = 0.25  # how often the serving validator's pid is read (a new one gets the open gates again)
@@ -111,21 +115,6 @@ RECORD_FINISH_WAIT_S = 30.0  # stopping: how long to wait for the records of cal
 
 
 MAX_TOOLS_RUNNING = 256  # tool runs in flight in this worker, all calls together; more wait their turn
-
-
-def controller_config(config: Config, agent: AgentSpec) -> controller_mod.ControllerConfig:
-    """The turn-taking controller's settings: the agent's timings and lines, the configuration's gate."""
-    retrieve = config.retrieve_first == "on" or (config.retrieve_first == "auto" and bool(config.knowledge_dir))
-    checkins = tuple(int(s * 1000) for s in agent.checkin_s)
-    return controller_mod.ControllerConfig(
-        gate_policy=config.gate_policy, gate_language=config.gate_language, safe_line=agent.safe_line,
-        retrieve_first=retrieve, voice=agent.voice, silence_checkins_ms=checkins,
-        silence_goodbye_ms=int(agent.goodbye_after_s * 1000), debounce_quiet_ms=agent.debounce_quiet_ms,
-        debounce_cap_ms=agent.debounce_cap_ms, filler_after_ms=agent.filler_after_ms,
-        confirm_timeout_ms=int(agent.confirm_timeout_s * 1000), confirm_languages=tuple(agent.languages),
-        dedupe_ms=int(agent.dedupe_s * 1000), failure_after_failures=agent.failure_after_failures,
-        failure_after_ms=int(agent.failure_after_s * 1000), failure_transfer=agent.failure_action == "transfer",
-        hold_every_ms=int(agent.failure_hold_every_s * 1000))
 
 
 def call_id_for_model(config: Config, call_sid: str) -> str | None:
@@ -179,21 +168,8 @@ class CallSession:
         # The law of the call's frames, as the gateway claimed the slot (CODEC): an A-law carrier stream passed
         # through (alaw_passthrough) is A-law all the way, so the session is opened in A-law both ways.
         self.audio_format = "pcma" if int(ctrl[C.CODEC]) == C.CODEC_ALAW else "pcmu"
-        format_args = {"audio_format": self.audio_format} if self.audio_format != "pcmu" else {}
-        decider: Driver
-        if agent_settings.call_control(config) == "turns":
-            flow = AgentFlow(agent, **agent_settings.flow_overrides(config))
-            decider = controller_mod.CallController(call_sid, flow=flow, config=controller_config(config, agent),
-                                                    naming=config.realtime_naming, first_tag=first_tag,
-                                                    **format_args)
-        else:
-            # The spine takes no turns and runs no tools: the agent's instructions, voice and greeting only.
-            decider = SpineDriver(call_sid, naming=config.realtime_naming, first_tag=first_tag, greet=not resumed,
-                                  gate_policy=config.gate_policy, safe_line=agent.safe_line,
-                                  instructions=AgentFlow(agent).session().instructions, voice=agent.voice,
-                                  greeting=agent.greeting,
-                                  failure=controller_config(config, agent).failure_policy().to_dict(),
-                                  **format_args)
+        decider: Driver = driver_for_config(config, agent, call_sid, first_tag=first_tag, greet=not resumed,
+                                            audio_format=self.audio_format)
         # A call this worker took over (a worker died under it): its driver as the dead worker left it, rebuilt
         # from that worker's part file (INV-REPLAY), so the call goes on where it stood instead of starting over.
         self.resumed = resumed
@@ -246,6 +222,8 @@ class CallSession:
         self.language = agent.languages[0] if agent.languages else "en"
         ctrl[C.HOLD_CLIP] = fallback.clip_number(self.language, fallback.HOLD)
         self.model_lost_reported = False  # the driver was told the model is gone (until a socket opens again)
+        self.configured = False  # this socket's session acknowledged its first session.update
+        self.refusal: VendorFault | None = None  # the vendor refused the node's configuration on this socket
         self.gate_messages: dict[int, list[object]] = {}  # per gated tag, what the validator was sent
         self.gates_resent: set[int] = set()  # tags sent again to the validator serving now
         self.cut_off = False  # taken over in the middle of an answer (a live tag the dead worker never ended)
@@ -283,16 +261,19 @@ class CallSession:
         )
 
     async def run(self) -> None:
-        """Keep this call's model socket open while the call lives (reconnecting after a drop)."""
+        """Keep this call's model socket open while the call lives (reconnecting after a drop). A vendor that
+        refuses the node's configuration (vendor_errors: fatal) ends the call's wait at once: its failure policy."""
         worker = self.worker
-        config = worker.config
-        target = rt.RealtimeUrl(model=config.model, naming=config.realtime_naming, base_url=config.model_url)
-        url = target.url()
-        headers = target.headers(config.realtime_api_key or "none", call_sid=call_id_for_model(config, self.call_sid))
-        breaker = worker.breaker_for(url)
+        endpoint = worker.endpoint_for(self.call_sid)
+        breaker = worker.breaker_for(endpoint.url)
         failures = 0
         while self.alive() and not self.driver_ended():
             connected_at = 0.0
+            if breaker.is_fatal:
+                worker.counters["calls_refused_by_vendor"] += 1
+                log.warning("call %s: no model session (the vendor refused the configuration): failure policy", self.call_sid)
+                self.model_lost("vendor_refused", fatal=True)
+                return
             if not breaker.allow(time.monotonic()):
                 if not self.started:
                     # A new call while the vendor is known to be down: its failure policy at once.
@@ -306,8 +287,19 @@ class CallSession:
                 continue
             try:
                 transport, _socket = await ws_connect(
-                    lambda: ModelSocket(self), url, extra_headers=headers, max_frame_size=MAX_MODEL_MESSAGE_BYTES,
-                    websocket_handshake_timeout=MODEL_CONNECT_TIMEOUT_S, logger_name=ws_log)
+                    lambda: ModelSocket(self), endpoint.url, extra_headers=endpoint.headers, proxy=endpoint.proxy,
+                    max_frame_size=MAX_MODEL_MESSAGE_BYTES, websocket_handshake_timeout=MODEL_CONNECT_TIMEOUT_S,
+                    logger_name=ws_log)
+            except WSInvalidStatusError as exc:  # the vendor answered the upgrade with an HTTP error
+                status = int(exc.response.status) if exc.response is not None else 0
+                fault = classify_handshake(status, exc.raw_body)
+                if fault.fatal:
+                    worker.vendor_refused(endpoint, fault)
+                    continue  # the loop's first check ends the call's wait
+                worker.counters["model_connect_failures"] += 1
+                breaker.failure(time.monotonic())
+                log.warning("call %s: model connection refused: HTTP %d", self.call_sid, status)
+                self.model_lost(f"http_{status}")
             except (OSError, WSError, TimeoutError) as exc:
                 worker.counters["model_connect_failures"] += 1
                 breaker.failure(time.monotonic())
@@ -330,6 +322,10 @@ class CallSession:
                     self.transport = None
                 if not self.alive() or self.driver_ended():
                     return
+                if self.refusal is not None:  # an error or a close that refuses the configuration
+                    worker.vendor_refused(endpoint, self.refusal)
+                    self.refusal = None
+                    continue
                 log.warning("call %s: model connection closed (%s); reconnecting", self.call_sid, self.close_code)
                 self.model_lost(f"closed_{self.close_code}")
             failures = 1 if connected_at and time.monotonic() - connected_at >= STABLE_CONNECTION_S else failures + 1
@@ -348,6 +344,8 @@ class CallSession:
         """The model socket is open: configure the session before any server event is handled."""
         self.transport = transport
         self.model_lost_reported = False
+        self.configured = False
+        self.refusal = None
         if not self.started:
             self.started = True
             if self.rebuilt_from:  # the call's state is back: its new session gets what the old one had
@@ -361,10 +359,26 @@ class CallSession:
         self.next_inbound_ns = time.monotonic_ns() + INBOUND_BATCH_NS
 
     def on_model_text(self, text: str) -> None:
-        """One server event from the model socket."""
+        """One server event from the model socket. A refusal of the node's configuration in it (an error
+        event, a failed response: vendor_errors) closes the socket after the driver saw the event."""
+        fault = scan_server_text(text, configuring=not self.configured)
+        if not self.configured and '"session.updated"' in text:
+            self.configured = True  # the vendor accepted the session.update: later errors answer other events
         self._apply(self.driver.on_model_event(text, time.monotonic_ns(), self.playout()))
+        if fault is not None and fault.fatal and self.refusal is None:
+            self.refusal = fault
+            if self.transport is not None:
+                self.transport.send_close(WSCloseCode.OK)
+                self.transport.disconnect()
         if not self.alive() and self.transport is not None:
             self.transport.disconnect()
+
+    def on_model_close(self, code: int, reason: str) -> None:
+        """The vendor closed the socket: a close that refuses the configuration (4000) is remembered for run()."""
+        self.close_code = code
+        fault = classify_close(code, reason)
+        if fault is not None and self.refusal is None:
+            self.refusal = fault
 
     def pump_inbound(self, now_ns: int) -> None:
         """Every INBOUND_BATCH_MS (from the worker's loop): the caller audio that arrived, to the model."""
@@ -839,7 +853,7 @@ class ModelSocket(WSListener):
                 self.session.on_model_text(text)
         elif msg_type is WSMsgType.CLOSE:
             code = frame.get_close_code()
-            self.session.close_code = code.value
+            self.session.on_model_close(code.value, (frame.get_close_message() or b"").decode("utf-8", errors="replace"))
             if not transport.is_close_frame_sent:
                 transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
             transport.disconnect()
@@ -887,9 +901,12 @@ class ModelWorker:
                                              "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0,
                                              "observe_events_sent": 0, "observe_events_dropped": 0,
                                              "fallback_lines_asked": 0, "calls_refused_by_breaker": 0,
+                                             "calls_refused_by_vendor": 0, "vendor_refusals": 0,
+                                             "vendor_trial_sessions": 0,
                                              "failure_policy_calls": 0, "calls_taken_over_followed": 0,
                                              "gate_messages_resent": 0})
         self.breakers: dict[str, CircuitBreaker] = {}  # per vendor endpoint (URL)
+        self.vendor_trial: asyncio.Task | None = None  # the trial sessions while the vendor refuses the configuration
         # voicecore_tool_duration_seconds: each tool run's time by outcome, cumulative since start (both
         # outcomes reported from the start, so a scraper sees the series before the first error).
         self.tool_durations = {outcome: prom_histogram.Histogram((0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
@@ -946,6 +963,58 @@ class ModelWorker:
         if breaker is None:
             breaker = self.breakers[url] = CircuitBreaker()
         return breaker
+
+    def endpoint_for(self, call_sid: str | None) -> vendor_connect.Endpoint:
+        """The vendor endpoint a call dials: URL, key header (OpenAI's or Azure's), the outbound proxy."""
+        config = self.config
+        return vendor_connect.endpoint(config.model_url, config.model, config.realtime_api_key, config.model_provider,
+                                       config.realtime_deployment, os.environ,
+                                       call_sid=call_id_for_model(config, call_sid) if call_sid else None,
+                                       naming=config.realtime_naming)  # type: ignore[arg-type]
+
+    def vendor_refused(self, endpoint: vendor_connect.Endpoint, fault: VendorFault) -> None:
+        """The vendor refused the node's configuration (its key, model, quota, session configuration, API
+        shape): every call would meet the same refusal. The breaker closes the vendor to every call (each
+        new one gets its failure policy at once, no hold-line loop), one log line says what the vendor said,
+        /healthz reports it, and a trial session of our own every VENDOR_TRIAL_EVERY_S finds out when the
+        vendor accepts the configuration again."""
+        self.counters["vendor_refusals"] += 1
+        breaker = self.breaker_for(endpoint.url)
+        if not breaker.fatal(time.monotonic(), fault.describe()):
+            return
+        log.error("the model vendor refuses this node's configuration (%s, model %s): %s; new calls get the "
+                  "agent's failure policy at once and /healthz answers 503 until a trial session (every %d s) is "
+                  "accepted: fix the configuration and restart", endpoint.describe(), self.config.model,
+                  fault.describe(), VENDOR_TRIAL_EVERY_S, extra={"problem": "vendor"})
+        self.send_vendor_health()
+        if self.vendor_trial is None or self.vendor_trial.done():
+            self.vendor_trial = asyncio.get_running_loop().create_task(self.retry_refused_vendor(endpoint.url))
+
+    async def retry_refused_vendor(self, url: str) -> None:
+        """While the vendor refuses the configuration: a trial session (the agent's session.update, no
+        response asked for) every VENDOR_TRIAL_EVERY_S; the first it accepts closes the breaker."""
+        breaker = self.breaker_for(url)
+        session_update = first_session_update(self.config, self.agent)
+        while breaker.is_fatal:
+            await asyncio.sleep(VENDOR_TRIAL_EVERY_S)
+            self.counters["vendor_trial_sessions"] += 1
+            result = await vendor_connect.trial_session(self.endpoint_for(None), session_update)
+            if result.ok:
+                breaker.success(time.monotonic())
+                log.warning("the model vendor accepts this node's configuration again: calls are served")
+                self.send_vendor_health()
+            elif result.fault is not None and result.fault.fatal:
+                breaker.fatal(time.monotonic(), result.fault.describe())
+
+    def vendor_health(self) -> messages.VendorHealth:
+        refused = [b for b in self.breakers.values() if b.is_fatal]
+        if not refused:
+            return messages.VendorHealth(os.getpid(), True, "", 0.0)
+        since_s = time.time() - (time.monotonic() - refused[0].fatal_since)
+        return messages.VendorHealth(os.getpid(), False, refused[0].fatal_reason, round(since_s, 3))
+
+    def send_vendor_health(self) -> None:
+        self.bus.send(self.gateway, self.vendor_health())
 
     def check_validator(self) -> None:
         """A validator that took over (or restarted) knows nothing of the gates open: send them again."""
@@ -1014,7 +1083,8 @@ class ModelWorker:
         sessions_open = sum(1 for session in self.calls.values() if session.transport is not None)
         health = {"sessions_open": float(sessions_open), "sessions_reconnecting": float(len(self.calls) - sessions_open),
                   "breaker_open": float(any(b.is_open for b in self.breakers.values())),
-                  "breaker_opened_total": float(sum(b.times_opened for b in self.breakers.values()))}
+                  "breaker_opened_total": float(sum(b.times_opened for b in self.breakers.values())),
+                  "vendor_refused": float(any(b.is_fatal for b in self.breakers.values()))}
         return {**{k: float(v) for k, v in self.counters.items()}, **{f"active_{k}": float(v) for k, v in totals.items()}, "calls": float(len(self.calls)),
                 **health, **histograms}
 
@@ -1077,6 +1147,7 @@ class ModelWorker:
             if now - last_stats >= STATS_EVERY_S:
                 last_stats = now
                 self.bus.send(self.gateway, messages.Stats("model", os.getpid(), self.stats()))
+                self.send_vendor_health()  # a gateway that restarted learns it within a second
             try:
                 await asyncio.wait_for(stop.wait(), 0.02)
             except TimeoutError:

@@ -131,6 +131,7 @@ class SessionRecord:
     connected_ms: int
     call_sid: str | None = None
     closed_ms: int | None = None
+    expired_ms: int | None = None  # when the session reached its longest duration (SimConfig.session_limit_ms)
     responses: list[ResponseRecord] = field(default_factory=list)
     truncates: list[TruncateRecord] = field(default_factory=list)
     cancels: list[CancelRecord] = field(default_factory=list)

@@ -83,6 +83,7 @@ from voicecore.sim.model.records import (
     SpeechRecord,
     TruncateRecord,
 )
+from voicecore.sim.model.refusals import expired_error
 from voicecore.sim.model.rejects import ClientEventRejected, invalid_value, missing_parameter
 from voicecore.sim.model.rng import SplitMix64
 from voicecore.sim.model.schedule import plan_response, split_delta_sizes
@@ -270,6 +271,15 @@ class ModelSession:
 
     def close(self, now_ms: int) -> None:
         self.record.closed_ms = now_ms
+
+    def expire(self, now_ms: int) -> None:
+        """The session reached the vendor's longest duration (SimConfig.session_limit_ms): whatever was due
+        goes out, then the `error` that says so; the shell closes the socket after it. Responses in progress
+        end with the socket, unfinished, as the vendor's do."""
+        self.advance(now_ms)
+        self.record.expired_ms = now_ms
+        self.record.errors.append(ErrorRecord(now_ms, "session_expired", None))
+        self._emit({"type": "error", "error": expired_error(self.config.session_limit_ms)})
 
     def fail_responses(self, kind: str, until_ms: int, now_ms: int) -> None:
         """Until `until_ms` every response this session would start fails at once with `kind`'s vendor
