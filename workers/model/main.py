@@ -50,6 +50,7 @@ from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
 from voicecore.store.summary import RecordSummarizer, summary_to_json
+from voicecore.realtime import events as rt
 from voicecore.realtime.breaker import CircuitBreaker
 from voicecore.realtime import connect as vendor_connect
 from voicecore.realtime.vendor_errors import VendorFault, classify_close, classify_handshake, scan_server_text
@@ -83,6 +84,36 @@ def reconnect_delay_s(failures: int, jitter: float) -> float:
     do not come back in one burst."""
     return min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2 ** max(0, failures - 1)) * jitter
 MODEL_CONNECT_TIMEOUT_S = 5.0
+RENEWAL_RETRY_S = 5.0  # a renewal's session that could not be opened is tried again this much later
+
+
+def renew_from_s(limit_s: float) -> float:
+    """A session this old gets a renewal opened: five minutes before the vendor's limit (a quarter of a
+    short one), so a pause in the conversation is almost surely found before the limit."""
+    return limit_s - min(300.0, limit_s / 4)
+
+
+def renew_by_s(limit_s: float) -> float:
+    """No pause came: the renewal takes over anyway this close to the limit (the vendor would end the
+    session mid-sentence a moment later)."""
+    return limit_s - min(15.0, limit_s / 20)
+
+
+@dataclasses.dataclass(eq=False)
+class SessionRenewal:
+    """A session opened to replace a call's session near its vendor's limit, until it takes over."""
+
+    started_ns: int
+    opened_ns: int = 0  # when its socket connected: the new session's vendor clock
+    transport: WSTransport | None = None
+    received: list[str] = dataclasses.field(default_factory=list)  # what it said before it took over
+    task: asyncio.Task | None = None
+    failed: bool = False
+
+    @property
+    def ready(self) -> bool:
+        """Connected and greeted by the vendor (session.created): it can take the call over."""
+        return self.transport is not None and any('"session.created"' in text for text in self.received)
 # While the vendor refuses the node's configuration, a trial session this often (a spent quota topped up, a
 # key rotated at the vendor's side): it costs no tokens, and callers in between get the failure policy at once.
 VENDOR_TRIAL_EVERY_S = 30.0
@@ -223,6 +254,14 @@ class CallSession:
         ctrl[C.HOLD_CLIP] = fallback.clip_number(self.language, fallback.HOLD)
         self.model_lost_reported = False  # the driver was told the model is gone (until a socket opens again)
         self.configured = False  # this socket's session acknowledged its first session.update
+        # Session renewal: the vendor ends a session at realtime_session_limit_s; a longer call gets a new one at
+        # a pause in the conversation before that (SessionRenewal), restored as after a reconnect.
+        self.session_opened_ns = 0  # when the session in use opened (its vendor clock)
+        self.renewal: SessionRenewal | None = None
+        self.next_renewal_ns = 0  # a renewal that failed is tried again from here
+        self.renewals = 0
+        self.caller_speaking = False  # the model's VAD heard the caller start and not yet stop
+        self.tools_running = 0
         self.refusal: VendorFault | None = None  # the vendor refused the node's configuration on this socket
         self.gate_messages: dict[int, list[object]] = {}  # per gated tag, what the validator was sent
         self.gates_resent: set[int] = set()  # tags sent again to the validator serving now
@@ -308,18 +347,7 @@ class CallSession:
             else:
                 connected_at = time.monotonic()
                 breaker.success(connected_at)
-                try:
-                    await transport.wait_disconnected()
-                except WSProtocolError as exc:  # the vendor broke the framing (a message over the cap: 1009)
-                    worker.counters["model_protocol_errors"] += 1
-                    self.close_code = int(exc.code)
-                    log.warning("call %s: the model vendor broke the WebSocket protocol (%s)", self.call_sid,
-                                self.close_code)
-                except Exception:  # a handler raised: picows closed the socket (1011); this call reconnects
-                    worker.counters["model_handler_errors"] += 1
-                    log.exception("call %s: model event handling failed; reconnecting", self.call_sid)
-                finally:
-                    self.transport = None
+                await self._serve(transport)
                 if not self.alive() or self.driver_ended():
                     return
                 if self.refusal is not None:  # an error or a close that refuses the configuration
@@ -330,6 +358,27 @@ class CallSession:
                 self.model_lost(f"closed_{self.close_code}")
             failures = 1 if connected_at and time.monotonic() - connected_at >= STABLE_CONNECTION_S else failures + 1
             await asyncio.sleep(reconnect_delay_s(failures, random.uniform(0.5, 1.5)))
+
+    async def _serve(self, transport: WSTransport) -> None:
+        """Until the call's model socket is gone: this one, then each session that renewed it."""
+        while True:
+            try:
+                await transport.wait_disconnected()
+            except WSProtocolError as exc:  # the vendor broke the framing (a message over the cap: 1009)
+                if transport is self.transport:
+                    self.worker.counters["model_protocol_errors"] += 1
+                    self.close_code = int(exc.code)
+                    log.warning("call %s: the model vendor broke the WebSocket protocol (%s)", self.call_sid,
+                                self.close_code)
+            except Exception:  # a handler raised: picows closed the socket (1011); this call reconnects
+                if transport is self.transport:
+                    self.worker.counters["model_handler_errors"] += 1
+                    log.exception("call %s: model event handling failed; reconnecting", self.call_sid)
+            if self.transport is not None and self.transport is not transport:
+                transport = self.transport  # renewed: the new session's socket is the call's now
+                continue
+            self.transport = None
+            return
 
     def driver_ended(self) -> bool:
         """The call's driver gave up on it (the failure policy): no model session is wanted any more."""
@@ -346,6 +395,13 @@ class CallSession:
         self.model_lost_reported = False
         self.configured = False
         self.refusal = None
+        self.session_opened_ns = time.monotonic_ns()
+        self.caller_speaking = False
+        if self.renewal is not None:  # reconnected after a drop: the new session is young, a renewal is moot
+            renewal, self.renewal = self.renewal, None
+            if renewal.transport is not None and not renewal.transport.is_close_frame_sent:
+                renewal.transport.send_close(WSCloseCode.OK)
+                renewal.transport.disconnect()
         if not self.started:
             self.started = True
             if self.rebuilt_from:  # the call's state is back: its new session gets what the old one had
@@ -364,6 +420,10 @@ class CallSession:
         fault = scan_server_text(text, configuring=not self.configured)
         if not self.configured and '"session.updated"' in text:
             self.configured = True  # the vendor accepted the session.update: later errors answer other events
+        if "input_audio_buffer.speech_st" in text:  # rare; the bulk of the events is not parsed here
+            event = rt.parse_server_event(text)
+            if isinstance(event, (rt.SpeechStarted, rt.SpeechStopped)):
+                self.caller_speaking = isinstance(event, rt.SpeechStarted)
         self._apply(self.driver.on_model_event(text, time.monotonic_ns(), self.playout()))
         if fault is not None and fault.fatal and self.refusal is None:
             self.refusal = fault
@@ -372,6 +432,110 @@ class CallSession:
                 self.transport.disconnect()
         if not self.alive() and self.transport is not None:
             self.transport.disconnect()
+
+    def socket_text(self, transport: WSTransport, text: str) -> None:
+        """A text message from one of this call's sockets: the session in use gets it; a renewal's session
+        keeps what it says until it takes over; a socket already replaced has nothing more to say."""
+        if transport is self.transport:
+            self.on_model_text(text)
+        elif self.renewal is not None and transport is self.renewal.transport:
+            fault = scan_server_text(text, configuring=True)
+            if fault is not None and fault.fatal:  # the vendor refuses the configuration now: the call keeps its session
+                self.renewal.failed = True
+                self.worker.vendor_refused(self.worker.endpoint_for(self.call_sid), fault)
+                transport.send_close(WSCloseCode.OK)
+                transport.disconnect()
+                return
+            self.renewal.received.append(text)
+
+    # --- session renewal ------------------------------------------------------------------------------
+    def renewal_due(self, now_ns: int) -> tuple[bool, bool]:
+        """(a new session should be opened now, the swap may wait no longer for a pause)."""
+        if not self.session_opened_ns or self.transport is None:
+            return False, False
+        limit_s = self.worker.config.realtime_session_limit_s
+        age_s = (now_ns - self.session_opened_ns) / 1e9
+        return age_s >= renew_from_s(limit_s), age_s >= renew_by_s(limit_s)
+
+    def at_pause(self, now_ns: int) -> bool:
+        """Nothing would be cut by a new session now: the caller waits on no answer, none of the agent's audio
+        or fallback lines is queued or playing, the caller is not speaking, no tool result is owed."""
+        row = self.worker.arena.ctrl[self.slot]
+        return (not self.driver.awaiting_model() and not self.pending and not self.caller_speaking
+                and self.tools_running == 0 and row[C.OUT_HEAD] == row[C.OUT_TAIL]
+                and row[C.CARRIER_EMPTY_AT_NS] <= now_ns and row[C.FALLBACK_PLAYING] == 0
+                and row[C.FALLBACK_PENDING] == 0 and row[C.FALLBACK_SEEN_SEQ] == row[C.FALLBACK_SEQ])
+
+    def tend_renewal(self, now_ns: int) -> None:
+        """Every loop: open the renewal's session when the one in use nears its limit, and hand the call over
+        to it at the first pause (or at the last moment, should no pause come)."""
+        opening, forced = self.renewal_due(now_ns)
+        renewal = self.renewal
+        if renewal is None:
+            if opening and now_ns >= self.next_renewal_ns and not self.driver_ended():
+                self.renewal = SessionRenewal(now_ns)
+                self.renewal.task = asyncio.get_running_loop().create_task(self._open_renewal(self.renewal))
+            return
+        if renewal.failed:
+            self.renewal = None
+            self.next_renewal_ns = now_ns + int(RENEWAL_RETRY_S * 1e9)
+            return
+        if renewal.ready and (forced or self.at_pause(now_ns)):
+            self._take_over(renewal, now_ns, forced)
+
+    async def _open_renewal(self, renewal: SessionRenewal) -> None:
+        worker = self.worker
+        endpoint = worker.endpoint_for(self.call_sid)
+        try:
+            transport, _socket = await ws_connect(
+                lambda: ModelSocket(self, renewal=True), endpoint.url, extra_headers=endpoint.headers,
+                proxy=endpoint.proxy, max_frame_size=MAX_MODEL_MESSAGE_BYTES,
+                websocket_handshake_timeout=MODEL_CONNECT_TIMEOUT_S, logger_name=ws_log)
+        except (OSError, WSError, TimeoutError) as exc:
+            worker.counters["session_renewals_failed"] += 1
+            log.warning("call %s: the renewal's model session could not be opened (%s); trying again in %g s",
+                        self.call_sid, type(exc).__name__, RENEWAL_RETRY_S)
+            renewal.failed = True
+            return
+        try:
+            await transport.wait_disconnected()
+        except Exception:  # the renewal's socket broke before or after the hand-over: the call's own loop decides
+            pass
+        if self.renewal is renewal:  # closed before it took over: try again later
+            worker.counters["session_renewals_failed"] += 1
+            renewal.failed = True
+
+    def on_renewal_connected(self, transport: WSTransport) -> None:
+        if self.renewal is None or self.transport is None:  # the call ended or lost its socket meanwhile
+            transport.send_close(WSCloseCode.OK)
+            transport.disconnect()
+            return
+        self.renewal.transport = transport
+        self.renewal.opened_ns = time.monotonic_ns()
+
+    def _take_over(self, renewal: SessionRenewal, now_ns: int, forced: bool) -> None:
+        """The renewal's session becomes the call's: configured and given the conversation so far (the
+        driver's reopen, as after a reconnect), then what it already said; the old one is closed."""
+        old = self.transport
+        self.renewal = None
+        self.transport = renewal.transport
+        self.configured = False
+        self.refusal = None
+        old_age_s = (now_ns - self.session_opened_ns) / 1e9
+        self.session_opened_ns = renewal.opened_ns
+        self.caller_speaking = False
+        self.renewals += 1
+        self.worker.counters["session_renewals"] += 1
+        if forced:
+            self.worker.counters["session_renewals_forced"] += 1
+        self._apply(self.driver.reopen(now_ns))
+        for text in renewal.received:
+            self.on_model_text(text)
+        if old is not None and not old.is_close_frame_sent:
+            old.send_close(WSCloseCode.OK)
+            old.disconnect()
+        log.info("call %s: model session renewed after %.0f s%s", self.call_sid, old_age_s,
+                 " (no pause came before the vendor's limit)" if forced else " at a pause")
 
     def on_model_close(self, code: int, reason: str) -> None:
         """The vendor closed the socket: a close that refuses the configuration (4000) is remembered for run()."""
@@ -394,7 +558,10 @@ class CallSession:
             self._apply(self.driver.on_caller_audio(audio, time.monotonic_ns(), playout))
 
     def tick(self) -> None:
-        """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms)."""
+        """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms), and
+        the renewal of a session near its vendor's limit."""
+        if self.session_opened_ns and self.transport is not None:
+            self.tend_renewal(time.monotonic_ns())
         # the spine asks for ticks only while its model fails or owes an event: a healthy call costs nothing
         if (self.started or self.model_lost_reported) and self.driver.wants_ticks:
             actions = self.driver.on_tick(time.monotonic_ns(), self.playout())
@@ -602,6 +769,22 @@ class CallSession:
 
     async def _run_tool(self, action: controller_mod.RunTool) -> None:
         worker = self.worker
+        self.tools_running += 1  # a session renewed before its result is back would not know the call's id
+        try:
+            result, run_s = await self._tool_result(action)
+        finally:
+            self.tools_running -= 1
+        worker.counters["tool_errors" if not result.ok else "tools_ok"] += 1
+        worker.tool_durations["ok" if result.ok else "error"].observe(run_s)
+        if not result.ok:
+            log.warning("call %s: tool %s failed: %s", self.call_sid, action.name, result.status)
+        if not self.alive() or worker.calls.get(self.slot) is not self:
+            worker.counters["tool_results_after_call"] += 1
+            return
+        self._apply(self.driver.on_tool_result(action.call_id, result.ok, result.output, time.monotonic_ns()))
+
+    async def _tool_result(self, action: controller_mod.RunTool) -> tuple[agent_tools.ToolResult, float]:
+        worker = self.worker
         function = worker.agent.flow.functions.get(action.name)
         context = agent_tools.ToolContext(self.call_sid, action.name, action.key)
         async with worker.tool_slots:
@@ -612,14 +795,7 @@ class CallSession:
             else:
                 result = await agent_tools.run_tool(function, action.arguments, context, os.environ)
             run_s = (time.monotonic_ns() - started_ns) / 1e9
-        worker.counters["tool_errors" if not result.ok else "tools_ok"] += 1
-        worker.tool_durations["ok" if result.ok else "error"].observe(run_s)
-        if not result.ok:
-            log.warning("call %s: tool %s failed: %s", self.call_sid, action.name, result.status)
-        if not self.alive() or worker.calls.get(self.slot) is not self:
-            worker.counters["tool_results_after_call"] += 1
-            return
-        self._apply(self.driver.on_tool_result(action.call_id, result.ok, result.output, time.monotonic_ns()))
+        return result, run_s
 
     def on_verdict(self, verdict: messages.Verdict) -> None:
         if not self.started:
@@ -790,11 +966,16 @@ class CallSession:
         if self.task is not None:
             self.task.cancel()
             self.task = None
+        if self.renewal is not None and self.renewal.task is not None:
+            self.renewal.task.cancel()
+        self.renewal = None
 
     def close(self) -> None:
-        if self.transport is not None and not self.transport.is_close_frame_sent:
-            self.transport.send_close(WSCloseCode.OK)
-            self.transport.disconnect()
+        for transport in (self.transport, self.renewal.transport if self.renewal is not None else None):
+            if transport is not None and not transport.is_close_frame_sent:
+                transport.send_close(WSCloseCode.OK)
+                transport.disconnect()
+        self.renewal = None
 
 
 # Which handler applies each action a driver returns, by what the action touches. Every action type has
@@ -820,13 +1001,17 @@ EFFECTS: dict[type, Callable[[CallSession, Any], None]] = {
 class ModelSocket(WSListener):
     """picows listener of one call's model WebSocket: whole text messages to the session."""
 
-    def __init__(self, session: CallSession) -> None:
+    def __init__(self, session: CallSession, renewal: bool = False) -> None:
         self.session = session
+        self.renewal = renewal  # the socket of a session opened to replace one near its vendor's limit
         self.fragments: list[bytes] = []
         self.fragments_bytes = 0
 
     def on_ws_connected(self, transport: WSTransport) -> None:
-        self.session.on_connected(transport)
+        if self.renewal:
+            self.session.on_renewal_connected(transport)
+        else:
+            self.session.on_connected(transport)
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         msg_type = frame.msg_type
@@ -834,7 +1019,7 @@ class ModelSocket(WSListener):
             if frame.fin:
                 # Not valid UTF-8 is the vendor's malformed event, not a reason to drop the session: the
                 # replacement characters make it unparseable JSON, counted as malformed (and recorded).
-                self.session.on_model_text(frame.get_payload_as_bytes().decode("utf-8", errors="replace"))
+                self.session.socket_text(transport, frame.get_payload_as_bytes().decode("utf-8", errors="replace"))
             else:
                 self.fragments = [frame.get_payload_as_bytes()]
                 self.fragments_bytes = len(self.fragments[0])
@@ -843,17 +1028,19 @@ class ModelSocket(WSListener):
             self.fragments_bytes += len(self.fragments[-1])
             if self.fragments_bytes > MAX_MODEL_MESSAGE_BYTES:  # picows caps one frame, not a message
                 self.fragments = []
-                self.session.close_code = WSCloseCode.MESSAGE_TOO_BIG.value
+                if transport is self.session.transport:
+                    self.session.close_code = WSCloseCode.MESSAGE_TOO_BIG.value
                 transport.send_close(WSCloseCode.MESSAGE_TOO_BIG)
                 transport.disconnect()
                 return
             if frame.fin:
                 text = b"".join(self.fragments).decode("utf-8", errors="replace")
                 self.fragments = []
-                self.session.on_model_text(text)
+                self.session.socket_text(transport, text)
         elif msg_type is WSMsgType.CLOSE:
             code = frame.get_close_code()
-            self.session.on_model_close(code.value, (frame.get_close_message() or b"").decode("utf-8", errors="replace"))
+            if transport is self.session.transport:
+                self.session.on_model_close(code.value, (frame.get_close_message() or b"").decode("utf-8", errors="replace"))
             if not transport.is_close_frame_sent:
                 transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
             transport.disconnect()
@@ -902,7 +1089,8 @@ class ModelWorker:
                                              "observe_events_sent": 0, "observe_events_dropped": 0,
                                              "fallback_lines_asked": 0, "calls_refused_by_breaker": 0,
                                              "calls_refused_by_vendor": 0, "vendor_refusals": 0,
-                                             "vendor_trial_sessions": 0,
+                                             "vendor_trial_sessions": 0, "session_renewals": 0,
+                                             "session_renewals_forced": 0, "session_renewals_failed": 0,
                                              "failure_policy_calls": 0, "calls_taken_over_followed": 0,
                                              "gate_messages_resent": 0})
         self.breakers: dict[str, CircuitBreaker] = {}  # per vendor endpoint (URL)
