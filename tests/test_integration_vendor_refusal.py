@@ -12,6 +12,7 @@ import http.server
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import TEST_SIM, start_stack
@@ -107,5 +108,41 @@ def test_a_refused_configuration_sends_calls_to_the_apology_at_once_and_healthz_
         model = json.loads(body)["workers"]["model"]
         assert model["vendor_refused"] == 1 and model["calls_refused_by_vendor"] >= 1
         print(f"FIGURE refusal={refusal} first_call_apology_ms={first_ms:.0f} second_call_apology_ms={second_ms:.0f}")
+    finally:
+        running.stop()
+
+
+def test_the_caller_hears_the_agents_own_apology_when_it_has_one(rest, tmp_path):
+    """[lines.audio] apology_hangup: the WAV (44.1 kHz stereo here) is what the pacer plays, not the shipped clip."""
+    import wave
+
+    import numpy as np
+
+    from voicecore.fallback.lines import wav_to_line
+
+    directory = Path(agent_with_voice(tmp_path, "marin"))
+    rate = 44_100
+    tone = (0.4 * np.sin(2 * np.pi * 330 * np.arange(int(1.5 * rate)) / rate) * 32767).astype("<i2")
+    with wave.open(str(directory / "sorry.wav"), "wb") as writer:
+        writer.setnchannels(2)
+        writer.setsampwidth(2)
+        writer.setframerate(rate)
+        writer.writeframes(np.repeat(tone, 2).tobytes())
+    with open(directory / "agent.toml", "a") as toml:
+        toml.write('\n[lines.audio]\napology_hangup = "sorry.wav"\n')
+    line = wav_to_line(directory / "sorry.wav")
+    own = {line[i:i + 160] for i in range(0, len(line) - 159, 160)}
+    running = start_stack(call_control="turns", twilio_api_base=f"http://127.0.0.1:{rest.server_address[1]}",
+                          realtime_api_key="sk-proj-wrong000000000", agent=str(directory))
+    try:
+        async def scenario():
+            async with running.model_sim(dataclasses.replace(TEST_SIM, api_keys=("sk-proj-right111111111",))):
+                return await place_call(running.config.base_url, running.config.twilio_auth_token, demo_script(6))
+
+        result = asyncio.run(scenario())
+        heard = [f for f in result.core.frames if f.payload in own]
+        assert len(heard) >= len(own) - 2, (len(heard), len(own), running.log_tail())
+        assert not [f for f in result.core.frames if f.payload in apology_frames()]  # not the shipped one
+        assert "apology_hangup wav:" in running.log_tail(400_000)  # the pacer said where its lines come from
     finally:
         running.stop()

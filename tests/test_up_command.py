@@ -155,3 +155,22 @@ def test_up_without_preflight_runs_but_healthz_says_the_vendor_refuses_the_key(v
         output = up.communicate(timeout=60)[0].decode(errors="replace")
     assert "the model vendor refuses this node's configuration" in output
     assert up.returncode == 0, output
+
+
+def test_up_renders_the_agents_fallback_lines_once_in_its_voice(vendor_sim, capsys, tmp_path):
+    from voicecore.agent.settings import configure
+    from voicecore.config import load_config
+    from voicecore.fallback.lines import agent_lines
+    from voicecore.fallback.render import render_for_up
+
+    env = up_env(tmp_path, vendor_sim, "sk-proj-right111111111", VOICECORE_LINES_CACHE_DIR=str(tmp_path / "lines"))
+    config, agent = configure(load_config(env), {})
+    first = render_for_up(config, agent, {}, sys.stderr)
+    again = render_for_up(config, agent, {}, sys.stderr)
+    err = capsys.readouterr().err
+    assert all(what.startswith("rendered") for what in first.values()), err
+    assert set(again.values()) == {"cached"}
+    assert f"voicecore up: fallback lines in voice {agent.voice}: hold rendered" in err
+    # what the pacer then plays: the renderings, not the shipped clips
+    assert {source for _, source in agent_lines(agent, config.model_url, config.speech_model, config.lines_cache_dir,
+                                                {}).values()} == {"rendered"}

@@ -41,6 +41,12 @@ def _cmd_up(args: argparse.Namespace) -> int:
         # A key, model or session the vendor refuses stops here, with its words, not at the first call.
         if not run_preflight(config, agent, sys.stderr):
             return 1
+    if not config.uses_simulator and config.speech_model:
+        from voicecore.agent.settings import agent_for_config
+        from voicecore.fallback.render import render_for_up
+
+        # The hold line and the apologies in the agent's voice, rendered once and kept (the pacer reads them).
+        render_for_up(config, agent_for_config(agent, config), os.environ, sys.stderr)
     return run_foreground(config)
 
 

@@ -21,7 +21,9 @@ The vendor's refusals (voicecore.sim.model.refusals): with `SimConfig.api_keys` 
 or an unknown model is refused as the vendor refuses it (on OpenAI's path an `error` event and a close; on
 Azure's, /openai/..., HTTP 401 or 404 with Azure's JSON body); a client asking for the retired beta shape
 (`OpenAI-Beta: realtime=v1`) gets the `error` and close 4000 `beta_api_shape_disabled` unless the simulator
-itself is configured with naming "beta" (records made before the retirement). Every session ends
+itself is configured with naming "beta" (records made before the retirement). The vendor's speech endpoint
+(`POST /v1/audio/speech`, Azure's `/openai/v1/audio/speech`: voicecore.sim.model.speech) answers on the same
+port, as voicecore renders an agent's fallback lines with it. Every session ends
 `SimConfig.session_limit_ms` after it opened (`error` session_expired, then close 1000), as the vendor's do.
 
     python -m voicecore.sim.model_server --port 9100 [--naming beta] [--late-deltas 2] [--overlap-probability 0.25]
@@ -58,6 +60,7 @@ from voicecore import http_client
 from voicecore.sim.audio_clips import ClipLibrary, default_library
 from voicecore.sim.model import ModelSession, SimConfig
 from voicecore.sim.model.refusals import Refusal, check_handshake, read_handshake
+from voicecore.sim.model.speech import SPEECH_PATH_SUFFIX, speech_response
 from voicecore.sim.model.faults import (
     BINARY_PAYLOAD,
     RESPONSE_FAULT_KINDS,
@@ -98,6 +101,8 @@ class ModelSimServer:
     faults: FaultBook = field(default_factory=FaultBook)
     handshakes_refused: int = 0  # by refuse_new
     refusals: Counter = field(default_factory=Counter)  # connections refused as the vendor would, by error code
+    # the speech endpoint's requests (voicecore.sim.model.speech): what was asked, or the status of a refusal
+    speech_requests: list = field(default_factory=list)
     # closed sessions kept in `registry` (oldest dropped first); None keeps all. Each keeps its response
     # audio, so a long-running CLI server bounds it while an in-process harness keeps everything.
     keep_closed: int | None = None
@@ -346,6 +351,7 @@ class _FrontDoor(asyncio.Protocol):
         self.path = ""
         self.body_at: int | None = None  # where the body starts once the head of a /faults request is in
         self.body_length = 0
+        self.head = b""
         self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -377,7 +383,8 @@ class _FrontDoor(asyncio.Protocol):
                     self._answer(431, {"error": "request head too large"})
                 return
             self.body_at = head_end + 4
-            self.body_length = _content_length(bytes(self.data[:head_end]))
+            self.head = bytes(self.data[:head_end])
+            self.body_length = _content_length(self.head)
             if self.body_length < 0 or self.body_length > MAX_FAULT_BODY_BYTES:
                 self._answer(413 if self.body_length > 0 else 400, {"error": "bad or too large Content-Length"})
                 return
@@ -385,7 +392,12 @@ class _FrontDoor(asyncio.Protocol):
             self._control(bytes(self.data[self.body_at : self.body_at + self.body_length]))
 
     def _control(self, body: bytes) -> None:
-        if self.path != FAULTS_PATH:
+        if self.method == b"POST" and self.path.endswith(SPEECH_PATH_SUFFIX):
+            (status, content_type, answer), asked = speech_response(self.sim.config, self.sim.clips, self.path,
+                                                                    _headers(self.head), body)
+            self.sim.speech_requests.append(asked if asked is not None else status)
+            self._answer_raw(status, content_type.encode(), answer)
+        elif self.path != FAULTS_PATH:
             self._answer(404, {"error": f"no such resource; POST {FAULTS_PATH}"})
         elif self.method == b"GET":
             self._answer(200, self.sim.faults.counts())
@@ -400,14 +412,16 @@ class _FrontDoor(asyncio.Protocol):
             self._answer(200, {"kind": request.kind, "sessions": self.sim.apply_fault(request)})
 
     def _answer(self, status: int, value: dict, extra_headers: bytes = b"") -> None:
+        self._answer_raw(status, b"application/json", orjson.dumps(value), extra_headers)
+
+    def _answer_raw(self, status: int, content_type: bytes, body: bytes, extra_headers: bytes = b"") -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        body = orjson.dumps(value)
-        reason = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
-                  413: b"Content Too Large", 431: b"Request Header Fields Too Large"}[status]
-        transport.write(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s"
-                        b"Connection: close\r\n\r\n%s" % (status, reason, len(body), extra_headers, body))
+        reason = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found",
+                  405: b"Method Not Allowed", 413: b"Content Too Large", 431: b"Request Header Fields Too Large"}[status]
+        transport.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s"
+                        b"Connection: close\r\n\r\n%s" % (status, reason, content_type, len(body), extra_headers, body))
         transport.close()
 
     def _hand_over(self) -> None:
@@ -430,6 +444,16 @@ class _FrontDoor(asyncio.Protocol):
             buffer[:n] = view[:n]
             protocol.buffer_updated(n)
             view = view[n:]
+
+
+def _headers(head: bytes) -> dict[str, str]:
+    """A request head's headers, names in lower case (the last of a repeated one)."""
+    found: dict[str, str] = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep:
+            found[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+    return found
 
 
 def _content_length(head: bytes) -> int:

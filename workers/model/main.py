@@ -55,6 +55,7 @@ from voicecore.realtime.breaker import CircuitBreaker
 from voicecore.realtime import connect as vendor_connect
 from voicecore.realtime.vendor_errors import VendorFault, classify_close, classify_handshake, scan_server_text
 from voicecore import fallback
+from voicecore.fallback.lines import agent_clip_number
 from voicecore.shm import control as C
 from voicecore.shm import rings
 from voicecore.shm.arena import Arena
@@ -250,8 +251,8 @@ class CallSession:
         self.transport: WSTransport | None = None
         self.close_code: int | None = None
         self.next_inbound_ns = 0
-        self.language = agent.languages[0] if agent.languages else "en"
-        ctrl[C.HOLD_CLIP] = fallback.clip_number(self.language, fallback.HOLD)
+        # The agent's own lines (voicecore/fallback/lines.py): its row of the pacer's table, whatever its language.
+        ctrl[C.HOLD_CLIP] = agent_clip_number(fallback.HOLD)
         self.model_lost_reported = False  # the driver was told the model is gone (until a socket opens again)
         self.configured = False  # this socket's session acknowledged its first session.update
         # Session renewal: the vendor ends a session at realtime_session_limit_s; a longer call gets a new one at
@@ -727,7 +728,7 @@ class CallSession:
     def _on_fallback(self, action: controller_mod.PlayFallback) -> None:
         """One of the runtime's own lines, played by the pacer from its memory: clip first, then the request."""
         ctrl = self.worker.arena.ctrl
-        ctrl[self.slot, C.FALLBACK_CLIP] = fallback.clip_number(self.language, fallback.KINDS.index(action.kind))
+        ctrl[self.slot, C.FALLBACK_CLIP] = agent_clip_number(fallback.KINDS.index(action.kind))
         ctrl[self.slot, C.FALLBACK_SEQ] += 1  # after the clip: the pacer reads the clip once it sees the bump
         self.worker.counters["fallback_lines_asked"] += 1
         if action.kind != "hold":
