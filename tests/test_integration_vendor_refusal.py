@@ -146,3 +146,39 @@ def test_the_caller_hears_the_agents_own_apology_when_it_has_one(rest, tmp_path)
         assert "apology_hangup wav:" in running.log_tail(400_000)  # the pacer said where its lines come from
     finally:
         running.stop()
+
+
+def test_a_session_closed_with_4000_ends_its_call_and_every_new_one_at_once(rest):
+    """The vendor closes a live session with 4000 beta_api_shape_disabled (as it closed the sessions of the
+    shape it retired): that call goes to its apology within a second of the close, the next at once."""
+    from voicecore.sim.model.faults import FaultRequest
+
+    running = start_stack(call_control="turns", twilio_api_base=f"http://127.0.0.1:{rest.server_address[1]}")
+    try:
+        config = running.config
+
+        async def scenario():
+            async with running.model_sim() as sim:
+                frames = apology_frames()
+                call = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, demo_script(10)))
+                while not sim.registry:
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(2.0)  # the greeting plays
+                closed_ms = time.monotonic() * 1000
+                sim.apply_fault(FaultRequest("close_4000"))
+                first = await call
+                heard = [f.arrival_ms for f in first.core.frames if f.payload in frames and f.arrival_ms > closed_ms]
+                second_ms, _second = await call_until_apology(config)
+                return sim, (min(heard) - closed_ms if heard else float("inf")), second_ms
+
+        sim, first_ms, second_ms = asyncio.run(scenario())
+        assert first_ms < 1000, running.log_tail()
+        assert second_ms < APOLOGY_WITHIN_MS, running.log_tail()
+        assert len(sim.registry) == 1  # the second call never dialed
+        status, body = get_from_gateway(config, "/healthz")
+        health = json.loads(body)
+        assert status == 503 and "beta_api_shape_disabled" in health["model_vendor"]["error"], health
+        print(f"FIGURE refusal=close_4000 first_call_apology_after_close_ms={first_ms:.0f} "
+              f"second_call_apology_ms={second_ms:.0f}")
+    finally:
+        running.stop()

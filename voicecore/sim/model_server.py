@@ -59,7 +59,7 @@ from picows.picows import WSProtocol
 from voicecore import http_client
 from voicecore.sim.audio_clips import ClipLibrary, default_library
 from voicecore.sim.model import ModelSession, SimConfig
-from voicecore.sim.model.refusals import Refusal, check_handshake, read_handshake
+from voicecore.sim.model.refusals import CLOSE_RETIRED, RETIRED_BETA, Refusal, check_handshake, read_handshake
 from voicecore.sim.model.speech import SPEECH_PATH_SUFFIX, speech_response
 from voicecore.sim.model.faults import (
     BINARY_PAYLOAD,
@@ -129,6 +129,10 @@ class ModelSimServer:
             if kind == "drop_1011":
                 sock.session.note_fault(kind, now)
                 sock._drop()
+            elif kind == "close_4000":
+                sock.session.note_fault(kind, now)
+                sock._send_due()  # what was due goes first, as it would have
+                sock._drop(WSCloseCode(CLOSE_RETIRED), RETIRED_BETA.encode())
             elif kind == "binary_frame":
                 sock.session.note_fault(kind, now)
                 sock._send_due()  # what was due goes first, as it would have
@@ -241,11 +245,11 @@ class _SessionSocket(WSListener):
         transport.send_close(WSCloseCode.OK, b"session_expired")
         transport.disconnect()
 
-    def _drop(self) -> None:
-        """SimConfig.drop_after_ms: close as a server that hit an internal error does."""
+    def _drop(self, code: WSCloseCode = WSCloseCode.INTERNAL_ERROR, reason: bytes = b"server error") -> None:
+        """SimConfig.drop_after_ms: close as a server that hit an internal error does (or with ``code``)."""
         transport = self.transport
         if transport is not None and not transport.is_disconnected and not transport.is_close_frame_sent:
-            transport.send_close(WSCloseCode.INTERNAL_ERROR, b"server error")
+            transport.send_close(code, reason)
             transport.disconnect()
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:

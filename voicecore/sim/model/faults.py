@@ -9,7 +9,8 @@ message is the wording of OpenAI's rate-limit errors). What a fault does to one 
 
 Kinds (contracts: "Model simulator faults"):
 - one-shot, applied to every live session at once: `drop_1011`, `malformed_json`, `unknown_event`,
-  `unknown_response_delta`, `huge_delta`, `binary_frame`;
+  `unknown_response_delta`, `huge_delta`, `binary_frame`, `close_4000` (the vendor closes the session with
+  4000 `beta_api_shape_disabled`, as it closed sessions of the shape it retired);
 - lasting `duration_ms`, for live sessions and those opened meanwhile: `rate_limit`, `server_error`,
   `insufficient_quota` (the account's quota is spent: every response fails with it), `stall`, `refuse_new`.
 A request may name a `call` (the X-Voicecore-Call of the sessions to hit) to fault one call among many;
@@ -28,6 +29,7 @@ import orjson
 
 ONE_SHOT_KINDS = (
     "drop_1011", "malformed_json", "unknown_event", "unknown_response_delta", "huge_delta", "binary_frame",
+    "close_4000",
 )
 WINDOW_KINDS = ("rate_limit", "server_error", "insufficient_quota", "stall", "refuse_new")
 FAULT_KINDS = ONE_SHOT_KINDS + WINDOW_KINDS
