@@ -418,13 +418,15 @@ class CallSession:
     def on_model_text(self, text: str) -> None:
         """One server event from the model socket. A refusal of the node's configuration in it (an error
         event, a failed response: vendor_errors) closes the socket after the driver saw the event."""
-        fault = scan_server_text(text, configuring=not self.configured)
-        if not self.configured and '"session.updated"' in text:
-            self.configured = True  # the vendor accepted the session.update: later errors answer other events
-        if "input_audio_buffer.speech_st" in text:  # rare; the bulk of the events is not parsed here
-            event = rt.parse_server_event(text)
-            if isinstance(event, (rt.SpeechStarted, rt.SpeechStopped)):
-                self.caller_speaking = isinstance(event, rt.SpeechStarted)
+        fault = None
+        if rt.AUDIO_DELTA_MARK not in text[:64]:  # the bulk of a call's events, never an error: not scanned
+            fault = scan_server_text(text, configuring=not self.configured)
+            if not self.configured and '"session.updated"' in text:
+                self.configured = True  # the vendor accepted the session.update: later errors answer other events
+            if "input_audio_buffer.speech_st" in text:
+                event = rt.parse_server_event(text)
+                if isinstance(event, (rt.SpeechStarted, rt.SpeechStopped)):
+                    self.caller_speaking = isinstance(event, rt.SpeechStarted)
         self._apply(self.driver.on_model_event(text, time.monotonic_ns(), self.playout()))
         if fault is not None and fault.fatal and self.refusal is None:
             self.refusal = fault
