@@ -85,36 +85,6 @@ def reconnect_delay_s(failures: int, jitter: float) -> float:
     do not come back in one burst."""
     return min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2 ** max(0, failures - 1)) * jitter
 MODEL_CONNECT_TIMEOUT_S = 5.0
-RENEWAL_RETRY_S = 5.0  # a renewal's session that could not be opened is tried again this much later
-
-
-def renew_from_s(limit_s: float) -> float:
-    """A session this old gets a renewal opened: five minutes before the vendor's limit (a quarter of a
-    short one), so a pause in the conversation is almost surely found before the limit."""
-    return limit_s - min(300.0, limit_s / 4)
-
-
-def renew_by_s(limit_s: float) -> float:
-    """No pause came: the renewal takes over anyway this close to the limit (the vendor would end the
-    session mid-sentence a moment later)."""
-    return limit_s - min(15.0, limit_s / 20)
-
-
-@dataclasses.dataclass(eq=False)
-class SessionRenewal:
-    """A session opened to replace a call's session near its vendor's limit, until it takes over."""
-
-    started_ns: int
-    opened_ns: int = 0  # when its socket connected: the new session's vendor clock
-    transport: WSTransport | None = None
-    received: list[str] = dataclasses.field(default_factory=list)  # what it said before it took over
-    task: asyncio.Task | None = None
-    failed: bool = False
-
-    @property
-    def ready(self) -> bool:
-        """Connected and greeted by the vendor (session.created): it can take the call over."""
-        return self.transport is not None and any('"session.created"' in text for text in self.received)
 # While the vendor refuses the node's configuration, a trial session this often (a spent quota topped up, a
 # key rotated at the vendor's side): it costs no tokens, and callers in between get the failure policy at once.
 VENDOR_TRIAL_EVERY_S = 30.0
@@ -147,6 +117,37 @@ RECORD_FINISH_WAIT_S = 30.0  # stopping: how long to wait for the records of cal
 
 
 MAX_TOOLS_RUNNING = 256  # tool runs in flight in this worker, all calls together; more wait their turn
+
+RENEWAL_RETRY_S = 5.0  # a renewal's session that could not be opened is tried again this much later
+
+
+def renew_from_s(limit_s: float) -> float:
+    """A session this old gets a renewal opened: five minutes before the vendor's limit (a quarter of a
+    short one), so a pause in the conversation is almost surely found before the limit."""
+    return limit_s - min(300.0, limit_s / 4)
+
+
+def renew_by_s(limit_s: float) -> float:
+    """No pause came: the renewal takes over anyway this close to the limit (the vendor would end the
+    session mid-sentence a moment later)."""
+    return limit_s - min(15.0, limit_s / 20)
+
+
+@dataclasses.dataclass(eq=False)
+class SessionRenewal:
+    """A session opened to replace a call's session near its vendor's limit, until it takes over."""
+
+    started_ns: int
+    opened_ns: int = 0  # when its socket connected: the new session's vendor clock
+    transport: WSTransport | None = None
+    received: list[str] = dataclasses.field(default_factory=list)  # what it said before it took over
+    task: asyncio.Task | None = None
+    failed: bool = False
+
+    @property
+    def ready(self) -> bool:
+        """Connected and greeted by the vendor (session.created): it can take the call over."""
+        return self.transport is not None and any('"session.created"' in text for text in self.received)
 
 
 def call_id_for_model(config: Config, call_sid: str) -> str | None:
