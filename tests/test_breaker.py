@@ -44,3 +44,19 @@ def test_bad_settings_are_refused():
         CircuitBreaker(threshold=0)
     with pytest.raises(ValueError):
         CircuitBreaker(open_s=10, max_open_s=5)
+
+
+def test_a_refused_configuration_closes_it_to_every_call_until_a_trial_of_its_own_succeeds():
+    from voicecore.realtime.breaker import FATAL
+
+    b = CircuitBreaker(threshold=3, open_s=1, max_open_s=5)
+    assert b.fatal(10.0, "auth: invalid_api_key: Incorrect API key provided") is True
+    assert b.state == FATAL and b.is_open and b.is_fatal and b.times_opened == 1
+    assert not b.allow(10.0) and not b.allow(1000.0)  # no half-open trial by a caller: the key will not change
+    assert b.retry_in(10.0) == 5
+    b.failure(11.0)  # a failed handshake meanwhile changes nothing
+    assert b.state == FATAL and b.fatal_reason.startswith("auth:")
+    assert b.fatal(12.0, "quota: insufficient_quota: You exceeded your current quota") is False  # already said
+    assert b.fatal_since == 10.0 and b.fatal_reason.startswith("quota:")
+    b.success(40.0)  # the shell's own trial session was accepted
+    assert b.state == CLOSED and b.allow(40.0) and b.fatal_reason == ""

@@ -154,3 +154,30 @@ def test_send_call_id_to_vendor_is_off_by_default_and_a_boolean():
     assert load_config({}).as_env()["VOICECORE_SEND_CALL_ID_TO_VENDOR"] == "false"
     with pytest.raises(ConfigError, match="SEND_CALL_ID_TO_VENDOR: expected true or false"):
         load_config({"VOICECORE_SEND_CALL_ID_TO_VENDOR": "maybe"})
+
+
+def test_the_retired_beta_naming_is_refused_with_the_vendors_retirement():
+    with pytest.raises(ConfigError, match="retired the beta Realtime interface in May 2026.*beta_api_shape_disabled"):
+        load_config({"VOICECORE_REALTIME_NAMING": "beta"})
+    assert load_config({}).realtime_naming == "ga"
+
+
+def test_the_provider_is_named_or_told_by_the_urls_host():
+    assert load_config({}).model_provider == "openai"
+    azure = load_config({"VOICECORE_REALTIME_URL": "wss://acme.openai.azure.com/openai/v1/realtime?api-version=2025-08-28",
+                         "VOICECORE_REALTIME_API_KEY": "k"})
+    assert azure.realtime_provider == "auto" and azure.model_provider == "azure"
+    forced = load_config({"VOICECORE_REALTIME_URL": "wss://gw.corp/openai/v1/realtime", "VOICECORE_REALTIME_PROVIDER": "azure"})
+    assert forced.model_provider == "azure"
+    with pytest.raises(ConfigError, match="realtime_provider: expected auto, openai or azure"):
+        load_config({"VOICECORE_REALTIME_PROVIDER": "gemini"})
+    with pytest.raises(ConfigError, match="realtime_provider: azure needs realtime_url"):
+        load_config({"VOICECORE_REALTIME_PROVIDER": "azure"})
+    with pytest.raises(ConfigError, match="realtime_url: expected a ws:// or wss:// URL"):
+        load_config({"VOICECORE_REALTIME_URL": "https://api.openai.com/v1/realtime"})
+
+
+def test_the_session_limit_is_bounded():
+    assert load_config({}).realtime_session_limit_s == 3600
+    with pytest.raises(ConfigError, match="realtime_session_limit_s: expected 60..86400"):
+        load_config({"VOICECORE_REALTIME_SESSION_LIMIT_S": "30"})

@@ -434,7 +434,7 @@ def test_the_agents_turns_section_and_the_operators_transcription_model_reach_th
 
     from voicecore.agent.spec import AgentSpec, FlowSpec
     from voicecore.config import load_config
-    from workers.model.main import controller_config
+    from voicecore.call.build import controller_config
 
     agent = AgentSpec(name="x", instructions="Help.", flow=FlowSpec("main", {}, {}), languages=("sv",),
                       turn_detection="semantic_vad", vad_eagerness="high", transcription_model="whisper-1",

@@ -976,22 +976,47 @@ def test_real_server_beta_and_ga_connections() -> None:
                 if seen[-1]["type"] == "response.done":
                     return seen
 
+    async def refused_beta(port: int) -> tuple[list[dict[str, Any]], int | None, str]:
+        from websockets.exceptions import ConnectionClosed
+
+        url = f"ws://127.0.0.1:{port}/v1/realtime?model=gpt-realtime"
+        seen: list[dict[str, Any]] = []
+        async with connect(url, additional_headers=[("Authorization", "Bearer x"), ("OpenAI-Beta", "realtime=v1")],
+                           compression=None) as ws:
+            try:
+                while True:
+                    text = await asyncio.wait_for(ws.recv(), 10)
+                    validate_server("ga", text)
+                    seen.append(json.loads(text))
+            except ConnectionClosed as closed:
+                assert closed.rcvd is not None
+                return seen, closed.rcvd.code, closed.rcvd.reason
+        raise AssertionError("the server did not close")
+
     async def main() -> None:
-        sim, port = await serve_model_sim(config=SimConfig(speed_factor=50.0, first_delta_latency_ms=0,
-                                                           clip_sequence=("agent_checkin",)))
+        fast = {"speed_factor": 50.0, "first_delta_latency_ms": 0, "clip_sequence": ("agent_checkin",)}
+        # The vendor retired the beta shape: a client that asks for it gets the error and close 4000. A
+        # simulator configured with naming "beta" still speaks it (records made before the retirement).
+        sim, port = await serve_model_sim(config=SimConfig(**fast))
+        legacy, legacy_port = await serve_model_sim(config=SimConfig(naming="beta", **fast))
         try:
-            beta = await call(port, [("Authorization", "Bearer x"), ("OpenAI-Beta", "realtime=v1"),
-                                     ("X-Voicecore-Call", "CA42")], "beta")
+            refused, code, reason = await refused_beta(port)
+            beta = await call(legacy_port, [("Authorization", "Bearer x"), ("OpenAI-Beta", "realtime=v1"),
+                                            ("X-Voicecore-Call", "CA42")], "beta")
             ga = await call(port, [("Authorization", "Bearer x")], "ga")
             await asyncio.sleep(0.05)  # let the server notice the closes
         finally:
             await sim.aclose()
+            await legacy.aclose()
+        assert [e["type"] for e in refused] == ["error"] and refused[0]["error"]["code"] == "beta_api_shape_disabled"
+        assert (code, reason) == (4000, "beta_api_shape_disabled")
+        assert sim.refusals == {"beta_api_shape_disabled": 1}
         assert beta[0]["type"] == ga[0]["type"] == "session.created"
         assert "response.audio.delta" in types(beta) and "response.output_audio.delta" in types(ga)
-        sessions = list(sim.registry.values())
+        sessions = list(legacy.registry.values()) + list(sim.registry.values())
         assert [s.naming for s in sessions] == ["beta", "ga"]
         assert [s.record.call_sid for s in sessions] == ["CA42", None]
-        assert sim.by_call("CA42") == [sessions[0]]
+        assert legacy.by_call("CA42") == [sessions[0]]
         assert sessions[0].record.model == "gpt-4o-realtime-preview"
         assert all(s.record.closed_ms is not None for s in sessions)
         for s, events in zip(sessions, (beta, ga)):
@@ -999,9 +1024,9 @@ def test_real_server_beta_and_ga_connections() -> None:
             assert record.status == "completed" and audio_of(events) == record.audio
             assert record.created_ms <= record.first_delta_ms <= record.done_ms  # type: ignore[operator]
         # a long-running server keeps only the newest closed sessions
-        sim.keep_closed = 1
-        sim._prune()
-        assert list(sim.registry.values()) == [sessions[1]]
+        legacy.keep_closed = 0
+        legacy._prune()
+        assert list(legacy.registry.values()) == []
 
     asyncio.run(main())
 
@@ -1229,3 +1254,33 @@ def test_a_scripted_line_after_the_sessions_instructions_is_read_from_its_own_pa
     assert scripted_text(persona) is None
     clip = clip_speaking(scripted_text(instructions) or instructions, agent_clips)
     assert clip is not None and clip.name == "agent_goodbye"  # not the check-in line the persona quotes
+
+
+def test_response_instructions_replace_the_sessions_for_that_response_as_the_vendor_applies_them() -> None:
+    persona = "You are Ada, Acme's receptionist. Always answer in Swedish."
+    h = Harness(instructions=persona)
+    h.send(ev.response_create())
+    h.run_all()
+    h.send(ev.response_create(instructions='Say exactly: "Hello, thanks for calling Acme. How can I help you today?"'))
+    h.run_all()
+    h.send(ev.response_create(instructions=persona + '\nSay exactly: "Goodbye."'))
+    h.run_all()
+    plain, scripted, kept = h.session.record.responses
+    assert (plain.instructions, plain.response_instructions) == (persona, None)
+    assert scripted.instructions.startswith("Say exactly:") and scripted.session_instructions == persona
+    assert persona not in scripted.instructions  # the vendor's rule: the session's are not in force for it
+    assert kept.instructions.startswith(persona)
+    assert h.session.record.responses_without("You are Ada") == [scripted]
+    out = h.send(ev.session_update(h.naming, instructions="Other.", voice=None, turn_detection=None))
+    assert types(out) == ["session.updated"]
+    h.send(ev.response_create())
+    h.run_all()
+    assert h.session.record.responses[-1].instructions == "Other."
+
+
+def test_response_instructions_that_are_not_text_are_refused() -> None:
+    h = Harness()
+    out = h.send(json.dumps({"type": "response.create", "event_id": "e1", "response": {"instructions": 5}}))
+    assert types(out) == ["error"]
+    assert (out[0]["error"]["param"], out[0]["error"]["event_id"]) == ("response.instructions", "e1")
+    assert h.session.record.responses == []

@@ -155,3 +155,24 @@ def test_the_shipped_lines_load_and_the_hold_lines_fit_in_a_second():
     assert clips.frames.shape[0] == len(clips.texts) == 6
     assert all(int(clips.frame_counts[n]) * 20 <= 1000 for n in (0, 3))  # en and sv hold lines
     assert len(clips.frame_payloads()) > 100
+
+
+def test_the_agents_own_lines_play_from_its_row_after_the_shipped_ones(tmp_path):
+    from voicecore.fallback import HOLD, KINDS
+    from voicecore.fallback.lines import agent_clip_number, table_with_agent_lines
+
+    hold = agent_clip_number(HOLD)
+    lines = {kind: (b"".join(clip_payload(agent_clip_number(i), k) for k in range(4 + i)), "test")
+             for i, kind in enumerate(KINDS)}
+    c = FallbackCall(tmp_path)
+    try:
+        c.pacer = P.PacerCore(c.arena, lead_ms=80, mark_every_frames=5, max_burst_frames=10, start_hold_ms=0,
+                              model_silent_ms=500, clips=table_with_agent_lines(lines))
+        c.ask(hold)
+        assert c.tick(0) == [f"line{hold}.{k}" for k in range(4)]  # the agent's hold line, whole, under the lead
+        assert c.tick(20) == []
+        c.ask(agent_clip_number(2))
+        played = c.tick(40) + c.tick(60) + c.tick(80) + c.tick(100) + c.tick(120)
+        assert played == [f"line{hold + 2}.{k}" for k in range(6)]
+    finally:
+        c.close()

@@ -29,12 +29,24 @@ def _cmd_up(args: argparse.Namespace) -> int:
     try:
         # An agent with any problem never starts; a good one decides what the configuration leaves open
         # (its knowledge folder, model and language; call_control auto: turns), for every process.
-        config, _agent = configure(config, os.environ)
+        config, agent = configure(config, os.environ)
     except AgentError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         print(f"voicecore: the agent has {len(exc.problems)} problem(s); nothing was started", file=sys.stderr)
         return 1
+    if not config.uses_simulator and not args.no_preflight:
+        from voicecore.preflight import run_preflight
+
+        # A key, model or session the vendor refuses stops here, with its words, not at the first call.
+        if not run_preflight(config, agent, sys.stderr):
+            return 1
+    if not config.uses_simulator and config.speech_model:
+        from voicecore.agent.settings import agent_for_config
+        from voicecore.fallback.render import render_for_up
+
+        # The hold line and the apologies in the agent's voice, rendered once and kept (the pacer reads them).
+        render_for_up(config, agent_for_config(agent, config), os.environ, sys.stderr)
     return run_foreground(config)
 
 
@@ -95,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run the gateway, pacer and model worker under supervisord until SIGTERM or Ctrl-C "
                                    "(the first drains the node, a second stops it at once)")
     up.add_argument("--agent", metavar="DIR", help="agent directory (default: $VOICECORE_AGENT, else the shipped default agent)")
+    up.add_argument("--no-preflight", action="store_true",
+                    help="start without first opening one trial session with the vendor (URL, key, model and the "
+                         "agent's session configuration); by default a refusal stops `up` with the vendor's message")
     up.set_defaults(func=_cmd_up)
 
     drain = sub.add_parser(

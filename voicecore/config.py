@@ -50,7 +50,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("realtime_url", str, "", "realtime model WebSocket URL; empty and no key: the built-in simulator"),
     Setting("realtime_api_key", str, "", "API key for the realtime model vendor"),
     Setting("model", str, "gpt-realtime", "realtime model name"),
-    Setting("realtime_naming", str, "ga", "event naming the model client sends: ga or beta"),
+    Setting("realtime_naming", str, "ga", "event naming the model client sends: ga (the vendor retired the beta interface in May 2026: beta is refused)"),
+    Setting("realtime_provider", str, "auto", "the realtime vendor's API: openai (Authorization: Bearer, ?model=), azure (Azure OpenAI: api-key header, the deployment's name in the URL), or auto: azure when realtime_url is on an Azure OpenAI host (*.openai.azure.com, *.cognitiveservices.azure.com, *.services.ai.azure.com), openai otherwise"),
+    Setting("realtime_deployment", str, "", "Azure OpenAI: the Realtime deployment's name (sent as ?model= on /openai/v1/realtime, &deployment= on /openai/realtime); empty: the model setting"),
+    Setting("realtime_session_limit_s", int, 3600, "the vendor's longest Realtime session (OpenAI: 60 minutes); a longer call gets a new session at a pause in the conversation before it ends, with the conversation restored (60..86400)"),
+    Setting("speech_model", str, "gpt-4o-mini-tts", "the vendor's text-to-speech model (Azure: its deployment) that `voicecore up` renders the fallback lines with (hold line, apologies), once per agent, voice and text, cached in lines_cache_dir; empty: no rendering (the agent's own WAV lines, else the shipped clips)"),
+    Setting("lines_cache_dir", str, "", "where rendered fallback lines are kept (8 kHz mu-law, one file per model, voice and text); empty: $XDG_CACHE_HOME/voicecore/lines, else ~/.cache/voicecore/lines"),
     Setting("alaw_passthrough", bool, True, "a carrier stream in A-law (Telnyx PCMA) goes to the model as A-law and back untouched (the OpenAI Realtime session in g711_alaw / audio/pcma, which it accepts both ways); false: such a stream is transcoded to mu-law once at the gateway edge, each way"),
     Setting("send_call_id_to_vendor", bool, False, "send the call's CallSid to the realtime model vendor (X-Voicecore-Call header on the model socket); false: no call or caller identifier goes to the model endpoint (the built-in simulator, used when realtime_url and realtime_api_key are empty, always gets it)"),
     Setting("max_calls", int, 256, "concurrent call slots in the shared-memory arena"),
@@ -97,6 +102,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("gate_policy", str, "off", "which responses the validator must approve before they play: off, numbers, scripted or strict"),
     Setting("safe_line", str, "I can't verify that.", "what the agent says instead of a response the validator rejected"),
     Setting("sim_port", int, 9100, "port of the built-in realtime model simulator"),
+    Setting("sim_session_limit_s", int, 3600, "built-in simulator: a session ends this long after it opened (error session_expired, then a close), as the vendor's do at 60 minutes"),
     Setting("sim_late_deltas", int, 0, "built-in simulator: audio deltas it still sends after a cancel (0-3)"),
     Setting("sim_overlap_probability", float, 0.0, "built-in simulator: chance (0-1) that a response gets a second one started while it streams, as a real server sometimes does"),
     Setting("log_level", str, "info", "debug, info, warning or error"),
@@ -130,6 +136,11 @@ class Config:
     realtime_api_key: str
     model: str
     realtime_naming: str
+    realtime_provider: str
+    realtime_deployment: str
+    realtime_session_limit_s: int
+    speech_model: str
+    lines_cache_dir: str
     alaw_passthrough: bool
     send_call_id_to_vendor: bool
     max_calls: int
@@ -176,6 +187,7 @@ class Config:
     gate_policy: str
     safe_line: str
     sim_port: int
+    sim_session_limit_s: int
     sim_late_deltas: int
     sim_overlap_probability: float
     log_level: str
@@ -232,6 +244,13 @@ class Config:
         if self.realtime_api_key:
             return "wss://api.openai.com/v1/realtime"
         return f"ws://127.0.0.1:{self.sim_port}/v1/realtime"
+
+    @property
+    def model_provider(self) -> str:
+        """"openai" or "azure": realtime_provider, or what the URL's host says when it is auto."""
+        from voicecore.realtime.events import detect_provider
+
+        return self.realtime_provider if self.realtime_provider != "auto" else detect_provider(self.model_url)
 
     def as_env(self) -> dict[str, str]:
         """The environment that reproduces this configuration in a child process."""
@@ -364,8 +383,24 @@ def _validate(values: dict[str, object]) -> None:
             raise ConfigError("telnyx_public_key: expected the base64 Ed25519 public key from Telnyx's Mission Control")
     if int(values["retention_days"]) < 0:  # type: ignore[arg-type]
         raise ConfigError(f"retention_days: expected 0 (keep forever) or more, got {values['retention_days']}")
-    if values["realtime_naming"] not in ("ga", "beta"):
-        raise ConfigError(f"realtime_naming: expected ga or beta, got {values['realtime_naming']!r}")
+    if values["realtime_naming"] == "beta":
+        raise ConfigError("realtime_naming: the vendor retired the beta Realtime interface in May 2026 (its sessions are "
+                          "closed with 4000 beta_api_shape_disabled); use ga, the default")
+    if values["realtime_naming"] != "ga":
+        raise ConfigError(f"realtime_naming: expected ga, got {values['realtime_naming']!r}")
+    if values["realtime_provider"] not in ("auto", "openai", "azure"):
+        raise ConfigError(f"realtime_provider: expected auto, openai or azure, got {values['realtime_provider']!r}")
+    realtime_url = str(values["realtime_url"])
+    if realtime_url:
+        parts = urlsplit(realtime_url)
+        if parts.scheme not in ("ws", "wss") or not parts.netloc or parts.fragment:
+            raise ConfigError(f"realtime_url: expected a ws:// or wss:// URL, got {realtime_url!r}")
+    if values["realtime_provider"] == "azure" and not realtime_url:
+        raise ConfigError("realtime_provider: azure needs realtime_url (wss://RESOURCE.openai.azure.com/openai/v1/realtime)")
+    if not 60 <= int(values["realtime_session_limit_s"]) <= 86_400:  # type: ignore[arg-type]
+        raise ConfigError(f"realtime_session_limit_s: expected 60..86400, got {values['realtime_session_limit_s']}")
+    if not 10 <= int(values["sim_session_limit_s"]) <= 86_400:  # type: ignore[arg-type]
+        raise ConfigError(f"sim_session_limit_s: expected 10..86400, got {values['sim_session_limit_s']}")
     for name in ("max_pending_connections", "max_pending_per_address"):
         if int(values[name]) < 0:  # type: ignore[arg-type]
             raise ConfigError(f"{name}: expected 0 or more, got {values[name]}")

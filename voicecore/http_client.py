@@ -35,15 +35,49 @@ Origin = tuple[str, str, int]  # (scheme, host, port)
 
 async def send(method: str, url: str, headers: Sequence[tuple[str, str]] = (), body: bytes = b"",
                timeout_s: float = DEFAULT_TIMEOUT_S, user_agent: str = "voicecore",
-               unix_socket: str | None = None) -> tuple[int, bytes]:
+               unix_socket: str | None = None, proxy: str | None = None,
+               max_response_bytes: int = MAX_RESPONSE_BYTES) -> tuple[int, bytes]:
     """Send one request on a connection of its own; returns (status, body). Raises OSError,
     TimeoutError or h11's errors (ValueError for a URL that is not http(s), or a body past its cap).
 
     ``unix_socket``: connect to this Unix socket instead of the URL's host and port (curl's
     --unix-socket); the URL still gives the Host header and the request target. The socket is a TLS
-    proxy's backend, so the request goes in plain HTTP whatever the URL's scheme.
+    proxy's backend, so the request goes in plain HTTP whatever the URL's scheme. ``proxy``: an http://
+    proxy (http://[user:password@]host:port): https goes through a CONNECT tunnel, http as an absolute URL.
     """
-    return await asyncio.wait_for(_send_once(method, url, headers, body, user_agent, unix_socket), timeout_s)
+    return await asyncio.wait_for(_send_once(method, url, headers, body, user_agent, unix_socket, proxy,
+                                             max_response_bytes), timeout_s)
+
+
+async def _open_via_proxy(proxy: str, host: str, port: int, secure: bool
+                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to ``host:port`` through an HTTP proxy: a CONNECT tunnel (TLS inside it for https),
+    or the proxy itself for plain http (the request then names the absolute URL)."""
+    parts = urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"only http:// proxies are supported here, got {proxy!r}")
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+    if not secure:
+        return reader, writer
+    auth = []
+    if parts.username:
+        import base64
+
+        token = base64.b64encode(f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+                                 .encode()).decode()
+        auth = [f"Proxy-Authorization: Basic {token}"]
+    writer.write("\r\n".join([f"CONNECT {host}:{port} HTTP/1.1", f"Host: {host}:{port}", *auth, "", ""]).encode())
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    first_line = head.split(b"\r\n", 1)[0]
+    status_line = first_line.split()
+    if len(status_line) < 2 or status_line[1] != b"200":
+        writer.close()
+        raise OSError(f"the proxy refused the tunnel: {first_line.decode(errors='replace')}")
+    await writer.start_tls(ssl.create_default_context(), server_hostname=host)
+    return reader, writer
+
+
 
 
 def _split(url: str) -> tuple[urllib.parse.SplitResult, Origin, str]:
@@ -68,24 +102,32 @@ def _request_headers(netloc: str, headers: Sequence[tuple[str, str]], body: byte
 
 
 async def _send_once(method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes, user_agent: str,
-                     unix_socket: str | None) -> tuple[int, bytes]:
+                     unix_socket: str | None, proxy: str | None = None,
+                     max_response_bytes: int = MAX_RESPONSE_BYTES) -> tuple[int, bytes]:
     parts, (scheme, host, port), target = _split(url)
+    secure = scheme == "https"
     if unix_socket is not None:
         reader, writer = await asyncio.open_unix_connection(unix_socket)
+    elif proxy:
+        reader, writer = await _open_via_proxy(proxy, host, port, secure)
+        if not secure:
+            target = urllib.parse.urlunsplit(parts._replace(fragment=""))  # absolute-form, for the proxy
     else:
-        reader, writer = await asyncio.open_connection(host, port, ssl=ssl.create_default_context() if scheme == "https" else None)
+        reader, writer = await asyncio.open_connection(host, port, ssl=ssl.create_default_context() if secure else None)
     try:
         connection = h11.Connection(h11.CLIENT)
         request = h11.Request(method=method, target=target,
                               headers=_request_headers(parts.netloc, headers, body, user_agent, close=True))
-        status, answer, _ = await _exchange(reader, writer, connection, request, body)
+        status, answer, _ = await _exchange(reader, writer, connection, request, body,
+                                            max_response_bytes=max_response_bytes)
         return status, answer
     finally:
         await _close(writer)
 
 
 async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: h11.Connection,
-                    request: h11.Request, body: bytes, progress: list[bool] | None = None) -> tuple[int, bytes, bool]:
+                    request: h11.Request, body: bytes, progress: list[bool] | None = None,
+                    max_response_bytes: int = MAX_RESPONSE_BYTES) -> tuple[int, bytes, bool]:
     """One request and its whole answer on ``connection``: (status, body, whether any of the answer came).
     ``progress``: set to [True] as soon as a byte of the answer arrived (a caller deciding on a retry
     reads it when this raises)."""
@@ -107,7 +149,7 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
             status = event.status_code
         elif isinstance(event, h11.Data):
             size += len(event.data)
-            if size > MAX_RESPONSE_BYTES:
+            if size > max_response_bytes:
                 raise ValueError("response body too large")
             chunks.append(bytes(event.data))
         elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):

@@ -24,7 +24,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from voicecore.agent.spec import (
-    BUILTIN_ACTIONS, CONTEXT_STRATEGIES, DEFAULT_LINES, GATE_POLICIES, HTTP_METHODS, LINE_KINDS, MESSAGE_ROLES,
+    BUILTIN_ACTIONS, CONTEXT_STRATEGIES, DEFAULT_LINES, GATE_POLICIES, HTTP_METHODS, LINE_AUDIO_KINDS, LINE_KINDS,
+    MESSAGE_ROLES,
     AgentSpec, FlowSpec, FunctionSpec, Message, NodeSpec, PythonTool, Tool, Webhook,
 )
 from voicecore.agent.speech import CURRENCIES, CURRENCY_KEY, KIND_KEY, SPOKEN_KINDS, spoken_kind
@@ -787,7 +788,7 @@ def _read_agent_table(p: _Problems, data: dict[str, Any], root: Path) -> dict[st
             p.add("$.knowledge", "missing-knowledge", f"knowledge folder {knowledge!r} does not exist")
 
     _read_gate(p, data, values)
-    _read_lines(p, data, values)
+    _read_lines(p, data, values, root)
     _read_silence(p, data, values)
     _read_failure(p, data, values)
     _read_tools(p, data, values)
@@ -841,13 +842,36 @@ def _read_gate(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> No
         values["gate_" + key] = policy
 
 
-def _read_lines(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:
-    section = _section(p, data, "lines", LINE_KINDS)
+def _read_lines(p: _Problems, data: dict[str, Any], values: dict[str, Any], root: Path) -> None:
+    section = _section(p, data, "lines", (*LINE_KINDS, "audio"))
     lines = dict(DEFAULT_LINES)
     for key in LINE_KINDS:
         if key in section:
             lines[key] = p.prompt(section, key, "$.lines")
     values["lines"] = lines
+    # [lines.audio]: the runtime's fallback lines as WAV files, checked here so a bad one never reaches a call
+    from voicecore.fallback.lines import LineAudioError, check_line, wav_to_line
+
+    audio = p.table(section.get("audio", {}), "$.lines.audio") or {}
+    p.known_keys(audio, LINE_AUDIO_KINDS, "$.lines.audio")
+    files: dict[str, str] = {}
+    for kind in LINE_AUDIO_KINDS:
+        if kind not in audio:
+            continue
+        name = p.string(audio, kind, "$.lines.audio")
+        if not isinstance(audio[kind], str):
+            continue
+        path = (root / name).resolve()
+        if not path.is_file():
+            p.add(_key("$.lines.audio", kind), "missing-file", f"audio file {name!r} does not exist")
+            continue
+        try:
+            check_line(kind, wav_to_line(path))
+        except LineAudioError as exc:
+            p.add(_key("$.lines.audio", kind), "bad-audio", f"{name!r}: {exc}")
+            continue
+        files[kind] = str(path)
+    values["line_audio"] = files
 
 
 def _read_silence(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:

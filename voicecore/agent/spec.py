@@ -24,7 +24,9 @@ BUILTIN_ACTIONS = ("end_call", "transfer")
 MESSAGE_ROLES = ("system", "user", "assistant")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 LINE_KINDS = ("goodbye", "transfer", "checkin", "fallback", "apology", "filler", "declined", "confirm_timeout",
-              "tool_error")
+              "tool_error", "hold")
+# The runtime's own lines (voicecore/fallback) an agent may give as audio files: [lines.audio] in agent.toml.
+LINE_AUDIO_KINDS = ("hold", "apology_hangup", "apology_transfer")
 
 # The lines an agent that names none says (English; an agent in another language names its own).
 DEFAULT_LINES: dict[str, str] = {
@@ -37,6 +39,7 @@ DEFAULT_LINES: dict[str, str] = {
     "declined": "All right, I won't do that.",
     "confirm_timeout": "I didn't hear a yes, so I haven't done anything.",
     "tool_error": "Sorry, I couldn't do that right now.",
+    "hold": "One moment, please.",  # the runtime's hold line, rendered in the agent's voice (voicecore/fallback/lines.py)
 }
 
 
@@ -153,6 +156,8 @@ class AgentSpec:
     backchannels: tuple[str, ...] = ()
     transcript_wait_ms: int = 1500
     directory: str = ""  # where it was loaded from (for messages; not part of the record)
+    # [lines.audio]: the runtime's fallback lines as WAV files (kind -> absolute path; voicecore/fallback/lines.py)
+    line_audio: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def gate_language(self) -> str:
@@ -164,6 +169,7 @@ class AgentSpec:
     def to_dict(self) -> dict[str, Any]:
         data = _plain(self)
         data.pop("directory", None)
+        data.pop("line_audio", None)  # files of this machine, played by the pacer: not part of the record
         return data
 
     @classmethod

@@ -87,6 +87,18 @@ class Stats:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class VendorHealth:
+    """Model worker -> gateway, on a change and every second: does the realtime vendor accept this node's
+    configuration? ``reason``: the vendor's refusal (kind, code, its message); ``since_s``: wall-clock time
+    of the refusal. /healthz reports it (503)."""
+
+    pid: int
+    ok: bool
+    reason: str
+    since_s: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class GateOpen:
     """Model worker -> validator: response ``tag`` is gated (rings.tag_open(..., gated=True)); judge its
     transcript under ``policy`` ("off", "numbers", "scripted", "strict"). ``script`` is the expected
@@ -189,7 +201,7 @@ class Rejected:
 
 
 Message = (
-    Heartbeat | CallStarted | CallEnded | EndStream | CancelTag | Dtmf | Stats
+    Heartbeat | CallStarted | CallEnded | EndStream | CancelTag | Dtmf | Stats | VendorHealth
     | GateOpen | TranscriptDelta | TranscriptDone | Verdict | ObserveEvents | ObservedEvents | RecordFinished
 )
 
@@ -201,6 +213,7 @@ _TYPES: dict[str, type] = {
     "cancel": CancelTag,
     "dtmf": Dtmf,
     "stats": Stats,
+    "vendor.health": VendorHealth,
     "gate.open": GateOpen,
     "transcript.delta": TranscriptDelta,
     "transcript.done": TranscriptDone,

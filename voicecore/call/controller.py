@@ -43,7 +43,6 @@ import dataclasses
 import json
 import zlib
 
-from voicecore import timing
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call import flow as flows
@@ -1177,13 +1176,10 @@ class CallController:
         its node's role, its language rules), never instead of them."""
         step = request.step
         if isinstance(step, flows.Say):
-            addition = f'Say exactly: "{step.text}"'
-        elif request.snippets:
-            addition = _grounded_instructions(request.snippets)
-        else:
-            return None
-        session = self.core.instructions.strip()
-        return f"{session}\n\n{addition}" if session else addition
+            return self.core.in_session(f'Say exactly: "{step.text}"')
+        if request.snippets:
+            return self.core.in_session(_grounded_instructions(request.snippets))
+        return None
 
     def _apply_context_strategy(self, transition: flows.Transition, out: list[Action]) -> None:
         """seed 004: ``reset`` forgets the conversation so far; ``task`` forgets it and adds the node's task

@@ -234,8 +234,16 @@ class ModelCallCore:
         actions: list[Action] = [self.session_update()]
         if self.greet:
             greet = f'Say exactly: "{self.greeting}"' if self.greeting else "Greet the caller."
-            actions.append(SendToModel(rt.response_create(instructions=greet)))
+            actions.append(SendToModel(rt.response_create(instructions=self.in_session(greet))))
         return actions
+
+    def in_session(self, addition: str) -> str:
+        """Instructions for one response: the session's in force, then ``addition``. The vendor applies a
+        response's instructions in place of the session's for that response, so a response that needs its
+        own (a line to say, facts to answer from) must carry the session's too (the agent's persona, its
+        node's role, its language rules)."""
+        session = self.instructions.strip()
+        return f"{session}\n\n{addition}" if session else addition
 
     def session_update(self) -> SendToModel:
         """The session's configuration as it stands (instructions, voice, tools, turn detection)."""
@@ -416,7 +424,7 @@ class ModelCallCore:
         self.safe_line_after = None
         self.safe_line_next = True
         self.stats.safe_lines += 1
-        return [SendToModel(rt.response_create(instructions=f"Say exactly: {self.safe_line}"))]
+        return [SendToModel(rt.response_create(instructions=self.in_session(f'Say exactly: "{self.safe_line}"')))]
 
     # --- barge-in --------------------------------------------------------------------------------
     @staticmethod

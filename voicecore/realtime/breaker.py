@@ -7,6 +7,10 @@ to open one are counted over ``window_s``. ``threshold`` of them open the breake
 ``open_s``; then one trial (half-open) decides: success closes it, failure opens it again for twice as
 long (at most ``max_open_s``). A session that opened and later dropped is not a failure here: a vendor
 that drops every socket at once and takes them back is not down (the calls reconnect at once).
+
+Fatal: the vendor refused the node's configuration (its key, model, quota, session configuration: a
+``vendor_errors.VendorFault``). No call may open a session until ``success`` (a trial session the shell
+opens by itself succeeded): trying again with every call would only repeat the refusal while callers wait.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import collections
 CLOSED = "closed"
 OPEN = "open"
 HALF_OPEN = "half_open"
+FATAL = "fatal"
 
 
 class CircuitBreaker:
@@ -35,11 +40,15 @@ class CircuitBreaker:
         self.opened_at = 0.0
         self.trial_started_at = 0.0
         self.times_opened = 0
+        self.fatal_reason = ""  # what the vendor said when it refused the configuration (state FATAL)
+        self.fatal_since = 0.0
 
     def allow(self, now: float) -> bool:
         """May a session be opened now? In half-open state only the one trial may (until it reports)."""
         if self.state == CLOSED:
             return True
+        if self.state == FATAL:
+            return False
         if self.state == OPEN:
             if now - self.opened_at < self.open_s:
                 return False
@@ -56,6 +65,8 @@ class CircuitBreaker:
         """Seconds until allow() may say yes (0 when closed)."""
         if self.state == CLOSED:
             return 0.0
+        if self.state == FATAL:
+            return self.max_open_s  # until a trial session of the shell's own succeeds
         start = self.opened_at if self.state == OPEN else self.trial_started_at
         return max(0.0, start + self.open_s - now)
 
@@ -63,8 +74,27 @@ class CircuitBreaker:
         self.state = CLOSED
         self.failures.clear()
         self.open_s = self.base_open_s
+        self.fatal_reason = ""
+
+    def fatal(self, now: float, reason: str) -> bool:
+        """The vendor refused the configuration: closed to every call until ``success``. True when it was
+        not fatal already (the caller logs and reports it once)."""
+        first = self.state != FATAL
+        if first:
+            self.times_opened += 1
+            self.fatal_since = now
+        self.state = FATAL
+        self.failures.clear()
+        self.fatal_reason = reason
+        return first
+
+    @property
+    def is_fatal(self) -> bool:
+        return self.state == FATAL
 
     def failure(self, now: float) -> None:
+        if self.state == FATAL:
+            return
         if self.state == HALF_OPEN:
             self.open_s = min(self.max_open_s, self.open_s * 2)
             self._open(now)

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import Any, Callable, Literal, Union
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import orjson
 
@@ -549,19 +549,52 @@ def function_call_output(call_id: str, output: str, *, event_id: str | None = No
 # --------------------------------------------------------------------------------------------------
 
 
+# Hosts of Azure OpenAI resources (the Realtime API of a deployment there): the key goes in `api-key`.
+AZURE_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+PROVIDERS = ("openai", "azure")
+
+
+def detect_provider(url: str) -> str:
+    """"azure" for a URL on an Azure OpenAI resource's host, else "openai" (OpenAI, a proxy in front of
+    it, the simulator)."""
+    host = (urlsplit(url).hostname or "").lower()
+    return "azure" if host.endswith(AZURE_HOST_SUFFIXES) else "openai"
+
+
 @dataclass(frozen=True, slots=True)
 class RealtimeUrl:
-    """Where and how to open the realtime WebSocket. `base_url` points at the simulator in tests."""
+    """Where and how to open the realtime WebSocket. `base_url` points at the simulator in tests.
+
+    ``provider`` "openai": ``?model=MODEL`` and ``Authorization: Bearer KEY``. "azure" (Azure OpenAI):
+    the deployment's name (``deployment``, else ``model``) as ``?model=`` on the GA path
+    (``/openai/v1/realtime``) or ``&deployment=`` on the older ``/openai/realtime`` path, and the key in
+    ``api-key``. A query string already in ``base_url`` (Azure's ``api-version``) is kept as it is, and a
+    ``model`` or ``deployment`` it already names is not added twice."""
 
     model: str
     naming: Naming = "ga"
     base_url: str = "wss://api.openai.com/v1/realtime"
+    provider: str = "openai"
+    deployment: str = ""
 
     def url(self) -> str:
-        return f"{self.base_url}?model={quote(self.model, safe='')}"
+        if self.provider not in PROVIDERS:
+            raise ValueError(f"provider must be openai or azure, not {self.provider!r}")
+        parts = urlsplit(self.base_url)
+        named = {key for key, _ in parse_qsl(parts.query, keep_blank_values=True)}
+        query = parts.query
+        if not named & {"model", "deployment"}:
+            key = "model"
+            if self.provider == "azure" and parts.path.rstrip("/").endswith("/openai/realtime"):
+                key = "deployment"  # the pre-v1 path names the deployment so
+            name = self.deployment if self.provider == "azure" and self.deployment else self.model
+            added = f"{key}={quote(name, safe='')}"
+            query = f"{query}&{added}" if query else added
+        return urlunsplit(parts._replace(query=query))
 
     def headers(self, api_key: str, call_sid: str | None = None) -> list[tuple[str, str]]:
-        """Authorization, plus `OpenAI-Beta: realtime=v1` for beta (GA sends session.type instead).
+        """The key (``Authorization: Bearer`` for OpenAI, ``api-key`` for Azure), plus ``OpenAI-Beta:
+        realtime=v1`` for the beta naming (GA sends session.type instead; the vendor retired beta).
 
         `call_sid` adds `X-Voicecore-Call`, which only the model simulator reads (spec: model-session
         correlation). A CallSid identifies the call to whoever receives it, so none goes out by default:
@@ -570,7 +603,10 @@ class RealtimeUrl:
         call or the caller.
         """
         _check_naming(self.naming)
-        headers = [("Authorization", f"Bearer {api_key}")]
+        if self.provider == "azure":
+            headers = [("api-key", api_key)]
+        else:
+            headers = [("Authorization", f"Bearer {api_key}")]
         if self.naming == "beta":
             headers.append(("OpenAI-Beta", "realtime=v1"))
         if call_sid is not None:

@@ -17,7 +17,17 @@ line: /faults is answered here, anything else is handed, bytes and all, to picow
 `stall` holds every outgoing event until its window ends (input is still read), `refuse_new` answers
 new handshakes 503, and the response faults live in each ModelSession.
 
+The vendor's refusals (voicecore.sim.model.refusals): with `SimConfig.api_keys` / `models` set, a wrong key
+or an unknown model is refused as the vendor refuses it (on OpenAI's path an `error` event and a close; on
+Azure's, /openai/..., HTTP 401 or 404 with Azure's JSON body); a client asking for the retired beta shape
+(`OpenAI-Beta: realtime=v1`) gets the `error` and close 4000 `beta_api_shape_disabled` unless the simulator
+itself is configured with naming "beta" (records made before the retirement). The vendor's speech endpoint
+(`POST /v1/audio/speech`, Azure's `/openai/v1/audio/speech`: voicecore.sim.model.speech) answers on the same
+port, as voicecore renders an agent's fallback lines with it. Every session ends
+`SimConfig.session_limit_ms` after it opened (`error` session_expired, then close 1000), as the vendor's do.
+
     python -m voicecore.sim.model_server --port 9100 [--naming beta] [--late-deltas 2] [--overlap-probability 0.25]
+        [--api-key KEY] [--serve-model NAME] [--session-limit-s 3600]
     curl -d '{"kind": "rate_limit", "duration_ms": 2000}' http://127.0.0.1:9100/faults
 """
 
@@ -28,8 +38,9 @@ import asyncio
 import logging
 import signal
 import time
+import secrets
+from collections import Counter
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, urlsplit
 
 import orjson
 from picows import (
@@ -48,6 +59,8 @@ from picows.picows import WSProtocol
 from voicecore import http_client
 from voicecore.sim.audio_clips import ClipLibrary, default_library
 from voicecore.sim.model import ModelSession, SimConfig
+from voicecore.sim.model.refusals import CLOSE_RETIRED, RETIRED_BETA, Refusal, check_handshake, read_handshake
+from voicecore.sim.model.speech import SPEECH_PATH_SUFFIX, speech_response
 from voicecore.sim.model.faults import (
     BINARY_PAYLOAD,
     RESPONSE_FAULT_KINDS,
@@ -87,6 +100,9 @@ class ModelSimServer:
     live: dict[str, "_SessionSocket"] = field(default_factory=dict)  # session_id -> its open socket
     faults: FaultBook = field(default_factory=FaultBook)
     handshakes_refused: int = 0  # by refuse_new
+    refusals: Counter = field(default_factory=Counter)  # connections refused as the vendor would, by error code
+    # the speech endpoint's requests (voicecore.sim.model.speech): what was asked, or the status of a refusal
+    speech_requests: list = field(default_factory=list)
     # closed sessions kept in `registry` (oldest dropped first); None keeps all. Each keeps its response
     # audio, so a long-running CLI server bounds it while an in-process harness keeps everything.
     keep_closed: int | None = None
@@ -113,6 +129,10 @@ class ModelSimServer:
             if kind == "drop_1011":
                 sock.session.note_fault(kind, now)
                 sock._drop()
+            elif kind == "close_4000":
+                sock.session.note_fault(kind, now)
+                sock._send_due()  # what was due goes first, as it would have
+                sock._drop(WSCloseCode(CLOSE_RETIRED), RETIRED_BETA.encode())
             elif kind == "binary_frame":
                 sock.session.note_fault(kind, now)
                 sock._send_due()  # what was due goes first, as it would have
@@ -152,9 +172,18 @@ class ModelSimServer:
             self.handshakes_refused += 1
             refused = WSUpgradeResponse.create_error_response(503, b"Service Unavailable (simulated fault: refuse_new)")
             return WSUpgradeResponseWithListener(refused, None)
-        beta = headers.get("OpenAI-Beta", "").strip().lower() == "realtime=v1"
         path = request.path.decode("latin-1")
-        model = (parse_qs(urlsplit(path).query).get("model") or [None])[0]
+        handshake = read_handshake(path, headers)
+        refusal = check_handshake(self.config, handshake, legacy_beta=self.config.naming == "beta")
+        if refusal is not None:
+            self.refusals[refusal.code] += 1
+            log.info("session refused (%s): %s", handshake.form, refusal.code)
+            if refusal.http_status:
+                response = WSUpgradeResponse.create_error_response(refusal.http_status, refusal.body)
+                response.headers["Content-Type"] = "application/json"
+                return WSUpgradeResponseWithListener(response, None)
+            return _RefusedSocket(refusal)
+        beta, model = handshake.beta, handshake.model
         index = self.sessions_opened
         self.sessions_opened += 1
         session = ModelSession(
@@ -192,6 +221,7 @@ class _SessionSocket(WSListener):
         self.transport: WSTransport | None = None
         self.loop = asyncio.get_running_loop()
         self.timer: asyncio.TimerHandle | None = None
+        self.expiry: asyncio.TimerHandle | None = None
         self.fragments: list[bytes] = []
 
     def on_ws_connected(self, transport: WSTransport) -> None:
@@ -201,13 +231,25 @@ class _SessionSocket(WSListener):
         call_sid = self.session.record.call_sid
         if drop_after_ms and (call_sid is None or len(self.sim.by_call(call_sid)) == 1):
             self.loop.call_later(drop_after_ms / 1000, self._drop)
+        self.expiry = self.loop.call_later(self.sim.config.session_limit_ms / 1000, self._expire)
         self._send_due()
 
-    def _drop(self) -> None:
-        """SimConfig.drop_after_ms: close as a server that hit an internal error does."""
+    def _expire(self) -> None:
+        """SimConfig.session_limit_ms: the vendor's `error` (session_expired), then a normal close."""
+        transport = self.transport
+        if transport is None or transport.is_disconnected or transport.is_close_frame_sent:
+            return
+        self.session.expire(now_ms())
+        for event in self.session.events_to_send():
+            transport.send(WSMsgType.TEXT, event.encode())
+        transport.send_close(WSCloseCode.OK, b"session_expired")
+        transport.disconnect()
+
+    def _drop(self, code: WSCloseCode = WSCloseCode.INTERNAL_ERROR, reason: bytes = b"server error") -> None:
+        """SimConfig.drop_after_ms: close as a server that hit an internal error does (or with ``code``)."""
         transport = self.transport
         if transport is not None and not transport.is_disconnected and not transport.is_close_frame_sent:
-            transport.send_close(WSCloseCode.INTERNAL_ERROR, b"server error")
+            transport.send_close(code, reason)
             transport.disconnect()
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
@@ -268,8 +310,30 @@ class _SessionSocket(WSListener):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        if self.expiry is not None:
+            self.expiry.cancel()
+            self.expiry = None
         self.session.close(now_ms())
         self.sim._prune()
+
+
+class _RefusedSocket(WSListener):
+    """A connection the vendor refuses after the upgrade (voicecore.sim.model.refusals): the `error` event
+    that says why, then the close frame."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        self.refusal = refusal
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        refusal = self.refusal
+        if refusal.error is not None:
+            event = {"type": "error", "event_id": "event_" + secrets.token_hex(11)[:21], "error": refusal.error}
+            transport.send(WSMsgType.TEXT, orjson.dumps(event))
+        transport.send_close(WSCloseCode(refusal.close_code), refusal.close_reason.encode())
+        transport.disconnect()
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        pass  # nothing the client says changes the refusal
 
 
 def _text_or_bytes(data: bytes) -> str | bytes:
@@ -291,6 +355,7 @@ class _FrontDoor(asyncio.Protocol):
         self.path = ""
         self.body_at: int | None = None  # where the body starts once the head of a /faults request is in
         self.body_length = 0
+        self.head = b""
         self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -322,7 +387,8 @@ class _FrontDoor(asyncio.Protocol):
                     self._answer(431, {"error": "request head too large"})
                 return
             self.body_at = head_end + 4
-            self.body_length = _content_length(bytes(self.data[:head_end]))
+            self.head = bytes(self.data[:head_end])
+            self.body_length = _content_length(self.head)
             if self.body_length < 0 or self.body_length > MAX_FAULT_BODY_BYTES:
                 self._answer(413 if self.body_length > 0 else 400, {"error": "bad or too large Content-Length"})
                 return
@@ -330,7 +396,12 @@ class _FrontDoor(asyncio.Protocol):
             self._control(bytes(self.data[self.body_at : self.body_at + self.body_length]))
 
     def _control(self, body: bytes) -> None:
-        if self.path != FAULTS_PATH:
+        if self.method == b"POST" and self.path.endswith(SPEECH_PATH_SUFFIX):
+            (status, content_type, answer), asked = speech_response(self.sim.config, self.sim.clips, self.path,
+                                                                    _headers(self.head), body)
+            self.sim.speech_requests.append(asked if asked is not None else status)
+            self._answer_raw(status, content_type.encode(), answer)
+        elif self.path != FAULTS_PATH:
             self._answer(404, {"error": f"no such resource; POST {FAULTS_PATH}"})
         elif self.method == b"GET":
             self._answer(200, self.sim.faults.counts())
@@ -345,14 +416,16 @@ class _FrontDoor(asyncio.Protocol):
             self._answer(200, {"kind": request.kind, "sessions": self.sim.apply_fault(request)})
 
     def _answer(self, status: int, value: dict, extra_headers: bytes = b"") -> None:
+        self._answer_raw(status, b"application/json", orjson.dumps(value), extra_headers)
+
+    def _answer_raw(self, status: int, content_type: bytes, body: bytes, extra_headers: bytes = b"") -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        body = orjson.dumps(value)
-        reason = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
-                  413: b"Content Too Large", 431: b"Request Header Fields Too Large"}[status]
-        transport.write(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s"
-                        b"Connection: close\r\n\r\n%s" % (status, reason, len(body), extra_headers, body))
+        reason = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found",
+                  405: b"Method Not Allowed", 413: b"Content Too Large", 431: b"Request Header Fields Too Large"}[status]
+        transport.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s"
+                        b"Connection: close\r\n\r\n%s" % (status, reason, content_type, len(body), extra_headers, body))
         transport.close()
 
     def _hand_over(self) -> None:
@@ -375,6 +448,16 @@ class _FrontDoor(asyncio.Protocol):
             buffer[:n] = view[:n]
             protocol.buffer_updated(n)
             view = view[n:]
+
+
+def _headers(head: bytes) -> dict[str, str]:
+    """A request head's headers, names in lower case (the last of a repeated one)."""
+    found: dict[str, str] = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep:
+            found[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+    return found
 
 
 def _content_length(head: bytes) -> int:
@@ -444,6 +527,9 @@ async def _main(args: argparse.Namespace) -> None:
         speed_factor=args.speed_factor,
         late_deltas_after_cancel=args.late_deltas,
         overlap_probability=args.overlap_probability,
+        api_keys=tuple(args.api_key),
+        models=tuple(args.serve_model),
+        session_limit_ms=int(args.session_limit_s * 1000),
     )
     sim, port = await serve_model_sim(args.host, args.port, config, keep_closed=args.keep_closed)
     # the supervisor and the CLI test read the bound port from this line
@@ -479,6 +565,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="audio deltas still sent after a cancel (0-3, default 0)")
     parser.add_argument("--overlap-probability", type=probability, default=0.0, metavar="P",
                         help="chance (0-1) that a response gets a second one started while it streams (default 0)")
+    parser.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                        help="a key the simulator accepts (repeatable); none given: any key")
+    parser.add_argument("--serve-model", action="append", default=[], metavar="NAME",
+                        help="a model (Azure: deployment) the simulator serves (repeatable); none given: any")
+    parser.add_argument("--session-limit-s", type=float, default=3600.0,
+                        help="a session ends this long after it opened, as the vendor's do (default 3600)")
     parser.add_argument("--keep-closed", type=int, default=50, help="closed sessions kept in memory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

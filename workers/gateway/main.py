@@ -113,6 +113,7 @@ class Gateway:
         self.doorbell = bind_doorbell(runtime_dir)
         self.worker_seen_ns: dict[str, int] = {}
         self.worker_stats: dict[str, dict[str, float]] = {}
+        self.vendor_health: messages.VendorHealth | None = None  # the model worker's word on the vendor
         self.bargein_to_clear = LatencyLog()
         # The same samples as a Prometheus histogram: cumulative since start, where the log keeps a window.
         self.bargein_clear_seconds = prom_histogram.Histogram(
@@ -193,6 +194,8 @@ class Gateway:
                 elif isinstance(message, messages.Stats):
                     self.worker_stats[message.process] = message.values
                     self.worker_seen_ns[message.process] = time.monotonic_ns()
+                elif isinstance(message, messages.VendorHealth):
+                    self.vendor_health = message
                 elif isinstance(message, messages.EndStream):
                     self.end_stream(message)
 
@@ -302,7 +305,9 @@ class Gateway:
 
     # --- reports ------------------------------------------------------------------------------------
     def health(self) -> dict:
-        """/healthz: "ok", or "draining" (answered 503: a load balancer's readiness check stops sending calls)."""
+        """/healthz: "ok", "draining", or "model_vendor_refused" (the realtime vendor refuses this node's
+        configuration: its key, model, quota or session configuration; "model_vendor" says what it said). Both
+        of the latter are answered 503: a load balancer's readiness check stops sending calls."""
         now = time.monotonic_ns()
         workers = {name: round((now - seen) / 1e6, 1) for name, seen in self.worker_seen_ns.items()}
         dead_after_ms = timing.HEARTBEAT_MS * timing.HEARTBEAT_MISSES_DEAD
@@ -314,6 +319,12 @@ class Gateway:
             "workers_heartbeat_age_ms": workers,
             "workers_alive": {name: age <= dead_after_ms for name, age in workers.items()},
         }
+        vendor = self.vendor_health
+        health["healthy"] = not self.drain.draining and (vendor is None or vendor.ok)
+        if vendor is not None and not vendor.ok:
+            health["model_vendor"] = {"ok": False, "error": vendor.reason, "since": vendor.since_s}
+            if not self.drain.draining:
+                health["status"] = "model_vendor_refused"
         if self.drain.draining:
             stats = self.drain.statistics(now // 1_000_000)
             health["drain"] = {"started_at": stats.started_at_s, "deadline_at": stats.deadline_at_s,
@@ -563,7 +574,7 @@ class HttpConnection:
         gw = self.gateway
         if method == b"GET" and path == "/healthz":
             health = gw.health()
-            self._respond(503 if health["draining"] else 200, json.dumps(health).encode(), b"application/json")
+            self._respond(200 if health["healthy"] else 503, json.dumps(health).encode(), b"application/json")
         elif method == b"GET" and path == "/metrics":
             # JSON by default (the demo and bench read it); exposition text when scraped as such.
             accept = b",".join(value for name, value in request.headers if name == b"accept").decode("latin-1")

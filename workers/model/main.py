@@ -30,14 +30,14 @@ from typing import Any, Callable
 
 import numpy as np
 import zmq
-from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSProtocolError, WSTransport, ws_connect
+from picows import (WSCloseCode, WSError, WSFrame, WSInvalidStatusError, WSListener, WSMsgType, WSProtocolError,
+                    WSTransport, ws_connect)
 
 from voicecore import timing
 from voicecore.agent import settings as agent_settings
 from voicecore.agent import tools as agent_tools
 from voicecore.agent.spec import PythonTool
 from voicecore.agent.tool_pool import ToolPool
-from voicecore.agent.flow import AgentFlow
 from voicecore.agent.load import AgentError, load_configured_agent
 from voicecore.agent.spec import AgentSpec
 from voicecore.bus import messages
@@ -45,16 +45,19 @@ from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_IN
 from voicecore.call import controller as controller_mod
 from voicecore.call import core
 from voicecore.call.controller import Action
+from voicecore.call.build import driver_for_config, first_session_update
 from voicecore.call.driver import Driver
 from voicecore.call.record import CallRecorder
-from voicecore.call.spine import SpineDriver
 from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
 from voicecore.store.summary import RecordSummarizer, summary_to_json
 from voicecore.realtime import events as rt
 from voicecore.realtime.breaker import CircuitBreaker
+from voicecore.realtime import connect as vendor_connect
+from voicecore.realtime.vendor_errors import VendorFault, classify_close, classify_handshake, scan_server_text
 from voicecore import fallback
+from voicecore.fallback.lines import agent_clip_number
 from voicecore.shm import control as C
 from voicecore.shm import rings
 from voicecore.shm.arena import Arena
@@ -84,6 +87,9 @@ def reconnect_delay_s(failures: int, jitter: float) -> float:
     do not come back in one burst."""
     return min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2 ** max(0, failures - 1)) * jitter
 MODEL_CONNECT_TIMEOUT_S = 5.0
+# While the vendor refuses the node's configuration, a trial session this often (a spent quota topped up, a
+# key rotated at the vendor's side): it costs no tokens, and callers in between get the failure policy at once.
+VENDOR_TRIAL_EVERY_S = 30.0
 BREAKER_POLL_S = 0.25  # a call waiting on an open breaker looks again this often
 STAMP_EVERY_S = 0.1
 VALIDATOR_CHECK_S = 0.25  # how often the serving validator's pid is read (a new one gets the open gates again)
@@ -114,6 +120,7 @@ RECORD_FINISH_WAIT_S = 30.0  # stopping: how long to wait for the records of cal
 
 MAX_TOOLS_RUNNING = 256  # tool runs in flight in this worker, all calls together; more wait their turn
 
+RENEWAL_RETRY_S = 5.0  # a renewal's session that could not be opened is tried again this much later
 
 def tool_pool_for(config: Config, agent: AgentSpec) -> ToolPool | None:
     """The processes the agent's Python tools run in; None for an agent without Python tools."""
@@ -124,22 +131,33 @@ def tool_pool_for(config: Config, agent: AgentSpec) -> ToolPool | None:
                     log_level=config.log_level, log_format=config.log_format)
 
 
-def controller_config(config: Config, agent: AgentSpec) -> controller_mod.ControllerConfig:
-    """The turn-taking controller's settings: the agent's timings and lines, the configuration's gate."""
-    retrieve = config.retrieve_first == "on" or (config.retrieve_first == "auto" and bool(config.knowledge_dir))
-    checkins = tuple(int(s * 1000) for s in agent.checkin_s)
-    return controller_mod.ControllerConfig(
-        gate_policy=config.gate_policy, gate_language=config.gate_language, safe_line=agent.safe_line,
-        retrieve_first=retrieve, voice=agent.voice, silence_checkins_ms=checkins,
-        silence_goodbye_ms=int(agent.goodbye_after_s * 1000), debounce_quiet_ms=agent.debounce_quiet_ms,
-        debounce_cap_ms=agent.debounce_cap_ms, filler_after_ms=agent.filler_after_ms,
-        confirm_timeout_ms=int(agent.confirm_timeout_s * 1000), confirm_languages=tuple(agent.languages),
-        dedupe_ms=int(agent.dedupe_s * 1000), failure_after_failures=agent.failure_after_failures,
-        failure_after_ms=int(agent.failure_after_s * 1000), failure_transfer=agent.failure_action == "transfer",
-        hold_every_ms=int(agent.failure_hold_every_s * 1000), languages=tuple(agent.languages),
-        backchannels=tuple(agent.backchannels), turn_detection=agent.turn_detection, vad_eagerness=agent.vad_eagerness,
-        transcription_model=config.transcription_model or agent.transcription_model,
-        transcript_wait_ms=agent.transcript_wait_ms)
+def renew_from_s(limit_s: float) -> float:
+    """A session this old gets a renewal opened: five minutes before the vendor's limit (a quarter of a
+    short one), so a pause in the conversation is almost surely found before the limit."""
+    return limit_s - min(300.0, limit_s / 4)
+
+
+def renew_by_s(limit_s: float) -> float:
+    """No pause came: the renewal takes over anyway this close to the limit (the vendor would end the
+    session mid-sentence a moment later)."""
+    return limit_s - min(15.0, limit_s / 20)
+
+
+@dataclasses.dataclass(eq=False)
+class SessionRenewal:
+    """A session opened to replace a call's session near its vendor's limit, until it takes over."""
+
+    started_ns: int
+    opened_ns: int = 0  # when its socket connected: the new session's vendor clock
+    transport: WSTransport | None = None
+    received: list[str] = dataclasses.field(default_factory=list)  # what it said before it took over
+    task: asyncio.Task | None = None
+    failed: bool = False
+
+    @property
+    def ready(self) -> bool:
+        """Connected and greeted by the vendor (session.created): it can take the call over."""
+        return self.transport is not None and any('"session.created"' in text for text in self.received)
 
 
 def call_id_for_model(config: Config, call_sid: str) -> str | None:
@@ -193,21 +211,8 @@ class CallSession:
         # The law of the call's frames, as the gateway claimed the slot (CODEC): an A-law carrier stream passed
         # through (alaw_passthrough) is A-law all the way, so the session is opened in A-law both ways.
         self.audio_format = "pcma" if int(ctrl[C.CODEC]) == C.CODEC_ALAW else "pcmu"
-        format_args = {"audio_format": self.audio_format} if self.audio_format != "pcmu" else {}
-        decider: Driver
-        if agent_settings.call_control(config) == "turns":
-            flow = AgentFlow(agent, **agent_settings.flow_overrides(config))
-            decider = controller_mod.CallController(call_sid, flow=flow, config=controller_config(config, agent),
-                                                    naming=config.realtime_naming, first_tag=first_tag,
-                                                    **format_args)
-        else:
-            # The spine takes no turns and runs no tools: the agent's instructions, voice and greeting only.
-            decider = SpineDriver(call_sid, naming=config.realtime_naming, first_tag=first_tag, greet=not resumed,
-                                  gate_policy=config.gate_policy, safe_line=agent.safe_line,
-                                  instructions=AgentFlow(agent).session().instructions, voice=agent.voice,
-                                  greeting=agent.greeting,
-                                  failure=controller_config(config, agent).failure_policy().to_dict(),
-                                  **format_args)
+        decider: Driver = driver_for_config(config, agent, call_sid, first_tag=first_tag, greet=not resumed,
+                                            audio_format=self.audio_format)
         # A call this worker took over (a worker died under it): its driver as the dead worker left it, rebuilt
         # from that worker's part file (INV-REPLAY), so the call goes on where it stood instead of starting over.
         self.resumed = resumed
@@ -257,9 +262,19 @@ class CallSession:
         self.transport: WSTransport | None = None
         self.close_code: int | None = None
         self.next_inbound_ns = 0
-        self.language = agent.languages[0] if agent.languages else "en"
-        ctrl[C.HOLD_CLIP] = fallback.clip_number(self.language, fallback.HOLD)
+        # The agent's own lines (voicecore/fallback/lines.py): its row of the pacer's table, whatever its language.
+        ctrl[C.HOLD_CLIP] = agent_clip_number(fallback.HOLD)
         self.model_lost_reported = False  # the driver was told the model is gone (until a socket opens again)
+        self.configured = False  # this socket's session acknowledged its first session.update
+        # Session renewal: the vendor ends a session at realtime_session_limit_s; a longer call gets a new one at
+        # a pause in the conversation before that (SessionRenewal), restored as after a reconnect.
+        self.session_opened_ns = 0  # when the session in use opened (its vendor clock)
+        self.renewal: SessionRenewal | None = None
+        self.next_renewal_ns = 0  # a renewal that failed is tried again from here
+        self.renewals = 0
+        self.caller_speaking = False  # the model's VAD heard the caller start and not yet stop
+        self.tools_running = 0
+        self.refusal: VendorFault | None = None  # the vendor refused the node's configuration on this socket
         self.gate_messages: dict[int, list[object]] = {}  # per gated tag, what the validator was sent
         self.gates_resent: set[int] = set()  # tags sent again to the validator serving now
         self.cut_off = False  # taken over in the middle of an answer (a live tag the dead worker never ended)
@@ -297,16 +312,19 @@ class CallSession:
         )
 
     async def run(self) -> None:
-        """Keep this call's model socket open while the call lives (reconnecting after a drop)."""
+        """Keep this call's model socket open while the call lives (reconnecting after a drop). A vendor that
+        refuses the node's configuration (vendor_errors: fatal) ends the call's wait at once: its failure policy."""
         worker = self.worker
-        config = worker.config
-        target = rt.RealtimeUrl(model=config.model, naming=config.realtime_naming, base_url=config.model_url)
-        url = target.url()
-        headers = target.headers(config.realtime_api_key or "none", call_sid=call_id_for_model(config, self.call_sid))
-        breaker = worker.breaker_for(url)
+        endpoint = worker.endpoint_for(self.call_sid)
+        breaker = worker.breaker_for(endpoint.url)
         failures = 0
         while self.alive() and not self.driver_ended():
             connected_at = 0.0
+            if breaker.is_fatal:
+                worker.counters["calls_refused_by_vendor"] += 1
+                log.warning("call %s: no model session (the vendor refused the configuration): failure policy", self.call_sid)
+                self.model_lost("vendor_refused", fatal=True)
+                return
             if not breaker.allow(time.monotonic()):
                 if not self.started:
                     # A new call while the vendor is known to be down: its failure policy at once.
@@ -320,8 +338,19 @@ class CallSession:
                 continue
             try:
                 transport, _socket = await ws_connect(
-                    lambda: ModelSocket(self), url, extra_headers=headers, max_frame_size=MAX_MODEL_MESSAGE_BYTES,
-                    websocket_handshake_timeout=MODEL_CONNECT_TIMEOUT_S, logger_name=ws_log)
+                    lambda: ModelSocket(self), endpoint.url, extra_headers=endpoint.headers, proxy=endpoint.proxy,
+                    max_frame_size=MAX_MODEL_MESSAGE_BYTES, websocket_handshake_timeout=MODEL_CONNECT_TIMEOUT_S,
+                    logger_name=ws_log)
+            except WSInvalidStatusError as exc:  # the vendor answered the upgrade with an HTTP error
+                status = int(exc.response.status) if exc.response is not None else 0
+                fault = classify_handshake(status, exc.raw_body)
+                if fault.fatal:
+                    worker.vendor_refused(endpoint, fault)
+                    continue  # the loop's first check ends the call's wait
+                worker.counters["model_connect_failures"] += 1
+                breaker.failure(time.monotonic())
+                log.warning("call %s: model connection refused: HTTP %d", self.call_sid, status)
+                self.model_lost(f"http_{status}")
             except (OSError, WSError, TimeoutError) as exc:
                 worker.counters["model_connect_failures"] += 1
                 breaker.failure(time.monotonic())
@@ -330,24 +359,38 @@ class CallSession:
             else:
                 connected_at = time.monotonic()
                 breaker.success(connected_at)
-                try:
-                    await transport.wait_disconnected()
-                except WSProtocolError as exc:  # the vendor broke the framing (a message over the cap: 1009)
-                    worker.counters["model_protocol_errors"] += 1
-                    self.close_code = int(exc.code)
-                    log.warning("call %s: the model vendor broke the WebSocket protocol (%s)", self.call_sid,
-                                self.close_code)
-                except Exception:  # a handler raised: picows closed the socket (1011); this call reconnects
-                    worker.counters["model_handler_errors"] += 1
-                    log.exception("call %s: model event handling failed; reconnecting", self.call_sid)
-                finally:
-                    self.transport = None
+                await self._serve(transport)
                 if not self.alive() or self.driver_ended():
                     return
+                if self.refusal is not None:  # an error or a close that refuses the configuration
+                    worker.vendor_refused(endpoint, self.refusal)
+                    self.refusal = None
+                    continue
                 log.warning("call %s: model connection closed (%s); reconnecting", self.call_sid, self.close_code)
                 self.model_lost(f"closed_{self.close_code}")
             failures = 1 if connected_at and time.monotonic() - connected_at >= STABLE_CONNECTION_S else failures + 1
             await asyncio.sleep(reconnect_delay_s(failures, random.uniform(0.5, 1.5)))
+
+    async def _serve(self, transport: WSTransport) -> None:
+        """Until the call's model socket is gone: this one, then each session that renewed it."""
+        while True:
+            try:
+                await transport.wait_disconnected()
+            except WSProtocolError as exc:  # the vendor broke the framing (a message over the cap: 1009)
+                if transport is self.transport:
+                    self.worker.counters["model_protocol_errors"] += 1
+                    self.close_code = int(exc.code)
+                    log.warning("call %s: the model vendor broke the WebSocket protocol (%s)", self.call_sid,
+                                self.close_code)
+            except Exception:  # a handler raised: picows closed the socket (1011); this call reconnects
+                if transport is self.transport:
+                    self.worker.counters["model_handler_errors"] += 1
+                    log.exception("call %s: model event handling failed; reconnecting", self.call_sid)
+            if self.transport is not None and self.transport is not transport:
+                transport = self.transport  # renewed: the new session's socket is the call's now
+                continue
+            self.transport = None
+            return
 
     def driver_ended(self) -> bool:
         """The call's driver gave up on it (the failure policy): no model session is wanted any more."""
@@ -362,6 +405,15 @@ class CallSession:
         """The model socket is open: configure the session before any server event is handled."""
         self.transport = transport
         self.model_lost_reported = False
+        self.configured = False
+        self.refusal = None
+        self.session_opened_ns = time.monotonic_ns()
+        self.caller_speaking = False
+        if self.renewal is not None:  # reconnected after a drop: the new session is young, a renewal is moot
+            renewal, self.renewal = self.renewal, None
+            if renewal.transport is not None and not renewal.transport.is_close_frame_sent:
+                renewal.transport.send_close(WSCloseCode.OK)
+                renewal.transport.disconnect()
         if not self.started:
             self.started = True
             if self.rebuilt_from:  # the call's state is back: its new session gets what the old one had
@@ -375,10 +427,136 @@ class CallSession:
         self.next_inbound_ns = time.monotonic_ns() + INBOUND_BATCH_NS
 
     def on_model_text(self, text: str) -> None:
-        """One server event from the model socket."""
+        """One server event from the model socket. A refusal of the node's configuration in it (an error
+        event, a failed response: vendor_errors) closes the socket after the driver saw the event."""
+        fault = None
+        if rt.AUDIO_DELTA_MARK not in text[:64]:  # the bulk of a call's events, never an error: not scanned
+            fault = scan_server_text(text, configuring=not self.configured)
+            if not self.configured and '"session.updated"' in text:
+                self.configured = True  # the vendor accepted the session.update: later errors answer other events
+            if "input_audio_buffer.speech_st" in text:
+                event = rt.parse_server_event(text)
+                if isinstance(event, (rt.SpeechStarted, rt.SpeechStopped)):
+                    self.caller_speaking = isinstance(event, rt.SpeechStarted)
         self._apply(self.driver.on_model_event(text, time.monotonic_ns(), self.playout()))
+        if fault is not None and fault.fatal and self.refusal is None:
+            self.refusal = fault
+            if self.transport is not None:
+                self.transport.send_close(WSCloseCode.OK)
+                self.transport.disconnect()
         if not self.alive() and self.transport is not None:
             self.transport.disconnect()
+
+    def socket_text(self, transport: WSTransport, text: str) -> None:
+        """A text message from one of this call's sockets: the session in use gets it; a renewal's session
+        keeps what it says until it takes over; a socket already replaced has nothing more to say."""
+        if transport is self.transport:
+            self.on_model_text(text)
+        elif self.renewal is not None and transport is self.renewal.transport:
+            fault = scan_server_text(text, configuring=True)
+            if fault is not None and fault.fatal:  # the vendor refuses the configuration now: the call keeps its session
+                self.renewal.failed = True
+                self.worker.vendor_refused(self.worker.endpoint_for(self.call_sid), fault)
+                transport.send_close(WSCloseCode.OK)
+                transport.disconnect()
+                return
+            self.renewal.received.append(text)
+
+    # --- session renewal ------------------------------------------------------------------------------
+    def renewal_due(self, now_ns: int) -> tuple[bool, bool]:
+        """(a new session should be opened now, the swap may wait no longer for a pause)."""
+        if not self.session_opened_ns or self.transport is None:
+            return False, False
+        limit_s = self.worker.config.realtime_session_limit_s
+        age_s = (now_ns - self.session_opened_ns) / 1e9
+        return age_s >= renew_from_s(limit_s), age_s >= renew_by_s(limit_s)
+
+    def at_pause(self, now_ns: int) -> bool:
+        """Nothing would be cut by a new session now: the caller waits on no answer, none of the agent's audio
+        or fallback lines is queued or playing, the caller is not speaking, no tool result is owed."""
+        row = self.worker.arena.ctrl[self.slot]
+        return (not self.driver.awaiting_model() and not self.pending and not self.caller_speaking
+                and self.tools_running == 0 and row[C.OUT_HEAD] == row[C.OUT_TAIL]
+                and row[C.CARRIER_EMPTY_AT_NS] <= now_ns and row[C.FALLBACK_PLAYING] == 0
+                and row[C.FALLBACK_PENDING] == 0 and row[C.FALLBACK_SEEN_SEQ] == row[C.FALLBACK_SEQ])
+
+    def tend_renewal(self, now_ns: int) -> None:
+        """Every loop: open the renewal's session when the one in use nears its limit, and hand the call over
+        to it at the first pause (or at the last moment, should no pause come)."""
+        opening, forced = self.renewal_due(now_ns)
+        renewal = self.renewal
+        if renewal is None:
+            if opening and now_ns >= self.next_renewal_ns and not self.driver_ended():
+                self.renewal = SessionRenewal(now_ns)
+                self.renewal.task = asyncio.get_running_loop().create_task(self._open_renewal(self.renewal))
+            return
+        if renewal.failed:
+            self.renewal = None
+            self.next_renewal_ns = now_ns + int(RENEWAL_RETRY_S * 1e9)
+            return
+        if renewal.ready and (forced or self.at_pause(now_ns)):
+            self._take_over(renewal, now_ns, forced)
+
+    async def _open_renewal(self, renewal: SessionRenewal) -> None:
+        worker = self.worker
+        endpoint = worker.endpoint_for(self.call_sid)
+        try:
+            transport, _socket = await ws_connect(
+                lambda: ModelSocket(self, renewal=True), endpoint.url, extra_headers=endpoint.headers,
+                proxy=endpoint.proxy, max_frame_size=MAX_MODEL_MESSAGE_BYTES,
+                websocket_handshake_timeout=MODEL_CONNECT_TIMEOUT_S, logger_name=ws_log)
+        except (OSError, WSError, TimeoutError) as exc:
+            worker.counters["session_renewals_failed"] += 1
+            log.warning("call %s: the renewal's model session could not be opened (%s); trying again in %g s",
+                        self.call_sid, type(exc).__name__, RENEWAL_RETRY_S)
+            renewal.failed = True
+            return
+        try:
+            await transport.wait_disconnected()
+        except Exception:  # the renewal's socket broke before or after the hand-over: the call's own loop decides
+            pass
+        if self.renewal is renewal:  # closed before it took over: try again later
+            worker.counters["session_renewals_failed"] += 1
+            renewal.failed = True
+
+    def on_renewal_connected(self, transport: WSTransport) -> None:
+        if self.renewal is None or self.transport is None:  # the call ended or lost its socket meanwhile
+            transport.send_close(WSCloseCode.OK)
+            transport.disconnect()
+            return
+        self.renewal.transport = transport
+        self.renewal.opened_ns = time.monotonic_ns()
+
+    def _take_over(self, renewal: SessionRenewal, now_ns: int, forced: bool) -> None:
+        """The renewal's session becomes the call's: configured and given the conversation so far (the
+        driver's reopen, as after a reconnect), then what it already said; the old one is closed."""
+        old = self.transport
+        self.renewal = None
+        self.transport = renewal.transport
+        self.configured = False
+        self.refusal = None
+        old_age_s = (now_ns - self.session_opened_ns) / 1e9
+        self.session_opened_ns = renewal.opened_ns
+        self.caller_speaking = False
+        self.renewals += 1
+        self.worker.counters["session_renewals"] += 1
+        if forced:
+            self.worker.counters["session_renewals_forced"] += 1
+        self._apply(self.driver.reopen(now_ns))
+        for text in renewal.received:
+            self.on_model_text(text)
+        if old is not None and not old.is_close_frame_sent:
+            old.send_close(WSCloseCode.OK)
+            old.disconnect()
+        log.info("call %s: model session renewed after %.0f s%s", self.call_sid, old_age_s,
+                 " (no pause came before the vendor's limit)" if forced else " at a pause")
+
+    def on_model_close(self, code: int, reason: str) -> None:
+        """The vendor closed the socket: a close that refuses the configuration (4000) is remembered for run()."""
+        self.close_code = code
+        fault = classify_close(code, reason)
+        if fault is not None and self.refusal is None:
+            self.refusal = fault
 
     def pump_inbound(self, now_ns: int) -> None:
         """Every INBOUND_BATCH_MS (from the worker's loop): the caller audio that arrived, to the model."""
@@ -394,7 +572,10 @@ class CallSession:
             self._apply(self.driver.on_caller_audio(audio, time.monotonic_ns(), playout))
 
     def tick(self) -> None:
-        """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms)."""
+        """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms), and
+        the renewal of a session near its vendor's limit."""
+        if self.session_opened_ns and self.transport is not None:
+            self.tend_renewal(time.monotonic_ns())
         # the spine asks for ticks only while its model fails or owes an event: a healthy call costs nothing
         if (self.started or self.model_lost_reported) and self.driver.wants_ticks:
             actions = self.driver.on_tick(time.monotonic_ns(), self.playout())
@@ -560,7 +741,7 @@ class CallSession:
     def _on_fallback(self, action: controller_mod.PlayFallback) -> None:
         """One of the runtime's own lines, played by the pacer from its memory: clip first, then the request."""
         ctrl = self.worker.arena.ctrl
-        ctrl[self.slot, C.FALLBACK_CLIP] = fallback.clip_number(self.language, fallback.KINDS.index(action.kind))
+        ctrl[self.slot, C.FALLBACK_CLIP] = agent_clip_number(fallback.KINDS.index(action.kind))
         ctrl[self.slot, C.FALLBACK_SEQ] += 1  # after the clip: the pacer reads the clip once it sees the bump
         self.worker.counters["fallback_lines_asked"] += 1
         if action.kind != "hold":
@@ -603,6 +784,22 @@ class CallSession:
 
     async def _run_tool(self, action: controller_mod.RunTool) -> None:
         worker = self.worker
+        self.tools_running += 1  # a session renewed before its result is back would not know the call's id
+        try:
+            result, run_s = await self._tool_result(action)
+        finally:
+            self.tools_running -= 1
+        worker.counters["tool_errors" if not result.ok else "tools_ok"] += 1
+        worker.tool_durations["ok" if result.ok else "error"].observe(run_s)
+        if not result.ok:
+            log.warning("call %s: tool %s failed: %s", self.call_sid, action.name, result.status)
+        if worker.stopping or not self.alive() or worker.calls.get(self.slot) is not self:
+            worker.counters["tool_results_after_call"] += 1  # stopping: the records are finished, nothing goes after them
+            return
+        self._apply(self.driver.on_tool_result(action.call_id, result.ok, result.output, time.monotonic_ns()))
+
+    async def _tool_result(self, action: controller_mod.RunTool) -> tuple[agent_tools.ToolResult, float]:
+        worker = self.worker
         function = worker.agent.flow.functions.get(action.name)
         context = agent_tools.ToolContext(self.call_sid, action.name, action.key)
         async with worker.tool_slots:
@@ -614,14 +811,7 @@ class CallSession:
                 result = await agent_tools.run_tool(function, action.arguments, context, os.environ,
                                                     http=worker.http, python=worker.tool_pool)
             run_s = (time.monotonic_ns() - started_ns) / 1e9
-        worker.counters["tool_errors" if not result.ok else "tools_ok"] += 1
-        worker.tool_durations["ok" if result.ok else "error"].observe(run_s)
-        if not result.ok:
-            log.warning("call %s: tool %s failed: %s", self.call_sid, action.name, result.status)
-        if worker.stopping or not self.alive() or worker.calls.get(self.slot) is not self:
-            worker.counters["tool_results_after_call"] += 1  # stopping: the records are finished, nothing goes after them
-            return
-        self._apply(self.driver.on_tool_result(action.call_id, result.ok, result.output, time.monotonic_ns()))
+        return result, run_s
 
     def on_verdict(self, verdict: messages.Verdict) -> None:
         if not self.started:
@@ -794,11 +984,16 @@ class CallSession:
         if self.task is not None:
             self.task.cancel()
             self.task = None
+        if self.renewal is not None and self.renewal.task is not None:
+            self.renewal.task.cancel()
+        self.renewal = None
 
     def close(self) -> None:
-        if self.transport is not None and not self.transport.is_close_frame_sent:
-            self.transport.send_close(WSCloseCode.OK)
-            self.transport.disconnect()
+        for transport in (self.transport, self.renewal.transport if self.renewal is not None else None):
+            if transport is not None and not transport.is_close_frame_sent:
+                transport.send_close(WSCloseCode.OK)
+                transport.disconnect()
+        self.renewal = None
 
 
 # Which handler applies each action a driver returns, by what the action touches. Every action type has
@@ -824,13 +1019,17 @@ EFFECTS: dict[type, Callable[[CallSession, Any], None]] = {
 class ModelSocket(WSListener):
     """picows listener of one call's model WebSocket: whole text messages to the session."""
 
-    def __init__(self, session: CallSession) -> None:
+    def __init__(self, session: CallSession, renewal: bool = False) -> None:
         self.session = session
+        self.renewal = renewal  # the socket of a session opened to replace one near its vendor's limit
         self.fragments: list[bytes] = []
         self.fragments_bytes = 0
 
     def on_ws_connected(self, transport: WSTransport) -> None:
-        self.session.on_connected(transport)
+        if self.renewal:
+            self.session.on_renewal_connected(transport)
+        else:
+            self.session.on_connected(transport)
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         msg_type = frame.msg_type
@@ -838,7 +1037,7 @@ class ModelSocket(WSListener):
             if frame.fin:
                 # Not valid UTF-8 is the vendor's malformed event, not a reason to drop the session: the
                 # replacement characters make it unparseable JSON, counted as malformed (and recorded).
-                self.session.on_model_text(frame.get_payload_as_bytes().decode("utf-8", errors="replace"))
+                self.session.socket_text(transport, frame.get_payload_as_bytes().decode("utf-8", errors="replace"))
             else:
                 self.fragments = [frame.get_payload_as_bytes()]
                 self.fragments_bytes = len(self.fragments[0])
@@ -847,17 +1046,19 @@ class ModelSocket(WSListener):
             self.fragments_bytes += len(self.fragments[-1])
             if self.fragments_bytes > MAX_MODEL_MESSAGE_BYTES:  # picows caps one frame, not a message
                 self.fragments = []
-                self.session.close_code = WSCloseCode.MESSAGE_TOO_BIG.value
+                if transport is self.session.transport:
+                    self.session.close_code = WSCloseCode.MESSAGE_TOO_BIG.value
                 transport.send_close(WSCloseCode.MESSAGE_TOO_BIG)
                 transport.disconnect()
                 return
             if frame.fin:
                 text = b"".join(self.fragments).decode("utf-8", errors="replace")
                 self.fragments = []
-                self.session.on_model_text(text)
+                self.session.socket_text(transport, text)
         elif msg_type is WSMsgType.CLOSE:
             code = frame.get_close_code()
-            self.session.close_code = code.value
+            if transport is self.session.transport:
+                self.session.on_model_close(code.value, (frame.get_close_message() or b"").decode("utf-8", errors="replace"))
             if not transport.is_close_frame_sent:
                 transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
             transport.disconnect()
@@ -908,9 +1109,13 @@ class ModelWorker:
                                              "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0,
                                              "observe_events_sent": 0, "observe_events_dropped": 0,
                                              "fallback_lines_asked": 0, "calls_refused_by_breaker": 0,
+                                             "calls_refused_by_vendor": 0, "vendor_refusals": 0,
+                                             "vendor_trial_sessions": 0, "session_renewals": 0,
+                                             "session_renewals_forced": 0, "session_renewals_failed": 0,
                                              "failure_policy_calls": 0, "calls_taken_over_followed": 0,
                                              "gate_messages_resent": 0})
         self.breakers: dict[str, CircuitBreaker] = {}  # per vendor endpoint (URL)
+        self.vendor_trial: asyncio.Task | None = None  # the trial sessions while the vendor refuses the configuration
         # voicecore_tool_duration_seconds: each tool run's time by outcome, cumulative since start (both
         # outcomes reported from the start, so a scraper sees the series before the first error).
         self.tool_durations = {outcome: prom_histogram.Histogram((0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
@@ -967,6 +1172,58 @@ class ModelWorker:
         if breaker is None:
             breaker = self.breakers[url] = CircuitBreaker()
         return breaker
+
+    def endpoint_for(self, call_sid: str | None) -> vendor_connect.Endpoint:
+        """The vendor endpoint a call dials: URL, key header (OpenAI's or Azure's), the outbound proxy."""
+        config = self.config
+        return vendor_connect.endpoint(config.model_url, config.model, config.realtime_api_key, config.model_provider,
+                                       config.realtime_deployment, os.environ,
+                                       call_sid=call_id_for_model(config, call_sid) if call_sid else None,
+                                       naming=config.realtime_naming)  # type: ignore[arg-type]
+
+    def vendor_refused(self, endpoint: vendor_connect.Endpoint, fault: VendorFault) -> None:
+        """The vendor refused the node's configuration (its key, model, quota, session configuration, API
+        shape): every call would meet the same refusal. The breaker closes the vendor to every call (each
+        new one gets its failure policy at once, no hold-line loop), one log line says what the vendor said,
+        /healthz reports it, and a trial session of our own every VENDOR_TRIAL_EVERY_S finds out when the
+        vendor accepts the configuration again."""
+        self.counters["vendor_refusals"] += 1
+        breaker = self.breaker_for(endpoint.url)
+        if not breaker.fatal(time.monotonic(), fault.describe()):
+            return
+        log.error("the model vendor refuses this node's configuration (%s, model %s): %s; new calls get the "
+                  "agent's failure policy at once and /healthz answers 503 until a trial session (every %d s) is "
+                  "accepted: fix the configuration and restart", endpoint.describe(), self.config.model,
+                  fault.describe(), VENDOR_TRIAL_EVERY_S, extra={"problem": "vendor"})
+        self.send_vendor_health()
+        if self.vendor_trial is None or self.vendor_trial.done():
+            self.vendor_trial = asyncio.get_running_loop().create_task(self.retry_refused_vendor(endpoint.url))
+
+    async def retry_refused_vendor(self, url: str) -> None:
+        """While the vendor refuses the configuration: a trial session (the agent's session.update, no
+        response asked for) every VENDOR_TRIAL_EVERY_S; the first it accepts closes the breaker."""
+        breaker = self.breaker_for(url)
+        session_update = first_session_update(self.config, self.agent)
+        while breaker.is_fatal:
+            await asyncio.sleep(VENDOR_TRIAL_EVERY_S)
+            self.counters["vendor_trial_sessions"] += 1
+            result = await vendor_connect.trial_session(self.endpoint_for(None), session_update)
+            if result.ok:
+                breaker.success(time.monotonic())
+                log.warning("the model vendor accepts this node's configuration again: calls are served")
+                self.send_vendor_health()
+            elif result.fault is not None and result.fault.fatal:
+                breaker.fatal(time.monotonic(), result.fault.describe())
+
+    def vendor_health(self) -> messages.VendorHealth:
+        refused = [b for b in self.breakers.values() if b.is_fatal]
+        if not refused:
+            return messages.VendorHealth(os.getpid(), True, "", 0.0)
+        since_s = time.time() - (time.monotonic() - refused[0].fatal_since)
+        return messages.VendorHealth(os.getpid(), False, refused[0].fatal_reason, round(since_s, 3))
+
+    def send_vendor_health(self) -> None:
+        self.bus.send(self.gateway, self.vendor_health())
 
     def check_validator(self) -> None:
         """A validator that took over (or restarted) knows nothing of the gates open: send them again."""
@@ -1035,7 +1292,8 @@ class ModelWorker:
         sessions_open = sum(1 for session in self.calls.values() if session.transport is not None)
         health = {"sessions_open": float(sessions_open), "sessions_reconnecting": float(len(self.calls) - sessions_open),
                   "breaker_open": float(any(b.is_open for b in self.breakers.values())),
-                  "breaker_opened_total": float(sum(b.times_opened for b in self.breakers.values()))}
+                  "breaker_opened_total": float(sum(b.times_opened for b in self.breakers.values())),
+                  "vendor_refused": float(any(b.is_fatal for b in self.breakers.values()))}
         pool = self.tool_pool.stats() if self.tool_pool is not None else {}
         webhooks = self.http.stats
         connections = {"webhook_requests": float(webhooks.requests), "webhook_connections_opened": float(webhooks.connections_opened),
@@ -1104,6 +1362,7 @@ class ModelWorker:
             if now - last_stats >= STATS_EVERY_S:
                 last_stats = now
                 self.bus.send(self.gateway, messages.Stats("model", os.getpid(), self.stats()))
+                self.send_vendor_health()  # a gateway that restarted learns it within a second
             try:
                 await asyncio.wait_for(stop.wait(), 0.02)
             except TimeoutError:

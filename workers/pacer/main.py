@@ -22,6 +22,7 @@ from voicecore import prom_histogram, timing
 from voicecore.bus import messages
 from voicecore.bus.transport import GATEWAY_INBOX, PACER_INBOX, Bus, DoorbellSender
 from voicecore.config import Config, load_config
+from voicecore.fallback.lines import clips_for_config
 from voicecore.priority import raise_priority
 from voicecore.logs import setup_logging
 from voicecore.shm import control as C
@@ -102,6 +103,8 @@ class Pacer:
         self.arena: Arena | None = None
         self.follower = ArenaFollower(self.runtime_dir, config.shm_dir)
         self.core: PacerCore | None = None
+        # the runtime's own lines, the agent's in its voice where it has them (voicecore/fallback/lines.py)
+        self.clips = clips_for_config(config, os.environ)
         self.earlier_stats: dict[str, int] = {}  # the counters of cores of earlier arenas
         self.lateness = Histogram()
         self.lateness_seconds = prom_histogram.Histogram(LATENESS_BUCKETS_S)  # the same samples, for Prometheus
@@ -123,7 +126,7 @@ class Pacer:
         if arena is not None and self.core is None:
             self.core = PacerCore(arena, lead_ms=self.config.lead_ms, mark_every_frames=self.config.mark_every_frames,
                                   max_burst_frames=timing.MAX_CATCH_UP_FRAMES, start_hold_ms=self.config.start_hold_ms,
-                                  release_frames=self.config.release_frames)
+                                  release_frames=self.config.release_frames, clips=self.clips)
             self.core.tick(time.monotonic_ns())  # compile-or-load before the clock starts
             self.core.cancels(time.monotonic_ns())
         return self.core is not None

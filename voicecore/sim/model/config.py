@@ -116,6 +116,14 @@ class SimConfig:
     # this many characters.
     turns: tuple[SimTurn, ...] = ()
     argument_delta_chars: int = 8
+    # The vendor's refusals of a configuration (voicecore.sim.model_server): the keys it accepts and the
+    # models (Azure: deployments) it serves; () accepts any. A refused key or model is answered as the vendor
+    # does: an `error` event and a close on OpenAI's path, HTTP 401 / 404 on Azure's (/openai/...).
+    api_keys: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    # A session ends this long after it opened, as the vendor's do at 60 minutes: an `error` event with code
+    # session_expired, then a close.
+    session_limit_ms: int = 3_600_000
 
     def __post_init__(self) -> None:
         if self.naming not in ("ga", "beta"):
@@ -146,3 +154,11 @@ class SimConfig:
             raise ValueError("turns must be SimTurn values (SimTurn.from_dict reads a table)")
         if self.argument_delta_chars < 1:
             raise ValueError("argument_delta_chars must be at least 1")
+        for name in ("api_keys", "models"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+            if not all(isinstance(v, str) and v for v in getattr(self, name)):
+                raise ValueError(f"{name} must be non-empty strings")
+        if self.session_limit_ms < 1000:
+            raise ValueError("session_limit_ms must be at least 1000")

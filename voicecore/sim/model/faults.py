@@ -10,9 +10,10 @@ message is the wording of OpenAI's rate-limit errors). What a fault does to one 
 Kinds (contracts: "Model simulator faults"):
 - one-shot, applied to every live session at once: `drop_1011`, `malformed_json`, `unknown_event`,
   `unknown_response_delta`, `huge_delta`, `binary_frame`, `transcription_failed` (the session's next
-  transcription ends in the vendor's `conversation.item.input_audio_transcription.failed`);
+  transcription ends in the vendor's `conversation.item.input_audio_transcription.failed`), `close_4000` (the
+  vendor closes the session with 4000 `beta_api_shape_disabled`, as it closed sessions of the shape it retired);
 - lasting `duration_ms`, for live sessions and those opened meanwhile: `rate_limit`, `server_error`,
-  `stall`, `refuse_new`.
+  `insufficient_quota` (the account's quota is spent: every response fails with it), `stall`, `refuse_new`.
 A request may name a `call` (the X-Voicecore-Call of the sessions to hit) to fault one call among many;
 without it a fault hits every session.
 """
@@ -29,12 +30,12 @@ import orjson
 
 ONE_SHOT_KINDS = (
     "drop_1011", "malformed_json", "unknown_event", "unknown_response_delta", "huge_delta", "binary_frame",
-    "transcription_failed",
+    "transcription_failed", "close_4000",
 )
-WINDOW_KINDS = ("rate_limit", "server_error", "stall", "refuse_new")
+WINDOW_KINDS = ("rate_limit", "server_error", "insufficient_quota", "stall", "refuse_new")
 FAULT_KINDS = ONE_SHOT_KINDS + WINDOW_KINDS
 # the windows a ModelSession itself keeps (its responses fail); stall and refuse_new are the socket's
-RESPONSE_FAULT_KINDS = ("rate_limit", "server_error")
+RESPONSE_FAULT_KINDS = ("rate_limit", "server_error", "insufficient_quota")
 
 MAX_DURATION_MS = 600_000  # a window longer than 10 minutes is a typo, not a test
 HUGE_DELTA_CHARS = 4 * 2**20  # base64 text of the huge audio delta: 4 MiB (3 MiB of mu-law, 393 s)
@@ -130,8 +131,8 @@ class FaultBook:
 
 
 def vendor_error(kind: str, model: str, retry_after_ms: int) -> dict[str, Any]:
-    """The `error` object of a failed response.create: type and code `rate_limit_exceeded` or
-    `server_error`, with the vendor's message (the rate limit says when to try again)."""
+    """The `error` object of a failed response.create: type and code `rate_limit_exceeded`, `server_error`
+    or `insufficient_quota`, with the vendor's message (the rate limit says when to try again)."""
     if kind == "rate_limit":
         return {
             "type": "rate_limit_exceeded",
@@ -149,6 +150,15 @@ def vendor_error(kind: str, model: str, retry_after_ms: int) -> dict[str, Any]:
             "message": (
                 "The server had an error while processing your request. Sorry about that! You can retry your "
                 "request, or contact us through our help center at help.openai.com if the error persists."
+            ),
+        }
+    if kind == "insufficient_quota":
+        return {
+            "type": "insufficient_quota",
+            "code": "insufficient_quota",
+            "message": (
+                "You exceeded your current quota, please check your plan and billing details. For more information "
+                "on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
             ),
         }
     raise ValueError(f"not a response fault: {kind!r}")

@@ -26,7 +26,12 @@ class ResponseRecord:
     audio: bytes  # full audio of the response: clip + dither (what would be sent if not cancelled)
     delta_bytes: list[int]  # planned audio delta sizes, in order; they sum to len(audio)
     created_ms: int
+    # The instructions the response was made under, as the vendor applies them: response.instructions when
+    # the response.create carried them (they replace the session's for that response, persona, task and
+    # language rules included), else the session's instructions at that moment.
     instructions: str | None = None
+    response_instructions: str | None = None  # what response.create carried (None: it carried none)
+    session_instructions: str = ""  # the session's instructions when the response was created
     metadata: dict[str, str] | None = None
     first_delta_ms: int | None = None
     cancel_ms: int | None = None  # when the cancel (client or turn_detected) was received/decided
@@ -140,6 +145,7 @@ class SessionRecord:
     connected_ms: int
     call_sid: str | None = None
     closed_ms: int | None = None
+    expired_ms: int | None = None  # when the session reached its longest duration (SimConfig.session_limit_ms)
     responses: list[ResponseRecord] = field(default_factory=list)
     truncates: list[TruncateRecord] = field(default_factory=list)
     cancels: list[CancelRecord] = field(default_factory=list)
@@ -156,6 +162,11 @@ class SessionRecord:
     @property
     def speech_started_ms(self) -> list[int]:
         return [s.started_at_ms for s in self.speech]
+
+    def responses_without(self, text: str) -> list[ResponseRecord]:
+        """The responses made under instructions that do not contain ``text`` (an agent's persona, a node's
+        task, a language rule): an answer produced without what the session was told to do."""
+        return [r for r in self.responses if text not in (r.instructions or "")]
 
     def response(self, response_id: str) -> ResponseRecord:
         for r in self.responses:

@@ -15,6 +15,11 @@ function-call follow-up): both send their deltas interleaved in time, each has i
 cascade, `ResponseRecord.overlaps` names the first. A cancel or a barge-in stops every response in
 progress (a cancel with a response_id only that one); each lets its late deltas out.
 
+Instructions as the vendor applies them: a response.create's `response.instructions` replace the session's
+instructions for that response (the persona, the task and any language rule the session carries are not in
+force for it); `ResponseRecord.instructions` keeps the instructions each response was made under, so a
+harness can tell an answer made without the agent's instructions (`SessionRecord.responses_without`).
+
 Scripted caller turns (`SimConfig.turns`, module turns): a response that no scripted prompt ("Say
 exactly: ...") or sim_clip metadata pins answers the first rule whose `when` is in the last caller item's
 words, by speaking its answer or by calling a declared function (the function_call item after an optional
@@ -85,6 +90,7 @@ from voicecore.sim.model.records import (
     SpeechRecord,
     TruncateRecord,
 )
+from voicecore.sim.model.refusals import expired_error
 from voicecore.sim.model.rejects import ClientEventRejected, invalid_value, missing_parameter
 from voicecore.sim.model.rng import SplitMix64
 from voicecore.sim.model.schedule import plan_response, split_delta_sizes
@@ -294,6 +300,15 @@ class ModelSession:
     def close(self, now_ms: int) -> None:
         self.record.closed_ms = now_ms
 
+    def expire(self, now_ms: int) -> None:
+        """The session reached the vendor's longest duration (SimConfig.session_limit_ms): whatever was due
+        goes out, then the `error` that says so; the shell closes the socket after it. Responses in progress
+        end with the socket, unfinished, as the vendor's do."""
+        self.advance(now_ms)
+        self.record.expired_ms = now_ms
+        self.record.errors.append(ErrorRecord(now_ms, "session_expired", None))
+        self._emit({"type": "error", "error": expired_error(self.config.session_limit_ms)})
+
     def fail_responses(self, kind: str, until_ms: int, now_ms: int) -> None:
         """Until `until_ms` every response this session would start fails at once with `kind`'s vendor
         error (faults.RESPONSE_FAULT_KINDS: rate_limit, server_error); the session stays open."""
@@ -457,6 +472,8 @@ class ModelSession:
         options = event.get("response")
         if options is not None and not isinstance(options, dict):
             raise invalid_value("response", "expected an object")
+        if options is not None and "instructions" in options and not isinstance(options["instructions"], str):
+            raise invalid_value("response.instructions", "expected a string")
         self._start_response(now_ms, options or {}, origin="client")
 
     def _on_response_cancel(self, event: dict[str, Any], now_ms: int) -> None:
@@ -892,7 +909,9 @@ class ModelSession:
         sizes = split_delta_sizes(len(audio), rng, cfg.delta_min_bytes, cfg.delta_max_bytes) if audio else []
         response_id = "resp_" + self._ids.token()
         item_id = "" if failed else "item_" + self._ids.token()
-        instructions = options.get("instructions")
+        # As the vendor applies them: the response's own instructions replace the session's for this response.
+        requested = options.get("instructions")
+        requested = requested if isinstance(requested, str) else None
         record = ResponseRecord(
             index=index,
             response_id=response_id,
@@ -903,7 +922,9 @@ class ModelSession:
             audio_format="pcma" if self._cfg.output_format == "pcma" else "pcmu",
             delta_bytes=sizes,
             created_ms=now_ms,
-            instructions=instructions if isinstance(instructions, str) else None,
+            instructions=self._cfg.instructions if requested is None else requested,
+            response_instructions=requested,
+            session_instructions=self._cfg.instructions,
             metadata=metadata,
             hallucinated=hallucinated,
             failed=failed,

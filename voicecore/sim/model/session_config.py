@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from voicecore.sim.model.rejects import invalid_value, missing_parameter, unknown_parameter
+from voicecore.sim.model.rejects import ClientEventRejected, invalid_value, missing_parameter, unknown_parameter
 
 _SERVER_VAD_DEFAULTS: dict[str, Any] = {
     "type": "server_vad",
@@ -70,6 +70,19 @@ class SessionSettings:
     tools: tuple[Any, ...] = ()
     tool_choice: Any = "auto"
     max_output_tokens: Any = "inf"
+
+
+# The Realtime voices the vendor speaks in; any other name is refused (invalid_value), as it refuses it.
+VOICES = ("alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar")
+
+
+def _check_voice(value: Any, param: str) -> str:
+    if not isinstance(value, str):
+        raise invalid_value(param, "expected a string")
+    if value not in VOICES:
+        listed = ", ".join(f"'{v}'" for v in VOICES[:-1]) + f", and '{VOICES[-1]}'"
+        raise ClientEventRejected("invalid_value", f"Invalid value: '{value}'. Supported values are: {listed}.", param)
+    return value
 
 
 def _is_int(value: Any) -> bool:
@@ -260,7 +273,7 @@ def _merge_ga(cfg: SessionSettings, session: dict[str, Any]) -> SessionSettings:
         param = "session.audio.input.noise_reduction"
         changes["noise_reduction"] = _check_object(inp["noise_reduction"], "noise_reduction", param)
     if "voice" in out:
-        changes["voice"] = _check(out["voice"], "str", "session.audio.output.voice")
+        changes["voice"] = _check_voice(out["voice"], "session.audio.output.voice")
     if "speed" in out:
         changes["speed"] = _check(out["speed"], "speed", "session.audio.output.speed")
     return replace(cfg, **changes)
@@ -286,7 +299,7 @@ def _merge_beta(cfg: SessionSettings, session: dict[str, Any]) -> SessionSetting
         param = "session.input_audio_noise_reduction"
         changes["noise_reduction"] = _check_object(session["input_audio_noise_reduction"], "noise_reduction", param)
     if "voice" in session:
-        changes["voice"] = _check(session["voice"], "str", "session.voice")
+        changes["voice"] = _check_voice(session["voice"], "session.voice")
     if "speed" in session:
         changes["speed"] = _check(session["speed"], "speed", "session.speed")
     return replace(cfg, **changes)
