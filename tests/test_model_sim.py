@@ -1284,3 +1284,15 @@ def test_response_instructions_that_are_not_text_are_refused() -> None:
     assert types(out) == ["error"]
     assert (out[0]["error"]["param"], out[0]["error"]["event_id"]) == ("response.instructions", "e1")
     assert h.session.record.responses == []
+
+
+def test_the_speech_endpoints_wav_is_what_the_wave_module_reads():
+    import io
+    import wave
+
+    from voicecore.sim.model.speech import wav_bytes
+
+    pcm = bytes(range(256)) * 10
+    with wave.open(io.BytesIO(wav_bytes(pcm, 24000))) as reader:
+        assert (reader.getnchannels(), reader.getsampwidth(), reader.getframerate()) == (1, 2, 24000)
+        assert reader.readframes(reader.getnframes()) == pcm

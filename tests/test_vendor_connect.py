@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from voicecore.realtime import events as rt
-from voicecore.realtime.connect import Endpoint, endpoint, proxy_for, trial_session
+from voicecore.realtime.transport import Endpoint, endpoint, proxy_for, trial_session
 from voicecore.realtime.vendor_errors import TRANSIENT, classify_close, scan_server_text
 from voicecore.sim.model import SimConfig
 from voicecore.sim.model_server import serve_model_sim

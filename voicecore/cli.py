@@ -1,4 +1,5 @@
-"""The `voicecore` command: up, drain, demo, check, gate, calls, console-key, replay, and the subcommands other packages register.
+"""The `voicecore` command: up, drain, demo, check, calls, console-key, replay, and the subcommands other packages register
+(bench, gate).
 
 Owns argument parsing and exit codes only; each subcommand's work lives in its own module. Subcommands
 outside the library (the bench) come from the ``voicecore.commands`` entry point group: each entry names
@@ -72,13 +73,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from voicecore.agent.load import run_check
 
     return run_check(args.path, as_json=args.json, environ=os.environ if args.env else None)
-
-
-def _cmd_gate(args: argparse.Namespace) -> int:
-    from workers.validator.gate_command import run_gate
-
-    return run_gate(args.path, args.sentence, policy=args.policy, node=args.node, script=args.script, facts=args.facts,
-                    as_json=args.json)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -157,17 +151,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also report webhook environment references (${NAME}, env:NAME) this environment lacks")
     check.set_defaults(func=_cmd_check)
 
-    gate = sub.add_parser("gate", help="the verdict an agent's validation gate gives a sentence: its claims, citations "
-                                       "or why it is rejected (exit 0 approved, 1 rejected, 2 usage error)")
-    gate.add_argument("path", metavar="DIR", help="the agent directory (its knowledge, languages and gate policy)")
-    gate.add_argument("sentence", help="the sentence an answer says")
-    gate.add_argument("--policy", choices=("off", "numbers", "scripted", "strict"),
-                      help="judge under this policy (default: the node's gate_policy, else [gate] answers)")
-    gate.add_argument("--node", metavar="NAME", help="the flow node the answer is said in (default: the initial node)")
-    gate.add_argument("--script", metavar="TEXT", help="scripted and strict: the text the sentence must follow")
-    gate.add_argument("--facts", metavar="TEXT|@FILE", help="a tool result the answer may cite numbers from")
-    gate.add_argument("--json", action="store_true", help="print one JSON object")
-    gate.set_defaults(func=_cmd_gate)
 
     calls = sub.add_parser("calls", help="the call store: recent calls, or one call with its turns and timings")
     calls.add_argument("call_sid", nargs="?", metavar="CALL_SID", help="show this call: its turns, timings, transcript, tools")

@@ -2,7 +2,7 @@
 (or Azure deployment) and the agent's own session.update, so a configuration the vendor refuses stops the
 node with the vendor's words instead of a node that answers every call with an apology.
 
-Owns the check and what it prints; the trial session itself is voicecore/realtime/connect.py's. Skipped for
+Owns the check and what it prints; the trial session itself is voicecore/realtime/transport.py's. Skipped for
 the built-in simulator (it starts with the stack) and with `voicecore up --no-preflight`.
 """
 
@@ -17,7 +17,7 @@ from voicecore.agent.settings import agent_for_config
 from voicecore.agent.spec import AgentSpec
 from voicecore.call.build import first_session_update
 from voicecore.config import Config
-from voicecore.realtime import connect
+from voicecore.realtime import transport as connect
 
 
 def model_endpoint(config: Config, environ: Mapping[str, str]) -> connect.Endpoint:

@@ -33,7 +33,7 @@ from voicecore.fallback.lines import (
     write_cache,
 )
 from voicecore.realtime import events as rt
-from voicecore.realtime.connect import proxy_for
+from voicecore.realtime.transport import proxy_for
 
 SPEECH_RATE_HZ = 24_000  # response_format "pcm": 24 kHz 16-bit little-endian mono
 RENDER_TIMEOUT_S = 20.0

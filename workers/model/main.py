@@ -54,7 +54,7 @@ from voicecore.observe.events import CallEventTap, observe_chunks
 from voicecore.store.summary import RecordSummarizer, summary_to_json
 from voicecore.realtime import events as rt
 from voicecore.realtime.breaker import CircuitBreaker
-from voicecore.realtime import connect as vendor_connect
+from voicecore.realtime import transport as vendor_connect
 from voicecore.realtime.vendor_errors import VendorFault, classify_close, classify_handshake, scan_server_text
 from voicecore import fallback
 from voicecore.fallback.lines import agent_clip_number

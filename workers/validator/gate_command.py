@@ -164,3 +164,24 @@ def run_gate(directory: str, sentence: str, policy: str | None = None, node: str
     else:
         _describe(report, out)
     return 0 if report["approved"] else 1
+
+
+def register(subparsers: Any) -> None:
+    """Add `voicecore gate` to the `voicecore` parser (entry point ``voicecore.commands``: gate): it runs the
+    validator's own core, which the library does not import."""
+    gate = subparsers.add_parser("gate", help="the verdict an agent's validation gate gives a sentence: its claims, citations "
+                                       "or why it is rejected (exit 0 approved, 1 rejected, 2 usage error)")
+    gate.add_argument("path", metavar="DIR", help="the agent directory (its knowledge, languages and gate policy)")
+    gate.add_argument("sentence", help="the sentence an answer says")
+    gate.add_argument("--policy", choices=("off", "numbers", "scripted", "strict"),
+                      help="judge under this policy (default: the node's gate_policy, else [gate] answers)")
+    gate.add_argument("--node", metavar="NAME", help="the flow node the answer is said in (default: the initial node)")
+    gate.add_argument("--script", metavar="TEXT", help="scripted and strict: the text the sentence must follow")
+    gate.add_argument("--facts", metavar="TEXT|@FILE", help="a tool result the answer may cite numbers from")
+    gate.add_argument("--json", action="store_true", help="print one JSON object")
+    gate.set_defaults(func=_run)
+
+
+def _run(args: Any) -> int:
+    return run_gate(args.path, args.sentence, policy=args.policy, node=args.node, script=args.script, facts=args.facts,
+                    as_json=args.json)

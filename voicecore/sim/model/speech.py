@@ -11,8 +11,7 @@ or the same in a WAV file (``wav``). The shell (voicecore.sim.model_server) rout
 from __future__ import annotations
 
 import dataclasses
-import io
-import wave
+import struct
 from collections.abc import Mapping
 
 import numpy as np
@@ -111,10 +110,11 @@ def speech_response(config: SimConfig, clips: ClipLibrary, path: str, headers: M
     asked = SpeechRequest(form, model, voice, text, float(speed), response_format, 200)
     if response_format == "pcm":
         return (200, "audio/pcm", pcm), asked
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as writer:
-        writer.setnchannels(1)
-        writer.setsampwidth(2)
-        writer.setframerate(OUTPUT_RATE_HZ)
-        writer.writeframes(pcm)
-    return (200, "audio/wav", buffer.getvalue()), asked
+    return (200, "audio/wav", wav_bytes(pcm, OUTPUT_RATE_HZ)), asked
+
+
+def wav_bytes(pcm: bytes, rate_hz: int) -> bytes:
+    """16-bit mono PCM as a WAV file (RIFF, one fmt and one data chunk), built in memory."""
+    fmt = struct.pack("<HHIIHH", 1, 1, rate_hz, rate_hz * 2, 2, 16)
+    return (b"RIFF" + struct.pack("<I", 4 + (8 + len(fmt)) + (8 + len(pcm))) + b"WAVE"
+            + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(pcm)) + pcm)
