@@ -51,6 +51,7 @@ def test_every_example_runs_clean_and_its_records_replay(reports, name):
     assert report["records_written"] == report["records_replayed_identical"] == 3
     agent = report["agent"]
     assert agent["actions_executed_without_confirmation"] == 0
+    assert agent["responses_without_agent_instructions"] == 0  # the vendor's rule: own instructions replace the session's
     assert agent["talkover_after_tool_ms"]["max"] == 0
     assert agent["model_function_calls"] >= 3 and agent["controller"]["tool_calls"] == agent["model_function_calls"]
 

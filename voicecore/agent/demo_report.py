@@ -115,6 +115,13 @@ def agent_figures(agent: AgentSpec, scenario: Scenario, results: Sequence, sim, 
     talkover_max = max(talkover) if talkover else 0.0
     if talkover_max > 0:
         problems.append(f"the agent talked over the caller after a tool call ({talkover_max:.0f} ms)")
+    # The vendor makes a response with instructions of its own under those alone: every response must still
+    # carry the agent's (its persona's first line stands for them).
+    persona = agent.instructions.strip().splitlines()[0][:60] if agent.instructions.strip() else ""
+    without_agent = sum(len(s.record.responses_without(persona)) for result in results if result.metrics is not None
+                        for s in sim.by_call(result.call_sid)) if persona else 0
+    if without_agent:
+        problems.append(f"{without_agent} response(s) made without the agent's instructions in force")
     figures = {
         "name": agent.name,
         "model_function_calls": function_calls,
@@ -122,6 +129,7 @@ def agent_figures(agent: AgentSpec, scenario: Scenario, results: Sequence, sim, 
         "actions_executed": executed_total,
         "actions_executed_without_confirmation": without,
         "talkover_after_tool_ms": {"count": len(talkover), "max": round(talkover_max, 1)},
+        "responses_without_agent_instructions": without_agent,
         "controller": {k: int(controller_totals.get(k, 0)) for k in CONTROLLER_COUNTERS},
         "problems": problems,
     }
