@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 from voicecore import timing
 from voicecore.sim.carrier import CallResult
-from voicecore.stats import summary
+from voicecore.stats import percentile, summary
 from voicecore.supervise import Stack, cpu_seconds
 
 SILENCE_BYTE = b"\xff"  # mu-law code of linear 0
@@ -171,6 +171,11 @@ class PlayoutFigures:
         return PlayoutFigures(
             [f for f in self.frames if w0 <= f[0] < w1], [g for g in self.gaps if w0 <= g[0] < w1],
             [t for t in self.stale_at_ms if w0 <= t < w1], self.first_arrival_ms, self.responses)
+
+
+def summary_with_p95(values: Sequence[float]) -> dict[str, float]:
+    """voicecore.stats.summary plus the 95th percentile (hold lengths are reported at p50 and p95)."""
+    return {**summary(values), "p95": round(percentile(values, 95), 3)}
 
 
 def cut_times(records: Sequence) -> dict[str, list[float]]:
@@ -613,7 +618,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         "unanswered_turns": turn_taking.unanswered_turns,
         "turns_cut_by_call_end": turn_taking.turns_cut_by_call_end,
         "talkover_real_turns_ms": summary(turn_taking.talkover_real_turns_ms),
-        "hold_ms": {"resumed": summary(turn_taking.hold_resumed_ms), "cut": summary(turn_taking.hold_cut_ms)},
+        "hold_ms": {"resumed": summary_with_p95(turn_taking.hold_resumed_ms), "cut": summary_with_p95(turn_taking.hold_cut_ms)},
         "resumed_after_words": turn_taking.resumed_after_words,
         "resume_after_decision_ms": summary(turn_taking.resume_after_decision_ms),
         "answer_request_ms": summary(turn_taking.answer_request_ms),

@@ -43,7 +43,8 @@ arrival of one of R's frames that comes HOLD_GAP_MS or more after R's previous f
   whose response then went on (resumed after a hold whose clear came while the carrier still held audio):
   words of a live answer the caller never heard. 0 when the carrier's echoes keep up.
 - answer_request_ms: per answered real turn whose answer was asked for before the caller said anything
-  else and with no function output in between (a tool's answer waits for the tool): the later of its
+  else and that ran no tool (no function output before the next real turn: a tool's answer waits for the
+  tool, a confirmation's filler for filler_after_ms): the later of its
   transcript's completion and its stop -> the request (0 when the request came first, on settled words).
 """
 
@@ -172,7 +173,8 @@ def turn_figures(core, records: Sequence, window_ms: tuple[float, float] | None 
     requested = _requested_ms(records)
     utterance_starts = [s.started_at_ms for s in utterances]
     outputs = sorted(o.at_ms for record in records for o in getattr(record, "function_call_outputs", ()))
-    for state, turn in zip(_answers(real, requested, end_ms), real):
+    for i, (state, turn) in enumerate(zip(_answers(real, requested, end_ms), real)):
+        next_real = real[i + 1].started_at_ms if i + 1 < len(real) else end_ms
         if counted(turn):
             figures.real_turns += 1
             figures.unanswered_turns += state == "unanswered"
@@ -182,8 +184,10 @@ def turn_figures(core, records: Sequence, window_ms: tuple[float, float] | None 
                 asked = requested[bisect.bisect_left(requested, turn.stopped_at_ms)]
                 spoke_again = bisect.bisect_right(utterance_starts, turn.stopped_at_ms) < len(utterance_starts) and \
                     utterance_starts[bisect.bisect_right(utterance_starts, turn.stopped_at_ms)] < asked
+                # a turn answered through a tool (a confirmation's yes runs it; its filler or answer waits
+                # for it by design) is the tool's latency, not the turn-taking's
                 tool = bisect.bisect_left(outputs, turn.stopped_at_ms) < len(outputs) and \
-                    outputs[bisect.bisect_left(outputs, turn.stopped_at_ms)] < asked
+                    outputs[bisect.bisect_left(outputs, turn.stopped_at_ms)] < next_real
                 if not spoke_again and not tool:
                     figures.answer_request_ms.append(max(0.0, asked - words_in))
     figures.talkover_real_turns_ms = callreport.talkover_ms(core, [s.started_at_ms for s in real if counted(s)])
