@@ -60,9 +60,10 @@ class RunningStack:
 
 
 def start_stack(max_calls: int = 8, **overrides) -> RunningStack:
-    """A stack on 127.0.0.1. It runs the spine (barge-in on every VAD edge) unless ``call_control`` says
-    otherwise: the stack tests measure the media path; the turn-taking controller has its own tests."""
-    overrides.setdefault("call_control", "spine")
+    """A stack on 127.0.0.1. Without an ``agent`` it runs the spine (barge-in on every VAD edge) unless
+    ``call_control`` says otherwise: the stack tests measure the media path; the turn-taking controller has
+    its own tests. With one it runs the agent, under the controller."""
+    overrides.setdefault("call_control", "turns" if overrides.get("agent") else "spine")
     sim_port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="voicecore-test-"))
     base = resolve_config(load_config({k: v for k, v in os.environ.items() if not k.startswith("VOICECORE_")}))
