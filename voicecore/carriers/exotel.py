@@ -281,7 +281,7 @@ _ENCODINGS: dict[str, str] = {
     "raw": ENCODING_L16,  # [applet] "raw/slin"
     "slin": ENCODING_L16,  # [applet] "raw/slin"
     "raw/slin": ENCODING_L16,  # [applet]
-    "linear16": ENCODING_L16,  # [exo-repo] docs/reference/WEBSOCKET_PROTOCOL.md
+    "linear16": ENCODING_L16,  # [exo-repo] Agent-Stream/docs/reference/WEBSOCKET_PROTOCOL.md
     "audio/l16": ENCODING_L16,  # [beta] MediaFormat "audio/L16;rate=8000|16000"
     "l16": ENCODING_L16,
     "audio/x-mulaw": ENCODING_PCMU,  # [beta] MediaFormat "audio/x-mulaw;rate=8000", the beta default
