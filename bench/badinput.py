@@ -4,8 +4,8 @@ good calls are measured (`voicecore bench --bad-input`), or alone against any ga
     python -m bench.badinput --base-url http://127.0.0.1:PORT --seconds 30 --json out.json
 
 Owns: the kinds of bad input (below), their hypothesis strategies, the documented outcome of each input
-(an oracle written from README.md's "Wire behaviour and errors", voicecore/twilio/stream.py's close-code
-table and workers/gateway/main.py, not by asking the gateway's own parsers), a raw HTTP/WebSocket client
+(an oracle written from docs/reference/wire.md, voicecore/twilio/stream.py's close-code table and
+workers/gateway/main.py, not by asking the gateway's own parsers), a raw HTTP/WebSocket client
 that can send what no well-behaved client would (unmasked, reserved bits, lying lengths, slow bytes),
 and a scheduler that keeps the attack bounded (inputs per second, connections at once, nice +10).
 Must not know the bench's figures: the bench (bench/run.py) counts crashes and memory around the run.
@@ -80,7 +80,7 @@ from voicecore.timing import FRAME_BYTES, MAX_MESSAGE_BYTES, START_DEADLINE_MS
 from voicecore.twilio.signature import compute_signature
 
 TOKEN_ENV = "BENCH_TWILIO_AUTH_TOKEN"
-MAX_FORM_FIELDS = 200  # README: a voice webhook has a few dozen fields; the gateway refuses more
+MAX_FORM_FIELDS = 200  # a voice webhook has a few dozen fields; the gateway refuses more (400 "bad form")
 MAX_BODY_BYTES = 64 * 1024
 MAX_HEAD_BYTES = 16 * 1024
 HEAD_TIMEOUT_S = 5.0
@@ -265,7 +265,7 @@ CONNECTED = orjson.dumps({"event": "connected", "protocol": "Call", "version": "
 SILENCE_B64 = base64.b64encode(b"\xff" * FRAME_BYTES).decode()
 
 
-# ----- the oracle: what README.md and stream.py's table say each input gets --------------------------
+# ----- the oracle: what docs/reference/wire.md and stream.py's table say each input gets -------------
 
 
 _SID_RE = {p: re.compile(p + "[0-9a-fA-F]{32}") for p in ("CA", "AC", "MZ")}
@@ -281,7 +281,7 @@ def _is_counter(value: object) -> bool:
 
 def strict_form(body: bytes) -> dict[str, str] | None:
     """The body as an application/x-www-form-urlencoded form read strictly (ASCII, UTF-8 escapes, every
-    field with '=', at most MAX_FORM_FIELDS), or None: README's "bad form" rule."""
+    field with '=', at most MAX_FORM_FIELDS), or None: the gateway answers 400 "bad form" to such a body."""
     try:
         return dict(parse_qsl(body.decode("ascii"), keep_blank_values=True, strict_parsing=True,
                               encoding="utf-8", errors="strict", max_num_fields=MAX_FORM_FIELDS))

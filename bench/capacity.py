@@ -45,7 +45,8 @@ def capacity_summary(capacities: list[int]) -> dict:
 
 @dataclass(frozen=True, slots=True)
 class Slo:
-    """The service levels a run must meet (defaults: issue 3)."""
+    """The service levels a run must meet, the same for every system (defaults and flags:
+    docs/how-to/run-the-bench.md#options)."""
 
     lateness_p99_ms: float = 5.0  # frames' lateness against the carrier's playout clock (voicecore/callreport.py)
     underruns_audio_available: int = 0  # playout gaps while the model had already sent the audio (both systems)

@@ -1,10 +1,10 @@
 """What the carrier simulator's own Python costs per call-second, without sockets or an event loop.
 
-The bench's load core tops out before the stack's does (README, Measured), and a load-side run mixes the
-carrier's Python with socket system calls and the model simulator. This drives the real call shell
-(voicecore.sim.carrier's per-call tick and message handlers, the core behind them) on a fake clock with
-a transport that only counts writes, and feeds each call what the gateway sends in steady talk: every
-40 ms two `media` frames and a "tag:n" mark in the gateway's own encoding (OutboundEncoder). So a change
+The bench's load core tops out before the stack's does (docs/explanation/measured.md#capacity), and a
+load-side run mixes the carrier's Python with socket system calls and the model simulator. This drives the
+real call shell (voicecore.sim.carrier's per-call tick and message handlers, the core behind them) on a fake
+clock with a transport that only counts writes, and feeds each call what the gateway sends in steady talk:
+every 40 ms two `media` frames and a "tag:n" mark in the gateway's own encoding (OutboundEncoder). So a change
 to the carrier's hot paths can be measured before and after in seconds, with no noise from the kernel.
 
     python -m bench.carrier_cost [--calls 200] [--seconds 10]

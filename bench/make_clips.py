@@ -2,7 +2,7 @@
 
 Owns the list of utterances (text, speaker, kind, optional voice) and the espeak-ng + sox pipeline that
 renders them; knows nothing of how the simulators use them. The output is synthetic speech, so no dataset
-licence applies (PROTOCOLS.md E.2, "Generated speech"). Run after changing a line:
+licence applies (docs/explanation/protocols.md#e2, "Generated speech"). Run after changing a line:
 
     .venv/bin/python bench/make_clips.py
 

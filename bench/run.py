@@ -74,7 +74,7 @@ UNIX_BASE_URL = "http://localhost"
 # --compare-store: the second system, the same stack with records on, so the recorder fills the SQLite call
 # store (and stores the model worker's live observer events) and the console runs.
 STORE_SYSTEM = "voicecore-store"
-STORE_CPU_TARGET_MS = 0.1  # issue 17: the store's write cost, CPU ms per call-second
+STORE_CPU_TARGET_MS = 0.1  # the most the store's writes may cost: the recorder's CPU ms per call-second
 STORE_WAIT_S = 15.0  # after the calls ended: how long the recorder may take to ingest their records
 CALLS_PER_LOAD_PROC = 150  # one carrier process stays well clear of saturation below this
 CDF_QUANTILES = tuple([float(q) for q in range(0, 90, 2)] + [90 + q / 2 for q in range(0, 18)]

@@ -36,7 +36,8 @@ STALL_AFTER_MS = 300  # model-stall: output pauses after 300 ms of generation (1
 STALL_MS = 2500  # ... for 2.5 s: about 1.6 s of each answer the model has not produced yet
 STORM_PERIOD_MS = 3000  # bargein-storm: a barge-in about every 3 s (spread by call index)
 # overlap: the model starts a second response while this share of its responses still stream (a real
-# server does: server VAD racing a client response.create, a function-call follow-up; issue 13)
+# server does: server VAD racing a client response.create, a function-call follow-up; the caller must still
+# hear one voice: docs/explanation/invariants.md#inv-one-voice)
 OVERLAP_PROBABILITY = 0.25
 
 # Long answers so the agent talks most of the time; short caller questions.

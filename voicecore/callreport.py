@@ -503,18 +503,20 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
     counters of the results come trimmed to it, bench/analysis.trim_result). ``grace_ms``: the exemption's
     grace (module docstring). ``samples``: a dict to receive the raw ``lateness_ms`` samples (the bench's CDF).
 
-    Issue 13's figures: ``overlapping_frames`` (frames the caller heard of an older response after a
-    newer one began: two voices), ``bargeins_without_clear`` (barge-ins with no clear within
-    BARGEIN_CLEAR_WINDOW_MS), ``overlapping_responses`` (responses the model simulator started while
-    another was in progress), ``late_deltas_sent`` (audio deltas it sent after a cancel), ``talkover_ms``
-    (talkover_ms()), ``clears_superseded`` (SUPERSEDE_CLEAR_WINDOW_MS). Issue 14's: ``model_to_carrier_ms``
-    (a response's first audio delta leaving the model -> its first frame at the carrier: the runtime's own
-    hop; ``mouth_to_ear_ms`` is the same figure under its old, deprecated name), ``turn_latency_ms``
-    (turn_latencies: caller stops speaking -> first agent audio at the carrier) and
-    ``turn_latency_model_ms`` / ``turn_latency_runtime_ms`` (the model's share of it and the rest). How the
-    runtime took turns (voicecore.callturns): ``backchannels``, ``backchannels_that_cut``, ``real_turns``,
-    ``unanswered_turns``, ``turns_cut_by_call_end``, ``talkover_real_turns_ms``, ``hold_ms`` (``resumed``,
-    ``cut``), ``resumed_after_words``, ``resume_after_decision_ms`` and ``answer_request_ms``."""
+    The one-voice figures (docs/explanation/invariants.md#inv-one-voice): ``overlapping_frames`` (frames the
+    caller heard of an older response after a newer one began: two voices), ``bargeins_without_clear``
+    (barge-ins with no clear within BARGEIN_CLEAR_WINDOW_MS), ``overlapping_responses`` (responses the model
+    simulator started while another was in progress), ``late_deltas_sent`` (audio deltas it sent after a
+    cancel), ``talkover_ms`` (talkover_ms()), ``clears_superseded`` (SUPERSEDE_CLEAR_WINDOW_MS). The latency
+    figures, from the carrier's playout clock as for every system
+    (docs/reference/bench-report.md#definitions): ``model_to_carrier_ms`` (a response's first audio delta
+    leaving the model -> its first frame at the carrier: the runtime's own hop; ``mouth_to_ear_ms`` is the
+    same figure under its old, deprecated name), ``turn_latency_ms`` (turn_latencies: caller stops speaking ->
+    first agent audio at the carrier) and ``turn_latency_model_ms`` / ``turn_latency_runtime_ms`` (the model's
+    share of it and the rest). How the runtime took turns (voicecore.callturns): ``backchannels``,
+    ``backchannels_that_cut``, ``real_turns``, ``unanswered_turns``, ``turns_cut_by_call_end``,
+    ``talkover_real_turns_ms``, ``hold_ms`` (``resumed``, ``cut``), ``resumed_after_words``,
+    ``resume_after_decision_ms`` and ``answer_request_ms``."""
     from voicecore import callturns  # it builds on this module's frame matching: imported when used
 
     turn_taking = callturns.TurnFigures()

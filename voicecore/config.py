@@ -1,8 +1,9 @@
 """Configuration: defaults, then an optional TOML file, then ``VOICECORE_*`` environment variables.
 
-Owns the list of settings and their parsing. Every setting is one row of ``SETTINGS`` so the README table,
-the parser and the tests cannot drift apart. Processes receive the same environment from the supervisor,
-so every process sees the same configuration.
+Owns the list of settings and their parsing. Every setting is one row of ``SETTINGS`` so the settings page
+(docs/reference/settings.md, generated from it), the README table, the parser and the tests cannot drift
+apart. Processes receive the same environment from the supervisor, so every process sees the same
+configuration.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ the model simulator's send of an event and the carrier simulator's receipt of it
 
 ``--overlap-probability`` makes the model simulator start a second response while some of its responses
 still stream, and ``--late-deltas`` sets how many audio deltas it still sends after a cancel, as a real
-Realtime server does (issue 13); the report's overlapping_frames, bargeins_without_clear and talkover_ms
-say whether the caller heard two voices.
+Realtime server does; the report's overlapping_frames, bargeins_without_clear and talkover_ms say whether
+the caller heard two voices (one voice at a time: docs/explanation/invariants.md#inv-one-voice).
 
 Every call is recorded (``--record-dir``, default ./voicecore-records; ``--no-record`` turns it off):
 after the stack is down the demo replays each record through the cores (voicecore/replay.py) and

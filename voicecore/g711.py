@@ -1,16 +1,16 @@
 """G.711 mu-law codec and the two WAV helpers the simulators and recordings need.
 
-Owns: mu-law <-> 16-bit linear conversion (8 kHz, one byte per sample, PROTOCOLS.md A.2 / D.3), the
+Owns: mu-law <-> 16-bit linear conversion (8 kHz, one byte per sample, docs/explanation/protocols.md#d3), the
 mu-law <-> A-law tables an A-law call's copies and recordings go through (``ULAW_TO_ALAW``,
 ``ALAW_TO_ULAW``: audioop's decode of one law, encoded in the other) and reading/writing WAV files around
 it. It must not know about calls, frames or the wire: a payload is just
 bytes here.
 
-The arithmetic is `audioop` (C, ~0.2 us per 20 ms frame to decode): the stdlib module on Python < 3.13,
-the `audioop-lts` backport (same import name) on 3.13+ (PROTOCOLS.md D.3). Decoding matches the ITU-T
-G.191 reference bit for bit. Encoding is CPython's: for a negative input it quantizes a 14-bit magnitude
-one step larger than the G.191 reference encoder does (G.191 one's-complements negative inputs), so 508
-of the 65,536 inputs get the neighbouring code; tests/test_g711.py pins that relation exactly.
+The arithmetic is `audioop` (C, ~0.2 us per 20 ms frame to decode): the stdlib module on Python < 3.13, the
+`audioop-lts` backport (same import name) on 3.13+ (docs/explanation/protocols.md#d3). Decoding matches the
+ITU-T G.191 reference bit for bit. Encoding is CPython's: for a negative input it quantizes a 14-bit magnitude
+one step larger than the G.191 reference encoder does (G.191 one's-complements negative inputs), so 508 of the
+65,536 inputs get the neighbouring code; tests/test_g711.py pins that relation exactly.
 """
 
 import io
@@ -32,8 +32,9 @@ SAMPLE_WIDTH_BYTES = 2
 ULAW_SILENCE = 0xFF  # the mu-law code of linear 0
 ALAW_SILENCE = 0xD5  # A-law's silence: lin2alaw(0), which decodes to +8 (A-law has no code for 0; 0x55 is -8)
 
-# Audio formats as the model side names them (OpenAI GA audio/pcmu, audio/pcma: PROTOCOLS.md C.1); the
-# same strings as voicecore/carriers/events.py's ENCODING_PCMU / ENCODING_PCMA.
+# Audio formats as the model side names them (OpenAI GA audio/pcmu, audio/pcma:
+# docs/explanation/protocols.md#c1); the same strings as voicecore/carriers/events.py's ENCODING_PCMU /
+# ENCODING_PCMA.
 PCMU = "pcmu"
 PCMA = "pcma"
 
@@ -125,7 +126,7 @@ def read_wav_as_ulaw(path: str | Path) -> bytes:
 def write_stereo_wav(path: str | Path, left_ulaw: bytes, right_ulaw: bytes) -> None:
     """Write two mu-law tracks as one 8 kHz 16-bit stereo WAV; the shorter track is padded with silence.
 
-    Recordings put the caller on the left and the agent on the right (ARCHITECTURE.md section 9).
+    Recordings put the caller on the left and the agent on the right (docs/explanation/architecture.md#section-9).
     """
     Path(path).write_bytes(stereo_wav_bytes(left_ulaw, right_ulaw))
 

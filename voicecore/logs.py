@@ -1,7 +1,7 @@
 """Process-wide logging and event-loop start-up shared by every voicecore process.
 
 Log lines name the process and the call; audio, transcripts, digits and phone numbers never go into the
-message text, only into ``extra`` fields that a redacting handler can drop (STYLE.md).
+message text, only into ``extra`` fields that a redacting handler can drop (docs/explanation/style.md#rules).
 """
 
 from __future__ import annotations

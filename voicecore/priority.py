@@ -1,10 +1,10 @@
 """Scheduling priority of the latency-critical processes (the pacer and the gateway).
 
 Owns asking the OS for a higher priority and saying what was granted; must not know what the process
-does. The pacer's clock and the gateway's socket writes share a core with the model worker, whose work
-comes in bursts (a model delta for many calls at once): at normal priority a burst delays a tick or a
-write by a scheduler slice, which the carrier hears as lateness. The model worker and the validator
-keep normal priority: the lead and the gate absorb their delays (ARCHITECTURE.md sections 2 and 6).
+does. The pacer's clock and the gateway's socket writes share a core with the model worker, whose work comes
+in bursts (a model delta for many calls at once): at normal priority a burst delays a tick or a write by a
+scheduler slice, which the carrier hears as lateness. The model worker and the validator keep normal priority:
+the lead and the gate absorb their delays (docs/explanation/architecture.md#section-2 and #section-6).
 """
 
 from __future__ import annotations

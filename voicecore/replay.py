@@ -1,4 +1,5 @@
-"""Replay a call record through a fresh controller with a virtual clock (INV-REPLAY, ARCHITECTURE.md 9).
+"""Replay a call record through a fresh controller with a virtual clock (INV-REPLAY,
+docs/explanation/architecture.md#section-9).
 
 The header's ``control`` says which driver ran the call: ``turns`` (the turn-taking CallController, also
 when the key is missing) or ``spine`` (voicecore/call/spine.py: the model worker's core alone); the replay

@@ -10,9 +10,10 @@ supervisor's next poll and an interpreter start. The new leader writes its pid t
 bench finds the process that serves a role.
 
 Why a lock and not the supervisor: supervisord notices a dead child on its next poll (up to 1 s) and then
-starts an interpreter (0.3-0.8 s to imports, shared-memory attach and compiled kernels): issue 18 measured
-1.3 s of silence after a pacer kill. A lock wait also needs no heartbeat protocol and cannot elect two
-leaders. supervisord still restarts the dead process, which becomes the new standby.
+starts an interpreter (0.3-0.8 s to imports, shared-memory attach and compiled kernels): the chaos bench
+measured 1.3 s of silence after a pacer kill that way (docs/explanation/measured.md#failures). A lock wait
+also needs no heartbeat protocol and cannot elect two leaders. supervisord still restarts the dead process,
+which becomes the new standby.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Signed stream tokens: a session token any node of a fleet can verify, still usable once (issue 19).
+"""Signed stream tokens: a session token any node of a fleet can verify, still usable once
+(docs/how-to/fleet.md#stream-tokens).
 
 The voice webhook's answer hands the carrier a token that the media stream's ``start`` must bring back
 (``<Parameter name="session_token">`` for Twilio). ``voicecore/twilio/webhook.py``'s ``SessionTokens`` keeps

@@ -277,7 +277,7 @@ def _live_calls(n: int | None) -> str:
     return "? live calls" if n is None else f"{n} live call" + ("" if n == 1 else "s")
 
 
-# `voicecore drain` exit codes (README "Drain")
+# `voicecore drain` exit codes (docs/how-to/drain.md#voicecore-drain-exit-codes)
 DRAIN_STOPPED = 0  # the node drained and stopped (with --no-wait: the drain is under way)
 DRAIN_NOT_STOPPED = 1  # still running DRAIN_STOP_SLACK_S after the deadline
 DRAIN_NO_NODE = 3  # no running node in the runtime dir (2 is the CLI's configuration error)

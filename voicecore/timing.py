@@ -7,7 +7,7 @@ FRAME_BYTES = 160  # one Twilio media message: 20 ms of 8 kHz mu-law
 FRAME_NS = FRAME_MS * 1_000_000
 FRAME_B64_CHARS = 216
 
-DEFAULT_LEAD_MS = 80  # send-ahead kept in the carrier's buffer (ARCHITECTURE.md section 6)
+DEFAULT_LEAD_MS = 80  # send-ahead kept in the carrier's buffer (docs/explanation/architecture.md#section-6)
 DEFAULT_MARK_EVERY_FRAMES = 5  # a mark after every 100 ms of audio gives the played position
 # When the carrier's buffer is dry (a response starts, or the model fell behind), wait until a lead's
 # worth of frames is ready, or this long, before releasing: the model's first delta is often a frame or

@@ -1,1 +1,1 @@
-"""Microbenchmarks of the per-message and per-frame costs the README quotes (pytest-benchmark; see conftest.py)."""
+"""Microbenchmarks of the per-message and per-frame costs the docs quote (pytest-benchmark; see conftest.py)."""

@@ -1,10 +1,10 @@
 """orjson against json.loads on the two JSON streams voicecore parses per call.
 
-README (dependencies): `orjson` (strict JSON parsing at a third of `json.loads`' cost: Twilio media in
-the gateway, Realtime deltas in the model worker). Parsing only, the same bytes both ways: Twilio's media
-message (what TwilioStreamProtocol.receive_text parses when the fast path declines) and a Realtime
-`response.output_audio.delta` of 1,100 bytes of audio (the middle of the model simulator's 300-1,900
-byte deltas), as bytes, which is what picows hands the model worker.
+Why `orjson` (docs/explanation/architecture.md#tree, the dependencies): strict JSON parsing at a third of
+`json.loads`' cost: Twilio media in the gateway, Realtime deltas in the model worker. Parsing only, the same
+bytes both ways: Twilio's media message (what TwilioStreamProtocol.receive_text parses when the fast path
+declines) and a Realtime `response.output_audio.delta` of 1,100 bytes of audio (the middle of the model
+simulator's 300-1,900 byte deltas), as bytes, which is what picows hands the model worker.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`voicecore replay` speed: a recorded call through a fresh driver on a virtual clock.
 
-README ("Call records and replay"): replay builds the driver the header names and runs the recorded
+docs/how-to/replay-a-call.md#replay: replay builds the driver the header names and runs the recorded
 inputs through it on a virtual clock: no process, socket or sleep (2,000x to 4,000x real time).
 Two records, made in the set-up (untimed) by the test suite's sans-I/O harnesses, so no stack is needed:
 - spine: the demo's 16 s call (greeting, a question, a barge-in) against the model simulator's core,

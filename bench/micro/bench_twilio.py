@@ -1,9 +1,9 @@
 """Matching Twilio's media message in the gateway: the fast path against the full parse.
 
-README ("Measured"): caller audio in Twilio's exact shape takes a fast path (one regex, no JSON parse,
-no event object: 5.1 -> 2.6 us per message). Both paths of voicecore/twilio/stream.py, on the message
-Twilio sends (compact JSON, key order of its captures, one 160-byte frame), on a protocol that has seen
-connected and start, as the gateway's StreamConnection._on_message calls them.
+Caller audio in Twilio's exact shape takes a fast path (one regex, no JSON parse, no event object: 5.1 ->
+2.6 us per message). Both paths of voicecore/twilio/stream.py, on the message Twilio sends (compact JSON,
+key order of its captures, one 160-byte frame), on a protocol that has seen connected and start, as the
+gateway's StreamConnection._on_message calls them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ FRAME = bytes((i * 37) % 256 for i in range(FRAME_BYTES))
 
 
 def media_message(seq: int) -> bytes:
-    """Twilio's media message byte for byte (PROTOCOLS.md A.5): no spaces, this key order."""
+    """Twilio's media message byte for byte (docs/explanation/protocols.md#a5): no spaces, this key order."""
     message = {
         "event": "media",
         "sequenceNumber": str(seq),

@@ -1,10 +1,10 @@
 """WebSocket frame parsing: picows (C) against websockets' sans-I/O protocol (Python).
 
-README (dependencies) and the gateway's module docstring: `picows` (WebSocket framing and parsing in C:
-a 200-byte media message costs well under a microsecond against 4-5 us in websockets' Python parser).
-What is measured: one masked client text frame carrying Twilio's media message (the 369-byte message the
-gateway gets 50 times a second per call), handed to each library as bytes read from a socket, up to the
-payload as `bytes` in our code:
+Why `picows` (docs/explanation/architecture.md#tree, the dependencies, and the gateway's module docstring):
+WebSocket framing and parsing in C: a 200-byte media message costs well under a microsecond against 4-5 us in
+websockets' Python parser. What is measured: one masked client text frame carrying Twilio's media message (the
+369-byte message the gateway gets 50 times a second per call), handed to each library as bytes read from a
+socket, up to the payload as `bytes` in our code:
 - picows: the gateway's WSProtocol (built as workers/gateway/main.py builds it) on a fake transport, fed
   through get_buffer/buffer_updated as uvloop feeds it; the listener's on_ws_frame takes
   get_payload_as_bytes(), as the gateway's does;

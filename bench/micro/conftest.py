@@ -1,4 +1,4 @@
-"""Microbenchmarks: the per-message, per-frame and per-call costs the README and docstrings quote.
+"""Microbenchmarks: the per-message, per-frame and per-call costs the docs and docstrings quote.
 
 Outside the test gate: the files are named bench_*.py, which pytest's default collection (test_*.py,
 testpaths = tests) never picks up. This conftest collects them when the folder is named on the command

@@ -1,4 +1,5 @@
-"""Actions with confirmation and write de-duplication, the pure parts (seed 002 "Actions med bekräftelse").
+"""Actions with confirmation and write de-duplication, the pure parts
+(docs/explanation/agents.md#actions-with-confirmation).
 
 Owns: the canonical form of a function's arguments and the idempotency key made from it and the call, the rendering of
 a confirmation prompt from the arguments (so every number it says is one of theirs), and reading a

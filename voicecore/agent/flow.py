@@ -97,7 +97,7 @@ class AgentFlow:
                 return self.line("goodbye")
             return self._prompt("transfer", lines["transfer"], terminal=True, transfer_to=target)
         if kind == "apology":
-            # seed 000 s.6: after a failed retry, apologise and hand over to a person (or say goodbye)
+            # a request that failed again after its retry: apologise and hand over to a person (or say goodbye)
             follow = lines["transfer"] if target else lines["goodbye"]
             return self._prompt("apology", f'{lines["apology"]} {follow}', terminal=True, transfer_to=target)
         return self._prompt(kind, lines[kind])

@@ -44,7 +44,7 @@ TRANSITION_KEYS = ("success", "error")
 MAX_TOOL_TIMEOUT_S = 60.0
 MAX_RETRIES = 5
 
-# The flow of an agent without a flow file: one node whose only way on is the goodbye (design: issue 16).
+# The flow of an agent without a flow file: one node whose only way on is the goodbye.
 DEFAULT_NODE = "main"
 END_CALL_DESCRIPTION = "End the call when the caller says goodbye or needs nothing more."
 

@@ -4,13 +4,13 @@ Owns the shapes only; nothing here reads a file (voicecore/agent/load.py does, a
 tool (voicecore/agent/tools.py). Every shape is frozen and JSON-able through ``to_dict``/``from_dict``, so a
 call record carries the whole agent in its header and a replay needs none of the agent's files.
 
-The flow follows the flow format of seed 004 ("Conversation Flows"): ``initial_node``, ``nodes`` with role
+The flow is a JSON conversation flow (docs/explanation/agents.md#flows): ``initial_node``, ``nodes`` with role
 and task messages, a list of function names and a context strategy, and ``functions`` with a JSON-Schema
-``parameters`` object and ``transitions`` (``success`` / ``error`` -> node). Beyond seed 004: a node may say
-a scripted prompt on entry (``say``), end the call or transfer it after that prompt (``end``,
-``transfer_to``), and name its gate policy and forbidden phrases; a function may run a tool (an HTTP
-webhook or a Python entry point), perform a built-in action (``end_call``, ``transfer``) and ask the caller
-to confirm before it runs (``confirm``, ``confirm_prompt``).
+``parameters`` object and ``transitions`` (``success`` / ``error`` -> node). Beyond that common shape: a node
+may say a scripted prompt on entry (``say``), end the call or transfer it after that prompt (``end``,
+``transfer_to``), and name its gate policy and forbidden phrases; a function may run a tool (an HTTP webhook
+or a Python entry point), perform a built-in action (``end_call``, ``transfer``) and ask the caller to confirm
+before it runs (``confirm``, ``confirm_prompt``).
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ class FunctionSpec:
     transitions: dict[str, str] = dataclasses.field(default_factory=dict)  # "success" / "error" -> node name
 
     def declaration(self) -> dict[str, Any]:
-        """The function as the model is told of it in session.update (PROTOCOLS.md: session.tools)."""
+        """The function as the model is told of it in session.update's ``tools``
+        (docs/explanation/protocols.md#c2)."""
         return {"type": "function", "name": self.name, "description": self.description, "parameters": self.parameters}
 
 
@@ -143,7 +144,7 @@ class AgentSpec:
     failure_hold_every_s: float = 3.0  # a caller still waiting this long after the hold line hears it again
     failure_action: str = "transfer"  # "transfer" (to transfer_to; hang up when there is none) or "hangup"
     filler_after_ms: int = 1500  # a tool still running this long: say the filler line (once)
-    debounce_quiet_ms: int = 1500  # after a tool result: wait for this much caller quiet (seed 001)
+    debounce_quiet_ms: int = 1500  # after a tool result: this much caller quiet before the agent speaks
     debounce_cap_ms: int = 5000  # ... but no longer than this
     dedupe_s: float = 30.0  # a write tool's success stands for this long: the same call again is not run
     confirm_timeout_s: float = 8.0  # no yes this long after a confirmation prompt played: dropped

@@ -14,7 +14,8 @@ tool server. A webhook is sent on the worker's connection pool (keep-alive per o
 voicecore/http_client.py); a Python tool runs in a process of the worker's tool pool
 (voicecore/agent/tool_pool.py), never on the worker's event loop. Secrets stay out of outputs and logs: header values and error messages never carry a
 resolved ``env:`` value, and the log line of a run names the call, the function, the status, the
-attempts and the time, never the arguments (they hold the caller's personal data, STYLE.md).
+attempts and the time, never the arguments (they hold the caller's personal data:
+docs/explanation/style.md#rules).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Owns the message vocabulary and its codec; knows nothing of sockets (transport.py) or of who sends what.
 A new message is one dataclass plus one entry in ``_TYPES``. Decoding never raises: anything unknown,
-oversized or mistyped becomes a ``Rejected`` that the receiving loop counts and drops (ARCHITECTURE.md 5).
+oversized or mistyped becomes a ``Rejected`` that the receiving loop counts and drops
+(docs/explanation/architecture.md#section-5).
 """
 
 from __future__ import annotations

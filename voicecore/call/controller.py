@@ -1,12 +1,13 @@
 """The per-call controller: turn-taking and the response lifecycle, around the model worker's core.
 
-Owns the *policies* (ARCHITECTURE.md section 7; seeds 000 sections 2-6, 001, 003): one voice at a time
-(INV-ONE-VOICE: response requests are scheduled, one at a time, never while the caller is mid-utterance,
-obsolete queued requests dropped), the post-tool debounce (seed 001: 1.5 s quiet, 5 s cap), semantic
-barge-in (words, 0.5 s / 1.0 s; a bare VAD edge only holds release of new frames), the watchdog (3 s), the
-stalled-audio retry (8 s), silence check-ins (10/20/40 s, then goodbye), endings (goodbye played in full
-plus grace, then hang up or transfer) and DTMF. The *mechanism* (response -> tag, framing, dead-tag drops,
-cancel + truncate/delete: PROTOCOLS.md C.5) stays in core.py; *what* to say comes from flow.py.
+Owns the *policies* (docs/explanation/architecture.md#section-7, docs/explanation/turn-taking.md): one voice
+at a time (INV-ONE-VOICE: response requests are scheduled, one at a time, never while the caller is
+mid-utterance, obsolete queued requests dropped), the post-tool debounce (after a tool result the agent waits
+for 1.5 s of caller quiet, 5 s at most: docs/explanation/agents.md#tools), semantic barge-in (words, 0.5 s /
+1.0 s; a bare VAD edge only holds release of new frames), the watchdog (3 s), the stalled-audio retry (8 s),
+silence check-ins (10/20/40 s, then goodbye), endings (goodbye played in full plus grace, then hang up or
+transfer) and DTMF. The *mechanism* (response -> tag, framing, dead-tag drops, cancel + truncate/delete:
+docs/explanation/protocols.md#c5) stays in core.py; *what* to say comes from flow.py.
 
 Sans-I/O: no sockets, shared memory, clock or randomness. The shell feeds every input with ``now_ns``
 (monotonic) and, where playout matters, a ``Playout`` snapshot read from the control block at that
@@ -25,15 +26,15 @@ a backchannel or a cough resumes it (``ResumeTag``) and it plays on from where i
 follows a real turn's words. Release itself needs nothing of this loop: an ungated tag is released by the
 pacer as it comes (the hold is the pacer's own check), so a model worker busy for a moment starves no call.
 
-Validation gate (INV-GATE, issue 5): each request's flow node names its release policy (``Say.policy``,
-``Answer.policy``; ``ControllerConfig.gate_policy`` when it names none). A gated response's tag is opened
-gated with ``OpenGate`` carrying the node's script (a Say's text) and forbidden phrases; the validator's
-verdicts come back through ``on_verdict`` and bound the rolling approval (the watermark is the smaller of
-the two). A rejected scripted prompt is cancelled and retried (at most ``max_prompt_retries``, then the
-flow advances, seed 000 section 3); a rejected answer is cancelled and the safe line is scheduled in its
-place. Retrieve-first (seed 002 section 4): before an answer is requested the controller asks the shell
-for knowledge-base snippets (``Retrieve`` -> ``on_snippets``, both recorded) and puts them in the
-response's instructions; with none, a question that needs numbers gets the safe line without asking.
+Validation gate (INV-GATE, docs/explanation/validation-gate.md#nodes): each request's flow node names its
+release policy (``Say.policy``, ``Answer.policy``; ``ControllerConfig.gate_policy`` when it names none). A
+gated response's tag is opened gated with ``OpenGate`` carrying the node's script (a Say's text) and forbidden
+phrases; the validator's verdicts come back through ``on_verdict`` and bound the rolling approval (the
+watermark is the smaller of the two). A rejected scripted prompt is cancelled and retried (at most
+``max_prompt_retries``, then the flow advances); a rejected answer is cancelled and the safe line is scheduled
+in its place. Retrieve-first: before an answer is requested the controller asks the shell for knowledge-base
+snippets (``Retrieve`` -> ``on_snippets``, both recorded) and puts them in the response's instructions; with
+none, a question that needs numbers gets the safe line without asking.
 """
 
 from __future__ import annotations
@@ -66,13 +67,13 @@ CONFIRM_PROMPT_GRACE_MS = 20_000  # a confirmation prompt never played (rejected
 class ControllerConfig:
     """Every policy constant in one place (ms unless named otherwise)."""
 
-    watchdog_ms: int = 3000  # response.create sent, no response.created -> retry / fallback (seed 000 s.6)
+    watchdog_ms: int = 3000  # response.create sent, no response.created -> retry (a prompt) or the fallback line
     stall_ms: int = 8000  # response started, no audio for this long and not finished -> retry, then apology
     stall_retries: int = 1
     max_prompt_retries: int = 3  # per prompt, watchdog and stall retries together; then the flow advances
     give_up_after_failures: int = 6  # consecutive unanswered requests -> transfer (or hang up) unspoken
-    debounce_quiet_ms: int = 1500  # seed 001 BUFFER_DEBOUNCE_S
-    debounce_cap_ms: int = 5000  # seed 001 BUFFER_MAX_S
+    debounce_quiet_ms: int = 1500  # after a tool result the agent waits for this much caller quiet ...
+    debounce_cap_ms: int = 5000  # ... but no longer than this after the result
     debounce_send_text: bool = False  # also send the combined fragments as one user text item
     # Turn-taking by what the caller said (voicecore/call/backchannels.py): words that are all backchannel
     # ("mm-hmm", "okay") let the agent carry on; any other words are a turn, whatever their length. Only while
@@ -85,14 +86,15 @@ class ControllerConfig:
     backchannels: tuple[str, ...] = ()  # the agent's own backchannel phrases, on top of the lexicons
     turn_detection: str = "server_vad"  # or "semantic_vad" (the vendor's end-of-turn model)
     vad_eagerness: str = "auto"  # semantic_vad: low, medium, high or auto
-    silence_checkins_ms: tuple[int, ...] = (10_000, 20_000, 40_000)  # seed 003 "Silence detection"
+    silence_checkins_ms: tuple[int, ...] = (10_000, 20_000, 40_000)  # caller silence before each check-in
     silence_goodbye_ms: int = 10_000  # after the last unanswered check-in
-    goodbye_grace_ms: int = 500  # after the goodbye's last frame played (seed 003 "Terminal State")
+    goodbye_grace_ms: int = 500  # after the goodbye's last frame played, before the hang-up or transfer
     cancel_settle_ms: int = 1500  # a cancelled response whose response.done never comes counts as gone
     pause_release: bool = True  # a bare VAD edge holds release (HoldTag) until the caller's words decide
     transcription_model: str = "gpt-4o-mini-transcribe"
     vad_silence_duration_ms: int = 500
-    vad_prefix_padding_ms: int = 300  # included in speech_started.audio_start_ms (PROTOCOLS.md C.3)
+    # included in speech_started.audio_start_ms (docs/explanation/protocols.md#c3)
+    vad_prefix_padding_ms: int = 300
     gate_policy: str = "off"  # release policy of flow nodes that name none (off, numbers, scripted, strict)
     gate_language: str = "auto"  # en, sv or auto: how the validator reads numbers and scripts
     safe_line: str = core.DEFAULT_SAFE_LINE  # said instead of a rejected answer
@@ -305,7 +307,8 @@ class RunningTool:
 
 @dataclasses.dataclass(slots=True)
 class PendingAction:
-    """A function that waits for the caller's yes (seed 002: actions with confirmation)."""
+    """A function that runs only after the caller's yes
+    (docs/explanation/agents.md#actions-with-confirmation)."""
 
     call_id: str
     plan: flows.ToolPlan
@@ -527,7 +530,7 @@ class CallController:
         self._drop_queued()
         self._barge_in(now_ns, out)
         if self.pending_action is not None:
-            # seed 002: a key answers the confirmation prompt; 1 is yes, any other key is no
+            # a key answers the confirmation prompt: 1 is yes, any other key is no
             if digit == "1":
                 self._confirm_action(out)
             else:
@@ -582,7 +585,7 @@ class CallController:
             if not snippets:
                 self.stats.retrievals_empty += 1
                 if self._policy(request) in ("numbers", "strict") and question_needs_numbers(request.question):
-                    # Seed 002 section 4: nothing to ground an answer in, and it would need numbers.
+                    # Fail-closed: nothing to ground an answer in, and it would need numbers: the safe line.
                     self.queued = None
                     self._enqueue_safe_line(out)
         self._step(out)
@@ -745,7 +748,7 @@ class CallController:
         if self.active is not None and self.active.response_id == event.response_id:
             self.active.had_tool_call = True
         if self.debounce is not None:
-            self._flush_debounce(out)  # seed 001: another tool call flushes the buffer first
+            self._flush_debounce(out)  # another tool call sends the debounced fragments first
         decision = self.flow.on_tool_call(event.name or "", event.arguments)
         if isinstance(decision, flows.ToolPlan):
             if decision.confirm is not None and not self._done_recently(decision):
@@ -769,7 +772,8 @@ class CallController:
         if outcome.then is not None:
             self._enqueue(outcome.then, "flow", out)
         elif outcome.speak:
-            # seed 001: the state changed and the agent would speak; wait until the caller is quiet.
+            # the state changed and the agent would speak: first wait until the caller is quiet (the post-tool
+        # debounce).
             self.debounce = (self.now_ns, self.now_ns)
             self.fragments = []
 
@@ -800,7 +804,7 @@ class CallController:
             del self.done_writes[old]
         self.done_writes[key] = (now + self.config.dedupe_ms * MS, output)
 
-    # --- actions with confirmation (seed 002) -----------------------------------------------------------
+    # --- actions with confirmation (docs/explanation/agents.md#actions-with-confirmation) -----------------
     def _propose_action(self, call_id: str, plan: flows.ToolPlan, out: list[Action]) -> None:
         if self.pending_action is not None:
             self._drop_action("superseded", None, out)  # the model proposed another: only the newest stands
@@ -1031,7 +1035,8 @@ class CallController:
 
     # ================================================================================ barge-in
     def _barge_in(self, now_ns: int, out: list[Action]) -> bool:
-        """Cancel what the caller may hear (core mechanism: PROTOCOLS.md C.5). True if audio was cut."""
+        """Cancel what the caller may hear (core mechanism: docs/explanation/protocols.md#c5). True if audio
+        was cut."""
         audible = self.core.audible(self.playout)
         actions = self.core.barge_in(now_ns, self.playout) if audible is not None else []
         self.held_tag = 0
@@ -1182,8 +1187,8 @@ class CallController:
         return None
 
     def _apply_context_strategy(self, transition: flows.Transition, out: list[Action]) -> None:
-        """seed 004: ``reset`` forgets the conversation so far; ``task`` forgets it and adds the node's task
-        messages (``keep`` never gets here)."""
+        """A flow's context strategy (docs/explanation/agents.md#flows): ``reset`` forgets the conversation so
+        far; ``task`` forgets it and adds the node's task messages (``keep`` never gets here)."""
         self.context_reset = None
         for item_id in self.items:
             out.append(SendToModel(rt.item_delete(item_id)))
@@ -1248,7 +1253,7 @@ class CallController:
         if self._check_failures(out):
             return
         self._evaluate_utterances(out)
-        # post-tool debounce (seed 001)
+        # post-tool debounce: the fragments go once the caller was quiet long enough, or at the cap
         if self.debounce is not None:
             started, last = self.debounce
             if self.caller_speaking:

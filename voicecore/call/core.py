@@ -2,7 +2,7 @@
 
 Owns the response -> tag map, cutting model audio into 160-byte frames (remainders carried across deltas,
 never padded inside a response), dropping deltas of dead tags, and the barge-in mechanism (cancel the tag,
-`response.cancel`, truncate at the played position or delete at 0 ms: PROTOCOLS.md C.5).
+`response.cancel`, truncate at the played position or delete at 0 ms: docs/explanation/protocols.md#c5).
 
 INV-ONE-VOICE when the server runs two responses at once (a second ``response.created`` before the first's
 ``response.done``: server VAD racing a client ``response.create``, a function-call follow-up): the newer
@@ -29,7 +29,7 @@ MU_LAW_SILENCE = b"\xff"
 A_LAW_SILENCE = b"\xd5"  # linear 0 encoded in A-law (audioop.lin2alaw; voicecore/g711.py ALAW_SILENCE)
 _SILENCE = {"pcmu": MU_LAW_SILENCE, "pcma": A_LAW_SILENCE}  # by the session's audio format
 DEFAULT_SAFE_LINE = "I can't verify that."
-MAX_REJECTIONS_PER_TURN = 3  # seed 000 section 3: retry a prompt at most 3 times, then move on
+MAX_REJECTIONS_PER_TURN = 3  # retry a rejected prompt at most 3 times, then move on
 HARMLESS_ERROR_CODES = frozenset({"response_cancel_not_active", "conversation_already_has_active_response"})
 
 
@@ -344,8 +344,8 @@ class ModelCallCore:
     def _on_audio(self, delta: rt.AudioDelta) -> list[Action]:
         response = self.responses.get(delta.response_id)
         if response is None or response.cancelled or response.audio_done:
-            # Deltas already in flight when we cancelled (PROTOCOLS.md C.5 step 4), or of a response we
-            # never saw created: the tag is dead, the audio goes nowhere.
+            # Deltas already in flight when we cancelled (docs/explanation/protocols.md#c5-step-4), or of a
+            # response we never saw created: the tag is dead, the audio goes nowhere.
             self.stats.deltas_dropped += 1
             return []
         response.item_id = response.item_id or delta.item_id

@@ -14,8 +14,9 @@ import dataclasses
 
 MS = 1_000_000
 
-# Error codes of a vendor that cannot serve right now (PROTOCOLS.md): the request is asked again after a
-# pause, and counts toward the failure policy.
+# Error codes of a vendor that cannot serve right now (an `error` event's code:
+# docs/explanation/protocols.md#c3): the request is asked again after a pause, and counts toward the failure
+# policy (docs/explanation/failure-and-standby.md#the-vendor-fails).
 VENDOR_FAILURE_CODES = frozenset({"rate_limit_exceeded", "server_error", "server_overloaded", "service_unavailable",
                                   "insufficient_quota"})
 

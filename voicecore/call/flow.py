@@ -31,7 +31,7 @@ class Say:
     terminal: bool = False
     transfer_to: str | None = None
     policy: str | None = None  # release policy of this node (validator); None: the controller's default
-    forbidden: tuple[str, ...] = ()  # phrases this node must never say (seed 000 section 7)
+    forbidden: tuple[str, ...] = ()  # phrases this node must never say (the validator checks them)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -200,7 +200,7 @@ class ScriptedFlow:
         if kind == "transfer":
             return self._say("transfer", LINES["transfer"], terminal=True, transfer_to=self.operator)
         if kind == "apology":
-            # seed 000 s.6: after a failed retry, apologise and hand over to a person
+            # a request that failed again after its retry: apologise and hand over to a person
             return self._say("apology", f'{LINES["apology"]} {LINES["transfer"]}', terminal=True, transfer_to=self.operator)
         return self._say(kind, LINES[kind])
 

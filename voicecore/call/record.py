@@ -2,8 +2,8 @@
 
 Owns the record format (encoding and parsing its text) and the recording wrapper; must not know files,
 sockets, the clock or how the actions are applied (voicecore/record.py writes and reads record files).
-The shell passes ``now_ns`` (monotonic) with every input exactly as it passes it to the driver, so a
-record replays through a fresh driver with a virtual clock (INV-REPLAY, ARCHITECTURE.md section 9;
+The shell passes ``now_ns`` (monotonic) with every input exactly as it passes it to the driver, so a record
+replays through a fresh driver with a virtual clock (INV-REPLAY, docs/explanation/architecture.md#section-9;
 voicecore/replay.py).
 
 The wrapped driver (driver.py) is the turn-taking ``CallController`` (controller.py,

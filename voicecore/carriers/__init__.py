@@ -1,4 +1,4 @@
-"""Telephony carriers other than Twilio: one sans-I/O protocol module each (issue 19).
+"""Telephony carriers other than Twilio: one sans-I/O protocol module each (docs/reference/carriers.md).
 
 Every carrier module here speaks its carrier's media-stream WebSocket protocol without I/O and turns it
 into the events of :mod:`voicecore.carriers.events`, so the gateway can serve any carrier through one

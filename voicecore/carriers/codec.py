@@ -80,7 +80,8 @@ __all__ = [
 ]
 
 SAMPLE_WIDTH_BYTES = 2  # L16 and the linear form audioop works in
-L16_SAMPLE_RATES_HZ = frozenset({8000, 16000, 24000})  # the L16 rates any carrier here offers (PROTOCOLS.md B)
+# The L16 rates any carrier here offers (docs/explanation/protocols.md#b).
+L16_SAMPLE_RATES_HZ = frozenset({8000, 16000, 24000})
 G711_SAMPLE_RATE_HZ = SAMPLE_RATE_HZ  # G.711 is 8 kHz by definition
 
 # The resampler's look-ahead, and so its delay, in each direction (see the module docstring): 10 ms is

@@ -13,7 +13,7 @@ Owns, per stream:
   (:class:`FrameSink`: one message per frame; :class:`BatchedSink`: frames batched into chunks, Exotel).
 
 The one rule the outbound side keeps besides the formats: **a mark never goes out ahead of its audio**
-(its echo says "the audio before me has played": voicecore/twilio/marks.py, PROTOCOLS.md A.3). A
+(its echo says "the audio before me has played": voicecore/twilio/marks.py, docs/explanation/protocols.md#a3). A
 resampled stream delays its audio by ``EdgeTranscoder.delay_ms`` (10 ms: codec.py), so the last 10 ms of
 what the pacer sent is still inside the resampler when a mark arrives. Such a mark waits until the carrier
 bytes that carry its audio have gone out (the next frame, 20 ms later at most); a response's last mark

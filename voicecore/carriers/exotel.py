@@ -10,8 +10,9 @@ authentication check of the WebSocket upgrade.
 Must not know: sockets, clocks, call slots, rings, the model. Time never enters: the shell runs the
 start deadline and calls :meth:`ExotelStreamProtocol.deadline_violation`.
 
-Sources (PROTOCOLS.md B; every rule below names one): [ws] developer.exotel.com/docs/agentstream/
-websocket-protocol; [applet] developer.exotel.com/docs/agentstream/stream-voicebot-applet and its older
+Sources (docs/explanation/protocols.md#b compares the carriers; every rule below names one):
+[ws] developer.exotel.com/docs/agentstream/websocket-protocol;
+[applet] developer.exotel.com/docs/agentstream/stream-voicebot-applet and its older
 copy support.exotel.com article 3000108630; [beta] developer.exotel.com/docs/agentstream/
 stream-voicebot-extension ("Beta: features and behavior may change"); [guide] developer.exotel.com/docs/
 agentstream/developer-guide; [exo-repo] Exotel's own sample code, github.com/exotel/Agent-Stream;
@@ -53,16 +54,16 @@ here is read as either decimal digits in a string or a non-negative JSON integer
 stream_sid} [ws] (pipecat and parts of Exotel's own samples write ``streamSid`` instead, which suggests
 Exotel does not check the key; we follow the documented ``stream_sid``).
 
-Audio encoding is read at run time from ``start.media_format.encoding`` (PROTOCOLS.md B): the base
-guide says raw/slin 16-bit little-endian PCM [applet] (``audio/x-raw`` in [ws]), the beta extension
-says mu-law 8 kHz by default with L16 8/16 kHz as options [beta]. We answer in the same encoding and
-rate. See ``_ENCODINGS`` for the names accepted.
+Audio encoding is read at run time from ``start.media_format.encoding`` (docs/explanation/protocols.md#b): the
+base guide says raw/slin 16-bit little-endian PCM [applet] (``audio/x-raw`` in [ws]), the beta extension says
+mu-law 8 kHz by default with L16 8/16 kHz as options [beta]. We answer in the same encoding and rate. See
+``_ENCODINGS`` for the names accepted.
 
 Phone numbers: ``start.from`` and ``start.to`` are the caller's and the called number. They are not put
 into :class:`~voicecore.carriers.events.StreamStarted` (which the gateway logs and records) nor into
 statistics or violation reasons; they are kept on the protocol object as :attr:`ExotelStreamProtocol.
 call_parties`, whose ``repr`` hides them, for a shell that has a use for them and a redacted field to
-put them in (STYLE.md: no phone numbers in log text).
+put them in (no phone numbers in log text: docs/explanation/style.md#rules).
 
 Bad peer input never raises out of :class:`ExotelStreamProtocol`: it becomes one
 :class:`~voicecore.carriers.events.ProtocolViolation`, after which the protocol is closed and ignores
@@ -280,7 +281,7 @@ _ENCODINGS: dict[str, str] = {
     "raw": ENCODING_L16,  # [applet] "raw/slin"
     "slin": ENCODING_L16,  # [applet] "raw/slin"
     "raw/slin": ENCODING_L16,  # [applet]
-    "linear16": ENCODING_L16,  # [exo-repo] docs/reference/WEBSOCKET_PROTOCOL.md
+    "linear16": ENCODING_L16,  # [exo-repo] Agent-Stream/docs/reference/WEBSOCKET_PROTOCOL.md
     "audio/l16": ENCODING_L16,  # [beta] MediaFormat "audio/L16;rate=8000|16000"
     "l16": ENCODING_L16,
     "audio/x-mulaw": ENCODING_PCMU,  # [beta] MediaFormat "audio/x-mulaw;rate=8000", the beta default

@@ -13,7 +13,7 @@ WebSocket message to :class:`PlivoStreamProtocol`, acts on the events, closes th
 ``ProtocolViolation.close_code`` when one comes out, and runs the start deadline itself (it calls
 :meth:`PlivoStreamProtocol.deadline_violation` when the timer fires).
 
-Sources, cited below by tag (PROTOCOLS.md B gives the comparison with Twilio):
+Sources, cited below by tag (docs/explanation/protocols.md#b gives the comparison with Twilio):
 
 - [ref]: Plivo's "Audio Streaming Protocol Reference" and "Stream Event Protocol" pages
   (docs.plivo.com voice-agents/audio-streaming/concepts/audio-streaming-reference, voice/audio-streaming),
@@ -616,13 +616,13 @@ class CheckpointLead:
     unplayed audio within a bound; if the pacer sends only when it says yes, :meth:`unplayed_frames` never
     exceeds that bound. A checkpoint nobody echoes simply holds the count up: the bound is conservative.
 
-    Clears (PROTOCOLS.md A.3, and what differs for Plivo): a mark echo after a clear means "discarded",
-    not "played". Plivo goes further and never echoes a checkpoint whose audio it dropped [ref]; a
-    Plivo-compatible carrier's docs say so outright. So :meth:`clear_sent` resets the count (the audio sent
-    before it is played or thrown away once Plivo reads the clear; WebSocket order puts everything sent
-    after it into an emptied buffer) and forgets the pending checkpoints. An echo of one of those that
-    still arrives (Plivo played it before it read the clear) is stale: Plivo writes its messages in order,
-    so until ``clearedAudio`` comes back, a name sent before the clear is stale. A name that was pending
+    Clears (docs/explanation/protocols.md#a3, and what differs for Plivo): a mark echo after a clear means
+    "discarded", not "played". Plivo goes further and never echoes a checkpoint whose audio it dropped [ref];
+    a Plivo-compatible carrier's docs say so outright. So :meth:`clear_sent` resets the count (the audio sent
+    before it is played or thrown away once Plivo reads the clear; WebSocket order puts everything sent after
+    it into an emptied buffer) and forgets the pending checkpoints. An echo of one of those that still arrives
+    (Plivo played it before it read the clear) is stale: Plivo writes its messages in order, so until
+    ``clearedAudio`` comes back, a name sent before the clear is stale. A name that was pending
     both before and after the clear stays stale until then (the safe side: unplayed stays high), and an
     echo of a checkpoint sent after the clear shows the clear was read even if ``clearedAudio`` is lost.
 

@@ -27,7 +27,7 @@ Sources, cited below by these names:
   ``timestamp + b"|" + payload`` with a base64 public key.
 - [pipecat]: ``pipecat-ai/pipecat`` ``src/pipecat/serializers/telnyx.py``: outbound ``media`` and ``clear``
   carry no ``stream_id``.
-- PROTOCOLS.md B: the Twilio/Telnyx comparison this module follows.
+- docs/explanation/protocols.md#b: the Twilio/Telnyx comparison this module follows.
 
 The WebSocket upgrade is not signed. Telnyx signs its webhooks [webhooks] and nothing on the stream: the
 connection flow of [asyncapi] is "Telnyx opens a WebSocket connection to the configured stream_url" and

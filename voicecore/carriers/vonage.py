@@ -10,8 +10,9 @@ JWT on the WebSocket upgrade (:func:`verify_upgrade_jwt`).
 Must not know: sockets, clocks, session tokens, call slots, rings, or how audio becomes mu-law (that is
 :mod:`voicecore.carriers.codec`, once, at the gateway edge). Time comes in as ``now_s``; ids come in.
 
-Sources (PROTOCOLS.md B): the Vonage WebSockets guide (developer.vonage.com/en/voice/voice-api/concepts/
-websockets; an earlier text of it is in ``mheap/nexmo-developer:_documentation/en/voice/voice-api/guides/
+Sources (the comparison with Twilio: docs/explanation/protocols.md#b): the Vonage WebSockets guide
+(developer.vonage.com/en/voice/voice-api/concepts/websockets;
+an earlier text of it is in ``mheap/nexmo-developer:_documentation/en/voice/voice-api/guides/
 websockets.md``), the AsyncAPI model taken from it (``api-evangelist/vonage:asyncapi/vonage-asyncapi.yml``),
 the NCCO reference's websocket endpoint, pipecat's ``src/pipecat/serializers/vonage.py``, and the signed
 webhooks pages (Messages API concept page; the Voice page says Voice signs "the same JWT"), and for the

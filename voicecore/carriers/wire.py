@@ -1,4 +1,4 @@
-"""How the pacer writes one call's outbound messages, as the call's carrier module says (issue 19).
+"""How the pacer writes one call's outbound messages, as the call's carrier module says.
 
 Owns the contract between a carrier protocol module, the gateway (which writes a call's templates into its
 arena slot when the call starts) and the pacer (whose kernels copy them byte by byte around each frame's

@@ -1,6 +1,6 @@
 """Live observer events across the nodes of a fleet: the message each node's recorder publishes on the fleet
-subject and each node's console reads (issue 19). Pure: bytes in, rows out; the NATS connection is
-voicecore/observe/transport.py's.
+subject and each node's console reads (docs/how-to/fleet.md#observers). Pure: bytes in, rows out; the NATS
+connection is voicecore/observe/transport.py's.
 
 One message is one batch of numbered events, as the recorder publishes them locally (``ObservedEvents``:
 rows ``[call_sid, seq, at, t_ms, type, data]``, at most about 48 KiB of them), with the node that served

@@ -1,5 +1,5 @@
 """The fleet's live observer events over NATS: the recorder's publisher and the console's subscription
-(issue 19; the message is voicecore/observe/fleet.py's).
+(docs/how-to/fleet.md#observers; the message is voicecore/observe/fleet.py's).
 
 Why NATS (and not Redis pub/sub): the fan-out is fire-and-forget pub/sub of small batches, ten a second per
 node, and nothing else: NATS is exactly that (subjects, no storage, at-most-once), its server is one static

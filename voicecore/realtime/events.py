@@ -1,7 +1,7 @@
 """Client side of the OpenAI Realtime WebSocket protocol, sans-I/O: parse server events, build client events.
 
-Owns the wire vocabulary of PROTOCOLS.md section C: the beta and GA names of every server event we act
-on (C.1), their required fields (C.3), and the JSON of the client events we send (C.2). Server events
+Owns the wire vocabulary of docs/explanation/protocols.md#c: the beta and GA names of every server event we act
+on (#c1), their required fields (#c3), and the JSON of the client events we send (#c2). Server events
 become frozen dataclasses with one canonical name whatever the naming; client events are built as
 compact JSON strings. Must not know sockets, clocks, calls, tags or frames: the model worker's shell
 feeds text in and writes text out.

@@ -23,9 +23,9 @@ Why a plain file and mmap, not ``multiprocessing.shared_memory``: on Python 3.11
 *attaches* to a ``SharedMemory`` registers it with its resource tracker, which unlinks the segment when
 that process exits (CPython issue 82300; ``track=False`` arrives only in 3.13). A restarted model worker
 or pacer would then delete the gateway's arena under every live call. A file we open and mmap ourselves
-has no tracker: only ``Arena.unlink()`` by the creator removes it (ARCHITECTURE.md section 4).
+has no tracker: only ``Arena.unlink()`` by the creator removes it (docs/explanation/architecture.md#section-4).
 
-Security (ARCHITECTURE.md section 4): the creator makes the file with O_CREAT|O_EXCL|O_NOFOLLOW, mode
+Security (the same section): the creator makes the file with O_CREAT|O_EXCL|O_NOFOLLOW, mode
 0600, under an unpredictable name (``voicecore-`` + 16 hex digits), so no other user can pre-create,
 redirect or read it. Attachers open it O_NOFOLLOW and refuse it unless it is a regular file owned by
 their effective uid with no group/other permission bits, and its header matches.
@@ -179,7 +179,8 @@ class ArenaLayout:
 
 def _encode_id(value: str, what: str) -> bytes:
     # Ids end up inside JSON text the pacer builds byte by byte: allow no quote, backslash or control
-    # character, so no escaping is ever needed (Twilio SIDs are letters and digits; PROTOCOLS.md A.2).
+    # character, so no escaping is ever needed (Twilio SIDs are letters and digits:
+    # docs/explanation/protocols.md#a2).
     if not isinstance(value, str) or _SID_RE.fullmatch(value) is None:
         raise ValueError(f"{what} must be 1-64 characters of [A-Za-z0-9._:-]")
     return value.encode("ascii")

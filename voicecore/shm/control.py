@@ -1,9 +1,10 @@
 """The per-call control block: one row of int64 words per call slot, each word with exactly one writer.
 
-Owns the word indices and their meaning; knows nothing of sockets or processes. Single-writer words are
-what make the block safe without locks: a reader may see an old value, never a torn one (aligned 64-bit
-stores). Writers publish in order: payload, then header, then the counter or state word that makes it
-visible (ARCHITECTURE.md section 4). x86-64 keeps stores in program order; see rings.py for the fences.
+Owns the word indices and their meaning; knows nothing of sockets or processes. Single-writer words are what
+make the block safe without locks: a reader may see an old value, never a torn one (aligned 64-bit stores).
+Writers publish in order: payload, then header, then the counter or state word that makes it visible
+(docs/explanation/architecture.md#section-4). x86-64 keeps stores in program order; see rings.py for the
+fences.
 """
 
 # --- written by the gateway -------------------------------------------------------------------

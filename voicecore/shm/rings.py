@@ -4,7 +4,8 @@ Owns the ring protocol (who writes which counter, in which order) and the tag ta
 Knows nothing of files, sockets or processes: every function takes the arena's numpy arrays (or any
 arrays of the same shapes) and a slot index, so tests run them over plain ``np.zeros`` arrays.
 
-Rings (ARCHITECTURE.md section 4), each single-producer single-consumer, counters in the control block:
+Rings (docs/explanation/architecture.md#section-4), each single-producer single-consumer, counters in the
+control block:
 
 | ring     | producer     | consumer     | counters (producer, consumer) | slot                                    |
 | -------- | ------------ | ------------ | ----------------------------- | --------------------------------------- |
@@ -30,9 +31,9 @@ Memory ordering, what this module relies on:
 - Python-side readers (``wire_pop``) take the counter through a numba call (acquire), copy with numpy
   afterwards and publish through another numba call (release): a call boundary is opaque to both
   compilers, and the hardware acquire/release covers the numpy copy on aarch64 too.
-- A value read a few microseconds stale is a linearisation, not a bug: e.g. a frame released by the
-  pacer just as the model worker cancels its tag is followed by the ``clear`` the pacer queues on its
-  next look at CANCEL_SEQ, so the carrier discards it (INV-STALE; ARCHITECTURE.md section 3, step 8).
+- A value read a few microseconds stale is a linearisation, not a bug: e.g. a frame released by the pacer just
+  as the model worker cancels its tag is followed by the ``clear`` the pacer queues on its next look at
+  CANCEL_SEQ, so the carrier discards it (INV-STALE; docs/explanation/architecture.md#section-3, step 8).
 
 Python call overhead (CPython 3.11, numba 0.68, x86-64, 2 cores, best of 300 batches): ``inbound_push``
 and ``outbound_push`` with a 160-byte ``bytes`` or uint8-array payload ~0.43 us per call, ``tag_state``
@@ -285,7 +286,7 @@ def outbound_push_many(ctrl, out_meta, out_payload, slot, tag, first_index, payl
 
     Returns the frames written; fewer than asked when the ring fills (each refused frame counts in
     OUT_DROPPED). The length must be a whole number of frames: the model worker carries the remainder of
-    a delta to the next one, never pads mid-response (ARCHITECTURE.md section 3, step 5).
+    a delta to the next one, never pads mid-response (docs/explanation/architecture.md#section-3, step 5).
     """
     _check_slot(ctrl, slot)
     if len(payload_u8) % FRAME_BYTES != 0:

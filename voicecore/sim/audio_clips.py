@@ -3,7 +3,7 @@
 Owns reading the packaged assets (importlib.resources, so it works from a wheel) and the `ClipInfo` /
 `ClipLibrary` values that cores receive as arguments. Knows nothing of protocols or timing. The clips
 are synthetic speech made by bench/make_clips.py (espeak-ng + sox), so no dataset licence applies
-(PROTOCOLS.md E.2). Files are headerless mu-law, one byte per sample, 8 bytes per ms.
+(docs/explanation/protocols.md#e2). Files are headerless mu-law, one byte per sample, 8 bytes per ms.
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ async def _http_request(method: str, url: str, form: dict[str, str], headers, un
 
 @dataclass(frozen=True, slots=True)
 class StreamTarget:
-    """What the TwiML `<Connect><Stream>` tells Twilio (PROTOCOLS.md A.4)."""
+    """What the TwiML `<Connect><Stream>` tells Twilio (docs/explanation/protocols.md#a4)."""
 
     url: str
     name: str | None
@@ -175,7 +175,7 @@ class SharedTicker:
     own work comes in small batches that delay its arrival time stamps less.
 
     A late wake-up runs every phase whose turn passed (each at its newest grid point); each call's core
-    catches up the frames it owes, so nothing drifts (ARCHITECTURE.md section 6). Callbacks get
+    catches up the frames it owes, so nothing drifts (docs/explanation/architecture.md#section-6). Callbacks get
     (grid_ms, now_ms) and return False to leave.
     """
 
@@ -368,7 +368,7 @@ class StreamListener(WSListener):
 
 
 def _sid(prefix: str) -> str:
-    # PROTOCOLS.md A.2: two letters + 32 hex digits.
+    # Twilio's SIDs: two letters + 32 hex digits (docs/explanation/protocols.md#a2).
     return prefix + uuid.uuid4().hex
 
 
@@ -530,7 +530,7 @@ async def place_call(
         errors.append(reason)
         return CallResult(call_sid, None, None, None, "not_connected", errors)
 
-    # 1. Voice webhook (PROTOCOLS.md A.4; ARCHITECTURE.md section 3 step 1).
+    # 1. Voice webhook (docs/explanation/protocols.md#a4; docs/explanation/architecture.md#section-3-step-1).
     voice_url = base_url_http.rstrip("/") + "/twilio/voice"
     form = {
         "CallSid": call_sid,

@@ -1,11 +1,11 @@
 """Sans-I/O core of one simulated call: the caller's phone plus the carrier's media-stream leg.
 
 Owns: the carrier-neutral measuring core (PlayoutCore: an absolute 20 ms caller clock, a model of the
-carrier's outbound playout buffer that plays one 20 ms frame per tick, echoes marks when playout passes
-them and honours `clear`, and the measurements the tests and the bench read: lateness, underruns, stale
-frames, barge-in latency, barge-ins without a clear, overlapping frames, what was played of each
-response), and its Twilio adapter (CarrierCall: the messages Twilio sends, PROTOCOLS.md A.2, and its
-reading of what the gateway sends, A.3). The other carriers' adapters sit on PlayoutCore in
+carrier's outbound playout buffer that plays one 20 ms frame per tick, echoes marks when playout passes them
+and honours `clear`, and the measurements the tests and the bench read: lateness, underruns, stale frames,
+barge-in latency, barge-ins without a clear, overlapping frames, what was played of each response), and its
+Twilio adapter (CarrierCall: the messages Twilio sends, docs/explanation/protocols.md#a2, and its reading of
+what the gateway sends, #a3). The other carriers' adapters sit on PlayoutCore in
 voicecore/sim/carrier_modes_core.py.
 
 Must not know: sockets, asyncio, HTTP, the wall clock. Every method that depends on time takes `now_ms`
@@ -294,7 +294,7 @@ class PlayoutCore(abc.ABC):
         """Caller `media` frames due by ``now_ms`` on the absolute clock origin + n*20 ms.
 
         The origin is the first call's ``now_ms``. A late tick returns every frame that fell due since
-        the previous one (catch-up, never drift: ARCHITECTURE.md section 6).
+        the previous one (catch-up, never drift: docs/explanation/architecture.md#section-6).
         """
         self._require_open()
         if self._stopped:
@@ -732,7 +732,7 @@ class CarrierCall(PlayoutCore):
     # ----- caller side (A.2) -----------------------------------------------------------------------
 
     def opening_messages(self) -> list[str]:
-        """`connected` then `start` (sequenceNumber "1"), exactly as PROTOCOLS.md A.2."""
+        """`connected` then `start` (sequenceNumber "1"), exactly as docs/explanation/protocols.md#a2 says."""
         if self._opened:
             raise RuntimeError("opening_messages() called twice")
         self._opened = True

@@ -1,4 +1,4 @@
-"""Sans-I/O carrier modes of the carrier simulator: Telnyx, Plivo, Vonage and Exotel beside Twilio (issue 19).
+"""Sans-I/O carrier modes of the carrier simulator: Telnyx, Plivo, Vonage and Exotel beside Twilio.
 
 Owns, per carrier: the adapter that puts its wire shapes in front of the carrier-neutral measuring core
 (voicecore.sim.carrier_core.PlayoutCore), built on that carrier's ``<Carrier>CarrierSide``
@@ -22,7 +22,7 @@ The carrier sides that keep a playout model of their own (Telnyx, Plivo) are use
 core's playout clock is the one that times echoes, so a second instance of the side reads what we send
 and its own queue is never played.
 
-Carrier behaviours the adapters model (PROTOCOLS.md B and each carrier module's sources):
+Carrier behaviours the adapters model (docs/explanation/protocols.md#b and each carrier module's sources):
 
 - Telnyx: ``connected`` + ``start`` (the TeXML ``<Parameter>``s in ``custom_parameters``), PCMU or PCMA as
   the TeXML's ``codec`` asks, marks echoed when played and at once when nothing is queued, ``clear``
@@ -91,7 +91,8 @@ __all__ = [
 
 CARRIERS = ("twilio", "telnyx", "plivo", "vonage", "exotel")
 
-# The path of each carrier's answer webhook on the gateway (the contract of issue 19). Everything after
+# The path of each carrier's answer webhook on the gateway (a public contract: the carriers' consoles point
+# at these; docs/reference/carriers.md#answer-webhooks). Everything after
 # the answer (the stream's URL, path, query and where the session token travels) is read from the answer.
 ANSWER_PATHS = {"telnyx": "/telnyx/voice", "plivo": "/plivo/voice", "vonage": "/vonage/answer",
                 "exotel": "/exotel/voice"}
@@ -189,7 +190,7 @@ def answer_webhook(carrier: str, base_url: str, ids: CallIdentity, credentials: 
     """The signed answer webhook ``carrier`` sends when the call comes in. ``now_s``: Unix seconds (Telnyx's
     timestamp, Vonage's iat); ``nonce``: Plivo's signature nonce and Vonage's JWT id. ``vonage_method``: the
     application's answer_method (Vonage's default is GET; POST sends the fields as JSON, which the JWT's
-    payload_hash then covers, and is what voicecore's README asks for)."""
+    payload_hash then covers, and is what docs/reference/carriers.md#verified asks for)."""
     url = base_url.rstrip("/") + ANSWER_PATHS[carrier]
     if carrier == "telnyx":
         # TeXML instruction fetch: a form POST like TwiML's, signed with Ed25519 over "timestamp|body".

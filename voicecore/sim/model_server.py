@@ -1,10 +1,10 @@
 """Realtime-model simulator, the shell: a WebSocket server that drives one `ModelSession` per connection.
 
-Owns the socket, the real clock (CLOCK_MONOTONIC in ms, the clock the shared-memory control block uses,
-so an in-process harness can line records up with pacer and gateway times) and the registry of sessions
-that a harness reads after its calls. Protocol behaviour lives in voicecore.sim.model; this module must not
-decide what the server says. Binds 127.0.0.1 only by default; serves without per-message compression (it
-doubles the CPU per message, ARCHITECTURE.md section 11). The socket side is picows (framing in C), one
+Owns the socket, the real clock (CLOCK_MONOTONIC in ms, the clock the shared-memory control block uses, so an
+in-process harness can line records up with pacer and gateway times) and the registry of sessions that a
+harness reads after its calls. Protocol behaviour lives in voicecore.sim.model; this module must not decide
+what the server says. Binds 127.0.0.1 only by default; serves without per-message compression (it doubles the
+CPU per message, docs/explanation/architecture.md#section-11). The socket side is picows (framing in C), one
 listener and at most one timer per session, and the events due at once go out in one write
 (voicecore.wsframes): the bench runs hundreds of sessions on one load core.
 

@@ -5,10 +5,10 @@ Owns the naming rule, one place for its three users: the pacer writes the names 
 and the carrier simulator parses the marks it receives to tie frames to responses.
 
 ``"<tag>:<frames>"``: ``frames`` frames of response ``tag`` have been sent up to here (the pacer puts one
-behind every group of frames). ``"<tag>:<frames>:end"``: the tag's audio stops here, for now (behind its
-last frame, or where a hold stopped it). Twilio echoes a mark once the audio queued before it has played,
-or at once for every pending mark when it clears its buffer (PROTOCOLS.md A.3). Tags start at 1; both
-numbers are ASCII decimal digits, so a name needs no escaping inside a JSON string.
+behind every group of frames). ``"<tag>:<frames>:end"``: the tag's audio stops here, for now (behind its last
+frame, or where a hold stopped it). Twilio echoes a mark once the audio queued before it has played, or at
+once for every pending mark when it clears its buffer (docs/explanation/protocols.md#a3). Tags start at 1;
+both numbers are ASCII decimal digits, so a name needs no escaping inside a JSON string.
 
 Must not know: sockets, clocks, the JSON around a name (voicecore/twilio/stream.py owns that).
 """

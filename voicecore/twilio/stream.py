@@ -1,8 +1,9 @@
 """Server side of one Twilio Media Streams WebSocket (bidirectional ``<Connect><Stream>``), without I/O.
 
-Owns: validating every inbound text message into a frozen event (PROTOCOLS.md A.2), the order in which
-Twilio may send them, the WebSocket close code for each kind of bad input, and the exact byte shapes of
-what we send back (``media``, ``mark``, ``clear``; PROTOCOLS.md A.3).
+Owns: validating every inbound text message into a frozen event (docs/explanation/protocols.md#a2), the order
+in which Twilio may send them, the WebSocket close code for each kind of bad input, and the exact byte
+shapes of what we send back (``media``, ``mark``, ``clear``; #a3). The section numbers in parentheses
+below (A.1 to A.5) are that page's.
 
 Must not know: sockets, clocks, session tokens, call slots or rings. The shell feeds each received
 WebSocket message to :class:`TwilioStreamProtocol`, acts on the events, closes the socket with
@@ -183,8 +184,8 @@ class State(enum.Enum):
     CLOSED = "closed"  # after a violation: every further input is ignored
 
 
-# Rules (PROTOCOLS.md A.2): `connected` comes first, once; `start` once, right after it (we tolerate a
-# missing `connected`: it carries nothing we need); then `media`, `dtmf` and `mark` in any number;
+# Rules (docs/explanation/protocols.md#a2): `connected` comes first, once; `start` once, right after it (we
+# tolerate a missing `connected`: it carries nothing we need); then `media`, `dtmf` and `mark` in any number;
 # `stop` last. Any (state, event) pair not in this table is a 1008 policy violation.
 _TRANSITIONS: dict[tuple[State, str], State] = {
     (State.AWAITING_CONNECTED, "connected"): State.AWAITING_START,
@@ -272,11 +273,11 @@ def _sid(message: dict, key: str, prefix: str) -> str:
     return value
 
 
-# A media message byte for byte as Twilio writes it (PROTOCOLS.md A.2): groups sequenceNumber, timestamp,
-# payload, track and streamSid. One pattern for every stream: the track and the SID are captured and
-# compared with the stream's own (a pattern compiled per stream would go through re's module cache, 512
-# patterns of about 2 KB each, evicting everyone else's, and cost a compile per call). The payload's
-# alphabet and padding are left to the strict base64 decoder (cheaper than a character class here).
+# A media message byte for byte as Twilio writes it (docs/explanation/protocols.md#a2): groups sequenceNumber,
+# timestamp, payload, track and streamSid. One pattern for every stream: the track and the SID are captured
+# and compared with the stream's own (a pattern compiled per stream would go through re's module cache, 512
+# patterns of about 2 KB each, evicting everyone else's, and cost a compile per call). The payload's alphabet
+# and padding are left to the strict base64 decoder (cheaper than a character class here).
 _MEDIA_SHAPE = re.compile(
     rb'\{"event":"media","sequenceNumber":"([0-9]{1,%d})"' % _MAX_COUNTER_DIGITS
     + rb',"media":\{"track":"([a-z]{1,16})","chunk":"[0-9]{1,%d}","timestamp":"([0-9]{1,%d})"'
@@ -586,7 +587,7 @@ def _check_template_safe(stream_sid: object) -> bytes:
 
 
 class OutboundEncoder:
-    """Exact wire bytes of the messages we send on one stream (PROTOCOLS.md A.3).
+    """Exact wire bytes of the messages we send on one stream (docs/explanation/protocols.md#a3).
 
     Every method returns compact UTF-8 JSON as ``bytes``. The shell must send it as a WebSocket
     **text** frame: Twilio rejects binary frames (A.1, warning 31950). ``media_prefix`` + base64 +

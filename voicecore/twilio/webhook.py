@@ -1,5 +1,7 @@
 """Sans-I/O pieces of Twilio's HTTP side: the voice webhook, the TwiML answer, the stream status callback,
-single-use session tokens and the request-signature check (PROTOCOLS.md A.4; ARCHITECTURE.md section 3).
+single-use session tokens and the request-signature check (docs/explanation/protocols.md#a4;
+docs/explanation/architecture.md#section-3). The section numbers in parentheses below (A.1, A.4) are the
+protocols page's.
 
 Owns: parsing and validating the form bodies Twilio POSTs, building the ``<Connect><Stream>`` TwiML (and
 the ``<Reject>`` / ``<Redirect>`` a draining node answers instead), and the token table that ties a stream's ``start`` back to the webhook that announced it (the WebSocket
@@ -88,7 +90,8 @@ def _check_url(url: str, schemes: tuple[str, ...], what: str) -> None:
 def twiml_connect_stream(
     stream_url: str, session_token: str, status_callback_url: str | None = None, name: str | None = None
 ) -> str:
-    """The TwiML answer to a voice webhook: a bidirectional stream to ``stream_url`` (PROTOCOLS.md A.4).
+    """The TwiML answer to a voice webhook: a bidirectional stream to ``stream_url``
+    (docs/explanation/protocols.md#a4).
 
     ``session_token`` arrives in ``start.customParameters["session_token"]``. ``stream_url`` must carry no
     query string or fragment: Twilio refuses one (error 31922) and data goes in ``<Parameter>`` instead.
@@ -325,7 +328,8 @@ STREAM_EVENTS = frozenset({"stream-started", "stream-stopped", "stream-error"})
 
 @dataclass(frozen=True, slots=True)
 class StatusCallback:
-    """The ``<Stream statusCallback>`` POST (PROTOCOLS.md A.4). ``timestamp`` is kept as sent (RFC 3339)."""
+    """The ``<Stream statusCallback>`` POST (docs/explanation/protocols.md#a4). ``timestamp`` is kept as sent
+    (RFC 3339)."""
 
     account_sid: str
     call_sid: str
@@ -383,7 +387,7 @@ def _port_variants(url: str) -> list[str]:
 def check_signature(auth_token: str, url: str, form: Mapping[str, str] | None, header_value: str | None) -> bool:
     """True if ``header_value`` (``X-Twilio-Signature``) signs ``url`` + ``form`` with ``auth_token``.
 
-    For the WebSocket upgrade, ``url`` is the wss URL and ``form`` is empty (PROTOCOLS.md A.1).
+    For the WebSocket upgrade, ``url`` is the wss URL and ``form`` is empty (docs/explanation/protocols.md#a1).
     """
     if not header_value:
         return False

@@ -1,11 +1,13 @@
 """The knowledge base the gate grounds numbers in: markdown documents split into snippets, every number
 indexed, fail-closed grounding with citations, lexical retrieval; sans-I/O.
 
-Owns seed 002 section 1 ("Verifieringsprocess", "Citation-krav") and section 4 (retrieve-first) for
-voicecore: ``KnowledgeBase.from_documents({path: text})`` is built from file contents, never from files,
-so the validator's shell owns reading, watching and reloading (``version`` tells it whether a reload
-changed anything). Must not know calls, audio, clocks, sockets or how the files got here. The one shell
-helper, ``load_knowledge_dir``, sits apart at the bottom and is the only code here that touches a disk.
+Owns fail-closed grounding (every number of an answer must be found in the knowledge base, and the answer
+cites where: docs/how-to/ground-answers.md#rules) and retrieval for retrieve-first
+(docs/explanation/validation-gate.md#nodes): ``KnowledgeBase.from_documents({path: text})`` is built from file
+contents, never from files, so the validator's shell owns reading, watching and reloading (``version`` tells
+it whether a reload changed anything). Must not know calls, audio, clocks, sockets or how the files got here.
+The one shell helper, ``load_knowledge_dir``, sits apart at the bottom and is the only code here that touches
+a disk.
 
 Snippets (the unit of citation): each heading, each list item, each table row (cells joined by " | ";
 the separator row is skipped), and each paragraph (consecutive non-blank lines). Headings above a
@@ -43,7 +45,7 @@ every mention matches some snippet's mention; each mention that matches nothing 
 - time: a reading equal ("halv fem" is 04:30 or 16:30); a whole hour also matches the bare number of the
   hour and back ("kl. 8" and "08-17"), with the unit "clock" so "8 GB" never cites "08:00".
 An answer without numbers grounds trivially (ok, no citations): whether it needed sources is the
-retrieve-first decision of the caller (seed 002 section 4), made with ``retrieve``.
+retrieve-first decision of the caller, made with ``retrieve``.
 """
 
 from __future__ import annotations
@@ -281,7 +283,7 @@ class KnowledgeBase:
     def statistics(self) -> KnowledgeStatistics:
         return KnowledgeStatistics(self._files, len(self.snippets), sum(map(len, self.mentions)), self.version)
 
-    # -- grounding (seed 002 section 1) -----------------------------------------------------------
+    # -- grounding: every number needs a fact that holds it, or the answer fails ---------------
 
     def ground(self, mentions: Iterable[NumberMention]) -> GroundingResult:
         """Fail-closed: ok only if every mention is found (matching rules: module docstring)."""
@@ -462,13 +464,14 @@ class KnowledgeBase:
                     return position
         return fallback
 
-    # -- retrieve-first (seed 002 section 4) ------------------------------------------------------
+    # -- retrieve-first: the snippets an answer is given before it is asked for ----------------
 
     def retrieve(self, question: str, k: int = 3) -> list[Snippet]:
         """The k snippets most relevant to a question (BM25 over lowercase word tokens of the snippet
         and its context, with prefix matching, a few synonym groups, English and Swedish stopwords
         removed); only paragraphs, list items and table rows sharing a term, best first, ties in path
-        order. An empty list means no support: the caller fails closed (seed 002 section 4)."""
+        order. An empty list means no support: the caller fails closed (a question that needs numbers gets the
+        safe line)."""
         query = list(dict.fromkeys(_tokens(question)))
         if not query or not self.snippets or k <= 0:
             return []
@@ -756,7 +759,7 @@ def _words_of(key: str) -> str:
 def load_knowledge_dir(path) -> dict[str, str]:
     """Every *.md file under ``path`` (recursively) as {"<dir name>/<relative path>": text}, UTF-8.
 
-    Keys use "/" and start with the folder's own name, as seed 002 cites "kb/pricing.md".
+    Keys use "/" and start with the folder's own name, so a citation reads "kb/pricing.md".
     """
     from pathlib import Path
 

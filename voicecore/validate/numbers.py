@@ -1,11 +1,11 @@
 """Every number a text states, found and normalized for the validation gate; sans-I/O.
 
-Owns what counts as a number and its canonical spelling (seed 002 section 1, "Vad är en siffra?" and
-"Normalisering"), widened to speech: integers, decimals, percentages, phone numbers, dates, clock times,
-amounts with units, thousands with spaces, and numbers said in words in English and Swedish. The
-knowledge base (knowledge.py) and the script matcher (script.py) both compare these canonical strings.
-Must not know knowledge bases, files, calls, audio or clocks. Our own misuse (an unknown language)
-raises ValueError; any text, however odd, only yields fewer or more mentions, never an exception.
+Owns what counts as a number and its canonical spelling, for text as written and as spoken: integers,
+decimals, percentages, phone numbers, dates, clock times, amounts with units, thousands with spaces, and
+numbers said in words in English and Swedish. The knowledge base (knowledge.py) and the script matcher
+(script.py) both compare these canonical strings. Must not know knowledge bases, files, calls, audio or
+clocks. Our own misuse (an unknown language) raises ValueError; any text, however odd, only yields fewer or
+more mentions, never an exception.
 
 Canonical values (``NumberMention.value``):
 - integer, amount, ordinal: the magnitude in plain digits, no leading zeros, no grouping ("08" -> "8",

@@ -1,4 +1,4 @@
-"""Does a caller's question need numbers to answer? (retrieve-first, seed 002 section 4)
+"""Does a caller's question need numbers to answer? (retrieve-first: docs/explanation/validation-gate.md#nodes)
 
 When the knowledge base holds nothing relevant to a question, an answer that needs a price, a date, a
 time, an amount or a phone number can only be invented; the controller then says the safe line without

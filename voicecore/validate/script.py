@@ -1,12 +1,13 @@
 """Scripted prompts followed as the transcript streams, and forbidden phrases; sans-I/O.
 
-Owns the scripted half of the gate (issue 5 item 2): seed 000 section 3 checks a scripted prompt only
-after its audio was queued, with a 30 % overlap of words longer than 3 letters; here the transcript must
-follow the script word by word while it streams, so the gate can release audio only as far as the text
-is approved and cancel a hallucinated continuation before it plays. Seed 000's figure is still computed
-(``word_overlap``, ``Verdict.overlap``) for comparison. Forbidden phrases are seed 000 section 7's
-("Got it", "I'll have someone", "technician", ...). Must not know audio, frames, calls or clocks: the
-validator maps ``approved_chars`` to audio positions.
+Owns the scripted half of the gate (the ``scripted`` policy: docs/explanation/validation-gate.md#policies).
+A Twilio-to-Realtime bridge's usual hallucination guard checks a scripted prompt only after its audio was
+queued, with a 30 % overlap of words longer than 3 letters; here the transcript must follow the script word
+by word while it streams, so the gate can release audio only as far as the text is approved and cancel a
+hallucinated continuation before it plays. That guard's figure is still computed (``word_overlap``,
+``Verdict.overlap``) for comparison. Forbidden phrases are the ones such bridges put in their prompts
+("Got it", "I'll have someone", "technician", ...), checked instead of asked for. Must not know audio, frames,
+calls or clocks: the validator maps ``approved_chars`` to audio positions.
 
 Normalization (``normalize_for_script``), applied to script and transcript alike:
 - numbers through ``extract_numbers`` (same language): "3" and "three", "ninety-nine kronor" and "99 kr",
@@ -63,7 +64,7 @@ class Verdict:
     reason: str = ""  # why it was rejected; empty otherwise
     complete: bool = False  # finish() matched the whole script within tolerance
     edits: int = 0  # word edits of the best alignment so far (capped at the budget + 1)
-    overlap: float | None = None  # seed 000 section 3 figure, set by finish()
+    overlap: float | None = None  # word_overlap(), the after-the-fact guard's figure, set by finish()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +131,10 @@ def normalize_for_script(text: str, language: Language = "auto") -> str:
 
 
 def word_overlap(expected: str, actual: str) -> float:
-    """Seed 000 section 3, verbatim: share of the expected words longer than 3 characters (split on
-    whitespace, lowercased, punctuation kept) that occur as substrings of the lowercased actual text;
-    1.0 when there are none. Seed 000 rejects when this is < 0.3 and the transcript is > 20 characters."""
+    """The after-the-fact guard's figure, verbatim: share of the expected words longer than 3 characters
+    (split on whitespace, lowercased, punctuation kept) that occur as substrings of the lowercased actual
+    text; 1.0 when there are none. That guard rejects when this is < 0.3 and the transcript is > 20
+    characters."""
     words = [w for w in expected.lower().split() if len(w) > 3]
     if not words:
         return 1.0
@@ -337,9 +339,9 @@ def _edit_cost(critical: bool) -> int:
 
 
 class ForbiddenPhrases:
-    """Phrases a prompt or flow node must never say (seed 000 section 7), found in normalized text
-    on word boundaries: "Got it" matches "got it!" but "schedule" does not match "rescheduled". A
-    trailing "*" makes the last word a prefix: "schedul*" matches "scheduled" and "scheduling"."""
+    """Phrases a prompt or flow node must never say, found in normalized text on word boundaries: "Got it"
+    matches "got it!" but "schedule" does not match "rescheduled". A trailing "*" makes the last word a
+    prefix: "schedul*" matches "scheduled" and "scheduling"."""
 
     def __init__(self, phrases: Iterable[str], language: Language = "auto") -> None:
         self.language = language

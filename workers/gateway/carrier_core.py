@@ -12,7 +12,7 @@ Each carrier's wire format, signatures and answer documents are its module's in 
 module only picks and combines them. Twilio's path is workers/gateway/main.py's own and does not come
 through here.
 
-The rules, per carrier (README "Carriers" says the same for operators):
+The rules, per carrier (docs/reference/carriers.md says the same for operators):
 
 ==========  ===============================  ===================================  ==========================
 carrier     answer webhook (checked by)      call id the token is tied to         token reaches the stream in
@@ -468,11 +468,11 @@ def final_templates_fit(templates: WireTemplates, wire_slot_bytes: int) -> bool:
 
 
 def arena_encoding(carrier: str, started: StreamStarted, alaw_passthrough: bool) -> str:
-    """The law of the frames this call's rings carry: ENCODING_PCMA for a Telnyx stream in PCMA when the
-    model takes A-law (config ``alaw_passthrough``: OpenAI Realtime does, g711_alaw / audio/pcma both ways,
-    PROTOCOLS.md C.1), so the caller's bytes reach the model and the model's the caller untouched; mu-law
-    (ENCODING_PCMU) for every other call, which the edge transcodes to once if it is not in mu-law already.
-    Telnyx is the one carrier here that streams A-law (PROTOCOLS.md B)."""
+    """The law of the frames this call's rings carry: ENCODING_PCMA for a Telnyx stream in PCMA when the model
+    takes A-law (config ``alaw_passthrough``: OpenAI Realtime does, g711_alaw / audio/pcma both ways,
+    docs/explanation/protocols.md#c1), so the caller's bytes reach the model and the model's the caller
+    untouched; mu-law (ENCODING_PCMU) for every other call, which the edge transcodes to once if it is not in
+    mu-law already. Telnyx is the one carrier here that streams A-law (docs/explanation/protocols.md#b)."""
     if (alaw_passthrough and carrier == TELNYX and started.encoding == ENCODING_PCMA
             and started.sample_rate_hz == SAMPLE_RATE_HZ):
         return ENCODING_PCMA

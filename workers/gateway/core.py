@@ -1,8 +1,8 @@
 """Gateway decisions that need no I/O: which slot a call gets, and what a mark echo means.
 
-Owns the call-slot table (claim, release, quarantine before reuse) and the mark ledger that tells marks
-echoed because audio played from marks echoed because of a `clear` (PROTOCOLS.md A.3: Twilio echoes every
-pending mark when it clears its buffer; counting those as played over-counts the truncate point). What a
+Owns the call-slot table (claim, release, quarantine before reuse) and the mark ledger that tells marks echoed
+because audio played from marks echoed because of a `clear` (docs/explanation/protocols.md#a3: Twilio echoes
+every pending mark when it clears its buffer; counting those as played over-counts the truncate point). What a
 mark's name says is voicecore/twilio/marks.py's rule.
 Also which WebSocket close codes a peer may send (the one it sends is echoed only if so), and the drain:
 whether a voice webhook gets the call or is refused, and when a draining node ends its last calls and stops.

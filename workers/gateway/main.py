@@ -2,15 +2,15 @@
 
 Owns the sockets, the arena (it creates it and unlinks it), writing caller frames into inbound rings and
 writing what the pacer released to the sockets. It never calls a model and never waits on a worker
-(ARCHITECTURE.md section 2): the wire rings are drained when the pacer's doorbell rings.
+(docs/explanation/architecture.md#section-2): the wire rings are drained when the pacer's doorbell rings.
 
-One asyncio.Protocol per TCP connection routes the first request: a WebSocket upgrade to the stream path
-is handed to picows (the transport switches to its protocol, which parses the upgrade and every frame
-in C), anything else goes to h11 (picows serves only GET upgrades, the webhooks are POSTs). A send is a
-transport.write, never an awaited send that starves the loop (ARCHITECTURE.md section 11). picows rather
-than websockets' sans-I/O protocol: framing and parsing a 200-byte media message costs well under a
-microsecond in C against several in websockets' Python parser (bench/micro/bench_websocket.py), and the gateway handles ~120 messages per
-call-second.
+One asyncio.Protocol per TCP connection routes the first request: a WebSocket upgrade to the stream path is
+handed to picows (the transport switches to its protocol, which parses the upgrade and every frame in C),
+anything else goes to h11 (picows serves only GET upgrades, the webhooks are POSTs). A send is a
+transport.write, never an awaited send that starves the loop (docs/explanation/architecture.md#section-11).
+picows rather than websockets' sans-I/O protocol: framing and parsing a 200-byte media message costs well
+under a microsecond in C against several in websockets' Python parser (bench/micro/bench_websocket.py), and
+the gateway handles ~120 messages per call-second.
 """
 
 from __future__ import annotations

@@ -205,7 +205,8 @@ class CallSession:
         first_tag = int(ctrl[C.NEXT_TAG]) or 1
         # One driver per call, fed every input. call_control "spine": the mechanism core alone (barge-in on
         # the model's speech_started), behind SpineDriver. "turns": the turn-taking controller around it
-        # (issue 4). With a record_dir the recorder wraps either and records every input (INV-REPLAY).
+        # (docs/explanation/turn-taking.md). With a record_dir the recorder wraps either and records every
+        # input (INV-REPLAY).
         config = worker.config
         agent = worker.agent
         # The law of the call's frames, as the gateway claimed the slot (CODEC): an A-law carrier stream passed

@@ -2,10 +2,10 @@
 wire ring, already encoded as the call's carrier message (the final JSON text, or a raw entry the gateway's
 carrier edge finishes), with the marks and clears in order.
 
-Owns the release rules: send-ahead lead, burst bound, gate watermark, cancelled-tag skipping, mark
-cadence, clear on cancel, underrun counting (ARCHITECTURE.md sections 1, 3 and 6). Knows nothing of
-clocks, sockets, processes or files: ``now_ns`` comes in as an argument, the arrays come from the arena
-(or from plain numpy arrays in tests), and the shell (workers/pacer/main.py) owns the absolute 20 ms
+Owns the release rules: send-ahead lead, burst bound, gate watermark, cancelled-tag skipping, mark cadence,
+clear on cancel, underrun counting (docs/explanation/architecture.md#section-1, #section-3 and #section-6).
+Knows nothing of clocks, sockets, processes or files: ``now_ns`` comes in as an argument, the arrays come from
+the arena (or from plain numpy arrays in tests), and the shell (workers/pacer/main.py) owns the absolute 20 ms
 grid, the wake-ups and exporting the statistics.
 
 Per active call slot (STATE == SLOT_ACTIVE), in this order:
@@ -15,12 +15,12 @@ Per active call slot (STATE == SLOT_ACTIVE), in this order:
    the pacer resets only its own view (SENT_*, CARRIER_EMPTY_AT_NS = now, CANCEL_SEEN_SEQ = CANCEL_SEQ).
    The pacer keeps nothing private per call: a restarted or standby pacer resumes from shared memory alone.
 1. cancel (also callable alone, ``pace_cancels``, when the shell is woken between ticks): when CANCEL_SEQ
-   moved and the tag whose frames went out last (SENT_TAG) is now cancelled, queue a ``clear`` behind
-   what the wire ring already holds (ARCHITECTURE.md section 3, step 8) and note the carrier's buffer
-   as empty. The tag row, not CANCEL_TAG, decides: two cancels between looks leave only the newest tag
-   in CANCEL_TAG, and the older one may be the one playing. If the wire ring is full the clear waits,
-   CANCEL_SEEN_SEQ is not advanced, and nothing else is released for that call until it is queued:
-   audio queued before a late clear would be cut by it.
+   moved and the tag whose frames went out last (SENT_TAG) is now cancelled, queue a ``clear`` behind what the
+   wire ring already holds (docs/explanation/architecture.md#section-3, step 8) and note the carrier's buffer
+   as empty. The tag row, not CANCEL_TAG, decides: two cancels between looks leave only the newest tag in
+   CANCEL_TAG, and the older one may be the one playing. If the wire ring is full the clear waits,
+   CANCEL_SEEN_SEQ is not advanced, and nothing else is released for that call until it is queued: audio
+   queued before a late clear would be cut by it.
 1b. hold: PAUSED_TAG (the model worker's, on a bare VAD edge) stops release of that tag's frames at
    once; the carrier plays what it holds. Behind the last frame released goes ``tag:n:end`` (the tag's
    audio stops here, for now): its echo tells the gateway, and so the model worker, exactly what of the
@@ -454,8 +454,8 @@ def _queue_clear(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, stats_ou
     atomic_store_release(ctrl, s, WIRE_HEAD, head + 1)
     ctrl[s, SENT_CLOSED] = SENT_CLEARED
     ctrl[s, UNDERRUN_OPEN] = 0
-    # Twilio throws its whole buffer away on clear (PROTOCOLS.md A.3): the next frames start from an
-    # empty carrier and get their full lead burst.
+    # Twilio throws its whole buffer away on clear (docs/explanation/protocols.md#a3): the next frames start
+    # from an empty carrier and get their full lead burst.
     ctrl[s, CARRIER_EMPTY_AT_NS] = now_ns
     ctrl[s, CLEAR_QUEUED_NS] = now_ns
     stats_out[STAT_CLEARS] += 1
@@ -793,7 +793,7 @@ def _release(
         and (_row_state(ctrl, s, sent_tag) == TAG_LIVE or _row_state(ctrl, s, sent_tag) == TAG_DONE)
     ):
         # The response is still coming, the carrier has played everything we gave it, and the model
-        # has nothing for us: the caller hears a gap (ARCHITECTURE.md section 1, INV-ORDER).
+        # has nothing for us: the caller hears a gap (INV-ORDER: docs/explanation/invariants.md#inv-order).
         ctrl[s, UNDERRUNS] += 1
         ctrl[s, UNDERRUN_OPEN] = 1
         stats_out[STAT_UNDERRUNS] += 1

@@ -4,7 +4,7 @@ Owns the absolute frame grid (``start + n * 20 ms``, never "sleep 20 ms after th
 wake-ups (a poll on the cancel inbox until just before the tick, then a short spin), the doorbell to the
 gateway, and exporting lateness, tick time and the release counters. The release rules live in core.py.
 It waits on nothing but its clock and the cancel inbox; after start-up it runs with a frozen heap and
-allocates nothing per frame (ARCHITECTURE.md section 6).
+allocates nothing per frame (docs/explanation/architecture.md#section-6).
 """
 
 from __future__ import annotations
@@ -174,9 +174,9 @@ class Pacer:
     def raise_priority(self) -> str:
         """Run the clock ahead of the gateway and workers that share its core, when the OS lets us.
 
-        The pacer sleeps almost all of every tick, so a real-time class costs the others little and keeps
-        a busy gateway or model worker from delaying a tick (ARCHITECTURE.md section 6). Without the
-        privilege (CAP_SYS_NICE) it runs at normal priority and says so.
+        The pacer sleeps almost all of every tick, so a real-time class costs the others little and keeps a
+        busy gateway or model worker from delaying a tick (docs/explanation/architecture.md#section-6).
+        Without the privilege (CAP_SYS_NICE) it runs at normal priority and says so.
         """
         if os.environ.get("VOICECORE_REALTIME_PRIORITY", "1") == "0":  # the bench's --privileges off
             return "normal (VOICECORE_REALTIME_PRIORITY=0)"
@@ -198,7 +198,7 @@ class Pacer:
             now = time.monotonic_ns()
             # Sleep in the cancel inbox until shortly before the tick, so a barge-in is acted on at once;
             # poll timeouts are whole milliseconds and overshoot, so the last stretch is a nanosleep and
-            # the final SPIN_NS a spin (ARCHITECTURE.md section 11).
+            # the final SPIN_NS a spin (docs/explanation/architecture.md#section-11).
             while (timeout_ms := (deadline - now - POLL_MARGIN_NS) // 1_000_000) > 0:
                 if inbox.poll(timeout_ms, zmq.POLLIN):
                     self.on_cancel_doorbells()

@@ -1,6 +1,6 @@
 """The validator's sans-I/O core: per gated response, how much of its audio may play (INV-GATE).
 
-Owns the release policies of issue 5 and ARCHITECTURE.md section 7, per (slot, generation, tag):
+Owns the release policies (docs/explanation/validation-gate.md#policies), per (slot, generation, tag):
 - "off": approve everything at once.
 - "numbers": every number the transcript states must be grounded in the knowledge base together with
   what the transcript says it is (a claim, voicecore.validate.claims: "Premium costs 299 kr" is not
@@ -317,7 +317,7 @@ class ValidatorCore:
             del self._gates[key]
             self._close(key)
 
-    # -- retrieve-first (seed 002 section 4) ---------------------------------------------------------
+    # -- retrieve-first (docs/explanation/validation-gate.md#nodes) ----------------------------------
 
     def snippets_for(self, question: str, k: int = 3) -> list[dict[str, object]]:
         """Knowledge-base snippets relevant to ``question``, best first, for the model's context; an

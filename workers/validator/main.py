@@ -8,10 +8,10 @@ second and reloaded when they change) and reporting. Topology (voicecore/bus/tra
                          with rings.tag_approve / rings.tag_cancel)
   PUSH gateway.sock   -> heartbeat every 150 ms and stats, as process "validator"
   SUB  events.sock    <- call.ended: forget that call's gates
-It may be slow (the gate waits for it, ARCHITECTURE.md section 2) but never crashes on bad input: bad
-messages are counted and dropped by the bus, and a message the core chokes on is counted and dropped
-here. A knowledge base that cannot be read is no knowledge base: every number is rejected (fail-closed).
-Logs never carry transcripts, facts or numbers (STYLE.md).
+It may be slow (the gate waits for it, docs/explanation/architecture.md#section-2) but never crashes on bad
+input: bad messages are counted and dropped by the bus, and a message the core chokes on is counted and
+dropped here. A knowledge base that cannot be read is no knowledge base: every number is rejected
+(fail-closed). Logs never carry transcripts, facts or numbers (docs/explanation/style.md#rules).
 """
 
 from __future__ import annotations

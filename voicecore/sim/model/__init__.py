@@ -1,4 +1,5 @@
-"""Realtime-model simulator, sans-I/O: what a fake OpenAI Realtime server says and when (PROTOCOLS.md D.2).
+"""Realtime-model simulator, sans-I/O: what a fake OpenAI Realtime server says and when
+(docs/explanation/protocols.md#d2).
 
 One module per concern: `config` (the behaviour switches, `SimConfig`), `records` (what a session did,
 for a harness), `rng` (seeded randomness), `clips` (mu-law levels, dither and clip recognition),

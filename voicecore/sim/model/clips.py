@@ -34,7 +34,7 @@ from voicecore.sim.audio_clips import ClipInfo
 from voicecore.timing import BYTES_PER_MS, FRAME_BYTES
 
 
-try:  # deprecated in 3.11/3.12, gone in 3.13 unless audioop-lts is installed (PROTOCOLS.md D.3)
+try:  # deprecated in 3.11/3.12, gone in 3.13 unless audioop-lts is installed (docs/explanation/protocols.md#d3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         import audioop as _audioop

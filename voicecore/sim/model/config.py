@@ -2,7 +2,8 @@
 
 Owns what a harness or scenario may turn on (naming, timing, delta sizes, failure and transcript hooks,
 overlapping responses, the scripted caller turns `SimTurn` that make it answer or call functions) and the
-check that the values make sense. Knows nothing of sessions or events.
+check that the values make sense. Knows nothing of sessions or events. The section numbers in comments
+(D.2 item 5, ...) are docs/explanation/protocols.md's.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """Vendor faults the model simulator injects on request (`POST /faults`), sans-I/O.
 
 Owns the fault vocabulary (the kinds, which are one-shot and which last a while), the check of a fault
-request's JSON, the windows of the lasting kinds with the count of faults applied, and the vendor's own
-words for the failures it reports: the `error` object of a rate limit or a server error, as the real
-service sends it in an `error` event and in a failed `response.done` (PROTOCOLS.md C.3; the rate-limit
+request's JSON, the windows of the lasting kinds with the count of faults applied, and the vendor's own words
+for the failures it reports: the `error` object of a rate limit or a server error, as the real service sends
+it in an `error` event and in a failed `response.done` (docs/explanation/protocols.md#c3; the rate-limit
 message is the wording of OpenAI's rate-limit errors). What a fault does to one session lives in
 `ModelSession` (the events it sends), what it does to a socket in the shell, voicecore.sim.model_server.
 
-Kinds (contracts: "Model simulator faults"):
+Kinds (the names `POST /faults` takes are a public contract; docs/how-to/run-the-bench.md#options lists
+them):
 - one-shot, applied to every live session at once: `drop_1011`, `malformed_json`, `unknown_event`,
   `unknown_response_delta`, `huge_delta`, `binary_frame`, `transcription_failed` (the session's next
   transcription ends in the vendor's `conversation.item.input_audio_transcription.failed`), `close_4000` (the
@@ -40,7 +41,8 @@ RESPONSE_FAULT_KINDS = ("rate_limit", "server_error", "insufficient_quota")
 MAX_DURATION_MS = 600_000  # a window longer than 10 minutes is a typo, not a test
 HUGE_DELTA_CHARS = 4 * 2**20  # base64 text of the huge audio delta: 4 MiB (3 MiB of mu-law, 393 s)
 UNKNOWN_DELTA_BYTES = 800  # audio of a delta for a response the session never created: 100 ms
-# A server event type the Realtime protocol does not have (C.3); a client must ignore it.
+# A server event type the Realtime protocol does not have (docs/explanation/protocols.md#c3); a client must
+# ignore it.
 UNKNOWN_EVENT_TYPE = "response.simulator_fault.unknown"
 # A text frame that is valid UTF-8 but not JSON: an audio delta cut off mid-string, as a server that
 # crashed while writing would leave it.

@@ -1,8 +1,8 @@
 """A client event the simulated server refuses: the exception its handlers raise, and its builders.
 
-Owns the (code, message, param) triple that becomes an `error` server event (PROTOCOLS.md C.0) and the
-wording of the three common refusals. The session turns the exception into the event; nothing else
-catches it.
+Owns the (code, message, param) triple that becomes an `error` server event
+(docs/explanation/protocols.md#c0) and the wording of the three common refusals. The session turns the
+exception into the event; nothing else catches it.
 """
 
 from __future__ import annotations

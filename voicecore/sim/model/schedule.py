@@ -1,9 +1,10 @@
 """When a response's audio deltas and transcript words go out: delta sizes and the send plan.
 
-Owns the timing of one response as the simulator streams it (D.1: two interleaved streams, the audio
-"generated" `SimConfig.speed_factor` times faster than real time; D.2 item 4: deltas never frame-aligned)
-and the configured stall. A plan is a sorted list of steps (due_ms, order, kind, index): the order breaks
-ties between steps due at once, and the session walks the list. Pure arithmetic on what it is given.
+Owns the timing of one response as the simulator streams it (docs/explanation/protocols.md#d1: two interleaved
+streams, the audio "generated" `SimConfig.speed_factor` times faster than real time; #d2-item-4: deltas never
+frame-aligned; D.1 and D.2 below are that page's) and the configured stall. A plan is a sorted list of steps
+(due_ms, order, kind, index): the order breaks ties between steps due at once, and the session walks the list.
+Pure arithmetic on what it is given.
 """
 
 from __future__ import annotations

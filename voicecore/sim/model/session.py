@@ -1,4 +1,5 @@
-"""Realtime-model simulator, one session: the server side of PROTOCOLS.md D.2, sans-I/O.
+"""Realtime-model simulator, one session: the server side of docs/explanation/protocols.md#d2, sans-I/O.
+The section numbers in parentheses below (C.1, D.2 item 6, ...) are that page's.
 
 Owns what a fake OpenAI Realtime server says and when over one connection: the handshake, the input buffer
 with a simple energy VAD, the D.1 response sequence built from packaged speech clips, cancel / truncate /

@@ -1,9 +1,10 @@
 """The session's settings as session.update sets them: validation, merging, rendering per naming.
 
-Owns the canonical form of a session's settings (`SessionSettings`), the merge of a session.update in
-either shape (beta flat, GA nested, PROTOCOLS.md C.1) with the check of every field it stores (a peer's
-odd value becomes a `rejects.ClientEventRejected`, not an exception later in the VAD or the renderer), and
-the session object as the server shows it in session.created / session.updated.
+Owns the canonical form of a session's settings (`SessionSettings`), the merge of a session.update in either
+shape (beta flat, GA nested, docs/explanation/protocols.md#c1) with the check of every field it stores (a
+peer's odd value becomes a `rejects.ClientEventRejected`, not an exception later in the VAD or the renderer),
+and the session object as the server shows it in session.created / session.updated. The section numbers in
+parentheses below (C.1, C.2, ...) are docs/explanation/protocols.md's.
 """
 
 from __future__ import annotations

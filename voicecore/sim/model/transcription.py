@@ -1,6 +1,6 @@
 """The caller's transcript as the vendor sends it: which events, in what pieces, and when.
 
-Owns what the session's input transcription model decides (PROTOCOLS.md C.3, the `openai` package's
+Owns what the session's input transcription model decides (docs/explanation/protocols.md#c3, the `openai` package's
 `conversation.item.input_audio_transcription.*` events): `whisper-1` (and any model not of the gpt-4o
 transcribe family) sends one `completed` event, late; the gpt-4o transcribe family (`gpt-4o-transcribe`,
 `gpt-4o-mini-transcribe`, any `gpt-4o*transcribe*`) streams `delta` events carrying word pieces, then
