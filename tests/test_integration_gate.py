@@ -20,6 +20,7 @@ from conftest import start_stack
 from waiting import wait_until
 
 from voicecore.sim.audio_clips import load_clip
+from voicecore.sim.model.clips import scripted_text
 from voicecore.sim.carrier import CallScript, place_call
 from voicecore.sim.model import SimConfig
 
@@ -126,13 +127,15 @@ def test_turns_mode_scripted_prompts_pass_and_a_hallucinated_answer_is_replaced(
     (session,) = sim.by_call(result.call_sid)
     greeting, answer = session.record.responses[:2]
     # scripted prompts follow their script: approved, heard whole
-    assert greeting.instructions.startswith("Say exactly:")
+    # (a scripted line after the session's instructions, which the vendor would otherwise replace)
+    assert scripted_text(greeting.instructions) and greeting.session_instructions
+    assert greeting.instructions.startswith(greeting.session_instructions)
     assert heard_frames(result, greeting) >= len(greeting.frames()) - 2
     # retrieve-first: the answer was asked for with the knowledge base's snippets in its instructions
     assert answer.instructions and "Facts:" in answer.instructions and "99 kr" in answer.instructions
     assert answer.hallucinated and answer.status == "cancelled"
     assert heard_frames(result, answer) == 0  # sentence release: not one frame of the rejected sentence
-    safe = [r for r in session.record.responses[2:] if r.instructions == "Say exactly: \"I can't verify that.\""]
+    safe = [r for r in session.record.responses[2:] if scripted_text(r.instructions) == "I can't verify that."]
     assert safe and heard_frames(result, safe[0]) >= len(safe[0].frames()) - 2
     # the record holds the verdicts and the snippets, and replays identically without a knowledge base
     path = record_of(turns_stack, result.call_sid)

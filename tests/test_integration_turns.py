@@ -34,7 +34,10 @@ def test_a_live_call_under_the_controller_is_recorded_and_replays_identically():
         assert result.statistics.stale_frames == 0
         assert result.statistics.clears_received >= 1  # the caller's speech interrupted the agent
         (session,) = sim.by_call(result.call_sid)
-        assert session.record.responses[0].instructions.startswith("Say exactly:")  # the flow's greeting
+        # the flow's greeting: a scripted line, after the session's instructions (the vendor replaces them for the response)
+        greeting = session.record.responses[0].instructions
+        assert greeting.startswith("You are a helpful phone assistant.")
+        assert greeting.rstrip().endswith('Say exactly: "Hello, thanks for calling. How can I help you today?"')
         record = Path(running.config.record_dir) / f"{result.call_sid}.jsonl"
         wait_until(record.exists, 10, f"the call's record {record.name}", detail=running.log_tail)
         assert (record.stat().st_mode & 0o777) == 0o600
