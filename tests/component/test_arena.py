@@ -9,7 +9,7 @@ import stat
 import numpy as np
 import pytest
 
-from conftest import missing_resource
+from external import missing_resource
 from voicecore.carriers import plivo
 from voicecore.carriers.wire import MAX_TEMPLATE_BYTES, RAW, WireTemplates
 from voicecore.shm import control as C

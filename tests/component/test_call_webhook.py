@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
 
-import pytest
-
-from voicecore.sim.tool_server import Route, ToolServer
+from voicecore.sim.tool_server import Route
 from voicecore.store import webhook
 from workers.recorder.webhook import WebhookSender
+
+from threaded_tool_server import serve
 
 SECRET = "s3cret"
 CALL = {
@@ -41,31 +39,6 @@ def test_a_signature_verifies_and_a_tampered_or_stale_one_does_not():
     assert not webhook.verify("other", header, body, now_s=1_000_010)
     assert not webhook.verify(SECRET, header, body, now_s=1_000_000 + webhook.DEFAULT_TOLERANCE_S + 1)
     assert not webhook.verify(SECRET, "v1=abc", body, now_s=1_000_000)
-
-
-def serve(routes):
-    """A ToolServer on its own loop in a thread (the sender is a thread and blocks)."""
-    loop = asyncio.new_event_loop()
-    server = ToolServer(routes)
-    ready = threading.Event()
-    url: list[str] = []
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        url.append(loop.run_until_complete(server.start()))
-        ready.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    ready.wait(10)
-
-    def stop() -> None:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-
-    return server, url[0], stop
 
 
 def test_a_5xx_is_retried_and_the_delivery_is_signed():
@@ -101,34 +74,3 @@ def test_a_receiver_that_is_down_costs_attempts_not_the_recorder():
     assert time.monotonic() - started < 0.05  # submit never waits for the delivery
     sender.close()
     assert sender.counters["webhooks_failed"] == 1 and sender.counters["webhook_retries"] == 4
-
-
-@pytest.mark.integration
-def test_a_call_through_the_stack_is_summarized_to_the_webhook_once_stored():
-    from conftest import start_stack
-
-    from voicecore.sim.carrier import CallScript, place_call
-    from voicecore.sim.audio_clips import load_clip
-
-    server, base, stop = serve([Route("POST", "/calls", status=200)])
-    running = start_stack(call_webhook_url=base + "/calls", call_webhook_secret=SECRET)
-    try:
-        async def call():
-            async with running.model_sim():
-                script = CallScript(duration_ms=9000, utterances=((5000, load_clip("caller_basic_price")),), bargein_at_ms=())
-                return await place_call(running.config.base_url, running.config.twilio_auth_token, script)
-
-        result = asyncio.run(call())
-        assert result.closed_by == "carrier", running.log_tail()
-        deadline = time.monotonic() + 15
-        while not server.requests and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(server.requests) == 1, running.log_tail()
-        request = server.requests[0]
-        assert webhook.verify(SECRET, request.headers["x-voicecore-signature"], request.body, now_s=time.time())
-        summary = json.loads(request.body)
-        assert summary["call_sid"] == result.call_sid and summary["event"] == "call.ended"
-        assert summary["turns"] >= 1 and summary["transcript"]
-    finally:
-        running.stop()
-        stop()

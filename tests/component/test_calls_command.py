@@ -1,7 +1,7 @@
 """`voicecore calls`: the call store as a table or JSON, one call with its turns; exit codes and messages.
 
 The store is a real SQLite file in a record directory (the default store) filled with scripted calls
-(tests/test_store.py builds them); the command runs as a subprocess, as an operator runs it.
+(tests/records.py builds them); the command runs as a subprocess, as an operator runs it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from voicecore.config import load_config
 from voicecore.store import CallStore, database_url_for
 from voicecore.store.command import call_text, calls_table, since_epoch
 
-from test_store import summary_of  # tests/ is on sys.path, as for `from waiting import ...`
+from records import summary_of
 
 END_FIRST, END_SECOND = 1_800_000_000.0, 1_800_000_600.0
 

@@ -550,7 +550,7 @@ def test_silent_frame_is_ulaw_zero():
 
 def test_carrier_core_is_sans_io():
     # House rule: cores import no asyncio, zmq, websockets, time, os, random, uuid.
-    source = Path(__file__).resolve().parents[1] / "voicecore" / "sim" / "carrier_core.py"
+    source = Path(__file__).resolve().parents[2] / "voicecore" / "sim" / "carrier_core.py"
     forbidden = {"asyncio", "zmq", "websockets", "time", "os", "random", "uuid", "socket"}
     imported = set()
     for node in ast.walk(ast.parse(source.read_text())):

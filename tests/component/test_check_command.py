@@ -18,7 +18,7 @@ import pytest
 from voicecore.agent.load import check_flow, load_flow_file, run_check
 from voicecore.cli import main
 
-AGENTS = Path(__file__).resolve().parent / "agents"
+AGENTS = Path(__file__).resolve().parents[1] / "agents"
 BROKEN = AGENTS / "broken"
 GOOD = AGENTS / "good"
 CORPUS = sorted(p for p in BROKEN.iterdir() if p.suffix in (".json", ".toml"))

@@ -12,7 +12,7 @@ import pytest
 
 from voicecore.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHOP = str(ROOT / "examples" / "shop-assistant")
 RECEPTIONIST = str(ROOT / "examples" / "receptionist")
 

@@ -14,7 +14,7 @@ import uvloop
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
-from test_model_sim import SERVER_ADAPTERS, validate_server
+from realtime_wire import SERVER_ADAPTERS, validate_server
 from voicecore import http_client
 from voicecore.realtime import events as ev
 from voicecore.sim.model import SimConfig

@@ -48,7 +48,7 @@ def test_a_socket_stderr_cannot_be_reopened_but_the_relays_pipe_can():
     assert b"reopened /dev/stderr\n" in output
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def others_may_use(path: Path, mode: int) -> bool:

@@ -1,4 +1,4 @@
-"""Traces of stored calls: a CallSummary (built by summarize_record from test_store's scripted record and from
+"""Traces of stored calls: a CallSummary (built by summarize_record from tests/records.py's scripted record and from
 the real demo record) -> OpenTelemetry spans, caught by the SDK's InMemorySpanExporter; and when the
 environment turns tracing on (from_environment).
 """
@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
-from test_store import DEMO_RECORD, scripted_call  # noqa: E402 (tests/ is on sys.path, as for `from waiting import ...`)
+from records import DEMO_RECORD, scripted_call  # noqa: E402
 
 from voicecore.call.record import loads  # noqa: E402
 from voicecore.store import summarize_record  # noqa: E402

@@ -22,7 +22,7 @@ from workers.validator.core import APPROVE_ALL_FRAMES
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def receive(bus: Bus, sock: zmq.Socket, want, timeout_s: float = 5.0) -> list:

@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ("receptionist", "shop-assistant", "interview")
 DEMO_TIMEOUT_S = 240
 

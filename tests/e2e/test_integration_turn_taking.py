@@ -23,7 +23,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPTION = ("gpt-4o-mini-transcribe", "whisper-1")
 
 

@@ -27,7 +27,7 @@ from voicecore.shm import sizing
 from voicecore.shm.arena import Arena, ArenaError, ArenaLayout
 from voicecore.supervise import DRAIN_STOP_SLACK_S  # how long past the drain's deadline a stop may take
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
 DOCKERIGNORE = DEPLOY / "Dockerfile.dockerignore"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import missing_resource
+from external import missing_resource
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 
 

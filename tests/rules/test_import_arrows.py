@@ -17,7 +17,7 @@ import pytest
 
 from voicecore import cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROCESS_PACKAGES = {"workers", "bench"}
 
 

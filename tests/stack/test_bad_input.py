@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from conftest import start_stack
+from stacks import start_stack
 
 from bench.badinput import (TOKEN_ENV, Conn, build_strategies, expected_first_message, peer_close_answer,
                             strict_form, ws_frame)

@@ -20,7 +20,8 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import missing_resource, start_stack
+from external import missing_resource
+from stacks import start_stack
 from console_alone import ConsoleAlone, start_console
 from waiting import wait_until
 

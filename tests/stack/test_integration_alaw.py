@@ -16,7 +16,7 @@ import dataclasses
 
 import pytest
 
-from conftest import TEST_SIM, start_stack
+from stacks import TEST_SIM, start_stack
 from voicecore.callreport import summarize
 from voicecore.config import Config
 from voicecore.demo import frame_matching

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import start_stack
+from stacks import start_stack
 from waiting import wait_until
 
 from voicecore.sim.carrier import CallScript, generate_credentials, place_call
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 TRANSFER_TO = "+15550100"
 KEY_AT_MS = 6000
-DEFAULT_AGENT = Path(__file__).resolve().parents[1] / "voicecore" / "agents" / "default" / "agent.toml"
+DEFAULT_AGENT = Path(__file__).resolve().parents[2] / "voicecore" / "agents" / "default" / "agent.toml"
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from conftest import start_stack
+from stacks import start_stack
 from voicecore import http_client
 from voicecore.carriers import exotel, plivo, telnyx, vonage
 from voicecore.carriers.codec import EdgeTranscoder

@@ -15,7 +15,7 @@ import wave
 import orjson
 import pytest
 import websockets
-from conftest import start_stack
+from stacks import start_stack
 from websockets.asyncio.client import connect
 from waiting import wait_until
 

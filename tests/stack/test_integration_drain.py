@@ -21,7 +21,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from conftest import start_stack
+from stacks import start_stack
 from waiting import wait_until
 
 from voicecore import http_client, standby

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import start_stack
+from stacks import start_stack
 from waiting import wait_until, wait_until_async
 
 from voicecore import standby

@@ -10,7 +10,7 @@ import socket
 import time
 
 import pytest
-from conftest import start_stack
+from stacks import start_stack
 
 from voicecore.demo import demo_script
 from voicecore.sim.carrier import place_call

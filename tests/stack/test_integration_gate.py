@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import start_stack
+from stacks import start_stack
 from waiting import wait_until
 
 from voicecore.sim.audio_clips import load_clip
@@ -25,7 +25,7 @@ from voicecore.sim.model import SimConfig
 
 pytestmark = pytest.mark.integration
 
-KB = Path(__file__).parent / "kb"
+KB = Path(__file__).parents[1] / "kb"
 QUESTION_AT_MS = 5500
 CALL_MS = 14_000
 

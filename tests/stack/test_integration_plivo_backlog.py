@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from conftest import TEST_SIM, start_stack
+from stacks import TEST_SIM, start_stack
 from voicecore.config import Config
 from voicecore.sim.audio_clips import load_clip
 from voicecore.sim.carrier import CallScript, generate_credentials, place_call

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import start_stack
+from stacks import start_stack
 from waiting import wait_until
 
 from voicecore.demo import FIRST_QUESTION_AT_MS

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import start_stack
-from test_metrics_text import parse_exposition
+from stacks import start_stack
+from exposition import parse_exposition
 from waiting import wait_until, wait_until_async
 from voicecore.callreport import summarize
 from voicecore.demo import demo_script
@@ -226,7 +226,7 @@ def test_metrics_answers_prometheus_text_when_scraped_as_such(running_stack):
         content_type = response.headers["Content-Type"]
         text = response.read().decode("utf-8")
     assert content_type == "text/plain; version=0.0.4; charset=utf-8"
-    families = parse_exposition(text)  # the strict parser of tests/test_metrics_text.py
+    families = parse_exposition(text)  # the strict parser of tests/exposition.py
     assert families["voicecore_pacer_ticks_total"]["type"] == "counter"
     assert families["voicecore_gateway_calls_active"]["type"] == "gauge"
     assert ("voicecore_pacer_tick_lateness_ms", (("quantile", "0.99"),)) in families["voicecore_pacer_tick_lateness_ms"]["samples"]

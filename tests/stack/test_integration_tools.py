@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import start_stack
+from stacks import start_stack
 
 from voicecore.agent.actions import canonical_arguments, idempotency_key
 from voicecore.agent.scenario import load_scenario
@@ -25,7 +25,7 @@ from voicecore.sim.tool_server import ToolServer
 
 pytestmark = pytest.mark.integration
 
-AGENT = Path(__file__).resolve().parent / "agents" / "isolation"
+AGENT = Path(__file__).resolve().parents[1] / "agents" / "isolation"
 BOOKING = '{"service": "cleaning", "date": "2026-11-26", "time": "10:00"}'
 
 

@@ -13,7 +13,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import start_stack
+from stacks import start_stack
 from waiting import wait_until
 
 from voicecore.demo import demo_script
@@ -119,7 +119,7 @@ def test_a_hang_up_the_rest_api_cannot_take_closes_the_stream_instead_of_leaving
 def test_a_model_session_the_vendor_drops_mid_call_is_reopened_with_the_conversation_so_far():
     import dataclasses
 
-    from conftest import TEST_SIM
+    from stacks import TEST_SIM
 
     running = start_stack(call_control="turns")
     try:

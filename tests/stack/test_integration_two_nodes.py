@@ -36,7 +36,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import start_stack
+from stacks import start_stack
 from nats_server import start_nats, stop_nats
 from websockets.asyncio.client import connect
 

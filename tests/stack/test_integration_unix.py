@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import start_stack
+from stacks import start_stack
 from voicecore.callreport import summarize
 from voicecore.demo import demo_script
 from voicecore.sim import carrier

@@ -20,7 +20,7 @@ import uuid
 
 import orjson
 import pytest
-from conftest import TEST_SIM, RunningStack, start_stack
+from stacks import TEST_SIM, RunningStack, start_stack
 
 from voicecore import http_client
 from voicecore.demo import load_clip

@@ -15,7 +15,7 @@ from voicecore.agent.spec import DEFAULT_LINES, AgentSpec, PythonTool, Webhook
 from voicecore.config import ConfigError, effective_call_control, load_config
 from voicecore.errors import MisuseError
 
-GOOD = Path(__file__).resolve().parent / "agents" / "good"
+GOOD = Path(__file__).resolve().parents[1] / "agents" / "good"
 
 FLOW_WITH_PYTHON_TOOL = """
 initial_node = "main"
@@ -204,7 +204,7 @@ goodbye_after_s = 0
 filler_after_ms = "soon"
 debounce_quiet_ms = 4000
 debounce_cap_ms = 2000
-""", {"flow.json": (Path(__file__).parent / "agents" / "broken" / "02-unknown-function.json").read_text()})
+""", {"flow.json": (Path(__file__).parents[1] / "agents" / "broken" / "02-unknown-function.json").read_text()})
     with pytest.raises(AgentError) as caught:
         load_agent(agent)
     expected = {

@@ -10,7 +10,7 @@ from voicecore.agent.demo_report import caller_yeses
 from voicecore.agent.load import load_agent
 from voicecore.agent.scenario import ScenarioError, load_scenario, parse_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ("receptionist", "shop-assistant", "interview")
 
 

@@ -15,7 +15,7 @@ from voicecore.agent.speech import number_words, speak, spoken_kind
 from voicecore.validate.numbers import extract_numbers
 from voicecore.validate.script import ScriptMatcher
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATE, TIME, DATE_TIME = {"format": "date"}, {"format": "time"}, {"format": "date-time"}
 PHONE, SEK = {"x-kind": "phone"}, {"x-kind": "money", "x-currency": "SEK"}
 

@@ -1,14 +1,10 @@
 """`voicecore bench --scenario chaos` (bench/chaos.py): the per-fault figures on synthetic calls (gap runs,
 window edges, fallback-line frames that are neither gaps nor stale, a dropped call's cut spurt, sessions
-reopened, a new call taken after a gateway kill), and one bounded end-to-end run (4 calls, a pacer kill
-and a model-worker kill) checking the report's shape and that a pacer kill drops no call."""
+reopened, a new call taken after a gateway kill). The bounded end-to-end run (4 calls, a pacer kill and a
+model-worker kill) is tests/e2e/test_bench_scenarios.py's."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,7 +16,6 @@ from bench.run import BenchOptions
 from voicecore.sim.carrier import CallResult
 from voicecore.sim.carrier_core import ReceivedFrame
 from voicecore.sim.model import ResponseRecord, SessionRecord
-from voicecore.supervise import REPO_ROOT
 from voicecore.timing import FRAME_BYTES, FRAME_MS
 
 # ----- synthetic calls ------------------------------------------------------------------------------
@@ -191,34 +186,3 @@ def test_fault_names_and_schedule():
     assert check_options(BenchOptions(scenario="chaos", chaos_faults="pacer")) == ""
     assert "not with" in check_options(BenchOptions(scenario="chaos", target="http://x"))
     assert "unknown" in check_options(BenchOptions(scenario="chaos", chaos_faults="nope"))
-
-
-# ----- end to end -------------------------------------------------------------------------------------
-
-FAULT_KEYS = {"fault", "calls_dropped", "max_gap_ms", "fallback_lines", "stale_frames", "recovery_ms",
-              "answer_latency_max_ms"}
-
-
-@pytest.mark.integration
-def test_chaos_run_kills_the_pacer_and_the_model_worker(tmp_path: Path):
-    report_path = tmp_path / "chaos.json"
-    completed = subprocess.run(
-        [sys.executable, "-m", "voicecore.cli", "bench", "--scenario", "chaos", "--calls", "4",
-         "--chaos-faults", "pacer,model", "--json", str(report_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=150,
-    )
-    assert completed.returncode in (0, 1) and report_path.exists(), completed.stderr[-3000:]
-    report = json.loads(report_path.read_text())
-    assert "voicecore bench chaos" in completed.stdout  # the console table
-    assert report["scenario"] == "chaos" and report["calls"] == 4
-    assert [f["fault"] for f in report["faults"]] == ["pacer", "model"], report["faults_skipped"]
-    for fault in report["faults"]:
-        assert FAULT_KEYS <= set(fault), fault
-        assert fault["max_gap_ms"] >= 0 and fault["stale_frames"] >= 0 and fault["fallback_lines"] >= 0
-        assert fault["killed_pid"] and fault["new_pid"] and fault["new_pid"] != fault["killed_pid"], fault
-        assert fault["recovery_ms"] is not None and fault["recovery_ms"] >= 0, fault
-    pacer = report["faults"][0]
-    assert pacer["calls_dropped"] == 0, (pacer, report["problems"])
-    assert report["calls_placed"] >= 4 and report["baseline_window"]["calls_dropped"] == 0
-    assert report["ok"] == (completed.returncode == 0)
-    assert set(report["leader_files"]) == {"pacer", "model", "validator", "gateway"}

@@ -1,12 +1,9 @@
 """The bench's `hallucination` scenario: its knowledge base, its script and hallucination pattern, and the
-figures bench/analysis.py computes from the simulators' records (synthetic records, no timing), plus one
-end-to-end smoke of `voicecore bench --scenario hallucination` (marked integration)."""
+figures bench/analysis.py computes from the simulators' records (synthetic records, no timing). The
+end-to-end smoke of `voicecore bench --scenario hallucination` is tests/e2e/test_bench_scenarios.py's."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +15,6 @@ from voicecore.sim.audio_clips import clip_index
 from voicecore.sim.carrier import CallResult
 from voicecore.sim.carrier_core import ReceivedFrame
 from voicecore.sim.model import CancelRecord, ResponseRecord, SessionRecord, SimConfig, SpeechRecord
-from voicecore.supervise import REPO_ROOT
 from voicecore.timing import FRAME_BYTES
 from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
 
@@ -222,38 +218,3 @@ def test_no_calls_no_figures():
     figures = analysis.hallucination_figures([])
     assert figures["answers"] == figures["hallucinated_answers"] == figures["false_rejections"] == 0
     assert figures["first_audio_ms"]["count"] == 0
-
-
-# ----- end to end ---------------------------------------------------------------------------------
-
-KEYS = ("answers", "hallucinated_answers", "hallucinated_frames_played", "false_rejections", "safe_lines_played")
-
-
-@pytest.mark.integration
-def test_bench_hallucination_smoke(tmp_path: Path):
-    report_path = tmp_path / "hallucination.json"
-    completed = subprocess.run(
-        [sys.executable, "-m", "voicecore.cli", "bench", "--scenario", "hallucination", "--calls", "4",
-         "--seconds", "12", "--json", str(report_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240,
-    )
-    assert report_path.exists(), completed.stderr[-3000:]
-    report = json.loads(report_path.read_text())
-    ungated = report["ungated"]
-    for run in (report, ungated):
-        missing = [k for k in KEYS if k not in run]
-        assert not missing, missing
-        assert run["calls_completed"] == 4, run["problems"]
-        assert run["answers"] >= run["hallucinated_answers"] > 0
-        assert run["hallucinated_frames_played"] >= run["hallucinated_frames_played_past_claim"] >= 0
-        assert 0 <= run["safe_lines_played"] <= run["safe_lines"]
-    assert report["scenario"] == "hallucination" and ungated["scenario"] == HALLUCINATION_UNGATED
-    assert set(report["gated_first_audio_ms"]) >= {"p50", "p99"}
-    assert set(report["ungated_first_audio_ms"]) >= {"p50", "p99"}
-    assert report["ungated_first_audio_ms"] == ungated["ungated_first_audio_ms"]
-    assert report["gated_first_audio_ms"]["count"] > 0 and ungated["ungated_first_audio_ms"]["count"] > 0
-    assert set(report["gate_added_first_audio_ms"]) == {"p50", "p99"}
-    # Without the gate nothing stops the hallucinations and no safe line is asked for.
-    assert ungated["safe_lines"] == 0 and ungated["hallucinated_frames_played_past_claim"] > 0
-    assert report["configuration"]["scenario"]["stack_env"]["VOICECORE_GATE_POLICY"] == "numbers"
-    assert "gate on" in completed.stdout and "gate off" in completed.stdout

@@ -35,7 +35,7 @@ def test_every_scenario_is_named_in_the_cli_help_and_an_agent_directory_is_one_t
     action = next(a for a in parser._actions if a.dest == "scenario")
     assert all(name in action.help for name in SCENARIOS) and "agent:DIR" in action.help
     assert parser.parse_args(["--scenario", "overlap"]).scenario == "overlap"
-    agent = get_scenario("agent:" + str(Path(__file__).resolve().parents[1] / "examples" / "receptionist"))
+    agent = get_scenario("agent:" + str(Path(__file__).resolve().parents[2] / "examples" / "receptionist"))
     assert agent.agent is not None and agent.sim_config.turns and agent.stack_env[0][0] == "VOICECORE_AGENT"
     assert agent.script(60_000, 1).utterances  # the agent's own callers
 

@@ -1,24 +1,14 @@
-"""`voicecore bench --soak`: the growth figures (pure), the option defaults, and a short soak end to end
-(the real stack under supervisord, a load process churning calls, the model simulator; 40 s, 6 slots)."""
+"""`voicecore bench --soak`: the growth figures (pure) and the option defaults (a short soak end to end:
+tests/e2e/test_bench_scenarios.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 from bench.cli import add_bench_arguments, bench_options_from_args
 from bench.soak import baseline_index, call_seconds_range, soak_figures
-from voicecore.supervise import REPO_ROOT
-
-SOAK_S = 40
-SLOTS = 6
-PROCESS_KEYS = {"rss_kb_start", "rss_kb_end", "rss_growth_pct", "fds_start", "fds_end", "fd_growth", "restarts"}
 
 
 def _sample(t_s: float, **rss: int) -> dict:
@@ -91,39 +81,3 @@ def test_save_writes_the_soak_report_and_a_taken_name_is_refused_before_the_soak
     assert json.loads(saved.read_text()) == top
     assert bench.soak.run_soak(options_for("--soak", "10", "--save", "soak-test")) == 2  # never overwritten
     assert ran == [1]
-
-
-@pytest.mark.integration
-def test_a_short_soak_churns_calls_and_leaves_nothing_behind(tmp_path: Path):
-    report_path = tmp_path / "soak.json"
-    completed = subprocess.run(
-        ["nice", "-n", "10", sys.executable, "-m", "voicecore.cli", "bench", "--soak", str(SOAK_S), "--calls", str(SLOTS),
-         "--json", str(report_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=SOAK_S + 150,
-    )
-    assert report_path.exists(), completed.stderr[-3000:]
-    soak = json.loads(report_path.read_text())["soak"]
-    assert completed.returncode == 0, (soak["failures"], completed.stderr[-2000:])
-    assert "RSS start kB" in completed.stdout  # the console table
-    assert soak["seconds"] == SOAK_S and soak["calls"] == SLOTS
-    assert soak["calls_completed"] > soak["calls"], soak["calls_completed"]  # the slots churned
-    assert soak["failures"] == [] and soak["calls_failed"] == 0
-    assert soak["shm_clean"] is True and soak["runtime_dir_clean"] is True and soak["zombies"] == 0
-    assert soak["arenas_seen"] >= 1
-    # A sample every 10 s from the load's start to its end, each with every stack process.
-    assert [s["t_s"] // 10 for s in soak["samples"]] == [0, 1, 2, 3, 4]
-    assert max(s["calls_active"] for s in soak["samples"]) >= SLOTS - 1
-    for sample in soak["samples"]:
-        assert {"supervisord", "gateway", "pacer", "model"} <= {name.split("_")[0] for name in sample["processes"]}
-        assert all(p["rss_kb"] > 0 and p["fds"] > 0 for p in sample["processes"].values())
-    assert set(soak["processes"]) == {name for s in soak["samples"] for name in s["processes"]}
-    for name, figures in soak["processes"].items():
-        assert set(figures) == PROCESS_KEYS, name
-        assert figures["rss_kb_start"] > 0 and figures["rss_kb_end"] > 0 and figures["fds_start"] > 0
-        assert figures["restarts"] == 0
-    try:
-        import matplotlib  # noqa: F401  (the bench extra draws the PNG; the test extra alone has none)
-    except ImportError:
-        assert not report_path.with_suffix(".png").exists() and "matplotlib is not installed" in completed.stderr
-    else:
-        assert os.path.getsize(report_path.with_suffix(".png")) > 10_000

@@ -89,7 +89,7 @@ def test_readme_table_lists_every_setting():
 def test_readme_holds_the_generated_table():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     assert settings_table_markdown() in readme, "regenerate the README table: python -c 'from voicecore.config import settings_table_markdown as t; print(t())'"
 
 

@@ -18,7 +18,7 @@ from voicecore.twilio import rest as twilio_rest
 
 MS = 1_000_000
 IDLE = C.IDLE_PLAYOUT
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sent(actions):

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import in_ci, missing_resource
+from external import in_ci, missing_resource
 from voicecore.g711 import linear_to_ulaw, read_wav_as_ulaw, ulaw_to_linear, write_stereo_wav
 
-G191_DIR = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "g711"
+G191_DIR = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "g711"
 
 # CRC32 of each file, from the README: a changed file must fail loudly, not pass by accident.
 G191_CRC32 = {"sweep.src": 0xC8BA7682, "sweep-r.u": 0xCD170E15, "sweep-r.u-u": 0x63641C01}

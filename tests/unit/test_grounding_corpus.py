@@ -26,7 +26,7 @@ from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
 from workers.validator.core import ValidatorCore
 from workers.validator.gate_command import stream_verdict
 
-DATA = Path(__file__).parent / "data" / "grounding"
+DATA = Path(__file__).parents[1] / "data" / "grounding"
 LANGUAGES = ("en", "sv")
 # measured on the corpus (see the module docstring): precision and recall of rejection, share of right
 # answers approved

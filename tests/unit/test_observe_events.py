@@ -7,7 +7,7 @@ import json
 
 import orjson
 
-from test_store import delta, scripted_call
+from records import delta, scripted_call
 from voicecore.bus import messages
 from voicecore.observe.events import CHUNK_BYTES, MAX_TEXT, CallEventTap, events_of_record, observe_chunks
 from voicecore.observe.numbering import EventNumbering, rows_chunks, rows_from_json, wire, wire_stored

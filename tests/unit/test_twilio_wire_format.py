@@ -26,7 +26,7 @@ from voicecore.twilio.stream import OutboundEncoder
 from workers.gateway import core as gateway_core
 from workers.pacer import core as pacer_core
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MS = 1_000_000
 CALL_SID = "CA" + "6" * 32
 MARK_EVERY = 5

@@ -14,7 +14,7 @@ import pytest
 from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir, split_markdown
 from voicecore.validate.numbers import extract_numbers
 
-KB_DIR = Path(__file__).resolve().parent / "kb"
+KB_DIR = Path(__file__).resolve().parents[1] / "kb"
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
 from voicecore.validate.numbers import extract_numbers
 from workers.validator.core import APPROVE_ALL_FRAMES, ValidatorCore, reason_category
 
-KB_DIR = Path(__file__).parent / "kb"
+KB_DIR = Path(__file__).parents[1] / "kb"
 KB = KnowledgeBase.from_documents(load_knowledge_dir(KB_DIR))
 KEY = (3, 7, 5)  # slot, generation, tag
 
