@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore import stats as report_stats
@@ -606,7 +606,6 @@ _fast_messages = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(_fast_messages, st.floats(0.0, 45.0)), max_size=40))
 def test_receive_fast_has_exactly_the_effect_of_receive(steps):
     """Fed the same messages at the same times, a call that tries receive_fast first and a call that only

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 import soxr
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore.carriers.codec import (
@@ -371,7 +371,6 @@ def test_framer_rejects_unusable_sizes(size: object) -> None:
         Framer(size)  # type: ignore[arg-type]
 
 
-@settings(derandomize=True, database=None, max_examples=200)
 @given(frame_bytes=st.sampled_from([1, 160, 320, 640, 7]), pieces=st.lists(st.binary(max_size=1500), max_size=12))
 def test_framer_output_is_the_input_in_whole_frames(frame_bytes: int, pieces: list[bytes]) -> None:
     framer = Framer(frame_bytes)

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore.carriers import exotel, plivo, telnyx, vonage
@@ -215,7 +215,6 @@ def test_bad_entries_are_our_misuse():
 OPS = st.lists(st.one_of(st.just("frame"), st.just("mark"), st.just("end"), st.just("clear")), max_size=60)
 
 
-@settings(max_examples=150, deadline=None)
 @given(ops=OPS, rate=st.sampled_from([8000, 16000, 24000]))
 def test_no_mark_overtakes_its_audio_and_every_mark_is_sent_or_dropped(ops, rate):
     """Model: since the last clear, a mark placed after n mu-law frames (the pacer's, and the silence an end

@@ -14,7 +14,7 @@ import base64
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore.carriers import exotel
@@ -654,7 +654,6 @@ _near_messages = st.fixed_dictionaries(
 )
 
 
-@settings(derandomize=True, database=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prelude=st.sampled_from([FRESH, CONNECTED, STARTED, STOPPED]),
     inputs=st.lists(st.text(max_size=40) | st.binary(max_size=40) | _near_messages.map(dumps), max_size=6),
@@ -961,7 +960,6 @@ _ops = st.lists(
 )
 
 
-@settings(derandomize=True, database=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(fmt=st.sampled_from(FORMATS), chunk_ms=st.sampled_from([100, 200, 300, 400, 1000, 2000]), ops=_ops)
 def test_batcher_properties(fmt: tuple[str, int], chunk_ms: int, ops: list) -> None:
     """Any sequence of frames, marks, flushes and clears: every chunk obeys the rules, real audio comes out

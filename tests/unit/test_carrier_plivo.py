@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ElementTree
 from collections import deque
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore.carriers.events import (
@@ -609,7 +609,6 @@ _near_messages = st.fixed_dictionaries(
 )
 
 
-@settings(derandomize=True, database=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(prelude=st.sampled_from([FRESH, STARTED, STOPPED]),
        inputs=st.lists(st.text(max_size=40) | st.binary(max_size=40) | _near_messages.map(dumps), max_size=6))
 def test_arbitrary_input_never_raises(prelude: str, inputs: list) -> None:
@@ -882,7 +881,6 @@ _lead_operations = st.lists(st.sampled_from([
 ]), min_size=30, max_size=150)
 
 
-@settings(derandomize=True, database=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(operations=_lead_operations, max_unplayed_frames=st.integers(0, 30))
 def test_checkpoint_lead_bounds_what_the_carrier_has_not_played(operations: list, max_unplayed_frames: int) -> None:
     """The pacer obeys may_send; messages cross in flight both ways (FIFO, like a WebSocket); the carrier

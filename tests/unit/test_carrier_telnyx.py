@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ElementTree
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore.carriers.events import (
@@ -720,7 +720,6 @@ def windowed_permutations(draw) -> list[int]:
     return arrivals
 
 
-@settings(derandomize=True, database=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(windowed_permutations())
 def test_any_permutation_within_the_window_is_released_in_order(arrivals: list[int]) -> None:
     protocol = protocol_after(STARTED)
@@ -731,7 +730,6 @@ def test_any_permutation_within_the_window_is_released_in_order(arrivals: list[i
     assert protocol.held_frames == 0
 
 
-@settings(derandomize=True, database=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(arrivals=st.lists(st.integers(0, 25), max_size=40), window=st.integers(0, 4))
 def test_any_arrival_order_releases_each_chunk_once_in_increasing_order(arrivals: list[int], window: int) -> None:
     protocol = protocol_after(STARTED, reorder_window_frames=window)
@@ -783,7 +781,6 @@ _near_messages = st.fixed_dictionaries(
 )
 
 
-@settings(derandomize=True, database=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prelude=st.sampled_from([FRESH, CONNECTED, STARTED, STOPPED]),
     inputs=st.lists(st.text(max_size=40) | st.binary(max_size=40) | _near_messages.map(dumps), max_size=6),

@@ -18,7 +18,7 @@ import warnings
 import jwt
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore.carriers.codec import EdgeTranscoder, Framer
@@ -452,7 +452,6 @@ _near_messages = st.fixed_dictionaries(
 )
 
 
-@settings(derandomize=True, database=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prelude=st.sampled_from([FRESH, CONNECTED, STOPPED]),
     inputs=st.lists(
@@ -793,7 +792,6 @@ def test_empty_secret_is_our_misuse() -> None:
         sign_webhook(BODY, "", NOW_S, jti="j")
 
 
-@settings(derandomize=True, database=None, max_examples=300)
 @given(authorization=st.none() | st.text(max_size=80) | st.text(max_size=40).map(lambda text: "Bearer " + text),
        body=st.binary(max_size=20))
 def test_no_header_makes_verification_raise(authorization: str | None, body: bytes) -> None:

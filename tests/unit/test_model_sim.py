@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore.realtime import events as ev
@@ -843,8 +843,6 @@ client_events = st.one_of(
 )
 
 
-@settings(derandomize=True, database=None, max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["ga", "beta"]), st.lists(st.tuples(client_events, st.integers(0, 800)), max_size=8))
 def test_fuzz_client_events_never_raise_and_replies_validate(
     naming: str, steps: list[tuple[dict[str, Any], int]]
@@ -1154,8 +1152,6 @@ def test_overlaps_are_deterministic_per_seed_session_and_response() -> None:
     assert run(8)[0] != a[0] and run(7, index=1)[0] != a[0]
 
 
-@settings(derandomize=True, database=None, max_examples=80, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["ga", "beta"]), st.lists(st.tuples(client_events, st.integers(0, 800)), max_size=8))
 def test_fuzz_with_overlaps_never_raises_and_everything_finishes(
     naming: str, steps: list[tuple[dict[str, Any], int]]

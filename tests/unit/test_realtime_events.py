@@ -10,7 +10,7 @@ import warnings
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -263,7 +263,6 @@ def test_audio_delta_decodes_exact_bytes_and_empty_delta() -> None:
     assert ev.parse_server_event(text) == ev.AudioDelta("r", "i", b"")
 
 
-@settings(derandomize=True, database=None, max_examples=300, deadline=None)
 @given(st.one_of(st.text(), st.binary()))
 def test_fuzz_text_never_raises(data: str | bytes) -> None:
     assert ev.parse_server_event(data) is not None
@@ -276,7 +275,6 @@ json_values = st.recursive(
 )
 
 
-@settings(derandomize=True, database=None, max_examples=400, deadline=None)
 @given(st.sampled_from(sorted(ev.SERVER_EVENT_TYPES)), st.dictionaries(
     st.sampled_from(["response_id", "item_id", "delta", "transcript", "audio_start_ms", "audio_end_ms", "item",
                      "response", "session", "error", "call_id", "arguments", "name", "status_details"]),

@@ -18,7 +18,7 @@ For every draw, measured from outside the controller (what it sent and what the 
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from scenarios.harness import WORD_GAP_MS, ModelScript, Plan, Speech, run
@@ -55,7 +55,6 @@ def decisive_words_ms(sp: Speech) -> int:
     return sp.at_ms + sp.dur_ms + VAD_SILENCE_MS + 1 + sp.words_delay_ms + ((n - 1) * WORD_GAP_MS if sp.deltas else 0)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=utterances(), answer_ms=st.sampled_from((1500, 4000, 8000)))
 def test_real_turns_are_never_resumed_over_and_always_answered(script, answer_ms):
     speeches = [sp for _, sp in script]

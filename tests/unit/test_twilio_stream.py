@@ -11,7 +11,7 @@ import base64
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore.timing import FRAME_BYTES, MAX_MESSAGE_BYTES
@@ -564,7 +564,6 @@ _near_messages = st.fixed_dictionaries(
 )
 
 
-@settings(derandomize=True, database=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prelude=st.sampled_from([FRESH, CONNECTED, STARTED, STOPPED]),
     inputs=st.lists(st.text(max_size=40) | st.binary(max_size=40) | _near_messages.map(dumps), max_size=6),
@@ -651,7 +650,6 @@ def test_receive_media_declines_str_and_after_a_violation() -> None:
     assert protocol.receive_media(compact(media_msg())) is None
 
 
-@settings(derandomize=True, database=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(messages=st.lists(
     st.builds(media_msg, seq=st.sampled_from(["2", "3", "7", "02", "1" * 18, "x", ""]),
               chunk=st.sampled_from(["1", "9", "-1"]), timestamp=st.sampled_from(["0", "155", "1e3"]),

@@ -7,7 +7,7 @@ behind the ambiguous rows are in the module docstring; the row's comment names t
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from voicecore.validate.numbers import NumberMention, extract_numbers, phone_variants
@@ -260,7 +260,6 @@ def test_phone_variants(value, home, variants):
     assert phone_variants(value, home) == variants
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     st.lists(
         st.sampled_from(list("0123456789 ,.-+()/:%$€kKrRGBtTenoå\u00a0amp") + ["one ", "tio", "hundra ", "kl "]),

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore.bus import messages as m
@@ -409,7 +409,6 @@ def answers(draw):
     return text, deltas, frames_per_char, leads
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(answers())
 def test_property_approved_frames_never_cover_an_unverified_number(example):
     """INV-GATE: approved_frames never decreases and never reaches the audio of the first number the
