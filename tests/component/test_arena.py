@@ -435,7 +435,6 @@ def test_a_child_that_attaches_and_exits_does_not_remove_the_arena(tmp_path):
 def test_real_dev_shm_round_trip_with_a_child_process():
     if not os.path.isdir("/dev/shm"):
         missing_resource("a /dev/shm directory (tmpfs)", "/dev/shm", "the arena's default home on Linux")
-    before = {n for n in os.listdir("/dev/shm") if n.startswith(NAME_PREFIX)}
     with Arena.create(ArenaLayout(max_calls=2, in_slots=8, out_slots=8, wire_slots=8)) as a:
         assert a.path.startswith("/dev/shm/")
         assert stat.S_IMODE(os.stat(a.path).st_mode) == 0o600
@@ -443,5 +442,6 @@ def test_real_dev_shm_round_trip_with_a_child_process():
         assert _run_child(a.name, "/dev/shm", 0) == 0
         assert os.path.exists(a.path)
         assert a.ctrl[0, C.MODEL_GENERATION] == 1
-    after = {n for n in os.listdir("/dev/shm") if n.startswith(NAME_PREFIX)}
-    assert after == before
+    # This arena's name only: other arenas come and go in /dev/shm meanwhile (stacks of tests running beside
+    # this one, other voicecore nodes of the machine), and this test made no other.
+    assert a.name.startswith(NAME_PREFIX) and a.name not in os.listdir("/dev/shm")

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.request
 import wave
 from pathlib import Path
@@ -16,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stacks import start_stack
 from exposition import parse_exposition
+from stacks import start_stack
 from waiting import wait_until, wait_until_async
 from voicecore.callreport import summarize
 from voicecore.demo import demo_script
@@ -288,10 +289,12 @@ def test_model_worker_killed_mid_call_is_restarted_and_the_call_goes_on():
 
 
 def test_shutdown_leaves_nothing_in_dev_shm_or_the_runtime_dir():
-    before = set(Path("/dev/shm").glob("voicecore-*"))
-    running = start_stack()
+    # The stack's arena in a directory of its own on /dev/shm's tmpfs: "nothing left" is then this stack's
+    # doing alone, whatever other stacks (of tests beside this one, of other users) do in /dev/shm meanwhile.
+    shm_dir = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="vctest-shm-"))
+    running = start_stack(shm_dir=str(shm_dir))
     arena_name = (Path(running.config.runtime_dir) / "arena.name").read_text().strip()
-    arena_path = Path("/dev/shm") / arena_name
+    arena_path = shm_dir / arena_name
     assert arena_path.exists()
     assert (arena_path.stat().st_mode & 0o777) == 0o600
     assert (Path(running.config.runtime_dir).stat().st_mode & 0o777) == 0o700
@@ -304,5 +307,6 @@ def test_shutdown_leaves_nothing_in_dev_shm_or_the_runtime_dir():
     assert run(short_call()).closed_by == "carrier"
     running.stop()
     assert not arena_path.exists()
-    assert set(Path("/dev/shm").glob("voicecore-*")) <= before
+    assert list(shm_dir.iterdir()) == []
+    shm_dir.rmdir()
     assert not Path(config.runtime_dir).exists()
