@@ -153,7 +153,7 @@ def test_every_store_table_and_column_is_on_the_schema_page():
 def test_the_metrics_page_lists_the_captured_families():
     families = gen.metrics_families()
     page = gen.metrics_page()
-    assert len(families) > 50, "docs/reference/metrics-families.json: run tests/test_docs_metrics.py to capture them"
+    assert len(families) > 50, "docs/reference/metrics-families.json: run tests/stack/test_docs_metrics_stack.py to capture them"
     for name, family in families.items():
         assert f"`{name}` | {family['type']} |" in page, name
     for name in ("voicecore_calls_active", "voicecore_pacer_lateness_seconds", "voicecore_gate_rejections_total"):

@@ -12,7 +12,7 @@ from workers.gateway.core import (
 
 
 def test_mark_names():
-    # The rule is voicecore/twilio/marks.py's (its full table: tests/test_twilio_wire_format.py).
+    # The rule is voicecore/twilio/marks.py's (its full table: tests/unit/test_twilio_wire_format.py).
     assert parse_mark_name("3:10") == (3, 10, False)
     assert parse_mark_name("3:12:end") == (3, 12, True)
     for bad in ("", "3", "a:1", "3:x", "3:1:fin", "3:1:end:x", "-1:2"):

@@ -65,7 +65,7 @@ class Edge(StreamConnection):
 
 
 def drained(tmp_path, templates, connection=StreamConnection):
-    """The real pacer's entries of one call with `templates` (tests/test_pacer_core.py pacer_wire_entries),
+    """The real pacer's entries of one call with `templates` (tests/unit/test_pacer_core.py pacer_wire_entries),
     pushed into a fresh arena's wire ring and drained by a connection."""
     entries = pacer_wire_entries(tmp_path, "stream-1", templates)
     arena = Arena.create(ArenaLayout(max_calls=1, in_slots=8, out_slots=8, wire_slots=64), directory=str(tmp_path))

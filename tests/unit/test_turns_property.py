@@ -13,7 +13,7 @@ For every draw, measured from outside the controller (what it sent and what the 
 - every real turn is answered: a response is asked for after its words are in and before the caller's
   next utterance;
 - and the scenario invariants (one voice, no stale frame, talk-over within the carrier's lead, no request
-  while the caller speaks; tests/test_scenarios.py).
+  while the caller speaks; tests/unit/test_scenarios.py).
 """
 
 from __future__ import annotations
