@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from external import in_ci
-from stacks import start_stack
+from stacks import start_stack, wait_for_stops
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "rules", "component", "stack", "e2e")
@@ -71,6 +71,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if tier in ("stack", "e2e"):
             item.add_marker(pytest.mark.integration)
             item.add_marker(pytest.mark.xdist_group(REALTIME_GROUP))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    wait_for_stops()  # no stack outlives the run
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 from voicecore.config import load_config
@@ -53,7 +54,25 @@ class RunningStack:
             await sim.aclose()
 
     def stop(self) -> None:
+        """Stop the stack without waiting: supervisord stops its programs one priority after the other, seconds
+        spent mostly waiting on them, and a test that is done with its stack needs nothing from that. Every
+        stop is waited for before the session ends (``wait_for_stops``); a test that checks what a stop
+        leaves behind calls ``stop_and_wait``."""
+        stopping = threading.Thread(target=self.stack.stop, name=f"stopping {self.workdir.name}")
+        stopping.start()
+        _STOPPING.append(stopping)
+
+    def stop_and_wait(self) -> None:
         self.stack.stop()
+
+
+_STOPPING: list[threading.Thread] = []
+
+
+def wait_for_stops() -> None:
+    """Every stack stopped with ``stop()`` has stopped (tests/conftest.py calls this at the session's end)."""
+    while _STOPPING:
+        _STOPPING.pop().join()
 
 
 def start_stack(max_calls: int = 8, **overrides) -> RunningStack:

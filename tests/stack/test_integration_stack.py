@@ -305,7 +305,7 @@ def test_shutdown_leaves_nothing_in_dev_shm_or_the_runtime_dir():
             return await place_call(config.base_url, config.twilio_auth_token, CallScript(duration_ms=2000))
 
     assert run(short_call()).closed_by == "carrier"
-    running.stop()
+    running.stop_and_wait()
     assert not arena_path.exists()
     assert list(shm_dir.iterdir()) == []
     shm_dir.rmdir()

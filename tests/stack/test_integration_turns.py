@@ -4,6 +4,7 @@ recorded, and its record replays identically through a fresh controller (INV-REP
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http.server
 import json
 import subprocess
@@ -13,7 +14,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from stacks import start_stack
+from stacks import TEST_SIM, start_stack
 from waiting import wait_until
 
 from voicecore.demo import demo_script
@@ -22,28 +23,26 @@ from voicecore.sim.carrier import CallScript, place_call
 pytestmark = pytest.mark.integration
 
 
-def test_a_live_call_under_the_controller_is_recorded_and_replays_identically():
-    running = start_stack(call_control="turns")
-    try:
-        async def call():
-            async with running.model_sim() as sim:
-                return sim, await place_call(running.config.base_url, running.config.twilio_auth_token, demo_script(16))
+def test_a_live_call_under_the_controller_is_recorded_and_replays_identically(turns_stack):
+    running = turns_stack
 
-        sim, result = asyncio.run(call())
-        assert result.closed_by == "carrier", running.log_tail()
-        assert result.statistics.stale_frames == 0
-        assert result.statistics.clears_received >= 1  # the caller's speech interrupted the agent
-        (session,) = sim.by_call(result.call_sid)
-        assert session.record.responses[0].instructions.startswith("Say exactly:")  # the flow's greeting
-        record = Path(running.config.record_dir) / f"{result.call_sid}.jsonl"
-        wait_until(record.exists, 10, f"the call's record {record.name}", detail=running.log_tail)
-        assert (record.stat().st_mode & 0o777) == 0o600
-        replay = subprocess.run([sys.executable, "-m", "voicecore.cli", "replay", str(record), "--json"],
-                                capture_output=True, text=True, timeout=60)
-        assert replay.returncode == 0, replay.stdout + replay.stderr
-        assert '"identical": true' in replay.stdout
-    finally:
-        running.stop()
+    async def call():
+        async with running.model_sim() as sim:
+            return sim, await place_call(running.config.base_url, running.config.twilio_auth_token, demo_script(16))
+
+    sim, result = asyncio.run(call())
+    assert result.closed_by == "carrier", running.log_tail()
+    assert result.statistics.stale_frames == 0
+    assert result.statistics.clears_received >= 1  # the caller's speech interrupted the agent
+    (session,) = sim.by_call(result.call_sid)
+    assert session.record.responses[0].instructions.startswith("Say exactly:")  # the flow's greeting
+    record = Path(running.config.record_dir) / f"{result.call_sid}.jsonl"
+    wait_until(record.exists, 10, f"the call's record {record.name}", detail=running.log_tail)
+    assert (record.stat().st_mode & 0o777) == 0o600
+    replay = subprocess.run([sys.executable, "-m", "voicecore.cli", "replay", str(record), "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert '"identical": true' in replay.stdout
 
 
 class _FakeTwilioRest(http.server.BaseHTTPRequestHandler):
@@ -116,36 +115,30 @@ def test_a_hang_up_the_rest_api_cannot_take_closes_the_stream_instead_of_leaving
         running.stop()
 
 
-def test_a_model_session_the_vendor_drops_mid_call_is_reopened_with_the_conversation_so_far():
-    import dataclasses
+def test_a_model_session_the_vendor_drops_mid_call_is_reopened_with_the_conversation_so_far(turns_stack):
+    running = turns_stack
 
-    from stacks import TEST_SIM
+    async def call():
+        # the vendor fails 9 s in: after the first question was answered, before the barge-in
+        async with running.model_sim(dataclasses.replace(TEST_SIM, drop_after_ms=9000)) as sim:
+            return sim, await place_call(running.config.base_url, running.config.twilio_auth_token, demo_script(16))
 
-    running = start_stack(call_control="turns")
-    try:
-        async def call():
-            # the vendor fails 9 s in: after the first question was answered, before the barge-in
-            async with running.model_sim(dataclasses.replace(TEST_SIM, drop_after_ms=9000)) as sim:
-                return sim, await place_call(running.config.base_url, running.config.twilio_auth_token, demo_script(16))
-
-        sim, result = asyncio.run(call())
-        assert result.closed_by == "carrier", running.log_tail()
-        assert result.statistics.stale_frames == 0
-        first, second = sim.by_call(result.call_sid)
-        assert first.record.closed_ms - first.record.connected_ms >= 9000
-        reconnect_ms = second.record.connected_ms - first.record.closed_ms
-        assert 0 <= reconnect_ms <= 600, reconnect_ms  # the first reconnect: 0.1-0.3 s, jittered
-        # the new session was given what was said before the drop (the greeting and the first answer), before
-        # anything else was asked of it
-        restored = second.record.client_events.get("conversation.item.create", 0)
-        said_before = [r for r in first.record.responses if r.text]
-        assert restored >= len(said_before) >= 2, (restored, len(said_before))
-        # and the call went on: audio reached the caller after the reconnect
-        assert any(frame.arrival_ms > second.record.connected_ms + 500 for frame in result.core.frames)
-        record = Path(running.config.record_dir) / f"{result.call_sid}.jsonl"
-        wait_until(record.exists, 10, f"the call's record {record.name}", detail=running.log_tail)
-        replay = subprocess.run([sys.executable, "-m", "voicecore.cli", "replay", str(record), "--json"],
-                                capture_output=True, text=True, timeout=60)
-        assert replay.returncode == 0 and '"identical": true' in replay.stdout, replay.stdout + replay.stderr
-    finally:
-        running.stop()
+    sim, result = asyncio.run(call())
+    assert result.closed_by == "carrier", running.log_tail()
+    assert result.statistics.stale_frames == 0
+    first, second = sim.by_call(result.call_sid)
+    assert first.record.closed_ms - first.record.connected_ms >= 9000
+    reconnect_ms = second.record.connected_ms - first.record.closed_ms
+    assert 0 <= reconnect_ms <= 600, reconnect_ms  # the first reconnect: 0.1-0.3 s, jittered
+    # the new session was given what was said before the drop (the greeting and the first answer), before
+    # anything else was asked of it
+    restored = second.record.client_events.get("conversation.item.create", 0)
+    said_before = [r for r in first.record.responses if r.text]
+    assert restored >= len(said_before) >= 2, (restored, len(said_before))
+    # and the call went on: audio reached the caller after the reconnect
+    assert any(frame.arrival_ms > second.record.connected_ms + 500 for frame in result.core.frames)
+    record = Path(running.config.record_dir) / f"{result.call_sid}.jsonl"
+    wait_until(record.exists, 10, f"the call's record {record.name}", detail=running.log_tail)
+    replay = subprocess.run([sys.executable, "-m", "voicecore.cli", "replay", str(record), "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert replay.returncode == 0 and '"identical": true' in replay.stdout, replay.stdout + replay.stderr
