@@ -1,14 +1,15 @@
 """The shipped example agents, end to end: `voicecore demo --agent examples/NAME` against the simulators,
 real processes, loopback sockets, a fake of each agent's tool API; every record replayed.
 
-The three demos run at once (each its own stack; 3 calls x 60 s, so every caller script of an example runs
-once). What each example must show is asserted from the demo's report, whose figures come from outside the
+Each demo has its own stack (3 calls x 60 s, so every caller script of an example runs once); they run as many
+at once as the machine has pairs of cores (one after the other on 2 cores), and beside no other stack test. What each example must show is asserted from the demo's report, whose figures come from outside the
 controller: the model simulator's function calls, the tool server's log, what the scripted callers said.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# Their reports hold real-time figures (underruns while the model's audio was there, stale frames, lateness):
+# the demos run with no other stack test beside them, as many at once as the machine has pairs of cores.
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
+DEMOS_AT_ONCE = max(1, (os.cpu_count() or 1) // 2)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ("receptionist", "shop-assistant", "interview")
@@ -37,7 +41,7 @@ def run_demo(name: str, record_dir: Path) -> tuple[int, dict, str]:
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     record_dir = tmp_path_factory.mktemp("example-records")
-    with ThreadPoolExecutor(len(EXAMPLES)) as pool:
+    with ThreadPoolExecutor(min(len(EXAMPLES), DEMOS_AT_ONCE)) as pool:
         runs = dict(zip(EXAMPLES, pool.map(lambda name: run_demo(name, record_dir), EXAMPLES)))
     return runs
 
