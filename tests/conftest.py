@@ -16,10 +16,7 @@ exposition.py, realtime_wire.py, console_alone.py, nats_server.py, and the scena
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -60,8 +57,7 @@ def tier_of(path: Path) -> str | None:
 
 
 # The stack and e2e tiers run in real time on real processes. A module's tests stay on one pytest-xdist worker
-# (a group per module), so its module-scoped stack is started once; two workers may each run one such module
-# at a time. A module marked `alone` runs with no other stack or e2e test beside it (realtime_slot below).
+# (a group per module), so its module-scoped stack is started once; with a worker per core, a core per stack.
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -76,55 +72,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(f"{tier}-{item.path.stem}"))
 
 
-class RealtimeSlots:
-    """Who runs beside whom among the pytest-xdist workers of one run: a stack or e2e test holds the slots
-    shared, a test marked `alone` holds them exclusively. A worker that asks for them exclusively first takes
-    the turnstile, so the shared holders drain and no new one slips in ahead of it (flock alone would let a
-    stream of shared holders starve it)."""
-
-    def __init__(self, directory: Path) -> None:
-        directory.mkdir(exist_ok=True)
-        self.turnstile = open(directory / "turnstile", "a+")  # noqa: SIM115 - held for the worker's life
-        self.slots = open(directory / "slots", "a+")  # noqa: SIM115
-
-    @contextlib.contextmanager
-    def held(self, alone: bool):
-        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(self.slots, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(self.slots, fcntl.LOCK_UN)
-
-
-_SLOTS: list[RealtimeSlots] = []
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """Setup, call and teardown of a stack or e2e test (its module's stack starts in the first one's setup)
-    inside the realtime slots, when several workers run."""
-    run_id = getattr(item.config, "workerinput", {}).get("testrunuid")
-    if run_id is None or tier_of(item.path) not in ("stack", "e2e"):
-        yield
-        return
-    if not _SLOTS:
-        _SLOTS.append(RealtimeSlots(Path(tempfile.gettempdir()) / f"voicecore-tests-{run_id}"))
-    with _SLOTS[0].held(alone=item.get_closest_marker("alone") is not None):
-        yield
-
-
 def pytest_sessionfinish(session: pytest.Session) -> None:
     wait_for_stops()  # no stack outlives the run
-    for slots in _SLOTS:  # this worker has no test left to run; the others hold theirs open
-        for lock in (slots.turnstile, slots.slots):
-            lock.close()
-            Path(lock.name).unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            Path(slots.slots.name).parent.rmdir()
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,9 @@
 real processes, loopback sockets, a fake of each agent's tool API; every record replayed.
 
 Each demo has its own stack (3 calls x 60 s, so every caller script of an example runs once); they run as many
-at once as the machine has pairs of cores (one after the other on 2 cores), and beside no other stack test. What each example must show is asserted from the demo's report, whose figures come from outside the
-controller: the model simulator's function calls, the tool server's log, what the scripted callers said.
+at once as the machine has pairs of cores (one after the other on 2 cores). What each example must show is
+asserted from the demo's report, whose figures come from outside the controller: the model simulator's
+function calls, the tool server's log, what the scripted callers said.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-# Their reports hold real-time figures (underruns while the model's audio was there, stale frames, lateness):
-# the demos run with no other stack test beside them, as many at once as the machine has pairs of cores.
-pytestmark = [pytest.mark.integration, pytest.mark.alone]
+# The reports hold real-time figures (underruns while the model's audio was there, stale frames, lateness):
+# a demo's stack and its 3 calls take about a core, and a test worker beside it may run another stack, so as
+# many demos at once as the machine has pairs of cores.
+pytestmark = pytest.mark.integration
 DEMOS_AT_ONCE = max(1, (os.cpu_count() or 1) // 2)
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,8 +4,7 @@ callers say backchannels, coughs and a long "okay, okay" over the agent's answer
 ("wait", "stop", "no", "yeah, but on Friday", "sorry, who is this?") over and between them, with the model
 simulator sending their words as the vendor does, in both transcription positions: word by word after the
 commit (gpt-4o-mini-transcribe) and only late and whole (whisper-1). Each demo has its own
-stack (3 calls x 60 s play every script once); they run as many at once as the machine has pairs of cores,
-beside no other stack test.
+stack (3 calls x 60 s play every script once); they run as many at once as the machine has pairs of cores.
 
 The figures come from outside the controller (voicecore/callturns.py reads both simulators' records).
 Timings (talk-over, hold lengths, resume and answer latency) are the bench's and the demo's to report, not
@@ -23,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-# Their reports hold real-time figures (underruns while the model's audio was there, stale frames, lateness):
-# the demos run with no other stack test beside them, as many at once as the machine has pairs of cores.
-pytestmark = [pytest.mark.integration, pytest.mark.alone]
+# The reports hold real-time figures (underruns while the model's audio was there, stale frames, lateness):
+# a demo's stack and its 3 calls take about a core, and a test worker beside it may run another stack, so as
+# many demos at once as the machine has pairs of cores.
+pytestmark = pytest.mark.integration
 DEMOS_AT_ONCE = max(1, (os.cpu_count() or 1) // 2)
 
 ROOT = Path(__file__).resolve().parents[2]
