@@ -56,20 +56,24 @@ def tier_of(path: Path) -> str | None:
     return folder if folder in TIERS else None
 
 
-# The stack and e2e tiers run in real time on real processes. A module's tests stay on one pytest-xdist worker
-# (a group per module), so its module-scoped stack is started once; with a worker per core, a core per stack.
+# pytest-xdist runs a module's tests on one worker (--dist=loadscope), so a module-scoped stack (or PostgreSQL
+# server) is started once; with a worker per core, at most a stack per core runs at a time.
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_itemcollected(item: pytest.Item) -> None:
+    tier = tier_of(item.path)
+    if tier is None:
+        return
+    item.add_marker(getattr(pytest.mark, tier))
+    if tier in ("stack", "e2e"):
+        item.add_marker(pytest.mark.integration)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        tier = tier_of(item.path)
-        if tier is None:
-            continue
-        item.add_marker(getattr(pytest.mark, tier))
-        if tier in ("stack", "e2e"):
-            item.add_marker(pytest.mark.integration)
-            item.add_marker(pytest.mark.xdist_group(f"{tier}-{item.path.stem}"))
+    """The real-time tiers first: pytest-xdist hands out whole modules in this order (--dist=loadscope
+    --no-loadscope-reorder), so the long stack and e2e modules start at once and the fast tiers' many short
+    ones fill the workers around them."""
+    items.sort(key=lambda item: tier_of(item.path) not in ("stack", "e2e"))  # stable: within a tier as collected
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
