@@ -1,115 +1,88 @@
-"""Shared fixtures: a real stack (supervisord, gateway, pacer, model worker) on 127.0.0.1.
+"""The test tiers, the hypothesis profiles, and the stack every tier may share.
 
-The model simulator is not part of the stack here: each test starts it on the stack's configured model
-port inside its own event loop, next to the carrier simulator, as `voicecore demo` does. One loop and one
-clock for both simulators keeps their measurements comparable, and a simulator thread would fight the
-carrier for the GIL and distort exactly the timings under test.
+Each test file lives in the folder of its tier and gets the tier's marker from it, so `-m unit` (or
+`-m "not stack and not e2e"`) selects by tier without a marker written in any file:
+
+- ``unit``: the sans-I/O cores and other parts in-process, no process and no socket of their own;
+- ``rules``: the repository's rules (import arrows, no private imports, pure cores, the docs site, deploy/);
+- ``component``: real processes or sockets for one part;
+- ``stack``: whole stacks (``start_stack``) driven from the test;
+- ``e2e``: ``voicecore demo``, ``bench`` and ``up`` run as a user runs them.
+
+Helpers shared by the tiers are modules beside this file (tests/ is on sys.path: pyproject.toml's
+``pythonpath``): stacks.py (``start_stack``), external.py (``missing_resource``), waiting.py, records.py,
+exposition.py, realtime_wire.py, console_alone.py, nats_server.py, and the scenarios/ package.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
-import tempfile
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
+from hypothesis import HealthCheck, settings
 
-from voicecore.config import load_config
-from voicecore.demo import DEMO_CLIPS, free_port
-from voicecore.sim.model import SimConfig
-from voicecore.sim.model_server import serve_model_sim
-from voicecore.supervise import Stack, resolve_config
+from external import in_ci
+from stacks import start_stack, wait_for_stops
 
-# 1.5x real time: the answer is still being generated when the caller barges in, so the cancel really
-# cancels and the simulator lets late deltas out after it (PROTOCOLS.md D.2 item 5).
-# The caller's transcript 150 ms after each commit, every event at once (the simulator's fixed delay before
-# it drew vendor-like ones): the integration tests' scripts are timed on it, and they are not about how long
-# the vendor takes to transcribe. A test of turn-taking asks for the vendor's timing:
-# dataclasses.replace(TEST_SIM, transcription_delay_ms=None).
-TEST_SIM = SimConfig(clip_sequence=DEMO_CLIPS, late_deltas_after_cancel=2, speed_factor=1.5, transcription_delay_ms=150)
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "rules", "component", "stack", "e2e")
 
-
-@dataclasses.dataclass
-class RunningStack:
-    stack: Stack
-    sim_port: int
-    workdir: Path
-    log_path: Path
-
-    @property
-    def config(self):
-        return self.stack.config
-
-    def log_tail(self, n: int = 6000) -> str:
-        return self.log_path.read_text(errors="replace")[-n:]
-
-    @contextlib.asynccontextmanager
-    async def model_sim(self, config: SimConfig = TEST_SIM):
-        """The realtime-model simulator on the port the stack's model worker dials, for one test."""
-        sim, _ = await serve_model_sim("127.0.0.1", self.sim_port, config)
-        try:
-            yield sim
-        finally:
-            await sim.aclose()
-
-    def stop(self) -> None:
-        self.stack.stop()
+# Hypothesis: one place sets how hard the properties are searched, per situation, instead of a count per
+# test. `dev` (the default) keeps the fast loop fast and lets hypothesis keep its database of failures;
+# `ci` searches harder and derandomizes, so a CI failure reproduces from the same seed. Neither has a
+# deadline or the too_slow health check: the machine may be busy, and a property's verdict must not
+# depend on how fast one example ran. HYPOTHESIS_PROFILE picks one by name; CI=true picks `ci`.
+settings.register_profile("dev", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                          derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if in_ci() else "dev"))
 
 
-def start_stack(max_calls: int = 8, **overrides) -> RunningStack:
-    """A stack on 127.0.0.1. Without an ``agent`` it runs the spine (barge-in on every VAD edge) unless
-    ``call_control`` says otherwise: the stack tests measure the media path; the turn-taking controller has
-    its own tests. With one it runs the agent, under the controller."""
-    overrides.setdefault("call_control", "turns" if overrides.get("agent") else "spine")
-    sim_port = free_port()
-    workdir = Path(tempfile.mkdtemp(prefix="voicecore-test-"))
-    base = resolve_config(load_config({k: v for k, v in os.environ.items() if not k.startswith("VOICECORE_")}))
-    config = dataclasses.replace(
-        base,
-        listen=overrides.pop("listen", f"127.0.0.1:{free_port()}"),
-        console_listen=overrides.pop("console_listen", f"127.0.0.1:{free_port()}"),
-        realtime_url=f"ws://127.0.0.1:{sim_port}/v1/realtime",
-        send_call_id_to_vendor=True,  # our own simulator: it ties its sessions to the calls by it
-        runtime_dir=str(workdir / "run"),
-        record_dir=str(workdir / "records"),
-        max_calls=max_calls,
-        **overrides,
-    )
-    log_path = workdir / "stack.log"
-    stack = Stack(config)
-    stack.start(open(log_path, "wb"))
+def pytest_configure(config: pytest.Config) -> None:
+    strays = sorted(path.name for path in TESTS.glob("test_*.py"))
+    if strays:
+        raise pytest.UsageError(
+            f"test files at tests/ itself: {', '.join(strays)}. Each belongs in the folder of its tier "
+            f"({', '.join('tests/' + tier for tier in TIERS)}; tests/conftest.py says which is which): "
+            "git mv it there, and import shared helpers from the modules beside tests/conftest.py.")
+
+
+def tier_of(path: Path) -> str | None:
     try:
-        stack.wait_ready(180)  # a fresh checkout compiles the numba kernels on first start
-    except Exception:
-        stack.stop()
-        raise RuntimeError("stack did not start:\n" + log_path.read_text(errors="replace")[-4000:]) from None
-    return RunningStack(stack, sim_port, workdir, log_path)
+        folder = path.resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return folder if folder in TIERS else None
+
+
+# pytest-xdist runs a module's tests on one worker (--dist=loadscope), so a module-scoped stack (or PostgreSQL
+# server) is started once; with a worker per core, at most a stack per core runs at a time.
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    tier = tier_of(item.path)
+    if tier is None:
+        return
+    item.add_marker(getattr(pytest.mark, tier))
+    if tier in ("stack", "e2e"):
+        item.add_marker(pytest.mark.integration)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The real-time tiers first: pytest-xdist hands out whole modules in this order (--dist=loadscope
+    --no-loadscope-reorder), so the long stack and e2e modules start at once and the fast tiers' many short
+    ones fill the workers around them."""
+    items.sort(key=lambda item: tier_of(item.path) not in ("stack", "e2e"))  # stable: within a tier as collected
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    wait_for_stops()  # no stack outlives the run
 
 
 @pytest.fixture(scope="module")
 def running_stack():
+    """A stack of the default configuration for one module's tests."""
     running = start_stack()
     yield running
     running.stop()
-
-
-def in_ci() -> bool:
-    """CI runs the suite with CI=true (GitHub Actions, GitLab and most others set it); "1" counts too."""
-    return os.environ.get("CI", "").strip().lower() in ("true", "1")
-
-
-def missing_resource(what: str, looked_in: str | Path, how_to_get_it: str = "") -> NoReturn:
-    """Something a test needs from outside the repository is absent (test vectors, /dev/shm, ...).
-
-    Outside CI the test is skipped with the reason. Under CI it fails: CI is set up to have it, and a test
-    that quietly skips there reports a pass it never earned. Call it from the test or from the fixture
-    that loads the thing (a fixture's failure shows as an error at setup: just as red).
-    """
-    message = f"{what} not found: looked in {looked_in}" + (f" ({how_to_get_it})" if how_to_get_it else "")
-    if in_ci():
-        pytest.fail(f"{message}. CI={os.environ.get('CI')!r}: CI must provide it, so this fails instead of skipping.",
-                    pytrace=False)
-    pytest.skip(message)

@@ -1,5 +1,5 @@
 """The scenario suite (issue 4): scripted calls, each with the checks of what the caller heard and what
-the model received. Invariants and replay are checked for every scenario by tests/test_scenarios.py.
+the model received. Invariants and replay are checked for every scenario by tests/unit/test_scenarios.py.
 
 Timeline of the scripted call (harness defaults): greeting asked at 0, heard 0.52-2.02 s; question heard
 2.54-4.04 s; each answer is heard from about 0.5 s after the caller's turn ends (VAD stop = speech end +

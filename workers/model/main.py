@@ -998,7 +998,7 @@ class CallSession:
 
 
 # Which handler applies each action a driver returns, by what the action touches. Every action type has
-# one (tests/test_driver_conformance.py checks it against the Action union).
+# one (tests/unit/test_driver_conformance.py checks it against the Action union).
 MODEL_SESSION_ACTIONS = (core.SendToModel, controller_mod.CallOver)
 RING_ACTIONS = (core.WriteFrames, core.OpenTag, core.EndTag, core.CancelTag, core.ApproveFrames,
                 controller_mod.ReleaseTag, controller_mod.HoldTag, controller_mod.ResumeTag)

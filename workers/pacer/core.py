@@ -77,7 +77,7 @@ put them into the call's slot of the arena (wire_tmpl, wire_tmpl_meta) before pu
 entry is the media prefix + the frame + the media suffix, the frame in base64, or its 160 raw bytes when the
 call's WIRE_RAW flag is set; a mark the mark prefix + ``tag:frames[:end]`` + the mark suffix (the name's
 JSON quotes, if any, are the templates'); a clear the clear template. A Twilio call's entries are byte for
-byte what they were when this module wrote Twilio's constants (tests/test_pacer_core.py pins them).
+byte what they were when this module wrote Twilio's constants (tests/unit/test_pacer_core.py pins them).
 
 No allocation in the step: constant byte strings are module-level arrays frozen into the compiled code,
 the wire entry is written byte by byte (base64 included) straight into the shared wire slot from the
