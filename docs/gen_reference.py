@@ -606,7 +606,9 @@ def metrics_page() -> str:
         "Prometheus text format (0.0.4) when the request's Accept header prefers `text/plain` or "
         "`application/openmetrics-text` to JSON, as Prometheus' scraper does, or with `?format=prometheus`. Point a "
         "scrape job at the gateway (the default `metrics_path`). The gateway answers for the whole node: the "
-        "workers send it their figures over the control bus.", "",
+        "workers send it their figures over the control bus. Beside the per-process names, the "
+        "[Prometheus-convention families](#conventional) are in seconds and are real histograms, cumulative since "
+        "the process started, so `histogram_quantile()` and `rate()` work across scrapes.", "",
         "## How names and types are made {#rules}", "",
         "From `voicecore/metrics_text.py`:", "",
         rules, "",
