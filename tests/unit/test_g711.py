@@ -18,14 +18,14 @@ from voicecore.g711 import linear_to_ulaw, read_wav_as_ulaw, ulaw_to_linear, wri
 
 G191_DIR = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "g711"
 
-# CRC32 of each file, from the README: a changed file must fail loudly, not pass by accident.
+# CRC32 of each file, from the vectors' README.md: a changed file must fail loudly, not pass by accident.
 G191_CRC32 = {"sweep.src": 0xC8BA7682, "sweep-r.u": 0xCD170E15, "sweep-r.u-u": 0x63641C01}
 
 
 def _load(name: str) -> np.ndarray:
     raw = (G191_DIR / name).read_bytes()
     assert zlib.crc32(raw) == G191_CRC32[name], name
-    # README: little-endian int16, 65,536 samples per file.
+    # The vectors' README.md: little-endian int16, 65,536 samples per file.
     values = np.frombuffer(raw, dtype="<i2").astype(np.int16)
     assert values.size == 65536
     return values
@@ -39,7 +39,7 @@ def g191():
     source = _load("sweep.src")
     coded = _load("sweep-r.u")
     decoded = _load("sweep-r.u-u")
-    # README: the mu-law code sits in the low byte of each int16 word.
+    # The vectors' README.md: the mu-law code sits in the low byte of each int16 word.
     assert (coded >> 8 == 0).all()
     codes = (coded & 0xFF).astype(np.uint8)
     return source, codes, decoded
@@ -66,7 +66,7 @@ def test_encode_negative_inputs_follow_audioop_rounding(g191):
     # By design, not a bug: G.191 one's-complements a negative input before dropping the 2 low bits
     # (magnitude (-x-1) >> 2), audioop negates after the shift (magnitude -(x >> 2)), which is exactly
     # one 14-bit step more. So our code for x equals the G.191 code for x - 4 on every negative input
-    # the table covers, and the two encoders disagree on 508 inputs by one code step (README).
+    # the table covers, and the two encoders disagree on 508 inputs by one code step (the vectors' README.md).
     source, codes, _ = g191
     ours = np.frombuffer(linear_to_ulaw(source), dtype=np.uint8)
     index_of = source.astype(np.int64) + 32768
