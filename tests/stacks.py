@@ -22,7 +22,7 @@ from voicecore.sim.model_server import serve_model_sim
 from voicecore.supervise import Stack, resolve_config
 
 # 1.5x real time: the answer is still being generated when the caller barges in, so the cancel really
-# cancels and the simulator lets late deltas out after it (PROTOCOLS.md D.2 item 5).
+# cancels and the simulator lets late deltas out after it (docs/explanation/protocols.md#d2-item-5).
 # The caller's transcript 150 ms after each commit, every event at once (the simulator's fixed delay before
 # it drew vendor-like ones): the integration tests' scripts are timed on it, and they are not about how long
 # the vendor takes to transcribe. A test of turn-taking asks for the vendor's timing:

@@ -1,4 +1,5 @@
-"""The model worker frees an ended call's session by reference counting, at the call's end (issue 18's soak).
+"""The model worker frees an ended call's session by reference counting, at the call's end (the soak bench's
+memory must stay flat: docs/explanation/measured.md#soak).
 
 A session that kept its cancelled task formed a reference cycle (session -> task -> CancelledError ->
 traceback -> run()'s frame -> session) that only the cyclic collector frees; in the serving worker its full

@@ -37,7 +37,7 @@ BENCH_KEYS = {
 
 
 def assert_consistent(report: dict) -> None:
-    """Figures that must agree with each other in any run (issue 14)."""
+    """Figures that must agree with each other in any run (docs/reference/bench-report.md#definitions)."""
     assert report["calls_completed"] <= report["calls"]
     assert report["frames_played_timed"] <= report["frames_sent"]
     assert report["lateness_ms"]["count"] == report["lateness_ms_unadjusted"]["count"] == report["frames_played_timed"]

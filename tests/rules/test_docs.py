@@ -1,7 +1,8 @@
 """The documentation site: it builds with `mkdocs build --strict` (no warning: every nav entry has its page,
 every link and anchor resolves), and the reference pages generated from the code (docs/gen_reference.py) cover
 what the code has: every setting has its row, every command and option its entry, every agent.toml key its
-description, every observer event and store column its line. docs/citations.md maps every citation in the code.
+description, every observer event and store column its line. docs/citations.md maps every citation in the code,
+and the code, tests/ included, cites only what a reader of the repository can open (docs/find_citations.py --check).
 """
 
 from __future__ import annotations
@@ -186,6 +187,36 @@ def test_every_citation_in_the_code_is_mapped():
 ])
 def test_citation_forms(text, cited):
     assert [c for _, c in citations.citations_in(text)] == [cited]
+
+
+def test_the_code_cites_only_what_the_repository_holds():
+    code_dirs = {"voicecore", "workers", "bench", "tests", "deploy", "examples", ".ci", "docs"}
+    assert set(citations.CHECKED_DIRS) >= code_dirs
+    found = citations.problems()
+    assert not found, "cite a docs page or say the rule (docs/citations.md):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("(PROTOCOLS.md D.2 item 5)", "PROTOCOLS.md D.2 item 5 is not in the repository: "
+                                  "cite docs/explanation/protocols.md#d2-item-5"),
+    ("(STYLE.md: a flaky test is a bug)", "STYLE.md is not in the repository: cite docs/explanation/style.md#rules"),
+    ('(README "Carriers")', 'README "Carriers" moved to the docs: cite docs/reference/carriers.md'),
+    ("vectors in ../shared/testdata/g711", "../shared/testdata/g711 is outside the repository"),
+    ("(seed 001's timeline)", "seed 001 cannot be looked up: say the rule itself"),
+    ("(issue 18)", "issue 18 cannot be looked up: say the rule itself"),
+    ("see docs/explanation/protocols.md#no-such-anchor",
+     "docs/explanation/protocols.md has no anchor #no-such-anchor"),
+    ("see docs/explanation/no-such-page.md", "no page docs/explanation/no-such-page.md"),
+])
+def test_the_check_names_the_file_and_line_of_each_problem(text, problem):
+    found = citations.problems_in("tests/unit/test_x.py", f"first line\n{text}\n")
+    assert len(found) == 1 and found[0].startswith("tests/unit/test_x.py:2: ") and problem in found[0], found
+
+
+def test_what_a_reader_can_open_is_no_problem():
+    text = ("(docs/explanation/protocols.md#d2-item-5), INV-ONE-VOICE, CPython issue 82300, "
+            "docs/explanation/protocols.md#a2 and #a5; after a tool result the agent waits for the caller's quiet")
+    assert citations.problems_in("tests/unit/test_x.py", text) == []
 
 
 def test_cpython_issue_numbers_are_not_ours():

@@ -1,4 +1,4 @@
-"""No module reaches into another package's private names (STYLE.md: a leading underscore means "only here").
+"""No module reaches into another package's private names (a leading underscore means "only here").
 
 Every module under voicecore/, workers/ and bench/ is parsed (nothing is imported). A "package" is the first
 two components of a module's dotted name: voicecore.sim.model.session is in voicecore.sim, voicecore/demo.py

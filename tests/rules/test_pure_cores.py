@@ -1,4 +1,5 @@
-"""STYLE.md: the sans-I/O cores import no I/O, clock or randomness; time and ids come in as arguments.
+"""The sans-I/O cores import no I/O, clock or randomness; time and ids come in as arguments
+(docs/explanation/style.md#rules).
 
 Which modules are pure is decided by convention, not by a hand-kept list, so a new core is checked the
 day it is written:

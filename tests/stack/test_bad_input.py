@@ -1,9 +1,9 @@
-"""The gateway under bad input (issue 18): the bench's attacker (bench/badinput.py) against a real stack while
-a real call runs, and the gateway bugs its campaign found, each pinned by a focused check on the same stack:
-a form body that is not ASCII escaped the event loop (no answer at all), a body that never ends held its
-place among the pending connections for ever, a request head over 16 KiB got through when it arrived in one
-segment, frames with reserved bits set were read as if clear, and a peer's close code that no endpoint may
-send (1006, 5000 and up) was echoed back."""
+"""The gateway under bad input (bad input harms nothing else: docs/explanation/measured.md#bad-input): the bench's
+attacker (bench/badinput.py) against a real stack while a real call runs, and the gateway bugs its campaign found,
+each pinned by a focused check on the same stack: a form body that is not ASCII escaped the event loop (no answer at
+all), a body that never ends held its place among the pending connections for ever, a request head over 16 KiB got
+through when it arrived in one segment, frames with reserved bits set were read as if clear, and a peer's close code
+that no endpoint may send (1006, 5000 and up) was echoed back."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TEST_SIM, start_stack
+from stacks import TEST_SIM, start_stack
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from voicecore.demo import demo_script

@@ -1,4 +1,4 @@
-"""Draining a node, with real processes (issue 19): `voicecore drain` and SIGTERM to `voicecore up`.
+"""Draining a node, with real processes (docs/how-to/drain.md): `voicecore drain` and SIGTERM to `voicecore up`.
 
 While the node drains, the live call plays on to its normal end, a new voice webhook is refused (<Reject
 reason="busy"/>, or <Redirect> to drain_redirect_url), /healthz answers 503, and a stream whose token was

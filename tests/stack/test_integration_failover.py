@@ -1,7 +1,7 @@
-"""Worker death under live calls, with real processes (issue 18): SIGKILL of the serving pacer, model worker,
-validator or gateway. With standby workers the waiting process takes over (its pid becomes the role's
-leader) and the call goes on with no stale frame; a gateway's calls are lost (a carrier never reconnects a
-stream), counted, and new calls are taken again. Without a standby, a model worker that dies while a
+"""Worker death under live calls, with real processes (docs/explanation/failure-and-standby.md#hot-standby): SIGKILL
+of the serving pacer, model worker, validator or gateway. With standby workers the waiting process takes over (its
+pid becomes the role's leader) and the call goes on with no stale frame; a gateway's calls are lost (a carrier never
+reconnects a stream), counted, and new calls are taken again. Without a standby, a model worker that dies while a
 caller waits on it leaves the caller with the pacer's own hold line, not silence."""
 
 from __future__ import annotations

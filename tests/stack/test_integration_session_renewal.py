@@ -12,7 +12,7 @@ import json
 import os
 
 import pytest
-from conftest import TEST_SIM, start_stack
+from stacks import TEST_SIM, start_stack
 
 from voicecore.demo import load_clip
 from voicecore.fallback import load_clips

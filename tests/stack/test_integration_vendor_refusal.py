@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TEST_SIM, start_stack
+from stacks import TEST_SIM, start_stack
 from test_integration_turns import _FakeTwilioRest
 from waiting import wait_until
 

@@ -1,11 +1,12 @@
-"""The model worker survives a misbehaving model vendor (issue 18): each fault of the model simulator
-(`POST /faults`) injected mid-call into one call of a real stack, while a second call runs beside it.
+"""The model worker survives a misbehaving model vendor (docs/explanation/failure-and-standby.md#the-vendor-fails):
+each fault of the model simulator (`POST /faults`) injected mid-call into one call of a real stack, while a second
+call runs beside it.
 
 For every kind: the model worker process is the same afterwards (no crash, no restart, no standby
 take-over), the faulted call goes on (the model's answer to the caller's next question reaches the
 carrier; no stale frame), and the call beside it is untouched (one model session, its answer heard, no
 fault in its records). The response faults (rate_limit, server_error) refuse the answer to the caller's
-question; the caller asks again after the window and must be answered, and (issue 18, never silent)
+question; the caller asks again after the window and must be answered, and (INV-NEVER-SILENT)
 must hear something, a fallback line or a retried answer, within a second of the refusal. One stack
 serves every kind, one kind after another, so a worker that dies is pinned to the fault that killed it.
 """
@@ -39,7 +40,7 @@ WINDOW_MS = 1500  # ... and ends before the caller asks again
 SECOND_QUESTION_AT_MS = 8600
 WINDOW_CALL_MS = 12_700
 WINDOW_KINDS = ("rate_limit", "server_error")
-SILENCE_LIMIT_MS = 1000  # issue 18: a shipped line within 1 s of a vendor error
+SILENCE_LIMIT_MS = 1000  # INV-NEVER-SILENT: a shipped line within 1 s of a vendor error
 CALL_TIMEOUT_S = 25.0
 
 KINDS = ["malformed_json", "unknown_event", "unknown_response_delta", "huge_delta", "binary_frame", "drop_1011",
@@ -185,7 +186,7 @@ def test_the_model_worker_survives_a_vendor_fault_without_harming_other_calls(st
     assert max(audio_after(spared, sim, fault_ms).values(), default=0) >= 25
 
 
-# Known gaps of issue 18 (the lead builds fallback lines and the failure policy), pinned: kind -> reason.
+# Known gaps of the fallback lines and the failure policy (INV-NEVER-SILENT), pinned: kind -> reason.
 SILENT_AFTER_REFUSAL: dict[str, str] = {}
 
 

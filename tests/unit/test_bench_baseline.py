@@ -1,6 +1,7 @@
 """The pipecat baseline's pieces that need no pipecat: the stand-in's dither (its frames survive pipecat's
-PCM round trip and stay unique), its records in the model simulator's shape, and the bench options of
-issue 14 (privileges, relative resolution, repeats, the results convention). No processes but the CLI's
+PCM round trip and stay unique), its records in the model simulator's shape, and the bench options that
+make the figures comparable across systems (privileges, relative resolution, repeats, the results convention;
+docs/how-to/run-the-bench.md#options). No processes but the CLI's
 refusals, which exit before starting anything."""
 
 from __future__ import annotations

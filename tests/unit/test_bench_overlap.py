@@ -1,5 +1,6 @@
-"""The bench's `overlap` scenario (issue 13: a real Realtime server sometimes starts a second response
-before the first is done) and the windowing of the figures that measure it (synthetic records, no stack)."""
+"""The bench's `overlap` scenario (a real Realtime server sometimes starts a second response before the first is
+done; one voice at a time: the newer supersedes the older, INV-ONE-VOICE) and the windowing of the figures that
+measure it (synthetic records, no stack)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """voicecore.callreport's figures on synthetic simulator records (no stack, no sockets, a fake clock):
-talkover, the clears a superseded (overlapped) response causes, issue 13's keys in summarize, and issue
-14's: lateness and gaps from the carrier's playout clock (the same with or without marks), their
+talkover, the clears a superseded (overlapped) response causes, the overlap keys in summarize (INV-ONE-VOICE),
+and lateness and gaps from the carrier's playout clock (the same with or without marks), their
 model-starved exemption, stale frames by content, the turn latency and the renamed model_to_carrier_ms."""
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def test_a_clear_at_a_turn_start_with_no_agent_audio_is_not_a_barge_in():
     assert (report["bargeins"], report["clears_idle"], report["bargein_to_clear_ms"]["count"]) == (0, 1, 0)
 
 
-# ----- issue 14: the playout clock, the same for every sender ------------------------------------------
+# ----- the playout clock, the same for every sender (docs/reference/bench-report.md#definitions) -------
 
 def _answer(rid: str, frames: int, base: int, sent_ms: list[float] | None = None, created_ms: float = 0,
             first_delta_ms: float | None = 0) -> ResponseRecord:

@@ -3,8 +3,8 @@ its close code, garbage after and truncation of each valid text message, the enc
 their round trip through the carrier's side, caller audio through the protocol and the edge transcoder into
 160-byte mu-law frames and back, the answer NCCO's shape, and signed-webhook JWTs.
 
-Message shapes follow the Vonage WebSockets guide (PROTOCOLS.md B): websocket:connected with the NCCO
-headers at the top level, binary L16 frames, websocket:dtmf {"digit","duration"}, websocket:notify
+Message shapes follow the Vonage WebSockets guide (docs/explanation/protocols.md#b): websocket:connected with the
+NCCO headers at the top level, binary L16 frames, websocket:dtmf {"digit","duration"}, websocket:notify
 {"payload"}, websocket:cleared.
 """
 

@@ -345,7 +345,7 @@ def test_twilio_rest_hangup_and_transfer_against_a_local_fake():
     assert twilio_rest.parse_response(503, b"").retryable
 
 
-# --- the validation gate in the controller (issue 5) ---------------------------------------------------
+# --- the validation gate's release policies in the controller (docs/explanation/validation-gate.md) ----
 def test_a_gated_prompt_releases_what_the_validator_approved_and_no_more():
     flow = flows.ScriptedFlow(node_policies={"greeting": "scripted"})
     c = started(C.CallController("CA1", flow=flow))

@@ -1,6 +1,7 @@
-"""The controller's failure handling (issue 18): the shipped hold line for a caller waiting on a model that
-is gone or failing, a failed request asked again after a pause, and the failure policy (after N failed
-responses or T seconds without a model socket: the shipped apology, then a transfer or a hang-up)."""
+"""The controller's failure handling (docs/explanation/failure-and-standby.md#the-vendor-fails): the shipped hold
+line for a caller waiting on a model that is gone or failing, a failed request asked again after a pause, and the
+failure policy (after N failed responses or T seconds without a model socket: the shipped apology, then a transfer
+or a hang-up)."""
 
 from __future__ import annotations
 

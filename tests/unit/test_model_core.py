@@ -1,4 +1,5 @@
-"""Model-worker core: framing across deltas, dead tags, and the barge-in mechanism (PROTOCOLS.md C.5)."""
+"""Model-worker core: framing across deltas, dead tags, and the barge-in mechanism
+(docs/explanation/protocols.md#c5)."""
 
 import json
 

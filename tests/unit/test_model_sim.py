@@ -1,8 +1,8 @@
 """The realtime-model simulator (voicecore.sim.model / model_server): every client event path of
-PROTOCOLS.md D.2, beta and GA naming, the D.1 order, delta sizes, dither, late deltas, truncation, the
-failure and transcript-validation switches. Every server event the simulator emits is validated against
-the `openai` package's own types and parsed by voicecore.realtime.events. The core runs on a fake clock
-that jumps to each wakeup; one test starts the real server on 127.0.0.1."""
+docs/explanation/protocols.md#d2, beta and GA naming, the order of docs/explanation/protocols.md#d1, delta sizes,
+dither, late deltas, truncation, the failure and transcript-validation switches. Every server event the simulator
+emits is validated against the `openai` package's own types and parsed by voicecore.realtime.events. The core runs
+on a fake clock that jumps to each wakeup; one test starts the real server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -1029,7 +1029,7 @@ def test_cli_serves_until_sigterm() -> None:
             proc.wait()
 
 
-# ---- overlapping responses (issue 13: a real server sometimes starts a second response early) --------
+# ---- overlapping responses (a real server sometimes starts a second response early: INV-ONE-VOICE) ---
 
 OVERLAP = dict(first_delta_latency_ms=100, overlap_probability=1.0, overlap_delay_ms=(300, 300),
                clip_sequence=("agent_basic_price", "agent_hours"))

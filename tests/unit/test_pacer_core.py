@@ -1149,7 +1149,7 @@ def test_a_new_call_of_another_carrier_in_the_slot_gets_its_own_templates(call):
     assert raw == [RAW_MEDIA + frame_payload(1, 0)]
 
 
-# The pacer of commit 66c7146 (before issue 19's templates) built Twilio's messages from the SIDs and the
+# The pacer of commit 66c7146 (before the carriers' message templates) built Twilio's messages from the SIDs and the
 # constants of voicecore/twilio/stream.py. Over this scenario (4 SIDs from 1 to 64 characters, tags of up
 # to 10 digits, indices past 99,999, cadence and end marks, a barge-in's clear, a hold's end mark and clear,
 # fallback lines) it wrote these 144 entries; the templates must give the same bytes.

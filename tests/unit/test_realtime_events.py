@@ -1,6 +1,6 @@
 """voicecore.realtime.events: server events parse to canonical dataclasses whatever the naming (beta or GA),
 bad input never raises, and the client events we build validate against the `openai` package's own types
-(PROTOCOLS.md C)."""
+(docs/explanation/protocols.md#c)."""
 
 from __future__ import annotations
 
@@ -401,7 +401,8 @@ def test_input_transcription_delta_without_text_is_an_empty_delta() -> None:
 ])
 @pytest.mark.parametrize("naming", ["ga", "beta"])
 def test_new_server_fixtures_match_the_sdk_types(naming: str, event: dict[str, Any]) -> None:
-    """The shapes parsed for the controller are the vendor's own (PROTOCOLS.md C.3), in both namings."""
+    """The shapes parsed for the controller are the vendor's own (docs/explanation/protocols.md#c3), in both
+    namings."""
     model = SERVER_ADAPTERS[naming].validate_python(event)
     assert model.type == event["type"]  # type: ignore[attr-defined]
 

@@ -1,4 +1,4 @@
-"""Scenario suite (issue 4): scripted calls through the real controller on a virtual clock.
+"""The turn-taking scenario suite: scripted calls through the real controller on a virtual clock.
 
 Each scenario asserts what the caller heard (frames by tag and time, from the playout model fed with the
 controller's WriteFrames/CancelTag/ReleaseTag), what the model received (response.create, cancels,

@@ -1,7 +1,7 @@
 """Twilio Media Streams protocol core: every inbound event, every bad-input class and its close code,
 garbage after and truncation of each valid message, sequence-gap counting, and outbound byte shapes.
 
-Message shapes follow PROTOCOLS.md A.2 and the real capture of A.5 (string counters, key order
+Message shapes follow docs/explanation/protocols.md#a2 and #a5, the real capture (string counters, key order
 event, sequenceNumber, <body>, streamSid).
 """
 

@@ -440,7 +440,7 @@ def test_port_variants_agree_with_twilio(signed_url: str, request_url: str) -> N
 
 
 def test_websocket_upgrade_signature_over_wss_url_without_params() -> None:
-    # PROTOCOLS.md A.1: the upgrade is signed over the wss URL with no POST parameters.
+    # docs/explanation/protocols.md#a1: the upgrade is signed over the wss URL with no POST parameters.
     url = "wss://gw.example.com/twilio"
     signature = RequestValidator(AUTH_TOKEN).compute_signature(url, {})
     assert check_signature(AUTH_TOKEN, url, {}, signature)

@@ -110,7 +110,7 @@ def test_grounded_answer_records_its_citation(kb):
 
 REJECTED = [
     # text, language, the raw text of every unverified mention
-    ("Basic costs 777 kr per month", "en", ["777 kr"]),  # seed 002 section 1, "Avvisat"
+    ("Basic costs 777 kr per month", "en", ["777 kr"]),  # a price the knowledge base lacks: rejected
     ("Basic kostar sjuhundrasjuttiosju kronor", "sv", ["sjuhundrasjuttiosju kronor"]),
     ("Basic costs 99 kr and Premium 399 kr", "en", ["399 kr"]),  # one bad number fails the answer
     # units must not contradict

@@ -72,7 +72,7 @@ CASES = [
     ("070 123 45 67", "sv", [(PHONE, "0701234567", None)]),
     ("0701234567", "sv", [(PHONE, "0701234567", None)]),
     ("+46 8 123 45 67", "sv", [(PHONE, "+4681234567", None)]),
-    ("+46-8-123-45-67", "sv", [(PHONE, "+4681234567", None)]),  # seed 002 section 1
+    ("+46-8-123-45-67", "sv", [(PHONE, "+4681234567", None)]),  # hyphens between the groups
     ("+46 (0)70 123 45 67", "sv", [(PHONE, "+46701234567", None)]),  # the trunk "(0)" is dropped
     ("(555) 123-4567", "en", [(PHONE, "5551234567", None)]),
     ("+1 555 123 4567", "en", [(PHONE, "+15551234567", None)]),
@@ -82,7 +82,7 @@ CASES = [
     ("12 345 678", "sv", [(I, "12345678", None)]),  # groups of three = thousands, not a phone
     # --- dates
     ("2025-03-01", "en", [(DATE, "2025-03-01", None)]),
-    ("2025/12/31", "sv", [(DATE, "2025-12-31", None)]),  # seed 002 section 1
+    ("2025/12/31", "sv", [(DATE, "2025-12-31", None)]),  # year first with slashes: Y/M/D
     ("3/1/2025", "en", [(DATE, "2025-03-01", None)]),  # en: M/D/Y
     ("3/1/2025", "sv", [(DATE, "2025-01-03", None)]),  # sv: D/M/Y
     ("01/03/2025", "sv", [(DATE, "2025-03-01", None)]),

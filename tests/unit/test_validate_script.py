@@ -93,7 +93,7 @@ def test_transcript_follows_script(script, transcript, language, complete, split
 
 # script, transcript, language, reason fragment, approved text at most, rejected before the end?
 REJECT = [
-    # a hallucinated continuation is rejected while it streams (seed 000 section 7: "promotion")
+    # a hallucinated continuation (an invented promotion) is rejected while it streams, before it is heard
     (
         "Thank you for calling Acme support. Goodbye!",
         "Thank you for calling Acme support. We have a special promotion for you today, would you like to hear it?",
@@ -220,7 +220,7 @@ def test_edits_are_reported():
 
 
 OVERLAP = [
-    # seed 000 section 3: words longer than 3 letters, substring match, lowercase
+    # the overlap score: words longer than 3 letters, substring match, lowercase
     ("Thank you for calling Acme support.", "Thank you for calling Acme support.", 1.0),
     ("Thank you for calling Acme support.", "thanks for calling", 0.5),  # "support." keeps its dot
     ("Thank you for calling Acme support.", "We have a promotion", 0.0),
