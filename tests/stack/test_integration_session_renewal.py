@@ -2,7 +2,8 @@
 after it opened (as the vendor does at 60 minutes); the model worker opens a new session before that, hands
 the call over to it at a pause in the conversation with the conversation restored, and closes the old one.
 The caller hears no gap: no underrun, no hold line, every question answered, and no session reaches its
-limit. VOICECORE_RENEWAL_CALL_S lengthens the call (the closing figure: 300 s, five renewals)."""
+limit. VOICECORE_RENEWAL_CALL_S lengthens the call (the closing figure: a 300 s call renewed 6 times, a
+renewal every 45-57 s)."""
 
 from __future__ import annotations
 
