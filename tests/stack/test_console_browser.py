@@ -380,3 +380,36 @@ def test_the_recording_seeks_from_a_transcript_time_and_the_waveform(browser, co
     wait(lambda d: player("p.readyState") >= 1, "the recording's metadata on the second visit")
     again = network(browser, "/audio.wav")
     assert again and all(r["status"] == 304 and r["headers"].get("if-none-match") for r in again), again
+
+
+def test_the_opus_rendition_plays_and_seeks(browser, console):
+    """A short call plays the WAV; ``?audio=opus`` (what a call over 10 minutes gets) plays the Opus file:
+    Chromium reads its duration and seeks in it through byte ranges."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def wait(condition, what: str, timeout_s: float = 15):
+        return WebDriverWait(browser, timeout_s, poll_frequency=0.05).until(condition, f"timed out waiting for {what}")
+
+    def player(expression: str):
+        return browser.execute_script(f"const p = document.getElementById('player'); return {expression};")
+
+    log_in(browser, console, f"/calls/{console.sid}")
+    wait(lambda d: player("p.dataset.format") == "wav", "the player's recording")
+    assert player("p.canPlayType('audio/ogg; codecs=opus')") != ""
+    links = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "#audio-files a")]
+    assert links == [f"{console.base}/api/calls/{console.sid}/audio.{kind}" for kind in ("wav", "opus")]
+
+    browser.get(f"{console.base}/calls/{console.sid}?audio=opus")
+    wait(lambda d: player("p.dataset.format") == "opus", "the Opus rendition chosen")
+    assert player("p.src") == f"{console.base}/api/calls/{console.sid}/audio.opus"
+    wait(lambda d: player("p.readyState") >= 1, "the Opus file's metadata", 30)
+    duration = player("p.duration")
+    assert 14 < duration < 16, duration
+    player("p.currentTime = 11")
+    wait(lambda d: player("!p.seeking && p.readyState >= 2"), "the seek to 0:11")
+    assert player("p.currentTime") == pytest.approx(11, abs=0.1)
+    opus = network(browser, "/audio.opus")
+    assert opus and all(r["status"] in (200, 206, 304) for r in opus), opus
+    assert any(r["status"] == 206 for r in opus), opus
+    assert console_errors(browser) == []

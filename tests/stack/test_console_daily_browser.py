@@ -119,6 +119,24 @@ def test_search_filters_paging_and_the_export_of_what_is_shown(browser, console,
     assert console_errors(browser) == []
 
 
+def test_the_live_strip_says_when_no_call_is_in_progress(browser, console):  # noqa: F811
+    """No filter applies to the calls in progress: their strip says "No call in progress." when there is none
+    (never the list's "No calls match"), and shows a call instead while one goes on."""
+    log_in(browser, console)
+    wait(browser, lambda d: listed(d) == 100, "the first page")
+    none = browser.find_element("id", "live-none")
+    wait(browser, lambda d: none.is_displayed(), "the empty strip")
+    assert none.text == "No call in progress." and css(browser, "#live-now li") == []
+    with console.live_feed("CAlive0002", {"control": "turns", "flow": "agent", "agent": "receptionist", "resumed": False}) as send:
+        wait(browser, lambda d: len(css(d, "#live-now li")) == 1 and not none.is_displayed(), "the call in the strip", 10)
+        assert "CAlive0002" in css(browser, "#live-now li")[0].text
+        send(3000, "call.ended", {"outcome": "hangup:completed"})
+        wait(browser, lambda d: none.is_displayed() and css(d, "#live-now li") == [], "the strip empty again", 10)
+    assert none.text == "No call in progress."
+    assert "No calls match" not in browser.find_element("css selector", ".live-strip").text
+    assert console_errors(browser) == []
+
+
 def test_the_list_scrolls_sideways_on_a_narrow_screen_with_every_column(browser, console, shots):  # noqa: F811
     browser.set_window_size(420, 900)
     log_in(browser, console)
