@@ -1,9 +1,10 @@
 """Reading a live call's record on the model worker: what its observer events and its store summary cost.
 
-The model worker hands every entry its recorder makes to the record's readers as the entry is made (the live
-observer events, voicecore/observe/events.py, and the call store's summary, voicecore/store/summary.py), on
-the call's own event loop; at the call's end it builds the summary once. This is that work for one whole
-call, entry by entry, with the events taken every OBSERVE_EVERY_MS as the worker ships them:
+The model worker hands every entry its recorder makes to one record reader (voicecore/call/record_reader.py)
+as the entry is made, on the call's own event loop; the reader feeds the live observer events
+(voicecore/observe/events.py) and the call store's summary (voicecore/store/summary.py), parsing each model
+event once; at the call's end the worker builds the summary once. This is that work for one whole call,
+entry by entry, with the events taken every OBSERVE_EVERY_MS as the worker ships them:
 
 - spine: the demo's 15 s call as `voicecore demo` recorded it (tests/data/records/), caller audio left out;
 - turns: the scenario suite's `bargein_mid` call through the turn-taking controller (20 s, a tick every
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from voicecore.call.record import loads
+from voicecore.call.record_reader import RecordReader
 from voicecore.observe.events import CallEventTap
 from voicecore.store.summary import RecordSummarizer
 
@@ -53,12 +55,11 @@ def read_live_call(header: dict, entries: list[dict]) -> tuple[int, object]:
     """What the model worker does with one call's record entries: (events taken, the summary)."""
     tap = CallEventTap(header)
     summarizer = RecordSummarizer(header)
-    tap_feed, summary_feed = tap.feed, summarizer.feed
+    feed = RecordReader(tap, summarizer).feed  # the recorder's observer (workers/model/main.py CallSession)
     events = 0
     next_take = entries[0]["t"] + OBSERVE_EVERY_MS * 1_000_000
     for entry in entries:
-        tap_feed(entry)
-        summary_feed(entry)
+        feed(entry)
         if entry["t"] >= next_take:
             events += len(tap.take())
             next_take += OBSERVE_EVERY_MS * 1_000_000
