@@ -1,6 +1,6 @@
 """A stored call's audio for the console: the stereo WAV (caller left, agent right), the same as Opus in
-Ogg for long calls, and its waveform peaks, made from the call's record by replaying it (voicecore/replay.py
-places what the caller heard in time). Pure but for reading the record file; CPU-bound (a replay, an Opus
+Ogg for long calls, and its waveform peaks, made from the call's record by replaying it (voicecore/replay.py,
+a consumer of the one walk over a record's entries, places what the caller heard in time). Pure but for reading the record file; CPU-bound (a replay, an Opus
 encoding): the console runs it off its loop.
 
 The Opus rendition exists because the WAV is 16-bit PCM, 1.9 MB per minute of call: a long call's page
@@ -18,6 +18,7 @@ import numpy as np
 import soundfile
 
 from voicecore import timing
+from voicecore.call.record_reader import received_at_ns
 from voicecore.console import ranges
 from voicecore.g711 import stereo_wav_bytes, ulaw_to_linear
 from voicecore.record import load_record
@@ -31,15 +32,14 @@ SAMPLE_RATE_HZ = 8000
 
 def call_audio(record_path: str | Path) -> tuple[bytes, bytes]:
     """(caller track, agent track) as 8 kHz mu-law, both from the call's start. The caller's frames are placed
-    when they were received: an audio entry recorded at ``t`` holds the frames that arrived in the batch's
-    length before ``t`` (the model worker appends them in batches), so its first frame began that long before
-    ``t``. This is the clock the call store's speech times use (voicecore/store/summary.py)."""
+    when they were received (voicecore/call/record_reader.py ``received_at_ns``: the clock the call store's
+    speech times use too); the agent's as the replay of the record places what the caller heard."""
     header, entries, complete = load_record(record_path)
     if not entries:
         return b"", b""
     result = replay(header, entries, stop_at_divergence=False, complete=complete)
     origin = entries[0]["t"]
-    received = [(t - len(audio) // timing.FRAME_BYTES * timing.FRAME_NS, audio) for t, audio in result.caller_audio]
+    received = [(received_at_ns(t, len(audio) // timing.FRAME_BYTES), audio) for t, audio in result.caller_audio]
     return caller_track(dataclasses.replace(result, caller_audio=received), origin), agent_track(result, origin)
 
 

@@ -48,6 +48,7 @@ from voicecore.call.controller import Action
 from voicecore.call.build import driver_for_config, first_session_update
 from voicecore.call.driver import Driver
 from voicecore.call.record import CallRecorder
+from voicecore.call.record_reader import RecordReader
 from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
@@ -236,19 +237,14 @@ class CallSession:
             self.recorder.header["resumed_from"] = self.rebuilt_from  # the replay rebuilds from it first
         self.driver: Driver = self.recorder if self.recorder is not None else decider
         # The live observers' events (voicecore/observe/events.py), from the same entries as the record;
-        # shipped to the recorder every OBSERVE_EVERY_S (ModelWorker.run).
+        # shipped to the recorder every OBSERVE_EVERY_S (ModelWorker.run). One walk over the entries as they
+        # are recorded (voicecore/call/record_reader.py) feeds them and the store's summary alike.
         self.tap: CallEventTap | None = None
         self.summarizer: RecordSummarizer | None = None  # what the store keeps of the call, built as it goes
         if self.recorder is not None:
             self.tap = CallEventTap(self.recorder.header, resumed=resumed)
             self.summarizer = RecordSummarizer(self.recorder.header)
-            tap_feed, summary_feed = self.tap.feed, self.summarizer.feed
-
-            def observe(entry: dict) -> None:
-                tap_feed(entry)
-                summary_feed(entry)
-
-            self.recorder.observer = observe
+            self.recorder.observer = RecordReader(self.tap, self.summarizer).feed
         # Streamed: ModelWorker.run hands the entries of the last second to the writer thread, which appends
         # them to the call's part file (only the writer touches record_file).
         self.record_file: RecordFile | None = None
