@@ -1,7 +1,7 @@
 """A stored call's audio for the console: the stereo WAV (caller left, agent right), the same as Opus in
 Ogg for long calls, and its waveform peaks, made from the call's record by replaying it (voicecore/replay.py,
-a consumer of the one walk over a record's entries, places what the caller heard in time). Pure but for reading the record file; CPU-bound (a replay, an Opus
-encoding): the console runs it off its loop.
+a consumer of the one walk over a record's entries, places what the caller heard in time). Pure but for
+reading the record file; CPU-bound (a replay, an Opus encoding): the console runs it off its loop.
 
 The Opus rendition exists because the WAV is 16-bit PCM, 1.9 MB per minute of call: a long call's page
 would download tens of megabytes. It is encoded by libsndfile (the ``soundfile`` package), at the tracks' own
