@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from voicecore.call.controller import Action, ControllerStats
-from voicecore.call.core import ModelCallCore, Playout
+from voicecore.call.actions import Action, Playout
+from voicecore.call.core import ModelCallCore
+from voicecore.call.settings import ControllerStats
 
 
 def forwarding_actions(audio: bytes) -> int:
