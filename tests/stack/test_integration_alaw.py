@@ -1,14 +1,7 @@
-<<<<<<< HEAD
 """A-law passthrough on the real stack (docs/explanation/carrier-edge.md#a-law-calls-telnyx-pcma): supervisord,
 gateway, pacer and model worker processes on 127.0.0.1 with the model simulator; the gateway asks Telnyx for PCMA
 (telnyx_codec) and passes it through (alaw_passthrough, the default). Two Telnyx PCMA calls and a Twilio call
 run at once, each greeted, barging in on the greeting and hearing the answer:
-=======
-"""A-law passthrough on the real stack (docs/reference/carriers.md#codecs): supervisord, gateway, pacer and model
-worker processes on 127.0.0.1 with the model simulator; the gateway asks Telnyx for PCMA (telnyx_codec) and passes
-it through (alaw_passthrough, the default). Two Telnyx PCMA calls and a Twilio call run at once, each greeted,
-barging in on the greeting and hearing the answer:
->>>>>>> test-citations
 
 - the Telnyx calls' model sessions are A-law both ways (g711_alaw / audio/pcma, as the session.update set
   them), the caller's A-law is recognised by its content, and every whole frame of the model's A-law the

@@ -1,18 +1,9 @@
-<<<<<<< HEAD
 """A-law passthrough (docs/explanation/carrier-edge.md#a-law-calls-telnyx-pcma): a Telnyx PCMA stream whose
 model takes A-law stays A-law from the carrier to the model and back. Pinned here piece by piece: the gateway's
 choice (arena_encoding) and what it gives the stream (final templates, an edge that changes no byte), the slot's
 CODEC word, the pacer's A-law copies of its fallback lines, the model session opened in g711_alaw / audio/pcma
 with A-law silence padding, the record and its replay, and the model simulator speaking and hearing A-law as the
 vendor does. The mu-law path is pinned unchanged beside each."""
-=======
-"""A-law passthrough (docs/reference/carriers.md#codecs): a Telnyx PCMA stream whose model takes A-law stays A-law
-from the carrier to the model and back. Pinned here piece by piece: the gateway's choice (arena_encoding) and what
-it gives the stream (final templates, an edge that changes no byte), the slot's CODEC word, the pacer's A-law copies
-of its fallback lines, the model session opened in g711_alaw / audio/pcma with A-law silence padding, the record and
-its replay, and the model simulator speaking and hearing A-law as the vendor does. The mu-law path is pinned
-unchanged beside each."""
->>>>>>> test-citations
 
 from __future__ import annotations
 
