@@ -145,7 +145,11 @@ def test_a_drain_lets_the_live_call_finish_refuses_new_calls_and_stops_the_node(
         output = drainer.communicate(timeout=30)[0].decode(errors="replace")
         print(f"the last call's end to the node stopped: {stopped_after_s:.2f} s")
 
-        assert result.closed_by == "carrier" and not result.errors, running.log_tail()
+        # The node stops within a second or two of its last call's end, so the carrier's stream-stopped
+        # status callback, sent after the stream closed, may find nobody listening: the drain did what it
+        # should (a fleet's callback URL would reach another node). Any other error is the call's.
+        errors = [e for e in result.errors if e != "status callback stream-stopped failed: ConnectionRefusedError"]
+        assert result.closed_by == "carrier" and not errors, running.log_tail()
         assert result.statistics.stale_frames == 0 and result.statistics.frames_received > 300
         assert seen["health"]["status"] == "draining" and seen["health"]["draining"] is True
         status, body, form = seen["refused"]

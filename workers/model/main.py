@@ -358,10 +358,9 @@ class CallSession:
                 await self._serve(transport)
                 if not self.alive() or self.driver_ended():
                     return
-                if self.refusal is not None:  # an error or a close that refuses the configuration
-                    worker.vendor_refused(endpoint, self.refusal)
+                if self.refusal is not None:  # an error or a close that refused the configuration (reported)
                     self.refusal = None
-                    continue
+                    continue  # the loop's first check ends the call's wait
                 log.warning("call %s: model connection closed (%s); reconnecting", self.call_sid, self.close_code)
                 self.model_lost(f"closed_{self.close_code}")
             failures = 1 if connected_at and time.monotonic() - connected_at >= STABLE_CONNECTION_S else failures + 1
@@ -436,7 +435,7 @@ class CallSession:
                     self.caller_speaking = isinstance(event, rt.SpeechStarted)
         self._apply(self.driver.on_model_event(text, time.monotonic_ns(), self.playout()))
         if fault is not None and fault.fatal and self.refusal is None:
-            self.refusal = fault
+            self.refused(fault)
             if self.transport is not None:
                 self.transport.send_close(WSCloseCode.OK)
                 self.transport.disconnect()
@@ -548,11 +547,18 @@ class CallSession:
                  " (no pause came before the vendor's limit)" if forced else " at a pause")
 
     def on_model_close(self, code: int, reason: str) -> None:
-        """The vendor closed the socket: a close that refuses the configuration (4000) is remembered for run()."""
+        """The vendor closed the socket: a close that refuses the configuration (4000) is reported at once."""
         self.close_code = code
         fault = classify_close(code, reason)
         if fault is not None and self.refusal is None:
-            self.refusal = fault
+            self.refused(fault)
+
+    def refused(self, fault: VendorFault) -> None:
+        """The vendor refused the node's configuration on this call's socket. The worker hears it now, not
+        when run() sees the socket closed: a call whose caller hangs up on the apology first would otherwise
+        never report it, and the next call would dial the vendor to meet the same refusal."""
+        self.refusal = fault
+        self.worker.vendor_refused(self.worker.endpoint_for(self.call_sid), fault)
 
     def pump_inbound(self, now_ns: int) -> None:
         """Every INBOUND_BATCH_MS (from the worker's loop): the caller audio that arrived, to the model."""
