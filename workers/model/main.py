@@ -354,7 +354,8 @@ class CallSession:
                 self.model_lost(type(exc).__name__)
             else:
                 connected_at = time.monotonic()
-                breaker.success(connected_at)
+                if self.refusal is None:  # the socket's first events may already have refused the configuration
+                    breaker.success(connected_at)
                 await self._serve(transport)
                 if not self.alive() or self.driver_ended():
                     return
