@@ -56,8 +56,11 @@ def tier_of(path: Path) -> str | None:
     return folder if folder in TIERS else None
 
 
-# pytest-xdist runs a module's tests on one worker (--dist=loadscope), so a module-scoped stack (or PostgreSQL
-# server) is started once; with a worker per core, at most a stack per core runs at a time.
+# pytest-xdist (--dist=loadgroup): the real-time tiers (stack, e2e) are one group, run one test at a time on
+# one worker, so at most one stack takes calls in real time while the fast tiers' tests are spread over the
+# other workers. Two stacks at once on 2 cores made real-time figures (a truncate point, a drain's timing)
+# fail under their own load. The shared stacks (tests/stack/conftest.py) live on that one worker.
+REALTIME_TIERS = ("stack", "e2e")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -65,15 +68,15 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     if tier is None:
         return
     item.add_marker(getattr(pytest.mark, tier))
-    if tier in ("stack", "e2e"):
+    if tier in REALTIME_TIERS:
         item.add_marker(pytest.mark.integration)
+        item.add_marker(pytest.mark.xdist_group("realtime"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The real-time tiers first: pytest-xdist hands out whole modules in this order (--dist=loadscope
-    --no-loadscope-reorder), so the long stack and e2e modules start at once and the fast tiers' many short
-    ones fill the workers around them."""
-    items.sort(key=lambda item: tier_of(item.path) not in ("stack", "e2e"))  # stable: within a tier as collected
+    """The real-time tiers first, so their one long serial group starts at once and the fast tiers' many
+    short tests fill the other workers beside it."""
+    items.sort(key=lambda item: tier_of(item.path) not in REALTIME_TIERS)  # stable: within a tier as collected
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

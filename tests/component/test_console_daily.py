@@ -25,7 +25,7 @@ from voicecore.store.figures import call_figures, call_latency, heard_latency, m
 from voicecore.store.query import CallFilter, QueryError, after_marker, page_marker, search_words, where
 from voicecore.store.summary import carrier_of, summary_from_json, summary_to_json
 
-DEMO = __import__("pathlib").Path(__file__).resolve().parent / "data" / "records" / "CA12d7ea0ef4734a81a0186375f3878962.jsonl.gz"
+DEMO = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "records" / "CA12d7ea0ef4734a81a0186375f3878962.jsonl.gz"
 
 
 @pytest.fixture(scope="module")

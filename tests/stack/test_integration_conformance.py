@@ -38,7 +38,7 @@ with warnings.catch_warnings():
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLIENT = TypeAdapter(RealtimeClientEvent)
 SERVER = TypeAdapter(RealtimeServerEvent)
 # Keys the vendor's own session and response objects carry that the SDK's server types leave undeclared

@@ -18,7 +18,7 @@ from voicecore.call.build import driver_for_config
 from voicecore.config import load_config
 from voicecore.sim.model import ModelSession, SimConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def responses_without_the_agent(control: str):
