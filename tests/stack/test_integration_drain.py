@@ -231,7 +231,15 @@ def test_sigterm_to_voicecore_up_drains_and_the_deadline_ends_a_long_call():
                           stderr=subprocess.STDOUT)
     # read the stack's log as it comes: a full pipe would block supervisord's writes, and with them the stack
     read: list[bytes] = []
-    reader = threading.Thread(target=lambda: read.append(up.stdout.read()), daemon=True)
+    ready = threading.Event()  # `voicecore up` said it listens: a signal before that stops it at once, by design
+
+    def read_output() -> None:
+        for line in up.stdout:
+            read.append(line)
+            if b"voicecore up: listening on" in line:
+                ready.set()
+
+    reader = threading.Thread(target=read_output, daemon=True)
     reader.start()
 
     def output_when_exited(timeout_s: float) -> str:
@@ -248,6 +256,7 @@ def test_sigterm_to_voicecore_up_drains_and_the_deadline_ends_a_long_call():
 
     try:
         wait_until(model_alive, 180, "/healthz to report the model worker alive", interval_s=0.3)
+        wait_until(ready.is_set, 60, "voicecore up to say it listens", interval_s=0.1)
         arena = arena_file(config)
         seen: dict = {}
 
