@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from test_store import DEMO_RECORD, scripted_call
+from records import DEMO_RECORD, scripted_call
 from voicecore.call import controller as C
 from voicecore.call.record import CallRecorder, loads
 from voicecore.call.record_reader import ANY, RecordConsumer, RecordReader, read_entries, received_at_ns
