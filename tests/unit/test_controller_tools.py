@@ -99,7 +99,7 @@ def test_a_slow_tool_gets_one_filler_line_and_an_unsaid_filler_is_dropped_when_t
     assert c.stats.fillers == 1  # never twice for one tool run
     c2 = controller(agent(confirm=False), filler_after_ms=1000)
     c2.on_model_event(tool_call("lookup", "{}"), 0, IDLE)
-    c2.turns.speaking = True  # the filler waits for the caller ...
+    c2.caller_speaking = True  # the filler waits for the caller ...
     c2.on_tick(1000 * MS, IDLE)
     assert c2.queued is not None and c2.queued.source == "filler"
     c2.on_tool_result("call_1", True, "{}", 1100 * MS)  # ... and the result overtakes it: it is never said
@@ -138,7 +138,7 @@ def speech(c, item, words, t_ms, playout=IDLE):
 
 def propose(c) -> None:
     out = c.on_model_event(tool_call("book", BOOK_ARGS), 1000 * MS, IDLE)
-    assert runs(out) == [] and c.tools.pending is not None
+    assert runs(out) == [] and c.pending_action is not None
     (create,) = [e for e in sent(out) if e["type"] == "response.create"]
     # the prompt is scripted from the arguments: every number in it is one of theirs
     # ... and said with the agent's instructions in force (a response's own instructions replace the session's)
@@ -163,7 +163,7 @@ def test_a_no_drops_the_action_the_model_is_told_and_the_caller_hears_the_declin
     c = controller()
     propose(c)
     out = speech(c, "u1", words, 6000)
-    assert runs(out) == [] and c.tools.pending is None and c.stats.actions_declined == 1
+    assert runs(out) == [] and c.pending_action is None and c.stats.actions_declined == 1
     (output,) = [e for e in sent(out) if e["type"] == "conversation.item.create"]
     assert json.loads(output["item"]["output"]) == {"status": "not_done", "reason": "caller_declined"}
     said = c.queued or c.inflight
@@ -182,11 +182,11 @@ def test_dtmf_one_is_a_yes_and_another_key_a_no():
 def test_no_answer_drops_the_action_after_the_timeout_from_when_the_prompt_played():
     c = controller(confirm_timeout_ms=8000)
     propose(c)
-    c.tools.pending.played_ns = 3000 * MS
+    c.pending_action.played_ns = 3000 * MS
     c.on_tick(10_900 * MS, IDLE)
-    assert c.tools.pending is not None
+    assert c.pending_action is not None
     out = c.on_tick(11_000 * MS, IDLE)
-    assert c.tools.pending is None and c.stats.actions_timed_out == 1 and runs(out) == []
+    assert c.pending_action is None and c.stats.actions_timed_out == 1 and runs(out) == []
     assert json.loads(sent(out)[0]["item"]["output"])["reason"] == "no_confirmation"
 
 
@@ -197,7 +197,7 @@ def test_a_repeated_yes_within_thirty_seconds_never_runs_it_twice():
     c.on_tool_result(run.call_id, True, '{"booked": true}', 8000 * MS)
     # the model asks again with the same arguments (real models do): not proposed again, not run again
     out = c.on_model_event(tool_call("book", BOOK_ARGS, call_id="call_2"), 12_000 * MS, IDLE)
-    assert runs(out) == [] and c.tools.pending is None and c.stats.duplicate_writes_suppressed == 1
+    assert runs(out) == [] and c.pending_action is None and c.stats.duplicate_writes_suppressed == 1
     assert sent(out)[0]["item"] == {"type": "function_call_output", "call_id": "call_2", "output": '{"booked": true}'}
     c.inflight = None
     out = speech(c, "u2", "Yes, please.", 14_000)  # a second yes is only a turn now
@@ -211,7 +211,7 @@ def test_a_second_proposal_while_one_waits_replaces_it():
     out = c.on_model_event(tool_call("book", other, call_id="call_2"), 2000 * MS, IDLE)
     outputs = [e for e in sent(out) if e["type"] == "conversation.item.create"]
     assert json.loads(outputs[0]["item"]["output"])["reason"] == "superseded" and outputs[0]["item"]["call_id"] == "call_1"
-    assert c.tools.pending.call_id == "call_2" and c.stats.actions_proposed == 2
+    assert c.pending_action.call_id == "call_2" and c.stats.actions_proposed == 2
 
 
 def test_words_that_are_neither_drop_the_action_and_are_answered_as_a_turn():
@@ -242,7 +242,7 @@ def test_a_yes_followed_at_once_by_more_words_is_still_a_yes_and_the_rest_is_the
 def test_invalid_arguments_are_refused_before_any_confirmation_or_run():
     c = controller()
     out = c.on_model_event(tool_call("book", '{"service": "cleaning", "date": "x", "time": "ten"}'), 1000 * MS, IDLE)
-    assert runs(out) == [] and c.tools.pending is None
+    assert runs(out) == [] and c.pending_action is None
     error = json.loads(sent(out)[0]["item"]["output"])["error"]
     assert error["type"] == "invalid_arguments" and "time" in error["message"]
 
@@ -372,7 +372,7 @@ def test_the_post_tool_debounce_waits_while_the_caller_speaks_even_before_their_
     c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=500, item_id="u1"), 500 * MS, IDLE)
     for t in range(520, 3000, 20):  # 2.5 s of speech and no transcript yet: not quiet
         c.on_tick(t * MS, IDLE)
-    assert c.debounce.waiting and c.stats.debounce_flushes == 0
+    assert c.debounce is not None and c.stats.debounce_flushes == 0
     c.on_model_event(ev(type="input_audio_buffer.speech_stopped", audio_end_ms=3000, item_id="u1"), 3000 * MS, IDLE)
     c.on_model_event(ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0,
                         transcript="and one more thing"), 3200 * MS, IDLE)

@@ -1,29 +1,13 @@
 """The per-call controller: turn-taking and the response lifecycle, around the model worker's core.
 
-Owns the *scheduling* (INV-ONE-VOICE: response requests are made one at a time, never while the caller has
-the floor, obsolete queued requests dropped), the response lifecycle (the watchdog, 3 s; the stalled-audio
-retry, 8 s; retries of a prompt; a response played out moves the flow on), barge-in (what the caller may hear
-is cut for a turn: docs/explanation/turn-taking.md) and DTMF, and composes the *policies*
-(docs/explanation/architecture.md#section-7), each a small sans-I/O object with its own state:
-
-- ``CallerTurns`` (turns.py): the caller's utterances, the verdict on each by its words, the hold on a VAD
-  edge and its resume, and when a turn is the caller's to be answered;
-- ``Tools`` and ``Debounce`` (tools.py): tools running, the action awaiting the caller's yes, duplicate
-  writes, fillers; the post-tool debounce (1.5 s of caller quiet, 5 s at most: docs/explanation/agents.md#tools);
-- ``Endings`` (endings.py): silence check-ins (10/20/40 s, then goodbye) and the terminal prompt (played in
-  full plus grace, then hang up or transfer);
-- ``Conversation`` (context.py): the conversation items, the history a new session gets back, a flow's
-  context strategy;
-- ``GateRelease`` (release.py): each request's release policy and the gated tags' watermarks (INV-GATE);
-- ``FailureSpell`` (failures.py): the model's failures, the hold line and the failure policy.
-
-A policy decides and keeps its state; the controller applies what it decides, because only the controller
-sees the whole call: what is queued or in flight, what is audible, what the flow says next. The seams run
-where a policy's state is read by little else (a check-in reads "idle", a tool's filler reads "nothing
-queued"); what is read everywhere (the queued and in-flight requests, the active response) stays here.
-The *mechanism* (response -> tag, framing, dead-tag drops, cancel + truncate/delete:
-docs/explanation/protocols.md#c5) stays in core.py; *what* to say comes from flow.py; the actions are
-actions.py's.
+Owns the *policies* (docs/explanation/architecture.md#section-7, docs/explanation/turn-taking.md): one voice
+at a time (INV-ONE-VOICE: response requests are scheduled, one at a time, never while the caller is
+mid-utterance, obsolete queued requests dropped), the post-tool debounce (after a tool result the agent waits
+for 1.5 s of caller quiet, 5 s at most: docs/explanation/agents.md#tools), semantic barge-in (words, 0.5 s /
+1.0 s; a bare VAD edge only holds release of new frames), the watchdog (3 s), the stalled-audio retry (8 s),
+silence check-ins (10/20/40 s, then goodbye), endings (goodbye played in full plus grace, then hang up or
+transfer) and DTMF. The *mechanism* (response -> tag, framing, dead-tag drops, cancel + truncate/delete:
+docs/explanation/protocols.md#c5) stays in core.py; *what* to say comes from flow.py.
 
 Sans-I/O: no sockets, shared memory, clock or randomness. The shell feeds every input with ``now_ns``
 (monotonic) and, where playout matters, a ``Playout`` snapshot read from the control block at that
@@ -51,39 +35,208 @@ watermark is the smaller of the two). A rejected scripted prompt is cancelled an
 in its place. Retrieve-first: before an answer is requested the controller asks the shell for knowledge-base
 snippets (``Retrieve`` -> ``on_snippets``, both recorded) and puts them in the response's instructions; with
 none, a question that needs numbers gets the safe line without asking.
-
-Ticks: ``on_tick`` is called every shell loop (``wants_ticks``). Nearly every tick of a call has work to
-look at, if not to do: playout progress decides when a prompt played out (no event says so), and the silence
-clock restarts on every tick that is not idle, so a call is ticked throughout.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import json
+import zlib
 
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call import flow as flows
-from voicecore.call.actions import (IDLE_PLAYOUT, Action, CallOver, CancelTag, EndTag, HangUp, HoldTag, OpenTag,
-                                    PlayFallback, Playout, ReleaseTag, ResumeTag, Retrieve, RunTool, SendToModel,
-                                    Transfer, WriteFrames, action_to_dict)
-from voicecore.call.context import Conversation
-from voicecore.call.endings import CHECKIN, GOODBYE, Endings, ending_action
-from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailureSpell
-from voicecore.call.release import GateRelease
-from voicecore.call.settings import ControllerConfig, ControllerStats, turn_detection
-from voicecore.call.tools import Debounce, Tools
-from voicecore.call.turns import CallerTurns, Utterance
+from voicecore.call.backchannels import Lexicon
+from voicecore.call.core import CancelTag, EndTag, OpenTag, Playout, SendToModel, WriteFrames
+from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
 from voicecore.realtime import events as rt
 from voicecore.validate.questions import question_needs_numbers
 
 CONTROL = "turns"  # call_control of the configuration, and a record header's "control"
 MS = 1_000_000
 APPROVE_ALL = 1 << 62  # voicecore.shm.control.APPROVE_ALL: every frame of the tag
-TRACKED_RESPONSES = 32  # responses remembered by tag (a late verdict or playout of an older one finds nothing)
+GATE_POLICIES = ("off", "numbers", "scripted", "strict")
+IDLE_PLAYOUT = Playout(0, 0, 0, 0, 0, 0)
+MAX_TRACKED_ITEMS = 512  # conversation items remembered for a context reset (older ones stay)
+HISTORY_MESSAGES = 40  # messages a reconnected model session is given back (the newest)
+CONFIRM_PROMPT_GRACE_MS = 20_000  # a confirmation prompt never played (rejected, cut): its timeout starts after this
 
 
-# --- the scheduling's state ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Every policy constant in one place (ms unless named otherwise)."""
+
+    watchdog_ms: int = 3000  # response.create sent, no response.created -> retry (a prompt) or the fallback line
+    stall_ms: int = 8000  # response started, no audio for this long and not finished -> retry, then apology
+    stall_retries: int = 1
+    max_prompt_retries: int = 3  # per prompt, watchdog and stall retries together; then the flow advances
+    give_up_after_failures: int = 6  # consecutive unanswered requests -> transfer (or hang up) unspoken
+    debounce_quiet_ms: int = 1500  # after a tool result the agent waits for this much caller quiet ...
+    debounce_cap_ms: int = 5000  # ... but no longer than this after the result
+    debounce_send_text: bool = False  # also send the combined fragments as one user text item
+    # Turn-taking by what the caller said (voicecore/call/backchannels.py): words that are all backchannel
+    # ("mm-hmm", "okay") let the agent carry on; any other words are a turn, whatever their length. Only while
+    # no words are known does length decide: speech this long is a turn, shorter is noise (a cough), once
+    # transcript_wait_ms passed after the speech stopped without words (late words re-open a noise verdict).
+    bargein_min_speech_ms: int = 500
+    transcript_wait_ms: int = 1500
+    words_settle_ms: int = 300  # words in, speech stopped, no more words this long: the turn is taken
+    languages: tuple[str, ...] = ("en", "sv")  # the backchannel lexicons that read the caller's words
+    backchannels: tuple[str, ...] = ()  # the agent's own backchannel phrases, on top of the lexicons
+    turn_detection: str = "server_vad"  # or "semantic_vad" (the vendor's end-of-turn model)
+    vad_eagerness: str = "auto"  # semantic_vad: low, medium, high or auto
+    silence_checkins_ms: tuple[int, ...] = (10_000, 20_000, 40_000)  # caller silence before each check-in
+    silence_goodbye_ms: int = 10_000  # after the last unanswered check-in
+    goodbye_grace_ms: int = 500  # after the goodbye's last frame played, before the hang-up or transfer
+    cancel_settle_ms: int = 1500  # a cancelled response whose response.done never comes counts as gone
+    pause_release: bool = True  # a bare VAD edge holds release (HoldTag) until the caller's words decide
+    transcription_model: str = "gpt-4o-mini-transcribe"
+    vad_silence_duration_ms: int = 500
+    # included in speech_started.audio_start_ms (docs/explanation/protocols.md#c3)
+    vad_prefix_padding_ms: int = 300
+    gate_policy: str = "off"  # release policy of flow nodes that name none (off, numbers, scripted, strict)
+    gate_language: str = "auto"  # en, sv or auto: how the validator reads numbers and scripts
+    safe_line: str = core.DEFAULT_SAFE_LINE  # said instead of a rejected answer
+    retrieve_first: bool = False  # put knowledge-base snippets into each answer's instructions
+    retrieve_k: int = 3
+    retrieve_wait_ms: int = 1500  # after the caller's speech stopped, wait this long for its transcript
+    voice: str = "alloy"  # the agent's voice (session.update)
+    filler_after_ms: int = 1500  # a tool still running this long: its filler line is said (once)
+    confirm_timeout_ms: int = 8000  # no yes this long after a confirmation prompt played: the action is dropped
+    confirm_languages: tuple[str, ...] = ("en", "sv")  # how a caller's yes or no is read
+    dedupe_ms: int = 30_000  # a write's (or confirmed action's) success stands this long: not run twice
+    # The failure policy (the agent's [failure]): responses the vendor failed in a row (errors, rate limits,
+    # failed responses, unanswered requests), or this long without a model socket, end the call with the
+    # shipped apology, then a transfer (failure_transfer, when there is a target) or a hang-up.
+    failure_after_failures: int = 5
+    failure_after_ms: int = 10_000
+    failure_transfer: bool = True
+    vendor_retry_ms: int = 500  # a request the vendor failed is asked again after this (doubling per failure)
+    vendor_silent_ms: int = 1000  # a response asked for or coming, and no event from the vendor this long: hold line
+    hold_every_ms: int = 3000  # the caller still waits this long after the hold line: it is said again
+
+    def failure_policy(self) -> FailurePolicy:
+        return FailurePolicy(after_failures=self.failure_after_failures, after_ms=self.failure_after_ms,
+                             vendor_retry_ms=self.vendor_retry_ms, silent_ms=self.vendor_silent_ms,
+                             hold_every_ms=self.hold_every_ms)
+
+    def to_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ControllerConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}
+        return cls(**values)
+
+
+TURN_DETECTIONS = ("server_vad", "semantic_vad")
+EAGERNESS = ("low", "medium", "high", "auto")
+MAX_TRACKED_UTTERANCES = 16
+
+
+def turn_detection(cfg: ControllerConfig) -> dict:
+    """The session's turn_detection: the vendor detects speech and its end, but never answers or cuts on its
+    own (the controller takes the turns)."""
+    if cfg.turn_detection == "semantic_vad":
+        return {"type": "semantic_vad", "eagerness": cfg.vad_eagerness, "create_response": False,
+                "interrupt_response": False}
+    return {"type": "server_vad", "silence_duration_ms": cfg.vad_silence_duration_ms,
+            "prefix_padding_ms": cfg.vad_prefix_padding_ms, "create_response": False, "interrupt_response": False}
+
+
+# --- actions beyond the core's (the shell applies these too) ------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReleaseTag:
+    """Raise the approval watermark: frames of ``tag`` with index < ``frames`` may be released.
+
+    Shell: ``rings.tag_approve(ctrl, slot, tag, frames)`` (the watermark only rises)."""
+
+    tag: int
+    frames: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HoldTag:
+    """Bare VAD edge: release of ``tag`` stops at once (the pacer sends nothing newer of it; the carrier
+    plays what it holds, then gets a ``clear``) until a ResumeTag or CancelTag. ``frames``: its approval
+    watermark, which stays where it is.
+
+    Shell: ``rings.tag_pause(ctrl, slot, tag, now_ns)``; count it."""
+
+    tag: int
+    frames: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResumeTag:
+    """A false alarm (no words, short): release of held ``tag`` goes on. Shell: ``rings.tag_resume``."""
+
+    tag: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Retrieve:
+    """Look ``question`` up in the knowledge base (best ``k`` snippets) and feed the result back with
+    ``on_snippets(req_id, snippets, now_ns)`` (the shell does it at once; the record keeps the answer)."""
+
+    req_id: int
+    question: str
+    k: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunTool:
+    """Run the tool of function ``name`` with ``arguments`` (canonical JSON) off the call's path, and feed
+    its result back with ``on_tool_result(call_id, ok, output, now_ns)`` (recorded: a replay needs no tool
+    server). ``key``: the idempotency key (voicecore/agent/actions.py), sent to the tool."""
+
+    call_id: str
+    name: str
+    arguments: str
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HangUp:
+    """End the call through the carrier's REST API (voicecore/twilio/rest.py hangup_request); ``after_line``:
+    once the fallback line asked for just before has played (the failure policy's apology)."""
+
+    reason: str
+    after_line: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Transfer:
+    """Redirect the call to ``target`` through the carrier's REST API (voicecore/twilio/rest.py transfer_request);
+    ``after_line`` as HangUp's."""
+
+    target: str
+    after_line: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlayFallback:
+    """The pacer plays one of the runtime's own lines (voicecore/fallback, in the call's language): the model
+    cannot speak (INV-NEVER-SILENT). ``kind``: hold | apology_hangup | apology_transfer."""
+
+    kind: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallOver:
+    """The caller hung up (or the stream stopped): close the model session; nothing more will be sent."""
+
+    reason: str
+
+
+Action = core.Action | ReleaseTag | HoldTag | ResumeTag | Retrieve | RunTool | HangUp | Transfer | CallOver | PlayFallback
+
+
+
+
+# --- internal state -----------------------------------------------------------------------------------
 @dataclasses.dataclass(slots=True)
 class Request:
     """One response the controller wants the model to produce."""
@@ -120,6 +273,91 @@ class Active:
     settled: bool = False  # played out (or cancelled) and reported to the flow
 
 
+@dataclasses.dataclass(slots=True)
+class Utterance:
+    """One stretch of caller speech from the server's VAD, with the words transcribed for it."""
+
+    item_id: str
+    started_ns: int
+    interrupting: bool  # the agent had the floor (audible, or an answer on its way) while it was said
+    stopped_ns: int = 0
+    audio_start_ms: int = 0  # the server's audio clock (prefix padding included)
+    spoken_ms: int = 0  # set at speech_stopped from the server's audio clock: the speech itself
+    words: str = ""
+    completed: bool = False  # the transcript is final: completed, or its transcription failed
+    failed: bool = False  # the vendor could not transcribe it: no words, and none will come
+    last_words_ns: int = 0
+    verdict: str = ""  # "" (not known yet) | "backchannel" | "noise" | "turn"
+    turn_taken: bool = False
+
+    @property
+    def open(self) -> bool:
+        """Not judged yet, or a turn not answered yet: the caller's floor."""
+        return self.verdict == "" or (self.verdict == "turn" and not self.turn_taken)
+
+
+@dataclasses.dataclass(slots=True)
+class RunningTool:
+    call_id: str
+    plan: flows.ToolPlan
+    key: str
+    started_ns: int
+    filler_asked: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class PendingAction:
+    """A function that runs only after the caller's yes
+    (docs/explanation/agents.md#actions-with-confirmation)."""
+
+    call_id: str
+    plan: flows.ToolPlan
+    asked_ns: int
+    played_ns: int = 0  # its confirmation prompt played out; the timeout runs from here
+
+
+@dataclasses.dataclass(slots=True)
+class ControllerStats:
+    requests_sent: int = 0
+    requests_dropped: int = 0
+    responses_rejected: int = 0
+    bargeins: int = 0
+    bargein_latency_ms: list[int] = dataclasses.field(default_factory=list)  # speech start -> decision
+    holds: int = 0
+    false_interruptions: int = 0  # holds that ended in a resume: no words (a cough), or ...
+    backchannels: int = 0  # ... a backchannel said over the agent
+    turns_reopened: int = 0  # a noise or backchannel verdict overturned by later words
+    watchdog_fires: int = 0
+    model_lost: int = 0  # the model socket closed or could not be opened
+    vendor_failures: int = 0  # responses the vendor failed (errors, rate limits, failed response.done)
+    hold_lines: int = 0  # the shipped hold line asked of the pacer
+    failure_policy: int = 0  # the call ended by the failure policy (apology, then transfer or hang-up)
+    stalls: int = 0
+    retries: int = 0
+    checkins: int = 0
+    tool_calls: int = 0
+    debounce_flushes: int = 0
+    dtmf: int = 0
+    transfers_cancelled: int = 0
+    unheard_cancels: int = 0
+    gate_rejections: int = 0
+    safe_lines: int = 0
+    retrievals: int = 0
+    retrievals_empty: int = 0
+    tools_run: int = 0  # RunTool actions: tools started
+    tool_results: int = 0
+    tool_errors: int = 0  # results that were errors (timeout, 4xx, 5xx, non-JSON, ...)
+    tool_results_ignored: int = 0  # results of no running tool (the call moved on)
+    duplicate_writes_suppressed: int = 0  # the same write within the window: answered without running it
+    fillers: int = 0
+    transitions: int = 0
+    actions_proposed: int = 0  # confirmation prompts asked for
+    actions_confirmed: int = 0
+    actions_declined: int = 0
+    actions_timed_out: int = 0
+    end_reason: str = ""
+
+
 class CallController:
     """One call's turn-taking. Feed it inputs in time order; apply every returned action in order.
     A call driver (voicecore/call/driver.py), like the spine's."""
@@ -151,25 +389,37 @@ class CallController:
         self.now_ns = 0
         self.started = False
         self.ended = False
-        # scheduling: one request at a time
         self.next_req_id = 1
         self.queued: Request | None = None
         self.inflight: Request | None = None
         self.inflight_sent_ns = 0
         self.active: Active | None = None
         self.by_tag: dict[int, Active] = {}
-        self.rejected: set[str] = set()  # responses never given a tag (INV-ONE-VOICE)
+        self.rejected: set[str] = set()
         self.retries: dict[str, int] = {}
         self.stall_count: dict[str, int] = {}
+        self.utterances: list[Utterance] = []  # the caller's utterances still open or still re-openable
+        self.lexicon = Lexicon(cfg.languages, cfg.backchannels)
+        self.caller_speaking = False
+        self.debounce: tuple[int, int] | None = None  # (started_ns, last_fragment_ns)
+        self.fragments: list[str] = []
+        self.held_tag = 0
+        self.approved: dict[int, int] = {}  # gated tags: the watermark released to the pacer
+        self.gate_approved: dict[int, int] = {}  # gated tags: the validator's watermark
+        self.silence_ref_ns = 0
+        self.checkins_done = 0
+        self.ending: Active | None = None  # the terminal prompt that is playing
+        self.ending_played_ns = 0
         self.failures = 0  # consecutive requests the model never answered
-        # the policies
-        self.turns = CallerTurns(cfg, self.stats)
-        self.tools = Tools(call_sid, cfg, self.stats)
-        self.debounce = Debounce(cfg, self.stats)
-        self.endings = Endings(cfg, self.stats)
-        self.context = Conversation()
-        self.release = GateRelease(cfg)
-        self.spell = FailureSpell(cfg.failure_policy())  # the model's failures (voicecore/call/failures.py)
+        self.tools_running: dict[str, RunningTool] = {}  # call_id -> the tool started for it
+        self.pending_action: PendingAction | None = None
+        self.done_writes: dict[str, tuple[int, str]] = {}  # idempotency key -> (until_ns, output)
+        self.facts = ""  # the last tool result, for the answer that follows it
+        self.items: list[str] = []  # conversation items the server holds (for a context reset)
+        # what was said, as messages, for a new model session after a reconnect (the old one's items are gone)
+        self.history: collections.deque[tuple[str, str]] = collections.deque(maxlen=HISTORY_MESSAGES)
+        self.context_reset: flows.Transition | None = None  # applied before the next request is sent
+        self.spell = FailureSpell(self.config.failure_policy())  # the model's failures (voicecore/call/failures.py)
 
     def record_header(self) -> dict:
         """What a record's header needs to rebuild this controller (voicecore/call/record.py)."""
@@ -184,7 +434,7 @@ class CallController:
         """The call's media started and the model socket is open: configure the session, greet."""
         self.now_ns = now_ns
         self.started = True
-        self.endings.not_silent(now_ns)
+        self.silence_ref_ns = now_ns
         out: list[Action] = list(self.core.on_open())
         self._enqueue(self.flow.start(), "flow", out)
         self._pump(out)
@@ -197,7 +447,7 @@ class CallController:
         of: the flow's fallback line asks them to say it again (the new session knows nothing of it)."""
         self.now_ns = now_ns
         self.started = True
-        self.endings.not_silent(now_ns)
+        self.silence_ref_ns = now_ns
         self.flow.start()  # the flow stands at its start; its first prompt was said by the worker before
         out: list[Action] = list(self.core.on_open())
         if cut_off:
@@ -215,43 +465,46 @@ class CallController:
             return []
         self.spell.event(now_ns)
         out: list[Action] = []
-        if isinstance(event, rt.AudioDelta):  # the most frequent event by far: first
-            active = self.active
-            if active is not None and active.response_id == event.response_id:
-                active.last_audio_ns = now_ns
-                self.spell.served()
-        elif isinstance(event, rt.ResponseCreated):
+        if isinstance(event, rt.ResponseCreated):
             self._on_response_created(event, out)
         elif isinstance(event, rt.SpeechStarted):
             self._on_speech_started(event, out)
         elif isinstance(event, rt.SpeechStopped):
-            self.turns.speech_stopped(event.item_id, event.audio_end_ms, now_ns)
-            self.endings.not_silent(now_ns)
+            self._on_speech_stopped(event, out)
         elif isinstance(event, rt.InputTranscriptionCompleted):
             if event.transcript.strip():
-                self.context.said("user", event.transcript.strip())
-            self._on_words(event.item_id, event.transcript, True)
+                self.history.append(("user", event.transcript.strip()))
+            self._on_words(event.item_id, event.transcript, True, out)
         elif isinstance(event, rt.InputTranscriptionDelta):
-            self._on_words(event.item_id, event.delta, False)
+            self._on_words(event.item_id, event.delta, False, out)
         elif isinstance(event, rt.InputTranscriptionFailed):
-            self.turns.transcription_failed(event.item_id)
+            self._on_transcription_failed(event.item_id)
         elif isinstance(event, rt.OutputItemAdded) and event.response_id in self.rejected:
             out.append(SendToModel(rt.item_delete(event.item_id)))
         elif isinstance(event, rt.FunctionCallArgumentsDone):
             self._on_tool_call(event, out)
         elif isinstance(event, rt.ItemAdded):
-            if event.stage != "done":
-                self.context.item_added(event.item_id)
+            if event.stage != "done" and event.item_id not in self.items:
+                self.items.append(event.item_id)
+                if len(self.items) > MAX_TRACKED_ITEMS:
+                    del self.items[0]
         elif isinstance(event, rt.ItemDeleted):
-            self.context.item_deleted(event.item_id)
+            if event.item_id in self.items:
+                self.items.remove(event.item_id)
+        elif isinstance(event, rt.AudioDelta):
+            active = self.active
+            if active is not None and active.response_id == event.response_id:
+                active.last_audio_ns = now_ns
+                self.spell.served()
         elif isinstance(event, rt.RealtimeError) and event.code in VENDOR_FAILURE_CODES:
             self._vendor_failed(event.code, out)
         elif isinstance(event, rt.ResponseDone):
             self._on_response_done(event, out)
         elif isinstance(event, rt.TranscriptDone) and event.transcript.strip() and event.response_id not in self.rejected:
-            self.context.said("assistant", event.transcript.strip())  # a rejected answer was never said
+            self.history.append(("assistant", event.transcript.strip()))  # a rejected answer was never said
         if not isinstance(event, rt.ResponseCreated):
             out.extend(self.core.on_event(event, now_ns, playout))
+        self._after_core(out)
         self._step(out)
         return out
 
@@ -273,10 +526,10 @@ class CallController:
             return []
         out: list[Action] = []
         self.stats.dtmf += 1
-        self.endings.not_silent(now_ns)
+        self._caller_active()
         self._drop_queued()
         self._barge_in(now_ns, out)
-        if self.tools.pending is not None:
+        if self.pending_action is not None:
             # a key answers the confirmation prompt: 1 is yes, any other key is no
             if digit == "1":
                 self._confirm_action(out)
@@ -310,11 +563,11 @@ class CallController:
         if self.ended:
             return []
         out: list[Action] = []
-        if self.release.judging(tag):
+        if tag in self.gate_approved:
             if not rejected:
-                release = self.release.approve(tag, approved_frames)
-                if release is not None:
-                    out.append(release)
+                if approved_frames > self.gate_approved[tag]:
+                    self.gate_approved[tag] = approved_frames
+                    self._approve(tag, out)
             else:
                 self._on_rejected(tag, out)
         self._step(out)
@@ -331,7 +584,7 @@ class CallController:
             request.snippets = tuple(snippets)
             if not snippets:
                 self.stats.retrievals_empty += 1
-                if self.release.policy(request.step) in ("numbers", "strict") and question_needs_numbers(request.question):
+                if self._policy(request) in ("numbers", "strict") and question_needs_numbers(request.question):
                     # Fail-closed: nothing to ground an answer in, and it would need numbers: the safe line.
                     self.queued = None
                     self._enqueue_safe_line(out)
@@ -345,8 +598,15 @@ class CallController:
         if self.ended:
             return []
         out: list[Action] = []
-        running = self.tools.finished(call_id, ok, output, now_ns)
-        if running is not None:
+        running = self.tools_running.pop(call_id, None)
+        if running is None:
+            self.stats.tool_results_ignored += 1
+        else:
+            self.stats.tool_results += 1
+            if ok and running.plan.writes:
+                self._remember_write(running.key, output)
+            if not ok:
+                self.stats.tool_errors += 1
             if self.queued is not None and self.queued.source == "filler":
                 self.queued = None  # not said yet, and no longer true
                 self.stats.requests_dropped += 1
@@ -363,7 +623,9 @@ class CallController:
             return []
         self.spell.reopened(now_ns)
         out: list[Action] = list(self.core.on_open())
-        out.extend(self.context.restore())  # the new session starts empty
+        # the new session starts empty: the conversation so far as message items, oldest first
+        for role, text in self.history:
+            out.append(SendToModel(rt.conversation_item_create_message(role, text)))
         if self.inflight is not None:
             request, self.inflight = self.inflight, None
             if self.queued is None:
@@ -395,7 +657,7 @@ class CallController:
         answered. The pacer plays the hold line on its own when the model worker stops serving such a call."""
         if self.ended:
             return False
-        return (not self.started or self.inflight is not None or self.queued is not None or self.debounce.waiting
+        return (not self.started or self.inflight is not None or self.queued is not None or self.debounce is not None
                 or (self.active is not None and not self.active.done))
 
     def _waiting_on_vendor(self) -> bool:
@@ -415,7 +677,7 @@ class CallController:
         elif self.active is not None and not self.active.done:
             out.append(SendToModel(rt.response_cancel(self.active.response_id)))
         self.queued = None
-        self._finish("caller_hangup", CallOver("caller_hangup"), out)
+        self._finish("caller_hangup", out, CallOver("caller_hangup"))
         return out
 
     # ================================================================================ model events
@@ -424,7 +686,7 @@ class CallController:
         request = self.inflight
         solicited = request is not None and (req_tag is None or req_tag == str(request.req_id))
         # The caller took the floor after it was asked for: it answers what they no longer wait for.
-        overtaken = self.turns.overtaken()
+        overtaken = any(u.verdict == "turn" and not u.turn_taken for u in self.utterances)
         if not solicited or self.core.audible(self.playout) is not None or self.active is not None or overtaken:
             # INV-ONE-VOICE: a response we did not ask for (or a second one while one plays) never gets a
             # tag, so none of its audio can reach the ring; the server is told to stop it.
@@ -437,24 +699,27 @@ class CallController:
             return
         assert request is not None
         self.inflight = None
-        self.core.gate_next_response(self.release.spec(request.step, request.facts))
+        self.core.gate_next_response(self._gate_spec(request))
         actions = self.core.on_event(event, self.now_ns, self.playout)
-        self.release.opened(actions)  # a gated tag releases nothing unapproved
         active = Active(event.response_id, request, self.now_ns, self.now_ns)
         for action in actions:
             if isinstance(action, OpenTag):
                 active.tag = action.tag
         self.active = active
         self.by_tag[active.tag] = active
-        if len(self.by_tag) > TRACKED_RESPONSES:
-            for tag in list(self.by_tag)[:-TRACKED_RESPONSES]:
+        if len(self.by_tag) > 32:
+            for tag in list(self.by_tag)[:-32]:
                 del self.by_tag[tag]
         self.failures = 0
         if request.terminal:
-            self.endings.ending_created(active)
+            self.ending = active
+            self.ending_played_ns = 0
         out.extend(actions)
-        if self.turns.response_created():
+        undecided = [u for u in self.utterances if u.verdict == ""]
+        if self.caller_speaking or undecided:
             # Asked for before the caller began: it waits, held, for their words, like audio they talked over.
+            for u in undecided:
+                u.interrupting = True
             self._hold(out)
 
     def _on_response_done(self, event: rt.ResponseDone, out: list[Action]) -> None:
@@ -478,16 +743,15 @@ class CallController:
             # A scripted prompt that produced no audio (failed, incomplete): the caller heard nothing.
             self._retry(active.request, "empty", out)
 
-    # ================================================================================ tools
     def _on_tool_call(self, event: rt.FunctionCallArgumentsDone, out: list[Action]) -> None:
         self.stats.tool_calls += 1
         if self.active is not None and self.active.response_id == event.response_id:
             self.active.had_tool_call = True
-        if self.debounce.waiting:
+        if self.debounce is not None:
             self._flush_debounce(out)  # another tool call sends the debounced fragments first
         decision = self.flow.on_tool_call(event.name or "", event.arguments)
         if isinstance(decision, flows.ToolPlan):
-            if decision.confirm is not None and not self.tools.done_recently(decision, self.now_ns):
+            if decision.confirm is not None and not self._done_recently(decision):
                 self._propose_action(event.call_id, decision, out)
             else:
                 self._run_tool(event.call_id, decision, out)
@@ -502,48 +766,250 @@ class CallController:
             # (no response is active then, so nothing it says is cut from under it).
             self.stats.transitions += 1
             out.append(self.core.reconfigure(transition.session.instructions, list(transition.session.tools)))
-            self.context.transition(transition)
-        self.debounce.facts = outcome.facts
+            if transition.context in ("reset", "task"):
+                self.context_reset = transition
+        self.facts = outcome.facts
         if outcome.then is not None:
             self._enqueue(outcome.then, "flow", out)
         elif outcome.speak:
             # the state changed and the agent would speak: first wait until the caller is quiet (the post-tool
-            # debounce).
-            self.debounce.begin(self.now_ns)
+        # debounce).
+            self.debounce = (self.now_ns, self.now_ns)
+            self.fragments = []
 
     def _run_tool(self, call_id: str, plan: flows.ToolPlan, out: list[Action]) -> None:
-        run = self.tools.run(call_id, plan, self.now_ns)
-        if isinstance(run, RunTool):
-            out.append(run)
-        else:  # the same write within the window: its first result stands
-            self._tool_finished(call_id, plan, True, run, out)
+        key = agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments)
+        done = self.done_writes.get(key)
+        if plan.writes and done is not None and done[0] > self.now_ns:
+            # The same write (or a repeated yes) within the window: its first result stands, nothing runs.
+            self.stats.duplicate_writes_suppressed += 1
+            self._tool_finished(call_id, plan, True, done[1], out)
+            return
+        self.stats.tools_run += 1
+        self.tools_running[call_id] = RunningTool(call_id, plan, key, self.now_ns)
+        out.append(RunTool(call_id, plan.name, plan.arguments, key))
+
+    def _done_recently(self, plan: flows.ToolPlan) -> bool:
+        """The same action ran within the window (the model asks again after it was done): it is not
+        proposed again, its first result stands."""
+        done = self.done_writes.get(agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments))
+        return done is not None and done[0] > self.now_ns
 
     def _tool_finished(self, call_id: str, plan: flows.ToolPlan, ok: bool, output: str, out: list[Action]) -> None:
         self._apply_outcome(call_id, self.flow.on_tool_result(plan.name, plan.arguments, ok, output), out)
 
-    def _flush_debounce(self, out: list[Action]) -> None:
-        combined, facts = self.debounce.flush()
-        step = self.flow.after_tool(combined)
-        user_text = combined if (self.config.debounce_send_text and combined) else None
-        self._enqueue(step, "debounce", out, user_text=user_text, question=combined, facts=facts)
+    def _remember_write(self, key: str, output: str) -> None:
+        now = self.now_ns
+        for old in [k for k, (until, _) in self.done_writes.items() if until <= now]:
+            del self.done_writes[old]
+        self.done_writes[key] = (now + self.config.dedupe_ms * MS, output)
 
     # --- actions with confirmation (docs/explanation/agents.md#actions-with-confirmation) -----------------
     def _propose_action(self, call_id: str, plan: flows.ToolPlan, out: list[Action]) -> None:
-        if self.tools.pending is not None:
+        if self.pending_action is not None:
             self._drop_action("superseded", None, out)  # the model proposed another: only the newest stands
         assert plan.confirm is not None
-        self.tools.propose(call_id, plan, self.now_ns)
+        self.pending_action = PendingAction(call_id, plan, self.now_ns)
+        self.stats.actions_proposed += 1
         self._enqueue(plan.confirm, "confirm", out)
 
     def _confirm_action(self, out: list[Action]) -> None:
-        pending = self.tools.confirm()
+        pending, self.pending_action = self.pending_action, None
+        assert pending is not None
+        self.stats.actions_confirmed += 1
         self._run_tool(pending.call_id, pending.plan, out)
 
     def _drop_action(self, reason: str, line: str | None, out: list[Action]) -> None:
         """The caller said no, said something else, or nothing: the action is not run; the model is told."""
-        out.append(self.tools.drop(reason))
+        pending, self.pending_action = self.pending_action, None
+        assert pending is not None
+        if reason == "no_confirmation":
+            self.stats.actions_timed_out += 1
+        else:
+            self.stats.actions_declined += 1
+        out.append(SendToModel(rt.function_call_output(pending.call_id, json.dumps({"status": "not_done", "reason": reason}))))
         if line is not None:
             self._enqueue(self.flow.line(line), "flow", out)
+
+    def _check_action_timeout(self, out: list[Action]) -> None:
+        pending = self.pending_action
+        if pending is None or self.caller_speaking:
+            return
+        if any(u.open and u.started_ns > pending.asked_ns for u in self.utterances):
+            return  # the caller is answering; their words decide
+        start = pending.played_ns or pending.asked_ns + CONFIRM_PROMPT_GRACE_MS * MS
+        if (self.now_ns - start) // MS >= self.config.confirm_timeout_ms:
+            self._drop_action("no_confirmation", "confirm_timeout", out)
+
+    def _check_fillers(self, out: list[Action]) -> None:
+        for running in self.tools_running.values():
+            if running.filler_asked or running.plan.filler is None:
+                continue
+            if (self.now_ns - running.started_ns) // MS < self.config.filler_after_ms:
+                continue
+            running.filler_asked = True
+            if self.queued is None and self.ending is None:
+                self.stats.fillers += 1
+                self._enqueue(running.plan.filler, "filler", out)
+
+    # ============================================================================== caller speech
+    # Who has the floor is decided by what the caller said (voicecore/call/backchannels.py): a VAD edge only
+    # holds what the agent is saying (HoldTag: the carrier plays out its lead, then gets a clear); the words
+    # then resume it (a backchannel, a cough) or cut it for good and answer (anything else). A verdict by
+    # length alone, taken while no words are known, is re-opened by words that come later.
+    def _on_speech_started(self, event: rt.SpeechStarted, out: list[Action]) -> None:
+        self.caller_speaking = True
+        self._caller_active()
+        u = Utterance(event.item_id, self.now_ns, interrupting=self._agent_has_floor(), audio_start_ms=event.audio_start_ms)
+        self.utterances.append(u)
+        self._forget_settled_utterances()
+        self._hold(out)
+
+    def _agent_has_floor(self) -> bool:
+        """The agent is speaking or about to: a caller's backchannel now asks for nothing."""
+        return (self.core.audible(self.playout) is not None or self.inflight is not None or self.queued is not None
+                or bool(self.tools_running) or self.debounce is not None or self.ending is not None)
+
+    def _hold(self, out: list[Action]) -> None:
+        """Stop what the caller may hear from going out while their words are not known."""
+        audible = self.core.audible(self.playout)
+        if audible is None or not self.config.pause_release or self.held_tag != 0:
+            return
+        self.held_tag = audible.tag
+        self.stats.holds += 1
+        out.append(HoldTag(audible.tag, self.approved.get(audible.tag, 0)))
+
+    def _on_speech_stopped(self, event: rt.SpeechStopped, out: list[Action]) -> None:
+        self.caller_speaking = False
+        self._caller_active()
+        u = self._utterance(event.item_id) or (self.utterances[-1] if self.utterances else None)
+        if u is not None and not u.stopped_ns:
+            u.stopped_ns = self.now_ns
+            # On the server's audio clock: audio_start_ms includes the prefix padding and audio_end_ms the
+            # VAD's silence (the vendor's definition); what is left is the speech. (semantic_vad's silence
+            # varies with what was said: the server_vad setting is the estimate.)
+            cfg = self.config
+            u.spoken_ms = max(0, event.audio_end_ms - u.audio_start_ms - cfg.vad_prefix_padding_ms - cfg.vad_silence_duration_ms)
+
+    def _utterance(self, item_id: str) -> Utterance | None:
+        for u in reversed(self.utterances):
+            if u.item_id == item_id:
+                return u
+        return None
+
+    def _on_words(self, item_id: str, text: str, completed: bool, out: list[Action]) -> None:
+        u = self._utterance(item_id)
+        if u is not None and not u.completed:
+            if completed:
+                u.words = text
+                u.completed = True
+            else:
+                u.words += text
+            if text.strip():
+                u.last_words_ns = self.now_ns
+        if self.debounce is not None and (text.strip() or completed):
+            started, _ = self.debounce
+            self.debounce = (started, self.now_ns)
+            if completed and text.strip():
+                self.fragments.append(text.strip())
+        if text.strip():
+            self._caller_active()
+
+    def _on_transcription_failed(self, item_id: str) -> None:
+        """No words will come for this utterance: its length decides."""
+        u = self._utterance(item_id)
+        if u is not None:
+            u.completed = u.failed = True
+
+    def _forget_settled_utterances(self) -> None:
+        """Keep what can still change: open utterances, and verdicts that later words may overturn."""
+        self.utterances = [u for u in self.utterances
+                           if u.open or (u.verdict in ("noise", "backchannel") and not u.completed)][-MAX_TRACKED_UTTERANCES:]
+
+    def _verdict(self, u: Utterance) -> str:
+        """What the utterance is, from what is known of it now ("": not known yet)."""
+        cfg = self.config
+        if u.words.strip():
+            if self.pending_action is not None and agent_actions.confirmation_answer(u.words, cfg.confirm_languages):
+                return "turn"  # a yes or a no to the confirmation asked: never just a backchannel
+            verdict = self.lexicon.verdict(u.words, u.completed) if u.interrupting else "turn"
+            if verdict == "turn":
+                return verdict  # one word that is not a backchannel is enough
+            settled = u.stopped_ns and (self.now_ns - max(u.last_words_ns, u.stopped_ns)) // MS >= cfg.words_settle_ms
+            if u.completed or settled:
+                return verdict
+            # All backchannel so far, but more words may come ("yeah ... but on Friday"): not yet.
+            return u.verdict if u.verdict == "noise" else ""
+        by_length = "turn" if u.spoken_ms >= cfg.bargein_min_speech_ms else "noise"
+        if u.completed:
+            # Final and no words: the vendor heard none (a cough, a breath: noise, however long), or it could
+            # not transcribe the speech (its length decides).
+            return by_length if u.failed else "noise"
+        if u.verdict in ("turn", "noise"):
+            return u.verdict  # judged by length while words were late: stands until words come
+        if u.stopped_ns and (self.now_ns - u.stopped_ns) // MS >= cfg.transcript_wait_ms:
+            return by_length
+        return ""
+
+    def _evaluate_utterances(self, out: list[Action]) -> None:
+        for u in self.utterances:
+            if u.verdict == "turn":
+                continue  # final: the agent was cut for it
+            verdict = self._verdict(u)
+            if verdict == u.verdict:
+                continue
+            previous, u.verdict = u.verdict, verdict
+            if verdict == "turn":
+                if previous:
+                    self.stats.turns_reopened += 1
+                self._turn_detected(u, out)
+            elif verdict and u.interrupting and not previous:
+                if verdict == "backchannel":
+                    self.stats.backchannels += 1
+                else:
+                    self.stats.false_interruptions += 1
+        if self.held_tag and not self.caller_speaking and not any(u.open for u in self.utterances):
+            self._resume(out)  # every utterance since the hold asked for nothing: the agent carries on
+        self._take_turn(out)
+        self._forget_settled_utterances()
+
+    def _turn_detected(self, u: Utterance, out: list[Action]) -> None:
+        """The caller took the floor: the agent stops for good, whatever it was about to say."""
+        self._caller_active()
+        self.checkins_done = 0
+        self._drop_queued()
+        if self._barge_in(self.now_ns, out):
+            self.stats.bargein_latency_ms.append((self.now_ns - u.started_ns) // MS)
+
+    def _ready(self, u: Utterance) -> bool:
+        """The caller's words for this utterance are all in (or will not come): it can be answered."""
+        if u.completed:
+            return True
+        if not u.stopped_ns:
+            return False
+        now = self.now_ns
+        if u.words.strip() and (now - max(u.last_words_ns, u.stopped_ns)) // MS >= self.config.words_settle_ms:
+            return True  # words came, then no more: the transcript's end may never be announced
+        return (now - u.stopped_ns) // MS >= self.config.transcript_wait_ms
+
+    def _take_turn(self, out: list[Action]) -> None:
+        """Answer the caller once they stopped and every utterance of their turn is judged and heard whole."""
+        pending = [u for u in self.utterances if u.verdict == "turn" and not u.turn_taken]
+        if self.pending_action is not None and pending and self._ready(pending[0]):
+            # A yes or a no to the confirmation asked is read on its own, at once, even if the caller goes
+            # on talking ("Ja, gärna." then a question): what follows is the next turn, not part of the answer.
+            answer = agent_actions.confirmation_answer(pending[0].words, self.config.confirm_languages)
+            if answer:
+                pending.pop(0).turn_taken = True
+                self._answer_confirmation(answer, out)
+        if self.caller_speaking:
+            return
+        if not pending or any(u.verdict == "" for u in self.utterances) or not all(self._ready(u) for u in pending):
+            return
+        for u in pending:
+            u.turn_taken = True
+        words = " ".join(u.words.strip() for u in pending if u.words.strip())
+        self._caller_turn(words, pending[-1], out)
 
     def _answer_confirmation(self, answer: str, out: list[Action]) -> None:
         if answer == "yes":
@@ -551,87 +1017,21 @@ class CallController:
         else:
             self._drop_action("caller_declined", "declined", out)
 
-    def _check_action_timeout(self, out: list[Action]) -> None:
-        pending = self.tools.pending
-        if pending is None or self.turns.speaking:
-            return
-        if self.turns.answering_since(pending.asked_ns):
-            return  # the caller is answering; their words decide
-        if self.tools.confirmation_expired(self.now_ns):
-            self._drop_action("no_confirmation", "confirm_timeout", out)
-
-    def _check_fillers(self, out: list[Action]) -> None:
-        for plan in self.tools.fillers_due(self.now_ns):
-            if self.queued is None and self.endings.ending is None:
-                self.stats.fillers += 1
-                self._enqueue(plan.filler, "filler", out)  # type: ignore[arg-type]
-
-    # ============================================================================== caller speech
-    # Who has the floor is decided by what the caller said (CallerTurns, turns.py): a VAD edge only holds what
-    # the agent is saying; the words then resume it (a backchannel, a cough) or cut it for good and answer
-    # (anything else). What follows from a verdict is applied here.
-    def _on_speech_started(self, event: rt.SpeechStarted, out: list[Action]) -> None:
-        self.endings.not_silent(self.now_ns)
-        self.turns.speech_started(event.item_id, event.audio_start_ms, self.now_ns, interrupting=self._agent_has_floor())
-        self._hold(out)
-
-    def _agent_has_floor(self) -> bool:
-        """The agent is speaking or about to: a caller's backchannel now asks for nothing."""
-        return (self.core.audible(self.playout) is not None or self.inflight is not None or self.queued is not None
-                or bool(self.tools.running) or self.debounce.waiting or self.endings.ending is not None)
-
-    def _hold(self, out: list[Action]) -> None:
-        """Stop what the caller may hear from going out while their words are not known."""
-        audible = self.core.audible(self.playout)
-        if audible is not None:
-            hold = self.turns.hold(audible.tag, self.release.released(audible.tag))
-            if hold is not None:
-                out.append(hold)
-
-    def _on_words(self, item_id: str, text: str, completed: bool) -> None:
-        self.turns.words(item_id, text, completed, self.now_ns)
-        self.debounce.heard(text, completed, self.now_ns)
-        if text.strip():
-            self.endings.not_silent(self.now_ns)
-
-    def _evaluate_utterances(self, out: list[Action]) -> None:
-        for u in self.turns.judge(self.now_ns, confirming=self.tools.pending is not None):
-            self._turn_detected(u, out)
-        resume = self.turns.resume()
-        if resume is not None:
-            out.append(resume)  # every utterance since the hold asked for nothing: the agent carries on
-        self._take_turn(out)
-        self.turns.forget_settled()
-
-    def _turn_detected(self, u: Utterance, out: list[Action]) -> None:
-        """The caller took the floor: the agent stops for good, whatever it was about to say."""
-        self.endings.caller_turn(self.now_ns)
-        self._drop_queued()
-        if self._barge_in(self.now_ns, out):
-            self.stats.bargein_latency_ms.append((self.now_ns - u.started_ns) // MS)
-
-    def _take_turn(self, out: list[Action]) -> None:
-        """Answer the caller once they stopped and every utterance of their turn is judged and heard whole."""
-        if self.tools.pending is not None:
-            answer = self.turns.take_confirmation(self.now_ns)
-            if answer:
-                self._answer_confirmation(answer, out)
-        taken = self.turns.take(self.now_ns)
-        if taken is not None:
-            self._caller_turn(*taken, out)
-
     def _caller_turn(self, words: str, u: Utterance, out: list[Action]) -> None:
-        if self.tools.pending is not None:
+        if self.pending_action is not None:
             answer = agent_actions.confirmation_answer(words, self.config.confirm_languages)
             if answer:
                 self._answer_confirmation(answer, out)
                 return
             self._drop_action("caller_moved_on", None, out)  # then the turn is answered as any other
-        if self.debounce.waiting:
+        if self.debounce is not None:
             return  # gathered into the combined turn
         self._enqueue(self.flow.on_user_turn(words), "flow", out, question=words)
         if self.queued is not None and isinstance(self.queued.step, flows.Answer):
             self.queued.utterance = u
+
+    def _caller_active(self) -> None:
+        self.silence_ref_ns = self.now_ns
 
     # ================================================================================ barge-in
     def _barge_in(self, now_ns: int, out: list[Action]) -> bool:
@@ -639,7 +1039,7 @@ class CallController:
         was cut."""
         audible = self.core.audible(self.playout)
         actions = self.core.barge_in(now_ns, self.playout) if audible is not None else []
-        self.turns.drop_hold()
+        self.held_tag = 0
         if audible is None or not actions:
             return False
         out.extend(actions)
@@ -647,11 +1047,12 @@ class CallController:
         if active is not None:
             active.cancelled_ns = now_ns
             active.settled = True
-            if self.endings.cut(active):
+            if self.ending is active:
                 # The caller spoke over the goodbye: the call is not over (and a transfer is cancelled).
                 step = active.request.step
                 if isinstance(step, flows.Say) and step.transfer_to:
                     self.stats.transfers_cancelled += 1
+                self.ending = None
         if audible.produced_frames == 0:
             # Nothing of it was written yet, so nothing was heard: the caller's new speech supersedes a
             # response still being prepared (counted apart from barge-ins).
@@ -659,6 +1060,12 @@ class CallController:
             return False
         self.stats.bargeins += 1
         return True
+
+    def _resume(self, out: list[Action]) -> None:
+        tag = self.held_tag
+        self.held_tag = 0
+        if tag:
+            out.append(ResumeTag(tag))
 
     # ================================================================================ scheduling
     def _enqueue(self, step: flows.Step, source: str, out: list[Action], user_text: str | None = None,
@@ -677,20 +1084,38 @@ class CallController:
         self.stats.safe_lines += 1
         self._enqueue(flows.Say(flows.SAFE_LINE_NODE, self.config.safe_line, policy="off"), "safe_line", out)
 
+    # ================================================================================ the gate
+    def _policy(self, request: Request) -> str:
+        step = request.step
+        policy = step.policy or self.config.gate_policy
+        if policy not in GATE_POLICIES:
+            policy = "strict"  # an unknown name must not open the gate
+        if isinstance(step, flows.Answer) and policy in ("scripted", "strict"):
+            return "numbers"  # an answer has no script: judged on its numbers (and forbidden phrases)
+        return policy
+
+    def _gate_spec(self, request: Request) -> core.GateSpec:
+        step = request.step
+        policy = self._policy(request)
+        script = step.text if isinstance(step, flows.Say) and policy in ("scripted", "strict") else ""
+        return core.GateSpec(policy, script, "\n".join(step.forbidden), self.config.gate_language, request.facts)
+
     def _on_rejected(self, tag: int, out: list[Action]) -> None:
         actions = self.core.reject(tag, self.now_ns, self.playout)
-        self.release.rejected(tag)
+        self.gate_approved.pop(tag, None)
         if not actions:
             return  # already cancelled (barge-in) or finished with it
         out.extend(actions)
         self.stats.gate_rejections += 1
-        self.turns.drop_hold(tag)
+        if self.held_tag == tag:
+            self.held_tag = 0
         active = self.by_tag.get(tag)
         if active is None:
             return
         active.cancelled_ns = self.now_ns
         active.settled = True
-        self.endings.cut(active)
+        if self.ending is active:
+            self.ending = None
         request = active.request
         if isinstance(request.step, flows.Answer):
             self._enqueue_safe_line(out)
@@ -703,9 +1128,9 @@ class CallController:
             self.stats.requests_dropped += 1
 
     def _may_speak(self) -> bool:
-        if self.inflight is not None or self.turns.speaking or self.debounce.waiting:
+        if self.inflight is not None or self.caller_speaking or self.debounce is not None:
             return False
-        if self.turns.has_floor():
+        if any(u.open for u in self.utterances):
             return False  # the caller's words are not judged, or their turn not answered, yet
         if self.active is not None:
             if not self.active.cancelled_ns:
@@ -742,7 +1167,8 @@ class CallController:
         self.inflight_sent_ns = self.now_ns
         self.spell.asked(self.now_ns)
         self.stats.requests_sent += 1
-        out.extend(self.context.before_request())  # a flow's context strategy, now that nothing is active
+        if self.context_reset is not None:
+            self._apply_context_strategy(self.context_reset, out)
         if request.user_text:
             out.append(SendToModel(rt.conversation_item_create_user_text(request.user_text)))
         metadata = {"vc_req": str(request.req_id), "vc_prompt": request.prompt_id}
@@ -760,6 +1186,19 @@ class CallController:
             return self.core.in_session(_grounded_instructions(request.snippets))
         return None
 
+    def _apply_context_strategy(self, transition: flows.Transition, out: list[Action]) -> None:
+        """A flow's context strategy (docs/explanation/agents.md#flows): ``reset`` forgets the conversation so
+        far; ``task`` forgets it and adds the node's task messages (``keep`` never gets here)."""
+        self.context_reset = None
+        for item_id in self.items:
+            out.append(SendToModel(rt.item_delete(item_id)))
+        self.items = []
+        self.history.clear()
+        if transition.context == "task":
+            for role, text in transition.task_messages:
+                out.append(SendToModel(rt.conversation_item_create_message(role, text)))
+                self.history.append((role, text))
+
     def _retry(self, request: Request, why: str, out: list[Action]) -> None:
         """Ask again for the same prompt, at most max_prompt_retries times; then let the flow advance."""
         key = request.prompt_id
@@ -776,7 +1215,7 @@ class CallController:
             # Even the ending cannot be spoken: end the call rather than leave the caller in silence.
             step = request.step
             assert isinstance(step, flows.Say)
-            self._finish(*ending_action(step, f"{why}_gave_up"), out)
+            self._finish_ending(step, f"{why}_gave_up", out)
             return
         if isinstance(request.step, flows.Say):
             self._enqueue(self.flow.after_played(key), "flow", out)
@@ -784,6 +1223,27 @@ class CallController:
             self._enqueue(self.flow.line("fallback"), "fallback", out)
 
     # ================================================================================ the step
+    def _after_core(self, out: list[Action]) -> None:
+        for action in list(out):
+            if isinstance(action, core.OpenGate):
+                self.gate_approved[action.tag] = 0  # before its OpenTag below: nothing plays unapproved
+                if len(self.gate_approved) > 32:
+                    for tag in list(self.gate_approved)[:-32]:
+                        del self.gate_approved[tag]
+        for action in list(out):
+            if isinstance(action, OpenTag) and action.gated:
+                self.approved[action.tag] = 0
+                if len(self.approved) > 32:
+                    for tag in list(self.approved)[:-32]:
+                        del self.approved[tag]
+
+    def _approve(self, tag: int, out: list[Action]) -> None:
+        """A gated tag's release follows the validator's verdict (INV-GATE), never past it."""
+        target = self.gate_approved.get(tag, 0)
+        if target > self.approved.get(tag, 0):
+            self.approved[tag] = target
+            out.append(ReleaseTag(tag, target))
+
     def _step(self, out: list[Action]) -> None:
         """Everything time- or playout-driven, in a fixed order (deterministic)."""
         if self.ended:
@@ -794,8 +1254,14 @@ class CallController:
             return
         self._evaluate_utterances(out)
         # post-tool debounce: the fragments go once the caller was quiet long enough, or at the cap
-        if self.debounce.waiting and self.debounce.due(now, self.turns.speaking):
-            self._flush_debounce(out)
+        if self.debounce is not None:
+            started, last = self.debounce
+            if self.caller_speaking:
+                # Quiet means no speech, not only no words: a transcript may come seconds after speech began.
+                last = now
+                self.debounce = (started, now)
+            if (now - last) // MS >= cfg.debounce_quiet_ms or (now - started) // MS >= cfg.debounce_cap_ms:
+                self._flush_debounce(out)
         # watchdog: asked, nothing created
         if self.inflight is not None and (now - self.inflight_sent_ns) // MS >= cfg.watchdog_ms:
             request = self.inflight
@@ -822,6 +1288,16 @@ class CallController:
         self._check_ending(out)
         self._pump(out)
 
+    def _flush_debounce(self, out: list[Action]) -> None:
+        self.debounce = None
+        self.stats.debounce_flushes += 1
+        combined = " ".join(self.fragments)
+        self.fragments = []
+        step = self.flow.after_tool(combined)
+        user_text = combined if (self.config.debounce_send_text and combined) else None
+        self._enqueue(step, "debounce", out, user_text=user_text, question=combined, facts=self.facts)
+        self.facts = ""
+
     def _on_stall(self, active: Active, out: list[Action]) -> None:
         self.stats.stalls += 1
         request = active.request
@@ -831,7 +1307,8 @@ class CallController:
             out.append(SendToModel(rt.response_cancel(active.response_id)))
         active.cancelled_ns = self.now_ns
         active.settled = True
-        self.endings.cut(active)
+        if self.ending is active:
+            self.ending = None
         key = request.prompt_id
         self.stall_count[key] = self.stall_count.get(key, 0) + 1
         if self.stall_count[key] <= self.config.stall_retries:
@@ -855,31 +1332,53 @@ class CallController:
             if not self._played_out(active):
                 continue
             active.settled = True
-            self.endings.not_silent(self.now_ns)
+            self.silence_ref_ns = self.now_ns
             self.retries.pop(active.request.prompt_id, None)
-            if active.request.source == "confirm":
-                self.tools.confirmation_played(self.now_ns)
-            if not self.endings.played(active, self.now_ns) and isinstance(active.request.step, flows.Say):
+            if active.request.source == "confirm" and self.pending_action is not None:
+                self.pending_action.played_ns = self.now_ns
+            if active is self.ending:
+                self.ending_played_ns = self.now_ns
+            elif isinstance(active.request.step, flows.Say):
                 self._enqueue(self.flow.after_played(active.request.prompt_id), "flow", out)
 
     def _idle(self) -> bool:
-        return (not self.turns.speaking and self.queued is None and self.inflight is None and self.active is None
-                and not self.debounce.waiting and self.endings.ending is None and self.core.audible(self.playout) is None
-                and not self.turns.has_floor())
+        return (not self.caller_speaking and self.queued is None and self.inflight is None and self.active is None
+                and self.debounce is None and self.ending is None and self.core.audible(self.playout) is None
+                and not any(u.open for u in self.utterances))
 
     def _check_silence(self, out: list[Action]) -> None:
-        due = self.endings.silence(self.now_ns, self._idle())
-        if due == CHECKIN:
+        if not self._idle():
+            self.silence_ref_ns = self.now_ns  # only silence while nobody speaks and nothing is pending counts
+            return
+        checkins = self.config.silence_checkins_ms
+        limit = checkins[self.checkins_done] if self.checkins_done < len(checkins) else self.config.silence_goodbye_ms
+        if (self.now_ns - self.silence_ref_ns) // MS < limit:
+            return
+        self.silence_ref_ns = self.now_ns
+        if self.checkins_done < len(checkins):
+            self.checkins_done += 1
+            self.stats.checkins += 1
             self._enqueue(self.flow.line("checkin"), "checkin", out)
-        elif due == GOODBYE:
+        else:
             self._enqueue(self.flow.line("goodbye"), "silence", out)
 
     def _check_ending(self, out: list[Action]) -> None:
-        step = self.endings.due(self.now_ns)
-        if step is not None:
-            self._finish(*ending_action(step, "completed"), out)
+        ending = self.ending
+        if ending is None or not self.ending_played_ns:
+            return
+        if (self.now_ns - self.ending_played_ns) // MS < self.config.goodbye_grace_ms:
+            return
+        step = ending.request.step
+        assert isinstance(step, flows.Say)
+        self._finish_ending(step, "completed", out)
 
-    def _finish(self, reason: str, final: Action, out: list[Action]) -> None:
+    def _finish_ending(self, step: flows.Say, reason: str, out: list[Action]) -> None:
+        if step.transfer_to:
+            self._finish(f"transfer_{reason}", out, Transfer(step.transfer_to))
+        else:
+            self._finish(reason, out, HangUp(reason))
+
+    def _finish(self, reason: str, out: list[Action], final: Action) -> None:
         self.ended = True
         self.stats.end_reason = reason
         out.append(final)
@@ -898,7 +1397,7 @@ class CallController:
     def _check_failures(self, out: list[Action]) -> bool:
         """The hold line for a caller waiting on a failing model, and the failure policy. True: given up."""
         verdict = self.spell.verdict(self.now_ns, awaiting=self.awaiting_model(), waiting_on_vendor=self._waiting_on_vendor(),
-                                     caller_speaking=self.turns.speaking)
+                                     caller_speaking=self.caller_speaking)
         if verdict == HOLD:
             self.stats.hold_lines += 1
             out.append(PlayFallback(HOLD))
@@ -919,10 +1418,10 @@ class CallController:
         self.stats.failure_policy += 1
         if target:
             out.append(PlayFallback("apology_transfer"))
-            self._finish(f"transfer_{reason}", Transfer(target, after_line=True), out)
+            self._finish(f"transfer_{reason}", out, Transfer(target, after_line=True))
         else:
             out.append(PlayFallback("apology_hangup"))
-            self._finish(reason, HangUp(reason, after_line=True), out)
+            self._finish(reason, out, HangUp(reason, after_line=True))
 
     # ================================================================================ reporting
     def statistics(self) -> dict:
@@ -936,8 +1435,21 @@ def _grounded_instructions(snippets: tuple[dict, ...]) -> str:
             f"Facts:\n{facts}")
 
 
+def action_to_dict(action: Action) -> dict:
+    """A JSON-able form of an action, for records and comparison (audio as length + CRC-32)."""
+    data: dict = {"type": type(action).__name__}
+    for field in dataclasses.fields(action):  # type: ignore[arg-type]
+        value = getattr(action, field.name)
+        if isinstance(value, bytes):
+            data[field.name + "_len"] = len(value)
+            data[field.name + "_crc"] = zlib.crc32(value)
+        else:
+            data[field.name] = value
+    return data
+
+
 __all__ = [
-    "Action", "CallController", "CallOver", "ControllerConfig", "ControllerStats", "HangUp", "HoldTag", "PlayFallback",
-    "ReleaseTag", "ResumeTag", "Retrieve", "RunTool", "Transfer",
+    "Action", "CallController", "CallOver", "ControllerConfig", "HangUp", "HoldTag", "PlayFallback", "ReleaseTag", "ResumeTag",
+    "Retrieve", "RunTool", "Transfer",
     "SendToModel", "OpenTag", "WriteFrames", "EndTag", "CancelTag", "Playout", "action_to_dict",
 ]

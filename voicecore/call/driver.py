@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from voicecore.call.actions import Action, Playout
-from voicecore.call.core import ModelCallCore
-from voicecore.call.settings import ControllerStats
+from voicecore.call.controller import Action, ControllerStats
+from voicecore.call.core import ModelCallCore, Playout
 
 
 def forwarding_actions(audio: bytes) -> int:

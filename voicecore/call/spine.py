@@ -26,7 +26,7 @@ import dataclasses
 from typing import Any
 
 from voicecore.call import core
-from voicecore.call.actions import Action, HangUp, PlayFallback
+from voicecore.call.controller import HangUp, PlayFallback
 from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
 from voicecore.realtime import events as rt
 
@@ -68,13 +68,13 @@ class SpineDriver:
                 "args": dict(self.core_args), "failure": self.policy.to_dict()}
 
     # --- inputs ------------------------------------------------------------------------------------
-    def start(self, now_ns: int) -> list[Action]:
+    def start(self, now_ns: int) -> list[core.Action]:
         """The model socket opened for the first time: configure the session (and greet)."""
         self.started = True
         self.spell.reopened(now_ns)
         return self.core.on_open()
 
-    def resume(self, now_ns: int, cut_off: bool = False) -> list[Action]:
+    def resume(self, now_ns: int, cut_off: bool = False) -> list[core.Action]:
         """A worker took over the live call: as a reconnect (the spine keeps no history to lose). ``cut_off``:
         the dead worker was mid-answer: the caller hears the hold line and gets an answer from the new session."""
         out = self.reopen(now_ns)
@@ -84,7 +84,7 @@ class SpineDriver:
             out.append(PlayFallback(HOLD))
         return out
 
-    def reopen(self, now_ns: int) -> list[Action]:
+    def reopen(self, now_ns: int) -> list[core.Action]:
         """The model socket opened again after a drop: configure the new session, never greet twice."""
         self.core.greet = False
         self.started = True
@@ -92,7 +92,7 @@ class SpineDriver:
         out = self.core.on_open() + self._cut_off(now_ns)
         return out + self._check(now_ns)
 
-    def _cut_off(self, now_ns: int) -> list[Action]:
+    def _cut_off(self, now_ns: int) -> list[core.Action]:
         """The model socket is gone mid-answer: what came of the answer plays on, the rest never will (its
         session is gone), so its audio ends where it is, now, and the pacer closes it there instead of waiting
         on it as an underrun (the hold line follows it); the caller is owed an answer from the next session."""
@@ -103,7 +103,7 @@ class SpineDriver:
         return self.core.on_event(rt.ResponseDone(current.response_id, "incomplete", "session_lost"), now_ns,
                                   core.Playout(0, 0, 0, 0, 0, 0))
 
-    def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[Action]:
+    def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[core.Action]:
         """The model socket closed or could not be opened; the shell reconnects. ``fatal``: no model for
         this call (the vendor's breaker is open for a new call): the apology and a hang-up at once."""
         if self.ended:
@@ -121,7 +121,7 @@ class SpineDriver:
         current = self.core.current
         return current is not None and not current.cancelled and not current.audio_done
 
-    def on_model_event(self, text: str | bytes, now_ns: int, playout: core.Playout) -> list[Action]:
+    def on_model_event(self, text: str | bytes, now_ns: int, playout: core.Playout) -> list[core.Action]:
         event = rt.parse_server_event(text)
         out = self.core.on_event(event, now_ns, playout)
         if self.ended:
@@ -135,14 +135,14 @@ class SpineDriver:
             self.ask_again = True
         return out + self._check(now_ns)
 
-    def on_caller_audio(self, audio: bytes, now_ns: int, playout: core.Playout | None = None) -> list[Action]:
+    def on_caller_audio(self, audio: bytes, now_ns: int, playout: core.Playout | None = None) -> list[core.Action]:
         return self.core.caller_audio(audio)  # to the model; nothing to decide
 
-    def on_dtmf(self, digit: str, now_ns: int) -> list[Action]:
+    def on_dtmf(self, digit: str, now_ns: int) -> list[core.Action]:
         self.core.stats.dtmf_digits += 1
         return []
 
-    def on_tick(self, now_ns: int, playout: core.Playout) -> list[Action]:
+    def on_tick(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
         if self.ended:
             return []
         out = self._check(now_ns, playout)
@@ -152,7 +152,7 @@ class SpineDriver:
             out.append(core.SendToModel(rt.response_create()))
         return out
 
-    def _check(self, now_ns: int, playout: core.Playout | None = None) -> list[Action]:
+    def _check(self, now_ns: int, playout: core.Playout | None = None) -> list[core.Action]:
         verdict = self.spell.verdict(now_ns, awaiting=self.awaiting_model(), waiting_on_vendor=self._waiting_on_vendor(),
                                      caller_speaking=False)
         if verdict == HOLD:
@@ -161,27 +161,27 @@ class SpineDriver:
             return self._give_up(verdict, now_ns, playout)
         return []
 
-    def _give_up(self, reason: str, now_ns: int, playout: core.Playout | None) -> list[Action]:
+    def _give_up(self, reason: str, now_ns: int, playout: core.Playout | None) -> list[core.Action]:
         """The failure policy: what is audible of the model stops, the shipped apology plays, then a hang-up
         (the spine has no flow and no one to transfer to)."""
         self.ended = True
         self.ask_again = False
-        out: list[Action] = []
+        out: list[core.Action] = []
         if playout is not None and self.core.audible(playout) is not None:
             out.extend(self.core.barge_in(now_ns, playout))
         return out + [PlayFallback("apology_hangup"), HangUp(reason, after_line=True)]
 
-    def on_carrier_stop(self, now_ns: int) -> list[Action]:
+    def on_carrier_stop(self, now_ns: int) -> list[core.Action]:
         return []
 
     def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: core.Playout,
-                   reason: str = "", citations: str = "") -> list[Action]:
+                   reason: str = "", citations: str = "") -> list[core.Action]:
         return self.core.on_verdict(tag, approved_frames, rejected, now_ns, playout)
 
-    def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[Action]:
+    def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[core.Action]:
         return []  # the spine never asks the knowledge base (no Retrieve action)
 
-    def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[Action]:
+    def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[core.Action]:
         return []  # the spine runs no tools (no RunTool action)
 
     def statistics(self) -> dict:

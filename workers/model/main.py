@@ -42,8 +42,9 @@ from voicecore.agent.load import AgentError, load_configured_agent
 from voicecore.agent.spec import AgentSpec
 from voicecore.bus import messages
 from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_INBOX, RECORDER_INBOX, VALIDATOR_INBOX, Bus
-from voicecore.call import actions as call_actions
-from voicecore.call.actions import Action
+from voicecore.call import controller as controller_mod
+from voicecore.call import core
+from voicecore.call.controller import Action
 from voicecore.call.build import driver_for_config, first_session_update
 from voicecore.call.driver import Driver
 from voicecore.call.record import CallRecorder
@@ -296,9 +297,9 @@ class CallSession:
                 orphaned = True
         return orphaned
 
-    def playout(self) -> call_actions.Playout:
+    def playout(self) -> core.Playout:
         ctrl = self.worker.arena.ctrl[self.slot]
-        return call_actions.Playout(
+        return core.Playout(
             played_tag=int(ctrl[C.PLAYED_TAG]),
             played_frames=int(ctrl[C.PLAYED_FRAMES]),
             played_at_ns=int(ctrl[C.PLAYED_AT_NS]),
@@ -604,7 +605,7 @@ class CallSession:
             # written for this one would play; the caller is gone, so a cancel or truncate would only tell
             # the model about audio nobody hears: of the driver's last actions only closing the session applies.
             for action in self.driver.on_carrier_stop(time.monotonic_ns()):
-                if isinstance(action, call_actions.CallOver):
+                if isinstance(action, controller_mod.CallOver):
                     self._on_model_session(action)
         self.take_events(self.worker.observed)  # shipped with the next pass's
         if self.recorder is None or self.recorder.sink is None:  # no record, or finished already
@@ -659,38 +660,38 @@ class CallSession:
         for action in actions:
             EFFECTS[type(action)](self, action)
 
-    def _on_model_session(self, action: call_actions.SendToModel | call_actions.CallOver) -> None:
+    def _on_model_session(self, action: core.SendToModel | controller_mod.CallOver) -> None:
         """The call's model socket: a client event to send, or the call is over (close it)."""
         match action:
-            case call_actions.SendToModel():
+            case core.SendToModel():
                 if self.transport is not None:
                     self.transport.send(WSMsgType.TEXT, action.text.encode())
-            case call_actions.CallOver():
+            case controller_mod.CallOver():
                 self.close()
 
     def _on_rings(self, action: Any) -> None:
         """The call's outbound ring and its control-block row: what the pacer may release, and when."""
         arena = self.worker.arena
         match action:
-            case call_actions.WriteFrames():
+            case core.WriteFrames():
                 self._write_frames(action)
-            case call_actions.OpenTag():
+            case core.OpenTag():
                 rings.tag_open(arena.ctrl, self.slot, action.tag, 1 if action.gated else 0)
                 arena.ctrl[self.slot, C.NEXT_TAG] = action.tag + 1
-            case call_actions.EndTag():
+            case core.EndTag():
                 self.pending.append((action.tag, -1 - action.total_frames, b""))
                 self.flush_pending()
-            case call_actions.ApproveFrames() | call_actions.ReleaseTag():
+            case core.ApproveFrames() | controller_mod.ReleaseTag():
                 rings.tag_approve(arena.ctrl, self.slot, action.tag, action.frames)
-            case call_actions.HoldTag():
+            case controller_mod.HoldTag():
                 rings.tag_pause(arena.ctrl, self.slot, action.tag, time.monotonic_ns())
                 self.worker.counters["holds"] += 1
-            case call_actions.ResumeTag():
+            case controller_mod.ResumeTag():
                 rings.tag_resume(arena.ctrl, self.slot, action.tag)
-            case call_actions.CancelTag():
+            case core.CancelTag():
                 self._cancel_tag(action)
 
-    def _cancel_tag(self, action: call_actions.CancelTag) -> None:
+    def _cancel_tag(self, action: core.CancelTag) -> None:
         # The control block is the decision; the bus message only wakes the pacer early.
         worker = self.worker
         self.pending = collections.deque(p for p in self.pending if p[0] != action.tag)
@@ -699,17 +700,17 @@ class CallSession:
         worker.counters["bargeins"] += 1
         log.info("call %s: response tag %d cancelled (barge-in, superseded or rejected)", self.call_sid, action.tag)
 
-    def _on_validator(self, action: call_actions.OpenGate | call_actions.GateTranscript) -> None:
+    def _on_validator(self, action: core.OpenGate | core.GateTranscript) -> None:
         """The validator, over the bus: a gated response opens, and its transcript as it comes (INV-GATE)."""
         worker = self.worker
         match action:
-            case call_actions.OpenGate():
+            case core.OpenGate():
                 language = action.language if action.language != "auto" else worker.config.gate_language
                 message: object = messages.GateOpen(self.slot, self.generation, action.tag, action.policy,
                                                     action.script, language, action.forbidden, action.facts)
-            case call_actions.GateTranscript(done=True):
+            case core.GateTranscript(done=True):
                 message = messages.TranscriptDone(self.slot, self.generation, action.tag, action.text, action.audio_frames)
-            case call_actions.GateTranscript():
+            case core.GateTranscript():
                 message = messages.TranscriptDelta(self.slot, self.generation, action.tag, action.text, action.audio_frames)
         # Kept until the tag's verdict is final: a validator that takes over from a dead one never saw them.
         self.gate_messages.setdefault(action.tag, []).append(message)
@@ -741,7 +742,7 @@ class CallSession:
         ctrl[self.slot, C.MODEL_EXPECTING] = 1 if self.driver.awaiting_model() else 0
         ctrl[self.slot, C.MODEL_ALIVE_NS] = now_ns
 
-    def _on_fallback(self, action: call_actions.PlayFallback) -> None:
+    def _on_fallback(self, action: controller_mod.PlayFallback) -> None:
         """One of the runtime's own lines, played by the pacer from its memory: clip first, then the request."""
         ctrl = self.worker.arena.ctrl
         ctrl[self.slot, C.FALLBACK_CLIP] = agent_clip_number(fallback.KINDS.index(action.kind))
@@ -762,20 +763,20 @@ class CallSession:
                 return
             await asyncio.sleep(0.05)
 
-    def _on_rest(self, action: call_actions.HangUp | call_actions.Transfer) -> None:
+    def _on_rest(self, action: controller_mod.HangUp | controller_mod.Transfer) -> None:
         """The carrier's REST API (Twilio's, or the call's own carrier's: voicecore/carriers/call_control.py):
         end or redirect the call, off the loop's path (retried on its own task)."""
         self.worker.counters["call_endings_requested"] += 1
         asyncio.get_running_loop().create_task(self._end_call_via_rest(action))
 
-    def _on_knowledge(self, action: call_actions.Retrieve) -> None:
+    def _on_knowledge(self, action: controller_mod.Retrieve) -> None:
         """Retrieve-first: answered at once from this process's copy of the knowledge base."""
         knowledge = self.worker.knowledge_base
         found = knowledge.retrieve(action.question, action.k) if knowledge is not None else []
         snippets = [{"file": s.file, "line": s.line, "text": s.text} for s in found]
         self._apply(self.driver.on_snippets(action.req_id, snippets, time.monotonic_ns()))
 
-    def _on_tool(self, action: call_actions.RunTool) -> None:
+    def _on_tool(self, action: controller_mod.RunTool) -> None:
         """A tool runs on its own task (at most MAX_TOOLS_RUNNING at once): a webhook on the worker's
         keep-alive connections, a Python tool in a process of the worker's tool pool (never on this loop);
         its result comes back to the driver as an input."""
@@ -785,7 +786,7 @@ class CallSession:
         worker.tool_tasks.add(task)
         task.add_done_callback(worker.tool_tasks.discard)
 
-    async def _run_tool(self, action: call_actions.RunTool) -> None:
+    async def _run_tool(self, action: controller_mod.RunTool) -> None:
         worker = self.worker
         self.tools_running += 1  # a session renewed before its result is back would not know the call's id
         try:
@@ -801,7 +802,7 @@ class CallSession:
             return
         self._apply(self.driver.on_tool_result(action.call_id, result.ok, result.output, time.monotonic_ns()))
 
-    async def _tool_result(self, action: call_actions.RunTool) -> tuple[agent_tools.ToolResult, float]:
+    async def _tool_result(self, action: controller_mod.RunTool) -> tuple[agent_tools.ToolResult, float]:
         worker = self.worker
         function = worker.agent.flow.functions.get(action.name)
         context = agent_tools.ToolContext(self.call_sid, action.name, action.key)
@@ -841,7 +842,7 @@ class CallSession:
         if actions:
             self._apply(actions)
 
-    async def _end_call_via_rest(self, action: call_actions.HangUp | call_actions.Transfer) -> None:
+    async def _end_call_via_rest(self, action: controller_mod.HangUp | controller_mod.Transfer) -> None:
         """Hang up or transfer through the carrier's REST API. Where that cannot be done (no credentials, the
         API unreachable or refusing after the retries), the gateway closes the stream instead: the agent has
         finished with the call (its driver ended), and a call left open would be dead air for as long as the
@@ -862,7 +863,7 @@ class CallSession:
                         type(action).__name__.lower())
             self.worker.bus.send(self.worker.gateway, messages.EndStream(self.slot, self.generation, "rest_failed"))
 
-    async def _end_twilio_call(self, action: call_actions.HangUp | call_actions.Transfer) -> bool:
+    async def _end_twilio_call(self, action: controller_mod.HangUp | controller_mod.Transfer) -> bool:
         """Twilio's REST API: retry what Twilio calls retryable, log the rest. True: Twilio took it."""
         worker = self.worker
         config = worker.config
@@ -871,7 +872,7 @@ class CallSession:
             log.warning("call %s: cannot %s: the call's AccountSid is unknown (worker restarted mid-call)",
                         self.call_sid, type(action).__name__.lower())
             return False
-        if isinstance(action, call_actions.HangUp):
+        if isinstance(action, controller_mod.HangUp):
             request = twilio_rest.hangup_request(account_sid, self.call_sid, config.twilio_auth_token, base_url=config.twilio_api_base)
         else:
             request = twilio_rest.transfer_request(account_sid, self.call_sid, action.target, config.twilio_auth_token,
@@ -893,13 +894,13 @@ class CallSession:
         log.warning("call %s: %s failed: %s", self.call_sid, type(action).__name__.lower(), result.error)
         return False
 
-    async def _end_carrier_call(self, action: call_actions.HangUp | call_actions.Transfer,
+    async def _end_carrier_call(self, action: controller_mod.HangUp | controller_mod.Transfer,
                                 ref: call_control.CallRef) -> bool:
         """A Telnyx, Plivo, Vonage or Exotel call: the request call_control decides (one command id / JWT id for
         every retry of this action), or the stream closed by the gateway (Exotel), or a log line (False)."""
         worker = self.worker
-        kind = call_control.TRANSFER if isinstance(action, call_actions.Transfer) else call_control.HANGUP
-        target = action.target if isinstance(action, call_actions.Transfer) else ""
+        kind = call_control.TRANSFER if isinstance(action, controller_mod.Transfer) else call_control.HANGUP
+        target = action.target if isinstance(action, controller_mod.Transfer) else ""
         nonce = uuid.uuid4().hex
         for attempt in range(REST_ATTEMPTS):
             try:
@@ -934,7 +935,7 @@ class CallSession:
         log.warning("call %s: %s failed: %s", self.call_sid, kind, result.error)
         return False
 
-    def _write_frames(self, action: call_actions.WriteFrames) -> None:
+    def _write_frames(self, action: core.WriteFrames) -> None:
         audio = action.audio
         n = len(audio) // timing.FRAME_BYTES
         worker = self.worker
@@ -1001,14 +1002,14 @@ class CallSession:
 
 # Which handler applies each action a driver returns, by what the action touches. Every action type has
 # one (tests/unit/test_driver_conformance.py checks it against the Action union).
-MODEL_SESSION_ACTIONS = (call_actions.SendToModel, call_actions.CallOver)
-RING_ACTIONS = (call_actions.WriteFrames, call_actions.OpenTag, call_actions.EndTag, call_actions.CancelTag,
-                call_actions.ApproveFrames, call_actions.ReleaseTag, call_actions.HoldTag, call_actions.ResumeTag)
-VALIDATOR_ACTIONS = (call_actions.OpenGate, call_actions.GateTranscript)
-REST_ACTIONS = (call_actions.HangUp, call_actions.Transfer)
-KNOWLEDGE_ACTIONS = (call_actions.Retrieve,)
-TOOL_ACTIONS = (call_actions.RunTool,)
-FALLBACK_ACTIONS = (call_actions.PlayFallback,)
+MODEL_SESSION_ACTIONS = (core.SendToModel, controller_mod.CallOver)
+RING_ACTIONS = (core.WriteFrames, core.OpenTag, core.EndTag, core.CancelTag, core.ApproveFrames,
+                controller_mod.ReleaseTag, controller_mod.HoldTag, controller_mod.ResumeTag)
+VALIDATOR_ACTIONS = (core.OpenGate, core.GateTranscript)
+REST_ACTIONS = (controller_mod.HangUp, controller_mod.Transfer)
+KNOWLEDGE_ACTIONS = (controller_mod.Retrieve,)
+TOOL_ACTIONS = (controller_mod.RunTool,)
+FALLBACK_ACTIONS = (controller_mod.PlayFallback,)
 EFFECTS: dict[type, Callable[[CallSession, Any], None]] = {
     kind: handler
     for kinds, handler in ((MODEL_SESSION_ACTIONS, CallSession._on_model_session), (RING_ACTIONS, CallSession._on_rings),
