@@ -18,7 +18,7 @@ For every draw, measured from outside the controller (what it sent and what the 
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from scenarios.harness import WORD_GAP_MS, ModelScript, Plan, Speech, run
@@ -56,6 +56,10 @@ def decisive_words_ms(sp: Speech) -> int:
 
 
 @given(script=utterances(), answer_ms=st.sampled_from((1500, 4000, 8000)))
+# Found by CI: a seven-word turn whose words still came in past transcript_wait_ms was answered from six.
+@example(script=[("real", Speech(150, "no", at_ms=at, words_delay_ms=50, failed=True)) for at in (2600, 7801, 13002)]
+         + [("real", Speech(150, "I would like to book a table", at_ms=18203, words_delay_ms=1327, deltas=True))],
+         answer_ms=1500)
 def test_real_turns_are_never_resumed_over_and_always_answered(script, answer_ms):
     speeches = [sp for _, sp in script]
     last = speeches[-1]
