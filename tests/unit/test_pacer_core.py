@@ -1222,3 +1222,18 @@ def test_twilio_entries_are_byte_for_byte_those_of_the_pacer_that_built_them_fro
     finally:
         arena.close()
         arena.unlink()
+
+
+def test_the_pacer_sees_a_live_call_only_while_a_slot_is_active(tmp_path):
+    """The pacer's idle wait (workers/pacer/main.py) rests on this: no active slot, nothing to tick."""
+    arena = Arena.create(ArenaLayout(max_calls=3, in_slots=8, out_slots=8, wire_slots=8), directory=str(tmp_path))
+    try:
+        pacer = P.PacerCore(arena, lead_ms=80, mark_every_frames=5, max_burst_frames=10, start_hold_ms=0, release_frames=1)
+        assert not pacer.has_live_call()
+        arena.claim_slot(2, SID, CALL_SID, wire_templates(SID))
+        assert pacer.has_live_call()
+        arena.set_slot_state(2, C.SLOT_ENDING)
+        assert not pacer.has_live_call()  # an ending call is not paced (pace_tick skips it too)
+    finally:
+        arena.close()
+        arena.unlink()

@@ -93,6 +93,8 @@ MODEL_CONNECT_TIMEOUT_S = 5.0
 VENDOR_TRIAL_EVERY_S = 30.0
 BREAKER_POLL_S = 0.25  # a call waiting on an open breaker looks again this often
 STAMP_EVERY_S = 0.1
+LOOP_S = 0.02  # the call loop's period while a call is live (a frame)
+IDLE_LOOP_S = 0.1  # ... and with none: under the heartbeat's period, woken at once by a call's start
 VALIDATOR_CHECK_S = 0.25  # how often the serving validator's pid is read (a new one gets the open gates again)
 MAX_GATES_KEPT = 16  # per call  # MODEL_ALIVE_NS / MODEL_EXPECTING of every served call (the pacer's hold line watches them)
 LINE_PLAYED_WAIT_S = 15.0  # a hang-up or transfer after a fallback line waits at most this long for it to play
@@ -1314,6 +1316,11 @@ class ModelWorker:
         next_validator_check = 0.0
         verdicts_fd = self.verdicts.getsockopt(zmq.FD)
         asyncio.get_running_loop().add_reader(verdicts_fd, self.on_verdicts)
+        # A gateway's news (a call started) wakes an idle loop at once; with calls the loop runs every 20 ms anyway.
+        news = asyncio.Event()
+        events_fd = self.events.getsockopt(zmq.FD)
+        asyncio.get_running_loop().add_reader(events_fd, lambda: (self.events.getsockopt(zmq.EVENTS), news.set()))
+        stopped = asyncio.ensure_future(stop.wait())
         if self.tool_pool is not None:
             self.tool_pool.start()  # in the background: a run before they are up waits for one
         while not stop.is_set():
@@ -1367,10 +1374,17 @@ class ModelWorker:
                 last_stats = now
                 self.bus.send(self.gateway, messages.Stats("model", os.getpid(), self.stats()))
                 self.send_vendor_health()  # a gateway that restarted learns it within a second
-            try:
-                await asyncio.wait_for(stop.wait(), 0.02)
-            except TimeoutError:
-                pass
+            # No call: nothing is due sooner than the heartbeat, so an idle worker wakes a few times a second
+            # (or on the gateway's news), not every 20 ms.
+            if self.calls:
+                await asyncio.wait((stopped,), timeout=LOOP_S)
+            else:
+                news.clear()
+                woken = asyncio.ensure_future(news.wait())
+                await asyncio.wait((stopped, woken), timeout=IDLE_LOOP_S, return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+        stopped.cancel()
+        asyncio.get_running_loop().remove_reader(events_fd)
         self.stopping = True
         records = []
         for session in self.calls.values():

@@ -433,6 +433,16 @@ def _prepare_slot(ctrl, s, now_ns):
     return True
 
 
+@kernel
+def any_live_call(ctrl):
+    """True when a slot holds an active call: with none, the pacer has nothing to tick and need not wake
+    on its grid (a slot being claimed is seen within a frame; its first audio comes after the model's)."""
+    for s in range(ctrl.shape[0]):
+        if atomic_load_acquire(ctrl, s, STATE) == SLOT_ACTIVE:
+            return True
+    return False
+
+
 @kernel(inline="always")
 def _wire_head_with_room(ctrl, wire_len, s, stats_out):
     """WIRE_HEAD when the wire ring has room for one more entry; -1 (counted in WIRE_FULL) when full."""
@@ -1002,6 +1012,9 @@ class PacerCore:
             self.clip_frames,
             self.model_silent_ns,
         )
+
+    def has_live_call(self) -> bool:
+        return any_live_call(self._arrays[0])
 
     def cancels(self, now_ns: int) -> int:
         ctrl, _out_meta, _out_payload, wire_len, wire_data, tmpl, tmpl_meta = self._arrays
