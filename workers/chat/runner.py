@@ -1,0 +1,184 @@
+"""The text channel's shell: a ChatSession (voicecore/chat/session.py) driven against the model simulator, with
+the agent's tools run for real.
+
+Owns the loop of one conversation: the session's texts to the model, the model's events back, the tools the
+controller asks for (Python tools in a ToolPool's processes, webhooks over HTTP, as the model worker runs
+them), and the clock. Against the simulator both cores are sans-I/O (voicecore/sim/model ModelSession
+speaks the vendor's wire texts exactly), so the conversation runs on a virtual clock: what the simulator
+schedules happens at once, in order, and a turn's latency is the simulator's (its first-delta latency and
+text pacing) plus what the tools really took. The validator's core gives the gate's verdicts in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import time
+from collections.abc import Mapping, Sequence
+
+from voicecore.agent import tools as agent_tools
+from voicecore.agent.settings import agent_for_config
+from voicecore.agent.spec import AgentSpec, PythonTool
+from voicecore.agent.tool_pool import ToolPool
+from voicecore.call.build import controller_config
+from voicecore.chat.session import ChatEvent, ChatSession
+from voicecore.config import Config, load_config
+from voicecore.sim.model import ModelSession, SimConfig, SimTurn
+from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
+from workers.validator.core import ValidatorCore
+
+MS = 1_000_000
+TICK_MS = 100  # with nothing scheduled, the controller's timers are checked this often (virtual time)
+TURN_LIMIT_MS = 60_000  # a turn that has not settled after this much (virtual) time is given up
+
+
+def knowledge_for(agent: AgentSpec) -> KnowledgeBase | None:
+    if not agent.knowledge_dir:
+        return None
+    return KnowledgeBase.from_documents(load_knowledge_dir(agent.knowledge_dir))
+
+
+def tool_pool_for(agent: AgentSpec) -> ToolPool | None:
+    entries = [fn.tool.entry for fn in agent.flow.functions.values() if isinstance(fn.tool, PythonTool)]
+    return ToolPool(agent.directory, entries, processes=1, per_call=1) if entries else None
+
+
+class SimulatedModel:
+    """The model simulator's session, fed and read in process on the conversation's clock."""
+
+    def __init__(self, rules: Sequence[SimTurn], naming: str, seed: int = 1) -> None:
+        self.session = ModelSession(SimConfig(naming=naming, turns=tuple(rules)), 0, seed, naming=naming)
+
+    def send(self, text: str, now_ms: int) -> list[str]:
+        self.session.receive_client_event(text, now_ms)
+        return self.session.events_to_send()
+
+    def due_ms(self) -> int | None:
+        return self.session.next_wakeup_ms()
+
+    def advance(self, now_ms: int) -> list[str]:
+        self.session.advance(now_ms)
+        return self.session.events_to_send()
+
+    @property
+    def responding(self) -> bool:
+        return self.session.active_response_id is not None
+
+
+@dataclasses.dataclass(slots=True)
+class Turn:
+    """One caller message and what followed it until the agent was done."""
+
+    caller: str
+    events: list[ChatEvent]
+    latency_ms: int | None  # caller message -> the first line the agent said; None: it said nothing
+    settled: bool = True
+
+
+class Conversation:
+    """One conversation against the simulator on a virtual clock (module docstring)."""
+
+    def __init__(self, agent: AgentSpec, rules: Sequence[SimTurn] = (), *, config: Config | None = None,
+                 session_id: str = "CHAT0001", naming: str = "ga", pool: ToolPool | None = None,
+                 knowledge: KnowledgeBase | None = None, environ: Mapping[str, str] | None = None,
+                 on_event=None) -> None:
+        config = config or load_config({}, None)
+        agent = agent_for_config(agent, config)
+        self.agent = agent
+        self.knowledge = knowledge if knowledge is not None else knowledge_for(agent)
+        self.session = ChatSession(agent, session_id, controller_config(config, agent), ValidatorCore(self.knowledge),
+                                   naming=naming, knowledge=self.knowledge)
+        self.model = SimulatedModel(rules, naming)
+        self.pool = pool
+        self.environ = environ if environ is not None else os.environ
+        self.now_ms = 0
+        self.shown = 0
+        self.on_event = on_event
+        self.running: dict[asyncio.Task, tuple[str, int]] = {}
+
+    @property
+    def ended(self) -> str:
+        return self.session.ended
+
+    async def start(self) -> Turn:
+        self.session.start(self.now_ms * MS)
+        return await self._settle("")
+
+    async def say(self, text: str) -> Turn:
+        self.session.caller_says(text, self.now_ms * MS)
+        return await self._settle(text)
+
+    async def close(self) -> None:
+        for task in self.running:
+            task.cancel()
+        if self.running:
+            await asyncio.gather(*self.running, return_exceptions=True)
+        self.running.clear()
+
+    # ------------------------------------------------------------------------------------ the loop
+    def _exchange(self) -> None:
+        """The session's texts to the model and the model's answers back, until neither has more."""
+        session = self.session
+        while session.to_model:
+            outgoing, session.to_model = session.to_model, []
+            for text in outgoing:
+                for event in self.model.send(text, self.now_ms):
+                    session.model_event(event, self.now_ms * MS)
+
+    def _start_tools(self) -> None:
+        while self.session.tools:
+            action = self.session.tools.pop(0)
+            task = asyncio.get_running_loop().create_task(self._run_tool(action))
+            self.running[task] = (action.call_id, self.now_ms)
+
+    async def _run_tool(self, action) -> agent_tools.ToolResult:
+        function = self.agent.flow.functions.get(action.name)
+        if function is None:
+            return agent_tools.ToolResult(False, agent_tools.error_output("unknown_function", "not declared"),
+                                          "unknown_function", 0, 0)
+        context = agent_tools.ToolContext(self.session.session_id, action.name, action.key)
+        return await agent_tools.run_tool(function, action.arguments, context, self.environ, python=self.pool)
+
+    async def _settle(self, caller: str) -> Turn:
+        start_ms = self.now_ms
+        first = len(self.session.events)
+        deadline = start_ms + TURN_LIMIT_MS
+        settled = True
+        while True:
+            self._exchange()
+            self._start_tools()
+            self._notify()
+            if self.running:
+                began = time.monotonic()
+                done, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
+                # the virtual clock moves on by what the tools really took
+                self.now_ms = max(self.now_ms, max(self.running[t][1] for t in done) + int((time.monotonic() - began) * 1000))
+                for task in done:
+                    call_id, _ = self.running.pop(task)
+                    result = task.result()
+                    self.session.tool_result(call_id, result.ok, result.output, self.now_ms * MS)
+                continue
+            if not self.session.busy and not self.model.responding and not self.session.to_model:
+                break
+            if self.now_ms >= deadline or self.session.ended:
+                settled = self.session.ended != ""
+                break
+            due = self.model.due_ms()
+            self.now_ms = min(due, self.now_ms + TICK_MS) if due is not None and due > self.now_ms else (
+                self.now_ms if due is not None else self.now_ms + TICK_MS)
+            for event in self.model.advance(self.now_ms):
+                self.session.model_event(event, self.now_ms * MS)
+            self.session.tick(self.now_ms * MS)
+        self._notify()
+        events = self.session.events[first:]
+        said = [e for e in events if e.kind == "said"]
+        latency = (said[0].at_ns // MS - start_ms) if said else None
+        return Turn(caller, events, latency, settled)
+
+    def _notify(self) -> None:
+        if self.on_event is None:
+            return
+        while self.shown < len(self.session.events):
+            self.on_event(self.session.events[self.shown])
+            self.shown += 1
