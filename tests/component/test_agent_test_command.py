@@ -81,3 +81,43 @@ def test_chat_reads_one_message_a_line_and_prints_the_answers():
         "Thank you. That was my last question.",
         "Thank you for your time. We will be in touch. Goodbye!",
     ]
+
+
+def test_chat_talks_to_a_configured_realtime_server_over_its_socket(tmp_path):
+    """With realtime_url set, chat dials it (here the simulator's server on loopback, as a vendor would be):
+    the same conversation on the real clock, over a real WebSocket, in text output modality."""
+    import asyncio
+    import os
+
+    from voicecore.sim.model import SimConfig, SimTurn
+    from voicecore.sim.model_server import serve_model_sim
+
+    rules = (SimTurn(when="ready to start", call="begin_interview", arguments="{}",
+                     then="Great. First question: how long have you worked with Python?"),
+             SimTurn(when="that is all from me", call="end_interview", arguments="{}"))
+
+    async def scenario():
+        sim, port = await serve_model_sim(config=SimConfig(turns=rules))
+        try:
+            env = {**os.environ, "VOICECORE_REALTIME_URL": f"ws://127.0.0.1:{port}/v1/realtime"}
+            env.pop("OPENAI_API_KEY", None)
+            child = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "voicecore.cli", "chat", str(EXAMPLES / "interview"), cwd=ROOT, env=env,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(
+                child.communicate(b"Yes, I am ready to start.\nThat is all from me, thanks.\n"), 60)
+            return child.returncode, out.decode(), err.decode(), list(sim.registry.values())
+        finally:
+            await sim.aclose()
+
+    code, out, err, sessions = asyncio.run(scenario())
+    assert code == 0, err
+    assert "talking to openai ws://127.0.0.1:" in err
+    assert out.splitlines() == [
+        "Hello, and thank you for taking the time for this interview. Are you ready to begin?",
+        "Great. First question: how long have you worked with Python?",
+        "Thank you for your time. We will be in touch. Goodbye!",
+    ]
+    (session,) = sessions
+    assert session.record.client_events.get("input_audio_buffer.append", 0) == 0  # text only, nothing spoken
+    assert all(r.audio == b"" for r in session.record.responses)

@@ -1,7 +1,9 @@
 """`voicecore chat DIR` and `voicecore test DIR...`: talk to an agent in a terminal, and run its tests.
 
-Both run the agent through the text channel (workers/chat/runner.py) against the model simulator; they live
-outside the library because they run the validator's core (entry point group ``voicecore.commands``).
+Both run the agent through the text channel (workers/chat/runner.py): against the vendor's Realtime API when
+one is configured (``realtime_url`` or ``realtime_api_key``, or ``OPENAI_API_KEY`` in the environment),
+otherwise against the model simulator. They live outside the library because they run the validator's core
+(entry point group ``voicecore.commands``).
 `chat` shows every line, function call, tool result, confirmation, node and gate verdict as it happens; with
 stdin not a terminal it reads one caller message per line. `test` runs ``tests/*.toml`` of each agent
 (voicecore/chat/agent_tests.py), prints each failure with the transcript around it, writes JUnit XML
@@ -22,12 +24,16 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, TextIO
 
+from picows import WSError
+
 from voicecore.agent.load import AgentError, load_agent
 from voicecore.chat.agent_tests import AgentTest, AgentTestError, expectation_count, find_tests, judge_turn, load_test
 from voicecore.config import ConfigError, load_config
 from voicecore.sim.model import SimTurn
 from voicecore.sim.tool_server import Route, ToolServer
-from workers.chat.runner import Conversation, knowledge_for, tool_pool_for
+from voicecore.realtime.events import detect_provider
+from voicecore.realtime.transport import Endpoint, endpoint
+from workers.chat.runner import Conversation, VendorModel, knowledge_for, tool_pool_for
 
 TRANSCRIPT_CONTEXT_LINES = 12  # lines of the conversation shown before a failure
 
@@ -43,10 +49,27 @@ def _demo_world(agent_dir: str) -> tuple[tuple[SimTurn, ...], tuple[Route, ...],
             tuple(Route.from_dict(r) for r in server.get("routes", [])), server.get("env", ""))
 
 
-def _model_note(out: TextIO) -> None:
-    if os.environ.get("OPENAI_API_KEY"):
-        print("voicecore: OPENAI_API_KEY is set, but the text channel runs against the model simulator only "
-              "(the vendor link is not built yet)", file=out)
+def vendor_target(config, agent) -> Endpoint | None:
+    """Where the conversation goes: the configured vendor (or OPENAI_API_KEY's), None for the simulator."""
+    key = config.realtime_api_key or os.environ.get("OPENAI_API_KEY", "")
+    if not config.realtime_url and not key:
+        return None
+    url = config.realtime_url or "wss://api.openai.com/v1/realtime"
+    provider = config.realtime_provider if config.realtime_provider != "auto" else detect_provider(url)
+    return endpoint(url, agent.model or config.model, key, provider, config.realtime_deployment, os.environ,
+                    naming=config.realtime_naming)
+
+
+def _conversation(agent, config, rules, **kwargs) -> Conversation:
+    target = vendor_target(config, agent)
+    return Conversation(agent, rules, config=config, naming=config.realtime_naming,
+                        vendor=VendorModel(target) if target is not None else None, **kwargs)
+
+
+def _model_note(config, agent, out: TextIO) -> None:
+    target = vendor_target(config, agent)
+    if target is not None:
+        print(f"voicecore: talking to {target.describe()} (the test files' [[sim]] rules do not apply)", file=out)
 
 
 # ---------------------------------------------------------------------------------------------- chat
@@ -62,7 +85,7 @@ def run_chat(agent_dir: str, stdin: TextIO, stdout: TextIO, config_path: str | N
     except (ConfigError, ValueError, tomllib.TOMLDecodeError) as exc:
         print(f"voicecore chat: {exc}", file=sys.stderr)
         return 2
-    _model_note(sys.stderr)
+    _model_note(config, agent, sys.stderr)
     interactive = stdin.isatty()
     if interactive:
         try:
@@ -87,8 +110,12 @@ async def _chat(agent, config, rules, routes, env, stdin: TextIO, stdout: TextIO
             pool.start()
         if server is not None:
             environ[env] = await server.start()
-        conversation = Conversation(agent, rules, config=config, pool=pool, environ=environ, on_event=show)
-        await conversation.start()
+        conversation = _conversation(agent, config, rules, pool=pool, environ=environ, on_event=show)
+        try:
+            await conversation.start()
+        except (OSError, WSError, TimeoutError) as exc:
+            print(f"voicecore chat: cannot open the model session: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
         while not conversation.ended:
             try:
                 line = input("you> ") if interactive else stdin.readline()
@@ -121,8 +148,8 @@ async def _run_one(agent, config, test: AgentTest, demo: tuple, pool, knowledge)
     try:
         if server is not None:
             environ[env] = await server.start()
-        conversation = Conversation(agent, rules, config=config, pool=pool, knowledge=knowledge, environ=environ,
-                                    session_id=f"CHAT{abs(hash(test.file)) % 10**8:08d}")
+        conversation = _conversation(agent, config, rules, pool=pool, knowledge=knowledge, environ=environ,
+                                     session_id=f"CHAT{abs(hash(test.file)) % 10**8:08d}")
         for index, turn_spec in enumerate(test.turns):
             if index == 0:
                 turn = await conversation.start()
@@ -167,6 +194,7 @@ async def _run_agent(agent_dir: str, config) -> tuple[list[dict[str, Any]], list
         return [], [str(exc)]
     if not tests:
         return [], [f"{agent_dir}: no tests (tests/*.toml)"]
+    _model_note(config, agent, sys.stderr)
     pool = tool_pool_for(agent)
     knowledge = knowledge_for(agent)
     results = []
@@ -202,7 +230,6 @@ def run_test(agent_dirs: list[str], junit: str | None, as_json: bool, out: TextI
     except ConfigError as exc:
         print(f"voicecore test: {exc}", file=sys.stderr)
         return 2
-    _model_note(sys.stderr)
     started = time.monotonic()
     results: list[dict[str, Any]] = []
     problems: list[str] = []

@@ -1,21 +1,26 @@
-"""The text channel's shell: a ChatSession (voicecore/chat/session.py) driven against the model simulator, with
-the agent's tools run for real.
+"""The text channel's shell: a ChatSession (voicecore/chat/session.py) driven against the model simulator or
+the vendor's Realtime API, with the agent's tools run for real.
 
 Owns the loop of one conversation: the session's texts to the model, the model's events back, the tools the
 controller asks for (Python tools in a ToolPool's processes, webhooks over HTTP, as the model worker runs
 them), and the clock. Against the simulator both cores are sans-I/O (voicecore/sim/model ModelSession
 speaks the vendor's wire texts exactly), so the conversation runs on a virtual clock: what the simulator
 schedules happens at once, in order, and a turn's latency is the simulator's (its first-delta latency and
-text pacing) plus what the tools really took. The validator's core gives the gate's verdicts in process.
+text pacing) plus what the tools really took. Against a vendor (``VendorModel``: a WebSocket to the
+configured realtime URL, as the model worker dials it) the clock is the real one and latency is what the
+caller would wait. The validator's core gives the gate's verdicts in process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
+
+from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
 from voicecore.agent import tools as agent_tools
 from voicecore.agent.settings import agent_for_config
@@ -24,6 +29,8 @@ from voicecore.agent.tool_pool import ToolPool
 from voicecore.call.build import controller_config
 from voicecore.chat.session import ChatEvent, ChatSession
 from voicecore.config import Config, load_config
+from voicecore.realtime import events as rt
+from voicecore.realtime.transport import Endpoint
 from voicecore.sim.model import ModelSession, SimConfig, SimTurn
 from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
 from workers.validator.core import ValidatorCore
@@ -66,6 +73,65 @@ class SimulatedModel:
         return self.session.active_response_id is not None
 
 
+class _VendorSocket(WSListener):
+    def __init__(self, inbox: asyncio.Queue) -> None:
+        self.inbox = inbox
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        if frame.msg_type is WSMsgType.TEXT:
+            self.inbox.put_nowait(frame.get_payload_as_bytes().decode("utf-8", errors="replace"))
+        elif frame.msg_type is WSMsgType.CLOSE:
+            code = frame.get_close_code()
+            self.inbox.put_nowait(None)
+            if not transport.is_close_frame_sent:
+                transport.send_close(WSCloseCode.OK)
+            transport.disconnect()
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        self.inbox.put_nowait(None)
+
+
+class VendorModel:
+    """One Realtime session at the vendor (or any server speaking its protocol), on the real clock."""
+
+    def __init__(self, target: Endpoint) -> None:
+        self.target = target
+        self.inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        self.transport: WSTransport | None = None
+        self.active: set[str] = set()  # responses created and not done
+        self.closed = False
+
+    async def open(self, timeout_s: float = 10.0) -> None:
+        self.transport, _ = await ws_connect(lambda: _VendorSocket(self.inbox), self.target.url,
+                                             extra_headers=self.target.headers, proxy=self.target.proxy,
+                                             websocket_handshake_timeout=timeout_s,
+                                             logger_name=logging.getLogger("voicecore.chat.vendor"))
+
+    def send(self, text: str) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.send(WSMsgType.TEXT, text.encode())
+
+    def seen(self, text: str) -> None:
+        event = rt.parse_server_event(text)
+        if isinstance(event, rt.ResponseCreated):
+            self.active.add(event.response_id)
+        elif isinstance(event, rt.ResponseDone):
+            self.active.discard(event.response_id)
+
+    @property
+    def responding(self) -> bool:
+        return bool(self.active)
+
+    async def close(self) -> None:
+        self.closed = True
+        transport = self.transport
+        if transport is not None and not transport.is_disconnected:
+            if not transport.is_close_frame_sent:
+                transport.send_close(WSCloseCode.OK)
+            transport.disconnect()
+            await transport.wait_disconnected()
+
+
 @dataclasses.dataclass(slots=True)
 class Turn:
     """One caller message and what followed it until the agent was done."""
@@ -82,7 +148,7 @@ class Conversation:
     def __init__(self, agent: AgentSpec, rules: Sequence[SimTurn] = (), *, config: Config | None = None,
                  session_id: str = "CHAT0001", naming: str = "ga", pool: ToolPool | None = None,
                  knowledge: KnowledgeBase | None = None, environ: Mapping[str, str] | None = None,
-                 on_event=None) -> None:
+                 on_event=None, vendor: VendorModel | None = None) -> None:
         config = config or load_config({}, None)
         agent = agent_for_config(agent, config)
         self.agent = agent
@@ -90,6 +156,8 @@ class Conversation:
         self.session = ChatSession(agent, session_id, controller_config(config, agent), ValidatorCore(self.knowledge),
                                    naming=naming, knowledge=self.knowledge)
         self.model = SimulatedModel(rules, naming)
+        self.vendor = vendor  # set: the conversation is with it, on the real clock
+        self.started_s = time.monotonic()
         self.pool = pool
         self.environ = environ if environ is not None else os.environ
         self.now_ms = 0
@@ -102,12 +170,20 @@ class Conversation:
         return self.session.ended
 
     async def start(self) -> Turn:
+        if self.vendor is not None:
+            await self.vendor.open()
+            self.now_ms = self._clock()
         self.session.start(self.now_ms * MS)
-        return await self._settle("")
+        return await (self._settle_live("") if self.vendor is not None else self._settle(""))
 
     async def say(self, text: str) -> Turn:
+        if self.vendor is not None:
+            self.now_ms = self._clock()
         self.session.caller_says(text, self.now_ms * MS)
-        return await self._settle(text)
+        return await (self._settle_live(text) if self.vendor is not None else self._settle(text))
+
+    def _clock(self) -> int:
+        return int((time.monotonic() - self.started_s) * 1000)
 
     async def close(self) -> None:
         for task in self.running:
@@ -115,6 +191,8 @@ class Conversation:
         if self.running:
             await asyncio.gather(*self.running, return_exceptions=True)
         self.running.clear()
+        if self.vendor is not None:
+            await self.vendor.close()
 
     # ------------------------------------------------------------------------------------ the loop
     def _exchange(self) -> None:
@@ -172,6 +250,55 @@ class Conversation:
             self.session.tick(self.now_ms * MS)
         self._notify()
         events = self.session.events[first:]
+        said = [e for e in events if e.kind == "said"]
+        latency = (said[0].at_ns // MS - start_ms) if said else None
+        return Turn(caller, events, latency, settled)
+
+    async def _settle_live(self, caller: str) -> Turn:
+        """As _settle, with the vendor on the real clock: events as they arrive, timers every TICK_MS."""
+        assert self.vendor is not None
+        vendor, session = self.vendor, self.session
+        start_ms = self.now_ms
+        first = len(session.events)
+        deadline = start_ms + TURN_LIMIT_MS
+        settled = True
+        while True:
+            while session.to_model:
+                outgoing, session.to_model = session.to_model, []
+                for text in outgoing:
+                    vendor.send(text)
+            self._start_tools()
+            self._notify()
+            if not session.busy and not vendor.responding and not self.running and vendor.inbox.empty():
+                break
+            if self.now_ms >= deadline or session.ended or vendor.closed:
+                settled = session.ended != ""
+                break
+            receive = asyncio.ensure_future(vendor.inbox.get())
+            done, _ = await asyncio.wait({receive, *self.running}, timeout=TICK_MS / 1000,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            self.now_ms = self._clock()
+            texts: list[str | None] = []
+            if receive in done:
+                texts.append(receive.result())
+                while not vendor.inbox.empty():
+                    texts.append(vendor.inbox.get_nowait())
+            else:
+                receive.cancel()
+            for text in texts:
+                if text is None:
+                    vendor.closed = True
+                    session.model_lost("closed", self.now_ms * MS)
+                    continue
+                vendor.seen(text)
+                session.model_event(text, self.now_ms * MS)
+            for task in [t for t in done if t in self.running]:
+                call_id, _ = self.running.pop(task)
+                result = task.result()
+                session.tool_result(call_id, result.ok, result.output, self.now_ms * MS)
+            session.tick(self.now_ms * MS)
+        self._notify()
+        events = session.events[first:]
         said = [e for e in events if e.kind == "said"]
         latency = (said[0].at_ns // MS - start_ms) if said else None
         return Turn(caller, events, latency, settled)
