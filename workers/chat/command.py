@@ -29,41 +29,10 @@ from picows import WSError
 from voicecore.agent.load import AgentError, load_agent
 from voicecore.chat.agent_tests import AgentTest, AgentTestError, expectation_count, find_tests, judge_turn, load_test
 from voicecore.config import ConfigError, load_config
-from voicecore.sim.model import SimTurn
-from voicecore.sim.tool_server import Route, ToolServer
-from voicecore.realtime.events import detect_provider
-from voicecore.realtime.transport import Endpoint, endpoint
-from workers.chat.runner import Conversation, VendorModel, knowledge_for, tool_pool_for
+from voicecore.sim.tool_server import ToolServer
+from workers.chat.runner import conversation_for, demo_world, knowledge_for, tool_pool_for, vendor_target
 
 TRANSCRIPT_CONTEXT_LINES = 12  # lines of the conversation shown before a failure
-
-
-def _demo_world(agent_dir: str) -> tuple[tuple[SimTurn, ...], tuple[Route, ...], str]:
-    """The simulator's rules and the fake tool server of the agent's demo.toml (none without one)."""
-    path = Path(agent_dir) / "demo.toml"
-    if not path.is_file():
-        return (), (), ""
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
-    server = data.get("tool_server", {})
-    return (tuple(SimTurn.from_dict(t) for t in data.get("sim", [])),
-            tuple(Route.from_dict(r) for r in server.get("routes", [])), server.get("env", ""))
-
-
-def vendor_target(config, agent) -> Endpoint | None:
-    """Where the conversation goes: the configured vendor (or OPENAI_API_KEY's), None for the simulator."""
-    key = config.realtime_api_key or os.environ.get("OPENAI_API_KEY", "")
-    if not config.realtime_url and not key:
-        return None
-    url = config.realtime_url or "wss://api.openai.com/v1/realtime"
-    provider = config.realtime_provider if config.realtime_provider != "auto" else detect_provider(url)
-    return endpoint(url, agent.model or config.model, key, provider, config.realtime_deployment, os.environ,
-                    naming=config.realtime_naming)
-
-
-def _conversation(agent, config, rules, **kwargs) -> Conversation:
-    target = vendor_target(config, agent)
-    return Conversation(agent, rules, config=config, naming=config.realtime_naming,
-                        vendor=VendorModel(target) if target is not None else None, **kwargs)
 
 
 def _model_note(config, agent, out: TextIO) -> None:
@@ -77,7 +46,7 @@ def run_chat(agent_dir: str, stdin: TextIO, stdout: TextIO, config_path: str | N
     try:
         agent = load_agent(agent_dir)
         config = load_config(os.environ, config_path)
-        rules, routes, env = _demo_world(agent_dir)
+        rules, routes, env = demo_world(agent_dir)
     except AgentError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
@@ -110,7 +79,7 @@ async def _chat(agent, config, rules, routes, env, stdin: TextIO, stdout: TextIO
             pool.start()
         if server is not None:
             environ[env] = await server.start()
-        conversation = _conversation(agent, config, rules, pool=pool, environ=environ, on_event=show)
+        conversation = conversation_for(agent, config, rules, pool=pool, environ=environ, on_event=show)
         try:
             await conversation.start()
         except (OSError, WSError, TimeoutError) as exc:
@@ -148,7 +117,7 @@ async def _run_one(agent, config, test: AgentTest, demo: tuple, pool, knowledge)
     try:
         if server is not None:
             environ[env] = await server.start()
-        conversation = _conversation(agent, config, rules, pool=pool, knowledge=knowledge, environ=environ,
+        conversation = conversation_for(agent, config, rules, pool=pool, knowledge=knowledge, environ=environ,
                                      session_id=f"CHAT{abs(hash(test.file)) % 10**8:08d}")
         for index, turn_spec in enumerate(test.turns):
             if index == 0:
@@ -186,7 +155,7 @@ async def _run_agent(agent_dir: str, config) -> tuple[list[dict[str, Any]], list
     problems: list[str] = []
     try:
         agent = load_agent(agent_dir)
-        demo = _demo_world(agent_dir)
+        demo = demo_world(agent_dir)
         tests = [load_test(path) for path in find_tests(agent_dir)]
     except AgentError as exc:
         return [], [str(p) for p in exc.problems]

@@ -18,7 +18,9 @@ import dataclasses
 import logging
 import os
 import time
+import tomllib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
@@ -30,8 +32,10 @@ from voicecore.call.build import controller_config
 from voicecore.chat.session import ChatEvent, ChatSession
 from voicecore.config import Config, load_config
 from voicecore.realtime import events as rt
-from voicecore.realtime.transport import Endpoint
+from voicecore.realtime.events import detect_provider
+from voicecore.realtime.transport import Endpoint, endpoint
 from voicecore.sim.model import ModelSession, SimConfig, SimTurn
+from voicecore.sim.tool_server import Route
 from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
 from workers.validator.core import ValidatorCore
 
@@ -309,3 +313,33 @@ class Conversation:
         while self.shown < len(self.session.events):
             self.on_event(self.session.events[self.shown])
             self.shown += 1
+
+
+def demo_world(agent_dir: str) -> tuple[tuple[SimTurn, ...], tuple[Route, ...], str]:
+    """The simulator's rules and the fake tool server of the agent's demo.toml (none without one)."""
+    path = Path(agent_dir) / "demo.toml"
+    if not path.is_file():
+        return (), (), ""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    server = data.get("tool_server", {})
+    return (tuple(SimTurn.from_dict(t) for t in data.get("sim", [])),
+            tuple(Route.from_dict(r) for r in server.get("routes", [])), server.get("env", ""))
+
+
+def vendor_target(config, agent) -> Endpoint | None:
+    """Where the conversation goes: the configured vendor (or OPENAI_API_KEY's), None for the simulator."""
+    key = config.realtime_api_key or os.environ.get("OPENAI_API_KEY", "")
+    if not config.realtime_url and not key:
+        return None
+    url = config.realtime_url or "wss://api.openai.com/v1/realtime"
+    provider = config.realtime_provider if config.realtime_provider != "auto" else detect_provider(url)
+    return endpoint(url, agent.model or config.model, key, provider, config.realtime_deployment, os.environ,
+                    naming=config.realtime_naming)
+
+
+def conversation_for(agent, config, rules, **kwargs) -> Conversation:
+    target = vendor_target(config, agent)
+    return Conversation(agent, rules, config=config, naming=config.realtime_naming,
+                        vendor=VendorModel(target) if target is not None else None, **kwargs)
+
+
