@@ -12,7 +12,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from console_alone import ConsoleAlone, start_console
+from console_alone import ConsoleAlone, http_json, start_console
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,3 +103,30 @@ def test_an_oversize_message_and_a_flood_close_their_own_connection_only(console
     assert big_code == 1009
     assert flood_code == 1008 and flood_reason == "too many messages"
     assert still == [{"type": "error", "error": "text: expected a non-empty string"}]
+
+
+def test_each_conversation_is_stored_as_a_call_of_carrier_chat(console):
+    async def talk():
+        async with connect(url(console), additional_headers={"Authorization": f"Bearer {console.key}"}) as ws:
+            session = json.loads(await ws.recv())
+            await receive_turn(ws)
+            await ws.send(json.dumps({"type": "message", "text": "Yes, I am ready to start."}))
+            await receive_turn(ws)
+            return session["id"]
+
+    session_id = asyncio.run(talk())  # the client leaves: the conversation is over
+    calls = {}
+
+    def stored() -> bool:
+        calls.update(http_json(f"{console.base}/api/calls/{session_id}", console.key))
+        return calls.get("stored")
+
+    wait_until(stored, 10, "the conversation in the call store")
+    call = calls["call"]
+    assert call["carrier"] == "chat" and call["agent"] == "python-interview" and call["outcome"] == "caller_hangup"
+    assert [(line["speaker"], line["text"]) for line in call["transcript"]] == [
+        ("agent", "Hello, and thank you for taking the time for this interview. Are you ready to begin?"),
+        ("caller", "Yes, I am ready to start."),
+        ("agent", "Great. First question: how long have you worked with Python?"),
+    ]
+    assert [tool["name"] for tool in call["tool_calls"]] == ["begin_interview"]

@@ -190,3 +190,21 @@ def test_the_text_channel_takes_no_silence_check_ins_and_waits_minutes_for_a_yes
     assert config.confirm_timeout_ms >= 300_000
     with pytest.raises(ValueError):
         C.CallController("CA1", modality="video")
+
+
+def test_a_conversation_becomes_a_stored_call_of_carrier_chat():
+    from voicecore.chat.summary import chat_summary
+
+    c = Chat([SimTurn(when="book", call="book", arguments='{"service": "cleaning"}', then="Booked.")])
+    c.start()
+    c.say("Please book a cleaning")
+    c.say("No thanks")
+    summary = chat_summary(c.chat, "receptionist", 1_700_000_000.0, 0, c.now * MS)
+    assert summary.carrier == "chat" and summary.call_sid == "CHAT1" and summary.outcome == "caller_hangup"
+    assert [(t.speaker, t.text) for t in summary.transcripts] == [
+        ("agent", "Hello, Smile Dental."), ("caller", "Please book a cleaning"), ("agent", "Shall I book a cleaning?"),
+        ("caller", "No thanks"), ("agent", c.chat.flow.line("declined").text)]
+    (call,) = summary.tool_calls
+    assert call.name == "book" and call.answer == "no" and call.answered_by == "words" and not call.ran
+    assert call.asked_ms is not None and call.answered_ms > call.asked_ms
+    assert summary.duration_ms == c.now

@@ -119,12 +119,14 @@ class ChatSession:
         self.node = self.flow.node_name
         self.ended = ""
         self.now_ns = 0
+        self.transcript: list[tuple[str, str, int]] = []  # (caller | agent, text, when), in the order it happened
 
     # ------------------------------------------------------------------------------------ inputs
     def start(self, now_ns: int) -> None:
         self._run(lambda: self.controller.start(now_ns), now_ns)
 
     def caller_says(self, text: str, now_ns: int) -> None:
+        self.transcript.append(("caller", " ".join(text.split()), now_ns))
         self._run(lambda: self.controller.on_caller_text(text, now_ns), now_ns)
 
     def model_event(self, text: str | bytes, now_ns: int) -> None:
@@ -135,7 +137,7 @@ class ChatSession:
 
     def tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> None:
         name = self.calls.get(call_id, ("?", ""))[0]
-        self._emit("tool_result", data={"name": name, "ok": ok, "output": output}, now_ns=now_ns)
+        self._emit("tool_result", data={"name": name, "ok": ok, "output": output, "call_id": call_id}, now_ns=now_ns)
         self._run(lambda: self.controller.on_tool_result(call_id, ok, output, now_ns), now_ns)
 
     def tick(self, now_ns: int) -> None:
@@ -170,7 +172,8 @@ class ChatSession:
     def _before_controller(self, event: object) -> None:
         if isinstance(event, rt.FunctionCallArgumentsDone):
             self.calls[event.call_id] = (event.name or "", event.arguments)
-            self._emit("function_call", data={"name": event.name or "", "arguments": _arguments(event.arguments)})
+            self._emit("function_call", data={"name": event.name or "", "arguments": _arguments(event.arguments),
+                                              "call_id": event.call_id})
 
     def _after_controller(self, event: object) -> None:
         """Text as it comes; a reply is shown once written whole (and, gated, approved whole)."""
@@ -204,6 +207,7 @@ class ChatSession:
             return
         reply.shown = True
         self._emit("said", reply.text.strip(), {"node": self.flow.node_name})
+        self.transcript.append(("agent", reply.text.strip(), self.now_ns))
 
     def _run(self, step, now_ns: int) -> None:
         self.now_ns = now_ns
@@ -214,10 +218,11 @@ class ChatSession:
         after = (stats.actions_proposed, stats.actions_confirmed, stats.actions_declined, stats.actions_timed_out)
         if after[0] > before[0] and self.controller.pending_action is not None:
             plan = self.controller.pending_action.plan
-            self._emit("confirmation", data={"name": plan.name, "arguments": _arguments(plan.arguments)})
+            self._emit("confirmation", data={"name": plan.name, "arguments": _arguments(plan.arguments),
+                                             "call_id": self.controller.pending_action.call_id})
         if pending is not None and (after[1] > before[1] or after[2] > before[2] or after[3] > before[3]):
             kind = "confirmed" if after[1] > before[1] else "declined"
-            self._emit(kind, data={"name": pending.plan.name, "timed_out": after[3] > before[3]})
+            self._emit(kind, data={"name": pending.plan.name, "timed_out": after[3] > before[3], "call_id": pending.call_id})
         if self.flow.node_name != self.node:
             self.node = self.flow.node_name
             self._emit("node", self.node)
@@ -260,7 +265,7 @@ class ChatSession:
             final = verdict.rejected or verdict.approved_frames >= ctl.APPROVE_ALL
             if final:
                 self._emit("gate", data={"policy": self.gates.get(verdict.tag, ""), "approved": not verdict.rejected,
-                                         "reason": verdict.reason})
+                                         "reason": verdict.reason, "tag": verdict.tag, "citations": verdict.citations})
             self._apply(self.controller.on_verdict(verdict.tag, verdict.approved_frames, verdict.rejected, now_ns,
                                                    ctl.IDLE_PLAYOUT, verdict.reason, verdict.citations), now_ns)
 

@@ -13,6 +13,9 @@ call, a tool result, a confirmation, a node, a gate verdict); ``{"type": "turn_e
 call ends. Bad input: ``{"type": "error", "error"}`` and the connection stays (not JSON, an unknown type, a
 missing, empty or too long text); a message larger than the console's frame limit closes with 1009; more
 than MAX_MESSAGES in WINDOW_S closes with 1008. No connection's input reaches another's conversation.
+
+Every conversation goes to the call store once its connection ends, as a call of carrier ``chat``
+(voicecore/chat/summary.py; ``keep``: the console's way to the store).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
@@ -31,6 +35,8 @@ from websockets.exceptions import ConnectionClosed
 from voicecore.agent.load import AgentError, load_configured_agent
 from voicecore.agent.settings import agent_for_config
 from voicecore.chat.session import ChatEvent
+from voicecore.chat.summary import chat_summary
+from voicecore.store.summary import CallSummary
 from voicecore.config import Config
 from workers.chat.runner import conversation_for, demo_world, knowledge_for, tool_pool_for
 
@@ -51,8 +57,9 @@ def wire_event(event: ChatEvent, reply_to: Any) -> dict[str, Any]:
 class ChatEndpoint:
     """Every /chat connection of one console: the agent, its knowledge and its tool processes, shared."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, keep: Callable[[CallSummary], Awaitable[Any]] | None = None) -> None:
         self.config = config
+        self.keep = keep
         self.problem = ""
         self.agent = None
         try:
@@ -83,6 +90,8 @@ class ChatEndpoint:
         conversation = conversation_for(self.agent, self.config, self.rules, session_id=session_id, pool=self.pool,
                                         knowledge=self.knowledge)
         sent: list[float] = []
+        started_at = time.time()
+        closed_by_caller = True
 
         async def send(value: dict[str, Any]) -> None:
             await connection.send(json.dumps(value, ensure_ascii=False))
@@ -111,6 +120,7 @@ class ChatEndpoint:
                 self.counters["messages"] += 1
                 await report(await conversation.say(text), reply_to)
                 if conversation.ended:
+                    closed_by_caller = False
                     await send({"type": "ended", "reason": conversation.ended})
                     await connection.close(1000, "the call ended")
                     return
@@ -118,6 +128,20 @@ class ChatEndpoint:
             pass
         finally:
             await conversation.close()
+            await self._keep(conversation, started_at, closed_by_caller)
+
+    async def _keep(self, conversation, started_at: float, closed_by_caller: bool) -> None:
+        if self.keep is None or self.agent is None:
+            return
+        session = conversation.session
+        summary = chat_summary(session, self.agent.name, started_at, 0, max(session.now_ns, conversation.now_ms * 1_000_000),
+                               closed_by_caller)
+        try:
+            await self.keep(summary)
+            self.counters["stored"] += 1
+        except Exception:  # the store's trouble must not take the console down; the conversation is over anyway
+            self.counters["store_errors"] += 1
+            log.exception("chat %s: could not store the conversation", session.session_id)
 
     @staticmethod
     def _read(raw: str | bytes) -> tuple[str, str, Any]:

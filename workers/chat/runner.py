@@ -181,8 +181,8 @@ class Conversation:
         return await (self._settle_live("") if self.vendor is not None else self._settle(""))
 
     async def say(self, text: str) -> Turn:
-        if self.vendor is not None:
-            self.now_ms = self._clock()
+        # the time the caller took to type passes on the virtual clock too (never backwards)
+        self.now_ms = max(self.now_ms, self._clock())
         self.session.caller_says(text, self.now_ms * MS)
         return await (self._settle_live(text) if self.vendor is not None else self._settle(text))
 

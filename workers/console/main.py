@@ -195,7 +195,8 @@ class Console:
         self.heartbeat_seq = 0
         # fanout_url: the other nodes' calls' events too, from the fleet subject (NATS)
         self.fleet = FleetSubscription(config.fanout_url, config.node, self.fanout.publish) if config.fanout_url else None
-        self.chat = ChatEndpoint(config)  # /chat: the text channel (workers/chat/endpoint.py)
+        # /chat: the text channel (workers/chat/endpoint.py); each conversation is stored as a call when it ends
+        self.chat = ChatEndpoint(config, keep=lambda summary: self.on_store(lambda store: store.ingest(summary)))
 
     # --- the store, on its thread ----------------------------------------------------------------------
     def _store(self) -> CallStore:
