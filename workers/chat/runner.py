@@ -247,8 +247,10 @@ class Conversation:
                 settled = self.session.ended != ""
                 break
             due = self.model.due_ms()
-            self.now_ms = min(due, self.now_ms + TICK_MS) if due is not None and due > self.now_ms else (
-                self.now_ms if due is not None else self.now_ms + TICK_MS)
+            if due is None:
+                self.now_ms += TICK_MS  # nothing scheduled: the controller's timers decide
+            elif due > self.now_ms:
+                self.now_ms = min(due, self.now_ms + TICK_MS)
             for event in self.model.advance(self.now_ms):
                 self.session.model_event(event, self.now_ms * MS)
             self.session.tick(self.now_ms * MS)
