@@ -68,7 +68,8 @@ class ChatEndpoint:
             self.problem = f"the agent has {len(exc.problems)} problem(s): {exc.problems[0]}"
         self.knowledge = knowledge_for(self.agent) if self.agent is not None else None
         self.rules = demo_world(self.agent.directory)[0] if self.agent is not None else ()
-        self.pool = tool_pool_for(self.agent) if self.agent is not None else None
+        # the conversations' Python tools share processes, as a model worker's calls do (tool_processes)
+        self.pool = tool_pool_for(self.agent, config.tool_processes, config.tool_runs_per_call) if self.agent is not None else None
         self.pool_started = False
         self.counters: collections.Counter[str] = collections.Counter()
 

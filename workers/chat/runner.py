@@ -50,9 +50,10 @@ def knowledge_for(agent: AgentSpec) -> KnowledgeBase | None:
     return KnowledgeBase.from_documents(load_knowledge_dir(agent.knowledge_dir))
 
 
-def tool_pool_for(agent: AgentSpec) -> ToolPool | None:
+def tool_pool_for(agent: AgentSpec, processes: int = 1, per_call: int = 1) -> ToolPool | None:
+    """The processes the agent's Python tools run in (one conversation at a time needs one); None without any."""
     entries = [fn.tool.entry for fn in agent.flow.functions.values() if isinstance(fn.tool, PythonTool)]
-    return ToolPool(agent.directory, entries, processes=1, per_call=1) if entries else None
+    return ToolPool(agent.directory, entries, processes=processes, per_call=per_call) if entries else None
 
 
 class SimulatedModel:
