@@ -88,7 +88,7 @@ async def _chat(agent, config, rules, routes, env, stdin: TextIO, stdout: TextIO
         while not conversation.ended:
             try:
                 line = input("you> ") if interactive else stdin.readline()
-            except EOFError:
+            except (EOFError, KeyboardInterrupt):  # Ctrl-D or Ctrl-C: the caller leaves
                 break
             if not interactive and line == "":
                 break
