@@ -21,6 +21,7 @@ import sys
 import time
 import tomllib
 import xml.etree.ElementTree as ET
+import zlib
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -115,13 +116,18 @@ async def _run_one(agent, config, test: AgentTest, demo: tuple, pool, knowledge)
     failures: list[dict[str, Any]] = []
     started = time.monotonic()
     try:
+        conversation = conversation_for(agent, config, rules, pool=pool, knowledge=knowledge, environ=environ,
+                                        session_id=f"CHAT{zlib.crc32(test.file.encode()):08x}")
         if server is not None:
             environ[env] = await server.start()
-        conversation = conversation_for(agent, config, rules, pool=pool, knowledge=knowledge, environ=environ,
-                                     session_id=f"CHAT{abs(hash(test.file)) % 10**8:08d}")
         for index, turn_spec in enumerate(test.turns):
             if index == 0:
-                turn = await conversation.start()
+                try:
+                    turn = await conversation.start()
+                except (OSError, WSError, TimeoutError) as exc:
+                    failures.append({"turn": 0, "caller": None, "transcript": [],
+                                     "message": f"cannot open the model session: {type(exc).__name__}: {exc}"})
+                    break
                 transcript += [e.describe() for e in turn.events]
                 if turn_spec.say is None:
                     _judge(turn_spec, turn, conversation, index, transcript, failures)
@@ -136,8 +142,8 @@ async def _run_one(agent, config, test: AgentTest, demo: tuple, pool, knowledge)
             if not turn.settled:
                 transcript.append("[the agent was still busy when the turn's time ran out]")
             _judge(turn_spec, turn, conversation, index, transcript, failures)
-        await conversation.close()
     finally:
+        await conversation.close()
         if server is not None:
             await server.stop()
     return {"name": test.name, "file": test.file, "outcome": "failed" if failures else "passed", "failures": failures,
