@@ -139,6 +139,25 @@ FIXTURES: list[tuple[dict[str, Any], Any]] = [
          "transcript": "Hi there"},
         ev.TranscriptDone("resp_R", "item_A", "Hi there"),
     ),
+    # text output modality (the text channel): the GA and the beta spellings
+    (
+        {"type": "response.output_text.delta", "event_id": "e", "response_id": "resp_R", "item_id": "item_A",
+         "output_index": 0, "content_index": 0, "delta": "Hi"},
+        ev.TextDelta("resp_R", "item_A", "Hi"),
+    ),
+    (
+        {"type": "response.text.delta", "event_id": "e", "response_id": "resp_R", "item_id": "item_A", "delta": "Hi"},
+        ev.TextDelta("resp_R", "item_A", "Hi"),
+    ),
+    (
+        {"type": "response.output_text.done", "event_id": "e", "response_id": "resp_R", "item_id": "item_A",
+         "output_index": 0, "content_index": 0, "text": "Hi there"},
+        ev.TextDone("resp_R", "item_A", "Hi there"),
+    ),
+    (
+        {"type": "response.text.done", "event_id": "e", "response_id": "resp_R", "item_id": "item_A", "text": "Hi there"},
+        ev.TextDone("resp_R", "item_A", "Hi there"),
+    ),
     (
         {"type": "response.done", "event_id": "e",
          "response": {"id": "resp_R", "status": "cancelled",

@@ -271,6 +271,7 @@ class Active:
     cancelled_ns: int = 0
     had_tool_call: bool = False
     settled: bool = False  # played out (or cancelled) and reported to the flow
+    text_chars: int = 0  # text channel: characters of text the model wrote for it
 
 
 @dataclasses.dataclass(slots=True)
@@ -366,8 +367,13 @@ class CallController:
     wants_ticks = True  # timers, rolling approvals and playout progress: on_tick every shell loop
 
     def __init__(self, call_sid: str, flow: flows.Flow | None = None, config: ControllerConfig | None = None,
-                 naming: str = "ga", first_tag: int = 1, audio_format: str = "pcmu") -> None:
-        # audio_format: the law of the call's frames (ModelCallCore's): "pcma" for an A-law stream passed through
+                 naming: str = "ga", first_tag: int = 1, audio_format: str = "pcmu", modality: str = "audio") -> None:
+        # audio_format: the law of the call's frames (ModelCallCore's): "pcma" for an A-law stream passed through.
+        # modality "text": the text channel (on_caller_text in, text deltas out): a caller's message is a whole
+        # turn, and a reply is "played" once it is written (and, gated, approved whole).
+        if modality not in ("audio", "text"):
+            raise ValueError(f"modality must be 'audio' or 'text', not {modality!r}")
+        self.modality = modality
         self.call_sid = call_sid
         self.naming = naming
         self.audio_format = audio_format
@@ -382,7 +388,7 @@ class CallController:
             gate_release=False,
             turn_detection=turn_detection(cfg),
             transcription_model=cfg.transcription_model,
-            audio_format=audio_format,
+            audio_format=audio_format, modality=modality,
         )
         self.stats = ControllerStats()
         self.playout = IDLE_PLAYOUT
@@ -427,6 +433,8 @@ class CallController:
                   "flow": self.flow.name, "flow_args": self.flow.record_args(), "config": self.config.to_dict()}
         if self.audio_format != "pcmu":  # a mu-law call's header is as it always was
             header["audio_format"] = self.audio_format
+        if self.modality != "audio":
+            header["modality"] = self.modality
         return header
 
     # ======================================================================================= inputs
@@ -496,6 +504,14 @@ class CallController:
             if active is not None and active.response_id == event.response_id:
                 active.last_audio_ns = now_ns
                 self.spell.served()
+        elif isinstance(event, rt.TextDelta):
+            active = self.active
+            if active is not None and active.response_id == event.response_id:
+                active.last_audio_ns = now_ns  # the stall timer: text coming is the reply coming
+                active.text_chars += len(event.delta)
+                self.spell.served()
+        elif isinstance(event, rt.TextDone) and event.text.strip() and event.response_id not in self.rejected:
+            self.history.append(("assistant", event.text.strip()))
         elif isinstance(event, rt.RealtimeError) and event.code in VENDOR_FAILURE_CODES:
             self._vendor_failed(event.code, out)
         elif isinstance(event, rt.ResponseDone):
@@ -515,6 +531,25 @@ class CallController:
         self.now_ns = now_ns
         if self.ended:
             return out
+        self._step(out)
+        return out
+
+    def on_caller_text(self, text: str, now_ns: int) -> list[Action]:
+        """Text channel: one message of the caller, a whole turn (no speech to wait for, no backchannel to
+        weigh). It goes to the model as a user item; a reply still being written is cut; a yes or a no
+        answers a confirmation asked; anything else is the flow's turn, as words said on a call are."""
+        self.now_ns = now_ns
+        if self.ended:
+            return []
+        words = " ".join(text.split())
+        out: list[Action] = [SendToModel(rt.conversation_item_create_user_text(words))]
+        self.history.append(("user", words))
+        self._caller_active()
+        self.checkins_done = 0
+        self._drop_queued()
+        if self._barge_in(now_ns, out):
+            self.stats.bargein_latency_ms.append(0)
+        self._caller_turn(words, None, out)
         self._step(out)
         return out
 
@@ -738,7 +773,8 @@ class CallController:
                 self.next_req_id += 1
             self._vendor_failed(event.error_code, out)
             return
-        if (not active.cancelled_ns and frames == 0 and not active.had_tool_call
+        produced = active.text_chars if self.modality == "text" else frames
+        if (not active.cancelled_ns and produced == 0 and not active.had_tool_call
                 and isinstance(active.request.step, flows.Say)):
             # A scripted prompt that produced no audio (failed, incomplete): the caller heard nothing.
             self._retry(active.request, "empty", out)
@@ -1020,7 +1056,7 @@ class CallController:
         else:
             self._drop_action("caller_declined", "declined", out)
 
-    def _caller_turn(self, words: str, u: Utterance, out: list[Action]) -> None:
+    def _caller_turn(self, words: str, u: Utterance | None, out: list[Action]) -> None:
         if self.pending_action is not None:
             answer = agent_actions.confirmation_answer(words, self.config.confirm_languages)
             if answer:
@@ -1323,6 +1359,9 @@ class CallController:
         response = self.core.response(active.response_id)
         if response is None or response.cancelled or not response.audio_done:
             return False
+        if self.modality == "text":
+            # written whole, and a gated reply approved whole: the caller has it (nothing plays out)
+            return response.finished and (not response.gated or self.approved.get(active.tag, 0) >= APPROVE_ALL)
         if response.frames == 0:
             return active.done
         p = self.playout

@@ -193,12 +193,16 @@ class ModelCallCore:
                  auto_barge_in: bool = True, gate_release: bool = False,
                  turn_detection: dict | None = None, transcription_model: str | None = None,
                  gate_policy: str = "off", safe_line: str = DEFAULT_SAFE_LINE, voice: str = "alloy",
-                 greeting: str = "", tools: list[dict] | None = None, audio_format: str = "pcmu") -> None:
+                 greeting: str = "", tools: list[dict] | None = None, audio_format: str = "pcmu",
+                 modality: str = "audio") -> None:
         # instructions, voice, greeting and tools: the agent's (voicecore/agent); the defaults are for
         # tests of the mechanism. greeting "": the model is asked to greet in its own words. audio_format:
         # the law of the call's frames ("pcmu", or "pcma" for an A-law carrier stream passed through), which
         # the session is opened in both ways and a response's short last frame is padded with the silence of.
+        # modality "text": a text channel's session (the model writes, the caller types): no turn detection,
+        # no transcription, text deltas where audio would be; a response has no frames and no playout.
         self.call_sid = call_sid
+        self.modality = modality
         self.audio_format = audio_format
         if audio_format not in _SILENCE:
             raise ValueError(f"audio_format must be 'pcmu' or 'pcma', not {audio_format!r}")
@@ -221,6 +225,8 @@ class ModelCallCore:
         self.turn_detection = turn_detection if turn_detection is not None else {
             "type": "server_vad", "create_response": True, "interrupt_response": True}
         self.transcription_model = transcription_model
+        if modality == "text":
+            self.turn_detection, self.transcription_model = None, None
         self.naming = naming
         self.next_tag = first_tag
         self.greet = greet
@@ -255,6 +261,7 @@ class ModelCallCore:
             transcription_model=self.transcription_model,
             tools=self.tools or None,
             audio_format=self.audio_format,
+            modality=self.modality,
         ))
 
     def reconfigure(self, instructions: str, tools: list[dict]) -> SendToModel:
@@ -263,7 +270,8 @@ class ModelCallCore:
         self.tools = list(tools)
         return SendToModel(rt.session_update(
             naming=self.naming, instructions=instructions, voice=None, turn_detection=self.turn_detection,
-            transcription_model=self.transcription_model, tools=self.tools, audio_format=self.audio_format))
+            transcription_model=self.transcription_model, tools=self.tools, audio_format=self.audio_format,
+            modality=self.modality))
 
     def caller_audio(self, audio: bytes) -> list[Action]:
         return [SendToModel(rt.input_audio_append(audio))] if audio else []
@@ -291,6 +299,13 @@ class ModelCallCore:
             return self._on_transcript(event.response_id, event.delta, done=False)
         if isinstance(event, rt.TranscriptDone):
             return self._on_transcript(event.response_id, event.transcript, done=True)
+        if isinstance(event, rt.TextDelta):
+            response = self.responses.get(event.response_id)
+            if response is not None and not response.item_id:
+                response.item_id = event.item_id  # a cut reply's item is deleted, as unheard audio's is
+            return self._on_transcript(event.response_id, event.delta, done=False)
+        if isinstance(event, rt.TextDone):
+            return self._on_transcript(event.response_id, event.text, done=True)
         if isinstance(event, rt.SpeechStarted):
             self.rejections_in_turn = 0
             return self.barge_in(now_ns, playout) if self.auto_barge_in else []

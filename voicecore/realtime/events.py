@@ -121,6 +121,22 @@ class TranscriptDone:
 
 
 @dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of a response's text, in a session whose output modality is text (no audio, no transcript)."""
+
+    response_id: str
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextDone:
+    response_id: str
+    item_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ResponseDone:
     response_id: str
     status: str  # completed | cancelled | incomplete | failed
@@ -204,6 +220,8 @@ ServerEvent = Union[
     AudioDone,
     TranscriptDelta,
     TranscriptDone,
+    TextDelta,
+    TextDone,
     ResponseDone,
     ItemTruncated,
     ItemDeleted,
@@ -344,6 +362,10 @@ _PARSERS: dict[str, Callable[[dict[str, Any]], ServerEvent]] = {
     "response.output_audio_transcript.delta": _transcript_delta,
     "response.audio_transcript.done": _transcript_done,
     "response.output_audio_transcript.done": _transcript_done,
+    "response.text.delta": lambda e: TextDelta(_str(e, "response_id"), _str(e, "item_id"), _str(e, "delta")),  # beta
+    "response.output_text.delta": lambda e: TextDelta(_str(e, "response_id"), _str(e, "item_id"), _str(e, "delta")),  # GA
+    "response.text.done": lambda e: TextDone(_str(e, "response_id"), _str(e, "item_id"), _str(e, "text")),
+    "response.output_text.done": lambda e: TextDone(_str(e, "response_id"), _str(e, "item_id"), _str(e, "text")),
     "response.done": _response_done,
     "conversation.item.truncated": lambda e: ItemTruncated(_str(e, "item_id"), _int(e, "audio_end_ms")),
     "conversation.item.deleted": lambda e: ItemDeleted(_str(e, "item_id")),
@@ -536,6 +558,7 @@ def session_update(
     tools: Sequence[dict[str, Any]] | None = None,
     event_id: str | None = None,
     audio_format: str = "pcmu",
+    modality: str = "audio",
 ) -> str:
     """session.update for G.711 in and out, in the beta flat shape or the GA nested shape (C.1):
     ``audio_format`` "pcmu" (mu-law: ``audio/pcmu`` / ``g711_ulaw``) or "pcma" (A-law, a call whose carrier
@@ -545,7 +568,11 @@ def session_update(
     the voice as it is. `transcription_model=None` turns input transcription off. `tools`: the function
     tools the model may call (``{"type": "function", "name", "description", "parameters"}``, the same in
     both shapes), with ``tool_choice`` auto; an empty list clears them; None leaves them as they are.
+    ``modality`` "text": the model answers in text (GA ``output_modalities: ["text"]``, beta ``modalities:
+    ["text"]``), as a text channel's session is; the audio settings stay as they are, unused.
     """
+    if modality not in ("audio", "text"):
+        raise ValueError(f"modality must be 'audio' or 'text', not {modality!r}")
     _check_naming(naming)
     if audio_format not in _G711_FORMATS:
         raise ValueError(f"audio_format must be 'pcmu' or 'pcma', not {audio_format!r}")
@@ -560,7 +587,7 @@ def session_update(
         session = {
             "type": "realtime",
             "instructions": instructions,
-            "output_modalities": ["audio"],
+            "output_modalities": [modality],
             "audio": {
                 "input": {
                     "format": {"type": ga_format},
@@ -573,7 +600,7 @@ def session_update(
     else:
         session = {
             "instructions": instructions,
-            "modalities": ["text", "audio"],
+            "modalities": ["text"] if modality == "text" else ["text", "audio"],
             "input_audio_format": beta_format,
             "output_audio_format": beta_format,
             "turn_detection": turn_detection,

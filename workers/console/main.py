@@ -12,6 +12,9 @@ each observer has a bounded queue (voicecore/console/fanout.py); an observer who
 (1008, "observer too slow"). Store queries run on one thread (the store's connection is not shared between
 threads at once), replays for audio on another; the event loop only routes and fans out.
 
+``/chat``: the text channel, one conversation with the node's agent per connection, authenticated as
+``/observe`` is (workers/chat/endpoint.py owns its messages and limits).
+
 ``/observe?call=SID&since=SEQ``: the call's events after SEQ from the store, then live, each ``seq`` once
 and in order (the recorder stores before it publishes, so the two meet without a gap). Without ``call``:
 every live call's events as they happen, no replay. Close codes: 1008 too slow, 1001 console stopping.
@@ -65,6 +68,7 @@ from voicecore.observe.numbering import rows_from_json, wire_stored
 from voicecore.observe.transport import FleetSubscription
 from voicecore.store import CallStore, database_url_for
 from voicecore.store.query import CallFilter, QueryError
+from workers.chat.endpoint import ChatEndpoint
 
 log = logging.getLogger("voicecore.console")
 
@@ -191,6 +195,8 @@ class Console:
         self.heartbeat_seq = 0
         # fanout_url: the other nodes' calls' events too, from the fleet subject (NATS)
         self.fleet = FleetSubscription(config.fanout_url, config.node, self.fanout.publish) if config.fanout_url else None
+        # /chat: the text channel (workers/chat/endpoint.py); each conversation is stored as a call when it ends
+        self.chat = ChatEndpoint(config, keep=lambda summary: self.on_store(lambda store: store.ingest(summary)))
 
     # --- the store, on its thread ----------------------------------------------------------------------
     def _store(self) -> CallStore:
@@ -251,10 +257,12 @@ class Console:
         path, query = parsed.path, urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
         try:
             self.check_method(request.method, path)
-            if path == "/observe" or path.startswith("/api/"):
+            if path in ("/observe", "/chat") or path.startswith("/api/"):
                 self.check_origin(request, path)
             if path == "/observe":
                 return await self.before_observe(request, query)
+            if path == "/chat":
+                return await self.before_chat(request)
             response = await self.route(request, path, query)
         except HttpError as exc:
             counter = {401: "unauthorized", 403: "forbidden", 404: "not_found", 400: "bad_requests",
@@ -271,7 +279,7 @@ class Console:
 
     @staticmethod
     def check_method(method: str, path: str) -> None:
-        allowed = ("POST",) if path in POSTS else ("GET",) if path == "/observe" else ("GET", "HEAD")
+        allowed = ("POST",) if path in POSTS else ("GET",) if path in ("/observe", "/chat") else ("GET", "HEAD")
         if method not in allowed:
             raise HttpError(405, f"{method[:20]} is not served at {path[:100]}: {' or '.join(allowed)}",
                             (("Allow", ", ".join(allowed)),))
@@ -283,7 +291,7 @@ class Console:
         facts = guard.RequestFacts(
             method=request.method, origin=origin, fetch_site=(header(request, "Sec-Fetch-Site") or "").strip().lower(),
             has_key=bool(auth.key_from_headers({k.lower(): v for k, v in request.headers.raw_items()})),
-            has_cookie=with_cookie, websocket=path == "/observe")
+            has_cookie=with_cookie, websocket=path in ("/observe", "/chat"))
         reason = guard.refusal(facts, self.origins, changes_state=path in POSTS)
         if reason is None:
             return
@@ -504,8 +512,18 @@ class Console:
             raise HttpError(404, "no such call")
         return None  # on with the upgrade
 
+    async def before_chat(self, request: Request) -> Response | None:
+        if await self.who(request) is None:
+            raise HttpError(401, "an API key is needed (Authorization: Bearer KEY), or a session from /login")
+        if not self.chat.available:
+            raise HttpError(503, f"no agent to chat with: {self.chat.problem}")
+        return None  # on with the upgrade
+
     async def observe(self, connection: ServerConnection) -> None:
         assert connection.request is not None
+        if urllib.parse.urlsplit(connection.request.path).path == "/chat":
+            await self.chat.serve(connection)
+            return
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(connection.request.path).query)
         call_sid = (query.get("call") or [""])[0]
         since = int(float((query.get("since") or ["0"])[0] or 0))
@@ -605,6 +623,7 @@ class Console:
             await server.wait_closed()
         for task in tasks:
             task.cancel()
+        await self.chat.close()
         self.store_thread.shutdown(wait=False, cancel_futures=True)
         self.media_thread.shutdown(wait=False, cancel_futures=True)
         if self.store is not None:

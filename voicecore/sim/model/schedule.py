@@ -75,3 +75,22 @@ def plan_response(
             stalled = True
             plan = [(d + config.stall_ms, o, k, i) if d > cut else (d, o, k, i) for d, o, k, i in plan]
     return plan, stalled
+
+
+# a text response's words go out this many ms apart (drawn per word, inclusive): a model writes text far
+# faster than it would speak it
+TEXT_WORD_GAP_MS = (5, 25)
+
+
+def plan_text(config: SimConfig, words: list[str], now_ms: int, rng: SplitMix64) -> list[tuple[int, int, str, int]]:
+    """The plan of a response in text output modality: its words as text deltas, the first
+    ``first_delta_latency_ms`` after it was created, then the item's done cascade and response.done."""
+    due = now_ms + config.first_delta_latency_ms
+    low, high = TEXT_WORD_GAP_MS
+    plan: list[tuple[int, int, str, int]] = []
+    for j in range(len(words)):
+        if j:
+            due += low + rng.below(high - low + 1)
+        plan.append((due, 0, "text", j))
+    plan.append((due, 4, "finish", 0))
+    return plan

@@ -94,7 +94,7 @@ from voicecore.sim.model.records import (
 from voicecore.sim.model.refusals import expired_error
 from voicecore.sim.model.rejects import ClientEventRejected, invalid_value, missing_parameter
 from voicecore.sim.model.rng import SplitMix64
-from voicecore.sim.model.schedule import plan_response, split_delta_sizes
+from voicecore.sim.model.schedule import plan_response, plan_text, split_delta_sizes
 from voicecore.sim.model.turns import (
     CALL_AFTER_PREAMBLE_MS,
     TurnAction,
@@ -129,6 +129,9 @@ _NAMES = {
         "transcript_delta": "response.output_audio_transcript.delta",
         "transcript_done": "response.output_audio_transcript.done",
         "assistant_content": "output_audio",
+        "text_delta": "response.output_text.delta",
+        "text_done": "response.output_text.done",
+        "assistant_text": "output_text",
     },
     "beta": {
         "audio_delta": "response.audio.delta",
@@ -136,6 +139,9 @@ _NAMES = {
         "transcript_delta": "response.audio_transcript.delta",
         "transcript_done": "response.audio_transcript.done",
         "assistant_content": "audio",
+        "text_delta": "response.text.delta",
+        "text_done": "response.text.done",
+        "assistant_text": "text",
     },
 }
 
@@ -196,6 +202,7 @@ class _Response:
     call: _CallPart | None = None
     rate_limits_sent: bool = False
     error: dict[str, Any] | None = None  # a fault window's vendor error (faults.vendor_error) it fails with
+    text_only: bool = False  # the session's output modality is text: its item is text, it has no audio
 
 
 class ModelSession:
@@ -859,7 +866,8 @@ class ModelSession:
                 f"Conversation already has an active response in progress: {active_id}. "
                 "Wait until the response is finished before creating a new one.",
             )
-        if self._cfg.output_format not in ("pcmu", "pcma"):
+        text_only = self._cfg.output_modalities == ("text",)
+        if not text_only and self._cfg.output_format not in ("pcmu", "pcma"):
             raise ClientEventRejected(
                 "invalid_value",
                 "The voicecore model simulator produces only 8 kHz G.711: set the output format to "
@@ -906,7 +914,7 @@ class ModelSession:
             text = scripted_text(options.get("instructions")) or clip.text
         # what an A-law session's deltas carry: the clip in A-law, dithered there (frame identity: clips.py)
         dither = dither_alaw if self._cfg.output_format == "pcma" else dither_ulaw
-        audio = b"" if failed or clip is None else dither(self._clips.audio[clip.name], rng.u64())
+        audio = b"" if failed or clip is None or text_only else dither(self._clips.audio[clip.name], rng.u64())
         sizes = split_delta_sizes(len(audio), rng, cfg.delta_min_bytes, cfg.delta_max_bytes) if audio else []
         response_id = "resp_" + self._ids.token()
         item_id = "" if failed else "item_" + self._ids.token()
@@ -936,6 +944,7 @@ class ModelSession:
         words = [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))] if text else []
         response = _Response(record=record, words=words, plan=[], usage_input_tokens=120 + 40 * index)
         response.has_audio = clip is not None
+        response.text_only = text_only
         self._active.append(response)
         self._emit({"type": "response.created", "response": self._render_response(response, "in_progress", None, [])})
         if fault is not None:
@@ -953,7 +962,9 @@ class ModelSession:
             if calling:
                 response.call = self._new_call(response, action)
             self._turns.commit(action, None if response.call is None else response.call.call_id)
-        if response.has_audio:
+        if response.has_audio and text_only:
+            response.plan = plan_text(cfg, words, now_ms, rng)
+        elif response.has_audio:
             response.plan, record.stalled = plan_response(cfg, sizes, words, now_ms, index)
             response.offsets = [sum(sizes[:i]) for i in range(len(sizes))]
         if response.call is not None:
@@ -995,7 +1006,7 @@ class ModelSession:
                 "item_id": item_id,
                 "output_index": 0,
                 "content_index": 0,
-                "part": {"type": "audio", "transcript": ""},
+                "part": {"type": "text", "text": ""} if text_only else {"type": "audio", "transcript": ""},
             }
         )
 
@@ -1205,7 +1216,7 @@ class ModelSession:
     def _send_word(self, response: _Response, index: int) -> None:
         response.sent_words = max(response.sent_words, index + 1)
         event = {
-            "type": self._names["transcript_delta"],
+            "type": self._names["text_delta" if response.text_only else "transcript_delta"],
             "response_id": response.record.response_id,
             "item_id": response.record.item_id,
             "output_index": 0,
@@ -1240,6 +1251,8 @@ class ModelSession:
         the response's (completed | cancelled | ...): a cancelled item is incomplete, with what was said."""
         record = response.record
         cfg = self.config
+        if response.text_only:
+            return self._finish_text_item(response, status)
         if not response.audio_done_sent:
             self._send_audio_done(response)
         spoken = "".join(response.words[: response.sent_words]) if status == "cancelled" else record.text
@@ -1265,6 +1278,28 @@ class ModelSession:
                 "item": item,
             }
         )
+        if self.naming == "ga":
+            self._emit({"type": "conversation.item.done", "item": item, "previous_item_id": response.previous_item_id})
+        return item
+
+    def _finish_text_item(self, response: _Response, status: str) -> dict[str, Any]:
+        """A text response's item done cascade, as the vendor sends it in text output modality: text.done,
+        content_part.done, output_item.done, conversation.item.done (GA). A cancelled item keeps what was sent."""
+        record = response.record
+        written = "".join(response.words[: response.sent_words]) if status == "cancelled" else record.text
+        event = self._ids_event(self._names["text_done"], response)
+        event["text"] = written
+        self._emit(event)
+        part_done = self._ids_event("response.content_part.done", response)
+        part_done["part"] = {"type": "text", "text": written}
+        self._emit(part_done)
+        item = self._render_assistant_item(response, "completed" if status == "completed" else "incomplete",
+                                           include_content=True, transcript=written)
+        stored = self._items.get(record.item_id)
+        if stored is not None:
+            stored.transcript = written
+            stored.rendered = item
+        self._emit({"type": "response.output_item.done", "response_id": record.response_id, "output_index": 0, "item": item})
         if self.naming == "ga":
             self._emit({"type": "conversation.item.done", "item": item, "previous_item_id": response.previous_item_id})
         return item
@@ -1362,7 +1397,12 @@ class ModelSession:
     def _render_assistant_item(
         self, response: _Response, status: str, include_content: bool, transcript: str | None = None
     ) -> dict[str, Any]:
-        content = [{"type": self._names["assistant_content"], "transcript": transcript}] if include_content else []
+        if not include_content:
+            content: list[dict[str, Any]] = []
+        elif response.text_only:
+            content = [{"type": self._names["assistant_text"], "text": transcript}]
+        else:
+            content = [{"type": self._names["assistant_content"], "transcript": transcript}]
         return {
             "id": response.record.item_id,
             "object": "realtime.item",
@@ -1402,12 +1442,12 @@ class ModelSession:
             "metadata": record.metadata,
         }
         if self.naming == "ga":
-            body["output_modalities"] = ["audio"]
+            body["output_modalities"] = ["text"] if response.text_only else ["audio"]
             body["max_output_tokens"] = self._cfg.max_output_tokens
             body["audio"] = {"output": {"format": {"type": "audio/" + self._cfg.output_format},
                                         "voice": self._cfg.voice}}
         else:
-            body["modalities"] = ["text", "audio"]
+            body["modalities"] = ["text"] if response.text_only else ["text", "audio"]
             body["max_output_tokens"] = self._cfg.max_output_tokens
             body["voice"] = self._cfg.voice
             body["output_audio_format"] = "g711_alaw" if self._cfg.output_format == "pcma" else "g711_ulaw"

@@ -71,6 +71,7 @@ class SessionSettings:
     tools: tuple[Any, ...] = ()
     tool_choice: Any = "auto"
     max_output_tokens: Any = "inf"
+    output_modalities: tuple[str, ...] = ("audio",)  # ("text",): responses are text, no audio (C.1)
 
 
 # The Realtime voices the vendor speaks in; any other name is refused (invalid_value), as it refuses it.
@@ -252,6 +253,8 @@ def _merge_ga(cfg: SessionSettings, session: dict[str, Any]) -> SessionSettings:
     if "output_modalities" in session and session["output_modalities"] not in (["audio"], ["text"]):
         raise invalid_value("session.output_modalities", "expected ['audio'] or ['text'], not both")
     changes: dict[str, Any] = {}
+    if "output_modalities" in session:
+        changes["output_modalities"] = tuple(session["output_modalities"])
     _merge_common(changes, session, "ga", "max_output_tokens")
     audio = _object(session.get("audio"), "session.audio")
     _only(audio, ("input", "output"), "session.audio")
@@ -284,6 +287,11 @@ def _merge_beta(cfg: SessionSettings, session: dict[str, Any]) -> SessionSetting
     _only(session, _BETA_SESSION_KEYS, "session")
     changes: dict[str, Any] = {}
     _merge_common(changes, session, "beta", "max_response_output_tokens")
+    if "modalities" in session:
+        modalities = session["modalities"]
+        if not isinstance(modalities, list) or sorted(modalities) not in (["text"], ["audio", "text"]):
+            raise invalid_value("session.modalities", "expected ['text'] or ['text', 'audio']")
+        changes["output_modalities"] = ("text",) if modalities == ["text"] else ("audio",)
     if "input_audio_format" in session:
         changes["input_format"] = _parse_format(session["input_audio_format"], "beta", "session.input_audio_format")
     if "output_audio_format" in session:
@@ -354,7 +362,7 @@ def render_session(settings: SessionSettings, naming: str, session_id: str, mode
             "object": "realtime.session",
             "id": session_id,
             "model": model,
-            "output_modalities": ["audio"],
+            "output_modalities": list(settings.output_modalities),
             "instructions": settings.instructions,
             "tools": list(settings.tools),
             "tool_choice": settings.tool_choice,
@@ -379,7 +387,7 @@ def render_session(settings: SessionSettings, naming: str, session_id: str, mode
         "object": "realtime.session",
         "model": model,
         "expires_at": 0,
-        "modalities": ["text", "audio"],
+        "modalities": ["text"] if settings.output_modalities == ("text",) else ["text", "audio"],
         "instructions": settings.instructions,
         "voice": settings.voice,
         "speed": settings.speed,

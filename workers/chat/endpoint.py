@@ -1,0 +1,164 @@
+"""The console's ``/chat`` WebSocket: the text channel for programs, one conversation per connection.
+
+Owns the wire of a chat connection (docs/how-to/talk-to-and-test-your-agent.md#the-chat-websocket) and its
+limits. The console authenticates the upgrade as it does ``/observe`` (an API key, or a session from
+/login) and hands the connection here. A conversation is workers/chat/runner.py's, with the node's agent
+(``VOICECORE_AGENT``, else the shipped default), against the configured vendor or the simulator.
+
+Client -> server: ``{"type": "message", "text": "..."}`` (``id`` optional, echoed). Server -> client:
+``{"type": "session", "id", "agent"}`` first; then per line the agent says ``{"type": "response", "text",
+"node", "reply_to"}``; everything else that happens ``{"type": "event", "kind", "text", "data"}`` (a function
+call, a tool result, a confirmation, a node, a gate verdict); ``{"type": "turn_end", "reply_to",
+"latency_ms"}`` once the agent is done answering; ``{"type": "ended", "reason"}`` and a close (1000) when the
+call ends. Bad input: ``{"type": "error", "error"}`` and the connection stays (not JSON, an unknown type, a
+missing, empty or too long text); a message larger than the console's frame limit closes with 1009; more
+than MAX_MESSAGES in WINDOW_S closes with 1008. No connection's input reaches another's conversation.
+
+Every conversation goes to the call store once its connection ends, as a call of carrier ``chat``
+(voicecore/chat/summary.py; ``keep``: the console's way to the store).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from voicecore.agent.load import AgentError, load_configured_agent
+from voicecore.agent.settings import agent_for_config
+from voicecore.chat.session import ChatEvent
+from voicecore.chat.summary import chat_summary
+from voicecore.store.summary import CallSummary
+from voicecore.config import Config
+from workers.chat.runner import conversation_for, demo_world, knowledge_for, tool_pool_for
+
+log = logging.getLogger("voicecore.chat")
+
+MAX_TEXT_CHARS = 2000
+MAX_MESSAGES = 20  # per connection in WINDOW_S: a flood is closed, not queued
+WINDOW_S = 10.0
+CLOSE_FLOOD = 1008
+
+
+def wire_event(event: ChatEvent, reply_to: Any) -> dict[str, Any]:
+    if event.kind == "said":
+        return {"type": "response", "text": event.text, "node": event.data.get("node", ""), "reply_to": reply_to}
+    return {"type": "event", "kind": event.kind, "text": event.text, "data": event.data}
+
+
+class ChatEndpoint:
+    """Every /chat connection of one console: the agent, its knowledge and its tool processes, shared."""
+
+    def __init__(self, config: Config, keep: Callable[[CallSummary], Awaitable[Any]] | None = None) -> None:
+        self.config = config
+        self.keep = keep
+        self.problem = ""
+        self.agent = None
+        try:
+            self.agent = agent_for_config(load_configured_agent(config, os.environ), config)
+        except AgentError as exc:
+            self.problem = f"the agent has {len(exc.problems)} problem(s): {exc.problems[0]}"
+        self.knowledge = knowledge_for(self.agent) if self.agent is not None else None
+        self.rules = demo_world(self.agent.directory)[0] if self.agent is not None else ()
+        # the conversations' Python tools share processes, as a model worker's calls do (tool_processes)
+        self.pool = tool_pool_for(self.agent, config.tool_processes, config.tool_runs_per_call) if self.agent is not None else None
+        self.pool_started = False
+        self.counters: collections.Counter[str] = collections.Counter()
+
+    @property
+    def available(self) -> bool:
+        return self.agent is not None
+
+    async def close(self) -> None:
+        if self.pool is not None and self.pool_started:
+            await self.pool.close()
+
+    async def serve(self, connection: ServerConnection) -> None:
+        assert self.agent is not None
+        if self.pool is not None and not self.pool_started:
+            self.pool.start()
+            self.pool_started = True
+        session_id = "CHAT" + secrets.token_hex(8)
+        self.counters["sessions"] += 1
+        conversation = conversation_for(self.agent, self.config, self.rules, session_id=session_id, pool=self.pool,
+                                        knowledge=self.knowledge)
+        sent: list[float] = []
+        started_at = time.time()
+        closed_by_caller = True
+
+        async def send(value: dict[str, Any]) -> None:
+            await connection.send(json.dumps(value, ensure_ascii=False))
+
+        async def report(turn, reply_to: Any) -> None:
+            for event in turn.events:
+                await send(wire_event(event, reply_to))
+            await send({"type": "turn_end", "reply_to": reply_to, "latency_ms": turn.latency_ms})
+
+        try:
+            await send({"type": "session", "id": session_id, "agent": self.agent.name})
+            await report(await conversation.start(), None)
+            async for raw in connection:
+                now = time.monotonic()
+                sent = [t for t in sent if now - t < WINDOW_S] + [now]
+                if len(sent) > MAX_MESSAGES:
+                    self.counters["floods"] += 1
+                    log.warning("chat %s: more than %d messages in %g s: closed", session_id, MAX_MESSAGES, WINDOW_S)
+                    await connection.close(CLOSE_FLOOD, "too many messages")
+                    return
+                problem, text, reply_to = self._read(raw)
+                if problem:
+                    self.counters["bad_messages"] += 1
+                    await send({"type": "error", "error": problem})
+                    continue
+                self.counters["messages"] += 1
+                await report(await conversation.say(text), reply_to)
+                if conversation.ended:
+                    closed_by_caller = False
+                    await send({"type": "ended", "reason": conversation.ended})
+                    await connection.close(1000, "the call ended")
+                    return
+        except ConnectionClosed:
+            pass
+        finally:
+            await conversation.close()
+            await self._keep(conversation, started_at, closed_by_caller)
+
+    async def _keep(self, conversation, started_at: float, closed_by_caller: bool) -> None:
+        if self.keep is None or self.agent is None:
+            return
+        session = conversation.session
+        summary = chat_summary(session, self.agent.name, started_at, 0, max(session.now_ns, conversation.now_ms * 1_000_000),
+                               closed_by_caller)
+        try:
+            await self.keep(summary)
+            self.counters["stored"] += 1
+        except Exception:  # the store's trouble must not take the console down; the conversation is over anyway
+            self.counters["store_errors"] += 1
+            log.exception("chat %s: could not store the conversation", session.session_id)
+
+    @staticmethod
+    def _read(raw: str | bytes) -> tuple[str, str, Any]:
+        """(problem, text, id) of one client message; problem "" when it is a message to answer."""
+        try:
+            message = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return "not JSON: send {\"type\": \"message\", \"text\": \"...\"}", "", None
+        if not isinstance(message, dict):
+            return "expected a JSON object", "", None
+        if message.get("type") != "message":
+            return f"unknown type {str(message.get('type'))[:40]!r}: the one type is \"message\"", "", None
+        text = message.get("text")
+        reply_to = message.get("id")
+        if not isinstance(text, str) or not text.strip():
+            return "text: expected a non-empty string", "", reply_to
+        if len(text) > MAX_TEXT_CHARS:
+            return f"text: at most {MAX_TEXT_CHARS} characters", "", reply_to
+        return "", text, reply_to
