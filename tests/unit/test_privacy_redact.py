@@ -22,6 +22,7 @@ SV = Redactor(("sv",))
     ("+46 70 123 45 67", "[phone]"),
     ("0046 70 123 45 67 please", "[phone] please"),
     ("it's 415 555 2671", "it's [phone]"),
+    ("call (415) 555-2671", "call [phone]"),
     ("ring 020 7946 0958", "ring [phone]"),
     ("noll sju noll ett två tre fyra fem sex sju", "[phone]"),
     ("zero seven oh one two three four five six seven", "[phone]"),

@@ -217,7 +217,9 @@ class Redactor:
         for j, digits in reversed(windows):
             kind = self._kind(digits, plus)
             if kind:
-                start = run[i].start - 1 if plus and kind == "phone" else run[i].start
+                start = run[i].start
+                if kind == "phone" and start and text[start - 1] in "+(":  # "+46 ...", "(415) 555-2671"
+                    start -= 1
                 return Span(start, run[j].end, kind), j + 1
         return None
 
