@@ -26,6 +26,8 @@ SV = Redactor(("sv",))
     ("ring 020 7946 0958", "ring [phone]"),
     ("noll sju noll ett två tre fyra fem sex sju", "[phone]"),
     ("zero seven oh one two three four five six seven", "[phone]"),
+    ("shall I call plus four six, seven zero, one two three, four five, six seven?", "shall I call [phone]?"),
+    ("ring mig på plus 46 70 123 45 67.", "ring mig på [phone]."),
 ])
 def test_phone_numbers_written_and_spoken(text: str, expected: str) -> None:
     assert EN.redact(text) == expected

@@ -16,7 +16,7 @@ Kinds (each replaced by ``[kind]``):
 
 Numbers are read as speech-to-text writes them too: digit groups separated by spaces, hyphens, dots or
 slashes ("0 7 0 1 2 3 4 5 6 7", "070-123 45 67") and single digits said as words in English or Swedish
-("four one one one", "noll sju noll"), mixed freely. What is not caught is in docs/how-to/privacy.md.
+("four one one one", "noll sju noll"), mixed freely, with "plus" read out for "+". What is not caught is in docs/how-to/privacy.md.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ DIGIT_TOKEN = re.compile(rf"\d+|(?<![\w])(?:{_WORDS})(?![\w])", re.IGNORECASE)
 # What may stand between two digit groups of one number: spaces, -, –, ., /, (, ), + (the personnummer's
 # separator for a person over 100) and a comma (some transcribers write "070, 123, 45, 67").
 SEPARATOR = re.compile(r"[\s\-–./()+,]{1,4}")
+PLUS_WORD = re.compile(r"(?<!\w)plus\s+$", re.IGNORECASE)  # "+" read out, in English and Swedish alike
 MIN_DIGITS = 7  # the shortest number any kind accepts (a short national phone number)
 MAX_DIGITS = 19  # the longest (a card)
 
@@ -213,12 +214,16 @@ class Redactor:
                 break
             if len(digits) >= MIN_DIGITS:
                 windows.append((j, digits))
-        plus = text[max(0, run[i].start - 2):run[i].start].strip().endswith("+")
+        before = text[max(0, run[i].start - 6):run[i].start]
+        plus_said = PLUS_WORD.search(before)
+        plus = before.rstrip().endswith("+") or plus_said is not None
         for j, digits in reversed(windows):
             kind = self._kind(digits, plus)
             if kind:
                 start = run[i].start
-                if kind == "phone" and start and text[start - 1] in "+(":  # "+46 ...", "(415) 555-2671"
+                if kind == "phone" and plus_said is not None:  # "plus four six ...", as a number is read out
+                    start = run[i].start - len(before) + plus_said.start()
+                elif kind == "phone" and start and text[start - 1] in "+(":  # "+46 ...", "(415) 555-2671"
                     start -= 1
                 return Span(start, run[j].end, kind), j + 1
         return None
