@@ -566,7 +566,12 @@ def test_hpa_scales_on_active_calls_per_pod(node):
     assert hpa["spec"]["minReplicas"] >= 2  # with the PDB's one at a time, a node is always up
     annotations = node.deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics"
-    assert int(annotations["prometheus.io/port"]) == node.port["containerPort"]
+    # /metrics on its own port (metrics_listen), which the Service (the ingress' way in) does not route to
+    metrics_port = int(node.config.metrics_listen.rpartition(":")[2])
+    assert int(annotations["prometheus.io/port"]) == metrics_port != node.config.listen_port
+    assert metrics_port in {p["containerPort"] for p in node.container["ports"]}
+    service = one(node.docs, "Service")
+    assert all(p["targetPort"] not in (metrics_port, "metrics") for p in service["spec"]["ports"])
 
 
 def test_the_metric_the_hpa_reads_is_one_the_gateway_exports():

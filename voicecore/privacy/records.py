@@ -82,6 +82,10 @@ class RecordPrivacy:
 
     # -- text ----------------------------------------------------------------------------------------------------------
 
+    def log_text(self, value: str) -> str:
+        """A text bound for a log line's fields (a gate verdict's reason, its citations): as the tier stores it."""
+        return self.text(value) if self.changes_text else value
+
     def text(self, value: str) -> str:
         """A whole text (a completed transcript, a tool's result, a question) as stored."""
         if self.blank:

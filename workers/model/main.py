@@ -837,10 +837,10 @@ class CallSession:
             # a reason is "<category>: <the claim and its nearest passage>"; the claim holds numbers, so the
             # message text gets the category only (the whole reason is a field)
             log.info("call %s: response tag %d rejected by the validator (%s); not played", self.call_sid, verdict.tag,
-                     verdict.reason.partition(": ")[0], extra={"reason": verdict.reason})
+                     verdict.reason.partition(": ")[0], extra={"reason": self.worker.record_privacy.log_text(verdict.reason)})
         elif verdict.approved_frames >= C.APPROVE_ALL and verdict.citations not in ("", "[]"):
             log.info("call %s: response tag %d approved with citations", self.call_sid, verdict.tag,
-                     extra={"citations": verdict.citations})
+                     extra={"citations": self.worker.record_privacy.log_text(verdict.citations)})
         if actions:
             self._apply(actions)
 
