@@ -606,7 +606,9 @@ def metrics_page() -> str:
         "# Metrics", "",
         GENERATED_NOTE.format(source="`voicecore/metrics_text.py` (the rules) and the families a real stack exported "
                                      "(`docs/reference/metrics-families.json`, captured by `tests/stack/test_docs_metrics_stack.py`)"),
-        "`GET /metrics` on the gateway's `listen` address answers JSON (what the demo and the bench read), and the "
+        "`GET /metrics` on the gateway's `listen` address (to this host only; a scraper elsewhere reads it on "
+        "[`metrics_listen`](settings.md#metrics_listen): [Keep callers private](../how-to/privacy.md#hardening)) "
+        "answers JSON (what the demo and the bench read), and the "
         "Prometheus text format (0.0.4) when the request's Accept header prefers `text/plain` or "
         "`application/openmetrics-text` to JSON, as Prometheus' scraper does, or with `?format=prometheus`. Point a "
         "scrape job at the gateway (the default `metrics_path`). The gateway answers for the whole node: the "

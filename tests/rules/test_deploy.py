@@ -538,6 +538,11 @@ def test_probes_and_the_drain(node):
     assert node.container["startupProbe"]["httpGet"]["path"] == "/healthz"
     # a draining node answers /healthz 503: liveness must not read it, or the drain's calls would be cut
     assert node.container["livenessProbe"]["httpGet"]["path"] != "/healthz"
+    # the kubelet probes from outside the pod: /metrics only where metrics_listen serves it to anyone
+    liveness = node.container["livenessProbe"]["httpGet"]
+    if liveness["path"] == "/metrics":
+        metrics_port = int(node.config.metrics_listen.rpartition(":")[2])
+        assert liveness["port"] in {p.get("name") for p in node.container["ports"] if p["containerPort"] == metrics_port} | {metrics_port}
     assert node.container["lifecycle"]["preStop"]["exec"]["command"] == ["voicecore", "drain"]
     assert node.pod["terminationGracePeriodSeconds"] > node.drain_timeout_s + DRAIN_STOP_SLACK_S
 
