@@ -258,6 +258,9 @@ AGENT_KEY_DOCS: dict[str, str] = {
     "agent.turns.eagerness": "With `semantic_vad` only: `low`, `medium`, `high` or `auto`: how soon the vendor ends the caller's turn.",
     "agent.turns.transcription_model": "The vendor's model for the caller's words: `gpt-4o-mini-transcribe`, `gpt-4o-transcribe` (words stream after the speech ends) or `whisper-1` (only late and whole). `VOICECORE_TRANSCRIPTION_MODEL` overrides it.",
     "agent.turns.backchannels": "Phrases of the agent's own that are backchannels (the caller carries the agent on), on top of the shipped English and Swedish lexicons of its `languages`.",
+    "agent.privacy": "default: see its keys; a table: what of a call is stored, and the agent's own patterns to redact ([privacy](../how-to/privacy.md)).",
+    "agent.privacy.storage": "`everything`, `no_audio`, `redacted` (the caller's words with phone, card, personal identity and account numbers, e-mail addresses and the agent's patterns replaced; no caller audio) or `metadata_only` (calls and turns with their timings, no words, no audio). Without the key: `everything`, as before the tiers; the shipped agents say `redacted`.",
+    "agent.privacy.patterns": "Regular expressions (Python's syntax, case-insensitive) whose matches are redacted too, as `[pattern]`; `voicecore check` names a bad one.",
     "agent.turns.transcript_wait_ms": "How long after the caller stopped speaking their words are waited for before the length of the speech decides alone (500 ms or more: a turn; less: a noise, re-opened if words come).",
     # the flow file
     "flow.initial_node": "default: (required); the node a call starts in.",
@@ -300,6 +303,7 @@ _AGENT_DEFAULT_FIELDS = {
     "agent.failure.after_failures": "failure_after_failures", "agent.failure.after_s": "failure_after_s",
     "agent.failure.action": "failure_action", "agent.failure.hold_every_s": "failure_hold_every_s",
     "agent.turns.detection": "turn_detection", "agent.turns.eagerness": "vad_eagerness",
+    "agent.privacy.storage": "privacy_storage", "agent.privacy.patterns": "privacy_patterns",
 }
 
 
@@ -602,7 +606,9 @@ def metrics_page() -> str:
         "# Metrics", "",
         GENERATED_NOTE.format(source="`voicecore/metrics_text.py` (the rules) and the families a real stack exported "
                                      "(`docs/reference/metrics-families.json`, captured by `tests/stack/test_docs_metrics_stack.py`)"),
-        "`GET /metrics` on the gateway's `listen` address answers JSON (what the demo and the bench read), and the "
+        "`GET /metrics` on the gateway's `listen` address (to this host only; a scraper elsewhere reads it on "
+        "[`metrics_listen`](settings.md#metrics_listen): [Keep callers private](../how-to/privacy.md#hardening)) "
+        "answers JSON (what the demo and the bench read), and the "
         "Prometheus text format (0.0.4) when the request's Accept header prefers `text/plain` or "
         "`application/openmetrics-text` to JSON, as Prometheus' scraper does, or with `?format=prometheus`. Point a "
         "scrape job at the gateway (the default `metrics_path`). The gateway answers for the whole node: the "

@@ -1,4 +1,4 @@
-"""The `voicecore` command: up, drain, demo, check, calls, console-key, replay, and the subcommands other packages register
+"""The `voicecore` command: up, drain, demo, check, redact, calls, console-key, replay, and the subcommands other packages register
 (bench, gate).
 
 Owns argument parsing and exit codes only; each subcommand's work lives in its own module. Subcommands
@@ -73,6 +73,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from voicecore.agent.load import run_check
 
     return run_check(args.path, as_json=args.json, environ=os.environ if args.env else None)
+
+
+def _cmd_redact(args: argparse.Namespace) -> int:
+    from voicecore.privacy.command import run_redact
+
+    return run_redact(" ".join(args.text), language=args.language, agent_dir=args.agent)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -151,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also report webhook environment references (${NAME}, env:NAME) this environment lacks")
     check.set_defaults(func=_cmd_check)
 
+    redact = sub.add_parser("redact", help="print TEXT as it would be stored: phone, email, card, personnummer, IBAN "
+                                           "and the agent's [privacy] patterns replaced by [kind]")
+    redact.add_argument("text", nargs="+", metavar="TEXT", help="the text (several arguments are joined by spaces)")
+    redact.add_argument("--language", metavar="L",
+                        help="the language the text is in (en, sv): which phone regions come first (default: the "
+                             "agent's languages, else en)")
+    redact.add_argument("--agent", metavar="DIR", help="agent directory whose [privacy] patterns apply too")
+    redact.set_defaults(func=_cmd_redact)
 
     calls = sub.add_parser("calls", help="the call store: recent calls, or one call with its turns and timings")
     calls.add_argument("call_sid", nargs="?", metavar="CALL_SID", help="show this call: its turns, timings, transcript, tools")

@@ -20,6 +20,7 @@ from voicecore.console.guard import normalize_origin, parse_origins, public_url_
 from voicecore.errors import MisuseError
 
 ENV_PREFIX = "VOICECORE_"
+METRICS_LOCAL = "local"  # metrics_listen: /metrics on the gateway's address, for this host only
 UNIX_PREFIX = "unix:"  # listen = "unix:/run/voicecore/gateway.sock"
 MAX_UNIX_PATH_BYTES = 107  # sockaddr_un.sun_path is 108 bytes with its NUL on Linux
 
@@ -80,6 +81,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("console_public_url", str, "", "the URL browsers reach the console at when a proxy is in front of it (https://console.example.com; the console serves at the root of its host): its origin is one of console_origins by default, and https makes the session cookie Secure (named __Host-voicecore_session_PORT); empty: the console is reached at console_listen"),
     Setting("console_origins", str, "", "comma-separated origins (scheme://host[:port]) of the console's pages: an /observe upgrade, a POST, and a JSON API read with the session cookie from any other Origin is refused (403, logged); a program with an API key and no Origin is served; empty: console_public_url's origin and console_listen's (on a loopback or all-interfaces address: http://127.0.0.1:PORT, http://localhost:PORT, http://[::1]:PORT)"),
     Setting("record_caller_audio", bool, True, "call records keep the caller's audio (for `voicecore replay --wav`); false: timing only"),
+    Setting("metrics_listen", str, "local", "where GET /metrics is served: local (on the gateway's listen address, answered only to this host: a loopback peer or the Unix socket, and no X-Forwarded-For, Forwarded or X-Real-IP header, which a proxy or tunnel in front adds; others get 403), or host:port of a listener of its own that serves /metrics and /healthz alone (a scraper on another host: e.g. 0.0.0.0:9464 in a pod); then the gateway's listen address answers 404 on /metrics"),
+    Setting("console_cookie_secure", str, "auto", "the console's session cookie is Secure (and named __Host-voicecore_session_PORT): auto when console_public_url is https://; always: also when a TLS proxy in front of console_listen is not named in console_public_url"),
     Setting("shm_dir", str, "/dev/shm", "directory of the shared-memory arena file"),
     Setting("lead_ms", int, 80, "audio the pacer keeps queued ahead in the carrier's buffer"),
     Setting("mark_every_frames", int, 5, "a mark after this many 20 ms frames (played-position resolution)"),
@@ -165,6 +168,8 @@ class Config:
     call_webhook_url: str
     call_webhook_secret: str
     record_caller_audio: bool
+    metrics_listen: str
+    console_cookie_secure: str
     shm_dir: str
     lead_ms: int
     mark_every_frames: int
@@ -322,6 +327,15 @@ def _validate(values: dict[str, object]) -> None:
         if console_listen == listen:
             raise ConfigError(f"console_listen: the console needs a port of its own, not the gateway's ({listen})")
     _validate_console_origins(str(values["console_origins"]), str(values["console_public_url"]))
+    metrics_listen = str(values["metrics_listen"])
+    if metrics_listen != METRICS_LOCAL:
+        host, sep, port = metrics_listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ConfigError(f"metrics_listen: expected local or host:port, got {metrics_listen!r}")
+        if metrics_listen in (listen, console_listen):
+            raise ConfigError(f"metrics_listen: /metrics needs a port of its own, not the gateway's or the console's ({metrics_listen})")
+    if values["console_cookie_secure"] not in ("auto", "always"):
+        raise ConfigError(f"console_cookie_secure: expected auto or always, got {values['console_cookie_secure']!r}")
     database_url = str(values["database_url"])
     if database_url and not database_url.startswith(("sqlite:///", "postgresql://")):
         raise ConfigError(f"database_url: expected empty, sqlite:///ABSOLUTE/PATH or postgresql://..., got {database_url!r}")

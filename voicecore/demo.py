@@ -158,6 +158,7 @@ def replay_records(paths: list[Path], totals: dict | None = None) -> tuple[int, 
     """Replay each record through fresh cores: (how many were identical, a problem line per other one).
     ``totals``: receives the replayed drivers' counters, summed, and ``python_runs_by_call`` (call sid ->
     function -> RunTool actions the record holds)."""
+    from voicecore.privacy.records import RecordPrivacy
     from voicecore.record import RecordError, load
     from voicecore.replay import replay
 
@@ -166,6 +167,11 @@ def replay_records(paths: list[Path], totals: dict | None = None) -> tuple[int, 
     for path in paths:
         try:
             header, entries = load(path)
+            if not RecordPrivacy.from_header(header).replayable:
+                # kept without words (metadata_only): nothing to replay; its call is in the store
+                if totals is not None:
+                    totals["records_without_words"] = totals.get("records_without_words", 0) + 1
+                continue
             result = replay(header, entries)
         except (RecordError, OSError, KeyError, TypeError, ValueError) as exc:
             problems.append(f"record {path.name} unreadable: {exc}")

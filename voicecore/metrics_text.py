@@ -58,6 +58,9 @@ Spec: https://prometheus.io/docs/instrumenting/exposition_formats/ (text format 
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Iterable
+
 import math
 import numbers
 import re
@@ -415,3 +418,21 @@ def _labels(labels: Mapping[str, str]) -> str:
     if not labels:
         return ""
     return "{" + ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels.items()) + "}"
+
+
+# A proxy or tunnel in front of the gateway says whom it forwards for: such a request is not this host's own.
+FORWARDING_HEADERS = (b"forwarded", b"x-forwarded-for", b"x-real-ip")
+
+
+def local_request(peer_address: str, over_unix_socket: bool, header_names: Iterable[bytes]) -> bool:
+    """``metrics_listen = "local"``: may this request to the gateway's own address read /metrics? Only from this
+    host: a loopback peer (or the Unix socket), and no proxy's forwarding header (a tunnel to localhost
+    would otherwise hand /metrics to anyone)."""
+    if any(name.lower() in FORWARDING_HEADERS for name in header_names):
+        return False
+    if over_unix_socket:
+        return True
+    try:
+        return ipaddress.ip_address(peer_address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False

@@ -42,6 +42,7 @@ from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.call.record import INPUT_KINDS, RecordError, playout_from
 from voicecore.call.record_reader import ANY, ActionHandler, InputHandler, RecordConsumer, RecordReader, read_entries
 from voicecore.call.spine import SpineDriver
+from voicecore.privacy.records import RecordPrivacy
 from voicecore.g711 import PCMA, PCMU, silence_byte, to_ulaw, write_stereo_wav
 from voicecore.record import load_record
 
@@ -173,6 +174,10 @@ def recorded_action(action: dict[str, Any], call_sid: str) -> dict[str, Any]:
     return {**action, "key": agent_actions.idempotency_key(call_sid, name, arguments)}
 
 
+def _as_is(action: dict[str, Any]) -> dict[str, Any]:
+    return action
+
+
 @dataclasses.dataclass(slots=True)
 class _Step:
     """One recorded input, fed to the driver, and the actions the record says it returned."""
@@ -189,10 +194,14 @@ class Replayer(RecordConsumer):
     driver parses the recorded text as it did live."""
 
     __slots__ = ("driver", "call_sid", "stop_at_divergence", "divergence", "timed", "snapshots", "caller", "inputs",
-                 "outputs", "step")
+                 "outputs", "step", "privacy")
 
-    def __init__(self, driver: Driver, call_sid: str, stop_at_divergence: bool = True) -> None:
+    def __init__(self, driver: Driver, call_sid: str, stop_at_divergence: bool = True,
+                 privacy: RecordPrivacy | None = None) -> None:
+        """``privacy``: the storage tier the record was written under; the replayed actions are compared in
+        the form it stores them (a redacted record holds its actions redacted)."""
         super().__init__()
+        self.privacy = privacy if privacy is not None and privacy.changes_text else None
         self.driver = driver
         self.call_sid = call_sid
         self.stop_at_divergence = stop_at_divergence
@@ -228,7 +237,8 @@ class Replayer(RecordConsumer):
         actions = _feed(self.driver, entry, audio)
         self.outputs += len(actions)
         self.timed.extend((entry["t"], a) for a in actions)
-        self.step = _Step(entry, [action_to_dict(a) for a in actions] if self.divergence is None else [], [])
+        stored = self.privacy.action if self.privacy is not None else _as_is
+        self.step = _Step(entry, [stored(action_to_dict(a)) for a in actions] if self.divergence is None else [], [])
 
     def _recorded_action(self, action: dict[str, Any], at_ms: int) -> None:
         if self.step is not None:
@@ -264,7 +274,7 @@ def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_diverg
     continues another, driver_for_record); compare outputs input by input (``Replayer``).
     ``complete`` False (the record was cut short): the last input's recorded actions may be a prefix."""
     replayer = Replayer(driver if driver is not None else driver_from_header(header), str(header.get("call_sid", "")),
-                        stop_at_divergence)
+                        stop_at_divergence, RecordPrivacy.from_header(header))
     read_entries(RecordReader(replayer), entries)
     return replayer.result(header, complete)
 

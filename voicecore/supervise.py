@@ -27,7 +27,7 @@ import h11
 from voicecore import drain, http_client
 from voicecore.bus.transport import ARENA_NAME_FILE, default_runtime_dir, ensure_runtime_dir
 from voicecore import standby
-from voicecore.config import Config
+from voicecore.config import METRICS_LOCAL, Config
 from voicecore.errors import DependencyError
 from voicecore.store import database_url_for
 
@@ -54,7 +54,11 @@ class StackError(DependencyError, RuntimeError):
 
 def get_from_gateway(config: Config, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
     """GET one of the gateway's own endpoints (/healthz, /metrics) where it listens: host:port or its
-    Unix socket. Blocking; not for a thread that runs an event loop."""
+    Unix socket (/metrics: metrics_listen's own address when it has one). Blocking; not for a thread that runs an event loop."""
+    if path.split("?", 1)[0] == "/metrics" and config.metrics_listen != METRICS_LOCAL:
+        host, _, port = config.metrics_listen.rpartition(":")
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host in ("[::]", "::") else host
+        return asyncio.run(http_client.send("GET", f"http://{host}:{port}{path}", timeout_s=timeout_s))
     unix_path = config.listen_unix_path
     url = f"http://{'localhost' if unix_path else config.listen}{path}"
     return asyncio.run(http_client.send("GET", url, timeout_s=timeout_s, unix_socket=unix_path))

@@ -538,6 +538,11 @@ def test_probes_and_the_drain(node):
     assert node.container["startupProbe"]["httpGet"]["path"] == "/healthz"
     # a draining node answers /healthz 503: liveness must not read it, or the drain's calls would be cut
     assert node.container["livenessProbe"]["httpGet"]["path"] != "/healthz"
+    # the kubelet probes from outside the pod: /metrics only where metrics_listen serves it to anyone
+    liveness = node.container["livenessProbe"]["httpGet"]
+    if liveness["path"] == "/metrics":
+        metrics_port = int(node.config.metrics_listen.rpartition(":")[2])
+        assert liveness["port"] in {p.get("name") for p in node.container["ports"] if p["containerPort"] == metrics_port} | {metrics_port}
     assert node.container["lifecycle"]["preStop"]["exec"]["command"] == ["voicecore", "drain"]
     assert node.pod["terminationGracePeriodSeconds"] > node.drain_timeout_s + DRAIN_STOP_SLACK_S
 
@@ -566,7 +571,12 @@ def test_hpa_scales_on_active_calls_per_pod(node):
     assert hpa["spec"]["minReplicas"] >= 2  # with the PDB's one at a time, a node is always up
     annotations = node.deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics"
-    assert int(annotations["prometheus.io/port"]) == node.port["containerPort"]
+    # /metrics on its own port (metrics_listen), which the Service (the ingress' way in) does not route to
+    metrics_port = int(node.config.metrics_listen.rpartition(":")[2])
+    assert int(annotations["prometheus.io/port"]) == metrics_port != node.config.listen_port
+    assert metrics_port in {p["containerPort"] for p in node.container["ports"]}
+    service = one(node.docs, "Service")
+    assert all(p["targetPort"] not in (metrics_port, "metrics") for p in service["spec"]["ports"])
 
 
 def test_the_metric_the_hpa_reads_is_one_the_gateway_exports():

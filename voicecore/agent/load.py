@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from voicecore.agent.spec import (
     BUILTIN_ACTIONS, CONTEXT_STRATEGIES, DEFAULT_LINES, GATE_POLICIES, HTTP_METHODS, LINE_AUDIO_KINDS, LINE_KINDS,
-    MESSAGE_ROLES,
+    MESSAGE_ROLES, STORAGE_TIERS,
     AgentSpec, FlowSpec, FunctionSpec, Message, NodeSpec, PythonTool, Tool, Webhook,
 )
 from voicecore.agent.speech import CURRENCIES, CURRENCY_KEY, KIND_KEY, SPOKEN_KINDS, spoken_kind
@@ -55,7 +55,7 @@ FUNCTION_KEYS = ("description", "parameters", "webhook", "python", "timeout_s", 
 WEBHOOK_KEYS = ("url", "method", "headers", "timeout_s", "retries")
 AGENT_KEYS = ("name", "instructions", "instructions_file", "model", "voice", "languages", "greeting", "safe_line",
               "knowledge", "flow", "forbidden", "transfer_to", "max_turns", "gate", "lines", "silence", "tools",
-              "failure", "turns")
+              "failure", "turns", "privacy")
 TURN_DETECTIONS = ("server_vad", "semantic_vad")
 VAD_EAGERNESS = ("low", "medium", "high", "auto")
 # The vendor's input transcription models (the first family streams deltas, whisper-1 only a late completed).
@@ -793,6 +793,7 @@ def _read_agent_table(p: _Problems, data: dict[str, Any], root: Path) -> dict[st
     _read_failure(p, data, values)
     _read_tools(p, data, values)
     _read_turns(p, data, values)
+    _read_privacy(p, data, values)
     values["flow_file"] = _flow_file(p, data, root)
     return {k: v for k, v in values.items() if v is not None or k == "flow_file"}
 
@@ -973,6 +974,31 @@ def _read_turns(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> N
         p.in_range(wait, "$.turns.transcript_wait_ms", 100, 10_000)
         if wait is not None:
             values["transcript_wait_ms"] = wait
+
+
+def _read_privacy(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:
+    """[privacy]: the storage tier and the agent's own patterns to redact (voicecore/privacy/)."""
+    from voicecore.privacy.redact import PatternError, compile_patterns
+
+    section = _section(p, data, "privacy", ("storage", "patterns"))
+    if "storage" in section:
+        storage = p.string(section, "storage", "$.privacy")
+        if storage not in STORAGE_TIERS:
+            p.add("$.privacy.storage", "unknown-storage-tier", f"{storage!r}: expected one of {', '.join(STORAGE_TIERS)}")
+        else:
+            values["privacy_storage"] = storage
+    if "patterns" in section:
+        patterns = p.strings(section, "patterns", "$.privacy")
+        good = []
+        for i, pattern in enumerate(patterns):
+            try:
+                compile_patterns([pattern])
+            except PatternError as exc:
+                p.add(_index("$.privacy.patterns", i), "bad-pattern",
+                      f"{pattern!r} is not a valid regular expression: {exc.reason}")
+                continue
+            good.append(pattern)
+        values["privacy_patterns"] = tuple(good)
 
 
 def _flow_file(p: _Problems, data: dict[str, Any], root: Path) -> Path | None:

@@ -27,6 +27,8 @@ LINE_KINDS = ("goodbye", "transfer", "checkin", "fallback", "apology", "filler",
               "tool_error", "hold")
 # The runtime's own lines (voicecore/fallback) an agent may give as audio files: [lines.audio] in agent.toml.
 LINE_AUDIO_KINDS = ("hold", "apology_hangup", "apology_transfer")
+# [privacy] storage: what of a call is kept (voicecore/privacy/records.py; docs/how-to/privacy.md).
+STORAGE_TIERS = ("everything", "no_audio", "redacted", "metadata_only")
 
 # The lines an agent that names none says (English; an agent in another language names its own).
 DEFAULT_LINES: dict[str, str] = {
@@ -156,6 +158,11 @@ class AgentSpec:
     transcription_model: str = "gpt-4o-mini-transcribe"
     backchannels: tuple[str, ...] = ()
     transcript_wait_ms: int = 1500
+    # [privacy]: what of a call is stored (STORAGE_TIERS) and the agent's own patterns to redact (regular
+    # expressions, on top of the shipped kinds: voicecore/privacy/redact.py). An agent.toml without the key
+    # stores everything, as before the tiers existed; the shipped agents say "redacted".
+    privacy_storage: str = "everything"
+    privacy_patterns: tuple[str, ...] = ()
     directory: str = ""  # where it was loaded from (for messages; not part of the record)
     # [lines.audio]: the runtime's fallback lines as WAV files (kind -> absolute path; voicecore/fallback/lines.py)
     line_audio: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -189,7 +196,7 @@ class AgentSpec:
         functions = {name: FunctionSpec(**{**fn, "tool": _tool_from_dict(fn.get("tool"))})
                      for name, fn in flow["functions"].items()}
         values = {k: v for k, v in data.items() if k != "flow"}
-        for key in ("languages", "forbidden", "checkin_s", "backchannels"):
+        for key in ("languages", "forbidden", "checkin_s", "backchannels", "privacy_patterns"):
             if key in values:
                 values[key] = tuple(values[key])
         return cls(flow=FlowSpec(flow["initial_node"], nodes, functions), **values)

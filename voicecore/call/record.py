@@ -58,8 +58,8 @@ Outputs: ``out`` ``{"a": action}``, one line per action the preceding input retu
 itself is already in the ``model`` lines). Notes the replay ignores: kind ``note`` ``{"what": .., ...}``
 (e.g. marks, clears, carrier events the shell wants kept for a human reader).
 
-Records hold what the caller said (transcripts, DTMF digits) and optionally their audio: they are
-personal data; write them with mode 0600 into a private directory, never into logs.
+Records hold what the caller said (transcripts, DTMF digits) and optionally their audio, as the agent's
+storage tier keeps them (header ``privacy``: voicecore/privacy/records.py): they are personal data; write them with mode 0600 into a private directory, never into logs.
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ from voicecore.call.controller import Action, ControllerStats, Playout, action_t
 from voicecore.call.core import ModelCallCore
 from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.errors import MisuseError
+from voicecore.privacy.records import RecordPrivacy
 
 RECORD_VERSION = 1
 INPUT_KINDS = frozenset({"start", "resume", "model", "audio", "dtmf", "tick", "stop", "verdict", "snippets", "reopen", "tool",
@@ -115,17 +116,23 @@ class CallRecorder:
 
     def __init__(self, driver: Driver, keep_caller_audio: bool = False,
                  sink: Callable[[list[dict[str, Any]]], None] | None = None,
-                 observer: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 observer: Callable[[dict[str, Any]], None] | None = None,
+                 privacy: RecordPrivacy | None = None) -> None:
         """``sink``: streaming; ``hand_off()`` passes it the entries recorded since the last hand-off and
         forgets them (``entries``, ``lines()`` and ``dumps()`` then cover only what was not handed off).
         None: the whole record stays in ``entries``. ``observer``: called with every entry as it is
-        recorded (voicecore/observe/events.py's tap, for the live observers)."""
+        recorded (voicecore/observe/events.py's tap, for the live observers). ``privacy``: the agent's storage
+        tier, applied to every entry before it is kept or observed (the driver gets the inputs as they are);
+        the header says which, so a replay stores its actions the same way."""
         self.driver = driver
+        self.privacy = privacy if privacy is not None and privacy.storage != "everything" else None
         self.sink = sink
         self.observer = observer
         self.handed_off = 0  # entries passed to the sink so far
-        self.keep_caller_audio = keep_caller_audio
+        self.keep_caller_audio = privacy.keep_caller_audio(keep_caller_audio) if privacy is not None else keep_caller_audio
         self.header: dict[str, Any] = {"voicecore_record": RECORD_VERSION, **driver.record_header()}
+        if self.privacy is not None:
+            self.header["privacy"] = self.privacy.header()
         self.entries: list[dict[str, Any]] = []
 
     # --- the wrapped driver's description (the Driver protocol) ----------------------------------
@@ -222,17 +229,22 @@ class CallRecorder:
 
     def note(self, now_ns: int, what: str, **fields: Any) -> None:
         """Something the replay does not feed (a mark echo, a clear sent): kept for the reader."""
-        self.entries.append({"t": now_ns, "k": "note", "what": what, **fields})
+        entry = {"t": now_ns, "k": "note", "what": what, **fields}
+        self.entries.append(self.privacy.entry(entry) if self.privacy is not None else entry)
 
     def _run(self, entry: dict[str, Any], actions: list[Action], unrecorded: int = 0) -> list[Action]:
         """Record ``entry`` and ``actions`` after the first ``unrecorded`` (the caller audio's forwarding)."""
+        privacy = self.privacy
+        if privacy is not None:
+            entry = privacy.entry(entry)
         self.entries.append(entry)
         observer = self.observer
         if observer is not None:
             observer(entry)
         t = entry["t"]
         for i in range(unrecorded, len(actions)):
-            out = {"t": t, "k": "out", "a": action_to_dict(actions[i])}
+            action = action_to_dict(actions[i])
+            out = {"t": t, "k": "out", "a": privacy.action(action) if privacy is not None else action}
             self.entries.append(out)
             if observer is not None:
                 observer(out)

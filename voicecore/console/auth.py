@@ -32,6 +32,13 @@ def cookie_name(port: int, secure: bool) -> str:
     return f"{'__Host-' if secure else ''}{COOKIE}_{port}"
 
 
+def cookie_is_secure(setting: str, public_url: str) -> bool:
+    """``console_cookie_secure``: "always", or "auto": the console is reached over TLS (console_public_url is
+    https). A Secure cookie is never sent over plain HTTP, so a console reached at http:// with "always" has
+    no session: that is the setting's point behind a TLS proxy."""
+    return setting == "always" or public_url.lower().startswith("https://")
+
+
 def set_cookie(name: str, token: str, max_age_s: int, secure: bool) -> str:
     """A Set-Cookie value: the session token, or "" with max_age_s 0 to end it."""
     return f"{name}={token}; Path=/; Max-Age={max_age_s}; HttpOnly; SameSite=Strict" + ("; Secure" if secure else "")

@@ -182,7 +182,7 @@ class Console:
         # the WAV's entity tag -> its Opus encoding, done once however many requests ask for it at once
         self.opus_cache: collections.OrderedDict[str, asyncio.Future[media.Rendition]] = collections.OrderedDict()
         self.origins = guard.console_origins(config.console_origins, config.console_listen, config.console_public_url)
-        self.cookie_secure = config.console_public_url.lower().startswith("https://")
+        self.cookie_secure = auth.cookie_is_secure(config.console_cookie_secure, config.console_public_url)
         port = int(config.console_listen.rpartition(":")[2] or 0) if config.console_listen else 0
         self.cookie = auth.cookie_name(port, self.cookie_secure)
         self.sessions = auth.Sessions(self.check_key_blocking)

@@ -47,7 +47,7 @@ from voicecore.carriers.edge import CarrierEdge
 from voicecore.carriers.events import (ENCODING_PCMA, ENCODING_PCMU, CallerAudio, Cleared, Dtmf, MarkEcho,
                                        ProtocolViolation, StreamStarted, StreamStopped)
 from voicecore.carriers.wire import WireTemplates
-from voicecore.config import Config, load_config
+from voicecore.config import METRICS_LOCAL, Config, load_config
 from voicecore.drain import SUPERVISORD_PID_FILE, DrainFileError, DrainRequest, DrainWatch, stop_supervised_node
 from voicecore.logs import run_loop, setup_logging
 from voicecore.priority import raise_priority
@@ -353,8 +353,9 @@ class Gateway:
 class ConnectionRouter(asyncio.Protocol):
     """One TCP connection: reads the first request head and hands the connection to HTTP or WebSocket."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, metrics_only: bool = False) -> None:
         self.gateway = gateway
+        self.metrics_only = metrics_only  # the metrics_listen listener: /metrics and /healthz, nothing else
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.handler: HttpConnection | None = None
@@ -410,6 +411,10 @@ class ConnectionRouter(asyncio.Protocol):
         first_line = head.split(b"\r\n", 1)[0]
         is_upgrade = first_line.startswith(b"get ") and b"upgrade: websocket" in head
         data, self.buffer = bytes(self.buffer), bytearray()
+        if self.metrics_only:
+            self.handler = HttpConnection(self.gateway, self.transport, self.ticket, metrics_only=True)
+            self.handler.data_received(data)
+            return
         if is_upgrade and first_line.split(b" ")[1].split(b"?")[0] == b"/twilio/stream":
             if self.head_timer is not None:
                 self.head_timer.cancel()  # picows' upgrade timeout and the start deadline take over
@@ -496,10 +501,14 @@ class AdmissionTicket:
 class HttpConnection:
     """Plain HTTP: the voice webhook, the stream status callback, health and metrics."""
 
-    def __init__(self, gateway: Gateway, transport: asyncio.Transport, ticket: AdmissionTicket | None = None) -> None:
+    def __init__(self, gateway: Gateway, transport: asyncio.Transport, ticket: AdmissionTicket | None = None,
+                 metrics_only: bool = False) -> None:
         self.gateway = gateway
         self.transport = transport
         self.ticket = ticket  # given back once the first request is answered
+        self.metrics_only = metrics_only
+        sock = transport.get_extra_info("socket")
+        self.over_unix_socket = sock is not None and sock.family == socket.AF_UNIX
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HTTP_HEADER_BYTES)
         self.request: h11.Request | None = None
         self.body = bytearray()
@@ -575,6 +584,10 @@ class HttpConnection:
         if method == b"GET" and path == "/healthz":
             health = gw.health()
             self._respond(200 if health["healthy"] else 503, json.dumps(health).encode(), b"application/json")
+        elif self.metrics_only and path != "/metrics":
+            self._respond(404, b"not found (this listener serves /metrics and /healthz)\n", b"text/plain")
+        elif method == b"GET" and path == "/metrics" and not self._metrics_here(request):
+            pass  # answered: 403 (not this host's request) or 404 (served on metrics_listen)
         elif method == b"GET" and path == "/metrics":
             # JSON by default (the demo and bench read it); exposition text when scraped as such.
             accept = b",".join(value for name, value in request.headers if name == b"accept").decode("latin-1")
@@ -591,6 +604,21 @@ class HttpConnection:
             self._respond(405, b"method not allowed\n", b"text/plain")
         else:
             self._respond(404, b"not found\n", b"text/plain")
+
+    def _metrics_here(self, request: h11.Request) -> bool:
+        """May this request read /metrics here? metrics_listen "local": this host's requests only; an address of
+        its own: only on that listener. Answers the refusal itself."""
+        if self.metrics_only:
+            return True
+        if self.gateway.config.metrics_listen != METRICS_LOCAL:
+            self._respond(404, b"not found (/metrics is served on metrics_listen)\n", b"text/plain")
+            return False
+        address = self.ticket.address if self.ticket is not None else ""
+        if not metrics_text.local_request(address, self.over_unix_socket, (name for name, _ in request.headers)):
+            self._respond(403, b"/metrics is served to this host only (set metrics_listen for a scraper on "
+                               b"another host)\n", b"text/plain")
+            return False
+        return True
 
     def _handle_twilio_post(self, path: str) -> None:
         gw = self.gateway
@@ -1278,6 +1306,7 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
     arena = Arena.create(layout, directory=config.shm_dir)
     gateway: Gateway | None = None
     server = None
+    metrics_server = None
     try:
         tmp = name_file.with_suffix(".tmp")
         tmp.write_text(arena.name)
@@ -1297,6 +1326,11 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
                 lambda: ConnectionRouter(gateway), config.listen_host, config.listen_port, reuse_address=True, backlog=1024
             )
         log.info("gateway listening on %s (arena %s, %d call slots)", config.listen, arena.name, config.max_calls)
+        if config.metrics_listen != METRICS_LOCAL:
+            host, _, port = config.metrics_listen.rpartition(":")
+            metrics_server = await loop.create_server(lambda: ConnectionRouter(gateway, metrics_only=True), host.strip("[]"),
+                                                      int(port), reuse_address=True, backlog=64)
+            log.info("gateway serving /metrics on %s", config.metrics_listen)
         unserved = [c for c in carrier_core.CARRIERS if c not in gateway.carriers_enabled]
         log.info("carriers served: %s%s", ", ".join(("twilio",) + gateway.carriers_enabled),
                  f" (not served, no secret configured: {', '.join(unserved)})" if unserved else "")
@@ -1318,6 +1352,8 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
             conn._end("shutdown")
             conn._close(1001, "server shutting down")
     finally:
+        if metrics_server is not None:
+            metrics_server.close()
         if server is not None:
             server.close()
             if config.listen_unix_path is not None:

@@ -52,6 +52,7 @@ from voicecore.call.record_reader import RecordReader
 from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
+from voicecore.privacy.records import RecordPrivacy
 from voicecore.store.summary import RecordSummarizer, summary_to_json
 from voicecore.realtime import events as rt
 from voicecore.realtime.breaker import CircuitBreaker
@@ -234,7 +235,8 @@ class CallSession:
                 decider.core.next_tag = max(decider.core.next_tag, first_tag)  # never reuse a tag the arena saw
         # The recorder is also kept as such for its record's plumbing only (header, hand-offs to the writer
         # thread): inputs go to self.driver.
-        self.recorder = CallRecorder(decider, keep_caller_audio=config.record_caller_audio) if config.record_dir else None
+        self.recorder = CallRecorder(decider, keep_caller_audio=config.record_caller_audio,
+                                     privacy=worker.record_privacy) if config.record_dir else None
         if self.recorder is not None and self.rebuilt_from:
             self.recorder.header["resumed_from"] = self.rebuilt_from  # the replay rebuilds from it first
         self.driver: Driver = self.recorder if self.recorder is not None else decider
@@ -837,10 +839,10 @@ class CallSession:
             # a reason is "<category>: <the claim and its nearest passage>"; the claim holds numbers, so the
             # message text gets the category only (the whole reason is a field)
             log.info("call %s: response tag %d rejected by the validator (%s); not played", self.call_sid, verdict.tag,
-                     verdict.reason.partition(": ")[0], extra={"reason": verdict.reason})
+                     verdict.reason.partition(": ")[0], extra={"reason": self.worker.record_privacy.log_text(verdict.reason)})
         elif verdict.approved_frames >= C.APPROVE_ALL and verdict.citations not in ("", "[]"):
             log.info("call %s: response tag %d approved with citations", self.call_sid, verdict.tag,
-                     extra={"citations": verdict.citations})
+                     extra={"citations": self.worker.record_privacy.log_text(verdict.citations)})
         if actions:
             self._apply(actions)
 
@@ -1090,6 +1092,8 @@ class ModelWorker:
         self.followers = followers  # the live calls' drivers this process kept rebuilt while it stood by
         self.validator_pid: int | None = None
         self.agent = agent_settings.agent_for_config(agent, config)
+        # What of each call's record (and so of the store, observers, webhooks) is kept: the agent's tier.
+        self.record_privacy = RecordPrivacy.for_agent(self.agent)
         self.tool_slots = asyncio.Semaphore(MAX_TOOLS_RUNNING)
         self.tool_tasks: set[asyncio.Task] = set()
         self.http = http_client.ConnectionPool()  # webhooks: kept connections per origin

@@ -35,7 +35,9 @@ from voicecore.bus.transport import (
     default_runtime_dir,
     ensure_runtime_dir,
 )
+from voicecore.agent.load import AgentError, load_configured_agent
 from voicecore.config import Config, load_config
+from voicecore.privacy.records import RecordPrivacy
 from voicecore.logs import setup_logging
 from voicecore.standby import serve_as_leader
 from voicecore.validate.watch import KnowledgeWatcher
@@ -45,6 +47,15 @@ log = logging.getLogger("voicecore.validator")
 
 PROCESS = "validator"
 STATS_EVERY_NS = 1_000_000_000
+
+
+def log_privacy(config: Config) -> RecordPrivacy:
+    """The agent's storage tier, for what this process logs of an answer (its claims hold what the agent
+    said, which may be a caller's number read back). An agent that cannot be read: redacted."""
+    try:
+        return RecordPrivacy.for_agent(load_configured_agent(config))
+    except AgentError:
+        return RecordPrivacy("redacted")
 
 
 class Validator:
@@ -64,6 +75,7 @@ class Validator:
         margin_frames = math.ceil(config.gate_margin_ms / timing.FRAME_MS)
         self.core = ValidatorCore(knowledge, margin_frames=margin_frames, max_chars_per_s=config.gate_max_chars_per_s,
                                   release=config.gate_release)
+        self.log_privacy = log_privacy(config)
         if knowledge is None and not config.knowledge_dir:
             log.warning("no knowledge_dir configured: every number in a gated answer will be rejected")
         self.stopping = False
@@ -87,7 +99,7 @@ class Validator:
                 if verdict.rejected:
                     # the reason's claim holds the answer's numbers: the message text gets its category only
                     log.info("slot %d tag %d rejected: %s", verdict.slot, verdict.tag, reason_category(verdict.reason),
-                             extra={"reason": verdict.reason})
+                             extra={"reason": self.log_privacy.log_text(verdict.reason)})
             self.handle_ns_max = max(self.handle_ns_max, time.monotonic_ns() - started)
 
     def on_events(self) -> None:

@@ -1,0 +1,141 @@
+"""Storage tiers on call records (voicecore/privacy/records.py through CallRecorder): what a caller said is
+redacted (or emptied) in every entry the record, the observers and the store's summary get, the driver and
+the tool still get it whole, a redacted record replays identically, and no tier keeps the caller's audio
+but ``everything``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from voicecore.agent.flow import AgentFlow
+from voicecore.agent.spec import AgentSpec, FlowSpec, FunctionSpec, Message, NodeSpec, Webhook
+from voicecore.call import controller as C
+from voicecore.call.record import CallRecorder
+from voicecore.call.record_reader import RecordReader
+from voicecore.observe.events import CallEventTap
+from voicecore.privacy.records import RecordPrivacy
+from voicecore.replay import replay
+from voicecore.store.summary import RecordSummarizer
+
+MS = 1_000_000
+IDLE = C.IDLE_PLAYOUT
+PAY_PARAMS = {"type": "object", "properties": {"card": {"type": "string"}, "phone": {"type": "string"}},
+              "required": ["card", "phone"], "additionalProperties": False}
+PAY_ARGS = '{"card": "4111 1111 1111 1111", "phone": "070-123 45 67"}'
+# What must not be stored, in any of the forms it was said or sent in.
+SECRETS = ("4111", "1111 1111", "070-123", "0701234567", "123 45 67", "sju noll", "anna.berg@example.com", "811218")
+
+
+def agent() -> AgentSpec:
+    functions = {"pay": FunctionSpec("pay", "Take a payment.", PAY_PARAMS, tool=Webhook("http://127.0.0.1:9/pay"), writes=False)}
+    nodes = {"main": NodeSpec("main", role_messages=(Message("system", "You take payments."),), functions=("pay",))}
+    return AgentSpec("shop", "You are a shop.", FlowSpec("main", nodes, functions), greeting="Hello.")
+
+
+def ev(**fields) -> str:
+    return json.dumps(fields)
+
+
+def call(privacy: RecordPrivacy | None, observed: list | None = None) -> tuple[CallRecorder, list]:
+    """A call in which the caller says their number and personnummer and the model takes a card payment."""
+    recorder = CallRecorder(C.CallController("CA1", flow=AgentFlow(agent()), config=C.ControllerConfig()),
+                            keep_caller_audio=True, privacy=privacy)
+    if observed is not None:
+        tap, summarizer = CallEventTap(recorder.header), RecordSummarizer(recorder.header)
+        recorder.observer = RecordReader(tap, summarizer).feed
+        observed.extend([tap, summarizer])
+    returned: list = []
+    recorder.start(0)
+    recorder.on_caller_audio(b"\x11" * 160, 500 * MS)
+    recorder.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=1000, item_id="u1"), 1000 * MS, IDLE)
+    recorder.on_model_event(ev(type="input_audio_buffer.speech_stopped", audio_end_ms=3000, item_id="u1"), 3000 * MS, IDLE)
+    for i, delta in enumerate(["my number is 070", "-123 45 67", ", sju noll", " and my personnummer 811218-9876"]):
+        recorder.on_model_event(ev(type="conversation.item.input_audio_transcription.delta", item_id="u1", content_index=0,
+                                   delta=delta), (3100 + 10 * i) * MS, IDLE)
+    recorder.on_model_event(ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0,
+                               transcript="my number is 070-123 45 67, and my personnummer 811218-9876"), 3200 * MS, IDLE)
+    recorder.on_model_event(ev(type="response.created", response={"id": "r1", "metadata": {"vc_req": "2"}}), 3300 * MS, IDLE)
+    recorder.on_model_event(ev(type="response.function_call_arguments.delta", response_id="r1", item_id="fc_1",
+                               call_id="call_1", delta='{"card": "4111 1111'), 3350 * MS, IDLE)
+    returned += recorder.on_model_event(ev(type="response.function_call_arguments.done", response_id="r1", item_id="fc_1",
+                                           call_id="call_1", name="pay", arguments=PAY_ARGS), 3400 * MS, IDLE)
+    recorder.on_model_event(ev(type="response.done", response={"id": "r1", "status": "completed"}), 3420 * MS, IDLE)
+    returned += recorder.on_tool_result("call_1", True, '{"paid": true, "receipt_to": "anna.berg@example.com"}', 3900 * MS)
+    for t in range(3920, 9000, 20):
+        returned += recorder.on_tick(t * MS, IDLE)
+    return recorder, returned
+
+
+def stored_words(recorder: CallRecorder) -> str:
+    """Everything the record keeps but the clock and playout numbers."""
+    entries = [{k: v for k, v in e.items() if k not in ("t", "p")} for e in recorder.entries]
+    return recorder.dumps().split("\n", 1)[0] + json.dumps(entries, ensure_ascii=False)
+
+
+def test_without_a_tier_everything_is_kept() -> None:
+    recorder, _ = call(None)
+    words = stored_words(recorder)
+    assert "070-123 45 67" in words and "4111 1111 1111 1111" in words and "anna.berg@example.com" in words
+    assert any("ulaw" in e for e in recorder.entries)
+
+
+@pytest.mark.parametrize("storage", ["redacted", "metadata_only"])
+def test_nothing_the_caller_said_is_stored_yet_the_tool_gets_it_whole(storage: str) -> None:
+    observed: list = []
+    recorder, returned = call(RecordPrivacy(storage, ("en", "sv")), observed)
+    words = stored_words(recorder)
+    for secret in SECRETS:
+        assert secret not in words, secret
+    assert not any("ulaw" in e for e in recorder.entries)  # no caller audio, though record_caller_audio asked for it
+    assert recorder.header["privacy"]["storage"] == storage
+    (run,) = [a for a in returned if isinstance(a, C.RunTool)]
+    assert json.loads(run.arguments) == json.loads(PAY_ARGS)  # the shell runs the tool with what the caller said
+    tap, summarizer = observed
+    events = json.dumps(tap.take(), ensure_ascii=False)
+    summary = json.dumps(summarizer.summary("test").__repr__())
+    for secret in SECRETS:
+        assert secret not in events and secret not in summary, secret
+    if storage == "redacted":
+        assert "my number is [phone], and my personnummer [personnummer]" in words
+        assert "[card]" in words and "[email]" in words
+        assert "my number is [phone], and my personnummer [personnummer]" in events
+    else:
+        assert "my number is" not in words and "my number is" not in events
+
+
+def test_a_redacted_record_replays_identically() -> None:
+    recorder, _ = call(RecordPrivacy("redacted", ("en", "sv")))
+    header = json.loads(json.dumps(recorder.header))
+    entries = json.loads(json.dumps(recorder.entries))
+    result = replay(header, entries)
+    assert result.identical, result.divergence
+    assert result.statistics["tools_run"] == 1
+    assert RecordPrivacy.from_header(header).replayable
+
+
+def test_metadata_only_records_say_they_cannot_be_replayed() -> None:
+    recorder, _ = call(RecordPrivacy("metadata_only"))
+    assert not RecordPrivacy.from_header(json.loads(json.dumps(recorder.header))).replayable
+
+
+def test_no_audio_keeps_the_words_but_not_the_callers_audio() -> None:
+    recorder, _ = call(RecordPrivacy("no_audio"))
+    assert "070-123 45 67" in stored_words(recorder)
+    assert not any("ulaw" in e for e in recorder.entries)
+
+
+def test_deltas_are_masked_but_a_backchannel_oh_is_kept() -> None:
+    privacy = RecordPrivacy("redacted")
+    assert privacy.delta("my number is 070") == "my number is NNN"
+    assert privacy.delta(" seven one two") == " N N N"
+    assert privacy.delta("oh okay") == "oh okay"
+    assert privacy.delta(privacy.delta("call 070 now, a@b.se")) == privacy.delta("call 070 now, a@b.se")
+
+
+def test_tool_arguments_with_numbers_as_numbers() -> None:
+    privacy = RecordPrivacy("redacted")
+    assert json.loads(privacy.json_text('{"card": 4111111111111111, "qty": 2, "note": "ring 0701234567"}')) == \
+        {"card": "[card]", "qty": 2, "note": "ring [phone]"}
+    assert privacy.json_text("not json 0701234567") == "not json [phone]"
