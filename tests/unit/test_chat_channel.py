@@ -208,3 +208,26 @@ def test_a_conversation_becomes_a_stored_call_of_carrier_chat():
     assert call.name == "book" and call.answer == "no" and call.answered_by == "words" and not call.ran
     assert call.asked_ms is not None and call.answered_ms > call.asked_ms
     assert summary.duration_ms == c.now
+
+
+@pytest.mark.parametrize("storage", ["redacted", "metadata_only"])
+def test_a_stored_conversation_keeps_what_the_agents_storage_tier_allows(storage):
+    """A /chat conversation reaches the store through the same tier as a phone call's record."""
+    from voicecore.chat.summary import chat_summary
+    from voicecore.privacy.records import RecordPrivacy
+
+    c = Chat([SimTurn(when="book", call="book", arguments='{"service": "cleaning", "phone": "+46 70 123 45 67"}',
+                      then="Booked.")])
+    c.start()
+    c.say("Please book a cleaning, my number is +46 70 123 45 67")
+    c.say("No thanks")
+    summary = chat_summary(c.chat, "receptionist", 1_700_000_000.0, 0, c.now * MS,
+                           privacy=RecordPrivacy(storage, ("en",)))
+    kept = json.dumps([[t.text for t in summary.transcripts], [(t.arguments, t.output) for t in summary.tool_calls]])
+    assert "123 45 67" not in kept and "701234567" not in kept
+    caller = [t.text for t in summary.transcripts if t.speaker == "caller"]
+    assert len(caller) == 2  # the turns are kept, with their text as the tier stores it
+    if storage == "metadata_only":
+        assert caller == ["", ""]
+    else:
+        assert caller[0].startswith("Please book a cleaning") and caller[1] == "No thanks"

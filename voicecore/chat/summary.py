@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from voicecore.chat.session import ChatSession
+from voicecore.privacy.records import RecordPrivacy
 from voicecore.store.summary import CallSummary, ToolCall, Transcript, Verdict
 
 MS = 1_000_000
@@ -22,9 +23,12 @@ def _ms(at_ns: int, origin_ns: int) -> int:
 
 
 def chat_summary(session: ChatSession, agent: str, started_at: float, origin_ns: int, now_ns: int,
-                 closed_by_caller: bool = True) -> CallSummary:
-    """``origin_ns``: the conversation clock's reading at ``started_at`` (wall seconds); ``now_ns``: at its end."""
-    transcripts = tuple(Transcript(speaker, text, _ms(at, origin_ns)) for speaker, text, at in session.transcript)
+                 closed_by_caller: bool = True, privacy: RecordPrivacy | None = None) -> CallSummary:
+    """``origin_ns``: the conversation clock's reading at ``started_at`` (wall seconds); ``now_ns``: at its end.
+    ``privacy``: the agent's storage tier (voicecore/privacy/records.py), applied to every text kept, as a phone
+    call's record is (None: kept as said)."""
+    privacy = privacy or RecordPrivacy("everything")
+    transcripts = tuple(Transcript(speaker, privacy.text(text), _ms(at, origin_ns)) for speaker, text, at in session.transcript)
     calls: dict[str, dict] = {}
     verdicts = []
     for event in session.events:
@@ -33,18 +37,19 @@ def chat_summary(session: ChatSession, agent: str, started_at: float, origin_ns:
         if event.kind == "function_call":
             arguments = data.get("arguments")
             calls[call_id] = {"name": data.get("name", ""), "called_ms": _ms(event.at_ns, origin_ns),
-                              "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)}
+                              "arguments": privacy.json_text(arguments if isinstance(arguments, str)
+                                                             else json.dumps(arguments, ensure_ascii=False))}
         elif event.kind == "confirmation" and call_id in calls:
             calls[call_id]["asked_ms"] = _ms(event.at_ns, origin_ns)
         elif event.kind in ("confirmed", "declined") and call_id in calls:
             calls[call_id].update(answered_ms=_ms(event.at_ns, origin_ns), answered_by="timeout" if data.get("timed_out") else "words",
                                   answer="yes" if event.kind == "confirmed" else ("" if data.get("timed_out") else "no"))
         elif event.kind == "tool_result" and call_id in calls:
-            calls[call_id].update(ran=True, ok=bool(data.get("ok")), output=str(data.get("output", "")),
+            calls[call_id].update(ran=True, ok=bool(data.get("ok")), output=privacy.json_text(str(data.get("output", ""))),
                                   result_ms=_ms(event.at_ns, origin_ns))
         elif event.kind == "gate":
-            verdicts.append(Verdict(int(data.get("tag", 0)), not data.get("approved"), str(data.get("reason", "")),
-                                    str(data.get("citations", "")), _ms(event.at_ns, origin_ns)))
+            verdicts.append(Verdict(int(data.get("tag", 0)), not data.get("approved"), privacy.log_text(str(data.get("reason", ""))),
+                                    privacy.log_text(str(data.get("citations", ""))), _ms(event.at_ns, origin_ns)))
     tool_calls = tuple(ToolCall(call_id, c["name"], c["arguments"], c["called_ms"], c.get("ran", False), c.get("ok"),
                                 c.get("output", ""), c.get("result_ms"), asked_ms=c.get("asked_ms"),
                                 answered_ms=c.get("answered_ms"), answer=c.get("answer", ""),

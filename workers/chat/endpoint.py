@@ -36,6 +36,7 @@ from voicecore.agent.load import AgentError, load_configured_agent
 from voicecore.agent.settings import agent_for_config
 from voicecore.chat.session import ChatEvent
 from voicecore.chat.summary import chat_summary
+from voicecore.privacy.records import RecordPrivacy
 from voicecore.store.summary import CallSummary
 from voicecore.config import Config
 from workers.chat.runner import conversation_for, demo_world, knowledge_for, tool_pool_for
@@ -136,7 +137,7 @@ class ChatEndpoint:
             return
         session = conversation.session
         summary = chat_summary(session, self.agent.name, started_at, 0, max(session.now_ns, conversation.now_ms * 1_000_000),
-                               closed_by_caller)
+                               closed_by_caller, RecordPrivacy.for_agent(self.agent))
         try:
             await self.keep(summary)
             self.counters["stored"] += 1
