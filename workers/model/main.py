@@ -46,6 +46,7 @@ from voicecore.call import controller as controller_mod
 from voicecore.call import core
 from voicecore.call.controller import Action
 from voicecore.call.build import driver_for_config, first_session_update
+from voicecore.call.inbound_batching import InboundBatching
 from voicecore.call.driver import Driver
 from voicecore.call.record import CallRecorder
 from voicecore.call.record_reader import RecordReader
@@ -263,6 +264,7 @@ class CallSession:
         self.transport: WSTransport | None = None
         self.close_code: int | None = None
         self.next_inbound_ns = 0
+        self.batching = InboundBatching()
         # The agent's own lines (voicecore/fallback/lines.py): its row of the pacer's table, whatever its language.
         ctrl[C.HOLD_CLIP] = agent_clip_number(fallback.HOLD)
         self.model_lost_reported = False  # the driver was told the model is gone (until a socket opens again)
@@ -570,11 +572,15 @@ class CallSession:
         """Every INBOUND_BATCH_MS (from the worker's loop): the caller audio that arrived, to the model."""
         if self.transport is None or now_ns < self.next_inbound_ns:
             return
-        self.next_inbound_ns = now_ns + INBOUND_BATCH_NS
         arena = self.worker.arena
         n = rings.inbound_pop(arena.ctrl, arena.in_meta, arena.in_payload, self.slot, self.inbound, 64)
+        audio = self.inbound[: n * timing.FRAME_BYTES].tobytes() if n else b""
+        # 100 ms while the caller talks or is long quiet, 40 ms where their turn may be ending
+        # (voicecore/call/inbound_batching.py): the vendor's VAD ends the turn on the audio it was sent.
+        self.next_inbound_ns = self.batching.next_due_ns(now_ns, audio)
+        if self.next_inbound_ns - now_ns < INBOUND_BATCH_NS:
+            self.worker.counters["inbound_short_batches"] += 1
         if n:
-            audio = self.inbound[: n * timing.FRAME_BYTES].tobytes()
             # Where playout stood is read only for a record (its WAV places the agent's audio with it).
             playout = self.playout() if self.recorder is not None else None
             self._apply(self.driver.on_caller_audio(audio, time.monotonic_ns(), playout))
@@ -1114,7 +1120,7 @@ class ModelWorker:
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
-        self.counters = collections.Counter({"bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "model_protocol_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
+        self.counters = collections.Counter({"inbound_short_batches": 0, "bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "model_protocol_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
                                              "call_endings_sent": 0, "call_endings_failed": 0, "call_endings_by_stream_close": 0,
                                              "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0,
                                              "observe_events_sent": 0, "observe_events_dropped": 0,
