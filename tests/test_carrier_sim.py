@@ -23,8 +23,8 @@ from voicecore.sim.carrier_core import (
     Utterance,
     speech_end_ms,
 )
-from voicecore.twilio import marks
-from voicecore.twilio.marks import parse_mark_name
+from voicecore.carriers import marks
+from voicecore.carriers.marks import parse_mark_name
 from voicecore.timing import BARGEIN_CLEAR_WINDOW_MS, FRAME_BYTES
 
 SID = "MZ" + "0" * 32

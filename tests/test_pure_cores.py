@@ -5,9 +5,9 @@ day it is written:
 
 - every ``core.py`` or ``*_core.py`` under voicecore/ and workers/ (a worker's step function, a
   simulator's core);
-- every module of the packages that hold wire formats, call logic and validation: voicecore/twilio/,
-  voicecore/realtime/, voicecore/bus/, voicecore/validate/, voicecore/call/, voicecore/sim/model/,
-  voicecore/observe/;
+- every module of the packages that hold wire formats, call logic and validation: voicecore/carriers/ (every
+  carrier's package and their shared base), voicecore/twilio/, voicecore/realtime/, voicecore/bus/,
+  voicecore/validate/, voicecore/call/, voicecore/sim/model/, voicecore/observe/;
   in these packages a module named ``transport.py`` is the package's I/O shell and is not pure;
 - the shared constants and arithmetic: voicecore/timing.py, voicecore/stats.py, voicecore/shm/control.py;
 - an agent as data and its flow: voicecore/agent/{spec,actions,arguments,flow,settings}.py.
@@ -25,6 +25,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 PURE_PACKAGES = (
+    # the carriers: their events, wire templates, codec and edge, the descriptor and registry, and one package
+    # per carrier (stream protocol, encoder, carrier side, answer document, signatures, REST requests)
+    "voicecore/carriers",
     "voicecore/twilio",
     "voicecore/realtime",
     "voicecore/bus",
@@ -40,25 +43,7 @@ PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/contro
               # a call record summarized for the call store (the database is its shell)
               "voicecore/store/summary.py",
               # signed stream tokens any node verifies, their per-node redeemed cache, the shared store's verdicts
-              "voicecore/stream_tokens.py",
-              # the gateway edge's transcoder (bytes in, bytes out)
-              "voicecore/carriers/codec.py",
-              # the gateway's carrier edge: caller audio into arena frames, raw wire entries into a carrier's messages
-              "voicecore/carriers/edge.py",
-              # the carrier protocols' shared JSON reading: violation, field readers, message loader, closing
-              "voicecore/carriers/jsonwire.py",
-              # Vonage's WebSocket protocol, encoder, carrier side, NCCO and signed webhooks
-              "voicecore/carriers/vonage.py",
-              # Exotel's media-stream protocol, chunk batcher and carrier side (messages in, events out)
-              "voicecore/carriers/exotel.py",
-              # Telnyx's media-stream protocol, reorder window, encoder, carrier side, TeXML and signatures
-              "voicecore/carriers/telnyx.py",
-              # Plivo's audio-stream protocol, checkpoint lead, encoder, carrier side, answer XML and signatures
-              "voicecore/carriers/plivo.py",
-              # hang-up and transfer of the other carriers' calls: the REST requests and answers, the choice per carrier
-              "voicecore/carriers/rest_common.py", "voicecore/carriers/telnyx_rest.py",
-              "voicecore/carriers/plivo_rest.py", "voicecore/carriers/vonage_rest.py",
-              "voicecore/carriers/call_control.py")
+              "voicecore/stream_tokens.py")
 IO_SHELL_NAMES = frozenset({"transport.py"})  # a pure package's one I/O shell, by name
 
 FORBIDDEN = frozenset({

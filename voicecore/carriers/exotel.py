@@ -744,7 +744,7 @@ class ChunkBatcher:
       goes out, then the mark; otherwise the mark waits and goes out right behind the chunk that carries
       the last byte pushed before it. A waiting mark comes back later than its audio finished playing,
       never earlier, so "the audio before this mark has played" stays true of its echo.
-    - ``end=True`` (the gateway passes it for the ``"<tag>:<n>:end"`` marks, voicecore.twilio.marks) and
+    - ``end=True`` (the gateway passes it for the ``"<tag>:<n>:end"`` marks, voicecore.carriers.marks) and
       :meth:`flush` mean no more audio follows for now, so the pending part must go out although it is
       short. Exotel documents no exception for a last chunk ([applet]: smaller chunks "risk audio
       distortion", sizes off the 320-byte grid "create gaps"), so the part is padded with silence of the

@@ -71,7 +71,7 @@ from voicecore.carriers.codec import EdgeTranscoder, Framer
 from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMA, ENCODING_PCMU
 from voicecore.sim.carrier_core import DEFAULT_LEAD_FRAMES, PlayoutCore, Utterance
 from voicecore.timing import FRAME_BYTES, FRAME_MS, SAMPLE_RATE_HZ
-from voicecore.twilio.marks import PLAIN_NAME_BYTES
+from voicecore.carriers.marks import PLAIN_NAME_BYTES
 
 __all__ = [
     "CARRIERS",

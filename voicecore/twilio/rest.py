@@ -10,30 +10,17 @@ request with any HTTP client (and retries a 5xx or a network error, never a 4xx)
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import re
 from urllib.parse import quote, urlencode
 from xml.sax.saxutils import escape
 
+from voicecore.carriers.rest_common import RestRequest, RestResult
+
+__all__ = ["DEFAULT_BASE_URL", "RestRequest", "RestResult", "hangup_request", "parse_response", "transfer_request"]
+
 DEFAULT_BASE_URL = "https://api.twilio.com"
 _SID = re.compile(r"^[A-Z]{2}[0-9a-fA-F]{32}$")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RestRequest:
-    method: str
-    url: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RestResult:
-    ok: bool
-    retryable: bool  # 5xx / 429: try again later; 4xx: our request is wrong (or the call already ended)
-    status: str | None  # the call's status in the answer (e.g. "completed")
-    error: str | None
 
 
 def _calls_url(base_url: str, account_sid: str, call_sid: str) -> str:

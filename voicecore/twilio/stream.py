@@ -43,6 +43,7 @@ from typing import Union
 
 import orjson
 
+from voicecore.carriers.events import ProtocolViolation  # every carrier's: the shell closes with its code
 from voicecore.carriers.wire import WireTemplates
 from voicecore.errors import PeerInputError
 from voicecore.timing import FRAME_BYTES, MAX_MESSAGE_BYTES, SAMPLE_RATE_HZ, START_DEADLINE_MS
@@ -147,15 +148,6 @@ class Stop:
     sequence_number: int
     account_sid: str
     call_sid: str
-
-
-@dataclass(frozen=True, slots=True)
-class ProtocolViolation:
-    """The peer broke the protocol; the shell closes the socket with ``close_code``. ``reason`` is short
-    and fixed text (it may go into the close frame and logs), never an echo of peer data."""
-
-    close_code: int
-    reason: str
 
 
 Event = Union[Connected, Start, Media, Dtmf, Mark, Stop, ProtocolViolation]

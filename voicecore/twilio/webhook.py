@@ -1,15 +1,14 @@
-"""Sans-I/O pieces of Twilio's HTTP side: the voice webhook, the TwiML answer, the stream status callback,
-single-use session tokens and the request-signature check (docs/explanation/protocols.md#a4;
-docs/explanation/architecture.md#section-3). The section numbers in parentheses below (A.1, A.4) are the
-protocols page's.
+"""Sans-I/O pieces of Twilio's HTTP side: the voice webhook, the TwiML answer, the stream status callback
+and the request-signature check (docs/explanation/protocols.md#a4; docs/explanation/architecture.md#section-3).
+The section numbers in parentheses below (A.1, A.4) are the protocols page's.
 
-Owns: parsing and validating the form bodies Twilio POSTs, building the ``<Connect><Stream>`` TwiML (and
-the ``<Reject>`` / ``<Redirect>`` a draining node answers instead), and the token table that ties a stream's ``start`` back to the webhook that announced it (the WebSocket
-upgrade carries no body, so its signature alone could be replayed).
+Owns: reading the fields of the form bodies Twilio POSTs (the strict form reader itself is every carrier's:
+voicecore/carriers/webhook.py), building the ``<Connect><Stream>`` TwiML (and the ``<Reject>`` / ``<Redirect>``
+a draining node answers instead). The session token the TwiML carries is voicecore/carriers/session_tokens.py's
+(or voicecore/stream_tokens.py's, signed).
 
-Must not know: HTTP servers, clocks, randomness. The shell reads the body and headers, passes ``now_ms``
-from a monotonic clock and tokens it made with ``secrets``, and turns :class:`WebhookError` into a 400.
-Unlike the stream protocol this side is one request, one answer, so the peer's bad input is reported by
+Must not know: HTTP servers, clocks, randomness. The shell reads the body and headers and turns
+:class:`WebhookError` into a 400. Unlike the stream protocol this side is one request, one answer, so the peer's bad input is reported by
 raising :class:`WebhookError` (its ``reason`` is fixed text, never an echo of the request); our own misuse
 raises ``ValueError``.
 """
@@ -17,26 +16,18 @@ raises ``ValueError``.
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
-from voicecore.errors import PeerInputError
-from voicecore.timing import MAX_MESSAGE_BYTES, TOKEN_TTL_MS
+from voicecore.carriers.webhook import MAX_FORM_BYTES, MAX_FORM_FIELDS, WebhookError, parse_form
 from voicecore.twilio.signature import signature_is_valid
 
 __all__ = [
     "MAX_FORM_BYTES",
     "MAX_FORM_FIELDS",
-    "REDEEM_EXPIRED",
-    "REDEEM_REUSED",
-    "REDEEM_UNKNOWN",
     "REJECT_REASONS",
-    "RedeemResult",
-    "SessionTokens",
     "StatusCallback",
-    "TokenStatistics",
     "VoiceRequest",
     "WebhookError",
     "check_signature",
@@ -47,18 +38,6 @@ __all__ = [
     "twiml_redirect",
     "twiml_reject",
 ]
-
-MAX_FORM_BYTES = MAX_MESSAGE_BYTES
-MAX_FORM_FIELDS = 200  # a voice webhook has a few dozen fields; more is not Twilio
-
-
-class WebhookError(PeerInputError):
-    """The request is not a well-formed Twilio request (the peer's fault: answer 400)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
 
 # --- TwiML -----------------------------------------------------------------------------------------
 
@@ -141,149 +120,7 @@ def twiml_redirect(url: str) -> str:
     return f'<?xml version="1.0" encoding="UTF-8"?><Response><Redirect method="POST">{text}</Redirect></Response>'
 
 
-# --- session tokens --------------------------------------------------------------------------------
-
-REDEEM_UNKNOWN = "unknown"  # never issued, or already swept or evicted
-REDEEM_EXPIRED = "expired"  # issued, never redeemed, older than the TTL
-REDEEM_REUSED = "reused"  # redeemed once already: a replayed stream
-
-
-@dataclass(frozen=True, slots=True)
-class RedeemResult:
-    """``ok`` with the ``call_sid`` the token was issued for, or not ``ok`` with one ``REDEEM_*`` reason.
-    The shell must also check ``call_sid`` against ``start.callSid``."""
-
-    ok: bool
-    call_sid: str | None = None
-    reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TokenStatistics:
-    live: int
-    issued: int
-    redeemed: int
-    refused: int
-    expired: int  # swept after their TTL
-    evicted: int  # pushed out early because the table was full
-
-
-@dataclass(slots=True)
-class _TokenEntry:
-    call_sid: str
-    expires_at_ms: int
-    redeemed: bool = False
-
-
-class SessionTokens:
-    """Single-use session tokens, each valid ``ttl_ms`` after issue (``timing.TOKEN_TTL_MS``).
-
-    ``now_ms`` must come from a monotonic clock (non-decreasing). The TTL is the same for all, so issue
-    order is expiry order: the table is an ordered dict swept from the front, and when it is full the
-    oldest token is evicted first. A redeemed token stays until its TTL so a replay reads "reused".
-    """
-
-    def __init__(self, ttl_ms: int = TOKEN_TTL_MS, max_entries: int = 10_000) -> None:
-        if ttl_ms <= 0 or max_entries <= 0:
-            raise ValueError("ttl_ms and max_entries must be positive")
-        self.ttl_ms = ttl_ms
-        self.max_entries = max_entries
-        self._entries: OrderedDict[str, _TokenEntry] = OrderedDict()
-        self._last_now_ms: int | None = None
-        self._issued = 0
-        self._redeemed = 0
-        self._refused = 0
-        self._expired = 0
-        self._evicted = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def issue(self, token: str, call_sid: str, now_ms: int) -> None:
-        if not isinstance(token, str) or not token:
-            raise ValueError("token must be a non-empty str")
-        self._advance(now_ms)
-        self.expire(now_ms)
-        if token in self._entries:
-            raise ValueError("token already issued")  # the shell's generator collided or repeated
-        while len(self._entries) >= self.max_entries:
-            self._entries.popitem(last=False)
-            self._evicted += 1
-        self._entries[token] = _TokenEntry(call_sid=call_sid, expires_at_ms=now_ms + self.ttl_ms)
-        self._issued += 1
-
-    def redeem(self, token: str, now_ms: int) -> RedeemResult:
-        self._advance(now_ms)
-        entry = self._entries.get(token)
-        if entry is None:
-            return self._refuse(REDEEM_UNKNOWN)
-        if entry.redeemed:
-            return self._refuse(REDEEM_REUSED)
-        if now_ms >= entry.expires_at_ms:
-            return self._refuse(REDEEM_EXPIRED)
-        entry.redeemed = True
-        self._redeemed += 1
-        return RedeemResult(ok=True, call_sid=entry.call_sid)
-
-    def expire(self, now_ms: int) -> int:
-        """Forget every token whose TTL has passed; returns how many went."""
-        self._advance(now_ms)
-        swept = 0
-        while self._entries:
-            token, entry = next(iter(self._entries.items()))
-            if entry.expires_at_ms > now_ms:
-                break
-            del self._entries[token]
-            swept += 1
-        self._expired += swept
-        return swept
-
-    def statistics(self) -> TokenStatistics:
-        return TokenStatistics(
-            live=len(self._entries),
-            issued=self._issued,
-            redeemed=self._redeemed,
-            refused=self._refused,
-            expired=self._expired,
-            evicted=self._evicted,
-        )
-
-    def _refuse(self, reason: str) -> RedeemResult:
-        self._refused += 1
-        return RedeemResult(ok=False, reason=reason)
-
-    def _advance(self, now_ms: int) -> None:
-        # The front-of-queue sweep is only right if time never goes back; a wall clock would break it.
-        if self._last_now_ms is not None and now_ms < self._last_now_ms:
-            raise ValueError("now_ms went backwards: pass a monotonic clock")
-        self._last_now_ms = now_ms
-
-
-# --- form bodies -----------------------------------------------------------------------------------
-
-
-def parse_form(body: bytes, max_fields: int = MAX_FORM_FIELDS) -> dict[str, str]:
-    """Decode an ``application/x-www-form-urlencoded`` body strictly.
-
-    A repeated key keeps its **last** value (Twilio does not repeat keys; a request that does will not
-    match its signature, which is computed over this dict, so it is refused there). Blank values are
-    kept, since Twilio sends some fields empty.
-    """
-    if len(body) > MAX_FORM_BYTES:
-        raise WebhookError("form body too big")
-    try:
-        text = body.decode("ascii")  # the encoding escapes everything else as %XX
-        pairs = parse_qsl(
-            text,
-            keep_blank_values=True,
-            strict_parsing=True,
-            encoding="utf-8",
-            errors="strict",
-            max_num_fields=max_fields,
-        )
-    except ValueError:  # UnicodeDecodeError included
-        raise WebhookError("malformed form body") from None
-    return dict(pairs)
+# --- form fields -----------------------------------------------------------------------------------
 
 
 def _form_string(form: Mapping[str, str], key: str) -> str:

@@ -66,7 +66,7 @@ from voicecore.carriers.edge import BatchedSink, CarrierEdge, FrameSink
 from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU, StreamStarted
 from voicecore.carriers.wire import MAX_MARK_NAME_BYTES, RAW, WireTemplates
 from voicecore.timing import FRAME_BYTES, FRAME_MS, SAMPLE_RATE_HZ
-from voicecore.twilio.webhook import WebhookError, parse_form
+from voicecore.carriers.webhook import WebhookError, parse_form
 
 __all__ = [
     "ANSWER",
@@ -562,7 +562,7 @@ def backlog_max_frames(carrier: str, max_unplayed_ms: int) -> int:
 
 
 # A checkpoint the gateway adds to a bounded call's stream (EchoBoundedBacklog.own_checkpoint): its name
-# cannot be a pacer mark's (those are digits and colons: voicecore/twilio/marks.py).
+# cannot be a pacer mark's (those are digits and colons: voicecore/carriers/marks.py).
 OWN_CHECKPOINT_PREFIX = "vc-bound-"
 OWN_CHECKPOINT_EVERY_FRAMES = 5  # as the pacer's marks (mark_every_frames' default): 100 ms
 

@@ -86,7 +86,7 @@ are compiled with numba's runtime off (rings.KERNEL_OPTIONS), so an allocation w
 Measured: see PacerCore.
 
 Numba's on-disk cache does not track imports: after editing voicecore/shm/rings.py, voicecore/shm/arena.py's
-template constants or the mark pieces in voicecore/twilio/marks.py during development, delete
+template constants or the mark pieces in voicecore/carriers/marks.py during development, delete
 workers/pacer/__pycache__ too.
 ``NUMBA_DISABLE_JIT=1`` runs this module as plain Python.
 """
@@ -177,7 +177,7 @@ from voicecore.timing import (
     MAX_CATCH_UP_FRAMES,
 )
 from voicecore.fallback import FallbackClips, codec_table, load_clips
-from voicecore.twilio import marks
+from voicecore.carriers import marks
 
 # A call waiting on the model (MODEL_EXPECTING) whose model worker has not stamped it this long hears its
 # hold line from the pacer: the model worker stamps every ~100 ms, a standby takes over in well under this.
@@ -218,7 +218,7 @@ STAT_NAMES = (
     "backlog_held",
 )
 
-# --- the pieces of a mark's name (voicecore/twilio/marks.py); everything around it is the call's templates --
+# --- the pieces of a mark's name (voicecore/carriers/marks.py); everything around it is the call's templates --
 _END = np.frombuffer(marks.END_SUFFIX.encode("ascii"), dtype=np.uint8)
 _COLON = ord(marks.SEPARATOR)
 _B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8)
