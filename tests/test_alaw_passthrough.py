@@ -19,7 +19,7 @@ from voicecore.call import core as callcore
 from voicecore.call.controller import CallController
 from voicecore.call.record import CallRecorder
 from voicecore.call.spine import SpineDriver
-from voicecore.carriers import telnyx
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMA, ENCODING_PCMU, StreamStarted
 from voicecore.fallback import FallbackClips, codec_table, load_clips
 from voicecore.g711 import ALAW_SILENCE, ALAW_TO_ULAW, ULAW_SILENCE, ULAW_TO_ALAW, from_ulaw, silence_byte, to_ulaw

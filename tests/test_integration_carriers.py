@@ -31,7 +31,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from conftest import start_stack
 from voicecore import http_client
-from voicecore.carriers import exotel, plivo, telnyx, vonage
+from voicecore.carriers import exotel, plivo, vonage
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.events import ENCODING_L16
 from voicecore.demo import demo_script

@@ -60,7 +60,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
-from voicecore.carriers import exotel, plivo, plivo_rest, telnyx, vonage
+from voicecore.carriers import exotel, plivo, plivo_rest, vonage
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.edge import BatchedSink, CarrierEdge, FrameSink
 from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU, StreamStarted
