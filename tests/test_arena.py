@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import missing_resource
-from voicecore.carriers import plivo
+from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.wire import MAX_TEMPLATE_BYTES, RAW, WireTemplates
 from voicecore.shm import control as C
 from voicecore.shm.arena import (

@@ -31,7 +31,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from conftest import start_stack
 from voicecore import http_client
-from voicecore.carriers import exotel, plivo, vonage
+from voicecore.carriers import exotel, vonage
+from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.events import ENCODING_L16

@@ -20,7 +20,7 @@ import pytest
 
 from voicecore.agent.load import load_configured_agent
 from voicecore.carriers.exotel import ExotelStreamProtocol
-from voicecore.carriers.plivo import PlivoStreamProtocol
+from voicecore.carriers.plivo.protocol import PlivoStreamProtocol
 from voicecore.carriers.telnyx.protocol import TelnyxStreamProtocol
 from voicecore.carriers.vonage import VonageStreamProtocol
 from voicecore.config import load_config

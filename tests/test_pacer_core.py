@@ -16,7 +16,7 @@ import os
 import numpy as np
 import pytest
 
-from voicecore.carriers import plivo
+from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.wire import RAW, RAW_CLEAR, RAW_MARK, RAW_MEDIA
 from voicecore.fallback import FallbackClips

@@ -60,7 +60,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
-from voicecore.carriers import exotel, plivo, plivo_rest, vonage
+from voicecore.carriers import exotel, vonage
+from voicecore.carriers.plivo import protocol as plivo
+from voicecore.carriers.plivo import rest as plivo_rest
 from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.edge import BatchedSink, CarrierEdge, FrameSink
@@ -115,7 +117,7 @@ CARRIERS = (TELNYX, PLIVO, VONAGE, EXOTEL)
 SESSION_TOKEN = "session_token"  # the parameter / header name, as Twilio's <Parameter> (webhook.py)
 ANSWER = "answer"
 EVENT = "event"
-TRANSFER = "transfer"  # Plivo's fetch of a transfer's aleg_url (voicecore/carriers/plivo_rest.py)
+TRANSFER = "transfer"  # Plivo's fetch of a transfer's aleg_url (voicecore/carriers/plivo/rest.py)
 
 # A webhook's call id, which the session token is tied to: what the arena takes as an id (voicecore/shm/
 # arena.py: ids end up in file names and logs) and a signed token carries (voicecore/stream_tokens.py: 1-64

@@ -64,7 +64,7 @@ much later, with the time model none the wiser. Such a call has a bound (BACKLOG
 gateway at claim time from the call's carrier: workers/gateway/carrier_core.py backlog_max_frames) on the
 frames no echo has confirmed: the pacer counts the media entries it puts on the wire (WIRE_FRAMES) and the
 gateway publishes how many of them the carrier's checkpoint echoes (or a clear it sent) settled
-(CARRIER_PLAYED_POS, from voicecore/carriers/plivo.py CheckpointLead); a tick releases at most the
+(CARRIER_PLAYED_POS, from voicecore/carriers/plivo/protocol.py CheckpointLead); a tick releases at most the
 difference's room under the bound. A tick held there is not an underrun (the carrier has not confirmed
 playing what it holds; BACKLOG_HELD counts it) and keeps the time model a frame from dry, so the call's
 next frames go out as a lead top-up, not a dry carrier's prefill. The estimate of what was played (the
