@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from voicecore.carriers import exotel, vonage
+from voicecore.carriers import exotel
+from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.codec import EdgeTranscoder

@@ -13,7 +13,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from voicecore.carriers import call_control, vonage_rest
+from voicecore.carriers import call_control
+from voicecore.carriers.vonage import rest as vonage_rest
 from voicecore.carriers.plivo import rest as plivo_rest
 from voicecore.carriers.telnyx import rest as telnyx_rest
 from voicecore.carriers.rest_common import check_target

@@ -14,7 +14,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from voicecore.carriers import exotel, vonage
+from voicecore.carriers import exotel
+from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMA, ENCODING_PCMU, StreamStarted

@@ -31,7 +31,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from conftest import start_stack
 from voicecore import http_client
-from voicecore.carriers import exotel, vonage
+from voicecore.carriers import exotel
+from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.codec import EdgeTranscoder

@@ -22,7 +22,7 @@ from voicecore.agent.load import load_configured_agent
 from voicecore.carriers.exotel import ExotelStreamProtocol
 from voicecore.carriers.plivo.protocol import PlivoStreamProtocol
 from voicecore.carriers.telnyx.protocol import TelnyxStreamProtocol
-from voicecore.carriers.vonage import VonageStreamProtocol
+from voicecore.carriers.vonage.protocol import VonageStreamProtocol
 from voicecore.config import load_config
 from voicecore.shm import control as C
 from voicecore.shm.arena import Arena, ArenaLayout

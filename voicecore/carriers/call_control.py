@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from voicecore.carriers import vonage_rest
+from voicecore.carriers.vonage import rest as vonage_rest
 from voicecore.carriers.plivo import rest as plivo_rest
 from voicecore.carriers.telnyx import rest as telnyx_rest
 from voicecore.carriers.rest_common import RestRequest, RestResult, check_target

@@ -60,7 +60,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
-from voicecore.carriers import exotel, vonage
+from voicecore.carriers import exotel
+from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.plivo import rest as plivo_rest
 from voicecore.carriers.telnyx import protocol as telnyx
