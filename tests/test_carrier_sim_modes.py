@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 import pytest
 
-from voicecore.carriers import exotel
+from voicecore.carriers.exotel import protocol as exotel
 from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.telnyx import protocol as telnyx

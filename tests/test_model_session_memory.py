@@ -19,7 +19,7 @@ import weakref
 import pytest
 
 from voicecore.agent.load import load_configured_agent
-from voicecore.carriers.exotel import ExotelStreamProtocol
+from voicecore.carriers.exotel.protocol import ExotelStreamProtocol
 from voicecore.carriers.plivo.protocol import PlivoStreamProtocol
 from voicecore.carriers.telnyx.protocol import TelnyxStreamProtocol
 from voicecore.carriers.vonage.protocol import VonageStreamProtocol

@@ -20,7 +20,7 @@ Per carrier:
   ``vonage_private_key``; ``nonce`` is its ``jti``).
 - Exotel: its Voicebot applet has no REST call to end or redirect a live call (Exotel's v2 Legs API acts on
   legs of its own call flows, which a Voicebot applet call does not hand us). What it documents instead: the
-  applet's next applet runs once the bot closes the WebSocket (voicecore/carriers/exotel.py [applet]). So both
+  applet's next applet runs once the bot closes the WebSocket (voicecore/carriers/exotel/protocol.py [applet]). So both
   actions close the stream, and the flow's next applet decides: a Hangup applet ends the call, a Connect
   applet transfers it (to the number configured there: the agent's target cannot reach Exotel this way).
 """

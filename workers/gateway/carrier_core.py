@@ -60,7 +60,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
-from voicecore.carriers import exotel
+from voicecore.carriers.exotel import protocol as exotel
 from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.plivo import rest as plivo_rest
