@@ -29,7 +29,7 @@ from voicecore.shm import control as C
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.timing import FRAME_BYTES
-from voicecore.twilio.stream import wire_templates as twilio_templates
+from voicecore.carriers.twilio.stream import wire_templates as twilio_templates
 from workers.gateway import carrier_core
 from workers.pacer import core as P
 

@@ -27,7 +27,7 @@ from voicecore.shm.arena import (
     ArenaError,
     ArenaLayout,
 )
-from voicecore.twilio.stream import wire_templates
+from voicecore.carriers.twilio.stream import wire_templates
 
 SMALL = ArenaLayout(max_calls=3, in_slots=8, out_slots=16, wire_slots=8, wire_slot_bytes=384)
 STREAM_SID = "MZ" + "0123456789abcdef" * 2

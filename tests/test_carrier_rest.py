@@ -203,7 +203,7 @@ def test_the_simulator_refuses_wrong_credentials_and_ended_calls(pem):
 
 def test_the_simulator_takes_twilios_calls_requests_as_twilio_does():
     """The demo's agents hang up and transfer Twilio calls through the simulator's Calls resource."""
-    from voicecore.twilio import rest as twilio_rest
+    from voicecore.carriers.twilio import rest as twilio_rest
 
     account, call = "AC" + "a" * 32, "CA" + "b" * 32
     creds = CarrierCredentials(twilio_auth_token="tok")

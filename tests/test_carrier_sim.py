@@ -565,7 +565,7 @@ def test_carrier_core_is_sans_io():
 
 
 def test_receive_fast_takes_the_gateways_own_encoding():
-    from voicecore.twilio.stream import OutboundEncoder
+    from voicecore.carriers.twilio.stream import OutboundEncoder
 
     encoder = OutboundEncoder(SID)
     call = make_call()
@@ -668,7 +668,7 @@ class FakeGateway:
         return f"ws://127.0.0.1:{self.ws_port}/twilio"
 
     async def _handle_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        from voicecore.twilio.signature import signature_is_valid
+        from voicecore.carriers.twilio.signature import signature_is_valid
 
         head = await reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
@@ -698,7 +698,7 @@ class FakeGateway:
         writer.close()
 
     async def _handle_ws(self, websocket) -> None:
-        from voicecore.twilio.signature import signature_is_valid
+        from voicecore.carriers.twilio.signature import signature_is_valid
 
         headers = websocket.request.headers
         self.ws_signature_valid = signature_is_valid(AUTH_TOKEN, self.stream_url, {}, headers.get("X-Twilio-Signature", ""))

@@ -18,7 +18,7 @@ from voicecore.shm import control as C
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.stats import LatencyLog
-from voicecore.twilio.stream import wire_templates
+from voicecore.carriers.twilio.stream import wire_templates
 from workers.gateway.core import MarkDiscarded
 from workers.gateway.main import StreamConnection
 

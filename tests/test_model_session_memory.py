@@ -26,7 +26,7 @@ from voicecore.carriers.vonage.protocol import VonageStreamProtocol
 from voicecore.config import load_config
 from voicecore.shm import control as C
 from voicecore.shm.arena import Arena, ArenaLayout
-from voicecore.twilio.stream import TwilioStreamProtocol, wire_templates
+from voicecore.carriers.twilio.stream import TwilioStreamProtocol, wire_templates
 from workers.model.main import RECORD_WRITER, ModelWorker
 
 LAYOUT = ArenaLayout(max_calls=4, in_slots=8, out_slots=16, wire_slots=8, wire_slot_bytes=384)

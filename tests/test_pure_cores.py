@@ -86,7 +86,7 @@ def test_the_convention_finds_every_core():
     # one module per rule of the convention, and the ones the hand-kept list used to miss (controller,
     # flow, spine, REST builder, validator core), so a convention change cannot drop them unnoticed
     for relative in ("workers/pacer/core.py", "workers/validator/core.py", "voicecore/sim/carrier_core.py",
-                     "voicecore/twilio/stream.py", "voicecore/twilio/rest.py", "voicecore/realtime/events.py",
+                     "voicecore/carriers/twilio/stream.py", "voicecore/carriers/twilio/rest.py", "voicecore/realtime/events.py",
                      "voicecore/bus/messages.py", "voicecore/validate/numbers.py", "voicecore/call/controller.py",
                      "voicecore/call/flow.py", "voicecore/call/spine.py", "voicecore/sim/model/session.py",
                      "voicecore/timing.py"):

@@ -11,9 +11,9 @@ import pytest
 from twilio.request_validator import RequestValidator
 
 from voicecore.timing import TOKEN_TTL_MS
-from voicecore.twilio.signature import compute_signature
+from voicecore.carriers.twilio.signature import compute_signature
 from voicecore.carriers.session_tokens import REDEEM_EXPIRED, REDEEM_REUSED, REDEEM_UNKNOWN, RedeemResult, SessionTokens
-from voicecore.twilio.webhook import (
+from voicecore.carriers.twilio.webhook import (
     MAX_FORM_BYTES,
     StatusCallback,
     VoiceRequest,

@@ -1,4 +1,4 @@
-"""One home per wire format: what we send Twilio is ``voicecore/twilio/stream.py``'s bytes, and a mark's name
+"""One home per wire format: what we send Twilio is ``voicecore/carriers/twilio/stream.py``'s bytes, and a mark's name
 is ``voicecore/carriers/marks.py``'s rule, whoever writes or reads it.
 
 The pacer writes its messages byte by byte into shared memory (no json.dumps on the hot path); these tests
@@ -21,9 +21,9 @@ from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.sim import carrier_core
 from voicecore.timing import FRAME_BYTES
 from voicecore.carriers import marks
-from voicecore.twilio import stream
+from voicecore.carriers.twilio import stream
 from voicecore.carriers.marks import format_mark_name, parse_mark_name
-from voicecore.twilio.stream import OutboundEncoder
+from voicecore.carriers.twilio.stream import OutboundEncoder
 from workers.gateway import core as gateway_core
 from workers.pacer import core as pacer_core
 

@@ -3,7 +3,7 @@
 Owns: which request (or other step) the controller's HangUp / Transfer becomes for a Telnyx, Plivo, Vonage or
 Exotel call, given the ids the call's stream named (``CallRef``, from the gateway's CallStarted) and the
 configured credentials (``CallControlSettings``); and which module reads the answer. Twilio's own path stays
-in voicecore/twilio/rest.py, untouched.
+in voicecore/carriers/twilio/rest.py, untouched.
 
 Must not know: sockets, the clock or randomness (``now_s`` and ``nonce`` come in), the bus. The model worker
 (workers/model/main.py) sends a ``RestRequest`` with voicecore.http_client and retries what ``parse_response``

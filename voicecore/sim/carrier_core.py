@@ -47,7 +47,7 @@ from voicecore.g711 import ulaw_to_linear
 from voicecore.stats import percentile_or_none
 from voicecore.timing import BARGEIN_CLEAR_WINDOW_MS, BYTES_PER_MS, DEFAULT_LEAD_MS, FRAME_BYTES, FRAME_MS
 from voicecore.carriers.marks import PLAIN_NAME_BYTES, parse_mark_name
-from voicecore.twilio.stream import OutboundEncoder
+from voicecore.carriers.twilio.stream import OutboundEncoder
 
 DEFAULT_LEAD_FRAMES = DEFAULT_LEAD_MS // FRAME_MS
 SILENT_FRAME = b"\xff" * FRAME_BYTES  # mu-law code 0xFF is linear 0

@@ -57,8 +57,8 @@ from voicecore.shm.arena import Arena, ArenaError, ArenaLayout
 from voicecore.shm.warmup import warm_up_rings
 from voicecore.standby import Leadership
 from voicecore.stats import LatencyLog
-from voicecore.twilio import stream as tw
-from voicecore.twilio import webhook
+from voicecore.carriers.twilio import stream as tw
+from voicecore.carriers.twilio import webhook
 from voicecore.wsframes import binary_frames, text_frames
 from voicecore.wsunix import UnixTransportView
 from workers.gateway.core import (Admission, Drain, DrainStep, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable,

@@ -70,7 +70,7 @@ from voicecore import http_client, prom_histogram
 from voicecore import replay as replay_mod
 from voicecore.call.record import RecordError
 from voicecore.record import PART_SUFFIX, RecordFile, load_record, record_name
-from voicecore.twilio import rest as twilio_rest
+from voicecore.carriers.twilio import rest as twilio_rest
 from voicecore.carriers import call_control
 from voicecore.validate.watch import KnowledgeWatcher
 

@@ -617,7 +617,7 @@ class ExotelStreamProtocol(ClosesOnViolation):
 
 
 # Each event's parser, a plain function of (protocol, message): a dict of bound methods in every protocol
-# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/twilio/stream.py).
+# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/carriers/twilio/stream.py).
 _PARSERS = {
     "connected": ExotelStreamProtocol._parse_connected,
     "start": ExotelStreamProtocol._parse_start,
