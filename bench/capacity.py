@@ -2,7 +2,7 @@
 
 Pure: SLO checks read a run's report (the dict bench/run.py builds on callreport.summarize, same key
 names); the search decides the next call count from the verdicts so far. No clock, no processes, so it
-is unit-tested on synthetic measurements (tests/test_bench_capacity.py).
+is unit-tested on synthetic measurements (tests/unit/test_bench_capacity.py).
 
 Search: double from `start` until a run breaks an SLO (or `max_calls` is reached), then bisect between
 the last good and the first bad count until they are `resolution` apart: a number of calls, or a share of

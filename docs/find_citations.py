@@ -14,10 +14,10 @@ and says the rule itself where it relied on a seed or an issue. ``--check`` fail
 - a seed or an issue number ("seed 001", "issue 13"): say the rule; a public tracker's number stays, written
   after its project's name ("CPython issue 82300"; the names are PUBLIC_TRACKERS) or as a URL;
 - a docs link whose page or anchor does not exist;
-- a citation the tables of docs/citations.md do not map (they still cover tests/).
+- a citation the tables of docs/citations.md do not map.
 
-The first four are checked in CHECKED_DIRS, which leaves out tests/ for now: its files are moving. Add "tests"
-to CHECKED_DIRS once they have. The listing covers SCANNED_DIRS, tests/ included. The map is the tables of
+The first four are checked in CHECKED_DIRS, the folders the listing covers (SCANNED_DIRS), tests/ included;
+tests/rules/test_docs.py runs the check over them. The map is the tables of
 docs/citations.md (first column the cited name in backticks, second its page link), so the page a reader sees
 and what this script uses are one table.
 """
@@ -37,12 +37,12 @@ DOCS_DIR = Path(__file__).resolve().parent
 REPO_DIR = DOCS_DIR.parent
 CITATIONS_PAGE = DOCS_DIR / "citations.md"
 SCANNED_DIRS = ("voicecore", "workers", "bench", "tests", "deploy", "examples", ".ci", "docs")
-CHECKED_DIRS = ("voicecore", "workers", "bench", "deploy", "examples", ".ci", "docs")  # tests/ after its move
+CHECKED_DIRS = SCANNED_DIRS  # every scanned folder, tests/ included
 SCANNED_SUFFIXES = {".py", ".toml", ".yaml", ".yml", ".conf", ".service", ".env", ".sh", ".md", ".json", ".js",
                     ".html", ".cfg", ".ini", ""}
 SKIPPED_PARTS = {"__pycache__", "results", "clips", "static_vendor", "node_modules"}
 SKIPPED_FILES = {
-    "tests/test_docs.py",  # its citation forms are test data, not citations
+    "tests/rules/test_docs.py",  # its citation forms are test data, not citations
     "docs/find_citations.py",  # its patterns and help are about citations
 }
 
@@ -235,20 +235,18 @@ def problems_in(name: str, text: str, mapping: dict[str, str] | None = None) -> 
 
 
 def problems(dirs: tuple[str, ...] = CHECKED_DIRS) -> list[str]:
-    """``problems_in`` over every scanned file of ``dirs`` (tests/ is not among CHECKED_DIRS yet)."""
+    """``problems_in`` over every scanned file of ``dirs``."""
     mapping = load_map()
     return [p for name, text in _texts(dirs) for p in problems_in(name, text, mapping)]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="tests/ is not checked yet (its files are moving); it is listed.")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON list")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 on a citation of a file outside the repository, a README section, a seed or "
-                             "an issue, or a broken docs link in " + ", ".join(CHECKED_DIRS) + " (not tests/ "
-                             "yet), or on a citation docs/citations.md does not map; print each with its file "
-                             "and line")
+                             "an issue, or a broken docs link in " + ", ".join(CHECKED_DIRS) + ", or on a "
+                             "citation docs/citations.md does not map; print each with its file and line")
     args = parser.parse_args(argv)
     rows = find()
     if args.check:

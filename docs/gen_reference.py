@@ -19,7 +19,7 @@ Sources, one page each:
 - the store schema: ``voicecore.store.schema``'s migrations, applied to an in-memory SQLite database and
   read back, with the comments written above each table;
 - metrics: the rules of ``voicecore.metrics_text`` and the families a real stack exports, captured into
-  docs/reference/metrics-families.json by tests/test_docs_metrics.py (which fails when a running stack
+  docs/reference/metrics-families.json by tests/stack/test_docs_metrics_stack.py (which fails when a running stack
   exports a family that file lacks).
 """
 
@@ -577,7 +577,7 @@ def schema_page() -> str:
 
 
 def metrics_families() -> dict[str, dict[str, str]]:
-    """The families a real stack exported (name -> {"type", "help"}), as tests/test_docs_metrics.py captured them."""
+    """The families a real stack exported (name -> {"type", "help"}), as tests/stack/test_docs_metrics_stack.py captured them."""
     return json.loads(METRICS_FAMILIES.read_text(encoding="utf-8"))
 
 
@@ -601,12 +601,14 @@ def metrics_page() -> str:
     lines = [
         "# Metrics", "",
         GENERATED_NOTE.format(source="`voicecore/metrics_text.py` (the rules) and the families a real stack exported "
-                                     "(`docs/reference/metrics-families.json`, captured by `tests/test_docs_metrics.py`)"),
+                                     "(`docs/reference/metrics-families.json`, captured by `tests/stack/test_docs_metrics_stack.py`)"),
         "`GET /metrics` on the gateway's `listen` address answers JSON (what the demo and the bench read), and the "
         "Prometheus text format (0.0.4) when the request's Accept header prefers `text/plain` or "
         "`application/openmetrics-text` to JSON, as Prometheus' scraper does, or with `?format=prometheus`. Point a "
         "scrape job at the gateway (the default `metrics_path`). The gateway answers for the whole node: the "
-        "workers send it their figures over the control bus.", "",
+        "workers send it their figures over the control bus. Beside the per-process names, the "
+        "[Prometheus-convention families](#conventional) are in seconds and are real histograms, cumulative since "
+        "the process started, so `histogram_quantile()` and `rate()` work across scrapes.", "",
         "## How names and types are made {#rules}", "",
         "From `voicecore/metrics_text.py`:", "",
         rules, "",

@@ -23,6 +23,7 @@ from voicecore.agent.spec import AgentSpec, FlowSpec, FunctionSpec, Message, Nod
 from voicecore.call import controller as C
 from voicecore.call.record import CallRecorder
 from voicecore.g711 import linear_to_ulaw
+from voicecore.sim.model.clips import scripted_text
 
 MS = 1_000_000
 FRAME = 160
@@ -124,8 +125,8 @@ def agent_call(call_sid: str = "CAagent", answer: str = "keypad") -> AgentCall:
             pending.append((now_ms + 270, "model", {"type": "response.done", "response": {"id": rid, "status": "completed"}}))
             return
         instructions = (request.get("response") or {}).get("instructions") or ""
-        text = instructions.removeprefix('Say exactly: "').removesuffix('"') if instructions.startswith("Say exactly") else \
-            "You are booked for a cleaning on Friday. It takes 45 minutes."
+        # a scripted line comes after the session's instructions, as the runtime sends it to the vendor
+        text = scripted_text(instructions) or "You are booked for a cleaning on Friday. It takes 45 minutes."
         said_by_response[rid] = text
         frames = max(20, len(text) * 3)  # about 60 ms of speech per character
         audio = tone(frames, 220.0 + 40 * state["responses"], 0.3)

@@ -1,115 +1,103 @@
-"""Shared fixtures: a real stack (supervisord, gateway, pacer, model worker) on 127.0.0.1.
+"""The test tiers, the hypothesis profiles, and the stack every tier may share.
 
-The model simulator is not part of the stack here: each test starts it on the stack's configured model
-port inside its own event loop, next to the carrier simulator, as `voicecore demo` does. One loop and one
-clock for both simulators keeps their measurements comparable, and a simulator thread would fight the
-carrier for the GIL and distort exactly the timings under test.
+Each test file lives in the folder of its tier and gets the tier's marker from it, so `-m unit` (or
+`-m "not stack and not e2e"`) selects by tier without a marker written in any file:
+
+- ``unit``: the sans-I/O cores and other parts in-process, no process and no socket of their own;
+- ``rules``: the repository's rules (import arrows, no private imports, pure cores, the docs site, deploy/);
+- ``component``: real processes or sockets for one part;
+- ``stack``: whole stacks (``start_stack``) driven from the test;
+- ``e2e``: ``voicecore demo``, ``bench`` and ``up`` run as a user runs them.
+
+Helpers shared by the tiers are modules beside this file (tests/ is on sys.path: pyproject.toml's
+``pythonpath``): stacks.py (``start_stack``), external.py (``missing_resource``), waiting.py, records.py,
+exposition.py, realtime_wire.py, console_alone.py, nats_server.py, and the scenarios/ package.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
-import tempfile
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
+from hypothesis import HealthCheck, settings
+from xdist.scheduler import LoadScopeScheduling
 
-from voicecore.config import load_config
-from voicecore.demo import DEMO_CLIPS, free_port
-from voicecore.sim.model import SimConfig
-from voicecore.sim.model_server import serve_model_sim
-from voicecore.supervise import Stack, resolve_config
+from external import in_ci
+from stacks import start_stack, wait_for_stops
 
-# 1.5x real time: the answer is still being generated when the caller barges in, so the cancel really
-# cancels and the simulator lets late deltas out after it (PROTOCOLS.md D.2 item 5).
-# The caller's transcript 150 ms after each commit, every event at once (the simulator's fixed delay before
-# it drew vendor-like ones): the integration tests' scripts are timed on it, and they are not about how long
-# the vendor takes to transcribe. A test of turn-taking asks for the vendor's timing:
-# dataclasses.replace(TEST_SIM, transcription_delay_ms=None).
-TEST_SIM = SimConfig(clip_sequence=DEMO_CLIPS, late_deltas_after_cancel=2, speed_factor=1.5, transcription_delay_ms=150)
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "rules", "component", "stack", "e2e")
 
-
-@dataclasses.dataclass
-class RunningStack:
-    stack: Stack
-    sim_port: int
-    workdir: Path
-    log_path: Path
-
-    @property
-    def config(self):
-        return self.stack.config
-
-    def log_tail(self, n: int = 6000) -> str:
-        return self.log_path.read_text(errors="replace")[-n:]
-
-    @contextlib.asynccontextmanager
-    async def model_sim(self, config: SimConfig = TEST_SIM):
-        """The realtime-model simulator on the port the stack's model worker dials, for one test."""
-        sim, _ = await serve_model_sim("127.0.0.1", self.sim_port, config)
-        try:
-            yield sim
-        finally:
-            await sim.aclose()
-
-    def stop(self) -> None:
-        self.stack.stop()
+# Hypothesis: one place sets how hard the properties are searched, per situation, instead of a count per
+# test. `dev` (the default) keeps the fast loop fast and lets hypothesis keep its database of failures;
+# `ci` searches harder and derandomizes, so a CI failure reproduces from the same seed. Neither has a
+# deadline or the too_slow health check: the machine may be busy, and a property's verdict must not
+# depend on how fast one example ran. HYPOTHESIS_PROFILE picks one by name; CI=true picks `ci`.
+settings.register_profile("dev", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                          derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if in_ci() else "dev"))
 
 
-def start_stack(max_calls: int = 8, **overrides) -> RunningStack:
-    """A stack on 127.0.0.1. Without an ``agent`` it runs the spine (barge-in on every VAD edge) unless
-    ``call_control`` says otherwise: the stack tests measure the media path; the turn-taking controller has
-    its own tests. With one it runs the agent, under the controller."""
-    overrides.setdefault("call_control", "turns" if overrides.get("agent") else "spine")
-    sim_port = free_port()
-    workdir = Path(tempfile.mkdtemp(prefix="voicecore-test-"))
-    base = resolve_config(load_config({k: v for k, v in os.environ.items() if not k.startswith("VOICECORE_")}))
-    config = dataclasses.replace(
-        base,
-        listen=overrides.pop("listen", f"127.0.0.1:{free_port()}"),
-        console_listen=overrides.pop("console_listen", f"127.0.0.1:{free_port()}"),
-        realtime_url=f"ws://127.0.0.1:{sim_port}/v1/realtime",
-        send_call_id_to_vendor=True,  # our own simulator: it ties its sessions to the calls by it
-        runtime_dir=str(workdir / "run"),
-        record_dir=str(workdir / "records"),
-        max_calls=max_calls,
-        **overrides,
-    )
-    log_path = workdir / "stack.log"
-    stack = Stack(config)
-    stack.start(open(log_path, "wb"))
+def pytest_configure(config: pytest.Config) -> None:
+    strays = sorted(path.name for path in TESTS.glob("test_*.py"))
+    if strays:
+        raise pytest.UsageError(
+            f"test files at tests/ itself: {', '.join(strays)}. Each belongs in the folder of its tier "
+            f"({', '.join('tests/' + tier for tier in TIERS)}; tests/conftest.py says which is which): "
+            "git mv it there, and import shared helpers from the modules beside tests/conftest.py.")
+
+
+def tier_of(path: Path) -> str | None:
     try:
-        stack.wait_ready(180)  # a fresh checkout compiles the numba kernels on first start
-    except Exception:
-        stack.stop()
-        raise RuntimeError("stack did not start:\n" + log_path.read_text(errors="replace")[-4000:]) from None
-    return RunningStack(stack, sim_port, workdir, log_path)
+        folder = path.resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return folder if folder in TIERS else None
+
+
+# pytest-xdist hands out work by scope (RealtimeScheduling below): a module of the fast tiers is one scope, so
+# its module-scoped fixtures (a PostgreSQL server) start once; the real-time tiers (stack, e2e) are all one
+# scope, run one test at a time on one worker, so at most one stack takes calls in real time while the fast
+# tiers run on the other workers. Two stacks at once on 2 cores made real-time figures (a truncate point, a
+# drain's timing) fail under their own load. The shared stacks (tests/stack/conftest.py) live on that worker.
+# (xdist's own --dist=loadgroup would say the same with xdist_group marks, but 3.8 did not group them here.)
+REALTIME_TIERS = ("stack", "e2e")
+
+
+class RealtimeScheduling(LoadScopeScheduling):
+    def _split_scope(self, nodeid: str) -> str:
+        tier = nodeid.split("/", 2)[1] if nodeid.startswith("tests/") else ""
+        return "realtime" if tier in REALTIME_TIERS else nodeid.split("::", 1)[0]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> RealtimeScheduling:
+    return RealtimeScheduling(config, log)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    tier = tier_of(item.path)
+    if tier is None:
+        return
+    item.add_marker(getattr(pytest.mark, tier))
+    if tier in REALTIME_TIERS:
+        item.add_marker(pytest.mark.integration)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The real-time tiers first, so their one long serial group starts at once and the fast tiers' many
+    short tests fill the other workers beside it."""
+    items.sort(key=lambda item: tier_of(item.path) not in REALTIME_TIERS)  # stable: within a tier as collected
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    wait_for_stops()  # no stack outlives the run
 
 
 @pytest.fixture(scope="module")
 def running_stack():
+    """A stack of the default configuration for one module's tests."""
     running = start_stack()
     yield running
     running.stop()
-
-
-def in_ci() -> bool:
-    """CI runs the suite with CI=true (GitHub Actions, GitLab and most others set it); "1" counts too."""
-    return os.environ.get("CI", "").strip().lower() in ("true", "1")
-
-
-def missing_resource(what: str, looked_in: str | Path, how_to_get_it: str = "") -> NoReturn:
-    """Something a test needs from outside the repository is absent (test vectors, /dev/shm, ...).
-
-    Outside CI the test is skipped with the reason. Under CI it fails: CI is set up to have it, and a test
-    that quietly skips there reports a pass it never earned. Call it from the test or from the fixture
-    that loads the thing (a fixture's failure shows as an error at setup: just as red).
-    """
-    message = f"{what} not found: looked in {looked_in}" + (f" ({how_to_get_it})" if how_to_get_it else "")
-    if in_ci():
-        pytest.fail(f"{message}. CI={os.environ.get('CI')!r}: CI must provide it, so this fails instead of skipping.",
-                    pytrace=False)
-    pytest.skip(message)

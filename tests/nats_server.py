@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from conftest import missing_resource
+from external import missing_resource
 
 from voicecore.demo import free_port
 

@@ -1,4 +1,5 @@
-"""Waiting on a condition instead of sleeping a fixed time (STYLE.md: a flaky test is a bug).
+"""Waiting on a condition instead of sleeping a fixed time (a flaky test is a bug:
+docs/explanation/style.md#rules).
 
 A fixed sleep is either too short on a loaded machine (the test flakes) or too long everywhere else (the
 suite crawls). These helpers poll a predicate until it holds and fail with a message naming the

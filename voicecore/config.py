@@ -1,9 +1,8 @@
 """Configuration: defaults, then an optional TOML file, then ``VOICECORE_*`` environment variables.
 
 Owns the list of settings and their parsing. Every setting is one row of ``SETTINGS`` so the settings page
-(docs/reference/settings.md, generated from it), the README table, the parser and the tests cannot drift
-apart. Processes receive the same environment from the supervisor, so every process sees the same
-configuration.
+(docs/reference/settings.md, generated from it), the parser and the tests cannot drift apart. Processes
+receive the same environment from the supervisor, so every process sees the same configuration.
 """
 
 from __future__ import annotations
@@ -522,13 +521,3 @@ def load_config(environ: Mapping[str, str], toml_path: str | Path | None = None)
             values[setting.name] = _coerce(setting, environ[env_name], env_name)
     _validate(values)
     return Config(**values)  # type: ignore[arg-type]
-
-
-def settings_table_markdown() -> str:
-    """The README's configuration table, generated from SETTINGS."""
-    rows = ["| environment variable | TOML key | default | meaning |", "| --- | --- | --- | --- |"]
-    for s in SETTINGS:
-        default = f"`{_text(s.default)}`" if s.default != "" else "(empty)"
-        meaning = s.help.replace("|", "\\|")  # a literal | would end the table cell
-        rows.append(f"| `{ENV_PREFIX}{s.name.upper()}` | `{s.name}` | {default} | {meaning} |")
-    return "\n".join(rows)

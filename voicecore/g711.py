@@ -10,7 +10,7 @@ The arithmetic is `audioop` (C, ~0.2 us per 20 ms frame to decode): the stdlib m
 `audioop-lts` backport (same import name) on 3.13+ (docs/explanation/protocols.md#d3). Decoding matches the
 ITU-T G.191 reference bit for bit. Encoding is CPython's: for a negative input it quantizes a 14-bit magnitude
 one step larger than the G.191 reference encoder does (G.191 one's-complements negative inputs), so 508 of the
-65,536 inputs get the neighbouring code; tests/test_g711.py pins that relation exactly.
+65,536 inputs get the neighbouring code; tests/unit/test_g711.py pins that relation exactly.
 """
 
 import io

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,6 +40,7 @@ from voicecore.call import flow as flows
 from voicecore.call.controller import Action, CallController, CancelTag, ControllerConfig, WriteFrames, action_to_dict
 from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.call.record import INPUT_KINDS, RecordError, playout_from
+from voicecore.call.record_reader import ANY, ActionHandler, InputHandler, RecordConsumer, RecordReader, read_entries
 from voicecore.call.spine import SpineDriver
 from voicecore.g711 import PCMA, PCMU, silence_byte, to_ulaw, write_stereo_wav
 from voicecore.record import load_record
@@ -171,54 +173,100 @@ def recorded_action(action: dict[str, Any], call_sid: str) -> dict[str, Any]:
     return {**action, "key": agent_actions.idempotency_key(call_sid, name, arguments)}
 
 
-def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_divergence: bool = True,
-           complete: bool = True, driver: Driver | None = None) -> ReplayResult:
-    """Feed every recorded input through a fresh driver (or ``driver``: one rebuilt for a record that
-    continues another, driver_for_record); compare outputs input by input.
-    ``complete`` False (the record was cut short): the last input's recorded actions may be a prefix."""
-    driver = driver if driver is not None else driver_from_header(header)
-    call_sid = str(header.get("call_sid", ""))
-    divergence: Divergence | None = None
-    timed: list[tuple[int, Action]] = []
-    snapshots: list[tuple[int, list[int]]] = []
-    caller: list[tuple[int, bytes]] = []
-    inputs = outputs = 0
-    i = 0
-    n = len(entries)
-    while i < n:
-        entry = entries[i]
-        i += 1
-        if entry["k"] not in INPUT_KINDS:
-            continue
-        expected = []
-        while i < n and entries[i]["k"] in ("out", "note"):
-            if entries[i]["k"] == "out":
-                expected.append(recorded_action(entries[i]["a"], call_sid))
-            i += 1
-        inputs += 1
+@dataclasses.dataclass(slots=True)
+class _Step:
+    """One recorded input, fed to the driver, and the actions the record says it returned."""
+
+    entry: dict[str, Any]
+    got: list[dict]
+    expected: list[dict]
+
+
+class Replayer(RecordConsumer):
+    """The replay as a consumer of the one walk over a record (voicecore/call/record_reader.py): every recorded
+    input is fed to ``driver`` as it is read, and its actions are compared with the ``out`` entries that follow
+    it once the next input (or the record's end, ``result``) closes them. Reads no model event itself: the
+    driver parses the recorded text as it did live."""
+
+    __slots__ = ("driver", "call_sid", "stop_at_divergence", "divergence", "timed", "snapshots", "caller", "inputs",
+                 "outputs", "step")
+
+    def __init__(self, driver: Driver, call_sid: str, stop_at_divergence: bool = True) -> None:
+        super().__init__()
+        self.driver = driver
+        self.call_sid = call_sid
+        self.stop_at_divergence = stop_at_divergence
+        self.divergence: Divergence | None = None
+        self.timed: list[tuple[int, Action]] = []
+        self.snapshots: list[tuple[int, list[int]]] = []
+        self.caller: list[tuple[int, bytes]] = []
+        self.inputs = self.outputs = 0
+        self.step: _Step | None = None  # the input whose recorded actions are being read
+
+    def input_handlers(self) -> Mapping[str, InputHandler]:
+        return {ANY: self._input}
+
+    def action_handlers(self) -> Mapping[str, ActionHandler]:
+        return {ANY: self._recorded_action}
+
+    @property
+    def stopped(self) -> bool:
+        return self.divergence is not None and self.stop_at_divergence
+
+    def _input(self, entry: dict[str, Any], at_ms: int) -> None:
+        self._close(last=False)
+        if entry["k"] not in INPUT_KINDS or self.stopped:
+            return  # not an input (its actions, if any follow, belong to none), or the replay stopped
+        self.inputs += 1
         if "p" in entry:
-            snapshots.append((entry["t"], entry["p"]))
+            self.snapshots.append((entry["t"], entry["p"]))
         audio = b""
         if entry["k"] == "audio":
             audio = caller_frames(entry)
             if "ulaw" in entry:
-                caller.append((entry["t"], audio))
-        actions = _feed(driver, entry, audio)
-        outputs += len(actions)
-        timed.extend((entry["t"], a) for a in actions)
-        if divergence is None:
-            got = [action_to_dict(a) for a in actions]
-            cut_short = not complete and i >= n and got[:len(expected)] == expected
-            if got != expected and not cut_short:
-                k = next((j for j in range(min(len(got), len(expected))) if got[j] != expected[j]), min(len(got), len(expected)))
-                divergence = Divergence(entry["t"], entry["k"], k, expected[k] if k < len(expected) else None,
-                                        got[k] if k < len(got) else None)
-                if stop_at_divergence:
-                    break
-    call_ns = (entries[-1]["t"] - entries[0]["t"]) if entries else 0
-    return ReplayResult(divergence is None, divergence, inputs, outputs, call_ns, timed, snapshots, caller,
-                        driver.statistics(), entries[-1]["t"] if entries else 0,
-                        _audio_format(header))
+                self.caller.append((entry["t"], audio))
+        actions = _feed(self.driver, entry, audio)
+        self.outputs += len(actions)
+        self.timed.extend((entry["t"], a) for a in actions)
+        self.step = _Step(entry, [action_to_dict(a) for a in actions] if self.divergence is None else [], [])
+
+    def _recorded_action(self, action: dict[str, Any], at_ms: int) -> None:
+        if self.step is not None:
+            self.step.expected.append(recorded_action(action, self.call_sid))
+
+    def _close(self, last: bool, complete: bool = True) -> None:
+        """Compare the open step's actions; ``last``: no input came after it (with ``complete`` False, its
+        recorded actions may have been cut off with the record: a prefix of the replayed ones is no divergence)."""
+        step, self.step = self.step, None
+        if step is None or self.divergence is not None:
+            return
+        got, expected = step.got, step.expected
+        cut_short = last and not complete and got[:len(expected)] == expected
+        if got != expected and not cut_short:
+            k = next((j for j in range(min(len(got), len(expected))) if got[j] != expected[j]), min(len(got), len(expected)))
+            self.divergence = Divergence(step.entry["t"], step.entry["k"], k, expected[k] if k < len(expected) else None,
+                                         got[k] if k < len(got) else None)
+
+    def result(self, header: dict[str, Any], complete: bool = True) -> ReplayResult:
+        """The replay once the whole record was read (``complete`` False: it was cut short)."""
+        self._close(last=True, complete=complete)
+        reader = self.reader
+        t0 = reader.t0 if reader is not None else None
+        end_ns = reader.last_t if reader is not None and t0 is not None else 0
+        return ReplayResult(self.divergence is None, self.divergence, self.inputs, self.outputs,
+                            end_ns - t0 if t0 is not None else 0, self.timed, self.snapshots, self.caller,
+                            self.driver.statistics(), end_ns, _audio_format(header))
+
+
+def replay(header: dict[str, Any], entries: list[dict[str, Any]], stop_at_divergence: bool = True,
+           complete: bool = True, driver: Driver | None = None) -> ReplayResult:
+    """Feed every recorded input through a fresh driver (or ``driver``: one rebuilt for a record that
+    continues another, driver_for_record); compare outputs input by input (``Replayer``).
+    ``complete`` False (the record was cut short): the last input's recorded actions may be a prefix."""
+    replayer = Replayer(driver if driver is not None else driver_from_header(header), str(header.get("call_sid", "")),
+                        stop_at_divergence)
+    read_entries(RecordReader(replayer), entries)
+    return replayer.result(header, complete)
 
 
 def _audio_format(header: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@ docs/how-to/replay-a-call.md#replay: replay builds the driver the header names a
 inputs through it on a virtual clock: no process, socket or sleep (2,000x to 4,000x real time).
 Two records, made in the set-up (untimed) by the test suite's sans-I/O harnesses, so no stack is needed:
 - spine: the demo's 16 s call (greeting, a question, a barge-in) against the model simulator's core,
-  tests/test_replay_spine.py `spine_call`;
+  tests/unit/test_replay_spine.py `spine_call`;
 - turns: the scenario suite's `bargein_mid` call through the turn-taking controller (a tick every
   20 ms), tests/scenarios.
 The benchmark is what `voicecore replay CALL.jsonl` does once Python is up: record.load(path), then

@@ -1,5 +1,5 @@
-"""The scenario suite (issue 4): scripted calls, each with the checks of what the caller heard and what
-the model received. Invariants and replay are checked for every scenario by tests/test_scenarios.py.
+"""The turn-taking scenario suite: scripted calls, each with the checks of what the caller heard and what
+the model received. Invariants and replay are checked for every scenario by tests/unit/test_scenarios.py.
 
 Timeline of the scripted call (harness defaults): greeting asked at 0, heard 0.52-2.02 s; question heard
 2.54-4.04 s; each answer is heard from about 0.5 s after the caller's turn ends (VAD stop = speech end +
@@ -344,7 +344,7 @@ def _held_at_creation(words: bool) -> Callable[[Outcome], None]:
     return check
 
 
-# --- the validation gate (issue 5) in the controller: per-node release policies, retrieve-first ---------
+# --- the validation gate in the controller: per-node release policies, retrieve-first ------------------
 GATED = C.ControllerConfig(gate_policy="numbers", retrieve_first=True)
 ASK_PRICE = Speech(1500, "How much does Basic cost", after="question", offset_ms=2500)
 HALLUCINATED = "Basic costs 777 kr per month."
@@ -411,7 +411,8 @@ def _no_support(o: Outcome) -> None:
 
 
 # A fast transcript of the first fragment: its turn is asked for just before the caller goes on, so the
-# tool call arrives mid-sentence (seed 001's timeline).
+# tool call arrives mid-sentence: the call in which an agent spoke over a caller who had not finished, right
+# after a tool result (the agent must wait for the caller's quiet: docs/explanation/agents.md#tools).
 SEED001_CALLER = [
     Speech(800, "Yeah. I'm", after="question", offset_ms=1600, words_delay_ms=50),
     Speech(1500, "currently having a problem", after="question", offset_ms=3100),

@@ -89,7 +89,7 @@ class Plan:
 
     audio_ms: int = 1500
     tool: str | None = None  # function calls (comma-separated, no audio) instead of speech
-    tool_after_ms: int = 653  # seed 001: lookup_caller returned in 653 ms
+    tool_after_ms: int = 653  # lookup_caller's 653 ms in the call where the agent spoke over the caller
     stall_after_ms: int | None = None  # audio stops after this much (never finishes)
     never: bool = False  # no answer at all
     text: str | None = None  # its transcript: words sent just before the audio they cover, then done
@@ -101,7 +101,7 @@ class ModelScript:
     default: Plan = Plan()  # for prompts not in plans
     latency_ms: int = 300  # response.create -> response.created
     first_audio_ms: int = 200  # response.created -> first delta
-    delta_bytes: int = 1000  # not a multiple of 160 (PROTOCOLS.md D.2)
+    delta_bytes: int = 1000  # not a multiple of 160 (docs/explanation/protocols.md#d2)
     speed: float = 2.0  # audio generated this much faster than real time
     late_deltas_after_cancel: int = 2
     vad_stop_delay_ms: int = 500  # server VAD silence_duration_ms

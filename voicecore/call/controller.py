@@ -988,8 +988,11 @@ class CallController:
         if not u.stopped_ns:
             return False
         now = self.now_ns
-        if u.words.strip() and (now - max(u.last_words_ns, u.stopped_ns)) // MS >= self.config.words_settle_ms:
-            return True  # words came, then no more: the transcript's end may never be announced
+        if u.words.strip():
+            # Words came: the turn is whole once no more come for a while (the transcript's end may never be
+            # announced). Not on the transcript wait: a long turn's words still arriving past it would be
+            # answered from half a sentence (and looked up by it).
+            return (now - max(u.last_words_ns, u.stopped_ns)) // MS >= self.config.words_settle_ms
         return (now - u.stopped_ns) // MS >= self.config.transcript_wait_ms
 
     def _take_turn(self, out: list[Action]) -> None:

@@ -2,7 +2,7 @@
 
 Owns the interface only. Two implementations: the turn-taking ``CallController`` (controller.py,
 ``call_control = "turns"``) and the ``SpineDriver`` (spine.py, ``call_control = "spine"``); one
-conformance suite (tests/test_driver_conformance.py) runs against both. ``CallRecorder`` (record.py)
+conformance suite (tests/unit/test_driver_conformance.py) runs against both. ``CallRecorder`` (record.py)
 wraps either and records every input listed here; ``voicecore replay`` rebuilds either from the header
 ``record_header`` returns (INV-REPLAY).
 

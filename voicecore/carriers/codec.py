@@ -13,7 +13,7 @@ What each encoding costs (per 20 ms frame, each direction):
 - ``pcma`` at 8 kHz: one ``bytes.translate`` through a 256-entry table built at import from
   ``audioop.alaw2lin`` + ``lin2ulaw`` (and the reverse), so it is exactly the audioop composition at a
   fraction of its cost. A-law -> mu-law -> A-law is not transparent (G.711 defines no lossless mapping):
-  the error is at most 1/32 of the sample's magnitude (8 near zero); tests/test_carrier_codec.py pins it.
+  the error is at most 1/32 of the sample's magnitude (8 near zero); tests/unit/test_carrier_codec.py pins it.
 - ``l16`` (16-bit signed linear PCM, little-endian on every carrier) at 8 kHz: ``audioop`` lin2ulaw /
   ulaw2lin only.
 - ``l16`` at 16 or 24 kHz: also a resample to or from 8 kHz, with libsoxr (python-soxr), below.
@@ -39,7 +39,7 @@ side (taps beyond are under 1e-6 of the largest), so every released sample equal
 ``soxr.resample`` of the same signal to within float rounding (libsoxr works in single precision: < 0.03
 of an int16 step before rounding for noise at -12 dBFS, < 0.003 at -30 dBFS, as with the one-shot run on
 each 20 ms window that this replaced, whose int16 output it matches but for one step in under 0.5% of
-samples; tests/test_carrier_codec.py holds both directions to the whole-buffer result): no clicks or
+samples; tests/unit/test_carrier_codec.py holds both directions to the whole-buffer result): no clicks or
 seams at frame edges. The history starts as silence, as the whole-buffer resample assumes.
 
 Latency: the output is the input delayed by exactly ``RESAMPLER_DELAY_MS`` (10 ms), that is, it starts
@@ -50,7 +50,7 @@ frame back until the next frame arrived: 20 ms for a 20 ms consumer.) So the res
 inbound and 10 ms outbound, a constant with no bursts, and 12-20 us of CPU per 20 ms frame and
 direction on the 2-core dev machine (12 us median in bench/micro/bench_codec.py; ~20 us when 20 streams
 take turns as in the gateway, where the one-shot per frame cost 45-55 us; G.711 and L16 at 8 kHz cost
-under 1 us). tests/test_carrier_codec.py measures the delay by cross-correlation.
+under 1 us). tests/unit/test_carrier_codec.py measures the delay by cross-correlation.
 """
 
 from __future__ import annotations

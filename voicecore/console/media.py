@@ -1,40 +1,81 @@
-"""A stored call's audio for the console: the stereo WAV (caller left, agent right) and its waveform
-peaks, made from the call's record by replaying it (voicecore/replay.py places what the caller heard in
-time). Pure but for reading the record file; CPU-bound (a replay): the console runs it off its loop.
+"""A stored call's audio for the console: the stereo WAV (caller left, agent right), the same as Opus in
+Ogg for long calls, and its waveform peaks, made from the call's record by replaying it (voicecore/replay.py,
+a consumer of the one walk over a record's entries, places what the caller heard in time). Pure but for
+reading the record file; CPU-bound (a replay, an Opus encoding): the console runs it off its loop.
+
+The Opus rendition exists because the WAV is 16-bit PCM, 1.9 MB per minute of call: a long call's page
+would download tens of megabytes. It is encoded by libsndfile (the ``soundfile`` package), at the tracks' own
+8 kHz, which Opus takes as it is (its rates: 8, 12, 16, 24 and 48 kHz).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 from pathlib import Path
 
 import numpy as np
+import soundfile
 
 from voicecore import timing
+from voicecore.call.record_reader import received_at_ns
 from voicecore.console import ranges
 from voicecore.g711 import stereo_wav_bytes, ulaw_to_linear
 from voicecore.record import load_record
 from voicecore.replay import agent_track, caller_track, replay
 
 MAX_POINTS = 4000
+WAV_TYPE = "audio/wav"
+OPUS_TYPE = "audio/ogg; codecs=opus"
+SAMPLE_RATE_HZ = 8000
 
 
 def call_audio(record_path: str | Path) -> tuple[bytes, bytes]:
     """(caller track, agent track) as 8 kHz mu-law, both from the call's start. The caller's frames are placed
-    when they were received: an audio entry recorded at ``t`` holds the frames that arrived in the batch's
-    length before ``t`` (the model worker appends them in batches), so its first frame began that long before
-    ``t``. This is the clock the call store's speech times use (voicecore/store/summary.py)."""
+    when they were received (voicecore/call/record_reader.py ``received_at_ns``: the clock the call store's
+    speech times use too); the agent's as the replay of the record places what the caller heard."""
     header, entries, complete = load_record(record_path)
     if not entries:
         return b"", b""
     result = replay(header, entries, stop_at_divergence=False, complete=complete)
     origin = entries[0]["t"]
-    received = [(t - len(audio) // timing.FRAME_BYTES * timing.FRAME_NS, audio) for t, audio in result.caller_audio]
+    received = [(received_at_ns(t, len(audio) // timing.FRAME_BYTES), audio) for t, audio in result.caller_audio]
     return caller_track(dataclasses.replace(result, caller_audio=received), origin), agent_track(result, origin)
 
 
 def wav(caller: bytes, agent: bytes) -> bytes:
     return stereo_wav_bytes(caller, agent)
+
+
+def stereo_samples(caller: bytes, agent: bytes) -> np.ndarray:
+    """Both tracks as 16-bit samples, one column each (caller left, agent right), the shorter one padded with
+    silence: the WAV's frames."""
+    left, right = ulaw_to_linear(caller), ulaw_to_linear(agent)
+    frames = np.zeros((max(left.size, right.size), 2), dtype=np.int16)
+    frames[: left.size, 0] = left
+    frames[: right.size, 1] = right
+    return frames
+
+
+def opus(caller: bytes, agent: bytes) -> bytes:
+    """Both tracks as stereo Opus in an Ogg file (RFC 7845), at 8 kHz. Not the same bytes from one encoding to
+    the next (the Ogg stream's serial number is random), so its entity tag is that of the bytes served."""
+    out = io.BytesIO()
+    soundfile.write(out, stereo_samples(caller, agent), SAMPLE_RATE_HZ, format="OGG", subtype="OPUS")
+    return out.getvalue()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rendition:
+    """One encoding of a recording as it is served: its bytes, their media type and entity tag."""
+    body: bytes
+    content_type: str
+    etag: str
+
+
+def opus_rendition(caller: bytes, agent: bytes) -> Rendition:
+    body = opus(caller, agent)
+    return Rendition(body, OPUS_TYPE, ranges.entity_tag(body))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -48,6 +89,10 @@ class Recording:
     @property
     def size_bytes(self) -> int:
         return len(self.caller) + len(self.agent) + len(self.wav)
+
+    @property
+    def wav_rendition(self) -> Rendition:
+        return Rendition(self.wav, WAV_TYPE, self.etag)
 
 
 def recording(record_path: str | Path) -> Recording:

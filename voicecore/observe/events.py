@@ -1,11 +1,13 @@
 """A call's observable events, derived from its record entries (pure: no I/O, no clock).
 
 Owns the observer event vocabulary (what ``/observe`` streams and the store's ``events`` table keeps) and
-the walk that turns record entries (voicecore/call/record.py's format, as ``CallRecorder`` makes them)
-into events. The model worker feeds every entry of a live call as it is recorded and ships the events
-over the bus; the recorder numbers them (``seq``), stores them and publishes them to the console. The
-walk must stay cheap on the model worker: audio and tick entries are skipped without a look, and a model
-audio delta is parsed only while a response's first audio is still unseen.
+what turns record entries (voicecore/call/record.py's format, as ``CallRecorder`` makes them) into events:
+``CallEventTap``, a consumer of the one walk over a record's entries (voicecore/call/record_reader.py), which
+keeps the call's clock, parses each model event once and passes over the audio deltas no reader awaits. The
+model worker feeds every entry of a live call as it is recorded (one reader for this and the store's
+summary) and ships the events over the bus; the recorder numbers them (``seq``), stores them and publishes
+them to the console. The tap reads what it must on the model worker's hot path and no more: no audio or
+tick entry, and an audio delta only while a response's first audio is still unseen.
 
 Events (``type`` and the fields of ``data``; ``t_ms`` is from the call's first entry):
 
@@ -38,12 +40,13 @@ they are personal data like the record, shown only to observers with an API key.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
 
-from voicecore.call.record import ENDING_ACTIONS, ending_outcome
+from voicecore.call.record_reader import (ActionHandler, EventHandler, InputHandler, RecordConsumer, RecordReader,
+                                          read_entries)
 from voicecore.realtime import events as rt
 
 NS_PER_MS = 1_000_000
@@ -56,90 +59,87 @@ EVENT_TYPES = (
     "model.error", "model.lost", "fallback.line", "call.ended",
 )
 
-_SKIPPED_KINDS = frozenset({"audio", "tick", "snippets", "note", "reopen"})
-_WATCHED_ACTIONS = frozenset({"OpenTag", "CancelTag", "PlayFallback"}) | ENDING_ACTIONS
-_AUDIO_DELTA_MARK = rt.AUDIO_DELTA_MARK
-_AGENT_DELTAS = rt.TRANSCRIPT_DELTA_TYPES
-_AGENT_DONE = rt.TRANSCRIPT_DONE_TYPES
-_AUDIO_DELTAS = rt.AUDIO_DELTA_TYPES
-
 
 def _cut(value: object) -> str:
     text = value if isinstance(value, str) else str(value)
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
 
 
-class CallEventTap:
-    """Feed a call's record entries in order (``feed``); take the events they produced (``take``).
+class CallEventTap(RecordConsumer):
+    """Feed a call's record entries in order (``feed``, or a RecordReader it shares); take the events they
+    produced (``take``).
 
     ``header``: the record header (``control``, ``flow``, ``flow_args``) for ``call.started``.
     """
 
-    __slots__ = ("header", "resumed", "t0", "pending", "created", "last_input", "tags", "awaiting_audio", "outcome", "ended")
+    __slots__ = ("header", "resumed", "pending", "awaiting_audio", "ended")
 
     def __init__(self, header: dict[str, Any] | None = None, resumed: bool = False) -> None:
+        super().__init__()
         self.header = header or {}
         self.resumed = resumed
-        self.t0: int | None = None
         self.pending: list[tuple[int, str, dict[str, Any]]] = []  # (t_ms, type, data), not taken yet
-        self.created = ""  # the response the current model event created (its OpenTag follows as an out)
-        self.last_input = ""  # the kind of the input whose actions follow: what a cancel among them means
-        self.tags: dict[int, str] = {}  # playout tag -> response id
         self.awaiting_audio: set[str] = set()  # responses created whose first audio delta is not seen yet
-        self.outcome = ""
         self.ended = False
+
+    @property
+    def t0(self) -> int | None:
+        """The monotonic ns the events' ``t_ms`` count from (the call's first entry); None before any."""
+        return self.reader.t0 if self.reader is not None else None
 
     def take(self) -> list[tuple[int, str, dict[str, Any]]]:
         events, self.pending = self.pending, []
         return events
 
-    def feed(self, entry: dict[str, Any]) -> None:
-        kind = entry.get("k")
-        if kind in _SKIPPED_KINDS or self.ended:
-            if kind != "note":
-                self.last_input, self.created = kind, ""
-            return
-        t = int(entry.get("t", 0))
-        if self.t0 is None:
-            self.t0 = t
-        at_ms = (t - self.t0) // NS_PER_MS
-        if kind == "out":
-            action = entry.get("a") or {}
-            if action.get("type") in _WATCHED_ACTIONS:
-                self._action(action, at_ms)
-            return
-        self.created = ""
-        self.last_input = kind
-        if kind == "model":
-            self._model_text(entry.get("text"), at_ms)
-        elif kind == "start":
-            self._emit(at_ms, "call.started", self._describe_call())
-        elif kind == "dtmf":
-            self._emit(at_ms, "dtmf", {"digit": _cut(entry.get("digit", ""))})
-        elif kind == "tool":
-            self._emit(at_ms, "tool.result", {"call_id": _cut(entry.get("call_id", "")), "ok": bool(entry.get("ok")),
-                                              "output": _cut(entry.get("output", ""))})
-        elif kind == "verdict":
-            self._emit(at_ms, "gate.verdict", {
-                "tag": int(entry.get("tag", 0)), "rejected": bool(entry.get("rejected")), "frames": int(entry.get("frames", 0)),
-                "reason": _cut(entry.get("reason", "")), "citations": _cut(entry.get("citations", ""))})
-        elif kind == "lost":
-            self._emit(at_ms, "model.lost", {"reason": _cut(str(entry.get("reason", ""))), "fatal": bool(entry.get("fatal"))})
-        elif kind == "stop":
-            self.end(t, self.outcome or "caller_hangup")
-
     def end(self, now_ns: int, outcome: str = "") -> None:
         """The call is over (its stop, or the worker finishing it): ``call.ended`` once."""
         if self.ended:
             return
-        if self.t0 is None:
-            self.t0 = now_ns
-        self._emit((now_ns - self.t0) // NS_PER_MS, "call.ended", {"outcome": outcome or self.outcome or "ended"})
+        reader = self.reader if self.reader is not None else RecordReader(self)
+        self._emit(reader.at_ms(now_ns), "call.ended", {"outcome": outcome or reader.outcome or "ended"})
         self.ended = True
+        self.awaiting_audio.clear()  # nothing is read after the end
 
-    # --- pieces -------------------------------------------------------------------------------------------
+    # --- what the tap reads (RecordConsumer) ----------------------------------------------------------------
+    def input_handlers(self) -> Mapping[str, InputHandler]:
+        return {"start": self._start, "dtmf": self._dtmf, "tool": self._tool, "verdict": self._verdict,
+                "lost": self._lost, "stop": self._stop}
+
+    def action_handlers(self) -> Mapping[str, ActionHandler]:
+        return {"CancelTag": self._cancel, "PlayFallback": self._fallback}
+
+    def event_handlers(self) -> Mapping[type, EventHandler]:
+        return {rt.AudioDelta: self._audio, rt.TranscriptDelta: self._agent_delta, rt.TranscriptDone: self._agent_done,
+                rt.SpeechStarted: self._speech_started, rt.SpeechStopped: self._speech_stopped,
+                rt.InputTranscriptionDelta: self._caller_delta, rt.InputTranscriptionCompleted: self._caller_done,
+                rt.ResponseCreated: self._created, rt.ResponseDone: self._done,
+                rt.FunctionCallArgumentsDone: self._tool_called, rt.RealtimeError: self._error}
+
+    # --- entries ----------------------------------------------------------------------------------------
     def _emit(self, at_ms: int, kind: str, data: dict[str, Any]) -> None:
-        self.pending.append((at_ms, kind, data))
+        if not self.ended:
+            self.pending.append((at_ms, kind, data))
+
+    def _start(self, entry: dict[str, Any], at_ms: int) -> None:
+        self._emit(at_ms, "call.started", self._describe_call())
+
+    def _dtmf(self, entry: dict[str, Any], at_ms: int) -> None:
+        self._emit(at_ms, "dtmf", {"digit": _cut(entry.get("digit", ""))})
+
+    def _tool(self, entry: dict[str, Any], at_ms: int) -> None:
+        self._emit(at_ms, "tool.result", {"call_id": _cut(entry.get("call_id", "")), "ok": bool(entry.get("ok")),
+                                          "output": _cut(entry.get("output", ""))})
+
+    def _verdict(self, entry: dict[str, Any], at_ms: int) -> None:
+        self._emit(at_ms, "gate.verdict", {
+            "tag": int(entry.get("tag", 0)), "rejected": bool(entry.get("rejected")), "frames": int(entry.get("frames", 0)),
+            "reason": _cut(entry.get("reason", "")), "citations": _cut(entry.get("citations", ""))})
+
+    def _lost(self, entry: dict[str, Any], at_ms: int) -> None:
+        self._emit(at_ms, "model.lost", {"reason": _cut(str(entry.get("reason", ""))), "fatal": bool(entry.get("fatal"))})
+
+    def _stop(self, entry: dict[str, Any], at_ms: int) -> None:
+        self.end(entry["t"])
 
     def _describe_call(self) -> dict[str, Any]:
         control = str(self.header.get("control", "turns"))
@@ -150,86 +150,70 @@ class CallEventTap:
             agent = str(spec.get("name", "")) if isinstance(spec, dict) else ""
         return {"control": control, "flow": flow, "agent": agent, "resumed": self.resumed}
 
-    def _model_text(self, text: object, at_ms: int) -> None:
-        if not isinstance(text, str):
-            return
-        if _AUDIO_DELTA_MARK in text[:64] and not self.awaiting_audio:
-            return  # the bulk of a call's model events: audio of a response already seen talking
-        try:
-            event = orjson.loads(text)
-        except ValueError:
-            return
-        if isinstance(event, dict):
-            self._model_event(event, at_ms)
+    # --- the model's events -------------------------------------------------------------------------------
+    def _audio(self, event: rt.AudioDelta, at_ms: int) -> None:
+        if event.response_id in self.awaiting_audio:
+            self.awaiting_audio.discard(event.response_id)
+            self._emit(at_ms, "response.audio", {"response_id": event.response_id})
 
-    def _model_event(self, event: dict[str, Any], at_ms: int) -> None:
-        kind = event.get("type")
-        if kind in _AUDIO_DELTAS:
-            response_id = str(event.get("response_id", ""))
-            if response_id in self.awaiting_audio:
-                self.awaiting_audio.discard(response_id)
-                self._emit(at_ms, "response.audio", {"response_id": response_id})
-        elif kind in _AGENT_DELTAS:
-            self._emit(at_ms, "transcript.delta", {"role": "agent", "text": _cut(event.get("delta", "")), "final": False,
-                                                   "response_id": str(event.get("response_id", ""))})
-        elif kind in _AGENT_DONE:
-            self._emit(at_ms, "transcript.delta", {"role": "agent", "text": _cut(event.get("transcript", "")), "final": True,
-                                                   "response_id": str(event.get("response_id", ""))})
-        elif kind == "input_audio_buffer.speech_started":
-            self._emit(at_ms, "turn.caller_started", {"item_id": str(event.get("item_id", ""))})
-        elif kind == "input_audio_buffer.speech_stopped":
-            self._emit(at_ms, "turn.caller_ended", {"item_id": str(event.get("item_id", ""))})
-        elif kind == "conversation.item.input_audio_transcription.delta":
-            self._emit(at_ms, "transcript.delta", {"role": "caller", "text": _cut(event.get("delta", "")), "final": False,
-                                                   "item_id": str(event.get("item_id", ""))})
-        elif kind == rt.CALLER_TRANSCRIPT_DONE:
-            self._emit(at_ms, "transcript.delta", {"role": "caller", "text": _cut(event.get("transcript", "")), "final": True,
-                                                   "item_id": str(event.get("item_id", ""))})
-        elif kind == "response.created":
-            response_id = str((event.get("response") or {}).get("id", ""))
-            self.created = response_id
-            self.awaiting_audio.add(response_id)
-            self._emit(at_ms, "response.started", {"response_id": response_id})
-        elif kind == "response.done":
-            response = event.get("response") or {}
-            response_id = str(response.get("id", ""))
-            self.awaiting_audio.discard(response_id)
-            self._emit(at_ms, "response.done", {"response_id": response_id, "status": str(response.get("status", ""))})
-        elif kind == "response.function_call_arguments.done":
-            self._emit(at_ms, "tool.called", {"call_id": str(event.get("call_id", "")), "name": str(event.get("name", "")),
-                                              "arguments": _cut(event.get("arguments", ""))})
-        elif kind == "error":
-            error = event.get("error") or {}
-            if not isinstance(error, dict):
-                error = {"message": str(error)}
-            self._emit(at_ms, "model.error", {"code": str(error.get("code") or error.get("type") or ""),
-                                              "message": _cut(error.get("message", ""))})
+    def _agent_delta(self, event: rt.TranscriptDelta, at_ms: int) -> None:
+        self._emit(at_ms, "transcript.delta", {"role": "agent", "text": _cut(event.delta), "final": False,
+                                               "response_id": event.response_id})
 
-    def _action(self, action: dict[str, Any], at_ms: int) -> None:
-        kind = action["type"]
-        if kind == "OpenTag":
-            if self.created:
-                self.tags[int(action.get("tag", 0))] = self.created
-        elif kind == "CancelTag":
-            tag = int(action.get("tag", 0))
-            response_id = self.tags.get(tag, "")
-            if self.last_input == "verdict":
-                self._emit(at_ms, "response.cancelled", {"tag": tag, "response_id": response_id, "cause": "gate"})
-            elif self.created and response_id != self.created:
-                self._emit(at_ms, "response.cancelled", {"tag": tag, "response_id": response_id, "cause": "superseded"})
-            else:
-                self._emit(at_ms, "bargein", {"tag": tag, "response_id": response_id})
-        elif kind == "PlayFallback":
-            self._emit(at_ms, "fallback.line", {"kind": _cut(str(action.get("kind", "")))})
-        elif not self.outcome:
-            self.outcome = ending_outcome(action)
+    def _agent_done(self, event: rt.TranscriptDone, at_ms: int) -> None:
+        self._emit(at_ms, "transcript.delta", {"role": "agent", "text": _cut(event.transcript), "final": True,
+                                               "response_id": event.response_id})
+
+    def _speech_started(self, event: rt.SpeechStarted, at_ms: int) -> None:
+        self._emit(at_ms, "turn.caller_started", {"item_id": event.item_id})
+
+    def _speech_stopped(self, event: rt.SpeechStopped, at_ms: int) -> None:
+        self._emit(at_ms, "turn.caller_ended", {"item_id": event.item_id})
+
+    def _caller_delta(self, event: rt.InputTranscriptionDelta, at_ms: int) -> None:
+        self._emit(at_ms, "transcript.delta", {"role": "caller", "text": _cut(event.delta), "final": False,
+                                               "item_id": event.item_id})
+
+    def _caller_done(self, event: rt.InputTranscriptionCompleted, at_ms: int) -> None:
+        self._emit(at_ms, "transcript.delta", {"role": "caller", "text": _cut(event.transcript), "final": True,
+                                               "item_id": event.item_id})
+
+    def _created(self, event: rt.ResponseCreated, at_ms: int) -> None:
+        if not self.ended:
+            self.awaiting_audio.add(event.response_id)
+        self._emit(at_ms, "response.started", {"response_id": event.response_id})
+
+    def _done(self, event: rt.ResponseDone, at_ms: int) -> None:
+        self.awaiting_audio.discard(event.response_id)
+        self._emit(at_ms, "response.done", {"response_id": event.response_id, "status": event.status})
+
+    def _tool_called(self, event: rt.FunctionCallArgumentsDone, at_ms: int) -> None:
+        self._emit(at_ms, "tool.called", {"call_id": event.call_id, "name": event.name or "", "arguments": _cut(event.arguments)})
+
+    def _error(self, event: rt.RealtimeError, at_ms: int) -> None:
+        self._emit(at_ms, "model.error", {"code": event.code or event.type, "message": _cut(event.message)})
+
+    # --- the driver's actions -----------------------------------------------------------------------------
+    def _cancel(self, action: dict[str, Any], at_ms: int) -> None:
+        reader = self.reader
+        assert reader is not None
+        tag = int(action.get("tag", 0))
+        response_id = reader.tags.get(tag, "")
+        if reader.input_kind == "verdict":
+            self._emit(at_ms, "response.cancelled", {"tag": tag, "response_id": response_id, "cause": "gate"})
+        elif reader.created and response_id != reader.created:
+            self._emit(at_ms, "response.cancelled", {"tag": tag, "response_id": response_id, "cause": "superseded"})
+        else:
+            self._emit(at_ms, "bargein", {"tag": tag, "response_id": response_id})
+
+    def _fallback(self, action: dict[str, Any], at_ms: int) -> None:
+        self._emit(at_ms, "fallback.line", {"kind": _cut(str(action.get("kind", "")))})
 
 
 def events_of_record(header: dict[str, Any], entries: list[dict[str, Any]], complete: bool = True) -> list[tuple[int, str, dict[str, Any]]]:
     """Every event of a finished record (the same walk as live): for a call whose live events were lost."""
     tap = CallEventTap(header)
-    for entry in entries:
-        tap.feed(entry)
+    read_entries(RecordReader(tap), entries)
     if complete and entries:
         tap.end(int(entries[-1]["t"]))
     return tap.take()

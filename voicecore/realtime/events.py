@@ -9,6 +9,12 @@ feeds text in and writes text out.
 Bad peer input never raises out of `parse_server_event`: it becomes `MalformedEvent(reason)`. Unknown
 keys are ignored (real GA traffic carries an undocumented `obfuscation` string, C.3). Our own misuse of
 a builder (an unknown naming) raises ValueError.
+
+`read_server_event` reads the text of a server event kept in a call record (voicecore/call/record_reader.py
+walks records with it): the same typed events, read as far as they go. A live event with a required field
+missing is not acted on (malformed); a recorded one is still what the vendor said, and its readers (the
+observer, the call store) show what it holds: a missing or mistyped field takes a default ("" for a text,
+None for a number), never raising either.
 """
 
 from __future__ import annotations
@@ -43,13 +49,15 @@ class SessionUpdated:
 
 @dataclass(frozen=True, slots=True)
 class SpeechStarted:
-    audio_start_ms: int  # ms into all audio appended this session, prefix padding included (C.3)
+    # ms into all audio appended this session, prefix padding included (C.3); None only from
+    # read_server_event, for a recorded event without it
+    audio_start_ms: int | None
     item_id: str  # the user item that will be created
 
 
 @dataclass(frozen=True, slots=True)
 class SpeechStopped:
-    audio_end_ms: int
+    audio_end_ms: int | None  # None only from read_server_event, as audio_start_ms
     item_id: str
 
 
@@ -378,6 +386,118 @@ def parse_server_event(text: str | bytes) -> ServerEvent:
     if not isinstance(event_type, str):
         return MalformedEvent("type missing or not a string")
     parser = _PARSERS.get(event_type)
+    if parser is None:
+        return Unhandled(event_type)
+    try:
+        return parser(event)
+    except _Bad as exc:
+        return MalformedEvent(f"{event_type}: {exc}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Recorded server events, read as far as they go (module docstring)
+# --------------------------------------------------------------------------------------------------
+
+
+def _text(obj: dict[str, Any], key: str) -> str:
+    """A text field as its readers show it: "" when absent, any other JSON value written out."""
+    return str(obj.get(key, ""))
+
+
+def _number(obj: dict[str, Any], key: str) -> int | None:
+    value = obj.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _label(obj: dict[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _member(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _recorded_audio(obj: dict[str, Any]) -> bytes:
+    value = obj.get("delta")
+    try:
+        return binascii.a2b_base64(value) if isinstance(value, str) else b""
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _recorded_response_done(e: dict[str, Any]) -> ServerEvent:
+    response = _member(e, "response")
+    details = _member(response, "status_details")
+    return ResponseDone(_text(response, "id"), _text(response, "status"), _label(details, "reason"),
+                        _label(_member(details, "error"), "code"))
+
+
+def _recorded_response_created(e: dict[str, Any]) -> ServerEvent:
+    response = _member(e, "response")
+    metadata = response.get("metadata")
+    return ResponseCreated(_text(response, "id"), metadata if isinstance(metadata, dict) else None)
+
+
+def _recorded_error(e: dict[str, Any]) -> ServerEvent:
+    error = e.get("error") or {}
+    if not isinstance(error, dict):
+        return RealtimeError(type="", code=None, message=str(error), event_id=None, param=None)
+    kind, code = error.get("type"), error.get("code")
+    return RealtimeError(type=str(kind) if kind else "", code=str(code) if code else None, message=_text(error, "message"),
+                         event_id=_label(error, "event_id"), param=_label(error, "param"))
+
+
+def _recorded_audio_delta(e: dict[str, Any]) -> ServerEvent:
+    return AudioDelta(_text(e, "response_id"), _text(e, "item_id"), _recorded_audio(e))
+
+
+def _recorded_transcript_delta(e: dict[str, Any]) -> ServerEvent:
+    return TranscriptDelta(_text(e, "response_id"), _text(e, "item_id"), _text(e, "delta"))
+
+
+def _recorded_transcript_done(e: dict[str, Any]) -> ServerEvent:
+    return TranscriptDone(_text(e, "response_id"), _text(e, "item_id"), _text(e, "transcript"))
+
+
+# The events records are read for (the caller's turns, the answers, what was said, tools, errors), beta and
+# GA alike; any other type is parsed as live (_PARSERS).
+_RECORDED: dict[str, Callable[[dict[str, Any]], ServerEvent]] = {
+    "input_audio_buffer.speech_started": lambda e: SpeechStarted(_number(e, "audio_start_ms"), _text(e, "item_id")),
+    "input_audio_buffer.speech_stopped": lambda e: SpeechStopped(_number(e, "audio_end_ms"), _text(e, "item_id")),
+    "response.created": _recorded_response_created,
+    "response.done": _recorded_response_done,
+    "response.audio.delta": _recorded_audio_delta,
+    "response.output_audio.delta": _recorded_audio_delta,
+    "response.audio_transcript.delta": _recorded_transcript_delta,
+    "response.output_audio_transcript.delta": _recorded_transcript_delta,
+    "response.audio_transcript.done": _recorded_transcript_done,
+    "response.output_audio_transcript.done": _recorded_transcript_done,
+    "conversation.item.input_audio_transcription.delta": lambda e: InputTranscriptionDelta(_text(e, "item_id"),
+                                                                                           _text(e, "delta")),
+    "conversation.item.input_audio_transcription.completed": lambda e: InputTranscriptionCompleted(
+        _text(e, "item_id"), _text(e, "transcript")),
+    "response.function_call_arguments.done": lambda e: FunctionCallArgumentsDone(
+        _text(e, "response_id"), _text(e, "item_id"), _text(e, "call_id"), _text(e, "name"), _text(e, "arguments")),
+    "error": _recorded_error,
+}
+
+
+def read_server_event(text: str | bytes) -> ServerEvent:
+    """A server event's text as a call record keeps it, as a typed event read as far as it goes (module
+    docstring): text that is not a JSON object with a string ``type`` is a MalformedEvent, an unknown type
+    Unhandled. Never raises."""
+    try:
+        event = orjson.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError, TypeError) as exc:
+        return MalformedEvent(f"not JSON text: {type(exc).__name__}")
+    if not isinstance(event, dict):
+        return MalformedEvent("not a JSON object")
+    event_type = event.get("type")
+    if not isinstance(event_type, str):
+        return MalformedEvent("type missing or not a string")
+    parser = _RECORDED.get(event_type) or _PARSERS.get(event_type)
     if parser is None:
         return Unhandled(event_type)
     try:

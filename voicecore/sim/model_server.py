@@ -317,9 +317,17 @@ class _SessionSocket(WSListener):
         self.sim._prune()
 
 
+# How long a refused socket waits for the client's close frame before it drops the connection.
+REFUSED_CLOSE_WAIT_S = 2.0
+
+
 class _RefusedSocket(WSListener):
     """A connection the vendor refuses after the upgrade (voicecore.sim.model.refusals): the `error` event
-    that says why, then the close frame."""
+    that says why, then the close frame, and the TCP connection dropped once the client answered the close
+    (RFC 6455 section 7.1.1: the server closes TCP after the closing handshake) or after
+    REFUSED_CLOSE_WAIT_S. Dropping it at once, as the close goes out, resets the connection when the client's
+    first events (its session.update) arrive: the client's kernel then throws away the error event unread,
+    which the vendor's clean close never does."""
 
     def __init__(self, refusal: Refusal) -> None:
         self.refusal = refusal
@@ -330,10 +338,12 @@ class _RefusedSocket(WSListener):
             event = {"type": "error", "event_id": "event_" + secrets.token_hex(11)[:21], "error": refusal.error}
             transport.send(WSMsgType.TEXT, orjson.dumps(event))
         transport.send_close(WSCloseCode(refusal.close_code), refusal.close_reason.encode())
-        transport.disconnect()
+        asyncio.get_running_loop().call_later(REFUSED_CLOSE_WAIT_S, transport.disconnect)
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
-        pass  # nothing the client says changes the refusal
+        if frame.msg_type is WSMsgType.CLOSE:  # the client answered the close: the handshake is over
+            transport.disconnect()
+        # nothing else the client says changes the refusal
 
 
 def _text_or_bytes(data: bytes) -> str | bytes:

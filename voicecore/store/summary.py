@@ -1,8 +1,10 @@
 """A call record -> a CallSummary: what the call store keeps of a call (pure: no I/O, no clock).
 
-Owns the turn timing model read from a record (voicecore/call/record.py format). Times are milliseconds
-from the record's first entry (records hold monotonic nanoseconds); the wall-clock start is the caller's
-business (``wall_end_s``: when the record was finished, e.g. its file's mtime), so this stays pure.
+Owns the turn timing model read from a record (voicecore/call/record.py format): ``RecordSummarizer``, a
+consumer of the one walk over a record's entries (voicecore/call/record_reader.py, which keeps the call's
+clock, which tag plays which response and how the call ended, and parses each model event once). Times are
+milliseconds from the record's first entry (records hold monotonic nanoseconds); the wall-clock start is the
+caller's business (``wall_end_s``: when the record was finished, e.g. its file's mtime), so this stays pure.
 
 A turn is one caller utterance (the model's ``speech_started``; a transcript without one opens a turn
 too), with, in milliseconds from the call's start:
@@ -65,11 +67,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from voicecore.call.record import ENDING_ACTIONS, ending_outcome
+from voicecore.call.record_reader import (ActionHandler, EventHandler, InputHandler, RecordConsumer, RecordReader,
+                                          read_entries)
 from voicecore.realtime import events as rt
 
 NS_PER_MS = 1_000_000
@@ -81,11 +85,6 @@ CONFIRM_PROMPT = "confirm:"  # the prompt id of a confirmation prompt (voicecore
 NOT_DONE_ANSWERS = {"caller_declined": ("no", ""), "no_confirmation": ("", "timeout"), "superseded": ("", "superseded")}
 _TWILIO_SID = re.compile(r"CA[0-9a-f]{32}")
 _HEX_32 = re.compile(r"[0-9a-f]{32}")
-AUDIO_DELTAS = rt.AUDIO_DELTA_TYPES
-AGENT_TRANSCRIPTS = rt.TRANSCRIPT_DONE_TYPES
-AGENT_TRANSCRIPT_DELTAS = rt.TRANSCRIPT_DELTA_TYPES
-CALLER_TRANSCRIPT = rt.CALLER_TRANSCRIPT_DONE
-_AUDIO_DELTA_MARK = rt.AUDIO_DELTA_MARK
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -226,31 +225,46 @@ class _OpenTurn:
                     self.speech_began_ms, self.speech_ended_ms, first_sent_ms)
 
 
-class RecordSummarizer:
-    """A record's summary built as its entries come (``feed``, in order), for a live call (the model worker
-    feeds every entry as it is recorded, so the record need not be read again) or a finished record
-    (``summarize_record``). Audio deltas are parsed only while a turn's answer waits for its first audio."""
+class RecordSummarizer(RecordConsumer):
+    """A record's summary built as its entries come (``feed``, in order, or a RecordReader it shares), for a
+    live call (the model worker feeds every entry as it is recorded, so the record need not be read again)
+    or a finished record (``summarize_record``). Audio deltas are read only while a turn's answer waits for
+    its first audio."""
 
-    __slots__ = ("header", "t0", "last_t", "reader")
+    __slots__ = ("header", "actions", "turns", "transcripts", "tools", "verdicts", "errors", "keypresses", "owner",
+                 "prompts", "first_sent", "cancelled", "awaiting_audio", "unfinished", "digit", "sent_audio_ms",
+                 "sent_audio_at", "session_audio_ms", "vad_silence_ms")
 
     def __init__(self, header: dict[str, Any]) -> None:
+        super().__init__()
         self.header = header
-        self.t0: int | None = None
-        self.last_t = 0
-        self.reader = _Reader(actions=function_actions(header))
-
-    def feed(self, entry: dict[str, Any]) -> None:
-        t = entry["t"]
-        if self.t0 is None:
-            self.t0 = self.reader.t0_ns = t
-        self.last_t = t
-        self.reader.feed(entry, (t - self.t0) // NS_PER_MS)
+        self.actions = function_actions(header)  # function name -> its built-in action
+        self.turns: list[_OpenTurn] = []
+        self.transcripts: list[list[Any]] = []  # [speaker, text, at_ms, ref, prompt]: spoken_ms is resolved at the end
+        self.tools: dict[str, dict[str, Any]] = {}  # by call_id, in the order first seen
+        self.verdicts: list[Verdict] = []
+        self.errors: list[ModelError] = []
+        self.keypresses: list[Keypress] = []
+        self.owner: dict[str, _OpenTurn] = {}  # response id -> the turn it answers
+        self.prompts: dict[str, str] = {}  # response id -> the controller's prompt id (its metadata's vc_prompt)
+        self.first_sent: dict[int, int] = {}  # tag -> ms its first frame went to the carrier
+        self.cancelled: _OpenTurn | None = None  # the turn of the latest barge-in, until its truncate
+        self.awaiting_audio: set[str] = set()  # responses of turns that have no first audio yet
+        self.unfinished: dict[str, tuple[int, list[str]]] = {}  # response id -> (first delta's ms, transcript deltas)
+        self.digit = ""  # the latest keypress
+        # the caller's audio the model was sent in its session, to place its audio_start/end_ms on the call's clock:
+        # per audio entry, the session's audio before it (ms) and when its first frame began (ms from the call's start)
+        self.sent_audio_ms: list[int] = []
+        self.sent_audio_at: list[int] = []
+        self.session_audio_ms = 0
+        self.vad_silence_ms = DEFAULT_VAD_SILENCE_MS
 
     def summary(self, source: str, wall_end_s: float = 0.0, complete: bool = True) -> CallSummary:
         """``wall_end_s``: the wall-clock time of the last entry (the record file's mtime, as a rule);
         ``complete``: False for a part file."""
         header, reader = self.header, self.reader
-        duration_ms = (self.last_t - self.t0) // NS_PER_MS if self.t0 is not None else 0
+        t0, last_t, outcome = (reader.t0, reader.last_t, reader.outcome) if reader is not None else (None, 0, "")
+        duration_ms = (last_t - t0) // NS_PER_MS if t0 is not None else 0
         flow = str(header.get("flow", "")) if header.get("control", "turns") == "turns" else ""
         agent = ""
         if flow == "agent":
@@ -260,214 +274,144 @@ class RecordSummarizer:
         return CallSummary(
             source=source, call_sid=call_sid, control=str(header.get("control", "turns")),
             flow=flow, agent=agent, started_at=wall_end_s - duration_ms / 1000, duration_ms=duration_ms,
-            outcome=reader.outcome or "ended", complete=complete,
-            turns=tuple(turn.frozen(reader.first_sent_of(turn.audio_response_id)) for turn in reader.turns),
-            transcripts=reader.all_transcripts(),
-            tool_calls=tuple(_tool_call(fields) for fields in reader.tools.values()),
-            verdicts=tuple(reader.verdicts), errors=tuple(reader.errors), keypresses=tuple(reader.keypresses),
+            outcome=outcome or "ended", complete=complete,
+            turns=tuple(turn.frozen(self.first_sent_of(turn.audio_response_id)) for turn in self.turns),
+            transcripts=self.all_transcripts(),
+            tool_calls=tuple(_tool_call(fields) for fields in self.tools.values()),
+            verdicts=tuple(self.verdicts), errors=tuple(self.errors), keypresses=tuple(self.keypresses),
             carrier=str(header.get("carrier") or carrier_of(call_sid)), direction=str(header.get("direction") or "inbound"))
 
+    # --- what the summary reads (RecordConsumer) ------------------------------------------------------------
+    def input_handlers(self) -> Mapping[str, InputHandler]:
+        return {"model": self._snapshot, "tick": self._snapshot, "audio": self._audio_entry, "verdict": self._verdict,
+                "tool": self._tool_result, "dtmf": self._dtmf, "reopen": self._new_session, "resume": self._new_session}
 
-def carrier_of(call_sid: str) -> str:
-    """The carrier a call id's form names: ``twilio`` (``CA`` and 32 hex digits), ``telnyx`` (``v2:``/``v3:``),
-    ``exotel`` (32 hex digits); "" when the form does not tell (Plivo's and Vonage's ids are both UUIDs)."""
-    if _TWILIO_SID.fullmatch(call_sid):
-        return "twilio"
-    if call_sid.startswith(("v2:", "v3:")):
-        return "telnyx"
-    if _HEX_32.fullmatch(call_sid):
-        return "exotel"
-    return ""
+    def action_handlers(self) -> Mapping[str, ActionHandler]:
+        return {"SendToModel": self._sent_to_model, "CancelTag": self._cancel, "RunTool": self._run_tool}
 
+    def event_handlers(self) -> Mapping[type, EventHandler]:
+        return {rt.SpeechStarted: self._speech_started, rt.SpeechStopped: self._speech_stopped,
+                rt.InputTranscriptionCompleted: self._caller_transcript, rt.ResponseCreated: self._created,
+                rt.ResponseDone: self._done, rt.AudioDelta: self._audio_delta, rt.TranscriptDelta: self._agent_delta,
+                rt.TranscriptDone: self._agent_transcript, rt.FunctionCallArgumentsDone: self._function_called,
+                rt.RealtimeError: self._error}
 
-def function_actions(header: dict[str, Any]) -> dict[str, str]:
-    """An agent call's functions with a built-in action (``end_call``, ``transfer``), from the record header's
-    agent; {} for any other call."""
-    spec = (header.get("flow_args") or {}).get("spec") if isinstance(header.get("flow_args"), dict) else None
-    functions = ((spec or {}).get("flow") or {}).get("functions") if isinstance(spec, dict) else None
-    if not isinstance(functions, dict):
-        return {}
-    return {str(name): str(fn.get("action", "")) for name, fn in functions.items()
-            if isinstance(fn, dict) and fn.get("action")}
-
-
-def summarize_record(header: dict[str, Any], entries: list[dict[str, Any]], source: str, wall_end_s: float = 0.0,
-                     complete: bool = True) -> CallSummary:
-    """What the store keeps of one record (see RecordSummarizer.summary)."""
-    summarizer = RecordSummarizer(header)
-    for entry in entries:
-        summarizer.feed(entry)
-    return summarizer.summary(source, wall_end_s, complete)
-
-
-def summary_to_json(summary: CallSummary) -> bytes:
-    return orjson.dumps(dataclasses.asdict(summary))
-
-
-def summary_from_json(text: str | bytes) -> CallSummary:
-    """``summary_to_json``'s inverse; raises ValueError (or TypeError, KeyError) on anything else."""
-    data = orjson.loads(text)
-    return CallSummary(**{
-        **data,
-        "turns": tuple(Turn(**t) for t in data["turns"]), "transcripts": tuple(Transcript(**t) for t in data["transcripts"]),
-        "tool_calls": tuple(ToolCall(**t) for t in data["tool_calls"]), "verdicts": tuple(Verdict(**v) for v in data["verdicts"]),
-        "errors": tuple(ModelError(**e) for e in data["errors"]),
-        "keypresses": tuple(Keypress(**k) for k in data.get("keypresses", ()))})
-
-
-def _tool_call(fields: dict[str, Any]) -> ToolCall:
-    return ToolCall(call_id=fields["call_id"], name=fields.get("name", ""), arguments=fields.get("arguments", ""),
-                    called_ms=fields.get("called_ms"), ran=fields.get("ran", False), ok=fields.get("ok"),
-                    output=fields.get("output", ""), result_ms=fields.get("result_ms"), asked_ms=fields.get("asked_ms"),
-                    answered_ms=fields.get("answered_ms"), answer=fields.get("answer", ""),
-                    answered_by=fields.get("answered_by", ""), started_ms=fields.get("started_ms"),
-                    reply=fields.get("reply", ""), reply_ms=fields.get("reply_ms"), action=fields.get("action", ""))
-
-
-class _Reader:
-    """Walks a record's entries in order, building the turns and the rest."""
-
-    def __init__(self, t0_ns: int = 0, actions: dict[str, str] | None = None) -> None:
-        self.t0_ns = t0_ns
-        self.actions = actions or {}  # function name -> its built-in action
-        self.turns: list[_OpenTurn] = []
-        self.transcripts: list[list[Any]] = []  # [speaker, text, at_ms, ref, prompt]: spoken_ms is resolved at the end
-        self.tools: dict[str, dict[str, Any]] = {}  # by call_id, in the order first seen
-        self.verdicts: list[Verdict] = []
-        self.errors: list[ModelError] = []
-        self.keypresses: list[Keypress] = []
-        self.outcome = ""
-        self.owner: dict[str, _OpenTurn] = {}  # response id -> the turn it answers
-        self.tags: dict[int, str] = {}  # playout tag -> the response it plays (OpenTag after response.created)
-        self.tag_of: dict[str, int] = {}  # ... and back
-        self.prompts: dict[str, str] = {}  # response id -> the controller's prompt id (its metadata's vc_prompt)
-        self.first_sent: dict[int, int] = {}  # tag -> ms its first frame went to the carrier
-        self.created = ""  # the response the current input created: the OpenTag among its actions is its tag
-        self.cancelled: _OpenTurn | None = None  # the turn of the latest barge-in, until its truncate
-        self.waiting_audio: set[str] = set()  # responses of turns that have no first audio yet
-        self.unfinished: dict[str, tuple[int, list[str]]] = {}  # response id -> (first delta's ms, transcript deltas)
-        self.input_kind = ""  # the input whose actions follow (what a RunTool answered)
-        self.digit = ""  # the latest keypress
-        # the caller's audio the model was sent in its session, to place its audio_start/end_ms on the call's clock:
-        # per audio entry, the session's audio before it (ms) and when its first frame began (ms from the call's start)
-        self.sent_audio_ms: list[int] = []
-        self.sent_audio_at: list[int] = []
-        self.session_audio_ms = 0
-        self.vad_silence_ms = DEFAULT_VAD_SILENCE_MS
-
-    def feed(self, entry: dict[str, Any], at_ms: int) -> None:
-        kind = entry["k"]
+    # --- the record's inputs --------------------------------------------------------------------------------
+    def _snapshot(self, entry: dict[str, Any], at_ms: int) -> None:
+        """The playout snapshot an input carries (``p``): what was played and sent of which tag."""
         snapshot = entry.get("p")
         if snapshot and len(snapshot) >= 3:
             if snapshot[0] and snapshot[1]:
                 self._played(int(snapshot[0]), int(snapshot[1]), int(snapshot[2]))
             if len(snapshot) >= 6 and snapshot[3] and snapshot[4] and snapshot[3] not in self.first_sent:
                 self._sent(int(snapshot[3]), int(snapshot[4]), int(snapshot[5]), at_ms)
-        if kind != "out":
-            self.created = ""
-            self.input_kind = kind
-        if kind == "model":
-            text = entry.get("text")
-            if isinstance(text, str) and _AUDIO_DELTA_MARK in text[:64] and not self.waiting_audio:
-                return  # most of a call's model events: audio of an answer whose first audio is known
-            event = _json_object(text)
-            if event is not None:
-                self._model_event(event, at_ms)
-        elif kind == "audio":
-            batch_ms = int(entry.get("n", 0)) * FRAME_MS
-            self.sent_audio_ms.append(self.session_audio_ms)
-            self.sent_audio_at.append(at_ms - batch_ms)  # the batch's first frame began this long before it was appended
-            self.session_audio_ms += batch_ms
-            if len(self.sent_audio_ms) > 2 * KEPT_AUDIO_BATCHES:  # the model's positions point at recent audio only
-                del self.sent_audio_ms[:KEPT_AUDIO_BATCHES], self.sent_audio_at[:KEPT_AUDIO_BATCHES]
-        elif kind == "out":
-            self._action(entry.get("a") or {}, at_ms)
-        elif kind == "tool":
-            fields = self._tool(str(entry.get("call_id", "")))
-            fields.update(ok=bool(entry.get("ok")), output=str(entry.get("output", "")), result_ms=at_ms)
-        elif kind == "verdict":
-            tag = int(entry.get("tag", 0))
-            frames = entry.get("frames")
-            self.verdicts.append(Verdict(tag, bool(entry.get("rejected")), str(entry.get("reason", "")),
-                                         str(entry.get("citations", "")), at_ms,
-                                         int(frames) if isinstance(frames, int) else None, self.tags.get(tag, "")))
-        elif kind == "dtmf":
-            self.digit = str(entry.get("digit", ""))
-            self.keypresses.append(Keypress(self.digit, at_ms))
-        elif kind == "stop" and not self.outcome:
-            self.outcome = "caller_hangup"  # the carrier's stop with no end before it, as the observer events say
-        elif kind in ("reopen", "resume"):  # a new model session: its audio positions count from 0 again
-            self.sent_audio_ms, self.sent_audio_at, self.session_audio_ms = [], [], 0
+
+    def _audio_entry(self, entry: dict[str, Any], at_ms: int) -> None:
+        if "p" in entry:
+            self._snapshot(entry, at_ms)
+        batch_ms = int(entry.get("n", 0)) * FRAME_MS
+        self.sent_audio_ms.append(self.session_audio_ms)
+        self.sent_audio_at.append(at_ms - batch_ms)  # when its first frame arrived: received_at_ns, on the call's clock
+        self.session_audio_ms += batch_ms
+        if len(self.sent_audio_ms) > 2 * KEPT_AUDIO_BATCHES:  # the model's positions point at recent audio only
+            del self.sent_audio_ms[:KEPT_AUDIO_BATCHES], self.sent_audio_at[:KEPT_AUDIO_BATCHES]
+
+    def _verdict(self, entry: dict[str, Any], at_ms: int) -> None:
+        self._snapshot(entry, at_ms)
+        reader = self.reader
+        assert reader is not None
+        tag = int(entry.get("tag", 0))
+        frames = entry.get("frames")
+        self.verdicts.append(Verdict(tag, bool(entry.get("rejected")), str(entry.get("reason", "")),
+                                     str(entry.get("citations", "")), at_ms,
+                                     int(frames) if isinstance(frames, int) else None, reader.tags.get(tag, "")))
+
+    def _tool_result(self, entry: dict[str, Any], at_ms: int) -> None:
+        fields = self._tool(str(entry.get("call_id", "")))
+        fields.update(ok=bool(entry.get("ok")), output=str(entry.get("output", "")), result_ms=at_ms)
+
+    def _dtmf(self, entry: dict[str, Any], at_ms: int) -> None:
+        self.digit = str(entry.get("digit", ""))
+        self.keypresses.append(Keypress(self.digit, at_ms))
+
+    def _new_session(self, entry: dict[str, Any], at_ms: int) -> None:
+        """A new model session (reopen, resume): its audio positions count from 0 again."""
+        self.sent_audio_ms, self.sent_audio_at, self.session_audio_ms = [], [], 0
 
     # --- the model's events -----------------------------------------------------------------------
-    def _model_event(self, event: dict[str, Any], at_ms: int) -> None:
-        kind = event.get("type")
-        if kind == "input_audio_buffer.speech_started":
-            turn = _OpenTurn(len(self.turns), item_id=str(event.get("item_id", "")), speech_started_ms=at_ms)
-            turn.speech_began_ms = self._on_audio_clock(event.get("audio_start_ms"))
-            self.turns.append(turn)
-        elif kind == "input_audio_buffer.speech_stopped":
-            turn = self._turn_of(str(event.get("item_id", "")))
-            if turn.speech_stopped_ms is None:
-                turn.speech_stopped_ms = at_ms
-                end = event.get("audio_end_ms")
-                if isinstance(end, int) and not isinstance(end, bool):
-                    turn.speech_ended_ms = self._on_audio_clock(max(0, end - self.vad_silence_ms))
-            turn.heard = True
-        elif kind == CALLER_TRANSCRIPT:
-            text = str(event.get("transcript", "")).strip()
-            item_id = str(event.get("item_id", ""))
-            turn = self._turn_of(item_id, wants_transcript=True)
-            turn.transcript = f"{turn.transcript} {text}".strip() if turn.transcript else text
-            turn.heard = True
-            if text:
-                self.transcripts.append(["caller", text, at_ms, item_id or turn.item_id, ""])
-        elif kind == "response.created":
-            response = event.get("response") or {}
-            response_id = str(response.get("id", ""))
-            metadata = response.get("metadata")
-            if isinstance(metadata, dict) and metadata.get("vc_prompt"):
-                self.prompts[response_id] = str(metadata["vc_prompt"])
-            self.created = response_id
-            turn = self.turns[-1] if self.turns else None
-            if turn is not None and turn.heard and not turn.answered:
-                self.owner[response_id] = turn
-                turn.response_ids.append(response_id)
-                if turn.first_audio_ms is None:
-                    self.waiting_audio.add(response_id)
-        elif kind == "response.done":
-            response_id = str((event.get("response") or {}).get("id", ""))
-            turn = self.owner.get(response_id)
-            if turn is not None and turn.audio_response_id == response_id:
-                turn.answered = True
-        elif kind in AUDIO_DELTAS:
-            self._audio(str(event.get("response_id", "")), at_ms)
-        elif kind in AGENT_TRANSCRIPT_DELTAS:
-            # kept until the response's transcript is done: a call that ends mid-answer still shows what was said
-            response_id = str(event.get("response_id", ""))
-            started = self.unfinished.setdefault(response_id, (at_ms, []))
-            started[1].append(str(event.get("delta", "")))
-        elif kind in AGENT_TRANSCRIPTS:
-            text = str(event.get("transcript", "")).strip()
-            response_id = str(event.get("response_id", ""))
-            self.unfinished.pop(response_id, None)
-            turn = self.owner.get(response_id)
-            if turn is not None:
-                turn.agent_texts.append(text)
-            if text:
-                self.transcripts.append(["agent", text, at_ms, response_id, self.prompts.get(response_id, "")])
-        elif kind == "response.function_call_arguments.done":
-            fields = self._tool(str(event.get("call_id", "")))
-            fields.setdefault("name", str(event.get("name", "")))
-            fields.setdefault("arguments", str(event.get("arguments", "")))
-            fields.setdefault("called_ms", at_ms)
-            fields.setdefault("action", self.actions.get(fields["name"], ""))
-        elif kind == "error":
-            error = event.get("error") or {}
-            if not isinstance(error, dict):
-                error = {"message": str(error)}
-            self.errors.append(ModelError(str(error.get("code") or error.get("type") or ""), str(error.get("message", "")), at_ms))
+    def _speech_started(self, event: rt.SpeechStarted, at_ms: int) -> None:
+        turn = _OpenTurn(len(self.turns), item_id=event.item_id, speech_started_ms=at_ms)
+        turn.speech_began_ms = self._on_audio_clock(event.audio_start_ms)
+        self.turns.append(turn)
 
+    def _speech_stopped(self, event: rt.SpeechStopped, at_ms: int) -> None:
+        turn = self._turn_of(event.item_id)
+        if turn.speech_stopped_ms is None:
+            turn.speech_stopped_ms = at_ms
+            if event.audio_end_ms is not None:
+                turn.speech_ended_ms = self._on_audio_clock(max(0, event.audio_end_ms - self.vad_silence_ms))
+        turn.heard = True
+
+    def _caller_transcript(self, event: rt.InputTranscriptionCompleted, at_ms: int) -> None:
+        text = event.transcript.strip()
+        item_id = event.item_id
+        turn = self._turn_of(item_id, wants_transcript=True)
+        turn.transcript = f"{turn.transcript} {text}".strip() if turn.transcript else text
+        turn.heard = True
+        if text:
+            self.transcripts.append(["caller", text, at_ms, item_id or turn.item_id, ""])
+
+    def _created(self, event: rt.ResponseCreated, at_ms: int) -> None:
+        response_id = event.response_id
+        metadata = event.metadata
+        if metadata is not None and metadata.get("vc_prompt"):
+            self.prompts[response_id] = str(metadata["vc_prompt"])
+        turn = self.turns[-1] if self.turns else None
+        if turn is not None and turn.heard and not turn.answered:
+            self.owner[response_id] = turn
+            turn.response_ids.append(response_id)
+            if turn.first_audio_ms is None:
+                self.awaiting_audio.add(response_id)
+
+    def _done(self, event: rt.ResponseDone, at_ms: int) -> None:
+        response_id = event.response_id
+        turn = self.owner.get(response_id)
+        if turn is not None and turn.audio_response_id == response_id:
+            turn.answered = True
+
+    def _audio_delta(self, event: rt.AudioDelta, at_ms: int) -> None:
+        turn = self.owner.get(event.response_id)
+        if turn is not None and turn.first_audio_ms is None:
+            turn.first_audio_ms = at_ms
+            turn.audio_response_id = event.response_id
+            self.awaiting_audio.difference_update(turn.response_ids)
+
+    def _agent_delta(self, event: rt.TranscriptDelta, at_ms: int) -> None:
+        # kept until the response's transcript is done: a call that ends mid-answer still shows what was said
+        started = self.unfinished.setdefault(event.response_id, (at_ms, []))
+        started[1].append(event.delta)
+
+    def _agent_transcript(self, event: rt.TranscriptDone, at_ms: int) -> None:
+        text = event.transcript.strip()
+        response_id = event.response_id
+        self.unfinished.pop(response_id, None)
+        turn = self.owner.get(response_id)
+        if turn is not None:
+            turn.agent_texts.append(text)
+        if text:
+            self.transcripts.append(["agent", text, at_ms, response_id, self.prompts.get(response_id, "")])
+
+    def _function_called(self, event: rt.FunctionCallArgumentsDone, at_ms: int) -> None:
+        fields = self._tool(event.call_id)
+        fields.setdefault("name", event.name or "")
+        fields.setdefault("arguments", event.arguments)
+        fields.setdefault("called_ms", at_ms)
+        fields.setdefault("action", self.actions.get(fields["name"], ""))
+
+    def _error(self, event: rt.RealtimeError, at_ms: int) -> None:
+        self.errors.append(ModelError(event.code or event.type, event.message, at_ms))
+
+    # --- pieces ---------------------------------------------------------------------------------------
     def all_transcripts(self) -> tuple[Transcript, ...]:
         """The transcripts, with the agent's answers whose transcript never finished (the call ended, or the
         answer was cut off and its transcript never came) from their deltas, each where it began; each with
@@ -486,7 +430,7 @@ class _Reader:
         return tuple(result)
 
     def first_sent_of(self, response_id: str) -> int | None:
-        tag = self.tag_of.get(response_id)
+        tag = self.reader.tag_of.get(response_id) if self.reader is not None else None
         return None if tag is None else self.first_sent.get(tag)
 
     def _on_audio_clock(self, position_ms: object) -> int | None:
@@ -500,26 +444,28 @@ class _Reader:
     def _sent(self, tag: int, frames: int, empty_at_ns: int, at_ms: int) -> None:
         """The first snapshot showing ``tag`` sent: its first frame started ``frames`` before the carrier runs dry."""
         if empty_at_ns:
-            self.first_sent[tag] = (empty_at_ns - frames * FRAME_NS - self.t0_ns) // NS_PER_MS
+            self.first_sent[tag] = self._call_ms(empty_at_ns - frames * FRAME_NS)
         else:
             self.first_sent[tag] = at_ms
 
     def _played(self, tag: int, frames: int, played_at_ns: int) -> None:
         """A playout snapshot: ``frames`` of ``tag`` played, the last of them by ``played_at_ns``."""
-        turn = self.owner.get(self.tags.get(tag, ""))
-        if turn is None or turn.audio_response_id != self.tags.get(tag):
+        reader = self.reader
+        assert reader is not None
+        response_id = reader.tags.get(tag)
+        turn = self.owner.get(response_id or "")
+        if turn is None or turn.audio_response_id != response_id:
             return
         if turn.first_played_ms is None and played_at_ns:
-            turn.first_played_ms = (played_at_ns - frames * FRAME_MS * NS_PER_MS - self.t0_ns) // NS_PER_MS
+            turn.first_played_ms = self._call_ms(played_at_ns - frames * FRAME_NS)
         if turn.played_frames is None or frames > turn.played_frames:
             turn.played_frames = frames
 
-    def _audio(self, response_id: str, at_ms: int) -> None:
-        turn = self.owner.get(response_id)
-        if turn is not None and turn.first_audio_ms is None:
-            turn.first_audio_ms = at_ms
-            turn.audio_response_id = response_id
-            self.waiting_audio.difference_update(turn.response_ids)
+    def _call_ms(self, t_ns: int) -> int:
+        """A monotonic time as ms on the call's clock (from the record's first entry)."""
+        reader = self.reader
+        assert reader is not None and reader.t0 is not None
+        return (t_ns - reader.t0) // NS_PER_MS
 
     def _turn_of(self, item_id: str, wants_transcript: bool = False) -> _OpenTurn:
         """The turn of the caller's item ``item_id``; without one that matches, the latest (without a
@@ -535,51 +481,47 @@ class _Reader:
         return self.turns[-1]
 
     # --- the driver's actions -----------------------------------------------------------------------
-    def _action(self, action: dict[str, Any], at_ms: int) -> None:
-        kind = action.get("type")
-        if kind == "SendToModel":
-            sent = _json_object(action.get("text")) or {}
-            sent_type = sent.get("type")
-            if sent_type == "response.create":
-                turn = self.turns[-1] if self.turns else None
-                if turn is not None and turn.heard and turn.response_requested_ms is None:
-                    turn.response_requested_ms = at_ms
-                metadata = (sent.get("response") or {}).get("metadata") or {}
-                prompt = str(metadata.get("vc_prompt", "")) if isinstance(metadata, dict) else ""
-                if prompt.startswith(CONFIRM_PROMPT):
-                    self._confirmation_asked(prompt[len(CONFIRM_PROMPT):], at_ms)
-            elif sent_type == "conversation.item.truncate" and self.cancelled is not None:
-                if isinstance(sent.get("audio_end_ms"), int):
-                    self.cancelled.truncated_at_ms = sent["audio_end_ms"]
-                self.cancelled = None
-            elif sent_type == "conversation.item.create":
-                item = sent.get("item") or {}
-                if isinstance(item, dict) and item.get("type") == "function_call_output":
-                    self._replied(str(item.get("call_id", "")), str(item.get("output", "")), at_ms)
-            elif sent_type == "session.update":
-                self._session(sent.get("session") or {})
-        elif kind == "OpenTag" and self.created:
-            tag = int(action.get("tag", 0))
-            self.tags[tag] = self.created
-            self.tag_of[self.created] = tag
-        elif kind == "CancelTag":
-            # the caller talked over the response that tag plays; a cancel of the greeting (no turn's) must not
-            # pass its truncate on to a turn
-            turn = self.owner.get(self.tags.get(int(action.get("tag", 0)), ""))
-            self.cancelled = turn
-            if turn is not None and turn.barged_in_ms is None:
-                turn.barged_in_ms = at_ms
-        elif kind == "RunTool":
-            fields = self._tool(str(action.get("call_id", "")))
-            fields["name"] = str(action.get("name", fields.get("name", "")))
-            fields["arguments"] = str(action.get("arguments", fields.get("arguments", "")))
-            fields["ran"] = True
-            fields.setdefault("action", self.actions.get(fields["name"], ""))
-            fields.setdefault("started_ms", at_ms)
-            if fields.get("asked_ms") is not None and fields.get("answered_ms") is None:
-                fields.update(answered_ms=at_ms, answer="yes", answered_by=self._answered_by())
-        elif kind in ENDING_ACTIONS and not self.outcome:
-            self.outcome = ending_outcome(action)
+    def _sent_to_model(self, action: dict[str, Any], at_ms: int) -> None:
+        sent = _json_object(action.get("text")) or {}
+        sent_type = sent.get("type")
+        if sent_type == "response.create":
+            turn = self.turns[-1] if self.turns else None
+            if turn is not None and turn.heard and turn.response_requested_ms is None:
+                turn.response_requested_ms = at_ms
+            metadata = (sent.get("response") or {}).get("metadata") or {}
+            prompt = str(metadata.get("vc_prompt", "")) if isinstance(metadata, dict) else ""
+            if prompt.startswith(CONFIRM_PROMPT):
+                self._confirmation_asked(prompt[len(CONFIRM_PROMPT):], at_ms)
+        elif sent_type == "conversation.item.truncate" and self.cancelled is not None:
+            if isinstance(sent.get("audio_end_ms"), int):
+                self.cancelled.truncated_at_ms = sent["audio_end_ms"]
+            self.cancelled = None
+        elif sent_type == "conversation.item.create":
+            item = sent.get("item") or {}
+            if isinstance(item, dict) and item.get("type") == "function_call_output":
+                self._replied(str(item.get("call_id", "")), str(item.get("output", "")), at_ms)
+        elif sent_type == "session.update":
+            self._session(sent.get("session") or {})
+
+    def _cancel(self, action: dict[str, Any], at_ms: int) -> None:
+        # the caller talked over the response that tag plays; a cancel of the greeting (no turn's) must not
+        # pass its truncate on to a turn
+        reader = self.reader
+        assert reader is not None
+        turn = self.owner.get(reader.tags.get(int(action.get("tag", 0)), ""))
+        self.cancelled = turn
+        if turn is not None and turn.barged_in_ms is None:
+            turn.barged_in_ms = at_ms
+
+    def _run_tool(self, action: dict[str, Any], at_ms: int) -> None:
+        fields = self._tool(str(action.get("call_id", "")))
+        fields["name"] = str(action.get("name", fields.get("name", "")))
+        fields["arguments"] = str(action.get("arguments", fields.get("arguments", "")))
+        fields["ran"] = True
+        fields.setdefault("action", self.actions.get(fields["name"], ""))
+        fields.setdefault("started_ms", at_ms)
+        if fields.get("asked_ms") is not None and fields.get("answered_ms") is None:
+            fields.update(answered_ms=at_ms, answer="yes", answered_by=self._answered_by())
 
     def _session(self, session: dict[str, Any]) -> None:
         """The silence that ends a turn under the session's turn detection (how long before audio_end_ms the
@@ -611,14 +553,71 @@ class _Reader:
             fields.update(answered_ms=at_ms, answer=answer, answered_by=by or self._answered_by())
 
     def _answered_by(self) -> str:
-        if self.input_kind == "dtmf":
+        """What answered a confirmation: the input whose actions follow (the keypad, the caller's words, a tick's timeout)."""
+        input_kind = self.reader.input_kind if self.reader is not None else ""
+        if input_kind == "dtmf":
             return f"keypad {self.digit}"
-        if self.input_kind == "model":
+        if input_kind == "model":
             return "words"
-        return "timeout" if self.input_kind == "tick" else self.input_kind
+        return "timeout" if input_kind == "tick" else input_kind
 
     def _tool(self, call_id: str) -> dict[str, Any]:
         return self.tools.setdefault(call_id, {"call_id": call_id})
+
+
+def carrier_of(call_sid: str) -> str:
+    """The carrier a call id's form names: ``twilio`` (``CA`` and 32 hex digits), ``telnyx`` (``v2:``/``v3:``),
+    ``exotel`` (32 hex digits); "" when the form does not tell (Plivo's and Vonage's ids are both UUIDs)."""
+    if _TWILIO_SID.fullmatch(call_sid):
+        return "twilio"
+    if call_sid.startswith(("v2:", "v3:")):
+        return "telnyx"
+    if _HEX_32.fullmatch(call_sid):
+        return "exotel"
+    return ""
+
+
+def function_actions(header: dict[str, Any]) -> dict[str, str]:
+    """An agent call's functions with a built-in action (``end_call``, ``transfer``), from the record header's
+    agent; {} for any other call."""
+    spec = (header.get("flow_args") or {}).get("spec") if isinstance(header.get("flow_args"), dict) else None
+    functions = ((spec or {}).get("flow") or {}).get("functions") if isinstance(spec, dict) else None
+    if not isinstance(functions, dict):
+        return {}
+    return {str(name): str(fn.get("action", "")) for name, fn in functions.items()
+            if isinstance(fn, dict) and fn.get("action")}
+
+
+def summarize_record(header: dict[str, Any], entries: list[dict[str, Any]], source: str, wall_end_s: float = 0.0,
+                     complete: bool = True) -> CallSummary:
+    """What the store keeps of one record (see RecordSummarizer.summary)."""
+    summarizer = RecordSummarizer(header)
+    read_entries(RecordReader(summarizer), entries)
+    return summarizer.summary(source, wall_end_s, complete)
+
+
+def summary_to_json(summary: CallSummary) -> bytes:
+    return orjson.dumps(dataclasses.asdict(summary))
+
+
+def summary_from_json(text: str | bytes) -> CallSummary:
+    """``summary_to_json``'s inverse; raises ValueError (or TypeError, KeyError) on anything else."""
+    data = orjson.loads(text)
+    return CallSummary(**{
+        **data,
+        "turns": tuple(Turn(**t) for t in data["turns"]), "transcripts": tuple(Transcript(**t) for t in data["transcripts"]),
+        "tool_calls": tuple(ToolCall(**t) for t in data["tool_calls"]), "verdicts": tuple(Verdict(**v) for v in data["verdicts"]),
+        "errors": tuple(ModelError(**e) for e in data["errors"]),
+        "keypresses": tuple(Keypress(**k) for k in data.get("keypresses", ()))})
+
+
+def _tool_call(fields: dict[str, Any]) -> ToolCall:
+    return ToolCall(call_id=fields["call_id"], name=fields.get("name", ""), arguments=fields.get("arguments", ""),
+                    called_ms=fields.get("called_ms"), ran=fields.get("ran", False), ok=fields.get("ok"),
+                    output=fields.get("output", ""), result_ms=fields.get("result_ms"), asked_ms=fields.get("asked_ms"),
+                    answered_ms=fields.get("answered_ms"), answer=fields.get("answer", ""),
+                    answered_by=fields.get("answered_by", ""), started_ms=fields.get("started_ms"),
+                    reply=fields.get("reply", ""), reply_ms=fields.get("reply_ms"), action=fields.get("action", ""))
 
 
 def _json_object(text: object) -> dict[str, Any] | None:

@@ -27,8 +27,9 @@ shows on the call's audio clock (voicecore/console/callview.py).
 Browser requests are checked before anything else: the JSON API and ``/observe`` refuse a request whose
 Origin is not one of ``console_origins`` (403, one log line naming it), so a page of another port of the
 same host cannot use the operator's session cookie, which cookies' same-site rule sends it. The session and
-log-out endpoints are POSTs. A call's ``audio.wav`` answers byte ranges (seeking) and, once the call is over,
-is cacheable by the browser (``private``, with an ETag) (voicecore/console/ranges.py).
+log-out endpoints are POSTs. A call's ``audio.wav`` and ``audio.opus`` (the same as Opus in Ogg, a sixth to a
+ninth of the size, for long calls) answer byte ranges (seeking) and, once the call is over, are cacheable by the
+browser (``private``, with an ETag) (voicecore/console/ranges.py).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ PROCESS = "console"
 STATIC_DIR = Path(__file__).resolve().parents[2] / "voicecore" / "console" / "static"
 MEDIA_CACHE = 16  # calls whose audio is kept (a replay per call otherwise)...
 MEDIA_CACHE_BYTES = 96 << 20  # ...within this much memory (a 10-minute call's tracks and WAV: about 29 MiB)
+OPUS_CACHE = 16  # Opus renditions kept (encoding takes about 1 s per minute of call; a 10-minute one is ~3 MiB)
 PAGES = {"/": "index.html", "/login": "login.html", "/live": "live.html"}
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
@@ -173,6 +175,8 @@ class Console:
         self.media_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="console-media")
         # (record file, its mtime and size) -> its audio: a record that changes is read again
         self.media_cache: collections.OrderedDict[tuple[str, int, int], media.Recording] = collections.OrderedDict()
+        # the WAV's entity tag -> its Opus encoding, done once however many requests ask for it at once
+        self.opus_cache: collections.OrderedDict[str, asyncio.Future[media.Rendition]] = collections.OrderedDict()
         self.origins = guard.console_origins(config.console_origins, config.console_listen, config.console_public_url)
         self.cookie_secure = config.console_public_url.lower().startswith("https://")
         port = int(config.console_listen.rpartition(":")[2] or 0) if config.console_listen else 0
@@ -333,16 +337,18 @@ class Console:
                 recording = await self.call_media(call_sid)
                 return respond_json(media.waveform(recording.caller, recording.agent, points))
             if what == "audio.wav":
-                return await self.audio(request, call_sid)
+                recording = await self.call_media(call_sid)
+                return self.audio(request, call_sid, recording.wav_rendition)
+            if what == "audio.opus":
+                return self.audio(request, call_sid, await self.call_opus(call_sid))
         raise HttpError(404, "no such API path")
 
-    async def audio(self, request: Request, call_sid: str) -> Response:
-        """The stereo WAV: one byte range when asked (206; 416 past its end), the whole otherwise. A call still
-        going on may have more to come (no-store); a finished one's is the same bytes each time (ETag)."""
-        recording = await self.call_media(call_sid)
-        body = recording.wav
+    def audio(self, request: Request, call_sid: str, rendition: media.Rendition) -> Response:
+        """The recording (WAV or Opus): one byte range when asked (206; 416 past its end), the whole otherwise. A
+        call still going on may have more to come (no-store); a finished one's is the same bytes each time (ETag)."""
+        body, content_type = rendition.body, rendition.content_type
         live = call_sid in self.live
-        etag = None if live else recording.etag
+        etag = None if live else rendition.etag
         common: Headerlist = (("Accept-Ranges", "bytes"), ("Cache-Control", "no-store" if live else FINISHED_AUDIO_CACHE),
                               *((("ETag", etag),) if etag else ()))
         if ranges.none_match(header(request, "If-None-Match"), etag):
@@ -356,9 +362,9 @@ class Console:
                             (("Content-Range", f"bytes */{len(body)}"), *common))
         if isinstance(wanted, ranges.ByteRange):
             self.counters["audio_ranges"] += 1
-            return respond(206, body[wanted.first:wanted.last + 1], "audio/wav",
+            return respond(206, body[wanted.first:wanted.last + 1], content_type,
                            (("Content-Range", wanted.content_range(len(body))), *common))
-        return respond(200, body, "audio/wav", common)
+        return respond(200, body, content_type, common)
 
     def static(self, name: str) -> Response:
         file = (STATIC_DIR / name).resolve()
@@ -470,6 +476,21 @@ class Console:
                 r.size_bytes for r in self.media_cache.values()) > MEDIA_CACHE_BYTES):
             self.media_cache.popitem(last=False)
         return recording
+
+    async def call_opus(self, call_sid: str) -> media.Rendition:
+        """The call's recording as Opus, encoded once per version of its audio (off the loop) and kept."""
+        recording = await self.call_media(call_sid)
+        if not recording.caller and not recording.agent:
+            raise HttpError(404, "the call's record holds no audio")
+        encoding = self.opus_cache.get(recording.etag)
+        if encoding is None or (encoding.done() and encoding.exception() is not None):
+            encoding = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(
+                self.media_thread, media.opus_rendition, recording.caller, recording.agent))
+            self.opus_cache[recording.etag] = encoding
+            while len(self.opus_cache) > OPUS_CACHE:
+                self.opus_cache.popitem(last=False)
+        self.opus_cache.move_to_end(recording.etag)
+        return await asyncio.shield(encoding)
 
     # --- /observe --------------------------------------------------------------------------------------------
     async def before_observe(self, request: Request, query: dict[str, list[str]]) -> Response | None:

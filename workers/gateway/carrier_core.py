@@ -351,7 +351,7 @@ def check_upgrade(carrier: str, target: str, headers: Mapping[str, str | None], 
     header, never its value). ``target``: path and query as received; ``headers``: ``upgrade_headers``;
     ``stream_bases``: ``stream_url_bases`` (Plivo signs the URL it dialled, ours + ``target``)."""
     if carrier == TELNYX:
-        return None  # Telnyx signs nothing on the stream (voicecore/carriers/telnyx.py): the token admits it
+        return None  # Telnyx signs nothing on the stream (voicecore/carriers/telnyx/protocol.py): the token admits it
     if carrier == PLIVO:
         signature = _upgrade_header(headers, plivo.SIGNATURE_V3_HEADER)
         nonce = _upgrade_header(headers, plivo.SIGNATURE_V3_NONCE_HEADER)

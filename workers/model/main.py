@@ -48,6 +48,7 @@ from voicecore.call.controller import Action
 from voicecore.call.build import driver_for_config, first_session_update
 from voicecore.call.driver import Driver
 from voicecore.call.record import CallRecorder
+from voicecore.call.record_reader import RecordReader
 from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
@@ -92,6 +93,8 @@ MODEL_CONNECT_TIMEOUT_S = 5.0
 VENDOR_TRIAL_EVERY_S = 30.0
 BREAKER_POLL_S = 0.25  # a call waiting on an open breaker looks again this often
 STAMP_EVERY_S = 0.1
+LOOP_S = 0.02  # the call loop's period while a call is live (a frame)
+IDLE_LOOP_S = 0.1  # ... and with none: under the heartbeat's period, woken at once by a call's start
 VALIDATOR_CHECK_S = 0.25  # how often the serving validator's pid is read (a new one gets the open gates again)
 MAX_GATES_KEPT = 16  # per call  # MODEL_ALIVE_NS / MODEL_EXPECTING of every served call (the pacer's hold line watches them)
 LINE_PLAYED_WAIT_S = 15.0  # a hang-up or transfer after a fallback line waits at most this long for it to play
@@ -236,19 +239,14 @@ class CallSession:
             self.recorder.header["resumed_from"] = self.rebuilt_from  # the replay rebuilds from it first
         self.driver: Driver = self.recorder if self.recorder is not None else decider
         # The live observers' events (voicecore/observe/events.py), from the same entries as the record;
-        # shipped to the recorder every OBSERVE_EVERY_S (ModelWorker.run).
+        # shipped to the recorder every OBSERVE_EVERY_S (ModelWorker.run). One walk over the entries as they
+        # are recorded (voicecore/call/record_reader.py) feeds them and the store's summary alike.
         self.tap: CallEventTap | None = None
         self.summarizer: RecordSummarizer | None = None  # what the store keeps of the call, built as it goes
         if self.recorder is not None:
             self.tap = CallEventTap(self.recorder.header, resumed=resumed)
             self.summarizer = RecordSummarizer(self.recorder.header)
-            tap_feed, summary_feed = self.tap.feed, self.summarizer.feed
-
-            def observe(entry: dict) -> None:
-                tap_feed(entry)
-                summary_feed(entry)
-
-            self.recorder.observer = observe
+            self.recorder.observer = RecordReader(self.tap, self.summarizer).feed
         # Streamed: ModelWorker.run hands the entries of the last second to the writer thread, which appends
         # them to the call's part file (only the writer touches record_file).
         self.record_file: RecordFile | None = None
@@ -359,14 +357,14 @@ class CallSession:
                 self.model_lost(type(exc).__name__)
             else:
                 connected_at = time.monotonic()
-                breaker.success(connected_at)
+                if self.refusal is None:  # the socket's first events may already have refused the configuration
+                    breaker.success(connected_at)
                 await self._serve(transport)
                 if not self.alive() or self.driver_ended():
                     return
-                if self.refusal is not None:  # an error or a close that refuses the configuration
-                    worker.vendor_refused(endpoint, self.refusal)
+                if self.refusal is not None:  # an error or a close that refused the configuration (reported)
                     self.refusal = None
-                    continue
+                    continue  # the loop's first check ends the call's wait
                 log.warning("call %s: model connection closed (%s); reconnecting", self.call_sid, self.close_code)
                 self.model_lost(f"closed_{self.close_code}")
             failures = 1 if connected_at and time.monotonic() - connected_at >= STABLE_CONNECTION_S else failures + 1
@@ -441,7 +439,7 @@ class CallSession:
                     self.caller_speaking = isinstance(event, rt.SpeechStarted)
         self._apply(self.driver.on_model_event(text, time.monotonic_ns(), self.playout()))
         if fault is not None and fault.fatal and self.refusal is None:
-            self.refusal = fault
+            self.refused(fault)
             if self.transport is not None:
                 self.transport.send_close(WSCloseCode.OK)
                 self.transport.disconnect()
@@ -553,11 +551,18 @@ class CallSession:
                  " (no pause came before the vendor's limit)" if forced else " at a pause")
 
     def on_model_close(self, code: int, reason: str) -> None:
-        """The vendor closed the socket: a close that refuses the configuration (4000) is remembered for run()."""
+        """The vendor closed the socket: a close that refuses the configuration (4000) is reported at once."""
         self.close_code = code
         fault = classify_close(code, reason)
         if fault is not None and self.refusal is None:
-            self.refusal = fault
+            self.refused(fault)
+
+    def refused(self, fault: VendorFault) -> None:
+        """The vendor refused the node's configuration on this call's socket. The worker hears it now, not
+        when run() sees the socket closed: a call whose caller hangs up on the apology first would otherwise
+        never report it, and the next call would dial the vendor to meet the same refusal."""
+        self.refusal = fault
+        self.worker.vendor_refused(self.worker.endpoint_for(self.call_sid), fault)
 
     def pump_inbound(self, now_ns: int) -> None:
         """Every INBOUND_BATCH_MS (from the worker's loop): the caller audio that arrived, to the model."""
@@ -998,7 +1003,7 @@ class CallSession:
 
 
 # Which handler applies each action a driver returns, by what the action touches. Every action type has
-# one (tests/test_driver_conformance.py checks it against the Action union).
+# one (tests/unit/test_driver_conformance.py checks it against the Action union).
 MODEL_SESSION_ACTIONS = (core.SendToModel, controller_mod.CallOver)
 RING_ACTIONS = (core.WriteFrames, core.OpenTag, core.EndTag, core.CancelTag, core.ApproveFrames,
                 controller_mod.ReleaseTag, controller_mod.HoldTag, controller_mod.ResumeTag)
@@ -1311,6 +1316,11 @@ class ModelWorker:
         next_validator_check = 0.0
         verdicts_fd = self.verdicts.getsockopt(zmq.FD)
         asyncio.get_running_loop().add_reader(verdicts_fd, self.on_verdicts)
+        # A gateway's news (a call started) wakes an idle loop at once; with calls the loop runs every 20 ms anyway.
+        news = asyncio.Event()
+        events_fd = self.events.getsockopt(zmq.FD)
+        asyncio.get_running_loop().add_reader(events_fd, lambda: (self.events.getsockopt(zmq.EVENTS), news.set()))
+        stopped = asyncio.ensure_future(stop.wait())
         if self.tool_pool is not None:
             self.tool_pool.start()  # in the background: a run before they are up waits for one
         while not stop.is_set():
@@ -1364,10 +1374,17 @@ class ModelWorker:
                 last_stats = now
                 self.bus.send(self.gateway, messages.Stats("model", os.getpid(), self.stats()))
                 self.send_vendor_health()  # a gateway that restarted learns it within a second
-            try:
-                await asyncio.wait_for(stop.wait(), 0.02)
-            except TimeoutError:
-                pass
+            # No call: nothing is due sooner than the heartbeat, so an idle worker wakes a few times a second
+            # (or on the gateway's news), not every 20 ms.
+            if self.calls:
+                await asyncio.wait((stopped,), timeout=LOOP_S)
+            else:
+                news.clear()
+                woken = asyncio.ensure_future(news.wait())
+                await asyncio.wait((stopped, woken), timeout=IDLE_LOOP_S, return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+        stopped.cancel()
+        asyncio.get_running_loop().remove_reader(events_fd)
         self.stopping = True
         records = []
         for session in self.calls.values():

@@ -77,7 +77,7 @@ put them into the call's slot of the arena (wire_tmpl, wire_tmpl_meta) before pu
 entry is the media prefix + the frame + the media suffix, the frame in base64, or its 160 raw bytes when the
 call's WIRE_RAW flag is set; a mark the mark prefix + ``tag:frames[:end]`` + the mark suffix (the name's
 JSON quotes, if any, are the templates'); a clear the clear template. A Twilio call's entries are byte for
-byte what they were when this module wrote Twilio's constants (tests/test_pacer_core.py pins them).
+byte what they were when this module wrote Twilio's constants (tests/unit/test_pacer_core.py pins them).
 
 No allocation in the step: constant byte strings are module-level arrays frozen into the compiled code,
 the wire entry is written byte by byte (base64 included) straight into the shared wire slot from the
@@ -431,6 +431,16 @@ def _prepare_slot(ctrl, s, now_ns):
         ctrl[s, CANCEL_SEEN_SEQ] = atomic_load_acquire(ctrl, s, CANCEL_SEQ)
         ctrl[s, PACER_GENERATION] = generation
     return True
+
+
+@kernel
+def any_live_call(ctrl):
+    """True when a slot holds an active call: with none, the pacer has nothing to tick and need not wake
+    on its grid (a slot being claimed is seen within a frame; its first audio comes after the model's)."""
+    for s in range(ctrl.shape[0]):
+        if atomic_load_acquire(ctrl, s, STATE) == SLOT_ACTIVE:
+            return True
+    return False
 
 
 @kernel(inline="always")
@@ -1002,6 +1012,9 @@ class PacerCore:
             self.clip_frames,
             self.model_silent_ns,
         )
+
+    def has_live_call(self) -> bool:
+        return any_live_call(self._arrays[0])
 
     def cancels(self, now_ns: int) -> int:
         ctrl, _out_meta, _out_payload, wire_len, wire_data, tmpl, tmpl_meta = self._arrays

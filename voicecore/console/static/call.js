@@ -17,19 +17,41 @@ const STORED_POLL_MS = 1000;
 const STORED_POLL_TRIES = 60;
 const SEEK_STEP_S = 1;
 const SEEK_BIG_STEP_S = 5;
+// Up to this long the page plays the WAV (sample-exact seeks, 1.9 MB a minute); a longer call plays the Opus
+// rendition (a sixth to a ninth of the size; seeking in Ogg is a bisection over byte ranges, a little less exact)
+// when the browser can play it. `?audio=wav` or `?audio=opus` in the page's address chooses.
+const OPUS_AFTER_MS = 10 * 60 * 1000;
+const OPUS_TYPE = 'audio/ogg; codecs=opus';
 const PARTS = [['detection_ms', 'detection', 'endpoint'], ['model_ms', 'model', 'model'], ['runtime_ms', 'runtime', 'runtime'],
   ['carrier_ms', 'carrier', 'carrier']];
 const known = (v) => v !== null && v !== undefined;
 
 function show(id, visible = true) { $(id).hidden = !visible; }
 
-/** Play the recording from a moment of the call (a line, a turn). The console serves the WAV in byte ranges,
- * so the browser fetches from there instead of from the start. */
+/** Play the recording from a moment of the call (a line, a turn). The console serves the recording in byte
+ * ranges, so the browser fetches from there instead of from the start. */
 function seekTo(ms) {
   if (!player.src || !known(ms)) return;
   player.currentTime = Math.max(0, ms) / 1000;
   player.play().catch(() => { /* the browser may refuse to play without a gesture: the position stays */ });
   $('#audio-panel').scrollIntoView({ block: 'nearest', behavior: 'smooth' });
+}
+
+/** Which rendition the player gets: 'wav' or 'opus' (the rule above). */
+function recordingFormat(durationMs, chosen = new URLSearchParams(location.search).get('audio')) {
+  const opusPlays = player.canPlayType(OPUS_TYPE) !== '';
+  if (chosen === 'wav' || (chosen === 'opus' && opusPlays)) return chosen;
+  return opusPlays && (durationMs || 0) > OPUS_AFTER_MS ? 'opus' : 'wav';
+}
+
+function showRecording(call) {
+  const format = recordingFormat(call.duration_ms);
+  player.src = `${callPath}/audio.${format}`;
+  player.dataset.format = format;
+  $('#audio-files').replaceChildren('Download: ',
+    el('a', { href: `${callPath}/audio.wav`, download: `${sid}.wav` }, 'WAV'), ' · ',
+    el('a', { href: `${callPath}/audio.opus`, download: `${sid}.opus` }, 'Opus'),
+    ` (playing the ${format === 'opus' ? 'Opus' : 'WAV'} file)`);
 }
 
 // --- the header and the summary ---------------------------------------------------------------------------
@@ -302,7 +324,7 @@ async function showStored(call, withEvents) {
   showTranscript(call);
   showDetails(call);
   show('#audio-panel');
-  player.src = `${callPath}/audio.wav`;
+  showRecording(call);
   const waveform = new Waveform($('#waveform'), player);
   const loads = [waveform.load(`${callPath}/waveform`).catch((exc) => {
     $('#audio-panel').replaceChildren(el('h2', {}, 'Audio'), el('p', { class: 'muted' }, `No audio: ${exc.message}`));

@@ -1,0 +1,85 @@
+"""The import arrows of the tree: ``workers/`` and ``bench/`` import ``voicecore``, never the other way.
+
+The library (voicecore/) must work without the process shells or the bench next to it (a non-editable
+install, another project using the call logic), so no module under voicecore/ imports ``workers`` or
+``bench``; the `voicecore bench` subcommand comes in through the ``voicecore.commands`` entry point
+group instead. Checked on the source with ast (import statements; a name built at run time for
+importlib is out of scope).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+
+from voicecore import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+PROCESS_PACKAGES = {"workers", "bench"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute module names ``path`` imports (``from x import y`` counts as x and x.y)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def top_level(names: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in names}
+
+
+LIBRARY_MODULES = sorted(ROOT.glob("voicecore/**/*.py"))
+
+
+def test_the_library_has_modules_to_check():
+    assert len(LIBRARY_MODULES) > 30 and ROOT / "voicecore" / "call" / "controller.py" in LIBRARY_MODULES
+
+
+@pytest.mark.parametrize("path", LIBRARY_MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_library_module_imports_a_process_or_the_bench(path):
+    assert top_level(imported_modules(path)) & PROCESS_PACKAGES == set()
+
+
+def test_the_arrow_is_caught_where_it_would_be_written(tmp_path):
+    """The check sees the forms a back-arrow takes (guards the test above against passing vacuously)."""
+    module = tmp_path / "m.py"
+    for line in ("import workers.model.main", "from bench.cli import register", "from workers.model import main",
+                 "def f():\n    import bench.run"):
+        module.write_text(line + "\n")
+        assert top_level(imported_modules(module)) & PROCESS_PACKAGES, line
+    module.write_text("from . import bench\nfrom .workers import x\n")  # relative: inside voicecore itself
+    assert not top_level(imported_modules(module)) & PROCESS_PACKAGES
+
+
+def test_the_processes_import_the_library():
+    model_worker = imported_modules(ROOT / "workers" / "model" / "main.py")
+    assert {"voicecore.call.controller", "voicecore.call.record", "voicecore.record"} <= model_worker
+
+
+def test_the_bench_command_comes_from_its_entry_point():
+    entries = {e.name: e.value for e in importlib.metadata.entry_points(group=cli.COMMAND_GROUP)}
+    assert entries.get("bench") == "bench.cli:register"
+    args = cli.build_parser().parse_args(["bench", "--calls", "5", "--transport", "unix", "--pin-stack", "0"])
+    assert (args.command, args.calls, args.transport, args.pin_stack) == ("bench", 5, "unix", "0")
+
+
+def test_a_command_that_cannot_be_loaded_is_reported_not_raised(monkeypatch, capsys):
+    broken = importlib.metadata.EntryPoint(name="broken", value="no_such_package_xyz.cli:register",
+                                           group=cli.COMMAND_GROUP)
+    monkeypatch.setattr(cli.importlib.metadata, "entry_points", lambda group: [broken])
+    parser = cli.build_parser()
+    assert "broken" in parser.format_help()  # still listed: a user sees it exists and why it fails
+    assert cli.main(["broken", "--calls", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "'broken' command is unavailable" in err and "no_such_package_xyz" in err
+    assert "Traceback" not in err
+    assert cli.build_parser().parse_args(["demo", "--calls", "2"]).calls == 2  # the other commands still work

@@ -1,0 +1,158 @@
+"""INV-GATE end to end: real gateway, pacer, model worker and validator; the model simulator says a price.
+
+"Basic costs 777 kr per month" is not in the knowledge base (tests/kb): the response is cancelled before
+the caller hears the number (word release: the words before it may play; sentence release: none of it),
+and the safe line plays. "Basic costs 99 kr per month" is: it plays whole, and its citation is logged.
+The first two tests run the spine (one policy for every response), the last two the turn-taking
+controller with per-node policies (a scripted greeting), retrieve-first and call records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from stacks import start_stack
+from waiting import wait_until
+
+from voicecore.sim.audio_clips import load_clip
+from voicecore.sim.model.clips import scripted_text
+from voicecore.sim.carrier import CallScript, place_call
+from voicecore.sim.model import SimConfig
+
+pytestmark = pytest.mark.integration
+
+KB = Path(__file__).parents[1] / "kb"
+QUESTION_AT_MS = 5500
+CALL_MS = 14_000
+
+
+@pytest.fixture(scope="module")
+def gated_stack():
+    running = start_stack(gate_policy="numbers", knowledge_dir=str(KB))
+    yield running
+    running.stop()
+
+
+def ask_price(running, answer_text: str):
+    """Greeting, "How much does the Basic plan cost?", and an answer whose transcript is ``answer_text``."""
+    # No pinned clip sequence: the safe line is chosen by its instructions ("Say exactly: ...").
+    sim_config = SimConfig(hallucinate_responses=(1,), hallucinated_text=answer_text)
+    script = CallScript(duration_ms=CALL_MS, utterances=((QUESTION_AT_MS, load_clip("caller_basic_price")),), bargein_at_ms=())
+
+    async def call():
+        async with running.model_sim(sim_config) as sim:
+            result = await place_call(running.config.base_url, running.config.twilio_auth_token, script)
+            return sim, result
+
+    return asyncio.run(call())
+
+
+def heard_frames(result, response) -> int:
+    frames = {f for f in response.frames() if len(f) == 160}
+    return sum(1 for _, payload, _ in result.core.played_log() if payload in frames)
+
+
+def test_unverifiable_number_is_never_heard_and_the_safe_line_plays(gated_stack):
+    sim, result = ask_price(gated_stack, "Basic costs 777 kr per month.")
+    assert result.closed_by == "carrier", gated_stack.log_tail()
+    (session,) = sim.by_call(result.call_sid)
+    greeting, answer = session.record.responses[0], session.record.responses[1]
+    assert answer.hallucinated and answer.status == "cancelled"
+    # The caller may hear the words before the number, never the number: the audio the validator could
+    # approve ends where "777" starts in the transcript (audio and words are spread alike), less its margin.
+    number_starts = answer.text.index("777") / len(answer.text)
+    assert heard_frames(result, answer) < number_starts * len(answer.frames())
+    safe = [r for r in session.record.responses[2:] if r.clip_name == "agent_safe_line"]
+    assert safe and heard_frames(result, safe[0]) >= len(safe[0].frames()) - 2  # played whole (last frame padded)
+    assert heard_frames(result, greeting) >= len(greeting.frames()) - 2  # a greeting without numbers plays
+    assert result.statistics.stale_frames == 0
+    assert "rejected by the validator" in gated_stack.log_tail(20000)
+
+
+def test_grounded_number_plays_whole_with_its_citation_logged(gated_stack):
+    sim, result = ask_price(gated_stack, "Basic costs 99 kr per month.")
+    assert result.closed_by == "carrier", gated_stack.log_tail()
+    (session,) = sim.by_call(result.call_sid)
+    answer = session.record.responses[1]
+    assert answer.status == "completed"
+    assert heard_frames(result, answer) >= len(answer.frames()) - 2
+    assert not any(r.clip_name == "agent_safe_line" for r in session.record.responses)
+    log = gated_stack.log_tail(40000)
+    assert "approved with citations" in log
+
+
+# --- the same gate under the turn-taking controller (VOICECORE_CALL_CONTROL=turns) ---------------------
+TURNS_QUESTION_AT_MS = 11_000  # after the default agent's greeting played
+TURNS_CALL_MS = 24_000
+
+
+@pytest.fixture(scope="module")
+def turns_stack():
+    # sentence release: an answer is heard only once its whole sentence is approved
+    running = start_stack(call_control="turns", gate_policy="numbers", knowledge_dir=str(KB),
+                          gate_node_policies="greeting=scripted", gate_release="sentence")
+    yield running
+    running.stop()
+
+
+def ask_price_in_turns(running, answer_text: str):
+    # responses per session: 0 the default agent's greeting (a scripted prompt), 1 the answer
+    sim_config = SimConfig(hallucinate_responses=(1,), hallucinated_text=answer_text)
+    script = CallScript(duration_ms=TURNS_CALL_MS, utterances=((TURNS_QUESTION_AT_MS, load_clip("caller_basic_price")),),
+                        bargein_at_ms=())
+
+    async def call():
+        async with running.model_sim(sim_config) as sim:
+            result = await place_call(running.config.base_url, running.config.twilio_auth_token, script)
+            return sim, result
+
+    return asyncio.run(call())
+
+
+def record_of(running, call_sid: str) -> Path:
+    path = Path(running.config.record_dir) / f"{call_sid}.jsonl"
+    wait_until(path.exists, 10, f"the call's record {path.name}", detail=running.log_tail)
+    return path
+
+
+def test_turns_mode_scripted_prompts_pass_and_a_hallucinated_answer_is_replaced(turns_stack):
+    sim, result = ask_price_in_turns(turns_stack, "Basic costs 777 kr per month.")
+    assert result.closed_by == "carrier", turns_stack.log_tail()
+    assert result.statistics.stale_frames == 0
+    (session,) = sim.by_call(result.call_sid)
+    greeting, answer = session.record.responses[:2]
+    # scripted prompts follow their script: approved, heard whole
+    # (a scripted line after the session's instructions, which the vendor would otherwise replace)
+    assert scripted_text(greeting.instructions) and greeting.session_instructions
+    assert greeting.instructions.startswith(greeting.session_instructions)
+    assert heard_frames(result, greeting) >= len(greeting.frames()) - 2
+    # retrieve-first: the answer was asked for with the knowledge base's snippets in its instructions
+    assert answer.instructions and "Facts:" in answer.instructions and "99 kr" in answer.instructions
+    assert answer.hallucinated and answer.status == "cancelled"
+    assert heard_frames(result, answer) == 0  # sentence release: not one frame of the rejected sentence
+    safe = [r for r in session.record.responses[2:] if scripted_text(r.instructions) == "I can't verify that."]
+    assert safe and heard_frames(result, safe[0]) >= len(safe[0].frames()) - 2
+    # the record holds the verdicts and the snippets, and replays identically without a knowledge base
+    path = record_of(turns_stack, result.call_sid)
+    entries = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    assert any(e["k"] == "verdict" and e["rejected"] for e in entries)
+    assert any(e["k"] == "snippets" and e["snippets"] for e in entries)
+    replay = subprocess.run([sys.executable, "-m", "voicecore.cli", "replay", str(path), "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+
+
+def test_turns_mode_grounded_answer_plays_whole_with_citations_in_the_record(turns_stack):
+    sim, result = ask_price_in_turns(turns_stack, "Basic costs 99 kr per month.")
+    assert result.closed_by == "carrier", turns_stack.log_tail()
+    (session,) = sim.by_call(result.call_sid)
+    answer = session.record.responses[1]
+    assert answer.status == "completed" and heard_frames(result, answer) >= len(answer.frames()) - 2
+    entries = [json.loads(line) for line in record_of(turns_stack, result.call_sid).read_text().splitlines()[1:]]
+    cited = [json.loads(e["citations"]) for e in entries if e["k"] == "verdict" and e["citations"] not in ("", "[]")]
+    assert any(c["number"] == "99" and c["file"].endswith("pricing.md") for batch in cited for c in batch)
