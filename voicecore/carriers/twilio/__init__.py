@@ -2,7 +2,7 @@
 (docs/reference/carriers.md, docs/explanation/protocols.md#a).
 
 - ``stream.py``: the stream's server side (events, order, close codes) and the exact messages we send (the
-  golden bytes of tests/test_twilio_wire_format.py);
+  golden bytes of tests/unit/test_twilio_wire_format.py);
 - ``webhook.py``: the voice webhook and status callback fields, the TwiML answer (and the ``<Reject>`` /
   ``<Redirect>`` of a draining node) and the ``X-Twilio-Signature`` check, over ``signature.py``'s HMAC;
 - ``rest.py``: the Calls resource requests that hang up or redirect a call, and reading their answers;
