@@ -83,7 +83,7 @@ def test_ended_sessions_are_freed_without_the_cyclic_collector(tmp_path, records
         finally:
             assert not worker.calls  # every call ended
             worker.ship_events()  # the ended calls' last events (no recorder listens: dropped, counted)
-            assert not worker.account_sids and not worker.tool_tasks and not worker.observed
+            assert not worker.carrier_calls and not worker.tool_tasks and not worker.observed
             worker.bus.close()
             worker.follower.close()
 
