@@ -4,7 +4,7 @@ good calls are measured (`voicecore bench --bad-input`), or alone against any ga
     python -m bench.badinput --base-url http://127.0.0.1:PORT --seconds 30 --json out.json
 
 Owns: the kinds of bad input (below), their hypothesis strategies, the documented outcome of each input
-(an oracle written from docs/reference/wire.md, voicecore/twilio/stream.py's close-code table and
+(an oracle written from docs/reference/wire.md, voicecore/carriers/twilio/stream.py's close-code table and
 workers/gateway/main.py, not by asking the gateway's own parsers), a raw HTTP/WebSocket client
 that can send what no well-behaved client would (unmasked, reserved bits, lying lengths, slow bytes),
 and a scheduler that keeps the attack bounded (inputs per second, connections at once, nice +10).
@@ -77,7 +77,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import orjson
 
 from voicecore.timing import FRAME_BYTES, MAX_MESSAGE_BYTES, START_DEADLINE_MS
-from voicecore.twilio.signature import compute_signature
+from voicecore.carriers.twilio.signature import compute_signature
 
 TOKEN_ENV = "BENCH_TWILIO_AUTH_TOKEN"
 MAX_FORM_FIELDS = 200  # a voice webhook has a few dozen fields; the gateway refuses more (400 "bad form")

@@ -20,7 +20,7 @@ import time
 from voicecore.sim import carrier
 from voicecore.sim.carrier_core import CarrierCall
 from voicecore.timing import FRAME_BYTES, FRAME_MS
-from voicecore.twilio.stream import OutboundEncoder
+from voicecore.carriers.twilio.stream import OutboundEncoder
 
 CALLER_CLIP_AT_MS = 3000  # one utterance per call, so caller frames are not all the cached silent frame
 CALLER_CLIP = b"\x10" * 8000

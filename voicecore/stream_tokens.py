@@ -2,7 +2,7 @@
 (docs/how-to/fleet.md#stream-tokens).
 
 The voice webhook's answer hands the carrier a token that the media stream's ``start`` must bring back
-(``<Parameter name="session_token">`` for Twilio). ``voicecore/twilio/webhook.py``'s ``SessionTokens`` keeps
+(``<Parameter name="session_token">`` for Twilio). ``voicecore/carriers/session_tokens.py``'s ``SessionTokens`` keeps
 each token in the memory of the gateway that issued it, so behind a load balancer a stream that lands on
 another node is refused. A signed token carries what a node needs to check it: the CallSid it was issued
 for, the issuing node, its expiry (wall clock, ``TOKEN_TTL_MS`` after issue) and a random nonce, with an

@@ -21,7 +21,7 @@ from bench.micro.conftest import per_item
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.timing import FRAME_BYTES, FRAME_NS
-from voicecore.twilio.stream import OutboundEncoder, wire_templates
+from voicecore.carriers.twilio.stream import OutboundEncoder, wire_templates
 from workers.pacer.core import PacerCore
 
 CALLS = 200

@@ -1,7 +1,7 @@
 """Matching Twilio's media message in the gateway: the fast path against the full parse.
 
 Caller audio in Twilio's exact shape takes a fast path (one regex, no JSON parse, no event object: 5.1 ->
-2.6 us per message). Both paths of voicecore/twilio/stream.py, on the message Twilio sends (compact JSON,
+2.6 us per message). Both paths of voicecore/carriers/twilio/stream.py, on the message Twilio sends (compact JSON,
 key order of its captures, one 160-byte frame), on a protocol that has seen connected and start, as the
 gateway's StreamConnection._on_message calls them.
 """
@@ -14,7 +14,7 @@ import json
 import pytest
 
 from voicecore.timing import FRAME_BYTES
-from voicecore.twilio.stream import Media, TwilioStreamProtocol
+from voicecore.carriers.twilio.stream import Media, TwilioStreamProtocol
 
 ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
 CALL_SID = "CA" + "fedcba9876543210" * 2

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from external import missing_resource
-from voicecore.carriers import plivo
+from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.wire import MAX_TEMPLATE_BYTES, RAW, WireTemplates
 from voicecore.shm import control as C
 from voicecore.shm.arena import (
@@ -27,7 +27,7 @@ from voicecore.shm.arena import (
     ArenaError,
     ArenaLayout,
 )
-from voicecore.twilio.stream import wire_templates
+from voicecore.carriers.twilio.stream import wire_templates
 
 SMALL = ArenaLayout(max_calls=3, in_slots=8, out_slots=16, wire_slots=8, wire_slot_bytes=384)
 STREAM_SID = "MZ" + "0123456789abcdef" * 2

@@ -23,8 +23,8 @@ from voicecore.sim.carrier_core import (
     Utterance,
     speech_end_ms,
 )
-from voicecore.twilio import marks
-from voicecore.twilio.marks import parse_mark_name
+from voicecore.carriers import marks
+from voicecore.carriers.marks import parse_mark_name
 from voicecore.timing import BARGEIN_CLEAR_WINDOW_MS, FRAME_BYTES
 
 SID = "MZ" + "0" * 32
@@ -565,7 +565,7 @@ def test_carrier_core_is_sans_io():
 
 
 def test_receive_fast_takes_the_gateways_own_encoding():
-    from voicecore.twilio.stream import OutboundEncoder
+    from voicecore.carriers.twilio.stream import OutboundEncoder
 
     encoder = OutboundEncoder(SID)
     call = make_call()
@@ -667,7 +667,7 @@ class FakeGateway:
         return f"ws://127.0.0.1:{self.ws_port}/twilio"
 
     async def _handle_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        from voicecore.twilio.signature import signature_is_valid
+        from voicecore.carriers.twilio.signature import signature_is_valid
 
         head = await reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
@@ -697,7 +697,7 @@ class FakeGateway:
         writer.close()
 
     async def _handle_ws(self, websocket) -> None:
-        from voicecore.twilio.signature import signature_is_valid
+        from voicecore.carriers.twilio.signature import signature_is_valid
 
         headers = websocket.request.headers
         self.ws_signature_valid = signature_is_valid(AUTH_TOKEN, self.stream_url, {}, headers.get("X-Twilio-Signature", ""))

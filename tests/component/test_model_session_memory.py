@@ -20,14 +20,14 @@ import weakref
 import pytest
 
 from voicecore.agent.load import load_configured_agent
-from voicecore.carriers.exotel import ExotelStreamProtocol
-from voicecore.carriers.plivo import PlivoStreamProtocol
-from voicecore.carriers.telnyx import TelnyxStreamProtocol
-from voicecore.carriers.vonage import VonageStreamProtocol
+from voicecore.carriers.exotel.protocol import ExotelStreamProtocol
+from voicecore.carriers.plivo.protocol import PlivoStreamProtocol
+from voicecore.carriers.telnyx.protocol import TelnyxStreamProtocol
+from voicecore.carriers.vonage.protocol import VonageStreamProtocol
 from voicecore.config import load_config
 from voicecore.shm import control as C
 from voicecore.shm.arena import Arena, ArenaLayout
-from voicecore.twilio.stream import TwilioStreamProtocol, wire_templates
+from voicecore.carriers.twilio.stream import TwilioStreamProtocol, wire_templates
 from workers.model.main import RECORD_WRITER, ModelWorker
 
 LAYOUT = ArenaLayout(max_calls=4, in_slots=8, out_slots=16, wire_slots=8, wire_slot_bytes=384)
@@ -83,7 +83,7 @@ def test_ended_sessions_are_freed_without_the_cyclic_collector(tmp_path, records
         finally:
             assert not worker.calls  # every call ended
             worker.ship_events()  # the ended calls' last events (no recorder listens: dropped, counted)
-            assert not worker.account_sids and not worker.tool_tasks and not worker.observed
+            assert not worker.carrier_calls and not worker.tool_tasks and not worker.observed
             worker.bus.close()
             worker.follower.close()
 

@@ -31,7 +31,10 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from stacks import start_stack
 from voicecore import http_client
-from voicecore.carriers import exotel, plivo, telnyx, vonage
+from voicecore.carriers.exotel import protocol as exotel
+from voicecore.carriers.vonage import protocol as vonage
+from voicecore.carriers.plivo import protocol as plivo
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.events import ENCODING_L16
 from voicecore.demo import demo_script

@@ -26,7 +26,7 @@ from voicecore.record import load as load_record
 from voicecore.record import load_record as load_partial_record
 from voicecore.sim import carrier
 from voicecore.sim.carrier import CallScript, place_call
-from voicecore.twilio.signature import compute_signature
+from voicecore.carriers.twilio.signature import compute_signature
 
 pytestmark = pytest.mark.integration
 

@@ -46,7 +46,7 @@ from voicecore.sim import carrier
 from voicecore.sim.carrier import place_call
 from voicecore.store import CallStore
 from voicecore.stream_tokens import SignedTokens, derive_secret
-from voicecore.twilio.signature import compute_signature
+from voicecore.carriers.twilio.signature import compute_signature
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from voicecore.demo import demo_script
 from voicecore.sim import carrier
 from voicecore.sim.carrier import place_call
 from voicecore.supervise import get_from_gateway
-from voicecore.twilio.signature import compute_signature
+from voicecore.carriers.twilio.signature import compute_signature
 from voicecore.wsunix import UnixStreamSocket
 from workers.gateway.main import remove_stale_socket
 

@@ -19,7 +19,7 @@ from voicecore.call import core as callcore
 from voicecore.call.controller import CallController
 from voicecore.call.record import CallRecorder
 from voicecore.call.spine import SpineDriver
-from voicecore.carriers import telnyx
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMA, ENCODING_PCMU, StreamStarted
 from voicecore.fallback import FallbackClips, codec_table, load_clips
 from voicecore.g711 import ALAW_SILENCE, ALAW_TO_ULAW, ULAW_SILENCE, ULAW_TO_ALAW, from_ulaw, silence_byte, to_ulaw
@@ -29,7 +29,7 @@ from voicecore.shm import control as C
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.timing import FRAME_BYTES
-from voicecore.twilio.stream import wire_templates as twilio_templates
+from voicecore.carriers.twilio.stream import wire_templates as twilio_templates
 from workers.gateway import carrier_core
 from workers.pacer import core as P
 

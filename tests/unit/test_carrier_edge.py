@@ -14,7 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from voicecore.carriers import exotel, plivo, telnyx, vonage
+from voicecore.carriers.exotel import protocol as exotel
+from voicecore.carriers.vonage import protocol as vonage
+from voicecore.carriers.plivo import protocol as plivo
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.edge import ULAW_SILENCE_FRAME, BatchedSink, CarrierEdge, EdgeOutput, FrameSink, OutboundEdge
 from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMA, ENCODING_PCMU

@@ -1,4 +1,4 @@
-"""Exotel Voicebot stream core (voicecore/carriers/exotel.py): every inbound event, every bad-input class and
+"""Exotel Voicebot stream core (voicecore/carriers/exotel/protocol.py): every inbound event, every bad-input class and
 its close code, each message whole / with garbage after it / truncated, a stream fed message by message,
 the run-time media format, outbound shapes checked by Exotel's end (ExotelCarrierSide), the chunk rules
 and the ChunkBatcher's ordering (marks never overtake their audio; padding only at an end), the dynamic
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from voicecore.carriers import exotel
+from voicecore.carriers.exotel import protocol as exotel
 from voicecore.carriers.events import (
     CallerAudio,
     CarrierEncoder,
@@ -30,7 +30,7 @@ from voicecore.carriers.events import (
     StreamStarted,
     StreamStopped,
 )
-from voicecore.carriers.exotel import (
+from voicecore.carriers.exotel.protocol import (
     CallParties,
     ChunkBatcher,
     ChunkMark,

@@ -1,4 +1,4 @@
-"""Plivo audio streams (voicecore/carriers/plivo.py): every inbound event, every bad-input class and its
+"""Plivo audio streams (voicecore/carriers/plivo/protocol.py): every inbound event, every bad-input class and its
 close code, garbage after and truncation of each valid message, a whole call message by message, the
 encoder's bytes, both directions through the carrier's end, the checkpoint-bounded lead, the answer XML and
 the V3 request signature.
@@ -32,7 +32,7 @@ from voicecore.carriers.events import (
     StreamStarted,
     StreamStopped,
 )
-from voicecore.carriers.plivo import (
+from voicecore.carriers.plivo.protocol import (
     CHECKPOINT_HEAD,
     CLEAR_AUDIO_HEAD,
     PLAY_AUDIO_HEAD,

@@ -13,7 +13,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from voicecore.carriers import call_control, plivo_rest, telnyx_rest, vonage_rest
+from voicecore.carriers import call_control
+from voicecore.carriers.vonage import rest as vonage_rest
+from voicecore.carriers.plivo import rest as plivo_rest
+from voicecore.carriers.telnyx import rest as telnyx_rest
 from voicecore.carriers.rest_common import check_target
 from voicecore.sim import carrier_rest_core as sim
 from voicecore.sim.carrier_modes_core import CarrierCredentials
@@ -157,7 +160,35 @@ def test_end_call_per_carrier(pem):
     unset = call_control.end_call(call_control.CallRef("telnyx", CCID), "hangup", "", call_control.CallControlSettings(), **kw)
     assert isinstance(unset, call_control.CannotEnd) and "telnyx_api_key" in unset.reason
     with pytest.raises(ValueError):
-        call_control.end_call(call_control.CallRef("twilio", "CA1"), "hangup", "", settings, **kw)
+        call_control.end_call(call_control.CallRef("twilio", "CA1"), "hangup", "", settings, **kw)  # not a CallSid
+    with pytest.raises(ValueError):
+        call_control.end_call(call_control.CallRef("nope", "abc"), "hangup", "", settings, **kw)  # no such carrier
+
+
+def test_twilios_hangup_and_transfer_go_the_same_way_with_the_same_bytes():
+    """Twilio's calls end through call_control like every carrier's, with the requests its rest module builds."""
+    from voicecore.carriers.twilio import rest as twilio_rest
+
+    account, call = "AC" + "1" * 32, "CA" + "2" * 32
+    settings = call_control.CallControlSettings(twilio_auth_token="tok", twilio_api_base="http://sim")
+    ref = call_control.CallRef("twilio", call, account)
+    kw = {"now_s": NOW, "nonce": "n1"}
+    assert call_control.end_call(ref, "hangup", "", settings, **kw) == twilio_rest.hangup_request(
+        account, call, "tok", base_url="http://sim")
+    assert call_control.end_call(ref, "transfer", "+15550100", settings, **kw) == twilio_rest.transfer_request(
+        account, call, "+15550100", "tok", base_url="http://sim")
+    assert call_control.parse_response("twilio", 200, b'{"status": "completed"}') == twilio_rest.parse_response(
+        200, b'{"status": "completed"}')
+    assert call_control.title("twilio") == "Twilio" and call_control.title("telnyx") == "Telnyx"
+
+
+def test_a_call_started_names_the_carrier_ids_its_ending_uses():
+    from voicecore.bus.messages import CallStarted
+
+    twilio = CallStarted(1, 2, "CA" + "2" * 32, "MZ1", "AC" + "1" * 32)
+    assert call_control.call_ref(twilio) == call_control.CallRef("twilio", "CA" + "2" * 32, "AC" + "1" * 32)
+    plivo = CallStarted(1, 2, "h" + "0" * 40, "h" + "1" * 40, "", "plivo", UUID, "acct")
+    assert call_control.call_ref(plivo) == call_control.CallRef("plivo", UUID, "acct")
 
 
 # --- the simulator's side -------------------------------------------------------------------------------
@@ -200,7 +231,7 @@ def test_the_simulator_refuses_wrong_credentials_and_ended_calls(pem):
 
 def test_the_simulator_takes_twilios_calls_requests_as_twilio_does():
     """The demo's agents hang up and transfer Twilio calls through the simulator's Calls resource."""
-    from voicecore.twilio import rest as twilio_rest
+    from voicecore.carriers.twilio import rest as twilio_rest
 
     account, call = "AC" + "a" * 32, "CA" + "b" * 32
     creds = CarrierCredentials(twilio_auth_token="tok")
@@ -218,3 +249,18 @@ def test_the_simulator_takes_twilios_calls_requests_as_twilio_does():
     assert outcome.status == 401 and twilio_rest.parse_response(outcome.status, outcome.body).error == "Authenticate"
     ended = sim.handle("POST", path.replace("b" * 32, "c" * 32), headers(hangup), hangup.body, creds, live, now_s=NOW)
     assert ended.status == 400 and ended.action == "" and json.loads(ended.body)["code"] == 21220
+
+
+def test_the_settings_default_to_each_carriers_own_api_base():
+    """The settings repeat each rest module's default base URL (so they need no carrier module): the same."""
+    from voicecore.carriers.twilio import rest as twilio_rest
+    from voicecore.config import load_config
+
+    defaults = call_control.CallControlSettings()
+    assert (defaults.twilio_api_base, defaults.telnyx_api_base, defaults.plivo_api_base, defaults.vonage_api_base) == (
+        twilio_rest.DEFAULT_BASE_URL, telnyx_rest.DEFAULT_BASE_URL, plivo_rest.DEFAULT_BASE_URL,
+        vonage_rest.DEFAULT_BASE_URL)
+    from_config = call_control.CallControlSettings.from_config(load_config({}))
+    assert (from_config.twilio_api_base, from_config.telnyx_api_base, from_config.plivo_api_base,
+            from_config.vonage_api_base) == (defaults.twilio_api_base, defaults.telnyx_api_base,
+                                             defaults.plivo_api_base, defaults.vonage_api_base)

@@ -18,7 +18,10 @@ import numpy as np
 import orjson
 import pytest
 
-from voicecore.carriers import exotel, plivo, telnyx, vonage
+from voicecore.carriers.exotel import protocol as exotel
+from voicecore.carriers.vonage import protocol as vonage
+from voicecore.carriers.plivo import protocol as plivo
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.events import (
     ENCODING_L16,
@@ -284,7 +287,7 @@ def test_the_core_measures_a_timeline_the_same_whatever_the_carrier():
         if tag == 2:
             timeline.append(("bargein", None, t))
             timeline.append(("clear", None, t + 4.0))
-    from voicecore.twilio.stream import OutboundEncoder
+    from voicecore.carriers.twilio.stream import OutboundEncoder
 
     twilio = CarrierCall("CA" + "1" * 32, "MZ" + "0" * 32, "AC" + "2" * 32, TOKEN, b"", 4, play_phase_ms=0.0)
     twilio.opening_messages()

@@ -29,7 +29,7 @@ from voicecore.carriers.events import (
     StreamStarted,
     StreamStopped,
 )
-from voicecore.carriers.telnyx import (
+from voicecore.carriers.telnyx.protocol import (
     CLEAR_MESSAGE,
     FIRST_CHUNK,
     MEDIA_PREFIX,

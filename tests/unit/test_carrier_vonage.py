@@ -1,4 +1,4 @@
-"""Vonage Voice WebSocket core (voicecore/carriers/vonage.py): every inbound event, every bad-input class and
+"""Vonage Voice WebSocket core (voicecore/carriers/vonage/protocol.py): every inbound event, every bad-input class and
 its close code, garbage after and truncation of each valid text message, the encoder's exact messages and
 their round trip through the carrier's side, caller audio through the protocol and the edge transcoder into
 160-byte mu-law frames and back, the answer NCCO's shape, and signed-webhook JWTs.
@@ -33,7 +33,7 @@ from voicecore.carriers.events import (
     StreamStarted,
     StreamStopped,
 )
-from voicecore.carriers.vonage import (
+from voicecore.carriers.vonage.protocol import (
     CLEAR_MESSAGE,
     MAX_NCCO_HEADERS_BYTES,
     NOTIFY_HEAD,

@@ -14,7 +14,7 @@ import pytest
 
 from voicecore.call import controller as C
 from voicecore.call import flow as flows
-from voicecore.twilio import rest as twilio_rest
+from voicecore.carriers.twilio import rest as twilio_rest
 
 MS = 1_000_000
 IDLE = C.IDLE_PLAYOUT
@@ -276,7 +276,7 @@ def test_flow_steps():
     assert f.on_tool_call("end_call", "{}").then.terminal
 
 
-@pytest.mark.parametrize("relative", ["voicecore/call/controller.py", "voicecore/call/flow.py", "voicecore/twilio/rest.py"])
+@pytest.mark.parametrize("relative", ["voicecore/call/controller.py", "voicecore/call/flow.py", "voicecore/carriers/twilio/rest.py"])
 def test_controller_modules_import_no_io(relative):
     forbidden = {"asyncio", "zmq", "websockets", "time", "os", "random", "uuid", "socket", "threading", "subprocess", "urllib.request"}
     tree = ast.parse((ROOT / relative).read_text())

@@ -19,8 +19,8 @@ KNOWN_ERRORS = [
     ("voicecore.shm.arena", "ArenaError", DependencyError, RuntimeError),
     ("voicecore.supervise", "StackError", DependencyError, RuntimeError),
     ("bench.run", "BenchError", DependencyError, RuntimeError),
-    ("voicecore.twilio.webhook", "WebhookError", PeerInputError, Exception),
-    ("voicecore.twilio.stream", "_Violation", PeerInputError, Exception),
+    ("voicecore.carriers.twilio.webhook", "WebhookError", PeerInputError, Exception),
+    ("voicecore.carriers.twilio.stream", "_Violation", PeerInputError, Exception),
     ("voicecore.realtime.events", "_Bad", PeerInputError, Exception),
     ("voicecore.sim.model.rejects", "ClientEventRejected", PeerInputError, Exception),
 ]

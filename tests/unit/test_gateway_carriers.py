@@ -14,7 +14,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from voicecore.carriers import exotel, plivo, telnyx, vonage
+from voicecore.carriers.exotel import protocol as exotel
+from voicecore.carriers.exotel.carrier import CHUNK_LEAD_MARGIN_MS
+from voicecore.carriers.vonage import protocol as vonage
+from voicecore.carriers.plivo import protocol as plivo
+from voicecore.carriers.plivo.backlog import EchoBoundedBacklog, is_own_checkpoint
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMA, ENCODING_PCMU, StreamStarted
 from voicecore.carriers.wire import RAW
 from voicecore.config import ConfigError, load_config
@@ -254,7 +259,7 @@ def test_an_exotel_call_keeps_a_chunk_and_a_margin_ahead_and_the_others_the_pace
     events = [e for m in side.opening_messages() for e in e_protocol.receive_text(m)]
     exotel_edge = cc.new_edge(cc.EXOTEL, events[-1], e_protocol, True)
     assert exotel_edge.sink.batcher.chunk_bytes == 3200  # 200 ms of L16 at 8 kHz
-    assert cc.pacer_lead_ms(cc.EXOTEL, exotel_edge, 80) == 200 + cc.CHUNK_LEAD_MARGIN_MS == 300
+    assert cc.pacer_lead_ms(cc.EXOTEL, exotel_edge, 80) == 200 + CHUNK_LEAD_MARGIN_MS == 300
     assert cc.pacer_lead_ms(cc.EXOTEL, exotel_edge, 400) == 0  # the configured lead is longer: it stands
     vonage_edge = cc.new_edge(cc.VONAGE, started(encoding=ENCODING_L16, rate=16000), vonage.VonageStreamProtocol(), True)
     assert cc.pacer_lead_ms(cc.VONAGE, vonage_edge, 80) == 0
@@ -290,11 +295,14 @@ def test_a_mark_dropped_unsent_is_settled_discarded_without_skipping_the_sent_on
 
 
 def test_only_plivo_calls_get_a_backlog_bound_in_frames():
-    assert cc.backlog_max_frames(cc.PLIVO, 400) == 20
-    assert cc.backlog_max_frames(cc.PLIVO, 410) == 20  # whole frames, rounded down: never above the setting
-    assert cc.backlog_max_frames(cc.PLIVO, 0) == 0  # the setting's 0: the lead by time alone
+    def bound(carrier, max_unplayed_ms):
+        return cc.backlog_max_frames(carrier, cc.CarrierSettings(plivo_max_unplayed_ms=max_unplayed_ms))
+
+    assert bound(cc.PLIVO, 400) == 20
+    assert bound(cc.PLIVO, 410) == 20  # whole frames, rounded down: never above the setting
+    assert bound(cc.PLIVO, 0) == 0  # the setting's 0: the lead by time alone
     for carrier in (cc.TELNYX, cc.VONAGE, cc.EXOTEL, "twilio"):
-        assert cc.backlog_max_frames(carrier, 400) == 0
+        assert bound(carrier, 400) == 0
 
 
 def plivo_entries(templates, *kinds: str) -> list[bytes]:
@@ -314,7 +322,7 @@ def plivo_entries(templates, *kinds: str) -> list[bytes]:
 @pytest.mark.parametrize("raw", [False, True], ids=["final-mulaw", "raw-l16"])
 def test_the_backlog_follows_what_was_sent_echoed_and_cleared_in_wire_order(raw):
     templates = RAW if raw else plivo.wire_templates("stream-1")
-    backlog = cc.EchoBoundedBacklog(templates)
+    backlog = EchoBoundedBacklog(templates)
     backlog.sent(plivo_entries(templates, *["m"] * 5, "k:1:5", "m", "m"))
     backlog.sent(plivo_entries(templates, "m", "m", "m", "k:1:10"))
     assert (backlog.unplayed_frames(), backlog.played_position_frames()) == (10, 0)
@@ -337,7 +345,7 @@ def test_the_backlog_follows_what_was_sent_echoed_and_cleared_in_wire_order(raw)
 
 def test_the_played_position_never_goes_back_and_never_passes_what_was_sent():
     templates = plivo.wire_templates("stream-1")
-    backlog = cc.EchoBoundedBacklog(templates)
+    backlog = EchoBoundedBacklog(templates)
     positions = []
     steps = [("sent", ["m", "m", "k:1:2"]), ("echo", "1:2"), ("echo", "1:2"), ("sent", ["m", "k:1:3", "c"]),
              ("echo", "1:3"), ("sent", ["m"]), ("echo", "nope"), ("cleared", None)]
@@ -358,7 +366,7 @@ def test_unmarked_frames_get_a_checkpoint_of_the_gateways_own_so_the_bound_never
     """A fallback line goes out without marks (they name a response's tag): without a checkpoint of the
     gateway's own, its frames would fill the bound with nothing to echo and the call would fall silent."""
     templates = RAW if raw else plivo.wire_templates("stream-1")
-    backlog = cc.EchoBoundedBacklog(templates)
+    backlog = EchoBoundedBacklog(templates)
     backlog.sent(plivo_entries(templates, "m", "m", "m", "m"))
     assert backlog.own_checkpoint() is None  # fewer than 5 frames since the last checkpoint
     backlog.sent(plivo_entries(templates, "m", "m", "k:1:6"))
@@ -367,7 +375,8 @@ def test_unmarked_frames_get_a_checkpoint_of_the_gateways_own_so_the_bound_never
     own = backlog.own_checkpoint()
     assert own is not None and own.startswith(templates.mark_prefix) and own.endswith(templates.mark_suffix)
     name = own[len(templates.mark_prefix):len(own) - len(templates.mark_suffix)].decode()
-    assert cc.is_own_checkpoint(name) and not cc.is_own_checkpoint("1:6") and not cc.is_own_checkpoint("1:6:end")
+    assert is_own_checkpoint(name) and not is_own_checkpoint("1:6") and not is_own_checkpoint("1:6:end")
+    assert backlog.is_own_checkpoint(name) and not backlog.is_own_checkpoint("1:6")
     assert backlog.own_checkpoint() is None  # one per run of unmarked frames
     assert backlog.unplayed_frames() == 26
     backlog.echoed("1:6")
@@ -478,3 +487,43 @@ def test_what_the_simulated_carrier_sends_passes_the_check_of_our_answer(carrier
     assert upgrade(carrier, list(headers.items()), target=path_and_query) is None
     if carrier != cc.TELNYX:  # and without them the upgrade is refused
         assert upgrade(carrier, [], target=path_and_query).status == 403
+
+
+# --- Twilio's webhooks through the same path -------------------------------------------------------------
+
+
+def test_twilios_webhooks_go_through_the_same_check_with_the_lines_and_answers_they_always_had():
+    from voicecore.carriers.twilio import webhook as twilio_webhook
+    from voicecore.carriers.twilio.signature import compute_signature
+
+    settings = cc.CarrierSettings(twilio_auth_token="tw-token", public_url=BASE)
+    routes = cc.webhook_routes(settings)
+    assert {"/twilio/voice", "/twilio/status"} <= set(routes) and "/plivo/voice" not in routes
+    assert set(cc.webhook_routes(SETTINGS)) == {"/twilio/voice", "/twilio/status"} | set(ROUTES)
+    call_sid = "CA" + "3" * 32
+    form = {"CallSid": call_sid, "AccountSid": "AC" + "4" * 32, "From": "+15550100", "To": "+15550199"}
+    body = urlencode(form).encode()
+
+    def post(path, body, signature):
+        return cc.check_webhook(routes[path], "POST", path, {"x-twilio-signature": signature}, body, settings,
+                                BASE + path, NOW_S)
+
+    good = compute_signature("tw-token", BASE + "/twilio/voice", form)
+    assert post("/twilio/voice", body, good) == cc.AnswerRequest("twilio", cc.ANSWER, call_sid)
+    refused = post("/twilio/voice", body, "bad")
+    assert (refused.status, refused.reason, refused.problem) == (403, "bad signature", "signature")
+    assert refused.log == f"webhook /twilio/voice: bad X-Twilio-Signature (call {call_sid})" and not refused.quiet
+    unreadable = post("/twilio/voice", b"%zz=\xff&" * 3, good)
+    assert unreadable.status == 400 and unreadable.quiet
+    request = cc.AnswerRequest("twilio", cc.ANSWER, call_sid)
+    content_type, twiml = cc.answer_document(request, STREAM_BASE, "TOKEN_abc-1", settings)
+    assert content_type == b"text/xml" and twiml == twilio_webhook.twiml_connect_stream(
+        STREAM_BASE + "/twilio/stream", "TOKEN_abc-1", BASE + "/twilio/status").encode()
+    rejected = cc.draining_answer(request, settings)
+    assert (rejected.status, rejected.body) == (200, twilio_webhook.twiml_reject("busy").encode())
+    assert rejected.log == f"call {call_sid}: refused, the node is draining (rejected busy)"
+    redirect = cc.CarrierSettings(drain_redirect_url="https://other.example.com/twilio/voice")
+    assert cc.draining_answer(request, redirect).body == twilio_webhook.twiml_redirect(
+        "https://other.example.com/twilio/voice").encode()
+    with pytest.raises(ValueError):
+        cc.new_stream_protocol("twilio")  # its stream is still the gateway's own connection class

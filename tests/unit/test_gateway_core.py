@@ -1,6 +1,6 @@
 """Gateway decisions: mark echoes after a clear mean discarded audio; slots rest before reuse."""
 
-from voicecore.twilio.marks import parse_mark_name
+from voicecore.carriers.marks import parse_mark_name
 from workers.gateway.core import (
     SLOT_QUARANTINE_MS,
     MarkDiscarded,
@@ -12,7 +12,7 @@ from workers.gateway.core import (
 
 
 def test_mark_names():
-    # The rule is voicecore/twilio/marks.py's (its full table: tests/unit/test_twilio_wire_format.py).
+    # The rule is voicecore/carriers/marks.py's (its full table: tests/unit/test_twilio_wire_format.py).
     assert parse_mark_name("3:10") == (3, 10, False)
     assert parse_mark_name("3:12:end") == (3, 12, True)
     for bad in ("", "3", "a:1", "3:x", "3:1:fin", "3:1:end:x", "-1:2"):

@@ -13,7 +13,7 @@ from twilio.twiml.voice_response import VoiceResponse
 from voicecore.drain import (DrainFileError, DrainRequest, DrainWatch, drain_path, parse_request, pid_alive,
                              read_request, request_drain)
 from voicecore.timing import DRAIN_STREAM_WAIT_MS
-from voicecore.twilio.webhook import twiml_redirect, twiml_reject
+from voicecore.carriers.twilio.webhook import twiml_redirect, twiml_reject
 from workers.gateway.core import Drain, DrainStep
 
 WAIT, END, STOP = DrainStep.WAIT, DrainStep.END_CALLS, DrainStep.STOP

@@ -12,13 +12,13 @@ from types import SimpleNamespace
 import pytest
 from test_pacer_core import PACER_ENTRIES_MARKS, pacer_wire_entries
 
-from voicecore.carriers import telnyx
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.wire import RAW, RAW_MEDIA, WireTemplates
 from voicecore.shm import control as C
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.stats import LatencyLog
-from voicecore.twilio.stream import wire_templates
+from voicecore.carriers.twilio.stream import wire_templates
 from workers.gateway.core import MarkDiscarded
 from workers.gateway.main import StreamConnection
 

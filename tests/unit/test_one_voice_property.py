@@ -31,7 +31,7 @@ from voicecore.shm import control as C
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.timing import FRAME_BYTES, FRAME_NS
-from voicecore.twilio.stream import wire_templates
+from voicecore.carriers.twilio.stream import wire_templates
 from workers.pacer import core as P
 
 MS = 1_000_000

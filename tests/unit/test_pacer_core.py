@@ -16,15 +16,16 @@ import os
 import numpy as np
 import pytest
 
-from voicecore.carriers import plivo, telnyx
+from voicecore.carriers.plivo import protocol as plivo
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.wire import RAW, RAW_CLEAR, RAW_MARK, RAW_MEDIA
 from voicecore.fallback import FallbackClips
 from voicecore.shm import control as C
 from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.timing import FRAME_BYTES, FRAME_NS
-from voicecore.twilio import marks
-from voicecore.twilio.stream import wire_templates
+from voicecore.carriers import marks
+from voicecore.carriers.twilio.stream import wire_templates
 from workers.pacer import core as P
 
 MS = 1_000_000
@@ -1150,7 +1151,7 @@ def test_a_new_call_of_another_carrier_in_the_slot_gets_its_own_templates(call):
 
 
 # The pacer of commit 66c7146 (before the carriers' message templates) built Twilio's messages from the SIDs and the
-# constants of voicecore/twilio/stream.py. Over this scenario (4 SIDs from 1 to 64 characters, tags of up
+# constants of voicecore/carriers/twilio/stream.py. Over this scenario (4 SIDs from 1 to 64 characters, tags of up
 # to 10 digits, indices past 99,999, cadence and end marks, a barge-in's clear, a hold's end mark and clear,
 # fallback lines) it wrote these 144 entries; the templates must give the same bytes.
 GOLDEN_ENTRIES = 144

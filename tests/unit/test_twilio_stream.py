@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from voicecore.timing import FRAME_BYTES, MAX_MESSAGE_BYTES
-from voicecore.twilio.stream import (
+from voicecore.carriers.twilio.stream import (
     CloseCode,
     Connected,
     Dtmf,

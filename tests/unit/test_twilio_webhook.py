@@ -11,14 +11,10 @@ import pytest
 from twilio.request_validator import RequestValidator
 
 from voicecore.timing import TOKEN_TTL_MS
-from voicecore.twilio.signature import compute_signature
-from voicecore.twilio.webhook import (
+from voicecore.carriers.twilio.signature import compute_signature
+from voicecore.carriers.session_tokens import REDEEM_EXPIRED, REDEEM_REUSED, REDEEM_UNKNOWN, RedeemResult, SessionTokens
+from voicecore.carriers.twilio.webhook import (
     MAX_FORM_BYTES,
-    REDEEM_EXPIRED,
-    REDEEM_REUSED,
-    REDEEM_UNKNOWN,
-    RedeemResult,
-    SessionTokens,
     StatusCallback,
     VoiceRequest,
     WebhookError,

@@ -1,5 +1,5 @@
-"""One home per wire format: what we send Twilio is ``voicecore/twilio/stream.py``'s bytes, and a mark's name
-is ``voicecore/twilio/marks.py``'s rule, whoever writes or reads it.
+"""One home per wire format: what we send Twilio is ``voicecore/carriers/twilio/stream.py``'s bytes, and a mark's name
+is ``voicecore/carriers/marks.py``'s rule, whoever writes or reads it.
 
 The pacer writes its messages byte by byte into shared memory (no json.dumps on the hot path); these tests
 run its real step over an arena in a tmp directory and compare every entry it wrote with
@@ -20,9 +20,10 @@ from voicecore.shm import rings as R
 from voicecore.shm.arena import Arena, ArenaLayout
 from voicecore.sim import carrier_core
 from voicecore.timing import FRAME_BYTES
-from voicecore.twilio import marks, stream
-from voicecore.twilio.marks import format_mark_name, parse_mark_name
-from voicecore.twilio.stream import OutboundEncoder
+from voicecore.carriers import marks
+from voicecore.carriers.twilio import stream
+from voicecore.carriers.marks import format_mark_name, parse_mark_name
+from voicecore.carriers.twilio.stream import OutboundEncoder
 from workers.gateway import core as gateway_core
 from workers.pacer import core as pacer_core
 
@@ -211,8 +212,8 @@ def test_the_gateway_and_the_carrier_read_marks_by_the_one_rule():
 
 
 def test_no_module_keeps_its_own_mark_parser():
-    # The rule lives in voicecore/twilio/marks.py only: no other parse_mark_name, no other ":end" literal.
-    own = ROOT / "voicecore" / "twilio" / "marks.py"
+    # The rule lives in voicecore/carriers/marks.py only: no other parse_mark_name, no other ":end" literal.
+    own = ROOT / "voicecore" / "carriers" / "marks.py"
     offenders = []
     for folder in ("voicecore", "workers"):
         for path in sorted((ROOT / folder).rglob("*.py")):

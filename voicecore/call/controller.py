@@ -200,7 +200,7 @@ class RunTool:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HangUp:
-    """End the call through the carrier's REST API (voicecore/twilio/rest.py hangup_request); ``after_line``:
+    """End the call through the carrier's REST API (voicecore/carriers/twilio/rest.py hangup_request); ``after_line``:
     once the fallback line asked for just before has played (the failure policy's apology)."""
 
     reason: str
@@ -209,7 +209,7 @@ class HangUp:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Transfer:
-    """Redirect the call to ``target`` through the carrier's REST API (voicecore/twilio/rest.py transfer_request);
+    """Redirect the call to ``target`` through the carrier's REST API (voicecore/carriers/twilio/rest.py transfer_request);
     ``after_line`` as HangUp's."""
 
     target: str

@@ -12,5 +12,5 @@ shape. Each module holds:
   we send), the core of that carrier's simulator mode;
 - the carrier's answer document (XML / NCCO / TeXML) and its request signing, where it has them.
 
-Twilio keeps its own home in :mod:`voicecore.twilio` (the gateway's first carrier).
+Twilio keeps its own home in :mod:`voicecore.carriers.twilio` (the gateway's first carrier).
 """

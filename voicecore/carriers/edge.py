@@ -13,7 +13,7 @@ Owns, per stream:
   (:class:`FrameSink`: one message per frame; :class:`BatchedSink`: frames batched into chunks, Exotel).
 
 The one rule the outbound side keeps besides the formats: **a mark never goes out ahead of its audio**
-(its echo says "the audio before me has played": voicecore/twilio/marks.py, docs/explanation/protocols.md#a3). A
+(its echo says "the audio before me has played": voicecore/carriers/marks.py, docs/explanation/protocols.md#a3). A
 resampled stream delays its audio by ``EdgeTranscoder.delay_ms`` (10 ms: codec.py), so the last 10 ms of
 what the pacer sent is still inside the resampler when a mark arrives. Such a mark waits until the carrier
 bytes that carry its audio have gone out (the next frame, 20 ms later at most); a response's last mark
@@ -43,7 +43,7 @@ from voicecore.carriers.codec import EdgeTranscoder, Framer
 from voicecore.carriers.events import CarrierEncoder, Outbound
 from voicecore.carriers.wire import RAW_CLEAR, RAW_MARK, RAW_MEDIA
 from voicecore.timing import FRAME_BYTES, FRAME_MS, FRAME_NS
-from voicecore.twilio.marks import END_SUFFIX
+from voicecore.carriers.marks import END_SUFFIX
 
 __all__ = ["BatchedSink", "CarrierEdge", "EdgeOutput", "EdgeSink", "FrameSink", "OutboundEdge", "ULAW_SILENCE_FRAME"]
 

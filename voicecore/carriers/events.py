@@ -131,7 +131,7 @@ class Outbound:
 
 
 class CarrierStream(Protocol):
-    """Server side of one media stream, without I/O (the shape of voicecore.twilio.stream)."""
+    """Server side of one media stream, without I/O (the shape of voicecore.carriers.twilio.stream)."""
 
     def receive_text(self, data: str | bytes) -> list[CarrierEvent]: ...
 

@@ -1,24 +1,38 @@
-"""What the carriers' call-control REST modules share: the request and result shapes (Twilio's, from
-voicecore/twilio/rest.py, so the model worker sends any of them the same way), reading a JSON answer, the
-retry rule and the check of a transfer target.
+"""What the carriers' call-control REST modules share: the request and result shapes (so the model worker
+sends any carrier's the same way), reading a JSON answer, the retry rule and the check of a transfer target.
 
-Must not know: sockets, the clock, any one carrier's URLs or field names (telnyx_rest.py, plivo_rest.py,
-vonage_rest.py own those).
+Must not know: sockets, the clock, any one carrier's URLs or field names (each carrier package's ``rest.py``
+owns those).
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
-
-from voicecore.twilio.rest import RestRequest, RestResult
 
 __all__ = ["RestRequest", "RestResult", "basic_auth", "check_target", "is_sip", "json_object", "result"]
 
 # A transfer target: a phone number (E.164, the "+" optional: ITU-T E.164 allows at most 15 digits) or a SIP
 # URI (RFC 3261 section 19.1; no spaces, quotes or angle brackets, so it cannot break out of a JSON string or
 # an XML element). Anything else is the agent's misconfiguration, refused before a request is built.
+@dataclasses.dataclass(frozen=True, slots=True)
+class RestRequest:
+    method: str
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RestResult:
+    ok: bool
+    retryable: bool  # 5xx / 429: try again later; 4xx: our request is wrong (or the call already ended)
+    status: str | None  # the call's status in the answer (e.g. "completed")
+    error: str | None
+
+
 _PHONE = re.compile(r"^\+?[0-9]{2,15}$")
 _SIP = re.compile(r"^sips?:[^\s<>\"'&]{1,250}$")
 
@@ -48,7 +62,7 @@ def json_object(body: bytes) -> dict:
 
 
 def result(status_code: int, error: str | None, status: str | None = None) -> RestResult:
-    """The carriers' common rule (the same as Twilio's): 2xx done; 429 and 5xx worth another try later; any
+    """The carriers' common rule: 2xx done; 429 and 5xx worth another try later; any
     other 4xx our request is wrong, or the call already ended, and asking again changes nothing."""
     if 200 <= status_code < 300:
         return RestResult(True, False, status, None)

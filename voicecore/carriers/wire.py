@@ -9,7 +9,7 @@ Two modes:
 
 - **final** (``raw`` False): the pacer writes the finished message: ``media_prefix`` + base64 of one
   160-byte mu-law frame + ``media_suffix``; ``mark_prefix`` + name + ``mark_suffix`` (a mark name is ASCII
-  digits and colons, voicecore/twilio/marks.py, so it needs no escaping in JSON); ``clear``. The gateway
+  digits and colons, voicecore/carriers/marks.py, so it needs no escaping in JSON); ``clear``. The gateway
   sends each entry as it is (a text frame, or binary when ``binary``). Twilio, Telnyx and Plivo (mu-law).
 - **raw** (``raw`` True): the carrier needs work the pacer must not do (resampling to 16 kHz L16, batching
   20 ms frames into 100 ms chunks): the pacer writes ``RAW_MEDIA`` + the 160 mu-law bytes, ``RAW_MARK`` +
@@ -29,7 +29,7 @@ __all__ = ["MAX_MARK_NAME_BYTES", "MAX_TEMPLATE_BYTES", "RAW", "RAW_CLEAR", "RAW
 # characters + suffix) is checked against the arena's slot size when the templates are written.
 MAX_TEMPLATE_BYTES = 256
 # A mark name as the pacer writes it: two int64 counters in decimal (19 digits each at most), a colon, and
-# ":end" (voicecore/twilio/marks.py).
+# ":end" (voicecore/carriers/marks.py).
 MAX_MARK_NAME_BYTES = 19 + 1 + 19 + 4
 
 RAW_MEDIA = b"A"

@@ -42,7 +42,7 @@ from voicecore.sim.carrier_core import (
 from voicecore.sim import carrier_modes_core as modes
 from voicecore.sim.carrier_modes_core import CARRIERS, CarrierCredentials
 from voicecore.timing import FRAME_MS
-from voicecore.twilio.signature import compute_signature
+from voicecore.carriers.twilio.signature import compute_signature
 from voicecore.wsframes import masked_text_frames
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ Must not know: sockets, asyncio, HTTP, the wall clock. Every method that depends
 
 How frames are tied to responses: the pacer sends a `mark` named "tag:n" after each group of frames of
 one response and "tag:n:end" after its last frame, n counting the frames of that tag sent so far (the
-naming rule and its parser: voicecore/twilio/marks.py). The frames received since the previous mark
+naming rule and its parser: voicecore/carriers/marks.py). The frames received since the previous mark
 belong to the tag of the next mark. A frame is attributed only when such a mark arrives; frames that a clear or the end
 of the call overtakes first stay unattributed (`frames_without_mark`) and are never guessed.
 
@@ -46,8 +46,8 @@ import orjson
 from voicecore.g711 import ulaw_to_linear
 from voicecore.stats import percentile_or_none
 from voicecore.timing import BARGEIN_CLEAR_WINDOW_MS, BYTES_PER_MS, DEFAULT_LEAD_MS, FRAME_BYTES, FRAME_MS
-from voicecore.twilio.marks import PLAIN_NAME_BYTES, parse_mark_name
-from voicecore.twilio.stream import OutboundEncoder
+from voicecore.carriers.marks import PLAIN_NAME_BYTES, parse_mark_name
+from voicecore.carriers.twilio.stream import OutboundEncoder
 
 DEFAULT_LEAD_FRAMES = DEFAULT_LEAD_MS // FRAME_MS
 SILENT_FRAME = b"\xff" * FRAME_BYTES  # mu-law code 0xFF is linear 0

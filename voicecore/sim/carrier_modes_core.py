@@ -42,7 +42,7 @@ Carrier behaviours the adapters model (docs/explanation/protocols.md#b and each 
 - Exotel: ``connected`` + ``start`` (the stream URL's query parameters but ``sample-rate`` in
   ``custom_parameters``; the rate from ``sample-rate``, default 8000), caller audio in ~100 ms ``media``
   messages, our audio in chunks of 100 ms and more, marks echoed when played; a ``clear`` returns the
-  pending marks as Twilio's does (Exotel documents no echo rule; voicecore/carriers/exotel.py settles
+  pending marks as Twilio's does (Exotel documents no echo rule; voicecore/carriers/exotel/protocol.py settles
   marks the same way).
 
 Bad input from the gateway never raises: it is counted (``metrics.protocol_errors``) with a fixed reason.
@@ -66,12 +66,15 @@ import numpy as np
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from voicecore.carriers import exotel, plivo, telnyx, vonage
+from voicecore.carriers.exotel import protocol as exotel
+from voicecore.carriers.vonage import protocol as vonage
+from voicecore.carriers.plivo import protocol as plivo
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.codec import EdgeTranscoder, Framer
 from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMA, ENCODING_PCMU
 from voicecore.sim.carrier_core import DEFAULT_LEAD_FRAMES, PlayoutCore, Utterance
 from voicecore.timing import FRAME_BYTES, FRAME_MS, SAMPLE_RATE_HZ
-from voicecore.twilio.marks import PLAIN_NAME_BYTES
+from voicecore.carriers.marks import PLAIN_NAME_BYTES
 
 __all__ = [
     "CARRIERS",

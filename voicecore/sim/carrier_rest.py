@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import h11
 
 from voicecore import http_client
-from voicecore.carriers import plivo
+from voicecore.carriers.plivo import protocol as plivo
 from voicecore.sim import carrier_rest_core as core
 from voicecore.sim.carrier_modes_core import CarrierCredentials
 

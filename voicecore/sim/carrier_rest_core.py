@@ -86,7 +86,7 @@ def _twilio_error(status: int, code: int, message: str, **fields) -> RestOutcome
 
 def _twilio(method: str, account_sid: str, call_sid: str, headers: Mapping[str, str], body: bytes,
             credentials: CarrierCredentials, is_live: Callable[[str, str], bool]) -> RestOutcome:
-    """``POST /2010-04-01/Accounts/{AccountSid}/Calls/{CallSid}.json`` (voicecore/twilio/rest.py): basic auth
+    """``POST /2010-04-01/Accounts/{AccountSid}/Calls/{CallSid}.json`` (voicecore/carriers/twilio/rest.py): basic auth
     AccountSid:auth token, a form with ``Status=completed`` (hang up) or ``Twiml`` holding ``<Dial>`` (transfer);
     answered with the call resource, or Twilio's error object (20003 Authenticate, 21220 not in progress)."""
     if method != "POST":

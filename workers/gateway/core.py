@@ -3,7 +3,7 @@
 Owns the call-slot table (claim, release, quarantine before reuse) and the mark ledger that tells marks echoed
 because audio played from marks echoed because of a `clear` (docs/explanation/protocols.md#a3: Twilio echoes
 every pending mark when it clears its buffer; counting those as played over-counts the truncate point). What a
-mark's name says is voicecore/twilio/marks.py's rule.
+mark's name says is voicecore/carriers/marks.py's rule.
 Also which WebSocket close codes a peer may send (the one it sends is echoed only if so), and the drain:
 whether a voice webhook gets the call or is refused, and when a draining node ends its last calls and stops.
 Knows nothing of sockets, shared memory or the clock: time comes in as arguments.
@@ -16,7 +16,7 @@ import enum
 from collections import OrderedDict, deque
 
 from voicecore.timing import DRAIN_STREAM_WAIT_MS
-from voicecore.twilio.marks import parse_mark_name
+from voicecore.carriers.marks import parse_mark_name
 
 SLOT_QUARANTINE_MS = 2000  # workers finish with an ended call's slot before it is handed out again
 

@@ -57,8 +57,7 @@ from voicecore.shm.arena import Arena, ArenaError, ArenaLayout
 from voicecore.shm.warmup import warm_up_rings
 from voicecore.standby import Leadership
 from voicecore.stats import LatencyLog
-from voicecore.twilio import stream as tw
-from voicecore.twilio import webhook
+from voicecore.carriers.twilio import stream as tw
 from voicecore.wsframes import binary_frames, text_frames
 from voicecore.wsunix import UnixTransportView
 from workers.gateway.core import (Admission, Drain, DrainStep, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable,
@@ -144,7 +143,7 @@ class Gateway:
         # The carriers served beside Twilio: those whose secret is configured (workers/gateway/carrier_core.py).
         self.carrier_settings = carrier_core.CarrierSettings.from_config(config)
         self.carriers_enabled = self.carrier_settings.enabled()
-        self.carrier_routes = carrier_core.routes(self.carriers_enabled)
+        self.webhook_routes = carrier_core.webhook_routes(self.carrier_settings)  # Twilio's and the served carriers'
         self.carrier_streams = carrier_core.stream_paths(self.carriers_enabled)
         self.counters.update({name: 0 for name in ("carrier_webhooks", "carrier_streams_started", "carrier_upgrades_refused",
                                                    "carrier_clears_confirmed", "carrier_edge_messages")})
@@ -156,8 +155,6 @@ class Gateway:
         self.drain = Drain()
         self.drain_watch = DrainWatch(runtime_dir)
         self.drain_step_soon: asyncio.Handle | None = None
-        self.refusal_twiml = (webhook.twiml_redirect(config.drain_redirect_url) if config.drain_redirect_url
-                              else webhook.twiml_reject("busy")).encode()
         self.refusal = f"redirected to {config.drain_redirect_url}" if config.drain_redirect_url else "rejected busy"
 
     # --- doorbell: the pacer put entries into wire rings ------------------------------------------
@@ -596,11 +593,9 @@ class HttpConnection:
                 self._respond(200, metrics_text.render(gw.metrics()).encode(), metrics_text.CONTENT_TYPE.encode())
             else:
                 self._respond(200, json.dumps(gw.metrics()).encode(), b"application/json")
-        elif method == b"POST" and path in ("/twilio/voice", "/twilio/status"):
-            self._handle_twilio_post(path)
-        elif path in gw.carrier_routes:
-            self._handle_carrier_webhook(path, gw.carrier_routes[path])
-        elif path in ("/twilio/voice", "/twilio/status", "/healthz", "/metrics"):
+        elif path in gw.webhook_routes:
+            self._handle_webhook(path, gw.webhook_routes[path])
+        elif path in ("/healthz", "/metrics"):
             self._respond(405, b"method not allowed\n", b"text/plain")
         else:
             self._respond(404, b"not found\n", b"text/plain")
@@ -620,55 +615,10 @@ class HttpConnection:
             return False
         return True
 
-    def _handle_twilio_post(self, path: str) -> None:
-        gw = self.gateway
-        headers = {name.lower(): value for name, value in self.request.headers}
-        try:
-            form = webhook.parse_form(bytes(self.body))
-        except webhook.WebhookError as exc:  # a PeerInputError, not a ValueError: it used to escape the loop
-            log.info("webhook %s: unparseable form: %s", path, exc, extra={"problem": "form"})
-            self._respond(400, b"bad form\n", b"text/plain")
-            return
-        signature = headers.get(b"x-twilio-signature", b"").decode("latin-1")
-        url = gw.config.base_url + path
-        if not webhook.check_signature(gw.config.twilio_auth_token, url, form, signature):
-            log.warning("webhook %s: bad X-Twilio-Signature (call %s)", path, form.get("CallSid", "?"), extra={"problem": "signature"})
-            self._respond(403, b"bad signature\n", b"text/plain")
-            return
-        if path == "/twilio/status":
-            try:
-                status = webhook.parse_status_callback(form)
-            except webhook.WebhookError as exc:
-                log.info("status callback rejected: %s", exc, extra={"problem": "status"})
-                self._respond(400, b"bad status callback\n", b"text/plain")
-                return
-            gw.counters["status_callbacks"] += 1
-            log.info("stream status %s for call %s", status.stream_event, status.call_sid)
-            self._respond(204, b"", b"text/plain")
-            return
-        try:
-            voice = webhook.parse_voice_webhook(form)
-        except webhook.WebhookError as exc:
-            log.info("voice webhook rejected: %s", exc, extra={"problem": "voice"})
-            self._respond(400, b"bad voice webhook\n", b"text/plain")
-            return
-        if not gw.drain.voice_webhook(voice.call_sid, now_ms()):
-            # Draining: the call is refused before it is answered (<Reject>: not billed, the caller hears busy)
-            # or sent to another node (<Redirect>); a 200, as Twilio reads TwiML only from a success.
-            log.info("call %s: refused, the node is draining (%s)", voice.call_sid, gw.refusal)
-            self._respond(200, gw.refusal_twiml, b"text/xml")
-            return
-        token = gw.token_service.issue(voice.call_sid)
-        twiml = webhook.twiml_connect_stream(
-            gw.stream_url + "/twilio/stream", token, gw.config.base_url + "/twilio/status"
-        )
-        gw.counters["webhooks"] += 1
-        self._respond(200, twiml.encode(), b"text/xml")
-
-
-    def _handle_carrier_webhook(self, path: str, route: carrier_core.Route) -> None:
-        """A served carrier's answer (or event) webhook: its signature or credentials, then the answer document
-        with a session token (workers/gateway/carrier_core.py has the rules; one log line for a refusal)."""
+    def _handle_webhook(self, path: str, route: carrier_core.Route) -> None:
+        """A served carrier's answer (or event, or transfer) webhook, Twilio's included: its signature or
+        credentials, then the answer document with a session token (workers/gateway/carrier_core.py has the
+        rules, the carrier's descriptor its own; one log line for a refusal)."""
         gw = self.gateway
         request = self.request
         method = request.method.decode("ascii", "replace")
@@ -686,12 +636,19 @@ class HttpConnection:
             self._respond(500, b"server misconfigured\n", b"text/plain")
             return
         if isinstance(outcome, carrier_core.Refusal):
-            log.warning("webhook %s: %s (answered %d)", path, outcome.reason, outcome.status,
-                        extra={"problem": "signature" if outcome.status == 403 else "form"})
+            problem = outcome.problem or ("signature" if outcome.status == 403 else "form")
+            level = logging.INFO if outcome.quiet else logging.WARNING
+            if outcome.log:
+                log.log(level, "%s", outcome.log, extra={"problem": problem})
+            else:
+                log.log(level, "webhook %s: %s (answered %d)", path, outcome.reason, outcome.status,
+                        extra={"problem": problem})
             self._respond(outcome.status, outcome.reason.encode() + b"\n", b"text/plain")
             return
         if outcome.kind == carrier_core.EVENT:
             gw.counters["status_callbacks"] += 1
+            if outcome.note:
+                log.info("%s", outcome.note)
             self._respond(204, b"", b"text/plain")
             return
         if outcome.kind == carrier_core.TRANSFER:
@@ -707,10 +664,11 @@ class HttpConnection:
             self._respond(200, body, content_type)
             return
         if not gw.drain.voice_webhook(outcome.call_id, now_ms()):
-            # Draining: refused before the call is connected; the carrier's fallback answer URL, where one is
-            # configured (Telnyx failover, Plivo fallback answer, Vonage fallback_answer_url), takes it.
-            log.info("call %s: %s call refused, the node is draining (503)", outcome.call_id, route.carrier)
-            self._respond(503, b"draining\n", b"text/plain")
+            # Draining: refused before the call is connected, as the carrier's descriptor says (Twilio: <Reject>
+            # or <Redirect>; the others: 503, so their fallback answer URL, where one is configured, takes it).
+            refused = carrier_core.draining_answer(outcome, gw.carrier_settings)
+            log.info("%s", refused.log)
+            self._respond(refused.status, refused.body, refused.content_type)
             return
         token = gw.token_service.issue(outcome.call_id)
         try:
@@ -720,7 +678,8 @@ class HttpConnection:
             self._respond(500, b"server misconfigured\n", b"text/plain")
             return
         gw.counters["webhooks"] += 1
-        gw.counters["carrier_webhooks"] += 1
+        if route.carrier in gw.carriers_enabled:  # the carriers served beside Twilio
+            gw.counters["carrier_webhooks"] += 1
         self._respond(200, body, content_type)
 
 
@@ -754,7 +713,7 @@ class StreamConnection(WSListener):
         self.wire_frames = text_frames
         # A carrier whose buffer its echoes bound (Plivo): what of the audio sent its echoes confirmed, published
         # to the pacer (CARRIER_PLAYED_POS). None: the pacer keeps the lead by time alone (Twilio's path).
-        self.backlog: carrier_core.EchoBoundedBacklog | None = None
+        self.backlog = None  # the carrier's keeper of the call's backlog bound (carrier_core.StreamPlan)
 
     def call_wire_templates(self, start: tw.Start) -> WireTemplates:
         """How the pacer writes this call's messages (claim_slot writes them into the slot): Twilio's, from
@@ -1110,7 +1069,7 @@ class CarrierStreamConnection(StreamConnection):
             if isinstance(event, CallerAudio):
                 self._on_caller_audio(event.payload)
             elif isinstance(event, MarkEcho):
-                if self.backlog is not None and carrier_core.is_own_checkpoint(event.name):
+                if self.backlog is not None and self.backlog.is_own_checkpoint(event.name):
                     self.backlog.echoed(event.name)  # the gateway's own: it settles the bound, nothing else
                     self.publish_played_position()
                     continue
@@ -1162,20 +1121,16 @@ class CarrierStreamConnection(StreamConnection):
             self._violation(ProtocolViolation(1008, "session token issued for another call"))
             return
         try:
-            self.arena_law = carrier_core.arena_encoding(carrier, started, gw.config.alaw_passthrough)
-            self.templates = carrier_core.wire_templates(carrier, started, self.protocol, gw.arena.layout.wire_slot_bytes,
-                                                         self.arena_law)
-            self.edge = carrier_core.new_edge(carrier, started, self.protocol, self.templates.raw, self.arena_law)
-            self.lead_ms = carrier_core.pacer_lead_ms(carrier, self.edge, gw.config.lead_ms)
-            self.backlog_frames = carrier_core.backlog_max_frames(carrier, gw.config.plivo_max_unplayed_ms)
-            if self.backlog_frames:
-                self.backlog = carrier_core.EchoBoundedBacklog(self.templates)
+            plan = carrier_core.plan_stream(carrier, started, self.protocol, gw.carrier_settings,
+                                            gw.arena.layout.wire_slot_bytes, gw.config.lead_ms)
         except ValueError as exc:  # a format the protocol accepted but the edge cannot serve: ours to fix
             log.error("call %s: %s stream cannot be served: %s", self.call_sid, carrier, exc,
                       extra={"problem": "carrier edge"})
             self._end("carrier edge")
             self._close(1011, "internal error")
             return
+        self.arena_law, self.templates, self.edge = plan.arena_law, plan.templates, plan.edge
+        self.lead_ms, self.backlog_frames, self.backlog = plan.lead_ms, plan.backlog_frames, plan.backlog
         gw.counters["carrier_streams_started"] += 1
         if result.call_sid == carrier_core.ANY_CALL:
             gw.drain.stream_started(carrier_core.ANY_CALL)  # the drain's record of the webhook that named no call

@@ -2,7 +2,7 @@
 
 Owns which kind of token this node issues and accepts (``stream_tokens``), the clock and randomness the
 sans-I/O cores are given, and the fleet-wide single-use check through the shared store. The decisions are
-elsewhere: ``voicecore/twilio/webhook.py`` ``SessionTokens`` (``local``: a random token only this gateway
+elsewhere: ``voicecore/carriers/session_tokens.py`` ``SessionTokens`` (``local``: a random token only this gateway
 knows, kept in its memory) and ``voicecore/stream_tokens.py`` (``signed``: a token any node of the fleet
 verifies; its per-node redeemed cache; what the store's answer means, ``SharedCheck``).
 
@@ -25,7 +25,7 @@ from voicecore import stream_tokens as st
 from voicecore.config import Config
 from voicecore.store import CallStore, database_url_for
 from voicecore.store.db import POSTGRES_PREFIXES
-from voicecore.twilio import webhook
+from voicecore.carriers.session_tokens import SessionTokens
 
 log = logging.getLogger("voicecore.gateway")
 
@@ -107,7 +107,7 @@ class TokenService:
     def __init__(self, config: Config) -> None:
         self.mode = config.stream_tokens
         self.node = config.node
-        self.local = webhook.SessionTokens()
+        self.local = SessionTokens()
         self.signed: st.SignedTokens | None = None
         self.ledger: TokenLedger | None = None
         self.shared = st.SharedCheck()

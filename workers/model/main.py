@@ -73,7 +73,7 @@ from voicecore import http_client, prom_histogram
 from voicecore import replay as replay_mod
 from voicecore.call.record import RecordError
 from voicecore.record import PART_SUFFIX, RecordFile, load_record, record_name
-from voicecore.twilio import rest as twilio_rest
+from voicecore.carriers.rest_common import RestResult
 from voicecore.carriers import call_control
 from voicecore.validate.watch import KnowledgeWatcher
 
@@ -774,7 +774,7 @@ class CallSession:
             await asyncio.sleep(0.05)
 
     def _on_rest(self, action: controller_mod.HangUp | controller_mod.Transfer) -> None:
-        """The carrier's REST API (Twilio's, or the call's own carrier's: voicecore/carriers/call_control.py):
+        """The call's carrier's REST API (voicecore/carriers/call_control.py):
         end or redirect the call, off the loop's path (retried on its own task)."""
         self.worker.counters["call_endings_requested"] += 1
         asyncio.get_running_loop().create_task(self._end_call_via_rest(action))
@@ -862,54 +862,24 @@ class CallSession:
             await self._line_played()
         if action.after_line and not self.alive():
             return  # the caller hung up while the line played
-        carrier_call = self.worker.carrier_calls.get((self.slot, self.generation))
-        if carrier_call is not None:
-            sent = await self._end_carrier_call(action, carrier_call)
-        else:
-            sent = await self._end_twilio_call(action)
+        sent = await self._end_carrier_call(action)
         if not sent and self.alive():
             self.worker.counters["call_endings_by_stream_close"] += 1
             log.warning("call %s: %s not sent; the gateway closes the stream instead", self.call_sid,
                         type(action).__name__.lower())
             self.worker.bus.send(self.worker.gateway, messages.EndStream(self.slot, self.generation, "rest_failed"))
 
-    async def _end_twilio_call(self, action: controller_mod.HangUp | controller_mod.Transfer) -> bool:
-        """Twilio's REST API: retry what Twilio calls retryable, log the rest. True: Twilio took it."""
-        worker = self.worker
-        config = worker.config
-        account_sid = worker.account_sids.get((self.slot, self.generation))
-        if not account_sid:
-            log.warning("call %s: cannot %s: the call's AccountSid is unknown (worker restarted mid-call)",
-                        self.call_sid, type(action).__name__.lower())
-            return False
-        if isinstance(action, controller_mod.HangUp):
-            request = twilio_rest.hangup_request(account_sid, self.call_sid, config.twilio_auth_token, base_url=config.twilio_api_base)
-        else:
-            request = twilio_rest.transfer_request(account_sid, self.call_sid, action.target, config.twilio_auth_token,
-                                                   base_url=config.twilio_api_base)
-        for attempt in range(REST_ATTEMPTS):
-            try:
-                status, body = await http_client.send(request.method, request.url, request.headers, request.body)
-                result = twilio_rest.parse_response(status, body)
-            except (OSError, TimeoutError, ValueError) as exc:
-                result = twilio_rest.RestResult(False, True, None, type(exc).__name__)
-            if result.ok:
-                worker.counters["call_endings_sent"] += 1
-                log.info("call %s: %s sent to Twilio", self.call_sid, type(action).__name__.lower())
-                return True
-            if not result.retryable:
-                break
-            await asyncio.sleep(REST_RETRY_DELAY_S * (attempt + 1))
-        worker.counters["call_endings_failed"] += 1
-        log.warning("call %s: %s failed: %s", self.call_sid, type(action).__name__.lower(), result.error)
-        return False
-
-    async def _end_carrier_call(self, action: controller_mod.HangUp | controller_mod.Transfer,
-                                ref: call_control.CallRef) -> bool:
-        """A Telnyx, Plivo, Vonage or Exotel call: the request call_control decides (one command id / JWT id for
-        every retry of this action), or the stream closed by the gateway (Exotel), or a log line (False)."""
+    async def _end_carrier_call(self, action: controller_mod.HangUp | controller_mod.Transfer) -> bool:
+        """Any carrier's call: the request its descriptor decides (voicecore/carriers/call_control.py; one command
+        id / JWT id for every retry of this action), retried while the carrier calls the failure retryable; or
+        the stream closed by the gateway (Exotel); or a log line (False). True: the carrier took it."""
         worker = self.worker
         kind = call_control.TRANSFER if isinstance(action, controller_mod.Transfer) else call_control.HANGUP
+        ref = worker.carrier_calls.get((self.slot, self.generation))
+        if ref is None:
+            log.warning("call %s: cannot %s: the call's carrier ids are unknown (worker restarted mid-call)",
+                        self.call_sid, kind)
+            return False
         target = action.target if isinstance(action, controller_mod.Transfer) else ""
         nonce = uuid.uuid4().hex
         for attempt in range(REST_ATTEMPTS):
@@ -933,10 +903,10 @@ class CallSession:
                 status, body = await http_client.send(step.method, step.url, step.headers, step.body)
                 result = call_control.parse_response(ref.carrier, status, body)
             except (OSError, TimeoutError, ValueError) as exc:
-                result = twilio_rest.RestResult(False, True, None, type(exc).__name__)
+                result = RestResult(False, True, None, type(exc).__name__)
             if result.ok:
                 worker.counters["call_endings_sent"] += 1
-                log.info("call %s: %s sent to %s", self.call_sid, kind, ref.carrier.capitalize())
+                log.info("call %s: %s sent to %s", self.call_sid, kind, call_control.title(ref.carrier))
                 return True
             if not result.retryable:
                 break
@@ -1136,7 +1106,6 @@ class ModelWorker:
         # outcomes reported from the start, so a scraper sees the series before the first error).
         self.tool_durations = {outcome: prom_histogram.Histogram((0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
                                for outcome in ("ok", "error")}
-        self.account_sids: dict[tuple[int, int], str] = {}  # (slot, generation) -> AccountSid, from CallStarted
         # (slot, generation) -> a non-Twilio call's carrier and ids, from CallStarted (hang-up and transfer)
         self.carrier_calls: dict[tuple[int, int], call_control.CallRef] = {}
         self.call_control = call_control.CallControlSettings.from_config(config, vonage_private_key(config))
@@ -1338,13 +1307,9 @@ class ModelWorker:
             if self.attach_arena():
                 for message in self.bus.receive_nowait(self.events):
                     if isinstance(message, messages.CallStarted):
-                        self.account_sids[(message.slot, message.generation)] = message.account_sid
-                        if message.carrier:
-                            self.carrier_calls[(message.slot, message.generation)] = call_control.CallRef(
-                                message.carrier, message.carrier_call_id, message.carrier_account_id)
+                        self.carrier_calls[(message.slot, message.generation)] = call_control.call_ref(message)
                         self.reconcile()
                     elif isinstance(message, messages.CallEnded):
-                        self.account_sids.pop((message.slot, message.generation), None)
                         self.carrier_calls.pop((message.slot, message.generation), None)
                         self.reconcile()
                     elif isinstance(message, messages.Dtmf):

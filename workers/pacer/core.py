@@ -64,7 +64,7 @@ much later, with the time model none the wiser. Such a call has a bound (BACKLOG
 gateway at claim time from the call's carrier: workers/gateway/carrier_core.py backlog_max_frames) on the
 frames no echo has confirmed: the pacer counts the media entries it puts on the wire (WIRE_FRAMES) and the
 gateway publishes how many of them the carrier's checkpoint echoes (or a clear it sent) settled
-(CARRIER_PLAYED_POS, from voicecore/carriers/plivo.py CheckpointLead); a tick releases at most the
+(CARRIER_PLAYED_POS, from voicecore/carriers/plivo/protocol.py CheckpointLead); a tick releases at most the
 difference's room under the bound. A tick held there is not an underrun (the carrier has not confirmed
 playing what it holds; BACKLOG_HELD counts it) and keeps the time model a frame from dry, so the call's
 next frames go out as a lead top-up, not a dry carrier's prefill. The estimate of what was played (the
@@ -86,7 +86,7 @@ are compiled with numba's runtime off (rings.KERNEL_OPTIONS), so an allocation w
 Measured: see PacerCore.
 
 Numba's on-disk cache does not track imports: after editing voicecore/shm/rings.py, voicecore/shm/arena.py's
-template constants or the mark pieces in voicecore/twilio/marks.py during development, delete
+template constants or the mark pieces in voicecore/carriers/marks.py during development, delete
 workers/pacer/__pycache__ too.
 ``NUMBA_DISABLE_JIT=1`` runs this module as plain Python.
 """
@@ -177,7 +177,7 @@ from voicecore.timing import (
     MAX_CATCH_UP_FRAMES,
 )
 from voicecore.fallback import FallbackClips, codec_table, load_clips
-from voicecore.twilio import marks
+from voicecore.carriers import marks
 
 # A call waiting on the model (MODEL_EXPECTING) whose model worker has not stamped it this long hears its
 # hold line from the pacer: the model worker stamps every ~100 ms, a standby takes over in well under this.
@@ -218,7 +218,7 @@ STAT_NAMES = (
     "backlog_held",
 )
 
-# --- the pieces of a mark's name (voicecore/twilio/marks.py); everything around it is the call's templates --
+# --- the pieces of a mark's name (voicecore/carriers/marks.py); everything around it is the call's templates --
 _END = np.frombuffer(marks.END_SUFFIX.encode("ascii"), dtype=np.uint8)
 _COLON = ord(marks.SEPARATOR)
 _B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8)

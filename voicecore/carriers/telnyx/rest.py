@@ -19,7 +19,7 @@ Sources:
 - Telnyx API v2 errors are ``{"errors": [{"code", "title", "detail"}]}``; only ``title`` is kept (``detail``
   may echo what we sent).
 
-Which id: a TeXML call's ``CallSid`` is its ``call_control_id`` (voicecore/carriers/telnyx.py), the id the
+Which id: a TeXML call's ``CallSid`` is its ``call_control_id`` (voicecore/carriers/telnyx/protocol.py), the id the
 stream's ``start`` carries. [unverified]: that Telnyx accepts Call Control commands for a call its TeXML
 application answered (the alternative would be TeXML's own ``POST /v2/texml/Accounts/{account_sid}/Calls/
 {call_sid}`` with ``Status=completed``); no live Telnyx call has been placed.

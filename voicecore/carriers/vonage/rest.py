@@ -23,7 +23,7 @@ Sources:
   without "+") or ``{"type": "sip", "uri": "sip:..."}``.
 
 The call id is the call leg's ``uuid`` from the answer webhook, which our NCCO hands to the stream as the
-``call_id`` header (voicecore/carriers/vonage.py).
+``call_id`` header (voicecore/carriers/vonage/protocol.py).
 """
 
 from __future__ import annotations

@@ -617,7 +617,7 @@ class ExotelStreamProtocol(ClosesOnViolation):
 
 
 # Each event's parser, a plain function of (protocol, message): a dict of bound methods in every protocol
-# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/twilio/stream.py).
+# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/carriers/twilio/stream.py).
 _PARSERS = {
     "connected": ExotelStreamProtocol._parse_connected,
     "start": ExotelStreamProtocol._parse_start,
@@ -744,7 +744,7 @@ class ChunkBatcher:
       goes out, then the mark; otherwise the mark waits and goes out right behind the chunk that carries
       the last byte pushed before it. A waiting mark comes back later than its audio finished playing,
       never earlier, so "the audio before this mark has played" stays true of its echo.
-    - ``end=True`` (the gateway passes it for the ``"<tag>:<n>:end"`` marks, voicecore.twilio.marks) and
+    - ``end=True`` (the gateway passes it for the ``"<tag>:<n>:end"`` marks, voicecore.carriers.marks) and
       :meth:`flush` mean no more audio follows for now, so the pending part must go out although it is
       short. Exotel documents no exception for a last chunk ([applet]: smaller chunks "risk audio
       distortion", sizes off the 320-byte grid "create gaps"), so the part is padded with silence of the

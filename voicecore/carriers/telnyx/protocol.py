@@ -593,7 +593,7 @@ _OUTBOUND_MAX_BYTES = OUTBOUND_MAX_MS * BYTES_PER_MS
 
 
 # Each event's parser, a plain function of (protocol, message): a dict of bound methods in every protocol
-# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/twilio/stream.py).
+# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/carriers/twilio/stream.py).
 _PARSERS = {
     "connected": TelnyxStreamProtocol._parse_connected,
     "start": TelnyxStreamProtocol._parse_start,

@@ -496,7 +496,7 @@ _CHECKPOINT_TAIL = b"}"
 
 
 # Each event's parser, a plain function of (protocol, message): a dict of bound methods in every protocol
-# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/twilio/stream.py).
+# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/carriers/twilio/stream.py).
 _PARSERS = {
     "start": PlivoStreamProtocol._parse_start,
     "media": PlivoStreamProtocol._parse_media,

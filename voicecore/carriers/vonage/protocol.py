@@ -404,7 +404,7 @@ class VonageStreamProtocol(ClosesOnViolation):
 
 
 # Each event's parser, a plain function of (protocol, message): a dict of bound methods in every protocol
-# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/twilio/stream.py).
+# would tie it into a reference cycle that only the cyclic collector frees (see voicecore/carriers/twilio/stream.py).
 _PARSERS = {
     EVENT_CONNECTED: VonageStreamProtocol._parse_connected,
     EVENT_DTMF: VonageStreamProtocol._parse_dtmf,

@@ -1,0 +1,84 @@
+"""Telnyx as the gateway and the model worker see it: the descriptor the registry serves (voicecore/carriers/base.py
+says what a descriptor answers). The protocol, encoder, TeXML and signatures it uses are protocol.py's; the Call
+Control requests rest.py's.
+
+- Served when ``telnyx_public_key`` is set. Its answer webhook is ``POST /telnyx/voice`` (a TeXML instruction
+  fetch, form-encoded), checked by its Ed25519 ``telnyx-signature-ed25519`` over ``timestamp|body``; the session
+  token is tied to its ``CallSid`` (TeXML's CallSid is the call's call_control_id, which the stream's ``start``
+  carries) and reaches the stream as a TeXML ``<Parameter>`` (``start.custom_parameters``).
+- Telnyx signs nothing on the stream's WebSocket upgrade: the session token alone admits it.
+- A stream in PCMU at 8 kHz takes the pacer's frames as they are (final templates); a PCMA stream too when the
+  model takes A-law (``alaw_passthrough``: the call's rings then carry A-law, untouched both ways). Telnyx is the
+  one carrier here that streams A-law (docs/explanation/protocols.md#b).
+- Hang-up and transfer: Call Control ``hangup`` / ``transfer`` on the stream's call_control_id, Bearer
+  ``telnyx_api_key``; the nonce is the ``command_id``, the same for every retry of one action.
+"""
+
+from __future__ import annotations
+
+from voicecore.carriers.base import CannotEnd, Carrier
+from voicecore.carriers.edge import FrameSink
+from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU
+from voicecore.carriers.rest_common import check_target
+from voicecore.carriers.telnyx import protocol, rest
+from voicecore.carriers.webhook import ANSWER, SESSION_TOKEN, Refusal, Route, call_id, parse_form
+from voicecore.timing import SAMPLE_RATE_HZ
+
+__all__ = ["TELNYX", "TelnyxCarrier"]
+
+
+class TelnyxCarrier(Carrier):
+    name = "telnyx"
+    title = "Telnyx"
+    routes = {"/telnyx/voice": Route("telnyx", ANSWER, ("POST",))}
+    carrier_side = protocol.TelnyxCarrierSide
+
+    def served(self, settings):
+        return bool(settings.telnyx_public_key)
+
+    def check_webhook(self, route, method, target, headers, body, settings, url, now_s):
+        if not protocol.verify_webhook(settings.telnyx_public_key, headers.get(protocol.SIGNATURE_HEADER) or "",
+                                       headers.get(protocol.TIMESTAMP_HEADER) or "", body, now_s):
+            return Refusal(403, "bad telnyx-signature-ed25519")
+        form = parse_form(body)
+        return self.checked(route, call_id(form.get("CallSid") or form.get("CallControlId")))
+
+    def answer_document(self, request, stream_url, token, settings):
+        return b"text/xml", protocol.texml_connect_stream(stream_url, {SESSION_TOKEN: token},
+                                                          codec=settings.telnyx_codec).encode()
+
+    def new_stream(self):
+        return protocol.TelnyxStreamProtocol()
+
+    def stream_id(self, started, stream):
+        return stream.stream_id or started.call_id  # the protocol keeps it: Telnyx's messages to us carry it
+
+    def arena_encoding(self, started, alaw_passthrough):
+        if alaw_passthrough and started.encoding == ENCODING_PCMA and started.sample_rate_hz == SAMPLE_RATE_HZ:
+            return ENCODING_PCMA
+        return ENCODING_PCMU
+
+    def final_templates(self, started, stream, arena_law):
+        if started.encoding == arena_law == ENCODING_PCMA:
+            return protocol.wire_templates(ENCODING_PCMA, arena_encoding=ENCODING_PCMA)
+        if started.encoding == ENCODING_PCMU and started.sample_rate_hz == SAMPLE_RATE_HZ:
+            return protocol.wire_templates(ENCODING_PCMU)
+        return None
+
+    def outbound_sink(self, started, stream):
+        return FrameSink(protocol.TelnyxOutboundEncoder())
+
+    def end_call(self, ref, transfer, target, settings, *, now_s, nonce):
+        if transfer:
+            check_target(target)
+        if not settings.telnyx_api_key:
+            return CannotEnd("telnyx_api_key is not set")
+        if transfer:
+            return rest.transfer_request(ref.call_id, target, settings.telnyx_api_key, nonce, settings.telnyx_api_base)
+        return rest.hangup_request(ref.call_id, settings.telnyx_api_key, nonce, settings.telnyx_api_base)
+
+    def parse_response(self, status_code, body):
+        return rest.parse_response(status_code, body)
+
+
+TELNYX = TelnyxCarrier()

@@ -1,0 +1,82 @@
+"""Twilio as the model worker sees it: the descriptor the registry serves (voicecore/carriers/base.py says what a
+descriptor answers). The stream protocol and its exact messages are stream.py's, the TwiML and the signature check
+webhook.py's, the Calls resource requests rest.py's.
+
+- Always served (an empty auth token is a random per-run one, the demo's). Its voice webhook is
+  ``POST /twilio/voice`` and the stream status callback ``POST /twilio/status`` (forms), both checked by
+  ``X-Twilio-Signature`` over our base URL and the path; the session token is tied to the call's ``CallSid`` and
+  reaches the stream as a TwiML ``<Parameter>`` (``start.customParameters``). A draining node answers the voice
+  webhook with ``<Reject>`` (the call is never picked up, so not billed) or, with ``drain_redirect_url``,
+  ``<Redirect>`` to another node: a 200, as Twilio reads TwiML only from a success. Its refusals keep the lines
+  and bodies they always had.
+- Its stream is still the gateway's own connection class (workers/gateway/main.py), not this descriptor's.
+- Hang-up and transfer: the Calls resource, ``Status=completed`` or ``Twiml=<Dial>target</Dial>``, basic auth with
+  the AccountSid the stream named and ``twilio_auth_token``.
+"""
+
+from __future__ import annotations
+
+from voicecore.carriers.base import Carrier
+from voicecore.carriers.twilio import rest, webhook
+from voicecore.carriers.webhook import ANSWER, EVENT, AnswerRequest, DrainAnswer, Refusal, Route, WebhookError
+
+__all__ = ["TWILIO", "TwilioCarrier"]
+
+
+class TwilioCarrier(Carrier):
+    name = "twilio"
+    title = "Twilio"
+    routes = {"/twilio/voice": Route("twilio", ANSWER, ("POST",)),
+              "/twilio/status": Route("twilio", EVENT, ("POST",))}
+
+    def served(self, settings):
+        return True
+
+    def check_webhook(self, route, method, target, headers, body, settings, url, now_s):
+        path = target.split("?", 1)[0]
+        try:
+            form = webhook.parse_form(body)
+        except WebhookError as exc:
+            return Refusal(400, "bad form", f"webhook {path}: unparseable form: {exc}", quiet=True, problem="form")
+        # Signed over the URL Twilio was given: our base URL and the path (ours carry no query).
+        if not webhook.check_signature(settings.twilio_auth_token, url.split("?", 1)[0], form,
+                                       headers.get("x-twilio-signature", "")):
+            return Refusal(403, "bad signature", f"webhook {path}: bad X-Twilio-Signature (call "
+                                                 f"{form.get('CallSid', '?')})", problem="signature")
+        if route.kind == EVENT:
+            try:
+                status = webhook.parse_status_callback(form)
+            except WebhookError as exc:
+                return Refusal(400, "bad status callback", f"status callback rejected: {exc}", quiet=True,
+                               problem="status")
+            return AnswerRequest(self.name, EVENT, status.call_sid,
+                                 f"stream status {status.stream_event} for call {status.call_sid}")
+        try:
+            voice = webhook.parse_voice_webhook(form)
+        except WebhookError as exc:
+            return Refusal(400, "bad voice webhook", f"voice webhook rejected: {exc}", quiet=True, problem="voice")
+        return AnswerRequest(self.name, ANSWER, voice.call_sid)
+
+    def answer_document(self, request, stream_url, token, settings):
+        twiml = webhook.twiml_connect_stream(stream_url, token, settings.public_url + "/twilio/status")
+        return b"text/xml", twiml.encode()
+
+    def draining_answer(self, request, settings):
+        url = settings.drain_redirect_url
+        twiml = webhook.twiml_redirect(url) if url else webhook.twiml_reject("busy")
+        refusal = f"redirected to {url}" if url else "rejected busy"
+        return DrainAnswer(200, b"text/xml", twiml.encode(),
+                           f"call {request.call_id}: refused, the node is draining ({refusal})")
+
+    def end_call(self, ref, transfer, target, settings, *, now_s, nonce):
+        if transfer:
+            return rest.transfer_request(ref.account_id, ref.call_id, target, settings.twilio_auth_token,
+                                         base_url=settings.twilio_api_base)
+        return rest.hangup_request(ref.account_id, ref.call_id, settings.twilio_auth_token,
+                                   base_url=settings.twilio_api_base)
+
+    def parse_response(self, status_code, body):
+        return rest.parse_response(status_code, body)
+
+
+TWILIO = TwilioCarrier()

@@ -1,0 +1,87 @@
+"""Vonage as the gateway and the model worker see it: the descriptor the registry serves (voicecore/carriers/base.py
+says what a descriptor answers). The protocol, encoder, NCCO and signed webhooks it uses are protocol.py's; the
+Voice API requests rest.py's.
+
+- Served when ``vonage_signature_secret`` is set. Its answer webhook is ``GET|POST /vonage/answer`` (query, or
+  JSON: prefer POST, whose ``payload_hash`` covers the body; a GET's covers the empty body [unverified]), checked
+  by the signed-webhook JWT; the session token is tied to its ``uuid``, which the NCCO puts in the stream's
+  ``call_id`` header beside the token (``websocket:connected`` echoes the NCCO's headers). ``POST /vonage/event``
+  is checked the same way and answered 204.
+- The stream's WebSocket upgrade carries the same JWT (``Authorization: Bearer``), which the NCCO asks for with
+  ``"authorization": {"type": "vonage"}``: its age is checked, not its payload_hash (an upgrade has no body).
+- Its audio is binary L16 (16 kHz by default, ``vonage_sample_rate_hz``): the edge resamples and frames it both
+  ways, so the pacer writes raw entries.
+- Hang-up and transfer: ``PUT /v1/calls/{uuid}`` with an application JWT (``vonage_application_id``,
+  ``vonage_private_key``; the nonce is its ``jti``).
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from voicecore.carriers.base import CannotEnd, Carrier
+from voicecore.carriers.edge import FrameSink
+from voicecore.carriers.rest_common import check_target
+from voicecore.carriers.vonage import protocol, rest
+from voicecore.carriers.webhook import (ANSWER, EVENT, AnswerRequest, Refusal, Route, call_id, parse_json_object,
+                                        parse_query, upgrade_header)
+
+__all__ = ["VONAGE", "VonageCarrier"]
+
+
+class VonageCarrier(Carrier):
+    name = "vonage"
+    title = "Vonage"
+    routes = {"/vonage/answer": Route("vonage", ANSWER, ("GET", "POST")),
+              "/vonage/event": Route("vonage", EVENT, ("POST",))}
+    carrier_side = protocol.VonageCarrierSide
+
+    def served(self, settings):
+        return bool(settings.vonage_signature_secret)
+
+    def check_webhook(self, route, method, target, headers, body, settings, url, now_s):
+        if not protocol.verify_signed_webhook(headers.get("authorization"), body, settings.vonage_signature_secret,
+                                              now_s):
+            return Refusal(403, "bad signed-webhook JWT")
+        if route.kind == EVENT:
+            return AnswerRequest(self.name, EVENT, "")
+        fields = parse_query(target) if method == "GET" else parse_json_object(body)
+        return self.checked(route, call_id(fields.get("uuid")))
+
+    def answer_document(self, request, stream_url, token, settings):
+        headers = {protocol.HEADER_CALL_ID: request.call_id, protocol.HEADER_SESSION_TOKEN: token}
+        ncco = protocol.ncco_connect_websocket(stream_url, headers, settings.vonage_sample_rate_hz,
+                                               signed_upgrade=True)
+        return b"application/json", orjson.dumps(ncco)
+
+    def check_upgrade(self, target, headers, settings, stream_bases, now_s):
+        authorization = upgrade_header(headers, "Authorization")
+        if isinstance(authorization, Refusal):
+            return authorization
+        if authorization is None:
+            return Refusal(403, "no signed JWT on the upgrade")
+        if not protocol.verify_upgrade_jwt(authorization, settings.vonage_signature_secret, now_s):
+            return Refusal(403, "bad signed JWT on the upgrade")
+        return None
+
+    def new_stream(self):
+        return protocol.VonageStreamProtocol()
+
+    def outbound_sink(self, started, stream):
+        return FrameSink(protocol.VonageOutboundEncoder(started.sample_rate_hz))
+
+    def end_call(self, ref, transfer, target, settings, *, now_s, nonce):
+        if transfer:
+            check_target(target)
+        if not (settings.vonage_application_id and settings.vonage_private_key):
+            return CannotEnd("vonage_application_id or vonage_private_key is not set")
+        token = rest.application_jwt(settings.vonage_application_id, settings.vonage_private_key, now_s, nonce)
+        if transfer:
+            return rest.transfer_request(ref.call_id, target, token, settings.vonage_api_base)
+        return rest.hangup_request(ref.call_id, token, settings.vonage_api_base)
+
+    def parse_response(self, status_code, body):
+        return rest.parse_response(status_code, body)
+
+
+VONAGE = VonageCarrier()
