@@ -51,8 +51,10 @@ def _arguments(text: str) -> Any:
 def call_events(summary: CallSummary) -> list[tuple[int, ChatEvent]]:
     """(ms into the call, event) of everything the call's summary holds, in time order."""
     timed: list[tuple[int, ChatEvent]] = []
+    # an answer the gate rejected was not heard (the safe line was): it is no line said, as in a chat
+    unheard = {verdict.response_id for verdict in summary.verdicts if verdict.rejected and verdict.response_id}
     for line in summary.transcripts:
-        if line.speaker == "agent" and line.text.strip():
+        if line.speaker == "agent" and line.text.strip() and not (line.ref and line.ref in unheard):
             at = line.spoken_ms if line.spoken_ms is not None else line.at_ms
             timed.append((at, ChatEvent("said", line.text.strip(), {"prompt": line.prompt})))
         elif line.speaker == "caller":
@@ -70,7 +72,11 @@ def call_events(summary: CallSummary) -> list[tuple[int, ChatEvent]]:
         if call.ran and call.result_ms is not None:
             timed.append((call.result_ms, ChatEvent("tool_result", "", {"name": call.name, "ok": call.ok,
                                                                          "output": call.output})))
+    judged: set[tuple[int, bool]] = set()
     for verdict in summary.verdicts:
+        if (verdict.tag, verdict.rejected) in judged:
+            continue  # a streamed answer is approved piece by piece: its first verdict of each kind says it
+        judged.add((verdict.tag, verdict.rejected))
         timed.append((verdict.at_ms, ChatEvent("gate", "", {"approved": not verdict.rejected, "reason": verdict.reason,
                                                             "policy": f"tag {verdict.tag}"})))
     timed.sort(key=lambda item: item[0])

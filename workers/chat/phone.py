@@ -41,6 +41,10 @@ from voicecore.supervise import Stack, resolve_config
 TRANSCRIPT_CONTEXT_LINES = 12
 CALL_CAP_S_PER_TURN = 40.0  # a call is cut off after this long per caller line (a stuck agent fails, not hangs)
 STACK_READY_S = 90.0
+# The caller's transcript comes this long after the model heard the line's end, every time (the stack tests'
+# value): a test judges what the agent does, so the vendor's transcription jitter (0.05-1.5 s drawn by the
+# simulator otherwise) is left out of its latency, which stays comparable from run to run.
+TRANSCRIPTION_MS = 150
 
 
 @dataclasses.dataclass
@@ -87,7 +91,8 @@ async def run_phone_tests(agent_dir: str, agent, tests: list[AgentTest], demo: t
     await rest.__aenter__()
     names = {f.name for f in dataclasses.fields(base)}
     base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
-    sim, sim_port = await serve_model_sim("127.0.0.1", 0, SimConfig(turns=demo[0], caller_phrases=registered))
+    sim, sim_port = await serve_model_sim("127.0.0.1", 0, SimConfig(turns=demo[0], caller_phrases=registered,
+                                                                   transcription_delay_ms=TRANSCRIPTION_MS))
     tool_server = ToolServer(())
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="voicecore-test-phone-") as tmp:
@@ -114,7 +119,8 @@ async def run_phone_tests(agent_dir: str, agent, tests: list[AgentTest], demo: t
                     sid = "CA" + secrets.token_hex(16)
                     lines = [phrases[t.say] for t in test.turns if t.say is not None]
                     rules = test.rules if test.rules is not None else demo[0]
-                    sim.call_configs[sid] = SimConfig(turns=rules, caller_phrases=registered)
+                    sim.call_configs[sid] = SimConfig(turns=rules, caller_phrases=registered,
+                                                      transcription_delay_ms=TRANSCRIPTION_MS)
                     calls.append(PhoneCall(test, sid, TurnCaller(lines), lines))
                 started = time.monotonic()
 
@@ -151,7 +157,7 @@ async def run_phone_tests(agent_dir: str, agent, tests: list[AgentTest], demo: t
 def node_timeline(header: dict, entries: list[dict]) -> list[tuple[int, str]]:
     """(ms into the call, node) each time the flow moved, from feeding the record's inputs to a fresh driver."""
     from voicecore.call.record import INPUT_KINDS
-    from voicecore.replay import _feed, caller_frames, driver_from_header
+    from voicecore.replay import driver_from_header, rebuild
 
     driver = driver_from_header(header)
     flow = getattr(driver, "flow", None)
@@ -160,7 +166,7 @@ def node_timeline(header: dict, entries: list[dict]) -> list[tuple[int, str]]:
     for entry in entries:
         if entry["k"] not in INPUT_KINDS:
             continue
-        _feed(driver, entry, caller_frames(entry) if entry["k"] == "audio" else b"")
+        rebuild(driver, [entry])
         node = getattr(flow, "node_name", "")
         if not timeline or timeline[-1][1] != node:
             timeline.append(((entry["t"] - t0) // 1_000_000, node))
