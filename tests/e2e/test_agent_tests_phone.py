@@ -51,3 +51,21 @@ def test_the_interviews_tests_run_as_phone_calls(tmp_path):
             assert test["outcome"] == "passed" and test["failures"] == [], test
     suite = ET.parse(junit).getroot()
     assert suite.get("tests") == "6" and suite.get("failures") == "1"
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")
+def test_the_demo_of_an_agent_without_demo_toml_or_tests_uses_a_generic_caller(tmp_path):
+    agent = tmp_path / "receptionist"
+    shutil.copytree(ROOT / "examples" / "receptionist", agent)
+    (agent / "demo.toml").unlink()
+    shutil.rmtree(agent / "tests")
+    run = subprocess.run([sys.executable, "-m", "voicecore.cli", "demo", "--agent", str(agent), "--json",
+                          "--record-dir", str(tmp_path / "records")], capture_output=True, text=True, timeout=TIMEOUT_S,
+                         cwd=ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr[-6000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    # the demo's own figures, as for any demo, and the generic caller's three lines judged on the record
+    assert report["ok"] and report["calls"] == 1 and report["real_turns"] == 3 and report["records_replayed_identical"] == 1
+    assert report["callers"] == "generic"
+    tests = report["agent_tests"]
+    assert (tests["passed"], tests["failed"]) == (1, 0), tests

@@ -120,3 +120,42 @@ def test_without_a_greeting_turn_the_first_line_is_turn_zero_and_the_end_is_in_t
 def test_the_node_is_the_flows_at_the_turns_end() -> None:
     assert [node_at(TIMELINE, t) for t in (0, 11_199, 11_200, 99_999)] == ["reception", "reception", "booked", "booked"]
     assert node_at([], 5) == ""
+
+
+# ---- the callers of an agent without demo.toml (voicecore demo --agent DIR) ------------------------------
+
+def test_the_generic_caller_asks_what_the_knowledge_answers_and_says_goodbye():
+    from pathlib import Path
+
+    from voicecore.agent.load import load_agent
+    from voicecore.chat.phone_calls import generic_test, knowledge_fact, webhook_variables
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    receptionist = load_agent(root / "receptionist")
+    assert knowledge_fact(receptionist.knowledge_dir) == ("Opening hours", "Monday to Friday: 8 to 17.")
+    test = generic_test(receptionist)
+    assert [t.say for t in test.turns] == [None, "Hello, I have a question.", "What about opening hours?",
+                                           "That is all, thank you. Goodbye."]
+    assert test.turns[2].expect == {"said": ("Monday to Friday: 8 to 17.",)}
+    assert test.turns[3].expect == {"ended": True}  # end_call is a function of its first node
+    rules = {rule.when: rule for rule in test.rules}
+    assert rules["opening hours"].answer == "Monday to Friday: 8 to 17."
+    assert rules["goodbye"].call == "end_call"
+    assert webhook_variables(receptionist) == {"RECEPTIONIST_API"}
+    shop = generic_test(load_agent(root / "shop-assistant"))  # Swedish: its lines in Swedish
+    assert shop.turns[1].say == "Hej, jag har en fråga." and shop.turns[3].say == "Det var allt, tack. Hej då."
+    interview = generic_test(load_agent(root / "interview"))  # no knowledge folder: no question
+    assert [t.say for t in interview.turns][1:] == ["Hello, I have a question.", "That is all, thank you. Goodbye."]
+    assert {r.when: r.call for r in interview.rules}["goodbye"] == "end_interview"
+
+
+def test_an_agents_callers_cycle_its_tests_to_the_calls_asked_for():
+    from voicecore.chat.agent_tests import AgentTest, TurnSpec
+    from voicecore.chat.phone_calls import AgentCallers
+
+    tests = tuple(AgentTest(name, f"{name}.toml", (TurnSpec("hi", {}),), None, None, "API") for name in "ab")
+    callers = AgentCallers("tests", tests, {"hi": b"\x10" * 800}, webhook_envs=frozenset({"HOOK"}))
+    assert [t.name for t in callers.for_calls(1)] == ["a", "b"]  # every test at least once
+    assert [t.name for t in callers.for_calls(5)] == ["a", "b", "a", "b", "a"]
+    assert callers.envs == {"API", "HOOK"}
+    assert callers.sim_config.caller_phrases == (("hi", b"\x10" * 800),)
