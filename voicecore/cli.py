@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--late-deltas", type=int, default=2, choices=range(4), metavar="N",
                       help="audio deltas the model simulator still sends after a cancel, 0-3 (default 2)")
     demo.add_argument("--agent", metavar="DIR",
-                      help="agent directory (its demo.toml scripts the calls; default: the shipped default agent, "
+                      help="agent directory (its demo.toml scripts the calls; without one, its tests/*.toml or a generic "
+                           "caller do; default: the shipped default agent, "
                            "whose callers ask, talk over the agent, say backchannels and cough)")
     demo.add_argument("--transcription", metavar="MODEL", choices=("gpt-4o-mini-transcribe", "gpt-4o-transcribe", "whisper-1"),
                       help="the vendor's transcription model for the caller's words (sets transcription_model): the "

@@ -79,6 +79,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("call_webhook_secret", str, "", "HMAC-SHA256 key of the end-of-call webhook's X-Voicecore-Signature (t=<unix>,v1=<hex> over \"<t>.<body>\"); required with call_webhook_url"),
     Setting("console_listen", str, "127.0.0.1:8090", "host:port of the console (call list, call pages, the /observe WebSocket; API keys from `voicecore console-key add NAME`), a port of its own, never the gateway's; runs when there is a call store; empty: no console"),
     Setting("console_public_url", str, "", "the URL browsers reach the console at when a proxy is in front of it (https://console.example.com; the console serves at the root of its host): its origin is one of console_origins by default, and https makes the session cookie Secure (named __Host-voicecore_session_PORT); empty: the console is reached at console_listen"),
+    Setting("console_chat_limit", int, 600, "the most messages one console API key (its /chat connections and browser sessions together) may send to /chat in 10 s; the connection whose message goes over it is closed 1008 (each connection is also held to 20 in 10 s)"),
     Setting("console_origins", str, "", "comma-separated origins (scheme://host[:port]) of the console's pages: an /observe upgrade, a POST, and a JSON API read with the session cookie from any other Origin is refused (403, logged); a program with an API key and no Origin is served; empty: console_public_url's origin and console_listen's (on a loopback or all-interfaces address: http://127.0.0.1:PORT, http://localhost:PORT, http://[::1]:PORT)"),
     Setting("record_caller_audio", bool, True, "call records keep the caller's audio (for `voicecore replay --wav`); false: timing only"),
     Setting("metrics_listen", str, "local", "where GET /metrics is served: local (on the gateway's listen address, answered only to this host: a loopback peer or the Unix socket, and no X-Forwarded-For, Forwarded or X-Real-IP header, which a proxy or tunnel in front adds; others get 403), or host:port of a listener of its own that serves /metrics and /healthz alone (a scraper on another host: e.g. 0.0.0.0:9464 in a pod); then the gateway's listen address answers 404 on /metrics"),
@@ -164,6 +165,7 @@ class Config:
     console_listen: str
     console_public_url: str
     console_origins: str
+    console_chat_limit: int
     retention_days: int
     call_webhook_url: str
     call_webhook_secret: str
@@ -395,6 +397,8 @@ def _validate(values: dict[str, object]) -> None:
         # Telnyx gives the raw 32-byte key in base64; a DER SubjectPublicKeyInfo of one is 44 bytes.
         if len(raw_key) not in (32, 44):
             raise ConfigError("telnyx_public_key: expected the base64 Ed25519 public key from Telnyx's Mission Control")
+    if int(values["console_chat_limit"]) < 1:  # type: ignore[arg-type]
+        raise ConfigError("console_chat_limit must be at least 1")
     if int(values["retention_days"]) < 0:  # type: ignore[arg-type]
         raise ConfigError(f"retention_days: expected 0 (keep forever) or more, got {values['retention_days']}")
     if values["realtime_naming"] == "beta":

@@ -35,7 +35,9 @@ import h11
 from voicecore.agent import settings as agent_settings
 from voicecore.agent.demo_report import agent_figures, python_confirmed
 from voicecore.agent.load import AgentError, default_agent_dir, load_agent
-from voicecore.agent.scenario import Scenario, ScenarioError, load_scenario
+from voicecore.agent.scenario import SCENARIO_FILE, Scenario, ScenarioError, load_scenario
+from voicecore.chat.agent_tests import AgentTestError
+from voicecore.chat.phone_calls import AgentCallers, agent_callers, judged_tests, place_test_calls
 from voicecore.agent.spec import AgentSpec
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import StackCpu, summarize
@@ -46,6 +48,7 @@ from voicecore.sim.audio_match import match_frames
 from voicecore.sim.carrier import CallResult, CallScript, generate_credentials, place_call
 from voicecore.sim.carrier_modes_core import CARRIERS, CarrierCredentials
 from voicecore.sim.model import SimConfig
+from voicecore.sim.caller_voice import SpeechUnavailable
 from voicecore.sim.carrier_rest import CarrierRestServer
 from voicecore.sim.model_server import serve_model_sim
 from voicecore.sim.quiet_gc import collector_paused
@@ -275,7 +278,7 @@ def _arena_name(config: Config) -> str:
 
 async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file, record_dir: Path | None = None,
                 sim_config: SimConfig | None = None, agent_dir: Path | None = None, scenario: Scenario | None = None,
-                carrier: str = "twilio", transcription: str | None = None) -> dict:
+                carrier: str = "twilio", transcription: str | None = None, callers: AgentCallers | None = None) -> dict:
     sim_config = sim_config or demo_sim_config()
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
@@ -301,6 +304,14 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir) if record_dir is not None else "")
     tool_server: ToolServer | None = None
     agent: AgentSpec | None = None
+    if agent_dir is not None and callers is not None:
+        # the tests' fake API: one server, its routes set round by round (voicecore/chat/phone_calls.py)
+        tool_server = ToolServer(())
+        if callers.envs:
+            url = await tool_server.start()
+            for name in callers.envs:
+                os.environ[name] = url
+        config, agent = agent_settings.configure(dataclasses.replace(config, agent=str(agent_dir)), os.environ)
     if agent_dir is not None and scenario is not None:
         if scenario.routes:
             # The agent builder's API, faked on loopback; the agent's URLs read its address from the environment
@@ -326,9 +337,15 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         watching = (asyncio.create_task(probe.watch_first_call(config.console_listen, console_key, seconds))
                     if console_key else None)
         # Spread call starts over up to 1 s so 200 webhooks do not arrive in the same millisecond.
-        results = await run_calls(config, calls, seconds, ramp_ms=min(1000, 5 * calls), scenario=scenario,
-                                  carrier=carrier, credentials=credentials, rest=rest,
-                                  jitter_probability=DEMO_TELNYX_JITTER if carrier == "telnyx" else 0.0)
+        if callers is not None:
+            with collector_paused():
+                placed = await place_test_calls(config, callers.for_calls(calls), callers.phrases, callers.demo, sim,
+                                                rest, tool_server)
+            results = [call.result for call in placed]
+        else:
+            results = await run_calls(config, calls, seconds, ramp_ms=min(1000, 5 * calls), scenario=scenario,
+                                      carrier=carrier, credentials=credentials, rest=rest,
+                                      jitter_probability=DEMO_TELNYX_JITTER if carrier == "telnyx" else 0.0)
         wall_s = time.monotonic() - started
         load_cpu_s = time.process_time() - load_cpu_started
         cpu_s = cpu.stop()
@@ -357,7 +374,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     leftovers = sorted(name for name in own_arenas if name and (Path(config.shm_dir) / name).exists())
     matching = frame_matching(results, sim)
     report = summarize(results, sim, seconds=seconds, cpu_seconds=cpu_s, wall_seconds=wall_s, stack_metrics=metrics,
-                       expect_bargeins=scenario is None)
+                       expect_bargeins=scenario is None and callers is None)
     report["carrier"] = carrier
     if matching is not None:
         report["frame_matching"] = matching
@@ -388,6 +405,9 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         problems.extend(store_problems)
         report["problems"] = list(report.get("problems", [])) + problems
         report["ok"] = bool(report["ok"] and not problems)
+    if callers is not None:
+        report["callers"] = callers.kind
+        report["agent_tests"] = judged_tests(placed, record_dir, agent)
     if agent is not None and scenario is not None:
         requests = tool_server.requests if tool_server is not None else []
         figures = agent_figures(agent, scenario, results, sim, requests, totals, int(seconds * 1000))
@@ -488,15 +508,19 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
         print(f"voicecore demo: --carrier must be one of {', '.join(CARRIERS)}", file=sys.stderr)
         return 2
     scenario: Scenario | None = None
+    callers: AgentCallers | None = None
     agent_path: Path | None = None
     if agent_dir is None and not spine_configured(config_path):
         agent_dir = str(default_agent_dir())
     if agent_dir is not None:
         agent_path = Path(agent_dir).expanduser().resolve()
         try:
-            load_agent(agent_path)  # every problem of its files, before anything starts
-            scenario = load_scenario(agent_path)
-        except (AgentError, ScenarioError) as exc:
+            spec = load_agent(agent_path)  # every problem of its files, before anything starts
+            if (agent_path / SCENARIO_FILE).is_file():
+                scenario = load_scenario(agent_path)
+            else:
+                callers = agent_callers(agent_path, spec)
+        except (AgentError, ScenarioError, AgentTestError, SpeechUnavailable) as exc:
             print(f"voicecore demo: {exc}", file=sys.stderr)
             return 2
     if not 0.0 <= overlap_probability <= 1.0:
@@ -506,6 +530,13 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
         print("voicecore demo: --late-deltas must be from 0 to 3", file=sys.stderr)
         return 2
     sim_config = demo_sim_config(overlap_probability, late_deltas, scenario)
+    if callers is not None:
+        if carrier != "twilio":
+            print("voicecore demo: an agent without demo.toml is demonstrated with its tests' callers, as Twilio calls "
+                  "(--carrier twilio)", file=sys.stderr)
+            return 2
+        sim_config = dataclasses.replace(callers.sim_config, late_deltas_after_cancel=late_deltas,
+                                         overlap_probability=overlap_probability)
     if calls < 1:
         print("voicecore demo: --calls must be at least 1", file=sys.stderr)
         return 2
@@ -526,7 +557,7 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
         with open(log_path, "wb") as log_file:
             try:
                 report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file, records, sim_config,
-                                           agent_path, scenario, carrier, transcription))
+                                           agent_path, scenario, carrier, transcription, callers))
             except (asyncio.CancelledError, KeyboardInterrupt):
                 print("voicecore demo: stopped before the end; the stack was stopped", file=sys.stderr)
                 return 130
@@ -589,6 +620,15 @@ def format_report(report: dict) -> str:
             f"  after tool calls   talk-over max {agent['talkover_after_tool_ms']['max']:.0f} ms over "
             f"{agent['talkover_after_tool_ms']['count']} answers; {c['fillers']} filler lines, {c['transitions']} node transitions",
         ]
+    tests = report.get("agent_tests")
+    if tests:
+        lines.append(f"  agent tests        {tests['passed']} passed, {tests['failed']} failed "
+                     f"({'its tests/*.toml' if report.get('callers') == 'tests' else 'a generic caller'} as the callers)")
+        for test in tests["tests"]:
+            for failure in test["failures"]:
+                lines.append(f"  test failed: {test['name']}: {failure}")
+        for problem in tests.get("problems", []):
+            lines.append(f"  tests not judged: {problem}")
     matching = report.get("frame_matching")
     if matching:
         lines.append(f"  frame matching     {matching['exact']} exact, {matching['matched']} matched by content, "

@@ -121,3 +121,14 @@ def test_chat_talks_to_a_configured_realtime_server_over_its_socket(tmp_path):
     (session,) = sessions
     assert session.record.client_events.get("input_audio_buffer.append", 0) == 0  # text only, nothing spoken
     assert all(r.audio == b"" for r in session.record.responses)
+
+
+def test_phone_mode_without_espeak_ng_says_so_and_exits_2(tmp_path):
+    # a PATH with python's directory and no espeak-ng: the command must say what is missing, start nothing
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    run = subprocess.run([sys.executable, "-m", "voicecore.cli", "test", str(EXAMPLES / "interview"), "--phone"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, env={"PATH": str(bin_dir)})
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "espeak-ng" in run.stderr and "not installed" in run.stderr
+    assert run.stdout == ""

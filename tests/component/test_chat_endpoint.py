@@ -130,3 +130,41 @@ def test_each_conversation_is_stored_as_a_call_of_carrier_chat(console):
         ("agent", "Great. First question: how long have you worked with Python?"),
     ]
     assert [tool["name"] for tool in call["tool_calls"]] == ["begin_interview"]
+
+
+def test_the_message_limit_is_per_api_key_across_its_connections(tmp_path):
+    from voicecore.config import load_config
+    from voicecore.store import CallStore, database_url_for
+
+    limited = start_console(tmp_path, VOICECORE_AGENT=str(REPO / "examples" / "interview"),
+                            VOICECORE_CONSOLE_CHAT_LIMIT="5")
+    try:
+        with CallStore.open(database_url_for(load_config({"VOICECORE_RECORD_DIR": str(tmp_path / "records")}))) as store:
+            other_key = store.add_api_key("other")
+
+        async def run():
+            bad = json.dumps({"type": "nothing"})  # answered with an error: a message all the same, and cheap
+            ws_url = f"ws://127.0.0.1:{limited.port}/chat"
+            ops = {"Authorization": f"Bearer {limited.key}"}
+            async with connect(ws_url, additional_headers=ops) as first, connect(ws_url, additional_headers=ops) as second, \
+                    connect(ws_url, additional_headers={"Authorization": f"Bearer {other_key}"}) as other:
+                for ws in (first, second, other):
+                    json.loads(await ws.recv())  # session
+                    await receive_turn(ws)  # the greeting
+                answers = []
+                for ws in (first, first, second, second, first):  # five of the key's messages: each answered
+                    await ws.send(bad)
+                    answers.append((await receive_turn(ws))[-1]["type"])
+                await second.send(bad)  # the sixth in 10 s, on a connection that sent two: over the key's limit
+                with pytest.raises(ConnectionClosed):
+                    await asyncio.wait_for(second.recv(), 10)
+                await other.send(bad)  # another key is not held to it
+                still = (await receive_turn(other))[-1]["type"]
+                return answers, second.close_code, second.close_reason, still
+
+        answers, code, reason, still = asyncio.run(run())
+        assert answers == ["error"] * 5
+        assert (code, reason) == (1008, "too many messages for this key")
+        assert still == "error"
+    finally:
+        limited.stop()

@@ -341,3 +341,41 @@ def test_an_overlap_is_marked_as_the_simulators_own() -> None:
     h.send(ev.response_create())
     h.run_all()
     assert [r.origin for r in h.session.record.responses] == ["client", "overlap"]
+
+
+def _phrase_audio(seed: int, ms: int = 900) -> bytes:
+    """Speech-loud audio no packaged clip holds: seeded random mu-law codes of large magnitude."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    magnitude = rng.integers(0x40, 0x70, ms * BYTES_PER_MS)  # inverted codes 0x0f-0x3f: loud samples
+    sign = rng.integers(0, 2, ms * BYTES_PER_MS) * 0x80
+    return (~(magnitude | sign) & 0xFF).astype(np.uint8).tobytes()
+
+
+def test_a_registered_caller_phrase_is_heard_as_its_text() -> None:
+    book, yes = _phrase_audio(1), _phrase_audio(2, 500)
+    config = SimConfig(first_delta_latency_ms=100, caller_phrases=(("I'd like to book a cleaning.", book),
+                                                                   ("Yes, please.", yes)))
+    h = Harness(config, turn_detection=VAD)
+    h.append(SILENCE * 2400 + yes + SILENCE * 8000)
+    h.run_all()
+    (speech,) = h.session.record.speech
+    assert (speech.transcript, speech.caller_kind) == ("Yes, please.", "caller")
+    completed = [e for _, e in transcription_events(h) if e["type"].endswith("completed")]
+    assert [e["transcript"] for e in completed] == ["Yes, please."]
+
+
+def test_a_phrase_that_sounds_like_a_packaged_clip_is_heard_once() -> None:
+    clip = LIBRARY.audio["caller_yes"]
+    h = Harness(SimConfig(first_delta_latency_ms=100, caller_phrases=(("Yes please", clip),)), turn_detection=VAD)
+    h.append(caller_turn("caller_yes", lead_ms=300, tail_ms=1000))
+    h.run_all()
+    (speech,) = h.session.record.speech
+    assert speech.transcript == "Yes please"  # the registered phrase, not both texts joined
+
+
+@pytest.mark.parametrize("phrases", [(("", b"\x00" * 400),), (("words", b"\x00" * 10),), (("words",),)])
+def test_caller_phrases_must_be_text_and_audio(phrases) -> None:
+    with pytest.raises(ValueError, match="caller_phrases"):
+        SimConfig(caller_phrases=phrases)

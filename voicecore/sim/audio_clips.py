@@ -76,3 +76,20 @@ def default_library() -> ClipLibrary:
     """All packaged clips, loaded once per process."""
     infos = _index()
     return ClipLibrary(infos=infos, audio={clip.name: load_clip(clip.name) for clip in infos})
+
+
+PHRASE_PREFIX = "phrase_"  # the names of registered caller phrases (with_caller_phrases)
+
+
+def with_caller_phrases(library: ClipLibrary, phrases: tuple[tuple[str, bytes], ...]) -> ClipLibrary:
+    """``library`` with each (text, mu-law audio) phrase added as a caller clip (kind ``caller``), listed
+    before the packaged caller clips; ``library`` itself when there are none."""
+    if not phrases:
+        return library
+    added = tuple(ClipInfo(f"{PHRASE_PREFIX}{n}", "caller", "caller", text, len(audio) // 8)
+                  for n, (text, audio) in enumerate(phrases))
+    audio = dict(library.audio)
+    audio.update({info.name: bytes(phrase[1]) for info, phrase in zip(added, phrases)})
+    agents = tuple(c for c in library.infos if c.role != "caller")
+    callers = tuple(c for c in library.infos if c.role == "caller")
+    return ClipLibrary(infos=agents + added + callers, audio=audio)

@@ -70,6 +70,10 @@ class CallScript:
     dtmf: tuple[tuple[int, str], ...] = ()  # (at_ms, digit)
     from_number: str = "+15005550006"
     to_number: str = "+15005550001"
+    # A caller who decides while the call runs (voicecore/sim/turn_caller.py): called every 20 ms tick with
+    # (the call's core, ms since its first media frame, now ms); it may add utterances to the core, and
+    # returns True to hang up now. Twilio mode only.
+    caller: Callable[[CarrierCall, float, float], bool] | None = None
 
     def bargein_times_ms(self) -> tuple[int, ...]:
         if self.bargein_at_ms is not None:
@@ -413,10 +417,14 @@ class CallRunner:
         out = core.messages_to_send()
         origin = core.send_origin_ms
         elapsed_ms = 0 if origin is None else grid_ms - origin
-        if elapsed_ms >= self.script.duration_ms:
+        end_ms = self.script.duration_ms
+        caller = self.script.caller
+        if caller is not None and origin is not None and not self._modes and caller(core, elapsed_ms, now_ms):
+            end_ms = elapsed_ms  # the caller hangs up
+        if elapsed_ms >= end_ms:
             # Frames due before the end still go out, even if the tick that owed them was skipped.
             if origin is not None:
-                out.extend(core.tick_send(math.nextafter(origin + self.script.duration_ms, -math.inf)))
+                out.extend(core.tick_send(math.nextafter(origin + end_ms, -math.inf)))
             out.extend(core.stop_messages(now_ms))
             self._send(out)
             self.closed_by = "carrier"

@@ -290,6 +290,24 @@ class PlayoutCore(abc.ABC):
 
     # ----- caller side ------------------------------------------------------------------------------
 
+    def add_utterance(self, at_ms: int, audio: bytes) -> None:
+        """Say ``audio`` (mu-law) from ``at_ms`` after the first media frame on: a caller who decides what to
+        say while the call runs (it must start after every frame already sent, and after the last utterance)."""
+        start = round(at_ms * BYTES_PER_MS)
+        if start < self._next_send_frame * FRAME_BYTES or (self._clips and start < self._clips[-1][0]):
+            raise ValueError("an utterance added during the call must start after what was already sent")
+        if audio:
+            self._clips.append((start, start + len(audio), bytes(audio)))
+            self.utterance_spans_ms.append((start / BYTES_PER_MS, start / BYTES_PER_MS + speech_end_ms(audio)))
+
+    @property
+    def agent_heard_until_ms(self) -> float | None:
+        """When the caller last heard (or was sent) the agent's audio: the later of the last received frame's
+        arrival and the end of the last frame played; None before any."""
+        if not self.frames:
+            return None
+        return max(self.frames[-1].arrival_ms, self._playing_until_ms)
+
     def tick_send(self, now_ms: float) -> list[str]:
         """Caller `media` frames due by ``now_ms`` on the absolute clock origin + n*20 ms.
 

@@ -106,6 +106,9 @@ class ModelSimServer:
     # closed sessions kept in `registry` (oldest dropped first); None keeps all. Each keeps its response
     # audio, so a long-running CLI server bounds it while an in-process harness keeps everything.
     keep_closed: int | None = None
+    # A call's own behaviour (call sid -> SimConfig) instead of `config`, for the sessions of that call: a harness
+    # running callers that each need their own rules and phrases on one server (voicecore test --phone).
+    call_configs: dict[str, SimConfig] = field(default_factory=dict)
 
     def by_call(self, call_sid: str) -> list[ModelSession]:
         return [s for s in self.registry.values() if s.record.call_sid == call_sid]
@@ -186,12 +189,13 @@ class ModelSimServer:
         beta, model = handshake.beta, handshake.model
         index = self.sessions_opened
         self.sessions_opened += 1
+        config = self.call_configs.get(call_sid or "", self.config)
         session = ModelSession(
-            self.config,
+            config,
             index,
-            self.config.seed,
+            config.seed,
             now_ms=now_ms(),
-            naming="beta" if beta else self.config.naming,
+            naming="beta" if beta else config.naming,
             call_sid=call_sid,
             model=model,
             clips=self.clips,

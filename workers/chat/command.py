@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 import time
 import tomllib
 import xml.etree.ElementTree as ET
@@ -30,7 +31,9 @@ from picows import WSError
 from voicecore.agent.load import AgentError, load_agent
 from voicecore.chat.agent_tests import AgentTest, AgentTestError, expectation_count, find_tests, judge_turn, load_test
 from voicecore.config import ConfigError, load_config
+from voicecore.sim.caller_voice import ESPEAK, SpeechUnavailable, espeak_path
 from voicecore.sim.tool_server import ToolServer
+from voicecore.supervise import StackError
 from workers.chat.runner import conversation_for, demo_world, knowledge_for, tool_pool_for, vendor_target
 
 TRANSCRIPT_CONTEXT_LINES = 12  # lines of the conversation shown before a failure
@@ -157,7 +160,7 @@ def _judge(turn_spec, turn, conversation, index, transcript, failures) -> None:
                          "transcript": transcript[-TRANSCRIPT_CONTEXT_LINES:]})
 
 
-async def _run_agent(agent_dir: str, config) -> tuple[list[dict[str, Any]], list[str]]:
+async def _run_agent(agent_dir: str, config, phone_log=None) -> tuple[list[dict[str, Any]], list[str]]:
     problems: list[str] = []
     try:
         agent = load_agent(agent_dir)
@@ -169,6 +172,13 @@ async def _run_agent(agent_dir: str, config) -> tuple[list[dict[str, Any]], list
         return [], [str(exc)]
     if not tests:
         return [], [f"{agent_dir}: no tests (tests/*.toml)"]
+    if phone_log is not None:
+        from workers.chat.phone import run_phone_tests
+
+        try:
+            return await run_phone_tests(agent_dir, agent, tests, demo, config, phone_log), problems
+        except (SpeechUnavailable, StackError) as exc:
+            return [], [f"{agent_dir}: {exc}"]
     _model_note(config, agent, sys.stderr)
     pool = tool_pool_for(agent)
     knowledge = knowledge_for(agent)
@@ -199,22 +209,37 @@ def write_junit(results: list[dict[str, Any]], path: str, seconds: float) -> Non
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
 
 
-def run_test(agent_dirs: list[str], junit: str | None, as_json: bool, out: TextIO, config_path: str | None = None) -> int:
+def run_test(agent_dirs: list[str], junit: str | None, as_json: bool, out: TextIO, config_path: str | None = None,
+             phone: bool = False) -> int:
+    """``phone``: run each test as a simulated phone call through the whole stack (workers/chat/phone.py)."""
     try:
         config = load_config(os.environ, config_path)
     except ConfigError as exc:
         print(f"voicecore test: {exc}", file=sys.stderr)
         return 2
+    if phone and espeak_path() is None:
+        print(f"voicecore test: --phone speaks the callers' lines with {ESPEAK}, which is not installed "
+              "(Debian: apt-get install espeak-ng)", file=sys.stderr)
+        return 2
     started = time.monotonic()
     results: list[dict[str, Any]] = []
     problems: list[str] = []
-    for agent_dir in agent_dirs:
-        if not Path(agent_dir).is_dir():
-            print(f"voicecore test: {agent_dir}: not a directory, skipped", file=sys.stderr)
-            continue
-        found, trouble = asyncio.run(_run_agent(agent_dir, config))
-        results += found
-        problems += trouble
+    with tempfile.TemporaryDirectory(prefix="voicecore-test-") as tmp:
+        log_path = Path(tmp) / "stack.log"
+        with open(log_path, "wb") as log_file:
+            for agent_dir in agent_dirs:
+                if not Path(agent_dir).is_dir():
+                    print(f"voicecore test: {agent_dir}: not a directory, skipped", file=sys.stderr)
+                    continue
+                try:
+                    found, trouble = asyncio.run(_run_agent(agent_dir, config, log_file if phone else None))
+                except (asyncio.CancelledError, KeyboardInterrupt):
+                    print("voicecore test: stopped before the end", file=sys.stderr)
+                    return 130
+                results += found
+                problems += trouble
+        if phone and (problems or any(r["outcome"] == "failed" for r in results)):
+            sys.stderr.write(log_path.read_text(errors="replace")[-8000:])  # the stack's side of what went wrong
     seconds = time.monotonic() - started
     passed = sum(1 for r in results if r["outcome"] == "passed")
     failed = len(results) - passed
@@ -260,4 +285,8 @@ def register(subparsers: Any) -> None:
         test.add_argument("agent_dirs", nargs="+", metavar="DIR", help="agent directories")
         test.add_argument("--junit", metavar="PATH", help="also write the results as JUnit XML to PATH")
         test.add_argument("--json", action="store_true", help="print one JSON object: passed, failed, tests")
-        test.set_defaults(func=lambda args: run_test(args.agent_dirs, args.junit, args.json, sys.stdout, args.config))
+        test.add_argument("--phone", action="store_true",
+                          help="run each test as a simulated phone call through the whole stack (the callers' lines "
+                               "spoken by espeak-ng, the carrier and model simulators, real processes)")
+        test.set_defaults(func=lambda args: run_test(args.agent_dirs, args.junit, args.json, sys.stdout, args.config,
+                                                     args.phone))

@@ -12,7 +12,9 @@ call, a tool result, a confirmation, a node, a gate verdict); ``{"type": "turn_e
 "latency_ms"}`` once the agent is done answering; ``{"type": "ended", "reason"}`` and a close (1000) when the
 call ends. Bad input: ``{"type": "error", "error"}`` and the connection stays (not JSON, an unknown type, a
 missing, empty or too long text); a message larger than the console's frame limit closes with 1009; more
-than MAX_MESSAGES in WINDOW_S closes with 1008. No connection's input reaches another's conversation.
+than MAX_MESSAGES in WINDOW_S on one connection, or more than ``console_chat_limit`` in WINDOW_S
+from one API key (all its connections together: a program cannot get round the limit by opening more),
+closes the connection that sent it with 1008. No connection's input reaches another's conversation.
 
 Every conversation goes to the call store once its connection ends, as a call of carrier ``chat``
 (voicecore/chat/summary.py; ``keep``: the console's way to the store).
@@ -73,6 +75,21 @@ class ChatEndpoint:
         self.pool = tool_pool_for(self.agent, config.tool_processes, config.tool_runs_per_call) if self.agent is not None else None
         self.pool_started = False
         self.counters: collections.Counter[str] = collections.Counter()
+        # when each API key's recent messages came (all its connections), for its limit
+        self.key_messages: dict[str, collections.deque[float]] = {}
+        self.key_limit = config.console_chat_limit
+
+    def over_key_limit(self, key_name: str, now: float) -> bool:
+        """Count one message of ``key_name`` at ``now``: True when it is over the key's limit in WINDOW_S."""
+        recent = self.key_messages.setdefault(key_name, collections.deque())
+        while recent and now - recent[0] >= WINDOW_S:
+            recent.popleft()
+        recent.append(now)
+        over = len(recent) > self.key_limit
+        if len(self.key_messages) > 10_000:  # keys with nothing recent are forgotten, so the map stays small
+            for name in [n for n, times in self.key_messages.items() if not times or now - times[-1] >= WINDOW_S]:
+                del self.key_messages[name]
+        return over
 
     @property
     def available(self) -> bool:
@@ -82,7 +99,8 @@ class ChatEndpoint:
         if self.pool is not None and self.pool_started:
             await self.pool.close()
 
-    async def serve(self, connection: ServerConnection) -> None:
+    async def serve(self, connection: ServerConnection, key_name: str = "") -> None:
+        """``key_name``: the API key the connection was opened with (a browser session's key), for its limit."""
         assert self.agent is not None
         if self.pool is not None and not self.pool_started:
             self.pool.start()
@@ -113,6 +131,12 @@ class ChatEndpoint:
                     self.counters["floods"] += 1
                     log.warning("chat %s: more than %d messages in %g s: closed", session_id, MAX_MESSAGES, WINDOW_S)
                     await connection.close(CLOSE_FLOOD, "too many messages")
+                    return
+                if self.over_key_limit(key_name, now):
+                    self.counters["key_floods"] += 1
+                    log.warning("chat %s: key %s sent more than %d messages in %g s: closed", session_id, key_name,
+                                self.key_limit, WINDOW_S)
+                    await connection.close(CLOSE_FLOOD, "too many messages for this key")
                     return
                 problem, text, reply_to = self._read(raw)
                 if problem:

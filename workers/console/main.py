@@ -522,7 +522,7 @@ class Console:
     async def observe(self, connection: ServerConnection) -> None:
         assert connection.request is not None
         if urllib.parse.urlsplit(connection.request.path).path == "/chat":
-            await self.chat.serve(connection)
+            await self.chat.serve(connection, await self.who(connection.request) or "")
             return
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(connection.request.path).query)
         call_sid = (query.get("call") or [""])[0]

@@ -163,7 +163,7 @@ def _dither_plan(audio: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]
     return frames, magnitude, sign, chosen
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=512)  # every packaged caller clip and a test run's synthesized phrases
 def caller_signature(audio: bytes, threshold: int) -> tuple[bytes, int]:
     """(the loudest 40 ms of a caller clip, its speech span): what recognition looks for."""
     best_at, best_rms = 0, -1

@@ -117,6 +117,10 @@ class SimConfig:
     # this many characters.
     turns: tuple[SimTurn, ...] = ()
     argument_delta_chars: int = 8
+    # What callers say beyond the packaged caller clips: (text, 8 kHz mu-law audio) pairs, each recognised
+    # in the caller's audio by the same signature as a packaged clip (clips.caller_signature) and
+    # transcribed as its text. A harness that synthesizes its callers' lines registers them here.
+    caller_phrases: tuple[tuple[str, bytes], ...] = ()
     # The vendor's refusals of a configuration (voicecore.sim.model_server): the keys it accepts and the
     # models (Azure: deployments) it serves; () accepts any. A refused key or model is answered as the vendor
     # does: an `error` event and a close on OpenAI's path, HTTP 401 / 404 on Azure's (/openai/...).
@@ -153,6 +157,12 @@ class SimConfig:
             object.__setattr__(self, "turns", tuple(self.turns))  # a list from a loader is fine too
         if not all(isinstance(turn, SimTurn) for turn in self.turns):
             raise ValueError("turns must be SimTurn values (SimTurn.from_dict reads a table)")
+        if not isinstance(self.caller_phrases, tuple):
+            object.__setattr__(self, "caller_phrases", tuple(tuple(p) for p in self.caller_phrases))
+        for phrase in self.caller_phrases:
+            if not (len(phrase) == 2 and isinstance(phrase[0], str) and phrase[0].strip()
+                    and isinstance(phrase[1], (bytes, bytearray)) and len(phrase[1]) >= 2 * 160):
+                raise ValueError("caller_phrases must be (text, mu-law audio of at least 40 ms) pairs")
         if self.argument_delta_chars < 1:
             raise ValueError("argument_delta_chars must be at least 1")
         for name in ("api_keys", "models"):

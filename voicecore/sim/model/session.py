@@ -59,7 +59,7 @@ import orjson
 
 from voicecore.g711 import ALAW_TO_ULAW as G711_ALAW_TO_ULAW
 from voicecore.g711 import ULAW_TO_ALAW as G711_ULAW_TO_ALAW
-from voicecore.sim.audio_clips import ClipInfo, ClipLibrary, default_library
+from voicecore.sim.audio_clips import ClipInfo, ClipLibrary, default_library, with_caller_phrases
 from voicecore.sim.model.clips import (
     caller_signature,
     fitting_clip,
@@ -228,7 +228,7 @@ class ModelSession:
         self._seed = seed
         self._session_index = session_index
         self._ids = SplitMix64(seed, session_index, "ids")
-        self._clips = clips if clips is not None else default_library()
+        self._clips = with_caller_phrases(clips if clips is not None else default_library(), config.caller_phrases)
         self._agent_clips = [c for c in self._clips.infos if c.role == "agent"]
         self._auto_clips = [c for c in self._agent_clips if c.kind in ("question", "answer")] or self._agent_clips
         self._caller_clips = [c for c in self._clips.infos if c.role == "caller"]
@@ -814,6 +814,9 @@ class ModelSession:
                 found.append((at, clip))
         if found:
             found.sort(key=lambda hit: hit[0])
+            # a registered phrase that sounds exactly like a packaged clip (the same words, voice and speed)
+            # is one utterance, heard once: the first listed (phrases come first) at each position
+            found = [hit for n, hit in enumerate(found) if n == 0 or hit[0] != found[n - 1][0]]
             clips = [clip for _, clip in found]
             kinds = {clip.kind for clip in clips}
             kind = next((k for k in ("caller", "backchannel", "noise") if k in kinds), clips[0].kind)
