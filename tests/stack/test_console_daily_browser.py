@@ -51,9 +51,19 @@ def shoot(driver, directory: Path, name: str, full_page: bool = False) -> None:
 
 
 def wait(driver, condition, what: str, timeout_s: float = 15):
+    """Until ``condition`` holds; an element the page re-rendered meanwhile (stale) is looked up again."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout_s, poll_frequency=0.05).until(condition, f"timed out waiting for {what}")
+    return WebDriverWait(driver, timeout_s, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
+                         ).until(condition, f"timed out waiting for {what}")
+
+
+def select(driver, name: str, value: str) -> bool:
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element("name", name)).select_by_value(value)
+    return True
 
 
 def css(driver, selector: str):
@@ -105,11 +115,12 @@ def test_search_filters_paging_and_the_export_of_what_is_shown(browser, console,
     wait(browser, lambda d: row_sids(d) == [f"CAfill{n:05d}" for n in range(230, 240)], "the calls whose id begins so")
     browser.find_element("css selector", "#filters button[type=reset]").click()
     wait(browser, lambda d: listed(d) == 100 and "q=" not in d.current_url, "the cleared list")
-    Select(browser.find_element("name", "agent")).select_by_value("front desk")
-    browser.find_element("name", "errors").click()
+    # the filter form may be drawn again once the cleared list is in: look its elements up until they hold
+    wait(browser, lambda d: select(d, "agent", "front desk"), "the agent filter")
+    wait(browser, lambda d: d.find_element("name", "errors").click() or True, "the errors filter")
     wait(browser, lambda d: 0 < listed(d) < 100 and "errors=1" in d.current_url, "the filtered list")
-    cells = [(row.find_elements("tag name", "td")[2].text, row.find_elements("tag name", "td")[8].text)
-             for row in css(browser, "#calls tr[data-call-sid]")]
+    cells = wait(browser, lambda d: [(row.find_elements("tag name", "td")[2].text, row.find_elements("tag name", "td")[8].text)
+                                     for row in css(d, "#calls tr[data-call-sid]")], "the filtered rows")
     assert cells and all(agent == "front desk" and errors.startswith("⚠") for agent, errors in cells), cells
     shoot(browser, shots, "list-filtered")
     # a filter that matches nothing says so; an empty store would say that nothing is stored yet

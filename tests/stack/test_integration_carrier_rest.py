@@ -29,7 +29,8 @@ DEFAULT_AGENT = Path(__file__).resolve().parents[2] / "voicecore" / "agents" / "
 @pytest.fixture(scope="module")
 def stack_and_rest(tmp_path_factory):
     agent = tmp_path_factory.mktemp("agent")
-    (agent / "agent.toml").write_text(DEFAULT_AGENT.read_text() + f'\ntransfer_to = "{TRANSFER_TO}"\n')
+    # a top-level key before the file's tables (appended after them it would belong to the last one)
+    (agent / "agent.toml").write_text(f'transfer_to = "{TRANSFER_TO}"\n' + DEFAULT_AGENT.read_text())
     keys = generate_credentials()
     rest = CarrierRestServer(keys)
     loop = asyncio.new_event_loop()
