@@ -255,7 +255,11 @@ def test_closing_the_pool_mid_run_answers_the_run_and_a_waiting_one(tools_dir):
         pool = await started_pool(tools_dir, processes=1)
         running = asyncio.create_task(pool.run(tool("blocking", timeout_s=30.0), {"seconds": 30}, ctx("CA1")))
         waiting = asyncio.create_task(pool.run(tool("echo", timeout_s=30.0), {}, ctx("CA2")))
-        await asyncio.sleep(0.5)
+        for _ in range(200):  # until the blocking run is in its process (a fixed wait lost that race under load)
+            if pool.stats()["tool_processes_busy"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
         pids = pool.pids()
         await pool.close()
         return await running, await waiting, pids
