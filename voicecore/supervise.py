@@ -118,7 +118,9 @@ class Stack:
         )
 
     def wait_ready(self, timeout_s: float = 60.0) -> dict:
-        """Wait until /healthz answers and every worker has sent a heartbeat."""
+        """Wait until /healthz answers and every worker has sent a heartbeat. A node whose model vendor refuses
+        its configuration is up (it answers calls with the apology) though unhealthy: returned, its health
+        saying why (``healthy`` false, ``model_vendor``)."""
         deadline = time.monotonic() + timeout_s
         last_error = "no answer"
         while time.monotonic() < deadline:
@@ -126,7 +128,8 @@ class Stack:
                 raise StackError(f"supervisord exited with {self.process.returncode}")
             try:
                 status, body = get_from_gateway(self.config, "/healthz", timeout_s=1.0)
-                if status != 200:
+                health = json.loads(body) if status == 503 else {}
+                if status != 200 and health.get("status") != "model_vendor_refused":
                     raise ValueError(f"/healthz answered HTTP {status}")
                 health = json.loads(body)
                 alive = health.get("workers_alive", {})
@@ -334,6 +337,9 @@ def run_foreground(config: Config) -> int:
         mode = "built-in model simulator" if config.uses_simulator else config.model_url
         print(f"voicecore up: listening on {config.listen}, model {mode}, {health['max_calls']} call slots; "
               "Ctrl-C (or SIGTERM) drains, twice stops at once", file=sys.stderr, flush=True)
+        if health.get("status") == "model_vendor_refused":
+            print(f"voicecore up: the model vendor refuses this node's configuration ({health['model_vendor']['error']}): "
+                  "calls get the apology, /healthz answers 503", file=sys.stderr, flush=True)
         progress: DrainProgress | None = None
         signal_seen = False
         stop_at_once = bool(signals)  # a signal while starting up: there is nothing to drain yet
