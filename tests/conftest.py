@@ -89,6 +89,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The real-time tiers first, so their one long serial group starts at once and the fast tiers' many
     short tests fill the other workers beside it."""
     items.sort(key=lambda item: tier_of(item.path) not in REALTIME_TIERS)  # stable: within a tier as collected
+    config.stash[_SESSION_HAS_REALTIME] = any(tier_of(item.path) in REALTIME_TIERS for item in items)
+
+
+# A real-time test measures calls as a caller hears them (underruns, a truncate point), on the same 2 cores as
+# the fast tiers beside it. Those run at a lower priority while real-time tests are in the session, so they
+# take the CPU the calls leave and never delay a frame: as production runs the pacer and gateway above the
+# rest (voicecore/priority.py). Niceness only grows, and the real-time group is one scope on one worker, so
+# no worker runs a real-time test after lowering itself (a worker's fast tests come after its real-time ones).
+FAST_TIER_NICENESS = 10
+_SESSION_HAS_REALTIME = pytest.StashKey[bool]()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if tier_of(item.path) in REALTIME_TIERS or not item.config.stash.get(_SESSION_HAS_REALTIME, False):
+        return
+    current = os.nice(0)
+    if current < FAST_TIER_NICENESS:
+        os.nice(FAST_TIER_NICENESS - current)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -66,10 +66,21 @@ RECORD_WAIT_S = 15.0  # the model worker writes a call's record when the call en
 STORE_WAIT_S = 10.0  # the recorder worker scans the record directory every second; wait this long for all calls
 
 
+_ports_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port free now and not handed out before by this process. The kernel may give the same
+    port to two binds in a row once the first socket closed, and a stack's ports are all chosen before any
+    worker binds one: a repeat made the gateway and the console share a port (the workers refused the
+    configuration), so a port this process already chose is never chosen again."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _ports_handed_out:
+            _ports_handed_out.add(port)
+            return port
 
 
 def demo_script(seconds: float) -> CallScript:
