@@ -13,7 +13,7 @@ Why a file, and not an HTTP endpoint on the gateway or a message on the bus:
   restarts, reads the same file before it listens and drains too, so no restarted process ever takes new
   calls during a drain (a message on the bus would die with the gateway it was sent to);
 - it works whatever the gateway listens on (host:port or a Unix socket) and needs no running gateway.
-The gateway looks for it on each heartbeat (150 ms): one stat() until it appears.
+The gateway looks for it on each heartbeat (150 ms with calls live, 1 s idle): one stat() until it appears.
 
 Times: ``started_monotonic_ns`` is CLOCK_MONOTONIC, one clock for every process on the host (the deadline is
 computed from it, immune to wall-clock steps); ``started_at_s`` is the wall clock, for people and /metrics.

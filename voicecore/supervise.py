@@ -19,6 +19,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,6 +46,10 @@ RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.s
 # they give up on it (the gateway ends the calls at the deadline and stops the node at once: this is slack for
 # a gateway that is itself stuck or restarting).
 DRAIN_STOP_SLACK_S = 30.0
+# `voicecore up`'s watch loop: how often it looks for a drain request and the stack's end (a signal ends a wait
+# at once), and while a drain goes on.
+UP_WATCH_IDLE_S = 0.5
+UP_WATCH_DRAINING_S = 0.1
 PROGRESS_POLL_S = 1.0  # how often a drain's front end asks the gateway how many calls are left
 
 
@@ -325,9 +330,11 @@ def run_foreground(config: Config) -> int:
     signal stops everything at once, as does the first one before the stack is ready."""
     stack = Stack(config)
     signals: list[int] = []
+    signalled = threading.Event()  # ends the watch loop's wait at once (time.sleep resumes after a handler)
 
     def on_signal(signum, frame):  # noqa: ARG001
         signals.append(signum)
+        signalled.set()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -370,7 +377,10 @@ def run_foreground(config: Config) -> int:
                 if progress.gave_up():
                     stop_at_once = True
                     break
-            time.sleep(0.1)
+            # Draining: progress lines as it goes; otherwise only a signal, a `voicecore drain` or the stack's
+            # end are awaited, and an idle node's foreground process need not wake 10 times a second.
+            signalled.wait(UP_WATCH_DRAINING_S if progress is not None else UP_WATCH_IDLE_S)
+            signalled.clear()
         if stop_at_once:
             print("voicecore up: stopping at once", file=sys.stderr, flush=True)
     except StackError as exc:

@@ -16,7 +16,14 @@ DEFAULT_START_HOLD_MS = 60
 MAX_CATCH_UP_FRAMES = 10  # bounded burst after a stall: never more than 200 ms at once
 
 HEARTBEAT_MS = 150
-HEARTBEAT_MISSES_DEAD = 3
+# A process with no live call beats this often instead: heartbeats feed /healthz alone (standby takeover
+# goes by locks, voicecore/standby.py), and an idle node should sleep, not wake 7 times a second per process.
+IDLE_HEARTBEAT_MS = 1000
+HEARTBEAT_MISSES_DEAD = 3  # of the interval the process announced with its last heartbeat
+
+
+def heartbeat_interval_ms(live_calls: bool) -> int:
+    return HEARTBEAT_MS if live_calls else IDLE_HEARTBEAT_MS
 
 START_DEADLINE_MS = 5000  # a stream must send a valid `start` this soon after opening
 TOKEN_TTL_MS = 60_000  # a TwiML session token is valid this long, once

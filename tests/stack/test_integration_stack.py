@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 import wave
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from exposition import parse_exposition
 from stacks import start_stack
 from waiting import wait_until, wait_until_async
+from voicecore import timing
 from voicecore.callreport import summarize
 from voicecore.demo import demo_script
 from voicecore.record import load as load_record
@@ -221,6 +223,24 @@ def test_health_and_metrics_endpoints(running_stack):
         metrics = json.load(response)
     pacer = metrics["workers"]["pacer"]
     assert pacer["ticks"] + pacer["idle_waits"] > 0  # its clock runs (with no call live it waits, not ticks)
+
+
+def test_an_idle_node_beats_slowly_and_healthz_still_counts_every_worker_alive(running_stack):
+    """With no call, every worker heartbeats once a second (voicecore/timing.py IDLE_HEARTBEAT_MS) and says so
+    in its heartbeat; /healthz judges each by the interval it announced, so none looks dead between beats."""
+    ages: dict[str, list[float]] = {}
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://{running_stack.config.listen}/healthz", timeout=5) as response:
+            health = json.load(response)
+        assert health["calls"] == 0
+        assert all(health["workers_alive"].values()), health
+        for name, age in health["workers_heartbeat_age_ms"].items():
+            ages.setdefault(name, []).append(age)
+        time.sleep(0.1)
+    # Idle, the gaps between beats are longer than the live judgement (3 x 150 ms) would allow.
+    assert max(ages["model"]) > timing.HEARTBEAT_MS * timing.HEARTBEAT_MISSES_DEAD, ages
+    assert max(ages["pacer"]) > timing.HEARTBEAT_MS * timing.HEARTBEAT_MISSES_DEAD, ages
 
 
 def test_metrics_answers_prometheus_text_when_scraped_as_such(running_stack):

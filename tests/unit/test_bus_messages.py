@@ -6,7 +6,7 @@ import pytest
 from voicecore.bus import messages as m
 
 SAMPLES = [
-    m.Heartbeat("pacer", 123, 7, 99),
+    m.Heartbeat("pacer", 123, 7, 99, 150),
     m.CallStarted(3, 2, "CA" + "a" * 32, "MZ" + "b" * 32, "AC" + "c" * 32),
     m.CallEnded(3, 2, "stop"),
     m.CancelTag(3, 2, 5, 1234567),

@@ -325,7 +325,7 @@ def test_duplicate_open_and_foreign_messages_are_dropped():
     open_gate(core)
     core.handle(m.TranscriptDelta(*KEY, "Hello there ", 12))
     assert open_gate(core) == []  # does not reset the gate
-    assert core.handle(m.Heartbeat("x", 1, 1, 1)) == []
+    assert core.handle(m.Heartbeat("x", 1, 1, 1, 150)) == []
     assert core.handle(object()) == []
     assert core.statistics()["dropped"] == 3
     assert core.handle(m.TranscriptDelta(*KEY, "friend ", 19))[-1].approved_frames == len("Hello there friend")

@@ -23,6 +23,7 @@ class Heartbeat:
     pid: int
     seq: int
     sent_ns: int
+    interval_ms: int  # the next one comes within this (voicecore/timing.py heartbeat_interval_ms)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -593,7 +593,8 @@ class Console:
         while True:
             self.heartbeat_seq += 1
             pid = os.getpid()
-            self.bus.send(self.gateway, messages.Heartbeat(PROCESS, pid, self.heartbeat_seq, time.monotonic_ns()))
+            interval_ms = timing.heartbeat_interval_ms(bool(self.live))
+            self.bus.send(self.gateway, messages.Heartbeat(PROCESS, pid, self.heartbeat_seq, time.monotonic_ns(), interval_ms))
             now = time.monotonic()
             if now >= next_stats:
                 next_stats = now + 1.0
@@ -603,7 +604,7 @@ class Console:
                 if self.fleet is not None:
                     values.update({name: float(n) for name, n in self.fleet.counters.items()})
                 self.bus.send(self.gateway, messages.Stats(PROCESS, pid, values))
-            await asyncio.sleep(timing.HEARTBEAT_MS / 1000)
+            await asyncio.sleep(interval_ms / 1000)
 
     async def run(self, stop: asyncio.Event) -> None:
         host, _, port = self.config.console_listen.rpartition(":")

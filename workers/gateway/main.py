@@ -111,6 +111,8 @@ class Gateway:
         self.inbox = self.bus.bind(zmq.PULL, GATEWAY_INBOX)
         self.doorbell = bind_doorbell(runtime_dir)
         self.worker_seen_ns: dict[str, int] = {}
+        self.worker_interval_ms: dict[str, int] = {}  # the heartbeat interval each process announced last
+        self.wake = asyncio.Event()  # the serve loop's wait ends early: a call went live (back to the call interval)
         self.worker_stats: dict[str, dict[str, float]] = {}
         self.vendor_health: messages.VendorHealth | None = None  # the model worker's word on the vendor
         self.bargein_to_clear = LatencyLog()
@@ -182,6 +184,7 @@ class Gateway:
             for message in self.bus.receive_nowait(self.inbox):
                 if isinstance(message, messages.Heartbeat):
                     self.worker_seen_ns[message.process] = time.monotonic_ns()
+                    self.worker_interval_ms[message.process] = message.interval_ms
                     if message.process == "model" and self.model_pid != message.pid:
                         # A model worker that took over (or restarted) knows the calls from the arena, but
                         # not their AccountSids (a hang-up or transfer needs them): announce them again.
@@ -196,9 +199,14 @@ class Gateway:
                 elif isinstance(message, messages.EndStream):
                     self.end_stream(message)
 
-    def heartbeat(self) -> None:
+    def loop_interval_ms(self) -> int:
+        """The serve loop's period: the heartbeat's, which is the idle one with no call and no drain."""
+        return timing.heartbeat_interval_ms(bool(self.calls) or self.drain.draining)
+
+    def heartbeat(self, interval_ms: int) -> None:
         self.heartbeat_seq += 1
-        self.bus.send(self.events, messages.Heartbeat("gateway", os.getpid(), self.heartbeat_seq, time.monotonic_ns()))
+        self.bus.send(self.events, messages.Heartbeat("gateway", os.getpid(), self.heartbeat_seq, time.monotonic_ns(),
+                                                      interval_ms))
 
     # --- call slots ---------------------------------------------------------------------------------
     def claim_slot(self, conn: StreamConnection, start: tw.Start) -> int | None:
@@ -218,6 +226,7 @@ class Gateway:
         self.ctrl[slot, C.STARTED_AT_NS] = time.monotonic_ns()
         self.calls[slot] = conn
         self.counters["calls_started"] += 1
+        self.wake.set()
         if isinstance(start, carrier_core.CallIds):  # another carrier's call: its own ids, for hang-up and transfer
             started = messages.CallStarted(slot, generation, start.call_sid, start.stream_sid, start.account_sid,
                                            start.carrier, start.carrier_call_id, start.carrier_account_id)
@@ -307,14 +316,16 @@ class Gateway:
         of the latter are answered 503: a load balancer's readiness check stops sending calls."""
         now = time.monotonic_ns()
         workers = {name: round((now - seen) / 1e6, 1) for name, seen in self.worker_seen_ns.items()}
-        dead_after_ms = timing.HEARTBEAT_MS * timing.HEARTBEAT_MISSES_DEAD
+        # Dead after HEARTBEAT_MISSES_DEAD of the intervals the process announced (an idle one beats slower).
+        dead_after_ms = {name: self.worker_interval_ms.get(name, timing.HEARTBEAT_MS) * timing.HEARTBEAT_MISSES_DEAD
+                         for name in workers}
         health = {
             "status": "draining" if self.drain.draining else "ok",
             "draining": self.drain.draining,
             "calls": len(self.calls),
             "max_calls": self.config.max_calls,
             "workers_heartbeat_age_ms": workers,
-            "workers_alive": {name: age <= dead_after_ms for name, age in workers.items()},
+            "workers_alive": {name: age <= dead_after_ms[name] for name, age in workers.items()},
         }
         vendor = self.vendor_health
         health["healthy"] = not self.drain.draining and (vendor is None or vendor.ok)
@@ -1291,17 +1302,22 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
                  f" (not served, no secret configured: {', '.join(unserved)})" if unserved else "")
         leadership.announce()
         gc.freeze()
+        stopped = asyncio.ensure_future(stop.wait())
         while not stop.is_set():
             gateway.poll_drain()
             if gateway.drain.draining:
                 gateway.step_drain()
-            gateway.heartbeat()
+            interval_ms = gateway.loop_interval_ms()
+            gateway.heartbeat(interval_ms)
             gateway.on_inbox()  # the zmq FD is edge-triggered: poll it on every heartbeat too
             gateway.drain_wire()  # a lost doorbell costs at most one heartbeat of delay
-            try:
-                await asyncio.wait_for(stop.wait(), timing.HEARTBEAT_MS / 1000)
-            except TimeoutError:
-                pass
+            # Idle (no call, no drain) the loop wakes once a second; the first call wakes it at once.
+            gateway.wake.clear()
+            woken = asyncio.ensure_future(gateway.wake.wait())
+            await asyncio.wait((stopped, woken), timeout=interval_ms / 1000,
+                               return_when=asyncio.FIRST_COMPLETED)
+            woken.cancel()
+        stopped.cancel()
         log.info("gateway stopping: closing %d calls", len(gateway.calls))
         for conn in list(gateway.calls.values()):
             conn._end("shutdown")

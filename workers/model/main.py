@@ -96,7 +96,7 @@ VENDOR_TRIAL_EVERY_S = 30.0
 BREAKER_POLL_S = 0.25  # a call waiting on an open breaker looks again this often
 STAMP_EVERY_S = 0.1
 LOOP_S = 0.02  # the call loop's period while a call is live (a frame)
-IDLE_LOOP_S = 0.1  # ... and with none: under the heartbeat's period, woken at once by a call's start
+IDLE_LOOP_S = timing.IDLE_HEARTBEAT_MS / 1000  # ... and with none: the idle heartbeat's period, woken at once by a call's start (the gateway's news)
 VALIDATOR_CHECK_S = 0.25  # how often the serving validator's pid is read (a new one gets the open gates again)
 MAX_GATES_KEPT = 16  # per call  # MODEL_ALIVE_NS / MODEL_EXPECTING of every served call (the pacer's hold line watches them)
 LINE_PLAYED_WAIT_S = 15.0  # a hang-up or transfer after a fallback line waits at most this long for it to play
@@ -1329,10 +1329,12 @@ class ModelWorker:
             if now >= next_validator_check:
                 next_validator_check = now + VALIDATOR_CHECK_S
                 self.check_validator()
-            if now >= next_heartbeat:  # the loop runs every 20 ms; the others expect one per HEARTBEAT_MS
-                next_heartbeat = now + timing.HEARTBEAT_MS / 1000
+            if now >= next_heartbeat or (self.calls and next_heartbeat - now > timing.HEARTBEAT_MS / 1000):
+                # the loop runs every 20 ms with a call; the gateway expects one per interval announced
+                interval_ms = timing.heartbeat_interval_ms(bool(self.calls))
+                next_heartbeat = now + interval_ms / 1000
                 self.heartbeat_seq += 1
-                self.bus.send(self.gateway, messages.Heartbeat("model", os.getpid(), self.heartbeat_seq, time.monotonic_ns()))
+                self.bus.send(self.gateway, messages.Heartbeat("model", os.getpid(), self.heartbeat_seq, time.monotonic_ns(), interval_ms))
             if now >= self.next_knowledge_poll:
                 self.next_knowledge_poll = now + KnowledgeWatcher.POLL_NS / 1e9
                 changed, knowledge = self.knowledge.poll()
@@ -1349,7 +1351,7 @@ class ModelWorker:
                 last_stats = now
                 self.bus.send(self.gateway, messages.Stats("model", os.getpid(), self.stats()))
                 self.send_vendor_health()  # a gateway that restarted learns it within a second
-            # No call: nothing is due sooner than the heartbeat, so an idle worker wakes a few times a second
+            # No call: nothing is due sooner than the idle heartbeat, so an idle worker wakes once a second
             # (or on the gateway's news), not every 20 ms.
             if self.calls:
                 await asyncio.wait((stopped,), timeout=LOOP_S)

@@ -164,10 +164,10 @@ class Pacer:
             "underruns_total": float(ctrl[:, C.UNDERRUNS].sum()),
         }
 
-    def report(self, with_stats: bool = True) -> None:
+    def report(self, with_stats: bool = True, interval_ms: int = timing.HEARTBEAT_MS) -> None:
         self.heartbeat_seq += 1
         pid = os.getpid()
-        self.bus.send(self.gateway, messages.Heartbeat("pacer", pid, self.heartbeat_seq, time.monotonic_ns()))
+        self.bus.send(self.gateway, messages.Heartbeat("pacer", pid, self.heartbeat_seq, time.monotonic_ns(), interval_ms))
         if not with_stats:
             return
         values: dict[str, float] = {
@@ -256,12 +256,14 @@ class Pacer:
     def housekeeping(self, now_ns: int, idle: bool = False) -> None:
         """The heartbeat and statistics, and a look for a new arena, each when due. Idle, the statistics
         (which do not move) go once a second instead of with every heartbeat."""
-        if now_ns >= self.next_report_ns:
-            self.next_report_ns = now_ns + timing.HEARTBEAT_MS * 1_000_000
+        if now_ns >= self.next_report_ns or (not idle and self.next_report_ns - now_ns > timing.HEARTBEAT_MS * 1_000_000):
+            # (a call went live during an idle interval: back to the call's interval at once)
+            interval_ms = timing.heartbeat_interval_ms(not idle)
+            self.next_report_ns = now_ns + interval_ms * 1_000_000
             with_stats = not idle or now_ns >= self.next_idle_stats_ns
             if with_stats:
                 self.next_idle_stats_ns = now_ns + STATS_EVERY_NS
-            self.report(with_stats)
+            self.report(with_stats, interval_ms)
         if now_ns >= self.next_arena_check_ns:
             self.next_arena_check_ns = now_ns + STATS_EVERY_NS
             self.attach_arena()

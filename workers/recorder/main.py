@@ -65,7 +65,7 @@ SCAN_EVERY_S = 60.0  # the record directory's listing: a safety net; the model w
 STATS_EVERY_S = 1.0
 SLICE_S = 0.1  # longest stretch of ingesting between two heartbeats (the gateway's dead-after is 450 ms)
 STORE_RETRY_S = 10.0
-HEARTBEAT_S = timing.HEARTBEAT_MS / 1000
+HEARTBEAT_S = timing.IDLE_HEARTBEAT_MS / 1000  # no calls of its own: /healthz needs no more
 EVENT_MESSAGES_PER_PASS = 2000
 EVENTS_EVERY_S = 0.1  # live events are taken in passes this far apart: one store transaction per pass
 
@@ -389,7 +389,7 @@ class Recorder:
     def heartbeat(self, stats: bool) -> None:
         self.heartbeat_seq += 1
         pid = os.getpid()
-        self.bus.send(self.gateway, messages.Heartbeat(PROCESS, pid, self.heartbeat_seq, time.monotonic_ns()))
+        self.bus.send(self.gateway, messages.Heartbeat(PROCESS, pid, self.heartbeat_seq, time.monotonic_ns(), timing.IDLE_HEARTBEAT_MS))
         if stats:
             values = {name: float(n) for name, n in self.counters.items()}
             values["ingest_max_ms"] = self.ingest_ms_max

@@ -76,6 +76,7 @@ class Validator:
         self.core = ValidatorCore(knowledge, margin_frames=margin_frames, max_chars_per_s=config.gate_max_chars_per_s,
                                   release=config.gate_release)
         self.log_privacy = log_privacy(config)
+        self.live_calls: set[tuple[int, int]] = set()  # (slot, generation) from the gateway's news: the heartbeat's interval
         if knowledge is None and not config.knowledge_dir:
             log.warning("no knowledge_dir configured: every number in a gated answer will be rejected")
         self.stopping = False
@@ -104,7 +105,10 @@ class Validator:
 
     def on_events(self) -> None:
         for message in self.bus.receive_nowait(self.events):
-            if isinstance(message, messages.CallEnded):
+            if isinstance(message, messages.CallStarted):
+                self.live_calls.add((message.slot, message.generation))
+            elif isinstance(message, messages.CallEnded):
+                self.live_calls.discard((message.slot, message.generation))
                 self.core.end_call(message.slot, message.generation)
 
     def reload_knowledge(self) -> None:
@@ -112,10 +116,10 @@ class Validator:
         if changed:
             self.core.set_knowledge(knowledge)
 
-    def report(self, stats: bool) -> None:
+    def report(self, stats: bool, interval_ms: int) -> None:
         self.heartbeat_seq += 1
         pid = os.getpid()
-        self.bus.send(self.gateway, messages.Heartbeat(PROCESS, pid, self.heartbeat_seq, time.monotonic_ns()))
+        self.bus.send(self.gateway, messages.Heartbeat(PROCESS, pid, self.heartbeat_seq, time.monotonic_ns(), interval_ms))
         if stats:
             values = self.core.statistics()
             values.update({
@@ -138,8 +142,9 @@ class Validator:
             now = time.monotonic_ns()
             if now >= next_heartbeat_ns:
                 stats = now >= next_stats_ns
-                self.report(stats)
-                next_heartbeat_ns = now + timing.HEARTBEAT_MS * 1_000_000
+                interval_ms = timing.heartbeat_interval_ms(bool(self.live_calls))
+                self.report(stats, interval_ms)
+                next_heartbeat_ns = now + interval_ms * 1_000_000
                 if stats:
                     next_stats_ns = now + STATS_EVERY_NS
             if now >= next_knowledge_ns:
