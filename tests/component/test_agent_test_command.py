@@ -62,6 +62,28 @@ def test_a_wrong_transition_is_caught_with_a_readable_failure(tmp_path):
     assert "expected the flow at node 'reception'; it is at 'booked'" in failures
 
 
+def test_numbers_grounded_fails_on_a_number_neither_knowledge_nor_a_tool_gave(tmp_path):
+    agent = tmp_path / "receptionist"
+    shutil.copytree(EXAMPLES / "receptionist", agent)
+    test_file = agent / "tests" / "books-a-cleaning.toml"
+    # the confirmation repeats the date and time the caller asked for: the gate lets them through (they are the
+    # function's arguments), but they are in neither the knowledge nor a tool's result
+    test_file.write_text(test_file.read_text().replace('said = "Shall I book a cleaning"\n',
+                                                       'said = "Shall I book a cleaning"\nnumbers_grounded = true\n'))
+    run = voicecore("test", str(agent), "--json")
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    failed = [t for t in report["tests"] if t["outcome"] == "failed"]
+    assert [t["name"] for t in failed] == ["books a cleaning after the caller's yes"] and report["passed"] == 5
+    assert failed[0]["failures"] == [
+        "expected every number said to be in the agent's knowledge or a tool's result; not there: "
+        "'26th of November' in 'Shall I book a cleaning on Thursday the 26th of November at ten a.m.?', "
+        "'ten a.m.' in 'Shall I book a cleaning on Thursday the 26th of November at ten a.m.?'"]
+    printed = voicecore("test", str(agent)).stdout  # the failure with the transcript around it
+    assert "turn 0 (caller: \"I'd like to book a cleaning on November 26 at 10.\"): expected every number said" in printed
+    assert "| agent: Shall I book a cleaning on Thursday the 26th of November at ten a.m.?" in printed
+
+
 def test_a_bad_test_file_is_a_usage_error_naming_it(tmp_path):
     agent = tmp_path / "interview"
     shutil.copytree(EXAMPLES / "interview", agent)

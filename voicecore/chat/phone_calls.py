@@ -17,7 +17,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from voicecore.chat.agent_tests import AgentTest, TurnSpec, expectation_count, find_tests, judge_turn, load_test
+from voicecore.chat.agent_tests import AgentTest, Grounds, TurnSpec, expectation_count, find_tests, judge_turn, load_test
 from voicecore.chat.phone_turns import call_events, split_turns
 from voicecore.sim.caller_voice import speak
 from voicecore.sim.carrier_core import speech_end_ms
@@ -135,6 +135,16 @@ def line_latencies(call: PhoneCall) -> list[int | None]:
     return latencies
 
 
+def _grounds(test: AgentTest, agent) -> Grounds:
+    """The agent's knowledge (read only when a turn expects ``numbers_grounded``) for judging the call's numbers."""
+    knowledge = None
+    if getattr(agent, "knowledge_dir", "") and any(t.expect.get("numbers_grounded") for t in test.turns):
+        from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
+
+        knowledge = KnowledgeBase.from_documents(load_knowledge_dir(agent.knowledge_dir))
+    return Grounds(knowledge, agent.gate_language)
+
+
 def judge_call(call: PhoneCall, paths: list[Path], agent) -> dict[str, Any]:
     from voicecore.record import RecordError, load_record
     from voicecore.store.summary import summarize_record
@@ -168,6 +178,7 @@ def judge_call(call: PhoneCall, paths: list[Path], agent) -> dict[str, Any]:
     if not judges_greeting:  # the greeting is context for the failures, not a turn of the test
         transcript += [event.describe() for at, event in call_events(summary) if at < first]
     line = 0
+    grounds = _grounds(test, agent)
     for index, spec in enumerate(test.turns):
         if spec.say is not None:
             if line >= len(starts):
@@ -184,7 +195,8 @@ def judge_call(call: PhoneCall, paths: list[Path], agent) -> dict[str, Any]:
         # the caller's wait that ended this turn (TurnCaller.gave_up counts the greeting's wait as 0)
         if (position if judges_greeting else position + 1) in call.caller.gave_up:
             transcript.append("[the agent was still busy (or silent) when the caller's wait ran out]")
-        for message in judge_turn(spec.expect, turn.events, turn.node, turn.latency_ms):
+        grounds.note(turn.events)
+        for message in judge_turn(spec.expect, turn.events, turn.node, turn.latency_ms, grounds):
             failures.append({"turn": index, "caller": spec.say, "message": message,
                              "transcript": transcript[-TRANSCRIPT_CONTEXT_LINES:]})
     outcome["outcome"] = "failed" if failures else "passed"

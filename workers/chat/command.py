@@ -29,7 +29,7 @@ from typing import Any, TextIO
 from picows import WSError
 
 from voicecore.agent.load import AgentError, load_agent
-from voicecore.chat.agent_tests import AgentTest, AgentTestError, expectation_count, find_tests, judge_turn, load_test
+from voicecore.chat.agent_tests import AgentTest, AgentTestError, Grounds, expectation_count, find_tests, judge_turn, load_test
 from voicecore.config import ConfigError, load_config
 from voicecore.sim.caller_voice import ESPEAK, SpeechUnavailable, espeak_path
 from voicecore.sim.tool_server import ToolServer
@@ -118,6 +118,7 @@ async def _run_one(agent, config, test: AgentTest, demo: tuple, pool, knowledge)
     transcript: list[str] = []
     failures: list[dict[str, Any]] = []
     started = time.monotonic()
+    grounds = Grounds(knowledge, agent.gate_language)
     try:
         conversation = conversation_for(agent, config, rules, pool=pool, knowledge=knowledge, environ=environ,
                                         session_id=f"CHAT{zlib.crc32(test.file.encode()):08x}")
@@ -132,8 +133,9 @@ async def _run_one(agent, config, test: AgentTest, demo: tuple, pool, knowledge)
                                      "message": f"cannot open the model session: {type(exc).__name__}: {exc}"})
                     break
                 transcript += [e.describe() for e in turn.events]
+                grounds.note(turn.events)
                 if turn_spec.say is None:
-                    _judge(turn_spec, turn, conversation, index, transcript, failures)
+                    _judge(turn_spec, turn, conversation, index, transcript, failures, grounds)
                     continue
             if conversation.ended:
                 failures.append({"turn": index, "caller": turn_spec.say, "message": "the call had already ended",
@@ -144,7 +146,8 @@ async def _run_one(agent, config, test: AgentTest, demo: tuple, pool, knowledge)
             transcript += [e.describe() for e in turn.events]
             if not turn.settled:
                 transcript.append("[the agent was still busy when the turn's time ran out]")
-            _judge(turn_spec, turn, conversation, index, transcript, failures)
+            grounds.note(turn.events)
+            _judge(turn_spec, turn, conversation, index, transcript, failures, grounds)
     finally:
         await conversation.close()
         if server is not None:
@@ -154,8 +157,9 @@ async def _run_one(agent, config, test: AgentTest, demo: tuple, pool, knowledge)
             "transcript": transcript}
 
 
-def _judge(turn_spec, turn, conversation, index, transcript, failures) -> None:
-    for message in judge_turn(turn_spec.expect, turn.events, conversation.session.flow.node_name, turn.latency_ms):
+def _judge(turn_spec, turn, conversation, index, transcript, failures, grounds) -> None:
+    for message in judge_turn(turn_spec.expect, turn.events, conversation.session.flow.node_name, turn.latency_ms,
+                              grounds):
         failures.append({"turn": index, "caller": turn_spec.say, "message": message,
                          "transcript": transcript[-TRANSCRIPT_CONTEXT_LINES:]})
 
