@@ -28,6 +28,8 @@ expectations, each failure a readable sentence. Running the conversations is the
     max_latency_ms = 2000               # the caller's message -> the first line said
     numbers_grounded = true             # every number said in the turn is in the agent's knowledge or in a
                                         # tool's result of the conversation so far (the gate's value matching)
+    rubric = "says the price per month" # a model judges the turn against it (voicecore/chat/rubric.py); a list:
+                                        # each; without a model configured: skipped, never passed
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from voicecore.sim.tool_server import Route
 
 TESTS_DIR = "tests"
 TURN_KEYS = ("say", "function", "arguments", "confirmation", "node", "said", "said_regex", "never_said",
-             "never_said_regex", "ended", "transferred", "max_latency_ms", "numbers_grounded")
+             "never_said_regex", "ended", "transferred", "max_latency_ms", "numbers_grounded", "rubric")
 FILE_KEYS = ("name", "description", "sim", "tool_server", "turn")
 
 
@@ -101,7 +103,7 @@ def _check_turn(raw: Any, where: str, first: bool) -> TurnSpec:
     for key in ("confirmation", "ended", "transferred", "numbers_grounded"):
         if key in expect and not isinstance(expect[key], bool):
             raise AgentTestError(f"{where}.{key}: expected true or false")
-    for key in ("said", "never_said", "said_regex", "never_said_regex"):
+    for key in ("said", "never_said", "said_regex", "never_said_regex", "rubric"):
         if key in expect:
             expect[key] = _strings(expect[key], f"{where}.{key}")
     for key in ("said_regex", "never_said_regex"):
@@ -253,4 +255,10 @@ def _quoted(lines: list[str]) -> str:
 
 
 def expectation_count(test: AgentTest) -> int:
-    return sum(len(turn.expect) for turn in test.turns)
+    """Each key of each turn, each rubric of a list one."""
+    return sum(len(turn.expect) - ("rubric" in turn.expect) + len(rubrics(turn.expect)) for turn in test.turns)
+
+
+def rubrics(expect: dict[str, Any]) -> tuple[str, ...]:
+    """The turn's rubric expectations (judged by the shell with a model, not by ``judge_turn``)."""
+    return tuple(expect.get("rubric", ()))

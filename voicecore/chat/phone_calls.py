@@ -17,7 +17,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from voicecore.chat.agent_tests import AgentTest, Grounds, TurnSpec, expectation_count, find_tests, judge_turn, load_test
+from voicecore.chat.agent_tests import (AgentTest, Grounds, TurnSpec, expectation_count, find_tests, judge_turn, load_test,
+                                        rubrics)
 from voicecore.chat.phone_turns import call_events, split_turns
 from voicecore.sim.caller_voice import speak
 from voicecore.sim.carrier_core import speech_end_ms
@@ -25,6 +26,7 @@ from voicecore.sim.model import SimConfig, SimTurn
 from voicecore.sim.turn_caller import TurnCaller
 
 TRANSCRIPT_CONTEXT_LINES = 12
+PHONE_RUBRIC = "rubric expectations are judged in text runs (voicecore test without --phone)"
 CALL_CAP_S_PER_TURN = 40.0  # a call is cut off after this long per caller line (a stuck agent fails, not hangs)
 # The caller's transcript comes this long after the model heard the line's end, every time (the stack tests'
 # value): a test judges what the agent does, so the vendor's transcription jitter (0.05-1.5 s drawn by the
@@ -152,7 +154,9 @@ def judge_call(call: PhoneCall, paths: list[Path], agent) -> dict[str, Any]:
     test = call.test
     failures: list[dict[str, Any]] = []
     transcript: list[str] = []
-    outcome = {"name": test.name, "file": test.file, "call_sid": call.call_sid, "failures": failures,
+    skipped = [{"turn": index, "caller": spec.say, "expectation": "rubric", "rubric": rubric, "reason": PHONE_RUBRIC}
+               for index, spec in enumerate(test.turns) for rubric in rubrics(spec.expect)]
+    outcome = {"name": test.name, "file": test.file, "call_sid": call.call_sid, "failures": failures, "skipped": skipped,
                "expectations": expectation_count(test), "transcript": transcript}
     problems = list(call.result.errors) if call.result is not None else ["the call was not placed"]
     if not paths:
