@@ -105,6 +105,7 @@ def test_a_session_is_claimed_by_one_user_at_a_time_and_by_its_own_key_only():
         sessions.claim(entry.session_id, "ops", 1)
     assert busy.value.status == 409
     sessions.release(entry, 2)
+    assert sessions.check(entry.session_id, "ops", 2) is entry and not entry.busy  # a look claims nothing
     with pytest.raises(Refused) as other:
         sessions.claim(entry.session_id, "other-key", 3)
     assert other.value.status == 404  # the same answer as for an id never given: ids cannot be probed

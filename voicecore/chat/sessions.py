@@ -63,8 +63,15 @@ class Sessions(Generic[T]):
         return entry
 
     def claim(self, session_id: str, owner: str, now_s: float) -> Entry[T]:
-        """The session, claimed. Refused 404 when there is none of that id for ``owner`` (never opened, ended,
-        expired, or another key's: the same answer, so ids cannot be probed), 409 when it is in use."""
+        """The session, claimed; Refused as ``check`` says."""
+        entry = self.check(session_id, owner, now_s)
+        entry.busy = True
+        return entry
+
+    def check(self, session_id: str, owner: str, now_s: float) -> Entry[T]:
+        """The session, if ``owner`` could claim it now. Refused 404 when there is none of that id for ``owner``
+        (never opened, ended, expired, or another key's: the same answer, so ids cannot be probed), 409 when it
+        is in use."""
         entry = self.entries.get(session_id)
         if entry is None or entry.owner != owner or (not entry.busy and now_s - entry.used_s >= self.idle_s):
             raise Refused(404, f"no chat session {session_id[:40]!r}: it ended, was idle for more than "
@@ -72,7 +79,6 @@ class Sessions(Generic[T]):
         if entry.busy:
             raise Refused(409, f"chat session {session_id[:40]!r} is in use (a /chat connection or a message being "
                                "answered): one user at a time")
-        entry.busy = True
         return entry
 
     def release(self, entry: Entry[T], now_s: float) -> None:

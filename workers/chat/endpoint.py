@@ -128,10 +128,7 @@ class ChatEndpoint:
     def check_resume(self, session_id: str, key_name: str) -> None:
         """Before a /chat upgrade: Refused (404, 409, 503) when the connection could not have its session."""
         if session_id:
-            entry = self.sessions.entries.get(session_id)
-            self.sessions.claim(session_id, key_name, time.monotonic())  # raises when it cannot be had
-            assert entry is not None
-            self.sessions.release(entry, entry.used_s)  # only a look: the connection claims it once open
+            self.sessions.check(session_id, key_name, time.monotonic())  # the connection claims it once open
         else:
             self.sessions.check_room()
 
@@ -211,7 +208,10 @@ class ChatEndpoint:
         await self._finish(entry, closed_by_caller)
 
     async def _finish(self, entry: Entry[Chat], closed_by_caller: bool) -> None:
-        await entry.conversation.conversation.close()
+        try:
+            await entry.conversation.conversation.close()
+        except Exception:  # its tools or its vendor socket would not close: it is stored all the same
+            log.exception("chat %s: closing the conversation failed", entry.session_id)
         await self._keep(entry.conversation.conversation, entry.conversation.started_at, closed_by_caller)
 
     async def message(self, key_name: str, body: bytes) -> tuple[int, dict[str, Any], tuple[tuple[str, str], ...]]:
