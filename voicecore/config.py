@@ -80,6 +80,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("console_listen", str, "127.0.0.1:8090", "host:port of the console (call list, call pages, the /observe WebSocket; API keys from `voicecore console-key add NAME`), a port of its own, never the gateway's; runs when there is a call store; empty: no console"),
     Setting("console_public_url", str, "", "the URL browsers reach the console at when a proxy is in front of it (https://console.example.com; the console serves at the root of its host): its origin is one of console_origins by default, and https makes the session cookie Secure (named __Host-voicecore_session_PORT); empty: the console is reached at console_listen"),
     Setting("console_chat_limit", int, 600, "the most messages one console API key (its /chat connections and browser sessions together) may send to /chat in 10 s; the connection whose message goes over it is closed 1008 (each connection is also held to 20 in 10 s)"),
+    Setting("console_chat_idle_s", float, 300.0, "a text session (/chat, POST /chat/messages) that no connection or request has used for this many seconds ends: it is stored as a call of carrier chat and its id answers 404; until then a client may continue it by its id"),
+    Setting("console_chat_sessions", int, 1000, "the most text sessions the console keeps at once (in use or idle less than console_chat_idle_s); a new one past it is refused (503, /chat close 1013)"),
     Setting("console_origins", str, "", "comma-separated origins (scheme://host[:port]) of the console's pages: an /observe upgrade, a POST, and a JSON API read with the session cookie from any other Origin is refused (403, logged); a program with an API key and no Origin is served; empty: console_public_url's origin and console_listen's (on a loopback or all-interfaces address: http://127.0.0.1:PORT, http://localhost:PORT, http://[::1]:PORT)"),
     Setting("record_caller_audio", bool, True, "call records keep the caller's audio (for `voicecore replay --wav`); false: timing only"),
     Setting("metrics_listen", str, "local", "where GET /metrics is served: local (on the gateway's listen address, answered only to this host: a loopback peer or the Unix socket, and no X-Forwarded-For, Forwarded or X-Real-IP header, which a proxy or tunnel in front adds; others get 403), or host:port of a listener of its own that serves /metrics and /healthz alone (a scraper on another host: e.g. 0.0.0.0:9464 in a pod); then the gateway's listen address answers 404 on /metrics"),
@@ -166,6 +168,8 @@ class Config:
     console_public_url: str
     console_origins: str
     console_chat_limit: int
+    console_chat_idle_s: float
+    console_chat_sessions: int
     retention_days: int
     call_webhook_url: str
     call_webhook_secret: str
@@ -399,6 +403,8 @@ def _validate(values: dict[str, object]) -> None:
             raise ConfigError("telnyx_public_key: expected the base64 Ed25519 public key from Telnyx's Mission Control")
     if int(values["console_chat_limit"]) < 1:  # type: ignore[arg-type]
         raise ConfigError("console_chat_limit must be at least 1")
+    if float(values["console_chat_idle_s"]) <= 0 or int(values["console_chat_sessions"]) < 1:  # type: ignore[arg-type]
+        raise ConfigError("console_chat_idle_s must be more than 0 and console_chat_sessions at least 1")
     if int(values["retention_days"]) < 0:  # type: ignore[arg-type]
         raise ConfigError(f"retention_days: expected 0 (keep forever) or more, got {values['retention_days']}")
     if values["realtime_naming"] == "beta":

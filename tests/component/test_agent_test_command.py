@@ -62,6 +62,106 @@ def test_a_wrong_transition_is_caught_with_a_readable_failure(tmp_path):
     assert "expected the flow at node 'reception'; it is at 'booked'" in failures
 
 
+def test_numbers_grounded_fails_on_a_number_neither_knowledge_nor_a_tool_gave(tmp_path):
+    agent = tmp_path / "receptionist"
+    shutil.copytree(EXAMPLES / "receptionist", agent)
+    test_file = agent / "tests" / "books-a-cleaning.toml"
+    # the confirmation repeats the date and time the caller asked for: the gate lets them through (they are the
+    # function's arguments), but they are in neither the knowledge nor a tool's result
+    test_file.write_text(test_file.read_text().replace('said = "Shall I book a cleaning"\n',
+                                                       'said = "Shall I book a cleaning"\nnumbers_grounded = true\n'))
+    run = voicecore("test", str(agent), "--json")
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    failed = [t for t in report["tests"] if t["outcome"] == "failed"]
+    assert [t["name"] for t in failed] == ["books a cleaning after the caller's yes"] and report["passed"] == 5
+    assert failed[0]["failures"] == [
+        "expected every number said to be in the agent's knowledge or a tool's result; not there: "
+        "'26th of November' in 'Shall I book a cleaning on Thursday the 26th of November at ten a.m.?', "
+        "'ten a.m.' in 'Shall I book a cleaning on Thursday the 26th of November at ten a.m.?'"]
+    printed = voicecore("test", str(agent)).stdout  # the failure with the transcript around it
+    assert "turn 0 (caller: \"I'd like to book a cleaning on November 26 at 10.\"): expected every number said" in printed
+    assert "| agent: Shall I book a cleaning on Thursday the 26th of November at ten a.m.?" in printed
+
+
+RUBRIC_TEST = """name = "asks the first question"
+
+[[turn]]
+say = "Yes, I am ready to start."
+said = "First question"
+rubric = ["asks how long the candidate has worked with Python", "promises a salary figure"]
+"""
+
+
+def _rubric_agent(tmp_path) -> Path:
+    agent = tmp_path / "interview"
+    shutil.copytree(EXAMPLES / "interview", agent)
+    shutil.rmtree(agent / "tests")
+    (agent / "tests").mkdir()
+    (agent / "tests" / "rubric.toml").write_text(RUBRIC_TEST)
+    return agent
+
+
+def test_rubrics_without_a_model_are_skipped_with_the_reason_never_passed(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "VOICECORE_REALTIME_API_KEY",
+                                                              "VOICECORE_REALTIME_URL")}
+    agent = _rubric_agent(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "voicecore.cli", "test", str(agent), "--json"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    assert report["skipped"] == 2 and report["passed"] == 1 and report["failed"] == 0
+    (test,) = report["tests"]
+    reason = "no model to judge it: set VOICECORE_REALTIME_API_KEY or OPENAI_API_KEY (or realtime_url) to judge rubric expectations"
+    assert test["skipped"] == [
+        {"turn": 0, "expectation": "rubric", "rubric": "asks how long the candidate has worked with Python", "reason": reason},
+        {"turn": 0, "expectation": "rubric", "rubric": "promises a salary figure", "reason": reason}]
+    printed = subprocess.run([sys.executable, "-m", "voicecore.cli", "test", str(agent)], capture_output=True, text=True,
+                             timeout=120, cwd=ROOT, env=env).stdout
+    assert "  turn 0: SKIPPED rubric 'promises a salary figure': no model to judge it" in printed
+    assert "1 passed, 0 failed, 3 expectations (2 skipped)" in printed
+
+
+def test_rubrics_are_judged_by_the_configured_model_over_its_socket(tmp_path):
+    """The configured model here is the simulator's Realtime server on loopback (no network): it plays the agent's
+    model and the judge, each rubric's answer scripted by the rubric's words."""
+    import asyncio
+    import os
+
+    from voicecore.sim.model import SimConfig, SimTurn
+    from voicecore.sim.model_server import serve_model_sim
+
+    rules = (SimTurn(when="has worked with python", answer="PASS: the agent asks for the years of Python."),
+             SimTurn(when="promises a salary figure", answer="FAIL: the agent names no salary."),
+             SimTurn(when="ready to start", call="begin_interview", arguments="{}",
+                     then="Great. First question: how long have you worked with Python?"))
+    agent = _rubric_agent(tmp_path)
+
+    async def scenario():
+        sim, port = await serve_model_sim(config=SimConfig(turns=rules))
+        try:
+            env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "VOICECORE_REALTIME_API_KEY")}
+            env["VOICECORE_REALTIME_URL"] = f"ws://127.0.0.1:{port}/v1/realtime"
+            child = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "voicecore.cli", "test", str(agent), "--json", cwd=ROOT, env=env,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(child.communicate(), 90)
+            return child.returncode, out.decode(), err.decode(), len(sim.registry)
+        finally:
+            await sim.aclose()
+
+    code, out, err, sessions = asyncio.run(scenario())
+    assert code == 1, out + err
+    report = json.loads(out)
+    (test,) = report["tests"]
+    assert test["skipped"] == [] and report["skipped"] == 0
+    assert test["failures"] == ["expected the answer to meet the rubric 'promises a salary figure'; the judge: "
+                                "the agent names no salary."]
+    assert sessions == 3  # the conversation's, and one per rubric
+
+
 def test_a_bad_test_file_is_a_usage_error_naming_it(tmp_path):
     agent = tmp_path / "interview"
     shutil.copytree(EXAMPLES / "interview", agent)

@@ -20,7 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory) -> ConsoleAlone:
-    running = start_console(tmp_path_factory.mktemp("chat"), VOICECORE_AGENT=str(REPO / "examples" / "interview"))
+    # a client that left is stored once its session has been idle 2 s (console_chat_idle_s), not 300
+    running = start_console(tmp_path_factory.mktemp("chat"), VOICECORE_AGENT=str(REPO / "examples" / "interview"),
+                            VOICECORE_CONSOLE_CHAT_IDLE_S="2")
     yield running
     running.stop()
 
@@ -114,7 +116,7 @@ def test_each_conversation_is_stored_as_a_call_of_carrier_chat(console):
             await receive_turn(ws)
             return session["id"]
 
-    session_id = asyncio.run(talk())  # the client leaves: the conversation is over
+    session_id = asyncio.run(talk())  # the client leaves: its conversation is stored once idle 2 s
     calls = {}
 
     def stored() -> bool:

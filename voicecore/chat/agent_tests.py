@@ -26,6 +26,10 @@ expectations, each failure a readable sentence. Running the conversations is the
     never_said_regex = "\\d+ kr"
     ended = true                        # the call ended (hung up) in this turn; transferred = true: transferred
     max_latency_ms = 2000               # the caller's message -> the first line said
+    numbers_grounded = true             # every number said in the turn is in the agent's knowledge or in a
+                                        # tool's result of the conversation so far (the gate's value matching)
+    rubric = "says the price per month" # a model judges the turn against it (voicecore/chat/rubric.py); a list:
+                                        # each; without a model configured: skipped, never passed
 """
 
 from __future__ import annotations
@@ -38,13 +42,15 @@ from pathlib import Path
 from typing import Any
 
 from voicecore.chat.session import ChatEvent
+from voicecore.validate.knowledge import KnowledgeBase
+from voicecore.validate.numbers import extract_numbers
 from voicecore.errors import MisuseError
 from voicecore.sim.model import SimTurn
 from voicecore.sim.tool_server import Route
 
 TESTS_DIR = "tests"
 TURN_KEYS = ("say", "function", "arguments", "confirmation", "node", "said", "said_regex", "never_said",
-             "never_said_regex", "ended", "transferred", "max_latency_ms")
+             "never_said_regex", "ended", "transferred", "max_latency_ms", "numbers_grounded", "rubric")
 FILE_KEYS = ("name", "description", "sim", "tool_server", "turn")
 
 
@@ -94,10 +100,10 @@ def _check_turn(raw: Any, where: str, first: bool) -> TurnSpec:
         raise AgentTestError(f"{where}.arguments: expected a table of the values the arguments must hold")
     if "arguments" in expect and "function" not in expect:
         raise AgentTestError(f"{where}.arguments: needs `function`")
-    for key in ("confirmation", "ended", "transferred"):
+    for key in ("confirmation", "ended", "transferred", "numbers_grounded"):
         if key in expect and not isinstance(expect[key], bool):
             raise AgentTestError(f"{where}.{key}: expected true or false")
-    for key in ("said", "never_said", "said_regex", "never_said_regex"):
+    for key in ("said", "never_said", "said_regex", "never_said_regex", "rubric"):
         if key in expect:
             expect[key] = _strings(expect[key], f"{where}.{key}")
     for key in ("said_regex", "never_said_regex"):
@@ -157,8 +163,37 @@ def _holds(actual: Any, expected: Any) -> bool:
     return actual == expected
 
 
-def judge_turn(expect: dict[str, Any], events: list[ChatEvent], node: str, latency_ms: int | None) -> list[str]:
-    """The failures of one turn: each a sentence saying what was expected and what happened."""
+@dataclasses.dataclass
+class Grounds:
+    """What the agent's numbers may come from in a conversation: its knowledge and the results its tools gave so
+    far. The shell makes one per conversation and ``note``s each turn's events before judging the turn."""
+
+    knowledge: KnowledgeBase | None
+    language: str = "auto"  # how numbers are read (AgentSpec.gate_language)
+    tool_results: list[str] = dataclasses.field(default_factory=list)
+    _results_base: KnowledgeBase | None = None
+
+    def note(self, events: list[ChatEvent]) -> None:
+        outputs = [str(e.data.get("output", "")) for e in events if e.kind == "tool_result" and e.data.get("output")]
+        if outputs:
+            self.tool_results += outputs
+            self._results_base = None
+
+    def ungrounded(self, lines: list[str]) -> list[tuple[str, str]]:
+        """(the number as said, its line) for each number of ``lines`` that neither the knowledge nor a tool's
+        result holds: the value alone, as the gate matches numbers (voicecore/validate/knowledge.py ``holds``)."""
+        if self._results_base is None and self.tool_results:
+            self._results_base = KnowledgeBase.from_documents(
+                {f"tool result {n}": text for n, text in enumerate(self.tool_results, start=1)})
+        bases = [base for base in (self.knowledge, self._results_base) if base is not None]
+        return [(mention.raw, line) for line in lines for mention in extract_numbers(line, self.language)  # type: ignore[arg-type]
+                if not any(base.holds(mention) for base in bases)]
+
+
+def judge_turn(expect: dict[str, Any], events: list[ChatEvent], node: str, latency_ms: int | None,
+               grounds: Grounds | None = None) -> list[str]:
+    """The failures of one turn: each a sentence saying what was expected and what happened. ``grounds``: for
+    ``numbers_grounded``, with this turn's events noted."""
     failures: list[str] = []
     said = [e.text for e in events if e.kind == "said"]
     calls = [e.data for e in events if e.kind == "function_call"]
@@ -201,6 +236,12 @@ def judge_turn(expect: dict[str, Any], events: list[ChatEvent], node: str, laten
     if "transferred" in expect and expect["transferred"] != bool(transferred):
         failures.append("expected the call to be transferred; it was not" if expect["transferred"]
                         else f"expected no transfer; it was transferred to {transferred[0]}")
+    if expect.get("numbers_grounded"):
+        missing = (grounds or Grounds(None)).ungrounded(said)
+        if missing:
+            where = "knowledge" if grounds is not None and grounds.knowledge is not None else "knowledge (it has none)"
+            failures.append(f"expected every number said to be in the agent's {where} or a tool's result; not there: "
+                            + ", ".join(f"{raw!r} in {line!r}" for raw, line in missing))
     if "max_latency_ms" in expect:
         if latency_ms is None:
             failures.append(f"expected a line within {expect['max_latency_ms']} ms; the agent said nothing")
@@ -214,4 +255,10 @@ def _quoted(lines: list[str]) -> str:
 
 
 def expectation_count(test: AgentTest) -> int:
-    return sum(len(turn.expect) for turn in test.turns)
+    """Each key of each turn, each rubric of a list one."""
+    return sum(len(turn.expect) - ("rubric" in turn.expect) + len(rubrics(turn.expect)) for turn in test.turns)
+
+
+def rubrics(expect: dict[str, Any]) -> tuple[str, ...]:
+    """The turn's rubric expectations (judged by the shell with a model, not by ``judge_turn``)."""
+    return tuple(expect.get("rubric", ()))

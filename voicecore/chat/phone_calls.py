@@ -17,7 +17,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from voicecore.chat.agent_tests import AgentTest, TurnSpec, expectation_count, find_tests, judge_turn, load_test
+from voicecore.chat.agent_tests import (AgentTest, Grounds, TurnSpec, expectation_count, find_tests, judge_turn, load_test,
+                                        rubrics)
 from voicecore.chat.phone_turns import call_events, split_turns
 from voicecore.sim.caller_voice import speak
 from voicecore.sim.carrier_core import speech_end_ms
@@ -25,6 +26,7 @@ from voicecore.sim.model import SimConfig, SimTurn
 from voicecore.sim.turn_caller import TurnCaller
 
 TRANSCRIPT_CONTEXT_LINES = 12
+PHONE_RUBRIC = "rubric expectations are judged in text runs (voicecore test without --phone)"
 CALL_CAP_S_PER_TURN = 40.0  # a call is cut off after this long per caller line (a stuck agent fails, not hangs)
 # The caller's transcript comes this long after the model heard the line's end, every time (the stack tests'
 # value): a test judges what the agent does, so the vendor's transcription jitter (0.05-1.5 s drawn by the
@@ -135,6 +137,16 @@ def line_latencies(call: PhoneCall) -> list[int | None]:
     return latencies
 
 
+def _grounds(test: AgentTest, agent) -> Grounds:
+    """The agent's knowledge (read only when a turn expects ``numbers_grounded``) for judging the call's numbers."""
+    knowledge = None
+    if getattr(agent, "knowledge_dir", "") and any(t.expect.get("numbers_grounded") for t in test.turns):
+        from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
+
+        knowledge = KnowledgeBase.from_documents(load_knowledge_dir(agent.knowledge_dir))
+    return Grounds(knowledge, agent.gate_language)
+
+
 def judge_call(call: PhoneCall, paths: list[Path], agent) -> dict[str, Any]:
     from voicecore.record import RecordError, load_record
     from voicecore.store.summary import summarize_record
@@ -142,7 +154,9 @@ def judge_call(call: PhoneCall, paths: list[Path], agent) -> dict[str, Any]:
     test = call.test
     failures: list[dict[str, Any]] = []
     transcript: list[str] = []
-    outcome = {"name": test.name, "file": test.file, "call_sid": call.call_sid, "failures": failures,
+    skipped = [{"turn": index, "caller": spec.say, "expectation": "rubric", "rubric": rubric, "reason": PHONE_RUBRIC}
+               for index, spec in enumerate(test.turns) for rubric in rubrics(spec.expect)]
+    outcome = {"name": test.name, "file": test.file, "call_sid": call.call_sid, "failures": failures, "skipped": skipped,
                "expectations": expectation_count(test), "transcript": transcript}
     problems = list(call.result.errors) if call.result is not None else ["the call was not placed"]
     if not paths:
@@ -168,6 +182,7 @@ def judge_call(call: PhoneCall, paths: list[Path], agent) -> dict[str, Any]:
     if not judges_greeting:  # the greeting is context for the failures, not a turn of the test
         transcript += [event.describe() for at, event in call_events(summary) if at < first]
     line = 0
+    grounds = _grounds(test, agent)
     for index, spec in enumerate(test.turns):
         if spec.say is not None:
             if line >= len(starts):
@@ -184,7 +199,8 @@ def judge_call(call: PhoneCall, paths: list[Path], agent) -> dict[str, Any]:
         # the caller's wait that ended this turn (TurnCaller.gave_up counts the greeting's wait as 0)
         if (position if judges_greeting else position + 1) in call.caller.gave_up:
             transcript.append("[the agent was still busy (or silent) when the caller's wait ran out]")
-        for message in judge_turn(spec.expect, turn.events, turn.node, turn.latency_ms):
+        grounds.note(turn.events)
+        for message in judge_turn(spec.expect, turn.events, turn.node, turn.latency_ms, grounds):
             failures.append({"turn": index, "caller": spec.say, "message": message,
                              "transcript": transcript[-TRANSCRIPT_CONTEXT_LINES:]})
     outcome["outcome"] = "failed" if failures else "passed"

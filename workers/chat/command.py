@@ -29,7 +29,9 @@ from typing import Any, TextIO
 from picows import WSError
 
 from voicecore.agent.load import AgentError, load_agent
-from voicecore.chat.agent_tests import AgentTest, AgentTestError, expectation_count, find_tests, judge_turn, load_test
+from voicecore.chat.agent_tests import (AgentTest, AgentTestError, Grounds, expectation_count, find_tests, judge_turn,
+                                        load_test, rubrics)
+from voicecore.chat.rubric import NO_MODEL
 from voicecore.config import ConfigError, load_config
 from voicecore.sim.caller_voice import ESPEAK, SpeechUnavailable, espeak_path
 from voicecore.sim.tool_server import ToolServer
@@ -117,7 +119,10 @@ async def _run_one(agent, config, test: AgentTest, demo: tuple, pool, knowledge)
     environ = dict(os.environ)
     transcript: list[str] = []
     failures: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     started = time.monotonic()
+    grounds = Grounds(knowledge, agent.gate_language)
+    judge_target = vendor_target(config, agent)  # the model that judges rubrics; None: they are skipped
     try:
         conversation = conversation_for(agent, config, rules, pool=pool, knowledge=knowledge, environ=environ,
                                         session_id=f"CHAT{zlib.crc32(test.file.encode()):08x}")
@@ -132,8 +137,11 @@ async def _run_one(agent, config, test: AgentTest, demo: tuple, pool, knowledge)
                                      "message": f"cannot open the model session: {type(exc).__name__}: {exc}"})
                     break
                 transcript += [e.describe() for e in turn.events]
+                grounds.note(turn.events)
                 if turn_spec.say is None:
-                    _judge(turn_spec, turn, conversation, index, transcript, failures)
+                    _judge(turn_spec, turn, conversation, index, transcript, failures, grounds)
+                    await _judge_rubrics(turn_spec, conversation, index, transcript, failures, skipped, judge_target,
+                                         config.realtime_naming)
                     continue
             if conversation.ended:
                 failures.append({"turn": index, "caller": turn_spec.say, "message": "the call had already ended",
@@ -144,20 +152,43 @@ async def _run_one(agent, config, test: AgentTest, demo: tuple, pool, knowledge)
             transcript += [e.describe() for e in turn.events]
             if not turn.settled:
                 transcript.append("[the agent was still busy when the turn's time ran out]")
-            _judge(turn_spec, turn, conversation, index, transcript, failures)
+            grounds.note(turn.events)
+            _judge(turn_spec, turn, conversation, index, transcript, failures, grounds)
+            await _judge_rubrics(turn_spec, conversation, index, transcript, failures, skipped, judge_target,
+                                 config.realtime_naming)
     finally:
         await conversation.close()
         if server is not None:
             await server.stop()
     return {"name": test.name, "file": test.file, "outcome": "failed" if failures else "passed", "failures": failures,
-            "expectations": expectation_count(test), "seconds": round(time.monotonic() - started, 3),
+            "skipped": skipped, "expectations": expectation_count(test), "seconds": round(time.monotonic() - started, 3),
             "transcript": transcript}
 
 
-def _judge(turn_spec, turn, conversation, index, transcript, failures) -> None:
-    for message in judge_turn(turn_spec.expect, turn.events, conversation.session.flow.node_name, turn.latency_ms):
+def _judge(turn_spec, turn, conversation, index, transcript, failures, grounds) -> None:
+    for message in judge_turn(turn_spec.expect, turn.events, conversation.session.flow.node_name, turn.latency_ms,
+                              grounds):
         failures.append({"turn": index, "caller": turn_spec.say, "message": message,
                          "transcript": transcript[-TRANSCRIPT_CONTEXT_LINES:]})
+
+
+async def _judge_rubrics(turn_spec, conversation, index, transcript, failures, skipped, target, naming) -> None:
+    """The turn's rubrics, each judged by the model (``target``) on the conversation so far; skipped without one."""
+    wanted = rubrics(turn_spec.expect)
+    if not wanted:
+        return
+    if target is None:
+        skipped += [{"turn": index, "caller": turn_spec.say, "expectation": "rubric", "rubric": rubric, "reason": NO_MODEL}
+                    for rubric in wanted]
+        return
+    from workers.chat.judge import judge_rubric
+
+    lines = [(speaker, text) for speaker, text, _at in conversation.session.transcript]
+    for rubric in wanted:
+        verdict = await judge_rubric(target, naming, rubric, lines)
+        if not verdict.ok:
+            failures.append({"turn": index, "caller": turn_spec.say, "transcript": transcript[-TRANSCRIPT_CONTEXT_LINES:],
+                             "message": f"expected the answer to meet the rubric {rubric!r}; the judge: {verdict.reason}"})
 
 
 async def _run_agent(agent_dir: str, config, phone_log=None) -> tuple[list[dict[str, Any]], list[str]]:
@@ -243,14 +274,17 @@ def run_test(agent_dirs: list[str], junit: str | None, as_json: bool, out: TextI
     seconds = time.monotonic() - started
     passed = sum(1 for r in results if r["outcome"] == "passed")
     failed = len(results) - passed
+    skipped_count = sum(len(r.get("skipped", ())) for r in results)  # expectations not judged (a rubric without a model)
     if junit:
         write_junit(results, junit, seconds)
     if as_json:
         tests = [{"name": r["name"], "outcome": r["outcome"], "failures": [f["message"] for f in r["failures"]],
+                  "skipped": [{k: s[k] for k in ("turn", "expectation", "rubric", "reason")} for s in r.get("skipped", ())],
                   "agent": r["agent"], "file": r["file"], "expectations": r["expectations"], "seconds": r["seconds"]}
                  for r in results]
         print(json.dumps({"passed": passed, "failed": failed, "tests": tests, "problems": problems,
-                          "expectations": sum(r["expectations"] for r in results), "seconds": round(seconds, 3)}),
+                          "expectations": sum(r["expectations"] for r in results), "skipped": skipped_count,
+                          "seconds": round(seconds, 3)}),
               file=out)
     else:
         for result in results:
@@ -261,9 +295,12 @@ def run_test(agent_dirs: list[str], junit: str | None, as_json: bool, out: TextI
                 print(f"  turn {failure['turn']}{caller}: {failure['message']}", file=out)
                 for line in failure["transcript"]:
                     print(f"    | {line}", file=out)
+            for skip in result.get("skipped", ()):
+                print(f"  turn {skip['turn']}: SKIPPED rubric {skip['rubric']!r}: {skip['reason']}", file=out)
         for problem in problems:
             print(f"voicecore test: {problem}", file=sys.stderr)
-        print(f"{passed} passed, {failed} failed, {sum(r['expectations'] for r in results)} expectations "
+        not_judged = f" ({skipped_count} skipped)" if skipped_count else ""
+        print(f"{passed} passed, {failed} failed, {sum(r['expectations'] for r in results)} expectations{not_judged} "
               f"in {seconds:.1f} s", file=out)
     if problems:
         return 2

@@ -12,8 +12,9 @@ each observer has a bounded queue (voicecore/console/fanout.py); an observer who
 (1008, "observer too slow"). Store queries run on one thread (the store's connection is not shared between
 threads at once), replays for audio on another; the event loop only routes and fans out.
 
-``/chat``: the text channel, one conversation with the node's agent per connection, authenticated as
-``/observe`` is (workers/chat/endpoint.py owns its messages and limits).
+``/chat`` and ``POST /chat/messages``: the text channel, conversations with the node's agent over a WebSocket or
+one message per request, authenticated as ``/observe`` is (workers/chat/endpoint.py owns their messages, sessions
+and limits). Request bodies are read by voicecore/console/bodies.py (Content-Length only, at most 16 KiB).
 
 ``/observe?call=SID&since=SEQ``: the call's events after SEQ from the store, then live, each ``seq`` once
 and in order (the recorder stores before it publishes, so the two meet without a gap). Without ``call``:
@@ -62,6 +63,8 @@ from voicecore.bus import messages
 from voicecore.bus.transport import GATEWAY_INBOX, OBSERVE_FEED, Bus
 from voicecore.config import Config, load_config
 from voicecore.console import auth, callview, export, guard, media, ranges
+from voicecore.chat.sessions import Refused
+from voicecore.console.bodies import BodyRequest, body_reading
 from voicecore.console.fanout import FanOut, Observer
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.numbering import rows_from_json, wire_stored
@@ -84,9 +87,9 @@ SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"),
                     ("Content-Security-Policy", "default-src 'self'; connect-src 'self'; media-src 'self'; img-src 'self' data:"),
                     ("Referrer-Policy", "no-referrer"), ("X-Frame-Options", "DENY"))
 REASONS = {200: "OK", 204: "No Content", 206: "Partial Content", 304: "Not Modified", 400: "Bad Request",
-           401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-           416: "Range Not Satisfiable", 500: "Internal Server Error", 503: "Service Unavailable"}
-POSTS = ("/api/session", "/api/logout")  # the requests that change state: POST only
+           401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
+           411: "Length Required", 413: "Content Too Large", 416: "Range Not Satisfiable", 429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
+POSTS = ("/api/session", "/api/logout", "/chat/messages")  # the requests that change state: POST only
 FINISHED_AUDIO_CACHE = "private, no-cache"  # the browser keeps it and asks with If-None-Match (304) each time
 EXPORT_PAGE = 1000  # calls per store query while exporting
 EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
@@ -257,16 +260,20 @@ class Console:
         path, query = parsed.path, urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
         try:
             self.check_method(request.method, path)
-            if path in ("/observe", "/chat") or path.startswith("/api/"):
+            if path in ("/observe", "/chat", "/chat/messages") or path.startswith("/api/"):
                 self.check_origin(request, path)
             if path == "/observe":
                 return await self.before_observe(request, query)
             if path == "/chat":
-                return await self.before_chat(request)
-            response = await self.route(request, path, query)
+                return await self.before_chat(request, query)
+            if path == "/chat/messages":
+                response = await self.chat_message(request)
+            else:
+                response = await self.route(request, path, query)
         except HttpError as exc:
-            counter = {401: "unauthorized", 403: "forbidden", 404: "not_found", 400: "bad_requests",
-                       405: "bad_requests", 416: "bad_requests"}.get(exc.status, "errors")
+            counter = {401: "unauthorized", 403: "forbidden", 404: "not_found", 400: "bad_requests", 405: "bad_requests",
+                       409: "bad_requests", 411: "bad_requests", 413: "bad_requests", 416: "bad_requests",
+                       429: "bad_requests"}.get(exc.status, "errors")
             self.counters[counter] += 1
             response = respond_json({"error": exc.message}, exc.status, exc.headers)
         except Exception:
@@ -512,17 +519,42 @@ class Console:
             raise HttpError(404, "no such call")
         return None  # on with the upgrade
 
-    async def before_chat(self, request: Request) -> Response | None:
-        if await self.who(request) is None:
+    async def before_chat(self, request: Request, query: dict[str, list[str]]) -> Response | None:
+        """``/chat?session=ID`` continues that session (404 gone or never was, 409 in use); without it, a new one
+        (503 when console_chat_sessions are open)."""
+        key_name = await self.who(request)
+        if key_name is None:
             raise HttpError(401, "an API key is needed (Authorization: Bearer KEY), or a session from /login")
         if not self.chat.available:
             raise HttpError(503, f"no agent to chat with: {self.chat.problem}")
+        try:
+            self.chat.check_resume(query_text(query, "session"), key_name)
+        except Refused as exc:
+            raise HttpError(exc.status, exc.message) from None
         return None  # on with the upgrade
+
+    async def chat_message(self, request: Request) -> Response:
+        """``POST /chat/messages``: one message of a text session (workers/chat/endpoint.py, ChatEndpoint.message)."""
+        key_name = await self.who(request)
+        if key_name is None:
+            raise HttpError(401, "an API key is needed (Authorization: Bearer KEY), or a session from /login")
+        assert isinstance(request, BodyRequest)
+        if request.refusal is not None:
+            raise HttpError(*request.refusal)
+        if request.content_length is None:
+            raise HttpError(411, "send the JSON body with a Content-Length")
+        if not self.chat.available:
+            raise HttpError(503, f"no agent to chat with: {self.chat.problem}")
+        status, value, extra = await self.chat.message(key_name, request.body)
+        if status != 200:
+            raise HttpError(status, value["error"], extra)
+        return respond_json(value)
 
     async def observe(self, connection: ServerConnection) -> None:
         assert connection.request is not None
         if urllib.parse.urlsplit(connection.request.path).path == "/chat":
-            await self.chat.serve(connection, await self.who(connection.request) or "")
+            resume = query_text(urllib.parse.parse_qs(urllib.parse.urlsplit(connection.request.path).query), "session")
+            await self.chat.serve(connection, await self.who(connection.request) or "", resume)
             return
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(connection.request.path).query)
         call_sid = (query.get("call") or [""])[0]
@@ -608,11 +640,12 @@ class Console:
 
     async def run(self, stop: asyncio.Event) -> None:
         host, _, port = self.config.console_listen.rpartition(":")
-        tasks = [asyncio.create_task(self.feed()), asyncio.create_task(self.report())]
+        tasks = [asyncio.create_task(self.feed()), asyncio.create_task(self.report()),
+                 asyncio.create_task(self.chat.sweep_forever())]
         if self.fleet is not None:
             tasks.append(asyncio.create_task(self.fleet.run()))
         async with serve(self.observe, host, int(port), process_request=self.process_request, max_size=4096,
-                         server_header="voicecore-console", compression=None) as server:
+                         server_header="voicecore-console", compression=None, create_connection=body_reading()) as server:
             log.info("console on http://%s (observers at /observe); origins %s; session cookie %s", self.config.console_listen,
                      ", ".join(self.origins), self.cookie)
             if guard.listens_on_all_interfaces(self.config.console_listen) and not self.config.console_origins \
