@@ -81,6 +81,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("console_public_url", str, "", "the URL browsers reach the console at when a proxy is in front of it (https://console.example.com; the console serves at the root of its host): its origin is one of console_origins by default, and https makes the session cookie Secure (named __Host-voicecore_session_PORT); empty: the console is reached at console_listen"),
     Setting("console_chat_limit", int, 600, "the most messages one console API key (its /chat connections and browser sessions together) may send to /chat in 10 s; the connection whose message goes over it is closed 1008 (each connection is also held to 20 in 10 s)"),
     Setting("console_origins", str, "", "comma-separated origins (scheme://host[:port]) of the console's pages: an /observe upgrade, a POST, and a JSON API read with the session cookie from any other Origin is refused (403, logged); a program with an API key and no Origin is served; empty: console_public_url's origin and console_listen's (on a loopback or all-interfaces address: http://127.0.0.1:PORT, http://localhost:PORT, http://[::1]:PORT)"),
+    Setting("record_calls", bool, True, "with a record_dir, write each call's record file there (the caller's audio as record_caller_audio says, and every entry `voicecore replay` needs); false: no record files, and the call store (database_url, else <record_dir>/calls.db) still gets each call's summary, turns, transcripts, tool runs and events, live from the model worker"),
     Setting("record_caller_audio", bool, True, "call records keep the caller's audio (for `voicecore replay --wav`); false: timing only"),
     Setting("metrics_listen", str, "local", "where GET /metrics is served: local (on the gateway's listen address, answered only to this host: a loopback peer or the Unix socket, and no X-Forwarded-For, Forwarded or X-Real-IP header, which a proxy or tunnel in front adds; others get 403), or host:port of a listener of its own that serves /metrics and /healthz alone (a scraper on another host: e.g. 0.0.0.0:9464 in a pod); then the gateway's listen address answers 404 on /metrics"),
     Setting("console_cookie_secure", str, "auto", "the console's session cookie is Secure (and named __Host-voicecore_session_PORT): auto when console_public_url is https://; always: also when a TLS proxy in front of console_listen is not named in console_public_url"),
@@ -169,6 +170,7 @@ class Config:
     retention_days: int
     call_webhook_url: str
     call_webhook_secret: str
+    record_calls: bool
     record_caller_audio: bool
     metrics_listen: str
     console_cookie_secure: str

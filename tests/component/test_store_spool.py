@@ -1,0 +1,62 @@
+"""The store spool on a real directory and a real SQLite store: a summary written whole (0600 in a 0700
+directory), listed oldest first, stored once however often it is offered (the recorder's idempotence after
+a kill between storing and removing)."""
+
+from __future__ import annotations
+
+import stat
+
+from records import summary_of
+
+from voicecore.store import CallStore, spool
+from voicecore.store.summary import summary_to_json
+
+EVENTS = [(0, "call.started", {"control": "turns"}), (1500, "turn.started", {"index": 0}), (9000, "call.ended", {"outcome": "caller_hangup"})]
+
+
+def spooled(call_sid: str, name: str) -> bytes:
+    return spool.document(summary_to_json(summary_of(call_sid, 1_800_000_000.0, source=name)), 1_799_999_991.0, EVENTS)
+
+
+def test_a_spooled_summary_is_private_whole_and_listed_oldest_first(tmp_path):
+    directory = spool.spool_dir(tmp_path)
+    later = spool.spool_name("CA2", 2_000)
+    earlier = spool.spool_name("CA9", 1_000)
+    for name in (later, earlier):
+        spool.write(directory, name, spooled(name.split("-")[0], name))
+    (directory / ".spool-leftover.tmp").write_bytes(b"half")  # a writer killed mid-write: never listed
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert stat.S_IMODE((directory / later).stat().st_mode) == 0o600
+    assert spool.listing(directory) == [earlier, later]
+    call = spool.parse(spool.read(directory, earlier))
+    assert call.summary.call_sid == "CA9" and call.summary.source == earlier and call.summary.turns
+    assert call.started_at == 1_799_999_991.0 and call.events == EVENTS
+    spool.remove(directory, earlier)
+    spool.remove(directory, earlier)  # removed twice (a restart's listing and a late message): no error
+    assert spool.listing(directory) == [later]
+
+
+def test_a_missing_spool_lists_nothing(tmp_path):
+    assert spool.listing(tmp_path / "nothing-here") == []
+
+
+def test_a_spooled_call_offered_again_after_it_was_stored_is_stored_once(tmp_path):
+    name = spool.spool_name("CA1", 1_800_000_000_000)
+    summary = summary_of("CA1", 1_800_000_000.0, source=name)
+    spool.write(spool.spool_dir(tmp_path), name, spooled("CA1", name))
+    with CallStore.open(f"sqlite:///{tmp_path}/calls.db") as store:
+        assert store.ingest(spool.parse(spool.read(spool.spool_dir(tmp_path), name)).summary) is True
+        # killed before the removal: the restarted recorder lists the file again
+        assert store.ingest(spool.parse(spool.read(spool.spool_dir(tmp_path), name)).summary) is False
+        call = store.call("CA1")
+        assert call is not None and call["sources"] == [name] and len(store.calls()) == 1
+        assert len(call["turns"]) == len(summary.turns) >= 1
+
+
+def test_what_is_not_a_spooled_call_does_not_parse():
+    for content in (b"[]", b'{"summary": {}}', b"not json", b'{"summary": null, "started_at": 0, "events": []}'):
+        try:
+            spool.parse(content)
+        except (ValueError, TypeError, KeyError):
+            continue
+        raise AssertionError(f"{content!r} parsed")
