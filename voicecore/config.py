@@ -73,7 +73,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fanout_url", str, "", "NATS server (nats://host:4222, several comma-separated) through which each node's recorder publishes its calls' live observer events and each node's console receives the fleet's; empty: observers see this node's calls only"),
     Setting("runtime_dir", str, "", "private directory (0700) for sockets and state; default $XDG_RUNTIME_DIR/voicecore or /tmp/voicecore-<uid>"),
     Setting("record_dir", str, "", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records (records hold what callers said: opt in; the demo records by default)"),
-    Setting("database_url", str, "", "the call store, filled from call records: sqlite:///ABSOLUTE/PATH or postgresql://...; empty: sqlite:///<record_dir>/calls.db when record_dir is set, else no store"),
+    Setting("database_url", str, "", "the call store, filled by the recorder from each call (recorded or not: record_calls): sqlite:///ABSOLUTE/PATH or postgresql://...; empty: sqlite:///<record_dir>/calls.db when record_dir is set, else no store"),
     Setting("retention_days", int, 0, "calls older than this many days are deleted from the call store, and their record files from record_dir (by the recorder, at start and hourly); 0: keep them forever"),
     Setting("call_webhook_url", str, "", "http(s) URL that gets a signed JSON summary of every call once it is in the call store (outcome, duration, turns, latency, tool calls, transcript); empty: none"),
     Setting("call_webhook_secret", str, "", "HMAC-SHA256 key of the end-of-call webhook's X-Voicecore-Signature (t=<unix>,v1=<hex> over \"<t>.<body>\"); required with call_webhook_url"),
