@@ -97,13 +97,14 @@ class Recorder:
         self.spooled: list[str] = []
         self.spooled_summaries: dict[str, CallSummary] = {}  # spool name -> the summary its message carried
         self.spool_bad: set[str] = set()  # unreadable or not removable: left alone for the rest of the run
+        self.derived = core.DerivedEvents()  # live events that repeat derived ones are dropped
         self.stopping = False
         self.heartbeat_seq = 0
         self.counters = {name: 0 for name in (
             "calls_ingested", "records_already_stored", "records_unreadable", "parts_finished", "parts_removed",
             "records_deleted", "calls_purged", "store_errors", "events_stored", "events_published",
             "events_not_stored", "events_derived", "summaries_received", "summaries_malformed",
-            "spooled_calls_stored", "spooled_unreadable")}
+            "spooled_calls_stored", "spooled_unreadable", "events_derived_already")}
         self.summaries: dict = {}  # record name -> the CallSummary its model worker sent, until it is stored
         self.events_ms_total = 0.0  # numbering, storing and publishing live events
         self.ingest_ms_max = 0.0
@@ -329,6 +330,7 @@ class Recorder:
         if rows:
             store.add_events(rows)
             self.counters["events_derived"] += len(rows)
+            self.derived.derived(sid, (row[2] for row in rows))
 
     def offer_spooled(self, name: str, summary_json: str) -> None:
         """A call the model worker spooled as it ended: queued at once (the listing at start finds the rest)."""
@@ -420,7 +422,12 @@ class Recorder:
         for message in self.bus.receive_nowait(self.events_in, EVENT_MESSAGES_PER_PASS):
             handled += 1
             if isinstance(message, messages.ObserveEvents):
-                rows.extend(self.numbering.number(message.events))
+                numbered = self.numbering.number(message.events)
+                if self.derived.until:
+                    kept = [row for row in numbered if not self.derived.repeats(row[0], row[2])]
+                    self.counters["events_derived_already"] += len(numbered) - len(kept)
+                    numbered = kept
+                rows.extend(numbered)
             elif isinstance(message, messages.RecordFinished):
                 self.offer_record(message.name, message.summary)
             elif isinstance(message, messages.CallSpooled):
@@ -484,6 +491,7 @@ class Recorder:
                 for seq, (t_ms, kind, data) in enumerate(events, start=1)]
         store.add_events(rows)
         self.counters["events_derived"] += len(rows)
+        self.derived.derived(call_sid, (row[2] for row in rows))
 
     # --- reporting --------------------------------------------------------------------------------------
     def heartbeat(self, stats: bool) -> None:
