@@ -60,3 +60,20 @@ def test_what_is_not_a_spooled_call_does_not_parse():
         except (ValueError, TypeError, KeyError):
             continue
         raise AssertionError(f"{content!r} parsed")
+
+
+def test_a_stale_part_is_finished_under_its_name_and_never_over_a_finished_file(tmp_path):
+    directory = spool.spool_dir(tmp_path)
+    name = spool.spool_name("CA1", 1_000)
+    part = name + spool.PART_SUFFIX
+    spool.write(directory, part, spooled("CA1", name))
+    assert spool.listing(directory) == [] and [n for n, _ in spool.part_listing(directory)] == [part]
+    assert spool.finish_part(directory, part) == name
+    assert spool.listing(directory) == [name] and spool.part_listing(directory) == []
+    assert spool.parse(spool.read(directory, name)).summary.source == name  # stored under the name it will have
+
+    other = spool.spool_name("CA2", 2_000)
+    spool.write(directory, other, b"the finished one")
+    spool.write(directory, other + spool.PART_SUFFIX, spooled("CA2", other))
+    assert spool.finish_part(directory, other + spool.PART_SUFFIX) == other
+    assert spool.read(directory, other) == b"the finished one" and spool.part_listing(directory) == []

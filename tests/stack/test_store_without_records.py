@@ -79,6 +79,7 @@ def test_without_records_the_store_gets_each_call_live_and_a_spooled_call_surviv
         assert events[0]["type"] == "call.started" and [e["seq"] for e in events] == list(range(1, len(events) + 1))
         assert not list(record_dir.glob("*.jsonl*")), "no record file is written"
         wait_until(lambda: not spool.listing(spool_dir), 5, "the spool emptied once the call is stored")
+        assert not spool.part_listing(spool_dir)  # the summary so far (every 5 s) is removed once the call ends
 
         # The recorder stopped for a whole call, then killed: what it had queued (the call's live events, the
         # message naming its summary) dies with it; the spool file does not.

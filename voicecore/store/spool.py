@@ -12,6 +12,12 @@ from its record. The store's ingest is idempotent on the summary's ``source``,
 which is the spool file's name, so a file stored twice (a kill after the commit, before the removal) is
 one call in the store.
 
+While the call runs, the model worker rewrites its summary so far every few seconds into the part file
+``<name>.part`` (no events: they reach the store live), and removes it once the finished file is written.
+A part file left untouched (``STALE_PART_AFTER_S``) belongs to a model worker that was killed: the recorder
+finishes it (renamed to its final name, never over one) and stores the call as it stood, marked incomplete,
+as it finishes a record's part file.
+
 File names: ``<CallSid>-<ms>.call.json``, ``<ms>`` the wall-clock millisecond the call's session began in
 this worker (a call taken over by another worker is a second session: a second name, a second part of the
 same call, as its records would be). Written whole under a scratch name and renamed into place, mode 0600
@@ -32,6 +38,9 @@ from voicecore.store.summary import CallSummary, summary_from_json
 
 SPOOL_DIR = "store-spool"  # under the runtime directory
 SPOOL_SUFFIX = ".call.json"
+PART_SUFFIX = ".part"
+PART_EVERY_S = 5.0  # a live call's part file is rewritten this often
+STALE_PART_AFTER_S = 120.0  # untouched this long (many rewrites missed): its writer is gone
 _SCRATCH_PREFIX = ".spool-"
 
 
@@ -68,22 +77,33 @@ def parse(content: bytes) -> SpooledCall:
     return SpooledCall(summary_from_json(orjson.dumps(data["summary"])), float(data["started_at"]), events)
 
 
+def is_part(name: str) -> bool:
+    return name.endswith(PART_SUFFIX) and is_spooled(name.removesuffix(PART_SUFFIX))
+
+
+def stale_parts(entries: list[tuple[str, float]], now_s: float, after_s: float = STALE_PART_AFTER_S) -> list[str]:
+    """Of (name, mtime) entries, the part files untouched for ``after_s`` or longer, oldest first."""
+    return [name for name, mtime in sorted(entries, key=lambda e: (e[1], e[0])) if is_part(name) and now_s - mtime >= after_s]
+
+
 def spool_dir(runtime_dir: str | Path) -> Path:
     return Path(runtime_dir) / SPOOL_DIR
 
 
 def write(directory: Path, name: str, content: bytes) -> Path:
-    """Write a ``document`` under ``name``, atomically (scratch file, fsync, rename); an existing file of that name
-    is the same session's summary and is replaced."""
-    if not is_spooled(name):
+    """Write a ``document`` under ``name`` (a spool file's or its part file's), atomically (scratch file,
+    rename; a finished file is fsynced first, a part file, rewritten every few seconds, is not); an existing
+    file of that name is the same session's and is replaced."""
+    if not (is_spooled(name) or is_part(name)):
         raise ValueError(f"{name!r} is not a spool file name")
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, scratch = tempfile.mkstemp(prefix=_SCRATCH_PREFIX, suffix=".tmp", dir=directory)  # mode 0600
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
+            if not is_part(name):
+                f.flush()
+                os.fsync(f.fileno())
         final = directory / name
         os.replace(scratch, final)
     except BaseException:
@@ -99,6 +119,34 @@ def listing(directory: Path) -> list[str]:
     except FileNotFoundError:
         return []
     return sorted(names, key=lambda n: (_began_ms(n), n))
+
+
+def part_listing(directory: Path) -> list[tuple[str, float]]:
+    """The part files (name, mtime); none when the directory is missing."""
+    entries = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if is_part(entry.name):
+                    try:
+                        entries.append((entry.name, entry.stat().st_mtime))
+                    except FileNotFoundError:
+                        continue  # finished between the listing and the stat
+    except FileNotFoundError:
+        return []
+    return entries
+
+
+def finish_part(directory: Path, part: str) -> str:
+    """A stale part file under its final name (never over a finished file of that name: then the part is only
+    removed); the final name."""
+    final = part.removesuffix(PART_SUFFIX)
+    try:
+        os.link(directory / part, directory / final)
+    except FileExistsError:
+        pass
+    (directory / part).unlink(missing_ok=True)
+    return final
 
 
 def read(directory: Path, name: str) -> bytes:

@@ -260,9 +260,16 @@ class CallSession:
         # off are dropped, and the summary goes to the store spool when the call ends (_spool_summary).
         self.record_file: RecordFile | None = None
         self.record_failed = False
-        self.began_ms = int(time.time() * 1000)  # names this session's spool file
         self.spool_events: list[tuple[int, str, dict]] | None = None if worker.writes_records else []
         self.spool_started_at = 0.0
+        self.spool_name: str | None = None  # this session's spool file (and store source), when it has one
+        if self.recorder is not None and not worker.writes_records:
+            try:
+                self.spool_name = store_spool.spool_name(call_sid, int(time.time() * 1000))
+            except ValueError as exc:
+                log.warning("call %s: its summary cannot be spooled for the store: %s", call_sid, exc)
+        self.next_spool_part_s = time.monotonic() + store_spool.PART_EVERY_S
+        self.spool_part_failed = False
         if self.recorder is not None:
             if worker.writes_records:
                 self.record_file = RecordFile(worker.config.record_dir, self.recorder.header)
@@ -651,6 +658,26 @@ class CallSession:
     def hand_off_record(self) -> None:
         if self.recorder is not None:
             self.recorder.hand_off()
+            if self.spool_name is not None and self.recorder.sink is not None and time.monotonic() >= self.next_spool_part_s:
+                self.next_spool_part_s = time.monotonic() + store_spool.PART_EVERY_S
+                self._spool_part()
+
+    def _spool_part(self) -> None:
+        """The summary so far into the spool's part file (built here: the summarizer is fed on this thread;
+        written on the writer thread, before the call's finish, which removes it): what the store keeps of the
+        call if this worker is killed before the call ends. No events: they reach the store live."""
+        assert self.summarizer is not None and self.spool_name is not None
+        summary = summary_to_json(self.summarizer.summary(self.spool_name, time.time(), complete=False))
+        RECORD_WRITER.submit(self._write_spool_part, store_spool.document(summary, self.spool_started_at, []))
+
+    def _write_spool_part(self, content: bytes) -> None:  # on the writer thread
+        assert self.spool_name is not None
+        try:
+            store_spool.write(self.worker.spool_dir, self.spool_name + store_spool.PART_SUFFIX, content)
+        except OSError as exc:
+            if not self.spool_part_failed:
+                self.spool_part_failed = True
+                log.warning("call %s: summary so far not spooled: %s", self.call_sid, exc)
 
     def _hand_off_record(self, batch: list[dict]) -> None:
         RECORD_WRITER.submit(self._append_record, batch)
@@ -692,14 +719,15 @@ class CallSession:
         """The call's summary into the store spool (voicecore/store/spool.py), then named to the recorder: the
         file, not the message, is what survives a recorder that is down or killed; the recorder removes it
         once stored."""
-        if self.summarizer is None:
+        if self.summarizer is None or self.spool_name is None:
             return
+        name = self.spool_name
         try:
-            name = store_spool.spool_name(self.call_sid, self.began_ms)
             summary = summary_to_json(self.summarizer.summary(name, time.time()))
             store_spool.write(self.worker.spool_dir, name,
                               store_spool.document(summary, self.spool_started_at, self.spool_events or []))
-        except (OSError, ValueError) as exc:
+            (self.worker.spool_dir / (name + store_spool.PART_SUFFIX)).unlink(missing_ok=True)
+        except OSError as exc:
             self.worker.counters["calls_not_spooled"] += 1
             log.warning("call %s: summary not spooled for the store: %s", self.call_sid, exc)
             return

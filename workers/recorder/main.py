@@ -104,7 +104,8 @@ class Recorder:
             "calls_ingested", "records_already_stored", "records_unreadable", "parts_finished", "parts_removed",
             "records_deleted", "calls_purged", "store_errors", "events_stored", "events_published",
             "events_not_stored", "events_derived", "summaries_received", "summaries_malformed",
-            "spooled_calls_stored", "spooled_unreadable", "events_derived_already")}
+            "spooled_calls_stored", "spooled_unreadable", "events_derived_already",
+            "spool_parts_finished")}
         self.summaries: dict = {}  # record name -> the CallSummary its model worker sent, until it is stored
         self.events_ms_total = 0.0  # numbering, storing and publishing live events
         self.ingest_ms_max = 0.0
@@ -347,6 +348,15 @@ class Recorder:
         self.spooled.append(name)
 
     def scan_spool(self) -> None:
+        """The spool's files not stored yet, after finishing the part files of calls whose model worker died."""
+        for part in store_spool.stale_parts(store_spool.part_listing(self.spool_dir), time.time()):
+            try:
+                final = store_spool.finish_part(self.spool_dir, part)
+            except OSError as exc:
+                log.warning("stale spool part %s cannot be finished: %s", part, exc)
+                continue
+            self.counters["spool_parts_finished"] += 1
+            log.info("stale spool part %s finished as %s (its model worker stopped before the call ended)", part, final)
         for name in store_spool.listing(self.spool_dir):
             if name not in self.spooled and name not in self.spool_bad:
                 self.spooled.append(name)
