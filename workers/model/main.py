@@ -2,7 +2,8 @@
 
 Owns the model sessions and applying what each call decides; the decisions live in voicecore/call/
 (one driver per call, voicecore/call/driver.py: the spine's core alone or the turn-taking controller,
-wrapped by the recorder when records are on). Every input of a call goes to its driver: model events,
+wrapped by the recorder when the node has a call store: its entries feed the record file when records are
+on, and the store's summary and the live events either way). Every input of a call goes to its driver: model events,
 caller audio from the inbound ring (batched, INBOUND_BATCH_MS per append), DTMF, ticks, the validator's
 verdicts, knowledge-base answers, a reconnect, the carrier's stop. The driver's actions are applied by
 what they touch (EFFECTS): the model socket, the rings and control block (writes the model's audio into
