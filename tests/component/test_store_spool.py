@@ -77,3 +77,36 @@ def test_a_stale_part_is_finished_under_its_name_and_never_over_a_finished_file(
     spool.write(directory, other + spool.PART_SUFFIX, spooled("CA2", other))
     assert spool.finish_part(directory, other + spool.PART_SUFFIX) == other
     assert spool.read(directory, other) == b"the finished one" and spool.part_listing(directory) == []
+
+
+def test_a_spooled_call_holds_what_the_agents_storage_tier_keeps():
+    """Wired as the model worker wires a call without a record file: the recorder applies the tier to every
+    entry before the summary and the events read it, so the spool file has the number redacted."""
+    from records import IDLE, MS, created, done, ev, receptionist, said
+
+    from voicecore.agent.flow import AgentFlow
+    from voicecore.call import controller as C
+    from voicecore.call.record import CallRecorder
+    from voicecore.call.record_reader import RecordReader
+    from voicecore.observe.events import CallEventTap
+    from voicecore.privacy.records import RecordPrivacy
+    from voicecore.store.summary import RecordSummarizer
+
+    recorder = CallRecorder(C.CallController("CA1", flow=AgentFlow(receptionist())), privacy=RecordPrivacy("redacted"))
+    tap, summarizer = CallEventTap(recorder.header), RecordSummarizer(recorder.header)
+    recorder.observer = RecordReader(tap, summarizer).feed
+    recorder.start(0)
+    recorder.on_model_event(created("r1", "1"), 100 * MS, IDLE)
+    recorder.on_model_event(said("r1", "Hello, Smile Dental."), 120 * MS, IDLE)
+    recorder.on_model_event(done("r1"), 121 * MS, IDLE)
+    recorder.on_model_event(ev(type="input_audio_buffer.speech_started", item_id="u1", audio_start_ms=900), 1000 * MS, IDLE)
+    recorder.on_model_event(ev(type="input_audio_buffer.speech_stopped", item_id="u1", audio_end_ms=1900), 2000 * MS, IDLE)
+    recorder.on_model_event(ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0,
+                               transcript="Call me back on +46 70 123 45 67"), 2100 * MS, IDLE)
+    recorder.on_carrier_stop(3000 * MS)
+    name = spool.spool_name("CA1", 1_000)
+    content = spool.document(summary_to_json(summarizer.summary(name, 1_800_000_000.0)), 1_799_999_997.0, tap.take())
+    call = spool.parse(content)
+    assert "Call me back on [phone]" in [t.text for t in call.summary.transcripts]
+    assert any(kind == "call.ended" for _t, kind, _data in call.events)
+    assert b"70 123 45 67" not in content and b"701234567" not in content
