@@ -57,7 +57,9 @@ STALL_MS = 2000
 REFUSE_MS = 3000
 
 WORKER_KILLS = ("pacer", "model", "validator")
+STORE_KILLS = ("recorder", "console")  # the call store's writer and its reader: a run with either has a store
 GATEWAY = "gateway"
+STORE_WAIT_S = 75.0  # after the calls ended: the recorder's safety-net listings (record dir, store spool) run every minute
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,8 @@ class FaultSpec:
 
 FAULTS: dict[str, FaultSpec] = {spec.name: spec for spec in (
     *(FaultSpec(role, f"SIGKILL of the active {role}", kill=role) for role in WORKER_KILLS),
+    *(FaultSpec(role, f"SIGKILL of the {role} (the run has a call store: every call that ended must be in it once)",
+                kill=role) for role in STORE_KILLS),
     FaultSpec("drop_1011", "the vendor closes every session with 1011", vendor=(("drop_1011", 0),)),
     FaultSpec("rate_limit", f"every response.create answered rate_limit_exceeded for {RATE_LIMIT_MS} ms",
               vendor=(("rate_limit", RATE_LIMIT_MS),)),
@@ -90,7 +94,9 @@ FAULTS: dict[str, FaultSpec] = {spec.name: spec for spec in (
     FaultSpec(GATEWAY, "SIGKILL of the active gateway (its calls are lost: the carrier cannot reconnect)",
               kill=GATEWAY),
 )}
-DEFAULT_FAULTS = tuple(FAULTS)
+# The store faults are asked for by name: they give the run a call store, and the default run (its figures
+# comparable with earlier ones, in about 4 minutes at 100 calls) has none.
+DEFAULT_FAULTS = tuple(name for name in FAULTS if name not in STORE_KILLS)
 
 
 def parse_faults(text: str) -> list[FaultSpec]:
@@ -177,6 +183,74 @@ def call_timeline(result, meta: dict, records: Sequence, fallback_frames: frozen
             timeline.stale_ms.append(at)
     timeline.turns = [(end, latency) for end, latency, _model in turn_latencies(core, playout, records)]
     return timeline
+
+
+@dataclass(slots=True)
+class StoredCall:
+    """What the call store holds of one call: its parts (one per record or spool file), their turns, its events."""
+
+    sources: list[str] = field(default_factory=list)
+    turns: int = 0
+    events: list[tuple[int, str, int, str]] = field(default_factory=list)  # (seq, type, t_ms, data) in seq order
+
+
+def store_figures(call_sids: Sequence[str], stored: dict[str, StoredCall], dropped: Iterable[str] = ()) -> dict:
+    """Every call that ended against the store: stored, with turns, with its events to call.ended, numbered
+    without a hole; stored twice (one call as a record and as a spooled summary, or an event stored twice:
+    the same type, time and data under two numbers). ``dropped``: calls the gateway kill dropped (counted
+    apart among the missing)."""
+    from voicecore.store.spool import is_spooled
+
+    dropped = set(dropped)
+    missing = [sid for sid in call_sids if sid not in stored]
+    present = [stored[sid] for sid in call_sids if sid in stored]
+    unended = [sid for sid in call_sids if sid in stored and (not stored[sid].events or stored[sid].events[-1][1] != "call.ended")]
+    both_ways = [c for c in present if any(is_spooled(s) for s in c.sources) and not all(is_spooled(s) for s in c.sources)]
+    events_twice = [c for c in present if len({(kind, t_ms, data) for _seq, kind, t_ms, data in c.events}) < len(c.events)]
+    return {
+        "calls_ended": len(call_sids), "calls_stored": len(present),
+        "calls_missing": len(missing), "calls_missing_dropped_by_gateway_kill": sum(sid in dropped for sid in missing),
+        "calls_without_turns": sum(1 for c in present if not c.turns),
+        "calls_without_events_to_the_end": len(unended),
+        "calls_without_events_to_the_end_dropped_by_gateway_kill": sum(sid in dropped for sid in unended),
+        "calls_with_event_numbers_missing": sum(1 for c in present
+                                                 if [e[0] for e in c.events] != list(range(1, len(c.events) + 1))),
+        "calls_stored_both_ways": len(both_ways), "calls_with_an_event_twice": len(events_twice),
+        "parts_max": max((len(c.sources) for c in present), default=0),
+        "calls_spooled": sum(1 for c in present if c.sources and all(is_spooled(s) for s in c.sources)),
+        "missing_sample": missing[:5],
+    }
+
+
+def read_stored_calls(url: str, call_sids: set[str], timeout_s: float) -> tuple[dict[str, StoredCall], str]:
+    """Wait up to ``timeout_s`` for every call of ``call_sids`` in the store at ``url`` with its events to
+    call.ended, then read what it holds of them; and why the store could not be read ("" when it could).
+    Blocking: a thread's job."""
+    from voicecore.store import CallStore
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stored: dict[str, StoredCall] = {}
+        error = ""
+        try:
+            with CallStore.open(url) as store:
+                db = store.backend
+                turns = dict(db.execute("SELECT call_id, COUNT(*) FROM turns GROUP BY call_id").fetchall())
+                for call_id, sid, source in db.execute("SELECT id, call_sid, source FROM calls").fetchall():
+                    if sid in call_sids:
+                        call = stored.setdefault(sid, StoredCall())
+                        call.sources.append(source)
+                        call.turns += int(turns.get(call_id, 0))
+                for sid, seq, kind, t_ms, data in db.execute(
+                        "SELECT call_sid, seq, type, t_ms, data FROM events ORDER BY call_sid, seq").fetchall():
+                    if sid in stored:
+                        stored[sid].events.append((int(seq), kind, int(t_ms), data))
+        except Exception as exc:  # noqa: BLE001 (a store the bench cannot read is a figure to report, not a crash)
+            error = f"{type(exc).__name__}: {exc}"
+        whole = call_sids <= stored.keys() and all(c.events and c.events[-1][1] == "call.ended" for c in stored.values())
+        if whole or time.monotonic() >= deadline:
+            return stored, error
+        time.sleep(0.5)
 
 
 def longest_gap_ms(ticks_ms: Iterable[float]) -> float:
@@ -446,6 +520,10 @@ class ChaosRun(LevelRun):
         self.sim_port = 0
         self.end_ms = 0.0
         self.baseline_metrics: dict = {}
+        # A recorder or console kill needs a call store: the run's own (records in its workdir, as the demo's),
+        # unless the environment names one. VOICECORE_RECORD_CALLS=false: the store without record files.
+        self.wants_store = any(spec.kill in STORE_KILLS for spec in self.faults)
+        self.store: dict = {}
 
     async def run(self) -> dict:
         self.log_file = open(self.log_path, "wb")
@@ -566,6 +644,8 @@ class ChaosRun(LevelRun):
         w1 = fault_times_ms(w0, len(self.faults))[-1] + OBSERVE_MS
         await self._wait_for_load_end(w1)
         self.progress.finish()
+        if self.wants_store:
+            await self._read_store()
         window = LevelWindow(w0_ms=w0, w1_ms=w1, seconds=(w1 - w0) / 1000.0, live_at_start=0, cpu_by_process={},
                              load_cpu_by_pid={}, loaded_memory={}, affinity={}, scheduling={})
         window.metrics = await self._gateway_json("/metrics")
@@ -629,6 +709,23 @@ class ChaosRun(LevelRun):
                 return
             await asyncio.sleep(POLL_MS / 1000.0)
 
+    async def _read_store(self) -> None:
+        """Every call whose stream was served, in the store (the stack still runs: the recorder finishes)."""
+        from voicecore.store import database_url_for
+
+        calls, _refused = self._chaos_results()
+        served = [result.call_sid for result, _meta in calls if result.core is not None and result.core.frames]
+        dropped = [result.call_sid for result, _meta in calls if result.closed_by in DROPPED_BY]
+        started = time.monotonic()
+        stored, error = await asyncio.to_thread(read_stored_calls, database_url_for(self.config), set(served), STORE_WAIT_S)
+        self.store = {**store_figures(served, stored, dropped), "waited_s": round(time.monotonic() - started, 1),
+                      "record_files": self.config.record_calls and bool(self.config.record_dir)}
+        if error:
+            self.problems.append(f"the call store could not be read: {error}")
+        for key in ("calls_missing", "calls_stored_both_ways", "calls_with_an_event_twice"):
+            if self.store[key]:
+                self.problems.append(f"call store: {key} {self.store[key]}")
+
     # ---- the report ----
 
     def _chaos_results(self) -> tuple[list, list[dict]]:
@@ -671,6 +768,7 @@ class ChaosRun(LevelRun):
             "stale_frames": sum(len(t.stale_ms) for t in timelines),
             "fallback_lines_metric": pacer_metric(window.metrics, "fallback_lines") is not None,
             "sessions_open_metric": "sessions_open" in window.metrics.get("workers", {}).get("model", {}),
+            "store": self.store,
             "problems": self.problems[:50],
         }
         report["ok"] = bool(not unplanned and report["stale_frames"] == 0 and not self.problems and faults)
@@ -778,6 +876,16 @@ def format_chaos_table(report: dict) -> str:
                  f"calls placed {report['calls_placed']}, dropped {report['calls_dropped']} "
                  f"({report['calls_dropped_outside_gateway_kill']} outside a gateway kill), "
                  f"placements refused {report['placements_refused']}")
+    store = report.get("store")
+    if store:
+        lines.append(f"call store ({'records' if store['record_files'] else 'no record files'}): "
+                     f"{store['calls_stored']} of {store['calls_ended']} calls that ended stored "
+                     f"({store['calls_missing']} missing, {store['calls_missing_dropped_by_gateway_kill']} of them dropped "
+                     f"by the gateway kill), {store['calls_without_turns']} without turns, "
+                     f"{store['calls_without_events_to_the_end']} without events to call.ended "
+                     f"({store['calls_without_events_to_the_end_dropped_by_gateway_kill']} dropped by the gateway kill), "
+                     f"{store['calls_with_event_numbers_missing']} with event numbers missing; stored twice: "
+                     f"{store['calls_stored_both_ways']} calls, {store['calls_with_an_event_twice']} with an event twice")
     return "\n".join(lines)
 
 

@@ -67,7 +67,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--chaos-faults", default="", metavar="NAME[,NAME]",
                      help="--scenario chaos: the faults to inject, in this order (default: all of pacer, model, "
                           "validator, drop_1011, rate_limit, server_error, malformed_json, unknown_event, "
-                          "unknown_response_delta, huge_delta, binary_frame, stall, refuse_new, gateway)")
+                          "unknown_response_delta, huge_delta, binary_frame, stall, refuse_new, gateway; also by name: "
+                          "recorder, console, which give the run a call store and check every call that ended is in it once)")
     pin = parser.add_argument_group("pinning")
     pin.add_argument("--pin-stack", default="", metavar="CPUS", help="CPUs for supervisord and every stack process, e.g. 0")
     pin.add_argument("--pin-load", default="", metavar="CPUS", help="CPUs for the load processes and the model simulator, e.g. 1")

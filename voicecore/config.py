@@ -73,7 +73,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fanout_url", str, "", "NATS server (nats://host:4222, several comma-separated) through which each node's recorder publishes its calls' live observer events and each node's console receives the fleet's; empty: observers see this node's calls only"),
     Setting("runtime_dir", str, "", "private directory (0700) for sockets and state; default $XDG_RUNTIME_DIR/voicecore or /tmp/voicecore-<uid>"),
     Setting("record_dir", str, "", "directory (created 0700) for call records, one file per call (mode 0600); empty: no records (records hold what callers said: opt in; the demo records by default)"),
-    Setting("database_url", str, "", "the call store, filled from call records: sqlite:///ABSOLUTE/PATH or postgresql://...; empty: sqlite:///<record_dir>/calls.db when record_dir is set, else no store"),
+    Setting("database_url", str, "", "the call store, filled by the recorder from each call (recorded or not: record_calls): sqlite:///ABSOLUTE/PATH or postgresql://...; empty: sqlite:///<record_dir>/calls.db when record_dir is set, else no store"),
     Setting("retention_days", int, 0, "calls older than this many days are deleted from the call store, and their record files from record_dir (by the recorder, at start and hourly); 0: keep them forever"),
     Setting("call_webhook_url", str, "", "http(s) URL that gets a signed JSON summary of every call once it is in the call store (outcome, duration, turns, latency, tool calls, transcript); empty: none"),
     Setting("call_webhook_secret", str, "", "HMAC-SHA256 key of the end-of-call webhook's X-Voicecore-Signature (t=<unix>,v1=<hex> over \"<t>.<body>\"); required with call_webhook_url"),
@@ -83,6 +83,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("console_chat_idle_s", float, 300.0, "a text session (/chat, POST /chat/messages) that no connection or request has used for this many seconds ends: it is stored as a call of carrier chat and its id answers 404; until then a client may continue it by its id"),
     Setting("console_chat_sessions", int, 1000, "the most text sessions the console keeps at once (in use or idle less than console_chat_idle_s); a new one past it is refused (503, /chat close 1013)"),
     Setting("console_origins", str, "", "comma-separated origins (scheme://host[:port]) of the console's pages: an /observe upgrade, a POST, and a JSON API read with the session cookie from any other Origin is refused (403, logged); a program with an API key and no Origin is served; empty: console_public_url's origin and console_listen's (on a loopback or all-interfaces address: http://127.0.0.1:PORT, http://localhost:PORT, http://[::1]:PORT)"),
+    Setting("record_calls", bool, True, "with a record_dir, write each call's record file there (the caller's audio as record_caller_audio says, and every entry `voicecore replay` needs); false: no record files, and the call store (database_url, else <record_dir>/calls.db) still gets each call's summary, turns, transcripts, tool runs and events, live from the model worker"),
     Setting("record_caller_audio", bool, True, "call records keep the caller's audio (for `voicecore replay --wav`); false: timing only"),
     Setting("metrics_listen", str, "local", "where GET /metrics is served: local (on the gateway's listen address, answered only to this host: a loopback peer or the Unix socket, and no X-Forwarded-For, Forwarded or X-Real-IP header, which a proxy or tunnel in front adds; others get 403), or host:port of a listener of its own that serves /metrics and /healthz alone (a scraper on another host: e.g. 0.0.0.0:9464 in a pod); then the gateway's listen address answers 404 on /metrics"),
     Setting("console_cookie_secure", str, "auto", "the console's session cookie is Secure (and named __Host-voicecore_session_PORT): auto when console_public_url is https://; always: also when a TLS proxy in front of console_listen is not named in console_public_url"),
@@ -173,6 +174,7 @@ class Config:
     retention_days: int
     call_webhook_url: str
     call_webhook_secret: str
+    record_calls: bool
     record_caller_audio: bool
     metrics_listen: str
     console_cookie_secure: str

@@ -27,6 +27,7 @@ import h11
 
 from voicecore import drain, http_client
 from voicecore.bus.transport import ARENA_NAME_FILE, default_runtime_dir, ensure_runtime_dir
+from voicecore.store.spool import SPOOL_DIR
 from voicecore import standby
 from voicecore.config import METRICS_LOCAL, Config
 from voicecore.errors import DependencyError
@@ -192,6 +193,10 @@ def cleanup_runtime(config: Config) -> None:
         pass
     for name in RUNTIME_FILES:
         (runtime_dir / name).unlink(missing_ok=True)
+    try:
+        (runtime_dir / SPOOL_DIR).rmdir()  # empty: every spooled call is stored; else it waits for the next start
+    except OSError:
+        pass
     try:
         runtime_dir.rmdir()
     except OSError:

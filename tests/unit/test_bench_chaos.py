@@ -186,3 +186,41 @@ def test_fault_names_and_schedule():
     assert check_options(BenchOptions(scenario="chaos", chaos_faults="pacer")) == ""
     assert "not with" in check_options(BenchOptions(scenario="chaos", target="http://x"))
     assert "unknown" in check_options(BenchOptions(scenario="chaos", chaos_faults="nope"))
+
+
+def _stored(sources, turns=1, kinds=("call.started", "turn.started", "call.ended")):
+    from bench.chaos import StoredCall
+
+    return StoredCall(list(sources), turns, [(seq, kind, seq * 100, "{}") for seq, kind in enumerate(kinds, start=1)])
+
+
+def test_store_figures_count_every_call_that_ended_once():
+    from bench.chaos import store_figures
+
+    stored = {"CA1": _stored(["CA1.jsonl"]), "CA2": _stored(["CA2.jsonl", "CA2-2.jsonl"]),
+              "CA3": _stored(["CA3-1700000000000.call.json"])}
+    figures = store_figures(["CA1", "CA2", "CA3", "CA4", "CA5"], stored, dropped=["CA5"])
+    assert figures["calls_ended"] == 5 and figures["calls_stored"] == 3
+    assert figures["calls_missing"] == 2 and figures["calls_missing_dropped_by_gateway_kill"] == 1
+    assert figures["missing_sample"] == ["CA4", "CA5"]
+    assert figures["parts_max"] == 2 and figures["calls_spooled"] == 1  # a taken-over call's two parts are one call
+    assert figures["calls_stored_both_ways"] == figures["calls_with_an_event_twice"] == 0
+    assert figures["calls_without_turns"] == figures["calls_without_events_to_the_end"] == 0
+
+
+def test_store_figures_name_a_call_stored_twice_and_events_cut_short():
+    from bench.chaos import StoredCall, store_figures
+
+    twice = _stored(["CA1.jsonl", "CA1-1700000000000.call.json"])  # as its record and as a spooled summary
+    repeated = StoredCall(["CA2.jsonl"], 1, [(1, "call.started", 0, "{}"), (2, "call.started", 0, "{}"), (3, "call.ended", 9, "{}")])
+    holed = StoredCall(["CA3.jsonl"], 0, [(1, "call.started", 0, "{}"), (3, "turn.started", 5, "{}")])
+    figures = store_figures(["CA1", "CA2", "CA3"], {"CA1": twice, "CA2": repeated, "CA3": holed})
+    assert figures["calls_stored_both_ways"] == 1 and figures["calls_with_an_event_twice"] == 1
+    assert figures["calls_without_turns"] == 1 and figures["calls_without_events_to_the_end"] == 1
+    assert figures["calls_with_event_numbers_missing"] == 1
+
+
+def test_recorder_and_console_kills_are_faults_asked_for_by_name():
+    assert FAULTS["recorder"].kill == "recorder" and FAULTS["console"].kill == "console"
+    assert "recorder" not in DEFAULT_FAULTS and "console" not in DEFAULT_FAULTS  # the default run has no store
+    assert [spec.name for spec in parse_faults("recorder,console,gateway")] == ["recorder", "console", "gateway"]

@@ -12,6 +12,8 @@ SAMPLES = [
     m.CancelTag(3, 2, 5, 1234567),
     m.Dtmf(3, 2, "7"),
     m.Stats("model", 44, {"frames": 10.0, "calls": 2}),
+    m.RecordFinished("CA1.jsonl", '{"call_sid":"CA1"}'),
+    m.CallSpooled("CA1-1800000000000.call.json", ""),
 ]
 
 

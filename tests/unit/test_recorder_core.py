@@ -93,3 +93,29 @@ def test_the_minute_count_reports_once_a_minute_and_only_when_something_happened
     assert minute.take_due(121.0) is None  # a quiet minute says nothing
     minute.add("ingested", 3)
     assert minute.take_due(181.0) == {"ingested": 3}
+
+
+def test_live_events_no_later_than_a_calls_derived_ones_repeat_them():
+    from workers.recorder.core import DerivedEvents
+
+    derived = DerivedEvents(margin_s=1.0)
+    assert not derived.repeats("CA1", 100.0)  # nothing derived: every live event is new
+    derived.derived("CA1", [90.0, 95.5, 99.0])
+    assert derived.repeats("CA1", 90.0) and derived.repeats("CA1", 99.0)
+    assert derived.repeats("CA1", 99.9)  # the same moment, read from another clock
+    assert not derived.repeats("CA1", 101.0)  # a later part of the call (another model worker took it over)
+    assert not derived.repeats("CA2", 50.0)
+    derived.derived("CA3", [])  # no events: nothing to repeat
+    assert "CA3" not in derived.until
+
+
+def test_derived_calls_are_forgotten_oldest_first():
+    from workers.recorder.core import DerivedEvents
+
+    derived = DerivedEvents(kept=2)
+    for n, sid in enumerate(("CA1", "CA2", "CA3")):
+        derived.derived(sid, [float(n)])
+    assert list(derived.until) == ["CA2", "CA3"]
+    derived.derived("CA2", [5.0])  # derived again (its second part): the newest
+    derived.derived("CA4", [6.0])
+    assert list(derived.until) == ["CA2", "CA4"]

@@ -196,6 +196,16 @@ class RecordFinished:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CallSpooled:
+    """Model worker -> recorder: a call that wrote no record ended, and its summary waits in the store spool
+    under ``name`` (voicecore/store/spool.py, in the runtime directory) until the recorder has stored it;
+    ``summary`` is the same summary when it fits a message ("": the recorder reads the spool file)."""
+
+    name: str
+    summary: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Rejected:
     """What a bad message decodes to; never sent."""
 
@@ -205,6 +215,7 @@ class Rejected:
 Message = (
     Heartbeat | CallStarted | CallEnded | EndStream | CancelTag | Dtmf | Stats | VendorHealth
     | GateOpen | TranscriptDelta | TranscriptDone | Verdict | ObserveEvents | ObservedEvents | RecordFinished
+    | CallSpooled
 )
 
 _TYPES: dict[str, type] = {
@@ -223,6 +234,7 @@ _TYPES: dict[str, type] = {
     "observe.events": ObserveEvents,
     "observed.events": ObservedEvents,
     "record.finished": RecordFinished,
+    "call.spooled": CallSpooled,
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 _FIELDS = {cls: typing.get_type_hints(cls) for cls in _TYPES.values()}

@@ -2,7 +2,8 @@
 
 Owns the model sessions and applying what each call decides; the decisions live in voicecore/call/
 (one driver per call, voicecore/call/driver.py: the spine's core alone or the turn-taking controller,
-wrapped by the recorder when records are on). Every input of a call goes to its driver: model events,
+wrapped by the recorder when the node has a call store: its entries feed the record file when records are
+on, and the store's summary and the live events either way). Every input of a call goes to its driver: model events,
 caller audio from the inbound ring (batched, INBOUND_BATCH_MS per append), DTMF, ticks, the validator's
 verdicts, knowledge-base answers, a reconnect, the carrier's stop. The driver's actions are applied by
 what they touch (EFFECTS): the model socket, the rings and control block (writes the model's audio into
@@ -54,6 +55,8 @@ from voicecore.config import Config, load_config
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
 from voicecore.privacy.records import RecordPrivacy
+from voicecore.store import spool as store_spool
+from voicecore.store.db import database_url_for
 from voicecore.store.summary import RecordSummarizer, summary_to_json
 from voicecore.realtime import events as rt
 from voicecore.realtime.breaker import CircuitBreaker
@@ -223,7 +226,7 @@ class CallSession:
         # from that worker's part file (INV-REPLAY), so the call goes on where it stood instead of starting over.
         self.resumed = resumed
         self.rebuilt_from: str | None = None
-        if resumed and config.record_dir:
+        if resumed and worker.writes_records:
             # what the standby followed while it waited (workers/model/follow.py), else the whole part file
             rebuilt = worker.followers.take(call_sid) if worker.followers is not None else None
             if rebuilt is not None:
@@ -235,9 +238,11 @@ class CallSession:
                 decider, self.rebuilt_from = rebuilt
                 decider.core.next_tag = max(decider.core.next_tag, first_tag)  # never reuse a tag the arena saw
         # The recorder is also kept as such for its record's plumbing only (header, hand-offs to the writer
-        # thread): inputs go to self.driver.
+        # thread): inputs go to self.driver. It wraps the driver whenever the node has a call store, with or
+        # without a record file: its entries, as the agent's storage tier keeps them, are what the store's
+        # summary and the observers' events are made of.
         self.recorder = CallRecorder(decider, keep_caller_audio=config.record_caller_audio,
-                                     privacy=worker.record_privacy) if config.record_dir else None
+                                     privacy=worker.record_privacy) if worker.stores_calls else None
         if self.recorder is not None and self.rebuilt_from:
             self.recorder.header["resumed_from"] = self.rebuilt_from  # the replay rebuilds from it first
         self.driver: Driver = self.recorder if self.recorder is not None else decider
@@ -252,11 +257,26 @@ class CallSession:
             self.recorder.observer = RecordReader(self.tap, self.summarizer).feed
         # Streamed: ModelWorker.run hands the entries of the last second to the writer thread, which appends
         # them to the call's part file (only the writer touches record_file).
+        # Without a record file (record_calls false, or a database_url and no record_dir) the entries handed
+        # off are dropped, and the summary goes to the store spool when the call ends (_spool_summary).
         self.record_file: RecordFile | None = None
         self.record_failed = False
+        self.spool_events: list[tuple[int, str, dict]] | None = None if worker.writes_records else []
+        self.spool_started_at = 0.0
+        self.spool_name: str | None = None  # this session's spool file (and store source), when it has one
+        if self.recorder is not None and not worker.writes_records:
+            try:
+                self.spool_name = store_spool.spool_name(call_sid, int(time.time() * 1000))
+            except ValueError as exc:
+                log.warning("call %s: its summary cannot be spooled for the store: %s", call_sid, exc)
+        self.next_spool_part_s = time.monotonic() + store_spool.PART_EVERY_S
+        self.spool_part_failed = False
         if self.recorder is not None:
-            self.record_file = RecordFile(worker.config.record_dir, self.recorder.header)
-            self.recorder.sink = self._hand_off_record
+            if worker.writes_records:
+                self.record_file = RecordFile(worker.config.record_dir, self.recorder.header)
+                self.recorder.sink = self._hand_off_record
+            else:
+                self.recorder.sink = self._drop_entries
         self.started = False
         self.pending: collections.deque[tuple[int, int, bytes]] = collections.deque()  # ring full: (tag, index, frame)
         self.inbound = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)
@@ -630,11 +650,35 @@ class CallSession:
             return
         assert self.tap.t0 is not None  # set by the entry that made the first event
         started_at = time.time() - (time.monotonic_ns() - self.tap.t0) / 1e9
-        into.extend((self.call_sid, round(started_at + t_ms / 1000, 3), t_ms, kind, data) for t_ms, kind, data in self.tap.take())
+        events = self.tap.take()
+        if self.spool_events is not None:  # a call without a record file: its events go to the spool too
+            self.spool_events.extend(events)
+            self.spool_started_at = self.spool_started_at or started_at
+        into.extend((self.call_sid, round(started_at + t_ms / 1000, 3), t_ms, kind, data) for t_ms, kind, data in events)
 
     def hand_off_record(self) -> None:
         if self.recorder is not None:
             self.recorder.hand_off()
+            if self.spool_name is not None and self.recorder.sink is not None and time.monotonic() >= self.next_spool_part_s:
+                self.next_spool_part_s = time.monotonic() + store_spool.PART_EVERY_S
+                self._spool_part()
+
+    def _spool_part(self) -> None:
+        """The summary so far into the spool's part file (built here: the summarizer is fed on this thread;
+        written on the writer thread, before the call's finish, which removes it): what the store keeps of the
+        call if this worker is killed before the call ends. No events: they reach the store live."""
+        assert self.summarizer is not None and self.spool_name is not None
+        summary = summary_to_json(self.summarizer.summary(self.spool_name, time.time(), complete=False))
+        RECORD_WRITER.submit(self._write_spool_part, store_spool.document(summary, self.spool_started_at, []))
+
+    def _write_spool_part(self, content: bytes) -> None:  # on the writer thread
+        assert self.spool_name is not None
+        try:
+            store_spool.write(self.worker.spool_dir, self.spool_name + store_spool.PART_SUFFIX, content)
+        except OSError as exc:
+            if not self.spool_part_failed:
+                self.spool_part_failed = True
+                log.warning("call %s: summary so far not spooled: %s", self.call_sid, exc)
 
     def _hand_off_record(self, batch: list[dict]) -> None:
         RECORD_WRITER.submit(self._append_record, batch)
@@ -649,8 +693,15 @@ class CallSession:
             self.record_file.close()
             log.warning("call %s: record not written: %s", self.call_sid, exc)
 
+    @staticmethod
+    def _drop_entries(batch: list[dict]) -> None:
+        """No record file: the entries were read as they were recorded (observers, summary); nothing keeps them."""
+
     def _finish_record(self) -> None:  # on the writer thread
-        if self.record_failed or self.record_file is None:
+        if self.record_file is None:
+            self._spool_summary()  # no record file: the summary alone, to the store
+            return
+        if self.record_failed:  # its part file stays: the recorder finishes and stores it (a day on)
             return
         try:
             path = self.record_file.finish()
@@ -664,6 +715,25 @@ class CallSession:
             self.record_failed = True
             self.record_file.close()
             log.warning("call %s: record not written: %s", self.call_sid, exc)
+
+    def _spool_summary(self) -> None:  # on the writer thread
+        """The call's summary into the store spool (voicecore/store/spool.py), then named to the recorder: the
+        file, not the message, is what survives a recorder that is down or killed; the recorder removes it
+        once stored."""
+        if self.summarizer is None or self.spool_name is None:
+            return
+        name = self.spool_name
+        try:
+            summary = summary_to_json(self.summarizer.summary(name, time.time()))
+            store_spool.write(self.worker.spool_dir, name,
+                              store_spool.document(summary, self.spool_started_at, self.spool_events or []))
+            (self.worker.spool_dir / (name + store_spool.PART_SUFFIX)).unlink(missing_ok=True)
+        except OSError as exc:
+            self.worker.counters["calls_not_spooled"] += 1
+            log.warning("call %s: summary not spooled for the store: %s", self.call_sid, exc)
+            return
+        self.worker.counters["calls_spooled"] += 1
+        self.worker.calls_spooled.append((name, summary.decode() if len(summary) <= MAX_SUMMARY_BYTES else ""))
 
     # --- the driver's actions, each applied by the handler of what it touches (EFFECTS) --------------
     def _apply(self, actions: list[Action]) -> None:
@@ -1087,6 +1157,12 @@ class ModelWorker:
         self.observe = self.bus.connect(zmq.PUSH, RECORDER_INBOX)
         self.observed: list[tuple[str, float, int, str, dict]] = []  # events of every call, not shipped yet
         self.records_finished: collections.deque[tuple[str, str]] = collections.deque()  # (name, summary), from the writer thread
+        # The node's call store, and whether its calls' record files are written: without them each call's
+        # summary goes through the store spool (voicecore/store/spool.py) to the recorder.
+        self.stores_calls = bool(database_url_for(config))
+        self.writes_records = bool(config.record_dir) and config.record_calls
+        self.spool_dir = store_spool.spool_dir(self.runtime_dir)
+        self.calls_spooled: collections.deque[tuple[str, str]] = collections.deque()  # (name, summary), from the writer thread
         self.calls: dict[int, CallSession] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
@@ -1099,7 +1175,7 @@ class ModelWorker:
                                              "vendor_trial_sessions": 0, "session_renewals": 0,
                                              "session_renewals_forced": 0, "session_renewals_failed": 0,
                                              "failure_policy_calls": 0, "calls_taken_over_followed": 0,
-                                             "gate_messages_resent": 0})
+                                             "gate_messages_resent": 0, "calls_spooled": 0, "calls_not_spooled": 0})
         self.breakers: dict[str, CircuitBreaker] = {}  # per vendor endpoint (URL)
         self.vendor_trial: asyncio.Task | None = None  # the trial sessions while the vendor refuses the configuration
         # voicecore_tool_duration_seconds: each tool run's time by outcome, cumulative since start (both
@@ -1247,6 +1323,9 @@ class ModelWorker:
         while self.records_finished:
             name, summary = self.records_finished.popleft()
             self.bus.send(self.observe, messages.RecordFinished(name, summary))
+        while self.calls_spooled:
+            name, summary = self.calls_spooled.popleft()
+            self.bus.send(self.observe, messages.CallSpooled(name, summary))
         if not self.observed:
             return
         for count, text in observe_chunks(self.observed):
@@ -1414,7 +1493,7 @@ async def amain(config: Config) -> None:
     # Warmed up (imports, compiled ring kernels, the agent): stand by until this process serves the role,
     # following the live calls' records meanwhile so that a takeover replays seconds, not whole calls.
     leadership = Leadership(config.runtime_dir, "model")
-    followers = Followers(config.record_dir) if config.record_dir else None
+    followers = Followers(config.record_dir) if config.record_dir and config.record_calls else None
     following = asyncio.get_running_loop().create_task(follow_while_standing_by(config, followers)) if followers else None
     try:
         acquired = await leadership.wait_async(stop)

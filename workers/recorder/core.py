@@ -62,6 +62,37 @@ def expired_records(listing: Iterable[RecordEntry], now_s: float, retention_days
     return sorted((e for e in listing if is_record(e.name) and now_s - e.mtime_s > limit_s), key=lambda e: e.name)
 
 
+# A call's events derived from its record or spool file cover its whole time; its live events that come after
+# that (queued for the recorder while it was down, delivered once it is back) are the same events. Both are
+# stamped with the wall clock, read at different moments: this much apart is still the same time.
+DERIVED_MARGIN_S = 1.0
+DERIVED_KEPT = 10_000  # calls remembered; a late live event comes within seconds of its call's derivation
+
+
+class DerivedEvents:
+    """Which live events repeat events already derived from a file: those of a derived call no later than
+    its last derived event (``at``, wall-clock seconds). Later ones (a later part of the call, served by
+    another model worker) are new."""
+
+    def __init__(self, margin_s: float = DERIVED_MARGIN_S, kept: int = DERIVED_KEPT) -> None:
+        self.margin_s = margin_s
+        self.kept = kept
+        self.until: dict[str, float] = {}
+
+    def derived(self, call_sid: str, ats: Iterable[float]) -> None:
+        last = max(ats, default=None)
+        if last is None:
+            return
+        self.until.pop(call_sid, None)
+        self.until[call_sid] = last
+        while len(self.until) > self.kept:
+            del self.until[next(iter(self.until))]
+
+    def repeats(self, call_sid: str, at: float) -> bool:
+        until = self.until.get(call_sid)
+        return until is not None and at <= until + self.margin_s
+
+
 class PurgeSchedule:
     """Retention runs at start and then once every ``every_s``; never when ``retention_days`` <= 0.
     Times are monotonic seconds (a wall-clock step must not skip or repeat a purge)."""

@@ -17,7 +17,11 @@ It ingests each finished record (``*.jsonl``, never a ``.part``) it has not hand
 model worker names as it finishes them (``record.finished``, at once, with the summary it built as the call
 went, so the file is not read), and what a listing of the record directory finds (at start and every
 SCAN_EVERY_S: records whose notice was lost, read from their file); the store's ingest is idempotent on the file
-name, so after a restart it simply offers everything again. A record that cannot be read is logged once
+name, so after a restart it simply offers everything again. A call that wrote no record (``record_calls`` false, or a
+database_url without a record_dir) comes as its summary in the store spool (voicecore/store/spool.py: a file
+in the runtime directory, named in a ``call.spooled`` message): stored, then the file removed; the spool's
+listing at start and every SCAN_EVERY_S finds what a recorder that was down or killed did not store, and
+the ingest is idempotent on the spool file's name. A record that cannot be read is logged once
 (file name and problem, never its content: records are personal data) and left alone for the rest of the
 run. A store that fails (PostgreSQL down) is logged and reopened later; the record waits for it.
 At start, part files untouched for a day are finished into a record (their complete lines) or removed if
@@ -51,7 +55,8 @@ from voicecore.observe.events import events_of_record
 from voicecore.observe.numbering import EventNumbering, Row, rows_chunks
 from voicecore.observe.transport import FleetPublisher
 from voicecore.record import RecordError, load_record, record_name
-from voicecore.store import CallStore, database_url_for, summarize_record
+from voicecore.store import CallStore, CallSummary, database_url_for, summarize_record
+from voicecore.store import spool as store_spool
 from voicecore.store.summary import summary_from_json
 from voicecore.store import webhook as call_webhook
 from voicecore.store.traces import TurnTracer
@@ -87,12 +92,20 @@ class Recorder:
         self.minute = core.MinuteCount()
         self.done: set[str] = set()  # record names ingested, found already stored, or unreadable: never read again
         self.backlog: list[core.RecordEntry] = []
+        # the store spool (voicecore/store/spool.py): summaries of calls that wrote no record, until stored
+        self.spool_dir = store_spool.spool_dir(self.runtime_dir)
+        self.spooled: list[str] = []
+        self.spooled_summaries: dict[str, CallSummary] = {}  # spool name -> the summary its message carried
+        self.spool_bad: set[str] = set()  # unreadable or not removable: left alone for the rest of the run
+        self.derived = core.DerivedEvents()  # live events that repeat derived ones are dropped
         self.stopping = False
         self.heartbeat_seq = 0
         self.counters = {name: 0 for name in (
             "calls_ingested", "records_already_stored", "records_unreadable", "parts_finished", "parts_removed",
             "records_deleted", "calls_purged", "store_errors", "events_stored", "events_published",
-            "events_not_stored", "events_derived", "summaries_received", "summaries_malformed")}
+            "events_not_stored", "events_derived", "summaries_received", "summaries_malformed",
+            "spooled_calls_stored", "spooled_unreadable", "events_derived_already",
+            "spool_parts_finished")}
         self.summaries: dict = {}  # record name -> the CallSummary its model worker sent, until it is stored
         self.events_ms_total = 0.0  # numbering, storing and publishing live events
         self.ingest_ms_max = 0.0
@@ -241,6 +254,11 @@ class Recorder:
             self.store_failed(exc)
             return False
         self.done.add(entry.name)
+        self.stored(store, summary, stored, started)
+        return True
+
+    def stored(self, store: CallStore, summary: CallSummary, stored: bool, started: float) -> None:
+        """A summary went to the store (``stored``) or was there already: counts, the webhook, the trace."""
         took_ms = (time.perf_counter() - started) * 1000
         self.ingest_ms_max = max(self.ingest_ms_max, took_ms)
         if stored:
@@ -251,10 +269,97 @@ class Recorder:
             if self.tracer is not None:
                 self.tracer.export(summary)
             self.minute.add("ingested")
-            log.debug("record %s ingested%s", entry.name, "" if summary.complete else " (incomplete)")
+            log.debug("call %s stored from %s%s", summary.call_sid, summary.source, "" if summary.complete else " (incomplete)")
         else:
             self.counters["records_already_stored"] += 1
+
+    # --- the store spool: the summaries of calls that wrote no record ----------------------------------
+    def ingest_spooled(self, name: str) -> bool:
+        """Store one spooled summary (from its message, else its file), then remove the file: removed only
+        once stored, so a recorder killed in between stores it again at start, and the store's ingest
+        (idempotent on the spool name) keeps it once. False: the store failed (it stays queued)."""
+        store = self.open_store()
+        if store is None:
+            return False
+        started = time.perf_counter()
+        summary = self.spooled_summaries.pop(name, None)
+        call: store_spool.SpooledCall | None = None
+        if summary is None:
+            try:
+                call = store_spool.parse(store_spool.read(self.spool_dir, name))
+                summary = call.summary
+                if summary.source != name:
+                    raise ValueError(f"its source is {summary.source!r}")
+            except FileNotFoundError:
+                return True  # stored and removed already (its message came after a restart's listing)
+            except Exception as exc:  # noqa: BLE001 (OSError, or content that is not a summary: this file's problem)
+                self.counters["spooled_unreadable"] += 1
+                self.spool_bad.add(name)
+                log.warning("spooled call %s skipped: cannot be read (%s: %s)", name, type(exc).__name__, exc)
+                return True
+        else:
+            self.counters["summaries_received"] += 1
+        try:
+            stored = store.ingest(summary)
+            if stored and not store.last_seq(summary.call_sid):
+                self.spooled_events(store, name, call)
+        except Exception as exc:  # noqa: BLE001 (driver errors: the store's problem)
+            self.spooled_summaries[name] = summary
+            self.store_failed(exc)
+            return False
+        try:
+            store_spool.remove(self.spool_dir, name)
+        except OSError as exc:
+            self.spool_bad.add(name)  # stored; offered again after a restart, and then found stored
+            log.warning("spooled call %s stored, but its file cannot be removed: %s", name, exc)
+        self.stored(store, summary, stored, started)
+        if stored:
+            self.counters["spooled_calls_stored"] += 1
         return True
+
+    def spooled_events(self, store: CallStore, name: str, call: store_spool.SpooledCall | None) -> None:
+        """A stored call without live events (the recorder was down all along): its events from the spool file."""
+        if call is None:
+            try:
+                call = store_spool.parse(store_spool.read(self.spool_dir, name))
+            except Exception as exc:  # noqa: BLE001 (the call is stored; its events are a nice-to-have)
+                log.warning("spooled call %s: events not stored: %s", name, type(exc).__name__)
+                return
+        sid = call.summary.call_sid
+        rows = [(sid, seq, round(call.started_at + t_ms / 1000, 3), t_ms, kind, json.dumps(data, separators=(",", ":")))
+                for seq, (t_ms, kind, data) in enumerate(call.events, start=1)]
+        if rows:
+            store.add_events(rows)
+            self.counters["events_derived"] += len(rows)
+            self.derived.derived(sid, (row[2] for row in rows))
+
+    def offer_spooled(self, name: str, summary_json: str) -> None:
+        """A call the model worker spooled as it ended: queued at once (the listing at start finds the rest)."""
+        if not self.url or not store_spool.is_spooled(name) or name in self.spooled or name in self.spool_bad:
+            return
+        if summary_json:
+            try:
+                summary = summary_from_json(summary_json)
+            except (ValueError, TypeError, KeyError):
+                self.counters["summaries_malformed"] += 1  # the file is read instead
+            else:
+                if summary.source == name:
+                    self.spooled_summaries[name] = summary
+        self.spooled.append(name)
+
+    def scan_spool(self) -> None:
+        """The spool's files not stored yet, after finishing the part files of calls whose model worker died."""
+        for part in store_spool.stale_parts(store_spool.part_listing(self.spool_dir), time.time()):
+            try:
+                final = store_spool.finish_part(self.spool_dir, part)
+            except OSError as exc:
+                log.warning("stale spool part %s cannot be finished: %s", part, exc)
+                continue
+            self.counters["spool_parts_finished"] += 1
+            log.info("stale spool part %s finished as %s (its model worker stopped before the call ended)", part, final)
+        for name in store_spool.listing(self.spool_dir):
+            if name not in self.spooled and name not in self.spool_bad:
+                self.spooled.append(name)
 
     def _send_webhook(self, store: CallStore, call_sid: str) -> None:
         assert self.webhook is not None
@@ -267,8 +372,13 @@ class Recorder:
             self.webhook.submit(call_sid, call_webhook.call_summary(call))
 
     def ingest_slice(self) -> None:
-        """Ingest from the backlog for at most SLICE_S; the rest waits for the next pass (heartbeats first)."""
+        """Ingest from the spool, then the backlog, for at most SLICE_S; the rest waits for the next pass
+        (heartbeats first)."""
         deadline = time.monotonic() + SLICE_S
+        while self.spooled and time.monotonic() < deadline and not self.stopping:
+            if not self.ingest_spooled(self.spooled[0]):
+                return
+            self.spooled.pop(0)
         while self.backlog and time.monotonic() < deadline and not self.stopping:
             if not self.ingest(self.backlog[0]):
                 return  # the store is down: keep the backlog, try again after STORE_RETRY_S
@@ -322,9 +432,16 @@ class Recorder:
         for message in self.bus.receive_nowait(self.events_in, EVENT_MESSAGES_PER_PASS):
             handled += 1
             if isinstance(message, messages.ObserveEvents):
-                rows.extend(self.numbering.number(message.events))
+                numbered = self.numbering.number(message.events)
+                if self.derived.until:
+                    kept = [row for row in numbered if not self.derived.repeats(row[0], row[2])]
+                    self.counters["events_derived_already"] += len(numbered) - len(kept)
+                    numbered = kept
+                rows.extend(numbered)
             elif isinstance(message, messages.RecordFinished):
                 self.offer_record(message.name, message.summary)
+            elif isinstance(message, messages.CallSpooled):
+                self.offer_spooled(message.name, message.summary)
         if not rows:
             return handled
         store = self.open_store() if self.url else None
@@ -384,6 +501,7 @@ class Recorder:
                 for seq, (t_ms, kind, data) in enumerate(events, start=1)]
         store.add_events(rows)
         self.counters["events_derived"] += len(rows)
+        self.derived.derived(call_sid, (row[2] for row in rows))
 
     # --- reporting --------------------------------------------------------------------------------------
     def heartbeat(self, stats: bool) -> None:
@@ -436,13 +554,15 @@ class Recorder:
                 if now >= next_scan_s:
                     if not self.backlog and self.record_dir is not None:
                         self.scan()
+                    if not self.spooled:
+                        self.scan_spool()
                     next_scan_s = now + SCAN_EVERY_S
-                if self.backlog:
+                if self.backlog or self.spooled:
                     self.ingest_slice()
                 counts = self.minute.take_due(now)
                 if counts:
                     log.info("last minute: %s", ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
-            if self.backlog and self.store is not None:
+            if (self.backlog or self.spooled) and self.store is not None:
                 continue  # more to ingest: the next slice after the heartbeat check
             wake_s = min(next_heartbeat_s, next_events_s, next_scan_s if self.url else next_heartbeat_s)
             time.sleep(max(0.0, wake_s - time.monotonic()))
