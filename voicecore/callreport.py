@@ -25,6 +25,14 @@ before frame k is model-starved when the model sent frame k's last byte later th
 frame k's lateness (counted 0 in `lateness_ms`, kept in `lateness_ms_unadjusted`). The model's send times
 come from the model simulator's records (the pipecat stand-in records when it produced each chunk).
 
+The instrument's own stalls, the same rule for every sender: the carrier simulator notes when its 20 ms
+ticker woke more than two frames after its previous tick (CarrierMetrics.harness_stalls: its process got no
+CPU, or its loop was busy). It read nothing then, so frames the sender wrote in that time were stamped when it
+woke: a gap tick in a stall (or within a frame of one) is counted in `underruns_harness_stalled`, not as an
+underrun with audio available, and a frame stamped in one is not late (`lateness_ms_unadjusted` keeps it). Such
+a run measured its own load, not the sender: the bench counts these gaps against the SLO all the same
+(bench/capacity.py: load-bound), so a capacity search never passes a level on them.
+
 A yield is not a gap: when the caller starts speaking while a spurt plays (a speech start from the
 model's VAD at most YIELD_WINDOW_MS before the spurt's last frame played, or after it), the silence that
 follows is the agent giving the floor (a barge-in's clear, the turn-taking controller's hold on a VAD edge
@@ -454,6 +462,12 @@ def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float,
     return figures
 
 
+def in_harness_stall(at_ms: float, stalls: Sequence[tuple[float, float]]) -> bool:
+    """Whether ``at_ms`` falls in (or within a frame of) a stall of the carrier simulator itself."""
+    frame_ms = timing.FRAME_MS
+    return any(from_ms - frame_ms <= at_ms <= to_ms + frame_ms for from_ms, to_ms in stalls)
+
+
 def _agent_audio_at(core, speech_ms: float, clear_ms: float) -> bool:
     """Whether the caller could hear agent audio, or had some coming (queued at the carrier), when speech
     started at ``speech_ms``, or the clear at ``clear_ms`` threw some away: a barge-in has something to stop."""
@@ -532,6 +546,8 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
     problems: list[str] = []
     frames_sent = frames_played = underruns = stale = clears = completed = 0
     underruns_available = underruns_starved = late_starved = clears_not_bargein = clears_superseded = clears_idle = 0
+    underruns_harness = harness_stalls = 0
+    harness_stall_ms: list[float] = []
     overlapping_frames = bargeins_without_clear = overlapping_responses = late_deltas_sent = 0
     for result in results:
         if result.closed_by not in ENDED_NORMALLY or result.errors:
@@ -552,17 +568,24 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         bargeins_without_clear += stats.bargeins_without_clear
         playout = playout_figures(result.core, records, grace_ms)
         window = playout if window_ms is None else playout.windowed(*window_ms)
-        for _arrival, late, starved, ahead in window.frames:
+        stalls = result.core.metrics.harness_stalls
+        if window_ms is not None:
+            stalls = [s for s in stalls if s[1] >= window_ms[0] and s[0] < window_ms[1]]
+        harness_stalls += len(stalls)
+        harness_stall_ms.extend(to_ms - from_ms for from_ms, to_ms in stalls)
+        for arrival, late, starved, ahead in window.frames:
             lateness_raw.append(late)
-            lateness.append(0.0 if starved else late)
+            lateness.append(0.0 if starved or in_harness_stall(arrival, stalls) else late)
             late_starved += starved
             headroom.append(ahead)
         frames_played += len(window.frames)
         stale += len(window.stale_at_ms)
         underruns += len(window.gaps)
         starved_gaps = sum(1 for gap in window.gaps if gap[1])
+        stalled_gaps = sum(1 for gap in window.gaps if not gap[1] and in_harness_stall(gap[0], stalls))
         underruns_starved += starved_gaps
-        underruns_available += len(window.gaps) - starved_gaps
+        underruns_harness += stalled_gaps
+        underruns_available += len(window.gaps) - starved_gaps - stalled_gaps
         figures = _call_figures(result, counted, window_ms, playout)
         bargein.extend(figures["bargein_to_clear_ms"])
         clears_not_bargein += figures["clears_not_bargein"]
@@ -597,6 +620,9 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         "underruns": underruns,
         "underruns_audio_available": underruns_available,
         "underruns_model_starved": underruns_starved,
+        "underruns_harness_stalled": underruns_harness,
+        "harness_stalls": harness_stalls,
+        "harness_stall_ms": summary(harness_stall_ms),
         "stale_frames": stale,
         "bargeins": clears - clears_not_bargein - clears_superseded - clears_idle,
         "clears_not_bargein": clears_not_bargein,

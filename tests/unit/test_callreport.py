@@ -19,7 +19,8 @@ from voicecore.callreport import (
     talkover_ms,
     turn_latencies,
 )
-from voicecore.sim.carrier import CallResult
+from bench.capacity import Slo, slo_violations
+from voicecore.sim.carrier import CallResult, CallRunner
 from voicecore.sim.carrier_core import CarrierCall
 from voicecore.sim.model import ResponseRecord, SessionRecord, SpeechRecord
 from voicecore.timing import FRAME_BYTES
@@ -228,6 +229,38 @@ def test_marks_change_nothing():
     records = [_record([], [answer])]
     a, b = playout_figures(plain, records), playout_figures(marked, records)
     assert a.frames == b.frames and [g[:2] for g in a.gaps] == [g[:2] for g in b.gaps] and a.stale_at_ms == b.stale_at_ms
+
+
+def test_a_gap_while_the_carrier_simulator_itself_stalled_is_the_instruments_not_the_senders():
+    """The simulator's ticker woke 95 ms after its previous tick (its process had no CPU): the frame due at 80
+    was stamped 95 when it woke. That gap and that frame's lateness are the instrument's own, counted apart."""
+    stalled, steady = _core(), _core()
+    answer = _answer("a", 10, 1)
+    for core in (stalled, steady):
+        _deliver(core, answer, LATE_ARRIVALS)
+        core.tick_play(1000)
+    stalled.metrics.harness_stalls.append((20.0, 95.0))  # as CallRunner.on_tick notes it: (last tick + 20, now)
+    records = [_record([], [answer])]
+    report = _report(stalled, records[0], expect_bargeins=False)
+    assert (report["underruns"], report["underruns_audio_available"], report["underruns_harness_stalled"]) == (1, 0, 1)
+    assert report["harness_stalls"] == 1 and report["harness_stall_ms"]["max"] == 75
+    assert report["lateness_ms"]["max"] == 0 and report["lateness_ms_unadjusted"]["max"] == 15
+    assert report["problems"] == [] and report["ok"]
+    # Without the stall noted the same gap is the sender's (the test above).
+    assert _report(steady, records[0], expect_bargeins=False)["underruns_audio_available"] == 1
+    # The bench does not pass a level on it: the run measured its own load (load-bound).
+    assert any("load generator itself stalled" in line for line in slo_violations(report, Slo()))
+
+
+def test_the_carrier_simulator_notes_a_tick_that_came_more_than_two_frames_late():
+    """CallRunner.on_tick: ticks 20 ms apart are normal; one 100 ms after the previous is a stall of the
+    simulator itself, from the tick it missed to the one it ran."""
+    core = _core()
+    runner = CallRunner.__new__(CallRunner)  # the tick bookkeeping alone: no loop, no stream
+    runner.core, runner.done, runner._last_tick_ms = core, False, None
+    for now_ms in (0.0, 20.0, 40.5, 140.0):
+        runner._note_tick(now_ms)
+    assert core.metrics.harness_stalls == [(60.5, 140.0)]
 
 
 def test_a_gap_the_model_caused_is_exempt():

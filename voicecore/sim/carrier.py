@@ -380,6 +380,11 @@ def _rfc3339_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# A tick this long after the previous one (two frames; they come every 20 ms) means the simulator itself
+# stalled: CarrierMetrics.harness_stalls.
+HARNESS_STALL_MS = 2 * FRAME_MS
+
+
 class CallRunner:
     def __init__(self, core: CarrierCall, script: CallScript, ticker: SharedTicker) -> None:
         self.core = core
@@ -398,6 +403,7 @@ class CallRunner:
         # write binary frames (Vonage) and end with several messages or none (carrier_modes_core.ModeCall).
         self._modes = not isinstance(core, CarrierCall)
         self._send: Callable[[list], None] = self._send_first
+        self._last_tick_ms: float | None = None
 
     def attach(self, stream: "StreamListener") -> None:
         self.stream = stream
@@ -408,11 +414,18 @@ class CallRunner:
         self._send = stream.send_messages if self._modes else stream.send_texts
         self._send(messages)
 
+    def _note_tick(self, now_ms: float) -> None:
+        last = self._last_tick_ms
+        if last is not None and now_ms - last > HARNESS_STALL_MS:
+            self.core.metrics.harness_stalls.append((last + FRAME_MS, now_ms))
+        self._last_tick_ms = now_ms
+
     # Called by the shared ticker every 20 ms.
     def on_tick(self, grid_ms: int, now_ms: float) -> bool:
         if self.done:
             return False
         core = self.core
+        self._note_tick(now_ms)
         core.tick_play(now_ms)
         out = core.messages_to_send()
         origin = core.send_origin_ms

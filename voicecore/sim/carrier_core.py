@@ -146,6 +146,10 @@ class CarrierMetrics:
     # arrived (what a sender's lead, by time or by echoes, really left queued at the carrier).
     max_queued_frames: int = 0
     stalled_ticks: int = 0  # playout ticks the carrier's own stall held (set_playout_stall): not underruns
+    # (from_ms, to_ms): the simulator itself stalled (its process got no CPU, its loop was busy): its 20 ms
+    # ticker woke more than two frames after the previous tick, so nothing was read or played in between and
+    # frames the sender wrote then were stamped when it woke. Gaps there are the instrument's, not the sender's.
+    harness_stalls: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
