@@ -58,6 +58,7 @@ class Clip:
     transcript: list[tuple[int, str, str]] = field(default_factory=list)  # (at_ms, "delta" | "done", text)
     beep_at_ms: int | None = None
     beep_hz: float | None = None
+    greeting_end_ms: int = 0  # when the greeting's last word ended
 
     def frames(self):
         for offset in range(0, len(self.audio), FRAME_BYTES):
@@ -141,7 +142,8 @@ def make_clip(label: str, language: str, text: str, variant: int, seed: int) -> 
         line = line + rng.normal(0.0, speech_rms / (10 ** (snr_db / 20)), len(line))
     audio = linear_to_ulaw(np.clip(np.rint(line), -32768, 32767).astype(np.int16))
     name = f"{label}-{language}-v{variant}-{seed}"
-    return Clip(name, label, text, audio, transcript_events(text, lead_ms, speech_ms), beep_at_ms, beep_hz)
+    return Clip(name, label, text, audio, transcript_events(text, lead_ms, speech_ms), beep_at_ms, beep_hz,
+                lead_ms + speech_ms)
 
 
 def corpus(greetings: dict[str, list[tuple[str, str]]], variants: int, seed: int,

@@ -5,8 +5,8 @@
 Owns running voicecore.outbound.answer.AnswerDetector over each clip of bench/answer_corpus.py (frames
 and transcript events in time order, as a call would deliver them) and the figures: per class
 ``precision``, ``recall`` and ``n`` (under ``answer_verdicts``), ``answer_accuracy``, ``verdict_ms``
-(p50/p95 of the time from answer to verdict, in the clip's time, not the machine's), the time a person
-waits for the verdict, and how well the beep was found. The tuning set is what the thresholds were set
+(p50/p95 of the time from answer to verdict, in the clip's time, not the machine's), a person's wait
+(``human_wait_ms``: from their last word to the verdict), and how well the beep was found. The tuning set is what the thresholds were set
 on; the held-out set (different texts) never was: quote its figures.
 Bounded: every clip is at most ~25 s of audio processed faster than real time, and the corpus is a few
 hundred clips.
@@ -51,7 +51,7 @@ def run_clip(clip: Clip, settings: DetectorSettings | None = None, use_words: bo
         verdict = detector.on_tick(detector.settings.max_wait_ms)
     return {"name": clip.name, "label": clip.label, "verdict": verdict.verdict, "verdict_ms": verdict.at_ms,
             "reason": verdict.reason, "detail": verdict.detail, "beep_at_ms": detector.beep_at_ms,
-            "true_beep_at_ms": clip.beep_at_ms}
+            "true_beep_at_ms": clip.beep_at_ms, "greeting_end_ms": clip.greeting_end_ms}
 
 
 def score(results: list[dict]) -> dict:
@@ -68,6 +68,8 @@ def score(results: list[dict]) -> dict:
         confusion[r["label"]][r["verdict"]] = confusion[r["label"]].get(r["verdict"], 0) + 1
     times = [r["verdict_ms"] for r in results]
     human_times = [r["verdict_ms"] for r in results if r["label"] == HUMAN]
+    # what the detector adds to a person's wait for the agent's first word: from their last word to the verdict
+    human_waits = [r["verdict_ms"] - r["greeting_end_ms"] for r in results if r["label"] == HUMAN]
     voicemails = [r for r in results if r["true_beep_at_ms"] is not None]
     found = [r for r in voicemails
              if r["beep_at_ms"] is not None and abs(r["beep_at_ms"] - r["true_beep_at_ms"]) <= BEEP_TOLERANCE_MS]
@@ -78,6 +80,7 @@ def score(results: list[dict]) -> dict:
         "answer_accuracy": round(sum(1 for r in results if r["verdict"] == r["label"]) / len(results), 4) if results else None,
         "verdict_ms": {"p50": percentile(times, 50), "p95": percentile(times, 95)} if times else None,
         "human_verdict_ms": {"p50": percentile(human_times, 50), "p95": percentile(human_times, 95)} if human_times else None,
+        "human_wait_ms": {"p50": percentile(human_waits, 50), "p95": percentile(human_waits, 95)} if human_waits else None,
         "unknown_verdicts": sum(1 for r in results if r["verdict"] == UNKNOWN),
         "confusion": confusion,
         "beeps": {"voicemails": len(voicemails), "found": len(found),
@@ -122,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             figures = report[name]
             print(f"{name}: {figures['n']} answers, accuracy {figures['answer_accuracy']}, "
                   f"verdict p50/p95 {figures['verdict_ms']['p50']}/{figures['verdict_ms']['p95']} ms, "
-                  f"audio only {figures['audio_only']['answer_accuracy']}")
+                  f"audio only {figures['audio_only']['answer_accuracy']}, "
+                  f"a person waits p50/p95 {figures['human_wait_ms']['p50']}/{figures['human_wait_ms']['p95']} ms")
             for label, row in figures["answer_verdicts"].items():
                 print(f"  {label:10s} precision {row['precision']}  recall {row['recall']}  n {row['n']}")
             print(f"  beeps: {figures['beeps']}")
