@@ -278,3 +278,11 @@ def test_the_verdict_is_reached_once_and_kept():
     assert detector.on_transcript_done("please leave a message", 200) is None
     assert detector.on_carrier_amd("machine_end_beep", 300) is None
     assert detector.verdict is first
+
+
+def test_a_person_is_a_person_even_when_the_carrier_guessed_machine_start():
+    detector = AnswerDetector()
+    detector.on_carrier_amd("machine_start", 200)
+    line = np.concatenate([quiet(300), speechlike(600, seed=12), quiet(2000)])
+    verdict = feed_audio(detector, ulaw(line))
+    assert verdict.verdict == HUMAN and verdict.reason == "short_greeting" and verdict.at_ms <= 900 + 720

@@ -10,7 +10,8 @@ The signals, in the order they decide:
 
 - the carrier's AMD: ``human`` decides at once, a ``machine_end_*`` at once (a voicemail, unless the
   words already named a screening assistant or an IVR, which carriers report as machines too), ``fax``
-  gives ``unknown``; ``machine_start`` only makes a machine-long greeting decide sooner;
+  gives ``unknown``; ``machine_start`` only makes a machine-long greeting count sooner: a short hello
+  followed by quiet is still a person (carriers' early guesses hang up on people);
 - the words (voicecore/outbound/phrases.py): a strong phrase decides at once;
 - the cadence: a person says a short "hello?" and waits, so a short burst of speech followed by
   ``human_silence_ms`` of quiet is a person; a machine talks on, so ``machine_speech_ms`` of speech is a
@@ -186,7 +187,7 @@ class AnswerDetector:
                                     f"{speech.speech_ms} ms of speech, then quiet")
             return None
         if (settings.min_greeting_speech_ms <= speech.speech_ms <= settings.human_max_speech_ms
-                and speech.silence_ms() >= settings.human_silence_ms and not self._carrier_hint):
+                and speech.silence_ms() >= settings.human_silence_ms):
             return self._decide(HUMAN, "short_greeting", f"{speech.speech_ms} ms of speech, then quiet")
         return None
 
