@@ -8,7 +8,7 @@ day it is written:
   simulator's core);
 - every module of the packages that hold wire formats, call logic and validation: voicecore/carriers/ (every
   carrier's package and their shared base), voicecore/twilio/, voicecore/realtime/, voicecore/bus/,
-  voicecore/validate/, voicecore/call/, voicecore/sim/model/, voicecore/observe/;
+  voicecore/validate/, voicecore/call/, voicecore/sim/model/, voicecore/observe/, voicecore/outbound/;
   in these packages a module named ``transport.py`` is the package's I/O shell and is not pure;
 - the shared constants and arithmetic: voicecore/timing.py, voicecore/stats.py, voicecore/shm/control.py;
 - an agent as data and its flow: voicecore/agent/{spec,actions,arguments,flow,settings}.py.
@@ -36,6 +36,7 @@ PURE_PACKAGES = (
     "voicecore/call",
     "voicecore/sim/model",
     "voicecore/observe",  # a call's observer events from its record entries, and their numbering
+    "voicecore/outbound",  # who answered an outbound call: the detector, its beep filters, phrases and greetings
 )
 PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/control.py",
               # an agent as data and the flow that runs it (loading files and running tools are their shells)
