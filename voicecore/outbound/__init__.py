@@ -1,0 +1,1 @@
+"""Outbound calling: placing calls, telling who answered, and running campaigns."""
