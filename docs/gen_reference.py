@@ -198,6 +198,13 @@ def cli_page() -> str:
                       "```text", _captured_help(replay.main), "```", ""]
             continue
         lines += _parser_section(subparser, f"voicecore {name}", name, summaries.get(name, ""))
+        for nested in [a for a in subparser._actions if isinstance(a, argparse._SubParsersAction)]:
+            # a command with subcommands of its own (voicecore campaign check): each gets its section
+            helps = {choice.dest: choice.help or "" for choice in nested._choices_actions}
+            for action_name, action_parser in nested.choices.items():
+                section = _parser_section(action_parser, f"voicecore {name} {action_name}", f"{name}-{action_name}",
+                                          helps.get(action_name, ""))
+                lines += ["#" + section[0], *section[1:]]
     lines += ["## Tools run with `python -m`", "",
               "### python -m voicecore.shm.sizing {#shm-sizing}", "",
               "```text", _captured_help(sizing.main), "```", ""]
