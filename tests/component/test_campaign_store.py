@@ -78,6 +78,7 @@ def test_a_campaign_killed_twice_mid_run_dials_nobody_twice_nor_outside_the_rule
     assert report["kills"] == 2 and report["runs"] == 3
     assert (report["dialed_twice"], report["dnc_dialed"], report["outside_window"]) == (0, 0, 0)
     assert report["unrecorded_dials"] == 0 and report["over_max_attempts"] == 0 and report["unfinished"] == 0
+    assert report["early_retries"] == 0 and report["interrupted"] > 0
     assert sum(report["outcomes"].values()) == 200 and report["outcomes"]["do-not-call"] == report["do_not_call"]["file"]
     assert report["outcomes"][COMPLETED] > 0 and report["do_not_call"]["opted_out"] == report["outcomes"][OPTED_OUT]
     assert report["dials"] > 200  # retries happened
@@ -89,6 +90,8 @@ def test_the_demo_check_counts_double_dials_listed_numbers_and_dials_outside_the
     campaign_id = store.create(campaign_demo.CAMPAIGN, CampaignSettings(), PEOPLE, NOW)
     store.add_do_not_call(["+46812345679"], "file", NOW)
     assert store.begin_attempt(campaign_id, Dial(2, "+46812345678", 1, ""), NOW)
+    store.end_attempt(campaign_id, 2, 1, BUSY, NOW + 5)
+    assert store.begin_attempt(campaign_id, Dial(2, "+46812345678", 2, ""), NOW + 60)  # busy waits 10 minutes
     store.close()
     carrier = campaign_demo.SimulatedCarrier(tmp_path / "carrier.db", seed=1)
     carrier.place("+46812345678", 1, "", NOW)
@@ -97,5 +100,5 @@ def test_the_demo_check_counts_double_dials_listed_numbers_and_dials_outside_the
     carrier.place("+46812345678", 2, "", NOW + 86400 * 5)  # Saturday noon
     carrier.close()
     report = campaign_demo._check(url, str(tmp_path / "carrier.db"), campaign_id, {"+46812345679"}, seed=1)
-    assert (report["dialed_twice"], report["dnc_dialed"], report["outside_window"], report["unrecorded_dials"]) == (
-        1, 1, 1, 2)
+    assert (report["dialed_twice"], report["dnc_dialed"], report["outside_window"], report["unrecorded_dials"],
+            report["early_retries"]) == (1, 1, 1, 1, 1)

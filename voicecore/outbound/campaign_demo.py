@@ -32,7 +32,7 @@ from pathlib import Path
 
 import phonenumbers
 
-from voicecore.outbound.campaign import CampaignScheduler, CampaignSettings
+from voicecore.outbound.campaign import Attempt, CampaignScheduler, CampaignSettings
 from voicecore.outbound.campaign_file import parse_do_not_call, read_campaign
 from voicecore.outbound.campaign_rules import BUSY, COMPLETED, FAILED, NO_ANSWER, OPTED_OUT, VOICEMAIL
 from voicecore.outbound.campaign_store import CampaignStore
@@ -89,6 +89,7 @@ class SimulatedCarrier:
         self.seed = seed
         self.db = sqlite3.connect(str(path), isolation_level=None, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")  # as the store: a killed process loses no commit, a power cut may
         self.db.execute("CREATE TABLE IF NOT EXISTS placed (number TEXT NOT NULL, attempt INTEGER NOT NULL, "
                         "from_number TEXT NOT NULL, placed_at DOUBLE PRECISION NOT NULL, outcome TEXT NOT NULL)")
         self.db.execute("CREATE TABLE IF NOT EXISTS clock (id INTEGER PRIMARY KEY CHECK (id = 1), now DOUBLE PRECISION NOT NULL)")
@@ -160,7 +161,8 @@ class DemoResult:
     def ok(self) -> bool:
         r = self.report
         return (r["dialed_twice"] == 0 and r["dnc_dialed"] == 0 and r["outside_window"] == 0
-                and r["unrecorded_dials"] == 0 and r["over_max_attempts"] == 0 and r["unfinished"] == 0)
+                and r["unrecorded_dials"] == 0 and r["over_max_attempts"] == 0 and r["unfinished"] == 0
+                and r["early_retries"] == 0)
 
 
 def _attempt_count(store_path: str) -> int:
@@ -244,6 +246,7 @@ def _check(store_url: str, carrier_path: str, campaign_id: int, file_dnc: set[st
             "unrecorded_dials": sum(1 for key in per_attempt if key not in recorded),
             # Killed after the dial was recorded and before the carrier was asked: counted, never placed.
             "recorded_not_placed": len(recorded - set(per_attempt)),
+            "early_retries": _early_retries(attempts, settings),
             "over_max_attempts": sum(1 for _, attempt in per_attempt if attempt > settings.retry.max_attempts),
             "unfinished": len(callees) - sum(scheduler.results().values()),
             "dials": len(placed),
@@ -256,6 +259,16 @@ def _check(store_url: str, carrier_path: str, campaign_id: int, file_dnc: set[st
     finally:
         carrier.close()
         store.close()
+
+
+def _early_retries(attempts: list[Attempt], settings: CampaignSettings) -> int:
+    """Attempts dialled before the wait their previous attempt's outcome sets (RetryPolicy) was over."""
+    early = 0
+    for before, after in zip(attempts, attempts[1:]):
+        if before.row == after.row and before.outcome and before.ended_at is not None:
+            allowed = settings.retry.next_attempt_at(before.outcome, before.attempt, before.ended_at)
+            early += allowed is None or after.dialed_at < allowed
+    return early
 
 
 def main(argv: list[str] | None = None) -> int:
