@@ -1,4 +1,4 @@
-"""The `voicecore` command: up, drain, demo, check, redact, calls, console-key, replay, and the subcommands other packages register
+"""The `voicecore` command: up, drain, demo, check, redact, calls, console-key, campaign, replay, and the subcommands other packages register
 (bench, gate).
 
 Owns argument parsing and exit codes only; each subcommand's work lives in its own module. Subcommands
@@ -182,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _register_commands(sub)
 
+    from voicecore.outbound.campaign_command import register as register_campaign
+
+    register_campaign(sub)
     replay = sub.add_parser("replay", help="replay a recorded call through the cores (see `voicecore replay -h`)", add_help=False)
     replay.add_argument("replay_args", nargs=argparse.REMAINDER)
     replay.set_defaults(func=_cmd_replay)

@@ -100,6 +100,11 @@ def test_every_command_and_option_is_on_the_cli_page():
             for option in action.option_strings:
                 if option not in ("-h", "--help"):
                     assert f"`{option}" in page or f" {option}" in page, f"voicecore {name} {option}"
+        for nested in [a for a in subparser._actions if hasattr(a, "choices") and isinstance(a.choices, dict)]:
+            for action_name, action_parser in nested.choices.items():  # voicecore campaign demo
+                section = page.split(f"### voicecore {name} {action_name} {{#{name}-{action_name}}}", 1)[1].split("\n## ")[0]
+                for option in (o for a in action_parser._actions for o in a.option_strings if o not in ("-h", "--help")):
+                    assert f"`{option}" in section, f"voicecore {name} {action_name} {option}"
     for option in ("--wav", "--json", "--max-calls"):  # replay's own parser, the shm sizing tool
         assert option in page
 

@@ -8,7 +8,8 @@ them into ``%s``, so no statement here may hold a literal ``?`` or ``%``.
 Migrations only ever get appended: migration N runs once, in one transaction, and records N in
 ``schema_version``. A statement is SQL text for both dialects, or a dict of each dialect's own text (the
 transcripts' full-text index is SQLite's FTS5 there and a ``tsvector`` with a GIN index in PostgreSQL).
-Caller numbers are not stored: records do not hold them.
+Caller numbers are not stored: records do not hold them. The campaign tables (migration 6) hold the
+numbers a campaign calls and its do-not-call list.
 """
 
 from __future__ import annotations
@@ -217,8 +218,52 @@ MIGRATION_5 = (
      "postgresql": "UPDATE calls SET carrier = 'exotel' WHERE call_sid ~ '^[0-9a-f]{32}$'"},
 )
 
+MIGRATION_6 = (
+    # Outbound campaigns (voicecore/outbound/campaign_store.py): one row per campaign, its settings as JSON.
+    # Unlike the call tables these hold the numbers a campaign calls: a campaign cannot resume without them.
+    """CREATE TABLE campaigns (
+        id {id},
+        name TEXT NOT NULL UNIQUE,
+        created_at DOUBLE PRECISION NOT NULL,
+        settings TEXT NOT NULL)""",
+    # A campaign's callees, one per row of its file (row_no: the file's row, the header being row 1): the
+    # number in E.164, the time zones its calling window is read in (comma-separated; several when the
+    # number's region spans zones), and its other fields as a JSON object.
+    """CREATE TABLE campaign_callees (
+        campaign_id BIGINT NOT NULL REFERENCES campaigns (id) ON DELETE CASCADE,
+        row_no INTEGER NOT NULL,
+        number TEXT NOT NULL,
+        zones TEXT NOT NULL,
+        fields TEXT NOT NULL,
+        PRIMARY KEY (campaign_id, row_no),
+        UNIQUE (campaign_id, number))""",
+    # Every dial of a callee, written with state 'dialing' and committed before the call is placed, then
+    # 'ended' with its outcome. The key makes a second dial for one attempt impossible; an attempt still
+    # 'dialing' when a campaign restarts ends as 'interrupted' (its outcome unknown) and counts as made.
+    # Times are seconds since the epoch.
+    """CREATE TABLE campaign_attempts (
+        campaign_id BIGINT NOT NULL REFERENCES campaigns (id) ON DELETE CASCADE,
+        row_no INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        from_number TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('dialing', 'ended')),
+        outcome TEXT NOT NULL DEFAULT '',
+        dialed_at DOUBLE PRECISION NOT NULL,
+        ended_at DOUBLE PRECISION,
+        call_sid TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (campaign_id, row_no, attempt),
+        FOREIGN KEY (campaign_id, row_no) REFERENCES campaign_callees (campaign_id, row_no) ON DELETE CASCADE)""",
+    "CREATE INDEX campaign_attempts_state ON campaign_attempts (campaign_id, state)",
+    # The do-not-call list, for every campaign: numbers in E.164, from a file or an opt-out during a call
+    # (source), and when they were added (seconds since the epoch).
+    """CREATE TABLE do_not_call (
+        number TEXT NOT NULL PRIMARY KEY,
+        source TEXT NOT NULL,
+        added_at DOUBLE PRECISION NOT NULL)""",
+)
+
 MIGRATIONS: tuple[tuple[str | dict[str, str], ...], ...] = (
-    MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5)  # MIGRATIONS[n - 1] is migration n
+    MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6)  # MIGRATIONS[n - 1] is migration n
 LATEST_VERSION = len(MIGRATIONS)
 
 
