@@ -8,11 +8,12 @@ day it is written:
   simulator's core);
 - every module of the packages that hold wire formats, call logic and validation: voicecore/carriers/ (every
   carrier's package and their shared base), voicecore/twilio/, voicecore/realtime/, voicecore/bus/,
-  voicecore/validate/, voicecore/call/, voicecore/sim/model/, voicecore/observe/, voicecore/outbound/;
+  voicecore/validate/, voicecore/call/, voicecore/sim/model/, voicecore/observe/;
   in these packages a module named ``transport.py`` is the package's I/O shell and is not pure;
 - the shared constants and arithmetic: voicecore/timing.py, voicecore/stats.py, voicecore/shm/control.py;
 - an agent as data and its flow: voicecore/agent/{spec,actions,arguments,flow,settings}.py;
-- a campaign's rules and scheduler: voicecore/outbound/{campaign_rules,campaign}.py.
+- who answered an outbound call, and a campaign's rules and scheduler: voicecore/outbound/{answer,beep,speech,
+  phrases,greetings,campaign_rules,campaign}.py (the campaign's file reader, store and demo are their shells).
 
 A module of those packages that does I/O on purpose is named in ``IO_ALLOWED`` with the imports it may
 use and why; everything else about it is still checked. ``MIN_PURE_MODULES`` is a floor: a glob that
@@ -37,7 +38,6 @@ PURE_PACKAGES = (
     "voicecore/call",
     "voicecore/sim/model",
     "voicecore/observe",  # a call's observer events from its record entries, and their numbering
-    "voicecore/outbound",  # who answered an outbound call: the detector, its beep filters, phrases and greetings
 )
 PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/control.py",
               # an agent as data and the flow that runs it (loading files and running tools are their shells)
@@ -47,6 +47,9 @@ PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/contro
               "voicecore/store/summary.py",
               # signed stream tokens any node verifies, their per-node redeemed cache, the shared store's verdicts
               "voicecore/stream_tokens.py",
+              # who answered an outbound call: the detector, its beep filters, speech segments, phrases, greetings
+              "voicecore/outbound/answer.py", "voicecore/outbound/beep.py", "voicecore/outbound/speech.py",
+              "voicecore/outbound/phrases.py", "voicecore/outbound/greetings.py",
               # a campaign's rules and its scheduler (the file reader, the store and the demo are their shells)
               "voicecore/outbound/campaign_rules.py", "voicecore/outbound/campaign.py")
 IO_SHELL_NAMES = frozenset({"transport.py"})  # a pure package's one I/O shell, by name
