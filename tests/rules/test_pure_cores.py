@@ -31,6 +31,7 @@ PURE_PACKAGES = (
     "voicecore/carriers",
     "voicecore/twilio",
     "voicecore/realtime",
+    "voicecore/gemini",  # the Gemini Live wire codec
     "voicecore/bus",
     "voicecore/validate",
     "voicecore/call",
