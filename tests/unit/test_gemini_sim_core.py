@@ -39,6 +39,25 @@ def test_bad_first_messages_close_with_the_vendors_codes(first: str, code: int, 
     assert conn.take_outgoing() == []
 
 
+@pytest.mark.parametrize("message", [
+    '{"realtimeInput":{"audio":"x"}}', '{"realtimeInput":{"audio":{"mimeType":"audio/pcm","data":"@@"}}}',
+    '{"realtimeInput":{"audio":{"mimeType":"audio/pcm","data":7}}}', '{"clientContent":{"turns":[1]}}',
+    '{"clientContent":{"turns":[{"parts":[{"text":1}]}],"turnComplete":true}}', '{"clientContent":{"turns":"x"}}',
+    '{"toolResponse":{"functionResponses":[{"id":["x"]}]}}', '{"toolResponse":{"functionResponses":[]}}',
+    '{"realtimeInput":{"activityStart":{},"activityEnd":{}}}', '{"realtimeInput":[]}',
+])
+def test_bad_messages_after_setup_close_never_raise(message: str) -> None:
+    conn = connect(automatic_activity_detection=False)
+    conn.receive(message, 10)
+    assert conn.close is not None and conn.close[0] == 1007 and conn.close[1]
+
+
+def test_a_setup_member_of_the_wrong_type_is_refused() -> None:
+    conn = GeminiConnection(GeminiSimConfig(), ANSWERS, SessionStore(), api_key="k", now_ms=0)
+    conn.receive('{"setup":{"model":"models/m","realtimeInputConfig":"off"}}', 0)
+    assert conn.close is not None and conn.close[0] == 1007
+
+
 def test_key_and_model_are_checked_at_setup() -> None:
     assert connect(key=None).close[0] == 1008
     assert "API key not valid" in connect(GeminiSimConfig(api_keys=("good",)), key="bad").close[1]

@@ -193,14 +193,18 @@ class GeminiConnection:
         if self.session is None and kind != "setup":
             self._refuse(CLOSE_POLICY_VIOLATION, "The first message must be setup.")
             return
-        if kind == "setup":
-            self._setup(body, now_ms)
-        elif kind == "realtimeInput":
-            self._realtime_input(body, now_ms)
-        elif kind == "clientContent":
-            self._client_content(body, now_ms)
-        else:
-            self._tool_response(body, now_ms)
+        try:
+            if kind == "setup":
+                self._setup(body, now_ms)
+            elif kind == "realtimeInput":
+                self._realtime_input(body, now_ms)
+            elif kind == "clientContent":
+                self._client_content(body, now_ms)
+            else:
+                self._tool_response(body, now_ms)
+        except (AttributeError, TypeError, ValueError):
+            # a member of the wrong JSON type deeper in: refused like any unreadable payload, never raised
+            self._refuse(CLOSE_INVALID_PAYLOAD, f"Invalid JSON payload received. A member of {kind} has the wrong type.")
 
     def _refuse(self, code: int, reason: str) -> None:
         # a close reason is at most 123 bytes (RFC 6455 5.5: 125 with the code)
@@ -303,7 +307,10 @@ class GeminiConnection:
             if not isinstance(parts, list):
                 self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. A turn has a list of parts.")
                 return
-            text = " ".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+            if not all(isinstance(p, dict) and isinstance(p.get("text", ""), str) for p in parts):
+                self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. A part's text is a string.")
+                return
+            text = " ".join(p["text"] for p in parts if "text" in p)
             self.session.history.append((str(turn.get("role", "user")), text))
             texts.append(text)
         if body.get("turnComplete"):
