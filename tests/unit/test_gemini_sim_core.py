@@ -173,3 +173,18 @@ def test_setup_twice_is_refused() -> None:
     conn.receive(gp.setup("gemini-x", "again"), 5)
     assert conn.close is not None and conn.close[0] == 1008
     assert json.loads(conn.take_outgoing()[0]) == {"setupComplete": {}}
+
+
+def test_proto_field_names_are_accepted_as_the_vendors_parser_accepts_them() -> None:
+    """proto3 JSON parsers take a field's proto name as well as its lowerCamelCase name; Google's SDK sends
+    ``realtime_input`` and nested snake_case members in setup."""
+    conn = GeminiConnection(GeminiSimConfig(), ANSWERS, SessionStore(), api_key="k", now_ms=0)
+    conn.receive('{"setup":{"model":"models/m","realtime_input_config":{"automatic_activity_detection":'
+                 '{"disabled":true}},"session_resumption":{}}}', 0)
+    assert conn.close is None and not conn.automatic_vad and conn.resumption
+    conn.receive('{"realtime_input":{"activity_start":{}}}', 1)
+    conn.receive('{"realtime_input":{"audio":{"data":"AAA=","mime_type":"audio/pcm;rate=16000"}}}', 2)
+    conn.receive('{"realtime_input":{"activity_end":{}}}', 3)
+    assert conn.close is None and conn.record.turns_started == 1 and conn.record.audio_in_bytes == 2
+    conn.receive('{"realtime_input":{"activity_middle":{}}}', 4)
+    assert conn.close is not None and conn.close[0] == 1007

@@ -7,7 +7,7 @@ handle continues one) and the agent clips as 24 kHz PCM16 answers. Protocol beha
 this module must not decide what the server says. Binds 127.0.0.1 only by default.
 
 The path is the Gemini API's, ``/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent``,
-with the API key in the ``key`` query parameter; another path is answered HTTP 404. A wrong key or an unknown
+with the API key in the ``key`` query parameter (or the ``x-goog-api-key`` header, as Google's SDK sends it); another path is answered HTTP 404. A wrong key or an unknown
 model is refused as the vendor refuses it: the upgrade succeeds and the connection closes 1008 once
 ``setup`` arrives.
 
@@ -22,6 +22,7 @@ import asyncio
 import functools
 import logging
 import signal
+import ssl
 import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
@@ -39,6 +40,7 @@ from voicecore.timing import SAMPLE_RATE_HZ
 
 log = logging.getLogger("voicecore.sim.gemini")
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+API_KEY_HEADER = "x-goog-api-key"
 _ws_log = logging.getLogger("voicecore.sim.gemini.ws")  # picows logs every connection at INFO
 _ws_log.setLevel(logging.WARNING)
 
@@ -80,7 +82,8 @@ class GeminiSimServer:
         target = urlsplit(request.path.decode("latin-1"))
         if target.path != LIVE_PATH:
             return WSUpgradeResponseWithListener(WSUpgradeResponse.create_error_response(404, b"Not Found"), None)
-        key = parse_qs(target.query).get("key", [None])[0]
+        # the Gemini API takes the key in the `key` query parameter or the x-goog-api-key header (the SDK's way)
+        key = parse_qs(target.query).get("key", [None])[0] or request.headers.get(API_KEY_HEADER)
         connection = GeminiConnection(self.config, self.answers, self.store, api_key=key, now_ms=now_ms())
         self.connections.append(connection)
         return _ConnectionSocket(connection)
@@ -147,10 +150,13 @@ class _ConnectionSocket(WSListener):
 
 
 async def serve_gemini_sim(host: str = "127.0.0.1", port: int = 0, config: GeminiSimConfig | None = None,
-                           answers: tuple[Answer, ...] | None = None) -> tuple[GeminiSimServer, int]:
-    """Start the simulator; returns it and the bound port."""
+                           answers: tuple[Answer, ...] | None = None, *,
+                           ssl_context: ssl.SSLContext | None = None) -> tuple[GeminiSimServer, int]:
+    """Start the simulator; returns it and the bound port. ``ssl_context``: serve wss:// (Google's SDK
+    connects only over TLS, so a test that points the SDK at the simulator needs it)."""
     sim = GeminiSimServer(config or GeminiSimConfig(), answers if answers is not None else default_answers())
-    sim.server = await ws_create_server(sim._open, host, port, logger_name=_ws_log, max_frame_size=MAX_MESSAGE_BYTES)
+    sim.server = await ws_create_server(sim._open, host, port, logger_name=_ws_log, max_frame_size=MAX_MESSAGE_BYTES,
+                                        ssl=ssl_context)
     sim.port = sim.server.sockets[0].getsockname()[1] if sim.server.sockets else port
     return sim, sim.port
 

@@ -47,6 +47,28 @@ _REALTIME_MEMBERS = frozenset({"audio", "mediaChunks", "audioStreamEnd", "video"
                                "activityEnd"})
 
 
+def _camel(name: str) -> str:
+    """A field's lowerCamelCase JSON name from its proto name (``realtime_input`` -> ``realtimeInput``)."""
+    head, *rest = name.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name)
+
+
+def _field(obj: dict[str, Any], name: str, default: Any = None) -> Any:
+    """Member ``name`` (lowerCamelCase) of a client message object, under either spelling: proto3 JSON
+    parsers accept the proto field name too, and Google's Python SDK sends ``realtime_input`` so."""
+    if name in obj:
+        return obj[name]
+    return obj.get(_snake(name), default)
+
+
+def _names(obj: dict[str, Any]) -> set[str]:
+    return {_camel(key) for key in obj}
+
+
 @dataclass(frozen=True, slots=True)
 class ToolRule:
     """A tool call the simulated model makes instead of answering a caller turn: on the caller's
@@ -183,9 +205,10 @@ class GeminiConnection:
         if not isinstance(message, dict) or len(message) != 1:
             self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. A message has exactly one member.")
             return
-        (kind, body), = message.items()
+        (spelled, body), = message.items()
+        kind = _camel(spelled)
         if kind not in _CLIENT_MEMBERS:
-            self._refuse(CLOSE_INVALID_PAYLOAD, f'Invalid JSON payload received. Unknown name "{kind}": Cannot find field.')
+            self._refuse(CLOSE_INVALID_PAYLOAD, f'Invalid JSON payload received. Unknown name "{spelled}": Cannot find field.')
             return
         if not isinstance(body, dict):
             self._refuse(CLOSE_INVALID_PAYLOAD, f"Invalid JSON payload received. {kind} is not an object.")
@@ -215,7 +238,7 @@ class GeminiConnection:
         if self.session is not None:
             self._refuse(CLOSE_POLICY_VIOLATION, "setup may be sent only once per connection.")
             return
-        unknown = sorted(set(body) - _SETUP_MEMBERS)
+        unknown = sorted(_names(body) - _SETUP_MEMBERS)
         if unknown:
             self._refuse(CLOSE_INVALID_PAYLOAD,
                          f"Invalid JSON payload received. Unknown name \"{unknown[0]}\" at 'setup': Cannot find field.")
@@ -223,16 +246,16 @@ class GeminiConnection:
         if not self.api_key or (self.config.api_keys and self.api_key not in self.config.api_keys):
             self._refuse(CLOSE_POLICY_VIOLATION, "API key not valid. Please pass a valid API key.")
             return
-        model = body.get("model")
+        model = _field(body, "model")
         if not isinstance(model, str) or not model.startswith("models/") or not self.config.serves(model):
             self._refuse(CLOSE_POLICY_VIOLATION, f"{model} is not found for API version v1beta, or is not "
                                                  "supported for bidiGenerateContent.")
             return
-        detection = (body.get("realtimeInputConfig") or {}).get("automaticActivityDetection") or {}
-        self.automatic_vad = not detection.get("disabled", False)
-        resumption = body.get("sessionResumption")
+        detection = _field(_field(body, "realtimeInputConfig") or {}, "automaticActivityDetection") or {}
+        self.automatic_vad = not _field(detection, "disabled", False)
+        resumption = _field(body, "sessionResumption")
         self.resumption = isinstance(resumption, dict)
-        handle = resumption.get("handle") if self.resumption else None
+        handle = _field(resumption, "handle") if self.resumption else None
         if handle:
             session = self.store.by_handle.get(handle)
             if session is None:
@@ -249,12 +272,13 @@ class GeminiConnection:
             self._send({"sessionResumptionUpdate": {"newHandle": self.store.issue_handle(session), "resumable": True}})
 
     def _realtime_input(self, body: dict[str, Any], now_ms: int) -> None:
-        unknown = sorted(set(body) - _REALTIME_MEMBERS)
+        unknown = sorted(_names(body) - _REALTIME_MEMBERS)
         if unknown or len(body) != 1:
             self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. realtimeInput takes one of "
                                                 "audio, video, text, activityStart, activityEnd, audioStreamEnd.")
             return
-        (kind, value), = body.items()
+        (spelled, value), = body.items()
+        kind = _camel(spelled)
         if kind in ("activityStart", "activityEnd"):
             if self.automatic_vad:
                 self._refuse(CLOSE_INVALID_PAYLOAD, "Explicit activity control is not supported when automatic "
@@ -272,11 +296,11 @@ class GeminiConnection:
         # video, text, mediaChunks: a voice agent sends none; accepted and ignored
 
     def _audio(self, blob: Any, now_ms: int) -> None:
-        if not isinstance(blob, dict) or not str(blob.get("mimeType", "")).startswith("audio/pcm"):
+        if not isinstance(blob, dict) or not str(_field(blob, "mimeType", "")).startswith("audio/pcm"):
             self._refuse(CLOSE_INVALID_PAYLOAD, "realtimeInput.audio must be a blob of audio/pcm.")
             return
         try:
-            pcm = binascii.a2b_base64(blob.get("data", ""), strict_mode=True)
+            pcm = binascii.a2b_base64(_field(blob, "data", ""), strict_mode=True)
         except (binascii.Error, ValueError, TypeError):
             self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid value at 'realtime_input.audio.data': not base64.")
             return
@@ -296,14 +320,14 @@ class GeminiConnection:
                 self._caller_ended(now_ms)
 
     def _client_content(self, body: dict[str, Any], now_ms: int) -> None:
-        turns = body.get("turns", [])
+        turns = _field(body, "turns", [])
         if not isinstance(turns, list):
             self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. clientContent.turns is a list.")
             return
         assert self.session is not None
         texts = []
         for turn in turns:
-            parts = turn.get("parts", []) if isinstance(turn, dict) else None
+            parts = _field(turn, "parts", []) if isinstance(turn, dict) else None
             if not isinstance(parts, list):
                 self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. A turn has a list of parts.")
                 return
@@ -313,13 +337,13 @@ class GeminiConnection:
             text = " ".join(p["text"] for p in parts if "text" in p)
             self.session.history.append((str(turn.get("role", "user")), text))
             texts.append(text)
-        if body.get("turnComplete"):
+        if _field(body, "turnComplete"):
             self._caller_text = " ".join(texts)
             self._caller_started(now_ms)
             self._caller_ended(now_ms)
 
     def _tool_response(self, body: dict[str, Any], now_ms: int) -> None:
-        responses = body.get("functionResponses")
+        responses = _field(body, "functionResponses")
         if not isinstance(responses, list) or not responses:
             self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. toolResponse.functionResponses is a list.")
             return
