@@ -132,6 +132,7 @@ def test_a_session_from_setup_to_resumption() -> None:
         finally:
             await sim.aclose()
         first_connection, second_connection = sim.connections
+        assert first_connection.record.disconnected
         assert second_connection.record.resumed and second_connection.session is first_connection.session
         assert len(sim.store.sessions) == 1 and first_connection.session.model_turns == 3
         assert first_connection.record.interrupts == 1

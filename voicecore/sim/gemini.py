@@ -12,7 +12,7 @@ model is refused as the vendor refuses it: the upgrade succeeds and the connecti
 ``setup`` arrives.
 
     python -m voicecore.sim.gemini --port 9200 [--api-key KEY] [--serve-model NAME] [--connection-limit-s 600]
-        [--go-away-notice-s 10] [--late-chunks 2] [--speed-factor 4]
+        [--go-away-notice-s 10] [--late-chunks 2] [--speed-factor 4] [--keep-closed 50]
 """
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ class GeminiSimServer:
     connections: list[GeminiConnection] = field(default_factory=list)
     server: asyncio.Server | None = None
     port: int = 0
+    # closed connections kept in `connections` (oldest dropped first); None keeps all, as a test wants
+    keep_closed: int | None = None
 
     def _open(self, request: WSUpgradeRequest) -> "WSListener | WSUpgradeResponseWithListener":
         target = urlsplit(request.path.decode("latin-1"))
@@ -85,8 +87,17 @@ class GeminiSimServer:
         # the Gemini API takes the key in the `key` query parameter or the x-goog-api-key header (the SDK's way)
         key = parse_qs(target.query).get("key", [None])[0] or request.headers.get(API_KEY_HEADER)
         connection = GeminiConnection(self.config, self.answers, self.store, api_key=key, now_ms=now_ms())
+        self._prune()
         self.connections.append(connection)
         return _ConnectionSocket(connection)
+
+    def _prune(self) -> None:
+        if self.keep_closed is None:
+            return
+        closed = [c for c in self.connections if c.record.disconnected]
+        drop = {id(c) for c in closed[: max(0, len(closed) - self.keep_closed)]}
+        if drop:
+            self.connections = [c for c in self.connections if id(c) not in drop]
 
     async def aclose(self) -> None:
         if self.server is not None:
@@ -144,6 +155,7 @@ class _ConnectionSocket(WSListener):
             self.timer = self.loop.call_at(self.loop.time() + max(0, wakeup - now_ms()) / 1000, self._send_due)
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
+        self.connection.record.disconnected = True
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -151,10 +163,12 @@ class _ConnectionSocket(WSListener):
 
 async def serve_gemini_sim(host: str = "127.0.0.1", port: int = 0, config: GeminiSimConfig | None = None,
                            answers: tuple[Answer, ...] | None = None, *,
-                           ssl_context: ssl.SSLContext | None = None) -> tuple[GeminiSimServer, int]:
+                           ssl_context: ssl.SSLContext | None = None,
+                           keep_closed: int | None = None) -> tuple[GeminiSimServer, int]:
     """Start the simulator; returns it and the bound port. ``ssl_context``: serve wss:// (Google's SDK
     connects only over TLS, so a test that points the SDK at the simulator needs it)."""
-    sim = GeminiSimServer(config or GeminiSimConfig(), answers if answers is not None else default_answers())
+    sim = GeminiSimServer(config or GeminiSimConfig(), answers if answers is not None else default_answers(),
+                          keep_closed=keep_closed)
     sim.server = await ws_create_server(sim._open, host, port, logger_name=_ws_log, max_frame_size=MAX_MESSAGE_BYTES,
                                         ssl=ssl_context)
     sim.port = sim.server.sockets[0].getsockname()[1] if sim.server.sockets else port
@@ -170,7 +184,7 @@ async def _main(args: argparse.Namespace) -> None:
         speed_factor=args.speed_factor,
         late_chunks_after_interrupt=args.late_chunks,
     )
-    sim, port = await serve_gemini_sim(args.host, args.port, config)
+    sim, port = await serve_gemini_sim(args.host, args.port, config, keep_closed=args.keep_closed)
     log.info("gemini simulator listening on %s:%d connection_limit_s=%g late_chunks=%d", args.host, port,
              args.connection_limit_s, args.late_chunks)
     stop = asyncio.Event()
@@ -197,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="model audio is sent this many times faster than real time (default 4)")
     parser.add_argument("--late-chunks", type=int, default=0, choices=range(4),
                         help="audio chunks of an interrupted turn still sent after `interrupted` (0-3, default 0)")
+    parser.add_argument("--keep-closed", type=int, default=50, help="closed connections kept in memory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     asyncio.run(_main(args))

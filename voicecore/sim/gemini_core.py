@@ -156,7 +156,8 @@ class ConnectionRecord:
     tool_responses: list[tuple[str, str, dict]] = field(default_factory=list)  # (id, name, response)
     cancelled_calls: list[str] = field(default_factory=list)
     go_away_ms: int | None = None
-    closed: tuple[int, str] | None = None
+    closed: tuple[int, str] | None = None  # the close the server decided on, if it did
+    disconnected: bool = False  # set by the shell once the socket is gone, whoever closed it
 
 
 @dataclass(slots=True)
