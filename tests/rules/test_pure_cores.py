@@ -33,6 +33,7 @@ PURE_PACKAGES = (
     "voicecore/carriers",
     "voicecore/twilio",
     "voicecore/realtime",
+    "voicecore/gemini",  # the Gemini Live wire codec
     "voicecore/bus",
     "voicecore/validate",
     "voicecore/call",

@@ -1,0 +1,190 @@
+"""The Gemini Live simulator's core (voicecore.sim.gemini_core), fed messages and a clock: refusals,
+turn taking by its VAD or the client's activity signals, barge-in, tools, goAway and resumption."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from voicecore.gemini import protocol as gp
+from voicecore.sim.gemini_core import Answer, GeminiConnection, GeminiSimConfig, SessionStore, ToolRule
+
+ANSWERS = (Answer("One two three four", b"\x20\x00" * 24_000), Answer("Second answer", b"\x20\x00" * 12_000))
+
+
+def connect(config: GeminiSimConfig | None = None, store: SessionStore | None = None, *, key: str | None = "k",
+            now: int = 0, **setup) -> GeminiConnection:
+    conn = GeminiConnection(config or GeminiSimConfig(), ANSWERS, store or SessionStore(), api_key=key, now_ms=now)
+    conn.receive(gp.setup("gemini-x", "be brief", **setup), now)
+    return conn
+
+
+def events(conn: GeminiConnection) -> list:
+    return [event for text in conn.take_outgoing() for event in gp.parse_server_message(text)]
+
+
+@pytest.mark.parametrize(("first", "code", "reason"), [
+    (gp.activity_end(), 1008, "first message must be setup"),
+    ("{not json", 1007, "Invalid JSON"),
+    ('{"setup":{},"toolResponse":{}}', 1007, "exactly one member"),
+    ('{"sessionUpdate":{}}', 1007, 'Unknown name "sessionUpdate"'),
+    ('{"setup":{"model":"models/m","voice":"x"}}', 1007, 'Unknown name "voice"'),
+])
+def test_bad_first_messages_close_with_the_vendors_codes(first: str, code: int, reason: str) -> None:
+    conn = GeminiConnection(GeminiSimConfig(), ANSWERS, SessionStore(), api_key="k", now_ms=0)
+    conn.receive(first, 0)
+    assert conn.close is not None and conn.close[0] == code and reason in conn.close[1]
+    assert conn.take_outgoing() == []
+
+
+@pytest.mark.parametrize("message", [
+    '{"realtimeInput":{"audio":"x"}}', '{"realtimeInput":{"audio":{"mimeType":"audio/pcm","data":"@@"}}}',
+    '{"realtimeInput":{"audio":{"mimeType":"audio/pcm","data":7}}}', '{"clientContent":{"turns":[1]}}',
+    '{"clientContent":{"turns":[{"parts":[{"text":1}]}],"turnComplete":true}}', '{"clientContent":{"turns":"x"}}',
+    '{"toolResponse":{"functionResponses":[{"id":["x"]}]}}', '{"toolResponse":{"functionResponses":[]}}',
+    '{"realtimeInput":{"activityStart":{},"activityEnd":{}}}', '{"realtimeInput":[]}',
+])
+def test_bad_messages_after_setup_close_never_raise(message: str) -> None:
+    conn = connect(automatic_activity_detection=False)
+    conn.receive(message, 10)
+    assert conn.close is not None and conn.close[0] == 1007 and conn.close[1]
+
+
+def test_a_setup_member_of_the_wrong_type_is_refused() -> None:
+    conn = GeminiConnection(GeminiSimConfig(), ANSWERS, SessionStore(), api_key="k", now_ms=0)
+    conn.receive('{"setup":{"model":"models/m","realtimeInputConfig":"off"}}', 0)
+    assert conn.close is not None and conn.close[0] == 1007
+
+
+def test_key_and_model_are_checked_at_setup() -> None:
+    assert connect(key=None).close[0] == 1008
+    assert "API key not valid" in connect(GeminiSimConfig(api_keys=("good",)), key="bad").close[1]
+    assert "is not found" in connect(GeminiSimConfig(models=("gemini-y",))).close[1]
+    ok = connect(GeminiSimConfig(api_keys=("k",), models=("models/gemini-x",)))
+    assert ok.close is None and events(ok)[0] == gp.SetupComplete()
+
+
+def test_explicit_activity_signals_need_detection_disabled() -> None:
+    conn = connect()
+    conn.receive(gp.activity_start(), 10)
+    assert conn.close is not None and conn.close[0] == 1007
+
+
+def test_own_vad_ends_the_callers_turn_after_silence() -> None:
+    conn = connect(GeminiSimConfig(vad_silence_ms=300))
+    events(conn)
+    speech = (8000 * np.sin(np.arange(320) / 3)).astype("<i2").tobytes()  # 20 ms at 16 kHz
+    for n in range(5):
+        conn.receive(gp.realtime_audio(speech), n * 20)
+    for n in range(14):  # 280 ms of silence: not yet the end
+        conn.receive(gp.realtime_audio(bytes(640)), 100 + n * 20)
+    assert conn.record.turns_started == 0
+    conn.receive(gp.realtime_audio(bytes(640)), 400)
+    conn.advance(400)
+    out = events(conn)
+    assert isinstance(out[0], gp.InputTranscription) and isinstance(out[1], gp.ModelAudio)
+    assert conn.record.turns_started == 1
+
+
+def test_a_whole_turn_then_a_resumption_handle() -> None:
+    conn = connect(GeminiSimConfig(speed_factor=4.0, chunk_ms=40), automatic_activity_detection=False)
+    events(conn)
+    conn.receive(gp.activity_start(), 0)
+    conn.receive(gp.activity_end(), 0)
+    conn.advance(10_000)
+    out = events(conn)
+    audio = b"".join(e.audio for e in out if isinstance(e, gp.ModelAudio))
+    assert audio == ANSWERS[0].pcm24  # 1 s at 24 kHz, in 25 chunks of 40 ms
+    assert "".join(e.text for e in out if isinstance(e, gp.OutputTranscription)).split() == "One two three four".split()
+    assert [type(e) for e in out[-4:]] == [gp.GenerationComplete, gp.TurnComplete, gp.UsageMetadata,
+                                           gp.SessionResumptionUpdate]
+
+
+def test_audio_is_paced_by_the_speed_factor() -> None:
+    conn = connect(GeminiSimConfig(speed_factor=2.0, chunk_ms=40), automatic_activity_detection=False)
+    events(conn)
+    conn.receive(gp.activity_start(), 1000)
+    conn.receive(gp.activity_end(), 1000)
+    conn.advance(1100)  # 100 ms at 20 ms a chunk: chunks 0..5
+    assert sum(isinstance(e, gp.ModelAudio) for e in events(conn)) == 6
+    assert conn.next_wakeup_ms() == 1120
+
+
+def test_barge_in_cuts_the_turn_and_late_chunks_follow_interrupted() -> None:
+    conn = connect(GeminiSimConfig(late_chunks_after_interrupt=2), automatic_activity_detection=False)
+    events(conn)
+    conn.receive(gp.activity_start(), 0)
+    conn.receive(gp.activity_end(), 0)
+    conn.advance(50)
+    events(conn)
+    conn.receive(gp.activity_start(), 60)
+    out = events(conn)
+    assert isinstance(out[0], gp.Interrupted)  # late audio (and its words) come after it
+    assert sum(isinstance(e, gp.ModelAudio) for e in out[1:]) == 2
+    conn.advance(10_000)
+    assert events(conn) == []  # the cut turn is over: no turnComplete, no more audio
+    assert conn.record.interrupts == 1 and conn.record.late_chunks_sent == 2
+
+
+def test_tool_call_round_trip_and_cancellation() -> None:
+    rule = ToolRule("book", {"day": "mon"}, on_turn=1)
+    conn = connect(GeminiSimConfig(tool_rules=(rule,)), automatic_activity_detection=False)
+    events(conn)
+    conn.receive(gp.activity_start(), 0)
+    conn.receive(gp.activity_end(), 0)
+    (call,) = [e for e in events(conn) if isinstance(e, gp.ToolCall)]
+    assert conn.record.turns_started == 0  # the model waits for the result
+    conn.receive(gp.tool_response([(call.calls[0].call_id, "book", {"ok": True})]), 10)
+    assert conn.record.turns_started == 1
+    conn.advance(10_000)
+    events(conn)
+
+    texts = connect(GeminiSimConfig(tool_rules=(ToolRule("book", on_text="BOOK"),)))
+    events(texts)
+    texts.receive(gp.client_content([("user", "I want to book")]), 0)
+    (call,) = [e for e in events(texts) if isinstance(e, gp.ToolCall)]
+    texts.receive(gp.client_content([("user", "never mind")]), 5)
+    assert gp.ToolCallCancellation((call.calls[0].call_id,)) in events(texts)
+    texts.receive(gp.tool_response([(call.calls[0].call_id, "book", {})]), 6)
+    assert texts.close is not None and "answers no pending function call" in texts.close[1]
+
+
+def test_go_away_then_the_limit_then_resumption() -> None:
+    store = SessionStore()
+    config = GeminiSimConfig(connection_limit_ms=60_000, go_away_notice_ms=5_000)
+    conn = connect(config, store, now=1_000)
+    handle = [e for e in events(conn) if isinstance(e, gp.SessionResumptionUpdate)][0].new_handle
+    assert conn.next_wakeup_ms() == 56_000
+    conn.advance(56_000)
+    assert events(conn) == [gp.GoAway(5_000)]
+    assert conn.next_wakeup_ms() == 61_000 and conn.close is None
+    conn.advance(61_000)
+    assert conn.close == (1000, "The connection reached its time limit.")
+
+    again = connect(config, store, now=61_500, resumption_handle=handle)
+    assert again.record.resumed and again.session is conn.session and conn.session.connections == 2
+    assert "Invalid session resumption handle" in connect(config, store, resumption_handle="nope").close[1]
+
+
+def test_setup_twice_is_refused() -> None:
+    conn = connect()
+    conn.receive(gp.setup("gemini-x", "again"), 5)
+    assert conn.close is not None and conn.close[0] == 1008
+    assert json.loads(conn.take_outgoing()[0]) == {"setupComplete": {}}
+
+
+def test_proto_field_names_are_accepted_as_the_vendors_parser_accepts_them() -> None:
+    """proto3 JSON parsers take a field's proto name as well as its lowerCamelCase name; Google's SDK sends
+    ``realtime_input`` and nested snake_case members in setup."""
+    conn = GeminiConnection(GeminiSimConfig(), ANSWERS, SessionStore(), api_key="k", now_ms=0)
+    conn.receive('{"setup":{"model":"models/m","realtime_input_config":{"automatic_activity_detection":'
+                 '{"disabled":true}},"session_resumption":{}}}', 0)
+    assert conn.close is None and not conn.automatic_vad and conn.resumption
+    conn.receive('{"realtime_input":{"activity_start":{}}}', 1)
+    conn.receive('{"realtime_input":{"audio":{"data":"AAA=","mime_type":"audio/pcm;rate=16000"}}}', 2)
+    conn.receive('{"realtime_input":{"activity_end":{}}}', 3)
+    assert conn.close is None and conn.record.turns_started == 1 and conn.record.audio_in_bytes == 2
+    conn.receive('{"realtime_input":{"activity_middle":{}}}', 4)
+    assert conn.close is not None and conn.close[0] == 1007

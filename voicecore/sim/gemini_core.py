@@ -1,0 +1,467 @@
+"""Gemini Live simulator, the core: one connection's protocol behaviour, sans-I/O.
+
+Owns what the simulated vendor says and when, for one WebSocket connection of the BidiGenerateContent
+API: ``setup`` first (answered ``setupComplete``, or refused with the vendor's close codes), the caller's
+activity (its own energy VAD on the 16 kHz PCM when automatic activity detection is on; the client's
+``activityStart`` / ``activityEnd`` when it is disabled), a model turn of 24 kHz PCM16 audio chunks with
+``outputTranscription``, then ``generationComplete`` and ``turnComplete``; barge-in (``interrupted``), tool
+calls (``toolCall``, waiting for ``toolResponse``, ``toolCallCancellation`` on barge-in), ``goAway`` before
+the connection's time limit and ``sessionResumptionUpdate`` handles that a later connection resumes with.
+
+The shell (voicecore/sim/gemini.py) feeds client text and the clock in and writes out what is due; the
+sessions that outlive a connection live in a ``SessionStore`` the shell keeps. No clock, randomness or
+socket here: times are arguments (ms), handles are counters, so every test of it is deterministic.
+
+What the simulated model says is not understood speech: each caller turn is answered with the next agent
+clip in turn, and a ``ToolRule`` fires on a caller turn's number or on the words of a text turn.
+"""
+
+from __future__ import annotations
+
+import binascii
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from voicecore.gemini.protocol import (
+    CLOSE_NORMAL,
+    CLOSE_POLICY_VIOLATION,
+    INPUT_SAMPLE_RATE_HZ,
+    OUTPUT_AUDIO_MIME,
+    OUTPUT_SAMPLE_RATE_HZ,
+    format_duration,
+)
+
+CLOSE_INVALID_PAYLOAD = 1007  # the vendor's answer to a message it cannot read
+BYTES_PER_SAMPLE = 2
+
+# The members each client message may have, as the vendor's JSON mapping names them; anything else is
+# refused as the vendor refuses an unknown field (close 1007 naming it).
+_CLIENT_MEMBERS = frozenset({"setup", "clientContent", "realtimeInput", "toolResponse"})
+_SETUP_MEMBERS = frozenset({"model", "generationConfig", "systemInstruction", "tools", "realtimeInputConfig",
+                            "sessionResumption", "contextWindowCompression", "inputAudioTranscription",
+                            "outputAudioTranscription", "proactivity"})
+_REALTIME_MEMBERS = frozenset({"audio", "mediaChunks", "audioStreamEnd", "video", "text", "activityStart",
+                               "activityEnd"})
+
+
+def _camel(name: str) -> str:
+    """A field's lowerCamelCase JSON name from its proto name (``realtime_input`` -> ``realtimeInput``)."""
+    head, *rest = name.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name)
+
+
+def _field(obj: dict[str, Any], name: str, default: Any = None) -> Any:
+    """Member ``name`` (lowerCamelCase) of a client message object, under either spelling: proto3 JSON
+    parsers accept the proto field name too, and Google's Python SDK sends ``realtime_input`` so."""
+    if name in obj:
+        return obj[name]
+    return obj.get(_snake(name), default)
+
+
+def _names(obj: dict[str, Any]) -> set[str]:
+    return {_camel(key) for key in obj}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRule:
+    """A tool call the simulated model makes instead of answering a caller turn: on the caller's
+    ``on_turn``-th turn of the session (1-based), or on a text turn containing ``on_text`` (any case)."""
+
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+    on_turn: int | None = None
+    on_text: str | None = None
+
+    def matches(self, turn: int, text: str | None) -> bool:
+        if self.on_turn is not None and self.on_turn == turn:
+            return True
+        return self.on_text is not None and text is not None and self.on_text.lower() in text.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class GeminiSimConfig:
+    api_keys: tuple[str, ...] = ()  # keys accepted; empty: any key (a missing one is still refused)
+    models: tuple[str, ...] = ()  # model names served ("gemini-..." or "models/gemini-..."); empty: any
+    connection_limit_ms: int = 600_000  # the vendor ends a connection after about 10 minutes
+    go_away_notice_ms: int = 10_000  # goAway this long before the limit (timeLeft)
+    speed_factor: float = 4.0  # model audio is sent this many times faster than it plays, as the vendor's is
+    chunk_ms: int = 40  # audio per modelTurn chunk
+    late_chunks_after_interrupt: int = 0  # chunks of a cut turn still sent after `interrupted` (a fault)
+    vad_rms: float = 500.0  # 16-bit RMS at or above which a caller's audio message is speech
+    vad_silence_ms: int = 500  # of caller audio below it that ends the caller's activity
+    tool_rules: tuple[ToolRule, ...] = ()
+
+    def serves(self, model: str) -> bool:
+        bare = model.removeprefix("models/")
+        return not self.models or any(m.removeprefix("models/") == bare for m in self.models)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One thing the simulated model says: its words and 24 kHz PCM16 audio."""
+
+    text: str
+    pcm24: bytes
+
+
+@dataclass(slots=True)
+class GeminiSession:
+    """What outlives a connection: the conversation, continued by a resumption handle."""
+
+    number: int
+    caller_turns: int = 0
+    model_turns: int = 0
+    history: list[tuple[str, str]] = field(default_factory=list)  # (role, text), as the model would keep it
+    handles: list[str] = field(default_factory=list)
+    connections: int = 0
+
+
+@dataclass(slots=True)
+class SessionStore:
+    """Sessions by resumption handle (the shell keeps one per server)."""
+
+    by_handle: dict[str, GeminiSession] = field(default_factory=dict)
+    sessions: list[GeminiSession] = field(default_factory=list)
+
+    def new_session(self) -> GeminiSession:
+        session = GeminiSession(len(self.sessions))
+        self.sessions.append(session)
+        return session
+
+    def issue_handle(self, session: GeminiSession) -> str:
+        handle = f"sim-resume-{session.number}-{len(session.handles)}"
+        session.handles.append(handle)
+        self.by_handle[handle] = session
+        return handle
+
+
+@dataclass(slots=True)
+class ConnectionRecord:
+    """What happened on one connection, for tests and harnesses."""
+
+    setup: dict[str, Any] | None = None
+    resumed: bool = False
+    audio_in_bytes: int = 0
+    turns_started: int = 0
+    interrupts: int = 0
+    late_chunks_sent: int = 0
+    tool_calls: list[tuple[str, str]] = field(default_factory=list)  # (id, name)
+    tool_responses: list[tuple[str, str, dict]] = field(default_factory=list)  # (id, name, response)
+    cancelled_calls: list[str] = field(default_factory=list)
+    go_away_ms: int | None = None
+    closed: tuple[int, str] | None = None  # the close the server decided on, if it did
+    disconnected: bool = False  # set by the shell once the socket is gone, whoever closed it
+
+
+@dataclass(slots=True)
+class _Turn:
+    chunks: list[tuple[int, str]]  # (due ms, message text), in order
+    started_ms: int
+
+
+class GeminiConnection:
+    """One WebSocket connection. ``receive`` client text; ``advance`` the clock; ``take_outgoing`` what is
+    due; ``close`` is set once the connection must end (send what is due, then close with it)."""
+
+    def __init__(self, config: GeminiSimConfig, answers: tuple[Answer, ...], store: SessionStore, *,
+                 api_key: str | None, now_ms: int) -> None:
+        if not answers:
+            raise ValueError("the simulator needs at least one answer")
+        self.config = config
+        self.answers = answers
+        self.store = store
+        self.api_key = api_key
+        self.opened_ms = now_ms
+        self.record = ConnectionRecord()
+        self.session: GeminiSession | None = None
+        self.close: tuple[int, str] | None = None
+        self.automatic_vad = True
+        self.resumption = False
+        self._out: list[str] = []
+        self._turn: _Turn | None = None
+        self._pending_calls: dict[str, str] = {}  # id -> name, awaiting toolResponse
+        self._speaking = False
+        self._silence_ms = 0.0
+        self._caller_text: str | None = None
+        self._go_away_due = now_ms + max(0, config.connection_limit_ms - config.go_away_notice_ms)
+        self._limit_due = now_ms + config.connection_limit_ms
+
+    # -- client input -------------------------------------------------------------------------------
+
+    def receive(self, text: str | bytes, now_ms: int) -> None:
+        if self.close is not None:
+            return
+        try:
+            message = orjson.loads(text)
+        except (ValueError, TypeError):
+            self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received.")
+            return
+        if not isinstance(message, dict) or len(message) != 1:
+            self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. A message has exactly one member.")
+            return
+        (spelled, body), = message.items()
+        kind = _camel(spelled)
+        if kind not in _CLIENT_MEMBERS:
+            self._refuse(CLOSE_INVALID_PAYLOAD, f'Invalid JSON payload received. Unknown name "{spelled}": Cannot find field.')
+            return
+        if not isinstance(body, dict):
+            self._refuse(CLOSE_INVALID_PAYLOAD, f"Invalid JSON payload received. {kind} is not an object.")
+            return
+        if self.session is None and kind != "setup":
+            self._refuse(CLOSE_POLICY_VIOLATION, "The first message must be setup.")
+            return
+        try:
+            if kind == "setup":
+                self._setup(body, now_ms)
+            elif kind == "realtimeInput":
+                self._realtime_input(body, now_ms)
+            elif kind == "clientContent":
+                self._client_content(body, now_ms)
+            else:
+                self._tool_response(body, now_ms)
+        except (AttributeError, TypeError, ValueError):
+            # a member of the wrong JSON type deeper in: refused like any unreadable payload, never raised
+            self._refuse(CLOSE_INVALID_PAYLOAD, f"Invalid JSON payload received. A member of {kind} has the wrong type.")
+
+    def _refuse(self, code: int, reason: str) -> None:
+        # a close reason is at most 123 bytes (RFC 6455 5.5: 125 with the code)
+        self.close = (code, reason.encode()[:123].decode(errors="ignore"))
+        self.record.closed = self.close
+
+    def _setup(self, body: dict[str, Any], now_ms: int) -> None:
+        if self.session is not None:
+            self._refuse(CLOSE_POLICY_VIOLATION, "setup may be sent only once per connection.")
+            return
+        unknown = sorted(_names(body) - _SETUP_MEMBERS)
+        if unknown:
+            self._refuse(CLOSE_INVALID_PAYLOAD,
+                         f"Invalid JSON payload received. Unknown name \"{unknown[0]}\" at 'setup': Cannot find field.")
+            return
+        if not self.api_key or (self.config.api_keys and self.api_key not in self.config.api_keys):
+            self._refuse(CLOSE_POLICY_VIOLATION, "API key not valid. Please pass a valid API key.")
+            return
+        model = _field(body, "model")
+        if not isinstance(model, str) or not model.startswith("models/") or not self.config.serves(model):
+            self._refuse(CLOSE_POLICY_VIOLATION, f"{model} is not found for API version v1beta, or is not "
+                                                 "supported for bidiGenerateContent.")
+            return
+        detection = _field(_field(body, "realtimeInputConfig") or {}, "automaticActivityDetection") or {}
+        self.automatic_vad = not _field(detection, "disabled", False)
+        resumption = _field(body, "sessionResumption")
+        self.resumption = isinstance(resumption, dict)
+        handle = _field(resumption, "handle") if self.resumption else None
+        if handle:
+            session = self.store.by_handle.get(handle)
+            if session is None:
+                self._refuse(CLOSE_POLICY_VIOLATION, "Invalid session resumption handle.")
+                return
+            self.record.resumed = True
+        else:
+            session = self.store.new_session()
+        session.connections += 1
+        self.session = session
+        self.record.setup = body
+        self._send({"setupComplete": {}})
+        if self.resumption:
+            self._send({"sessionResumptionUpdate": {"newHandle": self.store.issue_handle(session), "resumable": True}})
+
+    def _realtime_input(self, body: dict[str, Any], now_ms: int) -> None:
+        unknown = sorted(_names(body) - _REALTIME_MEMBERS)
+        if unknown or len(body) != 1:
+            self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. realtimeInput takes one of "
+                                                "audio, video, text, activityStart, activityEnd, audioStreamEnd.")
+            return
+        (spelled, value), = body.items()
+        kind = _camel(spelled)
+        if kind in ("activityStart", "activityEnd"):
+            if self.automatic_vad:
+                self._refuse(CLOSE_INVALID_PAYLOAD, "Explicit activity control is not supported when automatic "
+                                                    "activity detection is enabled.")
+                return
+            if kind == "activityStart":
+                self._caller_started(now_ms)
+            else:
+                self._caller_ended(now_ms)
+        elif kind == "audio":
+            self._audio(value, now_ms)
+        elif kind == "audioStreamEnd":
+            if self._speaking and self.automatic_vad:
+                self._caller_ended(now_ms)
+        # video, text, mediaChunks: a voice agent sends none; accepted and ignored
+
+    def _audio(self, blob: Any, now_ms: int) -> None:
+        if not isinstance(blob, dict) or not str(_field(blob, "mimeType", "")).startswith("audio/pcm"):
+            self._refuse(CLOSE_INVALID_PAYLOAD, "realtimeInput.audio must be a blob of audio/pcm.")
+            return
+        try:
+            pcm = binascii.a2b_base64(_field(blob, "data", ""), strict_mode=True)
+        except (binascii.Error, ValueError, TypeError):
+            self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid value at 'realtime_input.audio.data': not base64.")
+            return
+        self.record.audio_in_bytes += len(pcm)
+        if not self.automatic_vad or len(pcm) < BYTES_PER_SAMPLE:
+            return
+        samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % BYTES_PER_SAMPLE], dtype="<i2").astype(np.float64)
+        rms = float(np.sqrt(np.mean(samples * samples)))
+        duration_ms = 1000.0 * len(samples) / INPUT_SAMPLE_RATE_HZ
+        if rms >= self.config.vad_rms:
+            self._silence_ms = 0.0
+            if not self._speaking:
+                self._caller_started(now_ms)
+        elif self._speaking:
+            self._silence_ms += duration_ms
+            if self._silence_ms >= self.config.vad_silence_ms:
+                self._caller_ended(now_ms)
+
+    def _client_content(self, body: dict[str, Any], now_ms: int) -> None:
+        turns = _field(body, "turns", [])
+        if not isinstance(turns, list):
+            self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. clientContent.turns is a list.")
+            return
+        assert self.session is not None
+        texts = []
+        for turn in turns:
+            parts = _field(turn, "parts", []) if isinstance(turn, dict) else None
+            if not isinstance(parts, list):
+                self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. A turn has a list of parts.")
+                return
+            if not all(isinstance(p, dict) and isinstance(p.get("text", ""), str) for p in parts):
+                self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. A part's text is a string.")
+                return
+            text = " ".join(p["text"] for p in parts if "text" in p)
+            self.session.history.append((str(turn.get("role", "user")), text))
+            texts.append(text)
+        if _field(body, "turnComplete"):
+            self._caller_text = " ".join(texts)
+            self._caller_started(now_ms)
+            self._caller_ended(now_ms)
+
+    def _tool_response(self, body: dict[str, Any], now_ms: int) -> None:
+        responses = _field(body, "functionResponses")
+        if not isinstance(responses, list) or not responses:
+            self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. toolResponse.functionResponses is a list.")
+            return
+        for response in responses:
+            call_id = response.get("id") if isinstance(response, dict) else None
+            if call_id not in self._pending_calls:
+                self._refuse(CLOSE_INVALID_PAYLOAD, f"Function response id {call_id!r} answers no pending function call.")
+                return
+            name = self._pending_calls.pop(call_id)
+            result = response.get("response")
+            self.record.tool_responses.append((call_id, name, result if isinstance(result, dict) else {}))
+        if not self._pending_calls:
+            self._start_model_turn(now_ms)
+
+    # -- turn taking ---------------------------------------------------------------------------------
+
+    def _caller_started(self, now_ms: int) -> None:
+        self._speaking = True
+        self._silence_ms = 0.0
+        if self._turn is not None:
+            self._interrupt(now_ms)
+        if self._pending_calls:
+            ids = list(self._pending_calls)
+            self._pending_calls.clear()
+            self.record.cancelled_calls.extend(ids)
+            self._send({"toolCallCancellation": {"ids": ids}})
+
+    def _caller_ended(self, now_ms: int) -> None:
+        if not self._speaking:
+            return
+        self._speaking = False
+        assert self.session is not None
+        self.session.caller_turns += 1
+        text, self._caller_text = self._caller_text, None
+        if text is None:  # an audio turn: the simulator does not recognise speech
+            self._send({"serverContent": {"inputTranscription": {"text": f"(caller turn {self.session.caller_turns})"}}})
+            self.session.history.append(("user", f"(caller turn {self.session.caller_turns})"))
+        for rule in self.config.tool_rules:
+            if rule.matches(self.session.caller_turns, text):
+                call_id = f"function-call-{self.session.number}-{len(self.record.tool_calls)}"
+                self._pending_calls[call_id] = rule.name
+                self.record.tool_calls.append((call_id, rule.name))
+                self._send({"toolCall": {"functionCalls": [{"id": call_id, "name": rule.name, "args": dict(rule.args)}]}})
+                return
+        self._start_model_turn(now_ms)
+
+    def _start_model_turn(self, now_ms: int) -> None:
+        assert self.session is not None
+        answer = self.answers[self.session.model_turns % len(self.answers)]
+        self.session.model_turns += 1
+        self.session.history.append(("model", answer.text))
+        self.record.turns_started += 1
+        chunk_bytes = OUTPUT_SAMPLE_RATE_HZ * BYTES_PER_SAMPLE * self.config.chunk_ms // 1000
+        pieces = [answer.pcm24[i:i + chunk_bytes] for i in range(0, len(answer.pcm24), chunk_bytes)] or [b""]
+        words = answer.text.split()
+        step_ms = self.config.chunk_ms / self.config.speed_factor
+        chunks: list[tuple[int, str]] = []
+        for index, piece in enumerate(pieces):
+            content: dict[str, Any] = {"modelTurn": {"parts": [{"inlineData": {
+                "mimeType": OUTPUT_AUDIO_MIME, "data": binascii.b2a_base64(piece, newline=False).decode("ascii")}}]}}
+            # the words spread over the audio, as the vendor's transcription trails its speech
+            said = words[len(words) * index // len(pieces): len(words) * (index + 1) // len(pieces)]
+            if said:
+                content["outputTranscription"] = {"text": " ".join(said) + " "}
+            chunks.append((now_ms + round(index * step_ms), _text({"serverContent": content})))
+        end_ms = now_ms + round(len(pieces) * step_ms)
+        chunks.append((end_ms, _text({"serverContent": {"generationComplete": True}})))
+        usage = {"promptTokenCount": 25 * len(self.session.history), "responseTokenCount": 25 * len(pieces)}
+        usage["totalTokenCount"] = usage["promptTokenCount"] + usage["responseTokenCount"]
+        chunks.append((end_ms, _text({"serverContent": {"turnComplete": True}, "usageMetadata": usage})))
+        self._turn = _Turn(chunks, now_ms)
+
+    def _interrupt(self, now_ms: int) -> None:
+        turn = self._turn
+        assert turn is not None
+        self._turn = None
+        self.record.interrupts += 1
+        self._send({"serverContent": {"interrupted": True}})
+        late = [text for _, text in turn.chunks if '"inlineData"' in text][: self.config.late_chunks_after_interrupt]
+        self.record.late_chunks_sent += len(late)
+        self._out.extend(late)
+
+    # -- clock and output ---------------------------------------------------------------------------
+
+    def advance(self, now_ms: int) -> None:
+        if self.close is not None:
+            return
+        turn = self._turn
+        while turn is not None and turn.chunks and turn.chunks[0][0] <= now_ms:
+            self._out.append(turn.chunks.pop(0)[1])
+        if turn is not None and not turn.chunks:
+            self._turn = None
+            if self.resumption and self.session is not None:
+                handle = self.store.issue_handle(self.session)
+                self._send({"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}})
+        if self.record.go_away_ms is None and now_ms >= self._go_away_due:
+            self.record.go_away_ms = now_ms
+            left = max(0, self._limit_due - now_ms)
+            self._send({"goAway": {"timeLeft": format_duration(left)}})
+        if now_ms >= self._limit_due:
+            self._refuse(CLOSE_NORMAL, "The connection reached its time limit.")
+
+    def next_wakeup_ms(self) -> int | None:
+        if self.close is not None:
+            return None
+        due = [self._limit_due if self.record.go_away_ms is not None else self._go_away_due]
+        if self._turn is not None and self._turn.chunks:
+            due.append(self._turn.chunks[0][0])
+        return min(due)
+
+    def take_outgoing(self) -> list[str]:
+        out, self._out = self._out, []
+        return out
+
+    def _send(self, message: dict[str, Any]) -> None:
+        self._out.append(_text(message))
+
+
+def _text(message: dict[str, Any]) -> str:
+    return orjson.dumps(message).decode()
