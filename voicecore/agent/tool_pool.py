@@ -282,7 +282,10 @@ class ToolPool:
         except (asyncio.IncompleteReadError, ConnectionError):
             self.counters["tool_runs_crashed"] += 1
             returncode = await child.wait()
-            return "", ToolFailure("crashed", f"the tool's process died ({exit_description(returncode)})"), 1
+            # Killed by us (the pool closing): say so from what we did, not from the exit status, which
+            # asyncio reports as 255 when another waiter in the process reaped the child first.
+            how = exit_description(-signal.SIGKILL) if process.killed else exit_description(returncode)
+            return "", ToolFailure("crashed", f"the tool's process died ({how})"), 1
         except (ValueError, msgpack.UnpackException) as exc:
             self.counters["tool_runs_crashed"] += 1
             _kill(process)
