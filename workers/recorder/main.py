@@ -333,18 +333,25 @@ class Recorder:
             self.counters["events_derived"] += len(rows)
             self.derived.derived(sid, (row[2] for row in rows))
 
+    def summary_sent_with(self, name: str, summary_json: str) -> CallSummary | None:
+        """The summary a model worker's message carried for the file ``name``, if it is one and of that file;
+        a malformed one is counted and None (the file is read instead)."""
+        if not summary_json:
+            return None
+        try:
+            summary = summary_from_json(summary_json)
+        except (ValueError, TypeError, KeyError):
+            self.counters["summaries_malformed"] += 1
+            return None
+        return summary if summary.source == name else None
+
     def offer_spooled(self, name: str, summary_json: str) -> None:
         """A call the model worker spooled as it ended: queued at once (the listing at start finds the rest)."""
         if not self.url or not store_spool.is_spooled(name) or name in self.spooled or name in self.spool_bad:
             return
-        if summary_json:
-            try:
-                summary = summary_from_json(summary_json)
-            except (ValueError, TypeError, KeyError):
-                self.counters["summaries_malformed"] += 1  # the file is read instead
-            else:
-                if summary.source == name:
-                    self.spooled_summaries[name] = summary
+        summary = self.summary_sent_with(name, summary_json)
+        if summary is not None:
+            self.spooled_summaries[name] = summary
         self.spooled.append(name)
 
     def scan_spool(self) -> None:
@@ -462,14 +469,9 @@ class Recorder:
             return
         if "/" in name or not core.is_record(name) or name in self.done or any(e.name == name for e in self.backlog):
             return
-        if summary_json:
-            try:
-                summary = summary_from_json(summary_json)
-            except (ValueError, TypeError, KeyError):
-                self.counters["summaries_malformed"] += 1  # the record is read instead
-            else:
-                if summary.source == name:
-                    self.summaries[name] = summary
+        summary = self.summary_sent_with(name, summary_json)
+        if summary is not None:
+            self.summaries[name] = summary
         try:
             mtime_s = (self.record_dir / name).stat().st_mtime
         except OSError:
