@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from stacks import TEST_SIM, start_stack
+from waiting import wait_until
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from voicecore.demo import demo_script
@@ -87,6 +88,10 @@ def restored_call() -> Path:
 
         sim, result = asyncio.run(call())
         assert len(sim.by_call(result.call_sid)) == 2, running.log_tail()
+        # The model worker writes the record once the call has ended: wait for it before stopping the stack
+        # (CI read an empty directory once, the stack stopped before the record was written).
+        record = Path(running.config.record_dir) / f"{result.call_sid}.jsonl"
+        wait_until(lambda: record.exists(), 30, f"the call's record {record.name}", detail=running.log_tail)
     finally:
         running.stop()
     return Path(running.config.record_dir)
