@@ -42,13 +42,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import zlib
 
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call import flow as flows
 from voicecore.call.backchannels import Lexicon
-from voicecore.call.core import CancelTag, EndTag, OpenTag, Playout, SendToModel, WriteFrames
+from voicecore.call.actions import (  # noqa: F401 (the vocabulary, importable from here as before)
+    Action, CallOver, CancelTag, EndTag, HangUp, HoldTag, OpenTag, Playout, PlayFallback, ReleaseTag, ResumeTag, Retrieve,
+    RunTool, SendToModel, Transfer, WriteFrames, action_to_dict,
+)
 from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
 from voicecore.realtime import events as rt
 from voicecore.validate.questions import question_needs_numbers
@@ -144,96 +146,6 @@ def turn_detection(cfg: ControllerConfig) -> dict:
                 "interrupt_response": False}
     return {"type": "server_vad", "silence_duration_ms": cfg.vad_silence_duration_ms,
             "prefix_padding_ms": cfg.vad_prefix_padding_ms, "create_response": False, "interrupt_response": False}
-
-
-# --- actions beyond the core's (the shell applies these too) ------------------------------------------
-@dataclasses.dataclass(frozen=True, slots=True)
-class ReleaseTag:
-    """Raise the approval watermark: frames of ``tag`` with index < ``frames`` may be released.
-
-    Shell: ``rings.tag_approve(ctrl, slot, tag, frames)`` (the watermark only rises)."""
-
-    tag: int
-    frames: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HoldTag:
-    """Bare VAD edge: release of ``tag`` stops at once (the pacer sends nothing newer of it; the carrier
-    plays what it holds, then gets a ``clear``) until a ResumeTag or CancelTag. ``frames``: its approval
-    watermark, which stays where it is.
-
-    Shell: ``rings.tag_pause(ctrl, slot, tag, now_ns)``; count it."""
-
-    tag: int
-    frames: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ResumeTag:
-    """A false alarm (no words, short): release of held ``tag`` goes on. Shell: ``rings.tag_resume``."""
-
-    tag: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Retrieve:
-    """Look ``question`` up in the knowledge base (best ``k`` snippets) and feed the result back with
-    ``on_snippets(req_id, snippets, now_ns)`` (the shell does it at once; the record keeps the answer)."""
-
-    req_id: int
-    question: str
-    k: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RunTool:
-    """Run the tool of function ``name`` with ``arguments`` (canonical JSON) off the call's path, and feed
-    its result back with ``on_tool_result(call_id, ok, output, now_ns)`` (recorded: a replay needs no tool
-    server). ``key``: the idempotency key (voicecore/agent/actions.py), sent to the tool."""
-
-    call_id: str
-    name: str
-    arguments: str
-    key: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HangUp:
-    """End the call through the carrier's REST API (voicecore/carriers/twilio/rest.py hangup_request); ``after_line``:
-    once the fallback line asked for just before has played (the failure policy's apology)."""
-
-    reason: str
-    after_line: bool = False
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Transfer:
-    """Redirect the call to ``target`` through the carrier's REST API (voicecore/carriers/twilio/rest.py transfer_request);
-    ``after_line`` as HangUp's."""
-
-    target: str
-    after_line: bool = False
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PlayFallback:
-    """The pacer plays one of the runtime's own lines (voicecore/fallback, in the call's language): the model
-    cannot speak (INV-NEVER-SILENT). ``kind``: hold | apology_hangup | apology_transfer."""
-
-    kind: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CallOver:
-    """The caller hung up (or the stream stopped): close the model session; nothing more will be sent."""
-
-    reason: str
-
-
-Action = core.Action | ReleaseTag | HoldTag | ResumeTag | Retrieve | RunTool | HangUp | Transfer | CallOver | PlayFallback
-
-
 
 
 # --- internal state -----------------------------------------------------------------------------------
@@ -1475,19 +1387,6 @@ def _grounded_instructions(snippets: tuple[dict, ...]) -> str:
     return ("Answer the caller briefly, in the caller's language. Say a price, date, time, amount or phone "
             "number only as it appears in these facts; if they do not hold it, say you cannot verify it.\n"
             f"Facts:\n{facts}")
-
-
-def action_to_dict(action: Action) -> dict:
-    """A JSON-able form of an action, for records and comparison (audio as length + CRC-32)."""
-    data: dict = {"type": type(action).__name__}
-    for field in dataclasses.fields(action):  # type: ignore[arg-type]
-        value = getattr(action, field.name)
-        if isinstance(value, bytes):
-            data[field.name + "_len"] = len(value)
-            data[field.name + "_crc"] = zlib.crc32(value)
-        else:
-            data[field.name] = value
-    return data
 
 
 __all__ = [
