@@ -39,7 +39,6 @@ none, a question that needs numbers gets the safe line without asking.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 
@@ -47,6 +46,7 @@ from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call import flow as flows
 from voicecore.call.backchannels import Lexicon
+from voicecore.call.context import HISTORY_MESSAGES, MAX_TRACKED_ITEMS, Conversation  # noqa: F401 (importable as before)
 from voicecore.call.actions import (  # noqa: F401 (the vocabulary, importable from here as before)
     Action, CallOver, CancelTag, EndTag, HangUp, HoldTag, OpenTag, Playout, PlayFallback, ReleaseTag, ResumeTag, Retrieve,
     RunTool, SendToModel, Transfer, WriteFrames, action_to_dict,
@@ -60,8 +60,6 @@ MS = 1_000_000
 APPROVE_ALL = 1 << 62  # voicecore.shm.control.APPROVE_ALL: every frame of the tag
 GATE_POLICIES = ("off", "numbers", "scripted", "strict")
 IDLE_PLAYOUT = Playout(0, 0, 0, 0, 0, 0)
-MAX_TRACKED_ITEMS = 512  # conversation items remembered for a context reset (older ones stay)
-HISTORY_MESSAGES = 40  # messages a reconnected model session is given back (the newest)
 CONFIRM_PROMPT_GRACE_MS = 20_000  # a confirmation prompt never played (rejected, cut): its timeout starts after this
 
 
@@ -333,10 +331,7 @@ class CallController:
         self.pending_action: PendingAction | None = None
         self.done_writes: dict[str, tuple[int, str]] = {}  # idempotency key -> (until_ns, output)
         self.facts = ""  # the last tool result, for the answer that follows it
-        self.items: list[str] = []  # conversation items the server holds (for a context reset)
-        # what was said, as messages, for a new model session after a reconnect (the old one's items are gone)
-        self.history: collections.deque[tuple[str, str]] = collections.deque(maxlen=HISTORY_MESSAGES)
-        self.context_reset: flows.Transition | None = None  # applied before the next request is sent
+        self.conversation = Conversation()  # what the model holds: given back on reconnect, reset by a flow (context.py)
         self.spell = FailureSpell(self.config.failure_policy())  # the model's failures (voicecore/call/failures.py)
 
     def record_header(self) -> dict:
@@ -393,7 +388,7 @@ class CallController:
             self._on_speech_stopped(event, out)
         elif isinstance(event, rt.InputTranscriptionCompleted):
             if event.transcript.strip():
-                self.history.append(("user", event.transcript.strip()))
+                self.conversation.said("user", event.transcript.strip())
             self._on_words(event.item_id, event.transcript, True, out)
         elif isinstance(event, rt.InputTranscriptionDelta):
             self._on_words(event.item_id, event.delta, False, out)
@@ -404,13 +399,9 @@ class CallController:
         elif isinstance(event, rt.FunctionCallArgumentsDone):
             self._on_tool_call(event, out)
         elif isinstance(event, rt.ItemAdded):
-            if event.stage != "done" and event.item_id not in self.items:
-                self.items.append(event.item_id)
-                if len(self.items) > MAX_TRACKED_ITEMS:
-                    del self.items[0]
+            self.conversation.item_added(event.item_id, event.stage)
         elif isinstance(event, rt.ItemDeleted):
-            if event.item_id in self.items:
-                self.items.remove(event.item_id)
+            self.conversation.item_deleted(event.item_id)
         elif isinstance(event, rt.AudioDelta):
             active = self.active
             if active is not None and active.response_id == event.response_id:
@@ -423,13 +414,13 @@ class CallController:
                 active.text_chars += len(event.delta)
                 self.spell.served()
         elif isinstance(event, rt.TextDone) and event.text.strip() and event.response_id not in self.rejected:
-            self.history.append(("assistant", event.text.strip()))
+            self.conversation.said("assistant", event.text.strip())
         elif isinstance(event, rt.RealtimeError) and event.code in VENDOR_FAILURE_CODES:
             self._vendor_failed(event.code, out)
         elif isinstance(event, rt.ResponseDone):
             self._on_response_done(event, out)
         elif isinstance(event, rt.TranscriptDone) and event.transcript.strip() and event.response_id not in self.rejected:
-            self.history.append(("assistant", event.transcript.strip()))  # a rejected answer was never said
+            self.conversation.said("assistant", event.transcript.strip())  # a rejected answer was never said
         if not isinstance(event, rt.ResponseCreated):
             out.extend(self.core.on_event(event, now_ns, playout))
         self._after_core(out)
@@ -455,7 +446,7 @@ class CallController:
             return []
         words = " ".join(text.split())
         out: list[Action] = [SendToModel(rt.conversation_item_create_user_text(words))]
-        self.history.append(("user", words))
+        self.conversation.said("user", words)
         self._caller_active()
         self.checkins_done = 0
         self._drop_queued()
@@ -570,9 +561,7 @@ class CallController:
             return []
         self.spell.reopened(now_ns)
         out: list[Action] = list(self.core.on_open())
-        # the new session starts empty: the conversation so far as message items, oldest first
-        for role, text in self.history:
-            out.append(SendToModel(rt.conversation_item_create_message(role, text)))
+        out.extend(self.conversation.given_back())  # the new session starts empty
         if self.inflight is not None:
             request, self.inflight = self.inflight, None
             if self.queued is None:
@@ -715,7 +704,7 @@ class CallController:
             self.stats.transitions += 1
             out.append(self.core.reconfigure(transition.session.instructions, list(transition.session.tools)))
             if transition.context in ("reset", "task"):
-                self.context_reset = transition
+                self.conversation.schedule(transition)
         self.facts = outcome.facts
         if outcome.then is not None:
             self._enqueue(outcome.then, "flow", out)
@@ -1118,8 +1107,7 @@ class CallController:
         self.inflight_sent_ns = self.now_ns
         self.spell.asked(self.now_ns)
         self.stats.requests_sent += 1
-        if self.context_reset is not None:
-            self._apply_context_strategy(self.context_reset, out)
+        out.extend(self.conversation.apply_pending())
         if request.user_text:
             out.append(SendToModel(rt.conversation_item_create_user_text(request.user_text)))
         metadata = {"vc_req": str(request.req_id), "vc_prompt": request.prompt_id}
@@ -1136,19 +1124,6 @@ class CallController:
         if request.snippets:
             return self.core.in_session(_grounded_instructions(request.snippets))
         return None
-
-    def _apply_context_strategy(self, transition: flows.Transition, out: list[Action]) -> None:
-        """A flow's context strategy (docs/explanation/agents.md#flows): ``reset`` forgets the conversation so
-        far; ``task`` forgets it and adds the node's task messages (``keep`` never gets here)."""
-        self.context_reset = None
-        for item_id in self.items:
-            out.append(SendToModel(rt.item_delete(item_id)))
-        self.items = []
-        self.history.clear()
-        if transition.context == "task":
-            for role, text in transition.task_messages:
-                out.append(SendToModel(rt.conversation_item_create_message(role, text)))
-                self.history.append((role, text))
 
     def _retry(self, request: Request, why: str, out: list[Action]) -> None:
         """Ask again for the same prompt, at most max_prompt_retries times; then let the flow advance."""
