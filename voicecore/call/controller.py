@@ -45,12 +45,13 @@ import json
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call import flow as flows
-from voicecore.call.backchannels import Lexicon
-from voicecore.call.context import HISTORY_MESSAGES, MAX_TRACKED_ITEMS, Conversation  # noqa: F401 (importable as before)
 from voicecore.call.actions import (  # noqa: F401 (the vocabulary, importable from here as before)
     Action, CallOver, CancelTag, EndTag, HangUp, HoldTag, OpenTag, Playout, PlayFallback, ReleaseTag, ResumeTag, Retrieve,
     RunTool, SendToModel, Transfer, WriteFrames, action_to_dict,
 )
+from voicecore.call.backchannels import Lexicon
+from voicecore.call.context import HISTORY_MESSAGES, MAX_TRACKED_ITEMS, Conversation  # noqa: F401 (importable as before)
+from voicecore.call.endings import CHECKIN, GOODBYE, Endings, ending_action
 from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
 from voicecore.realtime import events as rt
 from voicecore.validate.questions import question_needs_numbers
@@ -322,10 +323,7 @@ class CallController:
         self.held_tag = 0
         self.approved: dict[int, int] = {}  # gated tags: the watermark released to the pacer
         self.gate_approved: dict[int, int] = {}  # gated tags: the validator's watermark
-        self.silence_ref_ns = 0
-        self.checkins_done = 0
-        self.ending: Active | None = None  # the terminal prompt that is playing
-        self.ending_played_ns = 0
+        self.endings = Endings(self.config, self.stats)  # the caller's silence and the terminal prompt (endings.py)
         self.failures = 0  # consecutive requests the model never answered
         self.tools_running: dict[str, RunningTool] = {}  # call_id -> the tool started for it
         self.pending_action: PendingAction | None = None
@@ -349,7 +347,7 @@ class CallController:
         """The call's media started and the model socket is open: configure the session, greet."""
         self.now_ns = now_ns
         self.started = True
-        self.silence_ref_ns = now_ns
+        self.endings.not_silent(now_ns)
         out: list[Action] = list(self.core.on_open())
         self._enqueue(self.flow.start(), "flow", out)
         self._pump(out)
@@ -362,7 +360,7 @@ class CallController:
         of: the flow's fallback line asks them to say it again (the new session knows nothing of it)."""
         self.now_ns = now_ns
         self.started = True
-        self.silence_ref_ns = now_ns
+        self.endings.not_silent(now_ns)
         self.flow.start()  # the flow stands at its start; its first prompt was said by the worker before
         out: list[Action] = list(self.core.on_open())
         if cut_off:
@@ -448,7 +446,7 @@ class CallController:
         out: list[Action] = [SendToModel(rt.conversation_item_create_user_text(words))]
         self.conversation.said("user", words)
         self._caller_active()
-        self.checkins_done = 0
+        self.endings.caller_turn()
         self._drop_queued()
         if self._barge_in(now_ns, out):
             self.stats.bargein_latency_ms.append(0)
@@ -648,8 +646,7 @@ class CallController:
                 del self.by_tag[tag]
         self.failures = 0
         if request.terminal:
-            self.ending = active
-            self.ending_played_ns = 0
+            self.endings.ending_created(active)
         out.extend(actions)
         undecided = [u for u in self.utterances if u.verdict == ""]
         if self.caller_speaking or undecided:
@@ -785,7 +782,7 @@ class CallController:
             if (self.now_ns - running.started_ns) // MS < self.config.filler_after_ms:
                 continue
             running.filler_asked = True
-            if self.queued is None and self.ending is None:
+            if self.queued is None and not self.endings.playing:
                 self.stats.fillers += 1
                 self._enqueue(running.plan.filler, "filler", out)
 
@@ -805,7 +802,7 @@ class CallController:
     def _agent_has_floor(self) -> bool:
         """The agent is speaking or about to: a caller's backchannel now asks for nothing."""
         return (self.core.audible(self.playout) is not None or self.inflight is not None or self.queued is not None
-                or bool(self.tools_running) or self.debounce is not None or self.ending is not None)
+                or bool(self.tools_running) or self.debounce is not None or self.endings.playing)
 
     def _hold(self, out: list[Action]) -> None:
         """Stop what the caller may hear from going out while their words are not known."""
@@ -913,7 +910,7 @@ class CallController:
     def _turn_detected(self, u: Utterance, out: list[Action]) -> None:
         """The caller took the floor: the agent stops for good, whatever it was about to say."""
         self._caller_active()
-        self.checkins_done = 0
+        self.endings.caller_turn()
         self._drop_queued()
         if self._barge_in(self.now_ns, out):
             self.stats.bargein_latency_ms.append((self.now_ns - u.started_ns) // MS)
@@ -971,7 +968,7 @@ class CallController:
             self.queued.utterance = u
 
     def _caller_active(self) -> None:
-        self.silence_ref_ns = self.now_ns
+        self.endings.not_silent(self.now_ns)
 
     # ================================================================================ barge-in
     def _barge_in(self, now_ns: int, out: list[Action]) -> bool:
@@ -987,12 +984,11 @@ class CallController:
         if active is not None:
             active.cancelled_ns = now_ns
             active.settled = True
-            if self.ending is active:
+            if self.endings.cut(active):
                 # The caller spoke over the goodbye: the call is not over (and a transfer is cancelled).
                 step = active.request.step
                 if isinstance(step, flows.Say) and step.transfer_to:
                     self.stats.transfers_cancelled += 1
-                self.ending = None
         if audible.produced_frames == 0:
             # Nothing of it was written yet, so nothing was heard: the caller's new speech supersedes a
             # response still being prepared (counted apart from barge-ins).
@@ -1054,8 +1050,7 @@ class CallController:
             return
         active.cancelled_ns = self.now_ns
         active.settled = True
-        if self.ending is active:
-            self.ending = None
+        self.endings.cut(active)
         request = active.request
         if isinstance(request.step, flows.Answer):
             self._enqueue_safe_line(out)
@@ -1233,8 +1228,7 @@ class CallController:
             out.append(SendToModel(rt.response_cancel(active.response_id)))
         active.cancelled_ns = self.now_ns
         active.settled = True
-        if self.ending is active:
-            self.ending = None
+        self.endings.cut(active)
         key = request.prompt_id
         self.stall_count[key] = self.stall_count.get(key, 0) + 1
         if self.stall_count[key] <= self.config.stall_retries:
@@ -1261,51 +1255,35 @@ class CallController:
             if not self._played_out(active):
                 continue
             active.settled = True
-            self.silence_ref_ns = self.now_ns
+            self.endings.not_silent(self.now_ns)
             self.retries.pop(active.request.prompt_id, None)
             if active.request.source == "confirm" and self.pending_action is not None:
                 self.pending_action.played_ns = self.now_ns
-            if active is self.ending:
-                self.ending_played_ns = self.now_ns
+            if self.endings.played(active, self.now_ns):
+                pass  # its grace runs; then the call ends (_check_ending)
             elif isinstance(active.request.step, flows.Say):
                 self._enqueue(self.flow.after_played(active.request.prompt_id), "flow", out)
 
     def _idle(self) -> bool:
         return (not self.caller_speaking and self.queued is None and self.inflight is None and self.active is None
-                and self.debounce is None and self.ending is None and self.core.audible(self.playout) is None
+                and self.debounce is None and not self.endings.playing and self.core.audible(self.playout) is None
                 and not any(u.open for u in self.utterances))
 
     def _check_silence(self, out: list[Action]) -> None:
-        if not self._idle():
-            self.silence_ref_ns = self.now_ns  # only silence while nobody speaks and nothing is pending counts
-            return
-        checkins = self.config.silence_checkins_ms
-        limit = checkins[self.checkins_done] if self.checkins_done < len(checkins) else self.config.silence_goodbye_ms
-        if (self.now_ns - self.silence_ref_ns) // MS < limit:
-            return
-        self.silence_ref_ns = self.now_ns
-        if self.checkins_done < len(checkins):
-            self.checkins_done += 1
-            self.stats.checkins += 1
+        wanted = self.endings.silence(self.now_ns, self._idle())  # only silence while nobody speaks and nothing is pending counts
+        if wanted == CHECKIN:
             self._enqueue(self.flow.line("checkin"), "checkin", out)
-        else:
+        elif wanted == GOODBYE:
             self._enqueue(self.flow.line("goodbye"), "silence", out)
 
     def _check_ending(self, out: list[Action]) -> None:
-        ending = self.ending
-        if ending is None or not self.ending_played_ns:
-            return
-        if (self.now_ns - self.ending_played_ns) // MS < self.config.goodbye_grace_ms:
-            return
-        step = ending.request.step
-        assert isinstance(step, flows.Say)
-        self._finish_ending(step, "completed", out)
+        step = self.endings.due(self.now_ns)
+        if step is not None:
+            self._finish_ending(step, "completed", out)
 
     def _finish_ending(self, step: flows.Say, reason: str, out: list[Action]) -> None:
-        if step.transfer_to:
-            self._finish(f"transfer_{reason}", out, Transfer(step.transfer_to))
-        else:
-            self._finish(reason, out, HangUp(reason))
+        reason, final = ending_action(step, reason)
+        self._finish(reason, out, final)
 
     def _finish(self, reason: str, out: list[Action], final: Action) -> None:
         self.ended = True

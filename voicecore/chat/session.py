@@ -157,7 +157,7 @@ class ChatSession:
         if self.ended:
             return False
         return (c.queued is not None or c.inflight is not None or c.active is not None or c.debounce is not None
-                or bool(c.tools_running) or c.ending is not None
+                or bool(c.tools_running) or c.endings.playing
                 or any(not r.shown and not r.done for r in self.replies.values()))
 
     @property
