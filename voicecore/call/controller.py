@@ -53,6 +53,7 @@ from voicecore.call.backchannels import Lexicon
 from voicecore.call.context import HISTORY_MESSAGES, MAX_TRACKED_ITEMS, Conversation  # noqa: F401 (importable as before)
 from voicecore.call.endings import CHECKIN, GOODBYE, Endings, ending_action
 from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
+from voicecore.call.tools import PostToolDebounce, WriteLedger
 from voicecore.realtime import events as rt
 from voicecore.validate.questions import question_needs_numbers
 
@@ -318,8 +319,7 @@ class CallController:
         self.utterances: list[Utterance] = []  # the caller's utterances still open or still re-openable
         self.lexicon = Lexicon(cfg.languages, cfg.backchannels)
         self.caller_speaking = False
-        self.debounce: tuple[int, int] | None = None  # (started_ns, last_fragment_ns)
-        self.fragments: list[str] = []
+        self.debounce = PostToolDebounce(self.config.debounce_quiet_ms, self.config.debounce_cap_ms)  # tools.py
         self.held_tag = 0
         self.approved: dict[int, int] = {}  # gated tags: the watermark released to the pacer
         self.gate_approved: dict[int, int] = {}  # gated tags: the validator's watermark
@@ -327,7 +327,7 @@ class CallController:
         self.failures = 0  # consecutive requests the model never answered
         self.tools_running: dict[str, RunningTool] = {}  # call_id -> the tool started for it
         self.pending_action: PendingAction | None = None
-        self.done_writes: dict[str, tuple[int, str]] = {}  # idempotency key -> (until_ns, output)
+        self.writes = WriteLedger(self.config.dedupe_ms)  # writes done, by idempotency key (tools.py)
         self.facts = ""  # the last tool result, for the answer that follows it
         self.conversation = Conversation()  # what the model holds: given back on reconnect, reset by a flow (context.py)
         self.spell = FailureSpell(self.config.failure_policy())  # the model's failures (voicecore/call/failures.py)
@@ -540,7 +540,7 @@ class CallController:
         else:
             self.stats.tool_results += 1
             if ok and running.plan.writes:
-                self._remember_write(running.key, output)
+                self.writes.remember(running.key, output, self.now_ns)
             if not ok:
                 self.stats.tool_errors += 1
             if self.queued is not None and self.queued.source == "filler":
@@ -591,7 +591,7 @@ class CallController:
         answered. The pacer plays the hold line on its own when the model worker stops serving such a call."""
         if self.ended:
             return False
-        return (not self.started or self.inflight is not None or self.queued is not None or self.debounce is not None
+        return (not self.started or self.inflight is not None or self.queued is not None or self.debounce.waiting
                 or (self.active is not None and not self.active.done))
 
     def _waiting_on_vendor(self) -> bool:
@@ -681,7 +681,7 @@ class CallController:
         self.stats.tool_calls += 1
         if self.active is not None and self.active.response_id == event.response_id:
             self.active.had_tool_call = True
-        if self.debounce is not None:
+        if self.debounce.waiting:
             self._flush_debounce(out)  # another tool call sends the debounced fragments first
         decision = self.flow.on_tool_call(event.name or "", event.arguments)
         if isinstance(decision, flows.ToolPlan):
@@ -708,16 +708,15 @@ class CallController:
         elif outcome.speak:
             # the state changed and the agent would speak: first wait until the caller is quiet (the post-tool
         # debounce).
-            self.debounce = (self.now_ns, self.now_ns)
-            self.fragments = []
+            self.debounce.start(self.now_ns)
 
     def _run_tool(self, call_id: str, plan: flows.ToolPlan, out: list[Action]) -> None:
         key = agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments)
-        done = self.done_writes.get(key)
-        if plan.writes and done is not None and done[0] > self.now_ns:
+        done = self.writes.recent(key, self.now_ns)
+        if plan.writes and done is not None:
             # The same write (or a repeated yes) within the window: its first result stands, nothing runs.
             self.stats.duplicate_writes_suppressed += 1
-            self._tool_finished(call_id, plan, True, done[1], out)
+            self._tool_finished(call_id, plan, True, done, out)
             return
         self.stats.tools_run += 1
         self.tools_running[call_id] = RunningTool(call_id, plan, key, self.now_ns)
@@ -726,17 +725,10 @@ class CallController:
     def _done_recently(self, plan: flows.ToolPlan) -> bool:
         """The same action ran within the window (the model asks again after it was done): it is not
         proposed again, its first result stands."""
-        done = self.done_writes.get(agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments))
-        return done is not None and done[0] > self.now_ns
+        return self.writes.recent(agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments), self.now_ns) is not None
 
     def _tool_finished(self, call_id: str, plan: flows.ToolPlan, ok: bool, output: str, out: list[Action]) -> None:
         self._apply_outcome(call_id, self.flow.on_tool_result(plan.name, plan.arguments, ok, output), out)
-
-    def _remember_write(self, key: str, output: str) -> None:
-        now = self.now_ns
-        for old in [k for k, (until, _) in self.done_writes.items() if until <= now]:
-            del self.done_writes[old]
-        self.done_writes[key] = (now + self.config.dedupe_ms * MS, output)
 
     # --- actions with confirmation (docs/explanation/agents.md#actions-with-confirmation) -----------------
     def _propose_action(self, call_id: str, plan: flows.ToolPlan, out: list[Action]) -> None:
@@ -802,7 +794,7 @@ class CallController:
     def _agent_has_floor(self) -> bool:
         """The agent is speaking or about to: a caller's backchannel now asks for nothing."""
         return (self.core.audible(self.playout) is not None or self.inflight is not None or self.queued is not None
-                or bool(self.tools_running) or self.debounce is not None or self.endings.playing)
+                or bool(self.tools_running) or self.debounce.waiting or self.endings.playing)
 
     def _hold(self, out: list[Action]) -> None:
         """Stop what the caller may hear from going out while their words are not known."""
@@ -841,11 +833,7 @@ class CallController:
                 u.words += text
             if text.strip():
                 u.last_words_ns = self.now_ns
-        if self.debounce is not None and (text.strip() or completed):
-            started, _ = self.debounce
-            self.debounce = (started, self.now_ns)
-            if completed and text.strip():
-                self.fragments.append(text.strip())
+        self.debounce.heard(text, completed, self.now_ns)
         if text.strip():
             self._caller_active()
 
@@ -961,7 +949,7 @@ class CallController:
                 self._answer_confirmation(answer, out)
                 return
             self._drop_action("caller_moved_on", None, out)  # then the turn is answered as any other
-        if self.debounce is not None:
+        if self.debounce.waiting:
             return  # gathered into the combined turn
         self._enqueue(self.flow.on_user_turn(words), "flow", out, question=words)
         if self.queued is not None and isinstance(self.queued.step, flows.Answer):
@@ -1063,7 +1051,7 @@ class CallController:
             self.stats.requests_dropped += 1
 
     def _may_speak(self) -> bool:
-        if self.inflight is not None or self.caller_speaking or self.debounce is not None:
+        if self.inflight is not None or self.caller_speaking or self.debounce.waiting:
             return False
         if any(u.open for u in self.utterances):
             return False  # the caller's words are not judged, or their turn not answered, yet
@@ -1175,14 +1163,8 @@ class CallController:
             return
         self._evaluate_utterances(out)
         # post-tool debounce: the fragments go once the caller was quiet long enough, or at the cap
-        if self.debounce is not None:
-            started, last = self.debounce
-            if self.caller_speaking:
-                # Quiet means no speech, not only no words: a transcript may come seconds after speech began.
-                last = now
-                self.debounce = (started, now)
-            if (now - last) // MS >= cfg.debounce_quiet_ms or (now - started) // MS >= cfg.debounce_cap_ms:
-                self._flush_debounce(out)
+        if self.debounce.due(now, self.caller_speaking):
+            self._flush_debounce(out)
         # watchdog: asked, nothing created
         if self.inflight is not None and (now - self.inflight_sent_ns) // MS >= cfg.watchdog_ms:
             request = self.inflight
@@ -1210,10 +1192,8 @@ class CallController:
         self._pump(out)
 
     def _flush_debounce(self, out: list[Action]) -> None:
-        self.debounce = None
+        combined = self.debounce.take()
         self.stats.debounce_flushes += 1
-        combined = " ".join(self.fragments)
-        self.fragments = []
         step = self.flow.after_tool(combined)
         user_text = combined if (self.config.debounce_send_text and combined) else None
         self._enqueue(step, "debounce", out, user_text=user_text, question=combined, facts=self.facts)
@@ -1266,7 +1246,7 @@ class CallController:
 
     def _idle(self) -> bool:
         return (not self.caller_speaking and self.queued is None and self.inflight is None and self.active is None
-                and self.debounce is None and not self.endings.playing and self.core.audible(self.playout) is None
+                and not self.debounce.waiting and not self.endings.playing and self.core.audible(self.playout) is None
                 and not any(u.open for u in self.utterances))
 
     def _check_silence(self, out: list[Action]) -> None:
