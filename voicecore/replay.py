@@ -37,7 +37,8 @@ from voicecore import timing
 from voicecore.agent import actions as agent_actions
 from voicecore.agent.flow import AgentFlow
 from voicecore.call import flow as flows
-from voicecore.call.controller import Action, CallController, CancelTag, ControllerConfig, WriteFrames, action_to_dict
+from voicecore.call.actions import Action, CancelTag, WriteFrames, action_to_dict
+from voicecore.call.controller import CallController, ControllerConfig
 from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.call.record import INPUT_KINDS, RecordError, playout_from
 from voicecore.call.record_reader import ANY, ActionHandler, InputHandler, RecordConsumer, RecordReader, read_entries

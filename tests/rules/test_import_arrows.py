@@ -83,3 +83,38 @@ def test_a_command_that_cannot_be_loaded_is_reported_not_raised(monkeypatch, cap
     assert "'broken' command is unavailable" in err and "no_such_package_xyz" in err
     assert "Traceback" not in err
     assert cli.build_parser().parse_args(["demo", "--calls", "2"]).calls == 2  # the other commands still work
+
+
+CALL_IMPLEMENTATIONS = {"voicecore.call.controller", "voicecore.call.core", "voicecore.call.spine"}
+
+
+def run_time_imports(path: Path) -> set[str]:
+    """What ``path`` imports when it runs: ``if TYPE_CHECKING:`` blocks left out (they name types only)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            node.body = []
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("module", ["driver", "actions"])
+def test_the_call_interface_and_its_vocabulary_import_no_implementation(module):
+    """The driver protocol and the action vocabulary are what implementations share: importing one of the
+    implementations from them would tie every driver (and the recorder, replay) to that one."""
+    names = run_time_imports(ROOT / "voicecore" / "call" / f"{module}.py")
+    assert names & CALL_IMPLEMENTATIONS == set()
+    assert module == "actions" or "voicecore.call.actions" in names
+
+
+def test_run_time_imports_leave_out_type_checking_blocks_only(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from voicecore.call.core import X\n"
+                      "from voicecore.call.controller import Y\n")
+    assert run_time_imports(module) & CALL_IMPLEMENTATIONS == {"voicecore.call.controller"}

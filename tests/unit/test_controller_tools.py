@@ -372,7 +372,7 @@ def test_the_post_tool_debounce_waits_while_the_caller_speaks_even_before_their_
     c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=500, item_id="u1"), 500 * MS, IDLE)
     for t in range(520, 3000, 20):  # 2.5 s of speech and no transcript yet: not quiet
         c.on_tick(t * MS, IDLE)
-    assert c.debounce is not None and c.stats.debounce_flushes == 0
+    assert c.debounce.waiting and c.stats.debounce_flushes == 0
     c.on_model_event(ev(type="input_audio_buffer.speech_stopped", audio_end_ms=3000, item_id="u1"), 3000 * MS, IDLE)
     c.on_model_event(ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0,
                         transcript="and one more thing"), 3200 * MS, IDLE)

@@ -39,17 +39,21 @@ none, a question that needs numbers gets the safe line without asking.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
-import zlib
 
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call import flow as flows
+from voicecore.call.actions import (  # noqa: F401 (the vocabulary, importable from here as before)
+    Action, CallOver, CancelTag, EndTag, HangUp, HoldTag, OpenTag, Playout, PlayFallback, ReleaseTag, ResumeTag, Retrieve,
+    RunTool, SendToModel, Transfer, WriteFrames, action_to_dict,
+)
 from voicecore.call.backchannels import Lexicon
-from voicecore.call.core import CancelTag, EndTag, OpenTag, Playout, SendToModel, WriteFrames
+from voicecore.call.context import HISTORY_MESSAGES, MAX_TRACKED_ITEMS, Conversation  # noqa: F401 (importable as before)
+from voicecore.call.endings import CHECKIN, GOODBYE, Endings, ending_action
 from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
+from voicecore.call.tools import PostToolDebounce, WriteLedger
 from voicecore.realtime import events as rt
 from voicecore.validate.questions import question_needs_numbers
 
@@ -58,8 +62,6 @@ MS = 1_000_000
 APPROVE_ALL = 1 << 62  # voicecore.shm.control.APPROVE_ALL: every frame of the tag
 GATE_POLICIES = ("off", "numbers", "scripted", "strict")
 IDLE_PLAYOUT = Playout(0, 0, 0, 0, 0, 0)
-MAX_TRACKED_ITEMS = 512  # conversation items remembered for a context reset (older ones stay)
-HISTORY_MESSAGES = 40  # messages a reconnected model session is given back (the newest)
 CONFIRM_PROMPT_GRACE_MS = 20_000  # a confirmation prompt never played (rejected, cut): its timeout starts after this
 
 
@@ -144,96 +146,6 @@ def turn_detection(cfg: ControllerConfig) -> dict:
                 "interrupt_response": False}
     return {"type": "server_vad", "silence_duration_ms": cfg.vad_silence_duration_ms,
             "prefix_padding_ms": cfg.vad_prefix_padding_ms, "create_response": False, "interrupt_response": False}
-
-
-# --- actions beyond the core's (the shell applies these too) ------------------------------------------
-@dataclasses.dataclass(frozen=True, slots=True)
-class ReleaseTag:
-    """Raise the approval watermark: frames of ``tag`` with index < ``frames`` may be released.
-
-    Shell: ``rings.tag_approve(ctrl, slot, tag, frames)`` (the watermark only rises)."""
-
-    tag: int
-    frames: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HoldTag:
-    """Bare VAD edge: release of ``tag`` stops at once (the pacer sends nothing newer of it; the carrier
-    plays what it holds, then gets a ``clear``) until a ResumeTag or CancelTag. ``frames``: its approval
-    watermark, which stays where it is.
-
-    Shell: ``rings.tag_pause(ctrl, slot, tag, now_ns)``; count it."""
-
-    tag: int
-    frames: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ResumeTag:
-    """A false alarm (no words, short): release of held ``tag`` goes on. Shell: ``rings.tag_resume``."""
-
-    tag: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Retrieve:
-    """Look ``question`` up in the knowledge base (best ``k`` snippets) and feed the result back with
-    ``on_snippets(req_id, snippets, now_ns)`` (the shell does it at once; the record keeps the answer)."""
-
-    req_id: int
-    question: str
-    k: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RunTool:
-    """Run the tool of function ``name`` with ``arguments`` (canonical JSON) off the call's path, and feed
-    its result back with ``on_tool_result(call_id, ok, output, now_ns)`` (recorded: a replay needs no tool
-    server). ``key``: the idempotency key (voicecore/agent/actions.py), sent to the tool."""
-
-    call_id: str
-    name: str
-    arguments: str
-    key: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HangUp:
-    """End the call through the carrier's REST API (voicecore/carriers/twilio/rest.py hangup_request); ``after_line``:
-    once the fallback line asked for just before has played (the failure policy's apology)."""
-
-    reason: str
-    after_line: bool = False
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Transfer:
-    """Redirect the call to ``target`` through the carrier's REST API (voicecore/carriers/twilio/rest.py transfer_request);
-    ``after_line`` as HangUp's."""
-
-    target: str
-    after_line: bool = False
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PlayFallback:
-    """The pacer plays one of the runtime's own lines (voicecore/fallback, in the call's language): the model
-    cannot speak (INV-NEVER-SILENT). ``kind``: hold | apology_hangup | apology_transfer."""
-
-    kind: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CallOver:
-    """The caller hung up (or the stream stopped): close the model session; nothing more will be sent."""
-
-    reason: str
-
-
-Action = core.Action | ReleaseTag | HoldTag | ResumeTag | Retrieve | RunTool | HangUp | Transfer | CallOver | PlayFallback
-
-
 
 
 # --- internal state -----------------------------------------------------------------------------------
@@ -407,24 +319,17 @@ class CallController:
         self.utterances: list[Utterance] = []  # the caller's utterances still open or still re-openable
         self.lexicon = Lexicon(cfg.languages, cfg.backchannels)
         self.caller_speaking = False
-        self.debounce: tuple[int, int] | None = None  # (started_ns, last_fragment_ns)
-        self.fragments: list[str] = []
+        self.debounce = PostToolDebounce(self.config.debounce_quiet_ms, self.config.debounce_cap_ms)  # tools.py
         self.held_tag = 0
         self.approved: dict[int, int] = {}  # gated tags: the watermark released to the pacer
         self.gate_approved: dict[int, int] = {}  # gated tags: the validator's watermark
-        self.silence_ref_ns = 0
-        self.checkins_done = 0
-        self.ending: Active | None = None  # the terminal prompt that is playing
-        self.ending_played_ns = 0
+        self.endings = Endings(self.config, self.stats)  # the caller's silence and the terminal prompt (endings.py)
         self.failures = 0  # consecutive requests the model never answered
         self.tools_running: dict[str, RunningTool] = {}  # call_id -> the tool started for it
         self.pending_action: PendingAction | None = None
-        self.done_writes: dict[str, tuple[int, str]] = {}  # idempotency key -> (until_ns, output)
+        self.writes = WriteLedger(self.config.dedupe_ms)  # writes done, by idempotency key (tools.py)
         self.facts = ""  # the last tool result, for the answer that follows it
-        self.items: list[str] = []  # conversation items the server holds (for a context reset)
-        # what was said, as messages, for a new model session after a reconnect (the old one's items are gone)
-        self.history: collections.deque[tuple[str, str]] = collections.deque(maxlen=HISTORY_MESSAGES)
-        self.context_reset: flows.Transition | None = None  # applied before the next request is sent
+        self.conversation = Conversation()  # what the model holds: given back on reconnect, reset by a flow (context.py)
         self.spell = FailureSpell(self.config.failure_policy())  # the model's failures (voicecore/call/failures.py)
 
     def record_header(self) -> dict:
@@ -442,7 +347,7 @@ class CallController:
         """The call's media started and the model socket is open: configure the session, greet."""
         self.now_ns = now_ns
         self.started = True
-        self.silence_ref_ns = now_ns
+        self.endings.not_silent(now_ns)
         out: list[Action] = list(self.core.on_open())
         self._enqueue(self.flow.start(), "flow", out)
         self._pump(out)
@@ -455,7 +360,7 @@ class CallController:
         of: the flow's fallback line asks them to say it again (the new session knows nothing of it)."""
         self.now_ns = now_ns
         self.started = True
-        self.silence_ref_ns = now_ns
+        self.endings.not_silent(now_ns)
         self.flow.start()  # the flow stands at its start; its first prompt was said by the worker before
         out: list[Action] = list(self.core.on_open())
         if cut_off:
@@ -481,7 +386,7 @@ class CallController:
             self._on_speech_stopped(event, out)
         elif isinstance(event, rt.InputTranscriptionCompleted):
             if event.transcript.strip():
-                self.history.append(("user", event.transcript.strip()))
+                self.conversation.said("user", event.transcript.strip())
             self._on_words(event.item_id, event.transcript, True, out)
         elif isinstance(event, rt.InputTranscriptionDelta):
             self._on_words(event.item_id, event.delta, False, out)
@@ -492,13 +397,9 @@ class CallController:
         elif isinstance(event, rt.FunctionCallArgumentsDone):
             self._on_tool_call(event, out)
         elif isinstance(event, rt.ItemAdded):
-            if event.stage != "done" and event.item_id not in self.items:
-                self.items.append(event.item_id)
-                if len(self.items) > MAX_TRACKED_ITEMS:
-                    del self.items[0]
+            self.conversation.item_added(event.item_id, event.stage)
         elif isinstance(event, rt.ItemDeleted):
-            if event.item_id in self.items:
-                self.items.remove(event.item_id)
+            self.conversation.item_deleted(event.item_id)
         elif isinstance(event, rt.AudioDelta):
             active = self.active
             if active is not None and active.response_id == event.response_id:
@@ -511,13 +412,13 @@ class CallController:
                 active.text_chars += len(event.delta)
                 self.spell.served()
         elif isinstance(event, rt.TextDone) and event.text.strip() and event.response_id not in self.rejected:
-            self.history.append(("assistant", event.text.strip()))
+            self.conversation.said("assistant", event.text.strip())
         elif isinstance(event, rt.RealtimeError) and event.code in VENDOR_FAILURE_CODES:
             self._vendor_failed(event.code, out)
         elif isinstance(event, rt.ResponseDone):
             self._on_response_done(event, out)
         elif isinstance(event, rt.TranscriptDone) and event.transcript.strip() and event.response_id not in self.rejected:
-            self.history.append(("assistant", event.transcript.strip()))  # a rejected answer was never said
+            self.conversation.said("assistant", event.transcript.strip())  # a rejected answer was never said
         if not isinstance(event, rt.ResponseCreated):
             out.extend(self.core.on_event(event, now_ns, playout))
         self._after_core(out)
@@ -543,9 +444,9 @@ class CallController:
             return []
         words = " ".join(text.split())
         out: list[Action] = [SendToModel(rt.conversation_item_create_user_text(words))]
-        self.history.append(("user", words))
+        self.conversation.said("user", words)
         self._caller_active()
-        self.checkins_done = 0
+        self.endings.caller_turn()
         self._drop_queued()
         if self._barge_in(now_ns, out):
             self.stats.bargein_latency_ms.append(0)
@@ -639,7 +540,7 @@ class CallController:
         else:
             self.stats.tool_results += 1
             if ok and running.plan.writes:
-                self._remember_write(running.key, output)
+                self.writes.remember(running.key, output, self.now_ns)
             if not ok:
                 self.stats.tool_errors += 1
             if self.queued is not None and self.queued.source == "filler":
@@ -658,9 +559,7 @@ class CallController:
             return []
         self.spell.reopened(now_ns)
         out: list[Action] = list(self.core.on_open())
-        # the new session starts empty: the conversation so far as message items, oldest first
-        for role, text in self.history:
-            out.append(SendToModel(rt.conversation_item_create_message(role, text)))
+        out.extend(self.conversation.given_back())  # the new session starts empty
         if self.inflight is not None:
             request, self.inflight = self.inflight, None
             if self.queued is None:
@@ -692,7 +591,7 @@ class CallController:
         answered. The pacer plays the hold line on its own when the model worker stops serving such a call."""
         if self.ended:
             return False
-        return (not self.started or self.inflight is not None or self.queued is not None or self.debounce is not None
+        return (not self.started or self.inflight is not None or self.queued is not None or self.debounce.waiting
                 or (self.active is not None and not self.active.done))
 
     def _waiting_on_vendor(self) -> bool:
@@ -747,8 +646,7 @@ class CallController:
                 del self.by_tag[tag]
         self.failures = 0
         if request.terminal:
-            self.ending = active
-            self.ending_played_ns = 0
+            self.endings.ending_created(active)
         out.extend(actions)
         undecided = [u for u in self.utterances if u.verdict == ""]
         if self.caller_speaking or undecided:
@@ -783,7 +681,7 @@ class CallController:
         self.stats.tool_calls += 1
         if self.active is not None and self.active.response_id == event.response_id:
             self.active.had_tool_call = True
-        if self.debounce is not None:
+        if self.debounce.waiting:
             self._flush_debounce(out)  # another tool call sends the debounced fragments first
         decision = self.flow.on_tool_call(event.name or "", event.arguments)
         if isinstance(decision, flows.ToolPlan):
@@ -803,23 +701,22 @@ class CallController:
             self.stats.transitions += 1
             out.append(self.core.reconfigure(transition.session.instructions, list(transition.session.tools)))
             if transition.context in ("reset", "task"):
-                self.context_reset = transition
+                self.conversation.schedule(transition)
         self.facts = outcome.facts
         if outcome.then is not None:
             self._enqueue(outcome.then, "flow", out)
         elif outcome.speak:
             # the state changed and the agent would speak: first wait until the caller is quiet (the post-tool
         # debounce).
-            self.debounce = (self.now_ns, self.now_ns)
-            self.fragments = []
+            self.debounce.start(self.now_ns)
 
     def _run_tool(self, call_id: str, plan: flows.ToolPlan, out: list[Action]) -> None:
         key = agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments)
-        done = self.done_writes.get(key)
-        if plan.writes and done is not None and done[0] > self.now_ns:
+        done = self.writes.recent(key, self.now_ns)
+        if plan.writes and done is not None:
             # The same write (or a repeated yes) within the window: its first result stands, nothing runs.
             self.stats.duplicate_writes_suppressed += 1
-            self._tool_finished(call_id, plan, True, done[1], out)
+            self._tool_finished(call_id, plan, True, done, out)
             return
         self.stats.tools_run += 1
         self.tools_running[call_id] = RunningTool(call_id, plan, key, self.now_ns)
@@ -828,17 +725,10 @@ class CallController:
     def _done_recently(self, plan: flows.ToolPlan) -> bool:
         """The same action ran within the window (the model asks again after it was done): it is not
         proposed again, its first result stands."""
-        done = self.done_writes.get(agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments))
-        return done is not None and done[0] > self.now_ns
+        return self.writes.recent(agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments), self.now_ns) is not None
 
     def _tool_finished(self, call_id: str, plan: flows.ToolPlan, ok: bool, output: str, out: list[Action]) -> None:
         self._apply_outcome(call_id, self.flow.on_tool_result(plan.name, plan.arguments, ok, output), out)
-
-    def _remember_write(self, key: str, output: str) -> None:
-        now = self.now_ns
-        for old in [k for k, (until, _) in self.done_writes.items() if until <= now]:
-            del self.done_writes[old]
-        self.done_writes[key] = (now + self.config.dedupe_ms * MS, output)
 
     # --- actions with confirmation (docs/explanation/agents.md#actions-with-confirmation) -----------------
     def _propose_action(self, call_id: str, plan: flows.ToolPlan, out: list[Action]) -> None:
@@ -884,7 +774,7 @@ class CallController:
             if (self.now_ns - running.started_ns) // MS < self.config.filler_after_ms:
                 continue
             running.filler_asked = True
-            if self.queued is None and self.ending is None:
+            if self.queued is None and not self.endings.playing:
                 self.stats.fillers += 1
                 self._enqueue(running.plan.filler, "filler", out)
 
@@ -904,7 +794,7 @@ class CallController:
     def _agent_has_floor(self) -> bool:
         """The agent is speaking or about to: a caller's backchannel now asks for nothing."""
         return (self.core.audible(self.playout) is not None or self.inflight is not None or self.queued is not None
-                or bool(self.tools_running) or self.debounce is not None or self.ending is not None)
+                or bool(self.tools_running) or self.debounce.waiting or self.endings.playing)
 
     def _hold(self, out: list[Action]) -> None:
         """Stop what the caller may hear from going out while their words are not known."""
@@ -943,11 +833,7 @@ class CallController:
                 u.words += text
             if text.strip():
                 u.last_words_ns = self.now_ns
-        if self.debounce is not None and (text.strip() or completed):
-            started, _ = self.debounce
-            self.debounce = (started, self.now_ns)
-            if completed and text.strip():
-                self.fragments.append(text.strip())
+        self.debounce.heard(text, completed, self.now_ns)
         if text.strip():
             self._caller_active()
 
@@ -1012,7 +898,7 @@ class CallController:
     def _turn_detected(self, u: Utterance, out: list[Action]) -> None:
         """The caller took the floor: the agent stops for good, whatever it was about to say."""
         self._caller_active()
-        self.checkins_done = 0
+        self.endings.caller_turn()
         self._drop_queued()
         if self._barge_in(self.now_ns, out):
             self.stats.bargein_latency_ms.append((self.now_ns - u.started_ns) // MS)
@@ -1063,14 +949,14 @@ class CallController:
                 self._answer_confirmation(answer, out)
                 return
             self._drop_action("caller_moved_on", None, out)  # then the turn is answered as any other
-        if self.debounce is not None:
+        if self.debounce.waiting:
             return  # gathered into the combined turn
         self._enqueue(self.flow.on_user_turn(words), "flow", out, question=words)
         if self.queued is not None and isinstance(self.queued.step, flows.Answer):
             self.queued.utterance = u
 
     def _caller_active(self) -> None:
-        self.silence_ref_ns = self.now_ns
+        self.endings.not_silent(self.now_ns)
 
     # ================================================================================ barge-in
     def _barge_in(self, now_ns: int, out: list[Action]) -> bool:
@@ -1086,12 +972,11 @@ class CallController:
         if active is not None:
             active.cancelled_ns = now_ns
             active.settled = True
-            if self.ending is active:
+            if self.endings.cut(active):
                 # The caller spoke over the goodbye: the call is not over (and a transfer is cancelled).
                 step = active.request.step
                 if isinstance(step, flows.Say) and step.transfer_to:
                     self.stats.transfers_cancelled += 1
-                self.ending = None
         if audible.produced_frames == 0:
             # Nothing of it was written yet, so nothing was heard: the caller's new speech supersedes a
             # response still being prepared (counted apart from barge-ins).
@@ -1153,8 +1038,7 @@ class CallController:
             return
         active.cancelled_ns = self.now_ns
         active.settled = True
-        if self.ending is active:
-            self.ending = None
+        self.endings.cut(active)
         request = active.request
         if isinstance(request.step, flows.Answer):
             self._enqueue_safe_line(out)
@@ -1167,7 +1051,7 @@ class CallController:
             self.stats.requests_dropped += 1
 
     def _may_speak(self) -> bool:
-        if self.inflight is not None or self.caller_speaking or self.debounce is not None:
+        if self.inflight is not None or self.caller_speaking or self.debounce.waiting:
             return False
         if any(u.open for u in self.utterances):
             return False  # the caller's words are not judged, or their turn not answered, yet
@@ -1206,8 +1090,7 @@ class CallController:
         self.inflight_sent_ns = self.now_ns
         self.spell.asked(self.now_ns)
         self.stats.requests_sent += 1
-        if self.context_reset is not None:
-            self._apply_context_strategy(self.context_reset, out)
+        out.extend(self.conversation.apply_pending())
         if request.user_text:
             out.append(SendToModel(rt.conversation_item_create_user_text(request.user_text)))
         metadata = {"vc_req": str(request.req_id), "vc_prompt": request.prompt_id}
@@ -1224,19 +1107,6 @@ class CallController:
         if request.snippets:
             return self.core.in_session(_grounded_instructions(request.snippets))
         return None
-
-    def _apply_context_strategy(self, transition: flows.Transition, out: list[Action]) -> None:
-        """A flow's context strategy (docs/explanation/agents.md#flows): ``reset`` forgets the conversation so
-        far; ``task`` forgets it and adds the node's task messages (``keep`` never gets here)."""
-        self.context_reset = None
-        for item_id in self.items:
-            out.append(SendToModel(rt.item_delete(item_id)))
-        self.items = []
-        self.history.clear()
-        if transition.context == "task":
-            for role, text in transition.task_messages:
-                out.append(SendToModel(rt.conversation_item_create_message(role, text)))
-                self.history.append((role, text))
 
     def _retry(self, request: Request, why: str, out: list[Action]) -> None:
         """Ask again for the same prompt, at most max_prompt_retries times; then let the flow advance."""
@@ -1293,14 +1163,8 @@ class CallController:
             return
         self._evaluate_utterances(out)
         # post-tool debounce: the fragments go once the caller was quiet long enough, or at the cap
-        if self.debounce is not None:
-            started, last = self.debounce
-            if self.caller_speaking:
-                # Quiet means no speech, not only no words: a transcript may come seconds after speech began.
-                last = now
-                self.debounce = (started, now)
-            if (now - last) // MS >= cfg.debounce_quiet_ms or (now - started) // MS >= cfg.debounce_cap_ms:
-                self._flush_debounce(out)
+        if self.debounce.due(now, self.caller_speaking):
+            self._flush_debounce(out)
         # watchdog: asked, nothing created
         if self.inflight is not None and (now - self.inflight_sent_ns) // MS >= cfg.watchdog_ms:
             request = self.inflight
@@ -1328,10 +1192,8 @@ class CallController:
         self._pump(out)
 
     def _flush_debounce(self, out: list[Action]) -> None:
-        self.debounce = None
+        combined = self.debounce.take()
         self.stats.debounce_flushes += 1
-        combined = " ".join(self.fragments)
-        self.fragments = []
         step = self.flow.after_tool(combined)
         user_text = combined if (self.config.debounce_send_text and combined) else None
         self._enqueue(step, "debounce", out, user_text=user_text, question=combined, facts=self.facts)
@@ -1346,8 +1208,7 @@ class CallController:
             out.append(SendToModel(rt.response_cancel(active.response_id)))
         active.cancelled_ns = self.now_ns
         active.settled = True
-        if self.ending is active:
-            self.ending = None
+        self.endings.cut(active)
         key = request.prompt_id
         self.stall_count[key] = self.stall_count.get(key, 0) + 1
         if self.stall_count[key] <= self.config.stall_retries:
@@ -1374,51 +1235,35 @@ class CallController:
             if not self._played_out(active):
                 continue
             active.settled = True
-            self.silence_ref_ns = self.now_ns
+            self.endings.not_silent(self.now_ns)
             self.retries.pop(active.request.prompt_id, None)
             if active.request.source == "confirm" and self.pending_action is not None:
                 self.pending_action.played_ns = self.now_ns
-            if active is self.ending:
-                self.ending_played_ns = self.now_ns
+            if self.endings.played(active, self.now_ns):
+                pass  # its grace runs; then the call ends (_check_ending)
             elif isinstance(active.request.step, flows.Say):
                 self._enqueue(self.flow.after_played(active.request.prompt_id), "flow", out)
 
     def _idle(self) -> bool:
         return (not self.caller_speaking and self.queued is None and self.inflight is None and self.active is None
-                and self.debounce is None and self.ending is None and self.core.audible(self.playout) is None
+                and not self.debounce.waiting and not self.endings.playing and self.core.audible(self.playout) is None
                 and not any(u.open for u in self.utterances))
 
     def _check_silence(self, out: list[Action]) -> None:
-        if not self._idle():
-            self.silence_ref_ns = self.now_ns  # only silence while nobody speaks and nothing is pending counts
-            return
-        checkins = self.config.silence_checkins_ms
-        limit = checkins[self.checkins_done] if self.checkins_done < len(checkins) else self.config.silence_goodbye_ms
-        if (self.now_ns - self.silence_ref_ns) // MS < limit:
-            return
-        self.silence_ref_ns = self.now_ns
-        if self.checkins_done < len(checkins):
-            self.checkins_done += 1
-            self.stats.checkins += 1
+        wanted = self.endings.silence(self.now_ns, self._idle())  # only silence while nobody speaks and nothing is pending counts
+        if wanted == CHECKIN:
             self._enqueue(self.flow.line("checkin"), "checkin", out)
-        else:
+        elif wanted == GOODBYE:
             self._enqueue(self.flow.line("goodbye"), "silence", out)
 
     def _check_ending(self, out: list[Action]) -> None:
-        ending = self.ending
-        if ending is None or not self.ending_played_ns:
-            return
-        if (self.now_ns - self.ending_played_ns) // MS < self.config.goodbye_grace_ms:
-            return
-        step = ending.request.step
-        assert isinstance(step, flows.Say)
-        self._finish_ending(step, "completed", out)
+        step = self.endings.due(self.now_ns)
+        if step is not None:
+            self._finish_ending(step, "completed", out)
 
     def _finish_ending(self, step: flows.Say, reason: str, out: list[Action]) -> None:
-        if step.transfer_to:
-            self._finish(f"transfer_{reason}", out, Transfer(step.transfer_to))
-        else:
-            self._finish(reason, out, HangUp(reason))
+        reason, final = ending_action(step, reason)
+        self._finish(reason, out, final)
 
     def _finish(self, reason: str, out: list[Action], final: Action) -> None:
         self.ended = True
@@ -1475,19 +1320,6 @@ def _grounded_instructions(snippets: tuple[dict, ...]) -> str:
     return ("Answer the caller briefly, in the caller's language. Say a price, date, time, amount or phone "
             "number only as it appears in these facts; if they do not hold it, say you cannot verify it.\n"
             f"Facts:\n{facts}")
-
-
-def action_to_dict(action: Action) -> dict:
-    """A JSON-able form of an action, for records and comparison (audio as length + CRC-32)."""
-    data: dict = {"type": type(action).__name__}
-    for field in dataclasses.fields(action):  # type: ignore[arg-type]
-        value = getattr(action, field.name)
-        if isinstance(value, bytes):
-            data[field.name + "_len"] = len(value)
-            data[field.name + "_crc"] = zlib.crc32(value)
-        else:
-            data[field.name] = value
-    return data
 
 
 __all__ = [

@@ -33,93 +33,11 @@ MAX_REJECTIONS_PER_TURN = 3  # retry a rejected prompt at most 3 times, then mov
 HARMLESS_ERROR_CODES = frozenset({"response_cancel_not_active", "conversation_already_has_active_response"})
 
 
-# --- actions the shell applies -------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True, slots=True)
-class SendToModel:
-    text: str
+from voicecore.call.actions import (  # noqa: F401 (the mechanism's actions, importable from here as before)
+    ApproveFrames, CancelTag, CoreAction, EndTag, GateSpec, GateTranscript, OpenGate, OpenTag, Playout, SendToModel, WriteFrames,
+)
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class OpenTag:
-    """Start response ``tag``. ``gated``: release waits for the approval watermark (rings.tag_open gated=1)."""
-
-    tag: int
-    gated: bool = False
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class OpenGate:
-    """Ask the validator to judge response ``tag`` under ``policy`` (INV-GATE); its frames wait for it."""
-
-    tag: int
-    policy: str
-    script: str = ""  # the expected text of a scripted prompt
-    forbidden: str = ""  # forbidden phrases, one per line
-    language: str = "auto"
-    facts: str = ""  # text whose numbers count as grounded for this response only (a tool's result)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class GateSpec:
-    """How the next response is judged (set by the controller per flow node; None: the call's policy)."""
-
-    policy: str
-    script: str = ""
-    forbidden: str = ""
-    language: str = "auto"
-    facts: str = ""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class GateTranscript:
-    """Transcript text of gated ``tag`` for the validator, with the frames written so far (``done``: final)."""
-
-    tag: int
-    text: str
-    audio_frames: int
-    done: bool
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ApproveFrames:
-    tag: int
-    frames: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class WriteFrames:
-    """Frames ``first_index`` .. of ``tag``; ``audio`` is a whole number of 160-byte frames."""
-
-    tag: int
-    first_index: int
-    audio: bytes
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class EndTag:
-    tag: int
-    total_frames: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CancelTag:
-    tag: int
-    decision_ns: int
-
-
-Action = SendToModel | OpenTag | WriteFrames | EndTag | CancelTag | OpenGate | GateTranscript | ApproveFrames
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Playout:
-    """What the control block says about the carrier's playout, read by the shell at decision time."""
-
-    played_tag: int
-    played_frames: int
-    played_at_ns: int
-    sent_tag: int
-    sent_frames: int
-    carrier_empty_at_ns: int
+Action = CoreAction
 
 
 @dataclasses.dataclass(slots=True)

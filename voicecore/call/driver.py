@@ -14,10 +14,13 @@ The shell holds one driver per call and feeds it every input, the caller's audio
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from voicecore.call.controller import Action, ControllerStats
-from voicecore.call.core import ModelCallCore, Playout
+from voicecore.call.actions import Action, Playout
+
+if TYPE_CHECKING:  # the interface names the types its implementations share, without importing one of them
+    from voicecore.call.controller import ControllerStats
+    from voicecore.call.core import ModelCallCore
 
 
 def forwarding_actions(audio: bytes) -> int:

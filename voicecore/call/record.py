@@ -72,7 +72,8 @@ from typing import Any, Callable, Iterable
 import orjson
 
 from voicecore import timing
-from voicecore.call.controller import Action, ControllerStats, Playout, action_to_dict
+from voicecore.call.actions import Action, Playout, action_to_dict
+from voicecore.call.controller import ControllerStats
 from voicecore.call.core import ModelCallCore
 from voicecore.call.driver import Driver, forwarding_actions
 from voicecore.errors import MisuseError

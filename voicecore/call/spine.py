@@ -26,7 +26,7 @@ import dataclasses
 from typing import Any
 
 from voicecore.call import core
-from voicecore.call.controller import HangUp, PlayFallback
+from voicecore.call.actions import HangUp, PlayFallback
 from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
 from voicecore.realtime import events as rt
 

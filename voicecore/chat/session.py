@@ -156,8 +156,8 @@ class ChatSession:
         c = self.controller
         if self.ended:
             return False
-        return (c.queued is not None or c.inflight is not None or c.active is not None or c.debounce is not None
-                or bool(c.tools_running) or c.ending is not None
+        return (c.queued is not None or c.inflight is not None or c.active is not None or c.debounce.waiting
+                or bool(c.tools_running) or c.endings.playing
                 or any(not r.shown and not r.done for r in self.replies.values()))
 
     @property

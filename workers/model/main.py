@@ -45,7 +45,7 @@ from voicecore.bus import messages
 from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_INBOX, RECORDER_INBOX, VALIDATOR_INBOX, Bus
 from voicecore.call import controller as controller_mod
 from voicecore.call import core
-from voicecore.call.controller import Action
+from voicecore.call.actions import Action
 from voicecore.call.build import driver_for_config, first_session_update
 from voicecore.call.inbound_batching import InboundBatching
 from voicecore.call.driver import Driver
