@@ -49,11 +49,11 @@ from voicecore.call.actions import (  # noqa: F401 (the vocabulary, importable f
     Action, CallOver, CancelTag, EndTag, HangUp, HoldTag, OpenTag, Playout, PlayFallback, ReleaseTag, ResumeTag, Retrieve,
     RunTool, SendToModel, Transfer, WriteFrames, action_to_dict,
 )
-from voicecore.call.backchannels import Lexicon
 from voicecore.call.context import HISTORY_MESSAGES, MAX_TRACKED_ITEMS, Conversation  # noqa: F401 (importable as before)
 from voicecore.call.endings import CHECKIN, GOODBYE, Endings, ending_action
 from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
 from voicecore.call.tools import PostToolDebounce, WriteLedger
+from voicecore.call.turns import MAX_TRACKED_UTTERANCES, CallerTurns, Utterance  # noqa: F401 (importable as before)
 from voicecore.realtime import events as rt
 from voicecore.validate.questions import question_needs_numbers
 
@@ -135,7 +135,6 @@ class ControllerConfig:
 
 TURN_DETECTIONS = ("server_vad", "semantic_vad")
 EAGERNESS = ("low", "medium", "high", "auto")
-MAX_TRACKED_UTTERANCES = 16
 
 
 def turn_detection(cfg: ControllerConfig) -> dict:
@@ -184,29 +183,6 @@ class Active:
     had_tool_call: bool = False
     settled: bool = False  # played out (or cancelled) and reported to the flow
     text_chars: int = 0  # text channel: characters of text the model wrote for it
-
-
-@dataclasses.dataclass(slots=True)
-class Utterance:
-    """One stretch of caller speech from the server's VAD, with the words transcribed for it."""
-
-    item_id: str
-    started_ns: int
-    interrupting: bool  # the agent had the floor (audible, or an answer on its way) while it was said
-    stopped_ns: int = 0
-    audio_start_ms: int = 0  # the server's audio clock (prefix padding included)
-    spoken_ms: int = 0  # set at speech_stopped from the server's audio clock: the speech itself
-    words: str = ""
-    completed: bool = False  # the transcript is final: completed, or its transcription failed
-    failed: bool = False  # the vendor could not transcribe it: no words, and none will come
-    last_words_ns: int = 0
-    verdict: str = ""  # "" (not known yet) | "backchannel" | "noise" | "turn"
-    turn_taken: bool = False
-
-    @property
-    def open(self) -> bool:
-        """Not judged yet, or a turn not answered yet: the caller's floor."""
-        return self.verdict == "" or (self.verdict == "turn" and not self.turn_taken)
 
 
 @dataclasses.dataclass(slots=True)
@@ -316,8 +292,7 @@ class CallController:
         self.rejected: set[str] = set()
         self.retries: dict[str, int] = {}
         self.stall_count: dict[str, int] = {}
-        self.utterances: list[Utterance] = []  # the caller's utterances still open or still re-openable
-        self.lexicon = Lexicon(cfg.languages, cfg.backchannels)
+        self.turns = CallerTurns(self.config)  # the caller's utterances and their verdicts (turns.py)
         self.caller_speaking = False
         self.debounce = PostToolDebounce(self.config.debounce_quiet_ms, self.config.debounce_cap_ms)  # tools.py
         self.held_tag = 0
@@ -391,7 +366,7 @@ class CallController:
         elif isinstance(event, rt.InputTranscriptionDelta):
             self._on_words(event.item_id, event.delta, False, out)
         elif isinstance(event, rt.InputTranscriptionFailed):
-            self._on_transcription_failed(event.item_id)
+            self.turns.transcription_failed(event.item_id)
         elif isinstance(event, rt.OutputItemAdded) and event.response_id in self.rejected:
             out.append(SendToModel(rt.item_delete(event.item_id)))
         elif isinstance(event, rt.FunctionCallArgumentsDone):
@@ -620,7 +595,7 @@ class CallController:
         request = self.inflight
         solicited = request is not None and (req_tag is None or req_tag == str(request.req_id))
         # The caller took the floor after it was asked for: it answers what they no longer wait for.
-        overtaken = any(u.verdict == "turn" and not u.turn_taken for u in self.utterances)
+        overtaken = any(u.verdict == "turn" and not u.turn_taken for u in self.turns.utterances)
         if not solicited or self.core.audible(self.playout) is not None or self.active is not None or overtaken:
             # INV-ONE-VOICE: a response we did not ask for (or a second one while one plays) never gets a
             # tag, so none of its audio can reach the ring; the server is told to stop it.
@@ -648,7 +623,7 @@ class CallController:
         if request.terminal:
             self.endings.ending_created(active)
         out.extend(actions)
-        undecided = [u for u in self.utterances if u.verdict == ""]
+        undecided = [u for u in self.turns.utterances if u.verdict == ""]
         if self.caller_speaking or undecided:
             # Asked for before the caller began: it waits, held, for their words, like audio they talked over.
             for u in undecided:
@@ -761,7 +736,7 @@ class CallController:
         pending = self.pending_action
         if pending is None or self.caller_speaking:
             return
-        if any(u.open and u.started_ns > pending.asked_ns for u in self.utterances):
+        if any(u.open and u.started_ns > pending.asked_ns for u in self.turns.utterances):
             return  # the caller is answering; their words decide
         start = pending.played_ns or pending.asked_ns + CONFIRM_PROMPT_GRACE_MS * MS
         if (self.now_ns - start) // MS >= self.config.confirm_timeout_ms:
@@ -786,9 +761,7 @@ class CallController:
     def _on_speech_started(self, event: rt.SpeechStarted, out: list[Action]) -> None:
         self.caller_speaking = True
         self._caller_active()
-        u = Utterance(event.item_id, self.now_ns, interrupting=self._agent_has_floor(), audio_start_ms=event.audio_start_ms)
-        self.utterances.append(u)
-        self._forget_settled_utterances()
+        self.turns.started(event.item_id, self.now_ns, self._agent_has_floor(), event.audio_start_ms)
         self._hold(out)
 
     def _agent_has_floor(self) -> bool:
@@ -808,73 +781,22 @@ class CallController:
     def _on_speech_stopped(self, event: rt.SpeechStopped, out: list[Action]) -> None:
         self.caller_speaking = False
         self._caller_active()
-        u = self._utterance(event.item_id) or (self.utterances[-1] if self.utterances else None)
-        if u is not None and not u.stopped_ns:
-            u.stopped_ns = self.now_ns
-            # On the server's audio clock: audio_start_ms includes the prefix padding and audio_end_ms the
-            # VAD's silence (the vendor's definition); what is left is the speech. (semantic_vad's silence
-            # varies with what was said: the server_vad setting is the estimate.)
-            cfg = self.config
-            u.spoken_ms = max(0, event.audio_end_ms - u.audio_start_ms - cfg.vad_prefix_padding_ms - cfg.vad_silence_duration_ms)
-
-    def _utterance(self, item_id: str) -> Utterance | None:
-        for u in reversed(self.utterances):
-            if u.item_id == item_id:
-                return u
-        return None
+        self.turns.stopped(event.item_id, self.now_ns, event.audio_end_ms)
 
     def _on_words(self, item_id: str, text: str, completed: bool, out: list[Action]) -> None:
-        u = self._utterance(item_id)
-        if u is not None and not u.completed:
-            if completed:
-                u.words = text
-                u.completed = True
-            else:
-                u.words += text
-            if text.strip():
-                u.last_words_ns = self.now_ns
+        self.turns.heard(item_id, text, completed, self.now_ns)
         self.debounce.heard(text, completed, self.now_ns)
         if text.strip():
             self._caller_active()
 
-    def _on_transcription_failed(self, item_id: str) -> None:
-        """No words will come for this utterance: its length decides."""
-        u = self._utterance(item_id)
-        if u is not None:
-            u.completed = u.failed = True
-
-    def _forget_settled_utterances(self) -> None:
-        """Keep what can still change: open utterances, and verdicts that later words may overturn."""
-        self.utterances = [u for u in self.utterances
-                           if u.open or (u.verdict in ("noise", "backchannel") and not u.completed)][-MAX_TRACKED_UTTERANCES:]
-
     def _verdict(self, u: Utterance) -> str:
-        """What the utterance is, from what is known of it now ("": not known yet)."""
-        cfg = self.config
-        if u.words.strip():
-            if self.pending_action is not None and agent_actions.confirmation_answer(u.words, cfg.confirm_languages):
-                return "turn"  # a yes or a no to the confirmation asked: never just a backchannel
-            verdict = self.lexicon.verdict(u.words, u.completed) if u.interrupting else "turn"
-            if verdict == "turn":
-                return verdict  # one word that is not a backchannel is enough
-            settled = u.stopped_ns and (self.now_ns - max(u.last_words_ns, u.stopped_ns)) // MS >= cfg.words_settle_ms
-            if u.completed or settled:
-                return verdict
-            # All backchannel so far, but more words may come ("yeah ... but on Friday"): not yet.
-            return u.verdict if u.verdict == "noise" else ""
-        by_length = "turn" if u.spoken_ms >= cfg.bargein_min_speech_ms else "noise"
-        if u.completed:
-            # Final and no words: the vendor heard none (a cough, a breath: noise, however long), or it could
-            # not transcribe the speech (its length decides).
-            return by_length if u.failed else "noise"
-        if u.verdict in ("turn", "noise"):
-            return u.verdict  # judged by length while words were late: stands until words come
-        if u.stopped_ns and (self.now_ns - u.stopped_ns) // MS >= cfg.transcript_wait_ms:
-            return by_length
-        return ""
+        confirmation = ""
+        if self.pending_action is not None and u.words.strip():
+            confirmation = agent_actions.confirmation_answer(u.words, self.config.confirm_languages)
+        return self.turns.verdict(u, self.now_ns, confirmation)
 
     def _evaluate_utterances(self, out: list[Action]) -> None:
-        for u in self.utterances:
+        for u in self.turns.utterances:
             if u.verdict == "turn":
                 continue  # final: the agent was cut for it
             verdict = self._verdict(u)
@@ -890,10 +812,10 @@ class CallController:
                     self.stats.backchannels += 1
                 else:
                     self.stats.false_interruptions += 1
-        if self.held_tag and not self.caller_speaking and not any(u.open for u in self.utterances):
+        if self.held_tag and not self.caller_speaking and not self.turns.any_open:
             self._resume(out)  # every utterance since the hold asked for nothing: the agent carries on
         self._take_turn(out)
-        self._forget_settled_utterances()
+        self.turns.forget_settled()
 
     def _turn_detected(self, u: Utterance, out: list[Action]) -> None:
         """The caller took the floor: the agent stops for good, whatever it was about to say."""
@@ -903,24 +825,10 @@ class CallController:
         if self._barge_in(self.now_ns, out):
             self.stats.bargein_latency_ms.append((self.now_ns - u.started_ns) // MS)
 
-    def _ready(self, u: Utterance) -> bool:
-        """The caller's words for this utterance are all in (or will not come): it can be answered."""
-        if u.completed:
-            return True
-        if not u.stopped_ns:
-            return False
-        now = self.now_ns
-        if u.words.strip():
-            # Words came: the turn is whole once no more come for a while (the transcript's end may never be
-            # announced). Not on the transcript wait: a long turn's words still arriving past it would be
-            # answered from half a sentence (and looked up by it).
-            return (now - max(u.last_words_ns, u.stopped_ns)) // MS >= self.config.words_settle_ms
-        return (now - u.stopped_ns) // MS >= self.config.transcript_wait_ms
-
     def _take_turn(self, out: list[Action]) -> None:
         """Answer the caller once they stopped and every utterance of their turn is judged and heard whole."""
-        pending = [u for u in self.utterances if u.verdict == "turn" and not u.turn_taken]
-        if self.pending_action is not None and pending and self._ready(pending[0]):
+        pending = [u for u in self.turns.utterances if u.verdict == "turn" and not u.turn_taken]
+        if self.pending_action is not None and pending and self.turns.ready(pending[0], self.now_ns):
             # A yes or a no to the confirmation asked is read on its own, at once, even if the caller goes
             # on talking ("Ja, gärna." then a question): what follows is the next turn, not part of the answer.
             answer = agent_actions.confirmation_answer(pending[0].words, self.config.confirm_languages)
@@ -929,7 +837,7 @@ class CallController:
                 self._answer_confirmation(answer, out)
         if self.caller_speaking:
             return
-        if not pending or any(u.verdict == "" for u in self.utterances) or not all(self._ready(u) for u in pending):
+        if not pending or any(u.verdict == "" for u in self.turns.utterances) or not all(self.turns.ready(u, self.now_ns) for u in pending):
             return
         for u in pending:
             u.turn_taken = True
@@ -1053,7 +961,7 @@ class CallController:
     def _may_speak(self) -> bool:
         if self.inflight is not None or self.caller_speaking or self.debounce.waiting:
             return False
-        if any(u.open for u in self.utterances):
+        if self.turns.any_open:
             return False  # the caller's words are not judged, or their turn not answered, yet
         if self.active is not None:
             if not self.active.cancelled_ns:
@@ -1247,7 +1155,7 @@ class CallController:
     def _idle(self) -> bool:
         return (not self.caller_speaking and self.queued is None and self.inflight is None and self.active is None
                 and not self.debounce.waiting and not self.endings.playing and self.core.audible(self.playout) is None
-                and not any(u.open for u in self.utterances))
+                and not self.turns.any_open)
 
     def _check_silence(self, out: list[Action]) -> None:
         wanted = self.endings.silence(self.now_ns, self._idle())  # only silence while nobody speaks and nothing is pending counts
