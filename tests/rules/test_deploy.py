@@ -4,7 +4,9 @@ Each file is checked by the tool that knows its format (hadolint for the Dockerf
 unit, `kubectl kustomize` and Kubernetes' JSON schemas for the manifests), and then for what a voicecore node
 needs from it: /dev/shm that holds the arena twice for max_calls (voicecore/shm/sizing.py), a stop that
 drains (longer than the drain timeout), readiness from /healthz, no secret in the repository, a non-root
-user. A tool that is missing skips only the check that needs it, and says so.
+user, a call store (PostgreSQL on a claim) and a console wired to each other and to the Service (each such check
+also run on manifests broken on purpose, where it must fail). A tool that is missing skips only the check that
+needs it, and says so.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from voicecore.config import SETTINGS, ConfigError, load_config
 from voicecore.shm import sizing
 from voicecore.shm.arena import Arena, ArenaError, ArenaLayout
+from voicecore.store import database_url_for
 from voicecore.supervise import DRAIN_STOP_SLACK_S  # how long past the drain's deadline a stop may take
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,6 +50,13 @@ SECRET_BEARING = {name for name in KNOWN_ENV if SECRET_BEARING_NAME.search(name)
 # The ones a node cannot do without (the Twilio path and the model vendor); the others are optional: a
 # Twilio-only node starts without them.
 REQUIRED_SECRETS = {"VOICECORE_TWILIO_AUTH_TOKEN", "VOICECORE_REALTIME_API_KEY"}
+NODE_SECRET = "voicecore-secrets"
+# The call store's password, shared by the PostgreSQL StatefulSet and the node's database_url (which Kubernetes
+# makes from it: $(DATABASE_PASSWORD)); with the external-database component, database_url comes from NODE_SECRET.
+STORE_SECRET = "voicecore-postgres"
+STORE_PASSWORD_ENV = "DATABASE_PASSWORD"
+# What stands for a required secret when the node's configuration is loaded here (database_url must be a URL).
+SECRET_PLACEHOLDERS = {"VOICECORE_DATABASE_URL": "postgresql://voicecore:from-a-secret@db.example.com:5432/voicecore"}
 PROCESS_MEMORY_BYTES = 768 << 20  # the node's processes with their standbys, besides /dev/shm (deployment.yaml)
 
 
@@ -450,17 +461,26 @@ def test_kubernetes_files_one_by_one():
             validate(yaml.safe_load((KUBERNETES / "overlays/example" / resource).read_text()), schema_versions()[-1])
 
 
-def one(docs: list[dict], kind: str) -> dict:
-    found = [doc for doc in docs if doc["kind"] == kind]
-    assert len(found) == 1, f"{len(found)} {kind}"
+def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [doc for doc in docs if doc["kind"] == kind and name in (None, doc["metadata"]["name"])]
+    assert len(found) == 1, f"{len(found)} {kind} {name or ''}"
     return found[0]
+
+
+ENV_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")  # Kubernetes' dependent variables: $(NAME)
+
+
+def expand(value: str, earlier: dict[str, str]) -> str:
+    """A literal env value as the container gets it: $(NAME) of a variable defined before it is replaced;
+    any other reference stays as it is (Kubernetes leaves it so, and the URL it is in would be wrong)."""
+    return ENV_REFERENCE.sub(lambda m: earlier.get(m[1], m[0]), value)
 
 
 class Node:
     """The rendered objects of one kustomization, and what the node's settings say."""
 
-    def __init__(self, name: str):
-        self.docs = rendered(name)
+    def __init__(self, source: str | list[dict]):
+        self.docs = rendered(source) if isinstance(source, str) else source
         self.deployment = one(self.docs, "Deployment")
         self.pod = self.deployment["spec"]["template"]["spec"]
         assert len(self.pod["containers"]) == 1, "one pod = one node = one container"
@@ -472,9 +492,18 @@ class Node:
         self.secret_refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in self.container.get("env", [])
                             if "secretKeyRef" in e.get("valueFrom", {})}
         self.secret_env = {e["name"] for e in self.container.get("env", []) if "valueFrom" in e}
-        # The node as it starts with only the Secret's required keys (a Twilio-only node: the optional ones unset).
+        self.env = {e["name"]: e for e in self.container.get("env", [])}
+        # The node as it starts with only the Secrets' required keys (a Twilio-only node: the optional ones unset),
+        # and the literal values, with the variables they name ($(NAME)) defined before them put in.
         required = {name for name, ref in self.secret_refs.items() if not ref.get("optional", False)}
-        self.config = load_config({**self.settings, **{name: "from-a-secret" for name in required}})
+        environment = {**self.settings}
+        for entry in self.container.get("env", []):
+            if entry["name"] in required:
+                environment[entry["name"]] = SECRET_PLACEHOLDERS.get(entry["name"], "from-a-secret")
+            elif "value" in entry:
+                environment[entry["name"]] = expand(entry["value"], environment)
+        self.config = load_config({k: v for k, v in environment.items() if k.startswith("VOICECORE_")})
+        self.service = one(self.docs, "Service", self.deployment["metadata"]["name"])
         self.volumes = {v["name"]: v for v in self.pod["volumes"]}
         self.mounts = {m["mountPath"]: self.volumes[m["name"]] for m in self.container["volumeMounts"]}
         self.port = next(p for p in self.container["ports"] if p["containerPort"] == self.config.listen_port)
@@ -554,7 +583,7 @@ def test_rollouts_and_disruptions_take_one_pod_at_a_time(node):
     pdb = one(node.docs, "PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    service = one(node.docs, "Service")
+    service = node.service
     assert service["spec"]["selector"].items() <= labels.items()
     assert service["spec"]["ports"][0]["targetPort"] in {node.port["name"], node.port["containerPort"]}
 
@@ -575,8 +604,7 @@ def test_hpa_scales_on_active_calls_per_pod(node):
     metrics_port = int(node.config.metrics_listen.rpartition(":")[2])
     assert int(annotations["prometheus.io/port"]) == metrics_port != node.config.listen_port
     assert metrics_port in {p["containerPort"] for p in node.container["ports"]}
-    service = one(node.docs, "Service")
-    assert all(p["targetPort"] not in (metrics_port, "metrics") for p in service["spec"]["ports"])
+    assert all(p["targetPort"] not in (metrics_port, "metrics") for p in node.service["spec"]["ports"])
 
 
 def test_the_metric_the_hpa_reads_is_one_the_gateway_exports():
@@ -598,13 +626,21 @@ def test_no_secret_values_in_the_manifests(node):
 def test_every_secret_bearing_setting_comes_from_the_secret(node):
     """Every setting in config.py that carries a secret (SECRET_BEARING: found by name, so a new one is not
     forgotten) is read from the Secret voicecore-secrets; all but the Twilio token and the model's key are
-    optional, so a node without a carrier's keys still starts (and does not serve that carrier)."""
-    missing = SECRET_BEARING - set(node.secret_refs)
+    optional, so a node without a carrier's keys still starts (and does not serve that carrier). The one
+    exception is database_url, whose password (the call store's) Kubernetes puts into the URL from the Secret
+    voicecore-postgres: that is checked with the call store (check_call_store)."""
+    composed = {name for name, entry in node.env.items() if "value" in entry and ENV_REFERENCE.search(entry["value"])}
+    missing = SECRET_BEARING - set(node.secret_refs) - (composed & URLS_WITH_PASSWORDS)
     assert not missing, f"secret-bearing settings not read from the Secret: {sorted(missing)}"
-    assert {ref["name"] for ref in node.secret_refs.values()} == {"voicecore-secrets"}
-    keys = [ref["key"] for ref in node.secret_refs.values()]
+    node_refs = {name: ref for name, ref in node.secret_refs.items() if ref["name"] == NODE_SECRET}
+    store_refs = {name: ref for name, ref in node.secret_refs.items() if ref["name"] != NODE_SECRET}
+    assert set(node_refs) >= SECRET_BEARING - composed, "the node's secrets come from voicecore-secrets"
+    assert {name: (ref["name"], ref["key"]) for name, ref in store_refs.items()} in (
+        {}, {STORE_PASSWORD_ENV: (STORE_SECRET, "password")}), store_refs
+    assert all(ref.get("optional", False) is False for ref in store_refs.values()), "the call store's password is required"
+    keys = [ref["key"] for ref in node_refs.values()]
     assert len(keys) == len(set(keys)), "one Secret key per setting"
-    for name, ref in node.secret_refs.items():
+    for name, ref in node_refs.items():
         assert ref["key"] == name.removeprefix("VOICECORE_").lower().replace("_", "-"), (name, ref["key"])
         assert ref.get("optional", False) is (name not in REQUIRED_SECRETS), name
     assert not (SECRET_BEARING & set(node.settings)), "secret-bearing settings in a ConfigMap"
@@ -619,27 +655,45 @@ def test_the_secret_keys_are_named_where_the_secret_is_made():
     base = Node("base")
     kustomization = (KUBERNETES / "base" / "kustomization.yaml").read_text()
     deploying = (REPO / "docs" / "how-to" / "deploy" / "kubernetes.md").read_text()
-    for ref in base.secret_refs.values():
-        assert f"{ref['key']}=" in kustomization, ref["key"]
-        assert ref["key"] in deploying, ref["key"]
+    refs = list(base.secret_refs.values())
+    refs += [e["valueFrom"]["secretKeyRef"] for e in one(base.docs, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]["env"]
+             if "secretKeyRef" in e.get("valueFrom", {})]
+    for ref in refs:
+        if ref["name"] == NODE_SECRET:
+            assert f"{ref['key']}=" in kustomization, ref["key"]
+        else:  # a Secret of its own, made in one line
+            assert f"create secret generic {ref['name']} --from-literal={ref['key']}=" in kustomization, ref
+        assert ref["key"] in deploying and ref["name"] in deploying, ref
+    # the external database's key, read by the component in place of the base's composed URL
+    assert "database-url=" in kustomization and "database-url=" in deploying
     for name in SECRET_BEARING:
         assert name in deploying, f"docs/how-to/deploy/kubernetes.md does not name {name}"
 
 
-def test_pod_security_restricted(node):
+def assert_restricted(pod: dict) -> None:
     """What Pod Security's "restricted" level asks of a pod (the example's namespace enforces it)."""
-    pod_security = node.pod["securityContext"]
+    pod_security = pod["securityContext"]
     assert pod_security["runAsNonRoot"] is True and pod_security["runAsUser"] > 0
     assert pod_security["seccompProfile"]["type"] in ("RuntimeDefault", "Localhost")
-    context = node.container["securityContext"]
-    assert context["allowPrivilegeEscalation"] is False and context.get("privileged", False) is False
-    assert context["capabilities"]["drop"] == ["ALL"]
-    assert set(context["capabilities"].get("add", [])) <= {"NET_BIND_SERVICE"}
-    assert not any(node.pod.get(key) for key in ("hostNetwork", "hostPID", "hostIPC"))
-    assert not any("hostPort" in port for port in node.container["ports"])
+    for container in pod["containers"]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False and context.get("privileged", False) is False
+        assert context["capabilities"]["drop"] == ["ALL"]
+        assert set(context["capabilities"].get("add", [])) <= {"NET_BIND_SERVICE"}
+        assert context["readOnlyRootFilesystem"] is True  # ours, not restricted's: writable places are volumes
+        assert not any("hostPort" in port for port in container.get("ports", []))
+    assert not any(pod.get(key) for key in ("hostNetwork", "hostPID", "hostIPC"))
     allowed = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
-    assert all(set(volume) - {"name"} <= allowed for volume in node.volumes.values())
-    assert node.pod["automountServiceAccountToken"] is False
+    assert all(set(volume) - {"name"} <= allowed for volume in pod.get("volumes", []))
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_pod_security_restricted(node):
+    """Every pod the manifests make (the node's and the call store's) passes Pod Security "restricted"."""
+    templates = [doc["spec"]["template"]["spec"] for doc in node.docs if doc["kind"] in ("Deployment", "StatefulSet")]
+    assert len(templates) == 2
+    for pod in templates:
+        assert_restricted(pod)
 
 
 def test_the_example_namespace_enforces_restricted():
@@ -660,3 +714,265 @@ def test_configuration_checks_still_refuse_bad_values():
         load_config({"VOICECORE_MAX_CALLS": "0"})
     with pytest.raises(ArenaError):
         Arena.attach("voicecore-0000000000000000", directory="/nonexistent")
+
+
+# --- the call store and the console ------------------------------------------------------------------------
+
+
+def service_port(service: dict, port: int | str) -> dict:
+    """The Service's port that ``port`` (a port number or name, as a URL or an Ingress names it) is."""
+    found = [p for p in service["spec"]["ports"] if port in (p["port"], p.get("name"))]
+    assert len(found) == 1, f"Service {service['metadata']['name']} has no port {port}"
+    return found[0]
+
+
+def container_port(container: dict, target: int | str) -> dict:
+    """The container's port a Service's targetPort (a number or a name) reaches."""
+    found = [p for p in container.get("ports", []) if target in (p["containerPort"], p.get("name"))]
+    assert len(found) == 1, f"container {container['name']} has no port {target}"
+    return found[0]
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    return selector.items() <= labels.items()
+
+
+def check_call_store(docs: list[dict]) -> None:
+    """The node's call store is the StatefulSet's PostgreSQL: its data on a PersistentVolumeClaim, its password
+    from a Secret, and the node's database_url naming its Service, port, user and database, with that same
+    password put in by Kubernetes from the same Secret (defined before the URL: $(NAME) names only those),
+    the store on, and only the node's pods let in by the NetworkPolicy."""
+    node = Node(docs)
+    statefulset = one(docs, "StatefulSet")
+    template = statefulset["spec"]["template"]
+    (server,) = template["spec"]["containers"]
+    server_env = {e["name"]: e for e in server["env"]}
+    assert statefulset["spec"]["replicas"] == 1  # one writer: PostgreSQL does not share its data directory
+    assert selects(statefulset["spec"]["selector"]["matchLabels"], template["metadata"]["labels"])
+
+    # its data on a claim of its own, not on a volume that goes with the pod
+    claims = {claim["metadata"]["name"]: claim for claim in statefulset["spec"].get("volumeClaimTemplates", [])}
+    pod_volumes = {volume["name"] for volume in template["spec"].get("volumes", [])}
+    data_dir = server_env["PGDATA"]["value"]
+    data_mounts = [m for m in server["volumeMounts"] if data_dir.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert len(data_mounts) == 1, f"PGDATA ({data_dir}) is not inside one mounted volume"
+    data_mount = data_mounts[0]
+    assert data_mount["name"] in claims and data_mount["name"] not in pod_volumes, "PGDATA is not on the PersistentVolumeClaim"
+    claim = claims[data_mount["name"]]["spec"]
+    assert claim["accessModes"] == ["ReadWriteOnce"]
+    assert sizing.parse_quantity_bytes(claim["resources"]["requests"]["storage"]) >= 1 << 30
+
+    # its password, from a Secret (required: the server does not start without one)
+    password = server_env["POSTGRES_PASSWORD"]
+    assert "value" not in password
+    password_ref = password["valueFrom"]["secretKeyRef"]
+    assert password_ref["name"] != NODE_SECRET and password_ref.get("optional", False) is False
+
+    # its address: the StatefulSet's Service, selecting its pod and not the node's, and the other way round
+    service = one(docs, "Service", statefulset["spec"]["serviceName"])
+    assert selects(service["spec"]["selector"], template["metadata"]["labels"])
+    node_labels = node.deployment["spec"]["template"]["metadata"]["labels"]
+    assert not selects(service["spec"]["selector"], node_labels)
+    assert not selects(node.service["spec"]["selector"], template["metadata"]["labels"])
+
+    # the node's database_url: that address, that user and database, that Secret's password
+    url_entry = node.env["VOICECORE_DATABASE_URL"]
+    assert "valueFrom" not in url_entry, "the base's database_url is made from the call store's password"
+    url = urlsplit(url_entry["value"])
+    assert url.scheme == "postgresql"
+    assert url.hostname == service["metadata"]["name"]
+    port = service_port(service, url.port or 5432)
+    assert container_port(server, port["targetPort"])["containerPort"] == 5432  # the server's own port
+    assert url.username == server_env["POSTGRES_USER"]["value"]
+    assert url.path == "/" + server_env["POSTGRES_DB"]["value"]
+    reference = ENV_REFERENCE.fullmatch(url.password or "")
+    assert reference, "the password in database_url is not a $(NAME) Kubernetes fills in from the Secret"
+    names = [e["name"] for e in node.container["env"]]
+    assert reference[1] in names and names.index(reference[1]) < names.index("VOICECORE_DATABASE_URL"), \
+        f"$({reference[1]}) is not defined before VOICECORE_DATABASE_URL: Kubernetes would leave it as it is"
+    node_password_ref = node.env[reference[1]]["valueFrom"]["secretKeyRef"]
+    assert (node_password_ref["name"], node_password_ref["key"]) == (password_ref["name"], password_ref["key"])
+    assert node_password_ref.get("optional", False) is False
+
+    # the node stores calls there, so the recorder and the console run
+    assert database_url_for(node.config).startswith("postgresql://" + url.username + ":")
+    assert urlsplit(node.config.database_url).hostname == service["metadata"]["name"]
+
+    # only the node's pods reach it
+    policy = one(docs, "NetworkPolicy")
+    assert selects(policy["spec"]["podSelector"]["matchLabels"], template["metadata"]["labels"])
+    assert "Ingress" in policy["spec"]["policyTypes"]
+    (rule,) = policy["spec"]["ingress"]
+    assert [selects(peer["podSelector"]["matchLabels"], node_labels) for peer in rule["from"]] == [True]
+    (allowed,) = rule["ports"]
+    assert container_port(server, allowed["port"])["containerPort"] == 5432
+
+
+def check_console(docs: list[dict]) -> None:
+    """The console runs (a call store and console_listen: supervise.py's rule), listens where the Service can
+    reach it, on a port the container declares and the Service routes to; an Ingress that routes to it serves
+    it on console_public_url's host, over TLS."""
+    from voicecore.supervise import stack_environment
+
+    node = Node(docs)
+    config = node.config
+    environment = stack_environment(config)
+    assert environment["VOICECORE_CONSOLE_AUTOSTART"] == "true" and environment["VOICECORE_RECORDER_AUTOSTART"] == "true"
+    host, _, port = config.console_listen.rpartition(":")
+    assert host in ("0.0.0.0", "::", "[::]"), "a console on loopback is out of the Service's reach"
+    console = container_port(node.container, int(port))
+    routed = [p for p in node.service["spec"]["ports"] if p["targetPort"] in (console["containerPort"], console.get("name"))]
+    assert len(routed) == 1, "the Service does not route to the console's port"
+    for ingress in (doc for doc in docs if doc["kind"] == "Ingress"):
+        tls_hosts = {h for entry in ingress["spec"].get("tls", []) for h in entry["hosts"]}
+        for rule in ingress["spec"]["rules"]:
+            for path in rule["http"]["paths"]:
+                backend = path["backend"]["service"]
+                if backend["name"] != node.service["metadata"]["name"]:
+                    continue
+                target = service_port(node.service, backend["port"].get("name") or backend["port"].get("number"))
+                if target is not routed[0]:
+                    continue
+                public = urlsplit(config.console_public_url)
+                assert public.scheme == "https", "a console behind an Ingress needs its https console_public_url"
+                assert rule["host"] == public.hostname and rule["host"] in tls_hosts
+                assert path["path"] == "/"  # the console serves at the root of its host
+
+
+def test_the_call_store_is_postgresql_on_a_volume(node):
+    check_call_store(node.docs)
+
+
+def test_the_console_runs_and_the_service_exposes_it(node):
+    check_console(node.docs)
+
+
+def test_the_console_has_a_host_of_its_own_in_the_example():
+    docs = rendered("overlays/example")
+    check_console(docs)
+    node = Node(docs)
+    console_hosts = {urlsplit(node.config.console_public_url).hostname}
+    twilio_hosts = {rule["host"] for rule in one(docs, "Ingress", "voicecore")["spec"]["rules"]}
+    assert console_hosts and not console_hosts & twilio_hosts  # cookies are shared by every port of a host
+    # ... and the console's Ingress is the only way in to it
+    console_ports = {p["name"] for p in node.service["spec"]["ports"] if p["targetPort"] == "console"}
+    for rule in one(docs, "Ingress", "voicecore")["spec"]["rules"]:
+        assert all(path["backend"]["service"]["port"].get("name") not in console_ports for path in rule["http"]["paths"])
+
+
+def _env_entry(docs: list[dict], name: str) -> dict:
+    return next(e for e in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == name)
+
+
+def _server(docs: list[dict]) -> dict:
+    return one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+
+
+def _server_env(docs: list[dict], name: str) -> dict:
+    return next(e for e in _server(docs)["env"] if e["name"] == name)
+
+
+def _move_password_after_url(docs: list[dict]) -> None:
+    env = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    password = env.pop(next(i for i, e in enumerate(env) if e["name"] == STORE_PASSWORD_ENV))
+    env.append(password)
+
+
+BROKEN_CALL_STORES = {
+    "the URL names another host": lambda d: _env_entry(d, "VOICECORE_DATABASE_URL").update(
+        value=_env_entry(d, "VOICECORE_DATABASE_URL")["value"].replace("@voicecore-postgres:", "@postgres:")),
+    "the URL names another port": lambda d: _env_entry(d, "VOICECORE_DATABASE_URL").update(
+        value=_env_entry(d, "VOICECORE_DATABASE_URL")["value"].replace(":5432/", ":5433/")),
+    "the URL names another database": lambda d: _env_entry(d, "VOICECORE_DATABASE_URL").update(
+        value=_env_entry(d, "VOICECORE_DATABASE_URL")["value"] + "-other"),
+    "a literal password in the URL": lambda d: _env_entry(d, "VOICECORE_DATABASE_URL").update(
+        value=ENV_REFERENCE.sub("hunter2", _env_entry(d, "VOICECORE_DATABASE_URL")["value"])),
+    "the password variable defined after the URL": _move_password_after_url,
+    "the node reads another key of the Secret": lambda d: _env_entry(d, STORE_PASSWORD_ENV)["valueFrom"]["secretKeyRef"].update(key="pass"),
+    "the node's password optional": lambda d: _env_entry(d, STORE_PASSWORD_ENV)["valueFrom"]["secretKeyRef"].update(optional=True),
+    "the server's password in the manifest": lambda d: _server_env(d, "POSTGRES_PASSWORD").update(value="hunter2"),
+    "no PersistentVolumeClaim": lambda d: one(d, "StatefulSet")["spec"].pop("volumeClaimTemplates"),
+    "the data on an emptyDir": lambda d: one(d, "StatefulSet")["spec"]["template"]["spec"]["volumes"].append(
+        {"name": "data", "emptyDir": {}}),
+    "PGDATA outside the claim": lambda d: _server_env(d, "PGDATA").update(value="/pgdata"),
+    "the Service selects no server": lambda d: one(d, "Service", "voicecore-postgres")["spec"].update(
+        selector={"app.kubernetes.io/name": "postgres"}),
+    "the NetworkPolicy lets in another app": lambda d: one(d, "NetworkPolicy")["spec"]["ingress"][0]["from"][0]["podSelector"].update(
+        matchLabels={"app.kubernetes.io/name": "other"}),
+    "the server on another port": lambda d: _server(d)["ports"][0].update(containerPort=5433),
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN_CALL_STORES))
+def test_the_call_store_check_fails_when_the_wiring_is_broken(broken):
+    import copy
+
+    docs = copy.deepcopy(rendered("base"))
+    check_call_store(copy.deepcopy(docs))  # whole, it passes
+    BROKEN_CALL_STORES[broken](docs)
+    with pytest.raises(AssertionError):
+        check_call_store(docs)
+
+
+def _console_listen(docs: list[dict], value: str) -> None:
+    next(doc for doc in docs if doc["kind"] == "ConfigMap")["data"]["VOICECORE_CONSOLE_LISTEN"] = value
+
+
+BROKEN_CONSOLES = {
+    "the Service without the console's port": ("base", lambda d: one(d, "Service", "voicecore")["spec"]["ports"].pop()),
+    "the console on loopback": ("base", lambda d: _console_listen(d, "127.0.0.1:8090")),
+    "no console": ("base", lambda d: _console_listen(d, "")),
+    "the console on a port the container does not declare": ("base", lambda d: _console_listen(d, "0.0.0.0:8091")),
+    "no call store": ("base", lambda d: _env_entry(d, "VOICECORE_DATABASE_URL").update(value="")),
+    "an Ingress to it without console_public_url": (
+        "overlays/example", lambda d: next(doc for doc in d if doc["kind"] == "ConfigMap")["data"].pop("VOICECORE_CONSOLE_PUBLIC_URL")),
+    "an Ingress on another host than console_public_url": (
+        "overlays/example", lambda d: one(d, "Ingress", "voicecore-console")["spec"]["rules"][0].update(host="calls.example.com")),
+    "an Ingress to it without TLS": ("overlays/example", lambda d: one(d, "Ingress", "voicecore-console")["spec"].pop("tls")),
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN_CONSOLES))
+def test_the_console_check_fails_when_the_wiring_is_broken(broken):
+    import copy
+
+    name, breaking = BROKEN_CONSOLES[broken]
+    docs = copy.deepcopy(rendered(name))
+    check_console(copy.deepcopy(docs))  # whole, it passes
+    breaking(docs)
+    with pytest.raises(AssertionError):
+        check_console(docs)
+
+
+def test_an_external_database_replaces_the_statefulset(tmp_path):
+    """The component external-database, in an overlay: no PostgreSQL of the manifests' own (StatefulSet,
+    Service, NetworkPolicy), no voicecore-postgres Secret read anywhere, and database_url read whole from
+    voicecore-secrets (required: without it the console and the recorder would not run). The same checks as
+    the base's otherwise (Node loads the configuration, the console runs)."""
+    overlay = tmp_path / "external"
+    overlay.mkdir()
+    to_kubernetes = os.path.relpath(KUBERNETES, overlay)  # kustomize takes no absolute paths
+    (overlay / "kustomization.yaml").write_text(textwrap.dedent(f"""\
+        apiVersion: kustomize.config.k8s.io/v1beta1
+        kind: Kustomization
+        resources:
+          - {to_kubernetes}/base
+        components:
+          - {to_kubernetes}/components/external-database
+        """))
+    import yaml
+
+    done = subprocess.run([*kustomize_command(), str(overlay)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    docs = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    for version in schema_versions():
+        for doc in docs:
+            validate(doc, version)
+    assert not [doc for doc in docs if doc["metadata"]["name"] == "voicecore-postgres"]
+    assert STORE_SECRET not in done.stdout
+    node = Node(docs)
+    assert node.secret_refs["VOICECORE_DATABASE_URL"] == {"name": NODE_SECRET, "key": "database-url"}
+    assert "value" not in node.env["VOICECORE_DATABASE_URL"] and STORE_PASSWORD_ENV not in node.env
+    check_console(docs)
+    # the example overlay names the component, and it is there to use
+    assert "../../components/external-database" in (KUBERNETES / "overlays/example/kustomization.yaml").read_text()

@@ -34,3 +34,17 @@ def test_part_files_untouched_long_enough_are_stale_oldest_first():
                ("CA4-1.call.json", 100.0)]  # a finished file is never a stale part
     assert spool.stale_parts(entries, now_s=1000.0, after_s=100.0) == ["CA1-5.call.json.part", "CA2-9.call.json.part"]
     assert spool.stale_parts(entries, now_s=1000.0, after_s=500.0) == []
+
+
+def test_a_scratch_file_is_what_write_makes_before_its_rename():
+    assert spool.is_scratch(".spool-k2j3h4.tmp")
+    for name in ("CA1-5.call.json", "CA1-5.call.json.part", ".spool-.tmp", "spool-x.tmp", ".spool-x.tmp.part", "a/.spool-x.tmp"):
+        assert not spool.is_scratch(name), name
+
+
+def test_scratch_files_untouched_past_any_write_are_stale_oldest_first():
+    now = 10_000.0
+    entries = [(".spool-b.tmp", now - 601.0), (".spool-a.tmp", now - 3600.0), (".spool-fresh.tmp", now - 5.0),
+               ("CA4-1.call.json", 0.0), ("CA4-1.call.json.part", 0.0)]  # never a spool or part file
+    assert spool.stale_scratch(entries, now_s=now) == [".spool-a.tmp", ".spool-b.tmp"]
+    assert spool.STALE_SCRATCH_AFTER_S >= 10 * spool.PART_EVERY_S  # far past the slowest write in progress

@@ -21,7 +21,10 @@ as it finishes a record's part file.
 File names: ``<CallSid>-<ms>.call.json``, ``<ms>`` the wall-clock millisecond the call's session began in
 this worker (a call taken over by another worker is a second session: a second name, a second part of the
 same call, as its records would be). Written whole under a scratch name and renamed into place, mode 0600
-in a directory made 0700 (summaries hold what the caller said): a reader never sees half a file.
+in a directory made 0700 (summaries hold what the caller said): a reader never sees half a file. A writer
+killed between the write and the rename leaves its scratch file (``.spool-*.tmp``) behind, and no one would
+ever rename it: the recorder removes scratch files older than any write in progress
+(``STALE_SCRATCH_AFTER_S``) when it lists the spool.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +46,10 @@ PART_SUFFIX = ".part"
 PART_EVERY_S = 5.0  # a live call's part file is rewritten this often
 STALE_PART_AFTER_S = 120.0  # untouched this long (many rewrites missed): its writer is gone
 _SCRATCH_PREFIX = ".spool-"
+_SCRATCH_SUFFIX = ".tmp"
+# A scratch file lives for one write and one rename (milliseconds; a part file is rewritten every
+# PART_EVERY_S): one this old has no writer left, even on a disk stalled for minutes.
+STALE_SCRATCH_AFTER_S = 600.0
 
 
 def spool_name(call_sid: str, began_ms: int) -> str:
@@ -86,6 +94,17 @@ def stale_parts(entries: list[tuple[str, float]], now_s: float, after_s: float =
     return [name for name, mtime in sorted(entries, key=lambda e: (e[1], e[0])) if is_part(name) and now_s - mtime >= after_s]
 
 
+def is_scratch(name: str) -> bool:
+    """A scratch file ``write`` makes and renames (never a spool or part file, never a path)."""
+    return (name.startswith(_SCRATCH_PREFIX) and name.endswith(_SCRATCH_SUFFIX) and "/" not in name
+            and len(name) > len(_SCRATCH_PREFIX) + len(_SCRATCH_SUFFIX))
+
+
+def stale_scratch(entries: list[tuple[str, float]], now_s: float, after_s: float = STALE_SCRATCH_AFTER_S) -> list[str]:
+    """Of (name, mtime) entries, the scratch files untouched for ``after_s`` or longer, oldest first."""
+    return [name for name, mtime in sorted(entries, key=lambda e: (e[1], e[0])) if is_scratch(name) and now_s - mtime >= after_s]
+
+
 def spool_dir(runtime_dir: str | Path) -> Path:
     return Path(runtime_dir) / SPOOL_DIR
 
@@ -97,7 +116,7 @@ def write(directory: Path, name: str, content: bytes) -> Path:
     if not (is_spooled(name) or is_part(name)):
         raise ValueError(f"{name!r} is not a spool file name")
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, scratch = tempfile.mkstemp(prefix=_SCRATCH_PREFIX, suffix=".tmp", dir=directory)  # mode 0600
+    fd, scratch = tempfile.mkstemp(prefix=_SCRATCH_PREFIX, suffix=_SCRATCH_SUFFIX, dir=directory)  # mode 0600
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
@@ -123,15 +142,25 @@ def listing(directory: Path) -> list[str]:
 
 def part_listing(directory: Path) -> list[tuple[str, float]]:
     """The part files (name, mtime); none when the directory is missing."""
+    return _listing_with_mtimes(directory, is_part)
+
+
+def scratch_listing(directory: Path) -> list[tuple[str, float]]:
+    """The scratch files (name, mtime), a write in progress or a killed writer's leftover; none when the
+    directory is missing."""
+    return _listing_with_mtimes(directory, is_scratch)
+
+
+def _listing_with_mtimes(directory: Path, wanted: Callable[[str], bool]) -> list[tuple[str, float]]:
     entries = []
     try:
         with os.scandir(directory) as it:
             for entry in it:
-                if is_part(entry.name):
+                if wanted(entry.name):
                     try:
                         entries.append((entry.name, entry.stat().st_mtime))
                     except FileNotFoundError:
-                        continue  # finished between the listing and the stat
+                        continue  # renamed or removed between the listing and the stat
     except FileNotFoundError:
         return []
     return entries

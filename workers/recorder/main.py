@@ -20,8 +20,9 @@ SCAN_EVERY_S: records whose notice was lost, read from their file); the store's 
 name, so after a restart it simply offers everything again. A call that wrote no record (``record_calls`` false, or a
 database_url without a record_dir) comes as its summary in the store spool (voicecore/store/spool.py: a file
 in the runtime directory, named in a ``call.spooled`` message): stored, then the file removed; the spool's
-listing at start and every SCAN_EVERY_S finds what a recorder that was down or killed did not store, and
-the ingest is idempotent on the spool file's name. A record that cannot be read is logged once
+listing at start and every SCAN_EVERY_S finds what a recorder that was down or killed did not store (and
+removes the scratch files of writers killed before their rename), and the ingest is idempotent on the spool
+file's name. A record that cannot be read is logged once
 (file name and problem, never its content: records are personal data) and left alone for the rest of the
 run. A store that fails (PostgreSQL down) is logged and reopened later; the record waits for it.
 At start, part files untouched for a day are finished into a record (their complete lines) or removed if
@@ -105,7 +106,7 @@ class Recorder:
             "records_deleted", "calls_purged", "store_errors", "events_stored", "events_published",
             "events_not_stored", "events_derived", "summaries_received", "summaries_malformed",
             "spooled_calls_stored", "spooled_unreadable", "events_derived_already",
-            "spool_parts_finished")}
+            "spool_parts_finished", "spool_scratch_removed")}
         self.summaries: dict = {}  # record name -> the CallSummary its model worker sent, until it is stored
         self.events_ms_total = 0.0  # numbering, storing and publishing live events
         self.ingest_ms_max = 0.0
@@ -355,7 +356,9 @@ class Recorder:
         self.spooled.append(name)
 
     def scan_spool(self) -> None:
-        """The spool's files not stored yet, after finishing the part files of calls whose model worker died."""
+        """The spool's files not stored yet, after finishing the part files of calls whose model worker died
+        and removing the scratch files of writers killed before their rename."""
+        self.remove_stale_scratch()
         for part in store_spool.stale_parts(store_spool.part_listing(self.spool_dir), time.time()):
             try:
                 final = store_spool.finish_part(self.spool_dir, part)
@@ -367,6 +370,18 @@ class Recorder:
         for name in store_spool.listing(self.spool_dir):
             if name not in self.spooled and name not in self.spool_bad:
                 self.spooled.append(name)
+
+    def remove_stale_scratch(self) -> None:
+        """Scratch files (``.spool-*.tmp``) older than any write in progress: their writer was killed between
+        the write and the rename, and nothing else would ever remove them (they hold what a caller said)."""
+        for name in store_spool.stale_scratch(store_spool.scratch_listing(self.spool_dir), time.time()):
+            try:
+                store_spool.remove(self.spool_dir, name)
+            except OSError as exc:
+                log.warning("stale spool scratch file %s cannot be removed: %s", name, exc)
+                continue
+            self.counters["spool_scratch_removed"] += 1
+            log.info("stale spool scratch file %s removed (its writer stopped before renaming it)", name)
 
     def _send_webhook(self, store: CallStore, call_sid: str) -> None:
         assert self.webhook is not None
