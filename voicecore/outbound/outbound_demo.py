@@ -25,11 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.call.record import loads_partial
 from voicecore.config import load_config
 from voicecore.demo import (
     LoopExceptions,
-    _arena_name,
     demo_config,
     demo_sim_config,
     record_paths,
@@ -73,6 +73,14 @@ def score(pairs: list[tuple[str, str]]) -> dict:
     return {"answer_verdicts": per_class, "answer_accuracy": round(correct / len(pairs), 4) if pairs else None}
 
 
+def arena_name(runtime_dir: str) -> str:
+    """The shared-memory arena the stack's gateway runs on (its name file in the runtime directory)."""
+    try:
+        return (Path(runtime_dir) / ARENA_NAME_FILE).read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def answer_note(path: Path) -> dict | None:
     """The ``answer`` note of a call record (None when the model worker wrote none)."""
     _header, entries, _complete = loads_partial(path.read_bytes())
@@ -102,7 +110,7 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     try:
         await asyncio.to_thread(stack.start, log_file)
         await asyncio.to_thread(stack.wait_ready, 90.0)
-        own_arenas.add(_arena_name(config))
+        own_arenas.add(arena_name(config.runtime_dir))
         started = time.monotonic()
         placed = list(await asyncio.gather(*(
             dial.place_call(node_url=config.base_url, api_base=rest.base_url, account_sid=account_sid,

@@ -11,7 +11,6 @@ Must not know: sockets, the clock, espeak-ng (the shell renders the greeting's t
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,14 +51,15 @@ def plan_callee(kind: str, seed: int) -> CalleePlan:
     """One callee of ``kind``; the same seed gives the same plan."""
     if kind not in KINDS:
         raise ValueError(f"callee kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    rng = random.Random(seed)
-    rings = rng.randint(1, 5)
+    rng = np.random.default_rng(seed)
+    rings = int(rng.integers(1, 6))
     if kind in UNANSWERED_KINDS:
         return CalleePlan(kind, rings, "en", "", 0, None, 0, 0)
-    language, text = rng.choice(HUMAN_GREETINGS if kind == "human" else HELD_OUT[kind])
-    beep_hz = round(rng.uniform(440.0, 2000.0), 1) if kind == "voicemail" else None
-    return CalleePlan(kind, rings, language, text, rng.randint(150, 600), beep_hz, rng.randint(300, 800),
-                      rng.randint(300, 900))
+    greetings = HUMAN_GREETINGS if kind == "human" else HELD_OUT[kind]
+    language, text = greetings[int(rng.integers(len(greetings)))]
+    beep_hz = round(float(rng.uniform(440.0, 2000.0)), 1) if kind == "voicemail" else None
+    return CalleePlan(kind, rings, language, text, int(rng.integers(150, 601)), beep_hz, int(rng.integers(300, 801)),
+                      int(rng.integers(300, 901)))
 
 
 @dataclass(frozen=True, slots=True)
