@@ -194,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     from voicecore.outbound.campaign_command import register as register_campaign
 
     register_campaign(sub)
+    from voicecore.outbound.call_command import register as register_call
+
+    register_call(sub)
     replay = sub.add_parser("replay", help="replay a recorded call through the cores (see `voicecore replay -h`)", add_help=False)
     replay.add_argument("replay_args", nargs=argparse.REMAINDER)
     replay.set_defaults(func=_cmd_replay)
