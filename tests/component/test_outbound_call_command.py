@@ -59,3 +59,57 @@ def test_the_command_refuses_a_call_it_cannot_place_before_sending_anything(caps
     (agent / "agent.toml").write_text('name = "a"\ninstructions = "Call {first_name} about {reason}."\n')
     assert cli.main(["call", CALLEE, "--from", "+46701234568", "--agent", str(agent), "--field", "reason=x"]) == 2
     assert "--field first_name=..." in capsys.readouterr().err
+
+
+def test_the_console_places_a_call_for_an_api_key_and_refuses_what_it_cannot_place(tmp_path):
+    import http.client
+    import json
+
+    from console_alone import start_console
+
+    async def serve(ready, stop, seen):
+        async with CarrierRestServer(generate_credentials("tok")) as rest:
+            rest.callees[CALLEE] = "failed"
+            rest.ring_ms = 40
+            ready.append(rest.base_url)
+            while not stop:
+                await asyncio.sleep(0.02)
+            await rest.wait_outbound(5.0)
+            seen.extend(rest.outbound)
+
+    import threading
+
+    ready: list[str] = []
+    stop: list[bool] = []
+    seen: list = []
+    thread = threading.Thread(target=lambda: asyncio.run(serve(ready, stop, seen)))
+    thread.start()
+    try:
+        while not ready:
+            threading.Event().wait(0.02)
+        console = start_console(tmp_path, VOICECORE_TWILIO_API_BASE=ready[0], VOICECORE_TWILIO_ACCOUNT_SID=ACCOUNT,
+                                VOICECORE_TWILIO_AUTH_TOKEN="tok", VOICECORE_PUBLIC_URL="http://127.0.0.1:9")
+        try:
+            def post(body: object, key: str | None = console.key) -> tuple[int, dict]:
+                connection = http.client.HTTPConnection("127.0.0.1", console.port, timeout=20)
+                headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+                connection.request("POST", "/api/calls", body=json.dumps(body).encode(), headers=headers)
+                response = connection.getresponse()
+                answer = json.loads(response.read() or b"{}")
+                connection.close()
+                return response.status, answer
+
+            status, answer = post({"to": CALLEE, "from": "+46701234568", "fields": {"first_name": "Anna"}})
+            assert status == 201 and answer["call_sid"].startswith("CA") and answer["status"] == "queued"
+            assert post({"to": CALLEE, "from": "+46701234568"}, key=None)[0] == 401
+            assert post({"to": "12", "from": "+46701234568"})[0] == 400
+            assert post({"to": CALLEE})[0] == 400
+            assert post({"to": CALLEE, "from": "+46701234568", "fields": {"1bad": "x"}})[0] == 400
+        finally:
+            console.stop()
+    finally:
+        stop.append(True)
+        thread.join(10)
+    assert [s.placed.call_sid for s in seen] == [answer["call_sid"]]
+    assert dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(seen[0].placed.url).query))["field.first_name"] == "Anna"
+    assert [status for status, _result in seen[0].statuses] == ["initiated", "failed"]
