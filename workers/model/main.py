@@ -1260,8 +1260,9 @@ class ModelWorker:
             ctrl = arena.ctrl[slot]
             generation = int(ctrl[C.GENERATION])
             resumed = int(ctrl[C.MODEL_GENERATION]) == generation
-            if (not resumed and (slot, generation) not in self.carrier_calls
-                    and time.monotonic_ns() - (int(ctrl[C.STARTED_AT_NS]) or time.monotonic_ns()) < STARTED_MESSAGE_WAIT_NS):
+            started_at_ns = int(ctrl[C.STARTED_AT_NS])  # 0: a slot no gateway stamped (an arena a test fills)
+            if (not resumed and started_at_ns and (slot, generation) not in self.carrier_calls
+                    and time.monotonic_ns() - started_at_ns < STARTED_MESSAGE_WAIT_NS):
                 continue  # its CallStarted (an outbound call's fields) is on its way: the session starts with it
             ctrl[C.MODEL_GENERATION] = generation
             session = CallSession(self, slot, generation, arena.call_sid(slot), resumed)
