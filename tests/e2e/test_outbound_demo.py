@@ -44,3 +44,5 @@ def test_outbound_demo_places_every_kind_of_call_and_never_hangs_up_on_a_person(
     assert report["status_callbacks_accepted"] == report["status_callbacks_sent"] == 4 * 4 + 2 * 3
     assert 0 < report["verdict_ms"]["p50"] <= report["verdict_ms"]["p95"] <= 6000
     assert report["records_replayed_identical"] == 4
+    # the listening session brought the machines' words to the gate (each sentence transcribed as it paused)
+    assert all(call["transcript_events"] > 0 for call in answered if call["callee"] != "human")

@@ -284,3 +284,38 @@ def test_the_simulated_stream_passes_the_answer_documents_parameters_on():
                                                                          ("session_token", "forged")])
     start = json.loads(call.opening_messages()[1])
     assert start["start"]["customParameters"] == {"session_token": "tok-1", "direction": "outbound"}
+
+
+def test_the_callees_words_decide_as_soon_as_a_strong_phrase_is_heard():
+    gate = answer_gate.AnswerGate()
+    assert _feed(gate, _line(("quiet", 200), ("speech", 1500))) is None
+    assert gate.on_words("Please state your", done=False) is None
+    decision = gate.on_words(" name", done=False)
+    assert (decision.action, decision.verdict.verdict, decision.verdict.reason) == (answer_gate.START, "screening", "words")
+    assert decision.at_ms == gate.callee_ms  # timed at the callee audio heard so far
+
+
+def test_the_worker_side_wait_counts_the_words_and_reports_once(monkeypatch):
+    from workers.model.answer_wait import AnswerWait, listening_session
+
+    session = json.loads(listening_session("gpt-4o-mini-transcribe"))["session"]
+    detection = session["audio"]["input"]["turn_detection"]
+    assert detection["create_response"] is False and detection["interrupt_response"] is False
+    assert session["audio"]["input"]["transcription"] == {"model": "gpt-4o-mini-transcribe"}
+    agent = AgentSpec(name="a", instructions="", flow=None, outbound_max_wait_ms=3000)
+    wait = AnswerWait(CALL, agent)
+    assert wait.feed(_line(("quiet", 200), ("speech", 1000)), now_ns=1_000_000_000) is None
+    wait.on_words("For billing, press 2.", done=True)
+    decision = wait.feed(b"", now_ns=1_300_000_000)
+    assert decision.verdict.verdict == "ivr"
+    note = wait.note(decision)
+    assert (note["verdict"], note["reason"], note["transcript_events"], note["wall_ms"]) == ("ivr", "words", 1, 300)
+
+
+def test_a_greeting_is_said_sentence_by_sentence_with_its_pauses():
+    assert callee_core.sentences("Hi, this is Sam. Leave a message! Bye?  ") == ["Hi, this is Sam.", "Leave a message!",
+                                                                              "Bye?"]
+    plan = callee_core.plan_callee("ivr", 9)
+    audio = callee_core.callee_audio(plan, [_line(("speech", 1000)), _line(("speech", 500))])
+    assert audio.speech_ms == 1000 + callee_core.SENTENCE_GAP_MS + 500
+    assert callee_core.SENTENCE_GAP_MS < answer_gate.AnswerGate().detector.settings.human_silence_ms  # never a hello

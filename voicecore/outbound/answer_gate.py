@@ -5,7 +5,8 @@ agent may be talking to someone, so it is never hung up on) lets the agent start
 (``on_voicemail = "hang_up"``) or lets the agent start once the beep has sounded (``"greet"``; when no beep
 comes within ``BEEP_WAIT_MS`` after the verdict, it starts anyway: some mailboxes record without one). Feeds the
 detector (voicecore/outbound/answer.py) the callee's audio as it arrives, in 20 ms frames, timed by the frames
-themselves from the first one (the answer), so the same audio always gives the same decision at the same time.
+themselves from the first one (the answer), and the callee's words when a recogniser sends them, timed at the
+audio heard so far.
 
 Pure: audio and a clock reading come in, a decision comes out.
 """
@@ -55,6 +56,17 @@ class AnswerGate:
                 break
             self.detector.on_audio(data[offset:offset + FRAME_BYTES], self.callee_ms)
             self.callee_ms += FRAME_MS
+            self._decide()
+        return self.decision
+
+    def on_words(self, text: str, done: bool) -> GateDecision | None:
+        """The callee's transcript as the recogniser sends it (``done``: a completed segment), timed at the
+        callee audio heard so far."""
+        if self.decision is None:
+            if done:
+                self.detector.on_transcript_done(text, self.callee_ms)
+            else:
+                self.detector.on_transcript_delta(text, self.callee_ms)
             self._decide()
         return self.decision
 

@@ -40,7 +40,8 @@ from voicecore.demo import (
 from voicecore.outbound import dial
 from voicecore.outbound.answer import VERDICTS
 from voicecore.outbound.greetings import CLASSES
-from voicecore.sim.callee_core import KINDS, UNANSWERED_KINDS
+from voicecore.sim.callee_core import KINDS, UNANSWERED_KINDS, callee_seed, plan_callee, sentences
+from voicecore.sim.caller_voice import speak
 from voicecore.sim.carrier import generate_credentials
 from voicecore.sim.carrier_rest import CarrierRestServer
 from voicecore.sim.model_server import serve_model_sim
@@ -98,11 +99,21 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     await rest.__aenter__()
     names = {f.name for f in dataclasses.fields(base)}
     base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
-    sim, sim_port = await serve_model_sim("127.0.0.1", 0, demo_sim_config())
-    config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir))
     kinds = callee_kinds(calls)
     for index, kind in enumerate(kinds):
         rest.callees[callee_number(index)] = kind
+    # The callees' greetings, spoken once: the carrier simulator plays them, and the model simulator, told their
+    # words, transcribes them when it hears them (the listening session that gives the answer gate the words).
+    phrases = []
+    for index, kind in enumerate(kinds):
+        plan = plan_callee(kind, callee_seed(callee_number(index)))
+        for sentence in sentences(plan.text) if plan.answered else []:
+            if (plan.language, sentence) not in rest.speech:
+                rest.speech[(plan.language, sentence)] = await asyncio.to_thread(speak, sentence, plan.language)
+                phrases.append((sentence, rest.speech[(plan.language, sentence)]))
+    sim_config = dataclasses.replace(demo_sim_config(), caller_phrases=tuple(phrases))
+    sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
+    config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir))
     account_sid = "AC" + secrets.token_hex(16)
     stack = Stack(config)
     own_arenas: set[str] = set()
@@ -153,7 +164,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
             row["verdict"] = None
         else:
             row.update(verdict=note["verdict"], verdict_ms=note["verdict_ms"], reason=note["reason"],
-                       action=note["action"], beep_at_ms=note.get("beep_at_ms"), true_beep_at_ms=seen.beep_at_ms)
+                       action=note["action"], beep_at_ms=note.get("beep_at_ms"), true_beep_at_ms=seen.beep_at_ms,
+                       transcript_events=note.get("transcript_events"))
             pairs.append((plan.kind, note["verdict"]))
             verdict_ms.append(note["verdict_ms"])
         if plan.kind == "human" and closed_by == "rest_hangup":

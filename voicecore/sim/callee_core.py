@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import re
+
 import numpy as np
 
 from voicecore.g711 import linear_to_ulaw, ulaw_to_linear
@@ -27,6 +29,7 @@ KINDS = ANSWERED_KINDS + UNANSWERED_KINDS
 DEFAULT_RING_MS = 400
 HUMAN_GREETINGS = (("en", "Hello?"), ("en", "Hello."), ("en", "Hi, who is this?"), ("en", "Yeah, hello?"),
                    ("en", "Speaking."), ("sv", "Hallå?"))
+SENTENCE_GAP_MS = 450  # a recorded greeting's pause between sentences (shorter than a person's wait for an answer)
 PERSON_WAITS_MS = 8000  # after hello, a person listens
 MACHINE_WAITS_MS = 6000  # a screening assistant or IVR waits for a response after its greeting
 
@@ -45,6 +48,11 @@ class CalleePlan:
     @property
     def answered(self) -> bool:
         return self.kind in ANSWERED_KINDS
+
+
+def callee_seed(number: str) -> int:
+    """The seed of the callee at ``number``: the same number answers the same way in every run."""
+    return int(number.lstrip("+")) % 2**32
 
 
 def plan_callee(kind: str, seed: int) -> CalleePlan:
@@ -81,6 +89,11 @@ def status_steps(plan: CalleePlan, ring_ms: int = DEFAULT_RING_MS) -> list[Statu
     return steps + [StatusStep(ring_ms // 4 + ringing_for, end)]
 
 
+def sentences(text: str) -> list[str]:
+    """A greeting's sentences, each said on its own (a recorded greeting pauses between them)."""
+    return [part for part in re.split(r"(?<=[.?!])\s+", text.strip()) if part]
+
+
 def beep_tone(frequency_hz: float, duration_ms: int, amplitude: float = 8000.0) -> np.ndarray:
     """A voicemail beep: a sine with 5 ms ramps (a hard edge would splash energy over every frequency)."""
     n = duration_ms * BYTES_PER_MS
@@ -99,12 +112,19 @@ class CalleeAudio:
     beep_at_ms: int | None
 
 
-def callee_audio(plan: CalleePlan, speech: bytes) -> CalleeAudio:
-    """The callee's line from the answer: quiet, the greeting (``speech``: mu-law of plan.text), then for a
-    voicemail the gap and the beep, then the quiet of someone (or something) waiting."""
+def callee_audio(plan: CalleePlan, speech: bytes | list[bytes]) -> CalleeAudio:
+    """The callee's line from the answer: quiet, the greeting (``speech``: mu-law of plan.text, or of each of its
+    sentences, then SENTENCE_GAP_MS between them), then for a voicemail the gap and the beep, then the quiet of
+    someone (or something) waiting."""
     if not plan.answered:
         raise ValueError(f"a {plan.kind} callee never answers: it has no audio")
-    voiced = ulaw_to_linear(speech).astype(np.float64)
+    spoken = [speech] if isinstance(speech, bytes) else list(speech)
+    pieces: list[np.ndarray] = []
+    for index, part in enumerate(spoken):
+        if index:
+            pieces.append(np.zeros(SENTENCE_GAP_MS * BYTES_PER_MS))
+        pieces.append(ulaw_to_linear(part).astype(np.float64))
+    voiced = np.concatenate(pieces) if pieces else np.zeros(0)
     parts = [np.zeros(plan.lead_ms * BYTES_PER_MS), voiced]
     speech_ms = len(voiced) // BYTES_PER_MS
     beep_at_ms = None

@@ -30,6 +30,7 @@ from voicecore import http_client
 from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.twilio.signature import compute_signature
 from voicecore.sim import callee_core
+from voicecore.sim.callee_core import callee_seed
 from voicecore.sim import carrier_rest_core as core
 from voicecore.sim.carrier_modes_core import CarrierCredentials
 
@@ -82,7 +83,7 @@ class CarrierRestServer:
         self.ring_ms = callee_core.DEFAULT_RING_MS
         self.outbound: list[OutboundCallSeen] = []
         self._outbound_tasks: set[asyncio.Task] = set()
-        self._speech: dict[tuple[str, str], bytes] = {}
+        self.speech: dict[tuple[str, str], bytes] = {}  # greetings' sentences spoken, by (language, text): made once
 
     async def __aenter__(self) -> CarrierRestServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -153,7 +154,7 @@ class CarrierRestServer:
     def _start_outbound(self, placed: core.PlacedCallRequest) -> None:
         kind = self.callees.get(placed.to, "human")
         # seeded by the number: the same callee answers the same way whatever order the calls were placed in
-        seen = OutboundCallSeen(placed, callee_core.plan_callee(kind, int(placed.to[1:]) % 2**32), [])
+        seen = OutboundCallSeen(placed, callee_core.plan_callee(kind, callee_seed(placed.to)), [])
         self.outbound.append(seen)
         task = asyncio.get_running_loop().create_task(self._run_outbound(seen))
         self._outbound_tasks.add(task)
@@ -169,12 +170,15 @@ class CarrierRestServer:
         try:
             audio = None
             if plan.answered:
-                speech = self._speech.get((plan.language, plan.text))
-                if speech is None:
-                    from voicecore.sim.caller_voice import speak
-                    speech = await asyncio.to_thread(speak, plan.text, plan.language)
-                    self._speech[(plan.language, plan.text)] = speech
-                audio = callee_core.callee_audio(plan, speech)
+                spoken = []
+                for sentence in callee_core.sentences(plan.text):
+                    speech = self.speech.get((plan.language, sentence))
+                    if speech is None:
+                        from voicecore.sim.caller_voice import speak
+                        speech = await asyncio.to_thread(speak, sentence, plan.language)
+                        self.speech[(plan.language, sentence)] = speech
+                    spoken.append(speech)
+                audio = callee_core.callee_audio(plan, spoken)
                 seen.beep_at_ms = audio.beep_at_ms
             for step in callee_core.status_steps(plan, self.ring_ms):
                 await asyncio.sleep(max(0.0, started + step.at_ms / 1000 - loop.time()))

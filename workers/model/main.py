@@ -72,7 +72,7 @@ from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
 from voicecore import standby
 from voicecore.standby import Leadership
-from workers.model.answer_wait import AnswerWait, agent_for_call
+from workers.model.answer_wait import AnswerWait, CalleeWords, agent_for_call
 from workers.model.follow import FOLLOW_EVERY_S, Followers
 from voicecore import http_client, prom_histogram
 from voicecore import replay as replay_mod
@@ -356,8 +356,12 @@ class CallSession:
         failures = 0
         # A call the node placed opens its model session once the answer gate let the agent speak: none is held
         # open (and billed) while a voicemail greets, and none at all for one that is hung up on.
+        if self.answer_wait is not None and self.answer_wait.waiting:
+            asyncio.ensure_future(self._listen_to_callee(endpoint))
         while self.answer_wait is not None and self.answer_wait.waiting and self.alive():
             await asyncio.sleep(ANSWER_POLL_S)
+        if self.answer_wait is not None and self.answer_wait.words is not None:
+            self.answer_wait.words.close()
         if self.answer_wait is not None and (self.answer_wait.waiting
                                              or self.answer_wait.gate.decision.action == answer_gate.HANG_UP):
             return  # the call ended before its verdict, or it was a voicemail to hang up on
@@ -610,7 +614,7 @@ class CallSession:
 
     def pump_inbound(self, now_ns: int) -> None:
         """Every INBOUND_BATCH_MS (from the worker's loop): the caller audio that arrived, to the model."""
-        if self.answer_wait is not None and self.answer_wait.waiting:
+        if self.answer_wait is not None and not self.answer_wait.reported:
             self._wait_for_answer(now_ns)
             return
         if self.transport is None or now_ns < self.next_inbound_ns:
@@ -628,6 +632,23 @@ class CallSession:
             playout = self.playout() if self.recorder is not None else None
             self._apply(self.driver.on_caller_audio(audio, time.monotonic_ns(), playout))
 
+    async def _listen_to_callee(self, endpoint: vendor_connect.Endpoint) -> None:
+        """The listening session that gives the answer gate the callee's words (workers/model/answer_wait.py).
+        Without it (the vendor unreachable or refusing) the gate decides on the audio alone."""
+        model = self.worker.config.transcription_model or self.worker.agent.transcription_model
+        words = CalleeWords(self.answer_wait, model)
+        try:
+            await ws_connect(lambda: words, endpoint.url, extra_headers=endpoint.headers, proxy=endpoint.proxy,
+                             max_frame_size=MAX_MODEL_MESSAGE_BYTES, websocket_handshake_timeout=MODEL_CONNECT_TIMEOUT_S,
+                             logger_name=ws_log)
+        except (OSError, WSError, TimeoutError) as exc:
+            log.info("call %s: no listening session for the answer (%s): the audio alone decides", self.call_sid,
+                     type(exc).__name__)
+            return
+        self.answer_wait.words = words
+        if not self.answer_wait.waiting or not self.alive():
+            words.close()
+
     def _wait_for_answer(self, now_ns: int) -> None:
         """An outbound call before its answer's verdict: the callee's audio goes to the answer gate, not the model."""
         arena = self.worker.arena
@@ -635,6 +656,7 @@ class CallSession:
         decision = self.answer_wait.feed(self.inbound[: n * timing.FRAME_BYTES].tobytes() if n else b"", now_ns)
         if decision is None:
             return
+        self.answer_wait.reported = True
         note = self.answer_wait.note(decision)
         if self.recorder is not None:
             self.recorder.note(now_ns, "answer", **note)
