@@ -356,10 +356,13 @@ class CallSession:
         failures = 0
         # A call the node placed opens its model session once the answer gate let the agent speak: none is held
         # open (and billed) while a voicemail greets, and none at all for one that is hung up on.
+        listening = None
         if self.answer_wait is not None and self.answer_wait.waiting:
-            asyncio.ensure_future(self._listen_to_callee(endpoint))
+            listening = asyncio.ensure_future(self._listen_to_callee(endpoint))  # held: a bare task may be collected
         while self.answer_wait is not None and self.answer_wait.waiting and self.alive():
             await asyncio.sleep(ANSWER_POLL_S)
+        if listening is not None and not listening.done():
+            listening.cancel()  # still connecting when the wait ended
         if self.answer_wait is not None and self.answer_wait.words is not None:
             self.answer_wait.words.close()
         if self.answer_wait is not None and (self.answer_wait.waiting
