@@ -268,6 +268,9 @@ AGENT_KEY_DOCS: dict[str, str] = {
     "agent.privacy": "default: see its keys; a table: what of a call is stored, and the agent's own patterns to redact ([privacy](../how-to/privacy.md)).",
     "agent.privacy.storage": "`everything`, `no_audio`, `redacted` (the caller's words with phone, card, personal identity and account numbers, e-mail addresses and the agent's patterns replaced; no caller audio) or `metadata_only` (calls and turns with their timings, no words, no audio). Without the key: `everything`, as before the tiers; the shipped agents say `redacted`.",
     "agent.privacy.patterns": "Regular expressions (Python's syntax, case-insensitive) whose matches are redacted too, as `[pattern]`; `voicecore check` names a bad one.",
+    "agent.outbound": "default: see its keys; a table: the calls the node places, before the agent's first words ([outbound calls](../how-to/outbound.md#in-a-call)).",
+    "agent.outbound.max_wait_ms": "How long the agent's first words wait, at most, for the answer's verdict (a person, a voicemail, a screening assistant, an IVR): 1000-15000 ms. A person's hello ends the wait at once.",
+    "agent.outbound.on_voicemail": "`hang_up` (the call ends as soon as the verdict is voicemail) or `greet` (the agent starts, as for a person, once the voicemail's beep has sounded; when no beep comes within 4 s it starts anyway).",
     "agent.turns.transcript_wait_ms": "How long after the caller stopped speaking their words are waited for before the length of the speech decides alone (500 ms or more: a turn; less: a noise, re-opened if words come).",
     # the flow file
     "flow.initial_node": "default: (required); the node a call starts in.",
@@ -311,6 +314,7 @@ _AGENT_DEFAULT_FIELDS = {
     "agent.failure.action": "failure_action", "agent.failure.hold_every_s": "failure_hold_every_s",
     "agent.turns.detection": "turn_detection", "agent.turns.eagerness": "vad_eagerness",
     "agent.privacy.storage": "privacy_storage", "agent.privacy.patterns": "privacy_patterns",
+    "agent.outbound.max_wait_ms": "outbound_max_wait_ms", "agent.outbound.on_voicemail": "outbound_on_voicemail",
 }
 
 

@@ -63,6 +63,12 @@ def _cmd_drain(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from voicecore.demo import run_demo
 
+    if args.outbound:
+        from voicecore.outbound.outbound_demo import run_outbound_demo
+
+        return run_outbound_demo(args.calls, args.json, args.config, keep_logs=args.logs,
+                                 record_dir=None if args.no_record else args.record_dir)
+
     return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs,
                     record_dir=None if args.no_record else args.record_dir,
                     overlap_probability=args.overlap_probability, late_deltas=args.late_deltas, agent_dir=args.agent,
@@ -149,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--carrier", default="twilio", choices=("twilio", "telnyx", "plivo", "vonage", "exotel"),
                       help="the carrier the simulated calls come from: its signed webhook, answer document and "
                            "media stream (default twilio); the demo makes the carrier's secrets for the run")
+    demo.add_argument("--outbound", action="store_true",
+                      help="place simulated outbound calls instead (every kind of callee in turn: person, voicemail, "
+                           "screening assistant, IVR, busy, no answer, failed) and report who the stack found answered")
     demo.set_defaults(func=_cmd_demo)
 
     check = sub.add_parser("check", help="check an agent directory or a flow file: every problem, one per line")
@@ -185,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     from voicecore.outbound.campaign_command import register as register_campaign
 
     register_campaign(sub)
+    from voicecore.outbound.call_command import register as register_call
+
+    register_call(sub)
     replay = sub.add_parser("replay", help="replay a recorded call through the cores (see `voicecore replay -h`)", add_help=False)
     replay.add_argument("replay_args", nargs=argparse.REMAINDER)
     replay.set_defaults(func=_cmd_replay)

@@ -122,6 +122,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("gate_forbidden", str, "", "phrases no gated response may say, separated by |; node-specific as node:phrase"),
     Setting("gate_language", str, "auto", "how the validator reads numbers and scripts: en, sv or auto"),
     Setting("retrieve_first", str, "auto", "turns mode: put knowledge-base snippets into each answer's instructions (on, off; auto: on when knowledge_dir is set)"),
+    Setting("twilio_account_sid", str, "", "Twilio: the Account SID (AC + 32 hex digits) that `voicecore call` places calls with (POST /2010-04-01/Accounts/{sid}/Calls.json, basic auth with twilio_auth_token); empty: `voicecore call` refuses to run"),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -213,6 +214,7 @@ class Config:
     gate_forbidden: str
     gate_language: str
     retrieve_first: str
+    twilio_account_sid: str = ""
 
     @property
     def listen_unix_path(self) -> str | None:

@@ -756,7 +756,7 @@ def test_place_call_end_to_end_echoes_marks_and_stops():
     assert gateway.ws_extensions_offered is None
     events = [m["event"] for m in gateway.ws_messages]
     assert events[:2] == ["connected", "start"] and events[-1] == "stop"
-    assert gateway.ws_messages[1]["start"]["customParameters"] == {"session_token": "tok-xyz"}
+    assert gateway.ws_messages[1]["start"]["customParameters"] == {"session_token": "tok-xyz", "tenant": "acme"}  # every <Parameter>, as Twilio sends them
     assert [m["mark"]["name"] for m in gateway.ws_messages if m["event"] == "mark"] == ["1:5", "1:10:end"]
     assert [m["dtmf"]["digit"] for m in gateway.ws_messages if m["event"] == "dtmf"] == ["5"]
     media_messages = [m for m in gateway.ws_messages if m["event"] == "media"]

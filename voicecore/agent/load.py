@@ -55,7 +55,7 @@ FUNCTION_KEYS = ("description", "parameters", "webhook", "python", "timeout_s", 
 WEBHOOK_KEYS = ("url", "method", "headers", "timeout_s", "retries")
 AGENT_KEYS = ("name", "instructions", "instructions_file", "model", "voice", "languages", "greeting", "safe_line",
               "knowledge", "flow", "forbidden", "transfer_to", "max_turns", "gate", "lines", "silence", "tools",
-              "failure", "turns", "privacy")
+              "failure", "turns", "privacy", "outbound")
 TURN_DETECTIONS = ("server_vad", "semantic_vad")
 VAD_EAGERNESS = ("low", "medium", "high", "auto")
 # The vendor's input transcription models (the first family streams deltas, whisper-1 only a late completed).
@@ -794,6 +794,7 @@ def _read_agent_table(p: _Problems, data: dict[str, Any], root: Path) -> dict[st
     _read_tools(p, data, values)
     _read_turns(p, data, values)
     _read_privacy(p, data, values)
+    _read_outbound(p, data, values)
     values["flow_file"] = _flow_file(p, data, root)
     return {k: v for k, v in values.items() if v is not None or k == "flow_file"}
 
@@ -974,6 +975,26 @@ def _read_turns(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> N
         p.in_range(wait, "$.turns.transcript_wait_ms", 100, 10_000)
         if wait is not None:
             values["transcript_wait_ms"] = wait
+
+
+OUTBOUND_ON_VOICEMAIL = ("hang_up", "greet")
+
+
+def _read_outbound(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:
+    """[outbound]: the answer detection of the calls the node places (voicecore/outbound/answer_gate.py)."""
+    section = _section(p, data, "outbound", ("max_wait_ms", "on_voicemail"))
+    if "max_wait_ms" in section:
+        wait = p.integer(section, "max_wait_ms", "$.outbound", 6000)
+        p.in_range(wait, "$.outbound.max_wait_ms", 1000, 15_000)
+        if wait is not None:
+            values["outbound_max_wait_ms"] = wait
+    if "on_voicemail" in section:
+        action = p.string(section, "on_voicemail", "$.outbound")
+        if action not in OUTBOUND_ON_VOICEMAIL:
+            p.add("$.outbound.on_voicemail", "unknown-voicemail-action",
+                  f"{action!r}: expected one of {', '.join(OUTBOUND_ON_VOICEMAIL)}")
+        else:
+            values["outbound_on_voicemail"] = action
 
 
 def _read_privacy(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:

@@ -163,6 +163,11 @@ class AgentSpec:
     # stores everything, as before the tiers existed; the shipped agents say "redacted".
     privacy_storage: str = "everything"
     privacy_patterns: tuple[str, ...] = ()
+    # [outbound]: a call the node placed: how long the agent's first words wait for the answer's verdict (a
+    # person, a voicemail, a screening assistant, an IVR: voicecore/outbound/answer.py) and what it does on a
+    # voicemail ("hang_up", or "greet": once its beep has sounded, the agent starts as for a person).
+    outbound_max_wait_ms: int = 6000
+    outbound_on_voicemail: str = "hang_up"
     directory: str = ""  # where it was loaded from (for messages; not part of the record)
     # [lines.audio]: the runtime's fallback lines as WAV files (kind -> absolute path; voicecore/fallback/lines.py)
     line_audio: dict[str, str] = dataclasses.field(default_factory=dict)

@@ -41,6 +41,11 @@ class CallStarted:
     carrier: str = ""
     carrier_call_id: str = ""
     carrier_account_id: str = ""
+    # An outbound call (the node placed it): "outbound", the callee's number and the call's fields (a JSON
+    # object of strings) its answer document passed to the stream; "", "", "" for an inbound call.
+    direction: str = ""
+    callee: str = ""
+    fields: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

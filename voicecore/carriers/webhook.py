@@ -95,6 +95,9 @@ class AnswerRequest:
     kind: str
     call_id: str
     note: str = ""
+    # the stream parameters the answer document passes on besides the token (an outbound call's direction,
+    # callee and fields: voicecore/carriers/twilio/outbound.py), as (name, value) in order
+    parameters: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

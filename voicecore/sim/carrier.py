@@ -518,6 +518,8 @@ async def place_call(
     exotel_encoding: str = ENCODING_L16,
     playout_stall: tuple[int, int] = (0, 0),
     rest=None,
+    voice_url: str | None = None,
+    direction: str = "inbound",
 ) -> CallResult:
     """Run one simulated inbound call against the gateway at ``base_url_http`` and measure it.
 
@@ -534,6 +536,9 @@ async def place_call(
     next one; ``exotel_encoding``: what Exotel streams (l16, its base guide, or pcmu, its beta's default);
     ``playout_stall``: (stall_ms, every_ms), Plivo's playout stalls that long that often (PlayoutCore.set_playout_stall);
     ``rest``: a voicecore.sim.carrier_rest.CarrierRestServer: its hang-up and transfer requests end the call.
+    ``voice_url`` and ``direction``: an outbound call the carrier placed (Twilio only): the answer URL its Calls
+    API request gave (signed with its query, as Twilio signs it) and ``outbound-api``; the script's audio is
+    then the callee's.
     """
     if carrier != "twilio":
         return await place_mode_call(
@@ -552,14 +557,14 @@ async def place_call(
         return CallResult(call_sid, None, None, None, "not_connected", errors)
 
     # 1. Voice webhook (docs/explanation/protocols.md#a4; docs/explanation/architecture.md#section-3-step-1).
-    voice_url = base_url_http.rstrip("/") + "/twilio/voice"
+    voice_url = voice_url or base_url_http.rstrip("/") + "/twilio/voice"
     form = {
         "CallSid": call_sid,
         "AccountSid": account_sid,
         "From": script.from_number,
         "To": script.to_number,
         "CallStatus": "ringing",
-        "Direction": "inbound",
+        "Direction": direction,
         "ApiVersion": "2010-04-01",
     }
     try:
@@ -583,6 +588,7 @@ async def place_call(
     core = CarrierCall(
         call_sid, stream_sid, account_sid, session_token, script.utterances, lead_frames,
         play_phase_ms=ticker.phase_origin_ms(phase), keep_audio=keep_audio,
+        parameters=tuple(target.parameters.items()),
     )
     runner = CallRunner(core, script, ticker)
     runner.errors = errors

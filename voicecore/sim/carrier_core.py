@@ -727,15 +727,18 @@ class CarrierCall(PlayoutCore):
         play_phase_ms: float | None = None,
         first_timestamp_ms: int = 0,
         keep_audio: bool = True,
+        parameters: Sequence[tuple[str, str]] = (),
     ) -> None:
         """``caller_audio``, ``lead_frames``, ``play_phase_ms``, ``keep_audio``: PlayoutCore's.
         ``first_timestamp_ms``: media timestamp of the first frame (real streams do not start at 0, A.2).
+        ``parameters``: the TwiML's other ``<Parameter>``s, passed on in ``start.customParameters`` after the token.
         """
         super().__init__(caller_audio, lead_frames, play_phase_ms=play_phase_ms, keep_audio=keep_audio)
         self.call_sid = call_sid
         self.stream_sid = stream_sid
         self.account_sid = account_sid
         self.session_token = session_token
+        self.parameters = tuple((name, value) for name, value in parameters if name != "session_token")
 
         self._sid_json = json.dumps(stream_sid)
         # The compact shapes voicecore's gateway writes (its OutboundEncoder; see receive_fast). A stream
@@ -768,7 +771,7 @@ class CarrierCall(PlayoutCore):
                 "streamSid": self.stream_sid,
                 "callSid": self.call_sid,
                 "tracks": ["inbound"],
-                "customParameters": {"session_token": self.session_token},
+                "customParameters": {"session_token": self.session_token, **dict(self.parameters)},
                 "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
             },
             "streamSid": self.stream_sid,

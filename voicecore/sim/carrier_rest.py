@@ -1,5 +1,10 @@
 """asyncio shell of the carrier simulator's REST APIs (Telnyx Call Control, Plivo Call API, Vonage Voice API):
-the stack's hang-up and transfer requests for a simulated call end that call, as the carrier would.
+the stack's hang-up and transfer requests for a simulated call end that call, as the carrier would; and Twilio's
+Calls API places an outbound call: it rings, and a simulated callee answers it (voicecore/sim/callee_core.py:
+a person, a voicemail, a screening assistant, an IVR) or never does (busy, no-answer, failed), with the
+call's status callbacks signed as Twilio signs them. An answered call fetches its answer URL and opens its
+media stream to the gateway as an inbound one does (voicecore/sim/carrier.py place_call), the callee's
+greeting, spoken by espeak-ng, as its audio.
 
 Owns: the HTTP/1.1 server (h11, one request per connection, 127.0.0.1), the registry of live simulated calls
 (place_call registers each call it places with ``rest=``), what a granted request does to the call (its
@@ -23,6 +28,9 @@ import h11
 
 from voicecore import http_client
 from voicecore.carriers.plivo import protocol as plivo
+from voicecore.carriers.twilio.signature import compute_signature
+from voicecore.sim import callee_core
+from voicecore.sim.callee_core import callee_seed
 from voicecore.sim import carrier_rest_core as core
 from voicecore.sim.carrier_modes_core import CarrierCredentials
 
@@ -43,6 +51,19 @@ class RestRequestSeen:
     dialed: str = ""
 
 
+@dataclass(slots=True)
+class OutboundCallSeen:
+    """One call the Calls API placed: who it reached (the truth a detector is scored against), the status
+    callbacks sent (status, HTTP status or an error) and, once answered, the call's result."""
+
+    placed: core.PlacedCallRequest
+    plan: callee_core.CalleePlan
+    statuses: list[tuple[str, int | str]]
+    result: object = None  # voicecore.sim.carrier.CallResult once an answered call ended
+    beep_at_ms: int | None = None
+    done: bool = False
+
+
 class CarrierRestServer:
     """``async with CarrierRestServer(credentials) as rest:`` then ``rest.base_url`` is the API base URL to give
     the stack (``credentials.rest_settings(rest.base_url)``) and ``rest.requests`` fills as the stack calls."""
@@ -56,6 +77,13 @@ class CarrierRestServer:
         self._calls: dict[tuple[str, str], Callable[[str], None]] = {}
         self._server: asyncio.base_events.Server | None = None
         self.base_url = ""
+        # Outbound calls: who answers each number (callee_core.KINDS; a number not named is a person), the
+        # calls placed, and how long a ring lasts.
+        self.callees: dict[str, str] = {}
+        self.ring_ms = callee_core.DEFAULT_RING_MS
+        self.outbound: list[OutboundCallSeen] = []
+        self._outbound_tasks: set[asyncio.Task] = set()
+        self.speech: dict[tuple[str, str], bytes] = {}  # greetings' sentences spoken, by (language, text): made once
 
     async def __aenter__(self) -> CarrierRestServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -64,6 +92,10 @@ class CarrierRestServer:
         return self
 
     async def __aexit__(self, *exc_info) -> None:
+        for task in list(self._outbound_tasks):
+            task.cancel()
+        if self._outbound_tasks:
+            await asyncio.gather(*self._outbound_tasks, return_exceptions=True)
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -88,7 +120,7 @@ class CarrierRestServer:
             method = request.method.decode("ascii")
             path = urllib.parse.urlsplit(request.target.decode("latin-1")).path
             outcome = core.handle(method, path, headers, body, self.credentials, self._is_live, now_s=time.time(),
-                                  api_id=secrets.token_hex(8))
+                                  api_id=secrets.token_hex(8), new_call_sid="CA" + secrets.token_hex(16))
             response_headers = [("Content-Type", outcome.content_type), ("Content-Length", str(len(outcome.body))),
                                 ("Connection", "close")]
             writer.write(connection.send(h11.Response(status_code=outcome.status, headers=response_headers)))
@@ -106,9 +138,90 @@ class CarrierRestServer:
         if outcome.action == core.TRANSFER and outcome.carrier == "plivo":
             dialed = await self._fetch_aleg_url(outcome.target, outcome.call_id)
         self.requests.append(RestRequestSeen(method, path, headers.get("authorization", ""), body, outcome, dialed))
+        if outcome.placed is not None:
+            self._start_outbound(outcome.placed)
+            return
         end = self._calls.pop((outcome.carrier, outcome.call_id), None) if outcome.action else None
         if end is not None:
             end(outcome.action)
+
+    # --- outbound calls ---------------------------------------------------------------------------------
+    async def wait_outbound(self, timeout_s: float) -> None:
+        """Until every placed call has ended (its last status callback sent)."""
+        if self._outbound_tasks:
+            await asyncio.wait_for(asyncio.gather(*list(self._outbound_tasks), return_exceptions=True), timeout_s)
+
+    def _start_outbound(self, placed: core.PlacedCallRequest) -> None:
+        kind = self.callees.get(placed.to, "human")
+        # seeded by the number: the same callee answers the same way whatever order the calls were placed in
+        seen = OutboundCallSeen(placed, callee_core.plan_callee(kind, callee_seed(placed.to)), [])
+        self.outbound.append(seen)
+        task = asyncio.get_running_loop().create_task(self._run_outbound(seen))
+        self._outbound_tasks.add(task)
+        task.add_done_callback(self._outbound_tasks.discard)
+
+    async def _run_outbound(self, seen: OutboundCallSeen) -> None:
+        from voicecore.sim.carrier import CallScript, place_call  # the call's stream side (imports this module's users)
+
+        placed, plan = seen.placed, seen.plan
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        sequence = 0
+        try:
+            audio = None
+            if plan.answered:
+                spoken = []
+                for sentence in callee_core.sentences(plan.text):
+                    speech = self.speech.get((plan.language, sentence))
+                    if speech is None:
+                        from voicecore.sim.caller_voice import speak
+                        speech = await asyncio.to_thread(speak, sentence, plan.language)
+                        self.speech[(plan.language, sentence)] = speech
+                    spoken.append(speech)
+                audio = callee_core.callee_audio(plan, spoken)
+                seen.beep_at_ms = audio.beep_at_ms
+            for step in callee_core.status_steps(plan, self.ring_ms):
+                await asyncio.sleep(max(0.0, started + step.at_ms / 1000 - loop.time()))
+                if step.status != "in-progress":
+                    await self._status(seen, step.status, sequence)
+                    sequence += 1
+            if audio is None:
+                return
+            answered_at = loop.time()
+            if "answered" in placed.status_events:
+                await self._status(seen, "in-progress", sequence)
+                sequence += 1
+            script = CallScript(duration_ms=len(audio.audio) // 8, utterances=((0, audio.audio),), bargein_at_ms=(),
+                                from_number=placed.from_, to_number=placed.to)
+            seen.result = await place_call("", self.credentials.twilio_auth_token, script, call_sid=placed.call_sid,
+                                           account_sid=placed.account_sid, keep_audio=False, rest=self,
+                                           voice_url=placed.url, direction="outbound-api")
+            await self._status(seen, "completed", sequence, duration_s=round(loop.time() - answered_at))
+        finally:
+            seen.done = True
+
+    async def _status(self, seen: OutboundCallSeen, status: str, sequence: int, duration_s: int | None = None) -> None:
+        """One call status callback, signed as Twilio signs it (X-Twilio-Signature over the URL and the form)."""
+        placed = seen.placed
+        event = {"in-progress": "answered"}.get(status, status)
+        final = status in ("completed", "busy", "no-answer", "failed")
+        if not placed.status_callback or (event not in placed.status_events and not final):
+            return  # Twilio sends the final status whatever events were asked for
+        form = {"CallSid": placed.call_sid, "AccountSid": placed.account_sid, "From": placed.from_, "To": placed.to,
+                "Direction": "outbound-api", "CallStatus": status, "SequenceNumber": str(sequence),
+                "ApiVersion": "2010-04-01", "CallbackSource": "call-progress-events"}
+        if duration_s is not None:
+            form["CallDuration"] = str(duration_s)
+        signature = compute_signature(self.credentials.twilio_auth_token, placed.status_callback, form)
+        headers = (("Content-Type", "application/x-www-form-urlencoded"), ("X-Twilio-Signature", signature))
+        try:
+            code, _body = await http_client.send("POST", placed.status_callback, headers,
+                                                 urllib.parse.urlencode(form).encode("ascii"),
+                                                 user_agent="TwilioProxy/1.1")
+        except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
+            seen.statuses.append((status, type(exc).__name__))
+            return
+        seen.statuses.append((status, code))
 
     async def _read(self, reader: asyncio.StreamReader, connection: h11.Connection) -> tuple[h11.Request, bytes]:
         request: h11.Request | None = None

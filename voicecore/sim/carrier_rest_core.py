@@ -30,6 +30,9 @@ from voicecore.sim.carrier_modes_core import CarrierCredentials
 
 HANGUP = "hangup"
 TRANSFER = "transfer"
+CREATE = "create"  # a new outbound call (Twilio's Calls API)
+_TWILIO_CREATE_PATH = re.compile(r"^/2010-04-01/Accounts/(AC[0-9a-fA-F]{32})/Calls\.json$")
+_E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
 _TWILIO_PATH = re.compile(r"^/2010-04-01/Accounts/(AC[0-9a-fA-F]{32})/Calls/(CA[0-9a-fA-F]{32})\.json$")
 _TELNYX_PATH = re.compile(r"^/v2/calls/([^/]+)/actions/(hangup|transfer)$")
 _PLIVO_PATH = re.compile(r"^/v1/Account/([^/]+)/Call/([^/]+)/$")
@@ -50,6 +53,23 @@ class RestOutcome:
     action: str = ""
     target: str = ""
     error: str = ""  # why it was refused, short fixed text
+    placed: PlacedCallRequest | None = None  # a call to place (action CREATE)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedCallRequest:
+    """A Calls API request the simulated carrier took: what it will dial and tell."""
+
+    account_sid: str
+    call_sid: str
+    to: str
+    from_: str
+    url: str  # the answer document's address ("" when the request gave the document itself)
+    twiml: str
+    status_callback: str
+    status_events: tuple[str, ...]
+    machine_detection: str
+    async_amd: bool
 
 
 def _json(status: int, value: object, **fields) -> RestOutcome:
@@ -65,9 +85,13 @@ def _body_object(body: bytes) -> dict | None:
 
 
 def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,
-           is_live: Callable[[str, str], bool], *, now_s: float, api_id: str = "sim") -> RestOutcome:
+           is_live: Callable[[str, str], bool], *, now_s: float, api_id: str = "sim",
+           new_call_sid: str = "") -> RestOutcome:
     """Answer one request. ``headers``: lower-case names; ``is_live(carrier, call_id)``: the call is up in the
-    simulator; ``api_id``: Plivo's per-request id (comes in: no randomness here)."""
+    simulator; ``api_id``: Plivo's per-request id, ``new_call_sid``: the sid a created call gets (both come in:
+    no randomness here)."""
+    if match := _TWILIO_CREATE_PATH.match(path):
+        return _twilio_create(method, match.group(1), headers, body, credentials, new_call_sid)
     if match := _TWILIO_PATH.match(path):
         return _twilio(method, match.group(1), match.group(2), headers, body, credentials, is_live)
     if match := _TELNYX_PATH.match(path):
@@ -111,6 +135,40 @@ def _twilio(method: str, account_sid: str, call_sid: str, headers: Mapping[str, 
         return _twilio_error(400, 21220, "Call is not in-progress. Cannot redirect.", error="not live")
     return _json(200, {"sid": call_sid, "account_sid": account_sid, "status": status, "api_version": "2010-04-01"},
                  carrier="twilio", call_id=call_sid, action=action, target=target)
+
+
+def _twilio_create(method: str, account_sid: str, headers: Mapping[str, str], body: bytes,
+                   credentials: CarrierCredentials, call_sid: str) -> RestOutcome:
+    """``POST /2010-04-01/Accounts/{AccountSid}/Calls.json`` (voicecore/carriers/twilio/outbound.py): basic auth,
+    a form with To, From, Url or Twiml; answered 201 with the call resource (status queued), or Twilio's error
+    object (21201 no To, 21213 no From, 21205 a bad Url, 21220 Url and Twiml both or neither)."""
+    if method != "POST":
+        return _twilio_error(405, 20004, "Method not allowed", error="method")
+    expected = "Basic " + base64.b64encode(f"{account_sid}:{credentials.twilio_auth_token}".encode()).decode()
+    if not credentials.twilio_auth_token or not hmac.compare_digest(headers.get("authorization", ""), expected):
+        return _twilio_error(401, 20003, "Authenticate", error="auth")
+    try:
+        pairs = urllib.parse.parse_qsl(body.decode("ascii"), strict_parsing=True) if body else []
+    except (UnicodeDecodeError, ValueError):
+        return _twilio_error(400, 20001, "Invalid form body", error="body")
+    form = dict(pairs)
+    to, from_ = form.get("To", ""), form.get("From", "")
+    if not _E164.match(to):
+        return _twilio_error(400, 21201, "No 'To' number is specified or it is not a valid phone number", error="to")
+    if not _E164.match(from_):
+        return _twilio_error(400, 21213, "No 'From' number is specified or it is not a valid phone number",
+                             error="from")
+    url, twiml = form.get("Url", ""), form.get("Twiml", "")
+    if bool(url) == bool(twiml):
+        return _twilio_error(400, 21220, "Exactly one of Url, Twiml or ApplicationSid is required", error="document")
+    if url and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        return _twilio_error(400, 21205, "Url is not a valid URL", error="url")
+    placed = PlacedCallRequest(account_sid, call_sid, to, from_, url, twiml, form.get("StatusCallback", ""),
+                               tuple(value for key, value in pairs if key == "StatusCallbackEvent"),
+                               form.get("MachineDetection", ""), form.get("AsyncAmd", "").lower() == "true")
+    return _json(201, {"sid": call_sid, "account_sid": account_sid, "to": to, "from": from_, "status": "queued",
+                       "direction": "outbound-api", "api_version": "2010-04-01"},
+                 carrier="twilio", call_id=call_sid, action=CREATE, placed=placed)
 
 
 def _telnyx_error(status: int, code: str, title: str, **fields) -> RestOutcome:
@@ -247,4 +305,4 @@ def dial_target(xml: bytes) -> str | None:
     return (dial.text or "").strip() or None
 
 
-__all__ = ["HANGUP", "TRANSFER", "RestOutcome", "dial_target", "handle", "plivo_transfer_form"]
+__all__ = ["CREATE", "HANGUP", "TRANSFER", "PlacedCallRequest", "RestOutcome", "dial_target", "handle", "plivo_transfer_form"]

@@ -287,6 +287,8 @@ class Console:
     @staticmethod
     def check_method(method: str, path: str) -> None:
         allowed = ("POST",) if path in POSTS else ("GET",) if path in ("/observe", "/chat") else ("GET", "HEAD")
+        if path == "/api/calls":  # the list, and placing a call
+            allowed = ("GET", "HEAD", "POST")
         if method not in allowed:
             raise HttpError(405, f"{method[:20]} is not served at {path[:100]}: {' or '.join(allowed)}",
                             (("Allow", ", ".join(allowed)),))
@@ -299,7 +301,7 @@ class Console:
             method=request.method, origin=origin, fetch_site=(header(request, "Sec-Fetch-Site") or "").strip().lower(),
             has_key=bool(auth.key_from_headers({k.lower(): v for k, v in request.headers.raw_items()})),
             has_cookie=with_cookie, websocket=path in ("/observe", "/chat"))
-        reason = guard.refusal(facts, self.origins, changes_state=path in POSTS)
+        reason = guard.refusal(facts, self.origins, changes_state=path in POSTS or request.method == "POST")
         if reason is None:
             return
         log.warning("console: refused %s %s from origin %s%s: %s", printable(request.method[:20]), printable(path[:100]),
@@ -332,6 +334,8 @@ class Console:
             raise HttpError(404, "no such page")
         if await self.who(request) is None:
             raise HttpError(401, "an API key is needed (Authorization: Bearer KEY), or a session from /login")
+        if path == "/api/calls" and request.method == "POST":
+            return await self.place_call(request)
         if path == "/api/calls":
             return await self.api_calls(query)
         if path == "/api/export":
@@ -532,6 +536,43 @@ class Console:
         except Refused as exc:
             raise HttpError(exc.status, exc.message) from None
         return None  # on with the upgrade
+
+    async def place_call(self, request: Request) -> Response:
+        """``POST /api/calls`` (an API key or a session): place one outbound call from this node through the
+        carrier's Calls API (voicecore/outbound/call_command.py). Body: {"to", "from", "fields"?}; 201 with the
+        call's sid, 400 for a body that cannot be placed, 503 when the node has no carrier account to place with,
+        502 when the carrier refused."""
+        from voicecore.outbound.call_command import place
+        from voicecore.outbound.campaign_file import normalise_number
+
+        key_name = await self.who(request)
+        assert isinstance(request, BodyRequest)
+        if request.refusal is not None:
+            raise HttpError(*request.refusal)
+        if request.content_length is None:
+            raise HttpError(411, "send the JSON body with a Content-Length")
+        try:
+            body = orjson.loads(request.body or b"null")
+        except ValueError:
+            raise HttpError(400, "the body is not JSON") from None
+        if not isinstance(body, dict) or not isinstance(body.get("to"), str) or not isinstance(body.get("from"), str):
+            raise HttpError(400, 'expected {"to": "+E164", "from": "+E164", "fields": {"name": "value"}}')
+        fields = body.get("fields", {})
+        if not isinstance(fields, dict) or not all(isinstance(v, str) for v in fields.values()):
+            raise HttpError(400, "fields: an object of strings")
+        if not self.config.twilio_account_sid or not self.config.twilio_auth_token:
+            raise HttpError(503, "this node has no Twilio account to place calls with (twilio_account_sid, "
+                                 "twilio_auth_token)")
+        try:
+            to, from_ = normalise_number(body["to"]), normalise_number(body["from"])
+            outcome = await place(self.config, to, from_, fields)
+        except ValueError as exc:
+            raise HttpError(400, str(exc)[:300]) from None
+        if not outcome["ok"]:
+            log.warning("console: key %s: the carrier refused a call: %s", key_name, outcome["error"])
+            raise HttpError(502, f"the carrier refused the call: {outcome['error']}")
+        log.info("console: key %s placed call %s", key_name, outcome["call_sid"])
+        return respond_json({"call_sid": outcome["call_sid"], "status": outcome["status"]}, 201)
 
     async def chat_message(self, request: Request) -> Response:
         """``POST /chat/messages``: one message of a text session (workers/chat/endpoint.py, ChatEndpoint.message)."""

@@ -35,6 +35,7 @@ from picows.picows import WSProtocol
 
 from voicecore import metrics_text, prom_histogram, timing
 from voicecore.bus import messages
+from voicecore.outbound.call_fields import outbound_started
 from voicecore.bus.transport import (
     ARENA_NAME_FILE,
     EVENTS,
@@ -232,6 +233,7 @@ class Gateway:
                                            start.carrier, start.carrier_call_id, start.carrier_account_id)
         else:
             started = messages.CallStarted(slot, generation, start.call_sid, start.stream_sid, start.account_sid)
+        started = outbound_started(started, getattr(start, "custom_parameters", ()))
         self.started_messages[slot] = started
         self.bus.send(self.events, started)
         return slot

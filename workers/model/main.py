@@ -44,6 +44,7 @@ from voicecore.agent.spec import AgentSpec
 from voicecore.bus import messages
 from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_INBOX, RECORDER_INBOX, VALIDATOR_INBOX, Bus
 from voicecore.call import controller as controller_mod
+from voicecore.outbound import answer_gate
 from voicecore.call import core
 from voicecore.call.actions import Action
 from voicecore.call.build import driver_for_config, first_session_update
@@ -71,6 +72,7 @@ from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
 from voicecore import standby
 from voicecore.standby import Leadership
+from workers.model.answer_wait import AnswerWait, CalleeWords, agent_for_call
 from workers.model.follow import FOLLOW_EVERY_S, Followers
 from voicecore import http_client, prom_histogram
 from voicecore import replay as replay_mod
@@ -110,6 +112,11 @@ LINE_PLAYED_WAIT_S = 15.0  # a hang-up or transfer after a fallback line waits a
 # the call reconnects as after any drop.
 MAX_MODEL_MESSAGE_BYTES = 2**20
 INBOUND_BATCH_NS = timing.INBOUND_BATCH_MS * 1_000_000
+# A new call's slot is published a moment before the gateway's CallStarted for it is sent: its session waits for
+# that message (an outbound call's callee and fields are in it) this long at most. Generous: a worker that
+# stalled (a loaded machine) reads a batch of them late, and only a lost message ever waits this long.
+STARTED_MESSAGE_WAIT_NS = 2_000_000_000
+ANSWER_POLL_S = 0.02  # how often a placed call's session looks whether its answer gate let the agent speak
 # picows logs every connection at INFO; the worker logs its calls itself.
 ws_log = logging.getLogger("voicecore.model.ws")
 ws_log.setLevel(logging.WARNING)
@@ -217,6 +224,12 @@ class CallSession:
         # input (INV-REPLAY).
         config = worker.config
         agent = worker.agent
+        # A call the node placed: the agent's texts get its fields, its first words wait for who answered.
+        self.answer_wait: AnswerWait | None = None
+        placed = worker.outbound_started.get((slot, generation))
+        if placed is not None and not resumed:
+            agent = agent_for_call(agent, placed)
+            self.answer_wait = AnswerWait(call_sid, agent)
         # The law of the call's frames, as the gateway claimed the slot (CODEC): an A-law carrier stream passed
         # through (alaw_passthrough) is A-law all the way, so the session is opened in A-law both ways.
         self.audio_format = "pcma" if int(ctrl[C.CODEC]) == C.CODEC_ALAW else "pcmu"
@@ -341,6 +354,20 @@ class CallSession:
         endpoint = worker.endpoint_for(self.call_sid)
         breaker = worker.breaker_for(endpoint.url)
         failures = 0
+        # A call the node placed opens its model session once the answer gate let the agent speak: none is held
+        # open (and billed) while a voicemail greets, and none at all for one that is hung up on.
+        listening = None
+        if self.answer_wait is not None and self.answer_wait.waiting:
+            listening = asyncio.ensure_future(self._listen_to_callee(endpoint))  # held: a bare task may be collected
+        while self.answer_wait is not None and self.answer_wait.waiting and self.alive():
+            await asyncio.sleep(ANSWER_POLL_S)
+        if listening is not None and not listening.done():
+            listening.cancel()  # still connecting when the wait ended
+        if self.answer_wait is not None and self.answer_wait.words is not None:
+            self.answer_wait.words.close()
+        if self.answer_wait is not None and (self.answer_wait.waiting
+                                             or self.answer_wait.gate.decision.action == answer_gate.HANG_UP):
+            return  # the call ended before its verdict, or it was a voicemail to hang up on
         while self.alive() and not self.driver_ended():
             connected_at = 0.0
             if breaker.is_fatal:
@@ -590,6 +617,9 @@ class CallSession:
 
     def pump_inbound(self, now_ns: int) -> None:
         """Every INBOUND_BATCH_MS (from the worker's loop): the caller audio that arrived, to the model."""
+        if self.answer_wait is not None and not self.answer_wait.reported:
+            self._wait_for_answer(now_ns)
+            return
         if self.transport is None or now_ns < self.next_inbound_ns:
             return
         arena = self.worker.arena
@@ -604,6 +634,37 @@ class CallSession:
             # Where playout stood is read only for a record (its WAV places the agent's audio with it).
             playout = self.playout() if self.recorder is not None else None
             self._apply(self.driver.on_caller_audio(audio, time.monotonic_ns(), playout))
+
+    async def _listen_to_callee(self, endpoint: vendor_connect.Endpoint) -> None:
+        """The listening session that gives the answer gate the callee's words (workers/model/answer_wait.py).
+        Without it (the vendor unreachable or refusing) the gate decides on the audio alone."""
+        model = self.worker.config.transcription_model or self.worker.agent.transcription_model
+        words = CalleeWords(self.answer_wait, model)
+        try:
+            await ws_connect(lambda: words, endpoint.url, extra_headers=endpoint.headers, proxy=endpoint.proxy,
+                             max_frame_size=MAX_MODEL_MESSAGE_BYTES, websocket_handshake_timeout=MODEL_CONNECT_TIMEOUT_S,
+                             logger_name=ws_log)
+        except (OSError, WSError, TimeoutError) as exc:
+            log.info("call %s: no listening session for the answer (%s): the audio alone decides", self.call_sid,
+                     type(exc).__name__)
+            return
+        self.answer_wait.words = words
+        if not self.answer_wait.waiting or not self.alive():
+            words.close()
+
+    def _wait_for_answer(self, now_ns: int) -> None:
+        """An outbound call before its answer's verdict: the callee's audio goes to the answer gate, not the model."""
+        arena = self.worker.arena
+        n = rings.inbound_pop(arena.ctrl, arena.in_meta, arena.in_payload, self.slot, self.inbound, 64)
+        decision = self.answer_wait.feed(self.inbound[: n * timing.FRAME_BYTES].tobytes() if n else b"", now_ns)
+        if decision is None:
+            return
+        self.answer_wait.reported = True
+        note = self.answer_wait.note(decision)
+        if self.recorder is not None:
+            self.recorder.note(now_ns, "answer", **note)
+        if decision.action == answer_gate.HANG_UP:
+            self._on_rest(controller_mod.HangUp(f"answered by {decision.verdict.verdict}"))
 
     def tick(self) -> None:
         """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms), and
@@ -1184,6 +1245,8 @@ class ModelWorker:
                                for outcome in ("ok", "error")}
         # (slot, generation) -> a non-Twilio call's carrier and ids, from CallStarted (hang-up and transfer)
         self.carrier_calls: dict[tuple[int, int], call_control.CallRef] = {}
+        # (slot, generation) -> the CallStarted of a call the node placed (its callee and fields)
+        self.outbound_started: dict[tuple[int, int], messages.CallStarted] = {}
         self.call_control = call_control.CallControlSettings.from_config(config, vonage_private_key(config))
         self.heartbeat_seq = 0
         # retrieve-first (turns mode): this process's own copy of the knowledge base, reloaded on change
@@ -1222,11 +1285,16 @@ class ModelWorker:
             ctrl = arena.ctrl[slot]
             generation = int(ctrl[C.GENERATION])
             resumed = int(ctrl[C.MODEL_GENERATION]) == generation
+            started_at_ns = int(ctrl[C.STARTED_AT_NS])  # 0: a slot no gateway stamped (an arena a test fills)
+            if (not resumed and started_at_ns and (slot, generation) not in self.carrier_calls
+                    and time.monotonic_ns() - started_at_ns < STARTED_MESSAGE_WAIT_NS):
+                continue  # its CallStarted (an outbound call's fields) is on its way: the session starts with it
             ctrl[C.MODEL_GENERATION] = generation
             session = CallSession(self, slot, generation, arena.call_sid(slot), resumed)
             session.task = asyncio.get_running_loop().create_task(session.run())
             self.calls[slot] = session
-            log.info("call %s: model session %s in slot %d", session.call_sid, "resumed" if resumed else "started", slot)
+            log.info("call %s: model session %s in slot %d%s", session.call_sid, "resumed" if resumed else "started", slot,
+                     " (placed by the node: waiting for the answer's verdict)" if session.answer_wait else "")
 
     def breaker_for(self, url: str) -> CircuitBreaker:
         breaker = self.breakers.get(url)
@@ -1387,9 +1455,17 @@ class ModelWorker:
                 for message in self.bus.receive_nowait(self.events):
                     if isinstance(message, messages.CallStarted):
                         self.carrier_calls[(message.slot, message.generation)] = call_control.call_ref(message)
+                        if message.direction:
+                            self.outbound_started[(message.slot, message.generation)] = message
+                            late = self.calls.get(message.slot)
+                            if late is not None and late.generation == message.generation and late.answer_wait is None:
+                                log.warning("call %s: placed by the node, but its session started before the call's "
+                                            "fields came: no answer detection", late.call_sid,
+                                            extra={"problem": "outbound"})
                         self.reconcile()
                     elif isinstance(message, messages.CallEnded):
                         self.carrier_calls.pop((message.slot, message.generation), None)
+                        self.outbound_started.pop((message.slot, message.generation), None)
                         self.reconcile()
                     elif isinstance(message, messages.Dtmf):
                         session = self.calls.get(message.slot)

@@ -10,6 +10,9 @@ webhook.py's, the Calls resource requests rest.py's.
   ``<Redirect>`` to another node: a 200, as Twilio reads TwiML only from a success. Its refusals keep the lines
   and bodies they always had.
 - Its stream is still the gateway's own connection class (workers/gateway/main.py), not this descriptor's.
+- Outbound calls (outbound.py): the node's voice webhook is the placed call's answer URL, its query (signed by
+  Twilio with the URL) carrying the call's direction, callee and fields, which the answer document passes to the
+  stream as ``<Parameter>``s; the call's progress comes to ``POST /twilio/call-status`` (signed, logged).
 - Hang-up and transfer: the Calls resource, ``Status=completed`` or ``Twiml=<Dial>target</Dial>``, basic auth with
   the AccountSid the stream named and ``twilio_auth_token``.
 """
@@ -17,7 +20,7 @@ webhook.py's, the Calls resource requests rest.py's.
 from __future__ import annotations
 
 from voicecore.carriers.base import Carrier
-from voicecore.carriers.twilio import rest, webhook
+from voicecore.carriers.twilio import outbound, rest, webhook
 from voicecore.carriers.webhook import ANSWER, EVENT, AnswerRequest, DrainAnswer, Refusal, Route, WebhookError
 
 __all__ = ["TWILIO", "TwilioCarrier"]
@@ -27,7 +30,8 @@ class TwilioCarrier(Carrier):
     name = "twilio"
     title = "Twilio"
     routes = {"/twilio/voice": Route("twilio", ANSWER, ("POST",)),
-              "/twilio/status": Route("twilio", EVENT, ("POST",))}
+              "/twilio/status": Route("twilio", EVENT, ("POST",)),
+              "/twilio/call-status": Route("twilio", EVENT, ("POST",))}
 
     def served(self, settings):
         return True
@@ -38,11 +42,22 @@ class TwilioCarrier(Carrier):
             form = webhook.parse_form(body)
         except WebhookError as exc:
             return Refusal(400, "bad form", f"webhook {path}: unparseable form: {exc}", quiet=True, problem="form")
-        # Signed over the URL Twilio was given: our base URL and the path (ours carry no query).
-        if not webhook.check_signature(settings.twilio_auth_token, url.split("?", 1)[0], form,
+        # Signed over the URL Twilio was given: our base URL, the path, and the query an outbound call's answer
+        # URL carries (Twilio signs the whole URL).
+        if not webhook.check_signature(settings.twilio_auth_token, url, form,
                                        headers.get("x-twilio-signature", "")):
             return Refusal(403, "bad signature", f"webhook {path}: bad X-Twilio-Signature (call "
                                                  f"{form.get('CallSid', '?')})", problem="signature")
+        if route.kind == EVENT and path == "/twilio/call-status":
+            try:
+                progress = outbound.parse_call_status(form)
+            except WebhookError as exc:
+                return Refusal(400, "bad call status callback", f"call status callback rejected: {exc}", quiet=True,
+                               problem="status")
+            answered_by = f" answered_by={progress.answered_by}" if progress.answered_by else ""
+            return AnswerRequest(self.name, EVENT, progress.call_sid,
+                                 f"call {progress.call_sid}: {progress.direction or 'call'} status {progress.status} "
+                                 f"(#{progress.sequence}){answered_by}")
         if route.kind == EVENT:
             try:
                 status = webhook.parse_status_callback(form)
@@ -55,10 +70,12 @@ class TwilioCarrier(Carrier):
             voice = webhook.parse_voice_webhook(form)
         except WebhookError as exc:
             return Refusal(400, "bad voice webhook", f"voice webhook rejected: {exc}", quiet=True, problem="voice")
-        return AnswerRequest(self.name, ANSWER, voice.call_sid)
+        query = target.split("?", 1)[1] if "?" in target else ""
+        return AnswerRequest(self.name, ANSWER, voice.call_sid, parameters=outbound.stream_parameters(query))
 
     def answer_document(self, request, stream_url, token, settings):
-        twiml = webhook.twiml_connect_stream(stream_url, token, settings.public_url + "/twilio/status")
+        twiml = webhook.twiml_connect_stream(stream_url, token, settings.public_url + "/twilio/status",
+                                             parameters=request.parameters)
         return b"text/xml", twiml.encode()
 
     def draining_answer(self, request, settings):

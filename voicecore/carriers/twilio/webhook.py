@@ -67,7 +67,8 @@ def _check_url(url: str, schemes: tuple[str, ...], what: str) -> None:
 
 
 def twiml_connect_stream(
-    stream_url: str, session_token: str, status_callback_url: str | None = None, name: str | None = None
+    stream_url: str, session_token: str, status_callback_url: str | None = None, name: str | None = None,
+    parameters: tuple[tuple[str, str], ...] = (),
 ) -> str:
     """The TwiML answer to a voice webhook: a bidirectional stream to ``stream_url``
     (docs/explanation/protocols.md#a4).
@@ -92,7 +93,8 @@ def twiml_connect_stream(
         "<Response><Connect>"
         f"<Stream {stream_attributes}>"
         f'<Parameter name="session_token" value={_attribute(session_token)}/>'
-        "</Stream>"
+        + "".join(f"<Parameter name={_attribute(key)} value={_attribute(value)}/>" for key, value in parameters)
+        + "</Stream>"
         "</Connect></Response>"
     )
 

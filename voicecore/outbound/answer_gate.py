@@ -1,0 +1,94 @@
+"""The start of a call the node placed: the agent's first words wait until the answer detector says who answered.
+
+Owns what the verdict means for the call: a person (or a screening assistant, an IVR, or no clear answer: the
+agent may be talking to someone, so it is never hung up on) lets the agent start at once; a voicemail hangs up
+(``on_voicemail = "hang_up"``) or lets the agent start once the beep has sounded (``"greet"``; when no beep
+comes within ``BEEP_WAIT_MS`` after the verdict, it starts anyway: some mailboxes record without one). Feeds the
+detector (voicecore/outbound/answer.py) the callee's audio as it arrives, in 20 ms frames, timed by the frames
+themselves from the first one (the answer), and the callee's words when a recogniser sends them, timed at the
+audio heard so far.
+
+Pure: audio and a clock reading come in, a decision comes out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from voicecore.outbound.answer import VOICEMAIL, AnswerDetector, AnswerVerdict, DetectorSettings
+from voicecore.timing import FRAME_BYTES, FRAME_MS
+
+START = "start"  # the agent speaks now
+HANG_UP = "hang_up"
+ON_VOICEMAIL = ("hang_up", "greet")
+BEEP_WAIT_MS = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecision:
+    action: str  # START or HANG_UP
+    verdict: AnswerVerdict
+    at_ms: int  # callee time (since the answer) of the decision: the verdict's, or the beep's end
+    beep_at_ms: int | None
+
+
+class AnswerGate:
+    def __init__(self, max_wait_ms: int = 6000, on_voicemail: str = "hang_up") -> None:
+        if on_voicemail not in ON_VOICEMAIL:
+            raise ValueError(f"on_voicemail must be one of {', '.join(ON_VOICEMAIL)}, got {on_voicemail!r}")
+        self.detector = AnswerDetector(DetectorSettings(max_wait_ms=max_wait_ms))
+        self.on_voicemail = on_voicemail
+        self.callee_ms = 0  # the callee's audio so far
+        self.decision: GateDecision | None = None
+        self._partial = b""
+
+    @property
+    def waiting(self) -> bool:
+        return self.decision is None
+
+    def on_audio(self, audio: bytes) -> GateDecision | None:
+        """The callee's audio as it came off the ring (any number of whole or split frames)."""
+        data = self._partial + audio
+        whole = len(data) - len(data) % FRAME_BYTES
+        self._partial = data[whole:]
+        for offset in range(0, whole, FRAME_BYTES):
+            if self.decision is not None:
+                break
+            self.detector.on_audio(data[offset:offset + FRAME_BYTES], self.callee_ms)
+            self.callee_ms += FRAME_MS
+            self._decide()
+        return self.decision
+
+    def on_words(self, text: str, done: bool) -> GateDecision | None:
+        """The callee's transcript as the recogniser sends it (``done``: a completed segment), timed at the
+        callee audio heard so far."""
+        if self.decision is None:
+            if done:
+                self.detector.on_transcript_done(text, self.callee_ms)
+            else:
+                self.detector.on_transcript_delta(text, self.callee_ms)
+            self._decide()
+        return self.decision
+
+    def on_elapsed(self, elapsed_ms: int) -> GateDecision | None:
+        """Time since the answer by the clock: the bound holds when the callee's audio stops coming."""
+        if self.decision is None:
+            self.detector.on_tick(max(elapsed_ms, self.callee_ms))
+            self._decide(elapsed_ms)
+        return self.decision
+
+    def _decide(self, now_ms: int | None = None) -> None:
+        verdict = self.detector.verdict
+        if verdict is None:
+            return
+        now_ms = self.callee_ms if now_ms is None else max(now_ms, self.callee_ms)
+        beep_at = self.detector.beep_at_ms
+        if verdict.verdict != VOICEMAIL:
+            self.decision = GateDecision(START, verdict, verdict.at_ms, beep_at)
+        elif self.on_voicemail == "hang_up":
+            self.decision = GateDecision(HANG_UP, verdict, verdict.at_ms, beep_at)
+        elif self.detector.beep_end_ms is not None:
+            self.decision = GateDecision(START, verdict, self.detector.beep_end_ms, beep_at)
+        elif now_ms >= verdict.at_ms + BEEP_WAIT_MS:
+            self.decision = GateDecision(START, verdict, now_ms, beep_at)
+

@@ -1,0 +1,247 @@
+"""`voicecore demo --outbound`: bring the stack up, place simulated outbound calls through the carrier's Calls
+API, let the carrier simulator's callees answer them, and report who the stack thought answered.
+
+Owns the run: the callees (every kind of voicecore/sim/callee_core.py in turn: a person, a voicemail, a
+screening assistant, an IVR, busy, no answer, failed), placing each call (voicecore/outbound/dial.py) against the
+carrier simulator's REST API, reading each answered call's verdict from its call record (the model worker's
+``answer`` note) and scoring the verdicts against the truth the simulator kept (``score``, pure). The stack is
+started and stopped as `voicecore demo` does it (voicecore/demo.py's helpers).
+
+The report's contract: ``answer_verdicts`` (per answer class: precision, recall, n), ``answer_accuracy``,
+``verdict_ms`` (p50, p95: callee time from the answer to the verdict), ``ok`` and ``problems``, with the calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import secrets
+import shlex
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from voicecore.bus.transport import ARENA_NAME_FILE
+from voicecore.call.record import loads_partial
+from voicecore.config import load_config
+from voicecore.demo import (
+    LoopExceptions,
+    demo_config,
+    demo_sim_config,
+    record_paths,
+    replay_records,
+    tracebacks,
+    wait_for_records,
+)
+from voicecore.outbound import dial
+from voicecore.outbound.answer import VERDICTS
+from voicecore.outbound.greetings import CLASSES
+from voicecore.sim.callee_core import KINDS, UNANSWERED_KINDS, callee_seed, plan_callee, sentences
+from voicecore.sim.caller_voice import speak
+from voicecore.sim.carrier import generate_credentials
+from voicecore.sim.carrier_rest import CarrierRestServer
+from voicecore.sim.model_server import serve_model_sim
+from voicecore.stats import percentile_or_none
+from voicecore.supervise import Stack, StackError, resolve_config
+
+FROM_NUMBER = "+15005550006"
+CALL_WAIT_S = 90.0  # the longest a placed call may take, ringing to hang-up, before the run gives up on it
+
+
+def callee_number(index: int) -> str:
+    return f"+1555010{index:04d}"
+
+
+def callee_kinds(calls: int) -> list[str]:
+    """Every kind in turn, answered ones first: the first four calls cover the four answer classes."""
+    return [KINDS[i % len(KINDS)] for i in range(calls)]
+
+
+def score(pairs: list[tuple[str, str]]) -> dict:
+    """(truth, verdict) of answered calls: per class precision/recall/n, and the accuracy."""
+    per_class = {}
+    for label in CLASSES:
+        actual = [v for t, v in pairs if t == label]
+        predicted = [t for t, v in pairs if v == label]
+        hits = sum(1 for t, v in pairs if t == v == label)
+        per_class[label] = {"precision": round(hits / len(predicted), 4) if predicted else None,
+                            "recall": round(hits / len(actual), 4) if actual else None, "n": len(actual)}
+    correct = sum(1 for t, v in pairs if t == v)
+    return {"answer_verdicts": per_class, "answer_accuracy": round(correct / len(pairs), 4) if pairs else None}
+
+
+def arena_name(runtime_dir: str) -> str:
+    """The shared-memory arena the stack's gateway runs on (its name file in the runtime directory)."""
+    try:
+        return (Path(runtime_dir) / ARENA_NAME_FILE).read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def answer_note(path: Path) -> dict | None:
+    """The ``answer`` note of a call record (None when the model worker wrote none)."""
+    _header, entries, _complete = loads_partial(path.read_bytes())
+    return next((e for e in entries if e.get("k") == "note" and e.get("what") == "answer"), None)
+
+
+async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path) -> dict:
+    loop_exceptions = LoopExceptions()
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(loop_exceptions)
+    loop.add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+    base = resolve_config(load_config(os.environ, config_path))
+    credentials = generate_credentials(base.twilio_auth_token)
+    rest = CarrierRestServer(credentials)
+    await rest.__aenter__()
+    names = {f.name for f in dataclasses.fields(base)}
+    base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
+    kinds = callee_kinds(calls)
+    for index, kind in enumerate(kinds):
+        rest.callees[callee_number(index)] = kind
+    # The callees' greetings, spoken once: the carrier simulator plays them, and the model simulator, told their
+    # words, transcribes them when it hears them (the listening session that gives the answer gate the words).
+    phrases = []
+    for index, kind in enumerate(kinds):
+        plan = plan_callee(kind, callee_seed(callee_number(index)))
+        for sentence in sentences(plan.text) if plan.answered else []:
+            if (plan.language, sentence) not in rest.speech:
+                rest.speech[(plan.language, sentence)] = await asyncio.to_thread(speak, sentence, plan.language)
+                phrases.append((sentence, rest.speech[(plan.language, sentence)]))
+    sim_config = dataclasses.replace(demo_sim_config(), caller_phrases=tuple(phrases))
+    sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
+    config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir))
+    account_sid = "AC" + secrets.token_hex(16)
+    stack = Stack(config)
+    own_arenas: set[str] = set()
+    placed: list[dial.Placed] = []
+    try:
+        await asyncio.to_thread(stack.start, log_file)
+        await asyncio.to_thread(stack.wait_ready, 90.0)
+        own_arenas.add(arena_name(config.runtime_dir))
+        started = time.monotonic()
+        placed = list(await asyncio.gather(*(
+            dial.place_call(node_url=config.base_url, api_base=rest.base_url, account_sid=account_sid,
+                            auth_token=credentials.twilio_auth_token, to=callee_number(index), from_=FROM_NUMBER,
+                            fields={"first_name": f"Callee{index}", "reason": "your appointment"})
+            for index in range(calls))))
+        await asyncio.sleep(0.1)  # the simulator's call tasks begin after its answer was sent
+        await rest.wait_outbound(CALL_WAIT_S)
+        wall_s = time.monotonic() - started
+        answered_sids = [seen.placed.call_sid for seen in rest.outbound if seen.plan.answered]
+        await asyncio.to_thread(wait_for_records, record_dir, answered_sids)
+    finally:
+        await asyncio.to_thread(stack.stop)
+        await sim.aclose()
+        await rest.__aexit__(None, None, None)
+    problems: list[str] = [f"call {i} not placed: {p.error}" for i, p in enumerate(placed) if not p.ok]
+    rows, pairs, verdict_ms = [], [], []
+    humans_hung_up = 0
+    callbacks_sent = callbacks_accepted = 0
+    for seen in rest.outbound:
+        plan, sid = seen.plan, seen.placed.call_sid
+        statuses = [status for status, _code in seen.statuses]
+        callbacks_sent += len(seen.statuses)
+        callbacks_accepted += sum(1 for _status, code in seen.statuses if code == 204)
+        row = {"call_sid": sid, "callee": plan.kind, "rings": plan.rings, "statuses": statuses}
+        if plan.kind in UNANSWERED_KINDS:
+            if not statuses or statuses[-1] != plan.kind:
+                problems.append(f"call {sid} ({plan.kind}): its last status callback was {statuses[-1:] or 'none'}")
+            rows.append(row)
+            continue
+        result = seen.result
+        closed_by = getattr(result, "closed_by", "not_connected")
+        row["closed_by"] = closed_by
+        if getattr(result, "errors", None):
+            problems.extend(f"call {sid} ({plan.kind}): {error}" for error in result.errors[:3])
+        paths = record_paths(record_dir, [sid])
+        note = answer_note(paths[0]) if paths else None
+        if note is None:
+            problems.append(f"call {sid} ({plan.kind}): no answer verdict in its record")
+            row["verdict"] = None
+        else:
+            row.update(verdict=note["verdict"], verdict_ms=note["verdict_ms"], reason=note["reason"],
+                       action=note["action"], beep_at_ms=note.get("beep_at_ms"), true_beep_at_ms=seen.beep_at_ms,
+                       transcript_events=note.get("transcript_events"))
+            pairs.append((plan.kind, note["verdict"]))
+            verdict_ms.append(note["verdict_ms"])
+        if plan.kind == "human" and closed_by == "rest_hangup":
+            humans_hung_up += 1
+            problems.append(f"call {sid}: a person was hung up on (verdict {row.get('verdict')})")
+        if statuses[-1:] != ["completed"]:
+            problems.append(f"call {sid} ({plan.kind}): its last status callback was {statuses[-1:] or 'none'}")
+        rows.append(row)
+    if callbacks_accepted != callbacks_sent:
+        problems.append(f"{callbacks_sent - callbacks_accepted} of {callbacks_sent} call status callbacks were refused")
+    missing = sorted(set(kinds[:len(KINDS)]) - {seen.plan.kind for seen in rest.outbound})
+    if missing:
+        problems.append(f"no call reached a callee of kind {', '.join(missing)}")
+    answered_paths = record_paths(record_dir, [r["call_sid"] for r in rows if "closed_by" in r])
+    identical, replay_problems = await asyncio.to_thread(replay_records, answered_paths)
+    problems.extend(replay_problems)
+    leftovers = sorted(name for name in own_arenas if name and (Path(config.shm_dir) / name).exists())
+    if leftovers:
+        problems.append(f"left behind after the stack stopped: {', '.join(leftovers)}")
+    problems = list(loop_exceptions.problems) + problems
+    log_path = Path(getattr(log_file, "name", ""))
+    if log_path.is_file():
+        log_file.flush()
+        problems += tracebacks(log_path.read_text(errors="replace"), "a stack process (its log)")
+    report = {"outbound": True, "calls": calls, "carrier": "twilio"}
+    report.update(score(pairs))
+    report["verdict_ms"] = {"p50": percentile_or_none(verdict_ms, 50), "p95": percentile_or_none(verdict_ms, 95)}
+    report.update(humans_hung_up=humans_hung_up, status_callbacks_sent=callbacks_sent,
+                  status_callbacks_accepted=callbacks_accepted, records_replayed_identical=identical,
+                  wall_seconds=round(wall_s, 2) if placed else None, calls_detail=rows,
+                  verdict_classes=list(VERDICTS), command=shlex.join(sys.argv), records_dir=str(record_dir))
+    report["problems"] = problems
+    report["ok"] = not problems
+    return report
+
+
+def run_outbound_demo(calls: int, as_json: bool, config_path: str | None, keep_logs: bool = False,
+                      record_dir: str | None = None) -> int:
+    if calls < 1:
+        print("voicecore demo: --calls must be at least 1", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="voicecore-outbound-") as tmp:
+        workdir = Path(tmp)
+        records = Path(record_dir).expanduser().resolve() if record_dir else workdir / "records"
+        try:
+            records.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"voicecore demo: cannot create the record directory {records}: {exc}", file=sys.stderr)
+            return 2
+        log_path = workdir / "stack.log"
+        with open(log_path, "wb") as log_file:
+            try:
+                report = asyncio.run(_outbound_demo(calls, config_path, workdir, log_file, records))
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                print("voicecore demo: stopped before the end; the stack was stopped", file=sys.stderr)
+                return 130
+            except StackError as exc:
+                print(f"voicecore demo: {exc}", file=sys.stderr)
+                sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
+                return 1
+        if keep_logs or not report["ok"]:
+            sys.stderr.write(log_path.read_text(errors="replace")[-20000:])
+    if as_json:
+        print(json.dumps(report))
+    else:
+        print(format_report(report))
+    return 0 if report["ok"] else 1
+
+
+def format_report(report: dict) -> str:
+    lines = [f"voicecore demo --outbound: {report['calls']} call(s), accuracy {report['answer_accuracy']}, "
+             f"verdict p50 {report['verdict_ms']['p50']} ms p95 {report['verdict_ms']['p95']} ms"]
+    for label, row in report["answer_verdicts"].items():
+        lines.append(f"  {label:10s} precision {row['precision']}  recall {row['recall']}  n {row['n']}")
+    for row in report["calls_detail"]:
+        lines.append(f"  {row['call_sid']}  {row['callee']:10s} -> {row.get('verdict', '-')!s:10s} "
+                     f"{row.get('verdict_ms', '')!s:>6} ms  {row.get('action', '')}  {' '.join(row['statuses'])}")
+    lines.append("ok" if report["ok"] else "problems:\n  " + "\n  ".join(report["problems"]))
+    return "\n".join(lines)
