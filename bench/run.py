@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import analysis
-from bench.capacity import (CapacitySearch, Slo, capacity_load_bound, capacity_summary, load_saturated,
-                            parse_resolution, slo_violations)
+from bench.capacity import (CapacitySearch, Slo, capacity_load_bound, capacity_summary, load_bound, load_process_cpu,
+                            load_saturated, parse_resolution, slo_verdict, slo_violations)
 from bench.pinning import affinity_of, parse_cpus, pin_tree
 from bench.scenarios import AGENT_PREFIX, HALLUCINATION_UNGATED, SCENARIOS, get_scenario
 from voicecore.bus.transport import ARENA_NAME_FILE
@@ -875,6 +875,10 @@ class LevelRun:
         report["load_procs"] = self.procs
         report["load_cpus"] = self.load_cpus
         report["load_saturated"] = load_saturated(report)
+        # Each load process alone: one event loop can use one core, so a load process near 1.0 stalls
+        # even when the load CPUs as a whole have room (load_cpu_fraction).
+        report["load_process_cpu"] = load_process_cpu(load_cpu_by_pid, sim_pid, window_s)
+        report["load_bound"] = load_bound(report)
         report["window"] = {"ramp_ms": self.ramp_ms, "settle_ms": self.settle_ms, "seconds": opts.seconds}
         report["affinity"] = window.affinity
         report["lateness_cdf_ms"] = _cdf(samples["lateness_ms"])
@@ -891,6 +895,7 @@ class LevelRun:
         violations = slo_violations(report, opts.slo)
         report["slo_violations"] = violations
         report["slo_ok"] = not violations
+        report["slo_verdict"] = slo_verdict(report)  # a broken SLO is the stack's only when the load side was clear
         truncate_max = report["truncate_error_ms"]["max"]
         # summarize's invariants, with underruns judged only where the model had sent the audio.
         report["ok"] = bool(calls and report["calls_completed"] == calls and report["stale_frames"] == 0
@@ -1034,6 +1039,8 @@ async def _bench(opts: BenchOptions) -> dict:
                 search.record(calls, passed)
                 runs[system][-1].append(report)
                 verdict = "held" if passed else "broke: " + "; ".join(report["slo_violations"] or report["problems"][:2])
+                if not passed and report.get("slo_verdict") == "load_bound":
+                    verdict += " (load-bound: the load generator, not the stack, may have broken it)"
                 label = f" (search {repeat + 1}/{repeats})" if repeats > 1 else ""
                 print(f"bench: {system} {calls} calls -> {verdict}{label}", file=sys.stderr, flush=True)
     top = _strip(_summary_top(runs["voicecore"], searches["voicecore"] or None))
