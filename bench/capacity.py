@@ -98,17 +98,23 @@ def load_saturated(report: dict) -> bool:
 LOAD_BOUND_CORE = 0.8  # of one core: a load-side process busier than this delays its own arrival stamps
 
 
-def load_process_cpu(cpu_s_by_pid: dict[int, float], model_sim_pid: int | None, window_s: float) -> dict:
+def load_process_cpu(cpu_s_by_pid: dict[int, float], model_sim_pid: int | None, window_s: float,
+                     kernel_s_by_pid: dict[int, float] | None = None) -> dict:
     """Each load-side process's CPU over the window, in cores (CPU seconds / wall seconds): the carrier
     load processes in pid order, the model simulator apart, and the busiest of them all. Each is one
-    event loop on one thread, so 1.0 is all it can use: a whole core."""
+    event loop on one thread, so 1.0 is all it can use: a whole core. ``kernel_s_by_pid``: the system
+    time within it, reported for the carrier processes as ``carrier_kernel`` (socket writes and reads; on
+    loopback a write also runs the receiver's side of TCP, so part of it is the stack's network cost)."""
     if window_s <= 0:
-        return {"carrier": [], "model_sim": None, "max": 0.0}
-    carrier = [round(cpu_s / window_s, 3) for pid, cpu_s in sorted(cpu_s_by_pid.items()) if pid != model_sim_pid]
+        return {"carrier": [], "carrier_kernel": [], "model_sim": None, "max": 0.0}
+    carrier_pids = [pid for pid in sorted(cpu_s_by_pid) if pid != model_sim_pid]
+    carrier = [round(cpu_s_by_pid[pid] / window_s, 3) for pid in carrier_pids]
+    kernel = kernel_s_by_pid or {}
+    carrier_kernel = [round(kernel.get(pid, 0.0) / window_s, 3) for pid in carrier_pids]
     model_sim = (round(cpu_s_by_pid[model_sim_pid] / window_s, 3)
                  if model_sim_pid is not None and model_sim_pid in cpu_s_by_pid else None)
     busiest = max(carrier + ([model_sim] if model_sim is not None else []), default=0.0)
-    return {"carrier": carrier, "model_sim": model_sim, "max": busiest}
+    return {"carrier": carrier, "carrier_kernel": carrier_kernel, "model_sim": model_sim, "max": busiest}
 
 
 def load_bound(report: dict) -> bool:

@@ -33,7 +33,9 @@ def _load_process_line(run: dict) -> str:
     per_process = run.get("load_process_cpu")
     if not per_process:
         return ""
-    carrier = ", ".join(f"{value:.2f}" for value in per_process.get("carrier", []))
+    kernel = per_process.get("carrier_kernel") or []
+    carrier = ", ".join(f"{value:.2f}" + (f" ({kernel[i]:.2f} in the kernel)" if i < len(kernel) else "")
+                        for i, value in enumerate(per_process.get("carrier", [])))
     sim = per_process.get("model_sim")
     line = (f"  load processes, cores each: carrier [{carrier}]" + (f", model sim {sim:.2f}" if sim is not None else "")
             + f" (load-bound above {LOAD_BOUND_CORE:g} of a core)")

@@ -11,14 +11,17 @@ SIM_PID = 300
 
 
 def test_each_load_process_is_reported_in_cores_of_the_window():
-    cpu = load_process_cpu({101: 4.5, 102: 2.0, SIM_PID: 1.0}, SIM_PID, window_s=10.0)
-    assert cpu == {"carrier": [0.45, 0.2], "model_sim": 0.1, "max": 0.45}
+    cpu = load_process_cpu({101: 4.5, 102: 2.0, SIM_PID: 1.0}, SIM_PID, window_s=10.0,
+                           kernel_s_by_pid={101: 2.5, 102: 1.0, SIM_PID: 0.5})
+    assert cpu == {"carrier": [0.45, 0.2], "carrier_kernel": [0.25, 0.1], "model_sim": 0.1, "max": 0.45}
     assert json.loads(json.dumps(cpu)) == cpu  # a JSON report's value as it is
     # The model simulator counts for the busiest as well: it is a load-side process on one core too.
     assert load_process_cpu({101: 1.0, SIM_PID: 9.0}, SIM_PID, 10.0)["max"] == 0.9
     # No model simulator (a --target run, the pipecat stand-in) and an empty window.
-    assert load_process_cpu({101: 3.0}, None, 10.0) == {"carrier": [0.3], "model_sim": None, "max": 0.3}
-    assert load_process_cpu({101: 3.0}, SIM_PID, 0.0) == {"carrier": [], "model_sim": None, "max": 0.0}
+    assert load_process_cpu({101: 3.0}, None, 10.0) == {"carrier": [0.3], "carrier_kernel": [0.0], "model_sim": None,
+                                                         "max": 0.3}
+    assert load_process_cpu({101: 3.0}, SIM_PID, 0.0) == {"carrier": [], "carrier_kernel": [], "model_sim": None,
+                                                          "max": 0.0}
 
 
 def test_a_load_process_above_the_limit_makes_the_run_load_bound():
@@ -61,7 +64,8 @@ def _run(busiest: float, slo_ok: bool, verdict: str) -> dict:
             "truncate_error_ms": summary, "model_to_carrier_ms": summary, "turn_latency_ms": summary,
             "cpu_ms_per_call_second": 1.0, "frames_sent": 100, "bargeins": 4, "seconds": 10.0, "talkover_ms": summary,
             "slo_ok": slo_ok, "slo_verdict": verdict, "slo_violations": [] if slo_ok else ["lateness p99 > 5 ms"],
-            "load_cpu_fraction": busiest + 0.2, "load_process_cpu": {"carrier": [busiest], "model_sim": 0.2, "max": busiest},
+            "load_cpu_fraction": busiest + 0.2, "load_process_cpu": {"carrier": [busiest], "carrier_kernel": [0.1], "model_sim": 0.2,
+                                                           "max": busiest},
             "load_bound": busiest > LOAD_BOUND_CORE}
 
 
@@ -69,7 +73,7 @@ def test_the_console_table_names_a_load_bound_run_and_never_calls_it_broken():
     text = format_table({"scenario": "steady"}, [_run(0.93, False, "load_bound")])
     row = text.splitlines()[3]
     assert row.split()[-1] == "LOAD-BOUND" and "BROKE" not in row
-    assert "load processes, cores each: carrier [0.93], model sim 0.20" in text
+    assert "load processes, cores each: carrier [0.93 (0.10 in the kernel)], model sim 0.20" in text
     assert "LOAD-BOUND: a load process used more than 0.8 of its core" in text
     text = format_table({"scenario": "steady"}, [_run(0.3, False, "broken_by_stack")])
     assert text.splitlines()[3].split()[-1] == "BROKE" and "LOAD-BOUND" not in text
