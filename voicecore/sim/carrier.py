@@ -427,10 +427,7 @@ class CallRunner:
         if self.done:
             return False
         core = self.core
-        last = self._last_tick_ms  # _note_tick, inline: this runs for every call every 20 ms
-        if last is not None and now_ms - last > HARNESS_STALL_MS:
-            core.metrics.harness_stalls.append((last + FRAME_MS, now_ms))
-        self._last_tick_ms = now_ms
+        self._note_tick(now_ms)
         core.tick_play(now_ms)
         out = core.messages_to_send()
         origin = core.send_origin_ms
