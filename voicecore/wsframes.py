@@ -7,8 +7,9 @@ websockets' C ``apply_mask``). picows frames and sends one message per call, and
 system call; the gateway sends every message the pacer released for a call since the last doorbell
 (media frames and their marks) in one write, the model simulator the events a session has due at
 once, and the carrier simulator a tick's messages of one call (a mark echo and the next caller frame),
-so they frame them here. Everything else on the socket (upgrade, control frames, close, parsing)
-stays picows'.
+so they frame them here. The carrier simulator frames its single messages here too: the masking keys
+come from a pool read from os.urandom in bulk (_MaskKeys), not one getrandom system call per frame.
+Everything else on the socket (upgrade, control frames, close, parsing) stays picows'.
 
 Must not know: sockets, Twilio, the rings.
 """
