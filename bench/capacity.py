@@ -124,13 +124,18 @@ def load_bound(report: dict) -> bool:
     return report.get("load_process_cpu", {}).get("max", 0.0) > LOAD_BOUND_CORE
 
 
-def slo_verdict(report: dict) -> str:
-    """"held" (every SLO met), "load_bound" (an SLO broke while the load side was busy enough to be the
-    cause: load_bound or load_saturated) or "broken_by_stack" (an SLO broke with the load side clear)."""
-    if not report.get("slo_violations"):
+def slo_verdict(report: dict, slo: Slo) -> str:
+    """Whose account a run's SLOs are on: "held" (every SLO met); "load_bound" (an SLO broke while the load
+    side was busy enough to be the cause: load_bound or load_saturated); "harness_stalled" (the only SLO
+    broken is the underruns inside the load generator's own stalls, when its process got no CPU on a
+    shared machine: nothing is shown against the stack); "broken_by_stack" (an SLO broke with the load
+    side clear)."""
+    if not slo_violations(report, slo):
         return "held"
     if load_bound(report) or load_saturated(report):
         return "load_bound"
+    if not slo_violations({**report, "underruns_harness_stalled": 0}, slo):
+        return "harness_stalled"
     return "broken_by_stack"
 
 

@@ -22,10 +22,11 @@ VERSIONED = ("voicecore", "numpy", "websockets", "numba", "uvloop", "pyzmq", "ms
 
 
 def _slo_cell(run: dict) -> str:
-    """held, BROKE (by the stack) or LOAD-BOUND (an SLO broke while the load side was too busy to tell)."""
+    """held, BROKE (by the stack), LOAD-BOUND (an SLO broke while the load side was too busy to tell) or
+    LOAD-STALLED (only the underruns inside the load generator's own stalls broke an SLO)."""
     if run.get("slo_ok"):
         return "held"
-    return "LOAD-BOUND" if run.get("slo_verdict") == "load_bound" else "BROKE"
+    return {"load_bound": "LOAD-BOUND", "harness_stalled": "LOAD-STALLED"}.get(run.get("slo_verdict"), "BROKE")
 
 
 def _load_process_line(run: dict) -> str:

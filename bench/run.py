@@ -908,7 +908,7 @@ class LevelRun:
         violations = slo_violations(report, opts.slo)
         report["slo_violations"] = violations
         report["slo_ok"] = not violations
-        report["slo_verdict"] = slo_verdict(report)  # a broken SLO is the stack's only when the load side was clear
+        report["slo_verdict"] = slo_verdict(report, opts.slo)  # a broken SLO is the stack's only when the load side was clear
         truncate_max = report["truncate_error_ms"]["max"]
         # summarize's invariants, with underruns judged only where the model had sent the audio.
         report["ok"] = bool(calls and report["calls_completed"] == calls and report["stale_frames"] == 0
