@@ -16,7 +16,34 @@ import subprocess
 from pathlib import Path
 from importlib import metadata
 
+from bench.capacity import LOAD_BOUND_CORE
+
 VERSIONED = ("voicecore", "numpy", "websockets", "numba", "uvloop", "pyzmq", "msgpack", "supervisor")
+
+
+def _slo_cell(run: dict) -> str:
+    """held, BROKE (by the stack), LOAD-BOUND (an SLO broke while the load side was too busy to tell) or
+    LOAD-STALLED (only the underruns inside the load generator's own stalls broke an SLO)."""
+    if run.get("slo_ok"):
+        return "held"
+    return {"load_bound": "LOAD-BOUND", "harness_stalled": "LOAD-STALLED"}.get(run.get("slo_verdict"), "BROKE")
+
+
+def _load_process_line(run: dict) -> str:
+    """The busiest load process's CPU, and the load_bound verdict when it was too busy."""
+    per_process = run.get("load_process_cpu")
+    if not per_process:
+        return ""
+    kernel = per_process.get("carrier_kernel") or []
+    carrier = ", ".join(f"{value:.2f}" + (f" ({kernel[i]:.2f} in the kernel)" if i < len(kernel) else "")
+                        for i, value in enumerate(per_process.get("carrier", [])))
+    sim = per_process.get("model_sim")
+    line = (f"  load processes, cores each: carrier [{carrier}]" + (f", model sim {sim:.2f}" if sim is not None else "")
+            + f" (load-bound above {LOAD_BOUND_CORE:g} of a core)")
+    if run.get("load_bound"):
+        line += ("\n  LOAD-BOUND: a load process used more than {:g} of its core; its own delays reach the figures, "
+                 "so a broken SLO here is not the stack's").format(LOAD_BOUND_CORE)
+    return line
 
 
 def _load_split(by_role: dict | None) -> str:
@@ -98,7 +125,7 @@ def format_table(top: dict, runs: list[dict]) -> str:
             _p(run.get("model_to_carrier_ms", run.get("mouth_to_ear_ms", {})), "p99"),
             f"{run.get('turn_latency_ms', {}).get('p50', 0.0):.0f}",
             f"{run['cpu_ms_per_call_second']:.2f}", f"{run.get('rss_per_call_mb', 0):.3f}",
-            str(run.get("frames_lost", 0)), "held" if run.get("slo_ok") else "BROKE",
+            str(run.get("frames_lost", 0)), _slo_cell(run),
         ))
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
@@ -135,6 +162,8 @@ def format_table(top: dict, runs: list[dict]) -> str:
     out.append(f"  load CPU {last.get('load_cpu_fraction', 0):.2f} cores over {last.get('load_procs', 1)} load process(es)"
                f"{_load_split(last.get('load_cpu_fraction_by_role'))}  "
                f"per process ms/call-s {last.get('cpu_ms_per_call_second_by_process', {})}")
+    if _load_process_line(last):
+        out.append(_load_process_line(last))
     if "capacity_calls" in top:
         capped = " (the largest count tried: the real capacity may be higher)" if top.get("capacity_capped") else ""
         searches = top.get("capacity_calls_runs") or [top["capacity_calls"]]

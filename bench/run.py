@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import analysis
-from bench.capacity import (CapacitySearch, Slo, capacity_load_bound, capacity_summary, load_saturated,
-                            parse_resolution, slo_violations)
+from bench.capacity import (CapacitySearch, Slo, capacity_load_bound, capacity_summary, load_bound, load_process_cpu,
+                            load_saturated, parse_resolution, slo_verdict, slo_violations)
 from bench.pinning import affinity_of, parse_cpus, pin_tree
 from bench.scenarios import AGENT_PREFIX, HALLUCINATION_UNGATED, SCENARIOS, get_scenario
 from voicecore.bus.transport import ARENA_NAME_FILE
@@ -222,6 +222,16 @@ def private_mb(pid: int) -> float:
     return total_kb / 1024.0
 
 
+def kernel_cpu_seconds(pid: int) -> float:
+    """stime of ``pid`` in seconds (0 if it is gone): the part of cpu_seconds spent in the kernel."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
 def arena_mb(config) -> float:
     """Pages of the shared-memory arena actually in use (tmpfs allocates on touch), counted once."""
     if config is None:
@@ -404,6 +414,7 @@ class LevelWindow:
     affinity: dict[str, list[int]]
     scheduling: dict[str, str]
     cpu_at_end: dict[str, float] = field(default_factory=dict)  # each stack process's CPU seconds at the window's end
+    load_kernel_cpu_by_pid: dict[int, float] = field(default_factory=dict)  # the system time within load_cpu_by_pid
     profile_info: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)  # the stack's /metrics after the calls
     store: dict = field(default_factory=dict)  # STORE_SYSTEM: what the call store held at the end (read_store)
@@ -676,6 +687,7 @@ class LevelRun:
         load_pids = [p.pid for p in self.loads] + ([self.sim_proc.pid] if self.sim_proc else [])
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         load_before = {pid: cpu_seconds(pid) for pid in load_pids}
+        load_kernel_before = {pid: kernel_cpu_seconds(pid) for pid in load_pids}
         window_started = time.monotonic()
         profile_proc = None
         profile_info: dict = {}
@@ -694,6 +706,7 @@ class LevelRun:
             w0_ms=w0, w1_ms=w1, seconds=window_s, live_at_start=live_at_w0, cpu_at_end=cpu_at_end,
             cpu_by_process={name: cpu - cpu_before.get(name, 0.0) for name, cpu in cpu_at_end.items()},
             load_cpu_by_pid={pid: cpu_seconds(pid) - before for pid, before in load_before.items()},
+            load_kernel_cpu_by_pid={pid: kernel_cpu_seconds(pid) - before for pid, before in load_kernel_before.items()},
             loaded_memory=stack_memory_mb(current, self.config),
             affinity={name: affinity_of(pid) for name, pid in current.items()},
             scheduling={name: scheduling_of(pid) for name, pid in current.items()},
@@ -875,6 +888,10 @@ class LevelRun:
         report["load_procs"] = self.procs
         report["load_cpus"] = self.load_cpus
         report["load_saturated"] = load_saturated(report)
+        # Each load process alone: one event loop can use one core, so a load process near 1.0 stalls
+        # even when the load CPUs as a whole have room (load_cpu_fraction).
+        report["load_process_cpu"] = load_process_cpu(load_cpu_by_pid, sim_pid, window_s, window.load_kernel_cpu_by_pid)
+        report["load_bound"] = load_bound(report)
         report["window"] = {"ramp_ms": self.ramp_ms, "settle_ms": self.settle_ms, "seconds": opts.seconds}
         report["affinity"] = window.affinity
         report["lateness_cdf_ms"] = _cdf(samples["lateness_ms"])
@@ -891,6 +908,7 @@ class LevelRun:
         violations = slo_violations(report, opts.slo)
         report["slo_violations"] = violations
         report["slo_ok"] = not violations
+        report["slo_verdict"] = slo_verdict(report, opts.slo)  # a broken SLO is the stack's only when the load side was clear
         truncate_max = report["truncate_error_ms"]["max"]
         # summarize's invariants, with underruns judged only where the model had sent the audio.
         report["ok"] = bool(calls and report["calls_completed"] == calls and report["stale_frames"] == 0
@@ -1034,6 +1052,8 @@ async def _bench(opts: BenchOptions) -> dict:
                 search.record(calls, passed)
                 runs[system][-1].append(report)
                 verdict = "held" if passed else "broke: " + "; ".join(report["slo_violations"] or report["problems"][:2])
+                if not passed and report.get("slo_verdict") == "load_bound":
+                    verdict += " (load-bound: the load generator, not the stack, may have broken it)"
                 label = f" (search {repeat + 1}/{repeats})" if repeats > 1 else ""
                 print(f"bench: {system} {calls} calls -> {verdict}{label}", file=sys.stderr, flush=True)
     top = _strip(_summary_top(runs["voicecore"], searches["voicecore"] or None))

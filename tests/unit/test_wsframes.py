@@ -5,7 +5,8 @@ import pytest
 from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
-from voicecore.wsframes import masked_text_frames, text_frame_header, text_frames
+from voicecore import wsframes
+from voicecore.wsframes import masked_text_frame, masked_text_frames, text_frame_header, text_frames
 
 
 def parse_all(data: bytes, count: int, mask: bool = False) -> list[Frame]:
@@ -66,3 +67,33 @@ def test_masked_frames_mask_with_fresh_keys():
     keys = {first[2:6], first[6 + 64 + 2:6 + 64 + 6], second[2:6]}
     assert len(keys) == 3  # a fresh key per frame (equal by chance: 1 in 2**31)
     assert masked_text_frames([]) == b""
+
+
+@pytest.mark.parametrize("length", [0, 1, 125, 126, 372, 65536])
+def test_one_masked_frame_parses_back_as_a_server_reads_it(length):
+    message = b"m" * length
+    data = masked_text_frame(message)
+    [frame] = parse_all(data, 1, mask=True)
+    assert frame.data == message and frame.opcode is Opcode.TEXT and frame.fin
+    assert len(data) == len(text_frame_header(length)) + 4 + length
+    [frame] = parse_all(masked_text_frames([message]), 1, mask=True)  # a batch of one is the same frame
+    assert frame.data == message
+
+
+def test_masking_keys_are_read_in_bulk_and_each_used_once(monkeypatch):
+    reads = []
+
+    def urandom(size: int) -> bytes:
+        reads.append(size)
+        start = sum(reads[:-1])
+        return bytes((start + i) % 251 for i in range(size))  # distinct, known bytes per read
+
+    monkeypatch.setattr(wsframes.os, "urandom", urandom)
+    monkeypatch.setattr(wsframes, "_mask_keys", wsframes._MaskKeys())
+    per_read = wsframes._KEYS_PER_READ
+    keys = [masked_text_frame(b"x")[2:6] for _ in range(per_read)]
+    assert reads == [4 * per_read]  # one read of the OS's random source for that many frames
+    assert b"".join(keys) == bytes(i % 251 for i in range(4 * per_read))  # every key in turn, none twice
+    batch = masked_text_frames([b"a", b"b"])
+    assert len(reads) == 2  # the pool ran out: a fresh read
+    assert batch[2:6] == bytes((4 * per_read + i) % 251 for i in range(4))

@@ -43,7 +43,7 @@ from voicecore.sim import carrier_modes_core as modes
 from voicecore.sim.carrier_modes_core import CARRIERS, CarrierCredentials
 from voicecore.timing import FRAME_MS
 from voicecore.carriers.twilio.signature import compute_signature
-from voicecore.wsframes import masked_text_frames
+from voicecore.wsframes import masked_text_frame, masked_text_frames
 
 logger = logging.getLogger(__name__)
 
@@ -308,11 +308,12 @@ class StreamListener(WSListener):
         transport = self.transport
         if not messages or transport is None or transport.is_close_frame_sent or transport.is_disconnected:
             return
+        # A tick's messages (a mark echo and the next caller frame) in one write, as one TCP segment: a
+        # write is a system call that also runs the gateway's side of loopback TCP. Framed here, not by
+        # picows, so the masking keys come from one bulk read of the OS's random source (wsframes).
         if len(messages) == 1:
-            transport.send(WSMsgType.TEXT, messages[0].encode())
+            transport.underlying_transport.write(masked_text_frame(messages[0].encode()))
         else:
-            # A tick's messages (a mark echo and the next caller frame) in one write, as one TCP segment:
-            # a write is a system call that also runs the gateway's side of loopback TCP.
             transport.underlying_transport.write(masked_text_frames([message.encode() for message in messages]))
 
     def send_messages(self, messages: list) -> None:
@@ -404,6 +405,7 @@ class CallRunner:
         self._modes = not isinstance(core, CarrierCall)
         self._send: Callable[[list], None] = self._send_first
         self._last_tick_ms: float | None = None
+        self._clock = ticker._clock
 
     def attach(self, stream: "StreamListener") -> None:
         self.stream = stream
@@ -468,7 +470,7 @@ class CallRunner:
     def on_message(self, data: bytes, is_text: bool) -> None:
         if self.done:
             return
-        now_ms = self.ticker.now_ms()
+        now_ms = self._clock() * 1000.0  # the ticker's clock (SharedTicker.now_ms), read without two calls
         if not (is_text and self.core.receive_fast(data, now_ms)):
             text: str | bytes = data
             if is_text:
@@ -478,7 +480,9 @@ class CallRunner:
                     pass  # the core counts it as a bad frame
             self.core.receive(text, now_ms)
         if self.stream is not None:
-            self._send(self.core.messages_to_send())
+            out = self.core.messages_to_send()
+            if out:  # most messages (media frames, marks queued behind them) produce nothing to send
+                self._send(out)
 
     def on_close_frame(self, code: int | None, by_server: bool) -> None:
         if by_server and not self.done:

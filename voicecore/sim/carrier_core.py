@@ -60,6 +60,14 @@ _SILENT_BASE64 = binascii.b2a_base64(SILENT_FRAME, newline=False).decode("ascii"
 SPEECH_RMS = 200
 
 
+def _json_string(text: str) -> str:
+    """``json.dumps(text)``, without its cost for what needs no escaping (printable ASCII with no quote or
+    backslash: every mark name a pacer writes), which is most of the mark echoes a carrier sends."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return '"' + text + '"'
+    return json.dumps(text)
+
+
 @functools.lru_cache(maxsize=64)
 def speech_end_ms(audio: bytes, threshold: int = SPEECH_RMS) -> int:
     """ms from the start of a caller clip to the end of its last 20 ms window at or above ``threshold``
@@ -321,13 +329,15 @@ class PlayoutCore(abc.ABC):
         self._require_open()
         if self._stopped:
             return []
-        if self._send_origin_ms is None:
-            self._send_origin_ms = now_ms
-        messages = []
         origin = self._send_origin_ms
-        while origin + self._next_send_frame * FRAME_MS <= now_ms:
-            messages.append(self._media_message(self._next_send_frame))
-            self._next_send_frame += 1
+        if origin is None:
+            origin = self._send_origin_ms = now_ms
+        messages = []
+        n = self._next_send_frame
+        while origin + n * FRAME_MS <= now_ms:
+            messages.append(self._media_message(n))
+            n += 1
+            self._next_send_frame = n
         return messages
 
     @property
@@ -407,23 +417,27 @@ class PlayoutCore(abc.ABC):
             self.metrics.error_reasons.append(reason)
 
     def _accept_frame(self, payload: bytes, now_ms: float) -> None:
-        frame = ReceivedFrame(len(self.frames), now_ms, payload if self.keep_audio else None, self._epoch)
-        self.frames.append(frame)
+        frames = self.frames
+        frame = ReceivedFrame(len(frames), now_ms, payload if self.keep_audio else None, self._epoch)
+        frames.append(frame)
         self._pending.append(frame)
-        self.metrics.frames_received += 1
-        if self._play_anchor_ms is None:
+        metrics = self.metrics
+        metrics.frames_received += 1
+        anchor = self._play_anchor_ms
+        if anchor is None:
             # Playout starts with the first frame: at once, or on the next tick of the shared grid.
             phase = self._play_phase_ms
             if phase is None:
-                self._play_anchor_ms = now_ms
+                anchor = self._play_anchor_ms = now_ms
             else:
                 ticks = -(-(now_ms - phase) // FRAME_MS)  # ceil
-                self._play_anchor_ms = phase + ticks * FRAME_MS
+                anchor = self._play_anchor_ms = phase + ticks * FRAME_MS
         self._queue.append(frame)
-        self._queued_frames += 1
-        if self._queued_frames > self.metrics.max_queued_frames:
-            self.metrics.max_queued_frames = self._queued_frames
-        self._advance_play(now_ms)
+        queued = self._queued_frames = self._queued_frames + 1
+        if queued > metrics.max_queued_frames:
+            metrics.max_queued_frames = queued
+        if anchor + self._play_tick * FRAME_MS <= now_ms:  # a playout tick is due (else _advance_play does nothing)
+            self._advance_play(now_ms)
 
     def _receive_mark(self, name: str, parsed: tuple[int, int, bool] | None, now_ms: float) -> None:
         self.metrics.marks_received += 1
@@ -873,18 +887,22 @@ class CarrierCall(PlayoutCore):
         A message that matches is valid JSON with exactly receive()'s fields: the strict base64
         decoder admits no quote, backslash or control character, and the mark name's pattern none either.
         """
-        if data.endswith(b'"}}'):
+        if len(data) == self._media_bytes:  # -1 when there is no fast path: never
             head = self._media_head
-            if len(data) == self._media_bytes and data.startswith(head) and data.endswith(self._media_tail):
+            tail = self._media_tail
+            if data.startswith(head) and data.endswith(tail):
                 try:
-                    payload = binascii.a2b_base64(data[len(head):-len(self._media_tail)], strict_mode=True)
+                    payload = binascii.a2b_base64(data[len(head):-len(tail)], strict_mode=True)
                 except (binascii.Error, ValueError):
                     return False
                 if len(payload) != FRAME_BYTES:
                     return False
-                self._advance_play(now_ms)
+                anchor = self._play_anchor_ms
+                if anchor is not None and anchor + self._play_tick * FRAME_MS <= now_ms:  # a playout tick is due
+                    self._advance_play(now_ms)
                 self._accept_frame(payload, now_ms)
                 return True
+        if data.endswith(b'"}}'):
             head = self._mark_head
             if head is not None and data.startswith(head):
                 name_bytes = data[len(head):-3]
@@ -923,5 +941,5 @@ class CarrierCall(PlayoutCore):
         self._echo_ended_spurt(is_end)
         self._outbox.append(
             f'{{"event":"mark","sequenceNumber":"{self._next_seq()}","streamSid":{self._sid_json},'
-            f'"mark":{{"name":{json.dumps(name)}}}}}'
+            f'"mark":{{"name":{_json_string(name)}}}}}'
         )
