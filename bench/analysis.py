@@ -36,6 +36,9 @@ from voicecore.validate.numbers import extract_numbers
 DEFAULT_STARVED_GRACE_MS = STARVED_GRACE_MS  # one definition, shared with the demo (voicecore/callreport.py)
 INBOUND_SLACK_FRAMES = 2 * INBOUND_BATCH_MS // FRAME_MS  # caller audio still in flight when the call stops
 
+CDF_QUANTILES = tuple([float(q) for q in range(0, 90, 2)] + [90 + q / 2 for q in range(0, 18)]
+                      + [99 + q / 10 for q in range(0, 10)] + [99.95, 100.0])
+
 
 @dataclasses.dataclass(slots=True)
 class SessionView:

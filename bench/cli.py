@@ -15,7 +15,7 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bench.run import run_bench
+    from bench.main import run_bench
 
     return run_bench(bench_options_from_args(args))
 

@@ -254,7 +254,7 @@ def write_png(path: str, top: dict, runs: list[dict], baseline_runs: list[dict] 
     if plt is None:
         return NO_MATPLOTLIB
     import matplotlib.ticker
-    from bench.run import CDF_QUANTILES
+    from bench.analysis import CDF_QUANTILES
 
     slo = top.get("slo", {})
     capacity = top.get("capacity_calls")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import analysis
+from bench.analysis import CDF_QUANTILES
 from bench.capacity import (CapacitySearch, Slo, capacity_load_bound, capacity_summary, load_bound, load_process_cpu,
                             load_saturated, parse_resolution, slo_verdict, slo_violations)
 from bench.pinning import affinity_of, parse_cpus, pin_tree
@@ -77,8 +78,6 @@ STORE_SYSTEM = "voicecore-store"
 STORE_CPU_TARGET_MS = 0.1  # the most the store's writes may cost: the recorder's CPU ms per call-second
 STORE_WAIT_S = 15.0  # after the calls ended: how long the recorder may take to ingest their records
 CALLS_PER_LOAD_PROC = 150  # one carrier process stays well clear of saturation below this
-CDF_QUANTILES = tuple([float(q) for q in range(0, 90, 2)] + [90 + q / 2 for q in range(0, 18)]
-                      + [99 + q / 10 for q in range(0, 10)] + [99.95, 100.0])
 
 
 @dataclass
@@ -1160,21 +1159,9 @@ def run_async(main) -> tuple[object, int]:
         return None, 130
 
 
-def run_bench(opts: BenchOptions) -> int:
-    from bench.report import format_store_comparison, format_table, write_png
-
-    if opts.carrier != "twilio" and (opts.soak or opts.bad_input):
-        print("voicecore bench: --soak and --bad-input place Twilio calls; --carrier is for measured runs",
-              file=sys.stderr)
-        return 2
-    if opts.soak:
-        from bench.soak import run_soak
-
-        return run_soak(opts)
-    if opts.bad_input:
-        from bench.badinput import run_bad_input  # its own pair of runs: without and with the attacker
-
-        return run_bad_input(opts)
+def options_problem(opts: BenchOptions) -> str | None:
+    """What is wrong with a measured run's (or the chaos run's) options, or None: every combination is judged
+    before anything starts, whether or not this machine has the baseline's venv."""
     if opts.scenario.startswith(AGENT_PREFIX):
         from voicecore.agent.load import AgentError
         from voicecore.agent.scenario import ScenarioError
@@ -1182,87 +1169,75 @@ def run_bench(opts: BenchOptions) -> int:
         try:
             get_scenario(opts.scenario)
         except (AgentError, ScenarioError) as exc:
-            print(f"voicecore bench: {exc}", file=sys.stderr)
-            return 2
+            return str(exc)
         if opts.baseline:
-            print("voicecore bench: an agent scenario runs voicecore's agent (flows, tools, confirmations); the "
-                  "baselines have none to compare", file=sys.stderr)
-            return 2
+            return ("an agent scenario runs voicecore's agent (flows, tools, confirmations); the "
+                    "baselines have none to compare")
     elif opts.scenario not in SCENARIOS:
-        print(f"voicecore bench: unknown scenario {opts.scenario!r} (or agent:DIR)", file=sys.stderr)
-        return 2
+        return f"unknown scenario {opts.scenario!r} (or agent:DIR)"
     try:
         baselines = baseline_names(opts.baseline)
     except ValueError as exc:
-        print(f"voicecore bench: {exc}", file=sys.stderr)
-        return 2
+        return str(exc)
     if "pipecat" in baselines and opts.scenario == "model-stall":
-        print("voicecore bench: the pipecat baseline's model stand-in does not stall; use another scenario "
-              "(or --baseline pipecat-realtime, which talks to the model simulator)", file=sys.stderr)
-        return 2
+        return ("the pipecat baseline's model stand-in does not stall; use another scenario "
+                "(or --baseline pipecat-realtime, which talks to the model simulator)")
     if opts.baseline and opts.scenario == "overlap":
-        print("voicecore bench: the overlap scenario checks voicecore's one-voice rule; pipecat has none to measure "
-              "(its stand-in never overlaps responses); use another scenario", file=sys.stderr)
-        return 2
+        return ("the overlap scenario checks voicecore's one-voice rule; pipecat has none to measure "
+                "(its stand-in never overlaps responses); use another scenario")
     if opts.privileges not in ("on", "off"):
-        print("voicecore bench: --privileges is on or off", file=sys.stderr)
-        return 2
+        return "--privileges is on or off"
     try:
         parse_resolution(opts.resolution)
     except ValueError as exc:
-        print(f"voicecore bench: {exc}", file=sys.stderr)
-        return 2
+        return str(exc)
     if opts.repeat < 1 or (opts.repeat > 1 and not opts.find_capacity):
-        print("voicecore bench: --repeat N (N >= 1) repeats a capacity search: use it with --find-capacity", file=sys.stderr)
-        return 2
-    save_path, problem = save_path_for(opts)
+        return "--repeat N (N >= 1) repeats a capacity search: use it with --find-capacity"
+    _, problem = save_path_for(opts)
     if problem:
-        print(f"voicecore bench: {problem}", file=sys.stderr)
-        return 2
+        return problem
     if opts.scenario == "hallucination" and (opts.baseline or opts.target or opts.find_capacity):
-        print("voicecore bench: the hallucination scenario starts its own stack twice (gate on, then off): "
-              "not with --baseline, --target or --find-capacity", file=sys.stderr)
-        return 2
+        return ("the hallucination scenario starts its own stack twice (gate on, then off): "
+                "not with --baseline, --target or --find-capacity")
     if opts.compare_store and (opts.baseline or opts.target or opts.find_capacity
                                or opts.scenario.startswith(AGENT_PREFIX) or opts.scenario == "hallucination"):
-        print("voicecore bench: --compare-store runs voicecore's stack twice, without and with the call store, at a "
-              "fixed --calls: not with --baseline, --target, --find-capacity, an agent scenario or hallucination",
-              file=sys.stderr)
-        return 2
+        return ("--compare-store runs voicecore's stack twice, without and with the call store, at a "
+                "fixed --calls: not with --baseline, --target, --find-capacity, an agent scenario or hallucination")
     if opts.baseline and opts.target:
-        print("voicecore bench: --baseline needs the bench to start both servers (no --target)", file=sys.stderr)
-        return 2
+        return "--baseline needs the bench to start both servers (no --target)"
     if opts.unix_socket and not opts.target:
-        print("voicecore bench: --unix-socket is for --target (a stack the bench did not start); "
-              "use --transport unix for the servers the bench starts", file=sys.stderr)
-        return 2
+        return ("--unix-socket is for --target (a stack the bench did not start); "
+                "use --transport unix for the servers the bench starts")
     if opts.target and opts.transport != "tcp":
-        print("voicecore bench: with --target, give the stack's socket with --unix-socket PATH", file=sys.stderr)
-        return 2
+        return "with --target, give the stack's socket with --unix-socket PATH"
     if opts.calls < 1 or opts.seconds < 2:
-        print("voicecore bench: need --calls >= 1 and --seconds >= 2", file=sys.stderr)
-        return 2
+        return "need --calls >= 1 and --seconds >= 2"
     try:
         for cpus in (opts.pin_stack, opts.pin_load):
             if cpus:
                 parse_cpus(cpus)
     except ValueError as exc:
-        print(f"voicecore bench: {exc}", file=sys.stderr)
-        return 2
+        return str(exc)
     if opts.carrier != "twilio" and (opts.target or opts.baseline or opts.scenario == "chaos"):
-        print("voicecore bench: --carrier other than twilio needs a stack the bench starts (its secrets are made for "
-              "the run) and voicecore on both sides: not with --target, --baseline or the chaos scenario",
-              file=sys.stderr)
-        return 2
+        return ("--carrier other than twilio needs a stack the bench starts (its secrets are made for "
+                "the run) and voicecore on both sides: not with --target, --baseline or the chaos scenario")
     # Last: every combination of options is judged first, whether or not this machine has the baseline's venv.
     if opts.baseline and not (pipecat_venv(opts) / "bin" / "python").exists():
-        print(f"voicecore bench: no pipecat venv at {pipecat_venv(opts)}: run bench/baseline_pipecat/setup_venv.sh "
-              "first (or pass --pipecat-venv)", file=sys.stderr)
-        return 2
-    if opts.scenario == "chaos":
-        from bench.chaos import run_chaos  # its own run: faults injected into one stack (bench/chaos.py)
+        return (f"no pipecat venv at {pipecat_venv(opts)}: run bench/baseline_pipecat/setup_venv.sh "
+                "first (or pass --pipecat-venv)")
+    return None
 
-        return run_chaos(opts)
+
+def run_bench(opts: BenchOptions) -> int:
+    """A measured run (or a capacity search, a baseline comparison): bench/main.py hands every other kind on."""
+    from bench.report import format_store_comparison, format_table, write_png
+
+    problem = options_problem(opts)
+    if problem:
+        print(f"voicecore bench: {problem}", file=sys.stderr)
+        return 2
+    baselines = baseline_names(opts.baseline)
+    save_path, _ = save_path_for(opts)
     top, code = run_async(_bench(opts))
     if top is None:
         return code

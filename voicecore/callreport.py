@@ -51,11 +51,14 @@ import dataclasses
 from collections.abc import Sequence
 
 from voicecore import timing
+from voicecore.frame_match import (  # noqa: F401 (re-exported: the report's readers import them from here)
+    CONTIGUOUS_PLAY_MS, SILENCE_BYTE, canonical_frame, cut_times, frame_owners, frame_sent_ms, owner_of, owners_at,
+    response_frames, talkover_ms,
+)
 from voicecore.sim.carrier import CallResult
 from voicecore.stats import percentile, summary
 from voicecore.supervise import Stack, cpu_seconds
 
-SILENCE_BYTE = b"\xff"  # mu-law code of linear 0
 # How a call's stream may end without a problem: the script ran out (the carrier hung up), or the agent ended the
 # call through the carrier's REST API (the simulated carrier then ends the stream: voicecore/sim/carrier_rest.py).
 ENDED_NORMALLY = ("carrier", "rest_hangup", "rest_transfer")
@@ -76,8 +79,6 @@ SUPERSEDE_CLEAR_WINDOW_MS = 1500
 # The model's server VAD answers after this much silence (the simulator's server_vad default, which
 # voicecore's model worker keeps; the pipecat stand-in's VAD_SILENCE_MS): the model's share of a turn.
 MODEL_VAD_SILENCE_MS = 500
-# Played frames belong to one stretch of agent audio while each starts this close to the previous one's end.
-CONTIGUOUS_PLAY_MS = 1.0
 # A speech start this long before a spurt's last played frame still explains the silence after it: a hold
 # stops release at once, and the carrier plays the lead it holds (lead plus the release swing) first.
 YIELD_WINDOW_MS = timing.DEFAULT_LEAD_MS + 2 * timing.FRAME_MS + 40
@@ -104,64 +105,6 @@ class StackCpu:
         return sum(cpu_seconds(pid) - self.before.get(pid, 0.0) for pid in self._pids())
 
 
-_CANONICAL = bytes.maketrans(b"\x7f", b"\xff")
-
-
-def canonical_frame(payload: bytes) -> bytes:
-    """``payload`` with mu-law code 0x7F (negative zero) written 0xFF (positive zero): both decode to linear
-    0, and a sender that decodes to PCM and encodes again (pipecat's serializer) always sends 0xFF."""
-    return payload.translate(_CANONICAL)
-
-
-def response_frames(response) -> list[bytes]:
-    """The response's audio as the carrier receives it: 160-byte frames from its start, the last one padded
-    with mu-law silence (voicecore's model worker pads it; pipecat pads its last chunk with linear 0)."""
-    frames = response.frames()
-    if frames and len(frames[-1]) < timing.FRAME_BYTES:
-        frames[-1] = frames[-1] + SILENCE_BYTE * (timing.FRAME_BYTES - len(frames[-1]))
-    return frames
-
-
-def frame_owners(records: Sequence) -> dict[bytes, tuple[object, int]]:
-    """Canonical 160-byte frame content (canonical_frame) -> (ResponseRecord, frame index) over the records'
-    responses, the padded last frame included."""
-    owners: dict[bytes, tuple[object, int]] = {}
-    for record in records:
-        for response in record.responses:
-            for index, frame in enumerate(response_frames(response)):
-                owners[canonical_frame(frame)] = (response, index)
-    return owners
-
-
-def owner_of(owners: dict, payload: bytes | None):
-    """(response, index) of a received payload, None when it is no known response's frame."""
-    return owners.get(canonical_frame(payload)) if payload is not None else None
-
-
-def frame_sent_ms(response, frame_index: int) -> int | None:
-    """When the model sent the last byte of frame ``frame_index`` of ``response`` (None: never)."""
-    need = min((frame_index + 1) * timing.FRAME_BYTES, len(response.audio))
-    total = 0
-    for size, sent_ms in zip(response.delta_bytes, response.delta_sent_ms):
-        total += size
-        if total >= need:
-            return sent_ms
-    return None
-
-
-def owners_at(core, records: Sequence, ticks: Sequence[float]) -> list:
-    """Per tick, (response, frame index) of the last frame the carrier played before it (None: not one
-    of these records' frames, or nothing played yet)."""
-    owners = frame_owners(records)
-    played = core.played
-    played_at = [frame.played_at_ms for frame in played]
-    result = []
-    for tick in ticks:
-        position = bisect.bisect_left(played_at, tick) - 1
-        result.append(owner_of(owners, played[position].payload) if position >= 0 else None)
-    return result
-
-
 @dataclasses.dataclass(slots=True)
 class PlayoutFigures:
     """One call's playout figures (module docstring), each sample with the time the window filters it on."""
@@ -184,28 +127,6 @@ class PlayoutFigures:
 def summary_with_p95(values: Sequence[float]) -> dict[str, float]:
     """voicecore.stats.summary plus the 95th percentile (hold lengths are reported at p50 and p95)."""
     return {**summary(values), "p95": round(percentile(values, 95), 3)}
-
-
-def cut_times(records: Sequence) -> dict[str, list[float]]:
-    """Per response id, when the model simulator saw it cut, sorted: its cancel (a client response.cancel
-    naming it or none, or the vendor's turn_detected), a response.cancel naming it that found it done, and
-    the truncate of its item (the runtime cutting what was already generated, as it must once the vendor
-    has sent the whole answer: it is generated faster than it plays)."""
-    cuts: dict[str, list[float]] = {}
-    by_item: dict[str, str] = {}
-    for record in records:
-        for response in record.responses:
-            if response.item_id:
-                by_item[response.item_id] = response.response_id
-            if response.cancel_ms is not None:
-                cuts.setdefault(response.response_id, []).append(response.cancel_ms)
-        for cancel in getattr(record, "cancels", ()):
-            if cancel.cancelled_response_id is None and cancel.requested_response_id is not None:
-                cuts.setdefault(cancel.requested_response_id, []).append(cancel.at_ms)
-        for truncate in getattr(record, "truncates", ()):
-            if truncate.item_id in by_item:
-                cuts.setdefault(by_item[truncate.item_id], []).append(truncate.at_ms)
-    return {rid: sorted(times) for rid, times in cuts.items()}
 
 
 # A resumed response's frame is still stale if the response was cut this soon after it reached the carrier:
@@ -339,31 +260,6 @@ def turn_latencies(core, figures: PlayoutFigures, records: Sequence = ()) -> lis
                 model = response.first_delta_ms - speech_end
             samples.append((speech_end, arrival - speech_end, model))
             break
-    return samples
-
-
-def talkover_ms(core, speech_started_ms: Sequence[float]) -> list[float]:
-    """Per speech start at which the carrier was playing agent audio (a played frame covers it), how long
-    the agent's audio went on after it: the end of the contiguous stretch of played frames covering it
-    (each frame starting within CONTIGUOUS_PLAY_MS of the previous one's end; a frame a clear cut ends
-    where it was cut) minus the speech start. Speech starts while the agent was silent give no sample."""
-    played = core.played
-    if not played or not speech_started_ms:
-        return []
-    starts = [frame.played_at_ms for frame in played]
-    # the end of the stretch each frame belongs to, from the last frame back
-    stretch_end = [0.0] * len(played)
-    for i in range(len(played) - 1, -1, -1):
-        frame = played[i]
-        end = frame.played_at_ms + frame.played_ms
-        if i + 1 < len(played) and abs(starts[i + 1] - end) <= CONTIGUOUS_PLAY_MS:
-            end = stretch_end[i + 1]
-        stretch_end[i] = end
-    samples = []
-    for at in speech_started_ms:
-        i = bisect.bisect_right(starts, at) - 1
-        if i >= 0 and at < starts[i] + played[i].played_ms:
-            samples.append(stretch_end[i] - at)
     return samples
 
 

@@ -2,7 +2,7 @@
 
 Owns the definitions of the turn-taking keys of the demo and bench reports (public contracts; the page
 docs/reference/turn-figures.md says the same in words). Inputs: the carrier simulator's playout log (which
-frame arrived and played when; frames matched to model responses by content, voicecore.callreport) and the
+frame arrived and played when; frames matched to model responses by content, voicecore.frame_match) and the
 model simulator's records: each caller utterance its VAD heard (SpeechRecord: start, stop, the kind of the
 caller clips recognised in it, when its transcript's words went out), each response (ResponseRecord: when
 it was asked for, and by whom; when it was cancelled). Times are CLOCK_MONOTONIC ms on both sides. The
@@ -29,7 +29,7 @@ arrival of one of R's frames that comes HOLD_GAP_MS or more after R's previous f
   (or that never stopped) is cut by the call's end, not unanswered. A real turn followed by the next one
   less than MERGE_TURNS_MS after its stop, and not answered in between, is what that next turn is
   (answered, unanswered or cut): the turns merged into one answer.
-- talkover_real_turns_ms: voicecore.callreport.talkover_ms at the real turns' starts.
+- talkover_real_turns_ms: voicecore.frame_match.talkover_ms at the real turns' starts.
 - hold_ms: per utterance that started while a response R was audible: its start -> R's frames arriving
   again after a gap ("resumed"), or its start -> R's cut ("cut"), whichever came first; none when
   neither happened (R played on).
@@ -54,7 +54,7 @@ import bisect
 import dataclasses
 from collections.abc import Sequence
 
-from voicecore import callreport
+from voicecore import frame_match
 
 HOLD_GAP_MS = 100  # frames of a response this long apart: it had stopped, and arrives again
 BACKCHANNEL_CUT_AFTER_MS = 2000  # a cancel this long after a backchannel's transcript is still its doing
@@ -111,7 +111,7 @@ def _audible(core, owners: dict, starts: list[float], at_ms: float) -> tuple[boo
     frame = core.played[i]
     if at_ms >= frame.played_at_ms + frame.played_ms:
         return False, None
-    owner = callreport.owner_of(owners, frame.payload)
+    owner = frame_match.owner_of(owners, frame.payload)
     return True, None if owner is None else owner[0]
 
 
@@ -148,18 +148,18 @@ def turn_figures(core, records: Sequence, window_ms: tuple[float, float] | None 
     figures = TurnFigures()
     if core is None:
         return figures
-    owners = callreport.frame_owners(records)
+    owners = frame_match.frame_owners(records)
     starts = [frame.played_at_ms for frame in core.played]
     arrivals: dict[str, list[float]] = {}
     for frame in core.frames:
-        owner = callreport.owner_of(owners, frame.payload)
+        owner = frame_match.owner_of(owners, frame.payload)
         if owner is not None:
             arrivals.setdefault(owner[0].response_id, []).append(frame.arrival_ms)
     resumed = {rid: _resumptions(times) for rid, times in arrivals.items()}
     resumed_tags = {frame.tag for frame in core.frames if getattr(frame, "resumed", False)}
     figures.frames_lost_to_hold_clears = sum(1 for frame in core.frames if frame.dropped and frame.tag in resumed_tags
                                              and (window_ms is None or window_ms[0] <= frame.arrival_ms < window_ms[1]))
-    cuts = callreport.cut_times(records)
+    cuts = frame_match.cut_times(records)
     any_cut = sorted(t for times in cuts.values() for t in times)
     end_ms = call_end_ms(core, records)
 
@@ -190,7 +190,7 @@ def turn_figures(core, records: Sequence, window_ms: tuple[float, float] | None 
                     outputs[bisect.bisect_left(outputs, turn.stopped_at_ms)] < next_real
                 if not spoke_again and not tool:
                     figures.answer_request_ms.append(max(0.0, asked - words_in))
-    figures.talkover_real_turns_ms = callreport.talkover_ms(core, [s.started_at_ms for s in real if counted(s)])
+    figures.talkover_real_turns_ms = frame_match.talkover_ms(core, [s.started_at_ms for s in real if counted(s)])
 
     for speech in utterances:
         if not counted(speech):

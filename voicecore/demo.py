@@ -42,6 +42,7 @@ from voicecore.agent.spec import AgentSpec
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import StackCpu, summarize
 from voicecore.config import Config, ConfigError, load_config
+from voicecore.record import record_paths  # noqa: F401 (re-exported: the demo's readers import it from here)
 from voicecore.console import probe
 from voicecore.sim.audio_clips import load_clip
 from voicecore.sim.audio_match import match_frames
@@ -106,17 +107,6 @@ def demo_config(base: Config, workdir: Path, calls: int, sim_port: int, record_d
         console_listen=f"127.0.0.1:{free_port()}",  # never the default port a running `voicecore up` may hold
         max_calls=max(calls, 4),
     )
-
-
-def record_paths(record_dir: Path, call_sids: list[str]) -> list[Path]:
-    """The records of these calls (``<sid>.jsonl``, and ``<sid>-2.jsonl``... if a worker restarted mid-call)."""
-    paths: list[Path] = []
-    for sid in call_sids:
-        first = record_dir / f"{sid}.jsonl"
-        if first.exists():
-            paths.append(first)
-        paths.extend(sorted(record_dir.glob(f"{sid}-*.jsonl")))
-    return paths
 
 
 def wait_for_records(record_dir: Path, call_sids: list[str], timeout_s: float = RECORD_WAIT_S) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 # file's text and raises RecordError when it is not a record.
 from voicecore.call.record import CallRecorder, RecordError, encode_line, loads, loads_partial
 
-__all__ = ["PART_SUFFIX", "RecordError", "RecordFile", "load", "load_record", "loads", "record_name", "save", "save_new"]
+__all__ = ["PART_SUFFIX", "RecordError", "RecordFile", "load", "load_record", "loads", "record_name", "record_paths", "save", "save_new"]
 
 
 PART_SUFFIX = ".part"
@@ -162,3 +162,14 @@ def load_record(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]],
     # bytes, not text: a kill mid-write may cut a UTF-8 sequence; only the (dropped) last line holds it
     header, entries, truncated = loads_partial(path.read_bytes())
     return header, entries, not truncated and not path.name.endswith(PART_SUFFIX)
+
+
+def record_paths(record_dir: Path, call_sids: list[str]) -> list[Path]:
+    """The records of these calls (``<sid>.jsonl``, and ``<sid>-2.jsonl``... if a worker restarted mid-call)."""
+    paths: list[Path] = []
+    for sid in call_sids:
+        first = record_dir / f"{sid}.jsonl"
+        if first.exists():
+            paths.append(first)
+        paths.extend(sorted(record_dir.glob(f"{sid}-*.jsonl")))
+    return paths

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,106 @@ def test_run_time_imports_leave_out_type_checking_blocks_only(tmp_path):
     module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from voicecore.call.core import X\n"
                       "from voicecore.call.controller import Y\n")
     assert run_time_imports(module) & CALL_IMPLEMENTATIONS == {"voicecore.call.controller"}
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports when it runs, imports inside functions included (a
+    cycle through a function-level import still ties the modules together; it only fails later), ``if
+    TYPE_CHECKING:`` blocks left out (they name types). ``from pkg import mod`` counts as mod, not pkg."""
+    paths = sorted(ROOT.glob(f"{package}/**/*.py"))
+    names = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in paths}
+
+    def module_of(dotted: str) -> str:
+        while dotted and dotted not in names:
+            dotted = dotted.rpartition(".")[0]
+        return dotted
+
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+                node.body = []
+        deps: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                deps.update(module_of(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    submodule = f"{node.module}.{alias.name}"
+                    deps.add(submodule if submodule in names else module_of(node.module))
+        graph[name] = {dep for dep in deps if dep and dep != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_the_bench_has_no_import_cycle():
+    """bench/main.py hands a run to run.py, soak.py, badinput.py or chaos.py; those build on run.py, which
+    imports none of them."""
+    graph = import_graph("bench")
+    assert "bench.main" in graph and "bench.run" in graph["bench.main"]
+    assert cycles(graph) == []
+
+
+@pytest.mark.parametrize("package", ["voicecore", "workers"])
+def test_the_library_and_the_processes_have_no_import_cycle(package):
+    graph = import_graph(package)
+    assert len(graph) > 5
+    assert cycles(graph) == []
+
+
+def test_the_graph_reads_imports_as_they_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import X\n"
+                                           "from pkg import c\ndef f():\n    import pkg.d\n")
+    for name in "bcd":
+        (tmp_path / "pkg" / f"{name}.py").write_text("")
+    assert import_graph("pkg")["pkg.a"] == {"pkg.c", "pkg.d"}
+
+
+def test_a_cycle_is_found_where_it_would_be_written():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

@@ -580,7 +580,8 @@ def test_demo_and_bench_take_the_carrier_and_default_to_twilio():
 @pytest.mark.parametrize("argv", [["--target", "http://127.0.0.1:9", "--auth-token", "x"], ["--soak", "60"],
                                   ["--scenario", "chaos"]])
 def test_the_bench_refuses_a_carrier_it_cannot_make_secrets_for(argv, capsys):
-    from bench.run import BenchOptions, run_bench
+    from bench.main import run_bench
+    from bench.run import BenchOptions
 
     options = {"--target": {"target": "http://127.0.0.1:9", "auth_token": "x"}, "--soak": {"soak": 60.0},
                "--scenario": {"scenario": "chaos"}}[argv[0]]

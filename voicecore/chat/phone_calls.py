@@ -20,6 +20,7 @@ from typing import Any
 from voicecore.chat.agent_tests import (AgentTest, Grounds, TurnSpec, expectation_count, find_tests, judge_turn, load_test,
                                         rubrics)
 from voicecore.chat.phone_turns import call_events, split_turns
+from voicecore.record import record_paths
 from voicecore.sim.caller_voice import speak
 from voicecore.sim.carrier_core import speech_end_ms
 from voicecore.sim.model import SimConfig, SimTurn
@@ -324,8 +325,6 @@ def judged_tests(placed: list[PhoneCall], record_dir: Path | None, agent) -> dic
     if record_dir is None:
         return {"passed": 0, "failed": 0, "tests": [],
                 "problems": ["no records (--no-record): the callers' expectations cannot be judged"]}
-    from voicecore.demo import record_paths
-
     tests = []
     for call in placed:
         result = judge_call(call, record_paths(record_dir, [call.call_sid]), agent)

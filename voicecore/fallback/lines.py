@@ -209,22 +209,3 @@ def table_with_agent_lines(lines: Mapping[str, tuple[bytes, str]], shipped: Fall
     counts.setflags(write=False)
     texts = shipped.texts + tuple(lines[kind][1] for kind in KINDS)
     return FallbackClips(frames=frames, frame_counts=counts, texts=texts)
-
-
-def clips_for_config(config, environ: Mapping[str, str]) -> FallbackClips:
-    """The pacer's table for this configuration's agent (voicecore.config.Config); the shipped rows and the
-    shipped English lines in the agent's row when the agent cannot be loaded."""
-    from voicecore.agent.load import AgentError, load_configured_agent
-
-    try:
-        agent = load_configured_agent(config, environ)
-    except AgentError as exc:
-        log.error("the agent cannot be loaded for its fallback lines (%s); the shipped lines play", exc)
-        shipped = load_clips()
-        english = {kind: (shipped.frames[i, : int(shipped.frame_counts[i])].tobytes(), "shipped:en")
-                   for i, kind in enumerate(KINDS)}
-        return table_with_agent_lines(english, shipped)
-    lines = agent_lines(agent, config.model_url, config.speech_model if not config.uses_simulator else "",
-                        config.lines_cache_dir, environ)
-    log.info("fallback lines of agent %s: %s", agent.name, ", ".join(f"{k} {src}" for k, (_, src) in lines.items()))
-    return table_with_agent_lines(lines)

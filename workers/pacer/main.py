@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,9 @@ from voicecore import prom_histogram, timing
 from voicecore.bus import messages
 from voicecore.bus.transport import GATEWAY_INBOX, PACER_INBOX, Bus, DoorbellSender
 from voicecore.config import Config, load_config
-from voicecore.fallback.lines import clips_for_config
+from voicecore.agent.load import AgentError, load_configured_agent
+from voicecore.fallback import KINDS, FallbackClips
+from voicecore.fallback.lines import agent_lines, load_clips, table_with_agent_lines
 from voicecore.priority import raise_priority
 from voicecore.logs import setup_logging
 from voicecore.shm import control as C
@@ -32,6 +35,25 @@ from voicecore.standby import serve_as_leader
 from workers.pacer.core import PacerCore
 
 log = logging.getLogger("voicecore.pacer")
+
+
+def clips_for_config(config: Config, environ: Mapping[str, str]) -> FallbackClips:
+    """The pacer's table for this configuration's agent: the shipped rows, and the shipped English lines in the
+    agent's row when the agent cannot be loaded. In the shell, as it reads the agent's files: voicecore/fallback/
+    knows lines and clips, not agents (and the agent loader checks line files through it)."""
+    try:
+        agent = load_configured_agent(config, environ)
+    except AgentError as exc:
+        log.error("the agent cannot be loaded for its fallback lines (%s); the shipped lines play", exc)
+        shipped = load_clips()
+        english = {kind: (shipped.frames[i, : int(shipped.frame_counts[i])].tobytes(), "shipped:en")
+                   for i, kind in enumerate(KINDS)}
+        return table_with_agent_lines(english, shipped)
+    lines = agent_lines(agent, config.model_url, config.speech_model if not config.uses_simulator else "",
+                        config.lines_cache_dir, environ)
+    log.info("fallback lines of agent %s: %s", agent.name, ", ".join(f"{k} {src}" for k, (_, src) in lines.items()))
+    return table_with_agent_lines(lines)
+
 
 POLL_MARGIN_NS = 2_000_000  # stop polling the inbox this long before a tick ...
 SPIN_NS = 150_000  # ... sleep until this long before it, then spin
