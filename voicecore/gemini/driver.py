@@ -1,0 +1,462 @@
+"""A call driven by Gemini Live: the model worker's driver for the BidiGenerateContent protocol, sans-I/O.
+
+Owns the translation between one call and one Gemini Live session: the ``setup`` it opens with (the agent's
+instructions, voice and functions, input and output transcription, automatic activity detection, session
+resumption), the caller's audio to the model (8 kHz mu-law -> 16 kHz PCM16), the model's turns back to the
+call as tagged responses (24 kHz PCM16 -> 8 kHz mu-law), barge-in, tool calls and the resumption handle a
+reconnect continues the session with. Implements the ``Driver`` protocol of voicecore/call/driver.py, so
+the model worker, the recorder and the replay drive it as they drive the OpenAI path's drivers.
+
+Every model turn (the run of ``serverContent.modelTurn`` parts until ``turnComplete`` or ``interrupted``) is
+one response of ``ModelCallCore`` (voicecore/call/core.py), fed the core's own events: so it gets its own
+tag, its audio is cut into frames and written under it, and a barge-in cancels every live tag at the
+played position exactly as on the OpenAI path (the ring and pacer invariants are the core's, unchanged).
+The core's client events (OpenAI Realtime text) are not sent: Gemini needs no cancel or truncate (the
+server already discarded what it did not send), and a response the core asks for (the gate's safe line)
+becomes a ``clientContent`` turn.
+
+When the caller interrupts: ``interrupted`` (the caller spoke while the model generated) cuts every live
+tag; so does the caller's finished turn (``inputTranscription``) while an earlier answer still plays,
+which the server, done generating it, no longer tracks. Audio after ``interrupted`` belongs to the cut
+turn (late chunks) until the next turn boundary (the caller's words, a tool call, ``turnComplete``).
+
+Tool calls run through the same tool path as the turn-taking controller's: the agent's flow decides
+(``AgentFlow.on_tool_call``), a tool runs off the call's path (``RunTool``), its result comes back as
+``on_tool_result`` and goes to the model as ``toolResponse``. A function with a confirmation and a flow
+that moves between nodes are not supported (a Gemini session cannot change its tools or instructions
+after ``setup``): `voicecore check` refuses such an agent (``unsupported_settings``).
+
+No sockets, no clock: ``now_ns`` comes with every input. The resampling filters are the carrier edge's
+(voicecore/carriers/codec.py), so their state lives here, per call and per turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import orjson
+
+from voicecore.agent import actions as agent_actions
+from voicecore.call import core
+from voicecore.call.controller import HangUp, PlayFallback, RunTool, Transfer
+from voicecore.call.flow import Say, ToolPlan
+from voicecore.carriers.codec import EdgeTranscoder
+from voicecore.carriers.events import ENCODING_L16
+from voicecore.gemini import protocol as gp
+from voicecore.realtime import events as rt
+
+CONTROL = "gemini"
+VENDOR = "gemini"
+# The prebuilt voices of Gemini Live's native-audio models; any other voice name is refused at setup.
+VOICES = frozenset({"Puck", "Charon", "Kore", "Fenrir", "Aoede", "Leda", "Orus", "Zephyr"})
+# The model a Gemini agent gets when it names the vendor but no model.
+DEFAULT_MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
+# After goAway the session moves to a new connection at the first pause (no turn being generated, no tool
+# result owed), or, should none come, this long before the server's deadline.
+GO_AWAY_MARGIN_MS = 2_000
+_FLUSH_24K = bytes(gp.OUTPUT_SAMPLE_RATE_HZ * 2 * 10 // 1000)  # 10 ms of silence: the resampler's look-ahead
+
+
+def vendor_of(model: str, vendor: str = "") -> str:
+    """The model vendor: ``vendor`` when named, else what the model's name says ("gemini-..." is Google's)."""
+    if vendor:
+        return vendor
+    bare = model.removeprefix("models/")
+    return VENDOR if bare.startswith("gemini") else "openai"
+
+
+def declarations(tools: list[dict] | tuple[dict, ...]) -> list[dict]:
+    """The flow's functions (session.update ``tools`` entries) as Gemini ``functionDeclarations``."""
+    out = []
+    for tool in tools:
+        parameters = tool.get("parameters")
+        out.append(gp.function_declaration(tool["name"], tool.get("description", ""),
+                                           parameters if parameters else None))
+    return out
+
+
+@dataclasses.dataclass(slots=True)
+class GeminiStats:
+    """What the driver counts beyond its core's."""
+
+    turns: int = 0
+    interrupted: int = 0
+    late_chunks_dropped: int = 0
+    tool_calls: int = 0
+    tool_calls_cancelled: int = 0
+    tools_refused: int = 0
+    go_aways: int = 0
+    resumed: int = 0
+    handles: int = 0
+    malformed: int = 0
+    transitions_ignored: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class _Turn:
+    response_id: str
+    item_id: str
+    transcoder: EdgeTranscoder
+    cut: bool = False
+    transcript: str = ""
+    then_hang_up: Say | None = None  # a terminal line: the call ends once this turn has played
+
+
+class GeminiDriver:
+    """One call's Gemini Live session, from the model worker's side (module docstring)."""
+
+    control = CONTROL
+    idle_ticks_change_nothing = True
+
+    def __init__(self, call_sid: str, *, model: str, instructions: str, voice: str | None = None,
+                 greeting: str = "", tools: list[dict] | None = None, flow_args: dict | None = None,
+                 first_tag: int = 1, greet: bool = True, gate_policy: str = "off",
+                 safe_line: str = core.DEFAULT_SAFE_LINE) -> None:
+        self.call_sid = call_sid
+        self.model = model
+        self.instructions = instructions
+        self.voice = voice if voice in VOICES else None
+        self.greeting = greeting
+        self.tools = list(tools or [])
+        self.flow_args = flow_args
+        self.first_tag = first_tag
+        self.greet = greet
+        self.core = core.ModelCallCore(call_sid, first_tag=first_tag, greet=False, instructions=instructions,
+                                       gate_policy=gate_policy, safe_line=safe_line)
+        self._header_args = {"model": model, "instructions": instructions, "voice": voice, "greeting": greeting,
+                             "tools": self.tools, "flow_args": flow_args, "greet": greet,
+                             "gate_policy": gate_policy, "safe_line": safe_line}
+        self.flow = None
+        if flow_args is not None:
+            from voicecore.agent.flow import AgentFlow  # the agent's flow only where it has one
+            self.flow = AgentFlow(**flow_args)
+        self.stats = GeminiStats()
+        self.inbound = EdgeTranscoder(ENCODING_L16, gp.INPUT_SAMPLE_RATE_HZ)  # from_ulaw: 8 kHz -> 16 kHz
+        self.handle: str | None = None
+        self.started = False
+        self.ended = False
+        self.configured = False  # setupComplete seen on this connection
+        self.after_setup: list[str] = []  # client messages that wait for setupComplete
+        self.go_away = False  # goAway received on this connection
+        self.go_away_deadline_ns = 0
+        self.turn: _Turn | None = None
+        self.turns = 0
+        self.caller_words: list[str] = []
+        self.tool_calls: dict[str, tuple[str, str]] = {}  # id -> (name, arguments): a result owed to the model
+        self.hang_up_after: _Turn | None = None
+        self.next_line: Say | None = None  # a terminal line asked of the model: its turn ends the call
+
+    # --- Driver protocol: the session -----------------------------------------------------------------
+    @property
+    def wants_ticks(self) -> bool:
+        return not self.ended and (self.hang_up_after is not None or self.go_away)
+
+    def record_header(self) -> dict[str, Any]:
+        return {"control": CONTROL, "call_sid": self.call_sid, "first_tag": self.first_tag,
+                "args": dict(self._header_args)}
+
+    def setup_message(self) -> str:
+        return gp.setup(self.model, self.instructions, self.voice, functions=declarations(self.tools),
+                        resumption_handle=self.handle)
+
+    def start(self, now_ns: int) -> list[core.Action]:
+        self.started = True
+        out = self._open()
+        if self.greet:
+            line = f'Say exactly: "{self.greeting}"' if self.greeting else "Greet the caller."
+            self.after_setup.append(gp.client_content([("user", line)]))
+        return out
+
+    def resume(self, now_ns: int, cut_off: bool = False) -> list[core.Action]:
+        out = self.reopen(now_ns)
+        if cut_off and not self.ended:
+            out.append(PlayFallback("hold"))
+        return out
+
+    def reopen(self, now_ns: int) -> list[core.Action]:
+        """A new connection: ``setup`` with the resumption handle (the session goes on where it stood; the
+        server keeps the conversation), or a fresh session when there is none."""
+        self.started = True
+        if self.handle is not None:
+            self.stats.resumed += 1
+        return self._cut_off(now_ns) + self._open()
+
+    def _open(self) -> list[core.Action]:
+        self.configured = False
+        self.go_away = False
+        self.go_away_deadline_ns = 0
+        self.after_setup = []
+        return [core.SendToModel(self.setup_message())]
+
+    def _cut_off(self, now_ns: int) -> list[core.Action]:
+        """The connection is gone mid-turn: what came of the turn plays on (its tag ends where it is), the rest
+        never will; tool calls of the old connection are owed to no one."""
+        self.tool_calls.clear()
+        turn, self.turn = self.turn, None
+        if turn is None:
+            return []
+        return self._core(rt.ResponseDone(turn.response_id, "incomplete", "session_lost"), now_ns, _NO_PLAYOUT)
+
+    def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[core.Action]:
+        if self.ended:
+            return []
+        if fatal:
+            self.ended = True
+            return [PlayFallback("apology_hangup"), HangUp(reason, after_line=True)]
+        return self._cut_off(now_ns)
+
+    def awaiting_model(self) -> bool:
+        if self.ended:
+            return False
+        return not self.configured or self.turn is not None or bool(self.tool_calls)
+
+    def reconnect_due(self, now_ns: int) -> bool:
+        """goAway came: move to a new connection now (a pause, or the server's deadline is near)."""
+        if not self.go_away or self.ended:
+            return False
+        at_pause = (self.turn is None or self.turn.cut) and not self.tool_calls
+        return at_pause or now_ns >= self.go_away_deadline_ns
+
+    # --- the model's messages ---------------------------------------------------------------------------
+    def on_model_event(self, text: str | bytes, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        out: list[core.Action] = []
+        for event in gp.parse_server_message(text):
+            out.extend(self._on_event(event, now_ns, playout))
+        return out
+
+    def _on_event(self, event: gp.ServerEvent, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        if isinstance(event, gp.ModelAudio):
+            turn = self.turn
+            if turn is not None and turn.cut:
+                self.stats.late_chunks_dropped += 1
+                return []
+            out, turn = self._turn_for_output(now_ns, playout)
+            ulaw = turn.transcoder.to_ulaw(event.audio)
+            return out + self._core(rt.AudioDelta(turn.response_id, turn.item_id, ulaw), now_ns, playout)
+        if isinstance(event, gp.OutputTranscription):
+            turn = self.turn
+            if turn is None or turn.cut or not event.text:
+                return []
+            turn.transcript += event.text
+            return self._core(rt.TranscriptDelta(turn.response_id, turn.item_id, event.text), now_ns, playout)
+        if isinstance(event, gp.TurnComplete):
+            return self._end_turn(now_ns, playout)
+        if isinstance(event, gp.Interrupted):
+            return self._interrupted(now_ns, playout)
+        if isinstance(event, gp.InputTranscription):
+            out = self._boundary(now_ns, playout)
+            if event.text.strip():
+                self.caller_words.append(event.text.strip())
+                # the caller finished a turn while an earlier answer still plays: it is cut, as a barge-in
+                out += self._core(rt.SpeechStarted(0, ""), now_ns, playout)
+            return out
+        if isinstance(event, gp.ToolCall):
+            return self._boundary(now_ns, playout) + self._tool_call(event, now_ns)
+        if isinstance(event, gp.ToolCallCancellation):
+            for call_id in event.ids:
+                if self.tool_calls.pop(call_id, None) is not None:
+                    self.stats.tool_calls_cancelled += 1
+            return []
+        if isinstance(event, gp.SetupComplete):
+            self.configured = True
+            out = [core.SendToModel(text) for text in self.after_setup]
+            self.after_setup = []
+            return out
+        if isinstance(event, gp.SessionResumptionUpdate):
+            if event.resumable and event.new_handle:
+                self.handle = event.new_handle
+                self.stats.handles += 1
+            return []
+        if isinstance(event, gp.GoAway):
+            self.stats.go_aways += 1
+            self.go_away = True
+            left_ms = event.time_left_ms if event.time_left_ms is not None else 0
+            self.go_away_deadline_ns = now_ns + max(0, left_ms - GO_AWAY_MARGIN_MS) * 1_000_000
+            return []
+        if isinstance(event, gp.MalformedMessage):
+            self.stats.malformed += 1
+            self.core.stats.malformed_events += 1
+        return []
+
+    def _turn_for_output(self, now_ns: int, playout: core.Playout) -> tuple[list[core.Action], _Turn]:
+        if self.turn is not None:
+            return [], self.turn
+        self.turns += 1
+        self.stats.turns += 1
+        turn = _Turn(f"gemini_turn_{self.turns}", f"gemini_item_{self.turns}",
+                     EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ))
+        if self.next_line is not None:
+            turn.then_hang_up, self.next_line = self.next_line, None
+        self.turn = turn
+        return self._core(rt.ResponseCreated(turn.response_id), now_ns, playout), turn
+
+    def _end_turn(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        turn, self.turn = self.turn, None
+        if turn is None or turn.cut:
+            return []
+        # the resampler holds its last 10 ms back for look-ahead: silence after the turn lets it out
+        tail = turn.transcoder.to_ulaw(_FLUSH_24K)
+        out = self._core(rt.AudioDelta(turn.response_id, turn.item_id, tail), now_ns, playout)
+        out += self._core(rt.TranscriptDone(turn.response_id, turn.item_id, turn.transcript), now_ns, playout)
+        out += self._core(rt.ResponseDone(turn.response_id, "completed", None), now_ns, playout)
+        if turn.then_hang_up is not None:
+            self.hang_up_after = turn
+        return out
+
+    def _interrupted(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        self.stats.interrupted += 1
+        out = self._core(rt.SpeechStarted(0, ""), now_ns, playout)  # cuts every live tag where it plays
+        turn = self.turn
+        if turn is not None and not turn.cut:
+            turn.cut = True
+            if turn.then_hang_up is not None and self.next_line is None:
+                self.next_line = turn.then_hang_up  # the call ends after the next turn instead
+            out += self._core(rt.ResponseDone(turn.response_id, "cancelled", "turn_detected"), now_ns, playout)
+        return out
+
+    def _boundary(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        """A new exchange begins: a turn cut by ``interrupted`` takes no more late audio."""
+        if self.turn is not None and self.turn.cut:
+            self.turn = None
+        return []
+
+    def _core(self, event: object, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        return self._translate(self.core.on_event(event, now_ns, playout))
+
+    def _translate(self, actions: list[core.Action]) -> list[core.Action]:
+        """The core's actions with its OpenAI client events replaced by their Gemini counterparts (or none)."""
+        out: list[core.Action] = []
+        for action in actions:
+            if not isinstance(action, core.SendToModel):
+                out.append(action)
+                continue
+            event = orjson.loads(action.text)
+            if event.get("type") == "response.create":
+                instructions = (event.get("response") or {}).get("instructions") or ""
+                out.append(core.SendToModel(gp.client_content([("user", instructions)])))
+            # response.cancel, conversation.item.truncate/delete: the server discarded what it did not send
+        return out
+
+    # --- tools ----------------------------------------------------------------------------------------
+    def _tool_call(self, event: gp.ToolCall, now_ns: int) -> list[core.Action]:
+        out: list[core.Action] = []
+        answers: list[tuple[str, str, dict]] = []
+        for call in event.calls:
+            self.stats.tool_calls += 1
+            arguments = json.dumps(call.args, separators=(",", ":"), sort_keys=True)
+            if self.flow is None:
+                answers.append((call.call_id, call.name, _error("unknown_function", "this agent has no functions")))
+                continue
+            decision = self.flow.on_tool_call(call.name, arguments)
+            if isinstance(decision, ToolPlan):  # run the tool
+                if decision.confirm is not None:
+                    self.stats.tools_refused += 1
+                    answers.append((call.call_id, call.name,
+                                    _error("unsupported", "actions with confirmation are not supported with Gemini")))
+                    continue
+                self.tool_calls[call.call_id] = (decision.name, decision.arguments)
+                out.append(RunTool(call.call_id, decision.name, decision.arguments,
+                                   agent_actions.idempotency_key(self.call_sid, decision.name, decision.arguments)))
+            else:
+                answers.append((call.call_id, call.name, self._outcome_response(decision)))
+        if answers:
+            out.insert(0, core.SendToModel(gp.tool_response(answers)))
+        return out
+
+    def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[core.Action]:
+        owed = self.tool_calls.pop(call_id, None)
+        if owed is None or self.ended or self.flow is None:
+            return []  # cancelled by the model, or its connection is gone: no one is owed it
+        name, arguments = owed
+        outcome = self.flow.on_tool_result(name, arguments, ok, output)
+        return [core.SendToModel(gp.tool_response([(call_id, name, self._outcome_response(outcome))]))]
+
+    def _outcome_response(self, outcome: Any) -> dict:
+        """The functionResponse for a flow's outcome. The model goes on by itself after a toolResponse, so a
+        line the flow wants said next (the goodbye after end_call) goes with it as an instruction; a terminal
+        line's turn ends the call once it has played."""
+        response = _response_object(outcome.output)
+        if outcome.transition is not None:
+            self.stats.transitions_ignored += 1  # `voicecore check` refuses flows that move between nodes
+        step = outcome.then
+        if isinstance(step, Say):
+            response = {**response, "instruction": f'Say exactly: "{step.text}"'}
+            if step.terminal:
+                self.next_line = step
+        return response
+
+    # --- the caller -----------------------------------------------------------------------------------
+    def on_caller_audio(self, audio: bytes, now_ns: int, playout: core.Playout | None = None) -> list[core.Action]:
+        if not audio:
+            return []
+        return [core.SendToModel(gp.realtime_audio(self.inbound.from_ulaw(audio)))]
+
+    def on_dtmf(self, digit: str, now_ns: int) -> list[core.Action]:
+        self.core.stats.dtmf_digits += 1
+        return []
+
+    def on_tick(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        turn = self.hang_up_after
+        if turn is None or self.ended:
+            return []
+        response = self.core.response(turn.response_id)
+        if response is not None and not response.cancelled and not core.ModelCallCore._played_out(response, playout):
+            return []
+        self.hang_up_after = None
+        line = turn.then_hang_up
+        assert line is not None
+        self.ended = True
+        if line.transfer_to:
+            return [Transfer(line.transfer_to)]
+        return [HangUp("goodbye")]
+
+    def on_carrier_stop(self, now_ns: int) -> list[core.Action]:
+        self.ended = True
+        return []
+
+    def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: core.Playout,
+                   reason: str = "", citations: str = "") -> list[core.Action]:
+        return self._translate(self.core.on_verdict(tag, approved_frames, rejected, now_ns, playout))
+
+    def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[core.Action]:
+        return []
+
+    def statistics(self) -> dict:
+        return {**{f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()},
+                **{f"gemini_{k}": v for k, v in dataclasses.asdict(self.stats).items()}}
+
+
+_NO_PLAYOUT = core.Playout(0, 0, 0, 0, 0, 0)
+
+
+def _error(kind: str, message: str) -> dict:
+    return {"error": {"type": kind, "message": message}}
+
+
+def _response_object(output: str) -> dict:
+    """A tool's output (JSON text) as a functionResponse's ``response`` object."""
+    try:
+        value = json.loads(output)
+    except ValueError:
+        return {"output": output}
+    return value if isinstance(value, dict) else {"output": value}
+
+
+def driver_from_header(header: dict[str, Any]) -> GeminiDriver:
+    """The driver a record's header describes, fresh (voicecore/replay.py)."""
+    args = header.get("args", {})
+    return GeminiDriver(header["call_sid"], first_tag=int(header.get("first_tag", 1)), **args)
+
+
+def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 1, greet: bool = True,
+                     gate_policy: str = "off") -> GeminiDriver:
+    """A new call's Gemini driver from the agent's spec: its first node's instructions and functions."""
+    from voicecore.agent.flow import AgentFlow
+
+    flow = AgentFlow(agent)
+    session = flow.session()
+    return GeminiDriver(call_sid, model=model, instructions=session.instructions, voice=agent.voice,
+                        greeting=agent.greeting, tools=list(session.tools), flow_args=flow.record_args(),
+                        first_tag=first_tag, greet=greet, gate_policy=gate_policy, safe_line=agent.safe_line)
