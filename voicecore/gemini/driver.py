@@ -109,6 +109,7 @@ class GeminiDriver:
 
     control = CONTROL
     idle_ticks_change_nothing = True
+    stats = None  # no turn-taking counters (the shell sums the controller's by name); its own are ``counts``
 
     def __init__(self, call_sid: str, *, model: str, instructions: str, voice: str | None = None,
                  greeting: str = "", tools: list[dict] | None = None, flow_args: dict | None = None,
@@ -132,7 +133,7 @@ class GeminiDriver:
         if flow_args is not None:
             from voicecore.agent.flow import AgentFlow  # the agent's flow only where it has one
             self.flow = AgentFlow(**flow_args)
-        self.stats = GeminiStats()
+        self.counts = GeminiStats()
         self.inbound = EdgeTranscoder(ENCODING_L16, gp.INPUT_SAMPLE_RATE_HZ)  # from_ulaw: 8 kHz -> 16 kHz
         self.handle: str | None = None
         self.started = False
@@ -180,7 +181,7 @@ class GeminiDriver:
         server keeps the conversation), or a fresh session when there is none."""
         self.started = True
         if self.handle is not None:
-            self.stats.resumed += 1
+            self.counts.resumed += 1
         return self._cut_off(now_ns) + self._open()
 
     def _open(self) -> list[core.Action]:
@@ -230,7 +231,7 @@ class GeminiDriver:
         if isinstance(event, gp.ModelAudio):
             turn = self.turn
             if turn is not None and turn.cut:
-                self.stats.late_chunks_dropped += 1
+                self.counts.late_chunks_dropped += 1
                 return []
             out, turn = self._turn_for_output(now_ns, playout)
             ulaw = turn.transcoder.to_ulaw(event.audio)
@@ -257,7 +258,7 @@ class GeminiDriver:
         if isinstance(event, gp.ToolCallCancellation):
             for call_id in event.ids:
                 if self.tool_calls.pop(call_id, None) is not None:
-                    self.stats.tool_calls_cancelled += 1
+                    self.counts.tool_calls_cancelled += 1
             return []
         if isinstance(event, gp.SetupComplete):
             self.configured = True
@@ -267,16 +268,16 @@ class GeminiDriver:
         if isinstance(event, gp.SessionResumptionUpdate):
             if event.resumable and event.new_handle:
                 self.handle = event.new_handle
-                self.stats.handles += 1
+                self.counts.handles += 1
             return []
         if isinstance(event, gp.GoAway):
-            self.stats.go_aways += 1
+            self.counts.go_aways += 1
             self.go_away = True
             left_ms = event.time_left_ms if event.time_left_ms is not None else 0
             self.go_away_deadline_ns = now_ns + max(0, left_ms - GO_AWAY_MARGIN_MS) * 1_000_000
             return []
         if isinstance(event, gp.MalformedMessage):
-            self.stats.malformed += 1
+            self.counts.malformed += 1
             self.core.stats.malformed_events += 1
         return []
 
@@ -284,7 +285,7 @@ class GeminiDriver:
         if self.turn is not None:
             return [], self.turn
         self.turns += 1
-        self.stats.turns += 1
+        self.counts.turns += 1
         turn = _Turn(f"gemini_turn_{self.turns}", f"gemini_item_{self.turns}",
                      EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ))
         if self.next_line is not None:
@@ -306,7 +307,7 @@ class GeminiDriver:
         return out
 
     def _interrupted(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
-        self.stats.interrupted += 1
+        self.counts.interrupted += 1
         out = self._core(rt.SpeechStarted(0, ""), now_ns, playout)  # cuts every live tag where it plays
         turn = self.turn
         if turn is not None and not turn.cut:
@@ -344,7 +345,7 @@ class GeminiDriver:
         out: list[core.Action] = []
         answers: list[tuple[str, str, dict]] = []
         for call in event.calls:
-            self.stats.tool_calls += 1
+            self.counts.tool_calls += 1
             arguments = json.dumps(call.args, separators=(",", ":"), sort_keys=True)
             if self.flow is None:
                 answers.append((call.call_id, call.name, _error("unknown_function", "this agent has no functions")))
@@ -352,7 +353,7 @@ class GeminiDriver:
             decision = self.flow.on_tool_call(call.name, arguments)
             if isinstance(decision, ToolPlan):  # run the tool
                 if decision.confirm is not None:
-                    self.stats.tools_refused += 1
+                    self.counts.tools_refused += 1
                     answers.append((call.call_id, call.name,
                                     _error("unsupported", "actions with confirmation are not supported with Gemini")))
                     continue
@@ -379,7 +380,7 @@ class GeminiDriver:
         line's turn ends the call once it has played."""
         response = _response_object(outcome.output)
         if outcome.transition is not None:
-            self.stats.transitions_ignored += 1  # `voicecore check` refuses flows that move between nodes
+            self.counts.transitions_ignored += 1  # `voicecore check` refuses flows that move between nodes
         step = outcome.then
         if isinstance(step, Say):
             response = {**response, "instruction": f'Say exactly: "{step.text}"'}
@@ -425,7 +426,7 @@ class GeminiDriver:
 
     def statistics(self) -> dict:
         return {**{f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()},
-                **{f"gemini_{k}": v for k, v in dataclasses.asdict(self.stats).items()}}
+                **{f"gemini_{k}": v for k, v in dataclasses.asdict(self.counts).items()}}
 
 
 _NO_PLAYOUT = core.Playout(0, 0, 0, 0, 0, 0)
