@@ -151,7 +151,7 @@ def test_each_turn_gets_its_own_tag_and_interrupted_cuts_it_dropping_late_chunks
     cancels = h.of(core.CancelTag)
     assert [c.tag for c in cancels] == [1]
     assert h.sim.record.interrupts == 1 and h.sim.record.late_chunks_sent == 2
-    assert h.driver.stats.late_chunks_dropped == 2
+    assert h.driver.counts.late_chunks_dropped == 2
     cancel_index = h.actions.index(cancels[0])
     assert not [a for a in h.actions[cancel_index:] if isinstance(a, core.WriteFrames) and a.tag == 1]
     assert before > 0
@@ -231,7 +231,7 @@ def test_a_cancelled_tool_call_is_not_answered():
     driver.tool_calls["fc-1"] = ("price", "{}")
     driver.on_model_event('{"toolCallCancellation":{"ids":["fc-1"]}}', 0, SILENT)
     assert driver.on_tool_result("fc-1", True, "{}", 0) == []
-    assert driver.stats.tool_calls_cancelled == 1
+    assert driver.counts.tool_calls_cancelled == 1
 
 
 def test_go_away_moves_the_session_to_a_new_connection_with_its_handle():
@@ -249,7 +249,7 @@ def test_go_away_moves_the_session_to_a_new_connection_with_its_handle():
     h.apply(actions)
     assert h.sim.record.resumed and h.sim.close is None
     assert not h.driver.go_away  # the new connection's clock
-    assert h.driver.stats.resumed == 1
+    assert h.driver.counts.resumed == 1
     # the conversation goes on: the next caller turn is answered under the next tag
     h.run(200, caller_frames(200, loud=True))
     h.run(600, caller_frames(600, loud=False))
@@ -283,7 +283,7 @@ def test_a_lost_connection_ends_the_turn_where_it_is_and_owes_no_tool_results():
 def test_bad_server_messages_are_counted_never_raised(text):
     driver = new_driver()
     assert driver.on_model_event(text, 0, SILENT) == []
-    assert driver.stats.malformed == 1
+    assert driver.counts.malformed == 1
 
 
 def test_the_record_header_rebuilds_the_same_driver():
@@ -297,3 +297,25 @@ def test_the_record_header_rebuilds_the_same_driver():
     ("my-proxy-model", "gemini", "gemini")])
 def test_the_vendor_follows_the_model_name_unless_named(model, vendor, expected):
     assert vendor_of(model, vendor) == expected
+
+
+def test_the_servers_voice_activity_cuts_a_finished_answer_as_it_plays():
+    h = Harness(new_driver())
+    h.apply(h.driver.start(0))
+    h.run(ANSWER_MS)  # generated and ended, still audible (nothing played)
+    h.run(40, caller_frames(40, loud=True))
+    assert [c.tag for c in h.of(core.CancelTag)] == [1]  # at ACTIVITY_START, not at the end of the caller's turn
+    assert h.driver.counts.caller_activity == 1 and h.sim._speaking
+
+
+def test_without_voice_activity_the_callers_finished_turn_cuts_what_still_plays():
+    driver = new_driver()
+    driver.on_model_event('{"setupComplete":{}}', 0, SILENT)
+    audio = json.dumps({"serverContent": {"modelTurn": {"parts": [{"inlineData": {
+        "mimeType": gp.OUTPUT_AUDIO_MIME, "data": "AAAAAAAAAAAAAAAAAAAAAAAAAAAA"}}]}}})
+    driver.on_model_event(audio, 0, SILENT)
+    ended = driver.on_model_event('{"serverContent":{"turnComplete":true}}', 0, SILENT)
+    assert [type(a) for a in ended][-1] is core.EndTag
+    cut = driver.on_model_event('{"serverContent":{"inputTranscription":{"text":"wait"}}}', 5 * MS, SILENT)
+    assert [type(a) for a in cut] == [core.CancelTag]
+    assert driver.caller_words == ["wait"]

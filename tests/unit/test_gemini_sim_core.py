@@ -78,13 +78,15 @@ def test_own_vad_ends_the_callers_turn_after_silence() -> None:
     speech = (8000 * np.sin(np.arange(320) / 3)).astype("<i2").tobytes()  # 20 ms at 16 kHz
     for n in range(5):
         conn.receive(gp.realtime_audio(speech), n * 20)
+    assert events(conn) == [gp.VoiceActivity(started=True)]  # announced as the vendor's detection does
     for n in range(14):  # 280 ms of silence: not yet the end
         conn.receive(gp.realtime_audio(bytes(640)), 100 + n * 20)
     assert conn.record.turns_started == 0
     conn.receive(gp.realtime_audio(bytes(640)), 400)
     conn.advance(400)
     out = events(conn)
-    assert isinstance(out[0], gp.InputTranscription) and isinstance(out[1], gp.ModelAudio)
+    assert out[0] == gp.VoiceActivity(started=False)
+    assert isinstance(out[1], gp.InputTranscription) and isinstance(out[2], gp.ModelAudio)
     assert conn.record.turns_started == 1
 
 

@@ -15,9 +15,12 @@ The core's client events (OpenAI Realtime text) are not sent: Gemini needs no ca
 server already discarded what it did not send), and a response the core asks for (the gate's safe line)
 becomes a ``clientContent`` turn.
 
-When the caller interrupts: ``interrupted`` (the caller spoke while the model generated) cuts every live
-tag; so does the caller's finished turn (``inputTranscription``) while an earlier answer still plays,
-which the server, done generating it, no longer tracks. Audio after ``interrupted`` belongs to the cut
+When the caller interrupts: the server's ``voiceActivity`` ACTIVITY_START (its activity detection heard
+the caller: the Realtime API's speech_started) cuts every live tag at once, as the spine does on
+speech_started; so does ``interrupted`` (the caller spoke while the model generated), and the caller's
+finished turn (``inputTranscription``) while an earlier answer still plays, for a server that sends no
+voiceActivity: it no longer tracks an answer it has finished generating. The driver decides on server
+events only, never on the caller's audio, so a record replays to the same actions. Audio after ``interrupted`` belongs to the cut
 turn (late chunks) until the next turn boundary (the caller's words, a tool call, ``turnComplete``).
 
 Tool calls run through the same tool path as the turn-taking controller's: the agent's flow decides
@@ -83,6 +86,7 @@ class GeminiStats:
 
     turns: int = 0
     interrupted: int = 0
+    caller_activity: int = 0  # voiceActivity ACTIVITY_START heard
     late_chunks_dropped: int = 0
     tool_calls: int = 0
     tool_calls_cancelled: int = 0
@@ -246,6 +250,11 @@ class GeminiDriver:
             return self._end_turn(now_ns, playout)
         if isinstance(event, gp.Interrupted):
             return self._interrupted(now_ns, playout)
+        if isinstance(event, gp.VoiceActivity):
+            if not event.started:
+                return []
+            self.counts.caller_activity += 1
+            return self._cut(now_ns, playout)
         if isinstance(event, gp.InputTranscription):
             out = self._boundary(now_ns, playout)
             if event.text.strip():
@@ -308,7 +317,12 @@ class GeminiDriver:
 
     def _interrupted(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
         self.counts.interrupted += 1
-        out = self._core(rt.SpeechStarted(0, ""), now_ns, playout)  # cuts every live tag where it plays
+        return self._cut(now_ns, playout)
+
+    def _cut(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        """The caller took the floor: every live tag is cut where it plays, and the turn being generated, if
+        any, takes no more audio (the server stops it: ``interrupted``)."""
+        out = self._core(rt.SpeechStarted(0, ""), now_ns, playout)
         turn = self.turn
         if turn is not None and not turn.cut:
             turn.cut = True

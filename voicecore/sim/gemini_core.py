@@ -2,8 +2,9 @@
 
 Owns what the simulated vendor says and when, for one WebSocket connection of the BidiGenerateContent
 API: ``setup`` first (answered ``setupComplete``, or refused with the vendor's close codes), the caller's
-activity (its own energy VAD on the 16 kHz PCM when automatic activity detection is on; the client's
-``activityStart`` / ``activityEnd`` when it is disabled), a model turn of 24 kHz PCM16 audio chunks with
+activity (its own energy VAD on the 16 kHz PCM when automatic activity detection is on, announced with
+``voiceActivity`` ACTIVITY_START / ACTIVITY_END; the client's ``activityStart`` / ``activityEnd`` when it is
+disabled), a model turn of 24 kHz PCM16 audio chunks with
 ``outputTranscription``, then ``generationComplete`` and ``turnComplete``; barge-in (``interrupted``), tool
 calls (``toolCall``, waiting for ``toolResponse``, ``toolCallCancellation`` on barge-in), ``goAway`` before
 the connection's time limit and ``sessionResumptionUpdate`` handles that a later connection resumes with.
@@ -143,6 +144,20 @@ class SessionStore:
 
 
 @dataclass(slots=True)
+class TurnRecord:
+    """One model turn as sent: which answer, its audio chunks and when each went out, how it ended."""
+
+    text: str
+    pcm24: bytes  # the whole answer (what would be sent if not interrupted)
+    started_ms: int
+    chunk_bytes: list[int] = field(default_factory=list)  # PCM bytes of each audio chunk, in order
+    chunk_sent_ms: list[int] = field(default_factory=list)  # when each chunk sent went out (late ones too)
+    interrupted_ms: int | None = None
+    completed_ms: int | None = None  # turnComplete sent
+    late_chunks: int = 0
+
+
+@dataclass(slots=True)
 class ConnectionRecord:
     """What happened on one connection, for tests and harnesses."""
 
@@ -158,12 +173,17 @@ class ConnectionRecord:
     go_away_ms: int | None = None
     closed: tuple[int, str] | None = None  # the close the server decided on, if it did
     disconnected: bool = False  # set by the shell once the socket is gone, whoever closed it
+    call_sid: str | None = None  # the shell's X-Voicecore-Call header, when the client sent one (harnesses)
+    opened_ms: int = 0
+    turns: list[TurnRecord] = field(default_factory=list)
+    caller_activity: list[list[int | None]] = field(default_factory=list)  # [started_ms, ended_ms or None]
 
 
 @dataclass(slots=True)
 class _Turn:
-    chunks: list[tuple[int, str]]  # (due ms, message text), in order
+    chunks: list[tuple[int, str, int]]  # (due ms, message text, PCM bytes of its audio or 0), in order
     started_ms: int
+    record: TurnRecord
 
 
 class GeminiConnection:
@@ -179,7 +199,7 @@ class GeminiConnection:
         self.store = store
         self.api_key = api_key
         self.opened_ms = now_ms
-        self.record = ConnectionRecord()
+        self.record = ConnectionRecord(opened_ms=now_ms)
         self.session: GeminiSession | None = None
         self.close: tuple[int, str] | None = None
         self.automatic_vad = True
@@ -314,10 +334,13 @@ class GeminiConnection:
         if rms >= self.config.vad_rms:
             self._silence_ms = 0.0
             if not self._speaking:
+                # the server's activity detection says so as the vendor's does (voiceActivity), then acts on it
+                self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_START"}})
                 self._caller_started(now_ms)
         elif self._speaking:
             self._silence_ms += duration_ms
             if self._silence_ms >= self.config.vad_silence_ms:
+                self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_END"}})
                 self._caller_ended(now_ms)
 
     def _client_content(self, body: dict[str, Any], now_ms: int) -> None:
@@ -362,6 +385,7 @@ class GeminiConnection:
     # -- turn taking ---------------------------------------------------------------------------------
 
     def _caller_started(self, now_ms: int) -> None:
+        self.record.caller_activity.append([now_ms, None])
         self._speaking = True
         self._silence_ms = 0.0
         if self._turn is not None:
@@ -376,6 +400,8 @@ class GeminiConnection:
         if not self._speaking:
             return
         self._speaking = False
+        if self.record.caller_activity:
+            self.record.caller_activity[-1][1] = now_ms
         assert self.session is not None
         self.session.caller_turns += 1
         text, self._caller_text = self._caller_text, None
@@ -401,7 +427,7 @@ class GeminiConnection:
         pieces = [answer.pcm24[i:i + chunk_bytes] for i in range(0, len(answer.pcm24), chunk_bytes)] or [b""]
         words = answer.text.split()
         step_ms = self.config.chunk_ms / self.config.speed_factor
-        chunks: list[tuple[int, str]] = []
+        chunks: list[tuple[int, str, int]] = []
         for index, piece in enumerate(pieces):
             content: dict[str, Any] = {"modelTurn": {"parts": [{"inlineData": {
                 "mimeType": OUTPUT_AUDIO_MIME, "data": binascii.b2a_base64(piece, newline=False).decode("ascii")}}]}}
@@ -409,13 +435,15 @@ class GeminiConnection:
             said = words[len(words) * index // len(pieces): len(words) * (index + 1) // len(pieces)]
             if said:
                 content["outputTranscription"] = {"text": " ".join(said) + " "}
-            chunks.append((now_ms + round(index * step_ms), _text({"serverContent": content})))
+            chunks.append((now_ms + round(index * step_ms), _text({"serverContent": content}), len(piece)))
         end_ms = now_ms + round(len(pieces) * step_ms)
-        chunks.append((end_ms, _text({"serverContent": {"generationComplete": True}})))
+        chunks.append((end_ms, _text({"serverContent": {"generationComplete": True}}), 0))
         usage = {"promptTokenCount": 25 * len(self.session.history), "responseTokenCount": 25 * len(pieces)}
         usage["totalTokenCount"] = usage["promptTokenCount"] + usage["responseTokenCount"]
-        chunks.append((end_ms, _text({"serverContent": {"turnComplete": True}, "usageMetadata": usage})))
-        self._turn = _Turn(chunks, now_ms)
+        chunks.append((end_ms, _text({"serverContent": {"turnComplete": True}, "usageMetadata": usage}), 0))
+        record = TurnRecord(answer.text, answer.pcm24, now_ms)
+        self.record.turns.append(record)
+        self._turn = _Turn(chunks, now_ms, record)
 
     def _interrupt(self, now_ms: int) -> None:
         turn = self._turn
@@ -423,9 +451,14 @@ class GeminiConnection:
         self._turn = None
         self.record.interrupts += 1
         self._send({"serverContent": {"interrupted": True}})
-        late = [text for _, text in turn.chunks if '"inlineData"' in text][: self.config.late_chunks_after_interrupt]
+        late = [(text, size) for _, text, size in turn.chunks if size][: self.config.late_chunks_after_interrupt]
         self.record.late_chunks_sent += len(late)
-        self._out.extend(late)
+        turn.record.interrupted_ms = now_ms
+        turn.record.late_chunks = len(late)
+        for text, size in late:
+            turn.record.chunk_bytes.append(size)
+            turn.record.chunk_sent_ms.append(now_ms)
+            self._out.append(text)
 
     # -- clock and output ---------------------------------------------------------------------------
 
@@ -434,8 +467,13 @@ class GeminiConnection:
             return
         turn = self._turn
         while turn is not None and turn.chunks and turn.chunks[0][0] <= now_ms:
-            self._out.append(turn.chunks.pop(0)[1])
+            _, text, size = turn.chunks.pop(0)
+            if size:
+                turn.record.chunk_bytes.append(size)
+                turn.record.chunk_sent_ms.append(now_ms)
+            self._out.append(text)
         if turn is not None and not turn.chunks:
+            turn.record.completed_ms = now_ms
             self._turn = None
             if self.resumption and self.session is not None:
                 handle = self.store.issue_handle(self.session)

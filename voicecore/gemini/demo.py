@@ -1,0 +1,105 @@
+"""`voicecore demo --model-vendor gemini`: the Gemini Live simulator in place of the Realtime one, and its
+connections read as the call report reads the Realtime simulator's sessions.
+
+Owns starting the simulator for a demo (its connection limit, late chunks), the configuration that points
+the stack at it, and ``GeminiRecords``: per call, each of its simulated connections as a ``SessionRecord``
+(voicecore/sim/model/records.py) whose responses are the model turns as the carrier receives them, so
+``voicecore.callreport.summarize`` computes the same figures (stale and overlapping frames, barge-in to
+clear, lateness, underruns) for either vendor. A turn's audio is resampled here exactly as the driver
+resamples it (the carrier edge's filter, fed the same chunks, its 10 ms tail flushed at the turn's end),
+so every frame the carrier receives is matched to its turn byte for byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from voicecore import timing
+from voicecore.carriers.codec import EdgeTranscoder
+from voicecore.carriers.events import ENCODING_L16
+from voicecore.config import Config
+from voicecore.gemini import protocol as gp
+from voicecore.gemini.driver import DEFAULT_MODEL
+from voicecore.sim.gemini import GeminiSimServer, serve_gemini_sim
+from voicecore.sim.gemini_core import ConnectionRecord, GeminiSimConfig, TurnRecord
+from voicecore.sim.model.records import ResponseRecord, SessionRecord, SpeechRecord
+
+DEMO_API_KEY = "voicecore-demo"  # the simulator accepts it; nothing leaves the machine
+_FLUSH_24K = bytes(gp.OUTPUT_SAMPLE_RATE_HZ * 2 * 10 // 1000)
+
+
+async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0) -> tuple[GeminiSimServer, int]:
+    """The demo's Gemini simulator on loopback; ``connection_limit_s``: each connection gets goAway 10 s
+    (or half the limit, if shorter) before it ends, and the call resumes its session on a new one."""
+    limit_ms = int(connection_limit_s * 1000)
+    config = GeminiSimConfig(api_keys=(DEMO_API_KEY,), connection_limit_ms=limit_ms,
+                             go_away_notice_ms=min(10_000, limit_ms // 2), late_chunks_after_interrupt=late_chunks)
+    return await serve_gemini_sim("127.0.0.1", 0, config)
+
+
+def demo_config(config: Config, port: int) -> Config:
+    """The stack pointed at the simulator on ``port``: its URL, a key it accepts, a Gemini model."""
+    model = config.model if config.model.removeprefix("models/").startswith("gemini") else DEFAULT_MODEL
+    return dataclasses.replace(config, realtime_url=f"ws://127.0.0.1:{port}{gp.LIVE_PATH}",
+                               realtime_api_key=DEMO_API_KEY, model=model, send_call_id_to_vendor=True)
+
+
+def turn_ulaw(turn: TurnRecord) -> tuple[bytes, list[int]]:
+    """The turn's audio as the driver turns it into 8 kHz mu-law: (all of it, the bytes of each chunk's part).
+    The chunks the simulator sent are resampled as sent; the rest (never sent) as one piece; the flushed tail
+    is the last part of a turn that completed."""
+    transcoder = EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ)
+    parts: list[bytes] = []
+    offset = 0
+    for size in turn.chunk_bytes:
+        parts.append(transcoder.to_ulaw(turn.pcm24[offset:offset + size]))
+        offset += size
+    if offset < len(turn.pcm24):
+        parts.append(transcoder.to_ulaw(turn.pcm24[offset:]))
+    parts.append(transcoder.to_ulaw(_FLUSH_24K))
+    return b"".join(parts), [len(p) for p in parts]
+
+
+def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
+    """One simulated connection as the call report reads a Realtime session."""
+    session = SessionRecord(session_id=f"gemini-connection-{index}", session_index=index, naming="gemini",
+                            model=str((record.setup or {}).get("model", "")), connected_ms=record.opened_ms,
+                            call_sid=record.call_sid)
+    session.input_format = session.output_format = "pcmu"
+    for number, turn in enumerate(record.turns):
+        audio, sizes = turn_ulaw(turn)
+        sent = len(turn.chunk_sent_ms)
+        status = "cancelled" if turn.interrupted_ms is not None else "completed" if turn.completed_ms else "in_progress"
+        late = turn.late_chunks
+        session.responses.append(ResponseRecord(
+            index=number, response_id=f"gemini-{index}-{number}", item_id=f"gemini-item-{index}-{number}",
+            clip_name="", text=turn.text, audio=audio, delta_bytes=sizes, created_ms=turn.started_ms,
+            first_delta_ms=turn.chunk_sent_ms[0] if sent else None, cancel_ms=turn.interrupted_ms,
+            done_ms=turn.completed_ms or turn.interrupted_ms, status=status,
+            reason="turn_detected" if turn.interrupted_ms is not None else None,
+            sent_bytes=sum(sizes[:sent]), late_bytes=sum(sizes[sent - late:sent]) if late else 0, late_deltas=late,
+            delta_sent_ms=list(turn.chunk_sent_ms), origin="turn_detection"))
+    for number, (started, ended) in enumerate(record.caller_activity):
+        session.speech.append(SpeechRecord(item_id=f"gemini-caller-{index}-{number}", audio_start_ms=0,
+                                           started_at_ms=started, stopped_at_ms=ended))
+    return session
+
+
+@dataclasses.dataclass
+class GeminiRecords:
+    """The simulator's connections by call (``by_call``, as the Realtime simulator offers it)."""
+
+    sim: GeminiSimServer
+
+    def by_call(self, call_sid: str) -> list[SessionRecord]:
+        return [session_record(c.record, i) for i, c in enumerate(self.sim.connections) if c.record.call_sid == call_sid]
+
+    def resumed_connections(self) -> int:
+        return sum(1 for c in self.sim.connections if c.record.resumed)
+
+    def go_aways(self) -> int:
+        return sum(1 for c in self.sim.connections if c.record.go_away_ms is not None)
+
+
+def frames_of(audio: bytes) -> int:
+    return -(-len(audio) // timing.FRAME_BYTES)
