@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from voicecore.gemini import protocol as gp
-from voicecore.sim.gemini_core import Answer, GeminiConnection, GeminiSimConfig, SessionStore, ToolRule
+from voicecore.sim.gemini_core import DITHER_LSB, Answer, GeminiConnection, GeminiSimConfig, SessionStore, ToolRule, dithered
 
 ANSWERS = (Answer("One two three four", b"\x20\x00" * 24_000), Answer("Second answer", b"\x20\x00" * 12_000))
 
@@ -98,7 +98,9 @@ def test_a_whole_turn_then_a_resumption_handle() -> None:
     conn.advance(10_000)
     out = events(conn)
     audio = b"".join(e.audio for e in out if isinstance(e, gp.ModelAudio))
-    assert audio == ANSWERS[0].pcm24  # 1 s at 24 kHz, in 25 chunks of 40 ms
+    assert audio == dithered(ANSWERS[0].pcm24, 0)  # 1 s at 24 kHz, in 25 chunks of 40 ms
+    sent = np.frombuffer(audio, "<i2").astype(int) - np.frombuffer(ANSWERS[0].pcm24, "<i2")
+    assert np.abs(sent).max() <= DITHER_LSB and np.abs(sent).max() > 0  # the clip, with its turn's dither
     assert "".join(e.text for e in out if isinstance(e, gp.OutputTranscription)).split() == "One two three four".split()
     assert [type(e) for e in out[-4:]] == [gp.GenerationComplete, gp.TurnComplete, gp.UsageMetadata,
                                            gp.SessionResumptionUpdate]
@@ -190,3 +192,9 @@ def test_proto_field_names_are_accepted_as_the_vendors_parser_accepts_them() -> 
     assert conn.close is None and conn.record.turns_started == 1 and conn.record.audio_in_bytes == 2
     conn.receive('{"realtime_input":{"activity_middle":{}}}', 4)
     assert conn.close is not None and conn.close[0] == 1007
+
+
+def test_each_turn_is_dithered_differently_so_no_two_share_a_frame() -> None:
+    quiet = bytes(2 * 24_000 // 10)  # 100 ms of digital silence
+    assert dithered(quiet, 1) != dithered(quiet, 2)
+    assert dithered(quiet, 1) == dithered(quiet, 1)  # seeded: a harness computes the same audio

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from voicecore import timing
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.events import ENCODING_L16
 from voicecore.config import Config
@@ -85,21 +84,38 @@ def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
     return session
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class GeminiSession:
+    """One simulated connection as the Realtime simulator's sessions are offered: its ``record``."""
+
+    record: SessionRecord
+
+
 @dataclasses.dataclass
 class GeminiRecords:
     """The simulator's connections by call (``by_call``, as the Realtime simulator offers it)."""
 
     sim: GeminiSimServer
 
-    def by_call(self, call_sid: str) -> list[SessionRecord]:
-        return [session_record(c.record, i) for i, c in enumerate(self.sim.connections) if c.record.call_sid == call_sid]
+    def by_call(self, call_sid: str) -> list[GeminiSession]:
+        return [GeminiSession(session_record(c.record, i)) for i, c in enumerate(self.sim.connections)
+                if c.record.call_sid == call_sid]
 
-    def resumed_connections(self) -> int:
-        return sum(1 for c in self.sim.connections if c.record.resumed)
-
-    def go_aways(self) -> int:
-        return sum(1 for c in self.sim.connections if c.record.go_away_ms is not None)
+    async def aclose(self) -> None:
+        await self.sim.aclose()
 
 
-def frames_of(audio: bytes) -> int:
-    return -(-len(audio) // timing.FRAME_BYTES)
+def report_figures(records: GeminiRecords, stack_metrics: dict | None) -> dict:
+    """What the Gemini simulator saw, for the demo's report: connections, those that resumed a session (after
+    a goAway or a drop), goAways sent, model turns, interruptions, late chunks sent after them."""
+    connections = [c.record for c in records.sim.connections]
+    return {
+        "connections": len(connections),
+        "connections_resumed": sum(1 for r in connections if r.resumed),
+        "go_aways_sent": sum(1 for r in connections if r.go_away_ms is not None),
+        "refused": sum(1 for r in connections if r.closed is not None and r.closed[0] != gp.CLOSE_NORMAL),
+        "turns": sum(len(r.turns) for r in connections),
+        "interrupted_turns": sum(r.interrupts for r in connections),
+        "late_chunks_sent": sum(r.late_chunks_sent for r in connections),
+        "tool_calls": sum(len(r.tool_calls) for r in connections),
+    }

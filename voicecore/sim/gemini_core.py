@@ -11,7 +11,8 @@ the connection's time limit and ``sessionResumptionUpdate`` handles that a later
 
 The shell (voicecore/sim/gemini.py) feeds client text and the clock in and writes out what is due; the
 sessions that outlive a connection live in a ``SessionStore`` the shell keeps. No clock, randomness or
-socket here: times are arguments (ms), handles are counters, so every test of it is deterministic.
+socket here: times are arguments (ms), handles are counters, the dither is seeded, so every test of it is
+deterministic.
 
 What the simulated model says is not understood speech: each caller turn is answered with the next agent
 clip in turn, and a ``ToolRule`` fires on a caller turn's number or on the words of a text turn.
@@ -46,6 +47,20 @@ _SETUP_MEMBERS = frozenset({"model", "generationConfig", "systemInstruction", "t
                             "outputAudioTranscription", "proactivity"})
 _REALTIME_MEMBERS = frozenset({"audio", "mediaChunks", "audioStreamEnd", "video", "text", "activityStart",
                                "activityEnd"})
+
+
+# Frame identity: each turn's audio is its clip plus a low deterministic dither (+/-DITHER_LSB, about
+# -66 dBFS, seeded by session and turn), so no two turns share an 8 kHz mu-law frame after the client
+# resamples them (a clip's digital silence would otherwise be the same frame in every turn), and a harness
+# can tell which turn a frame the carrier received belongs to. Quieter dither vanishes in mu-law's steps.
+DITHER_LSB = 16
+
+
+def dithered(pcm: bytes, seed: int) -> bytes:
+    """``pcm`` (16-bit little-endian) with the turn's dither added (see DITHER_LSB), clipped to 16 bits."""
+    samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % BYTES_PER_SAMPLE], dtype="<i2").astype(np.int32)
+    noise = np.random.default_rng(seed).integers(-DITHER_LSB, DITHER_LSB + 1, samples.size)
+    return np.clip(samples + noise, -32768, 32767).astype("<i2").tobytes()
 
 
 def _camel(name: str) -> str:
@@ -420,11 +435,12 @@ class GeminiConnection:
     def _start_model_turn(self, now_ms: int) -> None:
         assert self.session is not None
         answer = self.answers[self.session.model_turns % len(self.answers)]
+        pcm24 = dithered(answer.pcm24, self.session.number * 1_000_003 + self.session.model_turns)
         self.session.model_turns += 1
         self.session.history.append(("model", answer.text))
         self.record.turns_started += 1
         chunk_bytes = OUTPUT_SAMPLE_RATE_HZ * BYTES_PER_SAMPLE * self.config.chunk_ms // 1000
-        pieces = [answer.pcm24[i:i + chunk_bytes] for i in range(0, len(answer.pcm24), chunk_bytes)] or [b""]
+        pieces = [pcm24[i:i + chunk_bytes] for i in range(0, len(pcm24), chunk_bytes)] or [b""]
         words = answer.text.split()
         step_ms = self.config.chunk_ms / self.config.speed_factor
         chunks: list[tuple[int, str, int]] = []
@@ -441,7 +457,7 @@ class GeminiConnection:
         usage = {"promptTokenCount": 25 * len(self.session.history), "responseTokenCount": 25 * len(pieces)}
         usage["totalTokenCount"] = usage["promptTokenCount"] + usage["responseTokenCount"]
         chunks.append((end_ms, _text({"serverContent": {"turnComplete": True}, "usageMetadata": usage}), 0))
-        record = TurnRecord(answer.text, answer.pcm24, now_ms)
+        record = TurnRecord(answer.text, pcm24, now_ms)
         self.record.turns.append(record)
         self._turn = _Turn(chunks, now_ms, record)
 
