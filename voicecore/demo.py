@@ -28,7 +28,9 @@ import socket
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import h11
 
@@ -49,7 +51,7 @@ from voicecore.sim.carrier import CallResult, CallScript, generate_credentials, 
 from voicecore.sim.carrier_modes_core import CARRIERS, CarrierCredentials
 from voicecore.sim.model import SimConfig
 from voicecore.gemini import agent_check as gemini_check
-from voicecore.gemini import demo as gemini_demo
+from voicecore.sim import gemini_records as gemini_demo
 from voicecore.gemini.driver import vendor_of as gemini_vendor_of
 from voicecore.sim.caller_voice import SpeechUnavailable
 from voicecore.sim.carrier_rest import CarrierRestServer
@@ -463,6 +465,25 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     return report
 
 
+def explicit_settings(agent_dir: Path) -> dict[str, Any]:
+    """The settings of ``agent_dir``'s agent.toml voicecore/gemini/agent_check.py reads, by the names the loader gives them (for an
+    agent loaded for another vendor and run on Gemini: the demo's --model-vendor). An unreadable file: none
+    (the loader has already said what is wrong with it)."""
+    try:
+        data = tomllib.loads((Path(agent_dir) / "agent.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    found: dict[str, Any] = {}
+    if isinstance(data.get("voice"), str):
+        found["voice"] = data["voice"]
+    turns = data.get("turns") if isinstance(data.get("turns"), dict) else {}
+    for key, name in (("detection", "turn_detection"), ("eagerness", "vad_eagerness"),
+                      ("transcription_model", "transcription_model")):
+        if key in turns:
+            found[name] = turns[key]
+    return found
+
+
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 
 
@@ -550,7 +571,7 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
                 return 2
             if gemini_vendor_of(spec.model, spec.model_vendor) != "gemini":
                 # the demo runs it on Gemini: what Gemini cannot honour is refused as for a Gemini agent
-                problems = gemini_check.unsupported_settings(gemini_check.explicit_settings(gemini_agent), spec.flow)
+                problems = gemini_check.unsupported_settings(explicit_settings(gemini_agent), spec.flow)
                 if problems:
                     print("voicecore demo: this agent cannot run on Gemini:\n" + "\n".join(
                         f"  {gemini_agent / 'agent.toml'}: {path}: {message}" for path, message in problems),

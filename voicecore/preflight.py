@@ -17,7 +17,7 @@ from voicecore.agent.settings import agent_for_config
 from voicecore.agent.spec import AgentSpec
 from voicecore.call.build import first_session_update
 from voicecore.config import Config
-from voicecore.gemini import connect as gemini_connect
+from voicecore.gemini import transport as gemini_connect
 from voicecore.gemini.driver import VENDOR as GEMINI, driver_for_agent, vendor_of
 from voicecore.realtime import transport as connect
 

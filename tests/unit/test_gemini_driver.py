@@ -151,7 +151,7 @@ def test_each_turn_gets_its_own_tag_and_interrupted_cuts_it_dropping_late_chunks
     cancels = h.of(core.CancelTag)
     assert [c.tag for c in cancels] == [1]
     assert h.sim.record.interrupts == 1 and h.sim.record.late_chunks_sent == 2
-    assert h.driver.counts.late_chunks_dropped == 2
+    assert h.driver.exchange.late_chunks == 2
     cancel_index = h.actions.index(cancels[0])
     assert not [a for a in h.actions[cancel_index:] if isinstance(a, core.WriteFrames) and a.tag == 1]
     assert before > 0
@@ -305,7 +305,7 @@ def test_the_servers_voice_activity_cuts_a_finished_answer_as_it_plays():
     h.run(ANSWER_MS)  # generated and ended, still audible (nothing played)
     h.run(40, caller_frames(40, loud=True))
     assert [c.tag for c in h.of(core.CancelTag)] == [1]  # at ACTIVITY_START, not at the end of the caller's turn
-    assert h.driver.counts.caller_activity == 1 and h.sim._speaking
+    assert h.driver.counts.caller_took_floor == 1 and h.sim._speaking
 
 
 def test_without_voice_activity_the_callers_finished_turn_cuts_what_still_plays():
@@ -318,4 +318,4 @@ def test_without_voice_activity_the_callers_finished_turn_cuts_what_still_plays(
     assert [type(a) for a in ended][-1] is core.EndTag
     cut = driver.on_model_event('{"serverContent":{"inputTranscription":{"text":"wait"}}}', 5 * MS, SILENT)
     assert [type(a) for a in cut] == [core.CancelTag]
-    assert driver.caller_words == ["wait"]
+    assert driver.exchange.words == ["wait"]

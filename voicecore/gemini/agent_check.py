@@ -11,9 +11,7 @@ fed the keys agent.toml set explicitly and the flow as loaded.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from voicecore.gemini.driver import VOICES
@@ -42,21 +40,3 @@ def unsupported_settings(values: Mapping[str, Any], flow: Any) -> list[tuple[str
                                                               "not supported with Gemini"))
     return found
 
-
-def explicit_settings(agent_dir: Path) -> dict[str, Any]:
-    """The settings of ``agent_dir``'s agent.toml this check reads, by the names the loader gives them (for an
-    agent loaded for another vendor and run on Gemini: the demo's --model-vendor). An unreadable file: none
-    (the loader has already said what is wrong with it)."""
-    try:
-        data = tomllib.loads((Path(agent_dir) / "agent.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return {}
-    found: dict[str, Any] = {}
-    if isinstance(data.get("voice"), str):
-        found["voice"] = data["voice"]
-    turns = data.get("turns") if isinstance(data.get("turns"), dict) else {}
-    for key, name in (("detection", "turn_detection"), ("eagerness", "vad_eagerness"),
-                      ("transcription_model", "transcription_model")):
-        if key in turns:
-            found[name] = turns[key]
-    return found

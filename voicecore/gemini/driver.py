@@ -48,6 +48,7 @@ from voicecore.call.flow import Say, ToolPlan
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.events import ENCODING_L16
 from voicecore.gemini import protocol as gp
+from voicecore.gemini.turns import GeminiTurns
 from voicecore.realtime import events as rt
 
 CONTROL = "gemini"
@@ -86,8 +87,7 @@ class GeminiStats:
 
     turns: int = 0
     interrupted: int = 0
-    caller_activity: int = 0  # voiceActivity ACTIVITY_START heard
-    late_chunks_dropped: int = 0
+    caller_took_floor: int = 0  # a caller utterance began (voiceActivity, interrupted, or words)
     tool_calls: int = 0
     tool_calls_cancelled: int = 0
     tools_refused: int = 0
@@ -96,16 +96,6 @@ class GeminiStats:
     handles: int = 0
     malformed: int = 0
     transitions_ignored: int = 0
-
-
-@dataclasses.dataclass(slots=True)
-class _Turn:
-    response_id: str
-    item_id: str
-    transcoder: EdgeTranscoder
-    cut: bool = False
-    transcript: str = ""
-    then_hang_up: Say | None = None  # a terminal line: the call ends once this turn has played
 
 
 class GeminiDriver:
@@ -146,12 +136,12 @@ class GeminiDriver:
         self.after_setup: list[str] = []  # client messages that wait for setupComplete
         self.go_away = False  # goAway received on this connection
         self.go_away_deadline_ns = 0
-        self.turn: _Turn | None = None
-        self.turns = 0
-        self.caller_words: list[str] = []
+        self.exchange = GeminiTurns()  # which model turn is which response, which utterance which item
+        self.transcoders: dict[str, EdgeTranscoder] = {}  # per model turn in progress: 24 kHz -> 8 kHz
         self.tool_calls: dict[str, tuple[str, str]] = {}  # id -> (name, arguments): a result owed to the model
-        self.hang_up_after: _Turn | None = None
-        self.next_line: Say | None = None  # a terminal line asked of the model: its turn ends the call
+        self.next_line: Say | None = None  # a terminal line asked of the model: the next turn ends the call
+        self.lines: dict[str, Say] = {}  # model turn -> the terminal line it says
+        self.hang_up_after: tuple[str, Say] | None = None  # (turn, line): the call ends once it has played
 
     # --- Driver protocol: the session -----------------------------------------------------------------
     @property
@@ -199,10 +189,10 @@ class GeminiDriver:
         """The connection is gone mid-turn: what came of the turn plays on (its tag ends where it is), the rest
         never will; tool calls of the old connection are owed to no one."""
         self.tool_calls.clear()
-        turn, self.turn = self.turn, None
-        if turn is None:
-            return []
-        return self._core(rt.ResponseDone(turn.response_id, "incomplete", "session_lost"), now_ns, _NO_PLAYOUT)
+        out: list[core.Action] = []
+        for event in self.exchange.lost():
+            out += self._on_turn_event(event, now_ns, _NO_PLAYOUT)
+        return out
 
     def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[core.Action]:
         if self.ended:
@@ -215,126 +205,88 @@ class GeminiDriver:
     def awaiting_model(self) -> bool:
         if self.ended:
             return False
-        return not self.configured or self.turn is not None or bool(self.tool_calls)
+        return not self.configured or self._generating() or bool(self.tool_calls)
+
+    def _generating(self) -> bool:
+        return bool(self.exchange.response_id) and not self.exchange.cut
 
     def reconnect_due(self, now_ns: int) -> bool:
         """goAway came: move to a new connection now (a pause, or the server's deadline is near)."""
         if not self.go_away or self.ended:
             return False
-        at_pause = (self.turn is None or self.turn.cut) and not self.tool_calls
+        at_pause = not self._generating() and not self.tool_calls
         return at_pause or now_ns >= self.go_away_deadline_ns
 
     # --- the model's messages ---------------------------------------------------------------------------
     def on_model_event(self, text: str | bytes, now_ns: int, playout: core.Playout) -> list[core.Action]:
         out: list[core.Action] = []
         for event in gp.parse_server_message(text):
-            out.extend(self._on_event(event, now_ns, playout))
+            for turn_event in self.exchange.feed(event):
+                out.extend(self._on_turn_event(turn_event, now_ns, playout))
+            out.extend(self._on_session_event(event, now_ns))
         return out
 
-    def _on_event(self, event: gp.ServerEvent, now_ns: int, playout: core.Playout) -> list[core.Action]:
-        if isinstance(event, gp.ModelAudio):
-            turn = self.turn
-            if turn is not None and turn.cut:
-                self.counts.late_chunks_dropped += 1
-                return []
-            out, turn = self._turn_for_output(now_ns, playout)
-            ulaw = turn.transcoder.to_ulaw(event.audio)
-            return out + self._core(rt.AudioDelta(turn.response_id, turn.item_id, ulaw), now_ns, playout)
-        if isinstance(event, gp.OutputTranscription):
-            turn = self.turn
-            if turn is None or turn.cut or not event.text:
-                return []
-            turn.transcript += event.text
-            return self._core(rt.TranscriptDelta(turn.response_id, turn.item_id, event.text), now_ns, playout)
-        if isinstance(event, gp.TurnComplete):
-            return self._end_turn(now_ns, playout)
-        if isinstance(event, gp.Interrupted):
-            return self._interrupted(now_ns, playout)
-        if isinstance(event, gp.VoiceActivity):
-            if not event.started:
-                return []
-            self.counts.caller_activity += 1
-            return self._cut(now_ns, playout)
-        if isinstance(event, gp.InputTranscription):
-            out = self._boundary(now_ns, playout)
-            if event.text.strip():
-                self.caller_words.append(event.text.strip())
-                # the caller finished a turn while an earlier answer still plays: it is cut, as a barge-in
-                out += self._core(rt.SpeechStarted(0, ""), now_ns, playout)
-            return out
+    def _on_turn_event(self, event: object, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        """One event of the conversation's account (voicecore/gemini/turns.py) to the core, the audio resampled."""
+        if isinstance(event, rt.ResponseCreated):
+            self.counts.turns += 1
+            self.transcoders[event.response_id] = EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ)
+            if self.next_line is not None:
+                self.lines[event.response_id], self.next_line = self.next_line, None
+        elif isinstance(event, rt.AudioDelta):
+            transcoder = self.transcoders[event.response_id]
+            event = rt.AudioDelta(event.response_id, event.item_id, transcoder.to_ulaw(event.audio))
+        elif isinstance(event, rt.ResponseDone):
+            return self._turn_ends(event, now_ns, playout)
+        elif isinstance(event, rt.SpeechStarted):
+            self.counts.caller_took_floor += 1  # the core cuts every live tag where it plays
+        elif isinstance(event, rt.FunctionCallArgumentsDone):
+            return []  # the toolCall itself is answered (_tool_call)
+        return self._core(event, now_ns, playout)
+
+    def _turn_ends(self, event: rt.ResponseDone, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        transcoder = self.transcoders.pop(event.response_id, None)
+        line = self.lines.pop(event.response_id, None)
+        out: list[core.Action] = []
+        if event.status == "completed" and transcoder is not None:
+            # the resampler holds its last 10 ms back for look-ahead: silence after the turn lets it out
+            tail = transcoder.to_ulaw(_FLUSH_24K)
+            out += self._core(rt.AudioDelta(event.response_id, self.exchange.item_of(event.response_id), tail),
+                              now_ns, playout)
+        out += self._core(event, now_ns, playout)
+        if line is not None:
+            if event.status == "completed":
+                self.hang_up_after = (event.response_id, line)
+            elif self.next_line is None:
+                self.next_line = line  # cut: the call ends after the next turn instead
+        return out
+
+    def _on_session_event(self, event: gp.ServerEvent, now_ns: int) -> list[core.Action]:
         if isinstance(event, gp.ToolCall):
-            return self._boundary(now_ns, playout) + self._tool_call(event, now_ns)
-        if isinstance(event, gp.ToolCallCancellation):
+            return self._tool_call(event, now_ns)
+        if isinstance(event, gp.Interrupted):
+            self.counts.interrupted += 1
+        elif isinstance(event, gp.ToolCallCancellation):
             for call_id in event.ids:
                 if self.tool_calls.pop(call_id, None) is not None:
                     self.counts.tool_calls_cancelled += 1
-            return []
-        if isinstance(event, gp.SetupComplete):
+        elif isinstance(event, gp.SetupComplete):
             self.configured = True
             out = [core.SendToModel(text) for text in self.after_setup]
             self.after_setup = []
             return out
-        if isinstance(event, gp.SessionResumptionUpdate):
+        elif isinstance(event, gp.SessionResumptionUpdate):
             if event.resumable and event.new_handle:
                 self.handle = event.new_handle
                 self.counts.handles += 1
-            return []
-        if isinstance(event, gp.GoAway):
+        elif isinstance(event, gp.GoAway):
             self.counts.go_aways += 1
             self.go_away = True
             left_ms = event.time_left_ms if event.time_left_ms is not None else 0
             self.go_away_deadline_ns = now_ns + max(0, left_ms - GO_AWAY_MARGIN_MS) * 1_000_000
-            return []
-        if isinstance(event, gp.MalformedMessage):
+        elif isinstance(event, gp.MalformedMessage):
             self.counts.malformed += 1
             self.core.stats.malformed_events += 1
-        return []
-
-    def _turn_for_output(self, now_ns: int, playout: core.Playout) -> tuple[list[core.Action], _Turn]:
-        if self.turn is not None:
-            return [], self.turn
-        self.turns += 1
-        self.counts.turns += 1
-        turn = _Turn(f"gemini_turn_{self.turns}", f"gemini_item_{self.turns}",
-                     EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ))
-        if self.next_line is not None:
-            turn.then_hang_up, self.next_line = self.next_line, None
-        self.turn = turn
-        return self._core(rt.ResponseCreated(turn.response_id), now_ns, playout), turn
-
-    def _end_turn(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
-        turn, self.turn = self.turn, None
-        if turn is None or turn.cut:
-            return []
-        # the resampler holds its last 10 ms back for look-ahead: silence after the turn lets it out
-        tail = turn.transcoder.to_ulaw(_FLUSH_24K)
-        out = self._core(rt.AudioDelta(turn.response_id, turn.item_id, tail), now_ns, playout)
-        out += self._core(rt.TranscriptDone(turn.response_id, turn.item_id, turn.transcript), now_ns, playout)
-        out += self._core(rt.ResponseDone(turn.response_id, "completed", None), now_ns, playout)
-        if turn.then_hang_up is not None:
-            self.hang_up_after = turn
-        return out
-
-    def _interrupted(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
-        self.counts.interrupted += 1
-        return self._cut(now_ns, playout)
-
-    def _cut(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
-        """The caller took the floor: every live tag is cut where it plays, and the turn being generated, if
-        any, takes no more audio (the server stops it: ``interrupted``)."""
-        out = self._core(rt.SpeechStarted(0, ""), now_ns, playout)
-        turn = self.turn
-        if turn is not None and not turn.cut:
-            turn.cut = True
-            if turn.then_hang_up is not None and self.next_line is None:
-                self.next_line = turn.then_hang_up  # the call ends after the next turn instead
-            out += self._core(rt.ResponseDone(turn.response_id, "cancelled", "turn_detected"), now_ns, playout)
-        return out
-
-    def _boundary(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
-        """A new exchange begins: a turn cut by ``interrupted`` takes no more late audio."""
-        if self.turn is not None and self.turn.cut:
-            self.turn = None
         return []
 
     def _core(self, event: object, now_ns: int, playout: core.Playout) -> list[core.Action]:
@@ -357,7 +309,7 @@ class GeminiDriver:
     # --- tools ----------------------------------------------------------------------------------------
     def _tool_call(self, event: gp.ToolCall, now_ns: int) -> list[core.Action]:
         out: list[core.Action] = []
-        answers: list[tuple[str, str, dict]] = []
+        answers: list[tuple[str, str, dict]] = []  # answered now (the flow's own outcome, or an error)
         for call in event.calls:
             self.counts.tool_calls += 1
             arguments = json.dumps(call.args, separators=(",", ":"), sort_keys=True)
@@ -413,15 +365,13 @@ class GeminiDriver:
         return []
 
     def on_tick(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
-        turn = self.hang_up_after
-        if turn is None or self.ended:
+        if self.hang_up_after is None or self.ended:
             return []
-        response = self.core.response(turn.response_id)
+        response_id, line = self.hang_up_after
+        response = self.core.response(response_id)
         if response is not None and not response.cancelled and not core.ModelCallCore._played_out(response, playout):
             return []
         self.hang_up_after = None
-        line = turn.then_hang_up
-        assert line is not None
         self.ended = True
         if line.transfer_to:
             return [Transfer(line.transfer_to)]
@@ -440,7 +390,8 @@ class GeminiDriver:
 
     def statistics(self) -> dict:
         return {**{f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()},
-                **{f"gemini_{k}": v for k, v in dataclasses.asdict(self.counts).items()}}
+                **{f"gemini_{k}": v for k, v in dataclasses.asdict(self.counts).items()},
+                "gemini_late_chunks_dropped": self.exchange.late_chunks}
 
 
 _NO_PLAYOUT = core.Playout(0, 0, 0, 0, 0, 0)

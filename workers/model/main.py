@@ -52,7 +52,7 @@ from voicecore.call.driver import Driver
 from voicecore.call.record import CallRecorder
 from voicecore.call.record_reader import RecordReader
 from voicecore.config import Config, load_config
-from voicecore.gemini import connect as gemini_connect
+from voicecore.gemini import transport as gemini_connect
 from voicecore.gemini import driver as gemini_driver
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
