@@ -79,8 +79,13 @@ def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
             sent_bytes=sum(sizes[:sent]), late_bytes=sum(sizes[sent - late:sent]) if late else 0, late_deltas=late,
             delta_sent_ms=list(turn.chunk_sent_ms), origin="turn_detection"))
     for number, (started, ended) in enumerate(record.caller_activity):
-        session.speech.append(SpeechRecord(item_id=f"gemini-caller-{index}-{number}", audio_start_ms=0,
-                                           started_at_ms=started, stopped_at_ms=ended))
+        # every utterance the simulator's activity detection ended is a caller turn it answers (it does not
+        # tell backchannels from turns): the turn figures count it as a real turn, answered or not
+        finished = ended is not None
+        session.speech.append(SpeechRecord(
+            item_id=f"gemini-caller-{index}-{number}", audio_start_ms=0, started_at_ms=started, stopped_at_ms=ended,
+            transcript=f"(caller turn {number + 1})" if finished else None, transcript_completed_ms=ended,
+            caller_kind="caller" if finished else None))
     return session
 
 
