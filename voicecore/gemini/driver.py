@@ -58,7 +58,7 @@ VOICES = frozenset({"Puck", "Charon", "Kore", "Fenrir", "Aoede", "Leda", "Orus",
 # The model a Gemini agent gets when it names the vendor but no model.
 DEFAULT_MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
 # After goAway the session moves to a new connection at the first pause (no turn being generated, no tool
-# result owed), or, should none come, this long before the server's deadline.
+# result owed), or, should none come, this long before the server's deadline (half the notice, if shorter).
 GO_AWAY_MARGIN_MS = 2_000
 _FLUSH_24K = bytes(gp.OUTPUT_SAMPLE_RATE_HZ * 2 * 10 // 1000)  # 10 ms of silence: the resampler's look-ahead
 
@@ -283,7 +283,8 @@ class GeminiDriver:
             self.counts.go_aways += 1
             self.go_away = True
             left_ms = event.time_left_ms if event.time_left_ms is not None else 0
-            self.go_away_deadline_ns = now_ns + max(0, left_ms - GO_AWAY_MARGIN_MS) * 1_000_000
+            margin_ms = min(GO_AWAY_MARGIN_MS, left_ms // 2)  # a short notice still leaves half for a pause
+            self.go_away_deadline_ns = now_ns + max(0, left_ms - margin_ms) * 1_000_000
         elif isinstance(event, gp.MalformedMessage):
             self.counts.malformed += 1
             self.core.stats.malformed_events += 1

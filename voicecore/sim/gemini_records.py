@@ -43,20 +43,21 @@ def demo_config(config: Config, port: int) -> Config:
                                realtime_api_key=DEMO_API_KEY, model=model, send_call_id_to_vendor=True)
 
 
-def turn_ulaw(turn: TurnRecord) -> tuple[bytes, list[int]]:
-    """The turn's audio as the driver turns it into 8 kHz mu-law: (all of it, the bytes of each chunk's part).
-    The chunks the simulator sent are resampled as sent; the rest (never sent) as one piece; the flushed tail
-    is the last part of a turn that completed."""
+def turn_ulaw(turn: TurnRecord) -> tuple[bytes, list[int], list[int]]:
+    """The turn's audio as the driver turned it into 8 kHz mu-law: (the audio, the bytes of each part, when
+    each part was sent). Each chunk the simulator sent is resampled as sent; a turn that completed ends with
+    the resampler's flushed tail (sent with turnComplete). Audio never sent is not the turn's."""
     transcoder = EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ)
     parts: list[bytes] = []
     offset = 0
     for size in turn.chunk_bytes:
         parts.append(transcoder.to_ulaw(turn.pcm24[offset:offset + size]))
         offset += size
-    if offset < len(turn.pcm24):
-        parts.append(transcoder.to_ulaw(turn.pcm24[offset:]))
-    parts.append(transcoder.to_ulaw(_FLUSH_24K))
-    return b"".join(parts), [len(p) for p in parts]
+    sent_ms = list(turn.chunk_sent_ms)
+    if turn.completed_ms is not None and turn.interrupted_ms is None:
+        parts.append(transcoder.to_ulaw(_FLUSH_24K))
+        sent_ms.append(turn.completed_ms)
+    return b"".join(parts), [len(p) for p in parts], sent_ms
 
 
 def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
@@ -66,7 +67,7 @@ def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
                             call_sid=record.call_sid)
     session.input_format = session.output_format = "pcmu"
     for number, turn in enumerate(record.turns):
-        audio, sizes = turn_ulaw(turn)
+        audio, sizes, sent_ms = turn_ulaw(turn)
         sent = len(turn.chunk_sent_ms)
         status = "cancelled" if turn.interrupted_ms is not None else "completed" if turn.completed_ms else "in_progress"
         late = turn.late_chunks
@@ -76,8 +77,8 @@ def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
             first_delta_ms=turn.chunk_sent_ms[0] if sent else None, cancel_ms=turn.interrupted_ms,
             done_ms=turn.completed_ms or turn.interrupted_ms, status=status,
             reason="turn_detected" if turn.interrupted_ms is not None else None,
-            sent_bytes=sum(sizes[:sent]), late_bytes=sum(sizes[sent - late:sent]) if late else 0, late_deltas=late,
-            delta_sent_ms=list(turn.chunk_sent_ms), origin="turn_detection"))
+            sent_bytes=len(audio), late_bytes=sum(sizes[sent - late:sent]) if late else 0, late_deltas=late,
+            delta_sent_ms=sent_ms, origin="turn_detection"))
     for number, (started, ended) in enumerate(record.caller_activity):
         # every utterance the simulator's activity detection ended is a caller turn it answers (it does not
         # tell backchannels from turns): the turn figures count it as a real turn, answered or not
