@@ -319,3 +319,23 @@ def test_without_voice_activity_the_callers_finished_turn_cuts_what_still_plays(
     cut = driver.on_model_event('{"serverContent":{"inputTranscription":{"text":"wait"}}}', 5 * MS, SILENT)
     assert [type(a) for a in cut] == [core.CancelTag]
     assert driver.exchange.words == ["wait"]
+
+
+def test_an_a_law_call_is_converted_at_the_resampler_and_padded_in_a_law():
+    from voicecore import g711
+    h = Harness(new_driver(audio_format="pcma"))
+    h.apply(h.driver.start(0))
+    h.run(ANSWER_MS)
+    writes = h.of(core.WriteFrames)
+    mu_law = Harness(new_driver())
+    mu_law.apply(mu_law.driver.start(0))
+    mu_law.run(ANSWER_MS)
+    expected = b"".join(w.audio for w in mu_law.of(core.WriteFrames))
+    got = b"".join(w.audio for w in writes)
+    assert len(got) == len(expected)
+    assert g711.to_ulaw(got[:-timing.FRAME_BYTES], "pcma") != got[:-timing.FRAME_BYTES]  # A-law on the wire
+    assert driver_from_header(h.driver.record_header()).audio_format == "pcma"
+    frame = caller_frames(20, loud=True)
+    a_law = g711.from_ulaw(frame, "pcma")
+    # the caller's A-law reaches the model as its mu-law would (G.711 A-law <-> mu-law is not lossless)
+    assert h.driver.on_caller_audio(a_law, 0)[0].text == new_driver().on_caller_audio(g711.to_ulaw(a_law, "pcma"), 0)[0].text

@@ -57,7 +57,6 @@ AGENT_KEYS = ("name", "instructions", "instructions_file", "model", "voice", "la
               "knowledge", "flow", "forbidden", "transfer_to", "max_turns", "gate", "lines", "silence", "tools",
               "failure", "turns", "privacy")
 TURN_DETECTIONS = ("server_vad", "semantic_vad")
-MODEL_KEYS = ("vendor", "name")
 MODEL_VENDORS = ("openai", "gemini")
 VAD_EAGERNESS = ("low", "medium", "high", "auto")
 # The vendor's input transcription models (the first family streams deltas, whisper-1 only a late completed).
@@ -956,7 +955,7 @@ def _read_tools(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> N
 def _read_model_table(p: _Problems, table: dict[str, Any], values: dict[str, Any]) -> None:
     """[model]: the vendor (openai, gemini) and the model's name; ``model = "NAME"`` alone is the short form
     (the vendor then follows the name: "gemini-..." is Google's)."""
-    p.known_keys(table, MODEL_KEYS, "$.model")
+    p.known_keys(table, ("vendor", "name"), "$.model")
     vendor = p.string(table, "vendor", "$.model")
     if "vendor" in table and vendor not in MODEL_VENDORS:
         p.add("$.model.vendor", "unknown-vendor", f"{vendor!r}: expected one of {', '.join(MODEL_VENDORS)}")

@@ -41,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from voicecore import g711
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call.controller import HangUp, PlayFallback, RunTool, Transfer
@@ -108,7 +109,9 @@ class GeminiDriver:
     def __init__(self, call_sid: str, *, model: str, instructions: str, voice: str | None = None,
                  greeting: str = "", tools: list[dict] | None = None, flow_args: dict | None = None,
                  first_tag: int = 1, greet: bool = True, gate_policy: str = "off",
-                 safe_line: str = core.DEFAULT_SAFE_LINE) -> None:
+                 safe_line: str = core.DEFAULT_SAFE_LINE, audio_format: str = "pcmu") -> None:
+        # audio_format: the law of the call's frames ("pcma" for an A-law stream passed through): converted
+        # to and from mu-law at the resampler, and the law a turn's short last frame is padded in
         self.call_sid = call_sid
         self.model = model
         self.instructions = instructions
@@ -118,11 +121,14 @@ class GeminiDriver:
         self.flow_args = flow_args
         self.first_tag = first_tag
         self.greet = greet
+        self.audio_format = audio_format
         self.core = core.ModelCallCore(call_sid, first_tag=first_tag, greet=False, instructions=instructions,
-                                       gate_policy=gate_policy, safe_line=safe_line)
+                                       gate_policy=gate_policy, safe_line=safe_line, audio_format=audio_format)
         self._header_args = {"model": model, "instructions": instructions, "voice": voice, "greeting": greeting,
                              "tools": self.tools, "flow_args": flow_args, "greet": greet,
                              "gate_policy": gate_policy, "safe_line": safe_line}
+        if audio_format != "pcmu":  # a mu-law call's header names none
+            self._header_args["audio_format"] = audio_format
         self.flow = None
         if flow_args is not None:
             from voicecore.agent.flow import AgentFlow  # the agent's flow only where it has one
@@ -235,7 +241,7 @@ class GeminiDriver:
                 self.lines[event.response_id], self.next_line = self.next_line, None
         elif isinstance(event, rt.AudioDelta):
             transcoder = self.transcoders[event.response_id]
-            event = rt.AudioDelta(event.response_id, event.item_id, transcoder.to_ulaw(event.audio))
+            event = rt.AudioDelta(event.response_id, event.item_id, self._out(transcoder.to_ulaw(event.audio)))
         elif isinstance(event, rt.ResponseDone):
             return self._turn_ends(event, now_ns, playout)
         elif isinstance(event, rt.SpeechStarted):
@@ -250,7 +256,7 @@ class GeminiDriver:
         out: list[core.Action] = []
         if event.status == "completed" and transcoder is not None:
             # the resampler holds its last 10 ms back for look-ahead: silence after the turn lets it out
-            tail = transcoder.to_ulaw(_FLUSH_24K)
+            tail = self._out(transcoder.to_ulaw(_FLUSH_24K))
             out += self._core(rt.AudioDelta(event.response_id, self.exchange.item_of(event.response_id), tail),
                               now_ns, playout)
         out += self._core(event, now_ns, playout)
@@ -359,7 +365,10 @@ class GeminiDriver:
     def on_caller_audio(self, audio: bytes, now_ns: int, playout: core.Playout | None = None) -> list[core.Action]:
         if not audio:
             return []
-        return [core.SendToModel(gp.realtime_audio(self.inbound.from_ulaw(audio)))]
+        return [core.SendToModel(gp.realtime_audio(self.inbound.from_ulaw(g711.to_ulaw(audio, self.audio_format))))]
+
+    def _out(self, ulaw: bytes) -> bytes:
+        return g711.from_ulaw(ulaw, self.audio_format)
 
     def on_dtmf(self, digit: str, now_ns: int) -> list[core.Action]:
         self.core.stats.dtmf_digits += 1
@@ -369,9 +378,8 @@ class GeminiDriver:
         if self.hang_up_after is None or self.ended:
             return []
         response_id, line = self.hang_up_after
-        response = self.core.response(response_id)
-        if response is not None and not response.cancelled and not core.ModelCallCore._played_out(response, playout):
-            return []
+        if any(r.response_id == response_id for r in self.core.live_responses(playout)):
+            return []  # the line is still playing (or queued)
         self.hang_up_after = None
         self.ended = True
         if line.transfer_to:
@@ -418,7 +426,7 @@ def driver_from_header(header: dict[str, Any]) -> GeminiDriver:
 
 
 def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 1, greet: bool = True,
-                     gate_policy: str = "off") -> GeminiDriver:
+                     gate_policy: str = "off", audio_format: str = "pcmu") -> GeminiDriver:
     """A new call's Gemini driver from the agent's spec: its first node's instructions and functions."""
     from voicecore.agent.flow import AgentFlow
 
@@ -426,4 +434,5 @@ def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 
     session = flow.session()
     return GeminiDriver(call_sid, model=model, instructions=session.instructions, voice=agent.voice,
                         greeting=agent.greeting, tools=list(session.tools), flow_args=flow.record_args(),
-                        first_tag=first_tag, greet=greet, gate_policy=gate_policy, safe_line=agent.safe_line)
+                        first_tag=first_tag, greet=greet, gate_policy=gate_policy, safe_line=agent.safe_line,
+                        audio_format=audio_format)

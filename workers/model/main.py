@@ -225,7 +225,8 @@ class CallSession:
         decider: Driver
         if worker.vendor == gemini_driver.VENDOR:  # Gemini Live: its own driver (voicecore/gemini/driver.py)
             decider = gemini_driver.driver_for_agent(agent, call_sid, model=config.model, first_tag=first_tag,
-                                                     greet=not resumed, gate_policy=config.gate_policy)
+                                                     greet=not resumed, gate_policy=config.gate_policy,
+                                                     audio_format=self.audio_format)
         else:
             decider = driver_for_config(config, agent, call_sid, first_tag=first_tag, greet=not resumed,
                                         audio_format=self.audio_format)
