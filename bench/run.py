@@ -116,6 +116,7 @@ class BenchOptions:
     soak: float = 0.0  # > 0: `--soak SECONDS`, a leak watch under churning calls instead of a run (bench/soak.py)
     bad_input: bool = False  # --bad-input: the run without and with the gateway attacked (bench/badinput.py)
     carrier: str = "twilio"  # --carrier: the carrier the simulated calls come from (voicecore/sim/carrier_modes_core.py)
+    model_vendor: str = "openai"  # --model-vendor: the Realtime simulator, or Gemini Live's (voicecore/sim/gemini.py)
 
 
 class BenchError(DependencyError, RuntimeError):
@@ -504,6 +505,7 @@ class LevelRun:
         self.sim_proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.simproc", "--scenario", self.opts.scenario, "--port-file", str(port_file),
             "--out", str(self.workdir / "sim.pkl"), *(["--cpus", self.cpus_arg] if self.cpus_arg else []),
+            *(["--model-vendor", self.opts.model_vendor] if self.opts.model_vendor != "openai" else []),
             env=child_env(), stdout=self.log_file, stderr=subprocess.STDOUT)
         return int(await wait_for_file(port_file, 30, self.sim_proc))
 
@@ -565,6 +567,10 @@ class LevelRun:
             record_dir = None if self.system == STORE_SYSTEM else ""
         config = dataclasses.replace(demo_config(base, workdir, calls, sim_port, record_dir=record_dir),
                                      max_calls=calls + self.spare_slots)
+        if opts.model_vendor == "gemini":  # the stack on the Gemini simulator (voicecore/sim/gemini_records.py)
+            from voicecore.sim.gemini_records import demo_config as gemini_config
+
+            config = gemini_config(config, sim_port)
         if agent is not None:
             from voicecore.agent.settings import configure
 
@@ -841,6 +847,7 @@ class LevelRun:
         report["bargein_measured_from"] = "decision" if turns else "speech"
         report["system"] = system
         report["carrier"] = opts.carrier
+        report["model_vendor"] = opts.model_vendor
         if matching is not None:
             report["frame_matching"] = matching
         report["transport"] = "unix" if self.unix_socket else "tcp"
@@ -1146,6 +1153,13 @@ def run_bench(opts: BenchOptions) -> int:
     if opts.carrier != "twilio" and (opts.soak or opts.bad_input):
         print("voicecore bench: --soak and --bad-input place Twilio calls; --carrier is for measured runs",
               file=sys.stderr)
+        return 2
+    if opts.model_vendor != "openai" and (opts.soak or opts.bad_input or opts.baseline or opts.target
+                                          or get_scenario(opts.scenario).agent is not None
+                                          or opts.scenario in ("chaos", "hallucination")):
+        print("voicecore bench: --model-vendor gemini measures the stack it starts on a scenario without an agent "
+              "(steady, bargein, ...): not with --soak, --bad-input, --baseline, --target, chaos, hallucination or "
+              "an agent scenario", file=sys.stderr)
         return 2
     if opts.soak:
         from bench.soak import run_soak

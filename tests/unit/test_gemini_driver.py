@@ -339,3 +339,25 @@ def test_an_a_law_call_is_converted_at_the_resampler_and_padded_in_a_law():
     a_law = g711.from_ulaw(frame, "pcma")
     # the caller's A-law reaches the model as its mu-law would (G.711 A-law <-> mu-law is not lossless)
     assert h.driver.on_caller_audio(a_law, 0)[0].text == new_driver().on_caller_audio(g711.to_ulaw(a_law, "pcma"), 0)[0].text
+
+
+def test_the_demos_reading_of_the_simulator_matches_the_frames_the_driver_wrote():
+    """voicecore/sim/gemini_records.py resamples each turn as the driver does: the call report matches the
+    carrier's frames to the turns byte for byte (stale and overlapping audio are judged by it)."""
+    from voicecore.sim.gemini_records import session_record
+
+    h = Harness(new_driver(), GeminiSimConfig(speed_factor=0.5))
+    h.apply(h.driver.start(0))
+    h.run(200)
+    h.run(200, caller_frames(200, loud=True))  # cuts the greeting mid-generation
+    h.run(1500, caller_frames(1500, loud=False))  # the answer, whole
+    record = session_record(h.sim.record, 0)
+    written: dict[int, bytes] = {}
+    for w in h.of(core.WriteFrames):
+        written[w.tag] = written.get(w.tag, b"") + w.audio
+    cut, whole = record.responses
+    assert cut.status == "cancelled" and whole.status == "completed"
+    assert written[1] == cut.audio[:len(written[1])]  # what the driver wrote of the cut turn, as sent
+    padded = whole.audio + b"\xff" * (-len(whole.audio) % timing.FRAME_BYTES)
+    assert written[2] == padded
+    assert [s.caller_kind for s in record.speech] == ["caller"]

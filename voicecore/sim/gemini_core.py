@@ -378,7 +378,7 @@ class GeminiConnection:
             texts.append(text)
         if _field(body, "turnComplete"):
             self._caller_text = " ".join(texts)
-            self._caller_started(now_ms)
+            self._caller_started(now_ms, spoken=False)
             self._caller_ended(now_ms)
 
     def _tool_response(self, body: dict[str, Any], now_ms: int) -> None:
@@ -399,8 +399,9 @@ class GeminiConnection:
 
     # -- turn taking ---------------------------------------------------------------------------------
 
-    def _caller_started(self, now_ms: int) -> None:
-        self.record.caller_activity.append([now_ms, None])
+    def _caller_started(self, now_ms: int, spoken: bool = True) -> None:
+        if spoken:  # a text turn (clientContent) is no caller activity
+            self.record.caller_activity.append([now_ms, None])
         self._speaking = True
         self._silence_ms = 0.0
         if self._turn is not None:
@@ -415,7 +416,7 @@ class GeminiConnection:
         if not self._speaking:
             return
         self._speaking = False
-        if self.record.caller_activity:
+        if self.record.caller_activity and self.record.caller_activity[-1][1] is None:
             self.record.caller_activity[-1][1] = now_ms
         assert self.session is not None
         self.session.caller_turns += 1
