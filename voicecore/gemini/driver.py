@@ -7,21 +7,22 @@ call as tagged responses (24 kHz PCM16 -> 8 kHz mu-law), barge-in, tool calls an
 reconnect continues the session with. Implements the ``Driver`` protocol of voicecore/call/driver.py, so
 the model worker, the recorder and the replay drive it as they drive the OpenAI path's drivers.
 
-Every model turn (the run of ``serverContent.modelTurn`` parts until ``turnComplete`` or ``interrupted``) is
-one response of ``ModelCallCore`` (voicecore/call/core.py), fed the core's own events: so it gets its own
-tag, its audio is cut into frames and written under it, and a barge-in cancels every live tag at the
-played position exactly as on the OpenAI path (the ring and pacer invariants are the core's, unchanged).
-The core's client events (OpenAI Realtime text) are not sent: Gemini needs no cancel or truncate (the
-server already discarded what it did not send), and a response the core asks for (the gate's safe line)
-becomes a ``clientContent`` turn.
+Which model turn is which response, and which caller utterance which item, is kept by ``GeminiTurns``
+(voicecore/gemini/turns.py), which turns the server's messages into the Realtime API's events of the same
+conversation; the record reader uses it too, so observers and the call store agree with the driver. The
+driver feeds those events to ``ModelCallCore`` (voicecore/call/core.py), the spine's mechanism: every model
+turn gets its own tag, its audio is cut into frames and written under it, and a barge-in cancels every live
+tag at the played position exactly as on the OpenAI path (the ring and pacer invariants are the core's,
+unchanged). The core's client events (OpenAI Realtime text) are not sent: Gemini needs no cancel or
+truncate (the server already discarded what it did not send), and a response the core asks for (the gate's
+safe line) becomes a ``clientContent`` turn.
 
-When the caller interrupts: the server's ``voiceActivity`` ACTIVITY_START (its activity detection heard
-the caller: the Realtime API's speech_started) cuts every live tag at once, as the spine does on
-speech_started; so does ``interrupted`` (the caller spoke while the model generated), and the caller's
-finished turn (``inputTranscription``) while an earlier answer still plays, for a server that sends no
-voiceActivity: it no longer tracks an answer it has finished generating. The driver decides on server
-events only, never on the caller's audio, so a record replays to the same actions. Audio after ``interrupted`` belongs to the cut
-turn (late chunks) until the next turn boundary (the caller's words, a tool call, ``turnComplete``).
+The caller takes the floor (``speech_started`` for the core, which cuts every live tag) on the server's
+``voiceActivity`` ACTIVITY_START, on ``interrupted``, and, from a server that sends neither while an
+earlier answer still plays, on the caller's first words (a server done generating an answer no longer
+tracks it). Audio after a cut belongs to the cut turn (late chunks) and is dropped until the next exchange
+begins. The driver decides on server events only, never on the content of the caller's audio, so a record
+replays to the same actions.
 
 Tool calls run through the same tool path as the turn-taking controller's: the agent's flow decides
 (``AgentFlow.on_tool_call``), a tool runs off the call's path (``RunTool``), its result comes back as
