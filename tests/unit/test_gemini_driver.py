@@ -361,3 +361,40 @@ def test_the_demos_reading_of_the_simulator_matches_the_frames_the_driver_wrote(
     padded = whole.audio + b"\xff" * (-len(whole.audio) % timing.FRAME_BYTES)
     assert written[2] == padded
     assert [s.caller_kind for s in record.speech] == ["caller"]
+
+
+def test_a_gemini_record_is_read_as_the_driver_kept_the_turns():
+    """The record reader gives observers and the call store the same turns, words and ids as the driver."""
+    from voicecore.call.record import CallRecorder
+    from voicecore.call.record_reader import RecordConsumer, RecordReader
+    from voicecore.realtime import events as rt
+
+    class Seen(RecordConsumer):
+        __slots__ = ("events", "awaiting_audio")
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.events: list[object] = []
+            self.awaiting_audio: set[str] = set()
+
+        def event_handlers(self):
+            return {kind: lambda event, at_ms: self.events.append(event) for kind in (
+                rt.ResponseCreated, rt.ResponseDone, rt.SpeechStarted, rt.InputTranscriptionCompleted,
+                rt.TranscriptDone)}
+
+    recorder = CallRecorder(new_driver())
+    seen = Seen()
+    recorder.observer = RecordReader(seen).feed
+    h = Harness(recorder.driver)
+    h.driver = recorder  # every input through the recorder, as the model worker does it
+    h.apply(recorder.start(0))
+    h.run(ANSWER_MS)
+    h.run(200, caller_frames(200, loud=True))
+    h.run(600, caller_frames(600, loud=False))
+    kinds = [type(e).__name__ for e in seen.events]
+    assert kinds == ["ResponseCreated", "TranscriptDone", "ResponseDone", "SpeechStarted",
+                     "InputTranscriptionCompleted", "ResponseCreated"]
+    assert [e.response_id for e in seen.events if isinstance(e, rt.ResponseCreated)] == \
+        [r for r in recorder.driver.core.responses]
+    assert seen.events[1].transcript == "Hello there, how can I help?"
+    assert seen.events[4].transcript == "(caller turn 2)"
