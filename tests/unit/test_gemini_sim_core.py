@@ -198,3 +198,12 @@ def test_each_turn_is_dithered_differently_so_no_two_share_a_frame() -> None:
     quiet = bytes(2 * 24_000 // 10)  # 100 ms of digital silence
     assert dithered(quiet, 1) != dithered(quiet, 2)
     assert dithered(quiet, 1) == dithered(quiet, 1)  # seeded: a harness computes the same audio
+
+
+def test_speech_late_in_a_long_audio_message_is_heard_in_that_message() -> None:
+    conn = connect()
+    events(conn)
+    quiet = bytes(2 * 16_000 * 80 // 1000)  # 80 ms of silence, then 20 ms of speech: one 100 ms message
+    speech = (8000 * np.sin(np.arange(320) / 3)).astype("<i2").tobytes()
+    conn.receive(gp.realtime_audio(quiet + speech), 100)
+    assert events(conn) == [gp.VoiceActivity(started=True)]

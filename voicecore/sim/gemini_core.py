@@ -38,6 +38,7 @@ from voicecore.gemini.protocol import (
 
 CLOSE_INVALID_PAYLOAD = 1007  # the vendor's answer to a message it cannot read
 BYTES_PER_SAMPLE = 2
+VAD_WINDOW_MS = 20  # the simulator's activity detection judges the caller's audio this much at a time
 
 # The members each client message may have, as the vendor's JSON mapping names them; anything else is
 # refused as the vendor refuses an unknown field (close 1007 naming it).
@@ -110,7 +111,7 @@ class GeminiSimConfig:
     speed_factor: float = 4.0  # model audio is sent this many times faster than it plays, as the vendor's is
     chunk_ms: int = 40  # audio per modelTurn chunk
     late_chunks_after_interrupt: int = 0  # chunks of a cut turn still sent after `interrupted` (a fault)
-    vad_rms: float = 500.0  # 16-bit RMS at or above which a caller's audio message is speech
+    vad_rms: float = 500.0  # 16-bit RMS at or above which 20 ms of the caller's audio is speech
     vad_silence_ms: int = 500  # of caller audio below it that ends the caller's activity
     tool_rules: tuple[ToolRule, ...] = ()
 
@@ -344,19 +345,22 @@ class GeminiConnection:
         if not self.automatic_vad or len(pcm) < BYTES_PER_SAMPLE:
             return
         samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % BYTES_PER_SAMPLE], dtype="<i2").astype(np.float64)
-        rms = float(np.sqrt(np.mean(samples * samples)))
-        duration_ms = 1000.0 * len(samples) / INPUT_SAMPLE_RATE_HZ
-        if rms >= self.config.vad_rms:
-            self._silence_ms = 0.0
-            if not self._speaking:
-                # the server's activity detection says so as the vendor's does (voiceActivity), then acts on it
-                self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_START"}})
-                self._caller_started(now_ms)
-        elif self._speaking:
-            self._silence_ms += duration_ms
-            if self._silence_ms >= self.config.vad_silence_ms:
-                self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_END"}})
-                self._caller_ended(now_ms)
+        # judged 20 ms at a time, as a VAD does: speech that begins late in a long message is heard there
+        window = INPUT_SAMPLE_RATE_HZ * VAD_WINDOW_MS // 1000
+        for start in range(0, len(samples), window):
+            part = samples[start:start + window]
+            rms = float(np.sqrt(np.mean(part * part)))
+            if rms >= self.config.vad_rms:
+                self._silence_ms = 0.0
+                if not self._speaking:
+                    # the server's activity detection says so as the vendor's does (voiceActivity), then acts on it
+                    self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_START"}})
+                    self._caller_started(now_ms)
+            elif self._speaking:
+                self._silence_ms += 1000.0 * len(part) / INPUT_SAMPLE_RATE_HZ
+                if self._silence_ms >= self.config.vad_silence_ms:
+                    self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_END"}})
+                    self._caller_ended(now_ms)
 
     def _client_content(self, body: dict[str, Any], now_ms: int) -> None:
         turns = _field(body, "turns", [])
