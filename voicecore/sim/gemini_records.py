@@ -66,6 +66,8 @@ def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
                             model=str((record.setup or {}).get("model", "")), connected_ms=record.opened_ms,
                             call_sid=record.call_sid)
     session.input_format = session.output_format = "pcmu"
+    # the caller's audio received, as the 8 kHz mu-law bytes it was (16 kHz 16-bit PCM is 4 bytes for each)
+    session.appended_bytes = record.audio_in_bytes // 4
     for number, turn in enumerate(record.turns):
         audio, sizes, sent_ms = turn_ulaw(turn)
         sent = len(turn.chunk_sent_ms)
