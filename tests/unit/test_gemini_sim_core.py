@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from voicecore.gemini import protocol as gp
-from voicecore.sim.gemini_core import DITHER_LSB, Answer, GeminiConnection, GeminiSimConfig, SessionStore, ToolRule, dithered
+from voicecore.sim.gemini_core import (DITHER_LSB, Answer, GeminiConnection, GeminiSimConfig, SessionStore, ToolRule,
+                                       chunk_seed, dithered)
 
 ANSWERS = (Answer("One two three four", b"\x20\x00" * 24_000), Answer("Second answer", b"\x20\x00" * 12_000))
 
@@ -98,7 +99,8 @@ def test_a_whole_turn_then_a_resumption_handle() -> None:
     conn.advance(10_000)
     out = events(conn)
     audio = b"".join(e.audio for e in out if isinstance(e, gp.ModelAudio))
-    assert audio == dithered(ANSWERS[0].pcm24, 0)  # 1 s at 24 kHz, in 25 chunks of 40 ms
+    clip = ANSWERS[0].pcm24  # 1 s at 24 kHz, in 25 chunks of 40 ms, each with its own dither
+    assert audio == b"".join(dithered(clip[i:i + 1920], chunk_seed(0, i // 1920)) for i in range(0, len(clip), 1920))
     sent = np.frombuffer(audio, "<i2").astype(int) - np.frombuffer(ANSWERS[0].pcm24, "<i2")
     assert np.abs(sent).max() <= DITHER_LSB and np.abs(sent).max() > 0  # the clip, with its turn's dither
     assert "".join(e.text for e in out if isinstance(e, gp.OutputTranscription)).split() == "One two three four".split()

@@ -51,10 +51,15 @@ _REALTIME_MEMBERS = frozenset({"audio", "mediaChunks", "audioStreamEnd", "video"
 
 
 # Frame identity: each turn's audio is its clip plus a low deterministic dither (+/-DITHER_LSB, about
-# -66 dBFS, seeded by session and turn), so no two turns share an 8 kHz mu-law frame after the client
+# -66 dBFS, seeded by session, turn and chunk), so no two turns share an 8 kHz mu-law frame after the client
 # resamples them (a clip's digital silence would otherwise be the same frame in every turn), and a harness
 # can tell which turn a frame the carrier received belongs to. Quieter dither vanishes in mu-law's steps.
 DITHER_LSB = 16
+
+
+def chunk_seed(turn_seed: int, index: int) -> int:
+    """The dither's seed of a turn's chunk ``index`` (each chunk is dithered as it goes out)."""
+    return turn_seed * 100_003 + index
 
 
 def dithered(pcm: bytes, seed: int) -> bytes:
@@ -164,8 +169,10 @@ class TurnRecord:
     """One model turn as sent: which answer, its audio chunks and when each went out, how it ended."""
 
     text: str
-    pcm24: bytes  # the whole answer (what would be sent if not interrupted)
+    pcm24: bytes  # the whole answer's clip, undithered (what would be sent if not interrupted, but its dither)
     started_ms: int
+    seed: int = 0  # the turn's dither: chunk i of chunk_size bytes is dithered(..., chunk_seed(seed, i))
+    chunk_size: int = 0
     chunk_bytes: list[int] = field(default_factory=list)  # PCM bytes of each audio chunk, in order
     chunk_sent_ms: list[int] = field(default_factory=list)  # when each chunk sent went out (late ones too)
     interrupted_ms: int | None = None
@@ -197,9 +204,27 @@ class ConnectionRecord:
 
 @dataclass(slots=True)
 class _Turn:
-    chunks: list[tuple[int, str, int]]  # (due ms, message text, PCM bytes of its audio or 0), in order
+    # (due ms, message text, or the index of the audio chunk whose message is built when it is due), in order:
+    # a turn's audio is dithered and encoded chunk by chunk as it goes out, never all at once at its start
+    # (50 calls' turns starting together would stall the server for their whole answers' worth of work)
+    chunks: list[tuple[int, str | int]]
     started_ms: int
     record: TurnRecord
+    pieces: list[bytes]  # the clip's audio, chunk by chunk, undithered
+    words: list[str]
+    seed: int
+
+    def audio_message(self, index: int) -> tuple[str, int]:
+        """Chunk ``index``'s serverContent text and its PCM bytes (dithered: see DITHER_LSB)."""
+        piece = dithered(self.pieces[index], chunk_seed(self.seed, index))
+        content: dict[str, Any] = {"modelTurn": {"parts": [{"inlineData": {
+            "mimeType": OUTPUT_AUDIO_MIME, "data": binascii.b2a_base64(piece, newline=False).decode("ascii")}}]}}
+        # the words spread over the audio, as the vendor's transcription trails its speech
+        n, words = len(self.pieces), self.words
+        said = words[len(words) * index // n: len(words) * (index + 1) // n]
+        if said:
+            content["outputTranscription"] = {"text": " ".join(said) + " "}
+        return _text({"serverContent": content}), len(piece)
 
 
 class GeminiConnection:
@@ -440,31 +465,23 @@ class GeminiConnection:
     def _start_model_turn(self, now_ms: int) -> None:
         assert self.session is not None
         answer = self.answers[self.session.model_turns % len(self.answers)]
-        pcm24 = dithered(answer.pcm24, self.session.number * 1_000_003 + self.session.model_turns)
+        seed = self.session.number * 1_000_003 + self.session.model_turns
         self.session.model_turns += 1
         self.session.history.append(("model", answer.text))
         self.record.turns_started += 1
         chunk_bytes = OUTPUT_SAMPLE_RATE_HZ * BYTES_PER_SAMPLE * self.config.chunk_ms // 1000
-        pieces = [pcm24[i:i + chunk_bytes] for i in range(0, len(pcm24), chunk_bytes)] or [b""]
-        words = answer.text.split()
+        pcm = answer.pcm24
+        pieces = [pcm[i:i + chunk_bytes] for i in range(0, len(pcm), chunk_bytes)] or [b""]
         step_ms = self.config.chunk_ms / self.config.speed_factor
-        chunks: list[tuple[int, str, int]] = []
-        for index, piece in enumerate(pieces):
-            content: dict[str, Any] = {"modelTurn": {"parts": [{"inlineData": {
-                "mimeType": OUTPUT_AUDIO_MIME, "data": binascii.b2a_base64(piece, newline=False).decode("ascii")}}]}}
-            # the words spread over the audio, as the vendor's transcription trails its speech
-            said = words[len(words) * index // len(pieces): len(words) * (index + 1) // len(pieces)]
-            if said:
-                content["outputTranscription"] = {"text": " ".join(said) + " "}
-            chunks.append((now_ms + round(index * step_ms), _text({"serverContent": content}), len(piece)))
+        chunks: list[tuple[int, str | int]] = [(now_ms + round(index * step_ms), index) for index in range(len(pieces))]
         end_ms = now_ms + round(len(pieces) * step_ms)
-        chunks.append((end_ms, _text({"serverContent": {"generationComplete": True}}), 0))
+        chunks.append((end_ms, _text({"serverContent": {"generationComplete": True}})))
         usage = {"promptTokenCount": 25 * len(self.session.history), "responseTokenCount": 25 * len(pieces)}
         usage["totalTokenCount"] = usage["promptTokenCount"] + usage["responseTokenCount"]
-        chunks.append((end_ms, _text({"serverContent": {"turnComplete": True}, "usageMetadata": usage}), 0))
-        record = TurnRecord(answer.text, pcm24, now_ms)
+        chunks.append((end_ms, _text({"serverContent": {"turnComplete": True}, "usageMetadata": usage})))
+        record = TurnRecord(answer.text, pcm, now_ms, seed=seed, chunk_size=chunk_bytes)
         self.record.turns.append(record)
-        self._turn = _Turn(chunks, now_ms, record)
+        self._turn = _Turn(chunks, now_ms, record, pieces, answer.text.split(), seed)
 
     def _interrupt(self, now_ms: int) -> None:
         turn = self._turn
@@ -472,11 +489,12 @@ class GeminiConnection:
         self._turn = None
         self.record.interrupts += 1
         self._send({"serverContent": {"interrupted": True}})
-        late = [(text, size) for _, text, size in turn.chunks if size][: self.config.late_chunks_after_interrupt]
+        late = [item for _, item in turn.chunks if isinstance(item, int)][: self.config.late_chunks_after_interrupt]
         self.record.late_chunks_sent += len(late)
         turn.record.interrupted_ms = now_ms
         turn.record.late_chunks = len(late)
-        for text, size in late:
+        for index in late:
+            text, size = turn.audio_message(index)
             turn.record.chunk_bytes.append(size)
             turn.record.chunk_sent_ms.append(now_ms)
             self._out.append(text)
@@ -488,10 +506,13 @@ class GeminiConnection:
             return
         turn = self._turn
         while turn is not None and turn.chunks and turn.chunks[0][0] <= now_ms:
-            _, text, size = turn.chunks.pop(0)
-            if size:
+            _, item = turn.chunks.pop(0)
+            if isinstance(item, int):
+                text, size = turn.audio_message(item)
                 turn.record.chunk_bytes.append(size)
                 turn.record.chunk_sent_ms.append(now_ms)
+            else:
+                text = item
             self._out.append(text)
         if turn is not None and not turn.chunks:
             turn.record.completed_ms = now_ms

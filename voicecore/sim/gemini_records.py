@@ -20,7 +20,7 @@ from voicecore.config import Config
 from voicecore.gemini import protocol as gp
 from voicecore.gemini.driver import DEFAULT_MODEL
 from voicecore.sim.gemini import GeminiSimServer, serve_gemini_sim
-from voicecore.sim.gemini_core import ConnectionRecord, GeminiSimConfig, TurnRecord
+from voicecore.sim.gemini_core import ConnectionRecord, GeminiSimConfig, TurnRecord, chunk_seed, dithered
 from voicecore.sim.model.records import ResponseRecord, SessionRecord, SpeechRecord
 
 DEMO_API_KEY = "voicecore-demo"  # the simulator accepts it; nothing leaves the machine
@@ -50,8 +50,9 @@ def turn_ulaw(turn: TurnRecord) -> tuple[bytes, list[int], list[int]]:
     transcoder = EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ)
     parts: list[bytes] = []
     offset = 0
-    for size in turn.chunk_bytes:
-        parts.append(transcoder.to_ulaw(turn.pcm24[offset:offset + size]))
+    for index, size in enumerate(turn.chunk_bytes):
+        pcm = dithered(turn.pcm24[offset:offset + size], chunk_seed(turn.seed, index))  # as the simulator sent it
+        parts.append(transcoder.to_ulaw(pcm))
         offset += size
     sent_ms = list(turn.chunk_sent_ms)
     if turn.completed_ms is not None and turn.interrupted_ms is None:
