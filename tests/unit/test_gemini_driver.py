@@ -275,7 +275,9 @@ def test_a_lost_connection_ends_the_turn_where_it_is_and_owes_no_tool_results():
     assert any(isinstance(a, core.OpenTag) for a in actions)
     driver.tool_calls["fc"] = ("x", "{}")
     lost = driver.on_model_lost(5 * MS, "closed_1011")
-    assert [type(a) for a in lost] == [core.WriteFrames, core.EndTag]  # the short last frame, padded
+    from voicecore.call.controller import PlayFallback
+    # the short last frame padded, the tag ended where it is, and the caller (owed the rest) hears the hold line
+    assert [type(a) for a in lost] == [core.WriteFrames, core.EndTag, PlayFallback]
     assert driver.on_tool_result("fc", True, "{}", 0) == []
 
 
@@ -398,3 +400,29 @@ def test_a_gemini_record_is_read_as_the_driver_kept_the_turns():
         [r for r in recorder.driver.core.responses]
     assert seen.events[1].transcript == "Hello there, how can I help?"
     assert seen.events[4].transcript == "(caller turn 2)"
+
+
+def test_a_caller_waiting_on_a_dropped_model_hears_the_hold_line_then_the_apology():
+    from voicecore.call.controller import PlayFallback
+
+    driver = new_driver(failure={"after_ms": 3_000, "hold_every_ms": 0})
+    driver.start(0)
+    driver.on_model_event('{"setupComplete":{}}', 0, SILENT)
+    driver.on_model_event(json.dumps({"serverContent": {"modelTurn": {"parts": [{"inlineData": {
+        "mimeType": gp.OUTPUT_AUDIO_MIME, "data": "AAAAAA=="}}]}}}), 0, SILENT)  # an answer is coming
+    lost = driver.on_model_lost(100 * MS, "closed_1011")
+    assert PlayFallback("hold") in lost  # the answer was cut off: the caller waits
+    assert driver.wants_ticks and driver.on_tick(1_000 * MS, SILENT) == []  # said once (hold_every_ms 0)
+    gave_up = driver.on_tick(3_200 * MS, SILENT)
+    # what still plays of the cut answer is cut (SILENT: nothing played yet), then the apology and the hang-up
+    assert gave_up == [core.CancelTag(1, 3_200 * MS), PlayFallback("apology_hangup"),
+                       HangUp("model_unreachable", after_line=True)]
+    assert driver.ended and not driver.wants_ticks
+
+
+def test_a_planned_move_to_a_new_connection_is_no_failure():
+    driver = new_driver()
+    driver.start(0)
+    driver.on_model_event('{"setupComplete":{}}', 0, SILENT)
+    reopened = driver.reopen(50 * MS)  # goAway: no on_model_lost before it
+    assert [type(a) for a in reopened] == [core.SendToModel] and not driver.spell.failing

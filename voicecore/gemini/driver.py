@@ -46,6 +46,7 @@ from voicecore import g711
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call.controller import HangUp, PlayFallback, RunTool, Transfer
+from voicecore.call.failures import HOLD, FailurePolicy, FailureSpell
 from voicecore.call.flow import Say, ToolPlan
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.events import ENCODING_L16
@@ -110,7 +111,9 @@ class GeminiDriver:
     def __init__(self, call_sid: str, *, model: str, instructions: str, voice: str | None = None,
                  greeting: str = "", tools: list[dict] | None = None, flow_args: dict | None = None,
                  first_tag: int = 1, greet: bool = True, gate_policy: str = "off",
-                 safe_line: str = core.DEFAULT_SAFE_LINE, audio_format: str = "pcmu") -> None:
+                 safe_line: str = core.DEFAULT_SAFE_LINE, audio_format: str = "pcmu",
+                 failure: dict | None = None) -> None:
+        # failure: FailurePolicy's fields (the agent's [failure]): the hold line and the apology, as the spine's
         # audio_format: the law of the call's frames ("pcma" for an A-law stream passed through): converted
         # to and from mu-law at the resampler, and the law a turn's short last frame is padded in
         self.call_sid = call_sid
@@ -130,6 +133,9 @@ class GeminiDriver:
                              "gate_policy": gate_policy, "safe_line": safe_line}
         if audio_format != "pcmu":  # a mu-law call's header names none
             self._header_args["audio_format"] = audio_format
+        self.policy = FailurePolicy(**(failure or {}))
+        self._header_args["failure"] = self.policy.to_dict()
+        self.spell = FailureSpell(self.policy)
         self.flow = None
         if flow_args is not None:
             from voicecore.agent.flow import AgentFlow  # the agent's flow only where it has one
@@ -149,11 +155,15 @@ class GeminiDriver:
         self.next_line: Say | None = None  # a terminal line asked of the model: the next turn ends the call
         self.lines: dict[str, Say] = {}  # model turn -> the terminal line it says
         self.hang_up_after: tuple[str, Say] | None = None  # (turn, line): the call ends once it has played
+        self.cut_by_drop = False  # the connection dropped mid-answer (or owing a tool result): the caller waits
+        self.tools_owed_at_loss = False
 
     # --- Driver protocol: the session -----------------------------------------------------------------
     @property
     def wants_ticks(self) -> bool:
-        return not self.ended and (self.hang_up_after is not None or self.go_away)
+        """Timers only while a line is to end the call, the model fails or is generating: a quiet call is never ticked."""
+        return not self.ended and (self.hang_up_after is not None or self.spell.failing or self._generating()
+                                   or not self.configured)
 
     def record_header(self) -> dict[str, Any]:
         return {"control": CONTROL, "call_sid": self.call_sid, "first_tag": self.first_tag,
@@ -165,6 +175,7 @@ class GeminiDriver:
 
     def start(self, now_ns: int) -> list[core.Action]:
         self.started = True
+        self.spell.reopened(now_ns)
         out = self._open()
         if self.greet:
             line = f'Say exactly: "{self.greeting}"' if self.greeting else "Greet the caller."
@@ -183,7 +194,10 @@ class GeminiDriver:
         self.started = True
         if self.handle is not None:
             self.counts.resumed += 1
-        return self._cut_off(now_ns) + self._open()
+        self.spell.reopened(now_ns)
+        out = self._cut_off(now_ns) + self._open()
+        self.cut_by_drop = False  # the model is back (what it was saying is not asked for again)
+        return out
 
     def _open(self) -> list[core.Action]:
         self.configured = False
@@ -195,6 +209,7 @@ class GeminiDriver:
     def _cut_off(self, now_ns: int) -> list[core.Action]:
         """The connection is gone mid-turn: what came of the turn plays on (its tag ends where it is), the rest
         never will; tool calls of the old connection are owed to no one."""
+        self.tools_owed_at_loss = bool(self.tool_calls)
         self.tool_calls.clear()
         out: list[core.Action] = []
         for event in self.exchange.lost():
@@ -204,15 +219,18 @@ class GeminiDriver:
     def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[core.Action]:
         if self.ended:
             return []
+        self.spell.lost(now_ns)
         if fatal:
-            self.ended = True
-            return [PlayFallback("apology_hangup"), HangUp(reason, after_line=True)]
-        return self._cut_off(now_ns)
+            return self._give_up(reason, now_ns, None)
+        out = self._cut_off(now_ns)
+        # an answer cut off, or a tool's result no one can take now: the caller waits until the model is back
+        self.cut_by_drop = self.cut_by_drop or bool(out) or self.tools_owed_at_loss
+        return out + self._check(now_ns)
 
     def awaiting_model(self) -> bool:
         if self.ended:
             return False
-        return not self.configured or self._generating() or bool(self.tool_calls)
+        return not self.configured or self._generating() or bool(self.tool_calls) or self.cut_by_drop
 
     def _generating(self) -> bool:
         return bool(self.exchange.response_id) and not self.exchange.cut
@@ -227,11 +245,14 @@ class GeminiDriver:
     # --- the model's messages ---------------------------------------------------------------------------
     def on_model_event(self, text: str | bytes, now_ns: int, playout: core.Playout) -> list[core.Action]:
         out: list[core.Action] = []
+        if self.ended:
+            return out
+        self.spell.event(now_ns)
         for event in gp.parse_server_message(text):
             for turn_event in self.exchange.feed(event):
                 out.extend(self._on_turn_event(turn_event, now_ns, playout))
             out.extend(self._on_session_event(event, now_ns))
-        return out
+        return out + self._check(now_ns)
 
     def _on_turn_event(self, event: object, now_ns: int, playout: core.Playout) -> list[core.Action]:
         """One event of the conversation's account (voicecore/gemini/turns.py) to the core, the audio resampled."""
@@ -241,6 +262,7 @@ class GeminiDriver:
             if self.next_line is not None:
                 self.lines[event.response_id], self.next_line = self.next_line, None
         elif isinstance(event, rt.AudioDelta):
+            self.spell.served()
             transcoder = self.transcoders[event.response_id]
             event = rt.AudioDelta(event.response_id, event.item_id, self._out(transcoder.to_ulaw(event.audio)))
         elif isinstance(event, rt.ResponseDone):
@@ -376,16 +398,35 @@ class GeminiDriver:
         return []
 
     def on_tick(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
-        if self.hang_up_after is None or self.ended:
+        if self.ended:
             return []
+        out = self._check(now_ns, playout)
+        if self.hang_up_after is None or self.ended:
+            return out
         response_id, line = self.hang_up_after
         if any(r.response_id == response_id for r in self.core.live_responses(playout)):
             return []  # the line is still playing (or queued)
         self.hang_up_after = None
         self.ended = True
-        if line.transfer_to:
-            return [Transfer(line.transfer_to)]
-        return [HangUp("goodbye")]
+        return out + [Transfer(line.transfer_to) if line.transfer_to else HangUp("goodbye")]
+
+    def _check(self, now_ns: int, playout: core.Playout | None = None) -> list[core.Action]:
+        """The failure policy (voicecore/call/failures.py), as the spine keeps it: a caller waiting on a model
+        that dropped or fell silent hears the hold line; past the policy's limits, the apology and a hang-up."""
+        verdict = self.spell.verdict(now_ns, awaiting=self.awaiting_model(), waiting_on_vendor=self._generating(),
+                                     caller_speaking=False)
+        if verdict == HOLD:
+            return [PlayFallback(HOLD)]
+        if verdict is not None:
+            return self._give_up(verdict, now_ns, playout)
+        return []
+
+    def _give_up(self, reason: str, now_ns: int, playout: core.Playout | None) -> list[core.Action]:
+        self.ended = True
+        out: list[core.Action] = []
+        if playout is not None and self.core.audible(playout) is not None:
+            out.extend(self._translate(self.core.barge_in(now_ns, playout)))
+        return out + [PlayFallback("apology_hangup"), HangUp(reason, after_line=True)]
 
     def on_carrier_stop(self, now_ns: int) -> list[core.Action]:
         self.ended = True
@@ -433,7 +474,9 @@ def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 
 
     flow = AgentFlow(agent)
     session = flow.session()
+    failure = FailurePolicy(after_failures=agent.failure_after_failures, after_ms=int(agent.failure_after_s * 1000),
+                            hold_every_ms=int(agent.failure_hold_every_s * 1000))
     return GeminiDriver(call_sid, model=model, instructions=session.instructions, voice=agent.voice,
                         greeting=agent.greeting, tools=list(session.tools), flow_args=flow.record_args(),
                         first_tag=first_tag, greet=greet, gate_policy=gate_policy, safe_line=agent.safe_line,
-                        audio_format=audio_format)
+                        audio_format=audio_format, failure=failure.to_dict())
