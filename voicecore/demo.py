@@ -702,6 +702,11 @@ def format_report(report: dict) -> str:
                 lines.append(f"  test failed: {test['name']}: {failure}")
         for problem in tests.get("problems", []):
             lines.append(f"  tests not judged: {problem}")
+    gemini = report.get("gemini")
+    if gemini:
+        lines.append(f"  gemini             {gemini['connections']} connections, {gemini['connections_resumed']} resumed a "
+                     f"session ({gemini['go_aways_sent']} goAways sent), {gemini['turns']} model turns, "
+                     f"{gemini['interrupted_turns']} interrupted, {gemini['late_chunks_sent']} late chunks sent")
     matching = report.get("frame_matching")
     if matching:
         lines.append(f"  frame matching     {matching['exact']} exact, {matching['matched']} matched by content, "
