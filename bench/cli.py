@@ -42,6 +42,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                      help="the carrier the simulated calls come from (default twilio): its signed webhook, answer "
                           "document and media stream, in every load process; the bench makes the carrier's secrets "
                           "for the stack it starts. Not with --target, --baseline, --soak, --bad-input or chaos")
+    run.add_argument("--model-vendor", default="openai", choices=("openai", "gemini"),
+                     help="the model vendor the stack talks to, simulated: openai (the Realtime API) or gemini (Gemini "
+                          "Live: its simulator, the stack's Gemini driver) (default openai)")
     run.add_argument("--transport", default="tcp", choices=("tcp", "unix"),
                      help="how the simulated carrier reaches the servers the bench starts: tcp (127.0.0.1, default) or "
                           "unix (a Unix socket, as a TLS proxy on the same host would: gateway listen = unix:PATH, "
@@ -117,5 +120,5 @@ def bench_options_from_args(args: argparse.Namespace):
         profile=args.profile, ramp_ms=args.ramp_ms, settle_ms=args.settle_ms, starved_grace_ms=args.starved_grace_ms,
         config_path=args.config, keep_logs=args.keep_logs, baseline=args.baseline, pipecat_venv=args.pipecat_venv,
         compare_store=args.compare_store, soak=args.soak, chaos_faults=args.chaos_faults,
-        bad_input=args.bad_input, carrier=args.carrier,
+        bad_input=args.bad_input, carrier=args.carrier, model_vendor=args.model_vendor,
     )

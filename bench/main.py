@@ -18,6 +18,12 @@ def run_bench(opts: BenchOptions) -> int:
         print("voicecore bench: --soak and --bad-input place Twilio calls; --carrier is for measured runs",
               file=sys.stderr)
         return 2
+    if opts.model_vendor != "openai" and (opts.soak or opts.bad_input or opts.baseline or opts.target
+                                          or _has_agent(opts.scenario) or opts.scenario in ("chaos", "hallucination")):
+        print("voicecore bench: --model-vendor gemini measures the stack it starts on a scenario without an agent "
+              "(steady, bargein, ...): not with --soak, --bad-input, --baseline, --target, chaos, hallucination or "
+              "an agent scenario", file=sys.stderr)
+        return 2
     if opts.soak:
         from bench.soak import run_soak
 
@@ -35,3 +41,14 @@ def run_bench(opts: BenchOptions) -> int:
 
         return run_chaos(opts)
     return run_measured(opts)
+
+
+def _has_agent(scenario: str) -> bool:
+    """The scenario runs an agent (an agent:DIR scenario, or a built-in one with its own); an unknown name is
+    left to the measured run's own check."""
+    from bench.scenarios import get_scenario
+
+    try:
+        return get_scenario(scenario).agent is not None
+    except Exception:  # noqa: BLE001 (an unknown or broken scenario: options_problem names it)
+        return False

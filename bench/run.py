@@ -115,6 +115,7 @@ class BenchOptions:
     soak: float = 0.0  # > 0: `--soak SECONDS`, a leak watch under churning calls instead of a run (bench/soak.py)
     bad_input: bool = False  # --bad-input: the run without and with the gateway attacked (bench/badinput.py)
     carrier: str = "twilio"  # --carrier: the carrier the simulated calls come from (voicecore/sim/carrier_modes_core.py)
+    model_vendor: str = "openai"  # --model-vendor: the Realtime simulator, or Gemini Live's (voicecore/sim/gemini.py)
 
 
 class BenchError(DependencyError, RuntimeError):
@@ -514,6 +515,7 @@ class LevelRun:
         self.sim_proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.simproc", "--scenario", self.opts.scenario, "--port-file", str(port_file),
             "--out", str(self.workdir / "sim.pkl"), *(["--cpus", self.cpus_arg] if self.cpus_arg else []),
+            *(["--model-vendor", self.opts.model_vendor] if self.opts.model_vendor != "openai" else []),
             env=child_env(), stdout=self.log_file, stderr=subprocess.STDOUT)
         return int(await wait_for_file(port_file, 30, self.sim_proc))
 
@@ -575,6 +577,10 @@ class LevelRun:
             record_dir = None if self.system == STORE_SYSTEM else ""
         config = dataclasses.replace(demo_config(base, workdir, calls, sim_port, record_dir=record_dir),
                                      max_calls=calls + self.spare_slots)
+        if opts.model_vendor == "gemini":  # the stack on the Gemini simulator (voicecore/sim/gemini_records.py)
+            from voicecore.sim.gemini_records import demo_config as gemini_config
+
+            config = gemini_config(config, sim_port)
         if agent is not None:
             from voicecore.agent.settings import configure
 
@@ -853,6 +859,7 @@ class LevelRun:
         report["bargein_measured_from"] = "decision" if turns else "speech"
         report["system"] = system
         report["carrier"] = opts.carrier
+        report["model_vendor"] = opts.model_vendor
         if matching is not None:
             report["frame_matching"] = matching
         report["transport"] = "unix" if self.unix_socket else "tcp"

@@ -11,7 +11,10 @@ for many calls must not delay the carrier's arrival time stamps (those are the l
 reports; the real model vendor is not on the carrier's machine). The model's own delays show up where
 they belong: as late deltas, absorbed by the lead or counted as model-starved underruns.
 
-    python -m bench.simproc --scenario steady --port-file P --out F [--cpus 1]
+    python -m bench.simproc --scenario steady --port-file P --out F [--cpus 1] [--model-vendor gemini]
+
+With ``--model-vendor gemini`` it serves the Gemini Live simulator instead and writes each connection as a
+SessionRecord (voicecore/sim/gemini_records.py), which the analysis reads as it reads the Realtime ones.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import uvloop
 
 from bench.pinning import parse_cpus
 from bench.scenarios import get_scenario
+from voicecore.sim import gemini_records
 from voicecore.sim.model_server import serve_model_sim
 from voicecore.sim.quiet_gc import collector_paused
 
@@ -35,7 +39,10 @@ SIM_NICE = 10
 
 async def _main(args: argparse.Namespace) -> None:
     scenario = get_scenario(args.scenario)
-    sim, port = await serve_model_sim("127.0.0.1", 0, scenario.sim_config)
+    if args.model_vendor == "gemini":
+        sim, port = await gemini_records.start_sim(args.gemini_connection_limit_s)
+    else:
+        sim, port = await serve_model_sim("127.0.0.1", 0, scenario.sim_config)
     tmp = Path(args.port_file + ".tmp")
     tmp.write_text(str(port))
     tmp.replace(args.port_file)
@@ -46,7 +53,10 @@ async def _main(args: argparse.Namespace) -> None:
     with collector_paused():
         await stop.wait()
     await sim.aclose()
-    records = [session.record for session in sim.registry.values()]
+    if args.model_vendor == "gemini":  # its connections as the Realtime simulator's sessions are read
+        records = [gemini_records.session_record(c.record, i) for i, c in enumerate(sim.connections)]
+    else:
+        records = [session.record for session in sim.registry.values()]
     out = Path(args.out)
     with open(out.with_suffix(".tmp"), "wb") as f:
         pickle.dump(records, f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -59,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--cpus", default="")
+    parser.add_argument("--model-vendor", default="openai", choices=("openai", "gemini"))
+    parser.add_argument("--gemini-connection-limit-s", type=float, default=600.0)
     args = parser.parse_args(argv)
     if args.cpus:
         os.sched_setaffinity(0, parse_cpus(args.cpus))

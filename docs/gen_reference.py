@@ -221,7 +221,9 @@ AGENT_KEY_DOCS: dict[str, str] = {
     "agent.name": "default: (required); the agent's name, in messages and call records.",
     "agent.instructions": "default: (one of the two required); the standing instructions. Each node's role and task messages come after them.",
     "agent.instructions_file": "default: (one of the two required); a file holding the instructions instead (relative to the agent's folder). Not together with `instructions`.",
-    "agent.model": "default: the configuration's `model`; the realtime model.",
+    "agent.model": "default: the configuration's `model`; the realtime model's name (`gemini-...` runs the agent on Gemini Live), or a table naming the vendor ([use Gemini Live](../how-to/use-gemini.md)).",
+    "agent.model.vendor": "default: what the model's name says (`gemini-...`: `gemini`, else `openai`); `openai` (the Realtime API) or `gemini` (Gemini Live). `voicecore check` refuses the settings Gemini does not support, naming each.",
+    "agent.model.name": "default: the configuration's `model` (`openai`), `gemini-2.5-flash-native-audio-preview-09-2025` (`gemini`); the model's name.",
     "agent.voice": "The model's voice.",
     "agent.languages": "The first language is the main one. `en` and `sv` are the languages the gate reads numbers and yes/no answers in; another language makes the gate read both (`auto`).",
     "agent.greeting": "A scripted prompt at the start of every call. Empty: the initial node speaks first.",
@@ -336,7 +338,7 @@ def agent_keys() -> dict[str, list[str]]:
             keys[f"agent.{call.args[2].value}"] = list(allowed)
         elif name == "known_keys" and isinstance(call.args[1], (ast.Tuple, ast.List)):
             literal = [e.value for e in call.args[1].elts]
-            table = {"initial_node": "flow", "role": "message"}.get(literal[0])
+            table = {"initial_node": "flow", "role": "message", "vendor": "agent.model"}.get(literal[0])
             if table:
                 keys[table] = literal
     return keys

@@ -66,13 +66,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if args.outbound:
         from voicecore.outbound.outbound_demo import run_outbound_demo
 
+        if args.model_vendor != "openai":
+            # The answer gate's listening session speaks the Realtime protocol: outbound calls are OpenAI's for now.
+            print("voicecore demo: --outbound runs on --model-vendor openai (the answer gate listens through a "
+                  "Realtime session)", file=sys.stderr)
+            return 2
+
         return run_outbound_demo(args.calls, args.json, args.config, keep_logs=args.logs,
                                  record_dir=None if args.no_record else args.record_dir)
 
     return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs,
                     record_dir=None if args.no_record else args.record_dir,
                     overlap_probability=args.overlap_probability, late_deltas=args.late_deltas, agent_dir=args.agent,
-                    carrier=args.carrier, transcription=args.transcription)
+                    carrier=args.carrier, transcription=args.transcription, model_vendor=args.model_vendor,
+                    connection_limit_s=args.gemini_connection_limit_s)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -158,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--outbound", action="store_true",
                       help="place simulated outbound calls instead (every kind of callee in turn: person, voicemail, "
                            "screening assistant, IVR, busy, no answer, failed) and report who the stack found answered")
+    demo.add_argument("--model-vendor", default="openai", choices=("openai", "gemini"),
+                      help="the model vendor the stack talks to, simulated: openai (the Realtime API) or gemini "
+                           "(Gemini Live; the default agent, or --agent's, with generic callers) (default openai)")
+    demo.add_argument("--gemini-connection-limit-s", type=float, default=600.0, metavar="S",
+                      help="--model-vendor gemini: the simulator ends each connection this long after it opened, "
+                           "with goAway before it, as the vendor does; calls resume their sessions (default 600)")
     demo.set_defaults(func=_cmd_demo)
 
     check = sub.add_parser("check", help="check an agent directory or a flow file: every problem, one per line")

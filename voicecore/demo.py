@@ -28,7 +28,9 @@ import socket
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import h11
 
@@ -49,6 +51,9 @@ from voicecore.sim.audio_match import match_frames
 from voicecore.sim.carrier import CallResult, CallScript, generate_credentials, place_call
 from voicecore.sim.carrier_modes_core import CARRIERS, CarrierCredentials
 from voicecore.sim.model import SimConfig
+from voicecore.gemini import agent_check as gemini_check
+from voicecore.sim import gemini_records as gemini_demo
+from voicecore.gemini.driver import vendor_of as gemini_vendor_of
 from voicecore.sim.caller_voice import SpeechUnavailable
 from voicecore.sim.carrier_rest import CarrierRestServer
 from voicecore.sim.model_server import serve_model_sim
@@ -63,6 +68,7 @@ FIRST_QUESTION_AT_MS = 5500  # after the 4.2 s greeting
 BARGE_IN_AT_MS = 10_000  # about 1.8 s into the 5.6 s answer to the first question
 DEFAULT_RECORD_DIR = "voicecore-records"  # relative to the working directory
 DEFAULT_LATE_DELTAS = 2  # audio deltas the model simulator still sends after a cancel (0-3)
+MODEL_VENDORS = ("openai", "gemini")  # --model-vendor: whose simulator (and protocol) the stack talks to
 RECORD_WAIT_S = 15.0  # the model worker writes a call's record when the call ended; wait this long for all
 STORE_WAIT_S = 10.0  # the recorder worker scans the record directory every second; wait this long for all calls
 
@@ -279,7 +285,8 @@ def _arena_name(config: Config) -> str:
 
 async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file, record_dir: Path | None = None,
                 sim_config: SimConfig | None = None, agent_dir: Path | None = None, scenario: Scenario | None = None,
-                carrier: str = "twilio", transcription: str | None = None, callers: AgentCallers | None = None) -> dict:
+                carrier: str = "twilio", transcription: str | None = None, callers: AgentCallers | None = None,
+                model_vendor: str = "openai", connection_limit_s: float = 600.0) -> dict:
     sim_config = sim_config or demo_sim_config()
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
@@ -301,8 +308,16 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     await rest.__aenter__()
     names = {f.name for f in dataclasses.fields(base)}
     base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
-    sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
+    if model_vendor == "gemini":  # the Gemini Live simulator instead (voicecore/gemini/demo.py)
+        gemini_sim, sim_port = await gemini_demo.start_sim(connection_limit_s, sim_config.late_deltas_after_cancel)
+        sim = gemini_demo.GeminiRecords(gemini_sim)
+    else:
+        sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir) if record_dir is not None else "")
+    if model_vendor == "gemini":
+        config = gemini_demo.demo_config(config, sim_port)
+        if agent_dir is not None:  # an agent without its scenario (the scenarios script the Realtime simulator)
+            config, agent = agent_settings.configure(dataclasses.replace(config, agent=str(agent_dir)), os.environ)
     tool_server: ToolServer | None = None
     agent: AgentSpec | None = None
     if agent_dir is not None and callers is not None:
@@ -377,6 +392,9 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     report = summarize(results, sim, seconds=seconds, cpu_seconds=cpu_s, wall_seconds=wall_s, stack_metrics=metrics,
                        expect_bargeins=scenario is None and callers is None)
     report["carrier"] = carrier
+    report["model_vendor"] = model_vendor
+    if isinstance(sim, gemini_demo.GeminiRecords):
+        report["gemini"] = gemini_demo.report_figures(sim, metrics)
     if matching is not None:
         report["frame_matching"] = matching
     if carrier == "telnyx":  # what the jitter switch did: caller frames sent after their successor
@@ -437,6 +455,25 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     return report
 
 
+def explicit_settings(agent_dir: Path) -> dict[str, Any]:
+    """The settings of ``agent_dir``'s agent.toml voicecore/gemini/agent_check.py reads, by the names the loader gives them (for an
+    agent loaded for another vendor and run on Gemini: the demo's --model-vendor). An unreadable file: none
+    (the loader has already said what is wrong with it)."""
+    try:
+        data = tomllib.loads((Path(agent_dir) / "agent.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    found: dict[str, Any] = {}
+    if isinstance(data.get("voice"), str):
+        found["voice"] = data["voice"]
+    turns = data.get("turns") if isinstance(data.get("turns"), dict) else {}
+    for key, name in (("detection", "turn_detection"), ("eagerness", "vad_eagerness"),
+                      ("transcription_model", "transcription_model")):
+        if key in turns:
+            found[name] = turns[key]
+    return found
+
+
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 
 
@@ -495,7 +532,7 @@ def fetch_gateway_metrics(config: Config) -> dict:
 def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None, keep_logs: bool = False,
              record_dir: str | None = DEFAULT_RECORD_DIR, overlap_probability: float = 0.0,
              late_deltas: int = DEFAULT_LATE_DELTAS, agent_dir: str | None = None, carrier: str = "twilio",
-             transcription: str | None = None) -> int:
+             transcription: str | None = None, model_vendor: str = "openai", connection_limit_s: float = 600.0) -> int:
     """``record_dir``: one record per call goes there (created 0700 if missing); None: no records.
     ``overlap_probability``, ``late_deltas``: the model simulator's SimConfig.overlap_probability and
     late_deltas_after_cancel. ``agent_dir``: run this agent against its demo scenario (demo.toml: the
@@ -508,12 +545,36 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
     if carrier not in CARRIERS:
         print(f"voicecore demo: --carrier must be one of {', '.join(CARRIERS)}", file=sys.stderr)
         return 2
+    if model_vendor not in MODEL_VENDORS:
+        print(f"voicecore demo: --model-vendor must be one of {', '.join(MODEL_VENDORS)}", file=sys.stderr)
+        return 2
+    if model_vendor == "gemini":
+        # The Gemini simulator answers every caller turn with its clips: the generic demo calls (greeting, a
+        # question, a barge-in), for the default agent or the one named (checked for what Gemini supports).
+        gemini_agent: Path | None = None
+        if agent_dir is not None:
+            gemini_agent = Path(agent_dir).expanduser().resolve()
+            try:
+                spec = load_agent(gemini_agent)
+            except AgentError as exc:
+                print(f"voicecore demo: {exc}", file=sys.stderr)
+                return 2
+            if gemini_vendor_of(spec.model, spec.model_vendor) != "gemini":
+                # the demo runs it on Gemini: what Gemini cannot honour is refused as for a Gemini agent
+                problems = gemini_check.unsupported_settings(explicit_settings(gemini_agent), spec.flow)
+                if problems:
+                    print("voicecore demo: this agent cannot run on Gemini:\n" + "\n".join(
+                        f"  {gemini_agent / 'agent.toml'}: {path}: {message}" for path, message in problems),
+                        file=sys.stderr)
+                    return 2
     scenario: Scenario | None = None
     callers: AgentCallers | None = None
     agent_path: Path | None = None
-    if agent_dir is None and not spine_configured(config_path):
+    if model_vendor == "gemini":
+        agent_path = gemini_agent
+    elif agent_dir is None and not spine_configured(config_path):
         agent_dir = str(default_agent_dir())
-    if agent_dir is not None:
+    if agent_dir is not None and model_vendor != "gemini":
         agent_path = Path(agent_dir).expanduser().resolve()
         try:
             spec = load_agent(agent_path)  # every problem of its files, before anything starts
@@ -558,7 +619,8 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
         with open(log_path, "wb") as log_file:
             try:
                 report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file, records, sim_config,
-                                           agent_path, scenario, carrier, transcription, callers))
+                                           agent_path, scenario, carrier, transcription, callers,
+                                           model_vendor, connection_limit_s))
             except (asyncio.CancelledError, KeyboardInterrupt):
                 print("voicecore demo: stopped before the end; the stack was stopped", file=sys.stderr)
                 return 130
@@ -630,6 +692,11 @@ def format_report(report: dict) -> str:
                 lines.append(f"  test failed: {test['name']}: {failure}")
         for problem in tests.get("problems", []):
             lines.append(f"  tests not judged: {problem}")
+    gemini = report.get("gemini")
+    if gemini:
+        lines.append(f"  gemini             {gemini['connections']} connections, {gemini['connections_resumed']} resumed a "
+                     f"session ({gemini['go_aways_sent']} goAways sent), {gemini['turns']} model turns, "
+                     f"{gemini['interrupted_turns']} interrupted, {gemini['late_chunks_sent']} late chunks sent")
     matching = report.get("frame_matching")
     if matching:
         lines.append(f"  frame matching     {matching['exact']} exact, {matching['matched']} matched by content, "

@@ -17,6 +17,8 @@ from voicecore.agent.settings import agent_for_config
 from voicecore.agent.spec import AgentSpec
 from voicecore.call.build import first_session_update
 from voicecore.config import Config
+from voicecore.gemini import transport as gemini_connect
+from voicecore.gemini.driver import VENDOR as GEMINI, driver_for_agent, vendor_of
 from voicecore.realtime import transport as connect
 
 
@@ -30,10 +32,16 @@ def run_preflight(config: Config, agent: AgentSpec, out: TextIO, environ: Mappin
     """True when the vendor accepted a session configured as the agent's calls will be; False (said on
     ``out``, with the vendor's message) when it did not: the node must not start."""
     environ = os.environ if environ is None else environ
-    target = model_endpoint(config, environ)
-    model = config.realtime_deployment or config.model if config.model_provider == "azure" else config.model
-    update = first_session_update(config, agent_for_config(agent, config))  # the worker's agent, as it runs it
-    result = asyncio.run(connect.trial_session(target, update))
+    if vendor_of(config.model, agent.model_vendor) == GEMINI:  # the agent's setup, as the Gemini driver sends it
+        target = gemini_connect.endpoint(config.realtime_url, config.realtime_api_key, environ)
+        model = config.model
+        setup = driver_for_agent(agent_for_config(agent, config), "CApreflight", model=model).setup_message()
+        result = asyncio.run(gemini_connect.trial_session(target, setup))
+    else:
+        target = model_endpoint(config, environ)
+        model = config.realtime_deployment or config.model if config.model_provider == "azure" else config.model
+        update = first_session_update(config, agent_for_config(agent, config))  # the worker's agent, as it runs it
+        result = asyncio.run(connect.trial_session(target, update))
     if result.ok:
         print(f"voicecore up: preflight: {target.describe()} accepted model {model} and the agent's session "
               f"({result.elapsed_s * 1000:.0f} ms)", file=out, flush=True)

@@ -97,6 +97,9 @@ def driver_from_header(header: dict[str, Any]) -> Driver:
         failure = header.get("failure")
         return SpineDriver(header["call_sid"], naming=header.get("naming", "ga"), first_tag=int(header.get("first_tag", 1)),
                            failure=failure if isinstance(failure, dict) else None, **args)
+    if control == "gemini":
+        from voicecore.gemini.driver import driver_from_header as gemini_driver_from_header
+        return gemini_driver_from_header(header)
     raise RecordError(f"unknown control {control!r}")
 
 

@@ -82,6 +82,9 @@ def test_server_content_becomes_events_in_order() -> None:
     ('{"goAway":{}}', (gp.GoAway(None),)),
     ('{"sessionResumptionUpdate":{"newHandle":"abc","resumable":true}}', (gp.SessionResumptionUpdate("abc", True),)),
     ('{"sessionResumptionUpdate":{"resumable":false}}', (gp.SessionResumptionUpdate(None, False),)),
+    ('{"voiceActivity":{"voiceActivityType":"ACTIVITY_START","audioOffset":"1.5s"}}', (gp.VoiceActivity(True),)),
+    ('{"voiceActivity":{"voiceActivityType":"ACTIVITY_END"}}', (gp.VoiceActivity(False),)),
+    ('{"voiceActivity":{"voiceActivityType":"TYPE_UNSPECIFIED"}}', ()),
     ('{"voiceActivityDetectionSignal":{"vadSignalType":"VAD_SIGNAL_TYPE_SOS"}}',
      (gp.Unhandled("voiceActivityDetectionSignal"),)),
 ])

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from voicecore.gemini import protocol as gp
-from voicecore.sim.gemini_core import Answer, GeminiConnection, GeminiSimConfig, SessionStore, ToolRule
+from voicecore.sim.gemini_core import (DITHER_LSB, Answer, GeminiConnection, GeminiSimConfig, SessionStore, ToolRule,
+                                       chunk_seed, dithered)
 
 ANSWERS = (Answer("One two three four", b"\x20\x00" * 24_000), Answer("Second answer", b"\x20\x00" * 12_000))
 
@@ -78,13 +79,15 @@ def test_own_vad_ends_the_callers_turn_after_silence() -> None:
     speech = (8000 * np.sin(np.arange(320) / 3)).astype("<i2").tobytes()  # 20 ms at 16 kHz
     for n in range(5):
         conn.receive(gp.realtime_audio(speech), n * 20)
+    assert events(conn) == [gp.VoiceActivity(started=True)]  # announced as the vendor's detection does
     for n in range(14):  # 280 ms of silence: not yet the end
         conn.receive(gp.realtime_audio(bytes(640)), 100 + n * 20)
     assert conn.record.turns_started == 0
     conn.receive(gp.realtime_audio(bytes(640)), 400)
     conn.advance(400)
     out = events(conn)
-    assert isinstance(out[0], gp.InputTranscription) and isinstance(out[1], gp.ModelAudio)
+    assert out[0] == gp.VoiceActivity(started=False)
+    assert isinstance(out[1], gp.InputTranscription) and isinstance(out[2], gp.ModelAudio)
     assert conn.record.turns_started == 1
 
 
@@ -96,7 +99,10 @@ def test_a_whole_turn_then_a_resumption_handle() -> None:
     conn.advance(10_000)
     out = events(conn)
     audio = b"".join(e.audio for e in out if isinstance(e, gp.ModelAudio))
-    assert audio == ANSWERS[0].pcm24  # 1 s at 24 kHz, in 25 chunks of 40 ms
+    clip = ANSWERS[0].pcm24  # 1 s at 24 kHz, in 25 chunks of 40 ms, each with its own dither
+    assert audio == b"".join(dithered(clip[i:i + 1920], chunk_seed(0, i // 1920)) for i in range(0, len(clip), 1920))
+    sent = np.frombuffer(audio, "<i2").astype(int) - np.frombuffer(ANSWERS[0].pcm24, "<i2")
+    assert np.abs(sent).max() <= DITHER_LSB and np.abs(sent).max() > 0  # the clip, with its turn's dither
     assert "".join(e.text for e in out if isinstance(e, gp.OutputTranscription)).split() == "One two three four".split()
     assert [type(e) for e in out[-4:]] == [gp.GenerationComplete, gp.TurnComplete, gp.UsageMetadata,
                                            gp.SessionResumptionUpdate]
@@ -188,3 +194,18 @@ def test_proto_field_names_are_accepted_as_the_vendors_parser_accepts_them() -> 
     assert conn.close is None and conn.record.turns_started == 1 and conn.record.audio_in_bytes == 2
     conn.receive('{"realtime_input":{"activity_middle":{}}}', 4)
     assert conn.close is not None and conn.close[0] == 1007
+
+
+def test_each_turn_is_dithered_differently_so_no_two_share_a_frame() -> None:
+    quiet = bytes(2 * 24_000 // 10)  # 100 ms of digital silence
+    assert dithered(quiet, 1) != dithered(quiet, 2)
+    assert dithered(quiet, 1) == dithered(quiet, 1)  # seeded: a harness computes the same audio
+
+
+def test_speech_late_in_a_long_audio_message_is_heard_in_that_message() -> None:
+    conn = connect()
+    events(conn)
+    quiet = bytes(2 * 16_000 * 80 // 1000)  # 80 ms of silence, then 20 ms of speech: one 100 ms message
+    speech = (8000 * np.sin(np.arange(320) / 3)).astype("<i2").tobytes()
+    conn.receive(gp.realtime_audio(quiet + speech), 100)
+    assert events(conn) == [gp.VoiceActivity(started=True)]

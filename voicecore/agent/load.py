@@ -57,6 +57,7 @@ AGENT_KEYS = ("name", "instructions", "instructions_file", "model", "voice", "la
               "knowledge", "flow", "forbidden", "transfer_to", "max_turns", "gate", "lines", "silence", "tools",
               "failure", "turns", "privacy", "outbound")
 TURN_DETECTIONS = ("server_vad", "semantic_vad")
+MODEL_VENDORS = ("openai", "gemini")
 VAD_EAGERNESS = ("low", "medium", "high", "auto")
 # The vendor's input transcription models (the first family streams deltas, whisper-1 only a late completed).
 TRANSCRIPTION_MODELS = ("gpt-4o-mini-transcribe", "gpt-4o-transcribe", "whisper-1")
@@ -737,9 +738,22 @@ def check_agent(directory: str | Path, environ: Mapping[str, str] | None = None)
         warnings += flow_warnings
         if loaded is not None:
             flow = loaded
+    if not problems:
+        problems += _vendor_problems(file, values, flow)
     if problems:
         return AgentCheck(None, problems, warnings)
     return AgentCheck(AgentSpec(flow=flow, directory=str(root), **values), [], warnings)
+
+
+def _vendor_problems(file: str, values: dict[str, Any], flow: FlowSpec) -> list[AgentProblem]:
+    """The agent's settings its model vendor does not support, each named (only Gemini has such)."""
+    from voicecore.gemini import agent_check
+    from voicecore.gemini.driver import vendor_of
+
+    if vendor_of(values.get("model", ""), values.get("model_vendor", "")) != "gemini":
+        return []
+    return [AgentProblem(file, path, "unsupported-by-vendor", f"{message} (model vendor gemini)")
+            for path, message in agent_check.unsupported_settings(values, flow)]
 
 
 def _read_agent_table(p: _Problems, data: dict[str, Any], root: Path) -> dict[str, Any]:
@@ -754,7 +768,9 @@ def _read_agent_table(p: _Problems, data: dict[str, Any], root: Path) -> dict[st
     values["name"] = name
     values["instructions"] = _read_instructions(p, data, root)
     for key in ("model", "voice", "transfer_to"):
-        if key in data:
+        if key == "model" and isinstance(data.get("model"), dict):
+            _read_model_table(p, data["model"], values)
+        elif key in data:
             values[key] = p.string(data, key, "$")
     if "voice" in data and isinstance(data["voice"], str) and not values["voice"].strip():
         p.add("$.voice", "empty-value", "voice is empty (leave it out for the default)")
@@ -935,6 +951,24 @@ def _read_tools(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> N
     cap = values.get("debounce_cap_ms", defaults["debounce_cap_ms"].default)
     if quiet is not None and cap is not None and cap < quiet:  # type: ignore[operator]
         p.add("$.tools.debounce_cap_ms", "out-of-range", f"debounce_cap_ms ({cap}) is below debounce_quiet_ms ({quiet})")
+
+
+def _read_model_table(p: _Problems, table: dict[str, Any], values: dict[str, Any]) -> None:
+    """[model]: the vendor (openai, gemini) and the model's name; ``model = "NAME"`` alone is the short form
+    (the vendor then follows the name: "gemini-..." is Google's)."""
+    p.known_keys(table, ("vendor", "name"), "$.model")
+    vendor = p.string(table, "vendor", "$.model")
+    if "vendor" in table and vendor not in MODEL_VENDORS:
+        p.add("$.model.vendor", "unknown-vendor", f"{vendor!r}: expected one of {', '.join(MODEL_VENDORS)}")
+        return
+    name = p.string(table, "name", "$.model")
+    if "name" in table and not name.strip():
+        p.add("$.model.name", "empty-value", "name is empty (leave it out for the vendor's default model)")
+    if vendor == "gemini" and not name:
+        from voicecore.gemini.driver import DEFAULT_MODEL
+        name = DEFAULT_MODEL
+    values["model"] = name
+    values["model_vendor"] = vendor
 
 
 def _read_turns(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:

@@ -124,6 +124,7 @@ class AgentSpec:
     instructions: str  # the agent's standing instructions; each node's role and task messages follow them
     flow: FlowSpec
     model: str = ""  # "": the configuration's model
+    model_vendor: str = ""  # [model] vendor: "openai" or "gemini"; "": what the model's name says
     voice: str = "alloy"
     languages: tuple[str, ...] = ("en",)  # the first is the main one; en and sv are what the gate reads
     greeting: str = ""  # a scripted prompt at the start of every call; "": the initial node speaks first
@@ -183,6 +184,8 @@ class AgentSpec:
         data = _plain(self)
         data.pop("directory", None)
         data.pop("line_audio", None)  # files of this machine, played by the pacer: not part of the record
+        if not data.get("model_vendor"):
+            data.pop("model_vendor", None)  # a record's header is as it was before vendors could be named
         return data
 
     @classmethod

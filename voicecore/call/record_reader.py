@@ -13,7 +13,8 @@ the replay and the console's recording). The reader keeps what every consumer ne
   carrier ``stop`` with none before it; "" while it runs (its readers say ``ended``);
 
 and parses each model event's text once, with voicecore/realtime/events.py ``read_server_event``, into the
-typed event every consumer of its type is handed. Audio deltas are most of a call's model events and say
+typed event every consumer of its type is handed (a Gemini Live call's messages, into the Realtime events of
+the same conversation: voicecore/gemini/turns.py). Audio deltas are most of a call's model events and say
 nothing but that a response is talking: one is parsed only while a consumer awaits a response's audio
 (``awaiting_audio``), the others are passed over on a look at the head of their text.
 
@@ -39,6 +40,8 @@ from typing import Any
 
 from voicecore import timing
 from voicecore.call.record import ENDING_ACTIONS, ending_outcome
+from voicecore.gemini import protocol as gemini_protocol
+from voicecore.gemini.turns import GeminiTurns, is_gemini_text
 from voicecore.realtime import events as rt
 
 NS_PER_MS = 1_000_000
@@ -87,7 +90,8 @@ class RecordReader:
     """Feed a call's record entries in order (``feed``, or ``read_entries``); each consumer gets what it reads."""
 
     __slots__ = ("consumers", "t0", "last_t", "input_kind", "created", "tags", "tag_of", "outcome", "_inputs",
-                 "_any_input", "_input_cache", "_actions", "_any_action", "_action_cache", "_events", "_audio_waits")
+                 "_any_input", "_input_cache", "_actions", "_any_action", "_action_cache", "_events", "_audio_waits",
+                 "_gemini")
 
     def __init__(self, *consumers: RecordConsumer) -> None:
         self.consumers = consumers
@@ -123,6 +127,7 @@ class RecordReader:
         self._action_cache: dict[Any, tuple[ActionHandler, ...]] = {}
         self._events = {kind: tuple(handlers) for kind, handlers in events.items()}
         self._audio_waits = audio_waits
+        self._gemini: GeminiTurns | None = None  # a Gemini Live call's turns (its model events are Gemini's)
 
     def at_ms(self, t_ns: int) -> int:
         """``t_ns`` on the call's clock (ms from its first entry); a call with no entry yet starts its clock here."""
@@ -152,6 +157,11 @@ class RecordReader:
             handler(entry, at_ms)
         if kind == "model" and self._events:
             self._model(entry.get("text"), at_ms)
+        elif kind in ("reopen", "lost", "resume") and self._gemini is not None:
+            # the connection is gone: a Gemini turn in progress ends there, as the driver ended it
+            for event in self._gemini.lost():
+                for handler in self._events.get(type(event), ()):
+                    handler(event, at_ms)
 
     def _action(self, action: dict[str, Any], at_ms: int) -> None:
         kind = action.get("type")
@@ -170,6 +180,9 @@ class RecordReader:
     def _model(self, text: object, at_ms: int) -> None:
         if not isinstance(text, str):
             return
+        if self._gemini is not None or is_gemini_text(text):
+            self._gemini_model(text, at_ms)
+            return
         if rt.AUDIO_DELTA_MARK in text[:64] and not any(self._audio_waits):
             return  # the bulk of a call's model events: audio of responses no consumer awaits
         event = rt.read_server_event(text)
@@ -178,6 +191,19 @@ class RecordReader:
             self.created = event.response_id  # type: ignore[union-attr]
         for handler in self._events.get(kind, ()):
             handler(event, at_ms)
+
+    def _gemini_model(self, text: str, at_ms: int) -> None:
+        """A Gemini server message: the Realtime events of the same conversation (voicecore/gemini/turns.py,
+        the account the call's driver kept, so response ids and tags agree)."""
+        if self._gemini is None:
+            self._gemini = GeminiTurns()
+        for message_event in gemini_protocol.parse_server_message(text):
+            for event in self._gemini.feed(message_event):
+                kind = type(event)
+                if kind is rt.ResponseCreated:
+                    self.created = event.response_id  # type: ignore[attr-defined]
+                for handler in self._events.get(kind, ()):
+                    handler(event, at_ms)
 
 
 def read_entries(reader: RecordReader, entries: Iterable[dict[str, Any]]) -> RecordReader:

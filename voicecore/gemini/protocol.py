@@ -130,6 +130,14 @@ class SessionResumptionUpdate:
 
 
 @dataclass(frozen=True, slots=True)
+class VoiceActivity:
+    """The server's activity detection heard the caller start (``started``) or stop speaking (voiceActivity,
+    ACTIVITY_START / ACTIVITY_END): the Realtime API's speech_started / speech_stopped."""
+
+    started: bool
+
+
+@dataclass(frozen=True, slots=True)
 class UsageMetadata:
     prompt_tokens: int | None
     response_tokens: int | None
@@ -161,6 +169,7 @@ ServerEvent = Union[
     ToolCallCancellation,
     GoAway,
     SessionResumptionUpdate,
+    VoiceActivity,
     UsageMetadata,
     Unhandled,
     MalformedMessage,
@@ -298,8 +307,9 @@ def _usage(body: dict[str, Any]) -> ServerEvent:
 
 
 # The top-level members we model, in the order their events are returned when one message has several.
-_ORDER = ("setupComplete", "serverContent", "toolCall", "toolCallCancellation", "goAway",
+_ORDER = ("setupComplete", "voiceActivity", "serverContent", "toolCall", "toolCallCancellation", "goAway",
           "sessionResumptionUpdate", "usageMetadata")
+_ACTIVITY_TYPES = {"ACTIVITY_START": True, "ACTIVITY_END": False}
 SERVER_MESSAGE_MEMBERS = frozenset(_ORDER)
 
 
@@ -329,6 +339,11 @@ def parse_server_message(text: str | bytes) -> tuple[ServerEvent, ...]:
                 events.append(_cancellation(body))
             elif key == "goAway":
                 events.append(GoAway(parse_duration_ms(body.get("timeLeft"))))
+            elif key == "voiceActivity":
+                kind = _opt_str(body, "voiceActivityType")
+                if kind in _ACTIVITY_TYPES:
+                    events.append(VoiceActivity(_ACTIVITY_TYPES[kind]))
+                # TYPE_UNSPECIFIED or a type added later: nothing to act on
             elif key == "sessionResumptionUpdate":
                 events.append(SessionResumptionUpdate(_opt_str(body, "newHandle") or None, _flag(body, "resumable")))
             else:

@@ -41,6 +41,7 @@ from voicecore.timing import SAMPLE_RATE_HZ
 log = logging.getLogger("voicecore.sim.gemini")
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 API_KEY_HEADER = "x-goog-api-key"
+CALL_HEADER = "X-Voicecore-Call"
 _ws_log = logging.getLogger("voicecore.sim.gemini.ws")  # picows logs every connection at INFO
 _ws_log.setLevel(logging.WARNING)
 
@@ -87,6 +88,8 @@ class GeminiSimServer:
         # the Gemini API takes the key in the `key` query parameter or the x-goog-api-key header (the SDK's way)
         key = parse_qs(target.query).get("key", [None])[0] or request.headers.get(API_KEY_HEADER)
         connection = GeminiConnection(self.config, self.answers, self.store, api_key=key, now_ms=now_ms())
+        # our own harnesses name the call (as for the Realtime simulator); Google's server ignores the header
+        connection.record.call_sid = request.headers.get(CALL_HEADER)
         self._prune()
         self.connections.append(connection)
         return _ConnectionSocket(connection)

@@ -2,15 +2,17 @@
 
 Owns what the simulated vendor says and when, for one WebSocket connection of the BidiGenerateContent
 API: ``setup`` first (answered ``setupComplete``, or refused with the vendor's close codes), the caller's
-activity (its own energy VAD on the 16 kHz PCM when automatic activity detection is on; the client's
-``activityStart`` / ``activityEnd`` when it is disabled), a model turn of 24 kHz PCM16 audio chunks with
+activity (its own energy VAD on the 16 kHz PCM when automatic activity detection is on, announced with
+``voiceActivity`` ACTIVITY_START / ACTIVITY_END; the client's ``activityStart`` / ``activityEnd`` when it is
+disabled), a model turn of 24 kHz PCM16 audio chunks with
 ``outputTranscription``, then ``generationComplete`` and ``turnComplete``; barge-in (``interrupted``), tool
 calls (``toolCall``, waiting for ``toolResponse``, ``toolCallCancellation`` on barge-in), ``goAway`` before
 the connection's time limit and ``sessionResumptionUpdate`` handles that a later connection resumes with.
 
 The shell (voicecore/sim/gemini.py) feeds client text and the clock in and writes out what is due; the
 sessions that outlive a connection live in a ``SessionStore`` the shell keeps. No clock, randomness or
-socket here: times are arguments (ms), handles are counters, so every test of it is deterministic.
+socket here: times are arguments (ms), handles are counters, the dither is seeded, so every test of it is
+deterministic.
 
 What the simulated model says is not understood speech: each caller turn is answered with the next agent
 clip in turn, and a ``ToolRule`` fires on a caller turn's number or on the words of a text turn.
@@ -36,6 +38,7 @@ from voicecore.gemini.protocol import (
 
 CLOSE_INVALID_PAYLOAD = 1007  # the vendor's answer to a message it cannot read
 BYTES_PER_SAMPLE = 2
+VAD_WINDOW_MS = 20  # the simulator's activity detection judges the caller's audio this much at a time
 
 # The members each client message may have, as the vendor's JSON mapping names them; anything else is
 # refused as the vendor refuses an unknown field (close 1007 naming it).
@@ -45,6 +48,25 @@ _SETUP_MEMBERS = frozenset({"model", "generationConfig", "systemInstruction", "t
                             "outputAudioTranscription", "proactivity"})
 _REALTIME_MEMBERS = frozenset({"audio", "mediaChunks", "audioStreamEnd", "video", "text", "activityStart",
                                "activityEnd"})
+
+
+# Frame identity: each turn's audio is its clip plus a low deterministic dither (+/-DITHER_LSB, about
+# -66 dBFS, seeded by session, turn and chunk), so no two turns share an 8 kHz mu-law frame after the client
+# resamples them (a clip's digital silence would otherwise be the same frame in every turn), and a harness
+# can tell which turn a frame the carrier received belongs to. Quieter dither vanishes in mu-law's steps.
+DITHER_LSB = 16
+
+
+def chunk_seed(turn_seed: int, index: int) -> int:
+    """The dither's seed of a turn's chunk ``index`` (each chunk is dithered as it goes out)."""
+    return turn_seed * 100_003 + index
+
+
+def dithered(pcm: bytes, seed: int) -> bytes:
+    """``pcm`` (16-bit little-endian) with the turn's dither added (see DITHER_LSB), clipped to 16 bits."""
+    samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % BYTES_PER_SAMPLE], dtype="<i2").astype(np.int32)
+    noise = np.random.default_rng(seed).integers(-DITHER_LSB, DITHER_LSB + 1, samples.size)
+    return np.clip(samples + noise, -32768, 32767).astype("<i2").tobytes()
 
 
 def _camel(name: str) -> str:
@@ -94,7 +116,7 @@ class GeminiSimConfig:
     speed_factor: float = 4.0  # model audio is sent this many times faster than it plays, as the vendor's is
     chunk_ms: int = 40  # audio per modelTurn chunk
     late_chunks_after_interrupt: int = 0  # chunks of a cut turn still sent after `interrupted` (a fault)
-    vad_rms: float = 500.0  # 16-bit RMS at or above which a caller's audio message is speech
+    vad_rms: float = 500.0  # 16-bit RMS at or above which 20 ms of the caller's audio is speech
     vad_silence_ms: int = 500  # of caller audio below it that ends the caller's activity
     tool_rules: tuple[ToolRule, ...] = ()
 
@@ -143,6 +165,22 @@ class SessionStore:
 
 
 @dataclass(slots=True)
+class TurnRecord:
+    """One model turn as sent: which answer, its audio chunks and when each went out, how it ended."""
+
+    text: str
+    pcm24: bytes  # the whole answer's clip, undithered (what would be sent if not interrupted, but its dither)
+    started_ms: int
+    seed: int = 0  # the turn's dither: chunk i of chunk_size bytes is dithered(..., chunk_seed(seed, i))
+    chunk_size: int = 0
+    chunk_bytes: list[int] = field(default_factory=list)  # PCM bytes of each audio chunk, in order
+    chunk_sent_ms: list[int] = field(default_factory=list)  # when each chunk sent went out (late ones too)
+    interrupted_ms: int | None = None
+    completed_ms: int | None = None  # turnComplete sent
+    late_chunks: int = 0
+
+
+@dataclass(slots=True)
 class ConnectionRecord:
     """What happened on one connection, for tests and harnesses."""
 
@@ -158,12 +196,35 @@ class ConnectionRecord:
     go_away_ms: int | None = None
     closed: tuple[int, str] | None = None  # the close the server decided on, if it did
     disconnected: bool = False  # set by the shell once the socket is gone, whoever closed it
+    call_sid: str | None = None  # the shell's X-Voicecore-Call header, when the client sent one (harnesses)
+    opened_ms: int = 0
+    turns: list[TurnRecord] = field(default_factory=list)
+    caller_activity: list[list[int | None]] = field(default_factory=list)  # [started_ms, ended_ms or None]
 
 
 @dataclass(slots=True)
 class _Turn:
-    chunks: list[tuple[int, str]]  # (due ms, message text), in order
+    # (due ms, message text, or the index of the audio chunk whose message is built when it is due), in order:
+    # a turn's audio is dithered and encoded chunk by chunk as it goes out, never all at once at its start
+    # (50 calls' turns starting together would stall the server for their whole answers' worth of work)
+    chunks: list[tuple[int, str | int]]
     started_ms: int
+    record: TurnRecord
+    pieces: list[bytes]  # the clip's audio, chunk by chunk, undithered
+    words: list[str]
+    seed: int
+
+    def audio_message(self, index: int) -> tuple[str, int]:
+        """Chunk ``index``'s serverContent text and its PCM bytes (dithered: see DITHER_LSB)."""
+        piece = dithered(self.pieces[index], chunk_seed(self.seed, index))
+        content: dict[str, Any] = {"modelTurn": {"parts": [{"inlineData": {
+            "mimeType": OUTPUT_AUDIO_MIME, "data": binascii.b2a_base64(piece, newline=False).decode("ascii")}}]}}
+        # the words spread over the audio, as the vendor's transcription trails its speech
+        n, words = len(self.pieces), self.words
+        said = words[len(words) * index // n: len(words) * (index + 1) // n]
+        if said:
+            content["outputTranscription"] = {"text": " ".join(said) + " "}
+        return _text({"serverContent": content}), len(piece)
 
 
 class GeminiConnection:
@@ -179,7 +240,7 @@ class GeminiConnection:
         self.store = store
         self.api_key = api_key
         self.opened_ms = now_ms
-        self.record = ConnectionRecord()
+        self.record = ConnectionRecord(opened_ms=now_ms)
         self.session: GeminiSession | None = None
         self.close: tuple[int, str] | None = None
         self.automatic_vad = True
@@ -309,16 +370,22 @@ class GeminiConnection:
         if not self.automatic_vad or len(pcm) < BYTES_PER_SAMPLE:
             return
         samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % BYTES_PER_SAMPLE], dtype="<i2").astype(np.float64)
-        rms = float(np.sqrt(np.mean(samples * samples)))
-        duration_ms = 1000.0 * len(samples) / INPUT_SAMPLE_RATE_HZ
-        if rms >= self.config.vad_rms:
-            self._silence_ms = 0.0
-            if not self._speaking:
-                self._caller_started(now_ms)
-        elif self._speaking:
-            self._silence_ms += duration_ms
-            if self._silence_ms >= self.config.vad_silence_ms:
-                self._caller_ended(now_ms)
+        # judged 20 ms at a time, as a VAD does: speech that begins late in a long message is heard there
+        window = INPUT_SAMPLE_RATE_HZ * VAD_WINDOW_MS // 1000
+        for start in range(0, len(samples), window):
+            part = samples[start:start + window]
+            rms = float(np.sqrt(np.mean(part * part)))
+            if rms >= self.config.vad_rms:
+                self._silence_ms = 0.0
+                if not self._speaking:
+                    # the server's activity detection says so as the vendor's does (voiceActivity), then acts on it
+                    self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_START"}})
+                    self._caller_started(now_ms)
+            elif self._speaking:
+                self._silence_ms += 1000.0 * len(part) / INPUT_SAMPLE_RATE_HZ
+                if self._silence_ms >= self.config.vad_silence_ms:
+                    self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_END"}})
+                    self._caller_ended(now_ms)
 
     def _client_content(self, body: dict[str, Any], now_ms: int) -> None:
         turns = _field(body, "turns", [])
@@ -340,7 +407,7 @@ class GeminiConnection:
             texts.append(text)
         if _field(body, "turnComplete"):
             self._caller_text = " ".join(texts)
-            self._caller_started(now_ms)
+            self._caller_started(now_ms, spoken=False)
             self._caller_ended(now_ms)
 
     def _tool_response(self, body: dict[str, Any], now_ms: int) -> None:
@@ -361,7 +428,9 @@ class GeminiConnection:
 
     # -- turn taking ---------------------------------------------------------------------------------
 
-    def _caller_started(self, now_ms: int) -> None:
+    def _caller_started(self, now_ms: int, spoken: bool = True) -> None:
+        if spoken:  # a text turn (clientContent) is no caller activity
+            self.record.caller_activity.append([now_ms, None])
         self._speaking = True
         self._silence_ms = 0.0
         if self._turn is not None:
@@ -376,6 +445,8 @@ class GeminiConnection:
         if not self._speaking:
             return
         self._speaking = False
+        if self.record.caller_activity and self.record.caller_activity[-1][1] is None:
+            self.record.caller_activity[-1][1] = now_ms
         assert self.session is not None
         self.session.caller_turns += 1
         text, self._caller_text = self._caller_text, None
@@ -394,28 +465,23 @@ class GeminiConnection:
     def _start_model_turn(self, now_ms: int) -> None:
         assert self.session is not None
         answer = self.answers[self.session.model_turns % len(self.answers)]
+        seed = self.session.number * 1_000_003 + self.session.model_turns
         self.session.model_turns += 1
         self.session.history.append(("model", answer.text))
         self.record.turns_started += 1
         chunk_bytes = OUTPUT_SAMPLE_RATE_HZ * BYTES_PER_SAMPLE * self.config.chunk_ms // 1000
-        pieces = [answer.pcm24[i:i + chunk_bytes] for i in range(0, len(answer.pcm24), chunk_bytes)] or [b""]
-        words = answer.text.split()
+        pcm = answer.pcm24
+        pieces = [pcm[i:i + chunk_bytes] for i in range(0, len(pcm), chunk_bytes)] or [b""]
         step_ms = self.config.chunk_ms / self.config.speed_factor
-        chunks: list[tuple[int, str]] = []
-        for index, piece in enumerate(pieces):
-            content: dict[str, Any] = {"modelTurn": {"parts": [{"inlineData": {
-                "mimeType": OUTPUT_AUDIO_MIME, "data": binascii.b2a_base64(piece, newline=False).decode("ascii")}}]}}
-            # the words spread over the audio, as the vendor's transcription trails its speech
-            said = words[len(words) * index // len(pieces): len(words) * (index + 1) // len(pieces)]
-            if said:
-                content["outputTranscription"] = {"text": " ".join(said) + " "}
-            chunks.append((now_ms + round(index * step_ms), _text({"serverContent": content})))
+        chunks: list[tuple[int, str | int]] = [(now_ms + round(index * step_ms), index) for index in range(len(pieces))]
         end_ms = now_ms + round(len(pieces) * step_ms)
         chunks.append((end_ms, _text({"serverContent": {"generationComplete": True}})))
         usage = {"promptTokenCount": 25 * len(self.session.history), "responseTokenCount": 25 * len(pieces)}
         usage["totalTokenCount"] = usage["promptTokenCount"] + usage["responseTokenCount"]
         chunks.append((end_ms, _text({"serverContent": {"turnComplete": True}, "usageMetadata": usage})))
-        self._turn = _Turn(chunks, now_ms)
+        record = TurnRecord(answer.text, pcm, now_ms, seed=seed, chunk_size=chunk_bytes)
+        self.record.turns.append(record)
+        self._turn = _Turn(chunks, now_ms, record, pieces, answer.text.split(), seed)
 
     def _interrupt(self, now_ms: int) -> None:
         turn = self._turn
@@ -423,9 +489,15 @@ class GeminiConnection:
         self._turn = None
         self.record.interrupts += 1
         self._send({"serverContent": {"interrupted": True}})
-        late = [text for _, text in turn.chunks if '"inlineData"' in text][: self.config.late_chunks_after_interrupt]
+        late = [item for _, item in turn.chunks if isinstance(item, int)][: self.config.late_chunks_after_interrupt]
         self.record.late_chunks_sent += len(late)
-        self._out.extend(late)
+        turn.record.interrupted_ms = now_ms
+        turn.record.late_chunks = len(late)
+        for index in late:
+            text, size = turn.audio_message(index)
+            turn.record.chunk_bytes.append(size)
+            turn.record.chunk_sent_ms.append(now_ms)
+            self._out.append(text)
 
     # -- clock and output ---------------------------------------------------------------------------
 
@@ -434,8 +506,16 @@ class GeminiConnection:
             return
         turn = self._turn
         while turn is not None and turn.chunks and turn.chunks[0][0] <= now_ms:
-            self._out.append(turn.chunks.pop(0)[1])
+            _, item = turn.chunks.pop(0)
+            if isinstance(item, int):
+                text, size = turn.audio_message(item)
+                turn.record.chunk_bytes.append(size)
+                turn.record.chunk_sent_ms.append(now_ms)
+            else:
+                text = item
+            self._out.append(text)
         if turn is not None and not turn.chunks:
+            turn.record.completed_ms = now_ms
             self._turn = None
             if self.resumption and self.session is not None:
                 handle = self.store.issue_handle(self.session)

@@ -53,6 +53,8 @@ from voicecore.call.driver import Driver
 from voicecore.call.record import CallRecorder
 from voicecore.call.record_reader import RecordReader
 from voicecore.config import Config, load_config
+from voicecore.gemini import transport as gemini_connect
+from voicecore.gemini import driver as gemini_driver
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
 from voicecore.privacy.records import RecordPrivacy
@@ -233,8 +235,14 @@ class CallSession:
         # The law of the call's frames, as the gateway claimed the slot (CODEC): an A-law carrier stream passed
         # through (alaw_passthrough) is A-law all the way, so the session is opened in A-law both ways.
         self.audio_format = "pcma" if int(ctrl[C.CODEC]) == C.CODEC_ALAW else "pcmu"
-        decider: Driver = driver_for_config(config, agent, call_sid, first_tag=first_tag, greet=not resumed,
-                                            audio_format=self.audio_format)
+        decider: Driver
+        if worker.vendor == gemini_driver.VENDOR:  # Gemini Live: its own driver (voicecore/gemini/driver.py)
+            decider = gemini_driver.driver_for_agent(agent, call_sid, model=config.model, first_tag=first_tag,
+                                                     greet=not resumed, gate_policy=config.gate_policy,
+                                                     audio_format=self.audio_format)
+        else:
+            decider = driver_for_config(config, agent, call_sid, first_tag=first_tag, greet=not resumed,
+                                        audio_format=self.audio_format)
         # A call this worker took over (a worker died under it): its driver as the dead worker left it, rebuilt
         # from that worker's part file (INV-REPLAY), so the call goes on where it stood instead of starting over.
         self.resumed = resumed
@@ -250,6 +258,9 @@ class CallSession:
             if rebuilt is not None:
                 decider, self.rebuilt_from = rebuilt
                 decider.core.next_tag = max(decider.core.next_tag, first_tag)  # never reuse a tag the arena saw
+        # Gemini: the driver is asked (a query, not an input) when its session should move to a new connection
+        self.gemini = decider if isinstance(decider, gemini_driver.GeminiDriver) else None
+        self.planned_reconnect = False  # the socket is being closed to resume the session on a new one
         # The recorder is also kept as such for its record's plumbing only (header, hand-offs to the writer
         # thread): inputs go to self.driver. It wraps the driver whenever the node has a call store, with or
         # without a record file: its entries, as the agent's storage tier keeps them, are what the store's
@@ -416,6 +427,11 @@ class CallSession:
                 if self.refusal is not None:  # an error or a close that refused the configuration (reported)
                     self.refusal = None
                     continue  # the loop's first check ends the call's wait
+                if self.planned_reconnect:  # Gemini's goAway: the session resumes on a new connection at once
+                    self.planned_reconnect = False
+                    worker.counters["sessions_resumed_after_go_away"] += 1
+                    failures = 0
+                    continue
                 log.warning("call %s: model connection closed (%s); reconnecting", self.call_sid, self.close_code)
                 self.model_lost(f"closed_{self.close_code}")
             failures = 1 if connected_at and time.monotonic() - connected_at >= STABLE_CONNECTION_S else failures + 1
@@ -480,7 +496,9 @@ class CallSession:
         """One server event from the model socket. A refusal of the node's configuration in it (an error
         event, a failed response: vendor_errors) closes the socket after the driver saw the event."""
         fault = None
-        if rt.AUDIO_DELTA_MARK not in text[:64]:  # the bulk of a call's events, never an error: not scanned
+        if self.gemini is not None:  # Gemini says no with a close (on_model_close), never in a message
+            self.configured = self.configured or self.gemini.configured
+        elif rt.AUDIO_DELTA_MARK not in text[:64]:  # the bulk of a call's events, never an error: not scanned
             fault = scan_server_text(text, configuring=not self.configured)
             if not self.configured and '"session.updated"' in text:
                 self.configured = True  # the vendor accepted the session.update: later errors answer other events
@@ -604,7 +622,7 @@ class CallSession:
     def on_model_close(self, code: int, reason: str) -> None:
         """The vendor closed the socket: a close that refuses the configuration (4000) is reported at once."""
         self.close_code = code
-        fault = classify_close(code, reason)
+        fault = gemini_connect.classify_close(code, reason) if self.gemini is not None else classify_close(code, reason)
         if fault is not None and self.refusal is None:
             self.refused(fault)
 
@@ -669,13 +687,29 @@ class CallSession:
     def tick(self) -> None:
         """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms), and
         the renewal of a session near its vendor's limit."""
-        if self.session_opened_ns and self.transport is not None:
+        if self.gemini is not None:
+            self.tend_go_away(time.monotonic_ns())
+        elif self.session_opened_ns and self.transport is not None:
             self.tend_renewal(time.monotonic_ns())
         # the spine asks for ticks only while its model fails or owes an event: a healthy call costs nothing
         if (self.started or self.model_lost_reported) and self.driver.wants_ticks:
             actions = self.driver.on_tick(time.monotonic_ns(), self.playout())
             if actions:
                 self._apply(actions)
+
+    def tend_go_away(self, now_ns: int) -> None:
+        """Gemini: after goAway, at the first pause (or near the server's deadline), close this connection; run()
+        opens the next at once and the driver resumes the session with its handle. The rings are untouched:
+        audio already queued plays on, and the caller's audio waits in the inbound ring meanwhile."""
+        transport = self.transport
+        if (transport is None or self.planned_reconnect or self.gemini is None
+                or not self.gemini.reconnect_due(now_ns)):
+            return
+        self.planned_reconnect = True
+        log.info("call %s: Gemini session moves to a new connection (goAway)", self.call_sid)
+        if not transport.is_close_frame_sent:
+            transport.send_close(WSCloseCode.OK)
+        transport.disconnect()
 
     def dtmf(self, digit: str) -> None:
         """A keypad digit from the gateway; before the model session is configured it means nothing yet."""
@@ -1199,6 +1233,7 @@ class ModelWorker:
         self.followers = followers  # the live calls' drivers this process kept rebuilt while it stood by
         self.validator_pid: int | None = None
         self.agent = agent_settings.agent_for_config(agent, config)
+        self.vendor = gemini_driver.vendor_of(config.model, self.agent.model_vendor)  # openai | gemini
         # What of each call's record (and so of the store, observers, webhooks) is kept: the agent's tier.
         self.record_privacy = RecordPrivacy.for_agent(self.agent)
         self.tool_slots = asyncio.Semaphore(MAX_TOOLS_RUNNING)
@@ -1305,6 +1340,9 @@ class ModelWorker:
     def endpoint_for(self, call_sid: str | None) -> vendor_connect.Endpoint:
         """The vendor endpoint a call dials: URL, key header (OpenAI's or Azure's), the outbound proxy."""
         config = self.config
+        if self.vendor == gemini_driver.VENDOR:
+            return gemini_connect.endpoint(config.realtime_url, config.realtime_api_key, os.environ,
+                                           call_sid=call_id_for_model(config, call_sid) if call_sid else None)
         return vendor_connect.endpoint(config.model_url, config.model, config.realtime_api_key, config.model_provider,
                                        config.realtime_deployment, os.environ,
                                        call_sid=call_id_for_model(config, call_sid) if call_sid else None,
@@ -1332,11 +1370,14 @@ class ModelWorker:
         """While the vendor refuses the configuration: a trial session (the agent's session.update, no
         response asked for) every VENDOR_TRIAL_EVERY_S; the first it accepts closes the breaker."""
         breaker = self.breaker_for(url)
-        session_update = first_session_update(self.config, self.agent)
+        gemini = self.vendor == gemini_driver.VENDOR
+        first = (gemini_driver.driver_for_agent(self.agent, "CAtrial", model=self.config.model).setup_message() if gemini
+                 else first_session_update(self.config, self.agent))
+        trial = gemini_connect.trial_session if gemini else vendor_connect.trial_session
         while breaker.is_fatal:
             await asyncio.sleep(VENDOR_TRIAL_EVERY_S)
             self.counters["vendor_trial_sessions"] += 1
-            result = await vendor_connect.trial_session(self.endpoint_for(None), session_update)
+            result = await trial(self.endpoint_for(None), first)
             if result.ok:
                 breaker.success(time.monotonic())
                 log.warning("the model vendor accepts this node's configuration again: calls are served")

@@ -1,0 +1,482 @@
+"""A call driven by Gemini Live: the model worker's driver for the BidiGenerateContent protocol, sans-I/O.
+
+Owns the translation between one call and one Gemini Live session: the ``setup`` it opens with (the agent's
+instructions, voice and functions, input and output transcription, automatic activity detection, session
+resumption), the caller's audio to the model (8 kHz mu-law -> 16 kHz PCM16), the model's turns back to the
+call as tagged responses (24 kHz PCM16 -> 8 kHz mu-law), barge-in, tool calls and the resumption handle a
+reconnect continues the session with. Implements the ``Driver`` protocol of voicecore/call/driver.py, so
+the model worker, the recorder and the replay drive it as they drive the OpenAI path's drivers.
+
+Which model turn is which response, and which caller utterance which item, is kept by ``GeminiTurns``
+(voicecore/gemini/turns.py), which turns the server's messages into the Realtime API's events of the same
+conversation; the record reader uses it too, so observers and the call store agree with the driver. The
+driver feeds those events to ``ModelCallCore`` (voicecore/call/core.py), the spine's mechanism: every model
+turn gets its own tag, its audio is cut into frames and written under it, and a barge-in cancels every live
+tag at the played position exactly as on the OpenAI path (the ring and pacer invariants are the core's,
+unchanged). The core's client events (OpenAI Realtime text) are not sent: Gemini needs no cancel or
+truncate (the server already discarded what it did not send), and a response the core asks for (the gate's
+safe line) becomes a ``clientContent`` turn.
+
+The caller takes the floor (``speech_started`` for the core, which cuts every live tag) on the server's
+``voiceActivity`` ACTIVITY_START, on ``interrupted``, and, from a server that sends neither while an
+earlier answer still plays, on the caller's first words (a server done generating an answer no longer
+tracks it). Audio after a cut belongs to the cut turn (late chunks) and is dropped until the next exchange
+begins. The driver decides on server events only, never on the content of the caller's audio, so a record
+replays to the same actions.
+
+Tool calls run through the same tool path as the turn-taking controller's: the agent's flow decides
+(``AgentFlow.on_tool_call``), a tool runs off the call's path (``RunTool``), its result comes back as
+``on_tool_result`` and goes to the model as ``toolResponse``. A function with a confirmation and a flow
+that moves between nodes are not supported (a Gemini session cannot change its tools or instructions
+after ``setup``): `voicecore check` refuses such an agent (``unsupported_settings``).
+
+No sockets, no clock: ``now_ns`` comes with every input. The resampling filters are the carrier edge's
+(voicecore/carriers/codec.py), so their state lives here, per call and per turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import orjson
+
+from voicecore import g711
+from voicecore.agent import actions as agent_actions
+from voicecore.call import core
+from voicecore.call.controller import HangUp, PlayFallback, RunTool, Transfer
+from voicecore.call.failures import HOLD, FailurePolicy, FailureSpell
+from voicecore.call.flow import Say, ToolPlan
+from voicecore.carriers.codec import EdgeTranscoder
+from voicecore.carriers.events import ENCODING_L16
+from voicecore.gemini import protocol as gp
+from voicecore.gemini.turns import GeminiTurns
+from voicecore.realtime import events as rt
+
+CONTROL = "gemini"
+VENDOR = "gemini"
+# The prebuilt voices of Gemini Live's native-audio models; any other voice name is refused at setup.
+VOICES = frozenset({"Puck", "Charon", "Kore", "Fenrir", "Aoede", "Leda", "Orus", "Zephyr"})
+# The model a Gemini agent gets when it names the vendor but no model.
+DEFAULT_MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
+# After goAway the session moves to a new connection at the first pause (no turn being generated, no tool
+# result owed), or, should none come, this long before the server's deadline (half the notice, if shorter).
+GO_AWAY_MARGIN_MS = 2_000
+_FLUSH_24K = bytes(gp.OUTPUT_SAMPLE_RATE_HZ * 2 * 10 // 1000)  # 10 ms of silence: the resampler's look-ahead
+
+
+def vendor_of(model: str, vendor: str = "") -> str:
+    """The model vendor: ``vendor`` when named, else what the model's name says ("gemini-..." is Google's)."""
+    if vendor:
+        return vendor
+    bare = model.removeprefix("models/")
+    return VENDOR if bare.startswith("gemini") else "openai"
+
+
+def declarations(tools: list[dict] | tuple[dict, ...]) -> list[dict]:
+    """The flow's functions (session.update ``tools`` entries) as Gemini ``functionDeclarations``."""
+    out = []
+    for tool in tools:
+        parameters = tool.get("parameters")
+        out.append(gp.function_declaration(tool["name"], tool.get("description", ""),
+                                           parameters if parameters else None))
+    return out
+
+
+@dataclasses.dataclass(slots=True)
+class GeminiStats:
+    """What the driver counts beyond its core's."""
+
+    turns: int = 0
+    interrupted: int = 0
+    caller_took_floor: int = 0  # a caller utterance began (voiceActivity, interrupted, or words)
+    tool_calls: int = 0
+    tool_calls_cancelled: int = 0
+    tools_refused: int = 0
+    go_aways: int = 0
+    resumed: int = 0
+    handles: int = 0
+    malformed: int = 0
+    transitions_ignored: int = 0
+
+
+class GeminiDriver:
+    """One call's Gemini Live session, from the model worker's side (module docstring)."""
+
+    control = CONTROL
+    idle_ticks_change_nothing = True
+    stats = None  # no turn-taking counters (the shell sums the controller's by name); its own are ``counts``
+
+    def __init__(self, call_sid: str, *, model: str, instructions: str, voice: str | None = None,
+                 greeting: str = "", tools: list[dict] | None = None, flow_args: dict | None = None,
+                 first_tag: int = 1, greet: bool = True, gate_policy: str = "off",
+                 safe_line: str = core.DEFAULT_SAFE_LINE, audio_format: str = "pcmu",
+                 failure: dict | None = None) -> None:
+        # failure: FailurePolicy's fields (the agent's [failure]): the hold line and the apology, as the spine's
+        # audio_format: the law of the call's frames ("pcma" for an A-law stream passed through): converted
+        # to and from mu-law at the resampler, and the law a turn's short last frame is padded in
+        self.call_sid = call_sid
+        self.model = model
+        self.instructions = instructions
+        self.voice = voice if voice in VOICES else None
+        self.greeting = greeting
+        self.tools = list(tools or [])
+        self.flow_args = flow_args
+        self.first_tag = first_tag
+        self.greet = greet
+        self.audio_format = audio_format
+        self.core = core.ModelCallCore(call_sid, first_tag=first_tag, greet=False, instructions=instructions,
+                                       gate_policy=gate_policy, safe_line=safe_line, audio_format=audio_format)
+        self._header_args = {"model": model, "instructions": instructions, "voice": voice, "greeting": greeting,
+                             "tools": self.tools, "flow_args": flow_args, "greet": greet,
+                             "gate_policy": gate_policy, "safe_line": safe_line}
+        if audio_format != "pcmu":  # a mu-law call's header names none
+            self._header_args["audio_format"] = audio_format
+        self.policy = FailurePolicy(**(failure or {}))
+        self._header_args["failure"] = self.policy.to_dict()
+        self.spell = FailureSpell(self.policy)
+        self.flow = None
+        if flow_args is not None:
+            from voicecore.agent.flow import AgentFlow  # the agent's flow only where it has one
+            self.flow = AgentFlow(**flow_args)
+        self.counts = GeminiStats()
+        self.inbound = EdgeTranscoder(ENCODING_L16, gp.INPUT_SAMPLE_RATE_HZ)  # from_ulaw: 8 kHz -> 16 kHz
+        self.handle: str | None = None
+        self.started = False
+        self.ended = False
+        self.configured = False  # setupComplete seen on this connection
+        self.after_setup: list[str] = []  # client messages that wait for setupComplete
+        self.go_away = False  # goAway received on this connection
+        self.go_away_deadline_ns = 0
+        self.exchange = GeminiTurns()  # which model turn is which response, which utterance which item
+        self.transcoders: dict[str, EdgeTranscoder] = {}  # per model turn in progress: 24 kHz -> 8 kHz
+        self.tool_calls: dict[str, tuple[str, str]] = {}  # id -> (name, arguments): a result owed to the model
+        self.next_line: Say | None = None  # a terminal line asked of the model: the next turn ends the call
+        self.lines: dict[str, Say] = {}  # model turn -> the terminal line it says
+        self.hang_up_after: tuple[str, Say] | None = None  # (turn, line): the call ends once it has played
+        self.cut_by_drop = False  # the connection dropped mid-answer (or owing a tool result): the caller waits
+        self.tools_owed_at_loss = False
+
+    # --- Driver protocol: the session -----------------------------------------------------------------
+    @property
+    def wants_ticks(self) -> bool:
+        """Timers only while a line is to end the call, the model fails or is generating: a quiet call is never ticked."""
+        return not self.ended and (self.hang_up_after is not None or self.spell.failing or self._generating()
+                                   or not self.configured)
+
+    def record_header(self) -> dict[str, Any]:
+        return {"control": CONTROL, "call_sid": self.call_sid, "first_tag": self.first_tag,
+                "args": dict(self._header_args)}
+
+    def setup_message(self) -> str:
+        return gp.setup(self.model, self.instructions, self.voice, functions=declarations(self.tools),
+                        resumption_handle=self.handle)
+
+    def start(self, now_ns: int) -> list[core.Action]:
+        self.started = True
+        self.spell.reopened(now_ns)
+        out = self._open()
+        if self.greet:
+            line = f'Say exactly: "{self.greeting}"' if self.greeting else "Greet the caller."
+            self.after_setup.append(gp.client_content([("user", line)]))
+        return out
+
+    def resume(self, now_ns: int, cut_off: bool = False) -> list[core.Action]:
+        out = self.reopen(now_ns)
+        if cut_off and not self.ended:
+            out.append(PlayFallback("hold"))
+        return out
+
+    def reopen(self, now_ns: int) -> list[core.Action]:
+        """A new connection: ``setup`` with the resumption handle (the session goes on where it stood; the
+        server keeps the conversation), or a fresh session when there is none."""
+        self.started = True
+        if self.handle is not None:
+            self.counts.resumed += 1
+        self.spell.reopened(now_ns)
+        out = self._cut_off(now_ns) + self._open()
+        self.cut_by_drop = False  # the model is back (what it was saying is not asked for again)
+        return out
+
+    def _open(self) -> list[core.Action]:
+        self.configured = False
+        self.go_away = False
+        self.go_away_deadline_ns = 0
+        self.after_setup = []
+        return [core.SendToModel(self.setup_message())]
+
+    def _cut_off(self, now_ns: int) -> list[core.Action]:
+        """The connection is gone mid-turn: what came of the turn plays on (its tag ends where it is), the rest
+        never will; tool calls of the old connection are owed to no one."""
+        self.tools_owed_at_loss = bool(self.tool_calls)
+        self.tool_calls.clear()
+        out: list[core.Action] = []
+        for event in self.exchange.lost():
+            out += self._on_turn_event(event, now_ns, _NO_PLAYOUT)
+        return out
+
+    def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[core.Action]:
+        if self.ended:
+            return []
+        self.spell.lost(now_ns)
+        if fatal:
+            return self._give_up(reason, now_ns, None)
+        out = self._cut_off(now_ns)
+        # an answer cut off, or a tool's result no one can take now: the caller waits until the model is back
+        self.cut_by_drop = self.cut_by_drop or bool(out) or self.tools_owed_at_loss
+        return out + self._check(now_ns)
+
+    def awaiting_model(self) -> bool:
+        if self.ended:
+            return False
+        return not self.configured or self._generating() or bool(self.tool_calls) or self.cut_by_drop
+
+    def _generating(self) -> bool:
+        return bool(self.exchange.response_id) and not self.exchange.cut
+
+    def reconnect_due(self, now_ns: int) -> bool:
+        """goAway came: move to a new connection now (a pause, or the server's deadline is near)."""
+        if not self.go_away or self.ended:
+            return False
+        at_pause = not self._generating() and not self.tool_calls
+        return at_pause or now_ns >= self.go_away_deadline_ns
+
+    # --- the model's messages ---------------------------------------------------------------------------
+    def on_model_event(self, text: str | bytes, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        out: list[core.Action] = []
+        if self.ended:
+            return out
+        self.spell.event(now_ns)
+        for event in gp.parse_server_message(text):
+            for turn_event in self.exchange.feed(event):
+                out.extend(self._on_turn_event(turn_event, now_ns, playout))
+            out.extend(self._on_session_event(event, now_ns))
+        return out + self._check(now_ns)
+
+    def _on_turn_event(self, event: object, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        """One event of the conversation's account (voicecore/gemini/turns.py) to the core, the audio resampled."""
+        if isinstance(event, rt.ResponseCreated):
+            self.counts.turns += 1
+            self.transcoders[event.response_id] = EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ)
+            if self.next_line is not None:
+                self.lines[event.response_id], self.next_line = self.next_line, None
+        elif isinstance(event, rt.AudioDelta):
+            self.spell.served()
+            transcoder = self.transcoders[event.response_id]
+            event = rt.AudioDelta(event.response_id, event.item_id, self._out(transcoder.to_ulaw(event.audio)))
+        elif isinstance(event, rt.ResponseDone):
+            return self._turn_ends(event, now_ns, playout)
+        elif isinstance(event, rt.SpeechStarted):
+            self.counts.caller_took_floor += 1  # the core cuts every live tag where it plays
+        elif isinstance(event, rt.FunctionCallArgumentsDone):
+            return []  # the toolCall itself is answered (_tool_call)
+        return self._core(event, now_ns, playout)
+
+    def _turn_ends(self, event: rt.ResponseDone, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        transcoder = self.transcoders.pop(event.response_id, None)
+        line = self.lines.pop(event.response_id, None)
+        out: list[core.Action] = []
+        if event.status == "completed" and transcoder is not None:
+            # the resampler holds its last 10 ms back for look-ahead: silence after the turn lets it out
+            tail = self._out(transcoder.to_ulaw(_FLUSH_24K))
+            out += self._core(rt.AudioDelta(event.response_id, self.exchange.item_of(event.response_id), tail),
+                              now_ns, playout)
+        out += self._core(event, now_ns, playout)
+        if line is not None:
+            if event.status == "completed":
+                self.hang_up_after = (event.response_id, line)
+            elif self.next_line is None:
+                self.next_line = line  # cut: the call ends after the next turn instead
+        return out
+
+    def _on_session_event(self, event: gp.ServerEvent, now_ns: int) -> list[core.Action]:
+        if isinstance(event, gp.ToolCall):
+            return self._tool_call(event, now_ns)
+        if isinstance(event, gp.Interrupted):
+            self.counts.interrupted += 1
+        elif isinstance(event, gp.ToolCallCancellation):
+            for call_id in event.ids:
+                if self.tool_calls.pop(call_id, None) is not None:
+                    self.counts.tool_calls_cancelled += 1
+        elif isinstance(event, gp.SetupComplete):
+            self.configured = True
+            out = [core.SendToModel(text) for text in self.after_setup]
+            self.after_setup = []
+            return out
+        elif isinstance(event, gp.SessionResumptionUpdate):
+            if event.resumable and event.new_handle:
+                self.handle = event.new_handle
+                self.counts.handles += 1
+        elif isinstance(event, gp.GoAway):
+            self.counts.go_aways += 1
+            self.go_away = True
+            left_ms = event.time_left_ms if event.time_left_ms is not None else 0
+            margin_ms = min(GO_AWAY_MARGIN_MS, left_ms // 2)  # a short notice still leaves half for a pause
+            self.go_away_deadline_ns = now_ns + max(0, left_ms - margin_ms) * 1_000_000
+        elif isinstance(event, gp.MalformedMessage):
+            self.counts.malformed += 1
+            self.core.stats.malformed_events += 1
+        return []
+
+    def _core(self, event: object, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        return self._translate(self.core.on_event(event, now_ns, playout))
+
+    def _translate(self, actions: list[core.Action]) -> list[core.Action]:
+        """The core's actions with its OpenAI client events replaced by their Gemini counterparts (or none)."""
+        out: list[core.Action] = []
+        for action in actions:
+            if not isinstance(action, core.SendToModel):
+                out.append(action)
+                continue
+            event = orjson.loads(action.text)
+            if event.get("type") == "response.create":
+                instructions = (event.get("response") or {}).get("instructions") or ""
+                out.append(core.SendToModel(gp.client_content([("user", instructions)])))
+            # response.cancel, conversation.item.truncate/delete: the server discarded what it did not send
+        return out
+
+    # --- tools ----------------------------------------------------------------------------------------
+    def _tool_call(self, event: gp.ToolCall, now_ns: int) -> list[core.Action]:
+        out: list[core.Action] = []
+        answers: list[tuple[str, str, dict]] = []  # answered now (the flow's own outcome, or an error)
+        for call in event.calls:
+            self.counts.tool_calls += 1
+            arguments = json.dumps(call.args, separators=(",", ":"), sort_keys=True)
+            if self.flow is None:
+                answers.append((call.call_id, call.name, _error("unknown_function", "this agent has no functions")))
+                continue
+            decision = self.flow.on_tool_call(call.name, arguments)
+            if isinstance(decision, ToolPlan):  # run the tool
+                if decision.confirm is not None:
+                    self.counts.tools_refused += 1
+                    answers.append((call.call_id, call.name,
+                                    _error("unsupported", "actions with confirmation are not supported with Gemini")))
+                    continue
+                self.tool_calls[call.call_id] = (decision.name, decision.arguments)
+                out.append(RunTool(call.call_id, decision.name, decision.arguments,
+                                   agent_actions.idempotency_key(self.call_sid, decision.name, decision.arguments)))
+            else:
+                answers.append((call.call_id, call.name, self._outcome_response(decision)))
+        if answers:
+            out.insert(0, core.SendToModel(gp.tool_response(answers)))
+        return out
+
+    def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[core.Action]:
+        owed = self.tool_calls.pop(call_id, None)
+        if owed is None or self.ended or self.flow is None:
+            return []  # cancelled by the model, or its connection is gone: no one is owed it
+        name, arguments = owed
+        outcome = self.flow.on_tool_result(name, arguments, ok, output)
+        return [core.SendToModel(gp.tool_response([(call_id, name, self._outcome_response(outcome))]))]
+
+    def _outcome_response(self, outcome: Any) -> dict:
+        """The functionResponse for a flow's outcome. The model goes on by itself after a toolResponse, so a
+        line the flow wants said next (the goodbye after end_call) goes with it as an instruction; a terminal
+        line's turn ends the call once it has played."""
+        response = _response_object(outcome.output)
+        if outcome.transition is not None:
+            self.counts.transitions_ignored += 1  # `voicecore check` refuses flows that move between nodes
+        step = outcome.then
+        if isinstance(step, Say):
+            response = {**response, "instruction": f'Say exactly: "{step.text}"'}
+            if step.terminal:
+                self.next_line = step
+        return response
+
+    # --- the caller -----------------------------------------------------------------------------------
+    def on_caller_audio(self, audio: bytes, now_ns: int, playout: core.Playout | None = None) -> list[core.Action]:
+        if not audio:
+            return []
+        return [core.SendToModel(gp.realtime_audio(self.inbound.from_ulaw(g711.to_ulaw(audio, self.audio_format))))]
+
+    def _out(self, ulaw: bytes) -> bytes:
+        return g711.from_ulaw(ulaw, self.audio_format)
+
+    def on_dtmf(self, digit: str, now_ns: int) -> list[core.Action]:
+        self.core.stats.dtmf_digits += 1
+        return []
+
+    def on_tick(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        if self.ended:
+            return []
+        out = self._check(now_ns, playout)
+        if self.hang_up_after is None or self.ended:
+            return out
+        response_id, line = self.hang_up_after
+        if any(r.response_id == response_id for r in self.core.live_responses(playout)):
+            return []  # the line is still playing (or queued)
+        self.hang_up_after = None
+        self.ended = True
+        return out + [Transfer(line.transfer_to) if line.transfer_to else HangUp("goodbye")]
+
+    def _check(self, now_ns: int, playout: core.Playout | None = None) -> list[core.Action]:
+        """The failure policy (voicecore/call/failures.py), as the spine keeps it: a caller waiting on a model
+        that dropped or fell silent hears the hold line; past the policy's limits, the apology and a hang-up."""
+        verdict = self.spell.verdict(now_ns, awaiting=self.awaiting_model(), waiting_on_vendor=self._generating(),
+                                     caller_speaking=False)
+        if verdict == HOLD:
+            return [PlayFallback(HOLD)]
+        if verdict is not None:
+            return self._give_up(verdict, now_ns, playout)
+        return []
+
+    def _give_up(self, reason: str, now_ns: int, playout: core.Playout | None) -> list[core.Action]:
+        self.ended = True
+        out: list[core.Action] = []
+        if playout is not None and self.core.audible(playout) is not None:
+            out.extend(self._translate(self.core.barge_in(now_ns, playout)))
+        return out + [PlayFallback("apology_hangup"), HangUp(reason, after_line=True)]
+
+    def on_carrier_stop(self, now_ns: int) -> list[core.Action]:
+        self.ended = True
+        return []
+
+    def on_verdict(self, tag: int, approved_frames: int, rejected: bool, now_ns: int, playout: core.Playout,
+                   reason: str = "", citations: str = "") -> list[core.Action]:
+        return self._translate(self.core.on_verdict(tag, approved_frames, rejected, now_ns, playout))
+
+    def on_snippets(self, req_id: int, snippets: list[dict], now_ns: int) -> list[core.Action]:
+        return []
+
+    def statistics(self) -> dict:
+        return {**{f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()},
+                **{f"gemini_{k}": v for k, v in dataclasses.asdict(self.counts).items()},
+                "gemini_late_chunks_dropped": self.exchange.late_chunks}
+
+
+_NO_PLAYOUT = core.Playout(0, 0, 0, 0, 0, 0)
+
+
+def _error(kind: str, message: str) -> dict:
+    return {"error": {"type": kind, "message": message}}
+
+
+def _response_object(output: str) -> dict:
+    """A tool's output (JSON text) as a functionResponse's ``response`` object."""
+    try:
+        value = json.loads(output)
+    except ValueError:
+        return {"output": output}
+    return value if isinstance(value, dict) else {"output": value}
+
+
+def driver_from_header(header: dict[str, Any]) -> GeminiDriver:
+    """The driver a record's header describes, fresh (voicecore/replay.py)."""
+    args = header.get("args", {})
+    return GeminiDriver(header["call_sid"], first_tag=int(header.get("first_tag", 1)), **args)
+
+
+def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 1, greet: bool = True,
+                     gate_policy: str = "off", audio_format: str = "pcmu") -> GeminiDriver:
+    """A new call's Gemini driver from the agent's spec: its first node's instructions and functions."""
+    from voicecore.agent.flow import AgentFlow
+
+    flow = AgentFlow(agent)
+    session = flow.session()
+    failure = FailurePolicy(after_failures=agent.failure_after_failures, after_ms=int(agent.failure_after_s * 1000),
+                            hold_every_ms=int(agent.failure_hold_every_s * 1000))
+    return GeminiDriver(call_sid, model=model, instructions=session.instructions, voice=agent.voice,
+                        greeting=agent.greeting, tools=list(session.tools), flow_args=flow.record_args(),
+                        first_tag=first_tag, greet=greet, gate_policy=gate_policy, safe_line=agent.safe_line,
+                        audio_format=audio_format, failure=failure.to_dict())

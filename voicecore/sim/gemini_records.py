@@ -1,0 +1,130 @@
+"""`voicecore demo --model-vendor gemini`: the Gemini Live simulator in place of the Realtime one, and its
+connections read as the call report reads the Realtime simulator's sessions.
+
+Owns starting the simulator for a demo (its connection limit, late chunks), the configuration that points
+the stack at it, and ``GeminiRecords``: per call, each of its simulated connections as a ``SessionRecord``
+(voicecore/sim/model/records.py) whose responses are the model turns as the carrier receives them, so
+``voicecore.callreport.summarize`` computes the same figures (stale and overlapping frames, barge-in to
+clear, lateness, underruns) for either vendor. A turn's audio is resampled here exactly as the driver
+resamples it (the carrier edge's filter, fed the same chunks, its 10 ms tail flushed at the turn's end),
+so every frame the carrier receives is matched to its turn byte for byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from voicecore.carriers.codec import EdgeTranscoder
+from voicecore.carriers.events import ENCODING_L16
+from voicecore.config import Config
+from voicecore.gemini import protocol as gp
+from voicecore.gemini.driver import DEFAULT_MODEL
+from voicecore.sim.gemini import GeminiSimServer, serve_gemini_sim
+from voicecore.sim.gemini_core import ConnectionRecord, GeminiSimConfig, TurnRecord, chunk_seed, dithered
+from voicecore.sim.model.records import ResponseRecord, SessionRecord, SpeechRecord
+
+DEMO_API_KEY = "voicecore-demo"  # the simulator accepts it; nothing leaves the machine
+_FLUSH_24K = bytes(gp.OUTPUT_SAMPLE_RATE_HZ * 2 * 10 // 1000)
+
+
+async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0) -> tuple[GeminiSimServer, int]:
+    """The demo's Gemini simulator on loopback; ``connection_limit_s``: each connection gets goAway 10 s
+    (or half the limit, if shorter) before it ends, and the call resumes its session on a new one."""
+    limit_ms = int(connection_limit_s * 1000)
+    config = GeminiSimConfig(api_keys=(DEMO_API_KEY,), connection_limit_ms=limit_ms,
+                             go_away_notice_ms=min(10_000, limit_ms // 2), late_chunks_after_interrupt=late_chunks)
+    return await serve_gemini_sim("127.0.0.1", 0, config)
+
+
+def demo_config(config: Config, port: int) -> Config:
+    """The stack pointed at the simulator on ``port``: its URL, a key it accepts, a Gemini model."""
+    model = config.model if config.model.removeprefix("models/").startswith("gemini") else DEFAULT_MODEL
+    return dataclasses.replace(config, realtime_url=f"ws://127.0.0.1:{port}{gp.LIVE_PATH}",
+                               realtime_api_key=DEMO_API_KEY, model=model, send_call_id_to_vendor=True)
+
+
+def turn_ulaw(turn: TurnRecord) -> tuple[bytes, list[int], list[int]]:
+    """The turn's audio as the driver turned it into 8 kHz mu-law: (the audio, the bytes of each part, when
+    each part was sent). Each chunk the simulator sent is resampled as sent; a turn that completed ends with
+    the resampler's flushed tail (sent with turnComplete). Audio never sent is not the turn's."""
+    transcoder = EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ)
+    parts: list[bytes] = []
+    offset = 0
+    for index, size in enumerate(turn.chunk_bytes):
+        pcm = dithered(turn.pcm24[offset:offset + size], chunk_seed(turn.seed, index))  # as the simulator sent it
+        parts.append(transcoder.to_ulaw(pcm))
+        offset += size
+    sent_ms = list(turn.chunk_sent_ms)
+    if turn.completed_ms is not None and turn.interrupted_ms is None:
+        parts.append(transcoder.to_ulaw(_FLUSH_24K))
+        sent_ms.append(turn.completed_ms)
+    return b"".join(parts), [len(p) for p in parts], sent_ms
+
+
+def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
+    """One simulated connection as the call report reads a Realtime session."""
+    session = SessionRecord(session_id=f"gemini-connection-{index}", session_index=index, naming="gemini",
+                            model=str((record.setup or {}).get("model", "")), connected_ms=record.opened_ms,
+                            call_sid=record.call_sid)
+    session.input_format = session.output_format = "pcmu"
+    # the caller's audio received, as the 8 kHz mu-law bytes it was (16 kHz 16-bit PCM is 4 bytes for each)
+    session.appended_bytes = record.audio_in_bytes // 4
+    for number, turn in enumerate(record.turns):
+        audio, sizes, sent_ms = turn_ulaw(turn)
+        sent = len(turn.chunk_sent_ms)
+        status = "cancelled" if turn.interrupted_ms is not None else "completed" if turn.completed_ms else "in_progress"
+        late = turn.late_chunks
+        session.responses.append(ResponseRecord(
+            index=number, response_id=f"gemini-{index}-{number}", item_id=f"gemini-item-{index}-{number}",
+            clip_name="", text=turn.text, audio=audio, delta_bytes=sizes, created_ms=turn.started_ms,
+            first_delta_ms=turn.chunk_sent_ms[0] if sent else None, cancel_ms=turn.interrupted_ms,
+            done_ms=turn.completed_ms or turn.interrupted_ms, status=status,
+            reason="turn_detected" if turn.interrupted_ms is not None else None,
+            sent_bytes=len(audio), late_bytes=sum(sizes[sent - late:sent]) if late else 0, late_deltas=late,
+            delta_sent_ms=sent_ms, origin="turn_detection"))
+    for number, (started, ended) in enumerate(record.caller_activity):
+        # every utterance the simulator's activity detection ended is a caller turn it answers (it does not
+        # tell backchannels from turns): the turn figures count it as a real turn, answered or not
+        finished = ended is not None
+        session.speech.append(SpeechRecord(
+            item_id=f"gemini-caller-{index}-{number}", audio_start_ms=0, started_at_ms=started, stopped_at_ms=ended,
+            transcript=f"(caller turn {number + 1})" if finished else None, transcript_completed_ms=ended,
+            caller_kind="caller" if finished else None))
+    return session
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GeminiSession:
+    """One simulated connection as the Realtime simulator's sessions are offered: its ``record``."""
+
+    record: SessionRecord
+
+
+@dataclasses.dataclass
+class GeminiRecords:
+    """The simulator's connections by call (``by_call``, as the Realtime simulator offers it)."""
+
+    sim: GeminiSimServer
+
+    def by_call(self, call_sid: str) -> list[GeminiSession]:
+        return [GeminiSession(session_record(c.record, i)) for i, c in enumerate(self.sim.connections)
+                if c.record.call_sid == call_sid]
+
+    async def aclose(self) -> None:
+        await self.sim.aclose()
+
+
+def report_figures(records: GeminiRecords, stack_metrics: dict | None) -> dict:
+    """What the Gemini simulator saw, for the demo's report: connections, those that resumed a session (after
+    a goAway or a drop), goAways sent, model turns, interruptions, late chunks sent after them."""
+    connections = [c.record for c in records.sim.connections]
+    return {
+        "connections": len(connections),
+        "connections_resumed": sum(1 for r in connections if r.resumed),
+        "go_aways_sent": sum(1 for r in connections if r.go_away_ms is not None),
+        "refused": sum(1 for r in connections if r.closed is not None and r.closed[0] != gp.CLOSE_NORMAL),
+        "turns": sum(len(r.turns) for r in connections),
+        "interrupted_turns": sum(r.interrupts for r in connections),
+        "late_chunks_sent": sum(r.late_chunks_sent for r in connections),
+        "tool_calls": sum(len(r.tool_calls) for r in connections),
+    }
