@@ -18,16 +18,25 @@ from __future__ import annotations
 
 from voicecore.carriers.base import Carrier
 from voicecore.carriers.twilio import rest, webhook
-from voicecore.carriers.webhook import ANSWER, EVENT, AnswerRequest, DrainAnswer, Refusal, Route, WebhookError
+from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["TWILIO", "TwilioCarrier"]
+from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, AnswerRequest, DrainAnswer, Refusal, Route,
+                                        WebhookError)
+
+__all__ = ["REATTACH_PATH", "TWILIO", "TwilioCarrier"]
+
+REATTACH_PATH = "/twilio/reattach"
+# The call statuses after which nothing can be re-attached (Twilio's CallStatus values for a call that is over).
+_CALL_OVER = frozenset({"completed", "busy", "failed", "no-answer", "canceled"})
 
 
 class TwilioCarrier(Carrier):
     name = "twilio"
     title = "Twilio"
     routes = {"/twilio/voice": Route("twilio", ANSWER, ("POST",)),
-              "/twilio/status": Route("twilio", EVENT, ("POST",))}
+              "/twilio/status": Route("twilio", EVENT, ("POST",)),
+              REATTACH_PATH: Route("twilio", REATTACH, ("POST",))}
+    reattaches = True  # its answer document names a re-attach step (``<Connect action>``)
 
     def served(self, settings):
         return True
@@ -38,8 +47,10 @@ class TwilioCarrier(Carrier):
             form = webhook.parse_form(body)
         except WebhookError as exc:
             return Refusal(400, "bad form", f"webhook {path}: unparseable form: {exc}", quiet=True, problem="form")
-        # Signed over the URL Twilio was given: our base URL and the path (ours carry no query).
-        if not webhook.check_signature(settings.twilio_auth_token, url.split("?", 1)[0], form,
+        # Signed over the URL Twilio was given: our base URL and the path (only the re-attach URL carries a query,
+        # its token, and Twilio signs the URL whole).
+        signed_url = url if route.kind == REATTACH else url.split("?", 1)[0]
+        if not webhook.check_signature(settings.twilio_auth_token, signed_url, form,
                                        headers.get("x-twilio-signature", "")):
             return Refusal(403, "bad signature", f"webhook {path}: bad X-Twilio-Signature (call "
                                                  f"{form.get('CallSid', '?')})", problem="signature")
@@ -51,15 +62,29 @@ class TwilioCarrier(Carrier):
                                problem="status")
             return AnswerRequest(self.name, EVENT, status.call_sid,
                                  f"stream status {status.stream_event} for call {status.call_sid}")
+        if route.kind == REATTACH:
+            tokens = parse_qs(urlsplit(target).query).get("token", [])
+            sid = form.get("CallSid", "")
+            if len(tokens) != 1 or not tokens[0] or not isinstance(sid, str) or not sid:
+                return Refusal(400, "bad reattach request", f"re-attach request {path}: no token or no CallSid",
+                               quiet=True, problem="reattach")
+            return AnswerRequest(self.name, REATTACH, sid, token=tokens[0],
+                                 call_completed=form.get("CallStatus", "") in _CALL_OVER)
         try:
             voice = webhook.parse_voice_webhook(form)
         except WebhookError as exc:
             return Refusal(400, "bad voice webhook", f"voice webhook rejected: {exc}", quiet=True, problem="voice")
         return AnswerRequest(self.name, ANSWER, voice.call_sid)
 
-    def answer_document(self, request, stream_url, token, settings):
-        twiml = webhook.twiml_connect_stream(stream_url, token, settings.public_url + "/twilio/status")
+    def answer_document(self, request, stream_url, token, settings, reattach_token=None):
+        action = None if reattach_token is None else f"{settings.public_url}{REATTACH_PATH}?token={reattach_token}"
+        twiml = webhook.twiml_connect_stream(stream_url, token, settings.public_url + "/twilio/status",
+                                             action_url=action)
         return b"text/xml", twiml.encode()
+
+    def hangup_document(self):
+        """The answer to a re-attach request for a call that is over."""
+        return b"text/xml", webhook.twiml_hangup().encode()
 
     def draining_answer(self, request, settings):
         url = settings.drain_redirect_url
