@@ -1238,7 +1238,8 @@ class CarrierStreamConnection(StreamConnection):
 
 def remove_stale_arena(name_file: Path, shm_dir: str) -> list[str]:
     """A gateway killed with SIGKILL could not unlink its arena; its successor does. The calls it held are
-    gone (a carrier never reconnects a media stream): returns their CallSids, each logged."""
+    gone with it (a carrier never reconnects a media stream; it re-attaches the call through the answer document's
+    re-attach step, voicecore/reattach.py): returns their CallSids, each logged."""
     try:
         stale = name_file.read_text().strip()
     except FileNotFoundError:
@@ -1252,7 +1253,8 @@ def remove_stale_arena(name_file: Path, shm_dir: str) -> list[str]:
         except ArenaError as exc:
             log.warning("the arena %s of a gateway that did not shut down cannot be read: %s", stale, exc)
         for call_sid in lost:
-            log.warning("call %s: lost with the gateway that served it (a carrier does not reconnect a stream)", call_sid)
+            log.warning("call %s: lost with the gateway that served it (its stream: the carrier's re-attach step may "
+                        "bring the call back)", call_sid)
         log.warning("removing the arena %s of a gateway that did not shut down (%d calls lost)", stale, len(lost))
         (Path(shm_dir) / stale).unlink(missing_ok=True)
     return lost
