@@ -23,7 +23,8 @@ from waiting import wait_until, wait_until_async
 from voicecore import standby
 from voicecore.demo import demo_script
 from voicecore.fallback import load_clips
-from voicecore.sim.carrier import place_call
+from voicecore.sim.audio_clips import load_clip
+from voicecore.sim.carrier import CallScript, place_call
 from voicecore.sim.model import SimConfig
 from voicecore.supervise import get_from_gateway
 
@@ -93,6 +94,13 @@ def test_the_standby_takes_over_pacer_model_and_validator_and_the_call_goes_on()
         running.stop()
 
 
+# The greeting (4.2 s), a question at 5.5 s and its 5.6 s answer, the gateway killed in the pause after it, a
+# second question after the re-attach: its answer is the new stream's.
+GATEWAY_KILL_AT_S = 14.0
+REATTACH_SCRIPT = CallScript(duration_ms=26_000, utterances=((5500, load_clip("caller_basic_price")),
+                                                             (17_000, load_clip("caller_hours"))))
+
+
 @pytest.mark.parametrize("standby_workers", [True, False], ids=["standby", "restarted"])
 def test_a_gateway_kill_re_attaches_the_call_which_goes_on_with_its_history(standby_workers):
     """SIGKILL of the serving gateway mid-call: the carrier simulator requests the TwiML's <Connect action> (the
@@ -105,9 +113,9 @@ def test_a_gateway_kill_re_attaches_the_call_which_goes_on_with_its_history(stan
 
         async def scenario():
             async with running.model_sim() as sim:
-                call = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, demo_script(CALL_SECONDS)))
-                # after the greeting played and the caller asked (demo_script: the question at ~4 s)
-                await asyncio.sleep(6.5)
+                call = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, REATTACH_SCRIPT))
+                # after the greeting and the answer to the first question, before the second question
+                await asyncio.sleep(GATEWAY_KILL_AT_S)
                 old = kill_leader(running, "gateway")
                 result = await call
                 await wait_until_async(lambda: leader(config, "gateway") not in (None, old), 5, "a new gateway leader",
@@ -125,7 +133,8 @@ def test_a_gateway_kill_re_attaches_the_call_which_goes_on_with_its_history(stan
         assert f"call {result.call_sid}: model session re-attached" in log and \
             f"(rebuilt from {result.call_sid}.jsonl)" in log, running.log_tail()
         # frames reached the caller over the new stream
-        assert any(frame.arrival_ms > attached_at for frame in result.core.frames)
+        assert any(frame.arrival_ms > attached_at for frame in result.core.frames), \
+            "\n".join(line for line in log.splitlines() if result.call_sid in line or "model" in line)[-8000:]
         sessions = [session.record for session in sim.by_call(result.call_sid)]
         assert len(sessions) >= 2, len(sessions)
         later = sessions[-1]
