@@ -125,7 +125,7 @@ def test_a_gateway_kill_re_attaches_the_call_which_goes_on_with_its_history(stan
 
         sim, result, again = run(scenario())
         log = running.log_path.read_text()
-        assert result.closed_by == "carrier", (result.closed_by, result.errors, running.log_tail())
+        assert result.closed_by == "carrier", f"{result.closed_by}: {'; '.join(result.errors)}\n{running.log_tail()}"
         assert len(result.core.metrics.reattaches) == 1, result.errors
         lost_at, attached_at = result.core.metrics.reattaches[0]
         assert 0 <= attached_at - lost_at < 8000

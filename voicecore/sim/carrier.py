@@ -691,9 +691,10 @@ async def _connect_stream(stream: StreamListener, target: StreamTarget, auth_tok
     return ""
 
 
-# A refused or reset action request is tried again (Twilio retries a failed connection, its connection
-# overrides' rc/rp; the simulator for up to this long, long enough for a standby gateway to take the port).
-ACTION_RETRY_FOR_S = 5.0
+# A refused or reset action request is tried again for up to this long. Twilio retries a failed connection
+# once by default (more with the URL's connection overrides, rc/rp/tt, up to 15 s in all); the simulator is more
+# patient, so that a node without a standby gateway (supervisord restarts it in 1-5 s) can be measured too.
+ACTION_RETRY_FOR_S = 10.0
 ACTION_RETRY_EVERY_S = 0.05
 
 
