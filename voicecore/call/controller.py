@@ -649,10 +649,12 @@ class CallController:
         self._step(out)
         return out
 
-    def reopen(self, now_ns: int) -> list[Action]:
+    def reopen(self, now_ns: int, reattached: bool = False) -> list[Action]:
         """The model socket reconnected: configure the new session (no greeting). The old session's
         response is gone with it: a request it never answered is asked again, and a response cut off
-        mid-audio is handled as a stall (cancelled where audible, retried once)."""
+        mid-audio is handled as a stall (cancelled where audible, retried once). ``reattached``: the call is
+        on a new stream after its gateway died: nothing written for the old one plays any more, and an answer
+        it cut off is dropped for the agent's ``reconnect`` line."""
         self.now_ns = now_ns
         if self.ended:
             return []
@@ -665,8 +667,19 @@ class CallController:
             request, self.inflight = self.inflight, None
             if self.queued is None:
                 self.queued = request
-        if self.active is not None and not self.active.done and not self.active.cancelled_ns:
-            self._on_stall(self.active, out)
+        active = self.active
+        if reattached:
+            self.core.stream_replaced()
+        if reattached and active is not None and not active.settled and not active.cancelled_ns:
+            # its audio went with the old stream; the old session that made it is closed (no cancel to send)
+            active.cancelled_ns = now_ns
+            active.settled = True
+            if self.ending is active:
+                self.ending = None
+            self.active = None  # no response.done will come for it: nothing to wait for before the next request
+            self._enqueue(self.flow.line("reconnect"), "reconnect", out)
+        elif active is not None and not active.done and not active.cancelled_ns:
+            self._on_stall(active, out)
         self._step(out)
         return out
 

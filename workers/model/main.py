@@ -331,6 +331,7 @@ class CallSession:
             self.cut_off = self._end_orphaned_tags()
         elif reattached is not None:
             self.cut_off = reattached.mid_answer
+        self.reattached = reattached is not None
 
     def alive(self) -> bool:
         ctrl = self.worker.arena.ctrl[self.slot]
@@ -467,7 +468,9 @@ class CallSession:
                 renewal.transport.disconnect()
         if not self.started:
             self.started = True
-            if self.rebuilt_from:  # the call's state is back: its new session gets what the old one had
+            if self.rebuilt_from and self.reattached:  # on a new stream: the old one's audio never plays
+                self._apply(self.driver.reopen(time.monotonic_ns(), True))
+            elif self.rebuilt_from:  # the call's state is back: its new session gets what the old one had
                 self._apply(self.driver.reopen(time.monotonic_ns()))
             elif self.resumed:  # taken over without a record: configured, never greeted twice
                 self._apply(self.driver.resume(time.monotonic_ns(), self.cut_off))
@@ -1232,6 +1235,10 @@ class ModelWorker:
             for session in self.calls.values():
                 mid_answer = session.started and session.driver.awaiting_model()
                 record = session.finish(call_ended=False)
+                # Its model socket closes too: left open, its events would drive the old driver into this slot
+                # of the new arena, which is another call's (or this call's re-attached stream's).
+                session.close()
+                session.transport = None
                 session.drop_task()
                 self.cut_calls[session.call_sid] = CutCall(session, time.monotonic(), record, mid_answer)
             self.calls.clear()
