@@ -424,6 +424,14 @@ def test_a_call_re_attached_mid_answer_drops_the_rest_of_it_and_says_the_reconne
     (create,) = [e for e in events if e["type"] == "response.create"]
     assert create["response"]["metadata"]["vc_prompt"] == "reconnect"
     assert flows.LINES["reconnect"] in create["response"]["instructions"]
+    # the caller was speaking when the gateway died: the new session never hears the end of it
+    c = started(C.CallController("CA1"))
+    c.queued = c.inflight = None
+    c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=100, item_id="u1"), 200 * MS, IDLE)
+    assert not c._may_speak()
+    events = sent(c.reopen(600 * MS, reattached=True))
+    assert [e["response"]["metadata"]["vc_prompt"] for e in events if e["type"] == "response.create"] == ["reconnect"]
+    assert not c.caller_speaking and not any(u.open for u in c.utterances)
     # not mid-answer: nothing is said, the new session is only configured
     c = started(C.CallController("CA1"))
     c.queued = c.inflight = None

@@ -669,19 +669,36 @@ class CallController:
                 self.queued = request
         active = self.active
         if reattached:
-            self.core.stream_replaced()
-        if reattached and active is not None and not active.settled and not active.cancelled_ns:
-            # its audio went with the old stream; the old session that made it is closed (no cancel to send)
-            active.cancelled_ns = now_ns
-            active.settled = True
-            if self.ending is active:
-                self.ending = None
-            self.active = None  # no response.done will come for it: nothing to wait for before the next request
-            self._enqueue(self.flow.line("reconnect"), "reconnect", out)
+            self._reattached(now_ns, out)
         elif active is not None and not active.done and not active.cancelled_ns:
             self._on_stall(active, out)
         self._step(out)
         return out
+
+    def _reattached(self, now_ns: int, out: list[Action]) -> None:
+        """The call is on a new stream and a new session after its gateway died. What was written for the old
+        stream never plays; what the caller was saying went with the old session (the new one never hears its
+        end). An answer cut off, or words of the caller's that were never answered, get the agent's
+        ``reconnect`` line (unless a request the old session never answered is asked again anyway)."""
+        self.core.stream_replaced()
+        active = self.active
+        mid_answer = active is not None and not active.settled and not active.cancelled_ns
+        if active is not None and mid_answer:
+            active.cancelled_ns = now_ns  # the old session that made it is closed: no cancel to send
+            active.settled = True
+            if self.ending is active:
+                self.ending = None
+            self.active = None  # no response.done will come for it: nothing to wait for
+        words_lost = self.caller_speaking or any(u.open for u in self.utterances)
+        self.caller_speaking = False
+        for utterance in self.utterances:
+            if utterance.open:  # never judged or answered now: its end and its words are the old session's
+                if utterance.verdict == "turn":
+                    utterance.turn_taken = True
+                else:
+                    utterance.verdict = "noise"
+        if (mid_answer or words_lost) and self.queued is None:
+            self._enqueue(self.flow.line("reconnect"), "reconnect", out)
 
     def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[Action]:
         """The model socket closed or could not be opened (``reason``: a close code, an exception's name,
