@@ -96,7 +96,7 @@ def test_the_standby_takes_over_pacer_model_and_validator_and_the_call_goes_on()
 
 # The greeting (4.2 s), a question at 5.5 s and its 5.6 s answer, the gateway killed in the pause after it, a
 # second question after the re-attach: its answer is the new stream's.
-GATEWAY_KILL_AT_S = 14.0
+GATEWAY_KILL_AT_S = 14.0  # after the stream started
 REATTACH_SCRIPT = CallScript(duration_ms=26_000, utterances=((5500, load_clip("caller_basic_price")),
                                                              (17_000, load_clip("caller_hours"))))
 
@@ -114,6 +114,10 @@ def test_a_gateway_kill_re_attaches_the_call_which_goes_on_with_its_history(stan
         async def scenario():
             async with running.model_sim() as sim:
                 call = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, REATTACH_SCRIPT))
+                for _ in range(200):
+                    if (await asyncio.to_thread(metrics, config))["gateway"]["calls_active"] == 1:
+                        break
+                    await asyncio.sleep(0.05)
                 # after the greeting and the answer to the first question, before the second question
                 await asyncio.sleep(GATEWAY_KILL_AT_S)
                 old = kill_leader(running, "gateway")
