@@ -141,8 +141,8 @@ class CallTimeline:
     turns: list[tuple[float, float]] = field(default_factory=list)  # (caller speech end, answer latency ms)
     sessions: list[tuple[float, float | None]] = field(default_factory=list)  # model sessions: (connected, closed)
     # re-attaches: (the old stream lost, the new one started, the conversation restored in the model session
-    # opened after it: it was given the conversation so far and not greeted again)
-    reattaches: list[tuple[float, float, bool]] = field(default_factory=list)
+    # opened after it (conversation_restored))
+    reattaches: list[tuple[float, float, str]] = field(default_factory=list)
 
 
 def call_timeline(result, meta: dict, records: Sequence, fallback_frames: frozenset[bytes],
@@ -189,15 +189,22 @@ def call_timeline(result, meta: dict, records: Sequence, fallback_frames: frozen
     return timeline
 
 
-def conversation_restored(records: Sequence, lost_ms: float) -> bool:
-    """Was the model session a re-attached call opened after ``lost_ms`` given the conversation so far
-    (history items) and not greeted again? False when no session opened after it."""
+RESTORED = "restored"  # given the conversation so far (history items), not greeted again
+GREETED_AGAIN = "greeted_again"
+NO_HISTORY = "no_history"  # not greeted again, but given no earlier turn (the spine keeps none)
+NO_SESSION = "no_session"
+
+
+def conversation_restored(records: Sequence, lost_ms: float) -> str:
+    """What the model session a re-attached call opened after ``lost_ms`` was given: RESTORED, GREETED_AGAIN,
+    NO_HISTORY, or NO_SESSION when none opened after it."""
     later = sorted((r for r in records if r.connected_ms >= lost_ms), key=lambda r: r.connected_ms)
     if not later:
-        return False
+        return NO_SESSION
     first = later[0]
-    greeted = any((getattr(r, "metadata", None) or {}).get("vc_prompt") == "greeting" for r in first.responses)
-    return first.client_events.get("conversation.item.create", 0) >= 1 and not greeted
+    if any((getattr(r, "metadata", None) or {}).get("vc_prompt") == "greeting" for r in first.responses):
+        return GREETED_AGAIN
+    return RESTORED if first.client_events.get("conversation.item.create", 0) >= 1 else NO_HISTORY
 
 
 def reattach_figures(timelines: Sequence[CallTimeline], at_ms: float, w1_ms: float) -> dict:
@@ -214,7 +221,10 @@ def reattach_figures(timelines: Sequence[CallTimeline], at_ms: float, w1_ms: flo
     return {"calls_reattached": len({t.call_sid for t, *_ in hits}),
             "reattach_silence_p50_ms": pct(50), "reattach_silence_p95_ms": pct(95),
             "reattach_silence_max_ms": round(gaps[-1], 1) if gaps else None,
-            "conversations_restored": sum(1 for *_x, restored in hits if restored)}
+            "conversations_restored": sum(1 for *_x, how in hits if how == RESTORED),
+            "reattached_without_history": sum(1 for *_x, how in hits if how == NO_HISTORY),
+            "reattached_greeted_again": sum(1 for *_x, how in hits if how == GREETED_AGAIN),
+            "reattached_without_model_session": sum(1 for *_x, how in hits if how == NO_SESSION)}
 
 
 @dataclass(slots=True)
@@ -907,7 +917,9 @@ def format_chaos_table(report: dict) -> str:
             lines.append(f"{fault['fault']}: {fault['calls_reattached']} calls re-attached, {fault['calls_dropped']} "
                          f"dropped; caller without a stream p50 {_cell(fault['reattach_silence_p50_ms'])} ms, p95 "
                          f"{_cell(fault['reattach_silence_p95_ms'])} ms, max {_cell(fault['reattach_silence_max_ms'])} ms; "
-                         f"conversations restored {fault['conversations_restored']} of {fault['calls_reattached']}")
+                         f"conversations restored {fault['conversations_restored']} of {fault['calls_reattached']} "
+                         f"({fault['reattached_without_history']} without history, {fault['reattached_greeted_again']} "
+                         f"greeted again, {fault['reattached_without_model_session']} without a model session)")
     for skipped in report["faults_skipped"]:
         lines.append(f"skipped {skipped['fault']}: {skipped['reason']}")
     present = [role for role, there in report["leader_files"].items() if there]

@@ -820,6 +820,8 @@ class CarrierCall(PlayoutCore):
         self._playing_until_ms = min(self._playing_until_ms, now_ms)
         self._epoch += 1
         self._outbox = []
+        # The marks of a new stream are the new stream's: a tag number the old one used means nothing here.
+        self._tags = {}
         if self._send_origin_ms is not None:
             self._next_send_frame = max(self._next_send_frame,
                                         int((now_ms - self._send_origin_ms) // FRAME_MS) + 1)
