@@ -243,15 +243,21 @@ class CallSession:
         # from that worker's part file (INV-REPLAY), so the call goes on where it stood instead of starting over.
         self.resumed = resumed or reattached is not None
         self.rebuilt_from: str | None = None
-        if reattached is not None and worker.writes_records:
-            # its gateway died under it and the carrier re-attached it (voicecore/reattach.py): the record this
-            # worker finished when the arena went is the call as it stood
-            if reattached.record is not None:
-                concurrent.futures.wait([reattached.record], timeout=REATTACH_RECORD_WAIT_S)
-            rebuilt = rebuild_driver(config.record_dir, call_sid, finished=True)
+        self.kept_driver = False  # re-attached with the driver this worker kept in memory
+        if reattached is not None:
+            # Its gateway died under it and the carrier re-attached it (voicecore/reattach.py). This worker served
+            # it until then: with records, the record it finished when the arena went is the call as it stood
+            # (and the new record continues it); without, the driver it kept in memory is.
+            rebuilt = None
+            if worker.writes_records:
+                if reattached.record is not None:
+                    concurrent.futures.wait([reattached.record], timeout=REATTACH_RECORD_WAIT_S)
+                rebuilt = rebuild_driver(config.record_dir, call_sid, finished=True)
             if rebuilt is not None:
                 decider, self.rebuilt_from = rebuilt
-                decider.core.next_tag = max(decider.core.next_tag, first_tag)
+            else:
+                decider, self.kept_driver = reattached.session.decider, True
+            decider.core.next_tag = max(decider.core.next_tag, first_tag)
         elif resumed and worker.writes_records:
             # what the standby followed while it waited (workers/model/follow.py), else the whole part file
             rebuilt = worker.followers.take(call_sid) if worker.followers is not None else None
@@ -263,6 +269,7 @@ class CallSession:
             if rebuilt is not None:
                 decider, self.rebuilt_from = rebuilt
                 decider.core.next_tag = max(decider.core.next_tag, first_tag)  # never reuse a tag the arena saw
+        self.decider = decider
         # The recorder is also kept as such for its record's plumbing only (header, hand-offs to the writer
         # thread): inputs go to self.driver. It wraps the driver whenever the node has a call store, with or
         # without a record file: its entries, as the agent's storage tier keeps them, are what the store's
@@ -468,7 +475,7 @@ class CallSession:
                 renewal.transport.disconnect()
         if not self.started:
             self.started = True
-            if self.rebuilt_from and self.reattached:  # on a new stream: the old one's audio never plays
+            if (self.rebuilt_from or self.kept_driver) and self.reattached:  # on a new stream: its old audio never plays
                 self._apply(self.driver.reopen(time.monotonic_ns(), True))
             elif self.rebuilt_from:  # the call's state is back: its new session gets what the old one had
                 self._apply(self.driver.reopen(time.monotonic_ns()))
@@ -1272,7 +1279,7 @@ class ModelWorker:
             how = "resumed" if resumed else "re-attached" if reattached is not None else "started"
             if reattached is not None:
                 self.counters["calls_reattached"] += 1
-                how += f" ({'rebuilt from ' + session.rebuilt_from if session.rebuilt_from else 'without its history'})"
+                how += f" ({'rebuilt from ' + session.rebuilt_from if session.rebuilt_from else 'its state kept in memory'})"
             log.info("call %s: model session %s in slot %d", call_sid, how, slot)
 
     def end_lost_calls(self, now_s: float) -> None:
