@@ -28,6 +28,7 @@ from voicecore import stream_tokens as st
 __all__ = [
     "ATTACH",
     "HANGUP",
+    "LEDGER_DIR",
     "REATTACHED_ENDS",
     "REATTACH_TTL_MS",
     "REFUSE",
@@ -47,6 +48,10 @@ REATTACH_TTL_MS = 4 * 3600 * 1000
 # the call). A gateway that is killed records no reason at all, which reads the same. Every other end (the
 # carrier's stop, the agent's end, a drain deadline, a protocol violation) is final.
 REATTACHED_ENDS = frozenset({"connection lost", "shutdown"})
+
+# The runtime dir's folder where the gateways of a node keep what a re-attach decision needs (used tokens,
+# normal ends): it outlives a gateway, not the node (a stopped node's calls are over; `voicecore up` removes it).
+LEDGER_DIR = "reattach"
 
 ATTACH = "attach"  # answer with a new stream for the call
 HANGUP = "hangup"  # the call is over: answer the carrier's hang-up verb

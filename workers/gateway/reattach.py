@@ -35,8 +35,8 @@ class ReattachLedger:
     """The runtime directory's record of used re-attach tokens and of calls that ended normally."""
 
     def __init__(self, runtime_dir: Path, ttl_s: float = core.REATTACH_TTL_MS / 1000) -> None:
-        self.used_dir = Path(runtime_dir) / "reattach" / "used"
-        self.ended_dir = Path(runtime_dir) / "reattach" / "ended"
+        self.used_dir = Path(runtime_dir) / core.LEDGER_DIR / "used"
+        self.ended_dir = Path(runtime_dir) / core.LEDGER_DIR / "ended"
         self.ttl_s = ttl_s
         self.next_sweep_s = 0.0
         for directory in (self.used_dir, self.ended_dir):
