@@ -153,6 +153,45 @@ def test_a_gateway_kill_re_attaches_the_call_which_goes_on_with_its_history(stan
         running.stop()
 
 
+def test_a_call_a_gateway_kill_drops_for_good_gets_its_call_ended_event():
+    """The carrier never comes back for the call (its action URL unreachable): the model worker ends it once the
+    re-attach wait is over, with a call.ended event (outcome stream_lost) in the store."""
+    from voicecore.store import CallStore, database_url_for
+    from workers.model.main import REATTACH_WAIT_S
+
+    running = start_stack()
+    try:
+        config = running.config
+
+        async def scenario():
+            async with running.model_sim():
+                call = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, demo_script(8),
+                                                      follow_action=False))
+                for _ in range(200):
+                    if (await asyncio.to_thread(metrics, config))["gateway"]["calls_active"] == 1:
+                        break
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(2.0)
+                kill_leader(running, "gateway")
+                return await call
+
+        lost = run(scenario())
+        assert lost.closed_by in ("connection_lost", "server"), lost.closed_by
+
+        def ended_event() -> list:
+            with CallStore.open(database_url_for(config)) as store:
+                return store.backend.execute("SELECT type, data FROM events WHERE call_sid = ? ORDER BY seq",
+                                             (lost.call_sid,)).fetchall()
+
+        wait_until(lambda: any(kind == "call.ended" for kind, _ in ended_event()), REATTACH_WAIT_S + 30,
+                   "the dropped call's call.ended", detail=running.log_tail)
+        (data,) = [data for kind, data in ended_event() if kind == "call.ended"]
+        assert json.loads(data)["outcome"] == "stream_lost"
+        assert metrics(config)["workers"]["model"]["calls_lost_with_gateway"] == 1
+    finally:
+        running.stop()
+
+
 def test_without_a_standby_a_dead_model_worker_leaves_the_waiting_caller_the_pacers_hold_line():
     running = start_stack(standby_workers=False)
     hold_frames = load_clips().frame_payloads()

@@ -529,6 +529,7 @@ async def place_call(
     exotel_encoding: str = ENCODING_L16,
     playout_stall: tuple[int, int] = (0, 0),
     rest=None,
+    follow_action: bool = True,
 ) -> CallResult:
     """Run one simulated inbound call against the gateway at ``base_url_http`` and measure it.
 
@@ -545,6 +546,9 @@ async def place_call(
     next one; ``exotel_encoding``: what Exotel streams (l16, its base guide, or pcmu, its beta's default);
     ``playout_stall``: (stall_ms, every_ms), Plivo's playout stalls that long that often (PlayoutCore.set_playout_stall);
     ``rest``: a voicecore.sim.carrier_rest.CarrierRestServer: its hang-up and transfer requests end the call.
+    A stream that drops without a stop is followed by the TwiML's ``<Connect action>`` as Twilio does (a new
+    ``<Connect><Stream>`` answered is connected and the caller talks on); ``follow_action`` False: act as a
+    carrier that cannot reach that URL (the call ends with its stream).
     """
     if carrier != "twilio":
         return await place_mode_call(
@@ -640,7 +644,7 @@ async def place_call(
             status_callback("stream-stopped")
             # The stream ended without the caller's stop (and not by a REST hang-up or transfer): Twilio goes on
             # with the call's instructions, <Connect action> first.
-            if runner.closed_by not in ("server", "connection_lost") or not target.action:
+            if runner.closed_by not in ("server", "connection_lost") or not target.action or not follow_action:
                 break
             lost_at_ms = ticker.now_ms()
             followed = await _follow_action(auth_token, target.action, dict(form, CallStatus="in-progress"),
