@@ -89,10 +89,9 @@ FAULTS: dict[str, FaultSpec] = {spec.name: spec for spec in (
     # Sessions must reconnect against a vendor that refuses them: refuse first, then cut every session.
     FaultSpec("refuse_new", f"new handshakes refused (503) for {REFUSE_MS} ms, every session closed with 1011",
               vendor=(("refuse_new", REFUSE_MS), ("drop_1011", 0))),
-    # Last: it drops every call by design, and the fresh calls that replace them should not be what the
-    # other faults are measured on.
-    FaultSpec(GATEWAY, "SIGKILL of the active gateway (its calls are lost: the carrier cannot reconnect)",
-              kill=GATEWAY),
+    # Last: the calls it cuts (re-attached or dropped) should not be what the other faults are measured on.
+    FaultSpec(GATEWAY, "SIGKILL of the active gateway (its calls' streams are lost; the carrier re-attaches them "
+                       "through the answer's <Connect action>)", kill=GATEWAY),
 )}
 # The store faults are asked for by name: they give the run a call store, and the default run (its figures
 # comparable with earlier ones, in about 4 minutes at 100 calls) has none.
@@ -141,6 +140,9 @@ class CallTimeline:
     unknown_ms: list[float] = field(default_factory=list)  # arrival of frames of no response and no fallback line
     turns: list[tuple[float, float]] = field(default_factory=list)  # (caller speech end, answer latency ms)
     sessions: list[tuple[float, float | None]] = field(default_factory=list)  # model sessions: (connected, closed)
+    # re-attaches: (the old stream lost, the new one started, the conversation restored in the model session
+    # opened after it (conversation_restored))
+    reattaches: list[tuple[float, float, str]] = field(default_factory=list)
 
 
 def call_timeline(result, meta: dict, records: Sequence, fallback_frames: frozenset[bytes],
@@ -156,6 +158,8 @@ def call_timeline(result, meta: dict, records: Sequence, fallback_frames: frozen
     core = result.core
     if core is None:
         return timeline
+    timeline.reattaches = [(lost, attached, conversation_restored(records, lost))
+                           for lost, attached in getattr(core.metrics, "reattaches", ())]
     if core.frames and core.send_origin_ms is not None:
         timeline.accepted_ms = core.send_origin_ms
     playout = playout_figures(core, records, STARVED_GRACE_MS if grace_ms is None else grace_ms)
@@ -183,6 +187,44 @@ def call_timeline(result, meta: dict, records: Sequence, fallback_frames: frozen
             timeline.stale_ms.append(at)
     timeline.turns = [(end, latency) for end, latency, _model in turn_latencies(core, playout, records)]
     return timeline
+
+
+RESTORED = "restored"  # given the conversation so far (history items), not greeted again
+GREETED_AGAIN = "greeted_again"
+NO_HISTORY = "no_history"  # not greeted again, but given no earlier turn (the spine keeps none)
+NO_SESSION = "no_session"
+
+
+def conversation_restored(records: Sequence, lost_ms: float) -> str:
+    """What the model session a re-attached call opened after ``lost_ms`` was given: RESTORED, GREETED_AGAIN,
+    NO_HISTORY, or NO_SESSION when none opened after it."""
+    later = sorted((r for r in records if r.connected_ms >= lost_ms), key=lambda r: r.connected_ms)
+    if not later:
+        return NO_SESSION
+    first = later[0]
+    if any((getattr(r, "metadata", None) or {}).get("vc_prompt") == "greeting" for r in first.responses):
+        return GREETED_AGAIN
+    return RESTORED if first.client_events.get("conversation.item.create", 0) >= 1 else NO_HISTORY
+
+
+def reattach_figures(timelines: Sequence[CallTimeline], at_ms: float, w1_ms: float) -> dict:
+    """The re-attaches of streams lost in [at_ms, w1_ms): calls re-attached, the time each caller was without
+    a stream (lost to the new stream's start: nothing heard either way) p50/p95/max, and the conversations
+    restored (the next model session had the earlier turns)."""
+    hits = [(t, lost, attached, restored) for t in timelines for lost, attached, restored in t.reattaches
+            if at_ms <= lost < w1_ms]
+    gaps = sorted(attached - lost for _t, lost, attached, _r in hits)
+
+    def pct(q: float) -> float | None:
+        return round(gaps[min(len(gaps) - 1, math.ceil(q / 100 * len(gaps)) - 1)], 1) if gaps else None
+
+    return {"calls_reattached": len({t.call_sid for t, *_ in hits}),
+            "reattach_silence_p50_ms": pct(50), "reattach_silence_p95_ms": pct(95),
+            "reattach_silence_max_ms": round(gaps[-1], 1) if gaps else None,
+            "conversations_restored": sum(1 for *_x, how in hits if how == RESTORED),
+            "reattached_without_history": sum(1 for *_x, how in hits if how == NO_HISTORY),
+            "reattached_greeted_again": sum(1 for *_x, how in hits if how == GREETED_AGAIN),
+            "reattached_without_model_session": sum(1 for *_x, how in hits if how == NO_SESSION)}
 
 
 @dataclass(slots=True)
@@ -798,6 +840,7 @@ def fault_report(injected: Injected, timelines: Sequence[CallTimeline], refused:
         entry.update(killed_pid=injected.killed_pid, new_pid=injected.new_pid, pid_source=injected.pid_source)
     if spec.kill == GATEWAY:
         taken = calls_taken_after_ms(timelines, at)
+        entry.update(reattach_figures(timelines, at, w1))
         entry["calls_taken_after_ms"] = taken
         entry["gateway_up_ms"] = round(injected.gateway_up_ms - at, 1) if injected.gateway_up_ms else None
         entry["recovery_ms"], entry["recovery_from"] = taken, "a new call's stream accepted"
@@ -869,6 +912,14 @@ def format_chaos_table(report: dict) -> str:
                  _cell(row["answer_latency_max_ms"]),
                  _cell(row.get("calls_taken_after_ms")))
         lines.append("".join(c.rjust(w) if i else c.ljust(w) for i, (c, (_n, w)) in enumerate(zip(cells, columns))))
+    for fault in report["faults"]:
+        if "calls_reattached" in fault:
+            lines.append(f"{fault['fault']}: {fault['calls_reattached']} calls re-attached, {fault['calls_dropped']} "
+                         f"dropped; caller without a stream p50 {_cell(fault['reattach_silence_p50_ms'])} ms, p95 "
+                         f"{_cell(fault['reattach_silence_p95_ms'])} ms, max {_cell(fault['reattach_silence_max_ms'])} ms; "
+                         f"conversations restored {fault['conversations_restored']} of {fault['calls_reattached']} "
+                         f"({fault['reattached_without_history']} without history, {fault['reattached_greeted_again']} "
+                         f"greeted again, {fault['reattached_without_model_session']} without a model session)")
     for skipped in report["faults_skipped"]:
         lines.append(f"skipped {skipped['fault']}: {skipped['reason']}")
     present = [role for role, there in report["leader_files"].items() if there]

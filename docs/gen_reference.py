@@ -246,6 +246,7 @@ AGENT_KEY_DOCS: dict[str, str] = {
     "agent.lines.declined": "Said when the caller said no to a confirmation prompt.",
     "agent.lines.confirm_timeout": "Said when no yes came within `[tools] confirm_timeout_s` of a confirmation prompt.",
     "agent.lines.tool_error": "Said when a tool fails and no `error` transition says otherwise.",
+    "agent.lines.reconnect": "Said when a call is re-attached on a new stream after its gateway died in the middle of an answer (see [re-attach after a gateway failure](../how-to/drain.md#re-attach-after-a-gateway-failure)).",
     "agent.lines.hold": "The runtime's own hold line, said when the model vendor keeps the caller waiting (rendered once in the agent's voice by the vendor's speech endpoint, see [connect OpenAI](../how-to/connect-openai.md)).",
     "agent.lines.audio": "default: none; a table: WAV files in the agent folder for the runtime's own lines (`hold`, `apology_hangup`, `apology_transfer`), any rate, resampled; they win over the rendered and the shipped lines.",
     "agent.silence": "default: see its keys; a table: what happens when the caller is silent.",

@@ -142,7 +142,7 @@ def _feed(driver: Driver, entry: dict[str, Any], audio: bytes) -> list[Action]:
     entry's frames; the ``SendToModel`` that forwards them is not recorded, so it is not compared)."""
     kind, t = entry["k"], entry["t"]
     if kind == "reopen":
-        return driver.reopen(t)
+        return driver.reopen(t, True) if entry.get("reattached") else driver.reopen(t)
     if kind == "lost":
         return driver.on_model_lost(t, entry.get("reason", ""), bool(entry.get("fatal", False)))
     if kind == "start":

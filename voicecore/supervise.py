@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import h11
 
 from voicecore import drain, http_client
 from voicecore.bus.transport import ARENA_NAME_FILE, default_runtime_dir, ensure_runtime_dir
+from voicecore.reattach import LEDGER_DIR as REATTACH_LEDGER_DIR
 from voicecore.store.spool import SPOOL_DIR
 from voicecore import standby
 from voicecore.config import METRICS_LOCAL, Config
@@ -193,6 +195,7 @@ def cleanup_runtime(config: Config) -> None:
         pass
     for name in RUNTIME_FILES:
         (runtime_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(runtime_dir / REATTACH_LEDGER_DIR, ignore_errors=True)  # the stopped node's calls are over
     try:
         (runtime_dir / SPOOL_DIR).rmdir()  # empty: every spooled call is stored; else it waits for the next start
     except OSError:

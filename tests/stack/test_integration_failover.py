@@ -1,7 +1,8 @@
 """Worker death under live calls, with real processes (docs/explanation/failure-and-standby.md#hot-standby): SIGKILL
 of the serving pacer, model worker, validator or gateway. With standby workers the waiting process takes over (its
-pid becomes the role's leader) and the call goes on with no stale frame; a gateway's calls are lost (a carrier never
-reconnects a stream), counted, and new calls are taken again. Without a standby, a model worker that dies while a
+pid becomes the role's leader) and the call goes on with no stale frame; a gateway's calls are re-attached through
+the answer document's re-attach step (a carrier never reconnects a stream, but goes on to <Connect action>), and
+new calls are taken again. Without a standby, a model worker that dies while a
 caller waits on it leaves the caller with the pacer's own hold line, not silence."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from waiting import wait_until, wait_until_async
 from voicecore import standby
 from voicecore.demo import demo_script
 from voicecore.fallback import load_clips
-from voicecore.sim.carrier import place_call
+from voicecore.sim.audio_clips import load_clip
+from voicecore.sim.carrier import CallScript, place_call
 from voicecore.sim.model import SimConfig
 from voicecore.supervise import get_from_gateway
 
@@ -92,30 +94,100 @@ def test_the_standby_takes_over_pacer_model_and_validator_and_the_call_goes_on()
         running.stop()
 
 
-def test_a_gateway_kill_loses_its_calls_counts_them_and_new_calls_are_taken_again():
+# The greeting (4.2 s), a question at 5.5 s and its 5.6 s answer, the gateway killed in the pause after it, a
+# second question after the re-attach: its answer is the new stream's.
+GATEWAY_KILL_AT_S = 14.0  # after the stream started
+REATTACH_SCRIPT = CallScript(duration_ms=26_000, utterances=((5500, load_clip("caller_basic_price")),
+                                                             (17_000, load_clip("caller_hours"))))
+
+
+@pytest.mark.parametrize("standby_workers", [True, False], ids=["standby", "restarted"])
+def test_a_gateway_kill_re_attaches_the_call_which_goes_on_with_its_history(standby_workers):
+    """SIGKILL of the serving gateway mid-call: the carrier simulator requests the TwiML's <Connect action> (the
+    re-attach step), the gateway serving now (the standby, or the one supervisord restarted) answers a new
+    stream for the same call, and the model worker resumes the call from its record: no second greeting, the
+    new model session is given the conversation so far, and the call runs to the caller's own end."""
+    running = start_stack(call_control="turns", standby_workers=standby_workers)
+    try:
+        config = running.config
+
+        async def scenario():
+            async with running.model_sim() as sim:
+                call = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, REATTACH_SCRIPT))
+                for _ in range(200):
+                    if (await asyncio.to_thread(metrics, config))["gateway"]["calls_active"] == 1:
+                        break
+                    await asyncio.sleep(0.05)
+                # after the greeting and the answer to the first question, before the second question
+                await asyncio.sleep(GATEWAY_KILL_AT_S)
+                old = kill_leader(running, "gateway")
+                result = await call
+                await wait_until_async(lambda: leader(config, "gateway") not in (None, old), 5, "a new gateway leader",
+                                       detail=running.log_tail)
+                again = await place_call(config.base_url, config.twilio_auth_token, demo_script(4))
+                return sim, result, again
+
+        sim, result, again = run(scenario())
+        log = running.log_path.read_text()
+        assert result.closed_by == "carrier", f"{result.closed_by}: {'; '.join(result.errors)}\n{running.log_tail()}"
+        assert len(result.core.metrics.reattaches) == 1, result.errors
+        lost_at, attached_at = result.core.metrics.reattaches[0]
+        assert 0 <= attached_at - lost_at < 8000
+        assert f"call {result.call_sid}: its stream ended unexpectedly: re-attached" in log, running.log_tail()
+        assert f"call {result.call_sid}: model session re-attached" in log and \
+            f"(rebuilt from {result.call_sid}.jsonl)" in log, running.log_tail()
+        # frames reached the caller over the new stream
+        assert any(frame.arrival_ms > attached_at for frame in result.core.frames), \
+            "\n".join(line for line in log.splitlines() if result.call_sid in line or "model" in line)[-8000:]
+        sessions = [session.record for session in sim.by_call(result.call_sid)]
+        assert len(sessions) >= 2, len(sessions)
+        later = sessions[-1]
+        prompts = [(r.metadata or {}).get("vc_prompt") for r in later.responses]
+        assert "greeting" not in prompts, f"the re-attached call was greeted again: {prompts}"
+        assert later.client_events.get("conversation.item.create", 0) >= 1, later.client_events
+        assert again.closed_by == "carrier" and again.statistics.frames_received > 0, running.log_tail()
+        gateway = metrics(config)["gateway"]
+        assert gateway["calls_reattached"] == 1 and gateway["reattach_refused"] == 0, gateway
+        assert result.statistics.stale_frames == 0
+    finally:
+        running.stop()
+
+
+def test_a_call_a_gateway_kill_drops_for_good_gets_its_call_ended_event():
+    """The carrier never comes back for the call (its action URL unreachable): the model worker ends it once the
+    re-attach wait is over, with a call.ended event (outcome stream_lost) in the store."""
+    from voicecore.store import CallStore, database_url_for
+    from workers.model.main import REATTACH_WAIT_S
+
     running = start_stack()
     try:
         config = running.config
 
         async def scenario():
             async with running.model_sim():
-                call = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, demo_script(8)))
+                call = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, demo_script(8),
+                                                      follow_action=False))
                 for _ in range(200):
                     if (await asyncio.to_thread(metrics, config))["gateway"]["calls_active"] == 1:
                         break
                     await asyncio.sleep(0.05)
-                old = kill_leader(running, "gateway")
-                lost = await call
-                await wait_until_async(lambda: leader(config, "gateway") not in (None, old), 5, "a new gateway leader",
-                                       detail=running.log_tail)
-                again = await place_call(config.base_url, config.twilio_auth_token, demo_script(4))
-                return lost, again
+                await asyncio.sleep(2.0)
+                kill_leader(running, "gateway")
+                return await call
 
-        lost, again = run(scenario())
+        lost = run(scenario())
         assert lost.closed_by in ("connection_lost", "server"), lost.closed_by
-        assert again.closed_by == "carrier" and again.statistics.frames_received > 0, running.log_tail()
-        assert metrics(config)["gateway"]["calls_lost_in_gateway_restart"] == 1
-        assert f"call {lost.call_sid}: lost with the gateway" in running.log_path.read_text()
+
+        def ended_event() -> list:
+            with CallStore.open(database_url_for(config)) as store:
+                return store.backend.execute("SELECT type, data FROM events WHERE call_sid = ? ORDER BY seq",
+                                             (lost.call_sid,)).fetchall()
+
+        wait_until(lambda: any(kind == "call.ended" for kind, _ in ended_event()), REATTACH_WAIT_S + 30,
+                   "the dropped call's call.ended", detail=running.log_tail)
+        (data,) = [data for kind, data in ended_event() if kind == "call.ended"]
+        assert json.loads(data)["outcome"] == "stream_lost"
+        assert metrics(config)["workers"]["model"]["calls_lost_with_gateway"] == 1
     finally:
         running.stop()
 

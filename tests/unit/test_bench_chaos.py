@@ -224,3 +224,31 @@ def test_recorder_and_console_kills_are_faults_asked_for_by_name():
     assert FAULTS["recorder"].kill == "recorder" and FAULTS["console"].kill == "console"
     assert "recorder" not in DEFAULT_FAULTS and "console" not in DEFAULT_FAULTS  # the default run has no store
     assert [spec.name for spec in parse_faults("recorder,console,gateway")] == ["recorder", "console", "gateway"]
+
+
+def test_reattach_figures_count_the_calls_their_silence_and_the_conversations_restored():
+    from types import SimpleNamespace
+
+    from bench.chaos import GREETED_AGAIN, NO_HISTORY, NO_SESSION, RESTORED, CallTimeline, conversation_restored, \
+        reattach_figures
+
+    def session(connected, items=0, greeting=False):
+        responses = [SimpleNamespace(metadata={"vc_prompt": "greeting"})] if greeting else []
+        return SimpleNamespace(connected_ms=connected, client_events={"conversation.item.create": items},
+                               responses=responses)
+
+    assert conversation_restored([session(0), session(1_050, items=3)], 1_000) == RESTORED
+    assert conversation_restored([session(0), session(1_050, items=0)], 1_000) == NO_HISTORY  # the spine keeps none
+    assert conversation_restored([session(0), session(1_050, items=3, greeting=True)], 1_000) == GREETED_AGAIN
+    assert conversation_restored([session(0)], 1_000) == NO_SESSION
+    timelines = [CallTimeline(f"CA{i}", 0, 20_000, False,
+                              reattaches=[(1_000, 1_000 + gap, RESTORED if i % 2 == 0 else NO_HISTORY)])
+                 for i, gap in enumerate((40, 60, 80, 100))]
+    timelines.append(CallTimeline("CAlate", 0, 20_000, False, reattaches=[(30_000, 30_050, RESTORED)]))  # outside
+    timelines.append(CallTimeline("CAdropped", 0, 1_000, True))
+    figures = reattach_figures(timelines, 900, 9_000)
+    assert figures == {"calls_reattached": 4, "reattach_silence_p50_ms": 60.0, "reattach_silence_p95_ms": 100.0,
+                       "reattach_silence_max_ms": 100.0, "conversations_restored": 2,
+                       "reattached_without_history": 2, "reattached_greeted_again": 0,
+                       "reattached_without_model_session": 0}
+    assert reattach_figures([], 0, 1)["reattach_silence_p50_ms"] is None

@@ -413,6 +413,31 @@ def test_a_model_reconnect_configures_the_new_session_and_asks_again():
     assert sent(out)[0]["type"] == "session.update"
 
 
+def test_a_call_re_attached_mid_answer_drops_the_rest_of_it_and_says_the_reconnect_line():
+    c = started(C.CallController("CA1"))
+    c.on_model_event(created("r1", 1), 100 * MS, IDLE)
+    c.on_model_event(delta("r1", 1600), 110 * MS, IDLE)
+    out = c.reopen(600 * MS, reattached=True)  # its gateway died; the call is on a new stream and a new session
+    assert c.stats.stalls == 0 and not any(isinstance(a, C.CancelTag) for a in out)
+    events = sent(out)
+    assert events[0]["type"] == "session.update"
+    (create,) = [e for e in events if e["type"] == "response.create"]
+    assert create["response"]["metadata"]["vc_prompt"] == "reconnect"
+    assert flows.LINES["reconnect"] in create["response"]["instructions"]
+    # the caller was speaking when the gateway died: the new session never hears the end of it
+    c = started(C.CallController("CA1"))
+    c.queued = c.inflight = None
+    c.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=100, item_id="u1"), 200 * MS, IDLE)
+    assert not c._may_speak()
+    events = sent(c.reopen(600 * MS, reattached=True))
+    assert [e["response"]["metadata"]["vc_prompt"] for e in events if e["type"] == "response.create"] == ["reconnect"]
+    assert not c.caller_speaking and not any(u.open for u in c.utterances)
+    # not mid-answer: nothing is said, the new session is only configured
+    c = started(C.CallController("CA1"))
+    c.queued = c.inflight = None
+    assert [e["type"] for e in sent(c.reopen(600 * MS, reattached=True))] == ["session.update"]
+
+
 def test_a_reconnected_session_gets_the_conversation_so_far():
     c = started(C.CallController("CA1"))
     c.on_model_event(json.dumps({"type": "conversation.item.input_audio_transcription.completed", "item_id": "u1",

@@ -499,7 +499,7 @@ def test_twilios_webhooks_go_through_the_same_check_with_the_lines_and_answers_t
     settings = cc.CarrierSettings(twilio_auth_token="tw-token", public_url=BASE)
     routes = cc.webhook_routes(settings)
     assert {"/twilio/voice", "/twilio/status"} <= set(routes) and "/plivo/voice" not in routes
-    assert set(cc.webhook_routes(SETTINGS)) == {"/twilio/voice", "/twilio/status", "/twilio/call-status"} | set(ROUTES)
+    assert set(cc.webhook_routes(SETTINGS)) == {"/twilio/voice", "/twilio/status", "/twilio/call-status", "/twilio/reattach"} | set(ROUTES)
     call_sid = "CA" + "3" * 32
     form = {"CallSid": call_sid, "AccountSid": "AC" + "4" * 32, "From": "+15550100", "To": "+15550199"}
     body = urlencode(form).encode()

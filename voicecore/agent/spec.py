@@ -24,7 +24,7 @@ BUILTIN_ACTIONS = ("end_call", "transfer")
 MESSAGE_ROLES = ("system", "user", "assistant")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 LINE_KINDS = ("goodbye", "transfer", "checkin", "fallback", "apology", "filler", "declined", "confirm_timeout",
-              "tool_error", "hold")
+              "tool_error", "hold", "reconnect")
 # The runtime's own lines (voicecore/fallback) an agent may give as audio files: [lines.audio] in agent.toml.
 LINE_AUDIO_KINDS = ("hold", "apology_hangup", "apology_transfer")
 # [privacy] storage: what of a call is kept (voicecore/privacy/records.py; docs/how-to/privacy.md).
@@ -42,6 +42,7 @@ DEFAULT_LINES: dict[str, str] = {
     "confirm_timeout": "I didn't hear a yes, so I haven't done anything.",
     "tool_error": "Sorry, I couldn't do that right now.",
     "hold": "One moment, please.",  # the runtime's hold line, rendered in the agent's voice (voicecore/fallback/lines.py)
+    "reconnect": "Sorry, we were cut off for a moment. Could you say that again?",
 }
 
 

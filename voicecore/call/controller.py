@@ -525,10 +525,12 @@ class CallController:
         self._step(out)
         return out
 
-    def reopen(self, now_ns: int) -> list[Action]:
+    def reopen(self, now_ns: int, reattached: bool = False) -> list[Action]:
         """The model socket reconnected: configure the new session (no greeting). The old session's
         response is gone with it: a request it never answered is asked again, and a response cut off
-        mid-audio is handled as a stall (cancelled where audible, retried once)."""
+        mid-audio is handled as a stall (cancelled where audible, retried once). ``reattached``: the call is
+        on a new stream after its gateway died: nothing written for the old one plays any more, and an answer
+        it cut off is dropped for the agent's ``reconnect`` line."""
         self.now_ns = now_ns
         if self.ended:
             return []
@@ -539,10 +541,37 @@ class CallController:
             request, self.inflight = self.inflight, None
             if self.queued is None:
                 self.queued = request
-        if self.active is not None and not self.active.done and not self.active.cancelled_ns:
-            self._on_stall(self.active, out)
+        active = self.active
+        if reattached:
+            self._reattached(now_ns, out)
+        elif active is not None and not active.done and not active.cancelled_ns:
+            self._on_stall(active, out)
         self._step(out)
         return out
+
+    def _reattached(self, now_ns: int, out: list[Action]) -> None:
+        """The call is on a new stream and a new session after its gateway died. What was written for the old
+        stream never plays; what the caller was saying went with the old session (the new one never hears its
+        end). An answer cut off, or words of the caller's that were never answered, get the agent's
+        ``reconnect`` line (unless a request the old session never answered is asked again anyway)."""
+        self.core.stream_replaced()
+        active = self.active
+        mid_answer = active is not None and not active.settled and not active.cancelled_ns
+        if active is not None and mid_answer:
+            active.cancelled_ns = now_ns  # the old session that made it is closed: no cancel to send
+            active.settled = True
+            self.endings.cut(active)
+            self.active = None  # no response.done will come for it: nothing to wait for
+        words_lost = self.caller_speaking or self.turns.any_open
+        self.caller_speaking = False
+        for utterance in self.turns.utterances:
+            if utterance.open:  # never judged or answered now: its end and its words are the old session's
+                if utterance.verdict == "turn":
+                    utterance.turn_taken = True
+                else:
+                    utterance.verdict = "noise"
+        if (mid_answer or words_lost) and self.queued is None:
+            self._enqueue(self.flow.line("reconnect"), "reconnect", out)
 
     def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[Action]:
         """The model socket closed or could not be opened (``reason``: a close code, an exception's name,

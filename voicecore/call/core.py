@@ -382,6 +382,16 @@ class ModelCallCore:
         live = self.live_responses(playout)
         return live[0] if live else None
 
+    def stream_replaced(self) -> int:
+        """The call's stream was replaced (re-attached after its gateway died) and the model session that made
+        these responses is gone: nothing written for the old stream can play, and nothing is left to cancel
+        anywhere. Every live response is dead (its tag numbers the old stream's, which the new playout never
+        reaches); returns how many were."""
+        dead = [r for r in self.responses.values() if not r.cancelled and not (r.audio_done and r.frames == 0)]
+        for response in dead:
+            response.cancelled = True
+        return len(dead)
+
     def barge_in(self, now_ns: int, playout: Playout) -> list[Action]:
         """The caller interrupts: cancel every live response (the one playing and any queued behind it
         or still being generated), each item cut at its own played position."""

@@ -51,8 +51,10 @@ class Driver(Protocol):
         ``cut_off``: the dead worker was in the middle of an answer the caller will not hear the end of."""
         ...
 
-    def reopen(self, now_ns: int) -> list[Action]:
-        """The model socket opened again after a drop: configure the new session, never greet twice."""
+    def reopen(self, now_ns: int, reattached: bool = False) -> list[Action]:
+        """The model socket opened again after a drop: configure the new session, never greet twice.
+        ``reattached``: the call is on a new stream after its gateway died (voicecore/reattach.py): nothing
+        written for the old stream plays any more."""
         ...
 
     def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[Action]:

@@ -136,6 +136,7 @@ LINES = {
     "checkin": "Are you still there?",
     "fallback": "Sorry, could you say that again?",
     "apology": "I'm sorry, I'm having trouble right now.",
+    "reconnect": "Sorry, we were cut off for a moment. Could you say that again?",
 }
 DEFAULT_INSTRUCTIONS = "You are a helpful phone agent. Keep answers short."
 DEFAULT_OPERATOR = "+15550100"  # where "0" and the apology transfer the caller

@@ -203,8 +203,10 @@ class CallRecorder:
     def resume(self, now_ns: int, cut_off: bool = False) -> list[Action]:
         return self._run({"t": now_ns, "k": "resume", "cut": cut_off}, self.driver.resume(now_ns, cut_off))
 
-    def reopen(self, now_ns: int) -> list[Action]:
+    def reopen(self, now_ns: int, reattached: bool = False) -> list[Action]:
         """The model socket reconnected: the driver configures the new session."""
+        if reattached:
+            return self._run({"t": now_ns, "k": "reopen", "reattached": True}, self.driver.reopen(now_ns, True))
         return self._run({"t": now_ns, "k": "reopen"}, self.driver.reopen(now_ns))
 
     def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[Action]:

@@ -84,8 +84,14 @@ class SpineDriver:
             out.append(PlayFallback(HOLD))
         return out
 
-    def reopen(self, now_ns: int) -> list[core.Action]:
-        """The model socket opened again after a drop: configure the new session, never greet twice."""
+    def reopen(self, now_ns: int, reattached: bool = False) -> list[core.Action]:
+        """The model socket opened again after a drop: configure the new session, never greet twice.
+        ``reattached``: on a new stream after its gateway died: the old stream's responses are dead (the
+        spine has no line of its own to say; a cut answer is owed as after any drop)."""
+        if reattached and self._waiting_on_vendor():
+            self.ask_again = True
+        if reattached:
+            self.core.stream_replaced()
         self.core.greet = False
         self.started = True
         self.spell.reopened(now_ns)

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_FORM_BYTES",
     "MAX_FORM_FIELDS",
     "SESSION_TOKEN",
+    "REATTACH",
     "TRANSFER",
     "AnswerRequest",
     "DrainAnswer",
@@ -56,6 +57,7 @@ SESSION_TOKEN = "session_token"  # the parameter / header name the answer docume
 ANSWER = "answer"
 EVENT = "event"
 TRANSFER = "transfer"
+REATTACH = "reattach"  # the carrier went on after a stream's end: re-attach the call (voicecore/reattach.py)
 
 # A webhook's call id, which the session token is tied to: what the arena takes as an id (voicecore/shm/
 # arena.py: ids end up in file names and logs) and a signed token carries (voicecore/stream_tokens.py: 1-64
@@ -98,6 +100,8 @@ class AnswerRequest:
     # the stream parameters the answer document passes on besides the token (an outbound call's direction,
     # callee and fields: voicecore/carriers/twilio/outbound.py), as (name, value) in order
     parameters: tuple[tuple[str, str], ...] = ()
+    token: str = ""  # REATTACH: the re-attach token the request's URL carried
+    call_completed: bool = False  # REATTACH: the carrier says the call itself is over
 
 
 @dataclass(frozen=True, slots=True)

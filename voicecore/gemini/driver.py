@@ -188,9 +188,12 @@ class GeminiDriver:
             out.append(PlayFallback("hold"))
         return out
 
-    def reopen(self, now_ns: int) -> list[core.Action]:
+    def reopen(self, now_ns: int, reattached: bool = False) -> list[core.Action]:
         """A new connection: ``setup`` with the resumption handle (the session goes on where it stood; the
-        server keeps the conversation), or a fresh session when there is none."""
+        server keeps the conversation), or a fresh session when there is none. ``reattached``: the call is on
+        a new stream after its gateway died: nothing written for the old stream plays any more."""
+        if reattached:
+            self.core.stream_replaced()
         self.started = True
         if self.handle is not None:
             self.counts.resumed += 1

@@ -32,7 +32,8 @@ Events (``type`` and the fields of ``data``; ``t_ms`` is from the call's first e
 - ``model.lost``             ``{"reason", "fatal"}``        the model socket dropped or could not open (``fatal``: none
   will be opened again for this call)
 - ``fallback.line``          ``{"kind"}``                   the pacer played a shipped hold line or apology
-- ``call.ended``             ``{"outcome"}``                 the call ended: ``hangup:<reason>``, ``transfer``, ``caller_hangup``, ``ended``
+- ``call.ended``             ``{"outcome"}``                 the call ended: ``hangup:<reason>``, ``transfer``, ``caller_hangup``, ``ended``,
+  ``stream_lost`` (its gateway died and no stream re-attached it)
 
 Texts are cut to ``MAX_TEXT`` characters (a bus message holds 64 KiB). Events carry what the caller said:
 they are personal data like the record, shown only to observers with an API key.

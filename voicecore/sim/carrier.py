@@ -134,6 +134,7 @@ class StreamTarget:
     status_callback: str | None
     status_callback_method: str
     parameters: dict[str, str]
+    action: str | None = None  # <Connect action>: where the call goes on when the stream ends
 
 
 def parse_twiml(body: bytes) -> StreamTarget:
@@ -152,6 +153,7 @@ def parse_twiml(body: bytes) -> StreamTarget:
         status_callback=stream.get("statusCallback"),
         status_callback_method=(stream.get("statusCallbackMethod") or "POST").upper(),
         parameters=parameters,
+        action=root.find("./Connect").get("action"),
     )
 
 
@@ -410,6 +412,15 @@ class CallRunner:
     def attach(self, stream: "StreamListener") -> None:
         self.stream = stream
 
+    def reattached(self, stream: "StreamListener") -> None:
+        """The call goes on over ``stream`` (a new one after a drop): running again, its sender looked up anew."""
+        self.stream = stream
+        self.done = False
+        self.closed_by = "carrier"
+        self.close_code = None
+        self._send = self._send_first
+        self._stopped_future = self.loop.create_future()
+
     def _send_first(self, messages: list) -> None:
         # The stream's sender, looked up once (the stream of a call never changes once it is set).
         stream = self.stream
@@ -524,6 +535,7 @@ async def place_call(
     rest=None,
     voice_url: str | None = None,
     direction: str = "inbound",
+    follow_action: bool = True,
 ) -> CallResult:
     """Run one simulated inbound call against the gateway at ``base_url_http`` and measure it.
 
@@ -543,6 +555,9 @@ async def place_call(
     ``voice_url`` and ``direction``: an outbound call the carrier placed (Twilio only): the answer URL its Calls
     API request gave (signed with its query, as Twilio signs it) and ``outbound-api``; the script's audio is
     then the callee's.
+    A stream that drops without a stop is followed by the TwiML's ``<Connect action>`` as Twilio does (a new
+    ``<Connect><Stream>`` answered is connected and the caller talks on); ``follow_action`` False: act as a
+    carrier that cannot reach that URL (the call ends with its stream).
     """
     if carrier != "twilio":
         return await place_mode_call(
@@ -596,13 +611,87 @@ async def place_call(
     )
     runner = CallRunner(core, script, ticker)
     runner.errors = errors
+    stream = StreamListener(runner)
+    runner.attach(stream)
+    problem = await _connect_stream(stream, target, auth_token, plain_ws, unix_socket)
+    if problem:
+        return failed(problem)
+    runner.closed_by = "carrier"
+    opening = core.opening_messages()
+    callbacks: list[asyncio.Task] = []
+    if rest is not None:
+        rest.register("twilio", call_sid, runner.end_by_rest)
+    try:
+        while True:
+            stream.send_texts(opening)
+            status_form = {"AccountSid": account_sid, "CallSid": call_sid, "StreamSid": core.stream_sid,
+                           "StreamName": target.name or core.stream_sid}
+
+            def status_callback(event: str, target: StreamTarget = target, status_form: dict = status_form) -> None:
+                if not target.status_callback:
+                    return
+                fields = dict(status_form, StreamEvent=event, Timestamp=_rfc3339_now())
+                callbacks.append(loop.create_task(
+                    _status_callback(auth_token, target.status_callback, target.status_callback_method, fields, errors,
+                                     unix_socket)))
+
+            status_callback("stream-started")
+            ticker.add(runner.on_tick, phase)
+            left_s = script.duration_ms / 1000.0 + END_SLACK_S
+            if core.send_origin_ms is not None:
+                left_s -= (ticker.now_ms() - core.send_origin_ms) / 1000.0
+            try:
+                await runner.wait_finished(max(left_s, 1.0))
+            except asyncio.TimeoutError:
+                errors.append("call did not finish in time")
+                runner.done = True
+            # Wait for the TCP close that follows the close handshake (bounded by the protocol's close timer).
+            try:
+                await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)
+            except asyncio.TimeoutError:
+                if stream.transport is not None:
+                    stream.transport.disconnect()
+            status_callback("stream-stopped")
+            # The stream ended without the caller's stop (and not by a REST hang-up or transfer): Twilio goes on
+            # with the call's instructions, <Connect action> first.
+            if runner.closed_by not in ("server", "connection_lost") or not target.action or not follow_action:
+                break
+            lost_at_ms = ticker.now_ms()
+            followed = await _follow_action(auth_token, target.action, dict(form, CallStatus="in-progress"),
+                                            errors, unix_socket)
+            if followed is None:
+                break
+            stream = StreamListener(runner)
+            problem = await _connect_stream(stream, followed, auth_token, plain_ws, unix_socket)
+            if problem:
+                errors.append(f"re-attach: {problem}")
+                break
+            lost = "WebSocket connection lost before the call ended"
+            if runner.closed_by == "connection_lost" and lost in errors:
+                errors.remove(lost)  # the call went on
+            runner.reattached(stream)
+            target = followed
+            opening = core.reattach(_sid("MZ"), followed.parameters.get("session_token", ""), lost_at_ms,
+                                    ticker.now_ms())
+    finally:
+        if rest is not None:
+            rest.unregister("twilio", call_sid)
+    if callbacks:
+        await asyncio.gather(*callbacks)
+    if core.metrics.protocol_errors:
+        errors.append(f"{core.metrics.protocol_errors} protocol errors from the gateway: "
+                      + "; ".join(core.metrics.error_reasons[:5]))
+    return CallResult(call_sid, core.metrics, core.statistics(), runner.close_code, runner.closed_by, errors, core)
+
+
+async def _connect_stream(stream: StreamListener, target: StreamTarget, auth_token: str, plain_ws: bool,
+                          unix_socket: str | None) -> str:
+    """Open the WebSocket of ``target``; "" when it opened, else why not."""
     ws_url = target.url
     if plain_ws and ws_url.startswith("wss://"):
         ws_url = "ws://" + ws_url[len("wss://"):]
     # A.1: the upgrade is signed over the Stream URL as the TwiML gave it, with no params.
     headers = {"X-Twilio-Signature": compute_signature(auth_token, target.url, {}), "User-Agent": USER_AGENT}
-    stream = StreamListener(runner)
-    runner.attach(stream)
     try:
         await asyncio.wait_for(
             ws_connect(lambda: stream, ws_url, extra_headers=headers, websocket_handshake_timeout=WS_CONNECT_TIMEOUT_S,
@@ -612,52 +701,48 @@ async def place_call(
     except (OSError, asyncio.TimeoutError, WSError, ValueError) as exc:
         if stream.transport is not None:
             stream.transport.disconnect()
-        return failed(f"WebSocket connect failed: {type(exc).__name__}: {exc}")
-    runner.closed_by = "carrier"
+        return f"WebSocket connect failed: {type(exc).__name__}: {exc}"
+    return ""
 
-    stream.send_texts(core.opening_messages())
-    callbacks: list[asyncio.Task] = []
-    status_form = {
-        "AccountSid": account_sid,
-        "CallSid": call_sid,
-        "StreamSid": stream_sid,
-        "StreamName": target.name or stream_sid,
-    }
 
-    def status_callback(event: str) -> None:
-        if not target.status_callback:
-            return
-        fields = dict(status_form, StreamEvent=event, Timestamp=_rfc3339_now())
-        callbacks.append(loop.create_task(
-            _status_callback(auth_token, target.status_callback, target.status_callback_method, fields, errors,
-                             unix_socket)))
+# A refused or reset action request is tried again for up to this long. Twilio retries a failed connection
+# once by default (more with the URL's connection overrides, rc/rp/tt, up to 15 s in all); the simulator is more
+# patient, so that a node without a standby gateway (supervisord restarts it in 1-5 s) can be measured too.
+ACTION_RETRY_FOR_S = 10.0
+ACTION_RETRY_EVERY_S = 0.05
 
-    status_callback("stream-started")
-    ticker.add(runner.on_tick, phase)
-    if rest is not None:
-        rest.register("twilio", call_sid, runner.end_by_rest)
 
+async def _follow_action(auth_token: str, action_url: str, form: dict[str, str], errors: list[str],
+                         unix_socket: str | None) -> StreamTarget | None:
+    """POST the ``<Connect action>`` URL as Twilio does when a stream ends (signed over the whole URL and the
+    form); the new ``<Connect><Stream>`` it answered, or None: it answered ``<Hangup/>`` (or anything else
+    that ends the call) or could not be reached."""
+    loop = asyncio.get_running_loop()
+    give_up_at = loop.time() + ACTION_RETRY_FOR_S
+    while True:
+        try:
+            status, body = await _signed_request(auth_token, "POST", action_url, form, unix_socket)
+            break
+        except (OSError, asyncio.TimeoutError, h11.ProtocolError) as exc:
+            if loop.time() >= give_up_at:
+                errors.append(f"re-attach: action URL unreachable: {type(exc).__name__}")
+                return None
+            await asyncio.sleep(ACTION_RETRY_EVERY_S)
+    if status != 200:
+        errors.append(f"re-attach: action URL answered HTTP {status}")
+        return None
     try:
-        await runner.wait_finished(script.duration_ms / 1000.0 + END_SLACK_S)
-    except asyncio.TimeoutError:
-        errors.append("call did not finish in time")
-        runner.done = True
-    finally:
-        if rest is not None:
-            rest.unregister("twilio", call_sid)
-    # Wait for the TCP close that follows the close handshake (bounded by the protocol's close timer).
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        errors.append("re-attach: action URL answered no XML")
+        return None
+    if root.find("./Connect/Stream") is None:
+        return None  # <Hangup/>: the call is over
     try:
-        await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)
-    except asyncio.TimeoutError:
-        if stream.transport is not None:
-            stream.transport.disconnect()
-    status_callback("stream-stopped")
-    if callbacks:
-        await asyncio.gather(*callbacks)
-    if core.metrics.protocol_errors:
-        errors.append(f"{core.metrics.protocol_errors} protocol errors from the gateway: "
-                      + "; ".join(core.metrics.error_reasons[:5]))
-    return CallResult(call_sid, core.metrics, core.statistics(), runner.close_code, runner.closed_by, errors, core)
+        return parse_twiml(body)
+    except ValueError as exc:
+        errors.append(f"re-attach: {exc}")
+        return None
 
 
 async def _status_callback(auth_token: str, url: str, method: str, fields: dict[str, str], errors: list[str],

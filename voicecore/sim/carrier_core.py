@@ -158,6 +158,9 @@ class CarrierMetrics:
     # ticker woke more than two frames after the previous tick, so nothing was read or played in between and
     # frames the sender wrote then were stamped when it woke. Gaps there are the instrument's, not the sender's.
     harness_stalls: list[tuple[float, float]] = field(default_factory=list)
+    # Re-attaches (the stream dropped without a stop and the carrier's action opened a new one): when the old
+    # stream was lost and when the new one started, ms.
+    reattaches: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -818,6 +821,41 @@ class CarrierCall(PlayoutCore):
             "streamSid": self.stream_sid,
             "stop": {"accountSid": self.account_sid, "callSid": self.call_sid},
         })
+
+    def reattach(self, stream_sid: str, session_token: str, lost_at_ms: float, now_ms: float) -> list[str]:
+        """The same call on a new stream (a ``<Connect><Stream>`` its action URL answered after the old stream
+        dropped without a stop): its `connected` and `start`. What the old stream had buffered never plays (the
+        carrier's buffer went with it), and what the caller said while no stream was open is lost: the caller's
+        clock goes on, so the next frame sent is the one due now."""
+        self._advance_play(now_ms)
+        self.metrics.frames_without_mark += len(self._pending)
+        self._pending = []
+        self._queue.clear()
+        self._queued_frames = 0
+        self._in_spurt = False
+        self._in_underrun = False
+        self._playing_until_ms = min(self._playing_until_ms, now_ms)
+        self._epoch += 1
+        self._outbox = []
+        # The marks of a new stream are the new stream's: a tag number the old one used means nothing here.
+        self._tags = {}
+        if self._send_origin_ms is not None:
+            self._next_send_frame = max(self._next_send_frame,
+                                        int((now_ms - self._send_origin_ms) // FRAME_MS) + 1)
+        self.metrics.reattaches.append((lost_at_ms, now_ms))
+        self.stream_sid = stream_sid
+        self.session_token = session_token
+        self._sid_json = json.dumps(stream_sid)
+        try:
+            encoder = OutboundEncoder(stream_sid)
+        except ValueError:
+            encoder = None
+        self._media_head = encoder.media_prefix if encoder else None
+        self._media_tail = encoder.media_suffix if encoder else None
+        self._media_bytes = len(encoder.media_prefix) + _FRAME_BASE64_CHARS + len(encoder.media_suffix) if encoder else -1
+        self._mark_head = encoder.mark_prefix + b'"' if encoder else None
+        self._opened = False
+        return self.opening_messages()
 
     def stop_messages(self, now_ms: float | None = None) -> list[str]:
         """The messages that end the stream: Twilio's is the one `stop` (the other carriers' adapters,

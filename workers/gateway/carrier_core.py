@@ -26,7 +26,7 @@ from voicecore.carriers import base, registry
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.edge import CarrierEdge
 from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU, CarrierStream, StreamStarted
-from voicecore.carriers.webhook import (ANSWER, ANY_CALL, EVENT, SESSION_TOKEN, TRANSFER, AnswerRequest,
+from voicecore.carriers.webhook import (ANSWER, ANY_CALL, EVENT, REATTACH, SESSION_TOKEN, TRANSFER, AnswerRequest,
                                         DrainAnswer, Refusal, Route, WebhookError, call_id, stream_url_bases,
                                         upgrade_headers)
 from voicecore.carriers.wire import MAX_MARK_NAME_BYTES, RAW, WireTemplates
@@ -38,6 +38,7 @@ __all__ = [
     "CARRIERS",
     "EVENT",
     "EXOTEL",
+    "REATTACH",
     "PLIVO",
     "SESSION_TOKEN",
     "TELNYX",
@@ -52,6 +53,8 @@ __all__ = [
     "Route",
     "StreamPlan",
     "answer_document",
+    "hangup_document",
+    "reattaches",
     "arena_encoding",
     "arena_id",
     "backlog_max_frames",
@@ -139,11 +142,25 @@ def check_webhook(route: Route, method: str, target: str, headers: Mapping[str, 
 
 
 def answer_document(request: AnswerRequest, stream_base_url: str, token: str,
-                    settings: base.CarrierSettings) -> tuple[bytes, bytes]:
+                    settings: base.CarrierSettings, reattach_token: str | None = None) -> tuple[bytes, bytes]:
     """(content type, body) of the answer that connects the call to ``stream_base_url/<carrier>/stream``
-    (``ws://`` or ``wss://``, no trailing slash) with ``token`` where the carrier carries it to the stream."""
+    (``ws://`` or ``wss://``, no trailing slash) with ``token`` where the carrier carries it to the stream, and,
+    for a carrier that can go on to one (:func:`reattaches`), ``reattach_token`` in its re-attach step."""
     carrier = registry.get(request.carrier)
+    if reattach_token is not None and reattaches(request.carrier):
+        return carrier.answer_document(request, stream_base_url + carrier.stream_path, token, settings,
+                                       reattach_token=reattach_token)
     return carrier.answer_document(request, stream_base_url + carrier.stream_path, token, settings)
+
+
+def reattaches(carrier: str) -> bool:
+    """Does this carrier's answer document name a re-attach step (voicecore/reattach.py)?"""
+    return bool(getattr(registry.get(carrier), "reattaches", False))
+
+
+def hangup_document(carrier: str) -> tuple[bytes, bytes]:
+    """(content type, body) that ends the call: the re-attach step's answer for a call that is over."""
+    return registry.get(carrier).hangup_document()
 
 
 def draining_answer(request: AnswerRequest, settings: base.CarrierSettings) -> DrainAnswer:

@@ -64,6 +64,7 @@ from voicecore.wsunix import UnixTransportView
 from workers.gateway.core import (Admission, Drain, DrainStep, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable,
                                   peer_close_code_is_valid)
 from workers.gateway import carrier_core
+from workers.gateway.reattach import ReattachService
 from workers.gateway.tokens import TokenService
 
 log = logging.getLogger("voicecore.gateway")
@@ -105,6 +106,8 @@ class Gateway:
         # gateway knows (config stream_tokens; workers/gateway/tokens.py).
         self.token_service = TokenService(config)
         self.tokens = self.token_service.local
+        # The re-attach step every answer document names (voicecore/reattach.py; its memory is the runtime dir's).
+        self.reattach = ReattachService(config, runtime_dir)
         self.calls: dict[int, StreamConnection] = {}  # slot -> connection
         self.ready_slots = np.zeros(config.max_calls, dtype=np.int64)
         self.bus = Bus(runtime_dir)
@@ -249,8 +252,10 @@ class Gateway:
         conn._close(1000, "call ended by the agent")
 
     def release_slot(self, slot: int, reason: str) -> None:
-        if self.calls.pop(slot, None) is None:
+        conn = self.calls.pop(slot, None)
+        if conn is None:
             return
+        self.reattach.stream_ended(conn.call_sid, reason)
         self.started_messages.pop(slot, None)
         self.arena.set_slot_state(slot, C.SLOT_ENDING)
         self.slots.release(slot, now_ms())
@@ -353,7 +358,7 @@ class Gateway:
         return {
             "gateway": {**self.counters, "calls_active": len(self.calls), "pid": os.getpid(),
                         "connections_pending": self.admission.pending, **self.drain_metrics(),
-                        **self.token_service.metrics(),
+                        **self.token_service.metrics(), **self.reattach.counts,
                         **self.bargein_clear_seconds.flat("bargein_clear_seconds")},
             "bargein_decision_to_clear_ms": summary,
             "workers": self.worker_stats,
@@ -676,6 +681,9 @@ class HttpConnection:
             log.info("call %s: %s transfer answered", outcome.call_id, route.carrier)
             self._respond(200, body, content_type)
             return
+        if outcome.kind == carrier_core.REATTACH:
+            self._handle_reattach(path, route, outcome)
+            return
         if not gw.drain.voice_webhook(outcome.call_id, now_ms()):
             # Draining: refused before the call is connected, as the carrier's descriptor says (Twilio: <Reject>
             # or <Redirect>; the others: 503, so their fallback answer URL, where one is configured, takes it).
@@ -684,8 +692,10 @@ class HttpConnection:
             self._respond(refused.status, refused.body, refused.content_type)
             return
         token = gw.token_service.issue(outcome.call_id)
+        reattach_token = gw.reattach.issue(outcome.call_id) if carrier_core.reattaches(route.carrier) else None
         try:
-            content_type, body = carrier_core.answer_document(outcome, gw.stream_url, token, gw.carrier_settings)
+            content_type, body = carrier_core.answer_document(outcome, gw.stream_url, token, gw.carrier_settings,
+                                                              reattach_token)
         except ValueError as exc:  # our public URL cannot be put into the carrier's document
             log.error("webhook %s: cannot write the answer: %s", path, exc, extra={"problem": "configuration"})
             self._respond(500, b"server misconfigured\n", b"text/plain")
@@ -693,6 +703,33 @@ class HttpConnection:
         gw.counters["webhooks"] += 1
         if route.carrier in gw.carriers_enabled:  # the carriers served beside Twilio
             gw.counters["carrier_webhooks"] += 1
+        self._respond(200, body, content_type)
+
+
+    def _handle_reattach(self, path: str, route: carrier_core.Route, outcome: carrier_core.AnswerRequest) -> None:
+        """The carrier went on after a stream's end (voicecore/reattach.py): a new stream for a call whose
+        stream ended unexpectedly, the carrier's hang-up for one that is over, 403 for a token we did not issue."""
+        gw = self.gateway
+        decision = gw.reattach.decide(outcome.token, outcome.call_id, gw.drain.draining, outcome.call_completed)
+        if decision.action == "refuse":
+            log.warning("webhook %s: %s (call %s, answered 403)", path, decision.reason, decision.call_sid or "?",
+                        extra={"problem": "reattach"})
+            self._respond(403, b"refused\n", b"text/plain")
+            return
+        if decision.action == "hangup":
+            log.info("call %s: not re-attached, %s", outcome.call_id, decision.reason)
+            content_type, body = carrier_core.hangup_document(route.carrier)
+            self._respond(200, body, content_type)
+            return
+        try:
+            content_type, body = carrier_core.answer_document(
+                outcome, gw.stream_url, gw.token_service.issue(outcome.call_id), gw.carrier_settings,
+                gw.reattach.issue(outcome.call_id))
+        except ValueError as exc:
+            log.error("webhook %s: cannot write the answer: %s", path, exc, extra={"problem": "configuration"})
+            self._respond(500, b"server misconfigured\n", b"text/plain")
+            return
+        log.info("call %s: %s", outcome.call_id, decision.reason)
         self._respond(200, body, content_type)
 
 
@@ -1203,7 +1240,8 @@ class CarrierStreamConnection(StreamConnection):
 
 def remove_stale_arena(name_file: Path, shm_dir: str) -> list[str]:
     """A gateway killed with SIGKILL could not unlink its arena; its successor does. The calls it held are
-    gone (a carrier never reconnects a media stream): returns their CallSids, each logged."""
+    gone with it (a carrier never reconnects a media stream; it re-attaches the call through the answer document's
+    re-attach step, voicecore/reattach.py): returns their CallSids, each logged."""
     try:
         stale = name_file.read_text().strip()
     except FileNotFoundError:
@@ -1217,7 +1255,8 @@ def remove_stale_arena(name_file: Path, shm_dir: str) -> list[str]:
         except ArenaError as exc:
             log.warning("the arena %s of a gateway that did not shut down cannot be read: %s", stale, exc)
         for call_sid in lost:
-            log.warning("call %s: lost with the gateway that served it (a carrier does not reconnect a stream)", call_sid)
+            log.warning("call %s: lost with the gateway that served it (its stream: the carrier's re-attach step may "
+                        "bring the call back)", call_sid)
         log.warning("removing the arena %s of a gateway that did not shut down (%d calls lost)", stale, len(lost))
         (Path(shm_dir) / stale).unlink(missing_ok=True)
     return lost

@@ -187,11 +187,12 @@ def call_id_for_model(config: Config, call_sid: str) -> str | None:
     return call_sid if config.send_call_id_to_vendor or builtin_simulator else None
 
 
-def rebuild_driver(record_dir: str, call_sid: str) -> tuple[Driver, str] | None:
+def rebuild_driver(record_dir: str, call_sid: str, finished: bool = False) -> tuple[Driver, str] | None:
     """The driver of a live call a dead worker left, rebuilt from its newest part file, and that file's name;
-    None when there is none to read (the call is then resumed without its history)."""
+    None when there is none to read (the call is then resumed without its history). ``finished``: from its
+    newest finished record instead (a call this worker served until its gateway died, re-attached since)."""
     directory = Path(record_dir)
-    parts = [directory / (record_name(call_sid, n) + PART_SUFFIX) for n in range(1, 64)]
+    parts = [directory / (record_name(call_sid, n) + ("" if finished else PART_SUFFIX)) for n in range(1, 64)]
     existing = [part for part in parts if part.exists()]
     if not existing:
         return None
@@ -210,10 +211,26 @@ def rebuild_driver(record_dir: str, call_sid: str) -> tuple[Driver, str] | None:
     return driver, part.name
 
 
+REATTACH_WAIT_S = 30.0  # a call cut off with its gateway is re-attached within this, or ended
+REATTACH_RECORD_WAIT_S = 2.0  # a re-attached call waits this long at most for its record to be finished
+
+
+@dataclasses.dataclass(slots=True)
+class CutCall:
+    """A call whose gateway died under it: its finished session, when, its record's finishing (a future of
+    the writer thread), and whether a caller was waiting on an answer then."""
+
+    session: CallSession
+    at_s: float
+    record: concurrent.futures.Future | None
+    mid_answer: bool
+
+
 class CallSession:
     """One live call: its model WebSocket, its driver, and the effects of what the driver decides."""
 
-    def __init__(self, worker: ModelWorker, slot: int, generation: int, call_sid: str, resumed: bool) -> None:
+    def __init__(self, worker: ModelWorker, slot: int, generation: int, call_sid: str, resumed: bool,
+                 reattached: CutCall | None = None) -> None:
         self.worker = worker
         self.slot = slot
         self.generation = generation
@@ -245,9 +262,24 @@ class CallSession:
                                         audio_format=self.audio_format)
         # A call this worker took over (a worker died under it): its driver as the dead worker left it, rebuilt
         # from that worker's part file (INV-REPLAY), so the call goes on where it stood instead of starting over.
-        self.resumed = resumed
+        self.resumed = resumed or reattached is not None
         self.rebuilt_from: str | None = None
-        if resumed and worker.writes_records:
+        self.kept_driver = False  # re-attached with the driver this worker kept in memory
+        if reattached is not None:
+            # Its gateway died under it and the carrier re-attached it (voicecore/reattach.py). This worker served
+            # it until then: with records, the record it finished when the arena went is the call as it stood
+            # (and the new record continues it); without, the driver it kept in memory is.
+            rebuilt = None
+            if worker.writes_records:
+                if reattached.record is not None:
+                    concurrent.futures.wait([reattached.record], timeout=REATTACH_RECORD_WAIT_S)
+                rebuilt = rebuild_driver(config.record_dir, call_sid, finished=True)
+            if rebuilt is not None:
+                decider, self.rebuilt_from = rebuilt
+            else:
+                decider, self.kept_driver = reattached.session.decider, True
+            decider.core.next_tag = max(decider.core.next_tag, first_tag)
+        elif resumed and worker.writes_records:
             # what the standby followed while it waited (workers/model/follow.py), else the whole part file
             rebuilt = worker.followers.take(call_sid) if worker.followers is not None else None
             if rebuilt is not None:
@@ -261,6 +293,7 @@ class CallSession:
         # Gemini: the driver is asked (a query, not an input) when its session should move to a new connection
         self.gemini = decider if isinstance(decider, gemini_driver.GeminiDriver) else None
         self.planned_reconnect = False  # the socket is being closed to resume the session on a new one
+        self.decider = decider
         # The recorder is also kept as such for its record's plumbing only (header, hand-offs to the writer
         # thread): inputs go to self.driver. It wraps the driver whenever the node has a call store, with or
         # without a record file: its entries, as the agent's storage tier keeps them, are what the store's
@@ -327,6 +360,9 @@ class CallSession:
         self.cut_off = False  # taken over in the middle of an answer (a live tag the dead worker never ended)
         if resumed:
             self.cut_off = self._end_orphaned_tags()
+        elif reattached is not None:
+            self.cut_off = reattached.mid_answer
+        self.reattached = reattached is not None
 
     def alive(self) -> bool:
         ctrl = self.worker.arena.ctrl[self.slot]
@@ -482,7 +518,9 @@ class CallSession:
                 renewal.transport.disconnect()
         if not self.started:
             self.started = True
-            if self.rebuilt_from:  # the call's state is back: its new session gets what the old one had
+            if (self.rebuilt_from or self.kept_driver) and self.reattached:  # on a new stream: its old audio never plays
+                self._apply(self.driver.reopen(time.monotonic_ns(), True))
+            elif self.rebuilt_from:  # the call's state is back: its new session gets what the old one had
                 self._apply(self.driver.reopen(time.monotonic_ns()))
             elif self.resumed:  # taken over without a record: configured, never greeted twice
                 self._apply(self.driver.resume(time.monotonic_ns(), self.cut_off))
@@ -1260,6 +1298,9 @@ class ModelWorker:
         self.spool_dir = store_spool.spool_dir(self.runtime_dir)
         self.calls_spooled: collections.deque[tuple[str, str]] = collections.deque()  # (name, summary), from the writer thread
         self.calls: dict[int, CallSession] = {}
+        # Calls whose gateway died under them (the arena went): re-attached when a stream for the same CallSid
+        # starts within REATTACH_WAIT_S, ended (call.ended, "stream_lost") when none does.
+        self.cut_calls: dict[str, CutCall] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
         self.counters = collections.Counter({"inbound_short_batches": 0, "bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "model_protocol_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
@@ -1271,7 +1312,8 @@ class ModelWorker:
                                              "vendor_trial_sessions": 0, "session_renewals": 0,
                                              "session_renewals_forced": 0, "session_renewals_failed": 0,
                                              "failure_policy_calls": 0, "calls_taken_over_followed": 0,
-                                             "gate_messages_resent": 0, "calls_spooled": 0, "calls_not_spooled": 0})
+                                             "gate_messages_resent": 0, "calls_spooled": 0, "calls_not_spooled": 0,
+                                             "calls_reattached": 0, "calls_lost_with_gateway": 0})
         self.breakers: dict[str, CircuitBreaker] = {}  # per vendor endpoint (URL)
         self.vendor_trial: asyncio.Task | None = None  # the trial sessions while the vendor refuses the configuration
         # voicecore_tool_duration_seconds: each tool run's time by outcome, cumulative since start (both
@@ -1293,11 +1335,17 @@ class ModelWorker:
         """(Re)attach when the gateway (re)created its arena; False while there is none."""
         arena, changed = self.follower.poll()
         if changed:
-            # Sessions of the old arena's calls are gone with it (a gateway restart drops its calls): their
-            # records so far are finished.
+            # Sessions of the old arena's calls are gone with it (a gateway restart drops their streams): their
+            # records so far are finished, and each waits for the carrier to re-attach it.
             for session in self.calls.values():
-                session.finish(call_ended=False)
+                mid_answer = session.started and session.driver.awaiting_model()
+                record = session.finish(call_ended=False)
+                # Its model socket closes too: left open, its events would drive the old driver into this slot
+                # of the new arena, which is another call's (or this call's re-attached stream's).
+                session.close()
+                session.transport = None
                 session.drop_task()
+                self.cut_calls[session.call_sid] = CutCall(session, time.monotonic(), record, mid_answer)
             self.calls.clear()
         self.arena = arena
         return arena is not None
@@ -1325,11 +1373,30 @@ class ModelWorker:
                     and time.monotonic_ns() - started_at_ns < STARTED_MESSAGE_WAIT_NS):
                 continue  # its CallStarted (an outbound call's fields) is on its way: the session starts with it
             ctrl[C.MODEL_GENERATION] = generation
-            session = CallSession(self, slot, generation, arena.call_sid(slot), resumed)
+            call_sid = arena.call_sid(slot)
+            reattached = None if resumed else self.cut_calls.pop(call_sid, None)
+            session = CallSession(self, slot, generation, call_sid, resumed, reattached)
             session.task = asyncio.get_running_loop().create_task(session.run())
             self.calls[slot] = session
-            log.info("call %s: model session %s in slot %d%s", session.call_sid, "resumed" if resumed else "started", slot,
+            how = "resumed" if resumed else "re-attached" if reattached is not None else "started"
+            if reattached is not None:
+                self.counters["calls_reattached"] += 1
+                how += f" ({'rebuilt from ' + session.rebuilt_from if session.rebuilt_from else 'its state kept in memory'})"
+            log.info("call %s: model session %s in slot %d%s", call_sid, how, slot,
                      " (placed by the node: waiting for the answer's verdict)" if session.answer_wait else "")
+
+    def end_lost_calls(self, now_s: float) -> None:
+        """A call whose gateway died and that no stream re-attached within REATTACH_WAIT_S is over: its
+        ``call.ended`` (outcome ``stream_lost``), so the store and the observers see it end."""
+        for call_sid, cut in list(self.cut_calls.items()):
+            if now_s - cut.at_s < REATTACH_WAIT_S:
+                continue
+            del self.cut_calls[call_sid]
+            self.counters["calls_lost_with_gateway"] += 1
+            if cut.session.tap is not None:
+                cut.session.tap.end(time.monotonic_ns(), "stream_lost")
+                cut.session.take_events(self.observed)
+            log.info("call %s: no stream re-attached it in %.0f s: ended (stream lost)", call_sid, REATTACH_WAIT_S)
 
     def breaker_for(self, url: str) -> CircuitBreaker:
         breaker = self.breakers.get(url)
@@ -1538,6 +1605,8 @@ class ModelWorker:
                     self.knowledge_base = knowledge
             if now >= next_events:  # the live observers' events of the last OBSERVE_EVERY_S, to the recorder
                 next_events = now + OBSERVE_EVERY_S
+                if self.cut_calls:
+                    self.end_lost_calls(now)
                 self.ship_events()
             if now >= next_hand_off:  # records: the last second's entries to the writer thread
                 next_hand_off = now + RECORD_HAND_OFF_S

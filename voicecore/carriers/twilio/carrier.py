@@ -19,11 +19,18 @@ webhook.py's, the Calls resource requests rest.py's.
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs, urlsplit
+
 from voicecore.carriers.base import Carrier
 from voicecore.carriers.twilio import outbound, rest, webhook
-from voicecore.carriers.webhook import ANSWER, EVENT, AnswerRequest, DrainAnswer, Refusal, Route, WebhookError
+from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, AnswerRequest, DrainAnswer, Refusal, Route,
+                                        WebhookError)
 
-__all__ = ["TWILIO", "TwilioCarrier"]
+__all__ = ["REATTACH_PATH", "TWILIO", "TwilioCarrier"]
+
+REATTACH_PATH = "/twilio/reattach"
+# The call statuses after which nothing can be re-attached (Twilio's CallStatus values for a call that is over).
+_CALL_OVER = frozenset({"completed", "busy", "failed", "no-answer", "canceled"})
 
 
 class TwilioCarrier(Carrier):
@@ -31,7 +38,9 @@ class TwilioCarrier(Carrier):
     title = "Twilio"
     routes = {"/twilio/voice": Route("twilio", ANSWER, ("POST",)),
               "/twilio/status": Route("twilio", EVENT, ("POST",)),
-              "/twilio/call-status": Route("twilio", EVENT, ("POST",))}
+              "/twilio/call-status": Route("twilio", EVENT, ("POST",)),
+              REATTACH_PATH: Route("twilio", REATTACH, ("POST",))}
+    reattaches = True  # its answer document names a re-attach step (``<Connect action>``)
 
     def served(self, settings):
         return True
@@ -42,8 +51,8 @@ class TwilioCarrier(Carrier):
             form = webhook.parse_form(body)
         except WebhookError as exc:
             return Refusal(400, "bad form", f"webhook {path}: unparseable form: {exc}", quiet=True, problem="form")
-        # Signed over the URL Twilio was given: our base URL, the path, and the query an outbound call's answer
-        # URL carries (Twilio signs the whole URL).
+        # Signed over the URL Twilio was given: our base URL, the path, and the query the URL carries (an
+        # outbound call's answer URL, the re-attach URL's token): Twilio signs the whole URL.
         if not webhook.check_signature(settings.twilio_auth_token, url, form,
                                        headers.get("x-twilio-signature", "")):
             return Refusal(403, "bad signature", f"webhook {path}: bad X-Twilio-Signature (call "
@@ -66,6 +75,14 @@ class TwilioCarrier(Carrier):
                                problem="status")
             return AnswerRequest(self.name, EVENT, status.call_sid,
                                  f"stream status {status.stream_event} for call {status.call_sid}")
+        if route.kind == REATTACH:
+            tokens = parse_qs(urlsplit(target).query).get("token", [])
+            sid = form.get("CallSid", "")
+            if len(tokens) != 1 or not tokens[0] or not isinstance(sid, str) or not sid:
+                return Refusal(400, "bad reattach request", f"re-attach request {path}: no token or no CallSid",
+                               quiet=True, problem="reattach")
+            return AnswerRequest(self.name, REATTACH, sid, token=tokens[0],
+                                 call_completed=form.get("CallStatus", "") in _CALL_OVER)
         try:
             voice = webhook.parse_voice_webhook(form)
         except WebhookError as exc:
@@ -73,10 +90,15 @@ class TwilioCarrier(Carrier):
         query = target.split("?", 1)[1] if "?" in target else ""
         return AnswerRequest(self.name, ANSWER, voice.call_sid, parameters=outbound.stream_parameters(query))
 
-    def answer_document(self, request, stream_url, token, settings):
+    def answer_document(self, request, stream_url, token, settings, reattach_token=None):
+        action = None if reattach_token is None else f"{settings.public_url}{REATTACH_PATH}?token={reattach_token}"
         twiml = webhook.twiml_connect_stream(stream_url, token, settings.public_url + "/twilio/status",
-                                             parameters=request.parameters)
+                                             parameters=request.parameters, action_url=action)
         return b"text/xml", twiml.encode()
+
+    def hangup_document(self):
+        """The answer to a re-attach request for a call that is over."""
+        return b"text/xml", webhook.twiml_hangup().encode()
 
     def draining_answer(self, request, settings):
         url = settings.drain_redirect_url

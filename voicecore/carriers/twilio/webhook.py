@@ -35,6 +35,7 @@ __all__ = [
     "parse_status_callback",
     "parse_voice_webhook",
     "twiml_connect_stream",
+    "twiml_hangup",
     "twiml_redirect",
     "twiml_reject",
 ]
@@ -69,6 +70,7 @@ def _check_url(url: str, schemes: tuple[str, ...], what: str) -> None:
 def twiml_connect_stream(
     stream_url: str, session_token: str, status_callback_url: str | None = None, name: str | None = None,
     parameters: tuple[tuple[str, str], ...] = (),
+    action_url: str | None = None,
 ) -> str:
     """The TwiML answer to a voice webhook: a bidirectional stream to ``stream_url``
     (docs/explanation/protocols.md#a4).
@@ -76,6 +78,8 @@ def twiml_connect_stream(
     ``session_token`` arrives in ``start.customParameters["session_token"]``. ``stream_url`` must carry no
     query string or fragment: Twilio refuses one (error 31922) and data goes in ``<Parameter>`` instead.
     Real Twilio needs ``wss://`` (A.1); ``ws://`` is accepted for the local carrier simulator.
+    ``action_url``: where Twilio goes on when the stream ends (``<Connect action>``, POSTed with the call's
+    parameters): the re-attach step (voicecore/reattach.py), so a stream whose gateway died gets a new one.
     """
     _check_url(stream_url, ("wss", "ws"), "stream_url")
     if "?" in stream_url or "#" in stream_url:
@@ -88,15 +92,24 @@ def twiml_connect_stream(
     if status_callback_url is not None:
         _check_url(status_callback_url, ("https", "http"), "status_callback_url")
         stream_attributes += f' statusCallback={_attribute(status_callback_url)} statusCallbackMethod="POST"'
+    connect = "<Connect>"
+    if action_url is not None:
+        _check_url(action_url, ("https", "http"), "action_url")
+        connect = f'<Connect action={_attribute(action_url)} method="POST">'
     return (
         '<?xml version="1.0" encoding="UTF-8"?>'
-        "<Response><Connect>"
+        f"<Response>{connect}"
         f"<Stream {stream_attributes}>"
         f'<Parameter name="session_token" value={_attribute(session_token)}/>'
         + "".join(f"<Parameter name={_attribute(key)} value={_attribute(value)}/>" for key, value in parameters)
         + "</Stream>"
         "</Connect></Response>"
     )
+
+
+def twiml_hangup() -> str:
+    """The TwiML that ends a call (the re-attach step's answer when the stream ended normally)."""
+    return '<?xml version="1.0" encoding="UTF-8"?><Response><Hangup/></Response>'
 
 
 REJECT_REASONS = ("busy", "rejected")
