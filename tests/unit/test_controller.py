@@ -431,7 +431,7 @@ def test_a_call_re_attached_mid_answer_drops_the_rest_of_it_and_says_the_reconne
     assert not c._may_speak()
     events = sent(c.reopen(600 * MS, reattached=True))
     assert [e["response"]["metadata"]["vc_prompt"] for e in events if e["type"] == "response.create"] == ["reconnect"]
-    assert not c.caller_speaking and not any(u.open for u in c.utterances)
+    assert not c.caller_speaking and not c.turns.any_open
     # not mid-answer: nothing is said, the new session is only configured
     c = started(C.CallController("CA1"))
     c.queued = c.inflight = None
