@@ -29,8 +29,9 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import h11
 
@@ -616,24 +617,30 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
     with tempfile.TemporaryDirectory(prefix="voicecore-demo-") as tmp:
         workdir = Path(tmp)
         log_path = workdir / "stack.log"
-        with open(log_path, "wb") as log_file:
-            try:
-                report = asyncio.run(_demo(calls, seconds, config_path, workdir, log_file, records, sim_config,
-                                           agent_path, scenario, carrier, transcription, callers,
-                                           model_vendor, connection_limit_s))
-            except (asyncio.CancelledError, KeyboardInterrupt):
-                print("voicecore demo: stopped before the end; the stack was stopped", file=sys.stderr)
-                return 130
-            except StackError as exc:
-                print(f"voicecore demo: {exc}", file=sys.stderr)
-                sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
-                return 1
-        if keep_logs or not report["ok"]:
-            sys.stderr.write(log_path.read_text(errors="replace")[-20000:])
-    if as_json:
-        print(json.dumps(report))
-    else:
-        print(format_report(report))
+        return run_and_report(
+            lambda log_file: _demo(calls, seconds, config_path, workdir, log_file, records, sim_config, agent_path,
+                                   scenario, carrier, transcription, callers, model_vendor, connection_limit_s),
+            log_path, as_json, keep_logs, format_report)
+
+
+def run_and_report(demo: Callable[[BinaryIO], Awaitable[dict]], log_path: Path, as_json: bool, keep_logs: bool,
+                   formatter: Callable[[dict], str]) -> int:
+    """Run a demo (``demo(log_file)``: its stack logs to ``log_path``) and print its report, as one JSON object
+    or as ``formatter``'s text; the exit code: 0 when the report is ok, 1 when not or the stack failed, 130 when
+    stopped. The stack's log goes to stderr when asked for or when something went wrong."""
+    with open(log_path, "wb") as log_file:
+        try:
+            report = asyncio.run(demo(log_file))
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            print("voicecore demo: stopped before the end; the stack was stopped", file=sys.stderr)
+            return 130
+        except StackError as exc:
+            print(f"voicecore demo: {exc}", file=sys.stderr)
+            sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
+            return 1
+    if keep_logs or not report["ok"]:
+        sys.stderr.write(log_path.read_text(errors="replace")[-20000:])
+    print(json.dumps(report) if as_json else formatter(report))
     return 0 if report["ok"] else 1
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 import secrets
 import shlex
@@ -34,6 +33,7 @@ from voicecore.demo import (
     demo_sim_config,
     record_paths,
     replay_records,
+    run_and_report,
     tracebacks,
     wait_for_records,
 )
@@ -46,7 +46,7 @@ from voicecore.sim.carrier import generate_credentials
 from voicecore.sim.carrier_rest import CarrierRestServer
 from voicecore.sim.model_server import serve_model_sim
 from voicecore.stats import percentile_or_none
-from voicecore.supervise import Stack, StackError, resolve_config
+from voicecore.supervise import Stack, resolve_config
 
 FROM_NUMBER = "+15005550006"
 CALL_WAIT_S = 90.0  # the longest a placed call may take, ringing to hang-up, before the run gives up on it
@@ -215,24 +215,8 @@ def run_outbound_demo(calls: int, as_json: bool, config_path: str | None, keep_l
         except OSError as exc:
             print(f"voicecore demo: cannot create the record directory {records}: {exc}", file=sys.stderr)
             return 2
-        log_path = workdir / "stack.log"
-        with open(log_path, "wb") as log_file:
-            try:
-                report = asyncio.run(_outbound_demo(calls, config_path, workdir, log_file, records))
-            except (asyncio.CancelledError, KeyboardInterrupt):
-                print("voicecore demo: stopped before the end; the stack was stopped", file=sys.stderr)
-                return 130
-            except StackError as exc:
-                print(f"voicecore demo: {exc}", file=sys.stderr)
-                sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
-                return 1
-        if keep_logs or not report["ok"]:
-            sys.stderr.write(log_path.read_text(errors="replace")[-20000:])
-    if as_json:
-        print(json.dumps(report))
-    else:
-        print(format_report(report))
-    return 0 if report["ok"] else 1
+        return run_and_report(lambda log_file: _outbound_demo(calls, config_path, workdir, log_file, records),
+                              workdir / "stack.log", as_json, keep_logs, format_report)
 
 
 def format_report(report: dict) -> str:
