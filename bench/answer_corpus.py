@@ -23,6 +23,7 @@ import numpy as np
 
 from voicecore.g711 import linear_to_ulaw, read_wav_as_ulaw, ulaw_to_linear
 from voicecore.outbound.greetings import CLASSES
+from voicecore.sim.callee_core import beep_tone
 from voicecore.timing import BYTES_PER_MS, FRAME_BYTES
 
 ESPEAK = "espeak-ng"
@@ -88,17 +89,6 @@ def speak(text: str, language: str, variant: int) -> np.ndarray:
         samples = samples[loud[0] * window:(loud[-1] + 1) * window]
     peak = float(np.abs(samples).max()) if len(samples) else 0.0
     return samples * (SPEECH_PEAK / peak) if peak > 0 else samples
-
-
-def beep_tone(frequency_hz: float, duration_ms: int, amplitude: float) -> np.ndarray:
-    """A voicemail beep: a sine with 5 ms ramps (a hard edge would splash energy over every filter)."""
-    n = duration_ms * BYTES_PER_MS
-    tone = amplitude * np.sin(2 * np.pi * frequency_hz * np.arange(n) / (BYTES_PER_MS * 1000))
-    ramp = min(5 * BYTES_PER_MS, n // 2)
-    envelope = np.ones(n)
-    envelope[:ramp] = np.linspace(0, 1, ramp)
-    envelope[n - ramp:] = np.linspace(1, 0, ramp)
-    return tone * envelope
 
 
 def transcript_events(text: str, speech_start_ms: int, speech_ms: int) -> list[tuple[int, str, str]]:

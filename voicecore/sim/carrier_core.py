@@ -757,17 +757,7 @@ class CarrierCall(PlayoutCore):
         self.session_token = session_token
         self.parameters = tuple((name, value) for name, value in parameters if name != "session_token")
 
-        self._sid_json = json.dumps(stream_sid)
-        # The compact shapes voicecore's gateway writes (its OutboundEncoder; see receive_fast). A stream
-        # SID the encoder cannot template gets no fast path: None never matches.
-        try:
-            encoder = OutboundEncoder(stream_sid)
-        except ValueError:
-            encoder = None
-        self._media_head = encoder.media_prefix if encoder else None
-        self._media_tail = encoder.media_suffix if encoder else None
-        self._media_bytes = len(encoder.media_prefix) + _FRAME_BASE64_CHARS + len(encoder.media_suffix) if encoder else -1
-        self._mark_head = encoder.mark_prefix + b'"' if encoder else None
+        self._expect_stream(stream_sid)
         self._seq = 0  # last sequenceNumber used; `start` is "1" (A.2)
         self._first_timestamp_ms = first_timestamp_ms
 
@@ -822,6 +812,19 @@ class CarrierCall(PlayoutCore):
             "stop": {"accountSid": self.account_sid, "callSid": self.call_sid},
         })
 
+    def _expect_stream(self, stream_sid: str) -> None:
+        """The compact shapes voicecore's gateway writes for this stream (its OutboundEncoder; see receive_fast).
+        A stream SID the encoder cannot template gets no fast path: None never matches."""
+        self._sid_json = json.dumps(stream_sid)
+        try:
+            encoder = OutboundEncoder(stream_sid)
+        except ValueError:
+            encoder = None
+        self._media_head = encoder.media_prefix if encoder else None
+        self._media_tail = encoder.media_suffix if encoder else None
+        self._media_bytes = len(encoder.media_prefix) + _FRAME_BASE64_CHARS + len(encoder.media_suffix) if encoder else -1
+        self._mark_head = encoder.mark_prefix + b'"' if encoder else None
+
     def reattach(self, stream_sid: str, session_token: str, lost_at_ms: float, now_ms: float) -> list[str]:
         """The same call on a new stream (a ``<Connect><Stream>`` its action URL answered after the old stream
         dropped without a stop): its `connected` and `start`. What the old stream had buffered never plays (the
@@ -845,15 +848,7 @@ class CarrierCall(PlayoutCore):
         self.metrics.reattaches.append((lost_at_ms, now_ms))
         self.stream_sid = stream_sid
         self.session_token = session_token
-        self._sid_json = json.dumps(stream_sid)
-        try:
-            encoder = OutboundEncoder(stream_sid)
-        except ValueError:
-            encoder = None
-        self._media_head = encoder.media_prefix if encoder else None
-        self._media_tail = encoder.media_suffix if encoder else None
-        self._media_bytes = len(encoder.media_prefix) + _FRAME_BASE64_CHARS + len(encoder.media_suffix) if encoder else -1
-        self._mark_head = encoder.mark_prefix + b'"' if encoder else None
+        self._expect_stream(stream_sid)
         self._opened = False
         return self.opening_messages()
 
