@@ -51,6 +51,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("realtime_url", str, "", "realtime model WebSocket URL; empty and no key: the built-in simulator"),
     Setting("realtime_api_key", str, "", "API key for the realtime model vendor"),
     Setting("model", str, "gpt-realtime", "realtime model name"),
+    Setting("gemini_vertex_project", str, "", "Gemini Live through Vertex AI: the Google Cloud project (its id); set, an agent on Gemini dials Vertex AI's Live endpoint with an OAuth access token from Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS: a service account's JSON key; needs the vertex extra) instead of the Gemini API with GEMINI_API_KEY; empty: GOOGLE_CLOUD_PROJECT when GOOGLE_GENAI_USE_VERTEXAI is true, else the Gemini API"),
+    Setting("gemini_vertex_location", str, "us-central1", "Gemini Live through Vertex AI: the region whose endpoint is dialled (<location>-aiplatform.googleapis.com; global: aiplatform.googleapis.com) and that the model's resource name carries"),
     Setting("realtime_naming", str, "ga", "event naming the model client sends: ga (the vendor retired the beta interface in May 2026: beta is refused)"),
     Setting("realtime_provider", str, "auto", "the realtime vendor's API: openai (Authorization: Bearer, ?model=), azure (Azure OpenAI: api-key header, the deployment's name in the URL), or auto: azure when realtime_url is on an Azure OpenAI host (*.openai.azure.com, *.cognitiveservices.azure.com, *.services.ai.azure.com), openai otherwise"),
     Setting("realtime_deployment", str, "", "Azure OpenAI: the Realtime deployment's name (sent as ?model= on /openai/v1/realtime, &deployment= on /openai/realtime); empty: the model setting"),
@@ -143,6 +145,8 @@ class Config:
     realtime_url: str
     realtime_api_key: str
     model: str
+    gemini_vertex_project: str
+    gemini_vertex_location: str
     realtime_naming: str
     realtime_provider: str
     realtime_deployment: str

@@ -8,6 +8,14 @@ else the Gemini API's endpoint) and the close classification: 1008 (a key refuse
 the call reconnects after, resuming its session. The key goes in the ``x-goog-api-key`` header, not in the
 URL, so no log line that names the URL carries it. ``trial_session``: one connection that sends the agent's
 ``setup`` and waits for ``setupComplete`` or the refusal, as the OpenAI path's trial does with session.update.
+
+Vertex AI (``GeminiAccess``, kind ``vertex``): the same protocol at
+``wss://<location>-aiplatform.googleapis.com/ws/google.cloud.aiplatform.v1beta1.LlmBidiService/BidiGenerateContent``
+(``global``: ``aiplatform.googleapis.com``), an OAuth 2.0 access token in ``Authorization: Bearer`` (from
+Application Default Credentials, voicecore/gemini/vertex_tokens.py) and the model as a resource,
+``projects/P/locations/L/publishers/google/models/NAME``, as Google's SDK builds them. Chosen when
+``gemini_vertex_project`` is set (or GOOGLE_CLOUD_PROJECT with GOOGLE_GENAI_USE_VERTEXAI=true, as the SDK
+reads them); otherwise the Gemini API with a key.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from picows import WSCloseCode, WSError, WSFrame, WSInvalidStatusError, WSListener, WSMsgType, WSTransport, ws_connect
 
@@ -25,6 +34,14 @@ from voicecore.realtime.vendor_errors import FATAL, TRANSIENT, VendorFault, clas
 API_KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 API_KEY_HEADER = "x-goog-api-key"
 PROVIDER = "gemini"
+VERTEX_PROVIDER = "gemini-vertex"
+VERTEX_API_VERSION = "v1beta1"
+VERTEX_LIVE_PATH = f"/ws/google.cloud.aiplatform.{VERTEX_API_VERSION}.LlmBidiService/BidiGenerateContent"
+QUOTA_PROJECT_HEADER = "x-goog-user-project"  # the credentials' quota project, as Google's SDK sends it
+_TRUE = frozenset({"true", "1", "yes", "on"})
+API_KEY = "api_key"
+VERTEX = "vertex"
+NO_CREDENTIALS = "none"
 _ws_log = logging.getLogger("voicecore.gemini.trial")
 _ws_log.setLevel(logging.WARNING)
 
@@ -53,12 +70,95 @@ def endpoint(realtime_url: str, configured_key: str, environ: Mapping[str, str],
     return Endpoint(url, headers, proxy_for(url, environ), PROVIDER)
 
 
+def vertex_base_url(location: str) -> str:
+    """Vertex AI's Live endpoint for ``location`` (the regional host; ``global`` has none), as the SDK dials it."""
+    host = "aiplatform.googleapis.com" if location == "global" else f"{location}-aiplatform.googleapis.com"
+    return f"wss://{host}{VERTEX_LIVE_PATH}"
+
+
+def vertex_model(project: str, location: str, model: str) -> str:
+    """The model as Vertex AI names it in ``setup``: projects/P/locations/L/publishers/google/models/NAME."""
+    if model.startswith("projects/"):
+        return model
+    bare = model.removeprefix("models/").removeprefix("publishers/google/models/")
+    return f"projects/{project}/locations/{location}/publishers/google/models/{bare}"
+
+
+@dataclass(frozen=True, slots=True)
+class GeminiAccess:
+    """How the node reaches Gemini Live: ``kind`` api_key (the Gemini API and its key), vertex (Vertex AI and
+    an access token) or none (no credentials: only an explicit ``realtime_url`` can be dialled)."""
+
+    kind: str
+    url: str
+    api_key: str = ""
+    project: str = ""
+    location: str = ""
+
+    @property
+    def provider(self) -> str:
+        return VERTEX_PROVIDER if self.kind == VERTEX else PROVIDER
+
+    def model_name(self, model: str) -> str:
+        """``model`` as ``setup`` carries it: the Vertex resource name, or the Gemini API's models/NAME."""
+        return vertex_model(self.project, self.location, model) if self.kind == VERTEX else model
+
+    def describe(self) -> str:
+        """Which endpoint and credentials, never the key or token (for the start line and log lines)."""
+        where = self.url.split("?", 1)[0]
+        if self.kind == VERTEX:
+            return (f"Vertex AI {where} (project {self.project}, location {self.location}, an access token from "
+                    "Application Default Credentials)")
+        if self.kind == API_KEY:
+            return f"the Gemini API {where} (API key)"
+        return f"{where} (no Gemini credentials)"
+
+    def headers(self, token: str = "", quota_project: str = "") -> list[tuple[str, str]]:
+        if self.kind == VERTEX:
+            headers = [("Authorization", f"Bearer {token}")] if token else []
+            if quota_project:
+                headers.append((QUOTA_PROJECT_HEADER, quota_project))
+            return headers
+        return [(API_KEY_HEADER, self.api_key)] if self.api_key else []
+
+
+def access(realtime_url: str, configured_key: str, environ: Mapping[str, str], vertex_project: str = "",
+           vertex_location: str = "") -> GeminiAccess:
+    """Vertex AI when a project is set (the setting, else GOOGLE_CLOUD_PROJECT with GOOGLE_GENAI_USE_VERTEXAI
+    true; the location: the setting, else GOOGLE_CLOUD_LOCATION, else us-central1), else the Gemini API with
+    its key; ``realtime_url``, when set, is dialled instead of Google's endpoint (a simulator, a proxy)."""
+    project = vertex_project
+    location = vertex_location
+    if not project and environ.get("GOOGLE_GENAI_USE_VERTEXAI", "").strip().lower() in _TRUE:
+        project = environ.get("GOOGLE_CLOUD_PROJECT", "")
+        location = environ.get("GOOGLE_CLOUD_LOCATION", "") or location
+    if project:
+        location = location or "us-central1"
+        return GeminiAccess(VERTEX, realtime_url or vertex_base_url(location), project=project, location=location)
+    key = api_key(environ, configured_key)
+    return GeminiAccess(API_KEY if key else NO_CREDENTIALS, live_base_url(realtime_url), api_key=key)
+
+
+def access_for_config(config, environ: Mapping[str, str]) -> GeminiAccess:  # noqa: ANN001 - a Config
+    return access(config.realtime_url, config.realtime_api_key, environ, config.gemini_vertex_project,
+                  config.gemini_vertex_location)
+
+
+def endpoint_for_access(target: GeminiAccess, environ: Mapping[str, str], token: str = "", quota_project: str = "",
+                        call_sid: str | None = None) -> Endpoint:
+    """The endpoint a connection dials: ``token`` is the Vertex access token (unused with a key)."""
+    headers = target.headers(token, quota_project)
+    if call_sid:
+        headers.append(("X-Voicecore-Call", call_sid))
+    return Endpoint(target.url, headers, proxy_for(target.url, environ), target.provider)
+
+
 def classify_close(code: int | None, reason: str) -> VendorFault | None:
     """A close from Gemini: 1008 refuses the configuration (fatal: every call would meet it); None for a
     drop the call reconnects after."""
     if code == gp.CLOSE_POLICY_VIOLATION:
         lowered = reason.lower()
-        kind = "auth" if "api key" in lowered else "model" if "not found" in lowered else "session_config"
+        kind = "auth" if "api key" in lowered or "credential" in lowered else "model" if "not found" in lowered else "session_config"
         return VendorFault(FATAL, kind, str(code), reason.strip() or "the vendor refused the session's setup")
     return None
 

@@ -11,8 +11,14 @@ with the API key in the ``key`` query parameter (or the ``x-goog-api-key`` heade
 model is refused as the vendor refuses it: the upgrade succeeds and the connection closes 1008 once
 ``setup`` arrives.
 
+Vertex AI's path, ``/ws/google.cloud.aiplatform.v1beta1.LlmBidiService/BidiGenerateContent``, is served too: an
+OAuth access token in ``Authorization: Bearer`` (``access_tokens``, or ``token_check`` for tokens a test's
+token endpoint issued) is checked at the upgrade, as Google's front end checks every request's credentials:
+none, or one not accepted (wrong, expired), is answered HTTP 401 with Google's JSON error (UNAUTHENTICATED);
+the model must be a resource name (projects/P/locations/L/publishers/google/models/NAME), else 1008 at setup.
+
     python -m voicecore.sim.gemini --port 9200 [--api-key KEY] [--serve-model NAME] [--connection-limit-s 600]
-        [--go-away-notice-s 10] [--late-chunks 2] [--speed-factor 4] [--keep-closed 50]
+        [--go-away-notice-s 10] [--late-chunks 2] [--speed-factor 4] [--keep-closed 50] [--access-token TOKEN]
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import logging
 import signal
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
@@ -34,6 +41,7 @@ from picows import WSUpgradeResponse, WSUpgradeResponseWithListener
 
 from voicecore.g711 import ulaw_to_linear
 from voicecore.gemini.protocol import LIVE_PATH, OUTPUT_SAMPLE_RATE_HZ
+from voicecore.gemini.transport import VERTEX_LIVE_PATH
 from voicecore.sim.audio_clips import ClipLibrary, default_library
 from voicecore.sim.gemini_core import Answer, GeminiConnection, GeminiSimConfig, SessionStore
 from voicecore.timing import SAMPLE_RATE_HZ
@@ -44,6 +52,11 @@ API_KEY_HEADER = "x-goog-api-key"
 CALL_HEADER = "X-Voicecore-Call"
 _ws_log = logging.getLogger("voicecore.sim.gemini.ws")  # picows logs every connection at INFO
 _ws_log.setLevel(logging.WARNING)
+# Google's answer to a request without valid credentials (the google.rpc.Status JSON of every googleapis.com API)
+UNAUTHENTICATED_BODY = (b'{"error": {"code": 401, "message": "Request had invalid authentication credentials. Expected '
+                        b'OAuth 2 access token, login cookie or other valid authentication credential. See '
+                        b'https://developers.google.com/identity/sign-in/web/devconsole-project.", '
+                        b'"status": "UNAUTHENTICATED"}}')
 
 
 def now_ms() -> int:
@@ -80,14 +93,36 @@ class GeminiSimServer:
     port: int = 0
     # closed connections kept in `connections` (oldest dropped first); None keeps all, as a test wants
     keep_closed: int | None = None
+    # Vertex AI: whether a bearer token is good now (a test's token endpoint knows what it issued and until
+    # when); None: config.access_tokens (empty: any token)
+    token_check: Callable[[str], bool] | None = None
+    refused_unauthenticated: int = 0  # Vertex upgrades answered 401
+
+    def accepts_token(self, token: str) -> bool:
+        if not token:
+            return False
+        if self.token_check is not None:
+            return self.token_check(token)
+        return not self.config.access_tokens or token in self.config.access_tokens
 
     def _open(self, request: WSUpgradeRequest) -> "WSListener | WSUpgradeResponseWithListener":
         target = urlsplit(request.path.decode("latin-1"))
-        if target.path != LIVE_PATH:
+        vertex = target.path == VERTEX_LIVE_PATH
+        if target.path != LIVE_PATH and not vertex:
             return WSUpgradeResponseWithListener(WSUpgradeResponse.create_error_response(404, b"Not Found"), None)
-        # the Gemini API takes the key in the `key` query parameter or the x-goog-api-key header (the SDK's way)
-        key = parse_qs(target.query).get("key", [None])[0] or request.headers.get(API_KEY_HEADER)
-        connection = GeminiConnection(self.config, self.answers, self.store, api_key=key, now_ms=now_ms())
+        if vertex:
+            scheme, _, token = (request.headers.get("Authorization") or "").partition(" ")
+            if scheme.lower() != "bearer" or not self.accepts_token(token.strip()):
+                self.refused_unauthenticated += 1
+                response = WSUpgradeResponse.create_error_response(401, UNAUTHENTICATED_BODY)
+                response.headers["Content-Type"] = "application/json; charset=UTF-8"
+                response.headers["WWW-Authenticate"] = 'Bearer realm="https://accounts.google.com/"'
+                return WSUpgradeResponseWithListener(response, None)
+            key = None
+        else:
+            # the Gemini API takes the key in the `key` query parameter or the x-goog-api-key header (the SDK's way)
+            key = parse_qs(target.query).get("key", [None])[0] or request.headers.get(API_KEY_HEADER)
+        connection = GeminiConnection(self.config, self.answers, self.store, api_key=key, now_ms=now_ms(), vertex=vertex)
         # our own harnesses name the call (as for the Realtime simulator); Google's server ignores the header
         connection.record.call_sid = request.headers.get(CALL_HEADER)
         self._prune()
@@ -186,6 +221,7 @@ async def _main(args: argparse.Namespace) -> None:
         go_away_notice_ms=int(args.go_away_notice_s * 1000),
         speed_factor=args.speed_factor,
         late_chunks_after_interrupt=args.late_chunks,
+        access_tokens=tuple(args.access_token),
     )
     sim, port = await serve_gemini_sim(args.host, args.port, config, keep_closed=args.keep_closed)
     log.info("gemini simulator listening on %s:%d connection_limit_s=%g late_chunks=%d", args.host, port,
@@ -215,6 +251,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--late-chunks", type=int, default=0, choices=range(4),
                         help="audio chunks of an interrupted turn still sent after `interrupted` (0-3, default 0)")
     parser.add_argument("--keep-closed", type=int, default=50, help="closed connections kept in memory")
+    parser.add_argument("--access-token", action="append", default=[], metavar="TOKEN",
+                        help="Vertex AI path: a bearer token the simulator accepts (repeatable); none given: any "
+                             "non-empty token")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     asyncio.run(_main(args))

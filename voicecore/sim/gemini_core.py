@@ -119,6 +119,11 @@ class GeminiSimConfig:
     vad_rms: float = 500.0  # 16-bit RMS at or above which 20 ms of the caller's audio is speech
     vad_silence_ms: int = 500  # of caller audio below it that ends the caller's activity
     tool_rules: tuple[ToolRule, ...] = ()
+    # Vertex AI (the LlmBidiService path): bearer tokens accepted (empty: any), and the project and location a
+    # model's resource name must carry (empty: any)
+    access_tokens: tuple[str, ...] = ()
+    vertex_project: str = ""
+    vertex_location: str = ""
 
     def serves(self, model: str) -> bool:
         bare = model.removeprefix("models/")
@@ -232,13 +237,14 @@ class GeminiConnection:
     due; ``close`` is set once the connection must end (send what is due, then close with it)."""
 
     def __init__(self, config: GeminiSimConfig, answers: tuple[Answer, ...], store: SessionStore, *,
-                 api_key: str | None, now_ms: int) -> None:
+                 api_key: str | None, now_ms: int, vertex: bool = False) -> None:
         if not answers:
             raise ValueError("the simulator needs at least one answer")
         self.config = config
         self.answers = answers
         self.store = store
         self.api_key = api_key
+        self.vertex = vertex  # reached on Vertex AI's path: its token was checked at the upgrade, its model is a resource
         self.opened_ms = now_ms
         self.record = ConnectionRecord(opened_ms=now_ms)
         self.session: GeminiSession | None = None
@@ -296,6 +302,18 @@ class GeminiConnection:
         self.close = (code, reason.encode()[:123].decode(errors="ignore"))
         self.record.closed = self.close
 
+    def _vertex_model_served(self, model: Any) -> bool:
+        """projects/P/locations/L/publishers/google/models/NAME, of the configured project and location."""
+        if not isinstance(model, str):
+            return False
+        parts = model.split("/")
+        if (len(parts) != 8 or parts[0] != "projects" or parts[2] != "locations" or parts[4:7] != ["publishers", "google", "models"]
+                or not all(parts)):
+            return False
+        config = self.config
+        return ((not config.vertex_project or parts[1] == config.vertex_project)
+                and (not config.vertex_location or parts[3] == config.vertex_location) and config.serves(parts[7]))
+
     def _setup(self, body: dict[str, Any], now_ms: int) -> None:
         if self.session is not None:
             self._refuse(CLOSE_POLICY_VIOLATION, "setup may be sent only once per connection.")
@@ -305,11 +323,16 @@ class GeminiConnection:
             self._refuse(CLOSE_INVALID_PAYLOAD,
                          f"Invalid JSON payload received. Unknown name \"{unknown[0]}\" at 'setup': Cannot find field.")
             return
-        if not self.api_key or (self.config.api_keys and self.api_key not in self.config.api_keys):
+        model = _field(body, "model")
+        if self.vertex:
+            if not self._vertex_model_served(model):
+                self._refuse(CLOSE_POLICY_VIOLATION, f"Publisher Model `{model}` was not found or your project does not "
+                                                     "have access to it.")
+                return
+        elif not self.api_key or (self.config.api_keys and self.api_key not in self.config.api_keys):
             self._refuse(CLOSE_POLICY_VIOLATION, "API key not valid. Please pass a valid API key.")
             return
-        model = _field(body, "model")
-        if not isinstance(model, str) or not model.startswith("models/") or not self.config.serves(model):
+        elif not isinstance(model, str) or not model.startswith("models/") or not self.config.serves(model):
             self._refuse(CLOSE_POLICY_VIOLATION, f"{model} is not found for API version v1beta, or is not "
                                                  "supported for bidiGenerateContent.")
             return
