@@ -36,19 +36,29 @@ def _cmd_up(args: argparse.Namespace) -> int:
             print(problem, file=sys.stderr)
         print(f"voicecore: the agent has {len(exc.problems)} problem(s); nothing was started", file=sys.stderr)
         return 1
-    if not config.uses_simulator and not args.no_preflight:
+    from voicecore.vendor_route import route_for
+
+    # Which vendor and endpoint the agent uses, with which credentials (a Gemini agent with Gemini credentials
+    # talks to Google though no OpenAI key is set), said before anything starts.
+    route = route_for(config, agent, os.environ)
+    print(f"voicecore up: {route.line()}", file=sys.stderr, flush=True)
+    if route.refused:
+        print("voicecore up: nothing was started (the agent's model vendor has no credentials and no realtime_url)",
+              file=sys.stderr, flush=True)
+        return 1
+    if not route.simulated and not args.no_preflight:
         from voicecore.preflight import run_preflight
 
         # A key, model or session the vendor refuses stops here, with its words, not at the first call.
         if not run_preflight(config, agent, sys.stderr):
             return 1
-    if not config.uses_simulator and config.speech_model:
+    if not route.simulated and route.vendor == "openai" and config.speech_model:
         from voicecore.agent.settings import agent_for_config
         from voicecore.fallback.render import render_for_up
 
         # The hold line and the apologies in the agent's voice, rendered once and kept (the pacer reads them).
         render_for_up(config, agent_for_config(agent, config), os.environ, sys.stderr)
-    return run_foreground(config)
+    return run_foreground(config, model_line=route.line(), simulator=route.simulated)
 
 
 def _cmd_drain(args: argparse.Namespace) -> int:

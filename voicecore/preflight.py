@@ -19,6 +19,7 @@ from voicecore.call.build import first_session_update
 from voicecore.config import Config
 from voicecore.gemini import transport as gemini_connect
 from voicecore.gemini.driver import VENDOR as GEMINI, driver_for_agent, vendor_of
+from voicecore.gemini.vertex_tokens import TokenError, VertexTokens
 from voicecore.realtime import transport as connect
 
 
@@ -33,8 +34,23 @@ def run_preflight(config: Config, agent: AgentSpec, out: TextIO, environ: Mappin
     ``out``, with the vendor's message) when it did not: the node must not start."""
     environ = os.environ if environ is None else environ
     if vendor_of(config.model, agent.model_vendor) == GEMINI:  # the agent's setup, as the Gemini driver sends it
-        target = gemini_connect.endpoint(config.realtime_url, config.realtime_api_key, environ)
-        model = config.model
+        access = gemini_connect.access_for_config(config, environ)
+        model = access.model_name(config.model)
+        token = quota_project = ""
+        if access.kind == gemini_connect.VERTEX:
+            tokens = VertexTokens()
+            try:
+                token = asyncio.run(tokens.token())
+            except TokenError as exc:
+                print(f"voicecore up: preflight: no Vertex AI access token for {access.describe()}: {exc}", file=out,
+                      flush=True)
+                print("voicecore up: nothing was started (check GOOGLE_APPLICATION_CREDENTIALS and the service "
+                      "account; --no-preflight starts without this check)", file=out, flush=True)
+                return False
+            finally:
+                tokens.close()
+            quota_project = tokens.quota_project
+        target = gemini_connect.endpoint_for_access(access, environ, token=token, quota_project=quota_project)
         setup = driver_for_agent(agent_for_config(agent, config), "CApreflight", model=model).setup_message()
         result = asyncio.run(gemini_connect.trial_session(target, setup))
     else:
@@ -51,7 +67,11 @@ def run_preflight(config: Config, agent: AgentSpec, out: TextIO, environ: Mappin
     what = "refused this configuration" if fault.fatal else "could not be used just now"
     print(f"voicecore up: preflight: the model vendor {what} ({target.describe()}, model {model}): {fault.describe()}",
           file=out, flush=True)
-    hint = {"auth": "check realtime_api_key (VOICECORE_REALTIME_API_KEY)",
+    gemini_auth = {gemini_connect.VERTEX: "check the service account's access to Vertex AI in gemini_vertex_project",
+                   gemini_connect.API_KEY: "check GEMINI_API_KEY (or GOOGLE_API_KEY, or realtime_api_key)"}
+    auth_hint = (gemini_auth.get(gemini_connect.access_for_config(config, environ).kind, "")
+                 if target.provider in (gemini_connect.PROVIDER, gemini_connect.VERTEX_PROVIDER) else "")
+    hint = {"auth": auth_hint or "check realtime_api_key (VOICECORE_REALTIME_API_KEY)",
             "model": "check model (VOICECORE_MODEL)" + (" and realtime_deployment" if config.model_provider == "azure" else ""),
             "quota": "the vendor account has no quota left",
             "session_config": "the agent's session settings (voice, tools, instructions) were rejected",

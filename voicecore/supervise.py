@@ -84,11 +84,14 @@ def resolve_config(config: Config) -> Config:
     return dataclasses.replace(config, **changes) if changes else config
 
 
-def stack_environment(config: Config) -> dict[str, str]:
+def stack_environment(config: Config, simulator: bool | None = None) -> dict[str, str]:
+    """``simulator``: whether the built-in model simulator starts (None: when no OpenAI vendor is configured;
+    `voicecore up` decides with the agent's vendor, voicecore/vendor_route.py)."""
     env = dict(os.environ)
     env.update(config.as_env())
     env["VOICECORE_PYTHON"] = sys.executable
-    env["VOICECORE_SIM_AUTOSTART"] = "true" if config.uses_simulator else "false"
+    simulator = config.uses_simulator if simulator is None else simulator
+    env["VOICECORE_SIM_AUTOSTART"] = "true" if simulator else "false"
     # the recorder only has work with a call store (its own process: never on the 20 ms path)
     env["VOICECORE_RECORDER_AUTOSTART"] = "true" if database_url_for(config) else "false"
     # the console shows the store's calls and the recorder's live events: only with a store, and a port
@@ -104,13 +107,14 @@ def stack_environment(config: Config) -> dict[str, str]:
 class Stack:
     config: Config
     process: subprocess.Popen | None = None
+    simulator: bool | None = None  # the built-in model simulator starts (None: config.uses_simulator)
 
     def start(self, log_file=None) -> None:
         runtime_dir = ensure_runtime_dir(self.config.runtime_dir)
         if (runtime_dir / "supervisor.sock").exists():
             probe = subprocess.run(
                 [sys.executable, "-m", "supervisor.supervisorctl", "-c", str(SUPERVISOR_CONF), "pid"],
-                env=stack_environment(self.config), capture_output=True, text=True, timeout=10,
+                env=stack_environment(self.config, self.simulator), capture_output=True, text=True, timeout=10,
             )
             if probe.returncode == 0 and probe.stdout.strip().isdigit():
                 raise StackError(f"a stack is already running in {runtime_dir}")
@@ -120,7 +124,7 @@ class Stack:
             Path(self.config.record_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # records are personal data
         self.process = subprocess.Popen(
             [sys.executable, "-m", "supervisor.supervisord", "-n", "-c", str(SUPERVISOR_CONF)],
-            env=stack_environment(self.config),
+            env=stack_environment(self.config, self.simulator),
             start_new_session=True,  # terminal signals reach us only; we stop the stack in order
             stdout=log_file, stderr=subprocess.STDOUT if log_file is not None else None,
         )
@@ -332,11 +336,11 @@ def drain_node(config: Config, wait: bool = True, timeout_s: float | None = None
     return DRAIN_STOPPED
 
 
-def run_foreground(config: Config) -> int:
+def run_foreground(config: Config, model_line: str = "", simulator: bool | None = None) -> int:
     """`voicecore up`: run the stack until SIGTERM or Ctrl-C (SIGINT), then drain it (live calls finish, new
     ones are refused, up to drain_timeout_s; the gateway stops the stack once drained) and clean up. A second
     signal stops everything at once, as does the first one before the stack is ready."""
-    stack = Stack(config)
+    stack = Stack(config, simulator=simulator)
     signals: list[int] = []
     signalled = threading.Event()  # ends the watch loop's wait at once (time.sleep resumes after a handler)
 
@@ -349,8 +353,8 @@ def run_foreground(config: Config) -> int:
     stack.start()
     try:
         health = stack.wait_ready()
-        mode = "built-in model simulator" if config.uses_simulator else config.model_url
-        print(f"voicecore up: listening on {config.listen}, model {mode}, {health['max_calls']} call slots; "
+        mode = model_line or ("model built-in model simulator" if config.uses_simulator else f"model {config.model_url}")
+        print(f"voicecore up: listening on {config.listen}, {mode}, {health['max_calls']} call slots; "
               "Ctrl-C (or SIGTERM) drains, twice stops at once", file=sys.stderr, flush=True)
         if health.get("status") == "model_vendor_refused":
             print(f"voicecore up: the model vendor refuses this node's configuration ({health['model_vendor']['error']}): "

@@ -55,6 +55,7 @@ from voicecore.call.record_reader import RecordReader
 from voicecore.config import Config, load_config
 from voicecore.gemini import transport as gemini_connect
 from voicecore.gemini import driver as gemini_driver
+from voicecore.gemini.vertex_tokens import TokenError, VertexTokens
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
 from voicecore.privacy.records import RecordPrivacy
@@ -254,7 +255,7 @@ class CallSession:
         self.audio_format = "pcma" if int(ctrl[C.CODEC]) == C.CODEC_ALAW else "pcmu"
         decider: Driver
         if worker.vendor == gemini_driver.VENDOR:  # Gemini Live: its own driver (voicecore/gemini/driver.py)
-            decider = gemini_driver.driver_for_agent(agent, call_sid, model=config.model, first_tag=first_tag,
+            decider = gemini_driver.driver_for_agent(agent, call_sid, model=worker.gemini_model, first_tag=first_tag,
                                                      greet=not resumed, gate_policy=config.gate_policy,
                                                      audio_format=self.audio_format)
         else:
@@ -417,6 +418,21 @@ class CallSession:
             return  # the call ended before its verdict, or it was a voicemail to hang up on
         while self.alive() and not self.driver_ended():
             connected_at = 0.0
+            if worker.vertex_tokens is not None and not breaker.is_fatal and breaker.allow(time.monotonic()):
+                # Vertex AI: a fresh access token for every connection (a reconnect an hour on needs a new one);
+                # the refresh runs in its own thread, and a failure is this call's failed connection
+                try:
+                    await worker.vertex_tokens.token()
+                except TokenError as exc:
+                    worker.counters["model_connect_failures"] += 1
+                    breaker.failure(time.monotonic())
+                    log.warning("call %s: no Vertex AI access token (%s): model connection failed", self.call_sid, exc,
+                                extra={"problem": "vendor"})
+                    self.model_lost("vertex_token")
+                    failures += 1
+                    await asyncio.sleep(reconnect_delay_s(failures, random.uniform(0.5, 1.5)))
+                    continue
+                endpoint = worker.endpoint_for(self.call_sid)
             if breaker.is_fatal:
                 worker.counters["calls_refused_by_vendor"] += 1
                 log.warning("call %s: no model session (the vendor refused the configuration): failure policy", self.call_sid)
@@ -1272,6 +1288,11 @@ class ModelWorker:
         self.validator_pid: int | None = None
         self.agent = agent_settings.agent_for_config(agent, config)
         self.vendor = gemini_driver.vendor_of(config.model, self.agent.model_vendor)  # openai | gemini
+        # Gemini: the Gemini API with a key, or Vertex AI with an access token kept fresh in the background
+        self.gemini_access = gemini_connect.access_for_config(config, os.environ)
+        vertex = self.vendor == gemini_driver.VENDOR and self.gemini_access.kind == gemini_connect.VERTEX
+        self.vertex_tokens: VertexTokens | None = VertexTokens() if vertex else None
+        self.gemini_model = self.gemini_access.model_name(config.model)  # as setup names it (Vertex: a resource)
         # What of each call's record (and so of the store, observers, webhooks) is kept: the agent's tier.
         self.record_privacy = RecordPrivacy.for_agent(self.agent)
         self.tool_slots = asyncio.Semaphore(MAX_TOOLS_RUNNING)
@@ -1408,8 +1429,11 @@ class ModelWorker:
         """The vendor endpoint a call dials: URL, key header (OpenAI's or Azure's), the outbound proxy."""
         config = self.config
         if self.vendor == gemini_driver.VENDOR:
-            return gemini_connect.endpoint(config.realtime_url, config.realtime_api_key, os.environ,
-                                           call_sid=call_id_for_model(config, call_sid) if call_sid else None)
+            tokens = self.vertex_tokens
+            return gemini_connect.endpoint_for_access(
+                self.gemini_access, os.environ, token=tokens.current() if tokens is not None else "",
+                quota_project=tokens.quota_project if tokens is not None else "",
+                call_sid=call_id_for_model(config, call_sid) if call_sid else None)
         return vendor_connect.endpoint(config.model_url, config.model, config.realtime_api_key, config.model_provider,
                                        config.realtime_deployment, os.environ,
                                        call_sid=call_id_for_model(config, call_sid) if call_sid else None,
@@ -1438,12 +1462,18 @@ class ModelWorker:
         response asked for) every VENDOR_TRIAL_EVERY_S; the first it accepts closes the breaker."""
         breaker = self.breaker_for(url)
         gemini = self.vendor == gemini_driver.VENDOR
-        first = (gemini_driver.driver_for_agent(self.agent, "CAtrial", model=self.config.model).setup_message() if gemini
+        first = (gemini_driver.driver_for_agent(self.agent, "CAtrial", model=self.gemini_model).setup_message() if gemini
                  else first_session_update(self.config, self.agent))
         trial = gemini_connect.trial_session if gemini else vendor_connect.trial_session
         while breaker.is_fatal:
             await asyncio.sleep(VENDOR_TRIAL_EVERY_S)
             self.counters["vendor_trial_sessions"] += 1
+            if self.vertex_tokens is not None:
+                try:
+                    await self.vertex_tokens.token()
+                except TokenError as exc:
+                    log.warning("trial session: no Vertex AI access token (%s)", exc)
+                    continue
             result = await trial(self.endpoint_for(None), first)
             if result.ok:
                 breaker.success(time.monotonic())
@@ -1557,6 +1587,9 @@ class ModelWorker:
         stopped = asyncio.ensure_future(stop.wait())
         if self.tool_pool is not None:
             self.tool_pool.start()  # in the background: a run before they are up waits for one
+        # Vertex AI: the first token now (the first call finds it ready), then each one before the last expires
+        token_keeper = (asyncio.get_running_loop().create_task(self.vertex_tokens.keep_fresh(stop))
+                        if self.vertex_tokens is not None else None)
         while not stop.is_set():
             self.on_verdicts()
             if self.attach_arena():
@@ -1636,6 +1669,9 @@ class ModelWorker:
         self.ship_events()
         if self.tool_pool is not None:
             await self.tool_pool.close()
+        if token_keeper is not None and self.vertex_tokens is not None:
+            token_keeper.cancel()
+            self.vertex_tokens.close()
         await self.http.close()
         # Before the bus closes the socket: a wakeup on its dead fd would read a closed socket (a traceback at stop).
         asyncio.get_running_loop().remove_reader(verdicts_fd)
