@@ -326,8 +326,8 @@ class GeminiConnection:
         model = _field(body, "model")
         if self.vertex:
             if not self._vertex_model_served(model):
-                self._refuse(CLOSE_POLICY_VIOLATION, f"Publisher Model `{model}` was not found or your project does not "
-                                                     "have access to it.")
+                # the words first: a close reason is cut at 123 bytes and a resource name is long
+                self._refuse(CLOSE_POLICY_VIOLATION, f"Publisher model not found, or the project has no access to it: {model}")
                 return
         elif not self.api_key or (self.config.api_keys and self.api_key not in self.config.api_keys):
             self._refuse(CLOSE_POLICY_VIOLATION, "API key not valid. Please pass a valid API key.")
