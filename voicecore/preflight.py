@@ -19,7 +19,8 @@ from voicecore.call.build import first_session_update
 from voicecore.config import Config
 from voicecore.gemini import transport as gemini_connect
 from voicecore.gemini.driver import VENDOR as GEMINI, driver_for_agent, vendor_of
-from voicecore.gemini.vertex_tokens import TokenError, VertexTokens
+from voicecore.gemini.transport import VertexTokens
+from voicecore.gemini.vertex_tokens import TokenError
 from voicecore.realtime import transport as connect
 
 

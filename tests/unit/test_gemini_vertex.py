@@ -15,8 +15,8 @@ from voicecore.agent.load import default_agent_dir, load_agent
 from voicecore.agent.spec import AgentSpec
 from voicecore.config import load_config
 from voicecore.gemini import transport as gc
-from voicecore.gemini.vertex_tokens import (REFRESH_BEFORE_EXPIRY_S, RETRY_AFTER_FAILURE_S, TokenError, TokenSchedule,
-                                            VertexTokens, seconds_until)
+from voicecore.gemini.transport import VertexTokens, seconds_until
+from voicecore.gemini.vertex_tokens import REFRESH_BEFORE_EXPIRY_S, RETRY_AFTER_FAILURE_S, TokenError, TokenSchedule
 from voicecore.sim.gemini_core import GeminiConnection, GeminiSimConfig, SessionStore
 from voicecore.sim.gemini_core import Answer
 from voicecore.vendor_route import route_for

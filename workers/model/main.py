@@ -55,7 +55,8 @@ from voicecore.call.record_reader import RecordReader
 from voicecore.config import Config, load_config
 from voicecore.gemini import transport as gemini_connect
 from voicecore.gemini import driver as gemini_driver
-from voicecore.gemini.vertex_tokens import TokenError, VertexTokens
+from voicecore.gemini.transport import VertexTokens
+from voicecore.gemini.vertex_tokens import TokenError
 from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
 from voicecore.privacy.records import RecordPrivacy

@@ -14,7 +14,8 @@ import pytest
 from google_oauth import AUDIENCE, FakeTokenEndpoint
 from voicecore.gemini import transport as gemini_connect
 from voicecore.gemini.driver import DEFAULT_MODEL, GeminiDriver
-from voicecore.gemini.vertex_tokens import CLOUD_PLATFORM_SCOPE, TokenError, VertexTokens
+from voicecore.gemini.transport import VertexTokens
+from voicecore.gemini.vertex_tokens import CLOUD_PLATFORM_SCOPE, TokenError
 from voicecore.sim.gemini import serve_gemini_sim
 from voicecore.sim.gemini_core import GeminiSimConfig
 
