@@ -87,7 +87,7 @@ def start_stack(max_calls: int = 8, **overrides) -> RunningStack:
         base,
         listen=overrides.pop("listen", f"127.0.0.1:{free_port()}"),
         console_listen=overrides.pop("console_listen", f"127.0.0.1:{free_port()}"),
-        realtime_url=f"ws://127.0.0.1:{sim_port}/v1/realtime",
+        realtime_url=overrides.pop("realtime_url", f"ws://127.0.0.1:{sim_port}/v1/realtime"),
         send_call_id_to_vendor=True,  # our own simulator: it ties its sessions to the calls by it
         runtime_dir=str(workdir / "run"),
         record_dir=str(workdir / "records"),
