@@ -263,3 +263,28 @@ def test_an_openai_agent_without_an_openai_key_keeps_the_builtin_simulator():
     assert "built-in model simulator" in route.line() and "realtime_api_key" in route.missing
     keyed = route_for(load_config({"VOICECORE_REALTIME_API_KEY": "sk"}), agent(), {})
     assert not keyed.simulated and "api.openai.com" in keyed.line() and not keyed.missing
+
+
+def test_a_call_waits_for_a_slow_token_endpoint_no_longer_than_its_connect_timeout():
+    import threading
+
+    release = threading.Event()
+    clock = FakeClock()
+
+    def slow_refresh(credentials: object) -> tuple[str, float]:
+        release.wait(5)
+        return "late", 3599.0
+
+    tokens = VertexTokens(load=lambda: object(), refresh=slow_refresh, clock=clock)
+
+    async def scenario() -> str:
+        with pytest.raises(TokenError, match="within 0.05 s"):
+            await tokens.token(timeout_s=0.05)
+        release.set()  # the refresh went on: the next caller gets its token
+        return await tokens.token(timeout_s=5)
+
+    try:
+        assert asyncio.run(scenario()) == "late"
+    finally:
+        release.set()
+        tokens.close()

@@ -55,6 +55,7 @@ NO_CREDENTIALS = "none"
 _ws_log = logging.getLogger("voicecore.gemini.trial")
 _ws_log.setLevel(logging.WARNING)
 log = logging.getLogger("voicecore.gemini.vertex")
+REFRESH_TIMEOUT_S = 10.0  # one token request, in the token thread
 
 
 def api_key(environ: Mapping[str, str], configured: str = "") -> str:
@@ -263,8 +264,14 @@ def refresh_blocking(credentials: Any) -> tuple[str, float]:
         import google.auth.transport.requests
     except ImportError:
         raise TokenError(MISSING_EXTRA) from None
+    request = google.auth.transport.requests.Request()
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:  # google-auth's own default waits 120 s for the token endpoint
+        kwargs.setdefault("timeout", REFRESH_TIMEOUT_S)
+        return request(*args, **kwargs)
+
     try:
-        credentials.refresh(google.auth.transport.requests.Request())
+        credentials.refresh(bounded)
     except google.auth.exceptions.GoogleAuthError as exc:
         raise TokenError(f"the token endpoint refused or could not be reached: {exc}") from None
     if not credentials.token:
@@ -317,10 +324,16 @@ class VertexTokens:
         self.schedule.refreshed(token, lifetime_s, self._clock())
         return token
 
-    async def token(self) -> str:
-        """A token usable for a new connection: the current one, else one refresh's. Raises TokenError."""
+    async def token(self, timeout_s: float | None = None) -> str:
+        """A token usable for a new connection: the current one, else one refresh's (waited for at most
+        ``timeout_s``; the refresh itself goes on for the next caller). Raises TokenError."""
         current = self.current()
-        return current if current else await self.refresh()
+        if current:
+            return current
+        try:
+            return await asyncio.wait_for(self.refresh(), timeout_s)
+        except TimeoutError:
+            raise TokenError(f"no access token from the token endpoint within {timeout_s:g} s") from None
 
     async def keep_fresh(self, stop: asyncio.Event | None = None) -> None:
         """Refresh ahead of expiry until ``stop``; a failure is logged once per try and retried after a pause."""

@@ -419,21 +419,6 @@ class CallSession:
             return  # the call ended before its verdict, or it was a voicemail to hang up on
         while self.alive() and not self.driver_ended():
             connected_at = 0.0
-            if worker.vertex_tokens is not None and not breaker.is_fatal and breaker.allow(time.monotonic()):
-                # Vertex AI: a fresh access token for every connection (a reconnect an hour on needs a new one);
-                # the refresh runs in its own thread, and a failure is this call's failed connection
-                try:
-                    await worker.vertex_tokens.token()
-                except TokenError as exc:
-                    worker.counters["model_connect_failures"] += 1
-                    breaker.failure(time.monotonic())
-                    log.warning("call %s: no Vertex AI access token (%s): model connection failed", self.call_sid, exc,
-                                extra={"problem": "vendor"})
-                    self.model_lost("vertex_token")
-                    failures += 1
-                    await asyncio.sleep(reconnect_delay_s(failures, random.uniform(0.5, 1.5)))
-                    continue
-                endpoint = worker.endpoint_for(self.call_sid)
             if breaker.is_fatal:
                 worker.counters["calls_refused_by_vendor"] += 1
                 log.warning("call %s: no model session (the vendor refused the configuration): failure policy", self.call_sid)
@@ -450,6 +435,21 @@ class CallSession:
                 # look again soon: the moment the trial session succeeds, every waiting call reconnects
                 await asyncio.sleep(min(BREAKER_POLL_S, max(0.05, breaker.retry_in(time.monotonic()))) * random.uniform(1.0, 1.3))
                 continue
+            if worker.vertex_tokens is not None:
+                # Vertex AI: a fresh access token for every connection (a reconnect an hour on needs a new one);
+                # the refresh runs in its own thread, and a failure is this call's failed connection
+                try:
+                    await worker.vertex_tokens.token(timeout_s=MODEL_CONNECT_TIMEOUT_S)
+                except TokenError as exc:
+                    worker.counters["model_connect_failures"] += 1
+                    breaker.failure(time.monotonic())
+                    log.warning("call %s: no Vertex AI access token (%s): model connection failed", self.call_sid, exc,
+                                extra={"problem": "vendor"})
+                    self.model_lost("vertex_token")
+                    failures += 1
+                    await asyncio.sleep(reconnect_delay_s(failures, random.uniform(0.5, 1.5)))
+                    continue
+                endpoint = worker.endpoint_for(self.call_sid)
             try:
                 transport, _socket = await ws_connect(
                     lambda: ModelSocket(self), endpoint.url, extra_headers=endpoint.headers, proxy=endpoint.proxy,
