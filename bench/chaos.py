@@ -415,6 +415,7 @@ def pid_alive(pid: int | None) -> bool:
 # ----- the load: N calls, a dropped one replaced at once ----------------------------------------------
 
 TOKEN_ENV = "BENCH_TWILIO_AUTH_TOKEN"
+CREDENTIALS_ENV = "BENCH_CARRIER_CREDENTIALS"  # bench/loadgen.py's: the other carriers' secrets, as JSON
 MIN_CALL_MS = 3000  # no fresh call is placed with less than this left before the common end
 RETRY_MS = 50  # a placement that failed (gateway down) is tried again after about this long
 
@@ -440,6 +441,10 @@ async def _load(args: argparse.Namespace, t0_ms: float, end_ms: float) -> dict:
 
     scenario = get_scenario(args.scenario)
     token = os.environ.get(TOKEN_ENV, "")
+    credentials = None
+    if args.carrier != "twilio":
+        from voicecore.sim.carrier_modes_core import CarrierCredentials
+        credentials = CarrierCredentials.from_json(os.environ.get(CREDENTIALS_ENV, ""))
     calls: list = []
     refused: list[dict] = []
     counts = {"done": 0, "failed": 0}
@@ -454,7 +459,8 @@ async def _load(args: argparse.Namespace, t0_ms: float, end_ms: float) -> dict:
             # a fresh call is a fresh caller: its script starts with the greeting
             script = scenario.script(int(max(left_ms, 1000.0)), index + placed * args.calls_total)
             result = await place_call(args.base_url, token, script, args.lead_frames,
-                                      unix_socket=args.unix_socket or None)
+                                      unix_socket=args.unix_socket or None, carrier=args.carrier,
+                                      credentials=credentials)
             ended = _mono_ms()
             placed += 1
             if result.core is None:  # never reached the stream: the gateway is down or refused it
@@ -508,6 +514,7 @@ def load_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--unix-socket", default="")
     parser.add_argument("--cpus", default="")
+    parser.add_argument("--carrier", default="twilio")
     args = parser.parse_args(argv)
     if args.cpus:
         os.sched_setaffinity(0, parse_cpus(args.cpus))
@@ -618,9 +625,13 @@ class ChaosRun(LevelRun):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
         env[TOKEN_ENV] = self.token
+        if self.credentials is not None:  # --carrier other than twilio: the simulator's halves of the secrets
+            env[CREDENTIALS_ENV] = self.credentials.to_json()
+        carrier = self.opts.carrier
         for k in range(self.procs):
             self.loads.append(await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "bench.chaos", "--base-url", self.base_url, "--scenario", self.opts.scenario,
+                *(["--carrier", carrier] if carrier != "twilio" else []),
                 "--calls-total", str(self.calls), "--procs", str(self.procs), "--proc-index", str(k),
                 "--ramp-ms", str(self.ramp_ms), "--lead-frames", str(self.lead_frames),
                 "--out", str(self.workdir / f"load-{k}.pkl"),
