@@ -429,9 +429,12 @@ def strip_result(result):
     bench/loadgen.py does."""
     core = result.core
     if core is not None:
-        core._clips = []
-        core._queue.clear()
-        core._outbox = []
+        if hasattr(core, "release_wire_state"):  # a carrier mode's adapter: its codecs and carrier sides too
+            core.release_wire_state()
+        else:
+            core._clips = []
+            core._queue.clear()
+            core._outbox = []
     return result
 
 
@@ -811,7 +814,7 @@ class ChaosRun(LevelRun):
         gateway_at = [i.at_ms for i in self.injected if i.spec.kill == GATEWAY and not i.note]
         unplanned = [t for t in timelines if t.dropped and not any(at <= t.ended_ms < at + OBSERVE_MS for at in gateway_at)]
         report = {
-            "scenario": "chaos", "system": "voicecore", "calls": self.calls,
+            "scenario": "chaos", "system": "voicecore", "calls": self.calls, "carrier": self.opts.carrier,
             "faults": faults, "faults_skipped": self.skipped, "baseline_window": baseline,
             "schedule": {"quiet_ms": QUIET_MS, "observe_ms": OBSERVE_MS, "faults": [s.name for s in self.faults],
                          "ramp_ms": self.ramp_ms, "settle_ms": self.settle_ms},
@@ -912,7 +915,7 @@ def format_chaos_table(report: dict) -> str:
     fallback-line frames the callers heard, found by their content."""
     columns = (("fault", 24), ("dropped", 8), ("max gap ms", 11), ("fallback", 9), ("fb frames", 10), ("stale", 6),
                ("recovery ms", 12), ("answer max ms", 14), ("taken after ms", 15))
-    lines = [f"voicecore bench chaos: {report['calls']} calls, {len(report['faults'])} faults "
+    lines = [f"voicecore bench chaos: {report['calls']} {report.get('carrier', 'twilio')} calls, {len(report['faults'])} faults "
              f"({report['schedule']['quiet_ms'] / 1000:.0f} s quiet, {report['schedule']['observe_ms'] / 1000:.0f} s "
              "observed each)",
              "".join(name.rjust(width) if i else name.ljust(width) for i, (name, width) in enumerate(columns))]
