@@ -91,7 +91,8 @@ FAULTS: dict[str, FaultSpec] = {spec.name: spec for spec in (
               vendor=(("refuse_new", REFUSE_MS), ("drop_1011", 0))),
     # Last: the calls it cuts (re-attached or dropped) should not be what the other faults are measured on.
     FaultSpec(GATEWAY, "SIGKILL of the active gateway (its calls' streams are lost; the carrier re-attaches them "
-                       "through the answer's <Connect action>)", kill=GATEWAY),
+                       "through the answer's re-attach step: Twilio's <Connect action>, Plivo's and Telnyx's <Redirect>)",
+              kill=GATEWAY),
 )}
 # The store faults are asked for by name: they give the run a call store, and the default run (its figures
 # comparable with earlier ones, in about 4 minutes at 100 calls) has none.
@@ -415,6 +416,7 @@ def pid_alive(pid: int | None) -> bool:
 # ----- the load: N calls, a dropped one replaced at once ----------------------------------------------
 
 TOKEN_ENV = "BENCH_TWILIO_AUTH_TOKEN"
+CREDENTIALS_ENV = "BENCH_CARRIER_CREDENTIALS"  # bench/loadgen.py's: the other carriers' secrets, as JSON
 MIN_CALL_MS = 3000  # no fresh call is placed with less than this left before the common end
 RETRY_MS = 50  # a placement that failed (gateway down) is tried again after about this long
 
@@ -428,9 +430,12 @@ def strip_result(result):
     bench/loadgen.py does."""
     core = result.core
     if core is not None:
-        core._clips = []
-        core._queue.clear()
-        core._outbox = []
+        if hasattr(core, "release_wire_state"):  # a carrier mode's adapter: its codecs and carrier sides too
+            core.release_wire_state()
+        else:
+            core._clips = []
+            core._queue.clear()
+            core._outbox = []
     return result
 
 
@@ -440,6 +445,10 @@ async def _load(args: argparse.Namespace, t0_ms: float, end_ms: float) -> dict:
 
     scenario = get_scenario(args.scenario)
     token = os.environ.get(TOKEN_ENV, "")
+    credentials = None
+    if args.carrier != "twilio":
+        from voicecore.sim.carrier_modes_core import CarrierCredentials
+        credentials = CarrierCredentials.from_json(os.environ.get(CREDENTIALS_ENV, ""))
     calls: list = []
     refused: list[dict] = []
     counts = {"done": 0, "failed": 0}
@@ -454,7 +463,8 @@ async def _load(args: argparse.Namespace, t0_ms: float, end_ms: float) -> dict:
             # a fresh call is a fresh caller: its script starts with the greeting
             script = scenario.script(int(max(left_ms, 1000.0)), index + placed * args.calls_total)
             result = await place_call(args.base_url, token, script, args.lead_frames,
-                                      unix_socket=args.unix_socket or None)
+                                      unix_socket=args.unix_socket or None, carrier=args.carrier,
+                                      credentials=credentials)
             ended = _mono_ms()
             placed += 1
             if result.core is None:  # never reached the stream: the gateway is down or refused it
@@ -508,6 +518,7 @@ def load_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--unix-socket", default="")
     parser.add_argument("--cpus", default="")
+    parser.add_argument("--carrier", default="twilio")
     args = parser.parse_args(argv)
     if args.cpus:
         os.sched_setaffinity(0, parse_cpus(args.cpus))
@@ -618,9 +629,13 @@ class ChaosRun(LevelRun):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
         env[TOKEN_ENV] = self.token
+        if self.credentials is not None:  # --carrier other than twilio: the simulator's halves of the secrets
+            env[CREDENTIALS_ENV] = self.credentials.to_json()
+        carrier = self.opts.carrier
         for k in range(self.procs):
             self.loads.append(await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "bench.chaos", "--base-url", self.base_url, "--scenario", self.opts.scenario,
+                *(["--carrier", carrier] if carrier != "twilio" else []),
                 "--calls-total", str(self.calls), "--procs", str(self.procs), "--proc-index", str(k),
                 "--ramp-ms", str(self.ramp_ms), "--lead-frames", str(self.lead_frames),
                 "--out", str(self.workdir / f"load-{k}.pkl"),
@@ -800,7 +815,7 @@ class ChaosRun(LevelRun):
         gateway_at = [i.at_ms for i in self.injected if i.spec.kill == GATEWAY and not i.note]
         unplanned = [t for t in timelines if t.dropped and not any(at <= t.ended_ms < at + OBSERVE_MS for at in gateway_at)]
         report = {
-            "scenario": "chaos", "system": "voicecore", "calls": self.calls,
+            "scenario": "chaos", "system": "voicecore", "calls": self.calls, "carrier": self.opts.carrier,
             "faults": faults, "faults_skipped": self.skipped, "baseline_window": baseline,
             "schedule": {"quiet_ms": QUIET_MS, "observe_ms": OBSERVE_MS, "faults": [s.name for s in self.faults],
                          "ramp_ms": self.ramp_ms, "settle_ms": self.settle_ms},
@@ -901,7 +916,7 @@ def format_chaos_table(report: dict) -> str:
     fallback-line frames the callers heard, found by their content."""
     columns = (("fault", 24), ("dropped", 8), ("max gap ms", 11), ("fallback", 9), ("fb frames", 10), ("stale", 6),
                ("recovery ms", 12), ("answer max ms", 14), ("taken after ms", 15))
-    lines = [f"voicecore bench chaos: {report['calls']} calls, {len(report['faults'])} faults "
+    lines = [f"voicecore bench chaos: {report['calls']} {report.get('carrier', 'twilio')} calls, {len(report['faults'])} faults "
              f"({report['schedule']['quiet_ms'] / 1000:.0f} s quiet, {report['schedule']['observe_ms'] / 1000:.0f} s "
              "observed each)",
              "".join(name.rjust(width) if i else name.ljust(width) for i, (name, width) in enumerate(columns))]

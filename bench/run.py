@@ -1225,9 +1225,9 @@ def options_problem(opts: BenchOptions) -> str | None:
                 parse_cpus(cpus)
     except ValueError as exc:
         return str(exc)
-    if opts.carrier != "twilio" and (opts.target or opts.baseline or opts.scenario == "chaos"):
+    if opts.carrier != "twilio" and (opts.target or opts.baseline):
         return ("--carrier other than twilio needs a stack the bench starts (its secrets are made for "
-                "the run) and voicecore on both sides: not with --target, --baseline or the chaos scenario")
+                "the run) and voicecore on both sides: not with --target or --baseline")
     # Last: every combination of options is judged first, whether or not this machine has the baseline's venv.
     if opts.baseline and not (pipecat_venv(opts) / "bin" / "python").exists():
         return (f"no pipecat venv at {pipecat_venv(opts)}: run bench/baseline_pipecat/setup_venv.sh "

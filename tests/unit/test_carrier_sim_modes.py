@@ -577,16 +577,26 @@ def test_demo_and_bench_take_the_carrier_and_default_to_twilio():
     assert bench_options_from_args(parser.parse_args(["bench"])).carrier == "twilio"
 
 
-@pytest.mark.parametrize("argv", [["--target", "http://127.0.0.1:9", "--auth-token", "x"], ["--soak", "60"],
-                                  ["--scenario", "chaos"]])
+@pytest.mark.parametrize("argv", [["--target", "http://127.0.0.1:9", "--auth-token", "x"], ["--soak", "60"]])
 def test_the_bench_refuses_a_carrier_it_cannot_make_secrets_for(argv, capsys):
     from bench.main import run_bench
     from bench.run import BenchOptions
 
-    options = {"--target": {"target": "http://127.0.0.1:9", "auth_token": "x"}, "--soak": {"soak": 60.0},
-               "--scenario": {"scenario": "chaos"}}[argv[0]]
+    options = {"--target": {"target": "http://127.0.0.1:9", "auth_token": "x"}, "--soak": {"soak": 60.0}}[argv[0]]
     assert run_bench(BenchOptions(carrier="telnyx", **options)) == 2
     assert "--carrier" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("carrier", ["plivo", "telnyx"])
+def test_the_chaos_bench_takes_a_carrier_whose_calls_can_re_attach(carrier):
+    """The chaos scenario starts its own stack, so it makes the carrier's secrets for the run (a gateway kill on
+    a Plivo or Telnyx call is followed by the <Redirect> after the stream)."""
+    from bench.chaos import check_options
+    from bench.run import BenchOptions, options_problem
+
+    options = BenchOptions(carrier=carrier, scenario="chaos", chaos_faults="gateway")
+    assert options_problem(options) is None
+    assert check_options(options) == ""
 
 
 def test_a_stalling_plivo_plays_late_and_its_buffer_keeps_what_came_meanwhile():

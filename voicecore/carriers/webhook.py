@@ -43,6 +43,7 @@ __all__ = [
     "parse_form",
     "parse_json_object",
     "parse_query",
+    "reattach_request",
     "stream_url_bases",
     "upgrade_header",
     "upgrade_headers",
@@ -135,6 +136,24 @@ class DrainAnswer:
 def call_id(value: object) -> str | None:
     """``value`` if it is an id the session token and the arena take, else None."""
     return value if isinstance(value, str) and _CALL_ID.fullmatch(value) else None
+
+
+def reattach_request(carrier: str, target: str, call: object, call_status: object,
+                     over: frozenset[str]) -> AnswerRequest | Refusal:
+    """A signed re-attach request's fields (every carrier's route of kind REATTACH, once its signature passed):
+    the one ``token`` of ``target``'s query (the URL our answer document named), the call the carrier's form
+    names (``call``) and whether its ``call_status`` is one of the carrier's ``over`` statuses."""
+    path = target.split("?", 1)[0]
+    try:
+        tokens = [value for key, value in parse_qsl(urlsplit(target).query, keep_blank_values=True)
+                  if key == "token"]
+    except ValueError:
+        tokens = []
+    sid = call_id(call)
+    if len(tokens) != 1 or not tokens[0] or sid is None:
+        return Refusal(400, "bad reattach request", f"re-attach request {path}: no token or no call id", quiet=True,
+                       problem="reattach")
+    return AnswerRequest(carrier, REATTACH, sid, token=tokens[0], call_completed=call_status in over)
 
 
 # --- bodies and queries ---------------------------------------------------------------------------------

@@ -556,15 +556,16 @@ async def place_call(
     API request gave (signed with its query, as Twilio signs it) and ``outbound-api``; the script's audio is
     then the callee's.
     A stream that drops without a stop is followed by the TwiML's ``<Connect action>`` as Twilio does (a new
-    ``<Connect><Stream>`` answered is connected and the caller talks on); ``follow_action`` False: act as a
-    carrier that cannot reach that URL (the call ends with its stream).
+    ``<Connect><Stream>`` answered is connected and the caller talks on), and for Telnyx and Plivo by the
+    ``<Redirect>`` their answer document put after the stream; ``follow_action`` False: act as a carrier that
+    cannot reach that URL (the call ends with its stream).
     """
     if carrier != "twilio":
         return await place_mode_call(
             base_url_http, credentials or CarrierCredentials(twilio_auth_token=auth_token), script, lead_frames,
             carrier=carrier, call_sid=call_sid, account_sid=account_sid, keep_audio=keep_audio, plain_ws=plain_ws,
             unix_socket=unix_socket, jitter_probability=jitter_probability, exotel_encoding=exotel_encoding,
-            playout_stall=playout_stall, rest=rest)
+            playout_stall=playout_stall, rest=rest, follow_action=follow_action)
     loop = asyncio.get_running_loop()
     call_sid = call_sid or _sid("CA")
     account_sid = account_sid or _sid("AC")
@@ -757,6 +758,58 @@ async def _status_callback(auth_token: str, url: str, method: str, fields: dict[
         errors.append(f"status callback {event} answered HTTP {status}")
 
 
+async def _connect_mode_stream(stream: StreamListener, carrier: str, target: modes.StreamTarget,
+                               credentials: CarrierCredentials, plain_ws: bool, unix_socket: str | None) -> str:
+    """Open the WebSocket ``carrier``'s answer named, with the headers the carrier puts on it; "" when it
+    opened, else why not."""
+    ws_url = target.url
+    if plain_ws and ws_url.startswith("wss://"):
+        ws_url = "ws://" + ws_url[len("wss://"):]
+    headers = {"User-Agent": modes.USER_AGENTS[carrier],
+               **modes.stream_headers(carrier, target, credentials, nonce=secrets.token_hex(10), now_s=time.time())}
+    try:
+        await asyncio.wait_for(
+            ws_connect(lambda: stream, ws_url, extra_headers=headers, websocket_handshake_timeout=WS_CONNECT_TIMEOUT_S,
+                       max_frame_size=MAX_FRAME_BYTES, max_redirects=0, logger_name=_ws_log,
+                       socket_factory=None if unix_socket is None else (lambda _url: connect_unix_stream(unix_socket))),
+            WS_CONNECT_TIMEOUT_S)
+    except (OSError, asyncio.TimeoutError, WSError, ValueError) as exc:
+        if stream.transport is not None:
+            stream.transport.disconnect()
+        return f"WebSocket connect failed: {type(exc).__name__}: {exc}"
+    return ""
+
+
+async def _follow_redirect(carrier: str, url: str, ids: modes.CallIdentity, credentials: CarrierCredentials,
+                           errors: list[str], unix_socket: str | None) -> modes.StreamTarget | None:
+    """Request the ``<Redirect>`` URL that followed the stream, signed as ``carrier`` signs it, retried as
+    _follow_action retries Twilio's action URL; the new stream its answer starts, or None (``<Hangup/>``, or
+    the URL could not be reached: the call is over)."""
+    loop = asyncio.get_running_loop()
+    give_up_at = loop.time() + ACTION_RETRY_FOR_S
+    while True:
+        request = modes.continuation_request(carrier, url, ids, credentials, now_s=time.time(),
+                                             nonce=secrets.token_hex(10))
+        try:
+            status, body = await http_client.send(request.method, request.url, request.headers, request.body,
+                                                  timeout_s=HTTP_TIMEOUT_S * 2, user_agent=modes.USER_AGENTS[carrier],
+                                                  unix_socket=unix_socket)
+            break
+        except (OSError, asyncio.TimeoutError, h11.ProtocolError) as exc:
+            if loop.time() >= give_up_at:
+                errors.append(f"re-attach: redirect URL unreachable: {type(exc).__name__}")
+                return None
+            await asyncio.sleep(ACTION_RETRY_EVERY_S)
+    if status != 200:
+        errors.append(f"re-attach: redirect URL answered HTTP {status}")
+        return None
+    try:
+        return modes.parse_continuation(carrier, body)
+    except ValueError as exc:
+        errors.append(f"re-attach: {exc}")
+        return None
+
+
 # ----- the other carriers ----------------------------------------------------------------------------
 
 
@@ -843,12 +896,16 @@ async def place_mode_call(
     exotel_encoding: str = ENCODING_L16,
     playout_stall: tuple[int, int] = (0, 0),
     rest=None,
+    follow_action: bool = True,
 ) -> CallResult:
     """place_call for Telnyx, Plivo, Vonage or Exotel: the carrier's signed answer webhook
     ({base}/telnyx/voice, /plivo/voice, /vonage/answer, /exotel/voice), its answer document followed to the
     stream (the URL, the codec and what to carry back, as the carrier would read them: nothing about the
     stream's path or where the session token travels is assumed), then the call as place_call plays it, on
-    the carrier's adapter (voicecore/sim/carrier_modes_core.py)."""
+    the carrier's adapter (voicecore/sim/carrier_modes_core.py). A Telnyx or Plivo stream that ends without the
+    caller's stop (the gateway closed it or the connection was lost) goes on as the carrier goes on: the
+    ``<Redirect>`` after the stream is requested, signed, and a new stream it answers is connected
+    (``follow_action`` False: the call ends with its stream)."""
     if carrier not in modes.ANSWER_PATHS:
         raise ValueError(f"carrier must be one of {', '.join(CARRIERS)}")
     loop = asyncio.get_running_loop()
@@ -886,41 +943,58 @@ async def place_mode_call(
         return failed(f"the answer document cannot be followed: {exc}")
     runner = CallRunner(core, script, ticker)
     runner.errors = errors
-    ws_url = target.url
-    if plain_ws and ws_url.startswith("wss://"):
-        ws_url = "ws://" + ws_url[len("wss://"):]
-    headers = {"User-Agent": modes.USER_AGENTS[carrier],
-               **modes.stream_headers(carrier, target, credentials, nonce=secrets.token_hex(10), now_s=time.time())}
     stream = StreamListener(runner)
     runner.attach(stream)
-    try:
-        await asyncio.wait_for(
-            ws_connect(lambda: stream, ws_url, extra_headers=headers, websocket_handshake_timeout=WS_CONNECT_TIMEOUT_S,
-                       max_frame_size=MAX_FRAME_BYTES, max_redirects=0, logger_name=_ws_log,
-                       socket_factory=None if unix_socket is None else (lambda _url: connect_unix_stream(unix_socket))),
-            WS_CONNECT_TIMEOUT_S)
-    except (OSError, asyncio.TimeoutError, WSError, ValueError) as exc:
-        if stream.transport is not None:
-            stream.transport.disconnect()
-        return failed(f"WebSocket connect failed: {type(exc).__name__}: {exc}")
+    problem = await _connect_mode_stream(stream, carrier, target, credentials, plain_ws, unix_socket)
+    if problem:
+        return failed(problem)
     runner.closed_by = "carrier"
-    stream.send_messages(core.opening_messages())
-    ticker.add(runner.on_tick, phase)
+    opening = core.opening_messages()
     if rest is not None:
         rest.register(carrier, ids.call_id, runner.end_by_rest)
     try:
-        await runner.wait_finished(script.duration_ms / 1000.0 + END_SLACK_S)
-    except asyncio.TimeoutError:
-        errors.append("call did not finish in time")
-        runner.done = True
+        while True:
+            stream.send_messages(opening)
+            ticker.add(runner.on_tick, phase)
+            left_s = script.duration_ms / 1000.0 + END_SLACK_S
+            if core.send_origin_ms is not None:
+                left_s -= (ticker.now_ms() - core.send_origin_ms) / 1000.0
+            try:
+                await runner.wait_finished(max(left_s, 1.0))
+            except asyncio.TimeoutError:
+                errors.append("call did not finish in time")
+                runner.done = True
+            try:
+                await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)
+            except asyncio.TimeoutError:
+                if stream.transport is not None:
+                    stream.transport.disconnect()
+            # The stream ended without the caller's stop (and not by a REST hang-up or transfer): the carrier runs
+            # what its document put after the stream, the <Redirect> first.
+            if runner.closed_by not in ("server", "connection_lost") or not target.redirect or not follow_action:
+                break
+            lost_at_ms = ticker.now_ms()
+            followed = await _follow_redirect(carrier, target.redirect, ids, credentials, errors, unix_socket)
+            if followed is None:
+                break
+            stream = StreamListener(runner)
+            problem = await _connect_mode_stream(stream, carrier, followed, credentials, plain_ws, unix_socket)
+            if problem:
+                errors.append(f"re-attach: {problem}")
+                break
+            lost = "WebSocket connection lost before the call ended"
+            if runner.closed_by == "connection_lost" and lost in errors:
+                errors.remove(lost)  # the call went on
+            runner.reattached(stream)
+            target = followed
+            new_stream_id = _mode_identity(carrier, ids.call_id, ids.account_id, script).stream_id
+            if carrier == "plivo":
+                opening = core.reattach(new_stream_id, followed.raw_extra_headers, lost_at_ms, ticker.now_ms())
+            else:
+                opening = core.reattach(new_stream_id, followed.parameters, lost_at_ms, ticker.now_ms())
     finally:
         if rest is not None:
             rest.unregister(carrier, ids.call_id)
-    try:
-        await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)
-    except asyncio.TimeoutError:
-        if stream.transport is not None:
-            stream.transport.disconnect()
     if core.metrics.protocol_errors:
         errors.append(f"{core.metrics.protocol_errors} protocol errors from the gateway: "
                       + "; ".join(core.metrics.error_reasons[:5]))

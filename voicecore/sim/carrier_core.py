@@ -561,6 +561,29 @@ class PlayoutCore(abc.ABC):
 
     # ----- the carrier's playout -----------------------------------------------------------------------
 
+    def _new_stream(self, lost_at_ms: float, now_ms: float) -> None:
+        """The same call goes on over a new stream (the carrier's continuation answered one after the old stream
+        dropped without a stop): what the old stream had buffered never plays (the carrier's buffer went with
+        it), and what the caller said while no stream was open is lost: the caller's clock goes on, so the next
+        frame sent is the one due now. Each adapter's ``reattach`` adds its own stream's ids and opening."""
+        self._advance_play(now_ms)
+        self.metrics.frames_without_mark += len(self._pending)
+        self._pending = []
+        self._queue.clear()
+        self._queued_frames = 0
+        self._in_spurt = False
+        self._in_underrun = False
+        self._playing_until_ms = min(self._playing_until_ms, now_ms)
+        self._epoch += 1
+        self._outbox = []
+        # The marks of a new stream are the new stream's: a tag number the old one used means nothing here.
+        self._tags = {}
+        if self._send_origin_ms is not None:
+            self._next_send_frame = max(self._next_send_frame,
+                                        int((now_ms - self._send_origin_ms) // FRAME_MS) + 1)
+        self.metrics.reattaches.append((lost_at_ms, now_ms))
+        self._opened = False
+
     def tick_play(self, now_ms: float) -> None:
         """Run every playout tick due by ``now_ms``; mark echoes go to messages_to_send()."""
         self._advance_play(now_ms)
@@ -830,22 +853,7 @@ class CarrierCall(PlayoutCore):
         dropped without a stop): its `connected` and `start`. What the old stream had buffered never plays (the
         carrier's buffer went with it), and what the caller said while no stream was open is lost: the caller's
         clock goes on, so the next frame sent is the one due now."""
-        self._advance_play(now_ms)
-        self.metrics.frames_without_mark += len(self._pending)
-        self._pending = []
-        self._queue.clear()
-        self._queued_frames = 0
-        self._in_spurt = False
-        self._in_underrun = False
-        self._playing_until_ms = min(self._playing_until_ms, now_ms)
-        self._epoch += 1
-        self._outbox = []
-        # The marks of a new stream are the new stream's: a tag number the old one used means nothing here.
-        self._tags = {}
-        if self._send_origin_ms is not None:
-            self._next_send_frame = max(self._next_send_frame,
-                                        int((now_ms - self._send_origin_ms) // FRAME_MS) + 1)
-        self.metrics.reattaches.append((lost_at_ms, now_ms))
+        self._new_stream(lost_at_ms, now_ms)
         self.stream_sid = stream_sid
         self.session_token = session_token
         self._expect_stream(stream_sid)

@@ -78,6 +78,7 @@ from voicecore.carriers.marks import PLAIN_NAME_BYTES
 
 __all__ = [
     "CARRIERS",
+    "CONTINUES",
     "CallIdentity",
     "CarrierCredentials",
     "ExotelCall",
@@ -88,7 +89,9 @@ __all__ = [
     "VonageCall",
     "WebhookRequest",
     "answer_webhook",
+    "continuation_request",
     "parse_answer",
+    "parse_continuation",
     "stream_headers",
 ]
 
@@ -236,6 +239,51 @@ def answer_webhook(carrier: str, base_url: str, ids: CallIdentity, credentials: 
     raise ValueError(f"no answer webhook for carrier {carrier!r}")
 
 
+# The carriers whose answer document can name where the call goes when its stream ends (a <Redirect> after the
+# stream): the simulator follows it as the carrier would (continuation_request).
+CONTINUES = ("telnyx", "plivo")
+
+
+def continuation_request(carrier: str, url: str, ids: CallIdentity, credentials: CarrierCredentials, *,
+                         now_s: float, nonce: str) -> WebhookRequest:
+    """The signed request ``carrier`` sends to the ``<Redirect>`` URL that follows a stream, once the stream
+    ended: a form POST with the call's fields (the call still up: ``in-progress``), signed as its answer
+    webhook is (Telnyx: Ed25519 over ``timestamp|body``; Plivo: V3 over the whole URL, its query included, the
+    form and ``nonce``)."""
+    if carrier == "telnyx":
+        form = {"AccountSid": ids.account_id, "CallSid": ids.call_id, "CallSidLegacy": ids.call_id,
+                "CallSessionId": ids.session_id, "ConnectionId": "1684641123236054244", "From": ids.from_number,
+                "To": ids.to_number, "CallStatus": "in-progress", "Direction": "inbound"}
+        body = urlencode(form).encode("ascii")
+        timestamp = str(int(now_s))
+        signature = telnyx.sign_webhook(bytes.fromhex(credentials.telnyx_private_key), timestamp, body)
+        headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
+                   (telnyx.SIGNATURE_HEADER, signature))
+        return WebhookRequest("POST", url, headers, body)
+    if carrier == "plivo":
+        # Plivo's <Redirect> request: From, To, Event=Redirect, CallUUID, CallerName, Direction, CallStatus [redirect]
+        form = {"From": ids.from_number, "To": ids.to_number, "Event": "Redirect", "CallUUID": ids.call_id,
+                "CallerName": ids.from_number, "Direction": "inbound", "CallStatus": "in-progress"}
+        body = urlencode(form).encode("ascii")
+        signature = plivo.compute_signature_v3(credentials.plivo_auth_token, url, nonce, form, "POST")
+        headers = (("Content-Type", "application/x-www-form-urlencoded"), (plivo.SIGNATURE_V3_HEADER, signature),
+                   (plivo.SIGNATURE_V3_NONCE_HEADER, nonce))
+        return WebhookRequest("POST", url, headers, body)
+    raise ValueError(f"carrier {carrier!r} names no continuation after its stream")
+
+
+def parse_continuation(carrier: str, body: bytes) -> StreamTarget | None:
+    """Read the document a continuation answered: the new stream it starts, or None when it starts none
+    (``<Hangup/>``: the call ends). ValueError: not the carrier's XML, or a stream the carrier would refuse."""
+    root = _xml(body, "the continuation's answer")
+    if root.tag != "Response":
+        raise ValueError("the continuation's answer has no <Response>")
+    starts_stream = root.find("./Connect/Stream") if carrier == "telnyx" else root.find("./Stream")
+    if starts_stream is None:
+        return None
+    return parse_answer(carrier, body)
+
+
 def _basic(credentials: CarrierCredentials) -> str:
     pair = f"{credentials.exotel_username}:{credentials.exotel_password}".encode("utf-8")
     return "Basic " + base64.b64encode(pair).decode("ascii")
@@ -264,6 +312,9 @@ class StreamTarget:
     headers: Mapping[str, object] = field(default_factory=dict)  # Vonage: the NCCO headers, values as given
     authorization: Mapping[str, object] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    # Where the carrier goes on when the stream ends: the URL of the ``<Redirect>`` that follows the stream
+    # (TeXML after ``<Connect>``, Plivo XML after a ``keepCallAlive`` ``<Stream>``), "" when nothing follows.
+    redirect: str = ""
 
 
 def parse_answer(carrier: str, body: bytes) -> StreamTarget:
@@ -305,7 +356,24 @@ def _parse_texml(body: bytes) -> StreamTarget:
     if rate != str(SAMPLE_RATE_HZ):
         raise ValueError("TeXML asks for G.711 at a rate other than 8000 Hz")
     parameters = tuple((p.get("name", ""), p.get("value", "")) for p in stream.findall("Parameter"))
-    return StreamTarget(url=stream.get("url", ""), parameters=parameters, encoding=encoding, problems=tuple(problems))
+    return StreamTarget(url=stream.get("url", ""), parameters=parameters, encoding=encoding, problems=tuple(problems),
+                        redirect=_redirect_after(root, root.find("./Connect")))
+
+
+def _redirect_after(root: ElementTree.Element, element: ElementTree.Element | None) -> str:
+    """The URL of a ``<Redirect>`` that is the verb right after ``element``: what the carrier runs when the
+    stream ends. Only a POST redirect is followed (ours are); any other verb there is not modelled (the
+    simulated call ends with its stream, as a carrier's would once the document runs out)."""
+    children = list(root)
+    if element is None or element not in children:
+        return ""
+    index = children.index(element)
+    if index + 1 >= len(children):
+        return ""
+    following = children[index + 1]
+    if following.tag != "Redirect" or (following.get("method") or "POST").upper() != "POST":
+        return ""
+    return (following.text or "").strip()
 
 
 def _parse_plivo_xml(body: bytes) -> StreamTarget:
@@ -330,8 +398,12 @@ def _parse_plivo_xml(body: bytes) -> StreamTarget:
         key, separator, value = item.partition("=")
         if separator and key.strip():
             pairs.append((key.strip(), value.strip()))
+    # With keepCallAlive the elements after <Stream> run once the stream disconnects [ref]; without it they run
+    # at once (and the simulator reports that above), so only a kept-alive stream has a continuation.
+    kept_alive = stream.get("keepCallAlive", "false").lower() == "true"
     return StreamTarget(url=(stream.text or "").strip(), parameters=tuple(pairs), encoding=encoding,
-                        sample_rate_hz=rate, raw_extra_headers=raw, problems=tuple(problems))
+                        sample_rate_hz=rate, raw_extra_headers=raw, problems=tuple(problems),
+                        redirect=_redirect_after(root, stream) if kept_alive else "")
 
 
 def _parse_ncco(body: bytes) -> StreamTarget:
@@ -558,6 +630,21 @@ class TelnyxCall(ModeCall):
         self.metrics.dtmf_sent += 1
         return self._writer.dtmf(digit)
 
+    def reattach(self, stream_id: str, custom_parameters: Sequence[tuple[str, str]], lost_at_ms: float,
+                 now_ms: float) -> list[str]:
+        """The same call on a new stream (the TeXML its ``<Redirect>`` answered after the old stream dropped):
+        its ``connected`` and ``start`` with the new stream id and ``<Parameter>``s."""
+        self._new_stream(lost_at_ms, now_ms)
+        self._held = None  # a frame held back belonged to the old stream
+        self._cleared_audio_path()
+        self.stream_id = stream_id
+        w = self._writer
+        kwargs = dict(encoding=w.encoding, call_session_id=w.call_session_id, from_number=w.from_number,
+                      to_number=w.to_number, custom_parameters=dict(custom_parameters))
+        self._writer = telnyx.TelnyxCarrierSide(stream_id, w.call_control_id, w.user_id, **kwargs)
+        self._reader = telnyx.TelnyxCarrierSide(stream_id, w.call_control_id, w.user_id, **kwargs)
+        return self.opening_messages()
+
     def stop_messages(self, now_ms: float | None = None) -> list[str]:
         held, self._held = self._held, None
         self._stop(now_ms)
@@ -654,6 +741,21 @@ class PlivoCall(ModeCall):
             raise RuntimeError("opening_messages() called twice")
         self._opened = True
         return [self._writer.start()]  # Plivo sends no `connected` [ref]
+
+    def reattach(self, stream_id: str, extra_headers: str, lost_at_ms: float, now_ms: float) -> list[str]:
+        """The same call on a new stream (the XML its ``<Redirect>`` answered after the old stream dropped): its
+        ``start`` with the new stream id and ``extraHeaders``."""
+        self._new_stream(lost_at_ms, now_ms)
+        self._cleared_audio_path()
+        w = self._writer
+        self.stream_id = stream_id
+        args = (stream_id, w.call_id, w.account_id, w.content_type, w.sample_rate_hz, extra_headers)
+        self._writer = plivo.PlivoCarrierSide(*args)
+        self._reader = plivo.PlivoCarrierSide(*args)
+        encoder = plivo.PlivoOutboundEncoder(stream_id, w.content_type, w.sample_rate_hz)
+        self._media_head = encoder.media_prefix
+        self._mark_head = encoder.mark_prefix + b'"'
+        return self.opening_messages()
 
     def _media_message(self, n: int) -> str:
         return self._writer.media(self._caller_payload(n))

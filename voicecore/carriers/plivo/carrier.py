@@ -16,6 +16,9 @@ bound on its buffer backlog.py's, the Call API requests rest.py's.
   server): every late ms stays in the buffer. Its ``playedStream`` echoes say exactly what played
   (:class:`~voicecore.carriers.plivo.protocol.CheckpointLead`), so its calls send only while the audio no echo
   has confirmed is below ``plivo_max_unplayed_ms`` (:class:`~voicecore.carriers.plivo.backlog.EchoBoundedBacklog`).
+- Re-attach (voicecore/reattach.py): the answer's ``<Stream keepCallAlive="true">`` is followed by ``<Redirect>``
+  to ``/plivo/reattach?token=...``, which Plivo requests when the stream disconnects (signed like the answer
+  webhook, over the URL with its token); the answer is a new ``<Stream>`` for the same CallUUID, or ``<Hangup/>``.
 - Hang-up and transfer: ``DELETE`` / ``POST .../Call/{CallUUID}/``, basic auth ``plivo_auth_id`` +
   ``plivo_auth_token``; a transfer sends Plivo to the gateway's ``/plivo/transfer?to=...`` (under ``public_url``).
 """
@@ -28,19 +31,26 @@ from voicecore.carriers.events import ENCODING_PCMU
 from voicecore.carriers.plivo import protocol, rest
 from voicecore.carriers.plivo.backlog import EchoBoundedBacklog
 from voicecore.carriers.rest_common import check_target
-from voicecore.carriers.webhook import (ANSWER, SESSION_TOKEN, TRANSFER, Refusal, Route, WebhookError, call_id,
-                                        parse_form, parse_query, upgrade_header)
+from voicecore.carriers.webhook import (ANSWER, REATTACH, SESSION_TOKEN, TRANSFER, Refusal, Route, WebhookError,
+                                        call_id, parse_form, parse_query, reattach_request, upgrade_header)
 from voicecore.timing import FRAME_MS, SAMPLE_RATE_HZ
 
-__all__ = ["PLIVO", "PlivoCarrier"]
+__all__ = ["PLIVO", "PlivoCarrier", "REATTACH_PATH"]
+
+REATTACH_PATH = "/plivo/reattach"
+# Plivo's CallStatus values for a call that is over (its <Redirect> page: completed; busy, failed, timeout or
+# no-answer for an outbound call).
+_CALL_OVER = frozenset({"completed", "busy", "failed", "timeout", "no-answer"})
 
 
 class PlivoCarrier(Carrier):
     name = "plivo"
     title = "Plivo"
     routes = {"/plivo/voice": Route("plivo", ANSWER, ("POST",)),
-              rest.TRANSFER_PATH: Route("plivo", TRANSFER, ("GET", "POST"))}
+              rest.TRANSFER_PATH: Route("plivo", TRANSFER, ("GET", "POST")),
+              REATTACH_PATH: Route("plivo", REATTACH, ("POST",))}
     carrier_side = protocol.PlivoCarrierSide
+    reattaches = True  # its answer document names a re-attach step (``<Redirect>`` after the kept-alive stream)
 
     def served(self, settings):
         return bool(settings.plivo_auth_token)
@@ -51,10 +61,17 @@ class PlivoCarrier(Carrier):
                                               headers.get(protocol.SIGNATURE_V3_NONCE_HEADER.lower()),
                                               headers.get(protocol.SIGNATURE_V3_HEADER.lower()), form, method):
             return Refusal(403, "bad X-Plivo-Signature-V3")
+        if route.kind == REATTACH:
+            return reattach_request(self.name, target, form.get("CallUUID"), form.get("CallStatus"), _CALL_OVER)
         return self.checked(route, call_id(form.get("CallUUID")))
 
-    def answer_document(self, request, stream_url, token, settings):
-        return b"text/xml", protocol.stream_xml(stream_url, {SESSION_TOKEN: token}).encode()
+    def answer_document(self, request, stream_url, token, settings, reattach_token=None):
+        redirect = None if reattach_token is None else f"{settings.public_url}{REATTACH_PATH}?token={reattach_token}"
+        return b"text/xml", protocol.stream_xml(stream_url, {SESSION_TOKEN: token}, redirect_url=redirect).encode()
+
+    def hangup_document(self):
+        """The answer to a re-attach request for a call that is over."""
+        return b"text/xml", protocol.hangup_xml().encode()
 
     def transfer_document(self, request, target):
         if request.kind != TRANSFER:

@@ -26,6 +26,9 @@ Sources, cited below by tag (docs/explanation/protocols.md#b gives the compariso
   ``X-Plivo-Signature-V3`` and ``-Nonce``, validated with ``validateV3Signature`` and method "GET" for the
   upgrade) and ``plivo/plivo-stream-sdk-node`` ``src/index.ts`` (``validateConnectionSignature``: the two
   headers, the URL rebuilt from the request, validated as a GET with no parameters).
+- [redirect]: Plivo's ``<Redirect>`` XML page (voice/xml/redirect): control goes to the URL's XML, POST by
+  default, with ``From``, ``To``, ``Event`` ("Redirect"), ``CallUUID``, ``CallerName``, ``Direction`` and
+  ``CallStatus`` (ringing, in-progress or completed; busy, failed, timeout or no-answer for outbound calls).
 - [impl]: ``plivo-labs/agent-transport`` (``audio_stream/plivo.rs``, Plivo's own Rust transport) and
   pipecat ``src/pipecat/serializers/plivo.py``.
 
@@ -129,6 +132,7 @@ __all__ = [
     "STREAM_CONTENT_TYPES",
     "State",
     "compute_signature_v3",
+    "hangup_xml",
     "sign_upgrade",
     "stream_xml",
     "upgrade_signature_url",
@@ -996,6 +1000,7 @@ def stream_xml(
     extra_headers: Mapping[str, str],
     content_type: str = "audio/x-mulaw;rate=8000",
     status_callback_url: str | None = None,
+    redirect_url: str | None = None,
 ) -> str:
     """The answer XML for a Plivo call: one bidirectional stream to ``stream_url`` [ref].
 
@@ -1006,6 +1011,11 @@ def stream_xml(
     carry a single-use token, never a secret. Unlike Twilio, the URL may carry a query string. Real Plivo
     needs ``wss://``; ``ws://`` is accepted for the local carrier simulator. Built with ElementTree: every
     value is escaped, none is concatenated into the markup.
+
+    ``redirect_url``: a ``<Redirect method="POST">`` after the stream. With ``keepCallAlive="true"`` the
+    elements after ``<Stream>`` run only once the stream disconnects [ref], and ``<Redirect>`` asks its URL
+    for the call's next XML (a POST signed like the answer webhook, with ``CallUUID``, ``CallStatus`` and
+    ``Event=Redirect`` [redirect]): the re-attach step (voicecore/reattach.py).
     """
     _check_xml_url(stream_url, ("wss", "ws"), "stream_url")
     if content_type not in STREAM_CONTENT_TYPES:
@@ -1030,7 +1040,15 @@ def stream_xml(
     response = ElementTree.Element("Response")
     stream = ElementTree.SubElement(response, "Stream", attributes)
     stream.text = stream_url
+    if redirect_url is not None:
+        redirect = ElementTree.SubElement(response, "Redirect", {"method": "POST"})
+        redirect.text = _check_xml_url(redirect_url, ("https", "http"), "redirect_url")
     return ElementTree.tostring(response, encoding="unicode")
+
+
+def hangup_xml() -> str:
+    """The XML that ends a Plivo call (``<Hangup/>``): the re-attach step's answer for a call that is over."""
+    return "<Response><Hangup/></Response>"
 
 
 # --- request signature V3 -------------------------------------------------------------------------------

@@ -10,6 +10,11 @@ Control requests rest.py's.
 - A stream in PCMU at 8 kHz takes the pacer's frames as they are (final templates); a PCMA stream too when the
   model takes A-law (``alaw_passthrough``: the call's rings then carry A-law, untouched both ways). Telnyx is the
   one carrier here that streams A-law (docs/explanation/protocols.md#b).
+- Re-attach (voicecore/reattach.py): the TeXML's ``<Connect><Stream>`` is followed by ``<Redirect>`` to
+  ``/telnyx/reattach?token=...`` (TeXML's ``<Connect>`` takes no ``action``; the verbs after it run when the
+  stream stops), a form POST signed with Ed25519 like the answer webhook; the answer is a new ``<Connect><Stream>``
+  for the same CallSid, or ``<Hangup/>``. A call driven by Call Control alone (no TeXML) has no such step: its
+  ``streaming_start`` command names no continuation.
 - Hang-up and transfer: Call Control ``hangup`` / ``transfer`` on the stream's call_control_id, Bearer
   ``telnyx_api_key``; the nonce is the ``command_id``, the same for every retry of one action.
 """
@@ -21,17 +26,24 @@ from voicecore.carriers.edge import FrameSink
 from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU
 from voicecore.carriers.rest_common import check_target
 from voicecore.carriers.telnyx import protocol, rest
-from voicecore.carriers.webhook import ANSWER, SESSION_TOKEN, Refusal, Route, call_id, parse_form
+from voicecore.carriers.webhook import (ANSWER, REATTACH, SESSION_TOKEN, Refusal, Route, call_id, parse_form,
+                                        reattach_request)
 from voicecore.timing import SAMPLE_RATE_HZ
 
-__all__ = ["TELNYX", "TelnyxCarrier"]
+__all__ = ["REATTACH_PATH", "TELNYX", "TelnyxCarrier"]
+
+REATTACH_PATH = "/telnyx/reattach"
+# TeXML's CallStatus values for a call that is over (its TwiML-compatible set).
+_CALL_OVER = frozenset({"completed", "busy", "failed", "no-answer", "canceled"})
 
 
 class TelnyxCarrier(Carrier):
     name = "telnyx"
     title = "Telnyx"
-    routes = {"/telnyx/voice": Route("telnyx", ANSWER, ("POST",))}
+    routes = {"/telnyx/voice": Route("telnyx", ANSWER, ("POST",)),
+              REATTACH_PATH: Route("telnyx", REATTACH, ("POST",))}
     carrier_side = protocol.TelnyxCarrierSide
+    reattaches = True  # its answer document names a re-attach step (``<Redirect>`` after ``<Connect>``)
 
     def served(self, settings):
         return bool(settings.telnyx_public_key)
@@ -41,11 +53,18 @@ class TelnyxCarrier(Carrier):
                                        headers.get(protocol.TIMESTAMP_HEADER) or "", body, now_s):
             return Refusal(403, "bad telnyx-signature-ed25519")
         form = parse_form(body)
+        if route.kind == REATTACH:
+            return reattach_request(self.name, target, form.get("CallSid"), form.get("CallStatus"), _CALL_OVER)
         return self.checked(route, call_id(form.get("CallSid") or form.get("CallControlId")))
 
-    def answer_document(self, request, stream_url, token, settings):
+    def answer_document(self, request, stream_url, token, settings, reattach_token=None):
+        redirect = None if reattach_token is None else f"{settings.public_url}{REATTACH_PATH}?token={reattach_token}"
         return b"text/xml", protocol.texml_connect_stream(stream_url, {SESSION_TOKEN: token},
-                                                          codec=settings.telnyx_codec).encode()
+                                                          codec=settings.telnyx_codec, redirect_url=redirect).encode()
+
+    def hangup_document(self):
+        """The answer to a re-attach request for a call that is over."""
+        return b"text/xml", protocol.texml_hangup().encode()
 
     def new_stream(self):
         return protocol.TelnyxStreamProtocol()

@@ -21,7 +21,8 @@ Sources, cited below by these names:
 - [asyncapi]: Telnyx "Stream call media over WebSocket" (developers.telnyx.com/api-reference/websockets/
   stream-call-media-over-websocket): frame list, "Media frame order is not guaranteed. Use media.chunk,
   media.timestamp, and sequence_number to order frames", marks echoed at once when nothing is queued.
-- [texml]: Telnyx TeXML ``<Stream>`` and ``<Connect>`` verb pages.
+- [texml]: Telnyx TeXML ``<Stream>``, ``<Connect>`` ("the following instructions will be executed when the
+  service is stopped") and ``<Redirect>`` verb pages.
 - [webhooks]: Telnyx callback pages (headers ``telnyx-timestamp``, ``telnyx-signature-ed25519``: an
   Ed25519 signature of ``timestamp|payload``), and telnyx-python's ``webhook.py``, which verifies exactly
   ``timestamp + b"|" + payload`` with a base64 public key.
@@ -165,6 +166,7 @@ __all__ = [
     "TelnyxStreamStatistics",
     "sign_webhook",
     "texml_connect_stream",
+    "texml_hangup",
     "verify_webhook",
     "wire_templates",
 ]
@@ -884,7 +886,8 @@ def _xml_value(value: object, what: str) -> str:
     return value
 
 
-def texml_connect_stream(stream_url: str, parameters: Mapping[str, str], codec: str = "PCMU") -> str:
+def texml_connect_stream(stream_url: str, parameters: Mapping[str, str], codec: str = "PCMU",
+                         redirect_url: str | None = None) -> str:
     """The TeXML answer to a voice webhook: a bidirectional RTP stream to ``stream_url`` ([texml]).
 
     ``<Connect>`` runs the stream synchronously: verbs after it run only once the stream stops. The
@@ -894,6 +897,11 @@ def texml_connect_stream(stream_url: str, parameters: Mapping[str, str], codec: 
     MP3 files. ``parameters`` arrive in ``start.custom_parameters``. ElementTree writes the document, so
     ``&``, ``<``, quotes and line breaks in any value are escaped; a character XML cannot carry at all
     raises ValueError. Real Telnyx needs ``wss://``; ``ws://`` is accepted for a local simulator.
+
+    ``redirect_url``: a ``<Redirect method="POST">`` after the ``<Connect>``. TeXML's ``<Connect>`` has no
+    ``action`` (unlike TwiML's); the verbs after it run when the stream stops ([texml]), and ``<Redirect>``
+    fetches the call's next TeXML from its URL (a form POST signed like every TeXML request): the re-attach
+    step (voicecore/reattach.py).
     """
     _xml_value(stream_url, "stream_url")
     parts = urlsplit(stream_url)
@@ -915,7 +923,18 @@ def texml_connect_stream(stream_url: str, parameters: Mapping[str, str], codec: 
         if not _xml_value(name, "parameter name"):
             raise ValueError("parameter name must be non-empty")
         ElementTree.SubElement(stream, "Parameter", {"name": name, "value": _xml_value(value, "parameter value")})
+    if redirect_url is not None:
+        _xml_value(redirect_url, "redirect_url")
+        redirect_parts = urlsplit(redirect_url)
+        if redirect_parts.scheme not in ("https", "http") or not redirect_parts.netloc:
+            raise ValueError("redirect_url must be an absolute https or http URL")
+        ElementTree.SubElement(response, "Redirect", {"method": "POST"}).text = redirect_url
     return '<?xml version="1.0" encoding="UTF-8"?>' + ElementTree.tostring(response, encoding="unicode")
+
+
+def texml_hangup() -> str:
+    """The TeXML that ends a call (``<Hangup/>``): the re-attach step's answer for a call that is over."""
+    return '<?xml version="1.0" encoding="UTF-8"?><Response><Hangup/></Response>'
 
 
 # --- webhook signatures ----------------------------------------------------------------------------
