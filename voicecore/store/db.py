@@ -363,6 +363,22 @@ class CallStore:
         """Delete the claimed tokens that expired before ``older_than_s`` (seconds since the epoch); how many."""
         return self.backend.execute("DELETE FROM stream_tokens WHERE expires_at < ?", (older_than_s,)).rowcount
 
+    # --- media streams that ended normally (the fleet's re-attach step) -------------------------------------
+    def mark_stream_ended(self, call_sid: str, node: str, expires_at_s: float, now_s: float | None = None) -> None:
+        """Note that ``call_sid``'s stream ended normally on ``node``: a re-attach request for it is answered
+        with a hang-up on whatever node it reaches."""
+        self.backend.execute(
+            "INSERT INTO stream_endings (call_sid, node, ended_at, expires_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (call_sid) DO NOTHING",
+            (call_sid, node, time.time() if now_s is None else now_s, expires_at_s))
+
+    def stream_ended_normally(self, call_sid: str) -> bool:
+        return self.backend.execute("SELECT 1 FROM stream_endings WHERE call_sid = ?", (call_sid,)).fetchone() is not None
+
+    def purge_stream_endings(self, older_than_s: float) -> int:
+        """Delete the endings whose re-attach tokens expired before ``older_than_s``; how many."""
+        return self.backend.execute("DELETE FROM stream_endings WHERE expires_at < ?", (older_than_s,)).rowcount
+
     # --- the console's API keys ------------------------------------------------------------------------
     def add_api_key(self, name: str) -> str:
         """A new API key named ``name`` (shown once: only its hash is kept)."""

@@ -262,8 +262,21 @@ MIGRATION_6 = (
         added_at DOUBLE PRECISION NOT NULL)""",
 )
 
+MIGRATION_7 = (
+    # Calls whose media stream ended normally (the caller's hang-up, the agent's end or transfer, a drain
+    # deadline, a protocol violation), written by the gateway that served the stream: a re-attach request for
+    # such a call that reaches another node of the fleet gets the carrier's hang-up, not a new stream
+    # (voicecore/reattach.py). Rows are deleted after ``expires_at`` (seconds since the epoch).
+    """CREATE TABLE stream_endings (
+        call_sid TEXT NOT NULL PRIMARY KEY,
+        node TEXT NOT NULL,
+        ended_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE INDEX stream_endings_expires_at ON stream_endings (expires_at)",
+)
+
 MIGRATIONS: tuple[tuple[str | dict[str, str], ...], ...] = (
-    MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6)  # MIGRATIONS[n - 1] is migration n
+    MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6, MIGRATION_7)  # MIGRATIONS[n - 1] is migration n
 LATEST_VERSION = len(MIGRATIONS)
 
 

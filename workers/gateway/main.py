@@ -25,6 +25,8 @@ import socket
 import stat
 import sys
 import time
+from collections.abc import Coroutine
+from typing import Any
 from pathlib import Path
 
 import h11
@@ -107,7 +109,7 @@ class Gateway:
         self.token_service = TokenService(config)
         self.tokens = self.token_service.local
         # The re-attach step every answer document names (voicecore/reattach.py; its memory is the runtime dir's).
-        self.reattach = ReattachService(config, runtime_dir)
+        self.reattach = ReattachService(config, runtime_dir, self.token_service.ledger, self.token_service.shared)
         self.calls: dict[int, StreamConnection] = {}  # slot -> connection
         self.ready_slots = np.zeros(config.max_calls, dtype=np.int64)
         self.bus = Bus(runtime_dir)
@@ -528,6 +530,7 @@ class HttpConnection:
         self.request: h11.Request | None = None
         self.body = bytearray()
         self.idle_timer: asyncio.TimerHandle | None = None
+        self.answering: asyncio.Task | None = None  # a request answered when this task ends (_answer_later)
 
     def data_received(self, data: bytes) -> None:
         # The idle timer is not reset by data, only by a complete request: a kept-alive connection that
@@ -552,25 +555,53 @@ class HttpConnection:
                     return
             elif isinstance(event, h11.EndOfMessage):
                 self._handle()
-                if self.conn.our_state is h11.MUST_CLOSE or self.transport.is_closing():
-                    self.transport.close()
+                if self.answering is not None:
+                    return  # answered when its task ends (_answered); a next request waits in h11 till then
+                if not self._next_cycle():
                     return
-                try:
-                    self.conn.start_next_cycle()
-                except h11.LocalProtocolError:
-                    self.transport.close()
-                    return
-                # a kept-alive connection waits this long for its next whole request, no longer
-                if self.idle_timer is not None:
-                    self.idle_timer.cancel()
-                self.idle_timer = asyncio.get_running_loop().call_later(KEEPALIVE_IDLE_S, self.transport.close)
             elif isinstance(event, h11.ConnectionClosed):
                 self.transport.close()
                 return
 
+    def _next_cycle(self) -> bool:
+        """After a response: close, or wait for the connection's next request; False when it is closed."""
+        if self.conn.our_state is h11.MUST_CLOSE or self.transport.is_closing():
+            self.transport.close()
+            return False
+        try:
+            self.conn.start_next_cycle()
+        except h11.LocalProtocolError:
+            self.transport.close()
+            return False
+        # a kept-alive connection waits this long for its next whole request, no longer
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        self.idle_timer = asyncio.get_running_loop().call_later(KEEPALIVE_IDLE_S, self.transport.close)
+        return True
+
+    def _answer_later(self, answering: Coroutine[Any, Any, None]) -> None:
+        """Answer the request when ``answering`` (which calls _respond) is done: a webhook whose answer waits for
+        the fleet's store. The connection reads no further request meanwhile."""
+        self.answering = asyncio.get_running_loop().create_task(answering)
+        self.answering.add_done_callback(self._answered)
+
+    def _answered(self, task: asyncio.Task) -> None:
+        self.answering = None
+        if task.cancelled() or self.transport.is_closing():
+            return
+        if task.exception() is not None:
+            log.error("webhook answer failed: %r", task.exception(), extra={"problem": "http"})
+            if self.conn.our_state is h11.SEND_RESPONSE:
+                self._respond(500, b"internal error\n", b"text/plain", close=True)
+            return
+        if self._next_cycle():
+            self.data_received(b"")  # a request that came meanwhile
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self.idle_timer is not None:
             self.idle_timer.cancel()
+        if self.answering is not None:
+            self.answering.cancel()
 
     def _respond(self, status: int, body: bytes, content_type: bytes, close: bool = False) -> None:
         if self.ticket is not None:
@@ -682,7 +713,7 @@ class HttpConnection:
             self._respond(200, body, content_type)
             return
         if outcome.kind == carrier_core.REATTACH:
-            self._handle_reattach(path, route, outcome)
+            self._answer_later(self._handle_reattach(path, route, outcome))
             return
         if not gw.drain.voice_webhook(outcome.call_id, now_ms()):
             # Draining: refused before the call is connected, as the carrier's descriptor says (Twilio: <Reject>
@@ -706,11 +737,14 @@ class HttpConnection:
         self._respond(200, body, content_type)
 
 
-    def _handle_reattach(self, path: str, route: carrier_core.Route, outcome: carrier_core.AnswerRequest) -> None:
+    async def _handle_reattach(self, path: str, route: carrier_core.Route, outcome: carrier_core.AnswerRequest) -> None:
         """The carrier went on after a stream's end (voicecore/reattach.py): a new stream for a call whose
-        stream ended unexpectedly, the carrier's hang-up for one that is over, 403 for a token we did not issue."""
+        stream ended unexpectedly, the carrier's hang-up for one that is over, 403 for a token we did not issue.
+        With a fleet's store, the decision waits for its word (at most token_store_timeout_ms)."""
         gw = self.gateway
-        decision = gw.reattach.decide(outcome.token, outcome.call_id, gw.drain.draining, outcome.call_completed)
+        decision = await gw.reattach.decide(outcome.token, outcome.call_id, gw.drain.draining, outcome.call_completed)
+        if self.transport.is_closing():
+            return
         if decision.action == "refuse":
             log.warning("webhook %s: %s (call %s, answered 403)", path, decision.reason, decision.call_sid or "?",
                         extra={"problem": "reattach"})

@@ -78,6 +78,29 @@ class TokenLedger:
             return st.SHARED_ERROR
         return st.SHARED_INSERTED if first else st.SHARED_DUPLICATE
 
+    def _reattach_facts(self, check: st.TokenCheck, call_sid: str) -> tuple[str, bool]:
+        """A re-attach token's fleet-wide claim (as a stream token's) and whether the call's stream ended
+        normally on any node; the claim's SHARED_ERROR (ended then reads False) when the store failed."""
+        claimed = self._claim(check)
+        if claimed == st.SHARED_ERROR or self.store is None:
+            return st.SHARED_ERROR, False
+        try:
+            return claimed, self.store.stream_ended_normally(call_sid)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("stream token store failed (%s: %s)", type(exc).__name__, exc, extra={"problem": "token store"})
+            self._drop()
+            return st.SHARED_ERROR, False
+
+    def _mark_ended(self, call_sid: str, expires_at_s: float) -> None:
+        try:
+            store = self._open()
+            store.mark_stream_ended(call_sid, self.node, expires_at_s)
+            store.purge_stream_endings(time.time() - 60)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("call %s: its normal end not written to the store for the fleet's re-attach step (%s: %s)",
+                        call_sid, type(exc).__name__, exc, extra={"problem": "token store"})
+            self._drop()
+
     def _drop(self) -> None:
         if self.store is not None:
             try:
@@ -95,6 +118,25 @@ class TokenLedger:
             return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
             return st.SHARED_TIMEOUT
+
+    async def reattach_facts(self, check: st.TokenCheck, call_sid: str, timeout_s: float) -> tuple[str, bool]:
+        """The fleet's word on a re-attach request: (the token's claim outcome, the call's stream ended normally
+        somewhere); (SHARED_TIMEOUT, False) when the store does not answer in time."""
+        try:
+            future = asyncio.wrap_future(self.thread.submit(self._reattach_facts, check, call_sid))
+        except RuntimeError:
+            return st.SHARED_ERROR, False
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return st.SHARED_TIMEOUT, False
+
+    def mark_ended(self, call_sid: str, expires_at_s: float) -> None:
+        """Write, on the ledger's thread (the caller does not wait), that the call's stream ended normally."""
+        try:
+            self.thread.submit(self._mark_ended, call_sid, expires_at_s)
+        except RuntimeError:  # the gateway is stopping
+            pass
 
     def close(self) -> None:
         self.thread.submit(self._drop)
