@@ -199,26 +199,13 @@ def answer_webhook(carrier: str, base_url: str, ids: CallIdentity, credentials: 
     payload_hash then covers, and is what docs/reference/carriers.md#verified asks for)."""
     url = base_url.rstrip("/") + ANSWER_PATHS[carrier]
     if carrier == "telnyx":
-        # TeXML instruction fetch: a form POST like TwiML's, signed with Ed25519 over "timestamp|body".
-        form = {"AccountSid": ids.account_id, "CallSid": ids.call_id, "CallSidLegacy": ids.call_id,
-                "CallSessionId": ids.session_id, "ConnectionId": "1684641123236054244", "From": ids.from_number,
-                "To": ids.to_number, "CallStatus": "ringing", "Direction": "inbound"}
-        body = urlencode(form).encode("ascii")
-        timestamp = str(int(now_s))
-        signature = telnyx.sign_webhook(bytes.fromhex(credentials.telnyx_private_key), timestamp, body)
-        headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
-                   (telnyx.SIGNATURE_HEADER, signature))
-        return WebhookRequest("POST", url, headers, body)
+        return _telnyx_texml_request(url, ids, credentials, now_s, "ringing")
     if carrier == "plivo":
         # Plivo's answer_url: a form POST signed with X-Plivo-Signature-V3 over URL, params and nonce.
         form = {"CallUUID": ids.call_id, "ALegUUID": ids.call_id, "ALegRequestUUID": ids.session_id,
                 "From": ids.from_number, "To": ids.to_number, "CallerName": ids.from_number,
                 "CallStatus": "ringing", "Direction": "inbound", "Event": "StartApp"}
-        body = urlencode(form).encode("ascii")
-        signature = plivo.compute_signature_v3(credentials.plivo_auth_token, url, nonce, form, "POST")
-        headers = (("Content-Type", "application/x-www-form-urlencoded"), (plivo.SIGNATURE_V3_HEADER, signature),
-                   (plivo.SIGNATURE_V3_NONCE_HEADER, nonce))
-        return WebhookRequest("POST", url, headers, body)
+        return _plivo_form_request(url, form, credentials, nonce)
     if carrier == "vonage":
         # The signed-webhook JWT hashes the body: the JSON fields of a POST, the empty body of a GET.
         fields = {"to": ids.to_number.lstrip("+"), "from": ids.from_number.lstrip("+"), "uuid": ids.call_id,
@@ -239,6 +226,30 @@ def answer_webhook(carrier: str, base_url: str, ids: CallIdentity, credentials: 
     raise ValueError(f"no answer webhook for carrier {carrier!r}")
 
 
+def _telnyx_texml_request(url: str, ids: CallIdentity, credentials: CarrierCredentials, now_s: float,
+                          status: str) -> WebhookRequest:
+    """A TeXML request for the call (the answer's, a continuation's): a form POST like TwiML's, signed with
+    Ed25519 over "timestamp|body"."""
+    form = {"AccountSid": ids.account_id, "CallSid": ids.call_id, "CallSidLegacy": ids.call_id,
+            "CallSessionId": ids.session_id, "ConnectionId": "1684641123236054244", "From": ids.from_number,
+            "To": ids.to_number, "CallStatus": status, "Direction": "inbound"}
+    body = urlencode(form).encode("ascii")
+    timestamp = str(int(now_s))
+    signature = telnyx.sign_webhook(bytes.fromhex(credentials.telnyx_private_key), timestamp, body)
+    headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
+               (telnyx.SIGNATURE_HEADER, signature))
+    return WebhookRequest("POST", url, headers, body)
+
+
+def _plivo_form_request(url: str, form: dict[str, str], credentials: CarrierCredentials, nonce: str) -> WebhookRequest:
+    """A form POST signed as Plivo signs its requests: X-Plivo-Signature-V3 over the URL, the form and ``nonce``."""
+    body = urlencode(form).encode("ascii")
+    signature = plivo.compute_signature_v3(credentials.plivo_auth_token, url, nonce, form, "POST")
+    headers = (("Content-Type", "application/x-www-form-urlencoded"), (plivo.SIGNATURE_V3_HEADER, signature),
+               (plivo.SIGNATURE_V3_NONCE_HEADER, nonce))
+    return WebhookRequest("POST", url, headers, body)
+
+
 # The carriers whose answer document can name where the call goes when its stream ends (a <Redirect> after the
 # stream): the simulator follows it as the carrier would (continuation_request).
 CONTINUES = ("telnyx", "plivo")
@@ -251,24 +262,12 @@ def continuation_request(carrier: str, url: str, ids: CallIdentity, credentials:
     webhook is (Telnyx: Ed25519 over ``timestamp|body``; Plivo: V3 over the whole URL, its query included, the
     form and ``nonce``)."""
     if carrier == "telnyx":
-        form = {"AccountSid": ids.account_id, "CallSid": ids.call_id, "CallSidLegacy": ids.call_id,
-                "CallSessionId": ids.session_id, "ConnectionId": "1684641123236054244", "From": ids.from_number,
-                "To": ids.to_number, "CallStatus": "in-progress", "Direction": "inbound"}
-        body = urlencode(form).encode("ascii")
-        timestamp = str(int(now_s))
-        signature = telnyx.sign_webhook(bytes.fromhex(credentials.telnyx_private_key), timestamp, body)
-        headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
-                   (telnyx.SIGNATURE_HEADER, signature))
-        return WebhookRequest("POST", url, headers, body)
+        return _telnyx_texml_request(url, ids, credentials, now_s, "in-progress")
     if carrier == "plivo":
         # Plivo's <Redirect> request: From, To, Event=Redirect, CallUUID, CallerName, Direction, CallStatus [redirect]
         form = {"From": ids.from_number, "To": ids.to_number, "Event": "Redirect", "CallUUID": ids.call_id,
                 "CallerName": ids.from_number, "Direction": "inbound", "CallStatus": "in-progress"}
-        body = urlencode(form).encode("ascii")
-        signature = plivo.compute_signature_v3(credentials.plivo_auth_token, url, nonce, form, "POST")
-        headers = (("Content-Type", "application/x-www-form-urlencoded"), (plivo.SIGNATURE_V3_HEADER, signature),
-                   (plivo.SIGNATURE_V3_NONCE_HEADER, nonce))
-        return WebhookRequest("POST", url, headers, body)
+        return _plivo_form_request(url, form, credentials, nonce)
     raise ValueError(f"carrier {carrier!r} names no continuation after its stream")
 
 
