@@ -200,12 +200,12 @@ def test_a_call_recorded_in_parts_is_its_latest_part_naming_every_record(store_u
 
 def test_migrations_run_once_and_opening_again_changes_nothing(store_url):
     with CallStore.open(store_url) as store:
-        assert store.schema_version() == schema.LATEST_VERSION == 6
+        assert store.schema_version() == schema.LATEST_VERSION == 7
         store.ingest(summary_of("CA1", 1000.0))
     for _ in range(2):
         with CallStore.open(store_url) as store:
             assert store.migrate() == schema.LATEST_VERSION
-            assert store.backend.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 6
+            assert store.backend.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 7
             assert [c["call_sid"] for c in store.calls()] == ["CA1"]
 
 
@@ -481,7 +481,7 @@ def test_a_version_4_store_is_migrated_with_its_calls_counted_and_searchable(sto
         db.execute("INSERT INTO verdicts (call_id, idx, tag, rejected, reason, citations, at_ms) VALUES (1, 1, 3, 1, 'r', '[]', 6)")
     store.close()
     with CallStore.open(store_url) as store:
-        assert store.schema_version() == 6
+        assert store.schema_version() == 7
         rows = {row["call_sid"]: row for row in store.calls()}
         old = rows["CA" + "0f" * 16]
         # heard latencies 600, 400, 1200 (played - the model's speech end): median 600, slowest 1200
