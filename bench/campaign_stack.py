@@ -56,8 +56,40 @@ def campaign_rows(numbers: int) -> list[tuple[str, str]]:
     return [(callee_number(i), ROTATION[i % len(ROTATION)]) for i in range(numbers)]
 
 
+def _attempts_recorded(store_path: Path) -> int:
+    try:
+        db = sqlite3.connect(f"file:{store_path}?mode=ro", uri=True, timeout=30)
+    except sqlite3.OperationalError:
+        return 0
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM campaign_attempts").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        db.close()
+
+
+def _run_campaign_process(command: list[str], env: dict, cwd: Path, timeout_s: float, store_path: Path,
+                          kill_after: int) -> tuple[subprocess.CompletedProcess, int]:
+    """Run `voicecore campaign run`; with ``kill_after``, SIGKILL it once that many attempts are recorded and run
+    the same command again (the resume). The last run's result and the kills."""
+    kills = 0
+    if kill_after:
+        child = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while child.poll() is None and _attempts_recorded(store_path) < kill_after and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if child.poll() is None:
+            child.kill()
+            kills += 1
+        child.wait()
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s, cwd=cwd), kills
+
+
 async def run_stack_campaign(numbers: int, concurrency: int, workdir: Path, max_attempts: int = 2,
-                             dnc_numbers: int = 1, ring_ms: int = 200, timeout_s: float = 600.0) -> dict:
+                             dnc_numbers: int = 1, ring_ms: int = 200, timeout_s: float = 600.0,
+                             kill_after: int = 0) -> dict:
+    """``kill_after``: kill the campaign process once that many attempts are recorded, then run it again."""
     rows = campaign_rows(numbers)
     base = resolve_config(load_config(os.environ, None))
     credentials = generate_credentials(base.twilio_auth_token)
@@ -95,15 +127,15 @@ async def run_stack_campaign(numbers: int, concurrency: int, workdir: Path, max_
                "00:00", "--window-end", "23:59", "--max-attempts", str(max_attempts), "--json"]
     for number in FROM_NUMBERS:
         command += ["--from", number]
-    for outcome in ("busy", "no-answer", "failed", "voicemail"):
+    for outcome in ("busy", "no-answer", "failed", "voicemail", "interrupted"):
         command += ["--retry-after", f"{outcome}={RETRY_AFTER_S}"]
     log_file = open(workdir / "stack.log", "w")  # noqa: SIM115 (closed in the finally below)
     try:
         await asyncio.to_thread(stack.start, log_file)
         await asyncio.to_thread(stack.wait_ready, 240.0)  # a first start compiles the pacer (numba)
         started = time.monotonic()
-        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, env=env,
-                                       timeout=timeout_s, cwd=workdir)
+        done, kills = await asyncio.to_thread(_run_campaign_process, command, env, workdir, timeout_s,
+                                              record_dir / "calls.db", kill_after)
         wall_s = time.monotonic() - started
         await rest.wait_outbound(60.0)
     finally:
@@ -114,7 +146,7 @@ async def run_stack_campaign(numbers: int, concurrency: int, workdir: Path, max_
     lines = done.stdout.strip().splitlines()
     run_report = json.loads(lines[-1]) if lines else {}
     report = check(record_dir / "calls.db", rows, rest, set(listed), max_attempts)
-    report.update(numbers=numbers, concurrency=concurrency, wall_s=round(wall_s, 1), exit_code=done.returncode,
+    report.update(numbers=numbers, concurrency=concurrency, wall_s=round(wall_s, 1), exit_code=done.returncode, kills=kills,
                   run=run_report, stderr_tail=done.stderr[-3000:])
     return report
 
@@ -135,7 +167,7 @@ def check(store_path: Path, rows: list[tuple[str, str]], rest: CarrierRestServer
     placed = Counter(seen.placed.to for seen in rest.outbound)
     per_number = Counter(number for number, *_ in attempts)
     mismatched = [f"{n} attempt {a}: {kinds[n]} ended as {o}" for n, a, o, *_ in attempts
-                  if o != EXPECTED[kinds[n]] and kinds[n] != "voicemail"]
+                  if o != EXPECTED[kinds[n]] and kinds[n] != "voicemail" and o != "interrupted"]
     early = []
     by_number: dict[str, list] = {}
     for row in attempts:
@@ -156,8 +188,8 @@ def check(store_path: Path, rows: list[tuple[str, str]], rest: CarrierRestServer
         "mismatched_outcomes": mismatched[:20],
         "voicemail_outcomes": dict(Counter(o for n, _, o, *_ in attempts if kinds[n] == "voicemail")),
         "early_retries": len(early),
-        "opted_out_on_list": sorted(n for n, k in rows if k == OPT_OUT and dnc.get(n) == "opt-out"),
-        "opt_out_callees": sorted(n for n, k in rows if k == OPT_OUT),
+        "opt_out_callees": sum(1 for _, k in rows if k == OPT_OUT),
+        "opted_out_on_list": sum(1 for n, k in rows if k == OPT_OUT and dnc.get(n) == "opt-out"),
         "do_not_call": dict(Counter(dnc.values())),
         "status_rows": statuses,
         "status_callbacks_refused": sum(1 for seen in rest.outbound for _, code in seen.statuses if code != 204),
@@ -170,10 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--numbers", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--max-attempts", type=int, default=2)
+    parser.add_argument("--kill-after", type=int, default=0, help="kill the campaign process after N attempts, then resume it")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="voicecore-campaign-stack-") as tmp:
-        report = asyncio.run(run_stack_campaign(args.numbers, args.concurrency, Path(tmp), args.max_attempts))
+        report = asyncio.run(run_stack_campaign(args.numbers, args.concurrency, Path(tmp), args.max_attempts,
+                                                    kill_after=args.kill_after))
     print(json.dumps(report, indent=None if args.json else 2))
     ok = (report["exit_code"] == 0 and report["dialed_twice"] == 0 and report["dnc_dialed"] == 0
           and not report["mismatched_outcomes"] and report["early_retries"] == 0)

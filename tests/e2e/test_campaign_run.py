@@ -36,6 +36,20 @@ def test_campaign_run_dials_each_attempt_once_and_the_opt_out_joins_the_list(tmp
     assert per_kind["voicemail"] == {2: 1}
     assert report["run"]["outcomes"]["do-not-call"] == 1 and report["run"]["outcomes"]["opted-out"] == 1
     # the callee who asked not to be called again is on the list, from the call itself
-    assert report["opted_out_on_list"] == report["opt_out_callees"] and len(report["opt_out_callees"]) == 1
+    assert report["opted_out_on_list"] == report["opt_out_callees"] == 1
     assert report["do_not_call"] == {"file": 1, "opt-out": 1}
     assert report["status_callbacks_refused"] == 0 and report["status_rows"] == report["dials"]
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")
+def test_a_killed_campaign_run_resumes_without_dialling_an_attempt_twice(tmp_path):
+    """SIGKILL the command once 3 attempts are recorded (calls in the air), then run the same command again."""
+    report = asyncio.run(run_stack_campaign(8, 3, tmp_path, max_attempts=3, dnc_numbers=1, kill_after=3))
+    assert report["kills"] == 1 and report["exit_code"] == 0, report["stderr_tail"]
+    run = report["run"]
+    assert run["resumed"] and run["finished"] and run["interrupted_on_start"] >= 1
+    assert (report["dialed_twice"], report["dnc_dialed"], report["unrecorded_dials"]) == (0, 0, 0)
+    assert report["early_retries"] == 0 and report["mismatched_outcomes"] == []
+    assert report["attempt_outcomes"]["interrupted"] == run["interrupted_on_start"]
+    # the callee who opted out did so in a call that went on while the campaign was down: still on the list
+    assert report["opted_out_on_list"] == report["opt_out_callees"]
