@@ -224,6 +224,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             report = asyncio.run(run.run())
         except CampaignStoreError as exc:
             return fail(str(exc))
+        except KeyboardInterrupt:
+            # the calls in the air stay 'dialing' in the store: the next run ends them as interrupted
+            return fail(f"stopped; run the same command again to resume campaign {name!r}", 130)
     finally:
         store.close()
     data = report.to_dict()
