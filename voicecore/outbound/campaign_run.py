@@ -9,8 +9,10 @@ stored, its answer verdict and whether the callee opted out (table ``calls``); c
 an opt-out in any call (this campaign's or another's) is honoured from then on; the store reads it once more
 in the transaction that records each dial.
 
-A killed campaign resumes when the same command runs again: the store's attempts left ``dialing`` end as
-``interrupted`` and are retried after their wait, so no attempt is dialled twice.
+A killed campaign resumes when the same command runs again. Each attempt's call SID is recorded as soon as the
+carrier takes the call, so an attempt left ``dialing`` with a call SID is followed to its outcome in the store
+(the node kept receiving its status callbacks); one without (killed between recording the dial and the
+carrier's answer) ends ``interrupted`` and is retried after its wait. No attempt is dialled twice.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ class RunReport:
     campaign_id: int
     callees: int
     resumed: bool
-    interrupted_on_start: int = 0
+    interrupted_on_start: int = 0  # dials recorded but not taken by the carrier when the last run stopped
+    followed_on_start: int = 0  # calls the carrier had taken when the last run stopped: followed to their outcome
     dials: int = 0
     refused_by_dnc: int = 0
     not_placed: int = 0
@@ -133,13 +136,21 @@ class CampaignRun:
     async def run(self) -> RunReport:
         started = time.monotonic()
         now = self.clock()
-        self.report.interrupted_on_start = await self._store(self.store.interrupt_dialing, self.campaign_id, now)
+        # A dial recorded but not yet taken by the carrier when the last run stopped may or may not have been
+        # placed: interrupted. One the carrier took (its call SID recorded) is followed to its outcome.
+        self.report.interrupted_on_start = await self._store(self.store.interrupt_dialing, self.campaign_id, now, True)
+        placed = await self._store(self.store.placed_dialing, self.campaign_id)
+        self.report.followed_on_start = len(placed)
         callees = await self._store(self.store.callees, self.campaign_id)
         self.callees = {c.row: c for c in callees}
         self.report.callees = len(callees)
         scheduler = CampaignScheduler(self.settings, callees, (await self._store(self.store.do_not_call)).keys(),
                                       await self._store(self.store.attempts, self.campaign_id))
         calls: set[asyncio.Task] = set()
+        for row, attempt, call_sid in placed:
+            task = asyncio.ensure_future(self._follow(row, attempt, call_sid, scheduler))
+            calls.add(task)
+            task.add_done_callback(calls.discard)
         next_dnc_s = 0.0
         try:
             while True:
@@ -201,12 +212,19 @@ class CampaignRun:
             self.report.not_placed += 1
             print(f"voicecore campaign run: row {dial_.row} ({dial_.number}) attempt {dial_.attempt}: not placed: "
                   f"{placed.error}", file=sys.stderr)
-            outcome = FAILED
-        else:
-            outcome = await self._outcome(placed.call_sid)
-        await self._store(self.store.end_attempt, self.campaign_id, dial_.row, dial_.attempt, outcome, self.clock(),
-                          placed.call_sid, dial_.number)
-        scheduler.on_outcome(dial_.row, dial_.attempt, outcome, self.clock())
+            await self._end(dial_.row, dial_.attempt, FAILED, "", scheduler)
+            return
+        await self._store(self.store.set_call_sid, self.campaign_id, dial_.row, dial_.attempt, placed.call_sid)
+        await self._follow(dial_.row, dial_.attempt, placed.call_sid, scheduler)
+
+    async def _follow(self, row: int, attempt: int, call_sid: str, scheduler: CampaignScheduler) -> None:
+        """Wait for a placed call's outcome in the store, then end its attempt."""
+        await self._end(row, attempt, await self._outcome(call_sid), call_sid, scheduler)
+
+    async def _end(self, row: int, attempt: int, outcome: str, call_sid: str, scheduler: CampaignScheduler) -> None:
+        await self._store(self.store.end_attempt, self.campaign_id, row, attempt, outcome, self.clock(), call_sid,
+                          self.callees[row].number)
+        scheduler.on_outcome(row, attempt, outcome, self.clock())
         self.report.attempt_outcomes[outcome] += 1
         self.woken.set()
 
