@@ -12,7 +12,7 @@ from typing import Any
 
 def register(sub: Any) -> None:
     """Add ``campaign`` with its subcommands to the ``voicecore`` parser's subparsers."""
-    campaign = sub.add_parser("campaign", help="outbound campaigns: check a campaign file, run the simulated campaign demo")
+    campaign = sub.add_parser("campaign", help="outbound campaigns: check a campaign file, run a campaign through the carrier, run the simulated demo")
     actions = campaign.add_subparsers(dest="campaign_command", required=True)
     check = actions.add_parser("check", help="check a campaign file (CSV of callees): every bad row, one per line")
     check.add_argument("file", help="the campaign file: a CSV with a number column, the fields the agent uses, "
