@@ -110,7 +110,9 @@ async def run_stack_campaign(numbers: int, concurrency: int, workdir: Path, max_
     sim, sim_port = await serve_model_sim("127.0.0.1", 0, dataclasses.replace(demo_sim_config(), caller_phrases=tuple(phrases)))
     record_dir = workdir / "records"
     record_dir.mkdir(parents=True, exist_ok=True)
-    config = demo_config(base, workdir, concurrency + 2, sim_port, record_dir=str(record_dir))
+    # twice the concurrency: an ended call's slot rests 2 s before it is handed out again, and the campaign
+    # dials its next callee as soon as the outcome is stored
+    config = demo_config(base, workdir, 2 * concurrency + 2, sim_port, record_dir=str(record_dir))
     stack = Stack(config)
     campaign = workdir / "callees.csv"
     campaign.write_text("number,first_name,timezone\n" + "".join(f"{n},Callee {i},Europe/Stockholm\n"
