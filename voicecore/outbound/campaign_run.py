@@ -91,7 +91,7 @@ class Progress:
         self.last_s = now
         width = 30
         filled = width * done // self.total if self.total else width
-        counts = " ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
         line = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} done, {in_flight} in the air, "
                 f"{dials} dials{': ' + counts if counts else ''}")
         if self.tty:
