@@ -102,3 +102,24 @@ def test_the_demo_check_counts_double_dials_listed_numbers_and_dials_outside_the
     report = campaign_demo._check(url, str(tmp_path / "carrier.db"), campaign_id, {"+46812345679"}, seed=1)
     assert (report["dialed_twice"], report["dnc_dialed"], report["outside_window"], report["unrecorded_dials"],
             report["early_retries"]) == (1, 1, 1, 1, 1)
+
+
+def test_a_call_the_carrier_took_before_a_crash_is_followed_and_only_an_untaken_dial_is_interrupted(url):
+    store = open_store(url)
+    settings = CampaignSettings(concurrency=2)
+    campaign_id = store.create("reminders", settings, PEOPLE, NOW)
+    taken, untaken = CampaignScheduler(settings, store.callees(campaign_id)).due(NOW)
+    assert store.begin_attempt(campaign_id, taken, NOW) and store.begin_attempt(campaign_id, untaken, NOW)
+    store.set_call_sid(campaign_id, taken.row, taken.attempt, "CA" + "1" * 32)
+    store.close()  # killed: one call placed and in the air, one Calls API request not answered yet
+
+    store = open_store(url)
+    assert store.interrupt_dialing(campaign_id, NOW + 5, keep_placed=True) == 1
+    assert store.placed_dialing(campaign_id) == [(taken.row, taken.attempt, "CA" + "1" * 32)]
+    attempts = store.attempts(campaign_id)
+    assert [(a.row, a.outcome) for a in attempts] == [(taken.row, ""), (untaken.row, INTERRUPTED)]
+    resumed = CampaignScheduler(settings, store.callees(campaign_id), store.do_not_call(), attempts)
+    assert resumed.in_flight == 1 and resumed.due(NOW + 6) == []  # the followed call holds its line; no new dial
+    store.end_attempt(campaign_id, taken.row, taken.attempt, BUSY, NOW + 30, "CA" + "1" * 32, taken.number)
+    assert store.placed_dialing(campaign_id) == []
+    store.close()

@@ -50,7 +50,7 @@ PURE_FILES = ("voicecore/timing.py", "voicecore/stats.py", "voicecore/shm/contro
               "voicecore/stream_tokens.py",
               # who answered an outbound call: the detector, its beep filters, speech segments, phrases, greetings
               "voicecore/outbound/answer.py", "voicecore/outbound/beep.py", "voicecore/outbound/speech.py",
-              "voicecore/outbound/phrases.py", "voicecore/outbound/greetings.py",
+              "voicecore/outbound/phrases.py", "voicecore/outbound/greetings.py", "voicecore/outbound/opt_out.py",
               # a campaign's rules and its scheduler (the file reader, the store and the demo are their shells)
               "voicecore/outbound/campaign_rules.py", "voicecore/outbound/campaign.py")
 IO_SHELL_NAMES = frozenset({"transport.py"})  # a pure package's one I/O shell, by name

@@ -6,7 +6,8 @@ import phonenumbers
 import pytest
 
 from voicecore.outbound.campaign_rules import (
-    BUSY, COMPLETED, INTERRUPTED, OPTED_OUT, VOICEMAIL, CallingWindow, RetryPolicy, RulesError, zones_of_number,
+    BUSY, COMPLETED, FAILED, INTERRUPTED, NO_ANSWER, OPTED_OUT, VOICEMAIL, CallingWindow, RetryPolicy, RulesError,
+    attempt_outcome, zones_of_number,
 )
 
 
@@ -80,3 +81,20 @@ def test_retries_back_off_by_outcome_and_stop_at_the_maximum():
         policy.next_attempt_at("maybe", 1, 0.0)
     with pytest.raises(RulesError):
         RetryPolicy(max_attempts=0)
+
+
+def test_an_attempts_outcome_comes_from_the_last_status_then_the_verdict_and_the_opt_out():
+    for status in ("queued", "initiated", "ringing", "in-progress"):
+        assert attempt_outcome(status) is None  # not over yet
+    assert (attempt_outcome("busy"), attempt_outcome("no-answer")) == (BUSY, NO_ANSWER)
+    assert attempt_outcome("failed") == attempt_outcome("canceled") == FAILED
+    assert attempt_outcome("completed", verdict="human") == COMPLETED
+    assert attempt_outcome("completed", verdict="voicemail") == VOICEMAIL
+    # a screening assistant or an IVR may have passed the call on: only a voicemail is tried again
+    assert attempt_outcome("completed", verdict="screening") == attempt_outcome("completed", verdict="ivr") == COMPLETED
+    # the carrier's AMD decides only when the gate gave no verdict
+    assert attempt_outcome("completed", answered_by="machine_end_beep") == VOICEMAIL
+    assert attempt_outcome("completed", answered_by="machine_start", verdict="human") == COMPLETED
+    assert attempt_outcome("completed", answered_by="human") == COMPLETED
+    # an opt-out wins over every verdict
+    assert attempt_outcome("completed", verdict="voicemail", opted_out=True) == OPTED_OUT

@@ -149,6 +149,8 @@ def test_the_call_status_route_checks_the_signature_and_logs_the_progress():
     ok = TWILIO.check_webhook(route, "POST", "/twilio/call-status",
                               {"x-twilio-signature": compute_signature("tok", url, form)}, body, settings, url, 0)
     assert isinstance(ok, AnswerRequest) and ok.kind == EVENT and "status busy (#2)" in ok.note
+    # what the gateway keeps in the call store for the campaign that placed the call
+    assert (ok.call_status.call_sid, ok.call_status.status, ok.call_status.sequence) == (CALL, "busy", 2)
     forged = TWILIO.check_webhook(route, "POST", "/twilio/call-status", {"x-twilio-signature": "AAAA"}, body,
                                   settings, url, 0)
     assert isinstance(forged, Refusal) and forged.status == 403
@@ -245,6 +247,23 @@ def test_callee_plans_are_seeded_and_cover_every_kind():
         assert statuses[0] == "initiated" and statuses[-1] == expected
     with pytest.raises(ValueError, match="callee kind"):
         callee_core.plan_callee("fax", 1)
+
+
+def test_an_opt_out_callee_says_hello_then_asks_to_be_taken_off_the_list_once_the_agent_speaks():
+    plan = callee_core.plan_callee(callee_core.OPT_OUT, 7)
+    assert plan == callee_core.plan_callee(callee_core.OPT_OUT, 7) and plan.answered and plan.reply
+    assert callee_core.OPT_OUT not in callee_core.KINDS  # not an answer class: the outbound demo's rotation is unchanged
+    assert [step.status for step in callee_core.status_steps(plan, ring_ms=100)][-1] == "in-progress"
+    hello, reply = _line(("speech", 400)), _line(("speech", 1200))
+    audio = callee_core.callee_audio(plan, hello, reply)
+    ulaw = np.frombuffer(audio.audio, dtype=np.uint8)
+    reply_at = (plan.lead_ms + 400 + callee_core.OPT_OUT_REPLY_AFTER_MS) * BYTES_PER_MS
+    assert audio.audio[reply_at:reply_at + len(reply)] == reply and audio.beep_at_ms is None
+    assert len(set(ulaw[(plan.lead_ms + 500) * BYTES_PER_MS:reply_at - BYTES_PER_MS].tolist())) == 1  # quiet between
+    with pytest.raises(ValueError, match="reply"):
+        callee_core.callee_audio(plan, hello)
+    languages = {callee_core.plan_callee(callee_core.OPT_OUT, seed).language for seed in range(40)}
+    assert languages == {"en", "sv"}
 
 
 def test_a_voicemails_line_has_its_beep_after_the_greeting():

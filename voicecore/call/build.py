@@ -8,6 +8,8 @@ disagree about the session the vendor is asked for.
 
 from __future__ import annotations
 
+import dataclasses
+
 from voicecore.agent import settings as agent_settings
 from voicecore.agent.flow import AgentFlow
 from voicecore.agent.spec import AgentSpec
@@ -37,14 +39,16 @@ def controller_config(config: Config, agent: AgentSpec) -> controller_mod.Contro
 
 
 def driver_for_config(config: Config, agent: AgentSpec, call_sid: str, *, first_tag: int = 1, greet: bool = True,
-                      audio_format: str = "pcmu") -> Driver:
+                      audio_format: str = "pcmu", placed: bool = False) -> Driver:
     """A new call's driver. call_control "spine": the mechanism core alone (barge-in on the model's
     speech_started), behind SpineDriver; "turns": the turn-taking controller around it. ``audio_format``:
-    the law of the call's frames ("pcma" for an A-law stream passed through)."""
+    the law of the call's frames ("pcma" for an A-law stream passed through). ``placed``: the node placed the
+    call (outbound): a callee asking not to be called again is heard (the controller's opt_out)."""
     format_args = {"audio_format": audio_format} if audio_format != "pcmu" else {}
     if agent_settings.call_control(config) == "turns":
         flow = AgentFlow(agent, **agent_settings.flow_overrides(config))
-        return controller_mod.CallController(call_sid, flow=flow, config=controller_config(config, agent),
+        policy = dataclasses.replace(controller_config(config, agent), opt_out=placed)
+        return controller_mod.CallController(call_sid, flow=flow, config=policy,
                                              naming=config.realtime_naming, first_tag=first_tag, **format_args)
     # The spine takes no turns and runs no tools: the agent's instructions, voice and greeting only.
     return SpineDriver(call_sid, naming=config.realtime_naming, first_tag=first_tag, greet=greet,

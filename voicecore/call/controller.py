@@ -54,6 +54,8 @@ from voicecore.call.endings import CHECKIN, GOODBYE, Endings, ending_action
 from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
 from voicecore.call.tools import PostToolDebounce, WriteLedger
 from voicecore.call.turns import MAX_TRACKED_UTTERANCES, CallerTurns, Utterance  # noqa: F401 (importable as before)
+from voicecore.outbound.opt_out import OPT_OUT_PROMPT, find_opt_out
+from voicecore.outbound.opt_out import goodbye as opt_out_goodbye
 from voicecore.realtime import events as rt
 from voicecore.validate.questions import question_needs_numbers
 
@@ -69,6 +71,9 @@ CONFIRM_PROMPT_GRACE_MS = 20_000  # a confirmation prompt never played (rejected
 class ControllerConfig:
     """Every policy constant in one place (ms unless named otherwise)."""
 
+    # A caller's turn asking not to be called again gets the opt-out goodbye, then the hang-up: on for the calls
+    # the node placed (build.driver_for_config), where the callee's number goes on the do-not-call list.
+    opt_out: bool = False
     watchdog_ms: int = 3000  # response.create sent, no response.created -> retry (a prompt) or the fallback line
     stall_ms: int = 8000  # response started, no audio for this long and not finished -> retry, then apology
     stall_retries: int = 1
@@ -886,6 +891,13 @@ class CallController:
                 self._answer_confirmation(answer, out)
                 return
             self._drop_action("caller_moved_on", None, out)  # then the turn is answered as any other
+        heard = find_opt_out(words) if self.config.opt_out else None
+        if heard is not None:
+            # The callee asked not to be called again: a polite goodbye, then the call ends. The goodbye's
+            # prompt id is what the call store reads to put the number on the do-not-call list.
+            self._enqueue(flows.Say(OPT_OUT_PROMPT, opt_out_goodbye(heard.language), terminal=True, policy="off"),
+                          "opt_out", out)
+            return
         if self.debounce.waiting:
             return  # gathered into the combined turn
         self._enqueue(self.flow.on_user_turn(words), "flow", out, question=words)

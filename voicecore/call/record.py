@@ -233,7 +233,10 @@ class CallRecorder:
     def note(self, now_ns: int, what: str, **fields: Any) -> None:
         """Something the replay does not feed (a mark echo, a clear sent): kept for the reader."""
         entry = {"t": now_ns, "k": "note", "what": what, **fields}
-        self.entries.append(self.privacy.entry(entry) if self.privacy is not None else entry)
+        entry = self.privacy.entry(entry) if self.privacy is not None else entry
+        self.entries.append(entry)
+        if self.observer is not None:  # the live summary reads some notes (a placed call's answer verdict), as a record's reader does
+            self.observer(entry)
 
     def _run(self, entry: dict[str, Any], actions: list[Action], unrecorded: int = 0) -> list[Action]:
         """Record ``entry`` and ``actions`` after the first ``unrecorded`` (the caller audio's forwarding)."""

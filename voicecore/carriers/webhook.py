@@ -103,6 +103,8 @@ class AnswerRequest:
     parameters: tuple[tuple[str, str], ...] = ()
     token: str = ""  # REATTACH: the re-attach token the request's URL carried
     call_completed: bool = False  # REATTACH: the carrier says the call itself is over
+    # EVENT: a placed call's status callback as the carrier's parser read it (Twilio: CallStatusEvent), None for others
+    call_status: object = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -167,3 +167,28 @@ class RetryPolicy:
         if outcome not in RETRIED_OUTCOMES:
             raise RulesError(f"unknown outcome {outcome!r}")
         return ended_at_s + self.backoff_s[outcome] * self.factor ** (attempt - 1)
+
+
+# The carrier's final call statuses (Twilio's CallStatus values for a call that is over).
+CALL_OVER_STATUSES = ("completed", "busy", "no-answer", "failed", "canceled")
+# The carrier's own answering-machine results that mean a machine took the call (Twilio's AnsweredBy).
+MACHINE_ANSWERS = ("machine_start", "machine_end_beep", "machine_end_silence", "machine_end_other", "fax")
+
+
+def attempt_outcome(call_status: str, answered_by: str = "", verdict: str = "", opted_out: bool = False) -> str | None:
+    """What a placed call's attempt ended as, from its last status callback (``call_status``), the carrier's
+    answering-machine result, the answer gate's verdict and whether the callee opted out during it; None while
+    the call is not over. An answered call is ``voicemail`` when the gate (or, without a verdict, the
+    carrier's AMD) says a machine took it, else ``completed``: a screening assistant or an IVR may have passed
+    the call on to a person, so only a voicemail is tried again."""
+    if call_status not in CALL_OVER_STATUSES:
+        return None
+    if call_status in (BUSY, NO_ANSWER):
+        return call_status
+    if call_status != "completed":
+        return FAILED  # failed, or canceled before it was answered
+    if opted_out:
+        return OPTED_OUT
+    if verdict == VOICEMAIL or (not verdict and answered_by in MACHINE_ANSWERS):
+        return VOICEMAIL
+    return COMPLETED

@@ -81,14 +81,30 @@ class CampaignStore:
         return [Attempt(row=r[0], attempt=r[1], from_number=r[2], dialed_at=r[3], outcome=r[4], ended_at=r[5])
                 for r in rows]
 
-    def interrupt_dialing(self, campaign_id: int, now: float) -> int:
+    def interrupt_dialing(self, campaign_id: int, now: float, keep_placed: bool = False) -> int:
         """End every attempt left 'dialing' (the campaign process stopped between recording a dial and
         learning its outcome) as 'interrupted' at ``now``: it counts as made, whether or not the call was
-        placed, and is retried after its backoff if attempts remain. How many there were."""
+        placed, and is retried after its backoff if attempts remain. How many there were. ``keep_placed``:
+        leave those whose call the carrier took (their call SID is recorded): their outcome can still be
+        learnt from the call store (``placed_dialing``)."""
+        placed = " AND call_sid = ''" if keep_placed else ""
         with self.db.transaction():
             return int(self.db.execute(
                 "UPDATE campaign_attempts SET state = 'ended', outcome = ?, ended_at = ? "
-                "WHERE campaign_id = ? AND state = 'dialing'", (INTERRUPTED, now, campaign_id)).rowcount)
+                f"WHERE campaign_id = ? AND state = 'dialing'{placed}", (INTERRUPTED, now, campaign_id)).rowcount)
+
+    def set_call_sid(self, campaign_id: int, row: int, attempt: int, call_sid: str) -> None:
+        """The carrier took the dialing attempt's call as ``call_sid``: recorded at once, so that a restarted
+        campaign follows the call to its outcome instead of calling again."""
+        with self.db.transaction():
+            self.db.execute("UPDATE campaign_attempts SET call_sid = ? WHERE campaign_id = ? AND row_no = ? "
+                            "AND attempt = ? AND state = 'dialing'", (call_sid, campaign_id, row, attempt))
+
+    def placed_dialing(self, campaign_id: int) -> list[tuple[int, int, str]]:
+        """(row, attempt, call SID) of the attempts still 'dialing' whose call the carrier took."""
+        rows = self.db.execute("SELECT row_no, attempt, call_sid FROM campaign_attempts WHERE campaign_id = ? "
+                               "AND state = 'dialing' AND call_sid != '' ORDER BY row_no", (campaign_id,)).fetchall()
+        return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
 
     def begin_attempt(self, campaign_id: int, dial: Dial, now: float) -> bool:
         """Record ``dial`` as 'dialing' and commit, before the call is placed. False (nothing recorded: do not

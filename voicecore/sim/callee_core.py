@@ -24,6 +24,14 @@ from voicecore.timing import BYTES_PER_MS, FRAME_BYTES
 ANSWERED_KINDS = ("human", "voicemail", "screening", "ivr")
 UNANSWERED_KINDS = ("busy", "no-answer", "failed")
 KINDS = ANSWERED_KINDS + UNANSWERED_KINDS
+# A person who answers and, once the agent has begun, asks not to be called again (a campaign's opt-out).
+# Not one of KINDS (the answer detector's classes and their rotation in the outbound demo): a kind of its own.
+OPT_OUT = "opt-out"
+PLANNED_KINDS = KINDS + (OPT_OUT,)
+OPT_OUT_REPLIES = (("en", "Please stop calling me. Take me off your list."),
+                   ("en", "Do not call me again, remove me from your list."),
+                   ("sv", "Ring inte mig igen, tack."))
+OPT_OUT_REPLY_AFTER_MS = 5000  # after hello: the answer's verdict has come and the agent has begun to speak
 # A ring cycle, compressed: a real one is about 6 s (2 s tone, 4 s quiet); the simulator's calls would take a
 # minute to reach a voicemail at that pace. The count of rings (1-5) is what the plan keeps.
 DEFAULT_RING_MS = 400
@@ -44,10 +52,11 @@ class CalleePlan:
     beep_hz: float | None  # a voicemail's beep
     beep_ms: int
     gap_ms: int  # between the greeting's end and the beep
+    reply: str = ""  # what an opt-out callee says once the agent has begun (OPT_OUT_REPLY_AFTER_MS after hello)
 
     @property
     def answered(self) -> bool:
-        return self.kind in ANSWERED_KINDS
+        return self.kind in ANSWERED_KINDS or self.kind == OPT_OUT
 
 
 def callee_seed(number: str) -> int:
@@ -57,12 +66,16 @@ def callee_seed(number: str) -> int:
 
 def plan_callee(kind: str, seed: int) -> CalleePlan:
     """One callee of ``kind``; the same seed gives the same plan."""
-    if kind not in KINDS:
-        raise ValueError(f"callee kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if kind not in PLANNED_KINDS:
+        raise ValueError(f"callee kind must be one of {', '.join(PLANNED_KINDS)}, got {kind!r}")
     rng = np.random.default_rng(seed)
     rings = int(rng.integers(1, 6))
     if kind in UNANSWERED_KINDS:
         return CalleePlan(kind, rings, "en", "", 0, None, 0, 0)
+    if kind == OPT_OUT:
+        language, reply = OPT_OUT_REPLIES[int(rng.integers(len(OPT_OUT_REPLIES)))]
+        text = "Hallå?" if language == "sv" else "Hello?"
+        return CalleePlan(kind, rings, language, text, int(rng.integers(150, 601)), None, 0, 0, reply=reply)
     greetings = HUMAN_GREETINGS if kind == "human" else HELD_OUT[kind]
     language, text = greetings[int(rng.integers(len(greetings)))]
     beep_hz = round(float(rng.uniform(440.0, 2000.0)), 1) if kind == "voicemail" else None
@@ -112,9 +125,10 @@ class CalleeAudio:
     beep_at_ms: int | None
 
 
-def callee_audio(plan: CalleePlan, speech: bytes | list[bytes]) -> CalleeAudio:
+def callee_audio(plan: CalleePlan, speech: bytes | list[bytes], reply: bytes = b"") -> CalleeAudio:
     """The callee's line from the answer: quiet, the greeting (``speech``: mu-law of plan.text, or of each of its
-    sentences, then SENTENCE_GAP_MS between them), then for a voicemail the gap and the beep, then the quiet of
+    sentences, then SENTENCE_GAP_MS between them), then for a voicemail the gap and the beep, for an opt-out
+    callee ``reply`` (mu-law of plan.reply) OPT_OUT_REPLY_AFTER_MS after the greeting, then the quiet of
     someone (or something) waiting."""
     if not plan.answered:
         raise ValueError(f"a {plan.kind} callee never answers: it has no audio")
@@ -133,7 +147,12 @@ def callee_audio(plan: CalleePlan, speech: bytes | list[bytes]) -> CalleeAudio:
         parts += [np.zeros(plan.gap_ms * BYTES_PER_MS), beep_tone(plan.beep_hz, plan.beep_ms),
                   np.zeros(4000 * BYTES_PER_MS)]
     else:
-        parts.append(np.zeros((PERSON_WAITS_MS if plan.kind == "human" else MACHINE_WAITS_MS) * BYTES_PER_MS))
+        if plan.kind == OPT_OUT:
+            if not reply:
+                raise ValueError("an opt-out callee needs the audio of its reply")
+            parts += [np.zeros(OPT_OUT_REPLY_AFTER_MS * BYTES_PER_MS), ulaw_to_linear(reply).astype(np.float64)]
+        parts.append(np.zeros((MACHINE_WAITS_MS if plan.kind in ("screening", "ivr") else PERSON_WAITS_MS)
+                              * BYTES_PER_MS))
     line = np.concatenate(parts)
     line = np.concatenate([line, np.zeros((-len(line)) % FRAME_BYTES)])
     audio = linear_to_ulaw(np.clip(np.rint(line), -32768, 32767).astype(np.int16))

@@ -178,7 +178,14 @@ class CarrierRestServer:
                         speech = await asyncio.to_thread(speak, sentence, plan.language)
                         self.speech[(plan.language, sentence)] = speech
                     spoken.append(speech)
-                audio = callee_core.callee_audio(plan, spoken)
+                reply = b""
+                if plan.reply:
+                    reply = self.speech.get((plan.language, plan.reply), b"")
+                    if not reply:
+                        from voicecore.sim.caller_voice import speak
+                        reply = self.speech[(plan.language, plan.reply)] = await asyncio.to_thread(
+                            speak, plan.reply, plan.language)
+                audio = callee_core.callee_audio(plan, spoken, reply)
                 seen.beep_at_ms = audio.beep_at_ms
             for step in callee_core.status_steps(plan, self.ring_ms):
                 await asyncio.sleep(max(0.0, started + step.at_ms / 1000 - loop.time()))

@@ -233,12 +233,17 @@ class CallStore:
                 return False
             call_id = db.execute(
                 "INSERT INTO calls (source, call_sid, control, flow, agent, started_at, duration_ms, outcome, complete, "
-                "carrier, direction, latency_p50_ms, latency_max_ms, bargeins, error_count, rejections) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                "carrier, direction, latency_p50_ms, latency_max_ms, bargeins, error_count, rejections, answer_verdict, "
+                "callee, opted_out) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (summary.source, summary.call_sid, summary.control, summary.flow, summary.agent, summary.started_at,
                  summary.duration_ms, summary.outcome, int(summary.complete), summary.carrier, summary.direction,
                  figures["latency_p50_ms"], figures["latency_max_ms"], figures["bargeins"], figures["error_count"],
-                 figures["rejections"])).fetchone()[0]
+                 figures["rejections"], summary.answer_verdict, summary.callee, int(summary.opted_out))).fetchone()[0]
+            if summary.opted_out and summary.callee:
+                # The callee asked not to be called again: on the do-not-call list every campaign reads before a dial.
+                db.execute("INSERT INTO do_not_call (number, source, added_at) VALUES (?, 'opt-out', ?) "
+                           "ON CONFLICT (number) DO NOTHING", (summary.callee, time.time()))
             db.executemany(
                 "INSERT INTO turns (call_id, idx, speech_started_ms, speech_stopped_ms, transcript, response_requested_ms, "
                 "response_id, first_audio_ms, barged_in_ms, truncated_at_ms, agent_text, first_played_ms, played_ms, "
@@ -271,6 +276,37 @@ class CallStore:
                 db.execute("INSERT INTO call_text (rowid, body) VALUES (?, ?)" if db.dialect == "sqlite"
                            else "INSERT INTO call_text (call_id, body) VALUES (?, ?)", (call_id, text))
         return True
+
+    def add_call_status(self, call_sid: str, status: str, sequence: int, direction: str = "", answered_by: str = "",
+                        duration_s: int | None = None, now_s: float | None = None) -> bool:
+        """A verified call status callback: kept when it is the call's first or its sequence number is higher than
+        the one kept (callbacks may arrive out of order). Whether it was kept."""
+        with self.backend.transaction():
+            return self.backend.execute(
+                "INSERT INTO call_status (call_sid, status, sequence, direction, answered_by, duration_s, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (call_sid) DO UPDATE SET status = excluded.status, "
+                "sequence = excluded.sequence, direction = excluded.direction, "
+                "answered_by = CASE WHEN excluded.answered_by != '' THEN excluded.answered_by "
+                "ELSE call_status.answered_by END, duration_s = excluded.duration_s, updated_at = excluded.updated_at "
+                "WHERE excluded.sequence > call_status.sequence",
+                (call_sid, status, sequence, direction, answered_by, duration_s,
+                 time.time() if now_s is None else now_s)).rowcount == 1
+
+    def call_status(self, call_sid: str) -> dict[str, Any] | None:
+        """The latest status callback kept for ``call_sid`` (None: none came)."""
+        rows = _rows(self.backend.execute("SELECT call_sid, status, sequence, direction, answered_by, duration_s, "
+                                          "updated_at FROM call_status WHERE call_sid = ?", (call_sid,)))
+        return rows[0] if rows else None
+
+    def placed_call(self, call_sid: str) -> dict[str, Any] | None:
+        """What a campaign needs of a stored call: its answer verdict, whether the callee opted out, its outcome."""
+        rows = _rows(self.backend.execute("SELECT answer_verdict, opted_out, outcome, callee FROM calls "
+                                          "WHERE call_sid = ? ORDER BY id DESC LIMIT 1", (call_sid,)))
+        if not rows:
+            return None
+        row = rows[0]
+        row["opted_out"] = bool(row["opted_out"])
+        return row
 
     def has_source(self, source: str) -> bool:
         """Whether the record file ``source`` was ingested (its call may have been purged since)."""

@@ -263,6 +263,26 @@ MIGRATION_6 = (
 )
 
 MIGRATION_7 = (
+    # A placed call's progress as the carrier's verified status callbacks report it, one row per call SID: the
+    # latest status by the carrier's sequence number (callbacks may arrive out of order), the carrier's own
+    # answering-machine result when asked for, and the call's length once it is over. A campaign reads its
+    # attempts' outcomes here (voicecore/outbound/campaign_run.py).
+    """CREATE TABLE call_status (
+        call_sid TEXT NOT NULL PRIMARY KEY,
+        status TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        direction TEXT NOT NULL DEFAULT '',
+        answered_by TEXT NOT NULL DEFAULT '',
+        duration_s INTEGER,
+        updated_at DOUBLE PRECISION NOT NULL)""",
+    # A placed call's answer verdict (human, voicemail, screening, ivr, unknown; '' for a call that had none),
+    # the number it called, and whether the callee asked not to be called again during it.
+    "ALTER TABLE calls ADD COLUMN answer_verdict TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE calls ADD COLUMN callee TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE calls ADD COLUMN opted_out INTEGER NOT NULL DEFAULT 0",
+)
+
+MIGRATION_8 = (
     # Calls whose media stream ended normally (the caller's hang-up, the agent's end or transfer, a drain
     # deadline, a protocol violation), written by the gateway that served the stream: a re-attach request for
     # such a call that reaches another node of the fleet gets the carrier's hang-up, not a new stream
@@ -276,7 +296,7 @@ MIGRATION_7 = (
 )
 
 MIGRATIONS: tuple[tuple[str | dict[str, str], ...], ...] = (
-    MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6, MIGRATION_7)  # MIGRATIONS[n - 1] is migration n
+    MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8)  # MIGRATIONS[n - 1] is migration n
 LATEST_VERSION = len(MIGRATIONS)
 
 

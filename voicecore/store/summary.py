@@ -74,6 +74,7 @@ import orjson
 
 from voicecore.call.record_reader import (ActionHandler, EventHandler, InputHandler, RecordConsumer, RecordReader,
                                           read_entries)
+from voicecore.outbound.opt_out import OPT_OUT_PROMPT
 from voicecore.realtime import events as rt
 
 NS_PER_MS = 1_000_000
@@ -189,6 +190,9 @@ class CallSummary:
     keypresses: tuple[Keypress, ...] = ()
     carrier: str = ""
     direction: str = "inbound"
+    answer_verdict: str = ""  # a placed call's answer verdict (its record's ``answer`` note)
+    callee: str = ""  # a placed call's number (its record header's)
+    opted_out: bool = False  # the callee asked not to be called again (the agent said the opt-out goodbye)
 
     @property
     def ended_at(self) -> float:
@@ -233,7 +237,7 @@ class RecordSummarizer(RecordConsumer):
 
     __slots__ = ("header", "actions", "turns", "transcripts", "tools", "verdicts", "errors", "keypresses", "owner",
                  "prompts", "first_sent", "cancelled", "awaiting_audio", "unfinished", "digit", "sent_audio_ms",
-                 "sent_audio_at", "session_audio_ms", "vad_silence_ms")
+                 "sent_audio_at", "session_audio_ms", "vad_silence_ms", "answer_verdict")
 
     def __init__(self, header: dict[str, Any]) -> None:
         super().__init__()
@@ -258,6 +262,7 @@ class RecordSummarizer(RecordConsumer):
         self.sent_audio_at: list[int] = []
         self.session_audio_ms = 0
         self.vad_silence_ms = DEFAULT_VAD_SILENCE_MS
+        self.answer_verdict = ""  # a placed call's: the answer gate's ``answer`` note
 
     def summary(self, source: str, wall_end_s: float = 0.0, complete: bool = True) -> CallSummary:
         """``wall_end_s``: the wall-clock time of the last entry (the record file's mtime, as a rule);
@@ -271,20 +276,28 @@ class RecordSummarizer(RecordConsumer):
             spec = (header.get("flow_args") or {}).get("spec") or {}
             agent = str(spec.get("name", "")) if isinstance(spec, dict) else ""
         call_sid = str(header.get("call_sid", ""))
+        transcripts = self.all_transcripts()
         return CallSummary(
             source=source, call_sid=call_sid, control=str(header.get("control", "turns")),
             flow=flow, agent=agent, started_at=wall_end_s - duration_ms / 1000, duration_ms=duration_ms,
             outcome=outcome or "ended", complete=complete,
             turns=tuple(turn.frozen(self.first_sent_of(turn.audio_response_id)) for turn in self.turns),
-            transcripts=self.all_transcripts(),
+            transcripts=transcripts,
             tool_calls=tuple(_tool_call(fields) for fields in self.tools.values()),
             verdicts=tuple(self.verdicts), errors=tuple(self.errors), keypresses=tuple(self.keypresses),
-            carrier=str(header.get("carrier") or carrier_of(call_sid)), direction=str(header.get("direction") or "inbound"))
+            carrier=str(header.get("carrier") or carrier_of(call_sid)), direction=str(header.get("direction") or "inbound"),
+            answer_verdict=self.answer_verdict, callee=str(header.get("callee") or ""),
+            opted_out=any(t.speaker == "agent" and t.prompt == OPT_OUT_PROMPT for t in transcripts))
 
     # --- what the summary reads (RecordConsumer) ------------------------------------------------------------
     def input_handlers(self) -> Mapping[str, InputHandler]:
         return {"model": self._snapshot, "tick": self._snapshot, "audio": self._audio_entry, "verdict": self._verdict,
-                "tool": self._tool_result, "dtmf": self._dtmf, "reopen": self._new_session, "resume": self._new_session}
+                "tool": self._tool_result, "dtmf": self._dtmf, "reopen": self._new_session, "resume": self._new_session,
+                "note": self._note}
+
+    def _note(self, entry: dict[str, Any], at_ms: int) -> None:
+        if entry.get("what") == "answer" and isinstance(entry.get("verdict"), str):
+            self.answer_verdict = entry["verdict"]
 
     def action_handlers(self) -> Mapping[str, ActionHandler]:
         return {"SendToModel": self._sent_to_model, "CancelTag": self._cancel, "RunTool": self._run_tool}

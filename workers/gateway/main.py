@@ -68,6 +68,8 @@ from workers.gateway.core import (Admission, Drain, DrainStep, MarkDiscarded, Ma
 from workers.gateway import carrier_core
 from workers.gateway.reattach import ReattachService
 from workers.gateway.tokens import TokenService
+from workers.gateway.call_status import CallStatusLedger
+from voicecore.store import database_url_for
 
 log = logging.getLogger("voicecore.gateway")
 # picows logs every accepted connection at INFO; the gateway logs calls itself.
@@ -110,6 +112,9 @@ class Gateway:
         self.tokens = self.token_service.local
         # The re-attach step every answer document names (voicecore/reattach.py; its memory is the runtime dir's).
         self.reattach = ReattachService(config, runtime_dir, self.token_service.ledger, self.token_service.shared)
+        # A placed call's status callbacks, kept in the call store for the campaign that placed it (none without a store).
+        store_url = database_url_for(config)
+        self.call_status = CallStatusLedger(store_url) if store_url else None
         self.calls: dict[int, StreamConnection] = {}  # slot -> connection
         self.ready_slots = np.zeros(config.max_calls, dtype=np.int64)
         self.bus = Bus(runtime_dir)
@@ -698,6 +703,10 @@ class HttpConnection:
             gw.counters["status_callbacks"] += 1
             if outcome.note:
                 log.info("%s", outcome.note)
+            progress = outcome.call_status
+            if progress is not None and gw.call_status is not None:
+                gw.call_status.record(progress.call_sid, progress.status, progress.sequence, progress.direction,
+                                      progress.answered_by, progress.duration_s)
             self._respond(204, b"", b"text/plain")
             return
         if outcome.kind == carrier_core.TRANSFER:
@@ -1406,6 +1415,8 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
                 Path(config.listen_unix_path).unlink(missing_ok=True)
         if gateway is not None:
             gateway.token_service.close()
+            if gateway.call_status is not None:
+                gateway.call_status.close()
             loop = asyncio.get_running_loop()
             loop.remove_reader(gateway.doorbell.fileno())  # no wakeup may reach a closed socket
             loop.remove_reader(gateway.inbox.getsockopt(zmq.FD))

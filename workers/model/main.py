@@ -261,7 +261,7 @@ class CallSession:
                                                      audio_format=self.audio_format)
         else:
             decider = driver_for_config(config, agent, call_sid, first_tag=first_tag, greet=not resumed,
-                                        audio_format=self.audio_format)
+                                        audio_format=self.audio_format, placed=placed is not None)
         # A call this worker took over (a worker died under it): its driver as the dead worker left it, rebuilt
         # from that worker's part file (INV-REPLAY), so the call goes on where it stood instead of starting over.
         self.resumed = resumed or reattached is not None
@@ -304,6 +304,9 @@ class CallSession:
                                      privacy=worker.record_privacy) if worker.stores_calls else None
         if self.recorder is not None and self.rebuilt_from:
             self.recorder.header["resumed_from"] = self.rebuilt_from  # the replay rebuilds from it first
+        if self.recorder is not None and placed is not None and placed.direction == "outbound":
+            # the store keeps whom a placed call called: an opt-out during it puts this number on the do-not-call list
+            self.recorder.header.update(direction="outbound", callee=placed.callee)
         self.driver: Driver = self.recorder if self.recorder is not None else decider
         # The live observers' events (voicecore/observe/events.py), from the same entries as the record;
         # shipped to the recorder every OBSERVE_EVERY_S (ModelWorker.run). One walk over the entries as they

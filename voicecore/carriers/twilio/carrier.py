@@ -66,7 +66,7 @@ class TwilioCarrier(Carrier):
             answered_by = f" answered_by={progress.answered_by}" if progress.answered_by else ""
             return AnswerRequest(self.name, EVENT, progress.call_sid,
                                  f"call {progress.call_sid}: {progress.direction or 'call'} status {progress.status} "
-                                 f"(#{progress.sequence}){answered_by}")
+                                 f"(#{progress.sequence}){answered_by}", call_status=progress)
         if route.kind == EVENT:
             try:
                 status = webhook.parse_status_callback(form)

@@ -1,0 +1,80 @@
+"""What a campaign reads its attempts' outcomes from, in a real SQLite call store: the status callbacks kept by
+call SID (the latest by sequence number), a placed call's answer verdict and opt-out as its record is stored,
+and an opted-out callee put on the do-not-call list in the same transaction."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from voicecore.agent.flow import AgentFlow
+from voicecore.call import controller as C
+from voicecore.call.record import CallRecorder
+from voicecore.outbound.campaign_store import CampaignStore
+from voicecore.outbound.opt_out import OPT_OUT_PROMPT
+from voicecore.store import CallStore, summarize_record
+
+from records import IDLE, MS, created, delta, done, ev, receptionist, requests, said, summary_of
+
+
+def test_the_latest_status_by_sequence_number_is_kept_whatever_order_they_came_in(tmp_path):
+    with CallStore.open(f"sqlite:///{tmp_path}/calls.db") as store:
+        assert store.call_status("CA1") is None
+        assert store.add_call_status("CA1", "initiated", 0, "outbound-api", now_s=1.0)
+        assert store.add_call_status("CA1", "completed", 3, "outbound-api", "machine_start", 12, now_s=3.0)
+        assert not store.add_call_status("CA1", "ringing", 1, "outbound-api", now_s=4.0)  # late: older than kept
+        status = store.call_status("CA1")
+        assert (status["status"], status["sequence"], status["answered_by"], status["duration_s"]) == \
+            ("completed", 3, "machine_start", 12)
+        store.add_call_status("CA2", "busy", 2)
+        assert store.call_status("CA2")["status"] == "busy" and store.call_status("CA1")["status"] == "completed"
+
+
+def test_a_placed_calls_verdict_and_opt_out_are_stored_and_the_callee_joins_the_list(tmp_path):
+    url = f"sqlite:///{tmp_path}/calls.db"
+    with CallStore.open(url) as store:
+        assert store.placed_call("CA1") is None
+        opted = dataclasses.replace(summary_of("CA1", 1_800_000_000.0), answer_verdict="human", callee="+46701234567",
+                                    opted_out=True, direction="outbound")
+        kept = dataclasses.replace(summary_of("CA2", 1_800_000_100.0), answer_verdict="voicemail",
+                                   callee="+46701234568", direction="outbound")
+        assert store.ingest(opted) and store.ingest(kept)
+        assert store.placed_call("CA1") == {"answer_verdict": "human", "opted_out": True, "outcome": opted.outcome,
+                                            "callee": "+46701234567"}
+        assert store.placed_call("CA2")["answer_verdict"] == "voicemail" and not store.placed_call("CA2")["opted_out"]
+    campaigns = CampaignStore(CallStore.open(url))
+    try:
+        assert set(campaigns.do_not_call()) == {"+46701234567"}
+        assert campaigns.do_not_call()["+46701234567"][0] == "opt-out"
+    finally:
+        campaigns.close()
+
+
+def test_the_summary_reads_the_answer_note_the_callee_and_the_opt_out_goodbye():
+    recorder = CallRecorder(C.CallController("CA1", flow=AgentFlow(receptionist())))
+    recorder.header.update(direction="outbound", callee="+46701234567")
+    recorder.start(0)
+    recorder.note(50 * MS, "answer", verdict="human", verdict_ms=1400, reason="hello")
+    recorder.on_model_event(created("r1", "1"), 100 * MS, IDLE)
+    recorder.on_model_event(delta("r1", 10), 110 * MS, IDLE)
+    recorder.on_model_event(said("r1", "Hello, Smile Dental."), 120 * MS, IDLE)
+    recorder.on_model_event(done("r1"), 121 * MS, IDLE)
+    recorder.on_tick(400 * MS, C.Playout(1, 10, 320 * MS, 1, 10, 320 * MS))
+    recorder.on_model_event(ev(type="input_audio_buffer.speech_started", item_id="u1", audio_start_ms=900), 1000 * MS, IDLE)
+    recorder.on_model_event(ev(type="input_audio_buffer.speech_stopped", item_id="u1", audio_end_ms=1900), 2000 * MS, IDLE)
+    asked = []
+    asked += requests(recorder.on_model_event(ev(type="conversation.item.input_audio_transcription.completed",
+                                                 item_id="u1", content_index=0, transcript="Stop calling me."),
+                                              2100 * MS, IDLE))
+    for at_ms in range(2120, 3000, 20):
+        asked += requests(recorder.on_tick(at_ms * MS, IDLE))
+    assert [a["response"]["metadata"].get("vc_prompt") for a in asked] == [OPT_OUT_PROMPT]
+    # the vendor echoes the request's metadata, its prompt id with it
+    recorder.on_model_event(ev(type="response.created", response={"id": "r2", "metadata": asked[0]["response"]["metadata"]}),
+                            3100 * MS, IDLE)
+    recorder.on_model_event(said("r2", "Of course. Goodbye!"), 3200 * MS, IDLE)
+    recorder.on_model_event(done("r2"), 3300 * MS, IDLE)
+    summary = summarize_record(recorder.header, recorder.entries, "CA1.jsonl", wall_end_s=1000.0)
+    assert (summary.answer_verdict, summary.callee, summary.direction, summary.opted_out) == \
+        ("human", "+46701234567", "outbound", True)
+    plain = summarize_record({"call_sid": "CA2"}, [], "CA2.jsonl", wall_end_s=1000.0)
+    assert (plain.answer_verdict, plain.callee, plain.opted_out) == ("", "", False)

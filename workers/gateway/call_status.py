@@ -1,0 +1,54 @@
+"""The gateway's call status ledger: a placed call's verified status callbacks (busy, no-answer, failed,
+completed, ...) kept in the call store, keyed by the call SID, where a campaign reads its attempts' outcomes.
+
+Its writes run on one thread of their own with their own connection, never on the event loop; the callback
+is answered at once (Twilio needs only the 2xx). A store that fails is logged and reopened on the next
+callback: a lost status leaves the campaign waiting for it until its own bound, never the call.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+
+from voicecore.store import CallStore
+
+log = logging.getLogger("voicecore.gateway")
+
+
+class CallStatusLedger:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.store: CallStore | None = None
+        self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gateway-call-status")
+
+    def record(self, call_sid: str, status: str, sequence: int, direction: str, answered_by: str,
+               duration_s: int | None) -> None:
+        try:
+            self.thread.submit(self._record, call_sid, status, sequence, direction, answered_by, duration_s)
+        except RuntimeError:  # the gateway is stopping: its thread is shut down
+            log.warning("call %s: status %s not stored (the gateway is stopping)", call_sid, status,
+                        extra={"problem": "call status store"})
+
+    def _record(self, call_sid: str, status: str, sequence: int, direction: str, answered_by: str,
+                duration_s: int | None) -> None:
+        try:
+            if self.store is None:
+                self.store = CallStore.open(self.url)
+            self.store.add_call_status(call_sid, status, sequence, direction, answered_by, duration_s)
+        except Exception as exc:  # noqa: BLE001 (driver errors vary; the next callback reopens)
+            log.warning("call %s: status %s not stored (%s: %s)", call_sid, status, type(exc).__name__, exc,
+                        extra={"problem": "call status store"})
+            self._drop()
+
+    def _drop(self) -> None:
+        if self.store is not None:
+            try:
+                self.store.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self.store = None
+
+    def close(self) -> None:
+        self.thread.submit(self._drop)
+        self.thread.shutdown(wait=True, cancel_futures=False)
