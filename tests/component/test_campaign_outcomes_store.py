@@ -50,7 +50,7 @@ def test_a_placed_calls_verdict_and_opt_out_are_stored_and_the_callee_joins_the_
 
 
 def test_the_summary_reads_the_answer_note_the_callee_and_the_opt_out_goodbye():
-    recorder = CallRecorder(C.CallController("CA1", flow=AgentFlow(receptionist())))
+    recorder = CallRecorder(C.CallController("CA1", flow=AgentFlow(receptionist()), config=C.ControllerConfig(opt_out=True)))
     recorder.header.update(direction="outbound", callee="+46701234567")
     recorder.start(0)
     recorder.note(50 * MS, "answer", verdict="human", verdict_ms=1400, reason="hello")
