@@ -5,6 +5,7 @@ would (so the gateway's check and the simulator's request are tested against eac
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import xml.etree.ElementTree as ElementTree
 from urllib.parse import urlencode, urlsplit
@@ -179,7 +180,8 @@ def _decide(service, carrier, token, ended_reason=None):
     url = BASE + PATHS[carrier] + "?token=" + token
     outcome = check(carrier, url, *carriers_request(carrier, url))
     assert isinstance(outcome, AnswerRequest)
-    return service.decide(outcome.token, outcome.call_id, draining=False, call_completed=outcome.call_completed)
+    return asyncio.run(service.decide(outcome.token, outcome.call_id, draining=False,
+                                      call_completed=outcome.call_completed))
 
 
 @pytest.mark.parametrize("carrier", ["plivo", "telnyx"])
