@@ -63,7 +63,9 @@ def test_a_store_that_is_down_is_passed_over_within_the_bound_fail_open():
         assert check.ok and service.needs_shared_check(check)
         started = time.monotonic()
         verdict = asyncio.run(service.confirm(check))
-        assert time.monotonic() - started < service.timeout_s + 0.2
+        # within the bound (libpq alone would wait as long as TCP does, minutes); the margin is for a loaded
+        # machine's scheduling, not the store's
+        assert time.monotonic() - started < service.timeout_s + 2.0
         assert verdict.accept and "accepted on this node's check alone" in verdict.reason
         assert not service.needs_shared_check(service.redeem(service.issue(CALL_SID)))  # passed over for a while
         assert service.metrics()["token_store_skipped"] == 1

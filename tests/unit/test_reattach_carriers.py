@@ -6,7 +6,6 @@ would (so the gateway's check and the simulator's request are tested against eac
 from __future__ import annotations
 
 import asyncio
-
 import base64
 import xml.etree.ElementTree as ElementTree
 from urllib.parse import urlencode, urlsplit
@@ -16,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from voicecore import reattach as ra
 from voicecore.carriers.plivo import protocol as plivo
+from voicecore.carriers.plivo.backlog import OWN_CHECKPOINT_PREFIX, EchoBoundedBacklog
 from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.webhook import REATTACH, AnswerRequest, Refusal
 from voicecore.config import load_config
@@ -180,7 +180,8 @@ def _decide(service, carrier, token, ended_reason=None):
     url = BASE + PATHS[carrier] + "?token=" + token
     outcome = check(carrier, url, *carriers_request(carrier, url))
     assert isinstance(outcome, AnswerRequest)
-    return asyncio.run(service.decide(outcome.token, outcome.call_id, draining=False, call_completed=outcome.call_completed))
+    return asyncio.run(service.decide(outcome.token, outcome.call_id, draining=False,
+                                      call_completed=outcome.call_completed))
 
 
 @pytest.mark.parametrize("carrier", ["plivo", "telnyx"])
@@ -225,3 +226,55 @@ def test_the_simulated_telnyx_call_reopens_on_a_new_stream_with_its_new_paramete
     connected, start = call.reattach("stream-2", (("session_token", "b"),), 1000.0, 1500.0)
     assert "connected" in connected and "stream-2" in start and '"b"' in start
     assert call.metrics.reattaches == [(1000.0, 1500.0)]
+
+
+def _bounded_drains(backlog: EchoBoundedBacklog, templates, kinds: list[str]) -> list[bytes]:
+    """What the gateway puts on a bounded Plivo stream for the pacer's entries (``kinds``: "m" a frame, "k:NAME"
+    a mark), one frame a drain as the pacer releases them at a steady lead (a mark goes in the drain of the frame
+    it follows: the pacer publishes both in one tick): each drain's entries, then the gateway's own checkpoint
+    if it adds one."""
+    drains: list[list[bytes]] = []
+    for kind in kinds:
+        if kind == "m":
+            body = base64.b64encode(bytes([0x20 + len(drains) % 64]) * 160)
+            drains.append([templates.media_prefix + body + templates.media_suffix])
+        else:
+            drains[-1].append(templates.mark_prefix + kind[2:].encode() + templates.mark_suffix)
+    wire = []
+    for out in drains:
+        backlog.sent(out)
+        own = backlog.own_checkpoint()
+        wire += out + ([own] if own is not None else [])
+    return wire
+
+
+def test_a_response_after_a_hold_line_on_a_reattached_bounded_plivo_stream_is_not_stale():
+    """On a re-attached Plivo call the hold line (unmarked: 49 frames) plays before the reconnect line. The
+    gateway's own checkpoints settle its bound behind the hold line's frames; the last one falls between the
+    line's tail and the response's first frames, before the response's first mark ("2:5"). That checkpoint
+    claims no frames: the response's frames are all its own, none stale, and the hold line's stay unattributed."""
+    call = modes.PlivoCall(CALLS["plivo"], "stream-1", "acc", b"", extra_headers="session_token=a")
+    call.opening_messages()
+    call.reattach("stream-2", "session_token=b", 1000.0, 1500.0)
+    templates = plivo.wire_templates("stream-2")
+    backlog = EchoBoundedBacklog(templates)  # the new gateway's, for the new stream
+    response = []
+    for n in range(1, 13):
+        response.append("m")
+        if n % 5 == 0:
+            response.append(f"k:2:{n}")
+    response.append("k:2:12:end")
+    wire = _bounded_drains(backlog, templates, ["m"] * 49 + response)
+    names = [data[len(templates.mark_prefix):-len(templates.mark_suffix)].decode()
+             for data in wire if data.startswith(templates.mark_prefix)]
+    # The case itself: a checkpoint of the gateway's own right before the response's first mark.
+    assert names[names.index("2:5") - 1].startswith(OWN_CHECKPOINT_PREFIX)
+    now_ms = 1500.0
+    for data in wire:  # the shell's path: the fast one for the pacer's entries, the reader for the rest
+        if not call.receive_fast(data, now_ms):
+            call.receive(data.decode(), now_ms)
+        now_ms += 20.0
+    stats = call.statistics()
+    assert stats.stale_frames == 0 and stats.mark_count_mismatches == 0 and stats.protocol_errors == 0
+    assert [frame.tag for frame in call.frames] == [None] * 49 + [2] * 12
+    assert stats.frames_without_mark == 49

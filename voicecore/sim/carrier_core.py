@@ -14,8 +14,10 @@ Must not know: sockets, asyncio, HTTP, the wall clock. Every method that depends
 How frames are tied to responses: the pacer sends a `mark` named "tag:n" after each group of frames of
 one response and "tag:n:end" after its last frame, n counting the frames of that tag sent so far (the
 naming rule and its parser: voicecore/carriers/marks.py). The frames received since the previous mark
-belong to the tag of the next mark. A frame is attributed only when such a mark arrives; frames that a clear or the end
-of the call overtakes first stay unattributed (`frames_without_mark`) and are never guessed.
+belong to the tag of the next mark, as many of the newest as its count says (a marker with another name, such
+as a Plivo gateway's own checkpoint, claims none). A frame is attributed only when such a mark arrives; frames
+that a clear or the end of the call overtakes first, and frames no mark's count covers (a fallback line's),
+stay unattributed (`frames_without_mark`) and are never guessed.
 
 A `media` message may carry any whole number of 20 ms frames (160 * k bytes, k >= 1), as Twilio accepts:
 it becomes k frames arriving at once, played on consecutive ticks. Empty payloads and payloads that are
@@ -128,7 +130,7 @@ class CarrierMetrics:
     frames_received: int = 0
     frames_played: int = 0
     frames_dropped_by_clear: int = 0
-    frames_without_mark: int = 0  # overtaken by a clear or by an unparseable mark (end of call: statistics())
+    frames_without_mark: int = 0  # overtaken by a clear, or no mark's count covers them (end of call: statistics())
     stale_frames: int = 0
     frames_resumed_after_clear: int = 0  # frames of a tag held (its end mark) before a clear, resumed after it
     marks_received: int = 0
@@ -503,18 +505,29 @@ class PlayoutCore(abc.ABC):
         acknowledgement, if its carrier sends one (Plivo clearedAudio, Vonage websocket:cleared)."""
 
     def _attribute(self, parsed: tuple[int, int, bool] | None) -> None:
-        """Give the frames received since the previous mark the tag this mark names (parse_mark_name)."""
-        frames, self._pending = self._pending, []
+        """Give the frames received since the previous mark the tag this mark names (parse_mark_name).
+
+        A marker whose name is no mark of the pacer's claims nothing: the frames before it wait for the next
+        mark. Plivo's gateway sends checkpoints of its own (they settle its bound on unconfirmed audio) behind
+        any five frames that went out with no mark behind them, so one can fall between a fallback line's last
+        frames and a response's first ones, before that response's first mark: the response's frames are its
+        own all the same. A mark takes the newest of the waiting frames, as many as its count says the pacer
+        sent of its tag since the tag's previous mark; older ones (a fallback line's: no response's audio)
+        stay without a mark."""
         metrics = self.metrics
         if parsed is None:
             metrics.marks_unparsed += 1
-            metrics.frames_without_mark += len(frames)
             return
+        frames, self._pending = self._pending, []
         tag, frames_through, is_end = parsed
         epoch = self._epoch
         state = self._tags.get(tag)
         if state is None:
             state = self._tags[tag] = _TagState(epoch)
+        claimed = max(0, frames_through - state.attributed_frames)
+        if len(frames) > claimed:
+            metrics.frames_without_mark += len(frames) - claimed
+            frames = frames[len(frames) - claimed:]
         if state.spurt_ended and frames:
             # The tag's audio resumes after its end mark (a hold on a VAD edge, then a false alarm): a new
             # talk spurt, timed from its own first frame like a response's first. After a clear that came
