@@ -1285,7 +1285,6 @@ def make_attacked_run(opts, calls: int, workdir: Path, attack: bool):
     ``attack`` False, the same samples without it: the control)."""
     from bench.pinning import pin_tree
     from bench.run import LevelRun
-    from workers.gateway.main import MAX_PENDING_MIN
 
     class AttackedRun(LevelRun):
         def __init__(self) -> None:
@@ -1318,8 +1317,7 @@ def make_attacked_run(opts, calls: int, workdir: Path, attack: bool):
                     sys.executable, "-m", "bench.badinput", "--base-url", self.base_url, "--seconds", str(opts.seconds),
                     "--json", str(out), "--start-at", str(w0_ms / 1000.0),
                     "--per-address-cap", str(self.config.max_pending_per_address),
-                    "--max-pending", str(self.config.max_pending_connections
-                                         or max(MAX_PENDING_MIN, 2 * self.config.max_calls)),
+                    "--max-pending", str(self.config.pending_connections_limit),
                     env=env, stdout=asyncio.subprocess.DEVNULL, stderr=self.log_file)
                 if self.pin_load:
                     pin_tree(self.attacker.pid, self.pin_load)

@@ -46,7 +46,7 @@ from bench.report import NO_MATPLOTLIB, pyplot
 from bench.run import BenchOptions, LevelRun, Progress, child_env, run_async, wait_for_file
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.supervise import StackError, children_of
-from workers.gateway.core import SLOT_QUARANTINE_MS
+from voicecore.shm.control import SLOT_QUARANTINE_MS
 
 SAMPLE_S = 10.0  # one sample of every process every this long
 POLL_S = 2.0  # pids and the arena name are checked this often (a restart between samples still counts)

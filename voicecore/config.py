@@ -37,6 +37,9 @@ class Setting:
     help: str
 
 
+# The least max_pending_connections falls back to: a small node still takes a burst of connections.
+PENDING_CONNECTIONS_FLOOR = 64
+
 SETTINGS: tuple[Setting, ...] = (
     Setting("listen", str, "127.0.0.1:8080", "host:port the gateway serves HTTP and WebSocket on, or unix:PATH for a Unix socket behind a local TLS proxy (then set public_url)"),
     Setting("public_url", str, "", "public base URL Twilio reaches us at (TwiML stream URL, signature URL); default http://<listen>; required with listen = unix:PATH"),
@@ -250,6 +253,12 @@ class Config:
         if self.node_id:
             return self.node_id
         return f"{socket.gethostname()}:{self.listen_unix_path or self.listen_port}"[:64]
+
+    @property
+    def pending_connections_limit(self) -> int:
+        """Connections the gateway holds that are not yet in a call (max_pending_connections; 0: twice max_calls,
+        at least PENDING_CONNECTIONS_FLOOR)."""
+        return self.max_pending_connections or max(PENDING_CONNECTIONS_FLOOR, 2 * self.max_calls)
 
     @property
     def uses_simulator(self) -> bool:

@@ -201,6 +201,21 @@ def test_the_bench_has_no_import_cycle():
     assert cycles(graph) == []
 
 
+# The micro benchmarks time one worker core each (the pacer's and the validator's hot loops): those cores are
+# what they measure, so they import them. Every other bench module drives the stack as a user does, through
+# voicecore's public names, and so keeps working whatever the workers' insides become.
+MICRO_BENCHES = {"bench/micro/bench_pacer.py", "bench/micro/bench_validator.py"}
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("bench/**/*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_bench_reaches_the_workers_only_through_the_library(path):
+    name = str(path.relative_to(ROOT))
+    if name in MICRO_BENCHES:
+        assert "workers" in top_level(imported_modules(path)), f"{name} no longer imports a worker core: take it off the list"
+        return
+    assert "workers" not in top_level(imported_modules(path))
+
+
 @pytest.mark.parametrize("package", ["voicecore", "workers"])
 def test_the_library_and_the_processes_have_no_import_cycle(package):
     graph = import_graph(package)

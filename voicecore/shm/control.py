@@ -97,6 +97,9 @@ CONTROL_WORDS = TAG_TABLE_BASE + TAG_TABLE_SIZE * TAG_ROW_WORDS  # 128
 SLOT_FREE = 0
 SLOT_ACTIVE = 1
 SLOT_ENDING = 2
+# An ended call's slot rests this long before the gateway hands it out again: the pacer and the workers finish
+# with it first (they see SLOT_ENDING on their next pass). A node needs spare slots for calls that churn.
+SLOT_QUARANTINE_MS = 2000
 
 TAG_LIVE = 1
 TAG_CANCELLED = 2

@@ -15,10 +15,10 @@ import dataclasses
 import enum
 from collections import OrderedDict, deque
 
+from voicecore.shm.control import SLOT_QUARANTINE_MS
 from voicecore.timing import DRAIN_STREAM_WAIT_MS
 from voicecore.carriers.marks import parse_mark_name
 
-SLOT_QUARANTINE_MS = 2000  # workers finish with an ended call's slot before it is handed out again
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

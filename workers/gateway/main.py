@@ -87,7 +87,6 @@ HEAD_TIMEOUT_S = 5.0  # any connection's first request head must be complete thi
 KEEPALIVE_IDLE_S = 30.0  # a kept-alive HTTP connection is closed after this long without a request
 # Connections not yet in a call (no request served, no stream start accepted): by default at most twice the
 # call slots, and at least this many (config max_pending_connections, max_pending_per_address).
-MAX_PENDING_MIN = 64
 PENDING_FRAMES_MAX = 100  # caller frames kept while a start waits for the token store (2 s; the wait is shorter)
 CLOSE_TIMEOUT_S = 2.0  # after our close frame, how long the peer has to answer before TCP is closed
 
@@ -130,7 +129,7 @@ class Gateway:
         # The same samples as a Prometheus histogram: cumulative since start, where the log keeps a window.
         self.bargein_clear_seconds = prom_histogram.Histogram(
             (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1))
-        self.admission = Admission(config.max_pending_connections or max(MAX_PENDING_MIN, 2 * config.max_calls),
+        self.admission = Admission(config.pending_connections_limit,
                                    config.max_pending_per_address or 1 << 30)
         self.started_messages: dict[int, messages.CallStarted] = {}  # live calls, for a model worker that takes over
         self.model_pid = 0
