@@ -467,6 +467,8 @@ def explicit_settings(agent_dir: Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
     if isinstance(data.get("voice"), str):
         found["voice"] = data["voice"]
+    if isinstance(data.get("voices"), dict):
+        found["voices"] = data["voices"]
     turns = data.get("turns") if isinstance(data.get("turns"), dict) else {}
     for key, name in (("detection", "turn_detection"), ("eagerness", "vad_eagerness"),
                       ("transcription_model", "transcription_model")):
