@@ -122,6 +122,7 @@ class GeminiStats:
     interrupted: int = 0
     caller_took_floor: int = 0  # a caller utterance began (voiceActivity, interrupted, or words)
     tool_calls: int = 0
+    tools_run: int = 0
     tool_calls_cancelled: int = 0
     tools_refused: int = 0
     transitions: int = 0
@@ -396,6 +397,7 @@ class GeminiDriver:
                     answers.append((call.call_id, call.name, self._propose(call.call_id, decision, now_ns, out)))
                     continue
                 self.tool_calls[call.call_id] = (decision.name, decision.arguments)
+                self.counts.tools_run += 1
                 out.append(RunTool(call.call_id, decision.name, decision.arguments,
                                    agent_actions.idempotency_key(self.call_sid, decision.name, decision.arguments)))
             else:
@@ -479,6 +481,7 @@ class GeminiDriver:
         run_id = f"{pending.call_id}:confirmed"
         plan = pending.plan
         self.confirmed_runs[run_id] = (plan.name, plan.arguments)
+        self.counts.tools_run += 1
         out.append(RunTool(run_id, plan.name, plan.arguments,
                            agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments)))
 
@@ -595,12 +598,17 @@ class GeminiDriver:
         return []
 
     def statistics(self) -> dict:
+        counts = dataclasses.asdict(self.counts)
         return {**{f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()},
-                **{f"gemini_{k}": v for k, v in dataclasses.asdict(self.counts).items()},
+                **{f"gemini_{k}": v for k, v in counts.items()},
+                # the turn-taking controller's counters of the flow, tools and confirmations, by its names
+                **{k: counts[k] for k in CONTROLLER_NAMED},
                 "gemini_late_chunks_dropped": self.exchange.late_chunks}
 
 
 _NO_PLAYOUT = core.Playout(0, 0, 0, 0, 0, 0)
+CONTROLLER_NAMED = ("tool_calls", "tools_run", "transitions", "actions_proposed", "actions_confirmed",
+                    "actions_declined", "actions_timed_out")
 
 
 def _error(kind: str, message: str) -> dict:
