@@ -310,14 +310,15 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     names = {f.name for f in dataclasses.fields(base)}
     base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
     if model_vendor == "gemini":  # the Gemini Live simulator instead (voicecore/gemini/demo.py)
-        gemini_sim, sim_port = await gemini_demo.start_sim(connection_limit_s, sim_config.late_deltas_after_cancel)
+        gemini_sim, sim_port = await gemini_demo.start_sim(connection_limit_s, sim_config.late_deltas_after_cancel,
+                                                           scenario)
         sim = gemini_demo.GeminiRecords(gemini_sim)
     else:
         sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir) if record_dir is not None else "")
     if model_vendor == "gemini":
         config = gemini_demo.demo_config(config, sim_port)
-        if agent_dir is not None:  # an agent without its scenario (the scenarios script the Realtime simulator)
+        if agent_dir is not None and scenario is None:  # an agent without its scenario
             config, agent = agent_settings.configure(dataclasses.replace(config, agent=str(agent_dir)), os.environ)
     tool_server: ToolServer | None = None
     agent: AgentSpec | None = None
@@ -575,6 +576,12 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
     agent_path: Path | None = None
     if model_vendor == "gemini":
         agent_path = gemini_agent
+        if agent_path is not None and (agent_path / SCENARIO_FILE).is_file():
+            try:  # its callers, function calls and fake API (the simulator transcribes the callers' clips)
+                scenario = load_scenario(agent_path)
+            except ScenarioError as exc:
+                print(f"voicecore demo: {exc}", file=sys.stderr)
+                return 2
     elif agent_dir is None and not spine_configured(config_path):
         agent_dir = str(default_agent_dir())
     if agent_dir is not None and model_vendor != "gemini":

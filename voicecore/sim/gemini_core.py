@@ -98,15 +98,19 @@ def _names(obj: dict[str, Any]) -> set[str]:
 @dataclass(frozen=True, slots=True)
 class ToolRule:
     """A tool call the simulated model makes instead of answering a caller turn: on the caller's
-    ``on_turn``-th turn of the session (1-based), or on a text turn containing ``on_text`` (any case)."""
+    ``on_turn``-th turn of the session (1-based), on a turn whose words contain ``on_text`` (any case), or
+    on spoken words only (``on_words``: the caller's recognised speech, never a client's text turn)."""
 
     name: str
     args: dict[str, Any] = field(default_factory=dict)
     on_turn: int | None = None
     on_text: str | None = None
+    on_words: str | None = None
 
-    def matches(self, turn: int, text: str | None) -> bool:
+    def matches(self, turn: int, text: str | None, spoken: bool = False) -> bool:
         if self.on_turn is not None and self.on_turn == turn:
+            return True
+        if self.on_words is not None and spoken and text is not None and self.on_words.lower() in text.lower():
             return True
         return self.on_text is not None and text is not None and self.on_text.lower() in text.lower()
 
@@ -538,6 +542,7 @@ class GeminiConnection:
         assert self.session is not None
         self.session.caller_turns += 1
         text, self._caller_text = self._caller_text, None
+        spoken = text is None
         if text is None:  # an audio turn: its words if they are a phrase the simulator knows
             heard, self._heard = self._heard, []
             words = recognise_phrases(np.concatenate(heard), self.config.caller_phrases) if heard else ""
@@ -547,7 +552,7 @@ class GeminiConnection:
             self.session.history.append(("user", said))
             text = words or None
         for rule in self.config.tool_rules:
-            if rule.matches(self.session.caller_turns, text):
+            if rule.matches(self.session.caller_turns, text, spoken):
                 call_id = f"function-call-{self.session.number}-{len(self.record.tool_calls)}"
                 self._pending_calls[call_id] = rule.name
                 self.record.tool_calls.append((call_id, rule.name))
