@@ -164,3 +164,28 @@ def test_a_function_the_current_node_does_not_offer_is_refused_with_an_error_res
     (_, name, response), = h.sim.record.tool_responses
     assert name == "book_appointment" and response["error"]["type"] == "unknown_function"
     assert h.of(RunTool) == [] and h.driver.counts.actions_proposed == 0
+
+
+def test_a_rule_on_spoken_words_ignores_the_clients_text_turns():
+    from voicecore.sim.gemini_core import GeminiConnection, SessionStore
+    from test_gemini_driver import ANSWERS
+
+    config = GeminiSimConfig(tool_rules=(ToolRule("end_call", {}, on_words="bye"),))
+    connection = GeminiConnection(config, ANSWERS, SessionStore(), api_key="k", now_ms=0)
+    connection.receive('{"setup":{"model":"models/gemini-2.5-flash"}}', 0)
+    connection.receive('{"clientContent":{"turns":[{"role":"user","parts":[{"text":"Say exactly: \\"Goodbye!\\""}]}],'
+                       '"turnComplete":true}}', 0)
+    assert connection.record.tool_calls == [] and connection.record.turns_started == 1
+
+
+def test_the_receptionists_scenario_gives_the_simulator_its_function_calls_and_its_callers_phrases():
+    from voicecore.agent.scenario import load_scenario
+    from voicecore.sim.gemini_records import scenario_behaviour
+
+    rules, known = scenario_behaviour(load_scenario(ROOT / "examples" / "receptionist"))
+    assert {(r.name, r.on_words) for r in rules} == {("book_appointment", "book a cleaning"),
+                                                     ("transfer_to_person", "talk to a person"), ("end_call", "bye")}
+    assert next(r for r in rules if r.name == "book_appointment").args == BOOKING
+    texts = {p.text for p in known}
+    assert {"Yes, please.", "No, thank you.", "I would like to book a cleaning tomorrow at ten."} <= texts
+    assert "" not in texts  # a cough has no words to transcribe
