@@ -554,7 +554,8 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
         return 2
     if model_vendor == "gemini":
         # The Gemini simulator answers every caller turn with its clips: the generic demo calls (greeting, a
-        # question, a barge-in), for the default agent or the one named (checked for what Gemini supports).
+        # question, a barge-in) for the default agent, or the named agent's scenario (its callers, function
+        # calls and fake API), the agent checked for what Gemini supports.
         gemini_agent: Path | None = None
         if agent_dir is not None:
             gemini_agent = Path(agent_dir).expanduser().resolve()
