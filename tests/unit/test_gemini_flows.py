@@ -189,3 +189,25 @@ def test_the_receptionists_scenario_gives_the_simulator_its_function_calls_and_i
     texts = {p.text for p in known}
     assert {"Yes, please.", "No, thank you.", "I would like to book a cleaning tomorrow at ten."} <= texts
     assert "" not in texts  # a cough has no words to transcribe
+
+
+def test_phrases_are_recognised_when_a_late_client_sends_seconds_at_once():
+    """A model worker that fell behind sends the caller's audio in bursts: one message may end an utterance and
+    begin the next; each is transcribed whole."""
+    from voicecore.carriers.codec import EdgeTranscoder
+    from voicecore.carriers.events import ENCODING_L16
+    from voicecore.gemini import protocol as gp
+    from voicecore.sim.gemini_core import GeminiConnection, SessionStore
+    from test_gemini_driver import ANSWERS
+
+    connection = GeminiConnection(GeminiSimConfig(caller_phrases=PHRASES), ANSWERS, SessionStore(), api_key="k", now_ms=0)
+    connection.receive('{"setup":{"model":"models/gemini-2.5-flash"}}', 0)
+    silence = bytes([0xFF]) * timing.FRAME_BYTES * 40
+    stream = silence + clip("caller_hours") + silence + clip("caller_book") + silence
+    stream += bytes([0xFF]) * (-len(stream) % timing.FRAME_BYTES)
+    upsampler = EdgeTranscoder(ENCODING_L16, gp.INPUT_SAMPLE_RATE_HZ)
+    pcm = b"".join(upsampler.from_ulaw(stream[i:i + timing.FRAME_BYTES]) for i in range(0, len(stream), timing.FRAME_BYTES))
+    burst = 64 * 640  # 64 frames of 16 kHz PCM: what a worker behind by 1.28 s sends at once
+    for i in range(0, len(pcm), burst):
+        connection.receive(gp.realtime_audio(pcm[i:i + burst]), 0)
+    assert connection.record.transcripts == ["What are your opening hours?", "I would like to book a cleaning tomorrow at ten."]

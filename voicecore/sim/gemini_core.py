@@ -446,7 +446,6 @@ class GeminiConnection:
         if not self.automatic_vad or len(pcm) < BYTES_PER_SAMPLE:
             return
         raw = np.frombuffer(pcm[: len(pcm) - len(pcm) % BYTES_PER_SAMPLE], dtype="<i2")
-        self._keep_heard(raw)
         samples = raw.astype(np.float64)
         # judged 20 ms at a time, as a VAD does: speech that begins late in a long message is heard there
         window = INPUT_SAMPLE_RATE_HZ * VAD_WINDOW_MS // 1000
@@ -464,6 +463,9 @@ class GeminiConnection:
                 if self._silence_ms >= self.config.vad_silence_ms:
                     self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_END"}})
                     self._caller_ended(now_ms)
+            # kept window by window: a client that falls behind sends seconds in one message, in which one
+            # utterance may end and the next begin
+            self._keep_heard(raw[start:start + window])
 
     def _keep_heard(self, raw: np.ndarray) -> None:
         """The caller's audio of the utterance being spoken, for the transcription (only with phrases to know)."""
