@@ -211,3 +211,26 @@ def test_phrases_are_recognised_when_a_late_client_sends_seconds_at_once():
     for i in range(0, len(pcm), burst):
         connection.receive(gp.realtime_audio(pcm[i:i + burst]), 0)
     assert connection.record.transcripts == ["What are your opening hours?", "I would like to book a cleaning tomorrow at ten."]
+
+
+def test_a_text_turn_while_the_caller_speaks_neither_ends_nor_splits_their_utterance():
+    """The gate's safe line (a clientContent turn) may be asked for while the caller talks: the model's turn is
+    cut and answered, and the caller's activity and words go on whole."""
+    from voicecore.carriers.codec import EdgeTranscoder
+    from voicecore.carriers.events import ENCODING_L16
+    from voicecore.gemini import protocol as gp
+    from voicecore.sim.gemini_core import GeminiConnection, SessionStore
+    from test_gemini_driver import ANSWERS
+
+    connection = GeminiConnection(GeminiSimConfig(caller_phrases=PHRASES), ANSWERS, SessionStore(), api_key="k", now_ms=0)
+    connection.receive('{"setup":{"model":"models/gemini-2.5-flash"}}', 0)
+    stream = clip("caller_book") + bytes([0xFF]) * timing.FRAME_BYTES * 40
+    stream += bytes([0xFF]) * (-len(stream) % timing.FRAME_BYTES)
+    upsampler = EdgeTranscoder(ENCODING_L16, gp.INPUT_SAMPLE_RATE_HZ)
+    frames = [upsampler.from_ulaw(stream[i:i + timing.FRAME_BYTES]) for i in range(0, len(stream), timing.FRAME_BYTES)]
+    for n, frame in enumerate(frames):
+        if n == 60:  # 1.2 s into the clip
+            connection.receive(gp.client_content([("user", 'Say exactly: "I can\'t verify that."')]), n * 20)
+        connection.receive(gp.realtime_audio(frame), n * 20)
+    assert connection.record.transcripts == ["I would like to book a cleaning tomorrow at ten."]
+    assert len(connection.record.caller_activity) == 1 and connection.record.turns_started == 2

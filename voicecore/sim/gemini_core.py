@@ -324,7 +324,6 @@ class GeminiConnection:
         self._pending_calls: dict[str, str] = {}  # id -> name, awaiting toolResponse
         self._speaking = False
         self._silence_ms = 0.0
-        self._caller_text: str | None = None
         self._heard: list[np.ndarray] = []  # the caller's audio since speech began (with its pre-roll)
         self._pre_roll: list[np.ndarray] = []
         self._go_away_due = now_ms + max(0, config.connection_limit_ms - config.go_away_notice_ms)
@@ -498,9 +497,10 @@ class GeminiConnection:
             self.session.history.append((str(turn.get("role", "user")), text))
             texts.append(text)
         if _field(body, "turnComplete"):
-            self._caller_text = " ".join(texts)
-            self._caller_started(now_ms, spoken=False)
-            self._caller_ended(now_ms)
+            # a text turn cuts what the model is saying and is answered at once; a caller speaking meanwhile
+            # goes on speaking (the activity detection hears their audio, not the client's text)
+            self._take_floor(now_ms)
+            self._answer(" ".join(texts), now_ms, spoken=False)
 
     def _tool_response(self, body: dict[str, Any], now_ms: int) -> None:
         responses = _field(body, "functionResponses")
@@ -520,13 +520,16 @@ class GeminiConnection:
 
     # -- turn taking ---------------------------------------------------------------------------------
 
-    def _caller_started(self, now_ms: int, spoken: bool = True) -> None:
-        if spoken:  # a text turn (clientContent) is no caller activity
-            self.record.caller_activity.append([now_ms, None])
-            if not self._speaking:
-                self._heard, self._pre_roll = self._pre_roll, []
+    def _caller_started(self, now_ms: int) -> None:
+        self.record.caller_activity.append([now_ms, None])
+        if not self._speaking:
+            self._heard, self._pre_roll = self._pre_roll, []
         self._speaking = True
         self._silence_ms = 0.0
+        self._take_floor(now_ms)
+
+    def _take_floor(self, now_ms: int) -> None:
+        """The model's turn is cut and the function calls it waits on are cancelled."""
         if self._turn is not None:
             self._interrupt(now_ms)
         if self._pending_calls:
@@ -542,17 +545,19 @@ class GeminiConnection:
         if self.record.caller_activity and self.record.caller_activity[-1][1] is None:
             self.record.caller_activity[-1][1] = now_ms
         assert self.session is not None
+        # its words if they are a phrase the simulator knows
+        heard, self._heard = self._heard, []
+        words = recognise_phrases(np.concatenate(heard), self.config.caller_phrases) if heard else ""
+        self.record.transcripts.append(words)
+        said = words or f"(caller turn {self.session.caller_turns + 1})"
+        self._send({"serverContent": {"inputTranscription": {"text": said}}})
+        self.session.history.append(("user", said))
+        self._answer(words or None, now_ms, spoken=True)
+
+    def _answer(self, text: str | None, now_ms: int, spoken: bool) -> None:
+        """A caller turn (spoken, or the client's text turn) ended: a function call its rules ask for, or a model turn."""
+        assert self.session is not None
         self.session.caller_turns += 1
-        text, self._caller_text = self._caller_text, None
-        spoken = text is None
-        if text is None:  # an audio turn: its words if they are a phrase the simulator knows
-            heard, self._heard = self._heard, []
-            words = recognise_phrases(np.concatenate(heard), self.config.caller_phrases) if heard else ""
-            self.record.transcripts.append(words)
-            said = words or f"(caller turn {self.session.caller_turns})"
-            self._send({"serverContent": {"inputTranscription": {"text": said}}})
-            self.session.history.append(("user", said))
-            text = words or None
         for rule in self.config.tool_rules:
             if rule.matches(self.session.caller_turns, text, spoken):
                 call_id = f"function-call-{self.session.number}-{len(self.record.tool_calls)}"
