@@ -124,7 +124,6 @@ class GeminiStats:
     tool_calls: int = 0
     tools_run: int = 0
     tool_calls_cancelled: int = 0
-    tools_refused: int = 0
     transitions: int = 0
     actions_proposed: int = 0  # confirmations asked (as the turn-taking controller counts them)
     actions_confirmed: int = 0
