@@ -214,8 +214,8 @@ def test_phrases_are_recognised_when_a_late_client_sends_seconds_at_once():
 
 
 def test_a_text_turn_while_the_caller_speaks_neither_ends_nor_splits_their_utterance():
-    """The gate's safe line (a clientContent turn) may be asked for while the caller talks: the model's turn is
-    cut and answered, and the caller's activity and words go on whole."""
+    """The gate's safe line (a clientContent turn) may be asked for while the caller talks: it is answered,
+    the caller's speech talks over that answer (interrupted), and their activity and words go on whole."""
     from voicecore.carriers.codec import EdgeTranscoder
     from voicecore.carriers.events import ENCODING_L16
     from voicecore.gemini import protocol as gp
@@ -234,3 +234,4 @@ def test_a_text_turn_while_the_caller_speaks_neither_ends_nor_splits_their_utter
         connection.receive(gp.realtime_audio(frame), n * 20)
     assert connection.record.transcripts == ["I would like to book a cleaning tomorrow at ten."]
     assert len(connection.record.caller_activity) == 1 and connection.record.turns_started == 2
+    assert connection.record.turns[0].interrupted_ms is not None  # the caller talked over the text turn's answer

@@ -457,6 +457,8 @@ class GeminiConnection:
                     # the server's activity detection says so as the vendor's does (voiceActivity), then acts on it
                     self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_START"}})
                     self._caller_started(now_ms)
+                elif self._turn is not None:
+                    self._take_floor(now_ms)  # a turn begun while the caller speaks (a text turn's) is talked over
             elif self._speaking:
                 self._silence_ms += 1000.0 * len(part) / INPUT_SAMPLE_RATE_HZ
                 if self._silence_ms >= self.config.vad_silence_ms:
