@@ -310,14 +310,15 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     names = {f.name for f in dataclasses.fields(base)}
     base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
     if model_vendor == "gemini":  # the Gemini Live simulator instead (voicecore/gemini/demo.py)
-        gemini_sim, sim_port = await gemini_demo.start_sim(connection_limit_s, sim_config.late_deltas_after_cancel)
+        gemini_sim, sim_port = await gemini_demo.start_sim(connection_limit_s, sim_config.late_deltas_after_cancel,
+                                                           scenario)
         sim = gemini_demo.GeminiRecords(gemini_sim)
     else:
         sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir) if record_dir is not None else "")
     if model_vendor == "gemini":
         config = gemini_demo.demo_config(config, sim_port)
-        if agent_dir is not None:  # an agent without its scenario (the scenarios script the Realtime simulator)
+        if agent_dir is not None and scenario is None:  # an agent without its scenario
             config, agent = agent_settings.configure(dataclasses.replace(config, agent=str(agent_dir)), os.environ)
     tool_server: ToolServer | None = None
     agent: AgentSpec | None = None
@@ -467,6 +468,8 @@ def explicit_settings(agent_dir: Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
     if isinstance(data.get("voice"), str):
         found["voice"] = data["voice"]
+    if isinstance(data.get("voices"), dict):
+        found["voices"] = data["voices"]
     turns = data.get("turns") if isinstance(data.get("turns"), dict) else {}
     for key, name in (("detection", "turn_detection"), ("eagerness", "vad_eagerness"),
                       ("transcription_model", "transcription_model")):
@@ -551,7 +554,8 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
         return 2
     if model_vendor == "gemini":
         # The Gemini simulator answers every caller turn with its clips: the generic demo calls (greeting, a
-        # question, a barge-in), for the default agent or the one named (checked for what Gemini supports).
+        # question, a barge-in) for the default agent, or the named agent's scenario (its callers, function
+        # calls and fake API), the agent checked for what Gemini supports.
         gemini_agent: Path | None = None
         if agent_dir is not None:
             gemini_agent = Path(agent_dir).expanduser().resolve()
@@ -573,6 +577,12 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
     agent_path: Path | None = None
     if model_vendor == "gemini":
         agent_path = gemini_agent
+        if agent_path is not None and (agent_path / SCENARIO_FILE).is_file():
+            try:  # its callers, function calls and fake API (the simulator transcribes the callers' clips)
+                scenario = load_scenario(agent_path)
+            except ScenarioError as exc:
+                print(f"voicecore demo: {exc}", file=sys.stderr)
+                return 2
     elif agent_dir is None and not spine_configured(config_path):
         agent_dir = str(default_agent_dir())
     if agent_dir is not None and model_vendor != "gemini":

@@ -42,15 +42,56 @@ def test_every_unsupported_setting_is_named(tmp_path):
     assert {p.code for p in check.problems} == {"unsupported-by-vendor"}
 
 
-def test_the_receptionists_flow_and_confirmation_are_refused_for_gemini(tmp_path):
+def receptionist_on_gemini(tmp_path: Path, keep_voices: bool = True) -> Path:
     import shutil
 
     copy = tmp_path / "receptionist"
     shutil.copytree(ROOT / "examples" / "receptionist", copy)
     toml = copy / "agent.toml"
-    toml.write_text(toml.read_text() + '\n[model]\nvendor = "gemini"\n')
-    paths = {p.path for p in check_agent(copy).problems}
-    assert {"$.flow", "$.flow.functions.book_appointment.confirm", "$.voice"} <= paths
+    text = toml.read_text()
+    if not keep_voices:
+        text = text.replace('[voices]\ngemini = "Aoede"\n', "")
+    toml.write_text(text + '\n[model]\nvendor = "gemini"\n')
+    return copy
+
+
+def test_the_receptionists_flow_confirmation_and_gemini_voice_are_accepted_for_gemini(tmp_path):
+    check = check_agent(receptionist_on_gemini(tmp_path))
+    assert check.problems == []
+    assert check.spec is not None and check.spec.voice_for("gemini") == "Aoede" and check.spec.voice_for("openai") == "coral"
+    assert len(check.spec.flow.nodes) == 2 and check.spec.flow.functions["book_appointment"].confirm
+
+
+def test_an_openai_voice_without_a_gemini_voice_is_refused_naming_the_fix(tmp_path):
+    problems = check_agent(receptionist_on_gemini(tmp_path, keep_voices=False)).problems
+    assert [p.path for p in problems] == ["$.voice"]
+    assert "[voices]" in problems[0].message and "gemini = " in problems[0].message
+
+
+def test_a_gemini_voice_that_is_no_gemini_voice_is_refused(tmp_path):
+    check = check_agent(agent(tmp_path, 'voice = "coral"\n[voices]\ngemini = "shimmer"\n[model]\nvendor = "gemini"\n'))
+    assert [(p.path, p.code) for p in check.problems] == [("$.voices.gemini", "unsupported-by-vendor")]
+
+
+def test_an_unknown_vendor_under_voices_is_a_problem(tmp_path):
+    check = check_agent(agent(tmp_path, '[voices]\nacme = "x"\n'))
+    assert [p.code for p in check.problems] == ["unknown-key"]
+
+
+def test_a_node_that_deletes_the_conversation_is_refused_for_gemini(tmp_path):
+    copy = receptionist_on_gemini(tmp_path)
+    flow = copy / "flow.json"
+    flow.write_text(flow.read_text().replace('"context_strategy": "keep",\n      "say"', '"context_strategy": "reset",\n      "say"'))
+    problems = check_agent(copy).problems
+    assert [p.path for p in problems] == ["$.nodes.booked.context_strategy"]
+    assert "keep" in problems[0].message
+
+
+def test_voices_stay_out_of_a_record_header_that_has_none(tmp_path):
+    spec = check_agent(agent(tmp_path, 'voice = "alloy"\n')).spec
+    assert spec is not None and "voices" not in spec.to_dict()
+    with_voices = check_agent(agent(tmp_path, '[voices]\ngemini = "Kore"\n')).spec
+    assert with_voices is not None and with_voices.to_dict()["voices"] == {"gemini": "Kore"}
 
 
 def test_a_bad_vendor_is_a_problem(tmp_path):

@@ -55,7 +55,7 @@ FUNCTION_KEYS = ("description", "parameters", "webhook", "python", "timeout_s", 
 WEBHOOK_KEYS = ("url", "method", "headers", "timeout_s", "retries")
 AGENT_KEYS = ("name", "instructions", "instructions_file", "model", "voice", "languages", "greeting", "safe_line",
               "knowledge", "flow", "forbidden", "transfer_to", "max_turns", "gate", "lines", "silence", "tools",
-              "failure", "turns", "privacy", "outbound")
+              "failure", "turns", "privacy", "outbound", "voices")
 TURN_DETECTIONS = ("server_vad", "semantic_vad")
 MODEL_VENDORS = ("openai", "gemini")
 VAD_EAGERNESS = ("low", "medium", "high", "auto")
@@ -809,6 +809,7 @@ def _read_agent_table(p: _Problems, data: dict[str, Any], root: Path) -> dict[st
     _read_failure(p, data, values)
     _read_tools(p, data, values)
     _read_turns(p, data, values)
+    _read_voices(p, data, values)
     _read_privacy(p, data, values)
     _read_outbound(p, data, values)
     values["flow_file"] = _flow_file(p, data, root)
@@ -969,6 +970,21 @@ def _read_model_table(p: _Problems, table: dict[str, Any], values: dict[str, Any
         name = DEFAULT_MODEL
     values["model"] = name
     values["model_vendor"] = vendor
+
+
+def _read_voices(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:
+    """[voices]: the voice to use on each model vendor, for an agent that runs on more than one (``voice``
+    names the voice of every vendor that has none here)."""
+    section = _section(p, data, "voices", MODEL_VENDORS)
+    voices: dict[str, str] = {}
+    for vendor in MODEL_VENDORS:
+        if vendor in section:
+            voice = p.string(section, vendor, "$.voices")
+            if not voice.strip():
+                p.add(_key("$.voices", vendor), "empty-value", f"{vendor} is empty (leave it out for `voice`)")
+            voices[vendor] = voice
+    if voices:
+        values["voices"] = voices
 
 
 def _read_turns(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:

@@ -127,6 +127,7 @@ class AgentSpec:
     model: str = ""  # "": the configuration's model
     model_vendor: str = ""  # [model] vendor: "openai" or "gemini"; "": what the model's name says
     voice: str = "alloy"
+    voices: dict[str, str] = dataclasses.field(default_factory=dict)  # [voices]: vendor -> its voice, over `voice`
     languages: tuple[str, ...] = ("en",)  # the first is the main one; en and sv are what the gate reads
     greeting: str = ""  # a scripted prompt at the start of every call; "": the initial node speaks first
     safe_line: str = "I can't verify that."
@@ -181,8 +182,14 @@ class AgentSpec:
             return self.languages[0]
         return "auto"
 
+    def voice_for(self, vendor: str) -> str:
+        """The voice the agent speaks with on ``vendor`` (its [voices] entry, else ``voice``)."""
+        return self.voices.get(vendor) or self.voice
+
     def to_dict(self) -> dict[str, Any]:
         data = _plain(self)
+        if not data.get("voices"):
+            data.pop("voices", None)  # a record's header is as it was before voices per vendor
         data.pop("directory", None)
         data.pop("line_audio", None)  # files of this machine, played by the pacer: not part of the record
         if not data.get("model_vendor"):

@@ -26,9 +26,24 @@ replays to the same actions.
 
 Tool calls run through the same tool path as the turn-taking controller's: the agent's flow decides
 (``AgentFlow.on_tool_call``), a tool runs off the call's path (``RunTool``), its result comes back as
-``on_tool_result`` and goes to the model as ``toolResponse``. A function with a confirmation and a flow
-that moves between nodes are not supported (a Gemini session cannot change its tools or instructions
-after ``setup``): `voicecore check` refuses such an agent (``unsupported_settings``).
+``on_tool_result`` and goes to the model as ``toolResponse``.
+
+Flow nodes: a Gemini session cannot change its ``systemInstruction`` or tools after ``setup``, so the setup
+declares the functions of every node (the first node's instructions are the system instruction) and the
+flow refuses, with an ``unknown_function`` error response, a call to a function its current node does not
+offer. Entering a node sends the node's role and task messages as a ``clientContent`` turn with
+``turnComplete`` false (context only, so the model does not answer it) before the ``toolResponse`` that
+moved the flow; the model then goes on under them. A reconnect resumes with the same ``setup`` (a resumed
+session keeps its conversation, the node's messages with it). Context strategies that delete the
+conversation cannot be followed: `voicecore check` refuses them (``unsupported_settings``).
+
+Confirmations: a call of a function that asks the caller first is answered at once with a
+``functionResponse`` saying it is not done yet and asking the model to say the confirmation prompt as
+written; nothing runs. The caller's transcribed words (``inputTranscription``) or keypad (1 is yes) then
+decide, by the rules of the turn-taking controller (``confirmation_answer``): a yes runs the tool, whose
+result goes to the model as a ``clientContent`` turn (the call it answered is closed); a no says the
+declined line, other words drop the action, and no yes within the agent's confirmation timeout after the
+prompt played says the timeout line. The counts are the controller's (``actions_proposed``, ...).
 
 No sockets, no clock: ``now_ns`` comes with every input. The resampling filters are the carrier edge's
 (voicecore/carriers/codec.py), so their state lives here, per call and per turn.
@@ -85,6 +100,21 @@ def declarations(tools: list[dict] | tuple[dict, ...]) -> list[dict]:
 
 
 @dataclasses.dataclass(slots=True)
+class PendingConfirmation:
+    """A function that runs only after the caller's yes: its confirmation prompt asked of the model."""
+
+    call_id: str
+    plan: ToolPlan
+    asked_ns: int
+    response_id: str = ""  # the model turn that says the prompt (the first after the ask)
+    played_ns: int = 0  # that turn played out: the timeout runs from here
+
+
+# A confirmation prompt that never played (cut, lost): its timeout starts this long after it was asked.
+CONFIRM_PROMPT_GRACE_MS = 20_000
+
+
+@dataclasses.dataclass(slots=True)
 class GeminiStats:
     """What the driver counts beyond its core's."""
 
@@ -92,13 +122,17 @@ class GeminiStats:
     interrupted: int = 0
     caller_took_floor: int = 0  # a caller utterance began (voiceActivity, interrupted, or words)
     tool_calls: int = 0
+    tools_run: int = 0
     tool_calls_cancelled: int = 0
-    tools_refused: int = 0
+    transitions: int = 0
+    actions_proposed: int = 0  # confirmations asked (as the turn-taking controller counts them)
+    actions_confirmed: int = 0
+    actions_declined: int = 0
+    actions_timed_out: int = 0
     go_aways: int = 0
     resumed: int = 0
     handles: int = 0
     malformed: int = 0
-    transitions_ignored: int = 0
 
 
 class GeminiDriver:
@@ -157,13 +191,16 @@ class GeminiDriver:
         self.hang_up_after: tuple[str, Say] | None = None  # (turn, line): the call ends once it has played
         self.cut_by_drop = False  # the connection dropped mid-answer (or owing a tool result): the caller waits
         self.tools_owed_at_loss = False
+        self.pending: PendingConfirmation | None = None
+        self.confirmed_runs: dict[str, tuple[str, str]] = {}  # run id -> (name, arguments): confirmed, running
+        self._node_notes: list[str] = []  # clientContent of a node entered, sent before the response that moved there
 
     # --- Driver protocol: the session -----------------------------------------------------------------
     @property
     def wants_ticks(self) -> bool:
         """Timers only while a line is to end the call, the model fails or is generating: a quiet call is never ticked."""
         return not self.ended and (self.hang_up_after is not None or self.spell.failing or self._generating()
-                                   or not self.configured)
+                                   or not self.configured or self.pending is not None)
 
     def record_header(self) -> dict[str, Any]:
         return {"control": CONTROL, "call_sid": self.call_sid, "first_tag": self.first_tag,
@@ -264,6 +301,8 @@ class GeminiDriver:
             self.transcoders[event.response_id] = EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ)
             if self.next_line is not None:
                 self.lines[event.response_id], self.next_line = self.next_line, None
+            if self.pending is not None and not self.pending.response_id:
+                self.pending.response_id = event.response_id
         elif isinstance(event, rt.AudioDelta):
             self.spell.served()
             transcoder = self.transcoders[event.response_id]
@@ -274,6 +313,8 @@ class GeminiDriver:
             self.counts.caller_took_floor += 1  # the core cuts every live tag where it plays
         elif isinstance(event, rt.FunctionCallArgumentsDone):
             return []  # the toolCall itself is answered (_tool_call)
+        elif isinstance(event, rt.InputTranscriptionCompleted) and self.pending is not None:
+            return self._core(event, now_ns, playout) + self._caller_answers(event.transcript, now_ns)
         return self._core(event, now_ns, playout)
 
     def _turn_ends(self, event: rt.ResponseDone, now_ns: int, playout: core.Playout) -> list[core.Action]:
@@ -352,26 +393,43 @@ class GeminiDriver:
             decision = self.flow.on_tool_call(call.name, arguments)
             if isinstance(decision, ToolPlan):  # run the tool
                 if decision.confirm is not None:
-                    self.counts.tools_refused += 1
-                    answers.append((call.call_id, call.name,
-                                    _error("unsupported", "actions with confirmation are not supported with Gemini")))
+                    answers.append((call.call_id, call.name, self._propose(call.call_id, decision, now_ns, out)))
                     continue
                 self.tool_calls[call.call_id] = (decision.name, decision.arguments)
+                self.counts.tools_run += 1
                 out.append(RunTool(call.call_id, decision.name, decision.arguments,
                                    agent_actions.idempotency_key(self.call_sid, decision.name, decision.arguments)))
             else:
                 answers.append((call.call_id, call.name, self._outcome_response(decision)))
         if answers:
-            out.insert(0, core.SendToModel(gp.tool_response(answers)))
+            # a node's messages (context) go before the response that moved the flow: the model goes on under them
+            out[:0] = [core.SendToModel(text) for text in self._node_notes] + [core.SendToModel(gp.tool_response(answers))]
+            self._node_notes = []
         return out
 
     def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[core.Action]:
+        confirmed = self.confirmed_runs.pop(call_id, None)
+        if confirmed is not None and not self.ended and self.flow is not None:
+            return self._confirmed_result(confirmed, ok, output)
         owed = self.tool_calls.pop(call_id, None)
         if owed is None or self.ended or self.flow is None:
             return []  # cancelled by the model, or its connection is gone: no one is owed it
         name, arguments = owed
         outcome = self.flow.on_tool_result(name, arguments, ok, output)
-        return [core.SendToModel(gp.tool_response([(call_id, name, self._outcome_response(outcome))]))]
+        response = self._outcome_response(outcome)
+        out = [core.SendToModel(text) for text in self._node_notes]
+        self._node_notes = []
+        return out + [core.SendToModel(gp.tool_response([(call_id, name, response)]))]
+
+    def _enter_node(self, transition: Any) -> None:
+        """The flow moved to another node: its role and task messages go to the model as context (a session's
+        instructions and tools are its setup's; every node's functions were declared there)."""
+        self.counts.transitions += 1
+        node = self.flow.spec.flow.nodes[transition.node] if self.flow is not None else None
+        parts = [f"(The conversation moved on to the step {transition.node!r}. From now on:)"]
+        if node is not None:
+            parts += [m.content.strip() for m in node.role_messages] + [m.content.strip() for m in node.task_messages]
+        self._node_notes.append(gp.client_content([("user", "\n\n".join(p for p in parts if p))], turn_complete=False))
 
     def _outcome_response(self, outcome: Any) -> dict:
         """The functionResponse for a flow's outcome. The model goes on by itself after a toolResponse, so a
@@ -379,13 +437,103 @@ class GeminiDriver:
         line's turn ends the call once it has played."""
         response = _response_object(outcome.output)
         if outcome.transition is not None:
-            self.counts.transitions_ignored += 1  # `voicecore check` refuses flows that move between nodes
+            self._enter_node(outcome.transition)
         step = outcome.then
         if isinstance(step, Say):
             response = {**response, "instruction": f'Say exactly: "{step.text}"'}
             if step.terminal:
                 self.next_line = step
         return response
+
+    # --- actions with confirmation --------------------------------------------------------------------
+    def _propose(self, call_id: str, plan: ToolPlan, now_ns: int, out: list[core.Action]) -> dict:
+        """The functionResponse to a call that needs the caller's yes: not done, say the prompt as written."""
+        assert plan.confirm is not None
+        if self.pending is not None:
+            self._drop("superseded", None, out)  # the model proposed another: only the newest stands
+        self.pending = PendingConfirmation(call_id, plan, now_ns)
+        self.counts.actions_proposed += 1
+        return {"status": "awaiting_confirmation",
+                "instruction": f'Nothing is done yet. Ask the caller, then wait for their answer. Say exactly: '
+                               f'"{plan.confirm.text}"'}
+
+    def _caller_answers(self, words: str, now_ns: int) -> list[core.Action]:
+        """The caller's words after a confirmation was asked: a yes runs it, a no declines it, anything else
+        drops it (the model answers those words itself)."""
+        if self.pending is None or not words.strip():
+            return []
+        languages = tuple(self.flow.spec.languages) if self.flow is not None else ("en",)
+        answer = agent_actions.confirmation_answer(words, languages)
+        out: list[core.Action] = []
+        if answer == "yes":
+            self._confirm(out)
+        elif answer == "no":
+            self._drop("caller_declined", "declined", out)
+        else:
+            self._drop("caller_moved_on", None, out)
+        return out
+
+    def _confirm(self, out: list[core.Action]) -> None:
+        pending, self.pending = self.pending, None
+        assert pending is not None
+        self.counts.actions_confirmed += 1
+        run_id = f"{pending.call_id}:confirmed"
+        plan = pending.plan
+        self.confirmed_runs[run_id] = (plan.name, plan.arguments)
+        self.counts.tools_run += 1
+        out.append(RunTool(run_id, plan.name, plan.arguments,
+                           agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments)))
+
+    def _drop(self, reason: str, line: str | None, out: list[core.Action]) -> None:
+        """Not run: the model is told why (as context); the flow's line for it, if any, is said."""
+        pending, self.pending = self.pending, None
+        assert pending is not None
+        if reason == "no_confirmation":
+            self.counts.actions_timed_out += 1
+        else:
+            self.counts.actions_declined += 1
+        note = json.dumps({"function": pending.plan.name, "status": "not_done", "reason": reason})
+        if line is not None and self.flow is not None:
+            say = self.flow.line(line)
+            out.append(core.SendToModel(gp.client_content([("user", f'{note}\nSay exactly: "{say.text}"')])))
+        else:
+            out.append(core.SendToModel(gp.client_content([("user", note)], turn_complete=False)))
+
+    def _confirmed_result(self, run: tuple[str, str], ok: bool, output: str) -> list[core.Action]:
+        """A confirmed action's result: its call was answered when the prompt was asked, so the result goes to
+        the model as a turn it answers (under the node the flow moved to)."""
+        assert self.flow is not None
+        name, arguments = run
+        outcome = self.flow.on_tool_result(name, arguments, ok, output)
+        if outcome.transition is not None:
+            self._enter_node(outcome.transition)
+        text = f"Result of {name} (confirmed by the caller): {outcome.output}"
+        step = outcome.then
+        if isinstance(step, Say):
+            text += f'\nSay exactly: "{step.text}"'
+            if step.terminal:
+                self.next_line = step
+        out = [core.SendToModel(note) for note in self._node_notes]
+        self._node_notes = []
+        return out + [core.SendToModel(gp.client_content([("user", text)]))]
+
+    def _check_confirmation(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        """The confirmation prompt's timeout: from when its turn played out (or, should it never play, a grace
+        after it was asked), no yes this long drops the action with the timeout line."""
+        pending = self.pending
+        if pending is None or self.flow is None:
+            return []
+        if pending.response_id and not pending.played_ns and self.exchange.response_id != pending.response_id:
+            if not any(r.response_id == pending.response_id for r in self.core.live_responses(playout)):
+                pending.played_ns = now_ns
+        if self.exchange.caller_item and not self.exchange.caller_stopped:
+            return []  # the caller is answering; their words decide
+        start = pending.played_ns or pending.asked_ns + CONFIRM_PROMPT_GRACE_MS * 1_000_000
+        if now_ns - start >= int(self.flow.spec.confirm_timeout_s * 1000) * 1_000_000:
+            out: list[core.Action] = []
+            self._drop("no_confirmation", "confirm_timeout", out)
+            return out
+        return []
 
     # --- the caller -----------------------------------------------------------------------------------
     def on_caller_audio(self, audio: bytes, now_ns: int, playout: core.Playout | None = None) -> list[core.Action]:
@@ -398,12 +546,18 @@ class GeminiDriver:
 
     def on_dtmf(self, digit: str, now_ns: int) -> list[core.Action]:
         self.core.stats.dtmf_digits += 1
-        return []
+        out: list[core.Action] = []
+        if self.pending is not None:  # a key answers the confirmation prompt: 1 is yes, any other key is no
+            if digit == "1":
+                self._confirm(out)
+            else:
+                self._drop("caller_declined", "declined", out)
+        return out
 
     def on_tick(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
         if self.ended:
             return []
-        out = self._check(now_ns, playout)
+        out = self._check(now_ns, playout) + self._check_confirmation(now_ns, playout)
         if self.hang_up_after is None or self.ended:
             return out
         response_id, line = self.hang_up_after
@@ -443,12 +597,17 @@ class GeminiDriver:
         return []
 
     def statistics(self) -> dict:
+        counts = dataclasses.asdict(self.counts)
         return {**{f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()},
-                **{f"gemini_{k}": v for k, v in dataclasses.asdict(self.counts).items()},
+                **{f"gemini_{k}": v for k, v in counts.items()},
+                # the turn-taking controller's counters of the flow, tools and confirmations, by its names
+                **{k: counts[k] for k in CONTROLLER_NAMED},
                 "gemini_late_chunks_dropped": self.exchange.late_chunks}
 
 
 _NO_PLAYOUT = core.Playout(0, 0, 0, 0, 0, 0)
+CONTROLLER_NAMED = ("tool_calls", "tools_run", "transitions", "actions_proposed", "actions_confirmed",
+                    "actions_declined", "actions_timed_out")
 
 
 def _error(kind: str, message: str) -> dict:
@@ -477,9 +636,12 @@ def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 
 
     flow = AgentFlow(agent)
     session = flow.session()
+    # every node's functions, declared once: a session's tools cannot change after setup (the flow refuses a
+    # call of a function its current node does not offer)
+    tools = [function.declaration() for function in agent.flow.functions.values()]
     failure = FailurePolicy(after_failures=agent.failure_after_failures, after_ms=int(agent.failure_after_s * 1000),
                             hold_every_ms=int(agent.failure_hold_every_s * 1000))
-    return GeminiDriver(call_sid, model=model, instructions=session.instructions, voice=agent.voice,
-                        greeting=agent.greeting, tools=list(session.tools), flow_args=flow.record_args(),
+    return GeminiDriver(call_sid, model=model, instructions=session.instructions, voice=agent.voice_for(VENDOR),
+                        greeting=agent.greeting, tools=tools, flow_args=flow.record_args(),
                         first_tag=first_tag, greet=greet, gate_policy=gate_policy, safe_line=agent.safe_line,
                         audio_format=audio_format, failure=failure.to_dict())

@@ -15,12 +15,16 @@ socket here: times are arguments (ms), handles are counters, the dither is seede
 deterministic.
 
 What the simulated model says is not understood speech: each caller turn is answered with the next agent
-clip in turn, and a ``ToolRule`` fires on a caller turn's number or on the words of a text turn.
+clip in turn, and a ``ToolRule`` fires on a caller turn's number or on the words of a turn. The caller's
+words are transcribed (``inputTranscription``) only for the phrases it was given (``CallerPhrase``: a
+harness's caller clips), each found in the caller's audio by normalised cross-correlation of its loudest
+40 ms, as the client's resampling changes every sample; other speech is "(caller turn N)".
 """
 
 from __future__ import annotations
 
 import binascii
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,17 +98,85 @@ def _names(obj: dict[str, Any]) -> set[str]:
 @dataclass(frozen=True, slots=True)
 class ToolRule:
     """A tool call the simulated model makes instead of answering a caller turn: on the caller's
-    ``on_turn``-th turn of the session (1-based), or on a text turn containing ``on_text`` (any case)."""
+    ``on_turn``-th turn of the session (1-based), on a turn whose words contain ``on_text`` (any case), or
+    on spoken words only (``on_words``: the caller's recognised speech, never a client's text turn)."""
 
     name: str
     args: dict[str, Any] = field(default_factory=dict)
     on_turn: int | None = None
     on_text: str | None = None
+    on_words: str | None = None
 
-    def matches(self, turn: int, text: str | None) -> bool:
+    def matches(self, turn: int, text: str | None, spoken: bool = False) -> bool:
         if self.on_turn is not None and self.on_turn == turn:
             return True
+        if self.on_words is not None and spoken and text is not None and self.on_words.lower() in text.lower():
+            return True
         return self.on_text is not None and text is not None and self.on_text.lower() in text.lower()
+
+
+# Recognising a caller phrase: its loudest 40 ms at 8 kHz, searched in the caller's 16 kHz audio taken every
+# other sample (both phases: the client's upsampler keeps neither exactly); a normalised correlation at or
+# above RECOGNISE_MIN is the phrase. Distinct recorded phrases correlate far below it.
+PHRASE_RATE_HZ = 8_000
+SIGNATURE_SAMPLES = PHRASE_RATE_HZ * 40 // 1000
+RECOGNISE_MIN = 0.8
+PRE_ROLL_MS = 300  # caller audio kept before the activity detection heard speech (a VAD starts late)
+
+
+@dataclass(frozen=True, slots=True)
+class CallerPhrase:
+    """Words the simulator transcribes when it hears them: ``pcm8k`` is the phrase as 8 kHz 16-bit PCM."""
+
+    text: str
+    pcm8k: bytes
+
+
+@functools.lru_cache(maxsize=256)
+def _signature(pcm8k: bytes) -> np.ndarray:
+    """The loudest 40 ms of a phrase, zero-mean and unit-norm."""
+    samples = np.frombuffer(pcm8k[: len(pcm8k) - len(pcm8k) % 2], dtype="<i2").astype(np.float64)
+    if samples.size < SIGNATURE_SAMPLES:
+        return np.zeros(0)
+    energy = np.convolve(samples * samples, np.ones(SIGNATURE_SAMPLES), mode="valid")
+    at = int(np.argmax(energy))
+    part = samples[at:at + SIGNATURE_SAMPLES] - samples[at:at + SIGNATURE_SAMPLES].mean()
+    norm = float(np.linalg.norm(part))
+    return part / norm if norm else np.zeros(0)
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature_spectrum(pcm8k: bytes, size: int) -> np.ndarray:
+    return np.conj(np.fft.rfft(_signature(pcm8k), size))
+
+
+def recognise_phrases(pcm16k: np.ndarray, phrases: tuple[CallerPhrase, ...]) -> str:
+    """The words of the phrases heard in ``pcm16k`` (16 kHz samples), in the order heard ("" none)."""
+    found: list[tuple[int, str]] = []
+    for phase in (0, 1):
+        y = pcm16k[phase::2].astype(np.float64)
+        n = y.size
+        if n < SIGNATURE_SAMPLES:
+            continue
+        size = 1 << (n + SIGNATURE_SAMPLES - 1).bit_length()
+        spectrum = np.fft.rfft(y, size)
+        sums = np.concatenate(([0.0], np.cumsum(y)))
+        squares = np.concatenate(([0.0], np.cumsum(y * y)))
+        window_sum = sums[SIGNATURE_SAMPLES:] - sums[:-SIGNATURE_SAMPLES]
+        # the window's energy about its mean (the signature is zero-mean): correlation is then normalised
+        energy = squares[SIGNATURE_SAMPLES:] - squares[:-SIGNATURE_SAMPLES] - window_sum * window_sum / SIGNATURE_SAMPLES
+        scale = np.sqrt(np.maximum(energy, 1e-9))
+        quiet = energy < SIGNATURE_SAMPLES * 100.0 ** 2  # below about -50 dBFS: no phrase is in it
+        for phrase in phrases:
+            if _signature(phrase.pcm8k).size == 0:
+                continue
+            corr = np.fft.irfft(spectrum * _signature_spectrum(phrase.pcm8k, size), size)[: n - SIGNATURE_SAMPLES + 1]
+            score = np.where(quiet, 0.0, corr / scale)
+            at = int(np.argmax(score))
+            if score[at] >= RECOGNISE_MIN and phrase.text and all(text != phrase.text for _, text in found):
+                found.append((at, phrase.text))
+    found.sort()
+    return " ".join(text for _, text in found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +191,7 @@ class GeminiSimConfig:
     vad_rms: float = 500.0  # 16-bit RMS at or above which 20 ms of the caller's audio is speech
     vad_silence_ms: int = 500  # of caller audio below it that ends the caller's activity
     tool_rules: tuple[ToolRule, ...] = ()
+    caller_phrases: tuple[CallerPhrase, ...] = ()  # what the transcription recognises (module docstring)
     # Vertex AI (the LlmBidiService path): bearer tokens accepted (empty: any), and the project and location a
     # model's resource name must carry (empty: any)
     access_tokens: tuple[str, ...] = ()
@@ -205,6 +278,7 @@ class ConnectionRecord:
     opened_ms: int = 0
     turns: list[TurnRecord] = field(default_factory=list)
     caller_activity: list[list[int | None]] = field(default_factory=list)  # [started_ms, ended_ms or None]
+    transcripts: list[str] = field(default_factory=list)  # each audio turn's recognised words ("" none)
 
 
 @dataclass(slots=True)
@@ -256,7 +330,8 @@ class GeminiConnection:
         self._pending_calls: dict[str, str] = {}  # id -> name, awaiting toolResponse
         self._speaking = False
         self._silence_ms = 0.0
-        self._caller_text: str | None = None
+        self._heard: list[np.ndarray] = []  # the caller's audio since speech began (with its pre-roll)
+        self._pre_roll: list[np.ndarray] = []
         self._go_away_due = now_ms + max(0, config.connection_limit_ms - config.go_away_notice_ms)
         self._limit_due = now_ms + config.connection_limit_ms
 
@@ -392,7 +467,8 @@ class GeminiConnection:
         self.record.audio_in_bytes += len(pcm)
         if not self.automatic_vad or len(pcm) < BYTES_PER_SAMPLE:
             return
-        samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % BYTES_PER_SAMPLE], dtype="<i2").astype(np.float64)
+        raw = np.frombuffer(pcm[: len(pcm) - len(pcm) % BYTES_PER_SAMPLE], dtype="<i2")
+        samples = raw.astype(np.float64)
         # judged 20 ms at a time, as a VAD does: speech that begins late in a long message is heard there
         window = INPUT_SAMPLE_RATE_HZ * VAD_WINDOW_MS // 1000
         for start in range(0, len(samples), window):
@@ -404,11 +480,28 @@ class GeminiConnection:
                     # the server's activity detection says so as the vendor's does (voiceActivity), then acts on it
                     self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_START"}})
                     self._caller_started(now_ms)
+                elif self._turn is not None:
+                    self._take_floor(now_ms)  # a turn begun while the caller speaks (a text turn's) is talked over
             elif self._speaking:
                 self._silence_ms += 1000.0 * len(part) / INPUT_SAMPLE_RATE_HZ
                 if self._silence_ms >= self.config.vad_silence_ms:
                     self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_END"}})
                     self._caller_ended(now_ms)
+            # kept window by window: a client that falls behind sends seconds in one message, in which one
+            # utterance may end and the next begin
+            self._keep_heard(raw[start:start + window])
+
+    def _keep_heard(self, raw: np.ndarray) -> None:
+        """The caller's audio of the utterance being spoken, for the transcription (only with phrases to know)."""
+        if not self.config.caller_phrases:
+            return
+        if self._speaking:
+            self._heard.append(raw)
+            return
+        self._pre_roll.append(raw)
+        keep = INPUT_SAMPLE_RATE_HZ * PRE_ROLL_MS // 1000
+        while sum(part.size for part in self._pre_roll) - self._pre_roll[0].size >= keep:
+            self._pre_roll.pop(0)
 
     def _client_content(self, body: dict[str, Any], now_ms: int) -> None:
         turns = _field(body, "turns", [])
@@ -429,9 +522,10 @@ class GeminiConnection:
             self.session.history.append((str(turn.get("role", "user")), text))
             texts.append(text)
         if _field(body, "turnComplete"):
-            self._caller_text = " ".join(texts)
-            self._caller_started(now_ms, spoken=False)
-            self._caller_ended(now_ms)
+            # a text turn cuts what the model is saying and is answered at once; a caller speaking meanwhile
+            # goes on speaking (the activity detection hears their audio, not the client's text)
+            self._take_floor(now_ms)
+            self._answer(" ".join(texts), now_ms, spoken=False)
 
     def _tool_response(self, body: dict[str, Any], now_ms: int) -> None:
         responses = _field(body, "functionResponses")
@@ -451,11 +545,16 @@ class GeminiConnection:
 
     # -- turn taking ---------------------------------------------------------------------------------
 
-    def _caller_started(self, now_ms: int, spoken: bool = True) -> None:
-        if spoken:  # a text turn (clientContent) is no caller activity
-            self.record.caller_activity.append([now_ms, None])
+    def _caller_started(self, now_ms: int) -> None:
+        self.record.caller_activity.append([now_ms, None])
+        if not self._speaking:
+            self._heard, self._pre_roll = self._pre_roll, []
         self._speaking = True
         self._silence_ms = 0.0
+        self._take_floor(now_ms)
+
+    def _take_floor(self, now_ms: int) -> None:
+        """The model's turn is cut and the function calls it waits on are cancelled."""
         if self._turn is not None:
             self._interrupt(now_ms)
         if self._pending_calls:
@@ -471,13 +570,21 @@ class GeminiConnection:
         if self.record.caller_activity and self.record.caller_activity[-1][1] is None:
             self.record.caller_activity[-1][1] = now_ms
         assert self.session is not None
+        # its words if they are a phrase the simulator knows
+        heard, self._heard = self._heard, []
+        words = recognise_phrases(np.concatenate(heard), self.config.caller_phrases) if heard else ""
+        self.record.transcripts.append(words)
+        said = words or f"(caller turn {self.session.caller_turns + 1})"
+        self._send({"serverContent": {"inputTranscription": {"text": said}}})
+        self.session.history.append(("user", said))
+        self._answer(words or None, now_ms, spoken=True)
+
+    def _answer(self, text: str | None, now_ms: int, spoken: bool) -> None:
+        """A caller turn (spoken, or the client's text turn) ended: a function call its rules ask for, or a model turn."""
+        assert self.session is not None
         self.session.caller_turns += 1
-        text, self._caller_text = self._caller_text, None
-        if text is None:  # an audio turn: the simulator does not recognise speech
-            self._send({"serverContent": {"inputTranscription": {"text": f"(caller turn {self.session.caller_turns})"}}})
-            self.session.history.append(("user", f"(caller turn {self.session.caller_turns})"))
         for rule in self.config.tool_rules:
-            if rule.matches(self.session.caller_turns, text):
+            if rule.matches(self.session.caller_turns, text, spoken):
                 call_id = f"function-call-{self.session.number}-{len(self.record.tool_calls)}"
                 self._pending_calls[call_id] = rule.name
                 self.record.tool_calls.append((call_id, rule.name))

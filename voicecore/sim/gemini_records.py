@@ -12,7 +12,10 @@ so every frame the carrier receives is matched to its turn byte for byte.
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
+import json
 
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.events import ENCODING_L16
@@ -20,20 +23,41 @@ from voicecore.config import Config
 from voicecore.gemini import protocol as gp
 from voicecore.gemini.driver import DEFAULT_MODEL
 from voicecore.sim.gemini import GeminiSimServer, serve_gemini_sim
-from voicecore.sim.gemini_core import ConnectionRecord, GeminiSimConfig, TurnRecord, chunk_seed, dithered
+from voicecore.g711 import ulaw_to_linear
+from voicecore.sim.audio_clips import default_library
+from voicecore.sim.gemini_core import (CallerPhrase, ConnectionRecord, GeminiSimConfig, ToolRule, TurnRecord, chunk_seed,
+                                       dithered)
 from voicecore.sim.model.records import ResponseRecord, SessionRecord, SpeechRecord
 
 DEMO_API_KEY = "voicecore-demo"  # the simulator accepts it; nothing leaves the machine
 _FLUSH_24K = bytes(gp.OUTPUT_SAMPLE_RATE_HZ * 2 * 10 // 1000)
 
 
-async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0) -> tuple[GeminiSimServer, int]:
+async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0,
+                    scenario: Any = None) -> tuple[GeminiSimServer, int]:
     """The demo's Gemini simulator on loopback; ``connection_limit_s``: each connection gets goAway 10 s
-    (or half the limit, if shorter) before it ends, and the call resumes its session on a new one."""
+    (or half the limit, if shorter) before it ends, and the call resumes its session on a new one.
+    ``scenario``: an agent's demo scenario (voicecore/agent/scenario.py): the simulator transcribes its
+    callers' clips and makes its function calls on their words (its spoken answers are the simulator's own)."""
     limit_ms = int(connection_limit_s * 1000)
+    rules, phrases = scenario_behaviour(scenario) if scenario is not None else ((), ())
     config = GeminiSimConfig(api_keys=(DEMO_API_KEY,), connection_limit_ms=limit_ms,
-                             go_away_notice_ms=min(10_000, limit_ms // 2), late_chunks_after_interrupt=late_chunks)
+                             go_away_notice_ms=min(10_000, limit_ms // 2), late_chunks_after_interrupt=late_chunks,
+                             tool_rules=rules, caller_phrases=phrases)
     return await serve_gemini_sim("127.0.0.1", 0, config)
+
+
+def scenario_behaviour(scenario: Any) -> tuple[tuple[ToolRule, ...], tuple[CallerPhrase, ...]]:
+    """A demo scenario's function calls (its ``[[sim]]`` rules that call one, on the caller's spoken words)
+    and the caller clips its scripts say, as phrases the simulator recognises."""
+    rules = tuple(ToolRule(turn.call, json.loads(turn.arguments), on_words=turn.when)
+                  for turn in scenario.sim_turns if turn.call)
+    library = default_library()
+    texts = {info.name: info.text for info in library.infos}
+    names = sorted({t.clip for script in scenario.scripts for t in script.turns if t.clip})
+    phrases = tuple(CallerPhrase(texts[name], ulaw_to_linear(library.audio[name]).astype("<i2").tobytes())
+                    for name in names if texts.get(name))
+    return rules, phrases
 
 
 def demo_config(config: Config, port: int) -> Config:
@@ -67,6 +91,8 @@ def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
                             model=str((record.setup or {}).get("model", "")), connected_ms=record.opened_ms,
                             call_sid=record.call_sid)
     session.input_format = session.output_format = "pcmu"
+    instruction = ((record.setup or {}).get("systemInstruction") or {}).get("parts") or [{}]
+    instructions = str(instruction[0].get("text", "")) if isinstance(instruction[0], dict) else ""
     # the caller's audio received, as the 8 kHz mu-law bytes it was (16 kHz 16-bit PCM is 4 bytes for each)
     session.appended_bytes = record.audio_in_bytes // 4
     for number, turn in enumerate(record.turns):
@@ -81,14 +107,15 @@ def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
             done_ms=turn.completed_ms or turn.interrupted_ms, status=status,
             reason="turn_detected" if turn.interrupted_ms is not None else None,
             sent_bytes=len(audio), late_bytes=sum(sizes[sent - late:sent]) if late else 0, late_deltas=late,
-            delta_sent_ms=sent_ms, origin="turn_detection"))
+            delta_sent_ms=sent_ms, origin="turn_detection", instructions=instructions))
+    transcripts = list(record.transcripts) + [""] * len(record.caller_activity)
     for number, (started, ended) in enumerate(record.caller_activity):
         # every utterance the simulator's activity detection ended is a caller turn it answers (it does not
         # tell backchannels from turns): the turn figures count it as a real turn, answered or not
         finished = ended is not None
         session.speech.append(SpeechRecord(
             item_id=f"gemini-caller-{index}-{number}", audio_start_ms=0, started_at_ms=started, stopped_at_ms=ended,
-            transcript=f"(caller turn {number + 1})" if finished else None, transcript_completed_ms=ended,
+            transcript=(transcripts[number] or f"(caller turn {number + 1})") if finished else None, transcript_completed_ms=ended,
             caller_kind="caller" if finished else None))
     return session
 

@@ -1,0 +1,47 @@
+"""The receptionist (examples/receptionist: two flow nodes, a booking behind a confirmation, an OpenAI voice
+with a Gemini one under [voices]) on Gemini Live end to end: `voicecore demo --model-vendor gemini --agent
+examples/receptionist` against the Gemini simulator, real processes, loopback sockets, the records replayed.
+
+Three calls, one per script of its demo.toml: the booking confirmed by voice, declined by voice, confirmed
+on the keypad. The simulator transcribes the callers' clips and calls book_appointment on "book a
+cleaning"; the fake booking API's log says what was executed, judged against the yeses the callers said.
+40 s: the confirmation is answered at 31 s (the scripts' later turns are cut off).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_TIMEOUT_S = 300
+
+
+def test_the_receptionist_books_only_after_a_yes_and_moves_to_its_next_node_on_gemini(tmp_path):
+    command = [sys.executable, "-m", "voicecore.cli", "demo", "--model-vendor", "gemini", "--agent",
+               str(ROOT / "examples" / "receptionist"), "--calls", "3", "--seconds", "40", "--json",
+               "--record-dir", str(tmp_path / "records")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S, cwd=ROOT)
+    try:
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        report = {}
+    assert done.returncode == 0 and report.get("ok"), (report.get("problems"), done.stderr[-6000:])
+    assert report["model_vendor"] == "gemini" and report["calls_completed"] == 3
+    assert report["stale_frames"] == 0 and report["overlapping_frames"] == 0
+    assert report["unanswered_turns"] == 0
+    assert report["records_written"] == report["records_replayed_identical"] == 3
+    agent = report["agent"]
+    assert agent["actions_executed_without_confirmation"] == 0
+    controller = agent["controller"]
+    assert controller["actions_proposed"] == 3  # each call asked to book once
+    assert controller["actions_confirmed"] == 2 and controller["actions_declined"] == 1  # yes, no, keypad 1
+    assert controller["transitions"] == 2  # the two bookings moved their calls to the node "booked"
+    assert agent["actions_executed"] == 2 and agent["tool_server_requests"] >= 2
+    assert report["gemini"]["tool_calls"] == 3 and report["gemini"]["refused"] == 0
