@@ -8,19 +8,16 @@ callback: a lost status leaves the campaign waiting for it until its own bound, 
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 
-from voicecore.store import CallStore
+from workers.gateway.store_thread import StoreOnItsThread
 
 log = logging.getLogger("voicecore.gateway")
 
 
-class CallStatusLedger:
+class CallStatusLedger(StoreOnItsThread):
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.store: CallStore | None = None
-        self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gateway-call-status")
+        super().__init__(url, "gateway-call-status")
 
     def record(self, call_sid: str, status: str, sequence: int, direction: str, answered_by: str,
                duration_s: int | None) -> None:
@@ -33,21 +30,11 @@ class CallStatusLedger:
     def _record(self, call_sid: str, status: str, sequence: int, direction: str, answered_by: str,
                 duration_s: int | None) -> None:
         try:
-            if self.store is None:
-                self.store = CallStore.open(self.url)
-            self.store.add_call_status(call_sid, status, sequence, direction, answered_by, duration_s)
+            self._open().add_call_status(call_sid, status, sequence, direction, answered_by, duration_s)
         except Exception as exc:  # noqa: BLE001 (driver errors vary; the next callback reopens)
             log.warning("call %s: status %s not stored (%s: %s)", call_sid, status, type(exc).__name__, exc,
                         extra={"problem": "call status store"})
             self._drop()
-
-    def _drop(self) -> None:
-        if self.store is not None:
-            try:
-                self.store.close()
-            except Exception:  # noqa: BLE001
-                pass
-            self.store = None
 
     def close(self) -> None:
         self.thread.submit(self._drop)

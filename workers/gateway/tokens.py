@@ -16,7 +16,6 @@ connection is opened, and the schema migrated, when the gateway starts, so the f
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import secrets
 import time
@@ -26,6 +25,7 @@ from voicecore.config import Config
 from voicecore.store import CallStore, database_url_for
 from voicecore.store.db import POSTGRES_PREFIXES
 from voicecore.carriers.session_tokens import SessionTokens
+from workers.gateway.store_thread import StoreOnItsThread
 
 log = logging.getLogger("voicecore.gateway")
 
@@ -42,26 +42,23 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-class TokenLedger:
+class TokenLedger(StoreOnItsThread):
     """The shared store's side: claims on one thread, with one connection (opened at once, reopened after a
     failure on the next claim)."""
 
     def __init__(self, url: str, node: str) -> None:
         # libpq waits for an unreachable server as long as TCP does (minutes) unless told otherwise
-        self.url = url if "connect_timeout" in url else url + ("&" if "?" in url else "?") + f"connect_timeout={CONNECT_TIMEOUT_S}"
+        super().__init__(url if "connect_timeout" in url
+                         else url + ("&" if "?" in url else "?") + f"connect_timeout={CONNECT_TIMEOUT_S}", "gateway-tokens")
         self.node = node
-        self.store: CallStore | None = None
         self.next_purge_s = 0.0
-        self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gateway-tokens")
         self.opening = self.thread.submit(self._open)
 
-    def _open(self) -> CallStore:
-        if self.store is None:
-            store = CallStore.open(self.url)
-            if store.dialect == "postgresql":
-                store.backend.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
-            self.store = store
-        return self.store
+    def _connect(self) -> CallStore:
+        store = CallStore.open(self.url)
+        if store.dialect == "postgresql":
+            store.backend.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+        return store
 
     def _claim(self, check: st.TokenCheck) -> str:
         try:
@@ -100,14 +97,6 @@ class TokenLedger:
             log.warning("call %s: its normal end not written to the store for the fleet's re-attach step (%s: %s)",
                         call_sid, type(exc).__name__, exc, extra={"problem": "token store"})
             self._drop()
-
-    def _drop(self) -> None:
-        if self.store is not None:
-            try:
-                self.store.close()
-            except Exception:  # noqa: BLE001
-                pass
-            self.store = None
 
     async def claim(self, check: st.TokenCheck, timeout_s: float) -> str:
         try:

@@ -1,0 +1,36 @@
+"""A call store connection the gateway uses from one thread of its own, never from its event loop.
+
+The gateway's writes and reads of the shared store (the fleet's token claims, a placed call's status callbacks)
+must not hold up the loop that carries the calls' audio, and a store that fails must cost nothing but that
+use: the connection is opened when first needed and dropped after a failure, so the next use reopens it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+from voicecore.store import CallStore
+
+
+class StoreOnItsThread:
+    def __init__(self, url: str, thread_name: str) -> None:
+        self.url = url
+        self.store: CallStore | None = None
+        self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=thread_name)
+
+    def _connect(self) -> CallStore:
+        return CallStore.open(self.url)
+
+    def _open(self) -> CallStore:
+        """The connection (on the thread only), opened if there is none."""
+        if self.store is None:
+            self.store = self._connect()
+        return self.store
+
+    def _drop(self) -> None:
+        if self.store is not None:
+            try:
+                self.store.close()
+            except Exception:  # noqa: BLE001 (a failed connection may fail to close too)
+                pass
+            self.store = None
