@@ -516,6 +516,25 @@ class CallRunner:
         await asyncio.wait_for(asyncio.shield(self._stopped_future), timeout_s)
 
 
+async def _play_stream_out(runner, stream, ticker, phase: float, script, core, errors: list[str]) -> None:
+    """Run one stream of a call from its first tick to its close: the caller's script until it is done (or its
+    time is up: an error), then the TCP close that follows the close handshake (bounded by the protocol's close
+    timer; a peer that never closes is cut off)."""
+    ticker.add(runner.on_tick, phase)
+    left_s = script.duration_ms / 1000.0 + END_SLACK_S
+    if core.send_origin_ms is not None:
+        left_s -= (ticker.now_ms() - core.send_origin_ms) / 1000.0
+    try:
+        await runner.wait_finished(max(left_s, 1.0))
+    except asyncio.TimeoutError:
+        errors.append("call did not finish in time")
+        runner.done = True
+    try:
+        await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)
+    except asyncio.TimeoutError:
+        if stream.transport is not None:
+            stream.transport.disconnect()
+
 async def place_call(
     base_url_http: str,
     auth_token: str,
@@ -637,21 +656,7 @@ async def place_call(
                                      unix_socket)))
 
             status_callback("stream-started")
-            ticker.add(runner.on_tick, phase)
-            left_s = script.duration_ms / 1000.0 + END_SLACK_S
-            if core.send_origin_ms is not None:
-                left_s -= (ticker.now_ms() - core.send_origin_ms) / 1000.0
-            try:
-                await runner.wait_finished(max(left_s, 1.0))
-            except asyncio.TimeoutError:
-                errors.append("call did not finish in time")
-                runner.done = True
-            # Wait for the TCP close that follows the close handshake (bounded by the protocol's close timer).
-            try:
-                await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)
-            except asyncio.TimeoutError:
-                if stream.transport is not None:
-                    stream.transport.disconnect()
+            await _play_stream_out(runner, stream, ticker, phase, script, core, errors)
             status_callback("stream-stopped")
             # The stream ended without the caller's stop (and not by a REST hang-up or transfer): Twilio goes on
             # with the call's instructions, <Connect action> first.
@@ -955,20 +960,7 @@ async def place_mode_call(
     try:
         while True:
             stream.send_messages(opening)
-            ticker.add(runner.on_tick, phase)
-            left_s = script.duration_ms / 1000.0 + END_SLACK_S
-            if core.send_origin_ms is not None:
-                left_s -= (ticker.now_ms() - core.send_origin_ms) / 1000.0
-            try:
-                await runner.wait_finished(max(left_s, 1.0))
-            except asyncio.TimeoutError:
-                errors.append("call did not finish in time")
-                runner.done = True
-            try:
-                await asyncio.wait_for(asyncio.shield(stream.closed), CLOSE_TIMEOUT_S + 1.0)
-            except asyncio.TimeoutError:
-                if stream.transport is not None:
-                    stream.transport.disconnect()
+            await _play_stream_out(runner, stream, ticker, phase, script, core, errors)
             # The stream ended without the caller's stop (and not by a REST hang-up or transfer): the carrier runs
             # what its document put after the stream, the <Redirect> first.
             if runner.closed_by not in ("server", "connection_lost") or not target.redirect or not follow_action:
