@@ -2,7 +2,9 @@
 
 Owns sending the request (one retry for a 5xx, a 429 or a network error; never for a 4xx: the request is wrong)
 and saying what came of it. The request, the answer URL with the call's fields and the status callback address
-are the carrier package's (voicecore/carriers/twilio/outbound.py): only Twilio's Calls API is placed for now.
+are the carrier package's (voicecore/carriers/twilio/outbound.py: Twilio's Calls API; voicecore/carriers/plivo/
+outbound.py: Plivo's Make Call). ``account_sid`` and ``auth_token`` are the carrier's API credentials (Plivo:
+its auth id and auth token).
 """
 
 from __future__ import annotations
@@ -14,12 +16,37 @@ from dataclasses import dataclass
 import h11
 
 from voicecore import http_client
+from voicecore.carriers.plivo import outbound as plivo_outbound
 from voicecore.carriers.twilio import outbound as twilio_outbound
 
-CARRIERS = ("twilio",)
+CARRIERS = ("twilio", "plivo")
 RETRY_DELAY_S = 1.0
 STATUS_CALLBACK_PATH = "/twilio/call-status"
 VOICE_PATH = "/twilio/voice"
+PLIVO_VOICE_PATH = "/plivo/voice"
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    api_base: str
+    account_sid: str  # Twilio: the AccountSid; Plivo: the auth id
+    auth_token: str
+
+
+def credentials(config, carrier: str) -> Credentials:
+    """The settings ``carrier``'s API is asked with; ValueError naming the one that is missing."""
+    if carrier == "plivo":
+        found = Credentials(config.plivo_api_base, config.plivo_auth_id, config.plivo_auth_token)
+        names = ("plivo_auth_id", "plivo_auth_token")
+    elif carrier == "twilio":
+        found = Credentials(config.twilio_api_base, config.twilio_account_sid, config.twilio_auth_token)
+        names = ("twilio_account_sid", "twilio_auth_token")
+    else:
+        raise ValueError(f"placing calls is built for {', '.join(CARRIERS)} only, not {carrier!r}")
+    for name, value in zip(names, (found.account_sid, found.auth_token)):
+        if not value:
+            raise ValueError(f"{name} is not set (VOICECORE_{name.upper()}): {carrier}'s API needs it")
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +66,20 @@ async def place_call(*, node_url: str, api_base: str, account_sid: str, auth_tok
     if carrier not in CARRIERS:
         raise ValueError(f"placing calls is built for {', '.join(CARRIERS)} only, not {carrier!r}")
     base = node_url.rstrip("/")
-    request = twilio_outbound.place_call_request(
-        account_sid, auth_token, to, from_, url=twilio_outbound.answer_url(base + VOICE_PATH, to, fields or {}),
-        status_callback=base + STATUS_CALLBACK_PATH, machine_detection=machine_detection,
-        async_amd=bool(machine_detection), base_url=api_base)
+    if carrier == "plivo":
+        if machine_detection:
+            raise ValueError("machine detection is asked of Twilio only")
+        request = plivo_outbound.place_call_request(
+            account_sid, auth_token, to, from_,
+            answer_url=plivo_outbound.answer_url(base + PLIVO_VOICE_PATH, to, fields or {}),
+            status_url=base + plivo_outbound.STATUS_PATH, base_url=api_base)
+        parse = plivo_outbound.parse_place_call_response
+    else:
+        request = twilio_outbound.place_call_request(
+            account_sid, auth_token, to, from_, url=twilio_outbound.answer_url(base + VOICE_PATH, to, fields or {}),
+            status_callback=base + STATUS_CALLBACK_PATH, machine_detection=machine_detection,
+            async_amd=bool(machine_detection), base_url=api_base)
+        parse = twilio_outbound.parse_place_call_response
     placed = Placed(False, "", "", "not sent")
     for attempt in range(2):
         try:
@@ -50,7 +87,7 @@ async def place_call(*, node_url: str, api_base: str, account_sid: str, auth_tok
         except (OSError, TimeoutError, asyncio.TimeoutError, h11.ProtocolError) as exc:
             placed = Placed(False, "", "", f"{type(exc).__name__} reaching the carrier's API")
         else:
-            answer = twilio_outbound.parse_place_call_response(status, body)
+            answer = parse(status, body)
             placed = Placed(answer.ok, answer.call_sid, answer.status, answer.error)
             if answer.ok or not answer.retryable:
                 return placed

@@ -21,6 +21,7 @@ import asyncio
 import secrets
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,6 +63,7 @@ class OutboundCallSeen:
     result: object = None  # voicecore.sim.carrier.CallResult once an answered call ended
     beep_at_ms: int | None = None
     done: bool = False
+    call_uuid: str = ""  # Plivo: the answered call's CallUUID (its RequestUUID is placed.call_sid)
 
 
 class CarrierRestServer:
@@ -161,7 +163,7 @@ class CarrierRestServer:
         task.add_done_callback(self._outbound_tasks.discard)
 
     async def _run_outbound(self, seen: OutboundCallSeen) -> None:
-        from voicecore.sim.carrier import CallScript, place_call  # the call's stream side (imports this module's users)
+        from voicecore.sim.carrier import CallScript, place_call, place_mode_call  # the call's stream side (imports this module's users)
 
         placed, plan = seen.placed, seen.plan
         loop = asyncio.get_running_loop()
@@ -187,9 +189,14 @@ class CarrierRestServer:
                             speak, plan.reply, plan.language)
                 audio = callee_core.callee_audio(plan, spoken, reply)
                 seen.beep_at_ms = audio.beep_at_ms
+            plivo_call = placed.carrier == "plivo"
             for step in callee_core.status_steps(plan, self.ring_ms):
                 await asyncio.sleep(max(0.0, started + step.at_ms / 1000 - loop.time()))
-                if step.status != "in-progress":
+                if plivo_call:
+                    # Plivo tells a ring (ring_url) and the hang-up (hangup_url); its answer is the answer_url's POST
+                    if step.status not in ("initiated", "in-progress"):
+                        await self._plivo_status(seen, step.status)
+                elif step.status != "in-progress":
                     await self._status(seen, step.status, sequence)
                     sequence += 1
             if audio is None:
@@ -200,6 +207,14 @@ class CarrierRestServer:
                 sequence += 1
             script = CallScript(duration_ms=len(audio.audio) // 8, utterances=((0, audio.audio),), bargein_at_ms=(),
                                 from_number=placed.from_, to_number=placed.to)
+            if plivo_call:
+                seen.call_uuid = str(uuid.uuid4())
+                seen.result = await place_mode_call("", self.credentials, script, carrier="plivo",
+                                                    call_sid=seen.call_uuid, account_sid=placed.account_sid,
+                                                    keep_audio=False, rest=self, answer_url=placed.url,
+                                                    request_uuid=placed.call_sid)
+                await self._plivo_status(seen, "completed", duration_s=round(loop.time() - answered_at))
+                return
             seen.result = await place_call("", self.credentials.twilio_auth_token, script, call_sid=placed.call_sid,
                                            account_sid=placed.account_sid, keep_audio=False, rest=self,
                                            voice_url=placed.url, direction="outbound-api")
@@ -225,6 +240,33 @@ class CarrierRestServer:
             code, _body = await http_client.send("POST", placed.status_callback, headers,
                                                  urllib.parse.urlencode(form).encode("ascii"),
                                                  user_agent="TwilioProxy/1.1")
+        except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
+            seen.statuses.append((status, type(exc).__name__))
+            return
+        seen.statuses.append((status, code))
+
+    async def _plivo_status(self, seen: OutboundCallSeen, status: str, duration_s: int | None = None) -> None:
+        """Plivo's ring (to ring_url, if the request gave one) or hang-up (to hangup_url), signed with
+        X-Plivo-Signature-V3 as its answer webhook is."""
+        placed = seen.placed
+        url = placed.ring_url if status == "ringing" else placed.status_callback
+        if not url:
+            return
+        form = {"RequestUUID": placed.call_sid, "From": placed.from_.lstrip("+"), "To": placed.to.lstrip("+"),
+                "Direction": "outbound", "CallStatus": status, "Event": "Ring" if status == "ringing" else "Hangup"}
+        if seen.call_uuid:
+            form["CallUUID"] = seen.call_uuid
+        if status != "ringing":
+            form["HangupCause"] = {"completed": "NORMAL_CLEARING", "busy": "USER_BUSY", "no-answer": "NO_ANSWER"}.get(
+                status, "CALL_REJECTED")
+            form["Duration"] = form["BillDuration"] = str(duration_s or 0)
+        nonce = secrets.token_hex(10)
+        signature = plivo.compute_signature_v3(self.credentials.plivo_auth_token, url, nonce, form, "POST")
+        headers = (("Content-Type", "application/x-www-form-urlencoded"), (plivo.SIGNATURE_V3_HEADER, signature),
+                   (plivo.SIGNATURE_V3_NONCE_HEADER, nonce))
+        try:
+            code, _body = await http_client.send("POST", url, headers, urllib.parse.urlencode(form).encode("ascii"),
+                                                 user_agent="PlivoHTTP/1.1")
         except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
             seen.statuses.append((status, type(exc).__name__))
             return

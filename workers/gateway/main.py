@@ -699,14 +699,16 @@ class HttpConnection:
                         extra={"problem": problem})
             self._respond(outcome.status, outcome.reason.encode() + b"\n", b"text/plain")
             return
+        # A placed call's progress: its status callbacks, and for a carrier with no "answered" callback (Plivo)
+        # its answer webhook.
+        progress = outcome.call_status
+        if progress is not None and gw.call_status is not None:
+            gw.call_status.record(progress.call_sid, progress.status, progress.sequence, progress.direction,
+                                  progress.answered_by, progress.duration_s)
         if outcome.kind == carrier_core.EVENT:
             gw.counters["status_callbacks"] += 1
             if outcome.note:
                 log.info("%s", outcome.note)
-            progress = outcome.call_status
-            if progress is not None and gw.call_status is not None:
-                gw.call_status.record(progress.call_sid, progress.status, progress.sequence, progress.direction,
-                                      progress.answered_by, progress.duration_s)
             self._respond(204, b"", b"text/plain")
             return
         if outcome.kind == carrier_core.TRANSFER:
