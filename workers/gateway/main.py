@@ -1232,7 +1232,8 @@ class CarrierStreamConnection(StreamConnection):
         start = carrier_core.CallIds(self.call_sid,
                                      carrier_core.arena_id(carrier_core.stream_id(carrier, started, self.protocol)),
                                      carrier=carrier, carrier_call_id=started.call_id,
-                                     carrier_account_id=started.account_id)
+                                     carrier_account_id=started.account_id,
+                                     custom_parameters=tuple(started.custom_parameters))
         log.info("call %s: %s stream, %s at %d Hz%s, %s wire entries, lead %s%s", self.call_sid, carrier,
                  started.encoding, started.sample_rate_hz,
                  ", passed through to the model" if self.arena_law == ENCODING_PCMA else "",
