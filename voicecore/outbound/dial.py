@@ -45,7 +45,8 @@ def credentials(config, carrier: str) -> Credentials:
         raise ValueError(f"placing calls is built for {', '.join(CARRIERS)} only, not {carrier!r}")
     for name, value in zip(names, (found.account_sid, found.auth_token)):
         if not value:
-            raise ValueError(f"{name} is not set (VOICECORE_{name.upper()}): {carrier}'s API needs it")
+            raise ValueError(f"{name} is not set (VOICECORE_{name.upper()}): {carrier}'s API needs {names[0]} and "
+                             f"{names[1]}")
     return found
 
 
