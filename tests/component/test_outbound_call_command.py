@@ -153,6 +153,9 @@ def test_the_command_refuses_a_plivo_call_without_plivos_credentials(capsys, mon
     monkeypatch.delenv("VOICECORE_PLIVO_AUTH_ID", raising=False)
     assert cli.main(["call", CALLEE, "--from", "+46701234568", "--carrier", "plivo"]) == 2
     assert "plivo_auth_id is not set" in capsys.readouterr().err
+    monkeypatch.delenv("VOICECORE_TELNYX_TEXML_APPLICATION_ID", raising=False)
+    assert cli.main(["call", CALLEE, "--from", "+46701234568", "--carrier", "telnyx"]) == 2
+    assert "telnyx_texml_application_id is not set" in capsys.readouterr().err
     monkeypatch.setenv("VOICECORE_PLIVO_AUTH_ID", PLIVO_AUTH_ID)
     monkeypatch.setenv("VOICECORE_PLIVO_AUTH_TOKEN", "tok")
     assert cli.main(["call", CALLEE, "--from", "+46701234568", "--carrier", "plivo",

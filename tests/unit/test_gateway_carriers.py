@@ -73,7 +73,7 @@ def test_a_carrier_is_served_only_with_its_secret():
     # the transfer's <Dial> (REST), the re-attach step's <Redirect> and a placed call's ring and hang-up
     assert set(cc.routes((cc.PLIVO,))) == {"/plivo/voice", "/plivo/transfer", "/plivo/reattach", "/plivo/call-status"}
     assert cc.stream_paths((cc.PLIVO, cc.VONAGE)) == {"/plivo/stream": cc.PLIVO, "/vonage/stream": cc.VONAGE}
-    assert set(cc.routes(cc.CARRIERS)) == {"/telnyx/voice", "/telnyx/reattach", "/plivo/voice", "/plivo/transfer",
+    assert set(cc.routes(cc.CARRIERS)) == {"/telnyx/voice", "/telnyx/reattach", "/telnyx/call-status", "/plivo/voice", "/plivo/transfer",
                                            "/plivo/reattach", "/plivo/call-status", "/vonage/answer", "/vonage/event", "/exotel/voice"}
 
 

@@ -83,6 +83,15 @@ def kept_parameters(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], 
     return tuple(out)
 
 
+def from_query(query: str) -> tuple[tuple[str, str], ...]:
+    """The outbound call's parameters an answer URL's query carries (() for an inbound call's)."""
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, max_num_fields=MAX_FIELDS + 2)
+    except ValueError:
+        return ()
+    return kept_parameters(pairs)
+
+
 def call_fields(parameters: Iterable[tuple[str, str]]) -> tuple[str, str, dict[str, str]]:
     """(direction, callee, fields) from a stream's custom parameters ("", "", {} for an inbound call)."""
     kept = kept_parameters(parameters)

@@ -3,8 +3,9 @@
 Owns sending the request (one retry for a 5xx, a 429 or a network error; never for a 4xx: the request is wrong)
 and saying what came of it. The request, the answer URL with the call's fields and the status callback address
 are the carrier package's (voicecore/carriers/twilio/outbound.py: Twilio's Calls API; voicecore/carriers/plivo/
-outbound.py: Plivo's Make Call). ``account_sid`` and ``auth_token`` are the carrier's API credentials (Plivo:
-its auth id and auth token).
+outbound.py: Plivo's Make Call; voicecore/carriers/telnyx/outbound.py: Telnyx's TeXML Calls API). ``account_sid``
+and ``auth_token`` are the carrier's API credentials (Plivo: its auth id and auth token; Telnyx: the TeXML
+application id and the API key).
 """
 
 from __future__ import annotations
@@ -12,24 +13,28 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 import h11
 
 from voicecore import http_client
+from voicecore.outbound import call_fields
 from voicecore.carriers.plivo import outbound as plivo_outbound
+from voicecore.carriers.telnyx import outbound as telnyx_outbound
 from voicecore.carriers.twilio import outbound as twilio_outbound
 
-CARRIERS = ("twilio", "plivo")
+CARRIERS = ("twilio", "plivo", "telnyx")
 RETRY_DELAY_S = 1.0
 STATUS_CALLBACK_PATH = "/twilio/call-status"
 VOICE_PATH = "/twilio/voice"
 PLIVO_VOICE_PATH = "/plivo/voice"
+TELNYX_VOICE_PATH = "/telnyx/voice"
 
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
     api_base: str
-    account_sid: str  # Twilio: the AccountSid; Plivo: the auth id
+    account_sid: str  # Twilio: the AccountSid; Plivo: the auth id; Telnyx: the TeXML application id
     auth_token: str
 
 
@@ -41,6 +46,9 @@ def credentials(config, carrier: str) -> Credentials:
     elif carrier == "twilio":
         found = Credentials(config.twilio_api_base, config.twilio_account_sid, config.twilio_auth_token)
         names = ("twilio_account_sid", "twilio_auth_token")
+    elif carrier == "telnyx":
+        found = Credentials(config.telnyx_api_base, config.telnyx_texml_application_id, config.telnyx_api_key)
+        names = ("telnyx_texml_application_id", "telnyx_api_key")
     else:
         raise ValueError(f"placing calls is built for {', '.join(CARRIERS)} only, not {carrier!r}")
     for name, value in zip(names, (found.account_sid, found.auth_token)):
@@ -75,6 +83,14 @@ async def place_call(*, node_url: str, api_base: str, account_sid: str, auth_tok
             answer_url=plivo_outbound.answer_url(base + PLIVO_VOICE_PATH, to, fields or {}),
             status_url=base + plivo_outbound.STATUS_PATH, base_url=api_base)
         parse = plivo_outbound.parse_place_call_response
+    elif carrier == "telnyx":
+        if machine_detection:
+            raise ValueError("machine detection is asked of Twilio only")
+        request = telnyx_outbound.place_call_request(
+            account_sid, auth_token, to, from_,
+            url=base + TELNYX_VOICE_PATH + "?" + urlencode(call_fields.parameters_for(to, fields or {})),
+            status_callback=base + telnyx_outbound.STATUS_PATH, base_url=api_base)
+        parse = telnyx_outbound.parse_place_call_response
     else:
         request = twilio_outbound.place_call_request(
             account_sid, auth_token, to, from_, url=twilio_outbound.answer_url(base + VOICE_PATH, to, fields or {}),

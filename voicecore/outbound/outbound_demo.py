@@ -91,7 +91,7 @@ def answer_note(path: Path) -> dict | None:
 async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path,
                          carrier: str = "twilio") -> dict:
     """``carrier``: whose API places the calls (twilio: the Calls API; plivo: Make Call, its answer XML's stream
-    and its ring and hang-up callbacks)."""
+    and its ring and hang-up callbacks; telnyx: the TeXML Calls API)."""
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exceptions)
@@ -104,6 +104,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
     if carrier == "plivo":  # the node serves Plivo's webhooks and stream only with its auth token
         base = dataclasses.replace(base, plivo_auth_token=credentials.plivo_auth_token)
+    if carrier == "telnyx":  # ... and Telnyx's with the public half of the simulator's webhook key
+        base = dataclasses.replace(base, telnyx_public_key=credentials.stack_settings()["telnyx_public_key"])
     kinds = callee_kinds(calls)
     for index, kind in enumerate(kinds):
         rest.callees[callee_number(index)] = kind
@@ -122,6 +124,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     account_sid, api_token = "AC" + secrets.token_hex(16), credentials.twilio_auth_token
     if carrier == "plivo":
         account_sid, api_token = credentials.plivo_auth_id, credentials.plivo_auth_token
+    if carrier == "telnyx":
+        account_sid, api_token = "1684641123236054244", credentials.telnyx_api_key  # a TeXML application's id
     stack = Stack(config)
     own_arenas: set[str] = set()
     placed: list[dial.Placed] = []

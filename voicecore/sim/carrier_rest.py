@@ -29,6 +29,7 @@ import h11
 
 from voicecore import http_client
 from voicecore.carriers.plivo import protocol as plivo
+from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.twilio.signature import compute_signature
 from voicecore.sim import callee_core
 from voicecore.sim.callee_core import callee_seed
@@ -207,6 +208,12 @@ class CarrierRestServer:
                 sequence += 1
             script = CallScript(duration_ms=len(audio.audio) // 8, utterances=((0, audio.audio),), bargein_at_ms=(),
                                 from_number=placed.from_, to_number=placed.to)
+            if placed.carrier == "telnyx":
+                seen.result = await place_mode_call("", self.credentials, script, carrier="telnyx",
+                                                    call_sid=placed.call_sid, account_sid=placed.account_sid,
+                                                    keep_audio=False, rest=self, answer_url=placed.url)
+                await self._status(seen, "completed", sequence, duration_s=round(loop.time() - answered_at))
+                return
             if plivo_call:
                 seen.call_uuid = str(uuid.uuid4())
                 seen.result = await place_mode_call("", self.credentials, script, carrier="plivo",
@@ -234,12 +241,19 @@ class CarrierRestServer:
                 "ApiVersion": "2010-04-01", "CallbackSource": "call-progress-events"}
         if duration_s is not None:
             form["CallDuration"] = str(duration_s)
-        signature = compute_signature(self.credentials.twilio_auth_token, placed.status_callback, form)
-        headers = (("Content-Type", "application/x-www-form-urlencoded"), ("X-Twilio-Signature", signature))
+        body = urllib.parse.urlencode(form).encode("ascii")
+        if placed.carrier == "telnyx":  # TeXML's callbacks: the same form, signed with Ed25519 over timestamp|body
+            timestamp = str(int(time.time()))
+            signature = telnyx.sign_webhook(bytes.fromhex(self.credentials.telnyx_private_key), timestamp, body)
+            headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
+                       (telnyx.SIGNATURE_HEADER, signature))
+            agent = "Telnyx Webhooks"
+        else:
+            signature = compute_signature(self.credentials.twilio_auth_token, placed.status_callback, form)
+            headers = (("Content-Type", "application/x-www-form-urlencoded"), ("X-Twilio-Signature", signature))
+            agent = "TwilioProxy/1.1"
         try:
-            code, _body = await http_client.send("POST", placed.status_callback, headers,
-                                                 urllib.parse.urlencode(form).encode("ascii"),
-                                                 user_agent="TwilioProxy/1.1")
+            code, _body = await http_client.send("POST", placed.status_callback, headers, body, user_agent=agent)
         except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
             seen.statuses.append((status, type(exc).__name__))
             return

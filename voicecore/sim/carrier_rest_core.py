@@ -1,6 +1,6 @@
 """Sans-I/O core of the carrier simulator's REST APIs: the requests that hang up or transfer a live call, as
 Twilio (the Calls resource), Telnyx (Call Control), Plivo (Call API) and Vonage (Voice API) take them, and
-the requests that place an outbound call (Twilio's Calls API, Plivo's Make Call).
+the requests that place an outbound call (Twilio's Calls API, Plivo's Make Call, Telnyx's TeXML Calls API).
 
 Owns: reading one HTTP request into the action it asks for, the carrier's authentication check (Telnyx's
 Bearer API key, Plivo's basic auth with the auth id in the path, Vonage's RS256 application JWT checked with
@@ -33,6 +33,7 @@ HANGUP = "hangup"
 TRANSFER = "transfer"
 CREATE = "create"  # a new outbound call (Twilio's Calls API, Plivo's Make Call)
 _PLIVO_CREATE_PATH = re.compile(r"^/v1/Account/([^/]+)/Call/$")
+_TELNYX_CREATE_PATH = re.compile(r"^/v2/texml/calls/([A-Za-z0-9_-]+)$")
 _TWILIO_CREATE_PATH = re.compile(r"^/2010-04-01/Accounts/(AC[0-9a-fA-F]{32})/Calls\.json$")
 _E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
 _TWILIO_PATH = re.compile(r"^/2010-04-01/Accounts/(AC[0-9a-fA-F]{32})/Calls/(CA[0-9a-fA-F]{32})\.json$")
@@ -98,6 +99,8 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, cred
         return _twilio_create(method, match.group(1), headers, body, credentials, new_call_sid)
     if match := _PLIVO_CREATE_PATH.match(path):
         return _plivo_create(method, match.group(1), headers, body, credentials, api_id, new_call_sid)
+    if match := _TELNYX_CREATE_PATH.match(path):
+        return _telnyx_create(method, match.group(1), headers, body, credentials, new_call_sid)
     if match := _TWILIO_PATH.match(path):
         return _twilio(method, match.group(1), match.group(2), headers, body, credentials, is_live)
     if match := _TELNYX_PATH.match(path):
@@ -179,6 +182,35 @@ def _twilio_create(method: str, account_sid: str, headers: Mapping[str, str], bo
 
 def _telnyx_error(status: int, code: str, title: str, **fields) -> RestOutcome:
     return _json(status, {"errors": [{"code": code, "title": title, "detail": title}]}, carrier="telnyx", **fields)
+
+
+def _telnyx_create(method: str, application_id: str, headers: Mapping[str, str], body: bytes,
+                   credentials: CarrierCredentials, new_call_sid: str) -> RestOutcome:
+    """``POST /v2/texml/calls/{application_id}`` (voicecore/carriers/telnyx/outbound.py): Bearer API key, JSON with
+    To, From, Url; answered with the flat call object (``call_sid`` a call_control_id, status queued)."""
+    if method != "POST":
+        return _telnyx_error(405, "10015", "Method not allowed", error="method")
+    expected = f"Bearer {credentials.telnyx_api_key}"
+    if not credentials.telnyx_api_key or not hmac.compare_digest(headers.get("authorization", ""), expected):
+        return _telnyx_error(401, "10009", "Authentication failed", error="auth")
+    data = _body_object(body)
+    if data is None:
+        return _telnyx_error(400, "10002", "Invalid JSON", error="body")
+    to, from_, url = data.get("To"), data.get("From"), data.get("Url", "")
+    if not isinstance(to, str) or not _E164.match(to) or not isinstance(from_, str) or not _E164.match(from_):
+        return _telnyx_error(422, "10004", "To and From must be E.164 numbers", error="number")
+    callback = data.get("StatusCallback", "")
+    for value in (url, callback):
+        if not isinstance(value, str) or (value and urllib.parse.urlsplit(value).scheme not in ("http", "https")):
+            return _telnyx_error(422, "10004", "Url and StatusCallback must be http(s) URLs", error="url")
+    if not url or data.get("Method", "POST") != "POST":
+        return _telnyx_error(422, "10004", "Url (POST) is required: no application URL is simulated", error="url")
+    events = data.get("StatusCallbackEvent", "")
+    call_sid = "v3:" + new_call_sid[2:]
+    placed = PlacedCallRequest(application_id, call_sid, to, from_, url, "", callback,
+                               tuple(events.split()) if isinstance(events, str) else (), "", False, carrier="telnyx")
+    return _json(200, {"call_sid": call_sid, "from": from_, "to": to, "status": "queued"}, carrier="telnyx",
+                 call_id=call_sid, action=CREATE, placed=placed)
 
 
 def _telnyx(method: str, call_id: str, action: str, headers: Mapping[str, str], body: bytes,
