@@ -105,7 +105,7 @@ def test_the_console_places_a_call_for_an_api_key_and_refuses_what_it_cannot_pla
             assert post({"to": "12", "from": "+46701234568"})[0] == 400
             assert post({"to": CALLEE})[0] == 400
             assert post({"to": CALLEE, "from": "+46701234568", "fields": {"1bad": "x"}})[0] == 400
-            assert post({"to": CALLEE, "from": "+46701234568", "carrier": "vonage"})[0] == 400
+            assert post({"to": CALLEE, "from": "+46701234568", "carrier": "bandwidth"})[0] == 400
             # a carrier this node has no credentials for: nothing is sent
             status, answer_plivo = post({"to": CALLEE, "from": "+46701234568", "carrier": "plivo"})
             assert status == 503 and "plivo_auth_id" in answer_plivo.get("error", json.dumps(answer_plivo))

@@ -1,7 +1,7 @@
-"""Outbound calls placed through Plivo's Make Call and Telnyx's TeXML Calls API, end to end: a stack with the
+"""Outbound calls placed through Plivo's Make Call, Telnyx's TeXML Calls API and Vonage's Create Call, end to end: a stack with the
 carrier and model simulators, two calls (a person and a voicemail) placed by voicecore/outbound/dial.py against
 the simulated carrier API, which rings, sends its status callbacks signed as the carrier signs them
-(X-Plivo-Signature-V3; Ed25519), and on answer POSTs the node's answer URL and opens the stream the answer
+(X-Plivo-Signature-V3; Ed25519; the signed-webhook JWT), and on answer POSTs the node's answer URL and opens the stream the answer
 names. Checked: each call answered, the agent heard on the person's call, the voicemail hung up through the
 carrier's API, and the final status of each call in the node's call store."""
 
@@ -20,12 +20,13 @@ pytestmark = pytest.mark.integration
 
 
 # what the simulated carrier sent, each answered 204 by the node: Plivo's ring_url and hangup_url; TeXML's events
-STATUSES = {"plivo": ["ringing", "completed"], "telnyx": ["initiated", "ringing", "in-progress", "completed"]}
-DIRECTION = {"plivo": "outbound", "telnyx": "outbound-api"}
+STATUSES = {"plivo": ["ringing", "completed"], "telnyx": ["initiated", "ringing", "in-progress", "completed"],
+            "vonage": ["initiated", "ringing", "in-progress", "completed"]}  # Vonage's started, ringing, answered, ...
+DIRECTION = {"plivo": "outbound", "telnyx": "outbound-api", "vonage": "outbound"}
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")
-@pytest.mark.parametrize("carrier", ["plivo", "telnyx"])
+@pytest.mark.parametrize("carrier", ["plivo", "telnyx", "vonage"])
 def test_a_placed_call_is_answered_the_agent_speaks_and_its_statuses_reach_the_store(tmp_path, carrier):
     records = tmp_path / "records"
     records.mkdir()

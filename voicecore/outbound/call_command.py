@@ -1,6 +1,6 @@
 """`voicecore call +E164`: place one call from a running node through the carrier's Calls API. Argument parsing,
-checks and output only; the request is voicecore/outbound/dial.py's (Twilio's Calls API, Plivo's Make Call or
-Telnyx's TeXML Calls API).
+checks and output only; the request is voicecore/outbound/dial.py's (Twilio's Calls API, Plivo's Make Call,
+Telnyx's TeXML Calls API or Vonage's Create Call).
 
 The node (`voicecore up`, reachable at its ``public_url``) answers the call when the callee picks up, and its
 agent (the node's) gets the call's ``--field`` values as placeholders. ``--agent DIR`` names the agent the node

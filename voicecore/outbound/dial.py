@@ -5,14 +5,17 @@ and saying what came of it. The request, the answer URL with the call's fields a
 are the carrier package's (voicecore/carriers/twilio/outbound.py: Twilio's Calls API; voicecore/carriers/plivo/
 outbound.py: Plivo's Make Call; voicecore/carriers/telnyx/outbound.py: Telnyx's TeXML Calls API). ``account_sid``
 and ``auth_token`` are the carrier's API credentials (Plivo: its auth id and auth token; Telnyx: the TeXML
-application id and the API key).
+application id and the API key; Vonage: the application id and its private key, which sign a JWT per request).
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlencode
 
 import h11
@@ -21,9 +24,11 @@ from voicecore import http_client
 from voicecore.outbound import call_fields
 from voicecore.carriers.plivo import outbound as plivo_outbound
 from voicecore.carriers.telnyx import outbound as telnyx_outbound
+from voicecore.carriers.vonage import outbound as vonage_outbound
+from voicecore.carriers.vonage import rest as vonage_rest
 from voicecore.carriers.twilio import outbound as twilio_outbound
 
-CARRIERS = ("twilio", "plivo", "telnyx")
+CARRIERS = ("twilio", "plivo", "telnyx", "vonage")
 RETRY_DELAY_S = 1.0
 STATUS_CALLBACK_PATH = "/twilio/call-status"
 VOICE_PATH = "/twilio/voice"
@@ -34,7 +39,7 @@ TELNYX_VOICE_PATH = "/telnyx/voice"
 @dataclass(frozen=True, slots=True)
 class Credentials:
     api_base: str
-    account_sid: str  # Twilio: the AccountSid; Plivo: the auth id; Telnyx: the TeXML application id
+    account_sid: str  # Twilio: the AccountSid; Plivo: the auth id; Telnyx: the TeXML application id; Vonage: the application id
     auth_token: str
 
 
@@ -46,6 +51,9 @@ def credentials(config, carrier: str) -> Credentials:
     elif carrier == "twilio":
         found = Credentials(config.twilio_api_base, config.twilio_account_sid, config.twilio_auth_token)
         names = ("twilio_account_sid", "twilio_auth_token")
+    elif carrier == "vonage":
+        found = Credentials(config.vonage_api_base, config.vonage_application_id, vonage_private_key(config))
+        names = ("vonage_application_id", "vonage_private_key")
     elif carrier == "telnyx":
         found = Credentials(config.telnyx_api_base, config.telnyx_texml_application_id, config.telnyx_api_key)
         names = ("telnyx_texml_application_id", "telnyx_api_key")
@@ -56,6 +64,18 @@ def credentials(config, carrier: str) -> Credentials:
             raise ValueError(f"{name} is not set (VOICECORE_{name.upper()}): {carrier}'s API needs {names[0]} and "
                              f"{names[1]}")
     return found
+
+
+def vonage_private_key(config) -> str:
+    """vonage_private_key as PEM text: the setting itself, or the file it names; ValueError for a file that
+    cannot be read."""
+    value = config.vonage_private_key
+    if not value or value.lstrip().startswith("-----BEGIN"):
+        return value
+    try:
+        return Path(value).read_text()
+    except OSError as exc:
+        raise ValueError(f"vonage_private_key: cannot read {value} ({type(exc).__name__})") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +111,14 @@ async def place_call(*, node_url: str, api_base: str, account_sid: str, auth_tok
             url=base + TELNYX_VOICE_PATH + "?" + urlencode(call_fields.parameters_for(to, fields or {})),
             status_callback=base + telnyx_outbound.STATUS_PATH, base_url=api_base)
         parse = telnyx_outbound.parse_place_call_response
+    elif carrier == "vonage":
+        if machine_detection:
+            raise ValueError("machine detection is asked of Twilio only")
+        token = vonage_rest.application_jwt(account_sid, auth_token, time.time(), secrets.token_hex(16))
+        request = vonage_outbound.place_call_request(
+            token, to, from_, answer_url=vonage_outbound.answer_url(base + vonage_outbound.ANSWER_PATH, to, fields or {}),
+            event_url=base + vonage_outbound.EVENT_PATH, base_url=api_base)
+        parse = vonage_outbound.parse_place_call_response
     else:
         request = twilio_outbound.place_call_request(
             account_sid, auth_token, to, from_, url=twilio_outbound.answer_url(base + VOICE_PATH, to, fields or {}),

@@ -91,7 +91,7 @@ def answer_note(path: Path) -> dict | None:
 async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path,
                          carrier: str = "twilio") -> dict:
     """``carrier``: whose API places the calls (twilio: the Calls API; plivo: Make Call, its answer XML's stream
-    and its ring and hang-up callbacks; telnyx: the TeXML Calls API)."""
+    and its ring and hang-up callbacks; telnyx: the TeXML Calls API; vonage: Create Call)."""
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exceptions)
@@ -106,6 +106,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         base = dataclasses.replace(base, plivo_auth_token=credentials.plivo_auth_token)
     if carrier == "telnyx":  # ... and Telnyx's with the public half of the simulator's webhook key
         base = dataclasses.replace(base, telnyx_public_key=credentials.stack_settings()["telnyx_public_key"])
+    if carrier == "vonage":  # ... and Vonage's with the signature secret of its signed webhooks
+        base = dataclasses.replace(base, vonage_signature_secret=credentials.vonage_signature_secret)
     kinds = callee_kinds(calls)
     for index, kind in enumerate(kinds):
         rest.callees[callee_number(index)] = kind
@@ -126,6 +128,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         account_sid, api_token = credentials.plivo_auth_id, credentials.plivo_auth_token
     if carrier == "telnyx":
         account_sid, api_token = "1684641123236054244", credentials.telnyx_api_key  # a TeXML application's id
+    if carrier == "vonage":
+        account_sid, api_token = credentials.vonage_application_id, credentials.vonage_private_key
     stack = Stack(config)
     own_arenas: set[str] = set()
     placed: list[dial.Placed] = []

@@ -18,6 +18,7 @@ Must not know: what is checked and answered (voicecore/sim/carrier_rest_core.py)
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 import urllib.parse
@@ -30,6 +31,7 @@ import h11
 from voicecore import http_client
 from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.telnyx import protocol as telnyx
+from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.twilio.signature import compute_signature
 from voicecore.sim import callee_core
 from voicecore.sim.callee_core import callee_seed
@@ -191,9 +193,12 @@ class CarrierRestServer:
                 audio = callee_core.callee_audio(plan, spoken, reply)
                 seen.beep_at_ms = audio.beep_at_ms
             plivo_call = placed.carrier == "plivo"
+            vonage_call = placed.carrier == "vonage"
             for step in callee_core.status_steps(plan, self.ring_ms):
                 await asyncio.sleep(max(0.0, started + step.at_ms / 1000 - loop.time()))
-                if plivo_call:
+                if vonage_call:  # every step is an event, the answer included
+                    await self._vonage_event(seen, step.status)
+                elif plivo_call:
                     # Plivo tells a ring (ring_url) and the hang-up (hangup_url); its answer is the answer_url's POST
                     if step.status not in ("initiated", "in-progress"):
                         await self._plivo_status(seen, step.status)
@@ -203,11 +208,17 @@ class CarrierRestServer:
             if audio is None:
                 return
             answered_at = loop.time()
-            if "answered" in placed.status_events:
+            if "answered" in placed.status_events and not vonage_call:
                 await self._status(seen, "in-progress", sequence)
                 sequence += 1
             script = CallScript(duration_ms=len(audio.audio) // 8, utterances=((0, audio.audio),), bargein_at_ms=(),
                                 from_number=placed.from_, to_number=placed.to)
+            if vonage_call:
+                seen.result = await place_mode_call("", self.credentials, script, carrier="vonage",
+                                                    call_sid=placed.call_sid, account_sid=placed.account_sid,
+                                                    keep_audio=False, rest=self, answer_url=placed.url)
+                await self._vonage_event(seen, "completed", duration_s=round(loop.time() - answered_at))
+                return
             if placed.carrier == "telnyx":
                 seen.result = await place_mode_call("", self.credentials, script, carrier="telnyx",
                                                     call_sid=placed.call_sid, account_sid=placed.account_sid,
@@ -254,6 +265,31 @@ class CarrierRestServer:
             agent = "TwilioProxy/1.1"
         try:
             code, _body = await http_client.send("POST", placed.status_callback, headers, body, user_agent=agent)
+        except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
+            seen.statuses.append((status, type(exc).__name__))
+            return
+        seen.statuses.append((status, code))
+
+    async def _vonage_event(self, seen: OutboundCallSeen, status: str, duration_s: int | None = None) -> None:
+        """One event webhook (JSON to event_url), signed as a signed-webhook application's are (the JWT with the
+        body's payload_hash, HS256 with the signature secret)."""
+        placed = seen.placed
+        if not placed.status_callback:
+            return
+        vonage_status = {"initiated": "started", "in-progress": "answered", "no-answer": "timeout"}.get(status, status)
+        event: dict[str, object] = {"uuid": placed.call_sid, "conversation_uuid": "CON-" + placed.call_sid,
+                                    "status": vonage_status, "direction": "outbound", "from": placed.from_[1:],
+                                    "to": placed.to[1:], "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())}
+        if duration_s is not None:
+            event["duration"] = str(duration_s)
+        body = json.dumps(event).encode()
+        authorization = vonage.sign_webhook(body, self.credentials.vonage_signature_secret, int(time.time()),
+                                            secrets.token_hex(8), api_key=self.credentials.vonage_api_key,
+                                            application_id=placed.account_sid)
+        headers = (("Content-Type", "application/json"), ("Authorization", authorization))
+        try:
+            code, _body = await http_client.send("POST", placed.status_callback, headers, body,
+                                                 user_agent="Vonage-Voice/1.0")
         except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
             seen.statuses.append((status, type(exc).__name__))
             return

@@ -1,6 +1,6 @@
 """Sans-I/O core of the carrier simulator's REST APIs: the requests that hang up or transfer a live call, as
 Twilio (the Calls resource), Telnyx (Call Control), Plivo (Call API) and Vonage (Voice API) take them, and
-the requests that place an outbound call (Twilio's Calls API, Plivo's Make Call, Telnyx's TeXML Calls API).
+the requests that place an outbound call (Twilio's Calls API, Plivo's Make Call, Telnyx's TeXML Calls API, Vonage's Create Call).
 
 Owns: reading one HTTP request into the action it asks for, the carrier's authentication check (Telnyx's
 Bearer API key, Plivo's basic auth with the auth id in the path, Vonage's RS256 application JWT checked with
@@ -33,6 +33,7 @@ HANGUP = "hangup"
 TRANSFER = "transfer"
 CREATE = "create"  # a new outbound call (Twilio's Calls API, Plivo's Make Call)
 _PLIVO_CREATE_PATH = re.compile(r"^/v1/Account/([^/]+)/Call/$")
+_VONAGE_CREATE_PATH = re.compile(r"^/v1/calls/?$")
 _TELNYX_CREATE_PATH = re.compile(r"^/v2/texml/calls/([A-Za-z0-9_-]+)$")
 _TWILIO_CREATE_PATH = re.compile(r"^/2010-04-01/Accounts/(AC[0-9a-fA-F]{32})/Calls\.json$")
 _E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
@@ -99,6 +100,8 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, cred
         return _twilio_create(method, match.group(1), headers, body, credentials, new_call_sid)
     if match := _PLIVO_CREATE_PATH.match(path):
         return _plivo_create(method, match.group(1), headers, body, credentials, api_id, new_call_sid)
+    if _VONAGE_CREATE_PATH.match(path):
+        return _vonage_create(method, headers, body, credentials, now_s, new_call_sid)
     if match := _TELNYX_CREATE_PATH.match(path):
         return _telnyx_create(method, match.group(1), headers, body, credentials, new_call_sid)
     if match := _TWILIO_PATH.match(path):
@@ -309,6 +312,48 @@ def _plivo(method: str, auth_id: str, call_uuid: str, headers: Mapping[str, str]
         return RestOutcome(204, b"", JSON, carrier="plivo", call_id=call_uuid, action=action)
     return _json(202, {"api_id": api_id, "message": "call transferred"}, carrier="plivo", call_id=call_uuid,
                  action=action, target=target)
+
+
+def _vonage_create(method: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,
+                   now_s: float, new_call_sid: str) -> RestOutcome:
+    """``POST /v1/calls`` (voicecore/carriers/vonage/outbound.py): the application JWT, JSON with a phone ``to``
+    and ``from`` (E.164 digits), ``answer_url`` (an array of one URL, POST); answered 201 ``{"uuid", "status":
+    "started", "direction": "outbound", "conversation_uuid"}``, or a problem object."""
+    def problem(status: int, title: str, why: str) -> RestOutcome:
+        return RestOutcome(status, json.dumps({"type": "https://developer.nexmo.com/api-errors", "title": title,
+                                               "detail": title}).encode(), "application/problem+json",
+                           carrier="vonage", error=why)
+
+    if method != "POST":
+        return problem(405, "Method not allowed", "method")
+    if not _vonage_jwt_ok(headers.get("authorization", ""), credentials, now_s):
+        return problem(401, "Unauthorized", "auth")
+    data = _body_object(body)
+    if data is None:
+        return problem(400, "Invalid JSON", "body")
+    to, from_ = data.get("to"), data.get("from")
+    first = to[0] if isinstance(to, list) and len(to) == 1 and isinstance(to[0], dict) else {}
+    numbers = []
+    for endpoint in (first, from_ if isinstance(from_, dict) else {}):
+        number = endpoint.get("number")
+        if endpoint.get("type") != "phone" or not isinstance(number, str) or not _E164.match("+" + number):
+            return problem(400, "Bad Request: to and from must be phone endpoints", "number")
+        numbers.append("+" + number)
+    urls = []
+    for key in ("answer_url", "event_url"):
+        value = data.get(key, [])
+        if (not isinstance(value, list) or len(value) > 1 or not all(isinstance(u, str) for u in value)
+                or any(urllib.parse.urlsplit(u).scheme not in ("http", "https") for u in value)):
+            return problem(400, f"Bad Request: {key} must be an array of one URL", key)
+        urls.append(value[0] if value else "")
+    if not urls[0] or any(data.get(key, "POST") != "POST" for key in ("answer_method", "event_method")):
+        return problem(400, "Bad Request: answer_url (POST) is required", "answer_url")
+    call_uuid = plivo_uuid(new_call_sid)
+    placed = PlacedCallRequest(credentials.vonage_application_id, call_uuid, numbers[0], numbers[1], urls[0], "",
+                               urls[1], ("started", "ringing", "answered", "completed"), "", False, carrier="vonage")
+    return _json(201, {"uuid": call_uuid, "status": "started", "direction": "outbound",
+                       "conversation_uuid": "CON-" + plivo_uuid(new_call_sid[::-1])},
+                 carrier="vonage", call_id=call_uuid, action=CREATE, placed=placed)
 
 
 def _vonage(method: str, call_uuid: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,

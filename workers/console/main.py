@@ -540,7 +540,7 @@ class Console:
     async def place_call(self, request: Request) -> Response:
         """``POST /api/calls`` (an API key or a session): place one outbound call from this node through the
         carrier's API (voicecore/outbound/call_command.py). Body: {"to", "from", "fields"?, "carrier"? (twilio, the
-        default, plivo or telnyx)}; 201 with the
+        default, plivo, telnyx or vonage)}; 201 with the
         call's sid, 400 for a body that cannot be placed, 503 when the node has no carrier account to place with,
         502 when the carrier refused."""
         from voicecore.outbound import dial
