@@ -65,11 +65,12 @@ def test_vonages_statuses_map_onto_the_stores(vonage_status, stored, sequence):
 
 
 def test_an_event_that_is_no_call_status_is_passed_over_and_a_bad_one_refused():
-    assert outbound.parse_event({"uuid": CALL, "status": "human"}) is None
+    assert outbound.parse_event({"uuid": CALL, "status": "human", "direction": "outbound"}) is None
+    assert outbound.parse_event({"uuid": CALL, "status": "answered", "direction": "inbound"}) is None
     assert outbound.parse_event({"event": "websocket:connected"}) is None
     for bad in ({"uuid": "x", "status": "busy"}, {"uuid": CALL, "status": "completed", "duration": "-"}):
         with pytest.raises(WebhookError):
-            outbound.parse_event(bad)
+            outbound.parse_event(bad | {"direction": "outbound"})
 
 
 def _signed(target: str, fields: dict, secret: str = SECRET):
@@ -86,7 +87,7 @@ def test_a_signed_event_is_a_call_status_for_the_store():
     assert (request.call_status.call_sid, request.call_status.status) == (CALL, "busy")
     forged, _settings = _signed(outbound.EVENT_PATH, {"uuid": CALL, "status": "busy"}, secret="other" * 8)
     assert isinstance(forged, Refusal) and forged.status == 403
-    other, _settings = _signed(outbound.EVENT_PATH, {"uuid": CALL, "status": "human"})
+    other, _settings = _signed(outbound.EVENT_PATH, {"uuid": CALL, "status": "answered", "direction": "inbound"})
     assert isinstance(other, AnswerRequest) and other.call_status is None
 
 

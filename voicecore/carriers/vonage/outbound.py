@@ -123,10 +123,11 @@ class CallStatusEvent:
 
 
 def parse_event(event: Mapping[str, object]) -> CallStatusEvent | None:
-    """An event webhook's call status as the store keeps it; None for an event that is no call status (a
-    stream's, a transfer's, a machine-detection result); WebhookError for one that names no call."""
+    """An event webhook's call status as the store keeps it, for a call we placed (``direction`` outbound); None
+    for an inbound call's and for an event that is no call status (a stream's, a transfer's, a machine-detection
+    result); WebhookError for one that names no call."""
     status = STATUS_NAMES.get(event.get("status")) if isinstance(event.get("status"), str) else None
-    if status is None:
+    if status is None or event.get("direction") != "outbound":
         return None
     uuid = event.get("uuid")
     if not isinstance(uuid, str) or not _UUID.match(uuid):
@@ -136,6 +137,5 @@ def parse_event(event: Mapping[str, object]) -> CallStatusEvent | None:
         duration = int(duration)
     if duration is not None and not (isinstance(duration, int) and duration >= 0):
         raise WebhookError("duration is not a number")
-    direction = event.get("direction")
-    return CallStatusEvent(uuid, status, direction if isinstance(direction, str) else "", "",
+    return CallStatusEvent(uuid, status, "outbound", "",
                            _SEQUENCE.get(status, _FINAL_SEQUENCE), duration)
