@@ -187,7 +187,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return fail(str(exc))
     try:
-        found = dial.credentials(config, args.carrier)
+        api = dial.credentials(config, args.carrier)
     except ValueError as exc:
         return fail(str(exc))
     url = database_url_for(config)
@@ -219,8 +219,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"{'resuming' if resumed else 'starting'} campaign {name!r}: {len(callees)} callee(s), concurrency "
                   f"{settings.concurrency}, from {', '.join(settings.from_numbers)}", file=sys.stderr)
-        carrier = Carrier(node_url=config.base_url, api_base=found.api_base, account_sid=found.account_sid,
-                          auth_token=found.auth_token, carrier=args.carrier, machine_detection=args.machine_detection)
+        carrier = Carrier(node_url=config.base_url, api_base=api.api_base, account_sid=api.account_sid,
+                          auth_token=api.auth_token, carrier=args.carrier, machine_detection=args.machine_detection)
         run = CampaignRun(store, campaign_id, name, settings, carrier, call_timeout_s=args.call_timeout,
                           progress=None if args.json else Progress(len(callees)), resumed=resumed)
         try:
