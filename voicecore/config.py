@@ -101,6 +101,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("twilio_api_base", str, "https://api.twilio.com", "base URL of Twilio's REST API (hang up, transfer); tests point it at a local fake"),
     Setting("telnyx_api_key", str, "", "Telnyx: the API key (Authorization: Bearer) of the Call Control hangup and transfer commands that end a Telnyx call; empty: a Telnyx call's agent cannot hang up or transfer through the API (logged; the gateway closes the stream instead)"),
     Setting("telnyx_api_base", str, "https://api.telnyx.com", "base URL of Telnyx's API (POST /v2/calls/{call_control_id}/actions/hangup|transfer); tests point it at the carrier simulator"),
+    Setting("telnyx_texml_application_id", str, "", "Telnyx: the TeXML application (its connection id) that outbound calls are placed with (POST /v2/texml/calls/{id}, with telnyx_api_key); empty: voicecore call --carrier telnyx refuses"),
     Setting("plivo_auth_id", str, "", "Plivo: the auth ID (MA... or SA...) that, with plivo_auth_token, authenticates the Call API requests that hang up or transfer a Plivo call (a transfer fetches <Dial> from our /plivo/transfer); empty: a Plivo call's agent cannot hang up or transfer through the API (logged; the gateway closes the stream instead)"),
     Setting("plivo_api_base", str, "https://api.plivo.com", "base URL of Plivo's API (DELETE|POST /v1/Account/{auth_id}/Call/{call_uuid}/); tests point it at the carrier simulator"),
     Setting("vonage_application_id", str, "", "Vonage: the application id whose JWT (RS256, with vonage_private_key) authenticates PUT /v1/calls/{uuid} to hang up or transfer a Vonage call; empty: a Vonage call's agent cannot hang up or transfer through the API (logged; the gateway closes the stream instead)"),
@@ -195,6 +196,7 @@ class Config:
     twilio_api_base: str
     telnyx_api_key: str
     telnyx_api_base: str
+    telnyx_texml_application_id: str
     plivo_auth_id: str
     plivo_api_base: str
     vonage_application_id: str

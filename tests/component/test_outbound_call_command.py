@@ -105,6 +105,10 @@ def test_the_console_places_a_call_for_an_api_key_and_refuses_what_it_cannot_pla
             assert post({"to": "12", "from": "+46701234568"})[0] == 400
             assert post({"to": CALLEE})[0] == 400
             assert post({"to": CALLEE, "from": "+46701234568", "fields": {"1bad": "x"}})[0] == 400
+            assert post({"to": CALLEE, "from": "+46701234568", "carrier": "bandwidth"})[0] == 400
+            # a carrier this node has no credentials for: nothing is sent
+            status, answer_plivo = post({"to": CALLEE, "from": "+46701234568", "carrier": "plivo"})
+            assert status == 503 and "plivo_auth_id" in answer_plivo.get("error", json.dumps(answer_plivo))
         finally:
             console.stop()
     finally:
@@ -113,3 +117,47 @@ def test_the_console_places_a_call_for_an_api_key_and_refuses_what_it_cannot_pla
     assert [s.placed.call_sid for s in seen] == [answer["call_sid"]]
     assert dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(seen[0].placed.url).query))["field.first_name"] == "Anna"
     assert [status for status, _result in seen[0].statuses] == ["initiated", "failed"]
+
+
+PLIVO_AUTH_ID = "MA" + "ABCDEFGHIJ01234567"
+
+
+def test_a_plivo_call_is_placed_with_make_call_and_its_ring_and_hangup_come_to_the_node():
+    async def run():
+        credentials = dataclasses.replace(generate_credentials("tok"), plivo_auth_id=PLIVO_AUTH_ID)
+        async with CarrierRestServer(credentials) as rest:
+            rest.callees[CALLEE] = "busy"
+            rest.ring_ms = 40
+            config = dataclasses.replace(load_config({}, None), plivo_api_base=rest.base_url,
+                                         plivo_auth_id=PLIVO_AUTH_ID, plivo_auth_token=credentials.plivo_auth_token,
+                                         public_url="http://127.0.0.1:9")  # nobody listens: callbacks fail
+            outcome = await place(config, CALLEE, "+46701234568", {"first_name": "Anna"}, carrier="plivo")
+            await asyncio.sleep(0.05)
+            await rest.wait_outbound(5.0)
+            return outcome, rest.outbound, rest.requests
+
+    outcome, placed, requests = asyncio.run(run())
+    assert outcome["ok"] and outcome["carrier"] == "plivo" and outcome["status"] == "queued"
+    assert requests[0].path == f"/v1/Account/{PLIVO_AUTH_ID}/Call/" and requests[0].outcome.status == 201
+    call = placed[0].placed
+    assert (call.carrier, call.call_sid) == ("plivo", outcome["call_sid"])
+    assert call.status_callback == call.ring_url == "http://127.0.0.1:9/plivo/call-status"
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(call.url).query))
+    assert urllib.parse.urlsplit(call.url).path == "/plivo/voice"
+    assert query == {"direction": "outbound", "callee": CALLEE, "field.first_name": "Anna"}
+    # busy: Plivo's ring, then its hang-up with CallStatus busy, each tried against the (down) node
+    assert [status for status, _result in placed[0].statuses] == ["ringing", "busy"]
+
+
+def test_the_command_refuses_a_plivo_call_without_plivos_credentials(capsys, monkeypatch):
+    monkeypatch.delenv("VOICECORE_PLIVO_AUTH_ID", raising=False)
+    assert cli.main(["call", CALLEE, "--from", "+46701234568", "--carrier", "plivo"]) == 2
+    assert "plivo_auth_id is not set" in capsys.readouterr().err
+    monkeypatch.delenv("VOICECORE_TELNYX_TEXML_APPLICATION_ID", raising=False)
+    assert cli.main(["call", CALLEE, "--from", "+46701234568", "--carrier", "telnyx"]) == 2
+    assert "telnyx_texml_application_id is not set" in capsys.readouterr().err
+    monkeypatch.setenv("VOICECORE_PLIVO_AUTH_ID", PLIVO_AUTH_ID)
+    monkeypatch.setenv("VOICECORE_PLIVO_AUTH_TOKEN", "tok")
+    assert cli.main(["call", CALLEE, "--from", "+46701234568", "--carrier", "plivo",
+                     "--machine-detection", "Enable"]) == 2
+    assert "Twilio only" in capsys.readouterr().err

@@ -70,11 +70,11 @@ def test_a_carrier_is_served_only_with_its_secret():
     assert SETTINGS.enabled() == cc.CARRIERS
     only_plivo = cc.CarrierSettings(plivo_auth_token="t", exotel_username="u")  # Exotel needs both
     assert only_plivo.enabled() == (cc.PLIVO,)
-    # the transfer's <Dial> (REST) and the re-attach step's <Redirect>
-    assert set(cc.routes((cc.PLIVO,))) == {"/plivo/voice", "/plivo/transfer", "/plivo/reattach"}
+    # the transfer's <Dial> (REST), the re-attach step's <Redirect> and a placed call's ring and hang-up
+    assert set(cc.routes((cc.PLIVO,))) == {"/plivo/voice", "/plivo/transfer", "/plivo/reattach", "/plivo/call-status"}
     assert cc.stream_paths((cc.PLIVO, cc.VONAGE)) == {"/plivo/stream": cc.PLIVO, "/vonage/stream": cc.VONAGE}
-    assert set(cc.routes(cc.CARRIERS)) == {"/telnyx/voice", "/telnyx/reattach", "/plivo/voice", "/plivo/transfer",
-                                           "/plivo/reattach", "/vonage/answer", "/vonage/event", "/exotel/voice"}
+    assert set(cc.routes(cc.CARRIERS)) == {"/telnyx/voice", "/telnyx/reattach", "/telnyx/call-status", "/plivo/voice", "/plivo/transfer",
+                                           "/plivo/reattach", "/plivo/call-status", "/vonage/answer", "/vonage/event", "/exotel/voice"}
 
 
 def test_settings_come_from_the_config_and_are_checked():

@@ -1,5 +1,6 @@
 """`voicecore call +E164`: place one call from a running node through the carrier's Calls API. Argument parsing,
-checks and output only; the request is voicecore/outbound/dial.py's (Twilio's Calls API).
+checks and output only; the request is voicecore/outbound/dial.py's (Twilio's Calls API, Plivo's Make Call,
+Telnyx's TeXML Calls API or Vonage's Create Call).
 
 The node (`voicecore up`, reachable at its ``public_url``) answers the call when the callee picks up, and its
 agent (the node's) gets the call's ``--field`` values as placeholders. ``--agent DIR`` names the agent the node
@@ -46,13 +47,10 @@ def parse_fields(pairs: list[str]) -> dict[str, str]:
 
 async def place(config, number: str, from_number: str, fields: dict[str, str], carrier: str = "twilio",
                 machine_detection: str = "") -> dict:
-    """Place the call as ``config`` says (node URL, API base, account SID and auth token): the outcome as a dict."""
-    if not config.twilio_account_sid:
-        raise ValueError("twilio_account_sid is not set (VOICECORE_TWILIO_ACCOUNT_SID): the Calls API needs it")
-    if not config.twilio_auth_token:
-        raise ValueError("twilio_auth_token is not set: the Calls API needs it")
-    placed = await dial.place_call(node_url=config.base_url, api_base=config.twilio_api_base,
-                                   account_sid=config.twilio_account_sid, auth_token=config.twilio_auth_token,
+    """Place the call as ``config`` says (node URL, the carrier's API base and credentials): the outcome as a dict."""
+    found = dial.credentials(config, carrier)
+    placed = await dial.place_call(node_url=config.base_url, api_base=found.api_base,
+                                   account_sid=found.account_sid, auth_token=found.auth_token,
                                    to=number, from_=from_number, fields=fields, carrier=carrier,
                                    machine_detection=machine_detection)
     return {"ok": placed.ok, "call_sid": placed.call_sid, "status": placed.status, "error": placed.error,

@@ -8,15 +8,20 @@ text's ``{name}`` placeholders (``{callee}`` and each field). Pure: no carrier, 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import re
+from urllib.parse import parse_qsl, urlencode
 from collections.abc import Iterable, Mapping
 
 DIRECTION = "direction"
 OUTBOUND = "outbound"
 CALLEE = "callee"
 FIELD_PREFIX = "field."
+# One parameter holding all the others, for a carrier whose stream headers take only [A-Za-z0-9_-] (Plivo's
+# extraHeaders): the URL-encoded parameters in unpadded URL-safe base64.
+PACKED = "outbound_call"
 MAX_FIELDS = 20
 MAX_FIELD_CHARS = 200
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")
@@ -43,10 +48,29 @@ def parameters_for(callee: str, fields: Mapping[str, str]) -> list[tuple[str, st
     return [(DIRECTION, OUTBOUND), (CALLEE, callee)] + [(FIELD_PREFIX + k, v) for k, v in check_fields(fields).items()]
 
 
+def pack(parameters: Iterable[tuple[str, str]]) -> str:
+    """``parameters`` as one value of [A-Za-z0-9_-] (see PACKED)."""
+    return base64.urlsafe_b64encode(urlencode(list(parameters)).encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def unpack(value: str) -> list[tuple[str, str]]:
+    """The parameters :func:`pack` made; [] for a value that is not one."""
+    try:
+        text = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode("utf-8")
+        return parse_qsl(text, keep_blank_values=True, strict_parsing=True, max_num_fields=MAX_FIELDS + 2)
+    except ValueError:  # binascii.Error and UnicodeDecodeError included
+        return []
+
+
 def kept_parameters(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
     """Of ``pairs`` (as a request brought them), the outbound call's parameters; () when they do not say
-    outbound. Unknown names and malformed values are dropped, never passed on."""
-    pairs = list(pairs)[: MAX_FIELDS + 2]
+    outbound. Unknown names and malformed values are dropped, never passed on. A PACKED pair (found by name
+    whatever its case: a carrier may change it) stands for the parameters it holds."""
+    pairs = list(pairs)
+    packed = next((value for name, value in pairs if isinstance(name, str) and name.lower() == PACKED), None)
+    if packed is not None:
+        pairs = unpack(packed)
+    pairs = pairs[: MAX_FIELDS + 2]
     values = dict(pairs)
     if values.get(DIRECTION) != OUTBOUND:
         return ()
@@ -57,6 +81,15 @@ def kept_parameters(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], 
             if name.startswith(FIELD_PREFIX) and FIELD_NAME.match(name[len(FIELD_PREFIX):])
             and len(value) <= MAX_FIELD_CHARS]
     return tuple(out)
+
+
+def from_query(query: str) -> tuple[tuple[str, str], ...]:
+    """The outbound call's parameters an answer URL's query carries (() for an inbound call's)."""
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, max_num_fields=MAX_FIELDS + 2)
+    except ValueError:
+        return ()
+    return kept_parameters(pairs)
 
 
 def call_fields(parameters: Iterable[tuple[str, str]]) -> tuple[str, str, dict[str, str]]:

@@ -9,6 +9,8 @@ import json
 import sys
 from typing import Any
 
+from voicecore.outbound import dial
+
 
 def register(sub: Any) -> None:
     """Add ``campaign`` with its subcommands to the ``voicecore`` parser's subparsers."""
@@ -51,6 +53,7 @@ def register(sub: Any) -> None:
     run.add_argument("--name", metavar="NAME", help="the campaign's name in the store (default: the file's name without .csv)")
     run.add_argument("--call-timeout", dest="call_timeout", type=float, default=7200.0, metavar="SECONDS",
                      help="the longest a placed call may go without its final status callback (then: failed)")
+    run.add_argument("--carrier", default="twilio", choices=dial.CARRIERS, help="the carrier to place the calls with")
     run.add_argument("--machine-detection", dest="machine_detection", choices=("Enable", "DetectMessageEnd"), default="",
                      help="also ask the carrier for its answering-machine detection (Twilio AMD, async)")
     run.add_argument("--json", action="store_true", help="print the result as JSON (no progress bar)")
@@ -183,9 +186,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         config = load_config(os.environ, args.config)
     except ConfigError as exc:
         return fail(str(exc))
-    if not config.twilio_account_sid or not config.twilio_auth_token:
-        return fail("twilio_account_sid and twilio_auth_token must be set (VOICECORE_TWILIO_ACCOUNT_SID, "
-                    "VOICECORE_TWILIO_AUTH_TOKEN): the Calls API needs them")
+    try:
+        api = dial.credentials(config, args.carrier)
+    except ValueError as exc:
+        return fail(str(exc))
     url = database_url_for(config)
     if not url:
         return fail("the node has no call store (set database_url or record_dir): a campaign's state and its calls' "
@@ -215,9 +219,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"{'resuming' if resumed else 'starting'} campaign {name!r}: {len(callees)} callee(s), concurrency "
                   f"{settings.concurrency}, from {', '.join(settings.from_numbers)}", file=sys.stderr)
-        carrier = Carrier(node_url=config.base_url, api_base=config.twilio_api_base,
-                          account_sid=config.twilio_account_sid, auth_token=config.twilio_auth_token,
-                          machine_detection=args.machine_detection)
+        carrier = Carrier(node_url=config.base_url, api_base=api.api_base, account_sid=api.account_sid,
+                          auth_token=api.auth_token, carrier=args.carrier, machine_detection=args.machine_detection)
         run = CampaignRun(store, campaign_id, name, settings, carrier, call_timeout_s=args.call_timeout,
                           progress=None if args.json else Progress(len(callees)), resumed=resumed)
         try:

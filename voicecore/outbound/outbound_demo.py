@@ -88,7 +88,10 @@ def answer_note(path: Path) -> dict | None:
     return next((e for e in entries if e.get("k") == "note" and e.get("what") == "answer"), None)
 
 
-async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path) -> dict:
+async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path,
+                         carrier: str = "twilio") -> dict:
+    """``carrier``: whose API places the calls (twilio: the Calls API; plivo: Make Call, its answer XML's stream
+    and its ring and hang-up callbacks; telnyx: the TeXML Calls API; vonage: Create Call)."""
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exceptions)
@@ -99,6 +102,12 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     await rest.__aenter__()
     names = {f.name for f in dataclasses.fields(base)}
     base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
+    if carrier == "plivo":  # the node serves Plivo's webhooks and stream only with its auth token
+        base = dataclasses.replace(base, plivo_auth_token=credentials.plivo_auth_token)
+    if carrier == "telnyx":  # ... and Telnyx's with the public half of the simulator's webhook key
+        base = dataclasses.replace(base, telnyx_public_key=credentials.stack_settings()["telnyx_public_key"])
+    if carrier == "vonage":  # ... and Vonage's with the signature secret of its signed webhooks
+        base = dataclasses.replace(base, vonage_signature_secret=credentials.vonage_signature_secret)
     kinds = callee_kinds(calls)
     for index, kind in enumerate(kinds):
         rest.callees[callee_number(index)] = kind
@@ -114,7 +123,13 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     sim_config = dataclasses.replace(demo_sim_config(), caller_phrases=tuple(phrases))
     sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir))
-    account_sid = "AC" + secrets.token_hex(16)
+    account_sid, api_token = "AC" + secrets.token_hex(16), credentials.twilio_auth_token
+    if carrier == "plivo":
+        account_sid, api_token = credentials.plivo_auth_id, credentials.plivo_auth_token
+    if carrier == "telnyx":
+        account_sid, api_token = "1684641123236054244", credentials.telnyx_api_key  # a TeXML application's id
+    if carrier == "vonage":
+        account_sid, api_token = credentials.vonage_application_id, credentials.vonage_private_key
     stack = Stack(config)
     own_arenas: set[str] = set()
     placed: list[dial.Placed] = []
@@ -125,13 +140,14 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         started = time.monotonic()
         placed = list(await asyncio.gather(*(
             dial.place_call(node_url=config.base_url, api_base=rest.base_url, account_sid=account_sid,
-                            auth_token=credentials.twilio_auth_token, to=callee_number(index), from_=FROM_NUMBER,
-                            fields={"first_name": f"Callee{index}", "reason": "your appointment"})
+                            auth_token=api_token, to=callee_number(index), from_=FROM_NUMBER,
+                            fields={"first_name": f"Callee{index}", "reason": "your appointment"}, carrier=carrier)
             for index in range(calls))))
         await asyncio.sleep(0.1)  # the simulator's call tasks begin after its answer was sent
         await rest.wait_outbound(CALL_WAIT_S)
         wall_s = time.monotonic() - started
-        answered_sids = [seen.placed.call_sid for seen in rest.outbound if seen.plan.answered]
+        # a call's record goes by the id its stream named (Plivo: the CallUUID, not Make Call's request_uuid)
+        answered_sids = [seen.call_uuid or seen.placed.call_sid for seen in rest.outbound if seen.plan.answered]
         await asyncio.to_thread(wait_for_records, record_dir, answered_sids)
     finally:
         await asyncio.to_thread(stack.stop)
@@ -147,6 +163,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         callbacks_sent += len(seen.statuses)
         callbacks_accepted += sum(1 for _status, code in seen.statuses if code == 204)
         row = {"call_sid": sid, "callee": plan.kind, "rings": plan.rings, "statuses": statuses}
+        if seen.call_uuid:
+            row["call_uuid"] = seen.call_uuid
         if plan.kind in UNANSWERED_KINDS:
             if not statuses or statuses[-1] != plan.kind:
                 problems.append(f"call {sid} ({plan.kind}): its last status callback was {statuses[-1:] or 'none'}")
@@ -155,9 +173,11 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         result = seen.result
         closed_by = getattr(result, "closed_by", "not_connected")
         row["closed_by"] = closed_by
+        metrics = getattr(result, "metrics", None)
+        row["agent_frames"] = metrics.frames_received if metrics is not None else 0  # the agent's audio the callee got
         if getattr(result, "errors", None):
             problems.extend(f"call {sid} ({plan.kind}): {error}" for error in result.errors[:3])
-        paths = record_paths(record_dir, [sid])
+        paths = record_paths(record_dir, [seen.call_uuid or sid])
         note = answer_note(paths[0]) if paths else None
         if note is None:
             problems.append(f"call {sid} ({plan.kind}): no answer verdict in its record")
@@ -179,7 +199,7 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     missing = sorted(set(kinds[:len(KINDS)]) - {seen.plan.kind for seen in rest.outbound})
     if missing:
         problems.append(f"no call reached a callee of kind {', '.join(missing)}")
-    answered_paths = record_paths(record_dir, [r["call_sid"] for r in rows if "closed_by" in r])
+    answered_paths = record_paths(record_dir, [r.get("call_uuid", r["call_sid"]) for r in rows if "closed_by" in r])
     identical, replay_problems = await asyncio.to_thread(replay_records, answered_paths)
     problems.extend(replay_problems)
     leftovers = sorted(name for name in own_arenas if name and (Path(config.shm_dir) / name).exists())
@@ -190,7 +210,7 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     if log_path.is_file():
         log_file.flush()
         problems += tracebacks(log_path.read_text(errors="replace"), "a stack process (its log)")
-    report = {"outbound": True, "calls": calls, "carrier": "twilio"}
+    report = {"outbound": True, "calls": calls, "carrier": carrier}
     report.update(score(pairs))
     report["verdict_ms"] = {"p50": percentile_or_none(verdict_ms, 50), "p95": percentile_or_none(verdict_ms, 95)}
     report.update(humans_hung_up=humans_hung_up, status_callbacks_sent=callbacks_sent,

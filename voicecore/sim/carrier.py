@@ -902,6 +902,8 @@ async def place_mode_call(
     playout_stall: tuple[int, int] = (0, 0),
     rest=None,
     follow_action: bool = True,
+    answer_url: str = "",
+    request_uuid: str = "",
 ) -> CallResult:
     """place_call for Telnyx, Plivo, Vonage or Exotel: the carrier's signed answer webhook
     ({base}/telnyx/voice, /plivo/voice, /vonage/answer, /exotel/voice), its answer document followed to the
@@ -910,7 +912,8 @@ async def place_mode_call(
     the carrier's adapter (voicecore/sim/carrier_modes_core.py). A Telnyx or Plivo stream that ends without the
     caller's stop (the gateway closed it or the connection was lost) goes on as the carrier goes on: the
     ``<Redirect>`` after the stream is requested, signed, and a new stream it answers is connected
-    (``follow_action`` False: the call ends with its stream)."""
+    (``follow_action`` False: the call ends with its stream). ``answer_url`` and ``request_uuid``: a Plivo call
+    its Make Call placed (voicecore/sim/carrier_rest.py), answered at the URL the request gave."""
     if carrier not in modes.ANSWER_PATHS:
         raise ValueError(f"carrier must be one of {', '.join(CARRIERS)}")
     loop = asyncio.get_running_loop()
@@ -923,7 +926,8 @@ async def place_mode_call(
 
     # 1. The answer webhook, signed as the carrier signs it.
     request = modes.answer_webhook(carrier, base_url_http, ids, credentials, now_s=time.time(),
-                                   nonce=secrets.token_hex(10) if carrier == "plivo" else _uuid())
+                                   nonce=secrets.token_hex(10) if carrier == "plivo" else _uuid(),
+                                   answer_url=answer_url, request_uuid=request_uuid)
     try:
         status, body = await http_client.send(request.method, request.url, request.headers, request.body,
                                               timeout_s=HTTP_TIMEOUT_S * 2, user_agent=modes.USER_AGENTS[carrier],

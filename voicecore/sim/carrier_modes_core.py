@@ -192,12 +192,15 @@ class CallIdentity:
 
 
 def answer_webhook(carrier: str, base_url: str, ids: CallIdentity, credentials: CarrierCredentials, *,
-                   now_s: float, nonce: str, vonage_method: str = "POST") -> WebhookRequest:
+                   now_s: float, nonce: str, vonage_method: str = "POST", answer_url: str = "",
+                   request_uuid: str = "") -> WebhookRequest:
     """The signed answer webhook ``carrier`` sends when the call comes in. ``now_s``: Unix seconds (Telnyx's
     timestamp, Vonage's iat); ``nonce``: Plivo's signature nonce and Vonage's JWT id. ``vonage_method``: the
     application's answer_method (Vonage's default is GET; POST sends the fields as JSON, which the JWT's
-    payload_hash then covers, and is what docs/reference/carriers.md#verified asks for)."""
-    url = base_url.rstrip("/") + ANSWER_PATHS[carrier]
+    payload_hash then covers, and is what docs/reference/carriers.md#verified asks for). ``answer_url`` and
+    ``request_uuid`` (Plivo): a call its Make Call placed, answered by the callee: the answer_url the request
+    gave (signed with its query) and the request's id."""
+    url = answer_url or base_url.rstrip("/") + ANSWER_PATHS[carrier]
     if carrier == "telnyx":
         return _telnyx_texml_request(url, ids, credentials, now_s, "ringing")
     if carrier == "plivo":
@@ -205,6 +208,8 @@ def answer_webhook(carrier: str, base_url: str, ids: CallIdentity, credentials: 
         form = {"CallUUID": ids.call_id, "ALegUUID": ids.call_id, "ALegRequestUUID": ids.session_id,
                 "From": ids.from_number, "To": ids.to_number, "CallerName": ids.from_number,
                 "CallStatus": "ringing", "Direction": "inbound", "Event": "StartApp"}
+        if request_uuid:  # an outbound call: answered by the callee, named by the request that placed it
+            form.update(RequestUUID=request_uuid, CallStatus="in-progress", Direction="outbound")
         return _plivo_form_request(url, form, credentials, nonce)
     if carrier == "vonage":
         # The signed-webhook JWT hashes the body: the JSON fields of a POST, the empty body of a GET.

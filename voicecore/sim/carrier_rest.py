@@ -18,9 +18,11 @@ Must not know: what is checked and answered (voicecore/sim/carrier_rest_core.py)
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +30,8 @@ import h11
 
 from voicecore import http_client
 from voicecore.carriers.plivo import protocol as plivo
+from voicecore.carriers.telnyx import protocol as telnyx
+from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.twilio.signature import compute_signature
 from voicecore.sim import callee_core
 from voicecore.sim.callee_core import callee_seed
@@ -62,6 +66,7 @@ class OutboundCallSeen:
     result: object = None  # voicecore.sim.carrier.CallResult once an answered call ended
     beep_at_ms: int | None = None
     done: bool = False
+    call_uuid: str = ""  # Plivo: the answered call's CallUUID (its RequestUUID is placed.call_sid)
 
 
 class CarrierRestServer:
@@ -161,7 +166,7 @@ class CarrierRestServer:
         task.add_done_callback(self._outbound_tasks.discard)
 
     async def _run_outbound(self, seen: OutboundCallSeen) -> None:
-        from voicecore.sim.carrier import CallScript, place_call  # the call's stream side (imports this module's users)
+        from voicecore.sim.carrier import CallScript, place_call, place_mode_call  # the call's stream side (imports this module's users)
 
         placed, plan = seen.placed, seen.plan
         loop = asyncio.get_running_loop()
@@ -187,19 +192,47 @@ class CarrierRestServer:
                             speak, plan.reply, plan.language)
                 audio = callee_core.callee_audio(plan, spoken, reply)
                 seen.beep_at_ms = audio.beep_at_ms
+            plivo_call = placed.carrier == "plivo"
+            vonage_call = placed.carrier == "vonage"
             for step in callee_core.status_steps(plan, self.ring_ms):
                 await asyncio.sleep(max(0.0, started + step.at_ms / 1000 - loop.time()))
-                if step.status != "in-progress":
+                if vonage_call:  # every step is an event, the answer included
+                    await self._vonage_event(seen, step.status)
+                elif plivo_call:
+                    # Plivo tells a ring (ring_url) and the hang-up (hangup_url); its answer is the answer_url's POST
+                    if step.status not in ("initiated", "in-progress"):
+                        await self._plivo_status(seen, step.status)
+                elif step.status != "in-progress":
                     await self._status(seen, step.status, sequence)
                     sequence += 1
             if audio is None:
                 return
             answered_at = loop.time()
-            if "answered" in placed.status_events:
+            if "answered" in placed.status_events and not vonage_call:
                 await self._status(seen, "in-progress", sequence)
                 sequence += 1
             script = CallScript(duration_ms=len(audio.audio) // 8, utterances=((0, audio.audio),), bargein_at_ms=(),
                                 from_number=placed.from_, to_number=placed.to)
+            if vonage_call:
+                seen.result = await place_mode_call("", self.credentials, script, carrier="vonage",
+                                                    call_sid=placed.call_sid, account_sid=placed.account_sid,
+                                                    keep_audio=False, rest=self, answer_url=placed.url)
+                await self._vonage_event(seen, "completed", duration_s=round(loop.time() - answered_at))
+                return
+            if placed.carrier == "telnyx":
+                seen.result = await place_mode_call("", self.credentials, script, carrier="telnyx",
+                                                    call_sid=placed.call_sid, account_sid=placed.account_sid,
+                                                    keep_audio=False, rest=self, answer_url=placed.url)
+                await self._status(seen, "completed", sequence, duration_s=round(loop.time() - answered_at))
+                return
+            if plivo_call:
+                seen.call_uuid = str(uuid.uuid4())
+                seen.result = await place_mode_call("", self.credentials, script, carrier="plivo",
+                                                    call_sid=seen.call_uuid, account_sid=placed.account_sid,
+                                                    keep_audio=False, rest=self, answer_url=placed.url,
+                                                    request_uuid=placed.call_sid)
+                await self._plivo_status(seen, "completed", duration_s=round(loop.time() - answered_at))
+                return
             seen.result = await place_call("", self.credentials.twilio_auth_token, script, call_sid=placed.call_sid,
                                            account_sid=placed.account_sid, keep_audio=False, rest=self,
                                            voice_url=placed.url, direction="outbound-api")
@@ -219,12 +252,71 @@ class CarrierRestServer:
                 "ApiVersion": "2010-04-01", "CallbackSource": "call-progress-events"}
         if duration_s is not None:
             form["CallDuration"] = str(duration_s)
-        signature = compute_signature(self.credentials.twilio_auth_token, placed.status_callback, form)
-        headers = (("Content-Type", "application/x-www-form-urlencoded"), ("X-Twilio-Signature", signature))
+        body = urllib.parse.urlencode(form).encode("ascii")
+        if placed.carrier == "telnyx":  # TeXML's callbacks: the same form, signed with Ed25519 over timestamp|body
+            timestamp = str(int(time.time()))
+            signature = telnyx.sign_webhook(bytes.fromhex(self.credentials.telnyx_private_key), timestamp, body)
+            headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
+                       (telnyx.SIGNATURE_HEADER, signature))
+            agent = "Telnyx Webhooks"
+        else:
+            signature = compute_signature(self.credentials.twilio_auth_token, placed.status_callback, form)
+            headers = (("Content-Type", "application/x-www-form-urlencoded"), ("X-Twilio-Signature", signature))
+            agent = "TwilioProxy/1.1"
         try:
-            code, _body = await http_client.send("POST", placed.status_callback, headers,
-                                                 urllib.parse.urlencode(form).encode("ascii"),
-                                                 user_agent="TwilioProxy/1.1")
+            code, _body = await http_client.send("POST", placed.status_callback, headers, body, user_agent=agent)
+        except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
+            seen.statuses.append((status, type(exc).__name__))
+            return
+        seen.statuses.append((status, code))
+
+    async def _vonage_event(self, seen: OutboundCallSeen, status: str, duration_s: int | None = None) -> None:
+        """One event webhook (JSON to event_url), signed as a signed-webhook application's are (the JWT with the
+        body's payload_hash, HS256 with the signature secret)."""
+        placed = seen.placed
+        if not placed.status_callback:
+            return
+        vonage_status = {"initiated": "started", "in-progress": "answered", "no-answer": "timeout"}.get(status, status)
+        event: dict[str, object] = {"uuid": placed.call_sid, "conversation_uuid": "CON-" + placed.call_sid,
+                                    "status": vonage_status, "direction": "outbound", "from": placed.from_[1:],
+                                    "to": placed.to[1:], "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())}
+        if duration_s is not None:
+            event["duration"] = str(duration_s)
+        body = json.dumps(event).encode()
+        authorization = vonage.sign_webhook(body, self.credentials.vonage_signature_secret, int(time.time()),
+                                            secrets.token_hex(8), api_key=self.credentials.vonage_api_key,
+                                            application_id=placed.account_sid)
+        headers = (("Content-Type", "application/json"), ("Authorization", authorization))
+        try:
+            code, _body = await http_client.send("POST", placed.status_callback, headers, body,
+                                                 user_agent="Vonage-Voice/1.0")
+        except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
+            seen.statuses.append((status, type(exc).__name__))
+            return
+        seen.statuses.append((status, code))
+
+    async def _plivo_status(self, seen: OutboundCallSeen, status: str, duration_s: int | None = None) -> None:
+        """Plivo's ring (to ring_url, if the request gave one) or hang-up (to hangup_url), signed with
+        X-Plivo-Signature-V3 as its answer webhook is."""
+        placed = seen.placed
+        url = placed.ring_url if status == "ringing" else placed.status_callback
+        if not url:
+            return
+        form = {"RequestUUID": placed.call_sid, "From": placed.from_.lstrip("+"), "To": placed.to.lstrip("+"),
+                "Direction": "outbound", "CallStatus": status, "Event": "Ring" if status == "ringing" else "Hangup"}
+        if seen.call_uuid:
+            form["CallUUID"] = seen.call_uuid
+        if status != "ringing":
+            form["HangupCause"] = {"completed": "NORMAL_CLEARING", "busy": "USER_BUSY", "no-answer": "NO_ANSWER"}.get(
+                status, "CALL_REJECTED")
+            form["Duration"] = form["BillDuration"] = str(duration_s or 0)
+        nonce = secrets.token_hex(10)
+        signature = plivo.compute_signature_v3(self.credentials.plivo_auth_token, url, nonce, form, "POST")
+        headers = (("Content-Type", "application/x-www-form-urlencoded"), (plivo.SIGNATURE_V3_HEADER, signature),
+                   (plivo.SIGNATURE_V3_NONCE_HEADER, nonce))
+        try:
+            code, _body = await http_client.send("POST", url, headers, urllib.parse.urlencode(form).encode("ascii"),
+                                                 user_agent="PlivoHTTP/1.1")
         except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
             seen.statuses.append((status, type(exc).__name__))
             return

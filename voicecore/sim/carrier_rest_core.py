@@ -1,5 +1,6 @@
 """Sans-I/O core of the carrier simulator's REST APIs: the requests that hang up or transfer a live call, as
-Twilio (the Calls resource), Telnyx (Call Control), Plivo (Call API) and Vonage (Voice API) take them.
+Twilio (the Calls resource), Telnyx (Call Control), Plivo (Call API) and Vonage (Voice API) take them, and
+the requests that place an outbound call (Twilio's Calls API, Plivo's Make Call, Telnyx's TeXML Calls API, Vonage's Create Call).
 
 Owns: reading one HTTP request into the action it asks for, the carrier's authentication check (Telnyx's
 Bearer API key, Plivo's basic auth with the auth id in the path, Vonage's RS256 application JWT checked with
@@ -30,7 +31,10 @@ from voicecore.sim.carrier_modes_core import CarrierCredentials
 
 HANGUP = "hangup"
 TRANSFER = "transfer"
-CREATE = "create"  # a new outbound call (Twilio's Calls API)
+CREATE = "create"  # a new outbound call (Twilio's Calls API, Plivo's Make Call)
+_PLIVO_CREATE_PATH = re.compile(r"^/v1/Account/([^/]+)/Call/$")
+_VONAGE_CREATE_PATH = re.compile(r"^/v1/calls/?$")
+_TELNYX_CREATE_PATH = re.compile(r"^/v2/texml/calls/([A-Za-z0-9_-]+)$")
 _TWILIO_CREATE_PATH = re.compile(r"^/2010-04-01/Accounts/(AC[0-9a-fA-F]{32})/Calls\.json$")
 _E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
 _TWILIO_PATH = re.compile(r"^/2010-04-01/Accounts/(AC[0-9a-fA-F]{32})/Calls/(CA[0-9a-fA-F]{32})\.json$")
@@ -70,6 +74,8 @@ class PlacedCallRequest:
     status_events: tuple[str, ...]
     machine_detection: str
     async_amd: bool
+    carrier: str = "twilio"
+    ring_url: str = ""  # Plivo: where its ring goes (its hang-up goes to status_callback, its hangup_url)
 
 
 def _json(status: int, value: object, **fields) -> RestOutcome:
@@ -92,6 +98,12 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, cred
     no randomness here)."""
     if match := _TWILIO_CREATE_PATH.match(path):
         return _twilio_create(method, match.group(1), headers, body, credentials, new_call_sid)
+    if match := _PLIVO_CREATE_PATH.match(path):
+        return _plivo_create(method, match.group(1), headers, body, credentials, api_id, new_call_sid)
+    if _VONAGE_CREATE_PATH.match(path):
+        return _vonage_create(method, headers, body, credentials, now_s, new_call_sid)
+    if match := _TELNYX_CREATE_PATH.match(path):
+        return _telnyx_create(method, match.group(1), headers, body, credentials, new_call_sid)
     if match := _TWILIO_PATH.match(path):
         return _twilio(method, match.group(1), match.group(2), headers, body, credentials, is_live)
     if match := _TELNYX_PATH.match(path):
@@ -175,6 +187,35 @@ def _telnyx_error(status: int, code: str, title: str, **fields) -> RestOutcome:
     return _json(status, {"errors": [{"code": code, "title": title, "detail": title}]}, carrier="telnyx", **fields)
 
 
+def _telnyx_create(method: str, application_id: str, headers: Mapping[str, str], body: bytes,
+                   credentials: CarrierCredentials, new_call_sid: str) -> RestOutcome:
+    """``POST /v2/texml/calls/{application_id}`` (voicecore/carriers/telnyx/outbound.py): Bearer API key, JSON with
+    To, From, Url; answered with the flat call object (``call_sid`` a call_control_id, status queued)."""
+    if method != "POST":
+        return _telnyx_error(405, "10015", "Method not allowed", error="method")
+    expected = f"Bearer {credentials.telnyx_api_key}"
+    if not credentials.telnyx_api_key or not hmac.compare_digest(headers.get("authorization", ""), expected):
+        return _telnyx_error(401, "10009", "Authentication failed", error="auth")
+    data = _body_object(body)
+    if data is None:
+        return _telnyx_error(400, "10002", "Invalid JSON", error="body")
+    to, from_, url = data.get("To"), data.get("From"), data.get("Url", "")
+    if not isinstance(to, str) or not _E164.match(to) or not isinstance(from_, str) or not _E164.match(from_):
+        return _telnyx_error(422, "10004", "To and From must be E.164 numbers", error="number")
+    callback = data.get("StatusCallback", "")
+    for value in (url, callback):
+        if not isinstance(value, str) or (value and urllib.parse.urlsplit(value).scheme not in ("http", "https")):
+            return _telnyx_error(422, "10004", "Url and StatusCallback must be http(s) URLs", error="url")
+    if not url or data.get("Method", "POST") != "POST":
+        return _telnyx_error(422, "10004", "Url (POST) is required: no application URL is simulated", error="url")
+    events = data.get("StatusCallbackEvent", "")
+    call_sid = "v3:" + new_call_sid[2:]
+    placed = PlacedCallRequest(application_id, call_sid, to, from_, url, "", callback,
+                               tuple(events.split()) if isinstance(events, str) else (), "", False, carrier="telnyx")
+    return _json(200, {"call_sid": call_sid, "from": from_, "to": to, "status": "queued"}, carrier="telnyx",
+                 call_id=call_sid, action=CREATE, placed=placed)
+
+
 def _telnyx(method: str, call_id: str, action: str, headers: Mapping[str, str], body: bytes,
             credentials: CarrierCredentials, is_live: Callable[[str, str], bool]) -> RestOutcome:
     if method != "POST":
@@ -195,14 +236,63 @@ def _telnyx(method: str, call_id: str, action: str, headers: Mapping[str, str], 
     return _json(200, {"data": {"result": "ok"}}, carrier="telnyx", call_id=call_id, action=action, target=target)
 
 
+def plivo_uuid(new_call_sid: str) -> str:
+    """A UUID from the 32 hex digits of a new call's sid (the shell's randomness; none here)."""
+    digits = new_call_sid[-32:]
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+
+
+def _plivo_auth_ok(auth_id: str, headers: Mapping[str, str], credentials: CarrierCredentials) -> bool:
+    expected = "Basic " + base64.b64encode(f"{credentials.plivo_auth_id}:{credentials.plivo_auth_token}".encode()).decode()
+    return bool(credentials.plivo_auth_id and auth_id == credentials.plivo_auth_id
+                and hmac.compare_digest(headers.get("authorization", ""), expected))
+
+
+def _plivo_create(method: str, auth_id: str, headers: Mapping[str, str], body: bytes,
+                  credentials: CarrierCredentials, api_id: str, new_call_sid: str) -> RestOutcome:
+    """``POST /v1/Account/{auth_id}/Call/`` (voicecore/carriers/plivo/outbound.py): basic auth, JSON with from,
+    to (digits, the "+" optional), answer_url; answered 201 ``{"message": "call fired", "request_uuid"}``, or
+    ``{"api_id", "error"}``."""
+    def error(status: int, text: str, why: str) -> RestOutcome:
+        return _json(status, {"api_id": api_id, "error": text}, carrier="plivo", error=why)
+
+    if not _plivo_auth_ok(auth_id, headers, credentials):
+        return error(401, "authentication failed", "auth")
+    if method != "POST":
+        return error(405, "method not allowed", "method")
+    data = _body_object(body)
+    if data is None:
+        return error(400, "invalid json", "body")
+    numbers = []
+    for key in ("to", "from"):
+        value = data.get(key)
+        number = "+" + value.lstrip("+") if isinstance(value, str) else ""
+        if not _E164.match(number):
+            return error(400, f"{key} is not a valid phone number", key)
+        numbers.append(number)
+    urls = []
+    for key in ("answer_url", "ring_url", "hangup_url"):
+        value = data.get(key, "")
+        if not isinstance(value, str) or (value and urllib.parse.urlsplit(value).scheme not in ("http", "https")):
+            return error(400, f"{key} is not a valid URL", key)
+        urls.append(value)
+    if not urls[0]:
+        return error(400, "answer_url is required", "answer_url")
+    if any(data.get(key, "POST") != "POST" for key in ("answer_method", "ring_method", "hangup_method")):
+        return error(400, "only POST callbacks are simulated", "method")
+    request_uuid = plivo_uuid(new_call_sid)
+    placed = PlacedCallRequest(auth_id, request_uuid, numbers[0], numbers[1], urls[0], "", urls[2] or urls[0],
+                               ("ringing",) if urls[1] else (), "", False, carrier="plivo", ring_url=urls[1])
+    return _json(201, {"api_id": api_id, "message": "call fired", "request_uuid": request_uuid},
+                 carrier="plivo", call_id=request_uuid, action=CREATE, placed=placed)
+
+
 def _plivo(method: str, auth_id: str, call_uuid: str, headers: Mapping[str, str], body: bytes,
            credentials: CarrierCredentials, is_live: Callable[[str, str], bool], api_id: str) -> RestOutcome:
     def error(status: int, text: str, why: str) -> RestOutcome:
         return _json(status, {"api_id": api_id, "error": text}, carrier="plivo", error=why)
 
-    expected = "Basic " + base64.b64encode(f"{credentials.plivo_auth_id}:{credentials.plivo_auth_token}".encode()).decode()
-    if (not credentials.plivo_auth_id or auth_id != credentials.plivo_auth_id
-            or not hmac.compare_digest(headers.get("authorization", ""), expected)):
+    if not _plivo_auth_ok(auth_id, headers, credentials):
         return error(401, "authentication failed", "auth")
     if method == "DELETE":
         action, target = HANGUP, ""
@@ -222,6 +312,48 @@ def _plivo(method: str, auth_id: str, call_uuid: str, headers: Mapping[str, str]
         return RestOutcome(204, b"", JSON, carrier="plivo", call_id=call_uuid, action=action)
     return _json(202, {"api_id": api_id, "message": "call transferred"}, carrier="plivo", call_id=call_uuid,
                  action=action, target=target)
+
+
+def _vonage_create(method: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,
+                   now_s: float, new_call_sid: str) -> RestOutcome:
+    """``POST /v1/calls`` (voicecore/carriers/vonage/outbound.py): the application JWT, JSON with a phone ``to``
+    and ``from`` (E.164 digits), ``answer_url`` (an array of one URL, POST); answered 201 ``{"uuid", "status":
+    "started", "direction": "outbound", "conversation_uuid"}``, or a problem object."""
+    def problem(status: int, title: str, why: str) -> RestOutcome:
+        return RestOutcome(status, json.dumps({"type": "https://developer.nexmo.com/api-errors", "title": title,
+                                               "detail": title}).encode(), "application/problem+json",
+                           carrier="vonage", error=why)
+
+    if method != "POST":
+        return problem(405, "Method not allowed", "method")
+    if not _vonage_jwt_ok(headers.get("authorization", ""), credentials, now_s):
+        return problem(401, "Unauthorized", "auth")
+    data = _body_object(body)
+    if data is None:
+        return problem(400, "Invalid JSON", "body")
+    to, from_ = data.get("to"), data.get("from")
+    first = to[0] if isinstance(to, list) and len(to) == 1 and isinstance(to[0], dict) else {}
+    numbers = []
+    for endpoint in (first, from_ if isinstance(from_, dict) else {}):
+        number = endpoint.get("number")
+        if endpoint.get("type") != "phone" or not isinstance(number, str) or not _E164.match("+" + number):
+            return problem(400, "Bad Request: to and from must be phone endpoints", "number")
+        numbers.append("+" + number)
+    urls = []
+    for key in ("answer_url", "event_url"):
+        value = data.get(key, [])
+        if (not isinstance(value, list) or len(value) > 1 or not all(isinstance(u, str) for u in value)
+                or any(urllib.parse.urlsplit(u).scheme not in ("http", "https") for u in value)):
+            return problem(400, f"Bad Request: {key} must be an array of one URL", key)
+        urls.append(value[0] if value else "")
+    if not urls[0] or any(data.get(key, "POST") != "POST" for key in ("answer_method", "event_method")):
+        return problem(400, "Bad Request: answer_url (POST) is required", "answer_url")
+    call_uuid = plivo_uuid(new_call_sid)
+    placed = PlacedCallRequest(credentials.vonage_application_id, call_uuid, numbers[0], numbers[1], urls[0], "",
+                               urls[1], ("started", "ringing", "answered", "completed"), "", False, carrier="vonage")
+    return _json(201, {"uuid": call_uuid, "status": "started", "direction": "outbound",
+                       "conversation_uuid": "CON-" + plivo_uuid(new_call_sid[::-1])},
+                 carrier="vonage", call_id=call_uuid, action=CREATE, placed=placed)
 
 
 def _vonage(method: str, call_uuid: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,

@@ -539,9 +539,11 @@ class Console:
 
     async def place_call(self, request: Request) -> Response:
         """``POST /api/calls`` (an API key or a session): place one outbound call from this node through the
-        carrier's Calls API (voicecore/outbound/call_command.py). Body: {"to", "from", "fields"?}; 201 with the
+        carrier's API (voicecore/outbound/call_command.py). Body: {"to", "from", "fields"?, "carrier"? (twilio, the
+        default, plivo, telnyx or vonage)}; 201 with the
         call's sid, 400 for a body that cannot be placed, 503 when the node has no carrier account to place with,
         502 when the carrier refused."""
+        from voicecore.outbound import dial
         from voicecore.outbound.call_command import place
         from voicecore.outbound.campaign_file import normalise_number
 
@@ -560,12 +562,16 @@ class Console:
         fields = body.get("fields", {})
         if not isinstance(fields, dict) or not all(isinstance(v, str) for v in fields.values()):
             raise HttpError(400, "fields: an object of strings")
-        if not self.config.twilio_account_sid or not self.config.twilio_auth_token:
-            raise HttpError(503, "this node has no Twilio account to place calls with (twilio_account_sid, "
-                                 "twilio_auth_token)")
+        carrier = body.get("carrier", "twilio")
+        if carrier not in dial.CARRIERS:
+            raise HttpError(400, f"carrier: one of {', '.join(dial.CARRIERS)}")
+        try:
+            dial.credentials(self.config, carrier)
+        except ValueError as exc:
+            raise HttpError(503, f"this node has no {carrier} account to place calls with: {exc}") from None
         try:
             to, from_ = normalise_number(body["to"]), normalise_number(body["from"])
-            outcome = await place(self.config, to, from_, fields)
+            outcome = await place(self.config, to, from_, fields, carrier)
         except ValueError as exc:
             raise HttpError(400, str(exc)[:300]) from None
         if not outcome["ok"]:

@@ -210,12 +210,14 @@ class CallIds:
     carrier: str = ""
     carrier_call_id: str = ""
     carrier_account_id: str = ""
+    # the stream's custom parameters (an outbound call's direction, callee and fields: call_fields.py)
+    custom_parameters: tuple[tuple[str, str], ...] = ()
 
 
 def call_ids(carrier: str, started: StreamStarted, stream: CarrierStream) -> CallIds:
     """The ids of a started stream's call (:class:`CallIds`)."""
     return CallIds(arena_id(started.call_id), arena_id(stream_id(carrier, started, stream)), started.account_id,
-                   carrier, started.call_id, started.account_id)
+                   carrier, started.call_id, started.account_id, tuple(started.custom_parameters))
 
 
 def token_fits_call(token_call_id: str | None, started: StreamStarted) -> bool:

@@ -698,14 +698,16 @@ class HttpConnection:
                         extra={"problem": problem})
             self._respond(outcome.status, outcome.reason.encode() + b"\n", b"text/plain")
             return
+        # A placed call's progress: its status callbacks, and for a carrier with no "answered" callback (Plivo)
+        # its answer webhook.
+        progress = outcome.call_status
+        if progress is not None and gw.call_status is not None:
+            gw.call_status.record(progress.call_sid, progress.status, progress.sequence, progress.direction,
+                                  progress.answered_by, progress.duration_s)
         if outcome.kind == carrier_core.EVENT:
             gw.counters["status_callbacks"] += 1
             if outcome.note:
                 log.info("%s", outcome.note)
-            progress = outcome.call_status
-            if progress is not None and gw.call_status is not None:
-                gw.call_status.record(progress.call_sid, progress.status, progress.sequence, progress.direction,
-                                      progress.answered_by, progress.duration_s)
             self._respond(204, b"", b"text/plain")
             return
         if outcome.kind == carrier_core.TRANSFER:
@@ -1229,7 +1231,8 @@ class CarrierStreamConnection(StreamConnection):
         start = carrier_core.CallIds(self.call_sid,
                                      carrier_core.arena_id(carrier_core.stream_id(carrier, started, self.protocol)),
                                      carrier=carrier, carrier_call_id=started.call_id,
-                                     carrier_account_id=started.account_id)
+                                     carrier_account_id=started.account_id,
+                                     custom_parameters=tuple(started.custom_parameters))
         log.info("call %s: %s stream, %s at %d Hz%s, %s wire entries, lead %s%s", self.call_sid, carrier,
                  started.encoding, started.sample_rate_hz,
                  ", passed through to the model" if self.arena_law == ENCODING_PCMA else "",

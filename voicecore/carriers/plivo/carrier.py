@@ -19,6 +19,10 @@ bound on its buffer backlog.py's, the Call API requests rest.py's.
 - Re-attach (voicecore/reattach.py): the answer's ``<Stream keepCallAlive="true">`` is followed by ``<Redirect>``
   to ``/plivo/reattach?token=...``, which Plivo requests when the stream disconnects (signed like the answer
   webhook, over the URL with its token); the answer is a new ``<Stream>`` for the same CallUUID, or ``<Hangup/>``.
+- Outbound calls (outbound.py): the Make Call request's answer URL is ``/plivo/voice`` with the call's direction,
+  callee and fields in its query (signed by Plivo with the URL); the answer XML passes them to the stream packed in
+  one ``extraHeaders`` item; the call's ring and hang-up come to ``POST /plivo/call-status`` (signed) and, with
+  the answer webhook's ``in-progress``, are kept in the call store under the call's RequestUUID.
 - Hang-up and transfer: ``DELETE`` / ``POST .../Call/{CallUUID}/``, basic auth ``plivo_auth_id`` +
   ``plivo_auth_token``; a transfer sends Plivo to the gateway's ``/plivo/transfer?to=...`` (under ``public_url``).
 """
@@ -28,11 +32,12 @@ from __future__ import annotations
 from voicecore.carriers.base import CannotEnd, Carrier
 from voicecore.carriers.edge import FrameSink
 from voicecore.carriers.events import ENCODING_PCMU
-from voicecore.carriers.plivo import protocol, rest
+from voicecore.carriers.plivo import outbound, protocol, rest
 from voicecore.carriers.plivo.backlog import EchoBoundedBacklog
 from voicecore.carriers.rest_common import check_target
-from voicecore.carriers.webhook import (ANSWER, REATTACH, SESSION_TOKEN, TRANSFER, Refusal, Route, WebhookError,
-                                        call_id, parse_form, parse_query, reattach_request, upgrade_header)
+from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, SESSION_TOKEN, TRANSFER, AnswerRequest, Refusal,
+                                        Route, WebhookError, call_id, parse_form, parse_query, reattach_request,
+                                        upgrade_header)
 from voicecore.timing import FRAME_MS, SAMPLE_RATE_HZ
 
 __all__ = ["PLIVO", "PlivoCarrier", "REATTACH_PATH"]
@@ -48,7 +53,8 @@ class PlivoCarrier(Carrier):
     title = "Plivo"
     routes = {"/plivo/voice": Route("plivo", ANSWER, ("POST",)),
               rest.TRANSFER_PATH: Route("plivo", TRANSFER, ("GET", "POST")),
-              REATTACH_PATH: Route("plivo", REATTACH, ("POST",))}
+              REATTACH_PATH: Route("plivo", REATTACH, ("POST",)),
+              outbound.STATUS_PATH: Route("plivo", EVENT, ("POST",))}
     carrier_side = protocol.PlivoCarrierSide
     reattaches = True  # its answer document names a re-attach step (``<Redirect>`` after the kept-alive stream)
 
@@ -63,11 +69,32 @@ class PlivoCarrier(Carrier):
             return Refusal(403, "bad X-Plivo-Signature-V3")
         if route.kind == REATTACH:
             return reattach_request(self.name, target, form.get("CallUUID"), form.get("CallStatus"), _CALL_OVER)
-        return self.checked(route, call_id(form.get("CallUUID")))
+        if route.kind == EVENT:
+            try:
+                progress = outbound.parse_call_status(form)
+            except WebhookError as exc:
+                return Refusal(400, "bad call status callback", f"call status callback rejected: {exc}", quiet=True,
+                               problem="status")
+            return AnswerRequest(self.name, EVENT, progress.call_uuid,
+                                 f"call {progress.call_sid}: {progress.direction or 'call'} status {progress.status} "
+                                 f"(Plivo {form.get('CallStatus')}, {form.get('Event', '?')})", call_status=progress)
+        checked = self.checked(route, call_id(form.get("CallUUID")))
+        if route.kind != ANSWER or isinstance(checked, Refusal):
+            return checked
+        parameters = outbound.stream_parameters(target.split("?", 1)[1] if "?" in target else "")
+        if not parameters:
+            return checked
+        # A call we placed: its answer is its in-progress status, under the id Make Call gave (RequestUUID).
+        try:
+            progress = outbound.parse_call_status({**form, "CallStatus": "in-progress"})
+        except WebhookError:
+            progress = None
+        return AnswerRequest(self.name, ANSWER, checked.call_id, parameters=parameters, call_status=progress)
 
     def answer_document(self, request, stream_url, token, settings, reattach_token=None):
         redirect = None if reattach_token is None else f"{settings.public_url}{REATTACH_PATH}?token={reattach_token}"
-        return b"text/xml", protocol.stream_xml(stream_url, {SESSION_TOKEN: token}, redirect_url=redirect).encode()
+        headers = outbound.extra_headers(SESSION_TOKEN, token, request.parameters)
+        return b"text/xml", protocol.stream_xml(stream_url, headers, redirect_url=redirect).encode()
 
     def hangup_document(self):
         """The answer to a re-attach request for a call that is over."""

@@ -15,6 +15,9 @@ Control requests rest.py's.
   stream stops), a form POST signed with Ed25519 like the answer webhook; the answer is a new ``<Connect><Stream>``
   for the same CallSid, or ``<Hangup/>``. A call driven by Call Control alone (no TeXML) has no such step: its
   ``streaming_start`` command names no continuation.
+- Outbound calls (outbound.py): the TeXML Calls API's ``Url`` is ``/telnyx/voice`` with the call's direction,
+  callee and fields in its query, which the TeXML answer passes to the stream as ``<Parameter>``s; the call's
+  progress comes to ``POST /telnyx/call-status`` (Ed25519-signed) and is kept in the call store.
 - Hang-up and transfer: Call Control ``hangup`` / ``transfer`` on the stream's call_control_id, Bearer
   ``telnyx_api_key``; the nonce is the ``command_id``, the same for every retry of one action.
 """
@@ -25,9 +28,10 @@ from voicecore.carriers.base import CannotEnd, Carrier
 from voicecore.carriers.edge import FrameSink
 from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU
 from voicecore.carriers.rest_common import check_target
-from voicecore.carriers.telnyx import protocol, rest
-from voicecore.carriers.webhook import (ANSWER, REATTACH, SESSION_TOKEN, Refusal, Route, call_id, parse_form,
-                                        reattach_request)
+from voicecore.carriers.telnyx import outbound, protocol, rest
+from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, SESSION_TOKEN, AnswerRequest, Refusal, Route,
+                                        WebhookError, call_id, parse_form, reattach_request)
+from voicecore.outbound import call_fields
 from voicecore.timing import SAMPLE_RATE_HZ
 
 __all__ = ["REATTACH_PATH", "TELNYX", "TelnyxCarrier"]
@@ -41,7 +45,8 @@ class TelnyxCarrier(Carrier):
     name = "telnyx"
     title = "Telnyx"
     routes = {"/telnyx/voice": Route("telnyx", ANSWER, ("POST",)),
-              REATTACH_PATH: Route("telnyx", REATTACH, ("POST",))}
+              REATTACH_PATH: Route("telnyx", REATTACH, ("POST",)),
+              outbound.STATUS_PATH: Route("telnyx", EVENT, ("POST",))}
     carrier_side = protocol.TelnyxCarrierSide
     reattaches = True  # its answer document names a re-attach step (``<Redirect>`` after ``<Connect>``)
 
@@ -55,11 +60,24 @@ class TelnyxCarrier(Carrier):
         form = parse_form(body)
         if route.kind == REATTACH:
             return reattach_request(self.name, target, form.get("CallSid"), form.get("CallStatus"), _CALL_OVER)
-        return self.checked(route, call_id(form.get("CallSid") or form.get("CallControlId")))
+        if route.kind == EVENT:
+            try:
+                progress = outbound.parse_call_status(form)
+            except WebhookError as exc:
+                return Refusal(400, "bad call status callback", f"call status callback rejected: {exc}", quiet=True,
+                               problem="status")
+            return AnswerRequest(self.name, EVENT, progress.call_sid,
+                                 f"call {progress.call_sid}: {progress.direction or 'call'} status {progress.status} "
+                                 f"(#{progress.sequence})", call_status=progress)
+        checked = self.checked(route, call_id(form.get("CallSid") or form.get("CallControlId")))
+        parameters = call_fields.from_query(target.split("?", 1)[1] if "?" in target else "")
+        if route.kind != ANSWER or isinstance(checked, Refusal) or not parameters:
+            return checked
+        return AnswerRequest(self.name, ANSWER, checked.call_id, parameters=parameters)
 
     def answer_document(self, request, stream_url, token, settings, reattach_token=None):
         redirect = None if reattach_token is None else f"{settings.public_url}{REATTACH_PATH}?token={reattach_token}"
-        return b"text/xml", protocol.texml_connect_stream(stream_url, {SESSION_TOKEN: token},
+        return b"text/xml", protocol.texml_connect_stream(stream_url, {SESSION_TOKEN: token, **dict(request.parameters)},
                                                           codec=settings.telnyx_codec, redirect_url=redirect).encode()
 
     def hangup_document(self):

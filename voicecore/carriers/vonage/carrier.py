@@ -22,9 +22,10 @@ import orjson
 from voicecore.carriers.base import CannotEnd, Carrier
 from voicecore.carriers.edge import FrameSink
 from voicecore.carriers.rest_common import check_target
-from voicecore.carriers.vonage import protocol, rest
-from voicecore.carriers.webhook import (ANSWER, EVENT, AnswerRequest, Refusal, Route, call_id, parse_json_object,
-                                        parse_query, upgrade_header)
+from voicecore.carriers.vonage import outbound, protocol, rest
+from voicecore.carriers.webhook import (ANSWER, EVENT, AnswerRequest, Refusal, Route, WebhookError, call_id,
+                                        parse_json_object, parse_query, upgrade_header)
+from voicecore.outbound import call_fields
 
 __all__ = ["VONAGE", "VonageCarrier"]
 
@@ -44,12 +45,28 @@ class VonageCarrier(Carrier):
                                               now_s):
             return Refusal(403, "bad signed-webhook JWT")
         if route.kind == EVENT:
-            return AnswerRequest(self.name, EVENT, "")
+            # A placed call's status (started, ringing, answered, completed, busy, ...) is kept; other events logged
+            try:
+                progress = outbound.parse_event(parse_json_object(body))
+            except WebhookError as exc:
+                return Refusal(400, "bad event", f"event webhook rejected: {exc}", quiet=True, problem="status")
+            if progress is None:
+                return AnswerRequest(self.name, EVENT, "")
+            return AnswerRequest(self.name, EVENT, progress.call_sid,
+                                 f"call {progress.call_sid}: {progress.direction or 'call'} status {progress.status}",
+                                 call_status=progress)
         fields = parse_query(target) if method == "GET" else parse_json_object(body)
-        return self.checked(route, call_id(fields.get("uuid")))
+        checked = self.checked(route, call_id(fields.get("uuid")))
+        # a call we placed: its direction, callee and fields ride in the answer_url's query (with our own
+        # parameter names, apart from Vonage's GET fields)
+        parameters = call_fields.from_query(target.split("?", 1)[1] if "?" in target else "")
+        if isinstance(checked, Refusal) or not parameters:
+            return checked
+        return AnswerRequest(self.name, ANSWER, checked.call_id, parameters=parameters)
 
     def answer_document(self, request, stream_url, token, settings):
-        headers = {protocol.HEADER_CALL_ID: request.call_id, protocol.HEADER_SESSION_TOKEN: token}
+        headers = {**dict(request.parameters), protocol.HEADER_CALL_ID: request.call_id,
+                   protocol.HEADER_SESSION_TOKEN: token}
         ncco = protocol.ncco_connect_websocket(stream_url, headers, settings.vonage_sample_rate_hz,
                                                signed_upgrade=True)
         return b"application/json", orjson.dumps(ncco)
