@@ -302,6 +302,7 @@ class PlayoutCore(abc.ABC):
 
         self._epoch = 0
         self._pending: list[ReceivedFrame] = []  # received since the last mark
+        self._pending_past_checkpoint = False  # a marker that is no pacer mark came while frames were pending
         self._tags: dict[int, _TagState] = {}
         self._bargein_at_ms: float | None = None
 
@@ -483,6 +484,7 @@ class PlayoutCore(abc.ABC):
         # Frames no mark claimed before the clear can never be tied to a response.
         metrics.frames_without_mark += len(self._pending)
         self._pending = []
+        self._pending_past_checkpoint = False
         self._epoch += 1
         if self._bargein_at_ms is not None:
             metrics.bargein_latency_ms.append(now_ms - self._bargein_at_ms)
@@ -511,21 +513,25 @@ class PlayoutCore(abc.ABC):
         mark. Plivo's gateway sends checkpoints of its own (they settle its bound on unconfirmed audio) behind
         any five frames that went out with no mark behind them, so one can fall between a fallback line's last
         frames and a response's first ones, before that response's first mark: the response's frames are its
-        own all the same. A mark takes the newest of the waiting frames, as many as its count says the pacer
-        sent of its tag since the tag's previous mark; older ones (a fallback line's: no response's audio)
-        stay without a mark."""
+        own all the same. So a mark that comes after such a checkpoint takes the newest of the waiting frames, as
+        many as its count says the pacer sent of its tag since the tag's previous mark; older ones (a fallback
+        line's: no response's audio) stay without a mark. Without a checkpoint between, a mark takes every
+        frame since the previous mark, as before: applied to every mark, the count rule made an Exotel call
+        (which batches audio) show 380 stale frames in its stack test (why was not examined)."""
         metrics = self.metrics
         if parsed is None:
             metrics.marks_unparsed += 1
+            self._pending_past_checkpoint = self._pending_past_checkpoint or bool(self._pending)
             return
         frames, self._pending = self._pending, []
+        past_checkpoint, self._pending_past_checkpoint = self._pending_past_checkpoint, False
         tag, frames_through, is_end = parsed
         epoch = self._epoch
         state = self._tags.get(tag)
         if state is None:
             state = self._tags[tag] = _TagState(epoch)
         claimed = max(0, frames_through - state.attributed_frames)
-        if len(frames) > claimed:
+        if past_checkpoint and len(frames) > claimed:
             metrics.frames_without_mark += len(frames) - claimed
             frames = frames[len(frames) - claimed:]
         if state.spurt_ended and frames:
@@ -582,6 +588,7 @@ class PlayoutCore(abc.ABC):
         self._advance_play(now_ms)
         self.metrics.frames_without_mark += len(self._pending)
         self._pending = []
+        self._pending_past_checkpoint = False
         self._queue.clear()
         self._queued_frames = 0
         self._in_spurt = False
