@@ -16,8 +16,9 @@ is fixed text, never an echo of the request); our own misuse raises ``ValueError
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import orjson
@@ -138,6 +139,22 @@ class DrainAnswer:
 def call_id(value: object) -> str | None:
     """``value`` if it is an id the session token and the arena take, else None."""
     return value if isinstance(value, str) and _CALL_ID.fullmatch(value) else None
+
+
+def call_status_event(carrier: str, form: Mapping[str, str], parse: Callable[[Mapping[str, str]], Any],
+                      detail: Callable[[Any], str], call_id: Callable[[Any], str] | None = None) -> AnswerRequest | Refusal:
+    """A verified status callback of a call the node placed (every carrier's EVENT route for them, once its
+    signature passed): the carrier's ``parse`` of its form (its call progress), as an EVENT the gateway logs and
+    keeps in the store; 400 for a form the parser refuses. ``detail``: the log line's carrier-specific tail;
+    ``call_id``: the id the event goes by (default: the progress's call_sid)."""
+    try:
+        progress = parse(form)
+    except WebhookError as exc:
+        return Refusal(400, "bad call status callback", f"call status callback rejected: {exc}", quiet=True,
+                       problem="status")
+    return AnswerRequest(carrier, EVENT, progress.call_sid if call_id is None else call_id(progress),
+                         f"call {progress.call_sid}: {progress.direction or 'call'} status {progress.status} "
+                         f"({detail(progress)})", call_status=progress)
 
 
 def reattach_request(carrier: str, target: str, call: object, call_status: object,

@@ -36,7 +36,7 @@ from voicecore.carriers.plivo import outbound, protocol, rest
 from voicecore.carriers.plivo.backlog import EchoBoundedBacklog
 from voicecore.carriers.rest_common import check_target
 from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, SESSION_TOKEN, TRANSFER, AnswerRequest, Refusal,
-                                        Route, WebhookError, call_id, parse_form, parse_query, reattach_request,
+                                        Route, WebhookError, call_id, call_status_event, parse_form, parse_query, reattach_request,
                                         upgrade_header)
 from voicecore.timing import FRAME_MS, SAMPLE_RATE_HZ
 
@@ -70,14 +70,9 @@ class PlivoCarrier(Carrier):
         if route.kind == REATTACH:
             return reattach_request(self.name, target, form.get("CallUUID"), form.get("CallStatus"), _CALL_OVER)
         if route.kind == EVENT:
-            try:
-                progress = outbound.parse_call_status(form)
-            except WebhookError as exc:
-                return Refusal(400, "bad call status callback", f"call status callback rejected: {exc}", quiet=True,
-                               problem="status")
-            return AnswerRequest(self.name, EVENT, progress.call_uuid,
-                                 f"call {progress.call_sid}: {progress.direction or 'call'} status {progress.status} "
-                                 f"(Plivo {form.get('CallStatus')}, {form.get('Event', '?')})", call_status=progress)
+            return call_status_event(self.name, form, outbound.parse_call_status,
+                                     lambda p: f"Plivo {form.get('CallStatus')}, {form.get('Event', '?')}",
+                                     call_id=lambda p: p.call_uuid)
         checked = self.checked(route, call_id(form.get("CallUUID")))
         if route.kind != ANSWER or isinstance(checked, Refusal):
             return checked

@@ -30,7 +30,7 @@ from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU
 from voicecore.carriers.rest_common import check_target
 from voicecore.carriers.telnyx import outbound, protocol, rest
 from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, SESSION_TOKEN, AnswerRequest, Refusal, Route,
-                                        WebhookError, call_id, parse_form, reattach_request)
+                                        call_id, call_status_event, parse_form, reattach_request)
 from voicecore.outbound import call_fields
 from voicecore.timing import SAMPLE_RATE_HZ
 
@@ -61,14 +61,7 @@ class TelnyxCarrier(Carrier):
         if route.kind == REATTACH:
             return reattach_request(self.name, target, form.get("CallSid"), form.get("CallStatus"), _CALL_OVER)
         if route.kind == EVENT:
-            try:
-                progress = outbound.parse_call_status(form)
-            except WebhookError as exc:
-                return Refusal(400, "bad call status callback", f"call status callback rejected: {exc}", quiet=True,
-                               problem="status")
-            return AnswerRequest(self.name, EVENT, progress.call_sid,
-                                 f"call {progress.call_sid}: {progress.direction or 'call'} status {progress.status} "
-                                 f"(#{progress.sequence})", call_status=progress)
+            return call_status_event(self.name, form, outbound.parse_call_status, lambda p: f"#{p.sequence}")
         checked = self.checked(route, call_id(form.get("CallSid") or form.get("CallControlId")))
         parameters = call_fields.from_query(target.split("?", 1)[1] if "?" in target else "")
         if route.kind != ANSWER or isinstance(checked, Refusal) or not parameters:

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 from voicecore.carriers.base import Carrier
 from voicecore.carriers.twilio import outbound, rest, webhook
 from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, AnswerRequest, DrainAnswer, Refusal, Route,
-                                        WebhookError)
+                                        WebhookError, call_status_event)
 
 __all__ = ["REATTACH_PATH", "TWILIO", "TwilioCarrier"]
 
@@ -58,15 +58,8 @@ class TwilioCarrier(Carrier):
             return Refusal(403, "bad signature", f"webhook {path}: bad X-Twilio-Signature (call "
                                                  f"{form.get('CallSid', '?')})", problem="signature")
         if route.kind == EVENT and path == "/twilio/call-status":
-            try:
-                progress = outbound.parse_call_status(form)
-            except WebhookError as exc:
-                return Refusal(400, "bad call status callback", f"call status callback rejected: {exc}", quiet=True,
-                               problem="status")
-            answered_by = f" answered_by={progress.answered_by}" if progress.answered_by else ""
-            return AnswerRequest(self.name, EVENT, progress.call_sid,
-                                 f"call {progress.call_sid}: {progress.direction or 'call'} status {progress.status} "
-                                 f"(#{progress.sequence}){answered_by}", call_status=progress)
+            return call_status_event(self.name, form, outbound.parse_call_status, lambda p: f"#{p.sequence}" + (
+                f", answered_by={p.answered_by}" if p.answered_by else ""))
         if route.kind == EVENT:
             try:
                 status = webhook.parse_status_callback(form)
