@@ -148,7 +148,7 @@ def _feed(driver: Driver, entry: dict[str, Any], audio: bytes) -> list[Action]:
     if kind == "start":
         return driver.start(t)
     if kind == "resume":
-        return driver.resume(t, bool(entry.get("cut", False)))
+        return driver.resume(t, bool(entry.get("cut", False)), entry.get("restored"))
     if kind == "model":
         return driver.on_model_event(entry["text"], t, playout_from(entry["p"]))
     if kind == "audio":

@@ -297,6 +297,22 @@ def test_a_stream_token_is_claimed_once_across_stores_sharing_the_database(store
         assert node_b.claim_stream_token("cd" * 16, "CA2", "node-b", "node-b", 1070.0) is False
 
 
+def test_a_live_calls_state_is_kept_newest_first_read_by_any_node_and_gone_when_dropped_or_expired(store_url):
+    """The model worker serving a call writes its state as it changes; another node's worker reads it after a
+    re-attach (workers/model/call_states.py)."""
+    with CallStore.open(store_url) as node_a, CallStore.open(store_url) as node_b:
+        assert node_b.call_state("CA1") is None
+        node_a.save_call_state("CA1", "node-a", '{"format": 1, "turn": 1}', 5000.0, now_s=1000.0)
+        node_a.save_call_state("CA1", "node-a", '{"format": 1, "turn": 2}', 5010.0, now_s=1010.0)
+        node_a.save_call_state("CA2", "node-a", '{"format": 1}', 1100.0, now_s=1010.0)
+        assert node_b.call_state("CA1", now_s=1020.0) == {"node": "node-a", "state": '{"format": 1, "turn": 2}',
+                                                          "updated_at": 1010.0}
+        assert node_b.call_state("CA2", now_s=1200.0) is None  # expired: no re-attach can come for it any more
+        assert node_b.purge_call_states(1200.0) == 1
+        node_b.drop_call_state("CA1")
+        assert node_a.call_state("CA1", now_s=1020.0) is None
+
+
 def test_events_are_kept_in_order_once_each_and_say_which_calls_are_live(store_url):
     with CallStore.open(store_url) as store:
         rows = [("CAlive", 1, 100.0, 0, "call.started", '{"agent":"a"}'),

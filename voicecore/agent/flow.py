@@ -54,6 +54,18 @@ class AgentFlow:
             args["node_forbidden"] = {k: list(v) for k, v in self.node_forbidden.items()}
         return args
 
+    def position(self) -> dict[str, Any]:
+        """Where the call stands in the flow (voicecore/call/restore.py carries it to another node)."""
+        return {"node": self.node_name, "turns": self.turns, "transitions": self.transitions}
+
+    def restore_position(self, position: dict[str, Any]) -> None:
+        node = position.get("node")
+        if not isinstance(node, str) or node not in self.spec.flow.nodes:
+            raise ValueError(f"flow position names node {node!r}, which this agent's flow does not have")
+        self.node_name = node
+        self.turns = int(position.get("turns", 0))
+        self.transitions = int(position.get("transitions", 0))
+
     @property
     def node(self) -> NodeSpec:
         return self.spec.flow.nodes[self.node_name]

@@ -25,10 +25,12 @@ class Conversation:
         self.items: list[str] = []  # conversation items the server holds (for a context reset)
         self.history: collections.deque[tuple[str, str]] = collections.deque(maxlen=HISTORY_MESSAGES)
         self.pending: flows.Transition | None = None  # a strategy applied before the next request is sent
+        self.said_count = 0  # messages ever added to the history (it is bounded): the history changed when this did
 
     def said(self, role: str, text: str) -> None:
         """``text`` was said by ``role`` (user: a caller's final transcript; assistant: what the caller heard)."""
         self.history.append((role, text))
+        self.said_count += 1
 
     def item_added(self, item_id: str, stage: str) -> None:
         if stage != "done" and item_id not in self.items:
@@ -55,6 +57,7 @@ class Conversation:
         out = [SendToModel(rt.item_delete(item_id)) for item_id in self.items]
         self.items = []
         self.history.clear()
+        self.said_count += 1
         if transition.context == "task":
             for role, text in transition.task_messages:
                 out.append(SendToModel(rt.conversation_item_create_message(role, text)))

@@ -45,6 +45,7 @@ import json
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call import flow as flows
+from voicecore.call import restore as call_restore
 from voicecore.call.actions import (  # noqa: F401 (the vocabulary, importable from here as before)
     Action, CallOver, CancelTag, EndTag, HangUp, HoldTag, OpenTag, Playout, PlayFallback, ReleaseTag, ResumeTag, Retrieve,
     RunTool, SendToModel, Transfer, WriteFrames, action_to_dict,
@@ -52,7 +53,7 @@ from voicecore.call.actions import (  # noqa: F401 (the vocabulary, importable f
 from voicecore.call.context import HISTORY_MESSAGES, MAX_TRACKED_ITEMS, Conversation  # noqa: F401 (importable as before)
 from voicecore.call.endings import CHECKIN, GOODBYE, Endings, ending_action
 from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
-from voicecore.call.tools import PostToolDebounce, WriteLedger
+from voicecore.call.tools import PendingAction, PostToolDebounce, WriteLedger
 from voicecore.call.turns import MAX_TRACKED_UTTERANCES, CallerTurns, Utterance  # noqa: F401 (importable as before)
 from voicecore.outbound.opt_out import OPT_OUT_PROMPT, find_opt_out
 from voicecore.outbound.opt_out import goodbye as opt_out_goodbye
@@ -200,17 +201,6 @@ class RunningTool:
 
 
 @dataclasses.dataclass(slots=True)
-class PendingAction:
-    """A function that runs only after the caller's yes
-    (docs/explanation/agents.md#actions-with-confirmation)."""
-
-    call_id: str
-    plan: flows.ToolPlan
-    asked_ns: int
-    played_ns: int = 0  # its confirmation prompt played out; the timeout runs from here
-
-
-@dataclasses.dataclass(slots=True)
 class ControllerStats:
     requests_sent: int = 0
     requests_dropped: int = 0
@@ -333,20 +323,42 @@ class CallController:
         self._pump(out)
         return out
 
-    def resume(self, now_ns: int, cut_off: bool = False) -> list[Action]:
+    def resume(self, now_ns: int, cut_off: bool = False, restored: dict | None = None) -> list[Action]:
         """A model worker took over this live call and has no record of it to rebuild from (records off):
         configure the session, and do not start the call over (the caller heard the greeting already).
         ``cut_off``: the dead worker was in the middle of an answer, which the caller will not hear the end
-        of: the flow's fallback line asks them to say it again (the new session knows nothing of it)."""
+        of: the flow's fallback line asks them to say it again (the new session knows nothing of it).
+        ``restored``: the call was re-attached on this node after its gateway died on another, and this is its
+        state as that node's worker last wrote it to the store (voicecore/call/restore.py): the conversation,
+        flow node, pending confirmation and writes are set back, the new session is configured for that node
+        and given the conversation, and an answer cut off or words left unanswered get the ``reconnect`` line."""
         self.now_ns = now_ns
         self.started = True
         self.endings.not_silent(now_ns)
         self.flow.start()  # the flow stands at its start; its first prompt was said by the worker before
-        out: list[Action] = list(self.core.on_open())
+        if restored is not None:
+            say_reconnect = call_restore.restore(self, restored, now_ns)
+            session = self.flow.session()
+            self.core.instructions, self.core.tools = session.instructions, list(session.tools)
+            out: list[Action] = list(self.core.on_open())
+            out.extend(self.conversation.given_back())  # the new session starts empty
+            if say_reconnect or cut_off:
+                self._enqueue(self.flow.line("reconnect"), "reconnect", out)
+            self._step(out)
+            return out
+        out = list(self.core.on_open())
         if cut_off:
             self._enqueue(self.flow.line("fallback"), "fallback", out)
         self._step(out)
         return out
+
+    def call_state_key(self) -> tuple:
+        """Changes whenever ``call_state`` would (voicecore/call/restore.py)."""
+        return call_restore.state_key(self)
+
+    def call_state(self) -> dict:
+        """The call's state as another node needs it to carry the call on (voicecore/call/restore.py)."""
+        return call_restore.snapshot(self, self.now_ns)
 
     def on_model_event(self, event: object, now_ns: int, playout: Playout) -> list[Action]:
         """One server event: raw text from the socket (preferred: it is what gets recorded) or parsed."""

@@ -46,9 +46,11 @@ class Driver(Protocol):
         """The call's media started and the model socket is open: configure the session (and greet)."""
         ...
 
-    def resume(self, now_ns: int, cut_off: bool = False) -> list[Action]:
+    def resume(self, now_ns: int, cut_off: bool = False, restored: dict | None = None) -> list[Action]:
         """A worker took over this live call without its history: configure the session, greet no one;
-        ``cut_off``: the dead worker was in the middle of an answer the caller will not hear the end of."""
+        ``cut_off``: the dead worker was in the middle of an answer the caller will not hear the end of;
+        ``restored``: the call's state from the store, written by another node's worker (a driver with
+        ``call_state``: voicecore/call/restore.py), for a call re-attached here after its gateway died."""
         ...
 
     def reopen(self, now_ns: int, reattached: bool = False) -> list[Action]:

@@ -109,6 +109,10 @@ class Flow(Protocol):
     def record_args(self) -> dict: ...  # JSON-able keyword arguments that build this flow afresh
 
     def start(self) -> Step: ...
+    # Optional (voicecore/call/restore.py): where the call stands, JSON-able, and setting it back on a fresh flow
+    # (ValueError for a position this flow cannot be in). A flow without them is restored at its start.
+    # def position(self) -> dict: ...
+    # def restore_position(self, position: dict) -> None: ...
 
     def after_played(self, prompt_id: str) -> Step: ...
 
@@ -204,6 +208,16 @@ class ScriptedFlow:
             # a request that failed again after its retry: apologise and hand over to a person
             return self._say("apology", f'{LINES["apology"]} {LINES["transfer"]}', terminal=True, transfer_to=self.operator)
         return self._say(kind, LINES[kind])
+
+    def position(self) -> dict:
+        return {"state": self.state, "turns": self.turns}
+
+    def restore_position(self, position: dict) -> None:
+        state = position.get("state")
+        if state not in ("greeting", "question", "answer", "goodbye"):
+            raise ValueError(f"flow position names state {state!r}, which the scripted flow does not have")
+        self.state = state
+        self.turns = int(position.get("turns", 0))
 
     def start(self) -> Step:
         self.state = "greeting"

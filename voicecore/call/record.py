@@ -42,7 +42,7 @@ sent_tag, sent_frames, carrier_empty_at_ns] as read from the control block at th
 - ``tick``   ``{"p": [...]}``                           -> ``on_tick(t, playout)``
 - ``stop``   ``{}``                                     -> ``on_carrier_stop(t)``
 - ``reopen`` ``{}``                                     -> ``reopen(t)`` (the model socket reconnected)
-- ``resume`` ``{"cut"}``                                -> ``resume(t, cut)`` (a worker took over a live call it cannot
+- ``resume`` ``{"cut", "restored"?}``                   -> ``resume(t, cut, restored)`` (a worker took over a live call it cannot
   rebuild: the session is configured, the call is not started over; ``cut``: an answer was cut off)
 - ``lost``   ``{"reason", "fatal"}``                    -> ``on_model_lost(t, reason, fatal)`` (the model socket closed or
   could not be opened; fatal: the vendor's circuit breaker is open for a new call)
@@ -200,8 +200,11 @@ class CallRecorder:
     def on_carrier_stop(self, now_ns: int) -> list[Action]:
         return self._run({"t": now_ns, "k": "stop"}, self.driver.on_carrier_stop(now_ns))
 
-    def resume(self, now_ns: int, cut_off: bool = False) -> list[Action]:
-        return self._run({"t": now_ns, "k": "resume", "cut": cut_off}, self.driver.resume(now_ns, cut_off))
+    def resume(self, now_ns: int, cut_off: bool = False, restored: dict | None = None) -> list[Action]:
+        entry: dict = {"t": now_ns, "k": "resume", "cut": cut_off}
+        if restored is not None:
+            entry["restored"] = restored
+        return self._run(entry, self.driver.resume(now_ns, cut_off, restored))
 
     def reopen(self, now_ns: int, reattached: bool = False) -> list[Action]:
         """The model socket reconnected: the driver configures the new session."""

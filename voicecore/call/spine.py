@@ -74,9 +74,10 @@ class SpineDriver:
         self.spell.reopened(now_ns)
         return self.core.on_open()
 
-    def resume(self, now_ns: int, cut_off: bool = False) -> list[core.Action]:
-        """A worker took over the live call: as a reconnect (the spine keeps no history to lose). ``cut_off``:
-        the dead worker was mid-answer: the caller hears the hold line and gets an answer from the new session."""
+    def resume(self, now_ns: int, cut_off: bool = False, restored: dict | None = None) -> list[core.Action]:
+        """A worker took over the live call: as a reconnect (the spine keeps no history to lose, and writes no
+        state another node could restore: ``restored`` is never given to it). ``cut_off``: the dead worker was
+        mid-answer: the caller hears the hold line and gets an answer from the new session."""
         out = self.reopen(now_ns)
         if cut_off and not self.ended:
             self.ask_again = True

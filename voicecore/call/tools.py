@@ -1,4 +1,5 @@
-"""Tools' policies of the controller: the writes already done, and the wait after a tool's result.
+"""Tools' policies of the controller: the writes already done, the wait after a tool's result, and a function
+awaiting the caller's yes.
 
 - ``WriteLedger``: a write tool (a booking, a payment) that ran is remembered by its idempotency key
   (voicecore/agent/actions.py) for ``dedupe_ms``; the same write asked again in that window (the model
@@ -14,7 +15,22 @@ Sans-I/O: fed ``now_ns``.
 
 from __future__ import annotations
 
+import dataclasses
+
+from voicecore.call import flow as flows
+
 MS = 1_000_000
+
+
+@dataclasses.dataclass(slots=True)
+class PendingAction:
+    """A function that runs only after the caller's yes
+    (docs/explanation/agents.md#actions-with-confirmation)."""
+
+    call_id: str
+    plan: flows.ToolPlan
+    asked_ns: int
+    played_ns: int = 0  # its confirmation prompt played out; the timeout runs from here
 
 
 class WriteLedger:

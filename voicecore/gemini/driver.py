@@ -219,7 +219,9 @@ class GeminiDriver:
             self.after_setup.append(gp.client_content([("user", line)]))
         return out
 
-    def resume(self, now_ns: int, cut_off: bool = False) -> list[core.Action]:
+    def resume(self, now_ns: int, cut_off: bool = False, restored: dict | None = None) -> list[core.Action]:
+        # restored: never given (this driver writes no call state for another node: a call re-attached there
+        # starts its Gemini session afresh; docs/how-to/drain.md)
         out = self.reopen(now_ns)
         if cut_off and not self.ended:
             out.append(PlayFallback("hold"))

@@ -415,6 +415,30 @@ class CallStore:
         """Delete the endings whose re-attach tokens expired before ``older_than_s``; how many."""
         return self.backend.execute("DELETE FROM stream_endings WHERE expires_at < ?", (older_than_s,)).rowcount
 
+    # --- live calls' state (carried to another node after a gateway died) ----------------------------------
+    def save_call_state(self, call_sid: str, node: str, state: str, expires_at_s: float,
+                        now_s: float | None = None) -> None:
+        """``call_sid``'s state (JSON text, voicecore/call/restore.py) as ``node``'s model worker has it now."""
+        self.backend.execute(
+            "INSERT INTO call_states (call_sid, node, state, updated_at, expires_at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (call_sid) DO UPDATE SET node = excluded.node, state = excluded.state, "
+            "updated_at = excluded.updated_at, expires_at = excluded.expires_at",
+            (call_sid, node, state, time.time() if now_s is None else now_s, expires_at_s))
+
+    def call_state(self, call_sid: str, now_s: float | None = None) -> dict[str, Any] | None:
+        """The state last saved for ``call_sid`` (``node``, ``state`` JSON text, ``updated_at``), unless expired."""
+        row = self.backend.execute(
+            "SELECT node, state, updated_at FROM call_states WHERE call_sid = ? AND expires_at >= ?",
+            (call_sid, time.time() if now_s is None else now_s)).fetchone()
+        return None if row is None else {"node": row[0], "state": row[1], "updated_at": row[2]}
+
+    def drop_call_state(self, call_sid: str) -> None:
+        self.backend.execute("DELETE FROM call_states WHERE call_sid = ?", (call_sid,))
+
+    def purge_call_states(self, older_than_s: float) -> int:
+        """Delete the states that expired before ``older_than_s`` (a node died with its calls); how many."""
+        return self.backend.execute("DELETE FROM call_states WHERE expires_at < ?", (older_than_s,)).rowcount
+
     # --- the console's API keys ------------------------------------------------------------------------
     def add_api_key(self, name: str) -> str:
         """A new API key named ``name`` (shown once: only its hash is kept)."""

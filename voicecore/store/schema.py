@@ -295,8 +295,23 @@ MIGRATION_8 = (
     "CREATE INDEX stream_endings_expires_at ON stream_endings (expires_at)",
 )
 
+MIGRATION_9 = (
+    # A live call's state as another node needs it to carry the call on after its gateway died (the conversation,
+    # flow node, pending confirmation, writes done: voicecore/call/restore.py), JSON text written by the model
+    # worker serving the call as it changes, kept as the call's storage tier allows, and deleted when the call
+    # ends (voicecore/reattach.py). Rows left by a node that died with its calls are deleted after ``expires_at``.
+    """CREATE TABLE call_states (
+        call_sid TEXT NOT NULL PRIMARY KEY,
+        node TEXT NOT NULL,
+        state TEXT NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE INDEX call_states_expires_at ON call_states (expires_at)",
+)
+
 MIGRATIONS: tuple[tuple[str | dict[str, str], ...], ...] = (
-    MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8)  # MIGRATIONS[n - 1] is migration n
+    MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8,
+    MIGRATION_9)  # MIGRATIONS[n - 1] is migration n
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from workers.gateway.store_thread import StoreOnItsThread
+from voicecore.store.on_thread import StoreOnItsThread
 
 log = logging.getLogger("voicecore.gateway")
 

@@ -25,7 +25,7 @@ from voicecore.config import Config
 from voicecore.store import CallStore, database_url_for
 from voicecore.store.db import POSTGRES_PREFIXES
 from voicecore.carriers.session_tokens import SessionTokens
-from workers.gateway.store_thread import StoreOnItsThread
+from voicecore.store.on_thread import StoreOnItsThread
 
 log = logging.getLogger("voicecore.gateway")
 
@@ -93,6 +93,8 @@ class TokenLedger(StoreOnItsThread):
             store = self._open()
             store.mark_stream_ended(call_sid, self.node, expires_at_s)
             store.purge_stream_endings(time.time() - 60)
+            store.drop_call_state(call_sid)  # nothing will re-attach it: its state is of no use to any node
+            store.purge_call_states(time.time())  # states of calls whose node died with them
         except Exception as exc:  # noqa: BLE001
             log.warning("call %s: its normal end not written to the store for the fleet's re-attach step (%s: %s)",
                         call_sid, type(exc).__name__, exc, extra={"problem": "token store"})

@@ -61,13 +61,14 @@ from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.events import CallEventTap, observe_chunks
 from voicecore.privacy.records import RecordPrivacy
 from voicecore.store import spool as store_spool
-from voicecore.store.db import database_url_for
+from voicecore.store.db import POSTGRES_PREFIXES, database_url_for
 from voicecore.store.summary import RecordSummarizer, summary_to_json
 from voicecore.realtime import events as rt
 from voicecore.realtime.breaker import CircuitBreaker
 from voicecore.realtime import transport as vendor_connect
 from voicecore.realtime.vendor_errors import VendorFault, classify_close, classify_handshake, scan_server_text
 from voicecore import fallback
+from voicecore import reattach as reattach_rules
 from voicecore.fallback.lines import agent_clip_number
 from voicecore.shm import control as C
 from voicecore.shm import rings
@@ -77,6 +78,7 @@ from voicecore.shm.warmup import warm_up_rings
 from voicecore import standby
 from voicecore.standby import Leadership
 from workers.model.answer_wait import AnswerWait, CalleeWords, agent_for_call
+from workers.model.call_states import CallStates, state_as_stored
 from workers.model.follow import FOLLOW_EVERY_S, Followers
 from voicecore import http_client, prom_histogram
 from voicecore import replay as replay_mod
@@ -215,6 +217,7 @@ def rebuild_driver(record_dir: str, call_sid: str, finished: bool = False) -> tu
 
 REATTACH_WAIT_S = 30.0  # a call cut off with its gateway is re-attached within this, or ended
 REATTACH_RECORD_WAIT_S = 2.0  # a re-attached call waits this long at most for its record to be finished
+STATE_LOOKUP_TIMEOUT_S = 1.0  # a new call waits this long at most for the store to say whether it was served elsewhere
 
 
 @dataclasses.dataclass(slots=True)
@@ -292,6 +295,16 @@ class CallSession:
             if rebuilt is not None:
                 decider, self.rebuilt_from = rebuilt
                 decider.core.next_tag = max(decider.core.next_tag, first_tag)  # never reuse a tag the arena saw
+        # A call that starts here without a driver or record of its own may be one another node served until its
+        # gateway died (re-attached here by its carrier): the store says, before its model session opens, and its
+        # state from there is restored (workers/model/call_states.py). A turns driver writes its state as it goes.
+        self.state_lookup: concurrent.futures.Future | None = None
+        self.restored: dict | None = None
+        self.state_key: tuple | None = None
+        self.writes_state = worker.call_states is not None and hasattr(decider, "call_state")
+        if self.writes_state and not self.resumed and placed is None:
+            assert worker.call_states is not None
+            self.state_lookup = worker.call_states.lookup(call_sid)
         # Gemini: the driver is asked (a query, not an input) when its session should move to a new connection
         self.gemini = decider if isinstance(decider, gemini_driver.GeminiDriver) else None
         self.planned_reconnect = False  # the socket is being closed to resume the session on a new one
@@ -420,6 +433,8 @@ class CallSession:
         if self.answer_wait is not None and (self.answer_wait.waiting
                                              or self.answer_wait.gate.decision.action == answer_gate.HANG_UP):
             return  # the call ended before its verdict, or it was a voicemail to hang up on
+        if self.state_lookup is not None:
+            await self._restore_from_store(self.state_lookup)
         while self.alive() and not self.driver_ended():
             connected_at = 0.0
             if breaker.is_fatal:
@@ -514,6 +529,38 @@ class CallSession:
             self.transport = None
             return
 
+    async def _restore_from_store(self, lookup: concurrent.futures.Future) -> None:
+        """Whether another node (or this one, before its stream was lost) served this call: its state, if so, is
+        restored when the session opens (``on_connected``). A store slower than STATE_LOOKUP_TIMEOUT_S or failing
+        starts the call afresh (it is most likely new)."""
+        try:
+            found = await asyncio.wait_for(asyncio.wrap_future(lookup), STATE_LOOKUP_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            self.worker.counters["call_state_lookups_timed_out"] += 1
+            log.warning("call %s: the store did not say in %.1f s whether another node served it; starting it afresh",
+                        self.call_sid, STATE_LOOKUP_TIMEOUT_S, extra={"problem": "store"})
+            return
+        if found is None:
+            return
+        self.restored = found["state"]
+        self.resumed = True
+        self.worker.counters["calls_restored_from_store"] += 1
+        log.info("call %s: re-attached here; its state restored from the store (written by %s %.1f s ago)",
+                 self.call_sid, found["node"], max(0.0, time.time() - float(found["updated_at"])))
+
+    def save_state(self) -> None:
+        """This call's state to the store when it changed (every RECORD_HAND_OFF_S at most): what another node
+        restores if a carrier re-attaches the call there (workers/model/call_states.py)."""
+        states = self.worker.call_states
+        if states is None or not self.writes_state or not self.started or not self.alive():
+            return
+        decider: Any = self.decider
+        key = decider.call_state_key()
+        if key == self.state_key:
+            return
+        self.state_key = key
+        states.save(self.call_sid, state_as_stored(decider.call_state(), self.worker.record_privacy))
+
     def driver_ended(self) -> bool:
         """The call's driver gave up on it (the failure policy): no model session is wanted any more."""
         return bool(getattr(self.driver, "ended", False))
@@ -542,6 +589,14 @@ class CallSession:
                 self._apply(self.driver.reopen(time.monotonic_ns(), True))
             elif self.rebuilt_from:  # the call's state is back: its new session gets what the old one had
                 self._apply(self.driver.reopen(time.monotonic_ns()))
+            elif self.restored is not None:  # re-attached here: its state from the store, written where it was
+                try:
+                    self._apply(self.driver.resume(time.monotonic_ns(), False, self.restored))
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.warning("call %s: its state from the store cannot be restored (%s); going on without it",
+                                self.call_sid, exc, extra={"problem": "store"})
+                    self.restored = None
+                    self._apply(self.driver.resume(time.monotonic_ns(), True))
             elif self.resumed:  # taken over without a record: configured, never greeted twice
                 self._apply(self.driver.resume(time.monotonic_ns(), self.cut_off))
             else:
@@ -1319,6 +1374,11 @@ class ModelWorker:
         # The node's call store, and whether its calls' record files are written: without them each call's
         # summary goes through the store spool (voicecore/store/spool.py) to the recorder.
         self.stores_calls = bool(database_url_for(config))
+        # A fleet's shared store: each live call's state goes there as it changes, for the node a carrier may
+        # re-attach the call to after its gateway died (workers/model/call_states.py). A node's own SQLite store
+        # is no use to another node (and this node's worker keeps its cut calls itself).
+        self.call_states = (CallStates(config.database_url, config.node)
+                            if config.database_url.startswith(POSTGRES_PREFIXES) else None)
         self.writes_records = bool(config.record_dir) and config.record_calls
         self.spool_dir = store_spool.spool_dir(self.runtime_dir)
         self.calls_spooled: collections.deque[tuple[str, str]] = collections.deque()  # (name, summary), from the writer thread
@@ -1338,7 +1398,8 @@ class ModelWorker:
                                              "session_renewals_forced": 0, "session_renewals_failed": 0,
                                              "failure_policy_calls": 0, "calls_taken_over_followed": 0,
                                              "gate_messages_resent": 0, "calls_spooled": 0, "calls_not_spooled": 0,
-                                             "calls_reattached": 0, "calls_lost_with_gateway": 0})
+                                             "calls_reattached": 0, "calls_lost_with_gateway": 0,
+                                             "calls_restored_from_store": 0, "call_state_lookups_timed_out": 0})
         self.breakers: dict[str, CircuitBreaker] = {}  # per vendor endpoint (URL)
         self.vendor_trial: asyncio.Task | None = None  # the trial sessions while the vendor refuses the configuration
         # voicecore_tool_duration_seconds: each tool run's time by outcome, cumulative since start (both
@@ -1569,6 +1630,8 @@ class ModelWorker:
                   "breaker_opened_total": float(sum(b.times_opened for b in self.breakers.values())),
                   "vendor_refused": float(any(b.is_fatal for b in self.breakers.values()))}
         pool = self.tool_pool.stats() if self.tool_pool is not None else {}
+        if self.call_states is not None:
+            pool = {**pool, **self.call_states.counters}
         webhooks = self.http.stats
         connections = {"webhook_requests": float(webhooks.requests), "webhook_connections_opened": float(webhooks.connections_opened),
                        "webhook_connections_reused": float(webhooks.reused)}
@@ -1609,6 +1672,10 @@ class ModelWorker:
                                             extra={"problem": "outbound"})
                         self.reconcile()
                     elif isinstance(message, messages.CallEnded):
+                        ended = self.calls.get(message.slot)
+                        if (self.call_states is not None and ended is not None and ended.generation == message.generation
+                                and reattach_rules.ended_normally(message.reason)):
+                            self.call_states.drop(ended.call_sid)  # nothing will re-attach it (its slot stopped its writes)
                         self.carrier_calls.pop((message.slot, message.generation), None)
                         self.outbound_started.pop((message.slot, message.generation), None)
                         self.reconcile()
@@ -1649,6 +1716,7 @@ class ModelWorker:
                 next_hand_off = now + RECORD_HAND_OFF_S
                 for session in self.calls.values():
                     session.hand_off_record()
+                    session.save_state()
             if now - last_stats >= STATS_EVERY_S:
                 last_stats = now
                 self.bus.send(self.gateway, messages.Stats("model", os.getpid(), self.stats()))
@@ -1676,6 +1744,8 @@ class ModelWorker:
         if token_keeper is not None and self.vertex_tokens is not None:
             token_keeper.cancel()
             self.vertex_tokens.close()
+        if self.call_states is not None:  # the states waiting are written (a stopping node's calls may be re-attached)
+            await asyncio.get_running_loop().run_in_executor(None, self.call_states.close)
         await self.http.close()
         # Before the bus closes the socket: a wakeup on its dead fd would read a closed socket (a traceback at stop).
         asyncio.get_running_loop().remove_reader(verdicts_fd)

@@ -1,8 +1,8 @@
-"""A call store connection the gateway uses from one thread of its own, never from its event loop.
+"""A call store connection a worker uses from one thread of its own, never from its event loop.
 
-The gateway's writes and reads of the shared store (the fleet's token claims, a placed call's status callbacks)
-must not hold up the loop that carries the calls' audio, and a store that fails must cost nothing but that
-use: the connection is opened when first needed and dropped after a failure, so the next use reopens it.
+A worker's writes and reads of the shared store (the gateway's token claims and a placed call's status
+callbacks, the model worker's live call states) must not hold up the loop that carries the calls' audio, and a
+store that fails must cost nothing but that use: the connection is opened when first needed and dropped after a failure, so the next use reopens it.
 """
 
 from __future__ import annotations
