@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 import orjson
@@ -232,3 +233,10 @@ def test_the_event_names_the_leg_that_ended_and_its_timestamp():
     assert event["uuid"] == "leg-2" and event["timestamp"] == "2020-03-31T12:00:00.250Z"
     with pytest.raises(ValueError):
         modes.continuation_request("vonage", url, IDS, CREDENTIALS, now_s=NOW_S, nonce="j")
+
+
+@pytest.mark.parametrize("now_s", [0.0, 951_782_400.5, 1_585_656_000.25, 1_709_208_000.999, 4_102_444_800.0,
+                                   1_800_000_000.0])
+def test_the_event_timestamp_is_the_calendar_date_in_utc(now_s):
+    expected = datetime.fromtimestamp(int(now_s), timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    assert modes._iso_timestamp(now_s) == f"{expected}.{int(round(now_s % 1 * 1000)) if now_s % 1 else 0:03d}Z"

@@ -63,7 +63,6 @@ import json
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import numpy as np
@@ -487,8 +486,27 @@ def _synchronous_event_url(action: Mapping[str, object]) -> str:
 
 
 def _iso_timestamp(now_s: float) -> str:
-    """Vonage's event ``timestamp``: ISO 8601 in UTC with milliseconds ("2020-03-31T12:00:00.000Z")."""
-    return datetime.fromtimestamp(now_s, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """Vonage's event ``timestamp``: ISO 8601 in UTC with milliseconds ("2020-03-31T12:00:00.000Z"), by arithmetic
+    (a pure core imports no datetime)."""
+    whole_s = int(now_s // 1)
+    days, second_of_day = divmod(whole_s, 86_400)
+    year, month, day = _civil_from_days(days)
+    millis = min(int((now_s - whole_s) * 1000), 999)
+    return (f"{year:04d}-{month:02d}-{day:02d}T{second_of_day // 3600:02d}:{second_of_day // 60 % 60:02d}:"
+            f"{second_of_day % 60:02d}.{millis:03d}Z")
+
+
+def _civil_from_days(days: int) -> tuple[int, int, int]:
+    """The Gregorian (year, month, day) ``days`` after 1970-01-01 (H. Hinnant's days_from_civil, inverted)."""
+    days += 719_468
+    era = days // 146_097
+    day_of_era = days - era * 146_097
+    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    shifted_month = (5 * day_of_year + 2) // 153  # March is 0
+    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
+    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
+    return year_of_era + era * 400 + (1 if month <= 2 else 0), month, day
 
 
 def _parse_exotel(body: bytes) -> StreamTarget:
