@@ -91,7 +91,8 @@ FAULTS: dict[str, FaultSpec] = {spec.name: spec for spec in (
               vendor=(("refuse_new", REFUSE_MS), ("drop_1011", 0))),
     # Last: the calls it cuts (re-attached or dropped) should not be what the other faults are measured on.
     FaultSpec(GATEWAY, "SIGKILL of the active gateway (its calls' streams are lost; the carrier re-attaches them "
-                       "through the answer's re-attach step: Twilio's <Connect action>, Plivo's and Telnyx's <Redirect>)",
+                       "through the answer's re-attach step: Twilio's <Connect action>, Plivo's and Telnyx's <Redirect>, "
+                       "Vonage's synchronous connect's eventUrl)",
               kill=GATEWAY),
 )}
 # The store faults are asked for by name: they give the run a call store, and the default run (its figures

@@ -41,7 +41,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--carrier", default="twilio", choices=("twilio", "telnyx", "plivo", "vonage", "exotel"),
                      help="the carrier the simulated calls come from (default twilio): its signed webhook, answer "
                           "document and media stream, in every load process; the bench makes the carrier's secrets "
-                          "for the stack it starts. Not with --target, --baseline, --soak, --bad-input or chaos")
+                          "for the stack it starts. Not with --target, --baseline, --soak or --bad-input; with --scenario chaos, "
+                          "a gateway kill is re-attached through the carrier's re-attach step (Exotel has none)")
     run.add_argument("--model-vendor", default="openai", choices=("openai", "gemini"),
                      help="the model vendor the stack talks to, simulated: openai (the Realtime API) or gemini (Gemini "
                           "Live: its simulator, the stack's Gemini driver) (default openai)")

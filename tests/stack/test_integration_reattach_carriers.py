@@ -1,6 +1,7 @@
-"""A gateway kill during a Plivo and a Telnyx call: each simulated carrier requests the <Redirect> its answer
-document put after the stream (signed as that carrier signs), the gateway serving now answers a new stream for
-the same call, and the call runs on to the caller's own end."""
+"""A gateway kill during a Plivo, a Telnyx and a Vonage call: each simulated carrier requests the <Redirect> its
+answer document put after the stream (Vonage: posts the socket's disconnected event to the synchronous connect's
+eventUrl), signed as that carrier signs, the gateway serving now answers a new stream for the same call, and the
+call runs on to the caller's own end."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from voicecore.supervise import get_from_gateway
 
 pytestmark = pytest.mark.integration
 
-CARRIERS = ("plivo", "telnyx")
+CARRIERS = ("plivo", "telnyx", "vonage")
 # The greeting, a question at 5.5 s, the gateway killed at 9 s, a second question after the re-attach.
 KILL_AT_S = 9.0
 SCRIPT = CallScript(duration_ms=18_000, utterances=((5500, load_clip("caller_basic_price")),
@@ -33,7 +34,7 @@ def gateway_metrics(config) -> dict:
     return json.loads(body)["gateway"]
 
 
-def test_a_gateway_kill_re_attaches_a_plivo_and_a_telnyx_call():
+def test_a_gateway_kill_re_attaches_a_plivo_a_telnyx_and_a_vonage_call():
     credentials = generate_credentials()
     running = start_stack(call_control="turns", standby_workers=True, **credentials.stack_settings())
     try:

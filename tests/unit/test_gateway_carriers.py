@@ -74,7 +74,8 @@ def test_a_carrier_is_served_only_with_its_secret():
     assert set(cc.routes((cc.PLIVO,))) == {"/plivo/voice", "/plivo/transfer", "/plivo/reattach", "/plivo/call-status"}
     assert cc.stream_paths((cc.PLIVO, cc.VONAGE)) == {"/plivo/stream": cc.PLIVO, "/vonage/stream": cc.VONAGE}
     assert set(cc.routes(cc.CARRIERS)) == {"/telnyx/voice", "/telnyx/reattach", "/telnyx/call-status", "/plivo/voice", "/plivo/transfer",
-                                           "/plivo/reattach", "/plivo/call-status", "/vonage/answer", "/vonage/event", "/exotel/voice"}
+                                           "/plivo/reattach", "/plivo/call-status", "/vonage/answer", "/vonage/event",
+                                           "/vonage/reattach", "/exotel/voice"}
 
 
 def test_settings_come_from_the_config_and_are_checked():

@@ -99,7 +99,7 @@ def test_the_answer_without_a_token_names_no_step_and_the_hangup_ends_the_call(c
 
 
 def test_which_carriers_name_the_step():
-    assert [carrier for carrier in cc.CARRIERS if cc.reattaches(carrier)] == ["telnyx", "plivo"]
+    assert [carrier for carrier in cc.CARRIERS if cc.reattaches(carrier)] == ["telnyx", "plivo", "vonage"]
 
 
 @pytest.mark.parametrize("url", ["ftp://x/y", "/relative", "https://voice.example.com/a b"])

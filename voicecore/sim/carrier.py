@@ -575,9 +575,10 @@ async def place_call(
     API request gave (signed with its query, as Twilio signs it) and ``outbound-api``; the script's audio is
     then the callee's.
     A stream that drops without a stop is followed by the TwiML's ``<Connect action>`` as Twilio does (a new
-    ``<Connect><Stream>`` answered is connected and the caller talks on), and for Telnyx and Plivo by the
-    ``<Redirect>`` their answer document put after the stream; ``follow_action`` False: act as a carrier that
-    cannot reach that URL (the call ends with its stream).
+    ``<Connect><Stream>`` answered is connected and the caller talks on), for Telnyx and Plivo by the
+    ``<Redirect>`` their answer document put after the stream, and for Vonage by the ``disconnected`` event to
+    its synchronous connect's eventUrl; ``follow_action`` False: act as a carrier that cannot reach that URL (the
+    call ends with its stream).
     """
     if carrier != "twilio":
         return await place_mode_call(
@@ -786,15 +787,18 @@ async def _connect_mode_stream(stream: StreamListener, carrier: str, target: mod
 
 
 async def _follow_redirect(carrier: str, url: str, ids: modes.CallIdentity, credentials: CarrierCredentials,
-                           errors: list[str], unix_socket: str | None) -> modes.StreamTarget | None:
-    """Request the ``<Redirect>`` URL that followed the stream, signed as ``carrier`` signs it, retried as
-    _follow_action retries Twilio's action URL; the new stream its answer starts, or None (``<Hangup/>``, or
-    the URL could not be reached: the call is over)."""
+                           errors: list[str], unix_socket: str | None, ended: modes.StreamTarget | None = None,
+                           leg_id: str = "") -> modes.StreamTarget | None:
+    """Request the ``<Redirect>`` URL that followed the stream (Vonage: post the ``disconnected`` event of the
+    stream ``ended``, leg ``leg_id``, to its synchronous connect's eventUrl), signed as ``carrier`` signs it,
+    retried as _follow_action retries Twilio's action URL; the new stream its answer starts, or None
+    (``<Hangup/>``, an NCCO that connects nothing, or the URL could not be reached: the call is over)."""
     loop = asyncio.get_running_loop()
     give_up_at = loop.time() + ACTION_RETRY_FOR_S
     while True:
         request = modes.continuation_request(carrier, url, ids, credentials, now_s=time.time(),
-                                             nonce=secrets.token_hex(10))
+                                             nonce=_uuid() if carrier == "vonage" else secrets.token_hex(10),
+                                             target=ended, leg_id=leg_id)
         try:
             status, body = await http_client.send(request.method, request.url, request.headers, request.body,
                                                   timeout_s=HTTP_TIMEOUT_S * 2, user_agent=modes.USER_AGENTS[carrier],
@@ -909,10 +913,11 @@ async def place_mode_call(
     ({base}/telnyx/voice, /plivo/voice, /vonage/answer, /exotel/voice), its answer document followed to the
     stream (the URL, the codec and what to carry back, as the carrier would read them: nothing about the
     stream's path or where the session token travels is assumed), then the call as place_call plays it, on
-    the carrier's adapter (voicecore/sim/carrier_modes_core.py). A Telnyx or Plivo stream that ends without the
-    caller's stop (the gateway closed it or the connection was lost) goes on as the carrier goes on: the
-    ``<Redirect>`` after the stream is requested, signed, and a new stream it answers is connected
-    (``follow_action`` False: the call ends with its stream). ``answer_url`` and ``request_uuid``: a Plivo call
+    the carrier's adapter (voicecore/sim/carrier_modes_core.py). A Telnyx, Plivo or Vonage stream that ends
+    without the caller's stop (the gateway closed it or the connection was lost) goes on as the carrier goes on:
+    the ``<Redirect>`` after the stream is requested (Vonage: its ``disconnected`` event is posted to the
+    synchronous connect's eventUrl), signed, and a new stream it answers is connected (``follow_action`` False:
+    the call ends with its stream). ``answer_url`` and ``request_uuid``: a Plivo call
     its Make Call placed (voicecore/sim/carrier_rest.py), answered at the URL the request gave."""
     if carrier not in modes.ANSWER_PATHS:
         raise ValueError(f"carrier must be one of {', '.join(CARRIERS)}")
@@ -959,6 +964,7 @@ async def place_mode_call(
         return failed(problem)
     runner.closed_by = "carrier"
     opening = core.opening_messages()
+    leg_id = ids.stream_id  # Vonage: the WebSocket leg's uuid (its events name it)
     if rest is not None:
         rest.register(carrier, ids.call_id, runner.end_by_rest)
     try:
@@ -970,7 +976,8 @@ async def place_mode_call(
             if runner.closed_by not in ("server", "connection_lost") or not target.redirect or not follow_action:
                 break
             lost_at_ms = ticker.now_ms()
-            followed = await _follow_redirect(carrier, target.redirect, ids, credentials, errors, unix_socket)
+            followed = await _follow_redirect(carrier, target.redirect, ids, credentials, errors, unix_socket,
+                                              ended=target, leg_id=leg_id)
             if followed is None:
                 break
             stream = StreamListener(runner)
@@ -986,6 +993,9 @@ async def place_mode_call(
             new_stream_id = _mode_identity(carrier, ids.call_id, ids.account_id, script).stream_id
             if carrier == "plivo":
                 opening = core.reattach(new_stream_id, followed.raw_extra_headers, lost_at_ms, ticker.now_ms())
+            elif carrier == "vonage":  # a new WebSocket leg (its own uuid) of the same call
+                leg_id = new_stream_id
+                opening = core.reattach(followed.headers, lost_at_ms, ticker.now_ms())
             else:
                 opening = core.reattach(new_stream_id, followed.parameters, lost_at_ms, ticker.now_ms())
     finally:

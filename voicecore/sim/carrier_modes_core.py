@@ -38,7 +38,10 @@ Carrier behaviours the adapters model (docs/explanation/protocols.md#b and each 
 - Vonage: ``websocket:connected`` with the NCCO endpoint's ``content-type`` and its ``headers`` echoed at
   the top level, binary L16 frames of 20 ms both ways, ``notify`` echoed as ``websocket:notify`` with its
   payload when played, ``clear`` answered by ``websocket:cleared`` and pending notifies dropped; no
-  ``stop``: the call ends by the socket closing.
+  ``stop``: the call ends by the socket closing. A socket that ends while the call goes on (the gateway closed it
+  or vanished) under a synchronous ``connect`` is followed as its "WebSocket fallback options" say: the
+  ``disconnected`` event, signed, to the ``eventUrl``; a new NCCO it answers replaces the call's, no NCCO (or one
+  with nothing left to run) ends the call.
 - Exotel: ``connected`` + ``start`` (the stream URL's query parameters but ``sample-rate`` in
   ``custom_parameters``; the rate from ``sample-rate``, default 8000), caller audio in ~100 ms ``media``
   messages, our audio in chunks of 100 ms and more, marks echoed when played; a ``clear`` returns the
@@ -256,16 +259,29 @@ def _plivo_form_request(url: str, form: dict[str, str], credentials: CarrierCred
 
 
 # The carriers whose answer document can name where the call goes when its stream ends (a <Redirect> after the
-# stream): the simulator follows it as the carrier would (continuation_request).
-CONTINUES = ("telnyx", "plivo")
+# stream; Vonage: a synchronous connect's eventUrl): the simulator follows it as the carrier would
+# (continuation_request).
+CONTINUES = ("telnyx", "plivo", "vonage")
 
 
 def continuation_request(carrier: str, url: str, ids: CallIdentity, credentials: CarrierCredentials, *,
-                         now_s: float, nonce: str) -> WebhookRequest:
+                         now_s: float, nonce: str, target: StreamTarget | None = None,
+                         leg_id: str = "") -> WebhookRequest:
     """The signed request ``carrier`` sends to the ``<Redirect>`` URL that follows a stream, once the stream
     ended: a form POST with the call's fields (the call still up: ``in-progress``), signed as its answer
     webhook is (Telnyx: Ed25519 over ``timestamp|body``; Plivo: V3 over the whole URL, its query included, the
-    form and ``nonce``)."""
+    form and ``nonce``). Vonage: the WebSocket leg's ``disconnected`` event to the synchronous connect's
+    ``eventUrl``, JSON with the endpoint's headers of ``target`` (the stream that ended) and ``leg_id`` (that
+    leg's uuid; default ``ids.stream_id``), signed with the signed-webhook JWT over the body."""
+    if carrier == "vonage":
+        if target is None:
+            raise ValueError("Vonage's disconnected event names the stream that ended: give its target")
+        body = vonage.leg_event(vonage.LEG_DISCONNECTED, leg_id or ids.stream_id, ids.session_id,
+                                ids.from_number.lstrip("+"), target.url, target.headers, _iso_timestamp(now_s))
+        authorization = vonage.sign_webhook(body, credentials.vonage_signature_secret, int(now_s), nonce,
+                                            api_key=credentials.vonage_api_key, application_id=ids.account_id)
+        return WebhookRequest("POST", url, (("Content-Type", "application/json"), ("Authorization", authorization)),
+                              body)
     if carrier == "telnyx":
         return _telnyx_texml_request(url, ids, credentials, now_s, "in-progress")
     if carrier == "plivo":
@@ -278,7 +294,22 @@ def continuation_request(carrier: str, url: str, ids: CallIdentity, credentials:
 
 def parse_continuation(carrier: str, body: bytes) -> StreamTarget | None:
     """Read the document a continuation answered: the new stream it starts, or None when it starts none
-    (``<Hangup/>``: the call ends). ValueError: not the carrier's XML, or a stream the carrier would refuse."""
+    (``<Hangup/>``: the call ends). ValueError: not the carrier's XML, or a stream the carrier would refuse.
+    Vonage: an empty body is no NCCO (the original NCCO goes on: ours has nothing after the connect, so the call
+    completes), an NCCO without a connect to a websocket runs out (the simulator plays none of its actions) and
+    the call ends; anything but a JSON array is no NCCO Vonage would run."""
+    if carrier == "vonage":
+        if not body.strip():
+            return None
+        try:
+            ncco = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise ValueError("the event's answer is not JSON (no NCCO)") from None
+        if type(ncco) is not list:
+            raise ValueError("the event's answer is not an NCCO (a JSON array)")
+        if not any(type(action) is dict and action.get("action") == "connect" for action in ncco):
+            return None
+        return _parse_ncco(body)
     root = _xml(body, "the continuation's answer")
     if root.tag != "Response":
         raise ValueError("the continuation's answer has no <Response>")
@@ -317,7 +348,8 @@ class StreamTarget:
     authorization: Mapping[str, object] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     # Where the carrier goes on when the stream ends: the URL of the ``<Redirect>`` that follows the stream
-    # (TeXML after ``<Connect>``, Plivo XML after a ``keepCallAlive`` ``<Stream>``), "" when nothing follows.
+    # (TeXML after ``<Connect>``, Plivo XML after a ``keepCallAlive`` ``<Stream>``; Vonage: a synchronous
+    # connect's ``eventUrl``, POST), "" when nothing follows.
     redirect: str = ""
 
 
@@ -436,8 +468,45 @@ def _parse_ncco(body: bytes) -> StreamTarget:
                 if type(authorization) is not dict or authorization.get("type") not in (None, "vonage", "custom"):
                     raise ValueError("the NCCO's websocket authorization is not {\"type\": \"vonage\" | \"custom\"}")
                 return StreamTarget(url=endpoint["uri"], parameters=parameters, encoding=ENCODING_L16,
-                                    sample_rate_hz=int(rate_text), headers=dict(headers), authorization=authorization)
+                                    sample_rate_hz=int(rate_text), headers=dict(headers), authorization=authorization,
+                                    redirect=_synchronous_event_url(action))
     raise ValueError("the NCCO has no connect action to a websocket endpoint")
+
+
+def _synchronous_event_url(action: Mapping[str, object]) -> str:
+    """Where Vonage asks what to do when the connect's WebSocket ends with the call still up: its ``eventUrl``
+    (the first of the array), only for ``"eventType": "synchronous"`` ("to receive this event, you must include
+    the eventType: synchronous") and a POST (ours; the default ``eventMethod``); else "" (the NCCO goes on)."""
+    urls = action.get("eventUrl")
+    if action.get("eventType") != vonage.EVENT_TYPE_SYNCHRONOUS or type(urls) is not list or not urls:
+        return ""
+    if str(action.get("eventMethod") or "POST").upper() != "POST" or type(urls[0]) is not str:
+        return ""
+    return urls[0]
+
+
+def _iso_timestamp(now_s: float) -> str:
+    """Vonage's event ``timestamp``: ISO 8601 in UTC with milliseconds ("2020-03-31T12:00:00.000Z"), by arithmetic
+    (a pure core imports no datetime)."""
+    whole_s = int(now_s // 1)
+    days, second_of_day = divmod(whole_s, 86_400)
+    year, month, day = _civil_from_days(days)
+    millis = min(int((now_s - whole_s) * 1000), 999)
+    return (f"{year:04d}-{month:02d}-{day:02d}T{second_of_day // 3600:02d}:{second_of_day // 60 % 60:02d}:"
+            f"{second_of_day % 60:02d}.{millis:03d}Z")
+
+
+def _civil_from_days(days: int) -> tuple[int, int, int]:
+    """The Gregorian (year, month, day) ``days`` after 1970-01-01 (H. Hinnant's days_from_civil, inverted)."""
+    days += 719_468
+    era = days // 146_097
+    day_of_era = days - era * 146_097
+    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    shifted_month = (5 * day_of_year + 2) // 153  # March is 0
+    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
+    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
+    return year_of_era + era * 400 + (1 if month <= 2 else 0), month, day
 
 
 def _parse_exotel(body: bytes) -> StreamTarget:
@@ -851,6 +920,16 @@ class VonageCall(ModeCall):
 
     def _media_message(self, n: int) -> bytes:
         return self._side.audio(self._caller_payload(n)).data
+
+    def reattach(self, headers: Mapping[str, object], lost_at_ms: float, now_ms: float) -> list[str]:
+        """The same call on a new stream (the NCCO the ``disconnected`` event's answer connected after the old
+        socket ended): its ``websocket:connected`` with the new NCCO's headers."""
+        self._new_stream(lost_at_ms, now_ms)
+        self._notify_payloads.clear()  # the old socket's pending notifies went with it
+        self._cleared_audio_path()
+        self._side = vonage.VonageCarrierSide(headers, self.sample_rate_hz)
+        self._opened = False
+        return self.opening_messages()
 
     def send_dtmf(self, digit: str) -> str:
         self._require_open()

@@ -11,6 +11,12 @@ Voice API requests rest.py's.
   ``"authorization": {"type": "vonage"}``: its age is checked, not its payload_hash (an upgrade has no body).
 - Its audio is binary L16 (16 kHz by default, ``vonage_sample_rate_hz``): the edge resamples and frames it both
   ways, so the pacer writes raw entries.
+- Re-attach (voicecore/reattach.py): the NCCO's ``connect`` is synchronous (``"eventType": "synchronous"``) with its
+  ``eventUrl`` at ``/vonage/reattach?token=...`` (POST). Vonage posts the WebSocket leg's events there, signed like
+  every webhook; the one that is the step is ``disconnected`` (the socket ended, the call did not: "WebSocket
+  fallback options" of Vonage's WebSockets guide), which names the call by the endpoint's headers it echoes
+  (``call_id``). Its answer is a new NCCO connecting a new stream for the same call, or one with no action (the
+  call ends: Vonage's NCCO has no hang-up action). The leg's other events are answered 204 like /vonage/event's.
 - Hang-up and transfer: ``PUT /v1/calls/{uuid}`` with an application JWT (``vonage_application_id``,
   ``vonage_private_key``; the nonce is its ``jti``).
 """
@@ -23,19 +29,23 @@ from voicecore.carriers.base import CannotEnd, Carrier
 from voicecore.carriers.edge import FrameSink
 from voicecore.carriers.rest_common import check_target
 from voicecore.carriers.vonage import outbound, protocol, rest
-from voicecore.carriers.webhook import (ANSWER, EVENT, AnswerRequest, Refusal, Route, WebhookError, call_id,
-                                        parse_json_object, parse_query, upgrade_header)
+from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, AnswerRequest, Refusal, Route, WebhookError,
+                                        call_id, parse_json_object, parse_query, reattach_request, upgrade_header)
 from voicecore.outbound import call_fields
 
-__all__ = ["VONAGE", "VonageCarrier"]
+__all__ = ["REATTACH_PATH", "VONAGE", "VonageCarrier"]
+
+REATTACH_PATH = "/vonage/reattach"
 
 
 class VonageCarrier(Carrier):
     name = "vonage"
     title = "Vonage"
     routes = {"/vonage/answer": Route("vonage", ANSWER, ("GET", "POST")),
-              "/vonage/event": Route("vonage", EVENT, ("POST",))}
+              "/vonage/event": Route("vonage", EVENT, ("POST",)),
+              REATTACH_PATH: Route("vonage", REATTACH, ("POST",))}
     carrier_side = protocol.VonageCarrierSide
+    reattaches = True  # its answer NCCO names a re-attach step (the synchronous connect's eventUrl)
 
     def served(self, settings):
         return bool(settings.vonage_signature_secret)
@@ -44,6 +54,8 @@ class VonageCarrier(Carrier):
         if not protocol.verify_signed_webhook(headers.get("authorization"), body, settings.vonage_signature_secret,
                                               now_s):
             return Refusal(403, "bad signed-webhook JWT")
+        if route.kind == REATTACH:
+            return self._leg_event(target, body)
         if route.kind == EVENT:
             # A placed call's status (started, ringing, answered, completed, busy, ...) is kept; other events logged
             try:
@@ -64,12 +76,29 @@ class VonageCarrier(Carrier):
             return checked
         return AnswerRequest(self.name, ANSWER, checked.call_id, parameters=parameters)
 
-    def answer_document(self, request, stream_url, token, settings):
+    def _leg_event(self, target, body):
+        """An event of the WebSocket leg at the connect's eventUrl (its signature passed): ``disconnected`` is the
+        re-attach request, for the call its echoed headers name; any other status is a plain event (204)."""
+        try:
+            event = protocol.parse_leg_event(body)
+        except ValueError as exc:
+            return Refusal(400, "bad event", f"re-attach event rejected: {exc}", quiet=True, problem="reattach")
+        if event.status != protocol.LEG_DISCONNECTED:
+            return AnswerRequest(self.name, EVENT, "")
+        # The call is live (its leg to the socket ended, not the call: a caller's hang-up completes that leg).
+        return reattach_request(self.name, target, event.call_id, None, frozenset())
+
+    def answer_document(self, request, stream_url, token, settings, reattach_token=None):
         headers = {**dict(request.parameters), protocol.HEADER_CALL_ID: request.call_id,
                    protocol.HEADER_SESSION_TOKEN: token}
+        event_url = None if reattach_token is None else f"{settings.public_url}{REATTACH_PATH}?token={reattach_token}"
         ncco = protocol.ncco_connect_websocket(stream_url, headers, settings.vonage_sample_rate_hz,
-                                               signed_upgrade=True)
+                                               signed_upgrade=True, event_url=event_url)
         return b"application/json", orjson.dumps(ncco)
+
+    def hangup_document(self):
+        """The answer to a re-attach request for a call that is over: an NCCO with no action."""
+        return b"application/json", orjson.dumps(protocol.ncco_end_call())
 
     def check_upgrade(self, target, headers, settings, stream_bases, now_s):
         authorization = upgrade_header(headers, "Authorization")

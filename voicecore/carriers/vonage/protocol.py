@@ -4,8 +4,9 @@ Owns: validating what Vonage sends on the socket into the carrier-neutral events
 :mod:`voicecore.carriers.events`, the order it may send it in and the close code for each kind of bad
 input (:class:`VonageStreamProtocol`); the exact messages we send (:class:`VonageOutboundEncoder`); the
 carrier's end of the same protocol for the simulator (:class:`VonageCarrierSide`); the answer NCCO
-(:func:`ncco_connect_websocket`); and Vonage's signed webhooks (:func:`verify_signed_webhook`) and the same
-JWT on the WebSocket upgrade (:func:`verify_upgrade_jwt`).
+(:func:`ncco_connect_websocket`), with its re-attach step (the synchronous ``connect``'s ``eventUrl``) and the
+event Vonage sends there (:func:`parse_leg_event`, :func:`leg_event`); and Vonage's signed webhooks
+(:func:`verify_signed_webhook`) and the same JWT on the WebSocket upgrade (:func:`verify_upgrade_jwt`).
 
 Must not know: sockets, clocks, session tokens, call slots, rings, or how audio becomes mu-law (that is
 :mod:`voicecore.carriers.codec`, once, at the gateway edge). Time comes in as ``now_s``; ids come in.
@@ -19,7 +20,14 @@ webhooks pages (Messages API concept page; the Voice page says Voice signs "the 
 upgrade the websocket endpoint's ``authorization`` object as Vonage's own SDK types it (``Vonage/vonage-node-sdk``
 ``packages/voice/lib/types/Endpoint/WebsocketAuthorization.ts``: with ``{"type": "vonage"}`` "the Voice API
 includes the same JWT used for signed webhooks in the Authorization header (Bearer {JWT})" of the opening
-handshake).
+handshake). The re-attach step: the WebSockets guide's "WebSocket fallback options" (a ``connect`` with
+``"eventType": "synchronous"`` gets an event at its ``eventUrl`` when the WebSocket cannot be connected,
+``failed`` / ``unanswered``, or "is terminated by the application for any reason", ``disconnected``; the answer
+may be a new NCCO; "If you do not return an NCCO, the next action in the original NCCO will be processed. If there
+are no further actions in the original NCCO, the call will complete"; the event carries the endpoint's
+``headers``), the NCCO reference's ``connect`` (``eventType``, ``eventUrl``, ``eventMethod``: "calls
+asynchronously on each of the possible Call States") and the Voice API webhooks reference ("Voice API ... support
+signed callbacks by default").
 
 The wire, as documented:
 
@@ -90,6 +98,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Union
+from urllib.parse import urlsplit
 
 import jwt
 import orjson
@@ -115,6 +124,7 @@ __all__ = [
     "CLEAR_MESSAGE",
     "CloseCode",
     "DEFAULT_SAMPLE_RATE_HZ",
+    "EVENT_TYPE_SYNCHRONOUS",
     "HEADER_ACCOUNT_ID",
     "HEADER_CALL_ID",
     "HEADER_SESSION_TOKEN",
@@ -133,9 +143,14 @@ __all__ = [
     "VonageOutboundEncoder",
     "VonageStreamProtocol",
     "VonageStreamStatistics",
+    "LEG_DISCONNECTED",
+    "LegEvent",
     "content_type",
     "frame_bytes",
+    "leg_event",
     "ncco_connect_websocket",
+    "ncco_end_call",
+    "parse_leg_event",
     "sign_webhook",
     "verify_signed_webhook",
     "verify_upgrade_jwt",
@@ -154,6 +169,11 @@ HEADER_SESSION_TOKEN = "session_token"
 HEADER_ACCOUNT_ID = "account_id"
 # The websocket endpoint's ``authorization.type`` that makes Vonage put its signed-webhook JWT on the upgrade.
 AUTHORIZATION_VONAGE = "vonage"
+# The connect's ``eventType`` that makes it wait for its ``eventUrl``'s answer on the leg's failure states.
+EVENT_TYPE_SYNCHRONOUS = "synchronous"
+# The WebSocket leg's status when the socket ended without the call ending: the application (or, as it reads to
+# Vonage, its server vanishing) terminated the connection (WebSockets guide, "WebSocket disconnected").
+LEG_DISCONNECTED = "disconnected"
 
 EVENT_CONNECTED = "websocket:connected"
 EVENT_DTMF = "websocket:dtmf"
@@ -561,7 +581,8 @@ class VonageCarrierSide:
 
 
 def ncco_connect_websocket(uri: str, headers: Mapping[str, str],
-                           sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ, *, signed_upgrade: bool = False) -> list:
+                           sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ, *, signed_upgrade: bool = False,
+                           event_url: str | None = None) -> list:
     """The answer webhook's NCCO that connects the call to our WebSocket (NCCO reference, ``connect``
     action, ``websocket`` endpoint: ``uri``, ``content-type``, ``headers``).
 
@@ -571,6 +592,11 @@ def ncco_connect_websocket(uri: str, headers: Mapping[str, str],
     ``signed_upgrade``: the endpoint asks for ``"authorization": {"type": "vonage"}``, so Vonage puts its
     signed-webhook JWT on the upgrade (checked with :func:`verify_upgrade_jwt`); without it the upgrade
     carries no credential at all.
+
+    ``event_url``: the re-attach step (voicecore/reattach.py). The ``connect`` becomes synchronous
+    (``"eventType": "synchronous"``) with this ``eventUrl`` (POST): Vonage posts the WebSocket leg's events
+    there, and when the socket ends without the call ending (``disconnected``) the NCCO the URL answers
+    replaces the call's (WebSockets guide, "WebSocket fallback options").
     """
     if not isinstance(uri, str) or not uri.startswith(("wss://", "ws://")):
         raise ValueError("uri must be a ws:// or wss:// URL (Vonage requires wss:// in production)")
@@ -584,7 +610,61 @@ def ncco_connect_websocket(uri: str, headers: Mapping[str, str],
     endpoint = {"type": "websocket", "uri": uri, "content-type": content_type(rate), "headers": dict(headers)}
     if signed_upgrade:
         endpoint["authorization"] = {"type": AUTHORIZATION_VONAGE}
-    return [{"action": "connect", "endpoint": [endpoint]}]
+    action: dict[str, object] = {"action": "connect", "endpoint": [endpoint]}
+    if event_url is not None:
+        parts = urlsplit(event_url) if isinstance(event_url, str) else None
+        if parts is None or parts.scheme not in ("https", "http") or not parts.netloc or any(
+                ch.isspace() for ch in event_url):
+            raise ValueError("event_url must be an absolute https or http URL")
+        action.update(eventType=EVENT_TYPE_SYNCHRONOUS, eventUrl=[event_url], eventMethod="POST")
+    return [action]
+
+
+def ncco_end_call() -> list:
+    """The NCCO that ends the call: one with no action. Vonage's NCCO has no hang-up action; "when all the actions
+    in the NCCO are complete, the Call ends" (NCCO reference), and an empty one has none left to run. The
+    re-attach step's answer for a call that is over (its stream ended normally, the node drains)."""
+    return []
+
+
+# --- the WebSocket leg's events (the synchronous connect's eventUrl) -----------------------------------
+
+@dataclass(frozen=True, slots=True)
+class LegEvent:
+    """An event of the WebSocket leg at the connect's ``eventUrl``: its ``status`` (started, ringing, answered,
+    completed, disconnected, failed, unanswered, ...), the leg's own ``uuid`` and the ``call_id`` our NCCO put
+    in the endpoint's headers (the caller's leg: the call), None when the event carries none."""
+
+    status: str
+    leg_uuid: str | None
+    call_id: str | None
+
+
+def parse_leg_event(body: bytes) -> LegEvent:
+    """Read the JSON event Vonage posts to the connect's ``eventUrl`` (WebSockets guide: ``from``, ``to``, ``uuid``,
+    ``conversation_uuid``, ``status``, ``timestamp``, and the endpoint's ``headers`` as an object).
+    ``ValueError`` (fixed text) for a body that is no such event: not a JSON object, no string ``status``."""
+    try:
+        event = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ValueError("the event is not JSON") from None
+    if type(event) is not dict:
+        raise ValueError("the event is not a JSON object")
+    status = event.get("status")
+    if type(status) is not str or not status:
+        raise ValueError("the event has no status")
+    headers = event.get("headers")
+    call_id = headers.get(HEADER_CALL_ID) if type(headers) is dict else None
+    leg_uuid = event.get("uuid")
+    return LegEvent(status, leg_uuid if type(leg_uuid) is str else None, call_id if type(call_id) is str else None)
+
+
+def leg_event(status: str, leg_uuid: str, conversation_uuid: str, from_number: str, uri: str,
+              headers: Mapping[str, object], timestamp: str) -> bytes:
+    """The event Vonage posts for the WebSocket leg (the simulator's; WebSockets guide's example): ``to`` is the
+    socket's URI, ``headers`` the NCCO endpoint's, as given."""
+    return orjson.dumps({"from": from_number, "to": uri, "uuid": leg_uuid, "conversation_uuid": conversation_uuid,
+                         "status": status, "timestamp": timestamp, "headers": dict(headers)})
 
 
 # --- signed webhooks ---------------------------------------------------------------------------------
