@@ -276,6 +276,23 @@ def test_a_voicemails_line_has_its_beep_after_the_greeting():
         callee_core.callee_audio(callee_core.plan_callee("busy", 3), speech)
 
 
+def test_a_greetings_last_word_leaves_out_the_synthesisers_trailing_quiet():
+    plan = callee_core.plan_callee("human", 5)
+    audio = callee_core.callee_audio(plan, _line(("speech", 700), ("quiet", 300)))
+    assert audio.speech_ms == 1000 and abs(audio.last_word_ms - (plan.lead_ms + 700)) <= 1
+
+
+def test_a_persons_wait_runs_from_their_last_word_to_the_agents_first_frame():
+    from types import SimpleNamespace
+
+    from voicecore.outbound.outbound_demo import first_word_wait_ms
+    core = SimpleNamespace(frames=[SimpleNamespace(arrival_ms=12_340.0)], send_origin_ms=10_000.0)
+    assert first_word_wait_ms(SimpleNamespace(result=SimpleNamespace(core=core), last_word_ms=1_500)) == 840.0
+    silent = SimpleNamespace(frames=[], send_origin_ms=10_000.0)  # the agent never spoke: no wait to report
+    assert first_word_wait_ms(SimpleNamespace(result=SimpleNamespace(core=silent), last_word_ms=1_500)) is None
+    assert first_word_wait_ms(SimpleNamespace(result=None, last_word_ms=1_500)) is None
+
+
 def _create(form: list[tuple[str, str]], token: str = "tok") -> rest_core.RestOutcome:
     auth = "Basic " + base64.b64encode(f"{ACCOUNT}:{token}".encode()).decode()
     return rest_core.handle("POST", f"/2010-04-01/Accounts/{ACCOUNT}/Calls.json", {"authorization": auth},

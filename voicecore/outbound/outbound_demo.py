@@ -8,7 +8,9 @@ carrier simulator's REST API, reading each answered call's verdict from its call
 started and stopped as `voicecore demo` does it (voicecore/demo.py's helpers).
 
 The report's contract: ``answer_verdicts`` (per answer class: precision, recall, n), ``answer_accuracy``,
-``verdict_ms`` (p50, p95: callee time from the answer to the verdict), ``ok`` and ``problems``, with the calls.
+``verdict_ms`` (p50, p95: callee time from the answer to the verdict), ``human_first_word_ms`` (p50, p95, n: a
+person's wait from their greeting's last word to the agent's first audio at the carrier), ``ok`` and ``problems``,
+with the calls.
 """
 
 from __future__ import annotations
@@ -88,6 +90,16 @@ def answer_note(path: Path) -> dict | None:
     return next((e for e in entries if e.get("k") == "note" and e.get("what") == "answer"), None)
 
 
+def first_word_wait_ms(seen) -> float | None:
+    """How long a person who answered waited, from their greeting's last word to the agent's first audio reaching
+    the carrier (ms; None when the agent never spoke or the call has no record of it)."""
+    result = seen.result
+    core = getattr(result, "core", None)
+    if core is None or not core.frames or core.send_origin_ms is None or seen.last_word_ms is None:
+        return None
+    return round(core.frames[0].arrival_ms - (core.send_origin_ms + seen.last_word_ms), 1)
+
+
 async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path,
                          carrier: str = "twilio") -> dict:
     """``carrier``: whose API places the calls (twilio: the Calls API; plivo: Make Call, its answer XML's stream
@@ -155,6 +167,7 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         await rest.__aexit__(None, None, None)
     problems: list[str] = [f"call {i} not placed: {p.error}" for i, p in enumerate(placed) if not p.ok]
     rows, pairs, verdict_ms = [], [], []
+    first_word_waits: list[float] = []
     humans_hung_up = 0
     callbacks_sent = callbacks_accepted = 0
     for seen in rest.outbound:
@@ -188,6 +201,10 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
                        transcript_events=note.get("transcript_events"))
             pairs.append((plan.kind, note["verdict"]))
             verdict_ms.append(note["verdict_ms"])
+        wait = first_word_wait_ms(seen) if plan.kind == "human" else None
+        if wait is not None:
+            row["first_word_wait_ms"] = wait
+            first_word_waits.append(wait)
         if plan.kind == "human" and closed_by == "rest_hangup":
             humans_hung_up += 1
             problems.append(f"call {sid}: a person was hung up on (verdict {row.get('verdict')})")
@@ -213,6 +230,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     report = {"outbound": True, "calls": calls, "carrier": carrier}
     report.update(score(pairs))
     report["verdict_ms"] = {"p50": percentile_or_none(verdict_ms, 50), "p95": percentile_or_none(verdict_ms, 95)}
+    report["human_first_word_ms"] = {"p50": percentile_or_none(first_word_waits, 50),
+                                     "p95": percentile_or_none(first_word_waits, 95), "n": len(first_word_waits)}
     report.update(humans_hung_up=humans_hung_up, status_callbacks_sent=callbacks_sent,
                   status_callbacks_accepted=callbacks_accepted, records_replayed_identical=identical,
                   wall_seconds=round(wall_s, 2) if placed else None, calls_detail=rows,
@@ -241,7 +260,9 @@ def run_outbound_demo(calls: int, as_json: bool, config_path: str | None, keep_l
 
 def format_report(report: dict) -> str:
     lines = [f"voicecore demo --outbound: {report['calls']} call(s), accuracy {report['answer_accuracy']}, "
-             f"verdict p50 {report['verdict_ms']['p50']} ms p95 {report['verdict_ms']['p95']} ms"]
+             f"verdict p50 {report['verdict_ms']['p50']} ms p95 {report['verdict_ms']['p95']} ms",
+             f"  a person's wait from their last word to the agent's first: p50 {report['human_first_word_ms']['p50']} ms "
+             f"p95 {report['human_first_word_ms']['p95']} ms (n {report['human_first_word_ms']['n']})"]
     for label, row in report["answer_verdicts"].items():
         lines.append(f"  {label:10s} precision {row['precision']}  recall {row['recall']}  n {row['n']}")
     for row in report["calls_detail"]:

@@ -40,6 +40,7 @@ HUMAN_GREETINGS = (("en", "Hello?"), ("en", "Hello."), ("en", "Hi, who is this?"
 SENTENCE_GAP_MS = 450  # a recorded greeting's pause between sentences (shorter than a person's wait for an answer)
 PERSON_WAITS_MS = 8000  # after hello, a person listens
 MACHINE_WAITS_MS = 6000  # a screening assistant or IVR waits for a response after its greeting
+AUDIBLE_LEVEL = 500  # linear PCM16 (about -36 dBFS): quieter than this is the synthesiser's trailing quiet, not a word
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,7 @@ class CalleeAudio:
     audio: bytes  # mu-law from the answer on, whole frames
     speech_ms: int  # the greeting's length
     beep_at_ms: int | None
+    last_word_ms: int = 0  # from the answer to the greeting's last audible sample (its own trailing quiet left out)
 
 
 def callee_audio(plan: CalleePlan, speech: bytes | list[bytes], reply: bytes = b"") -> CalleeAudio:
@@ -141,6 +143,8 @@ def callee_audio(plan: CalleePlan, speech: bytes | list[bytes], reply: bytes = b
     voiced = np.concatenate(pieces) if pieces else np.zeros(0)
     parts = [np.zeros(plan.lead_ms * BYTES_PER_MS), voiced]
     speech_ms = len(voiced) // BYTES_PER_MS
+    audible = np.nonzero(np.abs(voiced) > AUDIBLE_LEVEL)[0]
+    last_word_ms = plan.lead_ms + (int(audible[-1]) + 1) // BYTES_PER_MS if len(audible) else plan.lead_ms
     beep_at_ms = None
     if plan.beep_hz is not None:
         beep_at_ms = plan.lead_ms + speech_ms + plan.gap_ms
@@ -156,4 +160,4 @@ def callee_audio(plan: CalleePlan, speech: bytes | list[bytes], reply: bytes = b
     line = np.concatenate(parts)
     line = np.concatenate([line, np.zeros((-len(line)) % FRAME_BYTES)])
     audio = linear_to_ulaw(np.clip(np.rint(line), -32768, 32767).astype(np.int16))
-    return CalleeAudio(bytes(audio), speech_ms, beep_at_ms)
+    return CalleeAudio(bytes(audio), speech_ms, beep_at_ms, last_word_ms)

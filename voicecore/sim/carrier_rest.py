@@ -65,6 +65,7 @@ class OutboundCallSeen:
     statuses: list[tuple[str, int | str]]
     result: object = None  # voicecore.sim.carrier.CallResult once an answered call ended
     beep_at_ms: int | None = None
+    last_word_ms: int | None = None  # from the answer (the stream's first caller frame) to the greeting's last word
     done: bool = False
     call_uuid: str = ""  # Plivo: the answered call's CallUUID (its RequestUUID is placed.call_sid)
 
@@ -192,6 +193,7 @@ class CarrierRestServer:
                             speak, plan.reply, plan.language)
                 audio = callee_core.callee_audio(plan, spoken, reply)
                 seen.beep_at_ms = audio.beep_at_ms
+                seen.last_word_ms = audio.last_word_ms
             plivo_call = placed.carrier == "plivo"
             vonage_call = placed.carrier == "vonage"
             for step in callee_core.status_steps(plan, self.ring_ms):
