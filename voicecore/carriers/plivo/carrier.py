@@ -79,9 +79,11 @@ class PlivoCarrier(Carrier):
         parameters = outbound.stream_parameters(target.split("?", 1)[1] if "?" in target else "")
         if not parameters:
             return checked
-        # A call we placed: its answer is its in-progress status, under the id Make Call gave (RequestUUID).
+        # A call we placed: its answer is its in-progress status, under the id Make Call gave (RequestUUID, which
+        # Plivo's answer request names ALegRequestUUID), linked to its CallUUID (the id its stream goes by).
+        request_uuid = form.get("RequestUUID") or form.get("ALegRequestUUID", "")
         try:
-            progress = outbound.parse_call_status({**form, "CallStatus": "in-progress"})
+            progress = outbound.parse_call_status({**form, "RequestUUID": request_uuid, "CallStatus": "in-progress"})
         except WebhookError:
             progress = None
         return AnswerRequest(self.name, ANSWER, checked.call_id, parameters=parameters, call_status=progress)
