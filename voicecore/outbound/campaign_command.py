@@ -199,6 +199,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             campaign_id = store.create(name, settings, callees, now)
         else:
             campaign_id, stored = found
+            state, runner = store.run_state(campaign_id)
+            if state == "running":
+                return fail(f"campaign {name!r} runs in the console of node {runner!r}: stop it there first "
+                            f"(POST /api/campaigns/{campaign_id}/stop), or give this one another --name", 1)
             if {c.number for c in store.callees(campaign_id)} != {c.number for c in callees}:
                 return fail(f"the store's campaign {name!r} has other callees than {args.file}: to start another "
                             f"campaign give it another --name", 1)

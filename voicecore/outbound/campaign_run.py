@@ -9,6 +9,11 @@ stored, its answer verdict and whether the callee opted out (table ``calls``); c
 an opt-out in any call (this campaign's or another's) is honoured from then on; the store reads it once more
 in the transaction that records each dial.
 
+An answered call's record may go by another id than the one the campaign follows (Plivo: the CallUUID beside
+the Make Call's request_uuid): the status row names it (``record_call_sid``), and the verdict is read under it.
+The same engine runs a campaign started through the console's API (workers/console/campaigns.py); ``stop()``
+ends a run without a new dial once its calls in the air have ended.
+
 A killed campaign resumes when the same command runs again. Each attempt's call SID is recorded as soon as the
 carrier takes the call, so an attempt left ``dialing`` with a call SID is followed to its outcome in the store
 (the node kept receiving its status callbacks); one without (killed between recording the dial and the

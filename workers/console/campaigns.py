@@ -29,7 +29,7 @@ from voicecore.outbound.campaign import CampaignScheduler
 from voicecore.outbound.campaign_file import agent_placeholders
 from voicecore.outbound.campaign_request import CampaignRequest, check_campaign
 from voicecore.outbound.campaign_run import Carrier, CampaignRun
-from voicecore.outbound.campaign_store import CampaignStore, settings_from_json
+from voicecore.outbound.campaign_store import CampaignStore, CampaignStoreError, settings_from_json
 from voicecore.store import CallStore
 
 log = logging.getLogger("voicecore.console")
@@ -79,6 +79,7 @@ class ConsoleCampaigns:
         self.runs: dict[int, CampaignRun] = {}
         self.tasks: dict[int, asyncio.Task] = {}
         self.errors: dict[int, str] = {}  # a run that ended in an error: why
+        self.starting = asyncio.Lock()
 
     # --- starting -------------------------------------------------------------------------------------------------
     def agent_dir(self, asked: str) -> str:
@@ -119,8 +120,7 @@ class ConsoleCampaigns:
                 campaign_id = store.create(request.name, request.settings, callees, now)
             else:
                 campaign_id = found[0]
-                state, runner = store.db.execute("SELECT state, runner FROM campaigns WHERE id = ?",
-                                                 (campaign_id,)).fetchone()
+                state, runner = store.run_state(campaign_id)
                 if campaign_id in self.tasks:
                     raise CampaignRefused(409, f"campaign {request.name!r} is running already")
                 if state == "":
@@ -142,8 +142,12 @@ class ConsoleCampaigns:
 
     async def start(self, request: CampaignRequest, who: str) -> dict[str, Any]:
         callees, listed = await asyncio.to_thread(self.check, request)
-        campaign_id, resumed = await asyncio.to_thread(self.create_or_resume, request, callees, listed)
-        self.launch(campaign_id, request.name, request.run_options(), resumed)
+        async with self.starting:  # one at a time: two requests of one name never run it twice
+            try:
+                campaign_id, resumed = await asyncio.to_thread(self.create_or_resume, request, callees, listed)
+            except CampaignStoreError as exc:
+                raise CampaignRefused(409, str(exc)) from None
+            self.launch(campaign_id, request.name, request.run_options(), resumed)
         log.info("console: key %s %s campaign %d %r: %d callee(s), %s", who, "resumed" if resumed else "started",
                  campaign_id, request.name, len(callees), request.carrier)
         return {"id": campaign_id, "name": request.name, "resumed": resumed, "numbers": len(callees),
