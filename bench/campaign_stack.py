@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -86,68 +87,102 @@ def _run_campaign_process(command: list[str], env: dict, cwd: Path, timeout_s: f
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s, cwd=cwd), kills
 
 
-async def run_stack_campaign(numbers: int, concurrency: int, workdir: Path, max_attempts: int = 2,
-                             dnc_numbers: int = 1, ring_ms: int = 200, timeout_s: float = 600.0,
-                             kill_after: int = 0) -> dict:
-    """``kill_after``: kill the campaign process once that many attempts are recorded, then run it again."""
+@dataclasses.dataclass
+class CampaignStack:
+    """The simulators and the stack a campaign runs against (``campaign_stack``)."""
+
+    rows: list[tuple[str, str]]
+    rest: CarrierRestServer
+    credentials: object
+    config: object
+    stack: Stack
+    record_dir: Path
+
+
+@contextlib.asynccontextmanager
+async def campaign_stack(numbers: int, concurrency: int, workdir: Path, ring_ms: int = 200, carrier: str = "twilio"):
+    """The carrier simulator's REST API with the campaign's callees, the model simulator told their words, and the
+    stack (its console too) with a call store and the carrier's account: up, then stopped."""
     rows = campaign_rows(numbers)
     base = resolve_config(load_config(os.environ, None))
     credentials = generate_credentials(base.twilio_auth_token)
     rest = CarrierRestServer(credentials)
     rest.ring_ms = ring_ms
     await rest.__aenter__()
-    names = {f.name for f in dataclasses.fields(base)}
-    base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
-    phrases = []
-    for number, kind in rows:
-        rest.callees[number] = kind
-        plan = plan_callee(kind, callee_seed(number))
-        said = (sentences(plan.text) if plan.answered else []) + ([plan.reply] if plan.reply else [])
-        for sentence in said:
-            if (plan.language, sentence) not in rest.speech:
-                rest.speech[(plan.language, sentence)] = await asyncio.to_thread(speak, sentence, plan.language)
-                phrases.append((sentence, rest.speech[(plan.language, sentence)]))
-    sim, sim_port = await serve_model_sim("127.0.0.1", 0, dataclasses.replace(demo_sim_config(), caller_phrases=tuple(phrases)))
-    record_dir = workdir / "records"
-    record_dir.mkdir(parents=True, exist_ok=True)
-    # twice the concurrency: an ended call's slot rests 2 s before it is handed out again, and the campaign
-    # dials its next callee as soon as the outcome is stored
-    config = demo_config(base, workdir, 2 * concurrency + 2, sim_port, record_dir=str(record_dir))
-    stack = Stack(config)
-    campaign = workdir / "callees.csv"
-    campaign.write_text("number,first_name,timezone\n" + "".join(f"{n},Callee {i},Europe/Stockholm\n"
-                                                                 for i, (n, _) in enumerate(rows)), encoding="utf-8")
-    # the do-not-call file names the last persons of the rotation: never dialled
-    listed = [n for n, kind in rows if kind == "human"][-dnc_numbers:] if dnc_numbers else []
-    dnc = workdir / "dnc.txt"
-    dnc.write_text("# asked by letter\n" + "".join(n + "\n" for n in listed), encoding="utf-8")
-    env = dict(os.environ, VOICECORE_LISTEN=config.listen, VOICECORE_PUBLIC_URL="", VOICECORE_RECORD_DIR=str(record_dir),
-               VOICECORE_TWILIO_API_BASE=rest.base_url, VOICECORE_TWILIO_AUTH_TOKEN=credentials.twilio_auth_token,
-               VOICECORE_TWILIO_ACCOUNT_SID="AC" + secrets.token_hex(16), VOICECORE_DATABASE_URL="")
-    command = [sys.executable, "-m", "voicecore.cli", "campaign", "run", str(campaign), "--agent", str(default_agent_dir()),
-               "--concurrency", str(concurrency), "--do-not-call", str(dnc), "--days", "mon-sun", "--window-start",
-               "00:00", "--window-end", "23:59", "--max-attempts", str(max_attempts), "--json"]
-    for number in FROM_NUMBERS:
-        command += ["--from", number]
-    for outcome in ("busy", "no-answer", "failed", "voicemail", "interrupted"):
-        command += ["--retry-after", f"{outcome}={RETRY_AFTER_S}"]
-    log_file = open(workdir / "stack.log", "w")  # noqa: SIM115 (closed in the finally below)
+    sim = None
+    log_file = None
+    stack = None
     try:
+        names = {f.name for f in dataclasses.fields(base)}
+        base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
+        base = dataclasses.replace(base, twilio_account_sid="AC" + secrets.token_hex(16))
+        if carrier == "plivo":  # the node serves Plivo's webhooks and stream only with its auth token
+            base = dataclasses.replace(base, plivo_auth_token=credentials.plivo_auth_token)
+        phrases = []
+        for number, kind in rows:
+            rest.callees[number] = kind
+            plan = plan_callee(kind, callee_seed(number))
+            said = (sentences(plan.text) if plan.answered else []) + ([plan.reply] if plan.reply else [])
+            for sentence in said:
+                if (plan.language, sentence) not in rest.speech:
+                    rest.speech[(plan.language, sentence)] = await asyncio.to_thread(speak, sentence, plan.language)
+                    phrases.append((sentence, rest.speech[(plan.language, sentence)]))
+        sim, sim_port = await serve_model_sim("127.0.0.1", 0, dataclasses.replace(demo_sim_config(), caller_phrases=tuple(phrases)))
+        record_dir = workdir / "records"
+        record_dir.mkdir(parents=True, exist_ok=True)
+        # twice the concurrency: an ended call's slot rests 2 s before it is handed out again, and the campaign
+        # dials its next callee as soon as the outcome is stored
+        config = demo_config(base, workdir, 2 * concurrency + 2, sim_port, record_dir=str(record_dir))
+        stack = Stack(config)
+        log_file = open(workdir / "stack.log", "w")  # noqa: SIM115 (closed in the finally below)
         await asyncio.to_thread(stack.start, log_file)
         await asyncio.to_thread(stack.wait_ready, 240.0)  # a first start compiles the pacer (numba)
+        yield CampaignStack(rows, rest, credentials, config, stack, record_dir)
+        await rest.wait_outbound(60.0)
+    finally:
+        if stack is not None:
+            await asyncio.to_thread(stack.stop)
+        if sim is not None:
+            await sim.aclose()
+        await rest.__aexit__(None, None, None)
+        if log_file is not None:
+            log_file.close()
+
+
+def do_not_call_numbers(rows: list[tuple[str, str]], count: int) -> list[str]:
+    """The do-not-call file names the last persons of the rotation: never dialled."""
+    return [n for n, kind in rows if kind == "human"][-count:] if count else []
+
+
+async def run_stack_campaign(numbers: int, concurrency: int, workdir: Path, max_attempts: int = 2,
+                             dnc_numbers: int = 1, ring_ms: int = 200, timeout_s: float = 600.0,
+                             kill_after: int = 0) -> dict:
+    """``kill_after``: kill the campaign process once that many attempts are recorded, then run it again."""
+    async with campaign_stack(numbers, concurrency, workdir, ring_ms) as up:
+        rows, config, record_dir = up.rows, up.config, up.record_dir
+        campaign = workdir / "callees.csv"
+        campaign.write_text("number,first_name,timezone\n" + "".join(f"{n},Callee {i},Europe/Stockholm\n"
+                                                                     for i, (n, _) in enumerate(rows)), encoding="utf-8")
+        listed = do_not_call_numbers(rows, dnc_numbers)
+        dnc = workdir / "dnc.txt"
+        dnc.write_text("# asked by letter\n" + "".join(n + "\n" for n in listed), encoding="utf-8")
+        env = dict(os.environ, VOICECORE_LISTEN=config.listen, VOICECORE_PUBLIC_URL="", VOICECORE_RECORD_DIR=str(record_dir),
+                   VOICECORE_TWILIO_API_BASE=up.rest.base_url, VOICECORE_TWILIO_AUTH_TOKEN=up.credentials.twilio_auth_token,
+                   VOICECORE_TWILIO_ACCOUNT_SID=config.twilio_account_sid, VOICECORE_DATABASE_URL="")
+        command = [sys.executable, "-m", "voicecore.cli", "campaign", "run", str(campaign), "--agent", str(default_agent_dir()),
+                   "--concurrency", str(concurrency), "--do-not-call", str(dnc), "--days", "mon-sun", "--window-start",
+                   "00:00", "--window-end", "23:59", "--max-attempts", str(max_attempts), "--json"]
+        for number in FROM_NUMBERS:
+            command += ["--from", number]
+        for outcome in ("busy", "no-answer", "failed", "voicemail", "interrupted"):
+            command += ["--retry-after", f"{outcome}={RETRY_AFTER_S}"]
         started = time.monotonic()
         done, kills = await asyncio.to_thread(_run_campaign_process, command, env, workdir, timeout_s,
                                               record_dir / "calls.db", kill_after)
         wall_s = time.monotonic() - started
-        await rest.wait_outbound(60.0)
-    finally:
-        await asyncio.to_thread(stack.stop)
-        await sim.aclose()
-        await rest.__aexit__(None, None, None)
-        log_file.close()
     lines = done.stdout.strip().splitlines()
     run_report = json.loads(lines[-1]) if lines else {}
-    report = check(record_dir / "calls.db", rows, rest, set(listed), max_attempts)
+    report = check(record_dir / "calls.db", rows, up.rest, set(listed), max_attempts)
     report.update(numbers=numbers, concurrency=concurrency, wall_s=round(wall_s, 1), exit_code=done.returncode, kills=kills,
                   run=run_report, stderr_tail=done.stderr[-3000:])
     return report

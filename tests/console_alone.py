@@ -146,8 +146,8 @@ def start_console(workdir: Path, agent_call_too: bool = False, more_calls: int =
     """The console on a free port of 127.0.0.1; ``settings``: more VOICECORE_* variables."""
     port = free_port()
     record_dir, runtime_dir = workdir / "records", workdir / "run"
-    record_dir.mkdir(mode=0o700)
-    runtime_dir.mkdir(mode=0o700)
+    record_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # exists: a console started again on the same store
+    runtime_dir.mkdir(mode=0o700, exist_ok=True)
     record = record_dir / DEMO_RECORD.name.removesuffix(".gz")
     record.write_bytes(gzip.decompress(DEMO_RECORD.read_bytes()))
     env = {name: value for name, value in os.environ.items() if not name.startswith("VOICECORE_")}
@@ -164,7 +164,8 @@ def start_console(workdir: Path, agent_call_too: bool = False, more_calls: int =
     with CallStore.open(database_url_for(config)) as store:
         store.ingest(summary)
         store.add_events(rows)
-        key = store.add_api_key("ops")
+        # a console started again on the same store: another key
+        key = store.add_api_key("ops" if not store.api_keys() else f"ops-{len(store.api_keys()) + 1}")
         transcript = store.call(sid)["transcript"]
         if agent_call_too or more_calls:
             call = agent_call("CA" + "a9" * 16)

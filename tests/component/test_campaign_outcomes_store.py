@@ -78,3 +78,49 @@ def test_the_summary_reads_the_answer_note_the_callee_and_the_opt_out_goodbye():
         ("human", "+46701234567", "outbound", True)
     plain = summarize_record({"call_sid": "CA2"}, [], "CA2.jsonl", wall_end_s=1000.0)
     assert (plain.answer_verdict, plain.callee, plain.opted_out) == ("", "", False)
+
+
+def test_the_call_id_a_record_goes_by_is_kept_beside_the_placed_calls_from_whichever_callback_names_it(tmp_path):
+    with CallStore.open(f"sqlite:///{tmp_path}/calls.db") as store:
+        assert store.add_call_status("req-1", "ringing", 1, "outbound")
+        assert store.call_status("req-1")["record_call_sid"] == ""
+        assert store.add_call_status("req-1", "completed", 3, "outbound", record_call_sid="uuid-1")
+        # the answer's in-progress comes late (sequence 2): not kept as the status, and the link stays the first
+        assert not store.add_call_status("req-1", "in-progress", 2, "outbound", record_call_sid="uuid-2")
+        status = store.call_status("req-1")
+        assert (status["status"], status["record_call_sid"]) == ("completed", "uuid-1")
+        # a link named only by a late callback is still kept
+        store.add_call_status("req-2", "completed", 3, "outbound")
+        assert not store.add_call_status("req-2", "in-progress", 2, "outbound", record_call_sid="uuid-3")
+        assert store.call_status("req-2")["record_call_sid"] == "uuid-3"
+
+
+def test_a_campaign_reads_a_plivo_calls_verdict_and_opt_out_under_its_call_uuid(tmp_path):
+    """The campaign follows the request_uuid; the call's record (its verdict, its opt-out) is stored under the
+    CallUUID the status row links to it."""
+    import asyncio
+
+    from voicecore.outbound.campaign import CampaignSettings
+    from voicecore.outbound.campaign_run import Carrier, CampaignRun
+
+    url = f"sqlite:///{tmp_path}/calls.db"
+    with CallStore.open(url) as store:
+        store.add_call_status("req-vm", "completed", 3, "outbound", record_call_sid="uuid-vm")
+        store.add_call_status("req-out", "completed", 3, "outbound", record_call_sid="uuid-out")
+        store.add_call_status("req-none", "completed", 3, "outbound")
+        store.ingest(dataclasses.replace(summary_of("uuid-vm", 1_800_000_000.0), answer_verdict="voicemail",
+                                         callee="+46701234567", direction="outbound", carrier="plivo"))
+        store.ingest(dataclasses.replace(summary_of("uuid-out", 1_800_000_100.0), answer_verdict="human",
+                                         callee="+46701234568", direction="outbound", opted_out=True, carrier="plivo"))
+    campaigns = CampaignStore(CallStore.open(url))
+    try:
+        run = CampaignRun(campaigns, 1, "plivo", CampaignSettings(), Carrier("http://127.0.0.1:9", "http://127.0.0.1:9",
+                                                                          "MA", "tok", "plivo"), record_wait_s=0.3)
+
+        async def outcomes():
+            return [await run._outcome(sid) for sid in ("req-vm", "req-out", "req-none")]
+
+        # without the link the record is not found: completed after the wait (what Plivo calls got before)
+        assert asyncio.run(outcomes()) == ["voicemail", "opted-out", "completed"]
+    finally:
+        campaigns.close()

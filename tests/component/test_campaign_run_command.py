@@ -59,3 +59,24 @@ def test_unusable_settings_and_missing_credentials_are_refused_before_anything_i
                    VOICECORE_TWILIO_ACCOUNT_SID="AC" + "0" * 32, VOICECORE_TWILIO_AUTH_TOKEN="tok")
     assert no_store.returncode == 2 and "no call store" in no_store.stderr
     assert attempts(tmp_path) == 0
+
+
+def test_a_campaign_the_console_runs_is_not_run_by_the_command_too(tmp_path):
+    from voicecore.outbound.campaign import CampaignSettings
+    from voicecore.outbound.campaign_file import Callee
+    from voicecore.outbound.campaign_store import CampaignStore
+    from voicecore.store import CallStore
+
+    (tmp_path / "callees.csv").write_text("number\n+46701234567\n")
+    (tmp_path / "records").mkdir()
+    store = CampaignStore(CallStore.open(f"sqlite:///{tmp_path}/records/calls.db"))
+    try:
+        campaign_id = store.create("callees", CampaignSettings(), [Callee(2, "+46701234567", ("Europe/Stockholm",), {})], 0.0)
+        with store.db.transaction():
+            store.db.execute("UPDATE campaigns SET state = 'running', runner = 'node-a' WHERE id = ?", (campaign_id,))
+    finally:
+        store.close()
+    done = run(tmp_path, "callees.csv", "--agent", str(default_agent_dir()), "--from", "+46812345600",
+               VOICECORE_TWILIO_ACCOUNT_SID="AC" + "0" * 32, VOICECORE_TWILIO_AUTH_TOKEN="tok")
+    assert done.returncode == 1 and "runs in the console of node 'node-a'" in done.stderr
+    assert attempts(tmp_path) == 0

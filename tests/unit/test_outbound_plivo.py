@@ -132,6 +132,24 @@ def test_a_placed_calls_fields_reach_the_stream_packed_in_one_extra_header():
     assert isinstance(forged, Refusal) and forged.status == 403
 
 
+def test_the_request_uuid_and_the_call_uuid_come_together_for_the_gateway_to_link():
+    """A campaign follows a Plivo call by its request_uuid; its stream and record go by its CallUUID. The answer
+    webhook (which names the request ALegRequestUUID, Plivo's answer-URL parameter) and the hang-up callback carry
+    both: the request's id is the status's call, the CallUUID the request's call id (what the gateway keeps
+    beside it as the record's id)."""
+    url = outbound.answer_url(NODE + "/plivo/voice", CALLEE, {})
+    form = {"CallUUID": CALL_UUID, "ALegUUID": CALL_UUID, "ALegRequestUUID": REQUEST_UUID, "CallStatus": "in-progress",
+            "Direction": "outbound", "From": CALLER[1:], "To": CALLEE[1:], "Event": "StartApp"}
+    answer, _settings = _signed(url[len(NODE):], form)
+    assert (answer.call_status.call_sid, answer.call_id) == (REQUEST_UUID, CALL_UUID)
+    hangup, _settings = _signed(outbound.STATUS_PATH, {"RequestUUID": REQUEST_UUID, "CallUUID": CALL_UUID,
+                                                       "CallStatus": "completed", "Event": "Hangup", "Duration": "9"})
+    assert (hangup.call_status.call_sid, hangup.call_id) == (REQUEST_UUID, CALL_UUID)
+    # a call never answered has no CallUUID: nothing to link
+    ring, _settings = _signed(outbound.STATUS_PATH, {"RequestUUID": REQUEST_UUID, "CallStatus": "ringing", "Event": "Ring"})
+    assert (ring.call_status.call_sid, ring.call_id) == (REQUEST_UUID, "")
+
+
 def test_an_inbound_plivo_call_has_no_parameters_and_no_status():
     form = {"CallUUID": CALL_UUID, "CallStatus": "ringing", "Direction": "inbound"}
     request, settings = _signed("/plivo/voice", form)

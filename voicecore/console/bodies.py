@@ -29,6 +29,8 @@ from websockets.server import ServerProtocol
 from websockets.streams import StreamReader
 
 MAX_BODY_BYTES = 16 * 1024  # the console's bodies are short JSON (a chat message is at most 2000 characters)
+# ...except at these paths: a campaign file (POST /api/campaigns) is about 40 bytes a callee
+LARGER_BODIES = {"/api/campaigns": 8 << 20}
 DRAIN_BYTES = 1 << 20  # a too-large body up to this is read and dropped, so its sender sees the 413
 
 
@@ -50,8 +52,10 @@ class BodyRequest(Request):
     refusal: tuple[int, str] | None = None
 
 
-def read_request(reader: StreamReader, max_body: int = MAX_BODY_BYTES) -> Generator[None, None, BodyRequest]:
-    """One request from ``reader``: its line, its headers, and its body as the module docstring says.
+def read_request(reader: StreamReader, max_body: int = MAX_BODY_BYTES,
+                 larger: dict[str, int] | None = None) -> Generator[None, None, BodyRequest]:
+    """One request from ``reader``: its line, its headers, and its body as the module docstring says
+    (``larger``: path -> the most its bodies may hold instead of ``max_body``).
     Raises as websockets' reader does for what is not HTTP (ValueError, EOFError) and for what is too long
     (RequestLineTooLong, HeadersTooLarge)."""
     line = yield from parse_line(reader.read_line, RequestLineTooLong)
@@ -77,6 +81,7 @@ def read_request(reader: StreamReader, max_body: int = MAX_BODY_BYTES) -> Genera
         request.refusal = (400, "Content-Length: expected one whole number of bytes")
         return request
     length = request.content_length = int(value)
+    max_body = (larger or {}).get(request.path.split("?", 1)[0], max_body)
     if length > max_body:
         request.refusal = (413, f"the body is {length} bytes; at most {max_body} are taken")
         if length <= DRAIN_BYTES:
@@ -96,7 +101,7 @@ class BodyServerProtocol(ServerProtocol):
     def parse(self) -> Generator[None]:
         if self.state is CONNECTING:
             try:
-                request = yield from read_request(self.reader, self.max_body)
+                request = yield from read_request(self.reader, self.max_body, LARGER_BODIES)
             except (RequestLineTooLong, HeadersTooLarge) as exc:
                 self.handshake_exc = exc
                 status = http.HTTPStatus.REQUEST_URI_TOO_LONG if isinstance(exc, RequestLineTooLong) \

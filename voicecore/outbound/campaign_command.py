@@ -130,10 +130,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from voicecore.agent.load import AgentError, load_agent
     from voicecore.config import ConfigError, load_config
-    from voicecore.outbound.campaign import CampaignSettings
-    from voicecore.outbound.campaign_file import (CampaignFileError, CampaignProblem, agent_placeholders,
-                                                  normalise_number, parse_do_not_call, read_campaign)
-    from voicecore.outbound.campaign_rules import DEFAULT_BACKOFF_S, CallingWindow, RetryPolicy, RulesError
+    from voicecore.outbound.campaign_file import CampaignProblem, agent_placeholders
+    from voicecore.outbound.campaign_request import build_settings, check_campaign
     from voicecore.outbound.campaign_run import Carrier, CampaignRun, Progress
     from voicecore.outbound.campaign_store import CampaignStore, CampaignStoreError
     from voicecore.store.db import CallStore, StoreError, database_url_for
@@ -143,17 +141,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return code
 
     try:
-        window = CallingWindow.parse(args.days, args.window_start, args.window_end)
-        backoff = dict(DEFAULT_BACKOFF_S)
-        for pair in args.retry_after:
-            outcome, sep, seconds = pair.partition("=")
-            if not sep or outcome not in backoff:
-                raise RulesError(f"--retry-after {pair!r}: expected OUTCOME=SECONDS with OUTCOME one of {', '.join(backoff)}")
-            backoff[outcome] = float(seconds)
-        settings = CampaignSettings(window=window, retry=RetryPolicy(max_attempts=args.max_attempts, backoff_s=backoff),
-                                    concurrency=args.concurrency,
-                                    from_numbers=tuple(normalise_number(n) for n in args.from_numbers),
-                                    per_from_limit=args.per_from)
+        settings = build_settings(days=args.days, window_start=args.window_start, window_end=args.window_end,
+                                  max_attempts=args.max_attempts, retry_after=args.retry_after,
+                                  concurrency=args.concurrency, from_numbers=args.from_numbers, per_from=args.per_from)
     except ValueError as exc:
         return fail(str(exc))
     try:
@@ -162,22 +152,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return fail(f"the agent has {len(exc.problems)} problem(s)", 1)
-    # The file and the do-not-call file first: every problem listed, and nothing dialled when there is one.
+    # The file and the do-not-call file first: every problem listed, and nothing dialled when there is one
+    # (campaign_request.check_campaign, as the console's POST /api/campaigns checks them).
     problems: list[CampaignProblem] = []
-    callees = []
+    text, dnc_text = "", ""
+    path = Path(args.file)
     try:
-        callees = read_campaign(args.file, required_fields=required - {"callee"}, window=window, default_region=args.region)
-    except CampaignFileError as exc:
-        problems += exc.problems
-    listed: set[str] = set()
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(CampaignProblem(str(path), 0, "unreadable-file", f"cannot read it: {exc}"))
+    dnc_name = Path(args.do_not_call).name if args.do_not_call else ""
     if args.do_not_call:
-        path = Path(args.do_not_call)
         try:
-            listed = parse_do_not_call(path.read_text(encoding="utf-8-sig"), file=path.name, default_region=args.region)
-        except CampaignFileError as exc:
-            problems += exc.problems
-        except OSError as exc:
-            problems.append(CampaignProblem(path.name, 0, "unreadable-file", f"cannot read it: {exc}"))
+            dnc_text = Path(args.do_not_call).read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(CampaignProblem(dnc_name, 0, "unreadable-file", f"cannot read it: {exc}"))
+    callees, listed, found = check_campaign(text, path.name, required - {"callee"}, settings.window, args.region,
+                                            dnc_text, dnc_name) if not problems else ([], set(), [])
+    problems += found
     if problems:
         for problem in problems:
             print(problem, file=sys.stderr)
@@ -207,6 +199,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             campaign_id = store.create(name, settings, callees, now)
         else:
             campaign_id, stored = found
+            state, runner = store.run_state(campaign_id)
+            if state == "running":
+                return fail(f"campaign {name!r} runs in the console of node {runner!r}: stop it there first "
+                            f"(POST /api/campaigns/{campaign_id}/stop), or give this one another --name", 1)
             if {c.number for c in store.callees(campaign_id)} != {c.number for c in callees}:
                 return fail(f"the store's campaign {name!r} has other callees than {args.file}: to start another "
                             f"campaign give it another --name", 1)

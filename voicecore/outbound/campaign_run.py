@@ -9,6 +9,11 @@ stored, its answer verdict and whether the callee opted out (table ``calls``); c
 an opt-out in any call (this campaign's or another's) is honoured from then on; the store reads it once more
 in the transaction that records each dial.
 
+An answered call's record may go by another id than the one the campaign follows (Plivo: the CallUUID beside
+the Make Call's request_uuid): the status row names it (``record_call_sid``), and the verdict is read under it.
+The same engine runs a campaign started through the console's API (workers/console/campaigns.py); ``stop()``
+ends a run without a new dial once its calls in the air have ended.
+
 A killed campaign resumes when the same command runs again. Each attempt's call SID is recorded as soon as the
 carrier takes the call, so an attempt left ``dialing`` with a call SID is followed to its outcome in the store
 (the node kept receiving its status callbacks); one without (killed between recording the dial and the
@@ -128,6 +133,12 @@ class CampaignRun:
         self.report = RunReport(name, campaign_id, 0, resumed)
         self.lock = asyncio.Lock()  # one store call at a time: the store's connection is not shared between threads
         self.woken = asyncio.Event()
+        self.stopping = False  # stop(): no new dial; the run ends when the calls in the air have
+
+    def stop(self) -> None:
+        """Dial no one more; ``run`` returns once the calls in the air have ended (their outcomes stored)."""
+        self.stopping = True
+        self.woken.set()
 
     async def _store(self, fn: Callable[..., Any], *args: Any) -> Any:
         async with self.lock:
@@ -159,7 +170,7 @@ class CampaignRun:
                     next_dnc_s = now + DNC_REFRESH_S
                     for number in (await self._store(self.store.do_not_call)).keys() - scheduler.do_not_call:
                         scheduler.add_do_not_call(number)
-                for dial_ in scheduler.due(now):
+                for dial_ in ([] if self.stopping else scheduler.due(now)):
                     if not await self._store(self.store.begin_attempt, self.campaign_id, dial_, self.clock()):
                         scheduler.on_refused(dial_.row, dial_.attempt)
                         self.report.refused_by_dnc += 1
@@ -169,7 +180,7 @@ class CampaignRun:
                     calls.add(task)
                     task.add_done_callback(calls.discard)
                 self._show(scheduler)
-                if scheduler.finished and not calls:
+                if (scheduler.finished or self.stopping) and not calls:
                     break
                 wakeup = scheduler.next_wakeup()
                 wait_s = 1.0 if wakeup is None else min(1.0, max(0.05, wakeup - self.clock()))
@@ -245,14 +256,18 @@ class CampaignRun:
         assert status is not None
         if status["status"] != "completed":
             return attempt_outcome(status["status"]) or FAILED
-        # Answered: its verdict and opt-out are stored with the call once its record is (the recorder, at its end).
+        # Answered: its verdict and opt-out are stored with the call once its record is (the recorder, at its end),
+        # under the id its stream went by: the placed call's, or the one its status callbacks named beside it
+        # (Plivo's CallUUID beside the request_uuid the campaign follows).
         placed: dict[str, Any] | None = None
         deadline = time.monotonic() + self.record_wait_s
         while time.monotonic() < deadline:
-            placed = await self._store(calls.placed_call, call_sid)
+            record_sid = status.get("record_call_sid") or call_sid
+            placed = await self._store(calls.placed_call, record_sid)
             if placed is not None:
                 break
             await asyncio.sleep(POLL_S)
+            status = await self._store(calls.call_status, call_sid) or status
         if placed is None:
             print(f"voicecore campaign run: call {call_sid}: answered, but its record was not stored within "
                   f"{self.record_wait_s:g} s: counted completed", file=sys.stderr)

@@ -67,6 +67,12 @@ class CampaignStore:
         row = self.db.execute("SELECT id, settings FROM campaigns WHERE name = ?", (name,)).fetchone()
         return (int(row[0]), settings_from_json(row[1])) if row else None
 
+    def run_state(self, campaign_id: int) -> tuple[str, str]:
+        """(state, runner) of a campaign a console runs (running, stopped, finished; its node); ('', '') for one
+        the terminal command runs, whose state is its process's."""
+        row = self.db.execute("SELECT state, runner FROM campaigns WHERE id = ?", (campaign_id,)).fetchone()
+        return (str(row[0]), str(row[1])) if row else ("", "")
+
     def callees(self, campaign_id: int) -> list[Callee]:
         rows = self.db.execute("SELECT row_no, number, zones, fields FROM campaign_callees WHERE campaign_id = ? "
                                "ORDER BY row_no", (campaign_id,)).fetchall()

@@ -212,7 +212,9 @@ def answer_webhook(carrier: str, base_url: str, ids: CallIdentity, credentials: 
                 "From": ids.from_number, "To": ids.to_number, "CallerName": ids.from_number,
                 "CallStatus": "ringing", "Direction": "inbound", "Event": "StartApp"}
         if request_uuid:  # an outbound call: answered by the callee, named by the request that placed it
-            form.update(RequestUUID=request_uuid, CallStatus="in-progress", Direction="outbound")
+            # (Plivo's answer request names it ALegRequestUUID: the request id its Call API returned)
+            form.update(RequestUUID=request_uuid, ALegRequestUUID=request_uuid, CallStatus="in-progress",
+                        Direction="outbound")
         return _plivo_form_request(url, form, credentials, nonce)
     if carrier == "vonage":
         # The signed-webhook JWT hashes the body: the JSON fields of a POST, the empty body of a GET.

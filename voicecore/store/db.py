@@ -278,24 +278,34 @@ class CallStore:
         return True
 
     def add_call_status(self, call_sid: str, status: str, sequence: int, direction: str = "", answered_by: str = "",
-                        duration_s: int | None = None, now_s: float | None = None) -> bool:
+                        duration_s: int | None = None, now_s: float | None = None, record_call_sid: str = "") -> bool:
         """A verified call status callback: kept when it is the call's first or its sequence number is higher than
-        the one kept (callbacks may arrive out of order). Whether it was kept."""
+        the one kept (callbacks may arrive out of order). Whether it was kept. ``record_call_sid``: the id the
+        call's record goes by when the carrier names it otherwise (Plivo's CallUUID beside its RequestUUID): kept
+        from the first callback that names it, whatever its sequence."""
         with self.backend.transaction():
-            return self.backend.execute(
-                "INSERT INTO call_status (call_sid, status, sequence, direction, answered_by, duration_s, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (call_sid) DO UPDATE SET status = excluded.status, "
-                "sequence = excluded.sequence, direction = excluded.direction, "
+            kept = self.backend.execute(
+                "INSERT INTO call_status (call_sid, status, sequence, direction, answered_by, duration_s, updated_at, "
+                "record_call_sid) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (call_sid) DO UPDATE SET "
+                "status = excluded.status, sequence = excluded.sequence, direction = excluded.direction, "
                 "answered_by = CASE WHEN excluded.answered_by != '' THEN excluded.answered_by "
-                "ELSE call_status.answered_by END, duration_s = excluded.duration_s, updated_at = excluded.updated_at "
+                "ELSE call_status.answered_by END, duration_s = excluded.duration_s, updated_at = excluded.updated_at, "
+                "record_call_sid = CASE WHEN call_status.record_call_sid = '' THEN excluded.record_call_sid "
+                "ELSE call_status.record_call_sid END "
                 "WHERE excluded.sequence > call_status.sequence",
                 (call_sid, status, sequence, direction, answered_by, duration_s,
-                 time.time() if now_s is None else now_s)).rowcount == 1
+                 time.time() if now_s is None else now_s, record_call_sid)).rowcount == 1
+            if not kept and record_call_sid and record_call_sid != call_sid:  # a late callback may still name it
+                self.backend.execute("UPDATE call_status SET record_call_sid = ? WHERE call_sid = ? AND "
+                                     "record_call_sid = ''", (record_call_sid, call_sid))
+            return kept
 
     def call_status(self, call_sid: str) -> dict[str, Any] | None:
-        """The latest status callback kept for ``call_sid`` (None: none came)."""
+        """The latest status callback kept for ``call_sid`` (None: none came), with ``record_call_sid``: the id
+        its record goes by when the carrier named another ('' otherwise)."""
         rows = _rows(self.backend.execute("SELECT call_sid, status, sequence, direction, answered_by, duration_s, "
-                                          "updated_at FROM call_status WHERE call_sid = ?", (call_sid,)))
+                                          "updated_at, record_call_sid FROM call_status WHERE call_sid = ?",
+                                          (call_sid,)))
         return rows[0] if rows else None
 
     def placed_call(self, call_sid: str) -> dict[str, Any] | None:

@@ -309,9 +309,24 @@ MIGRATION_9 = (
     "CREATE INDEX call_states_expires_at ON call_states (expires_at)",
 )
 
+MIGRATION_10 = (
+    # The id a placed call's record and stream go by, when the carrier names it otherwise than the call it
+    # placed ('' when they are the same or not known yet): Plivo's CallUUID, which its answer webhook and its
+    # callbacks after the answer carry beside the RequestUUID the Make Call answer gave. A campaign reads an
+    # answered call's verdict and opt-out under it.
+    "ALTER TABLE call_status ADD COLUMN record_call_sid TEXT NOT NULL DEFAULT ''",
+    # A campaign run by a node's console (POST /api/campaigns): its state (running, stopped, finished; '' for one
+    # run by the terminal command, which keeps none), the node whose console runs it (a restarted console resumes
+    # its own running campaigns), and how its calls are placed ({"carrier", "machine_detection", "call_timeout_s"}
+    # as JSON).
+    "ALTER TABLE campaigns ADD COLUMN state TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE campaigns ADD COLUMN runner TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE campaigns ADD COLUMN run_options TEXT NOT NULL DEFAULT '{}'",
+)
+
 MIGRATIONS: tuple[tuple[str | dict[str, str], ...], ...] = (
     MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8,
-    MIGRATION_9)  # MIGRATIONS[n - 1] is migration n
+    MIGRATION_9, MIGRATION_10)  # MIGRATIONS[n - 1] is migration n
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -72,6 +72,7 @@ from voicecore.observe.transport import FleetSubscription
 from voicecore.store import CallStore, database_url_for
 from voicecore.store.query import CallFilter, QueryError
 from workers.chat.endpoint import ChatEndpoint
+from workers.console.campaigns import CampaignRefused, ConsoleCampaigns
 
 log = logging.getLogger("voicecore.console")
 
@@ -80,7 +81,7 @@ STATIC_DIR = Path(__file__).resolve().parents[2] / "voicecore" / "console" / "st
 MEDIA_CACHE = 16  # calls whose audio is kept (a replay per call otherwise)...
 MEDIA_CACHE_BYTES = 96 << 20  # ...within this much memory (a 10-minute call's tracks and WAV: about 29 MiB)
 OPUS_CACHE = 16  # Opus renditions kept (encoding takes about 1 s per minute of call; a 10-minute one is ~3 MiB)
-PAGES = {"/": "index.html", "/login": "login.html", "/live": "live.html"}
+PAGES = {"/": "index.html", "/login": "login.html", "/live": "live.html", "/campaigns": "campaigns.html"}
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"),
@@ -200,6 +201,8 @@ class Console:
         self.fleet = FleetSubscription(config.fanout_url, config.node, self.fanout.publish) if config.fanout_url else None
         # /chat: the text channel (workers/chat/endpoint.py); each conversation is stored as a call when it ends
         self.chat = ChatEndpoint(config, keep=lambda summary: self.on_store(lambda store: store.ingest(summary)))
+        # POST /api/campaigns: campaigns run in this process with `voicecore campaign run`'s engine (campaigns.py)
+        self.campaigns = ConsoleCampaigns(config, self.url)
 
     # --- the store, on its thread ----------------------------------------------------------------------
     def _store(self) -> CallStore:
@@ -287,8 +290,10 @@ class Console:
     @staticmethod
     def check_method(method: str, path: str) -> None:
         allowed = ("POST",) if path in POSTS else ("GET",) if path in ("/observe", "/chat") else ("GET", "HEAD")
-        if path == "/api/calls":  # the list, and placing a call
+        if path in ("/api/calls", "/api/campaigns"):  # the list, and placing a call or starting a campaign
             allowed = ("GET", "HEAD", "POST")
+        if path.startswith("/api/campaigns/") and path.endswith("/stop"):
+            allowed = ("POST",)
         if method not in allowed:
             raise HttpError(405, f"{method[:20]} is not served at {path[:100]}: {' or '.join(allowed)}",
                             (("Allow", ", ".join(allowed)),))
@@ -323,6 +328,8 @@ class Console:
             return self.static(PAGES[path])
         if path.startswith("/calls/") and path.count("/") == 2:
             return self.static("call.html")
+        if path.startswith("/campaigns/") and path.count("/") == 2:
+            return self.static("campaign.html")
         if path.startswith("/static/"):
             return self.static(path.removeprefix("/static/"))
         if path == "/api/session":
@@ -342,6 +349,8 @@ class Console:
             return await self.api_export(query)
         if path == "/api/live":
             return respond_json({"calls": await self.live_calls()})
+        if path == "/api/campaigns" or path.startswith("/api/campaigns/"):
+            return await self.api_campaigns(request, path, query)
         parts = path.split("/")  # "", "api", "calls", SID, [what]
         if len(parts) in (4, 5) and parts[2] == "calls" and parts[3]:
             call_sid, what = parts[3], parts[4] if len(parts) == 5 else ""
@@ -580,6 +589,44 @@ class Console:
         log.info("console: key %s placed call %s", key_name, outcome["call_sid"])
         return respond_json({"call_sid": outcome["call_sid"], "status": outcome["status"]}, 201)
 
+    async def api_campaigns(self, request: Request, path: str, query: dict[str, list[str]]) -> Response:
+        """``POST /api/campaigns`` (start, or resume one of the same name: 202), ``GET /api/campaigns`` (each with its
+        progress), ``GET /api/campaigns/{id}`` (with its latest attempts), ``POST /api/campaigns/{id}/stop``. A file
+        with problems: 400 listing every one, nothing dialled (workers/console/campaigns.py)."""
+        from voicecore.outbound.campaign_request import RequestError, read_request
+
+        parts = path.split("/")  # "", "api", "campaigns", [ID], ["stop"]
+        try:
+            if len(parts) == 3 and request.method == "POST":
+                key_name = await self.who(request)
+                assert isinstance(request, BodyRequest)
+                if request.refusal is not None:
+                    raise HttpError(*request.refusal)
+                if request.content_length is None:
+                    raise HttpError(411, "send the campaign (CSV, or JSON) with a Content-Length")
+                try:
+                    asked = read_request(request.body, header(request, "Content-Type") or "", query, time.time())
+                except RequestError as exc:
+                    raise HttpError(400, str(exc)[:500]) from None
+                return respond_json(await self.campaigns.start(asked, key_name or ""), 202)
+            if len(parts) == 3:
+                return respond_json({"campaigns": await self.on_store(self.campaigns.listing)})
+            if len(parts) in (4, 5) and parts[3].isdigit() and len(parts[3]) < 19:
+                campaign_id = int(parts[3])
+                if len(parts) == 5 and parts[4] == "stop":
+                    return respond_json(await self.campaigns.stop(campaign_id), 202)
+                if len(parts) == 4:
+                    detail = await self.on_store(lambda store: self.campaigns.detail(store, campaign_id))
+                    if detail is None:
+                        raise HttpError(404, "no such campaign")
+                    return respond_json(detail)
+        except CampaignRefused as exc:
+            if exc.status >= 500:
+                log.warning("console: a campaign was refused: %s", exc.body["error"])
+            self.counters["bad_requests" if exc.status < 500 else "errors"] += 1
+            return respond_json(exc.body, exc.status)
+        raise HttpError(404, "no such campaign path: /api/campaigns, /api/campaigns/ID, /api/campaigns/ID/stop")
+
     async def chat_message(self, request: Request) -> Response:
         """``POST /chat/messages``: one message of a text session (workers/chat/endpoint.py, ChatEndpoint.message)."""
         key_name = await self.who(request)
@@ -699,7 +746,12 @@ class Console:
                     and not self.config.console_public_url:
                 log.warning("console: it listens on every interface, but browsers are served only from %s: set "
                             "console_origins (VOICECORE_CONSOLE_ORIGINS) to the address they use", ", ".join(self.origins))
+            try:
+                self.campaigns.resume_own()
+            except Exception:  # noqa: BLE001 (a store that cannot be read now: the campaigns wait for a restart)
+                log.exception("console: its running campaigns could not be resumed")
             await stop.wait()
+            await self.campaigns.close()  # the calls in the air stay 'dialing': the next start follows them
             server.close(close_connections=True)  # 1001 to observers
             await server.wait_closed()
         for task in tasks:

@@ -20,17 +20,20 @@ class CallStatusLedger(StoreOnItsThread):
         super().__init__(url, "gateway-call-status")
 
     def record(self, call_sid: str, status: str, sequence: int, direction: str, answered_by: str,
-               duration_s: int | None) -> None:
+               duration_s: int | None, record_call_sid: str = "") -> None:
+        """``record_call_sid``: the id the call's record goes by when the carrier names it beside ``call_sid``."""
         try:
-            self.thread.submit(self._record, call_sid, status, sequence, direction, answered_by, duration_s)
+            self.thread.submit(self._record, call_sid, status, sequence, direction, answered_by, duration_s,
+                               record_call_sid)
         except RuntimeError:  # the gateway is stopping: its thread is shut down
             log.warning("call %s: status %s not stored (the gateway is stopping)", call_sid, status,
                         extra={"problem": "call status store"})
 
     def _record(self, call_sid: str, status: str, sequence: int, direction: str, answered_by: str,
-                duration_s: int | None) -> None:
+                duration_s: int | None, record_call_sid: str) -> None:
         try:
-            self._open().add_call_status(call_sid, status, sequence, direction, answered_by, duration_s)
+            self._open().add_call_status(call_sid, status, sequence, direction, answered_by, duration_s,
+                                         record_call_sid=record_call_sid)
         except Exception as exc:  # noqa: BLE001 (driver errors vary; the next callback reopens)
             log.warning("call %s: status %s not stored (%s: %s)", call_sid, status, type(exc).__name__, exc,
                         extra={"problem": "call status store"})

@@ -702,8 +702,11 @@ class HttpConnection:
         # its answer webhook.
         progress = outcome.call_status
         if progress is not None and gw.call_status is not None:
+            # the id the call's stream and record go by, when the carrier names it beside the placed call's
+            # (Plivo: CallUUID beside RequestUUID): kept with the status, so a campaign finds the call's record
+            record_call_sid = outcome.call_id if outcome.call_id and outcome.call_id != progress.call_sid else ""
             gw.call_status.record(progress.call_sid, progress.status, progress.sequence, progress.direction,
-                                  progress.answered_by, progress.duration_s)
+                                  progress.answered_by, progress.duration_s, record_call_sid)
         if outcome.kind == carrier_core.EVENT:
             gw.counters["status_callbacks"] += 1
             if outcome.note:

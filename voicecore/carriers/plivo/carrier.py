@@ -22,7 +22,8 @@ bound on its buffer backlog.py's, the Call API requests rest.py's.
 - Outbound calls (outbound.py): the Make Call request's answer URL is ``/plivo/voice`` with the call's direction,
   callee and fields in its query (signed by Plivo with the URL); the answer XML passes them to the stream packed in
   one ``extraHeaders`` item; the call's ring and hang-up come to ``POST /plivo/call-status`` (signed) and, with
-  the answer webhook's ``in-progress``, are kept in the call store under the call's RequestUUID.
+  the answer webhook's ``in-progress``, are kept in the call store under the call's RequestUUID, its CallUUID (the
+  id its stream and record go by) beside it once a request names both.
 - Hang-up and transfer: ``DELETE`` / ``POST .../Call/{CallUUID}/``, basic auth ``plivo_auth_id`` +
   ``plivo_auth_token``; a transfer sends Plivo to the gateway's ``/plivo/transfer?to=...`` (under ``public_url``).
 """
@@ -79,9 +80,11 @@ class PlivoCarrier(Carrier):
         parameters = outbound.stream_parameters(target.split("?", 1)[1] if "?" in target else "")
         if not parameters:
             return checked
-        # A call we placed: its answer is its in-progress status, under the id Make Call gave (RequestUUID).
+        # A call we placed: its answer is its in-progress status, under the id Make Call gave (RequestUUID, which
+        # Plivo's answer request names ALegRequestUUID), linked to its CallUUID (the id its stream goes by).
+        request_uuid = form.get("RequestUUID") or form.get("ALegRequestUUID", "")
         try:
-            progress = outbound.parse_call_status({**form, "CallStatus": "in-progress"})
+            progress = outbound.parse_call_status({**form, "RequestUUID": request_uuid, "CallStatus": "in-progress"})
         except WebhookError:
             progress = None
         return AnswerRequest(self.name, ANSWER, checked.call_id, parameters=parameters, call_status=progress)

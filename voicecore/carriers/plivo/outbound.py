@@ -22,7 +22,9 @@ Sources:
 Which id the call goes by: the ``request_uuid`` Plivo answers with, the only one known when the request is
 taken, is what this module reports as the call's id and what its status callbacks are stored under (their
 ``RequestUUID``). The answer webhook for the call also carries it, so its ``in-progress`` lands on the same
-row. [unverified]: no live Plivo call has been placed; the shapes are the SDKs' and the API page's, checked
+row. The answer webhook (its ``ALegRequestUUID``) and the hang-up callback of an answered call name the
+CallUUID beside it: the gateway keeps it with the status, and a campaign reads the call's record under it.
+[unverified]: no live Plivo call has been placed; the shapes are the SDKs' and the API page's, checked
 against voicecore's own carrier simulator only.
 
 How the fields reach the agent: the answer URL's query carries the call's direction, callee and fields (Plivo
