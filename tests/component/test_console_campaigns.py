@@ -165,8 +165,10 @@ def test_a_campaign_runs_in_the_console_shows_its_progress_and_stops(tmp_path, c
         campaign = f"/api/campaigns/{started['id']}"
 
         def in_the_air() -> dict | None:
+            # a dial is recorded before it is placed: the call's id comes with the carrier's answer, moments later
             detail = request(console, "GET", campaign)[1]
-            return detail if detail["in_progress"] == 1 else None
+            placed = detail["in_progress"] == 1 and detail["recent_attempts"][0]["call_sid"]
+            return detail if placed else None
         detail = wait_until(in_the_air, 10, "the first call in the air", interval_s=0.1, detail=console.log)
         assert (detail["state"], detail["numbers"], detail["dialled"], detail["done"]) == ("running", 4, 1, 0)
         assert detail["recent_attempts"][0]["state"] == "dialing" and detail["recent_attempts"][0]["call_sid"]

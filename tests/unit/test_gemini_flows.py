@@ -235,3 +235,27 @@ def test_a_text_turn_while_the_caller_speaks_neither_ends_nor_splits_their_utter
     assert connection.record.transcripts == ["I would like to book a cleaning tomorrow at ten."]
     assert len(connection.record.caller_activity) == 1 and connection.record.turns_started == 2
     assert connection.record.turns[0].interrupted_ms is not None  # the caller talked over the text turn's answer
+
+
+def test_the_same_booking_asked_again_within_the_window_is_not_run_twice():
+    h = receptionist_call()
+    ask_to_book(h)
+    say(h, "caller_yes")
+    (run,) = h.of(RunTool)
+    h.apply(h.driver.on_tool_result(run.call_id, True, '{"booked": true, "reference": "B-1042"}', h.now_ms * MS))
+    # the model calls it again with the same arguments (real models repeat themselves): its first result stands
+    again = json.dumps({"toolCall": {"functionCalls": [{"id": "fc-again", "name": "book_appointment", "args": BOOKING}]}})
+    sent_before = len(h.sent)
+    h.apply(h.driver.on_model_event(again, h.now_ms * MS, h.playout))
+    assert len(h.of(RunTool)) == 1 and h.driver.counts.duplicate_writes_suppressed == 1
+    assert h.driver.pending is None  # not proposed to the caller again either
+    (response,) = [json.loads(t)["toolResponse"] for t in h.sent[sent_before:] if t.startswith('{"toolResponse"')]
+    (answer,) = response["functionResponses"]
+    assert answer["id"] == "fc-again" and "B-1042" in json.dumps(answer["response"])
+    # a failed write is not remembered: asked again, it runs again
+    h2 = receptionist_call("CArecept2")
+    ask_to_book(h2)
+    say(h2, "caller_yes")
+    (run2,) = h2.of(RunTool)
+    h2.apply(h2.driver.on_tool_result(run2.call_id, False, '{"error": "busy"}', h2.now_ms * MS))
+    assert h2.driver.writes.recent(run2.key, h2.now_ms * MS) is None

@@ -53,7 +53,7 @@ from voicecore.call.actions import (  # noqa: F401 (the vocabulary, importable f
 from voicecore.call.context import HISTORY_MESSAGES, MAX_TRACKED_ITEMS, Conversation  # noqa: F401 (importable as before)
 from voicecore.call.endings import CHECKIN, GOODBYE, Endings, ending_action
 from voicecore.call.failures import HOLD, VENDOR_FAILURE_CODES, FailurePolicy, FailureSpell
-from voicecore.call.tools import PendingAction, PostToolDebounce, WriteLedger
+from voicecore.call.tools import DEFAULT_DEDUPE_MS, PendingAction, PostToolDebounce, WriteLedger
 from voicecore.call.turns import MAX_TRACKED_UTTERANCES, CallerTurns, Utterance  # noqa: F401 (importable as before)
 from voicecore.outbound.opt_out import OPT_OUT_PROMPT, find_opt_out
 from voicecore.outbound.opt_out import goodbye as opt_out_goodbye
@@ -113,7 +113,7 @@ class ControllerConfig:
     filler_after_ms: int = 1500  # a tool still running this long: its filler line is said (once)
     confirm_timeout_ms: int = 8000  # no yes this long after a confirmation prompt played: the action is dropped
     confirm_languages: tuple[str, ...] = ("en", "sv")  # how a caller's yes or no is read
-    dedupe_ms: int = 30_000  # a write's (or confirmed action's) success stands this long: not run twice
+    dedupe_ms: int = DEFAULT_DEDUPE_MS  # a write's (or confirmed action's) success stands this long: not run twice
     # The failure policy (the agent's [failure]): responses the vendor failed in a row (errors, rate limits,
     # failed responses, unanswered requests), or this long without a model socket, end the call with the
     # shipped apology, then a transfer (failure_transfer, when there is a target) or a hang-up.

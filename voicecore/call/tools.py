@@ -20,6 +20,7 @@ import dataclasses
 from voicecore.call import flow as flows
 
 MS = 1_000_000
+DEFAULT_DEDUPE_MS = 30_000  # a write's (or confirmed action's) success stands this long: not run twice
 
 
 @dataclasses.dataclass(slots=True)

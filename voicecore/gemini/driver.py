@@ -63,6 +63,7 @@ from voicecore.call import core
 from voicecore.call.controller import HangUp, PlayFallback, RunTool, Transfer
 from voicecore.call.failures import HOLD, FailurePolicy, FailureSpell
 from voicecore.call.flow import Say, ToolPlan
+from voicecore.call.tools import DEFAULT_DEDUPE_MS, WriteLedger
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.events import ENCODING_L16
 from voicecore.gemini import protocol as gp
@@ -123,6 +124,7 @@ class GeminiStats:
     caller_took_floor: int = 0  # a caller utterance began (voiceActivity, interrupted, or words)
     tool_calls: int = 0
     tools_run: int = 0
+    duplicate_writes_suppressed: int = 0  # the same write asked again within the window: its first result stood
     tool_calls_cancelled: int = 0
     transitions: int = 0
     actions_proposed: int = 0  # confirmations asked (as the turn-taking controller counts them)
@@ -146,7 +148,7 @@ class GeminiDriver:
                  greeting: str = "", tools: list[dict] | None = None, flow_args: dict | None = None,
                  first_tag: int = 1, greet: bool = True, gate_policy: str = "off",
                  safe_line: str = core.DEFAULT_SAFE_LINE, audio_format: str = "pcmu",
-                 failure: dict | None = None) -> None:
+                 failure: dict | None = None, dedupe_ms: int = DEFAULT_DEDUPE_MS) -> None:
         # failure: FailurePolicy's fields (the agent's [failure]): the hold line and the apology, as the spine's
         # audio_format: the law of the call's frames ("pcma" for an A-law stream passed through): converted
         # to and from mu-law at the resampler, and the law a turn's short last frame is padded in
@@ -167,6 +169,12 @@ class GeminiDriver:
                              "gate_policy": gate_policy, "safe_line": safe_line}
         if audio_format != "pcmu":  # a mu-law call's header names none
             self._header_args["audio_format"] = audio_format
+        if dedupe_ms != DEFAULT_DEDUPE_MS:  # a record made before the ledger (or with the default) names none
+            self._header_args["dedupe_ms"] = dedupe_ms
+        # writes done, by idempotency key (voicecore/call/tools.py, as the turn-taking controller keeps them): the
+        # same write (or a repeated yes) within the window gets its first result, and nothing runs twice
+        self.writes = WriteLedger(dedupe_ms)
+        self.write_keys: dict[str, str] = {}  # call or run id of a write running -> its idempotency key
         self.policy = FailurePolicy(**(failure or {}))
         self._header_args["failure"] = self.policy.to_dict()
         self.spell = FailureSpell(self.policy)
@@ -394,13 +402,21 @@ class GeminiDriver:
                 continue
             decision = self.flow.on_tool_call(call.name, arguments)
             if isinstance(decision, ToolPlan):  # run the tool
+                key = agent_actions.idempotency_key(self.call_sid, decision.name, decision.arguments)
+                done = self.writes.recent(key, now_ns) if decision.writes else None
+                if done is not None:  # done within the window: not run (nor proposed) again, its first result stands
+                    self.counts.duplicate_writes_suppressed += 1
+                    outcome = self.flow.on_tool_result(decision.name, decision.arguments, True, done)
+                    answers.append((call.call_id, call.name, self._outcome_response(outcome)))
+                    continue
                 if decision.confirm is not None:
                     answers.append((call.call_id, call.name, self._propose(call.call_id, decision, now_ns, out)))
                     continue
                 self.tool_calls[call.call_id] = (decision.name, decision.arguments)
+                if decision.writes:
+                    self.write_keys[call.call_id] = key
                 self.counts.tools_run += 1
-                out.append(RunTool(call.call_id, decision.name, decision.arguments,
-                                   agent_actions.idempotency_key(self.call_sid, decision.name, decision.arguments)))
+                out.append(RunTool(call.call_id, decision.name, decision.arguments, key))
             else:
                 answers.append((call.call_id, call.name, self._outcome_response(decision)))
         if answers:
@@ -410,6 +426,9 @@ class GeminiDriver:
         return out
 
     def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[core.Action]:
+        key = self.write_keys.pop(call_id, None)
+        if key is not None and ok:
+            self.writes.remember(key, output, now_ns)
         confirmed = self.confirmed_runs.pop(call_id, None)
         if confirmed is not None and not self.ended and self.flow is not None:
             return self._confirmed_result(confirmed, ok, output)
@@ -483,8 +502,10 @@ class GeminiDriver:
         plan = pending.plan
         self.confirmed_runs[run_id] = (plan.name, plan.arguments)
         self.counts.tools_run += 1
-        out.append(RunTool(run_id, plan.name, plan.arguments,
-                           agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments)))
+        key = agent_actions.idempotency_key(self.call_sid, plan.name, plan.arguments)
+        if plan.writes:
+            self.write_keys[run_id] = key
+        out.append(RunTool(run_id, plan.name, plan.arguments, key))
 
     def _drop(self, reason: str, line: str | None, out: list[core.Action]) -> None:
         """Not run: the model is told why (as context); the flow's line for it, if any, is said."""
@@ -646,4 +667,4 @@ def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 
     return GeminiDriver(call_sid, model=model, instructions=session.instructions, voice=agent.voice_for(VENDOR),
                         greeting=agent.greeting, tools=tools, flow_args=flow.record_args(),
                         first_tag=first_tag, greet=greet, gate_policy=gate_policy, safe_line=agent.safe_line,
-                        audio_format=audio_format, failure=failure.to_dict())
+                        audio_format=audio_format, failure=failure.to_dict(), dedupe_ms=int(agent.dedupe_s * 1000))
