@@ -426,3 +426,36 @@ def test_a_planned_move_to_a_new_connection_is_no_failure():
     driver.on_model_event('{"setupComplete":{}}', 0, SILENT)
     reopened = driver.reopen(50 * MS)  # goAway: no on_model_lost before it
     assert [type(a) for a in reopened] == [core.SendToModel] and not driver.spell.failing
+
+
+def test_an_answer_a_dropped_connection_cut_off_is_asked_for_again_on_the_next_one():
+    from voicecore.gemini.driver import ASK_AGAIN, ASK_AGAIN_TOOLS
+
+    driver = new_driver()
+    driver.start(0)
+    driver.on_model_event('{"setupComplete":{}}', 0, SILENT)
+    driver.on_model_event(json.dumps({"serverContent": {"modelTurn": {"parts": [{"inlineData": {
+        "mimeType": gp.OUTPUT_AUDIO_MIME, "data": "AAAAAA=="}}]}}}), 0, SILENT)  # an answer is coming
+    driver.on_model_lost(100 * MS, "closed_1011")
+    driver.reopen(600 * MS)
+    sent = [a.text for a in driver.on_model_event('{"setupComplete":{}}', 700 * MS, SILENT)
+            if isinstance(a, core.SendToModel)]
+    (content,) = [json.loads(t)["clientContent"] for t in sent if t.startswith('{"clientContent"')]
+    assert content["turnComplete"] is True and content["turns"][0]["parts"][0]["text"] == ASK_AGAIN
+    assert driver.counts.asked_again == 1
+    # a quiet drop (nothing cut, nothing owed) asks nothing; a lost tool result asks for the call again
+    quiet = new_driver()
+    quiet.start(0)
+    quiet.on_model_event('{"setupComplete":{}}', 0, SILENT)
+    quiet.on_model_lost(100 * MS, "closed_1011")
+    quiet.reopen(600 * MS)
+    assert not any('"clientContent"' in a.text for a in quiet.on_model_event('{"setupComplete":{}}', 700 * MS, SILENT)
+                   if isinstance(a, core.SendToModel)) and quiet.counts.asked_again == 0
+    owed = new_driver()
+    owed.start(0)
+    owed.on_model_event('{"setupComplete":{}}', 0, SILENT)
+    owed.tool_calls["fc"] = ("price", "{}")
+    owed.on_model_lost(100 * MS, "closed_1011")
+    owed.reopen(600 * MS)
+    texts = [a.text for a in owed.on_model_event('{"setupComplete":{}}', 700 * MS, SILENT) if isinstance(a, core.SendToModel)]
+    assert any(ASK_AGAIN_TOOLS in t for t in texts)

@@ -76,6 +76,11 @@ VENDOR = "gemini"
 VOICES = frozenset({"Puck", "Charon", "Kore", "Fenrir", "Aoede", "Leda", "Orus", "Zephyr"})
 # The model a Gemini agent gets when it names the vendor but no model.
 DEFAULT_MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
+# A turn the model could not finish because its connection dropped: the caller heard part of it at most.
+ASK_AGAIN = ("(The connection dropped while you were answering; the caller did not hear the end of your last "
+             "answer. Give that answer again, briefly.)")
+ASK_AGAIN_TOOLS = ("(The connection dropped while a function you called was running, and its result was lost. "
+                   "Call it again if you still need it, then answer the caller.)")
 # After goAway the session moves to a new connection at the first pause (no turn being generated, no tool
 # result owed), or, should none come, this long before the server's deadline (half the notice, if shorter).
 GO_AWAY_MARGIN_MS = 2_000
@@ -132,6 +137,7 @@ class GeminiStats:
     actions_declined: int = 0
     actions_timed_out: int = 0
     go_aways: int = 0
+    asked_again: int = 0  # answers a dropped connection cut off, asked for again on the next one
     resumed: int = 0
     handles: int = 0
     malformed: int = 0
@@ -245,8 +251,15 @@ class GeminiDriver:
         if self.handle is not None:
             self.counts.resumed += 1
         self.spell.reopened(now_ns)
+        tools_lost = self.tools_owed_at_loss
         out = self._cut_off(now_ns) + self._open()
-        self.cut_by_drop = False  # the model is back (what it was saying is not asked for again)
+        if self.cut_by_drop and not self.ended:
+            # the model is back, and the caller is owed the answer the drop cut off (or one that waited on a tool
+            # result no one could take): asked for again once the new connection is set up, as the turn-taking
+            # controller asks a cut request again after a reconnect
+            self.counts.asked_again += 1
+            self.after_setup.append(gp.client_content([("user", ASK_AGAIN_TOOLS if tools_lost else ASK_AGAIN)]))
+        self.cut_by_drop = False
         return out
 
     def _open(self) -> list[core.Action]:
