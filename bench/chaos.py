@@ -61,6 +61,9 @@ STORE_KILLS = ("recorder", "console")  # the call store's writer and its reader:
 POSTGRES = "postgres"  # the run's own PostgreSQL as the store, killed and started again (bench/postgres.py)
 STORE_FAULTS = (*STORE_KILLS, POSTGRES)
 POSTGRES_DOWN_MS = 4000  # from the postmaster's SIGKILL to starting it again
+# The calls of a chaos run all end together at its end: when the postgres fault is the last one, PostgreSQL stays
+# down until this long after that, so that the calls end (and are stored, events and all) while it is down.
+POSTGRES_AFTER_END_MS = 1000
 GATEWAY = "gateway"
 STORE_WAIT_S = 75.0  # after the calls ended: the recorder's safety-net listings (record dir, store spool) run every minute
 
@@ -78,8 +81,9 @@ FAULTS: dict[str, FaultSpec] = {spec.name: spec for spec in (
     *(FaultSpec(role, f"SIGKILL of the {role} (the run has a call store: every call that ended must be in it once)",
                 kill=role) for role in STORE_KILLS),
     FaultSpec(POSTGRES, f"SIGKILL of the PostgreSQL the store is in (the run's own, on 127.0.0.1), started again "
-                        f"{POSTGRES_DOWN_MS} ms later on the same data directory and port: every call that ended must be "
-                        "in the store once, with its turns and events"),
+                        f"{POSTGRES_DOWN_MS} ms later on the same data directory and port (as the last fault: "
+                        f"{POSTGRES_AFTER_END_MS} ms after the calls ended): every call that ended must be in the store "
+                        "once, with its turns and events"),
     FaultSpec("drop_1011", "the vendor closes every session with 1011", vendor=(("drop_1011", 0),)),
     FaultSpec("rate_limit", f"every response.create answered rate_limit_exceeded for {RATE_LIMIT_MS} ms",
               vendor=(("rate_limit", RATE_LIMIT_MS),)),
@@ -775,7 +779,8 @@ class ChaosRun(LevelRun):
         return injected
 
     def _kill_postgres(self, spec: FaultSpec) -> Injected:
-        """SIGKILL of the postmaster now; started again POSTGRES_DOWN_MS later (a task: the schedule goes on)."""
+        """SIGKILL of the postmaster now; started again POSTGRES_DOWN_MS later, or after the calls ended when this
+        is the last fault (a task: the schedule goes on)."""
         assert self.postgres is not None
         at = _mono_ms()
         pid = self.postgres.kill()
@@ -783,8 +788,12 @@ class ChaosRun(LevelRun):
             return Injected(spec, at, note="no PostgreSQL running to kill", pid_source="postmaster.pid")
         injected = Injected(spec, at, killed_pid=pid, pid_source="postmaster.pid")
 
+        down_ms = POSTGRES_DOWN_MS
+        if self.faults[-1].name == POSTGRES:
+            down_ms = max(down_ms, self.end_ms + POSTGRES_AFTER_END_MS - at)
+
         async def restart() -> None:
-            await asyncio.sleep(POSTGRES_DOWN_MS / 1000.0)
+            await asyncio.sleep(down_ms / 1000.0)
             try:
                 await asyncio.to_thread(self.postgres.start)
             except Exception as exc:  # noqa: BLE001 (the run goes on: every call's store figure will say it)
@@ -835,6 +844,9 @@ class ChaosRun(LevelRun):
         """Every call whose stream was served, in the store (the stack still runs: the recorder finishes)."""
         from voicecore.store import database_url_for
 
+        if self.postgres_restart is not None:  # PostgreSQL back (or given up on) before the store is read
+            with contextlib.suppress(Exception):
+                await self.postgres_restart
         calls, _refused = self._chaos_results()
         served = [result.call_sid for result, _meta in calls if result.core is not None and result.core.frames]
         dropped = [result.call_sid for result, _meta in calls if result.closed_by in DROPPED_BY]

@@ -272,6 +272,8 @@ class Recorder:
             if not store.last_seq(summary.call_sid):
                 self.derive_events(store, entry, record)
         except Exception as exc:  # noqa: BLE001 (driver errors: the store's problem, not the file's)
+            if record is None:
+                self.summaries[entry.name] = summary  # kept for the retry: the file need not be read then
             self.store_failed(exc)
             return False
         self.done.add(entry.name)
