@@ -29,12 +29,11 @@ class PostgresUnavailable(RuntimeError):
 
 def _pgserver():
     try:
-        import pgserver
-        from pgserver import _commands
+        import pgserver  # its commands (pg_ctl, initdb) are its top-level names
     except ImportError:
         raise PostgresUnavailable("the chaos fault `postgres` starts a PostgreSQL from the pgserver package: "
                                   "pip install 'voicecore[postgres-bench]'") from None
-    return pgserver, _commands
+    return pgserver
 
 
 class BenchPostgres:
@@ -43,7 +42,7 @@ class BenchPostgres:
         self.port = port
         self.log_path = self.pgdata / "server.log"
         self.user: str | None = None
-        self.commands = None
+        self.pgserver = None  # the module, once create() found it
 
     @property
     def url(self) -> str:
@@ -51,15 +50,15 @@ class BenchPostgres:
 
     def create(self) -> None:
         """initdb (through pgserver, which also prepares the directory for its system user), then start."""
-        pgserver, self.commands = _pgserver()
-        server = pgserver.get_server(self.pgdata, cleanup_mode="stop")  # initdb, and a first start on a socket only
+        self.pgserver = _pgserver()
+        server = self.pgserver.get_server(self.pgdata, cleanup_mode="stop")  # initdb, and a first start on a socket only
         self.user = server.system_user
         server.cleanup()  # stopped: started again below on 127.0.0.1 at our port
         self.start()
 
     def _pg_ctl(self, args: list[str], timeout_s: float) -> str:
-        assert self.commands is not None
-        return self.commands.pg_ctl(args, pgdata=self.pgdata, user=self.user, timeout=timeout_s)
+        assert self.pgserver is not None
+        return self.pgserver.pg_ctl(args, pgdata=self.pgdata, user=self.user, timeout=timeout_s)
 
     def start(self) -> float:
         """Start the server on the same directory and port; the seconds it took. After a SIGKILL the old
@@ -97,7 +96,7 @@ class BenchPostgres:
     def stop(self) -> None:
         """End the server whatever its state: an immediate-mode stop, else SIGKILL of the postmaster; then
         wait (bounded) for the postmaster to be gone."""
-        if self.commands is None:
+        if self.pgserver is None:
             return
         pid = self.postmaster_pid()
         try:
