@@ -79,10 +79,6 @@ EVENT_MESSAGES_PER_PASS = 2000
 EVENTS_EVERY_S = 0.1  # live events are taken in passes this far apart: one store transaction per pass
 
 
-class _StoreDown(Exception):
-    """No store connection now (an outage's retry is not due yet)."""
-
-
 class Recorder:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -500,15 +496,12 @@ class Recorder:
             if self.unstored:
                 self.unstored_keep(rows)
                 self.store_unstored(time.monotonic() + SLICE_S)
+            elif (store := self.open_store()) is None:
+                self.unstored_keep(rows)
             else:
-                store = self.open_store()
                 try:
-                    if store is None:
-                        raise _StoreDown
                     store.add_events(rows)
                     self.counters["events_stored"] += len(rows)
-                except _StoreDown:
-                    self.unstored_keep(rows)
                 except Exception as exc:  # noqa: BLE001 (driver errors)
                     self.store_failed(exc)
                     self.unstored_keep(rows)
