@@ -58,6 +58,12 @@ REFUSE_MS = 3000
 
 WORKER_KILLS = ("pacer", "model", "validator")
 STORE_KILLS = ("recorder", "console")  # the call store's writer and its reader: a run with either has a store
+POSTGRES = "postgres"  # the run's own PostgreSQL as the store, killed and started again (bench/postgres.py)
+STORE_FAULTS = (*STORE_KILLS, POSTGRES)
+POSTGRES_DOWN_MS = 4000  # from the postmaster's SIGKILL to starting it again
+# The calls of a chaos run all end together at its end: when the postgres fault is the last one, PostgreSQL stays
+# down until this long after that, so that the calls end (and are stored, events and all) while it is down.
+POSTGRES_AFTER_END_MS = 1000
 GATEWAY = "gateway"
 STORE_WAIT_S = 75.0  # after the calls ended: the recorder's safety-net listings (record dir, store spool) run every minute
 
@@ -74,6 +80,10 @@ FAULTS: dict[str, FaultSpec] = {spec.name: spec for spec in (
     *(FaultSpec(role, f"SIGKILL of the active {role}", kill=role) for role in WORKER_KILLS),
     *(FaultSpec(role, f"SIGKILL of the {role} (the run has a call store: every call that ended must be in it once)",
                 kill=role) for role in STORE_KILLS),
+    FaultSpec(POSTGRES, f"SIGKILL of the PostgreSQL the store is in (the run's own, on 127.0.0.1), started again "
+                        f"{POSTGRES_DOWN_MS} ms later on the same data directory and port (as the last fault: "
+                        f"{POSTGRES_AFTER_END_MS} ms after the calls ended): every call that ended must be in the store "
+                        "once, with its turns and events"),
     FaultSpec("drop_1011", "the vendor closes every session with 1011", vendor=(("drop_1011", 0),)),
     FaultSpec("rate_limit", f"every response.create answered rate_limit_exceeded for {RATE_LIMIT_MS} ms",
               vendor=(("rate_limit", RATE_LIMIT_MS),)),
@@ -97,7 +107,7 @@ FAULTS: dict[str, FaultSpec] = {spec.name: spec for spec in (
 )}
 # The store faults are asked for by name: they give the run a call store, and the default run (its figures
 # comparable with earlier ones, in about 4 minutes at 100 calls) has none.
-DEFAULT_FAULTS = tuple(name for name in FAULTS if name not in STORE_KILLS)
+DEFAULT_FAULTS = tuple(name for name in FAULTS if name not in STORE_FAULTS)
 
 
 def parse_faults(text: str) -> list[FaultSpec]:
@@ -255,6 +265,7 @@ def store_figures(call_sids: Sequence[str], stored: dict[str, StoredCall], dropp
         "calls_ended": len(call_sids), "calls_stored": len(present),
         "calls_missing": len(missing), "calls_missing_dropped_by_gateway_kill": sum(sid in dropped for sid in missing),
         "calls_without_turns": sum(1 for c in present if not c.turns),
+        "calls_without_events": sum(1 for c in present if not c.events),
         "calls_without_events_to_the_end": len(unended),
         "calls_without_events_to_the_end_dropped_by_gateway_kill": sum(sid in dropped for sid in unended),
         "calls_with_event_numbers_missing": sum(1 for c in present
@@ -555,6 +566,7 @@ class Injected:
     new_pid: int | None = None
     pid_changed_ms: float | None = None
     heartbeat_ms: float | None = None  # the first heartbeat of the role the gateway saw after the kill
+    store_up_ms: float | None = None  # the postgres fault: PostgreSQL accepting connections again
     gateway_up_ms: float | None = None  # a new gateway answered /healthz
     metrics_before: dict = field(default_factory=dict)
     metrics_after: dict = field(default_factory=dict)
@@ -576,8 +588,36 @@ class ChaosRun(LevelRun):
         self.baseline_metrics: dict = {}
         # A recorder or console kill needs a call store: the run's own (records in its workdir, as the demo's),
         # unless the environment names one. VOICECORE_RECORD_CALLS=false: the store without record files.
-        self.wants_store = any(spec.kill in STORE_KILLS for spec in self.faults)
+        # The postgres fault: a PostgreSQL of the run's own (bench/postgres.py) is the store, whatever the
+        # environment names.
+        self.wants_store = any(spec.name in STORE_FAULTS for spec in self.faults)
         self.store: dict = {}
+        self.postgres = None  # BenchPostgres, with the postgres fault
+        self.postgres_restart: asyncio.Task | None = None
+
+    async def start_system(self) -> None:
+        if any(spec.name == POSTGRES for spec in self.faults):
+            from bench.postgres import BenchPostgres, PostgresUnavailable
+            from voicecore.demo import free_port
+
+            self.postgres = BenchPostgres(self.workdir, free_port())
+            try:
+                await asyncio.to_thread(self.postgres.create)
+            except PostgresUnavailable as exc:
+                raise BenchError(str(exc)) from None
+            self.store_url = self.postgres.url
+        await super().start_system()
+
+    async def stop(self) -> None:
+        try:
+            await super().stop()
+        finally:
+            if self.postgres_restart is not None:
+                self.postgres_restart.cancel()
+                with contextlib.suppress(BaseException):
+                    await self.postgres_restart
+            if self.postgres is not None:
+                await asyncio.to_thread(self.postgres.stop)
 
     async def run(self) -> dict:
         self.log_file = open(self.log_path, "wb")
@@ -710,6 +750,8 @@ class ChaosRun(LevelRun):
         return window
 
     async def _inject(self, spec: FaultSpec) -> Injected:
+        if spec.name == POSTGRES:
+            return self._kill_postgres(spec)
         if spec.kill:
             pid, source = self._active_pid(spec.kill)
             if not pid_alive(pid):
@@ -736,9 +778,40 @@ class ChaosRun(LevelRun):
                 injected.sessions_hit = (injected.sessions_hit or 0) + int(sessions)
         return injected
 
+    def _kill_postgres(self, spec: FaultSpec) -> Injected:
+        """SIGKILL of the postmaster now; started again POSTGRES_DOWN_MS later, or after the calls ended when this
+        is the last fault (a task: the schedule goes on)."""
+        assert self.postgres is not None
+        at = _mono_ms()
+        pid = self.postgres.kill()
+        if pid is None:
+            return Injected(spec, at, note="no PostgreSQL running to kill", pid_source="postmaster.pid")
+        injected = Injected(spec, at, killed_pid=pid, pid_source="postmaster.pid")
+
+        down_ms = POSTGRES_DOWN_MS
+        if self.faults[-1].name == POSTGRES:
+            down_ms = max(down_ms, self.end_ms + POSTGRES_AFTER_END_MS - at)
+
+        async def restart() -> None:
+            await asyncio.sleep(down_ms / 1000.0)
+            try:
+                await asyncio.to_thread(self.postgres.start)
+            except Exception as exc:  # noqa: BLE001 (the run goes on: every call's store figure will say it)
+                self.problems.append(f"PostgreSQL did not start again: {exc}")
+                return
+            injected.store_up_ms = _mono_ms()
+            injected.new_pid = self.postgres.postmaster_pid()
+
+        self.postgres_restart = asyncio.create_task(restart())
+        return injected
+
     async def _watch(self, injected: Injected, until_ms: float) -> None:
         """Poll until the killed role is back: its leader pid changed, and (a worker) the gateway saw its
         heartbeat again, or (the gateway) a new gateway answers. Vendor faults are judged from the records."""
+        if injected.spec.name == POSTGRES and self.postgres_restart is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.postgres_restart), max(0.0, until_ms - _mono_ms()) / 1000.0)
+            return
         role = injected.spec.kill
         if not role:
             return
@@ -771,6 +844,9 @@ class ChaosRun(LevelRun):
         """Every call whose stream was served, in the store (the stack still runs: the recorder finishes)."""
         from voicecore.store import database_url_for
 
+        if self.postgres_restart is not None:  # PostgreSQL back (or given up on) before the store is read
+            with contextlib.suppress(Exception):
+                await self.postgres_restart
         calls, _refused = self._chaos_results()
         served = [result.call_sid for result, _meta in calls if result.core is not None and result.core.frames]
         dropped = [result.call_sid for result, _meta in calls if result.closed_by in DROPPED_BY]
@@ -778,6 +854,19 @@ class ChaosRun(LevelRun):
         stored, error = await asyncio.to_thread(read_stored_calls, database_url_for(self.config), set(served), STORE_WAIT_S)
         self.store = {**store_figures(served, stored, dropped), "waited_s": round(time.monotonic() - started, 1),
                       "record_files": self.config.record_calls and bool(self.config.record_dir)}
+        restarts = [i for i in self.injected if i.spec.name == POSTGRES and not i.note]
+        if restarts:
+            self.store["database"] = "postgresql (the run's own, killed and restarted)"
+            self.store["store_down_ms"] = [round(i.store_up_ms - i.at_ms, 1) if i.store_up_ms else None for i in restarts]
+            # A store outage must lose nothing the recorder had: every event of every call that ended, numbered
+            # without a hole (a call the gateway kill dropped has no call.ended of its own).
+            for key in ("calls_without_turns", "calls_with_event_numbers_missing"):
+                if self.store[key]:
+                    self.problems.append(f"call store: {key} {self.store[key]}")
+            unended = self.store["calls_without_events_to_the_end"] - self.store[
+                "calls_without_events_to_the_end_dropped_by_gateway_kill"]
+            if unended:
+                self.problems.append(f"call store: calls_without_events_to_the_end {unended} (not dropped by a gateway kill)")
         if error:
             self.problems.append(f"the call store could not be read: {error}")
         for key in ("calls_missing", "calls_stored_both_ways", "calls_with_an_event_twice"):
@@ -852,9 +941,12 @@ def fault_report(injected: Injected, timelines: Sequence[CallTimeline], refused:
              "gap_ticks": figures["gap_ticks"], "fallback_frames": figures["fallback_frames"],
              "unknown_frames": figures["unknown_frames"],
              "placements_refused": sum(1 for r in refused if at <= r["at_ms"] < w1), **sessions}
-    if spec.kill:
+    if spec.kill or spec.name == POSTGRES:
         entry.update(killed_pid=injected.killed_pid, new_pid=injected.new_pid, pid_source=injected.pid_source)
-    if spec.kill == GATEWAY:
+    if spec.name == POSTGRES:
+        entry["store_down_ms"] = round(injected.store_up_ms - at, 1) if injected.store_up_ms else None
+        entry["recovery_ms"], entry["recovery_from"] = entry["store_down_ms"], "PostgreSQL accepting connections again"
+    elif spec.kill == GATEWAY:
         taken = calls_taken_after_ms(timelines, at)
         entry.update(reattach_figures(timelines, at, w1))
         entry["calls_taken_after_ms"] = taken
@@ -952,7 +1044,9 @@ def format_chaos_table(report: dict) -> str:
                      f"{store['calls_without_events_to_the_end']} without events to call.ended "
                      f"({store['calls_without_events_to_the_end_dropped_by_gateway_kill']} dropped by the gateway kill), "
                      f"{store['calls_with_event_numbers_missing']} with event numbers missing; stored twice: "
-                     f"{store['calls_stored_both_ways']} calls, {store['calls_with_an_event_twice']} with an event twice")
+                     f"{store['calls_stored_both_ways']} calls, {store['calls_with_an_event_twice']} with an event twice"
+                     + (f"; PostgreSQL down {', '.join(_cell(ms) for ms in store['store_down_ms'])} ms"
+                        if "store_down_ms" in store else ""))
     return "\n".join(lines)
 
 

@@ -72,7 +72,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                      help="--scenario chaos: the faults to inject, in this order (default: all of pacer, model, "
                           "validator, drop_1011, rate_limit, server_error, malformed_json, unknown_event, "
                           "unknown_response_delta, huge_delta, binary_frame, stall, refuse_new, gateway; also by name: "
-                          "recorder, console, which give the run a call store and check every call that ended is in it once)")
+                          "recorder, console, which give the run a call store and check every call that ended is in it once; "
+                          "postgres, which makes that store a PostgreSQL of the run's own (pgserver: pip install "
+                          "'voicecore[postgres-bench]'), SIGKILLs it mid-run and starts it again)")
     pin = parser.add_argument_group("pinning")
     pin.add_argument("--pin-stack", default="", metavar="CPUS", help="CPUs for supervisord and every stack process, e.g. 0")
     pin.add_argument("--pin-load", default="", metavar="CPUS", help="CPUs for the load processes and the model simulator, e.g. 1")

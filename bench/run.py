@@ -433,6 +433,7 @@ class LevelRun:
 
     spare_slots = 4  # call slots beyond the calls: the warm-up call's slot may still be closing when the load starts
     wants_store = False  # a call store in the run's workdir when the environment names none (the chaos run's store faults)
+    store_url = ""  # the run's own store the stack must use whatever the environment says (the chaos run's PostgreSQL)
 
     def __init__(self, opts: BenchOptions, calls: int, workdir: Path, profile_out: Path | None = None,
                  system: str = "voicecore") -> None:
@@ -567,8 +568,10 @@ class LevelRun:
         # The scenario's own settings (the hallucination scenario's gate) win over the caller's.
         base = resolve_config(load_config({**os.environ, **dict(self.scenario.stack_env)}, opts.config_path))
         record_dir = base.record_dir
-        if self.wants_store and not database_url_for(base):
+        if self.wants_store and (self.store_url or not database_url_for(base)):
             record_dir = None  # the run's own store, in its workdir (a chaos run's recorder and console faults)
+        if self.store_url:
+            base = dataclasses.replace(base, database_url=self.store_url)
         if opts.compare_store:
             # The two systems differ in records and the store only: none for voicecore whatever the
             # environment says, and for STORE_SYSTEM the SQLite store in the run's records (demo_config's

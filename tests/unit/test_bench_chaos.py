@@ -218,6 +218,9 @@ def test_store_figures_name_a_call_stored_twice_and_events_cut_short():
     assert figures["calls_stored_both_ways"] == 1 and figures["calls_with_an_event_twice"] == 1
     assert figures["calls_without_turns"] == 1 and figures["calls_without_events_to_the_end"] == 1
     assert figures["calls_with_event_numbers_missing"] == 1
+    assert figures["calls_without_events"] == 0
+    eventless = StoredCall(["CA4.jsonl"], 1, [])
+    assert store_figures(["CA4"], {"CA4": eventless})["calls_without_events"] == 1
 
 
 def test_recorder_and_console_kills_are_faults_asked_for_by_name():
@@ -252,3 +255,21 @@ def test_reattach_figures_count_the_calls_their_silence_and_the_conversations_re
                        "reattached_without_history": 2, "reattached_greeted_again": 0,
                        "reattached_without_model_session": 0}
     assert reattach_figures([], 0, 1)["reattach_silence_p50_ms"] is None
+
+
+def test_the_postgres_fault_is_asked_for_by_name_and_kills_no_supervised_role():
+    spec = FAULTS["postgres"]
+    assert "postgres" not in DEFAULT_FAULTS and not spec.kill and not spec.vendor  # the bench's own PostgreSQL
+    assert [f.name for f in parse_faults("recorder,postgres")] == ["recorder", "postgres"]
+
+
+def test_a_postgres_fault_reports_how_long_the_store_was_down():
+    from bench.chaos import Injected, fault_report
+
+    injected = Injected(FAULTS["postgres"], 10_000.0, killed_pid=41, pid_source="postmaster.pid", new_pid=42,
+                        store_up_ms=16_250.0)
+    entry = fault_report(injected, [], [])
+    assert entry["store_down_ms"] == entry["recovery_ms"] == 6250.0
+    assert (entry["killed_pid"], entry["new_pid"]) == (41, 42) and "sessions_hit" not in entry
+    never = fault_report(Injected(FAULTS["postgres"], 10_000.0, killed_pid=41), [], [])
+    assert never["store_down_ms"] is None and never["recovery_ms"] is None

@@ -1,5 +1,5 @@
 """The recorder's pure decisions (workers/recorder/core.py) on a fake clock: what to ingest, which part
-files are stale, which records retention deletes, and when retention runs."""
+files are stale, which records retention deletes, when retention runs, and what a store outage keeps."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from workers.recorder.core import (
     MinuteCount,
     PurgeSchedule,
     RecordEntry,
+    StoreOutage,
+    UnstoredEvents,
     expired_records,
     record_name_of_part,
     stale_parts,
@@ -119,3 +121,34 @@ def test_derived_calls_are_forgotten_oldest_first():
     derived.derived("CA2", [5.0])  # derived again (its second part): the newest
     derived.derived("CA4", [6.0])
     assert list(derived.until) == ["CA2", "CA4"]
+
+
+# ----- a store outage: when to retry, what is logged, the live events kept for the store -------------------
+
+def test_store_outage_logs_its_first_failure_only_and_retries_sooner_at_first():
+    outage = StoreOutage(first_s=0.5, max_s=10.0)  # the defaults are shorter: any bound works
+    assert not outage.down and outage.may_try(0.0)
+    assert outage.failed(100.0) is True  # the outage starts: the one failure logged
+    assert outage.down and not outage.may_try(100.4) and outage.may_try(100.5)
+    assert outage.failed(100.5) is False  # a retry failed too: not logged again
+    assert not outage.may_try(101.4) and outage.may_try(101.5)  # 1 s
+    for now in (101.5, 103.5, 107.5, 115.5):  # 2, 4, 8, then never more than 10 s apart
+        assert outage.failed(now) is False
+    assert outage.retry_s == 10.0 and not outage.may_try(125.4) and outage.may_try(125.5)
+    assert outage.recovered(126.0) == 26.0  # down from the first failure to the reopen
+    assert not outage.down and outage.may_try(126.0) and outage.recovered(127.0) is None
+    assert outage.failed(200.0) is True and outage.retry_s == 0.5  # a new outage: logged, and quick retries again
+
+
+def test_unstored_events_keep_their_order_and_drop_the_oldest_past_the_bound():
+    kept = UnstoredEvents(kept=5)
+    rows = [("CA1", seq, 0.0, 0, "transcript.delta", "{}") for seq in range(1, 8)]
+    assert kept.keep(rows[:3]) == 0 and len(kept) == 3
+    assert kept.oldest(2) == rows[:2]
+    kept.stored(2)  # the store took the batch
+    assert kept.oldest(10) == rows[2:3]
+    assert kept.keep(rows[3:]) == 0 and len(kept) == 5
+    assert kept.keep([("CA2", 1, 0.0, 0, "call.started", "{}")]) == 1  # over the bound: the oldest goes
+    assert kept.dropped == 1 and kept.oldest(1) == [rows[3]]
+    kept.stored(99)
+    assert len(kept) == 0 and kept.oldest(3) == []

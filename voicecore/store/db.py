@@ -37,6 +37,19 @@ class StoreError(MisuseError, ValueError):
     """The store URL cannot be used (wrong scheme, a relative SQLite path, psycopg missing)."""
 
 
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether a store error says the database cannot be reached now (connection refused or lost, the server
+    shutting down or starting up, SQLite's file locked or unopenable), rather than that a query is wrong: the
+    reader answers "try again later" (HTTP 503) instead of an internal error."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return True
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
+
+
 def database_url_for(config: Any) -> str:
     """The store a configuration names: ``database_url``, else ``calls.db`` in the record directory (the
     store is filled from records), else "" (no store)."""

@@ -70,6 +70,7 @@ from voicecore.logs import run_loop, setup_logging
 from voicecore.observe.numbering import rows_from_json, wire_stored
 from voicecore.observe.transport import FleetSubscription
 from voicecore.store import CallStore, database_url_for
+from voicecore.store.db import is_unavailable
 from voicecore.store.query import CallFilter, QueryError
 from workers.chat.endpoint import ChatEndpoint
 from workers.console.campaigns import CampaignRefused, ConsoleCampaigns
@@ -179,6 +180,7 @@ class Console:
         self.bus = Bus(self.runtime_dir)
         self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
         self.store: CallStore | None = None
+        self.store_failing = False  # the last store use found it unreachable (logged once per outage)
         self.store_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="console-store")
         self.media_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="console-media")
         # (record file, its mtime and size) -> its audio: a record that changes is read again
@@ -214,18 +216,29 @@ class Console:
         return await self.on_store(lambda store: getattr(store, method)(*args, **kwargs))
 
     async def on_store(self, work: Any) -> Any:
-        """``work(store)`` on the store's thread."""
+        """``work(store)`` on the store's thread. A store that cannot be reached (PostgreSQL restarting) is
+        HTTP 503 to the request, logged once until the store answers again."""
         def run() -> Any:
             try:
-                return work(self._store())
-            except Exception:
+                result = work(self._store())
+            except Exception as exc:
                 if self.store is not None:  # a broken connection: the next query opens a new one
                     try:
                         self.store.close()
                     except Exception:  # noqa: BLE001
                         pass
                     self.store = None
-                raise
+                if not is_unavailable(exc):
+                    raise
+                if not self.store_failing:
+                    self.store_failing = True
+                    log.warning("console: the call store cannot be reached (%s: %s); answering 503 until it can",
+                                type(exc).__name__, str(exc).strip(), extra={"problem": "store"})
+                raise HttpError(503, "the call store is unavailable; try again shortly", (("Retry-After", "5"),)) from None
+            if self.store_failing:
+                self.store_failing = False
+                log.info("console: the call store answers again")
+            return result
         return await asyncio.get_running_loop().run_in_executor(self.store_thread, run)
 
     def check_key_blocking(self, key: str) -> str | None:
@@ -660,7 +673,12 @@ class Console:
         try:
             last = since
             if call_sid:
-                for event in await self.query("events", call_sid, since):
+                try:
+                    stored = await self.query("events", call_sid, since)
+                except HttpError as exc:  # the store is down: the observer may come back with since=
+                    await connection.close(1011, exc.message[:120])
+                    return
+                for event in stored:
                     await connection.send(wire_stored(event).decode())
                     self.counters["events_sent"] += 1
                     last = event["seq"]

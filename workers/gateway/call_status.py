@@ -35,9 +35,10 @@ class CallStatusLedger(StoreOnItsThread):
             self._open().add_call_status(call_sid, status, sequence, direction, answered_by, duration_s,
                                          record_call_sid=record_call_sid)
         except Exception as exc:  # noqa: BLE001 (driver errors vary; the next callback reopens)
-            log.warning("call %s: status %s not stored (%s: %s)", call_sid, status, type(exc).__name__, exc,
-                        extra={"problem": "call status store"})
-            self._drop()
+            self._use_failed(log, "call status store", "call %s: status %s not stored (%s: %s)", call_sid, status,
+                             type(exc).__name__, exc)
+            return
+        self._use_worked(log, "call statuses")
 
     def close(self) -> None:
         self.thread.submit(self._drop)

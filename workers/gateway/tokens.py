@@ -70,9 +70,9 @@ class TokenLedger(StoreOnItsThread):
                 self.next_purge_s = now + PURGE_EVERY_S
                 store.purge_stream_tokens(now - 60)
         except Exception as exc:  # noqa: BLE001 (driver errors vary; the caller fails open)
-            log.warning("stream token store failed (%s: %s)", type(exc).__name__, exc, extra={"problem": "token store"})
-            self._drop()
+            self._use_failed(log, "token store", "stream token store failed (%s: %s)", type(exc).__name__, exc)
             return st.SHARED_ERROR
+        self._use_worked(log, "stream tokens")
         return st.SHARED_INSERTED if first else st.SHARED_DUPLICATE
 
     def _reattach_facts(self, check: st.TokenCheck, call_sid: str) -> tuple[str, bool]:
@@ -84,8 +84,7 @@ class TokenLedger(StoreOnItsThread):
         try:
             return claimed, self.store.stream_ended_normally(call_sid)
         except Exception as exc:  # noqa: BLE001
-            log.warning("stream token store failed (%s: %s)", type(exc).__name__, exc, extra={"problem": "token store"})
-            self._drop()
+            self._use_failed(log, "token store", "stream token store failed (%s: %s)", type(exc).__name__, exc)
             return st.SHARED_ERROR, False
 
     def _mark_ended(self, call_sid: str, expires_at_s: float) -> None:
@@ -96,9 +95,10 @@ class TokenLedger(StoreOnItsThread):
             store.drop_call_state(call_sid)  # nothing will re-attach it: its state is of no use to any node
             store.purge_call_states(time.time())  # states of calls whose node died with them
         except Exception as exc:  # noqa: BLE001
-            log.warning("call %s: its normal end not written to the store for the fleet's re-attach step (%s: %s)",
-                        call_sid, type(exc).__name__, exc, extra={"problem": "token store"})
-            self._drop()
+            self._use_failed(log, "token store", "call %s: its normal end not written to the store for the fleet's "
+                             "re-attach step (%s: %s)", call_sid, type(exc).__name__, exc)
+            return
+        self._use_worked(log, "stream tokens")
 
     async def claim(self, check: st.TokenCheck, timeout_s: float) -> str:
         try:

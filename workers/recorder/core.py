@@ -10,7 +10,9 @@ and ``.record-*.tmp`` are a writer's scratch files (never ours to touch).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 from collections.abc import Iterable
 
 from voicecore.record import PART_SUFFIX
@@ -136,3 +138,80 @@ class MinuteCount:
         counts = {kind: n for kind, n in self.counts.items() if n}
         self.counts = {}
         return counts or None
+
+
+# A store that fails is tried again soon (a PostgreSQL restart takes seconds), then less and less often.
+STORE_RETRY_FIRST_S = 0.5
+STORE_RETRY_MAX_S = 5.0
+
+
+class StoreOutage:
+    """When to try a failed store again (doubling from ``first_s`` to ``max_s``), and whether a failure is
+    the first of its outage (the one that is logged; the retries that fail too are not). Monotonic seconds."""
+
+    def __init__(self, first_s: float = STORE_RETRY_FIRST_S, max_s: float = STORE_RETRY_MAX_S) -> None:
+        self.first_s = first_s
+        self.max_s = max_s
+        self.since_s: float | None = None  # None: the store is not known to be down
+        self.retry_s = 0.0
+        self.retry_at_s = 0.0
+
+    @property
+    def down(self) -> bool:
+        return self.since_s is not None
+
+    def failed(self, now_s: float) -> bool:
+        """The store failed; True when this starts an outage."""
+        first = self.since_s is None
+        if first:
+            self.since_s = now_s
+            self.retry_s = self.first_s
+        else:
+            self.retry_s = min(self.retry_s * 2, self.max_s)
+        self.retry_at_s = now_s + self.retry_s
+        return first
+
+    def may_try(self, now_s: float) -> bool:
+        return now_s >= self.retry_at_s
+
+    def recovered(self, now_s: float) -> float | None:
+        """The store works (again): how long it was down, None when it was not."""
+        if self.since_s is None:
+            return None
+        down_s, self.since_s = now_s - self.since_s, None
+        self.retry_s = self.retry_at_s = 0.0
+        return down_s
+
+
+UNSTORED_EVENTS_KEPT = 200_000  # live events kept while the store is down (some 40 MB): minutes of a full node
+
+
+class UnstoredEvents:
+    """Numbered live events the store did not take yet, oldest first, kept to be stored when it is back (the
+    store keeps an event once: a (call_sid, seq) stored before is left as it is, so storing one twice is
+    harmless). Bounded: past ``kept`` the oldest are dropped and counted (``dropped``)."""
+
+    def __init__(self, kept: int = UNSTORED_EVENTS_KEPT) -> None:
+        self.kept = kept
+        self.rows: collections.deque = collections.deque()
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def keep(self, rows: Iterable) -> int:
+        """Keep ``rows`` after those kept already; how many old ones were dropped to make room."""
+        self.rows.extend(rows)
+        over = max(0, len(self.rows) - self.kept)
+        for _ in range(over):
+            self.rows.popleft()
+        self.dropped += over
+        return over
+
+    def oldest(self, n: int) -> list:
+        """The ``n`` oldest rows (a batch to store), still kept until ``stored``."""
+        return list(itertools.islice(self.rows, n))
+
+    def stored(self, n: int) -> None:
+        for _ in range(min(n, len(self.rows))):
+            self.rows.popleft()

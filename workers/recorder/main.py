@@ -24,7 +24,10 @@ listing at start and every SCAN_EVERY_S finds what a recorder that was down or k
 removes the scratch files of writers killed before their rename), and the ingest is idempotent on the spool
 file's name. A record that cannot be read is logged once
 (file name and problem, never its content: records are personal data) and left alone for the rest of the
-run. A store that fails (PostgreSQL down) is logged and reopened later; the record waits for it.
+run. A store that fails (PostgreSQL down or restarting) loses nothing: it is logged once per outage and reopened
+(after 0.5 s, then less and less often, 5 s apart at most); records and spooled calls wait in their files and queues,
+and live events (published all the same) are kept in memory, bounded (core.UnstoredEvents), and stored, in order
+and before any record is ingested, once it is back; the store keeps an event once by its number.
 At start, part files untouched for a day are finished into a record (their complete lines) or removed if
 nothing in them can be read. With ``retention_days`` > 0, at start and then hourly, the store's calls and
 the record files older than that are deleted.
@@ -70,7 +73,7 @@ PROCESS = "recorder"
 SCAN_EVERY_S = 60.0  # the record directory's listing: a safety net; the model worker names each record it finishes
 STATS_EVERY_S = 1.0
 SLICE_S = 0.1  # longest stretch of ingesting between two heartbeats (the gateway's dead-after is 450 ms)
-STORE_RETRY_S = 10.0
+EVENTS_PER_TRANSACTION = 1000  # live events kept through a store outage go back in batches this size
 HEARTBEAT_S = timing.IDLE_HEARTBEAT_MS / 1000  # no calls of its own: /healthz needs no more
 EVENT_MESSAGES_PER_PASS = 2000
 EVENTS_EVERY_S = 0.1  # live events are taken in passes this far apart: one store transaction per pass
@@ -88,7 +91,8 @@ class Recorder:
         self.events_out = self.bus.bind(zmq.PUB, OBSERVE_FEED)
         self.numbering = EventNumbering(self.last_seq)
         self.store: CallStore | None = None
-        self.store_retry_at_s = 0.0
+        self.outage = core.StoreOutage()  # when to reopen a store that failed; its first failure is the one logged
+        self.unstored = core.UnstoredEvents()  # live events numbered and published, not in the store yet
         self.purge = core.PurgeSchedule(config.retention_days)
         self.minute = core.MinuteCount()
         self.done: set[str] = set()  # record names ingested, found already stored, or unreadable: never read again
@@ -104,7 +108,7 @@ class Recorder:
         self.counters = {name: 0 for name in (
             "calls_ingested", "records_already_stored", "records_unreadable", "parts_finished", "parts_removed",
             "records_deleted", "calls_purged", "store_errors", "events_stored", "events_published",
-            "events_not_stored", "events_derived", "summaries_received", "summaries_malformed",
+            "events_not_stored", "events_kept_for_the_store", "events_stored_late", "store_outages", "events_derived", "summaries_received", "summaries_malformed",
             "spooled_calls_stored", "spooled_unreadable", "events_derived_already",
             "spool_parts_finished", "spool_scratch_removed")}
         self.summaries: dict = {}  # record name -> the CallSummary its model worker sent, until it is stored
@@ -198,28 +202,38 @@ class Recorder:
         if self.store is not None:
             return self.store
         now = time.monotonic()
-        if now < self.store_retry_at_s:
+        if not self.outage.may_try(now):
             return None
         try:
             self.store = CallStore.open(self.url)
         except Exception as exc:  # the database's own errors vary by driver; the recorder outlives them
-            self.counters["store_errors"] += 1
-            self.store_retry_at_s = now + STORE_RETRY_S
-            log.warning("call store cannot be opened (%s); retrying in %.0f s", type(exc).__name__ + ": " + str(exc), STORE_RETRY_S)
+            self.store_failed(exc, opening=True)
             return None
-        log.info("call store open")
+        down_s = self.outage.recovered(time.monotonic())
+        if down_s is None:
+            log.info("call store open")
+        else:
+            log.info("call store open again after %.1f s; storing what waited: %d live events, %d records, %d spooled calls",
+                     down_s, len(self.unstored), len(self.backlog), len(self.spooled))
         return self.store
 
-    def store_failed(self, exc: Exception) -> None:
+    def store_failed(self, exc: Exception, opening: bool = False) -> None:
+        """The store failed: closed, and reopened after a while (sooner at first). Only the first failure of
+        an outage is logged: records, spooled calls and live events wait for the store and lose nothing."""
         self.counters["store_errors"] += 1
-        log.warning("call store failed (%s: %s); reopening in %.0f s", type(exc).__name__, exc, STORE_RETRY_S)
+        if self.outage.failed(time.monotonic()):
+            self.counters["store_outages"] += 1
+            log.warning("call store %s (%s: %s); records, spooled calls and live events are kept and stored when "
+                        "it is back (retrying every %.0f s at most)", "cannot be opened" if opening else "failed",
+                        type(exc).__name__, str(exc).strip(), self.outage.max_s, extra={"problem": "store"})
+        else:
+            log.debug("call store still failing (%s); next try in %.1f s", type(exc).__name__, self.outage.retry_s)
         try:
             if self.store is not None:
                 self.store.close()
         except Exception:  # noqa: BLE001 (closing a broken connection may fail in its own way)
             pass
         self.store = None
-        self.store_retry_at_s = time.monotonic() + STORE_RETRY_S
 
     def ingest(self, entry: core.RecordEntry) -> bool:
         """Store one record: from the summary the model worker sent with it, else read once from its file.
@@ -249,9 +263,13 @@ class Recorder:
             self.counters["summaries_received"] += 1
         try:
             stored = store.ingest(summary)
-            if stored and not store.last_seq(summary.call_sid):
+            # no live events (the recorder was down all along): derived from the record; also when a store that
+            # failed between the ingest and the derivation is back (the ingest then says "stored before")
+            if not store.last_seq(summary.call_sid):
                 self.derive_events(store, entry, record)
         except Exception as exc:  # noqa: BLE001 (driver errors: the store's problem, not the file's)
+            if record is None:
+                self.summaries[entry.name] = summary  # kept for the retry: the file need not be read then
             self.store_failed(exc)
             return False
         self.done.add(entry.name)
@@ -302,7 +320,7 @@ class Recorder:
             self.counters["summaries_received"] += 1
         try:
             stored = store.ingest(summary)
-            if stored and not store.last_seq(summary.call_sid):
+            if not store.last_seq(summary.call_sid):  # as ingest(): also on a retry after a failure in between
                 self.spooled_events(store, name, call)
         except Exception as exc:  # noqa: BLE001 (driver errors: the store's problem)
             self.spooled_summaries[name] = summary
@@ -397,13 +415,17 @@ class Recorder:
         """Ingest from the spool, then the backlog, for at most SLICE_S; the rest waits for the next pass
         (heartbeats first)."""
         deadline = time.monotonic() + SLICE_S
+        # Live events kept through an outage first: a call whose events are all waiting must not look eventless
+        # to the ingest (which would derive them from its file instead).
+        if self.unstored and not self.store_unstored(deadline):
+            return
         while self.spooled and time.monotonic() < deadline and not self.stopping:
             if not self.ingest_spooled(self.spooled[0]):
                 return
             self.spooled.pop(0)
         while self.backlog and time.monotonic() < deadline and not self.stopping:
             if not self.ingest(self.backlog[0]):
-                return  # the store is down: keep the backlog, try again after STORE_RETRY_S
+                return  # the store is down: keep the backlog, try again when the outage's retry is due
             self.backlog.pop(0)
 
     def scan(self) -> None:
@@ -465,18 +487,54 @@ class Recorder:
             elif isinstance(message, messages.CallSpooled):
                 self.offer_spooled(message.name, message.summary)
         if not rows:
+            if self.unstored:
+                self.store_unstored(time.monotonic() + SLICE_S)
             return handled
-        store = self.open_store() if self.url else None
-        if store is not None:
-            try:
-                store.add_events(rows)
-                self.counters["events_stored"] += len(rows)
-            except Exception as exc:  # noqa: BLE001 (published all the same: the live view must not stop)
-                self.store_failed(exc)
-                self.counters["events_not_stored"] += len(rows)
+        if self.url:
+            # In order: what an outage kept, then these. Published all the same when the store fails (the live
+            # view must not stop): kept, and stored once the store is back.
+            if self.unstored:
+                self.unstored_keep(rows)
+                self.store_unstored(time.monotonic() + SLICE_S)
+            elif (store := self.open_store()) is None:
+                self.unstored_keep(rows)
+            else:
+                try:
+                    store.add_events(rows)
+                    self.counters["events_stored"] += len(rows)
+                except Exception as exc:  # noqa: BLE001 (driver errors)
+                    self.store_failed(exc)
+                    self.unstored_keep(rows)
         self.publish(rows)
         self.events_ms_total += (time.perf_counter() - started) * 1000
         return handled
+
+    def unstored_keep(self, rows: list[Row]) -> None:
+        self.counters["events_kept_for_the_store"] += len(rows)
+        dropped = self.unstored.keep(rows)
+        if dropped:
+            self.counters["events_not_stored"] += dropped
+            if self.unstored.dropped == dropped:  # the first overflow of this run: once, not per batch
+                log.warning("call store down too long: the oldest live events kept for it are dropped (%d kept at most)",
+                            self.unstored.kept, extra={"problem": "store"})
+
+    def store_unstored(self, deadline: float) -> bool:
+        """Store the live events an outage kept, oldest first, in batches until ``deadline`` (monotonic s: the
+        rest in the next pass, heartbeats first); False while the store fails or events still wait."""
+        while self.unstored and time.monotonic() < deadline:
+            store = self.open_store()
+            if store is None:
+                return False
+            batch = self.unstored.oldest(EVENTS_PER_TRANSACTION)
+            try:
+                store.add_events(batch)
+            except Exception as exc:  # noqa: BLE001 (driver errors)
+                self.store_failed(exc)
+                return False
+            self.unstored.stored(len(batch))
+            self.counters["events_stored"] += len(batch)
+            self.counters["events_stored_late"] += len(batch)
+        return not self.unstored
 
     def offer_record(self, name: str, summary_json: str) -> None:
         """A record the model worker just finished, with its summary: into the backlog, no listing needed."""
@@ -574,12 +632,12 @@ class Recorder:
                     if not self.spooled:
                         self.scan_spool()
                     next_scan_s = now + SCAN_EVERY_S
-                if self.backlog or self.spooled:
+                if self.backlog or self.spooled or self.unstored:
                     self.ingest_slice()
                 counts = self.minute.take_due(now)
                 if counts:
                     log.info("last minute: %s", ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
-            if (self.backlog or self.spooled) and self.store is not None:
+            if (self.backlog or self.spooled or self.unstored) and self.store is not None:
                 continue  # more to ingest: the next slice after the heartbeat check
             wake_s = min(next_heartbeat_s, next_events_s, next_scan_s if self.url else next_heartbeat_s)
             time.sleep(max(0.0, wake_s - time.monotonic()))
