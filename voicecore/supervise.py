@@ -29,6 +29,7 @@ import h11
 from voicecore import drain, http_client
 from voicecore.bus.transport import ARENA_NAME_FILE, default_runtime_dir, ensure_runtime_dir
 from voicecore.reattach import LEDGER_DIR as REATTACH_LEDGER_DIR
+from voicecore.shm.compile_lock import LOCK_FILE_NAMES as COMPILE_LOCK_FILES
 from voicecore.store.spool import SPOOL_DIR
 from voicecore import standby
 from voicecore.config import METRICS_LOCAL, Config
@@ -44,7 +45,8 @@ SUPERVISOR_CONF = Path(__file__).resolve().parent / "deploy_templates" / "superv
 STACK_PROGRAMS = ("gateway", "pacer", "model", "validator", "recorder", "console")
 RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.sock", "pacer.sock", "doorbell.sock",
                  "validator.sock", "model.sock", "recorder.sock", "observe.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp",
-                 *(f"leader-{role}.{kind}" for role in standby.ROLES for kind in ("lock", "pid")), drain.DRAIN_FILE)
+                 *(f"leader-{role}.{kind}" for role in standby.ROLES for kind in ("lock", "pid")), drain.DRAIN_FILE,
+                 *COMPILE_LOCK_FILES)
 # After the drain's deadline, how long `voicecore drain` and `voicecore up` wait for the node to stop before
 # they give up on it (the gateway ends the calls at the deadline and stops the node at once: this is slack for
 # a gateway that is itself stuck or restarting).
