@@ -56,6 +56,12 @@ DRAIN_STOP_SLACK_S = 30.0
 UP_WATCH_IDLE_S = 0.5
 UP_WATCH_DRAINING_S = 0.1
 PROGRESS_POLL_S = 1.0  # how often a drain's front end asks the gateway how many calls are left
+# How long `voicecore up` and `voicecore demo` wait for the stack to be healthy before they give up and stop
+# it. A fresh install compiles its numba kernels first: under 10 s on a quiet 2-core machine, but on one
+# whose cores other work keeps busy a start took over 60 s (bench/cold_start.py, docs/how-to/deploy/index.md
+# #cold-start), and a start given up on is a node that never comes up. A stack that cannot start at all ends
+# the wait at once (supervisord exits).
+READY_TIMEOUT_S = 180.0
 
 
 class StackError(DependencyError, RuntimeError):
@@ -131,7 +137,7 @@ class Stack:
             stdout=log_file, stderr=subprocess.STDOUT if log_file is not None else None,
         )
 
-    def wait_ready(self, timeout_s: float = 60.0) -> dict:
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict:
         """Wait until /healthz answers and every worker has sent a heartbeat. A node whose model vendor refuses
         its configuration is up (it answers calls with the apology) though unhealthy: returned, its health
         saying why (``healthy`` false, ``model_vendor``)."""
