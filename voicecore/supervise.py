@@ -68,6 +68,10 @@ class StackError(DependencyError, RuntimeError):
     pass
 
 
+class StartInterrupted(StackError):
+    """Asked to stop (``wait_ready``'s ``stopping``) before the stack was ready."""
+
+
 def get_from_gateway(config: Config, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
     """GET one of the gateway's own endpoints (/healthz, /metrics) where it listens: host:port or its
     Unix socket (/metrics: metrics_listen's own address when it has one). Blocking; not for a thread that runs an event loop."""
@@ -137,13 +141,16 @@ class Stack:
             stdout=log_file, stderr=subprocess.STDOUT if log_file is not None else None,
         )
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict:
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, stopping=lambda: False) -> dict:
         """Wait until /healthz answers and every worker has sent a heartbeat. A node whose model vendor refuses
         its configuration is up (it answers calls with the apology) though unhealthy: returned, its health
-        saying why (``healthy`` false, ``model_vendor``)."""
+        saying why (``healthy`` false, ``model_vendor``). ``stopping()`` true ends the wait (StartInterrupted):
+        a Ctrl-C during a slow first start is not held up to the timeout."""
         deadline = time.monotonic() + timeout_s
         last_error = "no answer"
         while time.monotonic() < deadline:
+            if stopping():
+                raise StartInterrupted("stopped before the stack was ready")
             if self.process is not None and self.process.poll() is not None:
                 raise StackError(f"supervisord exited with {self.process.returncode}")
             try:
@@ -360,7 +367,7 @@ def run_foreground(config: Config, model_line: str = "", simulator: bool | None 
     signal.signal(signal.SIGTERM, on_signal)
     stack.start()
     try:
-        health = stack.wait_ready()
+        health = stack.wait_ready(stopping=lambda: bool(signals))
         mode = model_line or ("model built-in model simulator" if config.uses_simulator else f"model {config.model_url}")
         print(f"voicecore up: listening on {config.listen}, {mode}, {health['max_calls']} call slots; "
               "Ctrl-C (or SIGTERM) drains, twice stops at once", file=sys.stderr, flush=True)
@@ -403,6 +410,8 @@ def run_foreground(config: Config, model_line: str = "", simulator: bool | None 
             signalled.clear()
         if stop_at_once:
             print("voicecore up: stopping at once", file=sys.stderr, flush=True)
+    except StartInterrupted:  # a signal while starting: there is nothing to drain yet
+        print("voicecore up: stopping at once", file=sys.stderr, flush=True)
     except StackError as exc:
         print(f"voicecore up: {exc}", file=sys.stderr)
         stack.stop()
