@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -45,7 +46,8 @@ from bench.report import machine_info, versions
 from bench.idle import tree
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.demo import free_port
-from voicecore.supervise import cpu_seconds
+from voicecore.config import load_config
+from voicecore.supervise import cleanup_runtime, cpu_seconds
 
 POLL_S = 0.05
 
@@ -108,6 +110,10 @@ def stop_everything(up: subprocess.Popen, runtime_dir: Path) -> None:
     if stack is not None and alive({stack}):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(stack, signal.SIGKILL)
+        while alive({stack}):
+            time.sleep(POLL_S)
+    # what a killed stack leaves: its arena in /dev/shm, its runtime dir
+    cleanup_runtime(dataclasses.replace(load_config({}), runtime_dir=str(runtime_dir)))
 
 
 def one_start(cache_dir: Path, timeout_s: float, keep_log: Path | None = None) -> dict:
