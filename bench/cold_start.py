@@ -94,9 +94,11 @@ def supervisord_pid(runtime_dir: Path) -> int | None:
 
 
 def stop_everything(up: subprocess.Popen, runtime_dir: Path) -> None:
-    """After a failure or an interrupt: what `voicecore up` does on a second Ctrl-C (stop at once), and
-    whatever is still left killed. supervisord runs in a session of its own, so its group is killed too."""
+    """After a failure or an interrupt: what `voicecore up` does on a second Ctrl-C (stop at once), then
+    supervisord asked to stop its programs, and whatever is still left killed. supervisord and each of its
+    programs run in a process group of their own: the processes are found by parentage, before any dies."""
     stack = supervisord_pid(runtime_dir)
+    processes = set(tree(up.pid)) | (set(tree(stack)) if stack is not None else set())
     with contextlib.suppress(ProcessLookupError):
         up.send_signal(signal.SIGINT)
         time.sleep(0.5)
@@ -109,9 +111,15 @@ def stop_everything(up: subprocess.Popen, runtime_dir: Path) -> None:
         up.wait()
     if stack is not None and alive({stack}):
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(stack, signal.SIGKILL)
-        while alive({stack}):
+            os.kill(stack, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while alive({stack}) and time.monotonic() < deadline:
             time.sleep(POLL_S)
+    for pid in alive(processes):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    while alive(processes):
+        time.sleep(POLL_S)
     # what a killed stack leaves: its arena in /dev/shm, its runtime dir
     cleanup_runtime(dataclasses.replace(load_config({}), runtime_dir=str(runtime_dir)))
 
