@@ -57,10 +57,10 @@ UP_WATCH_IDLE_S = 0.5
 UP_WATCH_DRAINING_S = 0.1
 PROGRESS_POLL_S = 1.0  # how often a drain's front end asks the gateway how many calls are left
 # How long `voicecore up` and `voicecore demo` wait for the stack to be healthy before they give up and stop
-# it. A fresh install compiles its numba kernels first: under 10 s on a quiet 2-core machine, but on one
-# whose cores other work keeps busy a start took over 60 s (bench/cold_start.py, docs/how-to/deploy/index.md
-# #cold-start), and a start given up on is a node that never comes up. A stack that cannot start at all ends
-# the wait at once (supervisord exits).
+# it. A fresh install compiles its numba kernels first; on a 2-core machine whose cores other work keeps busy
+# such a start took up to 48 s, and before the kernels were compiled once per node, over 60 s
+# (bench/cold_start.py; docs/explanation/measured.md#cold-start). A start given up on is a node that never
+# comes up; a stack that cannot start at all ends the wait at once (supervisord exits).
 READY_TIMEOUT_S = 180.0
 
 
