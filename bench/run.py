@@ -614,7 +614,7 @@ class LevelRun:
         self.config = config
         self.stack = Stack(config)
         await asyncio.to_thread(self.stack.start, self.log_file)
-        await asyncio.to_thread(self.stack.wait_ready, 90.0)
+        await asyncio.to_thread(self.stack.wait_ready)  # READY_TIMEOUT_S: a fresh install on a loaded machine
         self.base_url, self.token = config.base_url, config.twilio_auth_token
         if self.pin_stack:
             pin_tree(self.stack.process.pid, self.pin_stack)

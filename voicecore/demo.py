@@ -343,7 +343,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     watching: asyncio.Task | None = None
     try:
         await asyncio.to_thread(stack.start, log_file)
-        await asyncio.to_thread(stack.wait_ready, 90.0)
+        await asyncio.to_thread(stack.wait_ready)  # READY_TIMEOUT_S: a fresh install on a loaded machine
         own_arenas.add(_arena_name(config))
         cpu = StackCpu(stack)
         cpu.start()

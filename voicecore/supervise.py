@@ -29,6 +29,7 @@ import h11
 from voicecore import drain, http_client
 from voicecore.bus.transport import ARENA_NAME_FILE, default_runtime_dir, ensure_runtime_dir
 from voicecore.reattach import LEDGER_DIR as REATTACH_LEDGER_DIR
+from voicecore.shm.compile_lock import LOCK_FILE_NAMES as COMPILE_LOCK_FILES
 from voicecore.store.spool import SPOOL_DIR
 from voicecore import standby
 from voicecore.config import METRICS_LOCAL, Config
@@ -44,7 +45,8 @@ SUPERVISOR_CONF = Path(__file__).resolve().parent / "deploy_templates" / "superv
 STACK_PROGRAMS = ("gateway", "pacer", "model", "validator", "recorder", "console")
 RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.sock", "pacer.sock", "doorbell.sock",
                  "validator.sock", "model.sock", "recorder.sock", "observe.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp",
-                 *(f"leader-{role}.{kind}" for role in standby.ROLES for kind in ("lock", "pid")), drain.DRAIN_FILE)
+                 *(f"leader-{role}.{kind}" for role in standby.ROLES for kind in ("lock", "pid")), drain.DRAIN_FILE,
+                 *COMPILE_LOCK_FILES)
 # After the drain's deadline, how long `voicecore drain` and `voicecore up` wait for the node to stop before
 # they give up on it (the gateway ends the calls at the deadline and stops the node at once: this is slack for
 # a gateway that is itself stuck or restarting).
@@ -54,10 +56,20 @@ DRAIN_STOP_SLACK_S = 30.0
 UP_WATCH_IDLE_S = 0.5
 UP_WATCH_DRAINING_S = 0.1
 PROGRESS_POLL_S = 1.0  # how often a drain's front end asks the gateway how many calls are left
+# How long `voicecore up` and `voicecore demo` wait for the stack to be healthy before they give up and stop
+# it. A fresh install compiles its numba kernels first; on a 2-core machine whose cores other work keeps busy
+# such a start took up to 48 s, and before the kernels were compiled once per node, over 60 s
+# (bench/cold_start.py; docs/explanation/measured.md#cold-start). A start given up on is a node that never
+# comes up; a stack that cannot start at all ends the wait at once (supervisord exits).
+READY_TIMEOUT_S = 180.0
 
 
 class StackError(DependencyError, RuntimeError):
     pass
+
+
+class StartInterrupted(StackError):
+    """Asked to stop (``wait_ready``'s ``stopping``) before the stack was ready."""
 
 
 def get_from_gateway(config: Config, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
@@ -129,13 +141,16 @@ class Stack:
             stdout=log_file, stderr=subprocess.STDOUT if log_file is not None else None,
         )
 
-    def wait_ready(self, timeout_s: float = 60.0) -> dict:
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, stopping=lambda: False) -> dict:
         """Wait until /healthz answers and every worker has sent a heartbeat. A node whose model vendor refuses
         its configuration is up (it answers calls with the apology) though unhealthy: returned, its health
-        saying why (``healthy`` false, ``model_vendor``)."""
+        saying why (``healthy`` false, ``model_vendor``). ``stopping()`` true ends the wait (StartInterrupted):
+        a Ctrl-C during a slow first start is not held up to the timeout."""
         deadline = time.monotonic() + timeout_s
         last_error = "no answer"
         while time.monotonic() < deadline:
+            if stopping():
+                raise StartInterrupted("stopped before the stack was ready")
             if self.process is not None and self.process.poll() is not None:
                 raise StackError(f"supervisord exited with {self.process.returncode}")
             try:
@@ -352,7 +367,7 @@ def run_foreground(config: Config, model_line: str = "", simulator: bool | None 
     signal.signal(signal.SIGTERM, on_signal)
     stack.start()
     try:
-        health = stack.wait_ready()
+        health = stack.wait_ready(stopping=lambda: bool(signals))
         mode = model_line or ("model built-in model simulator" if config.uses_simulator else f"model {config.model_url}")
         print(f"voicecore up: listening on {config.listen}, {mode}, {health['max_calls']} call slots; "
               "Ctrl-C (or SIGTERM) drains, twice stops at once", file=sys.stderr, flush=True)
@@ -395,6 +410,8 @@ def run_foreground(config: Config, model_line: str = "", simulator: bool | None 
             signalled.clear()
         if stop_at_once:
             print("voicecore up: stopping at once", file=sys.stderr, flush=True)
+    except StartInterrupted:  # a signal while starting: there is nothing to drain yet
+        print("voicecore up: stopping at once", file=sys.stderr, flush=True)
     except StackError as exc:
         print(f"voicecore up: {exc}", file=sys.stderr)
         stack.stop()

@@ -147,7 +147,7 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     placed: list[dial.Placed] = []
     try:
         await asyncio.to_thread(stack.start, log_file)
-        await asyncio.to_thread(stack.wait_ready, 90.0)
+        await asyncio.to_thread(stack.wait_ready)  # READY_TIMEOUT_S: a fresh install on a loaded machine
         own_arenas.add(arena_name(config.runtime_dir))
         started = time.monotonic()
         placed = list(await asyncio.gather(*(

@@ -2,12 +2,15 @@
 
 Owns nothing but the warm-up: a numba function compiles on its first call, which would otherwise land on
 the first call's first frame (a barge-in that compiles `tag_cancel` took 180 ms in the first demo run).
-The warm-up arena is a private, tiny one in a temporary directory with the real array types.
+The warm-up arena is a private, tiny one in a temporary directory with the real array types. Within a
+node one process at a time warms up (voicecore/shm/compile_lock.py): the first compiles, the others load
+numba's cache.
 """
 
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -15,10 +18,12 @@ from voicecore import timing
 from voicecore.carriers.wire import RAW
 from voicecore.shm import rings
 from voicecore.shm.arena import Arena, ArenaLayout
+from voicecore.shm.compile_lock import compiling_alone
 
 
-def warm_up_rings() -> None:
-    with tempfile.TemporaryDirectory(prefix="voicecore-warmup-") as directory:
+def warm_up_rings(runtime_dir: str | Path = "") -> None:
+    """``runtime_dir``: the node's, whose other processes warm up the same functions (none: no lock)."""
+    with compiling_alone(runtime_dir, "rings"), tempfile.TemporaryDirectory(prefix="voicecore-warmup-") as directory:
         arena = Arena.create(ArenaLayout(max_calls=1, in_slots=4, out_slots=4, wire_slots=4), directory=directory)
         try:
             frame = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)

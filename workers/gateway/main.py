@@ -1338,8 +1338,8 @@ async def run(config: Config) -> None:
     granted = ("normal (VOICECORE_REALTIME_PRIORITY=0)" if os.environ.get("VOICECORE_REALTIME_PRIORITY", "1") == "0"
                else raise_priority(fifo_priority=None, nice=GATEWAY_NICE))
     log.info("gateway scheduling: %s", granted)
-    warm_up_rings()
     runtime_dir = ensure_runtime_dir(config.runtime_dir)
+    warm_up_rings(runtime_dir)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

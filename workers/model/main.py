@@ -1780,7 +1780,7 @@ async def amain(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    warm_up_rings()
+    warm_up_rings(config.runtime_dir)
     try:
         agent = load_configured_agent(config, os.environ)
     except AgentError as exc:  # `voicecore up` checks first; this is a worker started some other way

@@ -85,6 +85,14 @@ call's templates in shared memory, the arrays are indexed directly instead of sl
 are compiled with numba's runtime off (rings.KERNEL_OPTIONS), so an allocation would not even compile.
 Measured: see PacerCore.
 
+Inlining: the helpers on every call's path every tick are inlined into the step by numba itself
+(``inline="always"``), since a numba call between them costs ~70 ns per call slot (a tick over 200 calls
+with nothing to release: 3.3 us inlined, 18.6 us with no helper inlined; bench/micro/bench_pacer.py). Numba
+pays for it at compile time: each call site runs the callee's front end again, and nested inlines again
+within it. The four helpers of the rarer events stay calls: a clear (``_queue_clear``, ``_write_clear``), a
+mark (``_write_mark``) and a fallback line (``_release_fallback``); that halved the step's compile on a fresh
+install (~14 s to ~7 s) with the ticks as fast as before.
+
 Numba's on-disk cache does not track imports: after editing voicecore/shm/rings.py, voicecore/shm/arena.py's
 template constants or the mark pieces in voicecore/carriers/marks.py during development, delete
 workers/pacer/__pycache__ too.
@@ -375,7 +383,7 @@ def _write_media(wire_data, wire_len, s, w, tmpl, tmpl_meta, frames, a, b):
     wire_len[s, w] = off
 
 
-@kernel(inline="always")
+@kernel
 def _write_mark(wire_data, wire_len, s, w, tmpl, tmpl_meta, tag, frames_through, end):
     """mark prefix + ``<tag>:<frames_through>[:end]`` (marks.py) + mark suffix; for Twilio
     {"event":"mark","streamSid":"...","mark":{"name":"<tag>:<frames_through>[:end]"}} (spec.md)."""
@@ -389,7 +397,7 @@ def _write_mark(wire_data, wire_len, s, w, tmpl, tmpl_meta, tag, frames_through,
     wire_len[s, w] = off
 
 
-@kernel(inline="always")
+@kernel
 def _write_clear(wire_data, wire_len, s, w, tmpl, tmpl_meta):
     wire_len[s, w] = _put_template(wire_data, s, w, 0, tmpl, tmpl_meta, TEMPLATE_CLEAR)
 
@@ -454,7 +462,7 @@ def _wire_head_with_room(ctrl, wire_len, s, stats_out):
     return head
 
 
-@kernel(inline="always")
+@kernel
 def _queue_clear(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, stats_out):
     """Put a ``clear`` behind what the wire ring holds. False when the ring is full (the clear is owed)."""
     head = _wire_head_with_room(ctrl, wire_len, s, stats_out)
@@ -548,7 +556,7 @@ def _take_fallback_requests(ctrl, s, now_ns, model_silent_ns, n_clips):
                 ctrl[s, FALLBACK_PENDING] = (hold if 0 <= hold < n_clips else 0) + 1
 
 
-@kernel(inline="always")
+@kernel
 def _release_fallback(ctrl, wire_len, wire_data, tmpl, tmpl_meta, s, now_ns, empty_at_ns, wire_head,
                       wire_tail, budget, start_below_ns, fill_below_ns, clips, clip_frames, stats_out):
     """Frames of the fallback line playing in call s, under the lead and burst bounds of a response's.

@@ -30,6 +30,7 @@ from voicecore.priority import raise_priority
 from voicecore.logs import setup_logging
 from voicecore.shm import control as C
 from voicecore.shm.arena import Arena, ArenaLayout
+from voicecore.shm.compile_lock import compiling_alone
 from voicecore.shm.follow import ArenaFollower
 from voicecore.standby import serve_as_leader
 from workers.pacer.core import PacerCore
@@ -108,7 +109,13 @@ class Histogram:
 
 def warm_up_kernels(config: Config) -> None:
     """Load the compiled step (numba's cache, ~0.2 s; a cold compile ~8 s) on a private arena of the live
-    one's types, so a standby that takes over ticks at once and writes nothing before it serves."""
+    one's types, so a standby that takes over ticks at once and writes nothing before it serves. One pacer
+    of the node at a time: the other loads what the first compiled (voicecore/shm/compile_lock.py)."""
+    with compiling_alone(config.runtime_dir, "pacer"):
+        _run_step_once(config)
+
+
+def _run_step_once(config: Config) -> None:
     arena = Arena.anonymous(ArenaLayout(max_calls=1))
     core = PacerCore(arena, lead_ms=config.lead_ms, mark_every_frames=config.mark_every_frames,
                      max_burst_frames=timing.MAX_CATCH_UP_FRAMES, start_hold_ms=config.start_hold_ms,
