@@ -286,3 +286,45 @@ def test_a_person_is_a_person_even_when_the_carrier_guessed_machine_start():
     line = np.concatenate([quiet(300), speechlike(600, seed=12), quiet(2000)])
     verdict = feed_audio(detector, ulaw(line))
     assert verdict.verdict == HUMAN and verdict.reason == "short_greeting" and verdict.at_ms <= 900 + 720
+
+
+def test_a_carrier_machine_end_over_a_hello_length_greeting_is_a_hint_only():
+    """The carrier's word alone never hangs up on someone who sounded like a person: a machine_end_* while our
+    audio heard a hello-length burst leaves the cadence to decide (a person), where one over a machine-long
+    greeting, or over nothing heard (synchronous AMD), decides."""
+    hello = AnswerDetector()
+    line = ulaw(np.concatenate([quiet(200), speechlike(600, seed=21), quiet(2000)]))
+    frames = [line[i:i + FRAME_BYTES] for i in range(0, len(line), FRAME_BYTES)]
+    for index, frame in enumerate(frames[:45]):  # 900 ms: the hello, not yet its quiet
+        assert hello.on_audio(frame, index * FRAME_MS) is None
+    assert hello.on_carrier_amd("machine_end_silence", 900) is None
+    assert hello.on_carrier_amd("machine_end_beep", 920) is None
+    verdict = None
+    for index, frame in enumerate(frames[45:], start=45):
+        verdict = verdict or hello.on_audio(frame, index * FRAME_MS)
+    assert verdict.verdict == HUMAN and verdict.reason == "short_greeting"
+    assert (hello.carrier_amd, hello.carrier_amd_ms) == ("machine_end_silence", 900)
+
+    machine = AnswerDetector()
+    long_line = ulaw(np.concatenate([quiet(100), speechlike(2000, seed=22)]))
+    assert feed_audio(machine, long_line) is None
+    verdict = machine.on_carrier_amd("machine_end_other", 2200)
+    assert (verdict.verdict, verdict.reason) == (VOICEMAIL, "carrier_amd")
+
+    nothing_heard = AnswerDetector()
+    verdict = nothing_heard.on_carrier_amd("machine_end_beep", 0)
+    assert (verdict.verdict, verdict.detail) == (VOICEMAIL, "machine_end_beep")
+    assert nothing_heard.carrier_beep_ms == 0
+
+
+def test_a_carrier_beep_names_a_voicemail_even_after_weak_screening_words():
+    detector = AnswerDetector()
+    detector.on_transcript_delta("who is calling", 800)
+    assert detector.on_carrier_amd("machine_end_beep", 3000).verdict == VOICEMAIL
+
+
+def test_a_late_carrier_result_is_kept_beside_the_verdict_it_does_not_change():
+    detector = AnswerDetector()
+    first = detector.on_transcript_done("Please leave a message after the tone.", 2500)
+    assert detector.on_carrier_amd("human", 3100) is None
+    assert detector.verdict is first and (detector.carrier_amd, detector.carrier_amd_ms) == ("human", 3100)

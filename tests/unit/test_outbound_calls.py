@@ -327,7 +327,7 @@ def test_the_callees_words_decide_as_soon_as_a_strong_phrase_is_heard():
     assert _feed(gate, _line(("quiet", 200), ("speech", 1500))) is None
     assert gate.on_words("Please state your", done=False) is None
     decision = gate.on_words(" name", done=False)
-    assert (decision.action, decision.verdict.verdict, decision.verdict.reason) == (answer_gate.START, "screening", "words")
+    assert (decision.action, decision.verdict.verdict, decision.verdict.reason) == (answer_gate.INTRODUCE, "screening", "words")
     assert decision.at_ms == gate.callee_ms  # timed at the callee audio heard so far
 
 
@@ -355,3 +355,28 @@ def test_a_greeting_is_said_sentence_by_sentence_with_its_pauses():
     audio = callee_core.callee_audio(plan, [_line(("speech", 1000)), _line(("speech", 500))])
     assert audio.speech_ms == 1000 + callee_core.SENTENCE_GAP_MS + 500
     assert callee_core.SENTENCE_GAP_MS < answer_gate.AnswerGate().detector.settings.human_silence_ms  # never a hello
+
+
+def test_the_agents_screening_and_ivr_actions():
+    def decided(gate, text):
+        _feed(gate, _line(("quiet", 200), ("speech", 1500)))
+        return gate.on_words(text, done=True)
+
+    assert decided(answer_gate.AnswerGate(), "Please state your name").action == answer_gate.INTRODUCE
+    assert decided(answer_gate.AnswerGate(on_screening="hang_up"), "Please state your name").action == answer_gate.HANG_UP
+    assert decided(answer_gate.AnswerGate(), "For billing, press 1").action == answer_gate.START
+    assert decided(answer_gate.AnswerGate(on_ivr="hang_up"), "For billing, press 1").action == answer_gate.HANG_UP
+    # a person is never hung up on, whatever the machine actions say
+    gate = answer_gate.AnswerGate(on_screening="hang_up", on_ivr="hang_up")
+    assert gate.on_carrier_amd("human", 1200).action == answer_gate.START
+    with pytest.raises(ValueError, match="on_ivr"):
+        answer_gate.AnswerGate(on_ivr="dtmf")
+    with pytest.raises(ValueError, match="on_screening"):
+        answer_gate.AnswerGate(on_screening="greet")
+
+
+def test_a_carrier_beep_lets_a_greeting_agent_speak_at_once():
+    gate = answer_gate.AnswerGate(on_voicemail="greet")
+    _feed(gate, _line(("quiet", 200), ("speech", 3500)))
+    decision = gate.on_carrier_amd("machine_end_beep", 3900)
+    assert (decision.action, decision.verdict.verdict, decision.at_ms) == (answer_gate.START, "voicemail", 3900)

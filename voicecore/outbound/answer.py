@@ -8,10 +8,14 @@ clock, so the same frames and text always give the same verdict at the same time
 
 The signals, in the order they decide:
 
-- the carrier's AMD: ``human`` decides at once, a ``machine_end_*`` at once (a voicemail, unless the
-  words already named a screening assistant or an IVR, which carriers report as machines too), ``fax``
-  gives ``unknown``; ``machine_start`` only makes a machine-long greeting count sooner: a short hello
-  followed by quiet is still a person (carriers' early guesses hang up on people);
+- the carrier's AMD: ``human`` decides at once (starting to talk hangs up on nobody), a ``machine_end_*`` at
+  once (``machine_end_beep`` a voicemail; the others a voicemail unless the words already named a screening
+  assistant or an IVR, which carriers report as machines too) when our own audio agrees or heard nothing
+  (synchronous AMD holds the stream back until it has decided); ``fax`` gives ``unknown``. A carrier's
+  ``machine_*`` over a greeting our audio heard as hello-length (some speech, less than
+  ``machine_speech_ms_carrier_hint``) is a hint only, as ``machine_start`` always is: it makes a machine-long
+  greeting count sooner, and a short hello followed by quiet is still a person. The carrier's word alone
+  never hangs up on someone who sounded like a person (carriers' guesses are what hang up on people);
 - the words (voicecore/outbound/phrases.py): a strong phrase decides at once;
 - the cadence: a person says a short "hello?" and waits, so a short burst of speech followed by
   ``human_silence_ms`` of quiet is a person; a machine talks on, so ``machine_speech_ms`` of speech is a
@@ -89,6 +93,9 @@ class AnswerDetector:
         self._weak_class: str | None = None
         self._carrier_hint = False
         self._machine_heard = False
+        self.carrier_amd = ""  # the carrier's answer (its AnsweredBy value), once it came
+        self.carrier_amd_ms: int | None = None  # when it came (since the answer; late ones too)
+        self.carrier_beep_ms: int | None = None  # the carrier said machine_end_beep: its message may start now
         self.verdict: AnswerVerdict | None = None
         self.now_ms = 0
 
@@ -132,22 +139,34 @@ class AnswerDetector:
         return self._judge_words(at_ms)
 
     def on_carrier_amd(self, answered_by: str, at_ms: int) -> AnswerVerdict | None:
-        """The carrier's answering-machine detection result (Twilio ``AnsweredBy``)."""
+        """The carrier's answering-machine detection result (Twilio ``AnsweredBy``). Kept whenever it comes
+        (``carrier_amd``, ``carrier_amd_ms``); it decides only while no verdict was reached."""
         if answered_by not in CARRIER_ANSWERS:
             raise ValueError(f"not a carrier AMD result: {answered_by!r} (one of {', '.join(sorted(CARRIER_ANSWERS))})")
         self._advance(at_ms)
+        if not self.carrier_amd:
+            self.carrier_amd, self.carrier_amd_ms = answered_by, self.now_ms
+        if answered_by == "machine_end_beep" and self.carrier_beep_ms is None:
+            self.carrier_beep_ms = self.now_ms
         if self.verdict is not None:
             return None
         if answered_by == CARRIER_HUMAN:
             return self._decide(HUMAN, "carrier_amd", answered_by)
-        if answered_by in CARRIER_MACHINE_END:
-            return self._decide(self._weak_class or VOICEMAIL, "carrier_amd", answered_by)
         if answered_by == CARRIER_FAX:
             return self._decide(UNKNOWN, "carrier_amd", answered_by)
-        if answered_by == CARRIER_MACHINE_START:
+        if answered_by in CARRIER_MACHINE_END and not self._heard_a_hello():
+            machine = VOICEMAIL if answered_by == "machine_end_beep" else self._weak_class or VOICEMAIL
+            return self._decide(machine, "carrier_amd", answered_by)
+        if answered_by == CARRIER_MACHINE_START or answered_by in CARRIER_MACHINE_END:
             self._carrier_hint = True
             return self._judge_cadence()
         return None
+
+    def _heard_a_hello(self) -> bool:
+        """Our own audio heard a greeting of a person's length so far: some speech, not yet machine-long."""
+        speech_ms = self._speech.speech_ms
+        return (self.settings.min_greeting_speech_ms <= speech_ms < self.settings.machine_speech_ms_carrier_hint
+                and not self._machine_heard)
 
     def on_tick(self, now_ms: int) -> AnswerVerdict | None:
         """The clock moved (no audio came): the bound still holds when the callee's audio stops arriving."""
