@@ -76,6 +76,7 @@ class PlacedCallRequest:
     async_amd: bool
     carrier: str = "twilio"
     ring_url: str = ""  # Plivo: where its ring goes (its hang-up goes to status_callback, its hangup_url)
+    amd_callback: str = ""  # Twilio: AsyncAmdStatusCallback, where an asynchronous AMD's AnsweredBy goes
 
 
 def _json(status: int, value: object, **fields) -> RestOutcome:
@@ -177,7 +178,8 @@ def _twilio_create(method: str, account_sid: str, headers: Mapping[str, str], bo
         return _twilio_error(400, 21205, "Url is not a valid URL", error="url")
     placed = PlacedCallRequest(account_sid, call_sid, to, from_, url, twiml, form.get("StatusCallback", ""),
                                tuple(value for key, value in pairs if key == "StatusCallbackEvent"),
-                               form.get("MachineDetection", ""), form.get("AsyncAmd", "").lower() == "true")
+                               form.get("MachineDetection", ""), form.get("AsyncAmd", "").lower() == "true",
+                               amd_callback=form.get("AsyncAmdStatusCallback", ""))
     return _json(201, {"sid": call_sid, "account_sid": account_sid, "to": to, "from": from_, "status": "queued",
                        "direction": "outbound-api", "api_version": "2010-04-01"},
                  carrier="twilio", call_id=call_sid, action=CREATE, placed=placed)
