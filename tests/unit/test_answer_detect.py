@@ -222,9 +222,25 @@ def test_a_weak_phrase_names_a_long_greeting_but_not_a_short_one():
 
     assistant = AnswerDetector()
     assistant.on_transcript_delta("Hello, this is an assistant, who is calling", 2500)
-    line = np.concatenate([quiet(200), speechlike(3600, seed=8), quiet(1500)])
+    line = np.concatenate([quiet(200), speechlike(3600, seed=8), quiet(2500)])
     verdict = feed_audio(assistant, ulaw(line))
     assert verdict.verdict == SCREENING and verdict.reason == "long_greeting"
+    # the words of the greeting's last stretch (after 2.5 s) never came: its pause waited words_grace_ms for them
+    settings = assistant.settings
+    assert verdict.at_ms >= 3800 + settings.human_silence_ms + settings.words_grace_ms - 40
+
+
+def test_a_machine_long_pause_waits_for_the_words_of_its_last_stretch_and_no_longer():
+    line = ulaw(np.concatenate([quiet(200), speechlike(3600, seed=24), quiet(3000)]))
+    waiting = AnswerDetector()
+    waiting.on_transcript_done("Hi, thanks for calling.", 1500)  # a recogniser sends words: the rest will come
+    assert feed_audio(waiting, line[:(3800 + 900) * 8]) is None  # 0.9 s of quiet: the last words are on their way
+    verdict = waiting.on_transcript_done("Please state your name and the reason for your call.", 4700)
+    assert (verdict.verdict, verdict.reason) == (SCREENING, "words")
+
+    no_words = AnswerDetector()  # no recogniser: the pause names the machine at once, as before
+    verdict = feed_audio(no_words, line)
+    assert verdict.reason == "long_greeting" and verdict.at_ms <= 3800 + no_words.settings.human_silence_ms + 40
 
 
 def test_a_completed_segment_replaces_its_deltas():
@@ -328,3 +344,19 @@ def test_a_late_carrier_result_is_kept_beside_the_verdict_it_does_not_change():
     first = detector.on_transcript_done("Please leave a message after the tone.", 2500)
     assert detector.on_carrier_amd("human", 3100) is None
     assert detector.verdict is first and (detector.carrier_amd, detector.carrier_amd_ms) == ("human", 3100)
+
+
+def test_a_carrier_human_over_a_machine_long_greeting_leaves_the_machine_to_its_words_or_unknown():
+    line = ulaw(np.concatenate([quiet(100), speechlike(3500, seed=23)]))
+    by_words = AnswerDetector()
+    assert feed_audio(by_words, line) is None
+    assert by_words.on_carrier_amd("human", 3700) is None  # our audio heard a machine: the carrier's word waits
+    verdict = by_words.on_transcript_done("Please leave a message after the tone.", 3800)
+    assert (verdict.verdict, verdict.reason) == (VOICEMAIL, "words")
+
+    by_cadence = AnswerDetector()
+    feed_audio(by_cadence, line)
+    by_cadence.on_carrier_amd("human", 3700)
+    assert feed_audio(by_cadence, ulaw(quiet(1000)), start_ms=3600) is None  # a pause would have named a voicemail
+    verdict = by_cadence.on_tick(by_cadence.settings.max_wait_ms)
+    assert (verdict.verdict, verdict.reason) == (UNKNOWN, "max_wait")  # the agent starts: no hang-up on a disagreement

@@ -8,7 +8,10 @@ clock, so the same frames and text always give the same verdict at the same time
 
 The signals, in the order they decide:
 
-- the carrier's AMD: ``human`` decides at once (starting to talk hangs up on nobody), a ``machine_end_*`` at
+- the carrier's AMD: ``human`` decides at once (starting to talk hangs up on nobody) unless our own audio has
+  heard more than a person's hello already (``human_max_speech_ms`` of speech): then the words or a beep still name the machine, and the cadence or
+  the bound alone give ``unknown`` instead of a voicemail (the two disagree, and only a voicemail is hung up
+  on); a ``machine_end_*`` at
   once (``machine_end_beep`` a voicemail; the others a voicemail unless the words already named a screening
   assistant or an IVR, which carriers report as machines too) when our own audio agrees or heard nothing
   (synchronous AMD holds the stream back until it has decided); ``fax`` gives ``unknown``. A carrier's
@@ -19,7 +22,8 @@ The signals, in the order they decide:
 - the words (voicecore/outbound/phrases.py): a strong phrase decides at once;
 - the cadence: a person says a short "hello?" and waits, so a short burst of speech followed by
   ``human_silence_ms`` of quiet is a person; a machine talks on, so ``machine_speech_ms`` of speech is a
-  machine, named when its greeting pauses or at the bound (the words' class if a weak phrase was heard,
+  machine, named when its greeting pauses (``words_grace_ms`` longer while the words of its last stretch are
+  still to come from a recogniser that sends words) or at the bound (the words' class if a weak phrase was heard,
   else a voicemail);
 - the beep (voicecore/outbound/beep.py) after speech: a voicemail. The detector keeps listening after
   its verdict so ``beep_at_ms`` is known when the voicemail's beep comes (the agent's message goes after it).
@@ -67,6 +71,9 @@ class DetectorSettings:
     # a machine's greeting: this much speech; sooner when the carrier says machine_start
     machine_speech_ms: int = 3000
     machine_speech_ms_carrier_hint: int = 1200
+    # a machine-long greeting's pause waits this much longer for the words of its last stretch of speech when a
+    # recogniser is sending words at all (they name screening assistants and IVRs, and come a segment late)
+    words_grace_ms: int = 1500
 
     def __post_init__(self):
         if self.max_wait_ms <= 0:
@@ -93,6 +100,8 @@ class AnswerDetector:
         self._weak_class: str | None = None
         self._carrier_hint = False
         self._machine_heard = False
+        self._carrier_said_human = False  # ... over a greeting our audio heard as machine-long
+        self._last_words_ms: int | None = None  # the latest transcript event (None: no recogniser sends words)
         self.carrier_amd = ""  # the carrier's answer (its AnsweredBy value), once it came
         self.carrier_amd_ms: int | None = None  # when it came (since the answer; late ones too)
         self.carrier_beep_ms: int | None = None  # the carrier said machine_end_beep: its message may start now
@@ -151,6 +160,9 @@ class AnswerDetector:
         if self.verdict is not None:
             return None
         if answered_by == CARRIER_HUMAN:
+            if self._machine_heard or self._speech.speech_ms > self.settings.human_max_speech_ms:
+                self._carrier_said_human = True
+                return None
             return self._decide(HUMAN, "carrier_amd", answered_by)
         if answered_by == CARRIER_FAX:
             return self._decide(UNKNOWN, "carrier_amd", answered_by)
@@ -184,6 +196,7 @@ class AnswerDetector:
 
     def _judge_words(self, at_ms: int) -> AnswerVerdict | None:
         self._advance(at_ms)
+        self._last_words_ms = self.now_ms
         if self.verdict is not None:
             return None
         found = phrases.find_phrases(f"{self._text_done} {self._text_partial}")
@@ -201,7 +214,11 @@ class AnswerDetector:
             # A machine: which kind is in its words, and the words that tell (press 1, state your name) often
             # come late, so it is named when the greeting pauses, or at the bound. Nobody waits on a machine.
             self._machine_heard = True
-            if speech.silence_ms() >= settings.human_silence_ms:
+            quiet_ms = settings.human_silence_ms
+            words = self._last_words_ms
+            if words is not None and speech.last_speech_end_ms is not None and words < speech.last_speech_end_ms:
+                quiet_ms += settings.words_grace_ms  # the words of the speech before this pause are on their way
+            if speech.silence_ms() >= quiet_ms and not self._carrier_said_human:
                 return self._decide(self._weak_class or VOICEMAIL, "long_greeting",
                                     f"{speech.speech_ms} ms of speech, then quiet")
             return None
@@ -213,6 +230,8 @@ class AnswerDetector:
     def _check_deadline(self) -> AnswerVerdict | None:
         if self.now_ms < self.settings.max_wait_ms:
             return None
+        if self._machine_heard and self._carrier_said_human:
+            return self._decide(UNKNOWN, "max_wait", "a machine-long greeting the carrier called human")
         if self._machine_heard:
             return self._decide(self._weak_class or VOICEMAIL, "max_wait", f"{self._speech.speech_ms} ms of speech")
         if self._carrier_hint and self._speech.speech_ms > 0:
