@@ -233,7 +233,7 @@ def test_a_weak_phrase_names_a_long_greeting_but_not_a_short_one():
 def test_a_machine_long_pause_waits_for_the_words_of_its_last_stretch_and_no_longer():
     line = ulaw(np.concatenate([quiet(200), speechlike(3600, seed=24), quiet(3000)]))
     waiting = AnswerDetector()
-    waiting.on_transcript_done("Hi, thanks for calling.", 1500)  # a recogniser sends words: the rest will come
+    waiting.on_transcript_delta("Hi, thanks for calling.", 1500)  # a recogniser sends words: the segment will end
     assert feed_audio(waiting, line[:(3800 + 900) * 8]) is None  # 0.9 s of quiet: the last words are on their way
     verdict = waiting.on_transcript_done("Please state your name and the reason for your call.", 4700)
     assert (verdict.verdict, verdict.reason) == (SCREENING, "words")

@@ -74,6 +74,9 @@ class DetectorSettings:
     # a machine-long greeting's pause waits this much longer for the words of its last stretch of speech when a
     # recogniser is sending words at all (they name screening assistants and IVRs, and come a segment late)
     words_grace_ms: int = 1500
+    # ... a stretch of speech is what a recogniser transcribes as one segment: speech after this much quiet
+    # begins a new one (the listening session ends a segment after 300 ms of silence: workers/model/answer_wait.py)
+    segment_silence_ms: int = 300
 
     def __post_init__(self):
         if self.max_wait_ms <= 0:
@@ -102,6 +105,8 @@ class AnswerDetector:
         self._machine_heard = False
         self._carrier_said_human = False  # ... over a greeting our audio heard as machine-long
         self._last_words_ms: int | None = None  # the latest transcript event (None: no recogniser sends words)
+        self._stretches = 0  # stretches of speech heard (each one a recogniser's segment)
+        self._segments_done = 0  # completed transcript segments
         self.carrier_amd = ""  # the carrier's answer (its AnsweredBy value), once it came
         self.carrier_amd_ms: int | None = None  # when it came (since the answer; late ones too)
         self.carrier_beep_ms: int | None = None  # the carrier said machine_end_beep: its message may start now
@@ -127,7 +132,9 @@ class AnswerDetector:
         if len(frame) != FRAME_BYTES:
             raise ValueError(f"a callee frame is {FRAME_BYTES} bytes of mu-law, got {len(frame)}")
         samples = ulaw_to_linear(frame).astype(np.float64)
-        self._speech.feed(samples, at_ms)
+        ended = self._speech.last_speech_end_ms
+        if self._speech.feed(samples, at_ms) and (ended is None or at_ms - ended >= self.settings.segment_silence_ms):
+            self._stretches += 1
         beep = self._beeps.feed(samples, at_ms)
         self._advance(at_ms + FRAME_MS)
         if self.verdict is not None:
@@ -145,6 +152,7 @@ class AnswerDetector:
         """A completed transcript segment (replaces its deltas)."""
         self._text_done = f"{self._text_done} {text}".strip()
         self._text_partial = ""
+        self._segments_done += 1
         return self._judge_words(at_ms)
 
     def on_carrier_amd(self, answered_by: str, at_ms: int) -> AnswerVerdict | None:
@@ -215,8 +223,7 @@ class AnswerDetector:
             # come late, so it is named when the greeting pauses, or at the bound. Nobody waits on a machine.
             self._machine_heard = True
             quiet_ms = settings.human_silence_ms
-            words = self._last_words_ms
-            if words is not None and speech.last_speech_end_ms is not None and words < speech.last_speech_end_ms:
+            if self._last_words_ms is not None and self._segments_done < self._stretches:
                 quiet_ms += settings.words_grace_ms  # the words of the speech before this pause are on their way
             if speech.silence_ms() >= quiet_ms and not self._carrier_said_human:
                 return self._decide(self._weak_class or VOICEMAIL, "long_greeting",
