@@ -722,6 +722,8 @@ class HttpConnection:
         # its answer webhook.
         if outcome.answered_by:
             gw.carrier_amd(outcome.call_id, outcome.answered_by)
+            if outcome.call_status is None and outcome.kind == carrier_core.EVENT and gw.call_status is not None:
+                gw.call_status.record_answered_by(outcome.call_id, outcome.answered_by)
         progress = outcome.call_status
         if progress is not None and gw.call_status is not None:
             # the id the call's stream and record go by, when the carrier names it beside the placed call's
