@@ -8,17 +8,17 @@ clock, so the same frames and text always give the same verdict at the same time
 
 The signals, in the order they decide:
 
-- the carrier's AMD: ``human`` decides at once (starting to talk hangs up on nobody) unless our own audio has
-  heard more than a person's hello already (``human_max_speech_ms`` of speech): then the words or a beep still name the machine, and the cadence or
-  the bound alone give ``unknown`` instead of a voicemail (the two disagree, and only a voicemail is hung up
-  on); a ``machine_end_*`` at
-  once (``machine_end_beep`` a voicemail; the others a voicemail unless the words already named a screening
-  assistant or an IVR, which carriers report as machines too) when our own audio agrees or heard nothing
-  (synchronous AMD holds the stream back until it has decided); ``fax`` gives ``unknown``. A carrier's
-  ``machine_*`` over a greeting our audio heard as hello-length (some speech, less than
-  ``machine_speech_ms_carrier_hint``) is a hint only, as ``machine_start`` always is: it makes a machine-long
-  greeting count sooner, and a short hello followed by quiet is still a person. The carrier's word alone
-  never hangs up on someone who sounded like a person (carriers' guesses are what hang up on people);
+- the carrier's AMD: ``human`` decides at once (starting to talk hangs up on nobody), unless our own audio
+  has heard more than a person's hello already (``human_max_speech_ms`` of speech): then the words or a beep
+  still name the machine, and the pause or the bound give ``unknown`` instead of a voicemail (the two
+  disagree, and only a voicemail is hung up on). A ``machine_end_*`` decides at once (``machine_end_beep`` a
+  voicemail; the others a voicemail unless the words already named a screening assistant or an IVR, which
+  carriers report as machines too) when our audio agrees or heard nothing (synchronous AMD holds the stream
+  back until it has decided); over a greeting our audio heard as hello-length (some speech, less than
+  ``machine_speech_ms_carrier_hint``) it is a hint only, as ``machine_start`` always is: a machine-long
+  greeting counts sooner, and a short hello followed by quiet is still a person. ``fax`` gives ``unknown``.
+  The carrier's word alone never hangs up on someone who sounded like a person (carriers' guesses are what
+  hang up on people);
 - the words (voicecore/outbound/phrases.py): a strong phrase decides at once;
 - the cadence: a person says a short "hello?" and waits, so a short burst of speech followed by
   ``human_silence_ms`` of quiet is a person; a machine talks on, so ``machine_speech_ms`` of speech is a
@@ -103,7 +103,7 @@ class AnswerDetector:
         self._weak_class: str | None = None
         self._carrier_hint = False
         self._machine_heard = False
-        self._carrier_said_human = False  # ... over a greeting our audio heard as machine-long
+        self._carrier_said_human = False  # ... over a greeting our audio heard as longer than a hello
         self._last_words_ms: int | None = None  # the latest transcript event (None: no recogniser sends words)
         self._stretches = 0  # stretches of speech heard (each one a recogniser's segment)
         self._segments_done = 0  # completed transcript segments
@@ -238,7 +238,7 @@ class AnswerDetector:
         if self.now_ms < self.settings.max_wait_ms:
             return None
         if self._machine_heard and self._carrier_said_human:
-            return self._decide(UNKNOWN, "max_wait", "a machine-long greeting the carrier called human")
+            return self._decide(UNKNOWN, "max_wait", "a machine-long greeting the carrier called human")  # agent starts
         if self._machine_heard:
             return self._decide(self._weak_class or VOICEMAIL, "max_wait", f"{self._speech.speech_ms} ms of speech")
         if self._carrier_hint and self._speech.speech_ms > 0:
