@@ -227,9 +227,17 @@ class CarrierRestServer:
                 await self._vonage_event(seen, "completed", duration_s=round(loop.time() - answered_at))
                 return
             if placed.carrier == "telnyx":
+                amd = None
+                if placed.machine_detection and placed.async_amd and placed.amd_callback:  # TeXML's AMD, as Twilio's
+                    seen.carrier_amd = callee_core.carrier_amd(plan, audio, placed.machine_detection,
+                                                               callee_seed(placed.to))
+                    amd = loop.create_task(self._amd_callback(seen, answered_at))
                 seen.result = await place_mode_call("", self.credentials, script, carrier="telnyx",
                                                     call_sid=placed.call_sid, account_sid=placed.account_sid,
                                                     keep_audio=False, rest=self, answer_url=placed.url)
+                if amd is not None:
+                    amd.cancel()
+                    await asyncio.gather(amd, return_exceptions=True)
                 await self._status(seen, "completed", sequence, duration_s=round(loop.time() - answered_at))
                 return
             if plivo_call:
@@ -297,19 +305,29 @@ class CarrierRestServer:
         seen.statuses.append((status, code))
 
     async def _amd_callback(self, seen: OutboundCallSeen, answered_at: float) -> None:
-        """Twilio's asynchronous AMD callback: CallSid, AccountSid, AnsweredBy, MachineDetectionDuration (no
-        CallStatus), signed with X-Twilio-Signature over the AsyncAmdStatusCallback URL, once its AMD decided."""
+        """The asynchronous AMD callback (Twilio's, or TeXML's with the same fields): CallSid, AccountSid, AnsweredBy,
+        MachineDetectionDuration (no CallStatus), signed as the carrier signs its webhooks, once its AMD decided."""
         placed, amd = seen.placed, seen.carrier_amd
         assert amd is not None
         loop = asyncio.get_running_loop()
         await asyncio.sleep(max(0.0, answered_at + amd.at_ms / 1000 - loop.time()))
         form = {"CallSid": placed.call_sid, "AccountSid": placed.account_sid, "AnsweredBy": amd.answered_by,
                 "MachineDetectionDuration": str(amd.at_ms)}
-        signature = compute_signature(self.credentials.twilio_auth_token, placed.amd_callback, form)
-        headers = (("Content-Type", "application/x-www-form-urlencoded"), ("X-Twilio-Signature", signature))
+        body = urllib.parse.urlencode(form).encode("ascii")
+        if placed.carrier == "telnyx":  # TeXML's AMD callback: the same form (and CallSidLegacy), Ed25519-signed
+            form["CallSidLegacy"] = placed.call_sid
+            body = urllib.parse.urlencode(form).encode("ascii")
+            timestamp = str(int(time.time()))
+            signature = telnyx.sign_webhook(bytes.fromhex(self.credentials.telnyx_private_key), timestamp, body)
+            headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
+                       (telnyx.SIGNATURE_HEADER, signature))
+            agent = "Telnyx Webhooks"
+        else:
+            signature = compute_signature(self.credentials.twilio_auth_token, placed.amd_callback, form)
+            headers = (("Content-Type", "application/x-www-form-urlencoded"), ("X-Twilio-Signature", signature))
+            agent = "TwilioProxy/1.1"
         try:
-            code, _body = await http_client.send("POST", placed.amd_callback, headers,
-                                                 urllib.parse.urlencode(form).encode("ascii"), user_agent="TwilioProxy/1.1")
+            code, _body = await http_client.send("POST", placed.amd_callback, headers, body, user_agent=agent)
         except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
             seen.amd_status = type(exc).__name__
             return
