@@ -276,7 +276,9 @@ AGENT_KEY_DOCS: dict[str, str] = {
     "agent.privacy.patterns": "Regular expressions (Python's syntax, case-insensitive) whose matches are redacted too, as `[pattern]`; `voicecore check` names a bad one.",
     "agent.outbound": "default: see its keys; a table: the calls the node places, before the agent's first words ([outbound calls](../how-to/outbound.md#in-a-call)).",
     "agent.outbound.max_wait_ms": "How long the agent's first words wait, at most, for the answer's verdict (a person, a voicemail, a screening assistant, an IVR): 1000-15000 ms. A person's hello ends the wait at once.",
-    "agent.outbound.on_voicemail": "`hang_up` (the call ends as soon as the verdict is voicemail) or `greet` (the agent starts, as for a person, once the voicemail's beep has sounded; when no beep comes within 4 s it starts anyway).",
+    "agent.outbound.on_voicemail": "`hang_up` (the call ends as soon as the verdict is voicemail) or `greet` (the agent starts, as for a person, once the voicemail's beep has sounded; when no beep comes within 4 s it starts anyway). A carrier's `machine_end_beep` counts as the beep.",
+    "agent.outbound.on_screening": "`introduce` (default: the agent starts at once, its greeting, filled with the call's fields and gated as any scripted line, saying who calls and why; then it waits for the person the assistant puts through) or `hang_up` (the call ends through the carrier's API when the verdict is screening).",
+    "agent.outbound.on_ivr": "`model` (default: the agent starts and deals with the menu as the model can) or `hang_up` (the call ends through the carrier's API when the verdict is ivr). `dtmf` (sending a digit sequence) is not built yet: `voicecore check` refuses it.",
     "agent.turns.transcript_wait_ms": "How long after the caller stopped speaking their words are waited for before the length of the speech decides alone (500 ms or more: a turn; less: a noise, re-opened if words come).",
     # the flow file
     "flow.initial_node": "default: (required); the node a call starts in.",
@@ -321,6 +323,7 @@ _AGENT_DEFAULT_FIELDS = {
     "agent.turns.detection": "turn_detection", "agent.turns.eagerness": "vad_eagerness",
     "agent.privacy.storage": "privacy_storage", "agent.privacy.patterns": "privacy_patterns",
     "agent.outbound.max_wait_ms": "outbound_max_wait_ms", "agent.outbound.on_voicemail": "outbound_on_voicemail",
+    "agent.outbound.on_screening": "outbound_on_screening", "agent.outbound.on_ivr": "outbound_on_ivr",
 }
 
 

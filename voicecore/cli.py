@@ -83,7 +83,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             return 2
 
         return run_outbound_demo(args.calls, args.json, args.config, keep_logs=args.logs,
-                                 record_dir=None if args.no_record else args.record_dir)
+                                 record_dir=None if args.no_record else args.record_dir,
+                                 machine_detection=args.machine_detection)
 
     return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs,
                     record_dir=None if args.no_record else args.record_dir,
@@ -175,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--outbound", action="store_true",
                       help="place simulated outbound calls instead (every kind of callee in turn: person, voicemail, "
                            "screening assistant, IVR, busy, no answer, failed) and report who the stack found answered")
+    demo.add_argument("--machine-detection", choices=("Enable", "DetectMessageEnd"), default="",
+                      help="--outbound: place the calls with Twilio's answering-machine detection too (asynchronous; "
+                           "the simulated AMD errs on purpose now and then) and report how its answers combined "
+                           "with the detector's")
     demo.add_argument("--model-vendor", default="openai", choices=("openai", "gemini"),
                       help="the model vendor the stack talks to, simulated: openai (the Realtime API) or gemini "
                            "(Gemini Live; the default agent, or --agent's, with generic callers) (default openai)")

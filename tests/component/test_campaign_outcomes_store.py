@@ -27,6 +27,9 @@ def test_the_latest_status_by_sequence_number_is_kept_whatever_order_they_came_i
             ("completed", 3, "machine_start", 12)
         store.add_call_status("CA2", "busy", 2)
         assert store.call_status("CA2")["status"] == "busy" and store.call_status("CA1")["status"] == "completed"
+        # Twilio's asynchronous AMD result comes in a callback of its own: kept on the row the statuses made
+        assert store.set_answered_by("CA2", "machine_end_beep") and store.call_status("CA2")["answered_by"] == "machine_end_beep"
+        assert not store.set_answered_by("CA9", "human") and store.call_status("CA9") is None
 
 
 def test_a_placed_calls_verdict_and_opt_out_are_stored_and_the_callee_joins_the_list(tmp_path):
@@ -36,8 +39,10 @@ def test_a_placed_calls_verdict_and_opt_out_are_stored_and_the_callee_joins_the_
         opted = dataclasses.replace(summary_of("CA1", 1_800_000_000.0), answer_verdict="human", callee="+46701234567",
                                     opted_out=True, direction="outbound")
         kept = dataclasses.replace(summary_of("CA2", 1_800_000_100.0), answer_verdict="voicemail",
-                                   callee="+46701234568", direction="outbound")
+                                   answer_action="hang_up", callee="+46701234568", direction="outbound")
         assert store.ingest(opted) and store.ingest(kept)
+        action = store.backend.execute("SELECT answer_action FROM calls WHERE call_sid = 'CA2'").fetchone()[0]
+        assert action == "hang_up"
         assert store.placed_call("CA1") == {"answer_verdict": "human", "opted_out": True, "outcome": opted.outcome,
                                             "callee": "+46701234567"}
         assert store.placed_call("CA2")["answer_verdict"] == "voicemail" and not store.placed_call("CA2")["opted_out"]
@@ -53,7 +58,7 @@ def test_the_summary_reads_the_answer_note_the_callee_and_the_opt_out_goodbye():
     recorder = CallRecorder(C.CallController("CA1", flow=AgentFlow(receptionist()), config=C.ControllerConfig(opt_out=True)))
     recorder.header.update(direction="outbound", callee="+46701234567")
     recorder.start(0)
-    recorder.note(50 * MS, "answer", verdict="human", verdict_ms=1400, reason="hello")
+    recorder.note(50 * MS, "answer", verdict="human", verdict_ms=1400, reason="hello", action="start")
     recorder.on_model_event(created("r1", "1"), 100 * MS, IDLE)
     recorder.on_model_event(delta("r1", 10), 110 * MS, IDLE)
     recorder.on_model_event(said("r1", "Hello, Smile Dental."), 120 * MS, IDLE)
@@ -74,8 +79,8 @@ def test_the_summary_reads_the_answer_note_the_callee_and_the_opt_out_goodbye():
     recorder.on_model_event(said("r2", "Of course. Goodbye!"), 3200 * MS, IDLE)
     recorder.on_model_event(done("r2"), 3300 * MS, IDLE)
     summary = summarize_record(recorder.header, recorder.entries, "CA1.jsonl", wall_end_s=1000.0)
-    assert (summary.answer_verdict, summary.callee, summary.direction, summary.opted_out) == \
-        ("human", "+46701234567", "outbound", True)
+    assert (summary.answer_verdict, summary.answer_action, summary.callee, summary.direction, summary.opted_out) == \
+        ("human", "start", "+46701234567", "outbound", True)
     plain = summarize_record({"call_sid": "CA2"}, [], "CA2.jsonl", wall_end_s=1000.0)
     assert (plain.answer_verdict, plain.callee, plain.opted_out) == ("", "", False)
 

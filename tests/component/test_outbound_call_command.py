@@ -160,4 +160,4 @@ def test_the_command_refuses_a_plivo_call_without_plivos_credentials(capsys, mon
     monkeypatch.setenv("VOICECORE_PLIVO_AUTH_TOKEN", "tok")
     assert cli.main(["call", CALLEE, "--from", "+46701234568", "--carrier", "plivo",
                      "--machine-detection", "Enable"]) == 2
-    assert "Twilio only" in capsys.readouterr().err
+    assert "Twilio and Telnyx only" in capsys.readouterr().err

@@ -307,3 +307,19 @@ transcript_wait_ms = 2000
         "server_vad", "gpt-4o-mini-transcribe", ())
     warned = check_agent(write_agent(tmp_path / "odd", 'name = "z"\ninstructions = "Help."\n[turns]\ntranscription_model = "gpt-9"\n'))
     assert warned.spec is not None and {w.code for w in warned.warnings} == {"unknown-transcription-model"}
+
+
+def test_the_outbound_actions_on_screening_and_ivr_are_read_and_bad_ones_named(tmp_path):
+    agent = write_agent(tmp_path / "ok", 'name = "t"\ninstructions = "Help."\n'
+                        '[outbound]\non_screening = "hang_up"\non_ivr = "hang_up"\n')
+    spec = load_agent(agent)
+    assert (spec.outbound_on_screening, spec.outbound_on_ivr) == ("hang_up", "hang_up") and round_trips(spec)
+    default = load_agent(write_agent(tmp_path / "default", 'name = "t"\ninstructions = "Help."\n'))
+    assert (default.outbound_on_screening, default.outbound_on_ivr) == ("introduce", "model")
+    bad = write_agent(tmp_path / "bad", 'name = "t"\ninstructions = "Help."\n'
+                      '[outbound]\non_screening = "greet"\non_ivr = "dtmf"\n')
+    problems = check_agent(bad).problems
+    assert codes(problems) == {("agent.toml", "unknown-screening-action", "$.outbound.on_screening"),
+                               ("agent.toml", "unknown-ivr-action", "$.outbound.on_ivr")}
+    messages = " ".join(p.message for p in problems)
+    assert "'greet': expected one of introduce, hang_up" in messages and "not built yet" in messages

@@ -222,9 +222,25 @@ def test_a_weak_phrase_names_a_long_greeting_but_not_a_short_one():
 
     assistant = AnswerDetector()
     assistant.on_transcript_delta("Hello, this is an assistant, who is calling", 2500)
-    line = np.concatenate([quiet(200), speechlike(3600, seed=8), quiet(1500)])
+    line = np.concatenate([quiet(200), speechlike(3600, seed=8), quiet(2500)])
     verdict = feed_audio(assistant, ulaw(line))
     assert verdict.verdict == SCREENING and verdict.reason == "long_greeting"
+    # the words of the greeting's last stretch (after 2.5 s) never came: its pause waited words_grace_ms for them
+    settings = assistant.settings
+    assert verdict.at_ms >= 3800 + settings.human_silence_ms + settings.words_grace_ms - 40
+
+
+def test_a_machine_long_pause_waits_for_the_words_of_its_last_stretch_and_no_longer():
+    line = ulaw(np.concatenate([quiet(200), speechlike(3600, seed=24), quiet(3000)]))
+    waiting = AnswerDetector()
+    waiting.on_transcript_delta("Hi, thanks for calling.", 1500)  # a recogniser sends words: the segment will end
+    assert feed_audio(waiting, line[:(3800 + 900) * 8]) is None  # 0.9 s of quiet: the last words are on their way
+    verdict = waiting.on_transcript_done("Please state your name and the reason for your call.", 4700)
+    assert (verdict.verdict, verdict.reason) == (SCREENING, "words")
+
+    no_words = AnswerDetector()  # no recogniser: the pause names the machine at once, as before
+    verdict = feed_audio(no_words, line)
+    assert verdict.reason == "long_greeting" and verdict.at_ms <= 3800 + no_words.settings.human_silence_ms + 40
 
 
 def test_a_completed_segment_replaces_its_deltas():
@@ -286,3 +302,61 @@ def test_a_person_is_a_person_even_when_the_carrier_guessed_machine_start():
     line = np.concatenate([quiet(300), speechlike(600, seed=12), quiet(2000)])
     verdict = feed_audio(detector, ulaw(line))
     assert verdict.verdict == HUMAN and verdict.reason == "short_greeting" and verdict.at_ms <= 900 + 720
+
+
+def test_a_carrier_machine_end_over_a_hello_length_greeting_is_a_hint_only():
+    """The carrier's word alone never hangs up on someone who sounded like a person: a machine_end_* while our
+    audio heard a hello-length burst leaves the cadence to decide (a person), where one over a machine-long
+    greeting, or over nothing heard (synchronous AMD), decides."""
+    hello = AnswerDetector()
+    line = ulaw(np.concatenate([quiet(200), speechlike(600, seed=21), quiet(2000)]))
+    frames = [line[i:i + FRAME_BYTES] for i in range(0, len(line), FRAME_BYTES)]
+    for index, frame in enumerate(frames[:45]):  # 900 ms: the hello, not yet its quiet
+        assert hello.on_audio(frame, index * FRAME_MS) is None
+    assert hello.on_carrier_amd("machine_end_silence", 900) is None
+    assert hello.on_carrier_amd("machine_end_beep", 920) is None
+    verdict = None
+    for index, frame in enumerate(frames[45:], start=45):
+        verdict = verdict or hello.on_audio(frame, index * FRAME_MS)
+    assert verdict.verdict == HUMAN and verdict.reason == "short_greeting"
+    assert (hello.carrier_amd, hello.carrier_amd_ms) == ("machine_end_silence", 900)
+
+    machine = AnswerDetector()
+    long_line = ulaw(np.concatenate([quiet(100), speechlike(2000, seed=22)]))
+    assert feed_audio(machine, long_line) is None
+    verdict = machine.on_carrier_amd("machine_end_other", 2200)
+    assert (verdict.verdict, verdict.reason) == (VOICEMAIL, "carrier_amd")
+
+    nothing_heard = AnswerDetector()
+    verdict = nothing_heard.on_carrier_amd("machine_end_beep", 0)
+    assert (verdict.verdict, verdict.detail) == (VOICEMAIL, "machine_end_beep")
+    assert nothing_heard.carrier_beep_ms == 0
+
+
+def test_a_carrier_beep_names_a_voicemail_even_after_weak_screening_words():
+    detector = AnswerDetector()
+    detector.on_transcript_delta("who is calling", 800)
+    assert detector.on_carrier_amd("machine_end_beep", 3000).verdict == VOICEMAIL
+
+
+def test_a_late_carrier_result_is_kept_beside_the_verdict_it_does_not_change():
+    detector = AnswerDetector()
+    first = detector.on_transcript_done("Please leave a message after the tone.", 2500)
+    assert detector.on_carrier_amd("human", 3100) is None
+    assert detector.verdict is first and (detector.carrier_amd, detector.carrier_amd_ms) == ("human", 3100)
+
+
+def test_a_carrier_human_over_a_machine_long_greeting_leaves_the_machine_to_its_words_or_unknown():
+    line = ulaw(np.concatenate([quiet(100), speechlike(3500, seed=23)]))
+    by_words = AnswerDetector()
+    assert feed_audio(by_words, line) is None
+    assert by_words.on_carrier_amd("human", 3700) is None  # our audio heard a machine: the carrier's word waits
+    verdict = by_words.on_transcript_done("Please leave a message after the tone.", 3800)
+    assert (verdict.verdict, verdict.reason) == (VOICEMAIL, "words")
+
+    by_cadence = AnswerDetector()
+    feed_audio(by_cadence, line)
+    by_cadence.on_carrier_amd("human", 3700)
+    assert feed_audio(by_cadence, ulaw(quiet(1000)), start_ms=3600) is None  # a pause would have named a voicemail
+    verdict = by_cadence.on_tick(by_cadence.settings.max_wait_ms)
+    assert (verdict.verdict, verdict.reason) == (UNKNOWN, "max_wait")  # the agent starts: no hang-up on a disagreement

@@ -11,6 +11,7 @@ SAMPLES = [
     m.CallEnded(3, 2, "stop"),
     m.CancelTag(3, 2, 5, 1234567),
     m.Dtmf(3, 2, "7"),
+    m.CarrierAmd(3, 2, "machine_end_beep"),
     m.Stats("model", 44, {"frames": 10.0, "calls": 2}),
     m.RecordFinished("CA1.jsonl", '{"call_sid":"CA1"}'),
     m.CallSpooled("CA1-1800000000000.call.json", ""),

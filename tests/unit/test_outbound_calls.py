@@ -327,7 +327,7 @@ def test_the_callees_words_decide_as_soon_as_a_strong_phrase_is_heard():
     assert _feed(gate, _line(("quiet", 200), ("speech", 1500))) is None
     assert gate.on_words("Please state your", done=False) is None
     decision = gate.on_words(" name", done=False)
-    assert (decision.action, decision.verdict.verdict, decision.verdict.reason) == (answer_gate.START, "screening", "words")
+    assert (decision.action, decision.verdict.verdict, decision.verdict.reason) == (answer_gate.INTRODUCE, "screening", "words")
     assert decision.at_ms == gate.callee_ms  # timed at the callee audio heard so far
 
 
@@ -355,3 +355,155 @@ def test_a_greeting_is_said_sentence_by_sentence_with_its_pauses():
     audio = callee_core.callee_audio(plan, [_line(("speech", 1000)), _line(("speech", 500))])
     assert audio.speech_ms == 1000 + callee_core.SENTENCE_GAP_MS + 500
     assert callee_core.SENTENCE_GAP_MS < answer_gate.AnswerGate().detector.settings.human_silence_ms  # never a hello
+
+
+def test_the_agents_screening_and_ivr_actions():
+    def decided(gate, text):
+        _feed(gate, _line(("quiet", 200), ("speech", 1500)))
+        return gate.on_words(text, done=True)
+
+    assert decided(answer_gate.AnswerGate(), "Please state your name").action == answer_gate.INTRODUCE
+    assert decided(answer_gate.AnswerGate(on_screening="hang_up"), "Please state your name").action == answer_gate.HANG_UP
+    assert decided(answer_gate.AnswerGate(), "For billing, press 1").action == answer_gate.START
+    assert decided(answer_gate.AnswerGate(on_ivr="hang_up"), "For billing, press 1").action == answer_gate.HANG_UP
+    # a person is never hung up on, whatever the machine actions say
+    gate = answer_gate.AnswerGate(on_screening="hang_up", on_ivr="hang_up")
+    assert gate.on_carrier_amd("human", 1200).action == answer_gate.START
+    with pytest.raises(ValueError, match="on_ivr"):
+        answer_gate.AnswerGate(on_ivr="dtmf")
+    with pytest.raises(ValueError, match="on_screening"):
+        answer_gate.AnswerGate(on_screening="greet")
+
+
+def test_a_carrier_beep_lets_a_greeting_agent_speak_at_once():
+    gate = answer_gate.AnswerGate(on_voicemail="greet")
+    _feed(gate, _line(("quiet", 200), ("speech", 3500)))
+    decision = gate.on_carrier_amd("machine_end_beep", 3900)
+    assert (decision.action, decision.verdict.verdict, decision.at_ms) == (answer_gate.START, "voicemail", 3900)
+
+
+# --- the carrier's AMD -------------------------------------------------------------------------------
+
+
+def test_twilios_async_amd_callback_is_verified_and_carries_answered_by():
+    url = NODE + "/twilio/call-status"
+    settings = types.SimpleNamespace(twilio_auth_token="tok", public_url=NODE)
+    route = TWILIO.routes["/twilio/call-status"]
+
+    def check(form, signature=None):
+        body = urllib.parse.urlencode(form).encode()
+        headers = {"x-twilio-signature": signature or compute_signature("tok", url, form)}
+        return TWILIO.check_webhook(route, "POST", "/twilio/call-status", headers, body, settings, url, 0)
+
+    amd = {"CallSid": CALL, "AccountSid": ACCOUNT, "AnsweredBy": "machine_end_beep", "MachineDetectionDuration": "4210"}
+    ok = check(amd)
+    assert isinstance(ok, AnswerRequest) and ok.kind == EVENT and ok.call_id == CALL
+    assert ok.answered_by == "machine_end_beep" and ok.call_status is None  # no progress to keep in the ledger
+    assert "answered by machine_end_beep" in ok.note
+    assert check(amd, signature="AAAA").status == 403
+    wrong = check({**amd, "AnsweredBy": "machine"})
+    assert isinstance(wrong, Refusal) and wrong.status == 400
+    # a status callback that carries AnsweredBy (Twilio adds it once AMD ran) passes it on too
+    status = check({"CallSid": CALL, "AccountSid": ACCOUNT, "CallStatus": "in-progress", "SequenceNumber": "2",
+                    "AnsweredBy": "human"})
+    assert status.answered_by == "human" and status.call_status.status == "in-progress"
+
+
+def test_synchronous_amd_comes_with_the_answer_webhook():
+    url = NODE + "/twilio/voice"
+    settings = types.SimpleNamespace(twilio_auth_token="tok", public_url=NODE)
+    form = {"CallSid": CALL, "AccountSid": ACCOUNT, "From": "+15005550006", "To": CALLEE, "CallStatus": "in-progress",
+            "Direction": "outbound-api", "AnsweredBy": "machine_end_silence"}
+    body = urllib.parse.urlencode(form).encode()
+    answer = TWILIO.check_webhook(TWILIO.routes["/twilio/voice"], "POST", "/twilio/voice",
+                                  {"x-twilio-signature": compute_signature("tok", url, form)}, body, settings, url, 0)
+    assert isinstance(answer, AnswerRequest) and answer.answered_by == "machine_end_silence"
+
+
+def test_the_simulated_amd_is_plausible_in_value_and_time_and_sometimes_wrong_labelled():
+    speech = bytes(linear_to_ulaw(np.full(2000 * BYTES_PER_MS, 4000, dtype=np.int16)))
+    hello = bytes(linear_to_ulaw(np.full(600 * BYTES_PER_MS, 4000, dtype=np.int16)))
+    seen = {"right": 0, "wrong": 0}
+    for seed in range(60):
+        for kind in ("human", "voicemail", "ivr"):
+            plan = callee_core.plan_callee(kind, seed)
+            audio = callee_core.callee_audio(plan, hello if kind == "human" else [speech, speech])
+            for mode in ("Enable", "DetectMessageEnd"):
+                amd = callee_core.carrier_amd(plan, audio, mode, seed)
+                assert amd.right == ((amd.answered_by == "human") == (kind == "human"))
+                seen["right" if amd.right else "wrong"] += 1
+                if amd.answered_by == "human":
+                    assert amd.at_ms == min(audio.last_word_ms, plan.lead_ms + 2400) + 1200
+                elif mode == "Enable":
+                    assert amd.answered_by == "machine_start" and amd.at_ms <= plan.lead_ms + 2400
+                elif kind == "voicemail":
+                    assert amd.answered_by == "machine_end_beep" and amd.at_ms == audio.beep_at_ms + plan.beep_ms
+                else:
+                    assert amd.answered_by == "machine_end_silence" and amd.at_ms > audio.last_word_ms
+                assert amd == callee_core.carrier_amd(plan, audio, mode, seed)  # seeded
+    assert 0.1 < seen["wrong"] / (seen["right"] + seen["wrong"]) < 0.3
+    with pytest.raises(ValueError, match="machine_detection"):
+        callee_core.carrier_amd(callee_core.plan_callee("human", 1), audio, "Yes", 1)
+
+
+def test_the_simulated_calls_api_keeps_the_amd_callback():
+    credentials = CarrierCredentials(twilio_auth_token="tok")
+    form = {"To": CALLEE, "From": "+15005550006", "Url": NODE + "/twilio/voice", "StatusCallback": NODE + "/s",
+            "MachineDetection": "DetectMessageEnd", "AsyncAmd": "true", "AsyncAmdStatusCallback": NODE + "/amd"}
+    auth = "Basic " + base64.b64encode(f"{ACCOUNT}:tok".encode()).decode()
+    outcome = rest_core.handle("POST", f"/2010-04-01/Accounts/{ACCOUNT}/Calls.json", {"authorization": auth},
+                               urllib.parse.urlencode(form).encode(), credentials, lambda *_: True, now_s=0,
+                               api_id="x", new_call_sid=CALL)
+    placed = outcome.placed
+    assert (placed.machine_detection, placed.async_amd, placed.amd_callback) == ("DetectMessageEnd", True, NODE + "/amd")
+
+
+def test_a_screening_assistant_puts_the_call_through_after_the_agents_introduction():
+    from voicecore.sim.screened_callee import ScreenedCallee
+
+    class Core:  # what ScreenedCallee reads of the carrier simulator's call, and where its hello goes
+        def __init__(self):
+            self.agent_heard_until_ms, self.send_origin_ms, self.added = None, 1000.0, []
+
+        def add_utterance(self, at_ms, audio):
+            self.added.append((at_ms, audio))
+
+    core, hello = Core(), b"\x00" * 800
+    callee = ScreenedCallee(hello, greeting_end_ms=3000)
+    assert callee(core, 2000, 3000) is False and not core.added  # nothing of the agent heard yet
+    core.agent_heard_until_ms = 1000 + 3500.0  # the agent began after the greeting
+    callee(core, 3500, 4500)
+    core.agent_heard_until_ms = 1000 + 5000.0  # 1.5 s of introduction
+    callee(core, 5000, 6000)
+    assert not core.added  # the agent is still talking
+    callee(core, 6300, 7300)  # 1.3 s quiet: put through
+    assert core.added == [(6320, hello)] and callee.put_through_at_ms == 6320
+    callee(core, 9000, 10000)
+    assert len(core.added) == 1  # once
+
+    short = ScreenedCallee(hello, greeting_end_ms=3000)
+    core = Core()
+    core.agent_heard_until_ms = 1000 + 3100.0
+    short(core, 3100, 4100)
+    short(core, 6000, 7000)  # a click, then quiet: no introduction, nobody comes on
+    assert not core.added and short.put_through_at_ms is None
+
+
+def test_the_outbound_demo_scores_whether_each_action_worked():
+    from voicecore.outbound.outbound_demo import action_worked, score_actions, score_carrier_amd
+
+    assert action_worked("voicemail", "hang_up", "rest_hangup", 0, False) is True
+    assert action_worked("screening", "introduce", "carrier", 120, True) is True
+    assert action_worked("screening", "introduce", "carrier", 120, False) is False
+    assert action_worked("human", "start", "carrier", 300, False) is True
+    assert action_worked("ivr", "start", "carrier", 0, False) is False
+    assert action_worked("human", None, "carrier", 0, False) is None
+    rows = [{"callee": "screening", "closed_by": "carrier", "action": "introduce", "action_worked": True,
+             "carrier_amd": "machine_start", "carrier_amd_right": True, "carrier_amd_status": 204, "verdict": "screening"},
+            {"callee": "human", "closed_by": "carrier", "action": "start", "action_worked": True,
+             "carrier_amd": "machine_start", "carrier_amd_right": False, "carrier_amd_status": 204, "verdict": "human"},
+            {"callee": "busy", "statuses": ["busy"]}]
+    assert score_actions(rows) == {"screening": {"actions": {"introduce": 1}, "worked": 1, "n": 1},
+                                   "human": {"actions": {"start": 1}, "worked": 1, "n": 1}}
+    assert score_carrier_amd(rows) == {"sent": 2, "accepted": 2, "right": 1, "verdict_right_when_amd_wrong": 1,
+                                       "verdict_right_when_amd_right": 1}

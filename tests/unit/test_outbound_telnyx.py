@@ -120,3 +120,23 @@ def test_the_simulated_telnyx_places_the_call_as_telnyx_answers_it():
     assert outcome.placed.status_events == outbound.STATUS_EVENTS and outcome.placed.carrier == "telnyx"
     assert _create(json.loads(request.body), key="other").status == 401
     assert _create({"To": CALLEE, "From": CALLER}).status == 422
+
+
+def test_texml_amd_is_asked_for_as_twilios_and_its_callback_carries_answered_by():
+    request = outbound.place_call_request(APP, "KEY123", CALLEE, CALLER, url=NODE + "/telnyx/voice",
+                                          status_callback=NODE + outbound.STATUS_PATH, machine_detection="Enable")
+    body = json.loads(request.body)
+    assert (body["MachineDetection"], body["AsyncAmd"], body["AsyncAmdStatusCallback"]) == (
+        "Enable", "true", NODE + "/telnyx/call-status")
+    with pytest.raises(ValueError, match="machine_detection"):
+        outbound.place_call_request(APP, "KEY123", CALLEE, CALLER, url=NODE + "/v", status_callback=NODE + "/s",
+                                    machine_detection="Premium")
+    amd = {"AccountSid": APP, "CallSid": CALL, "CallSidLegacy": CALL, "AnsweredBy": "machine_start",
+           "MachineDetectionDuration": "2500"}
+    request, _settings = _signed(outbound.STATUS_PATH, amd)
+    assert isinstance(request, AnswerRequest) and request.kind == EVENT and request.call_id == CALL
+    assert request.answered_by == "machine_start" and request.call_status is None
+    wrong, _settings = _signed(outbound.STATUS_PATH, {**amd, "AnsweredBy": "machine"})
+    assert isinstance(wrong, Refusal) and wrong.status == 400
+    forged, _settings = _signed(outbound.STATUS_PATH, amd, key=Ed25519PrivateKey.generate())
+    assert isinstance(forged, Refusal) and forged.status == 403

@@ -1028,11 +1028,13 @@ def _read_turns(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> N
 
 
 OUTBOUND_ON_VOICEMAIL = ("hang_up", "greet")
+OUTBOUND_ON_SCREENING = ("introduce", "hang_up")
+OUTBOUND_ON_IVR = ("model", "hang_up")
 
 
 def _read_outbound(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:
     """[outbound]: the answer detection of the calls the node places (voicecore/outbound/answer_gate.py)."""
-    section = _section(p, data, "outbound", ("max_wait_ms", "on_voicemail"))
+    section = _section(p, data, "outbound", ("max_wait_ms", "on_voicemail", "on_screening", "on_ivr"))
     if "max_wait_ms" in section:
         wait = p.integer(section, "max_wait_ms", "$.outbound", 6000)
         p.in_range(wait, "$.outbound.max_wait_ms", 1000, 15_000)
@@ -1045,6 +1047,18 @@ def _read_outbound(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -
                   f"{action!r}: expected one of {', '.join(OUTBOUND_ON_VOICEMAIL)}")
         else:
             values["outbound_on_voicemail"] = action
+    for key, allowed in (("on_screening", OUTBOUND_ON_SCREENING), ("on_ivr", OUTBOUND_ON_IVR)):
+        if key not in section:
+            continue
+        action = p.string(section, key, "$.outbound")
+        if action == "dtmf" and key == "on_ivr":
+            p.add("$.outbound.on_ivr", "unknown-ivr-action",
+                  "'dtmf': sending digits to an IVR is not built yet; expected one of " + ", ".join(allowed))
+        elif action not in allowed:
+            p.add(f"$.outbound.{key}", f"unknown-{key.removeprefix('on_')}-action",
+                  f"{action!r}: expected one of {', '.join(allowed)}")
+        else:
+            values[f"outbound_{key}"] = action
 
 
 def _read_privacy(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:

@@ -171,6 +171,11 @@ class AgentSpec:
     # voicemail ("hang_up", or "greet": once its beep has sounded, the agent starts as for a person).
     outbound_max_wait_ms: int = 6000
     outbound_on_voicemail: str = "hang_up"
+    # ... on a call-screening assistant ("introduce": the agent starts, its greeting saying who calls and why, and
+    # waits for the person put through; or "hang_up") and on an IVR menu ("model": the agent starts and deals
+    # with it; or "hang_up").
+    outbound_on_screening: str = "introduce"
+    outbound_on_ivr: str = "model"
     directory: str = ""  # where it was loaded from (for messages; not part of the record)
     # [lines.audio]: the runtime's fallback lines as WAV files (kind -> absolute path; voicecore/fallback/lines.py)
     line_audio: dict[str, str] = dataclasses.field(default_factory=dict)

@@ -85,6 +85,17 @@ class Dtmf:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CarrierAmd:
+    """Gateway -> model worker: the carrier's answering-machine detection result for a call the node placed,
+    from a verified webhook (Twilio's AnsweredBy values: voicecore/outbound/answer.py CARRIER_ANSWERS). The
+    call's answer detector weighs it with its own evidence."""
+
+    slot: int
+    generation: int
+    answered_by: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Stats:
     """A process's counters and latency summaries, for /metrics and the demo's report."""
 
@@ -218,7 +229,7 @@ class Rejected:
 
 
 Message = (
-    Heartbeat | CallStarted | CallEnded | EndStream | CancelTag | Dtmf | Stats | VendorHealth
+    Heartbeat | CallStarted | CallEnded | EndStream | CancelTag | Dtmf | CarrierAmd | Stats | VendorHealth
     | GateOpen | TranscriptDelta | TranscriptDone | Verdict | ObserveEvents | ObservedEvents | RecordFinished
     | CallSpooled
 )
@@ -230,6 +241,7 @@ _TYPES: dict[str, type] = {
     "stream.end": EndStream,
     "cancel": CancelTag,
     "dtmf": Dtmf,
+    "carrier.amd": CarrierAmd,
     "stats": Stats,
     "vendor.health": VendorHealth,
     "gate.open": GateOpen,

@@ -106,6 +106,9 @@ class AnswerRequest:
     call_completed: bool = False  # REATTACH: the carrier says the call itself is over
     # EVENT: a placed call's status callback as the carrier's parser read it (Twilio: CallStatusEvent), None for others
     call_status: object = None
+    # a placed call's carrier answering-machine detection result (Twilio's AnsweredBy values), from its verified
+    # AMD callback, status callback or answer webhook; "" when the request carries none
+    answered_by: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +157,8 @@ def call_status_event(carrier: str, form: Mapping[str, str], parse: Callable[[Ma
                        problem="status")
     return AnswerRequest(carrier, EVENT, progress.call_sid if call_id is None else call_id(progress),
                          f"call {progress.call_sid}: {progress.direction or 'call'} status {progress.status} "
-                         f"({detail(progress)})", call_status=progress)
+                         f"({detail(progress)})", call_status=progress,
+                         answered_by=getattr(progress, "answered_by", "") or "")
 
 
 def reattach_request(carrier: str, target: str, call: object, call_status: object,

@@ -1,9 +1,13 @@
 """The start of a call the node placed: the agent's first words wait until the answer detector says who answered.
 
-Owns what the verdict means for the call: a person (or a screening assistant, an IVR, or no clear answer: the
-agent may be talking to someone, so it is never hung up on) lets the agent start at once; a voicemail hangs up
-(``on_voicemail = "hang_up"``) or lets the agent start once the beep has sounded (``"greet"``; when no beep
-comes within ``BEEP_WAIT_MS`` after the verdict, it starts anyway: some mailboxes record without one). Feeds the
+Owns what the verdict means for the call, per the agent's ``[outbound]`` actions: a person (or no clear answer:
+the agent may be talking to someone, so it is never hung up on) lets the agent start at once; a voicemail hangs
+up (``on_voicemail = "hang_up"``) or lets the agent start once the beep has sounded (``"greet"``; when no beep
+comes within ``BEEP_WAIT_MS`` after the verdict, it starts anyway: some mailboxes record without one; a
+carrier's ``machine_end_beep`` counts as the beep); a screening assistant gets the agent's introduction
+(``on_screening = "introduce"``: the agent starts, its greeting naming who calls and why, and waits for the
+person put through) or a hang-up; an IVR is handed to the agent (``on_ivr = "model"``) or hung up on. The
+carrier's AMD result (``on_carrier_amd``) is evidence for the detector (voicecore/outbound/answer.py has the rule). Feeds the
 detector (voicecore/outbound/answer.py) the callee's audio as it arrives, in 20 ms frames, timed by the frames
 themselves from the first one (the answer), and the callee's words when a recogniser sends them, timed at the
 audio heard so far.
@@ -15,29 +19,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from voicecore.outbound.answer import VOICEMAIL, AnswerDetector, AnswerVerdict, DetectorSettings
+from voicecore.outbound.answer import IVR, SCREENING, VOICEMAIL, AnswerDetector, AnswerVerdict, DetectorSettings
 from voicecore.timing import FRAME_BYTES, FRAME_MS
 
 START = "start"  # the agent speaks now
 HANG_UP = "hang_up"
+INTRODUCE = "introduce"  # a screening assistant: the agent speaks now, saying who calls and why
 ON_VOICEMAIL = ("hang_up", "greet")
+ON_SCREENING = ("introduce", "hang_up")
+ON_IVR = ("model", "hang_up")
 BEEP_WAIT_MS = 4000
 
 
 @dataclass(frozen=True, slots=True)
 class GateDecision:
-    action: str  # START or HANG_UP
+    action: str  # START, HANG_UP or INTRODUCE (the agent starts: a screening assistant's introduction)
     verdict: AnswerVerdict
     at_ms: int  # callee time (since the answer) of the decision: the verdict's, or the beep's end
     beep_at_ms: int | None
 
 
 class AnswerGate:
-    def __init__(self, max_wait_ms: int = 6000, on_voicemail: str = "hang_up") -> None:
-        if on_voicemail not in ON_VOICEMAIL:
-            raise ValueError(f"on_voicemail must be one of {', '.join(ON_VOICEMAIL)}, got {on_voicemail!r}")
+    def __init__(self, max_wait_ms: int = 6000, on_voicemail: str = "hang_up", on_screening: str = "introduce",
+                 on_ivr: str = "model") -> None:
+        for name, value, allowed in (("on_voicemail", on_voicemail, ON_VOICEMAIL),
+                                     ("on_screening", on_screening, ON_SCREENING), ("on_ivr", on_ivr, ON_IVR)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         self.detector = AnswerDetector(DetectorSettings(max_wait_ms=max_wait_ms))
         self.on_voicemail = on_voicemail
+        self.on_screening = on_screening
+        self.on_ivr = on_ivr
         self.callee_ms = 0  # the callee's audio so far
         self.decision: GateDecision | None = None
         self._partial = b""
@@ -70,6 +82,14 @@ class AnswerGate:
             self._decide()
         return self.decision
 
+    def on_carrier_amd(self, answered_by: str, at_ms: int) -> GateDecision | None:
+        """The carrier's AMD result (Twilio's AnsweredBy values), ``at_ms`` since the answer by the clock; kept
+        by the detector even after the decision (the record notes it). ValueError for a value not one of them."""
+        self.detector.on_carrier_amd(answered_by, max(at_ms, self.callee_ms))
+        if self.decision is None:
+            self._decide(at_ms)
+        return self.decision
+
     def on_elapsed(self, elapsed_ms: int) -> GateDecision | None:
         """Time since the answer by the clock: the bound holds when the callee's audio stops coming."""
         if self.decision is None:
@@ -83,12 +103,18 @@ class AnswerGate:
             return
         now_ms = self.callee_ms if now_ms is None else max(now_ms, self.callee_ms)
         beep_at = self.detector.beep_at_ms
-        if verdict.verdict != VOICEMAIL:
+        if verdict.verdict == SCREENING:
+            action = HANG_UP if self.on_screening == "hang_up" else INTRODUCE
+            self.decision = GateDecision(action, verdict, verdict.at_ms, beep_at)
+        elif verdict.verdict == IVR:
+            self.decision = GateDecision(HANG_UP if self.on_ivr == "hang_up" else START, verdict, verdict.at_ms, beep_at)
+        elif verdict.verdict != VOICEMAIL:
             self.decision = GateDecision(START, verdict, verdict.at_ms, beep_at)
         elif self.on_voicemail == "hang_up":
             self.decision = GateDecision(HANG_UP, verdict, verdict.at_ms, beep_at)
         elif self.detector.beep_end_ms is not None:
             self.decision = GateDecision(START, verdict, self.detector.beep_end_ms, beep_at)
+        elif self.detector.carrier_beep_ms is not None:  # the carrier heard the beep (machine_end_beep)
+            self.decision = GateDecision(START, verdict, max(self.detector.carrier_beep_ms, verdict.at_ms), beep_at)
         elif now_ms >= verdict.at_ms + BEEP_WAIT_MS:
             self.decision = GateDecision(START, verdict, now_ms, beep_at)
-

@@ -55,7 +55,8 @@ def register(sub: Any) -> None:
                      help="the longest a placed call may go without its final status callback (then: failed)")
     run.add_argument("--carrier", default="twilio", choices=dial.CARRIERS, help="the carrier to place the calls with")
     run.add_argument("--machine-detection", dest="machine_detection", choices=("Enable", "DetectMessageEnd"), default="",
-                     help="also ask the carrier for its answering-machine detection (Twilio AMD, async)")
+                     help="also ask the carrier for its answering-machine detection (Twilio or Telnyx TeXML AMD, async; its "
+                           "result joins the answer verdict)")
     run.add_argument("--json", action="store_true", help="print the result as JSON (no progress bar)")
     run.set_defaults(func=_cmd_run)
 

@@ -97,23 +97,21 @@ async def place_call(*, node_url: str, api_base: str, account_sid: str, auth_tok
     base = node_url.rstrip("/")
     if carrier == "plivo":
         if machine_detection:
-            raise ValueError("machine detection is asked of Twilio only")
+            raise ValueError("machine detection is asked of Twilio and Telnyx only")
         request = plivo_outbound.place_call_request(
             account_sid, auth_token, to, from_,
             answer_url=plivo_outbound.answer_url(base + PLIVO_VOICE_PATH, to, fields or {}),
             status_url=base + plivo_outbound.STATUS_PATH, base_url=api_base)
         parse = plivo_outbound.parse_place_call_response
     elif carrier == "telnyx":
-        if machine_detection:
-            raise ValueError("machine detection is asked of Twilio only")
         request = telnyx_outbound.place_call_request(
             account_sid, auth_token, to, from_,
             url=base + TELNYX_VOICE_PATH + "?" + urlencode(call_fields.parameters_for(to, fields or {})),
-            status_callback=base + telnyx_outbound.STATUS_PATH, base_url=api_base)
+            status_callback=base + telnyx_outbound.STATUS_PATH, base_url=api_base, machine_detection=machine_detection)
         parse = telnyx_outbound.parse_place_call_response
     elif carrier == "vonage":
         if machine_detection:
-            raise ValueError("machine detection is asked of Twilio only")
+            raise ValueError("machine detection is asked of Twilio and Telnyx only")
         token = vonage_rest.application_jwt(account_sid, auth_token, time.time(), secrets.token_hex(16))
         request = vonage_outbound.place_call_request(
             token, to, from_, answer_url=vonage_outbound.answer_url(base + vonage_outbound.ANSWER_PATH, to, fields or {}),

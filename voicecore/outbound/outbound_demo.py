@@ -9,8 +9,10 @@ started and stopped as `voicecore demo` does it (voicecore/demo.py's helpers).
 
 The report's contract: ``answer_verdicts`` (per answer class: precision, recall, n), ``answer_accuracy``,
 ``verdict_ms`` (p50, p95: callee time from the answer to the verdict), ``human_first_word_ms`` (p50, p95, n: a
-person's wait from their greeting's last word to the agent's first audio at the carrier), ``ok`` and ``problems``,
-with the calls.
+person's wait from their greeting's last word to the agent's first audio at the carrier), ``answer_actions`` (per
+true class: the actions taken and how many worked: ``action_worked``), ``carrier_amd`` (with
+``--machine-detection``: the carrier's answers sent, accepted, right, and the verdicts that followed it),
+``ok`` and ``problems``, with the calls.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from voicecore.outbound import dial
 from voicecore.outbound.answer import VERDICTS
 from voicecore.outbound.greetings import CLASSES
 from voicecore.sim.callee_core import KINDS, UNANSWERED_KINDS, callee_seed, plan_callee, sentences
+from voicecore.sim.screened_callee import PUT_THROUGH_TEXT
 from voicecore.sim.caller_voice import speak
 from voicecore.sim.carrier import generate_credentials
 from voicecore.sim.carrier_rest import CarrierRestServer
@@ -76,6 +79,48 @@ def score(pairs: list[tuple[str, str]]) -> dict:
     return {"answer_verdicts": per_class, "answer_accuracy": round(correct / len(pairs), 4) if pairs else None}
 
 
+def action_worked(kind: str, action: str | None, closed_by: str, agent_frames: int, put_through: bool) -> bool | None:
+    """Whether the answer gate's action did what it is for, on this callee: a hang-up ended the call through the
+    carrier's API; an introduction got a screening assistant to put the call through; the agent's start (a person,
+    a voicemail greeted, an IVR handed to the model) reached the callee as the agent's audio. None: no action."""
+    if action is None:
+        return None
+    if action == "hang_up":
+        return closed_by == "rest_hangup"
+    if action == "introduce" and kind == "screening":
+        return put_through
+    return agent_frames > 0 and closed_by != "rest_hangup"
+
+
+def score_actions(rows: list[dict]) -> dict:
+    """Per true class of the answered calls: the actions taken (action -> n), how many worked, and n."""
+    per_class: dict[str, dict] = {}
+    for row in rows:
+        if "closed_by" not in row:
+            continue
+        entry = per_class.setdefault(row["callee"], {"actions": {}, "worked": 0, "n": 0})
+        entry["n"] += 1
+        action = row.get("action")
+        if action is not None:
+            entry["actions"][action] = entry["actions"].get(action, 0) + 1
+        entry["worked"] += 1 if row.get("action_worked") else 0
+    return per_class
+
+
+def score_carrier_amd(rows: list[dict]) -> dict:
+    """The carrier's AMD answers of the answered calls: sent, accepted by the node (204), right (the side it
+    named, a person or a machine, was the callee's), and the verdicts that agree with the callee where the
+    carrier was wrong (the detector overruled it) or right."""
+    # a call hung up before the carrier's AMD decided gets no AMD callback (as Twilio's)
+    with_amd = [row for row in rows if row.get("carrier_amd") is not None and row.get("carrier_amd_status") is not None]
+    wrong = [row for row in with_amd if not row["carrier_amd_right"]]
+    return {"sent": len(with_amd), "accepted": sum(1 for row in with_amd if row.get("carrier_amd_status") == 204),
+            "right": len(with_amd) - len(wrong),
+            "verdict_right_when_amd_wrong": sum(1 for row in wrong if row.get("verdict") == row["callee"]),
+            "verdict_right_when_amd_right": sum(1 for row in with_amd if row["carrier_amd_right"]
+                                                and row.get("verdict") == row["callee"])}
+
+
 def arena_name(runtime_dir: str) -> str:
     """The shared-memory arena the stack's gateway runs on (its name file in the runtime directory)."""
     try:
@@ -101,9 +146,10 @@ def first_word_wait_ms(seen) -> float | None:
 
 
 async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path,
-                         carrier: str = "twilio") -> dict:
+                         carrier: str = "twilio", machine_detection: str = "") -> dict:
     """``carrier``: whose API places the calls (twilio: the Calls API; plivo: Make Call, its answer XML's stream
-    and its ring and hang-up callbacks; telnyx: the TeXML Calls API; vonage: Create Call)."""
+    and its ring and hang-up callbacks; telnyx: the TeXML Calls API; vonage: Create Call). ``machine_detection``:
+    Twilio's AMD asked for too (Enable or DetectMessageEnd, asynchronous)."""
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exceptions)
@@ -126,12 +172,14 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     # The callees' greetings, spoken once: the carrier simulator plays them, and the model simulator, told their
     # words, transcribes them when it hears them (the listening session that gives the answer gate the words).
     phrases = []
+    said = [(PUT_THROUGH_TEXT[0], PUT_THROUGH_TEXT[1])] if "screening" in kinds else []  # the person put through
     for index, kind in enumerate(kinds):
         plan = plan_callee(kind, callee_seed(callee_number(index)))
-        for sentence in sentences(plan.text) if plan.answered else []:
-            if (plan.language, sentence) not in rest.speech:
-                rest.speech[(plan.language, sentence)] = await asyncio.to_thread(speak, sentence, plan.language)
-                phrases.append((sentence, rest.speech[(plan.language, sentence)]))
+        said += [(plan.language, sentence) for sentence in (sentences(plan.text) if plan.answered else [])]
+    for language, sentence in said:
+        if (language, sentence) not in rest.speech:
+            rest.speech[(language, sentence)] = await asyncio.to_thread(speak, sentence, language)
+            phrases.append((sentence, rest.speech[(language, sentence)]))
     sim_config = dataclasses.replace(demo_sim_config(), caller_phrases=tuple(phrases))
     sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir))
@@ -153,7 +201,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         placed = list(await asyncio.gather(*(
             dial.place_call(node_url=config.base_url, api_base=rest.base_url, account_sid=account_sid,
                             auth_token=api_token, to=callee_number(index), from_=FROM_NUMBER,
-                            fields={"first_name": f"Callee{index}", "reason": "your appointment"}, carrier=carrier)
+                            fields={"first_name": f"Callee{index}", "reason": "your appointment"}, carrier=carrier,
+                            machine_detection=machine_detection)
             for index in range(calls))))
         await asyncio.sleep(0.1)  # the simulator's call tasks begin after its answer was sent
         await rest.wait_outbound(CALL_WAIT_S)
@@ -199,8 +248,17 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
             row.update(verdict=note["verdict"], verdict_ms=note["verdict_ms"], reason=note["reason"],
                        action=note["action"], beep_at_ms=note.get("beep_at_ms"), true_beep_at_ms=seen.beep_at_ms,
                        transcript_events=note.get("transcript_events"))
+            if note.get("carrier_amd"):
+                row["carrier_amd_in_verdict"] = note["carrier_amd"]  # came before the verdict: weighed in it
             pairs.append((plan.kind, note["verdict"]))
             verdict_ms.append(note["verdict_ms"])
+        if seen.carrier_amd is not None:
+            row.update(carrier_amd=seen.carrier_amd.answered_by, carrier_amd_ms=seen.carrier_amd.at_ms,
+                       carrier_amd_right=seen.carrier_amd.right, carrier_amd_status=seen.amd_status)
+        put_through = seen.screened is not None and seen.screened.put_through_at_ms is not None
+        if seen.screened is not None:
+            row["put_through_ms"] = seen.screened.put_through_at_ms
+        row["action_worked"] = action_worked(plan.kind, row.get("action"), closed_by, row["agent_frames"], put_through)
         wait = first_word_wait_ms(seen) if plan.kind == "human" else None
         if wait is not None:
             row["first_word_wait_ms"] = wait
@@ -230,6 +288,10 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     report = {"outbound": True, "calls": calls, "carrier": carrier}
     report.update(score(pairs))
     report["verdict_ms"] = {"p50": percentile_or_none(verdict_ms, 50), "p95": percentile_or_none(verdict_ms, 95)}
+    report["answer_actions"] = score_actions(rows)
+    report["carrier_amd"] = {"machine_detection": machine_detection or None, **score_carrier_amd(rows)}
+    if machine_detection and report["carrier_amd"]["accepted"] != report["carrier_amd"]["sent"]:
+        problems.append(f"{report['carrier_amd']['sent'] - report['carrier_amd']['accepted']} AMD callbacks were refused")
     report["human_first_word_ms"] = {"p50": percentile_or_none(first_word_waits, 50),
                                      "p95": percentile_or_none(first_word_waits, 95), "n": len(first_word_waits)}
     report.update(humans_hung_up=humans_hung_up, status_callbacks_sent=callbacks_sent,
@@ -242,7 +304,7 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
 
 
 def run_outbound_demo(calls: int, as_json: bool, config_path: str | None, keep_logs: bool = False,
-                      record_dir: str | None = None) -> int:
+                      record_dir: str | None = None, machine_detection: str = "") -> int:
     if calls < 1:
         print("voicecore demo: --calls must be at least 1", file=sys.stderr)
         return 2
@@ -254,7 +316,8 @@ def run_outbound_demo(calls: int, as_json: bool, config_path: str | None, keep_l
         except OSError as exc:
             print(f"voicecore demo: cannot create the record directory {records}: {exc}", file=sys.stderr)
             return 2
-        return run_and_report(lambda log_file: _outbound_demo(calls, config_path, workdir, log_file, records),
+        return run_and_report(lambda log_file: _outbound_demo(calls, config_path, workdir, log_file, records,
+                                                              machine_detection=machine_detection),
                               workdir / "stack.log", as_json, keep_logs, format_report)
 
 
@@ -264,7 +327,9 @@ def format_report(report: dict) -> str:
              f"  a person's wait from their last word to the agent's first: p50 {report['human_first_word_ms']['p50']} ms "
              f"p95 {report['human_first_word_ms']['p95']} ms (n {report['human_first_word_ms']['n']})"]
     for label, row in report["answer_verdicts"].items():
-        lines.append(f"  {label:10s} precision {row['precision']}  recall {row['recall']}  n {row['n']}")
+        acted = report.get("answer_actions", {}).get(label)
+        did = f"  actions {acted['actions']} worked {acted['worked']}/{acted['n']}" if acted else ""
+        lines.append(f"  {label:10s} precision {row['precision']}  recall {row['recall']}  n {row['n']}{did}")
     for row in report["calls_detail"]:
         lines.append(f"  {row['call_sid']}  {row['callee']:10s} -> {row.get('verdict', '-')!s:10s} "
                      f"{row.get('verdict_ms', '')!s:>6} ms  {row.get('action', '')}  {' '.join(row['statuses'])}")

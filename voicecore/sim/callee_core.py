@@ -40,6 +40,9 @@ HUMAN_GREETINGS = (("en", "Hello?"), ("en", "Hello."), ("en", "Hi, who is this?"
 SENTENCE_GAP_MS = 450  # a recorded greeting's pause between sentences (shorter than a person's wait for an answer)
 PERSON_WAITS_MS = 8000  # after hello, a person listens
 MACHINE_WAITS_MS = 6000  # a screening assistant or IVR waits for a response after its greeting
+# a screening assistant holds the line longer: the agent's introduction, then the person it puts through, then
+# the agent's answer to them (voicecore/sim/screened_callee.py)
+SCREENING_HOLDS_MS = 16_000
 AUDIBLE_LEVEL = 500  # linear PCM16 (about -36 dBFS): quieter than this is the synthesiser's trailing quiet, not a word
 
 
@@ -127,6 +130,51 @@ class CalleeAudio:
     last_word_ms: int = 0  # from the answer to the greeting's last audible sample (its own trailing quiet left out)
 
 
+# Twilio's AMD as the simulator plays it, with the defaults of Twilio's tuning parameters: a greeting of more than
+# MachineDetectionSpeechThreshold (2400 ms) is a machine, a shorter one followed by
+# MachineDetectionSpeechEndThreshold (1200 ms) of quiet a person, nothing said for MachineDetectionSilenceTimeout
+# (5000 ms) unknown. DetectMessageEnd waits on a machine for the end of its message (the beep, or quiet).
+AMD_SPEECH_THRESHOLD_MS = 2400
+AMD_SPEECH_END_THRESHOLD_MS = 1200
+AMD_SILENCE_TIMEOUT_MS = 5000
+AMD_WRONG_SHARE = 0.2  # this share of answers is deliberately the other side's (labelled), as real AMD errs
+
+
+@dataclass(frozen=True, slots=True)
+class CarrierAmd:
+    """What the simulated carrier's AMD says of a call, when (ms after the answer), and the label: ``right``
+    is whether it named the right side (a person, or a machine of any kind)."""
+
+    answered_by: str
+    at_ms: int
+    right: bool
+
+
+def carrier_amd(plan: CalleePlan, audio: CalleeAudio, machine_detection: str, seed: int) -> CarrierAmd:
+    """Twilio's AnsweredBy for this callee (``machine_detection``: Enable or DetectMessageEnd), plausible in
+    value and timing, and wrong for AMD_WRONG_SHARE of the seeds: a person taken for a machine (a carrier's
+    common error) or a machine taken for a person."""
+    if not plan.answered:
+        raise ValueError(f"a {plan.kind} callee never answers: no AMD")
+    if machine_detection not in ("Enable", "DetectMessageEnd"):
+        raise ValueError(f"machine_detection must be Enable or DetectMessageEnd, got {machine_detection!r}")
+    wrong = bool(np.random.default_rng(seed + 7919).random() < AMD_WRONG_SHARE)
+    end_of_message = machine_detection == "DetectMessageEnd"
+    person = plan.kind in ("human", OPT_OUT)
+    if audio.speech_ms == 0:
+        return CarrierAmd("unknown", AMD_SILENCE_TIMEOUT_MS, False)
+    said_as_person = person != wrong
+    if said_as_person:
+        at_ms = min(audio.last_word_ms, plan.lead_ms + AMD_SPEECH_THRESHOLD_MS) + AMD_SPEECH_END_THRESHOLD_MS
+        return CarrierAmd("human", at_ms, person)
+    if not end_of_message:
+        at_ms = plan.lead_ms + min(audio.speech_ms, AMD_SPEECH_THRESHOLD_MS)
+        return CarrierAmd("machine_start", at_ms, not person)
+    if audio.beep_at_ms is not None:
+        return CarrierAmd("machine_end_beep", audio.beep_at_ms + plan.beep_ms, not person)
+    return CarrierAmd("machine_end_silence", audio.last_word_ms + AMD_SPEECH_END_THRESHOLD_MS, not person)
+
+
 def callee_audio(plan: CalleePlan, speech: bytes | list[bytes], reply: bytes = b"") -> CalleeAudio:
     """The callee's line from the answer: quiet, the greeting (``speech``: mu-law of plan.text, or of each of its
     sentences, then SENTENCE_GAP_MS between them), then for a voicemail the gap and the beep, for an opt-out
@@ -155,8 +203,8 @@ def callee_audio(plan: CalleePlan, speech: bytes | list[bytes], reply: bytes = b
             if not reply:
                 raise ValueError("an opt-out callee needs the audio of its reply")
             parts += [np.zeros(OPT_OUT_REPLY_AFTER_MS * BYTES_PER_MS), ulaw_to_linear(reply).astype(np.float64)]
-        parts.append(np.zeros((MACHINE_WAITS_MS if plan.kind in ("screening", "ivr") else PERSON_WAITS_MS)
-                              * BYTES_PER_MS))
+        wait_ms = {"screening": SCREENING_HOLDS_MS, "ivr": MACHINE_WAITS_MS}.get(plan.kind, PERSON_WAITS_MS)
+        parts.append(np.zeros(wait_ms * BYTES_PER_MS))
     line = np.concatenate(parts)
     line = np.concatenate([line, np.zeros((-len(line)) % FRAME_BYTES)])
     audio = linear_to_ulaw(np.clip(np.rint(line), -32768, 32767).astype(np.int16))

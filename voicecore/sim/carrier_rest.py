@@ -18,6 +18,7 @@ Must not know: what is checked and answered (voicecore/sim/carrier_rest_core.py)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 import time
@@ -35,6 +36,7 @@ from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.twilio.signature import compute_signature
 from voicecore.sim import callee_core
 from voicecore.sim.callee_core import callee_seed
+from voicecore.sim.screened_callee import PUT_THROUGH_TEXT, ScreenedCallee
 from voicecore.sim import carrier_rest_core as core
 from voicecore.sim.carrier_modes_core import CarrierCredentials
 
@@ -68,6 +70,9 @@ class OutboundCallSeen:
     last_word_ms: int | None = None  # from the answer (the stream's first caller frame) to the greeting's last word
     done: bool = False
     call_uuid: str = ""  # Plivo: the answered call's CallUUID (its RequestUUID is placed.call_sid)
+    carrier_amd: callee_core.CarrierAmd | None = None  # Twilio's async AMD: what it said, when, and whether rightly
+    amd_status: int | str | None = None  # the AMD callback's HTTP status (or an error)
+    screened: ScreenedCallee | None = None  # a screening assistant's reaction (Twilio): whom it put through, when
 
 
 class CarrierRestServer:
@@ -222,9 +227,17 @@ class CarrierRestServer:
                 await self._vonage_event(seen, "completed", duration_s=round(loop.time() - answered_at))
                 return
             if placed.carrier == "telnyx":
+                amd = None
+                if placed.machine_detection and placed.async_amd and placed.amd_callback:  # TeXML's AMD, as Twilio's
+                    seen.carrier_amd = callee_core.carrier_amd(plan, audio, placed.machine_detection,
+                                                               callee_seed(placed.to))
+                    amd = loop.create_task(self._amd_callback(seen, answered_at))
                 seen.result = await place_mode_call("", self.credentials, script, carrier="telnyx",
                                                     call_sid=placed.call_sid, account_sid=placed.account_sid,
                                                     keep_audio=False, rest=self, answer_url=placed.url)
+                if amd is not None:
+                    amd.cancel()
+                    await asyncio.gather(amd, return_exceptions=True)
                 await self._status(seen, "completed", sequence, duration_s=round(loop.time() - answered_at))
                 return
             if plivo_call:
@@ -235,9 +248,28 @@ class CarrierRestServer:
                                                     request_uuid=placed.call_sid)
                 await self._plivo_status(seen, "completed", duration_s=round(loop.time() - answered_at))
                 return
+            if plan.kind == "screening":
+                # the assistant reacts to the agent: an introduction puts the call through to the person (Twilio:
+                # the simulator's callers that decide while the call runs are its Twilio mode's)
+                language, text = PUT_THROUGH_TEXT
+                hello = self.speech.get((language, text))
+                if hello is None:
+                    from voicecore.sim.caller_voice import speak
+                    hello = self.speech[(language, text)] = await asyncio.to_thread(speak, text, language)
+                seen.screened = ScreenedCallee(hello, audio.last_word_ms)
+                script = dataclasses.replace(script, caller=seen.screened)
+            amd = None
+            if placed.machine_detection and placed.async_amd and placed.amd_callback:
+                # AMD runs beside the stream from the answer on; its result comes to AsyncAmdStatusCallback
+                seen.carrier_amd = callee_core.carrier_amd(plan, audio, placed.machine_detection,
+                                                           callee_seed(placed.to))
+                amd = loop.create_task(self._amd_callback(seen, answered_at))
             seen.result = await place_call("", self.credentials.twilio_auth_token, script, call_sid=placed.call_sid,
                                            account_sid=placed.account_sid, keep_audio=False, rest=self,
                                            voice_url=placed.url, direction="outbound-api")
+            if amd is not None:
+                amd.cancel()  # a call hung up before Twilio's AMD decided: no callback
+                await asyncio.gather(amd, return_exceptions=True)
             await self._status(seen, "completed", sequence, duration_s=round(loop.time() - answered_at))
         finally:
             seen.done = True
@@ -271,6 +303,35 @@ class CarrierRestServer:
             seen.statuses.append((status, type(exc).__name__))
             return
         seen.statuses.append((status, code))
+
+    async def _amd_callback(self, seen: OutboundCallSeen, answered_at: float) -> None:
+        """The asynchronous AMD callback (Twilio's, or TeXML's with the same fields): CallSid, AccountSid, AnsweredBy,
+        MachineDetectionDuration (no CallStatus), signed as the carrier signs its webhooks, once its AMD decided."""
+        placed, amd = seen.placed, seen.carrier_amd
+        assert amd is not None
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, answered_at + amd.at_ms / 1000 - loop.time()))
+        form = {"CallSid": placed.call_sid, "AccountSid": placed.account_sid, "AnsweredBy": amd.answered_by,
+                "MachineDetectionDuration": str(amd.at_ms)}
+        body = urllib.parse.urlencode(form).encode("ascii")
+        if placed.carrier == "telnyx":  # TeXML's AMD callback: the same form (and CallSidLegacy), Ed25519-signed
+            form["CallSidLegacy"] = placed.call_sid
+            body = urllib.parse.urlencode(form).encode("ascii")
+            timestamp = str(int(time.time()))
+            signature = telnyx.sign_webhook(bytes.fromhex(self.credentials.telnyx_private_key), timestamp, body)
+            headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
+                       (telnyx.SIGNATURE_HEADER, signature))
+            agent = "Telnyx Webhooks"
+        else:
+            signature = compute_signature(self.credentials.twilio_auth_token, placed.amd_callback, form)
+            headers = (("Content-Type", "application/x-www-form-urlencoded"), ("X-Twilio-Signature", signature))
+            agent = "TwilioProxy/1.1"
+        try:
+            code, _body = await http_client.send("POST", placed.amd_callback, headers, body, user_agent=agent)
+        except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
+            seen.amd_status = type(exc).__name__
+            return
+        seen.amd_status = code
 
     async def _vonage_event(self, seen: OutboundCallSeen, status: str, duration_s: int | None = None) -> None:
         """One event webhook (JSON to event_url), signed as a signed-webhook application's are (the JWT with the

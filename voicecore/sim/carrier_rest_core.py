@@ -76,6 +76,7 @@ class PlacedCallRequest:
     async_amd: bool
     carrier: str = "twilio"
     ring_url: str = ""  # Plivo: where its ring goes (its hang-up goes to status_callback, its hangup_url)
+    amd_callback: str = ""  # Twilio: AsyncAmdStatusCallback, where an asynchronous AMD's AnsweredBy goes
 
 
 def _json(status: int, value: object, **fields) -> RestOutcome:
@@ -177,7 +178,8 @@ def _twilio_create(method: str, account_sid: str, headers: Mapping[str, str], bo
         return _twilio_error(400, 21205, "Url is not a valid URL", error="url")
     placed = PlacedCallRequest(account_sid, call_sid, to, from_, url, twiml, form.get("StatusCallback", ""),
                                tuple(value for key, value in pairs if key == "StatusCallbackEvent"),
-                               form.get("MachineDetection", ""), form.get("AsyncAmd", "").lower() == "true")
+                               form.get("MachineDetection", ""), form.get("AsyncAmd", "").lower() == "true",
+                               amd_callback=form.get("AsyncAmdStatusCallback", ""))
     return _json(201, {"sid": call_sid, "account_sid": account_sid, "to": to, "from": from_, "status": "queued",
                        "direction": "outbound-api", "api_version": "2010-04-01"},
                  carrier="twilio", call_id=call_sid, action=CREATE, placed=placed)
@@ -209,9 +211,16 @@ def _telnyx_create(method: str, application_id: str, headers: Mapping[str, str],
     if not url or data.get("Method", "POST") != "POST":
         return _telnyx_error(422, "10004", "Url (POST) is required: no application URL is simulated", error="url")
     events = data.get("StatusCallbackEvent", "")
+    machine_detection, amd_callback = data.get("MachineDetection", ""), data.get("AsyncAmdStatusCallback", "")
+    if machine_detection not in ("", "Enable", "DetectMessageEnd", "Disable") or not isinstance(amd_callback, str):
+        return _telnyx_error(422, "10004", "MachineDetection must be Enable, DetectMessageEnd or Disable",
+                             error="machine_detection")
     call_sid = "v3:" + new_call_sid[2:]
     placed = PlacedCallRequest(application_id, call_sid, to, from_, url, "", callback,
-                               tuple(events.split()) if isinstance(events, str) else (), "", False, carrier="telnyx")
+                               tuple(events.split()) if isinstance(events, str) else (),
+                               "" if machine_detection == "Disable" else machine_detection,
+                               str(data.get("AsyncAmd", "")).lower() == "true", carrier="telnyx",
+                               amd_callback=amd_callback)
     return _json(200, {"call_sid": call_sid, "from": from_, "to": to, "status": "queued"}, carrier="telnyx",
                  call_id=call_sid, action=CREATE, placed=placed)
 

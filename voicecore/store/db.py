@@ -247,12 +247,13 @@ class CallStore:
             call_id = db.execute(
                 "INSERT INTO calls (source, call_sid, control, flow, agent, started_at, duration_ms, outcome, complete, "
                 "carrier, direction, latency_p50_ms, latency_max_ms, bargeins, error_count, rejections, answer_verdict, "
-                "callee, opted_out) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                "callee, opted_out, answer_action) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (summary.source, summary.call_sid, summary.control, summary.flow, summary.agent, summary.started_at,
                  summary.duration_ms, summary.outcome, int(summary.complete), summary.carrier, summary.direction,
                  figures["latency_p50_ms"], figures["latency_max_ms"], figures["bargeins"], figures["error_count"],
-                 figures["rejections"], summary.answer_verdict, summary.callee, int(summary.opted_out))).fetchone()[0]
+                 figures["rejections"], summary.answer_verdict, summary.callee, int(summary.opted_out),
+                 summary.answer_action)).fetchone()[0]
             if summary.opted_out and summary.callee:
                 # The callee asked not to be called again: on the do-not-call list every campaign reads before a dial.
                 db.execute("INSERT INTO do_not_call (number, source, added_at) VALUES (?, 'opt-out', ?) "
@@ -312,6 +313,13 @@ class CallStore:
                 self.backend.execute("UPDATE call_status SET record_call_sid = ? WHERE call_sid = ? AND "
                                      "record_call_sid = ''", (record_call_sid, call_sid))
             return kept
+
+    def set_answered_by(self, call_sid: str, answered_by: str) -> bool:
+        """A placed call's carrier AMD result from a callback of its own (Twilio's asynchronous AMD, no status):
+        kept on the call's status row, which its earlier callbacks made. Whether there was one to keep it on."""
+        with self.backend.transaction():
+            return self.backend.execute("UPDATE call_status SET answered_by = ? WHERE call_sid = ?",
+                                        (answered_by, call_sid)).rowcount == 1
 
     def call_status(self, call_sid: str) -> dict[str, Any] | None:
         """The latest status callback kept for ``call_sid`` (None: none came), with ``record_call_sid``: the id

@@ -324,9 +324,15 @@ MIGRATION_10 = (
     "ALTER TABLE campaigns ADD COLUMN run_options TEXT NOT NULL DEFAULT '{}'",
 )
 
+MIGRATION_11 = (
+    # What a placed call's answer gate did on its verdict (start, hang_up, introduce; '' for a call that had none):
+    # the agent's [outbound] action for who answered (voicecore/outbound/answer_gate.py), from the record's note.
+    "ALTER TABLE calls ADD COLUMN answer_action TEXT NOT NULL DEFAULT ''",
+)
+
 MIGRATIONS: tuple[tuple[str | dict[str, str], ...], ...] = (
     MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4, MIGRATION_5, MIGRATION_6, MIGRATION_7, MIGRATION_8,
-    MIGRATION_9, MIGRATION_10)  # MIGRATIONS[n - 1] is migration n
+    MIGRATION_9, MIGRATION_10, MIGRATION_11)  # MIGRATIONS[n - 1] is migration n
 LATEST_VERSION = len(MIGRATIONS)
 
 

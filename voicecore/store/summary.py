@@ -191,6 +191,7 @@ class CallSummary:
     carrier: str = ""
     direction: str = "inbound"
     answer_verdict: str = ""  # a placed call's answer verdict (its record's ``answer`` note)
+    answer_action: str = ""  # ... and what its answer gate did on it (start, hang_up, introduce)
     callee: str = ""  # a placed call's number (its record header's)
     opted_out: bool = False  # the callee asked not to be called again (the agent said the opt-out goodbye)
 
@@ -237,7 +238,7 @@ class RecordSummarizer(RecordConsumer):
 
     __slots__ = ("header", "actions", "turns", "transcripts", "tools", "verdicts", "errors", "keypresses", "owner",
                  "prompts", "first_sent", "cancelled", "awaiting_audio", "unfinished", "digit", "sent_audio_ms",
-                 "sent_audio_at", "session_audio_ms", "vad_silence_ms", "answer_verdict")
+                 "sent_audio_at", "session_audio_ms", "vad_silence_ms", "answer_verdict", "answer_action")
 
     def __init__(self, header: dict[str, Any]) -> None:
         super().__init__()
@@ -263,6 +264,7 @@ class RecordSummarizer(RecordConsumer):
         self.session_audio_ms = 0
         self.vad_silence_ms = DEFAULT_VAD_SILENCE_MS
         self.answer_verdict = ""  # a placed call's: the answer gate's ``answer`` note
+        self.answer_action = ""
 
     def summary(self, source: str, wall_end_s: float = 0.0, complete: bool = True) -> CallSummary:
         """``wall_end_s``: the wall-clock time of the last entry (the record file's mtime, as a rule);
@@ -286,7 +288,7 @@ class RecordSummarizer(RecordConsumer):
             tool_calls=tuple(_tool_call(fields) for fields in self.tools.values()),
             verdicts=tuple(self.verdicts), errors=tuple(self.errors), keypresses=tuple(self.keypresses),
             carrier=str(header.get("carrier") or carrier_of(call_sid)), direction=str(header.get("direction") or "inbound"),
-            answer_verdict=self.answer_verdict, callee=str(header.get("callee") or ""),
+            answer_verdict=self.answer_verdict, answer_action=self.answer_action, callee=str(header.get("callee") or ""),
             opted_out=any(t.speaker == "agent" and t.prompt == OPT_OUT_PROMPT for t in transcripts))
 
     # --- what the summary reads (RecordConsumer) ------------------------------------------------------------
@@ -298,6 +300,7 @@ class RecordSummarizer(RecordConsumer):
     def _note(self, entry: dict[str, Any], at_ms: int) -> None:
         if entry.get("what") == "answer" and isinstance(entry.get("verdict"), str):
             self.answer_verdict = entry["verdict"]
+            self.answer_action = entry["action"] if isinstance(entry.get("action"), str) else ""
 
     def action_handlers(self) -> Mapping[str, ActionHandler]:
         return {"SendToModel": self._sent_to_model, "CancelTag": self._cancel, "RunTool": self._run_tool}

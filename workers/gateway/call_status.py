@@ -40,6 +40,22 @@ class CallStatusLedger(StoreOnItsThread):
             return
         self._use_worked(log, "call statuses")
 
+    def record_answered_by(self, call_sid: str, answered_by: str) -> None:
+        """A carrier AMD result that came in a callback of its own: kept on the call's status row."""
+        try:
+            self.thread.submit(self._record_answered_by, call_sid, answered_by)
+        except RuntimeError:
+            log.warning("call %s: AMD result %s not stored (the gateway is stopping)", call_sid, answered_by,
+                        extra={"problem": "call status store"})
+
+    def _record_answered_by(self, call_sid: str, answered_by: str) -> None:
+        try:
+            self._open().set_answered_by(call_sid, answered_by)
+        except Exception as exc:  # noqa: BLE001 (driver errors vary; the next callback reopens)
+            log.warning("call %s: AMD result not stored (%s: %s)", call_sid, type(exc).__name__, exc,
+                        extra={"problem": "call status store"})
+            self._drop()
+
     def close(self) -> None:
         self.thread.submit(self._drop)
         self.thread.shutdown(wait=True, cancel_futures=False)

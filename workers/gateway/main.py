@@ -89,6 +89,7 @@ KEEPALIVE_IDLE_S = 30.0  # a kept-alive HTTP connection is closed after this lon
 # call slots, and at least this many (config max_pending_connections, max_pending_per_address).
 PENDING_FRAMES_MAX = 100  # caller frames kept while a start waits for the token store (2 s; the wait is shorter)
 CLOSE_TIMEOUT_S = 2.0  # after our close frame, how long the peer has to answer before TCP is closed
+CARRIER_AMD_WAITING = 1000  # placed calls whose carrier AMD result came before their stream
 
 
 def now_ms() -> int:
@@ -132,6 +133,9 @@ class Gateway:
         self.admission = Admission(config.pending_connections_limit,
                                    config.max_pending_per_address or 1 << 30)
         self.started_messages: dict[int, messages.CallStarted] = {}  # live calls, for a model worker that takes over
+        # A placed call's carrier AMD result that came before its stream (Twilio's synchronous AMD answers in the
+        # answer webhook): call SID -> AnsweredBy, sent to the model worker when the stream claims its slot.
+        self.carrier_amd_waiting: dict[str, str] = {}
         self.model_pid = 0
         self.counters: dict[str, int] = {
             "connections_refused": 0,
@@ -245,7 +249,23 @@ class Gateway:
         started = outbound_started(started, getattr(start, "custom_parameters", ()))
         self.started_messages[slot] = started
         self.bus.send(self.events, started)
+        answered_by = self.carrier_amd_waiting.pop(start.call_sid, "")
+        if answered_by and started.direction:
+            self.bus.send(self.events, messages.CarrierAmd(slot, generation, answered_by))
         return slot
+
+    def carrier_amd(self, call_sid: str, answered_by: str) -> None:
+        """A placed call's verified carrier AMD result: to the model worker serving the call, or kept until its
+        stream starts (at most CARRIER_AMD_WAITING of them: the oldest goes first)."""
+        for slot, conn in self.calls.items():
+            if conn.call_sid == call_sid:
+                started = self.started_messages.get(slot)
+                if started is not None and started.direction:
+                    self.bus.send(self.events, messages.CarrierAmd(slot, started.generation, answered_by))
+                return
+        self.carrier_amd_waiting[call_sid] = answered_by
+        while len(self.carrier_amd_waiting) > CARRIER_AMD_WAITING:
+            del self.carrier_amd_waiting[next(iter(self.carrier_amd_waiting))]
 
     def end_stream(self, message: messages.EndStream) -> None:
         """The model worker ends a call by closing its stream (a carrier with no REST call for it: Exotel's
@@ -700,6 +720,10 @@ class HttpConnection:
             return
         # A placed call's progress: its status callbacks, and for a carrier with no "answered" callback (Plivo)
         # its answer webhook.
+        if outcome.answered_by:
+            gw.carrier_amd(outcome.call_id, outcome.answered_by)
+            if outcome.call_status is None and outcome.kind == carrier_core.EVENT and gw.call_status is not None:
+                gw.call_status.record_answered_by(outcome.call_id, outcome.answered_by)
         progress = outcome.call_status
         if progress is not None and gw.call_status is not None:
             # the id the call's stream and record go by, when the carrier names it beside the placed call's

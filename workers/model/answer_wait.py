@@ -99,10 +99,21 @@ class CalleeWords(WSListener):
             transport.disconnect()
 
 
+def carrier_agrees(answered_by: str, verdict: str) -> bool | None:
+    """Whether the carrier's AMD result names the verdict's side (a person, or a machine of any kind); None
+    when it names neither (fax, unknown)."""
+    if answered_by == "human":
+        return verdict == "human"
+    if answered_by.startswith("machine_"):
+        return verdict in ("voicemail", "screening", "ivr")
+    return None
+
+
 class AnswerWait:
     def __init__(self, call_sid: str, agent: AgentSpec) -> None:
         self.call_sid = call_sid
-        self.gate = AnswerGate(agent.outbound_max_wait_ms, agent.outbound_on_voicemail)
+        self.gate = AnswerGate(agent.outbound_max_wait_ms, agent.outbound_on_voicemail, agent.outbound_on_screening,
+                               agent.outbound_on_ivr)
         self.first_audio_ns = 0
         self.decided_ns = 0
         self.reported = False  # the decision went to the record (and a voicemail's hang-up was asked for)
@@ -116,6 +127,20 @@ class AnswerWait:
     def on_words(self, text: str, done: bool) -> None:
         self.words_heard += 1
         self.gate.on_words(text, done)
+
+    def on_carrier_amd(self, answered_by: str, now_ns: int) -> dict | None:
+        """The carrier's AMD result, timed by the wall clock since the callee's first frame (0 before it: a
+        synchronous AMD decided before the stream began). None, or when the decision went to the record
+        already, what the record notes of this late result. ValueError for a value that is not one."""
+        at_ms = (now_ns - self.first_audio_ns) // 1_000_000 if self.first_audio_ns else 0
+        decided = self.gate.decision
+        self.gate.on_carrier_amd(answered_by, at_ms)
+        if decided is None or not self.reported:
+            return None
+        log.info("call %s: the carrier's AMD said %s at %d ms, after the verdict %s", self.call_sid, answered_by,
+                 at_ms, decided.verdict.verdict)
+        return {"answered_by": answered_by, "at_ms": at_ms, "verdict": decided.verdict.verdict,
+                "agrees": carrier_agrees(answered_by, decided.verdict.verdict)}
 
     def feed(self, audio: bytes, now_ns: int) -> GateDecision | None:
         """The callee's audio from the ring (may be empty: the clock moved); the decision once it is reached."""
@@ -138,7 +163,8 @@ class AnswerWait:
         wall_ms = (self.decided_ns - self.first_audio_ns) // 1_000_000 if self.first_audio_ns else None
         fields = {"verdict": verdict.verdict, "verdict_ms": verdict.at_ms, "reason": verdict.reason,
                   "detail": verdict.detail, "action": decision.action, "action_ms": decision.at_ms,
-                  "beep_at_ms": decision.beep_at_ms, "wall_ms": wall_ms, "transcript_events": self.words_heard}
+                  "beep_at_ms": decision.beep_at_ms, "wall_ms": wall_ms, "transcript_events": self.words_heard,
+                  "carrier_amd": self.gate.detector.carrier_amd, "carrier_amd_ms": self.gate.detector.carrier_amd_ms}
         log.info("call %s: answered by %s at %d ms (%s%s): %s", self.call_sid, verdict.verdict, verdict.at_ms,
                  verdict.reason, f", {verdict.detail}" if verdict.detail else "", decision.action)
         return fields

@@ -254,6 +254,9 @@ class CallSession:
         if placed is not None and not resumed:
             agent = agent_for_call(agent, placed)
             self.answer_wait = AnswerWait(call_sid, agent)
+            answered_by = worker.carrier_amd_waiting.pop((slot, generation), "")
+            if answered_by:
+                self.answer_wait.on_carrier_amd(answered_by, time.monotonic_ns())
         # The law of the call's frames, as the gateway claimed the slot (CODEC): an A-law carrier stream passed
         # through (alaw_passthrough) is A-law all the way, so the session is opened in A-law both ways.
         self.audio_format = "pcma" if int(ctrl[C.CODEC]) == C.CODEC_ALAW else "pcmu"
@@ -796,6 +799,20 @@ class CallSession:
             self.recorder.note(now_ns, "answer", **note)
         if decision.action == answer_gate.HANG_UP:
             self._on_rest(controller_mod.HangUp(f"answered by {decision.verdict.verdict}"))
+
+    def carrier_amd(self, answered_by: str, now_ns: int) -> None:
+        """The carrier's AMD result for this placed call (workers/gateway: a verified webhook). Before the answer's
+        verdict it is evidence for the gate; after it, a note in the record beside the verdict it came too late for."""
+        wait = self.answer_wait
+        if wait is None:
+            return
+        try:
+            late = wait.on_carrier_amd(answered_by, now_ns)
+        except ValueError as exc:
+            log.warning("call %s: carrier AMD result not used: %s", self.call_sid, exc, extra={"problem": "outbound"})
+            return
+        if late is not None and self.recorder is not None:
+            self.recorder.note(now_ns, "carrier_amd", **late)
 
     def tick(self) -> None:
         """Timers and rolling approvals of the turn-taking controller (every loop of the worker, 20 ms), and
@@ -1410,6 +1427,8 @@ class ModelWorker:
         self.carrier_calls: dict[tuple[int, int], call_control.CallRef] = {}
         # (slot, generation) -> the CallStarted of a call the node placed (its callee and fields)
         self.outbound_started: dict[tuple[int, int], messages.CallStarted] = {}
+        # (slot, generation) -> the carrier's AMD result for a placed call whose session has not started yet
+        self.carrier_amd_waiting: dict[tuple[int, int], str] = {}
         self.call_control = call_control.CallControlSettings.from_config(config, vonage_private_key(config))
         self.heartbeat_seq = 0
         # retrieve-first (turns mode): this process's own copy of the knowledge base, reloaded on change
@@ -1678,11 +1697,19 @@ class ModelWorker:
                             self.call_states.drop(ended.call_sid)  # nothing will re-attach it (its slot stopped its writes)
                         self.carrier_calls.pop((message.slot, message.generation), None)
                         self.outbound_started.pop((message.slot, message.generation), None)
+                        self.carrier_amd_waiting.pop((message.slot, message.generation), None)
                         self.reconcile()
                     elif isinstance(message, messages.Dtmf):
                         session = self.calls.get(message.slot)
                         if session is not None and session.generation == message.generation:
                             session.dtmf(message.digit)
+                    elif isinstance(message, messages.CarrierAmd):
+                        session = self.calls.get(message.slot)
+                        if session is not None and session.generation == message.generation:
+                            session.carrier_amd(message.answered_by, time.monotonic_ns())
+                        elif (message.slot, message.generation) in self.outbound_started:
+                            # its session starts with the next reconcile: the result waits for it there
+                            self.carrier_amd_waiting[(message.slot, message.generation)] = message.answered_by
                 self.reconcile()
                 now_ns = time.monotonic_ns()
                 for session in self.calls.values():

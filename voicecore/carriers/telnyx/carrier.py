@@ -30,7 +30,7 @@ from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU
 from voicecore.carriers.rest_common import check_target
 from voicecore.carriers.telnyx import outbound, protocol, rest
 from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, SESSION_TOKEN, AnswerRequest, Refusal, Route,
-                                        call_id, call_status_event, parse_form, reattach_request)
+                                        WebhookError, call_id, call_status_event, parse_form, reattach_request)
 from voicecore.outbound import call_fields
 from voicecore.timing import SAMPLE_RATE_HZ
 
@@ -60,6 +60,13 @@ class TelnyxCarrier(Carrier):
         form = parse_form(body)
         if route.kind == REATTACH:
             return reattach_request(self.name, target, form.get("CallSid"), form.get("CallStatus"), _CALL_OVER)
+        if route.kind == EVENT and outbound.is_amd_result(form):
+            try:
+                sid, answered_by = outbound.parse_amd_result(form)
+            except WebhookError as exc:
+                return Refusal(400, "bad AMD callback", f"AMD callback rejected: {exc}", quiet=True, problem="status")
+            return AnswerRequest(self.name, EVENT, sid, f"call {sid}: answered by {answered_by} (Telnyx AMD)",
+                                 answered_by=answered_by)
         if route.kind == EVENT:
             return call_status_event(self.name, form, outbound.parse_call_status, lambda p: f"#{p.sequence}")
         checked = self.checked(route, call_id(form.get("CallSid") or form.get("CallControlId")))

@@ -45,6 +45,11 @@ from voicecore.carriers.webhook import WebhookError
 DEFAULT_BASE_URL = "https://api.telnyx.com"
 STATUS_PATH = "/telnyx/call-status"
 STATUS_EVENTS = ("initiated", "ringing", "answered", "completed")
+# TeXML's answering-machine detection: the request's MachineDetection values and the callback's AnsweredBy ones
+# (Telnyx's TeXML AMD callback lists the same as Twilio's)
+MACHINE_DETECTION = ("Enable", "DetectMessageEnd")
+ANSWERED_BY = frozenset({"human", "machine_start", "machine_end_beep", "machine_end_silence", "machine_end_other",
+                         "fax", "unknown"})
 CALL_STATUSES = frozenset({"queued", "initiated", "ringing", "in-progress", "completed", "busy", "no-answer",
                            "failed", "canceled"})
 _APPLICATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -53,9 +58,11 @@ _E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
 
 
 def place_call_request(application_id: str, api_key: str, to: str, from_: str, *, url: str,
-                       status_callback: str = "", base_url: str = DEFAULT_BASE_URL) -> RestRequest:
+                       status_callback: str = "", base_url: str = DEFAULT_BASE_URL,
+                       machine_detection: str = "") -> RestRequest:
     """Create a call from ``from_`` to ``to``; Telnyx POSTs ``url`` for its TeXML when it is answered and its
-    progress (every event of STATUS_EVENTS) to ``status_callback``."""
+    progress (every event of STATUS_EVENTS) to ``status_callback``. ``machine_detection``: Enable or
+    DetectMessageEnd, TeXML's AMD as Twilio's (asynchronous, its AnsweredBy to ``status_callback`` too)."""
     if not isinstance(application_id, str) or not _APPLICATION_ID.match(application_id):
         raise ValueError("telnyx_texml_application_id must be 1-64 characters of [A-Za-z0-9_-]")
     if not api_key:
@@ -71,6 +78,13 @@ def place_call_request(application_id: str, api_key: str, to: str, from_: str, *
             raise ValueError("status_callback must be an http(s) URL")
         body.update(StatusCallback=status_callback, StatusCallbackMethod="POST",
                     StatusCallbackEvent=" ".join(STATUS_EVENTS))
+    if machine_detection:
+        if machine_detection not in MACHINE_DETECTION:
+            raise ValueError(f"machine_detection must be one of {', '.join(MACHINE_DETECTION)}")
+        if not status_callback:
+            raise ValueError("machine detection needs the status callback (its result goes there)")
+        body.update(MachineDetection=machine_detection, AsyncAmd="true", AsyncAmdStatusCallback=status_callback,
+                    AsyncAmdStatusCallbackMethod="POST")
     headers = (("Authorization", f"Bearer {api_key}"), ("Content-Type", "application/json"),
                ("Accept", "application/json"))
     return RestRequest("POST", f"{base_url.rstrip('/')}/v2/texml/calls/{quote(application_id)}", headers,
@@ -102,6 +116,22 @@ def parse_place_call_response(status_code: int, body: bytes) -> PlacedCall:
     return PlacedCall(False, common.retryable, "", "", common.error)
 
 
+def is_amd_result(form: Mapping[str, str]) -> bool:
+    """TeXML's asynchronous AMD callback (AnsweredBy, no CallStatus), not a call progress one."""
+    return "CallStatus" not in form and "AnsweredBy" in form
+
+
+def parse_amd_result(form: Mapping[str, str]) -> tuple[str, str]:
+    """(call_sid, answered_by) of TeXML's AMD callback: the values are Twilio's (voicecore/outbound/answer.py
+    takes them as they are); WebhookError (fixed text) for a form that is not one."""
+    call_sid, answered_by = form.get("CallSid", ""), form.get("AnsweredBy", "")
+    if not _CALL_ID.match(call_sid):
+        raise WebhookError("CallSid is not a call_control_id")
+    if answered_by not in ANSWERED_BY:
+        raise WebhookError("unknown AnsweredBy")
+    return call_sid, answered_by
+
+
 @dataclass(frozen=True, slots=True)
 class CallStatusEvent:
     call_sid: str
@@ -123,5 +153,8 @@ def parse_call_status(form: Mapping[str, str]) -> CallStatusEvent:
     sequence, duration = form.get("SequenceNumber", "0"), form.get("CallDuration")
     if not sequence.isdigit() or (duration is not None and not duration.isdigit()):
         raise WebhookError("SequenceNumber or CallDuration is not a number")
-    return CallStatusEvent(call_sid, status, form.get("Direction", ""), form.get("AnsweredBy", ""), int(sequence),
+    answered_by = form.get("AnsweredBy", "")
+    if answered_by and answered_by not in ANSWERED_BY:
+        raise WebhookError("unknown AnsweredBy")
+    return CallStatusEvent(call_sid, status, form.get("Direction", ""), answered_by, int(sequence),
                            int(duration) if duration is not None else None)

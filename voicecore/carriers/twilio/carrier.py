@@ -57,6 +57,13 @@ class TwilioCarrier(Carrier):
                                        headers.get("x-twilio-signature", "")):
             return Refusal(403, "bad signature", f"webhook {path}: bad X-Twilio-Signature (call "
                                                  f"{form.get('CallSid', '?')})", problem="signature")
+        if route.kind == EVENT and path == "/twilio/call-status" and outbound.is_amd_result(form):
+            try:
+                amd = outbound.parse_amd_result(form)
+            except WebhookError as exc:
+                return Refusal(400, "bad AMD callback", f"AMD callback rejected: {exc}", quiet=True, problem="status")
+            return AnswerRequest(self.name, EVENT, amd.call_sid, f"call {amd.call_sid}: answered by {amd.answered_by} "
+                                 f"(Twilio AMD, {amd.duration_ms} ms)", answered_by=amd.answered_by)
         if route.kind == EVENT and path == "/twilio/call-status":
             return call_status_event(self.name, form, outbound.parse_call_status, lambda p: f"#{p.sequence}" + (
                 f", answered_by={p.answered_by}" if p.answered_by else ""))
@@ -81,7 +88,11 @@ class TwilioCarrier(Carrier):
         except WebhookError as exc:
             return Refusal(400, "bad voice webhook", f"voice webhook rejected: {exc}", quiet=True, problem="voice")
         query = target.split("?", 1)[1] if "?" in target else ""
-        return AnswerRequest(self.name, ANSWER, voice.call_sid, parameters=outbound.stream_parameters(query))
+        # synchronous AMD (MachineDetection without AsyncAmd): Twilio fetches the answer URL once it has decided,
+        # with the result in the form
+        answered_by = form.get("AnsweredBy", "")
+        return AnswerRequest(self.name, ANSWER, voice.call_sid, parameters=outbound.stream_parameters(query),
+                             answered_by=answered_by if answered_by in outbound.ANSWERED_BY else "")
 
     def answer_document(self, request, stream_url, token, settings, reattach_token=None):
         action = None if reattach_token is None else f"{settings.public_url}{REATTACH_PATH}?token={reattach_token}"

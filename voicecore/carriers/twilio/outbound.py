@@ -39,6 +39,10 @@ CALL_STATUSES = frozenset({"queued", "initiated", "ringing", "in-progress", "com
                            "failed", "canceled"})
 FINAL_STATUSES = frozenset({"completed", "busy", "no-answer", "failed", "canceled"})
 MACHINE_DETECTION = ("Enable", "DetectMessageEnd")
+# AnsweredBy: Enable answers human, machine_start, fax or unknown; DetectMessageEnd waits for the end of a
+# machine's greeting and answers machine_end_beep, machine_end_silence or machine_end_other instead of machine_start.
+ANSWERED_BY = frozenset({"human", "machine_start", "machine_end_beep", "machine_end_silence", "machine_end_other",
+                         "fax", "unknown"})
 
 
 
@@ -152,5 +156,38 @@ def parse_call_status(form: Mapping[str, str]) -> CallStatusEvent:
     duration = form.get("CallDuration")
     if not sequence.isdigit() or (duration is not None and not duration.isdigit()):
         raise WebhookError("SequenceNumber or CallDuration is not a number")
-    return CallStatusEvent(call_sid, account_sid, status, form.get("Direction", ""), form.get("AnsweredBy", ""),
+    answered_by = form.get("AnsweredBy", "")
+    if answered_by and answered_by not in ANSWERED_BY:
+        raise WebhookError("unknown AnsweredBy")
+    return CallStatusEvent(call_sid, account_sid, status, form.get("Direction", ""), answered_by,
                            int(sequence), int(duration) if duration is not None else None)
+
+
+@dataclass(frozen=True, slots=True)
+class AmdResult:
+    """Twilio's asynchronous AMD callback (to ``AsyncAmdStatusCallback``): no ``CallStatus``, the result in
+    ``AnsweredBy`` and how long Twilio listened in ``MachineDetectionDuration`` (ms)."""
+
+    call_sid: str
+    account_sid: str
+    answered_by: str  # one of ANSWERED_BY
+    duration_ms: int | None
+
+
+def is_amd_result(form: Mapping[str, str]) -> bool:
+    """An AMD callback, not a call progress one: it names AnsweredBy and no CallStatus."""
+    return "CallStatus" not in form and "AnsweredBy" in form
+
+
+def parse_amd_result(form: Mapping[str, str]) -> AmdResult:
+    """The async AMD callback's fields; WebhookError (fixed text) for a form that is not one."""
+    call_sid, account_sid = form.get("CallSid", ""), form.get("AccountSid", "")
+    if not _CALL_SID.match(call_sid) or not _SID.match(account_sid):
+        raise WebhookError("CallSid or AccountSid is not a Twilio SID")
+    answered_by = form.get("AnsweredBy", "")
+    if answered_by not in ANSWERED_BY:
+        raise WebhookError("unknown AnsweredBy")
+    duration = form.get("MachineDetectionDuration")
+    if duration is not None and not duration.isdigit():
+        raise WebhookError("MachineDetectionDuration is not a number")
+    return AmdResult(call_sid, account_sid, answered_by, int(duration) if duration is not None else None)
