@@ -187,7 +187,9 @@ def test_a_call_a_gateway_kill_drops_for_good_gets_its_call_ended_event():
                    "the dropped call's call.ended", detail=running.log_tail)
         (data,) = [data for kind, data in ended_event() if kind == "call.ended"]
         assert json.loads(data)["outcome"] == "stream_lost"
-        assert metrics(config)["workers"]["model"]["calls_lost_with_gateway"] == 1
+        # the worker's counters reach /metrics with its next statistics (each second), maybe after the event
+        wait_until(lambda: metrics(config)["workers"]["model"].get("calls_lost_with_gateway") == 1, 5,
+                   "the model worker's calls_lost_with_gateway", detail=running.log_tail)
     finally:
         running.stop()
 

@@ -1662,6 +1662,7 @@ class ModelWorker:
         next_hand_off = time.monotonic() + RECORD_HAND_OFF_S
         next_events = 0.0
         next_heartbeat = 0.0
+        announced_ms = 0  # the heartbeat interval the last heartbeat announced
         next_stamp = 0.0
         next_validator_check = 0.0
         verdicts_fd = self.verdicts.getsockopt(zmq.FD)
@@ -1723,9 +1724,13 @@ class ModelWorker:
             if now >= next_validator_check:
                 next_validator_check = now + VALIDATOR_CHECK_S
                 self.check_validator()
-            if now >= next_heartbeat or (self.calls and next_heartbeat - now > timing.HEARTBEAT_MS / 1000):
-                # the loop runs every 20 ms with a call; the gateway expects one per interval announced
-                interval_ms = timing.heartbeat_interval_ms(bool(self.calls))
+            interval_ms = timing.heartbeat_interval_ms(bool(self.calls))
+            if now >= next_heartbeat or interval_ms != announced_ms:
+                # the loop runs every 20 ms with a call; the gateway expects one per interval announced. The
+                # interval changes at once both ways: a call that went live needs the short one, and the last call's
+                # end must announce the long one before the idle loop sleeps it (a worker idle under a short
+                # announced interval looks dead to /healthz until its next beat)
+                announced_ms = interval_ms
                 next_heartbeat = now + interval_ms / 1000
                 self.heartbeat_seq += 1
                 self.bus.send(self.gateway, messages.Heartbeat("model", os.getpid(), self.heartbeat_seq, time.monotonic_ns(), interval_ms))
