@@ -286,23 +286,28 @@ class CarrierRestServer:
                 "ApiVersion": "2010-04-01", "CallbackSource": "call-progress-events"}
         if duration_s is not None:
             form["CallDuration"] = str(duration_s)
+        seen.statuses.append((status, await self._signed_form_post(placed, placed.status_callback, form)))
+
+    async def _signed_form_post(self, placed: core.PlacedCallRequest, url: str, form: dict[str, str]) -> int | str:
+        """POST ``form`` to ``url`` signed as the call's carrier signs its webhooks (TeXML: Ed25519 over
+        timestamp|body; Twilio: X-Twilio-Signature over the URL and the form); the HTTP status, or the name of the
+        error when the request failed."""
         body = urllib.parse.urlencode(form).encode("ascii")
-        if placed.carrier == "telnyx":  # TeXML's callbacks: the same form, signed with Ed25519 over timestamp|body
+        if placed.carrier == "telnyx":
             timestamp = str(int(time.time()))
             signature = telnyx.sign_webhook(bytes.fromhex(self.credentials.telnyx_private_key), timestamp, body)
             headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
                        (telnyx.SIGNATURE_HEADER, signature))
             agent = "Telnyx Webhooks"
         else:
-            signature = compute_signature(self.credentials.twilio_auth_token, placed.status_callback, form)
+            signature = compute_signature(self.credentials.twilio_auth_token, url, form)
             headers = (("Content-Type", "application/x-www-form-urlencoded"), ("X-Twilio-Signature", signature))
             agent = "TwilioProxy/1.1"
         try:
-            code, _body = await http_client.send("POST", placed.status_callback, headers, body, user_agent=agent)
+            code, _body = await http_client.send("POST", url, headers, body, user_agent=agent)
         except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
-            seen.statuses.append((status, type(exc).__name__))
-            return
-        seen.statuses.append((status, code))
+            return type(exc).__name__
+        return code
 
     async def _amd_callback(self, seen: OutboundCallSeen, answered_at: float) -> None:
         """The asynchronous AMD callback (Twilio's, or TeXML's with the same fields): CallSid, AccountSid, AnsweredBy,
@@ -313,25 +318,9 @@ class CarrierRestServer:
         await asyncio.sleep(max(0.0, answered_at + amd.at_ms / 1000 - loop.time()))
         form = {"CallSid": placed.call_sid, "AccountSid": placed.account_sid, "AnsweredBy": amd.answered_by,
                 "MachineDetectionDuration": str(amd.at_ms)}
-        body = urllib.parse.urlencode(form).encode("ascii")
-        if placed.carrier == "telnyx":  # TeXML's AMD callback: the same form (and CallSidLegacy), Ed25519-signed
+        if placed.carrier == "telnyx":  # TeXML's AMD callback: the same form and CallSidLegacy
             form["CallSidLegacy"] = placed.call_sid
-            body = urllib.parse.urlencode(form).encode("ascii")
-            timestamp = str(int(time.time()))
-            signature = telnyx.sign_webhook(bytes.fromhex(self.credentials.telnyx_private_key), timestamp, body)
-            headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
-                       (telnyx.SIGNATURE_HEADER, signature))
-            agent = "Telnyx Webhooks"
-        else:
-            signature = compute_signature(self.credentials.twilio_auth_token, placed.amd_callback, form)
-            headers = (("Content-Type", "application/x-www-form-urlencoded"), ("X-Twilio-Signature", signature))
-            agent = "TwilioProxy/1.1"
-        try:
-            code, _body = await http_client.send("POST", placed.amd_callback, headers, body, user_agent=agent)
-        except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
-            seen.amd_status = type(exc).__name__
-            return
-        seen.amd_status = code
+        seen.amd_status = await self._signed_form_post(placed, placed.amd_callback, form)
 
     async def _vonage_event(self, seen: OutboundCallSeen, status: str, duration_s: int | None = None) -> None:
         """One event webhook (JSON to event_url), signed as a signed-webhook application's are (the JWT with the
