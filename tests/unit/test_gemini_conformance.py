@@ -48,6 +48,22 @@ def test_activity_detection_setting_validates_where_the_sdk_sends_it() -> None:
     assert "realtime_input_config" in genai_types.LiveConnectConfig.model_fields
 
 
+def test_activity_handling_of_turn_taking_by_words_validates_as_the_sdks_enum() -> None:
+    """The setup of a call whose caller's words decide the floor (voicecore/gemini/driver.py, turn_taking):
+    realtimeInputConfig.activityHandling NO_INTERRUPTION, a value of the SDK's ActivityHandling enum; the whole
+    message round-trips through the SDK's types with nothing dropped."""
+    from voicecore.agent.load import default_agent_dir, load_agent
+    from voicecore.gemini.driver import driver_for_agent
+
+    text = driver_for_agent(load_agent(default_agent_dir()), "CAconf", model="gemini-2.5-flash").setup_message()
+    message = json.loads(text)
+    member = message["setup"].pop("realtimeInputConfig")
+    config = genai_types.RealtimeInputConfig.model_validate(member)
+    assert config.activity_handling == genai_types.ActivityHandling.NO_INTERRUPTION
+    assert config.model_dump(mode="json", by_alias=True, exclude_none=True) == member
+    genai_types.LiveClientMessage.model_validate(message)
+
+
 def test_every_message_the_simulator_core_sends_validates() -> None:
     answers = (Answer("Hello there, how can I help?", b"\x10\x00" * 24_000),)
     config = GeminiSimConfig(tool_rules=(ToolRule("book", {"day": "mon"}, on_text="book"),), late_chunks_after_interrupt=1,

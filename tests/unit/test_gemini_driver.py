@@ -49,6 +49,7 @@ class Harness:
         self.connections: list[GeminiConnection] = []
         self.sent: list[str] = []
         self.playout = SILENT  # nothing played: every tag stays audible
+        self.delivering = False
         self.connect()
 
     def connect(self) -> None:
@@ -67,9 +68,21 @@ class Harness:
         self.deliver()
 
     def deliver(self) -> None:
-        self.sim.advance(self.now_ms)
-        for text in self.sim.take_outgoing():
-            self.apply(self.driver.on_model_event(text, self.now_ms * MS, self.playout))
+        """The simulator's messages to the driver in the order it sent them, as a WebSocket carries them (one
+        delivery at a time: what the driver's answers make the simulator send waits behind what it sent before)."""
+        if self.delivering:
+            return
+        self.delivering = True
+        try:
+            while True:
+                self.sim.advance(self.now_ms)
+                texts = self.sim.take_outgoing()
+                if not texts:
+                    break
+                for text in texts:
+                    self.apply(self.driver.on_model_event(text, self.now_ms * MS, self.playout))
+        finally:
+            self.delivering = False
 
     def run(self, ms: int, caller: bytes | None = None) -> None:
         """``ms`` of time in 20 ms steps; ``caller``: mu-law sent as it goes (one frame a step)."""

@@ -15,6 +15,7 @@ from voicecore.call import core
 from voicecore.call.controller import RunTool
 from voicecore.g711 import ulaw_to_linear
 from voicecore.agent.load import load_agent
+from voicecore.gemini import protocol as gp
 from voicecore.gemini.driver import driver_for_agent
 from voicecore.sim.audio_clips import default_library
 from voicecore.sim.gemini_core import CallerPhrase, GeminiSimConfig, ToolRule, recognise_phrases
@@ -56,7 +57,9 @@ def say(h: Harness, name: str) -> None:
 
 
 def last_client_content(h: Harness) -> dict:
-    return [json.loads(t)["clientContent"] for t in h.sent if t.startswith('{"clientContent"')][-1]
+    """The newest clientContent the driver sent, other than its note of how much of a cut answer was heard."""
+    return [json.loads(t)["clientContent"] for t in h.sent
+            if t.startswith('{"clientContent"') and gp.HEARD_NOTE_PREFIX not in t][-1]
 
 
 def ask_to_book(h: Harness) -> None:
@@ -188,7 +191,8 @@ def test_the_receptionists_scenario_gives_the_simulator_its_function_calls_and_i
     assert next(r for r in rules if r.name == "book_appointment").args == BOOKING
     texts = {p.text for p in known}
     assert {"Yes, please.", "No, thank you.", "I would like to book a cleaning tomorrow at ten."} <= texts
-    assert "" not in texts  # a cough has no words to transcribe
+    assert all(p.kind == "noise" for p in known if not p.text)  # a cough is known by its sound, with no words
+    assert {p.kind for p in known if p.text == "Mm-hmm."} == {"backchannel"}
 
 
 def test_phrases_are_recognised_when_a_late_client_sends_seconds_at_once():
@@ -259,3 +263,20 @@ def test_the_same_booking_asked_again_within_the_window_is_not_run_twice():
     (run2,) = h2.of(RunTool)
     h2.apply(h2.driver.on_tool_result(run2.call_id, False, '{"error": "busy"}', h2.now_ms * MS))
     assert h2.driver.writes.recent(run2.key, h2.now_ms * MS) is None
+
+
+def test_the_declined_line_plays_though_it_cut_the_models_own_answer_to_the_no():
+    """The model starts its own answer to the caller's "no" (Gemini takes the turns); the declined line, a text
+    turn, cuts it at the server (`interrupted`). Under turn-taking by words that cut is the server's, not the
+    caller's: the line that follows is a turn of its own, written and played, never taken for late audio."""
+    h = receptionist_call()
+    ask_to_book(h)
+    say(h, "caller_no")
+    h.run(ANSWER_MS * 2)
+    assert h.sim.record.interrupts >= 1  # the text turn cut the model's own answer to the "no"
+    line = h.sim.record.turns[-1]
+    assert line.interrupted_ms is None and line.completed_ms is not None
+    last = max(a.tag for a in h.of(core.OpenTag))
+    assert [w for w in h.of(core.WriteFrames) if w.tag == last]
+    assert last not in [c.tag for c in h.of(core.CancelTag)]
+    assert h.driver.exchange.late_chunks == 0

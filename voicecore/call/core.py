@@ -404,6 +404,13 @@ class ModelCallCore:
             actions.extend(self._cancel(response, now_ns, playout))
         return actions
 
+    def cancel(self, response_id: str, now_ns: int, playout: Playout) -> list[Action]:
+        """Cancel one response (a driver's own decision, e.g. a reply to a backchannel never to be heard)."""
+        response = self.responses.get(response_id)
+        if response is None or response.cancelled:
+            return []
+        return self._cancel(response, now_ns, playout)
+
     def _cancel(self, response: Response, now_ns: int, playout: Playout) -> list[Action]:
         """Cancel ``response``: its tag dies (the pacer skips it, `clear`s if any of it went out), the
         server stops it, and its item is cut at what the caller heard, or deleted when nothing was."""

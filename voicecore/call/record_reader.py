@@ -169,6 +169,8 @@ class RecordReader:
             tag = int(action.get("tag", 0))
             self.tags[tag] = self.created
             self.tag_of[self.created] = tag
+        if kind in ("SendToModel", "CancelTag") and self._events:
+            self._gemini_action(kind, action, at_ms)
         handlers = self._action_cache.get(kind)
         if handlers is None:
             handlers = self._action_cache[kind] = (*self._actions.get(kind, ()), *self._any_action)  # type: ignore[arg-type]
@@ -191,6 +193,27 @@ class RecordReader:
             self.created = event.response_id  # type: ignore[union-attr]
         for handler in self._events.get(kind, ()):
             handler(event, at_ms)
+
+    def _gemini_action(self, kind: str, action: dict[str, Any], at_ms: int) -> None:
+        """What the driver did that the account of a Gemini call's turns follows: its ``setup`` (whether the
+        server cuts a turn on the caller's activity), and a tag it cancelled while the server went on with
+        that turn (turn-taking by words: the driver, not the server, cut it)."""
+        if kind == "SendToModel":
+            text = action.get("text")
+            if isinstance(text, str) and text.startswith('{"setup"'):
+                if self._gemini is None:
+                    self._gemini = GeminiTurns()
+                self._gemini.configured_by(text)
+            elif isinstance(text, str) and self._gemini is not None and gemini_protocol.asks_answer(text):
+                self._gemini.asked()
+            return
+        gemini = self._gemini
+        if gemini is None or gemini.server_interrupts or not gemini.response_id:
+            return
+        if self.tags.get(int(action.get("tag", 0))) == gemini.response_id:
+            for event in gemini.cut_turn():
+                for handler in self._events.get(type(event), ()):
+                    handler(event, at_ms)
 
     def _gemini_model(self, text: str, at_ms: int) -> None:
         """A Gemini server message: the Realtime events of the same conversation (voicecore/gemini/turns.py,

@@ -60,10 +60,11 @@ import orjson
 from voicecore import g711
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
-from voicecore.call.controller import HangUp, PlayFallback, RunTool, Transfer
+from voicecore.call.controller import ControllerConfig, HangUp, HoldTag, PlayFallback, ResumeTag, RunTool, Transfer
 from voicecore.call.failures import HOLD, FailurePolicy, FailureSpell
 from voicecore.call.flow import Say, ToolPlan
 from voicecore.call.tools import DEFAULT_DEDUPE_MS, WriteLedger
+from voicecore.call.turns import CallerTurns
 from voicecore.carriers.codec import EdgeTranscoder
 from voicecore.carriers.events import ENCODING_L16
 from voicecore.gemini import protocol as gp
@@ -141,6 +142,14 @@ class GeminiStats:
     resumed: int = 0
     handles: int = 0
     malformed: int = 0
+    # the turn-taking controller's rule (turn_taking given): what the caller's speech over the agent was
+    holds: int = 0  # the agent's audio held at the caller's first sound, until their words decide
+    resumes: int = 0  # ... and let go on: every utterance since was a backchannel or noise
+    backchannels: int = 0  # utterances over the agent whose words were all backchannel
+    false_interruptions: int = 0  # ... that had no words (a cough, a breath)
+    turns_by_words: int = 0  # utterances whose words took the floor: the agent cut there
+    replies_dropped: int = 0  # model turns that answered only a backchannel or noise: never played
+    heard_notes: int = 0  # notes telling the model how much of a cut answer the caller heard
 
 
 class GeminiDriver:
@@ -154,7 +163,8 @@ class GeminiDriver:
                  greeting: str = "", tools: list[dict] | None = None, flow_args: dict | None = None,
                  first_tag: int = 1, greet: bool = True, gate_policy: str = "off",
                  safe_line: str = core.DEFAULT_SAFE_LINE, audio_format: str = "pcmu",
-                 failure: dict | None = None, dedupe_ms: int = DEFAULT_DEDUPE_MS) -> None:
+                 failure: dict | None = None, dedupe_ms: int = DEFAULT_DEDUPE_MS,
+                 turn_taking: dict | None = None) -> None:
         # failure: FailurePolicy's fields (the agent's [failure]): the hold line and the apology, as the spine's
         # audio_format: the law of the call's frames ("pcma" for an A-law stream passed through): converted
         # to and from mu-law at the resampler, and the law a turn's short last frame is padded in
@@ -208,13 +218,32 @@ class GeminiDriver:
         self.pending: PendingConfirmation | None = None
         self.confirmed_runs: dict[str, tuple[str, str]] = {}  # run id -> (name, arguments): confirmed, running
         self._node_notes: list[str] = []  # clientContent of a node entered, sent before the response that moved there
+        # turn_taking: the turn-taking controller's settings of the caller's floor (ControllerConfig's fields:
+        # languages, backchannels, words_settle_ms, ...). Given: the session asks for activityHandling
+        # NO_INTERRUPTION and the caller's words decide (the "Turn-taking by words" section of the docstring);
+        # None: the server's activity detection cuts the agent on every sound.
+        self.floor: CallerTurns | None = None
+        if turn_taking is not None:
+            self._header_args["turn_taking"] = dict(turn_taking)
+            self.floor = CallerTurns(ControllerConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                                         for k, v in turn_taking.items()}))
+            self.exchange.server_interrupts = False
+        self.held_tag = 0  # the tag held at the caller's first sound (HoldTag), until their words decide
+        self.caller_speaking = False
+        self.reply_owed = True  # something asked the model for an answer since its last turn began
+        self.backchannel_since_answer = False  # the caller only backchannelled over the agent since then
+        self.dropped: set[str] = set()  # model turns that answered a backchannel: never played
+        self.said: dict[str, str] = {}  # the newest turns' transcripts, for the note of what a cut left heard
+        self.heard_note: str = ""  # that note, sent once the session is idle
 
     # --- Driver protocol: the session -----------------------------------------------------------------
     @property
     def wants_ticks(self) -> bool:
         """Timers only while a line is to end the call, the model fails or is generating: a quiet call is never ticked."""
         return not self.ended and (self.hang_up_after is not None or self.spell.failing or self._generating()
-                                   or not self.configured or self.pending is not None)
+                                   or not self.configured or self.pending is not None
+                                   or (self.floor is not None and (self.held_tag != 0 or self.floor.any_open
+                                                                   or bool(self.heard_note))))
 
     def record_header(self) -> dict[str, Any]:
         return {"control": CONTROL, "call_sid": self.call_sid, "first_tag": self.first_tag,
@@ -222,7 +251,7 @@ class GeminiDriver:
 
     def setup_message(self) -> str:
         return gp.setup(self.model, self.instructions, self.voice, functions=declarations(self.tools),
-                        resumption_handle=self.handle)
+                        resumption_handle=self.handle, interrupt_on_activity=self.floor is None)
 
     def start(self, now_ns: int) -> list[core.Action]:
         self.started = True
@@ -275,8 +304,13 @@ class GeminiDriver:
         self.tools_owed_at_loss = bool(self.tool_calls)
         self.tool_calls.clear()
         out: list[core.Action] = []
+        speaking = self.exchange.caller_item
         for event in self.exchange.lost():
             out += self._on_turn_event(event, now_ns, _NO_PLAYOUT)
+        if self.floor is not None and speaking:
+            # the rest of their words went with the connection: how long they spoke decides (a turn cuts the agent)
+            self.floor.transcription_failed(speaking)
+            self.caller_speaking = False
         return out
 
     def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[core.Action]:
@@ -302,7 +336,10 @@ class GeminiDriver:
         """goAway came: move to a new connection now (a pause, or the server's deadline is near)."""
         if not self.go_away or self.ended:
             return False
-        at_pause = not self._generating() and not self.tool_calls
+        # a pause: nothing generated, no tool result owed, and the caller not in the middle of an utterance (the
+        # new connection's activity detection would hear only its rest, and the old one's words be lost)
+        caller_speaking = bool(self.exchange.caller_item) and not self.exchange.caller_stopped
+        at_pause = not self._generating() and not self.tool_calls and not caller_speaking
         return at_pause or now_ns >= self.go_away_deadline_ns
 
     # --- the model's messages ---------------------------------------------------------------------------
@@ -315,9 +352,130 @@ class GeminiDriver:
             for turn_event in self.exchange.feed(event):
                 out.extend(self._on_turn_event(turn_event, now_ns, playout))
             out.extend(self._on_session_event(event, now_ns))
-        return out + self._check(now_ns)
+        if self.floor is not None:
+            out.extend(self._judge(now_ns, playout))
+        return self._asked(out + self._check(now_ns))
+
+    def _asked(self, out: list[core.Action]) -> list[core.Action]:
+        """Note what of ``out`` asks the model for an answer (a tool's result, a text turn that completes): the
+        model's next turn answers it, and is never taken for a reply to a backchannel."""
+        for action in out:
+            if isinstance(action, core.SendToModel) and gp.asks_answer(action.text):
+                self.reply_owed = True
+                self.exchange.asked()
+        return out
 
     def _on_turn_event(self, event: object, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        """One event of the conversation's account; with turn-taking by words, the caller's floor first."""
+        if self.floor is None:
+            return self._on_exchange_event(event, now_ns, playout)
+        response_id = getattr(event, "response_id", None)
+        if response_id is not None and response_id in self.dropped:
+            return []  # a reply to a backchannel: none of it plays
+        floor = self.floor
+        if isinstance(event, rt.ResponseCreated):
+            out = self._judge(now_ns, playout)  # the caller's words were completed just before it
+            if self.backchannel_since_answer and not self.reply_owed:
+                return out + self._drop_reply(event.response_id, now_ns, playout)
+            self.reply_owed = self.backchannel_since_answer = False
+            return out + self._on_exchange_event(event, now_ns, playout)
+        if isinstance(event, rt.SpeechStarted):
+            # The caller made a sound: what the agent says is held (the carrier plays its lead, then a clear) until
+            # their words decide: a backchannel or noise lets it go on, anything else cuts it (_judge).
+            self.counts.caller_took_floor += 1
+            self.caller_speaking = True
+            audible = self.core.audible(playout)
+            floor.started(event.item_id, now_ns, audible is not None or self._generating(), 0)
+            if audible is None or self.held_tag:
+                return []
+            self.held_tag = audible.tag
+            self.counts.holds += 1
+            return [HoldTag(audible.tag, audible.frames)]
+        if isinstance(event, rt.SpeechStopped):
+            self.caller_speaking = False
+            u = floor.find(event.item_id)
+            floor.stopped(event.item_id, now_ns, (now_ns - u.started_ns) // 1_000_000 if u is not None else 0)
+        elif isinstance(event, rt.InputTranscriptionDelta):
+            floor.heard(event.item_id, event.delta, False, now_ns)
+        elif isinstance(event, rt.InputTranscriptionCompleted):
+            floor.heard(event.item_id, event.transcript, True, now_ns)
+        elif isinstance(event, rt.TranscriptDelta):
+            self.said[event.response_id] = self.said.get(event.response_id, "") + event.delta
+            while len(self.said) > 4:
+                del self.said[next(iter(self.said))]
+        return self._on_exchange_event(event, now_ns, playout)
+
+    def _judge(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        """The caller's utterances judged by their words, as the turn-taking controller judges them
+        (voicecore/call/turns.py): a turn cuts the agent (the server answers it), a backchannel or noise over
+        the agent lets a held answer go on and makes the model's reply to it unheard."""
+        floor = self.floor
+        assert floor is not None
+        out: list[core.Action] = []
+        languages = floor.config.confirm_languages
+        for u in floor.utterances:
+            if u.verdict == "turn":
+                continue
+            confirmation = ""
+            if self.pending is not None and u.words.strip():
+                confirmation = agent_actions.confirmation_answer(u.words, languages)
+            verdict = floor.verdict(u, now_ns, confirmation)
+            if verdict == u.verdict:
+                continue
+            previous, u.verdict = u.verdict, verdict
+            if verdict == "turn":
+                u.turn_taken = True  # the server answers it
+                self.reply_owed = True
+                out += self._cut_for_turn(u.item_id, now_ns, playout)
+            elif verdict and u.interrupting and not previous:
+                self.backchannel_since_answer = True
+                if verdict == "backchannel":
+                    self.counts.backchannels += 1
+                else:
+                    self.counts.false_interruptions += 1
+        if self.held_tag and not self.caller_speaking and not floor.any_open:
+            out.append(ResumeTag(self.held_tag))
+            self.held_tag = 0
+            self.counts.resumes += 1
+        floor.forget_settled()
+        if self.heard_note and self._idle():
+            out.append(core.SendToModel(self.heard_note))
+            self.heard_note = ""
+            self.counts.heard_notes += 1
+        return out
+
+    def _cut_for_turn(self, item_id: str, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        """The caller's words took the floor: every live turn is cut where it plays (the core's barge-in), a turn
+        still being generated ends there (its rest is late), and the model will be told what was heard."""
+        self.counts.turns_by_words += 1
+        self.held_tag = 0
+        audible = self.core.audible(playout)
+        if audible is not None:
+            heard_ms = core.played_ms(audible.tag, playout, now_ns, audible.frames)
+            self.heard_note = _heard_note(heard_ms, audible.frames * 20, self.said.get(audible.response_id, ""))
+        out = self._on_exchange_event(rt.SpeechStarted(None, item_id), now_ns, playout)
+        for event in self.exchange.cut_turn():
+            out += self._on_exchange_event(event, now_ns, playout)
+        return out
+
+    def _drop_reply(self, response_id: str, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        """A model turn that answers only a backchannel or noise the caller made over the agent: it gets its tag
+        (so the record reads it as the driver did) and is cut before a frame of it is written."""
+        self.counts.replies_dropped += 1
+        self.dropped.add(response_id)
+        self.backchannel_since_answer = False
+        out = self._on_exchange_event(rt.ResponseCreated(response_id), now_ns, playout)
+        out += self._translate(self.core.cancel(response_id, now_ns, playout))
+        for event in self.exchange.cut_turn():
+            out += self._on_exchange_event(event, now_ns, playout)
+        return out
+
+    def _idle(self) -> bool:
+        """Nothing asked of the model is pending and it generates nothing: a note sent now interrupts no answer."""
+        return (self.configured and not self._generating() and not self.reply_owed and not self.caller_speaking
+                and not self.tool_calls and not self.exchange.caller_item)
+
+    def _on_exchange_event(self, event: object, now_ns: int, playout: core.Playout) -> list[core.Action]:
         """One event of the conversation's account (voicecore/gemini/turns.py) to the core, the audio resampled."""
         if isinstance(event, rt.ResponseCreated):
             self.counts.turns += 1
@@ -444,7 +602,7 @@ class GeminiDriver:
             self.writes.remember(key, output, now_ns)
         confirmed = self.confirmed_runs.pop(call_id, None)
         if confirmed is not None and not self.ended and self.flow is not None:
-            return self._confirmed_result(confirmed, ok, output)
+            return self._asked(self._confirmed_result(confirmed, ok, output))
         owed = self.tool_calls.pop(call_id, None)
         if owed is None or self.ended or self.flow is None:
             return []  # cancelled by the model, or its connection is gone: no one is owed it
@@ -453,7 +611,7 @@ class GeminiDriver:
         response = self._outcome_response(outcome)
         out = [core.SendToModel(text) for text in self._node_notes]
         self._node_notes = []
-        return out + [core.SendToModel(gp.tool_response([(call_id, name, response)]))]
+        return self._asked(out + [core.SendToModel(gp.tool_response([(call_id, name, response)]))])
 
     def _enter_node(self, transition: Any) -> None:
         """The flow moved to another node: its role and task messages go to the model as context (a session's
@@ -588,12 +746,15 @@ class GeminiDriver:
                 self._confirm(out)
             else:
                 self._drop("caller_declined", "declined", out)
-        return out
+        return self._asked(out)
 
     def on_tick(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
         if self.ended:
             return []
         out = self._check(now_ns, playout) + self._check_confirmation(now_ns, playout)
+        if self.floor is not None:
+            out += self._judge(now_ns, playout)
+        self._asked(out)
         if self.hang_up_after is None or self.ended:
             return out
         response_id, line = self.hang_up_after
@@ -646,6 +807,21 @@ CONTROLLER_NAMED = ("tool_calls", "tools_run", "transitions", "actions_proposed"
                     "actions_declined", "actions_timed_out")
 
 
+def _heard_note(heard_ms: int, total_ms: int, said: str) -> str:
+    """The context note after a cut (clientContent, no answer asked): how much of the answer the caller heard.
+    Gemini cannot truncate an answer's item; this is the closest it takes. The words heard are estimated from
+    the share of the audio played."""
+    words = said.split()
+    heard = " ".join(words[: len(words) * min(heard_ms, total_ms) // total_ms]) if total_ms > 0 and words else ""
+    if heard_ms < 100:
+        text = f"{gp.HEARD_NOTE_PREFIX} the caller did not hear your last answer.)"
+    else:
+        text = (f"{gp.HEARD_NOTE_PREFIX} the caller heard about {heard_ms / 1000:.1f} s of your last answer"
+                + (f', up to "{heard}"' if heard else "") + "; they did not hear the rest.)")
+    return gp.client_content([("user", text)], turn_complete=False)
+
+
+
 def _error(kind: str, message: str) -> dict:
     return {"error": {"type": kind, "message": message}}
 
@@ -666,8 +842,10 @@ def driver_from_header(header: dict[str, Any]) -> GeminiDriver:
 
 
 def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 1, greet: bool = True,
-                     gate_policy: str = "off", audio_format: str = "pcmu") -> GeminiDriver:
-    """A new call's Gemini driver from the agent's spec: its first node's instructions and functions."""
+                     gate_policy: str = "off", audio_format: str = "pcmu", by_words: bool = True) -> GeminiDriver:
+    """A new call's Gemini driver from the agent's spec: its first node's instructions and functions.
+    ``by_words``: the caller's words decide who has the floor (the agent's languages and backchannels, as the
+    turn-taking controller reads them); False: the server's activity detection cuts the agent on every sound."""
     from voicecore.agent.flow import AgentFlow
 
     flow = AgentFlow(agent)
@@ -680,4 +858,14 @@ def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 
     return GeminiDriver(call_sid, model=model, instructions=session.instructions, voice=agent.voice_for(VENDOR),
                         greeting=agent.greeting, tools=tools, flow_args=flow.record_args(),
                         first_tag=first_tag, greet=greet, gate_policy=gate_policy, safe_line=agent.safe_line,
-                        audio_format=audio_format, failure=failure.to_dict(), dedupe_ms=int(agent.dedupe_s * 1000))
+                        audio_format=audio_format, failure=failure.to_dict(), dedupe_ms=int(agent.dedupe_s * 1000),
+                        turn_taking=floor_settings(agent) if by_words else None)
+
+
+def floor_settings(agent: Any) -> dict:
+    """The turn-taking controller's settings that judge the caller's words on a Gemini call (ControllerConfig's
+    names; recorded in the call's header). The server's activity detection waits ~500 ms of silence, as the
+    Realtime path's server VAD does, and its utterances carry no prefix padding."""
+    languages = list(agent.languages)
+    return {"languages": languages, "confirm_languages": languages, "backchannels": list(agent.backchannels),
+            "transcript_wait_ms": agent.transcript_wait_ms, "vad_prefix_padding_ms": 0}

@@ -378,6 +378,7 @@ def setup(
     *,
     functions: Sequence[Mapping[str, Any]] = (),
     automatic_activity_detection: bool = True,
+    interrupt_on_activity: bool = True,
     transcribe_input: bool = True,
     transcribe_output: bool = True,
     resumption_handle: str | None = None,
@@ -389,7 +390,9 @@ def setup(
     """The first message of a connection. ``model`` is "models/NAME" ("NAME" alone is prefixed).
 
     ``automatic_activity_detection`` False: the server's VAD is off and the client marks each caller turn
-    with activityStart / activityEnd. ``resumable``: ask for sessionResumptionUpdate handles; with
+    with activityStart / activityEnd. ``interrupt_on_activity`` False: ``activityHandling`` NO_INTERRUPTION,
+    the caller's speech does not cut the model's turn (the client decides whether it was a turn: the
+    turn-taking controller's rule by words). ``resumable``: ask for sessionResumptionUpdate handles; with
     ``resumption_handle`` the connection continues that session. ``compress_context``: a sliding window
     keeps the session going past the context limit (without it an audio session ends after ~15 minutes).
     """
@@ -404,8 +407,12 @@ def setup(
         body["generationConfig"]["speechConfig"] = {"voiceConfig": {"prebuiltVoiceConfig": {"voiceName": voice}}}
     if functions:
         body["tools"] = [{"functionDeclarations": [dict(f) for f in functions]}]
+    if not automatic_activity_detection or not interrupt_on_activity:
+        body["realtimeInputConfig"] = {}
     if not automatic_activity_detection:
-        body["realtimeInputConfig"] = {"automaticActivityDetection": {"disabled": True}}
+        body["realtimeInputConfig"]["automaticActivityDetection"] = {"disabled": True}
+    if not interrupt_on_activity:
+        body["realtimeInputConfig"]["activityHandling"] = NO_INTERRUPTION
     if transcribe_input:
         body["inputAudioTranscription"] = {}
     if transcribe_output:
@@ -427,6 +434,12 @@ def realtime_audio(pcm16_16khz: bytes) -> str:
     """realtimeInput.audio: 16-bit little-endian PCM at 16 kHz. Built by concatenation (hot path)."""
     b64 = binascii.b2a_base64(pcm16_16khz, newline=False).decode("ascii")
     return '{"realtimeInput":{"audio":{"data":"' + b64 + '","mimeType":"' + INPUT_AUDIO_MIME + '"}}}'
+
+
+NO_INTERRUPTION = "NO_INTERRUPTION"  # realtimeInputConfig.activityHandling: the caller's speech cuts no model turn
+# How voicecore's note of a cut answer begins (a clientContent turn the model does not answer; Gemini has no item
+# truncation): the simulator reads a note that begins so as the client's cut of the turn the caller spoke over.
+HEARD_NOTE_PREFIX = "(You were interrupted:"
 
 
 def activity_start() -> str:
@@ -454,6 +467,12 @@ def client_content(turns: Sequence[tuple[str, str]], turn_complete: bool = True)
             raise ValueError(f"a turn's role is user or model, not {role!r}")
         built.append({"role": role, "parts": [{"text": text}]})
     return _dump({"clientContent": {"turns": built, "turnComplete": turn_complete}})
+
+
+def asks_answer(text: str) -> bool:
+    """A client message (as built here) the model answers: a toolResponse, or a clientContent turn that completes."""
+    return text.startswith('{"toolResponse"') or (text.startswith('{"clientContent"')
+                                                 and text.endswith('"turnComplete":true}}'))
 
 
 def tool_response(responses: Sequence[tuple[str, str, Mapping[str, Any]]]) -> str:

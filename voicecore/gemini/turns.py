@@ -19,6 +19,11 @@ call as they read any other:
   (``InputTranscriptionCompleted``, after a ``SpeechStopped`` if none came) when the model starts answering;
 - each ``toolCall`` function call is a ``FunctionCallArgumentsDone``.
 
+A session whose setup asked for ``activityHandling`` NO_INTERRUPTION (``server_interrupts`` False: the
+turn-taking controller's rule, voicecore/gemini/driver.py) is never cut by the caller's activity: the server
+finishes the turn, and the runtime cuts it (``cut_turn``) when the caller's words make a turn of it; the cut
+turn's audio is late until its ``turnComplete``.
+
 Response ids are ``gemini_turn_<n>`` in the order the turns began: a record's reader counts the same as the
 driver did.
 """
@@ -54,6 +59,25 @@ class GeminiTurns:
     words: list[str] = dataclasses.field(default_factory=list)
     said: list[str] = dataclasses.field(default_factory=list)  # the model turn's outputTranscription so far
     late_chunks: int = 0
+    server_interrupts: bool = True  # False: activityHandling NO_INTERRUPTION (the module docstring)
+    server_cut: bool = False  # the turn in progress was cut by the server's `interrupted` (it sends no more of it)
+    answer_asked: bool = False  # the client asked for an answer (a text turn, a tool's result) since the last turn began
+
+    def configured_by(self, setup_text: str) -> None:
+        """The client's ``setup`` (its text as sent): whether the server cuts a turn on the caller's activity."""
+        self.server_interrupts = gp.NO_INTERRUPTION not in setup_text
+
+    def asked(self) -> None:
+        """The client asked the model for an answer (a clientContent turn that completes, a toolResponse)."""
+        self.answer_asked = True
+
+    def cut_turn(self) -> list[object]:
+        """The runtime cut the turn in progress (the caller's words took the floor, or it answered a
+        backchannel): the rest of its audio is late."""
+        if not self.response_id or self.cut:
+            return []
+        self.cut = True
+        return [rt.ResponseDone(self.response_id, "cancelled", "turn_detected")]
 
     def item_of(self, response_id: str) -> str:
         return response_id.replace("gemini_turn_", "gemini_item_")
@@ -85,7 +109,15 @@ class GeminiTurns:
                 return [rt.SpeechStopped(None, self.caller_item)]
             return []
         if isinstance(event, gp.Interrupted):
-            return self._caller_starts(new=False)
+            if self.server_interrupts:
+                return self._caller_starts(new=False)
+            # NO_INTERRUPTION: the caller's activity cut nothing; a client message did (a text turn). The turn is
+            # over at the server; once an answer was asked for, what comes next is that answer.
+            out = self.cut_turn()
+            self.server_cut = True
+            if self.answer_asked:
+                self.response_id, self.cut = "", False
+            return out
         if isinstance(event, gp.InputTranscription):
             out = self._next_exchange()
             if not event.text.strip():
@@ -104,10 +136,13 @@ class GeminiTurns:
         return []
 
     def lost(self) -> list[object]:
-        """The connection is gone: a turn in progress ends where it is (its session will not finish it)."""
+        """The connection is gone: a turn in progress ends where it is (its session will not finish it), and so
+        does the caller's utterance (the next connection's activity detection starts afresh: what it hears of
+        the rest is a new one)."""
         response_id, cut = self.response_id, self.cut
         self.response_id, self.cut = "", False
-        return [rt.ResponseDone(response_id, "incomplete", "session_lost")] if response_id and not cut else []
+        out: list[object] = [rt.ResponseDone(response_id, "incomplete", "session_lost")] if response_id and not cut else []
+        return out + self._complete_words()
 
     def _answer_starts(self) -> list[object]:
         if self.response_id:
@@ -115,6 +150,7 @@ class GeminiTurns:
         out = self._complete_words()
         self.turns += 1
         self.response_id, self.cut, self.said = f"gemini_turn_{self.turns}", False, []
+        self.server_cut = self.answer_asked = False
         return out + [rt.ResponseCreated(self.response_id)]
 
     def _caller_starts(self, new: bool) -> list[object]:
@@ -126,14 +162,14 @@ class GeminiTurns:
             self.utterances += 1
             self.caller_item, self.caller_stopped = f"gemini_caller_{self.utterances}", False
             out.append(rt.SpeechStarted(None, self.caller_item))
-        if self.response_id and not self.cut:
-            self.cut = True
-            out.append(rt.ResponseDone(self.response_id, "cancelled", "turn_detected"))
+        if self.server_interrupts or not new:  # `interrupted` cuts it whatever the setup asked
+            out += self.cut_turn()
         return out
 
     def _next_exchange(self) -> list[object]:
-        """A cut turn takes no more late audio once the exchange after it begins."""
-        if self.response_id and self.cut:
+        """A cut turn takes no more late audio once the exchange after it begins (a server that does not
+        interrupt finishes it: its audio is late until its turnComplete)."""
+        if self.response_id and self.cut and (self.server_interrupts or self.server_cut):
             self.response_id, self.cut = "", False
         return []
 

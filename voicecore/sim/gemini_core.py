@@ -32,6 +32,7 @@ import numpy as np
 import orjson
 
 from voicecore.gemini.protocol import (
+    HEARD_NOTE_PREFIX,
     CLOSE_NORMAL,
     CLOSE_POLICY_VIOLATION,
     INPUT_SAMPLE_RATE_HZ,
@@ -50,6 +51,7 @@ _CLIENT_MEMBERS = frozenset({"setup", "clientContent", "realtimeInput", "toolRes
 _SETUP_MEMBERS = frozenset({"model", "generationConfig", "systemInstruction", "tools", "realtimeInputConfig",
                             "sessionResumption", "contextWindowCompression", "inputAudioTranscription",
                             "outputAudioTranscription", "proactivity"})
+ACTIVITY_HANDLINGS = frozenset({"ACTIVITY_HANDLING_UNSPECIFIED", "START_OF_ACTIVITY_INTERRUPTS", "NO_INTERRUPTION"})
 _REALTIME_MEMBERS = frozenset({"audio", "mediaChunks", "audioStreamEnd", "video", "text", "activityStart",
                                "activityEnd"})
 
@@ -117,19 +119,27 @@ class ToolRule:
 
 # Recognising a caller phrase: its loudest 40 ms at 8 kHz, searched in the caller's 16 kHz audio taken every
 # other sample (both phases: the client's upsampler keeps neither exactly); a normalised correlation at or
-# above RECOGNISE_MIN is the phrase. Distinct recorded phrases correlate far below it.
+# above RECOGNISE_MIN is the phrase. Short phrases' signatures can pass it inside another phrase ("Mm" in
+# "Mm-hmm"): the best-scoring match claims its stretch of audio, and a match inside a claimed stretch is not heard.
 PHRASE_RATE_HZ = 8_000
-SIGNATURE_SAMPLES = PHRASE_RATE_HZ * 40 // 1000
+SIGNATURE_MS = 40
+SIGNATURE_SAMPLES = PHRASE_RATE_HZ * SIGNATURE_MS // 1000
 RECOGNISE_MIN = 0.8
+# While the caller speaks, the phrases they finished saying are transcribed this often, from this much of the
+# latest audio (the vendor streams inputTranscription during the utterance, not only at its end).
+PARTIAL_EVERY_MS = 200
 PRE_ROLL_MS = 300  # caller audio kept before the activity detection heard speech (a VAD starts late)
 
 
 @dataclass(frozen=True, slots=True)
 class CallerPhrase:
-    """Words the simulator transcribes when it hears them: ``pcm8k`` is the phrase as 8 kHz 16-bit PCM."""
+    """Words the simulator transcribes when it hears them: ``pcm8k`` is the phrase as 8 kHz 16-bit PCM.
+    ``kind``: the harness's label of the clip (caller, backchannel, noise), kept in the record for the turn
+    figures; a noise has no text and is transcribed as nothing."""
 
     text: str
     pcm8k: bytes
+    kind: str = "caller"
 
 
 @functools.lru_cache(maxsize=256)
@@ -138,21 +148,56 @@ def _signature(pcm8k: bytes) -> np.ndarray:
     samples = np.frombuffer(pcm8k[: len(pcm8k) - len(pcm8k) % 2], dtype="<i2").astype(np.float64)
     if samples.size < SIGNATURE_SAMPLES:
         return np.zeros(0)
-    energy = np.convolve(samples * samples, np.ones(SIGNATURE_SAMPLES), mode="valid")
-    at = int(np.argmax(energy))
+    at = _signature_at(pcm8k)
     part = samples[at:at + SIGNATURE_SAMPLES] - samples[at:at + SIGNATURE_SAMPLES].mean()
     norm = float(np.linalg.norm(part))
     return part / norm if norm else np.zeros(0)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)
+def _signature_at(pcm8k: bytes) -> int:
+    """Where in the phrase (8 kHz samples) its signature begins."""
+    samples = np.frombuffer(pcm8k[: len(pcm8k) - len(pcm8k) % 2], dtype="<i2").astype(np.float64)
+    energy = np.convolve(samples * samples, np.ones(SIGNATURE_SAMPLES), mode="valid")
+    return int(np.argmax(energy))
+
+
+@functools.lru_cache(maxsize=2048)
 def _signature_spectrum(pcm8k: bytes, size: int) -> np.ndarray:
     return np.conj(np.fft.rfft(_signature(pcm8k), size))
 
 
 def recognise_phrases(pcm16k: np.ndarray, phrases: tuple[CallerPhrase, ...]) -> str:
     """The words of the phrases heard in ``pcm16k`` (16 kHz samples), in the order heard ("" none)."""
-    found: list[tuple[int, str]] = []
+    return " ".join(phrase.text for phrase in recognised(pcm16k, phrases) if phrase.text)
+
+
+def heard_kind(heard: list[CallerPhrase]) -> str:
+    """What an utterance was by the phrases heard in it: backchannel or noise when every one was, else caller
+    ("" when none was recognised)."""
+    kinds = {phrase.kind for phrase in heard}
+    return "" if not kinds else kinds.pop() if len(kinds) == 1 else "caller"
+
+
+def recognised(pcm16k: np.ndarray, phrases: tuple[CallerPhrase, ...]) -> list[CallerPhrase]:
+    """The phrases heard in ``pcm16k`` (16 kHz samples), in the order heard."""
+    return [phrase for _, _, phrase in recognised_spans(pcm16k, phrases)]
+
+
+def recognised_spans(pcm16k: np.ndarray, phrases: tuple[CallerPhrase, ...]) -> list[tuple[int, int, CallerPhrase]]:
+    """The phrases heard in ``pcm16k`` (16 kHz samples), in the order heard, each with where it begins and ends
+    (8 kHz samples from the audio's start; a phrase whose signature is near the audio's start may begin before it)."""
+    claimed: list[tuple[int, int, CallerPhrase]] = []  # (start, end) in 8 kHz samples, best matches first
+    for _, start, end, phrase in sorted(phrase_hits(pcm16k, phrases), key=lambda hit: -hit[0]):
+        if all(other is not phrase and (end <= s or start >= e) for s, e, other in claimed):
+            claimed.append((start, end, phrase))
+    return sorted(claimed, key=lambda c: c[0])
+
+
+def phrase_hits(pcm16k: np.ndarray, phrases: tuple[CallerPhrase, ...]) -> list[tuple[float, int, int, CallerPhrase]]:
+    """Each phrase's best match in ``pcm16k`` at or above RECOGNISE_MIN: (score, start, end, phrase), the span in
+    8 kHz samples from the audio's start. Matches may overlap (recognised_spans keeps the best)."""
+    hits: list[tuple[float, int, int, CallerPhrase]] = []
     for phase in (0, 1):
         y = pcm16k[phase::2].astype(np.float64)
         n = y.size
@@ -173,10 +218,10 @@ def recognise_phrases(pcm16k: np.ndarray, phrases: tuple[CallerPhrase, ...]) -> 
             corr = np.fft.irfft(spectrum * _signature_spectrum(phrase.pcm8k, size), size)[: n - SIGNATURE_SAMPLES + 1]
             score = np.where(quiet, 0.0, corr / scale)
             at = int(np.argmax(score))
-            if score[at] >= RECOGNISE_MIN and phrase.text and all(text != phrase.text for _, text in found):
-                found.append((at, phrase.text))
-    found.sort()
-    return " ".join(text for _, text in found)
+            if score[at] >= RECOGNISE_MIN:
+                start = at - _signature_at(phrase.pcm8k)
+                hits.append((float(score[at]), start, start + len(phrase.pcm8k) // 2, phrase))
+    return hits
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +299,7 @@ class TurnRecord:
     chunk_bytes: list[int] = field(default_factory=list)  # PCM bytes of each audio chunk, in order
     chunk_sent_ms: list[int] = field(default_factory=list)  # when each chunk sent went out (late ones too)
     interrupted_ms: int | None = None
+    client_cut_ms: int | None = None  # the client's note that its caller cut this turn arrived (NO_INTERRUPTION)
     completed_ms: int | None = None  # turnComplete sent
     late_chunks: int = 0
 
@@ -279,6 +325,7 @@ class ConnectionRecord:
     turns: list[TurnRecord] = field(default_factory=list)
     caller_activity: list[list[int | None]] = field(default_factory=list)  # [started_ms, ended_ms or None]
     transcripts: list[str] = field(default_factory=list)  # each audio turn's recognised words ("" none)
+    caller_kinds: list[str] = field(default_factory=list)  # each audio turn's kind by its phrases ("" unknown)
 
 
 @dataclass(slots=True)
@@ -324,6 +371,8 @@ class GeminiConnection:
         self.session: GeminiSession | None = None
         self.close: tuple[int, str] | None = None
         self.automatic_vad = True
+        self.interrupts = True  # activityHandling: the caller's activity cuts the model's turn
+        self._answer_after_turn: tuple[str | None, bool] | None = None  # a caller turn heard while the model spoke
         self.resumption = False
         self._out: list[str] = []
         self._turn: _Turn | None = None
@@ -332,6 +381,10 @@ class GeminiConnection:
         self._silence_ms = 0.0
         self._heard: list[np.ndarray] = []  # the caller's audio since speech began (with its pre-roll)
         self._pre_roll: list[np.ndarray] = []
+        self._heard_samples = 0  # 16 kHz samples in _heard
+        self._partial_due = 0  # ... at which the phrases said so far are transcribed next
+        # phrases matched while the caller speaks: [score, start, end (8 kHz samples of the utterance), phrase, sent]
+        self._partial_sent: list[list[Any]] = []
         self._go_away_due = now_ms + max(0, config.connection_limit_ms - config.go_away_notice_ms)
         self._limit_due = now_ms + config.connection_limit_ms
 
@@ -411,8 +464,16 @@ class GeminiConnection:
             self._refuse(CLOSE_POLICY_VIOLATION, f"{model} is not found for API version v1beta, or is not "
                                                  "supported for bidiGenerateContent.")
             return
-        detection = _field(_field(body, "realtimeInputConfig") or {}, "automaticActivityDetection") or {}
+        realtime_config = _field(body, "realtimeInputConfig") or {}
+        detection = _field(realtime_config, "automaticActivityDetection") or {}
         self.automatic_vad = not _field(detection, "disabled", False)
+        handling = _field(realtime_config, "activityHandling", "ACTIVITY_HANDLING_UNSPECIFIED")
+        if handling not in ACTIVITY_HANDLINGS:
+            self._refuse(CLOSE_INVALID_PAYLOAD, f"Invalid value at 'setup.realtime_input_config.activity_handling' "
+                                                f"(type.googleapis.com/google.ai.generativelanguage.v1beta.ActivityHandling), \"{handling}\"")
+            return
+        # NO_INTERRUPTION: the caller's activity cuts no turn; their turn is answered once the model's is done
+        self.interrupts = handling != "NO_INTERRUPTION"
         resumption = _field(body, "sessionResumption")
         self.resumption = isinstance(resumption, dict)
         handle = _field(resumption, "handle") if self.resumption else None
@@ -480,7 +541,7 @@ class GeminiConnection:
                     # the server's activity detection says so as the vendor's does (voiceActivity), then acts on it
                     self._send({"voiceActivity": {"voiceActivityType": "ACTIVITY_START"}})
                     self._caller_started(now_ms)
-                elif self._turn is not None:
+                elif self._turn is not None and self.interrupts:
                     self._take_floor(now_ms)  # a turn begun while the caller speaks (a text turn's) is talked over
             elif self._speaking:
                 self._silence_ms += 1000.0 * len(part) / INPUT_SAMPLE_RATE_HZ
@@ -497,11 +558,47 @@ class GeminiConnection:
             return
         if self._speaking:
             self._heard.append(raw)
+            self._heard_samples += raw.size
+            if self._heard_samples >= self._partial_due:
+                self._partial_due = self._heard_samples + INPUT_SAMPLE_RATE_HZ * PARTIAL_EVERY_MS // 1000
+                self._transcribe_so_far()
             return
         self._pre_roll.append(raw)
         keep = INPUT_SAMPLE_RATE_HZ * PRE_ROLL_MS // 1000
         while sum(part.size for part in self._pre_roll) - self._pre_roll[0].size >= keep:
             self._pre_roll.pop(0)
+
+    def _transcribe_so_far(self) -> None:
+        """The phrases the caller finished saying, sent as inputTranscription pieces while they speak. Only the
+        newest audio is searched (a phrase is found by its signature, 40 ms); a match whose phrase is not said
+        to its end waits, and a better match over the same stretch replaces one not sent yet."""
+        window = INPUT_SAMPLE_RATE_HZ * (PARTIAL_EVERY_MS + 2 * SIGNATURE_MS) // 1000
+        tail: list[np.ndarray] = []
+        size = 0
+        for part in reversed(self._heard):
+            tail.append(part)
+            size += part.size
+            if size >= window:
+                break
+        offset = (self._heard_samples - size) // 2  # the tail's start, in 8 kHz samples of the utterance
+        claims = self._partial_sent
+        for score, start, end, phrase in sorted(phrase_hits(np.concatenate(tail[::-1]), self.config.caller_phrases),
+                                                key=lambda hit: -hit[0]):
+            start, end = start + offset, end + offset
+            over = [c for c in claims if not (end <= c[1] or start >= c[2])]
+            if any(c[4] or c[0] >= score for c in over):
+                continue
+            for c in over:
+                claims.remove(c)
+            claims.append([score, start, end, phrase, False])
+        said_until = self._heard_samples // 2
+        for claim in sorted(claims, key=lambda c: c[1]):
+            if claim[4] or claim[2] > said_until:
+                continue
+            first = not any(c[4] and c[3].text for c in claims)
+            claim[4] = True
+            if claim[3].text:
+                self._send({"serverContent": {"inputTranscription": {"text": ("" if first else " ") + claim[3].text}}})
 
     def _client_content(self, body: dict[str, Any], now_ms: int) -> None:
         turns = _field(body, "turns", [])
@@ -521,6 +618,8 @@ class GeminiConnection:
             text = " ".join(p["text"] for p in parts if "text" in p)
             self.session.history.append((str(turn.get("role", "user")), text))
             texts.append(text)
+        if not _field(body, "turnComplete") and any(text.startswith(HEARD_NOTE_PREFIX) for text in texts):
+            self._client_cut(now_ms)
         if _field(body, "turnComplete"):
             # a text turn cuts what the model is saying and is answered at once; a caller speaking meanwhile
             # goes on speaking (the activity detection hears their audio, not the client's text)
@@ -549,9 +648,12 @@ class GeminiConnection:
         self.record.caller_activity.append([now_ms, None])
         if not self._speaking:
             self._heard, self._pre_roll = self._pre_roll, []
+            self._heard_samples = sum(part.size for part in self._heard)
+            self._partial_due, self._partial_sent = 0, []
         self._speaking = True
         self._silence_ms = 0.0
-        self._take_floor(now_ms)
+        if self.interrupts:
+            self._take_floor(now_ms)
 
     def _take_floor(self, now_ms: int) -> None:
         """The model's turn is cut and the function calls it waits on are cancelled."""
@@ -572,11 +674,25 @@ class GeminiConnection:
         assert self.session is not None
         # its words if they are a phrase the simulator knows
         heard, self._heard = self._heard, []
-        words = recognise_phrases(np.concatenate(heard), self.config.caller_phrases) if heard else ""
+        phrases = recognised(np.concatenate(heard), self.config.caller_phrases) if heard else []
+        words = " ".join(phrase.text for phrase in phrases if phrase.text)
+        kind = heard_kind(phrases)
         self.record.transcripts.append(words)
+        self.record.caller_kinds.append(kind)
         said = words or f"(caller turn {self.session.caller_turns + 1})"
-        self._send({"serverContent": {"inputTranscription": {"text": said}}})
+        # what was not transcribed while they spoke (a phrase whose end came last; unknown speech as a placeholder);
+        # a cough or a breath is transcribed as nothing
+        sent = [c[3] for c in self._partial_sent if c[4] and c[3].text]
+        spoke = bool(sent)
+        rest = [p for p in phrases if p.text and not (p in sent and sent.remove(p) is None)]
+        if kind != "noise" and (rest or not spoke):
+            text = " ".join(p.text for p in rest) if rest else said
+            self._send({"serverContent": {"inputTranscription": {"text": (" " if spoke else "") + text}}})
+        self._partial_sent = []
         self.session.history.append(("user", said))
+        if self._turn is not None and not self.interrupts:
+            self._answer_after_turn = (words or None, True)  # answered once the model's turn is done
+            return
         self._answer(words or None, now_ms, spoken=True)
 
     def _answer(self, text: str | None, now_ms: int, spoken: bool) -> None:
@@ -612,6 +728,16 @@ class GeminiConnection:
         record = TurnRecord(answer.text, pcm, now_ms, seed=seed, chunk_size=chunk_bytes)
         self.record.turns.append(record)
         self._turn = _Turn(chunks, now_ms, record, pieces, answer.text.split(), seed)
+
+    def _client_cut(self, now_ms: int) -> None:
+        """The client's note that its caller cut a turn (voicecore's turn-taking by words): the turn that was
+        playing when the caller's last utterance began is recorded as cut there (the note's arrival)."""
+        starts = [start for start, _ in self.record.caller_activity]
+        if not starts:
+            return
+        began = [turn for turn in self.record.turns if turn.started_ms <= starts[-1] and turn.client_cut_ms is None]
+        if began:
+            began[-1].client_cut_ms = now_ms
 
     def _interrupt(self, now_ms: int) -> None:
         turn = self._turn
@@ -650,6 +776,9 @@ class GeminiConnection:
             if self.resumption and self.session is not None:
                 handle = self.store.issue_handle(self.session)
                 self._send({"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}})
+            if self._answer_after_turn is not None:
+                (text, spoken), self._answer_after_turn = self._answer_after_turn, None
+                self._answer(text, now_ms, spoken)
         if self.record.go_away_ms is None and now_ms >= self._go_away_due:
             self.record.go_away_ms = now_ms
             left = max(0, self._limit_due - now_ms)

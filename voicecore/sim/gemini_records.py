@@ -40,11 +40,20 @@ async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0,
     ``scenario``: an agent's demo scenario (voicecore/agent/scenario.py): the simulator transcribes its
     callers' clips and makes its function calls on their words (its spoken answers are the simulator's own)."""
     limit_ms = int(connection_limit_s * 1000)
-    rules, phrases = scenario_behaviour(scenario) if scenario is not None else ((), ())
+    rules, phrases = scenario_behaviour(scenario) if scenario is not None else ((), caller_phrases())
     config = GeminiSimConfig(api_keys=(DEMO_API_KEY,), connection_limit_ms=limit_ms,
                              go_away_notice_ms=min(10_000, limit_ms // 2), late_chunks_after_interrupt=late_chunks,
                              tool_rules=rules, caller_phrases=phrases)
     return await serve_gemini_sim("127.0.0.1", 0, config)
+
+
+def caller_phrases(names: Any = None) -> tuple[CallerPhrase, ...]:
+    """The packaged caller clips (``names``, or every one: callers, backchannels, noises) as phrases the
+    simulator recognises, each with its kind, so it transcribes what a harness's callers say."""
+    library = default_library()
+    return tuple(CallerPhrase(info.text, ulaw_to_linear(library.audio[info.name]).astype("<i2").tobytes(), info.kind)
+                 for info in library.infos
+                 if info.role == "caller" and (names is None or info.name in names) and (info.text or info.kind == "noise"))
 
 
 def scenario_behaviour(scenario: Any) -> tuple[tuple[ToolRule, ...], tuple[CallerPhrase, ...]]:
@@ -52,12 +61,8 @@ def scenario_behaviour(scenario: Any) -> tuple[tuple[ToolRule, ...], tuple[Calle
     and the caller clips its scripts say, as phrases the simulator recognises."""
     rules = tuple(ToolRule(turn.call, json.loads(turn.arguments), on_words=turn.when)
                   for turn in scenario.sim_turns if turn.call)
-    library = default_library()
-    texts = {info.name: info.text for info in library.infos}
-    names = sorted({t.clip for script in scenario.scripts for t in script.turns if t.clip})
-    phrases = tuple(CallerPhrase(texts[name], ulaw_to_linear(library.audio[name]).astype("<i2").tobytes())
-                    for name in names if texts.get(name))
-    return rules, phrases
+    names = {t.clip for script in scenario.scripts for t in script.turns if t.clip}
+    return rules, caller_phrases(names)
 
 
 def demo_config(config: Config, port: int) -> Config:
@@ -98,25 +103,28 @@ def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
     for number, turn in enumerate(record.turns):
         audio, sizes, sent_ms = turn_ulaw(turn)
         sent = len(turn.chunk_sent_ms)
-        status = "cancelled" if turn.interrupted_ms is not None else "completed" if turn.completed_ms else "in_progress"
+        # cut by the server (interrupted), or by the client whose note says its caller cut it (NO_INTERRUPTION)
+        cut_ms = turn.interrupted_ms if turn.interrupted_ms is not None else turn.client_cut_ms
+        status = "cancelled" if cut_ms is not None else "completed" if turn.completed_ms else "in_progress"
         late = turn.late_chunks
         session.responses.append(ResponseRecord(
             index=number, response_id=f"gemini-{index}-{number}", item_id=f"gemini-item-{index}-{number}",
             clip_name="", text=turn.text, audio=audio, delta_bytes=sizes, created_ms=turn.started_ms,
-            first_delta_ms=turn.chunk_sent_ms[0] if sent else None, cancel_ms=turn.interrupted_ms,
+            first_delta_ms=turn.chunk_sent_ms[0] if sent else None, cancel_ms=cut_ms,
             done_ms=turn.completed_ms or turn.interrupted_ms, status=status,
-            reason="turn_detected" if turn.interrupted_ms is not None else None,
+            reason="turn_detected" if cut_ms is not None else None,
             sent_bytes=len(audio), late_bytes=sum(sizes[sent - late:sent]) if late else 0, late_deltas=late,
             delta_sent_ms=sent_ms, origin="turn_detection", instructions=instructions))
     transcripts = list(record.transcripts) + [""] * len(record.caller_activity)
+    kinds = list(record.caller_kinds) + [""] * len(record.caller_activity)
     for number, (started, ended) in enumerate(record.caller_activity):
-        # every utterance the simulator's activity detection ended is a caller turn it answers (it does not
-        # tell backchannels from turns): the turn figures count it as a real turn, answered or not
+        # an utterance the simulator's activity detection ended is what its phrases were (a backchannel, a
+        # noise); one it recognised nothing in counts as a real turn (it answers every utterance)
         finished = ended is not None
         session.speech.append(SpeechRecord(
             item_id=f"gemini-caller-{index}-{number}", audio_start_ms=0, started_at_ms=started, stopped_at_ms=ended,
             transcript=(transcripts[number] or f"(caller turn {number + 1})") if finished else None, transcript_completed_ms=ended,
-            caller_kind="caller" if finished else None))
+            caller_kind=(kinds[number] or "caller") if finished else None))
     return session
 
 

@@ -264,7 +264,8 @@ class CallSession:
         if worker.vendor == gemini_driver.VENDOR:  # Gemini Live: its own driver (voicecore/gemini/driver.py)
             decider = gemini_driver.driver_for_agent(agent, call_sid, model=worker.gemini_model, first_tag=first_tag,
                                                      greet=not resumed, gate_policy=config.gate_policy,
-                                                     audio_format=self.audio_format)
+                                                     audio_format=self.audio_format,
+                                                     by_words=config.call_control != "spine")
         else:
             decider = driver_for_config(config, agent, call_sid, first_tag=first_tag, greet=not resumed,
                                         audio_format=self.audio_format, placed=placed is not None)
