@@ -91,11 +91,15 @@ def free_port() -> int:
             return port
 
 
+DEMO_CALLER_CLIPS = ("caller_basic_price", "caller_interrupt")  # what the generic callers say
+
+
 def demo_script(seconds: float) -> CallScript:
     """Greeting, a question, and a barge-in in the middle of the answer."""
+    question, barge_in = DEMO_CALLER_CLIPS
     return CallScript(
         duration_ms=int(seconds * 1000),
-        utterances=((FIRST_QUESTION_AT_MS, load_clip("caller_basic_price")), (BARGE_IN_AT_MS, load_clip("caller_interrupt"))),
+        utterances=((FIRST_QUESTION_AT_MS, load_clip(question)), (BARGE_IN_AT_MS, load_clip(barge_in))),
         bargein_at_ms=(BARGE_IN_AT_MS,),
     )
 
@@ -311,7 +315,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
     if model_vendor == "gemini":  # the Gemini Live simulator instead (voicecore/gemini/demo.py)
         gemini_sim, sim_port = await gemini_demo.start_sim(connection_limit_s, sim_config.late_deltas_after_cancel,
-                                                           scenario)
+                                                           scenario, clips=DEMO_CALLER_CLIPS)
         sim = gemini_demo.GeminiRecords(gemini_sim)
     else:
         sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)

@@ -186,3 +186,22 @@ def test_the_record_replays_to_the_same_actions_and_is_read_as_the_driver_cut_th
     assert done["gemini_turn_3"] == "completed"
     result = replay(h.driver.header, h.driver.entries)
     assert result.identical, result.divergence
+
+
+def test_a_turn_the_model_begins_while_the_caller_speaks_is_held_until_their_words_decide():
+    h = call()
+    h.run(ANSWER_MS)
+    greeting = h.of(core.EndTag)[0]
+    h.playout = core.Playout(1, greeting.total_frames, h.now_ms * MS, 1, greeting.total_frames, 0)  # played out
+    audio = clip("caller_basic_price")
+    half = len(audio) // 2 // timing.FRAME_BYTES * timing.FRAME_BYTES
+    h.run(half // timing.FRAME_BYTES * timing.FRAME_MS, audio[:half])  # the caller is speaking ...
+    h.apply(driver_of(h)._asked([core.SendToModel(gp.client_content([("user", "Say the opening hours.")]))]))
+    h.run(ANSWER_MS)  # ... when a turn asked for before begins
+    opened = [a.tag for a in h.of(core.OpenTag)]
+    assert opened == [1, 2] and HoldTag(2, 0) in h.of(HoldTag)
+    assert h.actions.index(HoldTag(2, 0)) == h.actions.index(core.OpenTag(2, False)) + 1  # before a frame plays
+    rest = audio[half:]
+    h.run(len(rest) // timing.FRAME_BYTES * timing.FRAME_MS, rest)
+    h.run(700, caller_frames(700, loud=False))
+    assert 2 in [c.tag for c in h.of(core.CancelTag)]  # their words were a question: the turn is cut, unheard

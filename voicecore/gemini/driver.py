@@ -378,7 +378,15 @@ class GeminiDriver:
             if self.backchannel_since_answer and not self.reply_owed:
                 return out + self._drop_reply(event.response_id, now_ns, playout)
             self.reply_owed = self.backchannel_since_answer = False
-            return out + self._on_exchange_event(event, now_ns, playout)
+            out += self._on_exchange_event(event, now_ns, playout)
+            response = self.core.responses.get(event.response_id)
+            if response is not None and not self.held_tag and (self.caller_speaking or floor.any_open):
+                # begun while the caller speaks (an answer to something before): it never plays over them
+                # before their words decide (as the controller holds a response created then)
+                self.held_tag = response.tag
+                self.counts.holds += 1
+                out.append(HoldTag(response.tag, 0))
+            return out
         if isinstance(event, rt.SpeechStarted):
             # The caller made a sound: what the agent says is held (the carrier plays its lead, then a clear) until
             # their words decide: a backchannel or noise lets it go on, anything else cuts it (_judge).

@@ -147,7 +147,9 @@ class GeminiTurns:
     def _answer_starts(self) -> list[object]:
         if self.response_id:
             return []
-        out = self._complete_words()
+        # the model answers what the caller said; a caller still speaking (the server cuts nothing under
+        # NO_INTERRUPTION: the turn answers something before) goes on with the same utterance
+        out = self._complete_words() if self.server_interrupts or self.caller_stopped else []
         self.turns += 1
         self.response_id, self.cut, self.said = f"gemini_turn_{self.turns}", False, []
         self.server_cut = self.answer_asked = False

@@ -34,13 +34,15 @@ _FLUSH_24K = bytes(gp.OUTPUT_SAMPLE_RATE_HZ * 2 * 10 // 1000)
 
 
 async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0,
-                    scenario: Any = None) -> tuple[GeminiSimServer, int]:
+                    scenario: Any = None, clips: tuple[str, ...] = ()) -> tuple[GeminiSimServer, int]:
     """The demo's Gemini simulator on loopback; ``connection_limit_s``: each connection gets goAway 10 s
     (or half the limit, if shorter) before it ends, and the call resumes its session on a new one.
     ``scenario``: an agent's demo scenario (voicecore/agent/scenario.py): the simulator transcribes its
-    callers' clips and makes its function calls on their words (its spoken answers are the simulator's own)."""
+    callers' clips and makes its function calls on their words (its spoken answers are the simulator's own).
+    ``clips``: without a scenario, the packaged caller clips its callers say, which it transcribes (each known
+    phrase costs the simulator a search of every 200 ms of a caller's speech: only those its callers say)."""
     limit_ms = int(connection_limit_s * 1000)
-    rules, phrases = scenario_behaviour(scenario) if scenario is not None else ((), caller_phrases())
+    rules, phrases = scenario_behaviour(scenario) if scenario is not None else ((), caller_phrases(set(clips)) if clips else ())
     config = GeminiSimConfig(api_keys=(DEMO_API_KEY,), connection_limit_ms=limit_ms,
                              go_away_notice_ms=min(10_000, limit_ms // 2), late_chunks_after_interrupt=late_chunks,
                              tool_rules=rules, caller_phrases=phrases)
