@@ -205,3 +205,18 @@ def test_a_turn_the_model_begins_while_the_caller_speaks_is_held_until_their_wor
     h.run(len(rest) // timing.FRAME_BYTES * timing.FRAME_MS, rest)
     h.run(700, caller_frames(700, loud=False))
     assert 2 in [c.tag for c in h.of(core.CancelTag)]  # their words were a question: the turn is cut, unheard
+
+
+def test_under_the_vendors_turn_taking_a_cut_answer_is_told_to_the_model_too():
+    """call_control spine: the server's activity detection cuts; an answer done generating but still playing is
+    cut by the runtime alone, and the model hears of it by the same note (the simulator counts it as the cut)."""
+    h = Harness(new_driver(), GeminiSimConfig(caller_phrases=PHRASES))
+    h.apply(h.driver.start(0))
+    h.run(ANSWER_MS)  # generated whole, still audible (SILENT)
+    say(h, "backchannel_mm_hmm")
+    assert [c.tag for c in h.of(core.CancelTag)] == [1]  # the vendor's way: any sound cuts the agent
+    h.run(ANSWER_MS * 2)
+    notes = [t for t in h.sent if gp.HEARD_NOTE_PREFIX in t]
+    assert len(notes) == 1 and h.driver.counts.heard_notes == 1
+    assert h.sim.record.turns[0].client_cut_ms is not None and h.sim.record.turns[0].interrupted_ms is None
+    assert session_record(h.sim.record, 0).responses[0].status == "cancelled"

@@ -242,8 +242,8 @@ class GeminiDriver:
         """Timers only while a line is to end the call, the model fails or is generating: a quiet call is never ticked."""
         return not self.ended and (self.hang_up_after is not None or self.spell.failing or self._generating()
                                    or not self.configured or self.pending is not None
-                                   or (self.floor is not None and (self.held_tag != 0 or self.floor.any_open
-                                                                   or bool(self.heard_note))))
+                                   or bool(self.heard_note)
+                                   or (self.floor is not None and (self.held_tag != 0 or self.floor.any_open)))
 
     def record_header(self) -> dict[str, Any]:
         return {"control": CONTROL, "call_sid": self.call_sid, "first_tag": self.first_tag,
@@ -354,7 +354,8 @@ class GeminiDriver:
             out.extend(self._on_session_event(event, now_ns))
         if self.floor is not None:
             out.extend(self._judge(now_ns, playout))
-        return self._asked(out + self._check(now_ns))
+        out = self._asked(out + self._check(now_ns))
+        return out + self._note_heard()
 
     def _asked(self, out: list[core.Action]) -> list[core.Action]:
         """Note what of ``out`` asks the model for an answer (a tool's result, a text turn that completes): the
@@ -377,7 +378,7 @@ class GeminiDriver:
             out = self._judge(now_ns, playout)  # the caller's words were completed just before it
             if self.backchannel_since_answer and not self.reply_owed:
                 return out + self._drop_reply(event.response_id, now_ns, playout)
-            self.reply_owed = self.backchannel_since_answer = False
+            self.backchannel_since_answer = False
             out += self._on_exchange_event(event, now_ns, playout)
             response = self.core.responses.get(event.response_id)
             if response is not None and not self.held_tag and (self.caller_speaking or floor.any_open):
@@ -407,10 +408,6 @@ class GeminiDriver:
             floor.heard(event.item_id, event.delta, False, now_ns)
         elif isinstance(event, rt.InputTranscriptionCompleted):
             floor.heard(event.item_id, event.transcript, True, now_ns)
-        elif isinstance(event, rt.TranscriptDelta):
-            self.said[event.response_id] = self.said.get(event.response_id, "") + event.delta
-            while len(self.said) > 4:
-                del self.said[next(iter(self.said))]
         return self._on_exchange_event(event, now_ns, playout)
 
     def _judge(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
@@ -446,21 +443,21 @@ class GeminiDriver:
             self.held_tag = 0
             self.counts.resumes += 1
         floor.forget_settled()
-        if self.heard_note and self._idle():
-            out.append(core.SendToModel(self.heard_note))
-            self.heard_note = ""
-            self.counts.heard_notes += 1
         return out
+
+    def _note_heard(self) -> list[core.Action]:
+        """The note of how much of a cut answer the caller heard, once the model is idle."""
+        if not self.heard_note or not self._idle():
+            return []
+        note, self.heard_note = self.heard_note, ""
+        self.counts.heard_notes += 1
+        return [core.SendToModel(note)]
 
     def _cut_for_turn(self, item_id: str, now_ns: int, playout: core.Playout) -> list[core.Action]:
         """The caller's words took the floor: every live turn is cut where it plays (the core's barge-in), a turn
         still being generated ends there (its rest is late), and the model will be told what was heard."""
         self.counts.turns_by_words += 1
         self.held_tag = 0
-        audible = self.core.audible(playout)
-        if audible is not None:
-            heard_ms = core.played_ms(audible.tag, playout, now_ns, audible.frames)
-            self.heard_note = _heard_note(heard_ms, audible.frames * 20, self.said.get(audible.response_id, ""))
         out = self._on_exchange_event(rt.SpeechStarted(None, item_id), now_ns, playout)
         for event in self.exchange.cut_turn():
             out += self._on_exchange_event(event, now_ns, playout)
@@ -487,6 +484,7 @@ class GeminiDriver:
         """One event of the conversation's account (voicecore/gemini/turns.py) to the core, the audio resampled."""
         if isinstance(event, rt.ResponseCreated):
             self.counts.turns += 1
+            self.reply_owed = False  # what was asked is answered by this turn
             self.transcoders[event.response_id] = EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ)
             if self.next_line is not None:
                 self.lines[event.response_id], self.next_line = self.next_line, None
@@ -496,10 +494,20 @@ class GeminiDriver:
             self.spell.served()
             transcoder = self.transcoders[event.response_id]
             event = rt.AudioDelta(event.response_id, event.item_id, self._out(transcoder.to_ulaw(event.audio)))
+        elif isinstance(event, rt.TranscriptDelta):
+            self.said[event.response_id] = self.said.get(event.response_id, "") + event.delta
+            while len(self.said) > 4:  # the newest turns' words: the heard note quotes a cut one's
+                del self.said[next(iter(self.said))]
         elif isinstance(event, rt.ResponseDone):
             return self._turn_ends(event, now_ns, playout)
         elif isinstance(event, rt.SpeechStarted):
-            self.counts.caller_took_floor += 1  # the core cuts every live tag where it plays
+            if self.floor is None:
+                self.counts.caller_took_floor += 1
+            # the core cuts every live tag where it plays: the model will be told how much of it was heard
+            audible = self.core.audible(playout)
+            if audible is not None and audible.produced_frames:
+                heard_ms = core.played_ms(audible.tag, playout, now_ns, audible.frames)
+                self.heard_note = _heard_note(heard_ms, audible.frames * 20, self.said.get(audible.response_id, ""))
         elif isinstance(event, rt.FunctionCallArgumentsDone):
             return []  # the toolCall itself is answered (_tool_call)
         elif isinstance(event, rt.InputTranscriptionCompleted) and self.pending is not None:
@@ -763,6 +771,7 @@ class GeminiDriver:
         if self.floor is not None:
             out += self._judge(now_ns, playout)
         self._asked(out)
+        out += self._note_heard()
         if self.hang_up_after is None or self.ended:
             return out
         response_id, line = self.hang_up_after
