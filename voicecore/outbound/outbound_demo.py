@@ -153,11 +153,13 @@ def first_word_wait_ms(seen) -> float | None:
 
 
 async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path,
-                         carrier: str = "twilio", machine_detection: str = "", on_ivr: str = "") -> dict:
+                         carrier: str = "twilio", machine_detection: str = "", on_ivr: str = "",
+                         kinds: list[str] | None = None) -> dict:
     """``carrier``: whose API places the calls (twilio: the Calls API; plivo: Make Call, its answer XML's stream
     and its ring and hang-up callbacks; telnyx: the TeXML Calls API; vonage: Create Call). ``machine_detection``:
     Twilio's AMD asked for too (Enable or DetectMessageEnd, asynchronous). ``on_ivr``: the agent's ``[outbound]
-    on_ivr`` for this run (a copy of the configured agent with it; ``dtmf`` presses the simulated menus' key)."""
+    on_ivr`` for this run (a copy of the configured agent with it; ``dtmf`` presses the simulated menus' key). ``kinds``: who answers each
+    call (callee_core.KINDS), instead of every kind in turn."""
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exceptions)
@@ -176,7 +178,7 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         base = dataclasses.replace(base, vonage_signature_secret=credentials.vonage_signature_secret)
     if on_ivr:
         base = dataclasses.replace(base, agent=agent_with_on_ivr(base.agent, workdir, on_ivr))
-    kinds = callee_kinds(calls)
+    kinds = list(kinds) if kinds else callee_kinds(calls)  # kinds: the tests' own callees, one a call
     for index, kind in enumerate(kinds):
         rest.callees[callee_number(index)] = kind
     # The callees' greetings, spoken once: the carrier simulator plays them, and the model simulator, told their
