@@ -345,3 +345,17 @@ def test_dtmf_on_an_ivr_needs_good_digits_and_the_tool_is_a_boolean(tmp_path):
     wrong = check_agent(write_agent(tmp_path / "wrong", 'name = "t"\ninstructions = "Help."\n'
                                     '[outbound]\ndtmf_tool = "yes"\n')).problems
     assert codes(wrong) == {("agent.toml", "wrong-type", "$.outbound.dtmf_tool")}
+
+
+def test_a_voicemail_message_is_read_and_needed_for_on_voicemail_message(tmp_path):
+    agent = write_agent(tmp_path / "ok", 'name = "t"\ninstructions = "Help."\n[outbound]\non_voicemail = "message"\n'
+                        'voicemail_message = "Hi {first_name}, please call us back."\n')
+    spec = load_agent(agent)
+    assert (spec.outbound_on_voicemail, spec.outbound_voicemail_message) == (
+        "message", "Hi {first_name}, please call us back.") and round_trips(spec)
+    missing = check_agent(write_agent(tmp_path / "missing", 'name = "t"\ninstructions = "Help."\n'
+                                      '[outbound]\non_voicemail = "message"\n')).problems
+    assert codes(missing) == {("agent.toml", "missing-voicemail-message", "$.outbound.voicemail_message")}
+    empty = check_agent(write_agent(tmp_path / "empty", 'name = "t"\ninstructions = "Help."\n'
+                                    '[outbound]\non_voicemail = "message"\nvoicemail_message = " "\n')).problems
+    assert codes(empty) == {("agent.toml", "empty-prompt", "$.outbound.voicemail_message")}

@@ -89,3 +89,25 @@ def test_the_gate_presses_the_keys_on_an_ivr_only_with_dtmf():
     assert person.on_audio(b"\xff" * FRAME_BYTES * 40).action == START  # a person's hello is never sent keys
     with pytest.raises(ValueError, match="on_ivr"):
         AnswerGate(on_ivr="press")
+
+
+def _beep(gate: AnswerGate):
+    """A machine-long greeting, the voicemail's words, then a 1 kHz beep and quiet."""
+    t = np.arange(4000) / 8000
+    speech = bytes(linear_to_ulaw((6000 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t))).astype(np.int16)))
+    gate.on_audio(b"\xff" * FRAME_BYTES * 5)
+    for _ in range(8):
+        gate.on_audio(speech)
+    gate.on_words("Please leave a message after the tone.", done=True)
+    tone = bytes(linear_to_ulaw((8000 * np.sin(2 * np.pi * 1000 * np.arange(4000) / 8000)).astype(np.int16)))
+    gate.on_audio(b"\xff" * FRAME_BYTES * 20 + tone)
+    return gate.on_audio(b"\xff" * FRAME_BYTES * 10)
+
+
+def test_a_voicemail_message_waits_for_the_beep_as_greet_does():
+    from voicecore.outbound.answer_gate import MESSAGE
+
+    message, greet = _beep(AnswerGate(on_voicemail="message")), _beep(AnswerGate(on_voicemail="greet"))
+    assert message.verdict.verdict == "voicemail" and message.action == MESSAGE and greet.action == START
+    assert message.at_ms == greet.at_ms and message.beep_at_ms is not None and message.at_ms > message.beep_at_ms
+    assert _beep(AnswerGate(on_voicemail="hang_up")).action == HANG_UP

@@ -535,3 +535,24 @@ def test_an_agent_with_the_dtmf_tool_offers_send_dtmf_on_placed_calls_only_and_t
     assert not isinstance(refused, ToolPlan) and "invalid_arguments" in refused.output
     plain = agent_for_call(load_agent(default_agent_dir()), placed)
     assert SEND_DTMF not in plain.flow.functions  # not opted in
+
+
+def test_a_voicemail_message_is_the_flows_opening_scripted_gated_and_terminal_with_the_calls_fields():
+    import dataclasses
+
+    from voicecore.agent.flow import VOICEMAIL_MESSAGE, AgentFlow
+    from voicecore.agent.load import default_agent_dir, load_agent
+    from voicecore.call.flow import Say
+
+    started = messages.CallStarted(2, 7, CALL, "MZ" + "0" * 32, ACCOUNT)
+    placed = call_fields.outbound_started(started, [("session_token", "t"), ("direction", "outbound"),
+                                                    ("callee", CALLEE), ("field.first_name", "Anna")])
+    agent = dataclasses.replace(load_agent(default_agent_dir()), outbound_on_voicemail="message",
+                                outbound_voicemail_message="Hi {first_name}, please call us back.")
+    filled = agent_for_call(agent, placed)
+    assert filled.outbound_voicemail_message == "Hi Anna, please call us back."
+    step = AgentFlow(filled).start(VOICEMAIL_MESSAGE)
+    assert isinstance(step, Say) and step.prompt_id == VOICEMAIL_MESSAGE and step.terminal
+    assert step.text == "Hi Anna, please call us back." and step.policy == "scripted"  # gated whatever gate_prompts
+    greeting = AgentFlow(filled).start()
+    assert isinstance(greeting, Say) and greeting.prompt_id == "greeting"  # a person still hears the greeting

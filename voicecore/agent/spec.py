@@ -188,6 +188,9 @@ class AgentSpec:
     # ... the keys pressed on an IVR with on_ivr = "dtmf" (voicecore/outbound/dtmf.py: 0-9 * # and the pauses w, W),
     # and whether the model is offered the send_dtmf function on every call the node places
     outbound_ivr_digits: str = ""
+    # ... what the agent says after a voicemail's beep with on_voicemail = "message" (the call's fields as placeholders,
+    # said as a scripted line, gated, then the call is hung up)
+    outbound_voicemail_message: str = ""
     outbound_dtmf_tool: bool = False
     directory: str = ""  # where it was loaded from (for messages; not part of the record)
     # [lines.audio]: the runtime's fallback lines as WAV files (kind -> absolute path; voicecore/fallback/lines.py)

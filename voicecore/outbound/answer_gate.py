@@ -2,7 +2,8 @@
 
 Owns what the verdict means for the call, per the agent's ``[outbound]`` actions: a person (or no clear answer:
 the agent may be talking to someone, so it is never hung up on) lets the agent start at once; a voicemail hangs
-up (``on_voicemail = "hang_up"``) or lets the agent start once the beep has sounded (``"greet"``; when no beep
+up (``on_voicemail = "hang_up"``), lets the agent start once the beep has sounded (``"greet"``) or say its scripted
+``voicemail_message`` then and hang up (``"message"``; for both, when no beep
 comes within ``BEEP_WAIT_MS`` after the verdict, it starts anyway: some mailboxes record without one; a
 carrier's ``machine_end_beep`` counts as the beep); a screening assistant gets the agent's introduction
 (``on_screening = "introduce"``: the agent starts, its greeting naming who calls and why, and waits for the
@@ -27,7 +28,8 @@ START = "start"  # the agent speaks now
 HANG_UP = "hang_up"
 INTRODUCE = "introduce"  # a screening assistant: the agent speaks now, saying who calls and why
 DTMF = "dtmf"  # an IVR: the agent's ivr_digits are pressed now, then the agent starts
-ON_VOICEMAIL = ("hang_up", "greet")
+MESSAGE = "message"  # a voicemail after its beep: the agent says its scripted voicemail_message (gated), hangs up
+ON_VOICEMAIL = ("hang_up", "greet", "message")
 ON_SCREENING = ("introduce", "hang_up")
 ON_IVR = ("model", "hang_up", "dtmf")
 BEEP_WAIT_MS = 4000
@@ -35,7 +37,7 @@ BEEP_WAIT_MS = 4000
 
 @dataclass(frozen=True, slots=True)
 class GateDecision:
-    action: str  # START, HANG_UP, INTRODUCE (the agent starts: a screening assistant's introduction) or DTMF
+    action: str  # START, HANG_UP, INTRODUCE (the agent starts: a screening assistant's introduction), DTMF or MESSAGE
     verdict: AnswerVerdict
     at_ms: int  # callee time (since the answer) of the decision: the verdict's, or the beep's end
     beep_at_ms: int | None
@@ -115,9 +117,12 @@ class AnswerGate:
             self.decision = GateDecision(START, verdict, verdict.at_ms, beep_at)
         elif self.on_voicemail == "hang_up":
             self.decision = GateDecision(HANG_UP, verdict, verdict.at_ms, beep_at)
-        elif self.detector.beep_end_ms is not None:
-            self.decision = GateDecision(START, verdict, self.detector.beep_end_ms, beep_at)
-        elif self.detector.carrier_beep_ms is not None:  # the carrier heard the beep (machine_end_beep)
-            self.decision = GateDecision(START, verdict, max(self.detector.carrier_beep_ms, verdict.at_ms), beep_at)
-        elif now_ms >= verdict.at_ms + BEEP_WAIT_MS:
-            self.decision = GateDecision(START, verdict, now_ms, beep_at)
+        else:  # greet or message: after the beep
+            after_beep = MESSAGE if self.on_voicemail == "message" else START
+            if self.detector.beep_end_ms is not None:
+                self.decision = GateDecision(after_beep, verdict, self.detector.beep_end_ms, beep_at)
+            elif self.detector.carrier_beep_ms is not None:  # the carrier heard the beep (machine_end_beep)
+                self.decision = GateDecision(after_beep, verdict, max(self.detector.carrier_beep_ms, verdict.at_ms),
+                                             beep_at)
+            elif now_ms >= verdict.at_ms + BEEP_WAIT_MS:
+                self.decision = GateDecision(after_beep, verdict, now_ms, beep_at)

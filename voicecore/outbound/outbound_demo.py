@@ -94,6 +94,8 @@ def action_worked(kind: str, action: str | None, closed_by: str, agent_frames: i
         return closed_by == "rest_hangup"
     if action == "dtmf":
         return kind == "ivr" and navigated
+    if action == "message":  # the voicemail's message reached the callee, then the call was hung up
+        return agent_frames > 0 and closed_by == "rest_hangup"
     if action == "introduce" and kind == "screening":
         return put_through
     return agent_frames > 0 and closed_by != "rest_hangup"
@@ -154,12 +156,13 @@ def first_word_wait_ms(seen) -> float | None:
 
 async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path,
                          carrier: str = "twilio", machine_detection: str = "", on_ivr: str = "",
-                         kinds: list[str] | None = None) -> dict:
+                         kinds: list[str] | None = None, on_voicemail: str = "") -> dict:
     """``carrier``: whose API places the calls (twilio: the Calls API; plivo: Make Call, its answer XML's stream
     and its ring and hang-up callbacks; telnyx: the TeXML Calls API; vonage: Create Call). ``machine_detection``:
     Twilio's AMD asked for too (Enable or DetectMessageEnd, asynchronous). ``on_ivr``: the agent's ``[outbound]
     on_ivr`` for this run (a copy of the configured agent with it; ``dtmf`` presses the simulated menus' key). ``kinds``: who answers each
-    call (callee_core.KINDS), instead of every kind in turn."""
+    call (callee_core.KINDS), instead of every kind in turn. ``on_voicemail``: the agent's ``[outbound] on_voicemail``
+    for this run (``message``: with DEMO_VOICEMAIL_MESSAGE)."""
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exceptions)
@@ -176,8 +179,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         base = dataclasses.replace(base, telnyx_public_key=credentials.stack_settings()["telnyx_public_key"])
     if carrier == "vonage":  # ... and Vonage's with the signature secret of its signed webhooks
         base = dataclasses.replace(base, vonage_signature_secret=credentials.vonage_signature_secret)
-    if on_ivr:
-        base = dataclasses.replace(base, agent=agent_with_on_ivr(base.agent, workdir, on_ivr))
+    if on_ivr or on_voicemail:
+        base = dataclasses.replace(base, agent=agent_with_outbound(base.agent, workdir, on_ivr, on_voicemail))
     kinds = list(kinds) if kinds else callee_kinds(calls)  # kinds: the tests' own callees, one a call
     for index, kind in enumerate(kinds):
         rest.callees[callee_number(index)] = kind
@@ -330,30 +333,42 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     return report
 
 
-def agent_with_on_ivr(agent: str, workdir: Path, on_ivr: str) -> str:
-    """A copy of ``agent`` (its directory; "": the shipped default) under ``workdir`` whose ``[outbound] on_ivr`` is
-    ``on_ivr`` (``dtmf``: with ``ivr_digits`` the simulated menus' key). ValueError: the agent has an [outbound]
-    table of its own (the demo does not merge one into it)."""
+DEMO_VOICEMAIL_MESSAGE = ("Hi {first_name}, this is Maria from Acme Dental about {reason}. "
+                          "Please call us back. Thank you.")
+
+
+def agent_with_outbound(agent: str, workdir: Path, on_ivr: str = "", on_voicemail: str = "") -> str:
+    """A copy of ``agent`` (its directory; "": the shipped default) under ``workdir`` whose ``[outbound] on_ivr`` and
+    ``on_voicemail`` are these ("": left out; ``dtmf`` with ``ivr_digits`` the simulated menus' key, ``message``
+    with DEMO_VOICEMAIL_MESSAGE). ValueError: the agent has an [outbound] table of its own (the demo does not merge
+    one into it)."""
     import shutil
     import tomllib
 
     from voicecore.agent.load import default_agent_dir
 
     source = Path(agent) if agent else default_agent_dir()
-    copy = workdir / "agent-on-ivr"
+    copy = workdir / "agent-outbound"
     shutil.copytree(source, copy, dirs_exist_ok=True)
     toml = (copy / "agent.toml").read_text()
     if "outbound" in tomllib.loads(toml):
-        raise ValueError(f"{source}/agent.toml has an [outbound] table: set on_ivr there instead of --on-ivr")
-    extra = f'\n[outbound]\non_ivr = "{on_ivr}"\n'
+        raise ValueError(f"{source}/agent.toml has an [outbound] table: set on_ivr / on_voicemail there instead")
+    extra = "\n[outbound]\n"
+    if on_ivr:
+        extra += f'on_ivr = "{on_ivr}"\n'
     if on_ivr == "dtmf":
         extra += f'ivr_digits = "{SIM_IVR_DIGITS}"\n'
+    if on_voicemail:
+        extra += f'on_voicemail = "{on_voicemail}"\n'
+    if on_voicemail == "message":
+        extra += f'voicemail_message = "{DEMO_VOICEMAIL_MESSAGE}"\n'
     (copy / "agent.toml").write_text(toml + extra)
     return str(copy)
 
 
 def run_outbound_demo(calls: int, as_json: bool, config_path: str | None, keep_logs: bool = False,
-                      record_dir: str | None = None, machine_detection: str = "", on_ivr: str = "") -> int:
+                      record_dir: str | None = None, machine_detection: str = "", on_ivr: str = "",
+                      on_voicemail: str = "") -> int:
     if calls < 1:
         print("voicecore demo: --calls must be at least 1", file=sys.stderr)
         return 2
@@ -366,7 +381,8 @@ def run_outbound_demo(calls: int, as_json: bool, config_path: str | None, keep_l
             print(f"voicecore demo: cannot create the record directory {records}: {exc}", file=sys.stderr)
             return 2
         return run_and_report(lambda log_file: _outbound_demo(calls, config_path, workdir, log_file, records,
-                                                              machine_detection=machine_detection, on_ivr=on_ivr),
+                                                              machine_detection=machine_detection, on_ivr=on_ivr,
+                                                              on_voicemail=on_voicemail),
                               workdir / "stack.log", as_json, keep_logs, format_report)
 
 

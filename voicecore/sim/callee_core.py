@@ -40,6 +40,7 @@ HUMAN_GREETINGS = (("en", "Hello?"), ("en", "Hello."), ("en", "Hi, who is this?"
 SENTENCE_GAP_MS = 450  # a recorded greeting's pause between sentences (shorter than a person's wait for an answer)
 PERSON_WAITS_MS = 8000  # after hello, a person listens
 MACHINE_WAITS_MS = 6000  # a screening assistant or IVR waits for a response after its greeting
+VOICEMAIL_RECORDS_MS = 12_000  # a voicemail records this long after its beep (a message, then the caller's hang-up)
 # an IVR holds the line longer: keys pressed, "connecting you", then the person it reaches and the agent's answer
 # (voicecore/sim/ivr_callee.py)
 IVR_HOLDS_MS = 12_000
@@ -200,7 +201,7 @@ def callee_audio(plan: CalleePlan, speech: bytes | list[bytes], reply: bytes = b
     if plan.beep_hz is not None:
         beep_at_ms = plan.lead_ms + speech_ms + plan.gap_ms
         parts += [np.zeros(plan.gap_ms * BYTES_PER_MS), beep_tone(plan.beep_hz, plan.beep_ms),
-                  np.zeros(4000 * BYTES_PER_MS)]
+                  np.zeros(VOICEMAIL_RECORDS_MS * BYTES_PER_MS)]
     else:
         if plan.kind == OPT_OUT:
             if not reply:

@@ -51,7 +51,8 @@ def agent_for_call(agent: AgentSpec, started) -> AgentSpec:
         return agent
     values = dict(call_fields.fields_of(started), callee=started.callee)
     agent = dataclasses.replace(agent, instructions=call_fields.fill(agent.instructions, values),
-                                greeting=call_fields.fill(agent.greeting, values))
+                                greeting=call_fields.fill(agent.greeting, values),
+                                outbound_voicemail_message=call_fields.fill(agent.outbound_voicemail_message, values))
     if agent.outbound_dtmf_tool and SEND_DTMF not in agent.flow.functions:
         nodes = {name: dataclasses.replace(node, functions=node.functions + (SEND_DTMF,))
                  for name, node in agent.flow.nodes.items()}
@@ -134,7 +135,10 @@ def carrier_agrees(answered_by: str, verdict: str) -> bool | None:
 class AnswerWait:
     def __init__(self, call_sid: str, agent: AgentSpec) -> None:
         self.call_sid = call_sid
-        self.gate = AnswerGate(agent.outbound_max_wait_ms, agent.outbound_on_voicemail, agent.outbound_on_screening,
+        on_voicemail = agent.outbound_on_voicemail
+        if on_voicemail == "message" and not agent.outbound_voicemail_message:
+            on_voicemail = "hang_up"  # nothing to say (a check would have named it): as without a message
+        self.gate = AnswerGate(agent.outbound_max_wait_ms, on_voicemail, agent.outbound_on_screening,
                                agent.outbound_on_ivr)
         self.first_audio_ns = 0
         self.decided_ns = 0

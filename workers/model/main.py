@@ -38,6 +38,7 @@ from picows import (WSCloseCode, WSError, WSFrame, WSInvalidStatusError, WSListe
 from voicecore import timing
 from voicecore.agent import settings as agent_settings
 from voicecore.agent import tools as agent_tools
+from voicecore.agent.flow import VOICEMAIL_MESSAGE
 from voicecore.agent.spec import PythonTool
 from voicecore.agent.tool_pool import ToolPool
 from voicecore.agent.load import AgentError, load_configured_agent
@@ -620,6 +621,9 @@ class CallSession:
                     self._apply(self.driver.resume(time.monotonic_ns(), True))
             elif self.resumed:  # taken over without a record: configured, never greeted twice
                 self._apply(self.driver.resume(time.monotonic_ns(), self.cut_off))
+            elif self.answer_wait is not None and self.answer_wait.gate.decision.action == answer_gate.MESSAGE:
+                # a voicemail after its beep: the agent's message, scripted and gated, then the call ends
+                self._apply(self.driver.start(time.monotonic_ns(), VOICEMAIL_MESSAGE))
             else:
                 self._apply(self.driver.start(time.monotonic_ns()))
         else:  # reconnected: configure the new session (no second greeting)
