@@ -111,3 +111,14 @@ def test_a_voicemail_message_waits_for_the_beep_as_greet_does():
     assert message.verdict.verdict == "voicemail" and message.action == MESSAGE and greet.action == START
     assert message.at_ms == greet.at_ms and message.beep_at_ms is not None and message.at_ms > message.beep_at_ms
     assert _beep(AnswerGate(on_voicemail="hang_up")).action == HANG_UP
+
+
+@pytest.mark.skipif(__import__("shutil").which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")
+def test_speech_is_no_key():
+    """espeak-ng saying held-out greetings of every class (about a minute of speech): not one key heard."""
+    from voicecore.outbound.greetings import HELD_OUT
+    from voicecore.sim.caller_voice import speak
+
+    for items in HELD_OUT.values():
+        for language, text in items[:4]:
+            assert dtmf.DtmfDetector().feed(speak(text, language)) == "", text
