@@ -47,7 +47,7 @@ from voicecore.outbound import dial
 from voicecore.outbound.answer import VERDICTS
 from voicecore.outbound.greetings import CLASSES
 from voicecore.sim.callee_core import KINDS, UNANSWERED_KINDS, callee_seed, plan_callee, sentences
-from voicecore.sim.ivr_callee import CONNECTING_TEXT, PERSON_TEXT, SIM_IVR_DIGITS
+from voicecore.sim.ivr_callee import CONNECTING_TEXT, PERSON_TEXT, REPROMPT_TEXT, SIM_IVR_DIGITS
 from voicecore.sim.screened_callee import PUT_THROUGH_TEXT
 from voicecore.sim.caller_voice import speak
 from voicecore.sim.carrier import generate_credentials
@@ -156,13 +156,14 @@ def first_word_wait_ms(seen) -> float | None:
 
 async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path,
                          carrier: str = "twilio", machine_detection: str = "", on_ivr: str = "",
-                         kinds: list[str] | None = None, on_voicemail: str = "") -> dict:
+                         kinds: list[str] | None = None, on_voicemail: str = "", sim_turns: tuple = ()) -> dict:
     """``carrier``: whose API places the calls (twilio: the Calls API; plivo: Make Call, its answer XML's stream
     and its ring and hang-up callbacks; telnyx: the TeXML Calls API; vonage: Create Call). ``machine_detection``:
     Twilio's AMD asked for too (Enable or DetectMessageEnd, asynchronous). ``on_ivr``: the agent's ``[outbound]
     on_ivr`` for this run (a copy of the configured agent with it; ``dtmf`` presses the simulated menus' key). ``kinds``: who answers each
     call (callee_core.KINDS), instead of every kind in turn. ``on_voicemail``: the agent's ``[outbound] on_voicemail``
-    for this run (``message``: with DEMO_VOICEMAIL_MESSAGE)."""
+    for this run (``message``: with DEMO_VOICEMAIL_MESSAGE). ``sim_turns``: the model simulator's scripted turns
+    (the tests': e.g. it calls send_dtmf when the menu says "press 1")."""
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exceptions)
@@ -189,7 +190,7 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     phrases = []
     said = [(PUT_THROUGH_TEXT[0], PUT_THROUGH_TEXT[1])] if "screening" in kinds else []  # the person put through
     if "ivr" in kinds:
-        said += [CONNECTING_TEXT, PERSON_TEXT]  # a navigated menu, and the person it reaches
+        said += [REPROMPT_TEXT, CONNECTING_TEXT, PERSON_TEXT]  # the menu asking again, navigated, the person
     for index, kind in enumerate(kinds):
         plan = plan_callee(kind, callee_seed(callee_number(index)))
         said += [(plan.language, sentence) for sentence in (sentences(plan.text) if plan.answered else [])]
@@ -198,6 +199,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
             rest.speech[(language, sentence)] = await asyncio.to_thread(speak, sentence, language)
             phrases.append((sentence, rest.speech[(language, sentence)]))
     sim_config = dataclasses.replace(demo_sim_config(), caller_phrases=tuple(phrases))
+    if sim_turns:  # the tests' scripted model (voicecore/sim/model/config.py SimTurn): e.g. it calls send_dtmf
+        sim_config = dataclasses.replace(sim_config, turns=tuple(sim_turns))
     sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir))
     account_sid, api_token = "AC" + secrets.token_hex(16), credentials.twilio_auth_token

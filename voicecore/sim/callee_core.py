@@ -43,7 +43,7 @@ MACHINE_WAITS_MS = 6000  # a screening assistant or IVR waits for a response aft
 VOICEMAIL_RECORDS_MS = 12_000  # a voicemail records this long after its beep (a message, then the caller's hang-up)
 # an IVR holds the line longer: keys pressed, "connecting you", then the person it reaches and the agent's answer
 # (voicecore/sim/ivr_callee.py)
-IVR_HOLDS_MS = 12_000
+IVR_HOLDS_MS = 20_000
 # a screening assistant holds the line longer: the agent's introduction, then the person it puts through, then
 # the agent's answer to them (voicecore/sim/screened_callee.py)
 SCREENING_HOLDS_MS = 16_000

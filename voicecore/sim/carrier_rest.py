@@ -36,7 +36,7 @@ from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.twilio.signature import compute_signature
 from voicecore.sim import callee_core
 from voicecore.sim.callee_core import callee_seed
-from voicecore.sim.ivr_callee import CONNECT_GAP_MS, CONNECTING_TEXT, PERSON_TEXT, IvrCallee
+from voicecore.sim.ivr_callee import CONNECT_GAP_MS, CONNECTING_TEXT, PERSON_TEXT, REPROMPT_TEXT, IvrCallee
 from voicecore.sim.screened_callee import PUT_THROUGH_TEXT, ScreenedCallee
 from voicecore.sim import carrier_rest_core as core
 from voicecore.sim.carrier_modes_core import CarrierCredentials
@@ -239,7 +239,13 @@ class CarrierRestServer:
                                 from_number=placed.from_, to_number=placed.to)
             if plan.kind == "ivr":
                 # the menu reacts to keys, in-band (the agent's audio is kept to be heard) or by the REST API
-                seen.ivr = IvrCallee(*await self._ivr_connected())
+                connected, expected, hello_at_ms = await self._ivr_connected()
+                reprompt = self.speech.get(REPROMPT_TEXT)
+                if reprompt is None:
+                    from voicecore.sim.caller_voice import speak
+                    reprompt = self.speech[REPROMPT_TEXT] = await asyncio.to_thread(speak, REPROMPT_TEXT[1],
+                                                                                    REPROMPT_TEXT[0])
+                seen.ivr = IvrCallee(connected, expected, hello_at_ms, reprompt, audio.last_word_ms)
                 script = dataclasses.replace(script, caller=seen.ivr)
                 if plivo_call:
                     seen.call_uuid = str(uuid.uuid4())

@@ -5,7 +5,8 @@ voicecore/outbound/dtmf.py's Goertzel detector on every frame the carrier receiv
 send-DTMF REST request for the call: voicecore/sim/carrier_rest.py calls :meth:`IvrCallee.on_rest_digits`); once the
 keys heard end with ``expected`` (default ``SIM_IVR_DIGITS``), the menu waits ``AFTER_KEY_MS`` and plays
 ``connected`` (mu-law: "Connecting you." then the person's hello), once. Other keys are heard and kept
-(``keys``), and change nothing. Sans-I/O: the carrier simulator calls it every 20 ms tick (CallScript.caller) with
+(``keys``), and change nothing. As menus do, it asks again once (``reprompt``: "To speak with someone, press 1.")
+when the caller has spoken after its greeting and then been quiet ``REPROMPT_QUIET_MS`` without a key. Sans-I/O: the carrier simulator calls it every 20 ms tick (CallScript.caller) with
 the call's core and the time, as voicecore/sim/screened_callee.py is called.
 """
 
@@ -19,16 +20,22 @@ CONNECTING_TEXT = ("en", "Connecting you.")
 PERSON_TEXT = ("en", "Hello, this is Anna speaking.")
 AFTER_KEY_MS = 400  # the menu's reaction time after the key
 CONNECT_GAP_MS = 700  # between "connecting you" and the person's hello
+REPROMPT_TEXT = ("en", "To speak with someone, press 1.")
+REPROMPT_QUIET_MS = 1200  # the caller spoke after the greeting, then this long quiet without a key: the menu again
 
 
 class IvrCallee:
     # called in every carrier mode of the simulator (its REST keys reach a Telnyx, Plivo or Vonage call)
     any_carrier = True
 
-    def __init__(self, connected: bytes, expected: str = SIM_IVR_DIGITS, connected_hello_at_ms: int = 0) -> None:
+    def __init__(self, connected: bytes, expected: str = SIM_IVR_DIGITS, connected_hello_at_ms: int = 0,
+                 reprompt: bytes = b"", greeting_end_ms: int = 0) -> None:
         self.connected = connected  # mu-law from "connecting you" to the end of the person's hello
         self.expected = expected
         self.connected_hello_at_ms = connected_hello_at_ms  # where in ``connected`` the person's hello begins
+        self.reprompt = reprompt  # mu-law of REPROMPT_TEXT ("": the menu never asks again)
+        self.greeting_end_ms = greeting_end_ms  # the menu's own greeting ends here (ms since the first frame)
+        self.reprompted_at_ms: float | None = None
         self.detector = DtmfDetector()
         self.rest_keys = ""
         self._frames_seen = 0
@@ -69,12 +76,24 @@ class IvrCallee:
             self._rest_pending = False
             if self.keys.endswith(self.expected) and self.key_at_ms is None:
                 self.key_at_ms = elapsed_ms
-        if self.key_at_ms is None or elapsed_ms - self.key_at_ms < AFTER_KEY_MS:
+        if self.key_at_ms is None:
+            self._maybe_reprompt(core, elapsed_ms, now_ms)
+            return False
+        if elapsed_ms - self.key_at_ms < AFTER_KEY_MS:
             return False
         at_ms = (int(elapsed_ms) // FRAME_MS + 1) * FRAME_MS  # the next caller frame not yet sent
         core.add_utterance(at_ms, self.connected)
         self.connected_at_ms = float(at_ms)
         return False
+
+    def _maybe_reprompt(self, core, elapsed_ms: float, now_ms: float) -> None:
+        heard, origin = core.agent_heard_until_ms, core.send_origin_ms
+        if (not self.reprompt or self.reprompted_at_ms is not None or heard is None or origin is None
+                or heard - origin <= self.greeting_end_ms or now_ms - heard < REPROMPT_QUIET_MS):
+            return
+        at_ms = (int(elapsed_ms) // FRAME_MS + 1) * FRAME_MS
+        core.add_utterance(at_ms, self.reprompt)
+        self.reprompted_at_ms = float(at_ms)
 
     @property
     def connected_ms(self) -> int:
