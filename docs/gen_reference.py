@@ -276,9 +276,12 @@ AGENT_KEY_DOCS: dict[str, str] = {
     "agent.privacy.patterns": "Regular expressions (Python's syntax, case-insensitive) whose matches are redacted too, as `[pattern]`; `voicecore check` names a bad one.",
     "agent.outbound": "default: see its keys; a table: the calls the node places, before the agent's first words ([outbound calls](../how-to/outbound.md#in-a-call)).",
     "agent.outbound.max_wait_ms": "How long the agent's first words wait, at most, for the answer's verdict (a person, a voicemail, a screening assistant, an IVR): 1000-15000 ms. A person's hello ends the wait at once.",
-    "agent.outbound.on_voicemail": "`hang_up` (the call ends as soon as the verdict is voicemail) or `greet` (the agent starts, as for a person, once the voicemail's beep has sounded; when no beep comes within 4 s it starts anyway). A carrier's `machine_end_beep` counts as the beep.",
+    "agent.outbound.on_voicemail": "`hang_up` (the call ends as soon as the verdict is voicemail), `greet` (the agent starts, as for a person, once the voicemail's beep has sounded; when no beep comes within 4 s it starts anyway) or `message` (once the beep has sounded, as for `greet`, the agent says `voicemail_message` as a scripted, gated line, then hangs up). A carrier's `machine_end_beep` counts as the beep.",
+    "agent.outbound.voicemail_message": "default: none (required with `on_voicemail = \"message\"`); what the agent leaves on a voicemail, e.g. `\"Hi {first_name}, this is Maria from Acme Dental about {reason}. Please call us back.\"`: the call's fields fill its placeholders; the validator checks it is said word for word (scripted, whatever `[gate] prompts` says).",
     "agent.outbound.on_screening": "`introduce` (default: the agent starts at once, its greeting, filled with the call's fields and gated as any scripted line, saying who calls and why; then it waits for the person the assistant puts through) or `hang_up` (the call ends through the carrier's API when the verdict is screening).",
-    "agent.outbound.on_ivr": "`model` (default: the agent starts and deals with the menu as the model can) or `hang_up` (the call ends through the carrier's API when the verdict is ivr). `dtmf` (sending a digit sequence) is not built yet: `voicecore check` refuses it.",
+    "agent.outbound.on_ivr": "`model` (default: the agent starts and deals with the menu as the model can), `hang_up` (the call ends through the carrier's API when the verdict is ivr) or `dtmf` (the keys of `ivr_digits` are pressed, then the agent starts: [sending digits](../how-to/outbound.md#dtmf)).",
+    "agent.outbound.ivr_digits": "default: none (required with `on_ivr = \"dtmf\"`); the keys pressed on an IVR: `0`-`9`, `*`, `#`, and the pauses `w` (0.5 s) and `W` (1 s), at most 32 characters, e.g. `\"1w2\"`.",
+    "agent.outbound.dtmf_tool": "default: `false`; `true`: on every call the node places the model is offered the function `send_dtmf(digits)` (the same syntax) to press keys itself, run and recorded as any tool.",
     "agent.turns.transcript_wait_ms": "How long after the caller stopped speaking their words are waited for before the length of the speech decides alone (500 ms or more: a turn; less: a noise, re-opened if words come).",
     # the flow file
     "flow.initial_node": "default: (required); the node a call starts in.",
@@ -324,6 +327,8 @@ _AGENT_DEFAULT_FIELDS = {
     "agent.privacy.storage": "privacy_storage", "agent.privacy.patterns": "privacy_patterns",
     "agent.outbound.max_wait_ms": "outbound_max_wait_ms", "agent.outbound.on_voicemail": "outbound_on_voicemail",
     "agent.outbound.on_screening": "outbound_on_screening", "agent.outbound.on_ivr": "outbound_on_ivr",
+    "agent.outbound.ivr_digits": "outbound_ivr_digits", "agent.outbound.dtmf_tool": "outbound_dtmf_tool",
+    "agent.outbound.voicemail_message": "outbound_voicemail_message",
 }
 
 

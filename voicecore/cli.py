@@ -84,7 +84,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
         return run_outbound_demo(args.calls, args.json, args.config, keep_logs=args.logs,
                                  record_dir=None if args.no_record else args.record_dir,
-                                 machine_detection=args.machine_detection)
+                                 machine_detection=args.machine_detection, on_ivr=args.on_ivr,
+                                 on_voicemail=args.on_voicemail)
 
     return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs,
                     record_dir=None if args.no_record else args.record_dir,
@@ -176,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--outbound", action="store_true",
                       help="place simulated outbound calls instead (every kind of callee in turn: person, voicemail, "
                            "screening assistant, IVR, busy, no answer, failed) and report who the stack found answered")
+    demo.add_argument("--on-ivr", choices=("model", "hang_up", "dtmf"), default="",
+                      help="--outbound: run the agent with this [outbound] on_ivr (dtmf: it presses the simulated "
+                           "IVR menus' key, which puts the call through to a person); default: the agent's own")
+    demo.add_argument("--on-voicemail", choices=("hang_up", "greet", "message"), default="",
+                      help="--outbound: run the agent with this [outbound] on_voicemail (message: a scripted voicemail "
+                           "message after the beep, then a hang-up); default: the agent's own")
     demo.add_argument("--machine-detection", choices=("Enable", "DetectMessageEnd"), default="",
                       help="--outbound: place the calls with Twilio's answering-machine detection too (asynchronous; "
                            "the simulated AMD errs on purpose now and then) and report how its answers combined "

@@ -146,7 +146,7 @@ def _feed(driver: Driver, entry: dict[str, Any], audio: bytes) -> list[Action]:
     if kind == "lost":
         return driver.on_model_lost(t, entry.get("reason", ""), bool(entry.get("fatal", False)))
     if kind == "start":
-        return driver.start(t)
+        return driver.start(t, entry["opening"]) if entry.get("opening") else driver.start(t)
     if kind == "resume":
         return driver.resume(t, bool(entry.get("cut", False)), entry.get("restored"))
     if kind == "model":

@@ -317,9 +317,45 @@ def test_the_outbound_actions_on_screening_and_ivr_are_read_and_bad_ones_named(t
     default = load_agent(write_agent(tmp_path / "default", 'name = "t"\ninstructions = "Help."\n'))
     assert (default.outbound_on_screening, default.outbound_on_ivr) == ("introduce", "model")
     bad = write_agent(tmp_path / "bad", 'name = "t"\ninstructions = "Help."\n'
-                      '[outbound]\non_screening = "greet"\non_ivr = "dtmf"\n')
+                      '[outbound]\non_screening = "greet"\non_ivr = "press"\n')
     problems = check_agent(bad).problems
     assert codes(problems) == {("agent.toml", "unknown-screening-action", "$.outbound.on_screening"),
                                ("agent.toml", "unknown-ivr-action", "$.outbound.on_ivr")}
     messages = " ".join(p.message for p in problems)
-    assert "'greet': expected one of introduce, hang_up" in messages and "not built yet" in messages
+    assert "'greet': expected one of introduce, hang_up" in messages
+    assert "'press': expected one of model, hang_up, dtmf" in messages
+
+
+def test_dtmf_on_an_ivr_needs_good_digits_and_the_tool_is_a_boolean(tmp_path):
+    agent = write_agent(tmp_path / "ok", 'name = "t"\ninstructions = "Help."\n'
+                        '[outbound]\non_ivr = "dtmf"\nivr_digits = "1w2W#*0"\ndtmf_tool = true\n')
+    spec = load_agent(agent)
+    assert (spec.outbound_on_ivr, spec.outbound_ivr_digits, spec.outbound_dtmf_tool) == ("dtmf", "1w2W#*0", True)
+    assert round_trips(spec)
+    default = load_agent(write_agent(tmp_path / "default", 'name = "t"\ninstructions = "Help."\n'))
+    assert (default.outbound_ivr_digits, default.outbound_dtmf_tool) == ("", False)
+    missing = check_agent(write_agent(tmp_path / "missing", 'name = "t"\ninstructions = "Help."\n'
+                                      '[outbound]\non_ivr = "dtmf"\n')).problems
+    assert codes(missing) == {("agent.toml", "missing-ivr-digits", "$.outbound.ivr_digits")}
+    for digits, words in (("1x2", "'x' in '1x2'"), ("", "empty"), ("ww", "presses no key"), ("1" * 33, "at most 32")):
+        bad = check_agent(write_agent(tmp_path / f"bad{len(digits)}", 'name = "t"\ninstructions = "Help."\n'
+                                      f'[outbound]\non_ivr = "dtmf"\nivr_digits = "{digits}"\n')).problems
+        assert codes(bad) == {("agent.toml", "bad-ivr-digits", "$.outbound.ivr_digits")}, digits
+        assert words in bad[0].message
+    wrong = check_agent(write_agent(tmp_path / "wrong", 'name = "t"\ninstructions = "Help."\n'
+                                    '[outbound]\ndtmf_tool = "yes"\n')).problems
+    assert codes(wrong) == {("agent.toml", "wrong-type", "$.outbound.dtmf_tool")}
+
+
+def test_a_voicemail_message_is_read_and_needed_for_on_voicemail_message(tmp_path):
+    agent = write_agent(tmp_path / "ok", 'name = "t"\ninstructions = "Help."\n[outbound]\non_voicemail = "message"\n'
+                        'voicemail_message = "Hi {first_name}, please call us back."\n')
+    spec = load_agent(agent)
+    assert (spec.outbound_on_voicemail, spec.outbound_voicemail_message) == (
+        "message", "Hi {first_name}, please call us back.") and round_trips(spec)
+    missing = check_agent(write_agent(tmp_path / "missing", 'name = "t"\ninstructions = "Help."\n'
+                                      '[outbound]\non_voicemail = "message"\n')).problems
+    assert codes(missing) == {("agent.toml", "missing-voicemail-message", "$.outbound.voicemail_message")}
+    empty = check_agent(write_agent(tmp_path / "empty", 'name = "t"\ninstructions = "Help."\n'
+                                    '[outbound]\non_voicemail = "message"\nvoicemail_message = " "\n')).problems
+    assert codes(empty) == {("agent.toml", "empty-prompt", "$.outbound.voicemail_message")}

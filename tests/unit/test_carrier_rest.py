@@ -264,3 +264,60 @@ def test_the_settings_default_to_each_carriers_own_api_base():
     assert (from_config.twilio_api_base, from_config.telnyx_api_base, from_config.plivo_api_base,
             from_config.vonage_api_base) == (defaults.twilio_api_base, defaults.telnyx_api_base,
                                              defaults.plivo_api_base, defaults.vonage_api_base)
+
+
+# --- DTMF -----------------------------------------------------------------------------------------------
+
+def test_send_digits_per_carrier_is_its_send_dtmf_request_or_in_band_tones(pem):
+    settings = call_control.CallControlSettings(telnyx_api_key="K", plivo_auth_id=AUTH_ID, plivo_auth_token="T",
+                                                vonage_application_id=APP_ID, vonage_private_key=pem,
+                                                twilio_auth_token="tok")
+    kw = {"now_s": NOW, "nonce": "n1"}
+    telnyx = call_control.send_digits(call_control.CallRef("telnyx", CCID), "1w2W#", settings, **kw)
+    assert (telnyx.method, telnyx.url) == ("POST", f"https://api.telnyx.com/v2/calls/{CCID}/actions/send_dtmf")
+    assert json.loads(telnyx.body) == {"digits": "1w2W#", "duration_millis": 100, "command_id": "n1"}
+    assert headers(telnyx)["authorization"] == "Bearer K"
+    plivo = call_control.send_digits(call_control.CallRef("plivo", UUID), "1w2", settings, **kw)
+    assert (plivo.method, plivo.url) == ("POST", f"https://api.plivo.com/v1/Account/{AUTH_ID}/Call/{UUID}/DTMF/")
+    assert json.loads(plivo.body) == {"digits": "1w2", "leg": "aleg"}
+    assert headers(plivo)["authorization"] == "Basic " + base64.b64encode(f"{AUTH_ID}:T".encode()).decode()
+    vonage = call_control.send_digits(call_control.CallRef("vonage", UUID), "1w2W#", settings, **kw)
+    assert (vonage.method, vonage.url) == ("PUT", f"https://api.nexmo.com/v1/calls/{UUID}/dtmf")
+    assert json.loads(vonage.body) == {"digits": "1p2pp#"}  # Vonage's pause is p (500 ms)
+    claims = jwt.decode(headers(vonage)["authorization"].removeprefix("Bearer "),
+                        serialization.load_pem_private_key(pem.encode(), None).public_key(), algorithms=["RS256"],
+                        options={"verify_exp": False, "verify_iat": False})
+    assert claims["application_id"] == APP_ID and claims["jti"] == "n1"
+    twilio = call_control.send_digits(call_control.CallRef("twilio", "CA" + "2" * 32, "AC" + "1" * 32), "1", settings, **kw)
+    assert isinstance(twilio, call_control.InBand)  # no digit message on its bidirectional stream: tones
+    assert isinstance(call_control.send_digits(call_control.CallRef("exotel", "abc"), "1", settings, **kw),
+                      call_control.InBand)
+    unset = call_control.send_digits(call_control.CallRef("plivo", UUID), "1", call_control.CallControlSettings(), **kw)
+    assert isinstance(unset, call_control.CannotEnd) and "plivo_auth_id" in unset.reason
+    for bad in ("", "1x", "ww"):
+        with pytest.raises(ValueError):
+            call_control.send_digits(call_control.CallRef("telnyx", CCID), bad, settings, **kw)
+
+
+def test_the_simulator_takes_the_send_dtmf_requests_and_checks_their_shape_and_auth(pem):
+    creds = CarrierCredentials(plivo_auth_token="T", telnyx_api_key="K", plivo_auth_id=AUTH_ID,
+                               vonage_application_id=APP_ID, vonage_private_key=pem)
+    settings = call_control.CallControlSettings(telnyx_api_key="K", plivo_auth_id=AUTH_ID, plivo_auth_token="T",
+                                                vonage_application_id=APP_ID, vonage_private_key=pem)
+    for carrier, call_id, sent in (("telnyx", CCID, "1w2"), ("plivo", UUID, "1w2"), ("vonage", UUID, "1p2")):
+        request = call_control.send_digits(call_control.CallRef(carrier, call_id), "1w2", settings, now_s=NOW, nonce="n")
+        path = "/" + request.url.split("api.", 1)[1].split("/", 1)[1]
+        outcome = sim.handle(request.method, path, headers(request), request.body, creds, _live, now_s=NOW)
+        assert (outcome.carrier, outcome.call_id, outcome.action, outcome.target) == (carrier, call_id, sim.DTMF, sent)
+        assert call_control.parse_response(carrier, outcome.status, outcome.body).ok, outcome
+        # a wrong credential, a bad body, a call no longer live: refused as the carrier refuses them
+        forged = dict(headers(request), authorization="Bearer nope")
+        assert sim.handle(request.method, path, forged, request.body, creds, _live, now_s=NOW).status == 401
+        assert sim.handle(request.method, path, headers(request), b'{"digits": "1x"}', creds, _live,
+                          now_s=NOW).status in (400, 422)
+        gone = lambda carrier, call_id: False  # noqa: E731
+        assert sim.handle(request.method, path, headers(request), request.body, creds, gone, now_s=NOW).status in (404, 422)
+    telnyx = call_control.send_digits(call_control.CallRef("telnyx", CCID), "1", settings, now_s=NOW, nonce="n")
+    too_long = json.dumps({"digits": "1", "duration_millis": 900}).encode()
+    outcome = sim.handle("POST", f"/v2/calls/{CCID}/actions/send_dtmf", headers(telnyx), too_long, creds, _live, now_s=NOW)
+    assert outcome.status == 422 and outcome.error == "bad duration_millis"

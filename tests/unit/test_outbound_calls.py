@@ -369,8 +369,9 @@ def test_the_agents_screening_and_ivr_actions():
     # a person is never hung up on, whatever the machine actions say
     gate = answer_gate.AnswerGate(on_screening="hang_up", on_ivr="hang_up")
     assert gate.on_carrier_amd("human", 1200).action == answer_gate.START
+    assert decided(answer_gate.AnswerGate(on_ivr="dtmf"), "For billing, press 1").action == answer_gate.DTMF
     with pytest.raises(ValueError, match="on_ivr"):
-        answer_gate.AnswerGate(on_ivr="dtmf")
+        answer_gate.AnswerGate(on_ivr="press")
     with pytest.raises(ValueError, match="on_screening"):
         answer_gate.AnswerGate(on_screening="greet")
 
@@ -507,3 +508,51 @@ def test_the_outbound_demo_scores_whether_each_action_worked():
                                    "human": {"actions": {"start": 1}, "worked": 1, "n": 1}}
     assert score_carrier_amd(rows) == {"sent": 2, "accepted": 2, "right": 1, "verdict_right_when_amd_wrong": 1,
                                        "verdict_right_when_amd_right": 1}
+
+
+def test_an_agent_with_the_dtmf_tool_offers_send_dtmf_on_placed_calls_only_and_the_flow_runs_it_as_a_tool():
+    import dataclasses
+
+    from voicecore.agent.flow import AgentFlow
+    from voicecore.agent.load import default_agent_dir, load_agent
+    from voicecore.agent.spec import AgentSpec as Spec, BuiltinTool
+    from voicecore.call.flow import ToolPlan
+    from workers.model.answer_wait import SEND_DTMF
+
+    started = messages.CallStarted(2, 7, CALL, "MZ" + "0" * 32, ACCOUNT)
+    placed = call_fields.outbound_started(started, [("session_token", "t"), ("direction", "outbound"), ("callee", CALLEE)])
+    agent = dataclasses.replace(load_agent(default_agent_dir()), outbound_dtmf_tool=True)
+    assert SEND_DTMF not in agent_for_call(agent, started).flow.functions  # an inbound call: not offered
+    offered = agent_for_call(agent, placed)
+    function = offered.flow.functions[SEND_DTMF]
+    assert function.tool == BuiltinTool(SEND_DTMF) and not function.writes
+    assert all(SEND_DTMF in node.functions for node in offered.flow.nodes.values())
+    assert Spec.from_dict(offered.to_dict()) == dataclasses.replace(offered, directory="", line_audio={})  # a record's header
+    flow = AgentFlow(offered)
+    plan = flow.on_tool_call(SEND_DTMF, '{"digits": "1w2"}')
+    assert isinstance(plan, ToolPlan) and plan.name == SEND_DTMF  # run by the worker, through RunTool
+    refused = flow.on_tool_call(SEND_DTMF, '{"digits": "1x"}')
+    assert not isinstance(refused, ToolPlan) and "invalid_arguments" in refused.output
+    plain = agent_for_call(load_agent(default_agent_dir()), placed)
+    assert SEND_DTMF not in plain.flow.functions  # not opted in
+
+
+def test_a_voicemail_message_is_the_flows_opening_scripted_gated_and_terminal_with_the_calls_fields():
+    import dataclasses
+
+    from voicecore.agent.flow import VOICEMAIL_MESSAGE, AgentFlow
+    from voicecore.agent.load import default_agent_dir, load_agent
+    from voicecore.call.flow import Say
+
+    started = messages.CallStarted(2, 7, CALL, "MZ" + "0" * 32, ACCOUNT)
+    placed = call_fields.outbound_started(started, [("session_token", "t"), ("direction", "outbound"),
+                                                    ("callee", CALLEE), ("field.first_name", "Anna")])
+    agent = dataclasses.replace(load_agent(default_agent_dir()), outbound_on_voicemail="message",
+                                outbound_voicemail_message="Hi {first_name}, please call us back.")
+    filled = agent_for_call(agent, placed)
+    assert filled.outbound_voicemail_message == "Hi Anna, please call us back."
+    step = AgentFlow(filled).start(VOICEMAIL_MESSAGE)
+    assert isinstance(step, Say) and step.prompt_id == VOICEMAIL_MESSAGE and step.terminal
+    assert step.text == "Hi Anna, please call us back." and step.policy == "scripted"  # gated whatever gate_prompts
+    greeting = AgentFlow(filled).start()
+    assert isinstance(greeting, Say) and greeting.prompt_id == "greeting"  # a person still hears the greeting

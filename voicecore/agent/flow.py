@@ -23,6 +23,7 @@ GREETING = "greeting"
 NODE_PROMPT = "node:"  # prompt id of a node's scripted prompt: "node:<name>"
 CONFIRM_PROMPT = "confirm:"  # prompt id of a confirmation prompt: "confirm:<function>"
 TERMINAL_LINES = ("goodbye", "transfer", "apology")
+VOICEMAIL_MESSAGE = "voicemail_message"  # prompt id, and the opening of a call that reached a voicemail's beep
 
 
 def _error(kind: str, message: str) -> str:
@@ -128,8 +129,14 @@ class AgentFlow:
             return self.line("goodbye")
         return Wait()
 
-    def start(self) -> Step:
+    def start(self, opening: str = "") -> Step:
+        """The first step. ``opening`` VOICEMAIL_MESSAGE (a placed call's answer gate reached a voicemail's beep,
+        ``on_voicemail = "message"``): the agent's voicemail message instead of its greeting, scripted and gated
+        whatever gate_prompts says, and the call ends after it."""
         self.node_name = self.spec.flow.initial_node
+        if opening == VOICEMAIL_MESSAGE and self.spec.outbound_voicemail_message:
+            policy = self._override(VOICEMAIL_MESSAGE) or "scripted"
+            return self._prompt(VOICEMAIL_MESSAGE, self.spec.outbound_voicemail_message, terminal=True, policy=policy)
         if self.spec.greeting:
             return self._prompt(GREETING, self.spec.greeting)
         return self._enter(self.node_name)

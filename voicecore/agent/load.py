@@ -1027,14 +1027,15 @@ def _read_turns(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> N
             values["transcript_wait_ms"] = wait
 
 
-OUTBOUND_ON_VOICEMAIL = ("hang_up", "greet")
+OUTBOUND_ON_VOICEMAIL = ("hang_up", "greet", "message")
 OUTBOUND_ON_SCREENING = ("introduce", "hang_up")
-OUTBOUND_ON_IVR = ("model", "hang_up")
+OUTBOUND_ON_IVR = ("model", "hang_up", "dtmf")
 
 
 def _read_outbound(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:
     """[outbound]: the answer detection of the calls the node places (voicecore/outbound/answer_gate.py)."""
-    section = _section(p, data, "outbound", ("max_wait_ms", "on_voicemail", "on_screening", "on_ivr"))
+    section = _section(p, data, "outbound", ("max_wait_ms", "on_voicemail", "on_screening", "on_ivr", "ivr_digits",
+                                             "dtmf_tool", "voicemail_message"))
     if "max_wait_ms" in section:
         wait = p.integer(section, "max_wait_ms", "$.outbound", 6000)
         p.in_range(wait, "$.outbound.max_wait_ms", 1000, 15_000)
@@ -1051,14 +1052,32 @@ def _read_outbound(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -
         if key not in section:
             continue
         action = p.string(section, key, "$.outbound")
-        if action == "dtmf" and key == "on_ivr":
-            p.add("$.outbound.on_ivr", "unknown-ivr-action",
-                  "'dtmf': sending digits to an IVR is not built yet; expected one of " + ", ".join(allowed))
-        elif action not in allowed:
+        if action not in allowed:
             p.add(f"$.outbound.{key}", f"unknown-{key.removeprefix('on_')}-action",
                   f"{action!r}: expected one of {', '.join(allowed)}")
         else:
             values[f"outbound_{key}"] = action
+    if "ivr_digits" in section:
+        from voicecore.outbound.dtmf import parse_digits
+
+        digits = p.string(section, "ivr_digits", "$.outbound")
+        if isinstance(section["ivr_digits"], str):
+            try:
+                values["outbound_ivr_digits"] = parse_digits(digits)
+            except ValueError as exc:
+                p.add("$.outbound.ivr_digits", "bad-ivr-digits", str(exc))
+    if section.get("on_ivr") == "dtmf" and "ivr_digits" not in section:
+        p.add("$.outbound.ivr_digits", "missing-ivr-digits",
+              "on_ivr = 'dtmf' needs the keys to press, e.g. ivr_digits = \"1w2\" (0-9, *, #; w 0.5 s, W 1 s)")
+    if "voicemail_message" in section:
+        message = p.prompt(section, "voicemail_message", "$.outbound")
+        if message.strip():
+            values["outbound_voicemail_message"] = message.strip()
+    if section.get("on_voicemail") == "message" and "voicemail_message" not in section:
+        p.add("$.outbound.voicemail_message", "missing-voicemail-message",
+              "on_voicemail = 'message' needs the text to leave, e.g. voicemail_message = \"Hi {first_name}, ...\"")
+    if "dtmf_tool" in section:
+        values["outbound_dtmf_tool"] = p.boolean(section, "dtmf_tool", "$.outbound")
 
 
 def _read_privacy(p: _Problems, data: dict[str, Any], values: dict[str, Any]) -> None:

@@ -69,7 +69,16 @@ class PythonTool:
     timeout_s: float = 5.0
 
 
-Tool = Webhook | PythonTool
+@dataclasses.dataclass(frozen=True, slots=True)
+class BuiltinTool:
+    """A function the runtime runs itself, through the same RunTool path and record as any tool: ``builtin`` names
+    it (``send_dtmf``: keys pressed on a call the node placed; workers/model/answer_wait.py declares it)."""
+
+    builtin: str
+    timeout_s: float = 15.0
+
+
+Tool = Webhook | PythonTool | BuiltinTool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -176,6 +185,13 @@ class AgentSpec:
     # with it; or "hang_up").
     outbound_on_screening: str = "introduce"
     outbound_on_ivr: str = "model"
+    # ... the keys pressed on an IVR with on_ivr = "dtmf" (voicecore/outbound/dtmf.py: 0-9 * # and the pauses w, W),
+    # and whether the model is offered the send_dtmf function on every call the node places
+    outbound_ivr_digits: str = ""
+    # ... what the agent says after a voicemail's beep with on_voicemail = "message" (the call's fields as placeholders,
+    # said as a scripted line, gated, then the call is hung up)
+    outbound_voicemail_message: str = ""
+    outbound_dtmf_tool: bool = False
     directory: str = ""  # where it was loaded from (for messages; not part of the record)
     # [lines.audio]: the runtime's fallback lines as WAV files (kind -> absolute path; voicecore/fallback/lines.py)
     line_audio: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -226,6 +242,8 @@ class AgentSpec:
 def _tool_from_dict(data: dict[str, Any] | None) -> Tool | None:
     if data is None:
         return None
+    if "builtin" in data:
+        return BuiltinTool(**data)
     if "url" in data:
         return Webhook(**{**data, "headers": tuple(tuple(h) for h in data.get("headers", ()))})
     return PythonTool(**data)

@@ -313,13 +313,14 @@ class CallController:
         return header
 
     # ======================================================================================= inputs
-    def start(self, now_ns: int) -> list[Action]:
-        """The call's media started and the model socket is open: configure the session, greet."""
+    def start(self, now_ns: int, opening: str = "") -> list[Action]:
+        """The call's media started and the model socket is open: configure the session, greet. ``opening``: how
+        the flow opens instead of its greeting (voicecore/agent/flow.py: a voicemail's message)."""
         self.now_ns = now_ns
         self.started = True
         self.endings.not_silent(now_ns)
         out: list[Action] = list(self.core.on_open())
-        self._enqueue(self.flow.start(), "flow", out)
+        self._enqueue(self.flow.start(opening) if opening else self.flow.start(), "flow", out)
         self._pump(out)
         return out
 

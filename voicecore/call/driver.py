@@ -42,7 +42,7 @@ class Driver(Protocol):
         """JSON-able: what a record's header needs to build this driver afresh (voicecore/replay.py)."""
         ...
 
-    def start(self, now_ns: int) -> list[Action]:
+    def start(self, now_ns: int, opening: str = "") -> list[Action]:
         """The call's media started and the model socket is open: configure the session (and greet)."""
         ...
 

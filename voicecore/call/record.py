@@ -169,7 +169,9 @@ class CallRecorder:
         return self.driver.statistics()
 
     # --- the driver's inputs, recorded -----------------------------------------------------------
-    def start(self, now_ns: int) -> list[Action]:
+    def start(self, now_ns: int, opening: str = "") -> list[Action]:
+        if opening:  # recorded only when given: a record without it is as before
+            return self._run({"t": now_ns, "k": "start", "opening": opening}, self.driver.start(now_ns, opening))
         return self._run({"t": now_ns, "k": "start"}, self.driver.start(now_ns))
 
     def on_model_event(self, text: str | bytes, now_ns: int, playout: Playout) -> list[Action]:

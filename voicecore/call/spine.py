@@ -68,8 +68,9 @@ class SpineDriver:
                 "args": dict(self.core_args), "failure": self.policy.to_dict()}
 
     # --- inputs ------------------------------------------------------------------------------------
-    def start(self, now_ns: int) -> list[core.Action]:
-        """The model socket opened for the first time: configure the session (and greet)."""
+    def start(self, now_ns: int, opening: str = "") -> list[core.Action]:
+        """The model socket opened for the first time: configure the session (and greet). The spine runs no flow:
+        an ``opening`` is not its to say."""
         self.started = True
         self.spell.reopened(now_ns)
         return self.core.on_open()

@@ -48,6 +48,7 @@ __all__ = [
     "Carrier",
     "CarrierSettings",
     "CloseStream",
+    "InBand",
 ]
 
 HANGUP = "hangup"
@@ -145,6 +146,13 @@ class CloseStream:
 @dataclass(frozen=True, slots=True)
 class CannotEnd:
     """Nothing can be sent: a credential is not configured (fixed text naming the setting)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class InBand:
+    """Digits cannot be sent beside the stream: play them as tones on it (voicecore/outbound/dtmf.py)."""
 
     reason: str
 
@@ -266,6 +274,13 @@ class Carrier:
         """What the agent's HangUp (or Transfer to ``target``) of ``ref``'s call becomes. ``nonce`` is the same
         for every retry of one action. ValueError: an id, target or key that cannot go into the request."""
         raise ValueError(f"no call control for carrier {self.name!r}")
+
+    def send_digits(self, ref: CallRef, digits: str, settings: CallControlSettings, *, now_s: float,
+                    nonce: str) -> RestRequest | InBand | CannotEnd:
+        """What sending DTMF ``digits`` (voicecore/outbound/dtmf.py syntax, checked) to ``ref``'s call becomes: the
+        carrier's send-DTMF request, or in-band tones on the stream (the default: a carrier whose stream is all
+        there is). ValueError as :meth:`end_call`."""
+        return InBand(f"{self.name}: no DTMF request beside the stream")
 
     def parse_response(self, status_code: int, body: bytes) -> RestResult:
         """Read the carrier's answer to a request from :meth:`end_call`."""

@@ -16,11 +16,13 @@ calls retryable, with one retry policy for every carrier; a ``CloseStream`` it a
 from __future__ import annotations
 
 from voicecore.carriers import registry
-from voicecore.carriers.base import HANGUP, TRANSFER, CallControlSettings, CallRef, CannotEnd, CloseStream
+from voicecore.carriers.base import HANGUP, TRANSFER, CallControlSettings, CallRef, CannotEnd, CloseStream, InBand
 from voicecore.carriers.rest_common import RestRequest, RestResult
 
-__all__ = ["HANGUP", "TRANSFER", "CallControlSettings", "CallRef", "CannotEnd", "CloseStream", "call_ref", "end_call",
-           "parse_response", "title"]
+__all__ = ["DTMF", "HANGUP", "TRANSFER", "CallControlSettings", "CallRef", "CannotEnd", "CloseStream", "InBand",
+           "call_ref", "end_call", "parse_response", "send_digits", "title"]
+
+DTMF = "dtmf"  # the step's name in the worker's log lines and counters
 
 
 def call_ref(started) -> CallRef:
@@ -40,6 +42,14 @@ def end_call(ref: CallRef, action: str, target: str, settings: CallControlSettin
     if action not in (HANGUP, TRANSFER):
         raise ValueError(f"unknown action {action!r}")
     return registry.get(ref.carrier).end_call(ref, action == TRANSFER, target, settings, now_s=now_s, nonce=nonce)
+
+
+def send_digits(ref: CallRef, digits: str, settings: CallControlSettings, *, now_s: float,
+                nonce: str) -> RestRequest | InBand | CannotEnd:
+    """What pressing ``digits`` (voicecore/outbound/dtmf.py) on ``ref``'s call becomes: the carrier's send-DTMF
+    request (Telnyx, Plivo, Vonage), or ``InBand``: tones on the call's stream (Twilio, Exotel). ValueError: an
+    unknown carrier, a bad sequence, an id or key that cannot go into the request."""
+    return registry.get(ref.carrier).send_digits(ref, digits, settings, now_s=now_s, nonce=nonce)
 
 
 def parse_response(carrier: str, status_code: int, body: bytes) -> RestResult:

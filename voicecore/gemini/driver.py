@@ -253,8 +253,8 @@ class GeminiDriver:
         return gp.setup(self.model, self.instructions, self.voice, functions=declarations(self.tools),
                         resumption_handle=self.handle, interrupt_on_activity=self.floor is None)
 
-    def start(self, now_ns: int) -> list[core.Action]:
-        self.started = True
+    def start(self, now_ns: int, opening: str = "") -> list[core.Action]:
+        self.started = True  # no flow here: an ``opening`` (a voicemail's message) is the turns controller's
         self.spell.reopened(now_ns)
         out = self._open()
         if self.greet:

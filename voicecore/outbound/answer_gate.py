@@ -2,11 +2,13 @@
 
 Owns what the verdict means for the call, per the agent's ``[outbound]`` actions: a person (or no clear answer:
 the agent may be talking to someone, so it is never hung up on) lets the agent start at once; a voicemail hangs
-up (``on_voicemail = "hang_up"``) or lets the agent start once the beep has sounded (``"greet"``; when no beep
+up (``on_voicemail = "hang_up"``), lets the agent start once the beep has sounded (``"greet"``) or say its scripted
+``voicemail_message`` then and hang up (``"message"``; for both, when no beep
 comes within ``BEEP_WAIT_MS`` after the verdict, it starts anyway: some mailboxes record without one; a
 carrier's ``machine_end_beep`` counts as the beep); a screening assistant gets the agent's introduction
 (``on_screening = "introduce"``: the agent starts, its greeting naming who calls and why, and waits for the
-person put through) or a hang-up; an IVR is handed to the agent (``on_ivr = "model"``) or hung up on. The
+person put through) or a hang-up; an IVR is handed to the agent (``on_ivr = "model"``), hung up on, or sent the
+agent's ``ivr_digits`` (``"dtmf"``: the shell presses them, then the agent starts). The
 carrier's AMD result (``on_carrier_amd``) is evidence for the detector (voicecore/outbound/answer.py has the rule). Feeds the
 detector (voicecore/outbound/answer.py) the callee's audio as it arrives, in 20 ms frames, timed by the frames
 themselves from the first one (the answer), and the callee's words when a recogniser sends them, timed at the
@@ -25,15 +27,17 @@ from voicecore.timing import FRAME_BYTES, FRAME_MS
 START = "start"  # the agent speaks now
 HANG_UP = "hang_up"
 INTRODUCE = "introduce"  # a screening assistant: the agent speaks now, saying who calls and why
-ON_VOICEMAIL = ("hang_up", "greet")
+DTMF = "dtmf"  # an IVR: the agent's ivr_digits are pressed now, then the agent starts
+MESSAGE = "message"  # a voicemail after its beep: the agent says its scripted voicemail_message (gated), hangs up
+ON_VOICEMAIL = ("hang_up", "greet", "message")
 ON_SCREENING = ("introduce", "hang_up")
-ON_IVR = ("model", "hang_up")
+ON_IVR = ("model", "hang_up", "dtmf")
 BEEP_WAIT_MS = 4000
 
 
 @dataclass(frozen=True, slots=True)
 class GateDecision:
-    action: str  # START, HANG_UP or INTRODUCE (the agent starts: a screening assistant's introduction)
+    action: str  # START, HANG_UP, INTRODUCE (the agent starts: a screening assistant's introduction), DTMF or MESSAGE
     verdict: AnswerVerdict
     at_ms: int  # callee time (since the answer) of the decision: the verdict's, or the beep's end
     beep_at_ms: int | None
@@ -107,14 +111,18 @@ class AnswerGate:
             action = HANG_UP if self.on_screening == "hang_up" else INTRODUCE
             self.decision = GateDecision(action, verdict, verdict.at_ms, beep_at)
         elif verdict.verdict == IVR:
-            self.decision = GateDecision(HANG_UP if self.on_ivr == "hang_up" else START, verdict, verdict.at_ms, beep_at)
+            action = {"hang_up": HANG_UP, "dtmf": DTMF}.get(self.on_ivr, START)
+            self.decision = GateDecision(action, verdict, verdict.at_ms, beep_at)
         elif verdict.verdict != VOICEMAIL:
             self.decision = GateDecision(START, verdict, verdict.at_ms, beep_at)
         elif self.on_voicemail == "hang_up":
             self.decision = GateDecision(HANG_UP, verdict, verdict.at_ms, beep_at)
-        elif self.detector.beep_end_ms is not None:
-            self.decision = GateDecision(START, verdict, self.detector.beep_end_ms, beep_at)
-        elif self.detector.carrier_beep_ms is not None:  # the carrier heard the beep (machine_end_beep)
-            self.decision = GateDecision(START, verdict, max(self.detector.carrier_beep_ms, verdict.at_ms), beep_at)
-        elif now_ms >= verdict.at_ms + BEEP_WAIT_MS:
-            self.decision = GateDecision(START, verdict, now_ms, beep_at)
+        else:  # greet or message: after the beep
+            after_beep = MESSAGE if self.on_voicemail == "message" else START
+            if self.detector.beep_end_ms is not None:
+                self.decision = GateDecision(after_beep, verdict, self.detector.beep_end_ms, beep_at)
+            elif self.detector.carrier_beep_ms is not None:  # the carrier heard the beep (machine_end_beep)
+                self.decision = GateDecision(after_beep, verdict, max(self.detector.carrier_beep_ms, verdict.at_ms),
+                                             beep_at)
+            elif now_ms >= verdict.at_ms + BEEP_WAIT_MS:
+                self.decision = GateDecision(after_beep, verdict, now_ms, beep_at)

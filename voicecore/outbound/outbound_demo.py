@@ -12,6 +12,8 @@ The report's contract: ``answer_verdicts`` (per answer class: precision, recall,
 person's wait from their greeting's last word to the agent's first audio at the carrier), ``answer_actions`` (per
 true class: the actions taken and how many worked: ``action_worked``), ``carrier_amd`` (with
 ``--machine-detection``: the carrier's answers sent, accepted, right, and the verdicts that followed it),
+``ivr_navigated`` (the IVR callees whose menu the agent's keys got through to the person) and ``ivr_navigation``
+(with ``--on-ivr dtmf``: the IVR callees, those sent keys, navigated, and by which means the menu heard them),
 ``ok`` and ``problems``, with the calls.
 """
 
@@ -45,6 +47,7 @@ from voicecore.outbound import dial
 from voicecore.outbound.answer import VERDICTS
 from voicecore.outbound.greetings import CLASSES
 from voicecore.sim.callee_core import KINDS, UNANSWERED_KINDS, callee_seed, plan_callee, sentences
+from voicecore.sim.ivr_callee import CONNECTING_TEXT, PERSON_TEXT, REPROMPT_TEXT, SIM_IVR_DIGITS
 from voicecore.sim.screened_callee import PUT_THROUGH_TEXT
 from voicecore.sim.caller_voice import speak
 from voicecore.sim.carrier import generate_credentials
@@ -79,14 +82,20 @@ def score(pairs: list[tuple[str, str]]) -> dict:
     return {"answer_verdicts": per_class, "answer_accuracy": round(correct / len(pairs), 4) if pairs else None}
 
 
-def action_worked(kind: str, action: str | None, closed_by: str, agent_frames: int, put_through: bool) -> bool | None:
+def action_worked(kind: str, action: str | None, closed_by: str, agent_frames: int, put_through: bool,
+                  navigated: bool = False) -> bool | None:
     """Whether the answer gate's action did what it is for, on this callee: a hang-up ended the call through the
-    carrier's API; an introduction got a screening assistant to put the call through; the agent's start (a person,
-    a voicemail greeted, an IVR handed to the model) reached the callee as the agent's audio. None: no action."""
+    carrier's API; an introduction got a screening assistant to put the call through; keys pressed on an IVR got
+    its menu to put the call through to the person; the agent's start (a person, a voicemail greeted, an IVR
+    handed to the model) reached the callee as the agent's audio. None: no action."""
     if action is None:
         return None
     if action == "hang_up":
         return closed_by == "rest_hangup"
+    if action == "dtmf":
+        return kind == "ivr" and navigated
+    if action == "message":  # the voicemail's message reached the callee, then the call was hung up
+        return agent_frames > 0 and closed_by == "rest_hangup"
     if action == "introduce" and kind == "screening":
         return put_through
     return agent_frames > 0 and closed_by != "rest_hangup"
@@ -146,10 +155,15 @@ def first_word_wait_ms(seen) -> float | None:
 
 
 async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path,
-                         carrier: str = "twilio", machine_detection: str = "") -> dict:
+                         carrier: str = "twilio", machine_detection: str = "", on_ivr: str = "",
+                         kinds: list[str] | None = None, on_voicemail: str = "", sim_turns: tuple = ()) -> dict:
     """``carrier``: whose API places the calls (twilio: the Calls API; plivo: Make Call, its answer XML's stream
     and its ring and hang-up callbacks; telnyx: the TeXML Calls API; vonage: Create Call). ``machine_detection``:
-    Twilio's AMD asked for too (Enable or DetectMessageEnd, asynchronous)."""
+    Twilio's AMD asked for too (Enable or DetectMessageEnd, asynchronous). ``on_ivr``: the agent's ``[outbound]
+    on_ivr`` for this run (a copy of the configured agent with it; ``dtmf`` presses the simulated menus' key). ``kinds``: who answers each
+    call (callee_core.KINDS), instead of every kind in turn. ``on_voicemail``: the agent's ``[outbound] on_voicemail``
+    for this run (``message``: with DEMO_VOICEMAIL_MESSAGE). ``sim_turns``: the model simulator's scripted turns
+    (the tests': e.g. it calls send_dtmf when the menu says "press 1")."""
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exceptions)
@@ -166,13 +180,17 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         base = dataclasses.replace(base, telnyx_public_key=credentials.stack_settings()["telnyx_public_key"])
     if carrier == "vonage":  # ... and Vonage's with the signature secret of its signed webhooks
         base = dataclasses.replace(base, vonage_signature_secret=credentials.vonage_signature_secret)
-    kinds = callee_kinds(calls)
+    if on_ivr or on_voicemail:
+        base = dataclasses.replace(base, agent=agent_with_outbound(base.agent, workdir, on_ivr, on_voicemail))
+    kinds = list(kinds) if kinds else callee_kinds(calls)  # kinds: the tests' own callees, one a call
     for index, kind in enumerate(kinds):
         rest.callees[callee_number(index)] = kind
     # The callees' greetings, spoken once: the carrier simulator plays them, and the model simulator, told their
     # words, transcribes them when it hears them (the listening session that gives the answer gate the words).
     phrases = []
     said = [(PUT_THROUGH_TEXT[0], PUT_THROUGH_TEXT[1])] if "screening" in kinds else []  # the person put through
+    if "ivr" in kinds:
+        said += [REPROMPT_TEXT, CONNECTING_TEXT, PERSON_TEXT]  # the menu asking again, navigated, the person
     for index, kind in enumerate(kinds):
         plan = plan_callee(kind, callee_seed(callee_number(index)))
         said += [(plan.language, sentence) for sentence in (sentences(plan.text) if plan.answered else [])]
@@ -181,6 +199,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
             rest.speech[(language, sentence)] = await asyncio.to_thread(speak, sentence, language)
             phrases.append((sentence, rest.speech[(language, sentence)]))
     sim_config = dataclasses.replace(demo_sim_config(), caller_phrases=tuple(phrases))
+    if sim_turns:  # the tests' scripted model (voicecore/sim/model/config.py SimTurn): e.g. it calls send_dtmf
+        sim_config = dataclasses.replace(sim_config, turns=tuple(sim_turns))
     sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir))
     account_sid, api_token = "AC" + secrets.token_hex(16), credentials.twilio_auth_token
@@ -258,7 +278,12 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         put_through = seen.screened is not None and seen.screened.put_through_at_ms is not None
         if seen.screened is not None:
             row["put_through_ms"] = seen.screened.put_through_at_ms
-        row["action_worked"] = action_worked(plan.kind, row.get("action"), closed_by, row["agent_frames"], put_through)
+        navigated = seen.ivr is not None and seen.ivr.navigated
+        if seen.ivr is not None:
+            row.update(ivr_keys_heard=seen.ivr.keys, ivr_navigated=navigated, ivr_connected_ms=seen.ivr.connected_at_ms,
+                       ivr_keys_by=("in_band" if seen.ivr.in_band else "rest") if seen.ivr.key_at_ms is not None else None)
+        row["action_worked"] = action_worked(plan.kind, row.get("action"), closed_by, row["agent_frames"], put_through,
+                                             navigated)
         wait = first_word_wait_ms(seen) if plan.kind == "human" else None
         if wait is not None:
             row["first_word_wait_ms"] = wait
@@ -292,6 +317,14 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     report["carrier_amd"] = {"machine_detection": machine_detection or None, **score_carrier_amd(rows)}
     if machine_detection and report["carrier_amd"]["accepted"] != report["carrier_amd"]["sent"]:
         problems.append(f"{report['carrier_amd']['sent'] - report['carrier_amd']['accepted']} AMD callbacks were refused")
+    ivr_rows = [row for row in rows if row["callee"] == "ivr" and "closed_by" in row]
+    report["ivr_navigated"] = sum(1 for row in ivr_rows if row.get("ivr_navigated"))
+    report["ivr_navigation"] = {
+        "on_ivr": on_ivr or None, "n": len(ivr_rows),
+        "keys_sent": sum(1 for row in ivr_rows if row.get("action") == "dtmf"),
+        "navigated": report["ivr_navigated"],
+        "by": {means: sum(1 for row in ivr_rows if row.get("ivr_navigated") and row.get("ivr_keys_by") == means)
+               for means in ("in_band", "rest")}}
     report["human_first_word_ms"] = {"p50": percentile_or_none(first_word_waits, 50),
                                      "p95": percentile_or_none(first_word_waits, 95), "n": len(first_word_waits)}
     report.update(humans_hung_up=humans_hung_up, status_callbacks_sent=callbacks_sent,
@@ -303,8 +336,42 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     return report
 
 
+DEMO_VOICEMAIL_MESSAGE = ("Hi {first_name}, this is Maria from Acme Dental about {reason}. "
+                          "Please call us back. Thank you.")
+
+
+def agent_with_outbound(agent: str, workdir: Path, on_ivr: str = "", on_voicemail: str = "") -> str:
+    """A copy of ``agent`` (its directory; "": the shipped default) under ``workdir`` whose ``[outbound] on_ivr`` and
+    ``on_voicemail`` are these ("": left out; ``dtmf`` with ``ivr_digits`` the simulated menus' key, ``message``
+    with DEMO_VOICEMAIL_MESSAGE). ValueError: the agent has an [outbound] table of its own (the demo does not merge
+    one into it)."""
+    import shutil
+    import tomllib
+
+    from voicecore.agent.load import default_agent_dir
+
+    source = Path(agent) if agent else default_agent_dir()
+    copy = workdir / "agent-outbound"
+    shutil.copytree(source, copy, dirs_exist_ok=True)
+    toml = (copy / "agent.toml").read_text()
+    if "outbound" in tomllib.loads(toml):
+        raise ValueError(f"{source}/agent.toml has an [outbound] table: set on_ivr / on_voicemail there instead")
+    extra = "\n[outbound]\n"
+    if on_ivr:
+        extra += f'on_ivr = "{on_ivr}"\n'
+    if on_ivr == "dtmf":
+        extra += f'ivr_digits = "{SIM_IVR_DIGITS}"\n'
+    if on_voicemail:
+        extra += f'on_voicemail = "{on_voicemail}"\n'
+    if on_voicemail == "message":
+        extra += f'voicemail_message = "{DEMO_VOICEMAIL_MESSAGE}"\n'
+    (copy / "agent.toml").write_text(toml + extra)
+    return str(copy)
+
+
 def run_outbound_demo(calls: int, as_json: bool, config_path: str | None, keep_logs: bool = False,
-                      record_dir: str | None = None, machine_detection: str = "") -> int:
+                      record_dir: str | None = None, machine_detection: str = "", on_ivr: str = "",
+                      on_voicemail: str = "") -> int:
     if calls < 1:
         print("voicecore demo: --calls must be at least 1", file=sys.stderr)
         return 2
@@ -317,7 +384,8 @@ def run_outbound_demo(calls: int, as_json: bool, config_path: str | None, keep_l
             print(f"voicecore demo: cannot create the record directory {records}: {exc}", file=sys.stderr)
             return 2
         return run_and_report(lambda log_file: _outbound_demo(calls, config_path, workdir, log_file, records,
-                                                              machine_detection=machine_detection),
+                                                              machine_detection=machine_detection, on_ivr=on_ivr,
+                                                              on_voicemail=on_voicemail),
                               workdir / "stack.log", as_json, keep_logs, format_report)
 
 
@@ -330,6 +398,10 @@ def format_report(report: dict) -> str:
         acted = report.get("answer_actions", {}).get(label)
         did = f"  actions {acted['actions']} worked {acted['worked']}/{acted['n']}" if acted else ""
         lines.append(f"  {label:10s} precision {row['precision']}  recall {row['recall']}  n {row['n']}{did}")
+    if report.get("ivr_navigation", {}).get("keys_sent"):
+        nav = report["ivr_navigation"]
+        lines.append(f"  IVR menus navigated by the agent's keys: {nav['navigated']} of {nav['n']} "
+                     f"(keys sent on {nav['keys_sent']}; heard in-band {nav['by']['in_band']}, by REST {nav['by']['rest']})")
     for row in report["calls_detail"]:
         lines.append(f"  {row['call_sid']}  {row['callee']:10s} -> {row.get('verdict', '-')!s:10s} "
                      f"{row.get('verdict_ms', '')!s:>6} ms  {row.get('action', '')}  {' '.join(row['statuses'])}")

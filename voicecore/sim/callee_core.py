@@ -40,6 +40,10 @@ HUMAN_GREETINGS = (("en", "Hello?"), ("en", "Hello."), ("en", "Hi, who is this?"
 SENTENCE_GAP_MS = 450  # a recorded greeting's pause between sentences (shorter than a person's wait for an answer)
 PERSON_WAITS_MS = 8000  # after hello, a person listens
 MACHINE_WAITS_MS = 6000  # a screening assistant or IVR waits for a response after its greeting
+VOICEMAIL_RECORDS_MS = 12_000  # a voicemail records this long after its beep (a message, then the caller's hang-up)
+# an IVR holds the line longer: keys pressed, "connecting you", then the person it reaches and the agent's answer
+# (voicecore/sim/ivr_callee.py)
+IVR_HOLDS_MS = 20_000
 # a screening assistant holds the line longer: the agent's introduction, then the person it puts through, then
 # the agent's answer to them (voicecore/sim/screened_callee.py)
 SCREENING_HOLDS_MS = 16_000
@@ -197,13 +201,13 @@ def callee_audio(plan: CalleePlan, speech: bytes | list[bytes], reply: bytes = b
     if plan.beep_hz is not None:
         beep_at_ms = plan.lead_ms + speech_ms + plan.gap_ms
         parts += [np.zeros(plan.gap_ms * BYTES_PER_MS), beep_tone(plan.beep_hz, plan.beep_ms),
-                  np.zeros(4000 * BYTES_PER_MS)]
+                  np.zeros(VOICEMAIL_RECORDS_MS * BYTES_PER_MS)]
     else:
         if plan.kind == OPT_OUT:
             if not reply:
                 raise ValueError("an opt-out callee needs the audio of its reply")
             parts += [np.zeros(OPT_OUT_REPLY_AFTER_MS * BYTES_PER_MS), ulaw_to_linear(reply).astype(np.float64)]
-        wait_ms = {"screening": SCREENING_HOLDS_MS, "ivr": MACHINE_WAITS_MS}.get(plan.kind, PERSON_WAITS_MS)
+        wait_ms = {"screening": SCREENING_HOLDS_MS, "ivr": IVR_HOLDS_MS}.get(plan.kind, PERSON_WAITS_MS)
         parts.append(np.zeros(wait_ms * BYTES_PER_MS))
     line = np.concatenate(parts)
     line = np.concatenate([line, np.zeros((-len(line)) % FRAME_BYTES)])

@@ -72,7 +72,7 @@ class CallScript:
     to_number: str = "+15005550001"
     # A caller who decides while the call runs (voicecore/sim/turn_caller.py): called every 20 ms tick with
     # (the call's core, ms since its first media frame, now ms); it may add utterances to the core, and
-    # returns True to hang up now. Twilio mode only.
+    # returns True to hang up now. Twilio mode only, unless the caller says ``any_carrier`` (the simulated IVR).
     caller: Callable[[CarrierCall, float, float], bool] | None = None
 
     def bargein_times_ms(self) -> tuple[int, ...]:
@@ -445,7 +445,8 @@ class CallRunner:
         elapsed_ms = 0 if origin is None else grid_ms - origin
         end_ms = self.script.duration_ms
         caller = self.script.caller
-        if caller is not None and origin is not None and not self._modes and caller(core, elapsed_ms, now_ms):
+        if (caller is not None and origin is not None and (not self._modes or getattr(caller, "any_carrier", False))
+                and caller(core, elapsed_ms, now_ms)):
             end_ms = elapsed_ms  # the caller hangs up
         if elapsed_ms >= end_ms:
             # Frames due before the end still go out, even if the tick that owed them was skipped.

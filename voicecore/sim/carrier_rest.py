@@ -36,6 +36,7 @@ from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.twilio.signature import compute_signature
 from voicecore.sim import callee_core
 from voicecore.sim.callee_core import callee_seed
+from voicecore.sim.ivr_callee import CONNECT_GAP_MS, CONNECTING_TEXT, PERSON_TEXT, REPROMPT_TEXT, IvrCallee
 from voicecore.sim.screened_callee import PUT_THROUGH_TEXT, ScreenedCallee
 from voicecore.sim import carrier_rest_core as core
 from voicecore.sim.carrier_modes_core import CarrierCredentials
@@ -73,6 +74,7 @@ class OutboundCallSeen:
     carrier_amd: callee_core.CarrierAmd | None = None  # Twilio's async AMD: what it said, when, and whether rightly
     amd_status: int | str | None = None  # the AMD callback's HTTP status (or an error)
     screened: ScreenedCallee | None = None  # a screening assistant's reaction (Twilio): whom it put through, when
+    ivr: IvrCallee | None = None  # an IVR's reaction to keys (every carrier): whether and when it reached a person
 
 
 class CarrierRestServer:
@@ -86,6 +88,10 @@ class CarrierRestServer:
         self.credentials = credentials
         self.requests: list[RestRequestSeen] = []
         self._calls: dict[tuple[str, str], Callable[[str], None]] = {}
+        # Digits pressed on a live call through the carrier's REST API (send_dtmf and the like), by call, as sent
+        # (Vonage's p pauses as they came); a listener (the simulated IVR) hears them as they arrive.
+        self.digits: dict[tuple[str, str], list[str]] = {}
+        self._digit_listeners: dict[tuple[str, str], Callable[[str], None]] = {}
         self._server: asyncio.base_events.Server | None = None
         self.base_url = ""
         # Outbound calls: who answers each number (callee_core.KINDS; a number not named is a person), the
@@ -118,6 +124,11 @@ class CarrierRestServer:
 
     def unregister(self, carrier: str, call_id: str) -> None:
         self._calls.pop((carrier, call_id), None)
+        self._digit_listeners.pop((carrier, call_id), None)
+
+    def listen_digits(self, carrier: str, call_id: str, listener: Callable[[str], None]) -> None:
+        """``listener(digits)`` is called with the digits of each granted send-DTMF request for the call."""
+        self._digit_listeners[(carrier, call_id)] = listener
 
     def _is_live(self, carrier: str, call_id: str) -> bool:
         return self.accept_unknown_calls or (carrier, call_id) in self._calls
@@ -151,6 +162,12 @@ class CarrierRestServer:
         self.requests.append(RestRequestSeen(method, path, headers.get("authorization", ""), body, outcome, dialed))
         if outcome.placed is not None:
             self._start_outbound(outcome.placed)
+            return
+        if outcome.action == core.DTMF:
+            self.digits.setdefault((outcome.carrier, outcome.call_id), []).append(outcome.target)
+            listener = self._digit_listeners.get((outcome.carrier, outcome.call_id))
+            if listener is not None:
+                listener(outcome.target)
             return
         end = self._calls.pop((outcome.carrier, outcome.call_id), None) if outcome.action else None
         if end is not None:
@@ -220,10 +237,25 @@ class CarrierRestServer:
                 sequence += 1
             script = CallScript(duration_ms=len(audio.audio) // 8, utterances=((0, audio.audio),), bargein_at_ms=(),
                                 from_number=placed.from_, to_number=placed.to)
+            if plan.kind == "ivr":
+                # the menu reacts to keys, in-band (the agent's audio is kept to be heard) or by the REST API
+                connected, expected, hello_at_ms = await self._ivr_connected()
+                reprompt = self.speech.get(REPROMPT_TEXT)
+                if reprompt is None:
+                    from voicecore.sim.caller_voice import speak
+                    reprompt = self.speech[REPROMPT_TEXT] = await asyncio.to_thread(speak, REPROMPT_TEXT[1],
+                                                                                    REPROMPT_TEXT[0])
+                seen.ivr = IvrCallee(connected, expected, hello_at_ms, reprompt, audio.last_word_ms)
+                script = dataclasses.replace(script, caller=seen.ivr)
+                if plivo_call:
+                    seen.call_uuid = str(uuid.uuid4())
+                call_id = seen.call_uuid if plivo_call else placed.call_sid
+                self.listen_digits(placed.carrier, call_id, seen.ivr.on_rest_digits)
+            keep_audio = seen.ivr is not None
             if vonage_call:
                 seen.result = await place_mode_call("", self.credentials, script, carrier="vonage",
                                                     call_sid=placed.call_sid, account_sid=placed.account_sid,
-                                                    keep_audio=False, rest=self, answer_url=placed.url)
+                                                    keep_audio=keep_audio, rest=self, answer_url=placed.url)
                 await self._vonage_event(seen, "completed", duration_s=round(loop.time() - answered_at))
                 return
             if placed.carrier == "telnyx":
@@ -234,17 +266,17 @@ class CarrierRestServer:
                     amd = loop.create_task(self._amd_callback(seen, answered_at))
                 seen.result = await place_mode_call("", self.credentials, script, carrier="telnyx",
                                                     call_sid=placed.call_sid, account_sid=placed.account_sid,
-                                                    keep_audio=False, rest=self, answer_url=placed.url)
+                                                    keep_audio=keep_audio, rest=self, answer_url=placed.url)
                 if amd is not None:
                     amd.cancel()
                     await asyncio.gather(amd, return_exceptions=True)
                 await self._status(seen, "completed", sequence, duration_s=round(loop.time() - answered_at))
                 return
             if plivo_call:
-                seen.call_uuid = str(uuid.uuid4())
+                seen.call_uuid = seen.call_uuid or str(uuid.uuid4())
                 seen.result = await place_mode_call("", self.credentials, script, carrier="plivo",
                                                     call_sid=seen.call_uuid, account_sid=placed.account_sid,
-                                                    keep_audio=False, rest=self, answer_url=placed.url,
+                                                    keep_audio=keep_audio, rest=self, answer_url=placed.url,
                                                     request_uuid=placed.call_sid)
                 await self._plivo_status(seen, "completed", duration_s=round(loop.time() - answered_at))
                 return
@@ -265,7 +297,7 @@ class CarrierRestServer:
                                                            callee_seed(placed.to))
                 amd = loop.create_task(self._amd_callback(seen, answered_at))
             seen.result = await place_call("", self.credentials.twilio_auth_token, script, call_sid=placed.call_sid,
-                                           account_sid=placed.account_sid, keep_audio=False, rest=self,
+                                           account_sid=placed.account_sid, keep_audio=keep_audio, rest=self,
                                            voice_url=placed.url, direction="outbound-api")
             if amd is not None:
                 amd.cancel()  # a call hung up before Twilio's AMD decided: no callback
@@ -273,6 +305,21 @@ class CarrierRestServer:
             await self._status(seen, "completed", sequence, duration_s=round(loop.time() - answered_at))
         finally:
             seen.done = True
+
+    async def _ivr_connected(self) -> tuple[bytes, str, int]:
+        """What a navigated IVR plays: "connecting you", a gap, the person's hello (mu-law); the keys it wants; where
+        the hello begins."""
+        from voicecore.sim.caller_voice import speak
+        from voicecore.sim.ivr_callee import SIM_IVR_DIGITS
+
+        parts = []
+        for language, text in (CONNECTING_TEXT, PERSON_TEXT):
+            speech = self.speech.get((language, text))
+            if speech is None:
+                speech = self.speech[(language, text)] = await asyncio.to_thread(speak, text, language)
+            parts.append(speech)
+        gap = b"\xff" * (CONNECT_GAP_MS * 8)  # mu-law quiet
+        return parts[0] + gap + parts[1], SIM_IVR_DIGITS, len(parts[0]) // 8 + CONNECT_GAP_MS
 
     async def _status(self, seen: OutboundCallSeen, status: str, sequence: int, duration_s: int | None = None) -> None:
         """One call status callback, signed as Twilio signs it (X-Twilio-Signature over the URL and the form)."""

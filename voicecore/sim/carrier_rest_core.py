@@ -31,6 +31,7 @@ from voicecore.sim.carrier_modes_core import CarrierCredentials
 
 HANGUP = "hangup"
 TRANSFER = "transfer"
+DTMF = "dtmf"  # digits pressed on a live call (Telnyx send_dtmf, Plivo DTMF, Vonage dtmf): ``target`` holds them
 CREATE = "create"  # a new outbound call (Twilio's Calls API, Plivo's Make Call)
 _PLIVO_CREATE_PATH = re.compile(r"^/v1/Account/([^/]+)/Call/$")
 _VONAGE_CREATE_PATH = re.compile(r"^/v1/calls/?$")
@@ -38,7 +39,12 @@ _TELNYX_CREATE_PATH = re.compile(r"^/v2/texml/calls/([A-Za-z0-9_-]+)$")
 _TWILIO_CREATE_PATH = re.compile(r"^/2010-04-01/Accounts/(AC[0-9a-fA-F]{32})/Calls\.json$")
 _E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
 _TWILIO_PATH = re.compile(r"^/2010-04-01/Accounts/(AC[0-9a-fA-F]{32})/Calls/(CA[0-9a-fA-F]{32})\.json$")
-_TELNYX_PATH = re.compile(r"^/v2/calls/([^/]+)/actions/(hangup|transfer)$")
+_TELNYX_PATH = re.compile(r"^/v2/calls/([^/]+)/actions/(hangup|transfer|send_dtmf)$")
+_PLIVO_DTMF_PATH = re.compile(r"^/v1/Account/([^/]+)/Call/([^/]+)/DTMF/$")
+_VONAGE_DTMF_PATH = re.compile(r"^/v1/calls/([^/]+)/dtmf$")
+_TELNYX_DIGITS = re.compile(r"^[0-9A-D*#wW]{1,64}$")
+_PLIVO_DIGITS = re.compile(r"^[0-9*#wW]{1,64}$")
+_VONAGE_DIGITS = re.compile(r"^[0-9*#p]{1,64}$")
 _PLIVO_PATH = re.compile(r"^/v1/Account/([^/]+)/Call/([^/]+)/$")
 _VONAGE_PATH = re.compile(r"^/v1/calls/([^/]+)$")
 JSON = "application/json"
@@ -109,6 +115,10 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, cred
         return _twilio(method, match.group(1), match.group(2), headers, body, credentials, is_live)
     if match := _TELNYX_PATH.match(path):
         return _telnyx(method, match.group(1), match.group(2), headers, body, credentials, is_live)
+    if match := _PLIVO_DTMF_PATH.match(path):
+        return _plivo_dtmf(method, match.group(1), match.group(2), headers, body, credentials, is_live, api_id)
+    if match := _VONAGE_DTMF_PATH.match(path):
+        return _vonage_dtmf(method, match.group(1), headers, body, credentials, is_live, now_s)
     if match := _PLIVO_PATH.match(path):
         return _plivo(method, match.group(1), match.group(2), headers, body, credentials, is_live, api_id)
     if match := _VONAGE_PATH.match(path):
@@ -240,6 +250,14 @@ def _telnyx(method: str, call_id: str, action: str, headers: Mapping[str, str], 
         target = data.get("to")
         if not isinstance(target, str) or not target:
             return _telnyx_error(422, "10004", "Missing required parameter", error="no to")
+    if action == "send_dtmf":
+        # [dtmf] of voicecore/carriers/telnyx/rest.py: digits required, duration_millis 100-500 when given
+        action, target = DTMF, data.get("digits")
+        duration = data.get("duration_millis", 250)
+        if not isinstance(target, str) or not _TELNYX_DIGITS.match(target):
+            return _telnyx_error(422, "10004", "Missing required parameter", error="bad digits")
+        if not isinstance(duration, int) or isinstance(duration, bool) or not 100 <= duration <= 500:
+            return _telnyx_error(422, "10032", "Invalid parameter", error="bad duration_millis")
     if not is_live("telnyx", call_id):
         return _telnyx_error(422, "90018", "Call has already ended", error="not live")
     return _json(200, {"data": {"result": "ok"}}, carrier="telnyx", call_id=call_id, action=action, target=target)
@@ -321,6 +339,57 @@ def _plivo(method: str, auth_id: str, call_uuid: str, headers: Mapping[str, str]
         return RestOutcome(204, b"", JSON, carrier="plivo", call_id=call_uuid, action=action)
     return _json(202, {"api_id": api_id, "message": "call transferred"}, carrier="plivo", call_id=call_uuid,
                  action=action, target=target)
+
+
+def _plivo_dtmf(method: str, auth_id: str, call_uuid: str, headers: Mapping[str, str], body: bytes,
+                credentials: CarrierCredentials, is_live: Callable[[str, str], bool], api_id: str) -> RestOutcome:
+    """``POST /v1/Account/{auth_id}/Call/{call_uuid}/DTMF/`` (voicecore/carriers/plivo/rest.py): basic auth, JSON
+    ``digits`` (0-9 * # w W) and ``leg`` (aleg or bleg; the simulated call has one leg, the A leg); 202
+    ``{"message": "digits sent"}``."""
+    def error(status: int, text: str, why: str) -> RestOutcome:
+        return _json(status, {"api_id": api_id, "error": text}, carrier="plivo", error=why)
+
+    if not _plivo_auth_ok(auth_id, headers, credentials):
+        return error(401, "authentication failed", "auth")
+    if method != "POST":
+        return error(405, "method not allowed", "method")
+    data = _body_object(body)
+    if data is None:
+        return error(400, "invalid json", "body")
+    digits = data.get("digits")
+    if not isinstance(digits, str) or not _PLIVO_DIGITS.match(digits):
+        return error(400, "digits is required and may hold 0-9, *, #, w, W", "bad digits")
+    if data.get("leg", "aleg") != "aleg":
+        return error(400, "leg must be aleg on this call", "leg")
+    if not is_live("plivo", call_uuid):
+        return error(404, "not found", "not live")
+    return _json(202, {"api_id": api_id, "message": "digits sent"}, carrier="plivo", call_id=call_uuid,
+                 action=DTMF, target=digits)
+
+
+def _vonage_dtmf(method: str, call_uuid: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,
+                 is_live: Callable[[str, str], bool], now_s: float) -> RestOutcome:
+    """``PUT /v1/calls/{uuid}/dtmf`` (voicecore/carriers/vonage/rest.py): the application JWT, JSON ``digits``
+    (0-9 * # and p, a 500 ms pause); 200 ``{"message": "DTMF sent", "uuid"}``."""
+    def problem(status: int, title: str, why: str) -> RestOutcome:
+        return RestOutcome(status, json.dumps({"type": "https://developer.nexmo.com/api-errors#" + why,
+                                               "title": title, "detail": title}).encode(),
+                           "application/problem+json", carrier="vonage", error=why)
+
+    if method != "PUT":
+        return problem(405, "Method Not Allowed", "method")
+    if not _vonage_jwt_ok(headers.get("authorization", ""), credentials, now_s):
+        return problem(401, "Unauthorized", "auth")
+    data = _body_object(body)
+    if data is None:
+        return problem(400, "Bad Request", "body")
+    digits = data.get("digits")
+    if not isinstance(digits, str) or not _VONAGE_DIGITS.match(digits):
+        return problem(400, "Bad Request", "bad digits")
+    if not is_live("vonage", call_uuid):
+        return problem(404, "Not Found", "not live")
+    return _json(200, {"message": "DTMF sent", "uuid": call_uuid}, carrier="vonage", call_id=call_uuid, action=DTMF,
+                 target=digits)
 
 
 def _vonage_create(method: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,

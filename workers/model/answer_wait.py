@@ -22,20 +22,43 @@ import logging
 from picows import WSFrame, WSMsgType, WSTransport, WSListener
 
 
-from voicecore.agent.spec import AgentSpec
+from voicecore.agent.spec import AgentSpec, BuiltinTool, FunctionSpec
 from voicecore.outbound import call_fields
 from voicecore.outbound.answer_gate import AnswerGate, GateDecision
 
 log = logging.getLogger("voicecore.model")
 
 
+SEND_DTMF = "send_dtmf"
+
+
+def dtmf_function() -> FunctionSpec:
+    """The ``send_dtmf`` function an agent with ``[outbound] dtmf_tool = true`` is offered on the calls the node
+    places: the model presses keys on a menu (voicecore/outbound/dtmf.py syntax, checked by the schema too)."""
+    return FunctionSpec(
+        SEND_DTMF, description=("Press keys on the phone keypad of this call, to choose an option of an automated "
+                                "menu (IVR). digits: the keys, 0-9, * and #; w waits half a second, W one second."),
+        parameters={"type": "object", "properties": {"digits": {"type": "string", "pattern": "^[0-9*#wW]{1,32}$",
+                                                                "description": "the keys to press, e.g. 1 or 2w3#"}},
+                    "required": ["digits"], "additionalProperties": False},
+        tool=BuiltinTool(SEND_DTMF), writes=False)
+
+
 def agent_for_call(agent: AgentSpec, started) -> AgentSpec:
-    """``agent`` with the outbound call's fields in its texts (itself for an inbound call)."""
+    """``agent`` with the outbound call's fields in its texts, and with ``dtmf_tool`` the ``send_dtmf`` function in
+    every node (itself for an inbound call)."""
     if started is None or started.direction != call_fields.OUTBOUND:
         return agent
     values = dict(call_fields.fields_of(started), callee=started.callee)
-    return dataclasses.replace(agent, instructions=call_fields.fill(agent.instructions, values),
-                               greeting=call_fields.fill(agent.greeting, values))
+    agent = dataclasses.replace(agent, instructions=call_fields.fill(agent.instructions, values),
+                                greeting=call_fields.fill(agent.greeting, values),
+                                outbound_voicemail_message=call_fields.fill(agent.outbound_voicemail_message, values))
+    if agent.outbound_dtmf_tool and SEND_DTMF not in agent.flow.functions:
+        nodes = {name: dataclasses.replace(node, functions=node.functions + (SEND_DTMF,))
+                 for name, node in agent.flow.nodes.items()}
+        flow = dataclasses.replace(agent.flow, nodes=nodes, functions={**agent.flow.functions, SEND_DTMF: dtmf_function()})
+        agent = dataclasses.replace(agent, flow=flow)
+    return agent
 
 
 # A greeting's sentences are transcribed one by one as it pauses between them: the words that tell a screening
@@ -112,7 +135,10 @@ def carrier_agrees(answered_by: str, verdict: str) -> bool | None:
 class AnswerWait:
     def __init__(self, call_sid: str, agent: AgentSpec) -> None:
         self.call_sid = call_sid
-        self.gate = AnswerGate(agent.outbound_max_wait_ms, agent.outbound_on_voicemail, agent.outbound_on_screening,
+        on_voicemail = agent.outbound_on_voicemail
+        if on_voicemail == "message" and not agent.outbound_voicemail_message:
+            on_voicemail = "hang_up"  # nothing to say (a check would have named it): as without a message
+        self.gate = AnswerGate(agent.outbound_max_wait_ms, on_voicemail, agent.outbound_on_screening,
                                agent.outbound_on_ivr)
         self.first_audio_ns = 0
         self.decided_ns = 0

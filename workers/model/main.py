@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import concurrent.futures
 import gc
+import json
 import logging
 import os
 import random
@@ -37,6 +38,7 @@ from picows import (WSCloseCode, WSError, WSFrame, WSInvalidStatusError, WSListe
 from voicecore import timing
 from voicecore.agent import settings as agent_settings
 from voicecore.agent import tools as agent_tools
+from voicecore.agent.flow import VOICEMAIL_MESSAGE
 from voicecore.agent.spec import PythonTool
 from voicecore.agent.tool_pool import ToolPool
 from voicecore.agent.load import AgentError, load_configured_agent
@@ -44,7 +46,7 @@ from voicecore.agent.spec import AgentSpec
 from voicecore.bus import messages
 from voicecore.bus.transport import EVENTS, GATEWAY_INBOX, MODEL_INBOX, PACER_INBOX, RECORDER_INBOX, VALIDATOR_INBOX, Bus
 from voicecore.call import controller as controller_mod
-from voicecore.outbound import answer_gate
+from voicecore.outbound import answer_gate, dtmf
 from voicecore.call import core
 from voicecore.call.actions import Action
 from voicecore.call.build import driver_for_config, first_session_update
@@ -77,7 +79,7 @@ from voicecore.shm.follow import ArenaFollower
 from voicecore.shm.warmup import warm_up_rings
 from voicecore import standby
 from voicecore.standby import Leadership
-from workers.model.answer_wait import AnswerWait, CalleeWords, agent_for_call
+from workers.model.answer_wait import SEND_DTMF, AnswerWait, CalleeWords, agent_for_call
 from workers.model.call_states import CallStates, state_as_stored
 from workers.model.follow import FOLLOW_EVERY_S, Followers
 from voicecore import http_client, prom_histogram
@@ -128,6 +130,8 @@ ws_log = logging.getLogger("voicecore.model.ws")
 ws_log.setLevel(logging.WARNING)
 REST_ATTEMPTS = 3
 REST_RETRY_DELAY_S = 0.5
+DIGITS_WAIT_S = 15.0  # an IVR's keys (their REST request and retries, or their tones) before the agent starts anyway
+TONES_PLAYED_MARGIN_S = 0.3  # in-band tones: the pacer's lead and the carrier's playout after their length
 STATS_EVERY_S = 1.0
 # Call records are encoded and written here, one at a time (threads encoding side by side would only
 # fight over the GIL): each call's batches in order, then its finish; its thread finishes pending records
@@ -257,6 +261,16 @@ class CallSession:
             answered_by = worker.carrier_amd_waiting.pop((slot, generation), "")
             if answered_by:
                 self.answer_wait.on_carrier_amd(answered_by, time.monotonic_ns())
+        # A placed call that may press keys on an IVR (on_ivr = "dtmf"): where the carrier has no send-DTMF request
+        # the tones play on the stream under a tag of their own, taken before the driver's first (whose record and
+        # replay then start after it, as for any first tag the arena gave).
+        self.tone_tag = 0
+        self.digits_task: asyncio.Task | None = None
+        if self.answer_wait is not None and agent.outbound_on_ivr == answer_gate.DTMF and agent.outbound_ivr_digits:
+            self.tone_tag = first_tag
+            first_tag += 1
+        self.ivr_digits = agent.outbound_ivr_digits
+        self.dtmf_tool = placed is not None and agent.outbound_dtmf_tool  # the model may press keys (send_dtmf)
         # The law of the call's frames, as the gateway claimed the slot (CODEC): an A-law carrier stream passed
         # through (alaw_passthrough) is A-law all the way, so the session is opened in A-law both ways.
         self.audio_format = "pcma" if int(ctrl[C.CODEC]) == C.CODEC_ALAW else "pcmu"
@@ -437,6 +451,11 @@ class CallSession:
         if self.answer_wait is not None and (self.answer_wait.waiting
                                              or self.answer_wait.gate.decision.action == answer_gate.HANG_UP):
             return  # the call ended before its verdict, or it was a voicemail to hang up on
+        if self.digits_task is not None:
+            # an IVR: its keys first (sent, or their tones played), then the agent's session opens and it starts
+            await asyncio.wait({self.digits_task}, timeout=DIGITS_WAIT_S)
+            if not self.alive():
+                return
         if self.state_lookup is not None:
             await self._restore_from_store(self.state_lookup)
         while self.alive() and not self.driver_ended():
@@ -603,6 +622,9 @@ class CallSession:
                     self._apply(self.driver.resume(time.monotonic_ns(), True))
             elif self.resumed:  # taken over without a record: configured, never greeted twice
                 self._apply(self.driver.resume(time.monotonic_ns(), self.cut_off))
+            elif self.answer_wait is not None and self.answer_wait.gate.decision.action == answer_gate.MESSAGE:
+                # a voicemail after its beep: the agent's message, scripted and gated, then the call ends
+                self._apply(self.driver.start(time.monotonic_ns(), VOICEMAIL_MESSAGE))
             else:
                 self._apply(self.driver.start(time.monotonic_ns()))
         else:  # reconnected: configure the new session (no second greeting)
@@ -800,6 +822,8 @@ class CallSession:
             self.recorder.note(now_ns, "answer", **note)
         if decision.action == answer_gate.HANG_UP:
             self._on_rest(controller_mod.HangUp(f"answered by {decision.verdict.verdict}"))
+        elif decision.action == answer_gate.DTMF:
+            self.digits_task = asyncio.get_running_loop().create_task(self._press_digits(self.ivr_digits, self.tone_tag))
 
     def carrier_amd(self, answered_by: str, now_ns: int) -> None:
         """The carrier's AMD result for this placed call (workers/gateway: a verified webhook). Before the answer's
@@ -1110,6 +1134,8 @@ class CallSession:
 
     async def _tool_result(self, action: controller_mod.RunTool) -> tuple[agent_tools.ToolResult, float]:
         worker = self.worker
+        if action.name == SEND_DTMF and self.dtmf_tool:
+            return await self._dtmf_tool(action)
         function = worker.agent.flow.functions.get(action.name)
         context = agent_tools.ToolContext(self.call_sid, action.name, action.key)
         async with worker.tool_slots:
@@ -1169,30 +1195,42 @@ class CallSession:
         """Any carrier's call: the request its descriptor decides (voicecore/carriers/call_control.py; one command
         id / JWT id for every retry of this action), retried while the carrier calls the failure retryable; or
         the stream closed by the gateway (Exotel); or a log line (False). True: the carrier took it."""
-        worker = self.worker
         kind = call_control.TRANSFER if isinstance(action, controller_mod.Transfer) else call_control.HANGUP
+        target = action.target if isinstance(action, controller_mod.Transfer) else ""
+        control = self.worker.call_control
+        sent = await self._carrier_request(kind, lambda ref, now_s, nonce: call_control.end_call(
+            ref, kind, target, control, now_s=now_s, nonce=nonce), "call_endings")
+        return sent is True
+
+    async def _carrier_request(self, kind: str, build, counter: str) -> bool | call_control.InBand:
+        """The call's carrier REST path, one for every kind of request (hang-up, transfer, DTMF): ``build(ref, now_s,
+        nonce)`` is the step its descriptor decides (built per attempt: a Vonage JWT is dated; one command id / JWT
+        id for every retry), sent and retried while the carrier calls the failure retryable; a ``CloseStream`` is
+        asked of the gateway; an ``InBand`` is returned (the caller plays tones). True: the carrier took it;
+        False: it could not be sent (logged, ``<counter>_failed`` counted)."""
+        worker = self.worker
         ref = worker.carrier_calls.get((self.slot, self.generation))
         if ref is None:
             log.warning("call %s: cannot %s: the call's carrier ids are unknown (worker restarted mid-call)",
                         self.call_sid, kind)
             return False
-        target = action.target if isinstance(action, controller_mod.Transfer) else ""
         nonce = uuid.uuid4().hex
         for attempt in range(REST_ATTEMPTS):
             try:
-                # built per attempt: a Vonage JWT is dated
-                step = call_control.end_call(ref, kind, target, worker.call_control, now_s=time.time(), nonce=nonce)
+                step = build(ref, time.time(), nonce)
             except ValueError as exc:  # a bad id from the stream, the agent's bad target, an unusable key
-                worker.counters["call_endings_failed"] += 1
+                worker.counters[f"{counter}_failed"] += 1
                 log.warning("call %s: cannot %s the %s call: %s", self.call_sid, kind, ref.carrier, exc)
                 return False
+            if isinstance(step, call_control.InBand):
+                return step
             if isinstance(step, call_control.CannotEnd):
-                worker.counters["call_endings_failed"] += 1
+                worker.counters[f"{counter}_failed"] += 1
                 log.warning("call %s: cannot %s the %s call: %s", self.call_sid, kind, ref.carrier, step.reason)
                 return False
             if isinstance(step, call_control.CloseStream):
                 worker.bus.send(worker.gateway, messages.EndStream(self.slot, self.generation, step.reason))
-                worker.counters["call_endings_sent"] += 1
+                worker.counters[f"{counter}_sent"] += 1
                 log.info("call %s: %s: the gateway closes the %s stream", self.call_sid, kind, ref.carrier)
                 return True
             try:
@@ -1201,15 +1239,66 @@ class CallSession:
             except (OSError, TimeoutError, ValueError) as exc:
                 result = RestResult(False, True, None, type(exc).__name__)
             if result.ok:
-                worker.counters["call_endings_sent"] += 1
+                worker.counters[f"{counter}_sent"] += 1
                 log.info("call %s: %s sent to %s", self.call_sid, kind, call_control.title(ref.carrier))
                 return True
             if not result.retryable:
                 break
             await asyncio.sleep(REST_RETRY_DELAY_S * (attempt + 1))
-        worker.counters["call_endings_failed"] += 1
+        worker.counters[f"{counter}_failed"] += 1
         log.warning("call %s: %s failed: %s", self.call_sid, kind, result.error)
         return False
+
+    async def _dtmf_tool(self, action: controller_mod.RunTool) -> tuple[agent_tools.ToolResult, float]:
+        """The model's ``send_dtmf`` (an agent with ``[outbound] dtmf_tool``): the keys through the carrier's REST path;
+        its result is the tool's, recorded as any tool's. Where the carrier takes keys only as tones on the stream
+        (Twilio), the model is told so: mid-call tones would need a response tag the driver has not given (only
+        the IVR verdict's keys, ``on_ivr = "dtmf"``, have one of their own)."""
+        started_ns = time.monotonic_ns()
+        try:
+            digits = dtmf.parse_digits(json.loads(action.arguments).get("digits"))
+        except (ValueError, TypeError, AttributeError) as exc:
+            output = json.dumps({"error": {"type": "invalid_arguments", "message": str(exc)[:200]}})
+            return agent_tools.ToolResult(False, output, "invalid_arguments", 0, 0), 0.0
+        note = await self._press_digits(digits, 0)
+        run_s = (time.monotonic_ns() - started_ns) / 1e9
+        if note["ok"]:
+            output = json.dumps({"ok": True, "digits": digits})
+            return agent_tools.ToolResult(True, output, "ok", 1, int(run_s * 1000)), run_s
+        message = ("this carrier takes keys only as tones on the call's audio, which is not available mid-call"
+                   if note["means"] == "in_band" else "the carrier did not take the keys")
+        output = json.dumps({"error": {"type": "not_sent", "message": message}})
+        return agent_tools.ToolResult(False, output, "exception", 1, int(run_s * 1000)), run_s
+
+    async def _press_digits(self, digits: str, tag: int) -> dict:
+        """Press ``digits`` (voicecore/outbound/dtmf.py) on the call: the carrier's send-DTMF request through the REST
+        path above, or, where it has none (Twilio), the tones on the stream as agent audio under ``tag`` (ungated:
+        tones say nothing the gate could check), returning once they have played. What was done goes to the call's
+        record (a ``dtmf`` note) and is returned: ``digits``, ``means`` (rest or in_band), ``ok``."""
+        worker = self.worker
+        control = worker.call_control
+        sent = await self._carrier_request(call_control.DTMF, lambda ref, now_s, nonce: call_control.send_digits(
+            ref, digits, control, now_s=now_s, nonce=nonce), "dtmf")
+        means = "rest"
+        if isinstance(sent, call_control.InBand):
+            means = "in_band"
+            sent = False
+            if tag and self.alive():
+                audio = dtmf.tone_audio(digits)
+                frames = len(audio) // timing.FRAME_BYTES
+                self._apply([core.OpenTag(tag, False), core.WriteFrames(tag, 0, audio), core.EndTag(tag, frames)])
+                worker.counters["dtmf_sent"] += 1
+                log.info("call %s: dtmf %s played in-band (%d ms of tones)", self.call_sid, digits,
+                         frames * timing.FRAME_MS)
+                await asyncio.sleep(frames * timing.FRAME_MS / 1000 + TONES_PLAYED_MARGIN_S)
+                sent = True
+            else:
+                worker.counters["dtmf_failed"] += 1
+                log.warning("call %s: dtmf %s not sent: in-band tones need a tag of their own", self.call_sid, digits)
+        note = {"digits": digits, "means": means, "ok": bool(sent)}
+        if self.recorder is not None and self.alive():
+            self.recorder.note(time.monotonic_ns(), "dtmf", **note)
+        return note
 
     def _write_frames(self, action: core.WriteFrames) -> None:
         audio = action.audio
@@ -1408,6 +1497,7 @@ class ModelWorker:
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
         self.counters = collections.Counter({"inbound_short_batches": 0, "bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "model_protocol_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
                                              "call_endings_sent": 0, "call_endings_failed": 0, "call_endings_by_stream_close": 0,
+                                             "dtmf_sent": 0, "dtmf_failed": 0,
                                              "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0,
                                              "observe_events_sent": 0, "observe_events_dropped": 0,
                                              "fallback_lines_asked": 0, "calls_refused_by_breaker": 0,

@@ -158,6 +158,12 @@ class PlivoCarrier(Carrier):
         return rest.hangup_request(settings.plivo_auth_id, ref.call_id, settings.plivo_auth_token,
                                    settings.plivo_api_base)
 
+    def send_digits(self, ref, digits, settings, *, now_s, nonce):
+        if not (settings.plivo_auth_id and settings.plivo_auth_token):
+            return CannotEnd("plivo_auth_id is not set")
+        return rest.send_dtmf_request(settings.plivo_auth_id, ref.call_id, digits, settings.plivo_auth_token,
+                                      settings.plivo_api_base)
+
     def parse_response(self, status_code, body):
         return rest.parse_response(status_code, body)
 

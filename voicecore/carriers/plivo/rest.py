@@ -14,6 +14,9 @@ Sources:
 - [ref] Plivo's "Hang up a call" and "Transfer a call" API pages: 204 No Content for a hang-up, 202
   ``{"message": "call transferred", "api_id": ...}`` for a transfer, errors as ``{"api_id", "error"}``; the
   plivo-ruby docs of ``CallInterface#update`` ("aleg will transfer call_uuid"; aleg_method defaults to POST).
+- [dtmf] Plivo's "Send digits" API page and plivo-python ``Calls.send_digits``: ``POST ('Call', call_uuid,
+  'DTMF')`` with ``digits`` (0-9, *, #, w a 0.5 s pause, W 1 s) and ``leg`` (``aleg``, the default, or
+  ``bleg``); 202 ``{"message": "digits sent", "api_id"}``. On a call we placed, the A leg is the callee's.
 - [xml] Plivo XML ``<Dial>``: ``<Number>`` for a phone number, ``<User>`` for a SIP endpoint
   (``sip:...``).
 
@@ -90,6 +93,17 @@ def dial_xml(target: str) -> str:
     target = check_target(target)
     element = "User" if is_sip(target) else "Number"
     return f'<Response><Dial><{element}>{escape(target)}</{element}></Dial></Response>'
+
+
+def send_dtmf_request(auth_id: str, call_uuid: str, digits: str, auth_token: str,
+                      base_url: str = DEFAULT_BASE_URL) -> RestRequest:
+    """Press ``digits`` on the callee's leg ([dtmf]: ``POST .../Call/{call_uuid}/DTMF/`` with ``digits`` and
+    ``leg``; w and W are its half-second and one-second pauses, as in voicecore/outbound/dtmf.py)."""
+    from voicecore.outbound.dtmf import parse_digits
+
+    body = json.dumps({"digits": parse_digits(digits), "leg": "aleg"}, separators=(",", ":"))
+    return RestRequest("POST", _url(base_url, auth_id, call_uuid) + "DTMF/", _headers(auth_id, auth_token, True),
+                       body.encode("utf-8"))
 
 
 def parse_response(status_code: int, body: bytes) -> RestResult:

@@ -114,6 +114,11 @@ class TelnyxCarrier(Carrier):
             return rest.transfer_request(ref.call_id, target, settings.telnyx_api_key, nonce, settings.telnyx_api_base)
         return rest.hangup_request(ref.call_id, settings.telnyx_api_key, nonce, settings.telnyx_api_base)
 
+    def send_digits(self, ref, digits, settings, *, now_s, nonce):
+        if not settings.telnyx_api_key:
+            return CannotEnd("telnyx_api_key is not set")
+        return rest.send_dtmf_request(ref.call_id, digits, settings.telnyx_api_key, nonce, settings.telnyx_api_base)
+
     def parse_response(self, status_code, body):
         return rest.parse_response(status_code, body)
 

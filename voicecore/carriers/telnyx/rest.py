@@ -16,6 +16,10 @@ Sources:
   ``client_state``, ``command_id``), ``docs/TransferCallRequest.md`` (``to``: "The DID or SIP URI to dial
   out and bridge to the given call", required; ``from`` defaults to the original call's), and
   ``docs/CallControlCommandResponse.md`` (``{"data": {"result": "ok"}}``).
+- [dtmf] Telnyx API reference "Send DTMF" (developers.telnyx.com/api-reference/call-commands/send-dtmf):
+  ``POST /calls/{call_control_id}/actions/send_dtmf``, body ``digits`` (required; 0-9, A-D, *, #, pauses ``w``
+  0.5 s and ``W`` 1 s), ``duration_millis`` (100-500, default 250), ``client_state``, ``command_id``; answered
+  ``{"data": {"result": "ok"}}``.
 - Telnyx API v2 errors are ``{"errors": [{"code", "title", "detail"}]}``; only ``title`` is kept (``detail``
   may echo what we sent).
 
@@ -77,6 +81,20 @@ def transfer_request(call_control_id: str, target: str, api_key: str, command_id
     id shown to the target is the original call's ([sdk]: ``from`` omitted)."""
     body = {"to": check_target(target), **_body(command_id)}
     return _request(_url(base_url, call_control_id, "transfer"), api_key, body)
+
+
+DTMF_DURATION_MS = 100  # each key's tone ([dtmf]: 100-500 ms, default 250); the in-band tones' length too
+
+
+def send_dtmf_request(call_control_id: str, digits: str, api_key: str, command_id: str | None = None,
+                      base_url: str = DEFAULT_BASE_URL) -> RestRequest:
+    """Press ``digits`` on the call ([dtmf]: ``POST /v2/calls/{call_control_id}/actions/send_dtmf``, ``digits``
+    of 0-9, A-D, *, # and the pauses w (0.5 s) and W (1 s), ``duration_millis``): voicecore/outbound/dtmf.py's
+    syntax is a subset, sent as it is."""
+    from voicecore.outbound.dtmf import parse_digits
+
+    body = {"digits": parse_digits(digits), "duration_millis": DTMF_DURATION_MS, **_body(command_id)}
+    return _request(_url(base_url, call_control_id, "send_dtmf"), api_key, body)
 
 
 def parse_response(status_code: int, body: bytes) -> RestResult:

@@ -126,6 +126,12 @@ class VonageCarrier(Carrier):
             return rest.transfer_request(ref.call_id, target, token, settings.vonage_api_base)
         return rest.hangup_request(ref.call_id, token, settings.vonage_api_base)
 
+    def send_digits(self, ref, digits, settings, *, now_s, nonce):
+        if not (settings.vonage_application_id and settings.vonage_private_key):
+            return CannotEnd("vonage_application_id or vonage_private_key is not set")
+        token = rest.application_jwt(settings.vonage_application_id, settings.vonage_private_key, now_s, nonce)
+        return rest.send_dtmf_request(ref.call_id, digits, token, settings.vonage_api_base)
+
     def parse_response(self, status_code, body):
         return rest.parse_response(status_code, body)
 

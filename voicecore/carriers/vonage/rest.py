@@ -19,6 +19,9 @@ Sources:
 - [jwt] Vonage "JSON Web Tokens" guide: RS256 signed with the application's private key; claims
   ``application_id`` (required), ``iat``, ``jti`` (unique), ``exp`` (default 15 minutes); ``nbf``, ``acl``
   optional.
+- [dtmf] Vonage Voice API reference, "Play DTMF into a call": ``PUT /v1/calls/:uuid/dtmf``, body ``{"digits":
+  "1713"}`` (0-9, *, #, ``p`` a 500 ms pause); 200 ``{"message": "DTMF sent", "uuid"}``; @vonage/voice
+  ``playDTMF(uuid, digits)``.
 - [ncco] NCCO reference, ``connect``: endpoint ``{"type": "phone", "number": "447700900000"}`` (E.164
   without "+") or ``{"type": "sip", "uri": "sip:..."}``.
 
@@ -86,6 +89,19 @@ def transfer_request(call_uuid: str, target: str, token: str, base_url: str = DE
     ends and the caller is connected to the target."""
     ncco = [{"action": "connect", "endpoint": [connect_endpoint(target)]}]
     return _request(base_url, call_uuid, token, {"action": "transfer", "destination": {"type": "ncco", "ncco": ncco}})
+
+
+VONAGE_PAUSE = "p"  # [dtmf]: a 500 ms pause in Vonage's digits
+
+
+def send_dtmf_request(call_uuid: str, digits: str, token: str, base_url: str = DEFAULT_BASE_URL) -> RestRequest:
+    """Press ``digits`` on the call ([dtmf]: ``PUT /v1/calls/{uuid}/dtmf`` with ``digits``). Vonage's pause is
+    ``p`` (500 ms): voicecore/outbound/dtmf.py's ``w`` becomes one, ``W`` two."""
+    from voicecore.outbound.dtmf import parse_digits
+
+    text = parse_digits(digits).replace("W", VONAGE_PAUSE * 2).replace("w", VONAGE_PAUSE)
+    request = _request(base_url, call_uuid, token, {"digits": text})
+    return RestRequest(request.method, request.url + "/dtmf", request.headers, request.body)
 
 
 def parse_response(status_code: int, body: bytes) -> RestResult:

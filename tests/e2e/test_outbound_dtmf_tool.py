@@ -1,0 +1,65 @@
+"""The model's own keys, end to end: an agent with ``[outbound] dtmf_tool = true`` hands an IVR to the model
+(``on_ivr = "model"``); the simulated menu asks again ("To speak with someone, press 1.") once the agent has
+spoken, and the simulated model, scripted to call ``send_dtmf`` when it hears "press 1", does. On Telnyx the keys go
+by its send_dtmf request (checked by the carrier simulator) and the menu puts the call through; on Twilio, whose
+keys go only in-band, the tool answers the model with an error. Checked: the RunTool action and its result in the
+record, the menu's keys, and an identical replay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+
+import pytest
+
+from voicecore.agent.load import default_agent_dir
+from voicecore.call.record import loads_partial
+from voicecore.demo import record_paths
+from voicecore.outbound.outbound_demo import _outbound_demo
+from voicecore.sim.model.config import SimTurn
+
+pytestmark = pytest.mark.integration
+
+AGENT_OUTBOUND = '''
+[outbound]
+max_wait_ms = 12000
+on_ivr = "model"
+dtmf_tool = true
+'''
+PRESS = SimTurn(when="press 1", call="send_dtmf", arguments='{"digits": "1"}', then="Thank you.")
+
+
+def _tool_agent(tmp_path):
+    agent = tmp_path / "agent"
+    shutil.copytree(default_agent_dir(), agent)
+    (agent / "agent.toml").write_text((agent / "agent.toml").read_text() + AGENT_OUTBOUND)
+    config = tmp_path / "voicecore.toml"
+    config.write_text(f'agent = "{agent}"\n')
+    return str(config)
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")
+@pytest.mark.parametrize("carrier", ["telnyx", "twilio"])
+def test_the_model_presses_the_menus_key_with_send_dtmf(tmp_path, carrier):
+    records = tmp_path / "records"
+    records.mkdir()
+    with open(tmp_path / "stack.log", "wb") as log_file:
+        report = asyncio.run(_outbound_demo(1, _tool_agent(tmp_path), tmp_path, log_file, records, carrier=carrier,
+                                            kinds=["ivr"], sim_turns=(PRESS,)))
+    assert report["ok"], (report["problems"], (tmp_path / "stack.log").read_text(errors="replace")[-4000:])
+    [call] = report["calls_detail"]
+    assert (call["verdict"], call["action"]) == ("ivr", "start")
+    _header, entries, _complete = loads_partial(record_paths(records, [call["call_sid"]])[0].read_bytes())
+    runs = [e["a"] for e in entries if e.get("k") == "out" and e["a"].get("type") == "RunTool"]
+    assert [(r["name"], json.loads(r["arguments"])) for r in runs] == [("send_dtmf", {"digits": "1"})]
+    [result] = [e for e in entries if e.get("k") == "tool"]
+    notes = [(n["digits"], n["means"], n["ok"]) for n in entries if n.get("k") == "note" and n.get("what") == "dtmf"]
+    if carrier == "telnyx":
+        assert result["ok"] and json.loads(result["output"]) == {"ok": True, "digits": "1"}
+        assert notes == [("1", "rest", True)]
+        assert call["ivr_keys_heard"] == "1" and call["ivr_navigated"] and call["ivr_keys_by"] == "rest"
+    else:
+        assert not result["ok"] and json.loads(result["output"])["error"]["type"] == "not_sent"
+        assert notes == [("1", "in_band", False)] and not call["ivr_navigated"]
+    assert report["records_replayed_identical"] == 1
