@@ -279,6 +279,25 @@ def test_go_away_waits_for_the_turn_being_generated_until_near_the_deadline():
     assert driver.reconnect_due(8_000 * MS)
 
 
+def test_go_away_waits_for_the_answer_owed_to_what_the_caller_just_said():
+    """goAway while the caller speaks: the session does not move until their utterance has been answered (the
+    old connection's answer would be lost with it, and the new one never heard the question)."""
+    driver = new_driver()
+    driver.on_model_event('{"setupComplete":{}}', 0, SILENT)
+    driver.reply_owed = False  # the greeting was answered long ago
+    driver.on_model_event('{"voiceActivity":{"voiceActivityType":"ACTIVITY_START"}}', 0, SILENT)
+    driver.on_model_event('{"goAway":{"timeLeft":"10s"}}', 100 * MS, SILENT)
+    assert not driver.reconnect_due(200 * MS)  # speaking
+    driver.on_model_event('{"serverContent":{"inputTranscription":{"text":"What time is it?"}}}', 900 * MS, SILENT)
+    driver.on_model_event('{"voiceActivity":{"voiceActivityType":"ACTIVITY_END"}}', 1_000 * MS, SILENT)
+    assert not driver.reconnect_due(1_000 * MS)  # stopped, the answer not begun
+    driver.on_model_event(json.dumps({"serverContent": {"modelTurn": {"parts": [{"inlineData": {
+        "mimeType": gp.OUTPUT_AUDIO_MIME, "data": "AAAAAA=="}}]}}}), 1_200 * MS, SILENT)
+    driver.on_model_event('{"serverContent":{"turnComplete":true}}', 1_300 * MS, SILENT)
+    assert driver.reconnect_due(1_300 * MS)  # answered: a pause
+    assert driver.reconnect_due(8_000 * MS)
+
+
 def test_a_lost_connection_ends_the_turn_where_it_is_and_owes_no_tool_results():
     driver = new_driver()
     driver.start(0)

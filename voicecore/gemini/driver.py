@@ -336,10 +336,12 @@ class GeminiDriver:
         """goAway came: move to a new connection now (a pause, or the server's deadline is near)."""
         if not self.go_away or self.ended:
             return False
-        # a pause: nothing generated, no tool result owed, and the caller not in the middle of an utterance (the
-        # new connection's activity detection would hear only its rest, and the old one's words be lost)
-        caller_speaking = bool(self.exchange.caller_item) and not self.exchange.caller_stopped
-        at_pause = not self._generating() and not self.tool_calls and not caller_speaking
+        # a pause: nothing generated, no tool result owed, no answer owed (to what the caller said: their
+        # utterance is open until the model answers it, or to what we asked), and the caller not in the middle of
+        # an utterance: the new connection's activity detection would hear only its rest, and the answer the
+        # old connection was about to give would be lost with it
+        at_pause = (not self._generating() and not self.tool_calls and not self.exchange.caller_item
+                    and not self.reply_owed)
         return at_pause or now_ns >= self.go_away_deadline_ns
 
     # --- the model's messages ---------------------------------------------------------------------------
