@@ -1341,7 +1341,7 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
                                                       int(port), reuse_address=True, backlog=64)
             log.info("gateway serving /metrics on %s", config.metrics_listen)
         unserved = [c for c in carrier_core.CARRIERS if c not in gateway.carriers_enabled]
-        log.info("carriers served: %s%s", ", ".join(("twilio",) + gateway.carriers_enabled),
+        log.info("carriers served: %s%s", ", ".join(gateway.carrier_settings.served()),
                  f" (not served, no secret configured: {', '.join(unserved)})" if unserved else "")
         leadership.announce()
         gc.freeze()
