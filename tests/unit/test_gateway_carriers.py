@@ -213,6 +213,36 @@ def test_token_fits_its_call_or_any_call():
     assert cc.token_fits_call("c1", started("c1"))
     assert not cc.token_fits_call("c2", started("c1"))
     assert cc.token_fits_call(cc.ANY_CALL, started("c1"))
+    assert cc.token_fits_call(cc.ANY_CALL, started("c1"), cc.EXOTEL)
+    # Twilio's voice webhook always names the call: its stream never took a token tied to none
+    assert not cc.token_fits_call(cc.ANY_CALL, started("c1"), cc.TWILIO)
+    assert cc.token_fits_call("c1", started("c1"), cc.TWILIO) and not cc.token_fits_call("c2", started("c1"), cc.TWILIO)
+
+
+def test_every_served_carriers_stream_comes_through_here_twilio_included():
+    assert cc.stream_paths(SETTINGS.served())["/twilio/stream"] == cc.TWILIO
+    assert set(cc.stream_paths(SETTINGS.served())) == {f"/{name}/stream" for name in (cc.TWILIO,) + cc.CARRIERS}
+    assert cc.stream_paths(cc.CarrierSettings().served()) == {"/twilio/stream": cc.TWILIO}
+    assert cc.check_upgrade(cc.TWILIO, "/twilio/stream", {}, SETTINGS, ("ws://x",), 0.0) is None
+    assert cc.whole_frames(cc.TWILIO) and not any(cc.whole_frames(name) for name in cc.CARRIERS)
+
+
+def test_a_twilio_stream_plan_is_its_sids_final_templates_with_no_edge_and_the_bus_names_it_as_before():
+    from voicecore.carriers.twilio import stream as twilio_stream
+
+    sid, call, account = "MZ" + "5" * 32, "CA" + "1" * 32, "AC" + "2" * 32
+    protocol = cc.new_stream_protocol(cc.TWILIO)
+    twilio_started = StreamStarted(1, call, sid, account, (("session_token", "t"),), ENCODING_PCMU, 8000, 1)
+    plan = cc.plan_stream(cc.TWILIO, twilio_started, protocol, SETTINGS, 512, 80)
+    assert plan.templates == twilio_stream.wire_templates(sid) and not plan.templates.raw
+    assert (plan.arena_law, plan.edge, plan.lead_ms, plan.backlog_frames, plan.backlog) == (ENCODING_PCMU, None, 0, 0, None)
+    assert cc.session_token(cc.TWILIO, twilio_started, "/twilio/stream") == "t"
+    # CallStarted as the gateway always sent it for Twilio: carrier "", the account in account_sid
+    assert cc.call_ids(cc.TWILIO, twilio_started, protocol) == cc.CallIds(call, sid, account,
+                                                                          custom_parameters=(("session_token", "t"),))
+    other, other_protocol = started("c1", "s1"), telnyx.TelnyxStreamProtocol()
+    assert cc.call_ids(cc.TELNYX, other, other_protocol) == cc.CallIds(
+        "c1", cc.stream_id(cc.TELNYX, other, other_protocol), "", cc.TELNYX, "c1", "")
 
 
 def test_arena_ids_keep_usable_ids_and_hash_the_rest():
@@ -249,7 +279,7 @@ def test_each_carrier_stream_gets_an_edge_that_speaks_its_format():
     assert cc.new_edge(cc.TELNYX, started(), telnyx.TelnyxStreamProtocol(), False).sink is None
     assert isinstance(cc.new_stream_protocol(cc.PLIVO), plivo.PlivoStreamProtocol)
     with pytest.raises(ValueError):
-        cc.new_stream_protocol("twilio")  # Twilio's stream is main.py's own
+        cc.new_stream_protocol("skype")  # no such carrier
 
 
 def test_an_exotel_call_keeps_a_chunk_and_a_margin_ahead_and_the_others_the_pacers_lead():
@@ -495,6 +525,7 @@ def test_what_the_simulated_carrier_sends_passes_the_check_of_our_answer(carrier
 
 
 def test_twilios_webhooks_go_through_the_same_check_with_the_lines_and_answers_they_always_had():
+    from voicecore.carriers.twilio import stream as twilio_stream
     from voicecore.carriers.twilio import webhook as twilio_webhook
     from voicecore.carriers.twilio.signature import compute_signature
 
@@ -527,5 +558,4 @@ def test_twilios_webhooks_go_through_the_same_check_with_the_lines_and_answers_t
     redirect = cc.CarrierSettings(drain_redirect_url="https://other.example.com/twilio/voice")
     assert cc.draining_answer(request, redirect).body == twilio_webhook.twiml_redirect(
         "https://other.example.com/twilio/voice").encode()
-    with pytest.raises(ValueError):
-        cc.new_stream_protocol("twilio")  # its stream is still the gateway's own connection class
+    assert isinstance(cc.new_stream_protocol("twilio"), twilio_stream.TwilioCarrierStream)  # the one stream class's

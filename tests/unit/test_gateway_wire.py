@@ -1,4 +1,4 @@
-"""The gateway's wire drain (workers/gateway/main.py StreamConnection.drain_wire) over what the real pacer
+"""The gateway's wire drain (workers/gateway/main.py StreamConnection.drain_wire, every carrier's) over what the real pacer
 wrote from each call's templates: final entries go out as they are, one WebSocket text frame each (binary
 when the templates say so), the marks and clears are told apart by the call's own templates (the mark
 ledger gets the names, clears are counted), and raw entries go to the connection's carrier edge instead."""
@@ -71,11 +71,12 @@ def drained(tmp_path, templates, connection=StreamConnection):
     arena = Arena.create(ArenaLayout(max_calls=1, in_slots=8, out_slots=8, wire_slots=64), directory=str(tmp_path))
     released = []
     gateway = SimpleNamespace(arena=arena, ctrl=arena.ctrl, counters=Counter(), bargein_to_clear=LatencyLog(),
+                              carriers_enabled=(),
                               bargein_clear_seconds=SimpleNamespace(observe=lambda s: None),
                               release_slot=lambda slot, reason: released.append(reason))
 
     async def run():
-        conn = connection(gateway)
+        conn = connection(gateway, "twilio", "/twilio/stream")  # the drain is every carrier's: the templates decide
         conn.edge_entries = []
         conn.transport = FakeTransport()
         arena.claim_slot(0, "stream-1", "CA" + "1" * 32, templates)
@@ -119,6 +120,6 @@ def test_raw_entries_go_to_the_carrier_edge_and_nothing_is_written(tmp_path):
     assert conn.transport.written == b"" and gateway.counters["clears_sent"] == 1 and released == []
 
 
-def test_a_connection_without_a_carrier_edge_ends_a_call_that_gets_raw_entries(tmp_path):
+def test_a_call_without_a_carrier_edge_ends_when_it_gets_raw_entries(tmp_path):
     _entries, conn, _gateway, released = drained(tmp_path, RAW)
     assert released == ["no carrier edge"] and conn.transport.closes and conn.transport.written == b""

@@ -26,8 +26,10 @@ from voicecore.carriers.twilio.stream import (
     Start,
     State,
     Stop,
+    TwilioCarrierStream,
     TwilioStreamProtocol,
 )
+from voicecore.carriers import events as neutral
 
 ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
 CALL_SID = "CA" + "fedcba9876543210" * 2
@@ -454,6 +456,50 @@ def test_bad_input_gives_close_code_then_ignores_input(prelude: str, message: ob
     assert stats_after.media_frames == stats_before.media_frames
     assert stats_after.messages_received == stats_before.messages_received + 1
     assert_closed_for_good(protocol, close_code)
+
+
+# --- the carrier-neutral events the gateway reads (TwilioCarrierStream) -----------------------------
+
+
+def test_the_carrier_stream_gives_the_neutral_events_with_the_same_checks_and_statistics() -> None:
+    """TwilioCarrierStream (the descriptor's stream, which the gateway's one stream connection reads) gives every
+    carrier's events for the same messages, with TwilioStreamProtocol's state and counts."""
+    twilio, carrier = TwilioStreamProtocol(), TwilioCarrierStream()
+    expected = [
+        neutral.StreamConnected(),
+        neutral.StreamStarted(1, CALL_SID, STREAM_SID, ACCOUNT_SID, (("session_token", "tok-123"), ("tenant", "acme")),
+                              neutral.ENCODING_PCMU, 8000, 1),
+        neutral.CallerAudio(2, 155, FRAME),
+        neutral.Dtmf(3, "5"),
+        neutral.MarkEcho(4, "3:5"),
+        neutral.StreamStopped(6),
+    ]
+    for (message, _), event in zip(HAPPY_CALL, expected, strict=True):
+        twilio.receive_text(dumps(message))
+        assert carrier.receive_text(dumps(message)) == [event]
+        assert carrier.state is twilio.state
+    assert carrier.statistics() == twilio.statistics()
+
+
+def test_the_carrier_streams_media_fast_path_is_the_protocols() -> None:
+    carrier = TwilioCarrierStream()
+    for message in (connected_msg(), start_msg()):
+        carrier.receive_text(dumps(message))
+    wire = json.dumps(media_msg(seq="2"), separators=(",", ":")).encode()
+    assert carrier.receive_media(wire) == (2, 155, FRAME)
+    assert carrier.statistics().media_frames == 1
+
+
+@pytest.mark.parametrize(
+    ("prelude", "message", "close_code"), [case[1:] for case in BAD_INPUT], ids=[case[0] for case in BAD_INPUT]
+)
+def test_the_carrier_stream_closes_on_the_same_input_with_the_same_violation(prelude, message, close_code) -> None:
+    carrier = TwilioCarrierStream()
+    for before in PRELUDES[prelude]:
+        carrier.receive_text(dumps(before))
+    reference = protocol_after(prelude)
+    assert feed(carrier, message) == feed(reference, message)
+    assert carrier.statistics() == reference.statistics() and carrier.state is State.CLOSED
 
 
 def test_close_code_table_is_the_documented_one() -> None:

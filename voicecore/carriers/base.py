@@ -13,7 +13,8 @@ A descriptor answers, for its carrier:
   the check of its stream's WebSocket upgrade (:meth:`Carrier.check_upgrade`);
 - **the stream**: its protocol (:meth:`Carrier.new_stream`, a :class:`~voicecore.carriers.events.CarrierStream`
   giving the carrier-neutral events), whether its caller audio comes as the arena's frames already
-  (``whole_frames``), where the token is (:meth:`Carrier.session_token`), the stream's own id
+  (``whole_frames``), where the token is (:meth:`Carrier.session_token`) and whether one tied to no call admits
+  the stream (``any_call_tokens``), the name the bus gives its calls (``bus_name``), the stream's own id
   (:meth:`Carrier.stream_id`), the law the call's rings carry (:meth:`Carrier.arena_encoding`), the pacer's
   final templates when the carrier takes its frames as they are (:meth:`Carrier.final_templates`), the encoder
   the gateway's edge finishes raw entries with otherwise (:meth:`Carrier.outbound_sink`), and the lead and
@@ -171,7 +172,16 @@ class Carrier:
     # the gateway writes them into the inbound ring as they are, with the carrier's own numbering, and reads
     # them from the stream's fast path when it has one (``receive_media``).
     whole_frames: bool = False
+    # Its stream may start with a session token tied to no call (``ANY_CALL``: a webhook that named none,
+    # Exotel's); False: only with a token tied to the call its stream names.
+    any_call_tokens: bool = True
     carrier_side: type | None = None
+
+    @property
+    def bus_name(self) -> str:
+        """The carrier the bus's CallStarted names (voicecore/bus/messages.py), beside the ids its stream sent:
+        the carrier's own name; "" for the bus's default carrier (Twilio), whose calls the arena's ids name alone."""
+        return self.name
 
     @property
     def stream_path(self) -> str:

@@ -10,9 +10,9 @@ for the carrier edge otherwise), the edge itself, its lead, and the bound on its
 Everything that differs between carriers is the carrier's descriptor's (voicecore/carriers/base.py, one per
 package, found in voicecore/carriers/registry.py): its secret, routes, signatures, answer document, upgrade
 check, stream protocol, token place, encoders, lead and backlog policy. docs/reference/carriers.md has the
-rules per carrier for operators. Every carrier's webhooks, Twilio's included, come through here
-(:func:`webhook_routes`); Twilio's stream does not yet: it is main.py's own connection class (``CARRIERS``, the
-carriers whose streams come through here, leaves Twilio out). Must not know: sockets, the clock (``now_s`` comes
+rules per carrier for operators. Every carrier's webhooks and streams, Twilio's included, come through here
+(:func:`webhook_routes`, :func:`stream_paths`, :func:`new_stream_protocol`, :func:`plan_stream`): the gateway has
+one webhook path and one stream connection class for them all. Must not know: sockets, the clock (``now_s`` comes
 in), randomness (the token comes in), the arena, rings.
 """
 
@@ -76,6 +76,7 @@ __all__ = [
     "transfer_document",
     "upgrade_headers",
     "webhook_routes",
+    "whole_frames",
     "wire_templates",
 ]
 
@@ -84,17 +85,18 @@ TELNYX = "telnyx"
 PLIVO = "plivo"
 VONAGE = "vonage"
 EXOTEL = "exotel"
-# The carriers whose streams come through here: every registered one but Twilio, whose stream is still
-# workers/gateway/main.py's own connection class (its webhooks come through here like every carrier's).
+# The carriers served beside Twilio, each when its secret is configured (Twilio always is): the gateway's
+# carrier_* counters and its "carriers served" log line count these. Every registered carrier's webhooks and
+# stream, Twilio's included, come through here alike.
 CARRIERS = tuple(name for name in registry.NAMES if name != TWILIO)
 
 _B64_FRAME_CHARS = (FRAME_BYTES + 2) // 3 * 4
 
 
 def _served(name: str) -> base.Carrier:
-    """The descriptor of a carrier whose stream this module serves; ValueError for any other name (Twilio's
-    included)."""
-    if name not in CARRIERS:
+    """The descriptor of a carrier whose stream this module serves (any registered one); ValueError for any
+    other name."""
+    if name not in registry.NAMES:
         raise ValueError(f"no carrier stream here for {name!r}")
     return registry.get(name)
 
@@ -111,8 +113,13 @@ class CarrierSettings(base.CarrierSettings):
     __slots__ = ()
 
     def enabled(self) -> tuple[str, ...]:
-        """The carriers served beside Twilio (always served, by main.py's own path), in the registry's order."""
+        """The carriers served beside Twilio (which is always served), in the registry's order."""
         return tuple(name for name in registry.served(self) if name in CARRIERS)
+
+    def served(self) -> tuple[str, ...]:
+        """Every served carrier, Twilio included, in the registry's order: whose webhooks and streams the gateway
+        takes."""
+        return registry.served(self)
 
 
 def routes(enabled: tuple[str, ...]) -> dict[str, Route]:
@@ -192,6 +199,13 @@ def new_stream_protocol(carrier: str) -> CarrierStream:
     return _served(carrier).new_stream()
 
 
+def whole_frames(carrier: str) -> bool:
+    """Whether the carrier's caller audio comes as the arena's frames already (base.py ``whole_frames``): the
+    gateway writes them into the inbound ring as they are, with the carrier's numbering, and reads them from the
+    stream's ``receive_media`` fast path when it has one; no edge transcodes them."""
+    return _served(carrier).whole_frames
+
+
 def session_token(carrier: str, started: StreamStarted, upgrade_target: str) -> str:
     """The session token a stream presents, where its carrier puts it; "" when there is none."""
     return _served(carrier).session_token(started, upgrade_target)
@@ -215,14 +229,24 @@ class CallIds:
 
 
 def call_ids(carrier: str, started: StreamStarted, stream: CarrierStream) -> CallIds:
-    """The ids of a started stream's call (:class:`CallIds`)."""
-    return CallIds(arena_id(started.call_id), arena_id(stream_id(carrier, started, stream)), started.account_id,
-                   carrier, started.call_id, started.account_id, tuple(started.custom_parameters))
+    """The ids of a started stream's call (:class:`CallIds`): the arena's, and the carrier the bus names with the
+    ids its stream sent; a call of the bus's default carrier (``bus_name`` "": Twilio) is named by the arena's ids
+    and the account alone (voicecore/bus/messages.py CallStarted)."""
+    descriptor = _served(carrier)
+    call_sid = arena_id(started.call_id)
+    stream_sid = arena_id(descriptor.stream_id(started, stream))
+    parameters = tuple(started.custom_parameters)
+    if not descriptor.bus_name:
+        return CallIds(call_sid, stream_sid, started.account_id, custom_parameters=parameters)
+    return CallIds(call_sid, stream_sid, "", descriptor.bus_name, started.call_id, started.account_id, parameters)
 
 
-def token_fits_call(token_call_id: str | None, started: StreamStarted) -> bool:
-    """Whether a redeemed token's call id admits this stream: the same call, or a token tied to none."""
-    return token_call_id == ANY_CALL or token_call_id == started.call_id
+def token_fits_call(token_call_id: str | None, started: StreamStarted, carrier: str | None = None) -> bool:
+    """Whether a redeemed token's call id admits this stream: the same call, or a token tied to none where the
+    stream's ``carrier`` takes one (its descriptor's ``any_call_tokens``; no carrier named: it does)."""
+    if token_call_id == ANY_CALL:
+        return carrier is None or _served(carrier).any_call_tokens
+    return token_call_id == started.call_id
 
 
 def arena_id(value: str) -> str:
@@ -302,7 +326,7 @@ class StreamPlan:
 
     arena_law: str
     templates: WireTemplates
-    edge: CarrierEdge
+    edge: CarrierEdge | None  # None: a carrier whose caller audio is whole frames and whose templates are final
     lead_ms: int
     backlog_frames: int
     backlog: object | None  # the carrier's keeper of the bound (e.g. plivo.backlog.EchoBoundedBacklog)
@@ -315,7 +339,9 @@ def plan_stream(carrier: str, started: StreamStarted, protocol: CarrierStream, s
     descriptor = _served(carrier)
     arena_law = descriptor.arena_encoding(started, settings.alaw_passthrough)
     templates = wire_templates(carrier, started, protocol, wire_slot_bytes, arena_law)
-    edge = new_edge(carrier, started, protocol, templates.raw, arena_law)
+    # A carrier whose caller audio is the arena's frames already needs no edge inbound; outbound only for raw entries.
+    edge = None if descriptor.whole_frames and not templates.raw else new_edge(carrier, started, protocol,
+                                                                               templates.raw, arena_law)
     lead_ms = descriptor.pacer_lead_ms(edge, configured_lead_ms)
     backlog_frames = descriptor.backlog_max_frames(settings)
     backlog = descriptor.new_backlog(templates) if backlog_frames else None

@@ -1,16 +1,17 @@
-"""The gateway process: Twilio's HTTP webhooks and Media Streams WebSockets on one port.
+"""The gateway process: every served carrier's HTTP webhooks and media stream WebSockets on one port.
 
 Owns the sockets, the arena (it creates it and unlinks it), writing caller frames into inbound rings and
 writing what the pacer released to the sockets. It never calls a model and never waits on a worker
 (docs/explanation/architecture.md#section-2): the wire rings are drained when the pacer's doorbell rings.
 
-One asyncio.Protocol per TCP connection routes the first request: a WebSocket upgrade to the stream path is
-handed to picows (the transport switches to its protocol, which parses the upgrade and every frame in C),
-anything else goes to h11 (picows serves only GET upgrades, the webhooks are POSTs). A send is a
-transport.write, never an awaited send that starves the loop (docs/explanation/architecture.md#section-11).
-picows rather than websockets' sans-I/O protocol: framing and parsing a 200-byte media message costs well
-under a microsecond in C against several in websockets' Python parser (bench/micro/bench_websocket.py), and
-the gateway handles ~120 messages per call-second.
+One asyncio.Protocol per TCP connection routes the first request: a WebSocket upgrade to a served carrier's
+stream path is handed to picows (the transport switches to its protocol, which parses the upgrade and every
+frame in C) with a StreamConnection, the one class for every carrier's stream; anything else goes to h11 (picows
+serves only GET upgrades, the webhooks are POSTs). A send is a transport.write, never an awaited send that
+starves the loop (docs/explanation/architecture.md#section-11). picows rather than websockets' sans-I/O
+protocol: framing and parsing a 200-byte media message costs well under a microsecond in C against several in
+websockets' Python parser (bench/micro/bench_websocket.py), and the gateway handles ~120 messages per
+call-second.
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ from voicecore.shm.arena import Arena, ArenaError, ArenaLayout
 from voicecore.shm.warmup import warm_up_rings
 from voicecore.standby import Leadership
 from voicecore.stats import LatencyLog
-from voicecore.carriers.twilio import stream as tw
 from voicecore.wsframes import binary_frames, text_frames
 from voicecore.wsunix import UnixTransportView
 from workers.gateway.core import (Admission, Drain, DrainStep, MarkDiscarded, MarkLedger, MarkPlayed, SlotTable,
@@ -160,7 +160,7 @@ class Gateway:
         self.carrier_settings = carrier_core.CarrierSettings.from_config(config)
         self.carriers_enabled = self.carrier_settings.enabled()
         self.webhook_routes = carrier_core.webhook_routes(self.carrier_settings)  # Twilio's and the served carriers'
-        self.carrier_streams = carrier_core.stream_paths(self.carriers_enabled)
+        self.carrier_streams = carrier_core.stream_paths(self.carrier_settings.served())  # Twilio's too
         self.counters.update({name: 0 for name in ("carrier_webhooks", "carrier_streams_started", "carrier_upgrades_refused",
                                                    "carrier_clears_confirmed", "carrier_edge_messages")})
         self.heartbeat_seq = 0
@@ -223,7 +223,7 @@ class Gateway:
                                                       interval_ms))
 
     # --- call slots ---------------------------------------------------------------------------------
-    def claim_slot(self, conn: StreamConnection, start: tw.Start) -> int | None:
+    def claim_slot(self, conn: StreamConnection, start: carrier_core.CallIds) -> int | None:
         for rested in self.slots.due_for_free(now_ms()):
             self.arena.set_slot_state(rested, C.SLOT_FREE)
         # How the pacer writes this call's messages: its carrier module's templates (voicecore/carriers/wire.py).
@@ -241,12 +241,10 @@ class Gateway:
         self.calls[slot] = conn
         self.counters["calls_started"] += 1
         self.wake.set()
-        if isinstance(start, carrier_core.CallIds):  # another carrier's call: its own ids, for hang-up and transfer
-            started = messages.CallStarted(slot, generation, start.call_sid, start.stream_sid, start.account_sid,
-                                           start.carrier, start.carrier_call_id, start.carrier_account_id)
-        else:
-            started = messages.CallStarted(slot, generation, start.call_sid, start.stream_sid, start.account_sid)
-        started = outbound_started(started, getattr(start, "custom_parameters", ()))
+        # The carrier and the ids its stream named, for hang-up and transfer ("" for Twilio's: carrier_core.call_ids).
+        started = messages.CallStarted(slot, generation, start.call_sid, start.stream_sid, start.account_sid,
+                                       start.carrier, start.carrier_call_id, start.carrier_account_id)
+        started = outbound_started(started, start.custom_parameters)
         self.started_messages[slot] = started
         self.bus.send(self.events, started)
         answered_by = self.carrier_amd_waiting.pop(start.call_sid, "")
@@ -456,23 +454,18 @@ class ConnectionRouter(asyncio.Protocol):
             self.handler = HttpConnection(self.gateway, self.transport, self.ticket, metrics_only=True)
             self.handler.data_received(data)
             return
-        if is_upgrade and first_line.split(b" ")[1].split(b"?")[0] == b"/twilio/stream":
-            if self.head_timer is not None:
-                self.head_timer.cancel()  # picows' upgrade timeout and the start deadline take over
-            self._hand_to_websocket(data)
-            return
-        if is_upgrade and self._carrier_upgrade(first_line, data, head_end):
+        if is_upgrade and self._stream_upgrade(first_line, data, head_end):
             return
         # The timer keeps running for plain HTTP: the first request's body must be complete by then too, or
         # a body that never ends would hold its place among the pending connections for ever.
         self.handler = HttpConnection(self.gateway, self.transport, self.ticket)
         self.handler.data_received(data)
 
-    def _carrier_upgrade(self, first_line: bytes, data: bytes, head_end: int) -> bool:
-        """An upgrade to a served carrier's stream path (/telnyx/stream, ...): check what its carrier puts on
-        the upgrade (carrier_core.check_upgrade: Plivo's signature, Vonage's JWT, Exotel's Basic auth) and
-        hand it to that carrier's connection, or refuse it with one log line; say True. Anything else is not
-        ours (False)."""
+    def _stream_upgrade(self, first_line: bytes, data: bytes, head_end: int) -> bool:
+        """An upgrade to a served carrier's stream path (/twilio/stream, /telnyx/stream, ...): check what its
+        carrier puts on the upgrade (carrier_core.check_upgrade: Plivo's signature, Vonage's JWT, Exotel's Basic
+        auth; nothing for Twilio and Telnyx) and hand it to a stream connection for that carrier, or refuse it
+        with one log line; say True. Anything else is not ours (False)."""
         target = first_line.split(b" ")[1].decode("latin-1")
         gw = self.gateway
         carrier = gw.carrier_streams.get(target.split("?", 1)[0])
@@ -492,13 +485,11 @@ class ConnectionRouter(asyncio.Protocol):
                                                                      len(reason), reason))
             self.transport.close()
             return True
-        self._hand_to_websocket(data, CarrierStreamConnection(gw, carrier, target, self.ticket))
+        self._hand_to_websocket(data, StreamConnection(gw, carrier, target, self.ticket))
         return True
 
-    def _hand_to_websocket(self, data: bytes, stream: StreamConnection | None = None) -> None:
+    def _hand_to_websocket(self, data: bytes, stream: StreamConnection) -> None:
         """Switch the transport to picows' protocol and give it the bytes read so far (the upgrade)."""
-        if stream is None:
-            stream = StreamConnection(self.gateway, self.ticket)
         protocol = WSProtocol(
             None, None, False, lambda _request: stream, ws_log, True, UPGRADE_TIMEOUT_S,
             False, 20.0, 20.0, WSAutoPingStrategy.PING_WHEN_IDLE, True, timing.MAX_MESSAGE_BYTES, None, 4096,
@@ -805,13 +796,32 @@ class HttpConnection:
 
 
 class StreamConnection(WSListener):
-    """One Twilio Media Streams WebSocket (a picows listener), from the accepted upgrade to the close."""
+    """One carrier's media stream WebSocket (a picows listener), from the accepted upgrade to the close: every
+    carrier's, Twilio's included.
 
-    def __init__(self, gateway: Gateway, ticket: AdmissionTicket | None = None) -> None:
+    Every message goes through the carrier's protocol module (voicecore/carriers/<name>/, from its descriptor:
+    carrier_core.new_stream_protocol) to the carrier-neutral events (voicecore/carriers/events.py): the session
+    token and the slot claim (``_on_start`` / ``_start_when_confirmed`` / ``_accept_start``), the inbound ring
+    (``_on_caller_frame``), mark echoes (``_on_mark_echo``), DTMF, clears confirmed, stop and violations. A carrier
+    whose caller audio is the arena's frames already (its descriptor's ``whole_frames``: Twilio) has them written
+    into the ring as they are, the common media message read by its protocol's ``receive_media`` fast path (no
+    event, no JSON parser); any other carrier's audio is transcoded to 20 ms mu-law frames once, by the stream's
+    edge (voicecore/carriers/edge.py). The pacer writes the call's messages from its carrier's final templates
+    (Twilio, Telnyx and Plivo in mu-law at 8 kHz) or as raw entries that :meth:`carrier_edge` finishes (Vonage,
+    Exotel, any other encoding or rate); what the edge makes of one doorbell's entries goes out in one write."""
+
+    def __init__(self, gateway: Gateway, carrier: str, target: str, ticket: AdmissionTicket | None = None) -> None:
         self.gateway = gateway
+        self.carrier = carrier
+        self.target = target  # the upgrade's path and query (Exotel's dynamic URL may carry the token there)
         self.ticket = ticket  # given back when the call is accepted or the connection ends
         self.transport: WSTransport | None = None
-        self.twilio = tw.TwilioStreamProtocol()
+        self.protocol = carrier_core.new_stream_protocol(carrier)
+        # Caller audio as the arena's frames: the protocol's fast path for its common media message, if it has one.
+        self.whole_frames = carrier_core.whole_frames(carrier)
+        self.receive_media = getattr(self.protocol, "receive_media", None) if self.whole_frames else None
+        # One of the carriers served beside Twilio: counted in the carrier_* counters, its stream's plan logged.
+        self.beside_twilio = carrier in gateway.carriers_enabled
         self.ledger = MarkLedger()
         self.slot: int | None = None
         self.call_sid = "-"
@@ -825,6 +835,17 @@ class StreamConnection(WSListener):
         self.closing = False
         # caller frames that came while the fleet's token store confirmed the start (then into the ring)
         self.pending_frames: list[tuple[int, int, bytes]] | None = None
+        # The call's plan at its start (carrier_core.plan_stream): the pacer's templates, the edge, the lead, the
+        # backlog bound and the law of the call's frames.
+        self.templates: WireTemplates | None = None
+        self.edge: CarrierEdge | None = None
+        self.lead_ms = 0  # the call's own lead for the pacer (carrier_core.pacer_lead_ms; 0: the configured one)
+        self.backlog_frames = 0  # the call's bound on unconfirmed audio (carrier_core.backlog_max_frames; 0: none)
+        self.arena_law = ENCODING_PCMU  # the law of the call's frames (carrier_core.arena_encoding)
+        # A carrier whose buffer its echoes bound (Plivo): what of the audio sent its echoes confirmed, published
+        # to the pacer (CARRIER_PLAYED_POS). None: the pacer keeps the lead by time alone.
+        self.backlog = None  # the carrier's keeper of the call's backlog bound (carrier_core.StreamPlan)
+        self.edge_out: list[bytes] = []  # framed messages of this doorbell's raw entries, written at its end
         # How to read and send the wire entries the pacer writes for this call (use_wire_templates).
         self.wire_media_prefix = b""
         self.wire_mark_prefix = b""
@@ -832,29 +853,26 @@ class StreamConnection(WSListener):
         self.wire_clear = b""
         self.wire_raw = False
         self.wire_frames = text_frames
-        # A carrier whose buffer its echoes bound (Plivo): what of the audio sent its echoes confirmed, published
-        # to the pacer (CARRIER_PLAYED_POS). None: the pacer keeps the lead by time alone (Twilio's path).
-        self.backlog = None  # the carrier's keeper of the call's backlog bound (carrier_core.StreamPlan)
 
-    def call_wire_templates(self, start: tw.Start) -> WireTemplates:
-        """How the pacer writes this call's messages (claim_slot writes them into the slot): Twilio's, from
-        its stream's SID. Another carrier's connection answers with its own (CarrierStreamConnection)."""
-        return tw.wire_templates(start.stream_sid)
+    def call_wire_templates(self, start: carrier_core.CallIds) -> WireTemplates:
+        """How the pacer writes this call's messages (claim_slot writes them into the slot): its carrier's, from
+        the stream's plan."""
+        return self.templates
 
     def call_lead_ns(self) -> int:
         """The send-ahead the pacer keeps in this call's carrier buffer (claim_slot writes it into the slot,
-        LEAD_NS): 0, the pacer's configured lead. A carrier whose edge holds audio back answers its own."""
-        return 0
+        LEAD_NS): 0, the pacer's configured lead, unless the carrier's edge holds audio back."""
+        return self.lead_ms * 1_000_000
 
     def call_backlog_max_frames(self) -> int:
         """The bound on this call's audio its carrier's echoes have not confirmed played (claim_slot writes it,
-        BACKLOG_MAX_FRAMES): 0, none. A carrier whose echoes bound its buffer (Plivo) answers its own."""
-        return 0
+        BACKLOG_MAX_FRAMES): 0, none, unless the carrier's echoes bound its buffer (Plivo)."""
+        return self.backlog_frames
 
     def call_codec(self) -> int:
-        """The law of this call's frames (claim_slot writes it, CODEC): mu-law, Twilio's only one. A carrier
-        stream in A-law passed through to the model answers CODEC_ALAW (CarrierStreamConnection)."""
-        return C.CODEC_ULAW
+        """The law of this call's frames (claim_slot writes it, CODEC): mu-law, or A-law for a stream in A-law
+        passed through to the model."""
+        return C.CODEC_ALAW if self.arena_law == ENCODING_PCMA else C.CODEC_ULAW
 
     def publish_played_position(self) -> None:
         """What the carrier's echoes (or a clear sent) settled of this call's audio, for the pacer's bound."""
@@ -920,38 +938,70 @@ class StreamConnection(WSListener):
     def _on_message(self, payload: bytes) -> None:
         if self.closing:
             return
-        if not self.binary:
-            media = self.twilio.receive_media(payload)
-            if media is not None:
-                self._on_caller_frame(*media)
+        if self.binary:
+            events = self.protocol.receive_binary(payload)
+        else:
+            receive_media = self.receive_media
+            if receive_media is not None:
+                media = receive_media(payload)
+                if media is not None:
+                    self._on_caller_frame(*media)
+                    return
+            events = self.protocol.receive_text(payload)
+        for event in events:
+            if self.closing:
                 return
-        events = self.twilio.receive_binary(payload) if self.binary else self.twilio.receive_text(payload)
-        for twilio_event in events:
-            self._on_twilio_event(twilio_event)
+            if isinstance(event, CallerAudio):
+                if self.whole_frames:
+                    self._on_caller_frame(event.sequence_number, event.timestamp_ms, event.payload)
+                else:
+                    self._on_caller_audio(event.payload)
+            elif isinstance(event, MarkEcho):
+                backlog = self.backlog
+                if backlog is not None and backlog.is_own_checkpoint(event.name):
+                    backlog.echoed(event.name)  # the gateway's own: it settles the bound, nothing else
+                    self.publish_played_position()
+                    continue
+                # A resampled stream's mark went out behind 10 ms of the next audio: its echo is that late.
+                edge = self.edge
+                self._on_mark_echo(event.name, edge.echo_late_ns(event.name) if edge is not None else 0)
+                if backlog is not None:
+                    backlog.echoed(event.name)
+                    self.publish_played_position()
+            elif isinstance(event, StreamStarted):
+                self._on_start(event)
+            elif isinstance(event, Dtmf):
+                gw = self.gateway
+                if self.slot is not None:
+                    gw.bus.send(gw.events, messages.Dtmf(self.slot, int(self.ctrl[self.slot, C.GENERATION]), event.digit))
+                log.info("call %s: dtmf received", self.call_sid, extra={"digit": event.digit})
+            elif isinstance(event, Cleared):
+                self.gateway.counters["carrier_clears_confirmed"] += 1
+                if self.backlog is not None:
+                    self.backlog.cleared()
+            elif isinstance(event, StreamStopped):
+                log.info("call %s: stop from carrier", self.call_sid)
+                self._end("stop")
+                self._close(1000, "stream stopped")
+            elif isinstance(event, ProtocolViolation):
+                self._violation(event)
 
     def _protocol_close(self, code: WSCloseCode, reason: str) -> None:
         log.info("call %s: websocket closed by protocol: %d %s", self.call_sid, code.value, reason, extra={"problem": "websocket"})
         self._end("violation")
         self._close(code.value, reason)
 
-    def _on_twilio_event(self, event: object) -> None:
-        gw = self.gateway
-        if isinstance(event, tw.Media):
-            self._on_caller_frame(event.sequence_number, event.timestamp_ms, event.payload)
-        elif isinstance(event, tw.Mark):
-            self._on_mark_echo(event.name)
-        elif isinstance(event, tw.Start):
-            self._on_start(event)
-        elif isinstance(event, tw.Dtmf):
-            if self.slot is not None:
-                gw.bus.send(gw.events, messages.Dtmf(self.slot, int(self.ctrl[self.slot, C.GENERATION]), event.digit))
-            log.info("call %s: dtmf received", self.call_sid, extra={"digit": event.digit})
-        elif isinstance(event, tw.Stop):
-            log.info("call %s: stop from carrier", self.call_sid)
-            self._end("stop")
-            self._close(1000, "stream stopped")
-        elif isinstance(event, tw.ProtocolViolation):
-            self._violation(event)
+    def _on_caller_audio(self, payload: bytes) -> None:
+        """Caller audio in the carrier's encoding and size, through the edge into 160-byte arena frames."""
+        edge = self.edge
+        if edge is None:
+            return  # no protocol here gives audio before its start
+        frames = edge.inbound(payload)
+        # Our own numbering of the arena's frames (the carrier's counts messages of other sizes): 1, 2, ...
+        first = edge.inbound_frames - len(frames) + 1
+        for index, frame in enumerate(frames):
+            sequence_number = first + index
+            self._on_caller_frame(sequence_number, (sequence_number - 1) * timing.FRAME_MS, frame)
 
     def _on_caller_frame(self, sequence_number: int, timestamp_ms: int, payload: bytes) -> None:
         if self.slot is None:
@@ -964,18 +1014,40 @@ class StreamConnection(WSListener):
         if not rings.inbound_push(arena.ctrl, arena.in_meta, arena.in_payload, self.slot, sequence_number, timestamp_ms, payload):
             gw.counters["inbound_overruns"] += 1
 
-    def _on_start(self, start: tw.Start) -> None:
+    def _on_start(self, started: StreamStarted) -> None:
         gw = self.gateway
-        self.call_sid = start.call_sid
+        carrier = self.carrier
         self.deadline.cancel()
-        token = dict(start.custom_parameters).get("session_token", "")
-        result = gw.token_service.redeem(token)
+        self.call_sid = carrier_core.arena_id(started.call_id)
+        result = gw.token_service.redeem(carrier_core.session_token(carrier, started, self.target))
         if not result.ok:
-            self._violation(tw.ProtocolViolation(1008, f"session token {result.reason}"))
+            self._violation(ProtocolViolation(1008, f"session token {result.reason}"))
             return
-        if result.call_sid != start.call_sid:
-            self._violation(tw.ProtocolViolation(1008, "session token issued for another call"))
+        if not carrier_core.token_fits_call(result.call_sid, started, carrier):
+            self._violation(ProtocolViolation(1008, "session token issued for another call"))
             return
+        try:
+            plan = carrier_core.plan_stream(carrier, started, self.protocol, gw.carrier_settings,
+                                            gw.arena.layout.wire_slot_bytes, gw.config.lead_ms)
+        except ValueError as exc:  # a format the protocol accepted but the edge cannot serve: ours to fix
+            log.error("call %s: %s stream cannot be served: %s", self.call_sid, carrier, exc,
+                      extra={"problem": "carrier edge"})
+            self._end("carrier edge")
+            self._close(1011, "internal error")
+            return
+        self.arena_law, self.templates, self.edge = plan.arena_law, plan.templates, plan.edge
+        self.lead_ms, self.backlog_frames, self.backlog = plan.lead_ms, plan.backlog_frames, plan.backlog
+        if result.call_sid == carrier_core.ANY_CALL:
+            gw.drain.stream_started(carrier_core.ANY_CALL)  # the drain's record of the webhook that named no call
+        start = carrier_core.call_ids(carrier, started, self.protocol)
+        if self.beside_twilio:
+            gw.counters["carrier_streams_started"] += 1
+            log.info("call %s: %s stream, %s at %d Hz%s, %s wire entries, lead %s%s", self.call_sid, carrier,
+                     started.encoding, started.sample_rate_hz,
+                     ", passed through to the model" if self.arena_law == ENCODING_PCMA else "",
+                     "raw" if self.templates.raw else "final",
+                     f"{self.lead_ms} ms" if self.lead_ms else "the pacer's",
+                     f", at most {self.backlog_frames} frames unconfirmed by echoes" if self.backlog_frames else "")
         if gw.token_service.needs_shared_check(result):
             # Signed tokens with a shared store: the fleet confirms this is the token's first use (bounded wait;
             # caller frames meanwhile are kept and go into the ring once the call has its slot).
@@ -984,13 +1056,13 @@ class StreamConnection(WSListener):
             return
         self._accept_start(start)
 
-    async def _start_when_confirmed(self, start: tw.Start, check) -> None:
+    async def _start_when_confirmed(self, start: carrier_core.CallIds, check) -> None:
         verdict = await self.gateway.token_service.confirm(check)
         frames, self.pending_frames = self.pending_frames or [], None
         if self.closing or self.transport is None or self.transport.is_disconnected:
             return  # the carrier went away meanwhile
         if not verdict.accept:
-            self._violation(tw.ProtocolViolation(1008, f"session token {verdict.reason} (on another node)"))
+            self._violation(ProtocolViolation(1008, f"session token {verdict.reason} (on another node)"))
             return
         if verdict.reason:
             log.warning("call %s: %s", self.call_sid, verdict.reason, extra={"problem": "token store"})
@@ -998,10 +1070,10 @@ class StreamConnection(WSListener):
         for frame in frames:
             self._on_caller_frame(*frame)
 
-    def _accept_start(self, start: tw.Start) -> None:
+    def _accept_start(self, start: carrier_core.CallIds) -> None:
         gw = self.gateway
         # Accepted also while draining: the token was issued before the drain began (none is issued during
-        # one), so Twilio routed this call here and has nowhere else to send its stream.
+        # one), so the carrier routed this call here and has nowhere else to send its stream.
         gw.drain.stream_started(start.call_sid)
         slot = gw.claim_slot(self, start)
         if slot is None:
@@ -1033,7 +1105,7 @@ class StreamConnection(WSListener):
         else:
             gw.counters["marks_unknown"] += 1
 
-    def _violation(self, violation: tw.ProtocolViolation) -> None:
+    def _violation(self, violation: ProtocolViolation) -> None:
         self.gateway.counters["violations"] += 1
         log.warning("call %s: %s (closing %d)", self.call_sid, violation.reason, violation.close_code, extra={"problem": "protocol"})
         self._end("violation")
@@ -1052,7 +1124,7 @@ class StreamConnection(WSListener):
 
     def _start_deadline(self) -> None:
         if self.slot is None and not self.closing:
-            self._violation(self.twilio.deadline_violation())
+            self._violation(self.protocol.deadline_violation())
         if self.ticket is not None and self.slot is None:
             # the close above ends the connection within CLOSE_TIMEOUT_S; an upgrade picows refused never
             # reached us at all: either way the place is given back by then at the latest
@@ -1114,176 +1186,31 @@ class StreamConnection(WSListener):
             self._end("slow peer")
             self.closing = True
             transport.disconnect(graceful=False)
+            return
+        if self.edge_out:
+            # What the edge made of this doorbell's raw entries: one write too.
+            frames, self.edge_out = self.edge_out, []
+            if self.closing or transport.is_close_frame_sent:
+                return
+            gw.counters["carrier_edge_messages"] += len(frames)
+            transport.underlying_transport.write(b"".join(frames))
 
     def carrier_edge(self, entry: bytes) -> None:
         """Finish one raw wire entry (voicecore/carriers/wire.py: RAW_MEDIA + 160 mu-law bytes, RAW_MARK + a
-        mark name, or RAW_CLEAR; its marks and clears are already in the ledger and counters) into the
-        carrier's messages and send them: the hook of a carrier whose messages the pacer cannot write whole
-        (Vonage, Exotel, a stream not in mu-law at 8 kHz), which that carrier's connection overrides. A
-        Twilio call's templates are final, so one never gets here: if it does, the call cannot be served."""
-        log.error("call %s: a raw wire entry but no carrier edge; ending the call", self.call_sid,
-                  extra={"problem": "carrier edge"})
-        self._end("no carrier edge")
-        self._close(1011, "internal error")
-
-    def _end(self, reason: str) -> None:
-        if self.slot is not None:
-            self.gateway.release_slot(self.slot, reason)
-            log.info("call %s: ended (%s)", self.call_sid, reason)
-            self.slot = None
-
-    def on_ws_disconnected(self, transport: WSTransport) -> None:
-        self.deadline.cancel()
-        if self.ticket is not None:
-            self.ticket.release()
-        if self.close_timer is not None:
-            self.close_timer.cancel()
-        self._end("connection lost")
-
-
-class CarrierStreamConnection(StreamConnection):
-    """One media stream of a carrier served beside Twilio (Telnyx, Plivo, Vonage, Exotel), from the accepted
-    upgrade to the close.
-
-    Every message goes through the carrier's protocol module (voicecore/carriers/) to the carrier-neutral
-    events, which take Twilio's paths: the session token and the slot claim (``_start_when_confirmed`` /
-    ``_accept_start``), the inbound ring (``_on_caller_frame``), mark echoes (``_on_mark_echo``), DTMF, stop
-    and violations. Caller audio is transcoded to 20 ms mu-law frames once, by the stream's edge
-    (voicecore/carriers/edge.py). The pacer writes the call's messages from its carrier's final templates
-    (Telnyx and Plivo in mu-law at 8 kHz) or as raw entries that :meth:`carrier_edge` finishes (Vonage,
-    Exotel, any other encoding or rate); what the edge makes of one doorbell's entries goes out in one write.
-    Twilio's own connection (StreamConnection) is untouched by any of this."""
-
-    def __init__(self, gateway: Gateway, carrier: str, target: str, ticket: AdmissionTicket | None = None) -> None:
-        super().__init__(gateway, ticket)
-        self.carrier = carrier
-        self.target = target  # the upgrade's path and query (Exotel's dynamic URL may carry the token there)
-        self.protocol = carrier_core.new_stream_protocol(carrier)
-        self.templates: WireTemplates | None = None
-        self.edge: CarrierEdge | None = None
-        self.lead_ms = 0  # the call's own lead for the pacer (carrier_core.pacer_lead_ms; 0: the configured one)
-        self.backlog_frames = 0  # the call's bound on unconfirmed audio (carrier_core.backlog_max_frames; 0: none)
-        self.arena_law = ENCODING_PCMU  # the law of the call's frames (carrier_core.arena_encoding)
-        self.edge_out: list[bytes] = []  # framed messages of this doorbell's raw entries, written at its end
-
-    def call_wire_templates(self, start: carrier_core.CallIds) -> WireTemplates:
-        return self.templates
-
-    def call_lead_ns(self) -> int:
-        return self.lead_ms * 1_000_000
-
-    def call_backlog_max_frames(self) -> int:
-        return self.backlog_frames
-
-    def call_codec(self) -> int:
-        return C.CODEC_ALAW if self.arena_law == ENCODING_PCMA else C.CODEC_ULAW
-
-    # --- inbound -------------------------------------------------------------------------------------
-    def _on_message(self, payload: bytes) -> None:
-        if self.closing:
-            return
-        protocol = self.protocol
-        events = protocol.receive_binary(payload) if self.binary else protocol.receive_text(payload)
-        for event in events:
-            if self.closing:
-                return
-            if isinstance(event, CallerAudio):
-                self._on_caller_audio(event.payload)
-            elif isinstance(event, MarkEcho):
-                if self.backlog is not None and self.backlog.is_own_checkpoint(event.name):
-                    self.backlog.echoed(event.name)  # the gateway's own: it settles the bound, nothing else
-                    self.publish_played_position()
-                    continue
-                # A resampled stream's mark went out behind 10 ms of the next audio: its echo is that late.
-                edge = self.edge
-                self._on_mark_echo(event.name, edge.echo_late_ns(event.name) if edge is not None else 0)
-                if self.backlog is not None:
-                    self.backlog.echoed(event.name)
-                    self.publish_played_position()
-            elif isinstance(event, StreamStarted):
-                self._on_carrier_start(event)
-            elif isinstance(event, Dtmf):
-                gw = self.gateway
-                if self.slot is not None:
-                    gw.bus.send(gw.events, messages.Dtmf(self.slot, int(self.ctrl[self.slot, C.GENERATION]), event.digit))
-                log.info("call %s: dtmf received", self.call_sid, extra={"digit": event.digit})
-            elif isinstance(event, Cleared):
-                self.gateway.counters["carrier_clears_confirmed"] += 1
-                if self.backlog is not None:
-                    self.backlog.cleared()
-            elif isinstance(event, StreamStopped):
-                log.info("call %s: stop from carrier", self.call_sid)
-                self._end("stop")
-                self._close(1000, "stream stopped")
-            elif isinstance(event, ProtocolViolation):
-                self._violation(event)
-
-    def _on_caller_audio(self, payload: bytes) -> None:
+        mark name, or RAW_CLEAR; its marks and clears are already in the ledger and counters) through the edge
+        into the carrier's messages (sent at the end of drain_wire): a carrier whose messages the pacer cannot
+        write whole (Vonage, Exotel, a stream not in mu-law at 8 kHz). Marks the edge dropped unsent on a clear
+        are settled as discarded: no echo will come for them. A call with no edge (final templates: Twilio,
+        Telnyx, Plivo in mu-law) never gets here: if it does, the call cannot be served."""
         edge = self.edge
         if edge is None:
-            return  # no protocol here gives audio before its start
-        frames = edge.inbound(payload)
-        # Our own numbering of the arena's frames (the carrier's counts messages of other sizes): 1, 2, ...
-        first = edge.inbound_frames - len(frames) + 1
-        for index, frame in enumerate(frames):
-            sequence_number = first + index
-            self._on_caller_frame(sequence_number, (sequence_number - 1) * timing.FRAME_MS, frame)
-
-    def _on_carrier_start(self, started: StreamStarted) -> None:
-        gw = self.gateway
-        carrier = self.carrier
-        self.deadline.cancel()
-        self.call_sid = carrier_core.arena_id(started.call_id)
-        result = gw.token_service.redeem(carrier_core.session_token(carrier, started, self.target))
-        if not result.ok:
-            self._violation(ProtocolViolation(1008, f"session token {result.reason}"))
-            return
-        if not carrier_core.token_fits_call(result.call_sid, started):
-            self._violation(ProtocolViolation(1008, "session token issued for another call"))
-            return
-        try:
-            plan = carrier_core.plan_stream(carrier, started, self.protocol, gw.carrier_settings,
-                                            gw.arena.layout.wire_slot_bytes, gw.config.lead_ms)
-        except ValueError as exc:  # a format the protocol accepted but the edge cannot serve: ours to fix
-            log.error("call %s: %s stream cannot be served: %s", self.call_sid, carrier, exc,
+            log.error("call %s: a raw wire entry but no carrier edge; ending the call", self.call_sid,
                       extra={"problem": "carrier edge"})
-            self._end("carrier edge")
+            self._end("no carrier edge")
             self._close(1011, "internal error")
             return
-        self.arena_law, self.templates, self.edge = plan.arena_law, plan.templates, plan.edge
-        self.lead_ms, self.backlog_frames, self.backlog = plan.lead_ms, plan.backlog_frames, plan.backlog
-        gw.counters["carrier_streams_started"] += 1
-        if result.call_sid == carrier_core.ANY_CALL:
-            gw.drain.stream_started(carrier_core.ANY_CALL)  # the drain's record of the webhook that named no call
-        start = carrier_core.CallIds(self.call_sid,
-                                     carrier_core.arena_id(carrier_core.stream_id(carrier, started, self.protocol)),
-                                     carrier=carrier, carrier_call_id=started.call_id,
-                                     carrier_account_id=started.account_id,
-                                     custom_parameters=tuple(started.custom_parameters))
-        log.info("call %s: %s stream, %s at %d Hz%s, %s wire entries, lead %s%s", self.call_sid, carrier,
-                 started.encoding, started.sample_rate_hz,
-                 ", passed through to the model" if self.arena_law == ENCODING_PCMA else "",
-                 "raw" if self.templates.raw else "final",
-                 f"{self.lead_ms} ms" if self.lead_ms else "the pacer's",
-                 f", at most {self.backlog_frames} frames unconfirmed by echoes" if self.backlog_frames else "")
-        if gw.token_service.needs_shared_check(result):
-            self.pending_frames = []
-            asyncio.ensure_future(self._start_when_confirmed(start, result))
-            return
-        self._accept_start(start)
-
-    def _start_deadline(self) -> None:
-        if self.slot is None and not self.closing:
-            self._violation(self.protocol.deadline_violation())
-        if self.ticket is not None and self.slot is None:
-            self.loop.call_later(CLOSE_TIMEOUT_S + 1.0, self.ticket.release)
-
-    # --- outbound ------------------------------------------------------------------------------------
-    def carrier_edge(self, entry: bytes) -> None:
-        """One raw wire entry through the edge into the carrier's messages (sent at the end of drain_wire).
-        Marks the edge dropped unsent on a clear are settled as discarded: no echo will come for them."""
         try:
-            output = self.edge.outbound(entry)
+            output = edge.outbound(entry)
         except (ValueError, AttributeError) as exc:  # an entry the edge cannot read: the pacer's and ours
             log.error("call %s: raw wire entry not understood (%s); ending the call", self.call_sid, exc,
                       extra={"problem": "carrier edge"})
@@ -1298,16 +1225,19 @@ class CarrierStreamConnection(StreamConnection):
         for message in output.messages:
             self.edge_out.append(binary_frames((message.data,)) if message.binary else text_frames((message.data,)))
 
-    def drain_wire(self) -> None:
-        super().drain_wire()
-        if not self.edge_out:
-            return
-        frames, self.edge_out = self.edge_out, []
-        transport = self.transport
-        if transport is None or self.closing or transport.is_close_frame_sent:
-            return
-        self.gateway.counters["carrier_edge_messages"] += len(frames)
-        transport.underlying_transport.write(b"".join(frames))
+    def _end(self, reason: str) -> None:
+        if self.slot is not None:
+            self.gateway.release_slot(self.slot, reason)
+            log.info("call %s: ended (%s)", self.call_sid, reason)
+            self.slot = None
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        self.deadline.cancel()
+        if self.ticket is not None:
+            self.ticket.release()
+        if self.close_timer is not None:
+            self.close_timer.cancel()
+        self._end("connection lost")
 
 
 def remove_stale_arena(name_file: Path, shm_dir: str) -> list[str]:
@@ -1411,7 +1341,7 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
                                                       int(port), reuse_address=True, backlog=64)
             log.info("gateway serving /metrics on %s", config.metrics_listen)
         unserved = [c for c in carrier_core.CARRIERS if c not in gateway.carriers_enabled]
-        log.info("carriers served: %s%s", ", ".join(("twilio",) + gateway.carriers_enabled),
+        log.info("carriers served: %s%s", ", ".join(gateway.carrier_settings.served()),
                  f" (not served, no secret configured: {', '.join(unserved)})" if unserved else "")
         leadership.announce()
         gc.freeze()

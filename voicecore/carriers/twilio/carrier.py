@@ -9,7 +9,12 @@ webhook.py's, the Calls resource requests rest.py's.
   webhook with ``<Reject>`` (the call is never picked up, so not billed) or, with ``drain_redirect_url``,
   ``<Redirect>`` to another node: a 200, as Twilio reads TwiML only from a success. Its refusals keep the lines
   and bodies they always had.
-- Its stream is still the gateway's own connection class (workers/gateway/main.py), not this descriptor's.
+- Its stream is served by the gateway's one stream connection like every carrier's, through this descriptor:
+  ``TwilioCarrierStream`` (stream.py) gives the carrier-neutral events; caller audio comes as the arena's frames
+  (``whole_frames``: 160 bytes of mu-law, Twilio's own numbering, read by ``receive_media``'s fast path); the pacer
+  writes the call's messages whole from the stream SID's templates (``final_templates``). Its stream takes only a
+  session token tied to its CallSid (``any_call_tokens`` False: its voice webhook always names the call), and the
+  bus names its calls by the arena's ids alone (``bus_name`` "": voicecore/bus/messages.py CallStarted).
 - Outbound calls (outbound.py): the node's voice webhook is the placed call's answer URL, its query (signed by
   Twilio with the URL) carrying the call's direction, callee and fields, which the answer document passes to the
   stream as ``<Parameter>``s; the call's progress comes to ``POST /twilio/call-status`` (signed, logged).
@@ -22,7 +27,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlsplit
 
 from voicecore.carriers.base import Carrier
-from voicecore.carriers.twilio import outbound, rest, webhook
+from voicecore.carriers.twilio import outbound, rest, stream, webhook
 from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, AnswerRequest, DrainAnswer, Refusal, Route,
                                         WebhookError, call_status_event)
 
@@ -41,6 +46,9 @@ class TwilioCarrier(Carrier):
               "/twilio/call-status": Route("twilio", EVENT, ("POST",)),
               REATTACH_PATH: Route("twilio", REATTACH, ("POST",))}
     reattaches = True  # its answer document names a re-attach step (``<Connect action>``)
+    whole_frames = True  # media payloads are exactly the arena's frames (stream.py checks each)
+    any_call_tokens = False
+    bus_name = ""  # the bus's default carrier (CallStarted.carrier "")
 
     def served(self, settings):
         return True
@@ -110,6 +118,12 @@ class TwilioCarrier(Carrier):
         refusal = f"redirected to {url}" if url else "rejected busy"
         return DrainAnswer(200, b"text/xml", twiml.encode(),
                            f"call {request.call_id}: refused, the node is draining ({refusal})")
+
+    def new_stream(self):
+        return stream.TwilioCarrierStream()
+
+    def final_templates(self, started, stream_protocol, arena_law):
+        return stream.wire_templates(started.stream_id)
 
     def end_call(self, ref, transfer, target, settings, *, now_s, nonce):
         if transfer:

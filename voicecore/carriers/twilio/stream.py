@@ -43,7 +43,9 @@ from typing import Union
 
 import orjson
 
-from voicecore.carriers.events import ProtocolViolation  # every carrier's: the shell closes with its code
+from voicecore.carriers.events import (ENCODING_PCMU, CallerAudio, MarkEcho, ProtocolViolation,
+                                       StreamConnected, StreamStarted, StreamStopped)
+from voicecore.carriers.events import Dtmf as DtmfEvent
 from voicecore.carriers.wire import WireTemplates
 from voicecore.errors import PeerInputError
 from voicecore.timing import FRAME_BYTES, MAX_MESSAGE_BYTES, SAMPLE_RATE_HZ, START_DEADLINE_MS
@@ -69,6 +71,7 @@ __all__ = [
     "State",
     "Stop",
     "StreamStatistics",
+    "TwilioCarrierStream",
     "TwilioStreamProtocol",
     "wire_templates",
 ]
@@ -284,6 +287,9 @@ _MEDIA_SHAPE = re.compile(
 class TwilioStreamProtocol:
     """One stream's inbound state machine. Feed it every WebSocket message; it returns events."""
 
+    # event -> its parser, a plain function of (protocol, message): _PARSERS below (TwilioCarrierStream has its own)
+    _parsers: dict
+
     def __init__(self) -> None:
         self.state = State.AWAITING_CONNECTED
         self.stream_sid: str | None = None
@@ -412,7 +418,7 @@ class TwilioStreamProtocol:
             if self.state is State.STOPPED:
                 raise _Violation(CloseCode.POLICY_VIOLATION, "message after stop")
             raise _Violation(CloseCode.POLICY_VIOLATION, f"unexpected {event}")
-        parsed = _PARSERS[event](self, message)
+        parsed = self._parsers[event](self, message)
         # Only a fully valid message moves the state: a violation above leaves it for _close.
         self.state = next_state
         return parsed
@@ -550,6 +556,58 @@ _PARSERS = {
     "dtmf": TwilioStreamProtocol._parse_dtmf,
     "mark": TwilioStreamProtocol._parse_mark,
     "stop": TwilioStreamProtocol._parse_stop,
+}
+
+
+TwilioStreamProtocol._parsers = _PARSERS
+
+
+class TwilioCarrierStream(TwilioStreamProtocol):
+    """The same protocol, giving the carrier-neutral events (voicecore/carriers/events.py) every carrier's stream
+    gives the gateway: ``StreamConnected``, ``StreamStarted`` (its ``encoding`` ENCODING_PCMU), ``CallerAudio``,
+    ``Dtmf``, ``MarkEcho``, ``StreamStopped`` and ``ProtocolViolation``. The descriptor's stream
+    (carrier.py ``new_stream``). Every check, close code and statistic is :class:`TwilioStreamProtocol`'s; only
+    the events' shapes differ. Caller audio still comes from :meth:`receive_media` as a tuple, the gateway's hot
+    path (the descriptor's ``whole_frames``), which this class leaves as it is: a mark echo, the message that
+    comes most after media, is read straight into a ``MarkEcho`` (no Twilio event first)."""
+
+    def _neutral_connected(self, message: dict) -> StreamConnected:
+        self._parse_connected(message)
+        return StreamConnected()
+
+    def _neutral_start(self, message: dict) -> StreamStarted:
+        start = self._parse_start(message)  # checked: mu-law at 8 kHz, mono
+        return StreamStarted(start.sequence_number, start.call_sid, start.stream_sid, start.account_sid,
+                             start.custom_parameters, ENCODING_PCMU, start.sample_rate_hz, start.channels)
+
+    def _neutral_media(self, message: dict) -> CallerAudio:
+        # Only a media message not in Twilio's exact shape comes here (receive_media takes the others).
+        media = self._parse_media(message)
+        return CallerAudio(media.sequence_number, media.timestamp_ms, media.payload)
+
+    def _neutral_dtmf(self, message: dict) -> DtmfEvent:
+        dtmf = self._parse_dtmf(message)
+        return DtmfEvent(dtmf.sequence_number, dtmf.digit)
+
+    def _neutral_mark(self, message: dict) -> MarkEcho:
+        # _parse_mark's checks and count, giving the neutral event at once
+        self._check_stream_sid(message)
+        name = _string(_object(message, "mark"), "name")
+        sequence_number = self._sequence(message)
+        self._marks += 1
+        return MarkEcho(sequence_number, name)
+
+    def _neutral_stop(self, message: dict) -> StreamStopped:
+        return StreamStopped(self._parse_stop(message).sequence_number)
+
+
+TwilioCarrierStream._parsers = {
+    "connected": TwilioCarrierStream._neutral_connected,
+    "start": TwilioCarrierStream._neutral_start,
+    "media": TwilioCarrierStream._neutral_media,
+    "dtmf": TwilioCarrierStream._neutral_dtmf,
+    "mark": TwilioCarrierStream._neutral_mark,
+    "stop": TwilioCarrierStream._neutral_stop,
 }
 
 
