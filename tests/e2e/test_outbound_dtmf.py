@@ -30,7 +30,8 @@ ivr_digits = "1"
 MEANS = {"twilio": "in_band", "telnyx": "rest", "plivo": "rest", "vonage": "rest"}
 
 
-def _dtmf_agent(tmp_path):
+def outbound_agent(tmp_path, toml: str = AGENT_OUTBOUND) -> str:
+    """A voicecore.toml naming a copy of the default agent with ``toml`` (its [outbound]) appended."""
     agent = tmp_path / "agent"
     shutil.copytree(default_agent_dir(), agent)
     (agent / "agent.toml").write_text((agent / "agent.toml").read_text() + AGENT_OUTBOUND)
@@ -45,7 +46,7 @@ def test_the_agent_presses_the_ivrs_key_and_reaches_the_person(tmp_path, carrier
     records = tmp_path / "records"
     records.mkdir()
     with open(tmp_path / "stack.log", "wb") as log_file:
-        report = asyncio.run(_outbound_demo(1, _dtmf_agent(tmp_path), tmp_path, log_file, records, carrier=carrier,
+        report = asyncio.run(_outbound_demo(1, outbound_agent(tmp_path), tmp_path, log_file, records, carrier=carrier,
                                             kinds=["ivr"]))
     assert report["ok"], (report["problems"], (tmp_path / "stack.log").read_text(errors="replace")[-4000:])
     [call] = report["calls_detail"]

@@ -13,11 +13,12 @@ import shutil
 
 import pytest
 
-from voicecore.agent.load import default_agent_dir
 from voicecore.call.record import loads_partial
 from voicecore.demo import record_paths
 from voicecore.outbound.outbound_demo import _outbound_demo
 from voicecore.sim.model.config import SimTurn
+
+from test_outbound_dtmf import outbound_agent
 
 pytestmark = pytest.mark.integration
 
@@ -30,22 +31,13 @@ dtmf_tool = true
 PRESS = SimTurn(when="press 1", call="send_dtmf", arguments='{"digits": "1"}', then="Thank you.")
 
 
-def _tool_agent(tmp_path):
-    agent = tmp_path / "agent"
-    shutil.copytree(default_agent_dir(), agent)
-    (agent / "agent.toml").write_text((agent / "agent.toml").read_text() + AGENT_OUTBOUND)
-    config = tmp_path / "voicecore.toml"
-    config.write_text(f'agent = "{agent}"\n')
-    return str(config)
-
-
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")
 @pytest.mark.parametrize("carrier", ["telnyx", "twilio"])
 def test_the_model_presses_the_menus_key_with_send_dtmf(tmp_path, carrier):
     records = tmp_path / "records"
     records.mkdir()
     with open(tmp_path / "stack.log", "wb") as log_file:
-        report = asyncio.run(_outbound_demo(1, _tool_agent(tmp_path), tmp_path, log_file, records, carrier=carrier,
+        report = asyncio.run(_outbound_demo(1, outbound_agent(tmp_path, AGENT_OUTBOUND), tmp_path, log_file, records, carrier=carrier,
                                             kinds=["ivr"], sim_turns=(PRESS,)))
     assert report["ok"], (report["problems"], (tmp_path / "stack.log").read_text(errors="replace")[-4000:])
     [call] = report["calls_detail"]

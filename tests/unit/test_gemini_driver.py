@@ -397,11 +397,9 @@ def test_the_demos_reading_of_the_simulator_matches_the_frames_the_driver_wrote(
     assert [s.caller_kind for s in record.speech] == ["caller"]
 
 
-def test_a_gemini_record_is_read_as_the_driver_kept_the_turns():
-    """The record reader gives observers and the call store the same turns, words and ids as the driver."""
-    from voicecore.call.record import CallRecorder
-    from voicecore.call.record_reader import RecordConsumer, RecordReader
-    from voicecore.realtime import events as rt
+def seen_events(*kinds: type) -> type:
+    """A record consumer class that keeps the events of ``kinds`` a RecordReader hands it, in order."""
+    from voicecore.call.record_reader import RecordConsumer
 
     class Seen(RecordConsumer):
         __slots__ = ("events", "awaiting_audio")
@@ -412,9 +410,19 @@ def test_a_gemini_record_is_read_as_the_driver_kept_the_turns():
             self.awaiting_audio: set[str] = set()
 
         def event_handlers(self):
-            return {kind: lambda event, at_ms: self.events.append(event) for kind in (
-                rt.ResponseCreated, rt.ResponseDone, rt.SpeechStarted, rt.InputTranscriptionCompleted,
-                rt.TranscriptDone)}
+            return {kind: lambda event, at_ms: self.events.append(event) for kind in kinds}
+
+    return Seen
+
+
+def test_a_gemini_record_is_read_as_the_driver_kept_the_turns():
+    """The record reader gives observers and the call store the same turns, words and ids as the driver."""
+    from voicecore.call.record import CallRecorder
+    from voicecore.call.record_reader import RecordReader
+    from voicecore.realtime import events as rt
+
+    Seen = seen_events(rt.ResponseCreated, rt.ResponseDone, rt.SpeechStarted, rt.InputTranscriptionCompleted,
+                       rt.TranscriptDone)
 
     recorder = CallRecorder(new_driver())
     seen = Seen()

@@ -11,7 +11,7 @@ from voicecore import timing
 from voicecore.call import core
 from voicecore.call.controller import HoldTag, ResumeTag
 from voicecore.call.record import CallRecorder
-from voicecore.call.record_reader import RecordConsumer, RecordReader
+from voicecore.call.record_reader import RecordReader
 from voicecore.gemini import protocol as gp
 from voicecore.realtime import events as rt
 from voicecore.replay import replay
@@ -19,7 +19,7 @@ from voicecore.sim.audio_clips import default_library
 from voicecore.sim.gemini_core import GeminiSimConfig
 from voicecore.sim.gemini_records import caller_phrases, session_record
 
-from test_gemini_driver import ANSWER_MS, MS, SILENT, Harness, caller_frames, new_driver
+from test_gemini_driver import ANSWER_MS, MS, SILENT, Harness, caller_frames, new_driver, seen_events
 
 BY_WORDS = {"languages": ["en"], "confirm_languages": ["en"], "vad_prefix_padding_ms": 0}
 PHRASES = caller_phrases()
@@ -161,18 +161,7 @@ def test_a_yes_after_the_agent_finished_is_a_turn_the_model_answers():
 
 
 def test_the_record_replays_to_the_same_actions_and_is_read_as_the_driver_cut_the_turns():
-    class Seen(RecordConsumer):
-        __slots__ = ("events", "awaiting_audio")
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.events: list[object] = []
-            self.awaiting_audio: set[str] = set()
-
-        def event_handlers(self):
-            return {kind: lambda event, at_ms: self.events.append(event) for kind in (rt.ResponseCreated, rt.ResponseDone)}
-
-    seen = Seen()
+    seen = seen_events(rt.ResponseCreated, rt.ResponseDone)()
     h = call(observer=RecordReader(seen))
     h.run(ANSWER_MS)
     say(h, "backchannel_mm_hmm")

@@ -275,21 +275,34 @@ def _plivo_auth_ok(auth_id: str, headers: Mapping[str, str], credentials: Carrie
                 and hmac.compare_digest(headers.get("authorization", ""), expected))
 
 
+def _plivo_error(api_id: str, status: int, text: str, why: str) -> RestOutcome:
+    return _json(status, {"api_id": api_id, "error": text}, carrier="plivo", error=why)
+
+
+def _plivo_post_body(method: str, auth_id: str, headers: Mapping[str, str], body: bytes,
+                     credentials: CarrierCredentials, api_id: str) -> dict | RestOutcome:
+    """A Plivo ``POST`` request's JSON body once its basic auth and method are checked, or the error that refuses it."""
+    if not _plivo_auth_ok(auth_id, headers, credentials):
+        return _plivo_error(api_id, 401, "authentication failed", "auth")
+    if method != "POST":
+        return _plivo_error(api_id, 405, "method not allowed", "method")
+    data = _body_object(body)
+    if data is None:
+        return _plivo_error(api_id, 400, "invalid json", "body")
+    return data
+
+
 def _plivo_create(method: str, auth_id: str, headers: Mapping[str, str], body: bytes,
                   credentials: CarrierCredentials, api_id: str, new_call_sid: str) -> RestOutcome:
     """``POST /v1/Account/{auth_id}/Call/`` (voicecore/carriers/plivo/outbound.py): basic auth, JSON with from,
     to (digits, the "+" optional), answer_url; answered 201 ``{"message": "call fired", "request_uuid"}``, or
     ``{"api_id", "error"}``."""
     def error(status: int, text: str, why: str) -> RestOutcome:
-        return _json(status, {"api_id": api_id, "error": text}, carrier="plivo", error=why)
+        return _plivo_error(api_id, status, text, why)
 
-    if not _plivo_auth_ok(auth_id, headers, credentials):
-        return error(401, "authentication failed", "auth")
-    if method != "POST":
-        return error(405, "method not allowed", "method")
-    data = _body_object(body)
-    if data is None:
-        return error(400, "invalid json", "body")
+    data = _plivo_post_body(method, auth_id, headers, body, credentials, api_id)
+    if isinstance(data, RestOutcome):
+        return data
     numbers = []
     for key in ("to", "from"):
         value = data.get(key)
@@ -347,15 +360,11 @@ def _plivo_dtmf(method: str, auth_id: str, call_uuid: str, headers: Mapping[str,
     ``digits`` (0-9 * # w W) and ``leg`` (aleg or bleg; the simulated call has one leg, the A leg); 202
     ``{"message": "digits sent"}``."""
     def error(status: int, text: str, why: str) -> RestOutcome:
-        return _json(status, {"api_id": api_id, "error": text}, carrier="plivo", error=why)
+        return _plivo_error(api_id, status, text, why)
 
-    if not _plivo_auth_ok(auth_id, headers, credentials):
-        return error(401, "authentication failed", "auth")
-    if method != "POST":
-        return error(405, "method not allowed", "method")
-    data = _body_object(body)
-    if data is None:
-        return error(400, "invalid json", "body")
+    data = _plivo_post_body(method, auth_id, headers, body, credentials, api_id)
+    if isinstance(data, RestOutcome):
+        return data
     digits = data.get("digits")
     if not isinstance(digits, str) or not _PLIVO_DIGITS.match(digits):
         return error(400, "digits is required and may hold 0-9, *, #, w, W", "bad digits")
@@ -367,22 +376,35 @@ def _plivo_dtmf(method: str, auth_id: str, call_uuid: str, headers: Mapping[str,
                  action=DTMF, target=digits)
 
 
+def _vonage_call_problem(status: int, title: str, why: str) -> RestOutcome:
+    """Vonage's problem object for a request on a live call (its type names the error)."""
+    return RestOutcome(status, json.dumps({"type": "https://developer.nexmo.com/api-errors#" + why,
+                                           "title": title, "detail": title}).encode(),
+                       "application/problem+json", carrier="vonage", error=why)
+
+
+def _vonage_put_body(method: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,
+                     now_s: float) -> dict | RestOutcome:
+    """A ``PUT /v1/calls/{uuid}[/dtmf]`` request's JSON body once its method and application JWT are checked, or
+    the problem that refuses it."""
+    if method != "PUT":
+        return _vonage_call_problem(405, "Method Not Allowed", "method")
+    if not _vonage_jwt_ok(headers.get("authorization", ""), credentials, now_s):
+        return _vonage_call_problem(401, "Unauthorized", "auth")
+    data = _body_object(body)
+    if data is None:
+        return _vonage_call_problem(400, "Bad Request", "body")
+    return data
+
+
 def _vonage_dtmf(method: str, call_uuid: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,
                  is_live: Callable[[str, str], bool], now_s: float) -> RestOutcome:
     """``PUT /v1/calls/{uuid}/dtmf`` (voicecore/carriers/vonage/rest.py): the application JWT, JSON ``digits``
     (0-9 * # and p, a 500 ms pause); 200 ``{"message": "DTMF sent", "uuid"}``."""
-    def problem(status: int, title: str, why: str) -> RestOutcome:
-        return RestOutcome(status, json.dumps({"type": "https://developer.nexmo.com/api-errors#" + why,
-                                               "title": title, "detail": title}).encode(),
-                           "application/problem+json", carrier="vonage", error=why)
-
-    if method != "PUT":
-        return problem(405, "Method Not Allowed", "method")
-    if not _vonage_jwt_ok(headers.get("authorization", ""), credentials, now_s):
-        return problem(401, "Unauthorized", "auth")
-    data = _body_object(body)
-    if data is None:
-        return problem(400, "Bad Request", "body")
+    problem = _vonage_call_problem
+    data = _vonage_put_body(method, headers, body, credentials, now_s)
+    if isinstance(data, RestOutcome):
+        return data
     digits = data.get("digits")
     if not isinstance(digits, str) or not _VONAGE_DIGITS.match(digits):
         return problem(400, "Bad Request", "bad digits")
@@ -436,18 +458,10 @@ def _vonage_create(method: str, headers: Mapping[str, str], body: bytes, credent
 
 def _vonage(method: str, call_uuid: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,
             is_live: Callable[[str, str], bool], now_s: float) -> RestOutcome:
-    def problem(status: int, title: str, why: str) -> RestOutcome:
-        return RestOutcome(status, json.dumps({"type": "https://developer.nexmo.com/api-errors#" + why,
-                                               "title": title, "detail": title}).encode(),
-                           "application/problem+json", carrier="vonage", error=why)
-
-    if method != "PUT":
-        return problem(405, "Method Not Allowed", "method")
-    if not _vonage_jwt_ok(headers.get("authorization", ""), credentials, now_s):
-        return problem(401, "Unauthorized", "auth")
-    data = _body_object(body)
-    if data is None:
-        return problem(400, "Bad Request", "body")
+    problem = _vonage_call_problem
+    data = _vonage_put_body(method, headers, body, credentials, now_s)
+    if isinstance(data, RestOutcome):
+        return data
     action = data.get("action")
     target = ""
     if action == TRANSFER:
