@@ -34,7 +34,7 @@ def outbound_agent(tmp_path, toml: str = AGENT_OUTBOUND) -> str:
     """A voicecore.toml naming a copy of the default agent with ``toml`` (its [outbound]) appended."""
     agent = tmp_path / "agent"
     shutil.copytree(default_agent_dir(), agent)
-    (agent / "agent.toml").write_text((agent / "agent.toml").read_text() + AGENT_OUTBOUND)
+    (agent / "agent.toml").write_text((agent / "agent.toml").read_text() + toml)
     config = tmp_path / "voicecore.toml"
     config.write_text(f'agent = "{agent}"\n')
     return str(config)

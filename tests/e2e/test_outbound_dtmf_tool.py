@@ -37,7 +37,8 @@ def test_the_model_presses_the_menus_key_with_send_dtmf(tmp_path, carrier):
     records = tmp_path / "records"
     records.mkdir()
     with open(tmp_path / "stack.log", "wb") as log_file:
-        report = asyncio.run(_outbound_demo(1, outbound_agent(tmp_path, AGENT_OUTBOUND), tmp_path, log_file, records, carrier=carrier,
+        config = outbound_agent(tmp_path, AGENT_OUTBOUND)
+        report = asyncio.run(_outbound_demo(1, config, tmp_path, log_file, records, carrier=carrier,
                                             kinds=["ivr"], sim_turns=(PRESS,)))
     assert report["ok"], (report["problems"], (tmp_path / "stack.log").read_text(errors="replace")[-4000:])
     [call] = report["calls_detail"]
