@@ -229,7 +229,6 @@ class GeminiDriver:
                                                          for k, v in turn_taking.items()}))
             self.exchange.server_interrupts = False
         self.held_tag = 0  # the tag held at the caller's first sound (HoldTag), until their words decide
-        self.caller_speaking = False
         self.reply_owed = True  # something asked the model for an answer since its last turn began
         self.backchannel_since_answer = False  # the caller only backchannelled over the agent since then
         self.dropped: set[str] = set()  # model turns that answered a backchannel: never played
@@ -310,7 +309,6 @@ class GeminiDriver:
         if self.floor is not None and speaking:
             # the rest of their words went with the connection: how long they spoke decides (a turn cuts the agent)
             self.floor.transcription_failed(speaking)
-            self.caller_speaking = False
         return out
 
     def on_model_lost(self, now_ns: int, reason: str, fatal: bool = False) -> list[core.Action]:
@@ -394,7 +392,6 @@ class GeminiDriver:
             # The caller made a sound: what the agent says is held (the carrier plays its lead, then a clear) until
             # their words decide: a backchannel or noise lets it go on, anything else cuts it (_judge).
             self.counts.caller_took_floor += 1
-            self.caller_speaking = True
             audible = self.core.audible(playout)
             floor.started(event.item_id, now_ns, audible is not None or self._generating(), 0)
             if audible is None or self.held_tag:
@@ -403,7 +400,6 @@ class GeminiDriver:
             self.counts.holds += 1
             return [HoldTag(audible.tag, audible.frames)]
         if isinstance(event, rt.SpeechStopped):
-            self.caller_speaking = False
             u = floor.find(event.item_id)
             floor.stopped(event.item_id, now_ns, (now_ns - u.started_ns) // 1_000_000 if u is not None else 0)
         elif isinstance(event, rt.InputTranscriptionDelta):
@@ -476,6 +472,11 @@ class GeminiDriver:
         for event in self.exchange.cut_turn():
             out += self._on_exchange_event(event, now_ns, playout)
         return out
+
+    @property
+    def caller_speaking(self) -> bool:
+        """An utterance of the caller has begun and not stopped (the account of turns keeps it)."""
+        return bool(self.exchange.caller_item) and not self.exchange.caller_stopped
 
     def _idle(self) -> bool:
         """Nothing asked of the model is pending and it generates nothing: a note sent now interrupts no answer."""
