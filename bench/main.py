@@ -19,10 +19,10 @@ def run_bench(opts: BenchOptions) -> int:
               file=sys.stderr)
         return 2
     if opts.model_vendor != "openai" and (opts.soak or opts.bad_input or opts.baseline or opts.target
-                                          or _has_agent(opts.scenario) or opts.scenario in ("chaos", "hallucination")):
+                                          or _has_agent(opts.scenario) or opts.scenario in ("chaos", "hallucination", "overlap")):
         print("voicecore bench: --model-vendor gemini measures the stack it starts on a scenario without an agent "
-              "(steady, bargein, ...): not with --soak, --bad-input, --baseline, --target, chaos, hallucination or "
-              "an agent scenario", file=sys.stderr)
+              "(steady, bargein-storm, model-stall, ...): not with --soak, --bad-input, --baseline, --target, chaos, "
+              "hallucination, overlap (Gemini has one model turn at a time) or an agent scenario", file=sys.stderr)
         return 2
     if opts.soak:
         from bench.soak import run_soak

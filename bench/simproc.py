@@ -13,8 +13,9 @@ they belong: as late deltas, absorbed by the lead or counted as model-starved un
 
     python -m bench.simproc --scenario steady --port-file P --out F [--cpus 1] [--model-vendor gemini]
 
-With ``--model-vendor gemini`` it serves the Gemini Live simulator instead and writes each connection as a
-SessionRecord (voicecore/sim/gemini_records.py), which the analysis reads as it reads the Realtime ones.
+With ``--model-vendor gemini`` it serves the Gemini Live simulator instead, with the scenario's faults where the
+protocol has them (late audio after a cut, stalls), and writes each connection as a SessionRecord
+(voicecore/sim/gemini_records.py), which the analysis reads as it reads the Realtime ones.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ SIM_NICE = 10
 async def _main(args: argparse.Namespace) -> None:
     scenario = get_scenario(args.scenario)
     if args.model_vendor == "gemini":
-        sim, port = await gemini_records.start_sim(args.gemini_connection_limit_s)
+        sim, port = await gemini_records.start_sim(args.gemini_connection_limit_s, **gemini_switches(scenario.sim_config))
     else:
         sim, port = await serve_model_sim("127.0.0.1", 0, scenario.sim_config)
     tmp = Path(args.port_file + ".tmp")
@@ -61,6 +62,16 @@ async def _main(args: argparse.Namespace) -> None:
     with open(out.with_suffix(".tmp"), "wb") as f:
         pickle.dump(records, f, protocol=pickle.HIGHEST_PROTOCOL)
     out.with_suffix(".tmp").replace(out)
+
+
+def gemini_switches(sim_config) -> dict:
+    """The scenario's Realtime simulator faults, as the Gemini simulator's: late audio after a cut, a stall. A
+    second turn overlapping the first has no Gemini form (one model turn at a time: the protocol has no ids to
+    tell two apart), so the overlap scenario is refused for Gemini (bench/main.py)."""
+    stall = None
+    if sim_config.stall_after_ms is not None:
+        stall = gemini_records.Stall(sim_config.stall_after_ms, sim_config.stall_ms, tuple(sim_config.stall_responses))
+    return {"late_chunks": sim_config.late_deltas_after_cancel, "stall": stall}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -209,3 +209,32 @@ def test_speech_late_in_a_long_audio_message_is_heard_in_that_message() -> None:
     speech = (8000 * np.sin(np.arange(320) / 3)).astype("<i2").tobytes()
     conn.receive(gp.realtime_audio(quiet + speech), 100)
     assert events(conn) == [gp.VoiceActivity(started=True)]
+
+
+def test_a_stall_pauses_the_turns_output_then_it_goes_on_whole() -> None:
+    config = GeminiSimConfig(speed_factor=4.0, chunk_ms=40, stall_after_ms=100, stall_ms=2000)
+    conn = connect(config, automatic_activity_detection=False)
+    events(conn)
+    conn.receive(gp.activity_start(), 0)
+    conn.receive(gp.activity_end(), 0)
+    conn.advance(100)  # chunks due at 0, 10, ..., 100: eleven of the 25
+    assert sum(isinstance(e, gp.ModelAudio) for e in events(conn)) == 11
+    assert conn.next_wakeup_ms() == 2110  # the rest waits out the stall
+    conn.advance(2109)
+    assert events(conn) == []
+    conn.advance(10_000)
+    rest = events(conn)
+    assert sum(isinstance(e, gp.ModelAudio) for e in rest) == 14 and isinstance(rest[-3], gp.TurnComplete)
+    assert conn.record.turns[0].stalled
+
+
+def test_a_stall_applies_only_to_the_turns_it_names() -> None:
+    config = GeminiSimConfig(speed_factor=4.0, chunk_ms=40, stall_after_ms=100, stall_ms=2000, stall_turns=(1,))
+    conn = connect(config, automatic_activity_detection=False)
+    events(conn)
+    for at in (0, 1000):  # each turn's 25 chunks are due within 250 ms of its start, unless it stalls
+        conn.receive(gp.activity_start(), at)
+        conn.receive(gp.activity_end(), at)
+        conn.advance(at + 500)
+    assert [turn.stalled for turn in conn.record.turns] == [False, True]
+    assert conn.record.turns[0].completed_ms == 500 and conn.record.turns[1].completed_ms is None

@@ -222,6 +222,8 @@ async def _main(args: argparse.Namespace) -> None:
         speed_factor=args.speed_factor,
         late_chunks_after_interrupt=args.late_chunks,
         access_tokens=tuple(args.access_token),
+        stall_after_ms=args.stall_after_ms,
+        stall_ms=args.stall_ms,
     )
     sim, port = await serve_gemini_sim(args.host, args.port, config, keep_closed=args.keep_closed)
     log.info("gemini simulator listening on %s:%d connection_limit_s=%g late_chunks=%d", args.host, port,
@@ -250,6 +252,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="model audio is sent this many times faster than real time (default 4)")
     parser.add_argument("--late-chunks", type=int, default=0, choices=range(4),
                         help="audio chunks of an interrupted turn still sent after `interrupted` (0-3, default 0)")
+    parser.add_argument("--stall-after-ms", type=int, default=None, metavar="MS",
+                        help="every model turn's output stops this long after it began (default: never)")
+    parser.add_argument("--stall-ms", type=int, default=2000, metavar="MS",
+                        help="with --stall-after-ms: how long the output stops (default 2000)")
     parser.add_argument("--keep-closed", type=int, default=50, help="closed connections kept in memory")
     parser.add_argument("--access-token", action="append", default=[], metavar="TOKEN",
                         help="Vertex AI path: a bearer token the simulator accepts (repeatable); none given: any "

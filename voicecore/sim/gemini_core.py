@@ -233,6 +233,12 @@ class GeminiSimConfig:
     speed_factor: float = 4.0  # model audio is sent this many times faster than it plays, as the vendor's is
     chunk_ms: int = 40  # audio per modelTurn chunk
     late_chunks_after_interrupt: int = 0  # chunks of a cut turn still sent after `interrupted` (a fault)
+    # A stall (the Realtime simulator's switch of the same name): a turn's output stops this long after its first
+    # chunk went out, for stall_ms, then goes on; only the connection's model turns numbered in stall_turns
+    # (counted from 0 on the session), or every turn when it is empty. None: no stall.
+    stall_after_ms: int | None = None
+    stall_ms: int = 2000
+    stall_turns: tuple[int, ...] = ()
     vad_rms: float = 500.0  # 16-bit RMS at or above which 20 ms of the caller's audio is speech
     vad_silence_ms: int = 500  # of caller audio below it that ends the caller's activity
     tool_rules: tuple[ToolRule, ...] = ()
@@ -302,6 +308,7 @@ class TurnRecord:
     client_cut_ms: int | None = None  # the client's note that its caller cut this turn arrived (NO_INTERRUPTION)
     completed_ms: int | None = None  # turnComplete sent
     late_chunks: int = 0
+    stalled: bool = False  # its output paused for the configured stall
 
 
 @dataclass(slots=True)
@@ -710,8 +717,9 @@ class GeminiConnection:
 
     def _start_model_turn(self, now_ms: int) -> None:
         assert self.session is not None
-        answer = self.answers[self.session.model_turns % len(self.answers)]
-        seed = self.session.number * 1_000_003 + self.session.model_turns
+        number = self.session.model_turns
+        answer = self.answers[number % len(self.answers)]
+        seed = self.session.number * 1_000_003 + number
         self.session.model_turns += 1
         self.session.history.append(("model", answer.text))
         self.record.turns_started += 1
@@ -725,9 +733,22 @@ class GeminiConnection:
         usage = {"promptTokenCount": 25 * len(self.session.history), "responseTokenCount": 25 * len(pieces)}
         usage["totalTokenCount"] = usage["promptTokenCount"] + usage["responseTokenCount"]
         chunks.append((end_ms, _text({"serverContent": {"turnComplete": True}, "usageMetadata": usage})))
-        record = TurnRecord(answer.text, pcm, now_ms, seed=seed, chunk_size=chunk_bytes)
+        chunks, stalled = self._stalled(chunks, now_ms, number)
+        record = TurnRecord(answer.text, pcm, now_ms, seed=seed, chunk_size=chunk_bytes, stalled=stalled)
         self.record.turns.append(record)
         self._turn = _Turn(chunks, now_ms, record, pieces, answer.text.split(), seed)
+
+    def _stalled(self, chunks: list[tuple[int, str | int]], now_ms: int,
+                 number: int) -> tuple[list[tuple[int, str | int]], bool]:
+        """The turn's schedule with the configured stall: what is due more than stall_after_ms after its start
+        goes out stall_ms later (the model stopped producing, as a vendor's server does under load)."""
+        config = self.config
+        if config.stall_after_ms is None or (config.stall_turns and number not in config.stall_turns):
+            return chunks, False
+        cut = now_ms + config.stall_after_ms
+        if not any(due > cut for due, _ in chunks):
+            return chunks, False
+        return [(due + config.stall_ms, item) if due > cut else (due, item) for due, item in chunks], True
 
     def _client_cut(self, now_ms: int) -> None:
         """The client's note that its caller cut a turn (voicecore's turn-taking by words): the turn that was

@@ -34,7 +34,7 @@ _FLUSH_24K = bytes(gp.OUTPUT_SAMPLE_RATE_HZ * 2 * 10 // 1000)
 
 
 async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0,
-                    scenario: Any = None, clips: tuple[str, ...] = ()) -> tuple[GeminiSimServer, int]:
+                    scenario: Any = None, clips: tuple[str, ...] = (), stall: Stall | None = None) -> tuple[GeminiSimServer, int]:
     """The demo's Gemini simulator on loopback; ``connection_limit_s``: each connection gets goAway 10 s
     (or half the limit, if shorter) before it ends, and the call resumes its session on a new one.
     ``scenario``: an agent's demo scenario (voicecore/agent/scenario.py): the simulator transcribes its
@@ -46,7 +46,19 @@ async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0,
     config = GeminiSimConfig(api_keys=(DEMO_API_KEY,), connection_limit_ms=limit_ms,
                              go_away_notice_ms=min(10_000, limit_ms // 2), late_chunks_after_interrupt=late_chunks,
                              tool_rules=rules, caller_phrases=phrases)
+    if stall is not None:
+        config = dataclasses.replace(config, stall_after_ms=stall.after_ms, stall_ms=stall.stall_ms, stall_turns=stall.turns)
     return await serve_gemini_sim("127.0.0.1", 0, config)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stall:
+    """A model that stops producing mid-turn: after ``after_ms`` of a turn's output, for ``stall_ms``; only the
+    turns numbered in ``turns`` (each session counts from 0), or every one."""
+
+    after_ms: int
+    stall_ms: int = 2000
+    turns: tuple[int, ...] = ()
 
 
 def caller_phrases(names: Any = None) -> tuple[CallerPhrase, ...]:
@@ -116,7 +128,7 @@ def session_record(record: ConnectionRecord, index: int) -> SessionRecord:
             done_ms=turn.completed_ms or turn.interrupted_ms, status=status,
             reason="turn_detected" if cut_ms is not None else None,
             sent_bytes=len(audio), late_bytes=sum(sizes[sent - late:sent]) if late else 0, late_deltas=late,
-            delta_sent_ms=sent_ms, origin="turn_detection", instructions=instructions))
+            delta_sent_ms=sent_ms, origin="turn_detection", instructions=instructions, stalled=turn.stalled))
     transcripts = list(record.transcripts) + [""] * len(record.caller_activity)
     kinds = list(record.caller_kinds) + [""] * len(record.caller_activity)
     for number, (started, ended) in enumerate(record.caller_activity):
