@@ -51,8 +51,10 @@ def test_the_running_stack_exports_the_conventional_families(running_stack):
     async def call() -> tuple[dict, dict, object]:
         async with running_stack.model_sim():
             placed = asyncio.create_task(place_call(config.base_url, config.twilio_auth_token, demo_script(12)))
-            during = await scrape_until(lambda f: "voicecore_calls_active" in f and value(f, "voicecore_calls_active") == 1,
-                                        10, "the call to be active")
+            # the pacer's figures reach the gateway on its next report, a little after the call's first tick
+            during = await scrape_until(lambda f: "voicecore_calls_active" in f and value(f, "voicecore_calls_active") == 1
+                                        and count(f, "voicecore_pacer_lateness_seconds") > 0,
+                                        10, "the call to be active and the pacer's ticks to be counted")
             result = await placed
         after = await scrape_until(lambda f: value(f, "voicecore_calls_active") == 0
                                    and count(f, "voicecore_bargein_clear_seconds") >= 1, 10,
