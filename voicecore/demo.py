@@ -314,9 +314,9 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     names = {f.name for f in dataclasses.fields(base)}
     base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
     if model_vendor == "gemini":  # the Gemini Live simulator instead (voicecore/gemini/demo.py)
-        gemini_sim, sim_port = await gemini_demo.start_sim(connection_limit_s, sim_config.late_deltas_after_cancel,
-                                                           scenario, clips=DEMO_CALLER_CLIPS)
-        sim = gemini_demo.GeminiRecords(gemini_sim)
+        sim = await gemini_demo.start_sim_process(connection_limit_s, sim_config.late_deltas_after_cancel, scenario,
+                                                  clips=DEMO_CALLER_CLIPS)
+        sim_port = sim.port
     else:
         sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir) if record_dir is not None else "")

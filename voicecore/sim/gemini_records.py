@@ -1,8 +1,8 @@
 """`voicecore demo --model-vendor gemini`: the Gemini Live simulator in place of the Realtime one, and its
 connections read as the call report reads the Realtime simulator's sessions.
 
-Owns starting the simulator for a demo (its connection limit, late chunks), the configuration that points
-the stack at it, and ``GeminiRecords``: per call, each of its simulated connections as a ``SessionRecord``
+Owns the simulator's settings for a demo or the bench (its connection limit, late chunks, stalls), starting it
+for a demo in a process of its own (voicecore/sim/gemini_process.py), the configuration that points the stack at it, and ``GeminiRecords``: per call, each of its simulated connections as a ``SessionRecord``
 (voicecore/sim/model/records.py) whose responses are the model turns as the carrier receives them, so
 ``voicecore.callreport.summarize`` computes the same figures (stale and overlapping frames, barge-in to
 clear, lateness, underruns) for either vendor. A turn's audio is resampled here exactly as the driver
@@ -23,6 +23,7 @@ from voicecore.config import Config
 from voicecore.gemini import protocol as gp
 from voicecore.gemini.driver import DEFAULT_MODEL
 from voicecore.sim.gemini import GeminiSimServer, serve_gemini_sim
+from voicecore.sim.gemini_process import GeminiSimProcess
 from voicecore.g711 import ulaw_to_linear
 from voicecore.sim.audio_clips import default_library
 from voicecore.sim.gemini_core import (CallerPhrase, ConnectionRecord, GeminiSimConfig, ToolRule, TurnRecord, chunk_seed,
@@ -33,14 +34,15 @@ DEMO_API_KEY = "voicecore-demo"  # the simulator accepts it; nothing leaves the 
 _FLUSH_24K = bytes(gp.OUTPUT_SAMPLE_RATE_HZ * 2 * 10 // 1000)
 
 
-async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0,
-                    scenario: Any = None, clips: tuple[str, ...] = (), stall: Stall | None = None) -> tuple[GeminiSimServer, int]:
-    """The demo's Gemini simulator on loopback; ``connection_limit_s``: each connection gets goAway 10 s
-    (or half the limit, if shorter) before it ends, and the call resumes its session on a new one.
+def sim_config(connection_limit_s: float = 600.0, late_chunks: int = 0, scenario: Any = None,
+               clips: tuple[str, ...] = (), stall: "Stall | None" = None) -> GeminiSimConfig:
+    """The demo's (and the bench's) Gemini simulator settings. ``connection_limit_s``: each connection gets goAway
+    10 s (or half the limit, if shorter) before it ends, and the call resumes its session on a new one.
     ``scenario``: an agent's demo scenario (voicecore/agent/scenario.py): the simulator transcribes its
     callers' clips and makes its function calls on their words (its spoken answers are the simulator's own).
     ``clips``: without a scenario, the packaged caller clips its callers say, which it transcribes (each known
-    phrase costs the simulator a search of every 200 ms of a caller's speech: only those its callers say)."""
+    phrase costs the simulator a search of every 200 ms of a caller's speech: only those its callers say).
+    ``stall``: the model's output pauses mid-turn (the Realtime simulator's switch; the bench's model-stall)."""
     limit_ms = int(connection_limit_s * 1000)
     rules, phrases = scenario_behaviour(scenario) if scenario is not None else ((), caller_phrases(set(clips)) if clips else ())
     config = GeminiSimConfig(api_keys=(DEMO_API_KEY,), connection_limit_ms=limit_ms,
@@ -48,7 +50,21 @@ async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0,
                              tool_rules=rules, caller_phrases=phrases)
     if stall is not None:
         config = dataclasses.replace(config, stall_after_ms=stall.after_ms, stall_ms=stall.stall_ms, stall_turns=stall.turns)
-    return await serve_gemini_sim("127.0.0.1", 0, config)
+    return config
+
+
+async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0, scenario: Any = None,
+                    clips: tuple[str, ...] = (), stall: "Stall | None" = None) -> tuple[GeminiSimServer, int]:
+    """The simulator (``sim_config``'s settings) on loopback in this process (the bench's own simulator process)."""
+    return await serve_gemini_sim("127.0.0.1", 0, sim_config(connection_limit_s, late_chunks, scenario, clips, stall))
+
+
+async def start_sim_process(connection_limit_s: float = 600.0, late_chunks: int = 0, scenario: Any = None,
+                            clips: tuple[str, ...] = ()) -> "GeminiRecords":
+    """The demo's simulator in a process of its own (voicecore/sim/gemini_process.py: not on the carrier
+    simulator's event loop); its records, read as the Realtime simulator's, once ``aclose``d."""
+    process = await GeminiSimProcess.start(sim_config(connection_limit_s, late_chunks, scenario, clips))
+    return GeminiRecords(process)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -151,22 +167,28 @@ class GeminiSession:
 
 @dataclasses.dataclass
 class GeminiRecords:
-    """The simulator's connections by call (``by_call``, as the Realtime simulator offers it)."""
+    """The simulator process's connections by call (``by_call``, as the Realtime simulator offers it), read once
+    it was stopped (``aclose``); its ``port`` while it runs."""
 
-    sim: GeminiSimServer
+    process: GeminiSimProcess
+    connections: list[ConnectionRecord] = dataclasses.field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return self.process.port
 
     def by_call(self, call_sid: str) -> list[GeminiSession]:
-        return [GeminiSession(session_record(c.record, i)) for i, c in enumerate(self.sim.connections)
-                if c.record.call_sid == call_sid]
+        return [GeminiSession(session_record(record, i)) for i, record in enumerate(self.connections)
+                if record.call_sid == call_sid]
 
     async def aclose(self) -> None:
-        await self.sim.aclose()
+        self.connections = await self.process.stop()
 
 
 def report_figures(records: GeminiRecords, stack_metrics: dict | None) -> dict:
     """What the Gemini simulator saw, for the demo's report: connections, those that resumed a session (after
     a goAway or a drop), goAways sent, model turns, interruptions, late chunks sent after them."""
-    connections = [c.record for c in records.sim.connections]
+    connections = records.connections
     return {
         "connections": len(connections),
         "connections_resumed": sum(1 for r in connections if r.resumed),
