@@ -1,4 +1,4 @@
-"""In-band keys mid-call (ModelCallCore.play_tones; issue 33): the model's ``send_dtmf`` on a carrier that takes keys
+"""In-band keys mid-call (ModelCallCore.play_tones): the model's ``send_dtmf`` on a carrier that takes keys
 only as tones on the stream. The tones are agent audio under a tag of the core's own, written after every frame of
 the response that called the tool, before the next response's, ungated, and cut by a barge-in like any response."""
 
