@@ -164,6 +164,8 @@ def _feed(driver: Driver, entry: dict[str, Any], audio: bytes) -> list[Action]:
         return driver.on_snippets(int(entry["req"]), list(entry["snippets"]), t)
     if kind == "tool":
         return driver.on_tool_result(str(entry["call_id"]), bool(entry["ok"]), str(entry["output"]), t)
+    if kind == "tones":
+        return driver.on_tones(str(entry["call_id"]), str(entry["digits"]), t)
     return driver.on_carrier_stop(t)
 
 

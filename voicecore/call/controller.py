@@ -543,6 +543,15 @@ class CallController:
         self._step(out)
         return out
 
+    def on_tones(self, call_id: str, digits: str, now_ns: int) -> list[Action]:
+        """The running tool ``call_id`` (``send_dtmf``) presses ``digits`` as in-band tones: the core writes them
+        under a tag of its own once no response is producing audio (ModelCallCore.play_tones). They are agent
+        audio the caller may hear like any: a barge-in cuts them; the tool's result follows once they played."""
+        self.now_ns = now_ns
+        if self.ended or call_id not in self.tools_running:
+            return []
+        return self.core.play_tones(call_id, digits)
+
     def reopen(self, now_ns: int, reattached: bool = False) -> list[Action]:
         """The model socket reconnected: configure the new session (no greeting). The old session's
         response is gone with it: a request it never answered is asked again, and a response cut off

@@ -11,7 +11,14 @@ its remaining and late frames and sends ``clear`` if its audio is queued at the 
 with its ``response_id``; its item truncated at what the caller heard, or deleted when nothing was). A
 response created after the older one's ``response.done`` is not an overlap: its frames queue behind the
 older one's in the ring and play after them. A barge-in cancels every response the caller may still hear
-or is about to hear, each item cut at its own played position. Knows nothing
+or is about to hear, each item cut at its own played position.
+
+In-band keys (``play_tones``: a ``send_dtmf`` tool on a carrier that takes keys only as tones on the stream) are
+agent audio under a tag of their own, taken from the same counter as the responses' (one voice at a time: the
+ring plays in order, so tags follow the order audio is written). They wait while a response is still producing
+audio (the one that called the tool: its audio already written plays first, and the rest cannot land after the
+tones), are never gated (tones say nothing the validator could check), and a barge-in cuts them as it cuts any
+live response. Knows nothing
 of sockets, shared memory or the clock: the shell feeds events, a playout snapshot and ``now_ns``, and
 applies the returned actions. Turn-taking policy (semantic barge-in, debounce, scheduling) lives in
 controller.py, which wraps this core: it builds it with ``auto_barge_in=False`` and decides when to call
@@ -22,7 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from voicecore import timing
+from voicecore import g711, timing
+from voicecore.outbound import dtmf
 from voicecore.realtime import events as rt
 
 MU_LAW_SILENCE = b"\xff"
@@ -76,6 +84,22 @@ class CallStats:
     gated_responses: int = 0
     rejections: int = 0
     safe_lines: int = 0
+    tones: int = 0  # in-band key sequences played (play_tones)
+
+
+TONES_PREFIX = "tones:"  # the response id of in-band keys: TONES_PREFIX + the tool call's id
+
+
+@dataclasses.dataclass(slots=True)
+class Tones:
+    """In-band keys asked for by the tool call ``key`` (``play_tones``): ``tag`` 0 while they wait for a response
+    still producing audio; ``cancelled``: cut (a barge-in, the stream replaced) before or while they played."""
+
+    key: str
+    digits: str
+    tag: int = 0
+    frames: int = 0
+    cancelled: bool = False
 
 
 def played_ms(tag: int, playout: Playout, now_ns: int, written_frames: int | None = None) -> int:
@@ -152,6 +176,7 @@ class ModelCallCore:
         self.responses: dict[str, Response] = {}
         self.current: Response | None = None  # the newest response that may be audible
         self.stats = CallStats()
+        self.tones: dict[str, Tones] = {}  # in-band keys by tool call id (the last 16)
 
     # --- session start ---------------------------------------------------------------------------
     def on_open(self) -> list[Action]:
@@ -205,6 +230,12 @@ class ModelCallCore:
 
     # --- model events ----------------------------------------------------------------------------
     def on_event(self, event: object, now_ns: int, playout: Playout) -> list[Action]:
+        actions = self._on_event(event, now_ns, playout)
+        if self._tones_waiting() and not self._producing():
+            actions = actions + self._release_tones()  # the response they waited for has all its audio written
+        return actions
+
+    def _on_event(self, event: object, now_ns: int, playout: Playout) -> list[Action]:
         if isinstance(event, rt.AudioDelta):
             return self._on_audio(event)
         if isinstance(event, rt.ResponseCreated):
@@ -390,12 +421,16 @@ class ModelCallCore:
         dead = [r for r in self.responses.values() if not r.cancelled and not (r.audio_done and r.frames == 0)]
         for response in dead:
             response.cancelled = True
+        self._tones_cut()
         return len(dead)
 
     def barge_in(self, now_ns: int, playout: Playout) -> list[Action]:
         """The caller interrupts: cancel every live response (the one playing and any queued behind it
         or still being generated), each item cut at its own played position."""
         live = self.live_responses(playout)
+        waiting = [t for t in self.tones.values() if not t.tag and not t.cancelled]
+        for tones in waiting:
+            tones.cancelled = True  # never to be heard: the caller took the floor before they were written
         if not live:
             return []
         self.stats.bargeins += 1
@@ -416,6 +451,9 @@ class ModelCallCore:
         server stops it, and its item is cut at what the caller heard, or deleted when nothing was."""
         response.cancelled = True
         actions: list[Action] = [CancelTag(response.tag, now_ns)]
+        if response.response_id.startswith(TONES_PREFIX):
+            self._tones_cut(response.tag)
+            return actions  # no model response: nothing to stop or truncate at the server
         if not response.finished:
             actions.append(SendToModel(rt.response_cancel(response.response_id)))
         if response.item_id:
@@ -433,3 +471,50 @@ class ModelCallCore:
         if len(self.responses) > 16:
             for response_id in list(self.responses)[:-16]:
                 del self.responses[response_id]
+
+    # --- in-band keys ------------------------------------------------------------------------------
+    def play_tones(self, key: str, digits: str) -> list[Action]:
+        """Play ``digits`` (voicecore/outbound/dtmf.py syntax) as DTMF tones for the tool call ``key``: at once when
+        no response is producing audio, else once the last one has written all of its own (``tones(key)`` says
+        which tag they got, and whether they were cut). ValueError for a bad sequence (nothing is asked)."""
+        dtmf.parse_digits(digits)
+        if key in self.tones:
+            return []  # asked once per tool call
+        self.tones[key] = Tones(key, digits)
+        while len(self.tones) > 16:
+            del self.tones[next(iter(self.tones))]
+        return [] if self._producing() else self._release_tones()
+
+    def tones_state(self, key: str) -> Tones | None:
+        """The in-band keys of the tool call ``key`` as they stand (None: never asked, or long forgotten)."""
+        return self.tones.get(key)
+
+    def _producing(self) -> bool:
+        """A response is still producing audio: more of it may be written to the ring."""
+        return any(not r.audio_done and not r.cancelled for r in self.responses.values())
+
+    def _tones_waiting(self) -> bool:
+        return any(not t.tag and not t.cancelled for t in self.tones.values())
+
+    def _release_tones(self) -> list[Action]:
+        """Every waiting sequence written, in the order asked, each under the next tag (ungated: released as
+        written), as a response already done, so a barge-in cuts it as it cuts any live response."""
+        actions: list[Action] = []
+        for tones in self.tones.values():
+            if tones.tag or tones.cancelled:
+                continue
+            audio = g711.from_ulaw(dtmf.tone_audio(tones.digits), self.audio_format)
+            tones.tag, tones.frames = self.next_tag, len(audio) // timing.FRAME_BYTES
+            self.next_tag += 1
+            self.responses[TONES_PREFIX + tones.key] = Response(
+                TONES_PREFIX + tones.key, tones.tag, frames=tones.frames, audio_done=True, finished=True)
+            self._forget_old()
+            self.stats.tones += 1
+            actions += [OpenTag(tones.tag, False), WriteFrames(tones.tag, 0, audio), EndTag(tones.tag, tones.frames)]
+        return actions
+
+    def _tones_cut(self, tag: int = 0) -> None:
+        """The tones under ``tag`` (0: every sequence not yet played out) will not be heard (whole)."""
+        for tones in self.tones.values():
+            if tag == 0 or tones.tag == tag:
+                tones.cancelled = True

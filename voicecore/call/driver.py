@@ -105,4 +105,10 @@ class Driver(Protocol):
         """A tool's result for a ``RunTool`` action (``output``: JSON text for the model)."""
         ...
 
+    def on_tones(self, call_id: str, digits: str, now_ns: int) -> list[Action]:
+        """The ``RunTool`` ``call_id`` (``send_dtmf``) presses ``digits`` as in-band tones (the call's carrier takes
+        keys only on the stream): agent audio under a tag of the core's own (``ModelCallCore.play_tones``), at once
+        or once the response producing audio has written all of it. The tool's result comes later, as any."""
+        ...
+
     def statistics(self) -> dict: ...

@@ -52,6 +52,8 @@ sent_tag, sent_frames, carrier_empty_at_ns] as read from the control block at th
   (the knowledge base's answer to a ``Retrieve`` action: recorded, so a replay needs no knowledge base)
 - ``tool`` ``{"call_id", "ok", "output"}`` -> ``on_tool_result(call_id, ok, output, t)`` (a tool's result for a
   ``RunTool`` action: recorded, so a replay needs no tool server)
+- ``tones`` ``{"call_id", "digits"}`` -> ``on_tones(call_id, digits, t)`` (a ``send_dtmf`` run's keys as in-band
+  tones, on a carrier that takes keys only on the stream: the tones' audio is the driver's, not recorded)
 
 Outputs: ``out`` ``{"a": action}``, one line per action the preceding input returned, in order;
 ``action`` is ``controller.action_to_dict`` (bytes as ``<field>_len`` and ``<field>_crc``: the audio
@@ -81,7 +83,7 @@ from voicecore.privacy.records import RecordPrivacy
 
 RECORD_VERSION = 1
 INPUT_KINDS = frozenset({"start", "resume", "model", "audio", "dtmf", "tick", "stop", "verdict", "snippets", "reopen", "tool",
-                         "lost"})
+                         "lost", "tones"})
 
 
 def playout_list(playout: Playout) -> list[int]:
@@ -234,6 +236,10 @@ class CallRecorder:
     def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[Action]:
         entry = {"t": now_ns, "k": "tool", "call_id": call_id, "ok": ok, "output": output}
         return self._run(entry, self.driver.on_tool_result(call_id, ok, output, now_ns))
+
+    def on_tones(self, call_id: str, digits: str, now_ns: int) -> list[Action]:
+        entry = {"t": now_ns, "k": "tones", "call_id": call_id, "digits": digits}
+        return self._run(entry, self.driver.on_tones(call_id, digits, now_ns))
 
     def note(self, now_ns: int, what: str, **fields: Any) -> None:
         """Something the replay does not feed (a mark echo, a clear sent): kept for the reader."""

@@ -192,5 +192,8 @@ class SpineDriver:
     def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[core.Action]:
         return []  # the spine runs no tools (no RunTool action)
 
+    def on_tones(self, call_id: str, digits: str, now_ns: int) -> list[core.Action]:
+        return [] if self.ended else self.core.play_tones(call_id, digits)
+
     def statistics(self) -> dict:
         return {f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()}

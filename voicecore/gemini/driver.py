@@ -615,6 +615,10 @@ class GeminiDriver:
             self._node_notes = []
         return out
 
+    def on_tones(self, call_id: str, digits: str, now_ns: int) -> list[core.Action]:
+        """A ``send_dtmf`` run's keys as in-band tones: the core's own tag (ModelCallCore.play_tones)."""
+        return [] if self.ended else self.core.play_tones(call_id, digits)
+
     def on_tool_result(self, call_id: str, ok: bool, output: str, now_ns: int) -> list[core.Action]:
         key = self.write_keys.pop(call_id, None)
         if key is not None and ok:

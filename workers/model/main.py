@@ -132,6 +132,7 @@ REST_ATTEMPTS = 3
 REST_RETRY_DELAY_S = 0.5
 DIGITS_WAIT_S = 15.0  # an IVR's keys (their REST request and retries, or their tones) before the agent starts anyway
 TONES_PLAYED_MARGIN_S = 0.3  # in-band tones: the pacer's lead and the carrier's playout after their length
+TONES_WAIT_S = 60.0  # the model's in-band keys (send_dtmf): the longest wait for them to be written and played
 STATS_EVERY_S = 1.0
 # Call records are encoded and written here, one at a time (threads encoding side by side would only
 # fight over the GIL): each call's batches in order, then its finish; its thread finishes pending records
@@ -1250,31 +1251,36 @@ class CallSession:
         return False
 
     async def _dtmf_tool(self, action: controller_mod.RunTool) -> tuple[agent_tools.ToolResult, float]:
-        """The model's ``send_dtmf`` (an agent with ``[outbound] dtmf_tool``): the keys through the carrier's REST path;
-        its result is the tool's, recorded as any tool's. Where the carrier takes keys only as tones on the stream
-        (Twilio), the model is told so: mid-call tones would need a response tag the driver has not given (only
-        the IVR verdict's keys, ``on_ivr = "dtmf"``, have one of their own)."""
+        """The model's ``send_dtmf`` (an agent with ``[outbound] dtmf_tool``): the keys through the carrier's REST path,
+        or, where the carrier takes keys only as tones on the stream (Twilio, Exotel), as in-band tones: the driver
+        (``on_tones``, recorded) writes them as agent audio under a tag of its core's own, once the response that
+        called the tool has written all of its audio, so they play after it and before the model's next response
+        (which comes after this result). A barge-in cuts them like any agent audio; the model is then told they
+        were not sent. The result (``{"ok": true, "digits"}`` once the keys were taken or the tones played, else a
+        ``not_sent`` error) is the tool's, recorded as any tool's."""
         started_ns = time.monotonic_ns()
         try:
             digits = dtmf.parse_digits(json.loads(action.arguments).get("digits"))
         except (ValueError, TypeError, AttributeError) as exc:
             output = json.dumps({"error": {"type": "invalid_arguments", "message": str(exc)[:200]}})
             return agent_tools.ToolResult(False, output, "invalid_arguments", 0, 0), 0.0
-        note = await self._press_digits(digits, 0)
+        note = await self._press_digits(digits, 0, action.call_id)
         run_s = (time.monotonic_ns() - started_ns) / 1e9
         if note["ok"]:
             output = json.dumps({"ok": True, "digits": digits})
             return agent_tools.ToolResult(True, output, "ok", 1, int(run_s * 1000)), run_s
-        message = ("this carrier takes keys only as tones on the call's audio, which is not available mid-call"
-                   if note["means"] == "in_band" else "the carrier did not take the keys")
+        message = ("the keys' tones were cut before they had played (the other side spoke over them, or the call "
+                   "ended)" if note["means"] == "in_band" else "the carrier did not take the keys")
         output = json.dumps({"error": {"type": "not_sent", "message": message}})
         return agent_tools.ToolResult(False, output, "exception", 1, int(run_s * 1000)), run_s
 
-    async def _press_digits(self, digits: str, tag: int) -> dict:
+    async def _press_digits(self, digits: str, tag: int, call_id: str = "") -> dict:
         """Press ``digits`` (voicecore/outbound/dtmf.py) on the call: the carrier's send-DTMF request through the REST
-        path above, or, where it has none (Twilio), the tones on the stream as agent audio under ``tag`` (ungated:
-        tones say nothing the gate could check), returning once they have played. What was done goes to the call's
-        record (a ``dtmf`` note) and is returned: ``digits``, ``means`` (rest or in_band), ``ok``."""
+        path above, or, where it has none (Twilio, Exotel), the tones on the stream as agent audio (ungated: tones
+        say nothing the gate could check), returning once they have played: under ``tag`` (the IVR verdict's keys,
+        before the driver's first tag), or, for the tool run ``call_id`` (the model's ``send_dtmf``), under the tag
+        the driver gives them (``_tones_played``). What was done goes to the call's record (a ``dtmf`` note) and is
+        returned: ``digits``, ``means`` (rest or in_band), ``ok``."""
         worker = self.worker
         control = worker.call_control
         sent = await self._carrier_request(call_control.DTMF, lambda ref, now_s, nonce: call_control.send_digits(
@@ -1292,6 +1298,9 @@ class CallSession:
                          frames * timing.FRAME_MS)
                 await asyncio.sleep(frames * timing.FRAME_MS / 1000 + TONES_PLAYED_MARGIN_S)
                 sent = True
+            elif call_id and self.alive():
+                sent = await self._tones_played(call_id, digits)
+                worker.counters["dtmf_sent" if sent else "dtmf_failed"] += 1
             else:
                 worker.counters["dtmf_failed"] += 1
                 log.warning("call %s: dtmf %s not sent: in-band tones need a tag of their own", self.call_sid, digits)
@@ -1299,6 +1308,34 @@ class CallSession:
         if self.recorder is not None and self.alive():
             self.recorder.note(time.monotonic_ns(), "dtmf", **note)
         return note
+
+    async def _tones_played(self, call_id: str, digits: str) -> bool:
+        """The model's in-band keys: the driver writes them under a tag of its own (``on_tones``: at once, or once
+        the response producing audio has written all of it); True once they have played (their end mark echoed,
+        or all of them sent and the carrier's buffer, as the pacer models it, empty), False if they were cut or
+        never played within TONES_WAIT_S."""
+        self._apply(self.driver.on_tones(call_id, digits, time.monotonic_ns()))
+        model_core = self.driver.core
+        deadline = time.monotonic() + TONES_WAIT_S
+        logged = False
+        while self.alive() and time.monotonic() < deadline:
+            tones = model_core.tones_state(call_id)
+            if tones is None or tones.cancelled:
+                log.info("call %s: dtmf %s cut before it had played", self.call_sid, digits)
+                return False
+            if tones.tag:
+                if not logged:
+                    logged = True
+                    log.info("call %s: dtmf %s in-band under tag %d (%d ms of tones)", self.call_sid, digits, tones.tag,
+                             tones.frames * timing.FRAME_MS)
+                p = self.playout()
+                if (p.played_tag > tones.tag or (p.played_tag == tones.tag and p.played_frames >= tones.frames)
+                        or ((p.sent_tag > tones.tag or (p.sent_tag == tones.tag and p.sent_frames >= tones.frames))
+                            and p.carrier_empty_at_ns <= time.monotonic_ns())):
+                    return True
+            await asyncio.sleep(timing.FRAME_MS / 1000)
+        log.warning("call %s: dtmf %s not played within %.0f s", self.call_sid, digits, TONES_WAIT_S)
+        return False
 
     def _write_frames(self, action: core.WriteFrames) -> None:
         audio = action.audio
