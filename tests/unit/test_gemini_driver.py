@@ -269,6 +269,21 @@ def test_go_away_moves_the_session_to_a_new_connection_with_its_handle():
     assert [a.tag for a in h.of(core.OpenTag)] == [1, 2]
 
 
+def test_a_handle_is_kept_while_the_server_says_the_session_is_not_resumable():
+    h = Harness(new_driver())
+    h.apply(h.driver.start(0))
+    h.run(ANSWER_MS)
+    handle, handles = h.driver.handle, h.driver.counts.handles
+    assert handle is not None
+    # the simulator, as the vendor, says so when a turn begins (voicecore/sim/gemini_core.py _not_resumable)
+    h.driver.on_model_event('{"sessionResumptionUpdate":{"resumable":false}}', h.now_ms * MS, SILENT)
+    assert h.driver.handle == handle and h.driver.counts.handles == handles  # resuming goes back to the last good one
+    h.run(200, caller_frames(200, loud=True))
+    h.run(600, caller_frames(600, loud=False))
+    h.run(ANSWER_MS)
+    assert h.driver.handle != handle and h.driver.counts.handles == handles + 1  # the next answer complete: a new one
+
+
 def test_go_away_waits_for_the_turn_being_generated_until_near_the_deadline():
     driver = new_driver()
     driver.on_model_event('{"setupComplete":{}}', 0, SILENT)

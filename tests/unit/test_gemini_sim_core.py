@@ -87,7 +87,8 @@ def test_own_vad_ends_the_callers_turn_after_silence() -> None:
     conn.advance(400)
     out = events(conn)
     assert out[0] == gp.VoiceActivity(started=False)
-    assert isinstance(out[1], gp.InputTranscription) and isinstance(out[2], gp.ModelAudio)
+    assert isinstance(out[1], gp.InputTranscription) and isinstance(out[3], gp.ModelAudio)
+    assert out[2] == gp.SessionResumptionUpdate(None, False)  # no handle while the model generates
     assert conn.record.turns_started == 1
 
 
@@ -106,6 +107,7 @@ def test_a_whole_turn_then_a_resumption_handle() -> None:
     assert "".join(e.text for e in out if isinstance(e, gp.OutputTranscription)).split() == "One two three four".split()
     assert [type(e) for e in out[-4:]] == [gp.GenerationComplete, gp.TurnComplete, gp.UsageMetadata,
                                            gp.SessionResumptionUpdate]
+    assert out[-1].resumable and out[-1].new_handle  # a handle again once the turn is complete
 
 
 def test_audio_is_paced_by_the_speed_factor() -> None:

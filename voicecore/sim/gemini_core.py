@@ -712,6 +712,7 @@ class GeminiConnection:
                 self._pending_calls[call_id] = rule.name
                 self.record.tool_calls.append((call_id, rule.name))
                 self._send({"toolCall": {"functionCalls": [{"id": call_id, "name": rule.name, "args": dict(rule.args)}]}})
+                self._not_resumable()
                 return
         self._start_model_turn(now_ms)
 
@@ -737,6 +738,13 @@ class GeminiConnection:
         record = TurnRecord(answer.text, pcm, now_ms, seed=seed, chunk_size=chunk_bytes, stalled=stalled)
         self.record.turns.append(record)
         self._turn = _Turn(chunks, now_ms, record, pieces, answer.text.split(), seed)
+        self._not_resumable()
+
+    def _not_resumable(self) -> None:
+        """As the vendor's server says while it generates or waits on function calls: no handle now (a session
+        resumed from the last one loses what is under way); a new handle follows once the turn is complete."""
+        if self.resumption:
+            self._send({"sessionResumptionUpdate": {"resumable": False}})
 
     def _stalled(self, chunks: list[tuple[int, str | int]], now_ms: int,
                  number: int) -> tuple[list[tuple[int, str | int]], bool]:
