@@ -2,9 +2,10 @@
 
 Owns endpoint names, the runtime directory's permissions and the exclusive-bind rule; message meaning
 lives in messages.py. Topology (no broker, so a cancel takes one hop):
-  gateway  PUB  events.sock   -> SUB  pacer, model   (call.started, call.ended, heartbeat)
+  gateway  PUB  events.sock   -> SUB  model, validator (call.started, call.ended, heartbeat)
   gateway  PULL gateway.sock  <- PUSH pacer, model   (heartbeat, stats)
-  pacer    PULL pacer.sock    <- PUSH model          (cancel doorbells, heartbeat)
+  pacer    PULL pacer.sock    <- PUSH model          (cancel doorbells)
+                              <- PUSH gateway        (call.started: wakes an idle pacer at once)
   validator PULL validator.sock <- PUSH model        (gate.open, transcript.delta, transcript.done);
             it also PUSHes heartbeat/stats to gateway.sock and SUBs events.sock (call.ended)
   model    PULL model.sock    <- PUSH validator      (verdict)
