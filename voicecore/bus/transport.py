@@ -110,8 +110,12 @@ class Bus:
         sock.bind(f"ipc://{path}")
         return sock
 
-    def connect(self, kind: int, name: str) -> zmq.Socket:
+    def connect(self, kind: int, name: str, reconnect_max_ms: int = 0) -> zmq.Socket:
+        """``reconnect_max_ms``: for a peer that may not run at all, back off its reconnect attempts (every
+        100 ms, ZeroMQ's default, doubling up to this) instead of trying ten times a second for ever."""
         sock = self._socket(kind)
+        if reconnect_max_ms:
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, reconnect_max_ms)  # read at connect: set before it
         if kind == zmq.SUB:
             sock.setsockopt(zmq.SUBSCRIBE, b"")
         sock.connect(f"ipc://{self.runtime_dir / name}")
