@@ -169,7 +169,8 @@ class Pacer:
             self.core.has_live_call()
         return self.core is not None
 
-    def on_cancel_doorbells(self) -> None:
+    def on_inbox(self) -> None:
+        """What woke the pacer: the model worker's cancel doorbells, or the gateway's news of a call's start."""
         drained = self.bus.receive_nowait(self.inbox)
         if any(type(message) is messages.CallStarted for message in drained):
             # The gateway's news of a call (sent after it published the slot): an idle pacer woke for it. A
@@ -253,7 +254,7 @@ class Pacer:
                 # no timer but the idle heartbeat: an idle node costs next to nothing) until the gateway's news
                 # of a call or the next heartbeat, and start the grid afresh once a call is live.
                 if inbox.poll(self.idle_wait_ms(time.monotonic_ns()), zmq.POLLIN):
-                    self.on_cancel_doorbells()
+                    self.on_inbox()
                 self.idle_waits += 1
                 start_ns, tick_index = time.monotonic_ns(), 0
                 self.housekeeping(start_ns, idle=True)
@@ -265,14 +266,14 @@ class Pacer:
             # the final SPIN_NS a spin (docs/explanation/architecture.md#section-11).
             while (timeout_ms := (deadline - now - POLL_MARGIN_NS) // 1_000_000) > 0:
                 if inbox.poll(timeout_ms, zmq.POLLIN):
-                    self.on_cancel_doorbells()
+                    self.on_inbox()
                 now = time.monotonic_ns()
                 if self.stopping:
                     return
             if deadline - now > SPIN_NS:
                 time.sleep((deadline - now - SPIN_NS) / 1e9)
                 if inbox.poll(0, zmq.POLLIN):
-                    self.on_cancel_doorbells()
+                    self.on_inbox()
             while now < deadline:
                 now = time.monotonic_ns()
             self.lateness.add(now - deadline)
