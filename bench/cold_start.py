@@ -43,13 +43,23 @@ import urllib.request
 from pathlib import Path
 
 from bench.report import machine_info, versions
-from bench.idle import tree
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.demo import free_port
+from voicecore.drain import children_of
 from voicecore.config import load_config
 from voicecore.supervise import cleanup_runtime, cpu_seconds
 
 POLL_S = 0.05
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and every process under it (from /proc), parents first."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children_of(p))
+    return out
 
 
 def burn() -> None:  # pragma: no cover - runs in the burner process until terminated
@@ -124,16 +134,48 @@ def stop_everything(up: subprocess.Popen, runtime_dir: Path) -> None:
     cleanup_runtime(dataclasses.replace(load_config({}), runtime_dir=str(runtime_dir)))
 
 
-def one_start(cache_dir: Path, timeout_s: float, keep_log: Path | None = None) -> dict:
-    """One `voicecore up` with this numba cache dir: seconds to healthy, the CPU seconds its processes had
-    used by then, seconds to stop after SIGINT."""
-    workdir = Path(tempfile.mkdtemp(prefix="vc-coldstart-"))
+def stack_environment(workdir: Path) -> tuple[Path, str, dict[str, str]]:
+    """A `voicecore up` of its own: a runtime dir under ``workdir``, free loopback ports, the model simulator
+    (no vendor key, no VOICECORE_ setting of the caller's). (runtime dir, listen address, environment)."""
     runtime_dir = workdir / "run"
     listen = f"127.0.0.1:{free_port()}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICECORE_") and k != "OPENAI_API_KEY"}
     env.update({"VOICECORE_RUNTIME_DIR": str(runtime_dir), "VOICECORE_LISTEN": listen,
-                "VOICECORE_SIM_PORT": str(free_port()), "VOICECORE_CONSOLE_LISTEN": f"127.0.0.1:{free_port()}",
-                "NUMBA_CACHE_DIR": str(cache_dir)})
+                "VOICECORE_SIM_PORT": str(free_port()), "VOICECORE_CONSOLE_LISTEN": f"127.0.0.1:{free_port()}"})
+    return runtime_dir, listen, env
+
+
+def interrupt(up: subprocess.Popen, stack: set[int], timeout_s: float) -> tuple[int, float]:
+    """SIGINT, as Ctrl-C does: `voicecore up`'s exit code and the seconds until none of ``stack`` is left."""
+    t1 = time.monotonic()
+    if up.poll() is None:
+        up.send_signal(signal.SIGINT)
+    code = up.wait(timeout_s)
+    while alive(stack) and time.monotonic() - t1 < timeout_s:
+        time.sleep(POLL_S)
+    return code, time.monotonic() - t1
+
+
+def left_behind(code: int, stack: set[int], runtime_dir: Path, arena_name: str) -> list[str]:
+    """What makes a stop unclean: a non-zero exit, a process of the stack, its arena in /dev/shm, its runtime dir."""
+    problems = []
+    if code != 0:
+        problems.append(f"voicecore up exited {code}")
+    if alive(stack):
+        problems.append(f"processes of the stack are left: {sorted(alive(stack))}")
+    if arena_name and (Path("/dev/shm") / arena_name).exists():
+        problems.append(f"/dev/shm/{arena_name} is left")
+    if runtime_dir.exists():
+        problems.append(f"the runtime dir is left: {sorted(p.name for p in runtime_dir.iterdir())}")
+    return problems
+
+
+def one_start(cache_dir: Path, timeout_s: float, keep_log: Path | None = None) -> dict:
+    """One `voicecore up` with this numba cache dir: seconds to healthy, the CPU seconds its processes had
+    used by then, seconds to stop after SIGINT."""
+    workdir = Path(tempfile.mkdtemp(prefix="vc-coldstart-"))
+    runtime_dir, listen, env = stack_environment(workdir)
+    env["NUMBA_CACHE_DIR"] = str(cache_dir)
     log_path = workdir / "up.log"
     arena_name = ""
     stack: set[int] = set()
@@ -159,29 +201,15 @@ def one_start(cache_dir: Path, timeout_s: float, keep_log: Path | None = None) -
             cpu_s = sum(cpu_seconds(pid) for pid in stack)
         with contextlib.suppress(FileNotFoundError):
             arena_name = (runtime_dir / ARENA_NAME_FILE).read_text().strip()
-        t1 = time.monotonic()
-        if up.poll() is None:
-            up.send_signal(signal.SIGINT)
-        code = up.wait(timeout_s)
-        while alive(stack) and time.monotonic() - t1 < timeout_s:
-            time.sleep(POLL_S)
-        stop_s = time.monotonic() - t1
+        code, stop_s = interrupt(up, stack, timeout_s)
     except BaseException:
         stop_everything(up, runtime_dir)
         raise
-    problems = []
     failed = ""
     if ready_s is None:  # its own words: the last line it printed about itself
         said = [line for line in log_path.read_text(errors="replace").splitlines() if line.startswith("voicecore up:")]
         failed = said[-1] if said else f"voicecore up exited {code} before /healthz said healthy"
-    elif code != 0:
-        problems.append(f"voicecore up exited {code}")
-    if alive(stack):
-        problems.append(f"processes of the stack are left: {sorted(alive(stack))}")
-    if arena_name and (Path("/dev/shm") / arena_name).exists():
-        problems.append(f"/dev/shm/{arena_name} is left")
-    if runtime_dir.exists():
-        problems.append(f"the runtime dir is left: {sorted(p.name for p in runtime_dir.iterdir())}")
+    problems = left_behind(code if ready_s is not None else 0, stack, runtime_dir, arena_name)
     if problems:
         stop_everything(up, runtime_dir)
         raise RuntimeError("unclean stop: " + "; ".join(problems) + "\n" + log_path.read_text(errors="replace")[-3000:])

@@ -21,6 +21,8 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import select
+import signal
 import threading
 import time
 from pathlib import Path
@@ -31,6 +33,7 @@ from voicecore.logs import SignalledWorker, run_until_signalled, stop_requests
 log = logging.getLogger("voicecore.standby")
 
 ROLES = ("gateway", "pacer", "model", "validator")
+STANDBY_NET_S = 10.0  # a waiting standby looks at its stop flag at least this often, though a signal wakes it at once
 
 
 def lock_path(runtime_dir: str | Path, role: str) -> Path:
@@ -91,22 +94,51 @@ class Leadership:
         """Block until this process holds the role (True) or ``stopping()`` says to give up (False).
 
         The blocking ``flock`` runs on a daemon thread, so the caller's thread can still see a SIGTERM
-        (its handler sets what ``stopping`` reads) while the lock wakes us the instant it is free.
+        (its handler sets what ``stopping`` reads) while the lock wakes us the instant it is free. On the
+        main thread both wake it through one pipe (the lock's thread writes to it, and so does any signal:
+        ``signal.set_wakeup_fd``), so a standby sleeps until one of them comes; elsewhere (no signal reaches
+        that thread) it looks at ``stopping()`` every ``poll_s``.
         """
         if self.try_acquire():
             return True
         log.info("%s: standing by (pid %d); another process serves", self.role, os.getpid())
         started = time.monotonic()
         got = threading.Event()
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
 
         def block() -> None:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
             got.set()
+            try:
+                os.write(wake_w, b"!")
+            except OSError:  # the pipe is full: the waiter is woken already
+                pass
 
-        threading.Thread(target=block, name=f"standby-{self.role}", daemon=True).start()
-        while not got.wait(poll_s):
-            if stopping():
-                return False
+        blocker = threading.Thread(target=block, name=f"standby-{self.role}", daemon=True)
+        blocker.start()
+        try:
+            previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread
+            previous = None
+        try:
+            while not got.is_set():
+                if stopping():
+                    return False
+                if previous is None:
+                    got.wait(poll_s)
+                    continue
+                # The lock or a signal (whose handler runs before ``stopping()`` is read again); the timeout
+                # is only a net under that promise, not a poll.
+                if select.select([wake_r], [], [], STANDBY_NET_S)[0]:
+                    os.read(wake_r, 512)
+        finally:
+            if previous is not None:
+                signal.set_wakeup_fd(previous)
+            if got.is_set():  # else the lock's thread may still write to it: leave it open (the process is leaving)
+                blocker.join()  # it has written, or is about to
+                os.close(wake_r)
+                os.close(wake_w)
         self.held = True
         if stopping():
             return False  # the whole stack is stopping: the serving one left for that, not to be replaced

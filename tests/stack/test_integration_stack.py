@@ -124,6 +124,14 @@ def test_call_with_bargein_has_no_stale_frames_and_an_exact_truncate(running_sta
     assert loud_ms(samples[:, 0]) == 0  # the caller's channel: not kept
     assert loud_ms(samples[:, 1]) > 3000  # the greeting, the cut answer and the next one
 
+    # The gateway told the pacer of the call's start (an idle pacer waits a heartbeat at a time; this woke it).
+    def pacer_stats() -> dict:
+        with urllib.request.urlopen(f"http://{config.listen}/metrics", timeout=5) as response:
+            return json.load(response)["workers"]["pacer"]
+
+    wait_until(lambda: pacer_stats().get("call_wakeups", 0) >= 1, 5, "the pacer's call_wakeups",
+               detail=running_stack.log_tail)
+
 
 def test_two_concurrent_calls_stay_isolated_when_one_sends_garbage(running_stack):
     """A protocol violation closes that call with its code; the other call hears only its own audio."""

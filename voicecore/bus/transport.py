@@ -2,9 +2,10 @@
 
 Owns endpoint names, the runtime directory's permissions and the exclusive-bind rule; message meaning
 lives in messages.py. Topology (no broker, so a cancel takes one hop):
-  gateway  PUB  events.sock   -> SUB  pacer, model   (call.started, call.ended, heartbeat)
+  gateway  PUB  events.sock   -> SUB  model, validator (call.started, call.ended, heartbeat)
   gateway  PULL gateway.sock  <- PUSH pacer, model   (heartbeat, stats)
-  pacer    PULL pacer.sock    <- PUSH model          (cancel doorbells, heartbeat)
+  pacer    PULL pacer.sock    <- PUSH model          (cancel doorbells)
+                              <- PUSH gateway        (call.started: wakes an idle pacer at once)
   validator PULL validator.sock <- PUSH model        (gate.open, transcript.delta, transcript.done);
             it also PUSHes heartbeat/stats to gateway.sock and SUBs events.sock (call.ended)
   model    PULL model.sock    <- PUSH validator      (verdict)
@@ -109,8 +110,12 @@ class Bus:
         sock.bind(f"ipc://{path}")
         return sock
 
-    def connect(self, kind: int, name: str) -> zmq.Socket:
+    def connect(self, kind: int, name: str, reconnect_max_ms: int = 0) -> zmq.Socket:
+        """``reconnect_max_ms``: for a peer that may not run at all, back off its reconnect attempts (every
+        100 ms, ZeroMQ's default, doubling up to this) instead of trying ten times a second for ever."""
         sock = self._socket(kind)
+        if reconnect_max_ms:
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, reconnect_max_ms)  # read at connect: set before it
         if kind == zmq.SUB:
             sock.setsockopt(zmq.SUBSCRIBE, b"")
         sock.connect(f"ipc://{self.runtime_dir / name}")

@@ -43,6 +43,7 @@ from voicecore.bus.transport import (
     ARENA_NAME_FILE,
     EVENTS,
     GATEWAY_INBOX,
+    PACER_INBOX,
     Bus,
     bind_doorbell,
     ensure_runtime_dir,
@@ -120,6 +121,9 @@ class Gateway:
         self.bus = Bus(runtime_dir)
         self.events = self.bus.bind(zmq.PUB, EVENTS)
         self.inbox = self.bus.bind(zmq.PULL, GATEWAY_INBOX)
+        # A call's start, to the pacer's inbox too: an idle pacer sleeps there until the next heartbeat, and this
+        # wakes it at once (it learns of the call from the slot; the message only ends its wait).
+        self.pacer = self.bus.connect(zmq.PUSH, PACER_INBOX)
         self.doorbell = bind_doorbell(runtime_dir)
         self.worker_seen_ns: dict[str, int] = {}
         self.worker_interval_ms: dict[str, int] = {}  # the heartbeat interval each process announced last
@@ -247,6 +251,7 @@ class Gateway:
         started = outbound_started(started, start.custom_parameters)
         self.started_messages[slot] = started
         self.bus.send(self.events, started)
+        self.bus.send(self.pacer, started)
         answered_by = self.carrier_amd_waiting.pop(start.call_sid, "")
         if answered_by and started.direction:
             self.bus.send(self.events, messages.CarrierAmd(slot, generation, answered_by))

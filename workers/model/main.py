@@ -1512,7 +1512,9 @@ class ModelWorker:
         self.gateway = self.bus.connect(zmq.PUSH, GATEWAY_INBOX)
         self.validator = self.bus.connect(zmq.PUSH, VALIDATOR_INBOX)
         self.verdicts = self.bus.bind(zmq.PULL, MODEL_INBOX)
-        self.observe = self.bus.connect(zmq.PUSH, RECORDER_INBOX)
+        # The recorder runs only with a call store (voicecore/supervise.py): without one nothing binds its inbox,
+        # and the attempts to reach it back off to one a heartbeat instead of ten a second.
+        self.observe = self.bus.connect(zmq.PUSH, RECORDER_INBOX, reconnect_max_ms=timing.IDLE_HEARTBEAT_MS)
         self.observed: list[tuple[str, float, int, str, dict]] = []  # events of every call, not shipped yet
         self.records_finished: collections.deque[tuple[str, str]] = collections.deque()  # (name, summary), from the writer thread
         # The node's call store, and whether its calls' record files are written: without them each call's

@@ -65,9 +65,6 @@ PACER_RT_PRIORITY = 10
 # time instead of all of them in one burst that delays the last call's write and its inbound reads.
 PHASES = 4
 SUB_TICK_NS = timing.FRAME_NS // PHASES
-# With no live call, the pacer looks for one this often: well within the time from a call's start to its first
-# audio (the model session is opened after the call starts, and a response's first audio is hundreds of ms away).
-IDLE_WAIT_MS = 100
 HISTOGRAM_BUCKET_NS = 10_000  # 10 us buckets ...
 HISTOGRAM_BUCKETS = 10_000  # ... up to 100 ms; later samples land in the last bucket
 # voicecore_pacer_lateness_seconds' upper bounds: the spin makes most ticks microseconds late, a busy core
@@ -148,6 +145,7 @@ class Pacer:
         self.skipped_ticks = 0
         self.cancel_wakeups = 0
         self.idle_waits = 0
+        self.call_wakeups = 0  # the gateway's news of a call's start (it ends an idle wait at once)
         self.next_report_ns = 0
         self.next_arena_check_ns = 0
         self.next_idle_stats_ns = 0
@@ -171,12 +169,25 @@ class Pacer:
             self.core.has_live_call()
         return self.core is not None
 
-    def on_cancel_doorbells(self) -> None:
+    def on_inbox(self) -> None:
+        """What woke the pacer: the model worker's cancel doorbells, or the gateway's news of a call's start."""
         drained = self.bus.receive_nowait(self.inbox)
-        if drained and self.core is not None:
+        if any(type(message) is messages.CallStarted for message in drained):
+            # The gateway's news of a call (sent after it published the slot): an idle pacer woke for it. A
+            # gateway that restarted serves from a new arena, and its first call may be what tells us.
+            self.call_wakeups += 1
+            self.attach_arena()
+        if self.core is not None and any(type(message) is not messages.CallStarted for message in drained):
             self.cancel_wakeups += 1
             if self.core.cancels(time.monotonic_ns()):
                 self.doorbell.ring()
+
+    def idle_wait_ms(self, now_ns: int) -> int:
+        """With no live call, how long the pacer sleeps in its inbox: until its next heartbeat or look for a new
+        arena is due (the idle heartbeat's period), rounded up so it never wakes just before. A call's start
+        does not wait for it: the gateway's CallStarted in the inbox ends the wait at once."""
+        due_ns = min(self.next_report_ns, self.next_arena_check_ns) - now_ns
+        return max(0, -(-due_ns // 1_000_000))
 
     def lead_statistics(self) -> dict[str, float]:
         """Audio queued in each talking call's carrier buffer right now, as the pacer models it."""
@@ -204,6 +215,7 @@ class Pacer:
             "skipped_ticks": float(self.skipped_ticks),
             "cancel_wakeups": float(self.cancel_wakeups),
             "idle_waits": float(self.idle_waits),
+            "call_wakeups": float(self.call_wakeups),
             **self.lateness.summary("tick_lateness"),
             **self.lateness_seconds.flat("pacer_lateness_seconds"),
             **self.tick_time.summary("tick_duration"),
@@ -238,10 +250,11 @@ class Pacer:
         inbox = self.inbox
         while not self.stopping:
             if tick_index % PHASES == 0 and (self.core is None or not self.core.has_live_call()):
-                # No live call: nothing to pace. Wait in the inbox, not on the grid (no spin, no
-                # sub-ticks: an idle node costs next to nothing), and start the grid afresh once a call is live.
-                if inbox.poll(IDLE_WAIT_MS, zmq.POLLIN):
-                    self.on_cancel_doorbells()
+                # No live call: nothing to pace. Wait in the inbox, not on the grid (no spin, no sub-ticks,
+                # no timer but the idle heartbeat: an idle node costs next to nothing) until the gateway's news
+                # of a call or the next heartbeat, and start the grid afresh once a call is live.
+                if inbox.poll(self.idle_wait_ms(time.monotonic_ns()), zmq.POLLIN):
+                    self.on_inbox()
                 self.idle_waits += 1
                 start_ns, tick_index = time.monotonic_ns(), 0
                 self.housekeeping(start_ns, idle=True)
@@ -253,14 +266,14 @@ class Pacer:
             # the final SPIN_NS a spin (docs/explanation/architecture.md#section-11).
             while (timeout_ms := (deadline - now - POLL_MARGIN_NS) // 1_000_000) > 0:
                 if inbox.poll(timeout_ms, zmq.POLLIN):
-                    self.on_cancel_doorbells()
+                    self.on_inbox()
                 now = time.monotonic_ns()
                 if self.stopping:
                     return
             if deadline - now > SPIN_NS:
                 time.sleep((deadline - now - SPIN_NS) / 1e9)
                 if inbox.poll(0, zmq.POLLIN):
-                    self.on_cancel_doorbells()
+                    self.on_inbox()
             while now < deadline:
                 now = time.monotonic_ns()
             self.lateness.add(now - deadline)
@@ -284,7 +297,9 @@ class Pacer:
 
     def housekeeping(self, now_ns: int, idle: bool = False) -> None:
         """The heartbeat and statistics, and a look for a new arena, each when due. Idle, the statistics
-        (which do not move) go once a second instead of with every heartbeat."""
+        (which do not move) go once a second instead of with every heartbeat, and the look for a new arena
+        with the heartbeat, so an idle pacer wakes once per heartbeat, not once for each."""
+        reported = False
         if now_ns >= self.next_report_ns or (not idle and self.next_report_ns - now_ns > timing.HEARTBEAT_MS * 1_000_000):
             # (a call went live during an idle interval: back to the call's interval at once)
             interval_ms = timing.heartbeat_interval_ms(not idle)
@@ -293,7 +308,8 @@ class Pacer:
             if with_stats:
                 self.next_idle_stats_ns = now_ns + STATS_EVERY_NS
             self.report(with_stats, interval_ms)
-        if now_ns >= self.next_arena_check_ns:
+            reported = True
+        if now_ns >= self.next_arena_check_ns or (idle and reported):
             self.next_arena_check_ns = now_ns + STATS_EVERY_NS
             self.attach_arena()
 
