@@ -98,6 +98,9 @@ class CarrierRestServer:
         self.credentials = credentials
         self.requests: list[RestRequestSeen] = []
         self._calls: dict[tuple[str, str], Callable[[str], None]] = {}
+        # when each call's first stream opened (loop time): its callee's audio starts there, and a carrier's AMD,
+        # which listens to that audio, is timed from it
+        self._opened: dict[tuple[str, str], asyncio.Future] = {}
         # Digits pressed on a live call through the carrier's REST API (send_dtmf and the like), by call, as sent
         # (Vonage's p pauses as they came); a listener (the simulated IVR) hears them as they arrive.
         self.digits: dict[tuple[str, str], list[str]] = {}
@@ -129,12 +132,23 @@ class CarrierRestServer:
 
     # --- the calls ---------------------------------------------------------------------------------------
     def register(self, carrier: str, call_id: str, end: Callable[[str], None]) -> None:
-        """A live call: ``end(action)`` ends it (hangup or transfer) when a granted request names it."""
+        """A live call: ``end(action)`` ends it (hangup or transfer) when a granted request names it. Its first
+        registration is when its stream opened (stream_opened)."""
         self._calls[(carrier, call_id)] = end
+        opened = self._opened.setdefault((carrier, call_id), asyncio.get_running_loop().create_future())
+        if not opened.done():
+            opened.set_result(asyncio.get_running_loop().time())
 
     def unregister(self, carrier: str, call_id: str) -> None:
         self._calls.pop((carrier, call_id), None)
+        self._opened.pop((carrier, call_id), None)
         self._digit_listeners.pop((carrier, call_id), None)
+
+    async def stream_opened(self, carrier: str, call_id: str) -> float:
+        """The loop time the call's stream opened (its callee's first audio is due within a tick of it), once it
+        has: waits until then."""
+        opened = self._opened.setdefault((carrier, call_id), asyncio.get_running_loop().create_future())
+        return await asyncio.shield(opened)
 
     def listen_digits(self, carrier: str, call_id: str, listener: Callable[[str], None]) -> None:
         """``listener(digits)`` is called with the digits of each granted send-DTMF request for the call."""
@@ -269,8 +283,7 @@ class CarrierRestServer:
                 seen.carrier_amd = callee_core.carrier_amd(plan, audio, "Enable", callee_seed(placed.to))
                 if plivo_call:
                     seen.call_uuid = seen.call_uuid or str(uuid.uuid4())
-                amd = loop.create_task(self._plivo_amd(seen, answered_at) if plivo_call
-                                       else self._vonage_amd(seen, answered_at))
+                amd = loop.create_task(self._plivo_amd(seen) if plivo_call else self._vonage_amd(seen))
             if vonage_call:
                 seen.result = await place_mode_call("", self.credentials, script, carrier="vonage",
                                                     call_sid=placed.call_sid, account_sid=placed.account_sid,
@@ -283,7 +296,7 @@ class CarrierRestServer:
                 if placed.machine_detection and placed.async_amd and placed.amd_callback:  # TeXML's AMD, as Twilio's
                     seen.carrier_amd = callee_core.carrier_amd(plan, audio, placed.machine_detection,
                                                                callee_seed(placed.to))
-                    amd = loop.create_task(self._amd_callback(seen, answered_at))
+                    amd = loop.create_task(self._amd_callback(seen))
                 seen.result = await place_mode_call("", self.credentials, script, carrier="telnyx",
                                                     call_sid=placed.call_sid, account_sid=placed.account_sid,
                                                     keep_audio=keep_audio, rest=self, answer_url=placed.url)
@@ -316,7 +329,7 @@ class CarrierRestServer:
                 # AMD runs beside the stream from the answer on; its result comes to AsyncAmdStatusCallback
                 seen.carrier_amd = callee_core.carrier_amd(plan, audio, placed.machine_detection,
                                                            callee_seed(placed.to))
-                amd = loop.create_task(self._amd_callback(seen, answered_at))
+                amd = loop.create_task(self._amd_callback(seen))
             seen.result = await place_call("", self.credentials.twilio_auth_token, script, call_sid=placed.call_sid,
                                            account_sid=placed.account_sid, keep_audio=keep_audio, rest=self,
                                            voice_url=placed.url, direction="outbound-api")
@@ -377,13 +390,23 @@ class CarrierRestServer:
             return type(exc).__name__
         return code
 
-    async def _amd_callback(self, seen: OutboundCallSeen, answered_at: float) -> None:
+    async def _amd_heard_until(self, seen: OutboundCallSeen, at_ms: int) -> None:
+        """Until ``at_ms`` of the callee's audio has played: a carrier's AMD listens to what the callee says, so its
+        answer is timed from the call's stream (where the simulated callee's audio starts), not from the answer's
+        status, which may come a while before it (the answer URL fetched, the WebSocket opened: longer under load,
+        and an AMD timed from the answer would then say ``human`` before the person's hello had ended)."""
+        carrier = seen.placed.carrier
+        call_id = seen.call_uuid if carrier == "plivo" else seen.placed.call_sid
+        origin = await self.stream_opened(carrier, call_id)
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, origin + at_ms / 1000 - loop.time()))
+
+    async def _amd_callback(self, seen: OutboundCallSeen) -> None:
         """The asynchronous AMD callback (Twilio's, or TeXML's with the same fields): CallSid, AccountSid, AnsweredBy,
         MachineDetectionDuration (no CallStatus), signed as the carrier signs its webhooks, once its AMD decided."""
         placed, amd = seen.placed, seen.carrier_amd
         assert amd is not None
-        loop = asyncio.get_running_loop()
-        await asyncio.sleep(max(0.0, answered_at + amd.at_ms / 1000 - loop.time()))
+        await self._amd_heard_until(seen, amd.at_ms)
         form = {"CallSid": placed.call_sid, "AccountSid": placed.account_sid, "AnsweredBy": amd.answered_by,
                 "MachineDetectionDuration": str(amd.at_ms)}
         if placed.carrier == "telnyx":  # TeXML's AMD callback: the same form and CallSidLegacy
@@ -420,25 +443,24 @@ class CarrierRestServer:
             return type(exc).__name__
         return code
 
-    async def _vonage_amd(self, seen: OutboundCallSeen, answered_at: float) -> None:
+    async def _vonage_amd(self, seen: OutboundCallSeen) -> None:
         """Vonage's advanced machine detection on the event URL: ``status`` human or machine once it decided, then
         for a machine whose beep it heard (mode default or detect_beep) ``machine`` with ``sub_state`` beep_start
         as the beep starts. ``amd_status``: the first answer that was not 204, else 204."""
         placed, amd = seen.placed, seen.carrier_amd
         assert amd is not None
-        loop = asyncio.get_running_loop()
-        await asyncio.sleep(max(0.0, answered_at + amd.at_ms / 1000 - loop.time()))
+        await self._amd_heard_until(seen, amd.at_ms)
         status = "human" if amd.answered_by == "human" else "machine"
         seen.amd_status = await self._vonage_post(placed, placed.amd_callback, {"status": status})
         if status != "machine" or seen.beep_at_ms is None or placed.machine_detection == "detect":
             return
-        await asyncio.sleep(max(0.0, answered_at + seen.beep_at_ms / 1000 - loop.time()))
+        await self._amd_heard_until(seen, seen.beep_at_ms)
         seen.carrier_amd_beep = callee_core.CarrierAmd("machine_end_beep", seen.beep_at_ms, amd.right)
         code = await self._vonage_post(placed, placed.amd_callback, {"status": "machine", "sub_state": "beep_start"})
         if seen.amd_status == 204:
             seen.amd_status = code
 
-    async def _plivo_amd(self, seen: OutboundCallSeen, answered_at: float) -> None:
+    async def _plivo_amd(self, seen: OutboundCallSeen) -> None:
         """Plivo's asynchronous machine detection callback to machine_detection_url once it decided: ``Machine``
         true or false with the call's ids, ``Event=MachineDetection``, signed with X-Plivo-Signature-V3. None when
         its AMD heard nothing (the simulated one's ``unknown``)."""
@@ -446,8 +468,7 @@ class CarrierRestServer:
         assert amd is not None
         if amd.answered_by == "unknown":
             return
-        loop = asyncio.get_running_loop()
-        await asyncio.sleep(max(0.0, answered_at + amd.at_ms / 1000 - loop.time()))
+        await self._amd_heard_until(seen, amd.at_ms)
         form = {"From": placed.from_.lstrip("+"), "To": placed.to.lstrip("+"),
                 "Machine": "false" if amd.answered_by == "human" else "true", "RequestUUID": placed.call_sid,
                 "ALegRequestUUID": placed.call_sid, "CallUUID": seen.call_uuid, "ALegUUID": seen.call_uuid,
