@@ -85,7 +85,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         return run_outbound_demo(args.calls, args.json, args.config, keep_logs=args.logs,
                                  record_dir=None if args.no_record else args.record_dir,
                                  machine_detection=args.machine_detection, on_ivr=args.on_ivr,
-                                 on_voicemail=args.on_voicemail)
+                                 on_voicemail=args.on_voicemail, carrier=args.carrier)
 
     return run_demo(calls=args.calls, seconds=args.seconds, as_json=args.json, config_path=args.config, keep_logs=args.logs,
                     record_dir=None if args.no_record else args.record_dir,
@@ -184,9 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="--outbound: run the agent with this [outbound] on_voicemail (message: a scripted voicemail "
                            "message after the beep, then a hang-up); default: the agent's own")
     demo.add_argument("--machine-detection", choices=("Enable", "DetectMessageEnd"), default="",
-                      help="--outbound: place the calls with Twilio's answering-machine detection too (asynchronous; "
-                           "the simulated AMD errs on purpose now and then) and report how its answers combined "
-                           "with the detector's")
+                      help="--outbound: place the calls with the carrier's answering-machine detection too "
+                           "(Twilio's, Telnyx TeXML's, Plivo's or Vonage's, asynchronous; the simulated AMD errs on "
+                           "purpose now and then) and report how its answers combined with the detector's")
     demo.add_argument("--model-vendor", default="openai", choices=("openai", "gemini"),
                       help="the model vendor the stack talks to, simulated: openai (the Realtime API) or gemini "
                            "(Gemini Live; the default agent, or --agent's, with generic callers) (default openai)")

@@ -30,6 +30,11 @@ def test_the_latest_status_by_sequence_number_is_kept_whatever_order_they_came_i
         # Twilio's asynchronous AMD result comes in a callback of its own: kept on the row the statuses made
         assert store.set_answered_by("CA2", "machine_end_beep") and store.call_status("CA2")["answered_by"] == "machine_end_beep"
         assert not store.set_answered_by("CA9", "human") and store.call_status("CA9") is None
+        # Plivo's machine detection callback names the call's CallUUID: kept on the row of its RequestUUID, which
+        # the answer webhook linked to that CallUUID
+        request_uuid, call_uuid = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d", "11111111-2222-4333-8444-555555555555"
+        store.add_call_status(request_uuid, "in-progress", 2, "outbound", record_call_sid=call_uuid)
+        assert store.set_answered_by(call_uuid, "human") and store.call_status(request_uuid)["answered_by"] == "human"
 
 
 def test_a_placed_calls_verdict_and_opt_out_are_stored_and_the_callee_joins_the_list(tmp_path):

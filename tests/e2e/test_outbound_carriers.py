@@ -13,6 +13,8 @@ import types
 
 import pytest
 
+from voicecore.call.record import loads_partial
+from voicecore.demo import record_paths
 from voicecore.outbound.outbound_demo import _outbound_demo
 from voicecore.store import CallStore, database_url_for
 
@@ -51,3 +53,49 @@ def test_a_placed_call_is_answered_the_agent_speaks_and_its_statuses_reach_the_s
             assert row is not None and row["status"] == "completed" and row["direction"] == DIRECTION[carrier]
     finally:
         store.close()
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")
+@pytest.mark.parametrize("carrier", ["plivo", "vonage"])
+def test_the_carriers_own_amd_is_asked_for_verified_mapped_and_joins_the_verdict(tmp_path, carrier):
+    """Plivo's machine detection (Machine=true/false to machine_detection_url) and Vonage's advanced machine detection
+    (human / machine, then machine + beep_start, to the event URL), asked for by --machine-detection: each result
+    signed as the carrier's other callbacks, accepted by the node, mapped to the detector's vocabulary, weighed by
+    the answer gate (or noted after its verdict) and kept on the call's status row. Three callees: a person and a
+    voicemail the simulated AMD gets wrong on purpose (labelled), and a voicemail it gets right; the agent greets a
+    voicemail after its beep (on_voicemail greet), so Vonage's beep_start comes while the call is up."""
+    records = tmp_path / "records"
+    records.mkdir()
+    with open(tmp_path / "stack.log", "wb") as log_file:
+        report = asyncio.run(_outbound_demo(3, None, tmp_path, log_file, records, carrier=carrier,
+                                            machine_detection="Enable", kinds=["human", "voicemail", "voicemail"],
+                                            on_voicemail="greet"))
+    assert report["ok"], (report["problems"], (tmp_path / "stack.log").read_text(errors="replace")[-4000:])
+    amd = report["carrier_amd"]
+    assert amd["sent"] == 3 and amd["accepted"] == 3, amd
+    rows = report["calls_detail"]
+    person = next(call for call in rows if call["callee"] == "human")
+    # the simulated AMD took this person's short hello for a machine: the detector's cadence overrules it
+    assert (person["carrier_amd"], person["carrier_amd_right"]) == ("machine_start", False)
+    assert person["verdict"] == "human" and person["action"] == "start" and report["humans_hung_up"] == 0
+    # ... and this voicemail for a person: the carrier's human over a long greeting names nobody (the agent starts)
+    fooled = next(call for call in rows if call["callee"] == "voicemail" and not call["carrier_amd_right"])
+    assert fooled["carrier_amd"] == "human" and fooled["verdict"] in ("unknown", "voicemail")
+    machine = next(call for call in rows if call["callee"] == "voicemail" and call["carrier_amd_right"])
+    assert machine["carrier_amd"] == "machine_start" and machine["verdict"] == "voicemail"
+    assert machine["action"] == "start" and machine["action_worked"]  # greet: the agent starts after the beep
+    if carrier == "vonage":  # its beep_start, after the machine, as machine_end_beep
+        assert machine["carrier_amd_beep"] == "machine_end_beep"
+    store = CallStore.open(database_url_for(types.SimpleNamespace(database_url="", record_dir=str(records))))
+    try:
+        for call in rows:
+            said = call.get("carrier_amd_beep") or call["carrier_amd"]  # Vonage's beep_start comes last
+            assert store.call_status(call["call_sid"])["answered_by"] == said, call
+    finally:
+        store.close()
+    for call in rows:  # the record keeps what the carrier said, in the verdict's note or a late one
+        path = record_paths(records, [call.get("call_uuid", call["call_sid"])])[0]
+        _header, entries, _complete = loads_partial(path.read_bytes())
+        answer = next(e for e in entries if e.get("k") == "note" and e.get("what") == "answer")
+        late = [e["answered_by"] for e in entries if e.get("k") == "note" and e.get("what") == "carrier_amd"]
+        assert answer.get("carrier_amd") == call["carrier_amd"] or late[:1] == [call["carrier_amd"]], (answer, late)

@@ -195,3 +195,76 @@ def test_the_simulated_plivo_refuses_what_plivo_would():
     assert _create(good | {"to": "12"}).status == 400
     assert _create({"from": CALLER[1:], "to": CALLEE[1:]}).status == 400
     assert _create(good | {"hangup_url": "ftp://x"}).status == 400
+
+
+# --- machine detection ------------------------------------------------------------------------------------
+
+
+def test_machine_detection_asks_plivo_for_its_asynchronous_amd_never_its_hangup():
+    request = outbound.place_call_request(AUTH_ID, "tok", CALLEE, CALLER, answer_url=NODE + "/plivo/voice",
+                                          status_url=NODE + outbound.STATUS_PATH, machine_detection=True,
+                                          machine_detection_time_ms=4000)
+    body = json.loads(request.body)
+    assert {key: body[key] for key in body if key.startswith("machine_detection")} == {
+        "machine_detection": "true", "machine_detection_url": NODE + "/plivo/call-status",
+        "machine_detection_method": "POST", "machine_detection_time": 4000}
+    plain = json.loads(outbound.place_call_request(AUTH_ID, "tok", CALLEE, CALLER, answer_url=NODE + "/plivo/voice",
+                                                   status_url=NODE + outbound.STATUS_PATH).body)
+    assert not any(key.startswith("machine_detection") for key in plain)
+    for wrong in ({"machine_detection_time_ms": 1999}, {"machine_detection_time_ms": 10001},
+                  {"machine_detection": False, "machine_detection_time_ms": 5000}):
+        with pytest.raises(ValueError, match="machine_detection"):
+            outbound.place_call_request(AUTH_ID, "tok", CALLEE, CALLER, answer_url=NODE + "/plivo/voice",
+                                        status_url=NODE + outbound.STATUS_PATH, **({"machine_detection": True} | wrong))
+    with pytest.raises(ValueError, match="status URL"):  # its result would go nowhere
+        outbound.place_call_request(AUTH_ID, "tok", CALLEE, CALLER, answer_url=NODE + "/plivo/voice",
+                                    machine_detection=True)
+
+
+AMD_FORM = {"From": CALLER[1:], "To": CALLEE[1:], "RequestUUID": REQUEST_UUID, "ALegRequestUUID": REQUEST_UUID,
+            "CallUUID": CALL_UUID, "ALegUUID": CALL_UUID, "IfMachine": "continue", "Direction": "outbound",
+            "Event": "MachineDetection", "CallStatus": "in-progress"}
+
+
+@pytest.mark.parametrize(("machine", "answered_by"), [("true", "machine_start"), ("false", "human"),
+                                                      ("True", "machine_start")])
+def test_plivos_machine_value_maps_onto_the_detectors_vocabulary(machine, answered_by):
+    form = AMD_FORM | {"Machine": machine}
+    assert outbound.is_amd_result(form) and not outbound.is_amd_result({**AMD_FORM, "Event": "Hangup"} | {})
+    amd = outbound.parse_amd_result(form)
+    assert (amd.request_uuid, amd.call_uuid, amd.answered_by) == (REQUEST_UUID, CALL_UUID, answered_by)
+
+
+def test_a_signed_amd_callback_goes_to_the_calls_stream_by_its_call_uuid_and_a_bad_one_is_refused():
+    request, _settings = _signed(outbound.STATUS_PATH, AMD_FORM | {"Machine": "true"})
+    assert isinstance(request, AnswerRequest) and request.kind == EVENT
+    # no call status (the call's in-progress came with its answer): the AMD alone, for the call's CallUUID
+    assert (request.call_id, request.answered_by, request.call_status) == (CALL_UUID, "machine_start", None)
+    assert "answered by machine_start" in request.note
+    forged, _settings = _signed(outbound.STATUS_PATH, AMD_FORM | {"Machine": "true"}, token="other")
+    assert isinstance(forged, Refusal) and forged.status == 403
+    for bad in ({"Machine": "maybe"}, {"Machine": "false", "CallUUID": "nope"}, {}):
+        refused, _settings = _signed(outbound.STATUS_PATH, AMD_FORM | bad)
+        assert isinstance(refused, Refusal) and refused.status == 400, bad
+
+
+def test_the_simulated_plivo_takes_machine_detection_as_plivo_names_it_and_refuses_what_plivo_would():
+    good = {"from": CALLER[1:], "to": CALLEE[1:], "answer_url": NODE + "/plivo/voice",
+            "hangup_url": NODE + "/plivo/call-status"}
+    request = outbound.place_call_request(AUTH_ID, "tok", CALLEE, CALLER, answer_url=NODE + "/plivo/voice",
+                                          status_url=NODE + "/plivo/call-status", machine_detection=True)
+    outcome = _create(json.loads(request.body))
+    assert outcome.status == 201
+    placed = outcome.placed
+    assert (placed.machine_detection, placed.async_amd, placed.amd_callback) == ("true", True, NODE + "/plivo/call-status")
+    assert _create(good | {"machine_detection": "hangup", "machine_detection_url": NODE + "/amd"}).status == 201
+    synchronous = _create(good | {"machine_detection": "true"}).placed  # no URL: no asynchronous callback
+    assert (synchronous.machine_detection, synchronous.async_amd) == ("true", False)
+    for wrong in ({"machine_detection": "yes"}, {"machine_detection": "Enable"},
+                  {"machine_detection": "true", "machine_detection_time": 1000},
+                  {"machine_detection": "true", "machine_detection_time": 20000},
+                  {"machine_detection": "true", "machine_detection_url": "ftp://x"},
+                  {"machine_detection": "true", "machine_detection_method": "PUT"},
+                  {"machine_detection_url": NODE + "/amd"}):
+        refused = _create(good | wrong)
+        assert refused.status == 400 and refused.placed is None, wrong

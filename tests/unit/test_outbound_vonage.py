@@ -118,3 +118,67 @@ def test_the_simulated_vonage_creates_the_call_as_vonage_answers_it():
     assert (outcome.placed.to, outcome.placed.from_, outcome.placed.url) == (CALLEE, CALLER, url)
     forged = jwt.encode({"application_id": CREDENTIALS.vonage_application_id, "iat": NOW_S, "jti": "j"}, "k" * 32)
     assert create({"authorization": f"Bearer {forged}"}).status == 401
+
+
+# --- advanced machine detection ---------------------------------------------------------------------------
+
+
+def _create_with(body: dict):
+    token = rest.application_jwt(CREDENTIALS.vonage_application_id, CREDENTIALS.vonage_private_key, NOW_S, "jti-1")
+    return rest_core.handle("POST", "/v1/calls", {"authorization": f"Bearer {token}"}, json.dumps(body).encode(),
+                            CREDENTIALS, lambda *_: False, now_s=NOW_S, new_call_sid="CA" + "0123456789abcdef" * 2)
+
+
+def test_machine_detection_asks_vonage_for_its_asynchronous_amd_that_never_hangs_up():
+    token = rest.application_jwt(CREDENTIALS.vonage_application_id, CREDENTIALS.vonage_private_key, NOW_S, "jti-1")
+    url = NODE + outbound.ANSWER_PATH
+    request = outbound.place_call_request(token, CALLEE, CALLER, answer_url=url, event_url=NODE + outbound.EVENT_PATH,
+                                          machine_detection=True)
+    assert json.loads(request.body)["advanced_machine_detection"] == {"behavior": "continue", "mode": "default"}
+    timed = outbound.place_call_request(token, CALLEE, CALLER, answer_url=url, event_url=NODE + outbound.EVENT_PATH,
+                                        machine_detection=True, beep_timeout_s=60)
+    assert json.loads(timed.body)["advanced_machine_detection"]["beep_timeout"] == 60
+    plain = outbound.place_call_request(token, CALLEE, CALLER, answer_url=url, event_url=NODE + outbound.EVENT_PATH)
+    assert "advanced_machine_detection" not in json.loads(plain.body)
+    for wrong in ({"beep_timeout_s": 44}, {"beep_timeout_s": 121}, {"event_url": ""}):
+        with pytest.raises(ValueError):
+            outbound.place_call_request(token, CALLEE, CALLER, **({"answer_url": url, "event_url": NODE + "/e",
+                                                                   "machine_detection": True} | wrong))
+    # the simulated Vonage takes it as Vonage names it: asynchronous (mode default), results to the event URL
+    outcome = _create_with(json.loads(timed.body))
+    assert outcome.status == 201
+    assert (outcome.placed.machine_detection, outcome.placed.async_amd, outcome.placed.amd_callback) == (
+        "default", True, NODE + "/vonage/event")
+
+
+@pytest.mark.parametrize("amd", [{"behavior": "drop", "mode": "default"}, {"behavior": "continue", "mode": "fast"},
+                                 {"behavior": "continue", "mode": "default", "beep_timeout": 30},
+                                 {"behavior": "continue", "mode": "default", "beep_timeout": "60"},
+                                 {"behavior": "continue", "mode": "default", "beeps": 1}, "continue"])
+def test_the_simulated_vonage_refuses_machine_detection_vonage_would_refuse(amd):
+    body = {"to": [{"type": "phone", "number": CALLEE[1:]}], "from": {"type": "phone", "number": CALLER[1:]},
+            "answer_url": [NODE + "/vonage/answer"], "event_url": [NODE + "/vonage/event"],
+            "advanced_machine_detection": amd}
+    outcome = _create_with(body)
+    assert outcome.status == 400 and outcome.placed is None
+
+
+@pytest.mark.parametrize(("event", "answered_by"), [
+    ({"status": "human"}, "human"), ({"status": "machine"}, "machine_start"),
+    ({"status": "machine", "sub_state": "beep_start"}, "machine_end_beep"),
+    ({"status": "machine", "sub_state": "beep_timeout"}, ""),  # adds nothing: passed over
+])
+def test_vonages_machine_detection_events_map_onto_the_detectors_vocabulary(event, answered_by):
+    fields = {"uuid": CALL, "conversation_uuid": "CON-1", "direction": "outbound"} | event
+    assert outbound.is_amd_event(fields) and outbound.parse_event(fields) is None  # no call status
+    assert outbound.parse_amd_event(fields) == (CALL, answered_by)
+    request, _settings = _signed(outbound.EVENT_PATH, fields)
+    assert isinstance(request, AnswerRequest) and request.kind == EVENT and request.call_status is None
+    assert (request.call_id, request.answered_by) == ((CALL if answered_by else ""), answered_by)
+
+
+def test_a_machine_detection_event_that_names_no_call_or_is_not_signed_is_refused():
+    bad, _settings = _signed(outbound.EVENT_PATH, {"uuid": "x", "status": "machine"})
+    assert isinstance(bad, Refusal) and bad.status == 400
+    forged, _settings = _signed(outbound.EVENT_PATH, {"uuid": CALL, "status": "human"}, secret="other" * 8)
+    assert isinstance(forged, Refusal) and forged.status == 403

@@ -29,8 +29,10 @@ def register(sub: Any) -> None:
     call.add_argument("--field", action="append", default=[], metavar="NAME=VALUE",
                       help="a field the agent sees as {NAME} (repeatable)")
     call.add_argument("--machine-detection", choices=("Enable", "DetectMessageEnd"), default="",
-                      help="also ask the carrier for its answering-machine detection (Twilio or Telnyx TeXML AMD, async; its "
-                           "result joins the answer verdict)")
+                      help="also ask the carrier for its answering-machine detection (Twilio's or Telnyx TeXML's "
+                           "MachineDetection with this value; Plivo's machine_detection or Vonage's "
+                           "advanced_machine_detection with either), asynchronous and never hanging up: its result "
+                           "joins the answer verdict")
     call.add_argument("--json", action="store_true", help="print one JSON object")
     call.set_defaults(func=_cmd_call)
 

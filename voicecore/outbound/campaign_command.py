@@ -55,8 +55,10 @@ def register(sub: Any) -> None:
                      help="the longest a placed call may go without its final status callback (then: failed)")
     run.add_argument("--carrier", default="twilio", choices=dial.CARRIERS, help="the carrier to place the calls with")
     run.add_argument("--machine-detection", dest="machine_detection", choices=("Enable", "DetectMessageEnd"), default="",
-                     help="also ask the carrier for its answering-machine detection (Twilio or Telnyx TeXML AMD, async; its "
-                           "result joins the answer verdict)")
+                     help="also ask the carrier for its answering-machine detection (Twilio's or Telnyx TeXML's "
+                           "MachineDetection with this value; Plivo's machine_detection or Vonage's "
+                           "advanced_machine_detection with either), asynchronous and never hanging up: its result "
+                           "joins the answer verdict")
     run.add_argument("--json", action="store_true", help="print the result as JSON (no progress bar)")
     run.set_defaults(func=_cmd_run)
 

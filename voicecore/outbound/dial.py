@@ -34,6 +34,9 @@ STATUS_CALLBACK_PATH = "/twilio/call-status"
 VOICE_PATH = "/twilio/voice"
 PLIVO_VOICE_PATH = "/plivo/voice"
 TELNYX_VOICE_PATH = "/telnyx/voice"
+# --machine-detection: Twilio's and Telnyx's MachineDetection values; Plivo and Vonage are asked for their own
+# asynchronous AMD with either (Plivo's has one mode; Vonage's reports the beep anyway)
+MACHINE_DETECTION = ("Enable", "DetectMessageEnd")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,17 +94,20 @@ async def place_call(*, node_url: str, api_base: str, account_sid: str, auth_tok
                      machine_detection: str = "") -> Placed:
     """Ask the carrier to call ``to`` from ``from_``; when answered it fetches ``node_url``'s voice webhook (the
     node answers with its stream, which carries ``fields`` to the agent) and reports progress to the node's
-    call status callback. ValueError: a number, field or setting that cannot go into the request."""
+    call status callback. ``machine_detection`` (MACHINE_DETECTION): the carrier's own AMD too, asynchronous, its
+    result to the node. ValueError: a number, field or setting that cannot go into the request."""
     if carrier not in CARRIERS:
         raise ValueError(f"placing calls is built for {', '.join(CARRIERS)} only, not {carrier!r}")
     base = node_url.rstrip("/")
+    if machine_detection and machine_detection not in MACHINE_DETECTION:
+        raise ValueError(f"machine_detection must be one of {', '.join(MACHINE_DETECTION)}")
     if carrier == "plivo":
-        if machine_detection:
-            raise ValueError("machine detection is asked of Twilio and Telnyx only")
+        # Plivo's AMD has one mode (Machine true/false): either value asks for it, asynchronous, never hangup
         request = plivo_outbound.place_call_request(
             account_sid, auth_token, to, from_,
             answer_url=plivo_outbound.answer_url(base + PLIVO_VOICE_PATH, to, fields or {}),
-            status_url=base + plivo_outbound.STATUS_PATH, base_url=api_base)
+            status_url=base + plivo_outbound.STATUS_PATH, base_url=api_base,
+            machine_detection=bool(machine_detection))
         parse = plivo_outbound.parse_place_call_response
     elif carrier == "telnyx":
         request = telnyx_outbound.place_call_request(
@@ -110,12 +116,11 @@ async def place_call(*, node_url: str, api_base: str, account_sid: str, auth_tok
             status_callback=base + telnyx_outbound.STATUS_PATH, base_url=api_base, machine_detection=machine_detection)
         parse = telnyx_outbound.parse_place_call_response
     elif carrier == "vonage":
-        if machine_detection:
-            raise ValueError("machine detection is asked of Twilio and Telnyx only")
+        # Vonage's asynchronous advanced machine detection reports the beep too: either value asks for it
         token = vonage_rest.application_jwt(account_sid, auth_token, time.time(), secrets.token_hex(16))
         request = vonage_outbound.place_call_request(
             token, to, from_, answer_url=vonage_outbound.answer_url(base + vonage_outbound.ANSWER_PATH, to, fields or {}),
-            event_url=base + vonage_outbound.EVENT_PATH, base_url=api_base)
+            event_url=base + vonage_outbound.EVENT_PATH, base_url=api_base, machine_detection=bool(machine_detection))
         parse = vonage_outbound.parse_place_call_response
     else:
         request = twilio_outbound.place_call_request(

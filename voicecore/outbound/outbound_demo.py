@@ -159,7 +159,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
                          kinds: list[str] | None = None, on_voicemail: str = "", sim_turns: tuple = ()) -> dict:
     """``carrier``: whose API places the calls (twilio: the Calls API; plivo: Make Call, its answer XML's stream
     and its ring and hang-up callbacks; telnyx: the TeXML Calls API; vonage: Create Call). ``machine_detection``:
-    Twilio's AMD asked for too (Enable or DetectMessageEnd, asynchronous). ``on_ivr``: the agent's ``[outbound]
+    the carrier's AMD asked for too (Enable or DetectMessageEnd, asynchronous: dial.place_call says what each
+    carrier is asked for). ``on_ivr``: the agent's ``[outbound]
     on_ivr`` for this run (a copy of the configured agent with it; ``dtmf`` presses the simulated menus' key). ``kinds``: who answers each
     call (callee_core.KINDS), instead of every kind in turn. ``on_voicemail``: the agent's ``[outbound] on_voicemail``
     for this run (``message``: with DEMO_VOICEMAIL_MESSAGE). ``sim_turns``: the model simulator's scripted turns
@@ -275,6 +276,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         if seen.carrier_amd is not None:
             row.update(carrier_amd=seen.carrier_amd.answered_by, carrier_amd_ms=seen.carrier_amd.at_ms,
                        carrier_amd_right=seen.carrier_amd.right, carrier_amd_status=seen.amd_status)
+        if seen.carrier_amd_beep is not None:  # Vonage's machine + beep_start after its machine
+            row.update(carrier_amd_beep=seen.carrier_amd_beep.answered_by, carrier_amd_beep_ms=seen.carrier_amd_beep.at_ms)
         put_through = seen.screened is not None and seen.screened.put_through_at_ms is not None
         if seen.screened is not None:
             row["put_through_ms"] = seen.screened.put_through_at_ms
@@ -371,9 +374,12 @@ def agent_with_outbound(agent: str, workdir: Path, on_ivr: str = "", on_voicemai
 
 def run_outbound_demo(calls: int, as_json: bool, config_path: str | None, keep_logs: bool = False,
                       record_dir: str | None = None, machine_detection: str = "", on_ivr: str = "",
-                      on_voicemail: str = "") -> int:
+                      on_voicemail: str = "", carrier: str = "twilio") -> int:
     if calls < 1:
         print("voicecore demo: --calls must be at least 1", file=sys.stderr)
+        return 2
+    if carrier not in dial.CARRIERS:
+        print(f"voicecore demo: --outbound places calls with {', '.join(dial.CARRIERS)}, not {carrier}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="voicecore-outbound-") as tmp:
         workdir = Path(tmp)
@@ -384,8 +390,8 @@ def run_outbound_demo(calls: int, as_json: bool, config_path: str | None, keep_l
             print(f"voicecore demo: cannot create the record directory {records}: {exc}", file=sys.stderr)
             return 2
         return run_and_report(lambda log_file: _outbound_demo(calls, config_path, workdir, log_file, records,
-                                                              machine_detection=machine_detection, on_ivr=on_ivr,
-                                                              on_voicemail=on_voicemail),
+                                                              carrier=carrier, machine_detection=machine_detection,
+                                                              on_ivr=on_ivr, on_voicemail=on_voicemail),
                               workdir / "stack.log", as_json, keep_logs, format_report)
 
 

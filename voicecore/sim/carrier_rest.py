@@ -71,10 +71,20 @@ class OutboundCallSeen:
     last_word_ms: int | None = None  # from the answer (the stream's first caller frame) to the greeting's last word
     done: bool = False
     call_uuid: str = ""  # Plivo: the answered call's CallUUID (its RequestUUID is placed.call_sid)
-    carrier_amd: callee_core.CarrierAmd | None = None  # Twilio's async AMD: what it said, when, and whether rightly
+    # the carrier's async AMD (Twilio's, TeXML's, Plivo's, Vonage's; in the detector's vocabulary): what it said,
+    # when, and whether rightly; Vonage's beep_start after a machine in carrier_amd_beep
+    carrier_amd: callee_core.CarrierAmd | None = None
+    carrier_amd_beep: callee_core.CarrierAmd | None = None
     amd_status: int | str | None = None  # the AMD callback's HTTP status (or an error)
     screened: ScreenedCallee | None = None  # a screening assistant's reaction (Twilio): whom it put through, when
     ivr: IvrCallee | None = None  # an IVR's reaction to keys (every carrier): whether and when it reached a person
+
+
+async def _cancel(task: asyncio.Task | None) -> None:
+    """A call hung up before the carrier's AMD decided: no callback (or no more of them)."""
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 class CarrierRestServer:
@@ -88,6 +98,9 @@ class CarrierRestServer:
         self.credentials = credentials
         self.requests: list[RestRequestSeen] = []
         self._calls: dict[tuple[str, str], Callable[[str], None]] = {}
+        # when each call's first stream opened (loop time): its callee's audio starts there, and a carrier's AMD,
+        # which listens to that audio, is timed from it
+        self._opened: dict[tuple[str, str], asyncio.Future] = {}
         # Digits pressed on a live call through the carrier's REST API (send_dtmf and the like), by call, as sent
         # (Vonage's p pauses as they came); a listener (the simulated IVR) hears them as they arrive.
         self.digits: dict[tuple[str, str], list[str]] = {}
@@ -119,12 +132,23 @@ class CarrierRestServer:
 
     # --- the calls ---------------------------------------------------------------------------------------
     def register(self, carrier: str, call_id: str, end: Callable[[str], None]) -> None:
-        """A live call: ``end(action)`` ends it (hangup or transfer) when a granted request names it."""
+        """A live call: ``end(action)`` ends it (hangup or transfer) when a granted request names it. Its first
+        registration is when its stream opened (stream_opened)."""
         self._calls[(carrier, call_id)] = end
+        opened = self._opened.setdefault((carrier, call_id), asyncio.get_running_loop().create_future())
+        if not opened.done():
+            opened.set_result(asyncio.get_running_loop().time())
 
     def unregister(self, carrier: str, call_id: str) -> None:
         self._calls.pop((carrier, call_id), None)
+        self._opened.pop((carrier, call_id), None)
         self._digit_listeners.pop((carrier, call_id), None)
+
+    async def stream_opened(self, carrier: str, call_id: str) -> float:
+        """The loop time the call's stream opened (its callee's first audio is due within a tick of it), once it
+        has: waits until then."""
+        opened = self._opened.setdefault((carrier, call_id), asyncio.get_running_loop().create_future())
+        return await asyncio.shield(opened)
 
     def listen_digits(self, carrier: str, call_id: str, listener: Callable[[str], None]) -> None:
         """``listener(digits)`` is called with the digits of each granted send-DTMF request for the call."""
@@ -252,10 +276,19 @@ class CarrierRestServer:
                 call_id = seen.call_uuid if plivo_call else placed.call_sid
                 self.listen_digits(placed.carrier, call_id, seen.ivr.on_rest_digits)
             keep_audio = seen.ivr is not None
+            amd = None
+            if placed.carrier in ("plivo", "vonage") and placed.async_amd and placed.amd_callback:
+                # the carrier's asynchronous AMD beside the stream from the answer on, as the simulated Twilio's
+                # (Enable's answers: human or machine_start; Vonage's default mode reports the beep after)
+                seen.carrier_amd = callee_core.carrier_amd(plan, audio, "Enable", callee_seed(placed.to))
+                if plivo_call:
+                    seen.call_uuid = seen.call_uuid or str(uuid.uuid4())
+                amd = loop.create_task(self._plivo_amd(seen) if plivo_call else self._vonage_amd(seen))
             if vonage_call:
                 seen.result = await place_mode_call("", self.credentials, script, carrier="vonage",
                                                     call_sid=placed.call_sid, account_sid=placed.account_sid,
                                                     keep_audio=keep_audio, rest=self, answer_url=placed.url)
+                await _cancel(amd)
                 await self._vonage_event(seen, "completed", duration_s=round(loop.time() - answered_at))
                 return
             if placed.carrier == "telnyx":
@@ -263,7 +296,7 @@ class CarrierRestServer:
                 if placed.machine_detection and placed.async_amd and placed.amd_callback:  # TeXML's AMD, as Twilio's
                     seen.carrier_amd = callee_core.carrier_amd(plan, audio, placed.machine_detection,
                                                                callee_seed(placed.to))
-                    amd = loop.create_task(self._amd_callback(seen, answered_at))
+                    amd = loop.create_task(self._amd_callback(seen))
                 seen.result = await place_mode_call("", self.credentials, script, carrier="telnyx",
                                                     call_sid=placed.call_sid, account_sid=placed.account_sid,
                                                     keep_audio=keep_audio, rest=self, answer_url=placed.url)
@@ -278,6 +311,7 @@ class CarrierRestServer:
                                                     call_sid=seen.call_uuid, account_sid=placed.account_sid,
                                                     keep_audio=keep_audio, rest=self, answer_url=placed.url,
                                                     request_uuid=placed.call_sid)
+                await _cancel(amd)
                 await self._plivo_status(seen, "completed", duration_s=round(loop.time() - answered_at))
                 return
             if plan.kind == "screening":
@@ -295,7 +329,7 @@ class CarrierRestServer:
                 # AMD runs beside the stream from the answer on; its result comes to AsyncAmdStatusCallback
                 seen.carrier_amd = callee_core.carrier_amd(plan, audio, placed.machine_detection,
                                                            callee_seed(placed.to))
-                amd = loop.create_task(self._amd_callback(seen, answered_at))
+                amd = loop.create_task(self._amd_callback(seen))
             seen.result = await place_call("", self.credentials.twilio_auth_token, script, call_sid=placed.call_sid,
                                            account_sid=placed.account_sid, keep_audio=keep_audio, rest=self,
                                            voice_url=placed.url, direction="outbound-api")
@@ -356,13 +390,23 @@ class CarrierRestServer:
             return type(exc).__name__
         return code
 
-    async def _amd_callback(self, seen: OutboundCallSeen, answered_at: float) -> None:
+    async def _amd_heard_until(self, seen: OutboundCallSeen, at_ms: int) -> None:
+        """Until ``at_ms`` of the callee's audio has played: a carrier's AMD listens to what the callee says, so its
+        answer is timed from the call's stream (where the simulated callee's audio starts), not from the answer's
+        status, which may come a while before it (the answer URL fetched, the WebSocket opened: longer under load,
+        and an AMD timed from the answer would then say ``human`` before the person's hello had ended)."""
+        carrier = seen.placed.carrier
+        call_id = seen.call_uuid if carrier == "plivo" else seen.placed.call_sid
+        origin = await self.stream_opened(carrier, call_id)
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, origin + at_ms / 1000 - loop.time()))
+
+    async def _amd_callback(self, seen: OutboundCallSeen) -> None:
         """The asynchronous AMD callback (Twilio's, or TeXML's with the same fields): CallSid, AccountSid, AnsweredBy,
         MachineDetectionDuration (no CallStatus), signed as the carrier signs its webhooks, once its AMD decided."""
         placed, amd = seen.placed, seen.carrier_amd
         assert amd is not None
-        loop = asyncio.get_running_loop()
-        await asyncio.sleep(max(0.0, answered_at + amd.at_ms / 1000 - loop.time()))
+        await self._amd_heard_until(seen, amd.at_ms)
         form = {"CallSid": placed.call_sid, "AccountSid": placed.account_sid, "AnsweredBy": amd.answered_by,
                 "MachineDetectionDuration": str(amd.at_ms)}
         if placed.carrier == "telnyx":  # TeXML's AMD callback: the same form and CallSidLegacy
@@ -376,23 +420,61 @@ class CarrierRestServer:
         if not placed.status_callback:
             return
         vonage_status = {"initiated": "started", "in-progress": "answered", "no-answer": "timeout"}.get(status, status)
-        event: dict[str, object] = {"uuid": placed.call_sid, "conversation_uuid": "CON-" + placed.call_sid,
-                                    "status": vonage_status, "direction": "outbound", "from": placed.from_[1:],
-                                    "to": placed.to[1:], "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())}
+        event: dict[str, object] = {"status": vonage_status}
         if duration_s is not None:
             event["duration"] = str(duration_s)
+        seen.statuses.append((status, await self._vonage_post(placed, placed.status_callback, event)))
+
+    async def _vonage_post(self, placed: core.PlacedCallRequest, url: str, fields: dict[str, object]) -> int | str:
+        """One event (the call's ids, numbers and timestamp, then ``fields``) POSTed as JSON to ``url``, signed as a
+        signed-webhook application's are (the JWT with the body's payload_hash, HS256 with the signature secret);
+        the HTTP status, or the name of the error when the request failed."""
+        event: dict[str, object] = {"uuid": placed.call_sid, "conversation_uuid": "CON-" + placed.call_sid,
+                                    "direction": "outbound", "from": placed.from_[1:], "to": placed.to[1:],
+                                    "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()), **fields}
         body = json.dumps(event).encode()
         authorization = vonage.sign_webhook(body, self.credentials.vonage_signature_secret, int(time.time()),
                                             secrets.token_hex(8), api_key=self.credentials.vonage_api_key,
                                             application_id=placed.account_sid)
         headers = (("Content-Type", "application/json"), ("Authorization", authorization))
         try:
-            code, _body = await http_client.send("POST", placed.status_callback, headers, body,
-                                                 user_agent="Vonage-Voice/1.0")
+            code, _body = await http_client.send("POST", url, headers, body, user_agent="Vonage-Voice/1.0")
         except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
-            seen.statuses.append((status, type(exc).__name__))
+            return type(exc).__name__
+        return code
+
+    async def _vonage_amd(self, seen: OutboundCallSeen) -> None:
+        """Vonage's advanced machine detection on the event URL: ``status`` human or machine once it decided, then
+        for a machine whose beep it heard (mode default or detect_beep) ``machine`` with ``sub_state`` beep_start
+        as the beep starts. ``amd_status``: the first answer that was not 204, else 204."""
+        placed, amd = seen.placed, seen.carrier_amd
+        assert amd is not None
+        await self._amd_heard_until(seen, amd.at_ms)
+        status = "human" if amd.answered_by == "human" else "machine"
+        seen.amd_status = await self._vonage_post(placed, placed.amd_callback, {"status": status})
+        if status != "machine" or seen.beep_at_ms is None or placed.machine_detection == "detect":
             return
-        seen.statuses.append((status, code))
+        await self._amd_heard_until(seen, seen.beep_at_ms)
+        seen.carrier_amd_beep = callee_core.CarrierAmd("machine_end_beep", seen.beep_at_ms, amd.right)
+        code = await self._vonage_post(placed, placed.amd_callback, {"status": "machine", "sub_state": "beep_start"})
+        if seen.amd_status == 204:
+            seen.amd_status = code
+
+    async def _plivo_amd(self, seen: OutboundCallSeen) -> None:
+        """Plivo's asynchronous machine detection callback to machine_detection_url once it decided: ``Machine``
+        true or false with the call's ids, ``Event=MachineDetection``, signed with X-Plivo-Signature-V3. None when
+        its AMD heard nothing (the simulated one's ``unknown``)."""
+        placed, amd = seen.placed, seen.carrier_amd
+        assert amd is not None
+        if amd.answered_by == "unknown":
+            return
+        await self._amd_heard_until(seen, amd.at_ms)
+        form = {"From": placed.from_.lstrip("+"), "To": placed.to.lstrip("+"),
+                "Machine": "false" if amd.answered_by == "human" else "true", "RequestUUID": placed.call_sid,
+                "ALegRequestUUID": placed.call_sid, "CallUUID": seen.call_uuid, "ALegUUID": seen.call_uuid,
+                "IfMachine": "hangup" if placed.machine_detection == "hangup" else "continue",
+                "Direction": "outbound", "Event": "MachineDetection", "CallStatus": "in-progress"}
+        seen.amd_status = await self._plivo_post(placed.amd_callback, form)
 
     async def _plivo_status(self, seen: OutboundCallSeen, status: str, duration_s: int | None = None) -> None:
         """Plivo's ring (to ring_url, if the request gave one) or hang-up (to hangup_url), signed with
@@ -409,6 +491,11 @@ class CarrierRestServer:
             form["HangupCause"] = {"completed": "NORMAL_CLEARING", "busy": "USER_BUSY", "no-answer": "NO_ANSWER"}.get(
                 status, "CALL_REJECTED")
             form["Duration"] = form["BillDuration"] = str(duration_s or 0)
+        seen.statuses.append((status, await self._plivo_post(url, form)))
+
+    async def _plivo_post(self, url: str, form: dict[str, str]) -> int | str:
+        """POST ``form`` to ``url`` signed with X-Plivo-Signature-V3 as Plivo signs its callbacks; the HTTP status,
+        or the name of the error when the request failed."""
         nonce = secrets.token_hex(10)
         signature = plivo.compute_signature_v3(self.credentials.plivo_auth_token, url, nonce, form, "POST")
         headers = (("Content-Type", "application/x-www-form-urlencoded"), (plivo.SIGNATURE_V3_HEADER, signature),
@@ -417,9 +504,8 @@ class CarrierRestServer:
             code, _body = await http_client.send("POST", url, headers, urllib.parse.urlencode(form).encode("ascii"),
                                                  user_agent="PlivoHTTP/1.1")
         except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
-            seen.statuses.append((status, type(exc).__name__))
-            return
-        seen.statuses.append((status, code))
+            return type(exc).__name__
+        return code
 
     async def _read(self, reader: asyncio.StreamReader, connection: h11.Connection) -> tuple[h11.Request, bytes]:
         request: h11.Request | None = None

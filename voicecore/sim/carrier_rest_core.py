@@ -82,7 +82,10 @@ class PlacedCallRequest:
     async_amd: bool
     carrier: str = "twilio"
     ring_url: str = ""  # Plivo: where its ring goes (its hang-up goes to status_callback, its hangup_url)
-    amd_callback: str = ""  # Twilio: AsyncAmdStatusCallback, where an asynchronous AMD's AnsweredBy goes
+    # where an asynchronous AMD's result goes: Twilio's (TeXML's) AsyncAmdStatusCallback, Plivo's
+    # machine_detection_url, Vonage's event_url; machine_detection holds the carrier's own value (Twilio's
+    # Enable / DetectMessageEnd, Plivo's true / hangup, Vonage's mode)
+    amd_callback: str = ""
 
 
 def _json(status: int, value: object, **fields) -> RestOutcome:
@@ -320,11 +323,49 @@ def _plivo_create(method: str, auth_id: str, headers: Mapping[str, str], body: b
         return error(400, "answer_url is required", "answer_url")
     if any(data.get(key, "POST") != "POST" for key in ("answer_method", "ring_method", "hangup_method")):
         return error(400, "only POST callbacks are simulated", "method")
+    amd = _plivo_machine_detection(data)
+    if isinstance(amd, tuple):
+        return error(400, *amd)
     request_uuid = plivo_uuid(new_call_sid)
+    machine_detection, amd_url = amd.get("machine_detection", ""), amd.get("machine_detection_url", "")
     placed = PlacedCallRequest(auth_id, request_uuid, numbers[0], numbers[1], urls[0], "", urls[2] or urls[0],
-                               ("ringing",) if urls[1] else (), "", False, carrier="plivo", ring_url=urls[1])
+                               ("ringing",) if urls[1] else (), machine_detection, bool(machine_detection and amd_url),
+                               carrier="plivo", ring_url=urls[1], amd_callback=amd_url)
     return _json(201, {"api_id": api_id, "message": "call fired", "request_uuid": request_uuid},
                  carrier="plivo", call_id=request_uuid, action=CREATE, placed=placed)
+
+
+PLIVO_MACHINE_DETECTION = ("true", "hangup")
+
+
+def _plivo_machine_detection(data: dict) -> dict[str, str] | tuple[str, str]:
+    """Make Call's machine detection fields as Plivo takes them: ``machine_detection`` true or hangup (a JSON true
+    is "true"), ``machine_detection_time`` 2000-10000 (ms), ``machine_detection_url`` an http(s) URL (the
+    asynchronous detection: the result goes there), ``machine_detection_method`` GET or POST (POST only is
+    simulated); the fields kept, or (error text, why) for one Plivo refuses. The simulated AMD never hangs up:
+    ``hangup`` is taken and reported back as IfMachine, as Plivo does, but acted on as ``true``."""
+    value = data.get("machine_detection")
+    if value is None:
+        if any(key in data for key in ("machine_detection_time", "machine_detection_url")):
+            return "machine_detection_url and machine_detection_time need machine_detection", "machine_detection"
+        return {}
+    value = "true" if value is True else value
+    if value not in PLIVO_MACHINE_DETECTION:
+        return "machine_detection must be true or hangup", "machine_detection"
+    time_ms = data.get("machine_detection_time", 5000)
+    if isinstance(time_ms, str) and time_ms.isdigit():
+        time_ms = int(time_ms)
+    if not isinstance(time_ms, int) or isinstance(time_ms, bool) or not 2000 <= time_ms <= 10000:
+        return "machine_detection_time must be between 2000 and 10000", "machine_detection_time"
+    url = data.get("machine_detection_url", "")
+    if not isinstance(url, str) or (url and urllib.parse.urlsplit(url).scheme not in ("http", "https")):
+        return "machine_detection_url is not a valid URL", "machine_detection_url"
+    method = data.get("machine_detection_method", "POST")
+    if method not in ("GET", "POST"):
+        return "machine_detection_method must be GET or POST", "machine_detection_method"
+    if method != "POST":
+        return "only POST callbacks are simulated", "method"
+    return {"machine_detection": value, "machine_detection_url": url}
 
 
 def _plivo(method: str, auth_id: str, call_uuid: str, headers: Mapping[str, str], body: bytes,
@@ -448,12 +489,44 @@ def _vonage_create(method: str, headers: Mapping[str, str], body: bytes, credent
         urls.append(value[0] if value else "")
     if not urls[0] or any(data.get(key, "POST") != "POST" for key in ("answer_method", "event_method")):
         return problem(400, "Bad Request: answer_url (POST) is required", "answer_url")
+    amd = data.get("advanced_machine_detection")
+    mode = ""
+    if amd is not None:
+        why = _vonage_amd_problem(amd)
+        if why:
+            return problem(400, f"Bad Request: advanced_machine_detection: {why}", "advanced_machine_detection")
+        mode = amd.get("mode", "default")
     call_uuid = plivo_uuid(new_call_sid)
+    # mode default is the asynchronous detection (the NCCO runs at the answer); detect and detect_beep hold it back
     placed = PlacedCallRequest(credentials.vonage_application_id, call_uuid, numbers[0], numbers[1], urls[0], "",
-                               urls[1], ("started", "ringing", "answered", "completed"), "", False, carrier="vonage")
+                               urls[1], ("started", "ringing", "answered", "completed"), mode, mode == "default",
+                               carrier="vonage", amd_callback=urls[1] if mode else "")
     return _json(201, {"uuid": call_uuid, "status": "started", "direction": "outbound",
                        "conversation_uuid": "CON-" + plivo_uuid(new_call_sid[::-1])},
                  carrier="vonage", call_id=call_uuid, action=CREATE, placed=placed)
+
+
+VONAGE_AMD_BEHAVIORS = ("continue", "hangup")
+VONAGE_AMD_MODES = ("default", "detect", "detect_beep")
+
+
+def _vonage_amd_problem(amd: object) -> str:
+    """What Vonage refuses in Create Call's ``advanced_machine_detection`` ("" for nothing): an object with
+    ``behavior`` continue or hangup, ``mode`` default (asynchronous, beep included), detect or detect_beep
+    (synchronous), ``beep_timeout`` 45-120 (s), and nothing else."""
+    if not isinstance(amd, dict):
+        return "must be an object"
+    unknown = sorted(set(amd) - {"behavior", "mode", "beep_timeout"})
+    if unknown:
+        return f"unknown field {unknown[0]}"
+    if amd.get("behavior", "continue") not in VONAGE_AMD_BEHAVIORS:
+        return "behavior must be continue or hangup"
+    if amd.get("mode", "default") not in VONAGE_AMD_MODES:
+        return "mode must be default, detect or detect_beep"
+    timeout = amd.get("beep_timeout", 45)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or not 45 <= timeout <= 120:
+        return "beep_timeout must be between 45 and 120"
+    return ""
 
 
 def _vonage(method: str, call_uuid: str, headers: Mapping[str, str], body: bytes, credentials: CarrierCredentials,

@@ -316,10 +316,12 @@ class CallStore:
 
     def set_answered_by(self, call_sid: str, answered_by: str) -> bool:
         """A placed call's carrier AMD result from a callback of its own (Twilio's asynchronous AMD, no status):
-        kept on the call's status row, which its earlier callbacks made. Whether there was one to keep it on."""
+        kept on the call's status row, which its earlier callbacks made. ``call_sid``: the row's id or the id its
+        record goes by (Plivo's AMD callback is for the CallUUID, the row is the RequestUUID's). Whether there was
+        one to keep it on."""
         with self.backend.transaction():
-            return self.backend.execute("UPDATE call_status SET answered_by = ? WHERE call_sid = ?",
-                                        (answered_by, call_sid)).rowcount == 1
+            return self.backend.execute("UPDATE call_status SET answered_by = ? WHERE call_sid = ? OR "
+                                        "record_call_sid = ?", (answered_by, call_sid, call_sid)).rowcount >= 1
 
     def call_status(self, call_sid: str) -> dict[str, Any] | None:
         """The latest status callback kept for ``call_sid`` (None: none came), with ``record_call_sid``: the id

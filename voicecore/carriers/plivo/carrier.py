@@ -23,7 +23,8 @@ bound on its buffer backlog.py's, the Call API requests rest.py's.
   callee and fields in its query (signed by Plivo with the URL); the answer XML passes them to the stream packed in
   one ``extraHeaders`` item; the call's ring and hang-up come to ``POST /plivo/call-status`` (signed) and, with
   the answer webhook's ``in-progress``, are kept in the call store under the call's RequestUUID, its CallUUID (the
-  id its stream and record go by) beside it once a request names both.
+  id its stream and record go by) beside it once a request names both. Its machine detection callback (same
+  route, ``Event=MachineDetection``) is the carrier's AMD: ``Machine`` mapped to the detector's vocabulary.
 - Hang-up and transfer: ``DELETE`` / ``POST .../Call/{CallUUID}/``, basic auth ``plivo_auth_id`` +
   ``plivo_auth_token``; a transfer sends Plivo to the gateway's ``/plivo/transfer?to=...`` (under ``public_url``).
 """
@@ -70,6 +71,15 @@ class PlivoCarrier(Carrier):
             return Refusal(403, "bad X-Plivo-Signature-V3")
         if route.kind == REATTACH:
             return reattach_request(self.name, target, form.get("CallUUID"), form.get("CallStatus"), _CALL_OVER)
+        if route.kind == EVENT and outbound.is_amd_result(form):
+            # its machine detection (machine_detection_url): for the call's stream by its CallUUID, and kept on the
+            # status row that CallUUID was linked to (call_status.record_call_sid)
+            try:
+                amd = outbound.parse_amd_result(form)
+            except WebhookError as exc:
+                return Refusal(400, "bad AMD callback", f"AMD callback rejected: {exc}", quiet=True, problem="status")
+            return AnswerRequest(self.name, EVENT, amd.call_uuid, f"call {amd.call_uuid}: answered by {amd.answered_by} "
+                                 f"(Plivo machine detection, Machine={form.get('Machine')})", answered_by=amd.answered_by)
         if route.kind == EVENT:
             return call_status_event(self.name, form, outbound.parse_call_status,
                                      lambda p: f"Plivo {form.get('CallStatus')}, {form.get('Event', '?')}",

@@ -19,6 +19,17 @@ Sources:
   callback's ``CallStatus`` is completed, busy, failed, timeout or no-answer (cancel for a call hung up by
   the API before it was answered), its ``Duration`` in seconds.
 
+Machine detection (asked for with ``machine_detection``): Make Call's ``machine_detection`` (``true``; never
+``hangup`` here: the node's own answer gate decides, and Plivo's AMD takes some people for machines),
+``machine_detection_url`` (the same ``/plivo/call-status``: asynchronous, the stream starts at the answer),
+``machine_detection_method`` POST and optionally ``machine_detection_time`` (2000-10000 ms, Plivo's default 5000).
+Its callback is a form signed as every Plivo callback (X-Plivo-Signature-V3): ``Machine`` (true/false),
+``CallUUID``, ``RequestUUID``, ``Event=MachineDetection``, ``CallStatus=in-progress``, ``IfMachine``. ``Machine``
+is mapped onto the detector's vocabulary (voicecore/outbound/answer.py, Twilio's AnsweredBy): true is
+``machine_start`` (Plivo says no more than "a machine": a hint to the gate), false ``human``. [amd] Plivo
+"Asynchronous machine detection" (the parameters sent to machine_detection_url); plivo-go ``CallCreateParams``
+(``MachineDetection``, ``MachineDetectionTime``, ``MachineDetectionUrl``, ``MachineDetectionMethod``).
+
 Which id the call goes by: the ``request_uuid`` Plivo answers with, the only one known when the request is
 taken, is what this module reports as the call's id and what its status callbacks are stored under (their
 ``RequestUUID``). The answer webhook for the call also carries it, so its ``in-progress`` lands on the same
@@ -61,6 +72,10 @@ STATUS_NAMES = {"ringing": "ringing", "in-progress": "in-progress", "completed":
 # a final status (the store keeps the highest sequence).
 _SEQUENCE = {"ringing": 1, "in-progress": 2}
 _FINAL_SEQUENCE = 3
+# Plivo's machine detection: the callback's Machine value, in the detector's vocabulary (Twilio's AnsweredBy)
+AMD_EVENT = "MachineDetection"
+ANSWERED_BY = {"true": "machine_start", "false": "human"}
+MACHINE_DETECTION_TIME_MS = (2000, 10000)
 
 
 def check_number(number: str, what: str) -> str:
@@ -104,9 +119,11 @@ def extra_headers(token_name: str, token: str, parameters: tuple[tuple[str, str]
 
 def place_call_request(auth_id: str, auth_token: str, to: str, from_: str, *, answer_url: str,
                        status_url: str = "", ring_timeout_s: int = 30,
-                       base_url: str = DEFAULT_BASE_URL) -> RestRequest:
+                       base_url: str = DEFAULT_BASE_URL, machine_detection: bool = False,
+                       machine_detection_time_ms: int | None = None) -> RestRequest:
     """Create a call from ``from_`` to ``to``; Plivo POSTs ``answer_url`` when it is answered, and its ring and
-    hang-up to ``status_url``."""
+    hang-up to ``status_url``. ``machine_detection``: Plivo's AMD too, asynchronous (``true``, never ``hangup``),
+    its result to ``status_url``; ``machine_detection_time_ms``: how long it may listen (Plivo's default: 5000)."""
     if not isinstance(auth_id, str) or not _AUTH_ID.match(auth_id):
         raise ValueError("plivo_auth_id must be MA or SA + 18 upper-case letters or digits")
     if not auth_token:
@@ -124,6 +141,17 @@ def place_call_request(auth_id: str, auth_token: str, to: str, from_: str, *, an
         if not status_url.startswith(("http://", "https://")):
             raise ValueError("status_url must be an http(s) URL")
         body.update(ring_url=status_url, ring_method="POST", hangup_url=status_url, hangup_method="POST")
+    if machine_detection:
+        if not status_url:
+            raise ValueError("machine detection needs the status URL (its result goes there)")
+        body.update(machine_detection="true", machine_detection_url=status_url, machine_detection_method="POST")
+        if machine_detection_time_ms is not None:
+            low, high = MACHINE_DETECTION_TIME_MS
+            if not (isinstance(machine_detection_time_ms, int) and low <= machine_detection_time_ms <= high):
+                raise ValueError(f"machine_detection_time_ms must be {low}-{high}")
+            body["machine_detection_time"] = machine_detection_time_ms
+    elif machine_detection_time_ms is not None:
+        raise ValueError("machine_detection_time_ms without machine_detection")
     url = f"{base_url.rstrip('/')}/v1/Account/{quote(auth_id)}/Call/"
     headers = (("Authorization", basic_auth(auth_id, auth_token)), ("Content-Type", "application/json"),
                ("Accept", "application/json"))
@@ -163,7 +191,7 @@ class CallStatusEvent:
     call_uuid: str  # the call's CallUUID
     status: str  # the store's name (STATUS_NAMES' values)
     direction: str
-    answered_by: str  # Plivo's machine detection is not asked for: always ""
+    answered_by: str  # always "": Plivo's machine detection result has a callback of its own (parse_amd_result)
     sequence: int
     duration_s: int | None
 
@@ -183,3 +211,32 @@ def parse_call_status(form: Mapping[str, str]) -> CallStatusEvent:
         raise WebhookError("Duration is not a number")
     return CallStatusEvent(request_uuid, call_uuid, status, form.get("Direction", ""), "",
                            _SEQUENCE.get(status, _FINAL_SEQUENCE), int(duration) if duration is not None else None)
+
+
+# --- the machine detection callback ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AmdResult:
+    request_uuid: str  # the id Make Call gave (the call's status row)
+    call_uuid: str  # the id its stream and record go by
+    answered_by: str  # ANSWERED_BY's values: human or machine_start
+    if_machine: str  # continue or hangup, as the request asked (always continue for the node's calls)
+
+
+def is_amd_result(form: Mapping[str, str]) -> bool:
+    """Plivo's machine detection callback (``Event=MachineDetection``, or a ``Machine`` field), not a ring or
+    hang-up one (it also says ``CallStatus=in-progress``)."""
+    return form.get("Event") == AMD_EVENT or "Machine" in form
+
+
+def parse_amd_result(form: Mapping[str, str]) -> AmdResult:
+    """The machine detection callback's fields, ``Machine`` mapped (true: machine_start, false: human); WebhookError
+    (fixed text) for a form that is not one."""
+    answered_by = ANSWERED_BY.get(form.get("Machine", "").strip().lower())
+    if answered_by is None:
+        raise WebhookError("Machine is not true or false")
+    request_uuid, call_uuid = form.get("RequestUUID", ""), form.get("CallUUID", "")
+    if not _UUID.match(call_uuid) or (request_uuid and not _UUID.match(request_uuid)):
+        raise WebhookError("RequestUUID or CallUUID is not a UUID")
+    return AmdResult(request_uuid, call_uuid, answered_by, form.get("IfMachine", ""))

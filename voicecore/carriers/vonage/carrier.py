@@ -6,7 +6,8 @@ Voice API requests rest.py's.
   JSON: prefer POST, whose ``payload_hash`` covers the body; a GET's covers the empty body [unverified]), checked
   by the signed-webhook JWT; the session token is tied to its ``uuid``, which the NCCO puts in the stream's
   ``call_id`` header beside the token (``websocket:connected`` echoes the NCCO's headers). ``POST /vonage/event``
-  is checked the same way and answered 204.
+  is checked the same way and answered 204; on it, a placed call's statuses go to the call store and its advanced
+  machine detection results (``status`` human / machine, ``sub_state`` beep_start) to the call as the carrier's AMD.
 - The stream's WebSocket upgrade carries the same JWT (``Authorization: Bearer``), which the NCCO asks for with
   ``"authorization": {"type": "vonage"}``: its age is checked, not its payload_hash (an upgrade has no body).
 - Its audio is binary L16 (16 kHz by default, ``vonage_sample_rate_hz``): the edge resamples and frames it both
@@ -57,9 +58,18 @@ class VonageCarrier(Carrier):
         if route.kind == REATTACH:
             return self._leg_event(target, body)
         if route.kind == EVENT:
-            # A placed call's status (started, ringing, answered, completed, busy, ...) is kept; other events logged
+            # A placed call's status (started, ringing, answered, completed, busy, ...) is kept, its machine
+            # detection result (human, machine, machine + beep_start) goes to the call as the carrier's AMD; other
+            # events logged
             try:
-                progress = outbound.parse_event(parse_json_object(body))
+                event = parse_json_object(body)
+                if outbound.is_amd_event(event):
+                    uuid, answered_by = outbound.parse_amd_event(event)
+                    return AnswerRequest(self.name, EVENT, uuid if answered_by else "",
+                                         f"call {uuid}: answered by {answered_by or 'nothing new'} (Vonage machine "
+                                         f"detection, {event.get('status')} {event.get('sub_state') or ''})".rstrip(),
+                                         answered_by=answered_by)
+                progress = outbound.parse_event(event)
             except WebhookError as exc:
                 return Refusal(400, "bad event", f"event webhook rejected: {exc}", quiet=True, problem="status")
             if progress is None:

@@ -19,6 +19,20 @@ Sources:
   webhook of a signed-webhook application (the JWT in ``Authorization``, HS256 with the signature secret, its
   ``payload_hash`` over the body).
 
+- [amd] Vonage "Voicemail Detection (Automatic Machine Detection)" and the SDKs' AdvancedMachineDetection
+  (@vonage/voice, vonage-dotnet-sdk): ``advanced_machine_detection`` ``{"behavior": "continue" | "hangup",
+  "mode": "default" | "detect" | "detect_beep", "beep_timeout": 45-120}``; ``default`` is the asynchronous mode
+  (the NCCO runs at the answer, beep detection included), ``detect`` / ``detect_beep`` the synchronous ones (the
+  call is silent until it decided). Its result comes to the event URL: ``status`` ``human`` or ``machine``, and
+  with beep detection a later ``machine`` event with ``sub_state`` ``beep_start`` (or ``beep_timeout`` when no
+  beep came within ``beep_timeout``).
+
+Machine detection (``machine_detection``): ``behavior`` continue (never hangup: the node's own answer gate decides,
+and a carrier's AMD takes some people for machines), ``mode`` default (asynchronous: the stream starts at the
+answer). Its events are mapped onto the detector's vocabulary (voicecore/outbound/answer.py, Twilio's AnsweredBy):
+``human`` human, ``machine`` machine_start, ``machine`` + ``beep_start`` machine_end_beep; ``beep_timeout`` (no
+beep within 45 s or more, long after any verdict) adds nothing and is passed over.
+
 [unverified]: no live Vonage call has been placed; checked against voicecore's own carrier simulator only.
 Vonage numbers no event, so the store's order is the status's (started 0, ringing 1, answered 2, a final 3).
 
@@ -48,6 +62,11 @@ STATUS_NAMES = {"started": "initiated", "ringing": "ringing", "answered": "in-pr
                 "busy": "busy", "timeout": "no-answer", "unanswered": "no-answer", "failed": "failed",
                 "rejected": "failed", "cancelled": "canceled"}
 _SEQUENCE = {"initiated": 0, "ringing": 1, "in-progress": 2}
+# advanced machine detection: the event's status (and sub_state) in the detector's vocabulary; "" passed over
+AMD_STATUSES = ("human", "machine")
+AMD_ANSWERS = {("human", ""): "human", ("machine", ""): "machine_start", ("machine", "beep_start"): "machine_end_beep",
+               ("machine", "beep_timeout"): ""}
+BEEP_TIMEOUT_S = (45, 120)
 _FINAL_SEQUENCE = 3
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
@@ -64,9 +83,12 @@ def answer_url(voice_url: str, callee: str, fields: Mapping[str, str]) -> str:
 
 
 def place_call_request(token: str, to: str, from_: str, *, answer_url: str, event_url: str = "",
-                       ringing_timer_s: int = 30, base_url: str = DEFAULT_BASE_URL) -> RestRequest:
+                       ringing_timer_s: int = 30, base_url: str = DEFAULT_BASE_URL, machine_detection: bool = False,
+                       beep_timeout_s: int | None = None) -> RestRequest:
     """Create a call from ``from_`` to ``to``; Vonage POSTs ``answer_url`` for its NCCO when it is answered and
-    the call's events to ``event_url``. ``token``: the application JWT (rest.application_jwt)."""
+    the call's events to ``event_url``. ``token``: the application JWT (rest.application_jwt).
+    ``machine_detection``: Vonage's advanced machine detection too, asynchronous and never hanging up, its
+    results to ``event_url``; ``beep_timeout_s``: how long it waits for a beep (45-120; Vonage's default)."""
     if not token:
         raise ValueError("a Vonage application JWT is required")
     for number, what in ((to, "to"), (from_, "from")):
@@ -84,6 +106,18 @@ def place_call_request(token: str, to: str, from_: str, *, answer_url: str, even
                                "answer_url": [answer_url], "answer_method": "POST", "ringing_timer": ringing_timer_s}
     if event_url:
         body.update(event_url=[event_url], event_method="POST")
+    if machine_detection:
+        if not event_url:
+            raise ValueError("machine detection needs the event URL (its results go there)")
+        amd: dict[str, object] = {"behavior": "continue", "mode": "default"}
+        if beep_timeout_s is not None:
+            low, high = BEEP_TIMEOUT_S
+            if not (isinstance(beep_timeout_s, int) and low <= beep_timeout_s <= high):
+                raise ValueError(f"beep_timeout_s must be {low}-{high}")
+            amd["beep_timeout"] = beep_timeout_s
+        body["advanced_machine_detection"] = amd
+    elif beep_timeout_s is not None:
+        raise ValueError("beep_timeout_s without machine_detection")
     headers = (("Authorization", f"Bearer {token}"), ("Content-Type", "application/json"),
                ("Accept", "application/json"))
     return RestRequest("POST", f"{base_url.rstrip('/')}/v1/calls", headers,
@@ -139,3 +173,21 @@ def parse_event(event: Mapping[str, object]) -> CallStatusEvent | None:
         raise WebhookError("duration is not a number")
     return CallStatusEvent(uuid, status, "outbound", "",
                            _SEQUENCE.get(status, _FINAL_SEQUENCE), duration)
+
+
+def is_amd_event(event: Mapping[str, object]) -> bool:
+    """A machine detection result on the event URL (``status`` human or machine), not a call status."""
+    return event.get("status") in AMD_STATUSES
+
+
+def parse_amd_event(event: Mapping[str, object]) -> tuple[str, str]:
+    """(uuid, answered_by) of a machine detection event, answered_by in the detector's vocabulary ("" for one that
+    adds nothing: ``beep_timeout``, or a sub_state this module does not know); WebhookError for one that names no
+    call."""
+    uuid = event.get("uuid")
+    if not isinstance(uuid, str) or not _UUID.match(uuid):
+        raise WebhookError("uuid is not a UUID")
+    sub_state = event.get("sub_state") or ""
+    if not isinstance(sub_state, str):
+        raise WebhookError("sub_state is not a string")
+    return uuid, AMD_ANSWERS.get((str(event.get("status")), sub_state), "")
