@@ -21,10 +21,8 @@ protocol has them (late audio after a cut, stalls), and writes each connection a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import pickle
-import signal
 from pathlib import Path
 
 import uvloop
@@ -33,7 +31,7 @@ from bench.pinning import parse_cpus
 from bench.scenarios import get_scenario
 from voicecore.sim import gemini_records
 from voicecore.sim.model_server import serve_model_sim
-from voicecore.sim.quiet_gc import collector_paused
+from voicecore.sim.process_shell import announce_and_serve
 
 SIM_NICE = 10
 
@@ -44,15 +42,7 @@ async def _main(args: argparse.Namespace) -> None:
         sim, port = await gemini_records.start_sim(args.gemini_connection_limit_s, **gemini_switches(scenario.sim_config))
     else:
         sim, port = await serve_model_sim("127.0.0.1", 0, scenario.sim_config)
-    tmp = Path(args.port_file + ".tmp")
-    tmp.write_text(str(port))
-    tmp.replace(args.port_file)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    with collector_paused():
-        await stop.wait()
+    await announce_and_serve(port, Path(args.port_file))
     await sim.aclose()
     if args.model_vendor == "gemini":  # its connections as the Realtime simulator's sessions are read
         records = [gemini_records.session_record(c.record, i) for i, c in enumerate(sim.connections)]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import pickle
 import signal
 import sys
@@ -26,29 +25,17 @@ from pathlib import Path
 
 from voicecore.sim.gemini import serve_gemini_sim
 from voicecore.sim.gemini_core import ConnectionRecord, GeminiSimConfig
-from voicecore.sim.quiet_gc import collector_paused
+from voicecore.sim.process_shell import announce_and_serve, write_atomically
 
 START_TIMEOUT_S = 60.0  # imports (numpy, the clips) on a loaded 2-core machine
 STOP_TIMEOUT_S = 30.0
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
 async def _serve(config: GeminiSimConfig, port_file: Path, out: Path) -> None:
     sim, port = await serve_gemini_sim("127.0.0.1", 0, config)
-    _write_atomically(port_file, str(port).encode())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    with collector_paused():
-        await stop.wait()
+    await announce_and_serve(port, port_file)
     await sim.aclose()
-    _write_atomically(out, pickle.dumps([c.record for c in sim.connections], protocol=pickle.HIGHEST_PROTOCOL))
+    write_atomically(out, pickle.dumps([c.record for c in sim.connections], protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class GeminiSimProcess:
@@ -111,7 +98,6 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--config holds no GeminiSimConfig")
     import uvloop
 
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     uvloop.run(_serve(config, Path(args.port_file), Path(args.out)))
 
 
