@@ -91,7 +91,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                     record_dir=None if args.no_record else args.record_dir,
                     overlap_probability=args.overlap_probability, late_deltas=args.late_deltas, agent_dir=args.agent,
                     carrier=args.carrier, transcription=args.transcription, model_vendor=args.model_vendor,
-                    connection_limit_s=args.gemini_connection_limit_s)
+                    connection_limit_s=args.gemini_connection_limit_s,
+                    internal_error_s=args.gemini_internal_error_s)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -193,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--gemini-connection-limit-s", type=float, default=600.0, metavar="S",
                       help="--model-vendor gemini: the simulator ends each connection this long after it opened, "
                            "with goAway before it, as the vendor does; calls resume their sessions (default 600)")
+    demo.add_argument("--gemini-internal-error-s", type=float, default=None, metavar="S",
+                      help="--model-vendor gemini: the simulator drops each session's first connection this long "
+                           "after it opened with close code 1011 and no goAway, as the vendor's server now and then "
+                           "does; calls resume their sessions on a new one (default: never)")
     demo.set_defaults(func=_cmd_demo)
 
     check = sub.add_parser("check", help="check an agent directory or a flow file: every problem, one per line")

@@ -291,7 +291,8 @@ def _arena_name(config: Config) -> str:
 async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Path, log_file, record_dir: Path | None = None,
                 sim_config: SimConfig | None = None, agent_dir: Path | None = None, scenario: Scenario | None = None,
                 carrier: str = "twilio", transcription: str | None = None, callers: AgentCallers | None = None,
-                model_vendor: str = "openai", connection_limit_s: float = 600.0) -> dict:
+                model_vendor: str = "openai", connection_limit_s: float = 600.0,
+                internal_error_s: float | None = None) -> dict:
     sim_config = sim_config or demo_sim_config()
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
@@ -315,7 +316,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
     base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
     if model_vendor == "gemini":  # the Gemini Live simulator instead (voicecore/gemini/demo.py)
         sim = await gemini_demo.start_sim_process(connection_limit_s, sim_config.late_deltas_after_cancel, scenario,
-                                                  clips=DEMO_CALLER_CLIPS)
+                                                  clips=DEMO_CALLER_CLIPS, internal_error_s=internal_error_s)
         sim_port = sim.port
     else:
         sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
@@ -540,7 +541,8 @@ def fetch_gateway_metrics(config: Config) -> dict:
 def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None, keep_logs: bool = False,
              record_dir: str | None = DEFAULT_RECORD_DIR, overlap_probability: float = 0.0,
              late_deltas: int = DEFAULT_LATE_DELTAS, agent_dir: str | None = None, carrier: str = "twilio",
-             transcription: str | None = None, model_vendor: str = "openai", connection_limit_s: float = 600.0) -> int:
+             transcription: str | None = None, model_vendor: str = "openai", connection_limit_s: float = 600.0,
+             internal_error_s: float | None = None) -> int:
     """``record_dir``: one record per call goes there (created 0700 if missing); None: no records.
     ``overlap_probability``, ``late_deltas``: the model simulator's SimConfig.overlap_probability and
     late_deltas_after_cancel. ``agent_dir``: run this agent against its demo scenario (demo.toml: the
@@ -633,7 +635,8 @@ def run_demo(calls: int, seconds: float, as_json: bool, config_path: str | None,
         log_path = workdir / "stack.log"
         return run_and_report(
             lambda log_file: _demo(calls, seconds, config_path, workdir, log_file, records, sim_config, agent_path,
-                                   scenario, carrier, transcription, callers, model_vendor, connection_limit_s),
+                                   scenario, carrier, transcription, callers, model_vendor, connection_limit_s,
+                                   internal_error_s),
             log_path, as_json, keep_logs, format_report)
 
 

@@ -240,3 +240,19 @@ def test_a_stall_applies_only_to_the_turns_it_names() -> None:
         conn.advance(at + 500)
     assert [turn.stalled for turn in conn.record.turns] == [False, True]
     assert conn.record.turns[0].completed_ms == 500 and conn.record.turns[1].completed_ms is None
+
+
+def test_an_internal_error_drops_the_sessions_first_connection_and_not_the_one_that_resumes_it() -> None:
+    store = SessionStore()
+    config = GeminiSimConfig(internal_error_after_ms=5000)
+    conn = connect(config, store, automatic_activity_detection=False)
+    handle = [e for e in events(conn) if isinstance(e, gp.SessionResumptionUpdate)][-1].new_handle
+    assert conn.next_wakeup_ms() == 5000
+    conn.advance(4999)
+    assert conn.close is None
+    conn.advance(5000)
+    assert conn.close == (1011, "Internal error encountered.") and conn.record.go_away_ms is None  # no warning
+    resumed = GeminiConnection(config, ANSWERS, store, api_key="k", now_ms=6000)
+    resumed.receive(gp.setup("gemini-x", "be brief", resumption_handle=handle), 6000)
+    resumed.advance(60_000)
+    assert resumed.record.resumed and resumed.close is None

@@ -33,6 +33,7 @@ import orjson
 
 from voicecore.gemini.protocol import (
     HEARD_NOTE_PREFIX,
+    CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
     CLOSE_POLICY_VIOLATION,
     INPUT_SAMPLE_RATE_HZ,
@@ -239,6 +240,10 @@ class GeminiSimConfig:
     stall_after_ms: int | None = None
     stall_ms: int = 2000
     stall_turns: tuple[int, ...] = ()
+    # An error after the handshake: a session's first connection is closed with 1011 ("Internal error encountered.",
+    # no goAway before it) this long after it opened, as the vendor's server now and then drops a live session; the
+    # client resumes it on a new connection, which is not dropped. None: never.
+    internal_error_after_ms: int | None = None
     vad_rms: float = 500.0  # 16-bit RMS at or above which 20 ms of the caller's audio is speech
     vad_silence_ms: int = 500  # of caller audio below it that ends the caller's activity
     tool_rules: tuple[ToolRule, ...] = ()
@@ -394,6 +399,8 @@ class GeminiConnection:
         self._partial_sent: list[list[Any]] = []
         self._go_away_due = now_ms + max(0, config.connection_limit_ms - config.go_away_notice_ms)
         self._limit_due = now_ms + config.connection_limit_ms
+        after = config.internal_error_after_ms
+        self._error_due = now_ms + after if after is not None else None
 
     # -- client input -------------------------------------------------------------------------------
 
@@ -814,11 +821,15 @@ class GeminiConnection:
             self._send({"goAway": {"timeLeft": format_duration(left)}})
         if now_ms >= self._limit_due:
             self._refuse(CLOSE_NORMAL, "The connection reached its time limit.")
+        elif self._error_due is not None and now_ms >= self._error_due and not self.record.resumed:
+            self._refuse(CLOSE_INTERNAL_ERROR, "Internal error encountered.")
 
     def next_wakeup_ms(self) -> int | None:
         if self.close is not None:
             return None
         due = [self._limit_due if self.record.go_away_ms is not None else self._go_away_due]
+        if self._error_due is not None and not self.record.resumed:
+            due.append(self._error_due)
         if self._turn is not None and self._turn.chunks:
             due.append(self._turn.chunks[0][0])
         return min(due)

@@ -35,19 +35,22 @@ _FLUSH_24K = bytes(gp.OUTPUT_SAMPLE_RATE_HZ * 2 * 10 // 1000)
 
 
 def sim_config(connection_limit_s: float = 600.0, late_chunks: int = 0, scenario: Any = None,
-               clips: tuple[str, ...] = (), stall: "Stall | None" = None) -> GeminiSimConfig:
+               clips: tuple[str, ...] = (), stall: "Stall | None" = None,
+               internal_error_s: float | None = None) -> GeminiSimConfig:
     """The demo's (and the bench's) Gemini simulator settings. ``connection_limit_s``: each connection gets goAway
     10 s (or half the limit, if shorter) before it ends, and the call resumes its session on a new one.
     ``scenario``: an agent's demo scenario (voicecore/agent/scenario.py): the simulator transcribes its
     callers' clips and makes its function calls on their words (its spoken answers are the simulator's own).
     ``clips``: without a scenario, the packaged caller clips its callers say, which it transcribes (each known
     phrase costs the simulator a search of every 200 ms of a caller's speech: only those its callers say).
-    ``stall``: the model's output pauses mid-turn (the Realtime simulator's switch; the bench's model-stall)."""
+    ``stall``: the model's output pauses mid-turn (the Realtime simulator's switch; the bench's model-stall).
+    ``internal_error_s``: each session's first connection is dropped with 1011 this long after it opened."""
     limit_ms = int(connection_limit_s * 1000)
     rules, phrases = scenario_behaviour(scenario) if scenario is not None else ((), caller_phrases(set(clips)) if clips else ())
     config = GeminiSimConfig(api_keys=(DEMO_API_KEY,), connection_limit_ms=limit_ms,
                              go_away_notice_ms=min(10_000, limit_ms // 2), late_chunks_after_interrupt=late_chunks,
-                             tool_rules=rules, caller_phrases=phrases)
+                             tool_rules=rules, caller_phrases=phrases,
+                             internal_error_after_ms=None if internal_error_s is None else int(internal_error_s * 1000))
     if stall is not None:
         config = dataclasses.replace(config, stall_after_ms=stall.after_ms, stall_ms=stall.stall_ms, stall_turns=stall.turns)
     return config
@@ -60,10 +63,11 @@ async def start_sim(connection_limit_s: float = 600.0, late_chunks: int = 0, sce
 
 
 async def start_sim_process(connection_limit_s: float = 600.0, late_chunks: int = 0, scenario: Any = None,
-                            clips: tuple[str, ...] = ()) -> "GeminiRecords":
+                            clips: tuple[str, ...] = (), internal_error_s: float | None = None) -> "GeminiRecords":
     """The demo's simulator in a process of its own (voicecore/sim/gemini_process.py: not on the carrier
     simulator's event loop); its records, read as the Realtime simulator's, once ``aclose``d."""
-    process = await GeminiSimProcess.start(sim_config(connection_limit_s, late_chunks, scenario, clips))
+    process = await GeminiSimProcess.start(sim_config(connection_limit_s, late_chunks, scenario, clips,
+                                                      internal_error_s=internal_error_s))
     return GeminiRecords(process)
 
 
@@ -187,13 +191,16 @@ class GeminiRecords:
 
 def report_figures(records: GeminiRecords, stack_metrics: dict | None) -> dict:
     """What the Gemini simulator saw, for the demo's report: connections, those that resumed a session (after
-    a goAway or a drop), goAways sent, model turns, interruptions, late chunks sent after them."""
+    a goAway or a drop), goAways sent, connections it refused and those it dropped with an internal error (1011),
+    model turns, interruptions, late chunks sent after them."""
     connections = records.connections
     return {
         "connections": len(connections),
         "connections_resumed": sum(1 for r in connections if r.resumed),
         "go_aways_sent": sum(1 for r in connections if r.go_away_ms is not None),
-        "refused": sum(1 for r in connections if r.closed is not None and r.closed[0] != gp.CLOSE_NORMAL),
+        "refused": sum(1 for r in connections
+                       if r.closed is not None and r.closed[0] not in (gp.CLOSE_NORMAL, gp.CLOSE_INTERNAL_ERROR)),
+        "internal_errors": sum(1 for r in connections if r.closed is not None and r.closed[0] == gp.CLOSE_INTERNAL_ERROR),
         "turns": sum(len(r.turns) for r in connections),
         "interrupted_turns": sum(r.interrupts for r in connections),
         "late_chunks_sent": sum(r.late_chunks_sent for r in connections),
