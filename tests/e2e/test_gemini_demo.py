@@ -9,29 +9,17 @@ connections that resumed a session.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from demo_run import run_demo
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT_S = 240
 
 
 def test_two_gemini_calls_resume_across_go_away_with_one_voice_and_no_stale_audio(tmp_path):
-    command = [sys.executable, "-m", "voicecore.cli", "demo", "--model-vendor", "gemini", "--calls", "2",
-               "--seconds", "13", "--json", "--record-dir", str(tmp_path / "records"),
-               "--gemini-connection-limit-s", "4"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S, cwd=ROOT)
-    try:
-        report = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        report = {}
-    assert done.returncode == 0 and report.get("ok"), (report.get("problems"), done.stderr[-6000:])
+    report = run_demo(["--model-vendor", "gemini", "--calls", "2", "--seconds", "13",
+                       "--record-dir", str(tmp_path / "records"), "--gemini-connection-limit-s", "4"], DEMO_TIMEOUT_S)
     assert report["model_vendor"] == "gemini"
     assert report["calls_completed"] == 2
     assert report["stale_frames"] == 0 and report["overlapping_frames"] == 0
@@ -48,15 +36,8 @@ def test_two_gemini_calls_resume_across_go_away_with_one_voice_and_no_stale_audi
 def test_a_session_the_server_drops_with_an_internal_error_goes_on_on_a_new_connection(tmp_path):
     """The simulator drops each session's first connection with 1011 and no goAway while the first answer is
     given (6.6 s in): the call resumes its session, answers every turn, and plays nothing stale."""
-    command = [sys.executable, "-m", "voicecore.cli", "demo", "--model-vendor", "gemini", "--calls", "2",
-               "--seconds", "13", "--json", "--record-dir", str(tmp_path / "records"),
-               "--gemini-internal-error-s", "6.6"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S, cwd=ROOT)
-    try:
-        report = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        report = {}
-    assert done.returncode == 0 and report.get("ok"), (report.get("problems"), done.stderr[-6000:])
+    report = run_demo(["--model-vendor", "gemini", "--calls", "2", "--seconds", "13",
+                       "--record-dir", str(tmp_path / "records"), "--gemini-internal-error-s", "6.6"], DEMO_TIMEOUT_S)
     gemini = report["gemini"]
     assert gemini["internal_errors"] == 2 and gemini["go_aways_sent"] == 0 and gemini["refused"] == 0
     assert gemini["connections"] == 4 and gemini["connections_resumed"] == 2

@@ -10,29 +10,17 @@ cleaning"; the fake booking API's log says what was executed, judged against the
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from demo_run import ROOT, run_demo
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT_S = 300
 
 
 def test_the_receptionist_books_only_after_a_yes_and_moves_to_its_next_node_on_gemini(tmp_path):
-    command = [sys.executable, "-m", "voicecore.cli", "demo", "--model-vendor", "gemini", "--agent",
-               str(ROOT / "examples" / "receptionist"), "--calls", "3", "--seconds", "40", "--json",
-               "--record-dir", str(tmp_path / "records")]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S, cwd=ROOT)
-    try:
-        report = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        report = {}
-    assert done.returncode == 0 and report.get("ok"), (report.get("problems"), done.stderr[-6000:])
+    report = run_demo(["--model-vendor", "gemini", "--agent", str(ROOT / "examples" / "receptionist"), "--calls", "3",
+                       "--seconds", "40", "--record-dir", str(tmp_path / "records")], DEMO_TIMEOUT_S)
     assert report["model_vendor"] == "gemini" and report["calls_completed"] == 3
     assert report["stale_frames"] == 0 and report["overlapping_frames"] == 0
     assert report["unanswered_turns"] == 0
