@@ -64,9 +64,12 @@ from voicecore.supervise import Stack, cpu_seconds
 ENDED_NORMALLY = ("carrier", "rest_hangup", "rest_transfer")
 TRUNCATE_TOLERANCE_MS = 20  # the bar: the truncate point within one frame of what was played
 # A gap (or a late frame) is the model's when the model sent the audio due less than this before the gap:
-# a sender may hold a dry carrier's first frame to prefill (voicecore: DEFAULT_START_HOLD_MS; pipecat waits
-# for a whole 40 ms chunk), plus one frame of pacing. The same grace for every sender.
-STARVED_GRACE_MS = timing.DEFAULT_START_HOLD_MS + timing.FRAME_MS
+# a sender may take a few ticks to get a frame onto a dry carrier (a short prefill: pipecat waits for a whole
+# 40 ms chunk), plus one frame of pacing. The same grace for every sender. Not voicecore's start_hold_ms,
+# which bounds a wait for a lead's worth before the first frame: a hold is latency, never a gap, and a longer
+# hold must not make the report more lenient.
+SENDER_PREFILL_MS = 60
+STARVED_GRACE_MS = SENDER_PREFILL_MS + timing.FRAME_MS
 # A clear is a barge-in's when the caller started speaking at most BARGEIN_CLEAR_WINDOW_MS before it (one
 # definition with the carrier simulator's barge-ins without a clear: voicecore/timing.py). Later clears are
 # the stack's own: a gate rejection, a stalled response.

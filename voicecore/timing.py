@@ -11,8 +11,12 @@ DEFAULT_LEAD_MS = 80  # send-ahead kept in the carrier's buffer (docs/explanatio
 DEFAULT_MARK_EVERY_FRAMES = 5  # a mark after every 100 ms of audio gives the played position
 # When the carrier's buffer is dry (a response starts, or the model fell behind), wait until a lead's
 # worth of frames is ready, or this long, before releasing: the model's first delta is often a frame or
-# two, and releasing it alone puts a gap into the caller's audio one tick later.
-DEFAULT_START_HOLD_MS = 60
+# two, and releasing it alone puts a gap into the caller's audio one tick later. A vendor that delivers at
+# real time or faster fills a lead within a few ticks, so the bound only matters when its delivery pauses
+# after a short first chunk: then the caller hears the answer start later, whole, instead of its first word
+# and a gap (60 ms here gave 1-16 underruns per 50-call Gemini receptionist run on a quiet machine, the
+# vendor's next chunks coming ~200 ms after its first: docs/how-to/use-gemini.md#prefill).
+DEFAULT_START_HOLD_MS = 300
 MAX_CATCH_UP_FRAMES = 10  # bounded burst after a stall: never more than 200 ms at once
 
 HEARTBEAT_MS = 150

@@ -166,6 +166,40 @@ def test_dry_carrier_releases_after_the_hold_timeout(holding_call):
     assert c.tick(60) == frames(1, 0, 1)  # waited 60 ms: what there is goes out
 
 
+def test_by_default_a_short_first_chunk_waits_out_the_vendors_pause_and_the_answer_starts_whole(tmp_path):
+    """The vendor sends a 40 ms first chunk and its next ones ~200 ms later (as the Gemini simulator did when 50
+    answers started at once): the default hold keeps the two frames back until a lead's worth is there, so the
+    caller hears the answer start later, without a gap after its first 40 ms."""
+    from voicecore.timing import DEFAULT_START_HOLD_MS
+
+    c = Call(tmp_path, start_hold_ms=DEFAULT_START_HOLD_MS)
+    try:
+        c.open(1)
+        c.push(1, 2)
+        for t in range(0, 220, 20):
+            assert c.tick(t) == [], t  # no frame goes out alone: the carrier would run dry after it
+        c.push(1, 20)
+        assert c.tick(220) == frames(1, 0, 3)  # a lead's worth, then one frame a tick
+        assert c.tick(240) == frames(1, 4, 4) + ["mark 1:5"]
+        assert c.word(C.START_HOLDS) == 1
+    finally:
+        c.close()
+
+
+def test_by_default_a_vendor_that_stays_silent_gets_its_first_chunk_played_at_the_bound(tmp_path):
+    from voicecore.timing import DEFAULT_START_HOLD_MS
+
+    c = Call(tmp_path, start_hold_ms=DEFAULT_START_HOLD_MS)
+    try:
+        c.open(1)
+        c.push(1, 2)
+        assert c.tick(0) == []
+        assert c.tick(DEFAULT_START_HOLD_MS - 20) == []
+        assert c.tick(DEFAULT_START_HOLD_MS) == frames(1, 0, 1)  # what there is goes out: silence is worse
+    finally:
+        c.close()
+
+
 def test_short_response_is_not_held(holding_call):
     c = holding_call
     c.open(1)
