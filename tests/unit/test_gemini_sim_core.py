@@ -256,3 +256,47 @@ def test_an_internal_error_drops_the_sessions_first_connection_and_not_the_one_t
     resumed.receive(gp.setup("gemini-x", "be brief", resumption_handle=handle), 6000)
     resumed.advance(60_000)
     assert resumed.record.resumed and resumed.close is None
+
+
+def test_the_end_of_an_utterance_searches_only_what_came_since_and_hears_what_one_search_of_it_all_would(
+        monkeypatch) -> None:
+    """The simulator answers every session from one process: a search of the whole utterance at its end (~5-25 ms
+    for a few seconds of speech) paused every session's audio when 50 callers stopped at once. The end searches
+    only the audio since the last partial transcription, and the phrases heard are those one search of the whole
+    utterance finds."""
+    from voicecore.carriers.codec import EdgeTranscoder
+    from voicecore.carriers.events import ENCODING_L16
+    from voicecore.sim import gemini_core
+    from voicecore.sim.audio_clips import default_library
+    from voicecore.sim.gemini_records import caller_phrases
+
+    phrases = caller_phrases()
+    library = default_library().audio
+    to_16k = EdgeTranscoder(ENCODING_L16, gp.INPUT_SAMPLE_RATE_HZ)
+    ulaw = library["caller_hello"] + library["caller_hours"] + library["backchannel_okay"]
+    speech = b"".join(to_16k.from_ulaw(ulaw[i:i + 160]) for i in range(0, len(ulaw) - len(ulaw) % 160, 160))
+    searched: list[int] = []
+    real_hits = gemini_core.phrase_hits
+
+    def counting_hits(pcm16k, known):
+        searched.append(pcm16k.size)
+        return real_hits(pcm16k, known)
+
+    monkeypatch.setattr(gemini_core, "phrase_hits", counting_hits)
+    conn = connect(GeminiSimConfig(vad_silence_ms=300, caller_phrases=phrases))
+    events(conn)
+    now = 0
+    for start in range(0, len(speech), 640):  # 20 ms messages, as the driver sends them
+        conn.receive(gp.realtime_audio(speech[start:start + 640]), now)
+        now += 20
+    for _ in range(20):
+        conn.receive(gp.realtime_audio(bytes(640)), now)
+        now += 20
+    assert conn.record.caller_activity and conn.record.caller_activity[-1][1] is not None  # the utterance ended
+    partial_window = gp.INPUT_SAMPLE_RATE_HZ * (gemini_core.PARTIAL_EVERY_MS + 2 * gemini_core.SIGNATURE_MS) // 1000
+    assert len(speech) // 2 > 8 * partial_window
+    assert max(searched) <= partial_window + 320  # each search the stretch since the last, the end's too
+    whole = np.frombuffer(speech, dtype="<i2")
+    expected = " ".join(p.text for p in gemini_core.recognised(whole, phrases) if p.text)
+    assert expected.count(" ") >= 2  # the three phrases are there to hear
+    assert conn.record.transcripts[-1] == expected

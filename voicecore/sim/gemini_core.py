@@ -395,6 +395,7 @@ class GeminiConnection:
         self._pre_roll: list[np.ndarray] = []
         self._heard_samples = 0  # 16 kHz samples in _heard
         self._partial_due = 0  # ... at which the phrases said so far are transcribed next
+        self._searched_samples = 0  # ... searched for phrases so far (the next search starts near there)
         # phrases matched while the caller speaks: [score, start, end (8 kHz samples of the utterance), phrase, sent]
         self._partial_sent: list[list[Any]] = []
         self._go_away_due = now_ms + max(0, config.connection_limit_ms - config.go_away_notice_ms)
@@ -586,7 +587,26 @@ class GeminiConnection:
         """The phrases the caller finished saying, sent as inputTranscription pieces while they speak. Only the
         newest audio is searched (a phrase is found by its signature, 40 ms); a match whose phrase is not said
         to its end waits, and a better match over the same stretch replaces one not sent yet."""
-        window = INPUT_SAMPLE_RATE_HZ * (PARTIAL_EVERY_MS + 2 * SIGNATURE_MS) // 1000
+        claims = self._claim_new_hits()
+        said_until = self._heard_samples // 2
+        for claim in sorted(claims, key=lambda c: c[1]):
+            if claim[4] or claim[2] > said_until:
+                continue
+            first = not any(c[4] and c[3].text for c in claims)
+            claim[4] = True
+            if claim[3].text:
+                self._send({"serverContent": {"inputTranscription": {"text": ("" if first else " ") + claim[3].text}}})
+
+    def _claim_new_hits(self) -> list[list]:
+        """Searches the audio heard since the last search (from two signatures before its end, so a signature
+        across the seam is whole in one of them; the whole utterance the first time) and updates the claims: a
+        hit claims its stretch unless a sent claim, or a better one, holds it. Each search costs what its stretch
+        does, so the end of an utterance costs no more than a partial transcription: searching the whole
+        utterance again there made the simulator, one process for every session, pause every session's audio
+        for ~200 ms when 50 callers stopped speaking at once (docs/how-to/use-gemini.md#prefill)."""
+        overlap = INPUT_SAMPLE_RATE_HZ * 2 * SIGNATURE_MS // 1000
+        window = self._heard_samples - max(0, self._searched_samples - overlap) if self._searched_samples else self._heard_samples
+        self._searched_samples = self._heard_samples
         tail: list[np.ndarray] = []
         size = 0
         for part in reversed(self._heard):
@@ -605,14 +625,17 @@ class GeminiConnection:
             for c in over:
                 claims.remove(c)
             claims.append([score, start, end, phrase, False])
-        said_until = self._heard_samples // 2
-        for claim in sorted(claims, key=lambda c: c[1]):
-            if claim[4] or claim[2] > said_until:
-                continue
-            first = not any(c[4] and c[3].text for c in claims)
-            claim[4] = True
-            if claim[3].text:
-                self._send({"serverContent": {"inputTranscription": {"text": ("" if first else " ") + claim[3].text}}})
+        return claims
+
+    def _heard_phrases(self) -> list[CallerPhrase]:
+        """The phrases of the utterance that just ended, in the order heard: the claims of its searches after a
+        last one over what came since, each phrase once (its best match, as one search of the whole utterance
+        would find it)."""
+        best: dict[int, list] = {}
+        for claim in self._claim_new_hits():
+            if id(claim[3]) not in best or claim[0] > best[id(claim[3])][0]:
+                best[id(claim[3])] = claim
+        return [claim[3] for claim in sorted(best.values(), key=lambda c: c[1])]
 
     def _client_content(self, body: dict[str, Any], now_ms: int) -> None:
         turns = _field(body, "turns", [])
@@ -663,7 +686,7 @@ class GeminiConnection:
         if not self._speaking:
             self._heard, self._pre_roll = self._pre_roll, []
             self._heard_samples = sum(part.size for part in self._heard)
-            self._partial_due, self._partial_sent = 0, []
+            self._partial_due, self._partial_sent, self._searched_samples = 0, [], 0
         self._speaking = True
         self._silence_ms = 0.0
         if self.interrupts:
@@ -687,8 +710,8 @@ class GeminiConnection:
             self.record.caller_activity[-1][1] = now_ms
         assert self.session is not None
         # its words if they are a phrase the simulator knows
-        heard, self._heard = self._heard, []
-        phrases = recognised(np.concatenate(heard), self.config.caller_phrases) if heard else []
+        phrases = self._heard_phrases() if self._heard else []
+        self._heard = []
         words = " ".join(phrase.text for phrase in phrases if phrase.text)
         kind = heard_kind(phrases)
         self.record.transcripts.append(words)
