@@ -42,7 +42,7 @@ class Harness:
 
     def __init__(self, driver: GeminiDriver, config: GeminiSimConfig | None = None) -> None:
         self.driver = driver
-        self.config = config or GeminiSimConfig(speed_factor=4.0)
+        self.config = config or GeminiSimConfig(speed_factor=4.0, first_chunk_ms=0)
         self.store = SessionStore()
         self.now_ms = 0
         self.actions: list[object] = []
@@ -155,7 +155,7 @@ def test_caller_audio_goes_to_the_model_as_16_khz_pcm():
 
 
 def test_each_turn_gets_its_own_tag_and_interrupted_cuts_it_dropping_late_chunks():
-    h = Harness(new_driver(), GeminiSimConfig(speed_factor=0.5, late_chunks_after_interrupt=2))
+    h = Harness(new_driver(), GeminiSimConfig(speed_factor=0.5, late_chunks_after_interrupt=2, first_chunk_ms=0))
     h.apply(h.driver.start(0))
     h.run(100)  # the greeting is being generated (at half real time: it is still going)
     assert [a.tag for a in h.of(core.OpenTag)] == [1]
@@ -248,7 +248,7 @@ def test_a_cancelled_tool_call_is_not_answered():
 
 
 def test_go_away_moves_the_session_to_a_new_connection_with_its_handle():
-    config = GeminiSimConfig(connection_limit_ms=3_000, go_away_notice_ms=2_500)
+    config = GeminiSimConfig(connection_limit_ms=3_000, go_away_notice_ms=2_500, first_chunk_ms=0)
     h = Harness(new_driver(), config)
     h.apply(h.driver.start(0))
     h.run(ANSWER_MS)
@@ -395,7 +395,7 @@ def test_the_demos_reading_of_the_simulator_matches_the_frames_the_driver_wrote(
     carrier's frames to the turns byte for byte (stale and overlapping audio are judged by it)."""
     from voicecore.sim.gemini_records import session_record
 
-    h = Harness(new_driver(), GeminiSimConfig(speed_factor=0.5))
+    h = Harness(new_driver(), GeminiSimConfig(speed_factor=0.5, first_chunk_ms=0))
     h.apply(h.driver.start(0))
     h.run(200)
     h.run(200, caller_frames(200, loud=True))  # cuts the greeting mid-generation

@@ -74,7 +74,7 @@ def test_explicit_activity_signals_need_detection_disabled() -> None:
 
 
 def test_own_vad_ends_the_callers_turn_after_silence() -> None:
-    conn = connect(GeminiSimConfig(vad_silence_ms=300))
+    conn = connect(GeminiSimConfig(vad_silence_ms=300, first_chunk_ms=0))
     events(conn)
     speech = (8000 * np.sin(np.arange(320) / 3)).astype("<i2").tobytes()  # 20 ms at 16 kHz
     for n in range(5):
@@ -110,8 +110,22 @@ def test_a_whole_turn_then_a_resumption_handle() -> None:
     assert out[-1].resumable and out[-1].new_handle  # a handle again once the turn is complete
 
 
-def test_audio_is_paced_by_the_speed_factor() -> None:
+def test_the_first_audio_comes_first_chunk_ms_after_the_callers_turn_as_a_vendors_model_takes_its_time() -> None:
     conn = connect(GeminiSimConfig(speed_factor=2.0, chunk_ms=40), automatic_activity_detection=False)
+    assert conn.config.first_chunk_ms == 200  # the default: the Realtime simulator's first_delta_latency_ms
+    events(conn)
+    conn.receive(gp.activity_start(), 1000)
+    conn.receive(gp.activity_end(), 1000)
+    conn.advance(1199)
+    assert not any(isinstance(e, gp.ModelAudio) for e in events(conn))  # the model is still thinking
+    assert conn.next_wakeup_ms() == 1200
+    conn.advance(1300)  # then at its pace: 100 ms at 20 ms a chunk
+    assert sum(isinstance(e, gp.ModelAudio) for e in events(conn)) == 6
+    assert conn.record.turns[-1].chunk_sent_ms[0] == 1300  # when it went out (advance's clock), for the report
+
+
+def test_audio_is_paced_by_the_speed_factor() -> None:
+    conn = connect(GeminiSimConfig(speed_factor=2.0, chunk_ms=40, first_chunk_ms=0), automatic_activity_detection=False)
     events(conn)
     conn.receive(gp.activity_start(), 1000)
     conn.receive(gp.activity_end(), 1000)
@@ -214,7 +228,7 @@ def test_speech_late_in_a_long_audio_message_is_heard_in_that_message() -> None:
 
 
 def test_a_stall_pauses_the_turns_output_then_it_goes_on_whole() -> None:
-    config = GeminiSimConfig(speed_factor=4.0, chunk_ms=40, stall_after_ms=100, stall_ms=2000)
+    config = GeminiSimConfig(speed_factor=4.0, chunk_ms=40, stall_after_ms=100, stall_ms=2000, first_chunk_ms=0)
     conn = connect(config, automatic_activity_detection=False)
     events(conn)
     conn.receive(gp.activity_start(), 0)
@@ -231,7 +245,7 @@ def test_a_stall_pauses_the_turns_output_then_it_goes_on_whole() -> None:
 
 
 def test_a_stall_applies_only_to_the_turns_it_names() -> None:
-    config = GeminiSimConfig(speed_factor=4.0, chunk_ms=40, stall_after_ms=100, stall_ms=2000, stall_turns=(1,))
+    config = GeminiSimConfig(speed_factor=4.0, chunk_ms=40, stall_after_ms=100, stall_ms=2000, stall_turns=(1,), first_chunk_ms=0)
     conn = connect(config, automatic_activity_detection=False)
     events(conn)
     for at in (0, 1000):  # each turn's 25 chunks are due within 250 ms of its start, unless it stalls

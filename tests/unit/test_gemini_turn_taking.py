@@ -34,7 +34,7 @@ def call(speed_factor: float = 4.0, observer: RecordReader | None = None) -> Har
     """A call whose greeting is being generated; with ``observer``: every input through a CallRecorder, whose
     entries the observer reads as they are recorded (as the model worker wires them)."""
     driver = new_driver(turn_taking=BY_WORDS)
-    config = GeminiSimConfig(speed_factor=speed_factor, caller_phrases=PHRASES)
+    config = GeminiSimConfig(speed_factor=speed_factor, caller_phrases=PHRASES, first_chunk_ms=0)
     if observer is not None:
         rec = CallRecorder(driver)
         rec.observer = observer.feed

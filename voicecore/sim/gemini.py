@@ -18,7 +18,7 @@ none, or one not accepted (wrong, expired), is answered HTTP 401 with Google's J
 the model must be a resource name (projects/P/locations/L/publishers/google/models/NAME), else 1008 at setup.
 
     python -m voicecore.sim.gemini --port 9200 [--api-key KEY] [--serve-model NAME] [--connection-limit-s 600]
-        [--go-away-notice-s 10] [--late-chunks 2] [--speed-factor 4] [--keep-closed 50] [--access-token TOKEN]
+        [--go-away-notice-s 10] [--late-chunks 2] [--speed-factor 4] [--first-chunk-ms 200] [--keep-closed 50] [--access-token TOKEN]
 """
 
 from __future__ import annotations
@@ -220,6 +220,7 @@ async def _main(args: argparse.Namespace) -> None:
         connection_limit_ms=int(args.connection_limit_s * 1000),
         go_away_notice_ms=int(args.go_away_notice_s * 1000),
         speed_factor=args.speed_factor,
+        first_chunk_ms=args.first_chunk_ms,
         late_chunks_after_interrupt=args.late_chunks,
         access_tokens=tuple(args.access_token),
         stall_after_ms=args.stall_after_ms,
@@ -250,6 +251,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="goAway is sent this long before the connection limit (default 10)")
     parser.add_argument("--speed-factor", type=float, default=4.0,
                         help="model audio is sent this many times faster than real time (default 4)")
+    parser.add_argument("--first-chunk-ms", type=int, default=200,
+                        help="the model's time from a caller's turn (or a function's result) to its first audio (default 200)")
     parser.add_argument("--late-chunks", type=int, default=0, choices=range(4),
                         help="audio chunks of an interrupted turn still sent after `interrupted` (0-3, default 0)")
     parser.add_argument("--stall-after-ms", type=int, default=None, metavar="MS",

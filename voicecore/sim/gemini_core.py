@@ -233,6 +233,9 @@ class GeminiSimConfig:
     go_away_notice_ms: int = 10_000  # goAway this long before the limit (timeLeft)
     speed_factor: float = 4.0  # model audio is sent this many times faster than it plays, as the vendor's is
     chunk_ms: int = 40  # audio per modelTurn chunk
+    # The model's time from the caller's turn (or a function's result) to its first audio, as the vendor's
+    # (hundreds of ms; the Realtime simulator's first_delta_latency_ms): a client must not count on audio at once.
+    first_chunk_ms: int = 200
     late_chunks_after_interrupt: int = 0  # chunks of a cut turn still sent after `interrupted` (a fault)
     # A stall (the Realtime simulator's switch of the same name): a turn's output stops this long after its first
     # chunk went out, for stall_ms, then goes on; only the connection's model turns numbered in stall_turns
@@ -758,13 +761,14 @@ class GeminiConnection:
         pcm = answer.pcm24
         pieces = [pcm[i:i + chunk_bytes] for i in range(0, len(pcm), chunk_bytes)] or [b""]
         step_ms = self.config.chunk_ms / self.config.speed_factor
-        chunks: list[tuple[int, str | int]] = [(now_ms + round(index * step_ms), index) for index in range(len(pieces))]
-        end_ms = now_ms + round(len(pieces) * step_ms)
+        first_ms = now_ms + self.config.first_chunk_ms
+        chunks: list[tuple[int, str | int]] = [(first_ms + round(index * step_ms), index) for index in range(len(pieces))]
+        end_ms = first_ms + round(len(pieces) * step_ms)
         chunks.append((end_ms, _text({"serverContent": {"generationComplete": True}})))
         usage = {"promptTokenCount": 25 * len(self.session.history), "responseTokenCount": 25 * len(pieces)}
         usage["totalTokenCount"] = usage["promptTokenCount"] + usage["responseTokenCount"]
         chunks.append((end_ms, _text({"serverContent": {"turnComplete": True}, "usageMetadata": usage})))
-        chunks, stalled = self._stalled(chunks, now_ms, number)
+        chunks, stalled = self._stalled(chunks, first_ms, number)
         record = TurnRecord(answer.text, pcm, now_ms, seed=seed, chunk_size=chunk_bytes, stalled=stalled)
         self.record.turns.append(record)
         self._turn = _Turn(chunks, now_ms, record, pieces, answer.text.split(), seed)
@@ -776,14 +780,14 @@ class GeminiConnection:
         if self.resumption:
             self._send({"sessionResumptionUpdate": {"resumable": False}})
 
-    def _stalled(self, chunks: list[tuple[int, str | int]], now_ms: int,
+    def _stalled(self, chunks: list[tuple[int, str | int]], first_ms: int,
                  number: int) -> tuple[list[tuple[int, str | int]], bool]:
-        """The turn's schedule with the configured stall: what is due more than stall_after_ms after its start
-        goes out stall_ms later (the model stopped producing, as a vendor's server does under load)."""
+        """The turn's schedule with the configured stall: what is due more than stall_after_ms after its first
+        audio goes out stall_ms later (the model stopped producing, as a vendor's server does under load)."""
         config = self.config
         if config.stall_after_ms is None or (config.stall_turns and number not in config.stall_turns):
             return chunks, False
-        cut = now_ms + config.stall_after_ms
+        cut = first_ms + config.stall_after_ms
         if not any(due > cut for due, _ in chunks):
             return chunks, False
         return [(due + config.stall_ms, item) if due > cut else (due, item) for due, item in chunks], True
