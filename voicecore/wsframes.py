@@ -95,24 +95,48 @@ def text_frames(messages: Iterable[bytes]) -> bytes:
 def masked_text_frames(messages: Sequence[bytes]) -> bytes:
     """Each message (UTF-8 text, already valid) as one masked final text frame, as a client sends it,
     concatenated. The keys come from os.urandom, read in bulk (_MaskKeys)."""
-    if len(messages) == 1:
+    count = len(messages)
+    if count == 1:
         return masked_text_frame(messages[0])
-    keys = _mask_keys.take(len(messages))
+    keys = _mask_keys.take(count)
     parts: list[bytes] = []
-    for index, message in enumerate(messages):
-        key = keys[index * _MASK_KEY_BYTES:(index + 1) * _MASK_KEY_BYTES]
-        parts.append(text_frame_header(len(message), masked=True))
-        parts.append(key)
-        parts.append(apply_mask(message, key))
+    append = parts.append
+    offset = 0
+    for message in messages:
+        key = keys[offset:offset + _MASK_KEY_BYTES]
+        offset += _MASK_KEY_BYTES
+        length = len(message)
+        # The header inline (text_frame_header's): this runs for every frame the carrier simulator sends.
+        if length < 126:
+            append(_SHORT_MASKED_HEADERS[length])
+        elif length < 1 << 16:
+            append(_MEDIUM_MASKED_HEADER + length.to_bytes(2, "big"))
+        else:
+            append(text_frame_header(length, masked=True))
+        append(key)
+        append(apply_mask(message, key))
     return b"".join(parts)
 
 
 def masked_text_frame(message: bytes) -> bytes:
     """One masked final text frame, as a client sends it (masked_text_frames of one message)."""
-    key = _mask_keys.take(1)
+    keys = _mask_keys
+    offset = keys._offset
+    end = offset + _MASK_KEY_BYTES
+    if end <= len(keys._pool):  # _MaskKeys.take(1), inline: one frame per call every 20 ms comes here
+        keys._offset = end
+        key = keys._pool[offset:end]
+    else:
+        key = keys.take(1)
     length = len(message)
     if length < 126:
-        header = bytes((_FIN_TEXT, _MASKED | length))
+        header = _SHORT_MASKED_HEADERS[length]
+    elif length < 1 << 16:
+        header = _MEDIUM_MASKED_HEADER + length.to_bytes(2, "big")
     else:
         header = text_frame_header(length, masked=True)
     return header + key + apply_mask(message, key)
+
+
+_SHORT_MASKED_HEADERS = tuple(bytes((_FIN_TEXT, _MASKED | length)) for length in range(126))
+_MEDIUM_MASKED_HEADER = bytes((_FIN_TEXT, _MASKED | 126))

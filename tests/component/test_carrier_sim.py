@@ -580,6 +580,46 @@ def test_receive_fast_takes_the_gateways_own_encoding():
     assert call.frames[0].tag == 3
 
 
+@pytest.mark.parametrize("name", ["0:5", "00:5:end", "007:3", "3:007:end", "999999999999999999:1", "1:0"])
+def test_receive_fast_reads_a_mark_name_as_parse_mark_name_does(name):
+    # receive_fast parses a name its pattern admitted without parse_mark_name; it must read it the same way
+    # (tag 0 is no pacer mark, leading zeros count for nothing, the longest numbers the pattern allows).
+    from voicecore.carriers.twilio.stream import OutboundEncoder
+
+    encoder = OutboundEncoder(SID)
+    fast, full = make_call(), make_call()
+    for call, data in ((fast, encoder.media(b"\x07" * FRAME_BYTES)), (full, encoder.media(b"\x07" * FRAME_BYTES))):
+        assert call.receive_fast(data, 0.0)
+    assert fast.receive_fast(encoder.mark(name), 1.0)
+    full.receive(encoder.mark(name).decode(), 1.0)
+    assert fast.metrics == full.metrics
+    assert fast.metrics.marks_unparsed == (parse_mark_name(name) is None)
+    assert fast.frames[0].tag == full.frames[0].tag == (None if parse_mark_name(name) is None else int(name.split(":")[0]))
+
+
+def test_caller_frames_after_the_last_clip_are_silence_and_a_later_utterance_is_still_said():
+    # _media_message skips the clip search once every clip has been said; add_utterance reopens it.
+    clip = bytes(range(FRAME_BYTES))
+    call = make_call([(0, clip)])
+    sent = call.tick_send(0.0) + call.tick_send(20.0) + call.tick_send(40.0)
+    payloads = [base64.b64decode(json.loads(message)["media"]["payload"]) for message in sent]
+    assert payloads == [clip, SILENT_FRAME, SILENT_FRAME]
+    call.add_utterance(80, clip * 2)
+    sent = call.tick_send(60.0) + call.tick_send(80.0) + call.tick_send(100.0) + call.tick_send(120.0)
+    payloads = [base64.b64decode(json.loads(message)["media"]["payload"]) for message in sent]
+    assert payloads == [SILENT_FRAME, clip, clip, SILENT_FRAME]
+    assert [int(json.loads(message)["sequenceNumber"]) for message in sent] == [5, 6, 7, 8]
+
+
+def test_a_late_tick_sends_every_frame_it_owes_in_order():
+    call = make_call()
+    assert len(call.tick_send(0.0)) == 1
+    assert call.tick_send(10.0) == []  # none due
+    late = call.tick_send(75.0)  # frames 1, 2, 3 fell due (20, 40, 60 ms)
+    assert [json.loads(message)["media"]["chunk"] for message in late] == ["2", "3", "4"]
+    assert call.frames_sent == 4
+
+
 def _compact(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 

@@ -69,7 +69,7 @@ def test_masked_frames_mask_with_fresh_keys():
     assert masked_text_frames([]) == b""
 
 
-@pytest.mark.parametrize("length", [0, 1, 125, 126, 372, 65536])
+@pytest.mark.parametrize("length", [0, 1, 125, 126, 372, 65535, 65536])
 def test_one_masked_frame_parses_back_as_a_server_reads_it(length):
     message = b"m" * length
     data = masked_text_frame(message)

@@ -53,6 +53,8 @@ CLOSE_TIMEOUT_S = 2.0  # after our close frame, how long the server has to close
 END_SLACK_S = 10.0  # a call may overrun its script by this much before it is abandoned
 USER_AGENT = "TwilioProxy/1.1"
 MAX_FRAME_BYTES = 16 * 2**20  # what the simulated carrier accepts from a gateway (it counts, never refuses, junk)
+_TEXT = WSMsgType.TEXT
+_BINARY = WSMsgType.BINARY
 _ws_log = logging.getLogger("voicecore.sim.carrier.ws")  # picows logs each connection at INFO
 _ws_log.setLevel(logging.WARNING)
 
@@ -305,6 +307,7 @@ class StreamListener(WSListener):
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self.transport = transport
+        self._write = transport.underlying_transport.write  # looked up once: send_texts runs every 20 ms
 
     def send_texts(self, messages: list[str]) -> None:
         transport = self.transport
@@ -314,9 +317,9 @@ class StreamListener(WSListener):
         # write is a system call that also runs the gateway's side of loopback TCP. Framed here, not by
         # picows, so the masking keys come from one bulk read of the OS's random source (wsframes).
         if len(messages) == 1:
-            transport.underlying_transport.write(masked_text_frame(messages[0].encode()))
+            self._write(masked_text_frame(messages[0].encode()))
         else:
-            transport.underlying_transport.write(masked_text_frames([message.encode() for message in messages]))
+            self._write(masked_text_frames([message.encode() for message in messages]))
 
     def send_messages(self, messages: list) -> None:
         """``str`` messages as text frames, ``bytes`` as binary frames (Vonage's audio), in order."""
@@ -344,9 +347,9 @@ class StreamListener(WSListener):
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         msg_type = frame.msg_type
-        if msg_type is WSMsgType.TEXT or msg_type is WSMsgType.BINARY:
+        if msg_type is _TEXT or msg_type is _BINARY:
             if frame.fin:
-                self.call.on_message(frame.get_payload_as_bytes(), msg_type is WSMsgType.TEXT)
+                self.call.on_message(frame.get_payload_as_bytes(), msg_type is _TEXT)
             else:
                 self._fragment_text = msg_type is WSMsgType.TEXT
                 self._fragments = [frame.get_payload_as_bytes()]
@@ -408,6 +411,9 @@ class CallRunner:
         self._send: Callable[[list], None] = self._send_first
         self._last_tick_ms: float | None = None
         self._clock = ticker._clock
+        # The script's caller, when it plays on this carrier (Twilio, or a caller that says ``any_carrier``).
+        caller = script.caller
+        self._caller = caller if caller is not None and (not self._modes or getattr(caller, "any_carrier", False)) else None
 
     def attach(self, stream: "StreamListener") -> None:
         self.stream = stream
@@ -433,20 +439,23 @@ class CallRunner:
             self.core.metrics.harness_stalls.append((last + FRAME_MS, now_ms))
         self._last_tick_ms = now_ms
 
-    # Called by the shared ticker every 20 ms.
+    # Called by the shared ticker every 20 ms, for every call in the process: the hot path (one call's
+    # work per tick inline, no helper calls for what is usually absent: a stall, a caller, DTMF, barge-ins).
     def on_tick(self, grid_ms: int, now_ms: float) -> bool:
         if self.done:
             return False
         core = self.core
-        self._note_tick(now_ms)
+        last = self._last_tick_ms  # _note_tick, inline
+        if last is not None and now_ms - last > HARNESS_STALL_MS:
+            core.metrics.harness_stalls.append((last + FRAME_MS, now_ms))
+        self._last_tick_ms = now_ms
         core.tick_play(now_ms)
         out = core.messages_to_send()
         origin = core.send_origin_ms
         elapsed_ms = 0 if origin is None else grid_ms - origin
         end_ms = self.script.duration_ms
-        caller = self.script.caller
-        if (caller is not None and origin is not None and (not self._modes or getattr(caller, "any_carrier", False))
-                and caller(core, elapsed_ms, now_ms)):
+        caller = self._caller
+        if caller is not None and origin is not None and caller(core, elapsed_ms, now_ms):
             end_ms = elapsed_ms  # the caller hangs up
         if elapsed_ms >= end_ms:
             # Frames due before the end still go out, even if the tick that owed them was skipped.
@@ -458,12 +467,14 @@ class CallRunner:
             self.stream.close(1000)
             self._finish()
             return False
-        while self._dtmf and self._dtmf[0][0] <= elapsed_ms:
-            out.append(core.send_dtmf(self._dtmf.pop(0)[1]))
-        while self._bargeins and self._bargeins[0] <= elapsed_ms:
-            self._bargeins.pop(0)
+        dtmf = self._dtmf
+        while dtmf and dtmf[0][0] <= elapsed_ms:
+            out.append(core.send_dtmf(dtmf.pop(0)[1]))
+        bargeins = self._bargeins
+        while bargeins and bargeins[0] <= elapsed_ms:
+            bargeins.pop(0)
             core.note_bargein(now_ms)
-        out.extend(core.tick_send(grid_ms))
+        out += core.tick_send(grid_ms)
         self._send(out)
         return True
 

@@ -332,14 +332,20 @@ class PlayoutCore(abc.ABC):
         The origin is the first call's ``now_ms``. A late tick returns every frame that fell due since
         the previous one (catch-up, never drift: docs/explanation/architecture.md#section-6).
         """
-        self._require_open()
+        if not self._opened:
+            self._require_open()
         if self._stopped:
             return []
         origin = self._send_origin_ms
         if origin is None:
             origin = self._send_origin_ms = now_ms
-        messages = []
         n = self._next_send_frame
+        if origin + n * FRAME_MS > now_ms:
+            return []
+        if origin + (n + 1) * FRAME_MS > now_ms:  # one frame due: every tick that is on time
+            self._next_send_frame = n + 1
+            return [self._media_message(n)]
+        messages = []
         while origin + n * FRAME_MS <= now_ms:
             messages.append(self._media_message(n))
             n += 1
@@ -867,6 +873,8 @@ class CarrierCall(PlayoutCore):
         self._media_tail = encoder.media_suffix if encoder else None
         self._media_bytes = len(encoder.media_prefix) + _FRAME_BASE64_CHARS + len(encoder.media_suffix) if encoder else -1
         self._mark_head = encoder.mark_prefix + b'"' if encoder else None
+        self._media_head_len = len(encoder.media_prefix) if encoder else 0  # where the payload starts and ends
+        self._media_tail_at = -len(encoder.media_suffix) if encoder else 0
 
     def reattach(self, stream_sid: str, session_token: str, lost_at_ms: float, now_ms: float) -> list[str]:
         """The same call on a new stream (a ``<Connect><Stream>`` its action URL answered after the old stream
@@ -892,10 +900,14 @@ class CarrierCall(PlayoutCore):
 
     def _media_message(self, n: int) -> str:
         self.metrics.media_sent += 1
-        frame = self._caller_frame(n)
-        payload = _SILENT_BASE64 if frame is SILENT_FRAME else binascii.b2a_base64(frame, newline=False).decode("ascii")
+        if self._clip_cursor >= len(self._clips):  # no clip left to say: silence (_caller_frame's answer)
+            payload = _SILENT_BASE64
+        else:
+            frame = self._caller_frame(n)
+            payload = _SILENT_BASE64 if frame is SILENT_FRAME else binascii.b2a_base64(frame, newline=False).decode("ascii")
+        seq = self._seq = self._seq + 1  # _next_seq, inline
         return (
-            f'{{"event":"media","sequenceNumber":"{self._next_seq()}","media":{{"track":"inbound",'
+            f'{{"event":"media","sequenceNumber":"{seq}","media":{{"track":"inbound",'
             f'"chunk":"{n + 1}","timestamp":"{self._first_timestamp_ms + n * FRAME_MS}",'
             f'"payload":"{payload}"}},"streamSid":{self._sid_json}}}'
         )
@@ -949,11 +961,9 @@ class CarrierCall(PlayoutCore):
         decoder admits no quote, backslash or control character, and the mark name's pattern none either.
         """
         if len(data) == self._media_bytes:  # -1 when there is no fast path: never
-            head = self._media_head
-            tail = self._media_tail
-            if data.startswith(head) and data.endswith(tail):
+            if data.startswith(self._media_head) and data.endswith(self._media_tail):
                 try:
-                    payload = binascii.a2b_base64(data[len(head):-len(tail)], strict_mode=True)
+                    payload = binascii.a2b_base64(data[self._media_head_len:self._media_tail_at], strict_mode=True)
                 except (binascii.Error, ValueError):
                     return False
                 if len(payload) != FRAME_BYTES:
@@ -969,9 +979,12 @@ class CarrierCall(PlayoutCore):
                 name_bytes = data[len(head):-3]
                 if PLAIN_NAME_BYTES.fullmatch(name_bytes) is None:
                     return False
-                name = name_bytes.decode("ascii")
+                # The pattern admits only "digits:digits[:end]": parse_mark_name's answer without its checks.
+                parts = name_bytes.split(b":")
+                tag = int(parts[0])
+                parsed = (tag, int(parts[1]), len(parts) == 3) if tag >= 1 else None
                 self._advance_play(now_ms)
-                self._receive_mark(name, parse_mark_name(name), now_ms)
+                self._receive_mark(name_bytes.decode("ascii"), parsed, now_ms)
                 return True
         return False
 
