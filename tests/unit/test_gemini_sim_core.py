@@ -314,3 +314,28 @@ def test_the_end_of_an_utterance_searches_only_what_came_since_and_hears_what_on
     expected = " ".join(p.text for p in gemini_core.recognised(whole, phrases) if p.text)
     assert expected.count(" ") >= 2  # the three phrases are there to hear
     assert conn.record.transcripts[-1] == expected
+
+
+def test_a_heard_note_that_comes_after_the_next_answer_marks_the_answer_it_names_as_cut() -> None:
+    """The client's note of a cut waits until the model is idle, most often after its next answer, and a caller
+    may have begun another utterance over that answer meanwhile: the note names the cut answer by its opening
+    words, and the simulator records the cut on that one, not on the answer the newest utterance began over."""
+    from voicecore.gemini.driver import _heard_note
+
+    conn = connect(GeminiSimConfig(first_chunk_ms=0), automatic_activity_detection=False, interrupt_on_activity=False)
+    events(conn)
+    conn.receive(gp.activity_start(), 0)
+    conn.receive(gp.activity_end(), 100)  # answered with "One two three four"
+    conn.advance(200)
+    conn.receive(gp.activity_start(), 400)  # the caller's words cut it (the client's decision) ...
+    conn.receive(gp.activity_end(), 1200)  # ... and are answered with "Second answer"
+    conn.advance(1300)
+    conn.receive(gp.activity_start(), 1500)  # a backchannel over the second answer, which goes on
+    conn.receive(gp.activity_end(), 1700)  # (answered too: with the first answer's words again)
+    conn.advance(1800)
+    first, second, third = conn.record.turns
+    assert (first.text, second.text, third.text) == ("One two three four", "Second answer", "One two three four")
+    note = json.loads(_heard_note(300, 1000, "One two three four"))["clientContent"]["turns"][0]["parts"][0]["text"]
+    assert 'your answer that began "One two three four"' in note
+    conn.receive(gp.client_content([("user", note)], turn_complete=False), 2600)
+    assert first.client_cut_ms == 2600 and second.client_cut_ms is None and third.client_cut_ms is None

@@ -837,10 +837,14 @@ def _heard_note(heard_ms: int, total_ms: int, said: str) -> str:
     the share of the audio played."""
     words = said.split()
     heard = " ".join(words[: len(words) * min(heard_ms, total_ms) // total_ms]) if total_ms > 0 and words else ""
+    # The note waits until the model is idle (a clientContent interrupts what it generates), which is most often
+    # after it has answered the caller's turn: "your last answer" would then name the wrong one. The answer is
+    # named by its opening words.
+    answer = f'your answer that began "{" ".join(words[:gp.HEARD_NOTE_OPENING_WORDS])}"' if words else "your last answer"
     if heard_ms < 100:
-        text = f"{gp.HEARD_NOTE_PREFIX} the caller did not hear your last answer.)"
+        text = f"{gp.HEARD_NOTE_PREFIX} the caller did not hear {answer}.)"
     else:
-        text = (f"{gp.HEARD_NOTE_PREFIX} the caller heard about {heard_ms / 1000:.1f} s of your last answer"
+        text = (f"{gp.HEARD_NOTE_PREFIX} the caller heard about {heard_ms / 1000:.1f} s of {answer}"
                 + (f', up to "{heard}"' if heard else "") + "; they did not hear the rest.)")
     return gp.client_content([("user", text)], turn_complete=False)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import binascii
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
@@ -440,6 +441,8 @@ NO_INTERRUPTION = "NO_INTERRUPTION"  # realtimeInputConfig.activityHandling: the
 # How voicecore's note of a cut answer begins (a clientContent turn the model does not answer; Gemini has no item
 # truncation): the simulator reads a note that begins so as the client's cut of the turn the caller spoke over.
 HEARD_NOTE_PREFIX = "(You were interrupted:"
+HEARD_NOTE_OPENING_WORDS = 6  # the note names the cut answer by this many of its first words ('began "..."')
+HEARD_NOTE_ANSWER = re.compile(r'your answer that began "([^"]*)"')
 
 
 def activity_start() -> str:

@@ -32,10 +32,11 @@ import numpy as np
 import orjson
 
 from voicecore.gemini.protocol import (
-    HEARD_NOTE_PREFIX,
     CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
     CLOSE_POLICY_VIOLATION,
+    HEARD_NOTE_ANSWER,
+    HEARD_NOTE_PREFIX,
     INPUT_SAMPLE_RATE_HZ,
     OUTPUT_AUDIO_MIME,
     OUTPUT_SAMPLE_RATE_HZ,
@@ -658,8 +659,9 @@ class GeminiConnection:
             text = " ".join(p["text"] for p in parts if "text" in p)
             self.session.history.append((str(turn.get("role", "user")), text))
             texts.append(text)
-        if not _field(body, "turnComplete") and any(text.startswith(HEARD_NOTE_PREFIX) for text in texts):
-            self._client_cut(now_ms)
+        notes = [text for text in texts if text.startswith(HEARD_NOTE_PREFIX)]
+        if not _field(body, "turnComplete") and notes:
+            self._client_cut(now_ms, notes[-1])
         if _field(body, "turnComplete"):
             # a text turn cuts what the model is saying and is answered at once; a caller speaking meanwhile
             # goes on speaking (the activity detection hears their audio, not the client's text)
@@ -792,12 +794,24 @@ class GeminiConnection:
             return chunks, False
         return [(due + config.stall_ms, item) if due > cut else (due, item) for due, item in chunks], True
 
-    def _client_cut(self, now_ms: int) -> None:
-        """The client's note that its caller cut a turn (voicecore's turn-taking by words): the turn that was
-        playing when the caller's last utterance began is recorded as cut there (the note's arrival)."""
+    def _client_cut(self, now_ms: int, note: str = "") -> None:
+        """The client's note that its caller cut a turn (voicecore's turn-taking by words), recorded as cut there
+        (the note's arrival): the newest turn the note names by its opening words, else the turn that was playing
+        when the caller's last utterance began. The note comes once the model is idle, most often after it has
+        answered the caller, and another utterance may have begun meanwhile (a backchannel over that answer):
+        read by the last utterance alone, it would name the answer that went on."""
         starts = [start for start, _ in self.record.caller_activity]
         if not starts:
             return
+        named = HEARD_NOTE_ANSWER.search(note)
+        if named is not None:
+            # answers may share their opening words: the newest such turn that some utterance began over
+            opening = named.group(1).split()
+            matching = [turn for turn in self.record.turns if turn.client_cut_ms is None and opening
+                        and turn.started_ms <= starts[-1] and turn.text.split()[:len(opening)] == opening]
+            if matching:
+                matching[-1].client_cut_ms = now_ms
+                return
         began = [turn for turn in self.record.turns if turn.started_ms <= starts[-1] and turn.client_cut_ms is None]
         if began:
             began[-1].client_cut_ms = now_ms
