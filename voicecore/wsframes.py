@@ -120,14 +120,7 @@ def masked_text_frames(messages: Sequence[bytes]) -> bytes:
 
 def masked_text_frame(message: bytes) -> bytes:
     """One masked final text frame, as a client sends it (masked_text_frames of one message)."""
-    keys = _mask_keys
-    offset = keys._offset
-    end = offset + _MASK_KEY_BYTES
-    if end <= len(keys._pool):  # _MaskKeys.take(1), inline: one frame per call every 20 ms comes here
-        keys._offset = end
-        key = keys._pool[offset:end]
-    else:
-        key = keys.take(1)
+    key = _mask_keys.take(1)
     length = len(message)
     if length < 126:
         header = _SHORT_MASKED_HEADERS[length]

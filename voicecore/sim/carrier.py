@@ -440,15 +440,12 @@ class CallRunner:
         self._last_tick_ms = now_ms
 
     # Called by the shared ticker every 20 ms, for every call in the process: the hot path (one call's
-    # work per tick inline, no helper calls for what is usually absent: a stall, a caller, DTMF, barge-ins).
+    # work per tick, no helper calls for what is usually absent: a caller, DTMF, barge-ins).
     def on_tick(self, grid_ms: int, now_ms: float) -> bool:
         if self.done:
             return False
         core = self.core
-        last = self._last_tick_ms  # _note_tick, inline
-        if last is not None and now_ms - last > HARNESS_STALL_MS:
-            core.metrics.harness_stalls.append((last + FRAME_MS, now_ms))
-        self._last_tick_ms = now_ms
+        self._note_tick(now_ms)
         core.tick_play(now_ms)
         out = core.messages_to_send()
         origin = core.send_origin_ms

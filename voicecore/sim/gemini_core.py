@@ -609,7 +609,7 @@ class GeminiConnection:
         utterance again there made the simulator, one process for every session, pause every session's audio
         for ~200 ms when 50 callers stopped speaking at once (docs/how-to/use-gemini.md#prefill)."""
         overlap = INPUT_SAMPLE_RATE_HZ * 2 * SIGNATURE_MS // 1000
-        window = self._heard_samples - max(0, self._searched_samples - overlap) if self._searched_samples else self._heard_samples
+        window = self._heard_samples - max(0, self._searched_samples - overlap)  # all of it the first time (0)
         self._searched_samples = self._heard_samples
         tail: list[np.ndarray] = []
         size = 0
