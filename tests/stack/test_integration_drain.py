@@ -146,9 +146,13 @@ def test_a_drain_lets_the_live_call_finish_refuses_new_calls_and_stops_the_node(
         print(f"the last call's end to the node stopped: {stopped_after_s:.2f} s")
 
         # The node stops within a second or two of its last call's end, so the carrier's stream-stopped
-        # status callback, sent after the stream closed, may find nobody listening: the drain did what it
-        # should (a fleet's callback URL would reach another node). Any other error is the call's.
-        errors = [e for e in result.errors if e != "status callback stream-stopped failed: ConnectionRefusedError"]
+        # status callback, sent after the stream closed, may find nobody listening, or a listener that the
+        # stopping gateway closes under it (refused, reset or cut off before an answer, by timing): the
+        # drain did what it should (a fleet's callback URL would reach another node). Any other error is the call's.
+        node_gone = {f"status callback stream-stopped failed: {name}"
+                     for name in ("ConnectionRefusedError", "ConnectionResetError", "BrokenPipeError",
+                                  "RemoteProtocolError")}
+        errors = [e for e in result.errors if e not in node_gone]
         assert result.closed_by == "carrier" and not errors, running.log_tail()
         assert result.statistics.stale_frames == 0 and result.statistics.frames_received > 300
         assert seen["health"]["status"] == "draining" and seen["health"]["draining"] is True
