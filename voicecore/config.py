@@ -325,6 +325,17 @@ def _coerce(setting: Setting, raw: object, source: str) -> object:
     return raw
 
 
+def pem_text(name: str, value: str) -> str:
+    """A PEM key setting (``vonage_private_key``) as its text: the setting itself, or the file it names;
+    ConfigError (naming the setting and the file) for a file that cannot be read."""
+    if not value or value.lstrip().startswith("-----BEGIN"):
+        return value
+    try:
+        return Path(value).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read {value} ({type(exc).__name__})") from None
+
+
 def unix_path_of(listen: str) -> str | None:
     """PATH of a "unix:PATH" listen address; None for host:port."""
     return listen[len(UNIX_PREFIX):] if listen.startswith(UNIX_PREFIX) else None

@@ -21,6 +21,9 @@ A descriptor answers, for its carrier:
   backlog policy (:meth:`Carrier.pacer_lead_ms`, :meth:`Carrier.backlog_max_frames`, :meth:`Carrier.new_backlog`);
 - **hang-up and transfer**: the request (or other step) the agent's HangUp / Transfer becomes
   (:meth:`Carrier.end_call`) and reading the carrier's answer (:meth:`Carrier.parse_response`);
+- **placing calls** (voicecore/outbound/dial.py): the settings its REST API is asked with (``placing``), the
+  request that places a call (:meth:`Carrier.place_call_request`) and reading its answer
+  (:meth:`Carrier.parse_placed`);
 - **the simulator side**: ``carrier_side``, the carrier's own end of its stream protocol, which the carrier
   simulator (voicecore/sim/) and the tests drive.
 
@@ -36,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from voicecore.carriers.events import ENCODING_PCMU, CarrierStream, StreamStarted
-from voicecore.carriers.rest_common import RestRequest, RestResult
+from voicecore.carriers.rest_common import PlacedCall, RestRequest, RestResult
 from voicecore.carriers.webhook import SESSION_TOKEN, AnswerRequest, DrainAnswer, Refusal, Route
 from voicecore.carriers.wire import WireTemplates
 
@@ -50,6 +53,7 @@ __all__ = [
     "CarrierSettings",
     "CloseStream",
     "InBand",
+    "PlacingSettings",
 ]
 
 HANGUP = "hangup"
@@ -158,6 +162,17 @@ class InBand:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class PlacingSettings:
+    """The settings a carrier's REST API places calls with, by their names in voicecore/config.py: its base URL,
+    the account (or application) the calls are placed under, and the secret that authorises the request."""
+
+    api_base: str
+    account_id: str
+    secret: str
+    secret_is_pem: bool = False  # a PEM key, given as its text or as the path of its file (config.pem_text)
+
+
 # --- the descriptor ----------------------------------------------------------------------------------------
 
 
@@ -176,6 +191,8 @@ class Carrier:
     # Exotel's); False: only with a token tied to the call its stream names.
     any_call_tokens: bool = True
     carrier_side: type | None = None
+    # The settings its REST API places calls with (voicecore/outbound/dial.py); None: it places no calls.
+    placing: PlacingSettings | None = None
 
     @property
     def bus_name(self) -> str:
@@ -295,3 +312,20 @@ class Carrier:
     def parse_response(self, status_code: int, body: bytes) -> RestResult:
         """Read the carrier's answer to a request from :meth:`end_call`."""
         raise ValueError(f"no REST answers for carrier {self.name!r}")
+
+    # -- placing calls ---------------------------------------------------------------------------------------
+
+    def place_call_request(self, node_url: str, api_base: str, account_id: str, secret: str, to: str, from_: str,
+                           fields: Mapping[str, str], machine_detection: str, *, now_s: float,
+                           nonce: str) -> RestRequest:
+        """The request that asks the carrier to call ``to`` from ``from_``: answered, the call fetches the answer
+        webhook of the node at ``node_url`` (which streams it to us, ``fields`` to the agent) and reports its
+        progress to the node. ``account_id`` and ``secret``: the values of ``placing``'s settings;
+        ``machine_detection`` ("", Enable or DetectMessageEnd): the carrier's own AMD too, asynchronous, its
+        result to the node. ``now_s`` and ``nonce``: for a carrier that signs each request. ValueError: a number,
+        field or setting that cannot go into the request."""
+        raise ValueError(f"placing calls is not built for carrier {self.name!r}")
+
+    def parse_placed(self, status_code: int, body: bytes) -> PlacedCall:
+        """Read the carrier's answer to a request from :meth:`place_call_request`."""
+        raise ValueError(f"placing calls is not built for carrier {self.name!r}")

@@ -15,10 +15,12 @@ from voicecore.carriers.twilio.carrier import TWILIO
 from voicecore.carriers.vonage.carrier import VONAGE
 from voicecore.carriers.webhook import Route
 
-__all__ = ["CARRIERS", "NAMES", "get", "routes", "served", "stream_paths"]
+__all__ = ["CARRIERS", "NAMES", "PLACING", "get", "routes", "served", "stream_paths"]
 
 CARRIERS: tuple[Carrier, ...] = (TWILIO, TELNYX, PLIVO, VONAGE, EXOTEL)
 NAMES: tuple[str, ...] = tuple(carrier.name for carrier in CARRIERS)
+# The carriers that place calls (their descriptor's ``placing``: voicecore/outbound/dial.py)
+PLACING: tuple[str, ...] = tuple(carrier.name for carrier in CARRIERS if carrier.placing is not None)
 _BY_NAME: dict[str, Carrier] = {carrier.name: carrier for carrier in CARRIERS}
 
 

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import re
 
-__all__ = ["RestRequest", "RestResult", "basic_auth", "check_target", "is_sip", "json_object", "result"]
+__all__ = ["PlacedCall", "RestRequest", "RestResult", "basic_auth", "check_target", "is_sip", "json_object", "result"]
 
 # A transfer target: a phone number (E.164, the "+" optional: ITU-T E.164 allows at most 15 digits) or a SIP
 # URI (RFC 3261 section 19.1; no spaces, quotes or angle brackets, so it cannot break out of a JSON string or
@@ -30,6 +30,17 @@ class RestResult:
     ok: bool
     retryable: bool  # 5xx / 429: try again later; 4xx: our request is wrong (or the call already ended)
     status: str | None  # the call's status in the answer (e.g. "completed")
+    error: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlacedCall:
+    """A carrier's answer to placing a call (each carrier's ``outbound.parse_place_call_response``)."""
+
+    ok: bool
+    retryable: bool  # as RestResult's
+    call_sid: str  # the call's id in the answer (Twilio's sid, Plivo's request_uuid, Telnyx's call_control_id, Vonage's uuid)
+    status: str
     error: str | None
 
 

@@ -18,12 +18,13 @@ from typing import Any
 
 import orjson
 
+from voicecore.carriers import registry
 from voicecore.outbound.campaign import CampaignSettings
 from voicecore.outbound.campaign_file import (Callee, CampaignFileError, CampaignProblem, normalise_number,
                                               parse_campaign, parse_do_not_call)
 from voicecore.outbound.campaign_rules import DEFAULT_BACKOFF_S, CallingWindow, RetryPolicy, RulesError
 
-CARRIERS = ("twilio", "plivo", "telnyx", "vonage")  # as voicecore/outbound/dial.py places them
+CARRIERS = registry.PLACING  # the carriers voicecore/outbound/dial.py places calls with
 MACHINE_DETECTION = ("", "Enable", "DetectMessageEnd")
 MAX_NAME_CHARS = 100
 MAX_ROWS = 100_000

@@ -175,6 +175,9 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     await rest.__aenter__()
     names = {f.name for f in dataclasses.fields(base)}
     base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
+    # the accounts the calls are placed under (the simulator's REST API takes any; a TeXML application's id)
+    base = dataclasses.replace(base, twilio_account_sid="AC" + secrets.token_hex(16),
+                               telnyx_texml_application_id="1684641123236054244")
     if carrier == "plivo":  # the node serves Plivo's webhooks and stream only with its auth token
         base = dataclasses.replace(base, plivo_auth_token=credentials.plivo_auth_token)
     if carrier == "telnyx":  # ... and Telnyx's with the public half of the simulator's webhook key
@@ -204,13 +207,7 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         sim_config = dataclasses.replace(sim_config, turns=tuple(sim_turns))
     sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
     config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir))
-    account_sid, api_token = "AC" + secrets.token_hex(16), credentials.twilio_auth_token
-    if carrier == "plivo":
-        account_sid, api_token = credentials.plivo_auth_id, credentials.plivo_auth_token
-    if carrier == "telnyx":
-        account_sid, api_token = "1684641123236054244", credentials.telnyx_api_key  # a TeXML application's id
-    if carrier == "vonage":
-        account_sid, api_token = credentials.vonage_application_id, credentials.vonage_private_key
+    api = dial.credentials(config, carrier)
     stack = Stack(config)
     own_arenas: set[str] = set()
     placed: list[dial.Placed] = []
@@ -220,8 +217,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         own_arenas.add(arena_name(config.runtime_dir))
         started = time.monotonic()
         placed = list(await asyncio.gather(*(
-            dial.place_call(node_url=config.base_url, api_base=rest.base_url, account_sid=account_sid,
-                            auth_token=api_token, to=callee_number(index), from_=FROM_NUMBER,
+            dial.place_call(node_url=config.base_url, api_base=api.api_base, account_sid=api.account_sid,
+                            auth_token=api.auth_token, to=callee_number(index), from_=FROM_NUMBER,
                             fields={"first_name": f"Callee{index}", "reason": "your appointment"}, carrier=carrier,
                             machine_detection=machine_detection)
             for index in range(calls))))

@@ -54,7 +54,7 @@ from voicecore.call.inbound_batching import InboundBatching
 from voicecore.call.driver import Driver
 from voicecore.call.record import CallRecorder
 from voicecore.call.record_reader import RecordReader
-from voicecore.config import Config, load_config
+from voicecore.config import Config, ConfigError, load_config, pem_text
 from voicecore.gemini import transport as gemini_connect
 from voicecore.gemini import driver as gemini_driver
 from voicecore.gemini.transport import VertexTokens
@@ -1471,16 +1471,12 @@ class ModelSocket(WSListener):
 
 
 def vonage_private_key(config: Config) -> str:
-    """vonage_private_key as PEM text: the setting itself, or the file it names (read once, at start). An
-    unreadable file is logged and leaves Vonage calls unable to hang up, as an unset key does."""
-    value = config.vonage_private_key
-    if not value or value.lstrip().startswith("-----BEGIN"):
-        return value
+    """vonage_private_key as PEM text (read once, at start). An unreadable file is logged and leaves Vonage calls
+    unable to hang up, as an unset key does."""
     try:
-        return Path(value).read_text()
-    except OSError as exc:
-        log.error("vonage_private_key: cannot read %s (%s): Vonage calls cannot be hung up or transferred", value,
-                  type(exc).__name__, extra={"problem": "configuration"})
+        return pem_text("vonage_private_key", config.vonage_private_key)
+    except ConfigError as exc:
+        log.error("%s: Vonage calls cannot be hung up or transferred", exc, extra={"problem": "configuration"})
         return ""
 
 

@@ -31,7 +31,7 @@ bound on its buffer backlog.py's, the Call API requests rest.py's.
 
 from __future__ import annotations
 
-from voicecore.carriers.base import CannotEnd, Carrier
+from voicecore.carriers.base import CannotEnd, Carrier, PlacingSettings
 from voicecore.carriers.edge import FrameSink
 from voicecore.carriers.events import ENCODING_PCMU
 from voicecore.carriers.plivo import outbound, protocol, rest
@@ -44,6 +44,7 @@ from voicecore.timing import FRAME_MS, SAMPLE_RATE_HZ
 
 __all__ = ["PLIVO", "PlivoCarrier", "REATTACH_PATH"]
 
+VOICE_PATH = "/plivo/voice"
 REATTACH_PATH = "/plivo/reattach"
 # Plivo's CallStatus values for a call that is over (its <Redirect> page: completed; busy, failed, timeout or
 # no-answer for an outbound call).
@@ -53,11 +54,12 @@ _CALL_OVER = frozenset({"completed", "busy", "failed", "timeout", "no-answer"})
 class PlivoCarrier(Carrier):
     name = "plivo"
     title = "Plivo"
-    routes = {"/plivo/voice": Route("plivo", ANSWER, ("POST",)),
+    routes = {VOICE_PATH: Route("plivo", ANSWER, ("POST",)),
               rest.TRANSFER_PATH: Route("plivo", TRANSFER, ("GET", "POST")),
               REATTACH_PATH: Route("plivo", REATTACH, ("POST",)),
               outbound.STATUS_PATH: Route("plivo", EVENT, ("POST",))}
     carrier_side = protocol.PlivoCarrierSide
+    placing = PlacingSettings("plivo_api_base", "plivo_auth_id", "plivo_auth_token")
     reattaches = True  # its answer document names a re-attach step (``<Redirect>`` after the kept-alive stream)
 
     def served(self, settings):
@@ -176,6 +178,16 @@ class PlivoCarrier(Carrier):
 
     def parse_response(self, status_code, body):
         return rest.parse_response(status_code, body)
+
+    def place_call_request(self, node_url, api_base, account_id, secret, to, from_, fields, machine_detection, *,
+                           now_s, nonce):
+        # Plivo's AMD has one mode (Machine true/false): either value asks for it, asynchronous, never hangup
+        return outbound.place_call_request(
+            account_id, secret, to, from_, answer_url=outbound.answer_url(node_url + VOICE_PATH, to, fields),
+            status_url=node_url + outbound.STATUS_PATH, base_url=api_base, machine_detection=bool(machine_detection))
+
+    def parse_placed(self, status_code, body):
+        return outbound.parse_place_call_response(status_code, body)
 
 
 PLIVO = PlivoCarrier()

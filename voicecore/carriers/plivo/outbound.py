@@ -53,7 +53,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from voicecore.carriers.rest_common import RestRequest, basic_auth, json_object, result
+from voicecore.carriers.rest_common import PlacedCall, RestRequest, basic_auth, json_object, result
 from voicecore.carriers.webhook import WebhookError
 from voicecore.outbound import call_fields
 
@@ -156,15 +156,6 @@ def place_call_request(auth_id: str, auth_token: str, to: str, from_: str, *, an
     headers = (("Authorization", basic_auth(auth_id, auth_token)), ("Content-Type", "application/json"),
                ("Accept", "application/json"))
     return RestRequest("POST", url, headers, json.dumps(body, separators=(",", ":")).encode("utf-8"))
-
-
-@dataclass(frozen=True, slots=True)
-class PlacedCall:
-    ok: bool
-    retryable: bool
-    call_sid: str  # the request_uuid
-    status: str
-    error: str | None
 
 
 def parse_place_call_response(status_code: int, body: bytes) -> PlacedCall:

@@ -24,7 +24,9 @@ Control requests rest.py's.
 
 from __future__ import annotations
 
-from voicecore.carriers.base import CannotEnd, Carrier
+from urllib.parse import urlencode
+
+from voicecore.carriers.base import CannotEnd, Carrier, PlacingSettings
 from voicecore.carriers.edge import FrameSink
 from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU
 from voicecore.carriers.rest_common import check_target
@@ -36,6 +38,7 @@ from voicecore.timing import SAMPLE_RATE_HZ
 
 __all__ = ["REATTACH_PATH", "TELNYX", "TelnyxCarrier"]
 
+VOICE_PATH = "/telnyx/voice"
 REATTACH_PATH = "/telnyx/reattach"
 # TeXML's CallStatus values for a call that is over (its TwiML-compatible set).
 _CALL_OVER = frozenset({"completed", "busy", "failed", "no-answer", "canceled"})
@@ -44,10 +47,11 @@ _CALL_OVER = frozenset({"completed", "busy", "failed", "no-answer", "canceled"})
 class TelnyxCarrier(Carrier):
     name = "telnyx"
     title = "Telnyx"
-    routes = {"/telnyx/voice": Route("telnyx", ANSWER, ("POST",)),
+    routes = {VOICE_PATH: Route("telnyx", ANSWER, ("POST",)),
               REATTACH_PATH: Route("telnyx", REATTACH, ("POST",)),
               outbound.STATUS_PATH: Route("telnyx", EVENT, ("POST",))}
     carrier_side = protocol.TelnyxCarrierSide
+    placing = PlacingSettings("telnyx_api_base", "telnyx_texml_application_id", "telnyx_api_key")
     reattaches = True  # its answer document names a re-attach step (``<Redirect>`` after ``<Connect>``)
 
     def served(self, settings):
@@ -121,6 +125,16 @@ class TelnyxCarrier(Carrier):
 
     def parse_response(self, status_code, body):
         return rest.parse_response(status_code, body)
+
+    def place_call_request(self, node_url, api_base, account_id, secret, to, from_, fields, machine_detection, *,
+                           now_s, nonce):
+        url = node_url + VOICE_PATH + "?" + urlencode(call_fields.parameters_for(to, fields))
+        return outbound.place_call_request(account_id, secret, to, from_, url=url,
+                                           status_callback=node_url + outbound.STATUS_PATH, base_url=api_base,
+                                           machine_detection=machine_detection)
+
+    def parse_placed(self, status_code, body):
+        return outbound.parse_place_call_response(status_code, body)
 
 
 TELNYX = TelnyxCarrier()

@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from voicecore.carriers.rest_common import RestRequest, json_object, result
+from voicecore.carriers.rest_common import PlacedCall, RestRequest, json_object, result
 from voicecore.carriers.webhook import WebhookError
 
 DEFAULT_BASE_URL = "https://api.telnyx.com"
@@ -89,15 +89,6 @@ def place_call_request(application_id: str, api_key: str, to: str, from_: str, *
                ("Accept", "application/json"))
     return RestRequest("POST", f"{base_url.rstrip('/')}/v2/texml/calls/{quote(application_id)}", headers,
                        json.dumps(body, separators=(",", ":")).encode("utf-8"))
-
-
-@dataclass(frozen=True, slots=True)
-class PlacedCall:
-    ok: bool
-    retryable: bool
-    call_sid: str  # the call_control_id: the CallSid of its callbacks and its stream
-    status: str
-    error: str | None
 
 
 def parse_place_call_response(status_code: int, body: bytes) -> PlacedCall:

@@ -26,13 +26,15 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
-from voicecore.carriers.base import Carrier
+from voicecore.carriers.base import Carrier, PlacingSettings
 from voicecore.carriers.twilio import outbound, rest, stream, webhook
 from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, AnswerRequest, DrainAnswer, Refusal, Route,
                                         WebhookError, call_status_event)
 
-__all__ = ["REATTACH_PATH", "TWILIO", "TwilioCarrier"]
+__all__ = ["CALL_STATUS_PATH", "REATTACH_PATH", "TWILIO", "TwilioCarrier", "VOICE_PATH"]
 
+VOICE_PATH = "/twilio/voice"
+CALL_STATUS_PATH = "/twilio/call-status"  # a placed call's progress and its AMD result
 REATTACH_PATH = "/twilio/reattach"
 # The call statuses after which nothing can be re-attached (Twilio's CallStatus values for a call that is over).
 _CALL_OVER = frozenset({"completed", "busy", "failed", "no-answer", "canceled"})
@@ -41,14 +43,15 @@ _CALL_OVER = frozenset({"completed", "busy", "failed", "no-answer", "canceled"})
 class TwilioCarrier(Carrier):
     name = "twilio"
     title = "Twilio"
-    routes = {"/twilio/voice": Route("twilio", ANSWER, ("POST",)),
+    routes = {VOICE_PATH: Route("twilio", ANSWER, ("POST",)),
               "/twilio/status": Route("twilio", EVENT, ("POST",)),
-              "/twilio/call-status": Route("twilio", EVENT, ("POST",)),
+              CALL_STATUS_PATH: Route("twilio", EVENT, ("POST",)),
               REATTACH_PATH: Route("twilio", REATTACH, ("POST",))}
     reattaches = True  # its answer document names a re-attach step (``<Connect action>``)
     whole_frames = True  # media payloads are exactly the arena's frames (stream.py checks each)
     any_call_tokens = False
     bus_name = ""  # the bus's default carrier (CallStarted.carrier "")
+    placing = PlacingSettings("twilio_api_base", "twilio_account_sid", "twilio_auth_token")
 
     def served(self, settings):
         return True
@@ -65,14 +68,14 @@ class TwilioCarrier(Carrier):
                                        headers.get("x-twilio-signature", "")):
             return Refusal(403, "bad signature", f"webhook {path}: bad X-Twilio-Signature (call "
                                                  f"{form.get('CallSid', '?')})", problem="signature")
-        if route.kind == EVENT and path == "/twilio/call-status" and outbound.is_amd_result(form):
+        if route.kind == EVENT and path == CALL_STATUS_PATH and outbound.is_amd_result(form):
             try:
                 amd = outbound.parse_amd_result(form)
             except WebhookError as exc:
                 return Refusal(400, "bad AMD callback", f"AMD callback rejected: {exc}", quiet=True, problem="status")
             return AnswerRequest(self.name, EVENT, amd.call_sid, f"call {amd.call_sid}: answered by {amd.answered_by} "
                                  f"(Twilio AMD, {amd.duration_ms} ms)", answered_by=amd.answered_by)
-        if route.kind == EVENT and path == "/twilio/call-status":
+        if route.kind == EVENT and path == CALL_STATUS_PATH:
             return call_status_event(self.name, form, outbound.parse_call_status, lambda p: f"#{p.sequence}" + (
                 f", answered_by={p.answered_by}" if p.answered_by else ""))
         if route.kind == EVENT:
@@ -134,6 +137,16 @@ class TwilioCarrier(Carrier):
 
     def parse_response(self, status_code, body):
         return rest.parse_response(status_code, body)
+
+    def place_call_request(self, node_url, api_base, account_id, secret, to, from_, fields, machine_detection, *,
+                           now_s, nonce):
+        return outbound.place_call_request(
+            account_id, secret, to, from_, url=outbound.answer_url(node_url + VOICE_PATH, to, fields),
+            status_callback=node_url + CALL_STATUS_PATH, machine_detection=machine_detection,
+            async_amd=bool(machine_detection), base_url=api_base)
+
+    def parse_placed(self, status_code, body):
+        return outbound.parse_place_call_response(status_code, body)
 
 
 TWILIO = TwilioCarrier()

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from voicecore.carriers.rest_common import RestRequest, basic_auth, json_object, result
+from voicecore.carriers.rest_common import PlacedCall, RestRequest, basic_auth, json_object, result
 from voicecore.carriers.webhook import WebhookError
 from voicecore.outbound import call_fields
 
@@ -106,15 +106,6 @@ def place_call_request(account_sid: str, auth_token: str, to: str, from_: str, *
     headers = (("Authorization", basic_auth(username or account_sid, auth_token)),
                ("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json"))
     return RestRequest("POST", calls_url, headers, urlencode(form).encode("ascii"))
-
-
-@dataclass(frozen=True, slots=True)
-class PlacedCall:
-    ok: bool
-    retryable: bool
-    call_sid: str
-    status: str
-    error: str | None
 
 
 def parse_place_call_response(status_code: int, body: bytes) -> PlacedCall:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import orjson
 
-from voicecore.carriers.base import CannotEnd, Carrier
+from voicecore.carriers.base import CannotEnd, Carrier, PlacingSettings
 from voicecore.carriers.edge import FrameSink
 from voicecore.carriers.rest_common import check_target
 from voicecore.carriers.vonage import outbound, protocol, rest
@@ -42,10 +42,12 @@ REATTACH_PATH = "/vonage/reattach"
 class VonageCarrier(Carrier):
     name = "vonage"
     title = "Vonage"
-    routes = {"/vonage/answer": Route("vonage", ANSWER, ("GET", "POST")),
-              "/vonage/event": Route("vonage", EVENT, ("POST",)),
+    routes = {outbound.ANSWER_PATH: Route("vonage", ANSWER, ("GET", "POST")),
+              outbound.EVENT_PATH: Route("vonage", EVENT, ("POST",)),
               REATTACH_PATH: Route("vonage", REATTACH, ("POST",))}
     carrier_side = protocol.VonageCarrierSide
+    # the secret: the application's private key (PEM), which signs a JWT per request
+    placing = PlacingSettings("vonage_api_base", "vonage_application_id", "vonage_private_key", secret_is_pem=True)
     reattaches = True  # its answer NCCO names a re-attach step (the synchronous connect's eventUrl)
 
     def served(self, settings):
@@ -144,6 +146,17 @@ class VonageCarrier(Carrier):
 
     def parse_response(self, status_code, body):
         return rest.parse_response(status_code, body)
+
+    def place_call_request(self, node_url, api_base, account_id, secret, to, from_, fields, machine_detection, *,
+                           now_s, nonce):
+        # Vonage's asynchronous advanced machine detection reports the beep too: either value asks for it
+        token = rest.application_jwt(account_id, secret, now_s, nonce)
+        return outbound.place_call_request(
+            token, to, from_, answer_url=outbound.answer_url(node_url + outbound.ANSWER_PATH, to, fields),
+            event_url=node_url + outbound.EVENT_PATH, base_url=api_base, machine_detection=bool(machine_detection))
+
+    def parse_placed(self, status_code, body):
+        return outbound.parse_place_call_response(status_code, body)
 
 
 VONAGE = VonageCarrier()

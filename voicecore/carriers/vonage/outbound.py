@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
-from voicecore.carriers.rest_common import RestRequest, json_object, result
+from voicecore.carriers.rest_common import PlacedCall, RestRequest, json_object, result
 from voicecore.carriers.webhook import WebhookError
 from voicecore.outbound import call_fields
 
@@ -122,15 +122,6 @@ def place_call_request(token: str, to: str, from_: str, *, answer_url: str, even
                ("Accept", "application/json"))
     return RestRequest("POST", f"{base_url.rstrip('/')}/v1/calls", headers,
                        json.dumps(body, separators=(",", ":")).encode("utf-8"))
-
-
-@dataclass(frozen=True, slots=True)
-class PlacedCall:
-    ok: bool
-    retryable: bool
-    call_sid: str  # the call leg's uuid
-    status: str
-    error: str | None
 
 
 def parse_place_call_response(status_code: int, body: bytes) -> PlacedCall:
