@@ -712,7 +712,8 @@ class ChaosRun(LevelRun):
         url = f"http://{'localhost' if unix_path else self.config.listen}{path}"
         try:
             status, body = await http_client.send("GET", url, timeout_s=1.0, unix_socket=unix_path)
-            return json.loads(body) if status == 200 else {}
+            # 503 too: its body says the same (a node with a worker down, or draining, is up and answering)
+            return json.loads(body) if status in (200, 503) else {}
         except Exception:  # noqa: BLE001 (a gateway that is down or restarting answers nothing: that is the figure)
             return {}
 

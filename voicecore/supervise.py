@@ -26,7 +26,7 @@ from pathlib import Path
 
 import h11
 
-from voicecore import drain, http_client
+from voicecore import drain, http_client, timing
 from voicecore.bus.transport import ARENA_NAME_FILE, default_runtime_dir, ensure_runtime_dir
 from voicecore.reattach import LEDGER_DIR as REATTACH_LEDGER_DIR
 from voicecore.shm.compile_lock import LOCK_FILE_NAMES as COMPILE_LOCK_FILES
@@ -156,11 +156,11 @@ class Stack:
             try:
                 status, body = get_from_gateway(self.config, "/healthz", timeout_s=1.0)
                 health = json.loads(body) if status == 503 else {}
-                if status != 200 and health.get("status") != "model_vendor_refused":
+                if status != 200 and health.get("status") not in ("model_vendor_refused", "workers_down"):
                     raise ValueError(f"/healthz answered HTTP {status}")
                 health = json.loads(body)
                 alive = health.get("workers_alive", {})
-                if all(alive.get(name) for name in ("pacer", "model")):
+                if all(alive.get(name) for name in timing.ESSENTIAL_WORKERS):
                     return health
                 last_error = f"workers not alive yet: {alive}"
             except (OSError, TimeoutError, h11.ProtocolError, ValueError) as exc:

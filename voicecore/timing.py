@@ -24,6 +24,9 @@ HEARTBEAT_MS = 150
 # goes by locks, voicecore/standby.py), and an idle node should sleep, not wake 7 times a second per process.
 IDLE_HEARTBEAT_MS = 1000
 HEARTBEAT_MISSES_DEAD = 3  # of the interval the process announced with its last heartbeat
+# The processes a call cannot do without (nothing paces its audio, nothing answers the caller): the node is
+# ready (/healthz 200, `voicecore up` and the demo's readiness wait) only while each has been heard from.
+ESSENTIAL_WORKERS = ("pacer", "model")
 
 
 def heartbeat_interval_ms(live_calls: bool) -> int:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import wave
 from pathlib import Path
@@ -249,6 +250,37 @@ def test_an_idle_node_beats_slowly_and_healthz_still_counts_every_worker_alive(r
     # Idle, the gaps between beats are longer than the live judgement (3 x 150 ms) would allow.
     assert max(ages["model"]) > timing.HEARTBEAT_MS * timing.HEARTBEAT_MISSES_DEAD, ages
     assert max(ages["pacer"]) > timing.HEARTBEAT_MS * timing.HEARTBEAT_MISSES_DEAD, ages
+
+
+def healthz(config) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://{config.listen}/healthz", timeout=5) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.load(refused)
+
+
+def test_a_node_whose_pacer_is_not_heard_from_is_not_ready_until_it_is_again(running_stack):
+    """A pacer that stops (here: stopped, serving one and standby, so nothing takes over) leaves calls with
+    nobody to pace their audio: /healthz answers 503 "workers_down" naming it once three of its intervals pass
+    without its heartbeat, so a load balancer sends calls elsewhere, and 200 again once it beats."""
+    config = running_stack.config
+    pids = [pid for name, pid in running_stack.stack.program_pids().items() if name.startswith("pacer")]
+    assert pids and healthz(config)[0] == 200
+    try:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        wait_until(lambda: healthz(config)[0] == 503, 10, "/healthz to say the pacer is down")
+        status, health = healthz(config)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert (status, health["status"], health["healthy"], health["workers_down"]) == (503, "workers_down", False,
+                                                                                     ["pacer"]), health
+    assert health["workers_alive"]["pacer"] is False and health["workers_alive"]["model"] is True
+    wait_until(lambda: healthz(config)[0] == 200, 10, "/healthz to be healthy again")
+    status, health = healthz(config)
+    assert health["status"] == "ok" and health["healthy"] and "workers_down" not in health
 
 
 def test_metrics_answers_prometheus_text_when_scraped_as_such(running_stack):

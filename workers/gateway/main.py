@@ -347,9 +347,11 @@ class Gateway:
 
     # --- reports ------------------------------------------------------------------------------------
     def health(self) -> dict:
-        """/healthz: "ok", "draining", or "model_vendor_refused" (the realtime vendor refuses this node's
-        configuration: its key, model, quota or session configuration; "model_vendor" says what it said). Both
-        of the latter are answered 503: a load balancer's readiness check stops sending calls."""
+        """/healthz: "ok", "draining", "model_vendor_refused" (the realtime vendor refuses this node's
+        configuration: its key, model, quota or session configuration; "model_vendor" says what it said), or
+        "workers_down" (a process a call needs, ESSENTIAL_WORKERS, has not been heard from within three of its
+        heartbeat intervals, or not yet since the start: "workers_down" names them; no caller would hear the
+        agent; timing.ESSENTIAL_WORKERS). All but "ok" are answered 503: a load balancer's readiness check stops sending calls."""
         now = time.monotonic_ns()
         workers = {name: round((now - seen) / 1e6, 1) for name, seen in self.worker_seen_ns.items()}
         # Dead after HEARTBEAT_MISSES_DEAD of the intervals the process announced (an idle one beats slower).
@@ -364,11 +366,16 @@ class Gateway:
             "workers_alive": {name: age <= dead_after_ms[name] for name, age in workers.items()},
         }
         vendor = self.vendor_health
-        health["healthy"] = not self.drain.draining and (vendor is None or vendor.ok)
+        down = [name for name in timing.ESSENTIAL_WORKERS if not health["workers_alive"].get(name)]
+        health["healthy"] = not self.drain.draining and (vendor is None or vendor.ok) and not down
+        if down:
+            health["workers_down"] = down
         if vendor is not None and not vendor.ok:
             health["model_vendor"] = {"ok": False, "error": vendor.reason, "since": vendor.since_s}
             if not self.drain.draining:
                 health["status"] = "model_vendor_refused"
+        if health["status"] == "ok" and down:
+            health["status"] = "workers_down"
         if self.drain.draining:
             stats = self.drain.statistics(now // 1_000_000)
             health["drain"] = {"started_at": stats.started_at_s, "deadline_at": stats.deadline_at_s,
