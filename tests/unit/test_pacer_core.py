@@ -225,8 +225,22 @@ def test_a_short_gated_response_approved_whole_starts_at_once(holding_call):
     c = holding_call
     c.open(1, gated=True)
     c.push(1, 5)
+    c.end(1)
     c.approve(1, 5)
-    assert c.tick(0) == frames(1, 0, 3)  # all of it approved: nothing to wait for
+    assert c.tick(0) == frames(1, 0, 3)  # all of it approved and its end written: nothing to wait for
+
+
+def test_approval_ahead_of_a_short_first_delivery_still_waits_for_three_leads(holding_call):
+    """The speech-rate bound approves a first word's worth before its audio came ("Shall": 10 frames, 8
+    delivered); the next words may be held a while (" I", " book": 240 ms), so starting on that would stall."""
+    c = holding_call
+    c.open(1, gated=True)
+    c.push(1, 8)
+    c.approve(1, 10)
+    assert c.tick(0) == []
+    assert c.tick(100) == []  # the gate decides, not the prefill timeout
+    c.approve(1, 12)
+    assert c.tick(120) == frames(1, 0, 3)  # three leads approved: approval may trail the playback now
 
 
 def test_model_falling_behind_mid_response_rebuffers(holding_call):

@@ -155,6 +155,31 @@ def test_hallucination_is_rejected_before_its_audio_could_be_approved():
     assert "promotion" not in matcher.transcript  # rejected before the hallucinated word arrived
 
 
+def test_a_word_being_written_is_approved_when_it_begins_the_scripts_next_word():
+    """A prompt's first word plays with its own delta: "Thank" begins the script's "Thank"; a partial word
+    that begins no script word the transcript may go on with waits for the next delta, as before."""
+    def approved_after(script: str, parts: list[str]) -> str:
+        matcher = ScriptMatcher(script, "en")
+        for part in parts:
+            verdict = matcher.feed(part)
+            assert not verdict.rejected
+        return matcher.transcript[: verdict.approved_chars]
+
+    script = "Thank you for calling Smile Dental. How can I help you today?"
+    assert approved_after(script, ["Thank"]) == "Thank"
+    assert approved_after(script, ["Tha"]) == "Tha"
+    assert approved_after(script, ["Thank", " you", " for", " call"]) == "Thank you for call"
+    assert approved_after(script, ["Thank", " you", " for", " Sm"]) == "Thank you for Sm"  # "calling" left out: 1 edit
+    assert approved_after(script, ["Thank", " you", " for", " zeb"]) == "Thank you for"  # begins no script word
+    assert approved_after(script, ["Thank", " you", " a"]) == "Thank you"  # an open word waits
+    assert approved_after("Press 3 to repeat.", ["Press", " 3"]) == "Press"  # a number waits for what follows
+    # and whatever the word becomes, it is judged whole once settled
+    matcher = ScriptMatcher("Goodbye now.", "en")
+    assert matcher.feed("Good").approved_chars == len("Good")
+    verdict = matcher.feed("night, and a special promotion for you today")
+    assert verdict.rejected and verdict.approved_chars == len("Good")
+
+
 def test_a_number_is_approved_only_when_complete():
     matcher = ScriptMatcher("It costs twenty-one kronor per month.", "en")
     approved = []

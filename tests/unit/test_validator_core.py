@@ -299,6 +299,82 @@ def test_forbidden_phrase_rejects_and_its_first_words_are_held():
     assert core.handle(m.TranscriptDone(*KEY, "I have scheduled it.", 30))[-1].rejected
 
 
+def test_with_forbidden_phrases_a_word_that_cannot_begin_one_is_approved_with_its_own_delta():
+    """The receptionist's gate: numbers and forbidden phrases. The first word of an answer plays as soon as its
+    delta came (it held one word, ~160 ms, at the start of every answer); a word that may still become one of
+    the phrases ("guar" -> "guarantee", "diagnosis" -> a phrase's own word) waits for the next delta."""
+    def approved_after(deltas: list[str]) -> str:
+        core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
+        open_gate(core, forbidden="guarantee\ndiagnosis\ngot it")
+        text, approved = "", 0
+        for delta in deltas:
+            text += delta
+            verdicts = core.handle(m.TranscriptDelta(*KEY, delta, len(text)))  # none: nothing more approved
+            assert not any(v.rejected for v in verdicts), verdicts
+            approved = verdicts[-1].approved_frames if verdicts else approved
+        return text[:approved]
+
+    assert approved_after(["Sure"]) == "Sure"
+    assert approved_after(["Sure", " I", " can"]) == "Sure I can"
+    assert approved_after(["I", " can", " guar"]) == "I can"  # may become "guarantee"
+    assert approved_after(["I", " can", " diagnosis"]) == "I can"  # may be the phrase itself, or go on
+    assert approved_after(["I", " can", " go"]) == "I can"  # may become "got" of "got it"
+    assert approved_after(["Okay", " got"]) == "Okay"
+    assert approved_after(["I", " won’"]) == "I"  # not a word yet
+    assert approved_after(["It", " costs"]) == "It costs"
+    assert approved_after(["It", " costs", " 2"]) == "It costs"  # a number is held by the numbers rule
+
+
+def test_a_forbidden_word_after_an_approved_word_is_still_rejected():
+    core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
+    open_gate(core, forbidden="guarantee")
+    assert core.handle(m.TranscriptDelta(*KEY, "I", 1))[-1].approved_frames == 1
+    assert core.handle(m.TranscriptDelta(*KEY, " guarantee", 11)) == []  # nothing more approved
+    assert core.handle(m.TranscriptDelta(*KEY, " it", 14))[-1].rejected
+    core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
+    open_gate(core, forbidden="guarantee")
+    core.handle(m.TranscriptDelta(*KEY, "I", 1))
+    core.handle(m.TranscriptDelta(*KEY, " guarantee", 11))
+    assert core.handle(m.TranscriptDone(*KEY, "", 11))[-1].rejected
+
+
+@given(before=st.lists(st.sampled_from(["Sure", "I", "can", "book", "the", "clinic", "happy", "we"]), max_size=5),
+       phrase=st.sampled_from(["guarantee", "got it", "diagnosis"]),
+       cuts=st.lists(st.integers(min_value=1, max_value=60), max_size=12))
+def test_no_char_of_a_forbidden_phrase_is_approved_however_the_deltas_are_cut(before, phrase, cuts):
+    text = " ".join([*before, phrase, "for you."])
+    start = text.index(phrase)
+    points = sorted({min(cut, len(text)) for cut in cuts} | {len(text)})
+    core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
+    open_gate(core, forbidden="guarantee\ngot it\ndiagnosis")
+    previous, rejected = 0, False
+    for point in points:
+        for verdict in core.handle(m.TranscriptDelta(*KEY, text[previous:point], point)):
+            rejected = rejected or verdict.rejected
+            assert verdict.rejected or verdict.approved_frames <= start, (text, point, verdict)
+        previous = point
+    final = core.handle(m.TranscriptDone(*KEY, "", len(text)))
+    assert rejected or final[-1].rejected
+
+
+def test_a_scripted_prompts_first_word_plays_with_its_own_delta_unless_it_may_become_a_number():
+    def approved_after(script: str, deltas: list[str]) -> str:
+        core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
+        open_gate(core, "scripted", script, forbidden="guarantee")
+        text, approved = "", 0
+        for delta in deltas:
+            text += delta
+            verdicts = core.handle(m.TranscriptDelta(*KEY, delta, len(text)))
+            assert not any(v.rejected for v in verdicts), verdicts
+            approved = verdicts[-1].approved_frames if verdicts else approved
+        return text[:approved]
+
+    assert approved_after("Thank you for calling.", ["Thank"]) == "Thank"
+    assert approved_after("Thank you for calling.", ["Thank", " you", " for", " cal"]) == "Thank you for cal"
+    assert approved_after("We have several times.", ["We", " have", " seve"]) == "We have"  # may become "seven"
+    assert approved_after("We guarantee it.", ["We", " guar"]) == "We"  # may become a forbidden word
+
+
 def test_off_approves_everything_at_once():
     core = ValidatorCore(None)
     verdicts = open_gate(core, "off")

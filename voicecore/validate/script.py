@@ -29,7 +29,8 @@ budget is ``max_word_edits`` (default max(1, script words // 10)). Numbers, unit
 never fuzzy and any edit involving one exceeds every budget: a wrong, extra or missing number, or a
 wrong letter in a spelled name, rejects at once (a single letter alone, like "a", is an ordinary word).
 
-Streaming: a word still being written (the delta ended mid-word) is held back, and so are numbers,
+Streaming: a word still being written (the delta ended mid-word) is held back unless it begins the script
+word the transcript may go on with (``ScriptMatcher._begins_next_word``), and so are numbers,
 spelled letters and a few open words ("and", "a", "en", "one", ...) at the end of what arrived, because
 the next word can still change them ("ninety" -> "ninety nine", "one" -> "one of", "V A" -> "V A N").
 ``approved_chars`` is the end of the last held-in transcript token that matches a script token on an
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from voicecore.validate.numbers import Language, extract_numbers
 
@@ -209,7 +210,24 @@ class ScriptMatcher:
         held_in = _settled(self._transcript, tokens)
         self._verdict = self._judge(tokens[:held_in], complete=False)
         self._final = self._verdict.rejected
+        if not self._final and held_in == len(tokens) - 1 and self._begins_next_word(tokens):
+            self._verdict = replace(self._verdict, approved_chars=tokens[-1].end)
         return self._verdict
+
+    def _begins_next_word(self, tokens: list[_Token]) -> bool:
+        """The word being written (the last token; every one before it held in and approved) is an ordinary
+        word that begins a script word the transcript may go on with: an alignment of the words before it
+        within budget reaches that script word. Its audio is then on script whatever it becomes ("Thank"
+        of "Thank you"; should it end as "Thanks", the whole word is judged as usual), so it need not wait
+        for the next delta."""
+        tail = tokens[-1]
+        if tail.critical or tail.spelled or tail.text in _OPEN_WORDS:
+            return False
+        if len(tokens) > 1 and self._verdict.approved_chars < tokens[-2].end:
+            return False
+        row = self._alignment.cost[-1]
+        return any(row[j] <= self.max_word_edits and not e.critical and e.text.startswith(tail.text)
+                   for j, e in enumerate(self._expected))
 
     def finish(self, final_transcript: str | None = None) -> Verdict:
         """The response's transcript is done (``final_transcript`` replaces the deltas when given):

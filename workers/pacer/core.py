@@ -252,15 +252,19 @@ def _prefill_ready(ctrl, out_meta, s, out_tail, out_head, tag, want_frames):
     """PREFILL_READY when want_frames releasable frames of ``tag`` (or its END) are in the ring from out_tail;
     PREFILL_GATED when frames are there but the gate watermark stops them short; else PREFILL_WAIT.
 
-    A watermark within GATED_START_LEADS leads of the start also holds: approval that trails the audio (a
-    validator judging word by word holds a word that may still grow, a single letter, an open word) would
-    otherwise release one lead, stall a tick, release the next word's worth and stall again. Waiting for
-    that much approved lets playback start ahead of approval, not beside it. A tag approved in full, or
-    approved by rolling windows wider than that (the turn-taking controller's), starts at once.
+    A watermark within GATED_START_LEADS leads of the start also holds, whether or not the audio past it has
+    come: approval that trails the audio (a validator judging word by word holds a word that may still grow,
+    a single letter, an open word) would otherwise release one lead, stall a tick, release the next word's
+    worth and stall again, and so would approval that ran ahead of a slow first delivery on the speech-rate
+    bound and then waited for the next words ("Shall" approved 10 frames before its audio came, " I" and
+    " book" held it there for 240 ms). Waiting for that much approved lets playback start ahead of approval,
+    not beside it. A tag approved in full, or approved by rolling windows wider than that (the turn-taking
+    controller's), starts at once.
     """
     n_out = out_meta.shape[1]
     approved = _row_approved(ctrl, s, tag)
     have = 0
+    first = -1
     t = out_tail
     while t < out_head and have < GATED_START_LEADS * want_frames:
         o = t & (n_out - 1)
@@ -271,9 +275,15 @@ def _prefill_ready(ctrl, out_meta, s, out_tail, out_head, tag, want_frames):
             return PREFILL_READY  # END: a short response plays whole
         if index >= approved:
             return PREFILL_GATED  # the audio is here; the validator has not approved it yet
+        if first < 0:
+            first = index
         have += 1
         t += 1
-    return PREFILL_READY if have >= want_frames else PREFILL_WAIT
+    if have < want_frames:
+        return PREFILL_WAIT
+    if have < GATED_START_LEADS * want_frames and approved - first < GATED_START_LEADS * want_frames:
+        return PREFILL_GATED  # the audio came short of the leads, and so did the approval: wait for the gate
+    return PREFILL_READY
 
 
 @kernel(inline="always")

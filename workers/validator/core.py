@@ -35,9 +35,10 @@ the tail.
 
 Under "numbers" the word a delta ends inside still counts as settled when no later text can make it part
 of a number: it has no digit and is neither a number word, unit, month nor an open word, nor a prefix of
-one ("Basic" may become "Basically", never a number; "se" may become "seven"). That approves the first
-word of an answer with its own delta instead of one word later. Script and forbidden-phrase checks keep
-to settled words.
+one ("Basic" may become "Basically", never a number; "se" may become "seven"), and, with forbidden phrases,
+no word of a phrase begins with it ("guar" may become "guarantee"). That approves the first word of an
+answer with its own delta instead of one word later (a one-word hold, ~160 ms at the start of every gated
+answer). Script checks keep to settled words.
 
 The mapping (transcript chars -> audio frames): with T transcript chars and A audio frames of the tag
 written so far (the latest delta's ``audio_frames``) and the approved prefix at c chars,
@@ -180,6 +181,18 @@ def _numbers_limit(text: str) -> int:
     limit = _settled_limit(text)
     tail = text[limit:].strip()
     return len(text) if tail and _inert(tail) else limit
+
+
+def _forbidden_limit(text: str, forbidden_words: list[tuple[str, ...]]) -> int:
+    """Like ``_settled_limit``, but the word being written counts as settled when no word of a forbidden phrase
+    begins with it ("Sure" can become "Surely", never "guarantee"): whatever follows, it is a word of its own
+    that the phrases' check has read."""
+    limit = _settled_limit(text)
+    tail = text[limit:].strip()
+    word = re.sub(r"['’]", "", tail.rstrip(".,!?;:").casefold())
+    if not word.isalpha() or any(w.startswith(word) for phrase in forbidden_words for w in phrase):
+        return limit
+    return len(text)
 
 
 def _settled_limit(text: str) -> int:
@@ -379,8 +392,12 @@ class ValidatorCore:
         text = gate.transcript
         if final:
             approved = len(text)
-        elif gate.policy == "numbers" and gate.forbidden is None:
-            approved = len(text)  # _numbers bounds it (inert partial words count as settled)
+        elif gate.policy == "numbers":
+            approved = len(text)  # _numbers bounds it (inert partial words count as settled), the phrases below too
+        elif gate.policy == "scripted":
+            # The script's matcher bounds it (a word being written only when it begins the script's next word),
+            # and a word that may still become part of a number waits, as under "numbers".
+            approved = _numbers_limit(text)
         else:
             approved = self._settled_end(text)
         if gate.policy in ("numbers", "strict"):
@@ -396,12 +413,12 @@ class ValidatorCore:
                 return self._reject(gate, verdict.reason, "rejected_script")
             approved = min(approved, len(text) if final else verdict.approved_chars)
         if gate.forbidden is not None:
-            checked = text if final else text[: self._settled_end(text)]
-            found = gate.forbidden.find(checked)
+            limit = len(text) if final else _forbidden_limit(text, gate.forbidden_words)
+            found = gate.forbidden.find(text[: self._words_end(text, limit)])
             if found:
                 return self._reject(gate, "a forbidden phrase was said", "rejected_forbidden")
             if not final:
-                approved = min(approved, self._forbidden_hold(gate, text))
+                approved = min(approved, self._forbidden_hold(gate, text, limit))
         if final:
             return self._approve_all(gate)
         gate.approved_chars = max(gate.approved_chars, approved)
@@ -416,7 +433,11 @@ class ValidatorCore:
     @staticmethod
     def _settled_end(text: str) -> int:
         """End of the last settled word: a word the delta may still be inside is not approved yet."""
-        limit = _settled_limit(text)
+        return ValidatorCore._words_end(text, _settled_limit(text))
+
+    @staticmethod
+    def _words_end(text: str, limit: int) -> int:
+        """End of the last word that ends at or before ``limit``."""
         settled = [w for w in _words(text) if w[1] <= limit]
         return settled[-1][1] if settled else 0
 
@@ -460,7 +481,7 @@ class ValidatorCore:
         if final:
             return len(text), ""
         inside = [m.span for m in mentions]
-        limit = _numbers_limit(text) if gate.policy == "numbers" and gate.forbidden is None else _settled_limit(text)
+        limit = _numbers_limit(text) if gate.policy == "numbers" else _settled_limit(text)
         approved = 0
         for start, end, word in words:
             if end > cut or end > limit:
@@ -555,9 +576,8 @@ class ValidatorCore:
                 gate.citations[key] = citation
 
     @staticmethod
-    def _forbidden_hold(gate: _Gate, text: str) -> int:
-        """Hold the settled tail words that begin a forbidden phrase ("got" before "got it")."""
-        limit = _settled_limit(text)
+    def _forbidden_hold(gate: _Gate, text: str, limit: int) -> int:
+        """Hold the tail words (those ending by ``limit``) that begin a forbidden phrase ("got" before "got it")."""
         words = [w for w in _words(text) if w[1] <= limit]
         held = len(words)
         for phrase in gate.forbidden_words:
@@ -565,9 +585,9 @@ class ValidatorCore:
                 if tuple(w for _, _, w in words[-size:]) == phrase[:size]:
                     held = min(held, len(words) - size)
                     break
-        if held == len(words):
+        if held == len(words) and limit == len(text):
             return len(text)
-        return words[held - 1][1] if held else 0  # the end of the last word before the held ones
+        return words[held - 1][1] if held else 0  # the end of the last word before the held ones (or the tail)
 
     # -- verdicts ----------------------------------------------------------------------------------
 
