@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,48 @@ def test_a_bad_scenario_is_refused_with_what_is_wrong(data, expected):
 def test_a_missing_scenario_says_the_demo_needs_one(tmp_path):
     with pytest.raises(ScenarioError, match="no demo scenario"):
         load_scenario(tmp_path)
+
+
+# --- the demo's check of talk-over after a tool call (voicecore/agent/demo_report.py) ---------------------
+
+
+def _response(response_id: str, created_ms: int, tone: int, frames: int = 10, function_call=None):
+    audio = [bytes([tone + i]) * 160 for i in range(frames)]  # each frame its own content: the owners map by it
+    return SimpleNamespace(response_id=response_id, created_ms=created_ms, function_call=function_call,
+                           frames=lambda: list(audio))
+
+
+def _played(response, first_arrival_ms: float, first_play_ms: float) -> list:
+    return [SimpleNamespace(payload=frame, arrival_ms=first_arrival_ms + 20 * i, played_at_ms=first_play_ms + 20 * i,
+                            played_ms=20) for i, frame in enumerate(response.frames())]
+
+
+def _talkover(responses, played, speech, outputs_ms) -> list[float]:
+    from voicecore.agent.demo_report import talkover_after_tools_ms
+
+    record = SimpleNamespace(responses=responses, speech=[SimpleNamespace(started_at_ms=a, stopped_at_ms=b)
+                                                          for a, b in speech],
+                             function_call_outputs=[SimpleNamespace(at_ms=at) for at in outputs_ms])
+    result = SimpleNamespace(core=SimpleNamespace(played=played))
+    return talkover_after_tools_ms(result, [SimpleNamespace(record=record)])
+
+
+def test_an_answer_to_a_tool_sent_while_the_caller_speaks_counts_its_overlap():
+    tool_call = _response("r-call", 900, 10, frames=0, function_call="book")
+    answer = _response("r-answer", 1000, 40)
+    # the caller started at 1050; the answer's first frame reached the carrier at 1100 and played from 1120
+    assert _talkover([tool_call, answer], _played(answer, 1100, 1120), [(1050, 1220)], [990]) == [100.0]
+
+
+def test_a_caller_who_starts_once_the_answer_is_on_its_way_barges_in_on_it():
+    answer = _response("r-answer", 1000, 40)
+    # sent at 1100, played from 1120: the caller's speech began at 1105, after the frames were sent
+    assert _talkover([answer], _played(answer, 1100, 1120), [(1105, 1220)], [990]) == [0.0]
+
+
+def test_only_the_first_answer_after_a_tools_result_is_an_answer_to_it():
+    answer = _response("r-answer", 1000, 40)
+    prompt = _response("r-still-there", 9000, 80)  # "Are you still there?" long after the tool's answer
+    played = _played(answer, 1100, 1120) + _played(prompt, 9200, 9220)
+    assert _talkover([answer, prompt], played, [(9150, 9500)], [990]) == [0.0]  # the answer had no overlap
+

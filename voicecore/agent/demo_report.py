@@ -49,9 +49,13 @@ def python_confirmed(agent: AgentSpec) -> set[str]:
 
 
 def talkover_after_tools_ms(result, sessions: Sequence) -> list[float]:
-    """Per response the model made after a function_call_output: how long its audio played while the caller
-    was speaking, counted from a speech start that came before the response's first frame played (a caller
-    who starts speaking over the answer is a barge-in, not the agent talking over them)."""
+    """Per answer to a function's result (the first response that is not itself a function call created after
+    each function_call_output): how long its audio played while the caller was speaking, counted from a speech
+    start (the model's VAD) that came before the answer's first frame reached the carrier. A caller who starts
+    speaking once the answer is on its way barges in on it (its hold and barge-in figures are elsewhere): the
+    frames were sent before anything could know, and at a simultaneous start, one of the two yields. Nor is a
+    later response of the call (a silence prompt, the next turn's answer) the agent answering a tool over the
+    caller."""
     core = result.core
     if core is None:
         return []
@@ -60,8 +64,13 @@ def talkover_after_tools_ms(result, sessions: Sequence) -> list[float]:
     speech = [(s.started_at_ms, s.stopped_at_ms if s.stopped_at_ms is not None else float("inf"))
               for record in records for s in record.speech]
     outputs = sorted(o.at_ms for record in records for o in record.function_call_outputs)
-    post_tool = {r.response_id for record in records for r in record.responses
-                 if r.function_call is None and any(at <= r.created_ms for at in outputs)}
+    answers = sorted((r.created_ms, r.response_id) for record in records for r in record.responses
+                     if r.function_call is None)
+    post_tool = set()
+    for at in outputs:
+        following = [rid for created, rid in answers if created >= at]
+        if following:
+            post_tool.add(following[0])
     played: dict[str, list] = collections.defaultdict(list)
     for frame in core.played:
         owner = owner_of(owners, frame.payload)
@@ -69,10 +78,10 @@ def talkover_after_tools_ms(result, sessions: Sequence) -> list[float]:
             played[owner[0].response_id].append(frame)
     samples: list[float] = []
     for frames in played.values():
-        first = frames[0].played_at_ms
+        sent = min(frame.arrival_ms for frame in frames)
         over = 0.0
         for start, stop in speech:
-            if start > first:
+            if start > sent:
                 continue
             for frame in frames:
                 begin, end = frame.played_at_ms, frame.played_at_ms + frame.played_ms
