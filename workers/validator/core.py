@@ -38,7 +38,8 @@ of a number: it has no digit and is neither a number word, unit, month nor an op
 one ("Basic" may become "Basically", never a number; "se" may become "seven"), and, with forbidden phrases,
 no word of a phrase begins with it ("guar" may become "guarantee"). That approves the first word of an
 answer with its own delta instead of one word later (a one-word hold, ~160 ms at the start of every gated
-answer). Script checks keep to settled words.
+answer). Under "scripted" a word being written counts when the script's matcher finds it begins the script's
+next word (voicecore/validate/script.py) and it cannot become part of a number; "strict" keeps to settled words.
 
 The mapping (transcript chars -> audio frames): with T transcript chars and A audio frames of the tag
 written so far (the latest delta's ``audio_frames``) and the approved prefix at c chars,
