@@ -46,6 +46,20 @@ def stream(core: ValidatorCore, deltas: list[str], frames_per_char: int = 3, don
     return steps
 
 
+def approved_through(deltas: list[str], policy: str, script: str = "", forbidden: str = "") -> str:
+    """The transcript prefix approved once ``deltas`` arrived one by one (one audio frame per char, no margin
+    or speech-rate bound); a delta that approves nothing more gets no verdict."""
+    core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
+    open_gate(core, policy, script, forbidden=forbidden)
+    text, approved = "", 0
+    for delta in deltas:
+        text += delta
+        verdicts = core.handle(m.TranscriptDelta(*KEY, delta, len(text)))
+        assert not any(v.rejected for v in verdicts), verdicts
+        approved = verdicts[-1].approved_frames if verdicts else approved
+    return text[:approved]
+
+
 def all_verdicts(steps) -> list[m.Verdict]:
     return [v for _, _, verdicts in steps for v in verdicts]
 
@@ -304,15 +318,7 @@ def test_with_forbidden_phrases_a_word_that_cannot_begin_one_is_approved_with_it
     delta came (it held one word, ~160 ms, at the start of every answer); a word that may still become one of
     the phrases ("guar" -> "guarantee", "diagnosis" -> a phrase's own word) waits for the next delta."""
     def approved_after(deltas: list[str]) -> str:
-        core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
-        open_gate(core, forbidden="guarantee\ndiagnosis\ngot it")
-        text, approved = "", 0
-        for delta in deltas:
-            text += delta
-            verdicts = core.handle(m.TranscriptDelta(*KEY, delta, len(text)))  # none: nothing more approved
-            assert not any(v.rejected for v in verdicts), verdicts
-            approved = verdicts[-1].approved_frames if verdicts else approved
-        return text[:approved]
+        return approved_through(deltas, "numbers", forbidden="guarantee\ndiagnosis\ngot it")
 
     assert approved_after(["Sure"]) == "Sure"
     assert approved_after(["Sure", " I", " can"]) == "Sure I can"
@@ -359,15 +365,7 @@ def test_no_char_of_a_forbidden_phrase_is_approved_however_the_deltas_are_cut(be
 
 def test_a_scripted_prompts_first_word_plays_with_its_own_delta_unless_it_may_become_a_number():
     def approved_after(script: str, deltas: list[str]) -> str:
-        core = ValidatorCore(KB, margin_frames=0, max_chars_per_s=0)
-        open_gate(core, "scripted", script, forbidden="guarantee")
-        text, approved = "", 0
-        for delta in deltas:
-            text += delta
-            verdicts = core.handle(m.TranscriptDelta(*KEY, delta, len(text)))
-            assert not any(v.rejected for v in verdicts), verdicts
-            approved = verdicts[-1].approved_frames if verdicts else approved
-        return text[:approved]
+        return approved_through(deltas, "scripted", script, forbidden="guarantee")
 
     assert approved_after("Thank you for calling.", ["Thank"]) == "Thank"
     assert approved_after("Thank you for calling.", ["Thank", " you", " for", " cal"]) == "Thank you for cal"
