@@ -268,9 +268,14 @@ class ConsoleCampaigns:
             shown = "stopping"
         elif state == RUNNING and run is None:
             shown = RUNNING if runner != self.node else "interrupted"
+        done = progress(store, int(campaign_id))
+        if done["finished"] and state:
+            # every callee is done: the run's own 'finished' reaches the store moments later, and a reader who saw
+            # finished true must not see the campaign still running (nor stopping) in the same answer
+            shown = FINISHED
         return {"id": int(campaign_id), "name": name, "created_at": created_at, "state": shown, "runner": runner,
                 "carrier": json.loads(options or "{}").get("carrier", ""), "settings": json.loads(settings),
-                "error": self.errors.get(int(campaign_id), ""), **progress(store, int(campaign_id))}
+                "error": self.errors.get(int(campaign_id), ""), **done}
 
     def listing(self, store: CallStore) -> list[dict[str, Any]]:
         campaigns = CampaignStore(store)
