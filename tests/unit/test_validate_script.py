@@ -204,6 +204,22 @@ def test_one_hundred_and_twenty_is_not_judged_at_one_hundred():
     assert matcher.finish().complete
 
 
+
+def test_a_day_is_not_judged_at_its_of_before_the_month_that_makes_it_a_date():
+    """Word by word (Gemini's transcription pieces), "the 26th of" must wait for "November": judged there, the
+    day alone differs from the script's date and a correct confirmation prompt was refused."""
+    script = "Shall I book a cleaning on Thursday the 26th of November at ten a.m.?"
+    matcher = ScriptMatcher(script, "en")
+    for word in script.split():
+        verdict = matcher.feed(word + " ")
+        assert not verdict.rejected, word
+        if word == "of":
+            assert matcher.transcript[:verdict.approved_chars].endswith("Thursday the")  # "26th of" held
+    assert matcher.finish().complete
+    ordinary = ScriptMatcher("Two of them are free.", "en")
+    assert not ordinary.feed("Two of them ").rejected  # "of" after a number that makes no date: judged as said
+    assert ordinary.finish("Two of them are free.").complete
+
 def test_spelled_letters_are_held_until_the_run_ends():
     matcher = ScriptMatcher("Spelled V A N, thanks.", "en")
     assert not matcher.feed("Spelled V A").rejected

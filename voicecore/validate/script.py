@@ -55,6 +55,8 @@ _FILLERS = frozenset({"um", "uh", "uhm", "erm", "eh", "ehm", "öh", "äh", "hmm"
 # words later text can still turn into (part of) a number: "and" -> "one hundred and twenty",
 # "a" -> "a hundred", "en" -> "en krona", "one" -> "one of" (a pronoun)
 _OPEN_WORDS = frozenset({"and", "point", "komma", "a", "en", "ett", "one"})
+# words that, after a number, may join it to the next into a date: "the 26th of" -> "the 26th of November"
+_DATE_LINKS = frozenset({"of"})
 _OVER_BUDGET = 1_000_000  # cost of an edit that involves a number: more than any budget
 
 
@@ -221,7 +223,7 @@ class ScriptMatcher:
         of "Thank you"; should it end as "Thanks", the whole word is judged as usual), so it need not wait
         for the next delta."""
         tail = tokens[-1]
-        if tail.critical or tail.spelled or tail.text in _OPEN_WORDS:
+        if tail.critical or tail.spelled or _is_open(tokens, len(tokens) - 1):
             return False
         if len(tokens) > 1 and self._verdict.approved_chars < tokens[-2].end:
             return False
@@ -280,10 +282,16 @@ def _settled(text: str, tokens: list[_Token]) -> int:
     next word may still extend or reinterpret ("ninety" -> "ninety nine", "V A" -> "V A N")."""
     settled = len(tokens) - (1 if text and text[-1].isalnum() else 0)
     while settled > 0 and (
-        tokens[settled - 1].critical or tokens[settled - 1].spelled or tokens[settled - 1].text in _OPEN_WORDS
+        tokens[settled - 1].critical or tokens[settled - 1].spelled or _is_open(tokens, settled - 1)
     ):
         settled -= 1
     return max(settled, 0)
+
+
+def _is_open(tokens: list[_Token], index: int) -> bool:
+    """Token ``index`` is a word the next may still turn into part of a number or a date."""
+    word = tokens[index].text
+    return word in _OPEN_WORDS or (word in _DATE_LINKS and index > 0 and tokens[index - 1].critical)
 
 
 class _Alignment:
