@@ -168,6 +168,9 @@ def playout_figures(core, records: Sequence, grace_ms: float = STARVED_GRACE_MS)
 
     def starved(response, index: int, at_ms: float) -> bool:
         sent = frame_sent_ms(response, index)
+        cut_ms = getattr(response, "cancel_ms", None)
+        if sent is not None and cut_ms is not None and sent >= cut_ms:
+            return True  # sent once the model had cut the response (Gemini's late audio): never to be played
         return sent is None or sent > at_ms - grace_ms
 
     frame_ms = float(timing.FRAME_MS)

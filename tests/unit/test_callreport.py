@@ -303,6 +303,28 @@ def test_silence_before_a_frame_a_clear_threw_away_is_a_gap():
     assert len(figures.frames) == 2  # only what the caller heard is timed
 
 
+
+
+def test_late_audio_sent_once_the_model_cut_the_response_was_never_available_to_play():
+    """A Gemini turn a text turn interrupted: two frames played; its late audio, sent with the interruption,
+    must never play (the runtime drops it): the silence after is the model's wait for its next turn, not
+    an underrun with audio available. Audio sent before the cut and held is still available (the gate's)."""
+    core = _core()
+    answer = _answer("a", 6, 1, sent_ms=[0, 0, 30, 30, 30, 30])  # frames 2-5: the late chunks, sent at the cut
+    _deliver(core, answer, [0, 0])  # frames 0, 1 play at 0, 20
+    core.tick_play(500)
+    answer.cancel_ms = 30
+    gaps = playout_figures(core, [_record([], [answer])]).gaps
+    assert [(at, starved) for at, starved, _r in gaps] == [(40, True), (60, True), (80, True), (100, True)]
+    held = _answer("a", 6, 1)  # every frame sent at 0, before the cut: audio that was there to play
+    core = _core()
+    _deliver(core, held, [0, 0])
+    core.tick_play(500)
+    uncut = [(at, starved) for at, starved, _r in playout_figures(core, [_record([], [held])]).gaps]
+    held.cancel_ms = 30
+    assert [(at, starved) for at, starved, _r in playout_figures(core, [_record([], [held])]).gaps] == uncut
+    assert [starved for _at, starved in uncut].count(False) >= 1
+
 def test_stale_frames_by_content_without_marks():
     core = _core()
     first, second = _answer("a", 6, 1), _answer("b", 3, 20)
