@@ -216,13 +216,21 @@ def test_a_function_with_a_tool_is_run_with_run_tool_and_answered_on_its_result(
     driver = new_driver(tools=tools)
 
     class Flow:
+        def start(self):
+            from voicecore.call.flow import Wait
+            return Wait()
+
+        def answer(self):
+            from voicecore.call.flow import Answer
+            return Answer("numbers")
+
         def on_tool_call(self, name, arguments):
             from voicecore.call.flow import ToolPlan
             return ToolPlan(name, arguments, writes=False)
 
         def on_tool_result(self, name, arguments, ok, output):
             from voicecore.call.flow import ToolOutcome
-            return ToolOutcome(output)
+            return ToolOutcome(output, facts=output)
 
     driver.flow = Flow()
     h = Harness(driver, GeminiSimConfig(tool_rules=(ToolRule("price", {"item": "tea"}, on_turn=2),)))
@@ -237,6 +245,9 @@ def test_a_function_with_a_tool_is_run_with_run_tool_and_answered_on_its_result(
     h.apply(driver.on_tool_result(runs[0].call_id, True, '{"price": 10}', h.now_ms * MS))
     assert h.sim.record.tool_responses == [(runs[0].call_id, "price", {"price": 10})]
     assert h.sim.record.turns_started == turns_before + 1  # the model answers with the result
+    h.run(ANSWER_MS)
+    answer = h.of(core.OpenGate)[-1]  # grounded in the result: its numbers may be said
+    assert (answer.policy, answer.facts) == ("numbers", '{"price": 10}')
 
 
 def test_a_cancelled_tool_call_is_not_answered():
@@ -453,7 +464,7 @@ def test_a_gemini_record_is_read_as_the_driver_kept_the_turns():
                      "InputTranscriptionCompleted", "ResponseCreated"]
     assert [e.response_id for e in seen.events if isinstance(e, rt.ResponseCreated)] == \
         [r for r in recorder.driver.core.responses]
-    assert seen.events[1].transcript == "Hello there, how can I help?"
+    assert seen.events[1].transcript == "Hello, thanks for calling."  # the greeting, said as written
     assert seen.events[4].transcript == "(caller turn 2)"
 
 

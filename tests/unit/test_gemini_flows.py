@@ -181,11 +181,12 @@ def test_a_rule_on_spoken_words_ignores_the_clients_text_turns():
     assert connection.record.tool_calls == [] and connection.record.turns_started == 1
 
 
-def test_the_receptionists_scenario_gives_the_simulator_its_function_calls_and_its_callers_phrases():
+def test_the_receptionists_scenario_gives_the_simulator_its_function_calls_answers_and_callers_phrases():
     from voicecore.agent.scenario import load_scenario
     from voicecore.sim.gemini_records import scenario_behaviour
 
-    rules, known = scenario_behaviour(load_scenario(ROOT / "examples" / "receptionist"))
+    rules, answers, known = scenario_behaviour(load_scenario(ROOT / "examples" / "receptionist"))
+    assert ("opening hours", "We are open Monday to Friday from 8 to 17, and on Saturday from 9 to 13.") in answers
     assert {(r.name, r.on_words) for r in rules} == {("book_appointment", "book a cleaning"),
                                                      ("transfer_to_person", "talk to a person"), ("end_call", "bye")}
     assert next(r for r in rules if r.name == "book_appointment").args == BOOKING
@@ -280,3 +281,102 @@ def test_the_declined_line_plays_though_it_cut_the_models_own_answer_to_the_no()
     assert [w for w in h.of(core.WriteFrames) if w.tag == last]
     assert last not in [c.tag for c in h.of(core.CancelTag)]
     assert h.driver.exchange.late_chunks == 0
+
+
+def test_each_model_turn_is_gated_as_the_controller_gates_it_lines_by_their_script_answers_by_the_node():
+    """The agent's [gate] on Gemini: prompts = "scripted", answers = "numbers" with its forbidden phrases;
+    the answer after a tool's result may take numbers from it."""
+    h = receptionist_call()
+    forbidden = "guarantee\ndiagnosis"
+    greeting, = h.of(core.OpenGate)
+    assert (greeting.policy, greeting.script) == ("scripted", h.driver.greeting) and greeting.forbidden == forbidden
+    say(h, "caller_hours")
+    answer = h.of(core.OpenGate)[-1]
+    assert (answer.policy, answer.script, answer.forbidden, answer.facts) == ("numbers", "", forbidden, "")
+    ask_to_book(h)
+    prompt = h.of(core.OpenGate)[-1]
+    assert prompt.policy == "scripted" and prompt.script.startswith("Shall I book a cleaning on")
+    say(h, "caller_yes")
+    run, = h.of(RunTool)
+    opened = len(h.of(core.OpenGate))
+    h.apply(h.driver.on_tool_result(run.call_id, True, '{"booked": true, "reference": "B-1042"}', h.now_ms * MS))
+    h.run(ANSWER_MS * 2)
+    after, = h.of(core.OpenGate)[opened:]
+    assert (after.policy, after.script) == ("scripted", "Is there anything else I can help you with?")
+    # every turn that played had its gate: none was written ungated
+    assert not [a for a in h.of(core.OpenTag) if not a.gated]
+
+
+
+def test_the_models_own_answer_that_a_line_cuts_is_judged_as_an_answer_and_the_line_by_its_script():
+    """The declined line is asked in the server message that begins the model's own answer to the "no": that
+    answer was generated before the server had the ask, so it is not judged against the line's script (which
+    would refuse it), and the line's own turn is."""
+    h = receptionist_call()
+    ask_to_book(h)
+    say(h, "caller_no")
+    h.run(ANSWER_MS * 2)
+    own_answer, line = h.of(core.OpenGate)[-2:]
+    assert (own_answer.policy, own_answer.script) == ("numbers", "")
+    assert (line.policy, line.script) == ("scripted", "All right, I haven't booked anything.")
+    assert line.tag == max(a.tag for a in h.of(core.OpenTag))
+
+
+def test_a_confirmation_that_times_out_replays_from_its_record():
+    """The tick that finds the prompt played gives no action but starts the timeout: the recorder keeps it
+    (the driver says that tick changed it), so the replay times out at the same moment."""
+    from voicecore.call.record import CallRecorder, loads
+    from voicecore.replay import replay
+
+    agent = load_agent(ROOT / "examples" / "receptionist")
+    recorder = CallRecorder(driver_for_agent(agent, "CArecord", model="gemini-2.5-flash"))
+    config = GeminiSimConfig(caller_phrases=PHRASES,
+                             tool_rules=(ToolRule("book_appointment", BOOKING, on_text="book a cleaning"),))
+    h = Harness(recorder.driver, config)
+    h.driver = recorder  # every input through the recorder, as the model worker does it
+    h.apply(recorder.start(0))
+    h.run(ANSWER_MS * 2)
+    ask_to_book(h)
+    h.run(2_000, caller_frames(2_000, loud=False))
+    h.playout = core.Playout(99, 0, h.now_ms * MS, 99, 0, 0)  # everything written has played
+    h.run(9_000, caller_frames(9_000, loud=False))
+    assert recorder.driver.counts.actions_timed_out == 1
+    header, entries = loads(recorder.dumps())
+    assert replay(header, entries).divergence is None
+
+
+def test_the_simulator_answers_a_callers_words_with_the_scenarios_answer_and_other_turns_with_its_own():
+    agent = load_agent(ROOT / "examples" / "receptionist")
+    hours = "We are open Monday to Friday from 8 to 17, and on Saturday from 9 to 13."
+    h = Harness(driver_for_agent(agent, "CAanswers", model="gemini-2.5-flash"),
+                GeminiSimConfig(caller_phrases=PHRASES, answer_rules=(("opening hours", hours),)))
+    h.apply(h.driver.start(0))
+    h.run(ANSWER_MS * 2)
+    say(h, "caller_hours")
+    h.run(ANSWER_MS * 2)
+    assert h.sim.record.turns[-1].text == hours
+    say(h, "caller_person")  # no rule for these words (nor a function call: no tool rules here)
+    h.run(ANSWER_MS * 2)
+    assert h.sim.record.turns[-1].text != hours
+
+
+def test_late_audio_of_the_answer_a_line_cut_never_plays_as_the_lines_start():
+    """The vendor may still send audio of the turn a text turn interrupted, after `interrupted` and before that
+    turn's `turnComplete` ("interrupted > turn_complete"): it is the cut turn's, dropped; the line's tag holds
+    the line's audio alone."""
+    agent = load_agent(ROOT / "examples" / "receptionist")
+    config = GeminiSimConfig(caller_phrases=PHRASES, late_chunks_after_interrupt=2,
+                             tool_rules=(ToolRule("book_appointment", BOOKING, on_text="book a cleaning"),))
+    h = Harness(driver_for_agent(agent, "CAlate", model="gemini-2.5-flash"), config)
+    h.apply(h.driver.start(0))
+    h.run(ANSWER_MS * 2)
+    ask_to_book(h)
+    say(h, "caller_no")
+    h.run(ANSWER_MS * 2)
+    cut, line = h.sim.record.turns[-2:]
+    assert cut.interrupted_ms is not None and cut.late_chunks == 2 and line.completed_ms is not None
+    assert h.driver.exchange.late_chunks == 2
+    last = max(a.tag for a in h.of(core.OpenTag))
+    end, = [e for e in h.of(core.EndTag) if e.tag == last]
+    line_frames = -(-len(line.pcm24) // 2 // 3 // 160)  # 24 kHz PCM16 -> 8 kHz, 20 ms frames
+    assert abs(end.total_frames - line_frames) <= 1, (end.total_frames, line_frames)

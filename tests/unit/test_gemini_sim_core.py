@@ -134,7 +134,7 @@ def test_audio_is_paced_by_the_speed_factor() -> None:
     assert conn.next_wakeup_ms() == 1120
 
 
-def test_barge_in_cuts_the_turn_and_late_chunks_follow_interrupted() -> None:
+def test_barge_in_cuts_the_turn_late_chunks_follow_interrupted_and_turn_complete_ends_it() -> None:
     conn = connect(GeminiSimConfig(late_chunks_after_interrupt=2), automatic_activity_detection=False)
     events(conn)
     conn.receive(gp.activity_start(), 0)
@@ -143,10 +143,12 @@ def test_barge_in_cuts_the_turn_and_late_chunks_follow_interrupted() -> None:
     events(conn)
     conn.receive(gp.activity_start(), 60)
     out = events(conn)
-    assert isinstance(out[0], gp.Interrupted)  # late audio (and its words) come after it
+    assert isinstance(out[0], gp.Interrupted)  # late audio (and its words) come after it ...
     assert sum(isinstance(e, gp.ModelAudio) for e in out[1:]) == 2
+    assert isinstance(out[-1], gp.TurnComplete)  # ... then the cut turn's turnComplete: "interrupted > turn_complete"
+    assert not any(isinstance(e, gp.GenerationComplete) for e in out)
     conn.advance(10_000)
-    assert events(conn) == []  # the cut turn is over: no turnComplete, no more audio
+    assert events(conn) == []  # the cut turn is over: no more audio
     assert conn.record.interrupts == 1 and conn.record.late_chunks_sent == 2
 
 
@@ -339,3 +341,55 @@ def test_a_heard_note_that_comes_after_the_next_answer_marks_the_answer_it_names
     assert 'your answer that began "One two three four"' in note
     conn.receive(gp.client_content([("user", note)], turn_complete=False), 2600)
     assert first.client_cut_ms == 2600 and second.client_cut_ms is None and third.client_cut_ms is None
+
+
+def test_a_heard_note_naming_an_answer_said_twice_marks_the_one_it_cut_by_how_much_was_heard() -> None:
+    """The same line said twice (the safe line after two rejected answers) with an utterance begun over each: the
+    note's opening words name both, and the simulator marks the one whose utterance began about as far into its
+    audio as the note says the caller heard, not the newest (whose frames would then count as played after a cut)."""
+    from voicecore.gemini.driver import _heard_note
+
+    conn = connect(GeminiSimConfig(first_chunk_ms=0), automatic_activity_detection=False, interrupt_on_activity=False)
+    events(conn)
+    conn.receive(gp.activity_start(), 0)
+    conn.receive(gp.activity_end(), 100)  # answered with "One two three four" from 100
+    conn.advance(200)
+    conn.receive(gp.activity_start(), 400)  # the caller's words cut it 300 ms in ...
+    conn.receive(gp.activity_end(), 1200)  # ... and are answered with "Second answer"
+    conn.advance(1500)
+    conn.receive(gp.activity_start(), 1500)
+    conn.receive(gp.activity_end(), 1700)  # answered with "One two three four" again, from 1700
+    conn.advance(1800)
+    conn.receive(gp.activity_start(), 3200)  # a backchannel 1.5 s into it, which goes on
+    conn.receive(gp.activity_end(), 3300)
+    conn.advance(3400)
+    first, third = conn.record.turns[0], conn.record.turns[2]
+    assert first.text == third.text == "One two three four"
+    note = json.loads(_heard_note(300, 1000, "One two three four"))["clientContent"]["turns"][0]["parts"][0]["text"]
+    conn.receive(gp.client_content([("user", note)], turn_complete=False), 4000)
+    assert first.client_cut_ms == 4000 and third.client_cut_ms is None
+
+
+def test_a_line_asked_as_written_is_said_as_written_in_the_audio_nearest_its_length() -> None:
+    """As a real model told 'Say exactly: "..."' says the line (in a text turn, or a function response's
+    instruction): its transcript is the line, its audio the answer whose length fits the line."""
+    conn = connect(GeminiSimConfig(speed_factor=4.0, tool_rules=(ToolRule("book", on_text="BOOK"),)))
+    events(conn)
+
+    conn.receive(gp.client_content([("user", 'Say exactly: "Hi."')]), 0)
+    conn.advance(10_000)
+    out = events(conn)
+    assert "".join(e.text for e in out if isinstance(e, gp.OutputTranscription)).split() == ["Hi."]
+    short = b"".join(e.audio for e in out if isinstance(e, gp.ModelAudio))
+    assert len(short) == len(ANSWERS[1].pcm24)  # the shorter answer's audio: "Hi." takes a fifth of a second
+    conn.receive(gp.client_content([("user", "I want to book")]), 10_000)
+    (call,) = [e for e in events(conn) if isinstance(e, gp.ToolCall)]
+    instruction = 'Nothing is done yet. Ask the caller, then wait for their answer. Say exactly: "Shall I book it?"'
+    conn.receive(gp.tool_response([(call.calls[0].call_id, "book", {"instruction": instruction})]), 10_010)
+    conn.advance(20_000)
+    words = "".join(e.text for e in events(conn) if isinstance(e, gp.OutputTranscription)).split()
+    assert words == ["Shall", "I", "book", "it?"]
+    conn.receive(gp.client_content([("user", "What are your hours?")]), 20_000)
+    conn.advance(30_000)
+    words = "".join(e.text for e in events(conn) if isinstance(e, gp.OutputTranscription)).split()
+    assert words in (ANSWERS[0].text.split(), ANSWERS[1].text.split())  # anything else: its answers in turn

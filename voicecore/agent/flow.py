@@ -96,7 +96,8 @@ class AgentFlow:
         policy = policy or self._override(prompt_id) or self.spec.gate_prompts
         return Say(prompt_id, text, terminal, transfer_to, policy, self._forbidden(prompt_id))
 
-    def _answer(self) -> Answer:
+    def answer(self) -> Answer:
+        """The model answering in the current node: how its answer is judged (not a turn of the caller's)."""
         policy = self._override("answer") or self.node.gate_policy or self.spec.gate_answers
         return Answer(policy, self._forbidden())
 
@@ -150,10 +151,10 @@ class AgentFlow:
         self.turns += 1
         if self.spec.max_turns and self.turns > self.spec.max_turns:
             return self.line("goodbye")
-        return self._answer()
+        return self.answer()
 
     def after_tool(self, text: str) -> Step:
-        return self.on_user_turn(text) if text.strip() else self._answer()
+        return self.on_user_turn(text) if text.strip() else self.answer()
 
     def on_dtmf(self, digit: str) -> Step:
         if digit == "0" and self.spec.transfer_to:

@@ -242,6 +242,26 @@ class ControllerStats:
     end_reason: str = ""
 
 
+
+def step_policy(step: flows.Step, default_policy: str) -> str:
+    """The release policy a flow step's response is judged by: its own, else the call's."""
+    policy = getattr(step, "policy", "") or default_policy
+    if policy not in GATE_POLICIES:
+        policy = "strict"  # an unknown name must not open the gate
+    if isinstance(step, flows.Answer) and policy in ("scripted", "strict"):
+        return "numbers"  # an answer has no script: judged on its numbers (and forbidden phrases)
+    return policy
+
+
+def step_gate(step: flows.Step, default_policy: str, language: str, facts: str = "") -> core.GateSpec:
+    """How the response that says (a Say) or answers in (an Answer) a flow step is judged: its policy, the
+    script a scripted line must follow, its forbidden phrases, and the facts an answer may take numbers from.
+    One rule for every driver that speaks a flow (the controller; voicecore/gemini/driver.py)."""
+    policy = step_policy(step, default_policy)
+    script = step.text if isinstance(step, flows.Say) and policy in ("scripted", "strict") else ""
+    return core.GateSpec(policy, script, "\n".join(getattr(step, "forbidden", ())), language,
+                         facts if isinstance(step, flows.Answer) else "")
+
 class CallController:
     """One call's turn-taking. Feed it inputs in time order; apply every returned action in order.
     A call driver (voicecore/call/driver.py), like the spine's."""
@@ -981,19 +1001,10 @@ class CallController:
 
     # ================================================================================ the gate
     def _policy(self, request: Request) -> str:
-        step = request.step
-        policy = step.policy or self.config.gate_policy
-        if policy not in GATE_POLICIES:
-            policy = "strict"  # an unknown name must not open the gate
-        if isinstance(step, flows.Answer) and policy in ("scripted", "strict"):
-            return "numbers"  # an answer has no script: judged on its numbers (and forbidden phrases)
-        return policy
+        return step_policy(request.step, self.config.gate_policy)
 
     def _gate_spec(self, request: Request) -> core.GateSpec:
-        step = request.step
-        policy = self._policy(request)
-        script = step.text if isinstance(step, flows.Say) and policy in ("scripted", "strict") else ""
-        return core.GateSpec(policy, script, "\n".join(step.forbidden), self.config.gate_language, request.facts)
+        return step_gate(request.step, self.config.gate_policy, self.config.gate_language, request.facts)
 
     def _on_rejected(self, tag: int, out: list[Action]) -> None:
         actions = self.core.reject(tag, self.now_ns, self.playout)

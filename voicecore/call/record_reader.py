@@ -204,8 +204,6 @@ class RecordReader:
                 if self._gemini is None:
                     self._gemini = GeminiTurns()
                 self._gemini.configured_by(text)
-            elif isinstance(text, str) and self._gemini is not None and gemini_protocol.asks_answer(text):
-                self._gemini.asked()
             return
         gemini = self._gemini
         if gemini is None or gemini.server_interrupts or not gemini.response_id:

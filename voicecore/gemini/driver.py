@@ -37,6 +37,13 @@ moved the flow; the model then goes on under them. A reconnect resumes with the 
 session keeps its conversation, the node's messages with it). Context strategies that delete the
 conversation cannot be followed: `voicecore check` refuses them (``unsupported_settings``).
 
+The gate: each model turn is judged as the turn-taking controller judges the response it asks for
+(``step_gate``): a line the driver asks for with "Say exactly" (the greeting, a node's or a function's line,
+a confirmation prompt, the declined and timeout lines) against its script under the prompt's policy, any
+other turn as the current node's answer (its policy and forbidden phrases; the numbers a tool's result just
+gave are facts it may say). A turn that begins after the caller took a turn is judged as an answer: it may
+answer them rather than say the line.
+
 Confirmations: a call of a function that asks the caller first is answered at once with a
 ``functionResponse`` saying it is not done yet and asking the model to say the confirmation prompt as
 written; nothing runs. The caller's transcribed words (``inputTranscription``) or keypad (1 is yes) then
@@ -60,7 +67,8 @@ import orjson
 from voicecore import g711
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
-from voicecore.call.controller import ControllerConfig, HangUp, HoldTag, PlayFallback, ResumeTag, RunTool, Transfer
+from voicecore.call.controller import (ControllerConfig, HangUp, HoldTag, PlayFallback, ResumeTag, RunTool, Transfer,
+                                       step_gate)
 from voicecore.call.failures import HOLD, FailurePolicy, FailureSpell
 from voicecore.call.flow import Say, ToolPlan
 from voicecore.call.tools import DEFAULT_DEDUPE_MS, WriteLedger
@@ -156,7 +164,6 @@ class GeminiDriver:
     """One call's Gemini Live session, from the model worker's side (module docstring)."""
 
     control = CONTROL
-    idle_ticks_change_nothing = True
     stats = None  # no turn-taking counters (the shell sums the controller's by name); its own are ``counts``
 
     def __init__(self, call_sid: str, *, model: str, instructions: str, voice: str | None = None,
@@ -164,7 +171,7 @@ class GeminiDriver:
                  first_tag: int = 1, greet: bool = True, gate_policy: str = "off",
                  safe_line: str = core.DEFAULT_SAFE_LINE, audio_format: str = "pcmu",
                  failure: dict | None = None, dedupe_ms: int = DEFAULT_DEDUPE_MS,
-                 turn_taking: dict | None = None) -> None:
+                 turn_taking: dict | None = None, gate_language: str = "auto") -> None:
         # failure: FailurePolicy's fields (the agent's [failure]): the hold line and the apology, as the spine's
         # audio_format: the law of the call's frames ("pcma" for an A-law stream passed through): converted
         # to and from mu-law at the resampler, and the law a turn's short last frame is padded in
@@ -187,6 +194,19 @@ class GeminiDriver:
             self._header_args["audio_format"] = audio_format
         if dedupe_ms != DEFAULT_DEDUPE_MS:  # a record made before the ledger (or with the default) names none
             self._header_args["dedupe_ms"] = dedupe_ms
+        # The agent's gate, per model turn (as the controller gates each response it asks for): a line asked
+        # "Say exactly" is judged against its script under the prompt's policy, any other turn as the current
+        # node's answer, grounded in the last tool result. A record made before (no gate_language) names none.
+        self.gate_language = gate_language
+        if gate_language != "auto":
+            self._header_args["gate_language"] = gate_language
+        self.scripted_next: Say | None = None  # a line asked of the model: its next turn is judged against it
+        # ... once the ask is on its way: a turn that begins in the server message the driver is reading when it
+        # asks was generated before the server had the ask (the model's own answer to the caller's "no" that the
+        # declined line then cuts), so it is judged as an answer
+        self.scripted_armed = False
+        self.reading = False  # within on_model_event
+        self.facts_next = ""  # a tool's result the next answer may take numbers from
         # writes done, by idempotency key (voicecore/call/tools.py, as the turn-taking controller keeps them): the
         # same write (or a repeated yes) within the window gets its first result, and nothing runs twice
         self.writes = WriteLedger(dedupe_ms)
@@ -234,6 +254,14 @@ class GeminiDriver:
         self.dropped: set[str] = set()  # model turns that answered a backchannel: never played
         self.said: dict[str, str] = {}  # the newest turns' transcripts, for the note of what a cut left heard
         self.heard_note: str = ""  # that note, sent once the session is idle
+        # a tick that changed what later inputs decide though it gave no action (a confirmation prompt found
+        # played, a caller's utterance judged): the recorder keeps that tick, so a replay sees it too
+        self.tick_changed = False
+
+    @property
+    def idle_ticks_change_nothing(self) -> bool:
+        """The last tick, if it gave no action, left the driver as it was (voicecore/call/record.py drops it)."""
+        return not self.tick_changed
 
     # --- Driver protocol: the session -----------------------------------------------------------------
     @property
@@ -259,6 +287,10 @@ class GeminiDriver:
         if self.greet:
             line = f'Say exactly: "{self.greeting}"' if self.greeting else "Greet the caller."
             self.after_setup.append(gp.client_content([("user", line)]))
+            if self.greeting and self.flow is not None:
+                step = self.flow.start()
+                if isinstance(step, Say) and step.text == self.greeting:
+                    self._ask_line(step)
         return out
 
     def resume(self, now_ns: int, cut_off: bool = False, restored: dict | None = None) -> list[core.Action]:
@@ -348,10 +380,15 @@ class GeminiDriver:
         if self.ended:
             return out
         self.spell.event(now_ns)
-        for event in gp.parse_server_message(text):
-            for turn_event in self.exchange.feed(event):
-                out.extend(self._on_turn_event(turn_event, now_ns, playout))
-            out.extend(self._on_session_event(event, now_ns))
+        self.reading = True
+        try:
+            for event in gp.parse_server_message(text):
+                for turn_event in self.exchange.feed(event):
+                    out.extend(self._on_turn_event(turn_event, now_ns, playout))
+                out.extend(self._on_session_event(event, now_ns))
+        finally:
+            self.reading = False
+        self.scripted_armed = self.scripted_next is not None  # what it asked is on its way now
         if self.floor is not None:
             out.extend(self._judge(now_ns, playout))
         out = self._asked(out + self._check(now_ns))
@@ -363,7 +400,6 @@ class GeminiDriver:
         for action in out:
             if isinstance(action, core.SendToModel) and gp.asks_answer(action.text):
                 self.reply_owed = True
-                self.exchange.asked()
         return out
 
     def _on_turn_event(self, event: object, now_ns: int, playout: core.Playout) -> list[core.Action]:
@@ -425,6 +461,7 @@ class GeminiDriver:
             verdict = floor.verdict(u, now_ns, confirmation)
             if verdict == u.verdict:
                 continue
+            self.tick_changed = True
             previous, u.verdict = u.verdict, verdict
             if verdict == "turn":
                 u.turn_taken = True  # the server answers it
@@ -440,7 +477,9 @@ class GeminiDriver:
             out.append(ResumeTag(self.held_tag))
             self.held_tag = 0
             self.counts.resumes += 1
+        tracked = len(floor.utterances)
         floor.forget_settled()
+        self.tick_changed |= len(floor.utterances) != tracked
         return out
 
     def _note_heard(self) -> list[core.Action]:
@@ -491,6 +530,8 @@ class GeminiDriver:
             self.transcoders[event.response_id] = EdgeTranscoder(ENCODING_L16, gp.OUTPUT_SAMPLE_RATE_HZ)
             if self.next_line is not None:
                 self.lines[event.response_id], self.next_line = self.next_line, None
+            if event.response_id not in self.dropped:  # a reply never played keeps what the next turn is owed
+                self._gate_turn()
             if self.pending is not None and not self.pending.response_id:
                 self.pending.response_id = event.response_id
         elif isinstance(event, rt.AudioDelta):
@@ -506,6 +547,9 @@ class GeminiDriver:
         elif isinstance(event, rt.SpeechStarted):
             if self.floor is None:
                 self.counts.caller_took_floor += 1
+            # the caller took a turn: the model's next turn may answer them rather than say the line asked of it
+            # (judged as an answer then: a scripted gate would refuse it and say the safe line instead)
+            self.scripted_next = None
             # the core cuts every live tag where it plays: the model will be told how much of it was heard
             audible = self.core.audible(playout)
             if audible is not None and audible.produced_frames:
@@ -516,6 +560,23 @@ class GeminiDriver:
         elif isinstance(event, rt.InputTranscriptionCompleted) and self.pending is not None:
             return self._core(event, now_ns, playout) + self._caller_answers(event.transcript, now_ns)
         return self._core(event, now_ns, playout)
+
+    def _ask_line(self, line: Say | None) -> None:
+        """``line`` is asked of the model ("Say exactly"): the next turn begun after the ask is judged against it."""
+        self.scripted_next = line
+        self.scripted_armed = not self.reading
+
+    def _gate_turn(self) -> None:
+        """The gate of the model turn beginning now: the line asked of it, else the current node's answer. The
+        core's own safe line (asked after a rejection) stays ungated, and without a flow the call's policy holds."""
+        if self.flow is None or self.core.safe_line_next:
+            return
+        line = self.scripted_next if self.scripted_armed else None
+        if line is not None:
+            self.scripted_next = None
+        step = line or self.flow.answer()
+        facts, self.facts_next = self.facts_next, ""
+        self.core.gate_next_response(step_gate(step, self.core.gate_policy, self.gate_language, facts))
 
     def _turn_ends(self, event: rt.ResponseDone, now_ns: int, playout: core.Playout) -> list[core.Action]:
         transcoder = self.transcoders.pop(event.response_id, None)
@@ -653,9 +714,11 @@ class GeminiDriver:
         response = _response_object(outcome.output)
         if outcome.transition is not None:
             self._enter_node(outcome.transition)
+        self.facts_next = outcome.facts
         step = outcome.then
         if isinstance(step, Say):
             response = {**response, "instruction": f'Say exactly: "{step.text}"'}
+            self._ask_line(step)
             if step.terminal:
                 self.next_line = step
         return response
@@ -668,6 +731,7 @@ class GeminiDriver:
             self._drop("superseded", None, out)  # the model proposed another: only the newest stands
         self.pending = PendingConfirmation(call_id, plan, now_ns)
         self.counts.actions_proposed += 1
+        self._ask_line(plan.confirm)
         return {"status": "awaiting_confirmation",
                 "instruction": f'Nothing is done yet. Ask the caller, then wait for their answer. Say exactly: '
                                f'"{plan.confirm.text}"'}
@@ -712,6 +776,7 @@ class GeminiDriver:
         note = json.dumps({"function": pending.plan.name, "status": "not_done", "reason": reason})
         if line is not None and self.flow is not None:
             say = self.flow.line(line)
+            self._ask_line(say)
             out.append(core.SendToModel(gp.client_content([("user", f'{note}\nSay exactly: "{say.text}"')])))
         else:
             out.append(core.SendToModel(gp.client_content([("user", note)], turn_complete=False)))
@@ -725,9 +790,11 @@ class GeminiDriver:
         if outcome.transition is not None:
             self._enter_node(outcome.transition)
         text = f"Result of {name} (confirmed by the caller): {outcome.output}"
+        self.facts_next = outcome.facts
         step = outcome.then
         if isinstance(step, Say):
             text += f'\nSay exactly: "{step.text}"'
+            self._ask_line(step)
             if step.terminal:
                 self.next_line = step
         out = [core.SendToModel(note) for note in self._node_notes]
@@ -743,6 +810,7 @@ class GeminiDriver:
         if pending.response_id and not pending.played_ns and self.exchange.response_id != pending.response_id:
             if not any(r.response_id == pending.response_id for r in self.core.live_responses(playout)):
                 pending.played_ns = now_ns
+                self.tick_changed = True
         if self.exchange.caller_item and not self.exchange.caller_stopped:
             return []  # the caller is answering; their words decide
         start = pending.played_ns or pending.asked_ns + CONFIRM_PROMPT_GRACE_MS * 1_000_000
@@ -772,6 +840,7 @@ class GeminiDriver:
         return self._asked(out)
 
     def on_tick(self, now_ns: int, playout: core.Playout) -> list[core.Action]:
+        self.tick_changed = False
         if self.ended:
             return []
         out = self._check(now_ns, playout) + self._check_confirmation(now_ns, playout)
@@ -870,13 +939,16 @@ def driver_from_header(header: dict[str, Any]) -> GeminiDriver:
 
 
 def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 1, greet: bool = True,
-                     gate_policy: str = "off", audio_format: str = "pcmu", by_words: bool = True) -> GeminiDriver:
+                     gate_policy: str = "off", audio_format: str = "pcmu", by_words: bool = True,
+                     gate_language: str = "auto", flow_overrides: dict | None = None) -> GeminiDriver:
     """A new call's Gemini driver from the agent's spec: its first node's instructions and functions.
     ``by_words``: the caller's words decide who has the floor (the agent's languages and backchannels, as the
-    turn-taking controller reads them); False: the server's activity detection cuts the agent on every sound."""
+    turn-taking controller reads them); False: the server's activity detection cuts the agent on every sound.
+    ``gate_language`` and ``flow_overrides`` (the operator's per-node gate settings, AgentFlow's keyword
+    arguments): the gate as the controller's calls get it."""
     from voicecore.agent.flow import AgentFlow
 
-    flow = AgentFlow(agent)
+    flow = AgentFlow(agent, **(flow_overrides or {}))  # the operator's per-node gate settings, as the controller's
     session = flow.session()
     # every node's functions, declared once: a session's tools cannot change after setup (the flow refuses a
     # call of a function its current node does not offer)
@@ -887,7 +959,7 @@ def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 
                         greeting=agent.greeting, tools=tools, flow_args=flow.record_args(),
                         first_tag=first_tag, greet=greet, gate_policy=gate_policy, safe_line=agent.safe_line,
                         audio_format=audio_format, failure=failure.to_dict(), dedupe_ms=int(agent.dedupe_s * 1000),
-                        turn_taking=floor_settings(agent) if by_words else None)
+                        turn_taking=floor_settings(agent) if by_words else None, gate_language=gate_language)
 
 
 def floor_settings(agent: Any) -> dict:

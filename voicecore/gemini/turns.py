@@ -14,7 +14,8 @@ call as they read any other:
 - the caller taking the floor (``voiceActivity`` ACTIVITY_START, or ``interrupted`` / the first
   ``inputTranscription`` from a server that sends no voiceActivity) is ``SpeechStarted`` of a new caller item,
   and a turn being generated is cut there (``ResponseDone(cancelled, turn_detected)``): its late audio is
-  dropped (``late_chunks``) until the next exchange begins (the caller's words, a tool call);
+  dropped (``late_chunks``) until its ``turnComplete`` (the vendor ends an interrupted turn with one:
+  "interrupted > turn_complete") or the next exchange begins (the caller's words, a tool call);
 - the caller's words (``inputTranscription`` pieces) are ``InputTranscriptionDelta``s, completed
   (``InputTranscriptionCompleted``, after a ``SpeechStopped`` if none came) when the model starts answering;
 - each ``toolCall`` function call is a ``FunctionCallArgumentsDone``.
@@ -61,15 +62,10 @@ class GeminiTurns:
     late_chunks: int = 0
     server_interrupts: bool = True  # False: activityHandling NO_INTERRUPTION (the module docstring)
     server_cut: bool = False  # the turn in progress was cut by the server's `interrupted` (it sends no more of it)
-    answer_asked: bool = False  # the client asked for an answer (a text turn, a tool's result) since the last turn began
 
     def configured_by(self, setup_text: str) -> None:
         """The client's ``setup`` (its text as sent): whether the server cuts a turn on the caller's activity."""
         self.server_interrupts = gp.NO_INTERRUPTION not in setup_text
-
-    def asked(self) -> None:
-        """The client asked the model for an answer (a clientContent turn that completes, a toolResponse)."""
-        self.answer_asked = True
 
     def cut_turn(self) -> list[object]:
         """The runtime cut the turn in progress (the caller's words took the floor, or it answered a
@@ -111,12 +107,11 @@ class GeminiTurns:
         if isinstance(event, gp.Interrupted):
             if self.server_interrupts:
                 return self._caller_starts(new=False)
-            # NO_INTERRUPTION: the caller's activity cut nothing; a client message did (a text turn). The turn is
-            # over at the server; once an answer was asked for, what comes next is that answer.
+            # NO_INTERRUPTION: the caller's activity cut nothing; a client message did (a text turn). The server
+            # ends the cut turn with its turnComplete ("interrupted > turn_complete"): audio before that is the
+            # cut turn's late audio, never the start of the answer asked for.
             out = self.cut_turn()
             self.server_cut = True
-            if self.answer_asked:
-                self.response_id, self.cut = "", False
             return out
         if isinstance(event, gp.InputTranscription):
             out = self._next_exchange()
@@ -152,7 +147,7 @@ class GeminiTurns:
         out = self._complete_words() if self.server_interrupts or self.caller_stopped else []
         self.turns += 1
         self.response_id, self.cut, self.said = f"gemini_turn_{self.turns}", False, []
-        self.server_cut = self.answer_asked = False
+        self.server_cut = False
         return out + [rt.ResponseCreated(self.response_id)]
 
     def _caller_starts(self, new: bool) -> list[object]:

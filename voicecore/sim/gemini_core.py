@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import binascii
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,9 @@ from voicecore.gemini.protocol import (
     OUTPUT_SAMPLE_RATE_HZ,
     format_duration,
 )
+from voicecore.sim.model.clips import SPOKEN_CHARS_PER_S, scripted_text
 
+_HEARD_FOR = re.compile(r"heard about ([0-9]+(?:\.[0-9]+)?) s of")  # the heard note's figure (voicecore's driver)
 CLOSE_INVALID_PAYLOAD = 1007  # the vendor's answer to a message it cannot read
 BYTES_PER_SAMPLE = 2
 VAD_WINDOW_MS = 20  # the simulator's activity detection judges the caller's audio this much at a time
@@ -251,6 +254,9 @@ class GeminiSimConfig:
     vad_rms: float = 500.0  # 16-bit RMS at or above which 20 ms of the caller's audio is speech
     vad_silence_ms: int = 500  # of caller audio below it that ends the caller's activity
     tool_rules: tuple[ToolRule, ...] = ()
+    # (words, line): a caller's spoken turn whose words contain ``words`` (any case) is answered with ``line``
+    # (an agent scenario's [[sim]] answers, as the Realtime simulator follows them); other turns: the answers
+    answer_rules: tuple[tuple[str, str], ...] = ()
     caller_phrases: tuple[CallerPhrase, ...] = ()  # what the transcription recognises (module docstring)
     # Vertex AI (the LlmBidiService path): bearer tokens accepted (empty: any), and the project and location a
     # model's resource name must carry (empty: any)
@@ -666,13 +672,14 @@ class GeminiConnection:
             # a text turn cuts what the model is saying and is answered at once; a caller speaking meanwhile
             # goes on speaking (the activity detection hears their audio, not the client's text)
             self._take_floor(now_ms)
-            self._answer(" ".join(texts), now_ms, spoken=False)
+            self._answer(" ".join(texts), now_ms, spoken=False, line=scripted_text(texts[-1]) if texts else None)
 
     def _tool_response(self, body: dict[str, Any], now_ms: int) -> None:
         responses = _field(body, "functionResponses")
         if not isinstance(responses, list) or not responses:
             self._refuse(CLOSE_INVALID_PAYLOAD, "Invalid JSON payload received. toolResponse.functionResponses is a list.")
             return
+        line = None  # a line a response's instruction asks the model to say as written: its next turn says it
         for response in responses:
             call_id = response.get("id") if isinstance(response, dict) else None
             if call_id not in self._pending_calls:
@@ -681,8 +688,10 @@ class GeminiConnection:
             name = self._pending_calls.pop(call_id)
             result = response.get("response")
             self.record.tool_responses.append((call_id, name, result if isinstance(result, dict) else {}))
+            if isinstance(result, dict):
+                line = scripted_text(result.get("instruction")) or line
         if not self._pending_calls:
-            self._start_model_turn(now_ms)
+            self._start_model_turn(now_ms, line)
 
     # -- turn taking ---------------------------------------------------------------------------------
 
@@ -737,8 +746,9 @@ class GeminiConnection:
             return
         self._answer(words or None, now_ms, spoken=True)
 
-    def _answer(self, text: str | None, now_ms: int, spoken: bool) -> None:
-        """A caller turn (spoken, or the client's text turn) ended: a function call its rules ask for, or a model turn."""
+    def _answer(self, text: str | None, now_ms: int, spoken: bool, line: str | None = None) -> None:
+        """A caller turn (spoken, or the client's text turn) ended: a function call its rules ask for, or a model
+        turn. ``line``: what a text turn asked the model to say as written ("Say exactly: ...")."""
         assert self.session is not None
         self.session.caller_turns += 1
         for rule in self.config.tool_rules:
@@ -749,12 +759,20 @@ class GeminiConnection:
                 self._send({"toolCall": {"functionCalls": [{"id": call_id, "name": rule.name, "args": dict(rule.args)}]}})
                 self._not_resumable()
                 return
-        self._start_model_turn(now_ms)
+        if line is None and spoken and text:
+            line = next((answer for words, answer in self.config.answer_rules if words.lower() in text.lower()), None)
+        self._start_model_turn(now_ms, line)
 
-    def _start_model_turn(self, now_ms: int) -> None:
+    def _start_model_turn(self, now_ms: int, line: str | None = None) -> None:
+        """The model's next turn: the answers in turn, or ``line`` when the client asked for it as written (a
+        model told to say a line says it: its words, in the audio of the answer nearest its length)."""
         assert self.session is not None
         number = self.session.model_turns
         answer = self.answers[number % len(self.answers)]
+        if line:
+            want_bytes = len(line) / SPOKEN_CHARS_PER_S * OUTPUT_SAMPLE_RATE_HZ * BYTES_PER_SAMPLE
+            fitting = min(self.answers, key=lambda a: abs(len(a.pcm24) - want_bytes))
+            answer = Answer(line, fitting.pcm24)
         seed = self.session.number * 1_000_003 + number
         self.session.model_turns += 1
         self.session.history.append(("model", answer.text))
@@ -805,12 +823,21 @@ class GeminiConnection:
             return
         named = HEARD_NOTE_ANSWER.search(note)
         if named is not None:
-            # answers may share their opening words: the newest such turn that some utterance began over
             opening = named.group(1).split()
             matching = [turn for turn in self.record.turns if turn.client_cut_ms is None and opening
                         and turn.started_ms <= starts[-1] and turn.text.split()[:len(opening)] == opening]
             if matching:
-                matching[-1].client_cut_ms = now_ms
+                # answers may share their opening words (the safe line said twice): the one an utterance began
+                # over about as far into its audio as the note says the caller heard (ties: the newest)
+                heard = _HEARD_FOR.search(note)
+                heard_ms = round(float(heard.group(1)) * 1000) if heard else 0
+
+                def distance(turn: TurnRecord) -> float:
+                    first = turn.chunk_sent_ms[0] if turn.chunk_sent_ms else turn.started_ms
+                    return min((abs(start - first - heard_ms) for start in starts if start >= turn.started_ms),
+                               default=float("inf"))
+                best = min(distance(turn) for turn in matching)
+                [turn for turn in matching if distance(turn) == best][-1].client_cut_ms = now_ms
                 return
         began = [turn for turn in self.record.turns if turn.started_ms <= starts[-1] and turn.client_cut_ms is None]
         if began:
@@ -831,6 +858,10 @@ class GeminiConnection:
             turn.record.chunk_bytes.append(size)
             turn.record.chunk_sent_ms.append(now_ms)
             self._out.append(text)
+        # the vendor ends an interrupted turn with turnComplete (no generationComplete): "interrupted >
+        # turn_complete", as google-genai's LiveServerContent.generation_complete says; what comes after it
+        # belongs to the next turn
+        self._send({"serverContent": {"turnComplete": True}})
 
     # -- clock and output ---------------------------------------------------------------------------
 

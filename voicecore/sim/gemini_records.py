@@ -40,16 +40,18 @@ def sim_config(connection_limit_s: float = 600.0, late_chunks: int = 0, scenario
     """The demo's (and the bench's) Gemini simulator settings. ``connection_limit_s``: each connection gets goAway
     10 s (or half the limit, if shorter) before it ends, and the call resumes its session on a new one.
     ``scenario``: an agent's demo scenario (voicecore/agent/scenario.py): the simulator transcribes its
-    callers' clips and makes its function calls on their words (its spoken answers are the simulator's own).
+    callers' clips, makes its function calls and says its answers on their words (other turns: its own answers;
+    a line asked "Say exactly" as written).
     ``clips``: without a scenario, the packaged caller clips its callers say, which it transcribes (each known
     phrase costs the simulator a search of every 200 ms of a caller's speech: only those its callers say).
     ``stall``: the model's output pauses mid-turn (the Realtime simulator's switch; the bench's model-stall).
     ``internal_error_s``: each session's first connection is dropped with 1011 this long after it opened."""
     limit_ms = int(connection_limit_s * 1000)
-    rules, phrases = scenario_behaviour(scenario) if scenario is not None else ((), caller_phrases(set(clips)) if clips else ())
+    rules, answers, phrases = (scenario_behaviour(scenario) if scenario is not None
+                               else ((), (), caller_phrases(set(clips)) if clips else ()))
     config = GeminiSimConfig(api_keys=(DEMO_API_KEY,), connection_limit_ms=limit_ms,
                              go_away_notice_ms=min(10_000, limit_ms // 2), late_chunks_after_interrupt=late_chunks,
-                             tool_rules=rules, caller_phrases=phrases,
+                             tool_rules=rules, answer_rules=answers, caller_phrases=phrases,
                              internal_error_after_ms=None if internal_error_s is None else int(internal_error_s * 1000))
     if stall is not None:
         config = dataclasses.replace(config, stall_after_ms=stall.after_ms, stall_ms=stall.stall_ms, stall_turns=stall.turns)
@@ -90,13 +92,15 @@ def caller_phrases(names: Any = None) -> tuple[CallerPhrase, ...]:
                  if info.role == "caller" and (names is None or info.name in names) and (info.text or info.kind == "noise"))
 
 
-def scenario_behaviour(scenario: Any) -> tuple[tuple[ToolRule, ...], tuple[CallerPhrase, ...]]:
-    """A demo scenario's function calls (its ``[[sim]]`` rules that call one, on the caller's spoken words)
-    and the caller clips its scripts say, as phrases the simulator recognises."""
+def scenario_behaviour(scenario: Any) -> tuple[tuple[ToolRule, ...], tuple[tuple[str, str], ...],
+                                                tuple[CallerPhrase, ...]]:
+    """A demo scenario's function calls and answers (its ``[[sim]]`` rules, on the caller's spoken words) and
+    the caller clips its scripts say, as phrases the simulator recognises."""
     rules = tuple(ToolRule(turn.call, json.loads(turn.arguments), on_words=turn.when)
                   for turn in scenario.sim_turns if turn.call)
+    answers = tuple((turn.when, turn.answer) for turn in scenario.sim_turns if turn.answer and not turn.call)
     names = {t.clip for script in scenario.scripts for t in script.turns if t.clip}
-    return rules, caller_phrases(names)
+    return rules, answers, caller_phrases(names)
 
 
 def demo_config(config: Config, port: int) -> Config:

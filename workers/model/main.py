@@ -280,7 +280,9 @@ class CallSession:
             decider = gemini_driver.driver_for_agent(agent, call_sid, model=worker.gemini_model, first_tag=first_tag,
                                                      greet=not resumed, gate_policy=config.gate_policy,
                                                      audio_format=self.audio_format,
-                                                     by_words=config.call_control != "spine")
+                                                     by_words=config.call_control != "spine",
+                                                     gate_language=config.gate_language,
+                                                     flow_overrides=agent_settings.flow_overrides(config))
         else:
             decider = driver_for_config(config, agent, call_sid, first_tag=first_tag, greet=not resumed,
                                         audio_format=self.audio_format, placed=placed is not None)

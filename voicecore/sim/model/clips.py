@@ -179,8 +179,9 @@ def _normalise(text: str) -> str:
 
 
 # The runtime puts a scripted line after the session's instructions (a response's instructions replace the
-# session's, so they carry them): the line is the last "Say exactly:" paragraph.
-_SAY_EXACTLY = re.compile(r'(?:^|\n)\s*Say exactly:\s*"?([^\n]*?)"?\s*$', re.IGNORECASE)
+# session's, so they carry them): the line is what follows the last "Say exactly:", to the end (on the Gemini
+# path after a note in the same sentence: "Nothing is done yet. Ask the caller ... Say exactly: ...").
+_SAY_EXACTLY = re.compile(r'Say exactly:\s*"?([^\n]*?)"?\s*$', re.IGNORECASE)
 
 
 def scripted_text(instructions: object) -> str | None:
