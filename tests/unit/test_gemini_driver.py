@@ -213,7 +213,7 @@ def test_tool_call_runs_through_the_tool_path_and_the_result_goes_back_as_tool_r
 
 def test_a_function_with_a_tool_is_run_with_run_tool_and_answered_on_its_result():
     tools = [{"type": "function", "name": "price", "description": "The price.", "parameters": {"type": "object", "properties": {}}}]
-    driver = new_driver(tools=tools)
+    driver = new_driver(tools=tools, gate_turns=True)
 
     class Flow:
         def start(self):

@@ -380,3 +380,20 @@ def test_late_audio_of_the_answer_a_line_cut_never_plays_as_the_lines_start():
     end, = [e for e in h.of(core.EndTag) if e.tag == last]
     line_frames = -(-len(line.pcm24) // 2 // 3 // 160)  # 24 kHz PCM16 -> 8 kHz, 20 ms frames
     assert abs(end.total_frames - line_frames) <= 1, (end.total_frames, line_frames)
+
+
+def test_a_record_made_before_the_gate_followed_the_agent_replays_as_it_was_made():
+    """A header without gate_turns (a record made before) builds a driver that gates every turn by the call's
+    policy alone, as the driver that made it did; a new call's header names it."""
+    from voicecore.gemini.driver import driver_from_header
+
+    agent = load_agent(ROOT / "examples" / "receptionist")
+    header = driver_for_agent(agent, "CAold", model="gemini-2.5-flash").record_header()
+    assert header["args"]["gate_turns"] is True
+    del header["args"]["gate_turns"]
+    h = Harness(driver_from_header(header), GeminiSimConfig(caller_phrases=PHRASES))
+    h.apply(h.driver.start(0))
+    h.run(ANSWER_MS * 2)
+    say(h, "caller_hours")
+    h.run(ANSWER_MS * 2)
+    assert h.of(core.OpenTag) and h.of(core.OpenGate) == []  # gate_policy "off": no turn gated

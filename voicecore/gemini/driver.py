@@ -171,7 +171,7 @@ class GeminiDriver:
                  first_tag: int = 1, greet: bool = True, gate_policy: str = "off",
                  safe_line: str = core.DEFAULT_SAFE_LINE, audio_format: str = "pcmu",
                  failure: dict | None = None, dedupe_ms: int = DEFAULT_DEDUPE_MS,
-                 turn_taking: dict | None = None, gate_language: str = "auto") -> None:
+                 turn_taking: dict | None = None, gate_language: str = "auto", gate_turns: bool = False) -> None:
         # failure: FailurePolicy's fields (the agent's [failure]): the hold line and the apology, as the spine's
         # audio_format: the law of the call's frames ("pcma" for an A-law stream passed through): converted
         # to and from mu-law at the resampler, and the law a turn's short last frame is padded in
@@ -194,10 +194,14 @@ class GeminiDriver:
             self._header_args["audio_format"] = audio_format
         if dedupe_ms != DEFAULT_DEDUPE_MS:  # a record made before the ledger (or with the default) names none
             self._header_args["dedupe_ms"] = dedupe_ms
-        # The agent's gate, per model turn (as the controller gates each response it asks for): a line asked
-        # "Say exactly" is judged against its script under the prompt's policy, any other turn as the current
-        # node's answer, grounded in the last tool result. A record made before (no gate_language) names none.
+        # gate_turns: the agent's gate, per model turn (as the controller gates each response it asks for): a line
+        # asked "Say exactly" is judged against its script under the prompt's policy, any other turn as the
+        # current node's answer, grounded in the last tool result. A record made before it names neither, and
+        # replays as it was made: every turn under gate_policy alone.
+        self.gate_turns = gate_turns
         self.gate_language = gate_language
+        if gate_turns:
+            self._header_args["gate_turns"] = True
         if gate_language != "auto":
             self._header_args["gate_language"] = gate_language
         self.scripted_next: Say | None = None  # a line asked of the model: its next turn is judged against it
@@ -569,7 +573,7 @@ class GeminiDriver:
     def _gate_turn(self) -> None:
         """The gate of the model turn beginning now: the line asked of it, else the current node's answer. The
         core's own safe line (asked after a rejection) stays ungated, and without a flow the call's policy holds."""
-        if self.flow is None or self.core.safe_line_next:
+        if not self.gate_turns or self.flow is None or self.core.safe_line_next:
             return
         line = self.scripted_next if self.scripted_armed else None
         if line is not None:
@@ -959,7 +963,8 @@ def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 
                         greeting=agent.greeting, tools=tools, flow_args=flow.record_args(),
                         first_tag=first_tag, greet=greet, gate_policy=gate_policy, safe_line=agent.safe_line,
                         audio_format=audio_format, failure=failure.to_dict(), dedupe_ms=int(agent.dedupe_s * 1000),
-                        turn_taking=floor_settings(agent) if by_words else None, gate_language=gate_language)
+                        turn_taking=floor_settings(agent) if by_words else None, gate_language=gate_language,
+                        gate_turns=True)
 
 
 def floor_settings(agent: Any) -> dict:
