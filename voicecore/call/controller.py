@@ -242,7 +242,6 @@ class ControllerStats:
     end_reason: str = ""
 
 
-
 def step_policy(step: flows.Step, default_policy: str) -> str:
     """The release policy a flow step's response is judged by: its own, else the call's."""
     policy = getattr(step, "policy", "") or default_policy
@@ -261,6 +260,7 @@ def step_gate(step: flows.Step, default_policy: str, language: str, facts: str =
     script = step.text if isinstance(step, flows.Say) and policy in ("scripted", "strict") else ""
     return core.GateSpec(policy, script, "\n".join(getattr(step, "forbidden", ())), language,
                          facts if isinstance(step, flows.Answer) else "")
+
 
 class CallController:
     """One call's turn-taking. Feed it inputs in time order; apply every returned action in order.

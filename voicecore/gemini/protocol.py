@@ -443,6 +443,7 @@ NO_INTERRUPTION = "NO_INTERRUPTION"  # realtimeInputConfig.activityHandling: the
 HEARD_NOTE_PREFIX = "(You were interrupted:"
 HEARD_NOTE_OPENING_WORDS = 6  # the note names the cut answer by this many of its first words ('began "..."')
 HEARD_NOTE_ANSWER = re.compile(r'your answer that began "([^"]*)"')
+HEARD_NOTE_SECONDS = re.compile(r"heard about ([0-9]+(?:\.[0-9]+)?) s of")  # how much of it the caller heard
 
 
 def activity_start() -> str:

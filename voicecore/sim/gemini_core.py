@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import binascii
 import functools
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +36,7 @@ from voicecore.gemini.protocol import (
     CLOSE_NORMAL,
     CLOSE_POLICY_VIOLATION,
     HEARD_NOTE_ANSWER,
+    HEARD_NOTE_SECONDS,
     HEARD_NOTE_PREFIX,
     INPUT_SAMPLE_RATE_HZ,
     OUTPUT_AUDIO_MIME,
@@ -45,7 +45,6 @@ from voicecore.gemini.protocol import (
 )
 from voicecore.sim.model.clips import SPOKEN_CHARS_PER_S, scripted_text
 
-_HEARD_FOR = re.compile(r"heard about ([0-9]+(?:\.[0-9]+)?) s of")  # the heard note's figure (voicecore's driver)
 CLOSE_INVALID_PAYLOAD = 1007  # the vendor's answer to a message it cannot read
 BYTES_PER_SAMPLE = 2
 VAD_WINDOW_MS = 20  # the simulator's activity detection judges the caller's audio this much at a time
@@ -829,15 +828,14 @@ class GeminiConnection:
             if matching:
                 # answers may share their opening words (the safe line said twice): the one an utterance began
                 # over about as far into its audio as the note says the caller heard (ties: the newest)
-                heard = _HEARD_FOR.search(note)
+                heard = HEARD_NOTE_SECONDS.search(note)
                 heard_ms = round(float(heard.group(1)) * 1000) if heard else 0
 
                 def distance(turn: TurnRecord) -> float:
                     first = turn.chunk_sent_ms[0] if turn.chunk_sent_ms else turn.started_ms
                     return min((abs(start - first - heard_ms) for start in starts if start >= turn.started_ms),
                                default=float("inf"))
-                best = min(distance(turn) for turn in matching)
-                [turn for turn in matching if distance(turn) == best][-1].client_cut_ms = now_ms
+                min(reversed(matching), key=distance).client_cut_ms = now_ms
                 return
         began = [turn for turn in self.record.turns if turn.started_ms <= starts[-1] and turn.client_cut_ms is None]
         if began:
