@@ -139,3 +139,86 @@ def test_tool_arguments_with_numbers_as_numbers() -> None:
     assert json.loads(privacy.json_text('{"card": 4111111111111111, "qty": 2, "note": "ring 0701234567"}')) == \
         {"card": "[card]", "qty": 2, "note": "ring [phone]"}
     assert privacy.json_text("not json 0701234567") == "not json [phone]"
+
+
+# --- Gemini Live: the same tiers over its members (transcription pieces, function-call args, inlineData) ---------------
+
+def gemini(**members) -> str:
+    return json.dumps(members)
+
+
+AGENT_AUDIO = gemini(serverContent={"modelTurn": {"parts": [{"inlineData": {"mimeType": "audio/pcm;rate=24000",
+                                                                              "data": "AAAAAAAAAAAAAAAA"}}]}})
+
+
+def gemini_call(privacy: RecordPrivacy | None, observed: list | None = None) -> tuple[CallRecorder, list]:
+    """The same call on Gemini: the caller's number and card arrive as transcription pieces (Gemini sends no
+    completed transcript), the model calls pay with them as an object, and reads the receipt address back."""
+    from voicecore.gemini.driver import driver_for_agent
+
+    recorder = CallRecorder(driver_for_agent(agent(), "CA2", model="gemini-2.5-flash", greet=False),
+                            keep_caller_audio=True, privacy=privacy)
+    if observed is not None:
+        tap, summarizer = CallEventTap(recorder.header), RecordSummarizer(recorder.header)
+        recorder.observer = RecordReader(tap, summarizer).feed
+        observed.extend([tap, summarizer])
+    returned: list = []
+    recorder.start(0)
+    recorder.on_model_event(gemini(setupComplete={}), 100 * MS, IDLE)
+    recorder.on_caller_audio(b"\x11" * 160, 500 * MS)
+    for i, piece in enumerate(["my number is 070", "-123 45 67, sju noll", " and my card 4111 1111", " 1111 1111"]):
+        recorder.on_model_event(gemini(serverContent={"inputTranscription": {"text": piece}}), (3100 + 10 * i) * MS, IDLE)
+    returned += recorder.on_model_event(gemini(toolCall={"functionCalls": [
+        {"id": "fc_1", "name": "pay", "args": json.loads(PAY_ARGS)}]}), 3400 * MS, IDLE)
+    returned += recorder.on_tool_result("fc_1", True, '{"paid": true, "receipt_to": "anna.berg@example.com"}', 3900 * MS)
+    recorder.on_model_event(AGENT_AUDIO, 4300 * MS, IDLE)
+    for piece in ["Paid. The receipt goes to anna", ".berg@example.com"]:
+        recorder.on_model_event(gemini(serverContent={"outputTranscription": {"text": piece}}), 4310 * MS, IDLE)
+    recorder.on_model_event(gemini(serverContent={"turnComplete": True}), 4500 * MS, IDLE)
+    for t in range(4520, 6000, 20):
+        returned += recorder.on_tick(t * MS, IDLE)
+    return recorder, returned
+
+
+def test_without_a_tier_a_gemini_call_keeps_everything() -> None:
+    words = stored_words(gemini_call(None)[0])
+    assert "4111 1111" in words and "070-123 45 67" in words and "anna.berg@example.com" in words
+
+
+@pytest.mark.parametrize("storage", ["redacted", "metadata_only"])
+def test_nothing_the_caller_said_on_gemini_is_stored_yet_the_tool_gets_it_whole(storage: str) -> None:
+    observed: list = []
+    recorder, returned = gemini_call(RecordPrivacy(storage, ("en", "sv")), observed)
+    words = stored_words(recorder)
+    # the card and the number each cut across two pieces, the args and the result
+    for secret in (*SECRETS, "1111"):
+        assert secret not in words, secret
+    (run,) = [a for a in returned if isinstance(a, C.RunTool)]
+    assert json.loads(run.arguments) == json.loads(PAY_ARGS)
+    tap, summarizer = observed
+    events = json.dumps(tap.take(), ensure_ascii=False)
+    summary = json.dumps(summarizer.summary("test").__repr__())
+    for secret in (*SECRETS, "1111"):
+        assert secret not in events and secret not in summary, secret
+    audio = [e["text"] for e in recorder.entries if e["k"] == "model" and "inlineData" in e["text"]]
+    if storage == "redacted":
+        assert "my number is NNN" in words and "the receipt goes to" in words.lower()
+        assert audio == [AGENT_AUDIO]  # the agent's audio is kept under redacted, as it came
+    else:
+        assert "my number is" not in words and "receipt goes" not in words
+        assert audio and all(json.loads(a)["serverContent"]["modelTurn"]["parts"][0]["inlineData"]["data"] == ""
+                             for a in audio)
+
+
+def test_a_redacted_gemini_record_replays_identically() -> None:
+    recorder, _ = gemini_call(RecordPrivacy("redacted", ("en", "sv")))
+    result = replay(json.loads(json.dumps(recorder.header)), json.loads(json.dumps(recorder.entries)))
+    assert result.identical, result.divergence
+
+
+def test_an_event_with_no_field_of_words_is_kept_as_it_came_and_an_escaped_key_is_still_read() -> None:
+    privacy = RecordPrivacy("redacted")
+    assert privacy.model_event(AGENT_AUDIO) is AGENT_AUDIO
+    escaped = '{"serverContent":{"inputTranscription":{"\\u0074ext":"call 070 123"}}}'
+    assert json.loads(privacy.model_event(escaped))["serverContent"]["inputTranscription"]["text"] == "call NNN NNN"
+    assert privacy.model_event("not json 0701234567") == "not json [phone]"

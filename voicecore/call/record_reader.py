@@ -14,7 +14,9 @@ the replay and the console's recording). The reader keeps what every consumer ne
 
 and parses each model event's text once, with voicecore/realtime/events.py ``read_server_event``, into the
 typed event every consumer of its type is handed (a Gemini Live call's messages, into the Realtime events of
-the same conversation: voicecore/gemini/turns.py). Audio deltas are most of a call's model events and say
+the same conversation: voicecore/gemini/turns.py; their transcripts come only in pieces, so the whole texts
+the account joins from the stored pieces are stored as the record's tier stores a whole text, redacted once
+more: an e-mail address cut across two pieces is whole in neither). Audio deltas are most of a call's model events and say
 nothing but that a response is talking: one is parsed only while a consumer awaits a response's audio
 (``awaiting_audio``), the others are passed over on a look at the head of their text.
 
@@ -35,6 +37,7 @@ which the console's recording, voicecore/console/media.py, is made by).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -42,9 +45,11 @@ from voicecore import timing
 from voicecore.call.record import ENDING_ACTIONS, ending_outcome
 from voicecore.gemini import protocol as gemini_protocol
 from voicecore.gemini.turns import GeminiTurns, is_gemini_text
+from voicecore.privacy.records import RecordPrivacy
 from voicecore.realtime import events as rt
 
 NS_PER_MS = 1_000_000
+_JOINED_TEXTS = (rt.TranscriptDone, rt.InputTranscriptionCompleted)  # a Gemini account's whole texts
 ANY = "*"  # a consumer's handler for every input kind (but out and note) or every action type
 
 InputHandler = Callable[[dict[str, Any], int], None]  # (entry, at_ms)
@@ -91,10 +96,14 @@ class RecordReader:
 
     __slots__ = ("consumers", "t0", "last_t", "input_kind", "created", "tags", "tag_of", "outcome", "_inputs",
                  "_any_input", "_input_cache", "_actions", "_any_action", "_action_cache", "_events", "_audio_waits",
-                 "_gemini")
+                 "_gemini", "_privacy")
 
     def __init__(self, *consumers: RecordConsumer) -> None:
         self.consumers = consumers
+        # the record's storage tier, from a consumer made of its header (the observer tap, the store's summary)
+        headers = [h for h in (getattr(c, "header", None) for c in consumers) if isinstance(h, dict)]
+        privacy = RecordPrivacy.from_header(headers[0]) if headers else None
+        self._privacy = privacy if privacy is not None and privacy.changes_text else None
         self.t0: int | None = None
         self.last_t = 0
         self.input_kind = ""
@@ -221,6 +230,8 @@ class RecordReader:
         for message_event in gemini_protocol.parse_server_message(text):
             for event in self._gemini.feed(message_event):
                 kind = type(event)
+                if self._privacy is not None and kind in _JOINED_TEXTS:
+                    event = dataclasses.replace(event, transcript=self._privacy.text(event.transcript))  # type: ignore[call-arg]
                 if kind is rt.ResponseCreated:
                     self.created = event.response_id  # type: ignore[attr-defined]
                 for handler in self._events.get(kind, ()):

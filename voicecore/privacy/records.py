@@ -22,6 +22,12 @@ Tiers (``[privacy] storage`` in agent.toml):
   keeps the call, its turns and their timings. Such a record cannot be replayed (the words decided).
 
 The agent's audio is kept under ``redacted`` (the agent may have read a number back).
+
+Gemini Live messages (voicecore/gemini/protocol.py) carry the same things in other members: both
+transcriptions stream in pieces with no completed text after them (each piece is masked as a delta), a
+function call's ``args`` and a function response's ``response`` are objects (every value in them is the
+caller's business, as in tool arguments and results), and the agent's audio is ``inlineData`` (emptied under
+``metadata_only``).
 """
 
 from __future__ import annotations
@@ -39,6 +45,18 @@ TIERS = ("everything", "no_audio", "redacted", "metadata_only")
 TEXT_KEYS = frozenset({"transcript", "text", "arguments", "output", "instructions", "question", "facts", "reason",
                        "citations"})
 AUDIO_DELTA_TYPES = ("response.audio.delta", "response.output_audio.delta")
+# A Gemini Live message's members that carry words or audio (module docstring), and its top-level members
+# (a message of the server or of the client: OpenAI's events say their "type" instead).
+_GEMINI_TRANSCRIPTIONS = frozenset({"inputTranscription", "outputTranscription"})
+_GEMINI_OBJECTS = frozenset({"args", "response"})
+_GEMINI_AUDIO = frozenset({"inlineData", "audio"})
+_GEMINI_MEMBERS_WITH_WORDS = _GEMINI_TRANSCRIPTIONS | _GEMINI_OBJECTS | _GEMINI_AUDIO
+_GEMINI_MEMBERS = frozenset({"setupComplete", "voiceActivity", "serverContent", "toolCall", "toolCallCancellation",
+                             "goAway", "sessionResumptionUpdate", "usageMetadata", "setup", "clientContent",
+                             "realtimeInput", "toolResponse"})
+# An event's text holds none of these (quoted, so no base64 audio can) and no escape: no field of it carries
+# words, so no tier but metadata_only changes it.
+_WORD_KEYS = tuple(f'"{key}"' for key in sorted(TEXT_KEYS | _GEMINI_TRANSCRIPTIONS | _GEMINI_OBJECTS | {"delta"}))
 # Digit words that are backchannels too ("oh"): masking them would turn a backchannel into a turn.
 _KEPT_DIGIT_WORDS = frozenset({"oh", "o"})
 _MASKED_WORDS = "|".join(sorted((re.escape(w) for w in DIGIT_WORDS if w not in _KEPT_DIGIT_WORDS), key=len, reverse=True))
@@ -126,25 +144,36 @@ class RecordPrivacy:
             return [self._walk_all(v) for v in value]
         return value
 
-    def _walk_event(self, value: Any, streaming: bool) -> Any:
-        """Inside a model event or a message to the model: only the fields that carry words."""
+    def _walk_event(self, value: Any, streaming: bool, gemini: bool = False) -> Any:
+        """Inside a model event or a message to the model: only the fields that carry words (and, in a
+        Gemini message, its members of the module docstring)."""
         if isinstance(value, dict):
             out = {}
             for key, item in value.items():
-                if isinstance(item, str) and key == "delta" and streaming:
+                if gemini and isinstance(item, dict) and key in _GEMINI_MEMBERS_WITH_WORDS:
+                    out[key] = self._gemini_member(key, item)
+                elif isinstance(item, str) and key == "delta" and streaming:
                     out[key] = self.delta(item)
                 elif isinstance(item, str) and key in ("arguments", "output"):
                     out[key] = self.json_text(item)
                 elif isinstance(item, str) and key in TEXT_KEYS:
                     out[key] = self.text(item)
                 elif isinstance(item, (dict, list)):
-                    out[key] = self._walk_event(item, streaming)
+                    out[key] = self._walk_event(item, streaming, gemini)
                 else:
                     out[key] = item
             return out
         if isinstance(value, list):
-            return [self._walk_event(v, streaming) for v in value]
+            return [self._walk_event(v, streaming, gemini) for v in value]
         return value
+
+    def _gemini_member(self, key: str, item: dict[str, Any]) -> dict[str, Any]:
+        if key in _GEMINI_TRANSCRIPTIONS:  # a piece of a transcript: the vendor never sends it whole
+            text = item.get("text")
+            return {**item, "text": self.delta(text)} if isinstance(text, str) else item
+        if key in _GEMINI_AUDIO:
+            return {**item, "data": ""} if self.blank and "data" in item else item
+        return self._walk_all(item)  # a function call's args, a function response's response
 
     def model_event(self, text: str) -> str:
         """A model event's raw text as stored (unchanged when nothing in it changes)."""
@@ -163,8 +192,10 @@ class RecordPrivacy:
             return self.text(text)  # not JSON (a broken vendor): kept only as a text
         if not isinstance(event, dict):
             return text
+        if not self.blank and "\\" not in text and not any(key in text for key in _WORD_KEYS):
+            return text  # no field of it carries words (a Gemini audio chunk): not walked
         streaming = str(event.get("type", "")).endswith(".delta")
-        stored = self._walk_event(event, streaming)
+        stored = self._walk_event(event, streaming, _is_gemini(event))
         return text if stored == event else _ENCODER.encode(stored)
 
     # -- record entries and actions ------------------------------------------------------------------------------------
@@ -211,4 +242,8 @@ class RecordPrivacy:
             return self.text(text)
         if not isinstance(message, dict):
             return self.text(text)
-        return _ENCODER.encode(self._walk_event(message, streaming=False))
+        return _ENCODER.encode(self._walk_event(message, streaming=False, gemini=_is_gemini(message)))
+
+
+def _is_gemini(message: dict[str, Any]) -> bool:
+    return "type" not in message and not _GEMINI_MEMBERS.isdisjoint(message)
