@@ -10,6 +10,8 @@ cleaning"; the fake booking API's log says what was executed, judged against the
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from demo_run import ROOT, run_demo
 
@@ -33,3 +35,7 @@ def test_the_receptionist_books_only_after_a_yes_and_moves_to_its_next_node_on_g
     assert controller["transitions"] == 2  # the two bookings moved their calls to the node "booked"
     assert agent["actions_executed"] == 2 and agent["tool_server_requests"] >= 2
     assert report["gemini"]["tool_calls"] == 3 and report["gemini"]["refused"] == 0
+    # each session was set up with the agent's knowledge (a Gemini server answers on its own: nothing is added per answer)
+    headers = [json.loads(path.read_text().split("\n", 1)[0]) for path in (tmp_path / "records").glob("*.jsonl")]
+    assert len(headers) == 3
+    assert all("Facts:" in h["args"]["instructions"] and "Cleaning: 95 dollars" in h["args"]["instructions"] for h in headers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from voicecore.agent.load import check_agent
@@ -97,3 +98,51 @@ def test_voices_stay_out_of_a_record_header_that_has_none(tmp_path):
 def test_a_bad_vendor_is_a_problem(tmp_path):
     check = check_agent(agent(tmp_path, '[model]\nvendor = "acme"\n'))
     assert [(p.path, p.code) for p in check.problems] == [("$.model.vendor", "unknown-vendor")]
+
+
+# --- the knowledge a Gemini session's instructions hold (voicecore/gemini/driver.py session_knowledge) ------------
+
+def test_a_gemini_session_is_set_up_with_the_agents_knowledge_in_the_controllers_words():
+    from voicecore.agent.load import load_agent
+    from voicecore.gemini.driver import driver_for_agent
+    from voicecore.replay import driver_from_header
+    from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
+
+    spec = load_agent(ROOT / "examples" / "receptionist")
+    snippets = [{"text": s.text, "file": s.file}
+                for s in KnowledgeBase.from_documents(load_knowledge_dir(spec.knowledge_dir)).snippets]
+    driver = driver_for_agent(spec, "CAk", model=DEFAULT_MODEL, knowledge=snippets)
+    instruction = json.loads(driver.setup_message())["setup"]["systemInstruction"]["parts"][0]["text"]
+    assert "Facts:\n- Smile Dental (knowledge/hours.md)" in instruction
+    assert "- Cleaning: 95 dollars, about 45 minutes (knowledge/hours.md)" in instruction
+    assert instruction.index("Help the caller") < instruction.index("Facts:")  # after the node's instructions
+    bare = json.loads(driver_for_agent(spec, "CAk", model=DEFAULT_MODEL).setup_message())
+    assert "Facts:" not in bare["setup"]["systemInstruction"]["parts"][0]["text"]
+    # the record's header holds them: a replay sets its session up with the same knowledge
+    assert driver_from_header(json.loads(json.dumps(driver.record_header()))).setup_message() == driver.setup_message()
+
+
+def test_knowledge_over_the_sessions_share_is_left_out_from_its_end_and_check_warns(tmp_path):
+    from voicecore.gemini.driver import KNOWLEDGE_MAX_CHARS, session_knowledge
+
+    snippets = [{"text": f"Item {i}: {i} dollars", "file": "kb/prices.md"} for i in range(2000)]
+    facts, left_out = session_knowledge(snippets)
+    assert 0 < left_out < 2000 and len(facts) <= KNOWLEDGE_MAX_CHARS + 400
+    assert "- Item 0: 0 dollars (kb/prices.md)" in facts and f"Item {1999 - left_out}: " in facts
+    assert f"Item {2000 - left_out}: " not in facts
+    assert session_knowledge([]) == ("", 0)
+
+    (tmp_path / "kb").mkdir()
+    (tmp_path / "kb" / "prices.md").write_text("# Prices\n\n" + "".join(f"- Item {i}: {i} dollars\n" for i in range(2000)))
+    check = check_agent(agent(tmp_path, 'knowledge = "kb"\n[model]\nvendor = "gemini"\n'))
+    assert check.spec is not None and not check.problems
+    assert [(w.path, w.code) for w in check.warnings] == [("$.knowledge", "knowledge-left-out")]
+    assert "of 2001 knowledge snippets are left out" in check.warnings[0].message
+    small = tmp_path / "small"
+    (small / "kb").mkdir(parents=True)
+    (small / "kb" / "prices.md").write_text("# Prices\n\n- Cleaning: 95 dollars\n")
+    assert check_agent(agent(small, 'knowledge = "kb"\n[model]\nvendor = "gemini"\n')).warnings == []
+    openai = tmp_path / "openai"
+    openai.mkdir()
+    (openai / "kb").symlink_to(tmp_path / "kb")
+    assert check_agent(agent(openai, 'knowledge = "kb"\n')).warnings == []  # retrieval per answer: all of it

@@ -740,6 +740,7 @@ def check_agent(directory: str | Path, environ: Mapping[str, str] | None = None)
             flow = loaded
     if not problems:
         problems += _vendor_problems(file, values, flow)
+        warnings += _vendor_warnings(file, values)
     if problems:
         return AgentCheck(None, problems, warnings)
     return AgentCheck(AgentSpec(flow=flow, directory=str(root), **values), [], warnings)
@@ -754,6 +755,27 @@ def _vendor_problems(file: str, values: dict[str, Any], flow: FlowSpec) -> list[
         return []
     return [AgentProblem(file, path, "unsupported-by-vendor", f"{message} (model vendor gemini)")
             for path, message in agent_check.unsupported_settings(values, flow)]
+
+
+def _vendor_warnings(file: str, values: dict[str, Any]) -> list[AgentProblem]:
+    """What a vendor does with the agent that its author should know: a Gemini session's instructions hold the
+    knowledge folder up to a size (voicecore/gemini/driver.py ``session_knowledge``)."""
+    from voicecore.gemini.driver import KNOWLEDGE_MAX_CHARS, session_knowledge, vendor_of
+    from voicecore.validate.knowledge import KnowledgeBase, load_knowledge_dir
+
+    if vendor_of(values.get("model", ""), values.get("model_vendor", "")) != "gemini" or not values.get("knowledge_dir"):
+        return []
+    try:
+        snippets = KnowledgeBase.from_documents(load_knowledge_dir(values["knowledge_dir"])).snippets
+    except (OSError, UnicodeDecodeError, ValueError):
+        return []  # the validator names an unreadable folder when it loads it
+    left_out = session_knowledge([{"text": s.text, "file": s.file} for s in snippets])[1]
+    if not left_out:
+        return []
+    return [AgentProblem(file, "$.knowledge", "knowledge-left-out",
+                         f"{left_out} of {len(snippets)} knowledge snippets are left out of a Gemini session's "
+                         f"instructions (they hold {KNOWLEDGE_MAX_CHARS} characters of it): the model does not "
+                         "know them, and the gate still rejects a number it says that is not in the knowledge")]
 
 
 def _read_agent_table(p: _Problems, data: dict[str, Any], root: Path) -> dict[str, Any]:

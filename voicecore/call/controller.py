@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
@@ -1087,7 +1088,7 @@ class CallController:
         if isinstance(step, flows.Say):
             return self.core.in_session(f'Say exactly: "{step.text}"')
         if request.snippets:
-            return self.core.in_session(_grounded_instructions(request.snippets))
+            return self.core.in_session(grounded_instructions(request.snippets))
         return None
 
     def _retry(self, request: Request, why: str, out: list[Action]) -> None:
@@ -1297,7 +1298,9 @@ class CallController:
         return {**dataclasses.asdict(self.stats), **{f"core_{k}": v for k, v in dataclasses.asdict(self.core.stats).items()}}
 
 
-def _grounded_instructions(snippets: tuple[dict, ...]) -> str:
+def grounded_instructions(snippets: Sequence[dict]) -> str:
+    """Knowledge-base snippets (``{"text", "file"}``) as instructions: an answer's (retrieve-first), or a Gemini
+    session's whole knowledge (voicecore/gemini/driver.py ``driver_for_agent``)."""
     facts = "\n".join(f"- {s.get('text', '')} ({s.get('file', '')})" for s in snippets)
     return ("Answer the caller briefly, in the caller's language. Say a price, date, time, amount or phone "
             "number only as it appears in these facts; if they do not hold it, say you cannot verify it.\n"

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -68,7 +69,7 @@ from voicecore import g711
 from voicecore.agent import actions as agent_actions
 from voicecore.call import core
 from voicecore.call.controller import (ControllerConfig, HangUp, HoldTag, PlayFallback, ResumeTag, RunTool, Transfer,
-                                       step_gate)
+                                       grounded_instructions, step_gate)
 from voicecore.call.failures import HOLD, FailurePolicy, FailureSpell
 from voicecore.call.flow import Say, ToolPlan
 from voicecore.call.tools import DEFAULT_DEDUPE_MS, WriteLedger
@@ -81,6 +82,9 @@ from voicecore.realtime import events as rt
 
 CONTROL = "gemini"
 VENDOR = "gemini"
+# How much of the agent's knowledge a session's instructions hold (session_knowledge): about 4,000 tokens, a
+# small share of the native-audio models' context window, so the conversation keeps the rest.
+KNOWLEDGE_MAX_CHARS = 16_000
 # The prebuilt voices of Gemini Live's native-audio models; any other voice name is refused at setup.
 VOICES = frozenset({"Puck", "Charon", "Kore", "Fenrir", "Aoede", "Leda", "Orus", "Zephyr"})
 # The model a Gemini agent gets when it names the vendor but no model.
@@ -942,14 +946,33 @@ def driver_from_header(header: dict[str, Any]) -> GeminiDriver:
     return GeminiDriver(header["call_sid"], first_tag=int(header.get("first_tag", 1)), **args)
 
 
+def session_knowledge(snippets: Sequence[dict]) -> tuple[str, int]:
+    """The agent's knowledge as a Gemini session's instructions hold it, and how many snippets were left out.
+
+    The Realtime path puts the snippets the caller's question retrieves into each answer's instructions; a
+    Gemini server answers the caller's turn on its own, with nothing to add per answer, so the session gets the
+    whole knowledge at setup, in the same words (``grounded_instructions``), up to ``KNOWLEDGE_MAX_CHARS`` (the
+    first snippets, in the folder's order). The gate checks every number against all of it either way."""
+    kept: list[dict] = []
+    size = 0
+    for snippet in snippets:
+        size += len(str(snippet.get("text", ""))) + len(str(snippet.get("file", ""))) + 6
+        if size > KNOWLEDGE_MAX_CHARS:
+            break
+        kept.append(snippet)
+    return (grounded_instructions(kept) if kept else ""), len(snippets) - len(kept)
+
+
 def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 1, greet: bool = True,
                      gate_policy: str = "off", audio_format: str = "pcmu", by_words: bool = True,
-                     gate_language: str = "auto", flow_overrides: dict | None = None) -> GeminiDriver:
+                     gate_language: str = "auto", flow_overrides: dict | None = None,
+                     knowledge: Sequence[dict] = ()) -> GeminiDriver:
     """A new call's Gemini driver from the agent's spec: its first node's instructions and functions.
     ``by_words``: the caller's words decide who has the floor (the agent's languages and backchannels, as the
     turn-taking controller reads them); False: the server's activity detection cuts the agent on every sound.
     ``gate_language`` and ``flow_overrides`` (the operator's per-node gate settings, AgentFlow's keyword
-    arguments): the gate as the controller's calls get it."""
+    arguments): the gate as the controller's calls get it. ``knowledge``: the agent's knowledge-base snippets
+    (``{"text", "file"}``, in the folder's order), put after the instructions (``session_knowledge``)."""
     from voicecore.agent.flow import AgentFlow
 
     flow = AgentFlow(agent, **(flow_overrides or {}))  # the operator's per-node gate settings, as the controller's
@@ -959,7 +982,9 @@ def driver_for_agent(agent: Any, call_sid: str, *, model: str, first_tag: int = 
     tools = [function.declaration() for function in agent.flow.functions.values()]
     failure = FailurePolicy(after_failures=agent.failure_after_failures, after_ms=int(agent.failure_after_s * 1000),
                             hold_every_ms=int(agent.failure_hold_every_s * 1000))
-    return GeminiDriver(call_sid, model=model, instructions=session.instructions, voice=agent.voice_for(VENDOR),
+    facts = session_knowledge(knowledge)[0]
+    instructions = f"{session.instructions}\n\n{facts}" if facts else session.instructions
+    return GeminiDriver(call_sid, model=model, instructions=instructions, voice=agent.voice_for(VENDOR),
                         greeting=agent.greeting, tools=tools, flow_args=flow.record_args(),
                         first_tag=first_tag, greet=greet, gate_policy=gate_policy, safe_line=agent.safe_line,
                         audio_format=audio_format, failure=failure.to_dict(), dedupe_ms=int(agent.dedupe_s * 1000),

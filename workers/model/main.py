@@ -282,7 +282,8 @@ class CallSession:
                                                      audio_format=self.audio_format,
                                                      by_words=config.call_control != "spine",
                                                      gate_language=config.gate_language,
-                                                     flow_overrides=agent_settings.flow_overrides(config))
+                                                     flow_overrides=agent_settings.flow_overrides(config),
+                                                     knowledge=worker.gemini_knowledge)
         else:
             decider = driver_for_config(config, agent, call_sid, first_tag=first_tag, greet=not resumed,
                                         audio_format=self.audio_format, placed=placed is not None)
@@ -1559,10 +1560,26 @@ class ModelWorker:
         self.carrier_amd_waiting: dict[tuple[int, int], str] = {}
         self.call_control = call_control.CallControlSettings.from_config(config, vonage_private_key(config))
         self.heartbeat_seq = 0
-        # retrieve-first (turns mode): this process's own copy of the knowledge base, reloaded on change
-        self.knowledge = KnowledgeWatcher(config.knowledge_dir if config.call_control == "turns" else "")
+        # retrieve-first (turns mode), or a Gemini session's knowledge: this process's own copy of the knowledge
+        # base, reloaded on change
+        knows = config.call_control == "turns" or self.vendor == gemini_driver.VENDOR
+        self.knowledge = KnowledgeWatcher(config.knowledge_dir if knows else "")
         self.knowledge_base = self.knowledge.poll()[1]
+        self.gemini_knowledge: tuple[dict, ...] = ()
+        self._gemini_knowledge_for(self.knowledge_base)
         self.next_knowledge_poll = time.monotonic() + KnowledgeWatcher.POLL_NS / 1e9
+
+    def _gemini_knowledge_for(self, knowledge: Any) -> None:
+        """A Gemini session's knowledge (voicecore/gemini/driver.py ``session_knowledge``) from the base as loaded:
+        the calls begun after a reload get the new one."""
+        if self.vendor != gemini_driver.VENDOR:
+            return
+        self.gemini_knowledge = tuple({"text": s.text, "file": s.file} for s in knowledge.snippets) if knowledge else ()
+        left_out = gemini_driver.session_knowledge(self.gemini_knowledge)[1]
+        if left_out:
+            log.warning("knowledge base %s: %d of %d snippets left out of a Gemini session's instructions (over %d "
+                        "characters): the model does not know them; the gate still checks every number against all",
+                        self.config.knowledge_dir, left_out, len(self.gemini_knowledge), gemini_driver.KNOWLEDGE_MAX_CHARS)
 
     def attach_arena(self) -> bool:
         """(Re)attach when the gateway (re)created its arena; False while there is none."""
@@ -1867,6 +1884,7 @@ class ModelWorker:
                 changed, knowledge = self.knowledge.poll()
                 if changed:
                     self.knowledge_base = knowledge
+                    self._gemini_knowledge_for(knowledge)
             if now >= next_events:  # the live observers' events of the last OBSERVE_EVERY_S, to the recorder
                 next_events = now + OBSERVE_EVERY_S
                 if self.cut_calls:
