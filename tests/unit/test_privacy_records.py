@@ -222,3 +222,13 @@ def test_an_event_with_no_field_of_words_is_kept_as_it_came_and_an_escaped_key_i
     escaped = '{"serverContent":{"inputTranscription":{"\\u0074ext":"call 070 123"}}}'
     assert json.loads(privacy.model_event(escaped))["serverContent"]["inputTranscription"]["text"] == "call NNN NNN"
     assert privacy.model_event("not json 0701234567") == "not json [phone]"
+
+
+def test_the_agents_gemini_words_are_redacted_not_masked_as_the_driver_quotes_them_back() -> None:
+    privacy = RecordPrivacy("redacted")
+    said = gemini(serverContent={"outputTranscription": {"text": "Our Basic plan costs 199 kronor"}})
+    assert privacy.model_event(said) == said  # a replay's note of what the caller heard quotes "199" as the call did
+    phone = gemini(serverContent={"outputTranscription": {"text": "Call us on 070-123 45 67."}})
+    assert "[phone]" in privacy.model_event(phone)
+    heard = gemini(serverContent={"inputTranscription": {"text": "it costs 199?"}})
+    assert "it costs NNN?" in privacy.model_event(heard)

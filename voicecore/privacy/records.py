@@ -23,11 +23,14 @@ Tiers (``[privacy] storage`` in agent.toml):
 
 The agent's audio is kept under ``redacted`` (the agent may have read a number back).
 
-Gemini Live messages (voicecore/gemini/protocol.py) carry the same things in other members: both
-transcriptions stream in pieces with no completed text after them (each piece is masked as a delta), a
-function call's ``args`` and a function response's ``response`` are objects (every value in them is the
-caller's business, as in tool arguments and results), and the agent's audio is ``inlineData`` (emptied under
-``metadata_only``).
+Gemini Live messages (voicecore/gemini/protocol.py) carry the same things in other members: the caller's
+transcription streams in pieces with no completed text after them (each ``inputTranscription`` piece is
+masked as a delta); the agent's (``outputTranscription``) is redacted piece by piece as a whole text is, not
+masked, because the driver quotes the agent's words back to the model (the note of what a caller heard of a
+cut answer) and a replay fed masked words would quote them otherwise; the whole texts the record's reader
+joins from the pieces are redacted once more (voicecore/call/record_reader.py). A function call's ``args``
+and a function response's ``response`` are objects (every value in them is the caller's business, as in
+tool arguments and results), and the agent's audio is ``inlineData`` (emptied under ``metadata_only``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ AUDIO_DELTA_TYPES = ("response.audio.delta", "response.output_audio.delta")
 # A Gemini Live message's members that carry words or audio (module docstring), and its top-level members
 # (a message of the server or of the client: OpenAI's events say their "type" instead).
 _GEMINI_TRANSCRIPTIONS = frozenset({"inputTranscription", "outputTranscription"})
+_GEMINI_CALLER_WORDS = "inputTranscription"
 _GEMINI_OBJECTS = frozenset({"args", "response"})
 _GEMINI_AUDIO = frozenset({"inlineData", "audio"})
 _GEMINI_MEMBERS_WITH_WORDS = _GEMINI_TRANSCRIPTIONS | _GEMINI_OBJECTS | _GEMINI_AUDIO
@@ -170,7 +174,9 @@ class RecordPrivacy:
     def _gemini_member(self, key: str, item: dict[str, Any]) -> dict[str, Any]:
         if key in _GEMINI_TRANSCRIPTIONS:  # a piece of a transcript: the vendor never sends it whole
             text = item.get("text")
-            return {**item, "text": self.delta(text)} if isinstance(text, str) else item
+            if not isinstance(text, str):
+                return item
+            return {**item, "text": self.delta(text) if key == _GEMINI_CALLER_WORDS else self.text(text)}
         if key in _GEMINI_AUDIO:
             return {**item, "data": ""} if self.blank and "data" in item else item
         return self._walk_all(item)  # a function call's args, a function response's response
