@@ -38,14 +38,20 @@ def ev(**fields) -> str:
     return json.dumps(fields)
 
 
-def call(privacy: RecordPrivacy | None, observed: list | None = None) -> tuple[CallRecorder, list]:
-    """A call in which the caller says their number and personnummer and the model takes a card payment."""
-    recorder = CallRecorder(C.CallController("CA1", flow=AgentFlow(agent()), config=C.ControllerConfig()),
-                            keep_caller_audio=True, privacy=privacy)
+def recording(driver, privacy: RecordPrivacy | None, observed: list | None) -> CallRecorder:
+    """``driver`` recorded under ``privacy`` (caller audio asked for); with ``observed``, the live observer tap and
+    the store's summarizer read its entries and are appended to it."""
+    recorder = CallRecorder(driver, keep_caller_audio=True, privacy=privacy)
     if observed is not None:
         tap, summarizer = CallEventTap(recorder.header), RecordSummarizer(recorder.header)
         recorder.observer = RecordReader(tap, summarizer).feed
         observed.extend([tap, summarizer])
+    return recorder
+
+
+def call(privacy: RecordPrivacy | None, observed: list | None = None) -> tuple[CallRecorder, list]:
+    """A call in which the caller says their number and personnummer and the model takes a card payment."""
+    recorder = recording(C.CallController("CA1", flow=AgentFlow(agent()), config=C.ControllerConfig()), privacy, observed)
     returned: list = []
     recorder.start(0)
     recorder.on_caller_audio(b"\x11" * 160, 500 * MS)
@@ -156,12 +162,7 @@ def gemini_call(privacy: RecordPrivacy | None, observed: list | None = None) -> 
     completed transcript), the model calls pay with them as an object, and reads the receipt address back."""
     from voicecore.gemini.driver import driver_for_agent
 
-    recorder = CallRecorder(driver_for_agent(agent(), "CA2", model="gemini-2.5-flash", greet=False),
-                            keep_caller_audio=True, privacy=privacy)
-    if observed is not None:
-        tap, summarizer = CallEventTap(recorder.header), RecordSummarizer(recorder.header)
-        recorder.observer = RecordReader(tap, summarizer).feed
-        observed.extend([tap, summarizer])
+    recorder = recording(driver_for_agent(agent(), "CA2", model="gemini-2.5-flash", greet=False), privacy, observed)
     returned: list = []
     recorder.start(0)
     recorder.on_model_event(gemini(setupComplete={}), 100 * MS, IDLE)
