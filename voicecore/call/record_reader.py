@@ -15,10 +15,11 @@ the replay and the console's recording). The reader keeps what every consumer ne
 and parses each model event's text once, with voicecore/realtime/events.py ``read_server_event``, into the
 typed event every consumer of its type is handed (a Gemini Live call's messages, into the Realtime events of
 the same conversation: voicecore/gemini/turns.py; their transcripts come only in pieces, so the whole texts
-the account joins from the stored pieces are stored as the record's tier stores a whole text, redacted once
-more: an e-mail address cut across two pieces is whole in neither). Audio deltas are most of a call's model events and say
-nothing but that a response is talking: one is parsed only while a consumer awaits a response's audio
-(``awaiting_audio``), the others are passed over on a look at the head of their text.
+the account joins from the stored pieces are redacted once more, under the tier of the record whose header
+its consumers were made of: an e-mail address cut across two pieces is whole in neither). Audio deltas are
+most of a call's model events and say nothing but that a response is talking: one is parsed only while a
+consumer awaits a response's audio (``awaiting_audio``), the others are passed over on a look at the head of
+their text.
 
 A consumer (``RecordConsumer``) names what it reads, and nothing else is parsed for it or handed to it (a
 tick, a ``WriteFrames`` that no consumer reads costs the reader a dict lookup):
