@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from voicecore.demo import BARGE_IN_AT_MS, DEMO_CALLER_CLIPS, FIRST_QUESTION_AT_MS, free_port
+from voicecore.demo import BARGE_IN_AT_MS, DEMO_CALLER_CLIPS, FIRST_QUESTION_AT_MS, demo_script, free_port
 from voicecore.sim.audio_clips import load_clip
 from voicecore.sim.carrier import CallScript
 from voicecore.bus.transport import ARENA_NAME_FILE
