@@ -120,6 +120,7 @@ LINE_PLAYED_WAIT_S = 15.0  # a hang-up or transfer after a fallback line waits a
 # the call reconnects as after any drop.
 MAX_MODEL_MESSAGE_BYTES = 2**20
 INBOUND_BATCH_NS = timing.INBOUND_BATCH_MS * 1_000_000
+PUMP_HELD_NS = 2 * int(LOOP_S * 1e9)  # a loop held this long by the model's messages pumps the calls between them
 # A new call's slot is published a moment before the gateway's CallStarted for it is sent: its session waits for
 # that message (an outbound call's callee and fields are in it) this long at most. Generous: a worker that
 # stalled (a loaded machine) reads a batch of them late, and only a lost message ever waits this long.
@@ -1447,6 +1448,7 @@ class ModelSocket(WSListener):
                 # Not valid UTF-8 is the vendor's malformed event, not a reason to drop the session: the
                 # replacement characters make it unparseable JSON, counted as malformed (and recorded).
                 self.session.socket_text(transport, frame.get_payload_as_bytes().decode("utf-8", errors="replace"))
+                self.session.worker.pump_if_held()
             else:
                 self.fragments = [frame.get_payload_as_bytes()]
                 self.fragments_bytes = len(self.fragments[0])
@@ -1464,6 +1466,7 @@ class ModelSocket(WSListener):
                 text = b"".join(self.fragments).decode("utf-8", errors="replace")
                 self.fragments = []
                 self.session.socket_text(transport, text)
+                self.session.worker.pump_if_held()
         elif msg_type is WSMsgType.CLOSE:
             code = frame.get_close_code()
             if transport is self.session.transport:
@@ -1504,6 +1507,7 @@ class ModelWorker:
         self.tool_pool = tool_pool_for(config, self.agent)
         self.runtime_dir = Path(config.runtime_dir)
         self.arena: Arena | None = None
+        self.calls_pumped_ns = 0  # when pump_calls last ran
         self.follower = ArenaFollower(self.runtime_dir, config.shm_dir)
         self.bus = Bus(self.runtime_dir)
         self.events = self.bus.connect(zmq.SUB, EVENTS)
@@ -1533,7 +1537,7 @@ class ModelWorker:
         self.cut_calls: dict[str, CutCall] = {}
         self.frame_buffer = np.zeros(timing.FRAME_BYTES, dtype=np.uint8)
         self.delta_buffer = np.zeros(timing.FRAME_BYTES * 64, dtype=np.uint8)  # one model delta's frames
-        self.counters = collections.Counter({"inbound_short_batches": 0, "bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "model_protocol_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
+        self.counters = collections.Counter({"inbound_short_batches": 0, "pumps_in_model_bursts": 0, "bargeins": 0, "holds": 0, "ring_full_waits": 0, "model_connect_failures": 0, "model_handler_errors": 0, "model_protocol_errors": 0, "gate_rejections": 0, "call_endings_requested": 0,
                                              "call_endings_sent": 0, "call_endings_failed": 0, "call_endings_by_stream_close": 0,
                                              "dtmf_sent": 0, "dtmf_failed": 0,
                                              "tools_started": 0, "tools_ok": 0, "tool_errors": 0, "tool_results_after_call": 0,
@@ -1580,6 +1584,24 @@ class ModelWorker:
             log.warning("knowledge base %s: %d of %d snippets left out of a Gemini session's instructions (over %d "
                         "characters): the model does not know them; the gate still checks every number against all",
                         self.config.knowledge_dir, left_out, len(self.gemini_knowledge), gemini_driver.KNOWLEDGE_MAX_CHARS)
+
+    def pump_calls(self, now_ns: int) -> None:
+        """Every call's waiting frames to its ring and its caller's audio to the model (each when due)."""
+        self.calls_pumped_ns = now_ns
+        for session in list(self.calls.values()):
+            session.flush_pending()
+            session.pump_inbound(now_ns)
+
+    def pump_if_held(self) -> None:
+        """Between two of the model's messages: the calls pumped now if a burst of messages has held the loop
+        longer than PUMP_HELD_NS. The vendor's VAD hears a caller who starts to speak only once their audio
+        reaches it, so a caller talking over the agent meanwhile is heard late and the agent talks on: 50 answers
+        streamed at once held the loop 150 ms here, and 500-700 ms on a slower machine, where every barge-in of
+        the demo then heard the agent that long."""
+        now_ns = time.monotonic_ns()
+        if now_ns - self.calls_pumped_ns >= PUMP_HELD_NS and self.arena is not None:
+            self.counters["pumps_in_model_bursts"] += 1
+            self.pump_calls(now_ns)
 
     def attach_arena(self) -> bool:
         """(Re)attach when the gateway (re)created its arena; False while there is none."""
@@ -1857,10 +1879,8 @@ class ModelWorker:
                             # its session starts with the next reconcile: the result waits for it there
                             self.carrier_amd_waiting[(message.slot, message.generation)] = message.answered_by
                 self.reconcile()
-                now_ns = time.monotonic_ns()
+                self.pump_calls(time.monotonic_ns())
                 for session in self.calls.values():
-                    session.flush_pending()
-                    session.pump_inbound(now_ns)
                     session.tick()
             now = time.monotonic()
             if now >= next_stamp and self.arena is not None:
