@@ -16,7 +16,12 @@ exposition.py, realtime_wire.py, console_alone.py, nats_server.py, and the scena
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -47,6 +52,9 @@ def pytest_configure(config: pytest.Config) -> None:
             f"test files at tests/ itself: {', '.join(strays)}. Each belongs in the folder of its tier "
             f"({', '.join('tests/' + tier for tier in TIERS)}; tests/conftest.py says which is which): "
             "git mv it there, and import shared helpers from the modules beside tests/conftest.py.")
+    if not hasattr(config, "workerinput") and not os.environ.get(LANE_LOCK_VARIABLE):
+        # the controller, before its workers start: they inherit the directory of the lanes' lock
+        os.environ[LANE_LOCK_VARIABLE] = tempfile.mkdtemp(prefix="voicecore-test-lanes-")
 
 
 def tier_of(path: Path) -> str | None:
@@ -57,19 +65,148 @@ def tier_of(path: Path) -> str | None:
     return folder if folder in TIERS else None
 
 
-# pytest-xdist hands out work by scope (RealtimeScheduling below): a module of the fast tiers is one scope, so
-# its module-scoped fixtures (a PostgreSQL server) start once; the real-time tiers (stack, e2e) are all one
-# scope, run one test at a time on one worker, so at most one stack takes calls in real time while the fast
-# tiers run on the other workers. Two stacks at once on 2 cores made real-time figures (a truncate point, a
-# drain's timing) fail under their own load. The shared stacks (tests/stack/conftest.py) live on that worker.
+# pytest-xdist hands out work by scope (RealtimeScheduling below), a test module each, so a module's fixtures
+# (a PostgreSQL server, a demo's reports) start once. The real-time tiers (stack, e2e) mostly wait on calls in
+# real time, not on the CPU, so a few of their modules can run at once, each on a worker of its own (a lane,
+# VOICECORE_TEST_REALTIME_LANES of them); the fast tiers run beside them on the other workers at a lower
+# priority. A lane never runs a fast test before
+# the real-time modules are all handed out, so no real-time test runs on a worker that lowered itself.
 # (xdist's own --dist=loadgroup would say the same with xdist_group marks, but 3.8 did not group them here.)
 REALTIME_TIERS = ("stack", "e2e")
+REALTIME_LANES_VARIABLE = "VOICECORE_TEST_REALTIME_LANES"
+# One lane by default: four lanes took the suite from 51 to 16-21 minutes on 2 cores, but calls beside other
+# lanes' stacks still lost frames now and then (docs/how-to/run-the-tests.md#lanes): until they do not, more
+# lanes are for a developer's run, not for the test command that must pass every time.
+DEFAULT_REALTIME_LANES = 1
+# Modules that run alone among the real-time ones (LaneLock below), first: `voicecore bench` runs its
+# carrier load processes at SCHED_FIFO (bench/loadgen.py: the measuring instrument), above every process of
+# another lane's stack but its pacer, and calls beside it lost frames with the model's audio there
+# (underruns in a demo, in the barge-in test). The fast tiers run beside them.
+SOLO_MODULES = ("tests/e2e/test_bench_smoke.py", "tests/e2e/test_bench_scenarios.py")
+SOLO_SCOPE = "tests/e2e/(solo modules)"
+LANE_LOCK_VARIABLE = "VOICECORE_TEST_LANE_LOCK_DIR"  # set by the controller for its workers
+
+
+def realtime_lanes() -> int:
+    return max(1, int(os.environ.get(REALTIME_LANES_VARIABLE) or DEFAULT_REALTIME_LANES))
+
+
+def _includes_realtime_tiers(config: pytest.Config) -> bool:
+    for arg in config.args:
+        path = Path(arg.split("::", 1)[0]).resolve()
+        if path in (TESTS, TESTS.parent) or tier_of(path) in REALTIME_TIERS:
+            return True
+    return False
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: a worker per core for the fast tiers alone; with the real-time tiers in the session, their
+    lanes beside a worker for the fast tiers per core the lanes leave (at least one)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or not _includes_realtime_tiers(config):
+        return None  # xdist's own answer: PYTEST_XDIST_AUTO_NUM_WORKERS, or a worker per core
+    return realtime_lanes() + max(1, (os.cpu_count() or 1) - realtime_lanes())
+
+
+def _is_realtime_scope(scope: str) -> bool:
+    return scope.startswith("tests/") and scope.split("/", 2)[1] in REALTIME_TIERS
 
 
 class RealtimeScheduling(LoadScopeScheduling):
+    """Module scopes (the solo modules one scope together, so one lane runs them one after the other), in
+    the collection's order; real-time scopes only on the lanes (the first workers), fast scopes on the other
+    workers, and on a lane once no real-time scope is left to hand out. That the solo modules run alone is
+    the lanes' lock's business (LaneLock), not the scheduler's: a worker holds back the last test it was
+    given until it gets more, so a scheduler that made lanes wait for one to finish would wait forever."""
+
+    def __init__(self, config: pytest.Config, log=None) -> None:
+        config.option.loadscopereorder = False  # the collection's order (pytest_collection_modifyitems), not by size
+        super().__init__(config, log)
+        self.lanes = min(realtime_lanes(), max(1, self.numnodes - 1))
+
     def _split_scope(self, nodeid: str) -> str:
-        tier = nodeid.split("/", 2)[1] if nodeid.startswith("tests/") else ""
-        return "realtime" if tier in REALTIME_TIERS else nodeid.split("::", 1)[0]
+        module = nodeid.split("::", 1)[0]
+        return SOLO_SCOPE if module in SOLO_MODULES else module
+
+    def _is_lane(self, node) -> bool:
+        return int(node.gateway.id.removeprefix("gw") or 0) < self.lanes
+
+    def _next_scope_for(self, node) -> str | None:
+        realtime_left = any(_is_realtime_scope(scope) for scope in self.workqueue)
+        for scope in self.workqueue:
+            if _is_realtime_scope(scope):
+                if self._is_lane(node):
+                    return scope
+            elif not (self._is_lane(node) and realtime_left):
+                return scope
+        return None
+
+    def _assign_work_unit(self, node) -> None:
+        scope = self._next_scope_for(node)
+        if scope is None:
+            return
+        work_unit = self.workqueue.pop(scope)
+        self.assigned_work.setdefault(node, {})[scope] = work_unit
+        collection = self.registered_collections[node]
+        node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
+
+    def _reschedule(self, node) -> None:
+        if node.shutting_down:
+            return
+        if self._next_scope_for(node) is None:
+            node.shutdown()  # finishes what it holds; nothing left it may take
+            return
+        if self._pending_of(self.assigned_work[node]) > 2:
+            return
+        self._assign_work_unit(node)
+
+    def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
+        super().mark_test_complete(node, item_index, duration)
+        if not any(_is_realtime_scope(scope) for scope in self.workqueue):
+            for other in self.nodes:  # a lane may now take fast modules; a fast worker may be done
+                if other is not node:
+                    self._reschedule(other)
+
+
+class LaneLock:
+    """The lanes' readers-writer lock (flock on two files in a directory the controller made): a real-time
+    test holds it shared, the solo modules' tests hold it alone. The turnstile makes it fair: a solo test
+    waiting for the lock holds the turnstile, so no new shared holder gets in and the running tests finish;
+    a shared holder passes the turnstile first. Shared holds last one test; the solo hold lasts while the
+    lane's next test is solo too."""
+
+    def __init__(self, directory: Path) -> None:
+        self.turnstile = open(directory / "turnstile", "a")
+        self.room = open(directory / "room", "a")
+        self.held: str | None = None
+
+    def enter(self, kind: str) -> None:
+        if self.held == kind:
+            return
+        self.leave()
+        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+        if kind == "solo":
+            fcntl.flock(self.room, fcntl.LOCK_EX)  # the turnstile stays held until leave()
+        else:
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+            fcntl.flock(self.room, fcntl.LOCK_SH)
+        self.held = kind
+
+    def leave(self) -> None:
+        if self.held is None:
+            return
+        fcntl.flock(self.room, fcntl.LOCK_UN)
+        if self.held == "solo":
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        self.held = None
+
+
+def lane_lock_kind(item: pytest.Item | None) -> str | None:
+    if item is None or tier_of(item.path) not in REALTIME_TIERS:
+        return None
+    return "solo" if item.nodeid.split("::", 1)[0] in SOLO_MODULES else "shared"
+
+
+_LANE_LOCK = pytest.StashKey[LaneLock]()
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log) -> RealtimeScheduling:
@@ -86,22 +223,34 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The real-time tiers first, so their one long serial group starts at once and the fast tiers' many
-    short tests fill the other workers beside it."""
-    items.sort(key=lambda item: tier_of(item.path) not in REALTIME_TIERS)  # stable: within a tier as collected
+    """The real-time tiers first, their solo modules first of all, so the lanes start at once and the fast
+    tiers' many short tests fill the other workers beside them."""
+    def order(item: pytest.Item) -> int:  # stable: within a group as collected
+        if tier_of(item.path) not in REALTIME_TIERS:
+            return 2
+        return 0 if item.nodeid.split("::", 1)[0] in SOLO_MODULES else 1
+
+    items.sort(key=order)
     config.stash[_SESSION_HAS_REALTIME] = any(tier_of(item.path) in REALTIME_TIERS for item in items)
 
 
 # A real-time test measures calls as a caller hears them (underruns, a truncate point), on the same 2 cores as
 # the fast tiers beside it. Those run at a lower priority while real-time tests are in the session, so they
 # take the CPU the calls leave and never delay a frame: as production runs the pacer and gateway above the
-# rest (voicecore/priority.py). Niceness only grows, and the real-time group is one scope on one worker, so
-# no worker runs a real-time test after lowering itself (a worker's fast tests come after its real-time ones).
+# rest (voicecore/priority.py). Niceness only grows, and a worker's fast tests come after its real-time ones
+# (RealtimeScheduling), so no worker runs a real-time test after lowering itself.
 FAST_TIER_NICENESS = 10
 _SESSION_HAS_REALTIME = pytest.StashKey[bool]()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    kind = lane_lock_kind(item)
+    directory = os.environ.get(LANE_LOCK_VARIABLE)
+    if kind and directory and hasattr(item.config, "workerinput"):
+        if _LANE_LOCK not in item.config.stash:
+            item.config.stash[_LANE_LOCK] = LaneLock(Path(directory))
+        item.config.stash[_LANE_LOCK].enter(kind)  # before the test's fixtures start a stack
     if tier_of(item.path) in REALTIME_TIERS or not item.config.stash.get(_SESSION_HAS_REALTIME, False):
         return
     current = os.nice(0)
@@ -109,8 +258,44 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         os.nice(FAST_TIER_NICENESS - current)
 
 
+# The numba kernels every worker of a stack loads: on a fresh clone the first stack of each real-time lane
+# compiled them at once (about 9 s of a core each, within a node's lock but not across the lanes' nodes), the
+# lanes' first real-time tests running beside it. Compiled once here, before the workers start, they are
+# in numba's cache beside the sources for every stack. The rings and the pacer's step compile side by side.
+KERNEL_WARM_UPS = (
+    "from voicecore.shm.warmup import warm_up_rings; warm_up_rings()",
+    "from voicecore.config import load_config; from workers.pacer.main import warm_up_kernels; "
+    "warm_up_kernels(load_config({}))",
+)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput") or not _includes_realtime_tiers(session.config):
+        return
+    compiling = [subprocess.Popen([sys.executable, "-c", code], cwd=TESTS.parent, stderr=subprocess.PIPE)
+                 for code in KERNEL_WARM_UPS]
+    for process, code in zip(compiling, KERNEL_WARM_UPS):
+        _, stderr = process.communicate(timeout=300)
+        if process.returncode:
+            raise pytest.UsageError(f"compiling the numba kernels failed ({code}):\n{stderr.decode(errors='replace')[-3000:]}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    yield
+    lock = item.config.stash.get(_LANE_LOCK, None)
+    if lock is not None and (lock.held == "shared" or lane_lock_kind(nextitem) != lock.held):
+        lock.leave()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     wait_for_stops()  # no stack outlives the run
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    directory = os.environ.get(LANE_LOCK_VARIABLE, "")
+    if not hasattr(config, "workerinput") and Path(directory).name.startswith("voicecore-test-lanes-"):
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
