@@ -69,8 +69,8 @@ def tier_of(path: Path) -> str | None:
 # (a PostgreSQL server, a demo's reports) start once. The real-time tiers (stack, e2e) mostly wait on calls in
 # real time, not on the CPU, so a few of their modules can run at once, each on a worker of its own (a lane,
 # VOICECORE_TEST_REALTIME_LANES of them); the fast tiers run beside them on the other workers at a lower
-# priority. A lane never runs a fast test before
-# the real-time modules are all handed out, so no real-time test runs on a worker that lowered itself.
+# priority. A lane never runs a fast test before the real-time modules are all handed out, so no real-time
+# test runs on a worker that lowered itself.
 # (xdist's own --dist=loadgroup would say the same with xdist_group marks, but 3.8 did not group them here.)
 REALTIME_TIERS = ("stack", "e2e")
 REALTIME_LANES_VARIABLE = "VOICECORE_TEST_REALTIME_LANES"
