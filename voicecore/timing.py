@@ -38,6 +38,10 @@ TOKEN_TTL_MS = 60_000  # a TwiML session token is valid this long, once
 # drain began (Twilio dials the stream right after it fetched the TwiML: well under a second); a caller who
 # hung up in between never sends one, and the node stops without it after this.
 DRAIN_STREAM_WAIT_MS = 10_000
+# A call a draining node ended at the deadline is owed the answer to its carrier's re-attach request (Twilio's
+# <Connect action>, POSTed right after the stream closed): the node answers it <Hangup/> before it stops, or
+# the carrier finds nobody there and the caller hears its error message. It waits this long for one, at most.
+DRAIN_REATTACH_WAIT_MS = 3000
 MAX_MESSAGE_BYTES = 64 * 1024
 
 INBOUND_BATCH_MS = 100  # caller audio is appended to the model in batches of this size

@@ -12,7 +12,7 @@ from twilio.twiml.voice_response import VoiceResponse
 
 from voicecore.drain import (DrainFileError, DrainRequest, DrainWatch, drain_path, parse_request, pid_alive,
                              read_request, request_drain)
-from voicecore.timing import DRAIN_STREAM_WAIT_MS
+from voicecore.timing import DRAIN_REATTACH_WAIT_MS, DRAIN_STREAM_WAIT_MS
 from voicecore.carriers.twilio.webhook import twiml_redirect, twiml_reject
 from workers.gateway.core import Drain, DrainStep
 
@@ -24,6 +24,8 @@ DEADLINE_MS = 60_000  # every scenario's drain begins at t=1000 with this deadli
 #   ("start", call_sid, None)       the call's stream started with its valid token
 #   ("drain", None, True|False)     the drain begins (True the first time)
 #   ("step", calls_active, step)    the heartbeat's step with that many live calls
+#   ("ended", [call_sid, ...], None) calls ended at the deadline whose carrier asks the re-attach step
+#   ("reattach", call_sid, None)    that call's re-attach request was answered (<Hangup/>)
 SCENARIOS = [
     ("not draining: calls are taken and the node never stops", [
         (0, "hook", "CA1", True), (10, "start", "CA1", None), (20, "step", 1, WAIT), (5000, "step", 0, WAIT),
@@ -55,6 +57,20 @@ SCENARIOS = [
         (0, "hook", "CA1", True), (10, "start", "CA1", None), (1000, "drain", None, True),
         (DEADLINE_MS - 1, "step", 2, WAIT), (DEADLINE_MS, "step", 2, END), (DEADLINE_MS, "step", 0, STOP),
     ]),
+    ("a call ended at the deadline holds the stop until its re-attach request is answered", [
+        (0, "hook", "CA1", True), (10, "start", "CA1", None), (1000, "drain", None, True),
+        (DEADLINE_MS, "step", 2, END), (DEADLINE_MS, "ended", ["CA1"], None), (DEADLINE_MS, "step", 0, WAIT),
+        (DEADLINE_MS + 400, "reattach", "CA1", None), (DEADLINE_MS + 400, "step", 0, STOP),
+    ]),
+    ("a re-attach request that never comes is waited for DRAIN_REATTACH_WAIT_MS, no longer", [
+        (1000, "drain", None, True), (DEADLINE_MS, "step", 1, END), (DEADLINE_MS, "ended", ["CA1", "CA2"], None),
+        (DEADLINE_MS + 100, "reattach", "CA2", None),
+        (DEADLINE_MS + DRAIN_REATTACH_WAIT_MS - 1, "step", 0, WAIT), (DEADLINE_MS + DRAIN_REATTACH_WAIT_MS, "step", 0, STOP),
+    ]),
+    ("calls whose carrier has no re-attach step are not waited for", [
+        (1000, "drain", None, True), (DEADLINE_MS, "step", 1, END), (DEADLINE_MS, "ended", [], None),
+        (DEADLINE_MS, "step", 0, STOP),
+    ]),
     ("at the deadline an owed stream is not waited for", [
         (DEADLINE_MS - 200, "hook", "CA1", True), (DEADLINE_MS - 100, "drain", None, True),
         (DEADLINE_MS - 50, "step", 0, WAIT), (DEADLINE_MS, "step", 0, STOP),
@@ -80,6 +96,11 @@ def test_drain_rules(events):
             assert drain.begin(t_ms, deadline, 1_700_000_000.0, 1_700_000_060.0) is expected
         elif what == "step":
             assert drain.step(t_ms, argument) is expected, (t_ms, what, argument)
+        elif what == "ended":
+            drain.ended_at_deadline(len(argument), argument, t_ms)
+            assert drain.statistics(t_ms).reattach_awaited == len(argument)
+        elif what == "reattach":
+            drain.reattach_answered(argument)
         else:
             raise AssertionError(what)
     assert drain.statistics(events[-1][0]).calls_refused == refused

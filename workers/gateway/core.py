@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 
 from voicecore.shm.control import SLOT_QUARANTINE_MS
-from voicecore.timing import DRAIN_STREAM_WAIT_MS
+from voicecore.timing import DRAIN_REATTACH_WAIT_MS, DRAIN_STREAM_WAIT_MS
 from voicecore.carriers.marks import parse_mark_name
 
 
@@ -175,6 +176,7 @@ class DrainStatistics:
     calls_refused: int  # voice webhooks answered <Reject> or <Redirect> because the node drains
     calls_ended_at_deadline: int  # calls still up at the deadline, ended by the node
     streams_awaited: int  # calls answered <Connect><Stream> whose stream has not started yet
+    reattach_awaited: int = 0  # calls ended at the deadline whose carrier's re-attach request is not answered yet
 
 
 class Drain:
@@ -189,13 +191,15 @@ class Drain:
     - the node stops when no call is live and no stream is owed: a call answered <Connect><Stream> before
       the drain began is owed until its ``start`` arrives or DRAIN_STREAM_WAIT_MS after the answer (its
       caller hung up, or the stream went to another gateway).
-    - at the deadline the calls still up are ended (END_CALLS, until none is left), then the node stops
-      whatever is owed.
+    - at the deadline the calls still up are ended (END_CALLS, until none is left); those whose carrier goes
+      on to a re-attach step (Twilio's <Connect action>) are owed its answer (<Hangup/>) until the request
+      came or DRAIN_REATTACH_WAIT_MS after they were ended; then the node stops, whatever stream is owed.
     A drain is one-way: it ends with the node stopped (a second ``begin`` changes nothing).
     """
 
-    def __init__(self, stream_wait_ms: int = DRAIN_STREAM_WAIT_MS) -> None:
+    def __init__(self, stream_wait_ms: int = DRAIN_STREAM_WAIT_MS, reattach_wait_ms: int = DRAIN_REATTACH_WAIT_MS) -> None:
         self.stream_wait_ms = stream_wait_ms
+        self.reattach_wait_ms = reattach_wait_ms
         self.began_ms: int | None = None  # when this gateway began refusing calls
         self.deadline_ms = 0
         self.started_at_s = 0.0
@@ -205,6 +209,8 @@ class Drain:
         self.stop_said = False
         # CallSid -> when its <Connect><Stream> was answered, oldest first: streams owed to us
         self._awaited: OrderedDict[str, int] = OrderedDict()
+        # CallSid -> when the node ended it at the deadline: re-attach requests owed an answer
+        self._reattach_owed: dict[str, int] = {}
 
     @property
     def draining(self) -> bool:
@@ -242,13 +248,22 @@ class Drain:
         if now_ms >= self.deadline_ms:
             if calls_active:
                 return DrainStep.END_CALLS
+            if self._reattach_owed:
+                return DrainStep.WAIT
         elif calls_active or self._awaited:
             return DrainStep.WAIT
         self.stop_said = True
         return DrainStep.STOP
 
-    def ended_at_deadline(self, calls: int) -> None:
+    def ended_at_deadline(self, calls: int, reattaching: Iterable[str] = (), now_ms: int = 0) -> None:
+        """``calls`` were ended at the deadline; ``reattaching``: the CallSids of those whose carrier will ask
+        the re-attach step (answered by ``reattach_answered``)."""
         self.calls_ended_at_deadline += calls
+        for call_sid in reattaching:
+            self._reattach_owed[call_sid] = now_ms
+
+    def reattach_answered(self, call_sid: str) -> None:
+        self._reattach_owed.pop(call_sid, None)
 
     def statistics(self, now_ms: int) -> DrainStatistics:
         draining = self.began_ms is not None
@@ -260,9 +275,13 @@ class Drain:
             calls_refused=self.calls_refused,
             calls_ended_at_deadline=self.calls_ended_at_deadline,
             streams_awaited=len(self._awaited),
+            reattach_awaited=len(self._reattach_owed),
         )
 
     def _forget_awaited(self, now_ms: int) -> None:
+        owed = self._reattach_owed
+        for call_sid in [sid for sid, ended_ms in owed.items() if now_ms - ended_ms >= self.reattach_wait_ms]:
+            del owed[call_sid]
         awaited = self._awaited
         while awaited:
             call_sid, answered_ms = next(iter(awaited.items()))

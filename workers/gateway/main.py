@@ -290,8 +290,11 @@ class Gateway:
         self.slots.release(slot, now_ms())
         self.counters["calls_ended"] += 1
         self.bus.send(self.events, messages.CallEnded(slot, int(self.ctrl[slot, C.GENERATION]), reason))
-        if self.drain.draining and self.drain_step_soon is None:
-            # the last call's end stops a draining node at once, not at the next heartbeat
+        if self.drain.draining:
+            self.step_drain_soon()  # the last call's end stops a draining node at once, not at the next heartbeat
+
+    def step_drain_soon(self) -> None:
+        if self.drain_step_soon is None:
             self.drain_step_soon = asyncio.get_running_loop().call_soon(self.step_drain)
 
     # --- drain ----------------------------------------------------------------------------------------
@@ -324,7 +327,8 @@ class Gateway:
             for conn in ended:
                 conn._end("drain deadline")  # its one log line: "call CA...: ended (drain deadline)"
                 conn._close(1001, "server draining")
-            self.drain.ended_at_deadline(len(ended))
+            self.drain.ended_at_deadline(len(ended), [conn.call_sid for conn in ended
+                                                      if carrier_core.reattaches(conn.carrier)], now_ms())
             step = self.drain.step(now_ms(), len(self.calls))
         if step is DrainStep.STOP:
             self.stop_node()
@@ -379,7 +383,8 @@ class Gateway:
         if self.drain.draining:
             stats = self.drain.statistics(now // 1_000_000)
             health["drain"] = {"started_at": stats.started_at_s, "deadline_at": stats.deadline_at_s,
-                               "remaining_s": round(stats.remaining_s, 1), "streams_awaited": stats.streams_awaited}
+                               "remaining_s": round(stats.remaining_s, 1), "streams_awaited": stats.streams_awaited,
+                               "reattach_awaited": stats.reattach_awaited}
         return health
 
     def drain_metrics(self) -> dict:
@@ -794,6 +799,9 @@ class HttpConnection:
             log.info("call %s: not re-attached, %s", outcome.call_id, decision.reason)
             content_type, body = carrier_core.hangup_document(route.carrier)
             self._respond(200, body, content_type)
+            if gw.drain.draining:  # a call ended at the deadline had this answer owed: the node may stop now
+                gw.drain.reattach_answered(outcome.call_id)
+                gw.step_drain_soon()
             return
         try:
             content_type, body = carrier_core.answer_document(
