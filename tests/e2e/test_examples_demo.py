@@ -2,21 +2,19 @@
 real processes, loopback sockets, a fake of each agent's tool API; every record replayed.
 
 Each demo has its own stack (3 calls x 60 s, so every caller script of an example runs once); they run as many
-at once as the machine has pairs of cores (one after the other on 2 cores). What each example must show is
+at once as the machine has pairs of cores (one after the other on 2 cores), once per test session: the
+conformance test (tests/stack/test_integration_conformance.py) validates the same runs' records. What each example must show is
 asserted from the demo's report, whose figures come from outside the controller: the model simulator's
 function calls, the tool server's log, what the scripted callers said.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
+from demo_run import example_demo
 
 # The reports hold real-time figures (underruns while the model's audio was there, stale frames, lateness):
 # a demo's stack and its 3 calls take about a core, and a test worker beside it may run another stack, so as
@@ -24,28 +22,15 @@ import pytest
 pytestmark = pytest.mark.integration
 DEMOS_AT_ONCE = max(1, (os.cpu_count() or 1) // 2)
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ("receptionist", "shop-assistant", "interview")
-DEMO_TIMEOUT_S = 240
-
-
-def run_demo(name: str, record_dir: Path) -> tuple[int, dict, str]:
-    command = [sys.executable, "-m", "voicecore.cli", "demo", "--agent", str(ROOT / "examples" / name), "--calls", "3",
-               "--seconds", "60", "--json", "--record-dir", str(record_dir / name)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S, cwd=ROOT)
-    try:
-        report = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        report = {}
-    return done.returncode, report, done.stderr[-6000:]
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    record_dir = tmp_path_factory.mktemp("example-records")
+    # shared with the conformance test, which validates these runs' records (tests/demo_run.py)
     with ThreadPoolExecutor(min(len(EXAMPLES), DEMOS_AT_ONCE)) as pool:
-        runs = dict(zip(EXAMPLES, pool.map(lambda name: run_demo(name, record_dir), EXAMPLES)))
-    return runs
+        runs = dict(zip(EXAMPLES, pool.map(lambda name: example_demo(name, tmp_path_factory), EXAMPLES)))
+    return {name: (run.returncode, run.report, run.stderr) for name, run in runs.items()}
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

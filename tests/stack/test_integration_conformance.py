@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from demo_run import example_demo
 from stacks import TEST_SIM, start_stack
 from waiting import wait_until
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -45,12 +46,9 @@ SERVER = TypeAdapter(RealtimeServerEvent)
 # Keys the vendor's own session and response objects carry that the SDK's server types leave undeclared
 # (seen in real session.created traffic); nothing else may be extra.
 SERVER_TOLERATED = {"object", "id", "expires_at", "obfuscation"}
-DEMOS = {
-    "spine": ["--calls", "2", "--seconds", "20", "--overlap-probability", "0.5"],
-    "receptionist": ["--agent", str(ROOT / "examples" / "receptionist"), "--calls", "3", "--seconds", "60"],
-    "shop-assistant": ["--agent", str(ROOT / "examples" / "shop-assistant"), "--calls", "3", "--seconds", "60"],
-    "interview": ["--agent", str(ROOT / "examples" / "interview"), "--calls", "3", "--seconds", "60"],
-}
+SPINE_DEMO = ["--calls", "2", "--seconds", "20", "--overlap-probability", "0.5"]
+# the shipped examples' demos (3 calls x 60 s each), run once per session with tests/e2e/test_examples_demo.py
+EXAMPLES = ("receptionist", "shop-assistant", "interview")
 DEMO_TIMEOUT_S = 300
 
 
@@ -68,9 +66,8 @@ def extras(model: Any, path: str = "") -> list[str]:
     return found
 
 
-def run_demo(mode: str, record_dir: Path) -> tuple[int, str]:
-    command = [sys.executable, "-m", "voicecore.cli", "demo", "--json", "--record-dir", str(record_dir / mode),
-               *DEMOS[mode]]
+def run_spine_demo(record_dir: Path) -> tuple[int, str]:
+    command = [sys.executable, "-m", "voicecore.cli", "demo", "--json", "--record-dir", str(record_dir), *SPINE_DEMO]
     done = subprocess.run(command, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S, cwd=ROOT)
     return done.returncode, done.stderr[-4000:]
 
@@ -113,14 +110,22 @@ def wire_texts(directory: Path) -> tuple[list[str], list[str]]:
 
 @pytest.fixture(scope="module")
 def wire(tmp_path_factory) -> dict[str, tuple[list[str], list[str]]]:
-    record_dir = tmp_path_factory.mktemp("conformance-records")
-    with ThreadPoolExecutor(2) as pool:  # two stacks at a time: the machine is shared
-        runs = dict(zip(DEMOS, pool.map(lambda mode: run_demo(mode, record_dir), DEMOS)))
-    for mode, (code, stderr) in runs.items():
-        # A demo's own checks (its report's ok) are tests/e2e/test_examples_demo.py's; here its records are the point.
-        assert code in (0, 1) and list((record_dir / mode).glob("*.jsonl")), f"{mode}: {stderr}"
-    wire = {mode: wire_texts(record_dir / mode) for mode in DEMOS}
-    wire["restore"] = wire_texts(restored_call())
+    # A demo's own checks (its report's ok) are tests/e2e/test_examples_demo.py's; here its records are the point.
+    # The examples' demos one at a time (their reports' real-time figures are asserted there), then the spine's
+    # demo and the restored call side by side: two small stacks at a time, the machine is shared.
+    runs = {mode: example_demo(mode, tmp_path_factory) for mode in EXAMPLES}
+    for mode, run in runs.items():
+        assert run.returncode in (0, 1) and list(run.record_dir.glob("*.jsonl")), f"{mode}: {run.stderr}"
+    spine_records = tmp_path_factory.mktemp("conformance-spine-records")
+    with ThreadPoolExecutor(2) as pool:
+        spine = pool.submit(run_spine_demo, spine_records)
+        restored = pool.submit(restored_call)
+        code, stderr = spine.result()
+        restore_records = restored.result()
+    assert code in (0, 1) and list(spine_records.glob("*.jsonl")), f"spine: {stderr}"
+    wire = {"spine": wire_texts(spine_records)}
+    wire.update({mode: wire_texts(run.record_dir) for mode, run in runs.items()})
+    wire["restore"] = wire_texts(restore_records)
     return wire
 
 

@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -65,10 +66,25 @@ def on_disk(records: Path, logs: str) -> dict[str, str]:
     return found
 
 
-@pytest.mark.parametrize("storage", ["redacted", "metadata_only"])
-def test_the_callers_number_is_not_on_disk(tmp_path: Path, storage: str) -> None:
-    records = tmp_path / "records"
-    report, logs = run_demo(agent_with_tier(tmp_path, storage), records)
+TIERS = ("redacted", "metadata_only")
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory) -> dict[str, tuple[Path, dict, str]]:
+    """Each tier's demo (one call each), both at once: two small stacks, half the minutes of one after the other."""
+    def run(storage: str) -> tuple[Path, dict, str]:
+        directory = tmp_path_factory.mktemp(storage)
+        records = directory / "records"
+        report, logs = run_demo(agent_with_tier(directory, storage), records)
+        return records, report, logs
+
+    with ThreadPoolExecutor(len(TIERS)) as pool:
+        return dict(zip(TIERS, pool.map(run, TIERS)))
+
+
+@pytest.mark.parametrize("storage", TIERS)
+def test_the_callers_number_is_not_on_disk(demos, storage: str) -> None:
+    records, report, logs = demos[storage]
     agent = report["agent"]
     assert agent["actions_executed"] == 1 and agent["tool_server_requests"] == 1  # the tool got a number it could book
     assert report["calls_in_store"] == 1 and report["records_written"] == 1
