@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import jwt
 from cryptography.hazmat.primitives import serialization
 
-from voicecore.sim.carrier_modes_core import CarrierCredentials
+from voicecore.carriers.simulator import CarrierCredentials
 
 HANGUP = "hangup"
 TRANSFER = "transfer"
