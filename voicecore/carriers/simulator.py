@@ -9,12 +9,15 @@ descriptor as ``Carrier.simulator`` (voicecore/carriers/base.py). It answers, fo
   the headers of its stream's upgrade (:meth:`CarrierSimulator.stream_headers`);
 - **its documents**: reading its answer document into where it streams and what it carries there
   (:meth:`CarrierSimulator.parse_answer`, :meth:`CarrierSimulator.parse_continuation`);
-- **its ids**: the shape of a simulated call's ids (:meth:`CarrierSimulator.new_identity`) and of its signing nonces.
+- **its ids**: the shape of a simulated call's ids (:meth:`CarrierSimulator.new_identity`) and of its signing nonces;
+- **the calls its API placed** (voicecore/sim/carrier_rest.py): the progress callbacks of such a call, its AMD
+  and their callbacks, signed as the carrier signs them, and what a transfer through its API fetches;
 
 The defaults are a carrier the simulator's carrier modes do not play (Twilio's webhook and stream are
-voicecore/sim/carrier.py place_call's own): a carrier overrides what it does. Playing the stream itself is the
-simulator's adapter on the carrier's own end of its protocol (the descriptor's ``carrier_side``:
-voicecore/sim/carrier_modes_core.py).
+voicecore/sim/carrier.py place_call's own) and whose API places no calls: a carrier overrides what it does.
+Playing the stream itself is the simulator's adapter on the carrier's own end of its protocol (the descriptor's
+``carrier_side``: voicecore/sim/carrier_modes_core.py); the simulated REST APIs' checks are
+voicecore/sim/carrier_rest_core.py's.
 
 Must not know: sockets, HTTP, the clock or randomness: time comes in as ``now_s``, nonces as ``nonce``, new ids
 from the shell's :class:`RandomIds`.
@@ -35,11 +38,14 @@ from voicecore.carriers.events import ENCODING_PCMU
 from voicecore.timing import SAMPLE_RATE_HZ
 
 __all__ = [
+    "AmdCallback",
     "CallIdentity",
     "CarrierCredentials",
     "CarrierSimulator",
+    "PlacedCallRequest",
     "RandomIds",
     "StreamTarget",
+    "TwimlCallsSimulator",
     "WebhookRequest",
     "continuation_from_xml",
     "iso_timestamp",
@@ -154,6 +160,39 @@ class StreamTarget:
     redirect: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class PlacedCallRequest:
+    """A Calls API request the simulated carrier took: what it will dial and tell."""
+
+    account_sid: str
+    call_sid: str
+    to: str
+    from_: str
+    url: str  # the answer document's address ("" when the request gave the document itself)
+    twiml: str
+    status_callback: str
+    status_events: tuple[str, ...]
+    machine_detection: str
+    async_amd: bool
+    carrier: str = "twilio"
+    ring_url: str = ""  # Plivo: where its ring goes (its hang-up goes to status_callback, its hangup_url)
+    # where an asynchronous AMD's result goes: Twilio's (TeXML's) AsyncAmdStatusCallback, Plivo's
+    # machine_detection_url, Vonage's event_url; machine_detection holds the carrier's own value (Twilio's
+    # Enable / DetectMessageEnd, Plivo's true / hangup, Vonage's mode)
+    amd_callback: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AmdCallback:
+    """One callback of a carrier's asynchronous AMD, sent once ``at_ms`` of the callee's audio has played (a
+    carrier's AMD listens to what the callee says): ``fields`` for :meth:`CarrierSimulator.callback_request`;
+    ``beep``: it tells the voicemail's beep (Vonage's ``beep_start``), not the verdict."""
+
+    at_ms: int
+    fields: Mapping[str, str]
+    beep: bool = False
+
+
 class RandomIds(Protocol):
     """Where new ids and nonces come from (the shell's secrets and uuid: voicecore/sim/random_ids.py)."""
 
@@ -179,6 +218,9 @@ class CarrierSimulator:
     # simulator's carrier modes do not play this carrier.
     answer_path: str = ""
     user_agent: str = ""
+    # A call its API placed gets an id of its own once answered, beside the placing request's (Plivo: the
+    # CallUUID, apart from the RequestUUID); the answered call's stream and REST requests name that one.
+    answered_call_has_own_id: bool = False
 
     # -- ids -------------------------------------------------------------------------------------------------
 
@@ -227,6 +269,69 @@ class CarrierSimulator:
         """Read the document a continuation answered: the new stream it starts, or None when it starts none (the
         call ends). ValueError: not a document of the carrier, or a stream it would refuse."""
         raise ValueError(f"{type(self).__name__}: names no continuation after its stream")
+
+    # -- a call its API placed -------------------------------------------------------------------------------
+
+    def callback_request(self, placed: PlacedCallRequest, url: str, fields: Mapping[str, str],
+                         credentials: CarrierCredentials, *, now_s: float, nonce: str) -> WebhookRequest:
+        """The callback with ``fields`` to ``url`` about ``placed``'s call, signed as the carrier signs its
+        webhooks."""
+        raise ValueError(f"{type(self).__name__}: places no calls")
+
+    def progress_callback(self, placed: PlacedCallRequest, status: str, *, sequence: int, duration_s: int | None,
+                          call_uuid: str) -> tuple[str, dict[str, str]] | None:
+        """(url, fields) of the callback that tells one step of the placed call's progress (``status``: initiated,
+        ringing, in-progress, busy, no-answer, failed or completed; ``duration_s`` with completed), or None when
+        the carrier tells none for it. ``sequence``: the callbacks numbered so far; ``call_uuid``: the answered
+        call's own id when it has one (``answered_call_has_own_id``)."""
+        return None
+
+    def amd_mode(self, placed: PlacedCallRequest) -> str:
+        """The mode (Enable or DetectMessageEnd) the carrier's asynchronous AMD answers ``placed`` in, "" when the
+        request asked for none it reports."""
+        return ""
+
+    def amd_callbacks(self, placed: PlacedCallRequest, answered_by: str, at_ms: int, beep_at_ms: int | None,
+                      call_uuid: str) -> tuple[AmdCallback, ...]:
+        """What the carrier's AMD tells the placed call's ``amd_callback`` once it decided ``answered_by`` (Twilio's
+        AnsweredBy vocabulary) after ``at_ms`` of the callee's audio; ``beep_at_ms``: where a voicemail's beep
+        starts (None: none)."""
+        return ()
+
+    def transfer_fetch(self, url: str, call_id: str, credentials: CarrierCredentials, *,
+                       nonce: str) -> WebhookRequest | None:
+        """The request the carrier sends when a transfer through its API names a URL to fetch the call's next
+        document from (``url``), or None: its transfer fetches nothing."""
+        return None
+
+
+class TwimlCallsSimulator(CarrierSimulator):
+    """The Calls API shape Twilio's has and Telnyx's TeXML copies: a form status callback per progress event
+    asked for (the final status always), numbered by ``SequenceNumber``, and the asynchronous AMD's one
+    ``AnsweredBy`` callback. A subclass signs them (:meth:`CarrierSimulator.callback_request`)."""
+
+    def progress_callback(self, placed, status, *, sequence, duration_s, call_uuid):
+        event = {"in-progress": "answered"}.get(status, status)
+        final = status in ("completed", "busy", "no-answer", "failed")
+        if not placed.status_callback or (event not in placed.status_events and not final):
+            return None
+        form = {"CallSid": placed.call_sid, "AccountSid": placed.account_sid, "From": placed.from_, "To": placed.to,
+                "Direction": "outbound-api", "CallStatus": status, "SequenceNumber": str(sequence),
+                "ApiVersion": "2010-04-01", "CallbackSource": "call-progress-events"}
+        if duration_s is not None:
+            form["CallDuration"] = str(duration_s)
+        return placed.status_callback, form
+
+    def amd_mode(self, placed):
+        if placed.machine_detection and placed.async_amd and placed.amd_callback:
+            return placed.machine_detection
+        return ""
+
+    def amd_callbacks(self, placed, answered_by, at_ms, beep_at_ms, call_uuid):
+        # CallSid, AccountSid, AnsweredBy, MachineDetectionDuration: no CallStatus
+        return (AmdCallback(at_ms, {"CallSid": placed.call_sid, "AccountSid": placed.account_sid,
+                                    "AnsweredBy": answered_by, "MachineDetectionDuration": str(at_ms)}),)
+
 
 # ----- what the carriers' sim.py share ------------------------------------------------------------------
 

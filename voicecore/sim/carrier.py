@@ -566,6 +566,7 @@ async def place_call(
     voice_url: str | None = None,
     direction: str = "inbound",
     follow_action: bool = True,
+    request_uuid: str = "",
 ) -> CallResult:
     """Run one simulated inbound call against the gateway at ``base_url_http`` and measure it.
 
@@ -582,9 +583,10 @@ async def place_call(
     next one; ``exotel_encoding``: what Exotel streams (l16, its base guide, or pcmu, its beta's default);
     ``playout_stall``: (stall_ms, every_ms), Plivo's playout stalls that long that often (PlayoutCore.set_playout_stall);
     ``rest``: a voicecore.sim.carrier_rest.CarrierRestServer: its hang-up and transfer requests end the call.
-    ``voice_url`` and ``direction``: an outbound call the carrier placed (Twilio only): the answer URL its Calls
-    API request gave (signed with its query, as Twilio signs it) and ``outbound-api``; the script's audio is
-    then the callee's.
+    ``voice_url`` and ``direction``: an outbound call the carrier placed: the answer URL its Calls API request
+    gave (signed with its query, as the carrier signs it) and ``outbound-api`` (Twilio's; a carrier mode's
+    answer webhook has its own); ``request_uuid``: the placing request's id, for a carrier whose answered call
+    gets an id of its own (Plivo); the script's audio is then the callee's.
     A stream that drops without a stop is followed by the TwiML's ``<Connect action>`` as Twilio does (a new
     ``<Connect><Stream>`` answered is connected and the caller talks on), for Telnyx and Plivo by the
     ``<Redirect>`` their answer document put after the stream, and for Vonage by the ``disconnected`` event to
@@ -596,7 +598,8 @@ async def place_call(
             base_url_http, credentials or CarrierCredentials(twilio_auth_token=auth_token), script, lead_frames,
             carrier=carrier, call_sid=call_sid, account_sid=account_sid, keep_audio=keep_audio, plain_ws=plain_ws,
             unix_socket=unix_socket, jitter_probability=jitter_probability, exotel_encoding=exotel_encoding,
-            playout_stall=playout_stall, rest=rest, follow_action=follow_action)
+            playout_stall=playout_stall, rest=rest, follow_action=follow_action, answer_url=voice_url or "",
+            request_uuid=request_uuid)
     loop = asyncio.get_running_loop()
     call_sid = call_sid or _sid("CA")
     account_sid = account_sid or _sid("AC")

@@ -1,8 +1,11 @@
 """Plivo as the carrier simulator plays it (voicecore/carriers/simulator.py says what this answers): its signed
-answer_url POST, its XML followed to the stream, and its signed stream upgrade.
+answer_url POST, its XML followed to the stream, its signed stream upgrade, and the Call API's callbacks.
 
-Every request Plivo sends is signed with X-Plivo-Signature-V3 over the URL (its query included), the form and a
-nonce (protocol.compute_signature_v3), the stream's upgrade too (protocol.sign_upgrade).
+- Every request Plivo sends is signed with X-Plivo-Signature-V3 over the URL (its query included), the form and a
+  nonce (protocol.compute_signature_v3), the stream's upgrade too (protocol.sign_upgrade).
+- A call its Make Call placed is named by the request (RequestUUID) until answered, then gets its own CallUUID;
+  it tells its ring (ring_url), its hang-up (hangup_url) and its machine detection (machine_detection_url), and a
+  transfer through the Call API fetches the ``aleg_url`` it names.
 """
 
 from __future__ import annotations
@@ -11,15 +14,20 @@ from urllib.parse import urlencode
 
 from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMU
 from voicecore.carriers.plivo import protocol
-from voicecore.carriers.simulator import (CarrierSimulator, StreamTarget, WebhookRequest, continuation_from_xml,
-                                          parse_xml, redirect_after)
+from voicecore.carriers.simulator import (AmdCallback, CarrierSimulator, StreamTarget, WebhookRequest,
+                                          continuation_from_xml, parse_xml, redirect_after)
 from voicecore.timing import SAMPLE_RATE_HZ
 
-__all__ = ["PlivoSimulator"]
+__all__ = ["PlivoSimulator", "transfer_form"]
+
+# Plivo's HangupCause for a placed call's end, by the simulator's status
+_HANGUP_CAUSES = {"completed": "NORMAL_CLEARING", "busy": "USER_BUSY", "no-answer": "NO_ANSWER"}
+
 
 class PlivoSimulator(CarrierSimulator):
     answer_path = "/plivo/voice"
     user_agent = "PlivoHTTP/1.1"
+    answered_call_has_own_id = True
 
     def answer_webhook(self, url, ids, credentials, *, now_s, nonce, answer_method="POST", request_uuid=""):
         form = {"CallUUID": ids.call_id, "ALegUUID": ids.call_id, "ALegRequestUUID": ids.session_id,
@@ -75,6 +83,47 @@ class PlivoSimulator(CarrierSimulator):
     def parse_continuation(self, body):
         return continuation_from_xml(body, "./Stream", self.parse_answer)
 
+    def callback_request(self, placed, url, fields, credentials, *, now_s, nonce):
+        return _signed_form(url, fields, credentials, nonce)
+
+    def progress_callback(self, placed, status, *, sequence, duration_s, call_uuid):
+        # Plivo tells a ring (ring_url) and the hang-up (hangup_url); its answer is the answer_url's POST
+        if status in ("initiated", "in-progress"):
+            return None
+        url = placed.ring_url if status == "ringing" else placed.status_callback
+        if not url:
+            return None
+        form = {"RequestUUID": placed.call_sid, "From": placed.from_.lstrip("+"), "To": placed.to.lstrip("+"),
+                "Direction": "outbound", "CallStatus": status, "Event": "Ring" if status == "ringing" else "Hangup"}
+        if call_uuid:
+            form["CallUUID"] = call_uuid
+        if status != "ringing":
+            form["HangupCause"] = _HANGUP_CAUSES.get(status, "CALL_REJECTED")
+            form["Duration"] = form["BillDuration"] = str(duration_s or 0)
+        return url, form
+
+    def amd_mode(self, placed):
+        # Plivo's machine detection answers human or machine, as Enable does
+        return "Enable" if placed.async_amd and placed.amd_callback else ""
+
+    def amd_callbacks(self, placed, answered_by, at_ms, beep_at_ms, call_uuid):
+        if answered_by == "unknown":  # its AMD heard nothing: no callback
+            return ()
+        return (AmdCallback(at_ms, {
+            "From": placed.from_.lstrip("+"), "To": placed.to.lstrip("+"),
+            "Machine": "false" if answered_by == "human" else "true", "RequestUUID": placed.call_sid,
+            "ALegRequestUUID": placed.call_sid, "CallUUID": call_uuid, "ALegUUID": call_uuid,
+            "IfMachine": "hangup" if placed.machine_detection == "hangup" else "continue",
+            "Direction": "outbound", "Event": "MachineDetection", "CallStatus": "in-progress"}),)
+
+    def transfer_fetch(self, url, call_id, credentials, *, nonce):
+        return _signed_form(url, transfer_form(call_id), credentials, nonce)
+
+
+def transfer_form(call_uuid: str) -> dict[str, str]:
+    """The form Plivo posts to a transfer's ``aleg_url`` (its call's ids, as its answer webhook's)."""
+    return {"CallUUID": call_uuid, "ALegUUID": call_uuid, "CallStatus": "in-progress", "Direction": "inbound",
+            "Event": "Transfer"}
 
 
 def _signed_form(url, form, credentials, nonce) -> WebhookRequest:

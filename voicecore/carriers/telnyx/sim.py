@@ -1,10 +1,12 @@
 """Telnyx as the carrier simulator plays it (voicecore/carriers/simulator.py says what this answers): TeXML's
-signed instruction fetches and the TeXML answer followed to the stream.
+signed instruction fetches, the TeXML answer followed to the stream, and the TeXML Calls API's callbacks.
 
 - The answer webhook and the request of the ``<Redirect>`` after the stream are TeXML form POSTs, signed with
   Ed25519 over ``timestamp|body`` (protocol.sign_webhook); the stream's upgrade carries nothing.
 - A call's id is its call_control_id (TeXML's CallSid: "v3:" and URL-safe base64), the one its stream's
   ``start`` names; its stream may deliver caller frames out of order (docs/explanation/protocols.md#b).
+- A call the TeXML Calls API placed tells its progress and its AMD as Twilio's does (TeXML copies the Calls
+  API), its AMD callback with ``CallSidLegacy`` too, every callback Ed25519-signed.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU
-from voicecore.carriers.simulator import (CallIdentity, CarrierSimulator, StreamTarget, WebhookRequest,
-                                          continuation_from_xml, parse_xml, redirect_after)
+from voicecore.carriers.simulator import (AmdCallback, CallIdentity, StreamTarget, TwimlCallsSimulator,
+                                          WebhookRequest, continuation_from_xml, parse_xml, redirect_after)
 from voicecore.carriers.telnyx import protocol
 from voicecore.timing import SAMPLE_RATE_HZ
 
@@ -22,7 +24,7 @@ __all__ = ["TelnyxSimulator"]
 _CALL_CONTROL_ID_BYTES = 39  # "v3:" + 52 URL-safe base64 characters, as Telnyx's ids are
 
 
-class TelnyxSimulator(CarrierSimulator):
+class TelnyxSimulator(TwimlCallsSimulator):
     answer_path = "/telnyx/voice"
     user_agent = "Telnyx Webhooks"
 
@@ -62,6 +64,12 @@ class TelnyxSimulator(CarrierSimulator):
     def parse_continuation(self, body):
         return continuation_from_xml(body, "./Connect/Stream", self.parse_answer)
 
+    def callback_request(self, placed, url, fields, credentials, *, now_s, nonce):
+        return _signed_form(url, urlencode(fields).encode("ascii"), credentials, now_s)
+
+    def amd_callbacks(self, placed, answered_by, at_ms, beep_at_ms, call_uuid):
+        (callback,) = super().amd_callbacks(placed, answered_by, at_ms, beep_at_ms, call_uuid)
+        return (AmdCallback(callback.at_ms, {**callback.fields, "CallSidLegacy": placed.call_sid}),)
 
 
 def _texml_request(url, ids, credentials, now_s, status) -> WebhookRequest:

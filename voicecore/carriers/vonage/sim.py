@@ -1,23 +1,32 @@
 """Vonage as the carrier simulator plays it (voicecore/carriers/simulator.py says what this answers): the signed
-answer webhook, the NCCO followed to the WebSocket, and the ``disconnected`` event of a synchronous connect.
+answer webhook, the NCCO followed to the WebSocket, the ``disconnected`` event of a synchronous connect, and the
+Voice API's event webhooks.
 
 - Every request Vonage sends carries the signed-webhook JWT (protocol.sign_webhook: HS256 with the signature
   secret, its ``payload_hash`` over the body, a UUID as its ``jti``); the stream's upgrade only when the NCCO's
   endpoint asks for it (``authorization``).
 - A call's ids are UUIDs; the WebSocket leg has its own uuid, and a new leg (a re-attached stream) a new one.
+- A call Create Call placed tells every step of its progress, and its advanced machine detection's verdict (then,
+  for a machine, the beep), as JSON events to its event_url.
 """
 
 from __future__ import annotations
 
+import json
 from urllib.parse import urlencode
 
 import orjson
 
 from voicecore.carriers.events import ENCODING_L16
-from voicecore.carriers.simulator import CarrierSimulator, StreamTarget, WebhookRequest, iso_timestamp
+from voicecore.carriers.simulator import (AmdCallback, CarrierSimulator, StreamTarget, WebhookRequest,
+                                          iso_timestamp)
 from voicecore.carriers.vonage import protocol
 
 __all__ = ["VonageSimulator"]
+
+# Vonage's event status for each step of a placed call's progress, where it names it otherwise
+_EVENT_STATUSES = {"initiated": "started", "in-progress": "answered", "no-answer": "timeout"}
+
 
 class VonageSimulator(CarrierSimulator):
     answer_path = "/vonage/answer"
@@ -77,6 +86,36 @@ class VonageSimulator(CarrierSimulator):
             return None
         return _connected_websocket(ncco)
 
+    def callback_request(self, placed, url, fields, credentials, *, now_s, nonce):
+        """One event: the call's ids, numbers and timestamp, then ``fields``, as JSON."""
+        event = {"uuid": placed.call_sid, "conversation_uuid": "CON-" + placed.call_sid, "direction": "outbound",
+                 "from": placed.from_[1:], "to": placed.to[1:], "timestamp": iso_timestamp(int(now_s)), **fields}
+        body = json.dumps(event).encode()
+        authorization = protocol.sign_webhook(body, credentials.vonage_signature_secret, int(now_s), nonce,
+                                              api_key=credentials.vonage_api_key, application_id=placed.account_sid)
+        return WebhookRequest("POST", url, (("Content-Type", "application/json"), ("Authorization", authorization)),
+                              body)
+
+    def progress_callback(self, placed, status, *, sequence, duration_s, call_uuid):
+        if not placed.status_callback:
+            return None
+        event = {"status": _EVENT_STATUSES.get(status, status)}
+        if duration_s is not None:
+            event["duration"] = str(duration_s)
+        return placed.status_callback, event
+
+    def amd_mode(self, placed):
+        # its verdicts are human or machine, as Enable's; the default mode reports the beep after
+        return "Enable" if placed.async_amd and placed.amd_callback else ""
+
+    def amd_callbacks(self, placed, answered_by, at_ms, beep_at_ms, call_uuid):
+        """``status`` human or machine once it decided, then for a machine whose beep it heard (mode default or
+        detect_beep) ``machine`` with ``sub_state`` beep_start as the beep starts."""
+        status = "human" if answered_by == "human" else "machine"
+        verdict = AmdCallback(at_ms, {"status": status})
+        if status != "machine" or beep_at_ms is None or placed.machine_detection == "detect":
+            return (verdict,)
+        return verdict, AmdCallback(beep_at_ms, {"status": "machine", "sub_state": "beep_start"}, beep=True)
 
 
 def _json_array(body: bytes, not_json: str, not_array: str) -> list:
