@@ -1,7 +1,7 @@
 """Each carrier's simulator side (``voicecore/carriers/<name>/sim.py``, through its descriptor): what the carrier
 simulator asks a carrier instead of knowing it. The answer webhooks, answer documents and stream upgrades are
-pinned by tests/unit/test_carrier_sim_modes.py; here: which adapter plays each carrier's stream, its calls' ids,
-and the callbacks of a call its API placed, each checked with the gateway's own check."""
+pinned by tests/unit/test_carrier_sim_modes.py; here: which adapter plays each carrier's stream, the settings that
+serve it, its calls' ids, and the callbacks of a call its API placed, each checked with the gateway's own check."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from urllib.parse import parse_qsl
 import pytest
 
 from voicecore.carriers import registry
+from voicecore.carriers.base import CarrierSettings
 from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.simulator import CarrierCredentials, PlacedCallRequest
 from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.twilio.signature import signature_is_valid
 from voicecore.carriers.vonage import protocol as vonage
 from voicecore.sim import carrier_modes_core as modes
+from voicecore.sim.carrier import generate_credentials
 
 NOW_S = 1_700_000_000.0
 CREDENTIALS = CarrierCredentials(twilio_auth_token="t" * 32, telnyx_private_key="11" * 32, plivo_auth_token="plivo-token",
@@ -59,6 +61,15 @@ def test_every_carrier_but_twilio_is_played_by_the_adapter_on_its_carrier_side()
     assert modes.adapter_for("twilio") is None
     with pytest.raises(ValueError):
         modes.adapter_for("no-such-carrier")
+
+
+@pytest.mark.parametrize("name", registry.NAMES)
+def test_the_settings_a_carrier_names_make_a_stack_serve_it(name):
+    carrier = registry.get(name)
+    settings = carrier.simulator.gateway_settings(generate_credentials("tok"))
+    assert set(settings) == set(carrier.simulator.serving_settings) and all(settings.values())
+    fields = {key: value for key, value in settings.items() if key in CarrierSettings.__slots__}
+    assert carrier.served(CarrierSettings(**fields))
 
 
 def test_a_calls_ids_have_its_carriers_shape():

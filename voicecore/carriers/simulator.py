@@ -12,6 +12,8 @@ descriptor as ``Carrier.simulator`` (voicecore/carriers/base.py). It answers, fo
 - **its ids**: the shape of a simulated call's ids (:meth:`CarrierSimulator.new_identity`) and of its signing nonces;
 - **the calls its API placed** (voicecore/sim/carrier_rest.py): the progress callbacks of such a call, its AMD
   and their callbacks, signed as the carrier signs them, and what a transfer through its API fetches;
+- **running it**: the settings a stack serves it with (``serving_settings``), and whether its stream may deliver
+  caller frames out of order (``reorders_caller_frames``: the demo's jitter).
 
 The defaults are a carrier the simulator's carrier modes do not play (Twilio's webhook and stream are
 voicecore/sim/carrier.py place_call's own) and whose API places no calls: a carrier overrides what it does.
@@ -218,9 +220,20 @@ class CarrierSimulator:
     # simulator's carrier modes do not play this carrier.
     answer_path: str = ""
     user_agent: str = ""
+    # The settings (voicecore/config.py names, the keys of CarrierCredentials.stack_settings) a stack checks this
+    # carrier's requests with; the carrier's halves stay with the simulator.
+    serving_settings: tuple[str, ...] = ()
+    # Its stream does not keep caller frames in order (Telnyx documents reordering): the simulator may send a
+    # share of them after their successor (voicecore/sim/carrier_modes_core.py TelnyxCall's jitter).
+    reorders_caller_frames: bool = False
     # A call its API placed gets an id of its own once answered, beside the placing request's (Plivo: the
     # CallUUID, apart from the RequestUUID); the answered call's stream and REST requests name that one.
     answered_call_has_own_id: bool = False
+
+    def gateway_settings(self, credentials: CarrierCredentials) -> dict[str, str]:
+        """Config field -> value that make a stack serve this carrier with ``credentials``."""
+        settings = credentials.stack_settings()
+        return {name: settings[name] for name in self.serving_settings if name in settings}
 
     # -- ids -------------------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ _RATE_KEY = "sample-rate"  # the stream URL's query parameter Exotel reads the r
 class ExotelSimulator(CarrierSimulator):
     answer_path = "/exotel/voice"
     user_agent = "Exotel/1.0"
+    serving_settings = ("exotel_username", "exotel_password")
 
     def new_stream_id(self, random_ids):
         return random_ids.uuid_hex()

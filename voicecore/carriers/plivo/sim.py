@@ -27,6 +27,7 @@ _HANGUP_CAUSES = {"completed": "NORMAL_CLEARING", "busy": "USER_BUSY", "no-answe
 class PlivoSimulator(CarrierSimulator):
     answer_path = "/plivo/voice"
     user_agent = "PlivoHTTP/1.1"
+    serving_settings = ("plivo_auth_token",)
     answered_call_has_own_id = True
 
     def answer_webhook(self, url, ids, credentials, *, now_s, nonce, answer_method="POST", request_uuid=""):

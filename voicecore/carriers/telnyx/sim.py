@@ -27,6 +27,8 @@ _CALL_CONTROL_ID_BYTES = 39  # "v3:" + 52 URL-safe base64 characters, as Telnyx'
 class TelnyxSimulator(TwimlCallsSimulator):
     answer_path = "/telnyx/voice"
     user_agent = "Telnyx Webhooks"
+    serving_settings = ("telnyx_public_key",)
+    reorders_caller_frames = True
 
     def new_identity(self, call_id, account_id, from_number, to_number, random_ids):
         return CallIdentity(call_id or "v3:" + random_ids.token_urlsafe(_CALL_CONTROL_ID_BYTES),

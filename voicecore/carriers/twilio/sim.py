@@ -18,6 +18,7 @@ __all__ = ["TwilioSimulator"]
 
 class TwilioSimulator(TwimlCallsSimulator):
     user_agent = "TwilioProxy/1.1"
+    serving_settings = ("twilio_auth_token",)
 
     def callback_request(self, placed, url, fields, credentials, *, now_s, nonce):
         signature = compute_signature(credentials.twilio_auth_token, url, fields)

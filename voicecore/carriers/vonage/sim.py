@@ -31,6 +31,7 @@ _EVENT_STATUSES = {"initiated": "started", "in-progress": "answered", "no-answer
 class VonageSimulator(CarrierSimulator):
     answer_path = "/vonage/answer"
     user_agent = "Vonage-Voice/1.0"
+    serving_settings = ("vonage_signature_secret",)
 
     def new_nonce(self, random_ids):
         return random_ids.uuid()
