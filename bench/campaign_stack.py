@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 
 from voicecore.agent.load import default_agent_dir
+from voicecore.carriers import registry
 from voicecore.config import load_config
 from voicecore.demo import demo_config, demo_sim_config
 from voicecore.sim.callee_core import OPT_OUT, callee_seed, plan_callee, sentences
@@ -116,8 +117,8 @@ async def campaign_stack(numbers: int, concurrency: int, workdir: Path, ring_ms:
         names = {f.name for f in dataclasses.fields(base)}
         base = dataclasses.replace(base, **{k: v for k, v in credentials.rest_settings(rest.base_url).items() if k in names})
         base = dataclasses.replace(base, twilio_account_sid="AC" + secrets.token_hex(16))
-        if carrier == "plivo":  # the node serves Plivo's webhooks and stream only with its auth token
-            base = dataclasses.replace(base, plivo_auth_token=credentials.plivo_auth_token)
+        # the node serves the carrier's webhooks and stream only with its secret (the simulator's matching half)
+        base = dataclasses.replace(base, **registry.get(carrier).simulator.gateway_settings(credentials))
         phrases = []
         for number, kind in rows:
             rest.callees[number] = kind

@@ -44,6 +44,7 @@ from voicecore.chat.phone_calls import AgentCallers, agent_callers, judged_tests
 from voicecore.agent.spec import AgentSpec
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.callreport import StackCpu, summarize
+from voicecore.carriers import registry
 from voicecore.config import Config, ConfigError, load_config
 from voicecore.record import record_paths  # noqa: F401 (re-exported: the demo's readers import it from here)
 from voicecore.console import probe
@@ -224,9 +225,10 @@ async def run_calls(config: Config, calls: int, seconds: float, ramp_ms: int = 0
         return await asyncio.gather(*(one(i) for i in range(calls)))
 
 
-# The carrier simulator's Telnyx mode sends this share of caller frames after the next one (a Telnyx
-# stream does not guarantee frame order), so the demo exercises the gateway's reorder window.
-DEMO_TELNYX_JITTER = 0.02
+# On a carrier whose stream does not keep caller frames in order (its simulator side's reorders_caller_frames:
+# Telnyx's), the simulator sends this share of them after the next one, so the demo exercises the gateway's
+# reorder window.
+DEMO_REORDER_JITTER = 0.02
 
 
 def carrier_config(config: Config, carrier: str) -> tuple[Config, CarrierCredentials]:
@@ -236,22 +238,13 @@ def carrier_config(config: Config, carrier: str) -> tuple[Config, CarrierCredent
     credentials = generate_credentials(config.twilio_auth_token)
     names = {f.name for f in dataclasses.fields(config)}
     settings = credentials.stack_settings()
-    needed = CARRIER_SETTINGS.get(carrier, ())
+    needed = registry.get(carrier).simulator.serving_settings
     missing = [name for name in needed if name not in names]
     if missing:
         raise StackError(f"this build has no {carrier} settings ({', '.join('VOICECORE_' + n.upper() for n in missing)}): "
                          f"its gateway cannot take {carrier} calls")
     return dataclasses.replace(config, **{name: value for name, value in settings.items() if name in names}), credentials
 
-
-# The settings the stack checks each carrier's requests with (the carrier's halves stay with the simulator).
-CARRIER_SETTINGS = {
-    "twilio": ("twilio_auth_token",),
-    "telnyx": ("telnyx_public_key",),
-    "plivo": ("plivo_auth_token",),
-    "vonage": ("vonage_signature_secret",),
-    "exotel": ("exotel_username", "exotel_password"),
-}
 
 
 def frame_matching(results: list[CallResult], sim) -> dict | None:
@@ -294,6 +287,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
                 model_vendor: str = "openai", connection_limit_s: float = 600.0,
                 internal_error_s: float | None = None) -> dict:
     sim_config = sim_config or demo_sim_config()
+    reorders = registry.get(carrier).simulator.reorders_caller_frames
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exceptions)
@@ -368,7 +362,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         else:
             results = await run_calls(config, calls, seconds, ramp_ms=min(1000, 5 * calls), scenario=scenario,
                                       carrier=carrier, credentials=credentials, rest=rest,
-                                      jitter_probability=DEMO_TELNYX_JITTER if carrier == "telnyx" else 0.0)
+                                      jitter_probability=DEMO_REORDER_JITTER if reorders else 0.0)
         wall_s = time.monotonic() - started
         load_cpu_s = time.process_time() - load_cpu_started
         cpu_s = cpu.stop()
@@ -404,7 +398,7 @@ async def _demo(calls: int, seconds: float, config_path: str | None, workdir: Pa
         report["gemini"] = gemini_demo.report_figures(sim, metrics)
     if matching is not None:
         report["frame_matching"] = matching
-    if carrier == "telnyx":  # what the jitter switch did: caller frames sent after their successor
+    if reorders:  # what the jitter did: caller frames sent after their successor
         report["caller_frames_out_of_order"] = sum(getattr(r.core, "frames_reordered", 0) for r in results if r.core)
     report["shm_leftovers"] = len(leftovers)
     report["command"] = shlex.join(sys.argv)  # a published report says how to run it again (bench/results)

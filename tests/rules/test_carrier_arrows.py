@@ -8,7 +8,9 @@
   there) is the one module that names them all, so adding a carrier touches its package and the registry line.
 - ``voicecore/twilio/`` is the old place of Twilio's modules, kept as re-exports for code outside the repository:
   it imports ``voicecore.carriers.twilio`` and nothing in the repository imports it, so the two never form a loop.
-- Every carrier package has its descriptor (``carrier.py``) and the registry serves each of them.
+- Every carrier package has its descriptor (``carrier.py``) and the registry serves each of them; its simulator
+  side (``sim.py``: what the carrier simulator asks it, voicecore/carriers/simulator.py) is reached from the
+  descriptor, so the simulator finds a carrier where the gateway does.
 Checked on the source with ast, like tests/rules/test_import_arrows.py.
 """
 
@@ -76,3 +78,4 @@ def test_every_carrier_package_has_its_descriptor_in_the_registry():
         assert (CARRIERS_DIR / package / "carrier.py").exists(), package
         assert registry.get(package).name == package
         assert type(registry.get(package)).__module__ == f"voicecore.carriers.{package}.carrier"
+        assert type(registry.get(package).simulator).__module__ == f"voicecore.carriers.{package}.sim"

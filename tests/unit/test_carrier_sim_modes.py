@@ -447,7 +447,7 @@ def test_plivo_signs_v3_over_url_form_and_nonce_and_the_upgrade_too():
 @pytest.mark.parametrize("method", ["POST", "GET"])
 def test_vonage_signs_a_jwt_over_the_body(method):
     request = modes.answer_webhook("vonage", "http://127.0.0.1:1", IDS, CREDENTIALS, now_s=1_700_000_000, nonce="j",
-                                   vonage_method=method)
+                                   answer_method=method)
     assert request.method == method
     authorization = dict(request.headers)["Authorization"]
     assert vonage.verify_signed_webhook(authorization, request.body, CREDENTIALS.vonage_signature_secret, 1_700_000_001)

@@ -211,11 +211,16 @@ def test_a_token_for_another_call_is_refused(service, carrier):
 # --- the simulated carrier on the new stream --------------------------------------------------------
 
 
+def _followed(**fields) -> modes.StreamTarget:
+    """What a continuation's answer streams the call to (the URL is the shell's to open)."""
+    return modes.StreamTarget(url="wss://gw.example/stream", **fields)
+
+
 def test_the_simulated_plivo_call_reopens_on_a_new_stream_with_its_new_headers():
     call = modes.PlivoCall(CALLS["plivo"], "stream-1", "acc", b"", extra_headers="session_token=a")
     (start,) = call.opening_messages()
     assert '"streamId": "stream-1"' in start or '"streamId":"stream-1"' in start
-    (start,) = call.reattach("stream-2", "session_token=b", 1000.0, 1500.0)
+    (start,) = call.reattach(_followed(raw_extra_headers="session_token=b"), "stream-2", 1000.0, 1500.0)
     assert "stream-2" in start and "session_token" in start and "stream-1" not in start
     assert call.metrics.reattaches == [(1000.0, 1500.0)]
 
@@ -223,7 +228,7 @@ def test_the_simulated_plivo_call_reopens_on_a_new_stream_with_its_new_headers()
 def test_the_simulated_telnyx_call_reopens_on_a_new_stream_with_its_new_parameters():
     call = modes.TelnyxCall(CALLS["telnyx"], "stream-1", "acc", b"", custom_parameters=(("session_token", "a"),))
     call.opening_messages()
-    connected, start = call.reattach("stream-2", (("session_token", "b"),), 1000.0, 1500.0)
+    connected, start = call.reattach(_followed(parameters=(("session_token", "b"),)), "stream-2", 1000.0, 1500.0)
     assert "connected" in connected and "stream-2" in start and '"b"' in start
     assert call.metrics.reattaches == [(1000.0, 1500.0)]
 
@@ -255,7 +260,7 @@ def test_a_response_after_a_hold_line_on_a_reattached_bounded_plivo_stream_is_no
     claims no frames: the response's frames are all its own, none stale, and the hold line's stay unattributed."""
     call = modes.PlivoCall(CALLS["plivo"], "stream-1", "acc", b"", extra_headers="session_token=a")
     call.opening_messages()
-    call.reattach("stream-2", "session_token=b", 1000.0, 1500.0)
+    call.reattach(_followed(raw_extra_headers="session_token=b"), "stream-2", 1000.0, 1500.0)
     templates = plivo.wire_templates("stream-2")
     backlog = EchoBoundedBacklog(templates)  # the new gateway's, for the new stream
     response = []

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from voicecore import reattach as ra
+from voicecore.carriers.simulator import iso_timestamp
 from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.webhook import EVENT, REATTACH, AnswerRequest, Refusal
 from voicecore.config import load_config
@@ -218,7 +219,9 @@ def test_the_simulated_vonage_call_reopens_on_a_new_socket_with_the_new_headers(
     call = modes.VonageCall(CALL, {"call_id": CALL, "session_token": "a"}, b"", sample_rate_hz=8000)
     (connected,) = call.opening_messages()
     assert json.loads(connected)["session_token"] == "a"
-    (connected,) = call.reattach({"call_id": CALL, "session_token": "b"}, 1000.0, 1500.0)
+    (connected,) = call.reattach(modes.StreamTarget(url="wss://gw.example/vonage/stream",
+                                                     headers={"call_id": CALL, "session_token": "b"}),
+                                  "leg-2", 1000.0, 1500.0)
     message = json.loads(connected)
     assert message["event"] == "websocket:connected" and message["session_token"] == "b"
     assert message["content-type"] == "audio/l16;rate=8000"
@@ -239,4 +242,4 @@ def test_the_event_names_the_leg_that_ended_and_its_timestamp():
                                    1_800_000_000.0])
 def test_the_event_timestamp_is_the_calendar_date_in_utc(now_s):
     expected = datetime.fromtimestamp(int(now_s), timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    assert modes._iso_timestamp(now_s) == f"{expected}.{int(round(now_s % 1 * 1000)) if now_s % 1 else 0:03d}Z"
+    assert iso_timestamp(now_s) == f"{expected}.{int(round(now_s % 1 * 1000)) if now_s % 1 else 0:03d}Z"

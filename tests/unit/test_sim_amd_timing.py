@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+from voicecore.carriers import registry
 from voicecore.sim import callee_core
 from voicecore.sim import carrier_rest_core as core
 from voicecore.sim.carrier import generate_credentials
@@ -23,7 +24,7 @@ def _seen(carrier: str) -> OutboundCallSeen:
                                     "http://x/status", (), "Enable", True, carrier=carrier, amd_callback="http://x/amd")
     seen = OutboundCallSeen(placed, callee_core.plan_callee("human", 1), [])
     seen.carrier_amd = callee_core.CarrierAmd("human", AMD_AT_MS, True)
-    if carrier == "plivo":
+    if registry.get(carrier).simulator.answered_call_has_own_id:
         seen.call_uuid = "11111111-2222-4333-8444-555555555555"
     return seen
 
@@ -39,13 +40,10 @@ def test_the_carriers_amd_answer_counts_from_the_stream_not_from_the_answer(carr
             sent.append(loop.time())
             return 204
 
-        rest._signed_form_post = lambda _placed, _url, _form: post()
-        rest._plivo_post = lambda _url, _form: post()
-        rest._vonage_post = lambda _placed, _url, _fields: post()
+        rest._callback = lambda *_args: post()
         seen = _seen(carrier)
         answered_at = loop.time()  # the answer's status: the stream opens STREAM_LATE_S later
-        amd = {"plivo": rest._plivo_amd, "vonage": rest._vonage_amd}.get(carrier, rest._amd_callback)
-        task = loop.create_task(amd(seen))
+        task = loop.create_task(rest._carrier_amd(seen, registry.get(carrier).simulator))
         await asyncio.sleep(STREAM_LATE_S)
         opened_at = loop.time()
         rest.register(carrier, seen.call_uuid or seen.placed.call_sid, lambda _action: None)

@@ -25,7 +25,9 @@ A descriptor answers, for its carrier:
   request that places a call (:meth:`Carrier.place_call_request`) and reading its answer
   (:meth:`Carrier.parse_placed`);
 - **the simulator side**: ``carrier_side``, the carrier's own end of its stream protocol, which the carrier
-  simulator (voicecore/sim/) and the tests drive.
+  simulator (voicecore/sim/) and the tests drive (the simulator's adapter on it plays the stream), and
+  ``simulator``, the carrier's :class:`~voicecore.carriers.simulator.CarrierSimulator` (its package's ``sim.py``:
+  its signed webhooks and callbacks, its answer document read, its stream's upgrade headers, its calls' ids).
 
 The defaults here are what most carriers do (no upgrade credential, the token among the stream's custom
 parameters, mu-law rings, the pacer's lead, no backlog bound, no transfer document); a carrier overrides what
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 
 from voicecore.carriers.events import ENCODING_PCMU, CarrierStream, StreamStarted
 from voicecore.carriers.rest_common import PlacedCall, RestRequest, RestResult
+from voicecore.carriers.simulator import CarrierSimulator
 from voicecore.carriers.webhook import SESSION_TOKEN, AnswerRequest, DrainAnswer, Refusal, Route
 from voicecore.carriers.wire import WireTemplates
 
@@ -178,7 +181,7 @@ class PlacingSettings:
 
 class Carrier:
     """One carrier, as the gateway and the model worker see it (the module docstring lists what it answers).
-    Subclasses set ``name``, ``title``, ``routes`` and ``carrier_side`` and override what differs."""
+    Subclasses set ``name``, ``title``, ``routes``, ``carrier_side`` and ``simulator`` and override what differs."""
 
     name: str = ""
     title: str = ""  # for people: log lines ("hangup sent to Twilio")
@@ -190,7 +193,8 @@ class Carrier:
     # Its stream may start with a session token tied to no call (``ANY_CALL``: a webhook that named none,
     # Exotel's); False: only with a token tied to the call its stream names.
     any_call_tokens: bool = True
-    carrier_side: type | None = None
+    carrier_side: type | None = None  # None: the simulator plays its stream with its own core (Twilio's)
+    simulator: CarrierSimulator = CarrierSimulator()
     # The settings its REST API places calls with (voicecore/outbound/dial.py); None: it places no calls.
     placing: PlacingSettings | None = None
 

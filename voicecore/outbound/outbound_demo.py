@@ -32,6 +32,7 @@ from pathlib import Path
 
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.call.record import loads_partial
+from voicecore.carriers import registry
 from voicecore.config import load_config
 from voicecore.demo import (
     LoopExceptions,
@@ -178,12 +179,8 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     # the accounts the calls are placed under (the simulator's REST API takes any; a TeXML application's id)
     base = dataclasses.replace(base, twilio_account_sid="AC" + secrets.token_hex(16),
                                telnyx_texml_application_id="1684641123236054244")
-    if carrier == "plivo":  # the node serves Plivo's webhooks and stream only with its auth token
-        base = dataclasses.replace(base, plivo_auth_token=credentials.plivo_auth_token)
-    if carrier == "telnyx":  # ... and Telnyx's with the public half of the simulator's webhook key
-        base = dataclasses.replace(base, telnyx_public_key=credentials.stack_settings()["telnyx_public_key"])
-    if carrier == "vonage":  # ... and Vonage's with the signature secret of its signed webhooks
-        base = dataclasses.replace(base, vonage_signature_secret=credentials.vonage_signature_secret)
+    # the node serves the carrier's webhooks and stream only with its secret (the simulator's matching half)
+    base = dataclasses.replace(base, **registry.get(carrier).simulator.gateway_settings(credentials))
     if on_ivr or on_voicemail:
         base = dataclasses.replace(base, agent=agent_with_outbound(base.agent, workdir, on_ivr, on_voicemail))
     kinds = list(kinds) if kinds else callee_kinds(calls)  # kinds: the tests' own callees, one a call

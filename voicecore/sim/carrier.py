@@ -32,6 +32,7 @@ from picows import WSCloseCode, WSError, WSFrame, WSListener, WSMsgType, WSTrans
 
 from voicecore import http_client
 from voicecore.carriers.events import ENCODING_L16
+from voicecore.carriers.simulator import CarrierSimulator
 from voicecore.wsunix import connect_unix_stream
 from voicecore.sim.carrier_core import (
     DEFAULT_LEAD_FRAMES,
@@ -40,7 +41,8 @@ from voicecore.sim.carrier_core import (
     CarrierStatistics,
 )
 from voicecore.sim import carrier_modes_core as modes
-from voicecore.sim.carrier_modes_core import CARRIERS, CarrierCredentials
+from voicecore.sim.carrier_modes_core import CarrierCredentials
+from voicecore.sim.random_ids import RANDOM_IDS
 from voicecore.timing import FRAME_MS
 from voicecore.carriers.twilio.signature import compute_signature
 from voicecore.wsframes import masked_text_frame, masked_text_frames
@@ -564,6 +566,7 @@ async def place_call(
     voice_url: str | None = None,
     direction: str = "inbound",
     follow_action: bool = True,
+    request_uuid: str = "",
 ) -> CallResult:
     """Run one simulated inbound call against the gateway at ``base_url_http`` and measure it.
 
@@ -580,21 +583,23 @@ async def place_call(
     next one; ``exotel_encoding``: what Exotel streams (l16, its base guide, or pcmu, its beta's default);
     ``playout_stall``: (stall_ms, every_ms), Plivo's playout stalls that long that often (PlayoutCore.set_playout_stall);
     ``rest``: a voicecore.sim.carrier_rest.CarrierRestServer: its hang-up and transfer requests end the call.
-    ``voice_url`` and ``direction``: an outbound call the carrier placed (Twilio only): the answer URL its Calls
-    API request gave (signed with its query, as Twilio signs it) and ``outbound-api``; the script's audio is
-    then the callee's.
+    ``voice_url`` and ``direction``: an outbound call the carrier placed: the answer URL its Calls API request
+    gave (signed with its query, as the carrier signs it) and ``outbound-api`` (Twilio's; a carrier mode's
+    answer webhook has its own); ``request_uuid``: the placing request's id, for a carrier whose answered call
+    gets an id of its own (Plivo); the script's audio is then the callee's.
     A stream that drops without a stop is followed by the TwiML's ``<Connect action>`` as Twilio does (a new
     ``<Connect><Stream>`` answered is connected and the caller talks on), for Telnyx and Plivo by the
     ``<Redirect>`` their answer document put after the stream, and for Vonage by the ``disconnected`` event to
     its synchronous connect's eventUrl; ``follow_action`` False: act as a carrier that cannot reach that URL (the
     call ends with its stream).
     """
-    if carrier != "twilio":
+    if modes.adapter_for(carrier) is not None:  # a carrier mode; Twilio's calls are played below
         return await place_mode_call(
             base_url_http, credentials or CarrierCredentials(twilio_auth_token=auth_token), script, lead_frames,
             carrier=carrier, call_sid=call_sid, account_sid=account_sid, keep_audio=keep_audio, plain_ws=plain_ws,
             unix_socket=unix_socket, jitter_probability=jitter_probability, exotel_encoding=exotel_encoding,
-            playout_stall=playout_stall, rest=rest, follow_action=follow_action)
+            playout_stall=playout_stall, rest=rest, follow_action=follow_action, answer_url=voice_url or "",
+            request_uuid=request_uuid)
     loop = asyncio.get_running_loop()
     call_sid = call_sid or _sid("CA")
     account_sid = account_sid or _sid("AC")
@@ -773,15 +778,15 @@ async def _status_callback(auth_token: str, url: str, method: str, fields: dict[
         errors.append(f"status callback {event} answered HTTP {status}")
 
 
-async def _connect_mode_stream(stream: StreamListener, carrier: str, target: modes.StreamTarget,
+async def _connect_mode_stream(stream: StreamListener, simulator: CarrierSimulator, target: modes.StreamTarget,
                                credentials: CarrierCredentials, plain_ws: bool, unix_socket: str | None) -> str:
-    """Open the WebSocket ``carrier``'s answer named, with the headers the carrier puts on it; "" when it
+    """Open the WebSocket the carrier's answer named, with the headers the carrier puts on it; "" when it
     opened, else why not."""
     ws_url = target.url
     if plain_ws and ws_url.startswith("wss://"):
         ws_url = "ws://" + ws_url[len("wss://"):]
-    headers = {"User-Agent": modes.USER_AGENTS[carrier],
-               **modes.stream_headers(carrier, target, credentials, nonce=secrets.token_hex(10), now_s=time.time())}
+    upgrade = simulator.stream_headers(target, credentials, nonce=simulator.new_nonce(RANDOM_IDS), now_s=time.time())
+    headers = {"User-Agent": simulator.user_agent, **upgrade}
     try:
         await asyncio.wait_for(
             ws_connect(lambda: stream, ws_url, extra_headers=headers, websocket_handshake_timeout=WS_CONNECT_TIMEOUT_S,
@@ -795,22 +800,21 @@ async def _connect_mode_stream(stream: StreamListener, carrier: str, target: mod
     return ""
 
 
-async def _follow_redirect(carrier: str, url: str, ids: modes.CallIdentity, credentials: CarrierCredentials,
-                           errors: list[str], unix_socket: str | None, ended: modes.StreamTarget | None = None,
-                           leg_id: str = "") -> modes.StreamTarget | None:
+async def _follow_redirect(simulator: CarrierSimulator, url: str, ids: modes.CallIdentity,
+                           credentials: CarrierCredentials, errors: list[str], unix_socket: str | None,
+                           ended: modes.StreamTarget | None = None, leg_id: str = "") -> modes.StreamTarget | None:
     """Request the ``<Redirect>`` URL that followed the stream (Vonage: post the ``disconnected`` event of the
-    stream ``ended``, leg ``leg_id``, to its synchronous connect's eventUrl), signed as ``carrier`` signs it,
+    stream ``ended``, leg ``leg_id``, to its synchronous connect's eventUrl), signed as the carrier signs it,
     retried as _follow_action retries Twilio's action URL; the new stream its answer starts, or None
     (``<Hangup/>``, an NCCO that connects nothing, or the URL could not be reached: the call is over)."""
     loop = asyncio.get_running_loop()
     give_up_at = loop.time() + ACTION_RETRY_FOR_S
     while True:
-        request = modes.continuation_request(carrier, url, ids, credentials, now_s=time.time(),
-                                             nonce=_uuid() if carrier == "vonage" else secrets.token_hex(10),
-                                             target=ended, leg_id=leg_id)
+        request = simulator.continuation_request(url, ids, credentials, now_s=time.time(),
+                                                 nonce=simulator.new_nonce(RANDOM_IDS), target=ended, leg_id=leg_id)
         try:
             status, body = await http_client.send(request.method, request.url, request.headers, request.body,
-                                                  timeout_s=HTTP_TIMEOUT_S * 2, user_agent=modes.USER_AGENTS[carrier],
+                                                  timeout_s=HTTP_TIMEOUT_S * 2, user_agent=simulator.user_agent,
                                                   unix_socket=unix_socket)
             break
         except (OSError, asyncio.TimeoutError, h11.ProtocolError) as exc:
@@ -822,7 +826,7 @@ async def _follow_redirect(carrier: str, url: str, ids: modes.CallIdentity, cred
         errors.append(f"re-attach: redirect URL answered HTTP {status}")
         return None
     try:
-        return modes.parse_continuation(carrier, body)
+        return simulator.parse_continuation(body)
     except ValueError as exc:
         errors.append(f"re-attach: {exc}")
         return None
@@ -843,7 +847,7 @@ def generate_credentials(twilio_auth_token: str = "") -> CarrierCredentials:
         exotel_password=secrets.token_urlsafe(20),
         telnyx_api_key="KEY" + secrets.token_hex(16).upper(),
         plivo_auth_id="MA" + secrets.token_hex(9).upper(),
-        vonage_application_id=_uuid(),
+        vonage_application_id=RANDOM_IDS.uuid(),
         vonage_private_key=_rsa_private_key_pem(),
     )
 
@@ -853,49 +857,6 @@ def _rsa_private_key_pem() -> str:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption()).decode("ascii")
-
-
-def _uuid() -> str:
-    return str(uuid.uuid4())
-
-
-def _mode_identity(carrier: str, call_sid: str | None, account_sid: str | None, script: CallScript) -> modes.CallIdentity:
-    if carrier == "telnyx":
-        # TeXML's CallSid is the call's call_control_id ("v3:" + URL-safe base64), the id its stream's start names.
-        call_id = call_sid or "v3:" + secrets.token_urlsafe(39)
-        return modes.CallIdentity(call_id, account_sid or _uuid(), _uuid(), _uuid(), script.from_number, script.to_number)
-    if carrier == "exotel":
-        call_id = call_sid or uuid.uuid4().hex
-        return modes.CallIdentity(call_id, account_sid or "simulator", uuid.uuid4().hex, "", script.from_number,
-                                  script.to_number)
-    # Plivo's CallUUID and Vonage's uuid are UUIDs; Vonage's application id stands in for an account.
-    return modes.CallIdentity(call_sid or _uuid(), account_sid or _uuid(), _uuid(), _uuid(), script.from_number,
-                              script.to_number)
-
-
-def _mode_core(carrier: str, ids: modes.CallIdentity, target: modes.StreamTarget, script: CallScript,
-               lead_frames: int, phase_ms: float, keep_audio: bool, jitter_probability: float,
-               exotel_encoding: str, playout_stall: tuple[int, int] = (0, 0)) -> modes.ModeCall:
-    common = {"play_phase_ms": phase_ms, "keep_audio": keep_audio}
-    if carrier == "telnyx":
-        return modes.TelnyxCall(ids.call_id, ids.stream_id, ids.account_id, script.utterances, lead_frames,
-                                custom_parameters=target.parameters, encoding=target.encoding,
-                                call_session_id=ids.session_id, from_number=ids.from_number, to_number=ids.to_number,
-                                jitter_probability=jitter_probability, jitter_seed=modes.stable_seed(ids.call_id),
-                                **common)
-    if carrier == "plivo":
-        return modes.PlivoCall(ids.call_id, ids.stream_id, ids.account_id, script.utterances, lead_frames,
-                               extra_headers=target.raw_extra_headers, encoding=target.encoding,
-                               sample_rate_hz=target.sample_rate_hz, playout_stall_ms=playout_stall[0],
-                               playout_stall_every_ms=playout_stall[1], **common)
-    if carrier == "vonage":
-        return modes.VonageCall(ids.call_id, target.headers, script.utterances, lead_frames,
-                                sample_rate_hz=target.sample_rate_hz, **common)
-    encoding = exotel_encoding if target.sample_rate_hz == 8000 else ENCODING_L16  # mu-law is 8 kHz only
-    return modes.ExotelCall(ids.call_id, ids.stream_id, ids.account_id, script.utterances, lead_frames,
-                            custom_parameters=target.parameters, encoding=encoding,
-                            sample_rate_hz=target.sample_rate_hz, from_number=ids.from_number, to_number=ids.to_number,
-                            **common)
 
 
 async def place_mode_call(
@@ -928,10 +889,12 @@ async def place_mode_call(
     synchronous connect's eventUrl), signed, and a new stream it answers is connected (``follow_action`` False:
     the call ends with its stream). ``answer_url`` and ``request_uuid``: a Plivo call
     its Make Call placed (voicecore/sim/carrier_rest.py), answered at the URL the request gave."""
-    if carrier not in modes.ANSWER_PATHS:
-        raise ValueError(f"carrier must be one of {', '.join(CARRIERS)}")
+    adapter = modes.adapter_for(carrier)
+    if adapter is None:
+        raise ValueError(f"{carrier}'s calls are place_call's own, not a carrier mode's")
+    simulator = modes.simulator_of(carrier)
     loop = asyncio.get_running_loop()
-    ids = _mode_identity(carrier, call_sid, account_sid, script)
+    ids = simulator.new_identity(call_sid, account_sid, script.from_number, script.to_number, RANDOM_IDS)
     errors: list[str] = []
 
     def failed(reason: str) -> CallResult:
@@ -940,18 +903,18 @@ async def place_mode_call(
 
     # 1. The answer webhook, signed as the carrier signs it.
     request = modes.answer_webhook(carrier, base_url_http, ids, credentials, now_s=time.time(),
-                                   nonce=secrets.token_hex(10) if carrier == "plivo" else _uuid(),
-                                   answer_url=answer_url, request_uuid=request_uuid)
+                                   nonce=simulator.new_nonce(RANDOM_IDS), answer_url=answer_url,
+                                   request_uuid=request_uuid)
     try:
         status, body = await http_client.send(request.method, request.url, request.headers, request.body,
-                                              timeout_s=HTTP_TIMEOUT_S * 2, user_agent=modes.USER_AGENTS[carrier],
+                                              timeout_s=HTTP_TIMEOUT_S * 2, user_agent=simulator.user_agent,
                                               unix_socket=unix_socket)
     except (OSError, asyncio.TimeoutError, h11.ProtocolError, ValueError) as exc:
         return failed(f"answer webhook failed: {type(exc).__name__}: {exc}")
     if status != 200:
         return failed(f"answer webhook answered HTTP {status}")
     try:
-        target = modes.parse_answer(carrier, body)
+        target = simulator.parse_answer(body)
     except ValueError as exc:
         return failed(str(exc))
     errors.extend(target.problems)
@@ -960,20 +923,21 @@ async def place_mode_call(
     ticker = shared_ticker(loop)
     phase = ticker.assign_phase()
     try:
-        core = _mode_core(carrier, ids, target, script, lead_frames, ticker.phase_origin_ms(phase), keep_audio,
-                          jitter_probability, exotel_encoding, playout_stall)
+        options = modes.ModeOptions(ticker.phase_origin_ms(phase), keep_audio, jitter_probability, exotel_encoding,
+                                    playout_stall)
+        core = adapter.for_stream(ids, target, script.utterances, lead_frames, options)
     except ValueError as exc:  # the answer asked for something the carrier would refuse (an NCCO header named event)
         return failed(f"the answer document cannot be followed: {exc}")
     runner = CallRunner(core, script, ticker)
     runner.errors = errors
     stream = StreamListener(runner)
     runner.attach(stream)
-    problem = await _connect_mode_stream(stream, carrier, target, credentials, plain_ws, unix_socket)
+    problem = await _connect_mode_stream(stream, simulator, target, credentials, plain_ws, unix_socket)
     if problem:
         return failed(problem)
     runner.closed_by = "carrier"
     opening = core.opening_messages()
-    leg_id = ids.stream_id  # Vonage: the WebSocket leg's uuid (its events name it)
+    leg_id = ids.stream_id  # the stream's leg, where the carrier's continuation names it (Vonage's events)
     if rest is not None:
         rest.register(carrier, ids.call_id, runner.end_by_rest)
     try:
@@ -985,12 +949,12 @@ async def place_mode_call(
             if runner.closed_by not in ("server", "connection_lost") or not target.redirect or not follow_action:
                 break
             lost_at_ms = ticker.now_ms()
-            followed = await _follow_redirect(carrier, target.redirect, ids, credentials, errors, unix_socket,
+            followed = await _follow_redirect(simulator, target.redirect, ids, credentials, errors, unix_socket,
                                               ended=target, leg_id=leg_id)
             if followed is None:
                 break
             stream = StreamListener(runner)
-            problem = await _connect_mode_stream(stream, carrier, followed, credentials, plain_ws, unix_socket)
+            problem = await _connect_mode_stream(stream, simulator, followed, credentials, plain_ws, unix_socket)
             if problem:
                 errors.append(f"re-attach: {problem}")
                 break
@@ -999,14 +963,8 @@ async def place_mode_call(
                 errors.remove(lost)  # the call went on
             runner.reattached(stream)
             target = followed
-            new_stream_id = _mode_identity(carrier, ids.call_id, ids.account_id, script).stream_id
-            if carrier == "plivo":
-                opening = core.reattach(new_stream_id, followed.raw_extra_headers, lost_at_ms, ticker.now_ms())
-            elif carrier == "vonage":  # a new WebSocket leg (its own uuid) of the same call
-                leg_id = new_stream_id
-                opening = core.reattach(followed.headers, lost_at_ms, ticker.now_ms())
-            else:
-                opening = core.reattach(new_stream_id, followed.parameters, lost_at_ms, ticker.now_ms())
+            leg_id = simulator.new_stream_id(RANDOM_IDS)  # a new stream (Vonage: a new WebSocket leg) of the same call
+            opening = core.reattach(followed, leg_id, lost_at_ms, ticker.now_ms())
     finally:
         if rest is not None:
             rest.unregister(carrier, ids.call_id)

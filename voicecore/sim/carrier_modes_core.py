@@ -1,10 +1,13 @@
 """Sans-I/O carrier modes of the carrier simulator: Telnyx, Plivo, Vonage and Exotel beside Twilio.
 
 Owns, per carrier: the adapter that puts its wire shapes in front of the carrier-neutral measuring core
-(voicecore.sim.carrier_core.PlayoutCore), built on that carrier's ``<Carrier>CarrierSide``
-(voicecore/carriers/); reading the carrier's answer document (TeXML, Plivo XML, NCCO, Exotel's dynamic-URL
-JSON) into where to stream and what to carry, exactly as the carrier would follow it; the signed answer
-webhook each carrier sends; and the simulator's credentials (the matching halves of the stack's secrets).
+(voicecore.sim.carrier_core.PlayoutCore), built on that carrier's ``<Carrier>CarrierSide`` (voicecore/carriers/),
+and found by it (its descriptor's ``carrier_side``: :func:`adapter_for`); and the simulator's entry points, by
+carrier name, to what each carrier's own simulator side answers (``voicecore/carriers/<name>/sim.py``, through
+its descriptor: voicecore/carriers/simulator.py): the signed answer webhook it sends, reading its answer document
+(TeXML, Plivo XML, NCCO, Exotel's dynamic-URL JSON) into where to stream and what to carry exactly as the carrier
+would follow it, the headers of its stream's upgrade, and what follows a stream that ended with the call up. The
+simulator's credentials (the matching halves of the stack's secrets) are voicecore/carriers/simulator.py's.
 
 Must not know: sockets, HTTP, asyncio, the clock or randomness (time, ids and nonces come in as
 arguments), or how the gateway works inside. The shell is voicecore/sim/carrier.py.
@@ -56,519 +59,114 @@ from __future__ import annotations
 
 import abc
 
-import base64
 import binascii
 import hashlib
-import json
-import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from dataclasses import dataclass
 
 import numpy as np
 import orjson
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from voicecore.carriers import registry
 from voicecore.carriers.exotel import protocol as exotel
 from voicecore.carriers.vonage import protocol as vonage
 from voicecore.carriers.plivo import protocol as plivo
 from voicecore.carriers.telnyx import protocol as telnyx
 from voicecore.carriers.codec import EdgeTranscoder, Framer
 from voicecore.carriers.events import ENCODING_L16, ENCODING_PCMA, ENCODING_PCMU
+from voicecore.carriers.simulator import (CallIdentity, CarrierCredentials, CarrierSimulator, StreamTarget,
+                                          WebhookRequest)
 from voicecore.sim.carrier_core import DEFAULT_LEAD_FRAMES, PlayoutCore, Utterance
 from voicecore.timing import FRAME_BYTES, FRAME_MS, SAMPLE_RATE_HZ
 from voicecore.carriers.marks import PLAIN_NAME_BYTES
 
 __all__ = [
+    "ADAPTERS",
     "CARRIERS",
-    "CONTINUES",
     "CallIdentity",
     "CarrierCredentials",
     "ExotelCall",
     "ModeCall",
+    "ModeOptions",
     "PlivoCall",
     "StreamTarget",
     "TelnyxCall",
     "VonageCall",
     "WebhookRequest",
+    "adapter_for",
     "answer_webhook",
     "continuation_request",
     "parse_answer",
     "parse_continuation",
+    "simulator_of",
     "stream_headers",
 ]
 
-CARRIERS = ("twilio", "telnyx", "plivo", "vonage", "exotel")
-
-# The path of each carrier's answer webhook on the gateway (a public contract: the carriers' consoles point
-# at these; docs/reference/carriers.md#answer-webhooks). Everything after
-# the answer (the stream's URL, path, query and where the session token travels) is read from the answer.
-ANSWER_PATHS = {"telnyx": "/telnyx/voice", "plivo": "/plivo/voice", "vonage": "/vonage/answer",
-                "exotel": "/exotel/voice"}
-USER_AGENTS = {"telnyx": "Telnyx Webhooks", "plivo": "PlivoHTTP/1.1", "vonage": "Vonage-Voice/1.0",
-               "exotel": "Exotel/1.0"}
+CARRIERS = registry.NAMES  # every carrier the simulator acts as: Twilio by its own core, the others by an adapter
 EXOTEL_MEDIA_FRAMES = 5  # Exotel sends caller audio "about every 100 ms" [ws]: five 20 ms frames a message
-_EXOTEL_RATE_KEY = "sample-rate"
 
 
-# ----- credentials -------------------------------------------------------------------------------------
+# ----- each carrier's simulator side, by name ----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class CarrierCredentials:
-    """The carrier's halves of the stack's secrets (the shell makes random ones per run: voicecore.sim.carrier
-    generate_credentials). ``telnyx_private_key`` is the 32-byte Ed25519 seed, hex; the stack gets its public
-    key (``stack_settings``)."""
-
-    twilio_auth_token: str = ""
-    telnyx_private_key: str = ""
-    plivo_auth_token: str = ""
-    vonage_signature_secret: str = ""
-    vonage_api_key: str = "simulator"
-    exotel_username: str = ""
-    exotel_password: str = ""
-    # The REST APIs' credentials (hang-up and transfer, voicecore/sim/carrier_rest_core.py): Telnyx's API key,
-    # Plivo's auth id (its token is plivo_auth_token), Vonage's application id and private key (PEM).
-    telnyx_api_key: str = ""
-    plivo_auth_id: str = ""
-    vonage_application_id: str = ""
-    vonage_private_key: str = ""
-
-    def telnyx_public_key(self) -> str:
-        """base64 of the raw 32-byte Ed25519 public key (the form Telnyx's Mission Control shows)."""
-        key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(self.telnyx_private_key))
-        raw = key.public_key().public_bytes_raw()
-        return base64.b64encode(raw).decode("ascii")
-
-    def stack_settings(self) -> dict[str, str]:
-        """Config field -> value for the stack the simulator calls (VOICECORE_TWILIO_AUTH_TOKEN,
-        VOICECORE_TELNYX_PUBLIC_KEY, VOICECORE_PLIVO_AUTH_TOKEN, VOICECORE_VONAGE_SIGNATURE_SECRET,
-        VOICECORE_EXOTEL_USERNAME / _PASSWORD); a secret that is not set is left out."""
-        settings = {"twilio_auth_token": self.twilio_auth_token, "plivo_auth_token": self.plivo_auth_token,
-                    "vonage_signature_secret": self.vonage_signature_secret, "exotel_username": self.exotel_username,
-                    "exotel_password": self.exotel_password}
-        if self.telnyx_private_key:
-            settings["telnyx_public_key"] = self.telnyx_public_key()
-        return {name: value for name, value in settings.items() if value}
-
-    def rest_settings(self, api_base_url: str) -> dict[str, str]:
-        """Config field -> value that point the stack's hang-up and transfer at the simulator's REST APIs at
-        ``api_base_url`` (voicecore/sim/carrier_rest.py) with these credentials. Kept apart from
-        stack_settings: a demo's stack has no REST server to reach."""
-        return {"twilio_api_base": api_base_url, "telnyx_api_key": self.telnyx_api_key, "telnyx_api_base": api_base_url,
-                "plivo_auth_id": self.plivo_auth_id, "plivo_api_base": api_base_url,
-                "vonage_application_id": self.vonage_application_id, "vonage_private_key": self.vonage_private_key,
-                "vonage_api_base": api_base_url}
-
-    def to_json(self) -> str:
-        return json.dumps({name: getattr(self, name) for name in self.__slots__})
-
-    @classmethod
-    def from_json(cls, text: str) -> CarrierCredentials:
-        values = json.loads(text) if text else {}
-        return cls(**{name: str(values[name]) for name in cls.__slots__ if name in values})
-
-
-# ----- the answer webhook ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WebhookRequest:
-    """One HTTP request the carrier sends: ``url`` already carries the query of a GET."""
-
-    method: str
-    url: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes = b""
-
-
-@dataclass(frozen=True, slots=True)
-class CallIdentity:
-    """The ids one simulated call uses in its webhook and its stream (made by the shell)."""
-
-    call_id: str  # Telnyx CallSid/call_control_id, Plivo CallUUID, Vonage uuid, Exotel CallSid
-    account_id: str
-    stream_id: str
-    session_id: str  # Telnyx call_session_id, Vonage conversation_uuid
-    from_number: str
-    to_number: str
+def simulator_of(carrier: str) -> CarrierSimulator:
+    """``carrier``'s simulator side (its descriptor's); ValueError for a name no carrier package serves."""
+    return registry.get(carrier).simulator
 
 
 def answer_webhook(carrier: str, base_url: str, ids: CallIdentity, credentials: CarrierCredentials, *,
-                   now_s: float, nonce: str, vonage_method: str = "POST", answer_url: str = "",
+                   now_s: float, nonce: str, answer_method: str = "POST", answer_url: str = "",
                    request_uuid: str = "") -> WebhookRequest:
-    """The signed answer webhook ``carrier`` sends when the call comes in. ``now_s``: Unix seconds (Telnyx's
-    timestamp, Vonage's iat); ``nonce``: Plivo's signature nonce and Vonage's JWT id. ``vonage_method``: the
-    application's answer_method (Vonage's default is GET; POST sends the fields as JSON, which the JWT's
-    payload_hash then covers, and is what docs/reference/carriers.md#verified asks for). ``answer_url`` and
-    ``request_uuid`` (Plivo): a call its Make Call placed, answered by the callee: the answer_url the request
-    gave (signed with its query) and the request's id."""
-    url = answer_url or base_url.rstrip("/") + ANSWER_PATHS[carrier]
-    if carrier == "telnyx":
-        return _telnyx_texml_request(url, ids, credentials, now_s, "ringing")
-    if carrier == "plivo":
-        # Plivo's answer_url: a form POST signed with X-Plivo-Signature-V3 over URL, params and nonce.
-        form = {"CallUUID": ids.call_id, "ALegUUID": ids.call_id, "ALegRequestUUID": ids.session_id,
-                "From": ids.from_number, "To": ids.to_number, "CallerName": ids.from_number,
-                "CallStatus": "ringing", "Direction": "inbound", "Event": "StartApp"}
-        if request_uuid:  # an outbound call: answered by the callee, named by the request that placed it
-            # (Plivo's answer request names it ALegRequestUUID: the request id its Call API returned)
-            form.update(RequestUUID=request_uuid, ALegRequestUUID=request_uuid, CallStatus="in-progress",
-                        Direction="outbound")
-        return _plivo_form_request(url, form, credentials, nonce)
-    if carrier == "vonage":
-        # The signed-webhook JWT hashes the body: the JSON fields of a POST, the empty body of a GET.
-        fields = {"to": ids.to_number.lstrip("+"), "from": ids.from_number.lstrip("+"), "uuid": ids.call_id,
-                  "conversation_uuid": ids.session_id, "region_url": "https://api-eu-1.vonage.com"}
-        body = orjson.dumps(fields) if vonage_method == "POST" else b""
-        authorization = vonage.sign_webhook(body, credentials.vonage_signature_secret, int(now_s), nonce,
-                                            api_key=credentials.vonage_api_key, application_id=ids.account_id)
-        if vonage_method == "POST":
-            return WebhookRequest("POST", url, (("Content-Type", "application/json"), ("Authorization", authorization)),
-                                  body)
-        return WebhookRequest("GET", url + "?" + urlencode(fields), (("Authorization", authorization),))
-    if carrier == "exotel":
-        # The Voicebot applet's dynamic URL: asked per call (a GET with the call's details), Basic auth from
-        # the credentials written into the applet's URL.
-        query = {"CallSid": ids.call_id, "CallFrom": ids.from_number, "CallTo": ids.to_number, "From": ids.from_number,
-                 "To": ids.to_number, "Direction": "incoming", "CallType": "call-attempt"}
-        return WebhookRequest("GET", url + "?" + urlencode(query), (("Authorization", _basic(credentials)),))
-    raise ValueError(f"no answer webhook for carrier {carrier!r}")
-
-
-def _telnyx_texml_request(url: str, ids: CallIdentity, credentials: CarrierCredentials, now_s: float,
-                          status: str) -> WebhookRequest:
-    """A TeXML request for the call (the answer's, a continuation's): a form POST like TwiML's, signed with
-    Ed25519 over "timestamp|body"."""
-    form = {"AccountSid": ids.account_id, "CallSid": ids.call_id, "CallSidLegacy": ids.call_id,
-            "CallSessionId": ids.session_id, "ConnectionId": "1684641123236054244", "From": ids.from_number,
-            "To": ids.to_number, "CallStatus": status, "Direction": "inbound"}
-    body = urlencode(form).encode("ascii")
-    timestamp = str(int(now_s))
-    signature = telnyx.sign_webhook(bytes.fromhex(credentials.telnyx_private_key), timestamp, body)
-    headers = (("Content-Type", "application/x-www-form-urlencoded"), (telnyx.TIMESTAMP_HEADER, timestamp),
-               (telnyx.SIGNATURE_HEADER, signature))
-    return WebhookRequest("POST", url, headers, body)
-
-
-def _plivo_form_request(url: str, form: dict[str, str], credentials: CarrierCredentials, nonce: str) -> WebhookRequest:
-    """A form POST signed as Plivo signs its requests: X-Plivo-Signature-V3 over the URL, the form and ``nonce``."""
-    body = urlencode(form).encode("ascii")
-    signature = plivo.compute_signature_v3(credentials.plivo_auth_token, url, nonce, form, "POST")
-    headers = (("Content-Type", "application/x-www-form-urlencoded"), (plivo.SIGNATURE_V3_HEADER, signature),
-               (plivo.SIGNATURE_V3_NONCE_HEADER, nonce))
-    return WebhookRequest("POST", url, headers, body)
-
-
-# The carriers whose answer document can name where the call goes when its stream ends (a <Redirect> after the
-# stream; Vonage: a synchronous connect's eventUrl): the simulator follows it as the carrier would
-# (continuation_request).
-CONTINUES = ("telnyx", "plivo", "vonage")
+    """The signed answer webhook ``carrier`` sends to the gateway at ``base_url`` when the call comes in (its
+    ``answer_path``), or to ``answer_url``: a call its API placed, answered by the callee, at the answer URL the
+    request gave (signed with its query); ``request_uuid``: that request's id (Plivo). ``now_s``: Unix seconds;
+    ``nonce``: the carrier's signature nonce or JWT id; ``answer_method``: Vonage's answer_method."""
+    simulator = simulator_of(carrier)
+    url = answer_url or base_url.rstrip("/") + simulator.answer_path
+    return simulator.answer_webhook(url, ids, credentials, now_s=now_s, nonce=nonce, answer_method=answer_method,
+                                    request_uuid=request_uuid)
 
 
 def continuation_request(carrier: str, url: str, ids: CallIdentity, credentials: CarrierCredentials, *,
                          now_s: float, nonce: str, target: StreamTarget | None = None,
                          leg_id: str = "") -> WebhookRequest:
-    """The signed request ``carrier`` sends to the ``<Redirect>`` URL that follows a stream, once the stream
-    ended: a form POST with the call's fields (the call still up: ``in-progress``), signed as its answer
-    webhook is (Telnyx: Ed25519 over ``timestamp|body``; Plivo: V3 over the whole URL, its query included, the
-    form and ``nonce``). Vonage: the WebSocket leg's ``disconnected`` event to the synchronous connect's
-    ``eventUrl``, JSON with the endpoint's headers of ``target`` (the stream that ended) and ``leg_id`` (that
-    leg's uuid; default ``ids.stream_id``), signed with the signed-webhook JWT over the body."""
-    if carrier == "vonage":
-        if target is None:
-            raise ValueError("Vonage's disconnected event names the stream that ended: give its target")
-        body = vonage.leg_event(vonage.LEG_DISCONNECTED, leg_id or ids.stream_id, ids.session_id,
-                                ids.from_number.lstrip("+"), target.url, target.headers, _iso_timestamp(now_s))
-        authorization = vonage.sign_webhook(body, credentials.vonage_signature_secret, int(now_s), nonce,
-                                            api_key=credentials.vonage_api_key, application_id=ids.account_id)
-        return WebhookRequest("POST", url, (("Content-Type", "application/json"), ("Authorization", authorization)),
-                              body)
-    if carrier == "telnyx":
-        return _telnyx_texml_request(url, ids, credentials, now_s, "in-progress")
-    if carrier == "plivo":
-        # Plivo's <Redirect> request: From, To, Event=Redirect, CallUUID, CallerName, Direction, CallStatus [redirect]
-        form = {"From": ids.from_number, "To": ids.to_number, "Event": "Redirect", "CallUUID": ids.call_id,
-                "CallerName": ids.from_number, "Direction": "inbound", "CallStatus": "in-progress"}
-        return _plivo_form_request(url, form, credentials, nonce)
-    raise ValueError(f"carrier {carrier!r} names no continuation after its stream")
+    """The signed request ``carrier`` sends to ``url``, what its answer put after the stream (``target``: the
+    stream that ended; ``leg_id``: that stream's leg, where the carrier names it), once the stream ended with the
+    call up: Telnyx's and Plivo's ``<Redirect>``, Vonage's ``disconnected`` event."""
+    return simulator_of(carrier).continuation_request(url, ids, credentials, now_s=now_s, nonce=nonce, target=target,
+                                                      leg_id=leg_id)
 
 
 def parse_continuation(carrier: str, body: bytes) -> StreamTarget | None:
-    """Read the document a continuation answered: the new stream it starts, or None when it starts none
-    (``<Hangup/>``: the call ends). ValueError: not the carrier's XML, or a stream the carrier would refuse.
-    Vonage: an empty body is no NCCO (the original NCCO goes on: ours has nothing after the connect, so the call
-    completes), an NCCO without a connect to a websocket runs out (the simulator plays none of its actions) and
-    the call ends; anything but a JSON array is no NCCO Vonage would run."""
-    if carrier == "vonage":
-        if not body.strip():
-            return None
-        try:
-            ncco = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise ValueError("the event's answer is not JSON (no NCCO)") from None
-        if type(ncco) is not list:
-            raise ValueError("the event's answer is not an NCCO (a JSON array)")
-        if not any(type(action) is dict and action.get("action") == "connect" for action in ncco):
-            return None
-        return _parse_ncco(body)
-    root = _xml(body, "the continuation's answer")
-    if root.tag != "Response":
-        raise ValueError("the continuation's answer has no <Response>")
-    starts_stream = root.find("./Connect/Stream") if carrier == "telnyx" else root.find("./Stream")
-    if starts_stream is None:
-        return None
-    return parse_answer(carrier, body)
-
-
-def _basic(credentials: CarrierCredentials) -> str:
-    pair = f"{credentials.exotel_username}:{credentials.exotel_password}".encode("utf-8")
-    return "Basic " + base64.b64encode(pair).decode("ascii")
-
-
-# ----- following the answer ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StreamTarget:
-    """Where the carrier streams and what it carries there, as its answer document said.
-
-    ``url``: the WebSocket URL as given (credentials in it removed into ``basic_auth``); ``parameters``: what
-    the carrier hands back on the stream (TeXML ``<Parameter>``s, Plivo ``extraHeaders`` pairs, NCCO
-    ``headers``, Exotel URL query parameters); ``encoding`` / ``sample_rate_hz``: the audio asked for;
-    ``raw_extra_headers``: Plivo's attribute as written; ``authorization``: the NCCO websocket endpoint's
-    ``authorization`` object (Vonage: ``{"type": "vonage"}`` puts the signed-webhook JWT on the upgrade);
-    ``problems``: what the carrier would not like (reported, not fatal)."""
-
-    url: str
-    parameters: tuple[tuple[str, str], ...] = ()
-    encoding: str = ENCODING_PCMU
-    sample_rate_hz: int = SAMPLE_RATE_HZ
-    raw_extra_headers: str = ""
-    basic_auth: str = ""
-    headers: Mapping[str, object] = field(default_factory=dict)  # Vonage: the NCCO headers, values as given
-    authorization: Mapping[str, object] = field(default_factory=dict)
-    problems: tuple[str, ...] = ()
-    # Where the carrier goes on when the stream ends: the URL of the ``<Redirect>`` that follows the stream
-    # (TeXML after ``<Connect>``, Plivo XML after a ``keepCallAlive`` ``<Stream>``; Vonage: a synchronous
-    # connect's ``eventUrl``, POST), "" when nothing follows.
-    redirect: str = ""
+    """Read the document a continuation answered: the new stream it starts, or None when it starts none (the
+    call ends). ValueError: not the carrier's document, or a stream the carrier would refuse."""
+    return simulator_of(carrier).parse_continuation(body)
 
 
 def parse_answer(carrier: str, body: bytes) -> StreamTarget:
     """Read ``carrier``'s answer document. Raises ValueError when it does not start a stream."""
-    if carrier == "telnyx":
-        return _parse_texml(body)
-    if carrier == "plivo":
-        return _parse_plivo_xml(body)
-    if carrier == "vonage":
-        return _parse_ncco(body)
-    if carrier == "exotel":
-        return _parse_exotel(body)
-    raise ValueError(f"no answer document for carrier {carrier!r}")
-
-
-def _xml(body: bytes, what: str) -> ElementTree.Element:
-    try:
-        return ElementTree.fromstring(body)
-    except ElementTree.ParseError as exc:
-        raise ValueError(f"{what} is not XML: {exc}") from None
-
-
-def _parse_texml(body: bytes) -> StreamTarget:
-    root = _xml(body, "TeXML")
-    stream = root.find("./Connect/Stream")
-    if root.tag != "Response" or stream is None or not stream.get("url"):
-        raise ValueError("TeXML has no <Response><Connect><Stream url=...>")
-    problems = []
-    if stream.get("bidirectionalMode") != "rtp":
-        problems.append("TeXML stream without bidirectionalMode=\"rtp\": Telnyx would read our media as MP3 files")
-    codec = stream.get("bidirectionalCodec") or stream.get("codec") or "PCMU"
-    inbound_codec = stream.get("codec") or "PCMU"
-    if codec != inbound_codec:
-        problems.append("TeXML asks for different codecs each way; the simulator uses bidirectionalCodec both ways")
-    encoding = {"PCMU": ENCODING_PCMU, "PCMA": ENCODING_PCMA}.get(codec)
-    if encoding is None:
-        raise ValueError(f"TeXML asks for a codec the simulator does not speak: {codec[:16]!r}")
-    rate = stream.get("bidirectionalSamplingRate") or str(SAMPLE_RATE_HZ)
-    if rate != str(SAMPLE_RATE_HZ):
-        raise ValueError("TeXML asks for G.711 at a rate other than 8000 Hz")
-    parameters = tuple((p.get("name", ""), p.get("value", "")) for p in stream.findall("Parameter"))
-    return StreamTarget(url=stream.get("url", ""), parameters=parameters, encoding=encoding, problems=tuple(problems),
-                        redirect=_redirect_after(root, root.find("./Connect")))
-
-
-def _redirect_after(root: ElementTree.Element, element: ElementTree.Element | None) -> str:
-    """The URL of a ``<Redirect>`` that is the verb right after ``element``: what the carrier runs when the
-    stream ends. Only a POST redirect is followed (ours are); any other verb there is not modelled (the
-    simulated call ends with its stream, as a carrier's would once the document runs out)."""
-    children = list(root)
-    if element is None or element not in children:
-        return ""
-    index = children.index(element)
-    if index + 1 >= len(children):
-        return ""
-    following = children[index + 1]
-    if following.tag != "Redirect" or (following.get("method") or "POST").upper() != "POST":
-        return ""
-    return (following.text or "").strip()
-
-
-def _parse_plivo_xml(body: bytes) -> StreamTarget:
-    root = _xml(body, "Plivo XML")
-    stream = root.find("./Stream")
-    if root.tag != "Response" or stream is None or not (stream.text or "").strip():
-        raise ValueError("Plivo XML has no <Response><Stream>wss://...</Stream>")
-    problems = []
-    if stream.get("bidirectional", "false").lower() != "true":
-        problems.append("Plivo stream without bidirectional=\"true\": the caller would hear nothing from us")
-    if stream.get("keepCallAlive", "false").lower() != "true":
-        problems.append("Plivo stream without keepCallAlive=\"true\": Plivo would end the call at once")
-    # Plivo's default content type is L16 at 8 kHz [ref]; "audio/x-mulaw;rate=8000" asks for G.711.
-    content_type, _, rate_text = (stream.get("contentType") or "audio/x-l16;rate=8000").partition(";")
-    rate = int(rate_text.strip().removeprefix("rate=") or SAMPLE_RATE_HZ)
-    encoding = {plivo.CONTENT_TYPE_MULAW: ENCODING_PCMU, plivo.CONTENT_TYPE_L16: ENCODING_L16}.get(content_type.strip())
-    if encoding is None or (encoding == ENCODING_PCMU and rate != SAMPLE_RATE_HZ) or rate not in (8000, 16000):
-        raise ValueError("Plivo XML asks for a content type Plivo does not stream")
-    raw = stream.get("extraHeaders", "")
-    pairs = []
-    for item in raw.replace(";", ",").split(","):
-        key, separator, value = item.partition("=")
-        if separator and key.strip():
-            pairs.append((key.strip(), value.strip()))
-    # With keepCallAlive the elements after <Stream> run once the stream disconnects [ref]; without it they run
-    # at once (and the simulator reports that above), so only a kept-alive stream has a continuation.
-    kept_alive = stream.get("keepCallAlive", "false").lower() == "true"
-    return StreamTarget(url=(stream.text or "").strip(), parameters=tuple(pairs), encoding=encoding,
-                        sample_rate_hz=rate, raw_extra_headers=raw, problems=tuple(problems),
-                        redirect=_redirect_after(root, stream) if kept_alive else "")
-
-
-def _parse_ncco(body: bytes) -> StreamTarget:
-    try:
-        ncco = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise ValueError("the NCCO is not JSON") from None
-    if type(ncco) is not list:
-        raise ValueError("the NCCO is not a JSON array")
-    for action in ncco:
-        if type(action) is not dict or action.get("action") != "connect":
-            continue
-        for endpoint in action.get("endpoint") or ():
-            if type(endpoint) is dict and endpoint.get("type") == "websocket" and type(endpoint.get("uri")) is str:
-                content_type = endpoint.get("content-type", "")
-                rate_text = content_type.partition("rate=")[2] if type(content_type) is str else ""
-                if not (content_type.startswith("audio/l16") and rate_text.isdigit()
-                        and int(rate_text) in vonage.VONAGE_SAMPLE_RATES_HZ):
-                    raise ValueError("the NCCO's websocket content-type is not audio/l16;rate=8000|16000")
-                headers = endpoint.get("headers") or {}
-                if type(headers) is not dict:
-                    raise ValueError("the NCCO's websocket headers are not an object")
-                parameters = tuple((key, value if type(value) is str else orjson.dumps(value).decode())
-                                   for key, value in headers.items())
-                authorization = endpoint.get("authorization") or {}
-                if type(authorization) is not dict or authorization.get("type") not in (None, "vonage", "custom"):
-                    raise ValueError("the NCCO's websocket authorization is not {\"type\": \"vonage\" | \"custom\"}")
-                return StreamTarget(url=endpoint["uri"], parameters=parameters, encoding=ENCODING_L16,
-                                    sample_rate_hz=int(rate_text), headers=dict(headers), authorization=authorization,
-                                    redirect=_synchronous_event_url(action))
-    raise ValueError("the NCCO has no connect action to a websocket endpoint")
-
-
-def _synchronous_event_url(action: Mapping[str, object]) -> str:
-    """Where Vonage asks what to do when the connect's WebSocket ends with the call still up: its ``eventUrl``
-    (the first of the array), only for ``"eventType": "synchronous"`` ("to receive this event, you must include
-    the eventType: synchronous") and a POST (ours; the default ``eventMethod``); else "" (the NCCO goes on)."""
-    urls = action.get("eventUrl")
-    if action.get("eventType") != vonage.EVENT_TYPE_SYNCHRONOUS or type(urls) is not list or not urls:
-        return ""
-    if str(action.get("eventMethod") or "POST").upper() != "POST" or type(urls[0]) is not str:
-        return ""
-    return urls[0]
-
-
-def _iso_timestamp(now_s: float) -> str:
-    """Vonage's event ``timestamp``: ISO 8601 in UTC with milliseconds ("2020-03-31T12:00:00.000Z"), by arithmetic
-    (a pure core imports no datetime)."""
-    whole_s = int(now_s // 1)
-    days, second_of_day = divmod(whole_s, 86_400)
-    year, month, day = _civil_from_days(days)
-    millis = min(int((now_s - whole_s) * 1000), 999)
-    return (f"{year:04d}-{month:02d}-{day:02d}T{second_of_day // 3600:02d}:{second_of_day // 60 % 60:02d}:"
-            f"{second_of_day % 60:02d}.{millis:03d}Z")
-
-
-def _civil_from_days(days: int) -> tuple[int, int, int]:
-    """The Gregorian (year, month, day) ``days`` after 1970-01-01 (H. Hinnant's days_from_civil, inverted)."""
-    days += 719_468
-    era = days // 146_097
-    day_of_era = days - era * 146_097
-    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
-    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
-    shifted_month = (5 * day_of_year + 2) // 153  # March is 0
-    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
-    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
-    return year_of_era + era * 400 + (1 if month <= 2 else 0), month, day
-
-
-def _parse_exotel(body: bytes) -> StreamTarget:
-    try:
-        answer = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise ValueError("the dynamic-URL answer is not JSON") from None
-    url = answer.get("url") if type(answer) is dict else None
-    if type(url) is not str or not url.startswith(("ws://", "wss://")):
-        raise ValueError("the dynamic-URL answer has no ws(s) \"url\"")
-    parts = urlsplit(url)
-    basic = ""
-    if parts.username is not None:
-        # wss://KEY:TOKEN@host/...: Exotel sends the pair as Basic auth on the upgrade [applet], decoded from
-        # the URL's percent-encoding as any HTTP client does (RFC 3986 section 3.2.1).
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode("utf-8")
-        basic = "Basic " + base64.b64encode(pair).decode("ascii")
-        host = parts.hostname or ""
-        netloc = f"[{host}]" if ":" in host else host
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-        url = urlunsplit(parts._replace(netloc=netloc))
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    rate = SAMPLE_RATE_HZ
-    parameters = []
-    for key, value in query:
-        if key == _EXOTEL_RATE_KEY:
-            if not value.isdigit() or int(value) not in exotel.SAMPLE_RATES_HZ[ENCODING_L16]:
-                raise ValueError("the stream URL's sample-rate is not 8000, 16000 or 24000")
-            rate = int(value)
-        else:
-            parameters.append((key, value))
-    problems = ()
-    if len(parameters) > exotel.MAX_CUSTOM_PARAMETERS:
-        problems = (f"the stream URL carries {len(parameters)} custom parameters; Exotel passes at most "
-                    f"{exotel.MAX_CUSTOM_PARAMETERS}",)
-    return StreamTarget(url=url, parameters=tuple(parameters), encoding=ENCODING_L16, sample_rate_hz=rate,
-                        basic_auth=basic, problems=problems)
+    return simulator_of(carrier).parse_answer(body)
 
 
 def stream_headers(carrier: str, target: StreamTarget, credentials: CarrierCredentials, *, nonce: str,
                    now_s: float) -> dict[str, str]:
     """The extra headers of the carrier's WebSocket upgrade to ``target.url``: exactly what the carrier puts
-    there, no more. ``nonce``: Plivo's signature nonce and Vonage's JWT id; ``now_s``: Vonage's iat."""
-    if carrier == "plivo":
-        # Plivo signs every stream upgrade: a GET of the stream URL with ws(s):// read as http:// (plivo.sign_upgrade).
-        return {plivo.SIGNATURE_V3_HEADER: plivo.sign_upgrade(credentials.plivo_auth_token, target.url, nonce),
-                plivo.SIGNATURE_V3_NONCE_HEADER: nonce}
-    if carrier == "vonage":
-        # Only when the NCCO's endpoint asks: "vonage", the signed-webhook JWT (of no body); "custom", its value.
-        kind = target.authorization.get("type")
-        if kind == vonage.AUTHORIZATION_VONAGE:
-            return {"Authorization": vonage.sign_webhook(b"", credentials.vonage_signature_secret, int(now_s), nonce,
-                                                         api_key=credentials.vonage_api_key)}
-        if kind == "custom":
-            return {"Authorization": str(target.authorization.get("value", ""))}
-        return {}
-    if carrier == "exotel" and target.basic_auth:
-        return {"Authorization": target.basic_auth}  # only what the URL carried (wss://user:pass@...)
-    return {}  # Telnyx signs nothing on the stream
+    there, no more."""
+    return simulator_of(carrier).stream_headers(target, credentials, nonce=nonce, now_s=now_s)
+
+
+@dataclass(frozen=True, slots=True)
+class ModeOptions:
+    """How the simulator plays one call, beyond its script: ``play_phase_ms`` and ``keep_audio`` as
+    PlayoutCore takes them; the rest is read by the adapter whose carrier it models and ignored by the others:
+    ``jitter_probability`` (a carrier that reorders caller frames), ``exotel_encoding`` (what Exotel streams at
+    8 kHz), ``playout_stall`` ((stall_ms, every_ms): Plivo's late playout)."""
+
+    play_phase_ms: float | None = None
+    keep_audio: bool = True
+    jitter_probability: float = 0.0
+    exotel_encoding: str = ENCODING_L16
+    playout_stall: tuple[int, int] = (0, 0)
 
 
 # ----- the adapters ------------------------------------------------------------------------------------
@@ -581,6 +179,7 @@ class ModeCall(PlayoutCore):
     receive, messages_to_send). Messages are ``str`` (a text frame) or ``bytes`` (a binary frame)."""
 
     carrier = ""
+    carrier_side: type | None = None  # the carrier's own end of its protocol it plays (adapter_for finds it by it)
     BINARY_MESSAGES = False  # some messages it sends are binary frames (Vonage's audio)
 
     def __init__(self, call_sid: str, caller_audio, lead_frames: int, encoding: str, sample_rate_hz: int, *,
@@ -602,6 +201,18 @@ class ModeCall(PlayoutCore):
         # An A-law stream's audio as it came, byte for byte (keep_audio): the core measures it as mu-law, which
         # cannot tell A-law passed through from the model untouched from A-law the gateway transcoded.
         self.alaw_received: bytearray | None = bytearray() if keep_audio and encoding == ENCODING_PCMA else None
+
+    @classmethod
+    @abc.abstractmethod
+    def for_stream(cls, ids: CallIdentity, target: StreamTarget,
+                   caller_audio: bytes | Sequence[tuple[int, bytes]] | Sequence[Utterance], lead_frames: int,
+                   options: ModeOptions) -> ModeCall:
+        """The adapter of the call ``ids`` that the carrier's answer document streamed to ``target``."""
+
+    def reattach(self, target: StreamTarget, stream_id: str, lost_at_ms: float, now_ms: float) -> list[str | bytes]:
+        """The same call on a new stream (``target``: what the continuation after the old stream answered;
+        ``stream_id``: the new stream's id): its opening messages."""
+        raise ValueError(f"{self.carrier} names no continuation after its stream")
 
     def _caller_payload(self, n: int) -> bytes:
         """Caller frame ``n`` in the carrier's encoding."""
@@ -647,6 +258,7 @@ class TelnyxCall(ModeCall):
     """A Telnyx media stream (TeXML ``<Connect><Stream bidirectionalMode="rtp">``)."""
 
     carrier = "telnyx"
+    carrier_side = telnyx.TelnyxCarrierSide
 
     def __init__(self, call_control_id: str, stream_id: str, user_id: str,
                  caller_audio: bytes | Sequence[tuple[int, bytes]] | Sequence[Utterance] = b"",
@@ -674,6 +286,14 @@ class TelnyxCall(ModeCall):
         self._jitter = np.random.Generator(np.random.PCG64(jitter_seed)) if jitter_probability else None
         self._held: str | None = None  # a caller frame held back to go out after the next one
         self.frames_reordered = 0
+
+    @classmethod
+    def for_stream(cls, ids, target, caller_audio, lead_frames, options):
+        return cls(ids.call_id, ids.stream_id, ids.account_id, caller_audio, lead_frames,
+                   custom_parameters=target.parameters, encoding=target.encoding, call_session_id=ids.session_id,
+                   from_number=ids.from_number, to_number=ids.to_number,
+                   jitter_probability=options.jitter_probability, jitter_seed=stable_seed(ids.call_id),
+                   play_phase_ms=options.play_phase_ms, keep_audio=options.keep_audio)
 
     def opening_messages(self) -> list[str]:
         if self._opened:
@@ -705,8 +325,7 @@ class TelnyxCall(ModeCall):
         self.metrics.dtmf_sent += 1
         return self._writer.dtmf(digit)
 
-    def reattach(self, stream_id: str, custom_parameters: Sequence[tuple[str, str]], lost_at_ms: float,
-                 now_ms: float) -> list[str]:
+    def reattach(self, target: StreamTarget, stream_id: str, lost_at_ms: float, now_ms: float) -> list[str]:
         """The same call on a new stream (the TeXML its ``<Redirect>`` answered after the old stream dropped):
         its ``connected`` and ``start`` with the new stream id and ``<Parameter>``s."""
         self._new_stream(lost_at_ms, now_ms)
@@ -715,7 +334,7 @@ class TelnyxCall(ModeCall):
         self.stream_id = stream_id
         w = self._writer
         kwargs = dict(encoding=w.encoding, call_session_id=w.call_session_id, from_number=w.from_number,
-                      to_number=w.to_number, custom_parameters=dict(custom_parameters))
+                      to_number=w.to_number, custom_parameters=dict(target.parameters))
         self._writer = telnyx.TelnyxCarrierSide(stream_id, w.call_control_id, w.user_id, **kwargs)
         self._reader = telnyx.TelnyxCarrierSide(stream_id, w.call_control_id, w.user_id, **kwargs)
         return self.opening_messages()
@@ -789,6 +408,7 @@ class PlivoCall(ModeCall):
     """A Plivo bidirectional audio stream (``<Stream bidirectional="true">``)."""
 
     carrier = "plivo"
+    carrier_side = plivo.PlivoCarrierSide
     ECHOES_MARKS_ON_CLEAR = False  # clearAudio drops pending checkpoints unechoed [ref]
 
     def __init__(self, call_uuid: str, stream_id: str, account_id: str,
@@ -811,20 +431,29 @@ class PlivoCall(ModeCall):
         self._mark_tail = b'"}'
         self._frame_bytes = EdgeTranscoder(encoding, sample_rate_hz).carrier_frame_bytes
 
+    @classmethod
+    def for_stream(cls, ids, target, caller_audio, lead_frames, options):
+        stall_ms, stall_every_ms = options.playout_stall
+        return cls(ids.call_id, ids.stream_id, ids.account_id, caller_audio, lead_frames,
+                   extra_headers=target.raw_extra_headers, encoding=target.encoding,
+                   sample_rate_hz=target.sample_rate_hz, playout_stall_ms=stall_ms,
+                   playout_stall_every_ms=stall_every_ms, play_phase_ms=options.play_phase_ms,
+                   keep_audio=options.keep_audio)
+
     def opening_messages(self) -> list[str]:
         if self._opened:
             raise RuntimeError("opening_messages() called twice")
         self._opened = True
         return [self._writer.start()]  # Plivo sends no `connected` [ref]
 
-    def reattach(self, stream_id: str, extra_headers: str, lost_at_ms: float, now_ms: float) -> list[str]:
+    def reattach(self, target: StreamTarget, stream_id: str, lost_at_ms: float, now_ms: float) -> list[str]:
         """The same call on a new stream (the XML its ``<Redirect>`` answered after the old stream dropped): its
         ``start`` with the new stream id and ``extraHeaders``."""
         self._new_stream(lost_at_ms, now_ms)
         self._cleared_audio_path()
         w = self._writer
         self.stream_id = stream_id
-        args = (stream_id, w.call_id, w.account_id, w.content_type, w.sample_rate_hz, extra_headers)
+        args = (stream_id, w.call_id, w.account_id, w.content_type, w.sample_rate_hz, target.raw_extra_headers)
         self._writer = plivo.PlivoCarrierSide(*args)
         self._reader = plivo.PlivoCarrierSide(*args)
         encoder = plivo.PlivoOutboundEncoder(stream_id, w.content_type, w.sample_rate_hz)
@@ -902,6 +531,7 @@ class VonageCall(ModeCall):
     endpoint's headers, echoed in ``websocket:connected``; ``call_sid`` is the call's uuid."""
 
     carrier = "vonage"
+    carrier_side = vonage.VonageCarrierSide
     BINARY_MESSAGES = True
     ECHOES_MARKS_ON_CLEAR = False  # a clear drops the queued audio and the notifies behind it
 
@@ -914,6 +544,11 @@ class VonageCall(ModeCall):
         self._side = vonage.VonageCarrierSide(headers, sample_rate_hz)
         self._notify_payloads: dict[str, bytes] = {}  # a pending notify's payload, echoed verbatim
 
+    @classmethod
+    def for_stream(cls, ids, target, caller_audio, lead_frames, options):
+        return cls(ids.call_id, target.headers, caller_audio, lead_frames, sample_rate_hz=target.sample_rate_hz,
+                   play_phase_ms=options.play_phase_ms, keep_audio=options.keep_audio)
+
     def opening_messages(self) -> list[str]:
         if self._opened:
             raise RuntimeError("opening_messages() called twice")
@@ -923,13 +558,14 @@ class VonageCall(ModeCall):
     def _media_message(self, n: int) -> bytes:
         return self._side.audio(self._caller_payload(n)).data
 
-    def reattach(self, headers: Mapping[str, object], lost_at_ms: float, now_ms: float) -> list[str]:
+    def reattach(self, target: StreamTarget, stream_id: str, lost_at_ms: float, now_ms: float) -> list[str]:
         """The same call on a new stream (the NCCO the ``disconnected`` event's answer connected after the old
-        socket ended): its ``websocket:connected`` with the new NCCO's headers."""
+        socket ended): its ``websocket:connected`` with the new NCCO's headers (a socket's leg id is the shell's
+        to name in the next ``disconnected`` event: nothing on the stream carries it)."""
         self._new_stream(lost_at_ms, now_ms)
         self._notify_payloads.clear()  # the old socket's pending notifies went with it
         self._cleared_audio_path()
-        self._side = vonage.VonageCarrierSide(headers, self.sample_rate_hz)
+        self._side = vonage.VonageCarrierSide(target.headers, self.sample_rate_hz)
         self._opened = False
         return self.opening_messages()
 
@@ -980,6 +616,7 @@ class ExotelCall(ModeCall):
     """An Exotel Voicebot stream. Caller audio goes out in ``EXOTEL_MEDIA_FRAMES``-frame ``media`` messages."""
 
     carrier = "exotel"
+    carrier_side = exotel.ExotelCarrierSide
 
     def __init__(self, call_sid: str, stream_sid: str, account_sid: str,
                  caller_audio: bytes | Sequence[tuple[int, bytes]] | Sequence[Utterance] = b"",
@@ -993,6 +630,14 @@ class ExotelCall(ModeCall):
                                               sample_rate_hz=sample_rate_hz, custom_parameters=custom_parameters,
                                               from_number=from_number, to_number=to_number)
         self._caller_batch: list[bytes] = []
+
+    @classmethod
+    def for_stream(cls, ids, target, caller_audio, lead_frames, options):
+        encoding = options.exotel_encoding if target.sample_rate_hz == 8000 else ENCODING_L16  # mu-law is 8 kHz only
+        return cls(ids.call_id, ids.stream_id, ids.account_id, caller_audio, lead_frames,
+                   custom_parameters=target.parameters, encoding=encoding, sample_rate_hz=target.sample_rate_hz,
+                   from_number=ids.from_number, to_number=ids.to_number, play_phase_ms=options.play_phase_ms,
+                   keep_audio=options.keep_audio)
 
     def opening_messages(self) -> list[str]:
         if self._opened:
@@ -1049,6 +694,24 @@ class ExotelCall(ModeCall):
     def release_wire_state(self) -> None:
         super().release_wire_state()
         self._side = None
+
+
+# The adapter that plays each carrier's own end of its stream, by that end's class (a descriptor's carrier_side).
+ADAPTERS: dict[type, type[ModeCall]] = {adapter.carrier_side: adapter
+                                        for adapter in (TelnyxCall, PlivoCall, VonageCall, ExotelCall)}
+
+
+def adapter_for(carrier: str) -> type[ModeCall] | None:
+    """The adapter that plays ``carrier``'s stream, found by its descriptor's ``carrier_side``; None for a carrier
+    whose stream the simulator plays with its own core (a descriptor without one: Twilio, voicecore/sim/
+    carrier_core.py CarrierCall, place_call's). ValueError: no such carrier, or no adapter for its side."""
+    side = registry.get(carrier).carrier_side
+    if side is None:
+        return None
+    adapter = ADAPTERS.get(side)
+    if adapter is None:
+        raise ValueError(f"the simulator has no adapter for {carrier}'s stream ({side.__name__})")
+    return adapter
 
 
 def stable_seed(text: str) -> int:

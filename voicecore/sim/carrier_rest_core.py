@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import jwt
 from cryptography.hazmat.primitives import serialization
 
-from voicecore.sim.carrier_modes_core import CarrierCredentials
+from voicecore.carriers.simulator import CarrierCredentials, PlacedCallRequest
 
 HANGUP = "hangup"
 TRANSFER = "transfer"
@@ -64,28 +64,6 @@ class RestOutcome:
     target: str = ""
     error: str = ""  # why it was refused, short fixed text
     placed: PlacedCallRequest | None = None  # a call to place (action CREATE)
-
-
-@dataclass(frozen=True, slots=True)
-class PlacedCallRequest:
-    """A Calls API request the simulated carrier took: what it will dial and tell."""
-
-    account_sid: str
-    call_sid: str
-    to: str
-    from_: str
-    url: str  # the answer document's address ("" when the request gave the document itself)
-    twiml: str
-    status_callback: str
-    status_events: tuple[str, ...]
-    machine_detection: str
-    async_amd: bool
-    carrier: str = "twilio"
-    ring_url: str = ""  # Plivo: where its ring goes (its hang-up goes to status_callback, its hangup_url)
-    # where an asynchronous AMD's result goes: Twilio's (TeXML's) AsyncAmdStatusCallback, Plivo's
-    # machine_detection_url, Vonage's event_url; machine_detection holds the carrier's own value (Twilio's
-    # Enable / DetectMessageEnd, Plivo's true / hangup, Vonage's mode)
-    amd_callback: str = ""
 
 
 def _json(status: int, value: object, **fields) -> RestOutcome:
@@ -580,12 +558,6 @@ def _vonage_jwt_ok(authorization: str, credentials: CarrierCredentials, now_s: f
     return fresh and claims.get("application_id") == credentials.vonage_application_id
 
 
-def plivo_transfer_form(call_uuid: str) -> dict[str, str]:
-    """The form Plivo posts to a transfer's ``aleg_url`` (its call's ids, as its answer webhook's)."""
-    return {"CallUUID": call_uuid, "ALegUUID": call_uuid, "CallStatus": "in-progress", "Direction": "inbound",
-            "Event": "Transfer"}
-
-
 def dial_target(xml: bytes) -> str | None:
     """What a transfer's XML dials (``<Dial><Number>`` or ``<User>``, as Plivo reads it, or the number as
     ``<Dial>``'s own text, as TwiML has it); None otherwise."""
@@ -602,4 +574,4 @@ def dial_target(xml: bytes) -> str | None:
     return (dial.text or "").strip() or None
 
 
-__all__ = ["CREATE", "HANGUP", "TRANSFER", "PlacedCallRequest", "RestOutcome", "dial_target", "handle", "plivo_transfer_form"]
+__all__ = ["CREATE", "HANGUP", "TRANSFER", "PlacedCallRequest", "RestOutcome", "dial_target", "handle"]

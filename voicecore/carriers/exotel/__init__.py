@@ -5,5 +5,7 @@
   answer and the Basic-auth check;
 - ``carrier.py``: the carrier's descriptor, which the registry (voicecore/carriers/registry.py) serves. Exotel
   has no REST call that ends or redirects a Voicebot call: closing the stream hands the call to the flow's
-  next applet.
+  next applet;
+- ``sim.py``: Exotel as the carrier simulator plays it: the dynamic-URL request, its JSON answer read, the Basic
+  credentials on the stream's upgrade.
 """

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from voicecore.carriers.base import Carrier, CloseStream
 from voicecore.carriers.edge import BatchedSink
-from voicecore.carriers.exotel import protocol
+from voicecore.carriers.exotel import protocol, sim
 from voicecore.carriers.rest_common import check_target
 from voicecore.carriers.webhook import (ANSWER, ANY_CALL, SESSION_TOKEN, Refusal, Route, WebhookError, call_id,
                                         parse_form, parse_query, upgrade_header)
@@ -43,6 +43,7 @@ class ExotelCarrier(Carrier):
     title = "Exotel"
     routes = {"/exotel/voice": Route("exotel", ANSWER, ("GET", "POST"))}
     carrier_side = protocol.ExotelCarrierSide
+    simulator = sim.ExotelSimulator()
 
     def served(self, settings):
         return bool(settings.exotel_username and settings.exotel_password)

@@ -34,7 +34,7 @@ from __future__ import annotations
 from voicecore.carriers.base import CannotEnd, Carrier, PlacingSettings
 from voicecore.carriers.edge import FrameSink
 from voicecore.carriers.events import ENCODING_PCMU
-from voicecore.carriers.plivo import outbound, protocol, rest
+from voicecore.carriers.plivo import outbound, protocol, rest, sim
 from voicecore.carriers.plivo.backlog import EchoBoundedBacklog
 from voicecore.carriers.rest_common import check_target
 from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, SESSION_TOKEN, TRANSFER, AnswerRequest, Refusal,
@@ -59,6 +59,7 @@ class PlivoCarrier(Carrier):
               REATTACH_PATH: Route("plivo", REATTACH, ("POST",)),
               outbound.STATUS_PATH: Route("plivo", EVENT, ("POST",))}
     carrier_side = protocol.PlivoCarrierSide
+    simulator = sim.PlivoSimulator()
     placing = PlacingSettings("plivo_api_base", "plivo_auth_id", "plivo_auth_token")
     reattaches = True  # its answer document names a re-attach step (``<Redirect>`` after the kept-alive stream)
 

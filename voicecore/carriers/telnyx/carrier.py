@@ -30,7 +30,7 @@ from voicecore.carriers.base import CannotEnd, Carrier, PlacingSettings
 from voicecore.carriers.edge import FrameSink
 from voicecore.carriers.events import ENCODING_PCMA, ENCODING_PCMU
 from voicecore.carriers.rest_common import check_target
-from voicecore.carriers.telnyx import outbound, protocol, rest
+from voicecore.carriers.telnyx import outbound, protocol, rest, sim
 from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, SESSION_TOKEN, AnswerRequest, Refusal, Route,
                                         WebhookError, call_id, call_status_event, parse_form, reattach_request)
 from voicecore.outbound import call_fields
@@ -51,6 +51,7 @@ class TelnyxCarrier(Carrier):
               REATTACH_PATH: Route("telnyx", REATTACH, ("POST",)),
               outbound.STATUS_PATH: Route("telnyx", EVENT, ("POST",))}
     carrier_side = protocol.TelnyxCarrierSide
+    simulator = sim.TelnyxSimulator()
     placing = PlacingSettings("telnyx_api_base", "telnyx_texml_application_id", "telnyx_api_key")
     reattaches = True  # its answer document names a re-attach step (``<Redirect>`` after ``<Connect>``)
 

@@ -6,7 +6,8 @@
 - ``webhook.py``: the voice webhook and status callback fields, the TwiML answer (and the ``<Reject>`` /
   ``<Redirect>`` of a draining node) and the ``X-Twilio-Signature`` check, over ``signature.py``'s HMAC;
 - ``rest.py``: the Calls resource requests that hang up or redirect a call, and reading their answers;
-- ``carrier.py``: the carrier's descriptor, which the registry (voicecore/carriers/registry.py) serves.
+- ``carrier.py``: the carrier's descriptor, which the registry (voicecore/carriers/registry.py) serves;
+- ``sim.py``: Twilio as the carrier simulator plays it: the Calls API's progress and AMD callbacks, signed.
 
 Twilio's own end of the stream, for the simulator, is voicecore/sim/carrier_core.py's Twilio adapter.
 """

@@ -27,7 +27,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlsplit
 
 from voicecore.carriers.base import Carrier, PlacingSettings
-from voicecore.carriers.twilio import outbound, rest, stream, webhook
+from voicecore.carriers.twilio import outbound, rest, sim, stream, webhook
 from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, AnswerRequest, DrainAnswer, Refusal, Route,
                                         WebhookError, call_status_event)
 
@@ -52,6 +52,7 @@ class TwilioCarrier(Carrier):
     any_call_tokens = False
     bus_name = ""  # the bus's default carrier (CallStarted.carrier "")
     placing = PlacingSettings("twilio_api_base", "twilio_account_sid", "twilio_auth_token")
+    simulator = sim.TwilioSimulator()
 
     def served(self, settings):
         return True

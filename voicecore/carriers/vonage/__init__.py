@@ -5,5 +5,7 @@
   messages we send, Vonage's own end of the stream (the simulator's core), the NCCO and the signed-webhook JWT
   (webhook and stream upgrade);
 - ``rest.py``: the application JWT and the ``PUT /v1/calls/{uuid}`` requests that hang up or transfer a call;
-- ``carrier.py``: the carrier's descriptor, which the registry (voicecore/carriers/registry.py) serves.
+- ``carrier.py``: the carrier's descriptor, which the registry (voicecore/carriers/registry.py) serves;
+- ``sim.py``: Vonage as the carrier simulator plays it: its signed webhooks and events, its NCCO read, the
+  ``disconnected`` event of a synchronous connect.
 """

@@ -29,7 +29,7 @@ import orjson
 from voicecore.carriers.base import CannotEnd, Carrier, PlacingSettings
 from voicecore.carriers.edge import FrameSink
 from voicecore.carriers.rest_common import check_target
-from voicecore.carriers.vonage import outbound, protocol, rest
+from voicecore.carriers.vonage import outbound, protocol, rest, sim
 from voicecore.carriers.webhook import (ANSWER, EVENT, REATTACH, AnswerRequest, Refusal, Route, WebhookError,
                                         call_id, parse_json_object, parse_query, reattach_request, upgrade_header)
 from voicecore.outbound import call_fields
@@ -46,6 +46,7 @@ class VonageCarrier(Carrier):
               outbound.EVENT_PATH: Route("vonage", EVENT, ("POST",)),
               REATTACH_PATH: Route("vonage", REATTACH, ("POST",))}
     carrier_side = protocol.VonageCarrierSide
+    simulator = sim.VonageSimulator()
     # the secret: the application's private key (PEM), which signs a JWT per request
     placing = PlacingSettings("vonage_api_base", "vonage_application_id", "vonage_private_key", secret_is_pem=True)
     reattaches = True  # its answer NCCO names a re-attach step (the synchronous connect's eventUrl)
