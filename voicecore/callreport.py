@@ -407,6 +407,27 @@ class _Single:
         return [self.response]
 
 
+def why_no_clear(core) -> str:
+    """What the carrier saw of a call whose barge-in got no clear: whether the caller's barge-in found the
+    agent audible, and when each response's audio arrived, in seconds after the call's first media frame. A
+    barge-in while the agent is silent interrupts nothing: then the answer came late or early, and no clear
+    was owed."""
+    if core is None:
+        return "the call never reached its stream"
+    metrics, origin = core.metrics, core.send_origin_ms
+    noted = [f"{(at - origin) / 1000:.1f} s" for at in metrics.bargein_at_ms] if origin is not None else []
+    spans: dict[int | None, list[float]] = {}  # response tag -> [first, last] arrival
+    for frame in core.frames:
+        span = spans.setdefault(frame.tag, [frame.arrival_ms, frame.arrival_ms])
+        span[1] = frame.arrival_ms
+    heard = ("agent audio arrived " + ", ".join(f"{(first - origin) / 1000:.1f}-{(last - origin) / 1000:.1f} s"
+                                                for first, last in spans.values())
+             if spans and origin is not None else "no agent audio arrived")
+    if not noted:
+        return f"{metrics.bargeins_ignored} barge-in(s) found the agent silent, so none interrupted it; {heard}"
+    return f"barge-in(s) at {', '.join(noted)} with the agent audible; {heard}"
+
+
 def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds: float, wall_seconds: float,
               stack_metrics: dict | None = None, expect_bargeins: bool = True,
               window_ms: tuple[float, float] | None = None, grace_ms: float = STARVED_GRACE_MS,
@@ -504,7 +525,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         problems.extend(figures["problems"])
         turn_taking.add(callturns.turn_figures(result.core, records, window_ms))
         if expect_bargeins and stats.clears_received == 0:
-            problems.append(f"call {result.call_sid}: the barge-in produced no clear")
+            problems.append(f"call {result.call_sid}: the barge-in produced no clear ({why_no_clear(result.core)})")
     calls = len(results)
     call_seconds = calls * seconds
     if samples is not None:

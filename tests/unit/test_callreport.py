@@ -433,3 +433,26 @@ def test_a_held_response_resumed_after_its_holds_clear_is_not_stale_unless_it_wa
     cut = _answer("a", 50, 1)
     cut.cancel_ms = 800
     assert _report(played(cut), _record([110], [cut]), expect_bargeins=False)["stale_frames"] == 30
+
+
+def test_a_barge_in_without_a_clear_names_whether_the_agent_was_audible_and_when_its_audio_came():
+    silent = _core()
+    silent.tick_send(0.0)  # the call's first media frame: times below count from it
+    _send(silent, 1, 50, 1000)  # the greeting arrives at 1 s and has played out by 2 s
+    silent.tick_play(2500)
+    silent.note_bargein(3000)  # the caller barges in before the answer started: nothing to interrupt
+    _send(silent, 2, 10, 4000)
+    silent.stop_message(6000)
+    problems = _report(silent, _record([], []))["problems"]
+    assert ("call CA1: the barge-in produced no clear (1 barge-in(s) found the agent silent, so none interrupted "
+            "it; agent audio arrived 1.0-1.0 s, 4.0-4.0 s)") in problems
+
+    audible = _core()
+    audible.tick_send(0.0)
+    _send(audible, 1, 100, 1000)
+    audible.tick_play(1500)
+    audible.note_bargein(1600)  # 2 s of greeting queued at the carrier: it is heard
+    audible.stop_message(6000)
+    problems = _report(audible, _record([], []))["problems"]
+    assert ("call CA1: the barge-in produced no clear (barge-in(s) at 1.6 s with the agent audible; agent audio "
+            "arrived 1.0-1.0 s)") in problems
