@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voicecore.timing import SAMPLE_RATE_HZ
+from voicecore.timing import FRAME_BYTES, SAMPLE_RATE_HZ
 
 with warnings.catch_warnings():
     # Python 3.11/3.12 warn that audioop goes away in 3.13; on 3.13+ `audioop-lts` provides it.
@@ -78,6 +78,15 @@ def from_ulaw(ulaw: bytes, audio_format: str) -> bytes:
 def ulaw_to_linear(data: bytes) -> np.ndarray:
     """Decode mu-law bytes to a writable int16 array (one sample per byte)."""
     return np.frombuffer(bytearray(audioop.ulaw2lin(data, SAMPLE_WIDTH_BYTES)), dtype=np.int16)
+
+
+def frame_rms(ulaw: bytes) -> list[int]:
+    """The RMS (16-bit linear, rounded down to a whole number) of each 20 ms frame of mu-law ``ulaw``, whose
+    length is a whole number of frames."""
+    linear = memoryview(audioop.ulaw2lin(ulaw, SAMPLE_WIDTH_BYTES))
+    step = FRAME_BYTES * SAMPLE_WIDTH_BYTES
+    rms = audioop.rms
+    return [rms(linear[start:start + step], SAMPLE_WIDTH_BYTES) for start in range(0, len(linear), step)]
 
 
 def linear_to_ulaw(samples) -> bytes:

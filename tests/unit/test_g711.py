@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voicecore.g711 import linear_to_ulaw, read_wav_as_ulaw, ulaw_to_linear, write_stereo_wav
+from voicecore.g711 import frame_rms, linear_to_ulaw, read_wav_as_ulaw, ulaw_to_linear, write_stereo_wav
 
 # CRC32 of each ITU file (little-endian int16, 65,536 samples; a code in the low byte of its word).
 G191_CRC32 = {"sweep.src": 0xC8BA7682, "sweep-r.u": 0xCD170E15, "sweep-r.u-u": 0x63641C01}
@@ -193,3 +193,15 @@ def test_write_stereo_wav_pads_the_shorter_track(tmp_path):
     assert np.array_equal(frames[:, 0], ulaw_to_linear(left))
     assert np.array_equal(frames[:80, 1], ulaw_to_linear(right))
     assert (frames[80:, 1] == 0).all()
+
+
+def test_frame_rms_is_each_frames_root_mean_square_rounded_down():
+    rng = np.random.default_rng(7)
+    quiet = linear_to_ulaw(rng.normal(0, 30, 160))
+    loud = linear_to_ulaw(rng.normal(0, 3000, 160))
+    codes = bytes(rng.integers(0, 256, 160, dtype=np.uint8))  # every kind of code, both signs
+    ulaw = quiet + loud + codes + bytes([0xFF] * 160)  # 0xFF: linear 0
+    expected = [int(np.sqrt(np.mean(ulaw_to_linear(ulaw[n:n + 160]).astype(np.float64) ** 2)))
+                for n in range(0, len(ulaw), 160)]
+    assert frame_rms(ulaw) == expected
+    assert expected[0] < 200 <= expected[1] and expected[3] == 0

@@ -695,8 +695,10 @@ class CallSession:
     def tend_renewal(self, now_ns: int) -> None:
         """Every loop: open the renewal's session when the one in use nears its limit, and hand the call over
         to it at the first pause (or at the last moment, should no pause come)."""
-        opening, forced = self.renewal_due(now_ns)
         renewal = self.renewal
+        if renewal is None and now_ns - self.session_opened_ns < self.worker.renew_from_ns:
+            return  # every loop of every call: nothing is due before the session is this old
+        opening, forced = self.renewal_due(now_ns)
         if renewal is None:
             if opening and now_ns >= self.next_renewal_ns and not self.driver_ended():
                 self.renewal = SessionRenewal(now_ns)
@@ -1489,6 +1491,8 @@ def vonage_private_key(config: Config) -> str:
 class ModelWorker:
     def __init__(self, config: Config, agent: AgentSpec, followers: Followers | None = None) -> None:
         self.config = config
+        # a call's session this old gets its renewal opened (CallSession.tend_renewal)
+        self.renew_from_ns = int(renew_from_s(config.realtime_session_limit_s) * 1e9)
         self.followers = followers  # the live calls' drivers this process kept rebuilt while it stood by
         self.validator_pid: int | None = None
         self.agent = agent_settings.agent_for_config(agent, config)
@@ -1627,8 +1631,10 @@ class ModelWorker:
         arena = self.arena
         if arena is None:
             return
+        # Every loop: each slot's two words read once for all calls (a call's own alive() is a numpy read each).
+        states, generations = arena.ctrl[:, C.STATE].tolist(), arena.ctrl[:, C.GENERATION].tolist()
         for slot, session in list(self.calls.items()):
-            if not session.alive():
+            if states[slot] != C.SLOT_ACTIVE or generations[slot] != session.generation:
                 session.finish()
                 session.close()
                 session.drop_task()
