@@ -119,7 +119,13 @@ class Gateway:
         self.calls: dict[int, StreamConnection] = {}  # slot -> connection
         self.ready_slots = np.zeros(config.max_calls, dtype=np.int64)
         self.bus = Bus(runtime_dir)
-        self.events = self.bus.bind(zmq.PUB, EVENTS)
+        # XPUB, not PUB: a subscriber's connection is heard (its subscribe message; verbose, so every one and not
+        # only the first of its topic), and the live calls' CallStarted are published again for it. A PUB drops
+        # what it publishes before a subscriber's connection is up: a model worker that started with the node
+        # and connected a moment after a call's start never learnt the call's carrier ids, and its hang-up
+        # and transfer then failed ("carrier ids are unknown").
+        self.events = self.bus.bind(zmq.XPUB, EVENTS)
+        self.events.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.inbox = self.bus.bind(zmq.PULL, GATEWAY_INBOX)
         # A call's start, to the pacer's inbox too: an idle pacer sleeps there until the next heartbeat, and this
         # wakes it at once (it learns of the call from the slot; the message only ends its wait).
@@ -159,6 +165,7 @@ class Gateway:
             "marks_unknown": 0,
             "status_callbacks": 0,
             "webhooks": 0,
+            "subscribers_welcomed": 0,  # subscribers to the events socket sent the live calls' starts (on_subscriber)
         }
         # The carriers served beside Twilio: those whose secret is configured (workers/gateway/carrier_core.py).
         self.carrier_settings = carrier_core.CarrierSettings.from_config(config)
@@ -197,6 +204,21 @@ class Gateway:
                 conn.drain_wire()
 
     # --- control bus ---------------------------------------------------------------------------------
+    def on_subscriber(self) -> None:
+        """A subscriber connected to the events socket (or its connection came back): the live calls' starts
+        again, for a subscriber that missed them."""
+        joined = False
+        while self.events.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                frame = self.events.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            joined = joined or frame[:1] == b"\x01"  # 1: subscribe, 0: unsubscribe
+        if joined:
+            self.counters["subscribers_welcomed"] += 1
+            for started in self.started_messages.values():
+                self.bus.send(self.events, started)
+
     def on_inbox(self) -> None:
         while self.inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             for message in self.bus.receive_nowait(self.inbox):
@@ -1346,6 +1368,8 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
         loop = asyncio.get_running_loop()
         loop.add_reader(gateway.doorbell.fileno(), gateway.on_doorbell)
         loop.add_reader(gateway.inbox.getsockopt(zmq.FD), gateway.on_inbox)
+        loop.add_reader(gateway.events.getsockopt(zmq.FD), gateway.on_subscriber)
+        gateway.on_subscriber()  # subscribers that connected before the reader was added
         unix_path = config.listen_unix_path
         if unix_path is not None:
             remove_stale_socket(unix_path)
@@ -1373,6 +1397,7 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
             interval_ms = gateway.loop_interval_ms()
             gateway.heartbeat(interval_ms)
             gateway.on_inbox()  # the zmq FD is edge-triggered: poll it on every heartbeat too
+            gateway.on_subscriber()  # the same for the events socket (its sends may take the edge)
             gateway.drain_wire()  # a lost doorbell costs at most one heartbeat of delay
             # Idle (no call, no drain) the loop wakes once a second; the first call wakes it at once.
             gateway.wake.clear()
@@ -1399,6 +1424,7 @@ async def serve(config: Config, runtime_dir: Path, stop: asyncio.Event, leadersh
             loop = asyncio.get_running_loop()
             loop.remove_reader(gateway.doorbell.fileno())  # no wakeup may reach a closed socket
             loop.remove_reader(gateway.inbox.getsockopt(zmq.FD))
+            loop.remove_reader(gateway.events.getsockopt(zmq.FD))
             gateway.bus.close()
             gateway.doorbell.close()
             for name in (EVENTS, GATEWAY_INBOX, "doorbell.sock"):
