@@ -1857,9 +1857,12 @@ class ModelWorker:
                     if isinstance(message, messages.CallStarted):
                         self.carrier_calls[(message.slot, message.generation)] = call_control.call_ref(message)
                         if message.direction:
+                            # a second copy (the gateway's welcome of a subscriber that reconnected) is no news
+                            first = (message.slot, message.generation) not in self.outbound_started
                             self.outbound_started[(message.slot, message.generation)] = message
                             late = self.calls.get(message.slot)
-                            if late is not None and late.generation == message.generation and late.answer_wait is None:
+                            if (first and late is not None and late.generation == message.generation
+                                    and late.answer_wait is None):
                                 log.warning("call %s: placed by the node, but its session started before the call's "
                                             "fields came: no answer detection", late.call_sid,
                                             extra={"problem": "outbound"})
