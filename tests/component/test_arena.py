@@ -333,6 +333,32 @@ def test_claim_slot_writes_the_calls_backlog_bound_and_the_next_call_starts_with
     assert arena.ctrl[2, C.STATE] == C.SLOT_FREE
 
 
+def test_claim_slot_stamps_the_start_before_publishing_the_slot(arena, monkeypatch):
+    """A model worker that sees a slot published reads its start's stamp to know how long to wait for the
+    call's CallStarted: the stamp must be in the row when the state turns active, not written after."""
+    import voicecore.shm.arena as arena_module
+
+    seen = []
+    real_release = arena_module.store_release
+
+    def release(ctrl, slot, word, value):
+        if word == C.STATE and value == C.SLOT_ACTIVE:
+            seen.append(int(ctrl[slot, C.STARTED_AT_NS]))
+        real_release(ctrl, slot, word, value)
+
+    monkeypatch.setattr(arena_module, "store_release", release)
+    arena.claim_slot(1, STREAM_SID, CALL_SID, TEMPLATES, started_at_ns=123_456_789)
+    assert seen == [123_456_789] and arena.ctrl[1, C.STARTED_AT_NS] == 123_456_789
+    arena.set_slot_state(1, C.SLOT_FREE)
+    arena.claim_slot(1, STREAM_SID, CALL_SID, TEMPLATES)
+    assert seen[-1] == 0  # no stamp given: none left over from the slot's last call
+    arena.set_slot_state(1, C.SLOT_FREE)
+    for bad in (-1, 1.5):
+        with pytest.raises(ValueError, match="started_at_ns"):
+            arena.claim_slot(1, STREAM_SID, CALL_SID, TEMPLATES, started_at_ns=bad)
+    assert arena.ctrl[1, C.STATE] == C.SLOT_FREE
+
+
 def test_claim_slot_with_a_bad_id_leaves_the_slot_untouched(arena):
     arena.ctrl[0, C.IN_HEAD] = 9
     with pytest.raises(ValueError):

@@ -70,6 +70,7 @@ from voicecore.shm.control import (
     LEAD_NS,
     SLOT_ACTIVE,
     SLOT_FREE,
+    STARTED_AT_NS,
     STATE,
 )
 from voicecore.shm.rings import store_release
@@ -401,12 +402,14 @@ class Arena:
             raise ValueError(f"wire templates make {longest}-byte entries; wire slots hold {self.layout.wire_slot_bytes}")
 
     def claim_slot(self, slot: int, stream_sid: str, call_sid: str, templates: WireTemplates, lead_ns: int = 0,
-                   backlog_max_frames: int = 0, codec: int = CODEC_ULAW) -> int:
+                   backlog_max_frames: int = 0, codec: int = CODEC_ULAW, started_at_ns: int = 0) -> int:
         """Gateway: take a free slot for a new call whose outbound messages the pacer writes from `templates`
         (its carrier module's), keeping `lead_ns` of audio in the carrier's buffer (0: the pacer's configured
         lead; control word LEAD_NS) and at most `backlog_max_frames` of it unconfirmed by the carrier's echoes
         (0: no such bound; BACKLOG_MAX_FRAMES), its rings carrying `codec` (CODEC_ULAW or CODEC_ALAW; control
-        word CODEC); returns its new GENERATION (see module docstring)."""
+        word CODEC), stamped `started_at_ns` (control word STARTED_AT_NS, time.monotonic_ns(): a model worker
+        waits up to a bound after it for the call's CallStarted, so it must be there when the slot is published);
+        returns its new GENERATION (see module docstring)."""
         self._check_slot(slot)
         row = self.ctrl[slot]
         if row[STATE] != SLOT_FREE:
@@ -421,6 +424,8 @@ class Arena:
             raise ValueError(f"backlog_max_frames must be 0..{MAX_BACKLOG_FRAMES}")
         if codec not in (CODEC_ULAW, CODEC_ALAW):
             raise ValueError("codec must be CODEC_ULAW or CODEC_ALAW")
+        if not isinstance(started_at_ns, int) or started_at_ns < 0:
+            raise ValueError("started_at_ns must be an int >= 0")
         generation = int(row[GENERATION]) + 1
         row[:GENERATION] = 0
         row[GENERATION + 1 :] = 0
@@ -429,6 +434,7 @@ class Arena:
         row[LEAD_NS] = lead_ns
         row[BACKLOG_MAX_FRAMES] = backlog_max_frames
         row[CODEC] = codec
+        row[STARTED_AT_NS] = started_at_ns
         row[GENERATION] = generation
         store_release(self.ctrl, slot, STATE, SLOT_ACTIVE)  # publishes the zeroed row, the ids, the templates, the bounds
         return generation

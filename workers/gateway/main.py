@@ -260,10 +260,13 @@ class Gateway:
         # The arena zeroes every counter (all three rings start at index 0), writes the ids and the
         # templates, and publishes SLOT_ACTIVE last, so a worker that sees the new GENERATION sees a clean
         # slot and the pacer the call's templates.
+        # The start's time is stamped before the slot is published: a model worker that saw the slot with no
+        # stamp took it for one no gateway stamped and started the session at once, without the CallStarted on
+        # its way (an outbound call's fields: no answer detection).
         generation = self.arena.claim_slot(slot, start.stream_sid, start.call_sid, templates, conn.call_lead_ns(),
-                                           conn.call_backlog_max_frames(), conn.call_codec())
+                                           conn.call_backlog_max_frames(), conn.call_codec(),
+                                           started_at_ns=time.monotonic_ns())
         conn.use_wire_templates(templates)
-        self.ctrl[slot, C.STARTED_AT_NS] = time.monotonic_ns()
         self.calls[slot] = conn
         self.counters["calls_started"] += 1
         self.wake.set()
