@@ -9,7 +9,9 @@ agent's folder); the answers are grounded, so every delta is judged to the end:
 - ``numbers``: an English answer with a price, an amount of data and a time (policy "numbers");
 - ``numbers_sv``: a Swedish one with prices, periods, an amount of data and opening hours in words;
 - ``text``: an answer without numbers (the common case: most words are judged inert at once);
-- ``scripted``: a scripted prompt followed word by word (policy "scripted").
+- ``scripted``: a scripted prompt followed word by word (policy "scripted");
+- ``numbers+forbidden``, ``text+forbidden``: the same answers under a prompt with forbidden phrases (as
+  examples/receptionist has), which none of them says.
 
     nice .venv/bin/python -m pytest bench/micro/bench_validator.py -q --benchmark-only --benchmark-timer time.process_time
 
@@ -50,10 +52,15 @@ def deltas_of(text: str) -> list[str]:
     return [parts[0]] + [" " + p for p in parts[1:]]
 
 
-def stream(language: str, policy: str, script: str, deltas: list[str]) -> bool:
+FORBIDDEN = "guarantee\ndiagnosis"
+ANSWERS["numbers+forbidden"] = ANSWERS["numbers"]
+ANSWERS["text+forbidden"] = ANSWERS["text"]
+
+
+def stream(language: str, policy: str, script: str, deltas: list[str], forbidden: str = "") -> bool:
     core = ValidatorCore(KB)
     key = (1, 1, 1)
-    core.handle(messages.GateOpen(*key, policy, script, language, ""))
+    core.handle(messages.GateOpen(*key, policy, script, language, forbidden))
     text = ""
     rejected = False
     for delta in deltas:
@@ -70,6 +77,7 @@ def stream(language: str, policy: str, script: str, deltas: list[str]) -> bool:
 def test_validator_answer(benchmark, name):
     language, policy, script, text = ANSWERS[name]
     deltas = deltas_of(text)
-    rejected = benchmark(stream, language, policy, script, deltas)
+    forbidden = FORBIDDEN if name.endswith("+forbidden") else ""
+    rejected = benchmark(stream, language, policy, script, deltas, forbidden)
     assert not rejected, name  # every answer is grounded: each delta is judged, none cut short
     per_item(benchmark, len(deltas), "delta")

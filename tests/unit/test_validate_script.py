@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from voicecore.validate.script import (
     ForbiddenPhrases,
@@ -313,6 +315,43 @@ def test_forbidden_prefix_and_swedish_and_numbers():
 
 def test_forbidden_phrases_that_normalize_to_nothing_are_ignored():
     assert ForbiddenPhrases(["", "...", "*"], "en").find("anything at all") == []
+
+
+# The pieces a transcript is made of where the letter check before tokenizing could go wrong: the phrases'
+# words in any case, with apostrophes (straight and typographic), spelled letter by letter, next to numbers
+# and units, split by hyphens and dots, and words around them.
+PIECES = [
+    "got", "Got", "GOT", "it", "it's", "I'll", "I’ll", "have", "someone", "tech", "technician", "technicians",
+    "G O T", "G. O. T.", "g-o-t", "I T", "schedule", "schedul", "rescheduled", "SCHEDULING", "real", "person",
+    "50", "fifty", "percent", "%", "procent", "rabatt", "month", "months", "månader", "kr", "kronor", "twelve",
+    "3", "three", "V A N", "um", "mm", "we'll", "reach", "out", "İstanbul", "straße", "STRASSE", "appointment",
+]  # fmt: skip
+GAPS = [" ", ", ", ". ", "-", " - ", "... ", "! ", "?", "'", "", "  "]
+CHECKED_PHRASES = [*SEED_000_FORBIDDEN, "schedul*", "50 % rabatt", "per month", "it", "g o t", "strasse",
+                   "twelve kronor", "İstanbul"]  # fmt: skip
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(PIECES), st.sampled_from(GAPS)), max_size=14),
+       st.sampled_from(CHECKED_PHRASES), st.sampled_from(["en", "sv", "auto"]))
+def test_the_letter_check_never_changes_what_the_phrases_find(parts, phrase, language):
+    # one phrase at a time: with several, one that may occur sends the whole text to the full check
+    text = "".join(piece + gap for piece, gap in parts)
+    checked = ForbiddenPhrases([phrase], language)
+    unchecked = ForbiddenPhrases([phrase], language)
+    unchecked._may_occur = lambda _text: True  # type: ignore[method-assign]
+    assert checked.find(text) == unchecked.find(text)
+
+
+def test_the_letter_check_skips_a_text_without_the_phrases_words():
+    phrases = ForbiddenPhrases(["guarantee", "real person"], "en")
+    assert not phrases._may_occur("We open at 8 in the morning, a real answer.")
+    assert phrases._may_occur("I can connect you to a REAL-person queue")
+    assert phrases.find("I can connect you to a REAL-person queue") == ["real person"]
+    assert phrases._may_occur("G-U-A-R-A-N-T-E-E")  # spelled out, it is still the word
+    assert ForbiddenPhrases(["50 %"], "en")._may_occur("nothing here")  # numbers only: always the full check
+    assert ForbiddenPhrases(["strasse"], "en").find("Die Straße.") == ["strasse"]  # casefolded, not lowered
+    assert ForbiddenPhrases(["İstanbul"], "en").find("ISTANBUL, İstanbul") == ["İstanbul"]
 
 
 def test_verdict_is_frozen():

@@ -262,11 +262,14 @@ def extract_numbers(text: str, language: Language = "auto") -> list[NumberMentio
     found: list[NumberMention] = []
     masked = text
     spoken = _spoken_stages(text, language)
+    digits = _ANY_DIGIT.search(text) is not None
     # Most specific first: a date or phone number must not be read as loose integers.
     for stage in (_spoken_dates, _dates, _times, _spoken_times, _phones, _digit_numbers, _spoken_phones,
                   _word_numbers):
         if stage in _SPOKEN_STAGES and stage not in spoken:
             continue
+        if stage in _DIGIT_STAGES and not digits:
+            continue  # each of their patterns needs a digit (a transcript delta's text mostly has none)
         new = stage(text, masked, language)
         for mention in new:
             start, end = mention.span
@@ -1272,3 +1275,5 @@ _MONTH_WORDS = frozenset(_MONTHS)
 _ORDINAL_WORDS = frozenset(w for w in (*_EN_ORDINALS, *_SV_ORDINALS) if " " not in w)
 _CLOCK_WORDS = frozenset({"klockan", "kl", "halv", "kvart"})
 _SPOKEN_STAGES = frozenset({_spoken_dates, _spoken_times, _spoken_phones})
+_DIGIT_STAGES = frozenset({_dates, _times, _phones, _digit_numbers})
+_ANY_DIGIT = re.compile(r"\d")  # what their patterns' digits are

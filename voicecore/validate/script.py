@@ -46,7 +46,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from voicecore.validate.numbers import Language, extract_numbers
+from voicecore.validate.numbers import UNIT_FORMS, Language, extract_numbers
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _LETTER_GAP = re.compile(r"^[\s.\-–]*$")
@@ -372,14 +372,20 @@ class ForbiddenPhrases:
     def __init__(self, phrases: Iterable[str], language: Language = "auto") -> None:
         self.language = language
         self._phrases: list[tuple[str, tuple[str, ...], bool]] = []
+        # per phrase, its words that only an ordinary or spelled word of the text can match (see _may_occur)
+        self._anchors: list[tuple[str, ...]] = []
         for phrase in dict.fromkeys(phrases):
             prefix = phrase.rstrip().endswith("*")
-            words = tuple(t.text for t in _tokenize(phrase.rstrip().rstrip("*"), language))
-            if words:
-                self._phrases.append((phrase, words, prefix))
+            tokens = _tokenize(phrase.rstrip().rstrip("*"), language)
+            if tokens:
+                self._phrases.append((phrase, tuple(t.text for t in tokens), prefix))
+                self._anchors.append(tuple(_squashed(t.text) for t in tokens
+                                           if not t.critical and t.text.isalpha() and t.text not in _UNIT_NAMES))
 
     def find(self, text: str) -> list[str]:
         """The phrases (as given) that occur in ``text``, in the order they were given."""
+        if not self._may_occur(text):
+            return []
         words = [t.text for t in _tokenize(text, self.language)]
         found = []
         for phrase, pattern, prefix in self._phrases:
@@ -392,3 +398,22 @@ class ForbiddenPhrases:
                     found.append(phrase)
                     break
         return found
+
+    def _may_occur(self, text: str) -> bool:
+        """Whether some phrase may occur in ``text``, from its letters alone (this runs on every transcript
+        delta of a gated answer, and tokenizing the whole transcript, numbers and all, is what costs). A
+        text token that equals an anchor (a phrase's word that is no number, unit or spelled run) is an
+        ordinary word, casefolded without its apostrophes, or a spelled run joined across the spaces, dots
+        and dashes between its letters: either way its letters stand together in the text once the text is
+        casefolded and everything but letters and digits is dropped. So a phrase one of whose anchors is
+        not there cannot be found; a phrase without anchors (numbers only) always takes the full check."""
+        squashed = _squashed(text.casefold())
+        return any(all(anchor in squashed for anchor in anchors) for anchors in self._anchors)
+
+
+_UNIT_NAMES = frozenset(UNIT_FORMS)  # a unit's token is its canonical name, which the text need not spell
+_NOT_ALNUM = re.compile(r"[\W_]+")
+
+
+def _squashed(text: str) -> str:
+    return _NOT_ALNUM.sub("", text)

@@ -150,9 +150,12 @@ def _is_number_word(word: str, language: str) -> bool:
     return any(ch.isdigit() for ch in word) or bool(extract_numbers(word, language))  # type: ignore[arg-type]
 
 
-def _words(text: str) -> list[tuple[int, int, str]]:
-    """(start, end, casefolded word) of every word, settled or not (``_settled_limit``)."""
-    return [(m.start(), m.end(), re.sub(r"['’]", "", m.group().casefold())) for m in _WORD.finditer(text)]
+@lru_cache(maxsize=32)
+def _words(text: str) -> tuple[tuple[int, int, str], ...]:
+    """(start, end, casefolded word) of every word, settled or not (``_settled_limit``). Cached: a delta's
+    judgement reads the words of the same transcript up to three times (numbers, phrases, their hold)."""
+    return tuple((m.start(), m.end(), m.group().casefold().replace("'", "").replace("’", ""))
+                 for m in _WORD.finditer(text))
 
 
 @lru_cache(maxsize=8192)
@@ -536,7 +539,7 @@ class ValidatorCore:
         return f"{category}: {verdict.describe()}"
 
     @staticmethod
-    def _complete(mention: NumberMention, mentions: list[NumberMention], words: list[tuple[int, int, str]],
+    def _complete(mention: NumberMention, mentions: list[NumberMention], words: tuple[tuple[int, int, str], ...],
                   text: str, language: str) -> bool:
         """Later text can no longer change this number: a settled ordinary word follows it."""
         end = mention.span[1]
