@@ -469,3 +469,46 @@ def test_the_agents_turns_section_and_the_operators_transcription_model_reach_th
             cfg.transcript_wait_ms) == (("sv",), ("kanon",), "semantic_vad", "high", "whisper-1", 900)
     operator = dataclasses.replace(load_config({}), transcription_model="gpt-4o-transcribe")
     assert controller_config(operator, agent).transcription_model == "gpt-4o-transcribe"
+
+
+def _answer_and_play(c, rid, req, at_ms, before=IDLE):
+    """Response ``rid`` to request ``req`` created at ``at_ms`` (``before``: the playout then), 10 frames, done;
+    the tick once they played."""
+    (tag,) = [a.tag for a in c.on_model_event(created(rid, req), at_ms * MS, before) if isinstance(a, C.OpenTag)]
+    c.on_model_event(delta(rid, 1600), (at_ms + 10) * MS, before)
+    c.on_model_event(ev(type="response.output_audio.done", response_id=rid, item_id="item_a"), (at_ms + 20) * MS, before)
+    c.on_model_event(ev(type="response.done", response={"id": rid, "status": "completed"}), (at_ms + 21) * MS, before)
+    playing = C.Playout(tag, 5, (at_ms + 100) * MS, tag, 10, (at_ms + 200) * MS)
+    assert c.on_tick((at_ms + 100) * MS, playing) == [] and not c.quiet  # audible
+    played = C.Playout(tag, 10, (at_ms + 200) * MS, tag, 10, (at_ms + 200) * MS)
+    return c.on_tick((at_ms + 200) * MS, played), played
+
+
+def test_a_call_between_turns_is_quiet_and_anything_pending_makes_it_busy():
+    c = C.CallController("CA1")
+    assert not c.quiet  # not started
+    c.start(0)
+    assert not c.quiet  # the greeting is asked for
+    out, played = _answer_and_play(c, "r1", 1, 100)
+    assert [e["response"]["metadata"]["vc_prompt"] for e in sent(out)] == ["question"] and not c.quiet
+    out, played = _answer_and_play(c, "r2", 2, 400, played)
+    assert out == [] and c.quiet  # the question played; the caller's turn: only the silence timers are left
+    # the silence check-in still comes from a quiet call's (coarser) ticks
+    assert sent(c.on_tick(10_500 * MS, played)) == [] and c.quiet
+    (checkin,) = sent(c.on_tick(10_700 * MS, played))
+    assert checkin["response"]["metadata"]["vc_prompt"] == "checkin" and not c.quiet
+    # a caller who speaks makes it busy at once, and their turn keeps it so until the answer has played
+    c2 = C.CallController("CA2")
+    c2.start(0)
+    _, played = _answer_and_play(c2, "r1", 1, 100)
+    _, played = _answer_and_play(c2, "r2", 2, 400, played)
+    assert c2.quiet
+    c2.on_model_event(ev(type="input_audio_buffer.speech_started", audio_start_ms=900, item_id="u1"), 1000 * MS, played)
+    assert not c2.quiet
+    c2.on_model_event(ev(type="input_audio_buffer.speech_stopped", audio_end_ms=2000, item_id="u1"), 2100 * MS, played)
+    assert not c2.quiet  # its words are not known yet
+    words = ev(type="conversation.item.input_audio_transcription.completed", item_id="u1", content_index=0,
+               transcript="What are your opening hours?")
+    out = c2.on_model_event(words, 2300 * MS, played)
+    assert [e["type"] for e in sent(out)] == ["response.create"] and not c2.quiet  # answered: asked for
+    assert c2.on_tick(2320 * MS, played) == [] and not c2.quiet

@@ -266,6 +266,11 @@ def test_the_recorder_is_a_driver_too(make_driver):
     recorder = CallRecorder(driver)
     assert isinstance(recorder, Driver)
     assert (recorder.call_sid, recorder.control, recorder.wants_ticks) == (driver.call_sid, driver.control, driver.wants_ticks)
+    call = playing_call(recorder)
+    assert recorder.quiet is driver.quiet is False  # a response plays
+    call.stop(STOP_MS)
+    # ended: the turns controller has nothing left to tick for; the spine is never ticked by quiet
+    assert recorder.quiet is driver.quiet is (driver.control == "turns")
     assert recorder.core is driver.core and recorder.stats is driver.stats
     assert recorder.record_header() == driver.record_header() and recorder.statistics() == driver.statistics()
 

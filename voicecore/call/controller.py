@@ -268,7 +268,7 @@ class CallController:
     A call driver (voicecore/call/driver.py), like the spine's."""
 
     control = CONTROL
-    wants_ticks = True  # timers, rolling approvals and playout progress: on_tick every shell loop
+    wants_ticks = True  # timers, rolling approvals and playout progress: on_tick every shell loop (but see quiet)
 
     def __init__(self, call_sid: str, flow: flows.Flow | None = None, config: ControllerConfig | None = None,
                  naming: str = "ga", first_tag: int = 1, audio_format: str = "pcmu", modality: str = "audio") -> None:
@@ -637,6 +637,23 @@ class CallController:
             return out
         self._step(out)
         return out
+
+    @property
+    def quiet(self) -> bool:
+        """Only coarse timers can act before the next input (the silence check-in, a call's end after its last
+        line, the failure policy's pauses): the session has started, nobody speaks, no caller's words wait for
+        a verdict, nothing is asked, retrieved, coming, running, awaiting confirmation, held or audible, and
+        the newest response has played out or was cancelled. The shell then ticks every
+        voicecore.call.driver.QUIET_TICK_MS instead of every loop; caller audio, model events and verdicts are
+        inputs, handled at once, and the loop after one ticks as usual if it made the call busy."""
+        if not self.started or self.ended:
+            return self.ended
+        newest = next(reversed(self.by_tag.values()), None)
+        return (not self.caller_speaking and self.queued is None and self.inflight is None and self.active is None
+                and not self.turns.utterances and not self.tools_running and self.pending_action is None
+                and not self.held_tag and not self.debounce.waiting and not self.endings.playing
+                and (newest is None or newest.settled or bool(newest.cancelled_ns))
+                and self.core.audible(self.playout) is None)
 
     def awaiting_model(self) -> bool:
         """A caller waits on the model: a response is asked for, coming or playing, or a turn is being

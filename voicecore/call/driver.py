@@ -23,6 +23,11 @@ if TYPE_CHECKING:  # the interface names the types its implementations share, wi
     from voicecore.call.core import ModelCallCore
 
 
+# How often the shell ticks a driver that says it is ``quiet``: the coarse timers left then (a silence check-in,
+# a confirmation's timeout, a call's end after its last line) count in seconds.
+QUIET_TICK_MS = 100
+
+
 def forwarding_actions(audio: bytes) -> int:
     """How many of ``on_caller_audio(audio, ...)``'s actions, the first ones, carry ``audio`` to the model:
     one ``SendToModel`` (none for no audio). They are the mechanism, not a decision: a record keeps the
@@ -37,6 +42,9 @@ class Driver(Protocol):
     core: ModelCallCore  # the mechanism the driver steers; the shell reads its stats (and nothing else)
     stats: ControllerStats | None  # the driver's own counters beyond its core's; None: it has none (the spine)
     wants_ticks: bool  # False: on_tick never acts (no timers), so the shell skips it (no playout read, no record line)
+    # True: only coarse timers (seconds) can act until the next input, so the shell may tick it every QUIET_TICK_MS
+    # instead of every loop; any input is handled at once as always. Read every loop: it must be cheap.
+    quiet: bool
 
     def record_header(self) -> dict[str, Any]:
         """JSON-able: what a record's header needs to build this driver afresh (voicecore/replay.py)."""

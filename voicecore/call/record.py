@@ -160,6 +160,10 @@ class CallRecorder:
         return self.driver.wants_ticks
 
     @property
+    def quiet(self) -> bool:
+        return self.driver.quiet
+
+    @property
     def ended(self) -> bool:
         """The driver gave the call up (the failure policy): the shell stops reconnecting its model."""
         return bool(getattr(self.driver, "ended", False))

@@ -41,6 +41,7 @@ class SpineDriver:
     # A tick that returns no action changed nothing (its only state changes come with an action): a record
     # need not keep it, and a replay without it is the same.
     idle_ticks_change_nothing = True
+    quiet = False  # wants_ticks says when it is ticked at all
 
     def __init__(self, call_sid: str, naming: str = "ga", first_tag: int = 1, failure: dict | None = None,
                  **core_args: Any) -> None:

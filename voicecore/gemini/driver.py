@@ -266,6 +266,8 @@ class GeminiDriver:
         # played, a caller's utterance judged): the recorder keeps that tick, so a replay sees it too
         self.tick_changed = False
 
+    quiet = False  # wants_ticks says when it is ticked at all
+
     @property
     def idle_ticks_change_nothing(self) -> bool:
         """The last tick, if it gave no action, left the driver as it was (voicecore/call/record.py drops it)."""

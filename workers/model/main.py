@@ -51,7 +51,7 @@ from voicecore.call import core
 from voicecore.call.actions import Action
 from voicecore.call.build import driver_for_config, first_session_update
 from voicecore.call.inbound_batching import InboundBatching
-from voicecore.call.driver import Driver
+from voicecore.call.driver import QUIET_TICK_MS, Driver
 from voicecore.call.record import CallRecorder
 from voicecore.call.record_reader import RecordReader
 from voicecore.config import Config, ConfigError, load_config, pem_text
@@ -120,6 +120,7 @@ LINE_PLAYED_WAIT_S = 15.0  # a hang-up or transfer after a fallback line waits a
 # the call reconnects as after any drop.
 MAX_MODEL_MESSAGE_BYTES = 2**20
 INBOUND_BATCH_NS = timing.INBOUND_BATCH_MS * 1_000_000
+QUIET_TICK_NS = QUIET_TICK_MS * 1_000_000
 PUMP_HELD_NS = 2 * int(LOOP_S * 1e9)  # a loop held this long by the model's messages pumps the calls between them
 # A new call's slot is published a moment before the gateway's CallStarted for it is sent: its session waits for
 # that message (an outbound call's callee and fields are in it) this long at most. Generous: a worker that
@@ -386,6 +387,7 @@ class CallSession:
         # The agent's own lines (voicecore/fallback/lines.py): its row of the pacer's table, whatever its language.
         ctrl[C.HOLD_CLIP] = agent_clip_number(fallback.HOLD)
         self.model_lost_reported = False  # the driver was told the model is gone (until a socket opens again)
+        self.ticked_ns = 0  # the driver's last tick: a quiet driver is ticked every QUIET_TICK_NS, not every loop
         self.configured = False  # this socket's session acknowledged its first session.update
         # Session renewal: the vendor ends a session at realtime_session_limit_s; a longer call gets a new one at
         # a pause in the conversation before that (SessionRenewal), restored as after a reconnect.
@@ -853,9 +855,15 @@ class CallSession:
             self.tend_go_away(time.monotonic_ns())
         elif self.session_opened_ns and self.transport is not None:
             self.tend_renewal(time.monotonic_ns())
-        # the spine asks for ticks only while its model fails or owes an event: a healthy call costs nothing
-        if (self.started or self.model_lost_reported) and self.driver.wants_ticks:
-            actions = self.driver.on_tick(time.monotonic_ns(), self.playout())
+        # the spine asks for ticks only while its model fails or owes an event: a healthy call costs nothing;
+        # the turn-taking controller, between turns, only every QUIET_TICK_NS (its timers then count in seconds)
+        driver = self.driver
+        if (self.started or self.model_lost_reported) and driver.wants_ticks:
+            now_ns = time.monotonic_ns()
+            if driver.quiet and now_ns - self.ticked_ns < QUIET_TICK_NS:
+                return
+            self.ticked_ns = now_ns
+            actions = driver.on_tick(now_ns, self.playout())
             if actions:
                 self._apply(actions)
 
