@@ -24,6 +24,9 @@ pytestmark = pytest.mark.integration
 TRANSFER_TO = "+15550100"
 KEY_AT_MS = 6000
 DEFAULT_AGENT = Path(__file__).resolve().parents[2] / "voicecore" / "agents" / "default" / "agent.toml"
+REST_CARRIERS = ["telnyx", "plivo", "vonage"]
+EXOTEL_KEYS = ["#", "0"]
+CASES = [(carrier, key) for key in ("#", "0") for carrier in REST_CARRIERS] + [("exotel", key) for key in EXOTEL_KEYS]
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +48,58 @@ def stack_and_rest(tmp_path_factory):
         loop.close()
 
 
-def _call(stack_and_rest, carrier: str, key: str):
+def _script(key: str) -> CallScript:
+    return CallScript(duration_ms=20_000, dtmf=((KEY_AT_MS, key),))
+
+
+def _naming(requests, call_sid: str) -> list:
+    """The requests whose path names the call (a refused one too: its outcome names no call)."""
+    return [request for request in requests if call_sid in request.path.split("/")]
+
+
+def _log(running) -> str:
+    # the calls overlap: by the time a test looks, its call's lines can be far from the log's end
+    return running.log_tail(1 << 30)
+
+
+@pytest.fixture(scope="module")
+def calls(stack_and_rest):
+    """Every case's call, placed at once: a call waits on the clock (the key at 6 s, the agent's goodbye), not
+    on the CPU, so side by side they take the time of one. The eight fill the stack's max_calls, no more."""
     running, rest, keys, loop = stack_and_rest
-    script = CallScript(duration_ms=20_000, dtmf=((KEY_AT_MS, key),))
+
+    async def place_all():
+        async with running.model_sim():
+            return await asyncio.gather(*(
+                place_call(running.config.base_url, keys.twilio_auth_token, _script(key), carrier=carrier,
+                           credentials=keys, rest=rest) for carrier, key in CASES), return_exceptions=True)
+
+    before = len(rest.requests)
+    results = dict(zip(CASES, loop.run_until_complete(place_all())))
+    return results, rest.requests[before:]
+
+
+def _placed(stack_and_rest, calls, carrier: str, key: str):
+    """The case's call and the REST requests that name it. Every request the calls made must name one of them:
+    one that names none would otherwise go unseen by every test."""
+    running, rest, keys, _loop = stack_and_rest
+    results, requests = calls
+    result = results[(carrier, key)]
+    if isinstance(result, BaseException):
+        raise result
+    sids = [other.call_sid for other in results.values() if not isinstance(other, BaseException)]
+    assert [request for request in requests if not any(_naming([request], sid) for sid in sids)] == [], requests
+    return running, rest, keys, result, _naming(requests, result.call_sid)
+
+
+def _call(stack_and_rest, carrier: str, key: str):
+    """One call with nothing beside it: a case that changes what the simulated carrier accepts changes it for
+    every call then live."""
+    running, rest, keys, loop = stack_and_rest
 
     async def call():
         async with running.model_sim():
-            return await place_call(running.config.base_url, keys.twilio_auth_token, script, carrier=carrier,
+            return await place_call(running.config.base_url, keys.twilio_auth_token, _script(key), carrier=carrier,
                                     credentials=keys, rest=rest)
 
     before = len(rest.requests)
@@ -59,9 +107,9 @@ def _call(stack_and_rest, carrier: str, key: str):
     return running, rest, keys, result, rest.requests[before:]
 
 
-@pytest.mark.parametrize("carrier", ["telnyx", "plivo", "vonage"])
-def test_the_agent_hangs_up_a_call_through_its_carriers_rest_api(stack_and_rest, carrier):
-    running, rest, keys, result, seen = _call(stack_and_rest, carrier, "#")
+@pytest.mark.parametrize("carrier", REST_CARRIERS)
+def test_the_agent_hangs_up_a_call_through_its_carriers_rest_api(stack_and_rest, calls, carrier):
+    running, rest, keys, result, seen = _placed(stack_and_rest, calls, carrier, "#")
     assert result.closed_by == "rest_hangup", (result.closed_by, result.errors, running.log_tail())
     (request,) = seen
     assert request.outcome.status in (200, 204) and request.outcome.call_id == result.call_sid
@@ -76,13 +124,13 @@ def test_the_agent_hangs_up_a_call_through_its_carriers_rest_api(stack_and_rest,
         assert request.method == "PUT" and request.path == f"/v1/calls/{result.call_sid}"
         assert json.loads(request.body) == {"action": "hangup"}
         assert request.authorization.startswith("Bearer ey")  # the application JWT
-    wait_until(lambda: f"hangup sent to {carrier.capitalize()}" in running.log_tail(20000), 5,
+    wait_until(lambda: f"call {result.call_sid}: hangup sent to {carrier.capitalize()}" in _log(running), 5,
                "the model worker's log line", detail=running.log_tail)
 
 
-@pytest.mark.parametrize("carrier", ["telnyx", "plivo", "vonage"])
-def test_the_agent_transfers_a_call_through_its_carriers_rest_api(stack_and_rest, carrier):
-    running, rest, keys, result, seen = _call(stack_and_rest, carrier, "0")
+@pytest.mark.parametrize("carrier", REST_CARRIERS)
+def test_the_agent_transfers_a_call_through_its_carriers_rest_api(stack_and_rest, calls, carrier):
+    running, rest, keys, result, seen = _placed(stack_and_rest, calls, carrier, "0")
     assert result.closed_by == "rest_transfer", (result.closed_by, result.errors, running.log_tail())
     (request,) = seen
     assert request.outcome.action == "transfer"
@@ -97,14 +145,14 @@ def test_the_agent_transfers_a_call_through_its_carriers_rest_api(stack_and_rest
         assert ncco == [{"action": "connect", "endpoint": [{"type": "phone", "number": TRANSFER_TO.lstrip("+")}]}]
 
 
-@pytest.mark.parametrize("key", ["#", "0"])
-def test_an_exotel_call_is_ended_by_closing_its_stream(stack_and_rest, key):
-    running, rest, _keys, result, seen = _call(stack_and_rest, "exotel", key)
+@pytest.mark.parametrize("key", EXOTEL_KEYS)
+def test_an_exotel_call_is_ended_by_closing_its_stream(stack_and_rest, calls, key):
+    running, rest, _keys, result, seen = _placed(stack_and_rest, calls, "exotel", key)
     assert seen == []  # Exotel's Voicebot applet has no REST call for it
     assert (result.closed_by, result.close_code) == ("server", 1000), (result.closed_by, result.errors)
     assert result.core.metrics.media_sent < 20_000 // 20 - 100  # ended well before the script's end
-    wait_until(lambda: "stream closed for the agent" in running.log_tail(20000), 5, "the gateway's log line",
-               detail=running.log_tail)
+    wait_until(lambda: f"call {result.call_sid}: stream closed for the agent" in _log(running), 5,
+               "the gateway's log line", detail=running.log_tail)
 
 
 def test_a_request_with_wrong_credentials_is_refused_and_the_gateway_closes_the_stream_instead(stack_and_rest):
@@ -122,6 +170,6 @@ def test_a_request_with_wrong_credentials_is_refused_and_the_gateway_closes_the_
     (request,) = seen
     assert request.outcome.status == 401 and request.outcome.action == ""
     assert (result.closed_by, result.close_code) == ("server", 1000), (result.closed_by, result.errors)
-    wait_until(lambda: "hangup failed: Authentication failed" in running.log_tail(20000), 5,
+    wait_until(lambda: f"call {result.call_sid}: hangup failed: Authentication failed" in _log(running), 5,
                "the model worker's log line", detail=running.log_tail)
-    assert "hangup not sent; the gateway closes the stream instead" in running.log_tail(20000)
+    assert f"call {result.call_sid}: hangup not sent; the gateway closes the stream instead" in _log(running)

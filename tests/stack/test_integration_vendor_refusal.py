@@ -65,52 +65,88 @@ def agent_with_voice(tmp_path, voice: str) -> str:
     return str(directory)
 
 
-@pytest.mark.parametrize("refusal", ["invalid_api_key", "model_not_found", "session_config"])
-def test_a_refused_configuration_sends_calls_to_the_apology_at_once_and_healthz_says_why(rest, tmp_path, refusal):
-    right_key, wrong_key = "sk-proj-right111111111", "sk-proj-wrong000000000"
-    overrides: dict[str, object] = {"realtime_api_key": wrong_key if refusal == "invalid_api_key" else right_key}
-    if refusal == "model_not_found":
-        overrides["model"] = "gpt-realtime-typo"
-    if refusal == "session_config":
-        overrides["agent"] = agent_with_voice(tmp_path, "nova2")  # a voice the vendor does not speak in
-    sim_config = dataclasses.replace(TEST_SIM, api_keys=(right_key,), models=("gpt-realtime",))
-    running = start_stack(call_control="turns", twilio_api_base=f"http://127.0.0.1:{rest.server_address[1]}",
-                          **overrides)
-    try:
-        config = running.config
+REFUSALS = ["invalid_api_key", "model_not_found", "session_config"]
+RIGHT_KEY, WRONG_KEY = "sk-proj-right111111111", "sk-proj-wrong000000000"
 
-        async def scenario():
+
+def _own_rest() -> http.server.ThreadingHTTPServer:
+    """A fake Twilio REST server whose handler keeps its own requests: stacks live at once count only theirs."""
+    handler = type("_OwnTwilioRest", (_FakeTwilioRest,), {"requests": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    """Each refusal's stack and its two calls, one call after the other on each stack but the stacks' calls side by
+    side: they wait on the clock, not on the CPU. The stacks start one at a time, before any call, so no start
+    takes the cores from a call. Each stack has its own vendor simulator, REST server and log."""
+    sim_config = dataclasses.replace(TEST_SIM, api_keys=(RIGHT_KEY,), models=("gpt-realtime",))
+    servers, stacks = {}, {}
+    try:
+        for refusal in REFUSALS:
+            key = WRONG_KEY if refusal == "invalid_api_key" else RIGHT_KEY
+            overrides: dict[str, object] = {"realtime_api_key": key}
+            if refusal == "model_not_found":
+                overrides["model"] = "gpt-realtime-typo"
+            if refusal == "session_config":
+                # a voice the vendor does not speak in
+                overrides["agent"] = agent_with_voice(tmp_path_factory.mktemp(refusal), "nova2")
+            servers[refusal] = _own_rest()
+            stacks[refusal] = start_stack(call_control="turns",
+                                          twilio_api_base=f"http://127.0.0.1:{servers[refusal].server_address[1]}",
+                                          **overrides)
+
+        async def scenario(running):
             async with running.model_sim(sim_config) as sim:
-                first = await call_until_apology(config)
-                second = await call_until_apology(config)
+                first = await call_until_apology(running.config)
+                second = await call_until_apology(running.config)
                 return sim, first, second
 
-        sim, (first_ms, first), (second_ms, second) = asyncio.run(scenario())
-        assert first_ms < APOLOGY_WITHIN_MS, running.log_tail()
-        assert second_ms < APOLOGY_WITHIN_MS, running.log_tail()
-        dialed = sum(sim.refusals.values()) + len(sim.registry)
-        assert dialed == 1, (sim.refusals, sim.registry)  # the second call never dialed the vendor
-        if refusal == "session_config":
-            session = next(iter(sim.registry.values()))
-            rejected = session.record.errors[0]
-            assert (rejected.code, rejected.client_event_type) == ("invalid_value", "session.update")
-            assert session.record.responses == []
-        wait_until(lambda: len(_FakeTwilioRest.requests) >= 2, 10, "both hang-ups", detail=running.log_tail)
-        status, body = get_from_gateway(config, "/healthz")
-        health = json.loads(body)
-        assert status == 503 and health["status"] == "model_vendor_refused" and not health["healthy"], health
-        expected = {"invalid_api_key": "Incorrect API key provided", "model_not_found": "does not exist",
-                    "session_config": "Invalid value: 'nova2'"}[refusal]
-        assert expected in health["model_vendor"]["error"], health
-        log = running.log_tail(400_000)
-        assert log.count("the model vendor refuses this node's configuration") == 1, log[-3000:]
-        assert wrong_key not in log
-        status, body = get_from_gateway(config, "/metrics")
-        model = json.loads(body)["workers"]["model"]
-        assert model["vendor_refused"] == 1 and model["calls_refused_by_vendor"] >= 1
-        print(f"FIGURE refusal={refusal} first_call_apology_ms={first_ms:.0f} second_call_apology_ms={second_ms:.0f}")
+        async def scenarios():
+            return await asyncio.gather(*(scenario(stacks[refusal]) for refusal in REFUSALS), return_exceptions=True)
+
+        outcomes = dict(zip(REFUSALS, asyncio.run(scenarios())))
+        yield {refusal: (stacks[refusal], servers[refusal], outcomes[refusal]) for refusal in REFUSALS}
     finally:
-        running.stop()
+        for running in stacks.values():
+            running.stop()
+        for server in servers.values():
+            server.shutdown()
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_a_refused_configuration_sends_calls_to_the_apology_at_once_and_healthz_says_why(refused, refusal):
+    running, rest, outcome = refused[refusal]
+    if isinstance(outcome, BaseException):
+        raise outcome
+    config = running.config
+    sim, (first_ms, first), (second_ms, second) = outcome
+    assert first_ms < APOLOGY_WITHIN_MS, running.log_tail()
+    assert second_ms < APOLOGY_WITHIN_MS, running.log_tail()
+    dialed = sum(sim.refusals.values()) + len(sim.registry)
+    assert dialed == 1, (sim.refusals, sim.registry)  # the second call never dialed the vendor
+    if refusal == "session_config":
+        session = next(iter(sim.registry.values()))
+        rejected = session.record.errors[0]
+        assert (rejected.code, rejected.client_event_type) == ("invalid_value", "session.update")
+        assert session.record.responses == []
+    requests = rest.RequestHandlerClass.requests
+    wait_until(lambda: len(requests) >= 2, 10, "both hang-ups", detail=running.log_tail)
+    status, body = get_from_gateway(config, "/healthz")
+    health = json.loads(body)
+    assert status == 503 and health["status"] == "model_vendor_refused" and not health["healthy"], health
+    expected = {"invalid_api_key": "Incorrect API key provided", "model_not_found": "does not exist",
+                "session_config": "Invalid value: 'nova2'"}[refusal]
+    assert expected in health["model_vendor"]["error"], health
+    log = running.log_tail(400_000)
+    assert log.count("the model vendor refuses this node's configuration") == 1, log[-3000:]
+    assert WRONG_KEY not in log
+    status, body = get_from_gateway(config, "/metrics")
+    model = json.loads(body)["workers"]["model"]
+    assert model["vendor_refused"] == 1 and model["calls_refused_by_vendor"] >= 1
+    print(f"FIGURE refusal={refusal} first_call_apology_ms={first_ms:.0f} second_call_apology_ms={second_ms:.0f}")
 
 
 def test_the_caller_hears_the_agents_own_apology_when_it_has_one(rest, tmp_path):
