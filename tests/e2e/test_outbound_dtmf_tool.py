@@ -34,16 +34,28 @@ dtmf_tool = true
 PRESS = SimTurn(when="press 1", call="send_dtmf", arguments='{"digits": "1"}', then="Thank you.")
 
 
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")
-@pytest.mark.parametrize("carrier", ["telnyx", "twilio"])
-def test_the_model_presses_the_menus_key_with_send_dtmf(tmp_path, carrier):
+@pytest.fixture(scope="module")
+def tool_calls(tmp_path_factory):
+    """Both carriers' IVR calls at once on one stack, as the agent and the scripted model are the same for both:
+    one stack's start, call and stop instead of two. Each carrier's report is its own (by_carrier), so its test
+    fails alone."""
+    tmp_path = tmp_path_factory.mktemp("dtmf-tool")
     records = tmp_path / "records"
     records.mkdir()
     with open(tmp_path / "stack.log", "wb") as log_file:
         config = outbound_agent(tmp_path, AGENT_OUTBOUND)
-        report = asyncio.run(_outbound_demo(1, config, tmp_path, log_file, records, carrier=carrier,
+        report = asyncio.run(_outbound_demo(1, config, tmp_path, log_file, records, carriers=["telnyx", "twilio"],
                                             kinds=["ivr"], sim_turns=(PRESS,)))
-    assert report["ok"], (report["problems"], (tmp_path / "stack.log").read_text(errors="replace")[-4000:])
+    return report, records, tmp_path / "stack.log"
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")
+@pytest.mark.parametrize("carrier", ["telnyx", "twilio"])
+def test_the_model_presses_the_menus_key_with_send_dtmf(tool_calls, carrier):
+    run, records, stack_log = tool_calls
+    report = run["by_carrier"][carrier]
+    assert report["ok"], (report["problems"], stack_log.read_text(errors="replace")[-4000:])
+    assert report["carrier"] == carrier
     [call] = report["calls_detail"]
     assert (call["verdict"], call["action"]) == ("ivr", "start")
     _header, entries, _complete = loads_partial(record_paths(records, [call["call_sid"]])[0].read_bytes())

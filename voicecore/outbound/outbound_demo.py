@@ -14,7 +14,8 @@ true class: the actions taken and how many worked: ``action_worked``), ``carrier
 ``--machine-detection``: the carrier's answers sent, accepted, right, and the verdicts that followed it),
 ``ivr_navigated`` (the IVR callees whose menu the agent's keys got through to the person) and ``ivr_navigation``
 (with ``--on-ivr dtmf``: the IVR callees, those sent keys, navigated, and by which means the menu heard them),
-``ok`` and ``problems``, with the calls.
+``ok`` and ``problems``, with the calls; placed through several carriers at once, ``by_carrier``: each
+carrier's own report of its calls.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from voicecore.bus.transport import ARENA_NAME_FILE
@@ -61,8 +63,13 @@ FROM_NUMBER = "+15005550006"
 CALL_WAIT_S = 90.0  # the longest a placed call may take, ringing to hang-up, before the run gives up on it
 
 
-def callee_number(index: int) -> str:
-    return f"+1555010{index:04d}"
+def callee_number(index: int, lane: int = 0) -> str:
+    """The number of a run's ``index``-th callee. ``lane``: the carrier's place in a run of several carriers; its
+    callees' numbers differ by a multiple of 2**32, so that they answer as in a run of that carrier alone
+    (callee_seed is the number modulo 2**32; lane 0 is a one-carrier run's number)."""
+    if lane == 0:
+        return f"+1555010{index:04d}"
+    return f"+{int(callee_number(index)[1:]) + lane * 2**32}"
 
 
 def callee_kinds(calls: int) -> list[str]:
@@ -157,7 +164,8 @@ def first_word_wait_ms(seen) -> float | None:
 
 async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log_file, record_dir: Path,
                          carrier: str = "twilio", machine_detection: str = "", on_ivr: str = "",
-                         kinds: list[str] | None = None, on_voicemail: str = "", sim_turns: tuple = ()) -> dict:
+                         kinds: list[str] | None = None, on_voicemail: str = "", sim_turns: tuple = (),
+                         carriers: Sequence[str] = ()) -> dict:
     """``carrier``: whose API places the calls (twilio: the Calls API; plivo: Make Call, its answer XML's stream
     and its ring and hang-up callbacks; telnyx: the TeXML Calls API; vonage: Create Call). ``machine_detection``:
     the carrier's AMD asked for too (Enable or DetectMessageEnd, asynchronous: dial.place_call says what each
@@ -165,7 +173,16 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     on_ivr`` for this run (a copy of the configured agent with it; ``dtmf`` presses the simulated menus' key). ``kinds``: who answers each
     call (callee_core.KINDS), instead of every kind in turn. ``on_voicemail``: the agent's ``[outbound] on_voicemail``
     for this run (``message``: with DEMO_VOICEMAIL_MESSAGE). ``sim_turns``: the model simulator's scripted turns
-    (the tests': e.g. it calls send_dtmf when the menu says "press 1")."""
+    (the tests': e.g. it calls send_dtmf when the menu says "press 1").
+
+    ``carriers``: several carriers at once instead of ``carrier``, as a node that serves them all: one stack, and
+    each carrier places the same ``calls`` (``kinds``), all at the same time, to callees of its own that answer as
+    in a run of that carrier alone (callee_number's lanes). The report is then of every call, and ``by_carrier``
+    holds each carrier's own report, of its calls (the run's own problems, a loop's exception, a stack process's
+    traceback or an arena left behind, are in each, as no one carrier's call can be cleared of them)."""
+    carriers = list(carriers) or [carrier]
+    if len(set(carriers)) != len(carriers):
+        raise ValueError(f"carriers named twice: {', '.join(carriers)}")
     loop_exceptions = LoopExceptions()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exceptions)
@@ -179,13 +196,15 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     # the accounts the calls are placed under (the simulator's REST API takes any; a TeXML application's id)
     base = dataclasses.replace(base, twilio_account_sid="AC" + secrets.token_hex(16),
                                telnyx_texml_application_id="1684641123236054244")
-    # the node serves the carrier's webhooks and stream only with its secret (the simulator's matching half)
-    base = dataclasses.replace(base, **registry.get(carrier).simulator.gateway_settings(credentials))
+    # the node serves the carriers' webhooks and streams only with their secrets (the simulator's matching halves)
+    for name in carriers:
+        base = dataclasses.replace(base, **registry.get(name).simulator.gateway_settings(credentials))
     if on_ivr or on_voicemail:
         base = dataclasses.replace(base, agent=agent_with_outbound(base.agent, workdir, on_ivr, on_voicemail))
     kinds = list(kinds) if kinds else callee_kinds(calls)  # kinds: the tests' own callees, one a call
-    for index, kind in enumerate(kinds):
-        rest.callees[callee_number(index)] = kind
+    for lane in range(len(carriers)):
+        for index, kind in enumerate(kinds):
+            rest.callees[callee_number(index, lane)] = kind
     # The callees' greetings, spoken once: the carrier simulator plays them, and the model simulator, told their
     # words, transcribes them when it hears them (the listening session that gives the answer gate the words).
     phrases = []
@@ -193,7 +212,7 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     if "ivr" in kinds:
         said += [REPROMPT_TEXT, CONNECTING_TEXT, PERSON_TEXT]  # the menu asking again, navigated, the person
     for index, kind in enumerate(kinds):
-        plan = plan_callee(kind, callee_seed(callee_number(index)))
+        plan = plan_callee(kind, callee_seed(callee_number(index)))  # every lane's callee answers as lane 0's
         said += [(plan.language, sentence) for sentence in (sentences(plan.text) if plan.answered else [])]
     for language, sentence in said:
         if (language, sentence) not in rest.speech:
@@ -203,22 +222,24 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
     if sim_turns:  # the tests' scripted model (voicecore/sim/model/config.py SimTurn): e.g. it calls send_dtmf
         sim_config = dataclasses.replace(sim_config, turns=tuple(sim_turns))
     sim, sim_port = await serve_model_sim("127.0.0.1", 0, sim_config)
-    config = demo_config(base, workdir, calls, sim_port, record_dir=str(record_dir))
-    api = dial.credentials(config, carrier)
+    config = demo_config(base, workdir, calls * len(carriers), sim_port, record_dir=str(record_dir))
+    apis = {name: dial.credentials(config, name) for name in carriers}
     stack = Stack(config)
     own_arenas: set[str] = set()
-    placed: list[dial.Placed] = []
+    placed: dict[str, list[dial.Placed]] = {}
     try:
         await asyncio.to_thread(stack.start, log_file)
         await asyncio.to_thread(stack.wait_ready)  # READY_TIMEOUT_S: a fresh install on a loaded machine
         own_arenas.add(arena_name(config.runtime_dir))
         started = time.monotonic()
-        placed = list(await asyncio.gather(*(
-            dial.place_call(node_url=config.base_url, api_base=api.api_base, account_sid=api.account_sid,
-                            auth_token=api.auth_token, to=callee_number(index), from_=FROM_NUMBER,
-                            fields={"first_name": f"Callee{index}", "reason": "your appointment"}, carrier=carrier,
+        answers = await asyncio.gather(*(
+            dial.place_call(node_url=config.base_url, api_base=apis[name].api_base,
+                            account_sid=apis[name].account_sid, auth_token=apis[name].auth_token,
+                            to=callee_number(index, lane), from_=FROM_NUMBER,
+                            fields={"first_name": f"Callee{index}", "reason": "your appointment"}, carrier=name,
                             machine_detection=machine_detection)
-            for index in range(calls))))
+            for lane, name in enumerate(carriers) for index in range(calls)))
+        placed = {name: list(answers[lane * calls:(lane + 1) * calls]) for lane, name in enumerate(carriers)}
         await asyncio.sleep(0.1)  # the simulator's call tasks begin after its answer was sent
         await rest.wait_outbound(CALL_WAIT_S)
         wall_s = time.monotonic() - started
@@ -229,17 +250,44 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         await asyncio.to_thread(stack.stop)
         await sim.aclose()
         await rest.__aexit__(None, None, None)
-    problems: list[str] = [f"call {i} not placed: {p.error}" for i, p in enumerate(placed) if not p.ok]
+    # the run's own problems, whichever carrier's call they came from
+    run_problems = list(loop_exceptions.problems)
+    leftovers = sorted(name for name in own_arenas if name and (Path(config.shm_dir) / name).exists())
+    if leftovers:
+        run_problems.append(f"left behind after the stack stopped: {', '.join(leftovers)}")
+    log_path = Path(getattr(log_file, "name", ""))
+    if log_path.is_file():
+        log_file.flush()
+        run_problems += tracebacks(log_path.read_text(errors="replace"), "a stack process (its log)")
+    run = dict(calls=calls, kinds=kinds, record_dir=record_dir, machine_detection=machine_detection, on_ivr=on_ivr,
+               wall_s=wall_s, run_problems=run_problems)
+    report = await _report(carriers, placed, rest.outbound, **run)
+    if len(carriers) > 1:
+        report["by_carrier"] = {name: await _report([name], placed, rest.outbound, **run) for name in carriers}
+    return report
+
+
+async def _report(carriers: list[str], placed: dict[str, list[dial.Placed]], outbound: list, *, calls: int,
+                  kinds: list[str], record_dir: Path, machine_detection: str, on_ivr: str, wall_s: float,
+                  run_problems: list[str]) -> dict:
+    """The report of these carriers' calls of a run (the module docstring's contract); ``outbound``: the calls
+    the carrier simulator saw (its OutboundCallSeen), ``run_problems``: the run's own, first in ``problems``."""
+    several = len(placed) > 1
+    problems: list[str] = [f"{name + ' ' if several else ''}call {i} not placed: {p.error}"
+                           for name in carriers for i, p in enumerate(placed.get(name, [])) if not p.ok]
+    mine = [seen for seen in outbound if seen.placed.carrier in carriers]
     rows, pairs, verdict_ms = [], [], []
     first_word_waits: list[float] = []
     humans_hung_up = 0
     callbacks_sent = callbacks_accepted = 0
-    for seen in rest.outbound:
+    for seen in mine:
         plan, sid = seen.plan, seen.placed.call_sid
         statuses = [status for status, _code in seen.statuses]
         callbacks_sent += len(seen.statuses)
         callbacks_accepted += sum(1 for _status, code in seen.statuses if code == 204)
         row = {"call_sid": sid, "callee": plan.kind, "rings": plan.rings, "statuses": statuses}
+        if several:
+            row["carrier"] = seen.placed.carrier
         if seen.call_uuid:
             row["call_uuid"] = seen.call_uuid
         if plan.kind in UNANSWERED_KINDS:
@@ -293,21 +341,15 @@ async def _outbound_demo(calls: int, config_path: str | None, workdir: Path, log
         rows.append(row)
     if callbacks_accepted != callbacks_sent:
         problems.append(f"{callbacks_sent - callbacks_accepted} of {callbacks_sent} call status callbacks were refused")
-    missing = sorted(set(kinds[:len(KINDS)]) - {seen.plan.kind for seen in rest.outbound})
-    if missing:
-        problems.append(f"no call reached a callee of kind {', '.join(missing)}")
+    for name in carriers:
+        missing = sorted(set(kinds[:len(KINDS)]) - {seen.plan.kind for seen in mine if seen.placed.carrier == name})
+        if missing:
+            problems.append(f"no {name + ' ' if several else ''}call reached a callee of kind {', '.join(missing)}")
     answered_paths = record_paths(record_dir, [r.get("call_uuid", r["call_sid"]) for r in rows if "closed_by" in r])
     identical, replay_problems = await asyncio.to_thread(replay_records, answered_paths)
     problems.extend(replay_problems)
-    leftovers = sorted(name for name in own_arenas if name and (Path(config.shm_dir) / name).exists())
-    if leftovers:
-        problems.append(f"left behind after the stack stopped: {', '.join(leftovers)}")
-    problems = list(loop_exceptions.problems) + problems
-    log_path = Path(getattr(log_file, "name", ""))
-    if log_path.is_file():
-        log_file.flush()
-        problems += tracebacks(log_path.read_text(errors="replace"), "a stack process (its log)")
-    report = {"outbound": True, "calls": calls, "carrier": carrier}
+    problems = run_problems + problems
+    report = {"outbound": True, "calls": calls * len(carriers), "carrier": ",".join(carriers)}
     report.update(score(pairs))
     report["verdict_ms"] = {"p50": percentile_or_none(verdict_ms, 50), "p95": percentile_or_none(verdict_ms, 95)}
     report["answer_actions"] = score_actions(rows)
