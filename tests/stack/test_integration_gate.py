@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -42,18 +43,48 @@ def gated_stack():
     running.stop()
 
 
-def ask_price(running, answer_text: str):
-    """Greeting, "How much does the Basic plan cost?", and an answer whose transcript is ``answer_text``."""
+UNVERIFIABLE = "Basic costs 777 kr per month."
+GROUNDED = "Basic costs 99 kr per month."
+
+
+def ask_prices(running, script: CallScript, answers: tuple[str, ...]) -> dict:
+    """One call per answer, placed at once on one simulator: each asks "How much does the Basic plan cost?" and
+    is answered with a transcript of its own (its call's SimConfig). A call waits on the clock, not the CPU, so
+    side by side they take the time of one. Answer -> (simulator, CallResult or the exception it raised)."""
     # No pinned clip sequence: the safe line is chosen by its instructions ("Say exactly: ...").
-    sim_config = SimConfig(hallucinate_responses=(1,), hallucinated_text=answer_text)
-    script = CallScript(duration_ms=CALL_MS, utterances=((QUESTION_AT_MS, load_clip("caller_basic_price")),), bargein_at_ms=())
+    # responses per session: 0 the greeting, 1 the answer (the one given the transcript)
+    sids = {answer: "CA" + secrets.token_hex(16) for answer in answers}
 
-    async def call():
-        async with running.model_sim(sim_config) as sim:
-            result = await place_call(running.config.base_url, running.config.twilio_auth_token, script)
-            return sim, result
+    async def calls():
+        async with running.model_sim(SimConfig()) as sim:
+            for answer, sid in sids.items():
+                sim.call_configs[sid] = SimConfig(hallucinate_responses=(1,), hallucinated_text=answer)
+            results = await asyncio.gather(*(
+                place_call(running.config.base_url, running.config.twilio_auth_token, script, call_sid=sid)
+                for sid in sids.values()), return_exceptions=True)
+            return {answer: (sim, result) for answer, result in zip(sids, results)}
 
-    return asyncio.run(call())
+    return asyncio.run(calls())
+
+
+def answered(calls: dict, answer_text: str):
+    """The simulator and the call answered with ``answer_text``; the call's own failure fails its own test."""
+    sim, result = calls[answer_text]
+    if isinstance(result, BaseException):
+        raise result
+    return sim, result
+
+
+def call_lines(running, call_sid: str) -> list[str]:
+    # the calls overlap: the whole log, and only the lines that name this call
+    return [line for line in running.log_tail(1 << 30).splitlines() if f"call {call_sid}: " in line]
+
+
+@pytest.fixture(scope="module")
+def spine_calls(gated_stack):
+    script = CallScript(duration_ms=CALL_MS, utterances=((QUESTION_AT_MS, load_clip("caller_basic_price")),),
+                        bargein_at_ms=())
+    return ask_prices(gated_stack, script, (UNVERIFIABLE, GROUNDED))
 
 
 def heard_frames(result, response) -> int:
@@ -61,8 +92,8 @@ def heard_frames(result, response) -> int:
     return sum(1 for _, payload, _ in result.core.played_log() if payload in frames)
 
 
-def test_unverifiable_number_is_never_heard_and_the_safe_line_plays(gated_stack):
-    sim, result = ask_price(gated_stack, "Basic costs 777 kr per month.")
+def test_unverifiable_number_is_never_heard_and_the_safe_line_plays(gated_stack, spine_calls):
+    sim, result = answered(spine_calls, UNVERIFIABLE)
     assert result.closed_by == "carrier", gated_stack.log_tail()
     (session,) = sim.by_call(result.call_sid)
     greeting, answer = session.record.responses[0], session.record.responses[1]
@@ -75,19 +106,18 @@ def test_unverifiable_number_is_never_heard_and_the_safe_line_plays(gated_stack)
     assert safe and heard_frames(result, safe[0]) >= len(safe[0].frames()) - 2  # played whole (last frame padded)
     assert heard_frames(result, greeting) >= len(greeting.frames()) - 2  # a greeting without numbers plays
     assert result.statistics.stale_frames == 0
-    assert "rejected by the validator" in gated_stack.log_tail(20000)
+    assert any("rejected by the validator" in line for line in call_lines(gated_stack, result.call_sid))
 
 
-def test_grounded_number_plays_whole_with_its_citation_logged(gated_stack):
-    sim, result = ask_price(gated_stack, "Basic costs 99 kr per month.")
+def test_grounded_number_plays_whole_with_its_citation_logged(gated_stack, spine_calls):
+    sim, result = answered(spine_calls, GROUNDED)
     assert result.closed_by == "carrier", gated_stack.log_tail()
     (session,) = sim.by_call(result.call_sid)
     answer = session.record.responses[1]
     assert answer.status == "completed"
     assert heard_frames(result, answer) >= len(answer.frames()) - 2
     assert not any(r.clip_name == "agent_safe_line" for r in session.record.responses)
-    log = gated_stack.log_tail(40000)
-    assert "approved with citations" in log
+    assert any("approved with citations" in line for line in call_lines(gated_stack, result.call_sid))
 
 
 # --- the same gate under the turn-taking controller (VOICECORE_CALL_CONTROL=turns) ---------------------
@@ -104,18 +134,12 @@ def turns_stack():
     running.stop()
 
 
-def ask_price_in_turns(running, answer_text: str):
+@pytest.fixture(scope="module")
+def turns_calls(turns_stack):
     # responses per session: 0 the default agent's greeting (a scripted prompt), 1 the answer
-    sim_config = SimConfig(hallucinate_responses=(1,), hallucinated_text=answer_text)
-    script = CallScript(duration_ms=TURNS_CALL_MS, utterances=((TURNS_QUESTION_AT_MS, load_clip("caller_basic_price")),),
-                        bargein_at_ms=())
-
-    async def call():
-        async with running.model_sim(sim_config) as sim:
-            result = await place_call(running.config.base_url, running.config.twilio_auth_token, script)
-            return sim, result
-
-    return asyncio.run(call())
+    script = CallScript(duration_ms=TURNS_CALL_MS,
+                        utterances=((TURNS_QUESTION_AT_MS, load_clip("caller_basic_price")),), bargein_at_ms=())
+    return ask_prices(turns_stack, script, (UNVERIFIABLE, GROUNDED))
 
 
 def record_of(running, call_sid: str) -> Path:
@@ -124,8 +148,8 @@ def record_of(running, call_sid: str) -> Path:
     return path
 
 
-def test_turns_mode_scripted_prompts_pass_and_a_hallucinated_answer_is_replaced(turns_stack):
-    sim, result = ask_price_in_turns(turns_stack, "Basic costs 777 kr per month.")
+def test_turns_mode_scripted_prompts_pass_and_a_hallucinated_answer_is_replaced(turns_stack, turns_calls):
+    sim, result = answered(turns_calls, UNVERIFIABLE)
     assert result.closed_by == "carrier", turns_stack.log_tail()
     assert result.statistics.stale_frames == 0
     (session,) = sim.by_call(result.call_sid)
@@ -151,8 +175,8 @@ def test_turns_mode_scripted_prompts_pass_and_a_hallucinated_answer_is_replaced(
     assert replay.returncode == 0, replay.stdout + replay.stderr
 
 
-def test_turns_mode_grounded_answer_plays_whole_with_citations_in_the_record(turns_stack):
-    sim, result = ask_price_in_turns(turns_stack, "Basic costs 99 kr per month.")
+def test_turns_mode_grounded_answer_plays_whole_with_citations_in_the_record(turns_stack, turns_calls):
+    sim, result = answered(turns_calls, GROUNDED)
     assert result.closed_by == "carrier", turns_stack.log_tail()
     (session,) = sim.by_call(result.call_sid)
     answer = session.record.responses[1]

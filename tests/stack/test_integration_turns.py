@@ -4,9 +4,9 @@ recorded, and its record replays identically through a fresh controller (INV-REP
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import http.server
 import json
+import secrets
 import subprocess
 import sys
 import threading
@@ -14,23 +14,69 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from stacks import TEST_SIM, start_stack
+from stacks import start_stack
 from waiting import wait_until
 
 from voicecore.demo import demo_script
 from voicecore.sim.carrier import CallScript, place_call
+from voicecore.sim.model.faults import FaultRequest
+from voicecore.sim.model_server import now_ms
 
 pytestmark = pytest.mark.integration
 
+DROP_AFTER_MS = 9000  # the vendor fails 9 s in: after the first question was answered, before the barge-in
 
-def test_a_live_call_under_the_controller_is_recorded_and_replays_identically(turns_stack):
+
+async def _drop_first_session(sim, call_sid: str, after_ms: int) -> None:
+    """SimConfig.drop_after_ms for one call only (it applies to every call on the simulator): the call's first
+    model session is closed with 1011, as on a vendor's internal error, ``after_ms`` after it opened."""
+    while not sim.by_call(call_sid):
+        await asyncio.sleep(0.005)
+    (first,) = sim.by_call(call_sid)
+    await asyncio.sleep(max(0, first.record.connected_ms + after_ms - now_ms()) / 1000)
+    assert sim.apply_fault(FaultRequest("drop_1011", call=call_sid)) == 1
+
+
+@pytest.fixture(scope="module")
+def turns_calls(turns_stack):
+    """The live call and the call whose model session is dropped, placed at once on the shared stack: each waits
+    on the clock (the demo caller's 16 s), not the CPU, so side by side they take the time of one. The
+    simulator, and each call's CallResult or the exception it raised."""
     running = turns_stack
+    dropped_sid = "CA" + secrets.token_hex(16)
 
-    async def call():
+    async def calls():
         async with running.model_sim() as sim:
-            return sim, await place_call(running.config.base_url, running.config.twilio_auth_token, demo_script(16))
+            async def dropped_call():
+                dropper = asyncio.create_task(_drop_first_session(sim, dropped_sid, DROP_AFTER_MS))
+                try:
+                    return await place_call(running.config.base_url, running.config.twilio_auth_token,
+                                            demo_script(16), call_sid=dropped_sid)
+                finally:
+                    if dropper.done():
+                        dropper.result()  # the drop's own failure
+                    else:
+                        dropper.cancel()  # never dropped: the test finds one session, not two
 
-    sim, result = asyncio.run(call())
+            live, dropped = await asyncio.gather(
+                place_call(running.config.base_url, running.config.twilio_auth_token, demo_script(16)), dropped_call(),
+                return_exceptions=True)
+            return sim, {"live": live, "dropped": dropped}
+
+    return asyncio.run(calls())
+
+
+def _placed(turns_calls, name: str):
+    """The simulator and the named call; the call's own failure fails its own test."""
+    sim, results = turns_calls
+    if isinstance(results[name], BaseException):
+        raise results[name]
+    return sim, results[name]
+
+
+def test_a_live_call_under_the_controller_is_recorded_and_replays_identically(turns_stack, turns_calls):
+    running = turns_stack
+    sim, result = _placed(turns_calls, "live")
     assert result.closed_by == "carrier", running.log_tail()
     assert result.statistics.stale_frames == 0
     assert result.statistics.clears_received >= 1  # the caller's speech interrupted the agent
@@ -118,19 +164,13 @@ def test_a_hang_up_the_rest_api_cannot_take_closes_the_stream_instead_of_leaving
         running.stop()
 
 
-def test_a_model_session_the_vendor_drops_mid_call_is_reopened_with_the_conversation_so_far(turns_stack):
+def test_a_model_session_the_vendor_drops_mid_call_is_reopened_with_the_conversation_so_far(turns_stack, turns_calls):
     running = turns_stack
-
-    async def call():
-        # the vendor fails 9 s in: after the first question was answered, before the barge-in
-        async with running.model_sim(dataclasses.replace(TEST_SIM, drop_after_ms=9000)) as sim:
-            return sim, await place_call(running.config.base_url, running.config.twilio_auth_token, demo_script(16))
-
-    sim, result = asyncio.run(call())
+    sim, result = _placed(turns_calls, "dropped")
     assert result.closed_by == "carrier", running.log_tail()
     assert result.statistics.stale_frames == 0
     first, second = sim.by_call(result.call_sid)
-    assert first.record.closed_ms - first.record.connected_ms >= 9000
+    assert first.record.closed_ms - first.record.connected_ms >= DROP_AFTER_MS
     reconnect_ms = second.record.connected_ms - first.record.closed_ms
     assert 0 <= reconnect_ms <= 600, reconnect_ms  # the first reconnect: 0.1-0.3 s, jittered
     # the new session was given what was said before the drop (the greeting and the first answer), before
