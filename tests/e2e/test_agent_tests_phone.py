@@ -61,11 +61,14 @@ def stop(process: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Both commands started at once, each test waiting for its own: each command runs its own stack (its own
-    temporary directory and free ports) and its calls wait on the clock, so side by side they take about the
-    minutes of one. Output goes to files, not pipes, so that a command's full pipe never stalls it while the
-    other one is waited for."""
+    """Both commands run at once, each with its own stack (its own temporary directory and free ports): their
+    calls wait on the clock, so side by side they take about the minutes of one. Both are waited for here, in
+    the first test's setup: the lanes' lock (tests/conftest.py) is held a test at a time, so a command still
+    running after that test would run beside a solo module. Output goes to files, not pipes, so that a
+    command's full pipe never stalls it while the other one is waited for. Name -> the finished command (or its
+    TimeoutExpired) and its directory."""
     started: dict[str, tuple[Path, subprocess.Popen]] = {}
+    outcomes: dict[str, tuple[subprocess.CompletedProcess | subprocess.TimeoutExpired, Path]] = {}
     try:
         for name, command in COMMANDS.items():
             directory = tmp_path_factory.mktemp(name)
@@ -73,22 +76,28 @@ def runs(tmp_path_factory):
             with open(directory / "stdout", "wb") as out, open(directory / "stderr", "wb") as err:
                 started[name] = directory, subprocess.Popen(argv, stdout=out, stderr=err, cwd=ROOT)
         deadline = time.monotonic() + TIMEOUT_S
-
-        def finished(name: str) -> tuple[subprocess.CompletedProcess, Path]:
-            directory, process = started[name]
+        for name, (directory, process) in started.items():
             try:
                 process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired as expired:
                 stop(process)
-                raise
-            return subprocess.CompletedProcess(process.args, process.returncode, (directory / "stdout").read_text(),
-                                               (directory / "stderr").read_text()), directory
-
-        yield finished
+                outcomes[name] = expired, directory
+                continue
+            outcomes[name] = subprocess.CompletedProcess(process.args, process.returncode,
+                                                         (directory / "stdout").read_text(),
+                                                         (directory / "stderr").read_text()), directory
     finally:
         for _directory, process in started.values():
             if process.poll() is None:
                 stop(process)
+
+    def finished(name: str) -> tuple[subprocess.CompletedProcess, Path]:
+        outcome, directory = outcomes[name]
+        if isinstance(outcome, subprocess.TimeoutExpired):
+            raise outcome
+        return outcome, directory
+
+    return finished
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")

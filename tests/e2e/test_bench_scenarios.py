@@ -31,8 +31,10 @@ FAULT_KEYS = {"fault", "calls_dropped", "max_gap_ms", "fallback_lines", "stale_f
 def test_chaos_run_kills_the_pacer_and_the_model_worker(tmp_path: Path):
     report_path = tmp_path / "chaos.json"
     completed = subprocess.run(
+        # the calls' starts over 1 s, not the scenario's cycle: the faults come after they are all up, and the
+        # module runs alone among the real-time tests (tests/conftest.py)
         [sys.executable, "-m", "voicecore.cli", "bench", "--scenario", "chaos", "--calls", "4",
-         "--chaos-faults", "pacer,model", "--json", str(report_path)],
+         "--chaos-faults", "pacer,model", "--ramp-ms", "1000", "--json", str(report_path)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=150,
     )
     assert completed.returncode in (0, 1) and report_path.exists(), completed.stderr[-3000:]
