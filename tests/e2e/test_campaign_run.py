@@ -14,29 +14,9 @@ from bench.campaign_stack import EXPECTED, RETRY_AFTER_S, campaign_rows, run_sta
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Both runs at once, each with a stack, simulators, store and `voicecore campaign run` process of its own:
-    they wait on the clock (rings, the retries' waits), not on the CPU. A run's exception is kept as its report,
-    so only its test fails."""
-    async def run_all() -> list:
-        return await asyncio.gather(
-            run_stack_campaign(8, 3, tmp_path_factory.mktemp("plain"), max_attempts=2, dnc_numbers=1),
-            run_stack_campaign(8, 3, tmp_path_factory.mktemp("killed"), max_attempts=3, dnc_numbers=1, kill_after=3),
-            return_exceptions=True)
-
-    return dict(zip(("plain", "killed"), asyncio.run(run_all())))
-
-
-def report_of(runs: dict, name: str) -> dict:
-    if isinstance(runs[name], BaseException):
-        raise runs[name]
-    return runs[name]
-
-
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")
-def test_campaign_run_dials_each_attempt_once_and_the_opt_out_joins_the_list(runs):
-    report = report_of(runs, "plain")
+def test_campaign_run_dials_each_attempt_once_and_the_opt_out_joins_the_list(tmp_path):
+    report = asyncio.run(run_stack_campaign(8, 3, tmp_path, max_attempts=2, dnc_numbers=1))
     assert report["exit_code"] == 0, report["stderr_tail"]
     assert report["run"]["finished"] and report["run"]["not_placed"] == 0
     # every number dialled once per attempt, none on the do-not-call list, every dial recorded first
@@ -62,9 +42,9 @@ def test_campaign_run_dials_each_attempt_once_and_the_opt_out_joins_the_list(run
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng (Debian package) is not installed")
-def test_a_killed_campaign_run_resumes_without_dialling_an_attempt_twice(runs):
+def test_a_killed_campaign_run_resumes_without_dialling_an_attempt_twice(tmp_path):
     """SIGKILL the command once 3 attempts are recorded (calls in the air), then run the same command again."""
-    report = report_of(runs, "killed")
+    report = asyncio.run(run_stack_campaign(8, 3, tmp_path, max_attempts=3, dnc_numbers=1, kill_after=3))
     assert report["kills"] == 1 and report["exit_code"] == 0, report["stderr_tail"]
     run = report["run"]
     # the calls the carrier had taken are followed to their outcome; a dial it had not taken yet is interrupted
