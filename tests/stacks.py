@@ -54,8 +54,8 @@ class RunningStack:
             await sim.aclose()
 
     def stop(self) -> None:
-        """Stop the stack without waiting (Stack.stop: about a second for a node without calls, seconds with calls
-        up, in supervisord's order): a test that is done with its stack needs nothing from that. Every
+        """Stop the stack without waiting: supervisord stops its programs one priority after the other, seconds
+        spent mostly waiting on them, and a test that is done with its stack needs nothing from that. Every
         stop is waited for before the session ends (``wait_for_stops``); a test that checks what a stop
         leaves behind calls ``stop_and_wait``."""
         stopping = threading.Thread(target=self.stack.stop, name=f"stopping {self.workdir.name}")

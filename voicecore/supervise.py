@@ -190,16 +190,9 @@ class Stack:
         return pids
 
     def stop(self, timeout_s: float = 20.0) -> int:
-        """Stop the node and clean up after it; returns supervisord's exit code. supervisord's own stop goes
-        program by program in priority order, each waited for (4-7 s for a stack), so that live calls lose
-        their gateway last; a node with no live call has nothing to protect by that order, and every process
-        gets its SIGTERM at once and they exit side by side (as a drained node's do, drain.stop_supervised_node)."""
         code = 0
         if self.process is not None and self.process.poll() is None:
-            if live_calls(self.config) == 0:
-                drain.stop_supervised_node(self.process.pid, own_pid=os.getpid())
-            else:  # calls up, or a gateway that does not answer: supervisord's order
-                self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(signal.SIGTERM)
             try:
                 code = self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
