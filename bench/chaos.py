@@ -2,7 +2,7 @@
 
 Owns the chaos run: the fault schedule (quiet running, one fault, an observation window, the next ...),
 injecting each fault (SIGKILL of the active pacer, model worker, validator or gateway; the model
-simulator's `POST /faults` for the vendor's misbehaviours, /tmp/s5/contracts.md "Model simulator faults"),
+simulator's `POST /faults` for the vendor's misbehaviours, docs/reference/model-simulator.md#faults),
 watching the stack recover, the load processes of this scenario (`python -m bench.chaos`: like
 bench/loadgen.py, but a call whose stream ends early is replaced by a fresh one at once, so the load stays
 at N through a gateway kill), and the per-fault figures of the report's `faults` list.
@@ -402,7 +402,8 @@ def leader_file(runtime_dir: str | Path, role: str) -> Path:
 
 
 def read_leader_pid(runtime_dir: str | Path, role: str) -> int | None:
-    """The active worker's pid as the standby workers publish it (contracts.md), None without the file."""
+    """The active worker's pid as the standby workers publish it, None without the file
+    (docs/explanation/failure-and-standby.md#hot-standby)."""
     try:
         return int(leader_file(runtime_dir, role).read_text().strip())
     except (OSError, ValueError):
@@ -653,7 +654,7 @@ class ChaosRun(LevelRun):
         return await http_client.send(method, f"http://127.0.0.1:{self.sim_port}/faults", headers, data, timeout_s=3.0)
 
     async def _probe_faults(self) -> str:
-        """"" when the model simulator serves GET /faults (contracts.md), else why not."""
+        """"" when the model simulator serves GET /faults (docs/reference/model-simulator.md#faults), else why not."""
         try:
             status, body = await self._sim_request("GET")
             if status != 200:
