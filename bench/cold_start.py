@@ -18,7 +18,8 @@ Two starts each round, both in a numba cache directory (NUMBA_CACHE_DIR) made fo
 
 --busy runs a CPU burner (a busy loop) pinned to the last core for the whole measurement: the machine's
 other work, competing with the stack for one of the two cores. Prints one JSON object: per mode the median
-and every run (``cold_s``, ``warm_s``, ``cold_cpu_s``, ``warm_cpu_s``, ``stop_s``), the machine and the
+and every run (``cold_s``, ``warm_s``, ``cold_cpu_s``, ``warm_cpu_s``, ``stop_s``; ``cold_standbys_s`` and
+``warm_standbys_s``: until every role's standby stood by too, which start once their role serves), the machine and the
 versions (bench/report.py). --logs DIR keeps each start's log, whose timestamped lines say which process
 was ready when.
 """
@@ -47,6 +48,7 @@ from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.demo import free_port
 from voicecore.drain import children_of
 from voicecore.config import load_config
+from voicecore.standby import standbys_missing
 from voicecore.supervise import cleanup_runtime, cpu_seconds
 
 POLL_S = 0.05
@@ -195,9 +197,18 @@ def one_start(cache_dir: Path, timeout_s: float, keep_log: Path | None = None) -
                                    + log_path.read_text(errors="replace")[-3000:])
             else:
                 time.sleep(POLL_S)
+        standbys_s: float | None = None
         if ready_s is not None:
             stack = set(tree(up.pid))  # voicecore up, supervisord and every program under it
             cpu_s = sum(cpu_seconds(pid) for pid in stack)
+            # the standbys start once their role serves: the node is whole when each stands by, warmed up
+            has_standbys = load_config(env).standby_workers
+            while has_standbys and standbys_s is None and up.poll() is None and time.monotonic() - t0 <= timeout_s:
+                if not standbys_missing(runtime_dir):
+                    standbys_s = time.monotonic() - t0
+                else:
+                    time.sleep(POLL_S)
+            stack = set(tree(up.pid))
         with contextlib.suppress(FileNotFoundError):
             arena_name = (runtime_dir / ARENA_NAME_FILE).read_text().strip()
         code, stop_s = interrupt(up, stack, timeout_s)
@@ -217,6 +228,7 @@ def one_start(cache_dir: Path, timeout_s: float, keep_log: Path | None = None) -
         shutil.copyfile(log_path, keep_log)
     shutil.rmtree(workdir, ignore_errors=True)
     return {"ready_s": None if ready_s is None else round(ready_s, 2),
+            "standbys_s": None if standbys_s is None else round(standbys_s, 2),
             "cpu_s": None if cpu_s is None else round(cpu_s, 2), "stop_s": round(stop_s, 2), "failed": failed}
 
 
@@ -248,6 +260,7 @@ def measure(runs: int, busy: bool, timeout_s: float, logs: Path | None = None) -
                     result = one_start(cache_dir, timeout_s, logs / f"{mode}-{round_number}.log" if logs else None)
                     results[mode].append(result)
                     said = (f"healthy after {result['ready_s']:.2f} s ({result['cpu_s']:.1f} CPU s), "
+                            f"standbys warm after {result['standbys_s'] or float('nan'):.2f} s, "
                             f"stopped {result['stop_s']:.2f} s after SIGINT"
                             if result["ready_s"] is not None else f"FAILED ({result['failed']})")
                     print(f"{mode}: {said}", file=sys.stderr, flush=True)
@@ -266,6 +279,8 @@ def measure(runs: int, busy: bool, timeout_s: float, logs: Path | None = None) -
         report[f"{mode}_s"] = {"median": median if median != float("inf") else None,
                                "runs": [r["ready_s"] for r in done],
                                "failed": [r["failed"] for r in done if r["failed"]]}
+        whole = [r["standbys_s"] for r in done if r.get("standbys_s") is not None]
+        report[f"{mode}_standbys_s"] = {"median": statistics.median(whole) if whole else None, "runs": whole}
         cpu = [r["cpu_s"] for r in done if r["cpu_s"] is not None]
         report[f"{mode}_cpu_s"] = {"median": statistics.median(cpu) if cpu else None, "runs": cpu}
     stops = [r["stop_s"] for done in results.values() for r in done if r["ready_s"] is not None]  # a stop of a node that was up

@@ -27,6 +27,8 @@ from pathlib import Path
 from bench.cold_start import (POLL_S, alive, interrupt, left_behind, stack_environment, stop_everything,
                               tree)
 from voicecore.bus.transport import ARENA_NAME_FILE
+from voicecore.config import load_config
+from voicecore.standby import standbys_missing
 from voicecore.supervise import cpu_seconds, read_cmdline
 
 
@@ -66,7 +68,9 @@ def measure(seconds: float, settle_s: float, timeout_s: float) -> dict:
     arena_name = ""
     try:
         deadline = time.monotonic() + timeout_s
-        while not all_alive(listen):
+        has_standbys = load_config(env).standby_workers
+        # the standbys warm up after the node is healthy
+        while not all_alive(listen) or (has_standbys and standbys_missing(runtime_dir)):
             if up.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"voicecore up not healthy:\n{log_path.read_text(errors='replace')[-3000:]}")
             time.sleep(POLL_S)

@@ -61,12 +61,43 @@ def serve_as_leader(runtime_dir: str | Path, role: str, make_worker: Callable[[]
         leadership.release()
 
 
+def standby_path(runtime_dir: str | Path, role: str) -> Path:
+    return Path(runtime_dir) / f"leader-{role}.standby"
+
+
 def leader_pid(runtime_dir: str | Path, role: str) -> int | None:
     """The pid that serves ``role`` now, or None when none has announced itself."""
+    return _read_pid(pid_path(runtime_dir, role))
+
+
+def standby_pid(runtime_dir: str | Path, role: str) -> int | None:
+    """The pid of the process standing by, warmed up, to take ``role`` over, or None when none is (yet)."""
+    return _read_pid(standby_path(runtime_dir, role))
+
+
+def standbys_missing(runtime_dir: str | Path) -> list[str]:
+    """The roles without a live process standing by (voicecore/standby_start.py starts them once their role
+    serves, so they warm up in the seconds after the node is healthy)."""
+    return [role for role in ROLES if not is_live(standby_pid(runtime_dir, role))]
+
+
+def _read_pid(path: Path) -> int | None:
     try:
-        return int(pid_path(runtime_dir, role).read_text().strip())
+        return int(path.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def is_live(pid: int | None) -> bool:
+    """``pid`` is a running process: not gone, and not a zombie its parent has not reaped yet (a killed
+    worker is one until supervisord notices)."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 class Leadership:
@@ -101,7 +132,7 @@ class Leadership:
         """
         if self.try_acquire():
             return True
-        log.info("%s: standing by (pid %d); another process serves", self.role, os.getpid())
+        self._stand_by()
         started = time.monotonic()
         got = threading.Event()
         wake_r, wake_w = os.pipe()
@@ -140,6 +171,7 @@ class Leadership:
                 os.close(wake_r)
                 os.close(wake_w)
         self.held = True
+        self._forget_standing_by()
         if stopping():
             return False  # the whole stack is stopping: the serving one left for that, not to be replaced
         self.waited_s = time.monotonic() - started
@@ -152,7 +184,7 @@ class Leadership:
 
         if self.try_acquire():
             return True
-        log.info("%s: standing by (pid %d); another process serves", self.role, os.getpid())
+        self._stand_by()
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         acquired = loop.run_in_executor(None, fcntl.flock, self.fd, fcntl.LOCK_EX)
@@ -162,6 +194,7 @@ class Leadership:
             return False  # the executor thread stays blocked in flock; the process is exiting anyway
         stopped.cancel()
         self.held = True
+        self._forget_standing_by()
         if stop.is_set():
             return False
         self.waited_s = time.monotonic() - started
@@ -169,22 +202,36 @@ class Leadership:
         return True
 
     def announce(self) -> None:
-        """Say this process serves the role now (atomically: a reader never sees half a pid)."""
-        path = pid_path(self.runtime_dir, self.role)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(f"{os.getpid()}\n")
-        tmp.replace(path)
+        """Say this process serves the role now."""
+        _write_pid(pid_path(self.runtime_dir, self.role))
 
     def release(self) -> None:
         """A clean exit: forget the pid file if it is ours, then let a standby take over."""
         if self.held and leader_pid(self.runtime_dir, self.role) == os.getpid():
             pid_path(self.runtime_dir, self.role).unlink(missing_ok=True)
+        self._forget_standing_by()
         if self.fd is not None:
             os.close(self.fd)  # drops the lock
             self.fd = None
         self.held = False
 
+    def _stand_by(self) -> None:
+        """Say this process stands by, warmed up (what a stack waits for before it calls itself whole)."""
+        log.info("%s: standing by (pid %d); another process serves", self.role, os.getpid())
+        _write_pid(standby_path(self.runtime_dir, self.role))
+
+    def _forget_standing_by(self) -> None:
+        if standby_pid(self.runtime_dir, self.role) == os.getpid():
+            standby_path(self.runtime_dir, self.role).unlink(missing_ok=True)
+
     def _open(self) -> None:
         if self.fd is None:
             self.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             self.fd = os.open(lock_path(self.runtime_dir, self.role), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def _write_pid(path: Path) -> None:
+    """This process's pid into ``path``, atomically: a reader never sees half a pid."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{os.getpid()}\n")
+    tmp.replace(path)

@@ -45,7 +45,7 @@ SUPERVISOR_CONF = Path(__file__).resolve().parent / "deploy_templates" / "superv
 STACK_PROGRAMS = ("gateway", "pacer", "model", "validator", "recorder", "console")
 RUNTIME_FILES = ("supervisord.pid", "supervisor.sock", "events.sock", "gateway.sock", "pacer.sock", "doorbell.sock",
                  "validator.sock", "model.sock", "recorder.sock", "observe.sock", ARENA_NAME_FILE, ARENA_NAME_FILE + ".tmp",
-                 *(f"leader-{role}.{kind}" for role in standby.ROLES for kind in ("lock", "pid")), drain.DRAIN_FILE,
+                 *(f"leader-{role}.{kind}" for role in standby.ROLES for kind in ("lock", "pid", "standby")), drain.DRAIN_FILE,
                  *COMPILE_LOCK_FILES)
 # After the drain's deadline, how long `voicecore drain` and `voicecore up` wait for the node to stop before
 # they give up on it (the gateway ends the calls at the deadline and stops the node at once: this is slack for
@@ -141,11 +141,16 @@ class Stack:
             stdout=log_file, stderr=subprocess.STDOUT if log_file is not None else None,
         )
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, stopping=lambda: False) -> dict:
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, stopping=lambda: False, standbys: bool = True) -> dict:
         """Wait until /healthz answers and every worker has sent a heartbeat. A node whose model vendor refuses
         its configuration is up (it answers calls with the apology) though unhealthy: returned, its health
         saying why (``healthy`` false, ``model_vendor``). ``stopping()`` true ends the wait (StartInterrupted):
-        a Ctrl-C during a slow first start is not held up to the timeout."""
+        a Ctrl-C during a slow first start is not held up to the timeout.
+
+        ``standbys``: also until every role's standby stands by, warmed up (with the standby_workers setting).
+        They start once their role serves, so they warm up in the seconds after the node is healthy: a test or
+        a bench that starts its calls (or kills a worker) at once waits for them, so that their imports do not
+        share the cores with its calls; `voicecore up` says it listens without them."""
         deadline = time.monotonic() + timeout_s
         last_error = "no answer"
         while time.monotonic() < deadline:
@@ -160,9 +165,12 @@ class Stack:
                     raise ValueError(f"/healthz answered HTTP {status}")
                 health = json.loads(body)
                 alive = health.get("workers_alive", {})
-                if all(alive.get(name) for name in timing.ESSENTIAL_WORKERS):
+                if not all(alive.get(name) for name in timing.ESSENTIAL_WORKERS):
+                    last_error = f"workers not alive yet: {alive}"
+                elif standbys and self.config.standby_workers and (missing := standby.standbys_missing(self.config.runtime_dir)):
+                    last_error = f"not standing by yet: the standby {', '.join(missing)}"
+                else:
                     return health
-                last_error = f"workers not alive yet: {alive}"
             except (OSError, TimeoutError, h11.ProtocolError, ValueError) as exc:
                 last_error = str(exc)
             time.sleep(0.2)
@@ -367,7 +375,7 @@ def run_foreground(config: Config, model_line: str = "", simulator: bool | None 
     signal.signal(signal.SIGTERM, on_signal)
     stack.start()
     try:
-        health = stack.wait_ready(stopping=lambda: bool(signals))
+        health = stack.wait_ready(stopping=lambda: bool(signals), standbys=False)  # the standbys warm up after
         mode = model_line or ("model built-in model simulator" if config.uses_simulator else f"model {config.model_url}")
         print(f"voicecore up: listening on {config.listen}, {mode}, {health['max_calls']} call slots; "
               "Ctrl-C (or SIGTERM) drains, twice stops at once", file=sys.stderr, flush=True)

@@ -64,7 +64,11 @@ def test_the_standby_takes_over_pacer_model_and_validator_and_the_call_goes_on()
         config = running.config
         for role in standby.ROLES:
             assert leader(config, role), f"{role} announced no leader"
-        assert {"pacer-standby", "model-standby", "validator-standby", "gateway-standby"} <= set(running.stack.program_pids())
+        pids = running.stack.program_pids()
+        assert {"pacer-standby", "model-standby", "validator-standby", "gateway-standby"} <= set(pids)
+        # each standby stands by, warmed up (start_stack waited for it: they start once the node serves)
+        assert {role: standby.standby_pid(config.runtime_dir, role) for role in standby.ROLES} == \
+            {role: pids[role + "-standby"] for role in standby.ROLES}
         killed: dict[str, tuple[int, float]] = {}
 
         async def call_and_kill():

@@ -323,6 +323,11 @@ class Pacer:
 def main() -> None:
     config = load_config(os.environ)
     setup_logging("pacer", config.log_level, config.log_format)
+    if os.environ.get("VOICECORE_REALTIME_PRIORITY", "1") != "0":
+        # A fresh install's start waits on this compile (seconds of one core) while the node's other processes
+        # import beside it: ahead of them, as the gateway is, but not yet SCHED_FIFO (that would hold a core
+        # for the whole compile). Pacer.run asks for SCHED_FIFO once it serves.
+        log.info("pacer warm-up scheduling: %s", raise_priority(fifo_priority=None, nice=-10))
     warm_up_kernels(config)  # before standing by: a standby that takes over ticks at once
     serve_as_leader(config.runtime_dir, "pacer", lambda: Pacer(config))
 
