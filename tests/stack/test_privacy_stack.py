@@ -53,6 +53,8 @@ def run_demo(agent: Path, records: Path) -> tuple[dict, str]:
     command = [sys.executable, "-m", "voicecore.cli", "demo", "--agent", str(agent), "--calls", "1", "--seconds", "60",
                "--json", "--logs", "--record-dir", str(records)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S, cwd=ROOT)
+    # no report at all (the stack never got ready): what the demo said is on stderr
+    assert done.stdout.strip(), f"no report (exit {done.returncode}): {done.stderr[-6000:]}"
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.returncode == 0 and report["ok"], (report.get("problems"), done.stderr[-4000:])
     return report, done.stderr
