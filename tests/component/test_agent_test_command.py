@@ -36,6 +36,22 @@ def test_every_example_passes_its_tests_with_json_and_junit(tmp_path):
     assert suite.tag == "testsuite" and suite.get("tests") == str(report["passed"]) and suite.get("failures") == "0"
 
 
+def test_a_tool_process_slow_to_start_does_not_fail_a_test_on_its_tools_timeout(tmp_path):
+    """The interview's record_answer has a 2 s timeout: a tool process that imports for 3 s (a loaded machine,
+    a heavy tool module) must not make the first test that calls a tool fail on it."""
+    agent = tmp_path / "interview"
+    shutil.copytree(EXAMPLES / "interview", agent)
+    tools = agent / "interview_tools.py"
+    tools.write_text(tools.read_text(encoding="utf-8") + "\nimport time\ntime.sleep(3)  # a slow import\n", encoding="utf-8")
+    for test in (agent / "tests").glob("*.toml"):  # only the test that records an answer: the first tool call
+        if "records the answer" not in test.read_text(encoding="utf-8"):
+            test.unlink()
+    run = voicecore("test", str(agent), "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    assert (report["passed"], report["failed"]) == (1, 0), report
+
+
 def test_a_wrong_transition_is_caught_with_a_readable_failure(tmp_path):
     broken = tmp_path / "receptionist"
     shutil.copytree(EXAMPLES / "receptionist", broken)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -217,6 +218,11 @@ async def _run_agent(agent_dir: str, config, phone_log=None) -> tuple[list[dict[
     try:
         if pool is not None:
             pool.start()
+            # A test's tool timeout is the tool's, not the pool's start: on a loaded machine a tool process
+            # imports for seconds, and the first test's tool waited for it (a 2 s timeout said "Sorry ...").
+            # One that never comes up leaves the tests to say so through their tools' errors.
+            with contextlib.suppress(TimeoutError):
+                await pool.wait_ready()
         for test in tests:
             result = await _run_one(agent, config, test, demo, pool, knowledge)
             result["agent"] = agent_dir
