@@ -37,6 +37,7 @@ from pathlib import Path
 import orjson
 import pytest
 from stacks import start_stack
+from waiting import wait_until_async
 from nats_server import start_nats, stop_nats
 from websockets.asyncio.client import connect
 
@@ -83,6 +84,17 @@ class LoadBalancer:
         if self.checker is not None:
             self.checker.cancel()
         await self.probe()
+        self.resume_probes()
+
+    def pause_probes(self) -> None:
+        """No probe until resume_probes(): the backends keep the health the last probe gave them."""
+        if self.checker is not None:
+            self.checker.cancel()
+            self.checker = None
+
+    def resume_probes(self) -> None:
+        """The next probe probe_every_s from now, then every probe_every_s."""
+        self.pause_probes()
         self.checker = asyncio.create_task(self.probe_periodically())
 
     async def probe(self) -> None:
@@ -300,12 +312,25 @@ def test_two_nodes_behind_a_load_balancer_one_drained_mid_run(postgres_url):
                 late_sid = on_a_live[0].call_sid
                 late_task = asyncio.create_task(observe(f"{b_observe}?call={late_sid}&since=0", key, late, late_sid))
                 a_calls_at_drain = {p.call_sid for p in placed if p.call_sid in served_by(node_a.log_path)}
-                await balancer.probe_now()  # the next probe comes PROBE_EVERY_S after the drain began
+                # The drain is in force once A logs it (the drain command is a Python process that imports
+                # first, and A reads the request on its heartbeat): no fixed delay says when, on a loaded
+                # machine. Until then the balancer holds A's last (healthy) probe; from then its next probe
+                # comes PROBE_EVERY_S later, so webhooks reach the draining A for that long and are redirected.
+                await balancer.probe_now()
+                balancer.pause_probes()
                 drain_started = time.monotonic()
                 drainer = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "voicecore.cli", "drain", env={**os.environ, **node_a.config.as_env()},
                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-                for _ in range(CALLS_AFTER_DRAIN):
+                in_force = asyncio.create_task(wait_until_async(
+                    lambda: "draining (asked by" in node_a.log_path.read_text(errors="replace"), 60,
+                    "node A to log its drain", detail=lambda: node_a.log_tail(3000)))
+                drain_in_force = None
+                while drain_in_force is None or sum(p.asked_at >= drain_in_force for p in placed) < CALLS_AFTER_DRAIN:
+                    if drain_in_force is None and in_force.done():
+                        in_force.result()  # fails the test if A never logged it
+                        drain_in_force = time.monotonic()  # the log line was there by now: later than A's start
+                        balancer.resume_probes()
                     placed.append(Placed("CA" + os.urandom(16).hex(), time.monotonic()))
                     tasks.append(asyncio.create_task(place_through(lb_url, placed[-1])))
                     await asyncio.sleep(PLACE_EVERY_S)
@@ -318,7 +343,7 @@ def test_two_nodes_behind_a_load_balancer_one_drained_mid_run(postgres_url):
                 await asyncio.gather(firehose, return_exceptions=True)
                 await balancer.close()
             seen.update(placed=placed, everything=everything, late=late, late_sid=late_sid, drain_output=output,
-                        drain_started=drain_started, drain_finished=drain_finished, drainer_rc=drainer.returncode,
+                        drain_started=drain_started, drain_in_force=drain_in_force, drain_finished=drain_finished, drainer_rc=drainer.returncode,
                         a_calls_at_drain=a_calls_at_drain, connections=dict(balancer.connections))
 
         asyncio.run(scenario())
@@ -334,7 +359,7 @@ def test_two_nodes_behind_a_load_balancer_one_drained_mid_run(postgres_url):
                 check = issuer_check.check(p.result.core.session_token, 0)
                 served = "node-a" if p.call_sid in on_a else "node-b" if p.call_sid in on_b else "?"
                 crossed += int(check.ok and check.issuer != served)
-        after_drain = [p for p in placed if p.asked_at >= seen["drain_started"] + 0.5]  # A refuses them by then
+        after_drain = [p for p in placed if p.asked_at >= seen["drain_in_force"]]  # A refuses them
         figures = {
             "calls_placed": len(placed),
             "calls_dropped": sum(dropped(p) for p in placed),
@@ -342,6 +367,7 @@ def test_two_nodes_behind_a_load_balancer_one_drained_mid_run(postgres_url):
             "served_by_a": sum(p.call_sid in on_a for p in placed),
             "served_by_b": sum(p.call_sid in on_b for p in placed),
             "a_calls_live_at_drain": len(seen["a_calls_at_drain"]),
+            "drain_command_to_in_force_s": round(seen["drain_in_force"] - seen["drain_started"], 2),
             "streams_redeemed_on_the_other_node": crossed,
             "drain_to_node_a_stopped_s": round(seen["drain_finished"] - seen["drain_started"], 2),
             "a_last_call_end_to_stopped_s": round(seen["drain_finished"] - max(
