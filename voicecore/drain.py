@@ -26,6 +26,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 DRAIN_FILE = "drain.json"
@@ -140,19 +141,22 @@ def supervisord_pid(runtime_dir: str | Path) -> int | None:
     return pid if pid_alive(pid) else None
 
 
-def stop_supervised_node(supervisord: int, own_pid: int) -> int:
+def stop_supervised_node(supervisord: int, own_pid: int, standbys: Iterable[int] = ()) -> int:
     """Stop a drained node: SIGTERM to supervisord, then to each of its programs' processes at once (but
-    ``own_pid``, the caller, which leaves by itself); returns how many were signalled.
+    ``own_pid``, the caller, which leaves by itself), the ``standbys`` first; returns how many were signalled.
 
     SIGTERM is supervisord's documented way to stop everything and exit, and from the moment it has it no
     program is restarted (supervisor/process.py restarts only while its mood is RUNNING; its handler records
     the signal as soon as it is delivered, before it can reap a child that exits afterwards). Its own stop
     goes program by program in priority order, each waited for: 6-7 s for this stack. A drained node has no
     call left to protect by that order, so every process gets its SIGTERM now and they exit side by side
-    (supervisord then finds them gone and exits)."""
+    (supervisord then finds them gone and exits). A standby signalled after the process it stands by for
+    could find the role free first and take over for a moment (the pacer, at SCHED_FIFO, exits in
+    microseconds): so they hear it first (docs/explanation/failure-and-standby.md#hot-standby)."""
     os.kill(supervisord, signal.SIGTERM)
+    first = set(standbys)
     signalled = 0
-    for pid in children_of(supervisord):
+    for pid in sorted(children_of(supervisord), key=lambda pid: pid not in first):
         if pid == own_pid:
             continue
         try:

@@ -249,3 +249,24 @@ def test_drain_figures_in_the_prometheus_text():
                        ("voicecore_gateway_calls_refused_draining_total", "counter"),
                        ("voicecore_gateway_calls_ended_at_drain_deadline_total", "counter")):
         assert f"# TYPE {name} {kind}" in text, name
+
+
+def test_a_drained_nodes_stop_signals_supervisord_then_the_standbys_then_the_rest(monkeypatch):
+    """A standby signalled after the process it stands by for could take over for a moment: it hears first."""
+    import signal
+
+    from voicecore import drain
+
+    signalled: list[int] = []
+    monkeypatch.setattr(drain, "children_of", lambda pid: [11, 12, 13, 14, 15] if pid == 10 else [])
+
+    def kill(pid: int, sig: int) -> None:
+        assert sig == signal.SIGTERM
+        if pid == 14:
+            raise ProcessLookupError  # gone already: not counted
+        signalled.append(pid)
+
+    monkeypatch.setattr(drain.os, "kill", kill)
+    assert drain.stop_supervised_node(10, own_pid=12, standbys=[15, 13]) == 3
+    assert signalled[0] == 10  # supervisord first: nothing is restarted from then on
+    assert set(signalled[1:3]) == {13, 15} and signalled[3:] == [11]

@@ -60,7 +60,7 @@ from voicecore.shm import control as C
 from voicecore.shm import rings
 from voicecore.shm.arena import Arena, ArenaError, ArenaLayout
 from voicecore.shm.warmup import warm_up_rings
-from voicecore.standby import Leadership
+from voicecore.standby import ROLES, Leadership, standby_pid
 from voicecore.stats import LatencyLog
 from voicecore.wsframes import binary_frames, text_frames
 from voicecore.wsunix import UnixTransportView
@@ -371,7 +371,8 @@ class Gateway:
         log.warning("drained: stopping the node (%d calls refused, %d ended at the deadline)",
                     stats.calls_refused, stats.calls_ended_at_deadline)
         if supervisord == parent and parent > 1:
-            stop_supervised_node(parent, os.getpid())
+            stop_supervised_node(parent, os.getpid(), [pid for role in ROLES
+                                                       if (pid := standby_pid(self.runtime_dir, role))])
         self.stop.set()
 
     # --- reports ------------------------------------------------------------------------------------
