@@ -43,6 +43,7 @@ from pathlib import Path
 
 from bench.report import NO_MATPLOTLIB, pyplot
 from bench.run import BenchError, BenchOptions, LevelRun, LevelWindow, Progress, run_async, save_path_for
+from voicecore.processes import pid_alive
 from voicecore.supervise import REPO_ROOT
 from voicecore.timing import FRAME_MS
 
@@ -408,22 +409,6 @@ def read_leader_pid(runtime_dir: str | Path, role: str) -> int | None:
         return int(leader_file(runtime_dir, role).read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed child supervisord has not reaped yet is gone all the same
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 # ----- the load: N calls, a dropped one replaced at once ----------------------------------------------

@@ -46,7 +46,7 @@ from pathlib import Path
 from bench.report import machine_info, versions
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.demo import free_port
-from voicecore.drain import children_of
+from voicecore.processes import children_of
 from voicecore.config import load_config
 from voicecore.standby import standbys_missing
 from voicecore.supervise import cleanup_runtime, cpu_seconds

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from voicecore.supervise import children_of
+from voicecore.processes import children_of
 
 
 def parse_cpus(text: str) -> set[int]:

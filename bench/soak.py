@@ -45,7 +45,8 @@ from pathlib import Path
 from bench.report import NO_MATPLOTLIB, pyplot
 from bench.run import BenchOptions, LevelRun, Progress, child_env, run_async, wait_for_file
 from voicecore.bus.transport import ARENA_NAME_FILE
-from voicecore.supervise import StackError, children_of
+from voicecore.processes import children_of
+from voicecore.supervise import StackError
 from voicecore.shm.control import SLOT_QUARANTINE_MS
 
 SAMPLE_S = 10.0  # one sample of every process every this long

@@ -29,6 +29,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from voicecore.processes import children_of, pid_alive
+
 DRAIN_FILE = "drain.json"
 SUPERVISORD_PID_FILE = "supervisord.pid"  # written by supervisord (deploy_templates/supervisord.conf pidfile=)
 FORMAT_VERSION = 1
@@ -165,34 +167,3 @@ def stop_supervised_node(supervisord: int, own_pid: int, standbys: Iterable[int]
         except ProcessLookupError:
             pass
     return signalled
-
-
-def children_of(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(entry))
-    return found
-
-
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie, exited but not yet reaped by its parent, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process took the number: alive, though not ours
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from voicecore.logs import SignalledWorker, run_until_signalled, stop_requests
+from voicecore.processes import pid_alive
 
 log = logging.getLogger("voicecore.standby")
 
@@ -78,7 +79,7 @@ def standby_pid(runtime_dir: str | Path, role: str) -> int | None:
 def standbys_missing(runtime_dir: str | Path) -> list[str]:
     """The roles without a live process standing by (voicecore/standby_start.py starts them once their role
     serves, so they warm up in the seconds after the node is healthy)."""
-    return [role for role in ROLES if not is_live(standby_pid(runtime_dir, role))]
+    return [role for role in ROLES if not pid_alive(standby_pid(runtime_dir, role))]
 
 
 def _read_pid(path: Path) -> int | None:
@@ -88,11 +89,6 @@ def _read_pid(path: Path) -> int | None:
         return None
 
 
-def is_live(pid: int | None) -> bool:
-    """``pid`` is a running process: not gone, and not a zombie its parent has not reaped yet (a killed
-    worker is one until supervisord notices)."""
-    if not pid:
-        return False
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")

@@ -40,11 +40,12 @@ def runtime_dir_from_environment() -> Path:
 def wait_for_node_serving(runtime_dir: Path, at_most_s: float = WAIT_AT_MOST_S, poll_s: float = POLL_S) -> list[str]:
     """Until every role's serving process has announced itself or ``at_most_s`` has passed: the roles
     without one (empty: the node serves)."""
-    from voicecore.standby import ROLES, is_live, leader_pid  # a few standard modules: this process waits anyway
+    from voicecore.processes import pid_alive
+    from voicecore.standby import ROLES, leader_pid  # a few standard modules: this process waits anyway
 
     deadline = time.monotonic() + at_most_s
     while True:
-        unserved = [role for role in ROLES if not is_live(leader_pid(runtime_dir, role))]
+        unserved = [role for role in ROLES if not pid_alive(leader_pid(runtime_dir, role))]
         if not unserved or time.monotonic() >= deadline:
             return unserved
         time.sleep(poll_s)

@@ -34,6 +34,7 @@ from voicecore.store.spool import SPOOL_DIR
 from voicecore import standby
 from voicecore.config import METRICS_LOCAL, Config
 from voicecore.errors import DependencyError
+from voicecore.processes import children_of, pid_alive
 from voicecore.store import database_url_for
 
 # Where the voicecore and workers packages are imported from: a checkout's root, or site-packages after
@@ -233,7 +234,6 @@ def cleanup_runtime(config: Config) -> None:
         pass  # not empty: someone else's files, leave them
 
 
-children_of = drain.children_of  # its home is voicecore/drain.py (the gateway stops a drained node with it)
 
 
 def read_cmdline(pid: int) -> str:
@@ -347,7 +347,7 @@ def drain_node(config: Config, wait: bool = True, timeout_s: float | None = None
     progress.announce(created)
     if not wait:
         return DRAIN_STOPPED
-    while drain.pid_alive(pid):
+    while pid_alive(pid):
         progress.poll()
         if progress.gave_up():
             return DRAIN_NOT_STOPPED

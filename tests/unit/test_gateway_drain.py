@@ -10,7 +10,7 @@ from xml.etree import ElementTree
 import pytest
 from twilio.twiml.voice_response import VoiceResponse
 
-from voicecore.drain import (DrainFileError, DrainRequest, DrainWatch, drain_path, parse_request, pid_alive,
+from voicecore.drain import (DrainFileError, DrainRequest, DrainWatch, drain_path, parse_request,
                              read_request, request_drain)
 from voicecore.timing import DRAIN_REATTACH_WAIT_MS, DRAIN_STREAM_WAIT_MS
 from voicecore.carriers.twilio.webhook import twiml_redirect, twiml_reject
@@ -204,11 +204,6 @@ def test_a_bad_file_is_an_error_said_once(tmp_path, data):
 def test_round_trip():
     request = DrainRequest(1_700_000_000.5, 123_456_789, 42.0, "voicecore drain")
     assert parse_request(request.to_json()) == request
-
-
-def test_pid_alive():
-    assert pid_alive(os.getpid())
-    assert not pid_alive(2**22 + 12345)  # above the kernel's pid_max default
 
 
 # --- the command's edges and the exposition names ------------------------------------------------------
