@@ -80,11 +80,14 @@ REALTIME_LANES_VARIABLE = "VOICECORE_TEST_REALTIME_LANES"
 # still lost frames beside other lanes' stacks now and then (docs/how-to/run-the-tests.md#lanes), so they
 # are for a developer's run, not for the test command that must pass every time.
 DEFAULT_REALTIME_LANES = 2
-# Modules that run alone among the real-time ones (LaneLock below), first: `voicecore bench` runs its
-# carrier load processes at SCHED_FIFO (bench/loadgen.py: the measuring instrument), above every process of
-# another lane's stack but its pacer, and calls beside it lost frames with the model's audio there
-# (underruns in a demo, in the barge-in test). The fast tiers run beside them.
-SOLO_MODULES = ("tests/e2e/test_bench_smoke.py", "tests/e2e/test_bench_scenarios.py")
+# Modules that run alone among the real-time ones (LaneLock below), first: the bench runs that measure
+# frames' lateness against the SLO (10 calls of `voicecore bench`, p99 at most 5 ms, and the store's
+# comparison of two runs' lateness) must not share the cores with another lane's stack start, and their
+# carrier load processes run at SCHED_FIFO (bench/loadgen.py: the measuring instrument), above every process
+# of another lane's stack but its pacer: calls beside a 10-call load lost frames with the model's audio there
+# (underruns in a demo, in the barge-in test). The fast tiers run beside them. The bench's scenario runs
+# (chaos, hallucination, soak: 4-6 calls, no lateness asserted) share the lanes like any stack test.
+SOLO_MODULES = ("tests/e2e/test_bench_smoke.py",)
 SOLO_SCOPE = "tests/e2e/(solo modules)"
 LANE_LOCK_VARIABLE = "VOICECORE_TEST_LANE_LOCK_DIR"  # set by the controller for its workers
 

@@ -31,8 +31,7 @@ FAULT_KEYS = {"fault", "calls_dropped", "max_gap_ms", "fallback_lines", "stale_f
 def test_chaos_run_kills_the_pacer_and_the_model_worker(tmp_path: Path):
     report_path = tmp_path / "chaos.json"
     completed = subprocess.run(
-        # the calls' starts over 1 s, not the scenario's cycle: the faults come after they are all up, and the
-        # module runs alone among the real-time tests (tests/conftest.py)
+        # the calls' starts over 1 s, not the scenario's cycle: the faults come after they are all up
         [sys.executable, "-m", "voicecore.cli", "bench", "--scenario", "chaos", "--calls", "4",
          "--chaos-faults", "pacer,model", "--ramp-ms", "1000", "--json", str(report_path)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=150,
@@ -64,7 +63,7 @@ def test_bench_hallucination_smoke(tmp_path: Path):
     report_path = tmp_path / "hallucination.json"
     completed = subprocess.run(
         # the calls' starts over 2 s, not the scenario's cycle (8 s): what is asserted is what each call heard,
-        # not the load's shape, and the module runs alone among the real-time tests (tests/conftest.py)
+        # not the load's shape
         [sys.executable, "-m", "voicecore.cli", "bench", "--scenario", "hallucination", "--calls", "4",
          "--seconds", "12", "--ramp-ms", "2000", "--json", str(report_path)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=240,

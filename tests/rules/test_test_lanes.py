@@ -16,13 +16,26 @@ import xdist.scheduler.loadscope as loadscope
 import conftest
 from conftest import LaneLock, RealtimeScheduling
 
-SOLO = conftest.SOLO_MODULES
+SUITES_SOLO = conftest.SOLO_MODULES
+# Two solo modules here, whatever the suite's are: the scheduler keeps them together on one lane.
+SOLO = ("tests/e2e/test_solo_a.py", "tests/e2e/test_solo_b.py")
 COLLECTION = [
     f"{SOLO[0]}::test_a", f"{SOLO[1]}::test_b",
     "tests/e2e/test_demo.py::test_one", "tests/e2e/test_demo.py::test_two",
     "tests/stack/test_calls.py::test_one", "tests/stack/test_calls.py::test_two",
     "tests/unit/test_core.py::test_one", "tests/rules/test_docs.py::test_one",
 ]
+
+
+@pytest.fixture(autouse=True)
+def two_solo_modules(monkeypatch):
+    monkeypatch.setattr(conftest, "SOLO_MODULES", SOLO)
+
+
+def test_the_suites_solo_modules_are_its_bench_runs_that_measure_lateness():
+    real = (conftest.TESTS.parent / module for module in SUITES_SOLO)
+    assert [path.relative_to(conftest.TESTS.parent).as_posix() for path in real if path.is_file()] == [
+        "tests/e2e/test_bench_smoke.py"]
 
 
 class Worker:
