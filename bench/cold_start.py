@@ -64,6 +64,16 @@ def tree(pid: int) -> list[int]:
     return out
 
 
+def reaped_children_cpu_seconds(pid: int) -> float:
+    """cutime + cstime of ``pid``: the CPU of the children it has waited for (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
 def burn() -> None:  # pragma: no cover - runs in the burner process until terminated
     while True:
         pass
@@ -200,7 +210,8 @@ def one_start(cache_dir: Path, timeout_s: float, keep_log: Path | None = None) -
         standbys_s: float | None = None
         if ready_s is not None:
             stack = set(tree(up.pid))  # voicecore up, supervisord and every program under it
-            cpu_s = sum(cpu_seconds(pid) for pid in stack)
+            # and what `voicecore up` has reaped already: its compile of the pacer's step ahead, once done
+            cpu_s = sum(cpu_seconds(pid) for pid in stack) + reaped_children_cpu_seconds(up.pid)
             # the standbys start once their role serves: the node is whole when each stands by, warmed up
             has_standbys = load_config(env).standby_workers
             while has_standbys and standbys_s is None and up.poll() is None and time.monotonic() - t0 <= timeout_s:
@@ -240,7 +251,7 @@ def prime(cache_dir: Path) -> None:
 PRIME = """
 from voicecore.config import load_config
 from voicecore.shm.warmup import warm_up_rings
-from workers.pacer.main import warm_up_kernels
+from workers.pacer.warm_up import warm_up_kernels
 warm_up_rings()
 warm_up_kernels(load_config({}))
 """

@@ -269,7 +269,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # in numba's cache beside the sources for every stack. The rings and the pacer's step compile side by side.
 KERNEL_WARM_UPS = (
     "from voicecore.shm.warmup import warm_up_rings; warm_up_rings()",
-    "from voicecore.config import load_config; from workers.pacer.main import warm_up_kernels; "
+    "from voicecore.config import load_config; from workers.pacer.warm_up import warm_up_kernels; "
     "warm_up_kernels(load_config({}))",
 )
 

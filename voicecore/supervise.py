@@ -116,11 +116,27 @@ def stack_environment(config: Config, simulator: bool | None = None) -> dict[str
     return env
 
 
+def pacer_step_cached(environ: dict[str, str]) -> bool:
+    """numba's on-disk cache seems to hold the pacer's step already (a restart, not a fresh install): then
+    `voicecore up` does not compile it ahead. A guess from the cache's file names where numba puts them
+    (``NUMBA_CACHE_DIR``, else beside the sources, else the user's cache directory), without importing numba:
+    a stale entry guessed fresh makes the pacer compile it itself, as it did before; never anything worse."""
+    index = f"core.pace_tick-*.py{sys.version_info.major}{sys.version_info.minor}.nbi"
+    if environ.get("NUMBA_CACHE_DIR"):
+        return any(Path(environ["NUMBA_CACHE_DIR"]).rglob(index))
+    user_cache = Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "numba"
+    return any((REPO_ROOT / "workers" / "pacer" / "__pycache__").glob(index)) or any(user_cache.rglob(index))
+
+
 @dataclasses.dataclass
 class Stack:
     config: Config
     process: subprocess.Popen | None = None
     simulator: bool | None = None  # the built-in model simulator starts (None: config.uses_simulator)
+    # `voicecore up`: the pacer's step compiled (or loaded) by a process of its own started before supervisord
+    # (workers/pacer/warm_up.py): a fresh install's compile is the start's critical path, and begins at once.
+    compile_ahead: bool = False
+    compiling: subprocess.Popen | None = None
 
     def start(self, log_file=None) -> None:
         runtime_dir = ensure_runtime_dir(self.config.runtime_dir)
@@ -135,6 +151,10 @@ class Stack:
         drain.drain_path(runtime_dir).unlink(missing_ok=True)
         if self.config.record_dir:
             Path(self.config.record_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # records are personal data
+        if self.compile_ahead and not pacer_step_cached(stack_environment(self.config, self.simulator)):
+            self.compiling = subprocess.Popen(
+                [sys.executable, "-m", "workers.pacer.warm_up"], env=stack_environment(self.config, self.simulator),
+                start_new_session=True, stdout=subprocess.DEVNULL, stderr=log_file)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "supervisor.supervisord", "-n", "-c", str(SUPERVISOR_CONF)],
             env=stack_environment(self.config, self.simulator),
@@ -157,6 +177,8 @@ class Stack:
         while time.monotonic() < deadline:
             if stopping():
                 raise StartInterrupted("stopped before the stack was ready")
+            if self.compiling is not None:
+                self.compiling.poll()  # reaped once it is done
             if self.process is not None and self.process.poll() is not None:
                 raise StackError(f"supervisord exited with {self.process.returncode}")
             try:
@@ -200,6 +222,10 @@ class Stack:
 
     def stop(self, timeout_s: float = 20.0) -> int:
         code = 0
+        if self.compiling is not None:
+            if self.compiling.poll() is None:
+                self.compiling.kill()  # the pacer compiles what it needs itself
+            self.compiling.wait()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -363,7 +389,7 @@ def run_foreground(config: Config, model_line: str = "", simulator: bool | None 
     """`voicecore up`: run the stack until SIGTERM or Ctrl-C (SIGINT), then drain it (live calls finish, new
     ones are refused, up to drain_timeout_s; the gateway stops the stack once drained) and clean up. A second
     signal stops everything at once, as does the first one before the stack is ready."""
-    stack = Stack(config, simulator=simulator)
+    stack = Stack(config, simulator=simulator, compile_ahead=True)
     signals: list[int] = []
     signalled = threading.Event()  # ends the watch loop's wait at once (time.sleep resumes after a handler)
 

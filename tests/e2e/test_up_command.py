@@ -77,6 +77,20 @@ def test_up_serves_a_call_with_the_builtin_simulator_and_stops_clean_on_ctrl_c()
     assert "voicecore up: stopped" in output
     assert not arena.exists()  # the gateway unlinked its arena
     assert not (workdir / "run").exists()
+    assert not processes_of_this_node(str(workdir / "run"))  # the step's compile ahead too (workers/pacer/warm_up.py)
+
+
+def processes_of_this_node(runtime_dir: str) -> list[str]:
+    """Command lines of the processes started with this runtime dir in their environment."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            if f"VOICECORE_RUNTIME_DIR={runtime_dir}".encode() in environ:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return found
 
 
 @pytest.fixture()

@@ -69,7 +69,8 @@ PACER = COMPILED + '''
 import dataclasses
 from voicecore.config import load_config
 from workers.pacer import core as pacer_core
-from workers.pacer.main import clips_for_config, warm_up_kernels
+from workers.pacer.main import clips_for_config
+from workers.pacer.warm_up import warm_up_kernels
 config = dataclasses.replace(load_config({}), runtime_dir=work)
 warm_up_kernels(config)
 warmed = compiled(pacer_core)

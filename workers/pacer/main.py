@@ -29,11 +29,11 @@ from voicecore.fallback.lines import agent_lines, load_clips, table_with_agent_l
 from voicecore.priority import raise_priority
 from voicecore.logs import setup_logging
 from voicecore.shm import control as C
-from voicecore.shm.arena import Arena, ArenaLayout
-from voicecore.shm.compile_lock import compiling_alone
+from voicecore.shm.arena import Arena
 from voicecore.shm.follow import ArenaFollower
 from voicecore.standby import serve_as_leader
 from workers.pacer.core import PacerCore
+from workers.pacer.warm_up import warm_up_kernels, warm_up_priority
 
 log = logging.getLogger("voicecore.pacer")
 
@@ -102,26 +102,6 @@ class Histogram:
             f"{prefix}_max_ms": self.max_ns / 1e6,
             f"{prefix}_count": float(cumulative[-1]),
         }
-
-
-def warm_up_kernels(config: Config) -> None:
-    """Load the compiled step (numba's cache, ~0.2 s; a cold compile ~8 s) on a private arena of the live
-    one's types, so a standby that takes over ticks at once and writes nothing before it serves. One pacer
-    of the node at a time: the other loads what the first compiled (voicecore/shm/compile_lock.py)."""
-    with compiling_alone(config.runtime_dir, "pacer"):
-        _run_step_once(config)
-
-
-def _run_step_once(config: Config) -> None:
-    arena = Arena.anonymous(ArenaLayout(max_calls=1))
-    core = PacerCore(arena, lead_ms=config.lead_ms, mark_every_frames=config.mark_every_frames,
-                     max_burst_frames=timing.MAX_CATCH_UP_FRAMES, start_hold_ms=config.start_hold_ms,
-                     release_frames=config.release_frames)
-    core.tick(time.monotonic_ns())
-    core.cancels(time.monotonic_ns())
-    core.has_live_call()
-    del core
-    arena.close()
 
 
 class Pacer:
@@ -323,11 +303,10 @@ class Pacer:
 def main() -> None:
     config = load_config(os.environ)
     setup_logging("pacer", config.log_level, config.log_format)
-    if os.environ.get("VOICECORE_REALTIME_PRIORITY", "1") != "0":
-        # A fresh install's start waits on this compile (seconds of one core) while the node's other processes
-        # import beside it: ahead of them, as the gateway is, but not yet SCHED_FIFO (that would hold a core
-        # for the whole compile). Pacer.run asks for SCHED_FIFO once it serves.
-        log.info("pacer warm-up scheduling: %s", raise_priority(fifo_priority=None, nice=-10))
+    # A fresh install's start waits on this compile (seconds of one core) while the node's other processes
+    # import beside it; Pacer.run asks for SCHED_FIFO once it serves.
+    if (granted := warm_up_priority()) is not None:
+        log.info("pacer warm-up scheduling: %s", granted)
     warm_up_kernels(config)  # before standing by: a standby that takes over ticks at once
     serve_as_leader(config.runtime_dir, "pacer", lambda: Pacer(config))
 
