@@ -46,10 +46,10 @@ from pathlib import Path
 from bench.report import machine_info, versions
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.demo import free_port
-from voicecore.processes import children_of
+from voicecore.processes import children_of, cpu_seconds, reaped_children_cpu_seconds
 from voicecore.config import load_config
 from voicecore.standby import standbys_missing
-from voicecore.supervise import cleanup_runtime, cpu_seconds
+from voicecore.supervise import cleanup_runtime
 
 POLL_S = 0.05
 
@@ -62,16 +62,6 @@ def tree(pid: int) -> list[int]:
         out.append(p)
         todo.extend(children_of(p))
     return out
-
-
-def reaped_children_cpu_seconds(pid: int) -> float:
-    """cutime + cstime of ``pid``: the CPU of the children it has waited for (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
 def burn() -> None:  # pragma: no cover - runs in the burner process until terminated

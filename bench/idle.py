@@ -29,7 +29,8 @@ from bench.cold_start import (POLL_S, alive, interrupt, left_behind, stack_envir
 from voicecore.bus.transport import ARENA_NAME_FILE
 from voicecore.config import load_config
 from voicecore.standby import standbys_missing
-from voicecore.supervise import cpu_seconds, read_cmdline
+from voicecore.processes import cpu_seconds
+from voicecore.supervise import read_cmdline
 
 
 def process_name(pid: int) -> str:

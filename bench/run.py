@@ -45,7 +45,8 @@ from voicecore.demo import carrier_config, demo_config, fetch_gateway_metrics, f
 from voicecore.errors import DependencyError
 from voicecore.stats import percentile
 from voicecore.store import CallStore, database_url_for
-from voicecore.supervise import REPO_ROOT, Stack, StackError, cpu_seconds, resolve_config
+from voicecore.processes import cpu_seconds, kernel_cpu_seconds
+from voicecore.supervise import REPO_ROOT, Stack, StackError, resolve_config
 from voicecore import timing
 from voicecore.timing import FRAME_MS
 
@@ -220,16 +221,6 @@ def private_mb(pid: int) -> float:
     except OSError:
         return 0.0
     return total_kb / 1024.0
-
-
-def kernel_cpu_seconds(pid: int) -> float:
-    """stime of ``pid`` in seconds (0 if it is gone): the part of cpu_seconds spent in the kernel."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
 
 
 def arena_mb(config) -> float:

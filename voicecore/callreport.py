@@ -57,7 +57,8 @@ from voicecore.frame_match import (  # noqa: F401 (re-exported: the report's rea
 )
 from voicecore.sim.carrier import CallResult
 from voicecore.stats import percentile, summary
-from voicecore.supervise import Stack, cpu_seconds
+from voicecore.processes import cpu_seconds
+from voicecore.supervise import Stack
 
 # How a call's stream may end without a problem: the script ran out (the carrier hung up), or the agent ended the
 # call through the carrier's REST API (the simulated carrier then ends the stream: voicecore/sim/carrier_rest.py).

@@ -270,17 +270,6 @@ def read_cmdline(pid: int) -> str:
         return ""
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of ``pid`` in seconds (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
-
-
 def live_calls(config: Config) -> int | None:
     """Calls in a slot now, as the gateway says (None: it did not answer)."""
     try:

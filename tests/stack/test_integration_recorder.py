@@ -20,7 +20,8 @@ from voicecore.sim.audio_clips import load_clip
 from voicecore.sim.carrier import CallScript, place_call
 from voicecore.record import load_record
 from voicecore.store import CallStore, database_url_for, summarize_record
-from voicecore.supervise import cpu_seconds, get_from_gateway
+from voicecore.processes import cpu_seconds
+from voicecore.supervise import get_from_gateway
 
 pytestmark = pytest.mark.integration
 

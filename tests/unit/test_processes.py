@@ -29,3 +29,14 @@ def test_a_child_that_exited_unreaped_is_gone_and_is_still_a_child():
     finally:
         child.wait()
     assert child.pid not in children_of(os.getpid())
+
+
+def test_cpu_seconds_count_this_process_and_a_reaped_childs_time_goes_to_its_parent():
+    from voicecore.processes import cpu_seconds, kernel_cpu_seconds, reaped_children_cpu_seconds
+
+    before = reaped_children_cpu_seconds(os.getpid())
+    subprocess.run([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"],
+                   check=True)  # waited for: its 0.3 CPU s are its parent's children's now
+    assert reaped_children_cpu_seconds(os.getpid()) - before >= 0.25
+    assert cpu_seconds(os.getpid()) >= kernel_cpu_seconds(os.getpid()) >= 0
+    assert cpu_seconds(2**22 + 12345) == kernel_cpu_seconds(2**22 + 12345) == reaped_children_cpu_seconds(2**22 + 12345) == 0
