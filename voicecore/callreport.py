@@ -63,6 +63,7 @@ from voicecore.supervise import Stack
 # How a call's stream may end without a problem: the script ran out (the carrier hung up), or the agent ended the
 # call through the carrier's REST API (the simulated carrier then ends the stream: voicecore/sim/carrier_rest.py).
 ENDED_NORMALLY = ("carrier", "rest_hangup", "rest_transfer")
+MAX_GAPS_NAMED = 5  # underruns with the audio there named in the problems line (call, when, which response)
 TRUNCATE_TOLERANCE_MS = 20  # the bar: the truncate point within one frame of what was played
 # A gap (or a late frame) is the model's when the model sent the audio due less than this before the gap:
 # a sender may take a few ticks to get a frame onto a dry carrier (a short prefill: pipecat waits for a whole
@@ -471,6 +472,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
     frames_sent = frames_played = underruns = stale = clears = completed = 0
     underruns_available = underruns_starved = late_starved = clears_not_bargein = clears_superseded = clears_idle = 0
     underruns_harness = harness_stalls = 0
+    available_gaps: list[tuple[str, float, str]] = []  # (call, the tick on the carrier's clock, ms; response)
     harness_stall_ms: list[float] = []
     overlapping_frames = bargeins_without_clear = overlapping_responses = late_deltas_sent = 0
     for result in results:
@@ -510,6 +512,8 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         underruns_starved += starved_gaps
         underruns_harness += stalled_gaps
         underruns_available += len(window.gaps) - starved_gaps - stalled_gaps
+        available_gaps.extend((result.call_sid, gap[0], getattr(gap[2], "response_id", "?")) for gap in window.gaps
+                              if not gap[1] and not in_harness_stall(gap[0], stalls))
         figures = _call_figures(result, counted, window_ms, playout)
         bargein.extend(figures["bargein_to_clear_ms"])
         clears_not_bargein += figures["clears_not_bargein"]
@@ -596,7 +600,8 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         problems.insert(0, f"a truncate point was {max(truncate):.1f} ms from what the caller heard "
                            f"(tolerance {TRUNCATE_TOLERANCE_MS} ms)")
     if underruns_available:
-        problems.insert(0, f"{underruns_available} underrun(s) while the model's audio was available")
+        where = "; ".join(f"call {sid} at {tick:.0f} ms, response {rid}" for sid, tick, rid in available_gaps[:MAX_GAPS_NAMED])
+        problems.insert(0, f"{underruns_available} underrun(s) while the model's audio was available ({where})")
     if turn_taking.resumed_after_words:
         problems.insert(0, f"{turn_taking.resumed_after_words} real turn(s) heard the answer they interrupted "
                            "resume after their words were sent")

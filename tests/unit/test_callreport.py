@@ -217,6 +217,8 @@ def test_a_late_frame_is_one_gap_and_the_spurt_re_anchors():
     assert (report["underruns"], report["underruns_audio_available"], report["underruns_model_starved"]) == (1, 1, 0)
     assert report["lateness_ms"]["max"] == 15 and report["lateness_ms_unadjusted"]["max"] == 15
     assert report["frames_played_timed"] == 10 <= report["frames_sent"] and not report["ok"]
+    # the problems line says where: which call, when on the carrier's clock, which response
+    assert report["problems"][0] == "1 underrun(s) while the model's audio was available (call CA1 at 80 ms, response a)"
 
 
 def test_marks_change_nothing():
