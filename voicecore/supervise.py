@@ -260,8 +260,6 @@ def cleanup_runtime(config: Config) -> None:
         pass  # not empty: someone else's files, leave them
 
 
-
-
 def read_cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
