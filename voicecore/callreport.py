@@ -508,12 +508,11 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         stale += len(window.stale_at_ms)
         underruns += len(window.gaps)
         starved_gaps = sum(1 for gap in window.gaps if gap[1])
-        stalled_gaps = sum(1 for gap in window.gaps if not gap[1] and in_harness_stall(gap[0], stalls))
+        available = [gap for gap in window.gaps if not gap[1] and not in_harness_stall(gap[0], stalls)]
         underruns_starved += starved_gaps
-        underruns_harness += stalled_gaps
-        underruns_available += len(window.gaps) - starved_gaps - stalled_gaps
-        available_gaps.extend((result.call_sid, gap[0], getattr(gap[2], "response_id", "?")) for gap in window.gaps
-                              if not gap[1] and not in_harness_stall(gap[0], stalls))
+        underruns_harness += len(window.gaps) - starved_gaps - len(available)
+        underruns_available += len(available)
+        available_gaps.extend((result.call_sid, gap[0], getattr(gap[2], "response_id", "?")) for gap in available)
         figures = _call_figures(result, counted, window_ms, playout)
         bargein.extend(figures["bargein_to_clear_ms"])
         clears_not_bargein += figures["clears_not_bargein"]

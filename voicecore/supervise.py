@@ -151,13 +151,13 @@ class Stack:
         drain.drain_path(runtime_dir).unlink(missing_ok=True)
         if self.config.record_dir:
             Path(self.config.record_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # records are personal data
-        if self.compile_ahead and not pacer_step_cached(stack_environment(self.config, self.simulator)):
-            self.compiling = subprocess.Popen(
-                [sys.executable, "-m", "workers.pacer.warm_up"], env=stack_environment(self.config, self.simulator),
-                start_new_session=True, stdout=subprocess.DEVNULL, stderr=log_file)
+        env = stack_environment(self.config, self.simulator)
+        if self.compile_ahead and not pacer_step_cached(env):
+            self.compiling = subprocess.Popen([sys.executable, "-m", "workers.pacer.warm_up"], env=env,
+                                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=log_file)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "supervisor.supervisord", "-n", "-c", str(SUPERVISOR_CONF)],
-            env=stack_environment(self.config, self.simulator),
+            env=env,
             start_new_session=True,  # terminal signals reach us only; we stop the stack in order
             stdout=log_file, stderr=subprocess.STDOUT if log_file is not None else None,
         )
