@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, settings
 from xdist.scheduler import LoadScopeScheduling
 
 from external import in_ci
-from stacks import start_stack, wait_for_stops
+from stacks import keep_workdirs_under, start_stack, wait_for_stops
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "rules", "component", "stack", "e2e")
@@ -301,6 +301,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     directory = os.environ.get(LANE_LOCK_VARIABLE, "")
     if not hasattr(config, "workerinput") and Path(directory).name.startswith("voicecore-test-lanes-"):
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stack_workdirs_in_the_sessions_temp(tmp_path_factory):
+    """Every stack's working directory inside this session's (each worker's) temporary directory, which
+    pytest removes once three newer sessions exist: a suite run made ~100 under /tmp that nothing removed."""
+    keep_workdirs_under(tmp_path_factory.getbasetemp() / "stacks")
 
 
 @pytest.fixture(scope="module")

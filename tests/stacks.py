@@ -68,6 +68,17 @@ class RunningStack:
 
 _STOPPING: list[threading.Thread] = []
 
+# Where the stacks' working directories (logs, records, runtime files) go: the test session's own temporary
+# directory once tests/conftest.py names it, so pytest's retention (the newest three sessions) removes them;
+# the system's temporary directory for a stack started outside pytest.
+_WORKDIR_ROOT: Path | None = None
+
+
+def keep_workdirs_under(root: Path) -> None:
+    global _WORKDIR_ROOT
+    root.mkdir(parents=True, exist_ok=True)
+    _WORKDIR_ROOT = root
+
 
 def wait_for_stops() -> None:
     """Every stack stopped with ``stop()`` has stopped (tests/conftest.py calls this at the session's end)."""
@@ -81,7 +92,7 @@ def start_stack(max_calls: int = 8, **overrides) -> RunningStack:
     its own tests. With one it runs the agent, under the controller."""
     overrides.setdefault("call_control", "turns" if overrides.get("agent") else "spine")
     sim_port = free_port()
-    workdir = Path(tempfile.mkdtemp(prefix="voicecore-test-"))
+    workdir = Path(tempfile.mkdtemp(prefix="voicecore-test-", dir=_WORKDIR_ROOT))
     base = resolve_config(load_config({k: v for k, v in os.environ.items() if not k.startswith("VOICECORE_")}))
     config = dataclasses.replace(
         base,

@@ -10,7 +10,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -57,8 +56,8 @@ class SimInThread:
         self.loop.close()
 
 
-def test_a_gemini_agent_without_credentials_is_refused_and_told_what_is_missing():
-    workdir = Path(tempfile.mkdtemp(prefix="voicecore-up-"))
+def test_a_gemini_agent_without_credentials_is_refused_and_told_what_is_missing(tmp_path):
+    workdir = tmp_path
     done = run_up(up_env(workdir))
     assert done.returncode == 1, done.stderr
     assert f"model {DEFAULT_MODEL} on gemini" in done.stderr
@@ -71,7 +70,8 @@ def test_vertex_preflight_gets_a_token_and_reports_the_vendors_refusal(tmp_path)
         sim = SimInThread(GeminiSimConfig(vertex_project="the-right-project", vertex_location="europe-west4"))
         sim.sim.token_check = oauth.accepts
         try:
-            workdir = Path(tempfile.mkdtemp(prefix="voicecore-up-"))
+            workdir = tmp_path / "node"
+            workdir.mkdir()
             done = run_up(up_env(workdir, GOOGLE_APPLICATION_CREDENTIALS=str(oauth.service_account_file(tmp_path)),
                                  VOICECORE_GEMINI_VERTEX_PROJECT="another-project",
                                  VOICECORE_GEMINI_VERTEX_LOCATION="europe-west4",
@@ -86,7 +86,8 @@ def test_vertex_preflight_gets_a_token_and_reports_the_vendors_refusal(tmp_path)
 
 
 def test_vertex_preflight_without_a_credentials_file_says_so(tmp_path):
-    workdir = Path(tempfile.mkdtemp(prefix="voicecore-up-"))
+    workdir = tmp_path / "node"
+    workdir.mkdir()
     done = run_up(up_env(workdir, GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / "absent.json"),
                          VOICECORE_GEMINI_VERTEX_PROJECT="acme"))
     assert done.returncode == 1, done.stderr
@@ -95,10 +96,10 @@ def test_vertex_preflight_without_a_credentials_file_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("key", ["AIza-wrong-key"])
-def test_a_gemini_key_alone_preflights_gemini_not_the_builtin_simulator(key):
+def test_a_gemini_key_alone_preflights_gemini_not_the_builtin_simulator(key, tmp_path):
     sim = SimInThread(GeminiSimConfig(api_keys=("AIza-right-key",)))
     try:
-        workdir = Path(tempfile.mkdtemp(prefix="voicecore-up-"))
+        workdir = tmp_path
         done = run_up(up_env(workdir, GEMINI_API_KEY=key,
                              VOICECORE_REALTIME_URL=f"ws://127.0.0.1:{sim.port}{LIVE_PATH}"))
     finally:

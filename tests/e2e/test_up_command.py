@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -27,8 +26,8 @@ pytestmark = pytest.mark.integration
 LATER_MS = 1500
 
 
-def test_up_serves_a_call_with_the_builtin_simulator_and_stops_clean_on_ctrl_c():
-    workdir = Path(tempfile.mkdtemp(prefix="voicecore-up-"))
+def test_up_serves_a_call_with_the_builtin_simulator_and_stops_clean_on_ctrl_c(tmp_path):
+    workdir = tmp_path
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICECORE_")}
     env.update({
@@ -128,8 +127,8 @@ def up_env(workdir: Path, sim_port: int, key: str, **more: str) -> dict[str, str
     ("sk-proj-wrong00000000", "gpt-realtime", "Incorrect API key provided: sk-"),
     ("sk-proj-right111111111", "gpt-realtime-typo", "The model 'gpt-realtime-typo' does not exist"),
 ])
-def test_up_refuses_to_start_with_the_vendors_words_when_the_preflight_is_refused(vendor_sim, key, model, words):
-    workdir = Path(tempfile.mkdtemp(prefix="voicecore-up-"))
+def test_up_refuses_to_start_with_the_vendors_words_when_the_preflight_is_refused(vendor_sim, key, model, words, tmp_path):
+    workdir = tmp_path
     env = up_env(workdir, vendor_sim, key, VOICECORE_MODEL=model)
     done = subprocess.run([sys.executable, "-m", "voicecore.cli", "up"], env=env, capture_output=True, text=True,
                           timeout=60)
@@ -139,19 +138,19 @@ def test_up_refuses_to_start_with_the_vendors_words_when_the_preflight_is_refuse
     assert not (workdir / "run").exists()  # no stack was started
 
 
-def test_the_preflight_says_what_the_vendor_accepted(vendor_sim, capsys):
+def test_the_preflight_says_what_the_vendor_accepted(vendor_sim, capsys, tmp_path):
     from voicecore.agent.settings import configure
     from voicecore.config import load_config
     from voicecore.preflight import run_preflight
 
-    config, agent = configure(load_config(up_env(Path(tempfile.mkdtemp()), vendor_sim, "sk-proj-right111111111")), {})
+    config, agent = configure(load_config(up_env(tmp_path, vendor_sim, "sk-proj-right111111111")), {})
     assert run_preflight(config, agent, sys.stderr, environ={})
     err = capsys.readouterr().err
     assert "voicecore up: preflight: openai ws://127.0.0.1:" in err and "accepted model gpt-realtime" in err
 
 
-def test_up_without_preflight_runs_but_healthz_says_the_vendor_refuses_the_key(vendor_sim):
-    workdir = Path(tempfile.mkdtemp(prefix="voicecore-up-"))
+def test_up_without_preflight_runs_but_healthz_says_the_vendor_refuses_the_key(vendor_sim, tmp_path):
+    workdir = tmp_path
     env = up_env(workdir, vendor_sim, "sk-proj-wrong00000000", VOICECORE_CALL_CONTROL="turns")
     port = env["VOICECORE_LISTEN"].rsplit(":", 1)[1]
     up = subprocess.Popen([sys.executable, "-m", "voicecore.cli", "up", "--no-preflight"], env=env,

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -210,10 +209,10 @@ def test_a_standby_gateway_that_takes_over_during_a_drain_drains_too():
         running.stop()
 
 
-def test_sigterm_to_voicecore_up_drains_and_the_deadline_ends_a_long_call():
+def test_sigterm_to_voicecore_up_drains_and_the_deadline_ends_a_long_call(tmp_path):
     """What Kubernetes does: SIGTERM to `voicecore up`. A call longer than drain_timeout_s is ended at the
     deadline (closed 1001 by the node, logged and counted); new calls meanwhile are redirected."""
-    workdir = Path(tempfile.mkdtemp(prefix="voicecore-drain-"))
+    workdir = tmp_path
     port = free_port()
     redirect = "https://other-node.example.com/twilio/voice"
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICECORE_")}
