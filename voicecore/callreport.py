@@ -29,8 +29,10 @@ The instrument's own stalls, the same rule for every sender: the carrier simulat
 ticker woke more than two frames after its previous tick (CarrierMetrics.harness_stalls: its process got no
 CPU, or its loop was busy). It read nothing then, so frames the sender wrote in that time were stamped when it
 woke: a gap tick in a stall (or within a frame of one) is counted in `underruns_harness_stalled`, not as an
-underrun with audio available, and a frame stamped in one is not late (`lateness_ms_unadjusted` keeps it). Such
-a run measured its own load, not the sender: the bench counts these gaps against the SLO all the same
+underrun with audio available, and a frame stamped in one is not late (`lateness_ms_unadjusted` keeps it). A clear
+read in one is stamped when it woke, after its playout caught up on the ticks it missed, so what was heard of the
+response it cut is not known: that truncate's error is counted in `truncate_error_ms_harness_stalled`, not in
+`truncate_error_ms` (nor against its tolerance). Such a run measured its own load, not the sender: the bench counts these gaps against the SLO all the same
 (bench/capacity.py: load-bound), so a capacity search never passes a level on them.
 
 A yield is not a gap: when the caller starts speaking while a spurt plays (a speech start from the
@@ -289,7 +291,8 @@ def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float,
     """Per-call figures that need both simulators' records. ``records``: the call's records restricted to
     the responses that count (trim_record); ``playout``: the call's playout figures over all its records."""
     core = result.core
-    figures = {"bargein_to_clear_ms": [], "truncate_error_ms": [], "model_to_carrier_ms": [], "problems": [],
+    figures = {"bargein_to_clear_ms": [], "truncate_error_ms": [], "truncate_error_ms_harness_stalled": [],
+               "model_to_carrier_ms": [], "problems": [],
                "clears_not_bargein": 0, "clears_superseded": 0, "talkover_ms": [], "overlapping_responses": 0,
                "late_deltas_sent": 0, "turns": [], "clears_idle": 0}
     overlap_created: list[int] = []
@@ -344,6 +347,14 @@ def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float,
     if window_ms is not None:
         speech_starts = [s for s in speech_starts if window_ms[0] <= s < window_ms[1]]
     figures["talkover_ms"] = talkover_ms(core, speech_starts)
+    stalls = core.metrics.harness_stalls
+
+    def add_truncate_error(error_ms: float, response) -> None:
+        # A clear read in the simulator's own stall is stamped when it woke, and the playout it caught up on
+        # meanwhile counts as heard: what was heard before the cut is not known there (module docstring).
+        cut_in_stall = stalls and _cut_in_harness_stall(core, response, tag_of, stalls)
+        figures["truncate_error_ms_harness_stalled" if cut_in_stall else "truncate_error_ms"].append(error_ms)
+
     for record in records:
         for truncate in record.truncates:
             try:
@@ -351,7 +362,7 @@ def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float,
             except KeyError:
                 figures["problems"].append(f"call {result.call_sid}: truncate of an unknown item")
                 continue
-            figures["truncate_error_ms"].append(abs(truncate.audio_end_ms - _heard_ms(core, response, tag_of)))
+            add_truncate_error(abs(truncate.audio_end_ms - _heard_ms(core, response, tag_of)), response)
         for item_id in record.deleted_item_ids:
             try:
                 response = record.response_for_item(item_id)
@@ -362,7 +373,7 @@ def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float,
                 # Heard whole, then deleted: a flow's context strategy forgetting history (a barge-in deletes
                 # only what nobody heard), not a cut whose position could be wrong.
                 continue
-            figures["truncate_error_ms"].append(heard)
+            add_truncate_error(heard, response)
     return figures
 
 
@@ -386,6 +397,23 @@ def _agent_audio_at(core, speech_ms: float, clear_ms: float) -> bool:
         if ends is None or ends > speech_ms:
             return True
     return False
+
+
+def _cut_in_harness_stall(core, response, tag_of: dict[str, int], stalls: Sequence[tuple[float, float]]) -> bool:
+    """Whether the clear that ended ``response``'s playout (the first one at or after its last played frame
+    began) reached the carrier simulator in one of its own stalls."""
+    tag = tag_of.get(response.response_id)
+    if tag is not None:
+        plays = [frame.played_at_ms for frame in core.played if frame.tag == tag]
+    else:
+        owners = frame_owners([_Single(response)])
+        plays = [frame.played_at_ms for frame in core.played if owner_of(owners, frame.payload) is not None]
+    if not plays:
+        return False
+    last_play = max(plays)
+    clears = core.metrics.clear_at_ms
+    cut = bisect.bisect_left(clears, last_play)
+    return cut < len(clears) and in_harness_stall(clears[cut], stalls)
 
 
 def _heard_ms(core, response, tag_of: dict[str, int]) -> float:
@@ -465,6 +493,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
     talkover: list[float] = []
     bargein: list[float] = []
     truncate: list[float] = []
+    truncate_stalled: list[float] = []
     model_to_carrier: list[float] = []
     turn: list[float] = []
     turn_model: list[float] = []
@@ -522,6 +551,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         overlapping_responses += figures["overlapping_responses"]
         late_deltas_sent += figures["late_deltas_sent"]
         truncate.extend(figures["truncate_error_ms"])
+        truncate_stalled.extend(figures["truncate_error_ms_harness_stalled"])
         model_to_carrier.extend(figures["model_to_carrier_ms"])
         for _end, total, model in figures["turns"]:
             turn.append(total)
@@ -562,6 +592,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         "overlapping_responses": overlapping_responses,
         "late_deltas_sent": late_deltas_sent,
         "truncate_error_ms": summary(truncate),
+        "truncate_error_ms_harness_stalled": summary(truncate_stalled),
         "model_to_carrier_ms": summary(model_to_carrier),
         "mouth_to_ear_ms": summary(model_to_carrier),  # deprecated alias of model_to_carrier_ms (one release)
         "turn_latency_ms": summary(turn),

@@ -22,7 +22,7 @@ from voicecore.callreport import (
 from bench.capacity import Slo, slo_violations
 from voicecore.sim.carrier import CallResult, CallRunner
 from voicecore.sim.carrier_core import CarrierCall
-from voicecore.sim.model import ResponseRecord, SessionRecord, SpeechRecord
+from voicecore.sim.model import ResponseRecord, SessionRecord, SpeechRecord, TruncateRecord
 from voicecore.timing import FRAME_BYTES
 
 SID = "MZ1"
@@ -252,6 +252,34 @@ def test_a_gap_while_the_carrier_simulator_itself_stalled_is_the_instruments_not
     assert _report(steady, records[0], expect_bargeins=False)["underruns_audio_available"] == 1
     # The bench does not pass a level on it: the run measured its own load (load-bound).
     assert any("load generator itself stalled" in line for line in slo_violations(report, Slo()))
+
+
+def test_a_truncate_whose_clear_the_carrier_simulator_read_in_its_own_stall_is_counted_apart():
+    """The stack cut the answer after 3 frames (truncate at 60 ms) with a clear that reached the carrier at 50;
+    the simulator's ticker had no CPU from 40 to 120, read the clear when it woke and had played through 120
+    meanwhile (6 frames heard): a 60 ms error of the instrument's, kept out of truncate_error_ms. The same
+    clear read at 120 with no stall noted is the sender's, and fails the run."""
+    def cut_call(stalled: bool) -> dict:
+        core = _core()
+        answer = _answer("a", 10, 1)
+        _deliver(core, answer, [0] * 10, tag=1)
+        if stalled:
+            core.metrics.harness_stalls.append((40.0, 120.0))  # (last tick + 20, the tick it woke for)
+        _clear(core, 120)
+        core.tick_play(1000)
+        record = _record([45], [answer])
+        record.truncates.append(TruncateRecord(item_id="item_a", audio_end_ms=60, at_ms=50, ok=True, item_audio_ms=200))
+        return _report(core, record, expect_bargeins=False)
+
+    report = cut_call(stalled=True)
+    assert report["truncate_error_ms"]["count"] == 0
+    assert report["truncate_error_ms_harness_stalled"]["count"] == 1
+    assert report["truncate_error_ms_harness_stalled"]["max"] == 60
+    assert report["problems"] == [] and report["ok"]
+    steady = cut_call(stalled=False)
+    assert steady["truncate_error_ms"]["max"] == 60 and steady["truncate_error_ms_harness_stalled"]["count"] == 0
+    assert steady["problems"] == ["a truncate point was 60.0 ms from what the caller heard (tolerance 20 ms)"]
+    assert not steady["ok"]
 
 
 def test_the_carrier_simulator_notes_a_tick_that_came_more_than_two_frames_late():
