@@ -35,12 +35,12 @@ from bench.pinning import parse_cpus
 from bench.scenarios import get_scenario
 from voicecore.sim.carrier import CallResult, place_call, shared_ticker
 from voicecore.sim.carrier_modes_core import CARRIERS, CarrierCredentials
-from voicecore.priority import raise_priority
+from voicecore.priority import SIMULATOR_RT_PRIORITY, raise_priority
 from voicecore.sim.quiet_gc import collector_paused
 
 TOKEN_ENV = "BENCH_TWILIO_AUTH_TOKEN"
 CREDENTIALS_ENV = "BENCH_CARRIER_CREDENTIALS"
-LOAD_RT_PRIORITY = 5  # below the pacer's (10), should the two ever share a CPU
+LOAD_RT_PRIORITY = SIMULATOR_RT_PRIORITY  # below the pacer's (10), should the two ever share a CPU
 
 
 def schedule(calls: int, ramp_ms: float, settle_ms: float, seconds: float, t0_ms: float) -> list[tuple[float, float]]:
