@@ -618,6 +618,9 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         pacer = stack_metrics.get("workers", {}).get("pacer", {})
         report["pacer_tick_lateness_ms"] = {k.removeprefix("tick_lateness_").removesuffix("_ms"): v for k, v in pacer.items() if k.startswith("tick_lateness_") and k.endswith("_ms")}
         report["pacer_frames_skipped"] = int(pacer.get("frames_skipped", 0))
+        # The pacer's own dry spells (its time model: the carrier ran dry, the tag live, nothing in the ring to
+        # release): beside the carrier's underruns it says which side of the pacer a gap came from.
+        report["pacer_underruns"] = int(pacer.get("underruns_total", 0))
         report["gateway_bargein_decision_to_clear_ms"] = stack_metrics.get("bargein_decision_to_clear_ms", {})
         model = stack_metrics.get("workers", {}).get("model", {})
         # voicecore_tool_duration_seconds' counts, as /metrics exports them: tools run, by outcome
@@ -631,7 +634,11 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
                            f"(tolerance {TRUNCATE_TOLERANCE_MS} ms)")
     if underruns_available:
         where = "; ".join(f"call {sid} at {tick:.0f} ms, response {rid}" for sid, tick, rid in available_gaps[:MAX_GAPS_NAMED])
-        problems.insert(0, f"{underruns_available} underrun(s) while the model's audio was available ({where})")
+        pacer_side = ""
+        if "pacer_underruns" in report:
+            pacer_side = (f"; the pacer's own dry spells: {report['pacer_underruns']}"
+                          + (" (the audio left the pacer in time)" if not report["pacer_underruns"] else ""))
+        problems.insert(0, f"{underruns_available} underrun(s) while the model's audio was available ({where}){pacer_side}")
     if turn_taking.resumed_after_words:
         problems.insert(0, f"{turn_taking.resumed_after_words} real turn(s) heard the answer they interrupted "
                            "resume after their words were sent")

@@ -219,6 +219,13 @@ def test_a_late_frame_is_one_gap_and_the_spurt_re_anchors():
     assert report["frames_played_timed"] == 10 <= report["frames_sent"] and not report["ok"]
     # the problems line says where: which call, when on the carrier's clock, which response
     assert report["problems"][0] == "1 underrun(s) while the model's audio was available (call CA1 at 80 ms, response a)"
+    # with the stack's metrics, the pacer's own count says which side of it the gap came from
+    for pacer_dry, said in ((0.0, "0 (the audio left the pacer in time)"), (2.0, "2")):
+        report = _report(core, _record([], [answer]), expect_bargeins=False,
+                         stack_metrics={"workers": {"pacer": {"underruns_total": pacer_dry}}})
+        assert report["pacer_underruns"] == int(pacer_dry)
+        assert report["problems"][0] == ("1 underrun(s) while the model's audio was available (call CA1 at 80 ms, "
+                                         f"response a); the pacer's own dry spells: {said}")
 
 
 def test_marks_change_nothing():
