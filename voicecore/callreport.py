@@ -622,6 +622,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         # release): beside the carrier's underruns it says which side of the pacer a gap came from.
         report["pacer_underruns"] = int(pacer.get("underruns_total", 0))
         report["gateway_bargein_decision_to_clear_ms"] = stack_metrics.get("bargein_decision_to_clear_ms", {})
+        report["gateway_doorbell_to_drain_ms"] = stack_metrics.get("doorbell_to_drain_ms", {})
         model = stack_metrics.get("workers", {}).get("model", {})
         # voicecore_tool_duration_seconds' counts, as /metrics exports them: tools run, by outcome
         report["tool_runs_by_outcome"] = {outcome: int(model.get(f'tool_duration_seconds_count{{outcome="{outcome}"}}', 0))
@@ -638,6 +639,9 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         if "pacer_underruns" in report:
             pacer_side = (f"; the pacer's own dry spells: {report['pacer_underruns']}"
                           + (" (the audio left the pacer in time)" if not report["pacer_underruns"] else ""))
+        drain_max = report.get("gateway_doorbell_to_drain_ms", {}).get("max")
+        if drain_max is not None:
+            pacer_side += f"; the gateway wrote it out at most {drain_max:.1f} ms after the pacer's doorbell"
         problems.insert(0, f"{underruns_available} underrun(s) while the model's audio was available ({where}){pacer_side}")
     if turn_taking.resumed_after_words:
         problems.insert(0, f"{turn_taking.resumed_after_words} real turn(s) heard the answer they interrupted "

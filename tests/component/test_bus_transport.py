@@ -2,12 +2,14 @@
 
 import os
 import socket
+import time
 
 import pytest
 import zmq
 
 from voicecore.bus import messages
-from voicecore.bus.transport import Bus, BusError, DoorbellSender, bind_doorbell, claim_socket_path, ensure_runtime_dir
+from voicecore.bus.transport import (Bus, BusError, DoorbellSender, bind_doorbell, claim_socket_path, ensure_runtime_dir,
+                                     read_doorbells)
 from waiting import wait_until
 
 
@@ -70,7 +72,14 @@ def test_doorbell_rings_and_tolerates_a_missing_gateway(tmp_path):
     sender.ring()  # nobody bound yet: counted, not raised
     assert sender.failures == 1
     receiver = bind_doorbell(tmp_path)
-    sender.ring()
-    assert receiver.recv(8) == b"!"
+    sender.ring(1_000_000_007)
+    sender.ring(1_000_000_009)
+    assert read_doorbells(receiver) == 1_000_000_007  # all read; the oldest ring's time
+    assert read_doorbells(receiver) is None  # nothing waiting
+    before = time.monotonic_ns()
+    sender.ring()  # stamped now by default
+    assert before <= read_doorbells(receiver) <= time.monotonic_ns()
+    sender.sock.sendto(b"!", sender.path)  # a pacer from before the stamp: read, no time
+    assert read_doorbells(receiver) is None
     receiver.close()
     sender.close()

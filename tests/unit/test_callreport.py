@@ -226,6 +226,13 @@ def test_a_late_frame_is_one_gap_and_the_spurt_re_anchors():
         assert report["pacer_underruns"] == int(pacer_dry)
         assert report["problems"][0] == ("1 underrun(s) while the model's audio was available (call CA1 at 80 ms, "
                                          f"response a); the pacer's own dry spells: {said}")
+    # and how late the gateway wrote out what the pacer released (its loop's own delay)
+    drained = {"p50": 0.3, "p99": 2.0, "p999": 84.5, "max": 84.5, "count": 900}
+    report = _report(core, _record([], [answer]), expect_bargeins=False,
+                     stack_metrics={"workers": {"pacer": {"underruns_total": 0.0}}, "doorbell_to_drain_ms": drained})
+    assert report["gateway_doorbell_to_drain_ms"] == drained
+    assert report["problems"][0].endswith("the pacer's own dry spells: 0 (the audio left the pacer in time); "
+                                          "the gateway wrote it out at most 84.5 ms after the pacer's doorbell")
 
 
 def test_marks_change_nothing():

@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import time
 import stat
 from pathlib import Path
 
@@ -151,7 +152,8 @@ class Bus:
 
 
 class DoorbellSender:
-    """Pacer side of the wake-up datagram: one byte per tick that produced wire entries."""
+    """Pacer side of the wake-up datagram: one per tick that produced wire entries, carrying when it rang
+    (CLOCK_MONOTONIC ns, 8 bytes little-endian), so the gateway can tell how long its drain came after."""
 
     def __init__(self, runtime_dir: str | Path) -> None:
         self.path = str(Path(runtime_dir) / DOORBELL)
@@ -159,9 +161,10 @@ class DoorbellSender:
         self.sock.setblocking(False)
         self.failures = 0
 
-    def ring(self) -> None:
+    def ring(self, rung_at_ns: int | None = None) -> None:
+        stamp = time.monotonic_ns() if rung_at_ns is None else rung_at_ns
         try:
-            self.sock.sendto(b"!", self.path)
+            self.sock.sendto(stamp.to_bytes(8, "little"), self.path)
         except (BlockingIOError, FileNotFoundError, ConnectionRefusedError):
             # The gateway's queue already holds an unread ring (it will drain everything), or it is
             # restarting; either way there is nothing to wait for.
@@ -169,6 +172,21 @@ class DoorbellSender:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def read_doorbells(sock: socket.socket) -> int | None:
+    """Every datagram waiting on the gateway's doorbell socket read; the oldest ring's time (None when none
+    carried one: a pacer from before the stamp sent one byte)."""
+    oldest: int | None = None
+    try:
+        while True:
+            data = sock.recv(64)
+            if len(data) == 8:
+                stamp = int.from_bytes(data, "little")
+                oldest = stamp if oldest is None else min(oldest, stamp)
+    except BlockingIOError:
+        pass
+    return oldest
 
 
 def bind_doorbell(runtime_dir: str | Path) -> socket.socket:

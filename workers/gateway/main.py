@@ -47,6 +47,7 @@ from voicecore.bus.transport import (
     Bus,
     bind_doorbell,
     ensure_runtime_dir,
+    read_doorbells,
 )
 from voicecore.carriers.edge import CarrierEdge
 from voicecore.carriers.events import (ENCODING_PCMA, ENCODING_PCMU, CallerAudio, Cleared, Dtmf, MarkEcho,
@@ -137,6 +138,7 @@ class Gateway:
         self.worker_stats: dict[str, dict[str, float]] = {}
         self.vendor_health: messages.VendorHealth | None = None  # the model worker's word on the vendor
         self.bargein_to_clear = LatencyLog()
+        self.doorbell_to_drain = LatencyLog(capacity=10_000)
         # The same samples as a Prometheus histogram: cumulative since start, where the log keeps a window.
         self.bargein_clear_seconds = prom_histogram.Histogram(
             (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1))
@@ -186,12 +188,12 @@ class Gateway:
 
     # --- doorbell: the pacer put entries into wire rings ------------------------------------------
     def on_doorbell(self) -> None:
-        try:
-            while True:
-                self.doorbell.recv(64)
-        except BlockingIOError:
-            pass
+        rung_at_ns = read_doorbells(self.doorbell)
         self.drain_wire()
+        if rung_at_ns is not None:
+            # How long after the pacer released audio it went out: this loop's own delay (no CPU, or busy),
+            # which the lead must absorb (docs/explanation/architecture.md#section-2).
+            self.doorbell_to_drain.add_ns(time.monotonic_ns() - rung_at_ns)
 
     def drain_wire(self) -> None:
         # One pass over the arena in numba finds the slots with news (the pacer rings for one group of
@@ -428,6 +430,7 @@ class Gateway:
                         **self.token_service.metrics(), **self.reattach.counts,
                         **self.bargein_clear_seconds.flat("bargein_clear_seconds")},
             "bargein_decision_to_clear_ms": summary,
+            "doorbell_to_drain_ms": self.doorbell_to_drain.summary_ms(),
             "workers": self.worker_stats,
         }
 

@@ -259,7 +259,7 @@ class Pacer:
             self.lateness.add(now - deadline)
             self.lateness_seconds.observe((now - deadline) / 1e9)
             if self.core is not None and self.core.tick(now, tick_index % PHASES, PHASES):
-                self.doorbell.ring()
+                self.doorbell.ring(now)
             done = time.monotonic_ns()
             self.tick_time.add(done - now)
             self.ticks += 1
@@ -272,7 +272,7 @@ class Pacer:
                 self.skipped_ticks += behind
                 tick_index += behind
                 if self.core is not None and self.core.tick(done):
-                    self.doorbell.ring()
+                    self.doorbell.ring(done)
             self.housekeeping(done)
 
     def housekeeping(self, now_ns: int, idle: bool = False) -> None:
