@@ -15,6 +15,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def why_not_ok(report: dict, stderr: str) -> str:
+    """A failed demo's assertion message: every problem line whole (pytest shortens a tuple's repr in the
+    middle, where the problems line names the call and the tick), then its stderr's tail."""
+    problems = report.get("problems") or ["(no problem named)" if report else "(it printed no report)"]
+    return "the demo's problems:\n" + "\n".join(f"  {line}" for line in problems) + "\nits stderr's tail:\n" + stderr
+
+
 def run_demo(args: list[str], timeout_s: float) -> dict:
     """The demo's report; asserts it exited 0 with ``ok`` true, naming its problems and its stderr's tail if not."""
     command = [sys.executable, "-m", "voicecore.cli", "demo", *args, "--json"]
@@ -23,7 +30,7 @@ def run_demo(args: list[str], timeout_s: float) -> dict:
         report = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         report = {}
-    assert done.returncode == 0 and report.get("ok"), (report.get("problems"), done.stderr[-6000:])
+    assert done.returncode == 0 and report.get("ok"), why_not_ok(report, done.stderr[-6000:])
     return report
 
 

@@ -14,7 +14,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from demo_run import example_demo
+from demo_run import example_demo, why_not_ok
 
 # The reports hold real-time figures (underruns while the model's audio was there, stale frames, lateness):
 # a demo's stack and its 3 calls take about a core, and a test worker beside it may run another stack, so as
@@ -36,7 +36,7 @@ def reports(tmp_path_factory):
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_every_example_runs_clean_and_its_records_replay(reports, name):
     code, report, stderr = reports[name]
-    assert code == 0 and report.get("ok"), (report.get("problems"), stderr)
+    assert code == 0 and report.get("ok"), why_not_ok(report, stderr)
     assert report["stale_frames"] == 0 and report["overlapping_frames"] == 0
     assert report["lateness_ms"]["p99"] <= 5.0
     assert report["records_written"] == report["records_replayed_identical"] == 3

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from demo_run import why_not_ok
 
 # The reports hold real-time figures (underruns while the model's audio was there, stale frames, lateness):
 # a demo's stack and its 3 calls take about a core, and a test worker beside it may run another stack, so as
@@ -53,7 +54,7 @@ def reports(tmp_path_factory):
 @pytest.mark.parametrize("model", TRANSCRIPTION)
 def test_the_default_agent_listens_by_what_the_caller_said(reports, model):
     code, report, stderr = reports[model]
-    assert code == 0 and report.get("ok"), (report.get("problems"), stderr)
+    assert code == 0 and report.get("ok"), why_not_ok(report, stderr)
     # every real turn answered, none talked over by a resume, no backchannel cut the agent
     assert report["real_turns"] >= 20 and report["unanswered_turns"] == 0 and report["turns_cut_by_call_end"] == 0
     assert report["resumed_after_words"] == 0

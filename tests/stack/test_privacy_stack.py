@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from demo_run import why_not_ok
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +57,7 @@ def run_demo(agent: Path, records: Path) -> tuple[dict, str]:
     # no report at all (the stack never got ready): what the demo said is on stderr
     assert done.stdout.strip(), f"no report (exit {done.returncode}): {done.stderr[-6000:]}"
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert done.returncode == 0 and report["ok"], (report.get("problems"), done.stderr[-4000:])
+    assert done.returncode == 0 and report["ok"], why_not_ok(report, done.stderr[-4000:])
     return report, done.stderr
 
 
