@@ -86,6 +86,22 @@ def test_played_position_is_capped_at_what_was_sent():
     assert core.played_ms(4, playout, 10_000 * MS) == 240
 
 
+def test_played_position_stops_at_a_clear_queued_after_the_newest_echo():
+    """A hold's clear cut what the carrier still held: "4:75" echoed at 1000 ms, 81 frames sent, the pacer's
+    clear at 1046 ms (nothing released since: the carrier's buffer is empty from then). Heard: 75 frames and
+    46 ms, not all 81 as the time since the echo alone would say (seen in a two-lane demo: 72 ms too many)."""
+    cleared = core.Playout(4, 75, 1000 * MS, 4, 81, 1046 * MS, cleared_at_ns=1046 * MS)
+    assert core.played_ms(4, cleared, 5000 * MS) == 75 * 20 + 46
+    # before the clear, the time since the echo counts as played
+    assert core.played_ms(4, cleared, 1030 * MS) == 75 * 20 + 30
+    # a clear before the newest echo (an earlier cut) does not stop it
+    earlier = core.Playout(4, 75, 1000 * MS, 4, 81, 1120 * MS, cleared_at_ns=900 * MS)
+    assert core.played_ms(4, earlier, 1200 * MS) == 81 * 20
+    # audio released after the clear (a hold resumed: the buffer runs past it) plays on
+    resumed = core.Playout(4, 75, 1000 * MS, 4, 90, 1300 * MS, cleared_at_ns=1046 * MS)
+    assert core.played_ms(4, resumed, 1100 * MS) == 75 * 20 + 100
+
+
 def test_played_position_before_the_first_echo_uses_the_buffer_model():
     # 4 frames sent, the carrier's buffer runs dry at 80 ms: at 30 ms, 50 ms are still queued
     playout = core.Playout(0, 0, 0, 4, 4, 80 * MS)

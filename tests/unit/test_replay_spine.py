@@ -11,7 +11,7 @@ import numpy as np
 
 from voicecore import record, replay, timing
 from voicecore.call import controller as C
-from voicecore.call.record import INPUT_KINDS, CallRecorder
+from voicecore.call.record import INPUT_KINDS, CallRecorder, playout_from, playout_list
 from voicecore.call.spine import SpineDriver
 from voicecore.demo import DEMO_CLIPS
 from voicecore.sim.audio_clips import load_clip
@@ -152,7 +152,7 @@ def test_without_caller_audio_the_record_keeps_only_timing(tmp_path):
     rec, _, _ = spine_call(seconds=13, keep_audio=False)
     header, entries = record.loads(rec.dumps())
     audio = [e for e in entries if e["k"] == "audio"]
-    assert audio and all("ulaw" not in e for e in audio) and all(len(e["p"]) == 6 for e in audio)
+    assert audio and all("ulaw" not in e for e in audio) and all(len(e["p"]) == 7 for e in audio)
     result = replay.replay(header, entries)
     assert result.identical and replay.caller_track(result, 0) == b""
 
@@ -257,3 +257,18 @@ def test_a_part_file_cut_short_replays_what_it_has_and_says_incomplete(tmp_path,
     tampered["a"]["type"] = "Nothing"
     bad.write_text("".join(lines[:i]) + json.dumps(tampered) + "\n" + "".join(lines[i + 1:cut + 1]))
     assert replay.main([str(bad), "--json"]) == 1
+
+
+def test_a_record_whose_snapshots_have_six_values_replays_as_one_with_no_clear_time():
+    """Records written before cleared_at_ns have six values per snapshot: read with 0 for it, they replay
+    as written (this call's fake carrier never clears, so its seventh value is 0 throughout)."""
+    rec, _, _ = spine_call()
+    header, entries = record.loads(rec.dumps())
+    assert all(len(e["p"]) == 7 and e["p"][6] == 0 for e in entries if "p" in e)
+    for entry in entries:
+        if "p" in entry:
+            entry["p"] = entry["p"][:6]
+    assert playout_from(next(e["p"] for e in entries if "p" in e)).cleared_at_ns == 0
+    result = replay.replay(header, entries)
+    assert result.identical, result.divergence
+    assert playout_list(playout_from([1, 2, 3, 4, 5, 6, 7])) == [1, 2, 3, 4, 5, 6, 7]

@@ -100,6 +100,9 @@ class Playout:
     sent_tag: int
     sent_frames: int
     carrier_empty_at_ns: int
+    # CLOCK_MONOTONIC when the pacer queued the call's newest clear (a barge-in's, a hold's); 0: none yet. Records
+    # written before it have six values and replay with 0.
+    cleared_at_ns: int = 0
 
 
 # --- actions beyond the core's (the shell applies these too) ------------------------------------------

@@ -106,7 +106,9 @@ def played_ms(tag: int, playout: Playout, now_ns: int, written_frames: int | Non
     """Audio of ``tag`` the carrier has played by ``now_ns``, in ms, never more than was sent.
 
     Primary source: the newest mark echoed because its audio played, plus the time since that echo
-    (the carrier plays continuously). Before the first echo of this tag: the pacer's model of the
+    (the carrier plays continuously), up to a clear the pacer queued after that echo with nothing released
+    since (a hold's clear cut what the carrier still held: the time after it was silence, and the echoes
+    that came with the clear say nothing of what played). Before the first echo of this tag: the pacer's model of the
     carrier's buffer (what was sent minus what is still queued). ``written_frames``: the frames of the
     tag in the ring; when a newer tag is already on the wire, everything of this one that the pacer
     released went out before it (INV-ONE-VOICE), so that bounds what was sent.
@@ -118,7 +120,11 @@ def played_ms(tag: int, playout: Playout, now_ns: int, written_frames: int | Non
     else:
         sent_ms = 0
     if playout.played_tag == tag and playout.played_frames > 0:
-        estimate = playout.played_frames * timing.FRAME_MS + (now_ns - playout.played_at_ns) // 1_000_000
+        until_ns = now_ns
+        cleared_ns = playout.cleared_at_ns
+        if playout.played_at_ns < cleared_ns < now_ns and playout.carrier_empty_at_ns <= cleared_ns:
+            until_ns = cleared_ns
+        estimate = playout.played_frames * timing.FRAME_MS + (until_ns - playout.played_at_ns) // 1_000_000
     elif sent_ms:
         queued_ms = max(0, playout.carrier_empty_at_ns - now_ns) // 1_000_000
         estimate = sent_ms - queued_ms

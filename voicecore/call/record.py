@@ -29,7 +29,8 @@ A header without ``control`` (records written before spine calls were recorded) 
 Then one line per entry, in the order they happened: ``{"t": now_ns, "k": kind, ...}``
 
 Inputs (fed to the driver; ``p`` is a playout snapshot: [played_tag, played_frames, played_at_ns,
-sent_tag, sent_frames, carrier_empty_at_ns] as read from the control block at that moment):
+sent_tag, sent_frames, carrier_empty_at_ns, cleared_at_ns] as read from the control block at that moment;
+records from before cleared_at_ns have the first six and replay with 0 for it):
 
 - ``start``  ``{}``                                     -> ``start(t)``
 - ``model``  ``{"text": raw server event, "p": [...]}``  -> ``on_model_event(text, t, playout)``
@@ -88,7 +89,7 @@ INPUT_KINDS = frozenset({"start", "resume", "model", "audio", "dtmf", "tick", "s
 
 def playout_list(playout: Playout) -> list[int]:
     return [playout.played_tag, playout.played_frames, playout.played_at_ns, playout.sent_tag,
-            playout.sent_frames, playout.carrier_empty_at_ns]
+            playout.sent_frames, playout.carrier_empty_at_ns, playout.cleared_at_ns]
 
 
 def playout_from(values: list[int]) -> Playout:

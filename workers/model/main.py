@@ -435,6 +435,7 @@ class CallSession:
             sent_tag=int(ctrl[C.SENT_TAG]),
             sent_frames=int(ctrl[C.SENT_FRAMES]),
             carrier_empty_at_ns=int(ctrl[C.CARRIER_EMPTY_AT_NS]),
+            cleared_at_ns=int(ctrl[C.CLEAR_QUEUED_NS]),
         )
 
     async def run(self) -> None:
