@@ -28,7 +28,7 @@ def raise_priority(*, fifo_priority: int | None, nice: int, warn: bool = True, f
     """SCHED_FIFO at ``fifo_priority`` (None: do not ask), else ``nice`` (negative: higher); returns what
     was granted ("SCHED_FIFO", "nice -10" or "normal"). Without CAP_SYS_NICE the process stays as it is
     (logged as a warning unless ``warn`` is false). ``fifo_not_inherited``: threads and processes started
-    afterwards run at normal priority (SCHED_RESET_ON_FORK), not SCHED_FIFO."""
+    afterwards run at normal priority, not SCHED_FIFO (SCHED_RESET_ON_FORK: SCHED_OTHER at nice 0)."""
     if fifo_priority is not None:
         policy = os.SCHED_FIFO | (os.SCHED_RESET_ON_FORK if fifo_not_inherited else 0)
         try:
@@ -51,7 +51,8 @@ def raise_priority(*, fifo_priority: int | None, nice: int, warn: bool = True, f
 def priority_raised(*, fifo_priority: int | None, nice: int) -> Iterator[str]:
     """``raise_priority`` for the calling thread during the block, then the scheduling policy and nice value it
     had: what runs after (a report's computation, seconds of CPU) must not hold a core ahead of everything else.
-    Threads and processes started meanwhile (a worker thread, a speech synthesizer) do not get SCHED_FIFO.
+    Threads and processes started meanwhile (a worker thread, a speech synthesizer) do not get SCHED_FIFO: they
+    run at SCHED_OTHER, nice 0 (the kernel's reset, whatever nice value the calling thread had).
     Yields what was granted; never warns."""
     policy, param, niceness = os.sched_getscheduler(0), os.sched_getparam(0), os.nice(0)
     granted = raise_priority(fifo_priority=fifo_priority, nice=nice, warn=False, fifo_not_inherited=True)

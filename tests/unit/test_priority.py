@@ -30,7 +30,9 @@ def test_the_block_runs_ahead_its_threads_do_not_and_the_thread_gets_its_priorit
     assert (_policy(), os.sched_getparam(0).sched_priority, os.nice(0)) == before
     if granted == "SCHED_FIFO":
         assert inside[:2] == (os.SCHED_FIFO, SIMULATOR_RT_PRIORITY)
-        assert started_inside == (os.SCHED_OTHER, before[2])  # a worker thread, a synthesizer: not ahead of the stack
+        # a worker thread, a synthesizer: not ahead of the stack (SCHED_RESET_ON_FORK: SCHED_OTHER at nice 0,
+        # whatever nice value the thread had; a test worker of the fast tiers runs at nice 10 beside the lanes)
+        assert started_inside == (os.SCHED_OTHER, 0)
     elif granted.startswith("nice"):
         assert inside[2] == -10 and inside[:2] == before[:2]
     else:
