@@ -402,12 +402,7 @@ def _agent_audio_at(core, speech_ms: float, clear_ms: float) -> bool:
 def _cut_in_harness_stall(core, response, tag_of: dict[str, int], stalls: Sequence[tuple[float, float]]) -> bool:
     """Whether the clear that ended ``response``'s playout (the first one at or after its last played frame
     began) reached the carrier simulator in one of its own stalls."""
-    tag = tag_of.get(response.response_id)
-    if tag is not None:
-        plays = [frame.played_at_ms for frame in core.played if frame.tag == tag]
-    else:
-        owners = frame_owners([_Single(response)])
-        plays = [frame.played_at_ms for frame in core.played if owner_of(owners, frame.payload) is not None]
+    plays = [frame.played_at_ms for frame in _played_frames(core, response, tag_of)]
     if not plays:
         return False
     last_play = max(plays)
@@ -422,8 +417,16 @@ def _heard_ms(core, response, tag_of: dict[str, int]) -> float:
     tag = tag_of.get(response.response_id)
     if tag is not None:
         return core.played_ms_of_tag(tag)
+    return sum(frame.played_ms for frame in _played_frames(core, response, tag_of))
+
+
+def _played_frames(core, response, tag_of: dict[str, int]) -> list:
+    """The frames of ``response`` the carrier played: by its tag (voicecore marks its frames), else by content."""
+    tag = tag_of.get(response.response_id)
+    if tag is not None:
+        return [frame for frame in core.played if frame.tag == tag]
     owners = frame_owners([_Single(response)])
-    return sum(frame.played_ms for frame in core.played if owner_of(owners, frame.payload) is not None)
+    return [frame for frame in core.played if owner_of(owners, frame.payload) is not None]
 
 
 @dataclasses.dataclass(slots=True)
@@ -635,14 +638,14 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
                            f"(tolerance {TRUNCATE_TOLERANCE_MS} ms)")
     if underruns_available:
         where = "; ".join(f"call {sid} at {tick:.0f} ms, response {rid}" for sid, tick, rid in available_gaps[:MAX_GAPS_NAMED])
-        pacer_side = ""
-        if "pacer_underruns" in report:
-            pacer_side = (f"; the pacer's own dry spells: {report['pacer_underruns']}"
-                          + (" (the audio left the pacer in time)" if not report["pacer_underruns"] else ""))
-        drain_max = report.get("gateway_doorbell_to_drain_ms", {}).get("max")
-        if drain_max is not None:
-            pacer_side += f"; the gateway wrote it out at most {drain_max:.1f} ms after the pacer's doorbell"
-        problems.insert(0, f"{underruns_available} underrun(s) while the model's audio was available ({where}){pacer_side}")
+        which_side = ""  # with the stack's metrics: was the audio late before the pacer, or after it
+        if stack_metrics:
+            dry = report["pacer_underruns"]
+            which_side = f"; the pacer's own dry spells: {dry}" + ("" if dry else " (the audio left the pacer in time)")
+            drain_max = report["gateway_doorbell_to_drain_ms"].get("max")
+            if drain_max is not None:
+                which_side += f"; the gateway wrote it out at most {drain_max:.1f} ms after the pacer's doorbell"
+        problems.insert(0, f"{underruns_available} underrun(s) while the model's audio was available ({where}){which_side}")
     if turn_taking.resumed_after_words:
         problems.insert(0, f"{turn_taking.resumed_after_words} real turn(s) heard the answer they interrupted "
                            "resume after their words were sent")
