@@ -67,6 +67,58 @@ def test_messages_travel_and_garbage_is_counted_not_raised(tmp_path):
         server.close()
 
 
+def test_send_all_carries_many_messages_in_few_sends_in_order(tmp_path):
+    server, client = Bus(tmp_path), Bus(tmp_path)
+    inbox = server.bind(zmq.PULL, "inbox.sock")
+    outbox = client.connect(zmq.PUSH, "inbox.sock")
+    try:
+        deltas = [messages.TranscriptDelta(1, 2, 3, f" word{i}", i) for i in range(40)]
+        done = messages.TranscriptDone(1, 2, 3, "x" * 63_000, 40)  # with the deltas, more than one message holds
+        sent = [*deltas, done, messages.CancelTag(1, 2, 3, 4)]
+        assert client.send_all(outbox, [messages.encode(x) for x in sent]) == len(sent)
+        assert client.send_all(outbox, [messages.encode(deltas[0])]) == 1  # alone: sent as itself
+        received, raw_messages = [], []
+
+        def all_arrived() -> bool:
+            while inbox.poll(50):
+                raw = inbox.recv()
+                raw_messages.append(raw)
+                received.extend(messages.decode_all(raw))
+            return len(received) >= len(sent) + 1
+
+        wait_until(all_arrived, 5, "the batches to arrive")
+        assert received == [*sent, deltas[0]]
+        assert len(raw_messages) == 3  # two batches (a message's size apart) and the lone message
+        assert messages.decode(raw_messages[-1]) == deltas[0]
+        assert server.rejected == 0 and client.dropped_sends == 0
+    finally:
+        client.close()
+        server.close()
+
+
+def test_receive_nowait_reads_a_batch_and_counts_its_bad_message(tmp_path):
+    server, client = Bus(tmp_path), Bus(tmp_path)
+    inbox = server.bind(zmq.PULL, "inbox.sock")
+    outbox = client.connect(zmq.PUSH, "inbox.sock")
+    try:
+        good = messages.CancelTag(1, 2, 3, 4)
+        not_a_map = b"\x07"  # msgpack's 7: read, and rejected on its own
+        outbox.send(messages.encode_batch([messages.encode(good), not_a_map, messages.encode(good)]))
+        received = []
+
+        def arrived() -> bool:
+            if inbox.poll(50):
+                received.extend(server.receive_nowait(inbox))
+            return bool(received)
+
+        wait_until(arrived, 5, "the batch to arrive")
+        assert received == [good, good]
+        assert server.rejected == 1
+    finally:
+        client.close()
+        server.close()
+
+
 def test_doorbell_rings_and_tolerates_a_missing_gateway(tmp_path):
     sender = DoorbellSender(tmp_path)
     sender.ring()  # nobody bound yet: counted, not raised

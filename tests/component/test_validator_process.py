@@ -35,15 +35,21 @@ def receive(bus: Bus, sock: zmq.Socket, want, timeout_s: float = 5.0) -> list:
     return got
 
 
-def answer(bus: Bus, sock: zmq.Socket, tag: int, text: str, policy: str = "numbers") -> None:
-    bus.send(sock, m.GateOpen(2, 1, tag, policy, "", "en", ""))
+def answer_messages(tag: int, text: str, policy: str = "numbers") -> list:
+    out: list = [m.GateOpen(2, 1, tag, policy, "", "en", "")]
     parts = text.split(" ")
     so_far = 0
     for i, part in enumerate(parts):
         delta = part if i == 0 else " " + part
         so_far += len(delta)
-        bus.send(sock, m.TranscriptDelta(2, 1, tag, delta, 3 * so_far))
-    bus.send(sock, m.TranscriptDone(2, 1, tag, "", 3 * so_far))
+        out.append(m.TranscriptDelta(2, 1, tag, delta, 3 * so_far))
+    out.append(m.TranscriptDone(2, 1, tag, "", 3 * so_far))
+    return out
+
+
+def answer(bus: Bus, sock: zmq.Socket, tag: int, text: str, policy: str = "numbers") -> None:
+    for message in answer_messages(tag, text, policy):
+        bus.send(sock, message)
 
 
 def verdicts_for(got: list, tag: int) -> list[m.Verdict]:
@@ -90,6 +96,13 @@ def test_validator_process_end_to_end(tmp_path):
         honest = verdicts_for(got, 2)
         assert not any(v.rejected for v in honest) and honest[-1].approved_frames == APPROVE_ALL_FRAMES
         assert json.loads(honest[-1].citations)[0]["file"] == "kb/pricing.md"
+
+        # as the model worker sends them: a turn of its loop's gate messages in one batch, here two answers'
+        assert bus.send_all(inbox, [m.encode(x) for x in answer_messages(4, "Basic costs 777 kr per month.")
+                                    + answer_messages(5, "Basic costs 99 kr per month.")]) > 0
+        got = receive(bus, model, lambda got: finished(4)(got) and finished(5)(got))
+        assert verdicts_for(got, 4)[-1].rejected and not any(v.rejected for v in verdicts_for(got, 5))
+        assert verdicts_for(got, 5)[-1].approved_frames == APPROVE_ALL_FRAMES
 
         # the knowledge base is reloaded when a file changes (polled every second)
         (kb / "gold.md").write_text("# Gold\n\nGold costs 777 kr per month.\n")

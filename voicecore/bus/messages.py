@@ -257,11 +257,49 @@ _NAMES = {cls: name for name, cls in _TYPES.items()}
 _FIELDS = {cls: typing.get_type_hints(cls) for cls in _TYPES.values()}
 
 
+_FIELD_NAMES = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in _TYPES.values()}
+BATCH = "batch"  # the envelope of several messages sent as one (``encode_batch``); not a message of its own
+# An envelope's own bytes besides its messages': the map's header, "v": 1, "t": "batch", "m" and the array's
+# header (at most 5 bytes): a batch of messages whose encodings sum to at most MAX_BATCHED_BYTES fits a message.
+_BATCH_HEAD = msgpack.packb({"v": SCHEMA_VERSION, "t": BATCH, "m": None})[:-1]  # without the nil of "m"
+MAX_BATCHED_BYTES = MAX_MESSAGE_BYTES - len(_BATCH_HEAD) - 5
+
+
 def encode(message: Message) -> bytes:
-    body = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
+    body = {name: getattr(message, name) for name in _FIELD_NAMES[type(message)]}
     body["v"] = SCHEMA_VERSION
     body["t"] = _NAMES[type(message)]
     return msgpack.packb(body, use_bin_type=True)
+
+
+def encode_batch(encoded: list[bytes]) -> bytes:
+    """Several encoded messages (``encode``) as one bus message, in order: a map of the schema version, type
+    "batch" and the array of their maps. A msgpack array is its header and its items' bytes, so nothing is
+    encoded twice. Their encodings must sum to at most MAX_BATCHED_BYTES (``batches``)."""
+    count = len(encoded)
+    if count < 16:
+        header = bytes((0x90 | count,))
+    elif count < 1 << 16:
+        header = b"\xdc" + count.to_bytes(2, "big")
+    else:
+        header = b"\xdd" + count.to_bytes(4, "big")
+    return b"".join((_BATCH_HEAD, header, *encoded))
+
+
+def batches(encoded: list[bytes]) -> list[list[bytes]]:
+    """``encoded`` cut, in order, into runs that each fit one batch (MAX_BATCHED_BYTES)."""
+    runs: list[list[bytes]] = []
+    run: list[bytes] = []
+    size = 0
+    for item in encoded:
+        if run and size + len(item) > MAX_BATCHED_BYTES:
+            runs.append(run)
+            run, size = [], 0
+        run.append(item)
+        size += len(item)
+    if run:
+        runs.append(run)
+    return runs
 
 
 def _field_ok(value: object, hint: object) -> bool:
@@ -281,6 +319,30 @@ def _field_ok(value: object, hint: object) -> bool:
 
 
 def decode(raw: bytes) -> Message | Rejected:
+    """One bus message; a batch (``encode_batch``) is not one: ``decode_all`` reads both."""
+    body = _unpack(raw)
+    if isinstance(body, Rejected):
+        return body
+    if body.get("t") == BATCH:
+        return Rejected("a batch where one message was expected")
+    return _from_body(body)
+
+
+def decode_all(raw: bytes) -> list[Message | Rejected]:
+    """The messages of one bus message, in order: a batch's every message (each validated on its own: one
+    bad message of a batch is one ``Rejected``, the others are read), else the one message."""
+    body = _unpack(raw)
+    if isinstance(body, Rejected):
+        return [body]
+    if body.get("t") != BATCH:
+        return [_from_body(body)]
+    items = body.get("m")
+    if set(body) != {"v", "t", "m"} or type(items) is not list:
+        return [Rejected("batch: malformed")]
+    return [_from_body(item) if type(item) is dict else Rejected("batch: an item is not a map") for item in items]
+
+
+def _unpack(raw: bytes) -> dict | Rejected:
     if len(raw) > MAX_MESSAGE_BYTES:
         return Rejected(f"oversized message: {len(raw)} bytes")
     try:
@@ -289,6 +351,12 @@ def decode(raw: bytes) -> Message | Rejected:
         return Rejected(f"undecodable msgpack: {type(exc).__name__}")
     if type(body) is not dict:
         return Rejected("message is not a map")
+    if body.get("v") != SCHEMA_VERSION:
+        return Rejected(f"unsupported schema version {body.get('v')!r}")
+    return body
+
+
+def _from_body(body: dict) -> Message | Rejected:
     if body.get("v") != SCHEMA_VERSION:
         return Rejected(f"unsupported schema version {body.get('v')!r}")
     cls = _TYPES.get(body.get("t"))  # type: ignore[arg-type]

@@ -130,19 +130,33 @@ class Bus:
             self.dropped_sends += 1
             return False
 
+    def send_all(self, sock: zmq.Socket, encoded: list[bytes]) -> int:
+        """Encoded messages (``messages.encode``), in order, in as few bus messages as fit (batches: one
+        send instead of one per message, for the receiver one wake-up); a lone message goes as itself. How
+        many were sent; the others were dropped and counted, as by ``send``."""
+        sent = 0
+        for run in messages.batches(encoded):
+            try:
+                sock.send(run[0] if len(run) == 1 else messages.encode_batch(run), zmq.NOBLOCK)
+                sent += len(run)
+            except zmq.Again:
+                self.dropped_sends += len(run)
+        return sent
+
     def receive_nowait(self, sock: zmq.Socket, limit: int = 1000) -> list[messages.Message]:
-        """Everything waiting on ``sock`` (up to ``limit``), decoded; bad messages are counted and dropped."""
+        """Everything waiting on ``sock`` (up to ``limit`` bus messages; a batch's messages each), decoded;
+        bad messages are counted and dropped."""
         received: list[messages.Message] = []
         for _ in range(limit):
             try:
                 raw = sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            decoded = messages.decode(raw)
-            if isinstance(decoded, messages.Rejected):
-                self.rejected += 1
-                continue
-            received.append(decoded)
+            for decoded in messages.decode_all(raw):
+                if isinstance(decoded, messages.Rejected):
+                    self.rejected += 1
+                    continue
+                received.append(decoded)
         return received
 
     def close(self) -> None:

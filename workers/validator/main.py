@@ -6,6 +6,8 @@ second and reloaded when they change) and reporting. Topology (voicecore/bus/tra
                          GateOpen.facts, handed to the core as is), transcript.delta, transcript.done
   PUSH model.sock     -> model worker: verdict (the model worker binds it and applies each verdict
                          with rings.tag_approve / rings.tag_cancel)
+Both ways several messages may come as one batch (voicecore/bus/messages.py ``encode_batch``): the model
+worker's gate messages of one turn of its event loop, the verdicts of one drain of the inbox here.
   PUSH gateway.sock   -> heartbeat every 150 ms and stats, as process "validator"
   SUB  events.sock    <- call.ended: forget that call's gates
 It may be slow (the gate waits for it, docs/explanation/architecture.md#section-2) but never crashes on bad
@@ -47,6 +49,7 @@ log = logging.getLogger("voicecore.validator")
 
 PROCESS = "validator"
 STATS_EVERY_NS = 1_000_000_000
+VERDICTS_HELD_MAX_NS = 2_000_000  # a verdict waits for the rest of its drain's at most this long (on_inbox)
 
 
 def log_privacy(config: Config) -> RecordPrivacy:
@@ -86,6 +89,10 @@ class Validator:
         self.handle_ns_max = 0
 
     def on_inbox(self) -> None:
+        """Judge what waits; the verdicts go back together (``messages.encode_batch``), or as soon as the oldest
+        of them has waited VERDICTS_HELD_MAX_NS: a long drain must not hold back the first answers' audio."""
+        outbox: list[bytes] = []
+        first_held_ns = 0
         for message in self.bus.receive_nowait(self.inbox):
             started = time.monotonic_ns()
             try:
@@ -95,13 +102,20 @@ class Validator:
                 log.exception("validator core failed on a %s message; dropped", type(message).__name__)
                 continue
             for verdict in verdicts:
-                if self.bus.send(self.model, verdict):
-                    self.verdicts_sent += 1
+                if not outbox:
+                    first_held_ns = started
+                outbox.append(messages.encode(verdict))
                 if verdict.rejected:
                     # the reason's claim holds the answer's numbers: the message text gets its category only
                     log.info("slot %d tag %d rejected: %s", verdict.slot, verdict.tag, reason_category(verdict.reason),
                              extra={"reason": self.log_privacy.log_text(verdict.reason)})
-            self.handle_ns_max = max(self.handle_ns_max, time.monotonic_ns() - started)
+            done = time.monotonic_ns()
+            self.handle_ns_max = max(self.handle_ns_max, done - started)
+            if outbox and done - first_held_ns >= VERDICTS_HELD_MAX_NS:
+                self.verdicts_sent += self.bus.send_all(self.model, outbox)
+                outbox = []
+        if outbox:
+            self.verdicts_sent += self.bus.send_all(self.model, outbox)
 
     def on_events(self) -> None:
         for message in self.bus.receive_nowait(self.events):
