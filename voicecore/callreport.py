@@ -36,10 +36,12 @@ response it cut is not known: that truncate's error is counted in `truncate_erro
 (bench/capacity.py: load-bound), so a capacity search never passes a level on them.
 
 A yield is not a gap: when the caller starts speaking while a spurt plays (a speech start from the
-model's VAD at most YIELD_WINDOW_MS before the spurt's last frame played, or after it), the silence that
-follows is the agent giving the floor (a barge-in's clear, the turn-taking controller's hold on a VAD edge
-while it waits for words), not audio that failed to arrive: its ticks are not gaps and the frame that
-resumes the spurt after it (a false alarm) is not late. The same rule for every sender.
+model's VAD at most YIELD_WINDOW_MS before the spurt's last frame played, or after it), or is still speaking
+when its last frame plays (a hold that came late, as on a busy machine: the agent talked over the caller longer,
+which `talkover_ms` counts), the silence that follows is the agent giving the floor (a barge-in's clear, the
+turn-taking controller's hold on a VAD edge while it waits for words), not audio that failed to arrive: its
+ticks are not gaps and the frame that resumes the spurt after it (a false alarm) is not late. The same rule
+for every sender.
 
 Stale frames: a frame of a response that reached the carrier after a clear, when frames of that response
 had already arrived before that clear (content), or a frame the sender's marks say belongs to a tag that
@@ -66,6 +68,7 @@ from voicecore.supervise import Stack
 # call through the carrier's REST API (the simulated carrier then ends the stream: voicecore/sim/carrier_rest.py).
 ENDED_NORMALLY = ("carrier", "rest_hangup", "rest_transfer")
 MAX_GAPS_NAMED = 5  # underruns with the audio there named in the problems line (call, when, which response)
+MAX_CALLS_COUNTED = 5  # calls whose underruns with the audio there are counted apart (the most first)
 TRUNCATE_TOLERANCE_MS = 20  # the issue's bar: the truncate point within one frame of what was played
 # A gap (or a late frame) is the model's when the model sent the audio due less than this before the gap:
 # a sender may take a few ticks to get a frame onto a dry carrier (a short prefill: pipecat waits for a whole
@@ -141,6 +144,16 @@ def summary_with_p95(values: Sequence[float]) -> dict[str, float]:
 RESUME_CUT_SLACK_MS = 100.0
 
 
+def underruns_by_call(gaps: Sequence[tuple[str, float, str]]) -> list[tuple[str, tuple[int, float, float]]]:
+    """Per call of (call sid, tick ms, response id) gaps: (sid, (how many, first tick, last tick)), most first:
+    a run's count says whether one call went silent for long or many calls for a frame or two."""
+    calls: dict[str, list[float]] = {}
+    for sid, tick, _rid in gaps:
+        calls.setdefault(sid, []).append(tick)
+    return sorted(((sid, (len(ticks), min(ticks), max(ticks))) for sid, ticks in calls.items()),
+                  key=lambda item: -item[1][0])
+
+
 def playout_figures(core, records: Sequence, grace_ms: float = STARVED_GRACE_MS) -> PlayoutFigures:
     """Lateness, gaps and stale frames of one call from the carrier's playout log (module docstring)."""
     figures = PlayoutFigures()
@@ -178,12 +191,19 @@ def playout_figures(core, records: Sequence, grace_ms: float = STARVED_GRACE_MS)
         return sent is None or sent > at_ms - grace_ms
 
     frame_ms = float(timing.FRAME_MS)
-    speech_starts = sorted(start for record in records for start in getattr(record, "speech_started_ms", ()))
+    speech = sorted((utterance.started_at_ms, utterance.stopped_at_ms)
+                    for record in records for utterance in getattr(record, "speech", ()))
+    speech_starts = [start for start, _stop in speech]
 
     def yielded(last_play_ms: float, tick_ms: float) -> bool:
-        """The caller started speaking while the spurt played (or since): the silence is a yield."""
+        """The caller started speaking while the spurt played (or since), or was still speaking when its last
+        frame played (the agent gave the floor late: talkover_ms says how late): the silence is a yield."""
         i = bisect.bisect_right(speech_starts, tick_ms)
-        return i > 0 and speech_starts[i - 1] >= last_play_ms - YIELD_WINDOW_MS
+        if i == 0:
+            return False
+        start, stop = speech[i - 1]
+        since = last_play_ms - YIELD_WINDOW_MS
+        return start >= since or stop is None or stop >= since
 
     clears = core.metrics.clear_at_ms
     stop_ms = core.stopped_at_ms if getattr(core, "stopped_at_ms", None) is not None else float("inf")
@@ -292,6 +312,7 @@ def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float,
     the responses that count (trim_record); ``playout``: the call's playout figures over all its records."""
     core = result.core
     figures = {"bargein_to_clear_ms": [], "truncate_error_ms": [], "truncate_error_ms_harness_stalled": [],
+               "truncate_cases": [],  # (error ms, response id, ms the truncate said, ms the carrier played)
                "model_to_carrier_ms": [], "problems": [],
                "clears_not_bargein": 0, "clears_superseded": 0, "talkover_ms": [], "overlapping_responses": 0,
                "late_deltas_sent": 0, "turns": [], "clears_idle": 0}
@@ -349,11 +370,14 @@ def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float,
     figures["talkover_ms"] = talkover_ms(core, speech_starts)
     stalls = core.metrics.harness_stalls
 
-    def add_truncate_error(error_ms: float, response) -> None:
+    def add_truncate_error(said_ms: float, heard_ms: float, response) -> None:
         # A clear read in the simulator's own stall is stamped when it woke, and the playout it caught up on
         # meanwhile counts as heard: what was heard before the cut is not known there (module docstring).
         cut_in_stall = stalls and _cut_in_harness_stall(core, response, tag_of, stalls)
+        error_ms = abs(said_ms - heard_ms)
         figures["truncate_error_ms_harness_stalled" if cut_in_stall else "truncate_error_ms"].append(error_ms)
+        if not cut_in_stall:
+            figures["truncate_cases"].append((error_ms, response.response_id, said_ms, heard_ms))
 
     for record in records:
         for truncate in record.truncates:
@@ -362,7 +386,7 @@ def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float,
             except KeyError:
                 figures["problems"].append(f"call {result.call_sid}: truncate of an unknown item")
                 continue
-            add_truncate_error(abs(truncate.audio_end_ms - _heard_ms(core, response, tag_of)), response)
+            add_truncate_error(truncate.audio_end_ms, _heard_ms(core, response, tag_of), response)
         for item_id in record.deleted_item_ids:
             try:
                 response = record.response_for_item(item_id)
@@ -373,7 +397,7 @@ def _call_figures(result: CallResult, records: Sequence, window_ms: tuple[float,
                 # Heard whole, then deleted: a flow's context strategy forgetting history (a barge-in deletes
                 # only what nobody heard), not a cut whose position could be wrong.
                 continue
-            add_truncate_error(heard, response)
+            add_truncate_error(0, heard, response)  # deleted: the model keeps none of it
     return figures
 
 
@@ -497,6 +521,7 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
     bargein: list[float] = []
     truncate: list[float] = []
     truncate_stalled: list[float] = []
+    worst_truncate: tuple | None = None  # (error ms, response id, said ms, heard ms, call sid) of the largest
     model_to_carrier: list[float] = []
     turn: list[float] = []
     turn_model: list[float] = []
@@ -554,6 +579,9 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
         overlapping_responses += figures["overlapping_responses"]
         late_deltas_sent += figures["late_deltas_sent"]
         truncate.extend(figures["truncate_error_ms"])
+        for case in figures["truncate_cases"]:
+            if worst_truncate is None or case[0] > worst_truncate[0]:
+                worst_truncate = (*case, result.call_sid)
         truncate_stalled.extend(figures["truncate_error_ms_harness_stalled"])
         model_to_carrier.extend(figures["model_to_carrier_ms"])
         for _end, total, model in figures["turns"]:
@@ -634,10 +662,19 @@ def summarize(results: Sequence[CallResult], sim, *, seconds: float, cpu_seconds
     if not calls:
         problems.insert(0, "no calls were placed")
     if truncate and max(truncate) > TRUNCATE_TOLERANCE_MS:
+        which = ""
+        if worst_truncate is not None:
+            _error, rid, said, heard, sid = worst_truncate
+            which = f"; call {sid}, response {rid}: the truncate said {said:.0f} ms, the carrier played {heard:.0f} ms of it"
         problems.insert(0, f"a truncate point was {max(truncate):.1f} ms from what the caller heard "
-                           f"(tolerance {TRUNCATE_TOLERANCE_MS} ms)")
+                           f"(tolerance {TRUNCATE_TOLERANCE_MS} ms{which})")
+    by_call = underruns_by_call(available_gaps)
+    report["underruns_audio_available_by_call"] = {sid: count for sid, (count, _first, _last) in by_call[:MAX_CALLS_COUNTED]}
     if underruns_available:
         where = "; ".join(f"call {sid} at {tick:.0f} ms, response {rid}" for sid, tick, rid in available_gaps[:MAX_GAPS_NAMED])
+        if len(by_call) > 1 or by_call[0][1][0] > MAX_GAPS_NAMED:
+            where += "; by call: " + ", ".join(f"{sid} {count} ({first:.0f}-{last:.0f} ms)"
+                                               for sid, (count, first, last) in by_call[:MAX_CALLS_COUNTED])
         which_side = ""  # with the stack's metrics: was the audio late before the pacer, or after it
         if stack_metrics:
             dry = report["pacer_underruns"]

@@ -18,6 +18,7 @@ from voicecore.callreport import (
     summarize,
     talkover_ms,
     turn_latencies,
+    underruns_by_call,
 )
 from bench.capacity import Slo, slo_violations
 from voicecore.sim.carrier import CallResult, CallRunner
@@ -235,6 +236,31 @@ def test_a_late_frame_is_one_gap_and_the_spurt_re_anchors():
                                           "the gateway wrote it out at most 84.5 ms after the pacer's doorbell")
 
 
+def test_underruns_are_counted_per_call_most_first_with_their_span():
+    gaps = [("CA1", 80.0, "a"), ("CA2", 100.0, "b"), ("CA2", 120.0, "b"), ("CA2", 5000.0, "c"), ("CA3", 60.0, "d")]
+    assert underruns_by_call(gaps) == [("CA2", (3, 100.0, 5000.0)), ("CA1", (1, 80.0, 80.0)), ("CA3", (1, 60.0, 60.0))]
+    assert underruns_by_call([]) == []
+
+
+def test_the_underruns_line_counts_them_per_call_when_the_named_ones_do_not_say_it_all():
+    # one gap: the line names it, no count
+    core = _core()
+    answer = _answer("a", 10, 1)
+    _deliver(core, answer, LATE_ARRIVALS)
+    core.tick_play(1000)
+    report = _report(core, _record([], [answer]), expect_bargeins=False)
+    assert report["underruns_audio_available_by_call"] == {"CA1": 1}
+    assert "by call" not in report["problems"][0]
+    # a hole of 200 ms: more gaps than the line names, so it says how many the call had and over what span
+    core = _core()
+    answer = _answer("a", 10, 1)
+    _deliver(core, answer, [0, 0, 0, 0, 275, 295, 315, 335, 355, 375])
+    core.tick_play(1000)
+    report = _report(core, _record([], [answer]), expect_bargeins=False)
+    assert report["underruns_audio_available"] == 10 and report["underruns_audio_available_by_call"] == {"CA1": 10}
+    assert report["problems"][0].endswith("; by call: CA1 10 (80-260 ms))")
+
+
 def test_marks_change_nothing():
     plain, marked = _core(), _core()
     answer = _answer("a", 10, 1)
@@ -292,7 +318,9 @@ def test_a_truncate_whose_clear_the_carrier_simulator_read_in_its_own_stall_is_c
     assert report["problems"] == [] and report["ok"]
     steady = cut_call(stalled=False)
     assert steady["truncate_error_ms"]["max"] == 60 and steady["truncate_error_ms_harness_stalled"]["count"] == 0
-    assert steady["problems"] == ["a truncate point was 60.0 ms from what the caller heard (tolerance 20 ms)"]
+    # the line names the call and the response, and both sides of the error
+    assert steady["problems"] == ["a truncate point was 60.0 ms from what the caller heard (tolerance 20 ms; call CA1, "
+                                  "response a: the truncate said 60 ms, the carrier played 120 ms of it)"]
     assert not steady["ok"]
 
 
@@ -331,9 +359,16 @@ def test_silence_after_the_caller_took_the_floor_is_a_yield_not_a_gap():
     # the same silence with no caller speech before it is what the caller hears as a gap
     unexplained = playout_figures(core, [_record([], [answer])])
     assert len(unexplained.gaps) == 47 and max(late for _at, late, _s, _h in unexplained.frames) > 900
-    # speech that started long before the answer's last frame played does not explain a later silence
-    early = playout_figures(core, [_record([-500], [answer])])
-    assert len(early.gaps) == 47
+    # speech that started and ended long before the answer's last frame played does not explain a later silence
+    early = _record([], [answer])
+    early.speech = [SpeechRecord(item_id="", audio_start_ms=0, started_at_ms=-500, stopped_at_ms=-300)]
+    assert len(playout_figures(core, [early]).gaps) == 47
+    # but a caller who started long before and was still speaking when it played: the agent gave the floor late
+    # (a busy machine's hold), which talkover counts; the silence after is the floor given, not a gap
+    for stopped_at_ms in (400, None):
+        late_hold = _record([], [answer])
+        late_hold.speech = [SpeechRecord(item_id="", audio_start_ms=0, started_at_ms=-500, stopped_at_ms=stopped_at_ms)]
+        assert playout_figures(core, [late_hold]).gaps == []
 
 
 def test_silence_before_a_frame_a_clear_threw_away_is_a_gap():
