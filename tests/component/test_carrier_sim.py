@@ -594,7 +594,9 @@ def test_receive_fast_reads_a_mark_name_as_parse_mark_name_does(name):
     full.receive(encoder.mark(name).decode(), 1.0)
     assert fast.metrics == full.metrics
     assert fast.metrics.marks_unparsed == (parse_mark_name(name) is None)
-    assert fast.frames[0].tag == full.frames[0].tag == (None if parse_mark_name(name) is None else int(name.split(":")[0]))
+    parsed = parse_mark_name(name)
+    # the frame is the mark's tag's when its count covers it ("1:0" says the pacer sent none of tag 1)
+    assert fast.frames[0].tag == full.frames[0].tag == (None if parsed is None or parsed[1] < 1 else parsed[0])
 
 
 def test_caller_frames_after_the_last_clip_are_silence_and_a_later_utterance_is_still_said():
@@ -928,3 +930,19 @@ def test_shared_ticker_waits_out_an_early_timer_and_catches_up_after_a_stall():
     grid_ms, now_ms = calls[-1]
     assert 0 <= now_ms - grid_ms < 20 and (grid_ms - ticker.origin_ms) % 20 == 10
     assert ticker.late_ticks == 1
+
+
+def test_a_fallback_lines_frames_before_a_responses_first_mark_are_not_that_responses():
+    # The pacer's hold line (no marks) while the model was silent, then the response's 4 frames and its mark
+    # "1:4": the mark's count claims the newest 4; the line's 3 stay unattributed, out of tag 1's heard time.
+    call = make_call()
+    for _ in range(3):
+        call.receive(media(), 0)
+    for _ in range(4):
+        call.receive(media(), 60)
+    call.receive(mark("1:4:end"), 60)
+    stats = call.statistics()
+    assert [frame.tag for frame in call.frames] == [None] * 3 + [1] * 4
+    assert stats.frames_without_mark == 3 and stats.mark_count_mismatches == 0 and stats.stale_frames == 0
+    call.tick_play(500)
+    assert call.played_ms_of_tag(1) == 80

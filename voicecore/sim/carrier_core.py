@@ -236,7 +236,13 @@ class PlayoutCore(abc.ABC):
 
     ``ECHOES_MARKS_ON_CLEAR``: a clear echoes every pending mark (Twilio, Telnyx, Exotel) or drops them
     unechoed (Plivo, Vonage; counted in ``metrics.marks_dropped_on_clear``).
+
+    ``MARKS_CLAIM_BY_COUNT``: a mark claims only as many of the frames since the previous mark as its count says
+    the pacer sent of its tag, the older ones (a fallback line's, which the pacer sends without marks) staying
+    unattributed (``_attribute``); where False, only after a gateway's own checkpoint.
     """
+
+    MARKS_CLAIM_BY_COUNT = False
 
     ECHOES_MARKS_ON_CLEAR = True
     # How late the carrier's frames carry the gateway's audio: 0 when the frames are the gateway's own (mu-law,
@@ -521,9 +527,10 @@ class PlayoutCore(abc.ABC):
         frames and a response's first ones, before that response's first mark: the response's frames are its
         own all the same. So a mark that comes after such a checkpoint takes the newest of the waiting frames, as
         many as its count says the pacer sent of its tag since the tag's previous mark; older ones (a fallback
-        line's: no response's audio) stay without a mark. Without a checkpoint between, a mark takes every
-        frame since the previous mark, as before: applied to every mark, the count rule made an Exotel call
-        (which batches audio) show 380 stale frames in its stack test (why was not examined)."""
+        line's: no response's audio) stay without a mark. Twilio's adapter applies that count rule to every mark
+        (MARKS_CLAIM_BY_COUNT); for the others, without a checkpoint between, a mark takes every frame since the
+        previous mark: applied to every mark, the count rule made an Exotel call (which batches audio) show 380
+        stale frames in its stack test (why was not examined)."""
         metrics = self.metrics
         if parsed is None:
             metrics.marks_unparsed += 1
@@ -537,7 +544,7 @@ class PlayoutCore(abc.ABC):
         if state is None:
             state = self._tags[tag] = _TagState(epoch)
         claimed = max(0, frames_through - state.attributed_frames)
-        if past_checkpoint and len(frames) > claimed:
+        if (past_checkpoint or self.MARKS_CLAIM_BY_COUNT) and len(frames) > claimed:
             metrics.frames_without_mark += len(frames) - claimed
             frames = frames[len(frames) - claimed:]
         if state.spurt_ended and frames:
@@ -780,6 +787,11 @@ class PlayoutCore(abc.ABC):
 class CarrierCall(PlayoutCore):
     """One simulated Twilio call (the Twilio adapter). Drive it with opening_messages(), tick_send(),
     receive() / receive_fast(), tick_play()."""
+
+    # Twilio's path carries the pacer's entries one to one (no re-chunking), so a mark's count is exact: the
+    # frames of a fallback line played before a response's first mark (the pacer's hold line while the model was
+    # silent) are no part of that response's heard time (a truncate was measured 984 ms off for that).
+    MARKS_CLAIM_BY_COUNT = True
 
     def __init__(
         self,
