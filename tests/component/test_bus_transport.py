@@ -1,5 +1,6 @@
 """Control-bus sockets: private runtime dir, exclusive binds, messages across real ipc sockets."""
 
+import contextlib
 import os
 import socket
 import time
@@ -45,11 +46,21 @@ def test_second_bind_to_a_live_path_is_refused_and_a_stale_one_is_replaced(tmp_p
     first.close()
 
 
-def test_messages_travel_and_garbage_is_counted_not_raised(tmp_path):
+@contextlib.contextmanager
+def pull_and_push(tmp_path):
+    """A bound PULL inbox and a PUSH connected to it, each on a Bus of its own: (server, inbox, client, outbox)."""
     server, client = Bus(tmp_path), Bus(tmp_path)
     inbox = server.bind(zmq.PULL, "inbox.sock")
     outbox = client.connect(zmq.PUSH, "inbox.sock")
     try:
+        yield server, inbox, client, outbox
+    finally:
+        client.close()
+        server.close()
+
+
+def test_messages_travel_and_garbage_is_counted_not_raised(tmp_path):
+    with pull_and_push(tmp_path) as (server, inbox, client, outbox):
         client.send(outbox, messages.CancelTag(1, 2, 3, 4))
         outbox.send(b"\x93garbage")
         received = []
@@ -62,16 +73,10 @@ def test_messages_travel_and_garbage_is_counted_not_raised(tmp_path):
         wait_until(both_arrived, 5, "the message and the garbage to arrive")
         assert received == [messages.CancelTag(1, 2, 3, 4)]
         assert server.rejected == 1
-    finally:
-        client.close()
-        server.close()
 
 
 def test_send_all_carries_many_messages_in_few_sends_in_order(tmp_path):
-    server, client = Bus(tmp_path), Bus(tmp_path)
-    inbox = server.bind(zmq.PULL, "inbox.sock")
-    outbox = client.connect(zmq.PUSH, "inbox.sock")
-    try:
+    with pull_and_push(tmp_path) as (server, inbox, client, outbox):
         deltas = [messages.TranscriptDelta(1, 2, 3, f" word{i}", i) for i in range(40)]
         done = messages.TranscriptDone(1, 2, 3, "x" * 63_000, 40)  # with the deltas, more than one message holds
         sent = [*deltas, done, messages.CancelTag(1, 2, 3, 4)]
@@ -91,16 +96,10 @@ def test_send_all_carries_many_messages_in_few_sends_in_order(tmp_path):
         assert len(raw_messages) == 3  # two batches (a message's size apart) and the lone message
         assert messages.decode(raw_messages[-1]) == deltas[0]
         assert server.rejected == 0 and client.dropped_sends == 0
-    finally:
-        client.close()
-        server.close()
 
 
 def test_receive_nowait_reads_a_batch_and_counts_its_bad_message(tmp_path):
-    server, client = Bus(tmp_path), Bus(tmp_path)
-    inbox = server.bind(zmq.PULL, "inbox.sock")
-    outbox = client.connect(zmq.PUSH, "inbox.sock")
-    try:
+    with pull_and_push(tmp_path) as (server, inbox, client, outbox):
         good = messages.CancelTag(1, 2, 3, 4)
         not_a_map = b"\x07"  # msgpack's 7: read, and rejected on its own
         outbox.send(messages.encode_batch([messages.encode(good), not_a_map, messages.encode(good)]))
@@ -114,9 +113,6 @@ def test_receive_nowait_reads_a_batch_and_counts_its_bad_message(tmp_path):
         wait_until(arrived, 5, "the batch to arrive")
         assert received == [good, good]
         assert server.rejected == 1
-    finally:
-        client.close()
-        server.close()
 
 
 def test_doorbell_rings_and_tolerates_a_missing_gateway(tmp_path):
