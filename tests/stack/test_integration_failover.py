@@ -322,7 +322,9 @@ def test_a_validator_that_takes_over_gets_the_open_gates_again_and_the_gated_ans
     try:
         config = running.config
         sim_config = SimConfig(hallucinate_responses=(1,), hallucinated_text="Basic costs 99 kr per month.")
-        script = CallScript(duration_ms=16_000, utterances=((QUESTION_AT_MS, load_clip("caller_basic_price")),),
+        # The answer (5.6 s) plays once the new validator serves, which takes 0.3 s alone and 0.6 s or more beside
+        # another lane's stack: a 16 s call ended 0.1 s after the answer alone, and cut its last frames in a CI run.
+        script = CallScript(duration_ms=19_000, utterances=((QUESTION_AT_MS, load_clip("caller_basic_price")),),
                             bargein_at_ms=())
 
         async def scenario():
